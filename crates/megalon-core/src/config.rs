@@ -1,0 +1,209 @@
+//! The pod's configuration: every size fixed at creation, with its limits.
+
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+
+/// Bytes in one cache line: slots and log entries are whole numbers of lines.
+pub const LINE_BYTES: u64 = 64;
+/// SCR and LNR sizes are multiples of a page, so every region can be mapped and bound to a
+/// NUMA node on its own.
+pub const PAGE_BYTES: u64 = 4096;
+/// Most hosts one pod can have: host bitmaps (in the baselines) are one `u64`.
+pub const MAX_HOSTS_LIMIT: u32 = 64;
+/// Longest key a pod can be configured for: keys travel inline in log entries.
+pub const MAX_KEY_BYTES_LIMIT: u32 = 1024;
+/// Largest object slot a pod can be configured for.
+pub const MAX_SLOT_SIZE_BYTES: u64 = 16 << 20;
+/// Fewest log entries a pod can be configured with.
+pub const MIN_LOG_CAPACITY_ENTRIES: u64 = 2;
+/// Bytes of a log entry before its inline key: kind, lengths, slot, record, host, lap.
+pub const LOG_ENTRY_HEADER_BYTES: u64 = 32;
+/// The record widths a pod supports, in bits (2 of them are the free and lock bits).
+pub const RECORD_WIDTHS_BITS: [u32; 3] = [8, 16, 32];
+
+/// The sizes of a pod, fixed when it is created; a builder.
+///
+/// ```
+/// use megalon_core::PodConfig;
+/// let config = PodConfig::new()
+///     .scr_bytes(1 << 20)
+///     .lnr_bytes(64 << 20)
+///     .slot_size_bytes(1024)
+///     .record_width_bits(16)
+///     .max_hosts(4);
+/// let layout = config.layout()?;
+/// assert!(layout.slot_count > 0);
+/// # Ok::<(), megalon_core::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodConfig {
+    /// Bytes of the small coherent region (multiple of [`PAGE_BYTES`]). What the log
+    /// cursors and host table leave is filled with coherence records.
+    pub scr_bytes: u64,
+    /// Bytes of the large non-coherent region (multiple of [`PAGE_BYTES`]). What the log
+    /// leaves is cut into slots.
+    pub lnr_bytes: u64,
+    /// Bytes of one object slot (multiple of [`LINE_BYTES`]).
+    pub slot_size_bytes: u64,
+    /// Longest key, in bytes (at most [`MAX_KEY_BYTES_LIMIT`]).
+    pub max_key_bytes: u32,
+    /// Entries in the log's ring (at least [`MIN_LOG_CAPACITY_ENTRIES`]).
+    pub log_capacity_entries: u64,
+    /// Bits of one coherence record: 8, 16 or 32.
+    pub record_width_bits: u32,
+    /// Hosts the host table holds (at most [`MAX_HOSTS_LIMIT`]).
+    pub max_hosts: u32,
+}
+
+impl Default for PodConfig {
+    fn default() -> Self {
+        Self {
+            scr_bytes: 1 << 20,
+            lnr_bytes: 64 << 20,
+            slot_size_bytes: 1024,
+            max_key_bytes: 64,
+            log_capacity_entries: 4096,
+            record_width_bits: 32,
+            max_hosts: 8,
+        }
+    }
+}
+
+macro_rules! setter {
+    ($(#[$doc:meta])* $name:ident: $ty:ty) => {
+        $(#[$doc])*
+        #[must_use]
+        pub fn $name(mut self, value: $ty) -> Self {
+            self.$name = value;
+            self
+        }
+    };
+}
+
+impl PodConfig {
+    /// The defaults: 1 MiB SCR, 64 MiB LNR, 1 KiB slots, 64-byte keys, 4096 log entries,
+    /// 32-bit records, 8 hosts.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    setter!(/// Sets [`PodConfig::scr_bytes`].
+        scr_bytes: u64);
+    setter!(/// Sets [`PodConfig::lnr_bytes`].
+        lnr_bytes: u64);
+    setter!(/// Sets [`PodConfig::slot_size_bytes`].
+        slot_size_bytes: u64);
+    setter!(/// Sets [`PodConfig::max_key_bytes`].
+        max_key_bytes: u32);
+    setter!(/// Sets [`PodConfig::log_capacity_entries`].
+        log_capacity_entries: u64);
+    setter!(/// Sets [`PodConfig::record_width_bits`].
+        record_width_bits: u32);
+    setter!(/// Sets [`PodConfig::max_hosts`].
+        max_hosts: u32);
+
+    /// Bytes of one log entry: its header and the longest key, rounded up to whole lines.
+    pub fn log_entry_bytes(&self) -> u64 {
+        (LOG_ENTRY_HEADER_BYTES + u64::from(self.max_key_bytes)).div_ceil(LINE_BYTES) * LINE_BYTES
+    }
+
+    /// Checks every parameter against its limit, alone (not whether they fit together).
+    pub(crate) fn validate(&self) -> Result<()> {
+        for (parameter, value) in [
+            ("scr_bytes", self.scr_bytes),
+            ("lnr_bytes", self.lnr_bytes),
+            ("slot_size_bytes", self.slot_size_bytes),
+            ("max_key_bytes", u64::from(self.max_key_bytes)),
+            ("log_capacity_entries", self.log_capacity_entries),
+            ("max_hosts", u64::from(self.max_hosts)),
+        ] {
+            if value == 0 {
+                return Err(Error::ZeroSize { parameter });
+            }
+        }
+        for (parameter, value) in [("scr_bytes", self.scr_bytes), ("lnr_bytes", self.lnr_bytes)] {
+            if value % PAGE_BYTES != 0 {
+                return Err(Error::UnalignedSize {
+                    parameter,
+                    value,
+                    alignment: PAGE_BYTES,
+                });
+            }
+        }
+        if self.slot_size_bytes % LINE_BYTES != 0 {
+            return Err(Error::SlotSizeNotLineMultiple {
+                slot_size_bytes: self.slot_size_bytes,
+            });
+        }
+        if self.slot_size_bytes > MAX_SLOT_SIZE_BYTES {
+            return Err(Error::AboveLimit {
+                parameter: "slot_size_bytes",
+                value: self.slot_size_bytes,
+                limit: MAX_SLOT_SIZE_BYTES,
+            });
+        }
+        if self.max_key_bytes > MAX_KEY_BYTES_LIMIT {
+            return Err(Error::AboveLimit {
+                parameter: "max_key_bytes",
+                value: u64::from(self.max_key_bytes),
+                limit: u64::from(MAX_KEY_BYTES_LIMIT),
+            });
+        }
+        if self.log_capacity_entries < MIN_LOG_CAPACITY_ENTRIES {
+            return Err(Error::BelowMinimum {
+                parameter: "log_capacity_entries",
+                value: self.log_capacity_entries,
+                minimum: MIN_LOG_CAPACITY_ENTRIES,
+            });
+        }
+        if !RECORD_WIDTHS_BITS.contains(&self.record_width_bits) {
+            return Err(Error::UnsupportedRecordWidth {
+                bits: self.record_width_bits,
+            });
+        }
+        if self.max_hosts > MAX_HOSTS_LIMIT {
+            return Err(Error::TooManyHosts {
+                requested: self.max_hosts,
+                limit: MAX_HOSTS_LIMIT,
+            });
+        }
+        Ok(())
+    }
+
+    /// Computes the layout of a pod with this configuration, or the first reason it has
+    /// none.
+    pub fn layout(&self) -> Result<Layout> {
+        Layout::compute(self)
+    }
+
+    /// The first parameter that differs from `other`, as `(name, self's, other's)`.
+    pub(crate) fn first_difference(&self, other: &PodConfig) -> Option<(&'static str, u64, u64)> {
+        [
+            ("scr_bytes", self.scr_bytes, other.scr_bytes),
+            ("lnr_bytes", self.lnr_bytes, other.lnr_bytes),
+            (
+                "slot_size_bytes",
+                self.slot_size_bytes,
+                other.slot_size_bytes,
+            ),
+            (
+                "max_key_bytes",
+                self.max_key_bytes.into(),
+                other.max_key_bytes.into(),
+            ),
+            (
+                "log_capacity_entries",
+                self.log_capacity_entries,
+                other.log_capacity_entries,
+            ),
+            (
+                "record_width_bits",
+                self.record_width_bits.into(),
+                other.record_width_bits.into(),
+            ),
+            ("max_hosts", self.max_hosts.into(), other.max_hosts.into()),
+        ]
+        .into_iter()
+        .find(|(_, a, b)| a != b)
+    }
+}

@@ -1,0 +1,217 @@
+//! The crate's error type: one variant per thing that can go wrong, each carrying the
+//! values a caller needs to act on it.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// A part of the pod, named in errors about sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Region {
+    /// The small coherent region.
+    Scr,
+    /// The large non-coherent region.
+    Lnr,
+    /// The whole mapping (header + SCR + LNR) against a device of fixed length.
+    Device,
+}
+
+impl fmt::Display for Region {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Region::Scr => "SCR",
+            Region::Lnr => "LNR",
+            Region::Device => "the device",
+        })
+    }
+}
+
+/// Everything `megalon-core` can refuse.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    // ---- creating a pod: the configuration ----
+    /// A size parameter is zero.
+    #[error("{parameter} is 0; it must be positive")]
+    ZeroSize {
+        /// The configuration field.
+        parameter: &'static str,
+    },
+    /// A size parameter is not a multiple of the alignment it needs.
+    #[error("{parameter} = {value} is not a multiple of {alignment}")]
+    UnalignedSize {
+        /// The configuration field.
+        parameter: &'static str,
+        /// The value given.
+        value: u64,
+        /// The multiple it must be.
+        alignment: u64,
+    },
+    /// The slot size is not a whole number of cache lines.
+    #[error("slot size of {slot_size_bytes} bytes is not a multiple of the 64-byte cache line")]
+    SlotSizeNotLineMultiple {
+        /// The value given.
+        slot_size_bytes: u64,
+    },
+    /// The record width is not one of 8, 16, 32.
+    #[error("record width of {bits} bits is not supported (8, 16 or 32)")]
+    UnsupportedRecordWidth {
+        /// The value given.
+        bits: u32,
+    },
+    /// More hosts than the host table can hold.
+    #[error("{requested} hosts requested; the host table holds at most {limit}")]
+    TooManyHosts {
+        /// The value given.
+        requested: u32,
+        /// [`crate::MAX_HOSTS_LIMIT`].
+        limit: u32,
+    },
+    /// A parameter is above its documented limit.
+    #[error("{parameter} = {value} is above the limit of {limit}")]
+    AboveLimit {
+        /// The configuration field.
+        parameter: &'static str,
+        /// The value given.
+        value: u64,
+        /// The named constant that bounds it.
+        limit: u64,
+    },
+    /// A parameter is below its documented minimum.
+    #[error("{parameter} = {value} is below the minimum of {minimum}")]
+    BelowMinimum {
+        /// The configuration field.
+        parameter: &'static str,
+        /// The value given.
+        value: u64,
+        /// The named constant that bounds it.
+        minimum: u64,
+    },
+    /// The fixed parts of a region do not fit in the size given for it.
+    #[error("the layout does not fit in {region}: it needs at least {needed_bytes} bytes, {available_bytes} are given")]
+    LayoutDoesNotFit {
+        /// Which region.
+        region: Region,
+        /// The least size that would fit.
+        needed_bytes: u64,
+        /// The size given.
+        available_bytes: u64,
+    },
+
+    // ---- opening a pod ----
+    /// The file does not start with megalon's magic number.
+    #[error("{path}: not a megalon pod (magic {found:#018x})", path = path.display())]
+    BadMagic {
+        /// The file.
+        path: PathBuf,
+        /// The first eight bytes, little-endian.
+        found: u64,
+    },
+    /// The pod was made by a version of megalon with another layout.
+    #[error("{path}: pod layout version {found}, this build reads version {supported}", path = path.display())]
+    UnknownVersion {
+        /// The file.
+        path: PathBuf,
+        /// The version in the header.
+        found: u32,
+        /// [`crate::LAYOUT_VERSION`].
+        supported: u32,
+    },
+    /// The file is shorter than its header or than the layout its header describes.
+    #[error("{path}: {file_bytes} bytes, but the pod needs {needed_bytes}", path = path.display())]
+    FileTooSmall {
+        /// The file.
+        path: PathBuf,
+        /// Its length.
+        file_bytes: u64,
+        /// The length the header (or its layout) needs.
+        needed_bytes: u64,
+    },
+    /// The header's checksum does not match its contents.
+    #[error("{path}: header checksum {stored:#018x}, contents hash to {computed:#018x}", path = path.display())]
+    ChecksumMismatch {
+        /// The file.
+        path: PathBuf,
+        /// The checksum stored in the header.
+        stored: u64,
+        /// The checksum of the stored fields.
+        computed: u64,
+    },
+    /// The header's checksum matches but its fields do not describe a valid layout.
+    #[error("{path}: header describes no valid layout: {reason}", path = path.display())]
+    HeaderInvalid {
+        /// The file.
+        path: PathBuf,
+        /// What the layout check said.
+        reason: Box<Error>,
+    },
+    /// The pod was created with another value of a parameter than the caller expects.
+    #[error("pod has {parameter} = {in_pod}, the caller expects {expected}")]
+    ParameterMismatch {
+        /// The configuration field.
+        parameter: &'static str,
+        /// The value in the pod's header.
+        in_pod: u64,
+        /// The value the caller asked for.
+        expected: u64,
+    },
+    /// A heap pod lives only in the process that created it.
+    #[error("a heap pod cannot be opened; create it, or use a file backing to share it")]
+    HeapNotOpenable,
+
+    // ---- the operating system ----
+    /// A system call on the backing failed.
+    #[error("{operation} {path}: {source}", path = path.display())]
+    Io {
+        /// What we were doing.
+        operation: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The NUMA node does not exist on this machine.
+    #[error("NUMA node {node} does not exist; this machine has nodes {available:?}")]
+    NumaNodeMissing {
+        /// The node asked for.
+        node: u32,
+        /// The nodes that exist.
+        available: Vec<u32>,
+    },
+    /// `mbind` refused to bind the mapping.
+    #[error("binding the pod to NUMA node {node}: {source}")]
+    NumaBind {
+        /// The node asked for.
+        node: u32,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+
+    // ---- hosts ----
+    /// The host id is past the pod's maximum.
+    #[error("host {host} does not exist: the pod has hosts 0..{max_hosts}")]
+    HostOutOfRange {
+        /// The id asked for.
+        host: u32,
+        /// The pod's `max_hosts`.
+        max_hosts: u32,
+    },
+    /// Another participant holds the host id.
+    #[error("host {host} is taken (by process {holder_pid})")]
+    HostTaken {
+        /// The id asked for.
+        host: u32,
+        /// The process id recorded by the holder.
+        holder_pid: u32,
+    },
+    /// Every host id is taken.
+    #[error("the host table is full: all {max_hosts} hosts are joined")]
+    HostTableFull {
+        /// The pod's `max_hosts`.
+        max_hosts: u32,
+    },
+}
+
+/// `Result` with the crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

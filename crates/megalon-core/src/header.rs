@@ -1,0 +1,204 @@
+//! The pod header: magic, layout version, every parameter, and a checksum over them.
+//!
+//! Stored little-endian at offset 0, field by field, so a pod made on one host reads the
+//! same on every other. The checksum is FNV-1a (64-bit) over every byte before it: each
+//! step of FNV-1a is a bijection of the running hash, so changing any single byte always
+//! changes the checksum.
+
+use std::path::Path;
+
+use crate::config::PodConfig;
+use crate::error::{Error, Result};
+use crate::layout::{Layout, HEADER_REGION_BYTES};
+
+/// First eight bytes of every pod: `"MEGALON\0"` read as a little-endian `u64`.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"MEGALON\0");
+/// Version of the layout and of everything stored in the pod. Bumped whenever any format
+/// in the pod changes; a pod of another version is refused when opened.
+pub const LAYOUT_VERSION: u32 = 1;
+/// Bytes of the encoded header.
+pub const HEADER_BYTES: usize = 80;
+
+const _: () = assert!(HEADER_BYTES as u64 <= HEADER_REGION_BYTES);
+
+/// The header as stored (`#[repr(C)]`, fixed-width fields, little-endian on disk).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PodHeader {
+    /// [`MAGIC`].
+    pub magic: u64,
+    /// [`LAYOUT_VERSION`].
+    pub layout_version: u32,
+    /// Bytes reserved for the header region.
+    pub header_region_bytes: u32,
+    /// Bytes the whole pod needs.
+    pub total_bytes: u64,
+    /// [`PodConfig::scr_bytes`].
+    pub scr_bytes: u64,
+    /// [`PodConfig::lnr_bytes`].
+    pub lnr_bytes: u64,
+    /// [`PodConfig::slot_size_bytes`].
+    pub slot_size_bytes: u64,
+    /// [`PodConfig::log_capacity_entries`].
+    pub log_capacity_entries: u64,
+    /// [`PodConfig::max_key_bytes`].
+    pub max_key_bytes: u32,
+    /// [`PodConfig::record_width_bits`].
+    pub record_width_bits: u32,
+    /// [`PodConfig::max_hosts`].
+    pub max_hosts: u32,
+    /// Bytes of one log entry (derived; stored so a reader can check it).
+    pub log_entry_bytes: u32,
+    /// FNV-1a of the 72 bytes before it.
+    pub checksum: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<PodHeader>() == HEADER_BYTES);
+const _: () = assert!(std::mem::align_of::<PodHeader>() == 8);
+
+/// FNV-1a, 64-bit (offset basis 0xcbf29ce484222325, prime 0x100000001b3).
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+impl PodHeader {
+    /// The header of a pod with this layout.
+    pub fn new(layout: &Layout) -> Self {
+        let c = &layout.config;
+        let mut header = PodHeader {
+            magic: MAGIC,
+            layout_version: LAYOUT_VERSION,
+            header_region_bytes: HEADER_REGION_BYTES as u32,
+            total_bytes: layout.total_bytes,
+            scr_bytes: c.scr_bytes,
+            lnr_bytes: c.lnr_bytes,
+            slot_size_bytes: c.slot_size_bytes,
+            log_capacity_entries: c.log_capacity_entries,
+            max_key_bytes: c.max_key_bytes,
+            record_width_bits: c.record_width_bits,
+            max_hosts: c.max_hosts,
+            log_entry_bytes: layout.log_entry_bytes as u32,
+            checksum: 0,
+        };
+        header.checksum = fnv1a64(&header.encode()[..HEADER_BYTES - 8]);
+        header
+    }
+
+    /// The configuration the header describes.
+    pub fn config(&self) -> PodConfig {
+        PodConfig {
+            scr_bytes: self.scr_bytes,
+            lnr_bytes: self.lnr_bytes,
+            slot_size_bytes: self.slot_size_bytes,
+            max_key_bytes: self.max_key_bytes,
+            log_capacity_entries: self.log_capacity_entries,
+            record_width_bits: self.record_width_bits,
+            max_hosts: self.max_hosts,
+        }
+    }
+
+    /// The stored bytes.
+    pub fn encode(&self) -> [u8; HEADER_BYTES] {
+        let mut out = [0u8; HEADER_BYTES];
+        let mut at = 0;
+        let mut put = |bytes: &[u8]| {
+            out[at..at + bytes.len()].copy_from_slice(bytes);
+            at += bytes.len();
+        };
+        put(&self.magic.to_le_bytes());
+        put(&self.layout_version.to_le_bytes());
+        put(&self.header_region_bytes.to_le_bytes());
+        put(&self.total_bytes.to_le_bytes());
+        put(&self.scr_bytes.to_le_bytes());
+        put(&self.lnr_bytes.to_le_bytes());
+        put(&self.slot_size_bytes.to_le_bytes());
+        put(&self.log_capacity_entries.to_le_bytes());
+        put(&self.max_key_bytes.to_le_bytes());
+        put(&self.record_width_bits.to_le_bytes());
+        put(&self.max_hosts.to_le_bytes());
+        put(&self.log_entry_bytes.to_le_bytes());
+        put(&self.checksum.to_le_bytes());
+        debug_assert_eq!(at, HEADER_BYTES);
+        out
+    }
+
+    /// Parses and checks stored bytes: magic, then version, then checksum, then that the
+    /// fields describe a valid layout that agrees with the derived fields. `path` names
+    /// the pod in errors. Returns the header and its layout.
+    pub fn decode(bytes: &[u8; HEADER_BYTES], path: &Path) -> Result<(PodHeader, Layout)> {
+        let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"));
+        let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4"));
+        let header = PodHeader {
+            magic: u64_at(0),
+            layout_version: u32_at(8),
+            header_region_bytes: u32_at(12),
+            total_bytes: u64_at(16),
+            scr_bytes: u64_at(24),
+            lnr_bytes: u64_at(32),
+            slot_size_bytes: u64_at(40),
+            log_capacity_entries: u64_at(48),
+            max_key_bytes: u32_at(56),
+            record_width_bits: u32_at(60),
+            max_hosts: u32_at(64),
+            log_entry_bytes: u32_at(68),
+            checksum: u64_at(72),
+        };
+        if header.magic != MAGIC {
+            return Err(Error::BadMagic {
+                path: path.to_owned(),
+                found: header.magic,
+            });
+        }
+        if header.layout_version != LAYOUT_VERSION {
+            return Err(Error::UnknownVersion {
+                path: path.to_owned(),
+                found: header.layout_version,
+                supported: LAYOUT_VERSION,
+            });
+        }
+        let computed = fnv1a64(&bytes[..HEADER_BYTES - 8]);
+        if computed != header.checksum {
+            return Err(Error::ChecksumMismatch {
+                path: path.to_owned(),
+                stored: header.checksum,
+                computed,
+            });
+        }
+        let invalid = |reason: Error| Error::HeaderInvalid {
+            path: path.to_owned(),
+            reason: Box::new(reason),
+        };
+        let layout = Layout::compute(&header.config()).map_err(invalid)?;
+        // A header whose checksum matches was written by some build of this version; its
+        // derived fields must agree with what this build derives, or the two builds
+        // disagree on the layout.
+        if PodHeader::new(&layout) != header {
+            return Err(invalid(Error::ParameterMismatch {
+                parameter: "derived layout",
+                in_pod: header.total_bytes,
+                expected: layout.total_bytes,
+            }));
+        }
+        Ok((header, layout))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv1a64_matches_the_published_test_vectors() {
+        // From the FNV reference test suite: "" and "a".
+        assert_eq!(fnv1a64(b""), 0xcbf29ce484222325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63dc4c8601ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x85944171f73967e8);
+    }
+
+    #[test]
+    fn magic_spells_megalon() {
+        assert_eq!(&MAGIC.to_le_bytes(), b"MEGALON\0");
+    }
+}

@@ -1,0 +1,304 @@
+//! Where everything lives in a pod, as offsets from its first byte.
+//!
+//! ```text
+//! +--------+------------------------------ SCR ------------------------------+------ LNR ------+
+//! | header | log cursors | host table | record array | reclaimer counters | . | log | slots | . |
+//! +--------+-------------+------------+--------------+--------------------+---+-----+-------+---+
+//! ```
+//!
+//! Computed once from a [`PodConfig`], the same way by every host, so nothing in the pod
+//! holds a pointer: each host maps the pod at its own address. Each log cursor and each
+//! host's applied position sits on a line of its own, so hosts that update different
+//! cursors do not contend for one line in the coherent region. Every region starts on a
+//! line; SCR and LNR start on a page.
+
+use std::fmt;
+
+use crate::config::{PodConfig, LINE_BYTES, PAGE_BYTES};
+use crate::error::{Error, Region, Result};
+
+/// Bytes reserved for the header at the start of the pod (one page).
+pub const HEADER_REGION_BYTES: u64 = PAGE_BYTES;
+/// Bytes of one host-table entry (one line).
+pub const HOST_ENTRY_BYTES: u64 = LINE_BYTES;
+/// Bytes of the reclaimer's counters (one line).
+pub const RECLAIMER_BYTES: u64 = LINE_BYTES;
+/// Log cursors shared by every host, each on its own line: `tail`, `head`, `ctail`.
+pub const SHARED_CURSORS: u64 = 3;
+
+/// The computed layout of a pod. Every `*_offset` is from the pod's first byte.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// The configuration the layout was computed from.
+    pub config: PodConfig,
+    /// Start of the small coherent region.
+    pub scr_offset: u64,
+    /// Start of the log cursors: `tail`, `head`, `ctail`, then one `ltail` per host.
+    pub cursors_offset: u64,
+    /// Bytes of the log cursors.
+    pub cursors_bytes: u64,
+    /// Start of the host table.
+    pub host_table_offset: u64,
+    /// Bytes of the host table.
+    pub host_table_bytes: u64,
+    /// Start of the coherence record array.
+    pub records_offset: u64,
+    /// Coherence records in the array.
+    pub record_count: u64,
+    /// Bytes of one record.
+    pub record_bytes: u64,
+    /// Start of the reclaimer's counters (records in use and the like).
+    pub reclaimer_offset: u64,
+    /// Start of the large non-coherent region.
+    pub lnr_offset: u64,
+    /// Start of the log's entry ring.
+    pub log_offset: u64,
+    /// Bytes of one log entry.
+    pub log_entry_bytes: u64,
+    /// Start of the object slots.
+    pub slots_offset: u64,
+    /// Object slots.
+    pub slot_count: u64,
+    /// Bytes the mapping needs: header, SCR, LNR.
+    pub total_bytes: u64,
+}
+
+/// SCR bytes by category; the categories add up to the SCR size exactly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScrUsage {
+    /// `tail`, `head`, `ctail` and one `ltail` per host, a line each.
+    pub log_cursors_bytes: u64,
+    /// One line per host.
+    pub host_table_bytes: u64,
+    /// The coherence record array.
+    pub records_bytes: u64,
+    /// The reclaimer's counters.
+    pub reclaimer_bytes: u64,
+    /// What no category uses (too little for one more record).
+    pub unused_bytes: u64,
+}
+
+impl ScrUsage {
+    /// Sum of every category: the pod's SCR size.
+    pub fn total_bytes(&self) -> u64 {
+        self.log_cursors_bytes
+            + self.host_table_bytes
+            + self.records_bytes
+            + self.reclaimer_bytes
+            + self.unused_bytes
+    }
+}
+
+impl fmt::Display for ScrUsage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let total = self.total_bytes();
+        let row = |f: &mut fmt::Formatter<'_>, name: &str, bytes: u64| {
+            let percent = if total == 0 {
+                0.0
+            } else {
+                bytes as f64 * 100.0 / total as f64
+            };
+            writeln!(f, "  {name:<18} {bytes:>12} B  {percent:>5.1}%")
+        };
+        writeln!(f, "SCR usage ({total} bytes):")?;
+        row(f, "log cursors", self.log_cursors_bytes)?;
+        row(f, "host table", self.host_table_bytes)?;
+        row(f, "coherence records", self.records_bytes)?;
+        row(f, "reclaimer", self.reclaimer_bytes)?;
+        row(f, "unused", self.unused_bytes)
+    }
+}
+
+fn checked(region: Region, parts: &[u64], available_bytes: u64) -> Result<u64> {
+    let needed = parts
+        .iter()
+        .try_fold(0u64, |sum, part| sum.checked_add(*part))
+        .unwrap_or(u64::MAX);
+    if needed > available_bytes {
+        return Err(Error::LayoutDoesNotFit {
+            region,
+            needed_bytes: needed,
+            available_bytes,
+        });
+    }
+    Ok(needed)
+}
+
+impl Layout {
+    /// Lays a pod out, or says which parameter or region stops it.
+    pub fn compute(config: &PodConfig) -> Result<Layout> {
+        config.validate()?;
+        let hosts = u64::from(config.max_hosts);
+        let record_bytes = u64::from(config.record_width_bits / 8);
+
+        // SCR: cursors, host table, then records fill what the reclaimer line leaves.
+        let scr_offset = HEADER_REGION_BYTES;
+        let cursors_bytes = (SHARED_CURSORS + hosts) * LINE_BYTES;
+        let host_table_bytes = hosts * HOST_ENTRY_BYTES;
+        // At least one line of records, or the pod could never make an object writable.
+        let fixed = checked(
+            Region::Scr,
+            &[cursors_bytes, host_table_bytes, RECLAIMER_BYTES, LINE_BYTES],
+            config.scr_bytes,
+        )? - LINE_BYTES;
+        let record_count = (config.scr_bytes - fixed) / record_bytes;
+        // `scr_bytes - fixed` is a multiple of 64 and `record_bytes` divides 64, so the
+        // array ends on a line.
+        let records_bytes = record_count * record_bytes;
+        debug_assert_eq!(records_bytes % LINE_BYTES, 0);
+        let cursors_offset = scr_offset;
+        let host_table_offset = cursors_offset + cursors_bytes;
+        let records_offset = host_table_offset + host_table_bytes;
+        let reclaimer_offset = records_offset + records_bytes;
+
+        // LNR: the log ring, then slots.
+        let lnr_offset = scr_offset + config.scr_bytes;
+        let log_entry_bytes = config.log_entry_bytes();
+        let log_bytes = config
+            .log_capacity_entries
+            .checked_mul(log_entry_bytes)
+            .unwrap_or(u64::MAX);
+        checked(
+            Region::Lnr,
+            &[log_bytes, config.slot_size_bytes],
+            config.lnr_bytes,
+        )?;
+        let log_offset = lnr_offset;
+        let slots_offset = log_offset + log_bytes;
+        let slot_count = (config.lnr_bytes - log_bytes) / config.slot_size_bytes;
+        let total_bytes = HEADER_REGION_BYTES
+            .checked_add(config.scr_bytes)
+            .and_then(|b| b.checked_add(config.lnr_bytes))
+            .filter(|b| usize::try_from(*b).is_ok())
+            .ok_or(Error::LayoutDoesNotFit {
+                region: Region::Device,
+                needed_bytes: u64::MAX,
+                available_bytes: usize::MAX as u64,
+            })?;
+
+        Ok(Layout {
+            config: config.clone(),
+            scr_offset,
+            cursors_offset,
+            cursors_bytes,
+            host_table_offset,
+            host_table_bytes,
+            records_offset,
+            record_count,
+            record_bytes,
+            reclaimer_offset,
+            lnr_offset,
+            log_offset,
+            log_entry_bytes,
+            slots_offset,
+            slot_count,
+            total_bytes,
+        })
+    }
+
+    /// Offset of the log's `tail` (next position to reserve).
+    pub fn tail_offset(&self) -> u64 {
+        self.cursors_offset
+    }
+
+    /// Offset of the log's `head` (oldest position still needed by some host).
+    pub fn head_offset(&self) -> u64 {
+        self.cursors_offset + LINE_BYTES
+    }
+
+    /// Offset of the log's `ctail` (highest position whose append has completed).
+    pub fn ctail_offset(&self) -> u64 {
+        self.cursors_offset + 2 * LINE_BYTES
+    }
+
+    /// Offset of host `host`'s applied position `ltail[host]`.
+    pub fn ltail_offset(&self, host: u32) -> u64 {
+        debug_assert!(host < self.config.max_hosts);
+        self.cursors_offset + (SHARED_CURSORS + u64::from(host)) * LINE_BYTES
+    }
+
+    /// Offset of host `host`'s entry in the host table.
+    pub fn host_entry_offset(&self, host: u32) -> u64 {
+        debug_assert!(host < self.config.max_hosts);
+        self.host_table_offset + u64::from(host) * HOST_ENTRY_BYTES
+    }
+
+    /// Offset of record `record`.
+    pub fn record_offset(&self, record: u64) -> u64 {
+        debug_assert!(record < self.record_count);
+        self.records_offset + record * self.record_bytes
+    }
+
+    /// Offset of log entry `index` in the ring (`position % capacity`).
+    pub fn log_entry_offset(&self, index: u64) -> u64 {
+        debug_assert!(index < self.config.log_capacity_entries);
+        self.log_offset + index * self.log_entry_bytes
+    }
+
+    /// Offset of slot `slot`.
+    pub fn slot_offset(&self, slot: u64) -> u64 {
+        debug_assert!(slot < self.slot_count);
+        self.slots_offset + slot * self.config.slot_size_bytes
+    }
+
+    /// SCR bytes by category.
+    pub fn scr_usage(&self) -> ScrUsage {
+        let records_bytes = self.record_count * self.record_bytes;
+        let used = self.cursors_bytes + self.host_table_bytes + records_bytes + RECLAIMER_BYTES;
+        ScrUsage {
+            log_cursors_bytes: self.cursors_bytes,
+            host_table_bytes: self.host_table_bytes,
+            records_bytes,
+            reclaimer_bytes: RECLAIMER_BYTES,
+            unused_bytes: self.config.scr_bytes - used,
+        }
+    }
+
+    /// Every region as `(name, offset, bytes)`, in address order.
+    pub fn regions(&self) -> Vec<(&'static str, u64, u64)> {
+        let log_bytes = self.config.log_capacity_entries * self.log_entry_bytes;
+        vec![
+            ("header", 0, HEADER_REGION_BYTES),
+            ("log cursors", self.cursors_offset, self.cursors_bytes),
+            ("host table", self.host_table_offset, self.host_table_bytes),
+            (
+                "records",
+                self.records_offset,
+                self.record_count * self.record_bytes,
+            ),
+            ("reclaimer", self.reclaimer_offset, RECLAIMER_BYTES),
+            ("log entries", self.log_offset, log_bytes),
+            (
+                "slots",
+                self.slots_offset,
+                self.slot_count * self.config.slot_size_bytes,
+            ),
+        ]
+    }
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.config;
+        writeln!(
+            f,
+            "pod of {} bytes: SCR {} B at {:#x}, LNR {} B at {:#x}",
+            self.total_bytes, c.scr_bytes, self.scr_offset, c.lnr_bytes, self.lnr_offset
+        )?;
+        for (name, offset, bytes) in self.regions() {
+            writeln!(f, "  {name:<12} {offset:>#14x}  {bytes:>12} B")?;
+        }
+        writeln!(
+            f,
+            "  {} records of {} bits, {} slots of {} B, {} log entries of {} B, {} hosts, keys up to {} B",
+            self.record_count,
+            c.record_width_bits,
+            self.slot_count,
+            c.slot_size_bytes,
+            c.log_capacity_entries,
+            self.log_entry_bytes,
+            c.max_hosts,
+            c.max_key_bytes
+        )
+    }
+}

@@ -1,0 +1,230 @@
+//! Memory access: the one interface every LNR access goes through.
+//!
+//! Load, store, flush (write back if dirty, then invalidate), write back and keep
+//! (`clwb`), non-temporal store, fence: two implementations behind one enum.
+//!
+//! - [`HardwareMemory`]: plain loads and stores on the mapping and the real instructions
+//!   (see [`crate::arch`]).
+//! - [`SimulatedMemory`]: a private software cache of 64-byte lines per host that serves
+//!   stale lines the way a non-coherent cache does. It is what makes a missing flush
+//!   observable on this machine's coherent hardware.
+//!
+//! Offsets are from the pod's first byte and must lie in the LNR (checked: an offset
+//! outside panics, since offsets come from the layout, never from users).
+//!
+//! **Why an enum and not a generic parameter.** Which memory a run uses is a runtime
+//! choice (`--memory simulated` in the examples, the stress test and the harness), and a
+//! type parameter would spread through every type above (pod handles, hosts, the KV
+//! store, the page cache, each baseline). The cost is one predictable branch per call;
+//! calls move whole objects or ranges of lines, so it is paid once per copy, not once per
+//! byte. `benches/memory.rs` measures it against calling [`HardwareMemory`] directly
+//! (results in `docs/memory.md`).
+//!
+//! Object bytes are copied with atomic word accesses ([`copy_out`], [`copy_in`]), never
+//! through a `&[u8]` into memory another host may be writing: such a read is a race by
+//! design (the seqlock check after it decides whether to trust it).
+
+mod hardware;
+mod simulated;
+
+use std::sync::Arc;
+
+pub use hardware::HardwareMemory;
+pub use simulated::{SimulatedConfig, SimulatedMemory, SimulatedStats};
+
+use crate::pod::Pod;
+use crate::sync::{AtomicU64, AtomicU8, Ordering};
+
+/// Bytes in one cache line.
+pub const LINE_BYTES: u64 = 64;
+
+/// Which implementation a host uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemoryKind {
+    /// Real loads, stores and cache-maintenance instructions.
+    Hardware,
+    /// A simulated non-coherent cache per host.
+    Simulated(SimulatedConfig),
+}
+
+impl MemoryKind {
+    /// A simulated cache with default capacity and eviction rate, seeded with `seed`.
+    pub fn simulated(seed: u64) -> Self {
+        MemoryKind::Simulated(SimulatedConfig {
+            seed,
+            ..SimulatedConfig::default()
+        })
+    }
+}
+
+/// One host's access to LNR.
+#[derive(Debug)]
+pub enum Memory {
+    /// See [`HardwareMemory`].
+    Hardware(HardwareMemory),
+    /// See [`SimulatedMemory`].
+    Simulated(SimulatedMemory),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $memory:ident => $call:expr) => {
+        match $self {
+            Memory::Hardware($memory) => $call,
+            Memory::Simulated($memory) => $call,
+        }
+    };
+}
+
+impl Memory {
+    /// Access to `pod`'s LNR of the given kind.
+    pub fn new(pod: Arc<Pod>, kind: MemoryKind) -> Memory {
+        match kind {
+            MemoryKind::Hardware => Memory::Hardware(HardwareMemory::new(pod)),
+            MemoryKind::Simulated(config) => Memory::Simulated(SimulatedMemory::new(pod, config)),
+        }
+    }
+
+    /// `"hardware"` or `"simulated"`.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Memory::Hardware(_) => "hardware",
+            Memory::Simulated(_) => "simulated",
+        }
+    }
+
+    /// Copies `buf.len()` bytes at `offset` into `buf` (through this host's cache).
+    #[inline]
+    pub fn read(&self, offset: u64, buf: &mut [u8]) {
+        dispatch!(self, m => m.read(offset, buf))
+    }
+
+    /// Copies `data` to `offset` (into this host's cache; see [`Memory::write_back`]).
+    #[inline]
+    pub fn write(&self, offset: u64, data: &[u8]) {
+        dispatch!(self, m => m.write(offset, data))
+    }
+
+    /// Loads the 8-aligned word at `offset`.
+    #[inline]
+    pub fn load_u64(&self, offset: u64) -> u64 {
+        dispatch!(self, m => m.load_u64(offset))
+    }
+
+    /// Stores the 8-aligned word at `offset`.
+    #[inline]
+    pub fn store_u64(&self, offset: u64, value: u64) {
+        dispatch!(self, m => m.store_u64(offset, value))
+    }
+
+    /// Flush-invalidates every line overlapping `[offset, offset + len)`: dirty lines are
+    /// written back, then dropped, so the next read comes from memory. Needs a
+    /// [`Memory::fence`] before loads that must see memory.
+    #[inline]
+    pub fn flush(&self, offset: u64, len: usize) {
+        dispatch!(self, m => m.flush(offset, len))
+    }
+
+    /// Writes back every dirty line overlapping the range and keeps it cached (`clwb`).
+    /// Needs a [`Memory::fence`] before the store that publishes it.
+    #[inline]
+    pub fn write_back(&self, offset: u64, len: usize) {
+        dispatch!(self, m => m.write_back(offset, len))
+    }
+
+    /// Stores `data` at `offset` straight to memory, dropping this host's copies of the
+    /// lines. `offset` and `data.len()` must be multiples of 8.
+    #[inline]
+    pub fn write_non_temporal(&self, offset: u64, data: &[u8]) {
+        dispatch!(self, m => m.write_non_temporal(offset, data))
+    }
+
+    /// Orders every earlier access, flush and write-back before every later access.
+    #[inline]
+    pub fn fence(&self) {
+        dispatch!(self, m => m.fence())
+    }
+
+    /// What the simulated cache has done, or `None` on hardware.
+    pub fn simulated_stats(&self) -> Option<SimulatedStats> {
+        match self {
+            Memory::Hardware(_) => None,
+            Memory::Simulated(m) => Some(m.stats()),
+        }
+    }
+}
+
+/// Copies `dst.len()` bytes from shared memory at `src` with atomic (relaxed) loads:
+/// bytes up to an 8-byte boundary, then words, then the remaining bytes.
+///
+/// # Safety
+/// `[src, src + dst.len())` must lie inside a live mapping of pod memory, which is only
+/// ever accessed atomically or by cache-maintenance instructions.
+#[inline]
+pub(crate) unsafe fn copy_out(src: *const u8, dst: &mut [u8]) {
+    let len = dst.len();
+    let head = (src as usize).wrapping_neg() % 8;
+    let head = head.min(len);
+    for (i, byte) in dst[..head].iter_mut().enumerate() {
+        // SAFETY: in bounds (caller); every byte is a valid `AtomicU8`.
+        *byte = unsafe { &*(src.add(i) as *const AtomicU8) }.load(Ordering::Relaxed);
+    }
+    let words = (len - head) / 8;
+    for w in 0..words {
+        let at = head + w * 8;
+        // SAFETY: in bounds (caller) and 8-aligned (`head` brought us to a boundary).
+        let word = unsafe { &*(src.add(at) as *const AtomicU64) }.load(Ordering::Relaxed);
+        dst[at..at + 8].copy_from_slice(&word.to_ne_bytes());
+    }
+    for i in head + words * 8..len {
+        // SAFETY: in bounds (caller).
+        dst[i] = unsafe { &*(src.add(i) as *const AtomicU8) }.load(Ordering::Relaxed);
+    }
+}
+
+/// Copies `src` to shared memory at `dst` with atomic (relaxed) stores.
+///
+/// # Safety
+/// As for [`copy_out`].
+#[inline]
+pub(crate) unsafe fn copy_in(dst: *mut u8, src: &[u8]) {
+    let len = src.len();
+    let head = ((dst as usize).wrapping_neg() % 8).min(len);
+    for (i, byte) in src[..head].iter().enumerate() {
+        // SAFETY: in bounds (caller).
+        unsafe { &*(dst.add(i) as *const AtomicU8) }.store(*byte, Ordering::Relaxed);
+    }
+    let words = (len - head) / 8;
+    for w in 0..words {
+        let at = head + w * 8;
+        let word = u64::from_ne_bytes(src[at..at + 8].try_into().expect("8"));
+        // SAFETY: in bounds (caller) and 8-aligned.
+        unsafe { &*(dst.add(at) as *const AtomicU64) }.store(word, Ordering::Relaxed);
+    }
+    for i in head + words * 8..len {
+        // SAFETY: in bounds (caller).
+        unsafe { &*(dst.add(i) as *const AtomicU8) }.store(src[i], Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn word_copies_round_trip_at_every_alignment() {
+        let backing = vec![0u64; 64];
+        let base = backing.as_ptr() as *mut u8;
+        for start in 0..16usize {
+            for len in [0usize, 1, 7, 8, 9, 63, 64, 65, 200] {
+                let data: Vec<u8> = (0..len).map(|i| (i * 7 + start) as u8).collect();
+                // SAFETY: start + len <= 216 < 512 bytes of `backing`, accessed only
+                // through these atomic helpers.
+                unsafe { copy_in(base.add(start), &data) };
+                let mut out = vec![0u8; len];
+                // SAFETY: as above.
+                unsafe { copy_out(base.add(start), &mut out) };
+                assert_eq!(out, data, "start {start} len {len}");
+            }
+        }
+    }
+}

@@ -1,0 +1,371 @@
+//! Simulated non-coherent memory: a private cache of 64-byte lines per host over LNR.
+//!
+//! Exactly the semantics a non-coherent cache has (DESIGN section 4):
+//!
+//! - a load hits the host's cached copy of a line if it has one, *even if memory changed*
+//!   since (a stale hit, counted in [`SimulatedStats::stale_lines_served`]); a miss fills
+//!   the line from memory;
+//! - a store writes the host's copy (filling it first on a miss) and makes it dirty;
+//!   memory does not change;
+//! - a flush writes the line back if dirty and drops it;
+//! - a write-back (`clwb`) writes the line back if dirty and keeps it, clean;
+//! - a non-temporal store writes memory directly and drops the host's copy (a dirty copy
+//!   is written back first, as the hardware does);
+//! - at random moments, driven by a seeded generator, a random line is evicted (written
+//!   back if dirty), and a full cache evicts a random line to make room.
+//!
+//! A write-back always writes the *whole* line, as hardware does: a line that was filled
+//! before another host's write and then partly overwritten here puts the old bytes
+//! around the new ones back into memory. That is the hazard the writer's "invalidate
+//! stale lines before a partial write" step exists for, and the simulation reproduces it.
+//!
+//! Threads of one host share its cache (one lock); SCR accesses are not simulated: they
+//! stay real atomics, as the hardware keeps SCR coherent.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::{copy_in, copy_out, LINE_BYTES};
+use crate::pod::Pod;
+use crate::sync::{fence, Ordering};
+
+const LINE: usize = LINE_BYTES as usize;
+
+/// How a simulated cache behaves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimulatedConfig {
+    /// Seed of the eviction generator: the same seed and the same sequence of accesses
+    /// evict the same lines.
+    pub seed: u64,
+    /// Lines the cache holds; a fill into a full cache evicts a random line.
+    pub capacity_lines: usize,
+    /// On average one random eviction every this many line accesses (0: never evict at
+    /// random, only when full).
+    pub random_eviction_one_in: u64,
+}
+
+impl Default for SimulatedConfig {
+    fn default() -> Self {
+        Self {
+            seed: 0x5eed,
+            capacity_lines: 8192,
+            random_eviction_one_in: 512,
+        }
+    }
+}
+
+/// What a simulated cache has done since it was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SimulatedStats {
+    /// Line accesses served from the cache.
+    pub hits: u64,
+    /// Line accesses that filled from memory.
+    pub misses: u64,
+    /// Loads served from a cached line whose clean bytes differ from memory: the reads a
+    /// real non-coherent cache would have answered with stale data.
+    pub stale_lines_served: u64,
+    /// Lines evicted (randomly or for room).
+    pub evictions: u64,
+    /// Lines written to memory by flush, write-back or eviction.
+    pub lines_written_back: u64,
+    /// Lines written by non-temporal stores.
+    pub non_temporal_lines: u64,
+}
+
+struct Line {
+    bytes: [u8; LINE],
+    /// Bit `i` set: byte `i` was stored by this host since the line was filled or last
+    /// written back. Only used to tell a stale line from this host's own writes.
+    dirty_mask: u64,
+}
+
+struct Cache {
+    /// Line index (offset / 64) to the line and its place in `order`.
+    lines: HashMap<u64, (Line, usize)>,
+    /// Cached line indices, for picking a random victim in O(1) (insertion order, with
+    /// swap-removal), independent of the map's iteration order.
+    order: Vec<u64>,
+    rng: u64,
+    stats: SimulatedStats,
+}
+
+/// One host's simulated non-coherent view of LNR.
+pub struct SimulatedMemory {
+    pod: Arc<Pod>,
+    config: SimulatedConfig,
+    cache: Mutex<Cache>,
+}
+
+impl std::fmt::Debug for SimulatedMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimulatedMemory")
+            .field("config", &self.config)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+/// splitmix64 (Steele, Lea, Flood 2014): small, fast, and the same sequence everywhere.
+fn next_random(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl SimulatedMemory {
+    /// An empty cache over `pod`'s LNR.
+    pub fn new(pod: Arc<Pod>, config: SimulatedConfig) -> Self {
+        assert!(
+            config.capacity_lines > 0,
+            "a simulated cache needs at least one line"
+        );
+        let cache = Cache {
+            lines: HashMap::with_capacity(config.capacity_lines.min(1 << 16)),
+            order: Vec::with_capacity(config.capacity_lines.min(1 << 16)),
+            rng: config.seed,
+            stats: SimulatedStats::default(),
+        };
+        Self {
+            pod,
+            config,
+            cache: Mutex::new(cache),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SimulatedConfig {
+        &self.config
+    }
+
+    /// What the cache has done.
+    pub fn stats(&self) -> SimulatedStats {
+        self.cache.lock().stats
+    }
+
+    /// Whether the line holding `offset` is cached.
+    pub fn is_cached(&self, offset: u64) -> bool {
+        self.cache.lock().lines.contains_key(&(offset / LINE_BYTES))
+    }
+
+    /// Whether the line holding `offset` is cached and dirty.
+    pub fn is_dirty(&self, offset: u64) -> bool {
+        self.cache
+            .lock()
+            .lines
+            .get(&(offset / LINE_BYTES))
+            .is_some_and(|(line, _)| line.dirty_mask != 0)
+    }
+
+    /// Evicts every cached line (writing dirty ones back), as a cache that is
+    /// thrashed by other work would.
+    pub fn evict_all(&self) {
+        let mut cache = self.cache.lock();
+        while let Some(&line) = cache.order.last() {
+            self.evict(&mut cache, line);
+        }
+    }
+
+    fn memory_line(&self, line: u64) -> *mut u8 {
+        self.pod.lnr_ptr(line * LINE_BYTES, LINE)
+    }
+
+    fn read_memory_line(&self, line: u64) -> [u8; LINE] {
+        let mut bytes = [0u8; LINE];
+        // SAFETY: `memory_line` checked the line is inside the LNR.
+        unsafe { copy_out(self.memory_line(line), &mut bytes) };
+        bytes
+    }
+
+    fn write_memory_line(&self, line: u64, bytes: &[u8; LINE]) {
+        // SAFETY: as in `read_memory_line`.
+        unsafe { copy_in(self.memory_line(line), bytes) };
+    }
+
+    fn evict(&self, cache: &mut Cache, line: u64) {
+        let Some((data, place)) = cache.lines.remove(&line) else {
+            return;
+        };
+        cache.order.swap_remove(place);
+        if let Some(&moved) = cache.order.get(place) {
+            cache
+                .lines
+                .get_mut(&moved)
+                .expect("order and lines agree")
+                .1 = place;
+        }
+        if data.dirty_mask != 0 {
+            self.write_memory_line(line, &data.bytes);
+            cache.stats.lines_written_back += 1;
+        }
+        cache.stats.evictions += 1;
+    }
+
+    fn evict_random(&self, cache: &mut Cache) {
+        if cache.order.is_empty() {
+            return;
+        }
+        let victim = cache.order[(next_random(&mut cache.rng) % cache.order.len() as u64) as usize];
+        self.evict(cache, victim);
+    }
+
+    /// Brings `line` into the cache if it is not there. Returns whether it was a hit.
+    fn touch(&self, cache: &mut Cache, line: u64) -> bool {
+        let one_in = self.config.random_eviction_one_in;
+        if one_in > 0 && next_random(&mut cache.rng) % one_in == 0 {
+            self.evict_random(cache);
+        }
+        if cache.lines.contains_key(&line) {
+            cache.stats.hits += 1;
+            return true;
+        }
+        if cache.order.len() >= self.config.capacity_lines {
+            self.evict_random(cache);
+        }
+        let bytes = self.read_memory_line(line);
+        let place = cache.order.len();
+        cache.order.push(line);
+        cache.lines.insert(
+            line,
+            (
+                Line {
+                    bytes,
+                    dirty_mask: 0,
+                },
+                place,
+            ),
+        );
+        cache.stats.misses += 1;
+        false
+    }
+
+    /// Calls `each(line, start_in_line, range_in_buffer)` for every line of the range.
+    fn for_each_line(
+        offset: u64,
+        len: usize,
+        mut each: impl FnMut(u64, usize, std::ops::Range<usize>),
+    ) {
+        let mut done = 0usize;
+        while done < len {
+            let at = offset + done as u64;
+            let line = at / LINE_BYTES;
+            let start = (at % LINE_BYTES) as usize;
+            let n = (LINE - start).min(len - done);
+            each(line, start, done..done + n);
+            done += n;
+        }
+    }
+
+    /// See [`super::Memory::read`].
+    pub fn read(&self, offset: u64, buf: &mut [u8]) {
+        self.pod.lnr_ptr(offset, buf.len());
+        let mut cache = self.cache.lock();
+        Self::for_each_line(offset, buf.len(), |line, start, range| {
+            let hit = self.touch(&mut cache, line);
+            if hit {
+                let memory = self.read_memory_line(line);
+                let (data, _) = &cache.lines[&line];
+                let stale = (0..LINE)
+                    .any(|i| data.dirty_mask & (1 << i) == 0 && data.bytes[i] != memory[i]);
+                if stale {
+                    cache.stats.stale_lines_served += 1;
+                }
+            }
+            let (data, _) = &cache.lines[&line];
+            buf[range.clone()].copy_from_slice(&data.bytes[start..start + range.len()]);
+        });
+    }
+
+    /// See [`super::Memory::write`].
+    pub fn write(&self, offset: u64, data: &[u8]) {
+        self.pod.lnr_ptr(offset, data.len());
+        let mut cache = self.cache.lock();
+        Self::for_each_line(offset, data.len(), |line, start, range| {
+            self.touch(&mut cache, line);
+            let (cached, _) = cache.lines.get_mut(&line).expect("touched");
+            cached.bytes[start..start + range.len()].copy_from_slice(&data[range.clone()]);
+            for i in start..start + range.len() {
+                cached.dirty_mask |= 1 << i;
+            }
+        });
+    }
+
+    /// See [`super::Memory::load_u64`].
+    pub fn load_u64(&self, offset: u64) -> u64 {
+        assert_eq!(offset % 8, 0, "unaligned word at {offset:#x}");
+        let mut bytes = [0u8; 8];
+        self.read(offset, &mut bytes);
+        u64::from_ne_bytes(bytes)
+    }
+
+    /// See [`super::Memory::store_u64`].
+    pub fn store_u64(&self, offset: u64, value: u64) {
+        assert_eq!(offset % 8, 0, "unaligned word at {offset:#x}");
+        self.write(offset, &value.to_ne_bytes());
+    }
+
+    /// See [`super::Memory::flush`].
+    pub fn flush(&self, offset: u64, len: usize) {
+        self.pod.lnr_ptr(offset, len);
+        let mut cache = self.cache.lock();
+        Self::for_each_line(offset, len, |line, _, _| {
+            if let Some((data, place)) = cache.lines.remove(&line) {
+                cache.order.swap_remove(place);
+                if let Some(&moved) = cache.order.get(place) {
+                    cache
+                        .lines
+                        .get_mut(&moved)
+                        .expect("order and lines agree")
+                        .1 = place;
+                }
+                if data.dirty_mask != 0 {
+                    self.write_memory_line(line, &data.bytes);
+                    cache.stats.lines_written_back += 1;
+                }
+            }
+        });
+    }
+
+    /// See [`super::Memory::write_back`].
+    pub fn write_back(&self, offset: u64, len: usize) {
+        self.pod.lnr_ptr(offset, len);
+        let mut cache = self.cache.lock();
+        Self::for_each_line(offset, len, |line, _, _| {
+            let Some((data, _)) = cache.lines.get_mut(&line) else {
+                return;
+            };
+            if data.dirty_mask != 0 {
+                data.dirty_mask = 0;
+                let bytes = data.bytes;
+                self.write_memory_line(line, &bytes);
+                cache.stats.lines_written_back += 1;
+            }
+        });
+    }
+
+    /// See [`super::Memory::write_non_temporal`].
+    pub fn write_non_temporal(&self, offset: u64, data: &[u8]) {
+        assert!(
+            offset % 8 == 0 && data.len() % 8 == 0,
+            "non-temporal stores move whole words"
+        );
+        // A cached copy (written back if dirty) is dropped first, as the hardware does.
+        self.flush(offset, data.len());
+        let dst = self.pod.lnr_ptr(offset, data.len());
+        // SAFETY: `lnr_ptr` checked the range is inside the LNR.
+        unsafe { copy_in(dst, data) };
+        let mut cache = self.cache.lock();
+        Self::for_each_line(offset, data.len(), |_, _, _| {
+            cache.stats.non_temporal_lines += 1
+        });
+    }
+
+    /// See [`super::Memory::fence`]. Write-backs above are atomic stores to memory; this
+    /// fence orders them before the (Release) SCR store that publishes them.
+    pub fn fence(&self) {
+        fence(Ordering::SeqCst);
+    }
+}

@@ -1,0 +1,505 @@
+//! The pod: one mapping of header + SCR + LNR on a backing, created or opened.
+//!
+//! Backings of one layout, one code path above them: the heap (one process), a file at
+//! any path (on tmpfs, `/dev/shm/...`, for several processes), a DAX device of a given
+//! length (real CXL memory), each optionally bound to a NUMA node with `mbind` (CXL
+//! emulated on a NUMA machine). Opening reads and checks the header before mapping
+//! anything writable, so a failed open never writes to the file.
+
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use memmap2::{MmapMut, MmapOptions};
+
+use crate::config::PodConfig;
+use crate::error::{Error, Region, Result};
+use crate::header::{PodHeader, HEADER_BYTES};
+use crate::layout::{Layout, ScrUsage, HEADER_REGION_BYTES};
+use crate::sync::{AtomicU16, AtomicU32, AtomicU64, AtomicU8};
+
+/// Where a pod's bytes live.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BackingKind {
+    /// Anonymous memory of this process: tests and single-process emulation.
+    Heap,
+    /// A file, sized to the layout on creation. On tmpfs it is shared memory for
+    /// several processes.
+    File(PathBuf),
+    /// A DAX device (`/dev/daxX.Y`) or any existing file, mapped with an explicit length
+    /// and never resized.
+    Dax {
+        /// The device.
+        path: PathBuf,
+        /// Bytes to map.
+        len_bytes: u64,
+    },
+}
+
+/// A backing and, optionally, the NUMA node its memory must come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Backing {
+    /// Where the bytes live.
+    pub kind: BackingKind,
+    /// NUMA node to bind the mapping to with `mbind(MPOL_BIND)`.
+    pub numa_node: Option<u32>,
+}
+
+impl Backing {
+    /// Anonymous memory of this process.
+    pub fn heap() -> Self {
+        Self {
+            kind: BackingKind::Heap,
+            numa_node: None,
+        }
+    }
+
+    /// A file at `path` (on tmpfs for several processes).
+    pub fn file(path: impl Into<PathBuf>) -> Self {
+        Self {
+            kind: BackingKind::File(path.into()),
+            numa_node: None,
+        }
+    }
+
+    /// A DAX device of `len_bytes` at `path`.
+    pub fn dax(path: impl Into<PathBuf>, len_bytes: u64) -> Self {
+        Self {
+            kind: BackingKind::Dax {
+                path: path.into(),
+                len_bytes,
+            },
+            numa_node: None,
+        }
+    }
+
+    /// Binds the mapping to NUMA node `node` (checked when the pod is created or opened).
+    #[must_use]
+    pub fn numa_node(mut self, node: u32) -> Self {
+        self.numa_node = Some(node);
+        self
+    }
+
+    fn path(&self) -> &Path {
+        match &self.kind {
+            BackingKind::Heap => Path::new("<heap>"),
+            BackingKind::File(path) | BackingKind::Dax { path, .. } => path,
+        }
+    }
+}
+
+/// A mapped pod. Shared between the hosts of one process behind an `Arc`.
+pub struct Pod {
+    /// Owns the mapping; never borrowed mutably after construction: every access goes
+    /// through `base` with atomics or the memory layer.
+    _map: MmapMut,
+    base: *mut u8,
+    layout: Layout,
+    backing: Backing,
+}
+
+// SAFETY: `base` points into `_map`, which lives as long as the pod and is never
+// remapped. Every access to the mapping after construction is an atomic access (SCR
+// words, memory-layer copies with atomic words) or a cache-maintenance instruction, so
+// sharing the pointer between threads introduces no data race in Rust's model.
+unsafe impl Send for Pod {}
+// SAFETY: as above.
+unsafe impl Sync for Pod {}
+
+fn io_error<'a>(
+    operation: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> Error + 'a {
+    move |source| Error::Io {
+        operation,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+impl Pod {
+    /// Creates a pod with `config` on `backing`: computes the layout, maps it, zeroes the
+    /// header region, SCR and log, and writes the header (magic last).
+    ///
+    /// A file backing is replaced: the old file is unlinked first, so processes that still
+    /// map it keep their (now private) copy instead of faulting on a truncated file.
+    pub fn create(config: &PodConfig, backing: Backing) -> Result<Pod> {
+        let layout = Layout::compute(config)?;
+        let total = layout.total_bytes;
+        check_numa_node(backing.numa_node)?;
+        let map = match &backing.kind {
+            BackingKind::Heap => MmapOptions::new()
+                .len(total as usize)
+                .map_anon()
+                .map_err(io_error("mapping anonymous memory for", backing.path()))?,
+            BackingKind::File(path) => {
+                match std::fs::remove_file(path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(io_error("removing the old pod at", path)(e))
+                    }
+                    _ => {}
+                }
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .open(path)
+                    .map_err(io_error("creating", path))?;
+                file.set_len(total).map_err(io_error("sizing", path))?;
+                map_shared(&file, total, path)?
+            }
+            BackingKind::Dax { path, len_bytes } => {
+                if *len_bytes < total {
+                    return Err(Error::LayoutDoesNotFit {
+                        region: Region::Device,
+                        needed_bytes: total,
+                        available_bytes: *len_bytes,
+                    });
+                }
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(path)
+                    .map_err(io_error("opening", path))?;
+                check_regular_file_len(&file, path, *len_bytes)?;
+                map_shared(&file, *len_bytes, path)?
+            }
+        };
+        let pod = Pod::from_map(map, layout, backing)?;
+        pod.initialize();
+        Ok(pod)
+    }
+
+    /// Opens an existing pod, taking its configuration from its header.
+    pub fn open(backing: Backing) -> Result<Pod> {
+        Self::open_checked(backing, None)
+    }
+
+    /// Opens an existing pod and checks that it was created with `expected`.
+    pub fn open_expecting(backing: Backing, expected: &PodConfig) -> Result<Pod> {
+        Self::open_checked(backing, Some(expected))
+    }
+
+    fn open_checked(backing: Backing, expected: Option<&PodConfig>) -> Result<Pod> {
+        let path = backing.path().to_owned();
+        let (header_bytes, file_bytes) = match &backing.kind {
+            BackingKind::Heap => return Err(Error::HeapNotOpenable),
+            BackingKind::File(path) => {
+                let mut file = File::open(path).map_err(io_error("opening", path))?;
+                let file_bytes = file.metadata().map_err(io_error("reading", path))?.len();
+                if file_bytes < HEADER_BYTES as u64 {
+                    return Err(Error::FileTooSmall {
+                        path: path.clone(),
+                        file_bytes,
+                        needed_bytes: HEADER_BYTES as u64,
+                    });
+                }
+                let mut bytes = [0u8; HEADER_BYTES];
+                file.read_exact(&mut bytes)
+                    .map_err(io_error("reading the header of", path))?;
+                (bytes, file_bytes)
+            }
+            BackingKind::Dax { path, len_bytes } => {
+                // A DAX device can only be mapped, not read: map the header read-only.
+                if *len_bytes < HEADER_REGION_BYTES {
+                    return Err(Error::FileTooSmall {
+                        path: path.clone(),
+                        file_bytes: *len_bytes,
+                        needed_bytes: HEADER_REGION_BYTES,
+                    });
+                }
+                let file = File::open(path).map_err(io_error("opening", path))?;
+                check_regular_file_len(&file, path, *len_bytes)?;
+                // SAFETY: a read-only shared mapping of the header page; we copy the bytes
+                // out at once and drop the mapping.
+                let map = unsafe {
+                    MmapOptions::new()
+                        .len(HEADER_REGION_BYTES as usize)
+                        .map(&file)
+                }
+                .map_err(io_error("mapping the header of", path))?;
+                let bytes: [u8; HEADER_BYTES] = map[..HEADER_BYTES].try_into().expect("sized");
+                (bytes, *len_bytes)
+            }
+        };
+        let (header, layout) = PodHeader::decode(&header_bytes, &path)?;
+        if file_bytes < layout.total_bytes {
+            return Err(Error::FileTooSmall {
+                path,
+                file_bytes,
+                needed_bytes: layout.total_bytes,
+            });
+        }
+        if let Some(expected) = expected {
+            if let Some((parameter, in_pod, expected)) = header.config().first_difference(expected)
+            {
+                return Err(Error::ParameterMismatch {
+                    parameter,
+                    in_pod,
+                    expected,
+                });
+            }
+        }
+        check_numa_node(backing.numa_node)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(io_error("opening", &path))?;
+        let map = map_shared(&file, file_bytes.max(layout.total_bytes), &path)?;
+        Pod::from_map(map, layout, backing)
+    }
+
+    fn from_map(mut map: MmapMut, layout: Layout, backing: Backing) -> Result<Pod> {
+        let base = map.as_mut_ptr();
+        debug_assert_eq!(
+            base as usize % HEADER_REGION_BYTES as usize,
+            0,
+            "mappings are page-aligned"
+        );
+        if let Some(node) = backing.numa_node {
+            bind_to_node(base, map.len(), node)?;
+        }
+        Ok(Pod {
+            _map: map,
+            base,
+            layout,
+            backing,
+        })
+    }
+
+    /// Zeroes the header region, SCR and the log ring, then writes the header, magic last,
+    /// so that an opener never takes a half-written header for a pod.
+    fn initialize(&self) {
+        let layout = &self.layout;
+        let log_end =
+            layout.log_offset + layout.config.log_capacity_entries * layout.log_entry_bytes;
+        for offset in (0..log_end).step_by(8) {
+            self.word(offset).store(0, crate::sync::Ordering::Relaxed);
+        }
+        let encoded = PodHeader::new(layout).encode();
+        for (i, chunk) in encoded.chunks_exact(8).enumerate().skip(1) {
+            let word = u64::from_le_bytes(chunk.try_into().expect("8"));
+            self.word(i as u64 * 8)
+                .store(word, crate::sync::Ordering::Relaxed);
+        }
+        let magic = u64::from_le_bytes(encoded[..8].try_into().expect("8"));
+        // Release: pairs with nothing in this process (openers read the header with
+        // ordinary file reads after creation returned); it orders the fields before the
+        // magic for an opener that maps the file while we write.
+        self.word(0).store(magic, crate::sync::Ordering::Release);
+        if layout.lnr_offset > 0 {
+            // The log's lines must reach memory as zeros before any host reads them
+            // through its own cache.
+            // SAFETY: the range is inside the mapping.
+            unsafe {
+                crate::arch::write_back(
+                    self.base.add(layout.lnr_offset as usize),
+                    (log_end - layout.lnr_offset) as usize,
+                )
+            };
+            crate::arch::full_fence();
+        }
+    }
+
+    /// The pod's layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The pod's configuration.
+    pub fn config(&self) -> &PodConfig {
+        &self.layout.config
+    }
+
+    /// The backing the pod was created or opened on.
+    pub fn backing(&self) -> &Backing {
+        &self.backing
+    }
+
+    /// SCR bytes by category; they add up to the SCR size.
+    pub fn scr_usage(&self) -> ScrUsage {
+        self.layout.scr_usage()
+    }
+
+    /// Any 8-byte word of the mapping, as an atomic. Crate-internal: LNR words are only
+    /// touched through the memory layer.
+    pub(crate) fn word(&self, offset: u64) -> &AtomicU64 {
+        assert!(
+            offset % 8 == 0 && offset + 8 <= self.layout.total_bytes,
+            "word {offset:#x} outside the pod"
+        );
+        // SAFETY: in bounds and aligned (checked above; the mapping is page-aligned); the
+        // mapping lives as long as `self`; every access to pod memory is atomic.
+        unsafe { &*(self.base.add(offset as usize) as *const AtomicU64) }
+    }
+
+    /// An 8-byte word of the SCR, as an atomic shared with every host of the pod.
+    ///
+    /// # Panics
+    /// If `offset` is not 8-aligned inside the SCR: offsets come from [`Layout`].
+    pub fn scr_u64(&self, offset: u64) -> &AtomicU64 {
+        self.assert_in_scr(offset, 8);
+        self.word(offset)
+    }
+
+    /// A 4-byte word of the SCR (records of 32 bits, host-table fields).
+    ///
+    /// # Panics
+    /// If `offset` is not 4-aligned inside the SCR.
+    pub fn scr_u32(&self, offset: u64) -> &AtomicU32 {
+        self.assert_in_scr(offset, 4);
+        // SAFETY: in the SCR and aligned (checked); lives as long as `self`.
+        unsafe { &*(self.base.add(offset as usize) as *const AtomicU32) }
+    }
+
+    /// A 2-byte word of the SCR (records of 16 bits).
+    ///
+    /// # Panics
+    /// If `offset` is not 2-aligned inside the SCR.
+    pub fn scr_u16(&self, offset: u64) -> &AtomicU16 {
+        self.assert_in_scr(offset, 2);
+        // SAFETY: in the SCR and aligned (checked); lives as long as `self`.
+        unsafe { &*(self.base.add(offset as usize) as *const AtomicU16) }
+    }
+
+    /// A byte of the SCR (records of 8 bits).
+    ///
+    /// # Panics
+    /// If `offset` is outside the SCR.
+    pub fn scr_u8(&self, offset: u64) -> &AtomicU8 {
+        self.assert_in_scr(offset, 1);
+        // SAFETY: in the SCR (checked); lives as long as `self`.
+        unsafe { &*(self.base.add(offset as usize) as *const AtomicU8) }
+    }
+
+    #[inline]
+    fn assert_in_scr(&self, offset: u64, bytes: u64) {
+        let scr = self.layout.scr_offset..self.layout.lnr_offset;
+        assert!(
+            offset % bytes == 0 && scr.contains(&offset) && offset + bytes <= scr.end,
+            "{bytes}-byte SCR word at {offset:#x} outside {scr:#x?}"
+        );
+    }
+
+    /// Pointer to `len` bytes of LNR at `offset`, for the memory layer.
+    ///
+    /// # Panics
+    /// If the range is not inside the LNR.
+    #[inline]
+    pub(crate) fn lnr_ptr(&self, offset: u64, len: usize) -> *mut u8 {
+        assert!(
+            offset >= self.layout.lnr_offset
+                && offset
+                    .checked_add(len as u64)
+                    .is_some_and(|end| end <= self.layout.total_bytes),
+            "LNR range {offset:#x}+{len} outside the LNR"
+        );
+        // SAFETY: in bounds (checked above).
+        unsafe { self.base.add(offset as usize) }
+    }
+}
+
+impl std::fmt::Debug for Pod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pod")
+            .field("backing", &self.backing)
+            .field("total_bytes", &self.layout.total_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+fn map_shared(file: &File, len: u64, path: &Path) -> Result<MmapMut> {
+    // SAFETY: a shared mapping of a file other processes may map too; this crate never
+    // forms references to its bytes, only atomics and cache-maintenance instructions, so
+    // concurrent writers elsewhere cannot break Rust's aliasing rules here. Truncation by
+    // another process would fault; `Pod::create` unlinks instead of truncating.
+    unsafe { MmapOptions::new().len(len as usize).map_mut(file) }.map_err(io_error("mapping", path))
+}
+
+/// For a DAX "device" that is a regular file (tests, emulation), the file must be at
+/// least as long as the mapping; a character device reports no length.
+fn check_regular_file_len(file: &File, path: &Path, len_bytes: u64) -> Result<()> {
+    let metadata = file.metadata().map_err(io_error("reading", path))?;
+    if metadata.is_file() && metadata.len() < len_bytes {
+        return Err(Error::FileTooSmall {
+            path: path.to_owned(),
+            file_bytes: metadata.len(),
+            needed_bytes: len_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// The NUMA nodes this machine has, from sysfs (empty where sysfs has none).
+pub fn numa_nodes() -> Vec<u32> {
+    let mut nodes: Vec<u32> = std::fs::read_dir("/sys/devices/system/node")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            entry
+                .file_name()
+                .to_str()?
+                .strip_prefix("node")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    nodes.sort_unstable();
+    nodes
+}
+
+fn check_numa_node(node: Option<u32>) -> Result<()> {
+    match node {
+        Some(node) if !numa_nodes().contains(&node) => Err(Error::NumaNodeMissing {
+            node,
+            available: numa_nodes(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn bind_to_node(base: *mut u8, len: usize, node: u32) -> Result<()> {
+    const MPOL_BIND: libc::c_long = 2;
+    const MPOL_MF_MOVE: libc::c_ulong = 1 << 1;
+    const MASK_WORDS: usize = 16; // 1024 nodes, the kernel's largest MAX_NUMNODES
+    let mut mask = [0u64; MASK_WORDS];
+    let index = node as usize;
+    if index >= MASK_WORDS * 64 {
+        return Err(Error::NumaNodeMissing {
+            node,
+            available: numa_nodes(),
+        });
+    }
+    mask[index / 64] |= 1 << (index % 64);
+    // SAFETY: mbind(2) reads `mask` (MASK_WORDS * 64 bits, passed as maxnode + 1 as the
+    // kernel expects) and changes the policy of our own mapping [base, base + len).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mbind,
+            base as libc::c_ulong,
+            len as libc::c_ulong,
+            MPOL_BIND,
+            mask.as_ptr(),
+            (MASK_WORDS * 64 + 1) as libc::c_ulong,
+            MPOL_MF_MOVE,
+        )
+    };
+    if rc != 0 {
+        return Err(Error::NumaBind {
+            node,
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn bind_to_node(_base: *mut u8, _len: usize, node: u32) -> Result<()> {
+    Err(Error::NumaBind {
+        node,
+        source: std::io::Error::new(std::io::ErrorKind::Unsupported, "mbind is Linux-only"),
+    })
+}
