@@ -1,0 +1,100 @@
+//! The first thing to run: create a pod, print its layout and SCR usage, and watch the
+//! simulated non-coherent memory serve a stale read until the reader invalidates.
+//!
+//! ```text
+//! cargo run --example quickstart
+//! ```
+
+use std::sync::Arc;
+
+use megalon::core::{Backing, Host, Join, MemoryKind, Pod, PodConfig};
+
+fn main() -> Result<(), megalon::Error> {
+    let config = PodConfig::new()
+        .scr_bytes(1 << 20)
+        .lnr_bytes(16 << 20)
+        .slot_size_bytes(1024)
+        .record_width_bits(16)
+        .max_hosts(4);
+    let pod = Arc::new(Pod::create(&config, Backing::heap())?);
+    println!("{}", pod.layout());
+    println!("{}", pod.scr_usage());
+
+    let slot = pod.layout().slot_offset(0);
+    for kind in [MemoryKind::simulated(42), MemoryKind::Hardware] {
+        let writer = Host::join(&pod, Join::AnyFree, kind.clone())?;
+        let reader = Host::join(&pod, Join::AnyFree, kind)?;
+        let memory_name = writer.memory().kind_name();
+        println!(
+            "--- {memory_name} memory: host {} writes, host {} reads ---",
+            writer.id(),
+            reader.id()
+        );
+
+        let mut seen = [0u8; 16];
+        reader.memory().read(slot, &mut seen);
+        println!(
+            "host {} reads slot 0:             {:?}",
+            reader.id(),
+            text(&seen)
+        );
+
+        let value = format!("{memory_name:<9} v2").into_bytes();
+        writer.memory().write(slot, &value);
+        writer.memory().write_back(slot, value.len());
+        writer.memory().fence();
+        println!(
+            "host {} writes and writes back:   {:?}",
+            writer.id(),
+            text(&value)
+        );
+
+        reader.memory().read(slot, &mut seen);
+        let stale = seen[..value.len()] != value[..];
+        println!(
+            "host {} reads again, no flush:    {:?}{}",
+            reader.id(),
+            text(&seen),
+            if stale {
+                "   <- stale: its cache still holds the old line"
+            } else {
+                "   (this machine's caches are coherent; a CXL pod's LNR is not)"
+            }
+        );
+
+        reader.memory().flush(slot, value.len());
+        reader.memory().fence();
+        reader.memory().read(slot, &mut seen);
+        println!(
+            "host {} flushes, then reads:      {:?}",
+            reader.id(),
+            text(&seen)
+        );
+        assert_eq!(
+            &seen[..value.len()],
+            &value[..],
+            "a read after invalidation is fresh"
+        );
+        if let Some(stats) = reader.memory().simulated_stats() {
+            println!(
+                "host {} stale lines served: {}",
+                reader.id(),
+                stats.stale_lines_served
+            );
+        }
+        let joined: Vec<String> = pod
+            .hosts()
+            .iter()
+            .map(|h| format!("host {} (pid {})", h.host, h.pid))
+            .collect();
+        println!("host table: {}\n", joined.join(", "));
+    }
+    Ok(())
+}
+
+fn text(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|&b| if b == 0 { '.' } else { b as char })
+        .collect()
+}
