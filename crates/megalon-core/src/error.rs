@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// A part of the pod, named in errors about sizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,7 +27,7 @@ impl fmt::Display for Region {
 }
 
 /// Everything `megalon-core` can refuse.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     // ---- creating a pod: the configuration ----
@@ -116,6 +117,16 @@ pub enum Error {
         /// [`crate::LAYOUT_VERSION`].
         supported: u32,
     },
+    /// The pod's log entries are in a format this build does not read.
+    #[error("{path}: log format version {found}, this build reads version {supported}", path = path.display())]
+    UnknownLogFormat {
+        /// The file.
+        path: PathBuf,
+        /// The version in the header.
+        found: u32,
+        /// [`crate::LOG_FORMAT_VERSION`].
+        supported: u32,
+    },
     /// The file is shorter than its header or than the layout its header describes.
     #[error("{path}: {file_bytes} bytes, but the pod needs {needed_bytes}", path = path.display())]
     FileTooSmall {
@@ -168,7 +179,7 @@ pub enum Error {
         path: PathBuf,
         /// What the OS said.
         #[source]
-        source: std::io::Error,
+        source: Arc<std::io::Error>,
     },
     /// The NUMA node does not exist on this machine.
     #[error("NUMA node {node} does not exist; this machine has nodes {available:?}")]
@@ -185,7 +196,7 @@ pub enum Error {
         node: u32,
         /// What the OS said.
         #[source]
-        source: std::io::Error,
+        source: Arc<std::io::Error>,
     },
 
     // ---- hosts ----
@@ -210,6 +221,83 @@ pub enum Error {
     HostTableFull {
         /// The pod's `max_hosts`.
         max_hosts: u32,
+    },
+    /// The log has recycled entries since position 0, so a new host could not rebuild its
+    /// replica: every host must join before the log first wraps around.
+    #[error("the log has recycled its first entries (head at {head}): no host can join any more")]
+    LogRecycled {
+        /// Where the log's head is.
+        head: u64,
+    },
+
+    // ---- the log ----
+    /// The log stayed full past the wait limit: one host has not applied old entries.
+    #[error("the log is full ({capacity_entries} entries, tail at {tail}): host {lagging_host} has applied only up to {lagging_position}; waited {waited_ms} ms")]
+    LogFull {
+        /// The host whose applied position holds the head back.
+        lagging_host: u32,
+        /// Its applied position.
+        lagging_position: u64,
+        /// The log's tail.
+        tail: u64,
+        /// The log's capacity.
+        capacity_entries: u64,
+        /// How long we waited.
+        waited_ms: u64,
+    },
+    /// A log entry below the completed tail is not published: its writer stopped midway.
+    #[error("log entry {position} is not published after {waited_ms} ms, though the log says it is complete")]
+    ReplayStalled {
+        /// The entry's position.
+        position: u64,
+        /// How long we waited.
+        waited_ms: u64,
+    },
+    /// A log entry holds something no writer writes.
+    #[error("log entry {position} is corrupt: {what}")]
+    CorruptLogEntry {
+        /// The entry's position.
+        position: u64,
+        /// What is wrong with it.
+        what: &'static str,
+    },
+    /// A thread's request waited for a combiner past the wait limit and was withdrawn.
+    #[error("no combiner served the request within {waited_ms} ms; it was withdrawn")]
+    CombinerStalled {
+        /// How long we waited.
+        waited_ms: u64,
+    },
+
+    // ---- objects ----
+    /// The key is longer than the pod's maximum.
+    #[error("key of {key_bytes} bytes is longer than the pod's maximum of {max_key_bytes}")]
+    KeyTooLarge {
+        /// The key's length.
+        key_bytes: usize,
+        /// The pod's `max_key_bytes`.
+        max_key_bytes: u32,
+    },
+    /// The value does not fit in a slot.
+    #[error("value of {value_bytes} bytes does not fit in a {slot_size_bytes}-byte slot")]
+    ValueTooLarge {
+        /// The value's length.
+        value_bytes: usize,
+        /// The pod's `slot_size_bytes`.
+        slot_size_bytes: u64,
+    },
+    /// Create found the key already there.
+    #[error("an object with this key exists")]
+    ObjectExists,
+    /// No object has the key.
+    #[error("no object has this key")]
+    UnknownKey,
+    /// No free slot could be found or granted within the wait limit.
+    #[error("host {host} has no free slot and none was granted (the pod has {slot_count} slots)")]
+    SlotsExhausted {
+        /// The host that asked.
+        host: u32,
+        /// The pod's slots.
+        slot_count: u64,
     },
 }
 

@@ -9,6 +9,7 @@ use std::path::Path;
 
 use crate::config::PodConfig;
 use crate::error::{Error, Result};
+use crate::event::LOG_FORMAT_VERSION;
 use crate::layout::{Layout, HEADER_REGION_BYTES};
 
 /// First eight bytes of every pod: `"MEGALON\0"` read as a little-endian `u64`.
@@ -17,7 +18,7 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"MEGALON\0");
 /// in the pod changes; a pod of another version is refused when opened.
 pub const LAYOUT_VERSION: u32 = 1;
 /// Bytes of the encoded header.
-pub const HEADER_BYTES: usize = 80;
+pub const HEADER_BYTES: usize = 88;
 
 const _: () = assert!(HEADER_BYTES as u64 <= HEADER_REGION_BYTES);
 
@@ -49,7 +50,11 @@ pub struct PodHeader {
     pub max_hosts: u32,
     /// Bytes of one log entry (derived; stored so a reader can check it).
     pub log_entry_bytes: u32,
-    /// FNV-1a of the 72 bytes before it.
+    /// [`crate::event::LOG_FORMAT_VERSION`]: the format and meaning of log entries.
+    pub log_format_version: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// FNV-1a of the 80 bytes before it.
     pub checksum: u64,
 }
 
@@ -80,6 +85,8 @@ impl PodHeader {
             record_width_bits: c.record_width_bits,
             max_hosts: c.max_hosts,
             log_entry_bytes: layout.log_entry_bytes as u32,
+            log_format_version: LOG_FORMAT_VERSION,
+            reserved: 0,
             checksum: 0,
         };
         header.checksum = fnv1a64(&header.encode()[..HEADER_BYTES - 8]);
@@ -119,6 +126,8 @@ impl PodHeader {
         put(&self.record_width_bits.to_le_bytes());
         put(&self.max_hosts.to_le_bytes());
         put(&self.log_entry_bytes.to_le_bytes());
+        put(&self.log_format_version.to_le_bytes());
+        put(&self.reserved.to_le_bytes());
         put(&self.checksum.to_le_bytes());
         debug_assert_eq!(at, HEADER_BYTES);
         out
@@ -143,7 +152,9 @@ impl PodHeader {
             record_width_bits: u32_at(60),
             max_hosts: u32_at(64),
             log_entry_bytes: u32_at(68),
-            checksum: u64_at(72),
+            log_format_version: u32_at(72),
+            reserved: u32_at(76),
+            checksum: u64_at(80),
         };
         if header.magic != MAGIC {
             return Err(Error::BadMagic {
@@ -164,6 +175,13 @@ impl PodHeader {
                 path: path.to_owned(),
                 stored: header.checksum,
                 computed,
+            });
+        }
+        if header.log_format_version != LOG_FORMAT_VERSION {
+            return Err(Error::UnknownLogFormat {
+                path: path.to_owned(),
+                found: header.log_format_version,
+                supported: LOG_FORMAT_VERSION,
             });
         }
         let invalid = |reason: Error| Error::HeaderInvalid {

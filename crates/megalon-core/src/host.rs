@@ -1,17 +1,29 @@
-//! Hosts: the host table in SCR, joining as a given id or the first free one, the
-//! heartbeat word, leaving.
+//! Hosts: the host table in SCR, and everything one host runs: its view of LNR, its
+//! replica, its appender (with flat combining) and its background pump.
 //!
-//! Each entry is one line: `state` (free or joined), the holder's process id, a heartbeat
-//! the holder bumps, and how many times the id has been joined. A host is one OS process
-//! or a group of threads emulating one; every host has its own view of LNR (its
-//! [`Memory`]) and, later, its own replica of the index.
+//! A host table entry is one line: `state` (free or joined), the holder's process id, a
+//! heartbeat the holder bumps, and how many times the id has been joined. A host is one
+//! OS process or a group of threads emulating one; every host has its own [`Memory`] (its
+//! own cache, in the simulation) and its own replica of the index.
+//!
+//! Joining goes through the log's registration (see [`crate::log`]): a host replays the
+//! log from position 0 to build its replica, so hosts must join before the log first
+//! recycles an entry; later joins answer [`Error::LogRecycled`].
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use crate::backoff::Backoff;
+use crate::combiner::Combiner;
 use crate::error::{Error, Result};
+use crate::event::{Event, OwnedEvent};
+use crate::log::Log;
 use crate::memory::{Memory, MemoryKind};
+use crate::mutants::{self, Step};
 use crate::pod::Pod;
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::replica::{Index, IndexEntry, Outcome, Replica};
+use crate::slot::SlotPool;
+use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering};
 
 /// Identifier of a host: its index in the host table, below the pod's `max_hosts`.
 pub type HostId = u32;
@@ -53,6 +65,21 @@ fn entry(pod: &Pod, host: HostId) -> HostEntry<'_> {
     }
 }
 
+/// Whether a host-table entry is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TableState {
+    Free,
+    Joined,
+}
+
+pub(crate) fn table_state(pod: &Pod, host: HostId) -> TableState {
+    // SeqCst: `Log::advance_head` orders this load with the log's registration word.
+    match entry(pod, host).state.load(Ordering::SeqCst) {
+        STATE_FREE => TableState::Free,
+        _ => TableState::Joined,
+    }
+}
+
 /// Which host id to join as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Join {
@@ -62,120 +89,610 @@ pub enum Join {
     AnyFree,
 }
 
-/// A joined host: its id, the pod, and its own view of LNR. Leaves the table on drop.
-pub struct Host {
+/// How a host runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostOptions {
+    /// How it touches LNR.
+    pub memory: MemoryKind,
+    /// How often its background pump replays the log (and serves slot requests), so an
+    /// idle host never holds the log's head back. `None`: no pump (tests that drive
+    /// replay by hand).
+    pub pump_interval: Option<Duration>,
+    /// How long any wait on another host may last before it answers an error naming
+    /// whom it waited for.
+    pub wait_limit: Duration,
+    /// Whether threads hand log appends to one combiner (one batch per round).
+    pub flat_combining: bool,
+}
+
+impl Default for HostOptions {
+    fn default() -> Self {
+        Self {
+            memory: MemoryKind::Hardware,
+            pump_interval: Some(Duration::from_millis(1)),
+            wait_limit: Duration::from_secs(10),
+            flat_combining: true,
+        }
+    }
+}
+
+impl From<MemoryKind> for HostOptions {
+    fn from(memory: MemoryKind) -> Self {
+        Self {
+            memory,
+            ..Self::default()
+        }
+    }
+}
+
+impl HostOptions {
+    /// The defaults: hardware memory, a pump every millisecond, 10 s waits, combining.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets [`HostOptions::memory`].
+    #[must_use]
+    pub fn memory(mut self, memory: MemoryKind) -> Self {
+        self.memory = memory;
+        self
+    }
+
+    /// Sets [`HostOptions::pump_interval`].
+    #[must_use]
+    pub fn pump_interval(mut self, interval: Option<Duration>) -> Self {
+        self.pump_interval = interval;
+        self
+    }
+
+    /// Sets [`HostOptions::wait_limit`].
+    #[must_use]
+    pub fn wait_limit(mut self, limit: Duration) -> Self {
+        self.wait_limit = limit;
+        self
+    }
+
+    /// Sets [`HostOptions::flat_combining`].
+    #[must_use]
+    pub fn flat_combining(mut self, on: bool) -> Self {
+        self.flat_combining = on;
+        self
+    }
+}
+
+/// What a host's log machinery has done.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostStats {
+    /// Log entries this host appended.
+    pub entries_appended: u64,
+    /// Batches (one `tail` CAS each) this host appended.
+    pub batches_appended: u64,
+    /// Log entries this host's replica applied (its own and others').
+    pub entries_replayed: u64,
+    /// Slots whose cached lines replay dropped (events from other hosts).
+    pub slots_dropped: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    entries_appended: AtomicU64,
+    batches_appended: AtomicU64,
+    entries_replayed: AtomicU64,
+    slots_dropped: AtomicU64,
+}
+
+/// An event read back from the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoggedEvent {
+    /// Its log position.
+    pub position: u64,
+    /// The host that appended it.
+    pub host: HostId,
+    /// What it says.
+    pub event: OwnedEvent,
+}
+
+/// Everything one host runs, shared by its threads and its pump.
+struct Shared {
     pod: Arc<Pod>,
     id: HostId,
     memory: Memory,
+    log: Log,
+    replica: Replica,
+    slots: Mutex<SlotPool>,
+    combiner: Combiner,
+    options: HostOptions,
+    counters: Counters,
+    claim_chunk_slots: u64,
+    stop: std::sync::atomic::AtomicBool,
+}
+
+/// A joined host. Share it between the threads that emulate it (`&Host` is enough; it is
+/// `Sync`). Leaves the host table, and stops its pump, when dropped.
+pub struct Host {
+    shared: Arc<Shared>,
+    pump: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Host {
-    /// Joins `pod` as `which`, touching LNR through `memory`.
-    pub fn join(pod: &Arc<Pod>, which: Join, memory: MemoryKind) -> Result<Host> {
+    /// Joins `pod` as `which`. `options` can be a [`MemoryKind`] alone.
+    pub fn join(pod: &Arc<Pod>, which: Join, options: impl Into<HostOptions>) -> Result<Host> {
+        let options = options.into();
         let max_hosts = pod.config().max_hosts;
-        let id = match which {
+        if let Join::As(host) = which {
+            if host >= max_hosts {
+                return Err(Error::HostOutOfRange { host, max_hosts });
+            }
+        }
+        Log::begin_join(pod)?;
+        let claimed = match which {
             Join::As(host) => {
-                if host >= max_hosts {
-                    return Err(Error::HostOutOfRange { host, max_hosts });
-                }
-                if !try_claim(pod, host) {
-                    return Err(Error::HostTaken {
+                if try_claim(pod, host) {
+                    Ok(host)
+                } else {
+                    Err(Error::HostTaken {
                         host,
                         holder_pid: entry(pod, host).pid.load(Ordering::Relaxed),
-                    });
+                    })
                 }
-                host
             }
             Join::AnyFree => (0..max_hosts)
                 .find(|host| try_claim(pod, *host))
-                .ok_or(Error::HostTableFull { max_hosts })?,
+                .ok_or(Error::HostTableFull { max_hosts }),
         };
+        let id = match claimed {
+            Ok(id) => id,
+            Err(error) => {
+                Log::end_join(pod);
+                return Err(error);
+            }
+        };
+        // The new host replays from position 0: registration keeps head at 0 until
+        // `end_join`, and this store happens before it.
+        Log::ltail(pod, id).store(0, Ordering::SeqCst);
         let row = entry(pod, id);
         row.pid.store(std::process::id(), Ordering::Relaxed);
         row.joins.fetch_add(1, Ordering::Relaxed);
-        Ok(Host {
+        Log::end_join(pod);
+
+        let layout = pod.layout();
+        let log = Log::new(pod);
+        let index = Index::new(layout.slot_count, layout.record_count, max_hosts);
+        let replica = Replica::new(index, log.entry_bytes());
+        let claim_chunk_slots = (layout.slot_count / (8 * u64::from(max_hosts))).clamp(1, 4096);
+        let shared = Arc::new(Shared {
             pod: Arc::clone(pod),
             id,
-            memory: Memory::new(Arc::clone(pod), memory),
-        })
+            memory: Memory::new(Arc::clone(pod), options.memory.clone()),
+            log,
+            replica,
+            slots: Mutex::new(SlotPool::default()),
+            combiner: Combiner::default(),
+            options,
+            counters: Counters::default(),
+            claim_chunk_slots,
+            stop: std::sync::atomic::AtomicBool::new(false),
+        });
+        let mut host = Host { shared, pump: None };
+        host.shared.catch_up()?;
+        if let Some(interval) = host.shared.options.pump_interval {
+            let shared = Arc::clone(&host.shared);
+            let pump = std::thread::Builder::new()
+                .name(format!("megalon-pump-{id}"))
+                .spawn(move || shared.pump(interval))
+                .map_err(|source| Error::Io {
+                    operation: "starting the pump thread of",
+                    path: format!("host {id}").into(),
+                    source: source.into(),
+                })?;
+            host.pump = Some(pump);
+        }
+        Ok(host)
     }
 
     /// This host's id.
     pub fn id(&self) -> HostId {
-        self.id
+        self.shared.id
     }
 
     /// The pod.
     pub fn pod(&self) -> &Arc<Pod> {
-        &self.pod
+        &self.shared.pod
     }
 
     /// This host's view of LNR.
     pub fn memory(&self) -> &Memory {
-        &self.memory
+        &self.shared.memory
+    }
+
+    /// How this host runs.
+    pub fn options(&self) -> &HostOptions {
+        &self.shared.options
     }
 
     /// Bumps this host's heartbeat word; returns the new count.
     pub fn heartbeat(&self) -> u64 {
-        // Relaxed: the heartbeat only says "alive"; nothing is published with it.
-        entry(&self.pod, self.id)
-            .heartbeat
-            .fetch_add(1, Ordering::Relaxed)
-            + 1
+        self.shared.heartbeat()
     }
 
     /// Leaves the host table, freeing the id for another participant.
     pub fn leave(self) {
         drop(self)
     }
+
+    /// Looks `key` up, linearizably: the replica first applies every log entry whose
+    /// append had completed when the call began.
+    pub fn lookup(&self, key: &[u8]) -> Result<Option<IndexEntry>> {
+        self.shared.check_key(key)?;
+        self.shared.catch_up()?;
+        Ok(self.shared.replica.index.read().lookup(key))
+    }
+
+    /// Creates object `key` holding `value`: writes the bytes into a free slot this host
+    /// owns, makes them reach memory, then appends the create event.
+    /// [`Error::ObjectExists`] if the key exists (the slot stays with this host).
+    pub fn create(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.shared.create(key, value)
+    }
+
+    /// Deletes object `key` through the log; its slot goes to this host.
+    /// [`Error::UnknownKey`] if there is none.
+    pub fn delete(&self, key: &[u8]) -> Result<()> {
+        self.shared.check_key(key)?;
+        match self.shared.submit(&Event::Delete { key })? {
+            Outcome::Deleted { .. } => Ok(()),
+            _ => Err(Error::UnknownKey),
+        }
+    }
+
+    /// Applies every published log entry this replica has not applied yet, and serves
+    /// slot requests addressed to this host. Returns the position applied up to.
+    pub fn replay(&self) -> Result<u64> {
+        let position = self.shared.replay(None)?;
+        self.shared.serve_grants()?;
+        Ok(position)
+    }
+
+    /// Log positions below this are applied on this host's replica.
+    pub fn applied_position(&self) -> u64 {
+        self.shared.replica.applied.load(Ordering::Acquire)
+    }
+
+    /// Every object in this host's replica, sorted by key.
+    pub fn replica_snapshot(&self) -> Vec<(Vec<u8>, IndexEntry)> {
+        self.shared.replica.index.read().snapshot()
+    }
+
+    /// Objects in this host's replica.
+    pub fn replica_len(&self) -> u64 {
+        self.shared.replica.index.read().len()
+    }
+
+    /// Bytes of DRAM this host's index holds.
+    pub fn replica_heap_bytes(&self) -> u64 {
+        self.shared.replica.index.read().heap_bytes()
+    }
+
+    /// Free slots this host owns.
+    pub fn free_slots(&self) -> u64 {
+        self.shared.slots.lock().len()
+    }
+
+    /// The published entries at positions `from..to` (stopping at the first unpublished
+    /// one). Positions below the log's head may have been recycled: asking for them is an
+    /// error.
+    pub fn read_log(&self, from: u64, to: u64) -> Result<Vec<LoggedEvent>> {
+        let head = Log::head(&self.shared.pod).load(Ordering::Acquire);
+        if from < head {
+            return Err(Error::LogRecycled { head });
+        }
+        let mut entry = vec![0u8; self.shared.log.entry_bytes()];
+        let mut events = Vec::new();
+        for position in from..to {
+            if !self.shared.log.read(&self.shared.memory, position, &mut entry) {
+                break;
+            }
+            let (host, event) = Event::decode(position, &entry)?;
+            events.push(LoggedEvent {
+                position,
+                host,
+                event: OwnedEvent::new(&event),
+            });
+        }
+        Ok(events)
+    }
+
+    /// The log's cursors now: `(head, ctail, tail)`.
+    pub fn log_cursors(&self) -> (u64, u64, u64) {
+        let pod = &self.shared.pod;
+        (
+            Log::head(pod).load(Ordering::Acquire),
+            Log::ctail(pod).load(Ordering::Acquire),
+            Log::tail(pod).load(Ordering::Acquire),
+        )
+    }
+
+    /// What this host's log machinery has done.
+    pub fn stats(&self) -> HostStats {
+        let c = &self.shared.counters;
+        HostStats {
+            entries_appended: c.entries_appended.load(Ordering::Relaxed),
+            batches_appended: c.batches_appended.load(Ordering::Relaxed),
+            entries_replayed: c.entries_replayed.load(Ordering::Relaxed),
+            slots_dropped: c.slots_dropped.load(Ordering::Relaxed),
+        }
+    }
 }
 
 impl Drop for Host {
     fn drop(&mut self) {
-        let row = entry(&self.pod, self.id);
+        self.shared.stop.store(true, std::sync::atomic::Ordering::Release);
+        if let Some(pump) = self.pump.take() {
+            pump.thread().unpark();
+            let _ = pump.join();
+        }
+        let row = entry(&self.shared.pod, self.shared.id);
         row.pid.store(0, Ordering::Relaxed);
         // Release: pairs with the Acquire of the CAS in `try_claim` of the next holder,
         // which then sees this holder's last writes to the row.
-        row.state.store(STATE_FREE, Ordering::Release);
+        row.state.store(STATE_FREE, Ordering::SeqCst);
     }
 }
 
 impl std::fmt::Debug for Host {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Host")
-            .field("id", &self.id)
-            .field("memory", &self.memory.kind_name())
+            .field("id", &self.shared.id)
+            .field("memory", &self.shared.memory.kind_name())
             .finish_non_exhaustive()
     }
 }
 
 fn try_claim(pod: &Pod, host: HostId) -> bool {
-    // AcqRel: Acquire pairs with the Release in `Host::drop` of the previous holder.
+    // SeqCst: Acquire pairs with the Release in `Host::drop` of the previous holder, and
+    // `Log::advance_head` orders its loads of states with this.
     entry(pod, host)
         .state
-        .compare_exchange(
-            STATE_FREE,
-            STATE_JOINED,
-            Ordering::AcqRel,
-            Ordering::Relaxed,
-        )
+        .compare_exchange(STATE_FREE, STATE_JOINED, Ordering::SeqCst, Ordering::Relaxed)
         .is_ok()
 }
 
-impl Pod {
-    /// The joined hosts, as the host table shows them now.
-    pub fn hosts(&self) -> Vec<HostInfo> {
-        (0..self.config().max_hosts)
-            .filter_map(|host| {
-                let row = entry(self, host);
-                // Acquire: pairs with the AcqRel claim, so pid and joins are the holder's.
-                (row.state.load(Ordering::Acquire) == STATE_JOINED).then(|| HostInfo {
-                    host,
-                    pid: row.pid.load(Ordering::Relaxed),
-                    heartbeat: row.heartbeat.load(Ordering::Relaxed),
-                    joins: row.joins.load(Ordering::Relaxed),
-                })
-            })
-            .collect()
+impl Shared {
+    fn heartbeat(&self) -> u64 {
+        // Relaxed: the heartbeat only says "alive"; nothing is published with it.
+        entry(&self.pod, self.id).heartbeat.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    fn check_key(&self, key: &[u8]) -> Result<()> {
+        let max_key_bytes = self.pod.config().max_key_bytes;
+        if key.len() > max_key_bytes as usize {
+            return Err(Error::KeyTooLarge {
+                key_bytes: key.len(),
+                max_key_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// The tail check: makes the replica cover `ctail`.
+    fn catch_up(&self) -> Result<()> {
+        // Acquire: pairs with the AcqRel `fetch_max` in `append_batch`; entries below
+        // ctail are published and their lines reached memory before it moved.
+        let target = Log::ctail(&self.pod).load(Ordering::Acquire);
+        if self.replica.applied.load(Ordering::Acquire) < target {
+            self.replay(Some(target))?;
+        }
+        Ok(())
+    }
+
+    /// Applies published entries from this replica's position on. With a `target`, waits
+    /// (bounded, without holding the index) for entries below it that are reserved but not
+    /// yet published. Returns the position applied up to.
+    fn replay(&self, target: Option<u64>) -> Result<u64> {
+        let mut state = self.replica.replay.lock();
+        let state = &mut *state;
+        let start = self.replica.applied.load(Ordering::Acquire);
+        let mut position = start;
+        let mut backoff: Option<Backoff> = None;
+        let mut failure = None;
+        let layout = self.pod.layout();
+        let slot_bytes = layout.config.slot_size_bytes as usize;
+        let mut dropped = 0u64;
+        'rounds: loop {
+            let mut index = None;
+            loop {
+                if !self.log.read(&self.memory, position, &mut state.entry) {
+                    break;
+                }
+                let decoded = Event::decode(position, &state.entry);
+                let (author, event) = match decoded {
+                    Ok(decoded) => decoded,
+                    Err(error) => {
+                        failure = Some(error);
+                        break 'rounds;
+                    }
+                };
+                let index = index.get_or_insert_with(|| self.replica.index.write());
+                let applied = match index.apply(position, author, &event, self.id, &mut self.slots.lock()) {
+                    Ok(applied) => applied,
+                    Err(error) => {
+                        failure = Some(error);
+                        break 'rounds;
+                    }
+                };
+                if author == self.id {
+                    state.outcomes.insert(position, applied.outcome);
+                }
+                if let Some(grant) = applied.grant {
+                    state.grants.push(grant);
+                }
+                if let Some(slot) = applied.drop_slot {
+                    if !mutants::skipped(Step::ReplayDropsLines) {
+                        self.memory.flush(layout.slot_offset(slot), slot_bytes);
+                    }
+                    dropped += 1;
+                }
+                position += 1;
+            }
+            drop(index);
+            match target {
+                Some(target) if position < target => {
+                    let backoff = backoff.get_or_insert_with(|| Backoff::new(self.options.wait_limit));
+                    if !backoff.snooze() {
+                        failure = Some(Error::ReplayStalled {
+                            position,
+                            waited_ms: backoff.waited().as_millis() as u64,
+                        });
+                        break 'rounds;
+                    }
+                }
+                _ => break 'rounds,
+            }
+        }
+        if dropped > 0 {
+            // The dropped lines are gone before anyone looks the new index up.
+            self.memory.fence();
+            self.counters.slots_dropped.fetch_add(dropped, Ordering::Relaxed);
+        }
+        if position > start {
+            // Release: pairs with the Acquire in `catch_up` (this host's readers) and the
+            // SeqCst loads in `Log::advance_head` (appenders on every host).
+            self.replica.applied.store(position, Ordering::Release);
+            Log::ltail(&self.pod, self.id).store(position, Ordering::SeqCst);
+            self.counters.entries_replayed.fetch_add(position - start, Ordering::Relaxed);
+        }
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(position),
+        }
+    }
+
+    /// Appends `events` (through the combiner, if on) and returns the outcome.
+    fn submit(&self, event: &Event<'_>) -> Result<Outcome> {
+        let owned = OwnedEvent::new(event);
+        if self.options.flat_combining {
+            self.combiner
+                .submit(owned, self.options.wait_limit, |events| self.append_batch(events))
+        } else {
+            Ok(self.append_batch(std::slice::from_ref(&owned))?[0])
+        }
+    }
+
+    /// Appends `events` in as few batches as the ring allows, applies them on this
+    /// replica, advances `ctail`, and returns their outcomes in order.
+    fn append_batch(&self, events: &[OwnedEvent]) -> Result<Vec<Outcome>> {
+        let entry_bytes = self.log.entry_bytes();
+        let mut outcomes = Vec::with_capacity(events.len());
+        let mut entries = vec![0u8; entry_bytes * events.len().min(self.log.capacity() as usize)];
+        for batch in events.chunks(self.log.capacity() as usize) {
+            let count = batch.len() as u64;
+            for (event, entry) in batch.iter().zip(entries.chunks_exact_mut(entry_bytes)) {
+                event.event().encode(self.id, entry);
+            }
+            let start = self
+                .log
+                .reserve(&self.pod, count, self.options.wait_limit, || self.replay(None).map(drop))?;
+            for (i, entry) in entries.chunks_exact(entry_bytes).take(batch.len()).enumerate() {
+                self.log.write(&self.memory, start + i as u64, entry);
+            }
+            self.replay(Some(start + count))?;
+            // AcqRel: Release pairs with the Acquire in every host's `catch_up`; our
+            // entries (and all before them) are published and applied here.
+            Log::ctail(&self.pod).fetch_max(start + count, Ordering::AcqRel);
+            let mut state = self.replica.replay.lock();
+            for position in start..start + count {
+                let outcome = state
+                    .outcomes
+                    .remove(&position)
+                    .expect("replay applied every entry up to ours");
+                outcomes.push(outcome);
+            }
+            self.counters.entries_appended.fetch_add(count, Ordering::Relaxed);
+            self.counters.batches_appended.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(outcomes)
+    }
+
+    /// Gives slots to the hosts whose requests named this host as donor.
+    fn serve_grants(&self) -> Result<()> {
+        let grants = std::mem::take(&mut self.replica.replay.lock().grants);
+        for (to, count) in grants {
+            let ranges = self.slots.lock().take_for_grant(count);
+            for (first, count) in ranges {
+                self.submit(&Event::GrantSlots { to, first, count })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A free slot this host owns: from its pool, else claimed from the unclaimed range,
+    /// else asked of the host with the most (bounded wait).
+    fn take_slot(&self) -> Result<u64> {
+        let mut backoff = Backoff::new(self.options.wait_limit);
+        let mut asked = false;
+        loop {
+            if let Some(slot) = self.slots.lock().pop() {
+                return Ok(slot);
+            }
+            let unclaimed_left = {
+                let index = self.replica.index.read();
+                index.slots.unclaimed.end - index.slots.unclaimed.start
+            };
+            if unclaimed_left > 0 {
+                self.submit(&Event::ClaimSlots {
+                    count: self.claim_chunk_slots,
+                })?;
+                continue;
+            }
+            if !asked {
+                self.submit(&Event::NeedSlots {
+                    count: self.claim_chunk_slots,
+                })?;
+                asked = true;
+            }
+            self.replay(None)?;
+            if !backoff.snooze() {
+                return Err(Error::SlotsExhausted {
+                    host: self.id,
+                    slot_count: self.pod.layout().slot_count,
+                });
+            }
+        }
+    }
+
+    fn create(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.check_key(key)?;
+        let slot_size_bytes = self.pod.config().slot_size_bytes;
+        if value.len() as u64 > slot_size_bytes {
+            return Err(Error::ValueTooLarge {
+                value_bytes: value.len(),
+                slot_size_bytes,
+            });
+        }
+        let slot = self.take_slot()?;
+        let offset = self.pod.layout().slot_offset(slot);
+        // The slot may have held another object whose lines this host still caches: drop
+        // them before a write that may fill part of a line from the cache.
+        self.memory.flush(offset, slot_size_bytes as usize);
+        self.memory.fence();
+        self.memory.write(offset, value);
+        self.memory.write_back(offset, value.len());
+        // The bytes are in memory before the create event is.
+        self.memory.fence();
+        match self.submit(&Event::Create { key, slot })? {
+            Outcome::Created => Ok(()),
+            _ => Err(Error::ObjectExists),
+        }
+    }
+
+    fn pump(&self, interval: Duration) {
+        while !self.stop.load(std::sync::atomic::Ordering::Acquire) {
+            // Errors surface to the host's own operations, which replay too.
+            if self.replay(None).is_ok() {
+                let _ = self.serve_grants();
+            }
+            self.heartbeat();
+            std::thread::park_timeout(interval);
+        }
     }
 }

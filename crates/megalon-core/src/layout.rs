@@ -23,8 +23,13 @@ pub const HEADER_REGION_BYTES: u64 = PAGE_BYTES;
 pub const HOST_ENTRY_BYTES: u64 = LINE_BYTES;
 /// Bytes of the reclaimer's counters (one line).
 pub const RECLAIMER_BYTES: u64 = LINE_BYTES;
-/// Log cursors shared by every host, each on its own line: `tail`, `head`, `ctail`.
-pub const SHARED_CURSORS: u64 = 3;
+/// Log cursors shared by every host, each on its own line: `tail`, `head`, `ctail`,
+/// `registration`.
+pub const SHARED_CURSORS: u64 = 4;
+/// Most slots a pod can have: slot ids are 32-bit in the replica.
+pub const MAX_SLOTS: u64 = u32::MAX as u64;
+/// Most records a pod can have: record ids are 32-bit, and `u32::MAX` means none.
+pub const MAX_RECORDS: u64 = u32::MAX as u64 - 1;
 
 /// The computed layout of a pod. Every `*_offset` is from the pod's first byte.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,7 +38,8 @@ pub struct Layout {
     pub config: PodConfig,
     /// Start of the small coherent region.
     pub scr_offset: u64,
-    /// Start of the log cursors: `tail`, `head`, `ctail`, then one `ltail` per host.
+    /// Start of the log cursors: `tail`, `head`, `ctail`, `registration`, then one
+    /// `ltail` per host.
     pub cursors_offset: u64,
     /// Bytes of the log cursors.
     pub cursors_bytes: u64,
@@ -66,7 +72,7 @@ pub struct Layout {
 /// SCR bytes by category; the categories add up to the SCR size exactly.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScrUsage {
-    /// `tail`, `head`, `ctail` and one `ltail` per host, a line each.
+    /// `tail`, `head`, `ctail`, `registration` and one `ltail` per host, a line each.
     pub log_cursors_bytes: u64,
     /// One line per host.
     pub host_table_bytes: u64,
@@ -166,6 +172,18 @@ impl Layout {
         let log_offset = lnr_offset;
         let slots_offset = log_offset + log_bytes;
         let slot_count = (config.lnr_bytes - log_bytes) / config.slot_size_bytes;
+        for (parameter, value, limit) in [
+            ("slot count", slot_count, MAX_SLOTS),
+            ("record count", record_count, MAX_RECORDS),
+        ] {
+            if value > limit {
+                return Err(Error::AboveLimit {
+                    parameter,
+                    value,
+                    limit,
+                });
+            }
+        }
         let total_bytes = HEADER_REGION_BYTES
             .checked_add(config.scr_bytes)
             .and_then(|b| b.checked_add(config.lnr_bytes))
@@ -209,6 +227,12 @@ impl Layout {
     /// Offset of the log's `ctail` (highest position whose append has completed).
     pub fn ctail_offset(&self) -> u64 {
         self.cursors_offset + 2 * LINE_BYTES
+    }
+
+    /// Offset of the log's `registration` word (hosts joining; closed once the log
+    /// recycles).
+    pub fn registration_offset(&self) -> u64 {
+        self.cursors_offset + 3 * LINE_BYTES
     }
 
     /// Offset of host `host`'s applied position `ltail[host]`.

@@ -37,13 +37,20 @@
 #![warn(missing_docs)]
 
 pub mod arch;
+mod backoff;
+mod combiner;
 mod config;
 mod error;
+pub mod event;
 mod header;
 mod host;
 mod layout;
+mod log;
 pub mod memory;
+pub mod mutants;
 mod pod;
+mod replica;
+mod slot;
 mod sync;
 
 pub use config::{
@@ -52,7 +59,9 @@ pub use config::{
 };
 pub use error::{Error, Region, Result};
 pub use header::{fnv1a64, PodHeader, HEADER_BYTES, LAYOUT_VERSION, MAGIC};
-pub use host::{Host, HostId, HostInfo, Join};
-pub use layout::{Layout, ScrUsage, HEADER_REGION_BYTES};
+pub use event::{Event, OwnedEvent, LOG_FORMAT_VERSION};
+pub use host::{Host, HostId, HostInfo, HostOptions, HostStats, Join, LoggedEvent};
+pub use layout::{Layout, ScrUsage, HEADER_REGION_BYTES, MAX_RECORDS, MAX_SLOTS};
+pub use replica::{IndexEntry, Outcome};
 pub use memory::{Memory, MemoryKind, SimulatedConfig, SimulatedStats};
 pub use pod::{numa_nodes, Backing, BackingKind, Pod};

@@ -113,7 +113,7 @@ fn io_error<'a>(
     move |source| Error::Io {
         operation,
         path: path.to_owned(),
-        source,
+        source: source.into(),
     }
 }
 
@@ -490,7 +490,7 @@ fn bind_to_node(base: *mut u8, len: usize, node: u32) -> Result<()> {
     if rc != 0 {
         return Err(Error::NumaBind {
             node,
-            source: std::io::Error::last_os_error(),
+            source: std::io::Error::last_os_error().into(),
         });
     }
     Ok(())
@@ -500,6 +500,6 @@ fn bind_to_node(base: *mut u8, len: usize, node: u32) -> Result<()> {
 fn bind_to_node(_base: *mut u8, _len: usize, node: u32) -> Result<()> {
     Err(Error::NumaBind {
         node,
-        source: std::io::Error::new(std::io::ErrorKind::Unsupported, "mbind is Linux-only"),
+        source: std::io::Error::new(std::io::ErrorKind::Unsupported, "mbind is Linux-only").into(),
     })
 }

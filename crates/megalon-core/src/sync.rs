@@ -1,7 +1,65 @@
-//! The one place the crate takes its atomics, fences and spin hints from.
+//! The one place the crate takes its atomics, fences, locks and spin hints from.
 //!
-//! Nothing else in `megalon-core` imports `std::sync::atomic` directly, so a loom build can
-//! swap every primitive here for its model-checked twin in one edit (the log issue adds the
-//! `megalon_loom` switch together with the models that use it).
+//! Nothing else in `megalon-core` imports `std::sync::atomic` or `parking_lot` directly,
+//! so a loom build (`--cfg megalon_loom`, run by `cargo xtask loom`) swaps every
+//! primitive here for its model-checked twin.
 
+#[cfg(not(megalon_loom))]
 pub(crate) use std::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+#[cfg(megalon_loom)]
+pub(crate) use loom::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+#[cfg(not(megalon_loom))]
+pub(crate) use std::hint::spin_loop;
+
+#[cfg(megalon_loom)]
+pub(crate) use loom::hint::spin_loop;
+
+/// A mutual-exclusion lock whose `lock()` returns the guard directly.
+#[cfg(not(megalon_loom))]
+pub(crate) type Mutex<T> = parking_lot::Mutex<T>;
+
+/// A reader-writer lock whose `read()`/`write()` return guards directly.
+#[cfg(not(megalon_loom))]
+pub(crate) type RwLock<T> = parking_lot::RwLock<T>;
+
+#[cfg(megalon_loom)]
+pub(crate) use loom_locks::{Mutex, RwLock};
+
+#[cfg(megalon_loom)]
+mod loom_locks {
+    //! loom's locks, with parking_lot's signatures (no poisoning).
+
+    /// See the non-loom `Mutex`.
+    #[derive(Debug, Default)]
+    pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+
+    impl<T> Mutex<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Self(loom::sync::Mutex::new(value))
+        }
+        pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
+            self.0.lock().expect("no poisoning in models")
+        }
+        pub(crate) fn try_lock(&self) -> Option<loom::sync::MutexGuard<'_, T>> {
+            self.0.try_lock().ok()
+        }
+    }
+
+    /// See the non-loom `RwLock`.
+    #[derive(Debug, Default)]
+    pub(crate) struct RwLock<T>(loom::sync::RwLock<T>);
+
+    impl<T> RwLock<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Self(loom::sync::RwLock::new(value))
+        }
+        pub(crate) fn read(&self) -> loom::sync::RwLockReadGuard<'_, T> {
+            self.0.read().expect("no poisoning in models")
+        }
+        pub(crate) fn write(&self) -> loom::sync::RwLockWriteGuard<'_, T> {
+            self.0.write().expect("no poisoning in models")
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! The one helper for waiting on another host: spin, then yield, then sleep, and give up
+//! past a deadline so that the caller can name whom it waited for.
+
+use std::time::{Duration, Instant};
+
+use crate::sync::spin_loop;
+
+const SPINS: u32 = 64;
+const YIELDS: u32 = 64;
+const MAX_SLEEP: Duration = Duration::from_micros(500);
+
+/// A bounded wait. Call [`Backoff::snooze`] each time the awaited condition is false.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    started: Instant,
+    limit: Duration,
+    rounds: u32,
+}
+
+impl Backoff {
+    /// A wait that gives up after `limit`.
+    pub(crate) fn new(limit: Duration) -> Self {
+        Self {
+            started: Instant::now(),
+            limit,
+            rounds: 0,
+        }
+    }
+
+    /// Waits a little (longer each round). Returns `false` once the limit has passed:
+    /// the caller then returns its error.
+    pub(crate) fn snooze(&mut self) -> bool {
+        self.rounds = self.rounds.saturating_add(1);
+        if self.rounds <= SPINS {
+            for _ in 0..(1u32 << self.rounds.min(6)) {
+                spin_loop();
+            }
+        } else if self.rounds <= SPINS + YIELDS {
+            std::thread::yield_now();
+        } else {
+            let sleep = Duration::from_micros(u64::from(self.rounds - SPINS - YIELDS) * 10);
+            std::thread::sleep(sleep.min(MAX_SLEEP));
+        }
+        self.started.elapsed() < self.limit
+    }
+
+    /// How long we have waited.
+    pub(crate) fn waited(&self) -> Duration {
+        self.started.elapsed()
+    }
+}

@@ -1,0 +1,86 @@
+//! Flat combining: threads of one host hand their log operations to one combiner, which
+//! appends them as one batch (one CAS on `tail` per batch), replays once, and hands each
+//! thread its outcome.
+//!
+//! A thread queues its request, then either becomes the combiner (if nobody is) or waits
+//! for its outcome. A combiner serves every request queued when it starts, then lets go;
+//! a waiter whose request is still queued when the combiner lets go becomes the next one.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backoff::Backoff;
+use crate::error::{Error, Result};
+use crate::event::OwnedEvent;
+use crate::replica::Outcome;
+use crate::sync::Mutex;
+
+/// One queued operation and, once served, its outcome.
+#[derive(Debug)]
+struct Request {
+    event: OwnedEvent,
+    outcome: Mutex<Option<Result<Outcome>>>,
+}
+
+/// The combining queue of one host.
+#[derive(Debug, Default)]
+pub(crate) struct Combiner {
+    queue: Mutex<Vec<Arc<Request>>>,
+    combining: Mutex<()>,
+}
+
+impl Combiner {
+    /// Runs `event` through the combiner: `append` is called by whichever thread combines,
+    /// with every queued event, and returns one outcome per event (or one error for all).
+    pub(crate) fn submit(
+        &self,
+        event: OwnedEvent,
+        wait_limit: Duration,
+        append: impl Fn(&[OwnedEvent]) -> Result<Vec<Outcome>>,
+    ) -> Result<Outcome> {
+        let request = Arc::new(Request {
+            event,
+            outcome: Mutex::new(None),
+        });
+        self.queue.lock().push(Arc::clone(&request));
+        let mut backoff = Backoff::new(wait_limit);
+        loop {
+            if let Some(outcome) = request.outcome.lock().take() {
+                return outcome;
+            }
+            if let Some(_combining) = self.combining.try_lock() {
+                let batch = std::mem::take(&mut *self.queue.lock());
+                if batch.is_empty() {
+                    continue; // someone served us between our check and the lock
+                }
+                let events: Vec<OwnedEvent> = batch.iter().map(|r| r.event.clone()).collect();
+                match append(&events) {
+                    Ok(outcomes) => {
+                        debug_assert_eq!(outcomes.len(), batch.len());
+                        for (request, outcome) in batch.iter().zip(outcomes) {
+                            *request.outcome.lock() = Some(Ok(outcome));
+                        }
+                    }
+                    Err(error) => {
+                        for request in &batch {
+                            *request.outcome.lock() = Some(Err(error.clone()));
+                        }
+                    }
+                }
+                continue;
+            }
+            if !backoff.snooze() {
+                // Withdraw the request if no combiner took it; if one did, its append is
+                // itself bounded, so keep waiting for the outcome rather than report a
+                // failure for an operation that may still take effect.
+                let mut queue = self.queue.lock();
+                if let Some(at) = queue.iter().position(|r| Arc::ptr_eq(r, &request)) {
+                    queue.swap_remove(at);
+                    return Err(Error::CombinerStalled {
+                        waited_ms: backoff.waited().as_millis() as u64,
+                    });
+                }
+            }
+        }
+    }
+}

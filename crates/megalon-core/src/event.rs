@@ -1,0 +1,307 @@
+//! Events: what a log entry says, and how it is laid out in LNR.
+//!
+//! An entry is `log_entry_bytes` long (a whole number of lines):
+//!
+//! | bytes | field |
+//! | --- | --- |
+//! | 0..8 | alive word: `lap + 1` once published for position `lap * capacity + index`, so entries are never cleared |
+//! | 8 | kind |
+//! | 9 | host that appended it |
+//! | 10..12 | key length |
+//! | 12..16 | record id (or host, for slot grants) |
+//! | 16..24 | slot (or first slot of a range) |
+//! | 24..32 | argument (a count) |
+//! | 32.. | key, zero-padded to the end of the entry |
+//!
+//! Adding a kind: a variant here, its encoding in [`Event::encode`] and
+//! [`Event::decode`], its rule in the replica's `apply`, and a bump of
+//! [`LOG_FORMAT_VERSION`] (stored in the pod header; a pod with another log format is
+//! refused when opened).
+
+use crate::config::LOG_ENTRY_HEADER_BYTES;
+use crate::error::{Error, Result};
+use crate::host::HostId;
+
+/// Version of the entry format and of the meaning of every kind.
+pub const LOG_FORMAT_VERSION: u32 = 1;
+/// A record id that means "no record".
+pub const NO_RECORD: u32 = u32::MAX;
+
+const KIND_AT: usize = 8;
+const HOST_AT: usize = 9;
+const KEY_LEN_AT: usize = 10;
+const RECORD_AT: usize = 12;
+const SLOT_AT: usize = 16;
+const ARG_AT: usize = 24;
+const KEY_AT: usize = LOG_ENTRY_HEADER_BYTES as usize;
+const _: () = assert!(KEY_AT == ARG_AT + 8);
+
+/// What a log entry changes. Keys are borrowed from the entry buffer or the caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event<'k> {
+    /// The appender claims `count` never-used slots from the unclaimed range.
+    ClaimSlots {
+        /// How many it asks for (it gets fewer if fewer are left).
+        count: u64,
+    },
+    /// A new object `key` whose bytes the appender already wrote into `slot`, a slot it
+    /// owns. Loses (and the slot stays with its owner) if `key` exists.
+    Create {
+        /// The object.
+        key: &'k [u8],
+        /// Where its bytes are.
+        slot: u64,
+    },
+    /// Removes `key`; its slot goes to the appender's free slots.
+    Delete {
+        /// The object.
+        key: &'k [u8],
+    },
+    /// The appender claimed `record` for `key` (first write to a read-shared object).
+    /// Loses if `key` has a record already: the appender frees `record`.
+    RecordAlloc {
+        /// The object.
+        key: &'k [u8],
+        /// The record the appender claimed.
+        record: u32,
+    },
+    /// `key` gives up `record` and becomes read-shared.
+    RecordDealloc {
+        /// The object.
+        key: &'k [u8],
+        /// The record it had.
+        record: u32,
+    },
+    /// The counter of `key`'s record wrapped around: every host drops its cached lines.
+    Wrap {
+        /// The object.
+        key: &'k [u8],
+    },
+    /// The appender has no free slot: the host with the most free slots grants some.
+    NeedSlots {
+        /// How many it asks for.
+        count: u64,
+    },
+    /// The appender gives `count` of its free slots from `first` on to host `to`.
+    GrantSlots {
+        /// The receiving host.
+        to: HostId,
+        /// First slot of the range.
+        first: u64,
+        /// Slots in the range.
+        count: u64,
+    },
+}
+
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    ClaimSlots = 1,
+    Create = 2,
+    Delete = 3,
+    RecordAlloc = 4,
+    RecordDealloc = 5,
+    Wrap = 6,
+    NeedSlots = 7,
+    GrantSlots = 8,
+}
+
+impl Kind {
+    fn from_u8(byte: u8) -> Option<Kind> {
+        Some(match byte {
+            1 => Kind::ClaimSlots,
+            2 => Kind::Create,
+            3 => Kind::Delete,
+            4 => Kind::RecordAlloc,
+            5 => Kind::RecordDealloc,
+            6 => Kind::Wrap,
+            7 => Kind::NeedSlots,
+            8 => Kind::GrantSlots,
+            _ => return None,
+        })
+    }
+}
+
+fn put(buf: &mut [u8], at: usize, bytes: &[u8]) {
+    buf[at..at + bytes.len()].copy_from_slice(bytes);
+}
+
+fn u64_at(buf: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(buf[at..at + 8].try_into().expect("8"))
+}
+
+fn u32_at(buf: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(buf[at..at + 4].try_into().expect("4"))
+}
+
+impl<'k> Event<'k> {
+    /// The object the event is about, if it is about one.
+    pub fn key(&self) -> Option<&'k [u8]> {
+        match *self {
+            Event::Create { key, .. }
+            | Event::Delete { key }
+            | Event::RecordAlloc { key, .. }
+            | Event::RecordDealloc { key, .. }
+            | Event::Wrap { key } => Some(key),
+            Event::ClaimSlots { .. } | Event::NeedSlots { .. } | Event::GrantSlots { .. } => None,
+        }
+    }
+
+    /// Writes the entry (all but the alive word, which is left 0) into `buf`, which is
+    /// one entry long. The caller has checked the key against the pod's maximum.
+    pub fn encode(&self, host: HostId, buf: &mut [u8]) {
+        buf.fill(0);
+        let (kind, key, record, slot, arg): (Kind, &[u8], u32, u64, u64) = match *self {
+            Event::ClaimSlots { count } => (Kind::ClaimSlots, &[], NO_RECORD, 0, count),
+            Event::Create { key, slot } => (Kind::Create, key, NO_RECORD, slot, 0),
+            Event::Delete { key } => (Kind::Delete, key, NO_RECORD, 0, 0),
+            Event::RecordAlloc { key, record } => (Kind::RecordAlloc, key, record, 0, 0),
+            Event::RecordDealloc { key, record } => (Kind::RecordDealloc, key, record, 0, 0),
+            Event::Wrap { key } => (Kind::Wrap, key, NO_RECORD, 0, 0),
+            Event::NeedSlots { count } => (Kind::NeedSlots, &[], NO_RECORD, 0, count),
+            Event::GrantSlots { to, first, count } => (Kind::GrantSlots, &[], to, first, count),
+        };
+        assert!(KEY_AT + key.len() <= buf.len(), "key checked against the pod's maximum");
+        buf[KIND_AT] = kind as u8;
+        buf[HOST_AT] = u8::try_from(host).expect("host ids fit a byte (MAX_HOSTS_LIMIT)");
+        put(buf, KEY_LEN_AT, &(key.len() as u16).to_le_bytes());
+        put(buf, RECORD_AT, &record.to_le_bytes());
+        put(buf, SLOT_AT, &slot.to_le_bytes());
+        put(buf, ARG_AT, &arg.to_le_bytes());
+        put(buf, KEY_AT, key);
+    }
+
+    /// Reads the entry at log position `position` from `buf`: the appending host and the
+    /// event. An entry that decodes to nothing valid is a corrupt log.
+    pub fn decode(position: u64, buf: &'k [u8]) -> Result<(HostId, Event<'k>)> {
+        let corrupt = |what: &'static str| Error::CorruptLogEntry { position, what };
+        let kind = Kind::from_u8(buf[KIND_AT]).ok_or(corrupt("unknown kind"))?;
+        let host = HostId::from(buf[HOST_AT]);
+        let key_len = usize::from(u16::from_le_bytes([buf[KEY_LEN_AT], buf[KEY_LEN_AT + 1]]));
+        let key = buf
+            .get(KEY_AT..KEY_AT + key_len)
+            .ok_or(corrupt("key longer than the entry"))?;
+        let record = u32_at(buf, RECORD_AT);
+        let slot = u64_at(buf, SLOT_AT);
+        let arg = u64_at(buf, ARG_AT);
+        let event = match kind {
+            Kind::ClaimSlots => Event::ClaimSlots { count: arg },
+            Kind::Create => Event::Create { key, slot },
+            Kind::Delete => Event::Delete { key },
+            Kind::RecordAlloc => Event::RecordAlloc { key, record },
+            Kind::RecordDealloc => Event::RecordDealloc { key, record },
+            Kind::Wrap => Event::Wrap { key },
+            Kind::NeedSlots => Event::NeedSlots { count: arg },
+            Kind::GrantSlots => Event::GrantSlots {
+                to: record,
+                first: slot,
+                count: arg,
+            },
+        };
+        Ok((host, event))
+    }
+}
+
+/// An event with its key owned, for handing between threads (flat combining).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnedEvent {
+    kind: OwnedKind,
+    key: Box<[u8]>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OwnedKind {
+    ClaimSlots { count: u64 },
+    Create { slot: u64 },
+    Delete,
+    RecordAlloc { record: u32 },
+    RecordDealloc { record: u32 },
+    Wrap,
+    NeedSlots { count: u64 },
+    GrantSlots { to: HostId, first: u64, count: u64 },
+}
+
+impl OwnedEvent {
+    /// Copies `event`.
+    pub fn new(event: &Event<'_>) -> Self {
+        let kind = match *event {
+            Event::ClaimSlots { count } => OwnedKind::ClaimSlots { count },
+            Event::Create { slot, .. } => OwnedKind::Create { slot },
+            Event::Delete { .. } => OwnedKind::Delete,
+            Event::RecordAlloc { record, .. } => OwnedKind::RecordAlloc { record },
+            Event::RecordDealloc { record, .. } => OwnedKind::RecordDealloc { record },
+            Event::Wrap { .. } => OwnedKind::Wrap,
+            Event::NeedSlots { count } => OwnedKind::NeedSlots { count },
+            Event::GrantSlots { to, first, count } => OwnedKind::GrantSlots { to, first, count },
+        };
+        Self {
+            kind,
+            key: event.key().unwrap_or_default().into(),
+        }
+    }
+
+    /// The event, borrowing the key.
+    pub fn event(&self) -> Event<'_> {
+        let key = &self.key[..];
+        match self.kind {
+            OwnedKind::ClaimSlots { count } => Event::ClaimSlots { count },
+            OwnedKind::Create { slot } => Event::Create { key, slot },
+            OwnedKind::Delete => Event::Delete { key },
+            OwnedKind::RecordAlloc { record } => Event::RecordAlloc { key, record },
+            OwnedKind::RecordDealloc { record } => Event::RecordDealloc { key, record },
+            OwnedKind::Wrap => Event::Wrap { key },
+            OwnedKind::NeedSlots { count } => Event::NeedSlots { count },
+            OwnedKind::GrantSlots { to, first, count } => Event::GrantSlots { to, first, count },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all_kinds(key: &[u8]) -> Vec<Event<'_>> {
+        vec![
+            Event::ClaimSlots { count: 1024 },
+            Event::Create { key, slot: 77 },
+            Event::Delete { key },
+            Event::RecordAlloc { key, record: 5 },
+            Event::RecordDealloc { key, record: 9 },
+            Event::Wrap { key },
+            Event::NeedSlots { count: 3 },
+            Event::GrantSlots {
+                to: 2,
+                first: 100,
+                count: 50,
+            },
+        ]
+    }
+
+    #[test]
+    fn every_kind_round_trips() {
+        let key = b"a key of some length";
+        let mut buf = vec![0u8; 64];
+        for event in all_kinds(key) {
+            event.encode(7, &mut buf);
+            assert_eq!(&buf[..8], &[0; 8], "the alive word is left for publishing");
+            let (host, decoded) = Event::decode(0, &buf).expect("valid");
+            assert_eq!((host, decoded), (7, event));
+            assert_eq!(OwnedEvent::new(&event).event(), event);
+        }
+    }
+
+    #[test]
+    fn garbage_is_a_corrupt_entry_not_a_panic() {
+        let mut buf = vec![0u8; 64];
+        assert!(matches!(
+            Event::decode(3, &buf),
+            Err(Error::CorruptLogEntry { position: 3, .. })
+        ));
+        Event::Delete { key: b"k" }.encode(0, &mut buf);
+        buf[KEY_LEN_AT] = 200; // longer than the entry
+        assert!(matches!(
+            Event::decode(4, &buf),
+            Err(Error::CorruptLogEntry { position: 4, .. })
+        ));
+    }
+}

@@ -1,0 +1,259 @@
+//! The shared log: a ring of fixed-size entries in LNR, its cursors in SCR.
+//!
+//! Node replication adapted to a pod. Positions are `u64` that only grow; position `p`
+//! lives in entry `p % capacity`, and is published when that entry's alive word holds
+//! `p / capacity + 1` (a per-lap value, so entries are never cleared).
+//!
+//! Cursors (SCR, a line each): `tail` (next position to reserve), `head` (oldest
+//! position some live host still needs), `ctail` (every position below it is published
+//! and applied by at least the host that advanced it), one `ltail[h]` per host (what
+//! host `h` has applied), and `registration` (hosts joining now; closed for good once
+//! the ring recycles its first entry, since a host that joins later could not rebuild
+//! its replica from position 0).
+//!
+//! Writing an entry: write all of it (alive word 0), make every line reach memory,
+//! fence, then store the alive word and make that line reach memory too, fence.
+//! Reading: invalidate the first line, fence, read it; if the alive word says published,
+//! invalidate the other lines, fence, read them. Reading the alive word before touching
+//! the other lines means they are loaded only once they are known to be in memory.
+
+use std::time::Duration;
+
+use crate::backoff::Backoff;
+use crate::config::LINE_BYTES;
+use crate::error::{Error, Result};
+use crate::host::{self, HostId};
+use crate::memory::Memory;
+use crate::mutants::{self, Step};
+use crate::pod::Pod;
+use crate::sync::{AtomicU64, Ordering};
+
+/// `registration` bit meaning "closed: the ring has recycled entries, no host may join".
+const REGISTRATION_CLOSED: u64 = 1 << 63;
+
+/// The log of one pod, as seen by one host.
+#[derive(Debug)]
+pub(crate) struct Log {
+    capacity: u64,
+    entry_bytes: usize,
+    log_offset: u64,
+}
+
+/// Which host holds `head` back, and where it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Laggard {
+    pub(crate) host: HostId,
+    pub(crate) position: u64,
+}
+
+impl Log {
+    pub(crate) fn new(pod: &Pod) -> Self {
+        let layout = pod.layout();
+        Self {
+            capacity: layout.config.log_capacity_entries,
+            entry_bytes: layout.log_entry_bytes as usize,
+            log_offset: layout.log_offset,
+        }
+    }
+
+    /// Entries in the ring.
+    pub(crate) fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Bytes of one entry.
+    pub(crate) fn entry_bytes(&self) -> usize {
+        self.entry_bytes
+    }
+
+    fn entry_offset(&self, position: u64) -> u64 {
+        self.log_offset + (position % self.capacity) * self.entry_bytes as u64
+    }
+
+    fn alive_value(&self, position: u64) -> u64 {
+        position / self.capacity + 1
+    }
+
+    pub(crate) fn tail(pod: &Pod) -> &AtomicU64 {
+        pod.scr_u64(pod.layout().tail_offset())
+    }
+
+    pub(crate) fn head(pod: &Pod) -> &AtomicU64 {
+        pod.scr_u64(pod.layout().head_offset())
+    }
+
+    pub(crate) fn ctail(pod: &Pod) -> &AtomicU64 {
+        pod.scr_u64(pod.layout().ctail_offset())
+    }
+
+    pub(crate) fn ltail(pod: &Pod, host: HostId) -> &AtomicU64 {
+        pod.scr_u64(pod.layout().ltail_offset(host))
+    }
+
+    fn registration(pod: &Pod) -> &AtomicU64 {
+        pod.scr_u64(pod.layout().registration_offset())
+    }
+
+    /// Announces a joining host: `head` cannot leave 0 until [`Log::end_join`]. Fails once
+    /// the ring has recycled entries.
+    pub(crate) fn begin_join(pod: &Pod) -> Result<()> {
+        let registration = Self::registration(pod);
+        let mut current = registration.load(Ordering::SeqCst);
+        loop {
+            if current & REGISTRATION_CLOSED != 0 {
+                return Err(Error::LogRecycled {
+                    head: Self::head(pod).load(Ordering::SeqCst),
+                });
+            }
+            // SeqCst: the closer's CAS in `advance_head` and this one are totally ordered;
+            // if ours is first, the closer sees a joiner and does not close.
+            match registration.compare_exchange(current, current + 1, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return Ok(()),
+                Err(now) => current = now,
+            }
+        }
+    }
+
+    /// Ends a join announced by [`Log::begin_join`]: the host's `ltail` is stored (and
+    /// its table state set) before this, so a closer that sees no joiner sees the host.
+    pub(crate) fn end_join(pod: &Pod) {
+        // SeqCst (Release would do): pairs with the closer's CAS, which reads this value.
+        Self::registration(pod).fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Moves `head` to the lowest `ltail` of the joined hosts. Returns the new head and,
+    /// when it is held back, the host holding it.
+    pub(crate) fn advance_head(&self, pod: &Pod) -> (u64, Option<Laggard>) {
+        let lowest = || {
+            let mut lowest: Option<Laggard> = None;
+            for h in 0..pod.config().max_hosts {
+                let position = match host::table_state(pod, h) {
+                    host::TableState::Free => continue,
+                    host::TableState::Joined => Self::ltail(pod, h).load(Ordering::SeqCst),
+                };
+                if lowest.is_none_or(|l| position < l.position) {
+                    lowest = Some(Laggard { host: h, position });
+                }
+            }
+            lowest
+        };
+        let head = Self::head(pod);
+        let Some(mut laggard) = lowest() else {
+            return (head.load(Ordering::SeqCst), None);
+        };
+        if laggard.position > 0 {
+            let registration = Self::registration(pod);
+            if registration.load(Ordering::SeqCst) & REGISTRATION_CLOSED == 0 {
+                // Close registration before recycling anything. Fails while a host is
+                // joining (count > 0): it will have `ltail` 0, so head stays put.
+                if registration
+                    .compare_exchange(0, REGISTRATION_CLOSED, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_err()
+                {
+                    return (head.load(Ordering::SeqCst), Some(laggard));
+                }
+                // Hosts that finished joining before we closed are visible now.
+                match lowest() {
+                    Some(now) => laggard = now,
+                    None => return (head.load(Ordering::SeqCst), None),
+                }
+            }
+        }
+        // SeqCst: orders this with the SeqCst loads of states and ltails above.
+        let previous = head.fetch_max(laggard.position, Ordering::SeqCst);
+        (previous.max(laggard.position), Some(laggard))
+    }
+
+    /// Reserves `count` consecutive positions (one CAS on `tail`), waiting for space up to
+    /// `limit`. While it waits it calls `help` (the caller replays its own replica so that
+    /// it is not the host holding everyone back).
+    pub(crate) fn reserve(
+        &self,
+        pod: &Pod,
+        count: u64,
+        limit: Duration,
+        mut help: impl FnMut() -> Result<()>,
+    ) -> Result<u64> {
+        assert!(count > 0 && count <= self.capacity, "batches are split to the ring's size");
+        let tail = Self::tail(pod);
+        let mut backoff = Backoff::new(limit);
+        loop {
+            let position = tail.load(Ordering::Acquire);
+            // Acquire: pairs with the SeqCst fetch_max in `advance_head`, so the entries
+            // below head have been applied by every live host before we overwrite them.
+            let head = Self::head(pod).load(Ordering::Acquire);
+            if position + count - head <= self.capacity {
+                // A stale head only makes this check stricter: head never decreases.
+                // Relaxed would do for the reservation itself; AcqRel keeps the order of
+                // reservations and our later entry writes obvious.
+                if tail
+                    .compare_exchange_weak(position, position + count, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return Ok(position);
+                }
+                continue;
+            }
+            let (new_head, laggard) = self.advance_head(pod);
+            if position + count - new_head <= self.capacity {
+                continue;
+            }
+            help()?;
+            if !backoff.snooze() {
+                let laggard = laggard.unwrap_or(Laggard { host: HostId::MAX, position: new_head });
+                return Err(Error::LogFull {
+                    lagging_host: laggard.host,
+                    lagging_position: laggard.position,
+                    tail: position,
+                    capacity_entries: self.capacity,
+                    waited_ms: backoff.waited().as_millis() as u64,
+                });
+            }
+        }
+    }
+
+    /// Writes and publishes the entry at `position` (reserved by us) from `entry`, which
+    /// [`crate::event::Event::encode`] filled (alive word 0).
+    pub(crate) fn write(&self, memory: &Memory, position: u64, entry: &[u8]) {
+        debug_assert_eq!(entry.len(), self.entry_bytes);
+        debug_assert_eq!(&entry[..8], &[0; 8], "published only below");
+        let offset = self.entry_offset(position);
+        memory.write(offset, entry);
+        if !mutants::skipped(Step::LogWriteBackBeforePublish) {
+            memory.write_back(offset, self.entry_bytes);
+        }
+        // Every line of the entry is in memory before the alive word is.
+        memory.fence();
+        memory.store_u64(offset, self.alive_value(position));
+        memory.write_back(offset, LINE_BYTES as usize);
+        // The alive word is in memory before anything we do next (ctail, replies).
+        memory.fence();
+    }
+
+    /// Reads the entry at `position` into `entry` if it is published. A position below
+    /// `head` must not be read (its entry may belong to a later lap).
+    pub(crate) fn read(&self, memory: &Memory, position: u64, entry: &mut [u8]) -> bool {
+        debug_assert_eq!(entry.len(), self.entry_bytes);
+        let offset = self.entry_offset(position);
+        let line = LINE_BYTES as usize;
+        let invalidate = !mutants::skipped(Step::LogInvalidateBeforeRead);
+        if invalidate {
+            memory.flush(offset, line);
+            memory.fence();
+        }
+        memory.read(offset, &mut entry[..line]);
+        let alive = u64::from_ne_bytes(entry[..8].try_into().expect("8"));
+        if alive != self.alive_value(position) {
+            debug_assert!(alive < self.alive_value(position), "a writer lapped a reader");
+            return false;
+        }
+        if self.entry_bytes > line {
+            if invalidate {
+                memory.flush(offset + LINE_BYTES, self.entry_bytes - line);
+                memory.fence();
+            }
+            memory.read(offset + LINE_BYTES, &mut entry[line..]);
+        }
+        true
+    }
+}

@@ -1,0 +1,68 @@
+//! Protocol mutants: a test-only switch per protocol step.
+//!
+//! Each step of the log and object protocols that exists for correctness is guarded by
+//! `if !mutants::skipped(Step::X) { ... }`. In normal builds `skipped` is a `const fn`
+//! returning `false`, so the guard compiles to nothing. With the `mutants` feature, the
+//! step named by the environment variable `MEGALON_MUTANT` is skipped: `cargo xtask
+//! mutants` runs the tests once per step and checks that some test fails each time.
+//! A step that no test notices is a step without a test.
+
+/// A protocol step that can be switched off in mutant builds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Step {
+    /// The log writer writes every line of an entry back to memory (and fences) before it
+    /// publishes the entry.
+    LogWriteBackBeforePublish,
+    /// The log reader invalidates every line of an entry before reading it.
+    LogInvalidateBeforeRead,
+    /// Replay drops the cached lines of every object an event from another host touches.
+    ReplayDropsLines,
+}
+
+impl Step {
+    /// Every step, in the order `cargo xtask mutants` runs them.
+    pub const ALL: &'static [Step] = &[
+        Step::LogWriteBackBeforePublish,
+        Step::LogInvalidateBeforeRead,
+        Step::ReplayDropsLines,
+    ];
+
+    /// The name `MEGALON_MUTANT` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::LogWriteBackBeforePublish => "log-write-back-before-publish",
+            Step::LogInvalidateBeforeRead => "log-invalidate-before-read",
+            Step::ReplayDropsLines => "replay-drops-lines",
+        }
+    }
+
+    /// The step named `name`, if any.
+    pub fn from_name(name: &str) -> Option<Step> {
+        Self::ALL.iter().copied().find(|step| step.name() == name)
+    }
+}
+
+/// Whether `step` is switched off in this run. Always `false` without the `mutants`
+/// feature.
+#[cfg(not(feature = "mutants"))]
+#[inline(always)]
+pub const fn skipped(_step: Step) -> bool {
+    false
+}
+
+/// Whether `step` is switched off in this run: it is named by `MEGALON_MUTANT`.
+#[cfg(feature = "mutants")]
+pub fn skipped(step: Step) -> bool {
+    use std::sync::OnceLock;
+    static ACTIVE: OnceLock<Option<Step>> = OnceLock::new();
+    *ACTIVE.get_or_init(|| {
+        let name = std::env::var("MEGALON_MUTANT").ok()?;
+        let step = Step::from_name(&name);
+        assert!(step.is_some(), "MEGALON_MUTANT={name} names no protocol step");
+        step
+    }) == Some(step)
+}
+
+/// Whether this build has mutant switches (the `mutants` feature).
+pub const ENABLED: bool = cfg!(feature = "mutants");

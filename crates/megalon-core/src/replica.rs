@@ -1,0 +1,610 @@
+//! The replica: one host's copy of the index, in its own DRAM, changed only by replay.
+//!
+//! The index maps a key to its object: slot, record (if read-write-shared), stamp (log
+//! position of the last event about it) and this host's host counter (the record counter
+//! it last read validly, or unknown).
+//!
+//! Memory matters here: every host holds every object. Entries live in a chunked arena
+//! of 32-bit words (header of six words, then the key, padded to a word), and the hash
+//! table holds only a 4-byte handle into the arena. With 24-byte keys an object costs 48
+//! arena bytes plus 5 table bytes per bucket; `docs/replica.md` has the measurement.
+//!
+//! Arena record (32-bit words):
+//!
+//! | word | field |
+//! | --- | --- |
+//! | 0, 1 | stamp (low, high) |
+//! | 2 | host counter (`UNKNOWN` or a counter value; readers store it under the read lock) |
+//! | 3 | slot |
+//! | 4 | record id or `NO_RECORD` |
+//! | 5 | key length |
+//! | 6.. | key bytes, little-endian in each word, zero-padded |
+
+use hashbrown::{DefaultHashBuilder, HashTable};
+use std::hash::BuildHasher;
+
+use crate::error::{Error, Result};
+use crate::event::{Event, NO_RECORD};
+use crate::host::HostId;
+use crate::slot::{SlotAccounting, SlotPool};
+use crate::sync::{AtomicU32, Ordering};
+
+/// Host counter value meaning "unknown: my cached lines of this object may be stale".
+pub(crate) const UNKNOWN_COUNTER: u32 = u32::MAX;
+
+const HEADER_WORDS: usize = 6;
+const STAMP_LOW: usize = 0;
+const STAMP_HIGH: usize = 1;
+const COUNTER: usize = 2;
+const SLOT: usize = 3;
+const RECORD: usize = 4;
+const KEY_LEN: usize = 5;
+
+/// Words per arena chunk. Records never straddle two chunks.
+#[cfg(not(megalon_loom))]
+const CHUNK_WORDS: usize = 1 << 16;
+#[cfg(megalon_loom)]
+const CHUNK_WORDS: usize = 1 << 8;
+const CHUNK_SHIFT: u32 = CHUNK_WORDS.trailing_zeros();
+
+/// One object as this host's replica knows it, at one moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexEntry {
+    /// Where its bytes are.
+    pub slot: u64,
+    /// Its coherence record, if it is read-write-shared.
+    pub record: Option<u32>,
+    /// Log position of the last event about it.
+    pub stamp: u64,
+    /// The record counter this host last read validly, or `None` (unknown).
+    pub host_counter: Option<u32>,
+    /// Where the entry lives in the arena (valid until the next replay).
+    pub(crate) handle: u32,
+}
+
+/// What applying an event did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The appender got slots `first..first + count` (`count` 0: none left unclaimed).
+    SlotsClaimed {
+        /// First slot.
+        first: u64,
+        /// How many.
+        count: u64,
+    },
+    /// The object was created.
+    Created,
+    /// The key existed: the create lost, its slot stays with its owner.
+    AlreadyExists,
+    /// The object was deleted; its slot went to the deleter.
+    Deleted {
+        /// Its slot.
+        slot: u64,
+        /// Its record, which the deleter frees.
+        record: Option<u32>,
+    },
+    /// The key did not exist.
+    NotFound,
+    /// The record was attached to the object.
+    RecordAllocated,
+    /// The object already had a record (another host's alloc came first in the log).
+    RecordAllocLost {
+        /// The record it has.
+        existing: u32,
+    },
+    /// The record was detached.
+    RecordDeallocated,
+    /// The object no longer had that record (already detached or replaced).
+    RecordDeallocIgnored,
+    /// Every host dropped its lines of the object.
+    Wrapped,
+    /// Slots were asked for; `donor` is the host that will grant them.
+    SlotsRequested {
+        /// Who grants.
+        donor: Option<HostId>,
+    },
+    /// Slots changed owner.
+    SlotsGranted,
+}
+
+/// What applying one event asks the replayer to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Applied {
+    pub(crate) outcome: Outcome,
+    /// The slot whose cached lines this host must drop (an event from another host about
+    /// an object).
+    pub(crate) drop_slot: Option<u64>,
+    /// This host must grant `count` slots to `host`.
+    pub(crate) grant: Option<(HostId, u64)>,
+}
+
+/// The index of one host.
+pub(crate) struct Index {
+    table: HashTable<u32>,
+    chunks: Vec<Box<[AtomicU32]>>,
+    /// Next free word in the last chunk.
+    used_in_last: usize,
+    /// Freed records, by length in words.
+    free: Vec<Vec<u32>>,
+    hasher: DefaultHashBuilder,
+    objects: u64,
+    slot_count: u64,
+    record_count: u64,
+    max_hosts: u32,
+    pub(crate) slots: SlotAccounting,
+}
+
+impl std::fmt::Debug for Index {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Index")
+            .field("objects", &self.objects)
+            .field("slots", &self.slots)
+            .finish_non_exhaustive()
+    }
+}
+
+fn key_words(key_len: usize) -> usize {
+    key_len.div_ceil(4)
+}
+
+fn word_of(chunk: &[u8]) -> u32 {
+    let mut bytes = [0u8; 4];
+    bytes[..chunk.len()].copy_from_slice(chunk);
+    u32::from_le_bytes(bytes)
+}
+
+impl Index {
+    pub(crate) fn new(slot_count: u64, record_count: u64, max_hosts: u32) -> Self {
+        Self {
+            table: HashTable::new(),
+            chunks: Vec::new(),
+            used_in_last: CHUNK_WORDS,
+            free: Vec::new(),
+            hasher: DefaultHashBuilder::default(),
+            objects: 0,
+            slot_count,
+            record_count,
+            max_hosts,
+            slots: SlotAccounting::new(slot_count, max_hosts),
+        }
+    }
+
+    /// Objects in the index.
+    pub(crate) fn len(&self) -> u64 {
+        self.objects
+    }
+
+    #[inline]
+    fn word(&self, handle: u32, field: usize) -> &AtomicU32 {
+        let at = handle as usize + field;
+        &self.chunks[at >> CHUNK_SHIFT][at & (CHUNK_WORDS - 1)]
+    }
+
+    #[inline]
+    fn get(&self, handle: u32, field: usize) -> u32 {
+        // Relaxed: the arena is changed only under the write lock; readers hold the read
+        // lock, which orders them after the writer. Only the host counter is written
+        // under the read lock, and it is a hint checked against the record.
+        self.word(handle, field).load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn set(&self, handle: u32, field: usize, value: u32) {
+        self.word(handle, field).store(value, Ordering::Relaxed)
+    }
+
+    fn key_len(&self, handle: u32) -> usize {
+        self.get(handle, KEY_LEN) as usize
+    }
+
+    #[inline]
+    fn key_equals(&self, handle: u32, key: &[u8]) -> bool {
+        self.key_len(handle) == key.len()
+            && key
+                .chunks(4)
+                .enumerate()
+                .all(|(i, chunk)| self.get(handle, HEADER_WORDS + i) == word_of(chunk))
+    }
+
+    fn key_into<'b>(&self, handle: u32, buf: &'b mut [u8]) -> &'b [u8] {
+        let len = self.key_len(handle);
+        for (i, chunk) in buf[..len].chunks_mut(4).enumerate() {
+            let bytes = self.get(handle, HEADER_WORDS + i).to_le_bytes();
+            chunk.copy_from_slice(&bytes[..chunk.len()]);
+        }
+        &buf[..len]
+    }
+
+    fn entry(&self, handle: u32) -> IndexEntry {
+        let record = self.get(handle, RECORD);
+        let counter = self.get(handle, COUNTER);
+        IndexEntry {
+            slot: u64::from(self.get(handle, SLOT)),
+            record: (record != NO_RECORD).then_some(record),
+            stamp: u64::from(self.get(handle, STAMP_LOW))
+                | u64::from(self.get(handle, STAMP_HIGH)) << 32,
+            host_counter: (counter != UNKNOWN_COUNTER).then_some(counter),
+            handle,
+        }
+    }
+
+    fn find(&self, key: &[u8]) -> Option<u32> {
+        let hash = self.hasher.hash_one(key);
+        self.table.find(hash, |&handle| self.key_equals(handle, key)).copied()
+    }
+
+    /// The entry of `key`, if the object exists.
+    #[inline]
+    pub(crate) fn lookup(&self, key: &[u8]) -> Option<IndexEntry> {
+        self.find(key).map(|handle| self.entry(handle))
+    }
+
+    // The object protocol (read_end) is the caller of the next two.
+    #[allow(dead_code)]
+    /// The entry behind `handle` if it still holds the object stamped `stamp` (no event
+    /// about it since): what a read checks at its end.
+    pub(crate) fn current(&self, handle: u32, stamp: u64) -> Option<IndexEntry> {
+        let entry = self.entry(handle);
+        (entry.stamp == stamp).then_some(entry)
+    }
+
+    #[allow(dead_code)]
+    /// Stores this host's host counter for the object behind `handle` (under the read
+    /// lock, after checking with [`Index::current`] that it is still the same object).
+    pub(crate) fn set_host_counter(&self, handle: u32, counter: Option<u32>) {
+        self.set(handle, COUNTER, counter.unwrap_or(UNKNOWN_COUNTER));
+    }
+
+    fn allocate(&mut self, words: usize) -> u32 {
+        if let Some(handle) = self.free.get_mut(words).and_then(Vec::pop) {
+            return handle;
+        }
+        if self.used_in_last + words > CHUNK_WORDS {
+            let chunk: Box<[AtomicU32]> = (0..CHUNK_WORDS).map(|_| AtomicU32::new(0)).collect();
+            self.chunks.push(chunk);
+            self.used_in_last = 0;
+        }
+        let handle = ((self.chunks.len() - 1) * CHUNK_WORDS + self.used_in_last) as u32;
+        self.used_in_last += words;
+        handle
+    }
+
+    fn insert(&mut self, key: &[u8], slot: u64, stamp: u64) {
+        let words = HEADER_WORDS + key_words(key.len());
+        let handle = self.allocate(words);
+        self.set(handle, STAMP_LOW, stamp as u32);
+        self.set(handle, STAMP_HIGH, (stamp >> 32) as u32);
+        self.set(handle, COUNTER, UNKNOWN_COUNTER);
+        self.set(handle, SLOT, slot as u32);
+        self.set(handle, RECORD, NO_RECORD);
+        self.set(handle, KEY_LEN, key.len() as u32);
+        for (i, chunk) in key.chunks(4).enumerate() {
+            self.set(handle, HEADER_WORDS + i, word_of(chunk));
+        }
+        let hash = self.hasher.hash_one(key);
+        let Self { table, chunks, hasher, .. } = self;
+        table.insert_unique(hash, handle, |&other| {
+            // Rehash: rebuild the key from the arena (growth only, never on lookups).
+            let at = |field: usize| {
+                let at = other as usize + field;
+                chunks[at >> CHUNK_SHIFT][at & (CHUNK_WORDS - 1)].load(Ordering::Relaxed)
+            };
+            let len = at(KEY_LEN) as usize;
+            let mut bytes = [0u8; crate::config::MAX_KEY_BYTES_LIMIT as usize];
+            for (i, chunk) in bytes[..len].chunks_mut(4).enumerate() {
+                chunk.copy_from_slice(&at(HEADER_WORDS + i).to_le_bytes()[..chunk.len()]);
+            }
+            hasher.hash_one(&bytes[..len])
+        });
+        self.objects += 1;
+    }
+
+    fn remove(&mut self, key: &[u8]) -> Option<IndexEntry> {
+        let hash = self.hasher.hash_one(key);
+        let Self { table, chunks, .. } = self;
+        let equals = |&handle: &u32| {
+            let at = |field: usize| {
+                let at = handle as usize + field;
+                chunks[at >> CHUNK_SHIFT][at & (CHUNK_WORDS - 1)].load(Ordering::Relaxed)
+            };
+            at(KEY_LEN) as usize == key.len()
+                && key
+                    .chunks(4)
+                    .enumerate()
+                    .all(|(i, chunk)| at(HEADER_WORDS + i) == word_of(chunk))
+        };
+        let (handle, _) = table.find_entry(hash, equals).ok()?.remove();
+        let entry = self.entry(handle);
+        let words = HEADER_WORDS + key_words(key.len());
+        // Poison the old stamp so a stale handle never matches `current` again.
+        self.set(handle, STAMP_LOW, u32::MAX);
+        self.set(handle, STAMP_HIGH, u32::MAX);
+        if self.free.len() <= words {
+            self.free.resize_with(words + 1, Vec::new);
+        }
+        self.free[words].push(handle);
+        self.objects -= 1;
+        Some(entry)
+    }
+
+    /// Marks an event about the object at `handle`: new stamp, host counter unknown.
+    fn touch(&self, handle: u32, stamp: u64) {
+        self.set(handle, STAMP_LOW, stamp as u32);
+        self.set(handle, STAMP_HIGH, (stamp >> 32) as u32);
+        self.set(handle, COUNTER, UNKNOWN_COUNTER);
+    }
+
+    /// Applies the event at log `position`, appended by `author`, on the replica of host
+    /// `me`. Every replica applies the same events in the same order and reaches the same
+    /// state; what differs per host (its free slots, what it must drop or grant) is
+    /// returned or put in `pool`.
+    pub(crate) fn apply(
+        &mut self,
+        position: u64,
+        author: HostId,
+        event: &Event<'_>,
+        me: HostId,
+        pool: &mut SlotPool,
+    ) -> Result<Applied> {
+        let corrupt = |what| Error::CorruptLogEntry { position, what };
+        if author >= self.max_hosts {
+            return Err(corrupt("host past the pod's maximum"));
+        }
+        let mine = author == me;
+        let other_host_drops = |slot: u64| (!mine).then_some(slot);
+        let mut applied = Applied {
+            outcome: Outcome::NotFound,
+            drop_slot: None,
+            grant: None,
+        };
+        match *event {
+            Event::ClaimSlots { count } => {
+                let (first, count) = self.slots.claim(author as usize, count);
+                if mine {
+                    pool.add_range(first, count);
+                }
+                applied.outcome = Outcome::SlotsClaimed { first, count };
+            }
+            Event::Create { key, slot } => {
+                if slot >= self.slot_count {
+                    return Err(corrupt("slot past the pod's slots"));
+                }
+                if self.find(key).is_some() {
+                    if mine {
+                        pool.push(slot);
+                    }
+                    applied.outcome = Outcome::AlreadyExists;
+                } else {
+                    self.insert(key, slot, position);
+                    self.slots.free_counts[author as usize] -= 1;
+                    applied.outcome = Outcome::Created;
+                    applied.drop_slot = other_host_drops(slot);
+                }
+            }
+            Event::Delete { key } => {
+                if let Some(entry) = self.remove(key) {
+                    self.slots.free_counts[author as usize] += 1;
+                    if mine {
+                        pool.push(entry.slot);
+                    }
+                    applied.outcome = Outcome::Deleted {
+                        slot: entry.slot,
+                        record: entry.record,
+                    };
+                    applied.drop_slot = other_host_drops(entry.slot);
+                }
+            }
+            Event::RecordAlloc { key, record } => {
+                if u64::from(record) >= self.record_count {
+                    return Err(corrupt("record past the pod's records"));
+                }
+                if let Some(handle) = self.find(key) {
+                    let existing = self.get(handle, RECORD);
+                    if existing != NO_RECORD {
+                        applied.outcome = Outcome::RecordAllocLost { existing };
+                    } else {
+                        self.set(handle, RECORD, record);
+                        self.touch(handle, position);
+                        applied.outcome = Outcome::RecordAllocated;
+                        applied.drop_slot = other_host_drops(u64::from(self.get(handle, SLOT)));
+                    }
+                }
+            }
+            Event::RecordDealloc { key, record } => {
+                if let Some(handle) = self.find(key) {
+                    if self.get(handle, RECORD) == record {
+                        self.set(handle, RECORD, NO_RECORD);
+                        self.touch(handle, position);
+                        applied.outcome = Outcome::RecordDeallocated;
+                        applied.drop_slot = other_host_drops(u64::from(self.get(handle, SLOT)));
+                    } else {
+                        applied.outcome = Outcome::RecordDeallocIgnored;
+                    }
+                }
+            }
+            Event::Wrap { key } => {
+                if let Some(handle) = self.find(key) {
+                    self.touch(handle, position);
+                    applied.outcome = Outcome::Wrapped;
+                    applied.drop_slot = other_host_drops(u64::from(self.get(handle, SLOT)));
+                }
+            }
+            Event::NeedSlots { count } => {
+                let donor = self.slots.donor(author as usize).map(|d| d as HostId);
+                if donor == Some(me) {
+                    applied.grant = Some((author, count));
+                }
+                applied.outcome = Outcome::SlotsRequested { donor };
+            }
+            Event::GrantSlots { to, first, count } => {
+                if to >= self.max_hosts || first.checked_add(count).is_none_or(|end| end > self.slot_count) {
+                    return Err(corrupt("slot grant outside the pod"));
+                }
+                self.slots.free_counts[author as usize] -= count as i64;
+                self.slots.free_counts[to as usize] += count as i64;
+                if to == me {
+                    pool.add_range(first, count);
+                }
+                applied.outcome = Outcome::SlotsGranted;
+            }
+        }
+        // A touched object's own host counter is unknown on the author too: the touch
+        // above covers alloc, dealloc and wrap; create starts unknown; delete removes it.
+        Ok(applied)
+    }
+
+    /// Every object, sorted by key: for tests and inspection.
+    pub(crate) fn snapshot(&self) -> Vec<(Vec<u8>, IndexEntry)> {
+        let mut buf = [0u8; crate::config::MAX_KEY_BYTES_LIMIT as usize];
+        let mut out: Vec<(Vec<u8>, IndexEntry)> = self
+            .table
+            .iter()
+            .map(|&handle| (self.key_into(handle, &mut buf).to_vec(), self.entry(handle)))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Bytes of DRAM the index holds: the table, the arena and the free lists.
+    pub(crate) fn heap_bytes(&self) -> u64 {
+        let table = self.table.allocation_size() as u64;
+        let arena = (self.chunks.len() * CHUNK_WORDS * std::mem::size_of::<AtomicU32>()) as u64
+            + (self.chunks.capacity() * std::mem::size_of::<Box<[AtomicU32]>>()) as u64;
+        let free: u64 = self
+            .free
+            .iter()
+            .map(|list| (list.capacity() * 4) as u64)
+            .sum::<u64>()
+            + (self.free.capacity() * std::mem::size_of::<Vec<u32>>()) as u64;
+        table + arena + free
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn index() -> Index {
+        Index::new(1000, 100, 4)
+    }
+
+    #[test]
+    fn create_lookup_delete_round_trip_with_every_key_length() {
+        let mut index = index();
+        let mut pool = SlotPool::default();
+        for len in 0..40usize {
+            let key: Vec<u8> = (0..len as u8).collect();
+            let applied = index
+                .apply(len as u64, 1, &Event::Create { key: &key, slot: len as u64 }, 0, &mut pool)
+                .unwrap();
+            assert_eq!(applied.outcome, Outcome::Created);
+            assert_eq!(applied.drop_slot, Some(len as u64), "another host's create drops the slot");
+        }
+        assert_eq!(index.len(), 40);
+        for len in 0..40usize {
+            let key: Vec<u8> = (0..len as u8).collect();
+            let entry = index.lookup(&key).expect("present");
+            assert_eq!((entry.slot, entry.stamp, entry.record, entry.host_counter), (len as u64, len as u64, None, None));
+            let mut longer = key.clone();
+            longer.push(0);
+            assert_ne!(index.lookup(&longer).map(|e| e.slot), Some(len as u64 + 100));
+        }
+        let applied = index.apply(100, 0, &Event::Delete { key: &[0, 1, 2] }, 0, &mut pool).unwrap();
+        assert_eq!(applied.outcome, Outcome::Deleted { slot: 3, record: None });
+        assert_eq!(applied.drop_slot, None, "our own delete drops nothing");
+        assert_eq!(pool.pop(), Some(3), "the deleter owns the slot now");
+        assert!(index.lookup(&[0, 1, 2]).is_none());
+        // The freed arena record is reused by a key of the same length.
+        index.apply(101, 2, &Event::Create { key: b"abc", slot: 500 }, 0, &mut pool).unwrap();
+        assert_eq!(index.lookup(b"abc").map(|e| e.slot), Some(500));
+        assert_eq!(index.snapshot().len(), 40);
+    }
+
+    #[test]
+    fn a_lost_create_keeps_the_slot_with_its_owner() {
+        let mut index = index();
+        let mut pool = SlotPool::default();
+        index.apply(0, 1, &Event::Create { key: b"k", slot: 7 }, 0, &mut pool).unwrap();
+        let applied = index.apply(1, 0, &Event::Create { key: b"k", slot: 8 }, 0, &mut pool).unwrap();
+        assert_eq!(applied.outcome, Outcome::AlreadyExists);
+        assert_eq!(pool.pop(), Some(8));
+        assert_eq!(index.lookup(b"k").map(|e| e.slot), Some(7));
+    }
+
+    #[test]
+    fn record_events_follow_log_order_and_stamp_the_object() {
+        let mut index = index();
+        let mut pool = SlotPool::default();
+        index.apply(0, 1, &Event::Create { key: b"k", slot: 7 }, 0, &mut pool).unwrap();
+        let first = index.apply(5, 1, &Event::RecordAlloc { key: b"k", record: 3 }, 0, &mut pool).unwrap();
+        assert_eq!(first.outcome, Outcome::RecordAllocated);
+        let second = index.apply(6, 0, &Event::RecordAlloc { key: b"k", record: 4 }, 0, &mut pool).unwrap();
+        assert_eq!(second.outcome, Outcome::RecordAllocLost { existing: 3 });
+        let entry = index.lookup(b"k").unwrap();
+        assert_eq!((entry.record, entry.stamp), (Some(3), 5));
+        index.set_host_counter(entry.handle, Some(12));
+        assert_eq!(index.current(entry.handle, 5).unwrap().host_counter, Some(12));
+        let wrap = index.apply(9, 2, &Event::Wrap { key: b"k" }, 0, &mut pool).unwrap();
+        assert_eq!((wrap.outcome, wrap.drop_slot), (Outcome::Wrapped, Some(7)));
+        assert!(index.current(entry.handle, 5).is_none(), "the stamp moved");
+        assert_eq!(index.lookup(b"k").unwrap().host_counter, None, "an event makes it unknown");
+        let stale = index.apply(10, 2, &Event::RecordDealloc { key: b"k", record: 4 }, 0, &mut pool).unwrap();
+        assert_eq!(stale.outcome, Outcome::RecordDeallocIgnored);
+        let dealloc = index.apply(11, 2, &Event::RecordDealloc { key: b"k", record: 3 }, 0, &mut pool).unwrap();
+        assert_eq!(dealloc.outcome, Outcome::RecordDeallocated);
+        assert_eq!(index.lookup(b"k").unwrap().record, None);
+    }
+
+    #[test]
+    fn out_of_range_fields_are_a_corrupt_log() {
+        let mut index = index();
+        let mut pool = SlotPool::default();
+        for event in [
+            Event::Create { key: b"k", slot: 1000 },
+            Event::GrantSlots { to: 9, first: 0, count: 1 },
+            Event::GrantSlots { to: 1, first: 999, count: 2 },
+        ] {
+            assert!(matches!(
+                index.apply(3, 0, &event, 0, &mut pool),
+                Err(Error::CorruptLogEntry { position: 3, .. })
+            ));
+        }
+        assert!(index.apply(3, 4, &Event::Wrap { key: b"k" }, 0, &mut pool).is_err());
+    }
+}
+
+/// One host's replica: the index, how far it has applied the log, and the replayer's
+/// state (one replayer at a time).
+#[derive(Debug)]
+pub(crate) struct Replica {
+    pub(crate) index: crate::sync::RwLock<Index>,
+    /// Log positions below this are applied (this host's copy of its `ltail`).
+    pub(crate) applied: crate::sync::AtomicU64,
+    pub(crate) replay: crate::sync::Mutex<ReplayState>,
+}
+
+/// What the replayer keeps between rounds.
+#[derive(Debug)]
+pub(crate) struct ReplayState {
+    /// One entry's bytes.
+    pub(crate) entry: Vec<u8>,
+    /// Outcomes of this host's own entries, by position, until its appender takes them.
+    pub(crate) outcomes: std::collections::HashMap<u64, Outcome>,
+    /// Slots this host must grant: `(to, count)`.
+    pub(crate) grants: Vec<(HostId, u64)>,
+}
+
+impl Replica {
+    pub(crate) fn new(index: Index, entry_bytes: usize) -> Self {
+        Self {
+            index: crate::sync::RwLock::new(index),
+            applied: crate::sync::AtomicU64::new(0),
+            replay: crate::sync::Mutex::new(ReplayState {
+                entry: vec![0; entry_bytes],
+                outcomes: std::collections::HashMap::new(),
+                grants: Vec::new(),
+            }),
+        }
+    }
+}

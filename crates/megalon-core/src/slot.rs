@@ -1,0 +1,161 @@
+//! Slot allocation without SCR proportional to the slots.
+//!
+//! Free slots are partitioned among hosts, and a host writes only into slots it owns.
+//! Ownership moves only through log events, applied in the same order by every replica:
+//!
+//! - `ClaimSlots { count }` gives the appender the next `count` never-used slots of the
+//!   unclaimed range (the range is part of the replicated state, so every host computes
+//!   the same slots);
+//! - a `Create` that wins takes the slot out of its creator's pool; one that loses (the key
+//!   exists) leaves the slot with its owner, who put its bytes there;
+//! - a `Delete` gives the object's slot to the deleting host;
+//! - `NeedSlots { count }` asks the host with the most free slots (by the replicated
+//!   counts, so every host agrees which one) to give some with `GrantSlots`.
+//!
+//! A creator writes the object's bytes into the slot *before* it appends the create event,
+//! so a shared free list would let two creators overwrite each other; with owned pools two
+//! hosts never write into the same free slot.
+
+use std::ops::Range;
+
+/// The free slots this host owns (local state, not replicated).
+#[derive(Debug, Default)]
+pub(crate) struct SlotPool {
+    /// Claimed or granted ranges, untouched so far.
+    ranges: Vec<Range<u64>>,
+    /// Single slots given back (deletes, lost creates).
+    singles: Vec<u64>,
+}
+
+impl SlotPool {
+    /// Takes a free slot.
+    pub(crate) fn pop(&mut self) -> Option<u64> {
+        if let Some(slot) = self.singles.pop() {
+            return Some(slot);
+        }
+        let range = self.ranges.last_mut()?;
+        let slot = range.start;
+        range.start += 1;
+        if range.is_empty() {
+            self.ranges.pop();
+        }
+        Some(slot)
+    }
+
+    /// Gives a slot back.
+    pub(crate) fn push(&mut self, slot: u64) {
+        self.singles.push(slot);
+    }
+
+    /// Adds `count` slots from `first` on.
+    pub(crate) fn add_range(&mut self, first: u64, count: u64) {
+        if count > 0 {
+            self.ranges.push(first..first + count);
+        }
+    }
+
+    /// Free slots held.
+    pub(crate) fn len(&self) -> u64 {
+        self.singles.len() as u64 + self.ranges.iter().map(|r| r.end - r.start).sum::<u64>()
+    }
+
+    /// Takes up to `count` slots to give away, as ranges `(first, count)`.
+    pub(crate) fn take_for_grant(&mut self, mut count: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        while count > 0 {
+            if let Some(range) = self.ranges.last_mut() {
+                let n = count.min(range.end - range.start);
+                out.push((range.start, n));
+                range.start += n;
+                count -= n;
+                if range.is_empty() {
+                    self.ranges.pop();
+                }
+            } else if let Some(slot) = self.singles.pop() {
+                out.push((slot, 1));
+                count -= 1;
+            } else {
+                break;
+            }
+        }
+        out
+    }
+}
+
+/// The replicated part of slot ownership: the unclaimed range and every host's count of
+/// free slots, the same on every replica at the same log position.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SlotAccounting {
+    pub(crate) unclaimed: Range<u64>,
+    pub(crate) free_counts: Vec<i64>,
+}
+
+impl SlotAccounting {
+    pub(crate) fn new(slot_count: u64, max_hosts: u32) -> Self {
+        Self {
+            unclaimed: 0..slot_count,
+            free_counts: vec![0; max_hosts as usize],
+        }
+    }
+
+    /// Takes up to `count` slots of the unclaimed range for `host`.
+    pub(crate) fn claim(&mut self, host: usize, count: u64) -> (u64, u64) {
+        let first = self.unclaimed.start;
+        let n = count.min(self.unclaimed.end - first);
+        self.unclaimed.start += n;
+        self.free_counts[host] += n as i64;
+        (first, n)
+    }
+
+    /// The host that answers a `NeedSlots` from `requester`: the most free slots, the
+    /// lowest id on a tie, never the requester; none if nobody has any.
+    pub(crate) fn donor(&self, requester: usize) -> Option<usize> {
+        self.free_counts
+            .iter()
+            .enumerate()
+            .filter(|&(host, &count)| host != requester && count > 0)
+            .max_by_key(|&(host, &count)| (count, std::cmp::Reverse(host)))
+            .map(|(host, _)| host)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_hands_out_each_slot_once() {
+        let mut pool = SlotPool::default();
+        pool.add_range(10, 3);
+        pool.push(99);
+        assert_eq!(pool.len(), 4);
+        let mut seen: Vec<u64> = std::iter::from_fn(|| pool.pop()).collect();
+        seen.sort_unstable();
+        assert_eq!(seen, vec![10, 11, 12, 99]);
+    }
+
+    #[test]
+    fn grants_come_from_ranges_then_singles() {
+        let mut pool = SlotPool::default();
+        pool.add_range(0, 5);
+        pool.push(42);
+        assert_eq!(pool.take_for_grant(3), vec![(0, 3)]);
+        assert_eq!(pool.take_for_grant(10), vec![(3, 2), (42, 1)]);
+        assert_eq!(pool.len(), 0);
+    }
+
+    #[test]
+    fn claims_stop_at_the_end_and_donor_is_deterministic() {
+        let mut slots = SlotAccounting::new(10, 3);
+        assert_eq!(slots.claim(0, 4), (0, 4));
+        assert_eq!(slots.claim(1, 4), (4, 4));
+        assert_eq!(slots.claim(2, 4), (8, 2));
+        assert_eq!(slots.claim(2, 4), (10, 0));
+        assert_eq!(slots.donor(2), Some(0), "tie between 0 and 1: the lower id");
+        slots.free_counts[1] = 5;
+        assert_eq!(slots.donor(2), Some(1));
+        assert_eq!(slots.donor(1), Some(0));
+        slots.free_counts = vec![0, 0, 3];
+        assert_eq!(slots.donor(2), None);
+    }
+}

@@ -1,0 +1,186 @@
+//! The shared log and the replicated index, across hosts of one process.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use megalon_core::{
+    Backing, Error, Event, Host, HostOptions, Join, MemoryKind, Pod, PodConfig,
+    SimulatedConfig,
+};
+
+fn pod(config: PodConfig) -> Arc<Pod> {
+    Arc::new(Pod::create(&config, Backing::heap()).expect("pod"))
+}
+
+fn small_config() -> PodConfig {
+    PodConfig::new()
+        .scr_bytes(64 << 10)
+        .lnr_bytes(1 << 20)
+        .slot_size_bytes(256)
+        .max_key_bytes(48) // 128-byte entries: two lines each
+        .log_capacity_entries(8)
+        .max_hosts(4)
+}
+
+fn simulated(seed: u64) -> HostOptions {
+    HostOptions::new().memory(MemoryKind::Simulated(SimulatedConfig {
+        seed,
+        capacity_lines: 256,
+        random_eviction_one_in: 16,
+    }))
+}
+
+#[test]
+fn a_create_on_one_host_is_seen_by_the_next_lookup_on_another() {
+    let pod = pod(small_config());
+    let a = Host::join(&pod, Join::AnyFree, simulated(1)).unwrap();
+    let b = Host::join(&pod, Join::AnyFree, simulated(2)).unwrap();
+    a.create(b"apple", b"red").unwrap();
+    let entry = b.lookup(b"apple").unwrap().expect("b sees a's completed create");
+    assert_eq!(entry.record, None);
+    assert_eq!(a.lookup(b"apple").unwrap(), Some(entry));
+    assert!(matches!(b.create(b"apple", b"green"), Err(Error::ObjectExists)));
+    b.delete(b"apple").unwrap();
+    assert_eq!(a.lookup(b"apple").unwrap(), None);
+    assert!(matches!(a.delete(b"apple"), Err(Error::UnknownKey)));
+}
+
+#[test]
+fn keys_and_values_past_the_limits_are_refused_whole() {
+    let pod = pod(small_config());
+    let host = Host::join(&pod, Join::AnyFree, MemoryKind::Hardware).unwrap();
+    let long_key = vec![7u8; 49];
+    assert!(matches!(
+        host.create(&long_key, b"v"),
+        Err(Error::KeyTooLarge { key_bytes: 49, max_key_bytes: 48 })
+    ));
+    assert!(matches!(host.lookup(&long_key), Err(Error::KeyTooLarge { .. })));
+    assert!(matches!(host.delete(&long_key), Err(Error::KeyTooLarge { .. })));
+    assert!(matches!(
+        host.create(b"k", &[0u8; 257]),
+        Err(Error::ValueTooLarge { value_bytes: 257, slot_size_bytes: 256 })
+    ));
+    // Nothing reached the log, and the maximum itself is fine.
+    assert_eq!(host.log_cursors().2, 0);
+    host.create(&long_key[..48], b"v").unwrap();
+}
+
+#[test]
+fn the_ring_wraps_many_times_and_every_replica_converges() {
+    let pod = pod(small_config());
+    let hosts: Vec<Host> = (0..3).map(|i| Host::join(&pod, Join::AnyFree, simulated(10 + i)).unwrap()).collect();
+    for round in 0..40u32 {
+        let host = &hosts[round as usize % 3];
+        let key = format!("key-{}", round % 7);
+        match host.create(key.as_bytes(), &round.to_le_bytes()) {
+            Ok(()) | Err(Error::ObjectExists) => {}
+            Err(e) => panic!("create: {e}"),
+        }
+        if round % 3 == 0 {
+            let _ = hosts[(round as usize + 1) % 3].delete(key.as_bytes());
+        }
+    }
+    let (_, _, tail) = hosts[0].log_cursors();
+    assert!(tail > 4 * 8, "the ring of 8 wrapped several times (tail {tail})");
+    for host in &hosts {
+        host.replay().unwrap();
+    }
+    let first = hosts[0].replica_snapshot();
+    for host in &hosts[1..] {
+        assert_eq!(host.replica_snapshot(), first);
+    }
+}
+
+#[test]
+fn a_host_that_never_replays_fills_the_log_and_is_named() {
+    let pod = pod(small_config());
+    let quick = HostOptions::new().wait_limit(Duration::from_millis(200));
+    let busy = Host::join(&pod, Join::As(0), quick.clone()).unwrap();
+    let _idle = Host::join(&pod, Join::As(1), quick.pump_interval(None)).unwrap();
+    let mut error = None;
+    for i in 0..20u32 {
+        if let Err(e) = busy.create(format!("k{i}").as_bytes(), b"v") {
+            error = Some(e);
+            break;
+        }
+    }
+    match error {
+        Some(Error::LogFull { lagging_host: 1, lagging_position: 0, capacity_entries: 8, .. }) => {}
+        other => panic!("expected LogFull naming host 1, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_idle_host_with_a_pump_never_blocks_the_others() {
+    let pod = pod(small_config());
+    let busy = Host::join(&pod, Join::AnyFree, HostOptions::new()).unwrap();
+    let _idle = Host::join(&pod, Join::AnyFree, HostOptions::new()).unwrap();
+    for i in 0..100u32 {
+        busy.create(format!("k{i}").as_bytes(), b"v").unwrap();
+        busy.delete(format!("k{i}").as_bytes()).unwrap();
+    }
+}
+
+#[test]
+fn no_host_can_join_once_the_log_has_recycled_entries() {
+    let pod = pod(small_config());
+    let host = Host::join(&pod, Join::AnyFree, HostOptions::new()).unwrap();
+    for i in 0..12u32 {
+        host.create(format!("k{i}").as_bytes(), b"v").unwrap();
+    }
+    assert!(host.log_cursors().0 > 0, "head moved");
+    assert!(matches!(
+        Host::join(&pod, Join::AnyFree, HostOptions::new()),
+        Err(Error::LogRecycled { .. })
+    ));
+    assert!(matches!(host.read_log(0, 1), Err(Error::LogRecycled { .. })));
+}
+
+#[test]
+fn racing_creates_of_one_key_leave_the_losers_slot_with_its_owner() {
+    let pod = pod(small_config());
+    let a = Host::join(&pod, Join::AnyFree, HostOptions::new().pump_interval(None)).unwrap();
+    let b = Host::join(&pod, Join::AnyFree, HostOptions::new().pump_interval(None)).unwrap();
+    a.create(b"warm-a", b"").unwrap(); // both hosts hold claimed slots
+    b.create(b"warm-b", b"").unwrap();
+    let (a_free, b_free) = (a.free_slots(), b.free_slots());
+    let results: Vec<_> = std::thread::scope(|s| {
+        let ta = s.spawn(|| a.create(b"same", b"from a"));
+        let tb = s.spawn(|| b.create(b"same", b"from b"));
+        vec![ta.join().unwrap(), tb.join().unwrap()]
+    });
+    let winners = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(winners, 1, "{results:?}");
+    a.replay().unwrap();
+    b.replay().unwrap();
+    // The winner spent one slot; the loser got its slot back.
+    assert_eq!(a.free_slots() + b.free_slots(), a_free + b_free - 1);
+    let loser = if results[0].is_ok() { &b } else { &a };
+    let loser_free = if results[0].is_ok() { b_free } else { a_free };
+    assert_eq!(loser.free_slots(), loser_free);
+}
+
+#[test]
+fn slots_move_between_hosts_only_through_the_log() {
+    // 2 slots in all: host 0 takes them all, then host 1 must be granted one.
+    let config = PodConfig::new()
+        .scr_bytes(64 << 10)
+        .lnr_bytes(64 * 64 + 2 * 4096)
+        .slot_size_bytes(4096)
+        .max_key_bytes(16)
+        .log_capacity_entries(64)
+        .max_hosts(2);
+    let pod = pod(config);
+    assert_eq!(pod.layout().slot_count, 2);
+    let a = Host::join(&pod, Join::As(0), HostOptions::new()).unwrap();
+    let b = Host::join(&pod, Join::As(1), HostOptions::new().wait_limit(Duration::from_secs(5))).unwrap();
+    a.create(b"a1", b"x").unwrap();
+    a.create(b"a2", b"x").unwrap();
+    a.delete(b"a1").unwrap();
+    assert_eq!(a.free_slots(), 1);
+    b.create(b"b1", b"y").unwrap();
+    assert_eq!(a.free_slots(), 0, "a granted its free slot to b");
+    let events = b.read_log(0, 100).unwrap();
+    assert!(events.iter().any(|e| matches!(e.event.event(), Event::NeedSlots { .. }) && e.host == 1));
+    assert!(events.iter().any(|e| matches!(e.event.event(), Event::GrantSlots { to: 1, .. }) && e.host == 0));
+}
