@@ -1,9 +1,10 @@
 //! Hosts: the host table in SCR, joining as a given id or the first free one, the
 //! heartbeat word, leaving.
 //!
-//! Each entry is one line: `state` (free or joined), the holder's process id, a heartbeat
-//! the holder bumps, and how many times the id has been joined. A host is one OS process
-//! or a group of threads emulating one; every host has its own view of LNR (its
+//! Each entry is one line: `holder` (0 when free, else the holder's process id, set by the
+//! one CAS that claims the id, so a reader never sees a claimed entry without its pid), a
+//! heartbeat the holder bumps, and how many times the id has been joined. A host is one
+//! OS process or a group of threads emulating one; every host has its own view of LNR (its
 //! [`Memory`]) and, later, its own replica of the index.
 
 use std::sync::Arc;
@@ -16,10 +17,9 @@ use crate::sync::{AtomicU32, AtomicU64, Ordering};
 /// Identifier of a host: its index in the host table, below the pod's `max_hosts`.
 pub type HostId = u32;
 
-const STATE_FREE: u32 = 0;
-const STATE_JOINED: u32 = 1;
-const STATE_OFFSET: u64 = 0;
-const PID_OFFSET: u64 = 4;
+/// `holder` of a free entry. Process id 0 is the kernel's, never a user process's.
+const FREE: u32 = 0;
+const HOLDER_OFFSET: u64 = 0;
 const HEARTBEAT_OFFSET: u64 = 8;
 const JOINS_OFFSET: u64 = 16;
 
@@ -30,15 +30,15 @@ pub struct HostInfo {
     pub host: HostId,
     /// Process id of the holder.
     pub pid: u32,
-    /// The holder's heartbeat count.
+    /// The holder's heartbeat count (it carries over from the id's previous holders).
     pub heartbeat: u64,
-    /// How many times this id has been joined since the pod was created.
+    /// How many times this id has been joined since the pod was created (counted just
+    /// after the claim, so a reader racing a join may see the previous count).
     pub joins: u64,
 }
 
 struct HostEntry<'a> {
-    state: &'a AtomicU32,
-    pid: &'a AtomicU32,
+    holder: &'a AtomicU32,
     heartbeat: &'a AtomicU64,
     joins: &'a AtomicU64,
 }
@@ -46,8 +46,7 @@ struct HostEntry<'a> {
 fn entry(pod: &Pod, host: HostId) -> HostEntry<'_> {
     let base = pod.layout().host_entry_offset(host);
     HostEntry {
-        state: pod.scr_u32(base + STATE_OFFSET),
-        pid: pod.scr_u32(base + PID_OFFSET),
+        holder: pod.scr_u32(base + HOLDER_OFFSET),
         heartbeat: pod.scr_u64(base + HEARTBEAT_OFFSET),
         joins: pod.scr_u64(base + JOINS_OFFSET),
     }
@@ -78,21 +77,16 @@ impl Host {
                 if host >= max_hosts {
                     return Err(Error::HostOutOfRange { host, max_hosts });
                 }
-                if !try_claim(pod, host) {
-                    return Err(Error::HostTaken {
-                        host,
-                        holder_pid: entry(pod, host).pid.load(Ordering::Relaxed),
-                    });
+                if let Err(holder_pid) = try_claim(pod, host) {
+                    return Err(Error::HostTaken { host, holder_pid });
                 }
                 host
             }
             Join::AnyFree => (0..max_hosts)
-                .find(|host| try_claim(pod, *host))
+                .find(|host| try_claim(pod, *host).is_ok())
                 .ok_or(Error::HostTableFull { max_hosts })?,
         };
-        let row = entry(pod, id);
-        row.pid.store(std::process::id(), Ordering::Relaxed);
-        row.joins.fetch_add(1, Ordering::Relaxed);
+        entry(pod, id).joins.fetch_add(1, Ordering::Relaxed);
         Ok(Host {
             pod: Arc::clone(pod),
             id,
@@ -132,11 +126,11 @@ impl Host {
 
 impl Drop for Host {
     fn drop(&mut self) {
-        let row = entry(&self.pod, self.id);
-        row.pid.store(0, Ordering::Relaxed);
         // Release: pairs with the Acquire of the CAS in `try_claim` of the next holder,
         // which then sees this holder's last writes to the row.
-        row.state.store(STATE_FREE, Ordering::Release);
+        entry(&self.pod, self.id)
+            .holder
+            .store(FREE, Ordering::Release);
     }
 }
 
@@ -149,17 +143,18 @@ impl std::fmt::Debug for Host {
     }
 }
 
-fn try_claim(pod: &Pod, host: HostId) -> bool {
+/// Claims `host` for this process, or returns the pid of its holder.
+fn try_claim(pod: &Pod, host: HostId) -> Result<(), u32> {
     // AcqRel: Acquire pairs with the Release in `Host::drop` of the previous holder.
     entry(pod, host)
-        .state
+        .holder
         .compare_exchange(
-            STATE_FREE,
-            STATE_JOINED,
+            FREE,
+            std::process::id(),
             Ordering::AcqRel,
-            Ordering::Relaxed,
+            Ordering::Acquire,
         )
-        .is_ok()
+        .map(drop)
 }
 
 impl Pod {
@@ -168,10 +163,11 @@ impl Pod {
         (0..self.config().max_hosts)
             .filter_map(|host| {
                 let row = entry(self, host);
-                // Acquire: pairs with the AcqRel claim, so pid and joins are the holder's.
-                (row.state.load(Ordering::Acquire) == STATE_JOINED).then(|| HostInfo {
+                // Acquire: pairs with the AcqRel claim.
+                let pid = row.holder.load(Ordering::Acquire);
+                (pid != FREE).then(|| HostInfo {
                     host,
-                    pid: row.pid.load(Ordering::Relaxed),
+                    pid,
                     heartbeat: row.heartbeat.load(Ordering::Relaxed),
                     joins: row.joins.load(Ordering::Relaxed),
                 })
