@@ -122,7 +122,7 @@ impl PodConfig {
             }
         }
         for (parameter, value) in [("scr_bytes", self.scr_bytes), ("lnr_bytes", self.lnr_bytes)] {
-            if value % PAGE_BYTES != 0 {
+            if !value.is_multiple_of(PAGE_BYTES) {
                 return Err(Error::UnalignedSize {
                     parameter,
                     value,
@@ -130,7 +130,7 @@ impl PodConfig {
                 });
             }
         }
-        if self.slot_size_bytes % LINE_BYTES != 0 {
+        if !self.slot_size_bytes.is_multiple_of(LINE_BYTES) {
             return Err(Error::SlotSizeNotLineMultiple {
                 slot_size_bytes: self.slot_size_bytes,
             });

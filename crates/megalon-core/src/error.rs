@@ -127,7 +127,8 @@ pub enum Error {
         /// [`crate::LOG_FORMAT_VERSION`].
         supported: u32,
     },
-    /// The file is shorter than its header or than the layout its header describes.
+    /// The file is shorter than its header or than the layout its header describes (on
+    /// open), or a DAX stand-in file is shorter than the length asked for (on create).
     #[error("{path}: {file_bytes} bytes, but the pod needs {needed_bytes}", path = path.display())]
     FileTooSmall {
         /// The file.

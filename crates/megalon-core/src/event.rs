@@ -161,7 +161,10 @@ impl<'k> Event<'k> {
             Event::NeedSlots { count } => (Kind::NeedSlots, &[], NO_RECORD, 0, count),
             Event::GrantSlots { to, first, count } => (Kind::GrantSlots, &[], to, first, count),
         };
-        assert!(KEY_AT + key.len() <= buf.len(), "key checked against the pod's maximum");
+        assert!(
+            KEY_AT + key.len() <= buf.len(),
+            "key checked against the pod's maximum"
+        );
         buf[KIND_AT] = kind as u8;
         buf[HOST_AT] = u8::try_from(host).expect("host ids fit a byte (MAX_HOSTS_LIMIT)");
         put(buf, KEY_LEN_AT, &(key.len() as u16).to_le_bytes());

@@ -192,12 +192,27 @@ impl PodHeader {
         // A header whose checksum matches was written by some build of this version; its
         // derived fields must agree with what this build derives, or the two builds
         // disagree on the layout.
-        if PodHeader::new(&layout) != header {
-            return Err(invalid(Error::ParameterMismatch {
-                parameter: "derived layout",
-                in_pod: header.total_bytes,
-                expected: layout.total_bytes,
-            }));
+        let derived = PodHeader::new(&layout);
+        for (parameter, in_pod, expected) in [
+            (
+                "header_region_bytes",
+                u64::from(header.header_region_bytes),
+                u64::from(derived.header_region_bytes),
+            ),
+            ("total_bytes", header.total_bytes, derived.total_bytes),
+            (
+                "log_entry_bytes",
+                u64::from(header.log_entry_bytes),
+                u64::from(derived.log_entry_bytes),
+            ),
+        ] {
+            if in_pod != expected {
+                return Err(invalid(Error::ParameterMismatch {
+                    parameter,
+                    in_pod,
+                    expected,
+                }));
+            }
         }
         Ok((header, layout))
     }

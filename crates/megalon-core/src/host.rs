@@ -1,8 +1,9 @@
 //! Hosts: the host table in SCR, and everything one host runs: its view of LNR, its
 //! replica, its appender (with flat combining) and its background pump.
 //!
-//! A host table entry is one line: `state` (free or joined), the holder's process id, a
-//! heartbeat the holder bumps, and how many times the id has been joined. A host is one
+//! A host table entry is one line: `holder` (0 when free, else the holder's process id,
+//! set by the one CAS that claims the id, so a reader never sees a claimed entry without
+//! its pid), a heartbeat the holder bumps, and how many times the id has been joined. A host is one
 //! OS process or a group of threads emulating one; every host has its own [`Memory`] (its
 //! own cache, in the simulation) and its own replica of the index.
 //!
@@ -28,10 +29,9 @@ use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering};
 /// Identifier of a host: its index in the host table, below the pod's `max_hosts`.
 pub type HostId = u32;
 
-const STATE_FREE: u32 = 0;
-const STATE_JOINED: u32 = 1;
-const STATE_OFFSET: u64 = 0;
-const PID_OFFSET: u64 = 4;
+/// `holder` of a free entry. Process id 0 is the kernel's, never a user process's.
+const FREE: u32 = 0;
+const HOLDER_OFFSET: u64 = 0;
 const HEARTBEAT_OFFSET: u64 = 8;
 const JOINS_OFFSET: u64 = 16;
 
@@ -42,15 +42,15 @@ pub struct HostInfo {
     pub host: HostId,
     /// Process id of the holder.
     pub pid: u32,
-    /// The holder's heartbeat count.
+    /// The holder's heartbeat count (it carries over from the id's previous holders).
     pub heartbeat: u64,
-    /// How many times this id has been joined since the pod was created.
+    /// How many times this id has been joined since the pod was created (counted just
+    /// after the claim, so a reader racing a join may see the previous count).
     pub joins: u64,
 }
 
 struct HostEntry<'a> {
-    state: &'a AtomicU32,
-    pid: &'a AtomicU32,
+    holder: &'a AtomicU32,
     heartbeat: &'a AtomicU64,
     joins: &'a AtomicU64,
 }
@@ -58,8 +58,7 @@ struct HostEntry<'a> {
 fn entry(pod: &Pod, host: HostId) -> HostEntry<'_> {
     let base = pod.layout().host_entry_offset(host);
     HostEntry {
-        state: pod.scr_u32(base + STATE_OFFSET),
-        pid: pod.scr_u32(base + PID_OFFSET),
+        holder: pod.scr_u32(base + HOLDER_OFFSET),
         heartbeat: pod.scr_u64(base + HEARTBEAT_OFFSET),
         joins: pod.scr_u64(base + JOINS_OFFSET),
     }
@@ -74,8 +73,8 @@ pub(crate) enum TableState {
 
 pub(crate) fn table_state(pod: &Pod, host: HostId) -> TableState {
     // SeqCst: `Log::advance_head` orders this load with the log's registration word.
-    match entry(pod, host).state.load(Ordering::SeqCst) {
-        STATE_FREE => TableState::Free,
+    match entry(pod, host).holder.load(Ordering::SeqCst) {
+        FREE => TableState::Free,
         _ => TableState::Joined,
     }
 }
@@ -226,18 +225,11 @@ impl Host {
         }
         Log::begin_join(pod)?;
         let claimed = match which {
-            Join::As(host) => {
-                if try_claim(pod, host) {
-                    Ok(host)
-                } else {
-                    Err(Error::HostTaken {
-                        host,
-                        holder_pid: entry(pod, host).pid.load(Ordering::Relaxed),
-                    })
-                }
-            }
+            Join::As(host) => try_claim(pod, host)
+                .map(|()| host)
+                .map_err(|holder_pid| Error::HostTaken { host, holder_pid }),
             Join::AnyFree => (0..max_hosts)
-                .find(|host| try_claim(pod, *host))
+                .find(|host| try_claim(pod, *host).is_ok())
                 .ok_or(Error::HostTableFull { max_hosts }),
         };
         let id = match claimed {
@@ -250,9 +242,7 @@ impl Host {
         // The new host replays from position 0: registration keeps head at 0 until
         // `end_join`, and this store happens before it.
         Log::ltail(pod, id).store(0, Ordering::SeqCst);
-        let row = entry(pod, id);
-        row.pid.store(std::process::id(), Ordering::Relaxed);
-        row.joins.fetch_add(1, Ordering::Relaxed);
+        entry(pod, id).joins.fetch_add(1, Ordering::Relaxed);
         Log::end_join(pod);
 
         let layout = pod.layout();
@@ -389,7 +379,11 @@ impl Host {
         let mut entry = vec![0u8; self.shared.log.entry_bytes()];
         let mut events = Vec::new();
         for position in from..to {
-            if !self.shared.log.read(&self.shared.memory, position, &mut entry) {
+            if !self
+                .shared
+                .log
+                .read(&self.shared.memory, position, &mut entry)
+            {
                 break;
             }
             let (host, event) = Event::decode(position, &entry)?;
@@ -426,16 +420,18 @@ impl Host {
 
 impl Drop for Host {
     fn drop(&mut self) {
-        self.shared.stop.store(true, std::sync::atomic::Ordering::Release);
+        self.shared
+            .stop
+            .store(true, std::sync::atomic::Ordering::Release);
         if let Some(pump) = self.pump.take() {
             pump.thread().unpark();
             let _ = pump.join();
         }
-        let row = entry(&self.shared.pod, self.shared.id);
-        row.pid.store(0, Ordering::Relaxed);
-        // Release: pairs with the Acquire of the CAS in `try_claim` of the next holder,
-        // which then sees this holder's last writes to the row.
-        row.state.store(STATE_FREE, Ordering::SeqCst);
+        // SeqCst (Release would do for the next holder, whose claiming CAS pairs with it):
+        // `Log::advance_head` orders its loads of holders with the log's registration.
+        entry(&self.shared.pod, self.shared.id)
+            .holder
+            .store(FREE, Ordering::SeqCst);
     }
 }
 
@@ -448,19 +444,42 @@ impl std::fmt::Debug for Host {
     }
 }
 
-fn try_claim(pod: &Pod, host: HostId) -> bool {
-    // SeqCst: Acquire pairs with the Release in `Host::drop` of the previous holder, and
-    // `Log::advance_head` orders its loads of states with this.
+/// Claims `host` for this process, or returns the pid of its holder.
+fn try_claim(pod: &Pod, host: HostId) -> Result<(), u32> {
+    // SeqCst: Acquire pairs with the store in `Host::drop` of the previous holder, and
+    // `Log::advance_head` orders its loads of holders with this.
     entry(pod, host)
-        .state
-        .compare_exchange(STATE_FREE, STATE_JOINED, Ordering::SeqCst, Ordering::Relaxed)
-        .is_ok()
+        .holder
+        .compare_exchange(FREE, std::process::id(), Ordering::SeqCst, Ordering::SeqCst)
+        .map(drop)
+}
+
+impl Pod {
+    /// The joined hosts, as the host table shows them now.
+    pub fn hosts(&self) -> Vec<HostInfo> {
+        (0..self.config().max_hosts)
+            .filter_map(|host| {
+                let row = entry(self, host);
+                // Acquire: pairs with the claiming CAS.
+                let pid = row.holder.load(Ordering::Acquire);
+                (pid != FREE).then(|| HostInfo {
+                    host,
+                    pid,
+                    heartbeat: row.heartbeat.load(Ordering::Relaxed),
+                    joins: row.joins.load(Ordering::Relaxed),
+                })
+            })
+            .collect()
+    }
 }
 
 impl Shared {
     fn heartbeat(&self) -> u64 {
         // Relaxed: the heartbeat only says "alive"; nothing is published with it.
-        entry(&self.pod, self.id).heartbeat.fetch_add(1, Ordering::Relaxed) + 1
+        entry(&self.pod, self.id)
+            .heartbeat
+            .fetch_add(1, Ordering::Relaxed)
+            + 1
     }
 
     fn check_key(&self, key: &[u8]) -> Result<()> {
@@ -513,13 +532,14 @@ impl Shared {
                     }
                 };
                 let index = index.get_or_insert_with(|| self.replica.index.write());
-                let applied = match index.apply(position, author, &event, self.id, &mut self.slots.lock()) {
-                    Ok(applied) => applied,
-                    Err(error) => {
-                        failure = Some(error);
-                        break 'rounds;
-                    }
-                };
+                let applied =
+                    match index.apply(position, author, &event, self.id, &mut self.slots.lock()) {
+                        Ok(applied) => applied,
+                        Err(error) => {
+                            failure = Some(error);
+                            break 'rounds;
+                        }
+                    };
                 if author == self.id {
                     state.outcomes.insert(position, applied.outcome);
                 }
@@ -537,7 +557,8 @@ impl Shared {
             drop(index);
             match target {
                 Some(target) if position < target => {
-                    let backoff = backoff.get_or_insert_with(|| Backoff::new(self.options.wait_limit));
+                    let backoff =
+                        backoff.get_or_insert_with(|| Backoff::new(self.options.wait_limit));
                     if !backoff.snooze() {
                         failure = Some(Error::ReplayStalled {
                             position,
@@ -552,14 +573,18 @@ impl Shared {
         if dropped > 0 {
             // The dropped lines are gone before anyone looks the new index up.
             self.memory.fence();
-            self.counters.slots_dropped.fetch_add(dropped, Ordering::Relaxed);
+            self.counters
+                .slots_dropped
+                .fetch_add(dropped, Ordering::Relaxed);
         }
         if position > start {
             // Release: pairs with the Acquire in `catch_up` (this host's readers) and the
             // SeqCst loads in `Log::advance_head` (appenders on every host).
             self.replica.applied.store(position, Ordering::Release);
             Log::ltail(&self.pod, self.id).store(position, Ordering::SeqCst);
-            self.counters.entries_replayed.fetch_add(position - start, Ordering::Relaxed);
+            self.counters
+                .entries_replayed
+                .fetch_add(position - start, Ordering::Relaxed);
         }
         match failure {
             Some(error) => Err(error),
@@ -572,7 +597,9 @@ impl Shared {
         let owned = OwnedEvent::new(event);
         if self.options.flat_combining {
             self.combiner
-                .submit(owned, self.options.wait_limit, |events| self.append_batch(events))
+                .submit(owned, self.options.wait_limit, |events| {
+                    self.append_batch(events)
+                })
         } else {
             Ok(self.append_batch(std::slice::from_ref(&owned))?[0])
         }
@@ -591,8 +618,14 @@ impl Shared {
             }
             let start = self
                 .log
-                .reserve(&self.pod, count, self.options.wait_limit, || self.replay(None).map(drop))?;
-            for (i, entry) in entries.chunks_exact(entry_bytes).take(batch.len()).enumerate() {
+                .reserve(&self.pod, count, self.options.wait_limit, || {
+                    self.replay(None).map(drop)
+                })?;
+            for (i, entry) in entries
+                .chunks_exact(entry_bytes)
+                .take(batch.len())
+                .enumerate()
+            {
                 self.log.write(&self.memory, start + i as u64, entry);
             }
             self.replay(Some(start + count))?;
@@ -607,8 +640,12 @@ impl Shared {
                     .expect("replay applied every entry up to ours");
                 outcomes.push(outcome);
             }
-            self.counters.entries_appended.fetch_add(count, Ordering::Relaxed);
-            self.counters.batches_appended.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .entries_appended
+                .fetch_add(count, Ordering::Relaxed);
+            self.counters
+                .batches_appended
+                .fetch_add(1, Ordering::Relaxed);
         }
         Ok(outcomes)
     }

@@ -115,15 +115,16 @@ impl fmt::Display for ScrUsage {
     }
 }
 
+/// Checks that `parts` fit in `available_bytes` of `region`. On failure, reports the least
+/// region size that fits and can be configured: whole pages.
 fn checked(region: Region, parts: &[u64], available_bytes: u64) -> Result<u64> {
     let needed = parts
         .iter()
-        .try_fold(0u64, |sum, part| sum.checked_add(*part))
-        .unwrap_or(u64::MAX);
+        .fold(0u64, |sum, part| sum.saturating_add(*part));
     if needed > available_bytes {
         return Err(Error::LayoutDoesNotFit {
             region,
-            needed_bytes: needed,
+            needed_bytes: needed.div_ceil(PAGE_BYTES).saturating_mul(PAGE_BYTES),
             available_bytes,
         });
     }
@@ -134,6 +135,19 @@ impl Layout {
     /// Lays a pod out, or says which parameter or region stops it.
     pub fn compute(config: &PodConfig) -> Result<Layout> {
         config.validate()?;
+        // The whole pod must be addressable; every offset below is less than this sum,
+        // so the arithmetic after this check cannot overflow.
+        let total_bytes = [HEADER_REGION_BYTES, config.scr_bytes, config.lnr_bytes]
+            .iter()
+            .try_fold(0u64, |sum, part| sum.checked_add(*part))
+            .filter(|total| usize::try_from(*total).is_ok())
+            .ok_or(Error::LayoutDoesNotFit {
+                region: Region::Device,
+                needed_bytes: HEADER_REGION_BYTES
+                    .saturating_add(config.scr_bytes)
+                    .saturating_add(config.lnr_bytes),
+                available_bytes: usize::MAX as u64,
+            })?;
         let hosts = u64::from(config.max_hosts);
         let record_bytes = u64::from(config.record_width_bits / 8);
 
@@ -160,10 +174,7 @@ impl Layout {
         // LNR: the log ring, then slots.
         let lnr_offset = scr_offset + config.scr_bytes;
         let log_entry_bytes = config.log_entry_bytes();
-        let log_bytes = config
-            .log_capacity_entries
-            .checked_mul(log_entry_bytes)
-            .unwrap_or(u64::MAX);
+        let log_bytes = config.log_capacity_entries.saturating_mul(log_entry_bytes);
         checked(
             Region::Lnr,
             &[log_bytes, config.slot_size_bytes],
@@ -184,15 +195,6 @@ impl Layout {
                 });
             }
         }
-        let total_bytes = HEADER_REGION_BYTES
-            .checked_add(config.scr_bytes)
-            .and_then(|b| b.checked_add(config.lnr_bytes))
-            .filter(|b| usize::try_from(*b).is_ok())
-            .ok_or(Error::LayoutDoesNotFit {
-                region: Region::Device,
-                needed_bytes: u64::MAX,
-                available_bytes: usize::MAX as u64,
-            })?;
 
         Ok(Layout {
             config: config.clone(),

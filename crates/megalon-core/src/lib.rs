@@ -58,10 +58,10 @@ pub use config::{
     MAX_SLOT_SIZE_BYTES, MIN_LOG_CAPACITY_ENTRIES, PAGE_BYTES, RECORD_WIDTHS_BITS,
 };
 pub use error::{Error, Region, Result};
-pub use header::{fnv1a64, PodHeader, HEADER_BYTES, LAYOUT_VERSION, MAGIC};
 pub use event::{Event, OwnedEvent, LOG_FORMAT_VERSION};
+pub use header::{fnv1a64, PodHeader, HEADER_BYTES, LAYOUT_VERSION, MAGIC};
 pub use host::{Host, HostId, HostInfo, HostOptions, HostStats, Join, LoggedEvent};
 pub use layout::{Layout, ScrUsage, HEADER_REGION_BYTES, MAX_RECORDS, MAX_SLOTS};
-pub use replica::{IndexEntry, Outcome};
 pub use memory::{Memory, MemoryKind, SimulatedConfig, SimulatedStats};
 pub use pod::{numa_nodes, Backing, BackingKind, Pod};
+pub use replica::{IndexEntry, Outcome};

@@ -107,7 +107,12 @@ impl Log {
             }
             // SeqCst: the closer's CAS in `advance_head` and this one are totally ordered;
             // if ours is first, the closer sees a joiner and does not close.
-            match registration.compare_exchange(current, current + 1, Ordering::SeqCst, Ordering::SeqCst) {
+            match registration.compare_exchange(
+                current,
+                current + 1,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
                 Ok(_) => return Ok(()),
                 Err(now) => current = now,
             }
@@ -174,7 +179,10 @@ impl Log {
         limit: Duration,
         mut help: impl FnMut() -> Result<()>,
     ) -> Result<u64> {
-        assert!(count > 0 && count <= self.capacity, "batches are split to the ring's size");
+        assert!(
+            count > 0 && count <= self.capacity,
+            "batches are split to the ring's size"
+        );
         let tail = Self::tail(pod);
         let mut backoff = Backoff::new(limit);
         loop {
@@ -187,7 +195,12 @@ impl Log {
                 // Relaxed would do for the reservation itself; AcqRel keeps the order of
                 // reservations and our later entry writes obvious.
                 if tail
-                    .compare_exchange_weak(position, position + count, Ordering::AcqRel, Ordering::Relaxed)
+                    .compare_exchange_weak(
+                        position,
+                        position + count,
+                        Ordering::AcqRel,
+                        Ordering::Relaxed,
+                    )
                     .is_ok()
                 {
                     return Ok(position);
@@ -200,7 +213,10 @@ impl Log {
             }
             help()?;
             if !backoff.snooze() {
-                let laggard = laggard.unwrap_or(Laggard { host: HostId::MAX, position: new_head });
+                let laggard = laggard.unwrap_or(Laggard {
+                    host: HostId::MAX,
+                    position: new_head,
+                });
                 return Err(Error::LogFull {
                     lagging_host: laggard.host,
                     lagging_position: laggard.position,
@@ -244,7 +260,10 @@ impl Log {
         memory.read(offset, &mut entry[..line]);
         let alive = u64::from_ne_bytes(entry[..8].try_into().expect("8"));
         if alive != self.alive_value(position) {
-            debug_assert!(alive < self.alive_value(position), "a writer lapped a reader");
+            debug_assert!(
+                alive < self.alive_value(position),
+                "a writer lapped a reader"
+            );
             return false;
         }
         if self.entry_bytes > line {

@@ -59,7 +59,10 @@ pub fn skipped(step: Step) -> bool {
     *ACTIVE.get_or_init(|| {
         let name = std::env::var("MEGALON_MUTANT").ok()?;
         let step = Step::from_name(&name);
-        assert!(step.is_some(), "MEGALON_MUTANT={name} names no protocol step");
+        assert!(
+            step.is_some(),
+            "MEGALON_MUTANT={name} names no protocol step"
+        );
         step
     }) == Some(step)
 }

@@ -326,7 +326,7 @@ impl Pod {
     /// touched through the memory layer.
     pub(crate) fn word(&self, offset: u64) -> &AtomicU64 {
         assert!(
-            offset % 8 == 0 && offset + 8 <= self.layout.total_bytes,
+            offset.is_multiple_of(8) && offset + 8 <= self.layout.total_bytes,
             "word {offset:#x} outside the pod"
         );
         // SAFETY: in bounds and aligned (checked above; the mapping is page-aligned); the
@@ -377,7 +377,7 @@ impl Pod {
     fn assert_in_scr(&self, offset: u64, bytes: u64) {
         let scr = self.layout.scr_offset..self.layout.lnr_offset;
         assert!(
-            offset % bytes == 0 && scr.contains(&offset) && offset + bytes <= scr.end,
+            offset.is_multiple_of(bytes) && scr.contains(&offset) && offset + bytes <= scr.end,
             "{bytes}-byte SCR word at {offset:#x} outside {scr:#x?}"
         );
     }

@@ -231,7 +231,9 @@ impl Index {
 
     fn find(&self, key: &[u8]) -> Option<u32> {
         let hash = self.hasher.hash_one(key);
-        self.table.find(hash, |&handle| self.key_equals(handle, key)).copied()
+        self.table
+            .find(hash, |&handle| self.key_equals(handle, key))
+            .copied()
     }
 
     /// The entry of `key`, if the object exists.
@@ -283,7 +285,12 @@ impl Index {
             self.set(handle, HEADER_WORDS + i, word_of(chunk));
         }
         let hash = self.hasher.hash_one(key);
-        let Self { table, chunks, hasher, .. } = self;
+        let Self {
+            table,
+            chunks,
+            hasher,
+            ..
+        } = self;
         table.insert_unique(hash, handle, |&other| {
             // Rehash: rebuild the key from the arena (growth only, never on lookups).
             let at = |field: usize| {
@@ -438,7 +445,11 @@ impl Index {
                 applied.outcome = Outcome::SlotsRequested { donor };
             }
             Event::GrantSlots { to, first, count } => {
-                if to >= self.max_hosts || first.checked_add(count).is_none_or(|end| end > self.slot_count) {
+                if to >= self.max_hosts
+                    || first
+                        .checked_add(count)
+                        .is_none_or(|end| end > self.slot_count)
+                {
                     return Err(corrupt("slot grant outside the pod"));
                 }
                 self.slots.free_counts[author as usize] -= count as i64;
@@ -496,27 +507,65 @@ mod tests {
         for len in 0..40usize {
             let key: Vec<u8> = (0..len as u8).collect();
             let applied = index
-                .apply(len as u64, 1, &Event::Create { key: &key, slot: len as u64 }, 0, &mut pool)
+                .apply(
+                    len as u64,
+                    1,
+                    &Event::Create {
+                        key: &key,
+                        slot: len as u64,
+                    },
+                    0,
+                    &mut pool,
+                )
                 .unwrap();
             assert_eq!(applied.outcome, Outcome::Created);
-            assert_eq!(applied.drop_slot, Some(len as u64), "another host's create drops the slot");
+            assert_eq!(
+                applied.drop_slot,
+                Some(len as u64),
+                "another host's create drops the slot"
+            );
         }
         assert_eq!(index.len(), 40);
         for len in 0..40usize {
             let key: Vec<u8> = (0..len as u8).collect();
             let entry = index.lookup(&key).expect("present");
-            assert_eq!((entry.slot, entry.stamp, entry.record, entry.host_counter), (len as u64, len as u64, None, None));
+            assert_eq!(
+                (entry.slot, entry.stamp, entry.record, entry.host_counter),
+                (len as u64, len as u64, None, None)
+            );
             let mut longer = key.clone();
             longer.push(0);
-            assert_ne!(index.lookup(&longer).map(|e| e.slot), Some(len as u64 + 100));
+            assert_ne!(
+                index.lookup(&longer).map(|e| e.slot),
+                Some(len as u64 + 100)
+            );
         }
-        let applied = index.apply(100, 0, &Event::Delete { key: &[0, 1, 2] }, 0, &mut pool).unwrap();
-        assert_eq!(applied.outcome, Outcome::Deleted { slot: 3, record: None });
+        let applied = index
+            .apply(100, 0, &Event::Delete { key: &[0, 1, 2] }, 0, &mut pool)
+            .unwrap();
+        assert_eq!(
+            applied.outcome,
+            Outcome::Deleted {
+                slot: 3,
+                record: None
+            }
+        );
         assert_eq!(applied.drop_slot, None, "our own delete drops nothing");
         assert_eq!(pool.pop(), Some(3), "the deleter owns the slot now");
         assert!(index.lookup(&[0, 1, 2]).is_none());
         // The freed arena record is reused by a key of the same length.
-        index.apply(101, 2, &Event::Create { key: b"abc", slot: 500 }, 0, &mut pool).unwrap();
+        index
+            .apply(
+                101,
+                2,
+                &Event::Create {
+                    key: b"abc",
+                    slot: 500,
+                },
+                0,
+                &mut pool,
+            )
+            .unwrap();
         assert_eq!(index.lookup(b"abc").map(|e| e.slot), Some(500));
         assert_eq!(index.snapshot().len(), 40);
     }
@@ -525,8 +574,12 @@ mod tests {
     fn a_lost_create_keeps_the_slot_with_its_owner() {
         let mut index = index();
         let mut pool = SlotPool::default();
-        index.apply(0, 1, &Event::Create { key: b"k", slot: 7 }, 0, &mut pool).unwrap();
-        let applied = index.apply(1, 0, &Event::Create { key: b"k", slot: 8 }, 0, &mut pool).unwrap();
+        index
+            .apply(0, 1, &Event::Create { key: b"k", slot: 7 }, 0, &mut pool)
+            .unwrap();
+        let applied = index
+            .apply(1, 0, &Event::Create { key: b"k", slot: 8 }, 0, &mut pool)
+            .unwrap();
         assert_eq!(applied.outcome, Outcome::AlreadyExists);
         assert_eq!(pool.pop(), Some(8));
         assert_eq!(index.lookup(b"k").map(|e| e.slot), Some(7));
@@ -536,22 +589,77 @@ mod tests {
     fn record_events_follow_log_order_and_stamp_the_object() {
         let mut index = index();
         let mut pool = SlotPool::default();
-        index.apply(0, 1, &Event::Create { key: b"k", slot: 7 }, 0, &mut pool).unwrap();
-        let first = index.apply(5, 1, &Event::RecordAlloc { key: b"k", record: 3 }, 0, &mut pool).unwrap();
+        index
+            .apply(0, 1, &Event::Create { key: b"k", slot: 7 }, 0, &mut pool)
+            .unwrap();
+        let first = index
+            .apply(
+                5,
+                1,
+                &Event::RecordAlloc {
+                    key: b"k",
+                    record: 3,
+                },
+                0,
+                &mut pool,
+            )
+            .unwrap();
         assert_eq!(first.outcome, Outcome::RecordAllocated);
-        let second = index.apply(6, 0, &Event::RecordAlloc { key: b"k", record: 4 }, 0, &mut pool).unwrap();
+        let second = index
+            .apply(
+                6,
+                0,
+                &Event::RecordAlloc {
+                    key: b"k",
+                    record: 4,
+                },
+                0,
+                &mut pool,
+            )
+            .unwrap();
         assert_eq!(second.outcome, Outcome::RecordAllocLost { existing: 3 });
         let entry = index.lookup(b"k").unwrap();
         assert_eq!((entry.record, entry.stamp), (Some(3), 5));
         index.set_host_counter(entry.handle, Some(12));
-        assert_eq!(index.current(entry.handle, 5).unwrap().host_counter, Some(12));
-        let wrap = index.apply(9, 2, &Event::Wrap { key: b"k" }, 0, &mut pool).unwrap();
+        assert_eq!(
+            index.current(entry.handle, 5).unwrap().host_counter,
+            Some(12)
+        );
+        let wrap = index
+            .apply(9, 2, &Event::Wrap { key: b"k" }, 0, &mut pool)
+            .unwrap();
         assert_eq!((wrap.outcome, wrap.drop_slot), (Outcome::Wrapped, Some(7)));
         assert!(index.current(entry.handle, 5).is_none(), "the stamp moved");
-        assert_eq!(index.lookup(b"k").unwrap().host_counter, None, "an event makes it unknown");
-        let stale = index.apply(10, 2, &Event::RecordDealloc { key: b"k", record: 4 }, 0, &mut pool).unwrap();
+        assert_eq!(
+            index.lookup(b"k").unwrap().host_counter,
+            None,
+            "an event makes it unknown"
+        );
+        let stale = index
+            .apply(
+                10,
+                2,
+                &Event::RecordDealloc {
+                    key: b"k",
+                    record: 4,
+                },
+                0,
+                &mut pool,
+            )
+            .unwrap();
         assert_eq!(stale.outcome, Outcome::RecordDeallocIgnored);
-        let dealloc = index.apply(11, 2, &Event::RecordDealloc { key: b"k", record: 3 }, 0, &mut pool).unwrap();
+        let dealloc = index
+            .apply(
+                11,
+                2,
+                &Event::RecordDealloc {
+                    key: b"k",
+                    record: 3,
+                },
+                0,
+                &mut pool,
+            )
+            .unwrap();
         assert_eq!(dealloc.outcome, Outcome::RecordDeallocated);
         assert_eq!(index.lookup(b"k").unwrap().record, None);
     }
@@ -561,16 +669,29 @@ mod tests {
         let mut index = index();
         let mut pool = SlotPool::default();
         for event in [
-            Event::Create { key: b"k", slot: 1000 },
-            Event::GrantSlots { to: 9, first: 0, count: 1 },
-            Event::GrantSlots { to: 1, first: 999, count: 2 },
+            Event::Create {
+                key: b"k",
+                slot: 1000,
+            },
+            Event::GrantSlots {
+                to: 9,
+                first: 0,
+                count: 1,
+            },
+            Event::GrantSlots {
+                to: 1,
+                first: 999,
+                count: 2,
+            },
         ] {
             assert!(matches!(
                 index.apply(3, 0, &event, 0, &mut pool),
                 Err(Error::CorruptLogEntry { position: 3, .. })
             ));
         }
-        assert!(index.apply(3, 4, &Event::Wrap { key: b"k" }, 0, &mut pool).is_err());
+        assert!(index
+            .apply(3, 4, &Event::Wrap { key: b"k" }, 0, &mut pool)
+            .is_err());
     }
 }
 

@@ -4,8 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use megalon_core::{
-    Backing, Error, Event, Host, HostOptions, Join, MemoryKind, Pod, PodConfig,
-    SimulatedConfig,
+    Backing, Error, Event, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, SimulatedConfig,
 };
 
 fn pod(config: PodConfig) -> Arc<Pod> {
@@ -36,10 +35,16 @@ fn a_create_on_one_host_is_seen_by_the_next_lookup_on_another() {
     let a = Host::join(&pod, Join::AnyFree, simulated(1)).unwrap();
     let b = Host::join(&pod, Join::AnyFree, simulated(2)).unwrap();
     a.create(b"apple", b"red").unwrap();
-    let entry = b.lookup(b"apple").unwrap().expect("b sees a's completed create");
+    let entry = b
+        .lookup(b"apple")
+        .unwrap()
+        .expect("b sees a's completed create");
     assert_eq!(entry.record, None);
     assert_eq!(a.lookup(b"apple").unwrap(), Some(entry));
-    assert!(matches!(b.create(b"apple", b"green"), Err(Error::ObjectExists)));
+    assert!(matches!(
+        b.create(b"apple", b"green"),
+        Err(Error::ObjectExists)
+    ));
     b.delete(b"apple").unwrap();
     assert_eq!(a.lookup(b"apple").unwrap(), None);
     assert!(matches!(a.delete(b"apple"), Err(Error::UnknownKey)));
@@ -52,13 +57,25 @@ fn keys_and_values_past_the_limits_are_refused_whole() {
     let long_key = vec![7u8; 49];
     assert!(matches!(
         host.create(&long_key, b"v"),
-        Err(Error::KeyTooLarge { key_bytes: 49, max_key_bytes: 48 })
+        Err(Error::KeyTooLarge {
+            key_bytes: 49,
+            max_key_bytes: 48
+        })
     ));
-    assert!(matches!(host.lookup(&long_key), Err(Error::KeyTooLarge { .. })));
-    assert!(matches!(host.delete(&long_key), Err(Error::KeyTooLarge { .. })));
+    assert!(matches!(
+        host.lookup(&long_key),
+        Err(Error::KeyTooLarge { .. })
+    ));
+    assert!(matches!(
+        host.delete(&long_key),
+        Err(Error::KeyTooLarge { .. })
+    ));
     assert!(matches!(
         host.create(b"k", &[0u8; 257]),
-        Err(Error::ValueTooLarge { value_bytes: 257, slot_size_bytes: 256 })
+        Err(Error::ValueTooLarge {
+            value_bytes: 257,
+            slot_size_bytes: 256
+        })
     ));
     // Nothing reached the log, and the maximum itself is fine.
     assert_eq!(host.log_cursors().2, 0);
@@ -68,7 +85,9 @@ fn keys_and_values_past_the_limits_are_refused_whole() {
 #[test]
 fn the_ring_wraps_many_times_and_every_replica_converges() {
     let pod = pod(small_config());
-    let hosts: Vec<Host> = (0..3).map(|i| Host::join(&pod, Join::AnyFree, simulated(10 + i)).unwrap()).collect();
+    let hosts: Vec<Host> = (0..3)
+        .map(|i| Host::join(&pod, Join::AnyFree, simulated(10 + i)).unwrap())
+        .collect();
     for round in 0..40u32 {
         let host = &hosts[round as usize % 3];
         let key = format!("key-{}", round % 7);
@@ -81,7 +100,10 @@ fn the_ring_wraps_many_times_and_every_replica_converges() {
         }
     }
     let (_, _, tail) = hosts[0].log_cursors();
-    assert!(tail > 4 * 8, "the ring of 8 wrapped several times (tail {tail})");
+    assert!(
+        tail > 4 * 8,
+        "the ring of 8 wrapped several times (tail {tail})"
+    );
     for host in &hosts {
         host.replay().unwrap();
     }
@@ -105,7 +127,12 @@ fn a_host_that_never_replays_fills_the_log_and_is_named() {
         }
     }
     match error {
-        Some(Error::LogFull { lagging_host: 1, lagging_position: 0, capacity_entries: 8, .. }) => {}
+        Some(Error::LogFull {
+            lagging_host: 1,
+            lagging_position: 0,
+            capacity_entries: 8,
+            ..
+        }) => {}
         other => panic!("expected LogFull naming host 1, got {other:?}"),
     }
 }
@@ -133,7 +160,10 @@ fn no_host_can_join_once_the_log_has_recycled_entries() {
         Host::join(&pod, Join::AnyFree, HostOptions::new()),
         Err(Error::LogRecycled { .. })
     ));
-    assert!(matches!(host.read_log(0, 1), Err(Error::LogRecycled { .. })));
+    assert!(matches!(
+        host.read_log(0, 1),
+        Err(Error::LogRecycled { .. })
+    ));
 }
 
 #[test]
@@ -173,7 +203,12 @@ fn slots_move_between_hosts_only_through_the_log() {
     let pod = pod(config);
     assert_eq!(pod.layout().slot_count, 2);
     let a = Host::join(&pod, Join::As(0), HostOptions::new()).unwrap();
-    let b = Host::join(&pod, Join::As(1), HostOptions::new().wait_limit(Duration::from_secs(5))).unwrap();
+    let b = Host::join(
+        &pod,
+        Join::As(1),
+        HostOptions::new().wait_limit(Duration::from_secs(5)),
+    )
+    .unwrap();
     a.create(b"a1", b"x").unwrap();
     a.create(b"a2", b"x").unwrap();
     a.delete(b"a1").unwrap();
@@ -181,6 +216,10 @@ fn slots_move_between_hosts_only_through_the_log() {
     b.create(b"b1", b"y").unwrap();
     assert_eq!(a.free_slots(), 0, "a granted its free slot to b");
     let events = b.read_log(0, 100).unwrap();
-    assert!(events.iter().any(|e| matches!(e.event.event(), Event::NeedSlots { .. }) && e.host == 1));
-    assert!(events.iter().any(|e| matches!(e.event.event(), Event::GrantSlots { to: 1, .. }) && e.host == 0));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e.event.event(), Event::NeedSlots { .. }) && e.host == 1));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e.event.event(), Event::GrantSlots { to: 1, .. }) && e.host == 0));
 }

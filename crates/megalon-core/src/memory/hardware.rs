@@ -74,7 +74,7 @@ impl HardwareMemory {
     #[inline]
     pub fn write_non_temporal(&self, offset: u64, data: &[u8]) {
         assert!(
-            offset % 8 == 0 && data.len() % 8 == 0,
+            offset.is_multiple_of(8) && data.len().is_multiple_of(8),
             "non-temporal stores move whole words"
         );
         let dst = self.pod.lnr_ptr(offset, data.len());

@@ -144,6 +144,14 @@ impl Memory {
         dispatch!(self, m => m.fence())
     }
 
+    /// The simulated cache, or `None` on hardware.
+    pub fn as_simulated(&self) -> Option<&SimulatedMemory> {
+        match self {
+            Memory::Hardware(_) => None,
+            Memory::Simulated(m) => Some(m),
+        }
+    }
+
     /// What the simulated cache has done, or `None` on hardware.
     pub fn simulated_stats(&self) -> Option<SimulatedStats> {
         match self {
@@ -175,9 +183,10 @@ pub(crate) unsafe fn copy_out(src: *const u8, dst: &mut [u8]) {
         let word = unsafe { &*(src.add(at) as *const AtomicU64) }.load(Ordering::Relaxed);
         dst[at..at + 8].copy_from_slice(&word.to_ne_bytes());
     }
-    for i in head + words * 8..len {
+    let tail = head + words * 8;
+    for (i, byte) in dst[tail..].iter_mut().enumerate() {
         // SAFETY: in bounds (caller).
-        dst[i] = unsafe { &*(src.add(i) as *const AtomicU8) }.load(Ordering::Relaxed);
+        *byte = unsafe { &*(src.add(tail + i) as *const AtomicU8) }.load(Ordering::Relaxed);
     }
 }
 
@@ -200,9 +209,10 @@ pub(crate) unsafe fn copy_in(dst: *mut u8, src: &[u8]) {
         // SAFETY: in bounds (caller) and 8-aligned.
         unsafe { &*(dst.add(at) as *const AtomicU64) }.store(word, Ordering::Relaxed);
     }
-    for i in head + words * 8..len {
+    let tail = head + words * 8;
+    for (i, byte) in src[tail..].iter().enumerate() {
         // SAFETY: in bounds (caller).
-        unsafe { &*(dst.add(i) as *const AtomicU8) }.store(src[i], Ordering::Relaxed);
+        unsafe { &*(dst.add(tail + i) as *const AtomicU8) }.store(*byte, Ordering::Relaxed);
     }
 }
 

@@ -185,9 +185,10 @@ impl SimulatedMemory {
         unsafe { copy_in(self.memory_line(line), bytes) };
     }
 
-    fn evict(&self, cache: &mut Cache, line: u64) {
+    /// Drops `line` from the cache, writing it back if dirty. Returns whether it was cached.
+    fn drop_line(&self, cache: &mut Cache, line: u64) -> bool {
         let Some((data, place)) = cache.lines.remove(&line) else {
-            return;
+            return false;
         };
         cache.order.swap_remove(place);
         if let Some(&moved) = cache.order.get(place) {
@@ -201,7 +202,13 @@ impl SimulatedMemory {
             self.write_memory_line(line, &data.bytes);
             cache.stats.lines_written_back += 1;
         }
-        cache.stats.evictions += 1;
+        true
+    }
+
+    fn evict(&self, cache: &mut Cache, line: u64) {
+        if self.drop_line(cache, line) {
+            cache.stats.evictions += 1;
+        }
     }
 
     fn evict_random(&self, cache: &mut Cache) {
@@ -215,7 +222,7 @@ impl SimulatedMemory {
     /// Brings `line` into the cache if it is not there. Returns whether it was a hit.
     fn touch(&self, cache: &mut Cache, line: u64) -> bool {
         let one_in = self.config.random_eviction_one_in;
-        if one_in > 0 && next_random(&mut cache.rng) % one_in == 0 {
+        if one_in > 0 && next_random(&mut cache.rng).is_multiple_of(one_in) {
             self.evict_random(cache);
         }
         if cache.lines.contains_key(&line) {
@@ -311,21 +318,12 @@ impl SimulatedMemory {
     pub fn flush(&self, offset: u64, len: usize) {
         self.pod.lnr_ptr(offset, len);
         let mut cache = self.cache.lock();
+        self.flush_locked(&mut cache, offset, len);
+    }
+
+    fn flush_locked(&self, cache: &mut Cache, offset: u64, len: usize) {
         Self::for_each_line(offset, len, |line, _, _| {
-            if let Some((data, place)) = cache.lines.remove(&line) {
-                cache.order.swap_remove(place);
-                if let Some(&moved) = cache.order.get(place) {
-                    cache
-                        .lines
-                        .get_mut(&moved)
-                        .expect("order and lines agree")
-                        .1 = place;
-                }
-                if data.dirty_mask != 0 {
-                    self.write_memory_line(line, &data.bytes);
-                    cache.stats.lines_written_back += 1;
-                }
-            }
+            self.drop_line(cache, line);
         });
     }
 
@@ -349,15 +347,17 @@ impl SimulatedMemory {
     /// See [`super::Memory::write_non_temporal`].
     pub fn write_non_temporal(&self, offset: u64, data: &[u8]) {
         assert!(
-            offset % 8 == 0 && data.len() % 8 == 0,
+            offset.is_multiple_of(8) && data.len().is_multiple_of(8),
             "non-temporal stores move whole words"
         );
-        // A cached copy (written back if dirty) is dropped first, as the hardware does.
-        self.flush(offset, data.len());
         let dst = self.pod.lnr_ptr(offset, data.len());
+        // One lock for the whole store, so another thread of this host cannot cache the
+        // old line between the drop and the store.
+        let mut cache = self.cache.lock();
+        // A cached copy (written back if dirty) is dropped first, as the hardware does.
+        self.flush_locked(&mut cache, offset, data.len());
         // SAFETY: `lnr_ptr` checked the range is inside the LNR.
         unsafe { copy_in(dst, data) };
-        let mut cache = self.cache.lock();
         Self::for_each_line(offset, data.len(), |_, _, _| {
             cache.stats.non_temporal_lines += 1
         });

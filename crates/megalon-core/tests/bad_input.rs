@@ -1,0 +1,830 @@
+//! Bad input to creating and opening a pod: each answers its own error variant, carrying
+//! the values a caller needs, and never panics. A failed open never writes to the file.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use megalon_core::{
+    fnv1a64, numa_nodes, Backing, Error, Pod, PodConfig, Region, HEADER_BYTES, HEADER_REGION_BYTES,
+    LAYOUT_VERSION, LINE_BYTES, LOG_FORMAT_VERSION, MAGIC, MAX_HOSTS_LIMIT, MAX_KEY_BYTES_LIMIT,
+    MAX_SLOT_SIZE_BYTES, MIN_LOG_CAPACITY_ENTRIES, PAGE_BYTES,
+};
+use tempfile::TempDir;
+
+// Byte offsets of header fields (see header.rs: little-endian, field by field).
+const VERSION_AT: usize = 8;
+const SCR_BYTES_AT: usize = 24;
+const RECORD_WIDTH_AT: usize = 60;
+const LOG_ENTRY_BYTES_AT: usize = 68;
+const CHECKSUM_AT: usize = HEADER_BYTES - 8;
+/// Where the header keeps the log format version.
+const LOG_FORMAT_AT: usize = 72;
+
+/// A small pod: 16 KiB SCR, 256 KiB LNR, 64 log entries of 128 bytes.
+fn small_config() -> PodConfig {
+    PodConfig::new()
+        .scr_bytes(4 * PAGE_BYTES)
+        .lnr_bytes(64 * PAGE_BYTES)
+        .slot_size_bytes(1024)
+        .max_key_bytes(64)
+        .log_capacity_entries(64)
+        .record_width_bits(32)
+        .max_hosts(4)
+}
+
+/// Creating with `config` on the heap fails; the layout computation fails the same way.
+fn create_error(config: &PodConfig) -> Error {
+    let error = Pod::create(config, Backing::heap()).unwrap_err();
+    let from_layout = config.layout().unwrap_err();
+    assert_eq!(format!("{error:?}"), format!("{from_layout:?}"));
+    error
+}
+
+/// A tempdir holding a pod file made with `config`, and the file's path.
+fn pod_file(config: &PodConfig) -> (TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pod");
+    drop(Pod::create(config, Backing::file(&path)).unwrap());
+    (dir, path)
+}
+
+/// Replaces the header's checksum with the one the bytes before it hash to.
+fn fix_checksum(bytes: &mut [u8]) {
+    let checksum = fnv1a64(&bytes[..CHECKSUM_AT]);
+    bytes[CHECKSUM_AT..HEADER_BYTES].copy_from_slice(&checksum.to_le_bytes());
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
+}
+
+/// Applies `patch` to the whole file's bytes and writes them back.
+fn patch_file(path: &Path, patch: impl FnOnce(&mut Vec<u8>)) {
+    let mut bytes = fs::read(path).unwrap();
+    patch(&mut bytes);
+    fs::write(path, bytes).unwrap();
+}
+
+/// A file's contents and modification time.
+#[derive(Debug, PartialEq)]
+struct Snapshot {
+    bytes: Vec<u8>,
+    modified: SystemTime,
+}
+
+fn snapshot(path: &Path) -> Snapshot {
+    Snapshot {
+        bytes: fs::read(path).unwrap(),
+        modified: fs::metadata(path).unwrap().modified().unwrap(),
+    }
+}
+
+/// Opens `backing` (expecting `expected` if given), which must fail without changing the
+/// file at `path`.
+fn open_error(backing: Backing, expected: Option<&PodConfig>, path: &Path) -> Error {
+    let before = snapshot(path);
+    let result = match expected {
+        Some(config) => Pod::open_expecting(backing, config),
+        None => Pod::open(backing),
+    };
+    let error = result.unwrap_err();
+    let after = snapshot(path);
+    assert!(
+        before == after,
+        "a failed open ({error}) changed {}",
+        path.display()
+    );
+    error
+}
+
+// ---------------------------------------------------------------- creating: zero sizes
+
+fn assert_zero_size(config: PodConfig, expected: &str) {
+    let Error::ZeroSize { parameter } = create_error(&config) else {
+        panic!("expected ZeroSize for {expected}");
+    };
+    assert_eq!(parameter, expected);
+}
+
+#[test]
+fn zero_scr_bytes() {
+    assert_zero_size(small_config().scr_bytes(0), "scr_bytes");
+}
+
+#[test]
+fn zero_lnr_bytes() {
+    assert_zero_size(small_config().lnr_bytes(0), "lnr_bytes");
+}
+
+#[test]
+fn zero_slot_size_bytes() {
+    assert_zero_size(small_config().slot_size_bytes(0), "slot_size_bytes");
+}
+
+#[test]
+fn zero_max_key_bytes() {
+    assert_zero_size(small_config().max_key_bytes(0), "max_key_bytes");
+}
+
+#[test]
+fn zero_log_capacity_entries() {
+    assert_zero_size(
+        small_config().log_capacity_entries(0),
+        "log_capacity_entries",
+    );
+}
+
+#[test]
+fn zero_max_hosts() {
+    assert_zero_size(small_config().max_hosts(0), "max_hosts");
+}
+
+// ---------------------------------------------------------------- creating: alignment
+
+#[test]
+fn scr_bytes_not_a_page_multiple() {
+    let config = small_config().scr_bytes(4 * PAGE_BYTES + LINE_BYTES);
+    let Error::UnalignedSize {
+        parameter,
+        value,
+        alignment,
+    } = create_error(&config)
+    else {
+        panic!("expected UnalignedSize");
+    };
+    assert_eq!(parameter, "scr_bytes");
+    assert_eq!(value, 4 * PAGE_BYTES + LINE_BYTES);
+    assert_eq!(alignment, PAGE_BYTES);
+}
+
+#[test]
+fn lnr_bytes_not_a_page_multiple() {
+    let config = small_config().lnr_bytes(64 * PAGE_BYTES - 1);
+    let Error::UnalignedSize {
+        parameter,
+        value,
+        alignment,
+    } = create_error(&config)
+    else {
+        panic!("expected UnalignedSize");
+    };
+    assert_eq!(parameter, "lnr_bytes");
+    assert_eq!(value, 64 * PAGE_BYTES - 1);
+    assert_eq!(alignment, PAGE_BYTES);
+}
+
+#[test]
+fn slot_size_not_a_line_multiple() {
+    let config = small_config().slot_size_bytes(1000);
+    let Error::SlotSizeNotLineMultiple { slot_size_bytes } = create_error(&config) else {
+        panic!("expected SlotSizeNotLineMultiple");
+    };
+    assert_eq!(slot_size_bytes, 1000);
+}
+
+// ---------------------------------------------------------------- creating: fitting
+
+/// The `LayoutDoesNotFit` of `config`, after checking its region and available bytes.
+fn does_not_fit(config: &PodConfig, expected_region: Region, available: u64) -> u64 {
+    let Error::LayoutDoesNotFit {
+        region,
+        needed_bytes,
+        available_bytes,
+    } = create_error(config)
+    else {
+        panic!("expected LayoutDoesNotFit in {expected_region}");
+    };
+    assert_eq!(region, expected_region);
+    assert_eq!(available_bytes, available);
+    assert!(needed_bytes > available_bytes);
+    needed_bytes
+}
+
+#[test]
+fn scr_too_small_for_cursors_host_table_and_one_line_of_records() {
+    let hosts = u64::from(MAX_HOSTS_LIMIT);
+    let config = small_config()
+        .max_hosts(MAX_HOSTS_LIMIT)
+        .scr_bytes(2 * PAGE_BYTES);
+    let needed = does_not_fit(&config, Region::Scr, 2 * PAGE_BYTES);
+    // tail, head, ctail and one ltail per host; one host-table line per host; the
+    // reclaimer's line; one line of records.
+    let fixed = (3 + hosts) * LINE_BYTES + hosts * LINE_BYTES + LINE_BYTES + LINE_BYTES;
+    assert!(
+        needed >= fixed,
+        "needs {needed}, the fixed parts take {fixed}"
+    );
+    // `needed_bytes` is the least size that fits: it is accepted, a page less is not.
+    let pod = Pod::create(&config.clone().scr_bytes(needed), Backing::heap())
+        .unwrap_or_else(|e| panic!("creating with needed_bytes = {needed}: {e}"));
+    assert!(pod.layout().record_count >= 1);
+    does_not_fit(
+        &config.scr_bytes(needed - PAGE_BYTES),
+        Region::Scr,
+        needed - PAGE_BYTES,
+    );
+}
+
+#[test]
+fn lnr_too_small_for_the_log_and_one_slot() {
+    // 64 entries of 64 bytes (keys up to 32 bytes) and one 4 KiB slot: 8 KiB.
+    let config = small_config()
+        .max_key_bytes(32)
+        .log_capacity_entries(64)
+        .slot_size_bytes(PAGE_BYTES)
+        .lnr_bytes(PAGE_BYTES);
+    let needed = does_not_fit(&config, Region::Lnr, PAGE_BYTES);
+    assert_eq!(needed, 64 * 64 + PAGE_BYTES);
+    let pod = Pod::create(&config.clone().lnr_bytes(needed), Backing::heap()).unwrap();
+    assert_eq!(pod.layout().slot_count, 1);
+}
+
+#[test]
+fn lnr_too_small_needed_bytes_is_a_size_that_can_be_given() {
+    // 64 entries of 128 bytes and one 1 KiB slot: 9 KiB, not a whole number of pages.
+    let config = small_config()
+        .max_key_bytes(64)
+        .log_capacity_entries(64)
+        .slot_size_bytes(1024)
+        .lnr_bytes(2 * PAGE_BYTES);
+    let needed = does_not_fit(&config, Region::Lnr, 2 * PAGE_BYTES);
+    assert!(needed >= 64 * 128 + 1024);
+    // `needed_bytes` is the least size that fits: it is accepted, a page less is not.
+    let pod = Pod::create(&config.clone().lnr_bytes(needed), Backing::heap())
+        .unwrap_or_else(|e| panic!("creating with needed_bytes = {needed}: {e}"));
+    assert!(pod.layout().slot_count >= 1);
+    does_not_fit(
+        &config.lnr_bytes(needed - PAGE_BYTES),
+        Region::Lnr,
+        needed - PAGE_BYTES,
+    );
+}
+
+#[test]
+fn log_capacity_whose_bytes_overflow_does_not_fit() {
+    let config = small_config().log_capacity_entries(u64::MAX);
+    does_not_fit(&config, Region::Lnr, 64 * PAGE_BYTES);
+}
+
+#[test]
+fn sizes_whose_sum_overflows_do_not_fit_the_address_space() {
+    let huge = u64::MAX / PAGE_BYTES * PAGE_BYTES;
+    let half = 1 << 63;
+    for (scr_bytes, lnr_bytes, log_capacity_entries) in [
+        (huge, 64 * PAGE_BYTES, 64),
+        (4 * PAGE_BYTES, huge, 64),
+        (huge, huge, 64),
+        // The log alone fills the upper half of the address space.
+        (half, half, (half - 1024) / 128),
+    ] {
+        let config = small_config()
+            .scr_bytes(scr_bytes)
+            .lnr_bytes(lnr_bytes)
+            .log_capacity_entries(log_capacity_entries);
+        let Error::LayoutDoesNotFit {
+            region,
+            available_bytes,
+            ..
+        } = create_error(&config)
+        else {
+            panic!("expected LayoutDoesNotFit for {config:?}");
+        };
+        assert_eq!(region, Region::Device, "{config:?}");
+        assert_eq!(available_bytes, usize::MAX as u64, "{config:?}");
+    }
+}
+
+// ---------------------------------------------------------------- creating: limits
+
+#[test]
+fn record_width_other_than_8_16_32() {
+    for bits in [0, 1, 4, 7, 12, 24, 33, 64, u32::MAX] {
+        let config = small_config().record_width_bits(bits);
+        let Error::UnsupportedRecordWidth { bits: reported } = create_error(&config) else {
+            panic!("expected UnsupportedRecordWidth for {bits}");
+        };
+        assert_eq!(reported, bits);
+    }
+    for bits in [8, 16, 32] {
+        Pod::create(&small_config().record_width_bits(bits), Backing::heap()).unwrap();
+    }
+}
+
+#[test]
+fn more_hosts_than_the_table_holds() {
+    for requested in [MAX_HOSTS_LIMIT + 1, u32::MAX] {
+        let config = small_config().max_hosts(requested);
+        let Error::TooManyHosts {
+            requested: reported,
+            limit,
+        } = create_error(&config)
+        else {
+            panic!("expected TooManyHosts for {requested}");
+        };
+        assert_eq!(reported, requested);
+        assert_eq!(limit, MAX_HOSTS_LIMIT);
+    }
+    Pod::create(&small_config().max_hosts(MAX_HOSTS_LIMIT), Backing::heap()).unwrap();
+}
+
+#[test]
+fn key_limit_above_its_constant() {
+    let config = small_config().max_key_bytes(MAX_KEY_BYTES_LIMIT + 1);
+    let Error::AboveLimit {
+        parameter,
+        value,
+        limit,
+    } = create_error(&config)
+    else {
+        panic!("expected AboveLimit");
+    };
+    assert_eq!(parameter, "max_key_bytes");
+    assert_eq!(value, u64::from(MAX_KEY_BYTES_LIMIT) + 1);
+    assert_eq!(limit, u64::from(MAX_KEY_BYTES_LIMIT));
+    Pod::create(
+        &small_config()
+            .max_key_bytes(MAX_KEY_BYTES_LIMIT)
+            .lnr_bytes(1 << 20),
+        Backing::heap(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn slot_size_above_its_constant() {
+    let config = small_config()
+        .slot_size_bytes(MAX_SLOT_SIZE_BYTES + LINE_BYTES)
+        .lnr_bytes(32 << 20);
+    let Error::AboveLimit {
+        parameter,
+        value,
+        limit,
+    } = create_error(&config)
+    else {
+        panic!("expected AboveLimit");
+    };
+    assert_eq!(parameter, "slot_size_bytes");
+    assert_eq!(value, MAX_SLOT_SIZE_BYTES + LINE_BYTES);
+    assert_eq!(limit, MAX_SLOT_SIZE_BYTES);
+    let at_limit = config
+        .slot_size_bytes(MAX_SLOT_SIZE_BYTES)
+        .layout()
+        .unwrap();
+    assert_eq!(at_limit.slot_count, 1);
+}
+
+#[test]
+fn log_capacity_below_its_minimum() {
+    let config = small_config().log_capacity_entries(MIN_LOG_CAPACITY_ENTRIES - 1);
+    let Error::BelowMinimum {
+        parameter,
+        value,
+        minimum,
+    } = create_error(&config)
+    else {
+        panic!("expected BelowMinimum");
+    };
+    assert_eq!(parameter, "log_capacity_entries");
+    assert_eq!(value, MIN_LOG_CAPACITY_ENTRIES - 1);
+    assert_eq!(minimum, MIN_LOG_CAPACITY_ENTRIES);
+    Pod::create(
+        &small_config().log_capacity_entries(MIN_LOG_CAPACITY_ENTRIES),
+        Backing::heap(),
+    )
+    .unwrap();
+}
+
+// ---------------------------------------------------------------- creating: DAX
+
+/// A tempdir holding a regular file of `len` bytes standing in for a DAX device.
+fn fake_device(len: u64) -> (TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dax0.0");
+    let file = fs::File::create(&path).unwrap();
+    file.set_len(len).unwrap();
+    (dir, path)
+}
+
+#[test]
+fn dax_device_shorter_than_the_layout() {
+    let total = small_config().layout().unwrap().total_bytes;
+    let (_dir, path) = fake_device(total - PAGE_BYTES);
+    let before = snapshot(&path);
+    let error = Pod::create(&small_config(), Backing::dax(&path, total - PAGE_BYTES)).unwrap_err();
+    let Error::LayoutDoesNotFit {
+        region,
+        needed_bytes,
+        available_bytes,
+    } = error
+    else {
+        panic!("expected LayoutDoesNotFit, got {error:?}");
+    };
+    assert_eq!(region, Region::Device);
+    assert_eq!(needed_bytes, total);
+    assert_eq!(available_bytes, total - PAGE_BYTES);
+    assert_eq!(
+        snapshot(&path),
+        before,
+        "a failed create wrote to the device"
+    );
+}
+
+#[test]
+fn dax_length_longer_than_the_regular_file_behind_it() {
+    let total = small_config().layout().unwrap().total_bytes;
+    let (_dir, path) = fake_device(total - PAGE_BYTES);
+    let before = snapshot(&path);
+    let error = Pod::create(&small_config(), Backing::dax(&path, total)).unwrap_err();
+    let Error::FileTooSmall {
+        path: reported,
+        file_bytes,
+        needed_bytes,
+    } = error
+    else {
+        panic!("expected FileTooSmall, got {error:?}");
+    };
+    assert_eq!(reported, path);
+    assert_eq!(file_bytes, total - PAGE_BYTES);
+    assert_eq!(needed_bytes, total);
+    assert_eq!(
+        snapshot(&path),
+        before,
+        "a failed create wrote to the device"
+    );
+}
+
+#[test]
+fn dax_create_and_open_on_a_regular_file_of_the_right_length() {
+    let config = small_config();
+    let total = config.layout().unwrap().total_bytes;
+    let (_dir, path) = fake_device(total);
+    let created = Pod::create(&config, Backing::dax(&path, total)).unwrap();
+    let created_layout = created.layout().clone();
+    drop(created);
+    assert_eq!(
+        fs::metadata(&path).unwrap().len(),
+        total,
+        "DAX is never resized"
+    );
+    let opened = Pod::open(Backing::dax(&path, total)).unwrap();
+    assert_eq!(opened.layout(), &created_layout);
+    let opened = Pod::open_expecting(Backing::dax(&path, total), &config).unwrap();
+    assert_eq!(opened.config(), &config);
+}
+
+// ---------------------------------------------------------------- opening
+
+#[test]
+fn open_wrong_magic() {
+    let (_dir, path) = pod_file(&small_config());
+    patch_file(&path, |bytes| bytes[0] ^= 0x20);
+    let stored = u64_at(&fs::read(&path).unwrap(), 0);
+    let error = open_error(Backing::file(&path), None, &path);
+    let Error::BadMagic {
+        path: reported,
+        found,
+    } = error
+    else {
+        panic!("expected BadMagic, got {error:?}");
+    };
+    assert_eq!(reported, path);
+    assert_eq!(found, stored);
+    assert_ne!(found, MAGIC);
+}
+
+#[test]
+fn open_a_file_that_is_not_a_pod() {
+    let (_dir, path) = fake_device(small_config().layout().unwrap().total_bytes);
+    let error = open_error(Backing::file(&path), None, &path);
+    let Error::BadMagic { found, .. } = error else {
+        panic!("expected BadMagic, got {error:?}");
+    };
+    assert_eq!(found, 0);
+}
+
+#[test]
+fn open_unknown_version() {
+    let (_dir, path) = pod_file(&small_config());
+    let version = LAYOUT_VERSION + 1;
+    patch_file(&path, |bytes| {
+        bytes[VERSION_AT..VERSION_AT + 4].copy_from_slice(&version.to_le_bytes());
+        fix_checksum(bytes);
+    });
+    let error = open_error(Backing::file(&path), None, &path);
+    let Error::UnknownVersion {
+        path: reported,
+        found,
+        supported,
+    } = error
+    else {
+        panic!("expected UnknownVersion, got {error:?}");
+    };
+    assert_eq!(reported, path);
+    assert_eq!(found, version);
+    assert_eq!(supported, LAYOUT_VERSION);
+}
+
+#[test]
+fn open_unknown_log_format() {
+    let (_dir, path) = pod_file(&small_config());
+    let version = LOG_FORMAT_VERSION + 1;
+    patch_file(&path, |bytes| {
+        bytes[LOG_FORMAT_AT..LOG_FORMAT_AT + 4].copy_from_slice(&version.to_le_bytes());
+        fix_checksum(bytes);
+    });
+    let error = open_error(Backing::file(&path), None, &path);
+    let Error::UnknownLogFormat {
+        path: reported,
+        found,
+        supported,
+    } = error
+    else {
+        panic!("expected UnknownLogFormat, got {error:?}");
+    };
+    assert_eq!(reported, path);
+    assert_eq!(found, version);
+    assert_eq!(supported, LOG_FORMAT_VERSION);
+}
+
+#[test]
+fn open_file_shorter_than_the_header() {
+    let (_dir, path) = pod_file(&small_config());
+    for len in [0, 1, HEADER_BYTES as u64 - 1] {
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(len)
+            .unwrap();
+        let error = open_error(Backing::file(&path), None, &path);
+        let Error::FileTooSmall {
+            path: reported,
+            file_bytes,
+            needed_bytes,
+        } = error
+        else {
+            panic!("expected FileTooSmall, got {error:?}");
+        };
+        assert_eq!(reported, path);
+        assert_eq!(file_bytes, len);
+        assert_eq!(needed_bytes, HEADER_BYTES as u64);
+    }
+}
+
+#[test]
+fn open_file_shorter_than_its_layout() {
+    let config = small_config();
+    let total = config.layout().unwrap().total_bytes;
+    let (_dir, path) = pod_file(&config);
+    for len in [HEADER_BYTES as u64, HEADER_REGION_BYTES, total - 1] {
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(len)
+            .unwrap();
+        let error = open_error(Backing::file(&path), None, &path);
+        let Error::FileTooSmall {
+            path: reported,
+            file_bytes,
+            needed_bytes,
+        } = error
+        else {
+            panic!("expected FileTooSmall, got {error:?}");
+        };
+        assert_eq!(reported, path);
+        assert_eq!(file_bytes, len);
+        assert_eq!(needed_bytes, total);
+    }
+}
+
+#[test]
+fn open_dax_length_shorter_than_the_header_region_or_the_layout() {
+    let config = small_config();
+    let total = config.layout().unwrap().total_bytes;
+    let (_dir, path) = fake_device(total);
+    drop(Pod::create(&config, Backing::dax(&path, total)).unwrap());
+    for (len, needed) in [
+        (0, HEADER_REGION_BYTES),
+        (HEADER_REGION_BYTES - 1, HEADER_REGION_BYTES),
+        (HEADER_REGION_BYTES, total),
+        (total - 1, total),
+    ] {
+        let error = open_error(Backing::dax(&path, len), None, &path);
+        let Error::FileTooSmall {
+            file_bytes,
+            needed_bytes,
+            ..
+        } = error
+        else {
+            panic!("expected FileTooSmall for length {len}, got {error:?}");
+        };
+        assert_eq!((file_bytes, needed_bytes), (len, needed));
+    }
+}
+
+#[test]
+fn open_header_checksum_mismatch() {
+    let (_dir, path) = pod_file(&small_config());
+    let original = fs::read(&path).unwrap();
+    patch_file(&path, |bytes| bytes[SCR_BYTES_AT + 2] ^= 0x01);
+    let patched = fs::read(&path).unwrap();
+    let error = open_error(Backing::file(&path), None, &path);
+    let Error::ChecksumMismatch {
+        path: reported,
+        stored,
+        computed,
+    } = error
+    else {
+        panic!("expected ChecksumMismatch, got {error:?}");
+    };
+    assert_eq!(reported, path);
+    assert_eq!(stored, u64_at(&original, CHECKSUM_AT));
+    assert_eq!(computed, fnv1a64(&patched[..CHECKSUM_AT]));
+    assert_ne!(stored, computed);
+}
+
+#[test]
+fn open_header_with_a_valid_checksum_but_an_invalid_parameter() {
+    let (_dir, path) = pod_file(&small_config());
+    patch_file(&path, |bytes| {
+        bytes[RECORD_WIDTH_AT..RECORD_WIDTH_AT + 4].copy_from_slice(&12u32.to_le_bytes());
+        fix_checksum(bytes);
+    });
+    let error = open_error(Backing::file(&path), None, &path);
+    let Error::HeaderInvalid {
+        path: reported,
+        reason,
+    } = error
+    else {
+        panic!("expected HeaderInvalid, got {error:?}");
+    };
+    assert_eq!(reported, path);
+    assert!(
+        matches!(*reason, Error::UnsupportedRecordWidth { bits: 12 }),
+        "{reason:?}"
+    );
+}
+
+#[test]
+fn open_header_whose_derived_log_entry_size_disagrees() {
+    let config = small_config();
+    let entry_bytes = config.log_entry_bytes();
+    let (_dir, path) = pod_file(&config);
+    let wrong = entry_bytes as u32 + LINE_BYTES as u32;
+    patch_file(&path, |bytes| {
+        bytes[LOG_ENTRY_BYTES_AT..LOG_ENTRY_BYTES_AT + 4].copy_from_slice(&wrong.to_le_bytes());
+        fix_checksum(bytes);
+    });
+    let error = open_error(Backing::file(&path), None, &path);
+    let Error::HeaderInvalid { reason, .. } = error else {
+        panic!("expected HeaderInvalid, got {error:?}");
+    };
+    let Error::ParameterMismatch {
+        in_pod, expected, ..
+    } = *reason
+    else {
+        panic!("expected a ParameterMismatch reason, got {reason:?}");
+    };
+    // The error must show the values that disagree, or the user cannot tell what is wrong.
+    assert_eq!(
+        (in_pod, expected),
+        (u64::from(wrong), entry_bytes),
+        "the reported values are not the disagreeing log entry sizes"
+    );
+}
+
+#[test]
+fn open_expecting_other_parameters() {
+    let config = small_config();
+    let (_dir, path) = pod_file(&config);
+    Pod::open_expecting(Backing::file(&path), &config).unwrap();
+    let cases: [(&str, PodConfig, u64, u64); 7] = [
+        (
+            "scr_bytes",
+            config.clone().scr_bytes(8 * PAGE_BYTES),
+            config.scr_bytes,
+            8 * PAGE_BYTES,
+        ),
+        (
+            "lnr_bytes",
+            config.clone().lnr_bytes(128 * PAGE_BYTES),
+            config.lnr_bytes,
+            128 * PAGE_BYTES,
+        ),
+        (
+            "slot_size_bytes",
+            config.clone().slot_size_bytes(2048),
+            config.slot_size_bytes,
+            2048,
+        ),
+        (
+            "max_key_bytes",
+            config.clone().max_key_bytes(65),
+            config.max_key_bytes.into(),
+            65,
+        ),
+        (
+            "log_capacity_entries",
+            config.clone().log_capacity_entries(65),
+            config.log_capacity_entries,
+            65,
+        ),
+        (
+            "record_width_bits",
+            config.clone().record_width_bits(16),
+            config.record_width_bits.into(),
+            16,
+        ),
+        (
+            "max_hosts",
+            config.clone().max_hosts(5),
+            config.max_hosts.into(),
+            5,
+        ),
+    ];
+    for (name, expecting, pod_value, expected_value) in cases {
+        let error = open_error(Backing::file(&path), Some(&expecting), &path);
+        let Error::ParameterMismatch {
+            parameter,
+            in_pod,
+            expected,
+        } = error
+        else {
+            panic!("expected ParameterMismatch for {name}, got {error:?}");
+        };
+        assert_eq!(parameter, name);
+        assert_eq!(in_pod, pod_value, "{name}");
+        assert_eq!(expected, expected_value, "{name}");
+    }
+}
+
+#[test]
+fn open_a_file_that_does_not_exist() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("missing");
+    let error = Pod::open(Backing::file(&path)).unwrap_err();
+    let Error::Io {
+        path: reported,
+        source,
+        ..
+    } = error
+    else {
+        panic!("expected Io, got {error:?}");
+    };
+    assert_eq!(reported, path);
+    assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+    assert!(!path.exists(), "a failed open created the file");
+}
+
+#[test]
+fn heap_pod_cannot_be_opened() {
+    assert!(matches!(
+        Pod::open(Backing::heap()).unwrap_err(),
+        Error::HeapNotOpenable
+    ));
+    assert!(matches!(
+        Pod::open_expecting(Backing::heap(), &small_config()).unwrap_err(),
+        Error::HeapNotOpenable
+    ));
+}
+
+// ---------------------------------------------------------------- NUMA
+
+const NO_SUCH_NODE: u32 = 9999;
+
+fn assert_numa_node_missing(error: Error) {
+    let Error::NumaNodeMissing { node, available } = error else {
+        panic!("expected NumaNodeMissing, got {error:?}");
+    };
+    assert_eq!(node, NO_SUCH_NODE);
+    assert_eq!(available, numa_nodes());
+    assert!(!available.contains(&NO_SUCH_NODE));
+}
+
+#[test]
+fn create_on_a_numa_node_that_does_not_exist() {
+    let error = Pod::create(&small_config(), Backing::heap().numa_node(NO_SUCH_NODE)).unwrap_err();
+    assert_numa_node_missing(error);
+}
+
+#[test]
+fn open_on_a_numa_node_that_does_not_exist() {
+    let (_dir, path) = pod_file(&small_config());
+    let error = open_error(Backing::file(&path).numa_node(NO_SUCH_NODE), None, &path);
+    assert_numa_node_missing(error);
+}
+
+#[test]
+fn numa_node_0_works_where_it_exists() {
+    if !Path::new("/sys/devices/system/node/node0").exists() {
+        eprintln!("skipped: this machine has no NUMA node 0 in sysfs");
+        return;
+    }
+    assert!(numa_nodes().contains(&0));
+    let pod = Pod::create(&small_config(), Backing::heap().numa_node(0)).unwrap();
+    assert_eq!(pod.backing().numa_node, Some(0));
+    let (_dir, path) = pod_file(&small_config());
+    Pod::open(Backing::file(&path).numa_node(0)).unwrap();
+}

@@ -1,0 +1,510 @@
+//! The simulated non-coherent memory (DESIGN section 4), seen from hosts of one pod.
+//!
+//! Every test here joins two or more hosts to a heap pod, each with its own simulated
+//! cache, and shows one rule of a non-coherent cache: stale hits, what does and does not
+//! make a dirty line reach memory, the whole-line write-back hazard, reproducible
+//! seeded eviction, and byte-exact reads at any offset. Random eviction is off (except in
+//! the eviction tests) so every result is deterministic. "Memory" is read through a
+//! host with [`MemoryKind::Hardware`], which sees the pod's bytes as they are.
+
+use std::sync::Arc;
+
+use megalon_core::memory::SimulatedMemory;
+use megalon_core::{
+    Backing, Host, HostOptions, Join, Memory, MemoryKind, Pod, PodConfig, SimulatedConfig,
+    SimulatedStats, LINE_BYTES,
+};
+
+const LINE: usize = LINE_BYTES as usize;
+
+fn heap_pod() -> Arc<Pod> {
+    heap_pod_with(&PodConfig::new())
+}
+
+fn heap_pod_with(config: &PodConfig) -> Arc<Pod> {
+    Arc::new(Pod::create(config, Backing::heap()).expect("creating a heap pod"))
+}
+
+/// A simulated cache that never evicts at random: only a full cache evicts.
+fn simulated(seed: u64) -> MemoryKind {
+    simulated_with(seed, 1024, 0)
+}
+
+fn simulated_with(seed: u64, capacity_lines: usize, random_eviction_one_in: u64) -> MemoryKind {
+    MemoryKind::Simulated(SimulatedConfig {
+        seed,
+        capacity_lines,
+        random_eviction_one_in,
+    })
+}
+
+fn join(pod: &Arc<Pod>, memory: MemoryKind) -> Host {
+    // No pump: its log replay would touch this host's cache between the test's accesses.
+    let options = HostOptions::new().memory(memory).pump_interval(None);
+    Host::join(pod, Join::AnyFree, options).expect("joining a host")
+}
+
+/// The simulated cache of `host`, for the cache-state queries [`Memory`] does not expose.
+fn cache(host: &Host) -> &SimulatedMemory {
+    match host.memory() {
+        Memory::Simulated(memory) => memory,
+        other => panic!("host {} uses {} memory", host.id(), other.kind_name()),
+    }
+}
+
+fn stats(host: &Host) -> SimulatedStats {
+    host.memory()
+        .simulated_stats()
+        .expect("a simulated host has stats")
+}
+
+fn read(host: &Host, offset: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; len];
+    host.memory().read(offset, &mut buf);
+    buf
+}
+
+/// The bytes in memory, as a host with hardware memory (no simulated cache) reads them.
+fn memory_bytes(pod: &Arc<Pod>, offset: u64, len: usize) -> Vec<u8> {
+    let observer = join(pod, MemoryKind::Hardware);
+    read(&observer, offset, len)
+}
+
+/// What a third host reads after invalidating its own copy: memory, through a cache.
+fn flushed_read(host: &Host, offset: u64, len: usize) -> Vec<u8> {
+    host.memory().flush(offset, len);
+    host.memory().fence();
+    read(host, offset, len)
+}
+
+// ---- stale lines ----
+
+#[test]
+fn reader_without_flush_is_served_its_stale_line() {
+    let pod = heap_pod();
+    let writer = join(&pod, simulated(1));
+    let reader = join(&pod, simulated(2));
+    let slot = pod.layout().slot_offset(0);
+
+    assert_eq!(
+        read(&reader, slot, 8),
+        [0; 8],
+        "the reader caches the old line"
+    );
+    writer.memory().write(slot, b"version2");
+    writer.memory().write_back(slot, 8);
+    writer.memory().fence();
+    assert_eq!(
+        memory_bytes(&pod, slot, 8),
+        b"version2",
+        "memory has the new bytes"
+    );
+    assert_eq!(stats(&reader).stale_lines_served, 0);
+
+    assert_eq!(
+        read(&reader, slot, 8),
+        [0; 8],
+        "no flush: the cached line answers"
+    );
+    assert_eq!(stats(&reader).stale_lines_served, 1);
+}
+
+#[test]
+fn reader_that_flushes_and_fences_sees_the_writers_bytes() {
+    let pod = heap_pod();
+    let writer = join(&pod, simulated(1));
+    let reader = join(&pod, simulated(2));
+    let slot = pod.layout().slot_offset(0);
+
+    assert_eq!(read(&reader, slot, 8), [0; 8]);
+    writer.memory().write(slot, b"version2");
+    writer.memory().write_back(slot, 8);
+    writer.memory().fence();
+
+    reader.memory().flush(slot, 8);
+    reader.memory().fence();
+    assert!(!cache(&reader).is_cached(slot), "a flush drops the line");
+    assert_eq!(read(&reader, slot, 8), b"version2");
+    assert_eq!(stats(&reader).stale_lines_served, 0);
+}
+
+#[test]
+fn a_stale_read_of_several_lines_counts_each_stale_line() {
+    let pod = heap_pod();
+    let writer = join(&pod, simulated(1));
+    let reader = join(&pod, simulated(2));
+    let slot = pod.layout().slot_offset(0);
+    let len = 3 * LINE;
+
+    assert_eq!(read(&reader, slot, len), vec![0; len]);
+    // New bytes in the first and third line only; the middle line stays as it was.
+    writer.memory().write(slot, &[1; LINE]);
+    writer.memory().write(slot + 2 * LINE_BYTES, &[3; LINE]);
+    writer.memory().write_back(slot, len);
+    writer.memory().fence();
+
+    assert_eq!(read(&reader, slot, len), vec![0; len]);
+    assert_eq!(stats(&reader).stale_lines_served, 2);
+}
+
+// ---- how a dirty line reaches memory ----
+
+#[test]
+fn plain_write_stays_in_the_writers_cache() {
+    let pod = heap_pod();
+    let writer = join(&pod, simulated(1));
+    let third = join(&pod, simulated(3));
+    let slot = pod.layout().slot_offset(1);
+
+    writer.memory().write(slot, b"unpublished");
+    writer.memory().fence();
+    assert!(cache(&writer).is_dirty(slot));
+    assert_eq!(
+        read(&writer, slot, 11),
+        b"unpublished",
+        "the writer reads its own bytes"
+    );
+    assert_eq!(
+        stats(&writer).stale_lines_served,
+        0,
+        "own writes are not stale"
+    );
+
+    assert_eq!(
+        flushed_read(&third, slot, 11),
+        [0; 11],
+        "memory still has the old bytes"
+    );
+    assert_eq!(memory_bytes(&pod, slot, 11), [0; 11]);
+    assert_eq!(stats(&writer).lines_written_back, 0);
+}
+
+#[test]
+fn flush_writes_a_dirty_line_back_and_drops_it() {
+    let pod = heap_pod();
+    let writer = join(&pod, simulated(1));
+    let third = join(&pod, simulated(3));
+    let slot = pod.layout().slot_offset(1);
+
+    writer.memory().write(slot, b"flushed");
+    writer.memory().flush(slot, 7);
+    writer.memory().fence();
+
+    assert!(!cache(&writer).is_cached(slot));
+    assert_eq!(stats(&writer).lines_written_back, 1);
+    assert_eq!(flushed_read(&third, slot, 7), b"flushed");
+}
+
+#[test]
+fn write_back_writes_a_dirty_line_and_keeps_it_cached_and_clean() {
+    let pod = heap_pod();
+    let writer = join(&pod, simulated(1));
+    let third = join(&pod, simulated(3));
+    let slot = pod.layout().slot_offset(1);
+
+    writer.memory().write(slot, b"clwb");
+    assert!(cache(&writer).is_dirty(slot));
+    writer.memory().write_back(slot, 4);
+    writer.memory().fence();
+
+    assert!(cache(&writer).is_cached(slot), "clwb keeps the line");
+    assert!(!cache(&writer).is_dirty(slot), "clwb leaves the line clean");
+    assert_eq!(stats(&writer).lines_written_back, 1);
+    assert_eq!(flushed_read(&third, slot, 4), b"clwb");
+
+    // A clean line has nothing to write back.
+    writer.memory().write_back(slot, 4);
+    assert_eq!(stats(&writer).lines_written_back, 1);
+}
+
+#[test]
+fn evict_all_writes_every_dirty_line_back() {
+    let pod = heap_pod();
+    let writer = join(&pod, simulated(1));
+    let third = join(&pod, simulated(3));
+    let first = pod.layout().slot_offset(2);
+    let second = pod.layout().slot_offset(7) + 3 * LINE_BYTES;
+
+    writer.memory().write(first, b"evicted one");
+    writer.memory().write(second, b"evicted two");
+    assert_eq!(read(&writer, pod.layout().slot_offset(9), 4), [0; 4]); // a clean line
+    cache(&writer).evict_all();
+    writer.memory().fence();
+
+    for offset in [first, second, pod.layout().slot_offset(9)] {
+        assert!(!cache(&writer).is_cached(offset));
+    }
+    let after = stats(&writer);
+    assert_eq!(after.evictions, 3);
+    assert_eq!(
+        after.lines_written_back, 2,
+        "only the dirty lines are written"
+    );
+    assert_eq!(flushed_read(&third, first, 11), b"evicted one");
+    assert_eq!(flushed_read(&third, second, 11), b"evicted two");
+}
+
+#[test]
+fn a_full_cache_evicts_a_dirty_line_to_memory_to_make_room() {
+    let pod = heap_pod();
+    let writer = join(&pod, simulated_with(1, 1, 0));
+    let third = join(&pod, simulated(3));
+    let dirty = pod.layout().slot_offset(3);
+    let other = pod.layout().slot_offset(4);
+
+    writer.memory().write(dirty, b"made room");
+    assert_eq!(flushed_read(&third, dirty, 9), [0; 9], "not yet in memory");
+    assert_eq!(read(&writer, other, 8), [0; 8]); // the one-line cache is full: evicts
+    writer.memory().fence();
+
+    assert!(!cache(&writer).is_cached(dirty));
+    assert!(cache(&writer).is_cached(other));
+    assert_eq!(stats(&writer).evictions, 1);
+    assert_eq!(flushed_read(&third, dirty, 9), b"made room");
+}
+
+#[test]
+fn non_temporal_store_reaches_memory_and_drops_the_writers_copy() {
+    let pod = heap_pod();
+    let writer = join(&pod, simulated(1));
+    let third = join(&pod, simulated(3));
+    let slot = pod.layout().slot_offset(5);
+
+    assert_eq!(read(&writer, slot, 8), [0; 8], "the writer caches the line");
+    writer.memory().write_non_temporal(slot, b"streamed");
+    writer.memory().fence();
+
+    assert!(!cache(&writer).is_cached(slot));
+    assert_eq!(stats(&writer).non_temporal_lines, 1);
+    assert_eq!(flushed_read(&third, slot, 8), b"streamed");
+    assert_eq!(
+        read(&writer, slot, 8),
+        b"streamed",
+        "the next read fills from memory"
+    );
+    assert_eq!(stats(&writer).stale_lines_served, 0);
+}
+
+#[test]
+fn non_temporal_store_writes_the_writers_dirty_copy_back_first() {
+    let pod = heap_pod();
+    let writer = join(&pod, simulated(1));
+    let slot = pod.layout().slot_offset(5);
+
+    writer.memory().write(slot + 32, b"dirty!!!");
+    writer.memory().write_non_temporal(slot, b"streamed");
+    writer.memory().fence();
+
+    let line = memory_bytes(&pod, slot, LINE);
+    assert_eq!(&line[..8], b"streamed");
+    assert_eq!(&line[32..40], b"dirty!!!", "the dirty bytes were not lost");
+}
+
+// ---- the whole-line write-back hazard ----
+
+/// Host A caches a line; host B writes and writes back the line's first half; A writes
+/// the second half and writes the line back. Returns the line in memory afterwards.
+/// With `a_flushes_first`, A flush-invalidates the line before its partial write, as the
+/// protocol's write_start does when its cached copy may be stale.
+fn partial_writes_to_one_line(a_flushes_first: bool) -> Vec<u8> {
+    let pod = heap_pod();
+    let a = join(&pod, simulated(1));
+    let b = join(&pod, simulated(2));
+    let line = pod.layout().slot_offset(6);
+    let half = LINE / 2;
+
+    assert_eq!(read(&a, line, LINE), vec![0; LINE], "A caches the old line");
+    b.memory().write(line, &vec![0xbb; half]);
+    b.memory().write_back(line, half);
+    b.memory().fence();
+    assert_eq!(memory_bytes(&pod, line, half), vec![0xbb; half]);
+
+    if a_flushes_first {
+        a.memory().flush(line, LINE);
+        a.memory().fence();
+    }
+    a.memory().write(line + half as u64, &vec![0xaa; half]);
+    a.memory().write_back(line, LINE);
+    a.memory().fence();
+    memory_bytes(&pod, line, LINE)
+}
+
+#[test]
+fn partial_write_over_a_stale_line_puts_the_stale_bytes_back() {
+    let line = partial_writes_to_one_line(false);
+    let half = LINE / 2;
+    assert_eq!(
+        line[..half],
+        vec![0; half],
+        "A's stale first half overwrote B's bytes"
+    );
+    assert_eq!(line[half..], vec![0xaa; half]);
+}
+
+#[test]
+fn flush_before_a_partial_write_keeps_the_other_hosts_bytes() {
+    let line = partial_writes_to_one_line(true);
+    let half = LINE / 2;
+    assert_eq!(line[..half], vec![0xbb; half], "B's first half survives");
+    assert_eq!(line[half..], vec![0xaa; half]);
+}
+
+// ---- seeded eviction ----
+
+/// Two simulated hosts, both seeded from `seed`, write (and now and then read) a long
+/// deterministic sequence of small unaligned values over the first slots, with no flush
+/// and random eviction one line access in four, so that only random evictions move bytes
+/// to memory (the caches are larger than the lines touched: none fills up). Returns the
+/// whole slot region of memory and both hosts' stats.
+fn eviction_run(seed: u64) -> (Vec<u8>, [SimulatedStats; 2]) {
+    // A small LNR keeps the slot region, read back in full, small.
+    let pod = heap_pod_with(&PodConfig::new().lnr_bytes(1 << 20));
+    let hosts = [
+        join(&pod, simulated_with(seed, 4096, 4)),
+        join(
+            &pod,
+            simulated_with(seed.wrapping_mul(31).wrapping_add(7), 4096, 4),
+        ),
+    ];
+    let layout = pod.layout();
+    let slots = layout.slots_offset;
+    let slot_region_bytes = (layout.slot_count * layout.config.slot_size_bytes) as usize;
+    let written_bytes = 64 * 1024u64; // 1024 lines
+    let mut state = 0x1234_5678_u64; // the sequence itself does not depend on `seed`
+    for i in 0..4000u64 {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let offset = slots + (state >> 33) % (written_bytes - 16);
+        let value = (i + 1).to_le_bytes();
+        let host = &hosts[(i % 2) as usize];
+        let reads = (state >> 20) % 5 == 4; // one access in five is a read
+        if reads {
+            let mut seen = [0u8; 12];
+            host.memory().read(offset, &mut seen);
+        } else {
+            host.memory().write(offset, &value);
+        }
+    }
+    let memory = memory_bytes(&pod, slots, slot_region_bytes);
+    (memory, [stats(&hosts[0]), stats(&hosts[1])])
+}
+
+/// Both hosts of a run evicted dirty lines at random, and memory shows it: otherwise
+/// comparing two runs would prove nothing.
+fn assert_evicted(seed: u64, memory: &[u8], stats: &[SimulatedStats; 2]) {
+    for (host, stats) in stats.iter().enumerate() {
+        assert!(
+            stats.evictions > 0 && stats.lines_written_back > 0,
+            "seed {seed:#x}: host {host} must evict dirty lines: {stats:?}"
+        );
+    }
+    assert!(
+        memory.iter().any(|byte| *byte != 0),
+        "seed {seed:#x}: evictions put bytes in memory"
+    );
+}
+
+#[test]
+fn random_eviction_with_the_same_seed_is_reproducible() {
+    let seed = 0x5eed_0001;
+    let (memory_1, stats_1) = eviction_run(seed);
+    let (memory_2, stats_2) = eviction_run(seed);
+    assert_evicted(seed, &memory_1, &stats_1);
+    assert_eq!(stats_1, stats_2, "seed {seed:#x}: same seed, same stats");
+    assert!(
+        memory_1 == memory_2,
+        "seed {seed:#x}: same seed, different memory (first difference at byte {:?})",
+        memory_1.iter().zip(&memory_2).position(|(a, b)| a != b)
+    );
+}
+
+#[test]
+fn random_eviction_with_another_seed_evicts_differently() {
+    let (seed_1, seed_2) = (0x5eed_0001, 0x5eed_0002);
+    let (memory_1, stats_1) = eviction_run(seed_1);
+    let (memory_2, stats_2) = eviction_run(seed_2);
+    assert_evicted(seed_1, &memory_1, &stats_1);
+    assert_evicted(seed_2, &memory_2, &stats_2);
+    for host in 0..2 {
+        assert_ne!(
+            stats_1[host], stats_2[host],
+            "host {host}, seeds {seed_1:#x} and {seed_2:#x}: same stats"
+        );
+    }
+    assert!(
+        memory_1 != memory_2,
+        "seeds {seed_1:#x} and {seed_2:#x} left the same memory"
+    );
+}
+
+// ---- byte-exact access at any offset ----
+
+/// A pattern no shifted copy of itself matches: byte `i` is `i * 7 + 3` (mod 251).
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| ((i * 7 + 3) % 251) as u8).collect()
+}
+
+#[test]
+fn reads_across_line_boundaries_and_at_unaligned_offsets_return_memory_bytes() {
+    let pod = heap_pod();
+    let writer = join(&pod, MemoryKind::Hardware);
+    let reader = join(&pod, simulated(2));
+    let base = pod.layout().slot_offset(8);
+    let bytes = pattern(4 * LINE);
+    writer.memory().write(base, &bytes);
+    writer.memory().fence();
+
+    // The second line is cached before the others, so reads mix hits and misses.
+    assert_eq!(
+        read(&reader, base + LINE_BYTES + 5, 3),
+        bytes[LINE + 5..LINE + 8]
+    );
+    for start in [0usize, 1, 7, 8, 31, 63, 64, 65, 100, 127, 129] {
+        for len in [1usize, 2, 7, 8, 9, 63, 64, 65, 128, 129] {
+            if start + len > bytes.len() {
+                continue;
+            }
+            assert_eq!(
+                read(&reader, base + start as u64, len),
+                bytes[start..start + len],
+                "read of {len} bytes at {start}"
+            );
+        }
+    }
+    assert_eq!(stats(&reader).stale_lines_served, 0);
+}
+
+#[test]
+fn unaligned_writes_across_line_boundaries_round_trip_through_cache_and_memory() {
+    let pod = heap_pod();
+    let writer = join(&pod, simulated(1));
+    let reader = join(&pod, simulated(2));
+    let base = pod.layout().slot_offset(9);
+    let mut expected = vec![0u8; 4 * LINE];
+    let writes = [(3usize, 70usize), (61, 7), (120, 9), (190, 60), (255, 1)];
+    for (n, (start, len)) in writes.into_iter().enumerate() {
+        let data: Vec<u8> = pattern(len).iter().map(|b| b ^ (n as u8 + 1)).collect();
+        writer.memory().write(base + start as u64, &data);
+        expected[start..start + len].copy_from_slice(&data);
+    }
+    writer.memory().store_u64(base + 136, 0x0102_0304_0506_0708);
+    expected[136..144].copy_from_slice(&0x0102_0304_0506_0708_u64.to_ne_bytes());
+
+    assert_eq!(
+        read(&writer, base, expected.len()),
+        expected,
+        "from the cache"
+    );
+    assert_eq!(read(&writer, base + 62, 5), expected[62..67]);
+    assert_eq!(writer.memory().load_u64(base + 136), 0x0102_0304_0506_0708);
+
+    writer.memory().write_back(base, expected.len());
+    writer.memory().fence();
+    assert_eq!(
+        flushed_read(&reader, base, expected.len()),
+        expected,
+        "from memory"
+    );
+    assert_eq!(reader.memory().load_u64(base + 136), 0x0102_0304_0506_0708);
+}
