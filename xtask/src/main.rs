@@ -2,37 +2,55 @@
 //! does.
 //!
 //! - `ci`: everything CI runs, in order: formatting, clippy with warnings denied, the
-//!   README's test command, a build of every bench and example, and the README's first
-//!   command.
+//!   README's test command, a build of every bench and example, the README's first
+//!   command, the loom models (short), and the protocol mutants.
+//! - `loom`: the loom models of the atomic protocols (`--cfg megalon_loom`).
+//! - `mutants`: for each protocol step, the tests with that one step switched off; every
+//!   step must be caught by some failing test.
 
-use std::process::{Command, ExitCode};
+use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
+
+use megalon_core::mutants::Step;
 
 /// The README's test command.
 const TEST_COMMAND: &[&str] = &["test", "--workspace"];
 /// The README's first command.
 const FIRST_COMMAND: &[&str] = &["run", "--example", "quickstart"];
+/// Where loom builds go, so they do not invalidate the normal build.
+const LOOM_TARGET_DIR: &str = "target/loom";
+/// Where mutant builds go (the `mutants` feature changes the core crate).
+const MUTANTS_TARGET_DIR: &str = "target/mutants";
 
 fn usage() -> ExitCode {
     eprintln!(
         "usage: cargo xtask <command>\n\n\
          commands:\n  \
-         ci    formatting, clippy -D warnings, the tests, bench and example builds, the first example"
+         ci        formatting, clippy -D warnings, tests, bench and example builds, the first\n            \
+                   example, loom (short), mutants\n  \
+         loom      the loom models [--max-preemptions N] (default 3)\n  \
+         mutants   the tests once per protocol step switched off; every step must be caught"
     );
     ExitCode::from(2)
 }
 
-/// Runs `cargo <args>`, printing the command and how long it took. Returns whether it
-/// succeeded.
-fn cargo(args: &[&str]) -> bool {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    println!("\n==> cargo {}", args.join(" "));
+fn cargo_command() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+/// Runs `cargo <args>` with extra environment, printing the command and how long it took.
+fn cargo_with(args: &[&str], env: &[(&str, &str)]) -> bool {
+    let shown: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+    println!("\n==> {}cargo {}", shown.concat(), args.join(" "));
     let started = Instant::now();
-    let status = Command::new(&cargo).args(args).status();
+    let status = cargo_command()
+        .args(args)
+        .envs(env.iter().copied())
+        .status();
     let seconds = started.elapsed().as_secs_f64();
     match status {
         Ok(status) if status.success() => {
-            println!("<== cargo {} ok in {seconds:.1} s", args.join(" "));
+            println!("<== ok in {seconds:.1} s");
             true
         }
         Ok(status) => {
@@ -43,10 +61,112 @@ fn cargo(args: &[&str]) -> bool {
             false
         }
         Err(error) => {
-            eprintln!("<== could not run {cargo}: {error}");
+            eprintln!("<== could not run cargo: {error}");
             false
         }
     }
+}
+
+fn cargo(args: &[&str]) -> bool {
+    cargo_with(args, &[])
+}
+
+fn loom(max_preemptions: &str) -> bool {
+    cargo_with(
+        &["test", "-p", "megalon-core", "--lib", "--release", "loom_"],
+        &[
+            ("RUSTFLAGS", "--cfg megalon_loom"),
+            ("CARGO_TARGET_DIR", LOOM_TARGET_DIR),
+            ("LOOM_MAX_PREEMPTIONS", max_preemptions),
+        ],
+    )
+}
+
+/// The tests a mutant run executes: the core crate's, with the switches compiled in.
+const MUTANT_TEST: &[&str] = &[
+    "test",
+    "-p",
+    "megalon-core",
+    "--features",
+    "mutants",
+    "--no-fail-fast",
+];
+
+/// Runs the mutant tests with `step` switched off (or none), returning the failing tests.
+fn mutant_run(step: Option<Step>) -> Result<Vec<String>, String> {
+    let mut command = cargo_command();
+    command
+        .args(MUTANT_TEST)
+        .env("CARGO_TARGET_DIR", MUTANTS_TARGET_DIR)
+        .env_remove("MEGALON_MUTANT")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(step) = step {
+        command.env("MEGALON_MUTANT", step.name());
+    }
+    let output = command
+        .output()
+        .map_err(|e| format!("could not run cargo: {e}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let failed: Vec<String> = stdout
+        .lines()
+        .filter_map(|line| line.strip_prefix("test ")?.strip_suffix(" ... FAILED"))
+        .map(str::to_owned)
+        .collect();
+    if !output.status.success() && failed.is_empty() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let tail: Vec<&str> = stderr.lines().rev().take(15).collect();
+        return Err(format!(
+            "the tests failed without a failing test (build error?):\n{}",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        ));
+    }
+    Ok(failed)
+}
+
+fn mutants() -> bool {
+    println!("\n==> mutants: building with the switches and running the tests unmutated");
+    match mutant_run(None) {
+        Ok(failed) if failed.is_empty() => {}
+        Ok(failed) => {
+            eprintln!("mutants: the unmutated tests fail: {failed:?}");
+            return false;
+        }
+        Err(error) => {
+            eprintln!("mutants: {error}");
+            return false;
+        }
+    }
+    let (mut caught, mut missed) = (0, 0);
+    for &step in Step::ALL {
+        let started = Instant::now();
+        match mutant_run(Some(step)) {
+            Ok(failed) if !failed.is_empty() => {
+                caught += 1;
+                let more = if failed.len() > 1 {
+                    format!(" (+{} more)", failed.len() - 1)
+                } else {
+                    String::new()
+                };
+                println!(
+                    "{:<40}  caught by {}{more}  [{:.0} s]",
+                    step.name(),
+                    failed[0],
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            Ok(_) => {
+                missed += 1;
+                println!("{:<40}  MISSED", step.name());
+            }
+            Err(error) => {
+                eprintln!("mutants: {}: {error}", step.name());
+                return false;
+            }
+        }
+    }
+    println!("mutants: {caught} caught, {missed} missed");
+    missed == 0
 }
 
 fn ci() -> ExitCode {
@@ -71,6 +191,14 @@ fn ci() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
+    if !loom("3") {
+        eprintln!("\nci: failed at the loom models");
+        return ExitCode::FAILURE;
+    }
+    if !mutants() {
+        eprintln!("\nci: failed at the mutants");
+        return ExitCode::FAILURE;
+    }
     println!(
         "\nci: all steps passed in {:.0} s",
         started.elapsed().as_secs_f64()
@@ -80,8 +208,21 @@ fn ci() -> ExitCode {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("ci") => ci(),
-        _ => usage(),
+    let arg = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .map(String::as_str)
+    };
+    let ok = match args.first().map(String::as_str) {
+        Some("ci") => return ci(),
+        Some("loom") => loom(arg("--max-preemptions").unwrap_or("3")),
+        Some("mutants") => mutants(),
+        _ => return usage(),
+    };
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }

@@ -3,10 +3,14 @@
 
 use std::time::{Duration, Instant};
 
+#[cfg(not(megalon_loom))]
 use crate::sync::spin_loop;
 
+#[cfg(not(megalon_loom))]
 const SPINS: u32 = 64;
+#[cfg(not(megalon_loom))]
 const YIELDS: u32 = 64;
+#[cfg(not(megalon_loom))]
 const MAX_SLEEP: Duration = Duration::from_micros(500);
 
 /// A bounded wait. Call [`Backoff::snooze`] each time the awaited condition is false.
@@ -29,6 +33,7 @@ impl Backoff {
 
     /// Waits a little (longer each round). Returns `false` once the limit has passed:
     /// the caller then returns its error.
+    #[cfg(not(megalon_loom))]
     pub(crate) fn snooze(&mut self) -> bool {
         self.rounds = self.rounds.saturating_add(1);
         if self.rounds <= SPINS {
@@ -42,6 +47,16 @@ impl Backoff {
             std::thread::sleep(sleep.min(MAX_SLEEP));
         }
         self.started.elapsed() < self.limit
+    }
+
+    /// In a loom model: yield to the other model threads; give up after a number of rounds
+    /// (time means nothing in a model, and a wait that never ends would hang the model).
+    #[cfg(megalon_loom)]
+    pub(crate) fn snooze(&mut self) -> bool {
+        const MODEL_ROUNDS: u32 = 64;
+        self.rounds = self.rounds.saturating_add(1);
+        loom::thread::yield_now();
+        self.rounds < MODEL_ROUNDS
     }
 
     /// How long we have waited.

@@ -177,6 +177,7 @@ impl PodConfig {
     }
 
     /// The first parameter that differs from `other`, as `(name, self's, other's)`.
+    #[cfg_attr(megalon_loom, allow(dead_code))]
     pub(crate) fn first_difference(&self, other: &PodConfig) -> Option<(&'static str, u64, u64)> {
         [
             ("scr_bytes", self.scr_bytes, other.scr_bytes),

@@ -265,6 +265,8 @@ impl Host {
         });
         let mut host = Host { shared, pump: None };
         host.shared.catch_up()?;
+        // A loom model drives replay by hand; its threads are model threads only.
+        #[cfg(not(megalon_loom))]
         if let Some(interval) = host.shared.options.pump_interval {
             let shared = Arc::clone(&host.shared);
             let pump = std::thread::Builder::new()
@@ -404,6 +406,13 @@ impl Host {
             Log::ctail(pod).load(Ordering::Acquire),
             Log::tail(pod).load(Ordering::Acquire),
         )
+    }
+
+    /// Appends `event` as is (through the combiner, if on) and returns its outcome. For the
+    /// crate's own models and tests: the object API appends events with their protocol.
+    #[cfg(any(test, megalon_loom))]
+    pub(crate) fn append_event(&self, event: &Event<'_>) -> Result<Outcome> {
+        self.shared.submit(event)
     }
 
     /// What this host's log machinery has done.

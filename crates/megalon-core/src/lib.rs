@@ -46,6 +46,8 @@ mod header;
 mod host;
 mod layout;
 mod log;
+#[cfg(all(test, megalon_loom))]
+mod loom_models;
 pub mod memory;
 pub mod mutants;
 mod pod;

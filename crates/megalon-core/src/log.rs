@@ -257,8 +257,7 @@ impl Log {
             memory.flush(offset, line);
             memory.fence();
         }
-        memory.read(offset, &mut entry[..line]);
-        let alive = u64::from_ne_bytes(entry[..8].try_into().expect("8"));
+        let alive = memory.load_u64(offset);
         if alive != self.alive_value(position) {
             debug_assert!(
                 alive < self.alive_value(position),
@@ -266,13 +265,15 @@ impl Log {
             );
             return false;
         }
-        if self.entry_bytes > line {
-            if invalidate {
-                memory.flush(offset + LINE_BYTES, self.entry_bytes - line);
-                memory.fence();
-            }
-            memory.read(offset + LINE_BYTES, &mut entry[line..]);
+        if invalidate && self.entry_bytes > line {
+            memory.flush(offset + LINE_BYTES, self.entry_bytes - line);
         }
+        // Pairs with the fence in `write` between the entry and its alive word: the loads
+        // below see the entry of this lap, not of an earlier one, even where loads may be
+        // reordered (the alive word was read with a plain load). It also orders the
+        // invalidation just above before those loads.
+        memory.fence();
+        memory.read(offset, entry);
         true
     }
 }

@@ -5,6 +5,10 @@
 //! length (real CXL memory), each optionally bound to a NUMA node with `mbind` (CXL
 //! emulated on a NUMA machine). Opening reads and checks the header before mapping
 //! anything writable, so a failed open never writes to the file.
+//!
+//! Under `--cfg megalon_loom` a pod is a heap of model atomics instead of a mapping.
+
+#![cfg_attr(megalon_loom, allow(unused_imports, dead_code))]
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;
@@ -90,21 +94,61 @@ impl Backing {
 
 /// A mapped pod. Shared between the hosts of one process behind an `Arc`.
 pub struct Pod {
+    storage: Storage,
+    layout: Layout,
+    backing: Backing,
+}
+
+/// The pod's bytes: a mapping.
+#[cfg(not(megalon_loom))]
+struct Storage {
     /// Owns the mapping; never borrowed mutably after construction: every access goes
     /// through `base` with atomics or the memory layer.
     _map: MmapMut,
     base: *mut u8,
-    layout: Layout,
-    backing: Backing,
 }
 
 // SAFETY: `base` points into `_map`, which lives as long as the pod and is never
 // remapped. Every access to the mapping after construction is an atomic access (SCR
 // words, memory-layer copies with atomic words) or a cache-maintenance instruction, so
 // sharing the pointer between threads introduces no data race in Rust's model.
-unsafe impl Send for Pod {}
+#[cfg(not(megalon_loom))]
+unsafe impl Send for Storage {}
 // SAFETY: as above.
-unsafe impl Sync for Pod {}
+#[cfg(not(megalon_loom))]
+unsafe impl Sync for Storage {}
+
+/// The pod's bytes in a loom model: model atomics, made on first use and zero until
+/// written. Every word is accessed at one width only (as in the real pod).
+#[cfg(megalon_loom)]
+#[derive(Default)]
+struct Storage {
+    u64s: std::sync::Mutex<std::collections::HashMap<u64, Box<AtomicU64>>>,
+    u32s: std::sync::Mutex<std::collections::HashMap<u64, Box<AtomicU32>>>,
+    u16s: std::sync::Mutex<std::collections::HashMap<u64, Box<AtomicU16>>>,
+    u8s: std::sync::Mutex<std::collections::HashMap<u64, Box<AtomicU8>>>,
+}
+
+#[cfg(megalon_loom)]
+macro_rules! model_cell {
+    ($name:ident, $map:ident, $ty:ty) => {
+        fn $name(&self, offset: u64) -> &$ty {
+            let mut map = self.$map.lock().expect("never poisoned");
+            let cell: &$ty = map.entry(offset).or_insert_with(|| Box::new(<$ty>::new(0)));
+            // SAFETY: the box is never removed while `self` lives (the map only grows),
+            // and moving a `Box` within the map does not move what it points to.
+            unsafe { &*(cell as *const $ty) }
+        }
+    };
+}
+
+#[cfg(megalon_loom)]
+impl Storage {
+    model_cell!(u64_at, u64s, AtomicU64);
+    model_cell!(u32_at, u32s, AtomicU32);
+    model_cell!(u16_at, u16s, AtomicU16);
+    model_cell!(u8_at, u8s, AtomicU8);
+}
 
 fn io_error<'a>(
     operation: &'static str,
@@ -123,6 +167,7 @@ impl Pod {
     ///
     /// A file backing is replaced: the old file is unlinked first, so processes that still
     /// map it keep their (now private) copy instead of faulting on a truncated file.
+    #[cfg(not(megalon_loom))]
     pub fn create(config: &PodConfig, backing: Backing) -> Result<Pod> {
         let layout = Layout::compute(config)?;
         let total = layout.total_bytes;
@@ -165,8 +210,35 @@ impl Pod {
                 map_shared(&file, *len_bytes, path)?
             }
         };
-        let pod = Pod::from_map(map, layout, backing)?;
+        let storage = Storage::new(map, &backing)?;
+        let pod = Pod {
+            storage,
+            layout,
+            backing,
+        };
         pod.initialize();
+        Ok(pod)
+    }
+
+    /// Creates a pod in a loom model: heap backing only, model atomics for its words.
+    #[cfg(megalon_loom)]
+    pub fn create(config: &PodConfig, backing: Backing) -> Result<Pod> {
+        let layout = Layout::compute(config)?;
+        if backing.kind != BackingKind::Heap {
+            return Err(Error::HeapNotOpenable);
+        }
+        let pod = Pod {
+            storage: Storage::default(),
+            layout,
+            backing,
+        };
+        // Every word starts at zero; only the header needs writing.
+        let encoded = PodHeader::new(&pod.layout).encode();
+        for (i, chunk) in encoded.chunks_exact(8).enumerate() {
+            let word = u64::from_le_bytes(chunk.try_into().expect("8"));
+            pod.word(i as u64 * 8)
+                .store(word, crate::sync::Ordering::Relaxed);
+        }
         Ok(pod)
     }
 
@@ -180,6 +252,12 @@ impl Pod {
         Self::open_checked(backing, Some(expected))
     }
 
+    #[cfg(megalon_loom)]
+    fn open_checked(_backing: Backing, _expected: Option<&PodConfig>) -> Result<Pod> {
+        Err(Error::HeapNotOpenable)
+    }
+
+    #[cfg(not(megalon_loom))]
     fn open_checked(backing: Backing, expected: Option<&PodConfig>) -> Result<Pod> {
         let path = backing.path().to_owned();
         let (header_bytes, file_bytes) = match &backing.kind {
@@ -247,22 +325,9 @@ impl Pod {
             .open(&path)
             .map_err(io_error("opening", &path))?;
         let map = map_shared(&file, file_bytes.max(layout.total_bytes), &path)?;
-        Pod::from_map(map, layout, backing)
-    }
-
-    fn from_map(mut map: MmapMut, layout: Layout, backing: Backing) -> Result<Pod> {
-        let base = map.as_mut_ptr();
-        debug_assert_eq!(
-            base as usize % HEADER_REGION_BYTES as usize,
-            0,
-            "mappings are page-aligned"
-        );
-        if let Some(node) = backing.numa_node {
-            bind_to_node(base, map.len(), node)?;
-        }
+        let storage = Storage::new(map, &backing)?;
         Ok(Pod {
-            _map: map,
-            base,
+            storage,
             layout,
             backing,
         })
@@ -270,6 +335,7 @@ impl Pod {
 
     /// Zeroes the header region, SCR and the log ring, then writes the header, magic last,
     /// so that an opener never takes a half-written header for a pod.
+    #[cfg(not(megalon_loom))]
     fn initialize(&self) {
         let layout = &self.layout;
         let log_end =
@@ -294,7 +360,7 @@ impl Pod {
             // SAFETY: the range is inside the mapping.
             unsafe {
                 crate::arch::write_back(
-                    self.base.add(layout.lnr_offset as usize),
+                    self.storage.base.add(layout.lnr_offset as usize),
                     (log_end - layout.lnr_offset) as usize,
                 )
             };
@@ -329,9 +395,7 @@ impl Pod {
             offset.is_multiple_of(8) && offset + 8 <= self.layout.total_bytes,
             "word {offset:#x} outside the pod"
         );
-        // SAFETY: in bounds and aligned (checked above; the mapping is page-aligned); the
-        // mapping lives as long as `self`; every access to pod memory is atomic.
-        unsafe { &*(self.base.add(offset as usize) as *const AtomicU64) }
+        self.at::<AtomicU64>(offset)
     }
 
     /// An 8-byte word of the SCR, as an atomic shared with every host of the pod.
@@ -349,8 +413,7 @@ impl Pod {
     /// If `offset` is not 4-aligned inside the SCR.
     pub fn scr_u32(&self, offset: u64) -> &AtomicU32 {
         self.assert_in_scr(offset, 4);
-        // SAFETY: in the SCR and aligned (checked); lives as long as `self`.
-        unsafe { &*(self.base.add(offset as usize) as *const AtomicU32) }
+        self.at::<AtomicU32>(offset)
     }
 
     /// A 2-byte word of the SCR (records of 16 bits).
@@ -359,8 +422,7 @@ impl Pod {
     /// If `offset` is not 2-aligned inside the SCR.
     pub fn scr_u16(&self, offset: u64) -> &AtomicU16 {
         self.assert_in_scr(offset, 2);
-        // SAFETY: in the SCR and aligned (checked); lives as long as `self`.
-        unsafe { &*(self.base.add(offset as usize) as *const AtomicU16) }
+        self.at::<AtomicU16>(offset)
     }
 
     /// A byte of the SCR (records of 8 bits).
@@ -369,8 +431,7 @@ impl Pod {
     /// If `offset` is outside the SCR.
     pub fn scr_u8(&self, offset: u64) -> &AtomicU8 {
         self.assert_in_scr(offset, 1);
-        // SAFETY: in the SCR (checked); lives as long as `self`.
-        unsafe { &*(self.base.add(offset as usize) as *const AtomicU8) }
+        self.at::<AtomicU8>(offset)
     }
 
     #[inline]
@@ -382,12 +443,12 @@ impl Pod {
         );
     }
 
-    /// Pointer to `len` bytes of LNR at `offset`, for the memory layer.
+    /// Checks that `[offset, offset + len)` is inside the LNR.
     ///
     /// # Panics
-    /// If the range is not inside the LNR.
+    /// If it is not: offsets come from the layout.
     #[inline]
-    pub(crate) fn lnr_ptr(&self, offset: u64, len: usize) -> *mut u8 {
+    pub(crate) fn assert_in_lnr(&self, offset: u64, len: usize) {
         assert!(
             offset >= self.layout.lnr_offset
                 && offset
@@ -395,10 +456,83 @@ impl Pod {
                     .is_some_and(|end| end <= self.layout.total_bytes),
             "LNR range {offset:#x}+{len} outside the LNR"
         );
+    }
+
+    /// The atomic of type `T` at `offset`; the caller checked bounds and alignment.
+    #[cfg(not(megalon_loom))]
+    #[inline]
+    fn at<T>(&self, offset: u64) -> &T {
+        debug_assert!(
+            offset as usize + std::mem::size_of::<T>() <= self.layout.total_bytes as usize
+        );
+        // SAFETY: `T` is one of the atomic integer types; the callers checked that
+        // `[offset, offset + size_of::<T>())` is inside the mapping and aligned for `T`
+        // (the mapping is page-aligned); the mapping lives as long as `self`; every access
+        // to pod memory is atomic.
+        unsafe { &*(self.storage.base.add(offset as usize) as *const T) }
+    }
+
+    /// The model atomic of type `T` at `offset`.
+    #[cfg(megalon_loom)]
+    fn at<T: ModelCell>(&self, offset: u64) -> &T {
+        T::cell(&self.storage, offset)
+    }
+
+    /// Pointer to `len` bytes of LNR at `offset`, for the memory layer.
+    ///
+    /// # Panics
+    /// If the range is not inside the LNR.
+    #[cfg(not(megalon_loom))]
+    #[inline]
+    pub(crate) fn lnr_ptr(&self, offset: u64, len: usize) -> *mut u8 {
+        self.assert_in_lnr(offset, len);
         // SAFETY: in bounds (checked above).
-        unsafe { self.base.add(offset as usize) }
+        unsafe { self.storage.base.add(offset as usize) }
     }
 }
+
+#[cfg(not(megalon_loom))]
+impl Storage {
+    /// Takes over `map`, binding it to the backing's NUMA node if it names one.
+    fn new(mut map: MmapMut, backing: &Backing) -> Result<Storage> {
+        let base = map.as_mut_ptr();
+        debug_assert_eq!(
+            base as usize % HEADER_REGION_BYTES as usize,
+            0,
+            "mappings are page-aligned"
+        );
+        if let Some(node) = backing.numa_node {
+            bind_to_node(base, map.len(), node)?;
+        }
+        Ok(Storage { _map: map, base })
+    }
+}
+
+/// The atomic types a loom pod hands out, each from its own map.
+#[cfg(megalon_loom)]
+trait ModelCell {
+    fn cell(storage: &Storage, offset: u64) -> &Self;
+}
+
+#[cfg(megalon_loom)]
+macro_rules! model_cell_type {
+    ($ty:ty, $at:ident) => {
+        impl ModelCell for $ty {
+            fn cell(storage: &Storage, offset: u64) -> &Self {
+                storage.$at(offset)
+            }
+        }
+    };
+}
+
+#[cfg(megalon_loom)]
+model_cell_type!(AtomicU64, u64_at);
+#[cfg(megalon_loom)]
+model_cell_type!(AtomicU32, u32_at);
+#[cfg(megalon_loom)]
+model_cell_type!(AtomicU16, u16_at);
+#[cfg(megalon_loom)]
+model_cell_type!(AtomicU8, u8_at);
 
 impl std::fmt::Debug for Pod {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -20,7 +20,7 @@
 //! | 5 | key length |
 //! | 6.. | key bytes, little-endian in each word, zero-padded |
 
-use hashbrown::{DefaultHashBuilder, HashTable};
+use hashbrown::HashTable;
 use std::hash::BuildHasher;
 
 use crate::error::{Error, Result};
@@ -28,6 +28,14 @@ use crate::event::{Event, NO_RECORD};
 use crate::host::HostId;
 use crate::slot::{SlotAccounting, SlotPool};
 use crate::sync::{AtomicU32, Ordering};
+
+/// The index's hasher: hashbrown's default (seeded per process) in normal builds; a fixed
+/// one in loom models, where the number of arena loads per lookup must not change from one
+/// run of the model to the next.
+#[cfg(not(megalon_loom))]
+type IndexHasher = hashbrown::DefaultHashBuilder;
+#[cfg(megalon_loom)]
+type IndexHasher = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
 
 /// Host counter value meaning "unknown: my cached lines of this object may be stale".
 pub(crate) const UNKNOWN_COUNTER: u32 = u32::MAX;
@@ -127,7 +135,7 @@ pub(crate) struct Index {
     used_in_last: usize,
     /// Freed records, by length in words.
     free: Vec<Vec<u32>>,
-    hasher: DefaultHashBuilder,
+    hasher: IndexHasher,
     objects: u64,
     slot_count: u64,
     record_count: u64,
@@ -161,7 +169,7 @@ impl Index {
             chunks: Vec::new(),
             used_in_last: CHUNK_WORDS,
             free: Vec::new(),
-            hasher: DefaultHashBuilder::default(),
+            hasher: IndexHasher::default(),
             objects: 0,
             slot_count,
             record_count,

@@ -1,12 +1,15 @@
 //! Real memory: plain (atomic-word) loads and stores on the mapping and the real
 //! cache-maintenance instructions.
+//!
+//! In a loom model (`--cfg megalon_loom`) the same calls move model atomics, flushes do
+//! nothing (the model's memory is coherent: loom checks orderings, the simulated memory
+//! checks flushes) and the fence is a model fence.
 
 use std::sync::Arc;
 
-use super::{copy_in, copy_out};
-use crate::arch;
+use super::{read_shared, write_shared};
 use crate::pod::Pod;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::Ordering;
 
 /// A host's access to LNR on real hardware.
 #[derive(Debug)]
@@ -23,51 +26,55 @@ impl HardwareMemory {
     /// See [`super::Memory::read`].
     #[inline]
     pub fn read(&self, offset: u64, buf: &mut [u8]) {
-        let src = self.pod.lnr_ptr(offset, buf.len());
-        // SAFETY: `lnr_ptr` checked the range is inside the LNR of the live mapping.
-        unsafe { copy_out(src, buf) }
+        read_shared(&self.pod, offset, buf)
     }
 
     /// See [`super::Memory::write`].
     #[inline]
     pub fn write(&self, offset: u64, data: &[u8]) {
-        let dst = self.pod.lnr_ptr(offset, data.len());
-        // SAFETY: as in `read`.
-        unsafe { copy_in(dst, data) }
+        write_shared(&self.pod, offset, data)
     }
 
     /// See [`super::Memory::load_u64`].
     #[inline]
     pub fn load_u64(&self, offset: u64) -> u64 {
         assert_eq!(offset % 8, 0, "unaligned word at {offset:#x}");
-        let ptr = self.pod.lnr_ptr(offset, 8);
-        // SAFETY: in the LNR (checked) and 8-aligned (checked; the mapping is aligned).
-        unsafe { &*(ptr as *const AtomicU64) }.load(Ordering::Relaxed)
+        self.pod.assert_in_lnr(offset, 8);
+        self.pod.word(offset).load(Ordering::Relaxed)
     }
 
     /// See [`super::Memory::store_u64`].
     #[inline]
     pub fn store_u64(&self, offset: u64, value: u64) {
         assert_eq!(offset % 8, 0, "unaligned word at {offset:#x}");
-        let ptr = self.pod.lnr_ptr(offset, 8);
-        // SAFETY: as in `load_u64`.
-        unsafe { &*(ptr as *const AtomicU64) }.store(value, Ordering::Relaxed)
+        self.pod.assert_in_lnr(offset, 8);
+        self.pod.word(offset).store(value, Ordering::Relaxed)
     }
 
     /// See [`super::Memory::flush`].
     #[inline]
     pub fn flush(&self, offset: u64, len: usize) {
-        let ptr = self.pod.lnr_ptr(offset, len);
-        // SAFETY: the range is inside the live mapping (checked).
-        unsafe { arch::flush_invalidate(ptr, len) }
+        #[cfg(not(megalon_loom))]
+        {
+            let ptr = self.pod.lnr_ptr(offset, len);
+            // SAFETY: the range is inside the live mapping (checked).
+            unsafe { crate::arch::flush_invalidate(ptr, len) }
+        }
+        #[cfg(megalon_loom)]
+        self.pod.assert_in_lnr(offset, len);
     }
 
     /// See [`super::Memory::write_back`].
     #[inline]
     pub fn write_back(&self, offset: u64, len: usize) {
-        let ptr = self.pod.lnr_ptr(offset, len);
-        // SAFETY: as in `flush`.
-        unsafe { arch::write_back(ptr, len) }
+        #[cfg(not(megalon_loom))]
+        {
+            let ptr = self.pod.lnr_ptr(offset, len);
+            // SAFETY: as in `flush`.
+            unsafe { crate::arch::write_back(ptr, len) }
+        }
+        #[cfg(megalon_loom)]
+        self.pod.assert_in_lnr(offset, len);
     }
 
     /// See [`super::Memory::write_non_temporal`].
@@ -77,15 +84,24 @@ impl HardwareMemory {
             offset.is_multiple_of(8) && data.len().is_multiple_of(8),
             "non-temporal stores move whole words"
         );
-        let dst = self.pod.lnr_ptr(offset, data.len());
-        // SAFETY: in the LNR (checked), 8-aligned (checked). Other threads may touch the
-        // same words only through atomics; a non-temporal store is a plain word store.
-        unsafe { arch::store_non_temporal(dst, data) }
+        #[cfg(not(megalon_loom))]
+        {
+            let dst = self.pod.lnr_ptr(offset, data.len());
+            // SAFETY: in the LNR (checked), 8-aligned (checked). Other threads may touch
+            // the same words only through atomics; a non-temporal store is a plain word
+            // store.
+            unsafe { crate::arch::store_non_temporal(dst, data) }
+        }
+        #[cfg(megalon_loom)]
+        write_shared(&self.pod, offset, data);
     }
 
     /// See [`super::Memory::fence`].
     #[inline]
     pub fn fence(&self) {
-        arch::full_fence();
+        #[cfg(not(megalon_loom))]
+        crate::arch::full_fence();
+        #[cfg(megalon_loom)]
+        crate::sync::fence(Ordering::SeqCst);
     }
 }

@@ -33,7 +33,9 @@ pub use hardware::HardwareMemory;
 pub use simulated::{SimulatedConfig, SimulatedMemory, SimulatedStats};
 
 use crate::pod::Pod;
-use crate::sync::{AtomicU64, AtomicU8, Ordering};
+use crate::sync::Ordering;
+#[cfg(not(megalon_loom))]
+use crate::sync::{AtomicU64, AtomicU8};
 
 /// Bytes in one cache line.
 pub const LINE_BYTES: u64 = 64;
@@ -161,12 +163,59 @@ impl Memory {
     }
 }
 
+/// Copies `buf.len()` bytes of the pod's memory at `offset` (in LNR) into `buf`, with
+/// atomic word loads; no cache is involved beyond the hardware's own.
+pub(crate) fn read_shared(pod: &Pod, offset: u64, buf: &mut [u8]) {
+    #[cfg(not(megalon_loom))]
+    {
+        let src = pod.lnr_ptr(offset, buf.len());
+        // SAFETY: `lnr_ptr` checked the range is inside the LNR of the live mapping.
+        unsafe { copy_out(src, buf) }
+    }
+    #[cfg(megalon_loom)]
+    {
+        pod.assert_in_lnr(offset, buf.len());
+        assert!(
+            offset.is_multiple_of(8) && buf.len().is_multiple_of(8),
+            "models move whole words"
+        );
+        for (i, chunk) in buf.chunks_exact_mut(8).enumerate() {
+            let word = pod.word(offset + i as u64 * 8).load(Ordering::Relaxed);
+            chunk.copy_from_slice(&word.to_ne_bytes());
+        }
+    }
+}
+
+/// Copies `data` into the pod's memory at `offset` (in LNR) with atomic word stores.
+pub(crate) fn write_shared(pod: &Pod, offset: u64, data: &[u8]) {
+    #[cfg(not(megalon_loom))]
+    {
+        let dst = pod.lnr_ptr(offset, data.len());
+        // SAFETY: as in `read_shared`.
+        unsafe { copy_in(dst, data) }
+    }
+    #[cfg(megalon_loom)]
+    {
+        pod.assert_in_lnr(offset, data.len());
+        assert!(
+            offset.is_multiple_of(8) && data.len().is_multiple_of(8),
+            "models move whole words"
+        );
+        for (i, chunk) in data.chunks_exact(8).enumerate() {
+            let word = u64::from_ne_bytes(chunk.try_into().expect("8"));
+            pod.word(offset + i as u64 * 8)
+                .store(word, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Copies `dst.len()` bytes from shared memory at `src` with atomic (relaxed) loads:
 /// bytes up to an 8-byte boundary, then words, then the remaining bytes.
 ///
 /// # Safety
 /// `[src, src + dst.len())` must lie inside a live mapping of pod memory, which is only
 /// ever accessed atomically or by cache-maintenance instructions.
+#[cfg(not(megalon_loom))]
 #[inline]
 pub(crate) unsafe fn copy_out(src: *const u8, dst: &mut [u8]) {
     let len = dst.len();
@@ -194,6 +243,7 @@ pub(crate) unsafe fn copy_out(src: *const u8, dst: &mut [u8]) {
 ///
 /// # Safety
 /// As for [`copy_out`].
+#[cfg(not(megalon_loom))]
 #[inline]
 pub(crate) unsafe fn copy_in(dst: *mut u8, src: &[u8]) {
     let len = src.len();
@@ -216,7 +266,7 @@ pub(crate) unsafe fn copy_in(dst: *mut u8, src: &[u8]) {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(megalon_loom)))]
 mod tests {
     use super::*;
 

@@ -25,11 +25,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
-use super::{copy_in, copy_out, LINE_BYTES};
+use super::{read_shared, write_shared, LINE_BYTES};
 use crate::pod::Pod;
-use crate::sync::{fence, Ordering};
+use crate::sync::{fence, Mutex, Ordering};
 
 const LINE: usize = LINE_BYTES as usize;
 
@@ -169,20 +167,14 @@ impl SimulatedMemory {
         }
     }
 
-    fn memory_line(&self, line: u64) -> *mut u8 {
-        self.pod.lnr_ptr(line * LINE_BYTES, LINE)
-    }
-
     fn read_memory_line(&self, line: u64) -> [u8; LINE] {
         let mut bytes = [0u8; LINE];
-        // SAFETY: `memory_line` checked the line is inside the LNR.
-        unsafe { copy_out(self.memory_line(line), &mut bytes) };
+        read_shared(&self.pod, line * LINE_BYTES, &mut bytes);
         bytes
     }
 
     fn write_memory_line(&self, line: u64, bytes: &[u8; LINE]) {
-        // SAFETY: as in `read_memory_line`.
-        unsafe { copy_in(self.memory_line(line), bytes) };
+        write_shared(&self.pod, line * LINE_BYTES, bytes);
     }
 
     /// Drops `line` from the cache, writing it back if dirty. Returns whether it was cached.
@@ -268,7 +260,7 @@ impl SimulatedMemory {
 
     /// See [`super::Memory::read`].
     pub fn read(&self, offset: u64, buf: &mut [u8]) {
-        self.pod.lnr_ptr(offset, buf.len());
+        self.pod.assert_in_lnr(offset, buf.len());
         let mut cache = self.cache.lock();
         Self::for_each_line(offset, buf.len(), |line, start, range| {
             let hit = self.touch(&mut cache, line);
@@ -288,7 +280,7 @@ impl SimulatedMemory {
 
     /// See [`super::Memory::write`].
     pub fn write(&self, offset: u64, data: &[u8]) {
-        self.pod.lnr_ptr(offset, data.len());
+        self.pod.assert_in_lnr(offset, data.len());
         let mut cache = self.cache.lock();
         Self::for_each_line(offset, data.len(), |line, start, range| {
             self.touch(&mut cache, line);
@@ -316,7 +308,7 @@ impl SimulatedMemory {
 
     /// See [`super::Memory::flush`].
     pub fn flush(&self, offset: u64, len: usize) {
-        self.pod.lnr_ptr(offset, len);
+        self.pod.assert_in_lnr(offset, len);
         let mut cache = self.cache.lock();
         self.flush_locked(&mut cache, offset, len);
     }
@@ -329,7 +321,7 @@ impl SimulatedMemory {
 
     /// See [`super::Memory::write_back`].
     pub fn write_back(&self, offset: u64, len: usize) {
-        self.pod.lnr_ptr(offset, len);
+        self.pod.assert_in_lnr(offset, len);
         let mut cache = self.cache.lock();
         Self::for_each_line(offset, len, |line, _, _| {
             let Some((data, _)) = cache.lines.get_mut(&line) else {
@@ -350,14 +342,13 @@ impl SimulatedMemory {
             offset.is_multiple_of(8) && data.len().is_multiple_of(8),
             "non-temporal stores move whole words"
         );
-        let dst = self.pod.lnr_ptr(offset, data.len());
+        self.pod.assert_in_lnr(offset, data.len());
         // One lock for the whole store, so another thread of this host cannot cache the
         // old line between the drop and the store.
         let mut cache = self.cache.lock();
         // A cached copy (written back if dirty) is dropped first, as the hardware does.
         self.flush_locked(&mut cache, offset, data.len());
-        // SAFETY: `lnr_ptr` checked the range is inside the LNR.
-        unsafe { copy_in(dst, data) };
+        write_shared(&self.pod, offset, data);
         Self::for_each_line(offset, data.len(), |_, _, _| {
             cache.stats.non_temporal_lines += 1
         });
