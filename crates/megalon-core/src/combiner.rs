@@ -22,6 +22,21 @@ struct Request {
     outcome: Mutex<Option<Result<Outcome>>>,
 }
 
+/// Answers every request of a batch with [`Error::CombinerPanicked`] if dropped during a
+/// panic of the combiner (forgotten on the normal path).
+struct AnswerOnUnwind<'a>(&'a [Arc<Request>]);
+
+impl Drop for AnswerOnUnwind<'_> {
+    fn drop(&mut self) {
+        for request in self.0 {
+            let mut outcome = request.outcome.lock();
+            if outcome.is_none() {
+                *outcome = Some(Err(Error::CombinerPanicked));
+            }
+        }
+    }
+}
+
 /// The combining queue of one host.
 #[derive(Debug, Default)]
 pub(crate) struct Combiner {
@@ -50,24 +65,30 @@ impl Combiner {
             }
             if let Some(_combining) = self.combining.try_lock() {
                 let batch = std::mem::take(&mut *self.queue.lock());
-                if batch.is_empty() {
-                    continue; // someone served us between our check and the lock
-                }
-                let events: Vec<OwnedEvent> = batch.iter().map(|r| r.event.clone()).collect();
-                match append(&events) {
-                    Ok(outcomes) => {
-                        debug_assert_eq!(outcomes.len(), batch.len());
-                        for (request, outcome) in batch.iter().zip(outcomes) {
-                            *request.outcome.lock() = Some(Ok(outcome));
+                if !batch.is_empty() {
+                    let events: Vec<OwnedEvent> = batch.iter().map(|r| r.event.clone()).collect();
+                    // If `append` panics, the guard answers every taken request, so
+                    // their threads do not wait for an outcome that never comes.
+                    let guard = AnswerOnUnwind(&batch);
+                    let result = append(&events);
+                    std::mem::forget(guard);
+                    match result {
+                        Ok(outcomes) => {
+                            debug_assert_eq!(outcomes.len(), batch.len());
+                            for (request, outcome) in batch.iter().zip(outcomes) {
+                                *request.outcome.lock() = Some(Ok(outcome));
+                            }
+                        }
+                        Err(error) => {
+                            for request in &batch {
+                                *request.outcome.lock() = Some(Err(error.clone()));
+                            }
                         }
                     }
-                    Err(error) => {
-                        for request in &batch {
-                            *request.outcome.lock() = Some(Err(error.clone()));
-                        }
-                    }
+                    continue;
                 }
-                continue;
+                // Our request was taken by a combiner that finished between our check
+                // and the lock: its outcome is there or about to be.
             }
             if !backoff.snooze() {
                 // Withdraw the request if no combiner took it; if one did, its append is

@@ -262,6 +262,10 @@ pub enum Error {
         /// What is wrong with it.
         what: &'static str,
     },
+    /// The thread combining this request panicked while appending it: whether it took
+    /// effect is unknown.
+    #[error("the thread combining this request panicked; whether it took effect is unknown")]
+    CombinerPanicked,
     /// A thread's request waited for a combiner past the wait limit and was withdrawn.
     #[error("no combiner served the request within {waited_ms} ms; it was withdrawn")]
     CombinerStalled {

@@ -410,7 +410,7 @@ impl Host {
 
     /// Appends `event` as is (through the combiner, if on) and returns its outcome. For the
     /// crate's own models and tests: the object API appends events with their protocol.
-    #[cfg(any(test, megalon_loom))]
+    #[cfg(megalon_loom)]
     pub(crate) fn append_event(&self, event: &Event<'_>) -> Result<Outcome> {
         self.shared.submit(event)
     }

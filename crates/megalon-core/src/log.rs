@@ -190,7 +190,9 @@ impl Log {
             // Acquire: pairs with the SeqCst fetch_max in `advance_head`, so the entries
             // below head have been applied by every live host before we overwrite them.
             let head = Self::head(pod).load(Ordering::Acquire);
-            if position + count - head <= self.capacity {
+            // Compared without subtracting: `tail` may be stale, and other hosts may have
+            // appended and replayed past it, so `head` can exceed `position + count`.
+            if position + count <= head + self.capacity {
                 // A stale head only makes this check stricter: head never decreases.
                 // Relaxed would do for the reservation itself; AcqRel keeps the order of
                 // reservations and our later entry writes obvious.
@@ -208,7 +210,7 @@ impl Log {
                 continue;
             }
             let (new_head, laggard) = self.advance_head(pod);
-            if position + count - new_head <= self.capacity {
+            if position + count <= new_head + self.capacity {
                 continue;
             }
             help()?;
