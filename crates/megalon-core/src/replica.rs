@@ -5,20 +5,22 @@
 //! it last read validly, or unknown).
 //!
 //! Memory matters here: every host holds every object. Entries live in a chunked arena
-//! of 32-bit words (header of six words, then the key, padded to a word), and the hash
+//! of 64-bit words (three words of fields, then the key, padded to a word), and the hash
 //! table holds only a 4-byte handle into the arena. With 24-byte keys an object costs 48
-//! arena bytes plus 5 table bytes per bucket; `docs/replica.md` has the measurement.
+//! arena bytes plus 5 table bytes per bucket; `docs/log.md` has the measurement.
 //!
-//! Arena record (32-bit words):
+//! Arena record (64-bit words, little-endian packing of the key):
 //!
 //! | word | field |
 //! | --- | --- |
-//! | 0, 1 | stamp (low, high) |
-//! | 2 | host counter (`UNKNOWN` or a counter value; readers store it under the read lock) |
-//! | 3 | slot |
-//! | 4 | record id or `NO_RECORD` |
-//! | 5 | key length |
-//! | 6.. | key bytes, little-endian in each word, zero-padded |
+//! | 0 | stamp |
+//! | 1 | slot (low half), record id or `NO_RECORD` (high half) |
+//! | 2 | host counter (low half; `UNKNOWN_COUNTER` or a counter), key length (bits 32..48), reserved (48..64) |
+//! | 3.. | key bytes, eight per word, zero-padded |
+//!
+//! Only the host counter is written under the read lock (by readers, after checking the
+//! stamp); they rewrite word 2 whole, with the key length they read from it, which only
+//! the write lock changes.
 
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
@@ -27,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::event::{Event, NO_RECORD};
 use crate::host::HostId;
 use crate::slot::{SlotAccounting, SlotPool};
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 
 /// The index's hasher: hashbrown's default (seeded per process) in normal builds; a fixed
 /// one in loom models, where the number of arena loads per lookup must not change from one
@@ -40,20 +42,128 @@ type IndexHasher = std::hash::BuildHasherDefault<std::collections::hash_map::Def
 /// Host counter value meaning "unknown: my cached lines of this object may be stale".
 pub(crate) const UNKNOWN_COUNTER: u32 = u32::MAX;
 
-const HEADER_WORDS: usize = 6;
-const STAMP_LOW: usize = 0;
-const STAMP_HIGH: usize = 1;
-const COUNTER: usize = 2;
-const SLOT: usize = 3;
-const RECORD: usize = 4;
-const KEY_LEN: usize = 5;
+const FIELD_WORDS: usize = 3;
+const STAMP: usize = 0;
+const PLACE: usize = 1;
+const META: usize = 2;
 
 /// Words per arena chunk. Records never straddle two chunks.
 #[cfg(not(megalon_loom))]
-const CHUNK_WORDS: usize = 1 << 16;
+const CHUNK_WORDS: usize = 1 << 15;
 #[cfg(megalon_loom)]
-const CHUNK_WORDS: usize = 1 << 8;
+const CHUNK_WORDS: usize = 1 << 6;
 const CHUNK_SHIFT: u32 = CHUNK_WORDS.trailing_zeros();
+
+fn key_words(key_len: usize) -> usize {
+    key_len.div_ceil(8)
+}
+
+/// The key's `i`-th word as stored: eight bytes, little-endian, zero-padded.
+#[inline]
+fn key_word(key: &[u8], i: usize) -> u64 {
+    let start = i * 8;
+    match key.get(start..start + 8) {
+        Some(full) => u64::from_le_bytes(full.try_into().expect("8")),
+        None => {
+            let mut bytes = [0u8; 8];
+            let rest = &key[start..];
+            bytes[..rest.len()].copy_from_slice(rest);
+            u64::from_le_bytes(bytes)
+        }
+    }
+}
+
+fn meta_word(counter: u32, key_len: usize) -> u64 {
+    u64::from(counter) | (key_len as u64) << 32
+}
+
+/// The arena of index records.
+#[derive(Default)]
+struct Arena {
+    chunks: Vec<Box<[AtomicU64]>>,
+    /// Next free word in the last chunk.
+    used_in_last: usize,
+    /// Freed records, by length in words.
+    free: Vec<Vec<u32>>,
+}
+
+impl Arena {
+    /// The words of the record at `handle` (and what follows it in its chunk).
+    #[inline]
+    fn record(&self, handle: u32) -> &[AtomicU64] {
+        let handle = handle as usize;
+        &self.chunks[handle >> CHUNK_SHIFT][handle & (CHUNK_WORDS - 1)..]
+    }
+
+    // Relaxed, here and below: the arena changes only under the replica's write lock, and
+    // readers hold the read lock, which orders them after the writer. The host counter,
+    // written under the read lock, is a hint that readers check against the record.
+    #[inline]
+    fn get(&self, handle: u32, field: usize) -> u64 {
+        self.record(handle)[field].load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn set(&self, handle: u32, field: usize, value: u64) {
+        self.record(handle)[field].store(value, Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn key_len(&self, handle: u32) -> usize {
+        (self.get(handle, META) >> 32 & 0xffff) as usize
+    }
+
+    #[inline]
+    fn key_equals(&self, handle: u32, key: &[u8]) -> bool {
+        let record = self.record(handle);
+        let meta = record[META].load(Ordering::Relaxed);
+        (meta >> 32 & 0xffff) as usize == key.len()
+            && (0..key_words(key.len()))
+                .all(|i| record[FIELD_WORDS + i].load(Ordering::Relaxed) == key_word(key, i))
+    }
+
+    fn key_into<'b>(&self, handle: u32, buf: &'b mut [u8]) -> &'b [u8] {
+        let len = self.key_len(handle);
+        for (i, chunk) in buf[..len].chunks_mut(8).enumerate() {
+            let bytes = self.get(handle, FIELD_WORDS + i).to_le_bytes();
+            chunk.copy_from_slice(&bytes[..chunk.len()]);
+        }
+        &buf[..len]
+    }
+
+    fn allocate(&mut self, words: usize) -> u32 {
+        if let Some(handle) = self.free.get_mut(words).and_then(Vec::pop) {
+            return handle;
+        }
+        if self.chunks.is_empty() || self.used_in_last + words > CHUNK_WORDS {
+            let chunk: Box<[AtomicU64]> = (0..CHUNK_WORDS).map(|_| AtomicU64::new(0)).collect();
+            self.chunks.push(chunk);
+            self.used_in_last = 0;
+        }
+        let handle = ((self.chunks.len() - 1) * CHUNK_WORDS + self.used_in_last) as u32;
+        self.used_in_last += words;
+        handle
+    }
+
+    fn release(&mut self, handle: u32, words: usize) {
+        if self.free.len() <= words {
+            self.free.resize_with(words + 1, Vec::new);
+        }
+        self.free[words].push(handle);
+    }
+
+    fn heap_bytes(&self) -> u64 {
+        let chunks = self.chunks.len() * CHUNK_WORDS * std::mem::size_of::<AtomicU64>()
+            + self.chunks.capacity() * std::mem::size_of::<Box<[AtomicU64]>>();
+        let free = self
+            .free
+            .iter()
+            .map(|list| list.capacity() * 4)
+            .sum::<usize>()
+            + self.free.capacity() * std::mem::size_of::<Vec<u32>>();
+        (chunks + free) as u64
+    }
+}
 
 /// One object as this host's replica knows it, at one moment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,11 +240,7 @@ pub(crate) struct Applied {
 /// The index of one host.
 pub(crate) struct Index {
     table: HashTable<u32>,
-    chunks: Vec<Box<[AtomicU32]>>,
-    /// Next free word in the last chunk.
-    used_in_last: usize,
-    /// Freed records, by length in words.
-    free: Vec<Vec<u32>>,
+    arena: Arena,
     hasher: IndexHasher,
     objects: u64,
     slot_count: u64,
@@ -152,23 +258,11 @@ impl std::fmt::Debug for Index {
     }
 }
 
-fn key_words(key_len: usize) -> usize {
-    key_len.div_ceil(4)
-}
-
-fn word_of(chunk: &[u8]) -> u32 {
-    let mut bytes = [0u8; 4];
-    bytes[..chunk.len()].copy_from_slice(chunk);
-    u32::from_le_bytes(bytes)
-}
-
 impl Index {
     pub(crate) fn new(slot_count: u64, record_count: u64, max_hosts: u32) -> Self {
         Self {
             table: HashTable::new(),
-            chunks: Vec::new(),
-            used_in_last: CHUNK_WORDS,
-            free: Vec::new(),
+            arena: Arena::default(),
             hasher: IndexHasher::default(),
             objects: 0,
             slot_count,
@@ -184,63 +278,25 @@ impl Index {
     }
 
     #[inline]
-    fn word(&self, handle: u32, field: usize) -> &AtomicU32 {
-        let at = handle as usize + field;
-        &self.chunks[at >> CHUNK_SHIFT][at & (CHUNK_WORDS - 1)]
-    }
-
-    #[inline]
-    fn get(&self, handle: u32, field: usize) -> u32 {
-        // Relaxed: the arena is changed only under the write lock; readers hold the read
-        // lock, which orders them after the writer. Only the host counter is written
-        // under the read lock, and it is a hint checked against the record.
-        self.word(handle, field).load(Ordering::Relaxed)
-    }
-
-    #[inline]
-    fn set(&self, handle: u32, field: usize, value: u32) {
-        self.word(handle, field).store(value, Ordering::Relaxed)
-    }
-
-    fn key_len(&self, handle: u32) -> usize {
-        self.get(handle, KEY_LEN) as usize
-    }
-
-    #[inline]
-    fn key_equals(&self, handle: u32, key: &[u8]) -> bool {
-        self.key_len(handle) == key.len()
-            && key
-                .chunks(4)
-                .enumerate()
-                .all(|(i, chunk)| self.get(handle, HEADER_WORDS + i) == word_of(chunk))
-    }
-
-    fn key_into<'b>(&self, handle: u32, buf: &'b mut [u8]) -> &'b [u8] {
-        let len = self.key_len(handle);
-        for (i, chunk) in buf[..len].chunks_mut(4).enumerate() {
-            let bytes = self.get(handle, HEADER_WORDS + i).to_le_bytes();
-            chunk.copy_from_slice(&bytes[..chunk.len()]);
-        }
-        &buf[..len]
-    }
-
     fn entry(&self, handle: u32) -> IndexEntry {
-        let record = self.get(handle, RECORD);
-        let counter = self.get(handle, COUNTER);
+        let record = self.arena.record(handle);
+        let place = record[PLACE].load(Ordering::Relaxed);
+        let counter = record[META].load(Ordering::Relaxed) as u32;
+        let record_id = (place >> 32) as u32;
         IndexEntry {
-            slot: u64::from(self.get(handle, SLOT)),
-            record: (record != NO_RECORD).then_some(record),
-            stamp: u64::from(self.get(handle, STAMP_LOW))
-                | u64::from(self.get(handle, STAMP_HIGH)) << 32,
+            slot: place & 0xffff_ffff,
+            record: (record_id != NO_RECORD).then_some(record_id),
+            stamp: record[STAMP].load(Ordering::Relaxed),
             host_counter: (counter != UNKNOWN_COUNTER).then_some(counter),
             handle,
         }
     }
 
+    #[inline]
     fn find(&self, key: &[u8]) -> Option<u32> {
         let hash = self.hasher.hash_one(key);
         self.table
-            .find(hash, |&handle| self.key_equals(handle, key))
+            .find(hash, |&handle| self.arena.key_equals(handle, key))
             .copied()
     }
 
@@ -255,99 +311,80 @@ impl Index {
     /// The entry behind `handle` if it still holds the object stamped `stamp` (no event
     /// about it since): what a read checks at its end.
     pub(crate) fn current(&self, handle: u32, stamp: u64) -> Option<IndexEntry> {
-        let entry = self.entry(handle);
-        (entry.stamp == stamp).then_some(entry)
+        (self.arena.get(handle, STAMP) == stamp).then(|| self.entry(handle))
     }
 
     #[allow(dead_code)]
     /// Stores this host's host counter for the object behind `handle` (under the read
     /// lock, after checking with [`Index::current`] that it is still the same object).
     pub(crate) fn set_host_counter(&self, handle: u32, counter: Option<u32>) {
-        self.set(handle, COUNTER, counter.unwrap_or(UNKNOWN_COUNTER));
+        let key_len = self.arena.key_len(handle);
+        self.arena.set(
+            handle,
+            META,
+            meta_word(counter.unwrap_or(UNKNOWN_COUNTER), key_len),
+        );
     }
 
-    fn allocate(&mut self, words: usize) -> u32 {
-        if let Some(handle) = self.free.get_mut(words).and_then(Vec::pop) {
-            return handle;
-        }
-        if self.used_in_last + words > CHUNK_WORDS {
-            let chunk: Box<[AtomicU32]> = (0..CHUNK_WORDS).map(|_| AtomicU32::new(0)).collect();
-            self.chunks.push(chunk);
-            self.used_in_last = 0;
-        }
-        let handle = ((self.chunks.len() - 1) * CHUNK_WORDS + self.used_in_last) as u32;
-        self.used_in_last += words;
-        handle
+    fn set_record(&self, handle: u32, record: u32) {
+        let slot = self.arena.get(handle, PLACE) & 0xffff_ffff;
+        self.arena
+            .set(handle, PLACE, slot | u64::from(record) << 32);
+    }
+
+    fn record_of(&self, handle: u32) -> u32 {
+        (self.arena.get(handle, PLACE) >> 32) as u32
+    }
+
+    fn slot_of(&self, handle: u32) -> u64 {
+        self.arena.get(handle, PLACE) & 0xffff_ffff
     }
 
     fn insert(&mut self, key: &[u8], slot: u64, stamp: u64) {
-        let words = HEADER_WORDS + key_words(key.len());
-        let handle = self.allocate(words);
-        self.set(handle, STAMP_LOW, stamp as u32);
-        self.set(handle, STAMP_HIGH, (stamp >> 32) as u32);
-        self.set(handle, COUNTER, UNKNOWN_COUNTER);
-        self.set(handle, SLOT, slot as u32);
-        self.set(handle, RECORD, NO_RECORD);
-        self.set(handle, KEY_LEN, key.len() as u32);
-        for (i, chunk) in key.chunks(4).enumerate() {
-            self.set(handle, HEADER_WORDS + i, word_of(chunk));
+        let handle = self.arena.allocate(FIELD_WORDS + key_words(key.len()));
+        self.arena.set(handle, STAMP, stamp);
+        self.arena
+            .set(handle, PLACE, slot | u64::from(NO_RECORD) << 32);
+        self.arena
+            .set(handle, META, meta_word(UNKNOWN_COUNTER, key.len()));
+        for i in 0..key_words(key.len()) {
+            self.arena.set(handle, FIELD_WORDS + i, key_word(key, i));
         }
         let hash = self.hasher.hash_one(key);
         let Self {
             table,
-            chunks,
+            arena,
             hasher,
             ..
         } = self;
         table.insert_unique(hash, handle, |&other| {
             // Rehash: rebuild the key from the arena (growth only, never on lookups).
-            let at = |field: usize| {
-                let at = other as usize + field;
-                chunks[at >> CHUNK_SHIFT][at & (CHUNK_WORDS - 1)].load(Ordering::Relaxed)
-            };
-            let len = at(KEY_LEN) as usize;
             let mut bytes = [0u8; crate::config::MAX_KEY_BYTES_LIMIT as usize];
-            for (i, chunk) in bytes[..len].chunks_mut(4).enumerate() {
-                chunk.copy_from_slice(&at(HEADER_WORDS + i).to_le_bytes()[..chunk.len()]);
-            }
-            hasher.hash_one(&bytes[..len])
+            hasher.hash_one(arena.key_into(other, &mut bytes))
         });
         self.objects += 1;
     }
 
     fn remove(&mut self, key: &[u8]) -> Option<IndexEntry> {
         let hash = self.hasher.hash_one(key);
-        let Self { table, chunks, .. } = self;
-        let equals = |&handle: &u32| {
-            let at = |field: usize| {
-                let at = handle as usize + field;
-                chunks[at >> CHUNK_SHIFT][at & (CHUNK_WORDS - 1)].load(Ordering::Relaxed)
-            };
-            at(KEY_LEN) as usize == key.len()
-                && key
-                    .chunks(4)
-                    .enumerate()
-                    .all(|(i, chunk)| at(HEADER_WORDS + i) == word_of(chunk))
-        };
-        let (handle, _) = table.find_entry(hash, equals).ok()?.remove();
+        let Self { table, arena, .. } = self;
+        let (handle, _) = table
+            .find_entry(hash, |&handle| arena.key_equals(handle, key))
+            .ok()?
+            .remove();
         let entry = self.entry(handle);
-        let words = HEADER_WORDS + key_words(key.len());
-        // Poison the old stamp so a stale handle never matches `current` again.
-        self.set(handle, STAMP_LOW, u32::MAX);
-        self.set(handle, STAMP_HIGH, u32::MAX);
-        if self.free.len() <= words {
-            self.free.resize_with(words + 1, Vec::new);
-        }
-        self.free[words].push(handle);
+        // Poison the stamp so a stale handle never matches `current` again.
+        self.arena.set(handle, STAMP, u64::MAX);
+        self.arena
+            .release(handle, FIELD_WORDS + key_words(key.len()));
         self.objects -= 1;
         Some(entry)
     }
 
     /// Marks an event about the object at `handle`: new stamp, host counter unknown.
     fn touch(&self, handle: u32, stamp: u64) {
-        self.set(handle, STAMP_LOW, stamp as u32);
-        self.set(handle, STAMP_HIGH, (stamp >> 32) as u32);
-        self.set(handle, COUNTER, UNKNOWN_COUNTER);
+        self.arena.set(handle, STAMP, stamp);
+        self.set_host_counter(handle, None);
     }
 
     /// Applies the event at log `position`, appended by `author`, on the replica of host
@@ -415,24 +452,24 @@ impl Index {
                     return Err(corrupt("record past the pod's records"));
                 }
                 if let Some(handle) = self.find(key) {
-                    let existing = self.get(handle, RECORD);
+                    let existing = self.record_of(handle);
                     if existing != NO_RECORD {
                         applied.outcome = Outcome::RecordAllocLost { existing };
                     } else {
-                        self.set(handle, RECORD, record);
+                        self.set_record(handle, record);
                         self.touch(handle, position);
                         applied.outcome = Outcome::RecordAllocated;
-                        applied.drop_slot = other_host_drops(u64::from(self.get(handle, SLOT)));
+                        applied.drop_slot = other_host_drops(self.slot_of(handle));
                     }
                 }
             }
             Event::RecordDealloc { key, record } => {
                 if let Some(handle) = self.find(key) {
-                    if self.get(handle, RECORD) == record {
-                        self.set(handle, RECORD, NO_RECORD);
+                    if self.record_of(handle) == record {
+                        self.set_record(handle, NO_RECORD);
                         self.touch(handle, position);
                         applied.outcome = Outcome::RecordDeallocated;
-                        applied.drop_slot = other_host_drops(u64::from(self.get(handle, SLOT)));
+                        applied.drop_slot = other_host_drops(self.slot_of(handle));
                     } else {
                         applied.outcome = Outcome::RecordDeallocIgnored;
                     }
@@ -442,7 +479,7 @@ impl Index {
                 if let Some(handle) = self.find(key) {
                     self.touch(handle, position);
                     applied.outcome = Outcome::Wrapped;
-                    applied.drop_slot = other_host_drops(u64::from(self.get(handle, SLOT)));
+                    applied.drop_slot = other_host_drops(self.slot_of(handle));
                 }
             }
             Event::NeedSlots { count } => {
@@ -479,7 +516,12 @@ impl Index {
         let mut out: Vec<(Vec<u8>, IndexEntry)> = self
             .table
             .iter()
-            .map(|&handle| (self.key_into(handle, &mut buf).to_vec(), self.entry(handle)))
+            .map(|&handle| {
+                (
+                    self.arena.key_into(handle, &mut buf).to_vec(),
+                    self.entry(handle),
+                )
+            })
             .collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
         out
@@ -487,16 +529,7 @@ impl Index {
 
     /// Bytes of DRAM the index holds: the table, the arena and the free lists.
     pub(crate) fn heap_bytes(&self) -> u64 {
-        let table = self.table.allocation_size() as u64;
-        let arena = (self.chunks.len() * CHUNK_WORDS * std::mem::size_of::<AtomicU32>()) as u64
-            + (self.chunks.capacity() * std::mem::size_of::<Box<[AtomicU32]>>()) as u64;
-        let free: u64 = self
-            .free
-            .iter()
-            .map(|list| (list.capacity() * 4) as u64)
-            .sum::<u64>()
-            + (self.free.capacity() * std::mem::size_of::<Vec<u32>>()) as u64;
-        table + arena + free
+        self.table.allocation_size() as u64 + self.arena.heap_bytes()
     }
 }
 
