@@ -38,6 +38,7 @@ const _: () = assert!(KEY_AT == ARG_AT + 8);
 
 /// What a log entry changes. Keys are borrowed from the entry buffer or the caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Event<'k> {
     /// The appender claims `count` never-used slots from the unclaimed range.
     ClaimSlots {
@@ -82,6 +83,19 @@ pub enum Event<'k> {
         /// How many it asks for.
         count: u64,
     },
+    /// `key` now lives in host `host`'s local DRAM (its slot stays reserved for it): only
+    /// that host touches it until it moves back.
+    MoveToHost {
+        /// The object.
+        key: &'k [u8],
+        /// The host that holds it.
+        host: HostId,
+    },
+    /// `key` lives in its CXL slot again; the host that held it wrote it back first.
+    MoveToCxl {
+        /// The object.
+        key: &'k [u8],
+    },
     /// The appender gives `count` of its free slots from `first` on to host `to`.
     GrantSlots {
         /// The receiving host.
@@ -104,6 +118,8 @@ enum Kind {
     Wrap = 6,
     NeedSlots = 7,
     GrantSlots = 8,
+    MoveToHost = 9,
+    MoveToCxl = 10,
 }
 
 impl Kind {
@@ -117,6 +133,8 @@ impl Kind {
             6 => Kind::Wrap,
             7 => Kind::NeedSlots,
             8 => Kind::GrantSlots,
+            9 => Kind::MoveToHost,
+            10 => Kind::MoveToCxl,
             _ => return None,
         })
     }
@@ -142,7 +160,9 @@ impl<'k> Event<'k> {
             | Event::Delete { key }
             | Event::RecordAlloc { key, .. }
             | Event::RecordDealloc { key, .. }
-            | Event::Wrap { key } => Some(key),
+            | Event::Wrap { key }
+            | Event::MoveToHost { key, .. }
+            | Event::MoveToCxl { key } => Some(key),
             Event::ClaimSlots { .. } | Event::NeedSlots { .. } | Event::GrantSlots { .. } => None,
         }
     }
@@ -160,6 +180,8 @@ impl<'k> Event<'k> {
             Event::Wrap { key } => (Kind::Wrap, key, NO_RECORD, 0, 0),
             Event::NeedSlots { count } => (Kind::NeedSlots, &[], NO_RECORD, 0, count),
             Event::GrantSlots { to, first, count } => (Kind::GrantSlots, &[], to, first, count),
+            Event::MoveToHost { key, host } => (Kind::MoveToHost, key, host, 0, 0),
+            Event::MoveToCxl { key } => (Kind::MoveToCxl, key, NO_RECORD, 0, 0),
         };
         assert!(
             KEY_AT + key.len() <= buf.len(),
@@ -200,6 +222,8 @@ impl<'k> Event<'k> {
                 first: slot,
                 count: arg,
             },
+            Kind::MoveToHost => Event::MoveToHost { key, host: record },
+            Kind::MoveToCxl => Event::MoveToCxl { key },
         };
         Ok((host, event))
     }
@@ -222,6 +246,8 @@ enum OwnedKind {
     Wrap,
     NeedSlots { count: u64 },
     GrantSlots { to: HostId, first: u64, count: u64 },
+    MoveToHost { host: HostId },
+    MoveToCxl,
 }
 
 impl OwnedEvent {
@@ -236,6 +262,8 @@ impl OwnedEvent {
             Event::Wrap { .. } => OwnedKind::Wrap,
             Event::NeedSlots { count } => OwnedKind::NeedSlots { count },
             Event::GrantSlots { to, first, count } => OwnedKind::GrantSlots { to, first, count },
+            Event::MoveToHost { host, .. } => OwnedKind::MoveToHost { host },
+            Event::MoveToCxl { .. } => OwnedKind::MoveToCxl,
         };
         Self {
             kind,
@@ -255,6 +283,8 @@ impl OwnedEvent {
             OwnedKind::Wrap => Event::Wrap { key },
             OwnedKind::NeedSlots { count } => Event::NeedSlots { count },
             OwnedKind::GrantSlots { to, first, count } => Event::GrantSlots { to, first, count },
+            OwnedKind::MoveToHost { host } => Event::MoveToHost { key, host },
+            OwnedKind::MoveToCxl => Event::MoveToCxl { key },
         }
     }
 }
@@ -277,6 +307,8 @@ mod tests {
                 first: 100,
                 count: 50,
             },
+            Event::MoveToHost { key, host: 3 },
+            Event::MoveToCxl { key },
         ]
     }
 

@@ -15,12 +15,12 @@
 //! | --- | --- |
 //! | 0 | stamp |
 //! | 1 | slot (low half), record id or `NO_RECORD` (high half) |
-//! | 2 | host counter (low half; `UNKNOWN_COUNTER` or a counter), key length (bits 32..48), reserved (48..64) |
+//! | 2 | host counter (low half; `UNKNOWN_COUNTER` or a counter), key length (bits 32..48), local owner + 1 (48..64; 0: in its CXL slot) |
 //! | 3.. | key bytes, eight per word, zero-padded |
 //!
 //! Only the host counter is written under the read lock (by readers, after checking the
-//! stamp); they rewrite word 2 whole, with the key length they read from it, which only
-//! the write lock changes.
+//! stamp); they rewrite word 2 whole, with the key length and owner they read from it,
+//! which only the write lock changes.
 
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
@@ -73,8 +73,16 @@ fn key_word(key: &[u8], i: usize) -> u64 {
     }
 }
 
-fn meta_word(counter: u32, key_len: usize) -> u64 {
-    u64::from(counter) | (key_len as u64) << 32
+fn meta_word(counter: u32, key_len: usize, owner: Option<HostId>) -> u64 {
+    let owner = owner.map_or(0, |host| u64::from(host) + 1);
+    u64::from(counter) | (key_len as u64) << 32 | owner << 48
+}
+
+fn owner_of(meta: u64) -> Option<HostId> {
+    match meta >> 48 {
+        0 => None,
+        owner => Some(owner as HostId - 1),
+    }
 }
 
 /// The arena of index records.
@@ -176,6 +184,8 @@ pub struct IndexEntry {
     pub stamp: u64,
     /// The record counter this host last read validly, or `None` (unknown).
     pub host_counter: Option<u32>,
+    /// The host whose local DRAM holds the object, or `None` if it is in its CXL slot.
+    pub local_owner: Option<HostId>,
     /// Where the entry lives in the arena (valid until the next replay).
     pub(crate) handle: u32,
 }
@@ -217,6 +227,8 @@ pub enum Outcome {
     RecordDeallocIgnored,
     /// Every host dropped its lines of the object.
     Wrapped,
+    /// The object moved between its CXL slot and a host's local DRAM.
+    Moved,
     /// Slots were asked for; `donor` is the host that will grant them.
     SlotsRequested {
         /// Who grants.
@@ -281,13 +293,15 @@ impl Index {
     fn entry(&self, handle: u32) -> IndexEntry {
         let record = self.arena.record(handle);
         let place = record[PLACE].load(Ordering::Relaxed);
-        let counter = record[META].load(Ordering::Relaxed) as u32;
+        let meta = record[META].load(Ordering::Relaxed);
+        let counter = meta as u32;
         let record_id = (place >> 32) as u32;
         IndexEntry {
             slot: place & 0xffff_ffff,
             record: (record_id != NO_RECORD).then_some(record_id),
             stamp: record[STAMP].load(Ordering::Relaxed),
             host_counter: (counter != UNKNOWN_COUNTER).then_some(counter),
+            local_owner: owner_of(meta),
             handle,
         }
     }
@@ -318,12 +332,18 @@ impl Index {
     /// Stores this host's host counter for the object behind `handle` (under the read
     /// lock, after checking with [`Index::current`] that it is still the same object).
     pub(crate) fn set_host_counter(&self, handle: u32, counter: Option<u32>) {
-        let key_len = self.arena.key_len(handle);
-        self.arena.set(
-            handle,
-            META,
-            meta_word(counter.unwrap_or(UNKNOWN_COUNTER), key_len),
-        );
+        let meta = self.arena.get(handle, META);
+        let key_len = (meta >> 32 & 0xffff) as usize;
+        let counter = counter.unwrap_or(UNKNOWN_COUNTER);
+        self.arena
+            .set(handle, META, meta_word(counter, key_len, owner_of(meta)));
+    }
+
+    fn set_owner(&self, handle: u32, owner: Option<HostId>) {
+        let meta = self.arena.get(handle, META);
+        let key_len = (meta >> 32 & 0xffff) as usize;
+        self.arena
+            .set(handle, META, meta_word(meta as u32, key_len, owner));
     }
 
     fn set_record(&self, handle: u32, record: u32) {
@@ -346,7 +366,7 @@ impl Index {
         self.arena
             .set(handle, PLACE, slot | u64::from(NO_RECORD) << 32);
         self.arena
-            .set(handle, META, meta_word(UNKNOWN_COUNTER, key.len()));
+            .set(handle, META, meta_word(UNKNOWN_COUNTER, key.len(), None));
         for i in 0..key_words(key.len()) {
             self.arena.set(handle, FIELD_WORDS + i, key_word(key, i));
         }
@@ -479,6 +499,25 @@ impl Index {
                 if let Some(handle) = self.find(key) {
                     self.touch(handle, position);
                     applied.outcome = Outcome::Wrapped;
+                    applied.drop_slot = other_host_drops(self.slot_of(handle));
+                }
+            }
+            Event::MoveToHost { key, host } => {
+                if host >= self.max_hosts {
+                    return Err(corrupt("move to a host past the pod's maximum"));
+                }
+                if let Some(handle) = self.find(key) {
+                    self.set_owner(handle, Some(host));
+                    self.touch(handle, position);
+                    applied.outcome = Outcome::Moved;
+                    applied.drop_slot = other_host_drops(self.slot_of(handle));
+                }
+            }
+            Event::MoveToCxl { key } => {
+                if let Some(handle) = self.find(key) {
+                    self.set_owner(handle, None);
+                    self.touch(handle, position);
+                    applied.outcome = Outcome::Moved;
                     applied.drop_slot = other_host_drops(self.slot_of(handle));
                 }
             }
@@ -676,6 +715,32 @@ mod tests {
             None,
             "an event makes it unknown"
         );
+        let moved = index
+            .apply(
+                10,
+                1,
+                &Event::MoveToHost { key: b"k", host: 3 },
+                0,
+                &mut pool,
+            )
+            .unwrap();
+        assert_eq!((moved.outcome, moved.drop_slot), (Outcome::Moved, Some(7)));
+        let entry = index.lookup(b"k").unwrap();
+        assert_eq!(
+            (entry.local_owner, entry.stamp, entry.record),
+            (Some(3), 10, Some(3))
+        );
+        index.set_host_counter(entry.handle, Some(4));
+        assert_eq!(
+            index.lookup(b"k").unwrap().local_owner,
+            Some(3),
+            "readers keep the owner"
+        );
+        let back = index
+            .apply(10, 0, &Event::MoveToCxl { key: b"k" }, 0, &mut pool)
+            .unwrap();
+        assert_eq!((back.outcome, back.drop_slot), (Outcome::Moved, None));
+        assert_eq!(index.lookup(b"k").unwrap().local_owner, None);
         let stale = index
             .apply(
                 10,
