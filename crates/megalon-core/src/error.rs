@@ -296,6 +296,30 @@ pub enum Error {
     /// No object has the key.
     #[error("no object has this key")]
     UnknownKey,
+    /// Every coherence record is in use and none could be reclaimed within the bound.
+    #[error(
+        "all {records} coherence records are in use ({in_use} counted) and none could be reclaimed"
+    )]
+    ScrRecordsExhausted {
+        /// Records in the pod.
+        records: u64,
+        /// Records counted in use.
+        in_use: u64,
+    },
+    /// A record stayed locked (or its deallocation unapplied) past the wait limit.
+    #[error("record {record} stayed busy for {waited_ms} ms")]
+    RecordBusy {
+        /// The record.
+        record: u32,
+        /// How long we waited.
+        waited_ms: u64,
+    },
+    /// A read kept being invalidated by writes and events past the host's retry bound.
+    #[error("gave up after {retries} retries")]
+    RetriesExhausted {
+        /// The bound ([`crate::HostOptions::max_retries`]).
+        retries: u32,
+    },
     /// No free slot could be found or granted within the wait limit.
     #[error("host {host} has no free slot and none was granted (the pod has {slot_count} slots)")]
     SlotsExhausted {

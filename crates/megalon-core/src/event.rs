@@ -53,10 +53,15 @@ pub enum Event<'k> {
         /// Where its bytes are.
         slot: u64,
     },
-    /// Removes `key`; its slot goes to the appender's free slots.
+    /// Removes `key` if it still has the record `record` (or none, for `NO_RECORD`): the
+    /// record whose lock the appender holds. If the object got another record in the
+    /// meantime (an alloc that came first in the log), the delete loses and changes nothing.
+    /// The slot of a deleted object goes to the appender's free slots.
     Delete {
         /// The object.
         key: &'k [u8],
+        /// The record the appender locked, or [`NO_RECORD`].
+        record: u32,
     },
     /// The appender claimed `record` for `key` (first write to a read-shared object).
     /// Loses if `key` has a record already: the appender frees `record`.
@@ -157,7 +162,7 @@ impl<'k> Event<'k> {
     pub fn key(&self) -> Option<&'k [u8]> {
         match *self {
             Event::Create { key, .. }
-            | Event::Delete { key }
+            | Event::Delete { key, .. }
             | Event::RecordAlloc { key, .. }
             | Event::RecordDealloc { key, .. }
             | Event::Wrap { key }
@@ -174,7 +179,7 @@ impl<'k> Event<'k> {
         let (kind, key, record, slot, arg): (Kind, &[u8], u32, u64, u64) = match *self {
             Event::ClaimSlots { count } => (Kind::ClaimSlots, &[], NO_RECORD, 0, count),
             Event::Create { key, slot } => (Kind::Create, key, NO_RECORD, slot, 0),
-            Event::Delete { key } => (Kind::Delete, key, NO_RECORD, 0, 0),
+            Event::Delete { key, record } => (Kind::Delete, key, record, 0, 0),
             Event::RecordAlloc { key, record } => (Kind::RecordAlloc, key, record, 0, 0),
             Event::RecordDealloc { key, record } => (Kind::RecordDealloc, key, record, 0, 0),
             Event::Wrap { key } => (Kind::Wrap, key, NO_RECORD, 0, 0),
@@ -212,7 +217,7 @@ impl<'k> Event<'k> {
         let event = match kind {
             Kind::ClaimSlots => Event::ClaimSlots { count: arg },
             Kind::Create => Event::Create { key, slot },
-            Kind::Delete => Event::Delete { key },
+            Kind::Delete => Event::Delete { key, record },
             Kind::RecordAlloc => Event::RecordAlloc { key, record },
             Kind::RecordDealloc => Event::RecordDealloc { key, record },
             Kind::Wrap => Event::Wrap { key },
@@ -240,7 +245,7 @@ pub struct OwnedEvent {
 enum OwnedKind {
     ClaimSlots { count: u64 },
     Create { slot: u64 },
-    Delete,
+    Delete { record: u32 },
     RecordAlloc { record: u32 },
     RecordDealloc { record: u32 },
     Wrap,
@@ -256,7 +261,7 @@ impl OwnedEvent {
         let kind = match *event {
             Event::ClaimSlots { count } => OwnedKind::ClaimSlots { count },
             Event::Create { slot, .. } => OwnedKind::Create { slot },
-            Event::Delete { .. } => OwnedKind::Delete,
+            Event::Delete { record, .. } => OwnedKind::Delete { record },
             Event::RecordAlloc { record, .. } => OwnedKind::RecordAlloc { record },
             Event::RecordDealloc { record, .. } => OwnedKind::RecordDealloc { record },
             Event::Wrap { .. } => OwnedKind::Wrap,
@@ -277,7 +282,7 @@ impl OwnedEvent {
         match self.kind {
             OwnedKind::ClaimSlots { count } => Event::ClaimSlots { count },
             OwnedKind::Create { slot } => Event::Create { key, slot },
-            OwnedKind::Delete => Event::Delete { key },
+            OwnedKind::Delete { record } => Event::Delete { key, record },
             OwnedKind::RecordAlloc { record } => Event::RecordAlloc { key, record },
             OwnedKind::RecordDealloc { record } => Event::RecordDealloc { key, record },
             OwnedKind::Wrap => Event::Wrap { key },
@@ -297,7 +302,11 @@ mod tests {
         vec![
             Event::ClaimSlots { count: 1024 },
             Event::Create { key, slot: 77 },
-            Event::Delete { key },
+            Event::Delete { key, record: 4 },
+            Event::Delete {
+                key,
+                record: NO_RECORD,
+            },
             Event::RecordAlloc { key, record: 5 },
             Event::RecordDealloc { key, record: 9 },
             Event::Wrap { key },
@@ -332,7 +341,11 @@ mod tests {
             Event::decode(3, &buf),
             Err(Error::CorruptLogEntry { position: 3, .. })
         ));
-        Event::Delete { key: b"k" }.encode(0, &mut buf);
+        Event::Delete {
+            key: b"k",
+            record: NO_RECORD,
+        }
+        .encode(0, &mut buf);
         buf[KEY_LEN_AT] = 200; // longer than the entry
         assert!(matches!(
             Event::decode(4, &buf),

@@ -26,6 +26,10 @@ use crate::replica::{Index, IndexEntry, Outcome, Replica};
 use crate::slot::SlotPool;
 use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering};
 
+#[path = "object.rs"]
+mod object;
+pub use object::{Done, ReadTicket, WriteTicket};
+
 /// Identifier of a host: its index in the host table, below the pod's `max_hosts`.
 pub type HostId = u32;
 
@@ -89,7 +93,7 @@ pub enum Join {
 }
 
 /// How a host runs.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct HostOptions {
     /// How it touches LNR.
     pub memory: MemoryKind,
@@ -102,6 +106,12 @@ pub struct HostOptions {
     pub wait_limit: Duration,
     /// Whether threads hand log appends to one combiner (one batch per round).
     pub flat_combining: bool,
+    /// How many times the safe calls (`read`, `write`, ...) start over before answering
+    /// [`Error::RetriesExhausted`].
+    pub max_retries: u32,
+    /// The background reclaimer keeps the records in use at or below this fraction of
+    /// the pod's records (1.0: reclaim only when allocation finds none free).
+    pub record_watermark: f64,
 }
 
 impl Default for HostOptions {
@@ -111,6 +121,8 @@ impl Default for HostOptions {
             pump_interval: Some(Duration::from_millis(1)),
             wait_limit: Duration::from_secs(10),
             flat_combining: true,
+            max_retries: 10_000,
+            record_watermark: 0.9,
         }
     }
 }
@@ -148,6 +160,20 @@ impl HostOptions {
     #[must_use]
     pub fn wait_limit(mut self, limit: Duration) -> Self {
         self.wait_limit = limit;
+        self
+    }
+
+    /// Sets [`HostOptions::max_retries`].
+    #[must_use]
+    pub fn max_retries(mut self, retries: u32) -> Self {
+        self.max_retries = retries;
+        self
+    }
+
+    /// Sets [`HostOptions::record_watermark`] (clamped to 0..=1).
+    #[must_use]
+    pub fn record_watermark(mut self, fraction: f64) -> Self {
+        self.record_watermark = fraction.clamp(0.0, 1.0);
         self
     }
 
@@ -202,6 +228,9 @@ struct Shared {
     combiner: Combiner,
     options: HostOptions,
     counters: Counters,
+    /// Per-thread event counters of the object protocol.
+    events: crate::counters::Registry,
+    events_id: u64,
     claim_chunk_slots: u64,
     stop: std::sync::atomic::AtomicBool,
 }
@@ -260,6 +289,8 @@ impl Host {
             combiner: Combiner::default(),
             options,
             counters: Counters::default(),
+            events: crate::counters::Registry::default(),
+            events_id: crate::counters::Registry::new_id(),
             claim_chunk_slots,
             stop: std::sync::atomic::AtomicBool::new(false),
         });
@@ -331,10 +362,7 @@ impl Host {
     /// [`Error::UnknownKey`] if there is none.
     pub fn delete(&self, key: &[u8]) -> Result<()> {
         self.shared.check_key(key)?;
-        match self.shared.submit(&Event::Delete { key })? {
-            Outcome::Deleted { .. } => Ok(()),
-            _ => Err(Error::UnknownKey),
-        }
+        self.shared.with_counters(|c| self.shared.delete(key, c))
     }
 
     /// Applies every published log entry this replica has not applied yet, and serves
@@ -726,7 +754,10 @@ impl Shared {
         // The bytes are in memory before the create event is.
         self.memory.fence();
         match self.submit(&Event::Create { key, slot })? {
-            Outcome::Created => Ok(()),
+            Outcome::Created => {
+                self.with_counters(|c| c.add(crate::counters::Counter::Creates, 1));
+                Ok(())
+            }
             _ => Err(Error::ObjectExists),
         }
     }
@@ -736,6 +767,7 @@ impl Shared {
             // Errors surface to the host's own operations, which replay too.
             if self.replay(None).is_ok() {
                 let _ = self.serve_grants();
+                let _ = self.reclaim_to_watermark();
             }
             self.heartbeat();
             std::thread::park_timeout(interval);

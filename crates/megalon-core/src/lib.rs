@@ -40,6 +40,7 @@ pub mod arch;
 mod backoff;
 mod combiner;
 mod config;
+mod counters;
 mod error;
 pub mod event;
 mod header;
@@ -51,6 +52,7 @@ mod loom_models;
 pub mod memory;
 pub mod mutants;
 mod pod;
+mod record;
 mod replica;
 mod slot;
 mod sync;
@@ -59,10 +61,14 @@ pub use config::{
     PodConfig, LINE_BYTES, LOG_ENTRY_HEADER_BYTES, MAX_HOSTS_LIMIT, MAX_KEY_BYTES_LIMIT,
     MAX_SLOT_SIZE_BYTES, MIN_LOG_CAPACITY_ENTRIES, PAGE_BYTES, RECORD_WIDTHS_BITS,
 };
+pub use counters::EventCounts;
 pub use error::{Error, Region, Result};
 pub use event::{Event, OwnedEvent, LOG_FORMAT_VERSION};
 pub use header::{fnv1a64, PodHeader, HEADER_BYTES, LAYOUT_VERSION, MAGIC};
-pub use host::{Host, HostId, HostInfo, HostOptions, HostStats, Join, LoggedEvent};
+pub use host::{
+    Done, Host, HostId, HostInfo, HostOptions, HostStats, Join, LoggedEvent, ReadTicket,
+    WriteTicket,
+};
 pub use layout::{Layout, ScrUsage, HEADER_REGION_BYTES, MAX_RECORDS, MAX_SLOTS};
 pub use memory::{Memory, MemoryKind, SimulatedConfig, SimulatedStats};
 pub use pod::{numa_nodes, Backing, BackingKind, Pod};

@@ -18,6 +18,32 @@ pub enum Step {
     LogInvalidateBeforeRead,
     /// Replay drops the cached lines of every object an event from another host touches.
     ReplayDropsLines,
+    /// `read_start` first makes the replica cover `ctail` (the tail check).
+    ReadTailCheck,
+    /// `read_start` invalidates the object's lines when the host counter is unknown or differs
+    /// from the record's counter (the pre-read check).
+    PreReadCheck,
+    /// `read_end` retries when the record's counter changed or the record was freed.
+    PostReadRecordCheck,
+    /// `read_end` catches up with the log and retries when an event about the object was
+    /// applied during the read.
+    PostReadEventCheck,
+    /// `write_start`, holding the lock, catches up and backs out if an event about the object
+    /// was applied since its lookup.
+    WriteEventCheckAfterLock,
+    /// `write_start` invalidates the object's lines before a (possibly partial) write when the
+    /// host counter is unknown or differs from the record's counter.
+    WriterInvalidatesStaleLines,
+    /// `write_end` writes the object's lines back to memory before it releases the record.
+    WriteBackBeforeUnlock,
+    /// `write_end` appends a wrap event when the counter wraps around.
+    WrapEvent,
+    /// Deallocation takes the record's lock before appending the dealloc event.
+    LockBeforeDealloc,
+    /// Delete takes the record's lock (if the object has one) before appending the delete.
+    LockBeforeDelete,
+    /// A host whose alloc lost the race in the log frees its record and uses the winner's.
+    AllocLoserUsesWinnersRecord,
 }
 
 impl Step {
@@ -26,6 +52,17 @@ impl Step {
         Step::LogWriteBackBeforePublish,
         Step::LogInvalidateBeforeRead,
         Step::ReplayDropsLines,
+        Step::ReadTailCheck,
+        Step::PreReadCheck,
+        Step::PostReadRecordCheck,
+        Step::PostReadEventCheck,
+        Step::WriteEventCheckAfterLock,
+        Step::WriterInvalidatesStaleLines,
+        Step::WriteBackBeforeUnlock,
+        Step::WrapEvent,
+        Step::LockBeforeDealloc,
+        Step::LockBeforeDelete,
+        Step::AllocLoserUsesWinnersRecord,
     ];
 
     /// The name `MEGALON_MUTANT` takes.
@@ -34,6 +71,17 @@ impl Step {
             Step::LogWriteBackBeforePublish => "log-write-back-before-publish",
             Step::LogInvalidateBeforeRead => "log-invalidate-before-read",
             Step::ReplayDropsLines => "replay-drops-lines",
+            Step::ReadTailCheck => "read-tail-check",
+            Step::PreReadCheck => "pre-read-check",
+            Step::PostReadRecordCheck => "post-read-record-check",
+            Step::PostReadEventCheck => "post-read-event-check",
+            Step::WriteEventCheckAfterLock => "write-event-check-after-lock",
+            Step::WriterInvalidatesStaleLines => "writer-invalidates-stale-lines",
+            Step::WriteBackBeforeUnlock => "write-back-before-unlock",
+            Step::WrapEvent => "wrap-event",
+            Step::LockBeforeDealloc => "lock-before-dealloc",
+            Step::LockBeforeDelete => "lock-before-delete",
+            Step::AllocLoserUsesWinnersRecord => "alloc-loser-uses-winners-record",
         }
     }
 

@@ -214,6 +214,8 @@ pub enum Outcome {
     },
     /// The key did not exist.
     NotFound,
+    /// The delete named another record than the object has now: nothing changed.
+    DeleteLost,
     /// The record was attached to the object.
     RecordAllocated,
     /// The object already had a record (another host's alloc came first in the log).
@@ -258,6 +260,9 @@ pub(crate) struct Index {
     slot_count: u64,
     record_count: u64,
     max_hosts: u32,
+    /// Record id to the handle of the object it belongs to: the reclaimer samples records
+    /// in the SCR and needs to know whose they are.
+    record_owners: hashbrown::HashMap<u32, u32>,
     pub(crate) slots: SlotAccounting,
 }
 
@@ -280,8 +285,21 @@ impl Index {
             slot_count,
             record_count,
             max_hosts,
+            record_owners: hashbrown::HashMap::new(),
             slots: SlotAccounting::new(slot_count, max_hosts),
         }
+    }
+
+    /// The key of the object that owns `record` in this replica.
+    pub(crate) fn record_owner_key(&self, record: u32) -> Option<Vec<u8>> {
+        let handle = *self.record_owners.get(&record)?;
+        Some(self.key_of(handle))
+    }
+
+    /// The key of the object behind `handle`.
+    pub(crate) fn key_of(&self, handle: u32) -> Vec<u8> {
+        let mut buf = [0u8; crate::config::MAX_KEY_BYTES_LIMIT as usize];
+        self.arena.key_into(handle, &mut buf).to_vec()
     }
 
     /// Objects in the index.
@@ -320,15 +338,12 @@ impl Index {
         self.find(key).map(|handle| self.entry(handle))
     }
 
-    // The object protocol (read_end) is the caller of the next two.
-    #[allow(dead_code)]
     /// The entry behind `handle` if it still holds the object stamped `stamp` (no event
     /// about it since): what a read checks at its end.
     pub(crate) fn current(&self, handle: u32, stamp: u64) -> Option<IndexEntry> {
         (self.arena.get(handle, STAMP) == stamp).then(|| self.entry(handle))
     }
 
-    #[allow(dead_code)]
     /// Stores this host's host counter for the object behind `handle` (under the read
     /// lock, after checking with [`Index::current`] that it is still the same object).
     pub(crate) fn set_host_counter(&self, handle: u32, counter: Option<u32>) {
@@ -454,8 +469,16 @@ impl Index {
                     applied.drop_slot = other_host_drops(slot);
                 }
             }
-            Event::Delete { key } => {
-                if let Some(entry) = self.remove(key) {
+            Event::Delete { key, record } => {
+                let current = self.find(key).map(|handle| self.record_of(handle));
+                if current.is_some_and(|current| current != record) {
+                    // The object got (or changed) a record after the deleter looked: the
+                    // deleter does not hold that record's lock, so it must not delete.
+                    applied.outcome = Outcome::DeleteLost;
+                } else if let Some(entry) = self.remove(key) {
+                    if let Some(record) = entry.record {
+                        self.record_owners.remove(&record);
+                    }
                     self.slots.free_counts[author as usize] += 1;
                     if mine {
                         pool.push(entry.slot);
@@ -477,6 +500,7 @@ impl Index {
                         applied.outcome = Outcome::RecordAllocLost { existing };
                     } else {
                         self.set_record(handle, record);
+                        self.record_owners.insert(record, handle);
                         self.touch(handle, position);
                         applied.outcome = Outcome::RecordAllocated;
                         applied.drop_slot = other_host_drops(self.slot_of(handle));
@@ -487,6 +511,7 @@ impl Index {
                 if let Some(handle) = self.find(key) {
                     if self.record_of(handle) == record {
                         self.set_record(handle, NO_RECORD);
+                        self.record_owners.remove(&record);
                         self.touch(handle, position);
                         applied.outcome = Outcome::RecordDeallocated;
                         applied.drop_slot = other_host_drops(self.slot_of(handle));
@@ -568,7 +593,9 @@ impl Index {
 
     /// Bytes of DRAM the index holds: the table, the arena and the free lists.
     pub(crate) fn heap_bytes(&self) -> u64 {
-        self.table.allocation_size() as u64 + self.arena.heap_bytes()
+        self.table.allocation_size() as u64
+            + self.arena.heap_bytes()
+            + self.record_owners.allocation_size() as u64
     }
 }
 
@@ -621,7 +648,16 @@ mod tests {
             );
         }
         let applied = index
-            .apply(100, 0, &Event::Delete { key: &[0, 1, 2] }, 0, &mut pool)
+            .apply(
+                100,
+                0,
+                &Event::Delete {
+                    key: &[0, 1, 2],
+                    record: NO_RECORD,
+                },
+                0,
+                &mut pool,
+            )
             .unwrap();
         assert_eq!(
             applied.outcome,

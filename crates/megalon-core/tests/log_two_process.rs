@@ -7,7 +7,7 @@
 //! joins as host 1. Each runs its own fixed sequence of creates and deletes; half of them
 //! are on keys both use, so creates race and lose and deletes find nothing.
 //!
-//! The two words at the start of the reclaimer's line are the mailbox: the first is the
+//! Two words in the unused upper half of the reclaimer's line are the mailbox: the first is the
 //! parent's, the second the child's. Each process stores its phase in its own word with
 //! Release and waits for the other's with Acquire:
 //!
@@ -347,7 +347,7 @@ fn check_against_model(host: &Host, results: [&[Seen]; 2]) -> BTreeMap<Vec<u8>, 
                 };
                 (Some(key), seen)
             }
-            Event::Delete { key } => {
+            Event::Delete { key, .. } => {
                 let seen = match objects.remove(key) {
                     Some(_) => Seen::Deleted,
                     None => Seen::Unknown,
@@ -368,7 +368,7 @@ fn check_against_model(host: &Host, results: [&[Seen]; 2]) -> BTreeMap<Vec<u8>, 
             )
         });
         let key = match logged.event.event() {
-            Event::Create { key, .. } | Event::Delete { key } => key,
+            Event::Create { key, .. } | Event::Delete { key, .. } => key,
             _ => unreachable!("object events only"),
         };
         let same_op = match expected {
@@ -416,13 +416,14 @@ fn check_against_model(host: &Host, results: [&[Seen]; 2]) -> BTreeMap<Vec<u8>, 
 
 /// `(parent's word, child's word)`: phases.
 fn mailbox(pod: &Pod) -> (&AtomicU64, &AtomicU64) {
-    let at = pod.layout().reclaimer_offset;
+    // The upper half of the reclaimer's line is unused; the lower half counts records.
+    let at = pod.layout().reclaimer_offset + 32;
     (pod.scr_u64(at), pod.scr_u64(at + 8))
 }
 
 /// `(parent's, child's)`: operations each has finished.
 fn progress(pod: &Pod) -> (&AtomicU64, &AtomicU64) {
-    let at = pod.layout().reclaimer_offset;
+    let at = pod.layout().reclaimer_offset + 32;
     (pod.scr_u64(at + 16), pod.scr_u64(at + 24))
 }
 

@@ -308,7 +308,7 @@ impl Model {
                     Some(Seen::Created)
                 }
             }
-            Event::Delete { key } => match self.objects.remove(key) {
+            Event::Delete { key, .. } => match self.objects.remove(key) {
                 Some((slot, _)) => {
                     prop_assert!(free.insert(slot), "{:?}: slot {} was free", logged, slot);
                     Some(Seen::Deleted)
@@ -606,7 +606,7 @@ fn check_against_model(pod: &Pod, hosts: &[Host], results: &Results) -> Result<(
         for logged in log.iter().filter(|l| l.host as usize == h) {
             let (create, bytes) = match logged.event.event() {
                 Event::Create { key, .. } => (true, key),
-                Event::Delete { key } => (false, key),
+                Event::Delete { key, .. } => (false, key),
                 _ => continue,
             };
             let key = key_index(bytes)

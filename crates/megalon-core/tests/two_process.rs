@@ -6,7 +6,7 @@
 //! environment; `child_host` does nothing when that variable is absent (a normal run).
 //! The parent creates the pod and joins as host 0, the child opens it and joins as host 1.
 //!
-//! The two words at the start of the reclaimer's line, unused so far, are the mailbox:
+//! Two words in the unused upper half of the reclaimer's line are the mailbox:
 //! the first is the parent's, the second the child's. Each process stores its phase in
 //! its own word with Release and waits for the other's with Acquire:
 //!
@@ -107,7 +107,8 @@ fn slot_of(pod: &Pod, writer: u32) -> u64 {
 
 /// `(parent's word, child's word)`.
 fn mailbox(pod: &Pod) -> (&AtomicU64, &AtomicU64) {
-    let at = pod.layout().reclaimer_offset;
+    // The upper half of the reclaimer's line is unused; the lower half counts records.
+    let at = pod.layout().reclaimer_offset + 32;
     (pod.scr_u64(at), pod.scr_u64(at + 8))
 }
 

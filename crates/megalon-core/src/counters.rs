@@ -1,0 +1,234 @@
+//! Event counters: what each thread of a host did, cheap enough to stay on in benchmarks.
+//!
+//! Every thread that runs operations on a host gets its own block of counters, registered
+//! with the host on first use. A thread only ever adds to its own block, with a plain load
+//! and store (no read-modify-write, no shared line); anyone may read every block.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// What the counters count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub(crate) enum Counter {
+    Reads,
+    Writes,
+    Creates,
+    Deletes,
+    RetryEvent,
+    RetryCounterChanged,
+    RetryRecordFreed,
+    WaitsForWriter,
+    LinesInvalidated,
+    LinesWrittenBack,
+    ScrAtomics,
+    RecordAllocs,
+    RecordAllocsLost,
+    RecordDeallocs,
+    Wraps,
+    Churn,
+}
+
+const COUNTERS: usize = Counter::Churn as usize + 1;
+
+/// Counts of events, for one thread or summed over a host's threads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EventCounts {
+    /// Object reads completed.
+    pub reads: u64,
+    /// Object writes completed.
+    pub writes: u64,
+    /// Objects created.
+    pub creates: u64,
+    /// Objects deleted.
+    pub deletes: u64,
+    /// Reads retried because an event about the object was applied during the read.
+    pub read_retries_event: u64,
+    /// Reads retried because the record's counter changed during the read.
+    pub read_retries_counter: u64,
+    /// Reads retried because the object's record was freed during the read.
+    pub read_retries_record_freed: u64,
+    /// Times a reader or writer found a write in progress and backed off.
+    pub waits_for_writer: u64,
+    /// Cache lines invalidated (flushed) by the object protocol.
+    pub lines_invalidated: u64,
+    /// Cache lines written back by writers.
+    pub lines_written_back: u64,
+    /// Loads, stores and CASes of records in the SCR.
+    pub scr_atomics: u64,
+    /// Records allocated (alloc events that won).
+    pub record_allocs: u64,
+    /// Alloc events that lost to another host's alloc of the same object.
+    pub record_allocs_lost: u64,
+    /// Records deallocated (synchronously or by the reclaimer).
+    pub record_deallocs: u64,
+    /// Counter wrap-around events appended.
+    pub wraps: u64,
+    /// Allocations that first had to take another object's record.
+    pub churn: u64,
+}
+
+impl EventCounts {
+    fn from_array(a: &[u64; COUNTERS]) -> Self {
+        use Counter::*;
+        Self {
+            reads: a[Reads as usize],
+            writes: a[Writes as usize],
+            creates: a[Creates as usize],
+            deletes: a[Deletes as usize],
+            read_retries_event: a[RetryEvent as usize],
+            read_retries_counter: a[RetryCounterChanged as usize],
+            read_retries_record_freed: a[RetryRecordFreed as usize],
+            waits_for_writer: a[WaitsForWriter as usize],
+            lines_invalidated: a[LinesInvalidated as usize],
+            lines_written_back: a[LinesWrittenBack as usize],
+            scr_atomics: a[ScrAtomics as usize],
+            record_allocs: a[RecordAllocs as usize],
+            record_allocs_lost: a[RecordAllocsLost as usize],
+            record_deallocs: a[RecordDeallocs as usize],
+            wraps: a[Wraps as usize],
+            churn: a[Churn as usize],
+        }
+    }
+
+    /// Read retries of every cause.
+    pub fn read_retries(&self) -> u64 {
+        self.read_retries_event + self.read_retries_counter + self.read_retries_record_freed
+    }
+}
+
+impl std::ops::Add for EventCounts {
+    type Output = EventCounts;
+    fn add(self, other: EventCounts) -> EventCounts {
+        let mut a = self.to_array();
+        for (x, y) in a.iter_mut().zip(other.to_array()) {
+            *x += y;
+        }
+        EventCounts::from_array(&a)
+    }
+}
+
+impl EventCounts {
+    fn to_array(self) -> [u64; COUNTERS] {
+        use Counter::*;
+        let mut a = [0; COUNTERS];
+        a[Reads as usize] = self.reads;
+        a[Writes as usize] = self.writes;
+        a[Creates as usize] = self.creates;
+        a[Deletes as usize] = self.deletes;
+        a[RetryEvent as usize] = self.read_retries_event;
+        a[RetryCounterChanged as usize] = self.read_retries_counter;
+        a[RetryRecordFreed as usize] = self.read_retries_record_freed;
+        a[WaitsForWriter as usize] = self.waits_for_writer;
+        a[LinesInvalidated as usize] = self.lines_invalidated;
+        a[LinesWrittenBack as usize] = self.lines_written_back;
+        a[ScrAtomics as usize] = self.scr_atomics;
+        a[RecordAllocs as usize] = self.record_allocs;
+        a[RecordAllocsLost as usize] = self.record_allocs_lost;
+        a[RecordDeallocs as usize] = self.record_deallocs;
+        a[Wraps as usize] = self.wraps;
+        a[Churn as usize] = self.churn;
+        a
+    }
+}
+
+/// One thread's counters on one host, and its random state for picking records.
+#[derive(Debug)]
+pub(crate) struct ThreadCounters {
+    counts: [AtomicU64; COUNTERS],
+    random: AtomicU64,
+}
+
+static NEXT_SEED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0x5eed_0001);
+
+impl ThreadCounters {
+    fn new() -> Self {
+        Self {
+            counts: std::array::from_fn(|_| AtomicU64::new(0)),
+            random: AtomicU64::new(
+                NEXT_SEED.fetch_add(0x9e37_79b9_7f4a_7c15, std::sync::atomic::Ordering::Relaxed),
+            ),
+        }
+    }
+
+    /// This thread's random state (only this thread uses it).
+    pub(crate) fn random_seed(&self) -> u64 {
+        self.random.load(Ordering::Relaxed)
+    }
+
+    /// Stores this thread's random state.
+    pub(crate) fn set_random_seed(&self, seed: u64) {
+        self.random.store(seed, Ordering::Relaxed)
+    }
+
+    /// Adds `n` to `counter`. Only the owning thread calls this.
+    #[inline]
+    pub(crate) fn add(&self, counter: Counter, n: u64) {
+        let slot = &self.counts[counter as usize];
+        // Relaxed load and store: this thread is the only writer; readers may see a
+        // slightly old count, never a torn one.
+        slot.store(slot.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> EventCounts {
+        let a: [u64; COUNTERS] = std::array::from_fn(|i| self.counts[i].load(Ordering::Relaxed));
+        EventCounts::from_array(&a)
+    }
+}
+
+/// A host's registry of its threads' counters.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    threads: crate::sync::Mutex<Vec<Arc<ThreadCounters>>>,
+}
+
+static NEXT_REGISTRY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+thread_local! {
+    /// This thread's counters, by registry id (one entry per host the thread works on).
+    static MINE: RefCell<Vec<(u64, Arc<ThreadCounters>)>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Registry {
+    /// A fresh id for a new registry (ids are never reused, unlike addresses).
+    pub(crate) fn new_id() -> u64 {
+        NEXT_REGISTRY.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Runs `f` with the calling thread's counters for the registry `id`, creating and
+    /// registering them on the thread's first use.
+    #[inline]
+    pub(crate) fn with<R>(&self, id: u64, f: impl FnOnce(&ThreadCounters) -> R) -> R {
+        let registered = MINE.with(|mine| mine.borrow().iter().any(|(owner, _)| *owner == id));
+        if !registered {
+            let counters = Arc::new(ThreadCounters::new());
+            self.threads.lock().push(Arc::clone(&counters));
+            MINE.with(|mine| mine.borrow_mut().push((id, counters)));
+        }
+        MINE.with(|mine| {
+            // A shared borrow held while `f` runs: `f` may run operations on this host
+            // again (nested shared borrows are fine); only registration borrows mutably,
+            // and only before this.
+            let mine = mine.borrow();
+            let (_, counters) = mine
+                .iter()
+                .find(|(owner, _)| *owner == id)
+                .expect("registered above");
+            f(counters)
+        })
+    }
+
+    /// Every thread's counts.
+    pub(crate) fn per_thread(&self) -> Vec<EventCounts> {
+        self.threads.lock().iter().map(|t| t.snapshot()).collect()
+    }
+
+    /// The sum over every thread.
+    pub(crate) fn total(&self) -> EventCounts {
+        self.per_thread()
+            .into_iter()
+            .fold(EventCounts::default(), |a, b| a + b)
+    }
+}

@@ -1,0 +1,794 @@
+//! The object protocol: `read_start`/`read_end`, `write_start`/`write_end`, and delete with
+//! coherence records, exactly as DESIGN section 8 lays them out, plus the safe calls built
+//! on them (read into a buffer, write from a slice, closure forms) that retry within a
+//! bound and report their retries.
+//!
+//! Dual-path coherence. While an object's record stays allocated, the record guards it: a
+//! reader compares the record's counter with its host counter before the read (and
+//! invalidates on a mismatch) and after it (and retries on a change). Whenever the
+//! object's allocation state changes (alloc, dealloc, create, delete, counter wrap-around,
+//! move), the log event itself tells every host: replay drops the object's cached lines
+//! and makes the host counter unknown, and a read that overlapped the event sees the
+//! object's stamp change and retries.
+//!
+//! Race cases, each next to the code that handles it:
+//!
+//! - A reader's index says "record `r`" but a deallocation already freed `r` (the reader's
+//!   replica has not applied the event yet): the record reads free, or in use by another
+//!   object with another counter; either way the post-read check fails, and the retry's
+//!   tail check applies the event.
+//! - A writer looked the object up, then an event about it was applied before it took
+//!   the lock (say the record was deallocated and reallocated): after locking it catches
+//!   up again, finds the stamp changed, restores the record and starts over.
+//! - Two hosts allocate a record for the same object: both claimed a free record, both
+//!   append; the second in log order loses, frees its record and uses the winner's.
+
+use super::{Host, Shared};
+use crate::backoff::Backoff;
+use crate::counters::{Counter, EventCounts, ThreadCounters};
+use crate::error::{Error, Result};
+use crate::event::{Event, NO_RECORD};
+use crate::mutants::{self, Step};
+use crate::record::{RecordWord, Records};
+use crate::replica::{IndexEntry, Outcome};
+use crate::sync::{AtomicU64, Ordering};
+
+/// Random probes for a free record before a linear scan.
+const FREE_RECORD_PROBES: u32 = 64;
+/// Records the reclaimer samples to choose one to deallocate.
+const RECLAIM_SAMPLES: u32 = 8;
+/// Rounds of sampling a synchronous reclaim tries before giving up.
+const RECLAIM_ROUNDS: u32 = 64;
+/// Records the background reclaimer frees per pump round at most.
+const RECLAIM_BATCH: u32 = 32;
+
+/// A read in progress: where the object's bytes are and what `read_end` checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a read is only valid once read_end says so"]
+pub struct ReadTicket {
+    handle: u32,
+    stamp: u64,
+    offset: u64,
+    len: usize,
+    /// The record and the (even) counter seen at the start, for read-write-shared objects.
+    record: Option<(u32, u32)>,
+}
+
+impl ReadTicket {
+    /// Offset of the object's bytes in the pod (for [`crate::Memory::read`]).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Bytes of the object (the slot size).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Objects are never empty: always `false`.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// A write in progress: the object's record is locked (counter odd) until
+/// [`Host::write_end`]. Dropping the ticket ends the write as `write_end` would.
+#[must_use = "the record stays locked until write_end"]
+pub struct WriteTicket<'h> {
+    host: &'h Host,
+    state: Option<WriteState>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct WriteState {
+    handle: u32,
+    offset: u64,
+    len: usize,
+    record: u32,
+    counter_before: u32,
+}
+
+impl WriteTicket<'_> {
+    /// Offset of the object's bytes in the pod (for [`crate::Memory::write`]).
+    pub fn offset(&self) -> u64 {
+        self.state.expect("live ticket").offset
+    }
+
+    /// Bytes of the object (the slot size).
+    pub fn len(&self) -> usize {
+        self.state.expect("live ticket").len
+    }
+
+    /// Objects are never empty: always `false`.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Drop for WriteTicket<'_> {
+    fn drop(&mut self) {
+        if let Some(state) = self.state.take() {
+            // The caller may have written part of the object: finish the write so that
+            // the bytes reach memory and the counter moves on. An error here (the log
+            // refusing a wrap event) cannot be reported from a drop.
+            let shared = &self.host.shared;
+            let _ = shared.with_counters(|c| shared.write_end(state, c));
+        }
+    }
+}
+
+/// What a completed read or write cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Done {
+    /// Times the operation started over (reads: failed `read_end`; writes: backed out).
+    pub retries: u32,
+}
+
+impl Host {
+    /// Starts reading object `key` (steps 1-3 of the read path). Copy the object's bytes
+    /// with [`crate::Memory::read`] at [`ReadTicket::offset`], then call
+    /// [`Host::read_end`]; trust the copy only if it says so.
+    pub fn read_start(&self, key: &[u8]) -> Result<ReadTicket> {
+        self.shared.check_key(key)?;
+        self.shared
+            .with_counters(|c| self.shared.read_start(key, c))
+    }
+
+    /// Ends a read (steps 4-6): `true` if the bytes copied since `read_start` are a valid
+    /// version of the object, `false` if the read must start over.
+    pub fn read_end(&self, ticket: ReadTicket) -> Result<bool> {
+        self.shared
+            .with_counters(|c| self.shared.read_end(&ticket, c))
+    }
+
+    /// Starts writing object `key`: allocates a record if it has none, takes the lock,
+    /// and makes the counter odd. Write with [`crate::Memory::write`] at
+    /// [`WriteTicket::offset`], then call [`Host::write_end`].
+    pub fn write_start(&self, key: &[u8]) -> Result<WriteTicket<'_>> {
+        self.shared.check_key(key)?;
+        let state = self
+            .shared
+            .with_counters(|c| self.shared.write_start(key, c))?;
+        Ok(WriteTicket {
+            host: self,
+            state: Some(state),
+        })
+    }
+
+    /// Ends a write: the object's lines reach memory, the counter is even again (a wrap
+    /// event first if it wrapped around), the lock is released.
+    pub fn write_end(&self, mut ticket: WriteTicket<'_>) -> Result<()> {
+        let state = ticket.state.take().expect("live ticket");
+        self.shared
+            .with_counters(|c| self.shared.write_end(state, c))
+    }
+
+    /// Reads object `key` into `buf` (its first `buf.len()` bytes), retrying within the
+    /// host's bound. `buf` may be at most the slot size.
+    pub fn read(&self, key: &[u8], buf: &mut [u8]) -> Result<Done> {
+        self.shared.check_key(key)?;
+        self.shared.check_len(buf.len())?;
+        self.shared.with_counters(|c| {
+            for retries in 0..=self.shared.options.max_retries {
+                let ticket = self.shared.read_start(key, c)?;
+                self.shared.memory.read(ticket.offset, buf);
+                if self.shared.read_end(&ticket, c)? {
+                    return Ok(Done { retries });
+                }
+            }
+            Err(Error::RetriesExhausted {
+                retries: self.shared.options.max_retries,
+            })
+        })
+    }
+
+    /// Reads the whole object `key` and hands a private, validated copy to `f`.
+    pub fn read_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<(R, Done)> {
+        let mut buf = vec![0u8; self.shared.pod.config().slot_size_bytes as usize];
+        let done = self.read(key, &mut buf)?;
+        Ok((f(&buf), done))
+    }
+
+    /// Writes `data` at the start of object `key`.
+    pub fn write(&self, key: &[u8], data: &[u8]) -> Result<Done> {
+        self.write_at(key, 0, data)
+    }
+
+    /// Writes `data` at byte `at` of object `key` (the rest of the object is kept).
+    pub fn write_at(&self, key: &[u8], at: usize, data: &[u8]) -> Result<Done> {
+        self.shared.check_key(key)?;
+        self.shared.check_len(at.saturating_add(data.len()))?;
+        self.shared.with_counters(|c| {
+            let (state, retries) = self.shared.write_start_counted(key, c)?;
+            self.shared.memory.write(state.offset + at as u64, data);
+            self.shared.write_end(state, c)?;
+            Ok(Done { retries })
+        })
+    }
+
+    /// Read-modify-write of the whole object `key` under its lock: `f` gets the current
+    /// bytes and changes them in place.
+    pub fn update<R>(&self, key: &[u8], f: impl FnOnce(&mut [u8]) -> R) -> Result<(R, Done)> {
+        self.shared.check_key(key)?;
+        let mut buf = vec![0u8; self.shared.pod.config().slot_size_bytes as usize];
+        self.shared.with_counters(|c| {
+            let (state, retries) = self.shared.write_start_counted(key, c)?;
+            // Under the lock the object cannot change, and write_start invalidated any
+            // stale line: this copy is the current version.
+            self.shared.memory.read(state.offset, &mut buf);
+            let result = f(&mut buf);
+            self.shared.memory.write(state.offset, &buf);
+            self.shared.write_end(state, c)?;
+            Ok((result, Done { retries }))
+        })
+    }
+
+    /// Event counts of the calling thread on this host.
+    pub fn thread_events(&self) -> EventCounts {
+        self.shared.with_counters(|c| c.snapshot())
+    }
+
+    /// Event counts of every thread that has worked on this host (its pump included).
+    pub fn per_thread_events(&self) -> Vec<EventCounts> {
+        self.shared.events.per_thread()
+    }
+
+    /// Event counts summed over this host's threads.
+    pub fn events(&self) -> EventCounts {
+        self.shared.events.total()
+    }
+
+    /// Records in use in the pod now, and records in all.
+    pub fn records_in_use(&self) -> (u64, u64) {
+        let records = Records::new(&self.shared.pod);
+        (
+            self.shared.records_in_use().load(Ordering::Relaxed),
+            records.count(),
+        )
+    }
+}
+
+/// A small xorshift for picking records at random (per thread; quality hardly matters).
+fn next_random(state: &mut u64) -> u64 {
+    if *state == 0 {
+        *state = 0x9e37_79b9_7f4a_7c15;
+    }
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+impl Shared {
+    pub(super) fn with_counters<R>(&self, f: impl FnOnce(&ThreadCounters) -> R) -> R {
+        self.events.with(self.events_id, f)
+    }
+
+    fn check_len(&self, len: usize) -> Result<()> {
+        let slot_size_bytes = self.pod.config().slot_size_bytes;
+        if len as u64 > slot_size_bytes {
+            return Err(Error::ValueTooLarge {
+                value_bytes: len,
+                slot_size_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// The count of records in use, kept in the reclaimer's line of the SCR.
+    pub(super) fn records_in_use(&self) -> &AtomicU64 {
+        self.pod.scr_u64(self.pod.layout().reclaimer_offset)
+    }
+
+    fn lines(len: usize) -> u64 {
+        len.div_ceil(crate::config::LINE_BYTES as usize) as u64
+    }
+
+    fn invalidate(&self, offset: u64, len: usize, c: &ThreadCounters) {
+        self.memory.flush(offset, len);
+        // The invalidation is done before the loads of the copy that follows.
+        self.memory.fence();
+        c.add(Counter::LinesInvalidated, Self::lines(len));
+    }
+
+    fn place(&self, entry: &IndexEntry) -> (u64, usize) {
+        let layout = self.pod.layout();
+        (
+            layout.slot_offset(entry.slot),
+            layout.config.slot_size_bytes as usize,
+        )
+    }
+
+    fn read_start(&self, key: &[u8], c: &ThreadCounters) -> Result<ReadTicket> {
+        let records = Records::new(&self.pod);
+        let mut backoff: Option<Backoff> = None;
+        loop {
+            // 1. Tail check: the replica covers every append that completed before now,
+            //    and replay dropped the lines of every object another host's event touched.
+            if !mutants::skipped(Step::ReadTailCheck) {
+                self.catch_up()?;
+            }
+            let index = self.replica.index.read();
+            // 2. Look the key up.
+            let entry = index.lookup(key).ok_or(Error::UnknownKey)?;
+            let (offset, len) = self.place(&entry);
+            let Some(record) = entry.record else {
+                // Read-shared: no record; the log is the only path that can change it.
+                return Ok(ReadTicket {
+                    handle: entry.handle,
+                    stamp: entry.stamp,
+                    offset,
+                    len,
+                    record: None,
+                });
+            };
+            let word = records.load(record);
+            c.add(Counter::ScrAtomics, 1);
+            if word.in_use && word.counter.is_multiple_of(2) {
+                // Pre-read check: lines cached under another version (or an unknown one)
+                // must go, so that the copy comes from memory.
+                if !mutants::skipped(Step::PreReadCheck) && entry.host_counter != Some(word.counter)
+                {
+                    self.invalidate(offset, len, c);
+                }
+                // 3. Remember the stamp and the counter.
+                return Ok(ReadTicket {
+                    handle: entry.handle,
+                    stamp: entry.stamp,
+                    offset,
+                    len,
+                    record: Some((record, word.counter)),
+                });
+            }
+            // A write is in progress (odd counter), or the record was freed by a
+            // deallocation whose event this replica has not applied yet: wait, then look
+            // again (the next tail check applies the event).
+            drop(index);
+            c.add(
+                if word.in_use {
+                    Counter::WaitsForWriter
+                } else {
+                    Counter::RetryRecordFreed
+                },
+                1,
+            );
+            let backoff = backoff.get_or_insert_with(|| Backoff::new(self.options.wait_limit));
+            if !backoff.snooze() {
+                return Err(Error::RecordBusy {
+                    record,
+                    waited_ms: backoff.waited().as_millis() as u64,
+                });
+            }
+        }
+    }
+
+    fn read_end(&self, ticket: &ReadTicket, c: &ThreadCounters) -> Result<bool> {
+        // 4. Tail check again: any event about the object since step 3 changed its stamp.
+        let check_events = !mutants::skipped(Step::PostReadEventCheck);
+        if check_events {
+            self.catch_up()?;
+        }
+        let index = self.replica.index.read();
+        let current = index.current(ticket.handle, ticket.stamp);
+        if current.is_none() && check_events {
+            c.add(Counter::RetryEvent, 1);
+            return Ok(false);
+        }
+        if let Some((record, counter)) = ticket.record {
+            // 5. The record: same counter, still in use.
+            let word = Records::new(&self.pod).load(record);
+            c.add(Counter::ScrAtomics, 1);
+            if !mutants::skipped(Step::PostReadRecordCheck)
+                && (!word.in_use || word.counter != counter)
+            {
+                if current.is_some() {
+                    index.set_host_counter(ticket.handle, None);
+                }
+                c.add(
+                    if word.in_use {
+                        Counter::RetryCounterChanged
+                    } else {
+                        Counter::RetryRecordFreed
+                    },
+                    1,
+                );
+                return Ok(false);
+            }
+            // 6. Success: this host's lines of the object are those of version `counter`.
+            if current.is_some() {
+                index.set_host_counter(ticket.handle, Some(counter));
+            }
+        }
+        c.add(Counter::Reads, 1);
+        Ok(true)
+    }
+
+    fn write_start(&self, key: &[u8], c: &ThreadCounters) -> Result<WriteState> {
+        self.write_start_counted(key, c).map(|(state, _)| state)
+    }
+
+    fn write_start_counted(&self, key: &[u8], c: &ThreadCounters) -> Result<(WriteState, u32)> {
+        let records = Records::new(&self.pod);
+        let mut backoff = Backoff::new(self.options.wait_limit);
+        let mut retries = 0u32;
+        let mut forced_record: Option<u32> = None;
+        loop {
+            // 1. Tail check, lookup.
+            self.catch_up()?;
+            let entry = self
+                .replica
+                .index
+                .read()
+                .lookup(key)
+                .ok_or(Error::UnknownKey)?;
+            let (offset, len) = self.place(&entry);
+            // 2. No record: allocate one through the log, then look again.
+            let record = match (forced_record.take(), entry.record) {
+                (Some(record), _) => record,
+                (None, Some(record)) => record,
+                (None, None) => {
+                    forced_record = self.allocate_record(key, c)?;
+                    continue;
+                }
+            };
+            let word = records.load(record);
+            c.add(Counter::ScrAtomics, 1);
+            if !word.in_use || word.locked {
+                if word.locked {
+                    c.add(Counter::WaitsForWriter, 1);
+                }
+                if !backoff.snooze() {
+                    return Err(Error::RecordBusy {
+                        record,
+                        waited_ms: backoff.waited().as_millis() as u64,
+                    });
+                }
+                continue;
+            }
+            debug_assert_eq!(
+                word.counter % 2,
+                0,
+                "an unlocked record has an even counter"
+            );
+            // 3. Lock and make the counter odd, in one CAS.
+            let locked = RecordWord {
+                in_use: true,
+                locked: true,
+                counter: word.counter + 1,
+            };
+            c.add(Counter::ScrAtomics, 1);
+            if records.compare_exchange(record, word, locked).is_err() {
+                continue;
+            }
+            // Holding the lock: no event about the object can be appended by anyone who
+            // follows the protocol, but one may have been applied between our lookup and
+            // the lock. Catch up and check.
+            if !mutants::skipped(Step::WriteEventCheckAfterLock) {
+                self.catch_up()?;
+                if self
+                    .replica
+                    .index
+                    .read()
+                    .current(entry.handle, entry.stamp)
+                    .is_none()
+                {
+                    records.store(record, word);
+                    c.add(Counter::ScrAtomics, 1);
+                    retries += 1;
+                    continue;
+                }
+            }
+            // 4. A partial write fills lines from the cache: stale lines would go back to
+            //    memory around the new bytes. Drop them unless they are of this version.
+            if !mutants::skipped(Step::WriterInvalidatesStaleLines)
+                && entry.host_counter != Some(word.counter)
+            {
+                self.invalidate(offset, len, c);
+            }
+            return Ok((
+                WriteState {
+                    handle: entry.handle,
+                    offset,
+                    len,
+                    record,
+                    counter_before: word.counter,
+                },
+                retries,
+            ));
+        }
+    }
+
+    fn write_end(&self, state: WriteState, c: &ThreadCounters) -> Result<()> {
+        let records = Records::new(&self.pod);
+        // 5. The object's lines reach memory before the counter says the write is done.
+        if !mutants::skipped(Step::WriteBackBeforeUnlock) {
+            self.memory.write_back(state.offset, state.len);
+            c.add(Counter::LinesWrittenBack, Self::lines(state.len));
+        }
+        self.memory.fence();
+        // 6. Counter even again; a wrap-around goes through the log first, so that no
+        //    host trusts lines cached under the counter's previous use of this value.
+        let next = state.counter_before + 2;
+        let wrapped = next > records.counter_mask();
+        let next = next & records.counter_mask();
+        if wrapped && !mutants::skipped(Step::WrapEvent) {
+            let key = self.replica.index.read().key_of(state.handle);
+            self.submit(&Event::Wrap { key: &key })?;
+            c.add(Counter::Wraps, 1);
+        }
+        // Our cached lines are this version's; set the host counter while still holding
+        // the lock (after the unlock the handle could be reused by a delete).
+        self.replica
+            .index
+            .read()
+            .set_host_counter(state.handle, Some(next));
+        records.store(
+            state.record,
+            RecordWord {
+                in_use: true,
+                locked: false,
+                counter: next,
+            },
+        );
+        c.add(Counter::ScrAtomics, 1);
+        c.add(Counter::Writes, 1);
+        Ok(())
+    }
+
+    /// Allocates a record for `key` through the log. Returns the record to write with
+    /// when a mutant skips using the winner's; normally `None`: look the key up again.
+    fn allocate_record(&self, key: &[u8], c: &ThreadCounters) -> Result<Option<u32>> {
+        let record = self.claim_record(c)?;
+        match self.submit(&Event::RecordAlloc { key, record })? {
+            Outcome::RecordAllocated => {
+                c.add(Counter::RecordAllocs, 1);
+                Ok(None)
+            }
+            Outcome::RecordAllocLost { .. } => {
+                c.add(Counter::RecordAllocsLost, 1);
+                if mutants::skipped(Step::AllocLoserUsesWinnersRecord) {
+                    return Ok(Some(record));
+                }
+                self.free_record(record, c);
+                Ok(None)
+            }
+            _ => {
+                self.free_record(record, c);
+                Err(Error::UnknownKey)
+            }
+        }
+    }
+
+    /// Claims a free record (random probes, then a scan from a random start); when none
+    /// is free, deallocates another object's record first (churn).
+    fn claim_record(&self, c: &ThreadCounters) -> Result<u32> {
+        let records = Records::new(&self.pod);
+        let count = records.count();
+        let mut rng = c.random_seed();
+        let mut churned = false;
+        for _ in 0..RECLAIM_ROUNDS {
+            if self.records_in_use().load(Ordering::Relaxed) < count {
+                let start = next_random(&mut rng) % count;
+                let probes =
+                    (0..u64::from(FREE_RECORD_PROBES)).map(|_| next_random(&mut rng) % count);
+                let scan = (0..count).map(|i| (start + i) % count);
+                for record in probes.chain(scan) {
+                    let record = record as u32;
+                    let word = records.load(record);
+                    c.add(Counter::ScrAtomics, 1);
+                    if word.in_use {
+                        continue;
+                    }
+                    let claimed = RecordWord {
+                        in_use: true,
+                        ..word
+                    };
+                    c.add(Counter::ScrAtomics, 1);
+                    if records.compare_exchange(record, word, claimed).is_ok() {
+                        self.records_in_use().fetch_add(1, Ordering::Relaxed);
+                        c.set_random_seed(rng);
+                        if churned {
+                            c.add(Counter::Churn, 1);
+                        }
+                        return Ok(record);
+                    }
+                }
+            }
+            // Nothing free: make a record free (it may be claimed by someone else first).
+            churned |= self.reclaim_one(&mut rng, c)?;
+        }
+        c.set_random_seed(rng);
+        Err(Error::ScrRecordsExhausted {
+            records: count,
+            in_use: self.records_in_use().load(Ordering::Relaxed),
+        })
+    }
+
+    /// Samples a few records and deallocates the least written unlocked one this replica
+    /// knows the owner of. Returns whether one was deallocated.
+    fn reclaim_one(&self, rng: &mut u64, c: &ThreadCounters) -> Result<bool> {
+        let records = Records::new(&self.pod);
+        let count = records.count();
+        let mut best: Option<(u32, RecordWord)> = None;
+        for _ in 0..RECLAIM_SAMPLES {
+            let record = (next_random(rng) % count) as u32;
+            let word = records.load(record);
+            c.add(Counter::ScrAtomics, 1);
+            if word.in_use && !word.locked && best.is_none_or(|(_, b)| word.counter < b.counter) {
+                best = Some((record, word));
+            }
+        }
+        let Some((record, _)) = best else {
+            return Ok(false);
+        };
+        self.catch_up()?;
+        let Some(key) = self.replica.index.read().record_owner_key(record) else {
+            // Claimed by an alloc whose event is still on its way: not ours to take.
+            return Ok(false);
+        };
+        self.deallocate(&key, record, c)
+    }
+
+    /// Makes `key` read-shared: locks `record`, appends the dealloc event, and frees the
+    /// record once the event is applied here. Returns whether it did.
+    fn deallocate(&self, key: &[u8], record: u32, c: &ThreadCounters) -> Result<bool> {
+        let records = Records::new(&self.pod);
+        let word = records.load(record);
+        c.add(Counter::ScrAtomics, 1);
+        if !word.in_use || word.locked {
+            return Ok(false);
+        }
+        // Lock without changing the counter: no write happens; the event tells readers.
+        let lock = !mutants::skipped(Step::LockBeforeDealloc);
+        if lock {
+            let locked = RecordWord {
+                locked: true,
+                ..word
+            };
+            c.add(Counter::ScrAtomics, 1);
+            if records.compare_exchange(record, word, locked).is_err() {
+                return Ok(false);
+            }
+        }
+        match self.submit(&Event::RecordDealloc { key, record })? {
+            Outcome::RecordDeallocated => {
+                self.free_record(record, c);
+                c.add(Counter::RecordDeallocs, 1);
+                Ok(true)
+            }
+            _ => {
+                // The object lost the record, or is gone, in the meantime: put it back.
+                if lock {
+                    records.store(record, word);
+                    c.add(Counter::ScrAtomics, 1);
+                }
+                Ok(false)
+            }
+        }
+    }
+
+    /// Marks `record` free (its counter kept) and counts it out.
+    fn free_record(&self, record: u32, c: &ThreadCounters) {
+        let records = Records::new(&self.pod);
+        let word = records.load(record);
+        records.store(
+            record,
+            RecordWord {
+                in_use: false,
+                locked: false,
+                counter: word.counter & !1,
+            },
+        );
+        c.add(Counter::ScrAtomics, 2);
+        self.records_in_use().fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Deletes `key`: takes its record's lock if it has one, appends the delete, frees the
+    /// record once the event is applied here.
+    pub(super) fn delete(&self, key: &[u8], c: &ThreadCounters) -> Result<()> {
+        let records = Records::new(&self.pod);
+        let mut backoff = Backoff::new(self.options.wait_limit);
+        loop {
+            self.catch_up()?;
+            let Some(entry) = self.replica.index.read().lookup(key) else {
+                // Absent here: the delete still goes through the log (where it finds
+                // nothing), so every delete is an event every replica sees in order.
+                let event = Event::Delete {
+                    key,
+                    record: NO_RECORD,
+                };
+                match self.submit(&event)? {
+                    // Created, still read-shared, between our lookup and our event.
+                    Outcome::Deleted { .. } => {
+                        c.add(Counter::Deletes, 1);
+                        return Ok(());
+                    }
+                    // Created and written (it has a record now): start over with its lock.
+                    Outcome::DeleteLost => continue,
+                    _ => return Err(Error::UnknownKey),
+                }
+            };
+            let mut locked_word = None;
+            if let (Some(record), false) = (entry.record, mutants::skipped(Step::LockBeforeDelete))
+            {
+                let word = records.load(record);
+                c.add(Counter::ScrAtomics, 1);
+                if !word.in_use || word.locked {
+                    if !backoff.snooze() {
+                        return Err(Error::RecordBusy {
+                            record,
+                            waited_ms: backoff.waited().as_millis() as u64,
+                        });
+                    }
+                    continue;
+                }
+                let locked = RecordWord {
+                    locked: true,
+                    ..word
+                };
+                c.add(Counter::ScrAtomics, 1);
+                if records.compare_exchange(record, word, locked).is_err() {
+                    continue;
+                }
+                self.catch_up()?;
+                if self
+                    .replica
+                    .index
+                    .read()
+                    .current(entry.handle, entry.stamp)
+                    .is_none()
+                {
+                    records.store(record, word);
+                    continue;
+                }
+                locked_word = Some((record, word));
+            }
+            // The record whose lock we hold (none for a read-shared object): the delete
+            // wins in the log only if the object still has exactly that one.
+            let expected = entry.record.unwrap_or(NO_RECORD);
+            let outcome = self.submit(&Event::Delete {
+                key,
+                record: expected,
+            })?;
+            match outcome {
+                Outcome::Deleted { record, .. } => {
+                    if let Some(record) = record {
+                        self.free_record(record, c);
+                    }
+                    c.add(Counter::Deletes, 1);
+                    return Ok(());
+                }
+                Outcome::DeleteLost => {
+                    if let Some((record, word)) = locked_word {
+                        records.store(record, word);
+                    }
+                    continue;
+                }
+                _ => {
+                    if let Some((record, word)) = locked_word {
+                        records.store(record, word);
+                    }
+                    return Err(Error::UnknownKey);
+                }
+            }
+        }
+    }
+
+    /// The background reclaimer's round: while more records than the watermark allows are
+    /// in use, deallocate some (a bounded batch per round).
+    pub(super) fn reclaim_to_watermark(&self) -> Result<()> {
+        let count = Records::new(&self.pod).count();
+        let limit = (count as f64 * self.options.record_watermark) as u64;
+        self.with_counters(|c| {
+            let mut rng = c.random_seed();
+            for _ in 0..RECLAIM_BATCH {
+                if self.records_in_use().load(Ordering::Relaxed) <= limit {
+                    break;
+                }
+                self.reclaim_one(&mut rng, c)?;
+            }
+            c.set_random_seed(rng);
+            Ok(())
+        })
+    }
+}

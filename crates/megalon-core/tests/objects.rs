@@ -1,0 +1,222 @@
+//! The object protocol across hosts of one process, on simulated non-coherent memory.
+
+use std::sync::Arc;
+
+use megalon_core::{
+    Backing, Error, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, SimulatedConfig,
+};
+
+fn pod(record_width_bits: u32, scr_bytes: u64) -> Arc<Pod> {
+    let config = PodConfig::new()
+        .scr_bytes(scr_bytes)
+        .lnr_bytes(1 << 20)
+        .slot_size_bytes(256)
+        .max_key_bytes(48)
+        .log_capacity_entries(256)
+        .record_width_bits(record_width_bits)
+        .max_hosts(4);
+    Arc::new(Pod::create(&config, Backing::heap()).expect("pod"))
+}
+
+fn options(seed: u64) -> HostOptions {
+    HostOptions::new().memory(MemoryKind::Simulated(SimulatedConfig {
+        seed,
+        capacity_lines: 512,
+        random_eviction_one_in: 64,
+    }))
+}
+
+fn host(pod: &Arc<Pod>, seed: u64) -> Host {
+    Host::join(pod, Join::AnyFree, options(seed)).expect("join")
+}
+
+fn value(tag: u8) -> Vec<u8> {
+    (0..256).map(|i| tag.wrapping_add(i as u8)).collect()
+}
+
+#[test]
+fn a_write_on_one_host_is_read_on_another_without_stale_lines() {
+    let pod = pod(32, 64 << 10);
+    let a = host(&pod, 1);
+    let b = host(&pod, 2);
+    a.create(b"k", &value(0)).unwrap();
+    let mut buf = vec![0u8; 256];
+    b.read(b"k", &mut buf).unwrap(); // b caches the object's lines
+    assert_eq!(buf, value(0));
+    for round in 1..20u8 {
+        a.write(b"k", &value(round)).unwrap();
+        b.read(b"k", &mut buf).unwrap();
+        assert_eq!(buf, value(round), "round {round}");
+        a.read(b"k", &mut buf).unwrap();
+        assert_eq!(buf, value(round));
+    }
+    let events = a.events();
+    assert_eq!(events.writes, 19);
+    assert_eq!(events.record_allocs, 1, "one record for one object");
+    assert!(b.events().lines_invalidated > 0);
+}
+
+#[test]
+fn eight_bit_records_wrap_through_the_log_and_stay_correct() {
+    let pod = pod(8, 64 << 10);
+    let a = host(&pod, 3);
+    let b = host(&pod, 4);
+    a.create(b"k", &value(0)).unwrap();
+    let mut buf = vec![0u8; 256];
+    for round in 1..=200u32 {
+        let writer = if round % 3 == 0 { &b } else { &a };
+        writer.write(b"k", &value(round as u8)).unwrap();
+        let reader = if round % 3 == 0 { &a } else { &b };
+        reader.read(b"k", &mut buf).unwrap();
+        assert_eq!(buf, value(round as u8), "round {round}");
+    }
+    // 6-bit counters, +2 per write: a wrap every 32 writes.
+    let wraps = a.events().wraps + b.events().wraps;
+    assert_eq!(wraps, 200 / 32, "a wrap event every 32 writes");
+}
+
+/// Writes more objects than the pod has records (a 4 KiB SCR with 4 hosts leaves a few
+/// hundred 32-bit records), reading each back on the other host.
+fn write_more_objects_than_records(a: &Host, b: &Host) -> u64 {
+    let (_, records) = a.records_in_use();
+    let objects = records as u32 + 50;
+    for i in 0..objects {
+        a.create(format!("k{i}").as_bytes(), &value(i as u8))
+            .unwrap();
+    }
+    let mut buf = vec![0u8; 256];
+    for i in 0..objects {
+        let key = format!("k{i}");
+        a.write(key.as_bytes(), &value(i as u8 ^ 0x55)).unwrap();
+        b.read(key.as_bytes(), &mut buf).unwrap();
+        assert_eq!(buf, value(i as u8 ^ 0x55), "object {i}");
+    }
+    records
+}
+
+#[test]
+fn too_few_records_churn_instead_of_failing() {
+    let pod = pod(32, 4096);
+    // No background reclaim: allocation itself must take other objects' records.
+    let a = Host::join(&pod, Join::AnyFree, options(6).record_watermark(1.0)).unwrap();
+    let b = Host::join(&pod, Join::AnyFree, options(7).record_watermark(1.0)).unwrap();
+    let records = write_more_objects_than_records(&a, &b);
+    let (in_use, all) = a.records_in_use();
+    assert_eq!(
+        (in_use, all),
+        (records, records),
+        "every record in use at the end"
+    );
+    let churn = a.events().churn + b.events().churn;
+    assert!(
+        churn >= 50,
+        "at least one churn per object past the records: {churn}"
+    );
+    assert!(a.events().record_deallocs + b.events().record_deallocs >= 50);
+}
+
+#[test]
+fn the_background_reclaimer_keeps_records_under_the_watermark() {
+    let pod = pod(32, 4096);
+    let a = Host::join(&pod, Join::AnyFree, options(8).record_watermark(0.5)).unwrap();
+    let b = Host::join(&pod, Join::AnyFree, options(9).record_watermark(0.5)).unwrap();
+    let records = write_more_objects_than_records(&a, &b);
+    // The pumps run every millisecond; give them a moment to catch up.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while a.records_in_use().0 > records / 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(
+        a.records_in_use().0 <= records / 2,
+        "{:?}",
+        a.records_in_use()
+    );
+    let pump_deallocs: u64 = a
+        .per_thread_events()
+        .iter()
+        .chain(b.per_thread_events().iter())
+        .map(|e| e.record_deallocs)
+        .sum();
+    assert!(pump_deallocs > 0);
+}
+
+#[test]
+fn deleting_a_written_object_frees_its_record() {
+    let pod = pod(16, 64 << 10);
+    let a = host(&pod, 8);
+    let b = host(&pod, 9);
+    a.create(b"k", &value(1)).unwrap();
+    a.write(b"k", &value(2)).unwrap();
+    assert_eq!(a.records_in_use().0, 1);
+    b.delete(b"k").unwrap();
+    assert_eq!(a.records_in_use().0, 0);
+    let mut buf = vec![0u8; 256];
+    assert!(matches!(a.read(b"k", &mut buf), Err(Error::UnknownKey)));
+    assert!(matches!(a.write(b"k", &value(3)), Err(Error::UnknownKey)));
+    b.create(b"k", &value(4)).unwrap();
+    a.read(b"k", &mut buf).unwrap();
+    assert_eq!(buf, value(4));
+}
+
+#[test]
+fn update_and_partial_writes_keep_the_rest_of_the_object() {
+    let pod = pod(32, 64 << 10);
+    let a = host(&pod, 10);
+    let b = host(&pod, 11);
+    a.create(b"k", &value(0)).unwrap();
+    let mut buf = vec![0u8; 256];
+    b.read(b"k", &mut buf).unwrap();
+    a.write_at(b"k", 100, &[0xee; 8]).unwrap();
+    let (sum, _) = b
+        .update(b"k", |bytes| {
+            let sum = bytes.iter().map(|&x| u64::from(x)).sum::<u64>();
+            bytes[0] = 0xaa;
+            sum
+        })
+        .unwrap();
+    let mut expected = value(0);
+    expected[100..108].fill(0xee);
+    assert_eq!(sum, expected.iter().map(|&x| u64::from(x)).sum::<u64>());
+    expected[0] = 0xaa;
+    a.read(b"k", &mut buf).unwrap();
+    assert_eq!(buf, expected);
+    let (copy, done) = a.read_with(b"k", |bytes| bytes.to_vec()).unwrap();
+    assert_eq!((copy, done.retries), (expected, 0));
+}
+
+#[test]
+fn bad_input_is_refused() {
+    let pod = pod(32, 64 << 10);
+    let a = host(&pod, 12);
+    let mut big = vec![0u8; 257];
+    assert!(matches!(
+        a.read(b"absent", &mut [0u8; 8]),
+        Err(Error::UnknownKey)
+    ));
+    assert!(matches!(a.write(b"absent", b"x"), Err(Error::UnknownKey)));
+    a.create(b"k", b"v").unwrap();
+    assert!(matches!(
+        a.read(b"k", &mut big),
+        Err(Error::ValueTooLarge {
+            value_bytes: 257,
+            ..
+        })
+    ));
+    assert!(matches!(
+        a.write(b"k", &big),
+        Err(Error::ValueTooLarge { .. })
+    ));
+    assert!(matches!(
+        a.write_at(b"k", 250, &[0; 7]),
+        Err(Error::ValueTooLarge { .. })
+    ));
+    big.truncate(49);
+    assert!(matches!(
+        a.read(&big, &mut [0u8; 8]),
+        Err(Error::KeyTooLarge { .. })
+    ));
+    assert!(matches!(
+        a.write_start(&big),
+        Err(Error::KeyTooLarge { .. })
+    ));
+}
