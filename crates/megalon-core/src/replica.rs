@@ -514,7 +514,10 @@ impl Index {
                         self.record_owners.remove(&record);
                         self.touch(handle, position);
                         applied.outcome = Outcome::RecordDeallocated;
-                        applied.drop_slot = other_host_drops(self.slot_of(handle));
+                        // On every host, the author too: once read-shared, reads make no
+                        // check, and the deallocating host may cache lines of the object
+                        // from long before (it need not have read it lately).
+                        applied.drop_slot = Some(self.slot_of(handle));
                     } else {
                         applied.outcome = Outcome::RecordDeallocIgnored;
                     }
