@@ -1,0 +1,478 @@
+//! Recording a history while many threads (and processes) run operations.
+//!
+//! Every thread owns a [`ThreadRecorder`]: recording takes no lock and, once the thread
+//! has seen its keys, allocates nothing but the amortized growth of its own list of
+//! operations. All recorders of a run read one [`Clock`], so their timestamps can be
+//! compared. When the threads are done, [`ThreadRecorder::finish`] turns each recorder
+//! into a [`ThreadLog`] and [`History::merge`] merges the logs.
+//!
+//! Across processes, each child writes its log as text ([`ThreadLog::write_to`], or line
+//! by line as it goes with [`ThreadRecorder::journaled`], which survives the child's
+//! death), and the parent reads them back ([`ThreadLog::read_from`]) and merges them. The
+//! children must then share a clock: pass [`Clock::external`] a function reading a
+//! counter that lives in memory they all map.
+
+use std::fmt;
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+
+use crate::history::intern;
+use crate::sync::{AtomicU64, Ordering};
+use crate::{Call, Error, History, KeyId, Operation, Outcome, ProcessId};
+
+/// The clock every recorder of a run reads its timestamps from.
+///
+/// It must be one total order that agrees with what happened: if one reading's thread
+/// did something (stored a value) before taking it, and another thread took a later
+/// reading, that other thread must see what was done. [`Clock::counter`] has this
+/// property; an external clock must give it too (a `fetch_add(1, AcqRel)` on a counter
+/// in shared memory does).
+#[derive(Clone)]
+pub struct Clock {
+    source: ClockSource,
+}
+
+#[derive(Clone)]
+enum ClockSource {
+    Counter(Arc<AtomicU64>),
+    External(Arc<dyn Fn() -> u64 + Send + Sync>),
+}
+
+impl Clock {
+    /// A counter in this process's memory, bumped at every reading: every reading is
+    /// distinct, so no two operations of different threads look simultaneous.
+    pub fn counter() -> Self {
+        Clock {
+            source: ClockSource::Counter(Arc::new(AtomicU64::new(0))),
+        }
+    }
+
+    /// Readings from `now`, e.g. a `fetch_add(1, AcqRel)` on a counter in a memory map
+    /// shared by the processes of a run. `now` must never go backwards and must order
+    /// readings as described on [`Clock`].
+    pub fn external(now: impl Fn() -> u64 + Send + Sync + 'static) -> Self {
+        Clock {
+            source: ClockSource::External(Arc::new(now)),
+        }
+    }
+
+    /// One reading.
+    pub fn now(&self) -> u64 {
+        match &self.source {
+            // AcqRel: a thread takes a reading before invoking an operation and after its
+            // response. The Acquire keeps the operation's own accesses from moving
+            // before the invocation reading; the Release keeps them from moving after the
+            // response reading. Readings are read-modify-writes of one atomic, so if
+            // thread A's response reading comes before thread B's invocation reading in
+            // the counter's order, B's Acquire reads from A's Release (through the
+            // release sequence of RMWs in between): everything A's operation did happens
+            // before everything B's does, which is what "A precedes B" must mean.
+            ClockSource::Counter(counter) => counter.fetch_add(1, Ordering::AcqRel),
+            ClockSource::External(now) => now(),
+        }
+    }
+}
+
+impl fmt::Debug for Clock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.source {
+            ClockSource::Counter(counter) => f
+                .debug_struct("Clock::counter")
+                .field("next", &counter.load(Ordering::Relaxed))
+                .finish(),
+            ClockSource::External(_) => f.write_str("Clock::external"),
+        }
+    }
+}
+
+/// An invoked operation that has not completed yet: hand it to
+/// [`ThreadRecorder::complete`] when the call returns. One that is never completed
+/// becomes an operation of unknown outcome when the recorder finishes.
+#[must_use = "an operation that is never completed is recorded as of unknown outcome"]
+#[derive(Debug)]
+pub struct Pending {
+    process: ProcessId,
+    index: usize,
+}
+
+/// The recorder of one thread.
+///
+/// ```
+/// use megalon_workload::{check, Call, Clock, History, Outcome, ProcessId, ThreadRecorder, Value};
+///
+/// let clock = Clock::counter();
+/// let mut recorder = ThreadRecorder::new(ProcessId::new(0, 0), clock.clone());
+/// let value = Value::new(0, 1);
+/// let put = recorder.invoke(b"k", Call::Put(value))?;
+/// // ... store.put(b"k", &value.encode(64)?) ...
+/// recorder.complete(put, Outcome::Ok)?;
+/// let get = recorder.invoke(b"k", Call::Get)?;
+/// let read: Option<Vec<u8>> = Some(value.encode(64)?); // ... store.get(b"k") ...
+/// recorder.complete_read(get, read.as_deref())?;
+///
+/// let history = History::merge([recorder.finish()])?;
+/// assert!(check(&history).is_ok());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct ThreadRecorder {
+    process: ProcessId,
+    clock: Clock,
+    keys: Vec<Box<[u8]>>,
+    key_ids: HashMap<Box<[u8]>, KeyId>,
+    /// Operations of this thread; the outcome is `None` while the operation is pending.
+    operations: Vec<(Operation, Option<Outcome>)>,
+    journal: Option<Journal>,
+}
+
+struct Journal {
+    out: Box<dyn Write + Send>,
+    line: String,
+}
+
+impl Journal {
+    fn write_line(&mut self) -> Result<(), Error> {
+        self.out.write_all(self.line.as_bytes())?;
+        self.out.flush()?;
+        Ok(())
+    }
+}
+
+impl ThreadRecorder {
+    /// A recorder for `process` that keeps its operations in memory.
+    pub fn new(process: ProcessId, clock: Clock) -> Self {
+        ThreadRecorder {
+            process,
+            clock,
+            keys: Vec::new(),
+            key_ids: HashMap::new(),
+            operations: Vec::new(),
+            journal: None,
+        }
+    }
+
+    /// A recorder that also writes every invocation and every response to `journal` as
+    /// it happens, in the format of [`ThreadLog::write_to`], one `write_all` and `flush`
+    /// per line.
+    ///
+    /// An invocation is written before [`invoke`](Self::invoke) returns, so before the
+    /// operation can take effect: if the process dies, [`ThreadLog::read_from`] recovers
+    /// every operation it started, those without a response line as of unknown outcome.
+    /// Give it an unbuffered writer (a `File`) so a line is in the kernel once written.
+    pub fn journaled(
+        process: ProcessId,
+        clock: Clock,
+        journal: impl Write + Send + 'static,
+    ) -> Result<Self, Error> {
+        let mut journal = Journal {
+            out: Box::new(journal),
+            line: String::new(),
+        };
+        crate::text::header(&mut journal.line, process);
+        journal.write_line()?;
+        Ok(ThreadRecorder {
+            journal: Some(journal),
+            ..ThreadRecorder::new(process, clock)
+        })
+    }
+
+    /// The process this recorder records.
+    pub fn process(&self) -> ProcessId {
+        self.process
+    }
+
+    /// Reserves room for `additional` more operations, so recording them does not
+    /// allocate.
+    pub fn reserve(&mut self, additional: usize) {
+        self.operations.reserve(additional);
+    }
+
+    /// Records the invocation of `call` on `key`: call it right before calling the store.
+    pub fn invoke(&mut self, key: &[u8], call: Call) -> Result<Pending, Error> {
+        let key = intern(&mut self.keys, &mut self.key_ids, key)?;
+        let index = self.operations.len();
+        let invoked_at = self.clock.now();
+        if let Some(journal) = &mut self.journal {
+            journal.line.clear();
+            crate::text::invoke(
+                &mut journal.line,
+                index,
+                invoked_at,
+                &self.keys[key.0 as usize],
+                call,
+            );
+            journal.write_line()?;
+        }
+        self.operations.push((
+            Operation {
+                process: self.process,
+                key,
+                call,
+                outcome: Outcome::Unknown,
+                invoked_at,
+                returned_at: None,
+            },
+            None,
+        ));
+        Ok(Pending {
+            process: self.process,
+            index,
+        })
+    }
+
+    /// Records the response of `pending`: call it right after the store returned.
+    ///
+    /// Errors: an outcome the call cannot answer, a `pending` of another recorder, a
+    /// journal that cannot be written. After an error the operation stays pending (and
+    /// becomes of unknown outcome at [`finish`](Self::finish)).
+    pub fn complete(&mut self, pending: Pending, outcome: Outcome) -> Result<(), Error> {
+        let returned_at = self.clock.now();
+        let foreign = Error::ForeignPending {
+            pending: pending.process,
+            recorder: self.process,
+        };
+        if pending.process != self.process {
+            return Err(foreign);
+        }
+        let Some((operation, recorded)) = self.operations.get_mut(pending.index) else {
+            return Err(foreign);
+        };
+        if recorded.is_some() {
+            return Err(foreign);
+        }
+        Operation::validate(
+            operation.call,
+            &outcome,
+            operation.invoked_at,
+            Some(returned_at),
+        )?;
+        if let Some(journal) = &mut self.journal {
+            journal.line.clear();
+            crate::text::response(&mut journal.line, pending.index, returned_at, &outcome);
+            journal.write_line()?;
+        }
+        operation.returned_at = Some(returned_at);
+        *recorded = Some(outcome);
+        Ok(())
+    }
+
+    /// Records the response of a get that read `bytes` (`None`: the key was absent), see
+    /// [`Outcome::of_read`]. Allocates only for a torn read.
+    pub fn complete_read(&mut self, pending: Pending, bytes: Option<&[u8]>) -> Result<(), Error> {
+        self.complete(pending, Outcome::of_read(bytes))
+    }
+
+    /// The log of everything recorded; operations still pending are of unknown outcome.
+    pub fn finish(self) -> ThreadLog {
+        let operations = self
+            .operations
+            .into_iter()
+            .map(|(mut operation, recorded)| {
+                operation.outcome = recorded.unwrap_or(Outcome::Unknown);
+                operation
+            })
+            .collect();
+        ThreadLog {
+            process: self.process,
+            keys: self.keys,
+            operations,
+        }
+    }
+}
+
+/// The operations of one thread, on keys numbered within the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadLog {
+    pub(crate) process: ProcessId,
+    pub(crate) keys: Vec<Box<[u8]>>,
+    pub(crate) operations: Vec<Operation>,
+}
+
+impl ThreadLog {
+    /// The thread that recorded the log.
+    pub fn process(&self) -> ProcessId {
+        self.process
+    }
+
+    /// The operations in the order they were invoked. Their key ids are this log's (see
+    /// [`key`](Self::key)), not those of a merged history.
+    pub fn operations(&self) -> &[Operation] {
+        &self.operations
+    }
+
+    /// The bytes of this log's key `key`.
+    ///
+    /// # Panics
+    ///
+    /// If `key` is not a key of this log.
+    pub fn key(&self, key: KeyId) -> &[u8] {
+        &self.keys[key.0 as usize]
+    }
+
+    /// Writes the log as text (see the crate docs for the format).
+    pub fn write_to(&self, out: &mut impl Write) -> Result<(), Error> {
+        let mut line = String::new();
+        crate::text::header(&mut line, self.process);
+        for (index, operation) in self.operations.iter().enumerate() {
+            crate::text::invoke(
+                &mut line,
+                index,
+                operation.invoked_at,
+                self.key(operation.key),
+                operation.call,
+            );
+            if let Some(returned_at) = operation.returned_at {
+                crate::text::response(&mut line, index, returned_at, &operation.outcome);
+            }
+        }
+        out.write_all(line.as_bytes())?;
+        Ok(())
+    }
+
+    /// Reads a log written by [`write_to`](Self::write_to) or by a journaled recorder.
+    ///
+    /// A last line without its newline (its writer died while writing it) is ignored:
+    /// an unfinished invocation line is an operation that never started, an unfinished
+    /// response line leaves its operation of unknown outcome. Errors name the line.
+    pub fn read_from(input: impl BufRead) -> Result<ThreadLog, Error> {
+        crate::text::parse(input)
+    }
+}
+
+impl History {
+    /// The history of all operations in `logs`, with their keys interned in one table.
+    ///
+    /// Errors: two logs of the same process (a mistake in the test's numbering, which
+    /// would make reports ambiguous), too many keys.
+    pub fn merge(logs: impl IntoIterator<Item = ThreadLog>) -> Result<History, Error> {
+        let mut keys = Vec::new();
+        let mut key_ids = HashMap::new();
+        let mut processes = hashbrown::HashSet::new();
+        let mut operations = Vec::new();
+        for log in logs {
+            if !processes.insert(log.process) {
+                return Err(Error::DuplicateProcess {
+                    process: log.process,
+                });
+            }
+            let mut local_to_merged = Vec::with_capacity(log.keys.len());
+            for key in &log.keys {
+                local_to_merged.push(intern(&mut keys, &mut key_ids, key)?);
+            }
+            operations.extend(log.operations.into_iter().map(|mut operation| {
+                operation.key = local_to_merged[operation.key.0 as usize];
+                operation
+            }));
+        }
+        Ok(History::from_parts(keys, operations))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Value;
+
+    fn recorder(thread: u32, clock: &Clock) -> ThreadRecorder {
+        ThreadRecorder::new(ProcessId::new(0, thread), clock.clone())
+    }
+
+    #[test]
+    fn records_times_from_the_shared_clock_in_order() {
+        let clock = Clock::counter();
+        let mut a = recorder(0, &clock);
+        let mut b = recorder(1, &clock);
+        let put = a.invoke(b"k", Call::Put(Value::new(0, 1))).unwrap();
+        let get = b.invoke(b"k", Call::Get).unwrap();
+        a.complete(put, Outcome::Ok).unwrap();
+        b.complete(get, Outcome::Found(Value::new(0, 1))).unwrap();
+        let history = History::merge([a.finish(), b.finish()]).unwrap();
+        let ops = history.operations();
+        assert_eq!(ops.len(), 2);
+        assert_eq!((ops[0].invoked_at, ops[0].returned_at), (0, Some(2)));
+        assert_eq!((ops[1].invoked_at, ops[1].returned_at), (1, Some(3)));
+        assert_eq!(ops[0].key, ops[1].key);
+        assert_eq!(history.key_count(), 1);
+    }
+
+    #[test]
+    fn pending_operations_finish_as_unknown() {
+        let clock = Clock::counter();
+        let mut a = recorder(0, &clock);
+        let _never_completed = a.invoke(b"k", Call::Delete).unwrap();
+        let log = a.finish();
+        assert_eq!(log.operations()[0].outcome, Outcome::Unknown);
+        assert_eq!(log.operations()[0].returned_at, None);
+    }
+
+    #[test]
+    fn rejects_a_mismatched_outcome_and_a_foreign_pending() {
+        let clock = Clock::counter();
+        let mut a = recorder(0, &clock);
+        let mut b = recorder(1, &clock);
+        let get = a.invoke(b"k", Call::Get).unwrap();
+        assert!(matches!(
+            a.complete(get, Outcome::Created),
+            Err(Error::OutcomeMismatch { .. })
+        ));
+        let get = a.invoke(b"k", Call::Get).unwrap();
+        // `b` has a pending operation at the same index.
+        let _b_get = b.invoke(b"k", Call::Get).unwrap();
+        let _b_get = b.invoke(b"k", Call::Get).unwrap();
+        assert!(matches!(
+            b.complete(get, Outcome::Absent),
+            Err(Error::ForeignPending { .. })
+        ));
+        // All stayed pending.
+        for log in [a.finish(), b.finish()] {
+            assert!(log
+                .operations()
+                .iter()
+                .all(|op| op.outcome == Outcome::Unknown));
+        }
+    }
+
+    #[test]
+    fn merge_rejects_two_logs_of_one_process() {
+        let clock = Clock::counter();
+        let a = recorder(3, &clock).finish();
+        let b = recorder(3, &clock).finish();
+        assert!(matches!(
+            History::merge([a, b]),
+            Err(Error::DuplicateProcess { process }) if process == ProcessId::new(0, 3)
+        ));
+    }
+
+    #[test]
+    fn merge_maps_each_logs_keys_to_one_table() {
+        let clock = Clock::counter();
+        let mut a = recorder(0, &clock);
+        let mut b = recorder(1, &clock);
+        for (recorder, keys) in [(&mut a, [b"x", b"y"]), (&mut b, [b"y", b"x"])] {
+            for key in keys {
+                let get = recorder.invoke(key, Call::Get).unwrap();
+                recorder.complete(get, Outcome::Absent).unwrap();
+            }
+        }
+        let history = History::merge([a.finish(), b.finish()]).unwrap();
+        let keys: Vec<&[u8]> = history
+            .operations()
+            .iter()
+            .map(|op| history.key(op.key))
+            .collect();
+        assert_eq!(keys, [b"x", b"y", b"y", b"x"]);
+    }
+
+    #[test]
+    fn an_external_clock_is_used() {
+        let base = Arc::new(AtomicU64::new(1000));
+        let shared = Arc::clone(&base);
+        let clock = Clock::external(move || shared.fetch_add(10, Ordering::AcqRel));
+        let mut a = recorder(0, &clock);
+        let get = a.invoke(b"k", Call::Get).unwrap();
+        a.complete(get, Outcome::Absent).unwrap();
+        let op = &a.finish().operations()[0].clone();
+        assert_eq!((op.invoked_at, op.returned_at), (1000, Some(1010)));
+    }
+}
