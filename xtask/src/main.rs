@@ -7,6 +7,9 @@
 //! - `loom`: the loom models of the atomic protocols (`--cfg megalon_loom`).
 //! - `mutants`: for each protocol step, the tests with that one step switched off; every
 //!   step must be caught by some failing test.
+//! - `stress`: several hosts and threads over one pod, a recorded history, checked for
+//!   linearizability; ends with one line saying so (exit 0) or naming the first violation
+//!   and the seed that reproduces it (exit 1).
 
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
@@ -29,7 +32,9 @@ fn usage() -> ExitCode {
          ci        formatting, clippy -D warnings, tests, bench and example builds, the first\n            \
                    example, loom (short), mutants\n  \
          loom      the loom models [--max-preemptions N] (default 3)\n  \
-         mutants   the tests once per protocol step switched off; every step must be caught"
+                  mutants   the tests once per protocol step switched off; every step must be caught\n  \
+         stress    [--seconds S] [--hosts H] [--threads T] [--seed N] [--record-bits 8|16|32]\n            \
+                   [--memory simulated|hardware]: a checked concurrent history"
     );
     ExitCode::from(2)
 }
@@ -169,6 +174,67 @@ fn mutants() -> bool {
     missed == 0
 }
 
+/// Runs the stress test with `flags` (pairs of `--name value`), prints its verdict as the
+/// last line, and returns whether the history was linearizable.
+fn stress(flags: &[(&str, String)]) -> bool {
+    let mut command = cargo_command();
+    command
+        .args([
+            "test",
+            "--release",
+            "-p",
+            "megalon-core",
+            "--test",
+            "stress",
+            "--",
+            "--ignored",
+            "--exact",
+            "stress_from_env",
+            "--nocapture",
+        ])
+        .stdout(Stdio::piped());
+    for (name, value) in flags {
+        let var = format!(
+            "MEGALON_STRESS_{}",
+            name.trim_start_matches("--")
+                .replace('-', "_")
+                .to_uppercase()
+        );
+        command.env(var, value);
+    }
+    println!(
+        "\n==> stress {}",
+        flags
+            .iter()
+            .map(|(n, v)| format!("{n} {v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let output = match command.output() {
+        Ok(output) => output,
+        Err(error) => {
+            eprintln!("stress: could not run cargo: {error}");
+            return false;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let verdict = stdout
+        .lines()
+        .find(|line| line.starts_with("checked ") || line.contains("NOT linearizable"))
+        .map(str::to_owned);
+    match verdict {
+        Some(line) => {
+            println!("{line}");
+            output.status.success() && line.starts_with("checked ")
+        }
+        None => {
+            eprintln!("{stdout}");
+            println!("stress: no verdict (the run failed before checking; output above)");
+            false
+        }
+    }
+}
+
 fn ci() -> ExitCode {
     let started = Instant::now();
     let steps: &[&[&str]] = &[
@@ -190,6 +256,10 @@ fn ci() -> ExitCode {
             eprintln!("\nci: failed at `cargo {}`", step.join(" "));
             return ExitCode::FAILURE;
         }
+    }
+    if !stress(&[("--seconds", "3".into())]) {
+        eprintln!("\nci: failed at the stress");
+        return ExitCode::FAILURE;
     }
     if !loom("3") {
         eprintln!("\nci: failed at the loom models");
@@ -218,6 +288,29 @@ fn main() -> ExitCode {
         Some("ci") => return ci(),
         Some("loom") => loom(arg("--max-preemptions").unwrap_or("3")),
         Some("mutants") => mutants(),
+        Some("stress") => {
+            let names = [
+                "--seconds",
+                "--hosts",
+                "--threads",
+                "--seed",
+                "--record-bits",
+                "--memory",
+            ];
+            let flags: Vec<(&str, String)> = names
+                .iter()
+                .filter_map(|name| arg(name).map(|value| (*name, value.to_owned())))
+                .collect();
+            if let Some(unknown) = args[1..]
+                .iter()
+                .step_by(2)
+                .find(|a| !names.contains(&a.as_str()))
+            {
+                eprintln!("stress: unknown flag {unknown}");
+                return usage();
+            }
+            stress(&flags)
+        }
         _ => return usage(),
     };
     if ok {

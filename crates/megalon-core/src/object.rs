@@ -223,6 +223,21 @@ impl Host {
         })
     }
 
+    /// Makes object `key` read-shared: deallocates its coherence record (through the log)
+    /// if it has one and no write is in progress. Returns whether it did. The reclaimer
+    /// does this to the least-written objects when records run short.
+    pub fn make_read_shared(&self, key: &[u8]) -> Result<bool> {
+        self.shared.check_key(key)?;
+        self.shared.with_counters(|c| {
+            self.shared.catch_up()?;
+            let entry = self.shared.replica.index.read().lookup(key);
+            match entry.ok_or(Error::UnknownKey)?.record {
+                Some(record) => self.shared.deallocate(key, record, c),
+                None => Ok(false),
+            }
+        })
+    }
+
     /// Event counts of the calling thread on this host.
     pub fn thread_events(&self) -> EventCounts {
         self.shared.with_counters(|c| c.snapshot())
@@ -635,11 +650,12 @@ impl Shared {
         let records = Records::new(&self.pod);
         let word = records.load(record);
         c.add(Counter::ScrAtomics, 1);
-        if !word.in_use || word.locked {
+        // Lock without changing the counter: no write happens; the event tells readers.
+        // A locked record (a write or another deallocation in progress) is left alone.
+        let lock = !mutants::skipped(Step::LockBeforeDealloc);
+        if !word.in_use || (lock && word.locked) {
             return Ok(false);
         }
-        // Lock without changing the counter: no write happens; the event tells readers.
-        let lock = !mutants::skipped(Step::LockBeforeDealloc);
         if lock {
             let locked = RecordWord {
                 locked: true,

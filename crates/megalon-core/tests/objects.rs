@@ -220,3 +220,57 @@ fn bad_input_is_refused() {
         Err(Error::KeyTooLarge { .. })
     ));
 }
+
+#[test]
+fn a_partial_write_over_stale_lines_keeps_the_other_hosts_bytes() {
+    // Host b caches the object, a rewrites all of it, then b writes 8 bytes into its first
+    // line. The rest of that line must be a's bytes, not b's stale cached ones: the writer
+    // invalidates its stale lines before a partial write. Random eviction is off so that
+    // b's stale line stays cached.
+    let pod = pod(32, 64 << 10);
+    let quiet = |seed| {
+        HostOptions::new().memory(MemoryKind::Simulated(SimulatedConfig {
+            seed,
+            capacity_lines: 512,
+            random_eviction_one_in: 0,
+        }))
+    };
+    let a = Host::join(&pod, Join::AnyFree, quiet(13)).unwrap();
+    let b = Host::join(&pod, Join::AnyFree, quiet(14)).unwrap();
+    a.create(b"k", &value(0)).unwrap();
+    a.write(b"k", &value(1)).unwrap(); // the object has a record now
+    let mut buf = vec![0u8; 256];
+    b.read(b"k", &mut buf).unwrap(); // b caches version 1
+    a.write(b"k", &value(2)).unwrap();
+    b.write_at(b"k", 0, &[0xee; 8]).unwrap();
+    let mut expected = value(2);
+    expected[..8].fill(0xee);
+    a.read(b"k", &mut buf).unwrap();
+    assert_eq!(buf, expected);
+}
+
+#[test]
+fn a_write_in_progress_keeps_its_record() {
+    let pod = pod(32, 64 << 10);
+    let a = host(&pod, 15);
+    let b = host(&pod, 16);
+    a.create(b"k", &value(0)).unwrap();
+    a.write(b"k", &value(1)).unwrap();
+    let ticket = a.write_start(b"k").unwrap();
+    // The deallocator must take the record's lock first: held by the writer, it fails.
+    assert!(
+        !b.make_read_shared(b"k").unwrap(),
+        "no deallocation under a writer"
+    );
+    a.memory().write(ticket.offset(), &value(2));
+    a.write_end(ticket).unwrap();
+    let mut buf = vec![0u8; 256];
+    b.read(b"k", &mut buf).unwrap();
+    assert_eq!(buf, value(2));
+    // With no write in progress it succeeds, and the object reads the same.
+    assert!(b.make_read_shared(b"k").unwrap());
+    assert!(!b.make_read_shared(b"k").unwrap(), "read-shared already");
+    a.read(b"k", &mut buf).unwrap();
+    assert_eq!(buf, value(2));
+    assert_eq!(b.events().record_deallocs, 1);
+}

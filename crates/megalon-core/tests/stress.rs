@@ -29,6 +29,8 @@ struct Stress {
     simulated: bool,
     keys: u64,
     zipf: f64,
+    /// Records host 0's background reclaimer keeps in use at most (a fraction).
+    reclaim_watermark: f64,
 }
 
 impl Default for Stress {
@@ -42,6 +44,7 @@ impl Default for Stress {
             simulated: true,
             keys: 2048,
             zipf: 0.99,
+            reclaim_watermark: 0.5,
         }
     }
 }
@@ -147,11 +150,15 @@ fn run(stress: &Stress) -> Report {
             };
             // Host 0 reclaims in the background down to half the records; the others
             // only when an allocation finds none free (churn).
-            let watermark = if h == 0 { 0.5 } else { 1.0 };
+            let watermark = if h == 0 {
+                stress.reclaim_watermark
+            } else {
+                1.0
+            };
             let options = HostOptions::new()
                 .memory(memory)
                 .record_watermark(watermark)
-                .wait_limit(Duration::from_secs(20));
+                .wait_limit(Duration::from_secs(5));
             Host::join(&pod, Join::As(h), options).expect("join")
         })
         .collect();
@@ -287,6 +294,23 @@ fn stress_short_with_16_bit_records_on_hardware_memory() {
         seconds: 1.0,
         record_bits: 16,
         simulated: false,
+        ..Stress::default()
+    };
+    match run_and_check(&stress) {
+        Ok(line) => println!("{line}"),
+        Err(violation) => panic!("{violation}"),
+    }
+}
+
+#[test]
+fn stress_short_with_a_reclaimer_racing_writers() {
+    // A few hot objects, and host 0 deallocating every record it can find all the time:
+    // deallocations meet writes in progress.
+    let stress = Stress {
+        seconds: 1.5,
+        keys: 8,
+        zipf: 0.5,
+        reclaim_watermark: 0.0,
         ..Stress::default()
     };
     match run_and_check(&stress) {
