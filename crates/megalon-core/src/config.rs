@@ -6,8 +6,9 @@ use crate::layout::Layout;
 /// Bytes in one cache line: slots and log entries are whole numbers of lines.
 pub const LINE_BYTES: u64 = 64;
 /// SCR and LNR sizes are multiples of a page, so every region can be mapped and bound to a
-/// NUMA node on its own.
-pub const PAGE_BYTES: u64 = 4096;
+/// NUMA node on its own. (A line in loom models, whose pods are small heaps of model
+/// atomics.)
+pub const PAGE_BYTES: u64 = if cfg!(megalon_loom) { 64 } else { 4096 };
 /// Most hosts one pod can have: host bitmaps (in the baselines) are one `u64`.
 pub const MAX_HOSTS_LIMIT: u32 = 64;
 /// Longest key a pod can be configured for: keys travel inline in log entries.

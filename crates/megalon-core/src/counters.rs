@@ -141,16 +141,26 @@ pub(crate) struct ThreadCounters {
     random: AtomicU64,
 }
 
+#[cfg(not(megalon_loom))]
 static NEXT_SEED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0x5eed_0001);
 
 impl ThreadCounters {
     fn new() -> Self {
         Self {
             counts: std::array::from_fn(|_| AtomicU64::new(0)),
-            random: AtomicU64::new(
-                NEXT_SEED.fetch_add(0x9e37_79b9_7f4a_7c15, std::sync::atomic::Ordering::Relaxed),
-            ),
+            random: AtomicU64::new(Self::first_seed()),
         }
+    }
+
+    #[cfg(not(megalon_loom))]
+    fn first_seed() -> u64 {
+        NEXT_SEED.fetch_add(0x9e37_79b9_7f4a_7c15, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// In a model every run must make the same choices.
+    #[cfg(megalon_loom)]
+    fn first_seed() -> u64 {
+        0x5eed_0001
     }
 
     /// This thread's random state (only this thread uses it).
@@ -186,9 +196,16 @@ pub(crate) struct Registry {
 
 static NEXT_REGISTRY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
+#[cfg(not(megalon_loom))]
 thread_local! {
     /// This thread's counters, by registry id (one entry per host the thread works on).
     static MINE: RefCell<Vec<(u64, Arc<ThreadCounters>)>> = const { RefCell::new(Vec::new()) };
+}
+
+// loom runs its model threads on one OS thread: each needs a thread-local of its own.
+#[cfg(megalon_loom)]
+loom::thread_local! {
+    static MINE: RefCell<Vec<(u64, Arc<ThreadCounters>)>> = RefCell::new(Vec::new());
 }
 
 impl Registry {

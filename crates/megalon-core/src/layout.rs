@@ -18,7 +18,7 @@ use crate::config::{PodConfig, LINE_BYTES, PAGE_BYTES};
 use crate::error::{Error, Region, Result};
 
 /// Bytes reserved for the header at the start of the pod (one page).
-pub const HEADER_REGION_BYTES: u64 = PAGE_BYTES;
+pub const HEADER_REGION_BYTES: u64 = 4096;
 /// Bytes of one host-table entry (one line).
 pub const HOST_ENTRY_BYTES: u64 = LINE_BYTES;
 /// Bytes of the reclaimer's counters (one line).

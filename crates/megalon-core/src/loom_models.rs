@@ -15,8 +15,8 @@ use crate::{Backing, Event, Host, HostOptions, Join, Outcome, Pod, PodConfig};
 /// Two hosts, a ring of two 64-byte entries, small everything else.
 fn pod() -> Arc<Pod> {
     let config = PodConfig::new()
-        .scr_bytes(4096)
-        .lnr_bytes(4096)
+        .scr_bytes(1024)
+        .lnr_bytes(512)
         .slot_size_bytes(64)
         .max_key_bytes(8)
         .log_capacity_entries(2)
@@ -83,5 +83,121 @@ fn loom_a_completed_append_is_seen_by_every_later_lookup() {
         );
         let _a = writer.join().unwrap();
         assert!(b.lookup(b"key").expect("lookup").is_some());
+    });
+}
+
+/// A pod for the record models: one line per object, 32-bit records, a ring long enough
+/// that nothing wraps.
+fn object_pod() -> Arc<Pod> {
+    let config = PodConfig::new()
+        .scr_bytes(1024)
+        .lnr_bytes(2048)
+        .slot_size_bytes(64)
+        .max_key_bytes(8)
+        .log_capacity_entries(16)
+        .max_hosts(2);
+    Arc::new(Pod::create(&config, Backing::heap()).expect("pod"))
+}
+
+fn object_host(pod: &Arc<Pod>, id: u32) -> Host {
+    let options = HostOptions::new()
+        .pump_interval(None)
+        .flat_combining(false)
+        .record_watermark(1.0);
+    Host::join(pod, Join::As(id), options).expect("join")
+}
+
+/// An object of eight equal words: a valid read sees eight copies of one value.
+fn object_bytes(value: u64) -> Vec<u8> {
+    (0..8).flat_map(|_| value.to_le_bytes()).collect()
+}
+
+fn words_agree(bytes: &[u8]) -> bool {
+    bytes.chunks_exact(8).all(|w| w == &bytes[..8])
+}
+
+#[test]
+fn loom_a_read_that_validates_never_saw_half_a_write() {
+    loom::model(|| {
+        let pod = object_pod();
+        let a = host(&pod, 0);
+        let b = object_host(&pod, 1);
+        a.create(b"k", &object_bytes(1)).expect("create");
+        a.write(b"k", &object_bytes(2))
+            .expect("first write allocates the record");
+        b.replay().expect("replay");
+        let writer = loom::thread::spawn(move || {
+            a.write(b"k", &object_bytes(3)).expect("write");
+            a
+        });
+        // One attempt by hand: start, copy, end; a copy that read_end accepts is whole.
+        let ticket = b.read_start(b"k").expect("read_start");
+        let mut copy = vec![0u8; 64];
+        b.memory().read(ticket.offset(), &mut copy);
+        if b.read_end(ticket).expect("read_end") {
+            assert!(
+                words_agree(&copy),
+                "a validated read mixes two writes: {copy:?}"
+            );
+        }
+        drop(writer.join().unwrap());
+    });
+}
+
+#[test]
+fn loom_two_hosts_allocating_one_object_end_with_one_record() {
+    loom::model(|| {
+        let pod = object_pod();
+        let a = Arc::new(object_host(&pod, 0));
+        let b = Arc::new(object_host(&pod, 1));
+        a.create(b"k", &object_bytes(1)).expect("create");
+        b.replay().expect("replay");
+        let (a2, b2) = (Arc::clone(&a), Arc::clone(&b));
+        let ta = loom::thread::spawn(move || a2.write(b"k", &object_bytes(2)).expect("write a"));
+        let tb = loom::thread::spawn(move || b2.write(b"k", &object_bytes(3)).expect("write b"));
+        ta.join().unwrap();
+        tb.join().unwrap();
+        a.replay().expect("replay");
+        b.replay().expect("replay");
+        let record = a.lookup(b"k").expect("lookup").expect("exists").record;
+        assert!(record.is_some());
+        assert_eq!(
+            record,
+            b.lookup(b"k").expect("lookup").expect("exists").record
+        );
+        assert_eq!(a.records_in_use().0, 1, "the loser freed its record");
+        let mut buf = vec![0u8; 64];
+        a.read(b"k", &mut buf).expect("read");
+        assert!(buf == object_bytes(2) || buf == object_bytes(3));
+    });
+}
+
+#[test]
+fn loom_a_read_racing_alloc_write_dealloc_of_its_object_retries() {
+    // The paper's example (section 3.4.3): x is read-shared when the read starts; during
+    // the read another host allocates a record for it, writes it, and deallocates the
+    // record again. At the end x is read-shared once more, so no record can tell the
+    // reader; only the log's events can.
+    loom::model(|| {
+        let pod = object_pod();
+        let a = object_host(&pod, 0);
+        let b = object_host(&pod, 1);
+        a.create(b"x", &object_bytes(1)).expect("create x");
+        b.replay().expect("replay");
+        let churner = loom::thread::spawn(move || {
+            a.write(b"x", &object_bytes(9)).expect("write x");
+            assert!(a.make_read_shared(b"x").expect("dealloc"));
+            a
+        });
+        let ticket = b.read_start(b"x").expect("read_start");
+        let mut copy = vec![0u8; 64];
+        b.memory().read(ticket.offset(), &mut copy);
+        if b.read_end(ticket).expect("read_end") {
+            assert!(
+                words_agree(&copy),
+                "a validated read mixes two versions: {copy:?}"
+            );
+        }
+        drop(churner.join().unwrap());
     });
 }

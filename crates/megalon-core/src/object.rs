@@ -378,6 +378,10 @@ impl Shared {
     }
 
     fn read_end(&self, ticket: &ReadTicket, c: &ThreadCounters) -> Result<bool> {
+        // The copy's loads happen before the checks below load the record and the
+        // cursors: an Acquire load does not keep earlier loads from moving after it, this
+        // fence does (the seqlock reader's fence; on x86 it costs nothing).
+        crate::sync::fence(Ordering::Acquire);
         // 4. Tail check again: any event about the object since step 3 changed its stamp.
         let check_events = !mutants::skipped(Step::PostReadEventCheck);
         if check_events {
@@ -475,6 +479,11 @@ impl Shared {
             if records.compare_exchange(record, word, locked).is_err() {
                 continue;
             }
+            // The seqlock writer's fence: the odd counter is ordered before every data
+            // store of this write. Pairs with the reader's Acquire fence in `read_end`: a
+            // reader that copied any byte of this write then sees the counter changed. (The
+            // CAS's Release orders only what came before it.)
+            crate::sync::fence(Ordering::Release);
             // Holding the lock: no event about the object can be appended by anyone who
             // follows the protocol, but one may have been applied between our lookup and
             // the lock. Catch up and check.

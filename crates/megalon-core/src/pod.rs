@@ -232,6 +232,33 @@ impl Pod {
             layout,
             backing,
         };
+        // Every cell of the pod exists before any model thread runs, as the memory of a
+        // real pod does: a cell made lazily by one thread and loaded by another would be
+        // an unsynchronized write in the model.
+        let layout = &pod.layout;
+        for offset in (layout.cursors_offset..layout.host_table_offset).step_by(8) {
+            pod.word(offset);
+        }
+        for host in 0..layout.config.max_hosts {
+            let entry = layout.host_entry_offset(host);
+            pod.scr_u32(entry);
+            pod.scr_u64(entry + 8);
+            pod.scr_u64(entry + 16);
+        }
+        for record in 0..layout.record_count {
+            let offset = layout.record_offset(record);
+            match layout.record_bytes {
+                1 => drop(pod.scr_u8(offset)),
+                2 => drop(pod.scr_u16(offset)),
+                _ => drop(pod.scr_u32(offset)),
+            }
+        }
+        for offset in (layout.reclaimer_offset..layout.reclaimer_offset + 64).step_by(8) {
+            pod.word(offset);
+        }
+        for offset in (layout.lnr_offset..layout.total_bytes).step_by(8) {
+            pod.word(offset);
+        }
         // Every word starts at zero; only the header needs writing.
         let encoded = PodHeader::new(&pod.layout).encode();
         for (i, chunk) in encoded.chunks_exact(8).enumerate() {
