@@ -274,3 +274,43 @@ fn a_write_in_progress_keeps_its_record() {
     assert_eq!(buf, value(2));
     assert_eq!(b.events().record_deallocs, 1);
 }
+
+#[test]
+fn no_free_and_no_reclaimable_record_is_a_typed_error_that_loses_nothing() {
+    // Every record held by a write in progress: nothing is free and nothing can be
+    // reclaimed (a locked record is never taken), so one more write must fail cleanly.
+    let pod = pod(32, 4096);
+    let a = Host::join(&pod, Join::AnyFree, options(17).record_watermark(1.0)).unwrap();
+    let b = Host::join(&pod, Join::AnyFree, options(18).record_watermark(1.0)).unwrap();
+    let (_, records) = a.records_in_use();
+    for i in 0..=records {
+        a.create(format!("k{i}").as_bytes(), &value(i as u8)).unwrap();
+    }
+    let tickets: Vec<_> = (0..records)
+        .map(|i| a.write_start(format!("k{i}").as_bytes()).unwrap())
+        .collect();
+    assert_eq!(a.records_in_use(), (records, records));
+    let last = format!("k{records}");
+    match b.write(last.as_bytes(), &value(0xff)) {
+        Err(Error::ScrRecordsExhausted { records: all, in_use }) => {
+            assert_eq!((all, in_use), (records, records));
+        }
+        other => panic!("expected ScrRecordsExhausted, got {other:?}"),
+    }
+    // Finish the writes in progress: every object holds what was written, the failed
+    // write changed nothing, and it succeeds now that records can be reclaimed.
+    for (i, ticket) in tickets.into_iter().enumerate() {
+        a.memory().write(ticket.offset(), &value(i as u8 ^ 0x0f));
+        a.write_end(ticket).unwrap();
+    }
+    let mut buf = vec![0u8; 256];
+    for i in 0..records {
+        b.read(format!("k{i}").as_bytes(), &mut buf).unwrap();
+        assert_eq!(buf, value(i as u8 ^ 0x0f), "object {i}");
+    }
+    b.read(last.as_bytes(), &mut buf).unwrap();
+    assert_eq!(buf, value(records as u8), "the refused write left the object as it was");
+    b.write(last.as_bytes(), &value(0xff)).unwrap();
+    a.read(last.as_bytes(), &mut buf).unwrap();
+    assert_eq!(buf, value(0xff));
+}
