@@ -591,6 +591,14 @@ impl Shared {
                 }
                 position += 1;
             }
+            if index.is_some() {
+                // Before anyone can read what was just applied (they take the read lock
+                // once we let go), `ctail` covers it: a read on another host that starts
+                // after a read here ended then replays it too. Every entry below
+                // `position` is published (we just read them). AcqRel: Release pairs with
+                // the Acquire in every host's `catch_up`.
+                Log::ctail(&self.pod).fetch_max(position, Ordering::AcqRel);
+            }
             drop(index);
             match target {
                 Some(target) if position < target => {
@@ -665,10 +673,9 @@ impl Shared {
             {
                 self.log.write(&self.memory, start + i as u64, entry);
             }
+            // Replay applies our entries (and all before them) and advances `ctail` over
+            // them before it releases the index.
             self.replay(Some(start + count))?;
-            // AcqRel: Release pairs with the Acquire in every host's `catch_up`; our
-            // entries (and all before them) are published and applied here.
-            Log::ctail(&self.pod).fetch_max(start + count, Ordering::AcqRel);
             let mut state = self.replica.replay.lock();
             for position in start..start + count {
                 let outcome = state

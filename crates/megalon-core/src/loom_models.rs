@@ -201,3 +201,37 @@ fn loom_a_read_racing_alloc_write_dealloc_of_its_object_retries() {
         drop(churner.join().unwrap());
     });
 }
+
+#[test]
+fn loom_what_one_host_saw_of_an_append_every_later_read_sees() {
+    // A host's own threads read its replica while its appender applies its entries. What
+    // they see must already be covered by `ctail`, or another host's read that starts
+    // after theirs ended could miss it.
+    loom::model(|| {
+        let pod = pod();
+        let a = Arc::new(host(&pod, 0));
+        let b = host(&pod, 1);
+        let seen = Arc::new(AtomicBool::new(false));
+        let appender = {
+            let a = Arc::clone(&a);
+            loom::thread::spawn(move || assert_eq!(create(&a, b"key", 0), Outcome::Created))
+        };
+        let same_host_reader = {
+            let (a, seen) = (Arc::clone(&a), Arc::clone(&seen));
+            loom::thread::spawn(move || {
+                if a.lookup(b"key").expect("lookup").is_some() {
+                    // Release: pairs with the Acquire below; this read ended first.
+                    seen.store(true, Ordering::Release);
+                }
+            })
+        };
+        let saw = seen.load(Ordering::Acquire);
+        let found = b.lookup(b"key").expect("lookup").is_some();
+        assert!(
+            !saw || found,
+            "host 0 saw the object, a later read on host 1 did not"
+        );
+        appender.join().unwrap();
+        same_host_reader.join().unwrap();
+    });
+}

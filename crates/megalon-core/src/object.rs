@@ -428,7 +428,8 @@ impl Shared {
 
     fn write_start_counted(&self, key: &[u8], c: &ThreadCounters) -> Result<(WriteState, u32)> {
         let records = Records::new(&self.pod);
-        let mut backoff = Backoff::new(self.options.wait_limit);
+        // Made on the first wait only: an uncontended write never reads the clock.
+        let mut backoff: Option<Backoff> = None;
         let mut retries = 0u32;
         let mut forced_record: Option<u32> = None;
         loop {
@@ -456,6 +457,7 @@ impl Shared {
                 if word.locked {
                     c.add(Counter::WaitsForWriter, 1);
                 }
+                let backoff = backoff.get_or_insert_with(|| Backoff::new(self.options.wait_limit));
                 if !backoff.snooze() {
                     return Err(Error::RecordBusy {
                         record,
@@ -712,7 +714,7 @@ impl Shared {
     /// record once the event is applied here.
     pub(super) fn delete(&self, key: &[u8], c: &ThreadCounters) -> Result<()> {
         let records = Records::new(&self.pod);
-        let mut backoff = Backoff::new(self.options.wait_limit);
+        let mut backoff: Option<Backoff> = None;
         loop {
             self.catch_up()?;
             let Some(entry) = self.replica.index.read().lookup(key) else {
@@ -739,6 +741,8 @@ impl Shared {
                 let word = records.load(record);
                 c.add(Counter::ScrAtomics, 1);
                 if !word.in_use || word.locked {
+                    let backoff =
+                        backoff.get_or_insert_with(|| Backoff::new(self.options.wait_limit));
                     if !backoff.snooze() {
                         return Err(Error::RecordBusy {
                             record,

@@ -272,10 +272,34 @@ fn run_and_check(stress: &Stress) -> Result<String, String> {
             "checked {} operations from {} hosts: linearizable {details}",
             summary.operations, stress.hosts
         )),
-        Err(error) => Err(format!(
-            "NOT linearizable after {operations} operations from {} hosts, reproduce with --seed {}: {error} {details}",
-            stress.hosts, stress.seed
-        )),
+        Err(error) => {
+            // The report is shrunk to the fewest operations that still fail; the whole
+            // neighbourhood of the key helps to see what happened.
+            let mut neighbourhood = String::new();
+            if let Some(violation) = error.violation() {
+                let failing = violation.failing_operation();
+                let from = failing.invoked_at.saturating_sub(400);
+                for op in report.history.operations() {
+                    if report.history.key(op.key) == &violation.key[..]
+                        && op.invoked_at >= from
+                        && op.invoked_at <= failing.returned_at.unwrap_or(u64::MAX)
+                    {
+                        neighbourhood.push_str(&format!(
+                            "\n   [{:>8}, {:>8}] {}: {} -> {}",
+                            op.invoked_at,
+                            op.returned_at.map_or("-".into(), |t| t.to_string()),
+                            op.process,
+                            op.call,
+                            op.outcome
+                        ));
+                    }
+                }
+            }
+            Err(format!(
+                "NOT linearizable after {operations} operations from {} hosts, reproduce with --seed {}: {error} {details}\nevery operation on the key from shortly before:{neighbourhood}",
+                stress.hosts, stress.seed
+            ))
+        }
     }
 }
 
