@@ -1,0 +1,555 @@
+//! Benchmarks of the object protocol (DESIGN.md sections 7, 8 and 12), each against its
+//! ceiling in the same run. Results and how to read them: `docs/object.md`.
+//!
+//! One heap pod with hardware memory, one host without a pump, 1 KiB objects, 24-byte
+//! keys: [`OBJECTS`] read-shared objects (created, never written: no record) and as
+//! many read-write-shared ones (created, then written once in setup: each has a record
+//! and this host's host counter equals it). Every side walks its set in one seeded
+//! random order; the sets are 100 MB each, so objects come from memory, not from cache.
+//!
+//! - `ceiling`: a plain `hashbrown::HashMap<Vec<u8>, u64>` from key to the object's
+//!   offset, then `host.memory().read` of 1 KiB: the same lookup and copy from the same
+//!   memory with no protocol (DESIGN section 12's ceiling).
+//! - `ceiling_locked`: the ceiling with the plain map behind a `std::sync::RwLock`,
+//!   read-locked twice per operation (for the lookup, and after the copy), as
+//!   `Host::read` takes the replica's read lock in `read_start` and in `read_end`.
+//! - `ceiling_replica`: `host.lookup(key)` (tail check, the replica's read lock, its
+//!   index) and the same copy: the ceiling with the replica's own index.
+//! - `copy`: the copy alone, from offsets computed in setup (no lookup).
+//! - `read` (`object/read/read_shared`, `object/read/read_write`): `host.read(key, &mut
+//!   buf)` of a read-shared object, and of a read-write-shared one whose counter has not
+//!   changed since this host wrote it.
+//! - `write`: `host.write(key, &object)` of a read-write-shared object (lock, copy,
+//!   write-back of its 16 lines, fence, unlock); `write_ceiling`: the plain map lookup,
+//!   then `memory.write`, `memory.write_back` of 1 KiB and `memory.fence`.
+//!
+//! Each benchmark runs once under criterion (absolute times), then, under `cargo bench`
+//! only, each pair is measured interleaved: blocks of the two sides alternate (which goes
+//! first alternates too), on different objects so neither finds lines the other just
+//! loaded, and the median per-round ratio is printed: the figure to quote on a shared,
+//! noisy machine. Around each protocol benchmark the host's event counters are read and
+//! printed per operation (lines invalidated, written back, SCR atomics, retries). Last,
+//! the SCR each read-write-shared object costs for each record width, from the layout.
+//!
+//! ```text
+//! cargo bench --bench object -- --warm-up-time 1 --measurement-time 2
+//! ```
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput};
+use megalon::core::{
+    Backing, EventCounts, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, RECORD_WIDTHS_BITS,
+};
+
+/// Key length (the paper's KV workloads use 24-byte keys).
+const KEY_BYTES: usize = 24;
+/// Longest key the pod accepts: 32 keeps a log entry to one line.
+const MAX_KEY_BYTES: u32 = 32;
+/// Bytes of one object, and of its slot.
+const OBJECT_BYTES: usize = 1024;
+/// Objects in each set (read-shared, read-write-shared): 100 MB of objects each, three
+/// times the 32 MiB L3 of the machine the results come from.
+const OBJECTS: u64 = 100_000;
+/// Entries in the log's ring.
+const LOG_ENTRIES: u64 = 4096;
+/// SCR of the table of section 5: the paper's figure for MEGALON ("with a 200MB SCR ...
+/// up to 50M objects"), as a whole number of pages.
+const TABLE_SCR_BYTES: u64 = 200 << 20;
+/// SCR bytes per object of HCMeta in the paper (section 3.2): a 40-byte key, a 4-byte
+/// record and two 4-byte pointers.
+const HCMETA_PAPER_BYTES_PER_OBJECT: u64 = 52;
+/// The same layout with this bench's 24-byte keys.
+const HCMETA_24_BYTE_KEY_BYTES_PER_OBJECT: u64 = 24 + 4 + 2 * 4;
+
+/// Rounds of an interleaved pair, and operations per block.
+const INTERLEAVED_ROUNDS: usize = 100;
+const INTERLEAVED_BLOCK: usize = 10_000;
+
+type Key = [u8; KEY_BYTES];
+
+/// `prefix` followed by `n` in 20 decimal digits: 24 bytes, distinct for distinct `n`.
+fn key(prefix: &[u8; 4], n: u64) -> Key {
+    let mut key = [0u8; KEY_BYTES];
+    key[..4].copy_from_slice(prefix);
+    key[4..].copy_from_slice(format!("{n:020}").as_bytes());
+    key
+}
+
+/// SplitMix64, for a seeded shuffle: every run visits objects in the same order.
+fn split_mix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// One set of objects: keys in a seeded random order, stored flat (walking the list is
+/// sequential; only the objects are touched at random), and each object's offset.
+struct ObjectSet {
+    name: &'static str,
+    keys: Vec<Key>,
+    offsets: Vec<u64>,
+}
+
+/// The bytes of one object (or of a read buffer), page-aligned so that every side's
+/// buffer sits at the same place relative to the slots: only the path differs.
+#[repr(C, align(4096))]
+struct Buffer([u8; OBJECT_BYTES]);
+
+fn buffer() -> Box<Buffer> {
+    let mut buffer = Box::new(Buffer([0; OBJECT_BYTES]));
+    buffer
+        .0
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, b)| *b = (i * 31 + 7) as u8);
+    buffer
+}
+
+/// The pod, its host, both object sets and the plain map of the ceiling.
+struct Setup {
+    host: Host,
+    map: hashbrown::HashMap<Vec<u8>, u64>,
+    read_shared: ObjectSet,
+    read_write: ObjectSet,
+}
+
+fn setup() -> Setup {
+    let started = Instant::now();
+    let config = PodConfig::new()
+        .slot_size_bytes(OBJECT_BYTES as u64)
+        .max_key_bytes(MAX_KEY_BYTES)
+        .log_capacity_entries(LOG_ENTRIES)
+        .max_hosts(1);
+    // Both sets, and room for the host's claimed chunk to run over.
+    let slots = 2 * OBJECTS + 8192;
+    let lnr_bytes = (LOG_ENTRIES * config.log_entry_bytes() + slots * OBJECT_BYTES as u64)
+        .div_ceil(4096)
+        * 4096;
+    let pod = Arc::new(Pod::create(&config.lnr_bytes(lnr_bytes), Backing::heap()).expect("pod"));
+    assert!(
+        pod.layout().record_count >= OBJECTS,
+        "a record for every read-write-shared object"
+    );
+    let options = HostOptions::new()
+        .memory(MemoryKind::Hardware)
+        .pump_interval(None);
+    let host = Host::join(&pod, Join::AnyFree, options).expect("a free host id");
+    let object = buffer();
+    let mut map = hashbrown::HashMap::new();
+    let mut make_set = |name, prefix: &[u8; 4], seed: u64| {
+        let mut keys: Vec<Key> = (0..OBJECTS).map(|n| key(prefix, n)).collect();
+        for key in &keys {
+            host.create(key, &object.0).expect("create");
+        }
+        let mut state = seed;
+        for i in (1..keys.len()).rev() {
+            let j = (split_mix(&mut state) % (i as u64 + 1)) as usize;
+            keys.swap(i, j);
+        }
+        let offsets: Vec<u64> = keys
+            .iter()
+            .map(|key| {
+                let entry = host.lookup(key).expect("lookup").expect("created");
+                pod.layout().slot_offset(entry.slot)
+            })
+            .collect();
+        for (key, offset) in keys.iter().zip(&offsets) {
+            map.insert(key.to_vec(), *offset);
+        }
+        ObjectSet {
+            name,
+            keys,
+            offsets,
+        }
+    };
+    let read_shared = make_set("read_shared", b"rds:", 0x7264_7300);
+    let read_write = make_set("read_write", b"rws:", 0x7277_7300);
+    // One write each: a record, and a host counter equal to its counter.
+    for key in &read_write.keys {
+        host.write(key, &object.0).expect("write");
+    }
+    let events = host.events();
+    assert_eq!(
+        events.record_allocs, OBJECTS,
+        "one record per written object"
+    );
+    assert_eq!(host.records_in_use().0, OBJECTS);
+    for key in [&read_shared.keys[0], &read_write.keys[0]] {
+        let entry = host.lookup(key).expect("lookup").expect("present");
+        println!(
+            "object setup: {} has record {:?}, host counter {:?}",
+            String::from_utf8_lossy(key),
+            entry.record,
+            entry.host_counter
+        );
+    }
+    println!(
+        "object setup: {} objects created, {} written once, in {:.1} s; pod {} MB, {} \
+         records of {} bits",
+        2 * OBJECTS,
+        OBJECTS,
+        started.elapsed().as_secs_f64(),
+        pod.layout().total_bytes >> 20,
+        pod.layout().record_count,
+        pod.config().record_width_bits
+    );
+    Setup {
+        host,
+        map,
+        read_shared,
+        read_write,
+    }
+}
+
+/// One operation on object `i` of a set (its key, its offset).
+trait Operation: FnMut(usize) {}
+impl<F: FnMut(usize)> Operation for F {}
+
+/// The ceiling: plain map lookup, then the copy.
+fn ceiling<'a>(setup: &'a Setup, set: &'a ObjectSet) -> impl Operation + 'a {
+    let memory = setup.host.memory();
+    let mut buf = buffer();
+    move |i| {
+        let offset = *setup
+            .map
+            .get(black_box(&set.keys[i]).as_slice())
+            .expect("present");
+        memory.read(offset, &mut buf.0);
+        black_box(&buf);
+    }
+}
+
+/// The ceiling with a reader-writer lock around it as `Host::read` has: the plain map
+/// behind a `std::sync::RwLock`, read-locked for the lookup and again after the copy (as
+/// `read_start` and `read_end` each take the replica's read lock).
+fn ceiling_locked<'a>(
+    locked: &'a std::sync::RwLock<&'a hashbrown::HashMap<Vec<u8>, u64>>,
+    setup: &'a Setup,
+    set: &'a ObjectSet,
+) -> impl Operation + 'a {
+    let memory = setup.host.memory();
+    let mut buf = buffer();
+    move |i| {
+        let offset = *locked
+            .read()
+            .expect("never poisoned")
+            .get(black_box(&set.keys[i]).as_slice())
+            .expect("present");
+        memory.read(offset, &mut buf.0);
+        black_box(locked.read().expect("never poisoned").len());
+        black_box(&buf);
+    }
+}
+
+/// The ceiling with the replica's own index (`Host::lookup`), then the copy.
+fn ceiling_replica<'a>(setup: &'a Setup, set: &'a ObjectSet) -> impl Operation + 'a {
+    let host = &setup.host;
+    let layout = host.pod().layout();
+    let mut buf = buffer();
+    move |i| {
+        let entry = host
+            .lookup(black_box(&set.keys[i]))
+            .expect("lookup")
+            .expect("present");
+        host.memory()
+            .read(layout.slot_offset(entry.slot), &mut buf.0);
+        black_box(&buf);
+    }
+}
+
+/// The copy alone, from the offset found in setup.
+fn copy<'a>(setup: &'a Setup, set: &'a ObjectSet) -> impl Operation + 'a {
+    let memory = setup.host.memory();
+    let mut buf = buffer();
+    move |i| {
+        memory.read(black_box(set.offsets[i]), &mut buf.0);
+        black_box(&buf);
+    }
+}
+
+/// `Host::read` of the whole object.
+fn read<'a>(setup: &'a Setup, set: &'a ObjectSet) -> impl Operation + 'a {
+    let host = &setup.host;
+    let mut buf = buffer();
+    move |i| {
+        let done = host
+            .read(black_box(&set.keys[i]), &mut buf.0)
+            .expect("read");
+        black_box((&buf, done));
+    }
+}
+
+/// `Host::write` of the whole object.
+fn write<'a>(setup: &'a Setup, set: &'a ObjectSet) -> impl Operation + 'a {
+    let host = &setup.host;
+    let object = buffer();
+    move |i| {
+        let done = host
+            .write(black_box(&set.keys[i]), black_box(&object.0))
+            .expect("write");
+        black_box(done);
+    }
+}
+
+/// The write's ceiling: plain map lookup, copy, write-back of every line, fence.
+fn write_ceiling<'a>(setup: &'a Setup, set: &'a ObjectSet) -> impl Operation + 'a {
+    let memory = setup.host.memory();
+    let object = buffer();
+    move |i| {
+        let offset = *setup
+            .map
+            .get(black_box(&set.keys[i]).as_slice())
+            .expect("present");
+        memory.write(offset, black_box(&object.0));
+        memory.write_back(offset, OBJECT_BYTES);
+        memory.fence();
+    }
+}
+
+/// Runs `operation` on objects `start..start + count` of a set of `len`, wrapping around.
+fn walk(operation: &mut impl Operation, len: usize, start: usize, count: usize) -> Duration {
+    let started = Instant::now();
+    let mut i = start % len;
+    for _ in 0..count {
+        operation(i);
+        i += 1;
+        if i == len {
+            i = 0;
+        }
+    }
+    started.elapsed()
+}
+
+/// Criterion's measurement of `operation`, walking the set from where it last stopped.
+fn bench(c: &mut Criterion, name: &str, set: &ObjectSet, operation: &mut impl Operation) {
+    let mut group = c.benchmark_group("object");
+    group.throughput(Throughput::Elements(1));
+    let len = set.keys.len();
+    let mut next = 0usize;
+    group.bench_function(BenchmarkId::new(name, set.name), |b| {
+        b.iter(|| {
+            operation(next);
+            next += 1;
+            if next == len {
+                next = 0;
+            }
+        })
+    });
+    group.finish();
+}
+
+/// The ratio `subject` / `baseline` measured in alternation: each round times one block
+/// of objects with each, back to back (which goes first alternates), on different
+/// objects. Prints the median ratio, its quartiles and the median ns per operation.
+fn interleaved(
+    name: &str,
+    len: usize,
+    subject: &mut impl Operation,
+    baseline: &mut impl Operation,
+) {
+    let mut ratios = Vec::with_capacity(INTERLEAVED_ROUNDS);
+    let (mut subject_ns, mut baseline_ns) = (Vec::new(), Vec::new());
+    let per_op = |d: Duration| d.as_nanos() as f64 / INTERLEAVED_BLOCK as f64;
+    // Warm-up: one block each.
+    walk(subject, len, 0, INTERLEAVED_BLOCK);
+    walk(baseline, len, INTERLEAVED_BLOCK, INTERLEAVED_BLOCK);
+    for round in 0..INTERLEAVED_ROUNDS {
+        let first = 2 * round * INTERLEAVED_BLOCK;
+        let second = first + INTERLEAVED_BLOCK;
+        let (s, b) = if round % 2 == 0 {
+            let s = walk(subject, len, first, INTERLEAVED_BLOCK);
+            (s, walk(baseline, len, second, INTERLEAVED_BLOCK))
+        } else {
+            let b = walk(baseline, len, first, INTERLEAVED_BLOCK);
+            (walk(subject, len, second, INTERLEAVED_BLOCK), b)
+        };
+        ratios.push(s.as_secs_f64() / b.as_secs_f64());
+        subject_ns.push(per_op(s));
+        baseline_ns.push(per_op(b));
+    }
+    for samples in [&mut ratios, &mut subject_ns, &mut baseline_ns] {
+        samples.sort_by(f64::total_cmp);
+    }
+    let quartile = |samples: &[f64], q: usize| samples[(samples.len() - 1) * q / 4];
+    println!(
+        "interleaved {name}: {:.3}x (quartiles {:.3}-{:.3}; medians {:.1} ns vs {:.1} ns; \
+         {INTERLEAVED_ROUNDS} rounds of {INTERLEAVED_BLOCK})",
+        quartile(&ratios, 2),
+        quartile(&ratios, 1),
+        quartile(&ratios, 3),
+        quartile(&subject_ns, 2),
+        quartile(&baseline_ns, 2),
+    );
+}
+
+/// Prints what the protocol did per operation between two readings of the counters.
+fn print_events(name: &str, before: EventCounts, after: EventCounts) {
+    let reads = after.reads - before.reads;
+    let writes = after.writes - before.writes;
+    let operations = (reads + writes).max(1) as f64;
+    let per_op = |a: u64, b: u64| (b - a) as f64 / operations;
+    println!(
+        "events {name}: {reads} reads, {writes} writes; per operation: lines invalidated \
+         {:.3} (total {}), lines written back {:.3}, SCR atomics {:.3}, read retries {:.4}, \
+         waits for a writer {}, record allocs {}, deallocs {}, wraps {}",
+        per_op(before.lines_invalidated, after.lines_invalidated),
+        after.lines_invalidated - before.lines_invalidated,
+        per_op(before.lines_written_back, after.lines_written_back),
+        per_op(before.scr_atomics, after.scr_atomics),
+        per_op(before.read_retries(), after.read_retries()),
+        after.waits_for_writer - before.waits_for_writer,
+        after.record_allocs - before.record_allocs,
+        after.record_deallocs - before.record_deallocs,
+        after.wraps - before.wraps,
+    );
+}
+
+/// Criterion runs of the protocol's operation `subject` and its ceilings, the interleaved
+/// pairs, and the protocol's events per operation over both.
+fn compare(
+    c: &mut Criterion,
+    paired_runs: bool,
+    host: &Host,
+    set: &ObjectSet,
+    subject_name: &str,
+    subject: &mut impl Operation,
+    baselines: &mut [(&str, &mut dyn FnMut(usize))],
+) {
+    let before = host.events();
+    bench(c, subject_name, set, subject);
+    let after_criterion = host.events();
+    for (name, baseline) in baselines.iter_mut() {
+        bench(c, name, set, baseline);
+    }
+    if paired_runs {
+        for (name, baseline) in baselines.iter_mut() {
+            interleaved(
+                &format!("{subject_name}/{} / {name}", set.name),
+                set.keys.len(),
+                subject,
+                baseline,
+            );
+        }
+    }
+    let after = host.events();
+    print_events(
+        &format!("{subject_name}/{} (criterion)", set.name),
+        before,
+        after_criterion,
+    );
+    print_events(
+        &format!("{subject_name}/{} (interleaved)", set.name),
+        after_criterion,
+        after,
+    );
+}
+
+/// SCR per read-write-shared object for each record width, from the layout, against
+/// HCMeta's SCR per object.
+fn scr_table(setup: &Setup) {
+    let pod = setup.host.pod();
+    let layout = pod.layout();
+    println!(
+        "scr: bench pod: {} records of {} bytes in {} SCR bytes; {}",
+        layout.record_count,
+        layout.record_bytes,
+        pod.config().scr_bytes,
+        pod.scr_usage()
+            .to_string()
+            .lines()
+            .skip(1)
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    println!(
+        "scr: per read-write-shared object in a {} MiB SCR (max_hosts 8), read-shared \
+         objects take none:",
+        TABLE_SCR_BYTES >> 20
+    );
+    for width_bits in RECORD_WIDTHS_BITS {
+        let layout = PodConfig::new()
+            .scr_bytes(TABLE_SCR_BYTES)
+            .record_width_bits(width_bits)
+            .layout()
+            .expect("a layout");
+        let usage = layout.scr_usage();
+        assert_eq!(usage.total_bytes(), TABLE_SCR_BYTES);
+        println!(
+            "scr: megalon {width_bits:>2}-bit records: {} B per record, {} records \
+             ({:.2} M objects), SCR bytes per object {:.4} (records {} B, other {} B, \
+             unused {} B)",
+            layout.record_bytes,
+            layout.record_count,
+            layout.record_count as f64 / 1e6,
+            TABLE_SCR_BYTES as f64 / layout.record_count as f64,
+            usage.records_bytes,
+            usage.log_cursors_bytes + usage.host_table_bytes + usage.reclaimer_bytes,
+            usage.unused_bytes,
+        );
+    }
+    for (name, bytes) in [
+        ("hcmeta (paper: 40-byte key)", HCMETA_PAPER_BYTES_PER_OBJECT),
+        ("hcmeta (24-byte key)", HCMETA_24_BYTE_KEY_BYTES_PER_OBJECT),
+    ] {
+        println!(
+            "scr: {name}: {bytes} B per object, {:.2} M objects",
+            (TABLE_SCR_BYTES / bytes) as f64 / 1e6
+        );
+    }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` does not, and then criterion
+    // runs each benchmark once as a test and the interleaved pairs are skipped.
+    let paired_runs = std::env::args().any(|arg| arg == "--bench");
+    let mut criterion = Criterion::default().configure_from_args();
+    let setup = setup();
+    let host = &setup.host;
+    let (rs, rw) = (&setup.read_shared, &setup.read_write);
+    let locked = std::sync::RwLock::new(&setup.map);
+
+    // Reads first: the read-write-shared objects are then exactly as setup left them.
+    compare(
+        &mut criterion,
+        paired_runs,
+        host,
+        rs,
+        "read",
+        &mut read(&setup, rs),
+        &mut [
+            ("ceiling", &mut ceiling(&setup, rs)),
+            ("ceiling_locked", &mut ceiling_locked(&locked, &setup, rs)),
+            ("ceiling_replica", &mut ceiling_replica(&setup, rs)),
+            ("copy", &mut copy(&setup, rs)),
+        ],
+    );
+    compare(
+        &mut criterion,
+        paired_runs,
+        host,
+        rw,
+        "read",
+        &mut read(&setup, rw),
+        &mut [
+            ("ceiling", &mut ceiling(&setup, rw)),
+            ("ceiling_replica", &mut ceiling_replica(&setup, rw)),
+        ],
+    );
+    compare(
+        &mut criterion,
+        paired_runs,
+        host,
+        rw,
+        "write",
+        &mut write(&setup, rw),
+        &mut [("write_ceiling", &mut write_ceiling(&setup, rw))],
+    );
+    scr_table(&setup);
+    criterion.final_summary();
+}
