@@ -284,7 +284,8 @@ fn no_free_and_no_reclaimable_record_is_a_typed_error_that_loses_nothing() {
     let b = Host::join(&pod, Join::AnyFree, options(18).record_watermark(1.0)).unwrap();
     let (_, records) = a.records_in_use();
     for i in 0..=records {
-        a.create(format!("k{i}").as_bytes(), &value(i as u8)).unwrap();
+        a.create(format!("k{i}").as_bytes(), &value(i as u8))
+            .unwrap();
     }
     let tickets: Vec<_> = (0..records)
         .map(|i| a.write_start(format!("k{i}").as_bytes()).unwrap())
@@ -292,7 +293,10 @@ fn no_free_and_no_reclaimable_record_is_a_typed_error_that_loses_nothing() {
     assert_eq!(a.records_in_use(), (records, records));
     let last = format!("k{records}");
     match b.write(last.as_bytes(), &value(0xff)) {
-        Err(Error::ScrRecordsExhausted { records: all, in_use }) => {
+        Err(Error::ScrRecordsExhausted {
+            records: all,
+            in_use,
+        }) => {
             assert_eq!((all, in_use), (records, records));
         }
         other => panic!("expected ScrRecordsExhausted, got {other:?}"),
@@ -309,7 +313,11 @@ fn no_free_and_no_reclaimable_record_is_a_typed_error_that_loses_nothing() {
         assert_eq!(buf, value(i as u8 ^ 0x0f), "object {i}");
     }
     b.read(last.as_bytes(), &mut buf).unwrap();
-    assert_eq!(buf, value(records as u8), "the refused write left the object as it was");
+    assert_eq!(
+        buf,
+        value(records as u8),
+        "the refused write left the object as it was"
+    );
     b.write(last.as_bytes(), &value(0xff)).unwrap();
     a.read(last.as_bytes(), &mut buf).unwrap();
     assert_eq!(buf, value(0xff));
