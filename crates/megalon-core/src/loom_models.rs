@@ -203,6 +203,39 @@ fn loom_a_read_racing_alloc_write_dealloc_of_its_object_retries() {
 }
 
 #[test]
+fn loom_a_read_racing_a_dealloc_then_realloc_of_its_record_validates_only_whole_copies() {
+    // x is read-write-shared when the read starts; during the read its record is
+    // deallocated and x is written again, which allocates a record for it anew (possibly
+    // the same one, with its old counter). A copy the reader accepts is one whole version.
+    // Here both paths see it: the dealloc event changes x's stamp, and the record's counter
+    // moves on; switching off either post-read check alone leaves the other to catch it
+    // (the paper's alloc-write-dealloc model above is the case only the log catches).
+    loom::model(|| {
+        let pod = object_pod();
+        let a = object_host(&pod, 0);
+        let b = object_host(&pod, 1);
+        a.create(b"x", &object_bytes(1)).expect("create x");
+        a.write(b"x", &object_bytes(2)).expect("x gets a record");
+        b.replay().expect("replay");
+        let churner = loom::thread::spawn(move || {
+            assert!(a.make_read_shared(b"x").expect("dealloc"));
+            a.write(b"x", &object_bytes(3)).expect("realloc and write");
+            a
+        });
+        let ticket = b.read_start(b"x").expect("read_start");
+        let mut copy = vec![0u8; 64];
+        b.memory().read(ticket.offset(), &mut copy);
+        if b.read_end(ticket).expect("read_end") {
+            assert!(
+                words_agree(&copy),
+                "a validated read mixes two versions: {copy:?}"
+            );
+        }
+        drop(churner.join().unwrap());
+    });
+}
+
+#[test]
 fn loom_what_one_host_saw_of_an_append_every_later_read_sees() {
     // A host's own threads read its replica while its appender applies its entries. What
     // they see must already be covered by `ctail`, or another host's read that starts

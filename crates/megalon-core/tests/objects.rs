@@ -322,3 +322,26 @@ fn no_free_and_no_reclaimable_record_is_a_typed_error_that_loses_nothing() {
     a.read(last.as_bytes(), &mut buf).unwrap();
     assert_eq!(buf, value(0xff));
 }
+
+#[test]
+fn a_reader_in_the_middle_of_a_deleted_object_retries_and_finds_it_gone() {
+    let pod = pod(32, 64 << 10);
+    let a = host(&pod, 19);
+    let b = host(&pod, 20);
+    for (key, written) in [(&b"shared"[..], false), (&b"written"[..], true)] {
+        a.create(key, &value(1)).unwrap();
+        if written {
+            a.write(key, &value(2)).unwrap(); // read-write-shared: it has a record
+        }
+        let ticket = b.read_start(key).unwrap();
+        let mut copy = vec![0u8; 256];
+        b.memory().read(ticket.offset(), &mut copy);
+        a.delete(key).unwrap();
+        assert!(
+            !b.read_end(ticket).unwrap(),
+            "{key:?}: the delete invalidates the read"
+        );
+        assert!(matches!(b.read(key, &mut copy), Err(Error::UnknownKey)));
+        assert!(b.events().read_retries_event > 0);
+    }
+}
