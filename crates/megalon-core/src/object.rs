@@ -489,20 +489,11 @@ impl Shared {
             // Holding the lock: no event about the object can be appended by anyone who
             // follows the protocol, but one may have been applied between our lookup and
             // the lock. Catch up and check.
-            if !mutants::skipped(Step::WriteEventCheckAfterLock) {
-                self.catch_up()?;
-                if self
-                    .replica
-                    .index
-                    .read()
-                    .current(entry.handle, entry.stamp)
-                    .is_none()
-                {
-                    records.store(record, word);
-                    c.add(Counter::ScrAtomics, 1);
-                    retries += 1;
-                    continue;
-                }
+            if !mutants::skipped(Step::WriteEventCheckAfterLock) && !self.unchanged_since(&entry)? {
+                records.store(record, word);
+                c.add(Counter::ScrAtomics, 1);
+                retries += 1;
+                continue;
             }
             // 4. A partial write fills lines from the cache: stale lines would go back to
             //    memory around the new bytes. Drop them unless they are of this version.
@@ -522,6 +513,18 @@ impl Shared {
                 retries,
             ));
         }
+    }
+
+    /// Catches up with the log and says whether no event about `entry`'s object was
+    /// applied since it was looked up (its stamp is the same).
+    fn unchanged_since(&self, entry: &IndexEntry) -> Result<bool> {
+        self.catch_up()?;
+        Ok(self
+            .replica
+            .index
+            .read()
+            .current(entry.handle, entry.stamp)
+            .is_some())
     }
 
     fn write_end(&self, state: WriteState, c: &ThreadCounters) -> Result<()> {
@@ -759,14 +762,7 @@ impl Shared {
                 if records.compare_exchange(record, word, locked).is_err() {
                     continue;
                 }
-                self.catch_up()?;
-                if self
-                    .replica
-                    .index
-                    .read()
-                    .current(entry.handle, entry.stamp)
-                    .is_none()
-                {
+                if !self.unchanged_since(&entry)? {
                     records.store(record, word);
                     continue;
                 }
