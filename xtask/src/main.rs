@@ -97,11 +97,21 @@ const MUTANT_TEST: &[&str] = &[
     "--no-fail-fast",
 ];
 
+/// Extra runs of the stress alone for a step the first run missed: some steps guard a
+/// window of a few microseconds (the event check after a writer's lock), which the
+/// stress hits in most runs but not all (`docs/object.md`).
+const STRESS_RETRIES: u32 = 5;
+
 /// Runs the mutant tests with `step` switched off (or none), returning the failing tests.
 fn mutant_run(step: Option<Step>) -> Result<Vec<String>, String> {
+    mutant_run_with(step, &[])
+}
+
+fn mutant_run_with(step: Option<Step>, extra: &[&str]) -> Result<Vec<String>, String> {
     let mut command = cargo_command();
     command
         .args(MUTANT_TEST)
+        .args(extra)
         .env("CARGO_TARGET_DIR", MUTANTS_TARGET_DIR)
         .env_remove("MEGALON_MUTANT")
         .stdout(Stdio::piped())
@@ -145,7 +155,18 @@ fn mutants() -> bool {
     let (mut caught, mut missed) = (0, 0);
     for &step in Step::ALL {
         let started = Instant::now();
-        match mutant_run(Some(step)) {
+        let mut result = mutant_run(Some(step));
+        let mut tries = 1;
+        while matches!(&result, Ok(failed) if failed.is_empty()) && tries <= STRESS_RETRIES {
+            tries += 1;
+            result = mutant_run_with(Some(step), &["--test", "stress"]);
+        }
+        let note = if tries > 1 {
+            format!(" (stress run {tries})")
+        } else {
+            String::new()
+        };
+        match result {
             Ok(failed) if !failed.is_empty() => {
                 caught += 1;
                 let more = if failed.len() > 1 {
@@ -154,7 +175,7 @@ fn mutants() -> bool {
                     String::new()
                 };
                 println!(
-                    "{:<40}  caught by {}{more}  [{:.0} s]",
+                    "{:<40}  caught by {}{more}{note}  [{:.0} s]",
                     step.name(),
                     failed[0],
                     started.elapsed().as_secs_f64()

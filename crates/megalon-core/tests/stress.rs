@@ -343,6 +343,25 @@ fn stress_short_with_a_reclaimer_racing_writers() {
     }
 }
 
+#[test]
+fn stress_short_with_a_reclaimer_racing_writers_on_hardware_memory() {
+    // The same race on real memory, where operations are fast enough to hit the window
+    // between a writer's lookup and its lock (the event check after the lock) often.
+    let stress = Stress {
+        seconds: 1.5,
+        keys: 8,
+        zipf: 0.5,
+        reclaim_watermark: 0.0,
+        simulated: false,
+        record_bits: 16,
+        ..Stress::default()
+    };
+    match run_and_check(&stress) {
+        Ok(line) => println!("{line}"),
+        Err(violation) => panic!("{violation}"),
+    }
+}
+
 /// The long form for `cargo xtask stress`: parameters from `MEGALON_STRESS_*`.
 #[test]
 #[ignore = "run by cargo xtask stress"]
