@@ -116,6 +116,20 @@ fn words_agree(bytes: &[u8]) -> bool {
     bytes.chunks_exact(8).all(|w| w == &bytes[..8])
 }
 
+/// One read attempt by hand (start, copy, end): a copy that `read_end` accepts must be
+/// one whole version of the object, never words of two writes.
+fn one_read_is_whole_if_valid(host: &Host, key: &[u8]) {
+    let ticket = host.read_start(key).expect("read_start");
+    let mut copy = vec![0u8; 64];
+    host.memory().read(ticket.offset(), &mut copy);
+    if host.read_end(ticket).expect("read_end") {
+        assert!(
+            words_agree(&copy),
+            "a validated read mixes two versions: {copy:?}"
+        );
+    }
+}
+
 #[test]
 fn loom_a_read_that_validates_never_saw_half_a_write() {
     loom::model(|| {
@@ -130,16 +144,7 @@ fn loom_a_read_that_validates_never_saw_half_a_write() {
             a.write(b"k", &object_bytes(3)).expect("write");
             a
         });
-        // One attempt by hand: start, copy, end; a copy that read_end accepts is whole.
-        let ticket = b.read_start(b"k").expect("read_start");
-        let mut copy = vec![0u8; 64];
-        b.memory().read(ticket.offset(), &mut copy);
-        if b.read_end(ticket).expect("read_end") {
-            assert!(
-                words_agree(&copy),
-                "a validated read mixes two writes: {copy:?}"
-            );
-        }
+        one_read_is_whole_if_valid(&b, b"k");
         drop(writer.join().unwrap());
     });
 }
@@ -189,15 +194,7 @@ fn loom_a_read_racing_alloc_write_dealloc_of_its_object_retries() {
             assert!(a.make_read_shared(b"x").expect("dealloc"));
             a
         });
-        let ticket = b.read_start(b"x").expect("read_start");
-        let mut copy = vec![0u8; 64];
-        b.memory().read(ticket.offset(), &mut copy);
-        if b.read_end(ticket).expect("read_end") {
-            assert!(
-                words_agree(&copy),
-                "a validated read mixes two versions: {copy:?}"
-            );
-        }
+        one_read_is_whole_if_valid(&b, b"x");
         drop(churner.join().unwrap());
     });
 }
@@ -222,15 +219,7 @@ fn loom_a_read_racing_a_dealloc_then_realloc_of_its_record_validates_only_whole_
             a.write(b"x", &object_bytes(3)).expect("realloc and write");
             a
         });
-        let ticket = b.read_start(b"x").expect("read_start");
-        let mut copy = vec![0u8; 64];
-        b.memory().read(ticket.offset(), &mut copy);
-        if b.read_end(ticket).expect("read_end") {
-            assert!(
-                words_agree(&copy),
-                "a validated read mixes two versions: {copy:?}"
-            );
-        }
+        one_read_is_whole_if_valid(&b, b"x");
         drop(churner.join().unwrap());
     });
 }
