@@ -31,15 +31,16 @@
 
 #![cfg(target_os = "linux")]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{ChildProcess, RemoveOnDrop, WAIT_BOUND};
 use megalon_core::{
     Backing, Error, Event, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, SimulatedConfig,
 };
@@ -50,8 +51,6 @@ const POD_ENV: &str = "MEGALON_LOG_TWO_PROCESS_POD";
 const MEMORY_ENV: &str = "MEGALON_LOG_TWO_PROCESS_MEMORY";
 /// The test the child runs.
 const CHILD_TEST: &str = "log_child";
-/// Longest wait on the other process.
-const WAIT_BOUND: Duration = Duration::from_secs(20);
 
 const PARENT_HOST: u32 = 0;
 const CHILD_HOST: u32 = 1;
@@ -478,112 +477,6 @@ fn log_child() {
     host.leave();
 }
 
-/// Removes the pod file and the child's report when the test ends, however it ends.
-struct RemoveOnDrop(Vec<PathBuf>);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        for path in &self.0 {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
-
-/// The child process; killed on drop if it is still running (the test failed first).
-struct ChildProcess {
-    child: Child,
-    status: Option<ExitStatus>,
-}
-
-impl ChildProcess {
-    fn spawn(path: &Path, kind: Kind) -> ChildProcess {
-        let child = Command::new(std::env::current_exe().expect("the test binary"))
-            .args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"])
-            .env(POD_ENV, path)
-            .env(MEMORY_ENV, kind.name())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawning the child process");
-        ChildProcess {
-            child,
-            status: None,
-        }
-    }
-
-    /// The exit status if the child has exited.
-    fn exited(&mut self) -> Option<ExitStatus> {
-        if self.status.is_none() {
-            self.status = self.child.try_wait().expect("polling the child");
-        }
-        self.status
-    }
-
-    /// Everything the child printed (call once it has exited).
-    fn output(&mut self) -> String {
-        let mut text = String::new();
-        if let Some(mut pipe) = self.child.stdout.take() {
-            let _ = pipe.read_to_string(&mut text);
-        }
-        if let Some(mut pipe) = self.child.stderr.take() {
-            let _ = pipe.read_to_string(&mut text);
-        }
-        text
-    }
-
-    /// Waits for one of the child's words to reach `phase`; fails if the child exits
-    /// first or past the bound.
-    fn wait_for(&mut self, child_word: &AtomicU64, phase: u64, what: &str) {
-        let deadline = Instant::now() + WAIT_BOUND;
-        // Acquire: pairs with the child's Release store of `phase` (or is merely a
-        // stronger load, for its progress word).
-        while child_word.load(Ordering::Acquire) < phase {
-            if let Some(status) = self.exited() {
-                panic!(
-                    "the child exited ({status}) while we waited for it {what} (phase {phase}); \
-                     its output:\n{}",
-                    self.output()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "parent: waited {WAIT_BOUND:?} for the child {what} (phase {phase})"
-            );
-            std::thread::yield_now();
-        }
-    }
-
-    /// Waits for the child to exit and asserts it succeeded.
-    fn assert_exits_successfully(&mut self) {
-        let deadline = Instant::now() + WAIT_BOUND;
-        let status = loop {
-            if let Some(status) = self.exited() {
-                break status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the child did not exit within {WAIT_BOUND:?}"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        };
-        assert!(
-            status.success(),
-            "the child failed ({status}); its output:\n{}",
-            self.output()
-        );
-    }
-}
-
-impl Drop for ChildProcess {
-    fn drop(&mut self) {
-        if self.exited().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 /// Asserts two reports' sections are equal, naming the first line that differs.
 fn assert_same_lines(section: &str, parent: &[String], child: &[String]) {
     if let Some(at) = (0..parent.len().max(child.len())).find(|&i| parent.get(i) != child.get(i)) {
@@ -609,7 +502,13 @@ fn parent(kind: Kind) {
     let host =
         Host::join(&pod, Join::As(PARENT_HOST), kind.options(PARENT_HOST)).expect("joining as 0");
     let (parent_word, child_word) = mailbox(&pod);
-    let mut child = ChildProcess::spawn(&path, kind);
+    let mut child = ChildProcess::spawn(
+        CHILD_TEST,
+        &[
+            (POD_ENV, path.as_os_str()),
+            (MEMORY_ENV, kind.name().as_ref()),
+        ],
+    );
 
     child.wait_for(child_word, 1, "to join");
     // Release: pairs with the child's Acquire wait.

@@ -24,13 +24,14 @@
 
 #![cfg(target_os = "linux")]
 
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+mod common;
+
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{ChildProcess, RemoveOnDrop, WAIT_BOUND};
 use megalon_core::{Backing, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, SimulatedConfig};
 
 /// The pod file the child opens; absent in a normal test run.
@@ -39,8 +40,6 @@ const POD_ENV: &str = "MEGALON_TWO_PROCESS_POD";
 const MEMORY_ENV: &str = "MEGALON_TWO_PROCESS_MEMORY";
 /// The test the child runs.
 const CHILD_TEST: &str = "child_host";
-/// Longest wait on the other process.
-const WAIT_BOUND: Duration = Duration::from_secs(20);
 
 const PARENT_HOST: u32 = 0;
 const CHILD_HOST: u32 = 1;
@@ -214,134 +213,24 @@ fn child_host() {
 }
 
 /// Removes the pod file when the test ends, however it ends.
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// The child process; killed on drop if it is still running (the test failed first).
-struct ChildProcess {
-    child: Child,
-    status: Option<ExitStatus>,
-}
-
-impl ChildProcess {
-    fn spawn(path: &Path, kind: Kind) -> ChildProcess {
-        let child = Command::new(std::env::current_exe().expect("the test binary"))
-            .args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"])
-            .env(POD_ENV, path)
-            .env(MEMORY_ENV, kind.name())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawning the child process");
-        ChildProcess {
-            child,
-            status: None,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// The exit status if the child has exited.
-    fn exited(&mut self) -> Option<ExitStatus> {
-        if self.status.is_none() {
-            self.status = self.child.try_wait().expect("polling the child");
-        }
-        self.status
-    }
-
-    /// Everything the child printed (call once it has exited).
-    fn output(&mut self) -> String {
-        let mut text = String::new();
-        for pipe in [
-            self.child
-                .stdout
-                .take()
-                .map(|p| Box::new(p) as Box<dyn Read>),
-            self.child
-                .stderr
-                .take()
-                .map(|p| Box::new(p) as Box<dyn Read>),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            let mut pipe = pipe;
-            let _ = pipe.read_to_string(&mut text);
-        }
-        text
-    }
-
-    /// Waits for the child's word to reach `phase`; fails if the child exits first or
-    /// past the bound.
-    fn wait_for(&mut self, child_word: &AtomicU64, phase: u64, what: &str) {
-        let deadline = Instant::now() + WAIT_BOUND;
-        // Acquire: pairs with the child's Release store of `phase`.
-        while child_word.load(Ordering::Acquire) < phase {
-            if let Some(status) = self.exited() {
-                panic!(
-                    "the child exited ({status}) while we waited for it {what} (phase {phase}); \
-                     its output:\n{}",
-                    self.output()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "parent: waited {WAIT_BOUND:?} for the child {what} (phase {phase})"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    /// Waits for the child to exit and asserts it succeeded.
-    fn assert_exits_successfully(&mut self) {
-        let deadline = Instant::now() + WAIT_BOUND;
-        let status = loop {
-            if let Some(status) = self.exited() {
-                break status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the child did not exit within {WAIT_BOUND:?}"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        };
-        assert!(
-            status.success(),
-            "the child failed ({status}); its output:\n{}",
-            self.output()
-        );
-    }
-}
-
-impl Drop for ChildProcess {
-    fn drop(&mut self) {
-        if self.exited().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 fn parent(kind: Kind, test_name: &str) {
     let path = PathBuf::from(format!(
         "/dev/shm/megalon-{}-{}.pod",
         std::process::id(),
         test_name
     ));
-    let _remove = RemoveOnDrop(path.clone());
+    let _remove = RemoveOnDrop(vec![path.clone()]);
     let pod = Arc::new(Pod::create(&config(), Backing::file(&path)).expect("creating the pod"));
     let host = Host::join(&pod, Join::As(PARENT_HOST), kind.options(1)).expect("joining as 0");
     let (parent_word, child_word) = mailbox(&pod);
     let child_slot = slot_of(&pod, CHILD_HOST);
-    let mut child = ChildProcess::spawn(&path, kind);
+    let mut child = ChildProcess::spawn(
+        CHILD_TEST,
+        &[
+            (POD_ENV, path.as_os_str()),
+            (MEMORY_ENV, kind.name().as_ref()),
+        ],
+    );
 
     child.wait_for(child_word, 1, "to join");
     let both = [(PARENT_HOST, std::process::id()), (CHILD_HOST, child.pid())];
