@@ -100,7 +100,7 @@ const MUTANT_TEST: &[&str] = &[
 /// Extra runs of the stress alone for a step the first run missed: some steps guard a
 /// window of a few microseconds (the event check after a writer's lock), which the
 /// stress hits in most runs but not all (`docs/object.md`).
-const STRESS_RETRIES: u32 = 5;
+const STRESS_RETRIES: u32 = 9;
 
 /// Runs the mutant tests with `step` switched off (or none), returning the failing tests.
 fn mutant_run(step: Option<Step>) -> Result<Vec<String>, String> {
