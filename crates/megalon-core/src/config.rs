@@ -54,6 +54,17 @@ pub struct PodConfig {
     pub record_width_bits: u32,
     /// Hosts the host table holds (at most [`MAX_HOSTS_LIMIT`]).
     pub max_hosts: u32,
+    /// SCR bytes reserved for the application (a multiple of [`LINE_BYTES`], 0 for none),
+    /// at [`Layout::app_scr_offset`](crate::Layout::app_scr_offset): coherent words that
+    /// every host reads and updates atomically with [`Pod::scr_u64`](crate::Pod::scr_u64).
+    /// The page cache keeps a dirty bit per record there. Taken from what would be
+    /// records.
+    pub app_scr_bytes: u64,
+    /// LNR bytes reserved for the application (a multiple of [`LINE_BYTES`], 0 for none),
+    /// at [`Layout::app_lnr_offset`](crate::Layout::app_lnr_offset): non-coherent memory
+    /// reached through [`Memory`](crate::Memory) with its flush rules. The page cache keeps
+    /// its access counts there. Taken from what would be slots.
+    pub app_lnr_bytes: u64,
 }
 
 impl Default for PodConfig {
@@ -66,6 +77,8 @@ impl Default for PodConfig {
             log_capacity_entries: 4096,
             record_width_bits: 32,
             max_hosts: 8,
+            app_scr_bytes: 0,
+            app_lnr_bytes: 0,
         }
     }
 }
@@ -102,6 +115,10 @@ impl PodConfig {
         record_width_bits: u32);
     setter!(/// Sets [`PodConfig::max_hosts`].
         max_hosts: u32);
+    setter!(/// Sets [`PodConfig::app_scr_bytes`].
+        app_scr_bytes: u64);
+    setter!(/// Sets [`PodConfig::app_lnr_bytes`].
+        app_lnr_bytes: u64);
 
     /// Bytes of one log entry: its header and the longest key, rounded up to whole lines.
     pub fn log_entry_bytes(&self) -> u64 {
@@ -128,6 +145,18 @@ impl PodConfig {
                     parameter,
                     value,
                     alignment: PAGE_BYTES,
+                });
+            }
+        }
+        for (parameter, value) in [
+            ("app_scr_bytes", self.app_scr_bytes),
+            ("app_lnr_bytes", self.app_lnr_bytes),
+        ] {
+            if !value.is_multiple_of(LINE_BYTES) {
+                return Err(Error::UnalignedSize {
+                    parameter,
+                    value,
+                    alignment: LINE_BYTES,
                 });
             }
         }
@@ -204,6 +233,8 @@ impl PodConfig {
                 other.record_width_bits.into(),
             ),
             ("max_hosts", self.max_hosts.into(), other.max_hosts.into()),
+            ("app_scr_bytes", self.app_scr_bytes, other.app_scr_bytes),
+            ("app_lnr_bytes", self.app_lnr_bytes, other.app_lnr_bytes),
         ]
         .into_iter()
         .find(|(_, a, b)| a != b)

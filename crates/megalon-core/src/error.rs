@@ -306,6 +306,13 @@ pub enum Error {
         /// Records counted in use.
         in_use: u64,
     },
+    /// The host's release hook refused to let an object lose its record (the page cache:
+    /// a dirty page could not be written back), so the delete did not happen.
+    #[error("the release hook refused to release record {record}; nothing was deleted")]
+    ReleaseRefused {
+        /// The record the object keeps.
+        record: u32,
+    },
     /// A record stayed locked (or its deallocation unapplied) past the wait limit.
     #[error("record {record} stayed busy for {waited_ms} ms")]
     RecordBusy {

@@ -16,9 +16,9 @@ use crate::layout::{Layout, HEADER_REGION_BYTES};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"MEGALON\0");
 /// Version of the layout and of everything stored in the pod. Bumped whenever any format
 /// in the pod changes; a pod of another version is refused when opened.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 /// Bytes of the encoded header.
-pub const HEADER_BYTES: usize = 88;
+pub const HEADER_BYTES: usize = 104;
 
 const _: () = assert!(HEADER_BYTES as u64 <= HEADER_REGION_BYTES);
 
@@ -54,7 +54,11 @@ pub struct PodHeader {
     pub log_format_version: u32,
     /// Zero.
     pub reserved: u32,
-    /// FNV-1a of the 80 bytes before it.
+    /// [`PodConfig::app_scr_bytes`].
+    pub app_scr_bytes: u64,
+    /// [`PodConfig::app_lnr_bytes`].
+    pub app_lnr_bytes: u64,
+    /// FNV-1a of the 96 bytes before it.
     pub checksum: u64,
 }
 
@@ -87,6 +91,8 @@ impl PodHeader {
             log_entry_bytes: layout.log_entry_bytes as u32,
             log_format_version: LOG_FORMAT_VERSION,
             reserved: 0,
+            app_scr_bytes: c.app_scr_bytes,
+            app_lnr_bytes: c.app_lnr_bytes,
             checksum: 0,
         };
         header.checksum = fnv1a64(&header.encode()[..HEADER_BYTES - 8]);
@@ -103,6 +109,8 @@ impl PodHeader {
             log_capacity_entries: self.log_capacity_entries,
             record_width_bits: self.record_width_bits,
             max_hosts: self.max_hosts,
+            app_scr_bytes: self.app_scr_bytes,
+            app_lnr_bytes: self.app_lnr_bytes,
         }
     }
 
@@ -128,6 +136,8 @@ impl PodHeader {
         put(&self.log_entry_bytes.to_le_bytes());
         put(&self.log_format_version.to_le_bytes());
         put(&self.reserved.to_le_bytes());
+        put(&self.app_scr_bytes.to_le_bytes());
+        put(&self.app_lnr_bytes.to_le_bytes());
         put(&self.checksum.to_le_bytes());
         debug_assert_eq!(at, HEADER_BYTES);
         out
@@ -154,7 +164,9 @@ impl PodHeader {
             log_entry_bytes: u32_at(68),
             log_format_version: u32_at(72),
             reserved: u32_at(76),
-            checksum: u64_at(80),
+            app_scr_bytes: u64_at(80),
+            app_lnr_bytes: u64_at(88),
+            checksum: u64_at(96),
         };
         if header.magic != MAGIC {
             return Err(Error::BadMagic {

@@ -28,7 +28,7 @@ use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering};
 
 #[path = "object.rs"]
 mod object;
-pub use object::{Done, ReadTicket, WriteTicket};
+pub use object::{Done, ReadTicket, ReleaseReason, Releasing, WriteTicket};
 
 /// Identifier of a host: its index in the host table, below the pod's `max_hosts`.
 pub type HostId = u32;
@@ -112,6 +112,41 @@ pub struct HostOptions {
     /// The background reclaimer keeps the records in use at or below this fraction of
     /// the pod's records (1.0: reclaim only when allocation finds none free).
     pub record_watermark: f64,
+    /// Called before an object loses its coherence record on this host (see
+    /// [`ReleaseHook`]).
+    pub release_hook: Option<ReleaseHook>,
+}
+
+/// Called with the record locked before an object loses its coherence record: before a
+/// deallocation (reclaim, [`Host::make_read_shared`]) appends its event, and before a
+/// delete of an object that has a record does. Returning `false` refuses: the record is
+/// unlocked and kept; a deallocation reports that it did not happen, a delete answers
+/// [`Error::ReleaseRefused`](crate::Error::ReleaseRefused).
+///
+/// The page cache writes a dirty page back to disk here, so that a read-shared page is
+/// always clean and an evicted page is never lost. The hook runs on whichever thread
+/// releases the record (the background reclaimer, a writer that needs a record, a
+/// deleter); it must not call back into this host's object API for the same object.
+#[derive(Clone)]
+pub struct ReleaseHook(pub Arc<dyn Fn(&Releasing<'_>) -> bool + Send + Sync>);
+
+impl ReleaseHook {
+    /// Wraps `hook`.
+    pub fn new(hook: impl Fn(&Releasing<'_>) -> bool + Send + Sync + 'static) -> Self {
+        Self(Arc::new(hook))
+    }
+}
+
+impl std::fmt::Debug for ReleaseHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReleaseHook(..)")
+    }
+}
+
+impl PartialEq for ReleaseHook {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 impl Default for HostOptions {
@@ -123,6 +158,7 @@ impl Default for HostOptions {
             flat_combining: true,
             max_retries: 10_000,
             record_watermark: 0.9,
+            release_hook: None,
         }
     }
 }
@@ -174,6 +210,13 @@ impl HostOptions {
     #[must_use]
     pub fn record_watermark(mut self, fraction: f64) -> Self {
         self.record_watermark = fraction.clamp(0.0, 1.0);
+        self
+    }
+
+    /// Sets [`HostOptions::release_hook`].
+    #[must_use]
+    pub fn release_hook(mut self, hook: ReleaseHook) -> Self {
+        self.release_hook = Some(hook);
         self
     }
 

@@ -2,8 +2,14 @@
 //!
 //! ```text
 //! +--------+------------------------------ SCR ------------------------------+------ LNR ------+
-//! | header | log cursors | host table | record array | reclaimer counters | . | log | slots | . |
-//! +--------+-------------+------------+--------------+--------------------+---+-----+-------+---+
+//! | header | log cursors | host table | app | record array | reclaimer | . | log | app | slots | . |
+//! +--------+-------------+------------+-----+--------------+-----------+---+-----+-----+-------+---+
+//! ```
+//!
+//! The two `app` regions are the application's ([`PodConfig::app_scr_bytes`],
+//! [`PodConfig::app_lnr_bytes`]), empty unless configured.
+//!
+//! ```text
 //! ```
 //!
 //! Computed once from a [`PodConfig`], the same way by every host, so nothing in the pod
@@ -47,6 +53,8 @@ pub struct Layout {
     pub host_table_offset: u64,
     /// Bytes of the host table.
     pub host_table_bytes: u64,
+    /// Start of the application's SCR region ([`PodConfig::app_scr_bytes`] long).
+    pub app_scr_offset: u64,
     /// Start of the coherence record array.
     pub records_offset: u64,
     /// Coherence records in the array.
@@ -61,6 +69,8 @@ pub struct Layout {
     pub log_offset: u64,
     /// Bytes of one log entry.
     pub log_entry_bytes: u64,
+    /// Start of the application's LNR region ([`PodConfig::app_lnr_bytes`] long).
+    pub app_lnr_offset: u64,
     /// Start of the object slots.
     pub slots_offset: u64,
     /// Object slots.
@@ -76,6 +86,8 @@ pub struct ScrUsage {
     pub log_cursors_bytes: u64,
     /// One line per host.
     pub host_table_bytes: u64,
+    /// Reserved for the application ([`PodConfig::app_scr_bytes`]).
+    pub application_bytes: u64,
     /// The coherence record array.
     pub records_bytes: u64,
     /// The reclaimer's counters.
@@ -89,6 +101,7 @@ impl ScrUsage {
     pub fn total_bytes(&self) -> u64 {
         self.log_cursors_bytes
             + self.host_table_bytes
+            + self.application_bytes
             + self.records_bytes
             + self.reclaimer_bytes
             + self.unused_bytes
@@ -109,6 +122,9 @@ impl fmt::Display for ScrUsage {
         writeln!(f, "SCR usage ({total} bytes):")?;
         row(f, "log cursors", self.log_cursors_bytes)?;
         row(f, "host table", self.host_table_bytes)?;
+        if self.application_bytes > 0 {
+            row(f, "application", self.application_bytes)?;
+        }
         row(f, "coherence records", self.records_bytes)?;
         row(f, "reclaimer", self.reclaimer_bytes)?;
         row(f, "unused", self.unused_bytes)
@@ -158,7 +174,13 @@ impl Layout {
         // At least one line of records, or the pod could never make an object writable.
         let fixed = checked(
             Region::Scr,
-            &[cursors_bytes, host_table_bytes, RECLAIMER_BYTES, LINE_BYTES],
+            &[
+                cursors_bytes,
+                host_table_bytes,
+                config.app_scr_bytes,
+                RECLAIMER_BYTES,
+                LINE_BYTES,
+            ],
             config.scr_bytes,
         )? - LINE_BYTES;
         let record_count = (config.scr_bytes - fixed) / record_bytes;
@@ -168,21 +190,24 @@ impl Layout {
         debug_assert_eq!(records_bytes % LINE_BYTES, 0);
         let cursors_offset = scr_offset;
         let host_table_offset = cursors_offset + cursors_bytes;
-        let records_offset = host_table_offset + host_table_bytes;
+        let app_scr_offset = host_table_offset + host_table_bytes;
+        let records_offset = app_scr_offset + config.app_scr_bytes;
         let reclaimer_offset = records_offset + records_bytes;
 
-        // LNR: the log ring, then slots.
+        // LNR: the log ring, the application's region, then slots.
         let lnr_offset = scr_offset + config.scr_bytes;
         let log_entry_bytes = config.log_entry_bytes();
         let log_bytes = config.log_capacity_entries.saturating_mul(log_entry_bytes);
         checked(
             Region::Lnr,
-            &[log_bytes, config.slot_size_bytes],
+            &[log_bytes, config.app_lnr_bytes, config.slot_size_bytes],
             config.lnr_bytes,
         )?;
         let log_offset = lnr_offset;
-        let slots_offset = log_offset + log_bytes;
-        let slot_count = (config.lnr_bytes - log_bytes) / config.slot_size_bytes;
+        let app_lnr_offset = log_offset + log_bytes;
+        let slots_offset = app_lnr_offset + config.app_lnr_bytes;
+        let slot_count =
+            (config.lnr_bytes - log_bytes - config.app_lnr_bytes) / config.slot_size_bytes;
         for (parameter, value, limit) in [
             ("slot count", slot_count, MAX_SLOTS),
             ("record count", record_count, MAX_RECORDS),
@@ -203,6 +228,7 @@ impl Layout {
             cursors_bytes,
             host_table_offset,
             host_table_bytes,
+            app_scr_offset,
             records_offset,
             record_count,
             record_bytes,
@@ -210,6 +236,7 @@ impl Layout {
             lnr_offset,
             log_offset,
             log_entry_bytes,
+            app_lnr_offset,
             slots_offset,
             slot_count,
             total_bytes,
@@ -270,23 +297,30 @@ impl Layout {
     /// SCR bytes by category.
     pub fn scr_usage(&self) -> ScrUsage {
         let records_bytes = self.record_count * self.record_bytes;
-        let used = self.cursors_bytes + self.host_table_bytes + records_bytes + RECLAIMER_BYTES;
+        let used = self.cursors_bytes
+            + self.host_table_bytes
+            + self.config.app_scr_bytes
+            + records_bytes
+            + RECLAIMER_BYTES;
         ScrUsage {
             log_cursors_bytes: self.cursors_bytes,
             host_table_bytes: self.host_table_bytes,
+            application_bytes: self.config.app_scr_bytes,
             records_bytes,
             reclaimer_bytes: RECLAIMER_BYTES,
             unused_bytes: self.config.scr_bytes - used,
         }
     }
 
-    /// Every region as `(name, offset, bytes)`, in address order.
+    /// Every region as `(name, offset, bytes)`, in address order (the application's
+    /// regions only when configured).
     pub fn regions(&self) -> Vec<(&'static str, u64, u64)> {
         let log_bytes = self.config.log_capacity_entries * self.log_entry_bytes;
         vec![
             ("header", 0, HEADER_REGION_BYTES),
             ("log cursors", self.cursors_offset, self.cursors_bytes),
             ("host table", self.host_table_offset, self.host_table_bytes),
+            ("app SCR", self.app_scr_offset, self.config.app_scr_bytes),
             (
                 "records",
                 self.records_offset,
@@ -294,12 +328,16 @@ impl Layout {
             ),
             ("reclaimer", self.reclaimer_offset, RECLAIMER_BYTES),
             ("log entries", self.log_offset, log_bytes),
+            ("app LNR", self.app_lnr_offset, self.config.app_lnr_bytes),
             (
                 "slots",
                 self.slots_offset,
                 self.slot_count * self.config.slot_size_bytes,
             ),
         ]
+        .into_iter()
+        .filter(|(name, _, bytes)| !name.starts_with("app") || *bytes > 0)
+        .collect()
     }
 }
 

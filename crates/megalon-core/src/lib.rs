@@ -67,7 +67,7 @@ pub use event::{Event, OwnedEvent, LOG_FORMAT_VERSION};
 pub use header::{fnv1a64, PodHeader, HEADER_BYTES, LAYOUT_VERSION, MAGIC};
 pub use host::{
     Done, Host, HostId, HostInfo, HostOptions, HostStats, Join, LoggedEvent, ReadTicket,
-    WriteTicket,
+    ReleaseHook, ReleaseReason, Releasing, WriteTicket,
 };
 pub use layout::{Layout, ScrUsage, HEADER_REGION_BYTES, MAX_RECORDS, MAX_SLOTS};
 pub use memory::{Memory, MemoryKind, SimulatedConfig, SimulatedStats};

@@ -99,6 +99,11 @@ impl WriteTicket<'_> {
         self.state.expect("live ticket").len
     }
 
+    /// The object's coherence record, locked by this write.
+    pub fn record(&self) -> u32 {
+        self.state.expect("live ticket").record
+    }
+
     /// Objects are never empty: always `false`.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -114,6 +119,57 @@ impl Drop for WriteTicket<'_> {
             let shared = &self.host.shared;
             let _ = shared.with_counters(|c| shared.write_end(state, c));
         }
+    }
+}
+
+/// Why an object is losing its coherence record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReleaseReason {
+    /// It turns read-shared: reclaimed (background or to make room) or
+    /// [`Host::make_read_shared`].
+    MakeReadShared,
+    /// It is being deleted.
+    Delete,
+}
+
+/// An object about to lose its coherence record, handed to the host's
+/// [`ReleaseHook`](crate::ReleaseHook) with the record locked by the caller: no write can
+/// start on it until the hook returns, and the last write's bytes are in memory.
+pub struct Releasing<'a> {
+    shared: &'a Shared,
+    key: &'a [u8],
+    record: u32,
+    offset: u64,
+    len: usize,
+    reason: ReleaseReason,
+}
+
+impl Releasing<'_> {
+    /// The object's key.
+    pub fn key(&self) -> &[u8] {
+        self.key
+    }
+
+    /// The record it is losing (locked now).
+    pub fn record(&self) -> u32 {
+        self.record
+    }
+
+    /// Why.
+    pub fn reason(&self) -> ReleaseReason {
+        self.reason
+    }
+
+    /// Copies the object's first `buf.len()` bytes (at most the slot size) into `buf`,
+    /// from memory: this host's cached lines of it are invalidated first.
+    pub fn read(&self, buf: &mut [u8]) {
+        let len = buf.len().min(self.len);
+        self.shared.memory.flush(self.offset, len);
+        // The invalidation is done before the loads; the lock's acquire (our CAS) already
+        // ordered them after the last writer's release.
+        self.shared.memory.fence();
+        self.shared.memory.read(self.offset, &mut buf[..len]);
     }
 }
 
@@ -236,6 +292,14 @@ impl Host {
                 None => Ok(false),
             }
         })
+    }
+
+    /// The key of the object that holds `record`, as this host's replica knows it after
+    /// catching up with the log; `None` if no object does (free, or claimed by an
+    /// allocation whose event is not in the log yet).
+    pub fn record_owner(&self, record: u32) -> Result<Option<Vec<u8>>> {
+        self.shared.catch_up()?;
+        Ok(self.shared.replica.index.read().record_owner_key(record))
     }
 
     /// Event counts of the calling thread on this host.
@@ -680,6 +744,13 @@ impl Shared {
                 return Ok(false);
             }
         }
+        if !self.release_allowed(key, record, ReleaseReason::MakeReadShared) {
+            if lock {
+                records.store(record, word);
+                c.add(Counter::ScrAtomics, 1);
+            }
+            return Ok(false);
+        }
         match self.submit(&Event::RecordDealloc { key, record })? {
             Outcome::RecordDeallocated => {
                 self.free_record(record, c);
@@ -695,6 +766,27 @@ impl Shared {
                 Ok(false)
             }
         }
+    }
+
+    /// Asks the host's release hook, if it has one, whether `key` may lose `record` now
+    /// (the caller holds the record's lock, or a mutant skipped it).
+    fn release_allowed(&self, key: &[u8], record: u32, reason: ReleaseReason) -> bool {
+        let Some(hook) = &self.options.release_hook else {
+            return true;
+        };
+        let Some(entry) = self.replica.index.read().lookup(key) else {
+            // Gone already: the event we are about to append will find nothing.
+            return true;
+        };
+        let (offset, len) = self.place(&entry);
+        (hook.0)(&Releasing {
+            shared: self,
+            key,
+            record,
+            offset,
+            len,
+            reason,
+        })
     }
 
     /// Marks `record` free (its counter kept) and counts it out.
@@ -765,6 +857,10 @@ impl Shared {
                 if !self.unchanged_since(&entry)? {
                     records.store(record, word);
                     continue;
+                }
+                if !self.release_allowed(key, record, ReleaseReason::Delete) {
+                    records.store(record, word);
+                    return Err(Error::ReleaseRefused { record });
                 }
                 locked_word = Some((record, word));
             }

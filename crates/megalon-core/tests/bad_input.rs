@@ -175,6 +175,48 @@ fn lnr_bytes_not_a_page_multiple() {
 }
 
 #[test]
+fn application_regions_not_a_line_multiple() {
+    for (config, name, value) in [
+        (
+            small_config().app_scr_bytes(LINE_BYTES + 8),
+            "app_scr_bytes",
+            LINE_BYTES + 8,
+        ),
+        (small_config().app_lnr_bytes(100), "app_lnr_bytes", 100),
+    ] {
+        let Error::UnalignedSize {
+            parameter,
+            value: found,
+            alignment,
+        } = create_error(&config)
+        else {
+            panic!("expected UnalignedSize for {name}");
+        };
+        assert_eq!((parameter, found, alignment), (name, value, LINE_BYTES));
+    }
+}
+
+#[test]
+fn application_regions_too_large_for_their_part() {
+    let config = small_config();
+    for (config, region) in [
+        (config.clone().app_scr_bytes(config.scr_bytes), Region::Scr),
+        (config.clone().app_lnr_bytes(config.lnr_bytes), Region::Lnr),
+    ] {
+        let Error::LayoutDoesNotFit {
+            region: found,
+            needed_bytes,
+            available_bytes,
+        } = create_error(&config)
+        else {
+            panic!("expected LayoutDoesNotFit for {region}");
+        };
+        assert_eq!(found, region);
+        assert!(needed_bytes > available_bytes);
+    }
+}
+
+#[test]
 fn slot_size_not_a_line_multiple() {
     let config = small_config().slot_size_bytes(1000);
     let Error::SlotSizeNotLineMultiple { slot_size_bytes } = create_error(&config) else {

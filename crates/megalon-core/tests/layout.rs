@@ -21,9 +21,22 @@ fn any_config() -> impl Strategy<Value = PodConfig> {
         2..=4096u64, // log entries
         0..RECORD_WIDTHS_BITS.len(),
         1..=MAX_HOSTS_LIMIT,
+        // Application lines in SCR and LNR: mostly none.
+        prop_oneof![3 => Just(0u64), 1 => 1..=64u64],
+        prop_oneof![3 => Just(0u64), 1 => 1..=256u64],
     )
         .prop_map(
-            |(scr_pages, lnr_pages, slot_lines, key_bytes, log_entries, width, hosts)| {
+            |(
+                scr_pages,
+                lnr_pages,
+                slot_lines,
+                key_bytes,
+                log_entries,
+                width,
+                hosts,
+                app_scr_lines,
+                app_lnr_lines,
+            )| {
                 PodConfig::new()
                     .scr_bytes(scr_pages * PAGE_BYTES)
                     .lnr_bytes(lnr_pages * PAGE_BYTES)
@@ -32,6 +45,8 @@ fn any_config() -> impl Strategy<Value = PodConfig> {
                     .log_capacity_entries(log_entries)
                     .record_width_bits(RECORD_WIDTHS_BITS[width])
                     .max_hosts(hosts)
+                    .app_scr_bytes(app_scr_lines * LINE_BYTES)
+                    .app_lnr_bytes(app_lnr_lines * LINE_BYTES)
             },
         )
 }
@@ -100,6 +115,22 @@ proptest! {
         }
         for name in ["log entries", "slots"] {
             prop_assert!(contains(lnr, region(&layout, name)), "{} outside LNR", name);
+        }
+        // The application's regions, when configured, are whole and in their part.
+        let app = |name: &str| layout.regions().into_iter().find(|(n, _, _)| *n == name);
+        match app("app SCR") {
+            Some((_, offset, bytes)) => {
+                prop_assert_eq!((offset, bytes), (layout.app_scr_offset, config.app_scr_bytes));
+                prop_assert!(contains(scr, span("app SCR", offset, bytes)));
+            }
+            None => prop_assert_eq!(config.app_scr_bytes, 0),
+        }
+        match app("app LNR") {
+            Some((_, offset, bytes)) => {
+                prop_assert_eq!((offset, bytes), (layout.app_lnr_offset, config.app_lnr_bytes));
+                prop_assert!(contains(lnr, span("app LNR", offset, bytes)));
+            }
+            None => prop_assert_eq!(config.app_lnr_bytes, 0),
         }
         prop_assert!(region(&layout, "header").end <= scr.start);
     }
@@ -177,6 +208,7 @@ proptest! {
         prop_assert_eq!(usage.total_bytes(), config.scr_bytes);
         prop_assert_eq!(usage.log_cursors_bytes, region(&layout, "log cursors").end - region(&layout, "log cursors").start);
         prop_assert_eq!(usage.host_table_bytes, u64::from(config.max_hosts) * LINE_BYTES);
+        prop_assert_eq!(usage.application_bytes, config.app_scr_bytes);
         prop_assert_eq!(usage.records_bytes, layout.record_count * layout.record_bytes);
         prop_assert!(usage.records_bytes >= LINE_BYTES, "less than a line of records");
         // Too little is left for one more record (so less than a line).

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use megalon_core::{
-    Backing, Error, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, SimulatedConfig,
+    Backing, Error, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, ReleaseHook,
+    ReleaseReason, Releasing, SimulatedConfig,
 };
 
 fn pod(record_width_bits: u32, scr_bytes: u64) -> Arc<Pod> {
@@ -344,4 +345,111 @@ fn a_reader_in_the_middle_of_a_deleted_object_retries_and_finds_it_gone() {
         assert!(matches!(b.read(key, &mut copy), Err(Error::UnknownKey)));
         assert!(b.events().read_retries_event > 0);
     }
+}
+
+// ---------------------------------------------------------------- the release hook
+
+/// What a release hook saw: (reason, key, record, the object's first bytes).
+type Seen = Arc<parking_lot::Mutex<Vec<(ReleaseReason, Vec<u8>, u32, Vec<u8>)>>>;
+
+fn hooked_host(pod: &Arc<Pod>, seed: u64, allow: bool) -> (Host, Seen) {
+    let seen: Seen = Arc::default();
+    let log = seen.clone();
+    let hook = ReleaseHook::new(move |object: &Releasing<'_>| {
+        let mut bytes = vec![0u8; 8];
+        object.read(&mut bytes);
+        log.lock().push((
+            object.reason(),
+            object.key().to_vec(),
+            object.record(),
+            bytes,
+        ));
+        allow
+    });
+    let host = Host::join(pod, Join::AnyFree, options(seed).release_hook(hook)).expect("join");
+    (host, seen)
+}
+
+#[test]
+fn the_release_hook_sees_the_last_write_before_a_record_goes() {
+    let pod = pod(32, 64 << 10);
+    let (a, seen) = hooked_host(&pod, 11, true);
+    let b = host(&pod, 12);
+    a.create(b"k", &value(0)).unwrap();
+    b.write(b"k", &value(5)).unwrap(); // allocates the record (an event a replays)
+    let mut buf = vec![0u8; 256];
+    a.read(b"k", &mut buf).unwrap(); // a caches the object's lines at version 5
+    b.write(b"k", &value(7)).unwrap(); // no event: a's lines are stale now
+    let record = a
+        .lookup(b"k")
+        .unwrap()
+        .unwrap()
+        .record
+        .expect("written: has a record");
+    assert!(a.make_read_shared(b"k").unwrap());
+    assert_eq!(
+        seen.lock().as_slice(),
+        [(
+            ReleaseReason::MakeReadShared,
+            b"k".to_vec(),
+            record,
+            value(7)[..8].to_vec()
+        )],
+        "the hook reads memory, not a's stale lines"
+    );
+    assert_eq!(a.lookup(b"k").unwrap().unwrap().record, None);
+
+    b.write(b"k", &value(9)).unwrap();
+    a.read(b"k", &mut buf).unwrap();
+    b.write(b"k", &value(10)).unwrap();
+    let record = a
+        .lookup(b"k")
+        .unwrap()
+        .unwrap()
+        .record
+        .expect("written again");
+    a.delete(b"k").unwrap();
+    assert_eq!(
+        seen.lock().last().unwrap(),
+        &(
+            ReleaseReason::Delete,
+            b"k".to_vec(),
+            record,
+            value(10)[..8].to_vec()
+        )
+    );
+    // A read-shared object has no record to release: its delete does not call the hook.
+    a.create(b"r", &value(1)).unwrap();
+    a.delete(b"r").unwrap();
+    assert_eq!(seen.lock().len(), 2);
+}
+
+#[test]
+fn a_refusing_release_hook_keeps_the_record_and_the_object() {
+    let pod = pod(32, 64 << 10);
+    let (a, seen) = hooked_host(&pod, 13, false);
+    let b = host(&pod, 14);
+    a.create(b"k", &value(0)).unwrap();
+    b.write(b"k", &value(3)).unwrap();
+    let record = a
+        .lookup(b"k")
+        .unwrap()
+        .unwrap()
+        .record
+        .expect("written: has a record");
+    assert!(!a.make_read_shared(b"k").unwrap());
+    let Err(Error::ReleaseRefused { record: kept }) = a.delete(b"k") else {
+        panic!("a refused delete must say so");
+    };
+    assert_eq!(kept, record);
+    assert_eq!(seen.lock().len(), 2);
+    // Nothing changed: the record is unlocked (b writes again) and the object is whole.
+    assert_eq!(a.lookup(b"k").unwrap().unwrap().record, Some(record));
+    b.write(b"k", &value(4)).unwrap();
+    let mut buf = vec![0u8; 256];
+    a.read(b"k", &mut buf).unwrap();
+    assert_eq!(buf, value(4));
+    // Another host without the hook deletes it.
+    b.delete(b"k").unwrap();
+    assert!(matches!(a.read(b"k", &mut buf), Err(Error::UnknownKey)));
 }
