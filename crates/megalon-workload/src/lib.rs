@@ -14,6 +14,8 @@
 //!   (including operations whose outcome is unknown), and explains a violation with the
 //!   few operations that show it.
 //!
+//! [`generator`] ports YCSB's key generators and core workloads A–F, for driving the stores.
+//!
 //! The checker's cost grows with the number of operations in flight on a key at once, not
 //! with the length of the history: see the [`check`](mod@check) module for the algorithm and
 //! why it only needs a sliding window. It assumes the keys are independent (no operation
@@ -59,14 +61,23 @@
 #![warn(missing_docs)]
 
 pub mod check;
+pub mod generator;
 mod history;
+pub mod latency;
 mod recorder;
 mod sync;
 mod text;
+pub mod trace;
 mod value;
 
 pub use check::{check, check_with_threads, CheckError, Summary, Violation, ViolationKind};
+pub use generator::{
+    fnvhash64, GeneratorError, KeyChooser, KeyDistribution, RandomSource,
+    ScrambledZipfianGenerator, SkewedLatestGenerator, SplitMix64, UniformGenerator, Workload,
+    ZipfianGenerator,
+};
 pub use history::{Call, History, HistoryBuilder, KeyId, Operation, Outcome, ProcessId};
+pub use latency::LatencyHistogram;
 pub use recorder::{Clock, Pending, ThreadLog, ThreadRecorder};
 pub use value::{Torn, TornReason, Value, MAX_ENCODED_LEN_BYTES, MIN_ENCODED_LEN_BYTES};
 
