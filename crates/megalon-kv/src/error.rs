@@ -1,0 +1,61 @@
+//! The store's one error type.
+
+/// What a store call can answer besides success.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The key is longer than the scheme's limit.
+    #[error("key of {key_bytes} bytes is longer than the limit of {max_key_bytes} bytes")]
+    KeyTooLarge {
+        /// Bytes of the key given.
+        key_bytes: usize,
+        /// The longest key the scheme takes.
+        max_key_bytes: usize,
+    },
+    /// The value is longer than the scheme's limit (its object size less the store's
+    /// length prefix).
+    #[error("value of {value_bytes} bytes is longer than the limit of {max_value_bytes} bytes")]
+    ValueTooLarge {
+        /// Bytes of the value given.
+        value_bytes: usize,
+        /// The longest value the store takes.
+        max_value_bytes: usize,
+    },
+    /// The key is not in the store (a delete, or a write that needs it).
+    #[error("no such key")]
+    UnknownKey,
+    /// The key is already in the store (an insert).
+    #[error("the key already exists")]
+    KeyExists,
+    /// No such host in this scheme.
+    #[error("host {host} is not one of this scheme's {hosts} hosts")]
+    UnknownHost {
+        /// The host asked for.
+        host: usize,
+        /// Hosts the scheme runs in this process.
+        hosts: usize,
+    },
+    /// A put found the key deleted and re-created under it this many times in a row.
+    #[error("put gave up after {rounds} rounds of racing creates and deletes of its key")]
+    PutContended {
+        /// Rounds tried.
+        rounds: u32,
+    },
+    /// The sharing scheme failed (a full log, no SCR record to take, a host that does not
+    /// answer, ...): see the inner error.
+    #[error(transparent)]
+    Core(megalon_core::Error),
+}
+
+impl From<megalon_core::Error> for Error {
+    fn from(error: megalon_core::Error) -> Self {
+        match error {
+            megalon_core::Error::UnknownKey => Error::UnknownKey,
+            megalon_core::Error::ObjectExists => Error::KeyExists,
+            other => Error::Core(other),
+        }
+    }
+}
+
+/// Results of the store.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,183 @@
+//! megalon's object protocol as a [`Scheme`]: one pod, the hosts of it this process runs,
+//! a handle per thread on one of them.
+
+use std::sync::Arc;
+
+use megalon_core::{EventCounts, Host, HostOptions, Join, Pod};
+
+use crate::error::{Error, Result};
+use crate::scheme::{Limits, Report, Scheme, SchemeHandle, FIRST_READ_BYTES};
+
+/// megalon: a node-replicated index fed by the shared log, coherence records only for
+/// objects that are written.
+pub struct Megalon {
+    pod: Arc<Pod>,
+    hosts: Vec<Arc<Host>>,
+}
+
+impl Megalon {
+    /// The scheme over `hosts`, which joined `pod`.
+    pub fn new(pod: Arc<Pod>, hosts: Vec<Arc<Host>>) -> Self {
+        debug_assert!(hosts.iter().all(|h| Arc::ptr_eq(h.pod(), &pod)));
+        Self { pod, hosts }
+    }
+
+    /// Joins `count` new hosts to `pod` (the first free ids), each with `options`.
+    pub fn join(pod: Arc<Pod>, count: usize, options: &HostOptions) -> Result<Self> {
+        let hosts = (0..count)
+            .map(|_| Host::join(&pod, Join::AnyFree, options.clone()).map(Arc::new))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(Self::new(pod, hosts))
+    }
+
+    /// The pod.
+    pub fn pod(&self) -> &Arc<Pod> {
+        &self.pod
+    }
+
+    /// The hosts, in handle order.
+    pub fn hosts(&self) -> &[Arc<Host>] {
+        &self.hosts
+    }
+
+    /// The core's event counts summed over the hosts.
+    pub fn events(&self) -> EventCounts {
+        self.hosts
+            .iter()
+            .fold(EventCounts::default(), |sum, host| sum + host.events())
+    }
+}
+
+impl Scheme for Megalon {
+    type Handle = MegalonHandle;
+
+    fn name(&self) -> &'static str {
+        "megalon"
+    }
+
+    fn limits(&self) -> Limits {
+        let config = self.pod.config();
+        Limits {
+            max_key_bytes: config.max_key_bytes as usize,
+            object_bytes: config.slot_size_bytes as usize,
+        }
+    }
+
+    fn hosts(&self) -> usize {
+        self.hosts.len()
+    }
+
+    fn handle(&self, host: usize) -> Result<MegalonHandle> {
+        let host = self.hosts.get(host).ok_or(Error::UnknownHost {
+            host,
+            hosts: self.hosts.len(),
+        })?;
+        Ok(MegalonHandle { host: host.clone() })
+    }
+
+    fn report(&self) -> Report {
+        let e = self.events();
+        let (mut appended, mut batches, mut replayed) = (0, 0, 0);
+        for host in &self.hosts {
+            let stats = host.stats();
+            appended += stats.entries_appended;
+            batches += stats.batches_appended;
+            replayed += stats.entries_replayed;
+        }
+        let (records_in_use, records) = self
+            .hosts
+            .first()
+            .map_or((0, 0), |host| host.records_in_use());
+        let usage = self.pod.scr_usage();
+        Report {
+            scheme: "megalon",
+            counters: vec![
+                ("reads", e.reads),
+                ("writes", e.writes),
+                ("creates", e.creates),
+                ("deletes", e.deletes),
+                ("read retries", e.read_retries()),
+                ("waits for a writer", e.waits_for_writer),
+                ("lines invalidated", e.lines_invalidated),
+                ("lines written back", e.lines_written_back),
+                ("SCR atomics", e.scr_atomics),
+                ("record allocs", e.record_allocs),
+                ("record allocs lost", e.record_allocs_lost),
+                ("record deallocs", e.record_deallocs),
+                ("churn", e.churn),
+                ("counter wraps", e.wraps),
+                ("log entries appended", appended),
+                ("log batches appended", batches),
+                ("log entries replayed", replayed),
+            ],
+            gauges: vec![
+                ("records in use", records_in_use),
+                ("records in the pod", records),
+            ],
+            scr: vec![
+                ("log cursors", usage.log_cursors_bytes),
+                ("host table", usage.host_table_bytes),
+                ("application", usage.application_bytes),
+                ("coherence records", usage.records_bytes),
+                ("reclaimer", usage.reclaimer_bytes),
+                ("unused", usage.unused_bytes),
+            ],
+        }
+    }
+}
+
+/// A thread's handle on one megalon host.
+pub struct MegalonHandle {
+    host: Arc<Host>,
+}
+
+impl MegalonHandle {
+    /// The host.
+    pub fn host(&self) -> &Arc<Host> {
+        &self.host
+    }
+}
+
+impl SchemeHandle for MegalonHandle {
+    fn create(&mut self, key: &[u8], object: &[u8]) -> Result<()> {
+        Ok(self.host.create(key, object)?)
+    }
+
+    fn write(&mut self, key: &[u8], object: &[u8]) -> Result<()> {
+        self.host.write(key, object)?;
+        Ok(())
+    }
+
+    fn read(
+        &mut self,
+        key: &[u8],
+        buf: &mut [u8],
+        extent: &dyn Fn(&[u8]) -> usize,
+    ) -> Result<usize> {
+        let memory = self.host.memory();
+        let max_retries = self.host.options().max_retries;
+        for _ in 0..=max_retries {
+            let ticket = self.host.read_start(key)?;
+            let len = buf.len().min(ticket.len());
+            let first = len.min(FIRST_READ_BYTES);
+            memory.read(ticket.offset(), &mut buf[..first]);
+            // `extent` may see bytes of a write in progress; clamped, they only decide
+            // how much more to copy, and read_end throws the copy away.
+            let total = extent(&buf[..first]).clamp(first, len);
+            if total > first {
+                memory.read(ticket.offset() + first as u64, &mut buf[first..total]);
+            }
+            if self.host.read_end(ticket)? {
+                return Ok(total);
+            }
+        }
+        Err(megalon_core::Error::RetriesExhausted {
+            retries: max_retries,
+        }
+        .into())
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<()> {
+        Ok(self.host.delete(key)?)
+    }
+}

@@ -1,0 +1,117 @@
+//! The store's calls one by one, and every bad input answering its typed error without
+//! changing anything.
+
+use std::sync::Arc;
+
+use megalon_core::{Backing, HostOptions, MemoryKind, Pod, PodConfig};
+use megalon_kv::{Error, Megalon, Store, LENGTH_PREFIX_BYTES};
+
+fn store() -> Store<Megalon> {
+    let config = PodConfig::new()
+        .scr_bytes(16 << 10)
+        .lnr_bytes(2 << 20)
+        .slot_size_bytes(256)
+        .max_key_bytes(24)
+        .max_hosts(2);
+    let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
+    let options = HostOptions::new().memory(MemoryKind::simulated(3));
+    Store::new(Megalon::join(pod, 2, &options).unwrap())
+}
+
+#[test]
+fn put_get_insert_delete_across_hosts() {
+    let store = store();
+    let (mut a, mut b) = (store.handle(0).unwrap(), store.handle(1).unwrap());
+    assert_eq!(a.get(b"k").unwrap(), None);
+    a.put(b"k", b"one").unwrap(); // creates
+    assert_eq!(b.get(b"k").unwrap().as_deref(), Some(&b"one"[..]));
+    b.put(b"k", b"a longer second value").unwrap(); // updates
+    assert_eq!(
+        a.get(b"k").unwrap().as_deref(),
+        Some(&b"a longer second value"[..])
+    );
+    a.put(b"k", b"3").unwrap(); // a shorter value is not padded by the longer one
+    assert_eq!(b.get(b"k").unwrap().as_deref(), Some(&b"3"[..]));
+    a.put(b"k", b"").unwrap();
+    assert_eq!(b.get(b"k").unwrap().as_deref(), Some(&b""[..]));
+
+    assert!(matches!(b.insert(b"k", b"x"), Err(Error::KeyExists)));
+    assert_eq!(a.get(b"k").unwrap().as_deref(), Some(&b""[..]));
+    b.insert(b"fresh", b"new").unwrap();
+    assert_eq!(a.get(b"fresh").unwrap().as_deref(), Some(&b"new"[..]));
+
+    a.delete(b"k").unwrap();
+    assert_eq!(b.get(b"k").unwrap(), None);
+    assert!(matches!(b.delete(b"k"), Err(Error::UnknownKey)));
+}
+
+#[test]
+fn the_largest_value_and_key_fit_and_one_byte_more_is_refused() {
+    let store = store();
+    assert_eq!(store.max_value_bytes(), 256 - LENGTH_PREFIX_BYTES);
+    assert_eq!(store.max_key_bytes(), 24);
+    let mut kv = store.handle(0).unwrap();
+    let key = [b'k'; 24];
+    let value: Vec<u8> = (0..store.max_value_bytes()).map(|i| i as u8).collect();
+    kv.put(&key, &value).unwrap();
+    assert_eq!(kv.get(&key).unwrap(), Some(value.clone()));
+
+    let too_long_value = vec![0u8; store.max_value_bytes() + 1];
+    for result in [
+        kv.put(&key, &too_long_value),
+        kv.insert(b"other", &too_long_value),
+    ] {
+        let Err(Error::ValueTooLarge {
+            value_bytes,
+            max_value_bytes,
+        }) = result
+        else {
+            panic!("expected ValueTooLarge, got {result:?}");
+        };
+        assert_eq!((value_bytes, max_value_bytes), (253, 252));
+    }
+    let too_long_key = [b'k'; 25];
+    for result in [
+        kv.put(&too_long_key, b"v"),
+        kv.insert(&too_long_key, b"v"),
+        kv.delete(&too_long_key),
+        kv.get(&too_long_key).map(|_| ()),
+    ] {
+        let Err(Error::KeyTooLarge {
+            key_bytes,
+            max_key_bytes,
+        }) = result
+        else {
+            panic!("expected KeyTooLarge, got {result:?}");
+        };
+        assert_eq!((key_bytes, max_key_bytes), (25, 24));
+    }
+    // Nothing changed.
+    assert_eq!(kv.get(&key).unwrap(), Some(value));
+    assert_eq!(kv.get(b"other").unwrap(), None);
+}
+
+#[test]
+fn an_unknown_host_is_a_typed_error() {
+    let store = store();
+    let Err(Error::UnknownHost { host, hosts }) = store.handle(2) else {
+        panic!("host 2 of 2 must be refused");
+    };
+    assert_eq!((host, hosts), (2, 2));
+}
+
+#[test]
+fn the_report_counts_what_the_store_did() {
+    let store = store();
+    let before = store.report();
+    let mut kv = store.handle(0).unwrap();
+    kv.put(b"a", b"1").unwrap(); // create
+    kv.put(b"a", b"2").unwrap(); // write
+    kv.get(b"a").unwrap();
+    let run = store.report().since(&before);
+    assert_eq!(run.counter("creates"), Some(1));
+    assert_eq!(run.counter("writes"), Some(1));
+    assert_eq!(run.counter("reads"), Some(1));
+    let scr: u64 = run.scr.iter().map(|(_, bytes)| bytes).sum();
+    assert_eq!(scr, 16 << 10, "SCR uses add up to its size");
+}
