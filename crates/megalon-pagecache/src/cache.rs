@@ -1,0 +1,465 @@
+//! The page cache of one host: creating and joining a pod, files, the read and write
+//! paths, `fsync`, and the background writer.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use megalon_core::{Backing, Host, Join, Pod, ReleaseHook};
+use parking_lot::{Mutex, RwLock};
+
+use crate::config::{PageCacheConfig, PageCacheOptions, MAX_ADMISSION_LOCKS};
+use crate::dirty::Shared;
+use crate::error::{Error, Result};
+use crate::file::{decode_key, page_key, FileId, OpenFile, FILE_PAGE_BYTES};
+use crate::layout::{Regions, MAGIC};
+use crate::stats::{Counter, PageCacheStats, WriteBack};
+
+/// Times one page access admits the page before giving up (each time, another thread or
+/// host evicted it before this one could use it).
+pub const MAX_ADMISSION_ROUNDS: u32 = 64;
+
+/// One host's page cache: a [`Host`] of the pod with the page cache's release hook, the
+/// files open on it, and its background writer. Share it between the host's threads
+/// (`&PageCache` is enough: it is `Sync`).
+///
+/// Dropping it stops the writer and leaves the pod; it does not write dirty pages back
+/// (they stay in the pod for the other hosts): call [`PageCache::fsync`] or
+/// [`PageCache::close`] first for files whose writes must reach the disk.
+pub struct PageCache {
+    pub(crate) inner: Arc<Inner>,
+    writer: Option<JoinHandle<()>>,
+}
+
+/// What the host's threads and its background writer share.
+pub(crate) struct Inner {
+    pub(crate) host: Host,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) capacity_pages: u64,
+    stop: AtomicBool,
+}
+
+impl PageCache {
+    /// Creates a pod for a page cache on `backing` and formats its application regions.
+    /// Hosts then [`join`](PageCache::join) it (a file backing can be opened by other
+    /// processes with [`Pod::open`]).
+    pub fn create_pod(config: &PageCacheConfig, backing: Backing) -> Result<Arc<Pod>> {
+        let pod_config = config.pod_config()?;
+        let pod = Pod::create(&pod_config, backing)?;
+        let layout = pod.layout();
+        let regions = Regions::new(layout, config.admission_locks)?;
+        assert!(
+            config.cache_pages <= regions.slot_count,
+            "pod_config gives more slots than pages"
+        );
+        let header = regions.header;
+        // Relaxed: published by the magic's Release store below.
+        pod.scr_u64(header + 8)
+            .store(config.cache_pages, Ordering::Relaxed);
+        pod.scr_u64(header + 16)
+            .store(config.admission_locks, Ordering::Relaxed);
+        // Release: pairs with the Acquire load of the magic in `join`.
+        pod.scr_u64(header).store(MAGIC, Ordering::Release);
+        Ok(Arc::new(pod))
+    }
+
+    /// Joins `pod` (made by [`PageCache::create_pod`]) as host `which`, installs the
+    /// release hook, and starts the background writer if `options` asks for one.
+    pub fn join(pod: &Arc<Pod>, which: Join, options: PageCacheOptions) -> Result<PageCache> {
+        let layout = pod.layout();
+        let Some(header) = Regions::header_word(layout, 0) else {
+            return Err(Error::NotAPageCachePod {
+                reason: "it has no application SCR",
+            });
+        };
+        // Acquire: pairs with the Release store of the magic in `create_pod`.
+        if pod.scr_u64(header).load(Ordering::Acquire) != MAGIC {
+            return Err(Error::NotAPageCachePod {
+                reason: "its application SCR does not start with the page cache's magic",
+            });
+        }
+        let capacity_pages = pod.scr_u64(header + 8).load(Ordering::Relaxed);
+        let admission_locks = pod.scr_u64(header + 16).load(Ordering::Relaxed);
+        if !(1..=MAX_ADMISSION_LOCKS).contains(&admission_locks) {
+            return Err(Error::NotAPageCachePod {
+                reason: "its admission lock count is out of range",
+            });
+        }
+        let regions = Regions::new(layout, admission_locks)?;
+        if capacity_pages == 0 || capacity_pages > regions.slot_count {
+            return Err(Error::NotAPageCachePod {
+                reason: "its capacity is 0 or more than its slots",
+            });
+        }
+        let shared = Arc::new(Shared {
+            pod: Arc::clone(pod),
+            regions,
+            files: RwLock::default(),
+            counters: Default::default(),
+            last_error: Mutex::new(None),
+            host_id: AtomicU32::new(u32::MAX),
+        });
+        let hook = {
+            let shared = Arc::clone(&shared);
+            ReleaseHook::new(move |object| shared.release(object))
+        };
+        let host = Host::join(pod, which, options.host.release_hook(hook))?;
+        shared.host_id.store(host.id(), Ordering::Relaxed);
+        let inner = Arc::new(Inner {
+            host,
+            shared,
+            capacity_pages,
+            stop: AtomicBool::new(false),
+        });
+        let writer = match options.writer_interval {
+            Some(interval) => Some(Inner::start_writer(&inner, interval)?),
+            None => None,
+        };
+        Ok(PageCache { inner, writer })
+    }
+
+    /// Opens the file at `path` (read and write) on this host and returns its handle.
+    /// Opening a file that is open already returns the same handle. The file keeps the
+    /// length it has now: reads stop there, writes past it are refused with
+    /// [`Error::WritePastEnd`].
+    pub fn open(&self, path: impl AsRef<Path>) -> Result<FileId> {
+        let file = OpenFile::open(path.as_ref())?;
+        let id = FileId(file.inode);
+        self.inner
+            .shared
+            .files
+            .write()
+            .entry(file.inode)
+            .or_insert_with(|| Arc::new(file));
+        Ok(id)
+    }
+
+    /// Writes `file`'s dirty pages back ([`PageCache::fsync`]) and closes it on this host.
+    /// Its pages stay in the pod.
+    pub fn close(&self, file: FileId) -> Result<()> {
+        self.fsync(file)?;
+        self.inner.shared.files.write().remove(&file.0);
+        Ok(())
+    }
+
+    /// `file`'s length in bytes (fixed when it was opened).
+    pub fn file_len(&self, file: FileId) -> Result<u64> {
+        Ok(self.inner.file(file)?.len_bytes)
+    }
+
+    /// Reads `file` at byte `offset` into `buf`; returns the bytes read: fewer than
+    /// `buf.len()` only when the file ends first (0 at or past its end). Pages that are
+    /// not cached are admitted (read from the file) on the way.
+    pub fn read(&self, file: FileId, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let open = self.inner.file(file)?;
+        let len = (buf.len() as u64).min(open.len_bytes.saturating_sub(offset)) as usize;
+        let mut done = 0;
+        while done < len {
+            let position = offset + done as u64;
+            let page = position / FILE_PAGE_BYTES;
+            let at = (position % FILE_PAGE_BYTES) as usize;
+            let take = (FILE_PAGE_BYTES as usize - at).min(len - done);
+            self.inner
+                .read_page(&open, page, at, &mut buf[done..done + take])?;
+            done += take;
+        }
+        Ok(len)
+    }
+
+    /// Writes `data` into `file` at byte `offset`, through the cache: the pages are marked
+    /// dirty and reach the file later (background writer, eviction, reclaim, `fsync`). A
+    /// write that would end past the file's end is refused before anything is written.
+    pub fn write(&self, file: FileId, offset: u64, data: &[u8]) -> Result<()> {
+        let open = self.inner.file(file)?;
+        let len_bytes = data.len() as u64;
+        if offset
+            .checked_add(len_bytes)
+            .is_none_or(|end| end > open.len_bytes)
+        {
+            return Err(Error::WritePastEnd {
+                path: open.path.clone(),
+                offset,
+                len_bytes,
+                file_len_bytes: open.len_bytes,
+            });
+        }
+        let mut done = 0;
+        while done < data.len() {
+            let position = offset + done as u64;
+            let page = position / FILE_PAGE_BYTES;
+            let at = (position % FILE_PAGE_BYTES) as usize;
+            let take = (FILE_PAGE_BYTES as usize - at).min(data.len() - done);
+            self.inner
+                .write_page(&open, page, at, &data[done..done + take])?;
+            done += take;
+        }
+        Ok(())
+    }
+
+    /// Makes every write to `file` that completed before this call durable: writes the
+    /// file's dirty pages back (whichever host dirtied them) and syncs the file's data.
+    pub fn fsync(&self, file: FileId) -> Result<()> {
+        let open = self.inner.file(file)?;
+        self.inner.write_back(Some(open.inode), WriteBack::Fsync)?;
+        open.sync_data()
+    }
+
+    /// Writes every dirty page of the files open on this host back (what the background
+    /// writer does each round), without syncing. Returns the first error, after trying
+    /// every page.
+    pub fn write_back_dirty(&self) -> Result<()> {
+        self.inner.write_back(None, WriteBack::Fsync)
+    }
+
+    /// Evicts page `page` of `file` from the pod (writing it back first if dirty).
+    /// Returns whether it was cached.
+    pub fn evict_page(&self, file: FileId, page: u64) -> Result<bool> {
+        let open = self.inner.file(file)?;
+        self.inner.evict_page(&page_key(open.inode, page))
+    }
+
+    /// Runs the clock hand until it evicts one page (of any file: the hand sweeps the
+    /// whole pod). Returns `false` if no page is cached.
+    pub fn evict_one(&self) -> Result<bool> {
+        self.inner.evict_one()
+    }
+
+    /// Pages counted in the pod's cache now (admitted, or reserved by admissions in
+    /// progress), by every host.
+    pub fn cached_pages(&self) -> u64 {
+        self.inner.cached_pages().load(Ordering::Relaxed)
+    }
+
+    /// The cache's capacity in pages.
+    pub fn capacity_pages(&self) -> u64 {
+        self.inner.capacity_pages
+    }
+
+    /// Pages whose dirty bit is set now, in the whole pod.
+    pub fn dirty_pages(&self) -> u64 {
+        self.inner.shared.dirty_records().count() as u64
+    }
+
+    /// Whether page `page` of `file` is cached (dirty or not) in the pod now.
+    pub fn is_cached(&self, file: FileId, page: u64) -> Result<bool> {
+        Ok(self.inner.host.lookup(&file.page_key(page))?.is_some())
+    }
+
+    /// What this host has done.
+    pub fn stats(&self) -> PageCacheStats {
+        self.inner
+            .shared
+            .counters
+            .snapshot(self.inner.host.events())
+    }
+
+    /// The last error that background work hit and nobody was told of: a write-back of
+    /// the background writer or of the release hook that failed, a release refused
+    /// because the file is not open here. Taking it clears it.
+    pub fn take_error(&self) -> Option<Error> {
+        self.inner.shared.last_error.lock().take()
+    }
+
+    /// The core host under the cache (for its counters, `lookup`, `make_read_shared`).
+    pub fn host(&self) -> &Host {
+        &self.inner.host
+    }
+}
+
+impl Drop for PageCache {
+    fn drop(&mut self) {
+        // Release: pairs with the writer's Acquire load.
+        self.inner.stop.store(true, Ordering::Release);
+        if let Some(writer) = self.writer.take() {
+            writer.thread().unpark();
+            let _ = writer.join();
+        }
+    }
+}
+
+impl std::fmt::Debug for PageCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageCache")
+            .field("host", &self.inner.host)
+            .field("capacity_pages", &self.inner.capacity_pages)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inner {
+    pub(crate) fn file(&self, file: FileId) -> Result<Arc<OpenFile>> {
+        self.shared.file(file.0).ok_or(Error::UnknownFile { file })
+    }
+
+    /// Copies `dst.len()` bytes at `at` of page `page` of `file`, admitting the page if it
+    /// is not cached.
+    fn read_page(&self, file: &OpenFile, page: u64, at: usize, dst: &mut [u8]) -> Result<()> {
+        let key = page_key(file.inode, page);
+        let mut missed = false;
+        for _ in 0..MAX_ADMISSION_ROUNDS {
+            if self.try_read(&key, at, dst)? {
+                if !missed {
+                    self.shared.counters.add(Counter::Hits);
+                }
+                return Ok(());
+            }
+            if !missed {
+                self.shared.counters.add(Counter::Misses);
+                missed = true;
+            }
+            self.admit(file, page, &key)?;
+        }
+        Err(Error::PageKeptLeaving {
+            path: file.path.clone(),
+            page,
+            rounds: MAX_ADMISSION_ROUNDS,
+        })
+    }
+
+    /// The hit path: `read_start`, copy only the bytes asked for, `read_end`, retried
+    /// within the host's bound. `false` if the page is not cached.
+    fn try_read(&self, key: &[u8], at: usize, dst: &mut [u8]) -> Result<bool> {
+        let retries = self.host.options().max_retries;
+        for _ in 0..=retries {
+            let ticket = match self.host.read_start(key) {
+                Ok(ticket) => ticket,
+                Err(megalon_core::Error::UnknownKey) => return Ok(false),
+                Err(error) => return Err(error.into()),
+            };
+            self.host.memory().read(ticket.offset() + at as u64, dst);
+            if self.host.read_end(ticket)? {
+                self.touch(ticket.offset());
+                return Ok(true);
+            }
+            // A write or an event overlapped the copy: the copy is not trusted; again.
+        }
+        Err(megalon_core::Error::RetriesExhausted { retries }.into())
+    }
+
+    /// The write path: `write_start`, write the bytes, set the page's dirty bit, then
+    /// `write_end`; the page is admitted first if it is not cached.
+    fn write_page(&self, file: &OpenFile, page: u64, at: usize, src: &[u8]) -> Result<()> {
+        let key = page_key(file.inode, page);
+        let mut missed = false;
+        for _ in 0..MAX_ADMISSION_ROUNDS {
+            match self.host.write_start(&key) {
+                Ok(ticket) => {
+                    self.host.memory().write(ticket.offset() + at as u64, src);
+                    // Before write_end: while the record is locked nobody can write the
+                    // page back, and from the unlock on every write-back sees the bit
+                    // (DESIGN section 9, the paper's section 5).
+                    self.shared.set_dirty(ticket.record());
+                    let offset = ticket.offset();
+                    self.host.write_end(ticket)?;
+                    self.touch(offset);
+                    if !missed {
+                        self.shared.counters.add(Counter::Hits);
+                    }
+                    return Ok(());
+                }
+                Err(megalon_core::Error::UnknownKey) => {
+                    if !missed {
+                        self.shared.counters.add(Counter::Misses);
+                        missed = true;
+                    }
+                    self.admit(file, page, &key)?;
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Err(Error::PageKeptLeaving {
+            path: file.path.clone(),
+            page,
+            rounds: MAX_ADMISSION_ROUNDS,
+        })
+    }
+
+    /// Writes back every dirty page of file `only` (every open file if `None`). Tries
+    /// every page and returns the first error.
+    fn write_back(&self, only: Option<u64>, path: WriteBack) -> Result<()> {
+        let mut first_error = None;
+        for record in self.shared.dirty_records() {
+            if let Err(error) = self.write_back_record(record, only, path) {
+                first_error.get_or_insert(error);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Writes the page that holds `record` back if it is dirty and its file is open here
+    /// (and is `only`, if given): `write_start` (no write can run meanwhile), read the
+    /// bytes under the lock, `pwrite`, clear the dirty bit, `write_end`.
+    fn write_back_record(&self, record: u32, only: Option<u64>, path: WriteBack) -> Result<()> {
+        let Some(key) = self.host.record_owner(record)? else {
+            // Freed meanwhile (its page was written back by the release hook first).
+            return Ok(());
+        };
+        let Some((inode, page)) = decode_key(&key) else {
+            return Ok(());
+        };
+        if only.is_some_and(|only| only != inode) {
+            return Ok(());
+        }
+        let Some(file) = self.shared.file(inode) else {
+            // Another host's file: one that has it open writes it back.
+            return Ok(());
+        };
+        if !matches!(self.host.lookup(&key)?, Some(entry) if entry.record.is_some()) {
+            // Gone, or read-shared (its record released meanwhile): the release hook wrote
+            // it back, and a read-shared page is clean. (Without this, write_start would
+            // allocate a record for a clean page, and maybe take one from another page.)
+            return Ok(());
+        }
+        let ticket = match self.host.write_start(&key) {
+            Ok(ticket) => ticket,
+            // Evicted meanwhile: the release hook wrote it back.
+            Err(megalon_core::Error::UnknownKey) => return Ok(()),
+            Err(error) => return Err(error.into()),
+        };
+        // The page may hold another record by now (released, written again): the bit
+        // that counts is the one of the record this lock is on.
+        let locked = ticket.record();
+        let result = if self.shared.is_dirty(locked) {
+            let mut bytes = [0u8; FILE_PAGE_BYTES as usize];
+            // Under the lock the page cannot change, and write_start dropped any stale
+            // line: this is the current version.
+            self.host.memory().read(ticket.offset(), &mut bytes);
+            file.write_page(page, &bytes).map(|()| {
+                self.shared.clear_dirty(locked);
+                self.shared.counters.wrote_back(path);
+            })
+        } else {
+            Ok(())
+        };
+        self.host.write_end(ticket)?;
+        result
+    }
+
+    fn start_writer(inner: &Arc<Inner>, interval: Duration) -> Result<JoinHandle<()>> {
+        let id = inner.host.id();
+        let inner = Arc::clone(inner);
+        std::thread::Builder::new()
+            .name(format!("megalon-pagecache-writer-{id}"))
+            .spawn(move || {
+                // Acquire: pairs with the Release store in `PageCache::drop`.
+                while !inner.stop.load(Ordering::Acquire) {
+                    std::thread::park_timeout(interval);
+                    if inner.stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                    if let Err(error) = inner.write_back(None, WriteBack::Background) {
+                        inner.shared.remember(error);
+                    }
+                }
+            })
+            .map_err(|e| {
+                Error::io(
+                    "starting the background writer of",
+                    Path::new(&format!("page cache host {id}")),
+                    e,
+                )
+            })
+    }
+}

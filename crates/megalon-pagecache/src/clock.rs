@@ -1,0 +1,216 @@
+//! Eviction: a CLOCK hand over the pod's slots (the paper's section 5: eviction = delete).
+//!
+//! Every slot has an access count (a byte in the application LNR, bumped on each access
+//! without atomics, so it may lose updates; it is a hint) and an owner line (the key of the
+//! page admitted into the slot, written by the admitter under the page's admission lock).
+//! One hand position, shared by every host, lives in the SCR; each step takes the next
+//! slot with one `fetch_add`. A step:
+//!
+//! 1. reads the slot's owner line (after invalidating it: another host may have written
+//!    it); no key: next slot;
+//! 2. reads the count (after invalidating its line); nonzero: decrement, next slot;
+//! 3. try-locks the page's admission lock (never waits: the caller may be an admission
+//!    that reserved room before its own lock, and a wait here could only slow it);
+//! 4. checks with `lookup` that the key still lives in this slot: the owner line may be
+//!    stale (the page evicted, the slot reused by a page whose admitter has not written
+//!    the line yet, or free);
+//! 5. deletes the page. The core calls the release hook first (with the record locked),
+//!    which writes a dirty page back; a refused release (its file not open here, a failed
+//!    write) leaves the page cached, and the hand moves on.
+//!
+//! A sweep gives up after `MAX_ACCESS_COUNT + 2` turns of the clock without a victim.
+
+use megalon_core::LINE_BYTES;
+
+use crate::cache::Inner;
+use crate::error::{Error, Result};
+use crate::file::PAGE_KEY_BYTES;
+use crate::layout::{OWNER_BYTES, OWNER_MAGIC};
+use crate::stats::Counter;
+use crate::wait::BoundedWait;
+
+/// The most an access count holds: a page accessed this often survives this many turns
+/// of the hand.
+pub const MAX_ACCESS_COUNT: u8 = 3;
+
+/// What a sweep of the hand did.
+pub(crate) enum Swept {
+    /// It evicted a page.
+    Evicted,
+    /// It found nothing to evict; `refusal` is the last release a hook refused, if any.
+    Nothing { refusal: Option<Error> },
+}
+
+impl Inner {
+    /// Bumps the access count of the slot at `slot_offset` (sloppy: no atomics, so two
+    /// hosts may lose each other's updates, as may a hand that decrements a neighbour).
+    pub(crate) fn touch(&self, slot_offset: u64) {
+        let regions = &self.shared.regions;
+        let at = regions.count(regions.slot_at(slot_offset));
+        let memory = self.host.memory();
+        let mut count = [0u8];
+        memory.read(at, &mut count);
+        if count[0] < MAX_ACCESS_COUNT {
+            memory.write(at, &[count[0] + 1]);
+            // Toward memory, for the other hosts' hands; no fence: a hint may be late.
+            memory.write_back(at, 1);
+        }
+    }
+
+    /// Writes `key` into `slot`'s owner line and zeroes its count; called by the admitter
+    /// with the page's admission lock held.
+    pub(crate) fn set_owner(&self, slot: u64, key: &[u8; PAGE_KEY_BYTES]) {
+        let regions = &self.shared.regions;
+        let at = regions.owner(slot);
+        let memory = self.host.memory();
+        let mut line = [0u8; OWNER_BYTES];
+        line[..PAGE_KEY_BYTES].copy_from_slice(key);
+        line[PAGE_KEY_BYTES..].copy_from_slice(&OWNER_MAGIC.to_le_bytes());
+        // A stale copy of the line would go back to memory around the new bytes: drop it.
+        memory.flush(at, LINE_BYTES as usize);
+        memory.fence();
+        memory.write(at, &line);
+        memory.write_back(at, LINE_BYTES as usize);
+        let count = regions.count(slot);
+        memory.write(count, &[0]);
+        memory.write_back(count, 1);
+        // The line reaches memory before the admission lock's release: an eviction of the
+        // page (which takes the lock next) then a reuse of the slot come after it.
+        memory.fence();
+    }
+
+    /// The key `slot`'s owner line names, read from memory.
+    fn owner(&self, slot: u64) -> Option<[u8; PAGE_KEY_BYTES]> {
+        let at = self.shared.regions.owner(slot);
+        let memory = self.host.memory();
+        memory.flush(at, OWNER_BYTES);
+        memory.fence();
+        let mut line = [0u8; OWNER_BYTES];
+        memory.read(at, &mut line);
+        let magic = u64::from_le_bytes(line[PAGE_KEY_BYTES..].try_into().expect("8 bytes"));
+        (magic == OWNER_MAGIC).then(|| line[..PAGE_KEY_BYTES].try_into().expect("16 bytes"))
+    }
+
+    /// Decrements `slot`'s access count if it is nonzero; returns whether it was.
+    fn age(&self, slot: u64) -> bool {
+        let at = self.shared.regions.count(slot);
+        let memory = self.host.memory();
+        // Our own bumps go to memory, and other hosts' become visible.
+        memory.flush(at, 1);
+        memory.fence();
+        let mut count = [0u8];
+        memory.read(at, &mut count);
+        if count[0] == 0 {
+            return false;
+        }
+        memory.write(at, &[count[0] - 1]);
+        memory.write_back(at, 1);
+        true
+    }
+
+    /// Deletes page `key`, which the caller checked is cached and holds the admission lock
+    /// of. Returns whether this call deleted it.
+    fn delete(&self, key: &[u8; PAGE_KEY_BYTES]) -> Result<bool> {
+        match self.host.delete(key) {
+            Ok(()) => {
+                // Relaxed: a count; nothing is published with it.
+                let before = self
+                    .cached_pages()
+                    .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                debug_assert!(before > 0, "a cached page was counted");
+                self.shared.counters.add(Counter::Evictions);
+                Ok(true)
+            }
+            Err(megalon_core::Error::UnknownKey) => Ok(false),
+            Err(megalon_core::Error::ReleaseRefused { record }) => Err(self
+                .shared
+                .last_error
+                .lock()
+                .take()
+                .unwrap_or(Error::Core(megalon_core::Error::ReleaseRefused { record }))),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Evicts page `key` if it is cached; returns whether it was.
+    pub(crate) fn evict_page(&self, key: &[u8; PAGE_KEY_BYTES]) -> Result<bool> {
+        let _lock = self.lock_page(key)?;
+        if self.host.lookup(key)?.is_none() {
+            return Ok(false);
+        }
+        self.delete(key)
+    }
+
+    /// Runs the hand until it evicts a page, within the wait limit. Returns `false` if no
+    /// page is cached.
+    pub(crate) fn evict_one(&self) -> Result<bool> {
+        let mut wait = BoundedWait::new(self.host.options().wait_limit);
+        loop {
+            // Relaxed: a count (see `reserve`).
+            if self
+                .cached_pages()
+                .load(std::sync::atomic::Ordering::Relaxed)
+                == 0
+            {
+                return Ok(false);
+            }
+            match self.sweep()? {
+                Swept::Evicted => return Ok(true),
+                Swept::Nothing { refusal } => {
+                    if !wait.snooze() {
+                        return Err(refusal.unwrap_or(Error::NoVictim {
+                            cached_pages: self
+                                .cached_pages()
+                                .load(std::sync::atomic::Ordering::Relaxed),
+                            capacity_pages: self.capacity_pages,
+                            waited_ms: wait.waited_ms(),
+                        }));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Moves the hand until it evicts a page or has turned `MAX_ACCESS_COUNT + 2` times.
+    pub(crate) fn sweep(&self) -> Result<Swept> {
+        let regions = &self.shared.regions;
+        let hand = self.shared.pod.scr_u64(regions.hand);
+        let steps = regions.slot_count * (u64::from(MAX_ACCESS_COUNT) + 2);
+        let mut refusal = None;
+        for _ in 0..steps {
+            // Relaxed: the position only spreads the hosts' steps over the slots; what a
+            // slot holds is checked through the log (`lookup`) before anything is done.
+            let slot = hand.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % regions.slot_count;
+            let Some(key) = self.owner(slot) else {
+                continue;
+            };
+            if self.age(slot) {
+                continue;
+            }
+            let Some(_lock) = self.try_lock_page(&key) else {
+                continue;
+            };
+            match self.host.lookup(&key)? {
+                Some(entry) if entry.slot == slot => {}
+                _ => continue,
+            }
+            match self.delete(&key) {
+                Ok(true) => {
+                    if let Some(error) = refusal {
+                        // Nobody else will be told: keep it for `take_error`.
+                        self.shared.remember(error);
+                    }
+                    return Ok(Swept::Evicted);
+                }
+                Ok(false) => {}
+                Err(
+                    error @ (Error::FileNotOpen { .. }
+                    | Error::Io { .. }
+                    | Error::Core(megalon_core::Error::ReleaseRefused { .. })),
+                ) => refusal = Some(error),
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(Swept::Nothing { refusal })
+    }
+}

@@ -1,0 +1,166 @@
+//! Where the page cache keeps its shared state: the pod's application regions.
+//!
+//! Application SCR (coherent words; every host reads and updates them atomically):
+//!
+//! | line  | words                                                                        |
+//! |-------|------------------------------------------------------------------------------|
+//! | 0     | magic, capacity in pages, admission locks (written once at creation, magic last) |
+//! | 1     | cached pages: admitted, or reserved by an admission in progress             |
+//! | 2     | the clock hand: a position that only grows; its slot is `position % slots`  |
+//! | 3..   | admission lock words: 0 free, else the holder's host id + 1                 |
+//! | ..    | the dirty bitmap: bit `r % 64` of word `r / 64` for coherence record `r`    |
+//!
+//! The counter and the hand each have a line, so hosts that admit do not contend with
+//! hosts that sweep.
+//!
+//! Application LNR (non-coherent, through [`megalon_core::Memory`]):
+//!
+//! - owner lines, one line per slot: the key of the page admitted into the slot and
+//!   [`OWNER_MAGIC`]. The admitting host writes it under the page's admission lock and
+//!   writes it back; a hand on any host invalidates the line before reading it. A whole
+//!   line per slot, so two hosts admitting into neighbouring slots never write one line.
+//! - access counts, a byte per slot: bumped by any host on every access without atomics,
+//!   decremented by the hand. A line written back by one host can undo another host's
+//!   updates of its neighbours' counts: the counts are hints for the clock and may lose
+//!   updates (DESIGN section 4). They never share a line with the owner lines.
+
+use megalon_core::{Layout, LINE_BYTES};
+
+use crate::error::{Error, Result};
+use crate::file::{FILE_PAGE_BYTES, PAGE_KEY_BYTES};
+
+/// First word of the application SCR of a pod formatted for a page cache (and its
+/// format version).
+pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"mgPCv001");
+/// Marks an owner line that holds a key (a fresh pod's zeros hold none).
+pub(crate) const OWNER_MAGIC: u64 = u64::from_le_bytes(*b"mgPCownr");
+/// Bytes of an owner line that mean something: the key, then the magic.
+pub(crate) const OWNER_BYTES: usize = PAGE_KEY_BYTES + 8;
+/// Lines of the application SCR before the lock words: header, counter, hand.
+const FIXED_LINES: u64 = 3;
+
+fn whole_lines(bytes: u64) -> u64 {
+    bytes.div_ceil(LINE_BYTES) * LINE_BYTES
+}
+
+/// Application SCR bytes a page cache needs with `record_count` records.
+pub(crate) fn app_scr_bytes(record_count: u64, admission_locks: u64) -> u64 {
+    FIXED_LINES * LINE_BYTES
+        + whole_lines(admission_locks * 8)
+        + whole_lines(record_count.div_ceil(64) * 8)
+}
+
+/// Application LNR bytes a page cache needs with `slot_count` slots.
+pub(crate) fn app_lnr_bytes(slot_count: u64) -> u64 {
+    slot_count * LINE_BYTES + whole_lines(slot_count)
+}
+
+/// Offsets of everything the page cache keeps in a pod, computed the same way on every
+/// host from the pod's layout and the page-cache header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Regions {
+    /// The header line: magic, capacity, admission locks.
+    pub(crate) header: u64,
+    /// The cached-pages counter.
+    pub(crate) cached_pages: u64,
+    /// The clock hand.
+    pub(crate) hand: u64,
+    /// The first admission lock word.
+    pub(crate) locks: u64,
+    /// Admission lock words.
+    pub(crate) admission_locks: u64,
+    /// The first word of the dirty bitmap.
+    pub(crate) bitmap: u64,
+    /// Words of the dirty bitmap.
+    pub(crate) bitmap_words: u64,
+    /// Coherence records in the pod.
+    pub(crate) record_count: u64,
+    /// Slots in the pod.
+    pub(crate) slot_count: u64,
+    /// The first slot.
+    pub(crate) slots: u64,
+    /// The first owner line.
+    pub(crate) owners: u64,
+    /// The first access count.
+    pub(crate) counts: u64,
+}
+
+impl Regions {
+    /// The regions of `layout` with `admission_locks` lock words, or why the layout cannot
+    /// hold a page cache.
+    pub(crate) fn new(layout: &Layout, admission_locks: u64) -> Result<Regions> {
+        let config = &layout.config;
+        if config.slot_size_bytes != FILE_PAGE_BYTES {
+            return Err(Error::NotAPageCachePod {
+                reason: "its slots are not 4096 bytes",
+            });
+        }
+        if (config.max_key_bytes as usize) < PAGE_KEY_BYTES {
+            return Err(Error::NotAPageCachePod {
+                reason: "its keys cannot hold 16 bytes",
+            });
+        }
+        if config.app_scr_bytes < app_scr_bytes(layout.record_count, admission_locks) {
+            return Err(Error::NotAPageCachePod {
+                reason: "its application SCR is too small for the locks and the dirty bitmap",
+            });
+        }
+        if config.app_lnr_bytes < app_lnr_bytes(layout.slot_count) {
+            return Err(Error::NotAPageCachePod {
+                reason: "its application LNR is too small for the owner lines and access counts",
+            });
+        }
+        let header = layout.app_scr_offset;
+        let locks = header + FIXED_LINES * LINE_BYTES;
+        let owners = layout.app_lnr_offset;
+        Ok(Regions {
+            header,
+            cached_pages: header + LINE_BYTES,
+            hand: header + 2 * LINE_BYTES,
+            locks,
+            admission_locks,
+            bitmap: locks + whole_lines(admission_locks * 8),
+            bitmap_words: layout.record_count.div_ceil(64),
+            record_count: layout.record_count,
+            slot_count: layout.slot_count,
+            slots: layout.slots_offset,
+            owners,
+            counts: owners + layout.slot_count * LINE_BYTES,
+        })
+    }
+
+    /// Offset of header word `index` (0 magic, 1 capacity, 2 admission locks).
+    pub(crate) fn header_word(layout: &Layout, index: u64) -> Option<u64> {
+        (layout.config.app_scr_bytes >= FIXED_LINES * LINE_BYTES)
+            .then(|| layout.app_scr_offset + 8 * index)
+    }
+
+    pub(crate) fn lock(&self, index: u64) -> u64 {
+        debug_assert!(index < self.admission_locks);
+        self.locks + 8 * index
+    }
+
+    pub(crate) fn dirty_word(&self, index: u64) -> u64 {
+        debug_assert!(index < self.bitmap_words);
+        self.bitmap + 8 * index
+    }
+
+    pub(crate) fn owner(&self, slot: u64) -> u64 {
+        debug_assert!(slot < self.slot_count);
+        self.owners + slot * LINE_BYTES
+    }
+
+    pub(crate) fn count(&self, slot: u64) -> u64 {
+        debug_assert!(slot < self.slot_count);
+        self.counts + slot
+    }
+
+    /// The slot whose bytes start at `offset` (a ticket's offset).
+    pub(crate) fn slot_at(&self, offset: u64) -> u64 {
+        let slot = (offset - self.slots) / FILE_PAGE_BYTES;
+        debug_assert!(
+            slot < self.slot_count && (offset - self.slots).is_multiple_of(FILE_PAGE_BYTES)
+        );
+        slot
+    }
+}

@@ -1,0 +1,241 @@
+//! Dirty pages are never lost: a page that loses its coherence record (reclaim,
+//! `make_read_shared`) or leaves the cache (eviction) reaches its file first; a host that
+//! cannot write a page back refuses to let it go and says why; the background writer and
+//! `fsync` clean pages other hosts dirtied.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{data_file, heap_pod, join, on_disk, options, original_byte, simulated, PAGE};
+use megalon_core::{HostOptions, MemoryKind};
+use megalon_pagecache::{Error, PageCacheConfig, PageCacheOptions};
+
+/// Page `page`'s bytes after [`write_pattern`].
+fn pattern(page: usize) -> Vec<u8> {
+    (0..PAGE)
+        .map(|i| (page * 31 + i * 7) as u8 | 0x80)
+        .collect()
+}
+
+fn expected_page(disk: &[u8], page: usize) -> &[u8] {
+    &disk[page * PAGE..(page + 1) * PAGE]
+}
+
+#[test]
+fn dirty_pages_survive_record_reclaim() {
+    const PAGES: usize = 40;
+    // 16 coherence records (one line of 32-bit records) for 40 written pages: writes
+    // must take records from other pages, which turns those read-shared.
+    let config = PageCacheConfig::new(64)
+        .max_hosts(2)
+        .coherence_records(16)
+        .log_capacity_entries(1024);
+    let pod = heap_pod(&config);
+    assert_eq!(pod.layout().record_count, 16);
+    let data = data_file(PAGES * PAGE);
+    let writer = join(&pod, options(simulated(1)));
+    let reader = join(&pod, options(simulated(2)));
+    let file = writer.open(data.path()).unwrap();
+    let reader_file = reader.open(data.path()).unwrap();
+    for page in 0..PAGES {
+        writer
+            .write(file, (page * PAGE) as u64, &pattern(page))
+            .unwrap();
+    }
+
+    // Every page that is read-shared now lost its record after its write: its file has
+    // the write, though nobody wrote pages back on purpose (no writer, no fsync). (The
+    // pumps' reclaimers keep running: look first, then read the file.)
+    let read_shared: Vec<usize> = (0..PAGES)
+        .filter(|&page| {
+            let key = file.page_key(page as u64);
+            let entry = writer.host().lookup(&key).unwrap().expect("cached");
+            entry.record.is_none()
+        })
+        .collect();
+    let disk = on_disk(data.path());
+    for &page in &read_shared {
+        assert!(
+            expected_page(&disk, page) == pattern(page),
+            "page {page} turned read-shared without reaching its file"
+        );
+    }
+    let read_shared = read_shared.len();
+    assert!(
+        read_shared >= PAGES - 16,
+        "only {read_shared} pages lost their record"
+    );
+    // Both hosts' pumps reclaim (down to the watermark), and each host's hook wrote
+    // back what it released.
+    let (w, r) = (writer.stats(), reader.stats());
+    assert!(
+        w.write_backs_release + r.write_backs_release >= read_shared as u64,
+        "{w:?} {r:?}"
+    );
+
+    // A page made read-shared by hand: clean, in its file, and still reads right.
+    let last = PAGES - 1;
+    let key = file.page_key(last as u64);
+    assert!(writer
+        .host()
+        .lookup(&key)
+        .unwrap()
+        .unwrap()
+        .record
+        .is_some());
+    assert!(writer.host().make_read_shared(&key).unwrap());
+    assert_eq!(expected_page(&on_disk(data.path()), last), pattern(last));
+
+    // Every page reads back right from the other host, and nothing is dirty but pages
+    // that still have a record.
+    for page in 0..PAGES {
+        let mut buf = vec![0u8; PAGE];
+        reader
+            .read(reader_file, (page * PAGE) as u64, &mut buf)
+            .unwrap();
+        assert_eq!(buf, pattern(page), "page {page}");
+    }
+    let (in_use, _) = writer.host().records_in_use();
+    assert!(writer.dirty_pages() <= in_use);
+    assert!(writer.take_error().is_none());
+}
+
+#[test]
+fn evicting_a_dirty_page_writes_it_back_first() {
+    let config = PageCacheConfig::new(2).max_hosts(2);
+    let pod = heap_pod(&config);
+    let data = data_file(4 * PAGE);
+    let a = join(&pod, options(simulated(3)));
+    let b = join(&pod, options(simulated(4)));
+    let file_a = a.open(data.path()).unwrap();
+    let file_b = b.open(data.path()).unwrap();
+
+    // By hand: a dirties page 0 (across its end into page 1), b evicts it.
+    a.write(file_a, (PAGE - 8) as u64, b"0123456789abcdef")
+        .unwrap();
+    assert!(b.evict_page(file_b, 0).unwrap());
+    assert!(!b.is_cached(file_b, 0).unwrap());
+    assert!(!b.evict_page(file_b, 0).unwrap(), "not cached any more");
+    let disk = on_disk(data.path());
+    assert_eq!(&disk[PAGE - 8..PAGE], b"01234567");
+    assert_eq!(b.stats().write_backs_release, 1);
+    assert_eq!(b.stats().evictions, 1);
+    // Admitted again from the file.
+    let mut buf = [0u8; 16];
+    assert_eq!(a.read(file_a, (PAGE - 8) as u64, &mut buf).unwrap(), 16);
+    assert_eq!(&buf, b"0123456789abcdef");
+
+    // By the clock hand: the cache holds two pages, both dirty; a read of a third evicts
+    // one of them, which reaches the file.
+    a.write(file_a, 0, &[0xd0; 16]).unwrap();
+    a.write(file_a, PAGE as u64, &[0xd1; 16]).unwrap();
+    assert_eq!(a.cached_pages(), 2);
+    b.read(file_b, 3 * PAGE as u64, &mut buf).unwrap();
+    assert_eq!(buf[0], original_byte(3 * PAGE));
+    assert_eq!(a.cached_pages(), 2);
+    let disk = on_disk(data.path());
+    let evicted: Vec<u64> = (0..2)
+        .filter(|&page| !a.is_cached(file_a, page).unwrap())
+        .collect();
+    assert_eq!(evicted.len(), 1, "one of the dirty pages made room");
+    let page = evicted[0] as usize;
+    assert_eq!(disk[page * PAGE..page * PAGE + 16], [0xd0 + page as u8; 16]);
+    assert!(a.take_error().is_none() && b.take_error().is_none());
+}
+
+#[test]
+fn a_host_without_the_file_refuses_to_release_a_dirty_page() {
+    let config = PageCacheConfig::new(1).max_hosts(2);
+    let pod = heap_pod(&config);
+    let data = data_file(2 * PAGE);
+    let a = join(&pod, options(MemoryKind::Hardware));
+    // b never opens the file: it cannot write a's dirty page back.
+    let b = join(
+        &pod,
+        options(MemoryKind::Hardware).wait_limit(Duration::from_millis(200)),
+    );
+    let file = a.open(data.path()).unwrap();
+    a.write(file, 0, b"dirty").unwrap();
+
+    match b.evict_one() {
+        Err(Error::FileNotOpen { inode, page, host }) => {
+            assert_eq!((inode, page, host), (file.inode(), 0, b.host().id()));
+        }
+        other => panic!("expected FileNotOpen, got {other:?}"),
+    }
+    assert!(a.is_cached(file, 0).unwrap(), "the page stays cached");
+    assert_eq!(a.dirty_pages(), 1, "and dirty");
+    assert!(b.stats().releases_refused >= 1);
+    assert_eq!(&on_disk(data.path())[..5], &[1, 2, 3, 4, 5]);
+
+    // The host that has the file open evicts it, writing it back.
+    assert!(a.evict_one().unwrap());
+    assert_eq!(&on_disk(data.path())[..5], b"dirty");
+    assert_eq!(a.dirty_pages(), 0);
+    assert!(!a.evict_one().unwrap(), "nothing cached");
+}
+
+#[test]
+fn the_background_writer_cleans_pages_any_host_dirtied() {
+    let config = PageCacheConfig::new(8).max_hosts(2);
+    let pod = heap_pod(&config);
+    let data = data_file(4 * PAGE);
+    let quiet = join(&pod, options(simulated(5)));
+    let cleaner = join(
+        &pod,
+        PageCacheOptions::new()
+            .host(HostOptions::new().memory(simulated(6)))
+            .writer_interval(Some(Duration::from_millis(2))),
+    );
+    let file = quiet.open(data.path()).unwrap();
+    cleaner.open(data.path()).unwrap();
+    for page in 0..4u64 {
+        quiet
+            .write(file, page * PAGE as u64 + 100, b"late")
+            .unwrap();
+    }
+    let deadline = Instant::now() + common::WAIT_BOUND;
+    while quiet.dirty_pages() > 0 {
+        assert!(Instant::now() < deadline, "the writer left pages dirty");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let disk = on_disk(data.path());
+    for page in 0..4 {
+        assert_eq!(&disk[page * PAGE + 100..page * PAGE + 104], b"late");
+    }
+    assert!(cleaner.stats().write_backs_background >= 4);
+    assert_eq!(quiet.stats().write_backs_background, 0);
+    assert!(cleaner.take_error().is_none());
+}
+
+#[test]
+fn fsync_on_one_host_writes_back_what_another_dirtied() {
+    let config = PageCacheConfig::new(8).max_hosts(2);
+    let pod = heap_pod(&config);
+    let data = data_file(3 * PAGE);
+    let other_data = data_file(PAGE);
+    let a = join(&pod, options(simulated(7)));
+    let b = join(&pod, options(simulated(8)));
+    let file_a = a.open(data.path()).unwrap();
+    let file_b = b.open(data.path()).unwrap();
+    let other = a.open(other_data.path()).unwrap();
+    b.open(other_data.path()).unwrap();
+    a.write(file_a, 10, b"from a").unwrap();
+    b.write(file_b, 2 * PAGE as u64, b"from b").unwrap();
+    a.write(other, 0, b"another file").unwrap();
+
+    a.fsync(file_a).unwrap();
+    let disk = on_disk(data.path());
+    assert_eq!(&disk[10..16], b"from a");
+    assert_eq!(&disk[2 * PAGE..2 * PAGE + 6], b"from b");
+    assert_eq!(a.stats().write_backs_fsync, 2);
+    // Another file's dirty page is not this fsync's business.
+    assert_eq!(a.dirty_pages(), 1);
+    assert_eq!(on_disk(other_data.path())[0], original_byte(0));
+    b.close(file_b).unwrap();
+    assert!(matches!(
+        b.read(file_b, 0, &mut [0u8; 4]),
+        Err(Error::UnknownFile { .. })
+    ));
+}
