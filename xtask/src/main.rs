@@ -3,7 +3,8 @@
 //!
 //! - `ci`: everything CI runs, in order: formatting, clippy with warnings denied, the
 //!   README's test command, a build of every bench and example, the README's first
-//!   command, the loom models (short), and the protocol mutants.
+//!   command (the KV store example), the KV store across processes (small), the pod
+//!   tour, the loom models (short), and the protocol mutants.
 //! - `loom`: the loom models of the atomic protocols (`--cfg megalon_loom`).
 //! - `mutants`: for each protocol step, the tests with that one step switched off; every
 //!   step must be caught by some failing test.
@@ -19,7 +20,21 @@ use megalon_core::mutants::Step;
 /// The README's test command.
 const TEST_COMMAND: &[&str] = &["test", "--workspace"];
 /// The README's first command.
-const FIRST_COMMAND: &[&str] = &["run", "--example", "quickstart"];
+const FIRST_COMMAND: &[&str] = &["run", "--release", "--example", "kv"];
+/// The KV store across processes, small.
+const CLUSTER_COMMAND: &[&str] = &[
+    "run",
+    "--release",
+    "--example",
+    "kv_cluster",
+    "--",
+    "--keys",
+    "20000",
+    "--seconds",
+    "1",
+];
+/// The pod tour.
+const QUICKSTART_COMMAND: &[&str] = &["run", "--example", "quickstart"];
 /// Where loom builds go, so they do not invalidate the normal build.
 const LOOM_TARGET_DIR: &str = "target/loom";
 /// Where mutant builds go (the `mutants` feature changes the core crate).
@@ -271,6 +286,8 @@ fn ci() -> ExitCode {
         TEST_COMMAND,
         &["build", "--workspace", "--benches", "--examples"],
         FIRST_COMMAND,
+        CLUSTER_COMMAND,
+        QUICKSTART_COMMAND,
     ];
     for step in steps {
         if !cargo(step) {

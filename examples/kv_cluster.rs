@@ -1,0 +1,417 @@
+//! The KV store across real processes: one pod file on tmpfs, one child process per host.
+//! Each child joins the pod as its host, loads its share of the keys, runs the mix of gets
+//! and puts for a few seconds, and then, once every host has stopped writing, reads every
+//! key and prints a digest of what it read. The parent prints each host's throughput and
+//! latency and checks that every host read the same values. A child that dies is reported
+//! with its exit status; none can hang the parent (every wait is bounded).
+//!
+//! ```text
+//! cargo run --release --example kv_cluster
+//! cargo run --release --example kv_cluster -- --hosts 4 --keys 20000 --seconds 2
+//! ```
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use megalon::core::{
+    fnv1a64, Backing, Host, HostOptions, Join, Pod, PodConfig, LINE_BYTES, PAGE_BYTES,
+};
+use megalon_kv::mix::{self, Mix, MixRun};
+use megalon_kv::{Megalon, Store, LENGTH_PREFIX_BYTES};
+
+/// Run the megalon KV store with one process per host on a shared pod file.
+#[derive(Clone, Debug, Parser)]
+#[command(about)]
+struct Args {
+    /// Hosts (child processes).
+    #[arg(long, default_value_t = 3)]
+    hosts: usize,
+    /// Worker threads per host.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Keys loaded before the run.
+    #[arg(long, default_value_t = 100_000)]
+    keys: u64,
+    /// Bytes of every value.
+    #[arg(long, default_value_t = 1024)]
+    value_bytes: usize,
+    /// Fraction of operations that are puts.
+    #[arg(long, default_value_t = 0.05)]
+    write_ratio: f64,
+    /// Zipfian skew of the key choice; 0 for uniform.
+    #[arg(long, default_value_t = 0.99)]
+    skew: f64,
+    /// Seconds of the mixed run.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// KiB of the pod's coherent region.
+    #[arg(long, default_value_t = 1024)]
+    scr_kib: u64,
+    /// The pod file (default: a new file in /dev/shm, or the temporary directory).
+    #[arg(long)]
+    pod: Option<PathBuf>,
+    /// Longest wait on another host, in seconds, beyond the run itself.
+    #[arg(long, default_value_t = 60)]
+    wait_seconds: u64,
+    /// Keep the pod file at the end.
+    #[arg(long)]
+    keep: bool,
+    /// Internal: run as the child for this host.
+    #[arg(long, hide = true)]
+    child: Option<u32>,
+}
+
+/// Words in the pod's application SCR through which the hosts meet between phases: how
+/// many hosts have loaded, finished running, and finished their digest.
+const LOADED: u64 = 0;
+const RAN: u64 = 8;
+
+fn pod_config(args: &Args) -> PodConfig {
+    let slot_size_bytes =
+        ((LENGTH_PREFIX_BYTES + args.value_bytes) as u64).next_multiple_of(LINE_BYTES);
+    let config = PodConfig::new()
+        .scr_bytes(args.scr_kib * 1024)
+        .slot_size_bytes(slot_size_bytes)
+        .max_key_bytes(32)
+        .log_capacity_entries(16_384)
+        .record_width_bits(16)
+        .max_hosts(args.hosts as u32)
+        .app_scr_bytes(LINE_BYTES);
+    let log_bytes = config.log_capacity_entries * config.log_entry_bytes();
+    let slots = args.keys + args.keys / 4 + 1024;
+    config.lnr_bytes((log_bytes + slots * slot_size_bytes).next_multiple_of(PAGE_BYTES))
+}
+
+fn mix_of(args: &Args) -> Mix {
+    Mix {
+        keys: args.keys,
+        value_bytes: args.value_bytes,
+        write_ratio: args.write_ratio,
+        skew: args.skew,
+        seed: 1,
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let result = match args.child {
+        Some(host) => child(&args, host),
+        None => parent(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("kv_cluster: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+// ---------------------------------------------------------------- the parent
+
+struct Running {
+    host: usize,
+    child: Child,
+    stdout: thread::JoinHandle<Vec<String>>,
+    stderr: thread::JoinHandle<String>,
+}
+
+fn default_pod_path() -> PathBuf {
+    let dir = Path::new("/dev/shm");
+    let dir = if dir.is_dir() {
+        dir.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    dir.join(format!("megalon-kv-cluster-{}.pod", std::process::id()))
+}
+
+fn parent(args: &Args) -> Result<()> {
+    if args.hosts == 0 || args.threads == 0 || args.keys == 0 {
+        return Err("--hosts, --threads and --keys must be at least 1".into());
+    }
+    let path = args.pod.clone().unwrap_or_else(default_pod_path);
+    let config = pod_config(args);
+    let pod = Pod::create(&config, Backing::file(&path))?;
+    println!(
+        "megalon KV store across {} processes: pod file {} ({} MiB), {} keys, {} B values, {:.0}% puts, skew {}",
+        args.hosts,
+        path.display(),
+        pod.layout().total_bytes >> 20,
+        args.keys,
+        args.value_bytes,
+        args.write_ratio * 100.0,
+        args.skew
+    );
+    drop(pod);
+    let outcome = run_children(args, &path);
+    if !args.keep {
+        let _ = std::fs::remove_file(&path);
+    }
+    outcome
+}
+
+fn run_children(args: &Args, path: &Path) -> Result<()> {
+    let exe = std::env::current_exe()?;
+    let mut running = Vec::new();
+    for host in 0..args.hosts {
+        let mut command = Command::new(&exe);
+        command
+            .args(std::env::args_os().skip(1))
+            .arg("--child")
+            .arg(host.to_string())
+            .arg("--pod")
+            .arg(path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn()?;
+        let out = child.stdout.take().expect("piped");
+        let err = child.stderr.take().expect("piped");
+        running.push(Running {
+            host,
+            child,
+            stdout: thread::spawn(move || {
+                BufReader::new(out).lines().map_while(|l| l.ok()).collect()
+            }),
+            stderr: thread::spawn(move || {
+                let mut text = String::new();
+                let _ = BufReader::new(err).read_to_string(&mut text);
+                text
+            }),
+        });
+    }
+
+    // Wait for every child, within the run's time and the wait bound; a failure or a hang
+    // stops the rest.
+    let deadline = Instant::now()
+        + Duration::from_secs_f64(args.seconds)
+        + Duration::from_secs(args.wait_seconds) * 2;
+    let mut failure: Option<String> = None;
+    let mut statuses = vec![None; running.len()];
+    while statuses.iter().any(Option::is_none) && failure.is_none() {
+        for (r, status) in running.iter_mut().zip(statuses.iter_mut()) {
+            if status.is_none() {
+                if let Some(exit) = r.child.try_wait()? {
+                    *status = Some(exit);
+                    if !exit.success() {
+                        failure = Some(format!("host {} exited with {exit}", r.host));
+                    }
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            let hung: Vec<String> = running
+                .iter()
+                .zip(&statuses)
+                .filter(|(_, s)| s.is_none())
+                .map(|(r, _)| r.host.to_string())
+                .collect();
+            failure = Some(format!("hosts {} did not finish in time", hung.join(", ")));
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    for (r, status) in running.iter_mut().zip(&statuses) {
+        if status.is_none() {
+            let _ = r.child.kill();
+            let _ = r.child.wait();
+        }
+    }
+    let mut outputs = Vec::new();
+    for r in running {
+        let lines = r.stdout.join().expect("reader");
+        let err = r.stderr.join().expect("reader");
+        outputs.push((r.host, lines, err));
+    }
+    if let Some(failure) = failure {
+        for (host, _, err) in &outputs {
+            let err = err.trim();
+            if !err.is_empty() {
+                eprintln!("--- host {host} stderr:\n{err}");
+            }
+        }
+        return Err(failure.into());
+    }
+    report(args, &outputs)
+}
+
+/// The value of `name=` in a child's line.
+fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    line.split_whitespace()
+        .find_map(|part| part.strip_prefix(name)?.strip_prefix('='))
+}
+
+fn report(args: &Args, outputs: &[(usize, Vec<String>, String)]) -> Result<()> {
+    let mut digests = Vec::new();
+    let mut total = 0.0;
+    println!(
+        "host   load/s      ops/s      gets/s     puts/s   get p50 us  get p99 us  put p99 us"
+    );
+    for (host, lines, _) in outputs {
+        let line = |kind: &str| {
+            lines
+                .iter()
+                .find(|l| l.starts_with(kind))
+                .ok_or_else(|| format!("host {host} printed no {kind} line"))
+        };
+        let run = line("run ")?;
+        let get = |name| -> Result<f64> {
+            Ok(field(run, name)
+                .ok_or_else(|| format!("host {host}: no {name}"))?
+                .parse()?)
+        };
+        total += get("ops_per_s")?;
+        println!(
+            "{host:>4} {:>8} {:>10} {:>10} {:>10} {:>11.2} {:>11.2} {:>11.2}",
+            mix::rate(get("load_per_s")?),
+            mix::rate(get("ops_per_s")?),
+            mix::rate(get("gets_per_s")?),
+            mix::rate(get("puts_per_s")?),
+            get("get_p50_ns")? / 1e3,
+            get("get_p99_ns")? / 1e3,
+            get("put_p99_ns")? / 1e3,
+        );
+        let digest = line("digest ")?;
+        digests.push((
+            *host,
+            field(digest, "keys").unwrap_or("?").to_owned(),
+            field(digest, "fnv").unwrap_or("?").to_owned(),
+        ));
+    }
+    println!(
+        "all:  {} over {} processes",
+        mix::rate(total),
+        outputs.len()
+    );
+    for (host, keys, fnv) in &digests {
+        println!("host {host} read {keys} keys, digest {fnv}");
+    }
+    let (_, keys, first) = &digests[0];
+    if digests.iter().any(|(_, k, d)| d != first || k != keys) {
+        return Err("the hosts read different values".into());
+    }
+    println!(
+        "check: all {} hosts read every key ({keys}) and agree",
+        digests.len()
+    );
+    let _ = args;
+    Ok(())
+}
+
+// ---------------------------------------------------------------- a child (one host)
+
+/// Adds this host to the count in `word` and waits, bounded, until every host has.
+fn meet(pod: &Pod, word: u64, hosts: usize, bound: Duration, what: &str) -> Result<()> {
+    let counter = pod.scr_u64(pod.layout().app_scr_offset + word);
+    counter.fetch_add(1, Ordering::AcqRel);
+    let deadline = Instant::now() + bound;
+    loop {
+        let arrived = counter.load(Ordering::Acquire);
+        if arrived >= hosts as u64 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "waited {bound:?} for the other hosts to {what}: {arrived} of {hosts} did"
+            )
+            .into());
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn child(args: &Args, host: u32) -> Result<()> {
+    let path = args.pod.clone().ok_or("a child needs --pod")?;
+    let pod = Arc::new(Pod::open_expecting(
+        Backing::file(&path),
+        &pod_config(args),
+    )?);
+    let bound = Duration::from_secs(args.wait_seconds);
+    let joined = Host::join(&pod, Join::As(host), HostOptions::new().wait_limit(bound))?;
+    let store = Store::new(Megalon::new(pod.clone(), vec![Arc::new(joined)]));
+    let mix = mix_of(args);
+    let (hosts, threads) = (args.hosts as u64, args.threads as u64);
+
+    // Load this host's share: keys whose index is the host's modulo the hosts.
+    let started = Instant::now();
+    let loaded = AtomicU64::new(0);
+    thread::scope(|scope| {
+        let loaders: Vec<_> = (0..threads)
+            .map(|t| {
+                let (store, mix, loaded) = (&store, &mix, &loaded);
+                let first = u64::from(host) + t * hosts;
+                scope.spawn(move || mix::load(store, 0, mix, first, hosts * threads, loaded))
+            })
+            .collect();
+        loaders
+            .into_iter()
+            .try_for_each(|l| l.join().expect("loader panicked"))
+    })?;
+    let load_per_s = loaded.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
+    meet(&pod, LOADED, args.hosts, bound, "load")?;
+
+    // Run the mix.
+    let before = store.report();
+    let (done, stop) = (AtomicU64::new(0), AtomicBool::new(false));
+    let (runs, seconds) = thread::scope(|scope| {
+        let began = Instant::now();
+        let runners: Vec<_> = (0..threads)
+            .map(|t| {
+                let (store, mix, done, stop) = (&store, &mix, &done, &stop);
+                let worker = u64::from(host) * threads + t;
+                scope.spawn(move || mix::run_worker(store, 0, worker, mix, stop, done))
+            })
+            .collect();
+        thread::sleep(Duration::from_secs_f64(args.seconds));
+        stop.store(true, Ordering::Relaxed);
+        let runs: std::result::Result<Vec<_>, megalon_kv::Error> = runners
+            .into_iter()
+            .map(|r| r.join().expect("worker panicked"))
+            .collect();
+        (runs, began.elapsed().as_secs_f64())
+    });
+    let run = MixRun {
+        workers: runs?,
+        seconds,
+        report: store.report().since(&before),
+    };
+    let (get, put) = (run.get_latency(), run.put_latency());
+    println!(
+        "run host={host} load_per_s={load_per_s:.0} ops_per_s={:.0} gets_per_s={:.0} puts_per_s={:.0} get_p50_ns={} get_p99_ns={} put_p99_ns={} churn={} read_retries={}",
+        run.ops_per_second(),
+        run.gets() as f64 / seconds,
+        run.puts() as f64 / seconds,
+        get.quantile(0.5).as_nanos(),
+        get.quantile(0.99).as_nanos(),
+        put.quantile(0.99).as_nanos(),
+        run.report.counter("churn").unwrap_or(0),
+        run.report.counter("read retries").unwrap_or(0),
+    );
+    meet(&pod, RAN, args.hosts, bound, "finish the run")?;
+
+    // Nobody writes any more: read every key and digest what we read.
+    let mut kv = store.handle(0)?;
+    let mut digest = Vec::with_capacity(16 * args.keys as usize);
+    let mut value = Vec::new();
+    let mut found = 0u64;
+    for index in 0..args.keys {
+        let key = mix::key(index);
+        if kv.get_into(&key, &mut value)? {
+            found += 1;
+        }
+        digest.extend_from_slice(&fnv1a64(&value).to_le_bytes());
+    }
+    println!(
+        "digest host={host} keys={found} fnv={:016x}",
+        fnv1a64(&digest)
+    );
+    Ok(())
+}
