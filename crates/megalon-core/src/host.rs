@@ -23,7 +23,7 @@ use crate::memory::{Memory, MemoryKind};
 use crate::mutants::{self, Step};
 use crate::pod::Pod;
 use crate::replica::{Index, IndexEntry, Outcome, Replica};
-use crate::slot::SlotPool;
+use crate::slot::{slot_claim_batch, SlotPool};
 use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering};
 
 #[path = "object.rs"]
@@ -321,7 +321,7 @@ impl Host {
         let log = Log::new(pod);
         let index = Index::new(layout.slot_count, layout.record_count, max_hosts);
         let replica = Replica::new(index, log.entry_bytes());
-        let claim_chunk_slots = (layout.slot_count / (8 * u64::from(max_hosts))).clamp(1, 4096);
+        let claim_chunk_slots = slot_claim_batch(layout.slot_count, max_hosts);
         let shared = Arc::new(Shared {
             pod: Arc::clone(pod),
             id,

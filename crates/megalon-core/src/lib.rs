@@ -73,3 +73,4 @@ pub use layout::{Layout, ScrUsage, HEADER_REGION_BYTES, MAX_RECORDS, MAX_SLOTS};
 pub use memory::{Memory, MemoryKind, SimulatedConfig, SimulatedStats};
 pub use pod::{numa_nodes, Backing, BackingKind, Pod};
 pub use replica::{IndexEntry, Outcome};
+pub use slot::slot_claim_batch;

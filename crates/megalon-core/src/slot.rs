@@ -18,6 +18,14 @@
 
 use std::ops::Range;
 
+/// Slots a host claims from the unclaimed range at a time, in a pod of `slot_count` slots
+/// shared by `max_hosts` hosts: an eighth of a fair share, 1 to 4096. A layer that must
+/// not run the pod out of slots keeps this much slack per host (free slots sit in hosts'
+/// pools until they are granted).
+pub fn slot_claim_batch(slot_count: u64, max_hosts: u32) -> u64 {
+    (slot_count / (8 * u64::from(max_hosts.max(1)))).clamp(1, 4096)
+}
+
 /// The free slots this host owns (local state, not replicated).
 #[derive(Debug, Default)]
 pub(crate) struct SlotPool {

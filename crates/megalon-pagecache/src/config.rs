@@ -216,8 +216,8 @@ impl PageCacheConfig {
 /// pages, plus slack.
 ///
 /// Free slots belong to hosts (the core partitions them, DESIGN section 6): each host
-/// claims them from the unclaimed range in batches of `slot_count / (8 * max_hosts)`
-/// (1 to 4096; `claim_chunk_slots` in the core's `host.rs`), and one that has none asks
+/// claims them from the unclaimed range in batches of
+/// [`megalon_core::slot_claim_batch`], and one that has none asks
 /// the host with the most through the log, which grants what its pool holds *then*. So
 /// with the cache full, free slots may sit in other hosts' pools, and a pool can be
 /// momentarily empty while its creates are in flight. The slack is one claim batch per
@@ -227,7 +227,7 @@ pub fn slot_count_for(cache_pages: u64, max_hosts: u32) -> u64 {
     let hosts = u64::from(max_hosts.max(1));
     let mut slots = cache_pages + 2 * hosts;
     loop {
-        let batch = (slots / (8 * hosts)).clamp(1, 4096);
+        let batch = megalon_core::slot_claim_batch(slots, max_hosts);
         let needed = cache_pages + hosts * batch + 2 * hosts;
         if slots >= needed {
             return slots;
