@@ -17,9 +17,13 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use megalon::core::{Backing, HostOptions, MemoryKind, Pod, PodConfig, LINE_BYTES, PAGE_BYTES};
-use megalon_kv::mix::{self, Mix, MixRun};
-use megalon_kv::{Megalon, Store, LENGTH_PREFIX_BYTES};
+use megalon::core::{Backing, Host, HostOptions, Join, MemoryKind, Pod};
+use megalon_kv::mix::{self, MixRun};
+use megalon_kv::{Megalon, Store};
+
+#[path = "common/mod.rs"]
+mod common;
+use common::MixArgs;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum MemoryArg {
@@ -33,36 +37,11 @@ enum MemoryArg {
 #[derive(Debug, Parser)]
 #[command(about)]
 struct Args {
-    /// Hosts sharing the pod.
-    #[arg(long, default_value_t = 3)]
-    hosts: usize,
-    /// Worker threads per host.
-    #[arg(long, default_value_t = 2)]
-    threads: usize,
-    /// Keys loaded before the run.
-    #[arg(long, default_value_t = 100_000)]
-    keys: u64,
-    /// Bytes of every value.
-    #[arg(long, default_value_t = 1024)]
-    value_bytes: usize,
-    /// Fraction of operations that are puts (the rest are gets).
-    #[arg(long, default_value_t = 0.05)]
-    write_ratio: f64,
-    /// Zipfian skew of the key choice (YCSB's scrambled Zipfian); 0 for uniform.
-    #[arg(long, default_value_t = 0.99)]
-    skew: f64,
-    /// Seconds of the mixed run.
-    #[arg(long, default_value_t = 5.0)]
-    seconds: f64,
+    #[command(flatten)]
+    run: MixArgs,
     /// Memory the hosts use.
     #[arg(long, value_enum, default_value_t = MemoryArg::Hardware)]
     memory: MemoryArg,
-    /// KiB of the pod's coherent region (SCR).
-    #[arg(long, default_value_t = 1024)]
-    scr_kib: u64,
-    /// Bits of one coherence record: 8, 16 or 32.
-    #[arg(long, default_value_t = 16)]
-    record_bits: u32,
     /// Seed of the key choice and of the simulated memory.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -71,62 +50,34 @@ struct Args {
     quiet: bool,
 }
 
-/// The pod a run of `keys` values of `value_bytes` needs: a slot per key and a quarter
-/// more, the log, whole pages.
-fn pod_config(args: &Args) -> PodConfig {
-    let slot_size_bytes =
-        ((LENGTH_PREFIX_BYTES + args.value_bytes) as u64).next_multiple_of(LINE_BYTES);
-    let config = PodConfig::new()
-        .scr_bytes(args.scr_kib * 1024)
-        .slot_size_bytes(slot_size_bytes)
-        .max_key_bytes(32)
-        .log_capacity_entries(16_384)
-        .record_width_bits(args.record_bits)
-        .max_hosts(args.hosts as u32);
-    let log_bytes = config.log_capacity_entries * config.log_entry_bytes();
-    let slots = args.keys + args.keys / 4 + 1024;
-    config.lnr_bytes((log_bytes + slots * slot_size_bytes).next_multiple_of(PAGE_BYTES))
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
-    if args.hosts == 0 || args.threads == 0 || args.keys == 0 {
-        return Err("--hosts, --threads and --keys must be at least 1".into());
-    }
-    if !(0.0..=1.0).contains(&args.write_ratio) {
-        return Err("--write-ratio is a fraction between 0 and 1".into());
-    }
-    let config = pod_config(&args);
+    args.run.check()?;
+    let run_args = &args.run;
+    let config = run_args.pod_config();
     let pod = Arc::new(Pod::create(&config, Backing::heap())?);
-    let hosts = (0..args.hosts)
+    let hosts = (0..run_args.hosts)
         .map(|host| {
             let memory = match args.memory {
                 MemoryArg::Hardware => MemoryKind::Hardware,
                 MemoryArg::Simulated => MemoryKind::simulated(args.seed ^ host as u64),
             };
-            Megalon::join(pod.clone(), 1, &HostOptions::new().memory(memory))
-                .map(|one| one.hosts()[0].clone())
+            Host::join(&pod, Join::AnyFree, HostOptions::new().memory(memory)).map(Arc::new)
         })
         .collect::<Result<Vec<_>, _>>()?;
     let store = Store::new(Megalon::new(pod.clone(), hosts));
-    let mix = Mix {
-        keys: args.keys,
-        value_bytes: args.value_bytes,
-        write_ratio: args.write_ratio,
-        skew: args.skew,
-        seed: args.seed,
-    };
-    let workers = args.hosts * args.threads;
+    let mix = run_args.mix(args.seed);
+    let workers = run_args.hosts * run_args.threads;
     let layout = pod.layout();
     println!(
         "megalon KV store: {} hosts x {} threads, {} keys, {} B values, {:.0}% puts, {}, {} memory",
-        args.hosts,
-        args.threads,
-        args.keys,
-        args.value_bytes,
-        args.write_ratio * 100.0,
-        if args.skew > 0.0 {
-            format!("Zipfian keys (skew {})", args.skew)
+        run_args.hosts,
+        run_args.threads,
+        run_args.keys,
+        run_args.value_bytes,
+        run_args.write_ratio * 100.0,
+        if run_args.skew > 0.0 {
+            format!("Zipfian keys (skew {})", run_args.skew)
         } else {
             "uniform keys".to_owned()
         },
@@ -136,14 +87,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "pod: SCR {} KiB ({} records of {} bits), LNR {} MiB ({} slots of {} B)",
         config.scr_bytes / 1024,
         layout.record_count,
-        args.record_bits,
+        run_args.record_bits,
         config.lnr_bytes >> 20,
         layout.slot_count,
         config.slot_size_bytes
     );
 
     // Load: every worker inserts its share of the keys.
-    let bar = progress(&args, args.keys, "load");
+    let bar = progress(&args, run_args.keys, "load");
     let started = Instant::now();
     let loaded = AtomicU64::new(0);
     thread::scope(|scope| {
@@ -153,7 +104,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 scope.spawn(move || {
                     mix::load(
                         store,
-                        worker % args.hosts,
+                        worker % run_args.hosts,
                         mix,
                         worker as u64,
                         workers as u64,
@@ -174,15 +125,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let load_seconds = started.elapsed().as_secs_f64();
     println!(
         "load: {} keys in {:.2} s ({})",
-        args.keys,
+        run_args.keys,
         load_seconds,
-        mix::rate(args.keys as f64 / load_seconds)
+        mix::rate(run_args.keys as f64 / load_seconds)
     );
 
     // Run: the mix, for `seconds`.
     let before = store.report();
-    let duration = Duration::from_secs_f64(args.seconds);
-    let bar = progress(&args, (args.seconds * 10.0).ceil() as u64, "run");
+    let duration = Duration::from_secs_f64(run_args.seconds);
+    let bar = progress(&args, (run_args.seconds * 10.0).ceil() as u64, "run");
     let (done, stop) = (AtomicU64::new(0), AtomicBool::new(false));
     let (workers_runs, seconds) = thread::scope(|scope| {
         let began = Instant::now();
@@ -190,7 +141,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map(|worker| {
                 let (store, mix, done, stop) = (&store, &mix, &done, &stop);
                 scope.spawn(move || {
-                    mix::run_worker(store, worker % args.hosts, worker as u64, mix, stop, done)
+                    mix::run_worker(
+                        store,
+                        worker % run_args.hosts,
+                        worker as u64,
+                        mix,
+                        stop,
+                        done,
+                    )
                 })
             })
             .collect();
@@ -216,10 +174,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     print!("{run}");
 
     // Every host reads a sample of keys; they must agree.
-    let sample: Vec<u64> = (0..args.keys)
-        .step_by((args.keys / 1000).max(1) as usize)
+    let sample: Vec<u64> = (0..run_args.keys)
+        .step_by((run_args.keys / 1000).max(1) as usize)
         .collect();
-    let mut handles = (0..args.hosts)
+    let mut handles = (0..run_args.hosts)
         .map(|host| store.handle(host))
         .collect::<Result<Vec<_>, _>>()?;
     for index in &sample {
@@ -234,7 +192,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "check: {} keys read on all {} hosts: every host read the same values",
         sample.len(),
-        args.hosts
+        run_args.hosts
     );
     Ok(())
 }

@@ -19,40 +19,20 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use megalon::core::{
-    fnv1a64, Backing, Host, HostOptions, Join, Pod, PodConfig, LINE_BYTES, PAGE_BYTES,
-};
-use megalon_kv::mix::{self, Mix, MixRun};
-use megalon_kv::{Megalon, Store, LENGTH_PREFIX_BYTES};
+use megalon::core::{fnv1a64, Backing, Host, HostOptions, Join, Pod, PodConfig, LINE_BYTES};
+use megalon_kv::mix::{self, MixRun};
+use megalon_kv::{Megalon, Store};
+
+#[path = "common/mod.rs"]
+mod common;
+use common::MixArgs;
 
 /// Run the megalon KV store with one process per host on a shared pod file.
 #[derive(Clone, Debug, Parser)]
 #[command(about)]
 struct Args {
-    /// Hosts (child processes).
-    #[arg(long, default_value_t = 3)]
-    hosts: usize,
-    /// Worker threads per host.
-    #[arg(long, default_value_t = 2)]
-    threads: usize,
-    /// Keys loaded before the run.
-    #[arg(long, default_value_t = 100_000)]
-    keys: u64,
-    /// Bytes of every value.
-    #[arg(long, default_value_t = 1024)]
-    value_bytes: usize,
-    /// Fraction of operations that are puts.
-    #[arg(long, default_value_t = 0.05)]
-    write_ratio: f64,
-    /// Zipfian skew of the key choice; 0 for uniform.
-    #[arg(long, default_value_t = 0.99)]
-    skew: f64,
-    /// Seconds of the mixed run.
-    #[arg(long, default_value_t = 5.0)]
-    seconds: f64,
-    /// KiB of the pod's coherent region.
-    #[arg(long, default_value_t = 1024)]
-    scr_kib: u64,
+    #[command(flatten)]
+    run: MixArgs,
     /// The pod file (default: a new file in /dev/shm, or the temporary directory).
     #[arg(long)]
     pod: Option<PathBuf>,
@@ -68,34 +48,12 @@ struct Args {
 }
 
 /// Words in the pod's application SCR through which the hosts meet between phases: how
-/// many hosts have loaded, finished running, and finished their digest.
+/// many hosts have loaded, and how many have finished running.
 const LOADED: u64 = 0;
 const RAN: u64 = 8;
 
 fn pod_config(args: &Args) -> PodConfig {
-    let slot_size_bytes =
-        ((LENGTH_PREFIX_BYTES + args.value_bytes) as u64).next_multiple_of(LINE_BYTES);
-    let config = PodConfig::new()
-        .scr_bytes(args.scr_kib * 1024)
-        .slot_size_bytes(slot_size_bytes)
-        .max_key_bytes(32)
-        .log_capacity_entries(16_384)
-        .record_width_bits(16)
-        .max_hosts(args.hosts as u32)
-        .app_scr_bytes(LINE_BYTES);
-    let log_bytes = config.log_capacity_entries * config.log_entry_bytes();
-    let slots = args.keys + args.keys / 4 + 1024;
-    config.lnr_bytes((log_bytes + slots * slot_size_bytes).next_multiple_of(PAGE_BYTES))
-}
-
-fn mix_of(args: &Args) -> Mix {
-    Mix {
-        keys: args.keys,
-        value_bytes: args.value_bytes,
-        write_ratio: args.write_ratio,
-        skew: args.skew,
-        seed: 1,
-    }
+    args.run.pod_config().app_scr_bytes(LINE_BYTES)
 }
 
 fn main() -> ExitCode {
@@ -135,21 +93,19 @@ fn default_pod_path() -> PathBuf {
 }
 
 fn parent(args: &Args) -> Result<()> {
-    if args.hosts == 0 || args.threads == 0 || args.keys == 0 {
-        return Err("--hosts, --threads and --keys must be at least 1".into());
-    }
+    args.run.check()?;
     let path = args.pod.clone().unwrap_or_else(default_pod_path);
     let config = pod_config(args);
     let pod = Pod::create(&config, Backing::file(&path))?;
     println!(
         "megalon KV store across {} processes: pod file {} ({} MiB), {} keys, {} B values, {:.0}% puts, skew {}",
-        args.hosts,
+        args.run.hosts,
         path.display(),
         pod.layout().total_bytes >> 20,
-        args.keys,
-        args.value_bytes,
-        args.write_ratio * 100.0,
-        args.skew
+        args.run.keys,
+        args.run.value_bytes,
+        args.run.write_ratio * 100.0,
+        args.run.skew
     );
     drop(pod);
     let outcome = run_children(args, &path);
@@ -162,7 +118,7 @@ fn parent(args: &Args) -> Result<()> {
 fn run_children(args: &Args, path: &Path) -> Result<()> {
     let exe = std::env::current_exe()?;
     let mut running = Vec::new();
-    for host in 0..args.hosts {
+    for host in 0..args.run.hosts {
         let mut command = Command::new(&exe);
         command
             .args(std::env::args_os().skip(1))
@@ -193,7 +149,7 @@ fn run_children(args: &Args, path: &Path) -> Result<()> {
     // Wait for every child, within the run's time and the wait bound; a failure or a hang
     // stops the rest.
     let deadline = Instant::now()
-        + Duration::from_secs_f64(args.seconds)
+        + Duration::from_secs_f64(args.run.seconds)
         + Duration::from_secs(args.wait_seconds) * 2;
     let mut failure: Option<String> = None;
     let mut statuses = vec![None; running.len()];
@@ -240,7 +196,7 @@ fn run_children(args: &Args, path: &Path) -> Result<()> {
         }
         return Err(failure.into());
     }
-    report(args, &outputs)
+    report(&outputs)
 }
 
 /// The value of `name=` in a child's line.
@@ -249,7 +205,7 @@ fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
         .find_map(|part| part.strip_prefix(name)?.strip_prefix('='))
 }
 
-fn report(args: &Args, outputs: &[(usize, Vec<String>, String)]) -> Result<()> {
+fn report(outputs: &[(usize, Vec<String>, String)]) -> Result<()> {
     let mut digests = Vec::new();
     let mut total = 0.0;
     println!(
@@ -302,7 +258,6 @@ fn report(args: &Args, outputs: &[(usize, Vec<String>, String)]) -> Result<()> {
         "check: all {} hosts read every key ({keys}) and agree",
         digests.len()
     );
-    let _ = args;
     Ok(())
 }
 
@@ -337,8 +292,8 @@ fn child(args: &Args, host: u32) -> Result<()> {
     let bound = Duration::from_secs(args.wait_seconds);
     let joined = Host::join(&pod, Join::As(host), HostOptions::new().wait_limit(bound))?;
     let store = Store::new(Megalon::new(pod.clone(), vec![Arc::new(joined)]));
-    let mix = mix_of(args);
-    let (hosts, threads) = (args.hosts as u64, args.threads as u64);
+    let mix = args.run.mix(1);
+    let (hosts, threads) = (args.run.hosts as u64, args.run.threads as u64);
 
     // Load this host's share: keys whose index is the host's modulo the hosts.
     let started = Instant::now();
@@ -356,7 +311,7 @@ fn child(args: &Args, host: u32) -> Result<()> {
             .try_for_each(|l| l.join().expect("loader panicked"))
     })?;
     let load_per_s = loaded.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
-    meet(&pod, LOADED, args.hosts, bound, "load")?;
+    meet(&pod, LOADED, args.run.hosts, bound, "load")?;
 
     // Run the mix.
     let before = store.report();
@@ -370,7 +325,7 @@ fn child(args: &Args, host: u32) -> Result<()> {
                 scope.spawn(move || mix::run_worker(store, 0, worker, mix, stop, done))
             })
             .collect();
-        thread::sleep(Duration::from_secs_f64(args.seconds));
+        thread::sleep(Duration::from_secs_f64(args.run.seconds));
         stop.store(true, Ordering::Relaxed);
         let runs: std::result::Result<Vec<_>, megalon_kv::Error> = runners
             .into_iter()
@@ -395,14 +350,14 @@ fn child(args: &Args, host: u32) -> Result<()> {
         run.report.counter("churn").unwrap_or(0),
         run.report.counter("read retries").unwrap_or(0),
     );
-    meet(&pod, RAN, args.hosts, bound, "finish the run")?;
+    meet(&pod, RAN, args.run.hosts, bound, "finish the run")?;
 
     // Nobody writes any more: read every key and digest what we read.
     let mut kv = store.handle(0)?;
-    let mut digest = Vec::with_capacity(16 * args.keys as usize);
+    let mut digest = Vec::with_capacity(16 * args.run.keys as usize);
     let mut value = Vec::new();
     let mut found = 0u64;
-    for index in 0..args.keys {
+    for index in 0..args.run.keys {
         let key = mix::key(index);
         if kv.get_into(&key, &mut value)? {
             found += 1;

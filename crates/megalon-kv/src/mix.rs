@@ -8,6 +8,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use megalon_core::{PodConfig, LINE_BYTES, PAGE_BYTES};
 use megalon_workload::generator::{
     RandomSource, ScrambledZipfianGenerator, SplitMix64, UniformGenerator,
 };
@@ -15,7 +16,7 @@ use megalon_workload::LatencyHistogram;
 
 use crate::error::Result;
 use crate::scheme::{Report, Scheme};
-use crate::store::Store;
+use crate::store::{Store, LENGTH_PREFIX_BYTES};
 
 /// Operations a worker adds to the shared progress count at a time.
 const PROGRESS_BATCH: u64 = 256;
@@ -33,6 +34,28 @@ pub struct Mix {
     pub skew: f64,
     /// Seed of every worker's draws (each worker mixes in its number).
     pub seed: u64,
+}
+
+/// Log entries of [`Mix::pod_config`]'s pods.
+const MIX_LOG_CAPACITY_ENTRIES: u64 = 16_384;
+
+impl Mix {
+    /// A pod for this mix shared by `max_hosts` hosts: slots that hold a value and its
+    /// length prefix, one per key and a quarter more, a log of 16,384 entries, keys up
+    /// to 32 bytes, whole pages. The SCR is the defaults' (set `scr_bytes`,
+    /// `record_width_bits` and the like on the result: they do not change the LNR).
+    pub fn pod_config(&self, max_hosts: u32) -> PodConfig {
+        let slot_size_bytes =
+            ((LENGTH_PREFIX_BYTES + self.value_bytes) as u64).next_multiple_of(LINE_BYTES);
+        let config = PodConfig::new()
+            .slot_size_bytes(slot_size_bytes)
+            .max_key_bytes(32)
+            .log_capacity_entries(MIX_LOG_CAPACITY_ENTRIES)
+            .max_hosts(max_hosts);
+        let log_bytes = MIX_LOG_CAPACITY_ENTRIES * config.log_entry_bytes();
+        let slots = self.keys + self.keys / 4 + 1024;
+        config.lnr_bytes((log_bytes + slots * slot_size_bytes).next_multiple_of(PAGE_BYTES))
+    }
 }
 
 /// The key of index `index`.
