@@ -42,6 +42,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod checked;
 mod error;
 mod megalon;
 pub mod mix;

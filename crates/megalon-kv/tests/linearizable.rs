@@ -2,12 +2,11 @@
 //! linearizability key by key: every get returns a value some linearization allows, never
 //! a stale, torn or deleted one.
 
-use std::sync::{Arc, Barrier};
-use std::thread;
+use std::sync::Arc;
 
 use megalon_core::{Backing, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, SimulatedConfig};
-use megalon_kv::{Error, Megalon, Scheme, Store};
-use megalon_workload::{check, Call, Clock, History, Outcome, ProcessId, ThreadRecorder, Value};
+use megalon_kv::checked::{run_checked, seed_from_env, CheckedRun};
+use megalon_kv::{Megalon, Scheme, Store};
 
 struct Run {
     seed: u64,
@@ -18,13 +17,6 @@ struct Run {
     /// Coherence records the pod has: fewer than keys, so writes churn.
     records: u64,
     record_width_bits: u32,
-}
-
-fn xorshift(state: &mut u64) -> u64 {
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    *state
 }
 
 /// A pod whose SCR leaves exactly `records` records: the rest of it is handed to the
@@ -60,90 +52,23 @@ fn run(run: &Run) -> (megalon_workload::Summary, megalon_kv::Report) {
         })
         .collect();
     let store = Store::new(Megalon::new(pod, hosts));
-    let max_value = store.max_value_bytes();
-    let clock = Clock::counter();
-    let start = Barrier::new(run.hosts * run.threads_per_host);
-    let logs = thread::scope(|scope| {
-        let workers: Vec<_> = (0..run.hosts * run.threads_per_host)
-            .map(|worker| {
-                let (store, clock, start) = (&store, clock.clone(), &start);
-                scope.spawn(move || {
-                    let host = worker % run.hosts;
-                    let mut kv = store.handle(host).expect("handle");
-                    let process = ProcessId::new(host as u32, worker as u32);
-                    let mut recorder = ThreadRecorder::new(process, clock);
-                    let mut rng =
-                        run.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (worker as u64 + 1);
-                    let mut out = Vec::new();
-                    start.wait();
-                    for sequence in 0..run.operations_per_thread {
-                        // Skewed: half the operations go to the first eighth of the keys.
-                        let draw = xorshift(&mut rng);
-                        let key_index = if draw & 1 == 0 {
-                            (draw >> 8) % (run.keys / 8).max(1)
-                        } else {
-                            (draw >> 8) % run.keys
-                        };
-                        let key = format!("k{key_index}").into_bytes();
-                        let len = 24 + (draw >> 32) as usize % (max_value - 24 + 1);
-                        let value = Value::new(worker as u32, u64::from(sequence));
-                        let bytes = value.encode(len).expect("encode");
-                        match (draw >> 40) % 10 {
-                            0..=4 => {
-                                let pending = recorder.invoke(&key, Call::Get).unwrap();
-                                let found = kv.get_into(&key, &mut out).expect("get");
-                                recorder
-                                    .complete_read(pending, found.then_some(&out[..]))
-                                    .unwrap();
-                            }
-                            5..=7 => {
-                                let pending = recorder.invoke(&key, Call::Put(value)).unwrap();
-                                kv.put(&key, &bytes).expect("put");
-                                recorder.complete(pending, Outcome::Ok).unwrap();
-                            }
-                            8 => {
-                                let pending = recorder.invoke(&key, Call::Create(value)).unwrap();
-                                let outcome = match kv.insert(&key, &bytes) {
-                                    Ok(()) => Outcome::Created,
-                                    Err(Error::KeyExists) => Outcome::Exists,
-                                    Err(other) => panic!("insert: {other}"),
-                                };
-                                recorder.complete(pending, outcome).unwrap();
-                            }
-                            _ => {
-                                let pending = recorder.invoke(&key, Call::Delete).unwrap();
-                                let outcome = match kv.delete(&key) {
-                                    Ok(()) => Outcome::Deleted,
-                                    Err(Error::UnknownKey) => Outcome::Absent,
-                                    Err(other) => panic!("delete: {other}"),
-                                };
-                                recorder.complete(pending, outcome).unwrap();
-                            }
-                        }
-                    }
-                    recorder.finish()
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|worker| worker.join().expect("worker"))
-            .collect::<Vec<_>>()
-    });
-    let history = History::merge(logs).expect("merge");
-    let summary = check(&history).unwrap_or_else(|error| {
-        panic!("seed {}: not linearizable: {error}", run.seed);
-    });
+    let summary = run_checked(
+        &store,
+        &CheckedRun {
+            seed: run.seed,
+            hosts: run.hosts,
+            threads_per_host: run.threads_per_host,
+            operations_per_thread: run.operations_per_thread,
+            keys: run.keys,
+        },
+    )
+    .unwrap_or_else(|violation| panic!("{violation}"));
     (summary, store.scheme().report())
 }
 
 #[test]
 fn three_hosts_on_simulated_memory_with_churn_are_linearizable() {
-    let seed = std::env::var("MEGALON_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_0001);
-    eprintln!("seed {seed} (rerun with MEGALON_SEED={seed})");
+    let seed = seed_from_env(0x5eed_0001);
     let run_spec = Run {
         seed,
         hosts: 3,
