@@ -10,15 +10,13 @@
 //! cargo run --release --example kv -- --help
 //! ```
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use megalon::core::{Backing, Host, HostOptions, Join, MemoryKind, Pod};
-use megalon_kv::mix::{self, MixRun};
+use megalon_kv::mix::{self, Plan};
 use megalon_kv::{Megalon, Store};
 
 #[path = "common/mod.rs"]
@@ -96,31 +94,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Load: every worker inserts its share of the keys.
     let bar = progress(&args, run_args.keys, "load");
     let started = Instant::now();
-    let loaded = AtomicU64::new(0);
-    thread::scope(|scope| {
-        let loaders: Vec<_> = (0..workers)
-            .map(|worker| {
-                let (store, mix, loaded) = (&store, &mix, &loaded);
-                scope.spawn(move || {
-                    mix::load(
-                        store,
-                        worker % run_args.hosts,
-                        mix,
-                        worker as u64,
-                        workers as u64,
-                        loaded,
-                    )
-                })
-            })
-            .collect();
-        while loaders.iter().any(|l| !l.is_finished()) {
-            bar.set_position(loaded.load(Ordering::Relaxed));
-            thread::sleep(Duration::from_millis(50));
-        }
-        loaders
-            .into_iter()
-            .try_for_each(|l| l.join().expect("loader panicked"))
-    })?;
+    let plan = Plan::from(&mix);
+    mix::load_all(&store, &plan, workers, |loaded| bar.set_position(loaded))?;
     bar.finish_and_clear();
     let load_seconds = started.elapsed().as_secs_f64();
     println!(
@@ -131,46 +106,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     // Run: the mix, for `seconds`.
-    let before = store.report();
     let duration = Duration::from_secs_f64(run_args.seconds);
     let bar = progress(&args, (run_args.seconds * 10.0).ceil() as u64, "run");
-    let (done, stop) = (AtomicU64::new(0), AtomicBool::new(false));
-    let (workers_runs, seconds) = thread::scope(|scope| {
-        let began = Instant::now();
-        let runners: Vec<_> = (0..workers)
-            .map(|worker| {
-                let (store, mix, done, stop) = (&store, &mix, &done, &stop);
-                scope.spawn(move || {
-                    mix::run_worker(
-                        store,
-                        worker % run_args.hosts,
-                        worker as u64,
-                        mix,
-                        stop,
-                        done,
-                    )
-                })
-            })
-            .collect();
-        while began.elapsed() < duration && runners.iter().all(|r| !r.is_finished()) {
-            thread::sleep(Duration::from_millis(100).min(duration.saturating_sub(began.elapsed())));
-            let elapsed = began.elapsed().as_secs_f64();
-            bar.set_position((elapsed * 10.0) as u64);
-            bar.set_message(mix::rate(done.load(Ordering::Relaxed) as f64 / elapsed));
-        }
-        stop.store(true, Ordering::Relaxed);
-        let runs: Result<Vec<_>, megalon_kv::Error> = runners
-            .into_iter()
-            .map(|r| r.join().expect("worker panicked"))
-            .collect();
-        (runs, began.elapsed().as_secs_f64())
-    });
+    let run = mix::run_plan(&store, &plan, workers, duration, |done, elapsed| {
+        let elapsed = elapsed.as_secs_f64();
+        bar.set_position((elapsed * 10.0) as u64);
+        bar.set_message(mix::rate(done as f64 / elapsed));
+    })?;
     bar.finish_and_clear();
-    let run = MixRun {
-        workers: workers_runs?,
-        seconds,
-        report: store.report().since(&before),
-    };
     print!("{run}");
 
     // Every host reads a sample of keys; they must agree.

@@ -6,11 +6,13 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use megalon_core::{PodConfig, LINE_BYTES, PAGE_BYTES};
 use megalon_workload::generator::{
-    RandomSource, ScrambledZipfianGenerator, SplitMix64, UniformGenerator,
+    KeyChooser, Operation, RandomSource, ScrambledZipfianGenerator, SplitMix64, UniformGenerator,
+    Workload,
 };
 use megalon_workload::LatencyHistogram;
 
@@ -58,33 +60,177 @@ impl Mix {
     }
 }
 
+/// Bytes of [`key`]'s keys: `user` and 12 digits.
+pub const KEY_BYTES: usize = 16;
+
 /// The key of index `index`.
 pub fn key(index: u64) -> Vec<u8> {
     format!("user{index:012}").into_bytes()
 }
 
-/// Draws key indexes for one worker.
+/// The key of index `index`, `key_bytes` long (at least [`KEY_BYTES`]): `user` and the
+/// index zero-padded to fill it.
+pub fn key_of_len(index: u64, key_bytes: usize) -> Vec<u8> {
+    let digits = key_bytes.max(KEY_BYTES) - 4;
+    format!("user{index:0digits$}").into_bytes()
+}
+
+/// What the workers do, operation by operation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Choice {
+    /// Gets and puts of loaded keys: `write_ratio` of them puts; keys by YCSB's scrambled
+    /// Zipfian of constant `skew` (0: uniform).
+    Mix {
+        /// Fraction of operations that are puts.
+        write_ratio: f64,
+        /// Zipfian constant; 0: uniform.
+        skew: f64,
+    },
+    /// One of YCSB's core workloads: its operations (read, update, insert,
+    /// read-modify-write) and its key distribution, as YCSB draws them.
+    Ycsb(Workload),
+}
+
+/// A run's workload in full: [`Mix`] generalised to any key length and to YCSB's core
+/// workloads. The benchmark harness runs these; a [`Mix`] converts into one.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Plan {
+    /// Keys `0..keys` are loaded before the run (workload D inserts more).
+    pub keys: u64,
+    /// Bytes of every key ([`key_of_len`]).
+    pub key_bytes: usize,
+    /// Bytes of every value.
+    pub value_bytes: usize,
+    /// The operations.
+    pub choice: Choice,
+    /// Seed of every worker's draws (each worker mixes in its number).
+    pub seed: u64,
+}
+
+impl From<&Mix> for Plan {
+    fn from(mix: &Mix) -> Plan {
+        Plan {
+            keys: mix.keys,
+            key_bytes: KEY_BYTES,
+            value_bytes: mix.value_bytes,
+            choice: Choice::Mix {
+                write_ratio: mix.write_ratio,
+                skew: mix.skew,
+            },
+            seed: mix.seed,
+        }
+    }
+}
+
+impl Plan {
+    /// The plan's name in reports: `"5% puts, zipf 0.99"`, `"YCSB A"`.
+    pub fn describe(&self) -> String {
+        match self.choice {
+            Choice::Mix { write_ratio, skew } if skew > 0.0 => {
+                format!("{}% puts, zipf {skew}", write_ratio * 100.0)
+            }
+            Choice::Mix { write_ratio, .. } => format!("{}% puts, uniform", write_ratio * 100.0),
+            Choice::Ycsb(workload) => format!("YCSB {}", workload.name()),
+        }
+    }
+
+    fn key(&self, index: u64) -> Vec<u8> {
+        key_of_len(index, self.key_bytes)
+    }
+}
+
+/// Keys inserted during a run (workload D), shared by its workers: new keys are numbered
+/// from the plan's `keys` on.
+#[derive(Debug)]
+pub struct Inserts {
+    next: AtomicU64,
+    done: AtomicU64,
+}
+
+impl Inserts {
+    /// No inserts yet after `plan`'s load.
+    pub fn new(plan: &Plan) -> Self {
+        Self {
+            next: AtomicU64::new(plan.keys),
+            done: AtomicU64::new(plan.keys),
+        }
+    }
+}
+
+/// Draws one worker's operations and keys.
 enum Chooser {
+    Mix {
+        write_ratio: f64,
+        keys: MixKeys,
+    },
+    Ycsb {
+        workload: Workload,
+        keys: KeyChooser,
+    },
+}
+
+enum MixKeys {
     Zipfian(ScrambledZipfianGenerator),
     Uniform(UniformGenerator),
 }
 
+/// One operation as drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    Get(u64),
+    Put(u64),
+    Insert,
+    ReadModifyWrite(u64),
+}
+
 impl Chooser {
-    fn new(mix: &Mix) -> Self {
-        let last = mix.keys.max(1) - 1;
-        if mix.skew > 0.0 {
-            Chooser::Zipfian(
-                ScrambledZipfianGenerator::with_theta(0, last, mix.skew).expect("a valid skew"),
-            )
-        } else {
-            Chooser::Uniform(UniformGenerator::new(0, last).expect("a valid range"))
+    fn new(plan: &Plan) -> Self {
+        let last = plan.keys.max(1) - 1;
+        match plan.choice {
+            Choice::Mix { write_ratio, skew } => Chooser::Mix {
+                write_ratio,
+                keys: if skew > 0.0 {
+                    MixKeys::Zipfian(
+                        ScrambledZipfianGenerator::with_theta(0, last, skew).expect("a valid skew"),
+                    )
+                } else {
+                    MixKeys::Uniform(UniformGenerator::new(0, last).expect("a valid range"))
+                },
+            },
+            Choice::Ycsb(workload) => Chooser::Ycsb {
+                workload,
+                keys: KeyChooser::new(workload.key_distribution(), plan.keys.max(1))
+                    .expect("a valid key distribution"),
+            },
         }
     }
 
-    fn next(&self, rng: &mut SplitMix64) -> u64 {
+    fn next(&mut self, rng: &mut SplitMix64, inserts: &Inserts) -> Op {
         match self {
-            Chooser::Zipfian(g) => g.next(rng),
-            Chooser::Uniform(g) => g.next(rng),
+            Chooser::Mix { write_ratio, keys } => {
+                let index = match keys {
+                    MixKeys::Zipfian(g) => g.next(rng),
+                    MixKeys::Uniform(g) => g.next(rng),
+                };
+                if rng.next_f64() < *write_ratio {
+                    Op::Put(index)
+                } else {
+                    Op::Get(index)
+                }
+            }
+            Chooser::Ycsb { workload, keys } => {
+                let operation = workload.next_operation(rng);
+                if operation == Operation::Insert {
+                    return Op::Insert;
+                }
+                keys.advance_to(inserts.done.load(Ordering::Relaxed));
+                let index = keys.next(rng);
+                match operation {
+                    Operation::Update => Op::Put(index),
+                    Operation::ReadModifyWrite => Op::ReadModifyWrite(index),
+                    _ => Op::Get(index),
+                }
+            }
         }
     }
 }
@@ -99,11 +245,23 @@ pub fn load<S: Scheme>(
     step: u64,
     loaded: &AtomicU64,
 ) -> Result<()> {
+    load_plan(store, host, &Plan::from(mix), first, step, loaded)
+}
+
+/// [`load`] for a [`Plan`].
+pub fn load_plan<S: Scheme>(
+    store: &Store<S>,
+    host: usize,
+    plan: &Plan,
+    first: u64,
+    step: u64,
+    loaded: &AtomicU64,
+) -> Result<()> {
     let mut kv = store.handle(host)?;
-    let value = vec![0x5a; mix.value_bytes];
+    let value = vec![0x5a; plan.value_bytes];
     let mut index = first;
-    while index < mix.keys {
-        kv.insert(&key(index), &value)?;
+    while index < plan.keys {
+        kv.insert(&plan.key(index), &value)?;
         loaded.fetch_add(1, Ordering::Relaxed);
         index += step.max(1);
     }
@@ -117,10 +275,13 @@ pub struct WorkerRun {
     pub host: usize,
     /// Gets done.
     pub gets: u64,
-    /// Gets that found no key (none, once every key is loaded and nothing deletes).
+    /// Gets that found no key (none, once every key is loaded and nothing deletes; with
+    /// YCSB D, a key another worker is still inserting).
     pub gets_absent: u64,
-    /// Puts done.
+    /// Puts done (inserts and the writes of read-modify-writes included).
     pub puts: u64,
+    /// Operations done: a read-modify-write is one operation of a get and a put.
+    pub operations: u64,
     /// Latency of each get.
     pub get_latency: LatencyHistogram,
     /// Latency of each put.
@@ -137,37 +298,72 @@ pub fn run_worker<S: Scheme>(
     stop: &AtomicBool,
     done: &AtomicU64,
 ) -> Result<WorkerRun> {
+    let plan = Plan::from(mix);
+    run_plan_worker(store, host, worker, &plan, &Inserts::new(&plan), stop, done)
+}
+
+/// [`run_worker`] for a [`Plan`]; `inserts` is shared by the run's workers.
+pub fn run_plan_worker<S: Scheme>(
+    store: &Store<S>,
+    host: usize,
+    worker: u64,
+    plan: &Plan,
+    inserts: &Inserts,
+    stop: &AtomicBool,
+    done: &AtomicU64,
+) -> Result<WorkerRun> {
     let mut kv = store.handle(host)?;
-    let chooser = Chooser::new(mix);
-    let mut rng = SplitMix64::new(mix.seed ^ worker.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    let mut value = vec![0u8; mix.value_bytes];
-    let mut out = Vec::with_capacity(mix.value_bytes);
+    let mut chooser = Chooser::new(plan);
+    let mut rng = SplitMix64::new(plan.seed ^ worker.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut value = vec![0u8; plan.value_bytes];
+    let mut out = Vec::with_capacity(plan.value_bytes);
     let mut run = WorkerRun {
         host,
         gets: 0,
         gets_absent: 0,
         puts: 0,
+        operations: 0,
         get_latency: LatencyHistogram::new(),
         put_latency: LatencyHistogram::new(),
     };
     let mut unreported = 0;
     while !stop.load(Ordering::Relaxed) {
-        let key = key(chooser.next(&mut rng));
-        let put = rng.next_f64() < mix.write_ratio;
+        let op = chooser.next(&mut rng, inserts);
         let began = Instant::now();
-        if put {
-            let stamp = (run.puts << 16 | worker & 0xffff).to_le_bytes();
-            let n = stamp.len().min(value.len());
-            value[..n].copy_from_slice(&stamp[..n]);
-            kv.put(&key, &value)?;
-            run.put_latency.record(began.elapsed());
-            run.puts += 1;
-        } else {
-            let found = kv.get_into(&key, &mut out)?;
-            run.get_latency.record(began.elapsed());
-            run.gets += 1;
-            run.gets_absent += u64::from(!found);
+        // Each put writes new bytes: the put count and the worker, at the front.
+        let stamp = (run.puts << 16 | worker & 0xffff).to_le_bytes();
+        let n = stamp.len().min(value.len());
+        value[..n].copy_from_slice(&stamp[..n]);
+        match op {
+            Op::Get(index) => {
+                let found = kv.get_into(&plan.key(index), &mut out)?;
+                run.get_latency.record(began.elapsed());
+                run.gets += 1;
+                run.gets_absent += u64::from(!found);
+            }
+            Op::Put(index) => {
+                kv.put(&plan.key(index), &value)?;
+                run.put_latency.record(began.elapsed());
+                run.puts += 1;
+            }
+            Op::Insert => {
+                let index = inserts.next.fetch_add(1, Ordering::Relaxed);
+                kv.insert(&plan.key(index), &value)?;
+                inserts.done.fetch_add(1, Ordering::Relaxed);
+                run.put_latency.record(began.elapsed());
+                run.puts += 1;
+            }
+            Op::ReadModifyWrite(index) => {
+                let key = plan.key(index);
+                let found = kv.get_into(&key, &mut out)?;
+                run.gets += 1;
+                run.gets_absent += u64::from(!found);
+                kv.put(&key, &value)?;
+                run.puts += 1;
+                run.put_latency.record(began.elapsed());
+            }
         }
+        run.operations += 1;
         unreported += 1;
         if unreported == PROGRESS_BATCH {
             done.fetch_add(unreported, Ordering::Relaxed);
@@ -176,6 +372,92 @@ pub fn run_worker<S: Scheme>(
     }
     done.fetch_add(unreported, Ordering::Relaxed);
     Ok(run)
+}
+
+/// Loads `plan`'s keys with `workers` threads (worker `w` on host `w % hosts`), calling
+/// `tick` with the keys loaded so far about every 50 ms.
+pub fn load_all<S: Scheme>(
+    store: &Store<S>,
+    plan: &Plan,
+    workers: usize,
+    mut tick: impl FnMut(u64),
+) -> Result<()> {
+    let hosts = store.scheme().hosts();
+    let loaded = AtomicU64::new(0);
+    thread::scope(|scope| {
+        let loaders: Vec<_> = (0..workers)
+            .map(|worker| {
+                let loaded = &loaded;
+                scope.spawn(move || {
+                    load_plan(
+                        store,
+                        worker % hosts,
+                        plan,
+                        worker as u64,
+                        workers as u64,
+                        loaded,
+                    )
+                })
+            })
+            .collect();
+        while loaders.iter().any(|l| !l.is_finished()) {
+            tick(loaded.load(Ordering::Relaxed));
+            thread::sleep(Duration::from_millis(50));
+        }
+        loaders
+            .into_iter()
+            .try_for_each(|l| l.join().expect("loader panicked"))
+    })
+}
+
+/// Runs `plan` on `store` with `workers` threads (worker `w` on host `w % hosts`) for
+/// `duration`, calling `tick` with the operations done so far and the time elapsed about
+/// every 100 ms. The report is the scheme's counters over the run.
+pub fn run_plan<S: Scheme>(
+    store: &Store<S>,
+    plan: &Plan,
+    workers: usize,
+    duration: Duration,
+    mut tick: impl FnMut(u64, Duration),
+) -> Result<MixRun> {
+    let hosts = store.scheme().hosts();
+    let before = store.report();
+    let inserts = Inserts::new(plan);
+    let (done, stop) = (AtomicU64::new(0), AtomicBool::new(false));
+    let (runs, seconds) = thread::scope(|scope| {
+        let began = Instant::now();
+        let runners: Vec<_> = (0..workers)
+            .map(|worker| {
+                let (inserts, done, stop) = (&inserts, &done, &stop);
+                scope.spawn(move || {
+                    run_plan_worker(
+                        store,
+                        worker % hosts,
+                        worker as u64,
+                        plan,
+                        inserts,
+                        stop,
+                        done,
+                    )
+                })
+            })
+            .collect();
+        while began.elapsed() < duration && runners.iter().all(|r| !r.is_finished()) {
+            thread::sleep(Duration::from_millis(100).min(duration.saturating_sub(began.elapsed())));
+            tick(done.load(Ordering::Relaxed), began.elapsed());
+        }
+        stop.store(true, Ordering::Relaxed);
+        let runs: Result<Vec<_>> = runners
+            .into_iter()
+            .map(|r| r.join().expect("worker panicked"))
+            .collect();
+        (runs, began.elapsed().as_secs_f64())
+    });
+    Ok(MixRun {
+        workers: runs?,
+        seconds,
+        report: store.report().since(&before),
+    })
 }
 
 /// Every worker's run, over `seconds`, with what the scheme counted meanwhile.
@@ -200,9 +482,14 @@ impl MixRun {
         self.workers.iter().map(|w| w.puts).sum()
     }
 
-    /// Gets and puts per second.
+    /// Operations done (a read-modify-write counts once).
+    pub fn operations(&self) -> u64 {
+        self.workers.iter().map(|w| w.operations).sum()
+    }
+
+    /// Operations per second.
     pub fn ops_per_second(&self) -> f64 {
-        (self.gets() + self.puts()) as f64 / self.seconds
+        self.operations() as f64 / self.seconds
     }
 
     /// Latencies of every worker's gets, merged.
@@ -227,7 +514,7 @@ impl MixRun {
                     .workers
                     .iter()
                     .filter(|w| w.host == host)
-                    .map(|w| w.gets + w.puts)
+                    .map(|w| w.operations)
                     .sum();
                 (host, ops as f64 / self.seconds)
             })
@@ -264,7 +551,7 @@ impl fmt::Display for MixRun {
         writeln!(
             f,
             "run: {} operations in {:.2} s: {} ({} gets, {} puts)",
-            gets + puts,
+            self.operations(),
             self.seconds,
             rate(self.ops_per_second()),
             rate(gets as f64 / self.seconds),
@@ -298,7 +585,7 @@ impl fmt::Display for MixRun {
                 micros(h.max())
             )?;
         }
-        let ops = (gets + puts).max(1) as f64;
+        let ops = self.operations().max(1) as f64;
         writeln!(
             f,
             "{} counters over the run (per operation):",

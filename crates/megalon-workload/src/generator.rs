@@ -949,6 +949,18 @@ impl KeyChooser {
         key
     }
 
+    /// Raises the count of keys that exist to `item_count` (keys other threads inserted);
+    /// a smaller count is ignored. "Latest" then favours the newest of them.
+    pub fn advance_to(&mut self, item_count: u64) {
+        if item_count <= self.item_count {
+            return;
+        }
+        self.item_count = item_count;
+        if let KeyGenerator::Latest(generator) = &mut self.generator {
+            generator.advance_to(item_count);
+        }
+    }
+
     /// How many keys exist: the keys drawn are below this.
     pub fn item_count(&self) -> u64 {
         self.item_count
@@ -1311,6 +1323,25 @@ mod tests {
         assert!(ScrambledZipfianGenerator::new(0).is_err());
         assert!(KeyChooser::new(KeyDistribution::Uniform, 0).is_err());
         assert!(KeyChooser::new(KeyDistribution::Latest { theta: 0.99 }, 1).is_err());
+    }
+
+    #[test]
+    fn advance_to_takes_other_threads_inserts() {
+        let mut rng = SplitMix64::new(7);
+        let mut latest = KeyChooser::for_core_workload(&Workload::D, 100, 1000).unwrap();
+        latest.advance_to(150);
+        latest.advance_to(120); // never back
+        assert_eq!(latest.item_count(), 150);
+        let newest = (0..10_000).filter(|_| latest.next(&mut rng) == 149).count();
+        assert!(newest > 1_000, "the newest key came {newest} times");
+        assert_eq!(latest.insert(), 150);
+        let mut uniform = KeyChooser::new(KeyDistribution::Uniform, 10).unwrap();
+        uniform.advance_to(20);
+        assert_eq!(uniform.item_count(), 20);
+        assert!(
+            (0..1_000).all(|_| uniform.next(&mut rng) < 10),
+            "uniform keeps its range"
+        );
     }
 
     #[test]

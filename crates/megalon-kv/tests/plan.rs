@@ -1,0 +1,91 @@
+//! The benchmark runner's plans: keys of any length, YCSB's workloads with their
+//! operations (D's inserts, F's read-modify-writes), counted as YCSB counts them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use megalon_core::{Backing, HostOptions, MemoryKind, Pod, PodConfig};
+use megalon_kv::mix::{self, Choice, Plan};
+use megalon_kv::{Megalon, Store};
+use megalon_workload::Workload;
+
+fn store(key_bytes: u32) -> Store<Megalon> {
+    let config = PodConfig::new()
+        .scr_bytes(64 << 10)
+        .lnr_bytes(8 << 20)
+        .slot_size_bytes(128)
+        .max_key_bytes(key_bytes)
+        .max_hosts(2);
+    let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
+    let options = HostOptions::new().memory(MemoryKind::simulated(5));
+    Store::new(Megalon::join(pod, 2, &options).unwrap())
+}
+
+fn plan(choice: Choice, key_bytes: usize) -> Plan {
+    Plan {
+        keys: 500,
+        key_bytes,
+        value_bytes: 64,
+        choice,
+        seed: 11,
+    }
+}
+
+#[test]
+fn keys_have_the_length_asked_for() {
+    assert_eq!(mix::key_of_len(7, 16), mix::key(7));
+    assert_eq!(mix::key_of_len(7, 40).len(), 40);
+    assert_eq!(mix::key_of_len(7, 3).len(), mix::KEY_BYTES);
+    assert_ne!(mix::key_of_len(7, 40), mix::key_of_len(8, 40));
+}
+
+#[test]
+fn workload_d_inserts_new_keys_that_every_host_reads() {
+    let store = store(32);
+    let plan = plan(Choice::Ycsb(Workload::D), 32);
+    mix::load_all(&store, &plan, 2, |_| {}).unwrap();
+    let run = mix::run_plan(&store, &plan, 2, Duration::from_millis(300), |_, _| {}).unwrap();
+    let inserts = run.report.counter("creates").unwrap();
+    assert!(inserts > 0, "D inserted nothing");
+    assert_eq!(run.operations(), run.gets() + run.puts());
+    // The inserted keys follow the loaded ones, with no gap, and every host has them.
+    let mut kv = store.handle(1).unwrap();
+    for index in [plan.keys, plan.keys + inserts - 1] {
+        let key = mix::key_of_len(index, 32);
+        assert!(kv.get(&key).unwrap().is_some(), "key {index} missing");
+    }
+    assert!(kv
+        .get(&mix::key_of_len(plan.keys + inserts, 32))
+        .unwrap()
+        .is_none());
+}
+
+#[test]
+fn workload_f_counts_a_read_modify_write_once() {
+    let store = store(16);
+    let plan = plan(Choice::Ycsb(Workload::F), 16);
+    mix::load_all(&store, &plan, 2, |_| {}).unwrap();
+    let run = mix::run_plan(&store, &plan, 2, Duration::from_millis(300), |_, _| {}).unwrap();
+    // Half the operations read, half read and then write: gets = operations, puts ~ half.
+    assert_eq!(run.gets(), run.operations());
+    let half = run.puts() as f64 / run.operations() as f64;
+    assert!((0.45..0.55).contains(&half), "{half} of operations wrote");
+    assert_eq!(run.report.counter("creates"), Some(0));
+}
+
+#[test]
+fn a_mix_plan_runs_its_write_ratio() {
+    let store = store(16);
+    let plan = plan(
+        Choice::Mix {
+            write_ratio: 0.0,
+            skew: 0.99,
+        },
+        16,
+    );
+    mix::load_all(&store, &plan, 2, |_| {}).unwrap();
+    let run = mix::run_plan(&store, &plan, 2, Duration::from_millis(200), |_, _| {}).unwrap();
+    assert!(run.gets() > 0);
+    assert_eq!(run.puts(), 0);
+    assert_eq!(run.report.counter("writes"), Some(0));
+}
