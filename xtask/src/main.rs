@@ -8,6 +8,9 @@
 //! - `loom`: the loom models of the atomic protocols (`--cfg megalon_loom`).
 //! - `mutants`: for each protocol step, the tests with that one step switched off; every
 //!   step must be caught by some failing test.
+//! - `figures`: the paper's experiments rerun at a scale that fits the machine (the
+//!   `megalon-figures` binary, built in release): a CSV, SVG charts and summary rows
+//!   per figure; `--quick` runs all of them in a few minutes.
 //! - `stress`: several hosts and threads over one pod, a recorded history, checked for
 //!   linearizability; ends with one line saying so (exit 0) or naming the first violation
 //!   and the seed that reproduces it (exit 1).
@@ -48,6 +51,10 @@ fn usage() -> ExitCode {
                    example, loom (short), mutants\n  \
          loom      the loom models [--max-preemptions N] (default 3)\n  \
                   mutants   the tests once per protocol step switched off; every step must be caught\n  \
+         figures   the paper's experiments, scaled: CSV, SVG and a summary per figure
+            \
+                   [--quick] [--scale F] [--only 4,7] [--numa] (--help for all)
+  \
          stress    [--seconds S] [--hosts H] [--threads T] [--seed N] [--record-bits 8|16|32]\n            \
                    [--memory simulated|hardware]: a checked concurrent history"
     );
@@ -326,6 +333,11 @@ fn main() -> ExitCode {
         Some("ci") => return ci(),
         Some("loom") => loom(arg("--max-preemptions").unwrap_or("3")),
         Some("mutants") => mutants(),
+        Some("figures") => {
+            let mut run = vec!["run", "--release", "-p", "megalon-figures", "--"];
+            run.extend(args[1..].iter().map(String::as_str));
+            cargo_with(&run, &[])
+        }
         Some("stress") => {
             let names = [
                 "--seconds",

@@ -380,6 +380,18 @@ pub fn load_all<S: Scheme>(
     store: &Store<S>,
     plan: &Plan,
     workers: usize,
+    tick: impl FnMut(u64),
+) -> Result<()> {
+    load_all_on(store, plan, workers, &|_| {}, tick)
+}
+
+/// [`load_all`], each thread first calling `on_start` with its host (to pin it to the
+/// host's CPUs, say).
+pub fn load_all_on<S: Scheme>(
+    store: &Store<S>,
+    plan: &Plan,
+    workers: usize,
+    on_start: &(dyn Fn(usize) + Sync),
     mut tick: impl FnMut(u64),
 ) -> Result<()> {
     let hosts = store.scheme().hosts();
@@ -389,6 +401,7 @@ pub fn load_all<S: Scheme>(
             .map(|worker| {
                 let loaded = &loaded;
                 scope.spawn(move || {
+                    on_start(worker % hosts);
                     load_plan(
                         store,
                         worker % hosts,
@@ -418,6 +431,19 @@ pub fn run_plan<S: Scheme>(
     plan: &Plan,
     workers: usize,
     duration: Duration,
+    tick: impl FnMut(u64, Duration),
+) -> Result<MixRun> {
+    run_plan_on(store, plan, workers, duration, &|_| {}, tick)
+}
+
+/// [`run_plan`], each thread first calling `on_start` with its host (to pin it to the
+/// host's CPUs, say).
+pub fn run_plan_on<S: Scheme>(
+    store: &Store<S>,
+    plan: &Plan,
+    workers: usize,
+    duration: Duration,
+    on_start: &(dyn Fn(usize) + Sync),
     mut tick: impl FnMut(u64, Duration),
 ) -> Result<MixRun> {
     let hosts = store.scheme().hosts();
@@ -430,6 +456,7 @@ pub fn run_plan<S: Scheme>(
             .map(|worker| {
                 let (inserts, done, stop) = (&inserts, &done, &stop);
                 scope.spawn(move || {
+                    on_start(worker % hosts);
                     run_plan_worker(
                         store,
                         worker % hosts,
