@@ -243,7 +243,13 @@ impl RingGeometry {
         c.add(Counter::LinesInvalidated, 1);
         let mut header = [0u8; RING_HEADER_BYTES as usize];
         memory.read(entry, &mut header);
-        debug_assert_eq!(header[8..16], ticket.to_le_bytes());
+        // The server echoes the ticket: a response line that is not this request's (a
+        // stale line, a lost write-back) is a broken protocol, not an answer.
+        assert_eq!(
+            header[8..16],
+            ticket.to_le_bytes(),
+            "response of ring entry {ticket} is not the server's"
+        );
         let response = Response {
             status: header[1],
             detail: u64::from_le_bytes(header[16..24].try_into().expect("8 bytes")),
@@ -316,7 +322,13 @@ impl RingGeometry {
         memory.read(entry, &mut buf[..header]);
         let key_len = u16::from_le_bytes([buf[2], buf[3]]) as usize;
         let payload_len = u32::from_le_bytes(buf[4..8].try_into().expect("4 bytes")) as usize;
-        debug_assert_eq!(buf[8..16], claimed.ticket.to_le_bytes());
+        // The sender wrote its ticket: any other value is a stale or lost request line.
+        assert_eq!(
+            buf[8..16],
+            claimed.ticket.to_le_bytes(),
+            "request in ring entry {} is not its sender's",
+            claimed.ticket
+        );
         let payload_at = header + key_area(key_len) as usize;
         let end = payload_at + payload_len;
         let op = if (end as u64) <= self.entry_bytes {
