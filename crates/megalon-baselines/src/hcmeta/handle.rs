@@ -16,7 +16,6 @@ use super::ring::Op;
 use super::{Inner, SERVE_BATCH};
 
 /// One thread's access to the objects, through one host. Not shared between threads.
-#[derive(Debug)]
 pub struct HcMetaHandle {
     inner: Arc<Inner>,
     host: usize,
@@ -59,6 +58,15 @@ fn call(
     decode(response, owner, &inner.settings)
 }
 
+impl std::fmt::Debug for HcMetaHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HcMetaHandle")
+            .field("scheme", &self.inner.config.name())
+            .field("host", &self.host)
+            .finish_non_exhaustive()
+    }
+}
+
 impl HcMetaHandle {
     pub(crate) fn new(inner: &Arc<Inner>, host: usize) -> Result<Self> {
         let state = inner.hosts.get(host).ok_or(Error::UnknownHost {
@@ -69,7 +77,7 @@ impl HcMetaHandle {
             inner: Arc::clone(inner),
             host,
             counters: state.counters.register(),
-            request: vec![0; state.serving.lock().len()],
+            request: vec![0; inner.ring_entry_bytes()],
         })
     }
 

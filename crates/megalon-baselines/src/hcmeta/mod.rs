@@ -39,7 +39,8 @@
 //!
 //! **Serving.** Every handle polls its host's ring at each operation (two SCR loads) and
 //! serves it while it waits for a reply of its own; a background thread per host serves
-//! when no worker does (spinning briefly, then sleeping tens of microseconds). Every
+//! when no worker does (spinning briefly, then sleeping tens of microseconds, a few
+//! hundred once idle for a while). Every
 //! wait on another host is bounded: an owner that stops serving makes its requesters
 //! fail with [`Error::OwnerUnresponsive`](megalon_kv::Error::OwnerUnresponsive).
 //!
@@ -108,8 +109,14 @@ pub const MIN_RING_ENTRIES: u64 = 4;
 const SERVE_BATCH: usize = 8;
 /// Polls the background server makes spinning before it starts to sleep.
 const IDLE_SPINS: u32 = 64;
-/// The background server's shortest sleep; it sleeps up to five times this when idle.
+/// The background server's sleep between polls once it has spun (timer slack makes it
+/// longer in practice, around 60 us on Linux).
 const IDLE_SLEEP: Duration = Duration::from_micros(10);
+/// Sleeps after which an idle background server sleeps [`LONG_IDLE_SLEEP`] instead: a
+/// host whose workers are busy is served by their polls anyway.
+const LONG_IDLE_ROUNDS: u32 = 200;
+/// The background server's sleep once it has been idle for a while.
+const LONG_IDLE_SLEEP: Duration = Duration::from_micros(200);
 
 /// Where an owner's rows live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -346,7 +353,6 @@ pub(crate) struct Settings {
 }
 
 /// What the scheme, its handles and its server threads share.
-#[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) pod: Arc<Pod>,
     pub(crate) config: HcMetaConfig,
@@ -356,11 +362,26 @@ pub(crate) struct Inner {
     stop: AtomicBool,
 }
 
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HcMeta")
+            .field("name", &self.config.name())
+            .field("config", &self.config)
+            .field("shared_objects_per_host", &self.sizes.shared_per_host)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Inner {
+    /// Bytes of a ring entry (a handle's scratch request).
+    pub(crate) fn ring_entry_bytes(&self) -> usize {
+        self.sizes.ring_entry_bytes as usize
+    }
+
     /// Serves up to `max` requests waiting on host `host`'s ring, if no other thread of
-    /// the host is serving and the host has not been stopped. `poller`: the counters of
-    /// the thread that polls (the background server does not count its idle polls).
-    /// Returns the requests served.
+    /// the host is serving and the host has not been stopped; `c` counts what it does.
+    /// `count_poll`: whether the poll's two SCR loads count too (the background server
+    /// does not count its idle polls). Returns the requests served.
     pub(crate) fn serve(&self, host: usize, c: &Counters, count_poll: bool, max: usize) -> usize {
         let state = &self.hosts[host];
         if state.stopped.load(Ordering::Relaxed)
@@ -391,7 +412,8 @@ impl Inner {
 }
 
 /// Host `host`'s background server: serves its ring when no worker does; spins a
-/// little when idle, then sleeps, so that it does not keep a core busy.
+/// little when idle, then sleeps tens of microseconds, then (idle for longer) a few
+/// hundred, so that it does not keep a core busy.
 fn background(inner: Arc<Inner>, host: usize) {
     let c = inner.hosts[host].counters.register();
     let mut idle = 0u32;
@@ -405,18 +427,25 @@ fn background(inner: Arc<Inner>, host: usize) {
             for _ in 0..32 {
                 std::hint::spin_loop();
             }
+        } else if idle <= IDLE_SPINS + LONG_IDLE_ROUNDS {
+            std::thread::sleep(IDLE_SLEEP);
         } else {
-            std::thread::sleep(IDLE_SLEEP * (idle - IDLE_SPINS).min(5));
+            std::thread::sleep(LONG_IDLE_SLEEP);
         }
     }
 }
 
 /// An HCMeta scheme: a pod, the hosts this process runs on it, a server thread per host.
 /// Dropping it stops the server threads (handles still serve while they work).
-#[derive(Debug)]
 pub struct HcMeta {
     inner: Arc<Inner>,
     servers: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for HcMeta {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
 }
 
 /// The pod for `sizes`: the application regions hold everything; the core's own

@@ -53,7 +53,6 @@ static ZEROS: [u8; 4096] = [0; 4096];
 
 /// One row of a partition (Tigon's local row, less the tuple in HCMeta, where it is in
 /// LNR).
-#[derive(Debug)]
 pub(crate) struct Row {
     live: bool,
     /// HCMeta: the owner's cache may hold lines of the row not yet written back.
@@ -69,7 +68,6 @@ pub(crate) struct Row {
     local: Box<[u8]>,
 }
 
-#[derive(Debug)]
 struct ShareState {
     free_entries: Vec<u32>,
     /// The CLOCK hand: the next entry it looks at.
@@ -82,7 +80,6 @@ struct ShareState {
 type Shard = RwLock<HashTable<(Box<[u8]>, u32, u32)>>;
 
 /// One host.
-#[derive(Debug)]
 pub(crate) struct HostState {
     pub(crate) id: usize,
     pub(crate) memory: Memory,
@@ -98,6 +95,16 @@ pub(crate) struct HostState {
     /// Set to make the host stop answering requests (failure experiments).
     pub(crate) stopped: AtomicBool,
     pub(crate) counters: Registry,
+}
+
+impl std::fmt::Debug for HostState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostState")
+            .field("id", &self.id)
+            .field("rows", &self.rows.len())
+            .field("shared_now", &self.shared_now())
+            .finish_non_exhaustive()
+    }
 }
 
 fn lines(bytes: u64) -> u64 {

@@ -3,9 +3,12 @@
 
 use std::time::{Duration, Instant};
 
-const SPINS: u32 = 32;
-const YIELDS: u32 = 32;
-const MAX_SLEEP: Duration = Duration::from_micros(200);
+const SPINS: u32 = 16;
+/// After spinning, a waiter yields its core until it has waited this long, then sleeps:
+/// hosts emulated by threads share few cores, and the thread we wait for may need ours.
+const YIELD_FOR: Duration = Duration::from_millis(1);
+/// Then it sleeps this long between looks.
+const SLEEP: Duration = Duration::from_micros(50);
 
 /// A bounded wait. Call [`Backoff::snooze`] each time the awaited condition is false.
 #[derive(Debug)]
@@ -32,11 +35,10 @@ impl Backoff {
             for _ in 0..(1u32 << self.rounds.min(6)) {
                 std::hint::spin_loop();
             }
-        } else if self.rounds <= SPINS + YIELDS {
+        } else if self.started.elapsed() < YIELD_FOR {
             std::thread::yield_now();
         } else {
-            let sleep = Duration::from_micros(u64::from(self.rounds - SPINS - YIELDS) * 5);
-            std::thread::sleep(sleep.min(MAX_SLEEP));
+            std::thread::sleep(SLEEP);
         }
         self.started.elapsed() < self.limit
     }
