@@ -232,3 +232,48 @@ fn an_owner_that_stops_serving_is_named_within_the_wait_limit() {
         Some(&b"new"[..])
     );
 }
+
+/// A write that covers only part of an object keeps the rest as the last write left it,
+/// on every host, even when the writer's cache holds stale lines of the object: the
+/// writer (whose bitmap bit is clear) invalidates the lines it does not fully cover.
+#[test]
+fn a_partial_write_keeps_the_rest_of_the_object() {
+    use megalon_core::SimulatedConfig;
+    use megalon_kv::SchemeHandle;
+    for placement in [Placement::Cxl, Placement::Local] {
+        let config = HcMetaConfig::new(3, 64, 128)
+            .scr_budget_bytes(Some(8 * scr_bytes_per_shared_object(32)))
+            .placement(placement);
+        // No random evictions: stale lines stay until invalidated.
+        let scheme = HcMeta::new(config, |host| {
+            MemoryKind::Simulated(SimulatedConfig {
+                seed: host as u64,
+                capacity_lines: 4096,
+                random_eviction_one_in: 0,
+            })
+        })
+        .unwrap();
+        let key = (0..)
+            .map(|i| format!("key{i}"))
+            .find(|key| scheme.owner_of(key.as_bytes()) == 0)
+            .unwrap();
+        let key = key.as_bytes();
+        let mut hosts: Vec<_> = (0..3).map(|h| scheme.handle(h).unwrap()).collect();
+        let read = |handle: &mut megalon_baselines::HcMetaHandle| {
+            let mut buf = [0u8; 128];
+            assert_eq!(handle.read(key, &mut buf, &|_| 128).unwrap(), 128);
+            buf
+        };
+        hosts[0].create(key, &[0xaa; 128]).unwrap();
+        // Host 1 caches both lines; host 2 then rewrites the object; host 1 writes its
+        // first 8 bytes.
+        assert_eq!(read(&mut hosts[1]), [0xaa; 128]);
+        hosts[2].write(key, &[0xbb; 128]).unwrap();
+        hosts[1].write(key, &[0xcc; 8]).unwrap();
+        let mut expected = [0xbb; 128];
+        expected[..8].fill(0xcc);
+        for (host, handle) in hosts.iter_mut().enumerate() {
+            assert_eq!(read(handle), expected, "{placement:?}: host {host}");
+        }
+    }
+}
