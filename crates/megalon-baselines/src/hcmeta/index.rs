@@ -19,7 +19,7 @@
 //! - A reader finds the key at entry `e`, and before it locks `e`'s record the owner
 //!   unshares the object and shares another one in `e`: the unshare unlinked `e` from
 //!   the key's bucket (changing its word) before it freed the record. So a reader
-//!   re-checks the bucket word *after* taking the record's lock ([`IndexGeometry::unchanged`]):
+//!   re-checks the bucket word *after* taking the record's lock (`IndexGeometry::unchanged`):
 //!   unchanged, the entry still holds its key, and the lock keeps it there.
 //! - A reader misses a key that is there (the bucket stayed odd while it looked): it asks
 //!   the owner, who answers that the object is shared; a miss costs a message, never
