@@ -188,16 +188,19 @@ fn a_full_partition_is_a_typed_error() {
 #[test]
 fn an_owner_that_stops_serving_is_named_within_the_wait_limit() {
     let wait_limit = Duration::from_millis(300);
+    // Room to share one object per host.
     let config = HcMetaConfig::new(2, 64, 128)
-        .scr_budget_bytes(Some(4 * scr_bytes_per_shared_object(32)))
+        .scr_budget_bytes(Some(scr_bytes_per_shared_object(32)))
         .wait_limit(wait_limit);
     let store = Store::new(HcMeta::new(config, |h| MemoryKind::simulated(h as u64)).unwrap());
-    let key = (0..)
+    let mut keys = (0..)
         .map(|i| format!("key{i}"))
-        .find(|key| store.scheme().owner_of(key.as_bytes()) == 1)
-        .unwrap();
-    // Host 1 creates its key (unshared); host 0 would have to ask for it.
+        .filter(|key| store.scheme().owner_of(key.as_bytes()) == 1);
+    let (filler, key) = (keys.next().unwrap(), keys.next().unwrap());
+    // Host 1 creates two keys: the first takes its one shared entry, the second stays
+    // unshared, so host 0 would have to ask for it.
     let mut owner = store.handle(1).unwrap();
+    owner.insert(filler.as_bytes(), b"filler").unwrap();
     owner.insert(key.as_bytes(), b"value").unwrap();
     store.scheme().set_serving(1, false).unwrap();
     let mut other = store.handle(0).unwrap();

@@ -112,6 +112,8 @@ fn hcmeta_unlimited_is_linearizable_and_never_unshares() {
     let seed = seed_from_env(0x4c_0003);
     let report = run(config(None, Placement::Cxl), seed, 10_000);
     assert_did_the_work(&report);
+    // Every object is shared when it is created: nothing is shared on demand.
     assert!(counter(&report, "shares") > 0);
     assert_eq!(counter(&report, "unshares"), 0);
+    assert_eq!(counter(&report, "churn"), 0);
 }

@@ -25,7 +25,8 @@ pub struct HcMetaHandle {
 }
 
 /// Sends `op` on `key` (and `payload`) to `owner` from host `me`, serving `me`'s ring
-/// while waiting, and turns the answer into a result.
+/// while waiting, and turns the answer into a result (its detail: for a share, 1 if
+/// the request shared the object).
 #[allow(clippy::too_many_arguments)]
 fn call(
     inner: &Inner,
@@ -36,7 +37,7 @@ fn call(
     op: Op,
     key: &[u8],
     payload: &[u8],
-) -> Result<()> {
+) -> Result<u64> {
     c.add(Counter::Rpcs, 1);
     let response = inner.hosts[owner]
         .geometry
@@ -135,15 +136,16 @@ impl HcMetaHandle {
         let inner: &Inner = inner;
         let s = &inner.settings;
         let index = &inner.hosts[owner].geometry.index;
-        let mut asked = false;
+        let mut churned = false;
         for _ in 0..=s.max_retries {
             let Some(found): Option<Found> = index.find(&inner.pod, hash, key, c) else {
-                // Not shared: churn. Ask the owner to share it (or say it does not exist).
-                if !asked {
+                // Not shared, or not there: ask the owner to share it (or say it does
+                // not exist). If our request shared it, that is churn.
+                let shared = call(inner, *host, c, request, owner, Op::Share, key, &[])?;
+                if shared == 1 && !churned {
                     c.add(Counter::Churn, 1);
-                    asked = true;
+                    churned = true;
                 }
-                call(inner, *host, c, request, owner, Op::Share, key, &[])?;
                 continue;
             };
             let record = index.record(&inner.pod, found.entry);
@@ -190,7 +192,14 @@ impl SchemeHandle for HcMetaHandle {
         let inner: &Inner = &self.inner;
         let owner = hash.owner(inner.settings.hosts);
         if owner == self.host {
-            inner.hosts[owner].create(&inner.settings, hash, key, object)?;
+            inner.hosts[owner].create(
+                &inner.pod,
+                &inner.settings,
+                hash,
+                key,
+                object,
+                &self.counters,
+            )?;
         } else {
             call(
                 inner,

@@ -48,7 +48,8 @@
 //! `reads`, `writes`, `creates`, `deletes` (operations done), `retries` (a lookup that
 //! turned stale), `waits for a lock`, `lines invalidated`, `lines written back`, `SCR
 //! atomics` (loads, stores and read-modify-writes of SCR words, ring polls included),
-//! `churn` (operations that found their object unshared and asked its owner), `rpcs`,
+//! `churn` (operations that found their object unshared and had its owner share it),
+//! `rpcs` (every request: also creates, deletes, and lookups of keys that do not exist),
 //! `requests served`, `shares`, `unshares`, `clock bits cleared`, `rows copied`
 //! (HCMeta-Local's copies between DRAM and LNR). Gauges: `shared objects`, `shareable
 //! objects`, `objects`. The SCR list covers the application SCR (the pod's own regions,

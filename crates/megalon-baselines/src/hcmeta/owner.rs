@@ -51,6 +51,13 @@ pub(crate) const STATUS_BAD_REQUEST: u8 = 8;
 /// Zeros, for the unused end of a created object.
 static ZEROS: [u8; 4096] = [0; 4096];
 
+/// Whether sharing may unshare another object to make room.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Evict {
+    Yes,
+    No,
+}
+
 /// One row of a partition (Tigon's local row, less the tuple in HCMeta, where it is in
 /// LNR).
 pub(crate) struct Row {
@@ -295,13 +302,17 @@ impl HostState {
         Err(retries_exhausted(s))
     }
 
-    /// Creates object `key` in this host's partition, unshared. Returns its row.
+    /// Creates object `key` in this host's partition, and shares it if the budget has
+    /// a free entry (SCR nobody uses helps nobody: with no budget, no object is ever
+    /// shared on demand), without unsharing another.
     pub(crate) fn create(
         &self,
+        pod: &Pod,
         s: &Settings,
         hash: KeyHash,
         key: &[u8],
         object: &[u8],
+        c: &Counters,
     ) -> Result<()> {
         let mut shard = self.shards[hash.shard(SHARDS)].write();
         if shard.find(hash.table(), |(k, _, _)| **k == *key).is_some() {
@@ -341,6 +352,7 @@ impl HostState {
                     row.local[object.len()..].fill(0);
                 }
             }
+            self.share_row(pod, s, row_id, &mut row, key, Evict::No, c)?;
             row.generation
         };
         shard.insert_unique(
@@ -396,6 +408,7 @@ impl HostState {
     // ---- sharing and unsharing ----
 
     /// Shares object `key` if it exists and is not shared (the server, for a request).
+    /// Returns whether this call shared it (`false`: it was shared already).
     fn share_key(
         &self,
         pod: &Pod,
@@ -403,7 +416,7 @@ impl HostState {
         hash: KeyHash,
         key: &[u8],
         c: &Counters,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         for _ in 0..=s.max_retries {
             let (row_id, generation) = self.lookup(hash, key).ok_or(Error::UnknownKey)?;
             let mut row = self.rows[row_id].write();
@@ -411,16 +424,19 @@ impl HostState {
                 continue;
             }
             if row.entry != NO_ENTRY {
-                return Ok(()); // shared by an earlier request
+                return Ok(false); // shared by an earlier request
             }
-            return self.share_row(pod, s, row_id as u32, &mut row, key, c);
+            return self.share_row(pod, s, row_id as u32, &mut row, key, Evict::Yes, c);
         }
         Err(retries_exhausted(s))
     }
 
-    /// Shares row `row_id` (latched by the caller): takes a free entry, or unshares
-    /// another object with CLOCK to free one; makes the row's bytes reach memory; sets
-    /// the record (only this host's bit) and links the entry into the index.
+    /// Shares row `row_id` (latched by the caller): takes a free entry, or (if `evict`
+    /// says so) unshares another object with CLOCK to free one; makes the row's bytes
+    /// reach memory; sets the record (only this host's bit) and links the entry into
+    /// the index. Without a free entry and without evicting, leaves the row unshared.
+    /// Returns whether it shared the row.
+    #[allow(clippy::too_many_arguments)]
     fn share_row(
         &self,
         pod: &Pod,
@@ -428,13 +444,15 @@ impl HostState {
         row_id: u32,
         row: &mut Row,
         key: &[u8],
+        evict: Evict,
         c: &Counters,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         debug_assert_eq!(row.entry, NO_ENTRY);
         let mut share = self.share.lock();
-        let entry = match share.free_entries.pop() {
-            Some(entry) => entry,
-            None => self.evict(pod, s, &mut share, c)?,
+        let entry = match (share.free_entries.pop(), evict) {
+            (Some(entry), _) => entry,
+            (None, Evict::Yes) => self.evict(pod, s, &mut share, c)?,
+            (None, Evict::No) => return Ok(false),
         };
         let object_lines = lines(s.object_bytes as u64);
         let at = match s.placement {
@@ -475,7 +493,7 @@ impl HostState {
         row.entry = entry;
         self.shared_now.fetch_add(1, Ordering::Relaxed);
         c.add(Counter::Shares, 1);
-        Ok(())
+        Ok(true)
     }
 
     /// CLOCK: moves the hand over the entries, clearing set clock bits, and unshares the
@@ -604,15 +622,17 @@ impl HostState {
             };
         }
         let result = match request.op.expect("checked") {
-            Op::Share => self.share_key(pod, s, hash, key, c),
+            Op::Share => self.share_key(pod, s, hash, key, c).map(u64::from),
             Op::Create => self
-                .create(s, hash, key, &buf[request.payload.clone()])
+                .create(pod, s, hash, key, &buf[request.payload.clone()], c)
                 .map(|()| {
                     // As Tigon does for a remote insert: the new object is shared for
-                    // the host that made it. If that fails, the create still stands.
+                    // the host that made it (unsharing another if need be). If that
+                    // fails, the create still stands.
                     let _ = self.share_key(pod, s, hash, key, c);
+                    0
                 }),
-            Op::Delete => self.delete(pod, s, hash, key, c),
+            Op::Delete => self.delete(pod, s, hash, key, c).map(|()| 0),
         };
         encode(result)
     }
@@ -624,10 +644,10 @@ fn retries_exhausted(s: &Settings) -> Error {
     })
 }
 
-/// A result as a response.
-fn encode(result: Result<()>) -> Response {
+/// A result (and its detail: for a share, whether it shared) as a response.
+fn encode(result: Result<u64>) -> Response {
     let (status, detail) = match result {
-        Ok(()) => (STATUS_DONE, 0),
+        Ok(detail) => (STATUS_DONE, detail),
         Err(Error::UnknownKey) => (STATUS_NOT_FOUND, 0),
         Err(Error::KeyExists) => (STATUS_EXISTS, 0),
         Err(Error::Core(megalon_core::Error::SlotsExhausted { slot_count, .. })) => {
@@ -645,11 +665,11 @@ fn encode(result: Result<()>) -> Response {
     Response { status, detail }
 }
 
-/// A response as a result, for the sender (`owner` answered it).
-pub(crate) fn decode(response: Response, owner: usize, s: &Settings) -> Result<()> {
+/// A response as a result (its detail), for the sender (`owner` answered it).
+pub(crate) fn decode(response: Response, owner: usize, s: &Settings) -> Result<u64> {
     let detail = response.detail;
     Err(match response.status {
-        STATUS_DONE => return Ok(()),
+        STATUS_DONE => return Ok(detail),
         STATUS_NOT_FOUND => Error::UnknownKey,
         STATUS_EXISTS => Error::KeyExists,
         STATUS_NO_ROW => Error::Core(megalon_core::Error::SlotsExhausted {
