@@ -35,7 +35,9 @@
 //!
 //! **Creates and deletes** of another host's key go to its owner through the ring (as in
 //! the paper's section 6.11); a remote create leaves the object shared, as Tigon's
-//! remote insert does.
+//! remote insert does. Any create shares the new object while the budget has a free
+//! entry (without unsharing another for it): so HCMeta-Unlimited shares every object
+//! when it is created and never on demand.
 //!
 //! **Serving.** Every handle polls its host's ring at each operation (two SCR loads) and
 //! serves it while it waits for a reply of its own; a background thread per host serves
