@@ -42,9 +42,9 @@
 //! **Serving.** Every handle polls its host's ring at each operation (two SCR loads) and
 //! serves it while it waits for a reply of its own; a background thread per host serves
 //! when no worker does (spinning briefly, then sleeping tens of microseconds, a few
-//! hundred once idle for a while). Every
-//! wait on another host is bounded: an owner that stops serving makes its requesters
-//! fail with [`Error::OwnerUnresponsive`](megalon_kv::Error::OwnerUnresponsive).
+//! hundred once idle for a while). Every wait on another host is bounded: an owner that
+//! stops serving makes its requesters fail with
+//! [`Error::OwnerUnresponsive`](megalon_kv::Error::OwnerUnresponsive).
 //!
 //! Report counters (summed over threads; each thread counts in a block of its own):
 //! `reads`, `writes`, `creates`, `deletes` (operations done), `retries` (a lookup that
