@@ -12,3 +12,7 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+
+pub mod hcmeta;
+
+pub use hcmeta::{HcMeta, HcMetaConfig, HcMetaHandle, Placement};

@@ -41,6 +41,16 @@ pub enum Error {
         /// Rounds tried.
         rounds: u32,
     },
+    /// The host that owns the key did not answer a request within the wait limit (it
+    /// stopped serving, or is stuck). The request was withdrawn unless the owner had
+    /// already taken it, in which case it may yet take effect.
+    #[error("host {owner}, which owns the key, did not answer within {waited_ms} ms")]
+    OwnerUnresponsive {
+        /// The owner.
+        owner: usize,
+        /// How long we waited.
+        waited_ms: u64,
+    },
     /// The sharing scheme failed (a full log, no SCR record to take, a host that does not
     /// answer, ...): see the inner error.
     #[error(transparent)]

@@ -1,0 +1,107 @@
+//! Event counters: each thread that works on a host (a handle, the host's background
+//! server) adds to a block of its own, with a plain load and store on a line no other
+//! thread writes; a report sums every block.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crossbeam::utils::CachePadded;
+use parking_lot::Mutex;
+
+/// What the counters count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub(crate) enum Counter {
+    Reads,
+    Writes,
+    Creates,
+    Deletes,
+    Retries,
+    LockWaits,
+    LinesInvalidated,
+    LinesWrittenBack,
+    ScrAtomics,
+    Churn,
+    Rpcs,
+    RequestsServed,
+    Shares,
+    Unshares,
+    ClockBitsCleared,
+    RowsCopied,
+}
+
+const COUNTERS: usize = Counter::RowsCopied as usize + 1;
+
+/// The counters' names in reports, in [`Counter`] order: the same names as megalon's
+/// report where they mean the same.
+pub(crate) const NAMES: [&str; COUNTERS] = [
+    "reads",
+    "writes",
+    "creates",
+    "deletes",
+    "retries",
+    "waits for a lock",
+    "lines invalidated",
+    "lines written back",
+    "SCR atomics",
+    "churn",
+    "rpcs",
+    "requests served",
+    "shares",
+    "unshares",
+    "clock bits cleared",
+    "rows copied",
+];
+
+/// One thread's counters.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    counts: [AtomicU64; COUNTERS],
+}
+
+impl Counters {
+    /// Adds `n` to `counter`. Only the owning thread calls this.
+    #[inline]
+    pub(crate) fn add(&self, counter: Counter, n: u64) {
+        let slot = &self.counts[counter as usize];
+        // Relaxed load and store: this thread is the only writer; a report may read a
+        // slightly old count, never a torn one.
+        slot.store(slot.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> [u64; COUNTERS] {
+        std::array::from_fn(|i| self.counts[i].load(Ordering::Relaxed))
+    }
+}
+
+/// A thread's block, padded to its own lines.
+pub(crate) type ThreadCounters = Arc<CachePadded<Counters>>;
+
+/// A host's threads' blocks.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    threads: Mutex<Vec<ThreadCounters>>,
+}
+
+impl Registry {
+    /// A new block for a thread (at handle creation, never on an operation).
+    pub(crate) fn register(&self) -> ThreadCounters {
+        let block: ThreadCounters = Arc::default();
+        self.threads.lock().push(Arc::clone(&block));
+        block
+    }
+
+    /// Adds every block's counts into `sums`.
+    pub(crate) fn sum_into(&self, sums: &mut [u64; COUNTERS]) {
+        for block in self.threads.lock().iter() {
+            for (sum, count) in sums.iter_mut().zip(block.snapshot()) {
+                *sum += count;
+            }
+        }
+    }
+}
+
+/// Zeroed sums for [`Registry::sum_into`].
+pub(crate) fn zero_sums() -> [u64; COUNTERS] {
+    [0; COUNTERS]
+}

@@ -1,0 +1,313 @@
+//! A thread's handle on one host: the operations of the [`SchemeHandle`] trait, on the
+//! host's own partition (through its local index and latches) or on another host's
+//! (through that owner's CXL index and records, asking the owner when the object is not
+//! shared).
+
+use std::sync::Arc;
+
+use megalon_kv::{Error, Result, SchemeHandle};
+
+use super::counters::{Counter, ThreadCounters};
+use super::hash::KeyHash;
+use super::index::Found;
+use super::owner::{busy, decode, shared_read, shared_write};
+use super::record::{self, NotLocked, CLOCK};
+use super::ring::Op;
+use super::{Inner, SERVE_BATCH};
+
+/// One thread's access to the objects, through one host. Not shared between threads.
+pub struct HcMetaHandle {
+    inner: Arc<Inner>,
+    host: usize,
+    counters: ThreadCounters,
+    /// The scratch ring entry this thread's requests are built in.
+    request: Vec<u8>,
+}
+
+/// Sends `op` on `key` (and `payload`) to `owner` from host `me`, serving `me`'s ring
+/// while waiting, and turns the answer into a result (its detail: for a share, 1 if
+/// the request shared the object).
+#[allow(clippy::too_many_arguments)]
+fn call(
+    inner: &Inner,
+    me: usize,
+    c: &ThreadCounters,
+    request: &mut [u8],
+    owner: usize,
+    op: Op,
+    key: &[u8],
+    payload: &[u8],
+) -> Result<u64> {
+    c.add(Counter::Rpcs, 1);
+    let response = inner.hosts[owner]
+        .geometry
+        .ring
+        .call(
+            &inner.pod,
+            &inner.hosts[me].memory,
+            request,
+            op,
+            key,
+            payload,
+            inner.settings.wait_limit,
+            c,
+            &mut || {
+                inner.serve(me, c, true, SERVE_BATCH);
+            },
+        )
+        .map_err(|waited_ms| Error::OwnerUnresponsive { owner, waited_ms })?;
+    decode(response, owner, &inner.settings)
+}
+
+impl std::fmt::Debug for HcMetaHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HcMetaHandle")
+            .field("scheme", &self.inner.config.name())
+            .field("host", &self.host)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HcMetaHandle {
+    pub(crate) fn new(inner: &Arc<Inner>, host: usize) -> Result<Self> {
+        let state = inner.hosts.get(host).ok_or(Error::UnknownHost {
+            host,
+            hosts: inner.hosts.len(),
+        })?;
+        Ok(Self {
+            inner: Arc::clone(inner),
+            host,
+            counters: state.counters.register(),
+            request: vec![0; inner.ring_entry_bytes()],
+        })
+    }
+
+    /// The host this handle works on.
+    pub fn host(&self) -> usize {
+        self.host
+    }
+
+    /// Serves requests waiting on this host's ring (what every operation does first).
+    pub fn poll(&self) -> usize {
+        self.inner
+            .serve(self.host, &self.counters, true, SERVE_BATCH)
+    }
+
+    fn check_key(&self, key: &[u8]) -> Result<KeyHash> {
+        let max_key_bytes = self.inner.settings.max_key_bytes;
+        if key.len() > max_key_bytes {
+            return Err(Error::KeyTooLarge {
+                key_bytes: key.len(),
+                max_key_bytes,
+            });
+        }
+        Ok(KeyHash::of(key))
+    }
+
+    fn check_object(&self, object: &[u8]) -> Result<()> {
+        let object_bytes = self.inner.settings.object_bytes;
+        if object.len() > object_bytes {
+            return Err(Error::ValueTooLarge {
+                value_bytes: object.len(),
+                max_value_bytes: object_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Locks the record of `key`'s object, owned by host `owner` (not this one): finds
+    /// it in the owner's CXL index, asking the owner to share the object when it is not
+    /// there; locks it (shared to read, exclusive to write, setting its clock bit); and
+    /// checks the index still maps the key to it. Returns the entry and the record word
+    /// once locked.
+    fn remote_lock(
+        &mut self,
+        owner: usize,
+        hash: KeyHash,
+        key: &[u8],
+        write: bool,
+    ) -> Result<(u32, u64)> {
+        let Self {
+            inner,
+            host,
+            counters: c,
+            request,
+        } = self;
+        let inner: &Inner = inner;
+        let s = &inner.settings;
+        let index = &inner.hosts[owner].geometry.index;
+        let mut churned = false;
+        for _ in 0..=s.max_retries {
+            let Some(found): Option<Found> = index.find(&inner.pod, hash, key, c) else {
+                // Not shared, or not there: ask the owner to share it (or say it does
+                // not exist). If our request shared it, that is churn.
+                let shared = call(inner, *host, c, request, owner, Op::Share, key, &[])?;
+                if shared == 1 && !churned {
+                    c.add(Counter::Churn, 1);
+                    churned = true;
+                }
+                continue;
+            };
+            let record = index.record(&inner.pod, found.entry);
+            let locked = if write {
+                record::write_lock(record, CLOCK, s.wait_limit, c)
+            } else {
+                record::read_lock(record, CLOCK, s.wait_limit, c)
+            };
+            let word = match locked {
+                Ok(word) => word,
+                Err(NotLocked::Stale) => {
+                    // Unshared (or deleted) since we looked: look again.
+                    c.add(Counter::Retries, 1);
+                    continue;
+                }
+                Err(busy_lock) => return Err(busy(found.entry, busy_lock)),
+            };
+            // Locked, the record cannot be unshared; but it may have been unshared and
+            // reused for another object between the lookup and the lock. The owner
+            // unlinks an entry before it frees its record, so an unchanged bucket means
+            // the entry is still this key's.
+            if !index.unchanged(&inner.pod, &found, c) {
+                if write {
+                    record::write_abandon(record, word, c);
+                } else {
+                    record::read_unlock(record, 0, c);
+                }
+                c.add(Counter::Retries, 1);
+                continue;
+            }
+            return Ok((found.entry, word));
+        }
+        Err(Error::Core(megalon_core::Error::RetriesExhausted {
+            retries: s.max_retries,
+        }))
+    }
+}
+
+impl SchemeHandle for HcMetaHandle {
+    fn create(&mut self, key: &[u8], object: &[u8]) -> Result<()> {
+        let hash = self.check_key(key)?;
+        self.check_object(object)?;
+        self.poll();
+        let inner: &Inner = &self.inner;
+        let owner = hash.owner(inner.settings.hosts);
+        if owner == self.host {
+            inner.hosts[owner].create(
+                &inner.pod,
+                &inner.settings,
+                hash,
+                key,
+                object,
+                &self.counters,
+            )?;
+        } else {
+            call(
+                inner,
+                self.host,
+                &self.counters,
+                &mut self.request,
+                owner,
+                Op::Create,
+                key,
+                object,
+            )?;
+        }
+        self.counters.add(Counter::Creates, 1);
+        Ok(())
+    }
+
+    fn write(&mut self, key: &[u8], object: &[u8]) -> Result<()> {
+        let hash = self.check_key(key)?;
+        self.check_object(object)?;
+        self.poll();
+        let owner = hash.owner(self.inner.settings.hosts);
+        if owner == self.host {
+            let inner: &Inner = &self.inner;
+            return inner.hosts[owner].write(
+                &inner.pod,
+                &inner.settings,
+                hash,
+                key,
+                object,
+                &self.counters,
+            );
+        }
+        let (entry, word) = self.remote_lock(owner, hash, key, true)?;
+        let inner: &Inner = &self.inner;
+        let c = &self.counters;
+        shared_write(
+            &inner.hosts[self.host].memory,
+            &inner.settings,
+            self.host,
+            word,
+            object,
+            c,
+        );
+        let record = inner.hosts[owner].geometry.index.record(&inner.pod, entry);
+        record::write_unlock(record, word, self.host, c);
+        c.add(Counter::Writes, 1);
+        Ok(())
+    }
+
+    fn read(
+        &mut self,
+        key: &[u8],
+        buf: &mut [u8],
+        extent: &dyn Fn(&[u8]) -> usize,
+    ) -> Result<usize> {
+        let hash = self.check_key(key)?;
+        self.poll();
+        let owner = hash.owner(self.inner.settings.hosts);
+        if owner == self.host {
+            let inner: &Inner = &self.inner;
+            return inner.hosts[owner].read(
+                &inner.pod,
+                &inner.settings,
+                hash,
+                key,
+                buf,
+                extent,
+                &self.counters,
+            );
+        }
+        let (entry, word) = self.remote_lock(owner, hash, key, false)?;
+        let inner: &Inner = &self.inner;
+        let c = &self.counters;
+        let (read, set) = shared_read(
+            &inner.hosts[self.host].memory,
+            &inner.settings,
+            self.host,
+            word,
+            buf,
+            extent,
+            c,
+        );
+        let record = inner.hosts[owner].geometry.index.record(&inner.pod, entry);
+        record::read_unlock(record, set, c);
+        c.add(Counter::Reads, 1);
+        Ok(read)
+    }
+
+    fn delete(&mut self, key: &[u8]) -> Result<()> {
+        let hash = self.check_key(key)?;
+        self.poll();
+        let inner: &Inner = &self.inner;
+        let owner = hash.owner(inner.settings.hosts);
+        if owner == self.host {
+            inner.hosts[owner].delete(&inner.pod, &inner.settings, hash, key, &self.counters)?;
+        } else {
+            call(
+                inner,
+                self.host,
+                &self.counters,
+                &mut self.request,
+                owner,
+                Op::Delete,
+                key,
+                &[],
+            )?;
+        }
+        self.counters.add(Counter::Deletes, 1);
+        Ok(())
+    }
+}

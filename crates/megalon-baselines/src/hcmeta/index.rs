@@ -1,0 +1,265 @@
+//! One owner's CXL index, in SCR: a chained hash table with inline keys, mapping a
+//! shared object's key to its entry, whose first word is the object's record.
+//!
+//! ```text
+//! bucket b:  version (32 bits) | head (entry + 1, 0: empty)
+//! entry e:   record word | link: key length (32 bits) | next (entry + 1) | key words...
+//! ```
+//!
+//! There are as many buckets as entries. The owner is the only writer; every host reads
+//! it concurrently. Each bucket word is a seqlock over its chain: the owner makes the
+//! version odd, changes links or keys, then stores the next even version with the new
+//! head; a reader loads the bucket word, walks the chain, and trusts what it found only
+//! if the bucket word is unchanged afterwards.
+//!
+//! Race cases:
+//! - A reader walks into an entry that the owner unlinks and reuses for another key
+//!   (possibly in another bucket): the unlink changed the reader's bucket word, so the
+//!   reader's check fails and it looks again.
+//! - A reader finds the key at entry `e`, and before it locks `e`'s record the owner
+//!   unshares the object and shares another one in `e`: the unshare unlinked `e` from
+//!   the key's bucket (changing its word) before it freed the record. So a reader
+//!   re-checks the bucket word *after* taking the record's lock (`IndexGeometry::unchanged`):
+//!   unchanged, the entry still holds its key, and the lock keeps it there.
+//! - A reader misses a key that is there (the bucket stayed odd while it looked): it asks
+//!   the owner, who answers that the object is shared; a miss costs a message, never
+//!   a wrong answer.
+
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+use megalon_core::Pod;
+
+use super::counters::{Counter, Counters};
+use super::hash::KeyHash;
+
+/// Times a reader looks at a bucket whose version stays odd or changes under it before
+/// it gives up and asks the owner.
+const FIND_ATTEMPTS: u32 = 64;
+const VERSION_ONE: u64 = 1 << 32;
+
+/// Where one owner's index is.
+#[derive(Clone, Debug)]
+pub(crate) struct IndexGeometry {
+    /// The first bucket word (absolute offset in the pod).
+    pub(crate) buckets_offset: u64,
+    /// The first entry (absolute offset).
+    pub(crate) entries_offset: u64,
+    /// Entries, and buckets.
+    pub(crate) entries: u64,
+    /// Bytes of an entry.
+    pub(crate) entry_bytes: u64,
+    /// Words of an inline key.
+    pub(crate) key_words: u64,
+}
+
+/// A key found in the index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Found {
+    bucket: u64,
+    bucket_word: u64,
+    /// The key's entry (and record).
+    pub(crate) entry: u32,
+}
+
+/// Word `i` of `key`, zero-padded.
+#[inline]
+fn key_word(key: &[u8], i: usize) -> u64 {
+    let start = i * 8;
+    let end = (start + 8).min(key.len());
+    let mut bytes = [0u8; 8];
+    bytes[..end - start].copy_from_slice(&key[start..end]);
+    u64::from_le_bytes(bytes)
+}
+
+impl IndexGeometry {
+    fn bucket<'p>(&self, pod: &'p Pod, bucket: u64) -> &'p AtomicU64 {
+        debug_assert!(bucket < self.entries);
+        pod.scr_u64(self.buckets_offset + bucket * 8)
+    }
+
+    fn entry_offset(&self, entry: u32) -> u64 {
+        debug_assert!(u64::from(entry) < self.entries);
+        self.entries_offset + u64::from(entry) * self.entry_bytes
+    }
+
+    /// Entry `entry`'s record word.
+    pub(crate) fn record<'p>(&self, pod: &'p Pod, entry: u32) -> &'p AtomicU64 {
+        pod.scr_u64(self.entry_offset(entry))
+    }
+
+    fn link<'p>(&self, pod: &'p Pod, entry: u32) -> &'p AtomicU64 {
+        pod.scr_u64(self.entry_offset(entry) + 8)
+    }
+
+    fn key<'p>(&self, pod: &'p Pod, entry: u32, word: u64) -> &'p AtomicU64 {
+        debug_assert!(word < self.key_words);
+        pod.scr_u64(self.entry_offset(entry) + 16 + word * 8)
+    }
+
+    fn key_equals(&self, pod: &Pod, entry: u32, key: &[u8], c: &Counters) -> bool {
+        let words = key.len().div_ceil(8);
+        c.add(Counter::ScrAtomics, words as u64);
+        (0..words)
+            .all(|i| self.key(pod, entry, i as u64).load(Ordering::Relaxed) == key_word(key, i))
+    }
+
+    /// Looks `key` up (any host). `None`: not shared, or the owner kept changing the
+    /// bucket while we looked.
+    pub(crate) fn find(&self, pod: &Pod, hash: KeyHash, key: &[u8], c: &Counters) -> Option<Found> {
+        let b = hash.bucket(self.entries);
+        let bucket = self.bucket(pod, b);
+        for _ in 0..FIND_ATTEMPTS {
+            // Acquire: pairs with the owner's Release store of this word; the chain it
+            // published is visible.
+            let bucket_word = bucket.load(Ordering::Acquire);
+            c.add(Counter::ScrAtomics, 1);
+            if (bucket_word >> 32) & 1 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let mut next = bucket_word as u32;
+            let mut found = None;
+            let mut steps = 0u64;
+            while next != 0 && steps < self.entries {
+                let entry = next - 1;
+                if u64::from(entry) >= self.entries {
+                    break; // a torn chain; the check below fails
+                }
+                let link = self.link(pod, entry).load(Ordering::Relaxed);
+                c.add(Counter::ScrAtomics, 1);
+                if (link >> 32) as usize == key.len() && self.key_equals(pod, entry, key, c) {
+                    found = Some(entry);
+                    break;
+                }
+                next = link as u32;
+                steps += 1;
+            }
+            // The seqlock reader's fence: the chain's loads above happen before the
+            // check below (an Acquire load would not keep them from moving after it).
+            fence(Ordering::Acquire);
+            c.add(Counter::ScrAtomics, 1);
+            if bucket.load(Ordering::Relaxed) == bucket_word {
+                return found.map(|entry| Found {
+                    bucket: b,
+                    bucket_word,
+                    entry,
+                });
+            }
+        }
+        None
+    }
+
+    /// Whether what `found` saw is still so: no entry was linked into or out of its
+    /// bucket since. A reader asks this after locking the entry's record.
+    pub(crate) fn unchanged(&self, pod: &Pod, found: &Found, c: &Counters) -> bool {
+        c.add(Counter::ScrAtomics, 1);
+        self.bucket(pod, found.bucket).load(Ordering::Acquire) == found.bucket_word
+    }
+
+    /// Starts changing bucket `b` (owner only): its version turns odd. Returns the
+    /// word before.
+    fn begin(&self, pod: &Pod, b: u64, c: &Counters) -> u64 {
+        let bucket = self.bucket(pod, b);
+        let word = bucket.load(Ordering::Relaxed);
+        debug_assert_eq!((word >> 32) & 1, 0, "only the owner changes its index");
+        bucket.store(word.wrapping_add(VERSION_ONE), Ordering::Relaxed);
+        // The seqlock writer's fence: the odd version is ordered before the changes that
+        // follow; a reader that sees any of them sees the version changed.
+        fence(Ordering::Release);
+        c.add(Counter::ScrAtomics, 2);
+        word
+    }
+
+    /// Ends changing bucket `b` (owner only): the next even version with `head`.
+    fn end(&self, pod: &Pod, b: u64, before: u64, head: u32, c: &Counters) {
+        let version = (before >> 32).wrapping_add(2) << 32;
+        c.add(Counter::ScrAtomics, 1);
+        // Release: pairs with a reader's Acquire load of the bucket word.
+        self.bucket(pod, b)
+            .store(version | u64::from(head), Ordering::Release);
+    }
+
+    /// Links `entry`, holding `key`, at the head of its bucket (owner only). The entry's
+    /// record must be set before: a reader may lock it as soon as it is linked.
+    pub(crate) fn insert(&self, pod: &Pod, hash: KeyHash, key: &[u8], entry: u32, c: &Counters) {
+        debug_assert!(key.len() as u64 <= self.key_words * 8);
+        let b = hash.bucket(self.entries);
+        let before = self.begin(pod, b, c);
+        let words = key.len().div_ceil(8);
+        for i in 0..words {
+            self.key(pod, entry, i as u64)
+                .store(key_word(key, i), Ordering::Relaxed);
+        }
+        self.link(pod, entry).store(
+            (key.len() as u64) << 32 | u64::from(before as u32),
+            Ordering::Relaxed,
+        );
+        c.add(Counter::ScrAtomics, words as u64 + 1);
+        self.end(pod, b, before, entry + 1, c);
+    }
+
+    /// Unlinks `entry` from the bucket of `hash` (owner only).
+    pub(crate) fn remove(&self, pod: &Pod, hash: KeyHash, entry: u32, c: &Counters) {
+        let b = hash.bucket(self.entries);
+        let before = self.begin(pod, b, c);
+        let after = self.link(pod, entry).load(Ordering::Relaxed) as u32;
+        let mut head = before as u32;
+        if head == entry + 1 {
+            head = after;
+        } else {
+            let mut at = head;
+            loop {
+                assert!(at != 0, "entry {entry} is not in its bucket's chain");
+                let link = self.link(pod, at - 1);
+                let word = link.load(Ordering::Relaxed);
+                c.add(Counter::ScrAtomics, 1);
+                if word as u32 == entry + 1 {
+                    link.store((word & !0xffff_ffff) | u64::from(after), Ordering::Relaxed);
+                    c.add(Counter::ScrAtomics, 1);
+                    break;
+                }
+                at = word as u32;
+            }
+        }
+        c.add(Counter::ScrAtomics, 1);
+        self.end(pod, b, before, head, c);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use megalon_core::{Backing, PodConfig};
+
+    #[test]
+    fn inserted_keys_are_found_until_removed() {
+        let pod = Pod::create(&PodConfig::new().app_scr_bytes(64 << 10), Backing::heap()).unwrap();
+        let geometry = IndexGeometry {
+            buckets_offset: pod.layout().app_scr_offset,
+            entries_offset: pod.layout().app_scr_offset + 8 * 4,
+            entries: 4,
+            entry_bytes: 16 + 16,
+            key_words: 2,
+        };
+        let c = Counters::default();
+        let keys: [&[u8]; 4] = [b"a", b"bb", b"ccccccccc", b"dddddddd"];
+        for (entry, key) in keys.iter().enumerate() {
+            geometry.insert(&pod, KeyHash::of(key), key, entry as u32, &c);
+        }
+        for (entry, key) in keys.iter().enumerate() {
+            let found = geometry.find(&pod, KeyHash::of(key), key, &c).unwrap();
+            assert_eq!(found.entry, entry as u32);
+            assert!(geometry.unchanged(&pod, &found, &c));
+        }
+        assert!(geometry.find(&pod, KeyHash::of(b"x"), b"x", &c).is_none());
+        assert!(geometry
+            .find(&pod, KeyHash::of(b"ccccccccd"), b"ccccccccd", &c)
+            .is_none());
+        let found = geometry.find(&pod, KeyHash::of(b"bb"), b"bb", &c).unwrap();
+        for (entry, key) in keys.iter().enumerate().rev() {
+            geometry.remove(&pod, KeyHash::of(key), entry as u32, &c);
+            assert!(geometry.find(&pod, KeyHash::of(key), key, &c).is_none());
+        }
+        assert!(!geometry.unchanged(&pod, &found, &c));
+    }
+}
