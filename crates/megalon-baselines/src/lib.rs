@@ -14,5 +14,6 @@
 #![warn(missing_docs)]
 
 pub mod hcmeta;
+pub mod lineup;
 
 pub use hcmeta::{HcMeta, HcMetaConfig, HcMetaHandle, Placement};
