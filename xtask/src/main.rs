@@ -49,7 +49,8 @@ fn usage() -> ExitCode {
          loom      the loom models [--max-preemptions N] (default 3)\n  \
                   mutants   the tests once per protocol step switched off; every step must be caught\n  \
          stress    [--seconds S] [--hosts H] [--threads T] [--seed N] [--record-bits 8|16|32]\n            \
-                   [--memory simulated|hardware]: a checked concurrent history"
+                   [--memory simulated|hardware] [--coherence split|all-log]: a checked\n            \
+                   concurrent history"
     );
     ExitCode::from(2)
 }
@@ -334,6 +335,7 @@ fn main() -> ExitCode {
                 "--seed",
                 "--record-bits",
                 "--memory",
+                "--coherence",
             ];
             let flags: Vec<(&str, String)> = names
                 .iter()
