@@ -12,3 +12,5 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+
+pub mod all_log;
