@@ -56,7 +56,8 @@ fn usage() -> ExitCode {
                    [--quick] [--scale F] [--only 4,7] [--numa] (--help for all)
   \
          stress    [--seconds S] [--hosts H] [--threads T] [--seed N] [--record-bits 8|16|32]\n            \
-                   [--memory simulated|hardware]: a checked concurrent history"
+                   [--memory simulated|hardware] [--coherence split|all-log]: a checked\n            \
+                   concurrent history"
     );
     ExitCode::from(2)
 }
@@ -346,6 +347,7 @@ fn main() -> ExitCode {
                 "--seed",
                 "--record-bits",
                 "--memory",
+                "--coherence",
             ];
             let flags: Vec<(&str, String)> = names
                 .iter()

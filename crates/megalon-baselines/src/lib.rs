@@ -13,7 +13,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod all_log;
 pub mod hcmeta;
 pub mod lineup;
 
+pub use all_log::AllLog;
 pub use hcmeta::{HcMeta, HcMetaConfig, HcMetaHandle, Placement};

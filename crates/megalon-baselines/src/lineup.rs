@@ -9,10 +9,13 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use megalon_core::{Backing, HostOptions, MemoryKind, Pod, PodConfig, LINE_BYTES, PAGE_BYTES};
+use megalon_core::{
+    Backing, Coherence, HostOptions, MemoryKind, Pod, PodConfig, LINE_BYTES, PAGE_BYTES,
+};
 use megalon_kv::mix::{self, Choice, Inserts, MixRun, Plan};
 use megalon_kv::{Megalon, Scheme, Store, LENGTH_PREFIX_BYTES};
 
+use crate::all_log::AllLog;
 use crate::hcmeta::{HcMeta, HcMetaConfig, Placement};
 
 /// Which scheme.
@@ -331,6 +334,14 @@ pub fn build(kind: Kind, setup: &Setup) -> Result<Box<dyn Bench>, String> {
                 store: Store::new(scheme),
             }))
         }
-        Kind::AllLog => Err(format!("{} is not built yet", kind.name())),
+        Kind::AllLog => {
+            let config = setup.megalon_config().coherence(Coherence::AllLog);
+            let pod = Pod::create(&config, setup.backing()).map_err(|e| err(&e))?;
+            let scheme = AllLog::join(Arc::new(pod), setup.hosts, &HostOptions::new())
+                .map_err(|e| err(&e))?;
+            Ok(Box::new(Loaded {
+                store: Store::new(scheme),
+            }))
+        }
     }
 }

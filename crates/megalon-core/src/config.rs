@@ -22,6 +22,49 @@ pub const LOG_ENTRY_HEADER_BYTES: u64 = 32;
 /// The record widths a pod supports, in bits (2 of them are the free and lock bits).
 pub const RECORD_WIDTHS_BITS: [u32; 3] = [8, 16, 32];
 
+/// How the hosts of a pod keep objects coherent: a pod-level mode, fixed at creation and
+/// stored in the header, because every host must follow the same protocol.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Coherence {
+    /// megalon: the index is replicated through the log, while locks and counters live in
+    /// coherence records in the SCR, allocated only for objects that are written.
+    #[default]
+    Split,
+    /// The AllLog variant (the paper's section 6.10): no coherence records at all; every
+    /// object's lock holder and counter are part of the replicated index, and every lock
+    /// and unlock is a log event that every host replays. The baseline that shows what
+    /// the split saves.
+    AllLog,
+}
+
+impl Coherence {
+    /// The value stored in the pod header.
+    pub fn to_u32(self) -> u32 {
+        match self {
+            Coherence::Split => 0,
+            Coherence::AllLog => 1,
+        }
+    }
+
+    /// The mode a header value names, if any.
+    pub fn from_u32(value: u32) -> Option<Coherence> {
+        match value {
+            0 => Some(Coherence::Split),
+            1 => Some(Coherence::AllLog),
+            _ => None,
+        }
+    }
+
+    /// A short name for reports: `"split"` or `"all-log"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Coherence::Split => "split",
+            Coherence::AllLog => "all-log",
+        }
+    }
+}
+
 /// The sizes of a pod, fixed when it is created; a builder.
 ///
 /// ```
@@ -65,6 +108,9 @@ pub struct PodConfig {
     /// reached through [`Memory`](crate::Memory) with its flush rules. The page cache keeps
     /// its access counts there. Taken from what would be slots.
     pub app_lnr_bytes: u64,
+    /// How hosts keep objects coherent: [`Coherence::Split`] (megalon, the default) or
+    /// [`Coherence::AllLog`] (the baseline with every lock and unlock in the log).
+    pub coherence: Coherence,
 }
 
 impl Default for PodConfig {
@@ -79,6 +125,7 @@ impl Default for PodConfig {
             max_hosts: 8,
             app_scr_bytes: 0,
             app_lnr_bytes: 0,
+            coherence: Coherence::Split,
         }
     }
 }
@@ -96,7 +143,7 @@ macro_rules! setter {
 
 impl PodConfig {
     /// The defaults: 1 MiB SCR, 64 MiB LNR, 1 KiB slots, 64-byte keys, 4096 log entries,
-    /// 32-bit records, 8 hosts.
+    /// 32-bit records, 8 hosts, split coherence.
     pub fn new() -> Self {
         Self::default()
     }
@@ -119,6 +166,8 @@ impl PodConfig {
         app_scr_bytes: u64);
     setter!(/// Sets [`PodConfig::app_lnr_bytes`].
         app_lnr_bytes: u64);
+    setter!(/// Sets [`PodConfig::coherence`].
+        coherence: Coherence);
 
     /// Bytes of one log entry: its header and the longest key, rounded up to whole lines.
     pub fn log_entry_bytes(&self) -> u64 {
@@ -235,6 +284,11 @@ impl PodConfig {
             ("max_hosts", self.max_hosts.into(), other.max_hosts.into()),
             ("app_scr_bytes", self.app_scr_bytes, other.app_scr_bytes),
             ("app_lnr_bytes", self.app_lnr_bytes, other.app_lnr_bytes),
+            (
+                "coherence",
+                self.coherence.to_u32().into(),
+                other.coherence.to_u32().into(),
+            ),
         ]
         .into_iter()
         .find(|(_, a, b)| a != b)

@@ -29,9 +29,12 @@ pub(crate) enum Counter {
     RecordDeallocs,
     Wraps,
     Churn,
+    LockEvents,
+    LockEventsLost,
+    UnlockEvents,
 }
 
-const COUNTERS: usize = Counter::Churn as usize + 1;
+const COUNTERS: usize = Counter::UnlockEvents as usize + 1;
 
 /// Counts of events, for one thread or summed over a host's threads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -68,6 +71,14 @@ pub struct EventCounts {
     pub wraps: u64,
     /// Allocations that first had to take another object's record.
     pub churn: u64,
+    /// `Lock` events appended that took an object's replicated lock (pods with
+    /// [`Coherence::AllLog`](crate::Coherence): one per write and per delete of an
+    /// object that exists).
+    pub lock_events: u64,
+    /// `Lock` events appended that lost: another host's lock came first in the log.
+    pub lock_events_lost: u64,
+    /// `Unlock` events appended (AllLog: one per write).
+    pub unlock_events: u64,
 }
 
 impl EventCounts {
@@ -90,6 +101,9 @@ impl EventCounts {
             record_deallocs: a[RecordDeallocs as usize],
             wraps: a[Wraps as usize],
             churn: a[Churn as usize],
+            lock_events: a[LockEvents as usize],
+            lock_events_lost: a[LockEventsLost as usize],
+            unlock_events: a[UnlockEvents as usize],
         }
     }
 
@@ -130,6 +144,9 @@ impl EventCounts {
         a[RecordDeallocs as usize] = self.record_deallocs;
         a[Wraps as usize] = self.wraps;
         a[Churn as usize] = self.churn;
+        a[LockEvents as usize] = self.lock_events;
+        a[LockEventsLost as usize] = self.lock_events_lost;
+        a[UnlockEvents as usize] = self.unlock_events;
         a
     }
 }

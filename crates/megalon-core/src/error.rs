@@ -156,6 +156,12 @@ pub enum Error {
         /// What the layout check said.
         reason: Box<Error>,
     },
+    /// The header names a coherence mode this build does not know.
+    #[error("coherence mode {found} is not one this build knows (0: split, 1: all-log)")]
+    UnknownCoherence {
+        /// The value in the header.
+        found: u32,
+    },
     /// The pod was created with another value of a parameter than the caller expects.
     #[error("pod has {parameter} = {in_pod}, the caller expects {expected}")]
     ParameterMismatch {
@@ -318,6 +324,15 @@ pub enum Error {
     RecordBusy {
         /// The record.
         record: u32,
+        /// How long we waited.
+        waited_ms: u64,
+    },
+    /// An object's replicated lock (in a pod with [`Coherence::AllLog`](crate::Coherence))
+    /// stayed held past the wait limit.
+    #[error("the object stayed locked by host {holder} for {waited_ms} ms")]
+    ObjectLocked {
+        /// The host holding the lock when we gave up.
+        holder: u32,
         /// How long we waited.
         waited_ms: u64,
     },

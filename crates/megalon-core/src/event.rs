@@ -22,10 +22,16 @@ use crate::config::LOG_ENTRY_HEADER_BYTES;
 use crate::error::{Error, Result};
 use crate::host::HostId;
 
-/// Version of the entry format and of the meaning of every kind.
-pub const LOG_FORMAT_VERSION: u32 = 1;
+/// Version of the entry format and of the meaning of every kind. Version 2 adds `Lock`
+/// and `Unlock` (pods with [`Coherence::AllLog`](crate::Coherence)).
+pub const LOG_FORMAT_VERSION: u32 = 2;
 /// A record id that means "no record".
 pub const NO_RECORD: u32 = u32::MAX;
+/// In a pod with [`Coherence::AllLog`](crate::Coherence), the `record` of a delete whose
+/// appender holds the object's replicated lock (it won a `Lock` event). Never a record
+/// id: ids stay below [`crate::MAX_RECORDS`].
+pub const LOCK_HELD: u32 = u32::MAX - 1;
+const _: () = assert!(crate::layout::MAX_RECORDS <= LOCK_HELD as u64);
 
 const KIND_AT: usize = 8;
 const HOST_AT: usize = 9;
@@ -57,6 +63,10 @@ pub enum Event<'k> {
     /// record whose lock the appender holds. If the object got another record in the
     /// meantime (an alloc that came first in the log), the delete loses and changes nothing.
     /// The slot of a deleted object goes to the appender's free slots.
+    ///
+    /// In a pod with [`Coherence::AllLog`](crate::Coherence) objects have no records:
+    /// `record` is [`LOCK_HELD`] (the appender holds the object's replicated lock; it wins
+    /// if it still does) or [`NO_RECORD`] (it wins only if no host holds the lock).
     Delete {
         /// The object.
         key: &'k [u8],
@@ -101,6 +111,19 @@ pub enum Event<'k> {
         /// The object.
         key: &'k [u8],
     },
+    /// Pods with [`Coherence::AllLog`](crate::Coherence) only: the appender takes `key`'s
+    /// replicated lock to write (or delete) it. The first `Lock` on an unlocked object
+    /// wins; one on a locked object loses and changes nothing.
+    Lock {
+        /// The object.
+        key: &'k [u8],
+    },
+    /// Pods with [`Coherence::AllLog`](crate::Coherence) only: the lock holder has
+    /// written the object back; its counter moves on by 2 and the lock is released.
+    Unlock {
+        /// The object.
+        key: &'k [u8],
+    },
     /// The appender gives `count` of its free slots from `first` on to host `to`.
     GrantSlots {
         /// The receiving host.
@@ -125,6 +148,8 @@ enum Kind {
     GrantSlots = 8,
     MoveToHost = 9,
     MoveToCxl = 10,
+    Lock = 11,
+    Unlock = 12,
 }
 
 impl Kind {
@@ -140,6 +165,8 @@ impl Kind {
             8 => Kind::GrantSlots,
             9 => Kind::MoveToHost,
             10 => Kind::MoveToCxl,
+            11 => Kind::Lock,
+            12 => Kind::Unlock,
             _ => return None,
         })
     }
@@ -167,7 +194,9 @@ impl<'k> Event<'k> {
             | Event::RecordDealloc { key, .. }
             | Event::Wrap { key }
             | Event::MoveToHost { key, .. }
-            | Event::MoveToCxl { key } => Some(key),
+            | Event::MoveToCxl { key }
+            | Event::Lock { key }
+            | Event::Unlock { key } => Some(key),
             Event::ClaimSlots { .. } | Event::NeedSlots { .. } | Event::GrantSlots { .. } => None,
         }
     }
@@ -187,6 +216,8 @@ impl<'k> Event<'k> {
             Event::GrantSlots { to, first, count } => (Kind::GrantSlots, &[], to, first, count),
             Event::MoveToHost { key, host } => (Kind::MoveToHost, key, host, 0, 0),
             Event::MoveToCxl { key } => (Kind::MoveToCxl, key, NO_RECORD, 0, 0),
+            Event::Lock { key } => (Kind::Lock, key, NO_RECORD, 0, 0),
+            Event::Unlock { key } => (Kind::Unlock, key, NO_RECORD, 0, 0),
         };
         assert!(
             KEY_AT + key.len() <= buf.len(),
@@ -229,6 +260,8 @@ impl<'k> Event<'k> {
             },
             Kind::MoveToHost => Event::MoveToHost { key, host: record },
             Kind::MoveToCxl => Event::MoveToCxl { key },
+            Kind::Lock => Event::Lock { key },
+            Kind::Unlock => Event::Unlock { key },
         };
         Ok((host, event))
     }
@@ -253,6 +286,8 @@ enum OwnedKind {
     GrantSlots { to: HostId, first: u64, count: u64 },
     MoveToHost { host: HostId },
     MoveToCxl,
+    Lock,
+    Unlock,
 }
 
 impl OwnedEvent {
@@ -269,6 +304,8 @@ impl OwnedEvent {
             Event::GrantSlots { to, first, count } => OwnedKind::GrantSlots { to, first, count },
             Event::MoveToHost { host, .. } => OwnedKind::MoveToHost { host },
             Event::MoveToCxl { .. } => OwnedKind::MoveToCxl,
+            Event::Lock { .. } => OwnedKind::Lock,
+            Event::Unlock { .. } => OwnedKind::Unlock,
         };
         Self {
             kind,
@@ -290,6 +327,8 @@ impl OwnedEvent {
             OwnedKind::GrantSlots { to, first, count } => Event::GrantSlots { to, first, count },
             OwnedKind::MoveToHost { host } => Event::MoveToHost { key, host },
             OwnedKind::MoveToCxl => Event::MoveToCxl { key },
+            OwnedKind::Lock => Event::Lock { key },
+            OwnedKind::Unlock => Event::Unlock { key },
         }
     }
 }
@@ -318,6 +357,12 @@ mod tests {
             },
             Event::MoveToHost { key, host: 3 },
             Event::MoveToCxl { key },
+            Event::Lock { key },
+            Event::Unlock { key },
+            Event::Delete {
+                key,
+                record: LOCK_HELD,
+            },
         ]
     }
 

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use crate::config::PodConfig;
+use crate::config::{Coherence, PodConfig};
 use crate::error::{Error, Result};
 use crate::event::LOG_FORMAT_VERSION;
 use crate::layout::{Layout, HEADER_REGION_BYTES};
@@ -15,8 +15,9 @@ use crate::layout::{Layout, HEADER_REGION_BYTES};
 /// First eight bytes of every pod: `"MEGALON\0"` read as a little-endian `u64`.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"MEGALON\0");
 /// Version of the layout and of everything stored in the pod. Bumped whenever any format
-/// in the pod changes; a pod of another version is refused when opened.
-pub const LAYOUT_VERSION: u32 = 2;
+/// in the pod changes; a pod of another version is refused when opened. Version 3 stores
+/// the pod's [`Coherence`] mode where version 2 had a reserved zero word.
+pub const LAYOUT_VERSION: u32 = 3;
 /// Bytes of the encoded header.
 pub const HEADER_BYTES: usize = 104;
 
@@ -52,8 +53,8 @@ pub struct PodHeader {
     pub log_entry_bytes: u32,
     /// [`crate::event::LOG_FORMAT_VERSION`]: the format and meaning of log entries.
     pub log_format_version: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// [`PodConfig::coherence`], as [`Coherence::to_u32`] stores it.
+    pub coherence: u32,
     /// [`PodConfig::app_scr_bytes`].
     pub app_scr_bytes: u64,
     /// [`PodConfig::app_lnr_bytes`].
@@ -90,7 +91,7 @@ impl PodHeader {
             max_hosts: c.max_hosts,
             log_entry_bytes: layout.log_entry_bytes as u32,
             log_format_version: LOG_FORMAT_VERSION,
-            reserved: 0,
+            coherence: c.coherence.to_u32(),
             app_scr_bytes: c.app_scr_bytes,
             app_lnr_bytes: c.app_lnr_bytes,
             checksum: 0,
@@ -99,7 +100,8 @@ impl PodHeader {
         header
     }
 
-    /// The configuration the header describes.
+    /// The configuration the header describes. (A coherence value no build writes reads
+    /// as the default; [`PodHeader::decode`] refuses such a header.)
     pub fn config(&self) -> PodConfig {
         PodConfig {
             scr_bytes: self.scr_bytes,
@@ -111,6 +113,7 @@ impl PodHeader {
             max_hosts: self.max_hosts,
             app_scr_bytes: self.app_scr_bytes,
             app_lnr_bytes: self.app_lnr_bytes,
+            coherence: Coherence::from_u32(self.coherence).unwrap_or_default(),
         }
     }
 
@@ -135,7 +138,7 @@ impl PodHeader {
         put(&self.max_hosts.to_le_bytes());
         put(&self.log_entry_bytes.to_le_bytes());
         put(&self.log_format_version.to_le_bytes());
-        put(&self.reserved.to_le_bytes());
+        put(&self.coherence.to_le_bytes());
         put(&self.app_scr_bytes.to_le_bytes());
         put(&self.app_lnr_bytes.to_le_bytes());
         put(&self.checksum.to_le_bytes());
@@ -163,7 +166,7 @@ impl PodHeader {
             max_hosts: u32_at(64),
             log_entry_bytes: u32_at(68),
             log_format_version: u32_at(72),
-            reserved: u32_at(76),
+            coherence: u32_at(76),
             app_scr_bytes: u64_at(80),
             app_lnr_bytes: u64_at(88),
             checksum: u64_at(96),
@@ -200,6 +203,11 @@ impl PodHeader {
             path: path.to_owned(),
             reason: Box::new(reason),
         };
+        if Coherence::from_u32(header.coherence).is_none() {
+            return Err(invalid(Error::UnknownCoherence {
+                found: header.coherence,
+            }));
+        }
         let layout = Layout::compute(&header.config()).map_err(invalid)?;
         // A header whose checksum matches was written by some build of this version; its
         // derived fields must agree with what this build derives, or the two builds

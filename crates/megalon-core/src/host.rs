@@ -16,13 +16,14 @@ use std::time::Duration;
 
 use crate::backoff::Backoff;
 use crate::combiner::Combiner;
+use crate::config::Coherence;
 use crate::error::{Error, Result};
 use crate::event::{Event, OwnedEvent};
 use crate::log::Log;
 use crate::memory::{Memory, MemoryKind};
 use crate::mutants::{self, Step};
 use crate::pod::Pod;
-use crate::replica::{Index, IndexEntry, Outcome, Replica};
+use crate::replica::{Index, IndexEntry, Outcome, Replica, ReplicatedLock};
 use crate::slot::{slot_claim_batch, SlotPool};
 use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering};
 
@@ -270,6 +271,9 @@ struct Shared {
     slots: Mutex<SlotPool>,
     combiner: Combiner,
     options: HostOptions,
+    /// The pod's coherence is [`Coherence::AllLog`]: the object protocol takes the AllLog
+    /// path (one predictable branch at the top of each operation).
+    all_log: bool,
     counters: Counters,
     /// Per-thread event counters of the object protocol.
     events: crate::counters::Registry,
@@ -319,7 +323,8 @@ impl Host {
 
         let layout = pod.layout();
         let log = Log::new(pod);
-        let index = Index::new(layout.slot_count, layout.record_count, max_hosts);
+        let coherence = layout.config.coherence;
+        let index = Index::new(layout.slot_count, layout.record_count, max_hosts, coherence);
         let replica = Replica::new(index, log.entry_bytes());
         let claim_chunk_slots = slot_claim_batch(layout.slot_count, max_hosts);
         let shared = Arc::new(Shared {
@@ -331,6 +336,7 @@ impl Host {
             slots: Mutex::new(SlotPool::default()),
             combiner: Combiner::default(),
             options,
+            all_log: coherence == Coherence::AllLog,
             counters: Counters::default(),
             events: crate::counters::Registry::default(),
             events_id: crate::counters::Registry::new_id(),
@@ -392,6 +398,19 @@ impl Host {
         self.shared.check_key(key)?;
         self.shared.catch_up()?;
         Ok(self.shared.replica.index.read().lookup(key))
+    }
+
+    /// The replicated lock and counter of object `key`, linearizably (as
+    /// [`Host::lookup`]), in a pod with [`Coherence::AllLog`]; `None` if there is no such
+    /// object or the pod's coherence is split (its objects' locks are records in the SCR).
+    pub fn replicated_lock(&self, key: &[u8]) -> Result<Option<ReplicatedLock>> {
+        self.shared.check_key(key)?;
+        if !self.shared.all_log {
+            return Ok(None);
+        }
+        self.shared.catch_up()?;
+        let index = self.shared.replica.index.read();
+        Ok(index.lookup_locked(key).map(|(_, lock)| lock))
     }
 
     /// Creates object `key` holding `value`: writes the bytes into a free slot this host

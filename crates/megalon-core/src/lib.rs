@@ -58,7 +58,7 @@ mod slot;
 mod sync;
 
 pub use config::{
-    PodConfig, LINE_BYTES, LOG_ENTRY_HEADER_BYTES, MAX_HOSTS_LIMIT, MAX_KEY_BYTES_LIMIT,
+    Coherence, PodConfig, LINE_BYTES, LOG_ENTRY_HEADER_BYTES, MAX_HOSTS_LIMIT, MAX_KEY_BYTES_LIMIT,
     MAX_SLOT_SIZE_BYTES, MIN_LOG_CAPACITY_ENTRIES, PAGE_BYTES, RECORD_WIDTHS_BITS,
 };
 pub use counters::EventCounts;
@@ -72,5 +72,5 @@ pub use host::{
 pub use layout::{Layout, ScrUsage, HEADER_REGION_BYTES, MAX_RECORDS, MAX_SLOTS};
 pub use memory::{Memory, MemoryKind, SimulatedConfig, SimulatedStats};
 pub use pod::{numa_nodes, Backing, BackingKind, Pod};
-pub use replica::{IndexEntry, Outcome};
+pub use replica::{IndexEntry, Outcome, ReplicatedLock};
 pub use slot::slot_claim_batch;

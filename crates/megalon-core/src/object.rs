@@ -22,6 +22,10 @@
 //!   up again, finds the stamp changed, restores the record and starts over.
 //! - Two hosts allocate a record for the same object: both claimed a free record, both
 //!   append; the second in log order loses, frees its record and uses the winner's.
+//!
+//! A pod with [`Coherence::AllLog`](crate::Coherence) has no records: its reads, writes
+//! and deletes take the path in `all_log.rs`, chosen by one branch at the top of each
+//! operation.
 
 use super::{Host, Shared};
 use crate::backoff::Backoff;
@@ -32,6 +36,9 @@ use crate::mutants::{self, Step};
 use crate::record::{RecordWord, Records};
 use crate::replica::{IndexEntry, Outcome};
 use crate::sync::{AtomicU64, Ordering};
+
+#[path = "all_log.rs"]
+mod all_log;
 
 /// Random probes for a free record before a linear scan.
 const FREE_RECORD_PROBES: u32 = 64;
@@ -50,8 +57,20 @@ pub struct ReadTicket {
     stamp: u64,
     offset: u64,
     len: usize,
-    /// The record and the (even) counter seen at the start, for read-write-shared objects.
-    record: Option<(u32, u32)>,
+    /// What `read_end` checks besides the stamp.
+    guard: Guard,
+}
+
+/// What guards a read besides the object's stamp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Guard {
+    /// A read-shared object: only the log can change it, and the stamp says whether it did.
+    Log,
+    /// A read-write-shared object: its record and the (even) counter seen at the start.
+    Record { record: u32, counter: u32 },
+    /// An object in a pod with AllLog coherence: the replicated counter seen at the start
+    /// (the stamp guards it; the counter is what this host's lines are once it succeeds).
+    Replicated { counter: u32 },
 }
 
 impl ReadTicket {
@@ -99,7 +118,9 @@ impl WriteTicket<'_> {
         self.state.expect("live ticket").len
     }
 
-    /// The object's coherence record, locked by this write.
+    /// The object's coherence record, locked by this write; [`NO_RECORD`] in a pod with
+    /// [`Coherence::AllLog`](crate::Coherence), where the lock is replicated through the
+    /// log instead.
     pub fn record(&self) -> u32 {
         self.state.expect("live ticket").record
     }
@@ -379,6 +400,9 @@ impl Shared {
     }
 
     fn read_start(&self, key: &[u8], c: &ThreadCounters) -> Result<ReadTicket> {
+        if self.all_log {
+            return self.read_start_all_log(key, c);
+        }
         let records = Records::new(&self.pod);
         let mut backoff: Option<Backoff> = None;
         loop {
@@ -398,7 +422,7 @@ impl Shared {
                     stamp: entry.stamp,
                     offset,
                     len,
-                    record: None,
+                    guard: Guard::Log,
                 });
             };
             let word = records.load(record);
@@ -416,7 +440,10 @@ impl Shared {
                     stamp: entry.stamp,
                     offset,
                     len,
-                    record: Some((record, word.counter)),
+                    guard: Guard::Record {
+                        record,
+                        counter: word.counter,
+                    },
                 });
             }
             // A write is in progress (odd counter), or the record was freed by a
@@ -457,7 +484,7 @@ impl Shared {
             c.add(Counter::RetryEvent, 1);
             return Ok(false);
         }
-        if let Some((record, counter)) = ticket.record {
+        if let Guard::Record { record, counter } = ticket.guard {
             // 5. The record: same counter, still in use.
             let word = Records::new(&self.pod).load(record);
             c.add(Counter::ScrAtomics, 1);
@@ -481,6 +508,12 @@ impl Shared {
             if current.is_some() {
                 index.set_host_counter(ticket.handle, Some(counter));
             }
+        } else if let Guard::Replicated { counter } = ticket.guard {
+            // AllLog: the unchanged stamp says no Lock was applied since read_start, so
+            // no write overlapped the copy, and this host's lines are of version `counter`.
+            if current.is_some() {
+                index.set_host_counter(ticket.handle, Some(counter));
+            }
         }
         c.add(Counter::Reads, 1);
         Ok(true)
@@ -491,6 +524,9 @@ impl Shared {
     }
 
     fn write_start_counted(&self, key: &[u8], c: &ThreadCounters) -> Result<(WriteState, u32)> {
+        if self.all_log {
+            return self.write_start_all_log(key, c);
+        }
         let records = Records::new(&self.pod);
         // Made on the first wait only: an uncontended write never reads the clock.
         let mut backoff: Option<Backoff> = None;
@@ -592,6 +628,9 @@ impl Shared {
     }
 
     fn write_end(&self, state: WriteState, c: &ThreadCounters) -> Result<()> {
+        if self.all_log {
+            return self.write_end_all_log(state, c);
+        }
         let records = Records::new(&self.pod);
         // 5. The object's lines reach memory before the counter says the write is done.
         if !mutants::skipped(Step::WriteBackBeforeUnlock) {
@@ -808,6 +847,9 @@ impl Shared {
     /// Deletes `key`: takes its record's lock if it has one, appends the delete, frees the
     /// record once the event is applied here.
     pub(super) fn delete(&self, key: &[u8], c: &ThreadCounters) -> Result<()> {
+        if self.all_log {
+            return self.delete_all_log(key, c);
+        }
         let records = Records::new(&self.pod);
         let mut backoff: Option<Backoff> = None;
         loop {

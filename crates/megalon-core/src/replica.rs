@@ -21,12 +21,18 @@
 //! Only the host counter is written under the read lock (by readers, after checking the
 //! stamp); they rewrite word 2 whole, with the key length and owner they read from it,
 //! which only the write lock changes.
+//!
+//! In a pod with [`Coherence::AllLog`] a record has one more word after the key: the
+//! object's replicated lock, its counter (low half) and its holder + 1 (bits 32..40; 0:
+//! unlocked), changed only by replaying `Lock` and `Unlock` events. Split pods do not
+//! have the word, so their records, lookups and memory per object are unchanged.
 
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
 
+use crate::config::Coherence;
 use crate::error::{Error, Result};
-use crate::event::{Event, NO_RECORD};
+use crate::event::{Event, LOCK_HELD, NO_RECORD};
 use crate::host::HostId;
 use crate::slot::{SlotAccounting, SlotPool};
 use crate::sync::{AtomicU64, Ordering};
@@ -173,6 +179,35 @@ impl Arena {
     }
 }
 
+/// An object's lock and counter as the log replicates them, in a pod with
+/// [`Coherence::AllLog`]: what a coherence record holds in a split pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicatedLock {
+    /// The host that holds the lock (a write or a delete in progress), if one does.
+    pub holder: Option<HostId>,
+    /// The object's counter: 0 when created, 2 more after every write. It wraps around
+    /// harmlessly: every other host's `Lock` and `Unlock` makes a host's host counter
+    /// unknown, so an old value never passes for a current one.
+    pub counter: u32,
+}
+
+impl ReplicatedLock {
+    fn from_word(word: u64) -> Self {
+        Self {
+            holder: match (word >> 32) & 0xff {
+                0 => None,
+                holder => Some(holder as HostId - 1),
+            },
+            counter: word as u32,
+        }
+    }
+
+    fn word(self) -> u64 {
+        let holder = self.holder.map_or(0, |host| u64::from(host) + 1);
+        u64::from(self.counter) | holder << 32
+    }
+}
+
 /// One object as this host's replica knows it, at one moment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IndexEntry {
@@ -227,6 +262,21 @@ pub enum Outcome {
     RecordDeallocated,
     /// The object no longer had that record (already detached or replaced).
     RecordDeallocIgnored,
+    /// The object's replicated lock is the appender's now.
+    Locked,
+    /// The object's replicated lock was held already: nothing changed.
+    LockLost {
+        /// The host that holds it.
+        holder: HostId,
+    },
+    /// The appender's lock is released and the counter moved on.
+    Unlocked {
+        /// The object's counter now.
+        counter: u32,
+    },
+    /// The appender did not hold the object's lock: nothing changed. (The protocol never
+    /// appends such an unlock.)
+    NotLocked,
     /// Every host dropped its lines of the object.
     Wrapped,
     /// The object moved between its CXL slot and a host's local DRAM.
@@ -260,6 +310,11 @@ pub(crate) struct Index {
     slot_count: u64,
     record_count: u64,
     max_hosts: u32,
+    /// Whether the pod's coherence is [`Coherence::AllLog`]: records carry the replicated
+    /// lock word after the key.
+    all_log: bool,
+    /// Words after the key in every record: 1 (the lock word) with AllLog, else 0.
+    lock_words: usize,
     /// Record id to the handle of the object it belongs to: the reclaimer samples records
     /// in the SCR and needs to know whose they are.
     record_owners: hashbrown::HashMap<u32, u32>,
@@ -276,8 +331,16 @@ impl std::fmt::Debug for Index {
 }
 
 impl Index {
-    pub(crate) fn new(slot_count: u64, record_count: u64, max_hosts: u32) -> Self {
+    pub(crate) fn new(
+        slot_count: u64,
+        record_count: u64,
+        max_hosts: u32,
+        coherence: Coherence,
+    ) -> Self {
+        let all_log = coherence == Coherence::AllLog;
         Self {
+            all_log,
+            lock_words: usize::from(all_log),
             table: HashTable::new(),
             arena: Arena::default(),
             hasher: IndexHasher::default(),
@@ -338,6 +401,27 @@ impl Index {
         self.find(key).map(|handle| self.entry(handle))
     }
 
+    /// The entry of `key` with its replicated lock, in a pod with [`Coherence::AllLog`].
+    #[inline]
+    pub(crate) fn lookup_locked(&self, key: &[u8]) -> Option<(IndexEntry, ReplicatedLock)> {
+        debug_assert!(self.all_log, "only AllLog records have a lock word");
+        self.find(key)
+            .map(|handle| (self.entry(handle), self.replicated_lock(handle)))
+    }
+
+    /// The replicated lock of the object behind `handle` ([`Coherence::AllLog`] only).
+    #[inline]
+    pub(crate) fn replicated_lock(&self, handle: u32) -> ReplicatedLock {
+        debug_assert!(self.all_log, "only AllLog records have a lock word");
+        let at = FIELD_WORDS + key_words(self.arena.key_len(handle));
+        ReplicatedLock::from_word(self.arena.get(handle, at))
+    }
+
+    fn set_replicated_lock(&self, handle: u32, lock: ReplicatedLock) {
+        let at = FIELD_WORDS + key_words(self.arena.key_len(handle));
+        self.arena.set(handle, at, lock.word());
+    }
+
     /// The entry behind `handle` if it still holds the object stamped `stamp` (no event
     /// about it since): what a read checks at its end.
     pub(crate) fn current(&self, handle: u32, stamp: u64) -> Option<IndexEntry> {
@@ -376,7 +460,9 @@ impl Index {
     }
 
     fn insert(&mut self, key: &[u8], slot: u64, stamp: u64) {
-        let handle = self.arena.allocate(FIELD_WORDS + key_words(key.len()));
+        let handle = self
+            .arena
+            .allocate(FIELD_WORDS + key_words(key.len()) + self.lock_words);
         self.arena.set(handle, STAMP, stamp);
         self.arena
             .set(handle, PLACE, slot | u64::from(NO_RECORD) << 32);
@@ -384,6 +470,16 @@ impl Index {
             .set(handle, META, meta_word(UNKNOWN_COUNTER, key.len(), None));
         for i in 0..key_words(key.len()) {
             self.arena.set(handle, FIELD_WORDS + i, key_word(key, i));
+        }
+        if self.all_log {
+            // Unlocked, counter 0 (the arena record may be a reused one).
+            self.set_replicated_lock(
+                handle,
+                ReplicatedLock {
+                    holder: None,
+                    counter: 0,
+                },
+            );
         }
         let hash = self.hasher.hash_one(key);
         let Self {
@@ -411,7 +507,7 @@ impl Index {
         // Poison the stamp so a stale handle never matches `current` again.
         self.arena.set(handle, STAMP, u64::MAX);
         self.arena
-            .release(handle, FIELD_WORDS + key_words(key.len()));
+            .release(handle, FIELD_WORDS + key_words(key.len()) + self.lock_words);
         self.objects -= 1;
         Some(entry)
     }
@@ -470,10 +566,22 @@ impl Index {
                 }
             }
             Event::Delete { key, record } => {
-                let current = self.find(key).map(|handle| self.record_of(handle));
-                if current.is_some_and(|current| current != record) {
+                if self.all_log && record != LOCK_HELD && record != NO_RECORD {
+                    return Err(corrupt("delete naming a record in an all-log pod"));
+                }
+                let lost = self.find(key).is_some_and(|handle| {
+                    if self.all_log {
+                        // AllLog: the deleter holds the object's lock, or no one does.
+                        let holder = self.replicated_lock(handle).holder;
+                        holder != (record == LOCK_HELD).then_some(author)
+                    } else {
+                        self.record_of(handle) != record
+                    }
+                });
+                if lost {
                     // The object got (or changed) a record after the deleter looked: the
                     // deleter does not hold that record's lock, so it must not delete.
+                    // (AllLog: another host holds its lock, or the deleter no longer does.)
                     applied.outcome = Outcome::DeleteLost;
                 } else if let Some(entry) = self.remove(key) {
                     if let Some(record) = entry.record {
@@ -491,6 +599,9 @@ impl Index {
                 }
             }
             Event::RecordAlloc { key, record } => {
+                if self.all_log {
+                    return Err(corrupt("record alloc in an all-log pod"));
+                }
                 if u64::from(record) >= self.record_count {
                     return Err(corrupt("record past the pod's records"));
                 }
@@ -547,6 +658,63 @@ impl Index {
                     self.touch(handle, position);
                     applied.outcome = Outcome::Moved;
                     applied.drop_slot = other_host_drops(self.slot_of(handle));
+                }
+            }
+            Event::Lock { key } => {
+                if !self.all_log {
+                    return Err(corrupt("lock event in a split pod"));
+                }
+                if let Some(handle) = self.find(key) {
+                    let lock = self.replicated_lock(handle);
+                    if let Some(holder) = lock.holder {
+                        // Another lock came first in the log: every replica says so.
+                        applied.outcome = Outcome::LockLost { holder };
+                    } else {
+                        self.set_replicated_lock(
+                            handle,
+                            ReplicatedLock {
+                                holder: Some(author),
+                                counter: lock.counter,
+                            },
+                        );
+                        // A read that overlaps the write sees the stamp change. The
+                        // author's host counter stays: its cached lines are no staler for
+                        // its own lock. Other hosts drop their lines, as for every event.
+                        if mine {
+                            self.arena.set(handle, STAMP, position);
+                        } else {
+                            self.touch(handle, position);
+                        }
+                        applied.outcome = Outcome::Locked;
+                        applied.drop_slot = other_host_drops(self.slot_of(handle));
+                    }
+                }
+            }
+            Event::Unlock { key } => {
+                if !self.all_log {
+                    return Err(corrupt("unlock event in a split pod"));
+                }
+                if let Some(handle) = self.find(key) {
+                    let lock = self.replicated_lock(handle);
+                    if lock.holder != Some(author) {
+                        applied.outcome = Outcome::NotLocked;
+                    } else {
+                        let counter = lock.counter.wrapping_add(2);
+                        self.set_replicated_lock(
+                            handle,
+                            ReplicatedLock {
+                                holder: None,
+                                counter,
+                            },
+                        );
+                        // The author wrote the object back before appending this: its
+                        // cached lines are this version's. Every other host drops its
+                        // lines and forgets what it had.
+                        self.arena.set(handle, STAMP, position);
+                        self.set_host_counter(handle, mine.then_some(counter));
+                        applied.outcome = Outcome::Unlocked { counter };
+                        applied.drop_slot = other_host_drops(self.slot_of(handle));
+                    }
                 }
             }
             Event::NeedSlots { count } => {
@@ -607,7 +775,7 @@ mod tests {
     use super::*;
 
     fn index() -> Index {
-        Index::new(1000, 100, 4)
+        Index::new(1000, 100, 4, Coherence::Split)
     }
 
     #[test]
@@ -837,6 +1005,121 @@ mod tests {
         assert!(index
             .apply(3, 4, &Event::Wrap { key: b"k" }, 0, &mut pool)
             .is_err());
+        // Lock events belong to AllLog pods; records to split ones.
+        assert!(index
+            .apply(3, 0, &Event::Lock { key: b"k" }, 0, &mut pool)
+            .is_err());
+        let mut all_log = Index::new(1000, 100, 4, Coherence::AllLog);
+        assert!(all_log
+            .apply(
+                3,
+                0,
+                &Event::RecordAlloc {
+                    key: b"k",
+                    record: 1
+                },
+                0,
+                &mut pool
+            )
+            .is_err());
+    }
+
+    #[test]
+    fn all_log_locks_follow_log_order_and_move_the_stamp_and_counter() {
+        let mut index = Index::new(1000, 100, 4, Coherence::AllLog);
+        let mut pool = SlotPool::default();
+        let me = 0;
+        let mut apply = |index: &mut Index, position: u64, author: HostId, event: &Event<'_>| {
+            index.apply(position, author, event, me, &mut pool).unwrap()
+        };
+        // Keys of several lengths: the lock word sits after the key.
+        for (i, key) in [&b"k"[..], b"a longer key of 21 b", b""]
+            .into_iter()
+            .enumerate()
+        {
+            let base = i as u64 * 100;
+            apply(&mut index, base, 1, &Event::Create { key, slot: base });
+            let lock = |index: &Index| index.lookup_locked(key).unwrap().1;
+            assert_eq!(
+                lock(&index),
+                ReplicatedLock {
+                    holder: None,
+                    counter: 0
+                }
+            );
+            // Host 2 locks first; host 0's lock loses and changes nothing.
+            let won = apply(&mut index, base + 1, 2, &Event::Lock { key });
+            assert_eq!((won.outcome, won.drop_slot), (Outcome::Locked, Some(base)));
+            let lost = apply(&mut index, base + 2, 0, &Event::Lock { key });
+            assert_eq!(
+                (lost.outcome, lost.drop_slot),
+                (Outcome::LockLost { holder: 2 }, None)
+            );
+            let (entry, held) = index.lookup_locked(key).unwrap();
+            assert_eq!(
+                (held.holder, held.counter, entry.stamp),
+                (Some(2), 0, base + 1)
+            );
+            // Only the holder unlocks; a delete that holds no lock loses.
+            let stray = apply(&mut index, base + 3, 1, &Event::Unlock { key });
+            assert_eq!(stray.outcome, Outcome::NotLocked);
+            let delete = Event::Delete {
+                key,
+                record: NO_RECORD,
+            };
+            assert_eq!(
+                apply(&mut index, base + 4, 0, &delete).outcome,
+                Outcome::DeleteLost
+            );
+            let unlocked = apply(&mut index, base + 5, 2, &Event::Unlock { key });
+            assert_eq!(unlocked.outcome, Outcome::Unlocked { counter: 2 });
+            let (entry, lock_now) = index.lookup_locked(key).unwrap();
+            assert_eq!(
+                (lock_now.holder, entry.stamp, entry.host_counter),
+                (None, base + 5, None)
+            );
+            // Our own lock keeps our host counter, our unlock sets it.
+            index.set_host_counter(entry.handle, Some(2));
+            apply(&mut index, base + 6, me, &Event::Lock { key });
+            assert_eq!(index.lookup_locked(key).unwrap().0.host_counter, Some(2));
+            let mine = apply(&mut index, base + 7, me, &Event::Unlock { key });
+            assert_eq!(
+                (mine.outcome, mine.drop_slot),
+                (Outcome::Unlocked { counter: 4 }, None)
+            );
+            assert_eq!(index.lookup_locked(key).unwrap().0.host_counter, Some(4));
+            // A delete by the lock's holder wins.
+            apply(&mut index, base + 8, 3, &Event::Lock { key });
+            let held_by_3 = Event::Delete {
+                key,
+                record: LOCK_HELD,
+            };
+            assert_eq!(
+                apply(&mut index, base + 9, 1, &held_by_3).outcome,
+                Outcome::DeleteLost
+            );
+            assert!(matches!(
+                apply(&mut index, base + 10, 3, &held_by_3).outcome,
+                Outcome::Deleted { record: None, .. }
+            ));
+            // Created again (a reused arena record): unlocked, counter 0.
+            apply(
+                &mut index,
+                base + 11,
+                1,
+                &Event::Create {
+                    key,
+                    slot: base + 1,
+                },
+            );
+            assert_eq!(
+                lock(&index),
+                ReplicatedLock {
+                    holder: None,
+                    counter: 0
+                }
+            );
+        }
     }
 }
 

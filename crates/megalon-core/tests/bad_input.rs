@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use megalon_core::{
-    fnv1a64, numa_nodes, Backing, Error, Pod, PodConfig, Region, HEADER_BYTES, HEADER_REGION_BYTES,
-    LAYOUT_VERSION, LINE_BYTES, LOG_FORMAT_VERSION, MAGIC, MAX_HOSTS_LIMIT, MAX_KEY_BYTES_LIMIT,
-    MAX_SLOT_SIZE_BYTES, MIN_LOG_CAPACITY_ENTRIES, PAGE_BYTES,
+    fnv1a64, numa_nodes, Backing, Coherence, Error, Pod, PodConfig, Region, HEADER_BYTES,
+    HEADER_REGION_BYTES, LAYOUT_VERSION, LINE_BYTES, LOG_FORMAT_VERSION, MAGIC, MAX_HOSTS_LIMIT,
+    MAX_KEY_BYTES_LIMIT, MAX_SLOT_SIZE_BYTES, MIN_LOG_CAPACITY_ENTRIES, PAGE_BYTES,
 };
 use tempfile::TempDir;
 
@@ -20,6 +20,8 @@ const LOG_ENTRY_BYTES_AT: usize = 68;
 const CHECKSUM_AT: usize = HEADER_BYTES - 8;
 /// Where the header keeps the log format version.
 const LOG_FORMAT_AT: usize = 72;
+/// Where the header keeps the coherence mode.
+const COHERENCE_AT: usize = 76;
 
 /// A small pod: 16 KiB SCR, 256 KiB LNR, 64 log entries of 128 bytes.
 fn small_config() -> PodConfig {
@@ -568,6 +570,45 @@ fn open_unknown_version() {
 }
 
 #[test]
+fn open_a_pod_of_the_previous_layout_version() {
+    // A pod made by a build of layout version 2 (before the coherence mode): its header
+    // says 2, with a checksum that matches. This build refuses it by name.
+    let (_dir, path) = pod_file(&small_config());
+    let previous = LAYOUT_VERSION - 1;
+    assert_eq!(previous, 2);
+    patch_file(&path, |bytes| {
+        bytes[VERSION_AT..VERSION_AT + 4].copy_from_slice(&previous.to_le_bytes());
+        bytes[COHERENCE_AT..COHERENCE_AT + 4].copy_from_slice(&0u32.to_le_bytes());
+        fix_checksum(bytes);
+    });
+    let error = open_error(Backing::file(&path), None, &path);
+    let Error::UnknownVersion {
+        found, supported, ..
+    } = error
+    else {
+        panic!("expected UnknownVersion, got {error:?}");
+    };
+    assert_eq!((found, supported), (2, LAYOUT_VERSION));
+}
+
+#[test]
+fn open_unknown_coherence_mode() {
+    let (_dir, path) = pod_file(&small_config());
+    patch_file(&path, |bytes| {
+        bytes[COHERENCE_AT..COHERENCE_AT + 4].copy_from_slice(&7u32.to_le_bytes());
+        fix_checksum(bytes);
+    });
+    let error = open_error(Backing::file(&path), None, &path);
+    let Error::HeaderInvalid { reason, .. } = error else {
+        panic!("expected HeaderInvalid, got {error:?}");
+    };
+    assert!(
+        matches!(*reason, Error::UnknownCoherence { found: 7 }),
+        "{reason:?}"
+    );
+}
+
+#[test]
 fn open_unknown_log_format() {
     let (_dir, path) = pod_file(&small_config());
     let version = LOG_FORMAT_VERSION + 1;
@@ -742,7 +783,7 @@ fn open_expecting_other_parameters() {
     let config = small_config();
     let (_dir, path) = pod_file(&config);
     Pod::open_expecting(Backing::file(&path), &config).unwrap();
-    let cases: [(&str, PodConfig, u64, u64); 7] = [
+    let cases: [(&str, PodConfig, u64, u64); 8] = [
         (
             "scr_bytes",
             config.clone().scr_bytes(8 * PAGE_BYTES),
@@ -784,6 +825,12 @@ fn open_expecting_other_parameters() {
             config.clone().max_hosts(5),
             config.max_hosts.into(),
             5,
+        ),
+        (
+            "coherence",
+            config.clone().coherence(Coherence::AllLog),
+            0,
+            1,
         ),
     ];
     for (name, expecting, pod_value, expected_value) in cases {

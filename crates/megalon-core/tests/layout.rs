@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use megalon_core::{
-    Backing, Error, Layout, Pod, PodConfig, PodHeader, Region, HEADER_BYTES, HEADER_REGION_BYTES,
-    LINE_BYTES, MAX_HOSTS_LIMIT, PAGE_BYTES, RECORD_WIDTHS_BITS,
+    Backing, Coherence, Error, Layout, Pod, PodConfig, PodHeader, Region, HEADER_BYTES,
+    HEADER_REGION_BYTES, LINE_BYTES, MAX_HOSTS_LIMIT, PAGE_BYTES, RECORD_WIDTHS_BITS,
 };
 use proptest::prelude::*;
 
@@ -24,6 +24,7 @@ fn any_config() -> impl Strategy<Value = PodConfig> {
         // Application lines in SCR and LNR: mostly none.
         prop_oneof![3 => Just(0u64), 1 => 1..=64u64],
         prop_oneof![3 => Just(0u64), 1 => 1..=256u64],
+        prop_oneof![Just(Coherence::Split), Just(Coherence::AllLog)],
     )
         .prop_map(
             |(
@@ -36,6 +37,7 @@ fn any_config() -> impl Strategy<Value = PodConfig> {
                 hosts,
                 app_scr_lines,
                 app_lnr_lines,
+                coherence,
             )| {
                 PodConfig::new()
                     .scr_bytes(scr_pages * PAGE_BYTES)
@@ -47,6 +49,7 @@ fn any_config() -> impl Strategy<Value = PodConfig> {
                     .max_hosts(hosts)
                     .app_scr_bytes(app_scr_lines * LINE_BYTES)
                     .app_lnr_bytes(app_lnr_lines * LINE_BYTES)
+                    .coherence(coherence)
             },
         )
 }
@@ -306,6 +309,14 @@ fn a_file_pod_opens_with_the_layout_it_was_created_with() {
             .log_capacity_entries(1000)
             .record_width_bits(32)
             .max_hosts(7),
+        PodConfig::new()
+            .scr_bytes(2 * PAGE_BYTES)
+            .lnr_bytes(64 * PAGE_BYTES)
+            .slot_size_bytes(256)
+            .max_key_bytes(40)
+            .log_capacity_entries(128)
+            .max_hosts(3)
+            .coherence(Coherence::AllLog),
     ];
     for (i, config) in configs.iter().enumerate() {
         let path = dir.path().join(format!("pod{i}"));
@@ -332,5 +343,31 @@ fn a_file_pod_opens_with_the_layout_it_was_created_with() {
                 .layout(),
             &created_layout
         );
+        assert_eq!(
+            Pod::open(Backing::file(&path)).unwrap().config().coherence,
+            config.coherence,
+            "the coherence mode is in the header"
+        );
     }
+}
+
+#[test]
+fn the_coherence_mode_round_trips_through_config_and_header() {
+    for coherence in [Coherence::Split, Coherence::AllLog] {
+        let config = PodConfig::new().coherence(coherence);
+        let layout = config.layout().unwrap();
+        let header = PodHeader::new(&layout);
+        assert_eq!(header.coherence, coherence.to_u32());
+        let (decoded, decoded_layout) =
+            PodHeader::decode(&header.encode(), Path::new("round-trip")).unwrap();
+        assert_eq!(decoded.config().coherence, coherence);
+        assert_eq!(decoded_layout, layout);
+        assert_eq!(Coherence::from_u32(coherence.to_u32()), Some(coherence));
+    }
+    assert_eq!(
+        PodConfig::new().coherence,
+        Coherence::Split,
+        "split by default"
+    );
+    assert_eq!(Coherence::from_u32(2), None);
 }

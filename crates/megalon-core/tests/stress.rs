@@ -2,7 +2,8 @@
 //! the simulated non-coherent memory by default, Zipfian keys, a mix of reads, writes,
 //! creates and deletes, an SCR small enough that records churn and 8-bit records so
 //! counters wrap. Every operation is recorded; the history is checked with
-//! `megalon-workload`'s checker.
+//! `megalon-workload`'s checker. The same stress runs on pods with AllLog coherence
+//! (locks and counters through the log), so the protocol mutants cover that path too.
 //!
 //! `stress_short` runs in `cargo test` (and so in every run of `cargo xtask mutants`).
 //! `stress_from_env` is the long form behind `cargo xtask stress`, which sets its
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use megalon_core::{
-    Backing, Error, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, SimulatedConfig,
+    Backing, Coherence, Error, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, SimulatedConfig,
 };
 use megalon_workload::{check, Call, Clock, History, Outcome, ProcessId, ThreadRecorder, Value};
 
@@ -31,6 +32,8 @@ struct Stress {
     zipf: f64,
     /// Records host 0's background reclaimer keeps in use at most (a fraction).
     reclaim_watermark: f64,
+    /// Split (megalon) or AllLog.
+    coherence: Coherence,
 }
 
 impl Default for Stress {
@@ -45,6 +48,7 @@ impl Default for Stress {
             keys: 2048,
             zipf: 0.99,
             reclaim_watermark: 0.5,
+            coherence: Coherence::Split,
         }
     }
 }
@@ -124,6 +128,7 @@ struct Report {
     churn: u64,
     wraps: u64,
     retries: u64,
+    lock_events: u64,
     stale_lines_served: u64,
 }
 
@@ -135,7 +140,8 @@ fn run(stress: &Stress) -> Report {
         .max_key_bytes(32)
         .log_capacity_entries(1024)
         .record_width_bits(stress.record_bits)
-        .max_hosts(POD_MAX_HOSTS);
+        .max_hosts(POD_MAX_HOSTS)
+        .coherence(stress.coherence);
     let pod = Arc::new(Pod::create(&config, Backing::heap()).expect("pod"));
     let hosts: Vec<Host> = (0..stress.hosts)
         .map(|h| {
@@ -250,6 +256,7 @@ fn run(stress: &Stress) -> Report {
         churn: events.churn,
         wraps: events.wraps,
         retries: events.read_retries(),
+        lock_events: events.lock_events,
         stale_lines_served,
     }
 }
@@ -258,12 +265,21 @@ fn run(stress: &Stress) -> Report {
 fn run_and_check(stress: &Stress) -> Result<String, String> {
     let report = run(stress);
     let operations = report.history.len();
+    if stress.coherence == Coherence::AllLog {
+        assert!(
+            report.lock_events > 0,
+            "AllLog writes take locks through the log"
+        );
+        assert_eq!(report.churn, 0, "AllLog never allocates a record");
+    }
     let details = format!(
-        "(seed {}, {} errors, {} churn, {} wraps, {} read retries, {} stale lines served by the simulated caches)",
+        "({} coherence, seed {}, {} errors, {} churn, {} wraps, {} lock events, {} read retries, {} stale lines served by the simulated caches)",
+        stress.coherence.name(),
         stress.seed,
         report.errors,
         report.churn,
         report.wraps,
+        report.lock_events,
         report.retries,
         report.stale_lines_served
     );
@@ -362,6 +378,36 @@ fn stress_short_with_a_reclaimer_racing_writers_on_hardware_memory() {
     }
 }
 
+#[test]
+fn stress_short_with_all_log_coherence() {
+    let stress = Stress {
+        seconds: 1.5,
+        coherence: Coherence::AllLog,
+        ..Stress::default()
+    };
+    match run_and_check(&stress) {
+        Ok(line) => println!("{line}"),
+        Err(violation) => panic!("{violation}"),
+    }
+}
+
+#[test]
+fn stress_short_with_all_log_coherence_on_hot_keys_on_hardware_memory() {
+    // A few hot objects on real memory: Lock events race and lose often.
+    let stress = Stress {
+        seconds: 1.0,
+        keys: 8,
+        zipf: 0.5,
+        simulated: false,
+        coherence: Coherence::AllLog,
+        ..Stress::default()
+    };
+    match run_and_check(&stress) {
+        Ok(line) => println!("{line}"),
+        Err(violation) => panic!("{violation}"),
+    }
+}
+
 /// The long form for `cargo xtask stress`: parameters from `MEGALON_STRESS_*`.
 #[test]
 #[ignore = "run by cargo xtask stress"]
@@ -388,6 +434,13 @@ fn stress_from_env() {
             "simulated" => true,
             "hardware" => false,
             other => panic!("MEGALON_STRESS_MEMORY={other}: hardware or simulated"),
+        };
+    }
+    if let Some(v) = var("COHERENCE") {
+        stress.coherence = match v.as_str() {
+            "split" => Coherence::Split,
+            "all-log" => Coherence::AllLog,
+            other => panic!("MEGALON_STRESS_COHERENCE={other}: split or all-log"),
         };
     }
     assert!(

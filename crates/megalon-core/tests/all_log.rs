@@ -1,0 +1,299 @@
+//! The AllLog variant of the object protocol (pods with `Coherence::AllLog`) across hosts
+//! of one process, on simulated non-coherent memory: locks and counters replicated
+//! through the log, no coherence record ever allocated.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use megalon_core::{
+    Backing, Coherence, Error, Event, Host, HostOptions, Join, MemoryKind, Pod, PodConfig,
+    ReplicatedLock, SimulatedConfig,
+};
+
+fn pod() -> Arc<Pod> {
+    let config = PodConfig::new()
+        .scr_bytes(64 << 10)
+        .lnr_bytes(1 << 20)
+        .slot_size_bytes(256)
+        .max_key_bytes(48)
+        .log_capacity_entries(256)
+        .max_hosts(4)
+        .coherence(Coherence::AllLog);
+    Arc::new(Pod::create(&config, Backing::heap()).expect("pod"))
+}
+
+/// Simulated memory; `eviction_one_in` 0 keeps every cached line until it is flushed.
+fn options(seed: u64, eviction_one_in: u64) -> HostOptions {
+    HostOptions::new().memory(MemoryKind::Simulated(SimulatedConfig {
+        seed,
+        capacity_lines: 512,
+        random_eviction_one_in: eviction_one_in,
+    }))
+}
+
+fn host(pod: &Arc<Pod>, seed: u64) -> Host {
+    Host::join(pod, Join::AnyFree, options(seed, 64)).expect("join")
+}
+
+fn value(tag: u8) -> Vec<u8> {
+    (0..256).map(|i| tag.wrapping_add(i as u8)).collect()
+}
+
+/// How many `Lock` and `Unlock` events the log holds so far.
+fn lock_events_in_log(host: &Host) -> (usize, usize) {
+    let (_, _, tail) = host.log_cursors();
+    let events = host.read_log(0, tail).unwrap();
+    let count = |f: fn(&Event<'_>) -> bool| events.iter().filter(|e| f(&e.event.event())).count();
+    (
+        count(|e| matches!(e, Event::Lock { .. })),
+        count(|e| matches!(e, Event::Unlock { .. })),
+    )
+}
+
+#[test]
+fn every_write_is_a_lock_and_an_unlock_event_and_no_record_is_allocated() {
+    let pod = pod();
+    let a = host(&pod, 1);
+    let b = host(&pod, 2);
+    a.create(b"k", &value(0)).unwrap();
+    let mut buf = vec![0u8; 256];
+    b.read(b"k", &mut buf).unwrap(); // b caches the object's lines
+    assert_eq!(buf, value(0));
+    for round in 1..20u8 {
+        a.write(b"k", &value(round)).unwrap();
+        b.read(b"k", &mut buf).unwrap();
+        assert_eq!(buf, value(round), "round {round}");
+        a.read(b"k", &mut buf).unwrap();
+        assert_eq!(buf, value(round));
+    }
+    let events = a.events();
+    assert_eq!(
+        (events.writes, events.lock_events, events.unlock_events),
+        (19, 19, 19)
+    );
+    assert_eq!(events.record_allocs + b.events().record_allocs, 0);
+    assert_eq!(a.records_in_use().0, 0, "no record in use");
+    assert_eq!(lock_events_in_log(&a), (19, 19));
+    assert_eq!(
+        b.replicated_lock(b"k").unwrap(),
+        Some(ReplicatedLock {
+            holder: None,
+            counter: 38
+        })
+    );
+    assert_eq!(a.lookup(b"k").unwrap().unwrap().record, None);
+    assert!(!b.make_read_shared(b"k").unwrap(), "nothing to deallocate");
+    // The writer's own reads need no invalidation: its Unlock set its host counter.
+    assert_eq!(a.lookup(b"k").unwrap().unwrap().host_counter, Some(38));
+}
+
+#[test]
+fn a_split_pod_has_no_replicated_locks_and_no_lock_events() {
+    let config = PodConfig::new().scr_bytes(64 << 10).lnr_bytes(1 << 20);
+    let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
+    let a = host(&pod, 3);
+    a.create(b"k", &value(0)).unwrap();
+    a.write(b"k", &value(1)).unwrap();
+    assert_eq!(a.replicated_lock(b"k").unwrap(), None);
+    assert_eq!(lock_events_in_log(&a), (0, 0));
+    assert_eq!(a.events().lock_events, 0);
+    assert_eq!(a.events().record_allocs, 1);
+}
+
+#[test]
+fn a_write_in_progress_holds_off_writers_readers_and_deleters_by_name() {
+    let pod = pod();
+    let a = host(&pod, 4);
+    let b = Host::join(
+        &pod,
+        Join::AnyFree,
+        options(5, 64).wait_limit(Duration::from_millis(50)),
+    )
+    .unwrap();
+    a.create(b"k", &value(1)).unwrap();
+    let ticket = a.write_start(b"k").unwrap();
+    assert_eq!(ticket.record(), megalon_core::event::NO_RECORD);
+    let held = b.replicated_lock(b"k").unwrap().unwrap();
+    assert_eq!(held.holder, Some(a.id()));
+    let mut buf = vec![0u8; 256];
+    for (what, result) in [
+        ("write", b.write(b"k", &value(9)).map(drop)),
+        ("read", b.read(b"k", &mut buf).map(drop)),
+        ("delete", b.delete(b"k")),
+    ] {
+        match result {
+            Err(Error::ObjectLocked { holder, .. }) => assert_eq!(holder, a.id(), "{what}"),
+            other => panic!("{what}: expected ObjectLocked, got {other:?}"),
+        }
+    }
+    assert!(b.events().waits_for_writer > 0);
+    a.memory().write(ticket.offset(), &value(2));
+    a.write_end(ticket).unwrap();
+    b.read(b"k", &mut buf).unwrap();
+    assert_eq!(buf, value(2), "the refused calls changed nothing");
+    b.delete(b"k").unwrap();
+    assert!(matches!(a.read(b"k", &mut buf), Err(Error::UnknownKey)));
+    assert!(matches!(a.write(b"k", &value(3)), Err(Error::UnknownKey)));
+    // The delete took the lock through the log first.
+    assert_eq!(b.events().lock_events, 1);
+    assert_eq!(lock_events_in_log(&a), (2, 1));
+    b.create(b"k", &value(4)).unwrap();
+    a.read(b"k", &mut buf).unwrap();
+    assert_eq!(buf, value(4));
+    assert_eq!(
+        a.replicated_lock(b"k").unwrap().unwrap().counter,
+        0,
+        "a new object"
+    );
+}
+
+#[test]
+fn a_reader_overlapping_a_write_or_a_delete_retries() {
+    let pod = pod();
+    let a = host(&pod, 6);
+    let b = host(&pod, 7);
+    a.create(b"k", &value(1)).unwrap();
+    let mut copy = vec![0u8; 256];
+    let ticket = b.read_start(b"k").unwrap();
+    b.memory().read(ticket.offset(), &mut copy);
+    a.write(b"k", &value(2)).unwrap();
+    assert!(
+        !b.read_end(ticket).unwrap(),
+        "the write invalidates the read"
+    );
+    b.read(b"k", &mut copy).unwrap();
+    assert_eq!(copy, value(2));
+    let ticket = b.read_start(b"k").unwrap();
+    b.memory().read(ticket.offset(), &mut copy);
+    a.delete(b"k").unwrap();
+    assert!(
+        !b.read_end(ticket).unwrap(),
+        "the delete invalidates the read"
+    );
+    assert!(matches!(b.read(b"k", &mut copy), Err(Error::UnknownKey)));
+    assert_eq!(b.events().read_retries_event, 2);
+}
+
+#[test]
+fn a_reader_overlapping_a_write_in_progress_retries() {
+    // The reader starts, then a writer on another host locks and writes part of the
+    // object, its dirty lines reach memory (as an eviction may do), and the reader copies:
+    // the Lock alone must make the read fail, before any Unlock.
+    let pod = pod();
+    let a = Host::join(&pod, Join::AnyFree, options(12, 0)).unwrap();
+    let b = Host::join(&pod, Join::AnyFree, options(13, 0)).unwrap();
+    a.create(b"k", &value(1)).unwrap();
+    let ticket = b.read_start(b"k").unwrap();
+    let write = a.write_start(b"k").unwrap();
+    a.memory().write(write.offset(), &[0xee; 64]);
+    a.memory().write_back(write.offset(), 64);
+    a.memory().fence();
+    let mut copy = vec![0u8; 256];
+    b.memory().read(ticket.offset(), &mut copy);
+    assert_eq!(&copy[..64], &[0xee; 64], "the copy is torn");
+    assert!(
+        !b.read_end(ticket).unwrap(),
+        "the Lock invalidates the read"
+    );
+    a.write_end(write).unwrap();
+    b.read(b"k", &mut copy).unwrap();
+    let mut expected = value(1);
+    expected[..64].fill(0xee);
+    assert_eq!(copy, expected);
+}
+
+#[test]
+fn a_partial_write_keeps_the_other_hosts_bytes() {
+    // b caches the object, a rewrites all of it, then b writes 8 bytes into its first
+    // line: the rest of that line must be a's bytes. Random eviction is off so that b's
+    // cached lines stay until something drops them.
+    let pod = pod();
+    let a = Host::join(&pod, Join::AnyFree, options(8, 0)).unwrap();
+    let b = Host::join(&pod, Join::AnyFree, options(9, 0)).unwrap();
+    a.create(b"k", &value(0)).unwrap();
+    let mut buf = vec![0u8; 256];
+    b.read(b"k", &mut buf).unwrap();
+    a.write(b"k", &value(2)).unwrap();
+    b.write_at(b"k", 0, &[0xee; 8]).unwrap();
+    let mut expected = value(2);
+    expected[..8].fill(0xee);
+    a.read(b"k", &mut buf).unwrap();
+    assert_eq!(buf, expected);
+    // A partial write on top of the writer's own current lines.
+    b.write_at(b"k", 200, &[0xdd; 8]).unwrap();
+    expected[200..208].fill(0xdd);
+    a.read(b"k", &mut buf).unwrap();
+    assert_eq!(buf, expected);
+    let (old, _) = a
+        .update(b"k", |bytes| {
+            let old = bytes[0];
+            bytes[0] = 0x11;
+            old
+        })
+        .unwrap();
+    assert_eq!(old, 0xee);
+    expected[0] = 0x11;
+    b.read(b"k", &mut buf).unwrap();
+    assert_eq!(buf, expected);
+}
+
+#[test]
+fn a_write_reaches_memory_before_its_unlock() {
+    // Nothing evicts a's dirty lines: only the write-back before the Unlock puts them in
+    // memory, where b (whose replay of the Unlock dropped its lines) reads them.
+    let pod = pod();
+    let a = Host::join(&pod, Join::AnyFree, options(10, 0)).unwrap();
+    let b = Host::join(&pod, Join::AnyFree, options(11, 0)).unwrap();
+    a.create(b"k", &value(0)).unwrap();
+    let mut buf = vec![0u8; 256];
+    for round in 1..4u8 {
+        a.write(b"k", &value(round)).unwrap();
+        b.read(b"k", &mut buf).unwrap();
+        assert_eq!(buf, value(round), "round {round}");
+    }
+}
+
+#[test]
+fn threads_of_several_hosts_writing_one_object_take_turns() {
+    // Every write adds one to a counter in the object under its lock (read-modify-write):
+    // a lost update means two writers held the lock at once.
+    let pod = pod();
+    let hosts: Vec<Host> = (0..3).map(|h| host(&pod, 20 + h)).collect();
+    hosts[0].create(b"counter", &0u64.to_le_bytes()).unwrap();
+    const ROUNDS: u64 = 150;
+    std::thread::scope(|scope| {
+        for host in &hosts {
+            for _ in 0..2 {
+                scope.spawn(move || {
+                    for _ in 0..ROUNDS {
+                        host.update(b"counter", |bytes| {
+                            let n = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+                            bytes[..8].copy_from_slice(&(n + 1).to_le_bytes());
+                        })
+                        .unwrap();
+                    }
+                });
+            }
+        }
+    });
+    let mut buf = [0u8; 8];
+    for host in &hosts {
+        host.read(b"counter", &mut buf).unwrap();
+        assert_eq!(u64::from_le_bytes(buf), 6 * ROUNDS);
+    }
+    let events = hosts
+        .iter()
+        .fold(megalon_core::EventCounts::default(), |sum, h| {
+            sum + h.events()
+        });
+    assert_eq!(events.lock_events, 6 * ROUNDS);
+    assert_eq!(events.unlock_events, 6 * ROUNDS);
+    assert_eq!(events.record_allocs, 0);
+    assert_eq!(
+        hosts[1].replicated_lock(b"counter").unwrap(),
+        Some(ReplicatedLock {
+            holder: None,
+            counter: (2 * 6 * ROUNDS) as u32
+        })
+    );
+}
