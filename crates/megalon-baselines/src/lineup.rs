@@ -4,15 +4,13 @@
 //! scheme spends as it does (megalon: records; HCMeta: per-owner indexes, records and
 //! RPC rings).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use megalon_core::{
     Backing, Coherence, HostOptions, MemoryKind, Pod, PodConfig, LINE_BYTES, PAGE_BYTES,
 };
-use megalon_kv::mix::{self, Choice, Inserts, MixRun, Plan};
+use megalon_kv::mix::{self, MixRun, Plan};
 use megalon_kv::{Megalon, Scheme, Store, LENGTH_PREFIX_BYTES};
 
 use crate::all_log::AllLog;
@@ -162,35 +160,6 @@ pub trait Bench: Send + Sync {
         on_start: &(dyn Fn(usize) + Sync),
         tick: &mut dyn FnMut(u64, Duration),
     ) -> Result<MixRun, String>;
-    /// The cost of one churn: `count` fresh keys after the plan's (the setup needs room
-    /// for them in `extra_keys`), created through every host in turn, each written twice
-    /// from host 0 while the other hosts run a read-only worker each; the first write
-    /// churns where the scheme churns (megalon allocates a record; HCMeta shares an
-    /// object another host owns).
-    fn churn_cost(&self, plan: &Plan, count: u64) -> Result<ChurnCost, String>;
-}
-
-/// What [`Bench::churn_cost`] measured.
-#[derive(Clone, Copy, Debug)]
-pub struct ChurnCost {
-    /// Mean microseconds of a first write.
-    pub first_write_us: f64,
-    /// Mean microseconds of a second write.
-    pub second_write_us: f64,
-    /// Churns the first writes made.
-    pub churns: u64,
-    /// Writes of each round.
-    pub writes: u64,
-}
-
-impl ChurnCost {
-    /// Microseconds one churn adds: the first writes' extra time over the churns.
-    pub fn per_churn_us(&self) -> f64 {
-        if self.churns == 0 {
-            return 0.0;
-        }
-        (self.first_write_us - self.second_write_us) * self.writes as f64 / self.churns as f64
-    }
 }
 
 struct Loaded<S: Scheme> {
@@ -221,97 +190,6 @@ impl<S: Scheme + 'static> Bench for Loaded<S> {
     ) -> Result<MixRun, String> {
         mix::run_plan_on(&self.store, plan, workers, duration, on_start, tick)
             .map_err(|e| e.to_string())
-    }
-
-    fn churn_cost(&self, plan: &Plan, count: u64) -> Result<ChurnCost, String> {
-        let hosts = self.store.scheme().hosts();
-        let value = vec![0x77; plan.value_bytes];
-        let keys: Vec<Vec<u8>> = (0..count)
-            .map(|i| mix::key_of_len(plan.keys + i, plan.key_bytes))
-            .collect();
-        for (i, key) in keys.iter().enumerate() {
-            let mut kv = self.store.handle(i % hosts).map_err(|e| e.to_string())?;
-            kv.insert(key, &value).map_err(|e| e.to_string())?;
-        }
-        // The other hosts are busy meanwhile, one read-only worker each, as in a run:
-        // their workers are what serves HCMeta's requests.
-        let busy = Plan {
-            choice: Choice::Mix {
-                write_ratio: 0.0,
-                skew: 0.99,
-            },
-            ..*plan
-        };
-        let inserts = Inserts::new(&busy);
-        let (stop, done) = (AtomicBool::new(false), AtomicU64::new(0));
-        let measured = thread::scope(|scope| {
-            let background: Vec<_> = (1..hosts)
-                .map(|host| {
-                    let (busy, inserts, stop, done) = (&busy, &inserts, &stop, &done);
-                    scope.spawn(move || {
-                        mix::run_plan_worker(
-                            &self.store,
-                            host,
-                            host as u64,
-                            busy,
-                            inserts,
-                            stop,
-                            done,
-                        )
-                    })
-                })
-                .collect();
-            let measured = self.time_writes(&keys, &value);
-            stop.store(true, Ordering::Relaxed);
-            for worker in background {
-                worker
-                    .join()
-                    .expect("background worker panicked")
-                    .map_err(|e| e.to_string())?;
-            }
-            measured
-        })?;
-        let (first, second, churns) = measured;
-        let per = |d: Duration| d.as_secs_f64() * 1e6 / count as f64;
-        Ok(ChurnCost {
-            first_write_us: per(first),
-            second_write_us: per(second),
-            churns,
-            writes: count,
-        })
-    }
-}
-
-impl<S: Scheme + 'static> Loaded<S> {
-    /// Writes each of `keys` twice from host 0 (all first writes, then all second
-    /// writes): the time of each round, and the churns of the first.
-    fn time_writes(
-        &self,
-        keys: &[Vec<u8>],
-        value: &[u8],
-    ) -> Result<(Duration, Duration, u64), String> {
-        let mut kv = self.store.handle(0).map_err(|e| e.to_string())?;
-        let before = self.store.report();
-        let mut first = Duration::ZERO;
-        for key in keys {
-            let began = Instant::now();
-            kv.put(key, value).map_err(|e| e.to_string())?;
-            first += began.elapsed();
-        }
-        let counter = Kind::named(self.name()).map_or("churn", Kind::churn_counter);
-        let churns = self
-            .store
-            .report()
-            .since(&before)
-            .counter(counter)
-            .unwrap_or(0);
-        let mut second = Duration::ZERO;
-        for key in keys {
-            let began = Instant::now();
-            kv.put(key, value).map_err(|e| e.to_string())?;
-            second += began.elapsed();
-        }
-        Ok((first, second, churns))
     }
 }
 

@@ -18,7 +18,7 @@ use megalon_workload::LatencyHistogram;
 
 use crate::error::Result;
 use crate::scheme::{Report, Scheme};
-use crate::store::{Store, LENGTH_PREFIX_BYTES};
+use crate::store::{KvHandle, Store, LENGTH_PREFIX_BYTES};
 
 /// Operations a worker adds to the shared progress count at a time.
 const PROGRESS_BATCH: u64 = 256;
@@ -71,8 +71,26 @@ pub fn key(index: u64) -> Vec<u8> {
 /// The key of index `index`, `key_bytes` long (at least [`KEY_BYTES`]): `user` and the
 /// index zero-padded to fill it.
 pub fn key_of_len(index: u64, key_bytes: usize) -> Vec<u8> {
-    let digits = key_bytes.max(KEY_BYTES) - 4;
-    format!("user{index:0digits$}").into_bytes()
+    let mut key = Vec::new();
+    write_key(index, key_bytes, &mut key);
+    key
+}
+
+/// [`key_of_len`] into `key` (cleared first): what a worker does before each operation,
+/// without allocating or formatting, so the runner costs little beside the store.
+pub fn write_key(index: u64, key_bytes: usize, key: &mut Vec<u8>) {
+    let len = key_bytes.max(KEY_BYTES);
+    key.clear();
+    key.extend_from_slice(b"user");
+    key.resize(len, b'0');
+    let mut rest = index;
+    for byte in key[4..].iter_mut().rev() {
+        if rest == 0 {
+            break;
+        }
+        *byte = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
 }
 
 /// What the workers do, operation by operation.
@@ -136,6 +154,10 @@ impl Plan {
 
     fn key(&self, index: u64) -> Vec<u8> {
         key_of_len(index, self.key_bytes)
+    }
+
+    fn write_key(&self, index: u64, key: &mut Vec<u8>) {
+        write_key(index, self.key_bytes, key);
     }
 }
 
@@ -236,7 +258,8 @@ impl Chooser {
 }
 
 /// Inserts keys `first..keys` stepping by `step` (a worker's share when `step` workers
-/// share the load) through host `host`; adds each insert to `loaded`.
+/// share the load) through host `host` (or the key's home host, if the scheme names one:
+/// [`Scheme::home_host`]); adds each insert to `loaded`.
 pub fn load<S: Scheme>(
     store: &Store<S>,
     host: usize,
@@ -257,11 +280,19 @@ pub fn load_plan<S: Scheme>(
     step: u64,
     loaded: &AtomicU64,
 ) -> Result<()> {
-    let mut kv = store.handle(host)?;
+    // One handle per host: a key goes through its home host if the scheme has one.
+    let hosts = store.scheme().hosts();
+    let mut handles: Vec<Option<KvHandle<S::Handle>>> = (0..hosts).map(|_| None).collect();
     let value = vec![0x5a; plan.value_bytes];
     let mut index = first;
     while index < plan.keys {
-        kv.insert(&plan.key(index), &value)?;
+        let key = plan.key(index);
+        let through = store.scheme().home_host(&key).unwrap_or(host);
+        let kv = match &mut handles[through] {
+            Some(kv) => kv,
+            slot => slot.insert(store.handle(through)?),
+        };
+        kv.insert(&key, &value)?;
         loaded.fetch_add(1, Ordering::Relaxed);
         index += step.max(1);
     }
@@ -317,6 +348,7 @@ pub fn run_plan_worker<S: Scheme>(
     let mut rng = SplitMix64::new(plan.seed ^ worker.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let mut value = vec![0u8; plan.value_bytes];
     let mut out = Vec::with_capacity(plan.value_bytes);
+    let mut key = Vec::with_capacity(plan.key_bytes.max(KEY_BYTES));
     let mut run = WorkerRun {
         host,
         gets: 0,
@@ -336,25 +368,28 @@ pub fn run_plan_worker<S: Scheme>(
         value[..n].copy_from_slice(&stamp[..n]);
         match op {
             Op::Get(index) => {
-                let found = kv.get_into(&plan.key(index), &mut out)?;
+                plan.write_key(index, &mut key);
+                let found = kv.get_into(&key, &mut out)?;
                 run.get_latency.record(began.elapsed());
                 run.gets += 1;
                 run.gets_absent += u64::from(!found);
             }
             Op::Put(index) => {
-                kv.put(&plan.key(index), &value)?;
+                plan.write_key(index, &mut key);
+                kv.put(&key, &value)?;
                 run.put_latency.record(began.elapsed());
                 run.puts += 1;
             }
             Op::Insert => {
                 let index = inserts.next.fetch_add(1, Ordering::Relaxed);
-                kv.insert(&plan.key(index), &value)?;
+                plan.write_key(index, &mut key);
+                kv.insert(&key, &value)?;
                 inserts.done.fetch_add(1, Ordering::Relaxed);
                 run.put_latency.record(began.elapsed());
                 run.puts += 1;
             }
             Op::ReadModifyWrite(index) => {
-                let key = plan.key(index);
+                plan.write_key(index, &mut key);
                 let found = kv.get_into(&key, &mut out)?;
                 run.gets += 1;
                 run.gets_absent += u64::from(!found);

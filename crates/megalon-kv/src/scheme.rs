@@ -37,6 +37,13 @@ pub trait Scheme: Send + Sync {
 
     /// What the scheme has done so far, summed over this process's hosts.
     fn report(&self) -> Report;
+
+    /// The host through which `key` is best created, if the scheme has one (HCMeta: the
+    /// key's owner, which creates it without a request). Loaders use it; the default is
+    /// none: every host is as good.
+    fn home_host(&self, _key: &[u8]) -> Option<usize> {
+        None
+    }
 }
 
 /// One thread's access to the objects, through one host. Every call is linearizable on

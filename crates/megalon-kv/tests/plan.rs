@@ -37,6 +37,12 @@ fn keys_have_the_length_asked_for() {
     assert_eq!(mix::key_of_len(7, 40).len(), 40);
     assert_eq!(mix::key_of_len(7, 3).len(), mix::KEY_BYTES);
     assert_ne!(mix::key_of_len(7, 40), mix::key_of_len(8, 40));
+    assert_eq!(mix::key_of_len(0, 16), b"user000000000000");
+    assert_eq!(mix::key_of_len(1_234_567, 20), b"user0000000001234567");
+    assert_eq!(
+        mix::key_of_len(u64::MAX, 24),
+        format!("user{:020}", u64::MAX).as_bytes()
+    );
 }
 
 #[test]

@@ -573,6 +573,10 @@ impl Drop for HcMeta {
 impl Scheme for HcMeta {
     type Handle = HcMetaHandle;
 
+    fn home_host(&self, key: &[u8]) -> Option<usize> {
+        Some(self.owner_of(key))
+    }
+
     fn name(&self) -> &'static str {
         self.inner.config.name()
     }
