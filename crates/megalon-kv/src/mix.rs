@@ -89,6 +89,71 @@ impl Chooser {
     }
 }
 
+/// One operation of the mix: a get or a put of the key of index `index` ([`key`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Draw {
+    /// Read the key.
+    Get {
+        /// The key's index.
+        index: u64,
+    },
+    /// Write the key (the value was stamped by [`Draws::next`]).
+    Put {
+        /// The key's index.
+        index: u64,
+    },
+}
+
+impl Draw {
+    /// The key's index.
+    pub fn index(self) -> u64 {
+        match self {
+            Draw::Get { index } | Draw::Put { index } => index,
+        }
+    }
+}
+
+/// One worker's operations: which key each one touches, get or put, and the bytes a put
+/// writes. [`run_worker`] draws from it, and so can anything measured beside the store
+/// (another key-value store), so that the same mix, seed and worker number give the same
+/// sequence of operations everywhere.
+pub struct Draws {
+    chooser: Chooser,
+    rng: SplitMix64,
+    write_ratio: f64,
+    worker: u64,
+    puts_drawn: u64,
+}
+
+impl Draws {
+    /// The draws of worker `worker` (its number is mixed into the mix's seed).
+    pub fn new(mix: &Mix, worker: u64) -> Self {
+        Draws {
+            chooser: Chooser::new(mix),
+            rng: SplitMix64::new(mix.seed ^ worker.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+            write_ratio: mix.write_ratio,
+            worker,
+            puts_drawn: 0,
+        }
+    }
+
+    /// The next operation. For a put, stamps the first 8 bytes of `value` (fewer if it is
+    /// shorter) with the puts drawn before it and the worker's number, so that each put
+    /// writes new bytes; a get leaves `value` alone.
+    pub fn next(&mut self, value: &mut [u8]) -> Draw {
+        let index = self.chooser.next(&mut self.rng);
+        if self.rng.next_f64() < self.write_ratio {
+            let stamp = (self.puts_drawn << 16 | self.worker & 0xffff).to_le_bytes();
+            let n = stamp.len().min(value.len());
+            value[..n].copy_from_slice(&stamp[..n]);
+            self.puts_drawn += 1;
+            Draw::Put { index }
+        } else {
+            Draw::Get { index }
+        }
+    }
+}
+
 /// Inserts keys `first..keys` stepping by `step` (a worker's share when `step` workers
 /// share the load) through host `host`; adds each insert to `loaded`.
 pub fn load<S: Scheme>(
@@ -138,8 +203,7 @@ pub fn run_worker<S: Scheme>(
     done: &AtomicU64,
 ) -> Result<WorkerRun> {
     let mut kv = store.handle(host)?;
-    let chooser = Chooser::new(mix);
-    let mut rng = SplitMix64::new(mix.seed ^ worker.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut draws = Draws::new(mix, worker);
     let mut value = vec![0u8; mix.value_bytes];
     let mut out = Vec::with_capacity(mix.value_bytes);
     let mut run = WorkerRun {
@@ -152,21 +216,21 @@ pub fn run_worker<S: Scheme>(
     };
     let mut unreported = 0;
     while !stop.load(Ordering::Relaxed) {
-        let key = key(chooser.next(&mut rng));
-        let put = rng.next_f64() < mix.write_ratio;
+        let draw = draws.next(&mut value);
+        let key = key(draw.index());
         let began = Instant::now();
-        if put {
-            let stamp = (run.puts << 16 | worker & 0xffff).to_le_bytes();
-            let n = stamp.len().min(value.len());
-            value[..n].copy_from_slice(&stamp[..n]);
-            kv.put(&key, &value)?;
-            run.put_latency.record(began.elapsed());
-            run.puts += 1;
-        } else {
-            let found = kv.get_into(&key, &mut out)?;
-            run.get_latency.record(began.elapsed());
-            run.gets += 1;
-            run.gets_absent += u64::from(!found);
+        match draw {
+            Draw::Put { .. } => {
+                kv.put(&key, &value)?;
+                run.put_latency.record(began.elapsed());
+                run.puts += 1;
+            }
+            Draw::Get { .. } => {
+                let found = kv.get_into(&key, &mut out)?;
+                run.get_latency.record(began.elapsed());
+                run.gets += 1;
+                run.gets_absent += u64::from(!found);
+            }
         }
         unreported += 1;
         if unreported == PROGRESS_BATCH {
