@@ -10,9 +10,8 @@
 //! cargo run --release --example kv_cluster -- --hosts 4 --keys 20000 --seconds 2
 //! ```
 
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -22,6 +21,7 @@ use clap::Parser;
 use megalon::core::{fnv1a64, Backing, Host, HostOptions, Join, Pod, PodConfig, LINE_BYTES};
 use megalon_kv::mix::{self, MixRun};
 use megalon_kv::{Megalon, Store};
+use megalon_workload::processes::{shared_memory_dir, Children};
 
 #[path = "common/mod.rs"]
 mod common;
@@ -75,21 +75,8 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 // ---------------------------------------------------------------- the parent
 
-struct Running {
-    host: usize,
-    child: Child,
-    stdout: thread::JoinHandle<Vec<String>>,
-    stderr: thread::JoinHandle<String>,
-}
-
 fn default_pod_path() -> PathBuf {
-    let dir = Path::new("/dev/shm");
-    let dir = if dir.is_dir() {
-        dir.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    };
-    dir.join(format!("megalon-kv-cluster-{}.pod", std::process::id()))
+    shared_memory_dir().join(format!("megalon-kv-cluster-{}.pod", std::process::id()))
 }
 
 fn parent(args: &Args) -> Result<()> {
@@ -117,85 +104,23 @@ fn parent(args: &Args) -> Result<()> {
 
 fn run_children(args: &Args, path: &Path) -> Result<()> {
     let exe = std::env::current_exe()?;
-    let mut running = Vec::new();
-    for host in 0..args.run.hosts {
+    let commands = (0..args.run.hosts).map(|host| {
         let mut command = Command::new(&exe);
         command
             .args(std::env::args_os().skip(1))
             .arg("--child")
             .arg(host.to_string())
             .arg("--pod")
-            .arg(path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn()?;
-        let out = child.stdout.take().expect("piped");
-        let err = child.stderr.take().expect("piped");
-        running.push(Running {
-            host,
-            child,
-            stdout: thread::spawn(move || {
-                BufReader::new(out).lines().map_while(|l| l.ok()).collect()
-            }),
-            stderr: thread::spawn(move || {
-                let mut text = String::new();
-                let _ = BufReader::new(err).read_to_string(&mut text);
-                text
-            }),
-        });
-    }
-
-    // Wait for every child, within the run's time and the wait bound; a failure or a hang
-    // stops the rest.
+            .arg(path);
+        (format!("host {host}"), command)
+    });
+    // Within the run's time and the wait bound; a failure or a hang ends the wait, and
+    // the children still running are killed when `children` is dropped.
     let deadline = Instant::now()
         + Duration::from_secs_f64(args.run.seconds)
         + Duration::from_secs(args.wait_seconds) * 2;
-    let mut failure: Option<String> = None;
-    let mut statuses = vec![None; running.len()];
-    while statuses.iter().any(Option::is_none) && failure.is_none() {
-        for (r, status) in running.iter_mut().zip(statuses.iter_mut()) {
-            if status.is_none() {
-                if let Some(exit) = r.child.try_wait()? {
-                    *status = Some(exit);
-                    if !exit.success() {
-                        failure = Some(format!("host {} exited with {exit}", r.host));
-                    }
-                }
-            }
-        }
-        if Instant::now() > deadline {
-            let hung: Vec<String> = running
-                .iter()
-                .zip(&statuses)
-                .filter(|(_, s)| s.is_none())
-                .map(|(r, _)| r.host.to_string())
-                .collect();
-            failure = Some(format!("hosts {} did not finish in time", hung.join(", ")));
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    for (r, status) in running.iter_mut().zip(&statuses) {
-        if status.is_none() {
-            let _ = r.child.kill();
-            let _ = r.child.wait();
-        }
-    }
-    let mut outputs = Vec::new();
-    for r in running {
-        let lines = r.stdout.join().expect("reader");
-        let err = r.stderr.join().expect("reader");
-        outputs.push((r.host, lines, err));
-    }
-    if let Some(failure) = failure {
-        for (host, _, err) in &outputs {
-            let err = err.trim();
-            if !err.is_empty() {
-                eprintln!("--- host {host} stderr:\n{err}");
-            }
-        }
-        return Err(failure.into());
-    }
+    let mut children = Children::spawn(commands)?;
+    let outputs = children.wait_all(deadline)?;
     report(&outputs)
 }
 
@@ -205,13 +130,14 @@ fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
         .find_map(|part| part.strip_prefix(name)?.strip_prefix('='))
 }
 
-fn report(outputs: &[(usize, Vec<String>, String)]) -> Result<()> {
+/// Each host's lines, in host order.
+fn report(outputs: &[Vec<String>]) -> Result<()> {
     let mut digests = Vec::new();
     let mut total = 0.0;
     println!(
         "host   load/s      ops/s      gets/s     puts/s   get p50 us  get p99 us  put p99 us"
     );
-    for (host, lines, _) in outputs {
+    for (host, lines) in outputs.iter().enumerate() {
         let line = |kind: &str| {
             lines
                 .iter()
@@ -237,7 +163,7 @@ fn report(outputs: &[(usize, Vec<String>, String)]) -> Result<()> {
         );
         let digest = line("digest ")?;
         digests.push((
-            *host,
+            host,
             field(digest, "keys").unwrap_or("?").to_owned(),
             field(digest, "fnv").unwrap_or("?").to_owned(),
         ));

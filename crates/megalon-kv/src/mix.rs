@@ -257,6 +257,74 @@ impl Chooser {
     }
 }
 
+/// One operation of the mix: a get or a put of the key of index `index` ([`key`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Draw {
+    /// Read the key.
+    Get {
+        /// The key's index.
+        index: u64,
+    },
+    /// Write the key (the value was stamped by [`Draws::next`]).
+    Put {
+        /// The key's index.
+        index: u64,
+    },
+}
+
+impl Draw {
+    /// The key's index.
+    pub fn index(self) -> u64 {
+        match self {
+            Draw::Get { index } | Draw::Put { index } => index,
+        }
+    }
+}
+
+/// One worker's operations: which key each one touches, get or put, and the bytes a put
+/// writes. [`run_worker`] draws from it, and so can anything measured beside the store
+/// (another key-value store), so that the same mix, seed and worker number give the same
+/// sequence of operations everywhere.
+pub struct Draws {
+    chooser: Chooser,
+    rng: SplitMix64,
+    inserts: Inserts,
+    worker: u64,
+    puts_drawn: u64,
+}
+
+impl Draws {
+    /// The draws of worker `worker` (its number is mixed into the mix's seed): the same
+    /// keys, in the same order, as [`run_worker`]'s.
+    pub fn new(mix: &Mix, worker: u64) -> Self {
+        let plan = Plan::from(mix);
+        Draws {
+            chooser: Chooser::new(&plan),
+            rng: SplitMix64::new(plan.seed ^ worker.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+            inserts: Inserts::new(&plan),
+            worker,
+            puts_drawn: 0,
+        }
+    }
+
+    /// The next operation. For a put, stamps the first 8 bytes of `value` (fewer if it is
+    /// shorter) with the puts drawn before it and the worker's number, so that each put
+    /// writes new bytes; a get leaves `value` alone.
+    pub fn next(&mut self, value: &mut [u8]) -> Draw {
+        match self.chooser.next(&mut self.rng, &self.inserts) {
+            Op::Put(index) => {
+                let stamp = (self.puts_drawn << 16 | self.worker & 0xffff).to_le_bytes();
+                let n = stamp.len().min(value.len());
+                value[..n].copy_from_slice(&stamp[..n]);
+                self.puts_drawn += 1;
+                Draw::Put { index }
+            }
+            Op::Get(index) => Draw::Get { index },
+            other => unreachable!("a mix draws gets and puts only, not {other:?}"),
+        }
+    }
+}
+
 /// Inserts keys `first..keys` stepping by `step` (a worker's share when `step` workers
 /// share the load) through host `host` (or the key's home host, if the scheme names one:
 /// [`Scheme::home_host`]); adds each insert to `loaded`.

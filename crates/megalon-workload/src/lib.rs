@@ -14,7 +14,8 @@
 //!   (including operations whose outcome is unknown), and explains a violation with the
 //!   few operations that show it.
 //!
-//! [`generator`] ports YCSB's key generators and core workloads A–F, for driving the stores.
+//! [`generator`] ports YCSB's key generators and core workloads A–F, for driving the stores;
+//! [`processes`] runs the child processes of a multi-process run, with bounded waits.
 //!
 //! The checker's cost grows with the number of operations in flight on a key at once, not
 //! with the length of the history: see the [`check`](mod@check) module for the algorithm and
@@ -64,6 +65,7 @@ pub mod check;
 pub mod generator;
 mod history;
 pub mod latency;
+pub mod processes;
 mod recorder;
 mod sync;
 mod text;

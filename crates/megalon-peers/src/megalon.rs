@@ -1,0 +1,133 @@
+//! The megalon KV store as a peer: on an in-process pod (one host per worker thread), and
+//! on a pod file shared by child processes (one host each). Its workers load and run
+//! through the KV store's own mix ([`megalon_kv::mix::load`], [`megalon_kv::mix::run_worker`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use megalon_core::{Backing, Host, HostOptions, Join, Pod, PodConfig};
+use megalon_kv::mix::{self, Mix};
+use megalon_kv::{Megalon, Store};
+
+use crate::drive::{self, Counts, Work, Worker};
+use crate::{PeerError, PeerSpec, Rates};
+
+/// Bytes of the pod's coherent region (SCR), as the KV store examples default to.
+const SCR_BYTES: u64 = 1 << 20;
+/// Bits of a coherence record, as the KV store examples default to.
+const RECORD_WIDTH_BITS: u32 = 16;
+
+/// The pod of a run: [`Mix::pod_config`] for the keys and values, one host per worker,
+/// the SCR of the KV store examples.
+fn pod_config(work: &Work) -> PodConfig {
+    work.mix(0.0)
+        .pod_config(work.workers as u32)
+        .scr_bytes(SCR_BYTES)
+        .record_width_bits(RECORD_WIDTH_BITS)
+}
+
+fn describe_pod(config: &PodConfig) -> String {
+    format!(
+        "SCR {} KiB of {}-bit records, LNR {} MiB, hardware memory (this machine's coherent caches, real flushes)",
+        config.scr_bytes >> 10,
+        config.record_width_bits,
+        config.lnr_bytes >> 20
+    )
+}
+
+/// One worker: a host of the store.
+struct MegalonWorker<'s> {
+    store: &'s Store<Megalon>,
+    host: usize,
+}
+
+impl Worker for MegalonWorker<'_> {
+    fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, PeerError> {
+        Ok(self.store.handle(self.host)?.get_into(key, out)?)
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), PeerError> {
+        Ok(self.store.handle(self.host)?.put(key, value)?)
+    }
+
+    fn load(&mut self, mix: &Mix, first: u64, step: u64) -> Result<u64, PeerError> {
+        let loaded = AtomicU64::new(0);
+        mix::load(self.store, self.host, mix, first, step, &loaded)?;
+        Ok(loaded.load(Ordering::Relaxed))
+    }
+
+    fn run(&mut self, mix: &Mix, worker: u64, stop: &AtomicBool) -> Result<Counts, PeerError> {
+        let began = Instant::now();
+        let done = AtomicU64::new(0);
+        let run = mix::run_worker(self.store, self.host, worker, mix, stop, &done)?;
+        Ok(Counts {
+            gets: run.gets,
+            puts: run.puts,
+            gets_absent: run.gets_absent,
+            seconds: began.elapsed().as_secs_f64(),
+        })
+    }
+}
+
+/// The store on an in-process pod: worker `i` is host `i`, on a thread of its own.
+pub(crate) fn run_threads(spec: &PeerSpec, notes: &mut Vec<String>) -> Result<Rates, PeerError> {
+    let work = Work::new(spec, 0);
+    let config = pod_config(&work);
+    let pod = Arc::new(Pod::create(&config, Backing::heap())?);
+    let options = HostOptions::new().wait_limit(work.wait());
+    let hosts = (0..spec.workers)
+        .map(|_| Host::join(&pod, Join::AnyFree, options.clone()).map(Arc::new))
+        .collect::<Result<Vec<_>, _>>()?;
+    let store = Store::new(Megalon::new(pod, hosts));
+    notes.push(format!(
+        "{} hosts in this process, one worker thread each; pod in this process's memory: {}",
+        spec.workers,
+        describe_pod(&config)
+    ));
+    let mut workers: Vec<_> = (0..spec.workers)
+        .map(|host| MegalonWorker {
+            store: &store,
+            host,
+        })
+        .collect();
+    drive::on_threads(spec, &mut workers)
+}
+
+/// The store on a pod file in `spec.dir`: child `i` is host `i`. The file is removed at
+/// the end.
+pub(crate) fn run_processes(spec: &PeerSpec, notes: &mut Vec<String>) -> Result<Rates, PeerError> {
+    let config = pod_config(&Work::new(spec, 0));
+    let path = crate::unique_path(&spec.dir, "pod");
+    let _remove = crate::RemoveOnDrop(path.clone());
+    drop(Pod::create(&config, Backing::file(&path))?);
+    notes.push(format!(
+        "{} child processes, one host each, on the pod file {}: {}",
+        spec.workers,
+        path.display(),
+        describe_pod(&config)
+    ));
+    drive::on_processes(spec, "megalon", &path)
+}
+
+/// A child: joins the pod at `path` as host `work.worker` and serves.
+pub(crate) fn child(work: &Work, path: &Path) -> Result<(), PeerError> {
+    let pod = Arc::new(Pod::open_expecting(
+        Backing::file(PathBuf::from(path)),
+        &pod_config(work),
+    )?);
+    let host = Host::join(
+        &pod,
+        Join::As(work.worker as u32),
+        HostOptions::new().wait_limit(work.wait()),
+    )?;
+    let store = Store::new(Megalon::new(pod, vec![Arc::new(host)]));
+    drive::serve(
+        work,
+        &mut MegalonWorker {
+            store: &store,
+            host: 0,
+        },
+    )
+}
