@@ -4,7 +4,7 @@
 //! - `ci`: everything CI runs, in order: formatting, clippy with warnings denied, the
 //!   README's test command, a build of every bench and example, the README's first
 //!   command (the KV store example), the KV store across processes (small), the pod
-//!   tour, the loom models (short), and the protocol mutants.
+//!   tour, every figure of the harness (`--quick`), the loom models (short), and the protocol mutants.
 //! - `loom`: the loom models of the atomic protocols (`--cfg megalon_loom`).
 //! - `mutants`: for each protocol step, the tests with that one step switched off; every
 //!   step must be caught by some failing test.
@@ -38,6 +38,9 @@ const CLUSTER_COMMAND: &[&str] = &[
 ];
 /// The pod tour.
 const QUICKSTART_COMMAND: &[&str] = &["run", "--example", "quickstart"];
+/// Every figure, small (into target/figures-quick).
+const FIGURES_QUICK_COMMAND: &[&str] =
+    &["run", "--release", "-p", "megalon-figures", "--", "--quick"];
 /// Where loom builds go, so they do not invalidate the normal build.
 const LOOM_TARGET_DIR: &str = "target/loom";
 /// Where mutant builds go (the `mutants` feature changes the core crate).
@@ -296,6 +299,7 @@ fn ci() -> ExitCode {
         FIRST_COMMAND,
         CLUSTER_COMMAND,
         QUICKSTART_COMMAND,
+        FIGURES_QUICK_COMMAND,
     ];
     for step in steps {
         if !cargo(step) {

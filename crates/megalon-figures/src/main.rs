@@ -479,6 +479,7 @@ const FIGURES: &[(&str, &str, Figure)] = &[
     ("13", "AllLog", figure_13),
     ("14", "YCSB A/B/C/D/F", figure_14),
     ("15", "page-sized objects", figure_15),
+    ("peers", "the KV store beside LMDB and Redis", peers),
 ];
 
 const USAGE: &str =
@@ -487,7 +488,7 @@ const USAGE: &str =
 
   --quick     every figure at 1/25 of the default size, 0.3 s per run (a few minutes)
   --scale F   F times the default size (1M objects, 1/18 of the paper's 18M)
-  --only      some figures: 4 5 6 7 8 9 10 13 14 15
+  --only      some figures: 4 5 6 7 8 9 10 13 14 15 peers
   --seconds   seconds per run (default 3; 0.3 with --quick)
   --threads   threads per host (default 2; 3 hosts)
   --out       where CSV, SVG and summary.md go (default docs/figures; target/figures-quick
@@ -496,6 +497,8 @@ const USAGE: &str =
               node's CPUs (a single-node machine says so and runs unpinned)";
 
 fn main() -> ExitCode {
+    // The peers' child processes are this binary too.
+    megalon_peers::run_child_if_requested();
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--help" || a == "-h") {
         println!("{USAGE}");
@@ -545,7 +548,7 @@ fn run(args: &Args) -> bool {
         .filter(|(id, _, _)| args.only.as_ref().is_none_or(|o| o.iter().any(|s| s == id)))
         .collect();
     if selected.is_empty() {
-        eprintln!("--only names no figure (figures: 4 5 6 7 8 9 10 13 14 15)");
+        eprintln!("--only names no figure (figures: 4 5 6 7 8 9 10 13 14 15 peers)");
         return false;
     }
     if let Err(e) = fs::create_dir_all(&out) {
@@ -1212,6 +1215,116 @@ fn figure_15(h: &mut Harness) -> Result<(), String> {
                 explain(&[m, hc]),
             );
         }
+    }
+    Ok(())
+}
+
+/// The KV store beside the stores a user would pick instead (megalon-peers): the same
+/// keys, values and draws; a get-only phase and a put-only phase, 2 workers (threads or
+/// processes) each. Redis runs if `redis-server` is installed; otherwise its row says
+/// how to install it.
+fn peers(h: &mut Harness) -> Result<(), String> {
+    use megalon_peers::{Peer, PeerSpec};
+    if h.dry {
+        h.runs += Peer::ALL.len() as u64;
+        return Ok(());
+    }
+    let spec = PeerSpec {
+        keys: h.objects(PAPER_OBJECTS).min(100_000),
+        phase_seconds: h.seconds,
+        value_bytes: VALUE_BYTES,
+        ..PeerSpec::default()
+    };
+    let mut results = Vec::new();
+    for &peer in &spec.peers {
+        h.bar.set_message(format!("peers: {}", peer.name()));
+        results.push(megalon_peers::run(peer, &spec));
+        h.bar.inc(1);
+    }
+    let table = megalon_peers::table(&spec, &results);
+    h.bar.suspend(|| print!("{table}"));
+    let mut csv =
+        String::from("peer,processes,workers,get_ops_per_second,put_ops_per_second,outcome\n");
+    let mut series = vec![
+        Series {
+            name: "gets".into(),
+            points: Vec::new(),
+        },
+        Series {
+            name: "puts".into(),
+            points: Vec::new(),
+        },
+    ];
+    let mut categories = Vec::new();
+    let mut rates = Vec::new();
+    for r in &results {
+        let (get, put, outcome) = match &r.outcome {
+            Ok(rates) => (
+                rates.get_ops_per_second.unwrap_or(0.0),
+                rates.put_ops_per_second.unwrap_or(0.0),
+                "ok".to_string(),
+            ),
+            Err(e) => (0.0, 0.0, e.to_string().replace(',', ";")),
+        };
+        let _ = writeln!(
+            csv,
+            "{},{},{},{get:.0},{put:.0},{outcome}",
+            r.peer.name(),
+            r.processes,
+            r.workers
+        );
+        if r.outcome.is_ok() {
+            let x = categories.len() as f64;
+            categories.push(r.peer.name().to_string());
+            series[0].points.push((x, get));
+            series[1].points.push((x, put));
+        }
+        rates.push((r.peer, r.outcome.is_ok().then_some((get, put)), outcome));
+    }
+    let path = h.out.join("peers.csv");
+    fs::write(&path, csv).map_err(|e| format!("{}: {e}", path.display()))?;
+    let path = h.out.join("peers.svg");
+    plot::draw(
+        &path,
+        &Chart {
+            title: "The KV store beside LMDB and Redis (2 workers)",
+            x_label: "store",
+            y_label: "operations per second",
+            categories: Some(&categories),
+            log_x: false,
+        },
+        &series,
+    )
+    .map_err(|e| format!("{}: {e}", path.display()))?;
+    let ours = rates
+        .iter()
+        .find(|(p, _, _)| *p == Peer::MegalonThreads)
+        .and_then(|(_, r, _)| *r);
+    for (peer, r, outcome) in &rates {
+        if *peer == Peer::MegalonThreads {
+            continue;
+        }
+        let (ours_text, explain) = match (ours, r) {
+            (Some((og, op)), Some((g, p))) => (
+                format!("gets {}, puts {}", ratio(og, *g), ratio(op, *p)),
+                format!(
+                    "megalon (threads) {} gets/s, {} puts/s; {} {} gets/s, {} puts/s",
+                    plot::short(og),
+                    plot::short(op),
+                    peer.name(),
+                    plot::short(*g),
+                    plot::short(*p)
+                ),
+            ),
+            _ => ("n/a".into(), outcome.clone()),
+        };
+        h.row(
+            "peers",
+            format!("megalon (threads) / {}", peer.name()),
+            ours_text,
+            "not in the paper",
+            explain,
+        );
     }
     Ok(())
 }
