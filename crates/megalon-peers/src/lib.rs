@@ -28,8 +28,9 @@
 //!
 //! Trade-offs of the comparison: every peer runs its workers on the same cores as
 //! everything else here (Redis's server thread too), so the figures compare the peers on
-//! this machine, not their capacity; LMDB commits each put on its own, as the KV store
-//! makes each put durable in the pod at once, and that is LMDB's slowest way to write.
+//! this machine, not their capacity; LMDB commits each put on its own, since each of the
+//! KV store's puts is complete and visible to every host when it returns, and that is
+//! LMDB's slowest way to write.
 //!
 //! # Children
 //!
