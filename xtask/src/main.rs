@@ -4,7 +4,8 @@
 //! - `ci`: everything CI runs, in order: formatting, clippy with warnings denied, the
 //!   README's test command, a build of every bench and example, the README's first
 //!   command (the KV store example), the KV store across processes (small), the pod
-//!   tour, every figure of the harness (`--quick`), the loom models (short), and the protocol mutants.
+//!   tour, every figure of the harness (`--quick`), the loom models (short), and the
+//!   protocol mutants.
 //! - `loom`: the loom models of the atomic protocols (`--cfg megalon_loom`).
 //! - `mutants`: for each protocol step, the tests with that one step switched off; every
 //!   step must be caught by some failing test.
