@@ -242,6 +242,20 @@ impl Harness {
         self.measure_threads(kind, setup, series, plans, HOSTS * self.threads_per_host)
     }
 
+    /// [`measure`](Self::measure) for each of `kinds` in turn, each its own series.
+    fn measure_each(
+        &mut self,
+        kinds: &[Kind],
+        setup: &Setup,
+        plans: &[(f64, String, Plan)],
+    ) -> Result<Vec<Measured>, String> {
+        let mut points = Vec::new();
+        for &kind in kinds {
+            points.extend(self.measure(kind, setup, kind.name(), plans)?);
+        }
+        Ok(points)
+    }
+
     fn measure_threads(
         &mut self,
         kind: Kind,
@@ -637,6 +651,21 @@ fn run(args: &Args) -> bool {
         out.display()
     );
     ok
+}
+
+/// Read-only, 5% and 50% writes at zipf 0.99, at x = 0, 1, 2 (Figures 13 and 15).
+fn write_mixes(setup: &Setup) -> Vec<(f64, String, Plan)> {
+    [0.0, 0.05, 0.5]
+        .into_iter()
+        .enumerate()
+        .map(|(i, w)| {
+            (
+                i as f64,
+                format!("{}% writes", w * 100.0),
+                Harness::plan(setup, writes(w, 0.99)),
+            )
+        })
+        .collect()
 }
 
 fn read_only(skew: f64) -> Choice {
@@ -1058,21 +1087,8 @@ fn figure_10(h: &mut Harness) -> Result<(), String> {
 /// Figure 13: megalon against AllLog at 0, 5 and 50% writes.
 fn figure_13(h: &mut Harness) -> Result<(), String> {
     let setup = h.setup(h.objects(PAPER_OBJECTS));
-    let plans: Vec<(f64, String, Plan)> = [0.0, 0.05, 0.5]
-        .into_iter()
-        .enumerate()
-        .map(|(i, w)| {
-            (
-                i as f64,
-                format!("{}% writes", w * 100.0),
-                Harness::plan(&setup, writes(w, 0.99)),
-            )
-        })
-        .collect();
-    let mut points = Vec::new();
-    for kind in [Kind::Megalon, Kind::AllLog] {
-        points.extend(h.measure(kind, &setup, kind.name(), &plans)?);
-    }
+    let plans = write_mixes(&setup);
+    let points = h.measure_each(&[Kind::Megalon, Kind::AllLog], &setup, &plans)?;
     let categories: Vec<String> = plans.iter().map(|p| p.1.clone()).collect();
     h.panel(
         Panel {
@@ -1126,10 +1142,7 @@ fn figure_14(h: &mut Harness) -> Result<(), String> {
             )
         })
         .collect();
-    let mut points = Vec::new();
-    for kind in [Kind::Megalon, Kind::HcMeta] {
-        points.extend(h.measure(kind, &setup, kind.name(), &plans)?);
-    }
+    let mut points = h.measure_each(&[Kind::Megalon, Kind::HcMeta], &setup, &plans)?;
     points.sort_by(|a, b| a.series.cmp(&b.series).then(a.x.total_cmp(&b.x)));
     let categories: Vec<String> = Workload::CORE
         .iter()
@@ -1175,21 +1188,8 @@ fn figure_14(h: &mut Harness) -> Result<(), String> {
 fn figure_15(h: &mut Harness) -> Result<(), String> {
     let mut setup = h.setup(h.objects(12e6));
     setup.value_bytes = PAGE_VALUE_BYTES;
-    let plans: Vec<(f64, String, Plan)> = [0.0, 0.05, 0.5]
-        .into_iter()
-        .enumerate()
-        .map(|(i, w)| {
-            (
-                i as f64,
-                format!("{}% writes", w * 100.0),
-                Harness::plan(&setup, writes(w, 0.99)),
-            )
-        })
-        .collect();
-    let mut points = Vec::new();
-    for kind in [Kind::Megalon, Kind::HcMeta] {
-        points.extend(h.measure(kind, &setup, kind.name(), &plans)?);
-    }
+    let plans = write_mixes(&setup);
+    let points = h.measure_each(&[Kind::Megalon, Kind::HcMeta], &setup, &plans)?;
     let categories: Vec<String> = plans.iter().map(|p| p.1.clone()).collect();
     h.panel(
         Panel {
