@@ -257,6 +257,14 @@ impl Chooser {
     }
 }
 
+/// Stamps the first 8 bytes of `value` (fewer if it is shorter) with `puts` (the puts
+/// before this one) and the worker's number, so that each put writes new bytes.
+fn stamp(value: &mut [u8], puts: u64, worker: u64) {
+    let stamp = (puts << 16 | worker & 0xffff).to_le_bytes();
+    let n = stamp.len().min(value.len());
+    value[..n].copy_from_slice(&stamp[..n]);
+}
+
 /// One operation of the mix: a get or a put of the key of index `index` ([`key`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Draw {
@@ -313,9 +321,7 @@ impl Draws {
     pub fn next(&mut self, value: &mut [u8]) -> Draw {
         match self.chooser.next(&mut self.rng, &self.inserts) {
             Op::Put(index) => {
-                let stamp = (self.puts_drawn << 16 | self.worker & 0xffff).to_le_bytes();
-                let n = stamp.len().min(value.len());
-                value[..n].copy_from_slice(&stamp[..n]);
+                stamp(value, self.puts_drawn, self.worker);
                 self.puts_drawn += 1;
                 Draw::Put { index }
             }
@@ -431,9 +437,7 @@ pub fn run_plan_worker<S: Scheme>(
         let op = chooser.next(&mut rng, inserts);
         let began = Instant::now();
         // Each put writes new bytes: the put count and the worker, at the front.
-        let stamp = (run.puts << 16 | worker & 0xffff).to_le_bytes();
-        let n = stamp.len().min(value.len());
-        value[..n].copy_from_slice(&stamp[..n]);
+        stamp(&mut value, run.puts, worker);
         match op {
             Op::Get(index) => {
                 plan.write_key(index, &mut key);
