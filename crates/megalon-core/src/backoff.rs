@@ -12,6 +12,9 @@ const SPINS: u32 = 64;
 const YIELDS: u32 = 64;
 #[cfg(not(megalon_loom))]
 const MAX_SLEEP: Duration = Duration::from_micros(500);
+/// In a loom model, the rounds after which a wait gives up.
+#[cfg(megalon_loom)]
+const MODEL_ROUNDS: u32 = 64;
 
 /// A bounded wait. Call [`Backoff::snooze`] each time the awaited condition is false.
 #[derive(Debug)]
@@ -53,10 +56,22 @@ impl Backoff {
     /// (time means nothing in a model, and a wait that never ends would hang the model).
     #[cfg(megalon_loom)]
     pub(crate) fn snooze(&mut self) -> bool {
-        const MODEL_ROUNDS: u32 = 64;
         self.rounds = self.rounds.saturating_add(1);
         loom::thread::yield_now();
         self.rounds < MODEL_ROUNDS
+    }
+
+    /// Whether the wait has gone past its limit (without waiting more): what a caller
+    /// that snoozes unconditionally, then decides what giving up means, asks.
+    #[cfg(not(megalon_loom))]
+    pub(crate) fn expired(&self) -> bool {
+        self.started.elapsed() >= self.limit
+    }
+
+    /// In a loom model: whether the wait has used its rounds.
+    #[cfg(megalon_loom)]
+    pub(crate) fn expired(&self) -> bool {
+        self.rounds >= MODEL_ROUNDS
     }
 
     /// How long we have waited.

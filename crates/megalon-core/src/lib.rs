@@ -54,6 +54,7 @@ pub mod mutants;
 mod pod;
 mod record;
 mod replica;
+pub mod rpc;
 mod slot;
 mod sync;
 

@@ -1,0 +1,795 @@
+//! A host's RPC ring: the requests other hosts send it through the pod, as Tigon's hosts
+//! message each other through CXL memory (the core asks a host to move an object back
+//! from its local DRAM; HCMeta asks an owner to share, create or delete a key).
+//!
+//! One ring per host, many senders (every thread of every other host), one server at a
+//! time (the caller makes sure of that, e.g. with a serving lock). Cursors and one state
+//! word per entry live in SCR; the entries (a header line, the key, the payload) live in
+//! LNR. Where the ring is ([`RingGeometry`]) and what its operations mean (the `op` byte,
+//! the response's status and detail) are the user's choice; the ring only moves them.
+//!
+//! ```text
+//! state word of entry i:  ticket << 3 | state      (ticket t uses entry t % entries)
+//! free(t) --sender reserves t (CAS tail), writes, writes back--> request(t)
+//! request(t) --server claims--> claimed(t) --server writes the response back--> response(t)
+//! response(t) --sender reads it--> free(t + entries)
+//! request(t) --sender gives up--> withdrawn(t) --server skips it--> free(t + entries)
+//! ```
+//!
+//! An entry's header line:
+//!
+//! ```text
+//! byte 0: op (never 0)   byte 1: status   bytes 2..4: key bytes   bytes 4..8: payload bytes
+//! bytes 8..16: ticket (written by the sender, echoed by the server)   bytes 16..24: detail
+//! ```
+//!
+//! then the key padded to whole words, then the payload, in whole lines.
+//!
+//! Both sides follow the flush rules: the writer of an entry's lines writes them back and
+//! fences before the Release store of the state word that publishes them; the reader
+//! invalidates them after its Acquire load of that word and before it reads.
+//!
+//! A sender reserves an entry only once it is free (it never holds a ticket it cannot
+//! use), so a sender that gives up leaves nothing behind. Waiting for an entry or for a
+//! response is bounded: the sender serves its own host's ring meanwhile (so two hosts
+//! asking each other both progress), and past the wait limit it withdraws an unclaimed
+//! request and reports the server unresponsive. A request the server already claimed is
+//! waited for up to twice the limit; past that, whether it took effect is unknown.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use megalon_core::rpc::{self, RingGeometry, Response};
+//! use megalon_core::{Backing, Memory, MemoryKind, Pod, PodConfig};
+//!
+//! let entries = 4;
+//! let entry_bytes = rpc::entry_bytes(16, 64);
+//! let config = PodConfig::new()
+//!     .app_scr_bytes(rpc::scr_bytes(entries))
+//!     .app_lnr_bytes(entries * entry_bytes);
+//! let pod = Arc::new(Pod::create(&config, Backing::heap())?);
+//! let layout = pod.layout();
+//! let ring = RingGeometry::new(layout.app_scr_offset, layout.app_lnr_offset, entries, entry_bytes);
+//! ring.initialize(&pod);
+//!
+//! let sender = Memory::new(Arc::clone(&pod), MemoryKind::simulated(1));
+//! let server = Memory::new(Arc::clone(&pod), MemoryKind::simulated(2));
+//! let mut request = vec![0; entry_bytes as usize];
+//! let mut serving = vec![0; entry_bytes as usize];
+//! let mut serve = || {
+//!     // The sender's callback plays the server here; usually another host runs it.
+//!     while let Some(claimed) = ring.claim(&pod, &()) {
+//!         let asked = ring.read(&server, claimed, &mut serving, &());
+//!         let response = Response { status: asked.op, detail: asked.key.len() as u64 };
+//!         ring.respond(&pod, &server, claimed, &mut serving, response, &());
+//!     }
+//! };
+//! let response = ring
+//!     .call(&pod, &sender, &mut request, 7, b"key", b"", Duration::from_secs(1), &(), &mut serve)
+//!     .expect("served");
+//! assert_eq!(response, Response { status: 7, detail: 3 });
+//! # Ok::<(), megalon_core::Error>(())
+//! ```
+
+use std::ops::Range;
+use std::time::Duration;
+
+use crate::backoff::Backoff;
+use crate::memory::Memory;
+use crate::pod::Pod;
+use crate::sync::{AtomicU64, Ordering};
+use crate::LINE_BYTES;
+
+/// Bytes of a ring entry before its key: the request and response header, a line.
+pub const RING_HEADER_BYTES: u64 = LINE_BYTES;
+/// Bytes of a ring's cursors in SCR: `tail` and `head`, a line each.
+pub const RING_CURSOR_BYTES: u64 = 2 * LINE_BYTES;
+/// The op no request has: a zeroed entry never reads as a request, and [`RingGeometry::read`]
+/// answers it for a request whose lengths do not fit its entry.
+pub const NO_OP: u8 = 0;
+
+const FREE: u64 = 0;
+const REQUEST: u64 = 1;
+const CLAIMED: u64 = 2;
+const RESPONSE: u64 = 3;
+const WITHDRAWN: u64 = 4;
+
+fn pack(ticket: u64, state: u64) -> u64 {
+    ticket << 3 | state
+}
+
+/// Bytes of a ring entry for keys up to `max_key_bytes` and payloads up to
+/// `payload_bytes`: the header line, the key padded to whole words, the payload, in whole
+/// lines.
+pub fn entry_bytes(max_key_bytes: usize, payload_bytes: u64) -> u64 {
+    (RING_HEADER_BYTES + key_area(max_key_bytes) + payload_bytes).next_multiple_of(LINE_BYTES)
+}
+
+/// SCR bytes of a ring of `entries` entries: the cursors and one state word per entry,
+/// in whole lines.
+pub fn scr_bytes(entries: u64) -> u64 {
+    RING_CURSOR_BYTES + (entries * 8).next_multiple_of(LINE_BYTES)
+}
+
+fn key_area(key_bytes: usize) -> u64 {
+    (key_bytes as u64).next_multiple_of(8)
+}
+
+/// Where the ring's costs are counted: each operation reports the SCR atomics it made
+/// and the LNR lines it wrote back or invalidated (the counts a report compares between
+/// schemes). `()` counts nothing.
+pub trait Tally {
+    /// `n` loads, stores or read-modify-writes of SCR words.
+    fn scr_atomics(&self, n: u64);
+    /// `n` LNR lines written back.
+    fn lines_written_back(&self, n: u64);
+    /// `n` LNR lines invalidated.
+    fn lines_invalidated(&self, n: u64);
+}
+
+impl Tally for () {
+    #[inline]
+    fn scr_atomics(&self, _: u64) {}
+    #[inline]
+    fn lines_written_back(&self, _: u64) {}
+    #[inline]
+    fn lines_invalidated(&self, _: u64) {}
+}
+
+/// The server's answer: a status and a detail word, both the user's to define.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Response {
+    /// How the request went.
+    pub status: u8,
+    /// A word more (a count, a limit that was hit, an offset).
+    pub detail: u64,
+}
+
+/// A request the server has claimed: it must [`read`](RingGeometry::read) it and
+/// [`respond`](RingGeometry::respond) to it.
+#[derive(Clone, Copy, Debug)]
+pub struct Claimed {
+    ticket: u64,
+}
+
+impl Claimed {
+    /// The request's ticket (its entry is `ticket % entries`).
+    pub fn ticket(&self) -> u64 {
+        self.ticket
+    }
+}
+
+/// A request as the server read it: the key is `buf[key]`, the payload `buf[payload]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// What the sender asks ([`NO_OP`] if the request's lengths do not fit its entry).
+    pub op: u8,
+    /// Where the key is in the server's buffer.
+    pub key: Range<usize>,
+    /// Where the payload is in the server's buffer.
+    pub payload: Range<usize>,
+}
+
+/// Where one host's ring is: offsets from the pod's first byte.
+///
+/// The cursors and state words must lie in SCR (8-byte words, the cursors a line each so
+/// that senders' and the server's cursor do not share a line), the entries in LNR from a
+/// line boundary, each `entry_bytes` long, a whole number of lines (an entry's lines are
+/// written back whole: sharing a line with a neighbour would write the neighbour's stale
+/// bytes back). [`RingGeometry::new`] lays them out so; a hand-made geometry is checked
+/// by [`RingGeometry::initialize`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RingGeometry {
+    /// The senders' cursor: the next ticket to reserve (SCR).
+    pub tail_offset: u64,
+    /// The server's cursor: the next ticket to serve (SCR).
+    pub head_offset: u64,
+    /// The first of `entries` state words (SCR).
+    pub states_offset: u64,
+    /// The first entry (LNR).
+    pub entries_offset: u64,
+    /// Entries of the ring.
+    pub entries: u64,
+    /// Bytes of one entry (see [`entry_bytes`]).
+    pub entry_bytes: u64,
+}
+
+impl RingGeometry {
+    /// A ring whose [`scr_bytes`]`(entries)` of SCR start at `scr_offset` (tail, head,
+    /// then the state words) and whose `entries * entry_bytes` of LNR start at
+    /// `entries_offset`.
+    ///
+    /// # Panics
+    /// If the geometry breaks a rule of [`RingGeometry`] (no entries, an entry that is
+    /// not whole lines, a misaligned offset): offsets come from a layout, not from users.
+    pub fn new(scr_offset: u64, entries_offset: u64, entries: u64, entry_bytes: u64) -> Self {
+        let ring = Self {
+            tail_offset: scr_offset,
+            head_offset: scr_offset + LINE_BYTES,
+            states_offset: scr_offset + RING_CURSOR_BYTES,
+            entries_offset,
+            entries,
+            entry_bytes,
+        };
+        ring.check();
+        ring
+    }
+
+    fn check(&self) {
+        assert!(self.entries > 0, "a ring needs an entry");
+        assert!(
+            self.entry_bytes >= RING_HEADER_BYTES && self.entry_bytes.is_multiple_of(LINE_BYTES),
+            "ring entries of {} bytes are not whole lines with a header",
+            self.entry_bytes
+        );
+        assert!(
+            self.entries_offset.is_multiple_of(LINE_BYTES),
+            "ring entries at {:#x} do not start on a line",
+            self.entries_offset
+        );
+    }
+
+    fn tail<'p>(&self, pod: &'p Pod) -> &'p AtomicU64 {
+        pod.scr_u64(self.tail_offset)
+    }
+
+    fn head<'p>(&self, pod: &'p Pod) -> &'p AtomicU64 {
+        pod.scr_u64(self.head_offset)
+    }
+
+    fn state<'p>(&self, pod: &'p Pod, ticket: u64) -> &'p AtomicU64 {
+        pod.scr_u64(self.states_offset + (ticket % self.entries) * 8)
+    }
+
+    fn entry(&self, ticket: u64) -> u64 {
+        self.entries_offset + (ticket % self.entries) * self.entry_bytes
+    }
+
+    /// Sets both cursors to ticket 0 and makes every entry free for its first ticket (a
+    /// new pod's SCR is zero, which is only right for entry 0). Once, before any host
+    /// uses the ring.
+    ///
+    /// # Panics
+    /// If the geometry breaks a rule of [`RingGeometry`] or lies outside the pod's SCR.
+    pub fn initialize(&self, pod: &Pod) {
+        self.check();
+        self.tail(pod).store(0, Ordering::Relaxed);
+        self.head(pod).store(0, Ordering::Relaxed);
+        for ticket in 0..self.entries {
+            self.state(pod, ticket)
+                .store(pack(ticket, FREE), Ordering::Release);
+        }
+    }
+
+    /// Sends a request and waits for the response (any host but the server's). `buf` is
+    /// the sender's scratch entry; `serve` serves the sender's own ring while it waits.
+    /// `Err(waited_ms)` if the server did not answer within `wait_limit` (the request
+    /// withdrawn, or, claimed but unanswered after twice the limit, of unknown effect).
+    ///
+    /// # Panics
+    /// If `op` is [`NO_OP`], or the request does not fit an entry or `buf` (the caller
+    /// sized the ring with [`entry_bytes`] and checks its keys and payloads first).
+    #[allow(clippy::too_many_arguments)]
+    pub fn call(
+        &self,
+        pod: &Pod,
+        memory: &Memory,
+        buf: &mut [u8],
+        op: u8,
+        key: &[u8],
+        payload: &[u8],
+        wait_limit: Duration,
+        tally: &dyn Tally,
+        serve: &mut dyn FnMut(),
+    ) -> Result<Response, u64> {
+        let key_at = RING_HEADER_BYTES as usize;
+        let payload_at = key_at + key_area(key.len()) as usize;
+        let used = (payload_at + payload.len()).next_multiple_of(LINE_BYTES as usize);
+        assert_ne!(op, NO_OP, "op {NO_OP} is no request");
+        assert!(
+            key.len() <= usize::from(u16::MAX)
+                && used as u64 <= self.entry_bytes
+                && used <= buf.len(),
+            "a request of a {}-byte key and a {}-byte payload needs {used} bytes: \
+             more than a {}-byte ring entry or a {}-byte buffer",
+            key.len(),
+            payload.len(),
+            self.entry_bytes,
+            buf.len()
+        );
+
+        let mut backoff = Backoff::new(wait_limit);
+        // Reserve the next ticket whose entry is free.
+        let ticket = loop {
+            let ticket = self.tail(pod).load(Ordering::Relaxed);
+            // Acquire: pairs with the Release that freed the entry (the last sender's in
+            // this function, or the server's in `claim` for a withdrawn one); whoever
+            // used it last is done with its lines.
+            let state = self.state(pod, ticket).load(Ordering::Acquire);
+            tally.scr_atomics(2);
+            if state == pack(ticket, FREE) {
+                tally.scr_atomics(1);
+                if self
+                    .tail(pod)
+                    .compare_exchange(ticket, ticket + 1, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    break ticket;
+                }
+                continue;
+            }
+            if state >> 3 < ticket {
+                // The ring is full: the entry still serves the previous lap.
+                serve();
+                if !backoff.snooze() {
+                    return Err(waited_ms(&backoff));
+                }
+            }
+            // Otherwise another sender reserved `ticket` since we loaded the tail: look
+            // again at the next one.
+        };
+
+        // Write the request in whole lines, write them back, then publish.
+        buf[..key_at].fill(0);
+        buf[0] = op;
+        buf[2..4].copy_from_slice(&(key.len() as u16).to_le_bytes());
+        buf[4..8].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        buf[8..16].copy_from_slice(&ticket.to_le_bytes());
+        buf[key_at..key_at + key.len()].copy_from_slice(key);
+        buf[key_at + key.len()..payload_at].fill(0);
+        buf[payload_at..payload_at + payload.len()].copy_from_slice(payload);
+        buf[payload_at + payload.len()..used].fill(0);
+        let entry = self.entry(ticket);
+        memory.write(entry, &buf[..used]);
+        memory.write_back(entry, used);
+        memory.fence();
+        tally.lines_written_back(used as u64 / LINE_BYTES);
+        let state = self.state(pod, ticket);
+        tally.scr_atomics(1);
+        // Release: the request's lines reached memory (written back, fenced) before the
+        // server can see it; pairs with the server's Acquire in `claim`.
+        state.store(pack(ticket, REQUEST), Ordering::Release);
+
+        // Wait for the response, serving our own ring meanwhile.
+        let claimed_limit_ms = 2 * wait_limit.as_millis() as u64;
+        loop {
+            // Acquire: pairs with the server's Release in `respond`.
+            let now = state.load(Ordering::Acquire);
+            tally.scr_atomics(1);
+            if now == pack(ticket, RESPONSE) {
+                break;
+            }
+            serve();
+            backoff.snooze();
+            if backoff.expired() {
+                if now == pack(ticket, REQUEST) {
+                    // The server may claim the request between our load and this CAS;
+                    // then the CAS fails and we wait on for its response. If the CAS
+                    // wins, the server's claim CAS fails and it skips the entry.
+                    tally.scr_atomics(1);
+                    if state
+                        .compare_exchange(
+                            now,
+                            pack(ticket, WITHDRAWN),
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        )
+                        .is_ok()
+                    {
+                        return Err(waited_ms(&backoff));
+                    }
+                    continue; // claimed meanwhile: wait on
+                }
+                if waited_ms(&backoff) >= claimed_limit_ms {
+                    return Err(waited_ms(&backoff));
+                }
+            }
+        }
+
+        // Read the response from memory, then free the entry for the next lap.
+        memory.flush(entry, RING_HEADER_BYTES as usize);
+        memory.fence();
+        tally.lines_invalidated(1);
+        let mut header = [0u8; RING_HEADER_BYTES as usize];
+        memory.read(entry, &mut header);
+        // The server echoes the ticket: a response line that is not this request's (a
+        // stale line, a lost write-back) is a broken protocol, not an answer.
+        assert_eq!(
+            header[8..16],
+            ticket.to_le_bytes(),
+            "response of ring entry {ticket} is not the server's"
+        );
+        let response = Response {
+            status: header[1],
+            detail: u64::from_le_bytes(header[16..24].try_into().expect("8 bytes")),
+        };
+        tally.scr_atomics(1);
+        // Release: our reads of the entry are done before the next sender writes it;
+        // pairs with the next sender's Acquire when it reserves the entry.
+        state.store(pack(ticket + self.entries, FREE), Ordering::Release);
+        Ok(response)
+    }
+
+    /// Whether a request (or a withdrawn one) waits at the head: two SCR loads, what a
+    /// server pays to poll (counted in `tally`; pass `()` not to count idle polls).
+    #[inline]
+    pub fn pending(&self, pod: &Pod, tally: &dyn Tally) -> bool {
+        let head = self.head(pod).load(Ordering::Relaxed);
+        let state = self.state(pod, head).load(Ordering::Relaxed);
+        tally.scr_atomics(2);
+        state == pack(head, REQUEST) || state == pack(head, WITHDRAWN)
+    }
+
+    /// Claims the request at the head, skipping withdrawn ones (the server: one at a
+    /// time per ring). `None` if none is waiting.
+    pub fn claim(&self, pod: &Pod, tally: &dyn Tally) -> Option<Claimed> {
+        loop {
+            // Relaxed: only the server moves the head, and one server runs at a time
+            // (the caller's serving lock orders one server after the last).
+            let head = self.head(pod).load(Ordering::Relaxed);
+            let state = self.state(pod, head);
+            // Acquire: pairs with the sender's Release that published the request.
+            let now = state.load(Ordering::Acquire);
+            tally.scr_atomics(2);
+            if now == pack(head, WITHDRAWN) {
+                // The sender gave up and touches the entry no more. Release: pairs with
+                // the next sender's Acquire when it reserves the entry.
+                state.store(pack(head + self.entries, FREE), Ordering::Release);
+                self.head(pod).store(head + 1, Ordering::Relaxed);
+                tally.scr_atomics(2);
+                continue;
+            }
+            if now != pack(head, REQUEST) {
+                return None;
+            }
+            tally.scr_atomics(2);
+            if state
+                .compare_exchange(
+                    now,
+                    pack(head, CLAIMED),
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+            {
+                continue; // withdrawn just now
+            }
+            self.head(pod).store(head + 1, Ordering::Relaxed);
+            return Some(Claimed { ticket: head });
+        }
+    }
+
+    /// Reads a claimed request into `buf` from memory (invalidating its lines first).
+    ///
+    /// # Panics
+    /// If `buf` is shorter than an entry, or the entry's header does not carry the
+    /// claimed ticket (a stale or lost request line: a broken protocol).
+    pub fn read(
+        &self,
+        memory: &Memory,
+        claimed: Claimed,
+        buf: &mut [u8],
+        tally: &dyn Tally,
+    ) -> Request {
+        assert!(
+            buf.len() as u64 >= self.entry_bytes,
+            "a {}-byte buffer for {}-byte ring entries",
+            buf.len(),
+            self.entry_bytes
+        );
+        let entry = self.entry(claimed.ticket);
+        let header = RING_HEADER_BYTES as usize;
+        memory.flush(entry, header);
+        memory.fence();
+        memory.read(entry, &mut buf[..header]);
+        let key_len = u16::from_le_bytes([buf[2], buf[3]]) as usize;
+        let payload_len = u32::from_le_bytes(buf[4..8].try_into().expect("4 bytes")) as usize;
+        // The sender wrote its ticket: any other value is a stale or lost request line.
+        assert_eq!(
+            buf[8..16],
+            claimed.ticket.to_le_bytes(),
+            "request in ring entry {} is not its sender's",
+            claimed.ticket
+        );
+        let payload_at = header + key_area(key_len) as usize;
+        let end = payload_at + payload_len;
+        let op = if (end as u64) <= self.entry_bytes {
+            buf[0]
+        } else {
+            NO_OP
+        };
+        let end = end.min(self.entry_bytes as usize);
+        memory.flush(entry + header as u64, end - header);
+        memory.fence();
+        memory.read(entry + header as u64, &mut buf[header..end]);
+        tally.lines_invalidated((end as u64).div_ceil(LINE_BYTES));
+        Request {
+            op,
+            key: header..header + key_len.min(end - header),
+            payload: payload_at.min(end)..end,
+        }
+    }
+
+    /// Answers a claimed request: writes `response` into its header line, writes it
+    /// back, then publishes it. `buf` holds the request's header as [`read`](Self::read)
+    /// left it.
+    pub fn respond(
+        &self,
+        pod: &Pod,
+        memory: &Memory,
+        claimed: Claimed,
+        buf: &mut [u8],
+        response: Response,
+        tally: &dyn Tally,
+    ) {
+        let entry = self.entry(claimed.ticket);
+        let header = &mut buf[..RING_HEADER_BYTES as usize];
+        debug_assert_eq!(header[8..16], claimed.ticket.to_le_bytes());
+        header[1] = response.status;
+        header[16..24].copy_from_slice(&response.detail.to_le_bytes());
+        memory.write(entry, header);
+        memory.write_back(entry, header.len());
+        memory.fence();
+        tally.lines_written_back(1);
+        tally.scr_atomics(1);
+        // Release: the response line reached memory before the sender can see it; pairs
+        // with the sender's Acquire load in `call`.
+        self.state(pod, claimed.ticket)
+            .store(pack(claimed.ticket, RESPONSE), Ordering::Release);
+    }
+}
+
+fn waited_ms(backoff: &Backoff) -> u64 {
+    backoff.waited().as_millis() as u64
+}
+
+#[cfg(all(test, not(megalon_loom)))]
+mod tests {
+    use std::cell::Cell;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{fnv1a64, Backing, MemoryKind, PodConfig};
+
+    /// Long enough that a served request never meets it, even on a loaded machine.
+    const WAIT_LIMIT: Duration = Duration::from_secs(5);
+    const MAX_KEY_BYTES: usize = 32;
+    const PAYLOAD_BYTES: u64 = 200;
+
+    fn ring_pod(entries: u64) -> (Arc<Pod>, RingGeometry) {
+        let entry_bytes = entry_bytes(MAX_KEY_BYTES, PAYLOAD_BYTES);
+        let config = PodConfig::new()
+            .app_scr_bytes(scr_bytes(entries))
+            .app_lnr_bytes(entries * entry_bytes);
+        let pod = Arc::new(Pod::create(&config, Backing::heap()).expect("pod"));
+        let layout = pod.layout();
+        let ring = RingGeometry::new(
+            layout.app_scr_offset,
+            layout.app_lnr_offset,
+            entries,
+            entry_bytes,
+        );
+        ring.initialize(&pod);
+        (pod, ring)
+    }
+
+    fn host_memory(pod: &Arc<Pod>, seed: u64) -> Memory {
+        Memory::new(Arc::clone(pod), MemoryKind::simulated(seed))
+    }
+
+    /// What the test server answers: the op as the status, and a hash of the key and the
+    /// payload as the detail, so that a sender tells its own answer from any other.
+    fn answer(op: u8, key: &[u8], payload: &[u8]) -> Response {
+        let mut both = key.to_vec();
+        both.push(0xff);
+        both.extend_from_slice(payload);
+        Response {
+            status: op,
+            detail: fnv1a64(&both),
+        }
+    }
+
+    /// A request as the server saw it.
+    type Seen = (u8, Vec<u8>, Vec<u8>);
+
+    /// Serves `requests` requests, one at a time as a host's server does, and returns
+    /// them in the order served. Panics if no request comes for [`WAIT_LIMIT`].
+    fn serve(pod: &Pod, ring: &RingGeometry, memory: &Memory, requests: usize) -> Vec<Seen> {
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        let mut seen = Vec::with_capacity(requests);
+        let mut backoff = Backoff::new(WAIT_LIMIT);
+        while seen.len() < requests {
+            let Some(claimed) = ring.claim(pod, &()) else {
+                assert!(
+                    backoff.snooze(),
+                    "the server waited {WAIT_LIMIT:?} for request {} of {requests}",
+                    seen.len()
+                );
+                continue;
+            };
+            let request = ring.read(memory, claimed, &mut buf, &());
+            let key = buf[request.key.clone()].to_vec();
+            let payload = buf[request.payload.clone()].to_vec();
+            let response = answer(request.op, &key, &payload);
+            ring.respond(pod, memory, claimed, &mut buf, response, &());
+            seen.push((request.op, key, payload));
+            backoff = Backoff::new(WAIT_LIMIT);
+        }
+        seen
+    }
+
+    /// Counts what the ring reports (one thread's).
+    #[derive(Default)]
+    struct Counts {
+        scr_atomics: Cell<u64>,
+        lines_written_back: Cell<u64>,
+        lines_invalidated: Cell<u64>,
+    }
+
+    impl Tally for Counts {
+        fn scr_atomics(&self, n: u64) {
+            self.scr_atomics.set(self.scr_atomics.get() + n);
+        }
+        fn lines_written_back(&self, n: u64) {
+            self.lines_written_back
+                .set(self.lines_written_back.get() + n);
+        }
+        fn lines_invalidated(&self, n: u64) {
+            self.lines_invalidated.set(self.lines_invalidated.get() + n);
+        }
+    }
+
+    #[test]
+    fn a_request_and_its_response_cross_between_two_hosts_caches() {
+        let (pod, ring) = ring_pod(4);
+        let sender = host_memory(&pod, 1);
+        let server = host_memory(&pod, 2);
+        let long_key = [0xab; MAX_KEY_BYTES];
+        let long_payload: Vec<u8> = (0..PAYLOAD_BYTES as u8).collect();
+        let sent: Vec<Seen> = vec![
+            (1, b"alpha".to_vec(), Vec::new()),
+            (2, long_key.to_vec(), long_payload),
+            (3, b"c".to_vec(), vec![7]),
+        ];
+        let counts = Counts::default();
+        let seen = std::thread::scope(|scope| {
+            let serving = scope.spawn(|| serve(&pod, &ring, &server, sent.len()));
+            let mut buf = vec![0; ring.entry_bytes as usize];
+            for (op, key, payload) in &sent {
+                let response = ring.call(
+                    &pod,
+                    &sender,
+                    &mut buf,
+                    *op,
+                    key,
+                    payload,
+                    WAIT_LIMIT,
+                    &counts,
+                    &mut || {},
+                );
+                assert_eq!(response, Ok(answer(*op, key, payload)), "op {op}");
+            }
+            serving.join().expect("the server")
+        });
+        assert_eq!(seen, sent);
+        // Each request's lines written back (the header and a line of key; the header
+        // and four lines of key and payload; the header and a line), each response's
+        // header line invalidated; at least six SCR atomics a call (reserve: two loads
+        // and a CAS; publish; look at the state; free).
+        assert_eq!(counts.lines_written_back.get(), 2 + 5 + 2);
+        assert_eq!(counts.lines_invalidated.get(), 3);
+        assert!(counts.scr_atomics.get() >= 3 * 6);
+        assert!(!ring.pending(&pod, &()));
+    }
+
+    #[test]
+    fn an_unserved_call_gives_up_and_its_entry_is_free_for_the_next_sender() {
+        // One entry: the second call can only have it once the server skipped the
+        // withdrawn request.
+        let (pod, ring) = ring_pod(1);
+        let sender = host_memory(&pod, 1);
+        let server = host_memory(&pod, 2);
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        let limit = Duration::from_millis(50);
+        let mut served_own_ring = 0;
+        let unanswered = ring.call(
+            &pod,
+            &sender,
+            &mut buf,
+            1,
+            b"first",
+            b"",
+            limit,
+            &(),
+            &mut || served_own_ring += 1,
+        );
+        let waited_ms = unanswered.expect_err("nobody serves the ring");
+        assert!(
+            waited_ms >= limit.as_millis() as u64,
+            "gave up after {waited_ms} ms"
+        );
+        assert!(
+            served_own_ring > 0,
+            "the sender serves its own ring while it waits"
+        );
+        assert_eq!(
+            ring.state(&pod, 0).load(Ordering::Relaxed),
+            pack(0, WITHDRAWN)
+        );
+        assert!(
+            ring.pending(&pod, &()),
+            "a withdrawn request waits to be skipped"
+        );
+
+        let seen = std::thread::scope(|scope| {
+            let serving = scope.spawn(|| serve(&pod, &ring, &server, 1));
+            let response = ring.call(
+                &pod,
+                &sender,
+                &mut buf,
+                2,
+                b"second",
+                b"",
+                WAIT_LIMIT,
+                &(),
+                &mut || {},
+            );
+            assert_eq!(response, Ok(answer(2, b"second", b"")));
+            serving.join().expect("the server")
+        });
+        assert_eq!(seen, vec![(2, b"second".to_vec(), Vec::new())]);
+        assert_eq!(ring.state(&pod, 0).load(Ordering::Relaxed), pack(2, FREE));
+        assert_eq!(ring.head(&pod).load(Ordering::Relaxed), 2);
+        assert_eq!(ring.tail(&pod).load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn the_ticket_echo_holds_over_many_laps_of_two_senders() {
+        const ENTRIES: u64 = 4;
+        const SENDERS: u64 = 2;
+        const CALLS_PER_SENDER: u64 = 150;
+        let (pod, ring) = ring_pod(ENTRIES);
+        let server = host_memory(&pod, 100);
+        let requests = (SENDERS * CALLS_PER_SENDER) as usize;
+        std::thread::scope(|scope| {
+            let serving = scope.spawn(|| serve(&pod, &ring, &server, requests));
+            for sender in 0..SENDERS {
+                let (pod, ring) = (&pod, &ring);
+                scope.spawn(move || {
+                    let memory = host_memory(pod, sender + 1);
+                    let mut buf = vec![0; ring.entry_bytes as usize];
+                    for call in 0..CALLS_PER_SENDER {
+                        let op = 1 + (call % 200) as u8;
+                        let key = format!("sender {sender} call {call}");
+                        let payload = vec![call as u8; (call % PAYLOAD_BYTES) as usize];
+                        let response = ring.call(
+                            pod,
+                            &memory,
+                            &mut buf,
+                            op,
+                            key.as_bytes(),
+                            &payload,
+                            WAIT_LIMIT,
+                            &(),
+                            &mut || {},
+                        );
+                        assert_eq!(response, Ok(answer(op, key.as_bytes(), &payload)), "{key}");
+                    }
+                });
+            }
+            assert_eq!(serving.join().expect("the server").len(), requests);
+        });
+        let tickets = SENDERS * CALLS_PER_SENDER;
+        assert!(tickets > 10 * ENTRIES, "many laps");
+        assert_eq!(ring.tail(&pod).load(Ordering::Relaxed), tickets);
+        assert_eq!(ring.head(&pod).load(Ordering::Relaxed), tickets);
+        for ticket in tickets..tickets + ENTRIES {
+            assert_eq!(
+                ring.state(&pod, ticket).load(Ordering::Relaxed),
+                pack(ticket, FREE),
+                "entry {} is free for the next lap",
+                ticket % ENTRIES
+            );
+        }
+    }
+}
