@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crossbeam::utils::CachePadded;
+use megalon_core::rpc::Tally;
 use parking_lot::Mutex;
 
 /// What the counters count.
@@ -71,6 +72,24 @@ impl Counters {
 
     fn snapshot(&self) -> [u64; COUNTERS] {
         std::array::from_fn(|i| self.counts[i].load(Ordering::Relaxed))
+    }
+}
+
+/// The RPC ring counts its costs in the same counters as everything else.
+impl Tally for Counters {
+    #[inline]
+    fn scr_atomics(&self, n: u64) {
+        self.add(Counter::ScrAtomics, n);
+    }
+
+    #[inline]
+    fn lines_written_back(&self, n: u64) {
+        self.add(Counter::LinesWrittenBack, n);
+    }
+
+    #[inline]
+    fn lines_invalidated(&self, n: u64) {
+        self.add(Counter::LinesInvalidated, n);
     }
 }
 

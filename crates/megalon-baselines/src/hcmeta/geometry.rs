@@ -12,19 +12,15 @@
 //! row of its partition; HCMeta-Local: one per shareable object) and its ring's entries.
 //! `N` is the number of objects the host can have shared at once.
 
-use megalon_core::{Layout, LINE_BYTES};
+use megalon_core::rpc::{self, RingGeometry};
+use megalon_core::Layout;
 
 use super::index::IndexGeometry;
-use super::ring::RingGeometry;
 
 /// Bytes of one bucket word of a CXL index.
 pub(crate) const BUCKET_BYTES: u64 = 8;
 /// Bytes of an index entry before its inline key: the record word and the link word.
 pub(crate) const ENTRY_HEADER_BYTES: u64 = 16;
-/// Bytes of a ring's cursors: `tail` and `head`, a line each.
-const RING_CURSOR_BYTES: u64 = 2 * LINE_BYTES;
-/// Bytes of a ring entry before its key: the request and response header, a line.
-pub(crate) const RING_HEADER_BYTES: u64 = LINE_BYTES;
 
 /// Words of an inline key of up to `max_key_bytes` bytes.
 pub(crate) fn key_words(max_key_bytes: usize) -> u64 {
@@ -81,7 +77,7 @@ impl Sizes {
 
     /// SCR bytes of one host's ring: cursors and one state word per entry, whole lines.
     pub(crate) fn ring_scr_bytes(&self) -> u64 {
-        RING_CURSOR_BYTES + (self.ring_entries * 8).next_multiple_of(LINE_BYTES)
+        rpc::scr_bytes(self.ring_entries)
     }
 
     /// SCR bytes of one host.
@@ -108,14 +104,12 @@ impl Sizes {
             key_words: key_words(self.max_key_bytes),
         };
         let ring_scr = scr + self.share_region_bytes;
-        let ring = RingGeometry {
-            tail_offset: ring_scr,
-            head_offset: ring_scr + LINE_BYTES,
-            states_offset: ring_scr + RING_CURSOR_BYTES,
-            entries_offset: lnr + self.slots_per_host * self.object_bytes,
-            entries: self.ring_entries,
-            entry_bytes: self.ring_entry_bytes,
-        };
+        let ring = RingGeometry::new(
+            ring_scr,
+            lnr + self.slots_per_host * self.object_bytes,
+            self.ring_entries,
+            self.ring_entry_bytes,
+        );
         HostGeometry {
             index,
             ring,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use megalon_kv::{Error, Result, SchemeHandle};
 
-use super::counters::{Counter, ThreadCounters};
+use super::counters::{Counter, Counters, ThreadCounters};
 use super::hash::KeyHash;
 use super::index::Found;
 use super::owner::{busy, decode, shared_read, shared_write};
@@ -39,6 +39,7 @@ fn call(
     payload: &[u8],
 ) -> Result<u64> {
     c.add(Counter::Rpcs, 1);
+    let tally: &Counters = c;
     let response = inner.hosts[owner]
         .geometry
         .ring
@@ -46,11 +47,11 @@ fn call(
             &inner.pod,
             &inner.hosts[me].memory,
             request,
-            op,
+            op as u8,
             key,
             payload,
             inner.settings.wait_limit,
-            c,
+            tally,
             &mut || {
                 inner.serve(me, c, true, SERVE_BATCH);
             },

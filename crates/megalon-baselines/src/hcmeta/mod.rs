@@ -16,12 +16,13 @@
 //! *CXL index* (in SCR, inline keys, written only by the owner; see [`index`]) to find
 //! the object's 8-byte *record* (in SCR: lock, clock bit, dirty bit, host bitmap, row
 //! offset; see [`record`]). If the key is not there it asks the owner through the
-//! owner's RPC ring ([`ring`]), and the owner *shares* the row: makes its bytes reach
-//! memory, sets a record with only its own bit, links the entry into the index. Reads
-//! take the record's lock shared, writes exclusive, and follow Tigon's flush rules: a
-//! reader whose bit is clear invalidates the row's lines before copying and sets its
-//! bit; a writer whose bit is clear invalidates first (a partial write fills lines from
-//! the cache), writes back what it wrote and leaves only its own bit set.
+//! owner's RPC ring (the core's [`megalon_core::rpc`]), and the owner *shares* the
+//! row: makes its bytes reach memory, sets a record with only its own bit, links the
+//! entry into the index. Reads take the record's lock shared, writes exclusive, and
+//! follow Tigon's flush rules: a reader whose bit is clear invalidates the row's lines
+//! before copying and sets its bit; a writer whose bit is clear invalidates first (a
+//! partial write fills lines from the cache), writes back what it wrote and leaves only
+//! its own bit set.
 //!
 //! **The budget.** Each host's share of SCR holds its index and records: per shareable
 //! object a bucket word, the record, a link word and the key inline, i.e.
@@ -83,7 +84,7 @@ mod hash;
 pub mod index;
 mod owner;
 pub mod record;
-pub mod ring;
+mod ring;
 mod wait;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -91,6 +92,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use megalon_core::rpc::{self, Tally};
 use megalon_core::{
     Backing, Memory, MemoryKind, Pod, PodConfig, LINE_BYTES, MAX_KEY_BYTES_LIMIT,
     MAX_SLOT_SIZE_BYTES, MIN_LOG_CAPACITY_ENTRIES, PAGE_BYTES,
@@ -328,7 +330,7 @@ impl HcMetaConfig {
                 Placement::Local => shared_per_host,
             },
             ring_entries: self.ring_entries,
-            ring_entry_bytes: ring::entry_bytes(self.max_key_bytes, object_bytes),
+            ring_entry_bytes: rpc::entry_bytes(self.max_key_bytes, object_bytes),
         };
         let app_lnr_lines = sizes.lnr_per_host() * self.hosts as u64 / LINE_BYTES;
         if app_lnr_lines >= 1 << record::OFFSET_BITS {
@@ -387,12 +389,8 @@ impl Inner {
     /// does not count its idle polls). Returns the requests served.
     pub(crate) fn serve(&self, host: usize, c: &Counters, count_poll: bool, max: usize) -> usize {
         let state = &self.hosts[host];
-        if state.stopped.load(Ordering::Relaxed)
-            || !state
-                .geometry
-                .ring
-                .pending(&self.pod, count_poll.then_some(c))
-        {
+        let poll: &dyn Tally = if count_poll { c } else { &() };
+        if state.stopped.load(Ordering::Relaxed) || !state.geometry.ring.pending(&self.pod, poll) {
             return 0;
         }
         let Some(mut buf) = state.serving.try_lock() else {

@@ -19,6 +19,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use hashbrown::HashTable;
+use megalon_core::rpc::{Request, Response};
 use megalon_core::{Memory, Pod, LINE_BYTES};
 use megalon_kv::{Error, Result};
 use parking_lot::{Mutex, RwLock};
@@ -27,7 +28,7 @@ use super::counters::{Counter, Counters, Registry};
 use super::geometry::{HostGeometry, Sizes};
 use super::hash::KeyHash;
 use super::record::{self, host_bit, NotLocked, DIRTY, WRITER};
-use super::ring::{Op, Request, Response};
+use super::ring::Op;
 use super::wait::Backoff;
 use super::{Placement, Settings};
 
@@ -611,7 +612,8 @@ impl HostState {
     ) -> Response {
         let key = &buf[request.key.clone()];
         let hash = KeyHash::of(key);
-        if request.op.is_none()
+        let op = Op::from_byte(request.op);
+        if op.is_none()
             || key.len() > s.max_key_bytes
             || hash.owner(s.hosts) != self.id
             || request.payload.len() > s.object_bytes
@@ -621,7 +623,7 @@ impl HostState {
                 detail: 0,
             };
         }
-        let result = match request.op.expect("checked") {
+        let result = match op.expect("checked") {
             Op::Share => self.share_key(pod, s, hash, key, c).map(u64::from),
             Op::Create => self
                 .create(pod, s, hash, key, &buf[request.payload.clone()], c)

@@ -43,11 +43,6 @@ impl Backoff {
         self.started.elapsed() < self.limit
     }
 
-    /// Whether the wait has gone on past its limit (without waiting more).
-    pub(crate) fn expired(&self) -> bool {
-        self.started.elapsed() >= self.limit
-    }
-
     /// How long we have waited, in whole milliseconds.
     pub(crate) fn waited_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
