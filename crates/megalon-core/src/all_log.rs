@@ -96,6 +96,7 @@ impl Shared {
             return Ok(ReadTicket {
                 handle: entry.handle,
                 stamp: entry.stamp,
+                slot: entry.slot,
                 offset,
                 len,
                 guard: Guard::Replicated {
@@ -166,6 +167,7 @@ impl Shared {
             return Ok((
                 WriteState {
                     handle: entry.handle,
+                    slot: entry.slot,
                     offset,
                     len,
                     record: NO_RECORD,

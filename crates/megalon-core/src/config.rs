@@ -21,6 +21,12 @@ pub const MIN_LOG_CAPACITY_ENTRIES: u64 = 2;
 pub const LOG_ENTRY_HEADER_BYTES: u64 = 32;
 /// The record widths a pod supports, in bits (2 of them are the free and lock bits).
 pub const RECORD_WIDTHS_BITS: [u32; 3] = [8, 16, 32];
+/// Consecutive accesses from one host after which an object moves to that host's DRAM,
+/// when [`PodConfig::local_partitions`] is turned on without a count of its own.
+pub const DEFAULT_PARTITION_ACCESSES: u32 = 5;
+/// Entries of each host's RPC ring that turning local partitions on sets when the pod has
+/// no rings yet.
+pub const DEFAULT_RPC_RING_ENTRIES: u32 = 16;
 
 /// How the hosts of a pod keep objects coherent: a pod-level mode, fixed at creation and
 /// stored in the header, because every host must follow the same protocol.
@@ -111,6 +117,19 @@ pub struct PodConfig {
     /// How hosts keep objects coherent: [`Coherence::Split`] (megalon, the default) or
     /// [`Coherence::AllLog`] (the baseline with every lock and unlock in the log).
     pub coherence: Coherence,
+    /// Local DRAM partitions (the paper's section 3.5.2): after this many consecutive
+    /// accesses from one host, an object moves to that host's DRAM, and another host that
+    /// needs it asks the holder by RPC to move it back. 0 (the default): off. Needs split
+    /// coherence and RPC rings ([`PodConfig::rpc_ring_entries`]).
+    pub partition_after_accesses: u32,
+    /// Local data copies (the paper's section 3.5.3): after this many reads of a
+    /// read-shared object from one host, that host keeps a copy in its DRAM and reads it
+    /// there until a write (or any other event about the object) invalidates it through
+    /// the log. 0 (the default): off. Needs split coherence.
+    pub copy_after_reads: u32,
+    /// Entries of each host's RPC ring (state words in SCR, entries in LNR); 0 (the
+    /// default): the pod has no rings.
+    pub rpc_ring_entries: u32,
 }
 
 impl Default for PodConfig {
@@ -126,6 +145,9 @@ impl Default for PodConfig {
             app_scr_bytes: 0,
             app_lnr_bytes: 0,
             coherence: Coherence::Split,
+            partition_after_accesses: 0,
+            copy_after_reads: 0,
+            rpc_ring_entries: 0,
         }
     }
 }
@@ -168,6 +190,32 @@ impl PodConfig {
         app_lnr_bytes: u64);
     setter!(/// Sets [`PodConfig::coherence`].
         coherence: Coherence);
+    setter!(/// Sets [`PodConfig::copy_after_reads`] (0: local copies off).
+        copy_after_reads: u32);
+    setter!(/// Sets [`PodConfig::rpc_ring_entries`] (0: no RPC rings).
+        rpc_ring_entries: u32);
+
+    /// Turns local DRAM partitions on: an object moves to a host's DRAM after
+    /// `accesses` consecutive accesses from it ([`DEFAULT_PARTITION_ACCESSES`] is the
+    /// paper's choice); 0 turns them off. Gives the pod RPC rings of
+    /// [`DEFAULT_RPC_RING_ENTRIES`] entries if it has none: moving an object back is an
+    /// RPC to the host that holds it.
+    #[must_use]
+    pub fn local_partitions(mut self, accesses: u32) -> Self {
+        self.partition_after_accesses = accesses;
+        if accesses > 0 && self.rpc_ring_entries == 0 {
+            self.rpc_ring_entries = DEFAULT_RPC_RING_ENTRIES;
+        }
+        self
+    }
+
+    /// Turns local data copies on: a host keeps a copy of a read-shared object after
+    /// `reads` reads of it; 0 turns them off. The same as
+    /// [`PodConfig::copy_after_reads`].
+    #[must_use]
+    pub fn local_copies(self, reads: u32) -> Self {
+        self.copy_after_reads(reads)
+    }
 
     /// Bytes of one log entry: its header and the longest key, rounded up to whole lines.
     pub fn log_entry_bytes(&self) -> u64 {
@@ -246,6 +294,36 @@ impl PodConfig {
                 limit: MAX_HOSTS_LIMIT,
             });
         }
+        if self.coherence != Coherence::Split {
+            for (parameter, value) in [
+                ("partition_after_accesses", self.partition_after_accesses),
+                ("copy_after_reads", self.copy_after_reads),
+            ] {
+                if value > 0 {
+                    return Err(Error::NeedsSplitCoherence { parameter });
+                }
+            }
+        }
+        if self.partition_after_accesses > 0 && self.rpc_ring_entries == 0 {
+            return Err(Error::BelowMinimum {
+                parameter: "rpc_ring_entries",
+                value: 0,
+                minimum: 1,
+            });
+        }
+        // Counts of accesses are kept in a byte per slot.
+        for (parameter, value) in [
+            ("partition_after_accesses", self.partition_after_accesses),
+            ("copy_after_reads", self.copy_after_reads),
+        ] {
+            if value > u32::from(u8::MAX) {
+                return Err(Error::AboveLimit {
+                    parameter,
+                    value: value.into(),
+                    limit: u8::MAX.into(),
+                });
+            }
+        }
         Ok(())
     }
 
@@ -288,6 +366,21 @@ impl PodConfig {
                 "coherence",
                 self.coherence.to_u32().into(),
                 other.coherence.to_u32().into(),
+            ),
+            (
+                "partition_after_accesses",
+                self.partition_after_accesses.into(),
+                other.partition_after_accesses.into(),
+            ),
+            (
+                "copy_after_reads",
+                self.copy_after_reads.into(),
+                other.copy_after_reads.into(),
+            ),
+            (
+                "rpc_ring_entries",
+                self.rpc_ring_entries.into(),
+                other.rpc_ring_entries.into(),
             ),
         ]
         .into_iter()

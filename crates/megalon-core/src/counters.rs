@@ -32,9 +32,19 @@ pub(crate) enum Counter {
     LockEvents,
     LockEventsLost,
     UnlockEvents,
+    MovesToHost,
+    MovesLost,
+    MoveBacks,
+    LocalReads,
+    LocalWrites,
+    CopiesMade,
+    CopyReads,
+    CopiesInvalidated,
+    RpcsSent,
+    RpcsServed,
 }
 
-const COUNTERS: usize = Counter::UnlockEvents as usize + 1;
+const COUNTERS: usize = Counter::RpcsServed as usize + 1;
 
 /// Counts of events, for one thread or summed over a host's threads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -79,6 +89,26 @@ pub struct EventCounts {
     pub lock_events_lost: u64,
     /// `Unlock` events appended (AllLog: one per write).
     pub unlock_events: u64,
+    /// Objects moved to this host's DRAM (local partitions: `MoveToHost` events that won).
+    pub moves_to_host: u64,
+    /// Moves to this host's DRAM that lost in the log (an event about the object came first).
+    pub moves_lost: u64,
+    /// Objects this host moved back from its DRAM to CXL (`MoveToCxl` events: asked by RPC, or before an operation of its own that needs the object in CXL, or on leaving).
+    pub move_backs: u64,
+    /// Reads served from this host's DRAM: objects in its partition.
+    pub local_reads: u64,
+    /// Writes done in this host's DRAM: objects in its partition.
+    pub local_writes: u64,
+    /// Local copies of read-shared objects this host made.
+    pub copies_made: u64,
+    /// Reads served from a local copy.
+    pub copy_reads: u64,
+    /// Local copies this host dropped because an event about the object was replayed (a write turning it read-write-shared, a move, a delete).
+    pub copies_invalidated: u64,
+    /// RPCs this host sent (asking the holder of an object to move it back).
+    pub rpcs_sent: u64,
+    /// RPCs this host served.
+    pub rpcs_served: u64,
 }
 
 impl EventCounts {
@@ -104,6 +134,16 @@ impl EventCounts {
             lock_events: a[LockEvents as usize],
             lock_events_lost: a[LockEventsLost as usize],
             unlock_events: a[UnlockEvents as usize],
+            moves_to_host: a[MovesToHost as usize],
+            moves_lost: a[MovesLost as usize],
+            move_backs: a[MoveBacks as usize],
+            local_reads: a[LocalReads as usize],
+            local_writes: a[LocalWrites as usize],
+            copies_made: a[CopiesMade as usize],
+            copy_reads: a[CopyReads as usize],
+            copies_invalidated: a[CopiesInvalidated as usize],
+            rpcs_sent: a[RpcsSent as usize],
+            rpcs_served: a[RpcsServed as usize],
         }
     }
 
@@ -147,6 +187,16 @@ impl EventCounts {
         a[LockEvents as usize] = self.lock_events;
         a[LockEventsLost as usize] = self.lock_events_lost;
         a[UnlockEvents as usize] = self.unlock_events;
+        a[MovesToHost as usize] = self.moves_to_host;
+        a[MovesLost as usize] = self.moves_lost;
+        a[MoveBacks as usize] = self.move_backs;
+        a[LocalReads as usize] = self.local_reads;
+        a[LocalWrites as usize] = self.local_writes;
+        a[CopiesMade as usize] = self.copies_made;
+        a[CopyReads as usize] = self.copy_reads;
+        a[CopiesInvalidated as usize] = self.copies_invalidated;
+        a[RpcsSent as usize] = self.rpcs_sent;
+        a[RpcsServed as usize] = self.rpcs_served;
         a
     }
 }

@@ -162,6 +162,13 @@ pub enum Error {
         /// The value in the header.
         found: u32,
     },
+    /// Local partitions and local copies follow the split protocol (records and log);
+    /// a pod with another coherence mode cannot have them.
+    #[error("{parameter} needs split coherence")]
+    NeedsSplitCoherence {
+        /// The configuration field that is on.
+        parameter: &'static str,
+    },
     /// The pod was created with another value of a parameter than the caller expects.
     #[error("pod has {parameter} = {in_pod}, the caller expects {expected}")]
     ParameterMismatch {
@@ -249,6 +256,17 @@ pub enum Error {
         tail: u64,
         /// The log's capacity.
         capacity_entries: u64,
+        /// How long we waited.
+        waited_ms: u64,
+    },
+    /// Host `host` did not answer an RPC within the wait limit (it stopped serving, or
+    /// is stuck): the object it holds in its DRAM could not be brought back. The request
+    /// was withdrawn unless the host had taken it already, in which case it may yet take
+    /// effect.
+    #[error("host {host} did not answer within {waited_ms} ms")]
+    HostUnresponsive {
+        /// The host asked.
+        host: u32,
         /// How long we waited.
         waited_ms: u64,
     },

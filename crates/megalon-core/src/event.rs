@@ -23,8 +23,10 @@ use crate::error::{Error, Result};
 use crate::host::HostId;
 
 /// Version of the entry format and of the meaning of every kind. Version 2 adds `Lock`
-/// and `Unlock` (pods with [`Coherence::AllLog`](crate::Coherence)).
-pub const LOG_FORMAT_VERSION: u32 = 2;
+/// and `Unlock` (pods with [`Coherence::AllLog`](crate::Coherence)); version 3 gives
+/// `MoveToHost` the stamp it expects, makes `MoveToCxl` win only for the holder, and
+/// makes a delete of an object in a host's DRAM lose.
+pub const LOG_FORMAT_VERSION: u32 = 3;
 /// A record id that means "no record".
 pub const NO_RECORD: u32 = u32::MAX;
 /// In a pod with [`Coherence::AllLog`](crate::Coherence), the `record` of a delete whose
@@ -99,14 +101,19 @@ pub enum Event<'k> {
         count: u64,
     },
     /// `key` now lives in host `host`'s local DRAM (its slot stays reserved for it): only
-    /// that host touches it until it moves back.
+    /// that host touches it until it moves back. Wins only if the object is in its CXL
+    /// slot and no event about it came after the one at `stamp` (the appender copied the
+    /// object as of then, holding its record's lock if it has one).
     MoveToHost {
         /// The object.
         key: &'k [u8],
-        /// The host that holds it.
+        /// The host that holds it (the appender).
         host: HostId,
+        /// The object's stamp when the appender copied it.
+        stamp: u64,
     },
     /// `key` lives in its CXL slot again; the host that held it wrote it back first.
+    /// Wins only if the appender holds the object.
     MoveToCxl {
         /// The object.
         key: &'k [u8],
@@ -214,7 +221,7 @@ impl<'k> Event<'k> {
             Event::Wrap { key } => (Kind::Wrap, key, NO_RECORD, 0, 0),
             Event::NeedSlots { count } => (Kind::NeedSlots, &[], NO_RECORD, 0, count),
             Event::GrantSlots { to, first, count } => (Kind::GrantSlots, &[], to, first, count),
-            Event::MoveToHost { key, host } => (Kind::MoveToHost, key, host, 0, 0),
+            Event::MoveToHost { key, host, stamp } => (Kind::MoveToHost, key, host, 0, stamp),
             Event::MoveToCxl { key } => (Kind::MoveToCxl, key, NO_RECORD, 0, 0),
             Event::Lock { key } => (Kind::Lock, key, NO_RECORD, 0, 0),
             Event::Unlock { key } => (Kind::Unlock, key, NO_RECORD, 0, 0),
@@ -258,7 +265,11 @@ impl<'k> Event<'k> {
                 first: slot,
                 count: arg,
             },
-            Kind::MoveToHost => Event::MoveToHost { key, host: record },
+            Kind::MoveToHost => Event::MoveToHost {
+                key,
+                host: record,
+                stamp: arg,
+            },
             Kind::MoveToCxl => Event::MoveToCxl { key },
             Kind::Lock => Event::Lock { key },
             Kind::Unlock => Event::Unlock { key },
@@ -284,7 +295,7 @@ enum OwnedKind {
     Wrap,
     NeedSlots { count: u64 },
     GrantSlots { to: HostId, first: u64, count: u64 },
-    MoveToHost { host: HostId },
+    MoveToHost { host: HostId, stamp: u64 },
     MoveToCxl,
     Lock,
     Unlock,
@@ -302,7 +313,7 @@ impl OwnedEvent {
             Event::Wrap { .. } => OwnedKind::Wrap,
             Event::NeedSlots { count } => OwnedKind::NeedSlots { count },
             Event::GrantSlots { to, first, count } => OwnedKind::GrantSlots { to, first, count },
-            Event::MoveToHost { host, .. } => OwnedKind::MoveToHost { host },
+            Event::MoveToHost { host, stamp, .. } => OwnedKind::MoveToHost { host, stamp },
             Event::MoveToCxl { .. } => OwnedKind::MoveToCxl,
             Event::Lock { .. } => OwnedKind::Lock,
             Event::Unlock { .. } => OwnedKind::Unlock,
@@ -325,7 +336,7 @@ impl OwnedEvent {
             OwnedKind::Wrap => Event::Wrap { key },
             OwnedKind::NeedSlots { count } => Event::NeedSlots { count },
             OwnedKind::GrantSlots { to, first, count } => Event::GrantSlots { to, first, count },
-            OwnedKind::MoveToHost { host } => Event::MoveToHost { key, host },
+            OwnedKind::MoveToHost { host, stamp } => Event::MoveToHost { key, host, stamp },
             OwnedKind::MoveToCxl => Event::MoveToCxl { key },
             OwnedKind::Lock => Event::Lock { key },
             OwnedKind::Unlock => Event::Unlock { key },
@@ -355,7 +366,11 @@ mod tests {
                 first: 100,
                 count: 50,
             },
-            Event::MoveToHost { key, host: 3 },
+            Event::MoveToHost {
+                key,
+                host: 3,
+                stamp: 1 << 40,
+            },
             Event::MoveToCxl { key },
             Event::Lock { key },
             Event::Unlock { key },

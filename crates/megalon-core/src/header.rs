@@ -16,10 +16,11 @@ use crate::layout::{Layout, HEADER_REGION_BYTES};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"MEGALON\0");
 /// Version of the layout and of everything stored in the pod. Bumped whenever any format
 /// in the pod changes; a pod of another version is refused when opened. Version 3 stores
-/// the pod's [`Coherence`] mode where version 2 had a reserved zero word.
-pub const LAYOUT_VERSION: u32 = 3;
+/// the pod's [`Coherence`] mode where version 2 had a reserved zero word; version 4 adds
+/// local partitions, local copies and the RPC rings (their SCR and LNR regions).
+pub const LAYOUT_VERSION: u32 = 4;
 /// Bytes of the encoded header.
-pub const HEADER_BYTES: usize = 104;
+pub const HEADER_BYTES: usize = 120;
 
 const _: () = assert!(HEADER_BYTES as u64 <= HEADER_REGION_BYTES);
 
@@ -59,7 +60,15 @@ pub struct PodHeader {
     pub app_scr_bytes: u64,
     /// [`PodConfig::app_lnr_bytes`].
     pub app_lnr_bytes: u64,
-    /// FNV-1a of the 96 bytes before it.
+    /// [`PodConfig::partition_after_accesses`].
+    pub partition_after_accesses: u32,
+    /// [`PodConfig::copy_after_reads`].
+    pub copy_after_reads: u32,
+    /// [`PodConfig::rpc_ring_entries`].
+    pub rpc_ring_entries: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// FNV-1a of the 112 bytes before it.
     pub checksum: u64,
 }
 
@@ -94,6 +103,10 @@ impl PodHeader {
             coherence: c.coherence.to_u32(),
             app_scr_bytes: c.app_scr_bytes,
             app_lnr_bytes: c.app_lnr_bytes,
+            partition_after_accesses: c.partition_after_accesses,
+            copy_after_reads: c.copy_after_reads,
+            rpc_ring_entries: c.rpc_ring_entries,
+            reserved: 0,
             checksum: 0,
         };
         header.checksum = fnv1a64(&header.encode()[..HEADER_BYTES - 8]);
@@ -114,6 +127,9 @@ impl PodHeader {
             app_scr_bytes: self.app_scr_bytes,
             app_lnr_bytes: self.app_lnr_bytes,
             coherence: Coherence::from_u32(self.coherence).unwrap_or_default(),
+            partition_after_accesses: self.partition_after_accesses,
+            copy_after_reads: self.copy_after_reads,
+            rpc_ring_entries: self.rpc_ring_entries,
         }
     }
 
@@ -141,6 +157,10 @@ impl PodHeader {
         put(&self.coherence.to_le_bytes());
         put(&self.app_scr_bytes.to_le_bytes());
         put(&self.app_lnr_bytes.to_le_bytes());
+        put(&self.partition_after_accesses.to_le_bytes());
+        put(&self.copy_after_reads.to_le_bytes());
+        put(&self.rpc_ring_entries.to_le_bytes());
+        put(&self.reserved.to_le_bytes());
         put(&self.checksum.to_le_bytes());
         debug_assert_eq!(at, HEADER_BYTES);
         out
@@ -169,7 +189,11 @@ impl PodHeader {
             coherence: u32_at(76),
             app_scr_bytes: u64_at(80),
             app_lnr_bytes: u64_at(88),
-            checksum: u64_at(96),
+            partition_after_accesses: u32_at(96),
+            copy_after_reads: u32_at(100),
+            rpc_ring_entries: u32_at(104),
+            reserved: u32_at(108),
+            checksum: u64_at(112),
         };
         if header.magic != MAGIC {
             return Err(Error::BadMagic {

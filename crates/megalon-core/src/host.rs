@@ -27,12 +27,17 @@ use crate::replica::{Index, IndexEntry, Outcome, Replica, ReplicatedLock};
 use crate::slot::{slot_claim_batch, SlotPool};
 use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering};
 
+#[path = "local.rs"]
+mod local;
 #[path = "object.rs"]
 mod object;
 pub use object::{Done, ReadTicket, ReleaseReason, Releasing, WriteTicket};
 
 /// Identifier of a host: its index in the host table, below the pod's `max_hosts`.
 pub type HostId = u32;
+
+/// Rounds the pump runs without sleeping after it served an RPC.
+const PUMP_BUSY_ROUNDS: u32 = 1000;
 
 /// `holder` of a free entry. Process id 0 is the kernel's, never a user process's.
 const FREE: u32 = 0;
@@ -280,6 +285,14 @@ struct Shared {
     events_id: u64,
     claim_chunk_slots: u64,
     stop: std::sync::atomic::AtomicBool,
+    /// Objects in this host's DRAM (local partitions, local copies), if either is on.
+    local: Option<local::Local>,
+    /// Every host's RPC ring, if the pod has rings.
+    rpc: Option<local::Rpc>,
+    /// Whether this host serves RPCs ([`Host::set_serving`]).
+    serving: std::sync::atomic::AtomicBool,
+    /// Held by the thread serving this host's ring.
+    rpc_server: Mutex<()>,
 }
 
 /// A joined host. Share it between the threads that emulate it (`&Host` is enough; it is
@@ -342,6 +355,14 @@ impl Host {
             events_id: crate::counters::Registry::new_id(),
             claim_chunk_slots,
             stop: std::sync::atomic::AtomicBool::new(false),
+            local: local::Local::new(
+                layout.config.partition_after_accesses,
+                layout.config.copy_after_reads,
+                layout.slot_count,
+            ),
+            rpc: local::Rpc::new(layout),
+            serving: std::sync::atomic::AtomicBool::new(true),
+            rpc_server: Mutex::new(()),
         });
         let mut host = Host { shared, pump: None };
         host.shared.catch_up()?;
@@ -519,6 +540,9 @@ impl Host {
 
 impl Drop for Host {
     fn drop(&mut self) {
+        // Objects in this host's DRAM go back to CXL: once it leaves, nobody could bring
+        // them back. (An error here, a full log, cannot be reported from a drop.)
+        let _ = self.shared.move_all_back();
         self.shared
             .stop
             .store(true, std::sync::atomic::Ordering::Release);
@@ -616,6 +640,7 @@ impl Shared {
         let layout = self.pod.layout();
         let slot_bytes = layout.config.slot_size_bytes as usize;
         let mut dropped = 0u64;
+        let mut copies_dropped = 0u64;
         'rounds: loop {
             let mut index = None;
             loop {
@@ -646,10 +671,21 @@ impl Shared {
                     state.grants.push(grant);
                 }
                 if let Some(slot) = applied.drop_slot {
-                    if !mutants::skipped(Step::ReplayDropsLines) {
+                    let is_move =
+                        matches!(event, Event::MoveToHost { .. } | Event::MoveToCxl { .. });
+                    let skipped = mutants::skipped(Step::ReplayDropsLines)
+                        || is_move && mutants::skipped(Step::MoveDropsLines);
+                    if !skipped {
                         self.memory.flush(layout.slot_offset(slot), slot_bytes);
                     }
                     dropped += 1;
+                }
+                if let (Some(slot), Some(local)) = (applied.touched_slot, &self.local) {
+                    let kept = matches!(event, Event::RecordAlloc { .. })
+                        && mutants::skipped(Step::WriteInvalidatesCopies);
+                    if !kept && local.invalidate_copy(slot) {
+                        copies_dropped += 1;
+                    }
                 }
                 position += 1;
             }
@@ -683,6 +719,11 @@ impl Shared {
             self.counters
                 .slots_dropped
                 .fetch_add(dropped, Ordering::Relaxed);
+        }
+        if copies_dropped > 0 {
+            self.with_counters(|c| {
+                c.add(crate::counters::Counter::CopiesInvalidated, copies_dropped)
+            });
         }
         if position > start {
             // Release: pairs with the Acquire in `catch_up` (this host's readers) and the
@@ -832,14 +873,25 @@ impl Shared {
     }
 
     fn pump(&self, interval: Duration) {
+        // Rounds left in which the pump only yields between rounds: after it served an
+        // RPC, more may follow, and each waits for the pump while it sleeps.
+        let mut busy_rounds = 0u32;
         while !self.stop.load(std::sync::atomic::Ordering::Acquire) {
             // Errors surface to the host's own operations, which replay too.
             if self.replay(None).is_ok() {
                 let _ = self.serve_grants();
                 let _ = self.reclaim_to_watermark();
             }
+            if matches!(self.serve_rpcs(), Ok(served) if served > 0) {
+                busy_rounds = PUMP_BUSY_ROUNDS;
+            }
             self.heartbeat();
-            std::thread::park_timeout(interval);
+            if busy_rounds > 0 {
+                busy_rounds -= 1;
+                std::thread::yield_now();
+            } else {
+                std::thread::park_timeout(interval);
+            }
         }
     }
 }

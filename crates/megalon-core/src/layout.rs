@@ -2,15 +2,16 @@
 //!
 //! ```text
 //! +--------+------------------------------ SCR ------------------------------+------ LNR ------+
-//! | header | log cursors | host table | app | record array | reclaimer | . | log | app | slots | . |
-//! +--------+-------------+------------+-----+--------------+-----------+---+-----+-----+-------+---+
+//! | header | log cursors | host table | rpc | app | record array | reclaimer | . | log | app | rpc | acc | slots | . |
+//! +--------+-------------+------------+-----+-----+--------------+-----------+---+-----+-----+-----+-----+-------+---+
 //! ```
 //!
 //! The two `app` regions are the application's ([`PodConfig::app_scr_bytes`],
-//! [`PodConfig::app_lnr_bytes`]), empty unless configured.
-//!
-//! ```text
-//! ```
+//! [`PodConfig::app_lnr_bytes`]), empty unless configured. The `rpc` regions hold each
+//! host's RPC ring (cursors and state words in SCR, entries in LNR), empty unless
+//! [`PodConfig::rpc_ring_entries`] is set; `acc` is a byte per slot naming the object's
+//! last accessor, for the local-partition policy, empty unless
+//! [`PodConfig::partition_after_accesses`] is set.
 //!
 //! Computed once from a [`PodConfig`], the same way by every host, so nothing in the pod
 //! holds a pointer: each host maps the pod at its own address. Each log cursor and each
@@ -53,6 +54,10 @@ pub struct Layout {
     pub host_table_offset: u64,
     /// Bytes of the host table.
     pub host_table_bytes: u64,
+    /// Start of the RPC rings' SCR part: each host's cursors and state words in turn.
+    pub rpc_scr_offset: u64,
+    /// SCR bytes of one host's ring (0 without rings).
+    pub rpc_scr_bytes_per_host: u64,
     /// Start of the application's SCR region ([`PodConfig::app_scr_bytes`] long).
     pub app_scr_offset: u64,
     /// Start of the coherence record array.
@@ -71,6 +76,14 @@ pub struct Layout {
     pub log_entry_bytes: u64,
     /// Start of the application's LNR region ([`PodConfig::app_lnr_bytes`] long).
     pub app_lnr_offset: u64,
+    /// Start of the RPC rings' entries: each host's in turn.
+    pub rpc_lnr_offset: u64,
+    /// Bytes of one RPC ring entry: the header line and the longest key.
+    pub rpc_entry_bytes: u64,
+    /// Start of the last-accessor bytes, one per slot (the local-partition policy).
+    pub accessors_offset: u64,
+    /// Bytes of the last-accessor array (whole lines; 0 without local partitions).
+    pub accessors_bytes: u64,
     /// Start of the object slots.
     pub slots_offset: u64,
     /// Object slots.
@@ -86,6 +99,8 @@ pub struct ScrUsage {
     pub log_cursors_bytes: u64,
     /// One line per host.
     pub host_table_bytes: u64,
+    /// The hosts' RPC rings: cursors and state words.
+    pub rpc_bytes: u64,
     /// Reserved for the application ([`PodConfig::app_scr_bytes`]).
     pub application_bytes: u64,
     /// The coherence record array.
@@ -101,6 +116,7 @@ impl ScrUsage {
     pub fn total_bytes(&self) -> u64 {
         self.log_cursors_bytes
             + self.host_table_bytes
+            + self.rpc_bytes
             + self.application_bytes
             + self.records_bytes
             + self.reclaimer_bytes
@@ -122,6 +138,9 @@ impl fmt::Display for ScrUsage {
         writeln!(f, "SCR usage ({total} bytes):")?;
         row(f, "log cursors", self.log_cursors_bytes)?;
         row(f, "host table", self.host_table_bytes)?;
+        if self.rpc_bytes > 0 {
+            row(f, "rpc rings", self.rpc_bytes)?;
+        }
         if self.application_bytes > 0 {
             row(f, "application", self.application_bytes)?;
         }
@@ -171,12 +190,20 @@ impl Layout {
         let scr_offset = HEADER_REGION_BYTES;
         let cursors_bytes = (SHARED_CURSORS + hosts) * LINE_BYTES;
         let host_table_bytes = hosts * HOST_ENTRY_BYTES;
+        let ring_entries = u64::from(config.rpc_ring_entries);
+        let rpc_scr_bytes_per_host = if ring_entries == 0 {
+            0
+        } else {
+            crate::rpc::scr_bytes(ring_entries)
+        };
+        let rpc_scr_bytes = hosts * rpc_scr_bytes_per_host;
         // At least one line of records, or the pod could never make an object writable.
         let fixed = checked(
             Region::Scr,
             &[
                 cursors_bytes,
                 host_table_bytes,
+                rpc_scr_bytes,
                 config.app_scr_bytes,
                 RECLAIMER_BYTES,
                 LINE_BYTES,
@@ -190,7 +217,8 @@ impl Layout {
         debug_assert_eq!(records_bytes % LINE_BYTES, 0);
         let cursors_offset = scr_offset;
         let host_table_offset = cursors_offset + cursors_bytes;
-        let app_scr_offset = host_table_offset + host_table_bytes;
+        let rpc_scr_offset = host_table_offset + host_table_bytes;
+        let app_scr_offset = rpc_scr_offset + rpc_scr_bytes;
         let records_offset = app_scr_offset + config.app_scr_bytes;
         let reclaimer_offset = records_offset + records_bytes;
 
@@ -198,16 +226,40 @@ impl Layout {
         let lnr_offset = scr_offset + config.scr_bytes;
         let log_entry_bytes = config.log_entry_bytes();
         let log_bytes = config.log_capacity_entries.saturating_mul(log_entry_bytes);
+        let rpc_entry_bytes = crate::rpc::entry_bytes(config.max_key_bytes as usize, 0);
+        let rpc_lnr_bytes = hosts * ring_entries * rpc_entry_bytes;
+        let partitions = config.partition_after_accesses > 0;
         checked(
             Region::Lnr,
-            &[log_bytes, config.app_lnr_bytes, config.slot_size_bytes],
+            &[
+                log_bytes,
+                config.app_lnr_bytes,
+                rpc_lnr_bytes,
+                if partitions { LINE_BYTES } else { 0 },
+                config.slot_size_bytes,
+            ],
             config.lnr_bytes,
         )?;
         let log_offset = lnr_offset;
         let app_lnr_offset = log_offset + log_bytes;
-        let slots_offset = app_lnr_offset + config.app_lnr_bytes;
-        let slot_count =
-            (config.lnr_bytes - log_bytes - config.app_lnr_bytes) / config.slot_size_bytes;
+        let rpc_lnr_offset = app_lnr_offset + config.app_lnr_bytes;
+        let accessors_offset = rpc_lnr_offset + rpc_lnr_bytes;
+        let available = config.lnr_bytes - log_bytes - config.app_lnr_bytes - rpc_lnr_bytes;
+        let accessors_bytes = |slots: u64| {
+            if partitions {
+                slots.div_ceil(LINE_BYTES) * LINE_BYTES
+            } else {
+                0
+            }
+        };
+        // Each slot costs its bytes and, with local partitions, a byte of the accessor
+        // array (whole lines): the most slots that fit with their bytes.
+        let mut slot_count = available / (config.slot_size_bytes + u64::from(partitions));
+        while slot_count * config.slot_size_bytes + accessors_bytes(slot_count) > available {
+            slot_count -= 1;
+        }
+        let accessors_bytes = accessors_bytes(slot_count);
+        let slots_offset = accessors_offset + accessors_bytes;
         for (parameter, value, limit) in [
             ("slot count", slot_count, MAX_SLOTS),
             ("record count", record_count, MAX_RECORDS),
@@ -228,6 +280,8 @@ impl Layout {
             cursors_bytes,
             host_table_offset,
             host_table_bytes,
+            rpc_scr_offset,
+            rpc_scr_bytes_per_host,
             app_scr_offset,
             records_offset,
             record_count,
@@ -237,6 +291,10 @@ impl Layout {
             log_offset,
             log_entry_bytes,
             app_lnr_offset,
+            rpc_lnr_offset,
+            rpc_entry_bytes,
+            accessors_offset,
+            accessors_bytes,
             slots_offset,
             slot_count,
             total_bytes,
@@ -276,6 +334,24 @@ impl Layout {
         self.host_table_offset + u64::from(host) * HOST_ENTRY_BYTES
     }
 
+    /// Where host `host`'s RPC ring is (the pod must have rings).
+    pub fn rpc_ring(&self, host: u32) -> crate::rpc::RingGeometry {
+        debug_assert!(host < self.config.max_hosts && self.config.rpc_ring_entries > 0);
+        let entries = u64::from(self.config.rpc_ring_entries);
+        crate::rpc::RingGeometry::new(
+            self.rpc_scr_offset + u64::from(host) * self.rpc_scr_bytes_per_host,
+            self.rpc_lnr_offset + u64::from(host) * entries * self.rpc_entry_bytes,
+            entries,
+            self.rpc_entry_bytes,
+        )
+    }
+
+    /// Offset of slot `slot`'s last-accessor byte (the pod must have local partitions).
+    pub fn accessor_offset(&self, slot: u64) -> u64 {
+        debug_assert!(slot < self.slot_count && self.accessors_bytes > 0);
+        self.accessors_offset + slot
+    }
+
     /// Offset of record `record`.
     pub fn record_offset(&self, record: u64) -> u64 {
         debug_assert!(record < self.record_count);
@@ -297,14 +373,17 @@ impl Layout {
     /// SCR bytes by category.
     pub fn scr_usage(&self) -> ScrUsage {
         let records_bytes = self.record_count * self.record_bytes;
+        let rpc_bytes = u64::from(self.config.max_hosts) * self.rpc_scr_bytes_per_host;
         let used = self.cursors_bytes
             + self.host_table_bytes
+            + rpc_bytes
             + self.config.app_scr_bytes
             + records_bytes
             + RECLAIMER_BYTES;
         ScrUsage {
             log_cursors_bytes: self.cursors_bytes,
             host_table_bytes: self.host_table_bytes,
+            rpc_bytes,
             application_bytes: self.config.app_scr_bytes,
             records_bytes,
             reclaimer_bytes: RECLAIMER_BYTES,
@@ -316,10 +395,16 @@ impl Layout {
     /// regions only when configured).
     pub fn regions(&self) -> Vec<(&'static str, u64, u64)> {
         let log_bytes = self.config.log_capacity_entries * self.log_entry_bytes;
+        let hosts = u64::from(self.config.max_hosts);
         vec![
             ("header", 0, HEADER_REGION_BYTES),
             ("log cursors", self.cursors_offset, self.cursors_bytes),
             ("host table", self.host_table_offset, self.host_table_bytes),
+            (
+                "rpc SCR",
+                self.rpc_scr_offset,
+                hosts * self.rpc_scr_bytes_per_host,
+            ),
             ("app SCR", self.app_scr_offset, self.config.app_scr_bytes),
             (
                 "records",
@@ -330,13 +415,22 @@ impl Layout {
             ("log entries", self.log_offset, log_bytes),
             ("app LNR", self.app_lnr_offset, self.config.app_lnr_bytes),
             (
+                "rpc LNR",
+                self.rpc_lnr_offset,
+                hosts * u64::from(self.config.rpc_ring_entries) * self.rpc_entry_bytes,
+            ),
+            ("accessors", self.accessors_offset, self.accessors_bytes),
+            (
                 "slots",
                 self.slots_offset,
                 self.slot_count * self.config.slot_size_bytes,
             ),
         ]
         .into_iter()
-        .filter(|(name, _, bytes)| !name.starts_with("app") || *bytes > 0)
+        .filter(|(name, _, bytes)| {
+            !(name.starts_with("app") || name.starts_with("rpc") || *name == "accessors")
+                || *bytes > 0
+        })
         .collect()
     }
 }

@@ -44,6 +44,15 @@ pub enum Step {
     LockBeforeDelete,
     /// A host whose alloc lost the race in the log frees its record and uses the winner's.
     AllocLoserUsesWinnersRecord,
+    /// Replay of a write's `RecordAlloc` drops every host's local copy of the object
+    /// (local copies).
+    WriteInvalidatesCopies,
+    /// A host moving an object back from its DRAM writes the bytes back to memory before
+    /// it appends `MoveToCxl` (local partitions).
+    MoveBackWritesBack,
+    /// Replay of a move to or from a host's DRAM drops other hosts' cached lines of the
+    /// slot (local partitions).
+    MoveDropsLines,
 }
 
 impl Step {
@@ -63,6 +72,9 @@ impl Step {
         Step::LockBeforeDealloc,
         Step::LockBeforeDelete,
         Step::AllocLoserUsesWinnersRecord,
+        Step::WriteInvalidatesCopies,
+        Step::MoveBackWritesBack,
+        Step::MoveDropsLines,
     ];
 
     /// The name `MEGALON_MUTANT` takes.
@@ -82,6 +94,9 @@ impl Step {
             Step::LockBeforeDealloc => "lock-before-dealloc",
             Step::LockBeforeDelete => "lock-before-delete",
             Step::AllocLoserUsesWinnersRecord => "alloc-loser-uses-winners-record",
+            Step::WriteInvalidatesCopies => "write-invalidates-copies",
+            Step::MoveBackWritesBack => "move-back-writes-back",
+            Step::MoveDropsLines => "move-drops-lines",
         }
     }
 

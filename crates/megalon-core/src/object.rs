@@ -27,6 +27,7 @@
 //! and deletes take the path in `all_log.rs`, chosen by one branch at the top of each
 //! operation.
 
+use super::local::Target;
 use super::{Host, Shared};
 use crate::backoff::Backoff;
 use crate::counters::{Counter, EventCounts, ThreadCounters};
@@ -55,6 +56,7 @@ const RECLAIM_BATCH: u32 = 32;
 pub struct ReadTicket {
     handle: u32,
     stamp: u64,
+    slot: u64,
     offset: u64,
     len: usize,
     /// What `read_end` checks besides the stamp.
@@ -63,7 +65,7 @@ pub struct ReadTicket {
 
 /// What guards a read besides the object's stamp.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Guard {
+pub(super) enum Guard {
     /// A read-shared object: only the log can change it, and the stamp says whether it did.
     Log,
     /// A read-write-shared object: its record and the (even) counter seen at the start.
@@ -88,6 +90,22 @@ impl ReadTicket {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    pub(super) fn slot(&self) -> u64 {
+        self.slot
+    }
+
+    pub(super) fn guard(&self) -> Guard {
+        self.guard
+    }
+
+    pub(super) fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    pub(super) fn stamp(&self) -> u64 {
+        self.stamp
+    }
 }
 
 /// A write in progress: the object's record is locked (counter odd) until
@@ -99,10 +117,11 @@ pub struct WriteTicket<'h> {
 }
 
 #[derive(Clone, Copy, Debug)]
-struct WriteState {
+pub(super) struct WriteState {
     handle: u32,
-    offset: u64,
-    len: usize,
+    pub(super) slot: u64,
+    pub(super) offset: u64,
+    pub(super) len: usize,
     record: u32,
     counter_before: u32,
 }
@@ -241,21 +260,17 @@ impl Host {
     }
 
     /// Reads object `key` into `buf` (its first `buf.len()` bytes), retrying within the
-    /// host's bound. `buf` may be at most the slot size.
+    /// host's bound. `buf` may be at most the slot size. With local partitions or copies
+    /// on, the bytes may come from this host's DRAM.
     pub fn read(&self, key: &[u8], buf: &mut [u8]) -> Result<Done> {
         self.shared.check_key(key)?;
         self.shared.check_len(buf.len())?;
         self.shared.with_counters(|c| {
-            for retries in 0..=self.shared.options.max_retries {
-                let ticket = self.shared.read_start(key, c)?;
-                self.shared.memory.read(ticket.offset, buf);
-                if self.shared.read_end(&ticket, c)? {
-                    return Ok(Done { retries });
-                }
-            }
-            Err(Error::RetriesExhausted {
-                retries: self.shared.options.max_retries,
-            })
+            let (_, done) = self.shared.read_via(key, c, &mut |source, _| {
+                source.copy(0, buf);
+                buf.len()
+            })?;
+            Ok(done)
         })
     }
 
@@ -276,10 +291,11 @@ impl Host {
         self.shared.check_key(key)?;
         self.shared.check_len(at.saturating_add(data.len()))?;
         self.shared.with_counters(|c| {
-            let (state, retries) = self.shared.write_start_counted(key, c)?;
-            self.shared.memory.write(state.offset + at as u64, data);
-            self.shared.write_end(state, c)?;
-            Ok(Done { retries })
+            let ((), done) = self.shared.write_via(key, c, |target| match target {
+                Target::Dram(bytes) => bytes[at..at + data.len()].copy_from_slice(data),
+                Target::Pod(memory, offset, _) => memory.write(offset + at as u64, data),
+            })?;
+            Ok(done)
         })
     }
 
@@ -287,16 +303,19 @@ impl Host {
     /// bytes and changes them in place.
     pub fn update<R>(&self, key: &[u8], f: impl FnOnce(&mut [u8]) -> R) -> Result<(R, Done)> {
         self.shared.check_key(key)?;
-        let mut buf = vec![0u8; self.shared.pod.config().slot_size_bytes as usize];
         self.shared.with_counters(|c| {
-            let (state, retries) = self.shared.write_start_counted(key, c)?;
-            // Under the lock the object cannot change, and write_start invalidated any
-            // stale line: this copy is the current version.
-            self.shared.memory.read(state.offset, &mut buf);
-            let result = f(&mut buf);
-            self.shared.memory.write(state.offset, &buf);
-            self.shared.write_end(state, c)?;
-            Ok((result, Done { retries }))
+            self.shared.write_via(key, c, |target| match target {
+                Target::Dram(bytes) => f(bytes),
+                Target::Pod(memory, offset, len) => {
+                    // Under the lock the object cannot change, and write_start
+                    // invalidated any stale line: this copy is the current version.
+                    let mut buf = vec![0u8; len];
+                    memory.read(offset, &mut buf);
+                    let result = f(&mut buf);
+                    memory.write(offset, &buf);
+                    result
+                }
+            })
         })
     }
 
@@ -364,7 +383,7 @@ impl Shared {
         self.events.with(self.events_id, f)
     }
 
-    fn check_len(&self, len: usize) -> Result<()> {
+    pub(super) fn check_len(&self, len: usize) -> Result<()> {
         let slot_size_bytes = self.pod.config().slot_size_bytes;
         if len as u64 > slot_size_bytes {
             return Err(Error::ValueTooLarge {
@@ -380,18 +399,18 @@ impl Shared {
         self.pod.scr_u64(self.pod.layout().reclaimer_offset)
     }
 
-    fn lines(len: usize) -> u64 {
+    pub(super) fn lines(len: usize) -> u64 {
         len.div_ceil(crate::config::LINE_BYTES as usize) as u64
     }
 
-    fn invalidate(&self, offset: u64, len: usize, c: &ThreadCounters) {
+    pub(super) fn invalidate(&self, offset: u64, len: usize, c: &ThreadCounters) {
         self.memory.flush(offset, len);
         // The invalidation is done before the loads of the copy that follows.
         self.memory.fence();
         c.add(Counter::LinesInvalidated, Self::lines(len));
     }
 
-    fn place(&self, entry: &IndexEntry) -> (u64, usize) {
+    pub(super) fn place(&self, entry: &IndexEntry) -> (u64, usize) {
         let layout = self.pod.layout();
         (
             layout.slot_offset(entry.slot),
@@ -399,7 +418,7 @@ impl Shared {
         )
     }
 
-    fn read_start(&self, key: &[u8], c: &ThreadCounters) -> Result<ReadTicket> {
+    pub(super) fn read_start(&self, key: &[u8], c: &ThreadCounters) -> Result<ReadTicket> {
         if self.all_log {
             return self.read_start_all_log(key, c);
         }
@@ -414,12 +433,19 @@ impl Shared {
             let index = self.replica.index.read();
             // 2. Look the key up.
             let entry = index.lookup(key).ok_or(Error::UnknownKey)?;
+            if let Some(owner) = entry.local_owner {
+                // In a host's DRAM (local partitions): back to CXL first.
+                drop(index);
+                self.bring_back(owner, key, c)?;
+                continue;
+            }
             let (offset, len) = self.place(&entry);
             let Some(record) = entry.record else {
                 // Read-shared: no record; the log is the only path that can change it.
                 return Ok(ReadTicket {
                     handle: entry.handle,
                     stamp: entry.stamp,
+                    slot: entry.slot,
                     offset,
                     len,
                     guard: Guard::Log,
@@ -438,6 +464,7 @@ impl Shared {
                 return Ok(ReadTicket {
                     handle: entry.handle,
                     stamp: entry.stamp,
+                    slot: entry.slot,
                     offset,
                     len,
                     guard: Guard::Record {
@@ -468,7 +495,7 @@ impl Shared {
         }
     }
 
-    fn read_end(&self, ticket: &ReadTicket, c: &ThreadCounters) -> Result<bool> {
+    pub(super) fn read_end(&self, ticket: &ReadTicket, c: &ThreadCounters) -> Result<bool> {
         // The copy's loads happen before the checks below load the record and the
         // cursors: an Acquire load does not keep earlier loads from moving after it, this
         // fence does (the seqlock reader's fence; on x86 it costs nothing).
@@ -523,7 +550,11 @@ impl Shared {
         self.write_start_counted(key, c).map(|(state, _)| state)
     }
 
-    fn write_start_counted(&self, key: &[u8], c: &ThreadCounters) -> Result<(WriteState, u32)> {
+    pub(super) fn write_start_counted(
+        &self,
+        key: &[u8],
+        c: &ThreadCounters,
+    ) -> Result<(WriteState, u32)> {
         if self.all_log {
             return self.write_start_all_log(key, c);
         }
@@ -541,6 +572,12 @@ impl Shared {
                 .read()
                 .lookup(key)
                 .ok_or(Error::UnknownKey)?;
+            if let Some(owner) = entry.local_owner {
+                // In a host's DRAM (local partitions): back to CXL first.
+                self.bring_back(owner, key, c)?;
+                retries += 1;
+                continue;
+            }
             let (offset, len) = self.place(&entry);
             // 2. No record: allocate one through the log, then look again.
             let record = match (forced_record.take(), entry.record) {
@@ -605,6 +642,7 @@ impl Shared {
             return Ok((
                 WriteState {
                     handle: entry.handle,
+                    slot: entry.slot,
                     offset,
                     len,
                     record,
@@ -617,7 +655,7 @@ impl Shared {
 
     /// Catches up with the log and says whether no event about `entry`'s object was
     /// applied since it was looked up (its stamp is the same).
-    fn unchanged_since(&self, entry: &IndexEntry) -> Result<bool> {
+    pub(super) fn unchanged_since(&self, entry: &IndexEntry) -> Result<bool> {
         self.catch_up()?;
         Ok(self
             .replica
@@ -627,7 +665,7 @@ impl Shared {
             .is_some())
     }
 
-    fn write_end(&self, state: WriteState, c: &ThreadCounters) -> Result<()> {
+    pub(super) fn write_end(&self, state: WriteState, c: &ThreadCounters) -> Result<()> {
         if self.all_log {
             return self.write_end_all_log(state, c);
         }
@@ -872,6 +910,12 @@ impl Shared {
                     _ => return Err(Error::UnknownKey),
                 }
             };
+            if let Some(owner) = entry.local_owner {
+                // In a host's DRAM (local partitions): back to CXL first, then delete (a
+                // delete of an object in a host's DRAM loses in the log).
+                self.bring_back(owner, key, c)?;
+                continue;
+            }
             let mut locked_word = None;
             if let (Some(record), false) = (entry.record, mutants::skipped(Step::LockBeforeDelete))
             {

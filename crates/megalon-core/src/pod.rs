@@ -370,6 +370,12 @@ impl Pod {
         for offset in (0..log_end).step_by(8) {
             self.word(offset).store(0, crate::sync::Ordering::Relaxed);
         }
+        // Each ring entry is free for its first ticket (only entry 0 is, as zeros).
+        if layout.config.rpc_ring_entries > 0 {
+            for host in 0..layout.config.max_hosts {
+                layout.rpc_ring(host).initialize(self);
+            }
+        }
         let encoded = PodHeader::new(layout).encode();
         for (i, chunk) in encoded.chunks_exact(8).enumerate().skip(1) {
             let word = u64::from_le_bytes(chunk.try_into().expect("8"));

@@ -281,6 +281,9 @@ pub enum Outcome {
     Wrapped,
     /// The object moved between its CXL slot and a host's local DRAM.
     Moved,
+    /// The move changed nothing: the object is gone, already where the event would put
+    /// it, held by another host, or (to a host) changed since the appender copied it.
+    MoveLost,
     /// Slots were asked for; `donor` is the host that will grant them.
     SlotsRequested {
         /// Who grants.
@@ -297,8 +300,20 @@ pub(crate) struct Applied {
     /// The slot whose cached lines this host must drop (an event from another host about
     /// an object).
     pub(crate) drop_slot: Option<u64>,
+    /// The slot of the object the event changed, on every host (the author's too): a
+    /// local copy of it is no longer valid.
+    pub(crate) touched_slot: Option<u64>,
     /// This host must grant `count` slots to `host`.
     pub(crate) grant: Option<(HostId, u64)>,
+}
+
+impl Applied {
+    /// The event changed the object in `slot`: every host's copy of it is invalid, and
+    /// every host but the author (`mine`) drops its cached lines.
+    fn changed(&mut self, slot: u64, mine: bool) {
+        self.touched_slot = Some(slot);
+        self.drop_slot = (!mine).then_some(slot);
+    }
 }
 
 /// The index of one host.
@@ -535,10 +550,10 @@ impl Index {
             return Err(corrupt("host past the pod's maximum"));
         }
         let mine = author == me;
-        let other_host_drops = |slot: u64| (!mine).then_some(slot);
         let mut applied = Applied {
             outcome: Outcome::NotFound,
             drop_slot: None,
+            touched_slot: None,
             grant: None,
         };
         match *event {
@@ -562,7 +577,7 @@ impl Index {
                     self.insert(key, slot, position);
                     self.slots.free_counts[author as usize] -= 1;
                     applied.outcome = Outcome::Created;
-                    applied.drop_slot = other_host_drops(slot);
+                    applied.changed(slot, mine);
                 }
             }
             Event::Delete { key, record } => {
@@ -570,6 +585,11 @@ impl Index {
                     return Err(corrupt("delete naming a record in an all-log pod"));
                 }
                 let lost = self.find(key).is_some_and(|handle| {
+                    // An object in a host's DRAM: the bytes in its slot are old. The
+                    // deleter brings it back to CXL first, then deletes.
+                    if owner_of(self.arena.get(handle, META)).is_some() {
+                        return true;
+                    }
                     if self.all_log {
                         // AllLog: the deleter holds the object's lock, or no one does.
                         let holder = self.replicated_lock(handle).holder;
@@ -595,7 +615,7 @@ impl Index {
                         slot: entry.slot,
                         record: entry.record,
                     };
-                    applied.drop_slot = other_host_drops(entry.slot);
+                    applied.changed(entry.slot, mine);
                 }
             }
             Event::RecordAlloc { key, record } => {
@@ -614,7 +634,7 @@ impl Index {
                         self.record_owners.insert(record, handle);
                         self.touch(handle, position);
                         applied.outcome = Outcome::RecordAllocated;
-                        applied.drop_slot = other_host_drops(self.slot_of(handle));
+                        applied.changed(self.slot_of(handle), mine);
                     }
                 }
             }
@@ -628,7 +648,8 @@ impl Index {
                         // On every host, the author too: once read-shared, reads make no
                         // check, and the deallocating host may cache lines of the object
                         // from long before (it need not have read it lately).
-                        applied.drop_slot = Some(self.slot_of(handle));
+                        applied.changed(self.slot_of(handle), mine);
+                        applied.drop_slot = applied.touched_slot;
                     } else {
                         applied.outcome = Outcome::RecordDeallocIgnored;
                     }
@@ -638,26 +659,33 @@ impl Index {
                 if let Some(handle) = self.find(key) {
                     self.touch(handle, position);
                     applied.outcome = Outcome::Wrapped;
-                    applied.drop_slot = other_host_drops(self.slot_of(handle));
+                    applied.changed(self.slot_of(handle), mine);
                 }
             }
-            Event::MoveToHost { key, host } => {
+            Event::MoveToHost { key, host, stamp } => {
                 if host >= self.max_hosts {
                     return Err(corrupt("move to a host past the pod's maximum"));
                 }
+                applied.outcome = Outcome::MoveLost;
                 if let Some(handle) = self.find(key) {
-                    self.set_owner(handle, Some(host));
-                    self.touch(handle, position);
-                    applied.outcome = Outcome::Moved;
-                    applied.drop_slot = other_host_drops(self.slot_of(handle));
+                    let meta = self.arena.get(handle, META);
+                    if owner_of(meta).is_none() && self.arena.get(handle, STAMP) == stamp {
+                        self.set_owner(handle, Some(host));
+                        self.touch(handle, position);
+                        applied.outcome = Outcome::Moved;
+                        applied.changed(self.slot_of(handle), mine);
+                    }
                 }
             }
             Event::MoveToCxl { key } => {
+                applied.outcome = Outcome::MoveLost;
                 if let Some(handle) = self.find(key) {
-                    self.set_owner(handle, None);
-                    self.touch(handle, position);
-                    applied.outcome = Outcome::Moved;
-                    applied.drop_slot = other_host_drops(self.slot_of(handle));
+                    if owner_of(self.arena.get(handle, META)) == Some(author) {
+                        self.set_owner(handle, None);
+                        self.touch(handle, position);
+                        applied.outcome = Outcome::Moved;
+                        applied.changed(self.slot_of(handle), mine);
+                    }
                 }
             }
             Event::Lock { key } => {
@@ -686,7 +714,7 @@ impl Index {
                             self.touch(handle, position);
                         }
                         applied.outcome = Outcome::Locked;
-                        applied.drop_slot = other_host_drops(self.slot_of(handle));
+                        applied.changed(self.slot_of(handle), mine);
                     }
                 }
             }
@@ -713,7 +741,7 @@ impl Index {
                         self.arena.set(handle, STAMP, position);
                         self.set_host_counter(handle, mine.then_some(counter));
                         applied.outcome = Outcome::Unlocked { counter };
-                        applied.drop_slot = other_host_drops(self.slot_of(handle));
+                        applied.changed(self.slot_of(handle), mine);
                     }
                 }
             }
@@ -922,20 +950,42 @@ mod tests {
             None,
             "an event makes it unknown"
         );
-        let moved = index
+        // A move made from a copy older than the last event loses.
+        let late = index
             .apply(
                 10,
-                1,
-                &Event::MoveToHost { key: b"k", host: 3 },
+                3,
+                &Event::MoveToHost {
+                    key: b"k",
+                    host: 3,
+                    stamp: 5,
+                },
                 0,
                 &mut pool,
             )
             .unwrap();
-        assert_eq!((moved.outcome, moved.drop_slot), (Outcome::Moved, Some(7)));
+        assert_eq!((late.outcome, late.drop_slot), (Outcome::MoveLost, None));
+        let moved = index
+            .apply(
+                11,
+                3,
+                &Event::MoveToHost {
+                    key: b"k",
+                    host: 3,
+                    stamp: 9,
+                },
+                0,
+                &mut pool,
+            )
+            .unwrap();
+        assert_eq!(
+            (moved.outcome, moved.drop_slot, moved.touched_slot),
+            (Outcome::Moved, Some(7), Some(7))
+        );
         let entry = index.lookup(b"k").unwrap();
         assert_eq!(
             (entry.local_owner, entry.stamp, entry.record),
-            (Some(3), 10, Some(3))
+            (Some(3), 11, Some(3))
         );
         index.set_host_counter(entry.handle, Some(4));
         assert_eq!(
@@ -943,14 +993,49 @@ mod tests {
             Some(3),
             "readers keep the owner"
         );
-        let back = index
-            .apply(10, 0, &Event::MoveToCxl { key: b"k" }, 0, &mut pool)
+        // Only the holder moves it back; a delete of an object in a host's DRAM loses.
+        let not_holder = index
+            .apply(12, 0, &Event::MoveToCxl { key: b"k" }, 0, &mut pool)
             .unwrap();
-        assert_eq!((back.outcome, back.drop_slot), (Outcome::Moved, None));
+        assert_eq!(not_holder.outcome, Outcome::MoveLost);
+        let delete = Event::Delete {
+            key: b"k",
+            record: 3,
+        };
+        assert_eq!(
+            index.apply(13, 3, &delete, 0, &mut pool).unwrap().outcome,
+            Outcome::DeleteLost
+        );
+        let back = index
+            .apply(14, 3, &Event::MoveToCxl { key: b"k" }, 0, &mut pool)
+            .unwrap();
+        assert_eq!((back.outcome, back.drop_slot), (Outcome::Moved, Some(7)));
+        let own = index
+            .apply(
+                15,
+                0,
+                &Event::MoveToHost {
+                    key: b"k",
+                    host: 0,
+                    stamp: 14,
+                },
+                0,
+                &mut pool,
+            )
+            .unwrap();
+        assert_eq!(
+            (own.outcome, own.drop_slot, own.touched_slot),
+            (Outcome::Moved, None, Some(7)),
+            "the mover keeps its lines; its copy, if any, goes"
+        );
+        let own_back = index
+            .apply(16, 0, &Event::MoveToCxl { key: b"k" }, 0, &mut pool)
+            .unwrap();
+        assert_eq!(own_back.outcome, Outcome::Moved);
         assert_eq!(index.lookup(b"k").unwrap().local_owner, None);
         let stale = index
             .apply(
-                10,
+                17,
                 2,
                 &Event::RecordDealloc {
                     key: b"k",
@@ -963,7 +1048,7 @@ mod tests {
         assert_eq!(stale.outcome, Outcome::RecordDeallocIgnored);
         let dealloc = index
             .apply(
-                11,
+                18,
                 2,
                 &Event::RecordDealloc {
                     key: b"k",

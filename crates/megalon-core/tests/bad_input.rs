@@ -571,14 +571,14 @@ fn open_unknown_version() {
 
 #[test]
 fn open_a_pod_of_the_previous_layout_version() {
-    // A pod made by a build of layout version 2 (before the coherence mode): its header
-    // says 2, with a checksum that matches. This build refuses it by name.
+    // A pod made by a build of layout version 3 (before local partitions, copies and
+    // RPC rings): its header says 3, with a checksum that matches. This build refuses it
+    // by name.
     let (_dir, path) = pod_file(&small_config());
     let previous = LAYOUT_VERSION - 1;
-    assert_eq!(previous, 2);
+    assert_eq!(previous, 3);
     patch_file(&path, |bytes| {
         bytes[VERSION_AT..VERSION_AT + 4].copy_from_slice(&previous.to_le_bytes());
-        bytes[COHERENCE_AT..COHERENCE_AT + 4].copy_from_slice(&0u32.to_le_bytes());
         fix_checksum(bytes);
     });
     let error = open_error(Backing::file(&path), None, &path);
@@ -588,7 +588,7 @@ fn open_a_pod_of_the_previous_layout_version() {
     else {
         panic!("expected UnknownVersion, got {error:?}");
     };
-    assert_eq!((found, supported), (2, LAYOUT_VERSION));
+    assert_eq!((found, supported), (3, LAYOUT_VERSION));
 }
 
 #[test]

@@ -34,6 +34,10 @@ struct Stress {
     reclaim_watermark: f64,
     /// Split (megalon) or AllLog.
     coherence: Coherence,
+    /// Local partitions: consecutive accesses before a move to a host's DRAM (0: off).
+    partition_after: u32,
+    /// Local copies: reads from a host before it keeps a copy (0: off).
+    copy_after: u32,
 }
 
 impl Default for Stress {
@@ -49,6 +53,8 @@ impl Default for Stress {
             zipf: 0.99,
             reclaim_watermark: 0.5,
             coherence: Coherence::Split,
+            partition_after: 0,
+            copy_after: 0,
         }
     }
 }
@@ -130,11 +136,28 @@ struct Report {
     retries: u64,
     lock_events: u64,
     stale_lines_served: u64,
+    events: megalon_core::EventCounts,
 }
 
+/// Entries of each host's RPC ring in pods with local partitions.
+const RING_ENTRIES: u32 = 4;
+
 fn run(stress: &Stress) -> Report {
+    // The same records as without rings: the rings' SCR comes on top.
+    let rings = if stress.partition_after > 0 {
+        u64::from(POD_MAX_HOSTS) * megalon_core::rpc::scr_bytes(RING_ENTRIES.into())
+    } else {
+        0
+    };
     let config = PodConfig::new()
-        .scr_bytes(4096)
+        .scr_bytes((4096 + rings).next_multiple_of(4096))
+        .rpc_ring_entries(if stress.partition_after > 0 {
+            RING_ENTRIES
+        } else {
+            0
+        })
+        .local_partitions(stress.partition_after)
+        .local_copies(stress.copy_after)
         .lnr_bytes(4 << 20)
         .slot_size_bytes(SLOT_BYTES)
         .max_key_bytes(32)
@@ -258,6 +281,7 @@ fn run(stress: &Stress) -> Report {
         retries: events.read_retries(),
         lock_events: events.lock_events,
         stale_lines_served,
+        events,
     }
 }
 
@@ -272,8 +296,21 @@ fn run_and_check(stress: &Stress) -> Result<String, String> {
         );
         assert_eq!(report.churn, 0, "AllLog never allocates a record");
     }
+    let e = &report.events;
+    if stress.partition_after > 0 {
+        assert!(
+            e.moves_to_host > 0 && e.move_backs > 0 && e.rpcs_served > 0,
+            "objects moved to hosts and back: {e:?}"
+        );
+    }
+    if stress.copy_after > 0 {
+        assert!(
+            e.copies_made > 0 && e.copy_reads > 0 && e.copies_invalidated > 0,
+            "copies were made, read and invalidated: {e:?}"
+        );
+    }
     let details = format!(
-        "({} coherence, seed {}, {} errors, {} churn, {} wraps, {} lock events, {} read retries, {} stale lines served by the simulated caches)",
+        "({} coherence, seed {}, {} errors, {} churn, {} wraps, {} lock events, {} read retries, {} stale lines served by the simulated caches, {} moves to a host, {} move-backs, {} rpcs, {} copies made, {} copy reads, {} copies invalidated)",
         stress.coherence.name(),
         stress.seed,
         report.errors,
@@ -281,7 +318,13 @@ fn run_and_check(stress: &Stress) -> Result<String, String> {
         report.wraps,
         report.lock_events,
         report.retries,
-        report.stale_lines_served
+        report.stale_lines_served,
+        e.moves_to_host,
+        e.move_backs,
+        e.rpcs_sent,
+        e.copies_made,
+        e.copy_reads,
+        e.copies_invalidated,
     );
     match check(&report.history) {
         Ok(summary) => Ok(format!(
@@ -408,6 +451,52 @@ fn stress_short_with_all_log_coherence_on_hot_keys_on_hardware_memory() {
     }
 }
 
+#[test]
+fn stress_short_with_local_partitions() {
+    // Objects move to a host after two consecutive accesses from it: the hot ones move
+    // there and back (by RPC) all the time.
+    let stress = Stress {
+        seconds: 1.5,
+        keys: 64,
+        partition_after: 2,
+        ..Stress::default()
+    };
+    match run_and_check(&stress) {
+        Ok(line) => println!("{line}"),
+        Err(violation) => panic!("{violation}"),
+    }
+}
+
+#[test]
+fn stress_short_with_local_copies() {
+    // Copies after two reads, on keys written all the time: made and invalidated.
+    let stress = Stress {
+        seconds: 1.5,
+        keys: 64,
+        copy_after: 2,
+        ..Stress::default()
+    };
+    match run_and_check(&stress) {
+        Ok(line) => println!("{line}"),
+        Err(violation) => panic!("{violation}"),
+    }
+}
+
+#[test]
+fn stress_short_with_local_partitions_and_copies() {
+    let stress = Stress {
+        seconds: 1.5,
+        keys: 64,
+        partition_after: 3,
+        copy_after: 2,
+        ..Stress::default()
+    };
+    match run_and_check(&stress) {
+        Ok(line) => println!("{line}"),
+        Err(violation) => panic!("{violation}"),
+    }
+}
+
 /// The long form for `cargo xtask stress`: parameters from `MEGALON_STRESS_*`.
 #[test]
 #[ignore = "run by cargo xtask stress"]
@@ -442,6 +531,12 @@ fn stress_from_env() {
             "all-log" => Coherence::AllLog,
             other => panic!("MEGALON_STRESS_COHERENCE={other}: split or all-log"),
         };
+    }
+    if let Some(v) = var("PARTITION_AFTER") {
+        stress.partition_after = v.parse().expect("MEGALON_STRESS_PARTITION_AFTER: a number");
+    }
+    if let Some(v) = var("COPY_AFTER") {
+        stress.copy_after = v.parse().expect("MEGALON_STRESS_COPY_AFTER: a number");
     }
     assert!(
         (1..=POD_MAX_HOSTS).contains(&stress.hosts),

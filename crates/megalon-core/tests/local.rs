@@ -1,0 +1,311 @@
+//! Local DRAM partitions and local data copies across hosts of one process, on simulated
+//! non-coherent memory: when objects move, where reads and writes go, what other hosts
+//! see, and what happens when the host that holds an object stops answering.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use megalon_core::{
+    Backing, Coherence, Error, Host, HostOptions, Join, MemoryKind, Pod, PodConfig,
+    SimulatedConfig, DEFAULT_PARTITION_ACCESSES,
+};
+
+const SLOT: usize = 256;
+
+fn config() -> PodConfig {
+    PodConfig::new()
+        .scr_bytes(64 << 10)
+        .lnr_bytes(1 << 20)
+        .slot_size_bytes(SLOT as u64)
+        .max_key_bytes(48)
+        .log_capacity_entries(256)
+        .max_hosts(4)
+}
+
+fn pod(config: &PodConfig) -> Arc<Pod> {
+    Arc::new(Pod::create(config, Backing::heap()).expect("pod"))
+}
+
+fn options(seed: u64) -> HostOptions {
+    HostOptions::new().memory(MemoryKind::Simulated(SimulatedConfig {
+        seed,
+        capacity_lines: 512,
+        random_eviction_one_in: 64,
+    }))
+}
+
+fn host(pod: &Arc<Pod>, seed: u64) -> Host {
+    Host::join(pod, Join::AnyFree, options(seed)).expect("join")
+}
+
+fn value(tag: u8) -> Vec<u8> {
+    (0..SLOT).map(|i| tag.wrapping_add(i as u8)).collect()
+}
+
+fn read(host: &Host, key: &[u8]) -> Vec<u8> {
+    let mut buf = vec![0u8; SLOT];
+    host.read(key, &mut buf).expect("read");
+    buf
+}
+
+#[test]
+fn both_are_off_by_default() {
+    let config = PodConfig::new();
+    assert_eq!(
+        (
+            config.partition_after_accesses,
+            config.copy_after_reads,
+            config.rpc_ring_entries
+        ),
+        (0, 0, 0)
+    );
+    let pod = pod(&config);
+    let a = host(&pod, 1);
+    a.create(b"k", &[1; 64]).unwrap();
+    for _ in 0..50 {
+        a.write(b"k", &[2; 64]).unwrap();
+        a.read(b"k", &mut [0; 64]).unwrap();
+    }
+    let e = a.events();
+    assert_eq!((e.moves_to_host, e.copies_made, e.local_reads), (0, 0, 0));
+    assert_eq!(a.local_objects(), (0, 0));
+}
+
+#[test]
+fn an_object_moves_after_n_accesses_and_another_host_brings_it_back() {
+    let pod = pod(&config().local_partitions(DEFAULT_PARTITION_ACCESSES));
+    let a = host(&pod, 1);
+    let b = host(&pod, 2);
+    a.create(b"k", &value(0)).unwrap();
+    // b caches the object's lines now: they must not be served once it comes back.
+    assert_eq!(read(&b, b"k"), value(0));
+    for round in 1..=DEFAULT_PARTITION_ACCESSES as u8 {
+        assert_eq!(a.lookup(b"k").unwrap().unwrap().local_owner, None);
+        a.write(b"k", &value(round)).unwrap();
+    }
+    // Five consecutive accesses from a: the object is in a's DRAM.
+    assert_eq!(a.lookup(b"k").unwrap().unwrap().local_owner, Some(a.id()));
+    assert_eq!(a.local_objects(), (1, 0));
+    assert_eq!(a.events().moves_to_host, 1);
+    // a reads and writes it in DRAM: no line written back or invalidated.
+    let before = a.events();
+    for round in 10..20u8 {
+        a.write(b"k", &value(round)).unwrap();
+        assert_eq!(read(&a, b"k"), value(round));
+    }
+    let after = a.events();
+    assert_eq!(after.local_writes - before.local_writes, 10);
+    assert_eq!(after.local_reads - before.local_reads, 10);
+    assert_eq!(after.lines_written_back, before.lines_written_back);
+    assert_eq!(after.lines_invalidated, before.lines_invalidated);
+    // b needs it: one RPC, a moves it back, b reads the last value.
+    assert_eq!(read(&b, b"k"), value(19));
+    assert_eq!(b.events().rpcs_sent, 1);
+    assert_eq!(a.events().move_backs, 1);
+    assert!(a.events().rpcs_served + b.events().rpcs_served >= 1);
+    assert_eq!(b.lookup(b"k").unwrap().unwrap().local_owner, None);
+    assert_eq!(a.local_objects(), (0, 0));
+    // And b's write goes to CXL, where a reads it.
+    b.write(b"k", &value(30)).unwrap();
+    assert_eq!(read(&a, b"k"), value(30));
+}
+
+#[test]
+fn accesses_from_two_hosts_in_turn_never_move_the_object() {
+    let pod = pod(&config().local_partitions(3));
+    let a = host(&pod, 1);
+    let b = host(&pod, 2);
+    a.create(b"k", &value(0)).unwrap();
+    for round in 0..40u8 {
+        let (writer, reader) = if round % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        writer.write(b"k", &value(round)).unwrap();
+        assert_eq!(read(reader, b"k"), value(round));
+    }
+    assert_eq!(a.events().moves_to_host + b.events().moves_to_host, 0);
+}
+
+#[test]
+fn deleting_an_object_in_another_hosts_dram_brings_it_back_first() {
+    let pod = pod(&config().local_partitions(2));
+    let a = host(&pod, 1);
+    let b = host(&pod, 2);
+    a.create(b"k", &value(0)).unwrap();
+    read(&a, b"k");
+    read(&a, b"k");
+    assert_eq!(a.lookup(b"k").unwrap().unwrap().local_owner, Some(a.id()));
+    b.delete(b"k").unwrap();
+    assert!(matches!(read_err(&a, b"k"), Error::UnknownKey));
+    assert_eq!(a.local_objects(), (0, 0));
+    // The key can be made again, in CXL.
+    b.create(b"k", &value(7)).unwrap();
+    assert_eq!(read(&a, b"k"), value(7));
+}
+
+fn read_err(host: &Host, key: &[u8]) -> Error {
+    host.read(key, &mut [0u8; SLOT]).expect_err("read fails")
+}
+
+#[test]
+fn the_ticket_calls_bring_an_object_back_to_cxl() {
+    let pod = pod(&config().local_partitions(2));
+    let a = host(&pod, 1);
+    a.create(b"k", &value(0)).unwrap();
+    a.write(b"k", &value(1)).unwrap();
+    a.write(b"k", &value(2)).unwrap();
+    assert_eq!(a.local_objects(), (1, 0));
+    // A ticket points into the pod: the holder itself moves the object back first.
+    let ticket = a.read_start(b"k").unwrap();
+    let mut buf = vec![0u8; SLOT];
+    a.memory().read(ticket.offset(), &mut buf);
+    assert!(a.read_end(ticket).unwrap());
+    assert_eq!(buf, value(2));
+    assert_eq!(a.local_objects(), (0, 0));
+    assert_eq!(a.events().move_backs, 1);
+}
+
+#[test]
+fn a_host_that_leaves_moves_its_objects_back() {
+    let pod = pod(&config().local_partitions(2));
+    let a = host(&pod, 1);
+    let b = host(&pod, 2);
+    for i in 0..10u8 {
+        let key = [b'k', i];
+        a.create(&key, &value(i)).unwrap();
+        a.write(&key, &value(i + 100)).unwrap();
+        a.write(&key, &value(i + 100)).unwrap();
+    }
+    assert_eq!(a.local_objects(), (10, 0));
+    drop(a);
+    for i in 0..10u8 {
+        assert_eq!(read(&b, &[b'k', i]), value(i + 100));
+    }
+    assert_eq!(b.events().rpcs_sent, 0, "nothing left to ask for");
+}
+
+#[test]
+fn an_unresponsive_holder_makes_the_requester_fail_not_hang() {
+    let pod = pod(&config().local_partitions(2));
+    let a = host(&pod, 1);
+    let limit = Duration::from_millis(300);
+    let b = Host::join(&pod, Join::AnyFree, options(2).wait_limit(limit)).unwrap();
+    a.create(b"k", &value(0)).unwrap();
+    read(&a, b"k");
+    read(&a, b"k");
+    assert_eq!(a.local_objects(), (1, 0));
+    a.set_serving(false); // a stops answering, its object in its DRAM
+    for attempt in 0..2 {
+        let started = Instant::now();
+        let error = read_err(&b, b"k");
+        let Error::HostUnresponsive { host, waited_ms } = error else {
+            panic!("attempt {attempt}: expected HostUnresponsive, got {error:?}");
+        };
+        assert_eq!(host, a.id());
+        assert!(waited_ms >= 300, "waited {waited_ms} ms");
+        assert!(started.elapsed() < Duration::from_secs(5), "bounded");
+        let write = b.write(b"k", &value(9)).expect_err("write fails");
+        assert!(matches!(write, Error::HostUnresponsive { .. }), "{write:?}");
+    }
+    // Nothing was lost: once a answers again, b gets the object as a left it.
+    a.set_serving(true);
+    assert_eq!(read(&b, b"k"), value(0));
+}
+
+#[test]
+fn a_copy_is_read_locally_and_a_write_invalidates_it_without_waiting() {
+    let pod = pod(&config().local_copies(3));
+    let a = host(&pod, 1);
+    let b = host(&pod, 2);
+    a.create(b"k", &value(0)).unwrap();
+    for _ in 0..3 {
+        assert_eq!(read(&b, b"k"), value(0));
+    }
+    assert_eq!(b.local_objects(), (0, 1), "a copy after three reads");
+    assert_eq!(b.events().copies_made, 1);
+    let before = b.events();
+    for _ in 0..10 {
+        assert_eq!(read(&b, b"k"), value(0));
+    }
+    let after = b.events();
+    assert_eq!(after.copy_reads - before.copy_reads, 10);
+    assert_eq!(after.lines_invalidated, before.lines_invalidated);
+    // a writes: its alloc event invalidates b's copy; b is not asked anything.
+    a.write(b"k", &value(1)).unwrap();
+    assert_eq!(a.events().rpcs_sent, 0);
+    assert_eq!(read(&b, b"k"), value(1));
+    assert_eq!(b.events().copies_invalidated, 1);
+    assert_eq!(b.local_objects(), (0, 0));
+    // A read-write-shared object gets no copy, however often it is read.
+    for _ in 0..10 {
+        assert_eq!(read(&b, b"k"), value(1));
+    }
+    assert_eq!(b.events().copies_made, 1);
+    // Read-shared again (its record deallocated): copies come back.
+    assert!(a.make_read_shared(b"k").unwrap());
+    for _ in 0..3 {
+        assert_eq!(read(&b, b"k"), value(1));
+    }
+    assert_eq!(b.events().copies_made, 2);
+}
+
+#[test]
+fn read_prefix_asks_extent_how_much_to_copy_from_every_place() {
+    let pod = pod(&config().local_partitions(2).local_copies(2));
+    let a = host(&pod, 1);
+    let b = host(&pod, 2);
+    // The first byte says how many bytes the object has.
+    let mut object = vec![0u8; SLOT];
+    object[0] = 100;
+    object[1..100].fill(7);
+    a.create(b"k", &object).unwrap();
+    let extent = |first: &[u8]| usize::from(first[0]);
+    for round in 0..6 {
+        let mut buf = vec![0u8; SLOT];
+        let (copied, _) = b.read_prefix(b"k", &mut buf, &extent).unwrap();
+        assert_eq!(copied, 100, "round {round}");
+        assert_eq!(buf[..100], object[..100]);
+        assert!(buf[100..].iter().all(|&x| x == 0), "only what extent asked");
+    }
+    // From CXL, then b's partition (moved after two reads).
+    assert!(b.events().local_reads > 0);
+}
+
+#[test]
+fn bad_configurations_are_typed_errors() {
+    let all_log = config().coherence(Coherence::AllLog);
+    assert!(matches!(
+        all_log.clone().local_partitions(5).layout(),
+        Err(Error::NeedsSplitCoherence {
+            parameter: "partition_after_accesses"
+        })
+    ));
+    assert!(matches!(
+        all_log.local_copies(5).layout(),
+        Err(Error::NeedsSplitCoherence {
+            parameter: "copy_after_reads"
+        })
+    ));
+    let mut no_rings = config().local_partitions(5);
+    no_rings.rpc_ring_entries = 0;
+    assert!(matches!(
+        no_rings.layout(),
+        Err(Error::BelowMinimum {
+            parameter: "rpc_ring_entries",
+            ..
+        })
+    ));
+    assert!(matches!(
+        config().local_copies(256).layout(),
+        Err(Error::AboveLimit {
+            parameter: "copy_after_reads",
+            ..
+        })
+    ));
+    // Rings and the accessor bytes take their room from the records and the slots.
+    let plain = config().layout().unwrap();
+    let local = config().local_partitions(5).layout().unwrap();
+    assert!(local.record_count < plain.record_count);
+    assert!(local.slot_count < plain.slot_count);
+    assert_eq!(local.accessors_bytes, local.slot_count.div_ceil(64) * 64);
+    assert!(local.scr_usage().rpc_bytes > 0);
+    assert_eq!(local.scr_usage().total_bytes(), local.config.scr_bytes);
+}
