@@ -6,7 +6,7 @@ use std::sync::Arc;
 use megalon_core::{EventCounts, Host, HostOptions, Join, Pod};
 
 use crate::error::{Error, Result};
-use crate::scheme::{Limits, Report, Scheme, SchemeHandle, FIRST_READ_BYTES};
+use crate::scheme::{Limits, Report, Scheme, SchemeHandle};
 
 /// megalon: a node-replicated index fed by the shared log, coherence records only for
 /// objects that are written.
@@ -106,6 +106,16 @@ impl Scheme for Megalon {
                 ("record deallocs", e.record_deallocs),
                 ("churn", e.churn),
                 ("counter wraps", e.wraps),
+                ("moves to a host", e.moves_to_host),
+                ("moves lost", e.moves_lost),
+                ("move-backs", e.move_backs),
+                ("local reads", e.local_reads),
+                ("local writes", e.local_writes),
+                ("copies made", e.copies_made),
+                ("copy reads", e.copy_reads),
+                ("copies invalidated", e.copies_invalidated),
+                ("rpcs sent", e.rpcs_sent),
+                ("rpcs served", e.rpcs_served),
                 ("log entries appended", appended),
                 ("log batches appended", batches),
                 ("log entries replayed", replayed),
@@ -154,27 +164,10 @@ impl SchemeHandle for MegalonHandle {
         buf: &mut [u8],
         extent: &dyn Fn(&[u8]) -> usize,
     ) -> Result<usize> {
-        let memory = self.host.memory();
-        let max_retries = self.host.options().max_retries;
-        for _ in 0..=max_retries {
-            let ticket = self.host.read_start(key)?;
-            let len = buf.len().min(ticket.len());
-            let first = len.min(FIRST_READ_BYTES);
-            memory.read(ticket.offset(), &mut buf[..first]);
-            // `extent` may see bytes of a write in progress; clamped, they only decide
-            // how much more to copy, and read_end throws the copy away.
-            let total = extent(&buf[..first]).clamp(first, len);
-            if total > first {
-                memory.read(ticket.offset() + first as u64, &mut buf[first..total]);
-            }
-            if self.host.read_end(ticket)? {
-                return Ok(total);
-            }
-        }
-        Err(megalon_core::Error::RetriesExhausted {
-            retries: max_retries,
-        }
-        .into())
+        // `extent` may see bytes of a write in progress; clamped, they only decide how
+        // much more to copy, and the read throws a copy that overlapped a write away.
+        let (total, _) = self.host.read_prefix(key, buf, extent)?;
+        Ok(total)
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<()> {

@@ -107,6 +107,18 @@ pub enum Choice {
     /// One of YCSB's core workloads: its operations (read, update, insert,
     /// read-modify-write) and its key distribution, as YCSB draws them.
     Ycsb(Workload),
+    /// Read-only gets over partitioned data (the paper's Figure 11): keys
+    /// `0..keys * shared_ratio` are shared; the rest are split into one exclusive
+    /// partition per host, by the scheme's home host ([`Scheme::home_host`]) if it names
+    /// one, else by index modulo the hosts. A get goes to a shared key with probability
+    /// `shared_ratio`, else to one of its host's own keys; Zipfian of constant `skew`
+    /// within either set (0: uniform).
+    Partitioned {
+        /// Fraction of the keys that are shared, and of the gets that go to them.
+        shared_ratio: f64,
+        /// Zipfian constant; 0: uniform.
+        skew: f64,
+    },
 }
 
 /// A run's workload in full: [`Mix`] generalised to any key length and to YCSB's core
@@ -149,6 +161,20 @@ impl Plan {
             }
             Choice::Mix { write_ratio, .. } => format!("{}% puts, uniform", write_ratio * 100.0),
             Choice::Ycsb(workload) => format!("YCSB {}", workload.name()),
+            Choice::Partitioned { shared_ratio, skew } => {
+                format!("{}% shared, zipf {skew}, read-only", shared_ratio * 100.0)
+            }
+        }
+    }
+
+    /// Keys `0..shared_keys()` are shared in a [`Choice::Partitioned`] run (all of them
+    /// in any other).
+    pub fn shared_keys(&self) -> u64 {
+        match self.choice {
+            Choice::Partitioned { shared_ratio, .. } => {
+                ((self.keys as f64 * shared_ratio.clamp(0.0, 1.0)).round() as u64).min(self.keys)
+            }
+            _ => self.keys,
         }
     }
 
@@ -189,6 +215,14 @@ enum Chooser {
         workload: Workload,
         keys: KeyChooser,
     },
+    Partitioned {
+        shared_ratio: f64,
+        /// Over `0..shared`, if any key is shared.
+        shared: Option<MixKeys>,
+        /// The host's own keys, and a draw over their positions, if it has any.
+        own: Vec<u64>,
+        own_keys: Option<MixKeys>,
+    },
 }
 
 enum MixKeys {
@@ -205,20 +239,62 @@ enum Op {
     ReadModifyWrite(u64),
 }
 
+impl MixKeys {
+    /// Draws over `0..count` (at least one).
+    fn over(count: u64, skew: f64) -> Self {
+        let last = count.max(1) - 1;
+        if skew > 0.0 {
+            MixKeys::Zipfian(
+                ScrambledZipfianGenerator::with_theta(0, last, skew).expect("a valid skew"),
+            )
+        } else {
+            MixKeys::Uniform(UniformGenerator::new(0, last).expect("a valid range"))
+        }
+    }
+
+    fn next(&mut self, rng: &mut SplitMix64) -> u64 {
+        match self {
+            MixKeys::Zipfian(g) => g.next(rng),
+            MixKeys::Uniform(g) => g.next(rng),
+        }
+    }
+}
+
 impl Chooser {
+    /// The chooser of a worker on `host` of `hosts`; `home` names a key's home host,
+    /// if the scheme has one (only [`Choice::Partitioned`] asks).
+    fn for_host(
+        plan: &Plan,
+        host: usize,
+        hosts: usize,
+        home: &dyn Fn(&[u8]) -> Option<usize>,
+    ) -> Self {
+        let Choice::Partitioned { shared_ratio, skew } = plan.choice else {
+            return Self::new(plan);
+        };
+        let shared = plan.shared_keys();
+        let mut key = Vec::new();
+        let own: Vec<u64> = (shared..plan.keys)
+            .filter(|&index| {
+                plan.write_key(index, &mut key);
+                home(&key).unwrap_or(index as usize % hosts.max(1)) == host
+            })
+            .collect();
+        Chooser::Partitioned {
+            shared_ratio,
+            shared: (shared > 0).then(|| MixKeys::over(shared, skew)),
+            own_keys: (!own.is_empty()).then(|| MixKeys::over(own.len() as u64, skew)),
+            own,
+        }
+    }
+
     fn new(plan: &Plan) -> Self {
-        let last = plan.keys.max(1) - 1;
         match plan.choice {
             Choice::Mix { write_ratio, skew } => Chooser::Mix {
                 write_ratio,
-                keys: if skew > 0.0 {
-                    MixKeys::Zipfian(
-                        ScrambledZipfianGenerator::with_theta(0, last, skew).expect("a valid skew"),
-                    )
-                } else {
-                    MixKeys::Uniform(UniformGenerator::new(0, last).expect("a valid range"))
-                },
+                keys: MixKeys::over(plan.keys, skew),
             },
+            Choice::Partitioned { .. } => Self::for_host(plan, 0, 1, &|_| None),
             Choice::Ycsb(workload) => Chooser::Ycsb {
                 workload,
                 keys: KeyChooser::new(workload.key_distribution(), plan.keys.max(1))
@@ -229,11 +305,23 @@ impl Chooser {
 
     fn next(&mut self, rng: &mut SplitMix64, inserts: &Inserts) -> Op {
         match self {
+            Chooser::Partitioned {
+                shared_ratio,
+                shared,
+                own,
+                own_keys,
+            } => {
+                let to_shared = rng.next_f64() < *shared_ratio;
+                match (to_shared, shared, own_keys) {
+                    (true, Some(shared), _) | (false, Some(shared), None) => {
+                        Op::Get(shared.next(rng))
+                    }
+                    (_, _, Some(own_keys)) => Op::Get(own[own_keys.next(rng) as usize]),
+                    (_, None, None) => Op::Get(0),
+                }
+            }
             Chooser::Mix { write_ratio, keys } => {
-                let index = match keys {
-                    MixKeys::Zipfian(g) => g.next(rng),
-                    MixKeys::Uniform(g) => g.next(rng),
-                };
+                let index = keys.next(rng);
                 if rng.next_f64() < *write_ratio {
                     Op::Put(index)
                 } else {
@@ -418,7 +506,8 @@ pub fn run_plan_worker<S: Scheme>(
     done: &AtomicU64,
 ) -> Result<WorkerRun> {
     let mut kv = store.handle(host)?;
-    let mut chooser = Chooser::new(plan);
+    let scheme = store.scheme();
+    let mut chooser = Chooser::for_host(plan, host, scheme.hosts(), &|key| scheme.home_host(key));
     let mut rng = SplitMix64::new(plan.seed ^ worker.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let mut value = vec![0u8; plan.value_bytes];
     let mut out = Vec::with_capacity(plan.value_bytes);
@@ -741,5 +830,67 @@ impl fmt::Display for MixRun {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn partitioned(shared_ratio: f64) -> Plan {
+        Plan {
+            keys: 1000,
+            key_bytes: KEY_BYTES,
+            value_bytes: 8,
+            choice: Choice::Partitioned {
+                shared_ratio,
+                skew: 0.99,
+            },
+            seed: 7,
+        }
+    }
+
+    fn draws(chooser: &mut Chooser, n: usize) -> Vec<u64> {
+        let mut rng = SplitMix64::new(3);
+        let inserts = Inserts::new(&partitioned(0.0));
+        (0..n)
+            .map(|_| match chooser.next(&mut rng, &inserts) {
+                Op::Get(index) => index,
+                other => panic!("read-only, drew {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn partitioned_gets_go_to_shared_keys_at_the_ratio_else_to_the_hosts_own() {
+        let plan = partitioned(0.2);
+        assert_eq!(plan.shared_keys(), 200);
+        let mut chooser = Chooser::for_host(&plan, 1, 3, &|_| None);
+        let drawn = draws(&mut chooser, 20_000);
+        let shared = drawn.iter().filter(|&&i| i < 200).count();
+        assert!((3_600..4_400).contains(&shared), "{shared} of 20000 shared");
+        assert!(
+            drawn.iter().all(|&i| i < 200 || i % 3 == 1),
+            "host 1's own keys"
+        );
+        // A scheme's home host decides the partitions when it names one.
+        let home = |key: &[u8]| Some(usize::from(key[key.len() - 1] % 2));
+        let mut chooser = Chooser::for_host(&plan, 0, 2, &home);
+        let mut key = Vec::new();
+        for index in draws(&mut chooser, 2_000).into_iter().filter(|&i| i >= 200) {
+            plan.write_key(index, &mut key);
+            assert_eq!(home(&key), Some(0));
+        }
+        // Nothing shared, all shared.
+        let none = draws(
+            &mut Chooser::for_host(&partitioned(0.0), 2, 3, &|_| None),
+            1000,
+        );
+        assert!(none.iter().all(|&i| i % 3 == 2));
+        let all = draws(
+            &mut Chooser::for_host(&partitioned(1.0), 2, 3, &|_| None),
+            1000,
+        );
+        assert!(all.iter().all(|&i| i < 1000));
     }
 }

@@ -76,7 +76,7 @@ pub trait SchemeHandle: Send {
 
 /// Bytes of the first part of a read (one cache line): what [`SchemeHandle::read`] hands
 /// to `extent`.
-pub const FIRST_READ_BYTES: usize = 64;
+pub const FIRST_READ_BYTES: usize = megalon_core::Host::FIRST_READ_BYTES;
 
 /// What a scheme did: named counters, and where its coherent memory (SCR) went.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -17,6 +17,26 @@ struct Run {
     /// Coherence records the pod has: fewer than keys, so writes churn.
     records: u64,
     record_width_bits: u32,
+    /// Local partitions: consecutive accesses before a move (0: off).
+    partition_after: u32,
+    /// Local copies: reads before a copy (0: off).
+    copy_after: u32,
+}
+
+impl Run {
+    const fn new(seed: u64, hosts: usize, threads_per_host: usize, operations: u32) -> Self {
+        Self {
+            seed,
+            hosts,
+            threads_per_host,
+            operations_per_thread: operations,
+            keys: 96,
+            records: 16,
+            record_width_bits: 8,
+            partition_after: 0,
+            copy_after: 0,
+        }
+    }
 }
 
 /// A pod whose SCR leaves exactly `records` records: the rest of it is handed to the
@@ -29,7 +49,9 @@ fn pod(run: &Run) -> Arc<Pod> {
         .max_key_bytes(16)
         .log_capacity_entries(512)
         .record_width_bits(run.record_width_bits)
-        .max_hosts(run.hosts as u32);
+        .max_hosts(run.hosts as u32)
+        .local_partitions(run.partition_after)
+        .local_copies(run.copy_after);
     let all = base.layout().expect("layout").record_count;
     let record_bytes = u64::from(run.record_width_bits / 8);
     let spare = (all - run.records) * record_bytes / 64 * 64;
@@ -43,11 +65,14 @@ fn run(run: &Run) -> (megalon_workload::Summary, megalon_kv::Report) {
     let pod = pod(run);
     let hosts: Vec<_> = (0..run.hosts)
         .map(|host| {
-            let options = HostOptions::new().memory(MemoryKind::Simulated(SimulatedConfig {
-                seed: run.seed ^ (host as u64 + 1),
-                capacity_lines: 256,
-                random_eviction_one_in: 16,
-            }));
+            let options = HostOptions::new()
+                .memory(MemoryKind::Simulated(SimulatedConfig {
+                    seed: run.seed ^ (host as u64 + 1),
+                    capacity_lines: 256,
+                    random_eviction_one_in: 16,
+                }))
+                // A stuck RPC fails the run in seconds rather than minutes.
+                .wait_limit(std::time::Duration::from_secs(5));
             Arc::new(Host::join(&pod, Join::AnyFree, options).expect("join"))
         })
         .collect();
@@ -69,15 +94,7 @@ fn run(run: &Run) -> (megalon_workload::Summary, megalon_kv::Report) {
 #[test]
 fn three_hosts_on_simulated_memory_with_churn_are_linearizable() {
     let seed = seed_from_env(0x5eed_0001);
-    let run_spec = Run {
-        seed,
-        hosts: 3,
-        threads_per_host: 2,
-        operations_per_thread: 20_000,
-        keys: 96,
-        records: 16,
-        record_width_bits: 8,
-    };
+    let run_spec = Run::new(seed, 3, 2, 20_000);
     let (summary, report) = run(&run_spec);
     eprintln!("{summary:?}\n{report}");
     assert_eq!(summary.operations, 6 * 20_000);
@@ -95,14 +112,77 @@ fn three_hosts_on_simulated_memory_with_churn_are_linearizable() {
 #[test]
 fn sixteen_bit_records_without_churn_are_linearizable() {
     let (summary, report) = run(&Run {
-        seed: 0x5eed_0002,
-        hosts: 2,
-        threads_per_host: 2,
-        operations_per_thread: 3_000,
         keys: 32,
         records: 512,
         record_width_bits: 16,
+        ..Run::new(0x5eed_0002, 2, 2, 3_000)
     });
     assert_eq!(summary.operations, 4 * 3_000);
     assert_eq!(report.counter("churn"), Some(0));
+}
+
+/// Objects move to a host's DRAM after two consecutive accesses from it, so with three
+/// hosts on the same keys they move there and back all the time: every read or write
+/// from another host is an RPC and a move back first.
+#[test]
+fn local_partitions_moving_back_and_forth_are_linearizable() {
+    let seed = seed_from_env(0x5eed_0003);
+    let (summary, report) = run(&Run {
+        partition_after: 2,
+        ..Run::new(seed, 3, 2, 4_000)
+    });
+    eprintln!("{summary:?}\n{report}");
+    assert_eq!(summary.operations, 6 * 4_000);
+    let counter = |name| report.counter(name).expect(name);
+    for name in [
+        "moves to a host",
+        "move-backs",
+        "rpcs sent",
+        "rpcs served",
+        "local reads",
+        "local writes",
+    ] {
+        assert!(counter(name) > 100, "{name}: {}", counter(name));
+    }
+    assert_eq!(counter("copies made"), 0, "copies are off");
+}
+
+/// Copies after two reads from a host, on keys that are written all the time: copies
+/// are made and invalidated by writes' log events over and over.
+#[test]
+fn local_copies_invalidated_by_writes_are_linearizable() {
+    let seed = seed_from_env(0x5eed_0004);
+    let (summary, report) = run(&Run {
+        copy_after: 2,
+        ..Run::new(seed, 3, 2, 6_000)
+    });
+    eprintln!("{summary:?}\n{report}");
+    assert_eq!(summary.operations, 6 * 6_000);
+    let counter = |name| report.counter(name).expect(name);
+    for name in ["copies made", "copy reads", "copies invalidated"] {
+        assert!(counter(name) > 100, "{name}: {}", counter(name));
+    }
+    assert_eq!(counter("moves to a host"), 0, "partitions are off");
+}
+
+/// Both at once.
+#[test]
+fn local_partitions_and_copies_together_are_linearizable() {
+    let seed = seed_from_env(0x5eed_0005);
+    let (summary, report) = run(&Run {
+        partition_after: 3,
+        copy_after: 2,
+        ..Run::new(seed, 3, 2, 4_000)
+    });
+    eprintln!("{summary:?}\n{report}");
+    assert_eq!(summary.operations, 6 * 4_000);
+    let counter = |name| report.counter(name).expect(name);
+    for name in [
+        "moves to a host",
+        "move-backs",
+        "copies made",
+        "copies invalidated",
+    ] {
+        assert!(counter(name) > 10, "{name}: {}", counter(name));
+    }
 }
