@@ -42,6 +42,8 @@ fn setup() -> Setup {
         scr_bytes: SCR_BYTES,
         record_bits: 32,
         numa_node: None,
+        partition_after: 0,
+        copy_after: 0,
     }
 }
 

@@ -88,6 +88,12 @@ pub struct Setup {
     pub record_bits: u32,
     /// Bind the pod's memory to this NUMA node.
     pub numa_node: Option<u32>,
+    /// megalon's local partitions: consecutive accesses before an object moves to a
+    /// host's DRAM (0: off; [`PodConfig::partition_after_accesses`]).
+    pub partition_after: u32,
+    /// megalon's local copies: reads from a host before it keeps a copy (0: off;
+    /// [`PodConfig::copy_after_reads`]).
+    pub copy_after: u32,
 }
 
 impl Setup {
@@ -111,7 +117,7 @@ impl Setup {
             self.object_bytes() as usize,
         )
         .max_key_bytes(self.key_bytes);
-        let ring_scr = 2 * LINE_BYTES + (config.ring_entries * 8).next_multiple_of(LINE_BYTES);
+        let ring_scr = megalon_core::rpc::scr_bytes(config.ring_entries);
         let budget = (self.scr_bytes / self.hosts as u64).saturating_sub(ring_scr);
         match kind {
             Kind::HcMetaUnlimited => config.scr_budget_bytes(None),
@@ -132,10 +138,21 @@ impl Setup {
             .log_capacity_entries(LOG_ENTRIES)
             .max_hosts(self.hosts as u32)
             .scr_bytes(self.scr_bytes)
-            .record_width_bits(self.record_bits);
+            .record_width_bits(self.record_bits)
+            .local_partitions(self.partition_after)
+            .local_copies(self.copy_after);
         let slots = self.keys + self.extra_keys + self.keys / 8 + 4096;
         let log_bytes = LOG_ENTRIES * config.log_entry_bytes();
-        config.lnr_bytes((log_bytes + slots * slot).next_multiple_of(PAGE_BYTES))
+        // With local partitions: a byte per slot names its last accessor, and each host
+        // has an RPC ring's entries.
+        let partitions = if self.partition_after > 0 {
+            let entry = megalon_core::rpc::entry_bytes(config.max_key_bytes as usize, 0);
+            let ring = u64::from(config.rpc_ring_entries) * entry;
+            slots + self.hosts as u64 * ring + LINE_BYTES
+        } else {
+            0
+        };
+        config.lnr_bytes((log_bytes + slots * slot + partitions).next_multiple_of(PAGE_BYTES))
     }
 }
 

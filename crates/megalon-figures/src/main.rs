@@ -218,6 +218,8 @@ impl Harness {
             scr_bytes: self.scr(PAPER_SCR_BYTES / 1e6),
             record_bits: 32,
             numa_node: self.placement.as_ref().map(|p| p.pod_node),
+            partition_after: 0,
+            copy_after: 0,
         }
     }
 
