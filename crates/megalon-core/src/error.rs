@@ -270,6 +270,13 @@ pub enum Error {
         /// How long we waited.
         waited_ms: u64,
     },
+    /// The index says this host holds the object in its DRAM, and it does not: a move
+    /// whose log append failed after its entry was written (a stalled log).
+    #[error("the index says host {host} holds the object in its DRAM, but it does not")]
+    LocalObjectMissing {
+        /// This host.
+        host: u32,
+    },
     /// A log entry below the completed tail is not published: its writer stopped midway.
     #[error("log entry {position} is not published after {waited_ms} ms, though the log says it is complete")]
     ReplayStalled {

@@ -359,6 +359,7 @@ impl Host {
                 layout.config.partition_after_accesses,
                 layout.config.copy_after_reads,
                 layout.slot_count,
+                layout.config.slot_size_bytes as usize,
             ),
             rpc: local::Rpc::new(layout),
             serving: std::sync::atomic::AtomicBool::new(true),
@@ -683,7 +684,7 @@ impl Shared {
                 if let (Some(slot), Some(local)) = (applied.touched_slot, &self.local) {
                     let kept = matches!(event, Event::RecordAlloc { .. })
                         && mutants::skipped(Step::WriteInvalidatesCopies);
-                    if !kept && local.invalidate_copy(slot) {
+                    if !kept && local.invalidate_copy(index, slot) {
                         copies_dropped += 1;
                     }
                 }

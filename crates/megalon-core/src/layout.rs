@@ -9,8 +9,8 @@
 //! The two `app` regions are the application's ([`PodConfig::app_scr_bytes`],
 //! [`PodConfig::app_lnr_bytes`]), empty unless configured. The `rpc` regions hold each
 //! host's RPC ring (cursors and state words in SCR, entries in LNR), empty unless
-//! [`PodConfig::rpc_ring_entries`] is set; `acc` is a byte per slot naming the object's
-//! last accessor, for the local-partition policy, empty unless
+//! [`PodConfig::rpc_ring_entries`] is set; `acc` is two bytes per slot, the object's last
+//! accessor and how often it bounced, for the local-partition policy, empty unless
 //! [`PodConfig::partition_after_accesses`] is set.
 //!
 //! Computed once from a [`PodConfig`], the same way by every host, so nothing in the pod
@@ -37,6 +37,9 @@ pub const SHARED_CURSORS: u64 = 4;
 pub const MAX_SLOTS: u64 = u32::MAX as u64;
 /// Most records a pod can have: record ids are 32-bit, and `u32::MAX` means none.
 pub const MAX_RECORDS: u64 = u32::MAX as u64 - 1;
+/// Bytes per slot of the accessor array (pods with local partitions): the last accessor
+/// (host + 1, 0: none) and how many times another host asked the object back.
+pub const ACCESSOR_BYTES: u64 = 2;
 
 /// The computed layout of a pod. Every `*_offset` is from the pod's first byte.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,7 +83,8 @@ pub struct Layout {
     pub rpc_lnr_offset: u64,
     /// Bytes of one RPC ring entry: the header line and the longest key.
     pub rpc_entry_bytes: u64,
-    /// Start of the last-accessor bytes, one per slot (the local-partition policy).
+    /// Start of the accessor words, [`ACCESSOR_BYTES`] per slot: the object's last accessor
+    /// and its bounces (the local-partition policy).
     pub accessors_offset: u64,
     /// Bytes of the last-accessor array (whole lines; 0 without local partitions).
     pub accessors_bytes: u64,
@@ -247,14 +251,15 @@ impl Layout {
         let available = config.lnr_bytes - log_bytes - config.app_lnr_bytes - rpc_lnr_bytes;
         let accessors_bytes = |slots: u64| {
             if partitions {
-                slots.div_ceil(LINE_BYTES) * LINE_BYTES
+                (slots * ACCESSOR_BYTES).div_ceil(LINE_BYTES) * LINE_BYTES
             } else {
                 0
             }
         };
-        // Each slot costs its bytes and, with local partitions, a byte of the accessor
-        // array (whole lines): the most slots that fit with their bytes.
-        let mut slot_count = available / (config.slot_size_bytes + u64::from(partitions));
+        // Each slot costs its bytes and, with local partitions, its accessor word (whole
+        // lines): the most slots that fit with their words.
+        let per_slot = config.slot_size_bytes + if partitions { ACCESSOR_BYTES } else { 0 };
+        let mut slot_count = available / per_slot;
         while slot_count * config.slot_size_bytes + accessors_bytes(slot_count) > available {
             slot_count -= 1;
         }
@@ -346,10 +351,10 @@ impl Layout {
         )
     }
 
-    /// Offset of slot `slot`'s last-accessor byte (the pod must have local partitions).
+    /// Offset of slot `slot`'s accessor word (the pod must have local partitions).
     pub fn accessor_offset(&self, slot: u64) -> u64 {
         debug_assert!(slot < self.slot_count && self.accessors_bytes > 0);
-        self.accessors_offset + slot
+        self.accessors_offset + slot * ACCESSOR_BYTES
     }
 
     /// Offset of record `record`.

@@ -71,7 +71,7 @@ pub use host::{
     Done, Host, HostId, HostInfo, HostOptions, HostStats, Join, LoggedEvent, ReadTicket,
     ReleaseHook, ReleaseReason, Releasing, WriteTicket,
 };
-pub use layout::{Layout, ScrUsage, HEADER_REGION_BYTES, MAX_RECORDS, MAX_SLOTS};
+pub use layout::{Layout, ScrUsage, ACCESSOR_BYTES, HEADER_REGION_BYTES, MAX_RECORDS, MAX_SLOTS};
 pub use memory::{Memory, MemoryKind, SimulatedConfig, SimulatedStats};
 pub use pod::{numa_nodes, Backing, BackingKind, Pod};
 pub use replica::{IndexEntry, Outcome, ReplicatedLock};

@@ -29,21 +29,19 @@
 //! [`PodConfig::partition_after_accesses`]: crate::PodConfig::partition_after_accesses
 //! [`PodConfig::copy_after_reads`]: crate::PodConfig::copy_after_reads
 
-use std::collections::HashMap;
-use std::sync::Arc;
-
 use super::object::Guard;
 use super::{Host, Shared};
 use crate::counters::{Counter, ThreadCounters};
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::host::HostId;
+use crate::layout::ACCESSOR_BYTES;
 use crate::memory::Memory;
 use crate::mutants::{self, Step};
 use crate::record::{RecordWord, Records};
-use crate::replica::Outcome;
+use crate::replica::{Index, Outcome};
 use crate::rpc::{Response, RingGeometry, Tally};
-use crate::sync::{AtomicU8, Mutex, Ordering, RwLock};
+use crate::sync::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering};
 
 /// The RPC that asks a host to move an object from its DRAM back to CXL.
 const OP_MOVE_BACK: u8 = 1;
@@ -51,75 +49,301 @@ const OP_MOVE_BACK: u8 = 1;
 const MOVED_BACK: u8 = 1;
 const NOT_HERE: u8 = 2;
 const FAILED: u8 = 3;
+/// Times the consecutive accesses a move needs double for an object that other hosts
+/// keep asking back, at most: past [`u8::MAX`] accesses (a streak's largest count) the
+/// object never moves again.
+const MAX_BOUNCE_DOUBLINGS: u8 = 8;
 
-/// An object in this host's partition. `None` once it moved back to CXL: a thread that
-/// found it in the map before then looks the key up again.
+/// An object in this host's partition, behind a seqlock: readers write nothing shared
+/// (hot objects are read by all of the host's threads), one writer at a time.
 pub(super) struct LocalObject {
     key: Box<[u8]>,
-    bytes: RwLock<Option<Box<[u8]>>>,
+    /// Even: no write in progress; odd: the writer holds the object.
+    version: AtomicU64,
+    /// 1 once the bytes are in the CXL slot and the move back is on its way to the log:
+    /// reads may go on, writes wait until the object is in CXL.
+    leaving: AtomicU8,
+    /// The bytes, eight to a word (loaded and stored relaxed: a read that overlaps a
+    /// write sees the version change and starts over).
+    words: Box<[AtomicU64]>,
 }
 
-/// What one host keeps in its DRAM for partitions and copies.
+impl LocalObject {
+    fn new(key: &[u8], bytes: &[u8]) -> Self {
+        let words = bytes
+            .chunks(8)
+            .map(|chunk| {
+                let mut word = [0u8; 8];
+                word[..chunk.len()].copy_from_slice(chunk);
+                AtomicU64::new(u64::from_le_bytes(word))
+            })
+            .collect();
+        Self {
+            key: key.into(),
+            version: AtomicU64::new(0),
+            leaving: AtomicU8::new(0),
+            words,
+        }
+    }
+
+    /// Runs `copy` on the object's bytes; `None` if a write overlapped it (try again).
+    fn read<R>(&self, len: usize, copy: impl FnOnce(&Source<'_>, usize) -> R) -> Option<R> {
+        // Acquire: pairs with the writer's Release in `unlock`.
+        let before = self.version.load(Ordering::Acquire);
+        if before % 2 == 1 {
+            return None;
+        }
+        let result = copy(&Source::Words(&self.words), len);
+        // The copy's loads happen before the second look at the version.
+        crate::sync::fence(Ordering::Acquire);
+        (self.version.load(Ordering::Relaxed) == before).then_some(result)
+    }
+
+    /// Takes the object for writing (spins while another writer has it).
+    fn lock(&self) {
+        loop {
+            let version = self.version.load(Ordering::Relaxed);
+            if version.is_multiple_of(2)
+                && self
+                    .version
+                    .compare_exchange_weak(
+                        version,
+                        version + 1,
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+            {
+                // The odd version is ordered before every store of the write (pairs with
+                // the reader's Acquire fence).
+                crate::sync::fence(Ordering::Release);
+                return;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Lets the object go after a write: the version is even again (Release: the
+    /// write's stores come first).
+    fn unlock(&self) {
+        self.version.fetch_add(1, Ordering::Release);
+    }
+
+    /// The bytes, `len` of them (the caller holds the object).
+    fn bytes(&self, len: usize) -> Vec<u8> {
+        let mut bytes = vec![0u8; len];
+        Source::Words(&self.words).copy(0, &mut bytes);
+        bytes
+    }
+
+    /// Stores `bytes` (the caller holds the object).
+    fn store(&self, bytes: &[u8]) {
+        for (word, chunk) in self.words.iter().zip(bytes.chunks(8)) {
+            let mut value = [0u8; 8];
+            value[..chunk.len()].copy_from_slice(chunk);
+            word.store(u64::from_le_bytes(value), Ordering::Relaxed);
+        }
+    }
+}
+
+/// What one host keeps in its DRAM for partitions and copies: per slot, so that the hot
+/// path takes no lock of its own and hashes nothing (the index lookup found the slot).
+///
+/// Both arrays hold owning pointers (null: none). A thread dereferences one only while
+/// it holds the index's read lock (the `&Index` the accessors take) and, for an object
+/// in the partition, only after that index said this host holds it. Copies are freed
+/// only under the index's write lock (replay, `&mut Index`). An object of the partition
+/// is freed only by the thread holding [`Local::moving`], and only once no index lock
+/// holder can reach it: after the `MoveToCxl` that made the index say otherwise was
+/// applied (under the write lock), or, for a move that lost, never having been reachable.
 pub(super) struct Local {
     partition_after: u8,
     copy_after: u8,
-    /// Objects in this host's partition, by slot.
-    partition: RwLock<HashMap<u64, Arc<LocalObject>>>,
-    /// Copies of read-shared objects, by slot. Inserted under the index's read lock after
-    /// checking the object's stamp; removed by replay, under the index's write lock.
-    copies: RwLock<HashMap<u64, Box<[u8]>>>,
+    /// Bytes of every object (the slot size).
+    object_bytes: usize,
+    partition: Box<[AtomicPtr<LocalObject>]>,
+    in_partition: AtomicUsize,
+    copies: Box<[AtomicPtr<u8>]>,
+    copies_held: AtomicUsize,
     /// Per slot: this host's consecutive accesses (partitions).
     streaks: Box<[AtomicU8]>,
+    /// Per slot: how many times other hosts asked this host to move the object back. The
+    /// accessor word in LNR counts them for every host, but sloppily (another host's
+    /// write-back of the line can put an older count back); this count is exact, and the
+    /// policy takes the larger.
+    bounces: Box<[AtomicU8]>,
     /// Per slot: this host's reads since the object last changed (copies).
     reads: Box<[AtomicU8]>,
     /// One move (to or from this host) at a time.
     moving: Mutex<()>,
 }
 
-fn counts(on: bool, slots: u64) -> Box<[AtomicU8]> {
+fn per_slot<T>(on: bool, slots: u64, new: impl Fn() -> T) -> Box<[T]> {
     let len = if on { slots as usize } else { 0 };
-    (0..len).map(|_| AtomicU8::new(0)).collect()
+    (0..len).map(|_| new()).collect()
 }
 
 impl Local {
-    /// The host's local state for a pod with `slots` slots, if either option is on.
-    pub(super) fn new(partition_after: u32, copy_after: u32, slots: u64) -> Option<Self> {
+    /// The host's local state for a pod with `slots` slots of `object_bytes`, if either
+    /// option is on.
+    pub(super) fn new(
+        partition_after: u32,
+        copy_after: u32,
+        slots: u64,
+        object_bytes: usize,
+    ) -> Option<Self> {
         if partition_after == 0 && copy_after == 0 {
             return None;
         }
         // The configuration keeps both at most u8::MAX.
         let byte = |n: u32| u8::try_from(n).expect("validated by the pod's configuration");
+        let (partitions, copies) = (partition_after > 0, copy_after > 0);
         Some(Self {
             partition_after: byte(partition_after),
             copy_after: byte(copy_after),
-            partition: RwLock::new(HashMap::new()),
-            copies: RwLock::new(HashMap::new()),
-            streaks: counts(partition_after > 0, slots),
-            reads: counts(copy_after > 0, slots),
+            object_bytes,
+            partition: per_slot(partitions, slots, || AtomicPtr::new(std::ptr::null_mut())),
+            in_partition: AtomicUsize::new(0),
+            copies: per_slot(copies, slots, || AtomicPtr::new(std::ptr::null_mut())),
+            copies_held: AtomicUsize::new(0),
+            streaks: per_slot(partitions, slots, || AtomicU8::new(0)),
+            bounces: per_slot(partitions, slots, || AtomicU8::new(0)),
+            reads: per_slot(copies, slots, || AtomicU8::new(0)),
             moving: Mutex::new(()),
         })
     }
 
     /// Objects in this host's partition, and copies it holds, now.
     pub(super) fn sizes(&self) -> (usize, usize) {
-        (self.partition.read().len(), self.copies.read().len())
+        (
+            self.in_partition.load(Ordering::Relaxed),
+            self.copies_held.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The object of the partition in `slot`, if any. The caller holds the index's read
+    /// lock, and that index says this host holds the object.
+    fn object<'i>(&'i self, _index: &'i Index, slot: u64) -> Option<&'i LocalObject> {
+        let object = self.partition[slot as usize].load(Ordering::Acquire);
+        // SAFETY: non-null pointers come from `Box::into_raw` in `insert_object`; the
+        // object is freed only once no holder of the index's read lock can reach it (see
+        // the type's comment), and the borrow of `_index` keeps the caller's lock held
+        // while the reference lives.
+        unsafe { object.as_ref() }
+    }
+
+    /// Puts `object` in the partition at `slot` (empty). The caller holds `moving`, and
+    /// no index says this host holds the object yet.
+    fn insert_object(&self, slot: u64, object: Box<LocalObject>) {
+        let old = self.partition[slot as usize].swap(Box::into_raw(object), Ordering::AcqRel);
+        debug_assert!(old.is_null(), "one object per slot");
+        self.in_partition.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Takes the object out of the partition at `slot` and frees it.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds `moving`, and no thread holding the index's read lock can reach
+    /// the object: no applied event says this host holds it (the move lost, or its
+    /// `MoveToCxl` was applied).
+    unsafe fn remove_object(&self, slot: u64) {
+        let object = self.partition[slot as usize].swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if !object.is_null() {
+            // SAFETY: from `Box::into_raw`, and no other thread can reach it (the caller's
+            // contract); the swap took the array's ownership.
+            drop(unsafe { Box::from_raw(object) });
+            self.in_partition.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The copy of the object in `slot`, if any. The caller holds the index's read lock.
+    fn copy<'i>(&'i self, _index: &'i Index, slot: u64) -> Option<&'i [u8]> {
+        let copy = self.copies.get(slot as usize)?.load(Ordering::Acquire);
+        if copy.is_null() {
+            return None;
+        }
+        // SAFETY: non-null pointers come from `Box::into_raw` of `object_bytes` bytes in
+        // `insert_copy`, and are freed only under the index's write lock, which the
+        // borrow of `_index` (a read lock's) excludes while the slice lives.
+        Some(unsafe { std::slice::from_raw_parts(copy, self.object_bytes) })
+    }
+
+    /// Keeps `bytes` as the copy of the object in `slot`, unless one is there already.
+    /// The caller holds the index's read lock and has checked the object's stamp under
+    /// it.
+    fn insert_copy(&self, _index: &Index, slot: u64, bytes: Box<[u8]>) -> bool {
+        debug_assert_eq!(bytes.len(), self.object_bytes);
+        let copy = Box::into_raw(bytes).cast::<u8>();
+        let inserted = self.copies[slot as usize]
+            .compare_exchange(
+                std::ptr::null_mut(),
+                copy,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok();
+        if inserted {
+            self.copies_held.fetch_add(1, Ordering::Relaxed);
+        } else {
+            // SAFETY: ours, never shared.
+            drop(unsafe { self.copy_box(copy) });
+        }
+        inserted
+    }
+
+    /// Rebuilds the box of a copy.
+    ///
+    /// # Safety
+    ///
+    /// `copy` came from `Box::into_raw` in `insert_copy`, and no one else can reach it.
+    unsafe fn copy_box(&self, copy: *mut u8) -> Box<[u8]> {
+        let slice = std::ptr::slice_from_raw_parts_mut(copy, self.object_bytes);
+        // SAFETY: the caller's contract; the length is the one the box had.
+        unsafe { Box::from_raw(slice) }
     }
 
     /// Replay applied an event about the object in `slot`: its copy, if any, is no
-    /// longer valid. Called under the index's write lock. Returns whether one was dropped.
-    pub(super) fn invalidate_copy(&self, slot: u64) -> bool {
+    /// longer valid. Returns whether one was dropped. The write lock (`&mut Index`)
+    /// keeps every reader of copies out.
+    pub(super) fn invalidate_copy(&self, _index: &mut Index, slot: u64) -> bool {
         if self.copy_after == 0 {
             return false;
         }
         self.reads[slot as usize].store(0, Ordering::Relaxed);
-        self.copies.write().remove(&slot).is_some()
+        let copy = self.copies[slot as usize].swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if copy.is_null() {
+            return false;
+        }
+        // SAFETY: the swap took the array's ownership, and no reader holds the index.
+        drop(unsafe { self.copy_box(copy) });
+        self.copies_held.fetch_sub(1, Ordering::Relaxed);
+        true
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        for slot in 0..self.partition.len() as u64 {
+            // SAFETY: `&mut self`: no other thread can reach anything.
+            unsafe { self.remove_object(slot) };
+        }
+        for copy in self.copies.iter() {
+            let copy = copy.swap(std::ptr::null_mut(), Ordering::AcqRel);
+            if !copy.is_null() {
+                // SAFETY: as above.
+                drop(unsafe { self.copy_box(copy) });
+            }
+        }
     }
 }
 
 /// Where a read copies an object's bytes from.
 pub(super) enum Source<'a> {
-    /// This host's DRAM: the object in its partition, or a copy.
+    /// This host's DRAM: a copy.
     Dram(&'a [u8]),
+    /// This host's DRAM: an object in its partition, eight bytes to a word.
+    Words(&'a [AtomicU64]),
     /// The object's slot in the pod, at this offset, through this host's cache.
     Pod(&'a Memory, u64),
 }
@@ -129,6 +353,26 @@ impl Source<'_> {
     pub(super) fn copy(&self, at: usize, buf: &mut [u8]) {
         match self {
             Source::Dram(bytes) => buf.copy_from_slice(&bytes[at..at + buf.len()]),
+            Source::Words(words) => {
+                // A partial first word, whole words, a partial last word.
+                let head = ((8 - at % 8) % 8).min(buf.len());
+                let (first, rest) = buf.split_at_mut(head);
+                if head > 0 {
+                    let word = words[at / 8].load(Ordering::Relaxed).to_le_bytes();
+                    first.copy_from_slice(&word[at % 8..at % 8 + head]);
+                }
+                let whole = &words[(at + head) / 8..];
+                let rest_whole = rest.len() / 8;
+                let mut chunks = rest.chunks_exact_mut(8);
+                for (chunk, word) in (&mut chunks).zip(whole) {
+                    chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
+                }
+                let tail = chunks.into_remainder();
+                if !tail.is_empty() {
+                    let word = whole[rest_whole].load(Ordering::Relaxed).to_le_bytes();
+                    tail.copy_from_slice(&word[..tail.len()]);
+                }
+            }
             Source::Pod(memory, offset) => memory.read(offset + at as u64, buf),
         }
     }
@@ -179,12 +423,13 @@ impl Tally for ThreadCounters {
     }
 }
 
-/// What a read or write found when it looked the key up.
-enum Place {
-    /// In this host's partition.
-    Mine(Arc<LocalObject>),
-    /// In this host's copies: the bytes were copied out already (their length).
-    Copied(usize),
+/// What a read or write found when it looked the key up, or did.
+enum Place<R> {
+    /// Done in this host's DRAM (its partition, or a copy): the result.
+    Done(R),
+    /// In this host's partition, but a write overlapped the read, or the object is on
+    /// its way back to CXL (a write): try again.
+    Retry,
     /// In another host's DRAM.
     Held(HostId),
     /// In its CXL slot.
@@ -251,21 +496,14 @@ impl Shared {
         c: &ThreadCounters,
         copy: &mut dyn FnMut(&Source<'_>, usize) -> usize,
     ) -> Result<(usize, super::Done)> {
+        self.poll_rpcs();
         let max_retries = self.options.max_retries;
         for retries in 0..=max_retries {
             let done = super::Done { retries };
             if let Some(local) = &self.local {
-                match self.place_for_read(local, key, c, copy)? {
-                    Place::Mine(object) => {
-                        if let Some(bytes) = object.bytes.read().as_deref() {
-                            let copied = copy(&Source::Dram(bytes), bytes.len());
-                            c.add(Counter::LocalReads, 1);
-                            c.add(Counter::Reads, 1);
-                            return Ok((copied, done));
-                        }
-                        continue; // moved back meanwhile: look again
-                    }
-                    Place::Copied(copied) => return Ok((copied, done)),
+                match self.read_local(local, key, c, copy)? {
+                    Place::Done(copied) => return Ok((copied, done)),
+                    Place::Retry => continue,
                     Place::Held(owner) => {
                         self.bring_back(owner, key, c)?;
                         continue;
@@ -277,7 +515,7 @@ impl Shared {
             let copied = copy(&Source::Pod(&self.memory, ticket.offset()), ticket.len());
             if self.read_end(&ticket, c)? {
                 if let Some(local) = &self.local {
-                    self.after_cxl_access(local, key, ticket.slot(), Some(ticket.guard()), c)?;
+                    self.after_cxl_access(local, key, ticket.slot(), Some(ticket.guard()), c);
                 }
                 return Ok((copied, done));
             }
@@ -287,48 +525,76 @@ impl Shared {
         })
     }
 
-    /// Looks `key` up for a read (after the tail check), copying it out if this host
-    /// has a copy.
-    fn place_for_read(
+    /// Looks `key` up (after the tail check) and reads it if it is in this host's DRAM:
+    /// in its partition, or a copy. Under the index's read lock throughout: no event
+    /// about the object is applied meanwhile.
+    fn read_local(
         &self,
         local: &Local,
         key: &[u8],
         c: &ThreadCounters,
         copy: &mut dyn FnMut(&Source<'_>, usize) -> usize,
-    ) -> Result<Place> {
+    ) -> Result<Place<usize>> {
         self.catch_up()?;
         let index = self.replica.index.read();
         let entry = index.lookup(key).ok_or(Error::UnknownKey)?;
         Ok(match entry.local_owner {
-            Some(owner) if owner == self.id => match local.partition.read().get(&entry.slot) {
-                Some(object) => Place::Mine(Arc::clone(object)),
-                // The move's event is applied but not yet in the map: only between a
-                // failed move's event and its cleanup, which holds `moving`.
+            Some(owner) if owner == self.id => match local.object(&index, entry.slot) {
+                // A leaving object's bytes are the ones in CXL: reading them is fine.
+                Some(object) => match object.read(local.object_bytes, copy) {
+                    Some(copied) => {
+                        c.add(Counter::LocalReads, 1);
+                        c.add(Counter::Reads, 1);
+                        Place::Done(copied)
+                    }
+                    None => Place::Retry,
+                },
+                // Only when an error stopped a move between its event and its cleanup.
                 None => Place::Cxl,
             },
             Some(owner) => Place::Held(owner),
-            None => {
-                // Under the index's read lock: replay cannot drop the copy meanwhile.
-                if let Some(bytes) = local.copies.read().get(&entry.slot) {
+            None => match local.copy(&index, entry.slot) {
+                Some(bytes) => {
                     let copied = copy(&Source::Dram(bytes), bytes.len());
                     c.add(Counter::CopyReads, 1);
                     c.add(Counter::Reads, 1);
-                    Place::Copied(copied)
-                } else {
-                    Place::Cxl
+                    Place::Done(copied)
                 }
-            }
+                None => Place::Cxl,
+            },
         })
     }
 
-    /// Looks `key` up for a write (after the tail check).
-    fn place_for_write(&self, local: &Local, key: &[u8]) -> Result<Place> {
+    /// Looks `key` up (after the tail check) and, if it is in this host's partition and
+    /// not leaving, changes it there with `change` (taken).
+    fn write_local<R>(
+        &self,
+        local: &Local,
+        key: &[u8],
+        c: &ThreadCounters,
+        change: &mut Option<impl FnOnce(Target<'_>) -> R>,
+    ) -> Result<Place<R>> {
         self.catch_up()?;
         let index = self.replica.index.read();
         let entry = index.lookup(key).ok_or(Error::UnknownKey)?;
         Ok(match entry.local_owner {
-            Some(owner) if owner == self.id => match local.partition.read().get(&entry.slot) {
-                Some(object) => Place::Mine(Arc::clone(object)),
+            Some(owner) if owner == self.id => match local.object(&index, entry.slot) {
+                Some(object) => {
+                    object.lock();
+                    let place = if object.leaving.load(Ordering::Relaxed) == 1 {
+                        Place::Retry
+                    } else {
+                        let mut bytes = object.bytes(local.object_bytes);
+                        let change = change.take().expect("called once");
+                        let result = change(Target::Dram(&mut bytes));
+                        object.store(&bytes);
+                        c.add(Counter::LocalWrites, 1);
+                        c.add(Counter::Writes, 1);
+                        Place::Done(result)
+                    };
+                    object.unlock();
+                    place
+                }
                 None => Place::Cxl,
             },
             Some(owner) => Place::Held(owner),
@@ -345,22 +611,16 @@ impl Shared {
         c: &ThreadCounters,
         change: impl FnOnce(Target<'_>) -> R,
     ) -> Result<(R, super::Done)> {
+        self.poll_rpcs();
         let mut retries = 0u32;
         let mut change = Some(change);
         if let Some(local) = &self.local {
             loop {
-                match self.place_for_write(local, key)? {
-                    Place::Mine(object) => {
-                        if let Some(bytes) = object.bytes.write().as_deref_mut() {
-                            let change = change.take().expect("called once");
-                            let result = change(Target::Dram(bytes));
-                            c.add(Counter::LocalWrites, 1);
-                            c.add(Counter::Writes, 1);
-                            return Ok((result, super::Done { retries }));
-                        }
-                    }
+                match self.write_local(local, key, c, &mut change)? {
+                    Place::Done(result) => return Ok((result, super::Done { retries })),
+                    Place::Retry => std::thread::yield_now(),
                     Place::Held(owner) => self.bring_back(owner, key, c)?,
-                    Place::Cxl | Place::Copied(_) => break,
+                    Place::Cxl => break,
                 }
                 retries += 1;
                 if retries > self.options.max_retries {
@@ -376,7 +636,7 @@ impl Shared {
         let slot = state.slot;
         self.write_end(state, c)?;
         if let Some(local) = &self.local {
-            self.after_cxl_access(local, key, slot, None, c)?;
+            self.after_cxl_access(local, key, slot, None, c);
         }
         Ok((
             result,
@@ -388,7 +648,8 @@ impl Shared {
 
     /// The policies, after an access through CXL: count it towards a move to this host
     /// (partitions) and, for a read of a read-shared object (`guard` is the log), towards
-    /// a copy.
+    /// a copy. Best effort: the access is done, and a policy that fails (a full log, a
+    /// busy record) only leaves the object where it is.
     fn after_cxl_access(
         &self,
         local: &Local,
@@ -396,51 +657,75 @@ impl Shared {
         slot: u64,
         guard: Option<Guard>,
         c: &ThreadCounters,
-    ) -> Result<()> {
-        if local.partition_after > 0 && self.note_access(local, slot) >= local.partition_after {
-            local.streaks[slot as usize].store(0, Ordering::Relaxed);
-            self.move_here(local, key, c)?;
-            return Ok(());
+    ) {
+        if local.partition_after > 0 {
+            let (streak, shared_bounces) = self.note_access(local, slot);
+            let bounces = shared_bounces.max(local.bounces[slot as usize].load(Ordering::Relaxed));
+            // Each time another host asked the object back, a move needs twice the
+            // accesses: an object that keeps bouncing is shared, and stays in CXL (for
+            // good, once it needs more than a streak can count).
+            let needed = u32::from(local.partition_after) << bounces.min(MAX_BOUNCE_DOUBLINGS);
+            if needed <= u32::from(u8::MAX) && u32::from(streak) >= needed {
+                local.streaks[slot as usize].store(0, Ordering::Relaxed);
+                let _ = self.move_here(local, key, c);
+                return;
+            }
         }
         if local.copy_after > 0 && matches!(guard, Some(Guard::Log)) {
             let reads = &local.reads[slot as usize];
             let count = reads.load(Ordering::Relaxed).saturating_add(1);
             reads.store(count, Ordering::Relaxed);
             if count >= local.copy_after {
-                self.make_copy(local, key, c)?;
+                let _ = self.make_copy(local, key, c);
             }
         }
-        Ok(())
     }
 
-    /// Notes an access of this host to the object in `slot`: reads the slot's last
-    /// accessor from LNR and, if it is another host, writes this host there. Returns this
-    /// host's consecutive accesses so far. Sloppy on purpose: two hosts' bytes share a
-    /// line, and a write-back can put an older byte back; the count is only a hint.
-    fn note_access(&self, local: &Local, slot: u64) -> u8 {
+    /// Notes an access of this host to the object in `slot`: reads the slot's accessor
+    /// word from LNR and, if another host accessed the object last, writes this host
+    /// there. Returns this host's consecutive accesses so far and the object's bounces.
+    /// Sloppy on purpose: many slots' words share a line, and a write-back can put older
+    /// bytes back; the policy only needs a hint.
+    fn note_access(&self, local: &Local, slot: u64) -> (u8, u8) {
         let offset = self.pod.layout().accessor_offset(slot);
         let me = u8::try_from(self.id + 1).expect("host ids fit a byte");
-        let mut last = [0u8];
-        self.memory.flush(offset, 1);
+        let mut word = [0u8; ACCESSOR_BYTES as usize];
+        self.memory.flush(offset, word.len());
         self.memory.fence();
-        self.memory.read(offset, &mut last);
+        self.memory.read(offset, &mut word);
+        let [last, bounces] = word;
         let streak = &local.streaks[slot as usize];
-        if last[0] == me {
+        if last == me {
             let count = streak.load(Ordering::Relaxed).saturating_add(1);
             streak.store(count, Ordering::Relaxed);
-            count
+            (count, bounces)
         } else {
             self.memory.write(offset, &[me]);
             self.memory.write_back(offset, 1);
             streak.store(1, Ordering::Relaxed);
-            1
+            (1, bounces)
         }
+    }
+
+    /// Counts a bounce of the object in `slot` (another host asked it back) in its
+    /// accessor word, for every host's policy.
+    fn note_bounce(&self, slot: u64) {
+        let offset = self.pod.layout().accessor_offset(slot) + 1;
+        let mut bounces = [0u8];
+        self.memory.flush(offset, 1);
+        self.memory.fence();
+        self.memory.read(offset, &mut bounces);
+        self.memory.write(offset, &[bounces[0].saturating_add(1)]);
+        self.memory.write_back(offset, 1);
     }
 
     /// Moves object `key` from its CXL slot into this host's DRAM, if it is in CXL and
     /// no write is in progress. Returns whether it moved.
     fn move_here(&self, local: &Local, key: &[u8], c: &ThreadCounters) -> Result<bool> {
-        let _moving = local.moving.lock();
+        // Another move (to or from this host) is under way: not now.
+        let Some(_moving) = local.moving.try_lock() else {
+            return Ok(false);
+        };
         self.catch_up()?;
         let Some(entry) = self.replica.index.read().lookup(key) else {
             return Ok(false);
@@ -475,7 +760,7 @@ impl Shared {
         moved
     }
 
-    /// The body of [`Shared::move_here`], with the record (if any) locked.
+    /// The body of [`Shared::move_here`], holding `moving` and the record (if any).
     fn copy_and_move(
         &self,
         local: &Local,
@@ -492,20 +777,18 @@ impl Shared {
         let mut bytes = vec![0u8; len].into_boxed_slice();
         self.invalidate(offset, len, c);
         self.memory.read(offset, &mut bytes);
-        let object = Arc::new(LocalObject {
-            key: key.into(),
-            bytes: RwLock::new(Some(bytes)),
-        });
-        // In the map before the event: once a replica says "here", this host's threads
-        // find the object.
-        local.partition.write().insert(entry.slot, object);
+        // In the partition before the event: once a replica says "here", this host's
+        // threads find the object.
+        local.insert_object(entry.slot, Box::new(LocalObject::new(key, &bytes)));
         let outcome = self.submit(&Event::MoveToHost {
             key,
             host: self.id,
             stamp: entry.stamp,
         });
         if !matches!(outcome, Ok(Outcome::Moved)) {
-            local.partition.write().remove(&entry.slot);
+            // SAFETY: we hold `moving`, and no applied event says this host holds the
+            // object (our move lost, or never made it into the log).
+            unsafe { local.remove_object(entry.slot) };
             c.add(Counter::MovesLost, 1);
             return outcome.map(|_| false);
         }
@@ -515,52 +798,73 @@ impl Shared {
 
     /// Moves object `key` from this host's DRAM back to its CXL slot, if this host holds
     /// it: writes the bytes into the slot and back to memory, then appends `MoveToCxl`.
-    /// Returns whether it did.
-    pub(super) fn move_back(&self, key: &[u8], c: &ThreadCounters) -> Result<bool> {
+    /// `asked`: another host asked for it (the object bounced). Returns whether it did.
+    pub(super) fn move_back(&self, key: &[u8], asked: bool, c: &ThreadCounters) -> Result<bool> {
         let Some(local) = &self.local else {
             return Ok(false);
         };
         let _moving = local.moving.lock();
         self.catch_up()?;
-        let Some(entry) = self.replica.index.read().lookup(key) else {
-            return Ok(false);
-        };
-        if entry.local_owner != Some(self.id) {
-            return Ok(false);
-        }
-        let Some(object) = local.partition.read().get(&entry.slot).cloned() else {
-            return Ok(false);
-        };
-        // Local readers and writers wait until the object is back, then look again.
-        let mut bytes = object.bytes.write();
-        let Some(data) = bytes.as_deref() else {
-            return Ok(false);
-        };
-        let (offset, len) = self.place(&entry);
-        // Lines of the slot cached from before the object left are old: drop them before
-        // writing (whole lines are written, but a write into a cached line keeps the rest).
-        self.memory.flush(offset, len);
-        self.memory.fence();
-        self.memory.write(offset, &data[..len]);
-        // The bytes reach memory before the event tells anyone to read them there.
-        if !mutants::skipped(Step::MoveBackWritesBack) {
-            self.memory.write_back(offset, len);
-            c.add(Counter::LinesWrittenBack, Self::lines(len));
-        }
-        self.memory.fence();
-        match self.submit(&Event::MoveToCxl { key })? {
-            Outcome::Moved => {
-                *bytes = None;
-                drop(bytes);
-                local.partition.write().remove(&entry.slot);
-                if local.partition_after > 0 {
-                    local.streaks[entry.slot as usize].store(0, Ordering::Relaxed);
-                }
-                c.add(Counter::MoveBacks, 1);
-                Ok(true)
+        let (slot, object) = {
+            let index = self.replica.index.read();
+            let Some(entry) = index.lookup(key) else {
+                return Ok(false);
+            };
+            if entry.local_owner != Some(self.id) {
+                return Ok(false);
             }
-            _ => Ok(false),
+            let Some(object) = local.object(&index, entry.slot) else {
+                return Ok(false);
+            };
+            (entry.slot, std::ptr::from_ref(object))
+        };
+        // SAFETY: only the holder of `moving` (we) frees an object of the partition.
+        let object = unsafe { &*object };
+        let layout = self.pod.layout();
+        let (offset, len) = (layout.slot_offset(slot), local.object_bytes);
+        {
+            object.lock();
+            // Lines of the slot cached from before the object left are old: drop them
+            // before writing (a write into a cached line keeps the rest of it).
+            self.memory.flush(offset, len);
+            self.memory.fence();
+            self.memory.write(offset, &object.bytes(len));
+            // The bytes reach memory before the event tells anyone to read them there.
+            if !mutants::skipped(Step::MoveBackWritesBack) {
+                self.memory.write_back(offset, len);
+                c.add(Counter::LinesWrittenBack, Self::lines(len));
+            }
+            self.memory.fence();
+            // Writes wait from now on; reads go on (the bytes are those in CXL). The
+            // object is let go before the event: replay takes the index's write lock, and
+            // a writer holding the index's read lock may be waiting for the object.
+            object.leaving.store(1, Ordering::Relaxed);
+            object.unlock();
         }
+        match self.submit(&Event::MoveToCxl { key }) {
+            Ok(Outcome::Moved) => {}
+            Ok(_) => {
+                object.leaving.store(0, Ordering::Relaxed);
+                return Ok(false);
+            }
+            // The event may be in the log and take effect later: the bytes in CXL are the
+            // object's, so writes here stay refused (they fail once out of retries).
+            Err(error) => return Err(error),
+        }
+        // SAFETY: we hold `moving`, and the applied MoveToCxl says the object is in CXL:
+        // no holder of the index's lock reaches it any more.
+        unsafe { local.remove_object(slot) };
+        local.streaks[slot as usize].store(0, Ordering::Relaxed);
+        if asked {
+            let bounces = &local.bounces[slot as usize];
+            bounces.store(
+                bounces.load(Ordering::Relaxed).saturating_add(1),
+                Ordering::Relaxed,
+            );
+            self.note_bounce(slot);
+        }
+        c.add(Counter::MoveBacks, 1);
+        Ok(true)
     }
 
     /// Moves every object in this host's DRAM back to CXL (a host that leaves). Errors
@@ -569,16 +873,17 @@ impl Shared {
         let Some(local) = &self.local else {
             return Ok(());
         };
-        let keys: Vec<Box<[u8]>> = local
-            .partition
-            .read()
-            .values()
-            .map(|object| object.key.clone())
-            .collect();
+        let keys: Vec<Box<[u8]>> = {
+            let _moving = local.moving.lock();
+            let index = self.replica.index.read();
+            (0..local.partition.len() as u64)
+                .filter_map(|slot| local.object(&index, slot).map(|o| o.key.clone()))
+                .collect()
+        };
         self.with_counters(|c| {
             let mut first_error = None;
             for key in keys {
-                if let Err(error) = self.move_back(&key, c) {
+                if let Err(error) = self.move_back(&key, false, c) {
                     first_error.get_or_insert(error);
                 }
             }
@@ -602,8 +907,10 @@ impl Shared {
         let Some(entry) = index.current(ticket.handle(), ticket.stamp()) else {
             return Ok(());
         };
-        if entry.record.is_none() && entry.local_owner.is_none() {
-            local.copies.write().insert(entry.slot, bytes);
+        if entry.record.is_none()
+            && entry.local_owner.is_none()
+            && local.insert_copy(&index, entry.slot, bytes)
+        {
             c.add(Counter::CopiesMade, 1);
         }
         Ok(())
@@ -614,22 +921,37 @@ impl Shared {
     /// the key up again.
     pub(super) fn bring_back(&self, owner: HostId, key: &[u8], c: &ThreadCounters) -> Result<()> {
         if owner == self.id {
-            self.move_back(key, c)?;
+            if !self.move_back(key, false, c)? && self.holder_of(key)? == Some(self.id) {
+                // The index says this host holds it, and it does not: a move whose log
+                // append failed after its entry was written (a stalled log).
+                return Err(Error::LocalObjectMissing { host: self.id });
+            }
             return Ok(());
         }
         let rpc = self
             .rpc
             .as_ref()
             .expect("a pod with local partitions has RPC rings");
+        let failed = |waited_ms| {
+            // It may have come back meanwhile (the holder leaving, say): fail only if the
+            // replica, caught up, still names the same holder.
+            match self.holder_of(key)? {
+                Some(holder) if holder == owner => Err(Error::HostUnresponsive {
+                    host: owner,
+                    waited_ms,
+                }),
+                _ => Ok(()),
+            }
+        };
         if super::table_state(&self.pod, owner) == super::TableState::Free {
             // Nobody holds that id: the object's bytes left with its last holder.
-            return Err(Error::HostUnresponsive {
-                host: owner,
-                waited_ms: 0,
-            });
+            return failed(0);
         }
         let mut buf = vec![0u8; rpc.entry_bytes];
         c.add(Counter::RpcsSent, 1);
+        // While it waits, the thread serves nothing itself: it may hold a local object
+        // (inside `update`) whose move back would wait for it. The holder's pump and
+        // threads serve its ring.
         let response = rpc.rings[owner as usize].call(
             &self.pod,
             &self.memory,
@@ -639,20 +961,29 @@ impl Shared {
             &[],
             self.options.wait_limit,
             c,
-            &mut || {
-                let _ = self.serve_rpcs();
-            },
+            &mut || {},
         );
         match response {
             Ok(Response { status, .. }) if status == MOVED_BACK || status == NOT_HERE => Ok(()),
-            Ok(_) => Err(Error::HostUnresponsive {
-                host: owner,
-                waited_ms: 0,
-            }),
-            Err(waited_ms) => Err(Error::HostUnresponsive {
-                host: owner,
-                waited_ms,
-            }),
+            Ok(_) => failed(0),
+            Err(waited_ms) => failed(waited_ms),
+        }
+    }
+
+    /// The host whose DRAM holds object `key`, as the replica says after catching up.
+    fn holder_of(&self, key: &[u8]) -> Result<Option<HostId>> {
+        self.catch_up()?;
+        let index = self.replica.index.read();
+        Ok(index.lookup(key).and_then(|entry| entry.local_owner))
+    }
+
+    /// Serves this host's ring if a request waits (two SCR loads when none does): every
+    /// read and write of a pod with rings polls, so that a host that needs an object in
+    /// this host's DRAM waits for one of its operations, not for its pump's next round.
+    #[inline]
+    fn poll_rpcs(&self) {
+        if self.rpc.is_some() {
+            let _ = self.serve_rpcs();
         }
     }
 
@@ -678,7 +1009,7 @@ impl Shared {
             while let Some(claimed) = ring.claim(&self.pod, c) {
                 let request = ring.read(&self.memory, claimed, &mut buf, c);
                 let status = match request.op {
-                    OP_MOVE_BACK => match self.move_back(&buf[request.key.clone()], c) {
+                    OP_MOVE_BACK => match self.move_back(&buf[request.key.clone()], true, c) {
                         Ok(true) => MOVED_BACK,
                         Ok(false) => NOT_HERE,
                         Err(_) => FAILED,

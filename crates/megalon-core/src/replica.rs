@@ -663,8 +663,8 @@ impl Index {
                 }
             }
             Event::MoveToHost { key, host, stamp } => {
-                if host >= self.max_hosts {
-                    return Err(corrupt("move to a host past the pod's maximum"));
+                if host != author {
+                    return Err(corrupt("move to a host other than the appender"));
                 }
                 applied.outcome = Outcome::MoveLost;
                 if let Some(handle) = self.find(key) {
@@ -1080,6 +1080,11 @@ mod tests {
                 to: 1,
                 first: 999,
                 count: 2,
+            },
+            Event::MoveToHost {
+                key: b"k",
+                host: 1,
+                stamp: 0,
             },
         ] {
             assert!(matches!(

@@ -14,6 +14,7 @@
 //! request(t) --server claims--> claimed(t) --server writes the response back--> response(t)
 //! response(t) --sender reads it--> free(t + entries)
 //! request(t) --sender gives up--> withdrawn(t) --server skips it--> free(t + entries)
+//! claimed(t) --sender gives up--> abandoned(t) --server answers nobody--> free(t + entries)
 //! ```
 //!
 //! An entry's header line:
@@ -93,6 +94,7 @@ const REQUEST: u64 = 1;
 const CLAIMED: u64 = 2;
 const RESPONSE: u64 = 3;
 const WITHDRAWN: u64 = 4;
+const ABANDONED: u64 = 5;
 
 fn pack(ticket: u64, state: u64) -> u64 {
     ticket << 3 | state
@@ -381,7 +383,20 @@ impl RingGeometry {
                     continue; // claimed meanwhile: wait on
                 }
                 if waited_ms(&backoff) >= claimed_limit_ms {
-                    return Err(waited_ms(&backoff));
+                    // The server holds the request: it frees the entry when it answers
+                    // (or, if it answered just now, we read its response after all).
+                    tally.scr_atomics(1);
+                    if state
+                        .compare_exchange(
+                            pack(ticket, CLAIMED),
+                            pack(ticket, ABANDONED),
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        )
+                        .is_ok()
+                    {
+                        return Err(waited_ms(&backoff));
+                    }
                 }
             }
         }
@@ -533,9 +548,25 @@ impl RingGeometry {
         tally.lines_written_back(1);
         tally.scr_atomics(1);
         // Release: the response line reached memory before the sender can see it; pairs
-        // with the sender's Acquire load in `call`.
-        self.state(pod, claimed.ticket)
-            .store(pack(claimed.ticket, RESPONSE), Ordering::Release);
+        // with the sender's Acquire load in `call`. A sender that gave up (abandoned) reads
+        // nothing: the entry is free for the next lap at once.
+        tally.scr_atomics(1);
+        let state = self.state(pod, claimed.ticket);
+        if state
+            .compare_exchange(
+                pack(claimed.ticket, CLAIMED),
+                pack(claimed.ticket, RESPONSE),
+                Ordering::Release,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            debug_assert_eq!(
+                state.load(Ordering::Relaxed),
+                pack(claimed.ticket, ABANDONED)
+            );
+            state.store(pack(claimed.ticket + self.entries, FREE), Ordering::Release);
+        }
     }
 }
 
@@ -680,6 +711,69 @@ mod tests {
         assert_eq!(counts.lines_invalidated.get(), 3);
         assert!(counts.scr_atomics.get() >= 3 * 6);
         assert!(!ring.pending(&pod, &()));
+    }
+
+    #[test]
+    fn a_call_abandoned_after_the_server_claimed_it_frees_its_entry_when_answered() {
+        // One entry: the server claims the request and answers only after the sender gave
+        // up; the entry must then be free for the next call.
+        let (pod, ring) = ring_pod(1);
+        let sender = host_memory(&pod, 1);
+        let server = host_memory(&pod, 2);
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        let mut server_buf = vec![0; ring.entry_bytes as usize];
+        let limit = Duration::from_millis(30);
+        let (claimed, abandoned) = std::thread::scope(|scope| {
+            let claiming = scope.spawn(|| loop {
+                if let Some(claimed) = ring.claim(&pod, &()) {
+                    return claimed;
+                }
+                std::thread::yield_now();
+            });
+            let abandoned = ring.call(
+                &pod,
+                &sender,
+                &mut buf,
+                1,
+                b"slow",
+                b"",
+                limit,
+                &(),
+                &mut || {},
+            );
+            (claiming.join().expect("claims"), abandoned)
+        });
+        let waited_ms = abandoned.expect_err("nobody answered in time");
+        assert!(waited_ms >= 2 * limit.as_millis() as u64, "{waited_ms} ms");
+        assert_eq!(
+            ring.state(&pod, 0).load(Ordering::Relaxed),
+            pack(0, ABANDONED)
+        );
+        let request = ring.read(&server, claimed, &mut server_buf, &());
+        assert_eq!(&server_buf[request.key], b"slow");
+        let late = Response {
+            status: 9,
+            detail: 9,
+        };
+        ring.respond(&pod, &server, claimed, &mut server_buf, late, &());
+        assert_eq!(ring.state(&pod, 0).load(Ordering::Relaxed), pack(1, FREE));
+        let answered = std::thread::scope(|scope| {
+            let serving = scope.spawn(|| serve(&pod, &ring, &server, 1));
+            let response = ring.call(
+                &pod,
+                &sender,
+                &mut buf,
+                2,
+                b"next",
+                b"",
+                WAIT_LIMIT,
+                &(),
+                &mut || {},
+            );
+            serving.join().expect("the server");
+            response
+        });
+        assert_eq!(answered, Ok(answer(2, b"next", b"")));
     }
 
     #[test]

@@ -5,10 +5,14 @@
 //! primitive here for its model-checked twin.
 
 #[cfg(not(megalon_loom))]
-pub(crate) use std::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
+pub(crate) use std::sync::atomic::{
+    fence, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 
 #[cfg(megalon_loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
+pub(crate) use loom::sync::atomic::{
+    fence, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 
 #[cfg(not(megalon_loom))]
 pub(crate) use std::hint::spin_loop;

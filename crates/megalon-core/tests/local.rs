@@ -111,6 +111,27 @@ fn an_object_moves_after_n_accesses_and_another_host_brings_it_back() {
 }
 
 #[test]
+fn a_read_shared_object_written_in_dram_is_read_fresh_by_the_host_that_cached_it() {
+    // Written only in a's DRAM, the object never gets a record: b reads it read-shared,
+    // without checking a counter, so only the moves' log events can drop b's old lines.
+    let pod = pod(&config().local_partitions(2));
+    let a = host(&pod, 1);
+    let b = host(&pod, 2);
+    a.create(b"k", &value(0)).unwrap();
+    for round in 1..5u8 {
+        assert_eq!(read(&b, b"k"), value(round - 1)); // b caches the lines
+                                                      // Each time b asked it back, a needs twice the accesses to move it again.
+        for _ in 0..(2 << (round - 1)) {
+            read(&a, b"k");
+        }
+        assert_eq!(a.lookup(b"k").unwrap().unwrap().local_owner, Some(a.id()));
+        a.write(b"k", &value(round)).unwrap();
+        assert_eq!(a.lookup(b"k").unwrap().unwrap().record, None);
+        assert_eq!(read(&b, b"k"), value(round), "round {round}");
+    }
+}
+
+#[test]
 fn accesses_from_two_hosts_in_turn_never_move_the_object() {
     let pod = pod(&config().local_partitions(3));
     let a = host(&pod, 1);
@@ -122,6 +143,32 @@ fn accesses_from_two_hosts_in_turn_never_move_the_object() {
         assert_eq!(read(reader, b"k"), value(round));
     }
     assert_eq!(a.events().moves_to_host + b.events().moves_to_host, 0);
+}
+
+#[test]
+fn an_object_asked_back_needs_twice_the_accesses_to_move_again() {
+    let pod = pod(&config().local_partitions(2));
+    let a = host(&pod, 1);
+    let b = host(&pod, 2);
+    a.create(b"k", &value(0)).unwrap();
+    let moves = |host: &Host| host.events().moves_to_host;
+    let bounce = |expected_accesses: u64| {
+        let before = moves(&a);
+        let mut accesses = 0;
+        while moves(&a) == before {
+            read(&a, b"k");
+            accesses += 1;
+            assert!(accesses <= expected_accesses, "moved after {accesses}");
+        }
+        assert_eq!(accesses, expected_accesses);
+        read(&b, b"k"); // asks a to move it back
+    };
+    // The first access after b's is the first of a's streak.
+    bounce(2);
+    bounce(4);
+    bounce(8);
+    assert_eq!(a.events().move_backs, 3);
+    assert_eq!(b.events().rpcs_sent, 3);
 }
 
 #[test]
@@ -305,7 +352,10 @@ fn bad_configurations_are_typed_errors() {
     let local = config().local_partitions(5).layout().unwrap();
     assert!(local.record_count < plain.record_count);
     assert!(local.slot_count < plain.slot_count);
-    assert_eq!(local.accessors_bytes, local.slot_count.div_ceil(64) * 64);
+    assert_eq!(
+        local.accessors_bytes,
+        (local.slot_count * megalon_core::ACCESSOR_BYTES).div_ceil(64) * 64
+    );
     assert!(local.scr_usage().rpc_bytes > 0);
     assert_eq!(local.scr_usage().total_bytes(), local.config.scr_bytes);
 }
