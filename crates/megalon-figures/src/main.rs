@@ -457,6 +457,11 @@ fn find<'a>(points: &'a [Measured], scheme: &str, x: f64) -> Option<&'a Measured
     points.iter().find(|p| p.scheme == scheme && p.x == x)
 }
 
+/// The point of series `series` at `x` (for panels with two series of one scheme).
+fn find_series<'a>(points: &'a [Measured], series: &str, x: f64) -> Option<&'a Measured> {
+    points.iter().find(|p| p.series == series && p.x == x)
+}
+
 /// The counters per operation that explain a comparison, for the summary.
 fn explain(points: &[&Measured]) -> String {
     points
@@ -465,6 +470,11 @@ fn explain(points: &[&Measured]) -> String {
             let mut parts = vec![format!("churn {:.3}", p.churn())];
             for name in [
                 "rpcs",
+                "rpcs sent",
+                "moves to a host",
+                "move-backs",
+                "local reads",
+                "copy reads",
                 "lines invalidated",
                 "SCR atomics",
                 "scr atomics",
@@ -492,6 +502,8 @@ const FIGURES: &[(&str, &str, Figure)] = &[
     ("8", "cost of one churn", figure_8),
     ("9", "key size", figure_9),
     ("10", "record width", figure_10),
+    ("11", "shared ratio, local partitions", figure_11),
+    ("12", "local copies", figure_12),
     ("13", "AllLog", figure_13),
     ("14", "YCSB A/B/C/D/F", figure_14),
     ("15", "page-sized objects", figure_15),
@@ -504,7 +516,7 @@ const USAGE: &str =
 
   --quick     every figure at 1/25 of the default size, 0.3 s per run (a few minutes)
   --scale F   F times the default size (1M objects, 1/18 of the paper's 18M)
-  --only      some figures: 4 5 6 7 8 9 10 13 14 15 peers
+  --only      some figures: 4 5 6 7 8 9 10 11 12 13 14 15 peers
   --seconds   seconds per run (default 3; 0.3 with --quick)
   --threads   threads per host (default 2; 3 hosts)
   --out       where CSV, SVG and summary.md go (default docs/figures; target/figures-quick
@@ -1113,6 +1125,165 @@ fn figure_13(h: &mut Harness) -> Result<(), String> {
                 explain(&[m, a]),
             );
         }
+    }
+    Ok(())
+}
+
+/// x of a warm-up run, whose point is dropped: objects move to their hosts' DRAM, and
+/// copies are made, only after some accesses.
+const WARM_UP: f64 = -1.0;
+
+/// Runs each of `plans` on `kind` over `setup` as series `series`, each on a store of
+/// its own (built and loaded afresh: where objects sit depends on the plans before) and
+/// after a warm-up run of itself (objects settle where the plan puts them), and drops
+/// the warm-ups' points.
+fn measure_warm(
+    h: &mut Harness,
+    kind: Kind,
+    setup: &Setup,
+    series: &str,
+    plans: &[(f64, String, Plan)],
+) -> Result<Vec<Measured>, String> {
+    let mut points = Vec::new();
+    for plan in plans {
+        let warm = [
+            (WARM_UP, format!("{} (warm-up)", plan.1), plan.2),
+            plan.clone(),
+        ];
+        points.extend(h.measure(kind, setup, series, &warm)?);
+    }
+    Ok(points.into_iter().filter(|p| p.x != WARM_UP).collect())
+}
+
+/// Figure 11: read-only Zipfian over partitioned data as the shared ratio grows: megalon
+/// with local partitions (objects move to the DRAM of the host that keeps accessing
+/// them) against HCMeta-Local (each owner's partition in its DRAM, shared objects copied
+/// to CXL), and megalon without partitions for reference.
+fn figure_11(h: &mut Harness) -> Result<(), String> {
+    let setup = h.setup(h.objects(PAPER_OBJECTS));
+    let ratios: &[f64] = if h.seconds < 1.0 {
+        &[0.0, 0.2, 1.0]
+    } else {
+        &[0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    };
+    let plans: Vec<(f64, String, Plan)> = ratios
+        .iter()
+        .map(|&shared_ratio| {
+            (
+                shared_ratio * 100.0,
+                format!("{}% shared", shared_ratio * 100.0),
+                Harness::plan(
+                    &setup,
+                    Choice::Partitioned {
+                        shared_ratio,
+                        skew: 0.99,
+                    },
+                ),
+            )
+        })
+        .collect();
+    let partitioned = Setup {
+        partition_after: megalon_core::DEFAULT_PARTITION_ACCESSES,
+        ..setup
+    };
+    let mut points = measure_warm(h, Kind::Megalon, &partitioned, PARTITIONS, &plans)?;
+    points.extend(measure_warm(
+        h,
+        Kind::HcMetaLocal,
+        &setup,
+        Kind::HcMetaLocal.name(),
+        &plans,
+    )?);
+    points.extend(measure_warm(h, Kind::Megalon, &setup, "megalon", &plans)?);
+    h.panel(
+        Panel {
+            stem: "figure_11",
+            title: "Figure 11: read-only, shared ratio",
+            x_label: "shared objects (%)",
+            log_x: false,
+            categories: None,
+        },
+        &points,
+        &[THROUGHPUT, CHURN],
+    )?;
+    let last = ratios[ratios.len() - 1] * 100.0;
+    for (x, paper) in [
+        (
+            0.0,
+            "~1x (megalon matches HCMeta-Local when nothing is shared)",
+        ),
+        (20.0, "~1x (both local at low sharing)"),
+        (
+            last,
+            "significantly > 1 (HCMeta-Local churns as sharing grows)",
+        ),
+    ] {
+        if let (Some(m), Some(l)) = (
+            find_series(&points, PARTITIONS, x),
+            find(&points, "hcmeta-local", x),
+        ) {
+            h.row(
+                "11",
+                format!("{x}% shared: megalon + partitions / hcmeta-local"),
+                ratio(m.ops_per_second, l.ops_per_second),
+                paper,
+                explain(&[m, l]),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The series of megalon with local partitions.
+const PARTITIONS: &str = "megalon + partitions";
+/// The series of megalon with local copies (MEGALON-DATA-COPY).
+const COPIES: &str = "megalon + copies";
+/// Reads from a host before it keeps a copy, in Figure 12.
+const COPY_AFTER_READS: u32 = 4;
+
+/// Figure 12: read-only Zipfian latency with and without local copies of read-shared
+/// objects.
+fn figure_12(h: &mut Harness) -> Result<(), String> {
+    let setup = h.setup(h.objects(PAPER_OBJECTS));
+    let plans = [(
+        0.0,
+        "read-only, zipf 0.99".to_string(),
+        Harness::plan(&setup, read_only(0.99)),
+    )];
+    let copies = Setup {
+        copy_after: COPY_AFTER_READS,
+        ..setup
+    };
+    let mut points = measure_warm(h, Kind::Megalon, &setup, "megalon", &plans)?;
+    points.extend(measure_warm(h, Kind::Megalon, &copies, COPIES, &plans)?);
+    let categories = vec![plans[0].1.clone()];
+    h.panel(
+        Panel {
+            stem: "figure_12",
+            title: "Figure 12: local copies",
+            x_label: "workload",
+            log_x: false,
+            categories: Some(&categories),
+        },
+        &points,
+        &[LATENCY, THROUGHPUT],
+    )?;
+    if let (Some(m), Some(c)) = (
+        find_series(&points, "megalon", 0.0),
+        find_series(&points, COPIES, 0.0),
+    ) {
+        h.row(
+            "12",
+            "read-only latency: megalon / megalon + copies",
+            ratio(m.mean_latency_us, c.mean_latency_us),
+            "1.3x (copies avoid CXL accesses)",
+            format!(
+                "{}; copy reads {:.2} per op, copies made {:.4} per op",
+                explain(&[m, c]),
+                c.per_op("copy reads"),
+                c.per_op("copies made")
+            ),
+        );
     }
     Ok(())
 }
