@@ -7,6 +7,7 @@
 //! cargo run --release --example kv
 //! cargo run --release --example kv -- --hosts 4 --threads 1 --write-ratio 0.5 --skew 0.7
 //! cargo run --release --example kv -- --memory simulated --seconds 2
+//! cargo run --release --example kv -- --local-partitions 5 --local-copies 4
 //! cargo run --release --example kv -- --help
 //! ```
 

@@ -33,6 +33,14 @@ pub struct MixArgs {
     /// Bits of one coherence record: 8, 16 or 32.
     #[arg(long, default_value_t = 16)]
     pub record_bits: u32,
+    /// Local DRAM partitions: an object moves to a host's DRAM after this many
+    /// consecutive accesses from it (the paper's n is 5); 0: off.
+    #[arg(long, default_value_t = 0)]
+    pub local_partitions: u32,
+    /// Local copies: a host keeps a copy of a read-shared object after this many reads of
+    /// it; 0: off.
+    #[arg(long, default_value_t = 0)]
+    pub local_copies: u32,
 }
 
 impl MixArgs {
@@ -64,5 +72,7 @@ impl MixArgs {
             .pod_config(self.hosts as u32)
             .scr_bytes(self.scr_kib * 1024)
             .record_width_bits(self.record_bits)
+            .local_partitions(self.local_partitions)
+            .local_copies(self.local_copies)
     }
 }

@@ -60,7 +60,8 @@ fn usage() -> ExitCode {
                    [--quick] [--scale F] [--only 4,7] [--numa] (--help for all)
   \
          stress    [--seconds S] [--hosts H] [--threads T] [--seed N] [--record-bits 8|16|32]\n            \
-                   [--memory simulated|hardware] [--coherence split|all-log]: a checked\n            \
+                   [--memory simulated|hardware] [--coherence split|all-log]\n            \
+                   [--partition-after N] [--copy-after N]: a checked\n            \
                    concurrent history"
     );
     ExitCode::from(2)
@@ -353,6 +354,8 @@ fn main() -> ExitCode {
                 "--record-bits",
                 "--memory",
                 "--coherence",
+                "--partition-after",
+                "--copy-after",
             ];
             let flags: Vec<(&str, String)> = names
                 .iter()

@@ -127,6 +127,7 @@ impl Scheme for Megalon {
             scr: vec![
                 ("log cursors", usage.log_cursors_bytes),
                 ("host table", usage.host_table_bytes),
+                ("rpc rings", usage.rpc_bytes),
                 ("application", usage.application_bytes),
                 ("coherence records", usage.records_bytes),
                 ("reclaimer", usage.reclaimer_bytes),
