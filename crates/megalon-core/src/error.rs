@@ -270,11 +270,28 @@ pub enum Error {
         /// How long we waited.
         waited_ms: u64,
     },
-    /// The index says this host holds the object in its DRAM, and it does not: a move
-    /// whose log append failed after its entry was written (a stalled log).
+    /// The index says host `host` holds the object in its DRAM, and it does not (or not
+    /// the current bytes): a move whose log append failed after its entry was written (a
+    /// stalled log).
     #[error("the index says host {host} holds the object in its DRAM, but it does not")]
     LocalObjectMissing {
         /// This host.
+        host: u32,
+    },
+    /// An object in host `host`'s DRAM stayed busy past the wait limit: a local write in
+    /// progress (or a move back to CXL) did not end.
+    #[error("an object in host {host}'s DRAM stayed busy for {waited_ms} ms")]
+    LocalObjectBusy {
+        /// The host whose DRAM holds the object.
+        host: u32,
+        /// How long we waited.
+        waited_ms: u64,
+    },
+    /// Host `host` could not move an object in its DRAM back to CXL (its log append
+    /// failed); the object stays where it is.
+    #[error("host {host} could not move the object back to CXL")]
+    MoveBackFailed {
+        /// The host that holds the object.
         host: u32,
     },
     /// A log entry below the completed tail is not published: its writer stopped midway.

@@ -687,6 +687,10 @@ impl Shared {
                     if !kept && local.invalidate_copy(index, slot) {
                         copies_dropped += 1;
                     }
+                    if matches!(event, Event::Create { .. }) {
+                        // A new object in the slot: the old one's counts are not its.
+                        local.forget(slot);
+                    }
                 }
                 position += 1;
             }
@@ -862,6 +866,7 @@ impl Shared {
         self.memory.fence();
         self.memory.write(offset, value);
         self.memory.write_back(offset, value.len());
+        self.clear_accessor(slot);
         // The bytes are in memory before the create event is.
         self.memory.fence();
         match self.submit(&Event::Create { key, slot })? {

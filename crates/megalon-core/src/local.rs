@@ -31,6 +31,7 @@
 
 use super::object::Guard;
 use super::{Host, Shared};
+use crate::backoff::Backoff;
 use crate::counters::{Counter, ThreadCounters};
 use crate::error::{Error, Result};
 use crate::event::Event;
@@ -45,14 +46,26 @@ use crate::sync::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Mutex, Ordering};
 
 /// The RPC that asks a host to move an object from its DRAM back to CXL.
 const OP_MOVE_BACK: u8 = 1;
-/// Answers: moved back; not held here (already back, or never was); failed.
+/// Answers: moved back; not held here (already back, or never was); failed (a log
+/// append); named as held here but missing (an earlier move's append failed).
 const MOVED_BACK: u8 = 1;
 const NOT_HERE: u8 = 2;
 const FAILED: u8 = 3;
+const MISSING: u8 = 4;
 /// Times the consecutive accesses a move needs double for an object that other hosts
 /// keep asking back, at most: past [`u8::MAX`] accesses (a streak's largest count) the
 /// object never moves again.
 const MAX_BOUNCE_DOUBLINGS: u8 = 8;
+
+/// A local object's state: this host holds it.
+const HELD: u8 = 0;
+/// The bytes are in the CXL slot and the move back is on its way to the log: reads may go
+/// on, writes wait until the object is in CXL.
+const LEAVING: u8 = 1;
+/// A move whose log append failed after its entry was written: the index may yet name
+/// this host, but the bytes may be older than CXL's. Neither read nor written; freed only
+/// with the host.
+const ORPHANED: u8 = 2;
 
 /// An object in this host's partition, behind a seqlock: readers write nothing shared
 /// (hot objects are read by all of the host's threads), one writer at a time.
@@ -60,9 +73,8 @@ pub(super) struct LocalObject {
     key: Box<[u8]>,
     /// Even: no write in progress; odd: the writer holds the object.
     version: AtomicU64,
-    /// 1 once the bytes are in the CXL slot and the move back is on its way to the log:
-    /// reads may go on, writes wait until the object is in CXL.
-    leaving: AtomicU8,
+    /// [`HELD`], [`LEAVING`] or [`ORPHANED`].
+    state: AtomicU8,
     /// The bytes, eight to a word (loaded and stored relaxed: a read that overlaps a
     /// write sees the version change and starts over).
     words: Box<[AtomicU64]>,
@@ -70,20 +82,16 @@ pub(super) struct LocalObject {
 
 impl LocalObject {
     fn new(key: &[u8], bytes: &[u8]) -> Self {
-        let words = bytes
-            .chunks(8)
-            .map(|chunk| {
-                let mut word = [0u8; 8];
-                word[..chunk.len()].copy_from_slice(chunk);
-                AtomicU64::new(u64::from_le_bytes(word))
-            })
-            .collect();
-        Self {
+        let object = Self {
             key: key.into(),
             version: AtomicU64::new(0),
-            leaving: AtomicU8::new(0),
-            words,
-        }
+            state: AtomicU8::new(HELD),
+            words: (0..bytes.len().div_ceil(8))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+        };
+        object.store(bytes);
+        object
     }
 
     /// Runs `copy` on the object's bytes; `None` if a write overlapped it (try again).
@@ -146,16 +154,34 @@ impl LocalObject {
     }
 }
 
+/// Held by the thread that moves an object to or from this host (behind
+/// [`Local::moving`]): proof, for [`Local::object_held`], that no one else frees objects.
+pub(super) struct Moving;
+
+/// What a move back found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum MovedBack {
+    /// It moved the object back to CXL.
+    Moved,
+    /// The object is not in this host's DRAM (already back, or never was).
+    NotHere,
+    /// The index says this host holds the object, and it does not (a move whose append
+    /// failed).
+    Missing,
+}
+
 /// What one host keeps in its DRAM for partitions and copies: per slot, so that the hot
 /// path takes no lock of its own and hashes nothing (the index lookup found the slot).
 ///
-/// Both arrays hold owning pointers (null: none). A thread dereferences one only while
-/// it holds the index's read lock (the `&Index` the accessors take) and, for an object
-/// in the partition, only after that index said this host holds it. Copies are freed
-/// only under the index's write lock (replay, `&mut Index`). An object of the partition
-/// is freed only by the thread holding [`Local::moving`], and only once no index lock
-/// holder can reach it: after the `MoveToCxl` that made the index say otherwise was
-/// applied (under the write lock), or, for a move that lost, never having been reachable.
+/// Both arrays hold owning pointers (null: none). A reference to a copy is taken only
+/// under the index's read lock (the `&Index` of [`Local::copy`]), and a copy is freed only
+/// under its write lock (replay's `&mut Index`) or with the host. A reference to an object
+/// of the partition is taken either under the index's read lock once that index says this
+/// host holds the object ([`Local::object`]), or by the thread holding [`Local::moving`]
+/// ([`Local::object_held`]). Only that thread frees one, and only once no index lock
+/// holder can reach it: after an applied event says the object is not here (its
+/// `MoveToCxl`, or the loss of its `MoveToHost`). An object whose move's append failed is
+/// never freed before the host goes (it is orphaned, or leaving).
 pub(super) struct Local {
     partition_after: u8,
     copy_after: u8,
@@ -174,8 +200,9 @@ pub(super) struct Local {
     bounces: Box<[AtomicU8]>,
     /// Per slot: this host's reads since the object last changed (copies).
     reads: Box<[AtomicU8]>,
-    /// One move (to or from this host) at a time.
-    moving: Mutex<()>,
+    /// One move (to or from this host) at a time; only its holder frees an object of
+    /// the partition.
+    moving: Mutex<Moving>,
 }
 
 fn per_slot<T>(on: bool, slots: u64, new: impl Fn() -> T) -> Box<[T]> {
@@ -209,7 +236,7 @@ impl Local {
             streaks: per_slot(partitions, slots, || AtomicU8::new(0)),
             bounces: per_slot(partitions, slots, || AtomicU8::new(0)),
             reads: per_slot(copies, slots, || AtomicU8::new(0)),
-            moving: Mutex::new(()),
+            moving: Mutex::new(Moving),
         })
     }
 
@@ -232,12 +259,24 @@ impl Local {
         unsafe { object.as_ref() }
     }
 
+    /// The object of the partition in `slot`, if any, for the thread holding `moving`
+    /// (whatever the index says: no one else frees it).
+    fn object_held<'m>(&'m self, _moving: &'m Moving, slot: u64) -> Option<&'m LocalObject> {
+        let object = self.partition[slot as usize].load(Ordering::Acquire);
+        // SAFETY: from `Box::into_raw` in `insert_object`; only the holder of `moving`
+        // (the caller, for as long as `_moving` is borrowed) frees it.
+        unsafe { object.as_ref() }
+    }
+
     /// Puts `object` in the partition at `slot` (empty). The caller holds `moving`, and
     /// no index says this host holds the object yet.
     fn insert_object(&self, slot: u64, object: Box<LocalObject>) {
         let old = self.partition[slot as usize].swap(Box::into_raw(object), Ordering::AcqRel);
-        debug_assert!(old.is_null(), "one object per slot");
-        self.in_partition.fetch_add(1, Ordering::Relaxed);
+        if old.is_null() {
+            self.in_partition.fetch_add(1, Ordering::Relaxed);
+        }
+        // Else a leftover of a move whose append failed (orphaned, or leaving for good):
+        // a thread may still hold it, so it is leaked, not freed.
     }
 
     /// Takes the object out of the partition at `slot` and frees it.
@@ -273,7 +312,8 @@ impl Local {
     /// The caller holds the index's read lock and has checked the object's stamp under
     /// it.
     fn insert_copy(&self, _index: &Index, slot: u64, bytes: Box<[u8]>) -> bool {
-        debug_assert_eq!(bytes.len(), self.object_bytes);
+        // `copy` and `copy_box` rebuild the slice with this length.
+        assert_eq!(bytes.len(), self.object_bytes);
         let copy = Box::into_raw(bytes).cast::<u8>();
         let inserted = self.copies[slot as usize]
             .compare_exchange(
@@ -303,6 +343,15 @@ impl Local {
         unsafe { Box::from_raw(slice) }
     }
 
+    /// Forgets the policies' counts of the slot `slot` (a new object in it).
+    pub(super) fn forget(&self, slot: u64) {
+        for counts in [&self.streaks, &self.bounces, &self.reads] {
+            if let Some(count) = counts.get(slot as usize) {
+                count.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Replay applied an event about the object in `slot`: its copy, if any, is no
     /// longer valid. Returns whether one was dropped. The write lock (`&mut Index`)
     /// keeps every reader of copies out.
@@ -311,31 +360,43 @@ impl Local {
             return false;
         }
         self.reads[slot as usize].store(0, Ordering::Relaxed);
+        // The write lock (`_index`) keeps every reader of copies out.
+        self.take_copy(slot).is_some()
+    }
+
+    /// Takes the copy of the object in `slot` out of the array. The caller makes sure no
+    /// one reads it: it holds the index's write lock, or `&mut self`.
+    fn take_copy(&self, slot: u64) -> Option<Box<[u8]>> {
         let copy = self.copies[slot as usize].swap(std::ptr::null_mut(), Ordering::AcqRel);
         if copy.is_null() {
-            return false;
+            return None;
         }
-        // SAFETY: the swap took the array's ownership, and no reader holds the index.
-        drop(unsafe { self.copy_box(copy) });
         self.copies_held.fetch_sub(1, Ordering::Relaxed);
-        true
+        // SAFETY: the swap took the array's ownership, and no reader holds the copy (the
+        // caller's word).
+        Some(unsafe { self.copy_box(copy) })
     }
 }
 
 impl Drop for Local {
     fn drop(&mut self) {
+        // `&mut self`: no other thread can reach anything.
         for slot in 0..self.partition.len() as u64 {
-            // SAFETY: `&mut self`: no other thread can reach anything.
+            // SAFETY: as above.
             unsafe { self.remove_object(slot) };
         }
-        for copy in self.copies.iter() {
-            let copy = copy.swap(std::ptr::null_mut(), Ordering::AcqRel);
-            if !copy.is_null() {
-                // SAFETY: as above.
-                drop(unsafe { self.copy_box(copy) });
-            }
+        for slot in 0..self.copies.len() as u64 {
+            self.take_copy(slot);
         }
     }
+}
+
+/// Adds one to a per-slot count (only this host's threads write it; a lost count is
+/// harmless).
+fn bump(count: &AtomicU8) -> u8 {
+    let next = count.load(Ordering::Relaxed).saturating_add(1);
+    count.store(next, Ordering::Relaxed);
+    next
 }
 
 /// Where a read copies an object's bytes from.
@@ -428,7 +489,7 @@ enum Place<R> {
     /// Done in this host's DRAM (its partition, or a copy): the result.
     Done(R),
     /// In this host's partition, but a write overlapped the read, or the object is on
-    /// its way back to CXL (a write): try again.
+    /// its way back to CXL (a write): wait a little, try again.
     Retry,
     /// In another host's DRAM.
     Held(HostId),
@@ -486,7 +547,34 @@ impl Host {
     }
 }
 
+/// Where an object is, as this host's replica says under its read lock.
+enum Found<'i> {
+    /// In this host's partition.
+    Mine(&'i LocalObject),
+    /// In CXL, with a copy in this host's DRAM.
+    Copy(&'i [u8]),
+    /// In another host's DRAM.
+    Held(HostId),
+    /// In CXL.
+    Cxl,
+}
+
 impl Shared {
+    /// Where object `key` is, by `index` (read-locked, caught up).
+    fn find<'i>(&self, local: &'i Local, index: &'i Index, key: &[u8]) -> Result<Found<'i>> {
+        let entry = index.lookup(key).ok_or(Error::UnknownKey)?;
+        Ok(match entry.local_owner {
+            Some(owner) if owner == self.id => match local.object(index, entry.slot) {
+                Some(object) => Found::Mine(object),
+                None => Found::Cxl, // a move's append failed: the CXL path says so
+            },
+            Some(owner) => Found::Held(owner),
+            None => local
+                .copy(index, entry.slot)
+                .map_or(Found::Cxl, Found::Copy),
+        })
+    }
+
     /// Reads object `key` with `copy`, which gets where the bytes are and the object's
     /// length and returns how many bytes it copied: from this host's partition, from a
     /// copy, or from CXL with the read protocol (retried within the bound).
@@ -496,33 +584,61 @@ impl Shared {
         c: &ThreadCounters,
         copy: &mut dyn FnMut(&Source<'_>, usize) -> usize,
     ) -> Result<(usize, super::Done)> {
-        self.poll_rpcs();
+        self.poll_rpcs(c);
         let max_retries = self.options.max_retries;
-        for retries in 0..=max_retries {
+        let mut retries = 0;
+        let mut writer_wait: Option<Backoff> = None;
+        loop {
             let done = super::Done { retries };
             if let Some(local) = &self.local {
                 match self.read_local(local, key, c, copy)? {
                     Place::Done(copied) => return Ok((copied, done)),
-                    Place::Retry => continue,
-                    Place::Held(owner) => {
-                        self.bring_back(owner, key, c)?;
+                    // A local write in progress: wait for it as for a writer in CXL.
+                    Place::Retry => {
+                        c.add(Counter::WaitsForWriter, 1);
+                        self.wait_for_local_writer(&mut writer_wait)?;
                         continue;
                     }
-                    Place::Cxl => {}
+                    Place::Held(owner) => self.bring_back(owner, key, c)?,
+                    Place::Cxl => {
+                        let ticket = self.read_start(key, c)?;
+                        let copied =
+                            copy(&Source::Pod(&self.memory, ticket.offset()), ticket.len());
+                        if self.read_end(&ticket, c)? {
+                            let guard = Some(ticket.guard());
+                            self.after_cxl_access(local, key, ticket.slot(), guard, c);
+                            return Ok((copied, done));
+                        }
+                    }
+                }
+            } else {
+                let ticket = self.read_start(key, c)?;
+                let copied = copy(&Source::Pod(&self.memory, ticket.offset()), ticket.len());
+                if self.read_end(&ticket, c)? {
+                    return Ok((copied, done));
                 }
             }
-            let ticket = self.read_start(key, c)?;
-            let copied = copy(&Source::Pod(&self.memory, ticket.offset()), ticket.len());
-            if self.read_end(&ticket, c)? {
-                if let Some(local) = &self.local {
-                    self.after_cxl_access(local, key, ticket.slot(), Some(ticket.guard()), c);
-                }
-                return Ok((copied, done));
+            retries += 1;
+            if retries > max_retries {
+                return Err(Error::RetriesExhausted {
+                    retries: max_retries,
+                });
             }
         }
-        Err(Error::RetriesExhausted {
-            retries: max_retries,
-        })
+    }
+
+    /// Waits a little for a local writer (bounded by the wait limit, as a wait for a
+    /// writer in CXL is).
+    fn wait_for_local_writer(&self, backoff: &mut Option<Backoff>) -> Result<()> {
+        let backoff = backoff.get_or_insert_with(|| Backoff::new(self.options.wait_limit));
+        if backoff.snooze() {
+            Ok(())
+        } else {
+            Err(Error::LocalObjectBusy {
+                host: self.id,
+                waited_ms: backoff.waited().as_millis() as u64,
+            })
+        }
     }
 
     /// Looks `key` up (after the tail check) and reads it if it is in this host's DRAM:
@@ -537,31 +653,29 @@ impl Shared {
     ) -> Result<Place<usize>> {
         self.catch_up()?;
         let index = self.replica.index.read();
-        let entry = index.lookup(key).ok_or(Error::UnknownKey)?;
-        Ok(match entry.local_owner {
-            Some(owner) if owner == self.id => match local.object(&index, entry.slot) {
+        Ok(match self.find(local, &index, key)? {
+            Found::Mine(object) => {
+                if object.state.load(Ordering::Acquire) == ORPHANED {
+                    return Err(Error::LocalObjectMissing { host: self.id });
+                }
                 // A leaving object's bytes are the ones in CXL: reading them is fine.
-                Some(object) => match object.read(local.object_bytes, copy) {
+                match object.read(local.object_bytes, copy) {
                     Some(copied) => {
                         c.add(Counter::LocalReads, 1);
                         c.add(Counter::Reads, 1);
                         Place::Done(copied)
                     }
                     None => Place::Retry,
-                },
-                // Only when an error stopped a move between its event and its cleanup.
-                None => Place::Cxl,
-            },
-            Some(owner) => Place::Held(owner),
-            None => match local.copy(&index, entry.slot) {
-                Some(bytes) => {
-                    let copied = copy(&Source::Dram(bytes), bytes.len());
-                    c.add(Counter::CopyReads, 1);
-                    c.add(Counter::Reads, 1);
-                    Place::Done(copied)
                 }
-                None => Place::Cxl,
-            },
+            }
+            Found::Copy(bytes) => {
+                let copied = copy(&Source::Dram(bytes), bytes.len());
+                c.add(Counter::CopyReads, 1);
+                c.add(Counter::Reads, 1);
+                Place::Done(copied)
+            }
+            Found::Held(owner) => Place::Held(owner),
+            Found::Cxl => Place::Cxl,
         })
     }
 
@@ -576,29 +690,27 @@ impl Shared {
     ) -> Result<Place<R>> {
         self.catch_up()?;
         let index = self.replica.index.read();
-        let entry = index.lookup(key).ok_or(Error::UnknownKey)?;
-        Ok(match entry.local_owner {
-            Some(owner) if owner == self.id => match local.object(&index, entry.slot) {
-                Some(object) => {
-                    object.lock();
-                    let place = if object.leaving.load(Ordering::Relaxed) == 1 {
-                        Place::Retry
-                    } else {
+        Ok(match self.find(local, &index, key)? {
+            Found::Mine(object) => {
+                object.lock();
+                let place = match object.state.load(Ordering::Relaxed) {
+                    HELD => {
                         let mut bytes = object.bytes(local.object_bytes);
                         let change = change.take().expect("called once");
                         let result = change(Target::Dram(&mut bytes));
                         object.store(&bytes);
                         c.add(Counter::LocalWrites, 1);
                         c.add(Counter::Writes, 1);
-                        Place::Done(result)
-                    };
-                    object.unlock();
-                    place
-                }
-                None => Place::Cxl,
-            },
-            Some(owner) => Place::Held(owner),
-            None => Place::Cxl,
+                        Ok(Place::Done(result))
+                    }
+                    LEAVING => Ok(Place::Retry),
+                    _ => Err(Error::LocalObjectMissing { host: self.id }),
+                };
+                object.unlock();
+                place?
+            }
+            Found::Held(owner) => Place::Held(owner),
+            Found::Copy(_) | Found::Cxl => Place::Cxl,
         })
     }
 
@@ -611,14 +723,19 @@ impl Shared {
         c: &ThreadCounters,
         change: impl FnOnce(Target<'_>) -> R,
     ) -> Result<(R, super::Done)> {
-        self.poll_rpcs();
+        self.poll_rpcs(c);
         let mut retries = 0u32;
         let mut change = Some(change);
         if let Some(local) = &self.local {
+            let mut leaving_wait: Option<Backoff> = None;
             loop {
                 match self.write_local(local, key, c, &mut change)? {
                     Place::Done(result) => return Ok((result, super::Done { retries })),
-                    Place::Retry => std::thread::yield_now(),
+                    // On its way back to CXL: wait until it is there.
+                    Place::Retry => {
+                        self.wait_for_local_writer(&mut leaving_wait)?;
+                        continue;
+                    }
                     Place::Held(owner) => self.bring_back(owner, key, c)?,
                     Place::Cxl => break,
                 }
@@ -659,7 +776,7 @@ impl Shared {
         c: &ThreadCounters,
     ) {
         if local.partition_after > 0 {
-            let (streak, shared_bounces) = self.note_access(local, slot);
+            let (streak, shared_bounces) = self.note_access(local, slot, c);
             let bounces = shared_bounces.max(local.bounces[slot as usize].load(Ordering::Relaxed));
             // Each time another host asked the object back, a move needs twice the
             // accesses: an object that keeps bouncing is shared, and stays in CXL (for
@@ -671,13 +788,11 @@ impl Shared {
                 return;
             }
         }
-        if local.copy_after > 0 && matches!(guard, Some(Guard::Log)) {
-            let reads = &local.reads[slot as usize];
-            let count = reads.load(Ordering::Relaxed).saturating_add(1);
-            reads.store(count, Ordering::Relaxed);
-            if count >= local.copy_after {
-                let _ = self.make_copy(local, key, c);
-            }
+        if local.copy_after > 0
+            && matches!(guard, Some(Guard::Log))
+            && bump(&local.reads[slot as usize]) >= local.copy_after
+        {
+            let _ = self.make_copy(local, key, c);
         }
     }
 
@@ -686,44 +801,57 @@ impl Shared {
     /// there. Returns this host's consecutive accesses so far and the object's bounces.
     /// Sloppy on purpose: many slots' words share a line, and a write-back can put older
     /// bytes back; the policy only needs a hint.
-    fn note_access(&self, local: &Local, slot: u64) -> (u8, u8) {
+    fn note_access(&self, local: &Local, slot: u64, c: &ThreadCounters) -> (u8, u8) {
         let offset = self.pod.layout().accessor_offset(slot);
         let me = u8::try_from(self.id + 1).expect("host ids fit a byte");
-        let mut word = [0u8; ACCESSOR_BYTES as usize];
-        self.memory.flush(offset, word.len());
-        self.memory.fence();
-        self.memory.read(offset, &mut word);
-        let [last, bounces] = word;
+        let [last, bounces] = self.accessor_word(offset, c);
         let streak = &local.streaks[slot as usize];
         if last == me {
-            let count = streak.load(Ordering::Relaxed).saturating_add(1);
-            streak.store(count, Ordering::Relaxed);
-            (count, bounces)
+            (bump(streak), bounces)
         } else {
             self.memory.write(offset, &[me]);
             self.memory.write_back(offset, 1);
+            c.add(Counter::LinesWrittenBack, 1);
             streak.store(1, Ordering::Relaxed);
             (1, bounces)
         }
     }
 
+    /// The accessor word at `offset`, read from memory.
+    fn accessor_word(&self, offset: u64, c: &ThreadCounters) -> [u8; ACCESSOR_BYTES as usize] {
+        let mut word = [0u8; ACCESSOR_BYTES as usize];
+        self.memory.flush(offset, word.len());
+        self.memory.fence();
+        c.add(Counter::LinesInvalidated, 1);
+        self.memory.read(offset, &mut word);
+        word
+    }
+
     /// Counts a bounce of the object in `slot` (another host asked it back) in its
     /// accessor word, for every host's policy.
-    fn note_bounce(&self, slot: u64) {
-        let offset = self.pod.layout().accessor_offset(slot) + 1;
-        let mut bounces = [0u8];
-        self.memory.flush(offset, 1);
-        self.memory.fence();
-        self.memory.read(offset, &mut bounces);
-        self.memory.write(offset, &[bounces[0].saturating_add(1)]);
-        self.memory.write_back(offset, 1);
+    fn note_bounce(&self, slot: u64, c: &ThreadCounters) {
+        let offset = self.pod.layout().accessor_offset(slot);
+        let [_, bounces] = self.accessor_word(offset, c);
+        self.memory.write(offset + 1, &[bounces.saturating_add(1)]);
+        self.memory.write_back(offset + 1, 1);
+        c.add(Counter::LinesWrittenBack, 1);
+    }
+
+    /// Starts the accessor word of a new object in `slot` afresh (a creator, before its
+    /// create event): no last accessor, no bounces.
+    pub(super) fn clear_accessor(&self, slot: u64) {
+        if self.local.as_ref().is_some_and(|l| l.partition_after > 0) {
+            let offset = self.pod.layout().accessor_offset(slot);
+            self.memory.write(offset, &[0; ACCESSOR_BYTES as usize]);
+            self.memory.write_back(offset, ACCESSOR_BYTES as usize);
+        }
     }
 
     /// Moves object `key` from its CXL slot into this host's DRAM, if it is in CXL and
     /// no write is in progress. Returns whether it moved.
     fn move_here(&self, local: &Local, key: &[u8], c: &ThreadCounters) -> Result<bool> {
         // Another move (to or from this host) is under way: not now.
-        let Some(_moving) = local.moving.try_lock() else {
+        let Some(moving) = local.moving.try_lock() else {
             return Ok(false);
         };
         self.catch_up()?;
@@ -752,7 +880,7 @@ impl Shared {
             }
             locked = Some((record, word));
         }
-        let moved = self.copy_and_move(local, key, &entry, c);
+        let moved = self.copy_and_move(local, &moving, key, &entry, c);
         if let Some((record, word)) = locked {
             records.store(record, word);
             c.add(Counter::ScrAtomics, 1);
@@ -764,6 +892,7 @@ impl Shared {
     fn copy_and_move(
         &self,
         local: &Local,
+        moving: &Moving,
         key: &[u8],
         entry: &crate::replica::IndexEntry,
         c: &ThreadCounters,
@@ -785,12 +914,25 @@ impl Shared {
             host: self.id,
             stamp: entry.stamp,
         });
-        if !matches!(outcome, Ok(Outcome::Moved)) {
-            // SAFETY: we hold `moving`, and no applied event says this host holds the
-            // object (our move lost, or never made it into the log).
-            unsafe { local.remove_object(entry.slot) };
-            c.add(Counter::MovesLost, 1);
-            return outcome.map(|_| false);
+        match outcome {
+            Ok(Outcome::Moved) => {}
+            Ok(_) => {
+                // SAFETY: we hold `moving`, and no applied event says this host holds the
+                // object: our move lost.
+                unsafe { local.remove_object(entry.slot) };
+                c.add(Counter::MovesLost, 1);
+                return Ok(false);
+            }
+            Err(error) => {
+                // The entry may be in the log and take effect later, when a reader may
+                // find the object: keep it, orphaned (the record's lock goes back, so CXL
+                // may get newer bytes).
+                if let Some(object) = local.object_held(moving, entry.slot) {
+                    object.state.store(ORPHANED, Ordering::Release);
+                }
+                c.add(Counter::MovesLost, 1);
+                return Err(error);
+            }
         }
         c.add(Counter::MovesToHost, 1);
         Ok(true)
@@ -798,73 +940,91 @@ impl Shared {
 
     /// Moves object `key` from this host's DRAM back to its CXL slot, if this host holds
     /// it: writes the bytes into the slot and back to memory, then appends `MoveToCxl`.
-    /// `asked`: another host asked for it (the object bounced). Returns whether it did.
-    pub(super) fn move_back(&self, key: &[u8], asked: bool, c: &ThreadCounters) -> Result<bool> {
+    /// `asked`: another host asked for it (the object bounced).
+    pub(super) fn move_back(
+        &self,
+        key: &[u8],
+        asked: bool,
+        c: &ThreadCounters,
+    ) -> Result<MovedBack> {
         let Some(local) = &self.local else {
-            return Ok(false);
+            return Ok(MovedBack::NotHere);
         };
-        let _moving = local.moving.lock();
+        let moving = local.moving.lock();
         self.catch_up()?;
-        let (slot, object) = {
-            let index = self.replica.index.read();
-            let Some(entry) = index.lookup(key) else {
-                return Ok(false);
-            };
-            if entry.local_owner != Some(self.id) {
-                return Ok(false);
-            }
-            let Some(object) = local.object(&index, entry.slot) else {
-                return Ok(false);
-            };
-            (entry.slot, std::ptr::from_ref(object))
+        let Some(entry) = self.replica.index.read().lookup(key) else {
+            return Ok(MovedBack::NotHere);
         };
-        // SAFETY: only the holder of `moving` (we) frees an object of the partition.
-        let object = unsafe { &*object };
+        if entry.local_owner != Some(self.id) {
+            return Ok(MovedBack::NotHere);
+        }
+        let slot = entry.slot;
+        let Some(object) = local.object_held(&moving, slot) else {
+            return Ok(MovedBack::Missing);
+        };
         let layout = self.pod.layout();
         let (offset, len) = (layout.slot_offset(slot), local.object_bytes);
-        {
-            object.lock();
-            // Lines of the slot cached from before the object left are old: drop them
-            // before writing (a write into a cached line keeps the rest of it).
-            self.memory.flush(offset, len);
-            self.memory.fence();
-            self.memory.write(offset, &object.bytes(len));
-            // The bytes reach memory before the event tells anyone to read them there.
-            if !mutants::skipped(Step::MoveBackWritesBack) {
-                self.memory.write_back(offset, len);
-                c.add(Counter::LinesWrittenBack, Self::lines(len));
+        object.lock();
+        match object.state.load(Ordering::Relaxed) {
+            HELD => {}
+            state => {
+                object.unlock();
+                return Ok(if state == ORPHANED {
+                    MovedBack::Missing
+                } else {
+                    // Leaving since an earlier move back whose append failed: its event
+                    // may yet apply; the bytes in CXL are current, so append another.
+                    self.append_move_back(local, &moving, key, slot, asked, c)?
+                });
             }
-            self.memory.fence();
-            // Writes wait from now on; reads go on (the bytes are those in CXL). The
-            // object is let go before the event: replay takes the index's write lock, and
-            // a writer holding the index's read lock may be waiting for the object.
-            object.leaving.store(1, Ordering::Relaxed);
-            object.unlock();
         }
-        match self.submit(&Event::MoveToCxl { key }) {
-            Ok(Outcome::Moved) => {}
-            Ok(_) => {
-                object.leaving.store(0, Ordering::Relaxed);
-                return Ok(false);
-            }
-            // The event may be in the log and take effect later: the bytes in CXL are the
-            // object's, so writes here stay refused (they fail once out of retries).
-            Err(error) => return Err(error),
+        // Lines of the slot cached from before the object left are old: drop them before
+        // writing (a write into a cached line keeps the rest of it).
+        self.memory.flush(offset, len);
+        self.memory.fence();
+        c.add(Counter::LinesInvalidated, Self::lines(len));
+        self.memory.write(offset, &object.bytes(len));
+        // The bytes reach memory before the event tells anyone to read them there.
+        if !mutants::skipped(Step::MoveBackWritesBack) {
+            self.memory.write_back(offset, len);
+            c.add(Counter::LinesWrittenBack, Self::lines(len));
         }
-        // SAFETY: we hold `moving`, and the applied MoveToCxl says the object is in CXL:
-        // no holder of the index's lock reaches it any more.
+        self.memory.fence();
+        // Writes wait from now on; reads go on (the bytes are those in CXL). The object is
+        // let go before the event: replay takes the index's write lock, and a writer
+        // holding the index's read lock may be waiting for the object. If the append
+        // fails, the object stays leaving: its event may be in the log and apply later.
+        object.state.store(LEAVING, Ordering::Relaxed);
+        object.unlock();
+        self.append_move_back(local, &moving, key, slot, asked, c)
+    }
+
+    /// Appends `MoveToCxl` for the object in `slot`, whose bytes are in CXL, and takes it
+    /// out of the partition once the event is applied.
+    fn append_move_back(
+        &self,
+        local: &Local,
+        _moving: &Moving,
+        key: &[u8],
+        slot: u64,
+        asked: bool,
+        c: &ThreadCounters,
+    ) -> Result<MovedBack> {
+        let moved = self.submit(&Event::MoveToCxl { key })? == Outcome::Moved;
+        // SAFETY: we hold `moving`, and an applied event says the object is in CXL (ours;
+        // or, if ours lost, an earlier MoveToCxl whose append had failed): no holder of
+        // the index's lock reaches it any more.
         unsafe { local.remove_object(slot) };
+        if !moved {
+            return Ok(MovedBack::NotHere);
+        }
         local.streaks[slot as usize].store(0, Ordering::Relaxed);
         if asked {
-            let bounces = &local.bounces[slot as usize];
-            bounces.store(
-                bounces.load(Ordering::Relaxed).saturating_add(1),
-                Ordering::Relaxed,
-            );
-            self.note_bounce(slot);
+            bump(&local.bounces[slot as usize]);
+            self.note_bounce(slot, c);
         }
         c.add(Counter::MoveBacks, 1);
-        Ok(true)
+        Ok(MovedBack::Moved)
     }
 
     /// Moves every object in this host's DRAM back to CXL (a host that leaves). Errors
@@ -874,10 +1034,9 @@ impl Shared {
             return Ok(());
         };
         let keys: Vec<Box<[u8]>> = {
-            let _moving = local.moving.lock();
-            let index = self.replica.index.read();
+            let moving = local.moving.lock();
             (0..local.partition.len() as u64)
-                .filter_map(|slot| local.object(&index, slot).map(|o| o.key.clone()))
+                .filter_map(|slot| local.object_held(&moving, slot).map(|o| o.key.clone()))
                 .collect()
         };
         self.with_counters(|c| {
@@ -893,25 +1052,30 @@ impl Shared {
 
     /// Makes a copy of object `key` in this host's DRAM if it is read-shared.
     fn make_copy(&self, local: &Local, key: &[u8], c: &ThreadCounters) -> Result<()> {
-        let ticket = self.read_start(key, c)?;
-        if !matches!(ticket.guard(), Guard::Log) {
+        // The read protocol's steps for a read-shared object, without what `read_start`
+        // would do for others (a best-effort policy brings nothing back, sends no RPC).
+        self.catch_up()?;
+        let Some(entry) = self.replica.index.read().lookup(key) else {
+            return Ok(());
+        };
+        if entry.record.is_some() || entry.local_owner.is_some() {
             return Ok(());
         }
-        let mut bytes = vec![0u8; ticket.len()].into_boxed_slice();
-        self.memory.read(ticket.offset(), &mut bytes);
+        let (offset, len) = self.place(&entry);
+        let mut bytes = vec![0u8; len].into_boxed_slice();
+        self.memory.read(offset, &mut bytes);
         // The post-read check of `read_end`, then the insert under the same read lock:
         // replay cannot apply an event about the object in between.
         crate::sync::fence(Ordering::Acquire);
         self.catch_up()?;
         let index = self.replica.index.read();
-        let Some(entry) = index.current(ticket.handle(), ticket.stamp()) else {
-            return Ok(());
-        };
-        if entry.record.is_none()
-            && entry.local_owner.is_none()
-            && local.insert_copy(&index, entry.slot, bytes)
-        {
-            c.add(Counter::CopiesMade, 1);
+        if let Some(entry) = index.current(entry.handle, entry.stamp) {
+            if entry.record.is_none()
+                && entry.local_owner.is_none()
+                && local.insert_copy(&index, entry.slot, bytes)
+            {
+                c.add(Counter::CopiesMade, 1);
+            }
         }
         Ok(())
     }
@@ -921,37 +1085,33 @@ impl Shared {
     /// the key up again.
     pub(super) fn bring_back(&self, owner: HostId, key: &[u8], c: &ThreadCounters) -> Result<()> {
         if owner == self.id {
-            if !self.move_back(key, false, c)? && self.holder_of(key)? == Some(self.id) {
-                // The index says this host holds it, and it does not: a move whose log
-                // append failed after its entry was written (a stalled log).
-                return Err(Error::LocalObjectMissing { host: self.id });
-            }
-            return Ok(());
+            return match self.move_back(key, false, c)? {
+                MovedBack::Missing => Err(Error::LocalObjectMissing { host: self.id }),
+                MovedBack::Moved | MovedBack::NotHere => Ok(()),
+            };
         }
         let rpc = self
             .rpc
             .as_ref()
             .expect("a pod with local partitions has RPC rings");
-        let failed = |waited_ms| {
-            // It may have come back meanwhile (the holder leaving, say): fail only if the
-            // replica, caught up, still names the same holder.
-            match self.holder_of(key)? {
-                Some(holder) if holder == owner => Err(Error::HostUnresponsive {
-                    host: owner,
-                    waited_ms,
-                }),
-                _ => Ok(()),
-            }
+        // Unless the replica, caught up, no longer names the same holder (it moved the
+        // object back meanwhile: leaving, say), the answer stands.
+        let unless_moved = |error: Error| match self.holder_of(key)? {
+            Some(holder) if holder == owner => Err(error),
+            _ => Ok(()),
         };
         if super::table_state(&self.pod, owner) == super::TableState::Free {
             // Nobody holds that id: the object's bytes left with its last holder.
-            return failed(0);
+            return unless_moved(Error::HostUnresponsive {
+                host: owner,
+                waited_ms: 0,
+            });
         }
         let mut buf = vec![0u8; rpc.entry_bytes];
         c.add(Counter::RpcsSent, 1);
-        // While it waits, the thread serves nothing itself: it may hold a local object
-        // (inside `update`) whose move back would wait for it. The holder's pump and
-        // threads serve its ring.
+        // While it waits, the thread serves its own host's ring (two hosts asking each
+        // other both progress). It holds nothing a move back here would wait for: no
+        // operation calls this holding `moving`, the index, or a local object.
         let response = rpc.rings[owner as usize].call(
             &self.pod,
             &self.memory,
@@ -961,12 +1121,22 @@ impl Shared {
             &[],
             self.options.wait_limit,
             c,
-            &mut || {},
+            &mut || {
+                let _ = self.serve_rpcs();
+            },
         );
         match response {
-            Ok(Response { status, .. }) if status == MOVED_BACK || status == NOT_HERE => Ok(()),
-            Ok(_) => failed(0),
-            Err(waited_ms) => failed(waited_ms),
+            Ok(Response { status, .. }) => match status {
+                // Not there when the holder looked (it may have moved it back to its DRAM
+                // since): the caller looks again, within its bound.
+                MOVED_BACK | NOT_HERE => Ok(()),
+                MISSING => unless_moved(Error::LocalObjectMissing { host: owner }),
+                _ => unless_moved(Error::MoveBackFailed { host: owner }),
+            },
+            Err(waited_ms) => unless_moved(Error::HostUnresponsive {
+                host: owner,
+                waited_ms,
+            }),
         }
     }
 
@@ -981,9 +1151,11 @@ impl Shared {
     /// read and write of a pod with rings polls, so that a host that needs an object in
     /// this host's DRAM waits for one of its operations, not for its pump's next round.
     #[inline]
-    fn poll_rpcs(&self) {
-        if self.rpc.is_some() {
-            let _ = self.serve_rpcs();
+    fn poll_rpcs(&self, c: &ThreadCounters) {
+        if let Some(rpc) = &self.rpc {
+            if rpc.rings[self.id as usize].pending(&self.pod, c) {
+                let _ = self.serve_rpcs();
+            }
         }
     }
 
@@ -1010,8 +1182,9 @@ impl Shared {
                 let request = ring.read(&self.memory, claimed, &mut buf, c);
                 let status = match request.op {
                     OP_MOVE_BACK => match self.move_back(&buf[request.key.clone()], true, c) {
-                        Ok(true) => MOVED_BACK,
-                        Ok(false) => NOT_HERE,
+                        Ok(MovedBack::Moved) => MOVED_BACK,
+                        Ok(MovedBack::NotHere) => NOT_HERE,
+                        Ok(MovedBack::Missing) => MISSING,
                         Err(_) => FAILED,
                     },
                     _ => FAILED,

@@ -98,14 +98,6 @@ impl ReadTicket {
     pub(super) fn guard(&self) -> Guard {
         self.guard
     }
-
-    pub(super) fn handle(&self) -> u32 {
-        self.handle
-    }
-
-    pub(super) fn stamp(&self) -> u64 {
-        self.stamp
-    }
 }
 
 /// A write in progress: the object's record is locked (counter odd) until
@@ -404,6 +396,24 @@ impl Shared {
         len.div_ceil(crate::config::LINE_BYTES as usize) as u64
     }
 
+    /// [`Shared::bring_back`], counting the times in `count`: past the host's retry bound
+    /// (the holder keeps moving the object back to its DRAM), [`Error::RetriesExhausted`].
+    fn bring_back_counted(
+        &self,
+        owner: crate::host::HostId,
+        key: &[u8],
+        count: &mut u32,
+        c: &ThreadCounters,
+    ) -> Result<()> {
+        *count += 1;
+        if *count > self.options.max_retries {
+            return Err(Error::RetriesExhausted {
+                retries: self.options.max_retries,
+            });
+        }
+        self.bring_back(owner, key, c)
+    }
+
     pub(super) fn invalidate(&self, offset: u64, len: usize, c: &ThreadCounters) {
         self.memory.flush(offset, len);
         // The invalidation is done before the loads of the copy that follows.
@@ -425,6 +435,7 @@ impl Shared {
         }
         let records = Records::new(&self.pod);
         let mut backoff: Option<Backoff> = None;
+        let mut brought_back = 0;
         loop {
             // 1. Tail check: the replica covers every append that completed before now,
             //    and replay dropped the lines of every object another host's event touched.
@@ -437,7 +448,7 @@ impl Shared {
             if let Some(owner) = entry.local_owner {
                 // In a host's DRAM (local partitions): back to CXL first.
                 drop(index);
-                self.bring_back(owner, key, c)?;
+                self.bring_back_counted(owner, key, &mut brought_back, c)?;
                 continue;
             }
             let (offset, len) = self.place(&entry);
@@ -575,8 +586,7 @@ impl Shared {
                 .ok_or(Error::UnknownKey)?;
             if let Some(owner) = entry.local_owner {
                 // In a host's DRAM (local partitions): back to CXL first.
-                self.bring_back(owner, key, c)?;
-                retries += 1;
+                self.bring_back_counted(owner, key, &mut retries, c)?;
                 continue;
             }
             let (offset, len) = self.place(&entry);
@@ -891,6 +901,7 @@ impl Shared {
         }
         let records = Records::new(&self.pod);
         let mut backoff: Option<Backoff> = None;
+        let mut brought_back = 0;
         loop {
             self.catch_up()?;
             let Some(entry) = self.replica.index.read().lookup(key) else {
@@ -914,7 +925,7 @@ impl Shared {
             if let Some(owner) = entry.local_owner {
                 // In a host's DRAM (local partitions): back to CXL first, then delete (a
                 // delete of an object in a host's DRAM loses in the log).
-                self.bring_back(owner, key, c)?;
+                self.bring_back_counted(owner, key, &mut brought_back, c)?;
                 continue;
             }
             let mut locked_word = None;

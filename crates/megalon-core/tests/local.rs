@@ -119,8 +119,9 @@ fn a_read_shared_object_written_in_dram_is_read_fresh_by_the_host_that_cached_it
     let b = host(&pod, 2);
     a.create(b"k", &value(0)).unwrap();
     for round in 1..5u8 {
-        assert_eq!(read(&b, b"k"), value(round - 1)); // b caches the lines
-                                                      // Each time b asked it back, a needs twice the accesses to move it again.
+        // b caches the lines. Each time b asked the object back, a needs twice the
+        // accesses to move it again.
+        assert_eq!(read(&b, b"k"), value(round - 1));
         for _ in 0..(2 << (round - 1)) {
             read(&a, b"k");
         }
@@ -169,6 +170,107 @@ fn an_object_asked_back_needs_twice_the_accesses_to_move_again() {
     bounce(8);
     assert_eq!(a.events().move_backs, 3);
     assert_eq!(b.events().rpcs_sent, 3);
+}
+
+#[test]
+fn a_new_object_in_a_reused_slot_starts_with_fresh_counts() {
+    let pod = pod(&config().local_partitions(2));
+    let a = host(&pod, 1);
+    let b = host(&pod, 2);
+    a.create(b"old", &value(0)).unwrap();
+    let slot = a.lookup(b"old").unwrap().unwrap().slot;
+    for _ in 0..3 {
+        // a takes it (enough accesses for any bounce count so far), b asks it back.
+        while a.lookup(b"old").unwrap().unwrap().local_owner.is_none() {
+            read(&a, b"old");
+        }
+        read(&b, b"old");
+    }
+    a.delete(b"old").unwrap();
+    a.create(b"new", &value(1)).unwrap();
+    assert_eq!(
+        a.lookup(b"new").unwrap().unwrap().slot,
+        slot,
+        "the slot is reused"
+    );
+    read(&a, b"new");
+    read(&a, b"new");
+    assert_eq!(
+        a.lookup(b"new").unwrap().unwrap().local_owner,
+        Some(a.id()),
+        "two accesses move a new object, whatever the slot's last one did"
+    );
+}
+
+#[test]
+fn a_local_read_waits_for_a_slow_local_write_instead_of_failing() {
+    let pod = pod(&config().local_partitions(2));
+    let a = host(&pod, 1);
+    a.create(b"k", &value(0)).unwrap();
+    read(&a, b"k");
+    read(&a, b"k");
+    assert_eq!(a.local_objects(), (1, 0));
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            a.update(b"k", |bytes| {
+                std::thread::sleep(Duration::from_millis(200));
+                bytes.copy_from_slice(&value(5));
+            })
+            .unwrap();
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        // The write holds the object for 200 ms: the read waits, as for a writer in CXL.
+        let seen = read(&a, b"k");
+        assert_eq!(seen, value(5));
+    });
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert!(a.events().waits_for_writer > 0);
+}
+
+#[test]
+fn two_hosts_asking_each_other_at_once_both_get_answers_without_pumps() {
+    // No pumps: a host's ring is served only by its own threads' operations and by its
+    // threads while they wait on another host's answer.
+    let pod = pod(&config().local_partitions(2));
+    let options = |seed| {
+        options(seed)
+            .pump_interval(None)
+            .wait_limit(Duration::from_secs(5))
+    };
+    let a = Host::join(&pod, Join::AnyFree, options(1)).unwrap();
+    let b = Host::join(&pod, Join::AnyFree, options(2)).unwrap();
+    a.create(b"in-a", &value(1)).unwrap();
+    b.create(b"in-b", &value(2)).unwrap();
+    for _ in 0..2 {
+        read(&a, b"in-a");
+        read(&b, b"in-b");
+    }
+    a.replay().unwrap();
+    b.replay().unwrap();
+    assert_eq!((a.local_objects(), b.local_objects()), ((1, 0), (1, 0)));
+    // Each asks for the other's object, then keeps its own host busy (its operations
+    // poll its ring) until both are done: the first answers come only from threads that
+    // serve their ring while they wait.
+    let done = std::sync::atomic::AtomicU32::new(0);
+    let start = std::sync::Barrier::new(2);
+    std::thread::scope(|scope| {
+        let (done, start) = (&done, &start);
+        let ask = move |me: &Host, theirs: &[u8], mine: &[u8]| {
+            start.wait();
+            let seen = read(me, theirs);
+            done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            while done.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+                let _ = me.read(mine, &mut [0u8; SLOT]);
+            }
+            seen
+        };
+        let (a, b) = (&a, &b);
+        let from_a = scope.spawn(move || ask(a, b"in-b", b"in-a"));
+        let from_b = scope.spawn(move || ask(b, b"in-a", b"in-b"));
+        assert_eq!(from_a.join().unwrap(), value(2));
+        assert_eq!(from_b.join().unwrap(), value(1));
+    });
 }
 
 #[test]
