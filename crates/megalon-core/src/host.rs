@@ -888,7 +888,7 @@ impl Shared {
                 let _ = self.serve_grants();
                 let _ = self.reclaim_to_watermark();
             }
-            if matches!(self.serve_rpcs(), Ok(served) if served > 0) {
+            if matches!(self.serve_rpcs(&()), Ok(served) if served > 0) {
                 busy_rounds = PUMP_BUSY_ROUNDS;
             }
             self.heartbeat();

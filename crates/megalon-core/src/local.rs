@@ -590,8 +590,9 @@ impl Shared {
         let mut writer_wait: Option<Backoff> = None;
         loop {
             let done = super::Done { retries };
-            if let Some(local) = &self.local {
-                match self.read_local(local, key, c, copy)? {
+            let in_cxl = match &self.local {
+                None => true,
+                Some(local) => match self.read_local(local, key, c, copy)? {
                     Place::Done(copied) => return Ok((copied, done)),
                     // A local write in progress: wait for it as for a writer in CXL.
                     Place::Retry => {
@@ -599,22 +600,20 @@ impl Shared {
                         self.wait_for_local_writer(&mut writer_wait)?;
                         continue;
                     }
-                    Place::Held(owner) => self.bring_back(owner, key, c)?,
-                    Place::Cxl => {
-                        let ticket = self.read_start(key, c)?;
-                        let copied =
-                            copy(&Source::Pod(&self.memory, ticket.offset()), ticket.len());
-                        if self.read_end(&ticket, c)? {
-                            let guard = Some(ticket.guard());
-                            self.after_cxl_access(local, key, ticket.slot(), guard, c);
-                            return Ok((copied, done));
-                        }
+                    Place::Held(owner) => {
+                        self.bring_back(owner, key, c)?;
+                        false
                     }
-                }
-            } else {
+                    Place::Cxl => true,
+                },
+            };
+            if in_cxl {
                 let ticket = self.read_start(key, c)?;
                 let copied = copy(&Source::Pod(&self.memory, ticket.offset()), ticket.len());
                 if self.read_end(&ticket, c)? {
+                    if let Some(local) = &self.local {
+                        self.after_cxl_access(local, key, ticket.slot(), Some(ticket.guard()), c);
+                    }
                     return Ok((copied, done));
                 }
             }
@@ -1122,7 +1121,7 @@ impl Shared {
             self.options.wait_limit,
             c,
             &mut || {
-                let _ = self.serve_rpcs();
+                let _ = self.serve_rpcs(c);
             },
         );
         match response {
@@ -1152,15 +1151,14 @@ impl Shared {
     /// this host's DRAM waits for one of its operations, not for its pump's next round.
     #[inline]
     fn poll_rpcs(&self, c: &ThreadCounters) {
-        if let Some(rpc) = &self.rpc {
-            if rpc.rings[self.id as usize].pending(&self.pod, c) {
-                let _ = self.serve_rpcs();
-            }
+        if self.rpc.is_some() {
+            let _ = self.serve_rpcs(c);
         }
     }
 
-    /// Serves the requests waiting in this host's ring. Returns how many it served.
-    pub(super) fn serve_rpcs(&self) -> Result<u64> {
+    /// Serves the requests waiting in this host's ring. Returns how many it served. The
+    /// look at the ring (two SCR loads when nothing waits) is counted in `tally`.
+    pub(super) fn serve_rpcs(&self, tally: &dyn Tally) -> Result<u64> {
         let Some(rpc) = &self.rpc else {
             return Ok(0);
         };
@@ -1168,7 +1166,7 @@ impl Shared {
             return Ok(0);
         }
         let ring = &rpc.rings[self.id as usize];
-        if !ring.pending(&self.pod, &()) {
+        if !ring.pending(&self.pod, tally) {
             return Ok(0);
         }
         // One server at a time: another thread of this host is at it.

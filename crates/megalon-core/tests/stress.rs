@@ -362,13 +362,18 @@ fn run_and_check(stress: &Stress) -> Result<String, String> {
     }
 }
 
-#[test]
-fn stress_short() {
-    let stress = Stress::default();
-    match run_and_check(&stress) {
+/// Runs and checks `stress`: prints the verdict, or panics with the violation.
+fn assert_linearizable(stress: &Stress) {
+    match run_and_check(stress) {
         Ok(line) => println!("{line}"),
         Err(violation) => panic!("{violation}"),
     }
+}
+
+#[test]
+fn stress_short() {
+    let stress = Stress::default();
+    assert_linearizable(&stress);
 }
 
 #[test]
@@ -379,10 +384,7 @@ fn stress_short_with_16_bit_records_on_hardware_memory() {
         simulated: false,
         ..Stress::default()
     };
-    match run_and_check(&stress) {
-        Ok(line) => println!("{line}"),
-        Err(violation) => panic!("{violation}"),
-    }
+    assert_linearizable(&stress);
 }
 
 #[test]
@@ -396,10 +398,7 @@ fn stress_short_with_a_reclaimer_racing_writers() {
         reclaim_watermark: 0.0,
         ..Stress::default()
     };
-    match run_and_check(&stress) {
-        Ok(line) => println!("{line}"),
-        Err(violation) => panic!("{violation}"),
-    }
+    assert_linearizable(&stress);
 }
 
 #[test]
@@ -415,10 +414,7 @@ fn stress_short_with_a_reclaimer_racing_writers_on_hardware_memory() {
         record_bits: 16,
         ..Stress::default()
     };
-    match run_and_check(&stress) {
-        Ok(line) => println!("{line}"),
-        Err(violation) => panic!("{violation}"),
-    }
+    assert_linearizable(&stress);
 }
 
 #[test]
@@ -428,10 +424,7 @@ fn stress_short_with_all_log_coherence() {
         coherence: Coherence::AllLog,
         ..Stress::default()
     };
-    match run_and_check(&stress) {
-        Ok(line) => println!("{line}"),
-        Err(violation) => panic!("{violation}"),
-    }
+    assert_linearizable(&stress);
 }
 
 #[test]
@@ -445,10 +438,7 @@ fn stress_short_with_all_log_coherence_on_hot_keys_on_hardware_memory() {
         coherence: Coherence::AllLog,
         ..Stress::default()
     };
-    match run_and_check(&stress) {
-        Ok(line) => println!("{line}"),
-        Err(violation) => panic!("{violation}"),
-    }
+    assert_linearizable(&stress);
 }
 
 #[test]
@@ -461,10 +451,7 @@ fn stress_short_with_local_partitions() {
         partition_after: 2,
         ..Stress::default()
     };
-    match run_and_check(&stress) {
-        Ok(line) => println!("{line}"),
-        Err(violation) => panic!("{violation}"),
-    }
+    assert_linearizable(&stress);
 }
 
 #[test]
@@ -476,10 +463,7 @@ fn stress_short_with_local_copies() {
         copy_after: 2,
         ..Stress::default()
     };
-    match run_and_check(&stress) {
-        Ok(line) => println!("{line}"),
-        Err(violation) => panic!("{violation}"),
-    }
+    assert_linearizable(&stress);
 }
 
 #[test]
@@ -491,10 +475,7 @@ fn stress_short_with_local_partitions_and_copies() {
         copy_after: 2,
         ..Stress::default()
     };
-    match run_and_check(&stress) {
-        Ok(line) => println!("{line}"),
-        Err(violation) => panic!("{violation}"),
-    }
+    assert_linearizable(&stress);
 }
 
 /// The long form for `cargo xtask stress`: parameters from `MEGALON_STRESS_*`.
@@ -542,8 +523,5 @@ fn stress_from_env() {
         (1..=POD_MAX_HOSTS).contains(&stress.hosts),
         "--hosts must be 1..={POD_MAX_HOSTS}"
     );
-    match run_and_check(&stress) {
-        Ok(line) => println!("{line}"),
-        Err(violation) => panic!("{violation}"),
-    }
+    assert_linearizable(&stress);
 }
