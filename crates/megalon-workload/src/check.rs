@@ -7,7 +7,9 @@
 //! answers `Created`, else answers `Exists` and changes nothing. A delete clears it iff it
 //! is `Some` and answers `Deleted`, else answers `Absent`. An operation of
 //! [`Outcome::Unknown`] outcome may take effect at any time after its invocation, or
-//! never (its response is at infinity and it need not be linearized); an unknown get is
+//! never (its response is at infinity and it need not be linearized); one of
+//! [`Outcome::Uncertain`] outcome took effect before its response or never (at its
+//! response, configurations that did not linearize it drop it for good); an unknown get is
 //! ignored, as is an operation that [`Outcome::Failed`].
 //!
 //! # Per key
@@ -356,7 +358,7 @@ pub fn check_with_threads(history: &History, threads: usize) -> Result<Summary, 
     result.summary.unknown_outcome_operations = history
         .operations()
         .iter()
-        .filter(|op| op.outcome == Outcome::Unknown)
+        .filter(|op| matches!(op.outcome, Outcome::Unknown | Outcome::Uncertain))
         .count();
     Ok(result.summary)
 }
@@ -452,10 +454,13 @@ impl Step {
     /// a failed anything, a torn read, which the scan before the search reports).
     fn of(operation: &Operation) -> Option<Step> {
         Some(match (operation.call, &operation.outcome) {
-            (_, Outcome::Failed) | (Call::Get, Outcome::Unknown | Outcome::Torn(_)) => return None,
-            (Call::Put(value), Outcome::Unknown) => Step::MaybePut(value),
-            (Call::Create(value), Outcome::Unknown) => Step::MaybeCreate(value),
-            (Call::Delete, Outcome::Unknown) => Step::MaybeDelete,
+            (_, Outcome::Failed)
+            | (Call::Get, Outcome::Unknown | Outcome::Uncertain | Outcome::Torn(_)) => return None,
+            (Call::Put(value), Outcome::Unknown | Outcome::Uncertain) => Step::MaybePut(value),
+            (Call::Create(value), Outcome::Unknown | Outcome::Uncertain) => {
+                Step::MaybeCreate(value)
+            }
+            (Call::Delete, Outcome::Unknown | Outcome::Uncertain) => Step::MaybeDelete,
             (Call::Put(value), _) => Step::Put(value),
             (Call::Get, Outcome::Found(value)) => Step::GetFound(*value),
             (Call::Get, _) => Step::GetAbsent,
@@ -780,9 +785,12 @@ impl<'h> KeyChecker<'h> {
                 continue;
             }
             self.events.push((op.invoked_at, 0, local as u32));
-            if !step.is_unknown() {
-                debug_assert_ne!(op.returned_at, u64::MAX, "validated: a known outcome");
+            // An unknown operation never responds; an uncertain one does (any effect it
+            // had was before).
+            if op.returned_at != u64::MAX {
                 self.events.push((op.returned_at, 1, local as u32));
+            } else {
+                debug_assert!(step.is_unknown(), "validated: a known outcome returned");
             }
         }
         self.events.sort_unstable();
@@ -880,7 +888,15 @@ impl<'h> KeyChecker<'h> {
             operation: index,
             step,
         } = self.slots[slot as usize];
-        debug_assert_eq!(self.key_ops[local as usize].index, index);
+        if self.used & bit == 0 || self.key_ops[local as usize].index != index {
+            // An uncertain operation that every configuration spent before its response
+            // was finalized then (its slot may serve another operation now).
+            debug_assert!(self.key_ops[local as usize]
+                .step
+                .is_some_and(Step::is_unknown));
+            return Ok(());
+        }
+        let optional = step.is_unknown();
         if self
             .configs
             .iter()
@@ -903,6 +919,11 @@ impl<'h> KeyChecker<'h> {
             if config.linearized & bit != 0 {
                 self.next.insert(config);
             } else {
+                if optional {
+                    // An uncertain operation may never have taken effect: configurations
+                    // without it go on as they are (it leaves the window below).
+                    self.next.insert(config);
+                }
                 self.visit(config);
             }
         }
@@ -967,6 +988,13 @@ impl<'h> KeyChecker<'h> {
             state: config.state,
             linearized: config.linearized & !bit,
         }));
+        if optional {
+            // Some configurations spent it and some did not: with the bit cleared, two
+            // may now be equal.
+            self.configs
+                .sort_unstable_by_key(|config| (config.state, config.linearized));
+            self.configs.dedup();
+        }
         self.finalized(bit, time)
     }
 
@@ -975,6 +1003,7 @@ impl<'h> KeyChecker<'h> {
     fn finalized(&mut self, bit: u128, time: u64) -> Result<(), KeyFailure> {
         self.used &= !bit;
         self.pure &= !bit;
+        self.unknown &= !bit;
         if self.unknown != 0 {
             self.prune_unknown();
         }

@@ -80,6 +80,11 @@ pub enum Outcome {
     /// died. The operation may have taken effect at any time after its invocation, or
     /// never.
     Unknown,
+    /// The call failed in a way that may hide an effect, but any effect happened before
+    /// it returned (the caller waited until whatever it had set going was done): the
+    /// operation took effect between its invocation and its return, or never. Narrower
+    /// than [`Outcome::Unknown`], so the checker can settle it at its return.
+    Uncertain,
 }
 
 impl Outcome {
@@ -99,7 +104,7 @@ impl Outcome {
     pub fn answers(&self, call: Call) -> bool {
         matches!(
             (call, self),
-            (_, Outcome::Unknown | Outcome::Failed)
+            (_, Outcome::Unknown | Outcome::Uncertain | Outcome::Failed)
                 | (Call::Put(_), Outcome::Ok)
                 | (
                     Call::Get,
@@ -137,6 +142,7 @@ impl fmt::Display for Outcome {
             Outcome::Deleted => write!(f, "deleted"),
             Outcome::Failed => write!(f, "failed"),
             Outcome::Unknown => write!(f, "unknown"),
+            Outcome::Uncertain => write!(f, "uncertain"),
         }
     }
 }

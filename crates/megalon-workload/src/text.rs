@@ -12,7 +12,7 @@
 //! in between). `<key>` is the key in lowercase hex, `-` for the empty key. `<call>` is
 //! `put W:S`, `get`, `create W:S` or `delete`, where `W:S` is a value's writer and
 //! sequence. `<outcome>` is `ok`, `found W:S`, `absent`, `torn HEX` (the bytes read, `-`
-//! if none), `created`, `exists`, `deleted`, `failed` or `unknown`. An operation with no `return`
+//! if none), `created`, `exists`, `deleted`, `failed`, `uncertain` (any effect happened before the return) or `unknown`. An operation with no `return`
 //! line never returned: its outcome is unknown. Blank lines and lines starting with `#`
 //! are ignored.
 
@@ -170,6 +170,7 @@ impl Parser {
                     Some("deleted") => Outcome::Deleted,
                     Some("failed") => Outcome::Failed,
                     Some("unknown") => Outcome::Unknown,
+                    Some("uncertain") => Outcome::Uncertain,
                     other => return Err(format!("unknown outcome {other:?}")),
                 };
                 let operation = &mut self.operations[index];

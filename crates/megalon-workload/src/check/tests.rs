@@ -226,6 +226,68 @@ fn either_of_two_unknown_writes_may_explain_one_read_and_the_other_a_later_one()
 }
 
 #[test]
+fn an_uncertain_write_may_be_seen_or_not_while_it_runs() {
+    assert_linearizable(&[
+        (0, 0, Some(1), Put(v(0, 1)), Outcome::Ok),
+        (0, 2, Some(9), Put(v(0, 2)), Outcome::Uncertain),
+        (1, 3, Some(4), Get, Found(v(0, 1))),
+        (1, 5, Some(6), Get, Found(v(0, 2))),
+    ]);
+    assert_linearizable(&[
+        (0, 0, Some(1), Put(v(0, 1)), Outcome::Ok),
+        (0, 2, Some(3), Put(v(0, 2)), Outcome::Uncertain),
+        (1, 4, Some(5), Get, Found(v(0, 1))),
+        (1, 6, Some(7), Get, Found(v(0, 1))),
+    ]);
+}
+
+#[test]
+fn an_uncertain_write_cannot_take_effect_after_it_returned() {
+    // The same history with an unknown put is linearizable (it may land late); an
+    // uncertain one took effect before it returned at 3, or never.
+    let ops = |outcome: Outcome, returned_at: Option<u64>| {
+        vec![
+            (0, 0, Some(1), Put(v(0, 1)), Outcome::Ok),
+            (0, 2, returned_at, Put(v(0, 2)), outcome),
+            (1, 4, Some(5), Get, Found(v(0, 1))),
+            (1, 6, Some(7), Get, Found(v(0, 2))),
+        ]
+    };
+    assert_linearizable(&ops(Unknown, Some(3)));
+    assert_violation(
+        &ops(Outcome::Uncertain, Some(3)),
+        ViolationKind::NotLinearizable,
+    );
+}
+
+#[test]
+fn an_uncertain_delete_is_settled_at_its_return() {
+    let ops = |last: Outcome| {
+        vec![
+            (0, 0, Some(1), Put(v(0, 1)), Outcome::Ok),
+            (1, 2, Some(3), Delete, Outcome::Uncertain),
+            (0, 4, Some(5), Get, Found(v(0, 1))),
+            (0, 6, Some(7), Get, last),
+        ]
+    };
+    assert_linearizable(&ops(Found(v(0, 1))));
+    assert_violation(&ops(Absent), ViolationKind::NotLinearizable);
+}
+
+#[test]
+fn an_uncertain_write_spent_before_it_returns_leaves_the_window_once() {
+    // The create answering `Exists` needs the uncertain put to have landed: every
+    // configuration spends it at the create's response, long before its own. Its slot is
+    // then free for the later put and get, and its own response must not touch it.
+    assert_linearizable(&[
+        (0, 10, Some(17), Create(v(0, 1)), Exists),
+        (1, 16, Some(355), Put(v(1, 1)), Outcome::Uncertain),
+        (2, 268, Some(297), Put(v(2, 1)), Outcome::Ok),
+        (3, 292, Some(293), Get, Found(v(1, 1))),
+    ]);
+}
+
+#[test]
 fn failed_operations_are_ignored() {
     assert_linearizable(&[
         (0, 0, Some(1), Put(v(0, 1)), Outcome::Failed),
@@ -551,10 +613,12 @@ struct RandomOp {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fate {
     Known,
-    /// Unknown outcome; `applied` says whether the run let it take effect.
+    /// Unknown outcome; `applied` says whether the run let it take effect; `bounded`, if
+    /// it returned, records it as uncertain (it took effect before returning, or never).
     Unknown {
         applied: bool,
         returned: bool,
+        bounded: bool,
     },
     Failed,
 }
@@ -563,8 +627,8 @@ fn random_op(spread: u64, with_unknown: bool) -> impl Strategy<Value = RandomOp>
     let fate = if with_unknown {
         prop_oneof![
             13 => Just(Fate::Known),
-            1 => (any::<bool>(), any::<bool>())
-                .prop_map(|(applied, returned)| Fate::Unknown { applied, returned }),
+            1 => (any::<bool>(), any::<bool>(), any::<bool>())
+                .prop_map(|(applied, returned, bounded)| Fate::Unknown { applied, returned, bounded }),
             1 => Just(Fate::Failed),
         ]
         .boxed()
@@ -624,6 +688,11 @@ fn run_model(ops: &[RandomOp]) -> History {
         };
         let (outcome, returned_at) = match op.fate {
             Fate::Known => (outcome, Some(point + op.after)),
+            Fate::Unknown {
+                returned: true,
+                bounded: true,
+                ..
+            } => (Outcome::Uncertain, Some(point + op.after)),
             Fate::Unknown { returned, .. } => (Unknown, returned.then_some(point + op.after)),
             Fate::Failed => (Outcome::Failed, Some(point + op.after)),
         };
@@ -649,13 +718,12 @@ fn brute_force(ops: &[Operation]) -> bool {
         .filter(|op| {
             !matches!(
                 (op.call, &op.outcome),
-                (_, Outcome::Failed) | (Get, Unknown)
+                (_, Outcome::Failed) | (Get, Unknown | Outcome::Uncertain)
             )
         })
         .collect();
-    let unknown: Vec<usize> = (0..ops.len())
-        .filter(|&i| ops[i].outcome == Unknown)
-        .collect();
+    let maybe = |op: &Operation| matches!(op.outcome, Unknown | Outcome::Uncertain);
+    let unknown: Vec<usize> = (0..ops.len()).filter(|&i| maybe(ops[i])).collect();
     let precedes = |a: &Operation, b: &Operation| {
         a.outcome != Unknown && a.returned_at.is_some_and(|at| at < b.invoked_at)
     };
@@ -684,9 +752,11 @@ fn brute_force(ops: &[Operation]) -> bool {
                 (Put(value), _, _) => Some(Some(value)),
                 (Get, Found(want), Some(have)) if *want == have => Some(state),
                 (Get, Absent, None) => Some(None),
-                (Create(value), Created | Unknown, None) => Some(Some(value)),
-                (Create(_), Exists | Unknown, Some(_)) => Some(state),
-                (Delete, Deleted | Unknown, _) if state.is_some() || op.outcome == Unknown => {
+                (Create(value), Created | Unknown | Outcome::Uncertain, None) => Some(Some(value)),
+                (Create(_), Exists | Unknown | Outcome::Uncertain, Some(_)) => Some(state),
+                (Delete, Deleted | Unknown | Outcome::Uncertain, _)
+                    if state.is_some() || op.outcome != Deleted =>
+                {
                     Some(None)
                 }
                 (Delete, Absent, None) => Some(None),
