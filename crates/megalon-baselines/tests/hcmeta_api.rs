@@ -7,7 +7,7 @@ use megalon_baselines::hcmeta::{
     scr_bytes_per_shared_object, shared_objects_for_budget, HcMeta, HcMetaConfig, Placement,
 };
 use megalon_core::MemoryKind;
-use megalon_kv::{Error, Scheme, Store};
+use megalon_kv::{Error, Scheme, SchemeHandle, Store};
 
 fn hardware(_: usize) -> MemoryKind {
     MemoryKind::Hardware
@@ -279,4 +279,33 @@ fn a_partial_write_keeps_the_rest_of_the_object() {
             assert_eq!(read(handle), expected, "{placement:?}: host {host}");
         }
     }
+}
+
+#[test]
+fn a_reader_whose_extent_panics_leaves_the_record_unlatched() {
+    // The caller's `extent` runs under the record's read lock, on the owner and on
+    // another host: a panic there must let the lock go, or every later write and delete
+    // of the object waits on a reader that is gone.
+    let config = HcMetaConfig::new(2, 100, 128).wait_limit(Duration::from_millis(200));
+    let scheme = HcMeta::new(config, |h| MemoryKind::simulated(h as u64)).unwrap();
+    let key = (0..1000u32)
+        .map(|i| format!("k{i}").into_bytes())
+        .find(|k| scheme.owner_of(k) == 1)
+        .expect("a key host 1 owns");
+    let mut other = scheme.handle(0).unwrap();
+    let mut owner = scheme.handle(1).unwrap();
+    owner.create(&key, &[1u8; 64]).unwrap();
+    let mut buf = vec![0u8; 128];
+    for (round, reader) in [0u8, 1].into_iter().zip([false, true]) {
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let handle = if reader { &mut owner } else { &mut other };
+            handle.read(&key, &mut buf, &|_| panic!("the caller's extent fails"))
+        }));
+        assert!(panicked.is_err(), "round {round}");
+        owner.write(&key, &[2 + round; 64]).unwrap();
+        other.write(&key, &[4 + round; 64]).unwrap();
+        let read = owner.read(&key, &mut buf, &|_| 64).unwrap();
+        assert_eq!((read, buf[0]), (64, 4 + round));
+    }
+    owner.delete(&key).unwrap();
 }

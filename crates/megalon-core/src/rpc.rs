@@ -351,6 +351,15 @@ impl RingGeometry {
         // Release: the request's lines reached memory (written back, fenced) before the
         // server can see it; pairs with the server's Acquire in `claim`.
         state.store(pack(ticket, REQUEST), Ordering::Release);
+        // From here on the entry is ours until we free it: if `serve` (the caller's) or
+        // anything below panics, the guard lets the entry go, or the ring would jam a lap
+        // later.
+        let mut pending = PendingCall {
+            ring: self,
+            pod,
+            ticket,
+            done: false,
+        };
 
         // Wait for the response, serving our own ring meanwhile.
         let claimed_limit_ms = 2 * wait_limit.as_millis() as u64;
@@ -378,6 +387,7 @@ impl RingGeometry {
                         )
                         .is_ok()
                     {
+                        pending.done = true;
                         return Err(waited_ms(&backoff));
                     }
                     continue; // claimed meanwhile: wait on
@@ -395,6 +405,7 @@ impl RingGeometry {
                         )
                         .is_ok()
                     {
+                        pending.done = true;
                         return Err(waited_ms(&backoff));
                     }
                 }
@@ -407,6 +418,16 @@ impl RingGeometry {
         tally.lines_invalidated(1);
         let mut header = [0u8; RING_HEADER_BYTES as usize];
         memory.read(entry, &mut header);
+        let response = Response {
+            status: header[1],
+            detail: u64::from_le_bytes(header[16..24].try_into().expect("8 bytes")),
+        };
+        tally.scr_atomics(1);
+        // Release: our reads of the entry are done before the next sender writes it;
+        // pairs with the next sender's Acquire when it reserves the entry. (Freed before
+        // the check below, which panics: a broken protocol must not jam the ring too.)
+        state.store(pack(ticket + self.entries, FREE), Ordering::Release);
+        pending.done = true;
         // The server echoes the ticket: a response line that is not this request's (a
         // stale line, a lost write-back) is a broken protocol, not an answer.
         assert_eq!(
@@ -414,15 +435,58 @@ impl RingGeometry {
             ticket.to_le_bytes(),
             "response of ring entry {ticket} is not the server's"
         );
-        let response = Response {
-            status: header[1],
-            detail: u64::from_le_bytes(header[16..24].try_into().expect("8 bytes")),
-        };
-        tally.scr_atomics(1);
-        // Release: our reads of the entry are done before the next sender writes it;
-        // pairs with the next sender's Acquire when it reserves the entry.
-        state.store(pack(ticket + self.entries, FREE), Ordering::Release);
         Ok(response)
+    }
+
+    /// Serves one claimed request: reads it into `buf`, has `handle` answer it, and
+    /// responds. If `read` or `handle` panics, the request is answered `on_panic` before
+    /// the panic goes on, so that its sender is not left waiting and the entry is freed
+    /// (a claimed request nobody answers holds its entry for good).
+    #[allow(clippy::too_many_arguments)]
+    pub fn serve(
+        &self,
+        pod: &Pod,
+        memory: &Memory,
+        claimed: Claimed,
+        buf: &mut [u8],
+        tally: &dyn Tally,
+        on_panic: Response,
+        handle: impl FnOnce(&Request, &[u8]) -> Response,
+    ) {
+        struct AnswerOnUnwind<'a> {
+            ring: &'a RingGeometry,
+            pod: &'a Pod,
+            memory: &'a Memory,
+            claimed: Claimed,
+            response: Option<Response>,
+        }
+        impl Drop for AnswerOnUnwind<'_> {
+            fn drop(&mut self) {
+                if let Some(response) = self.response.take() {
+                    let mut header = [0u8; RING_HEADER_BYTES as usize];
+                    header[8..16].copy_from_slice(&self.claimed.ticket.to_le_bytes());
+                    self.ring.respond(
+                        self.pod,
+                        self.memory,
+                        self.claimed,
+                        &mut header,
+                        response,
+                        &(),
+                    );
+                }
+            }
+        }
+        let mut guard = AnswerOnUnwind {
+            ring: self,
+            pod,
+            memory,
+            claimed,
+            response: Some(on_panic),
+        };
+        let request = self.read(memory, claimed, buf, tally);
+        let response = handle(&request, buf);
+        guard.response = None;
+        self.respond(pod, memory, claimed, buf, response, tally);
     }
 
     /// Whether a request (or a withdrawn one) waits at the head: two SCR loads, what a
@@ -566,6 +630,43 @@ impl RingGeometry {
                 pack(claimed.ticket, ABANDONED)
             );
             state.store(pack(claimed.ticket + self.entries, FREE), Ordering::Release);
+        }
+    }
+}
+
+/// A sender's published request, until it reads the response or gives the entry up:
+/// dropped early (a panic), it gives the entry up as a timed-out sender would.
+struct PendingCall<'a> {
+    ring: &'a RingGeometry,
+    pod: &'a Pod,
+    ticket: u64,
+    done: bool,
+}
+
+impl Drop for PendingCall<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let state = self.ring.state(self.pod, self.ticket);
+        let ticket = self.ticket;
+        // Unclaimed: withdraw it (the server skips and frees it). Claimed: abandon it (the
+        // server frees it when it answers). Answered: free it ourselves.
+        for (from, to) in [
+            (pack(ticket, REQUEST), pack(ticket, WITHDRAWN)),
+            (pack(ticket, CLAIMED), pack(ticket, ABANDONED)),
+            (
+                pack(ticket, RESPONSE),
+                pack(ticket + self.ring.entries, FREE),
+            ),
+        ] {
+            // Release: our reads of the entry (if any) are done before its next user's.
+            if state
+                .compare_exchange(from, to, Ordering::Release, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
         }
     }
 }
@@ -774,6 +875,111 @@ mod tests {
             response
         });
         assert_eq!(answered, Ok(answer(2, b"next", b"")));
+    }
+
+    #[test]
+    fn a_sender_whose_serve_closure_panics_gives_its_entry_up() {
+        // One entry: after a sender panicked while it waited (in the closure that serves
+        // its own ring), the entry must serve the next calls, lap after lap.
+        let (pod, ring) = ring_pod(1);
+        let sender = host_memory(&pod, 1);
+        let server = host_memory(&pod, 2);
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ring.call(
+                &pod,
+                &sender,
+                &mut buf,
+                1,
+                b"doomed",
+                b"",
+                WAIT_LIMIT,
+                &(),
+                &mut || panic!("the caller's serve fails"),
+            )
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(
+            ring.state(&pod, 0).load(Ordering::Relaxed),
+            pack(0, WITHDRAWN),
+            "the unclaimed request is withdrawn"
+        );
+        std::thread::scope(|scope| {
+            let serving = scope.spawn(|| serve(&pod, &ring, &server, 3));
+            for call in 0..3u8 {
+                let response = ring.call(
+                    &pod,
+                    &sender,
+                    &mut buf,
+                    2,
+                    &[call],
+                    b"",
+                    WAIT_LIMIT,
+                    &(),
+                    &mut || {},
+                );
+                assert_eq!(response, Ok(answer(2, &[call], b"")));
+            }
+            serving.join().expect("the server");
+        });
+    }
+
+    #[test]
+    fn a_server_that_panics_answers_the_request_and_frees_the_entry() {
+        let (pod, ring) = ring_pod(1);
+        let sender = host_memory(&pod, 1);
+        let server = host_memory(&pod, 2);
+        let failed = Response {
+            status: 99,
+            detail: 0,
+        };
+        let responses = std::thread::scope(|scope| {
+            let serving = scope.spawn(|| {
+                let mut buf = vec![0; ring.entry_bytes as usize];
+                let mut served = 0;
+                while served < 2 {
+                    let Some(claimed) = ring.claim(&pod, &()) else {
+                        std::thread::yield_now();
+                        continue;
+                    };
+                    let first = served == 0;
+                    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        ring.serve(
+                            &pod,
+                            &server,
+                            claimed,
+                            &mut buf,
+                            &(),
+                            failed,
+                            |request, buf| {
+                                assert!(!first, "the handler fails on the first request");
+                                answer(request.op, &buf[request.key.clone()], b"")
+                            },
+                        )
+                    }));
+                    assert_eq!(outcome.is_err(), first);
+                    served += 1;
+                }
+            });
+            let mut buf = vec![0; ring.entry_bytes as usize];
+            let mut responses = Vec::new();
+            for key in [b"one", b"two"] {
+                responses.push(ring.call(
+                    &pod,
+                    &sender,
+                    &mut buf,
+                    3,
+                    key,
+                    b"",
+                    WAIT_LIMIT,
+                    &(),
+                    &mut || {},
+                ));
+            }
+            serving.join().expect("the server");
+            responses
+        });
+        assert_eq!(responses, vec![Ok(failed), Ok(answer(3, b"two", b""))]);
     }
 
     #[test]

@@ -274,7 +274,9 @@ impl SchemeHandle for HcMetaHandle {
         let (entry, word) = self.remote_lock(owner, hash, key, false)?;
         let inner: &Inner = &self.inner;
         let c = &self.counters;
-        let (read, set) = shared_read(
+        let record = inner.hosts[owner].geometry.index.record(&inner.pod, entry);
+        let read = shared_read(
+            record,
             &inner.hosts[self.host].memory,
             &inner.settings,
             self.host,
@@ -283,8 +285,6 @@ impl SchemeHandle for HcMetaHandle {
             extent,
             c,
         );
-        let record = inner.hosts[owner].geometry.index.record(&inner.pod, entry);
-        record::read_unlock(record, set, c);
         c.add(Counter::Reads, 1);
         Ok(read)
     }

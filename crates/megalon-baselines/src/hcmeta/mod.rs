@@ -402,9 +402,17 @@ impl Inner {
             let Some(claimed) = ring.claim(&self.pod, c) else {
                 break;
             };
-            let request = ring.read(&state.memory, claimed, &mut buf, c);
-            let response = state.handle(&self.pod, &self.settings, &request, &buf, c);
-            ring.respond(&self.pod, &state.memory, claimed, &mut buf, response, c);
+            // A panic while serving still answers the sender (and frees the entry).
+            let failed = owner::server_failed();
+            ring.serve(
+                &self.pod,
+                &state.memory,
+                claimed,
+                &mut buf,
+                c,
+                failed,
+                |request, buf| state.handle(&self.pod, &self.settings, request, buf, c),
+            );
             served += 1;
         }
         c.add(counters::Counter::RequestsServed, served as u64);

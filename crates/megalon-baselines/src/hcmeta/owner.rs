@@ -48,6 +48,16 @@ pub(crate) const STATUS_NO_ENTRY: u8 = 5;
 pub(crate) const STATUS_BUSY: u8 = 6;
 pub(crate) const STATUS_RETRIES: u8 = 7;
 pub(crate) const STATUS_BAD_REQUEST: u8 = 8;
+/// The owner panicked while serving the request (its effect is unknown).
+pub(crate) const STATUS_SERVER_FAILED: u8 = 9;
+
+/// What a server answers for a request it panicked on.
+pub(crate) fn server_failed() -> Response {
+    Response {
+        status: STATUS_SERVER_FAILED,
+        detail: 0,
+    }
+}
 
 /// Zeros, for the unused end of a created object.
 static ZEROS: [u8; 4096] = [0; 4096];
@@ -257,9 +267,16 @@ impl HostState {
             // Our latch keeps the row shared: the record cannot be stale.
             let word =
                 record::read_lock(record, 0, s.wait_limit, c).map_err(|e| busy(row.entry, e))?;
-            let (read, set) = shared_read(&self.memory, s, self.id, word, buf, extent, c);
-            record::read_unlock(record, set, c);
-            return Ok(read);
+            return Ok(shared_read(
+                record,
+                &self.memory,
+                s,
+                self.id,
+                word,
+                buf,
+                extent,
+                c,
+            ));
         }
         Err(retries_exhausted(s))
     }
@@ -687,6 +704,10 @@ pub(crate) fn decode(response: Response, owner: usize, s: &Settings) -> Result<u
             waited_ms: detail & 0xffff_ffff,
         }),
         STATUS_RETRIES => retries_exhausted(s),
+        STATUS_SERVER_FAILED => Error::Core(megalon_core::Error::HostUnresponsive {
+            host: owner as u32,
+            waited_ms: 0,
+        }),
         _ => panic!(
             "host {owner} refused a request as malformed (status {})",
             response.status
@@ -694,10 +715,13 @@ pub(crate) fn decode(response: Response, owner: usize, s: &Settings) -> Result<u
     })
 }
 
-/// Copies a shared row out under a read lock taken as `word`, by host `host`: if the
-/// host's bit is clear, its lines of the row are invalidated first. Returns the bytes
-/// copied and the bits to set when unlocking.
+/// Copies a shared row out under `record`'s read lock, taken as `word`, by host `host`,
+/// and lets the lock go: if the host's bit is clear, its lines of the row are invalidated
+/// first, and the bit is set on unlocking. Returns the bytes copied. The lock is let go on
+/// every way out, a panic of the caller's `extent` included (without setting the bit).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn shared_read(
+    record: &AtomicU64,
     memory: &Memory,
     s: &Settings,
     host: usize,
@@ -705,7 +729,24 @@ pub(crate) fn shared_read(
     buf: &mut [u8],
     extent: &dyn Fn(&[u8]) -> usize,
     c: &Counters,
-) -> (usize, u64) {
+) -> usize {
+    struct UnlockOnUnwind<'a> {
+        record: &'a AtomicU64,
+        c: &'a Counters,
+        armed: bool,
+    }
+    impl Drop for UnlockOnUnwind<'_> {
+        fn drop(&mut self) {
+            if self.armed {
+                record::read_unlock(self.record, 0, self.c);
+            }
+        }
+    }
+    let mut guard = UnlockOnUnwind {
+        record,
+        c,
+        armed: true,
+    };
     let at = s.app_lnr_offset + record::row_offset(word);
     let mine = host_bit(host);
     let fresh = word & mine == 0;
@@ -718,7 +759,9 @@ pub(crate) fn shared_read(
     let read = copy_out(s.object_bytes, buf, extent, |from, out| {
         memory.read(at + from as u64, out)
     });
-    (read, if fresh { mine } else { 0 })
+    guard.armed = false;
+    record::read_unlock(record, if fresh { mine } else { 0 }, c);
+    read
 }
 
 /// Writes `object` at the start of a shared row under a write lock taken as `word`, by
