@@ -13,8 +13,10 @@
 //!   `megalon-figures` binary, built in release): a CSV, SVG charts and summary rows
 //!   per figure; `--quick` runs all of them in a few minutes.
 //! - `stress`: several hosts and threads over one pod, a recorded history, checked for
-//!   linearizability; ends with one line saying so (exit 0) or naming the first violation
-//!   and the seed that reproduces it (exit 1).
+//!   linearizability, then every record and object checked with the hosts quiet; ends
+//!   with one line saying so (exit 0) or naming the first violation and the seed that
+//!   reproduces it (exit 1). `--chaos` preempts threads at the protocol's points and makes
+//!   log appends fail, at seeded rates.
 
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
@@ -61,8 +63,9 @@ fn usage() -> ExitCode {
   \
          stress    [--seconds S] [--hosts H] [--threads T] [--seed N] [--record-bits 8|16|32]\n            \
                    [--memory simulated|hardware] [--coherence split|all-log]\n            \
-                   [--partition-after N] [--copy-after N]: a checked\n            \
-                   concurrent history"
+                   [--partition-after N] [--copy-after N] [--keys N] [--key-bytes N]\n            \
+                   [--eviction-one-in N] [--reads-and-writes] [--chaos]: a checked\n            \
+                   concurrent history (--chaos: preemptions and injected faults)"
     );
     ExitCode::from(2)
 }
@@ -115,31 +118,22 @@ fn loom(max_preemptions: &str) -> bool {
     )
 }
 
-/// The tests a mutant run executes: the core crate's, with the switches compiled in.
+/// The tests a mutant run executes: the core crate's, with the switches compiled in, and
+/// with chaos (the tests that stretch a window with a hook, and the chaos stresses).
 const MUTANT_TEST: &[&str] = &[
     "test",
     "-p",
     "megalon-core",
     "--features",
-    "mutants",
+    "mutants,chaos",
     "--no-fail-fast",
 ];
 
-/// Extra runs of the stress alone for a step the first run missed: some steps guard a
-/// window of a few microseconds (the event check after a writer's lock), which the
-/// stress hits in most runs but not all (`docs/object.md`).
-const STRESS_RETRIES: u32 = 9;
-
 /// Runs the mutant tests with `step` switched off (or none), returning the failing tests.
 fn mutant_run(step: Option<Step>) -> Result<Vec<String>, String> {
-    mutant_run_with(step, &[])
-}
-
-fn mutant_run_with(step: Option<Step>, extra: &[&str]) -> Result<Vec<String>, String> {
     let mut command = cargo_command();
     command
         .args(MUTANT_TEST)
-        .args(extra)
         .env("CARGO_TARGET_DIR", MUTANTS_TARGET_DIR)
         .env_remove("MEGALON_MUTANT")
         .stdout(Stdio::piped())
@@ -183,18 +177,7 @@ fn mutants() -> bool {
     let (mut caught, mut missed) = (0, 0);
     for &step in Step::ALL {
         let started = Instant::now();
-        let mut result = mutant_run(Some(step));
-        let mut tries = 1;
-        while matches!(&result, Ok(failed) if failed.is_empty()) && tries <= STRESS_RETRIES {
-            tries += 1;
-            result = mutant_run_with(Some(step), &["--test", "stress"]);
-        }
-        let note = if tries > 1 {
-            format!(" (stress run {tries})")
-        } else {
-            String::new()
-        };
-        match result {
+        match mutant_run(Some(step)) {
             Ok(failed) if !failed.is_empty() => {
                 caught += 1;
                 let more = if failed.len() > 1 {
@@ -203,7 +186,7 @@ fn mutants() -> bool {
                     String::new()
                 };
                 println!(
-                    "{:<40}  caught by {}{more}{note}  [{:.0} s]",
+                    "{:<40}  caught by {}{more}  [{:.0} s]",
                     step.name(),
                     failed[0],
                     started.elapsed().as_secs_f64()
@@ -223,16 +206,36 @@ fn mutants() -> bool {
     missed == 0
 }
 
-/// Runs the stress test with `flags` (pairs of `--name value`), prints its verdict as the
-/// last line, and returns whether the history was linearizable.
+/// The stress's flags that take a value.
+const STRESS_FLAGS: &[&str] = &[
+    "--seconds",
+    "--hosts",
+    "--threads",
+    "--seed",
+    "--record-bits",
+    "--memory",
+    "--coherence",
+    "--partition-after",
+    "--copy-after",
+    "--keys",
+    "--key-bytes",
+    "--eviction-one-in",
+];
+/// The stress's flags that take none.
+const STRESS_SWITCHES: &[&str] = &["--chaos", "--reads-and-writes"];
+
+/// Runs the stress test with `flags` (pairs of `--name value`; a switch has an empty
+/// value), prints its verdict as the last line, and returns whether the history was
+/// linearizable and nothing was left behind. `--chaos` builds the core with chaos.
 fn stress(flags: &[(&str, String)]) -> bool {
+    let chaos = flags.iter().any(|(name, _)| *name == "--chaos");
     let mut command = cargo_command();
+    command.args(["test", "--release", "-p", "megalon-core"]);
+    if chaos {
+        command.args(["--features", "chaos"]);
+    }
     command
         .args([
-            "test",
-            "--release",
-            "-p",
-            "megalon-core",
             "--test",
             "stress",
             "--",
@@ -249,13 +252,13 @@ fn stress(flags: &[(&str, String)]) -> bool {
                 .replace('-', "_")
                 .to_uppercase()
         );
-        command.env(var, value);
+        command.env(var, if value.is_empty() { "1" } else { value });
     }
     println!(
         "\n==> stress {}",
         flags
             .iter()
-            .map(|(n, v)| format!("{n} {v}"))
+            .map(|(n, v)| format!("{n} {v}").trim_end().to_owned())
             .collect::<Vec<_>>()
             .join(" ")
     );
@@ -269,7 +272,11 @@ fn stress(flags: &[(&str, String)]) -> bool {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let verdict = stdout
         .lines()
-        .find(|line| line.starts_with("checked ") || line.contains("NOT linearizable"))
+        .find(|line| {
+            line.starts_with("checked ")
+                || line.contains("NOT linearizable")
+                || line.contains("NOT clean")
+        })
         .map(str::to_owned);
     match verdict {
         Some(line) => {
@@ -313,6 +320,10 @@ fn ci() -> ExitCode {
         eprintln!("\nci: failed at the stress");
         return ExitCode::FAILURE;
     }
+    if !stress(&[("--seconds", "3".into()), ("--chaos", String::new())]) {
+        eprintln!("\nci: failed at the chaos stress");
+        return ExitCode::FAILURE;
+    }
     if !loom("3") {
         eprintln!("\nci: failed at the loom models");
         return ExitCode::FAILURE;
@@ -346,28 +357,21 @@ fn main() -> ExitCode {
             cargo_with(&run, &[])
         }
         Some("stress") => {
-            let names = [
-                "--seconds",
-                "--hosts",
-                "--threads",
-                "--seed",
-                "--record-bits",
-                "--memory",
-                "--coherence",
-                "--partition-after",
-                "--copy-after",
-            ];
-            let flags: Vec<(&str, String)> = names
-                .iter()
-                .filter_map(|name| arg(name).map(|value| (*name, value.to_owned())))
-                .collect();
-            if let Some(unknown) = args[1..]
-                .iter()
-                .step_by(2)
-                .find(|a| !names.contains(&a.as_str()))
-            {
-                eprintln!("stress: unknown flag {unknown}");
-                return usage();
+            let mut flags: Vec<(&str, String)> = Vec::new();
+            let mut rest = args[1..].iter();
+            while let Some(flag) = rest.next() {
+                if let Some(&name) = STRESS_SWITCHES.iter().find(|s| **s == flag) {
+                    flags.push((name, String::new()));
+                } else if let Some(&name) = STRESS_FLAGS.iter().find(|s| **s == flag) {
+                    let Some(value) = rest.next() else {
+                        eprintln!("stress: {flag} needs a value");
+                        return usage();
+                    };
+                    flags.push((name, value.clone()));
+                } else {
+                    eprintln!("stress: unknown flag {flag}");
+                    return usage();
+                }
             }
             stress(&flags)
         }

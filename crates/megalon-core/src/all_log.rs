@@ -42,7 +42,7 @@
 //! - The object is deleted and created again between a writer's lookup and its `Lock`:
 //!   the `Lock` takes the new object's lock; the lookup after it finds the new slot.
 
-use super::{Guard, ReadTicket, Shared, WriteState};
+use super::{Guard, ReadState, Settle, Shared, WriteState};
 use crate::backoff::Backoff;
 use crate::counters::{Counter, ThreadCounters};
 use crate::error::{Error, Result};
@@ -67,7 +67,7 @@ impl Shared {
         }
     }
 
-    pub(super) fn read_start_all_log(&self, key: &[u8], c: &ThreadCounters) -> Result<ReadTicket> {
+    pub(super) fn read_start_all_log(&self, key: &[u8], c: &ThreadCounters) -> Result<ReadState> {
         // Made on the first wait only: an uncontended read never reads the clock.
         let mut backoff: Option<Backoff> = None;
         loop {
@@ -93,7 +93,7 @@ impl Shared {
                 self.invalidate(offset, len, c);
             }
             // 3. Remember the stamp and the counter.
-            return Ok(ReadTicket {
+            return Ok(ReadState {
                 handle: entry.handle,
                 stamp: entry.stamp,
                 slot: entry.slot,
@@ -126,7 +126,9 @@ impl Shared {
             }
             // 2. Lock through the log. Every replica applies the same entries in the same
             //    order, so they all agree who won; our own replay tells us.
-            match self.submit(&Event::Lock { key })? {
+            // A Lock whose outcome we miss is settled by this host: if it won, the pump
+            // appends the Unlock.
+            match self.submit_settled(&Event::Lock { key }, Settle::ReplicatedLock)? {
                 Outcome::Locked => c.add(Counter::LockEvents, 1),
                 Outcome::LockLost { holder } => {
                     // Another Lock came first in the log between our lookup and ours.
@@ -189,7 +191,9 @@ impl Shared {
         //    counter becomes the new counter (our cached lines are this version's). The
         //    handle is still the object's: no one else can delete it while we hold it.
         let key = self.replica.index.read().key_of(state.handle);
-        let outcome = self.submit(&Event::Unlock { key: &key })?;
+        // A refused Unlock leaves the lock ours: the pump appends it again (settled).
+        let outcome =
+            self.submit_settled(&Event::Unlock { key: &key }, Settle::ReplicatedUnlock)?;
         debug_assert_eq!(
             outcome,
             Outcome::Unlocked {
@@ -224,7 +228,7 @@ impl Shared {
                     } else {
                         // Take the lock first, so that no write is in progress when the
                         // slot goes to us.
-                        match self.submit(&Event::Lock { key })? {
+                        match self.submit_settled(&Event::Lock { key }, Settle::ReplicatedLock)? {
                             Outcome::Locked => {
                                 c.add(Counter::LockEvents, 1);
                                 LOCK_HELD
@@ -241,10 +245,19 @@ impl Shared {
                     }
                 }
             };
-            match self.submit(&Event::Delete {
-                key,
-                record: expected,
-            })? {
+            // Holding the lock, a refused delete leaves it ours: the pump unlocks it.
+            let settle = if expected == LOCK_HELD {
+                Settle::ReplicatedUnlock
+            } else {
+                Settle::Nothing
+            };
+            match self.submit_settled(
+                &Event::Delete {
+                    key,
+                    record: expected,
+                },
+                settle,
+            )? {
                 Outcome::Deleted { record, .. } => {
                     debug_assert_eq!(record, None, "AllLog objects have no record");
                     c.add(Counter::Deletes, 1);

@@ -5,6 +5,12 @@
 //! A thread queues its request, then either becomes the combiner (if nobody is) or waits
 //! for its outcome. A combiner serves every request queued when it starts, then lets go;
 //! a waiter whose request is still queued when the combiner lets go becomes the next one.
+//!
+//! Each request carries its [`Settle`]: what the appender's host must do with what the
+//! request's thread holds (a record's lock, a claimed record) if the outcome never reaches
+//! that thread. The append runs it for requests it refuses or cannot confirm; a request
+//! withdrawn from the queue unserved is answered [`Error::CombinerStalled`] and its thread
+//! settles it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +18,7 @@ use std::time::Duration;
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::event::OwnedEvent;
+use crate::host::Settle;
 use crate::replica::Outcome;
 use crate::sync::Mutex;
 
@@ -19,6 +26,7 @@ use crate::sync::Mutex;
 #[derive(Debug)]
 struct Request {
     event: OwnedEvent,
+    settle: Settle,
     outcome: Mutex<Option<Result<Outcome>>>,
 }
 
@@ -46,15 +54,17 @@ pub(crate) struct Combiner {
 
 impl Combiner {
     /// Runs `event` through the combiner: `append` is called by whichever thread combines,
-    /// with every queued event, and returns one outcome per event (or one error for all).
+    /// with every queued event and its settle, and returns one result per event.
     pub(crate) fn submit(
         &self,
         event: OwnedEvent,
+        settle: Settle,
         wait_limit: Duration,
-        append: impl Fn(&[OwnedEvent]) -> Result<Vec<Outcome>>,
+        append: impl Fn(&[(OwnedEvent, Settle)]) -> Vec<Result<Outcome>>,
     ) -> Result<Outcome> {
         let request = Arc::new(Request {
             event,
+            settle,
             outcome: Mutex::new(None),
         });
         self.queue.lock().push(Arc::clone(&request));
@@ -66,24 +76,16 @@ impl Combiner {
             if let Some(_combining) = self.combining.try_lock() {
                 let batch = std::mem::take(&mut *self.queue.lock());
                 if !batch.is_empty() {
-                    let events: Vec<OwnedEvent> = batch.iter().map(|r| r.event.clone()).collect();
+                    let events: Vec<(OwnedEvent, Settle)> =
+                        batch.iter().map(|r| (r.event.clone(), r.settle)).collect();
                     // If `append` panics, the guard answers every taken request, so
                     // their threads do not wait for an outcome that never comes.
                     let guard = AnswerOnUnwind(&batch);
-                    let result = append(&events);
+                    let results = append(&events);
                     std::mem::forget(guard);
-                    match result {
-                        Ok(outcomes) => {
-                            debug_assert_eq!(outcomes.len(), batch.len());
-                            for (request, outcome) in batch.iter().zip(outcomes) {
-                                *request.outcome.lock() = Some(Ok(outcome));
-                            }
-                        }
-                        Err(error) => {
-                            for request in &batch {
-                                *request.outcome.lock() = Some(Err(error.clone()));
-                            }
-                        }
+                    debug_assert_eq!(results.len(), batch.len());
+                    for (request, result) in batch.iter().zip(results) {
+                        *request.outcome.lock() = Some(result);
                     }
                     continue;
                 }

@@ -282,26 +282,26 @@ impl Registry {
     }
 
     /// Runs `f` with the calling thread's counters for the registry `id`, creating and
-    /// registering them on the thread's first use.
+    /// registering them on the thread's first use. `f` may run operations on any host
+    /// again, this one or another (a hook, a test's orchestration): no borrow of the
+    /// thread's list is held while it runs.
     #[inline]
     pub(crate) fn with<R>(&self, id: u64, f: impl FnOnce(&ThreadCounters) -> R) -> R {
-        let registered = MINE.with(|mine| mine.borrow().iter().any(|(owner, _)| *owner == id));
-        if !registered {
+        let counters: *const ThreadCounters = MINE.with(|mine| {
+            if let Some((_, counters)) = mine.borrow().iter().find(|(owner, _)| *owner == id) {
+                return Arc::as_ptr(counters);
+            }
             let counters = Arc::new(ThreadCounters::new());
             self.threads.lock().push(Arc::clone(&counters));
-            MINE.with(|mine| mine.borrow_mut().push((id, counters)));
-        }
-        MINE.with(|mine| {
-            // A shared borrow held while `f` runs: `f` may run operations on this host
-            // again (nested shared borrows are fine); only registration borrows mutably,
-            // and only before this.
-            let mine = mine.borrow();
-            let (_, counters) = mine
-                .iter()
-                .find(|(owner, _)| *owner == id)
-                .expect("registered above");
-            f(counters)
-        })
+            let pointer = Arc::as_ptr(&counters);
+            mine.borrow_mut().push((id, counters));
+            pointer
+        });
+        // SAFETY: the pointer comes from an `Arc` held by this thread's list, which only
+        // grows while the thread lives (entries are never removed; a reallocation moves
+        // the `Arc`s, not what they point to), so the counters outlive this call, which
+        // runs on this thread. They are only read through shared references (atomics).
+        f(unsafe { &*counters })
     }
 
     /// Every thread's counts.

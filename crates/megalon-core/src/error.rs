@@ -314,6 +314,14 @@ pub enum Error {
     /// effect is unknown.
     #[error("the thread combining this request panicked; whether it took effect is unknown")]
     CombinerPanicked,
+    /// A fault injected by schedule chaos (builds with the `chaos` feature only): a log
+    /// append refused before anything was reserved, or left unconfirmed after its entries
+    /// were published (they take effect when replay reaches them).
+    #[error("injected fault: {fault}")]
+    InjectedFault {
+        /// Which fault.
+        fault: &'static str,
+    },
     /// A thread's request waited for a combiner past the wait limit and was withdrawn.
     #[error("no combiner served the request within {waited_ms} ms; it was withdrawn")]
     CombinerStalled {
@@ -322,6 +330,16 @@ pub enum Error {
     },
 
     // ---- objects ----
+    /// A read or write under a ticket reaches past the object's end.
+    #[error("bytes {at}..{end} are outside the object of {object_bytes} bytes", end = .at.saturating_add(*.len))]
+    OutsideObject {
+        /// Where the range starts.
+        at: usize,
+        /// Its length.
+        len: usize,
+        /// The object's size (the slot size).
+        object_bytes: usize,
+    },
     /// The key is longer than the pod's maximum.
     #[error("key of {key_bytes} bytes is longer than the pod's maximum of {max_key_bytes}")]
     KeyTooLarge {

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backoff::Backoff;
+use crate::chaos::{Chaos, Fault, Point};
 use crate::combiner::Combiner;
 use crate::config::Coherence;
 use crate::error::{Error, Result};
@@ -23,6 +24,7 @@ use crate::log::Log;
 use crate::memory::{Memory, MemoryKind};
 use crate::mutants::{self, Step};
 use crate::pod::Pod;
+use crate::record::{RecordWord, Records};
 use crate::replica::{Index, IndexEntry, Outcome, Replica, ReplicatedLock};
 use crate::slot::{slot_claim_batch, SlotPool};
 use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering};
@@ -121,6 +123,10 @@ pub struct HostOptions {
     /// Called before an object loses its coherence record on this host (see
     /// [`ReleaseHook`]).
     pub release_hook: Option<ReleaseHook>,
+    /// Schedule chaos and injected faults for this host's threads (see
+    /// [`crate::chaos`]); only in builds with the `chaos` feature.
+    #[cfg(feature = "chaos")]
+    pub chaos: Option<crate::chaos::ChaosConfig>,
 }
 
 /// Called with the record locked before an object loses its coherence record: before a
@@ -165,6 +171,8 @@ impl Default for HostOptions {
             max_retries: 10_000,
             record_watermark: 0.9,
             release_hook: None,
+            #[cfg(feature = "chaos")]
+            chaos: None,
         }
     }
 }
@@ -232,6 +240,14 @@ impl HostOptions {
         self.flat_combining = on;
         self
     }
+
+    /// Sets [`HostOptions::chaos`].
+    #[cfg(feature = "chaos")]
+    #[must_use]
+    pub fn chaos(mut self, chaos: crate::chaos::ChaosConfig) -> Self {
+        self.chaos = Some(chaos);
+        self
+    }
 }
 
 /// What a host's log machinery has done.
@@ -266,6 +282,59 @@ pub struct LoggedEvent {
     pub event: OwnedEvent,
 }
 
+/// What this host must do with what an appender holds if its event's outcome never
+/// reaches it: the append was refused (nothing reached the log: the settle runs at once,
+/// with no outcome), or its entry is in the log but the wait for its outcome failed (the
+/// settle runs when replay applies the entry, with its outcome, after `ctail` covers it).
+/// The locked-record rule of DESIGN section 8 rests on this: an error never leaves a
+/// record locked, and a record whose dealloc or delete may still apply stays locked until
+/// that is decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Settle {
+    /// The appender holds nothing, or restores what it holds itself (a wrap event: safe
+    /// whether it applies or not).
+    Nothing,
+    /// `record` was claimed (its word is `claimed`) for an alloc event: if the alloc wins it
+    /// is the object's record; otherwise it goes back to free.
+    Claimed { record: u32, claimed: RecordWord },
+    /// `record` is locked (its word is `locked`) for a dealloc or a delete: if the event
+    /// wins the record is freed, otherwise restored to `unlocked`. Until then it stays
+    /// locked: a write must not start on an object that may turn read-shared or go away.
+    Locked {
+        record: u32,
+        locked: RecordWord,
+        unlocked: RecordWord,
+    },
+    /// A create into `slot`: if the create never reaches the log, the slot goes back to
+    /// this host's pool (a create that loses in the log gives it back on replay).
+    Create { slot: u64 },
+    /// Slots `first..first + count`, taken from this host's pool for a grant: back to the
+    /// pool if the grant never reaches the log.
+    Grant { first: u64, count: u64 },
+    /// A move of the object in `slot` to this host's DRAM: if it does not win (or never
+    /// reaches the log), its orphan is dropped (deferred to the pump); if it wins late,
+    /// the orphan stays until the object is moved back.
+    MoveToHost { slot: u64 },
+    /// AllLog: a `Lock` (a write's or a delete's): if it wins, this host holds the object's
+    /// replicated lock and must append an `Unlock` (deferred to the pump).
+    ReplicatedLock,
+    /// AllLog: an `Unlock`, or a `Delete` made holding the lock: if it never reaches the
+    /// log, the lock is still this host's, and an `Unlock` is appended later (deferred).
+    ReplicatedUnlock,
+}
+
+/// Work left for the pump: what a settle could not finish at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Deferred {
+    /// Free `record`, claimed for an alloc that did not win (its word is `claimed`). A host
+    /// acting on a stale index entry may hold it locked for a moment.
+    FreeClaimed { record: u32, claimed: RecordWord },
+    /// AllLog: append an `Unlock` of `key`, whose replicated lock this host holds.
+    Unlock { key: Box<[u8]> },
+    /// Drop the orphan in `slot` of this host's partition, whose move did not win.
+    DropOrphan { slot: u64 },
+}
+
 /// Everything one host runs, shared by its threads and its pump.
 struct Shared {
     pod: Arc<Pod>,
@@ -293,6 +362,18 @@ struct Shared {
     serving: std::sync::atomic::AtomicBool,
     /// Held by the thread serving this host's ring.
     rpc_server: Mutex<()>,
+    /// Schedule chaos and injected faults (nothing without the `chaos` feature).
+    chaos: Chaos,
+    /// Settles of this host's entries whose appenders gave up waiting for them, by log
+    /// position. Taken and changed only under the replay lock, so that an entry is either
+    /// applied before its settle is registered (the appender finds its outcome) or after
+    /// (replay finds the settle).
+    settles: Mutex<std::collections::HashMap<u64, (Settle, OwnedEvent)>>,
+    /// What settles left for the pump.
+    deferred: Mutex<Vec<Deferred>>,
+    /// Errors the pump met in its background work, and the last one.
+    background_errors: AtomicU64,
+    last_background_error: Mutex<Option<Error>>,
 }
 
 /// A joined host. Share it between the threads that emulate it (`&Host` is enough; it is
@@ -340,6 +421,8 @@ impl Host {
         let index = Index::new(layout.slot_count, layout.record_count, max_hosts, coherence);
         let replica = Replica::new(index, log.entry_bytes());
         let claim_chunk_slots = slot_claim_batch(layout.slot_count, max_hosts);
+        #[cfg(feature = "chaos")]
+        let options_chaos = options.chaos.clone();
         let shared = Arc::new(Shared {
             pod: Arc::clone(pod),
             id,
@@ -364,6 +447,14 @@ impl Host {
             rpc: local::Rpc::new(layout),
             serving: std::sync::atomic::AtomicBool::new(true),
             rpc_server: Mutex::new(()),
+            #[cfg(feature = "chaos")]
+            chaos: Chaos::new(options_chaos),
+            #[cfg(not(feature = "chaos"))]
+            chaos: Chaos,
+            settles: Mutex::new(std::collections::HashMap::new()),
+            deferred: Mutex::new(Vec::new()),
+            background_errors: AtomicU64::new(0),
+            last_background_error: Mutex::new(None),
         });
         let mut host = Host { shared, pump: None };
         host.shared.catch_up()?;
@@ -539,11 +630,89 @@ impl Host {
     }
 }
 
+/// A view into one host's state for tests, benches and figures: what a user of the
+/// object API never needs, and what a checker needs to say that nothing was left behind.
+pub struct Inspect<'h> {
+    host: &'h Host,
+}
+
+/// The record array's words, read one by one (not a snapshot: words may change while it
+/// is read; on a quiet pod it is exact).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecordCensus {
+    /// Records whose word says in use.
+    pub in_use: Vec<u32>,
+    /// Records whose word says locked.
+    pub locked: Vec<u32>,
+}
+
+/// Errors the host's pump met in its background work (replay, grants, the reclaimer,
+/// RPCs). None of them leaves a record locked; they are counted so that none goes unseen.
+#[derive(Clone, Debug, Default)]
+pub struct BackgroundErrors {
+    /// How many.
+    pub count: u64,
+    /// The last one.
+    pub last: Option<Error>,
+}
+
+impl Host {
+    /// A view into this host's state for tests, benches and figures.
+    pub fn inspect(&self) -> Inspect<'_> {
+        Inspect { host: self }
+    }
+}
+
+impl Inspect<'_> {
+    /// Every record's word, read now.
+    pub fn record_census(&self) -> RecordCensus {
+        let records = Records::new(&self.host.shared.pod);
+        let mut census = RecordCensus::default();
+        for record in 0..records.count() as u32 {
+            let word = records.load(record);
+            if word.in_use {
+                census.in_use.push(record);
+            }
+            if word.locked {
+                census.locked.push(record);
+            }
+        }
+        census
+    }
+
+    /// Replays, does the work settles left for the pump, and returns how much is still
+    /// waiting (settles of entries not applied yet, deferred work): 0 on a quiet host.
+    pub fn settle_pending(&self) -> Result<usize> {
+        let shared = &self.host.shared;
+        shared.replay(None)?;
+        shared.run_deferred();
+        Ok(shared.pending_work())
+    }
+
+    /// Errors the pump met in the background.
+    pub fn background_errors(&self) -> BackgroundErrors {
+        let shared = &self.host.shared;
+        BackgroundErrors {
+            count: shared.background_errors.load(Ordering::Relaxed),
+            last: shared.last_background_error.lock().clone(),
+        }
+    }
+
+    /// What schedule chaos did on this host.
+    #[cfg(feature = "chaos")]
+    pub fn chaos_counts(&self) -> crate::chaos::ChaosCounts {
+        self.host.shared.chaos.counts()
+    }
+}
+
 impl Drop for Host {
     fn drop(&mut self) {
         // Objects in this host's DRAM go back to CXL: once it leaves, nobody could bring
         // them back. (An error here, a full log, cannot be reported from a drop.)
         let _ = self.shared.move_all_back();
+        // Deferred unlocks (AllLog) are this host's to append: a last try.
+        let _ = self.shared.replay(None);
+        self.shared.run_deferred();
         self.shared
             .stop
             .store(true, std::sync::atomic::Ordering::Release);
@@ -642,6 +811,12 @@ impl Shared {
         let slot_bytes = layout.config.slot_size_bytes as usize;
         let mut dropped = 0u64;
         let mut copies_dropped = 0u64;
+        let mut settled = Vec::new();
+        // Slots this replay gives this host (its deletes, its lost creates, claims and
+        // grants). They join the pool only once `ctail` covers the events: a deleted
+        // object's slot may be read by another host's reader until then, and that
+        // reader's tail check must find the delete before anyone writes the slot again.
+        let mut gained = SlotPool::default();
         'rounds: loop {
             let mut index = None;
             loop {
@@ -653,20 +828,31 @@ impl Shared {
                     Ok(decoded) => decoded,
                     Err(error) => {
                         failure = Some(error);
-                        break 'rounds;
+                        break;
                     }
                 };
                 let index = index.get_or_insert_with(|| self.replica.index.write());
-                let applied =
-                    match index.apply(position, author, &event, self.id, &mut self.slots.lock()) {
-                        Ok(applied) => applied,
-                        Err(error) => {
-                            failure = Some(error);
-                            break 'rounds;
-                        }
-                    };
+                let pool = if mutants::skipped(Step::SlotsReusedAfterCtail) {
+                    index.apply(position, author, &event, self.id, &mut self.slots.lock())
+                } else {
+                    index.apply(position, author, &event, self.id, &mut gained)
+                };
+                let applied = match pool {
+                    Ok(applied) => applied,
+                    Err(error) => {
+                        failure = Some(error);
+                        break;
+                    }
+                };
                 if author == self.id {
-                    state.outcomes.insert(position, applied.outcome);
+                    match self.settles.lock().remove(&position) {
+                        // Its appender gave up waiting: settle for it once `ctail` covers
+                        // the entry (below).
+                        Some((settle, event)) => settled.push((settle, applied.outcome, event)),
+                        None => {
+                            state.outcomes.insert(position, applied.outcome);
+                        }
+                    }
                 }
                 if let Some(grant) = applied.grant {
                     state.grants.push(grant);
@@ -674,8 +860,11 @@ impl Shared {
                 if let Some(slot) = applied.drop_slot {
                     let is_move =
                         matches!(event, Event::MoveToHost { .. } | Event::MoveToCxl { .. });
+                    let own_dealloc =
+                        author == self.id && matches!(event, Event::RecordDealloc { .. });
                     let skipped = mutants::skipped(Step::ReplayDropsLines)
-                        || is_move && mutants::skipped(Step::MoveDropsLines);
+                        || is_move && mutants::skipped(Step::MoveDropsLines)
+                        || own_dealloc && mutants::skipped(Step::DeallocDropsAuthorsLines);
                     if !skipped {
                         self.memory.flush(layout.slot_offset(slot), slot_bytes);
                     }
@@ -693,8 +882,10 @@ impl Shared {
                     }
                 }
                 position += 1;
+                self.chaos.point(Point::ReplayBetweenEntries);
             }
             if index.is_some() {
+                self.chaos.point(Point::ReplayBeforeCtail);
                 // Before anyone can read what was just applied (they take the read lock
                 // once we let go), `ctail` covers it: a read on another host that starts
                 // after a read here ended then replays it too. Every entry below
@@ -703,6 +894,16 @@ impl Shared {
                 Log::ctail(&self.pod).fetch_max(position, Ordering::AcqRel);
             }
             drop(index);
+            if !gained.is_empty() {
+                self.slots.lock().append(std::mem::take(&mut gained));
+            }
+            for (settle, outcome, event) in settled.drain(..) {
+                self.settle(settle, Some(outcome), &event);
+            }
+            if failure.is_some() {
+                // What was applied before the failure is covered by `ctail` (above).
+                break 'rounds;
+            }
             match target {
                 Some(target) if position < target => {
                     let backoff =
@@ -745,61 +946,277 @@ impl Shared {
         }
     }
 
-    /// Appends `events` (through the combiner, if on) and returns the outcome.
+    /// Appends `event` (through the combiner, if on) and returns its outcome. For events
+    /// whose appender holds nothing another host waits on: an error means the event may or
+    /// may not take effect later.
     fn submit(&self, event: &Event<'_>) -> Result<Outcome> {
+        self.submit_settled(event, Settle::Nothing)
+    }
+
+    /// Appends `event`, whose appender holds what `settle` says. On success the caller
+    /// goes on with the outcome; on an error this host settles what the caller held (at
+    /// once, or when replay applies the entry), and the caller must not touch it.
+    fn submit_settled(&self, event: &Event<'_>, settle: Settle) -> Result<Outcome> {
         let owned = OwnedEvent::new(event);
         if self.options.flat_combining {
-            self.combiner
-                .submit(owned, self.options.wait_limit, |events| {
-                    self.append_batch(events)
-                })
+            let result =
+                self.combiner
+                    .submit(owned.clone(), settle, self.options.wait_limit, |requests| {
+                        self.append_batch(requests)
+                    });
+            if let Err(Error::CombinerStalled { .. }) = result {
+                // Withdrawn from the queue unserved: nothing reached the log.
+                self.settle(settle, None, &owned);
+            }
+            result
         } else {
-            Ok(self.append_batch(std::slice::from_ref(&owned))?[0])
+            self.append_batch(&[(owned, settle)])
+                .pop()
+                .expect("one result per event")
         }
     }
 
-    /// Appends `events` in as few batches as the ring allows, applies them on this
-    /// replica, advances `ctail`, and returns their outcomes in order.
-    fn append_batch(&self, events: &[OwnedEvent]) -> Result<Vec<Outcome>> {
-        let entry_bytes = self.log.entry_bytes();
-        let mut outcomes = Vec::with_capacity(events.len());
-        let mut entries = vec![0u8; entry_bytes * events.len().min(self.log.capacity() as usize)];
-        for batch in events.chunks(self.log.capacity() as usize) {
-            let count = batch.len() as u64;
-            for (event, entry) in batch.iter().zip(entries.chunks_exact_mut(entry_bytes)) {
-                event.event().encode(self.id, entry);
+    /// Appends `requests` in as few batches as the ring allows, applies them on this
+    /// replica, advances `ctail`, and returns their outcomes in order. A request that
+    /// fails is settled here: at once if it never reached the log, else when replay
+    /// applies it.
+    fn append_batch(&self, requests: &[(OwnedEvent, Settle)]) -> Vec<Result<Outcome>> {
+        let mut results = Vec::with_capacity(requests.len());
+        let mut refused: Option<Error> = None;
+        for batch in requests.chunks(self.log.capacity() as usize) {
+            if let Some(error) = &refused {
+                // An earlier batch failed: these are not appended either.
+                for (event, settle) in batch {
+                    self.settle(*settle, None, event);
+                    results.push(Err(error.clone()));
+                }
+                continue;
             }
-            let start = self
-                .log
-                .reserve(&self.pod, count, self.options.wait_limit, || {
-                    self.replay(None).map(drop)
-                })?;
-            for (i, entry) in entries
-                .chunks_exact(entry_bytes)
-                .take(batch.len())
-                .enumerate()
-            {
-                self.log.write(&self.memory, start + i as u64, entry);
+            match self.append_chunk(batch) {
+                Ok(outcomes) => results.extend(outcomes),
+                Err(error) => {
+                    for (event, settle) in batch {
+                        self.settle(*settle, None, event);
+                        results.push(Err(error.clone()));
+                    }
+                    refused = Some(error);
+                }
             }
-            // Replay applies our entries (and all before them) and advances `ctail` over
-            // them before it releases the index.
-            self.replay(Some(start + count))?;
-            let mut state = self.replica.replay.lock();
-            for position in start..start + count {
-                let outcome = state
-                    .outcomes
-                    .remove(&position)
-                    .expect("replay applied every entry up to ours");
-                outcomes.push(outcome);
-            }
-            self.counters
-                .entries_appended
-                .fetch_add(count, Ordering::Relaxed);
-            self.counters
-                .batches_appended
-                .fetch_add(1, Ordering::Relaxed);
         }
-        Ok(outcomes)
+        results
+    }
+
+    /// Appends one batch (at most the ring's capacity). `Err`: nothing of it reached the
+    /// log. `Ok`: a result per event; an event whose outcome could not be confirmed is an
+    /// `Err` whose settle replay runs when it applies the entry.
+    fn append_chunk(&self, batch: &[(OwnedEvent, Settle)]) -> Result<Vec<Result<Outcome>>> {
+        let entry_bytes = self.log.entry_bytes();
+        let count = batch.len() as u64;
+        let mut entries = vec![0u8; entry_bytes * batch.len()];
+        for ((event, _), entry) in batch.iter().zip(entries.chunks_exact_mut(entry_bytes)) {
+            event.event().encode(self.id, entry);
+        }
+        if self.chaos.fail(Fault::Refuse) {
+            return Err(Error::InjectedFault {
+                fault: Fault::Refuse.name(),
+            });
+        }
+        let start = self.log.reserve(
+            &self.pod,
+            count,
+            self.options.wait_limit,
+            &self.chaos,
+            || self.replay(None).map(drop),
+        )?;
+        self.chaos.point(Point::AppendAfterReserve);
+        for (i, entry) in entries.chunks_exact(entry_bytes).enumerate() {
+            self.log.write(&self.memory, start + i as u64, entry);
+        }
+        self.counters
+            .entries_appended
+            .fetch_add(count, Ordering::Relaxed);
+        self.counters
+            .batches_appended
+            .fetch_add(1, Ordering::Relaxed);
+        self.chaos.point(Point::AppendAfterPublish);
+        // Replay applies our entries (and all before them) and advances `ctail` over them
+        // before it releases the index.
+        let confirmed = if self.chaos.fail(Fault::Unconfirmed) {
+            Err(Error::InjectedFault {
+                fault: Fault::Unconfirmed.name(),
+            })
+        } else {
+            self.replay(Some(start + count)).map(drop)
+        };
+        let mut state = self.replica.replay.lock();
+        let results = batch
+            .iter()
+            .enumerate()
+            .map(|(i, (event, settle))| {
+                let position = start + i as u64;
+                match (state.outcomes.remove(&position), &confirmed) {
+                    (Some(outcome), _) => Ok(outcome),
+                    (None, Ok(())) => unreachable!("replay applied every entry up to ours"),
+                    (None, Err(error)) => {
+                        // In the log, not applied yet: its settle runs when it is.
+                        self.settles
+                            .lock()
+                            .insert(position, (*settle, event.clone()));
+                        Err(error.clone())
+                    }
+                }
+            })
+            .collect();
+        Ok(results)
+    }
+
+    /// Settles what an appender held (see [`Settle`]): `outcome` is its event's, or `None`
+    /// if the event never reached the log. Runs on the failing appender's thread, or in
+    /// replay (holding the replay lock, after `ctail` covers the entry): it touches only
+    /// record words, this host's slot pool and its deferred work.
+    fn settle(&self, settle: Settle, outcome: Option<Outcome>, event: &OwnedEvent) {
+        let records = Records::new(&self.pod);
+        match settle {
+            Settle::Nothing => {}
+            Settle::Claimed { record, claimed } => {
+                if outcome != Some(Outcome::RecordAllocated) {
+                    self.free_claimed(record, claimed);
+                }
+            }
+            Settle::Locked {
+                record,
+                locked,
+                unlocked,
+            } => {
+                let won = match outcome {
+                    Some(Outcome::RecordDeallocated) => true,
+                    Some(Outcome::Deleted { record: freed, .. }) => freed == Some(record),
+                    _ => false,
+                };
+                let to = if won {
+                    RecordWord {
+                        in_use: false,
+                        locked: false,
+                        counter: locked.counter & !1,
+                    }
+                } else {
+                    unlocked
+                };
+                // Only the lock's holder changes a locked record.
+                let changed = records.compare_exchange(record, locked, to);
+                debug_assert!(changed.is_ok(), "record {record} changed under our lock");
+                if won && changed.is_ok() {
+                    self.records_in_use().fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+            Settle::Create { slot } => {
+                if outcome.is_none() {
+                    self.slots.lock().push(slot);
+                }
+            }
+            Settle::Grant { first, count } => {
+                if outcome.is_none() {
+                    self.slots.lock().add_range(first, count);
+                }
+            }
+            Settle::MoveToHost { slot } => {
+                if outcome != Some(Outcome::Moved) {
+                    self.deferred.lock().push(Deferred::DropOrphan { slot });
+                }
+            }
+            Settle::ReplicatedLock => {
+                if outcome == Some(Outcome::Locked) {
+                    self.defer_unlock(event);
+                }
+            }
+            Settle::ReplicatedUnlock => {
+                if outcome.is_none() {
+                    self.defer_unlock(event);
+                }
+            }
+        }
+    }
+
+    fn defer_unlock(&self, event: &OwnedEvent) {
+        let key = match event.event() {
+            Event::Lock { key } | Event::Unlock { key } | Event::Delete { key, .. } => key,
+            other => unreachable!("a replicated lock's settle on {other:?}"),
+        };
+        self.deferred
+            .lock()
+            .push(Deferred::Unlock { key: key.into() });
+    }
+
+    /// Frees `record`, claimed (word `claimed`) for an alloc that did not win, by a CAS
+    /// from that word. A host acting on a stale index entry may hold it locked for a
+    /// moment (it then catches up, sees the record's old object changed, and restores the
+    /// word): then the pump tries again.
+    fn free_claimed(&self, record: u32, claimed: RecordWord) {
+        let records = Records::new(&self.pod);
+        let free = RecordWord {
+            in_use: false,
+            locked: false,
+            counter: claimed.counter,
+        };
+        if mutants::skipped(Step::RecordFreeByCas) {
+            // The defect this step fixed: a blind store over whatever the word holds now.
+            records.store(record, free);
+            self.records_in_use().fetch_sub(1, Ordering::Relaxed);
+            return;
+        }
+        self.chaos.point(Point::AllocLostBeforeFree);
+        match records.compare_exchange(record, claimed, free) {
+            Ok(()) => {
+                self.records_in_use().fetch_sub(1, Ordering::Relaxed);
+            }
+            Err(now) => {
+                debug_assert!(
+                    now.in_use && now.locked,
+                    "record {record}: claimed {claimed:?}, now {now:?}"
+                );
+                self.deferred
+                    .lock()
+                    .push(Deferred::FreeClaimed { record, claimed });
+            }
+        }
+    }
+
+    /// Does the work settles left for the pump. Returns how many items are still waiting.
+    fn run_deferred(&self) -> usize {
+        let work = std::mem::take(&mut *self.deferred.lock());
+        for item in work {
+            match item {
+                Deferred::FreeClaimed { record, claimed } => self.free_claimed(record, claimed),
+                Deferred::DropOrphan { slot } => {
+                    if self.drop_orphan(slot).is_err() {
+                        self.deferred.lock().push(Deferred::DropOrphan { slot });
+                    }
+                }
+                Deferred::Unlock { key } => {
+                    let event = Event::Unlock { key: &key };
+                    if let Ok(outcome) = self.submit_settled(&event, Settle::ReplicatedUnlock) {
+                        debug_assert!(
+                            matches!(outcome, Outcome::Unlocked { .. } | Outcome::NotFound),
+                            "a deferred unlock of a lock we hold: {outcome:?}"
+                        );
+                        self.with_counters(|c| c.add(crate::counters::Counter::UnlockEvents, 1));
+                    }
+                }
+            }
+        }
+        self.pending_work()
+    }
+
+    /// Settles waiting for their entries, and deferred work.
+    fn pending_work(&self) -> usize {
+        let _replay = self.replica.replay.lock();
+        self.settles.lock().len() + self.deferred.lock().len()
+    }
+
+    /// Notes an error of the pump's background work.
+    fn background_error(&self, error: Error) {
+        self.background_errors.fetch_add(1, Ordering::Relaxed);
+        *self.last_background_error.lock() = Some(error);
     }
 
     /// Gives slots to the hosts whose requests named this host as donor.
@@ -808,7 +1225,10 @@ impl Shared {
         for (to, count) in grants {
             let ranges = self.slots.lock().take_for_grant(count);
             for (first, count) in ranges {
-                self.submit(&Event::GrantSlots { to, first, count })?;
+                self.submit_settled(
+                    &Event::GrantSlots { to, first, count },
+                    Settle::Grant { first, count },
+                )?;
             }
         }
         Ok(())
@@ -865,11 +1285,14 @@ impl Shared {
         self.memory.flush(offset, slot_size_bytes as usize);
         self.memory.fence();
         self.memory.write(offset, value);
-        self.memory.write_back(offset, value.len());
+        if !mutants::skipped(Step::CreateWritesBack) {
+            self.memory.write_back(offset, value.len());
+        }
         self.clear_accessor(slot);
         // The bytes are in memory before the create event is.
         self.memory.fence();
-        match self.submit(&Event::Create { key, slot })? {
+        self.chaos.point(Point::CreateBeforeEvent);
+        match self.submit_settled(&Event::Create { key, slot }, Settle::Create { slot })? {
             Outcome::Created => {
                 self.with_counters(|c| c.add(crate::counters::Counter::Creates, 1));
                 Ok(())
@@ -883,13 +1306,25 @@ impl Shared {
         // RPC, more may follow, and each waits for the pump while it sleeps.
         let mut busy_rounds = 0u32;
         while !self.stop.load(std::sync::atomic::Ordering::Acquire) {
-            // Errors surface to the host's own operations, which replay too.
-            if self.replay(None).is_ok() {
-                let _ = self.serve_grants();
-                let _ = self.reclaim_to_watermark();
+            // Errors also surface to the host's own operations, which replay too; the
+            // pump counts them and keeps the last (`Host::background_errors`). None of
+            // them leaves a record locked: every path that holds one settles it.
+            match self.replay(None) {
+                Ok(_) => {
+                    self.run_deferred();
+                    if let Err(error) = self.serve_grants() {
+                        self.background_error(error);
+                    }
+                    if let Err(error) = self.reclaim_to_watermark() {
+                        self.background_error(error);
+                    }
+                }
+                Err(error) => self.background_error(error),
             }
-            if matches!(self.serve_rpcs(&()), Ok(served) if served > 0) {
-                busy_rounds = PUMP_BUSY_ROUNDS;
+            match self.serve_rpcs(&()) {
+                Ok(served) if served > 0 => busy_rounds = PUMP_BUSY_ROUNDS,
+                Ok(_) => {}
+                Err(error) => self.background_error(error),
             }
             self.heartbeat();
             if busy_rounds > 0 {

@@ -38,6 +38,10 @@
 
 pub mod arch;
 mod backoff;
+#[cfg(feature = "chaos")]
+pub mod chaos;
+#[cfg(not(feature = "chaos"))]
+mod chaos;
 mod combiner;
 mod config;
 mod counters;
@@ -68,8 +72,8 @@ pub use error::{Error, Region, Result};
 pub use event::{Event, OwnedEvent, LOG_FORMAT_VERSION};
 pub use header::{fnv1a64, PodHeader, HEADER_BYTES, LAYOUT_VERSION, MAGIC};
 pub use host::{
-    Done, Host, HostId, HostInfo, HostOptions, HostStats, Join, LoggedEvent, ReadTicket,
-    ReleaseHook, ReleaseReason, Releasing, WriteTicket,
+    BackgroundErrors, Done, Host, HostId, HostInfo, HostOptions, HostStats, Inspect, Join,
+    LoggedEvent, ReadTicket, RecordCensus, ReleaseHook, ReleaseReason, Releasing, WriteTicket,
 };
 pub use layout::{Layout, ScrUsage, ACCESSOR_BYTES, HEADER_REGION_BYTES, MAX_RECORDS, MAX_SLOTS};
 pub use memory::{Memory, MemoryKind, SimulatedConfig, SimulatedStats};

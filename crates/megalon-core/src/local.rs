@@ -30,7 +30,7 @@
 //! [`PodConfig::copy_after_reads`]: crate::PodConfig::copy_after_reads
 
 use super::object::Guard;
-use super::{Host, Shared};
+use super::{Host, Settle, Shared};
 use crate::backoff::Backoff;
 use crate::counters::{Counter, ThreadCounters};
 use crate::error::{Error, Result};
@@ -62,9 +62,12 @@ const HELD: u8 = 0;
 /// The bytes are in the CXL slot and the move back is on its way to the log: reads may go
 /// on, writes wait until the object is in CXL.
 const LEAVING: u8 = 1;
-/// A move whose log append failed after its entry was written: the index may yet name
-/// this host, but the bytes may be older than CXL's. Neither read nor written; freed only
-/// with the host.
+/// A move whose log append failed: its entry may be in the log and apply later (the
+/// index then names this host), but the record was let go meanwhile, so the bytes may be
+/// older than CXL's. Never read nor written here. Once the index names this host, nobody
+/// writes the object in CXL any more (every access goes to this host, which answers by
+/// moving it back), so the bytes in CXL are its current ones: moving it back appends
+/// `MoveToCxl` without writing the stale bytes (as for a leaving object).
 const ORPHANED: u8 = 2;
 
 /// An object in this host's partition, behind a seqlock: readers write nothing shared
@@ -150,6 +153,32 @@ impl LocalObject {
             let mut value = [0u8; 8];
             value[..chunk.len()].copy_from_slice(chunk);
             word.store(u64::from_le_bytes(value), Ordering::Relaxed);
+        }
+    }
+}
+
+/// Lets a local object go when dropped (its writer's every way out).
+struct UnlockOnDrop<'a>(&'a LocalObject);
+
+impl Drop for UnlockOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.unlock();
+    }
+}
+
+/// Ends a write in CXL if dropped while it still holds it (a panic of the caller's change).
+struct EndOnUnwind<'a> {
+    shared: &'a Shared,
+    state: Option<super::object::WriteState>,
+    c: &'a ThreadCounters,
+}
+
+impl Drop for EndOnUnwind<'_> {
+    fn drop(&mut self) {
+        if let Some(state) = self.state.take() {
+            if !crate::mutants::skipped(crate::mutants::Step::LockedRecordRestoredOnError) {
+                let _ = self.shared.write_end(state, self.c);
+            }
         }
     }
 }
@@ -609,7 +638,8 @@ impl Shared {
             };
             if in_cxl {
                 let ticket = self.read_start(key, c)?;
-                let copied = copy(&Source::Pod(&self.memory, ticket.offset()), ticket.len());
+                let copied = copy(&Source::Pod(&self.memory, ticket.offset), ticket.len);
+                self.chaos.point(crate::chaos::Point::ReadBeforeEnd);
                 if self.read_end(&ticket, c)? {
                     if let Some(local) = &self.local {
                         self.after_cxl_access(local, key, ticket.slot(), Some(ticket.guard()), c);
@@ -655,7 +685,8 @@ impl Shared {
         Ok(match self.find(local, &index, key)? {
             Found::Mine(object) => {
                 if object.state.load(Ordering::Acquire) == ORPHANED {
-                    return Err(Error::LocalObjectMissing { host: self.id });
+                    // Its move applied after all: back to CXL, where its bytes are.
+                    return Ok(Place::Held(self.id));
                 }
                 // A leaving object's bytes are the ones in CXL: reading them is fine.
                 match object.read(local.object_bytes, copy) {
@@ -692,6 +723,8 @@ impl Shared {
         Ok(match self.find(local, &index, key)? {
             Found::Mine(object) => {
                 object.lock();
+                // Unlocked on every way out, a panic of `change` included.
+                let _unlock = UnlockOnDrop(object);
                 let place = match object.state.load(Ordering::Relaxed) {
                     HELD => {
                         let mut bytes = object.bytes(local.object_bytes);
@@ -703,9 +736,9 @@ impl Shared {
                         Ok(Place::Done(result))
                     }
                     LEAVING => Ok(Place::Retry),
-                    _ => Err(Error::LocalObjectMissing { host: self.id }),
+                    // Orphaned: see `read_local`.
+                    _ => Ok(Place::Held(self.id)),
                 };
-                object.unlock();
                 place?
             }
             Found::Held(owner) => Place::Held(owner),
@@ -748,7 +781,15 @@ impl Shared {
         }
         let (state, more) = self.write_start_counted(key, c)?;
         let change = change.take().expect("called once");
+        // A panic in `change` must not leave the record locked: the write ends on unwind
+        // as a dropped ticket's does (its bytes reach memory, the record is unlocked).
+        let mut guard = EndOnUnwind {
+            shared: self,
+            state: Some(state),
+            c,
+        };
         let result = change(Target::Pod(&self.memory, state.offset, state.len));
+        let state = guard.state.take().expect("ended once");
         let slot = state.slot;
         self.write_end(state, c)?;
         if let Some(local) = &self.local {
@@ -881,8 +922,11 @@ impl Shared {
         }
         let moved = self.copy_and_move(local, &moving, key, &entry, c);
         if let Some((record, word)) = locked {
-            records.store(record, word);
-            c.add(Counter::ScrAtomics, 1);
+            let held = RecordWord {
+                locked: true,
+                ..word
+            };
+            self.unlock_record(record, held, word, c);
         }
         moved
     }
@@ -901,6 +945,11 @@ impl Shared {
         if !self.unchanged_since(entry)? {
             return Ok(false);
         }
+        // An orphan of an earlier move whose outcome is not settled yet holds the place:
+        // not now (that move may still win, and its orphan is what readers will find).
+        if local.object_held(moving, entry.slot).is_some() {
+            return Ok(false);
+        }
         let (offset, len) = self.place(entry);
         let mut bytes = vec![0u8; len].into_boxed_slice();
         self.invalidate(offset, len, c);
@@ -908,11 +957,14 @@ impl Shared {
         // In the partition before the event: once a replica says "here", this host's
         // threads find the object.
         local.insert_object(entry.slot, Box::new(LocalObject::new(key, &bytes)));
-        let outcome = self.submit(&Event::MoveToHost {
-            key,
-            host: self.id,
-            stamp: entry.stamp,
-        });
+        let outcome = self.submit_settled(
+            &Event::MoveToHost {
+                key,
+                host: self.id,
+                stamp: entry.stamp,
+            },
+            Settle::MoveToHost { slot: entry.slot },
+        );
         match outcome {
             Ok(Outcome::Moved) => {}
             Ok(_) => {
@@ -966,15 +1018,13 @@ impl Shared {
         object.lock();
         match object.state.load(Ordering::Relaxed) {
             HELD => {}
-            state => {
+            _ => {
+                // Leaving since an earlier move back whose append failed (its event may
+                // yet apply), or orphaned by a move here whose append failed and whose
+                // event applied after all: either way the bytes in CXL are current, so
+                // append a move back without writing any.
                 object.unlock();
-                return Ok(if state == ORPHANED {
-                    MovedBack::Missing
-                } else {
-                    // Leaving since an earlier move back whose append failed: its event
-                    // may yet apply; the bytes in CXL are current, so append another.
-                    self.append_move_back(local, &moving, key, slot, asked, c)?
-                });
+                return self.append_move_back(local, &moving, key, slot, asked, c);
             }
         }
         // Lines of the slot cached from before the object left are old: drop them before
@@ -1024,6 +1074,36 @@ impl Shared {
         }
         c.add(Counter::MoveBacks, 1);
         Ok(MovedBack::Moved)
+    }
+
+    /// Drops the orphan in `slot` (see [`ORPHANED`]) if its move lost or never reached
+    /// the log: no replica names this host as its holder, so no reader reaches it.
+    pub(super) fn drop_orphan(&self, slot: u64) -> Result<()> {
+        let Some(local) = &self.local else {
+            return Ok(());
+        };
+        let moving = local.moving.lock();
+        let Some(object) = local.object_held(&moving, slot) else {
+            return Ok(());
+        };
+        if object.state.load(Ordering::Acquire) != ORPHANED {
+            return Ok(());
+        }
+        self.catch_up()?;
+        let holder = self
+            .replica
+            .index
+            .read()
+            .lookup(&object.key)
+            .and_then(|entry| (entry.slot == slot).then_some(entry.local_owner))
+            .flatten();
+        if holder != Some(self.id) {
+            // SAFETY: we hold `moving`, and the caught-up replica does not say this host
+            // holds the object (its move lost or was refused, as the settle that deferred
+            // this said): no holder of the index's lock reaches it.
+            unsafe { local.remove_object(slot) };
+        }
+        Ok(())
     }
 
     /// Moves every object in this host's DRAM back to CXL (a host that leaves). Errors
@@ -1176,24 +1256,32 @@ impl Shared {
         self.with_counters(|c| {
             let mut buf = vec![0u8; rpc.entry_bytes];
             let mut served = 0;
+            let failed = Response {
+                status: FAILED,
+                detail: 0,
+            };
             while let Some(claimed) = ring.claim(&self.pod, c) {
-                let request = ring.read(&self.memory, claimed, &mut buf, c);
-                let status = match request.op {
-                    OP_MOVE_BACK => match self.move_back(&buf[request.key.clone()], true, c) {
-                        Ok(MovedBack::Moved) => MOVED_BACK,
-                        Ok(MovedBack::NotHere) => NOT_HERE,
-                        Ok(MovedBack::Missing) => MISSING,
-                        Err(_) => FAILED,
-                    },
-                    _ => FAILED,
-                };
-                ring.respond(
+                ring.serve(
                     &self.pod,
                     &self.memory,
                     claimed,
                     &mut buf,
-                    Response { status, detail: 0 },
                     c,
+                    failed,
+                    |request, buf| {
+                        let status = match request.op {
+                            OP_MOVE_BACK => {
+                                match self.move_back(&buf[request.key.clone()], true, c) {
+                                    Ok(MovedBack::Moved) => MOVED_BACK,
+                                    Ok(MovedBack::NotHere) => NOT_HERE,
+                                    Ok(MovedBack::Missing) => MISSING,
+                                    Err(_) => FAILED,
+                                }
+                            }
+                            _ => FAILED,
+                        };
+                        Response { status, detail: 0 }
+                    },
                 );
                 c.add(Counter::RpcsServed, 1);
                 served += 1;

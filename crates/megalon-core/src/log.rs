@@ -20,6 +20,7 @@
 use std::time::Duration;
 
 use crate::backoff::Backoff;
+use crate::chaos::{Chaos, Point};
 use crate::config::LINE_BYTES;
 use crate::error::{Error, Result};
 use crate::host::{self, HostId};
@@ -177,6 +178,7 @@ impl Log {
         pod: &Pod,
         count: u64,
         limit: Duration,
+        chaos: &Chaos,
         mut help: impl FnMut() -> Result<()>,
     ) -> Result<u64> {
         assert!(
@@ -196,6 +198,7 @@ impl Log {
                 // A stale head only makes this check stricter: head never decreases.
                 // Relaxed would do for the reservation itself; AcqRel keeps the order of
                 // reservations and our later entry writes obvious.
+                chaos.point(Point::ReserveBeforeCas);
                 if tail
                     .compare_exchange_weak(
                         position,

@@ -53,6 +53,28 @@ pub enum Step {
     /// Replay of a move to or from a host's DRAM drops other hosts' cached lines of the
     /// slot (local partitions).
     MoveDropsLines,
+    /// `read_end` reloads the record's counter before its tail check (step 4 before step
+    /// 5). Skipped, the checks run in the old order, log first: a full counter cycle of a
+    /// narrow record between the two checks goes unseen.
+    ReadEndCounterBeforeLog,
+    /// Every way out of a path that holds a record's lock (an error from the log, a tail
+    /// check that fails, a refusing hook) restores the record or settles it. Skipped, the
+    /// error returns with the record still locked.
+    LockedRecordRestoredOnError,
+    /// Freeing a record claimed for an alloc that lost is a CAS from the claimed word.
+    /// Skipped, it is a plain store, which can unlock or free a record that a host acting
+    /// on a stale index entry locked meanwhile.
+    RecordFreeByCas,
+    /// A create writes the object's bytes back to memory before it appends its event.
+    CreateWritesBack,
+    /// Replay of a dealloc drops the object's cached lines on the host that logged it too
+    /// (once read-shared, reads make no check, and that host may cache old lines).
+    DeallocDropsAuthorsLines,
+    /// Slots that replay gives this host (a deleted object's, above all) join its pool
+    /// only once `ctail` covers their events: until then another host's reader of the
+    /// deleted object may be copying the slot, and its tail check must find the delete
+    /// before the slot is written again.
+    SlotsReusedAfterCtail,
 }
 
 impl Step {
@@ -75,6 +97,12 @@ impl Step {
         Step::WriteInvalidatesCopies,
         Step::MoveBackWritesBack,
         Step::MoveDropsLines,
+        Step::ReadEndCounterBeforeLog,
+        Step::LockedRecordRestoredOnError,
+        Step::RecordFreeByCas,
+        Step::CreateWritesBack,
+        Step::DeallocDropsAuthorsLines,
+        Step::SlotsReusedAfterCtail,
     ];
 
     /// The name `MEGALON_MUTANT` takes.
@@ -97,6 +125,12 @@ impl Step {
             Step::WriteInvalidatesCopies => "write-invalidates-copies",
             Step::MoveBackWritesBack => "move-back-writes-back",
             Step::MoveDropsLines => "move-drops-lines",
+            Step::ReadEndCounterBeforeLog => "read-end-counter-before-log",
+            Step::LockedRecordRestoredOnError => "locked-record-restored-on-error",
+            Step::RecordFreeByCas => "record-free-by-cas",
+            Step::CreateWritesBack => "create-writes-back",
+            Step::DeallocDropsAuthorsLines => "dealloc-drops-authors-lines",
+            Step::SlotsReusedAfterCtail => "slots-reused-after-ctail",
         }
     }
 

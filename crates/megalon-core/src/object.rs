@@ -28,8 +28,9 @@
 //! operation.
 
 use super::local::Target;
-use super::{Host, Shared};
+use super::{Host, Settle, Shared};
 use crate::backoff::Backoff;
+use crate::chaos::Point;
 use crate::counters::{Counter, EventCounts, ThreadCounters};
 use crate::error::{Error, Result};
 use crate::event::{Event, NO_RECORD};
@@ -50,17 +51,26 @@ const RECLAIM_ROUNDS: u32 = 64;
 /// Records the background reclaimer frees per pump round at most.
 const RECLAIM_BATCH: u32 = 32;
 
-/// A read in progress: where the object's bytes are and what `read_end` checks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A read in progress, from [`Host::read_start`]: where the object's bytes are and what
+/// [`Host::read_end`] checks. Copy the bytes with [`ReadTicket::read`]; trust the copy only
+/// once `read_end` says so.
+#[derive(Clone, Copy, Debug)]
 #[must_use = "a read is only valid once read_end says so"]
-pub struct ReadTicket {
-    handle: u32,
-    stamp: u64,
-    slot: u64,
-    offset: u64,
-    len: usize,
+pub struct ReadTicket<'h> {
+    host: &'h Host,
+    state: ReadState,
+}
+
+/// What a read ticket holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct ReadState {
+    pub(super) handle: u32,
+    pub(super) stamp: u64,
+    pub(super) slot: u64,
+    pub(super) offset: u64,
+    pub(super) len: usize,
     /// What `read_end` checks besides the stamp.
-    guard: Guard,
+    pub(super) guard: Guard,
 }
 
 /// What guards a read besides the object's stamp.
@@ -75,22 +85,46 @@ pub(super) enum Guard {
     Replicated { counter: u32 },
 }
 
-impl ReadTicket {
-    /// Offset of the object's bytes in the pod (for [`crate::Memory::read`]).
+/// Checks that `at..at + len` lies within an object of `object_bytes`.
+fn within(at: usize, len: usize, object_bytes: usize) -> Result<()> {
+    if at.checked_add(len).is_none_or(|end| end > object_bytes) {
+        return Err(Error::OutsideObject {
+            at,
+            len,
+            object_bytes,
+        });
+    }
+    Ok(())
+}
+
+impl ReadTicket<'_> {
+    /// Copies the object's bytes `at..at + buf.len()` into `buf`: the way to read under a
+    /// ticket. A range past the object's end is [`Error::OutsideObject`]. The copy may be
+    /// torn until [`Host::read_end`] validates it.
+    pub fn read(&self, at: usize, buf: &mut [u8]) -> Result<()> {
+        within(at, buf.len(), self.state.len)?;
+        self.host.memory().read(self.state.offset + at as u64, buf);
+        Ok(())
+    }
+
+    /// Offset of the object's bytes in the pod, for the raw, unchecked [`crate::Memory`]
+    /// layer ([`ReadTicket::read`] is the checked way).
     pub fn offset(&self) -> u64 {
-        self.offset
+        self.state.offset
     }
 
     /// Bytes of the object (the slot size).
     pub fn len(&self) -> usize {
-        self.len
+        self.state.len
     }
 
     /// Objects are never empty: always `false`.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.state.len == 0
     }
+}
 
+impl ReadState {
     pub(super) fn slot(&self) -> u64 {
         self.slot
     }
@@ -101,7 +135,8 @@ impl ReadTicket {
 }
 
 /// A write in progress: the object's record is locked (counter odd) until
-/// [`Host::write_end`]. Dropping the ticket ends the write as `write_end` would.
+/// [`Host::write_end`]. Change the object with [`WriteTicket::write`]. Dropping the ticket
+/// ends the write as `write_end` would.
 #[must_use = "the record stays locked until write_end"]
 pub struct WriteTicket<'h> {
     host: &'h Host,
@@ -119,21 +154,46 @@ pub(super) struct WriteState {
 }
 
 impl WriteTicket<'_> {
-    /// Offset of the object's bytes in the pod (for [`crate::Memory::write`]).
+    fn state(&self) -> &WriteState {
+        self.state.as_ref().expect("live ticket")
+    }
+
+    /// Writes `bytes` into the object at byte `at`: the way to write under a ticket. A
+    /// range past the object's end is [`Error::OutsideObject`] and writes nothing (a write
+    /// through the raw [`crate::Memory`] layer would overwrite the next object).
+    pub fn write(&self, at: usize, bytes: &[u8]) -> Result<()> {
+        let state = self.state();
+        within(at, bytes.len(), state.len)?;
+        self.host.memory().write(state.offset + at as u64, bytes);
+        Ok(())
+    }
+
+    /// Copies the object's bytes `at..at + buf.len()` into `buf` (the current version:
+    /// no one else writes while the lock is held). A range past the object's end is
+    /// [`Error::OutsideObject`].
+    pub fn read(&self, at: usize, buf: &mut [u8]) -> Result<()> {
+        let state = self.state();
+        within(at, buf.len(), state.len)?;
+        self.host.memory().read(state.offset + at as u64, buf);
+        Ok(())
+    }
+
+    /// Offset of the object's bytes in the pod, for the raw, unchecked [`crate::Memory`]
+    /// layer ([`WriteTicket::write`] is the checked way).
     pub fn offset(&self) -> u64 {
-        self.state.expect("live ticket").offset
+        self.state().offset
     }
 
     /// Bytes of the object (the slot size).
     pub fn len(&self) -> usize {
-        self.state.expect("live ticket").len
+        self.state().len
     }
 
     /// The object's coherence record, locked by this write; [`NO_RECORD`] in a pod with
     /// [`Coherence::AllLog`](crate::Coherence), where the lock is replicated through the
     /// log instead.
     pub fn record(&self) -> u32 {
-        self.state.expect("live ticket").record
+        self.state().record
     }
 
     /// Objects are never empty: always `false`.
@@ -145,9 +205,10 @@ impl WriteTicket<'_> {
 impl Drop for WriteTicket<'_> {
     fn drop(&mut self) {
         if let Some(state) = self.state.take() {
-            // The caller may have written part of the object: finish the write so that
-            // the bytes reach memory and the counter moves on. An error here (the log
-            // refusing a wrap event) cannot be reported from a drop.
+            // The caller may have written part of the object (or panicked while writing):
+            // finish the write so that the bytes reach memory and the record is unlocked.
+            // In a split pod this cannot fail; in an AllLog pod a failed unlock append is
+            // retried by the pump.
             let shared = &self.host.shared;
             let _ = shared.with_counters(|c| shared.write_end(state, c));
         }
@@ -216,17 +277,23 @@ impl Host {
     /// Starts reading object `key` (steps 1-3 of the read path). Copy the object's bytes
     /// with [`crate::Memory::read`] at [`ReadTicket::offset`], then call
     /// [`Host::read_end`]; trust the copy only if it says so.
-    pub fn read_start(&self, key: &[u8]) -> Result<ReadTicket> {
+    pub fn read_start(&self, key: &[u8]) -> Result<ReadTicket<'_>> {
         self.shared.check_key(key)?;
-        self.shared
-            .with_counters(|c| self.shared.read_start(key, c))
+        let state = self
+            .shared
+            .with_counters(|c| self.shared.read_start(key, c))?;
+        Ok(ReadTicket { host: self, state })
     }
 
     /// Ends a read (steps 4-6): `true` if the bytes copied since `read_start` are a valid
     /// version of the object, `false` if the read must start over.
-    pub fn read_end(&self, ticket: ReadTicket) -> Result<bool> {
+    pub fn read_end(&self, ticket: ReadTicket<'_>) -> Result<bool> {
+        assert!(
+            std::ptr::eq(ticket.host, self),
+            "a read ticket ends on the host that started it"
+        );
         self.shared
-            .with_counters(|c| self.shared.read_end(&ticket, c))
+            .with_counters(|c| self.shared.read_end(&ticket.state, c))
     }
 
     /// Starts writing object `key`: allocates a record if it has none, takes the lock,
@@ -429,7 +496,7 @@ impl Shared {
         )
     }
 
-    pub(super) fn read_start(&self, key: &[u8], c: &ThreadCounters) -> Result<ReadTicket> {
+    pub(super) fn read_start(&self, key: &[u8], c: &ThreadCounters) -> Result<ReadState> {
         if self.all_log {
             return self.read_start_all_log(key, c);
         }
@@ -442,6 +509,7 @@ impl Shared {
             if !mutants::skipped(Step::ReadTailCheck) {
                 self.catch_up()?;
             }
+            self.chaos.point(Point::ReadAfterTailCheck);
             let index = self.replica.index.read();
             // 2. Look the key up.
             let entry = index.lookup(key).ok_or(Error::UnknownKey)?;
@@ -454,7 +522,7 @@ impl Shared {
             let (offset, len) = self.place(&entry);
             let Some(record) = entry.record else {
                 // Read-shared: no record; the log is the only path that can change it.
-                return Ok(ReadTicket {
+                return Ok(ReadState {
                     handle: entry.handle,
                     stamp: entry.stamp,
                     slot: entry.slot,
@@ -465,6 +533,7 @@ impl Shared {
             };
             let word = records.load(record);
             c.add(Counter::ScrAtomics, 1);
+            self.chaos.point(Point::ReadAfterCounter);
             if word.in_use && word.counter.is_multiple_of(2) {
                 // Pre-read check: lines cached under another version (or an unknown one)
                 // must go, so that the copy comes from memory.
@@ -473,7 +542,7 @@ impl Shared {
                     self.invalidate(offset, len, c);
                 }
                 // 3. Remember the stamp and the counter.
-                return Ok(ReadTicket {
+                return Ok(ReadState {
                     handle: entry.handle,
                     stamp: entry.stamp,
                     slot: entry.slot,
@@ -507,26 +576,49 @@ impl Shared {
         }
     }
 
-    pub(super) fn read_end(&self, ticket: &ReadTicket, c: &ThreadCounters) -> Result<bool> {
+    pub(super) fn read_end(&self, ticket: &ReadState, c: &ThreadCounters) -> Result<bool> {
         // The copy's loads happen before the checks below load the record and the
         // cursors: an Acquire load does not keep earlier loads from moving after it, this
         // fence does (the seqlock reader's fence; on x86 it costs nothing).
         crate::sync::fence(Ordering::Acquire);
-        // 4. Tail check again: any event about the object since step 3 changed its stamp.
+        let records = Records::new(&self.pod);
+        let counter_first = !mutants::skipped(Step::ReadEndCounterBeforeLog);
+        let load_record = |c: &ThreadCounters| match ticket.guard {
+            Guard::Record { record, .. } => {
+                c.add(Counter::ScrAtomics, 1);
+                Some(records.load(record))
+            }
+            _ => None,
+        };
+        // 4. The record's counter first (Acquire), the log second. A writer whose
+        //    increment wraps the counter appends its wrap event before the counter can
+        //    come back to the value we saw: if the load below sees that value again after
+        //    a full cycle, the tail check after it covers the wrap event, and the stamp
+        //    check fails. (The other order misses a cycle that fits between the checks.)
+        let mut word = None;
+        if counter_first {
+            word = load_record(c);
+            self.chaos.point(Point::ReadEndBetweenChecks);
+        }
+        // 5. Tail check again: any event about the object since step 3 changed its stamp.
         let check_events = !mutants::skipped(Step::PostReadEventCheck);
         if check_events {
             self.catch_up()?;
         }
+        if !counter_first {
+            self.chaos.point(Point::ReadEndBetweenChecks);
+        }
         let index = self.replica.index.read();
         let current = index.current(ticket.handle, ticket.stamp);
+        if !counter_first {
+            word = load_record(c);
+        }
         if current.is_none() && check_events {
             c.add(Counter::RetryEvent, 1);
             return Ok(false);
         }
-        if let Guard::Record { record, counter } = ticket.guard {
-            // 5. The record: same counter, still in use.
-            let word = Records::new(&self.pod).load(record);
-            c.add(Counter::ScrAtomics, 1);
+        if let (Guard::Record { counter, .. }, Some(word)) = (ticket.guard, word) {
+            // The record: same counter, still in use.
             if !mutants::skipped(Step::PostReadRecordCheck)
                 && (!word.in_use || word.counter != counter)
             {
@@ -625,6 +717,7 @@ impl Shared {
                 locked: true,
                 counter: word.counter + 1,
             };
+            self.chaos.point(Point::WriteBeforeLock);
             c.add(Counter::ScrAtomics, 1);
             if records.compare_exchange(record, word, locked).is_err() {
                 continue;
@@ -634,14 +727,42 @@ impl Shared {
             // reader that copied any byte of this write then sees the counter changed. (The
             // CAS's Release orders only what came before it.)
             crate::sync::fence(Ordering::Release);
+            self.chaos.point(Point::WriteAfterLock);
             // Holding the lock: no event about the object can be appended by anyone who
             // follows the protocol, but one may have been applied between our lookup and
-            // the lock. Catch up and check.
-            if !mutants::skipped(Step::WriteEventCheckAfterLock) && !self.unchanged_since(&entry)? {
-                records.store(record, word);
-                c.add(Counter::ScrAtomics, 1);
-                retries += 1;
-                continue;
+            // the lock. Catch up and check. From here on, every way out either returns
+            // the ticket or restores the record (DESIGN section 8: a locked record always
+            // ends unlocked).
+            if !mutants::skipped(Step::WriteEventCheckAfterLock) {
+                match self.unchanged_since(&entry) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        self.unlock_record(record, locked, word, c);
+                        retries += 1;
+                        continue;
+                    }
+                    Err(error) => {
+                        self.restore_on_error(record, locked, word, c);
+                        return Err(error);
+                    }
+                }
+            }
+            self.chaos.point(Point::WriteAfterEventCheck);
+            // Step 6's wrap event, appended now rather than at the end: if this write's
+            // increment wraps the counter, every host must drop what it cached under the
+            // counter's previous use of the value it comes back to, and learn it before
+            // the counter can show that value, that is before our unlock. Appended while
+            // nothing is written yet, a failure leaves the object as it was: restore the
+            // record and report it. (A wrap event that reaches the log regardless only
+            // makes host counters unknown: harmless.)
+            let next = word.counter + 2;
+            if next > records.counter_mask() && !mutants::skipped(Step::WrapEvent) {
+                let key = self.replica.index.read().key_of(entry.handle);
+                if let Err(error) = self.submit(&Event::Wrap { key: &key }) {
+                    self.restore_on_error(record, locked, word, c);
+                    return Err(error);
+                }
+                c.add(Counter::Wraps, 1);
             }
             // 4. A partial write fills lines from the cache: stale lines would go back to
             //    memory around the new bytes. Drop them unless they are of this version.
@@ -664,6 +785,52 @@ impl Shared {
         }
     }
 
+    /// Unlocks `record`, which this thread holds (its word is `locked`), to `unlocked`, by
+    /// a CAS from the locked word: only a lock's holder changes a locked record, so the CAS
+    /// fails only if the protocol is broken (it then leaves the word as it found it).
+    pub(super) fn unlock_record(
+        &self,
+        record: u32,
+        locked: RecordWord,
+        unlocked: RecordWord,
+        c: &ThreadCounters,
+    ) {
+        c.add(Counter::ScrAtomics, 1);
+        let result = Records::new(&self.pod).compare_exchange(record, locked, unlocked);
+        debug_assert!(
+            result.is_ok(),
+            "record {record}: locked as {locked:?}, found {result:?}"
+        );
+    }
+
+    /// [`Shared::unlock_record`] on a way out by an error (a mutant skips it, to show a
+    /// test notices a record left locked).
+    fn restore_on_error(
+        &self,
+        record: u32,
+        locked: RecordWord,
+        unlocked: RecordWord,
+        c: &ThreadCounters,
+    ) {
+        if !mutants::skipped(Step::LockedRecordRestoredOnError) {
+            self.unlock_record(record, locked, unlocked, c);
+        }
+    }
+
+    /// The settle for an event appended holding `record`'s lock (a mutant settles
+    /// nothing, leaving it locked).
+    fn settle_locked(&self, record: u32, locked: RecordWord, unlocked: RecordWord) -> Settle {
+        if mutants::skipped(Step::LockedRecordRestoredOnError) {
+            Settle::Nothing
+        } else {
+            Settle::Locked {
+                record,
+                locked,
+                unlocked,
+            }
+        }
+    }
+
     /// Catches up with the log and says whether no event about `entry`'s object was
     /// applied since it was looked up (its stamp is the same).
     pub(super) fn unchanged_since(&self, entry: &IndexEntry) -> Result<bool> {
@@ -676,6 +843,9 @@ impl Shared {
             .is_some())
     }
 
+    /// Ends a write (steps 5 and 6). Nothing here can fail: the wrap event, the one step
+    /// that needs the log, was appended by `write_start`. (AllLog's unlock is an event,
+    /// and can.)
     pub(super) fn write_end(&self, state: WriteState, c: &ThreadCounters) -> Result<()> {
         if self.all_log {
             return self.write_end_all_log(state, c);
@@ -687,31 +857,26 @@ impl Shared {
             c.add(Counter::LinesWrittenBack, Self::lines(state.len));
         }
         self.memory.fence();
-        // 6. Counter even again; a wrap-around goes through the log first, so that no
-        //    host trusts lines cached under the counter's previous use of this value.
-        let next = state.counter_before + 2;
-        let wrapped = next > records.counter_mask();
-        let next = next & records.counter_mask();
-        if wrapped && !mutants::skipped(Step::WrapEvent) {
-            let key = self.replica.index.read().key_of(state.handle);
-            self.submit(&Event::Wrap { key: &key })?;
-            c.add(Counter::Wraps, 1);
-        }
+        self.chaos.point(Point::WriteBeforeUnlock);
+        // 6. Counter even again (its wrap event, if it wraps, is in the log already).
+        let next = (state.counter_before + 2) & records.counter_mask();
         // Our cached lines are this version's; set the host counter while still holding
         // the lock (after the unlock the handle could be reused by a delete).
         self.replica
             .index
             .read()
             .set_host_counter(state.handle, Some(next));
-        records.store(
-            state.record,
-            RecordWord {
-                in_use: true,
-                locked: false,
-                counter: next,
-            },
-        );
-        c.add(Counter::ScrAtomics, 1);
+        let locked = RecordWord {
+            in_use: true,
+            locked: true,
+            counter: state.counter_before + 1,
+        };
+        let unlocked = RecordWord {
+            in_use: true,
+            locked: false,
+            counter: next,
+        };
+        self.unlock_record(state.record, locked, unlocked, c);
         c.add(Counter::Writes, 1);
         Ok(())
     }
@@ -719,8 +884,11 @@ impl Shared {
     /// Allocates a record for `key` through the log. Returns the record to write with
     /// when a mutant skips using the winner's; normally `None`: look the key up again.
     fn allocate_record(&self, key: &[u8], c: &ThreadCounters) -> Result<Option<u32>> {
-        let record = self.claim_record(c)?;
-        match self.submit(&Event::RecordAlloc { key, record })? {
+        let (record, claimed) = self.claim_record(c)?;
+        self.chaos.point(Point::AllocAfterClaim);
+        // A refused alloc frees the record; one whose outcome we miss keeps it if it won.
+        let settle = Settle::Claimed { record, claimed };
+        match self.submit_settled(&Event::RecordAlloc { key, record }, settle)? {
             Outcome::RecordAllocated => {
                 c.add(Counter::RecordAllocs, 1);
                 Ok(None)
@@ -730,19 +898,22 @@ impl Shared {
                 if mutants::skipped(Step::AllocLoserUsesWinnersRecord) {
                     return Ok(Some(record));
                 }
-                self.free_record(record, c);
+                c.add(Counter::ScrAtomics, 1);
+                self.free_claimed(record, claimed);
                 Ok(None)
             }
             _ => {
-                self.free_record(record, c);
+                c.add(Counter::ScrAtomics, 1);
+                self.free_claimed(record, claimed);
                 Err(Error::UnknownKey)
             }
         }
     }
 
     /// Claims a free record (random probes, then a scan from a random start); when none
-    /// is free, deallocates another object's record first (churn).
-    fn claim_record(&self, c: &ThreadCounters) -> Result<u32> {
+    /// is free, deallocates another object's record first (churn). Returns the record and
+    /// its claimed word.
+    fn claim_record(&self, c: &ThreadCounters) -> Result<(u32, RecordWord)> {
         let records = Records::new(&self.pod);
         let count = records.count();
         let mut rng = c.random_seed();
@@ -771,7 +942,7 @@ impl Shared {
                         if churned {
                             c.add(Counter::Churn, 1);
                         }
-                        return Ok(record);
+                        return Ok((record, claimed));
                     }
                 }
             }
@@ -822,34 +993,48 @@ impl Shared {
         if !word.in_use || (lock && word.locked) {
             return Ok(false);
         }
+        let locked = RecordWord {
+            locked: lock,
+            ..word
+        };
         if lock {
-            let locked = RecordWord {
-                locked: true,
-                ..word
-            };
             c.add(Counter::ScrAtomics, 1);
             if records.compare_exchange(record, word, locked).is_err() {
                 return Ok(false);
             }
         }
-        if !self.release_allowed(key, record, ReleaseReason::MakeReadShared) {
-            if lock {
-                records.store(record, word);
-                c.add(Counter::ScrAtomics, 1);
+        self.chaos.point(Point::ReleaseAfterLock);
+        // From here on the record is ours: every way out frees or restores it.
+        match self.release_allowed(key, record, ReleaseReason::MakeReadShared) {
+            Ok(true) => {}
+            Ok(false) => {
+                if lock {
+                    self.unlock_record(record, locked, word, c);
+                }
+                return Ok(false);
             }
-            return Ok(false);
+            Err(panic) => {
+                if lock {
+                    self.unlock_record(record, locked, word, c);
+                }
+                std::panic::resume_unwind(panic);
+            }
         }
-        match self.submit(&Event::RecordDealloc { key, record })? {
+        let settle = if lock {
+            self.settle_locked(record, locked, word)
+        } else {
+            Settle::Nothing
+        };
+        match self.submit_settled(&Event::RecordDealloc { key, record }, settle)? {
             Outcome::RecordDeallocated => {
-                self.free_record(record, c);
+                self.free_released(record, locked, c);
                 c.add(Counter::RecordDeallocs, 1);
                 Ok(true)
             }
             _ => {
                 // The object lost the record, or is gone, in the meantime: put it back.
                 if lock {
-                    records.store(record, word);
-                    c.add(Counter::ScrAtomics, 1);
+                    self.unlock_record(record, locked, word, c);
                 }
                 Ok(false)
             }
@@ -857,39 +1042,50 @@ impl Shared {
     }
 
     /// Asks the host's release hook, if it has one, whether `key` may lose `record` now
-    /// (the caller holds the record's lock, or a mutant skipped it).
-    fn release_allowed(&self, key: &[u8], record: u32, reason: ReleaseReason) -> bool {
+    /// (the caller holds the record's lock, or a mutant skipped it). `Err` carries a panic
+    /// of the hook, for the caller to resume once it has restored the record.
+    fn release_allowed(
+        &self,
+        key: &[u8],
+        record: u32,
+        reason: ReleaseReason,
+    ) -> std::thread::Result<bool> {
         let Some(hook) = &self.options.release_hook else {
-            return true;
+            return Ok(true);
         };
         let Some(entry) = self.replica.index.read().lookup(key) else {
             // Gone already: the event we are about to append will find nothing.
-            return true;
+            return Ok(true);
         };
         let (offset, len) = self.place(&entry);
-        (hook.0)(&Releasing {
+        let releasing = Releasing {
             shared: self,
             key,
             record,
             offset,
             len,
             reason,
-        })
+        };
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (hook.0)(&releasing)))
     }
 
-    /// Marks `record` free (its counter kept) and counts it out.
-    fn free_record(&self, record: u32, c: &ThreadCounters) {
+    /// Frees `record`, whose dealloc or delete won in the log, by a CAS from `held` (the
+    /// word our lock put there): no host can have changed a record we hold locked.
+    fn free_released(&self, record: u32, held: RecordWord, c: &ThreadCounters) {
+        self.chaos.point(Point::ReleaseBeforeFree);
         let records = Records::new(&self.pod);
-        let word = records.load(record);
-        records.store(
-            record,
-            RecordWord {
-                in_use: false,
-                locked: false,
-                counter: word.counter & !1,
-            },
-        );
-        c.add(Counter::ScrAtomics, 2);
+        let free = RecordWord {
+            in_use: false,
+            locked: false,
+            counter: held.counter & !1,
+        };
+        c.add(Counter::ScrAtomics, 1);
+        if held.locked {
+            self.unlock_record(record, held, free, c);
+        } else {
+            // A mutant skipped the lock: free whatever the word holds (the defect it shows).
+            records.store(record, free);
+        }
         self.records_in_use().fetch_sub(1, Ordering::Relaxed);
     }
 
@@ -928,64 +1124,94 @@ impl Shared {
                 self.bring_back_counted(owner, key, &mut brought_back, c)?;
                 continue;
             }
-            let mut locked_word = None;
-            if let (Some(record), false) = (entry.record, mutants::skipped(Step::LockBeforeDelete))
-            {
+            // The record whose lock we hold: (record, its word locked, its word before).
+            let mut held = None;
+            if let Some(record) = entry.record {
                 let word = records.load(record);
                 c.add(Counter::ScrAtomics, 1);
-                if !word.in_use || word.locked {
-                    let backoff =
-                        backoff.get_or_insert_with(|| Backoff::new(self.options.wait_limit));
-                    if !backoff.snooze() {
-                        return Err(Error::RecordBusy {
-                            record,
-                            waited_ms: backoff.waited().as_millis() as u64,
-                        });
+                if mutants::skipped(Step::LockBeforeDelete) {
+                    held = Some((record, word, word));
+                } else {
+                    if !word.in_use || word.locked {
+                        let backoff =
+                            backoff.get_or_insert_with(|| Backoff::new(self.options.wait_limit));
+                        if !backoff.snooze() {
+                            return Err(Error::RecordBusy {
+                                record,
+                                waited_ms: backoff.waited().as_millis() as u64,
+                            });
+                        }
+                        continue;
                     }
-                    continue;
+                    let locked = RecordWord {
+                        locked: true,
+                        ..word
+                    };
+                    c.add(Counter::ScrAtomics, 1);
+                    if records.compare_exchange(record, word, locked).is_err() {
+                        continue;
+                    }
+                    self.chaos.point(Point::ReleaseAfterLock);
+                    // From here on the record is ours: every way out frees or restores it.
+                    match self.unchanged_since(&entry) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            self.unlock_record(record, locked, word, c);
+                            continue;
+                        }
+                        Err(error) => {
+                            self.restore_on_error(record, locked, word, c);
+                            return Err(error);
+                        }
+                    }
+                    match self.release_allowed(key, record, ReleaseReason::Delete) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            self.unlock_record(record, locked, word, c);
+                            return Err(Error::ReleaseRefused { record });
+                        }
+                        Err(panic) => {
+                            self.unlock_record(record, locked, word, c);
+                            std::panic::resume_unwind(panic);
+                        }
+                    }
+                    held = Some((record, locked, word));
                 }
-                let locked = RecordWord {
-                    locked: true,
-                    ..word
-                };
-                c.add(Counter::ScrAtomics, 1);
-                if records.compare_exchange(record, word, locked).is_err() {
-                    continue;
-                }
-                if !self.unchanged_since(&entry)? {
-                    records.store(record, word);
-                    continue;
-                }
-                if !self.release_allowed(key, record, ReleaseReason::Delete) {
-                    records.store(record, word);
-                    return Err(Error::ReleaseRefused { record });
-                }
-                locked_word = Some((record, word));
             }
             // The record whose lock we hold (none for a read-shared object): the delete
             // wins in the log only if the object still has exactly that one.
             let expected = entry.record.unwrap_or(NO_RECORD);
-            let outcome = self.submit(&Event::Delete {
-                key,
-                record: expected,
-            })?;
+            let settle = match held {
+                Some((record, locked, word)) if locked.locked => {
+                    self.settle_locked(record, locked, word)
+                }
+                _ => Settle::Nothing,
+            };
+            let outcome = self.submit_settled(
+                &Event::Delete {
+                    key,
+                    record: expected,
+                },
+                settle,
+            )?;
             match outcome {
                 Outcome::Deleted { record, .. } => {
                     if let Some(record) = record {
-                        self.free_record(record, c);
+                        let locked = held.map_or_else(|| records.load(record), |(_, l, _)| l);
+                        self.free_released(record, locked, c);
                     }
                     c.add(Counter::Deletes, 1);
                     return Ok(());
                 }
                 Outcome::DeleteLost => {
-                    if let Some((record, word)) = locked_word {
-                        records.store(record, word);
+                    if let Some((record, locked, word)) = held.filter(|(_, l, _)| l.locked) {
+                        self.unlock_record(record, locked, word, c);
                     }
                     continue;
                 }
                 _ => {
-                    if let Some((record, word)) = locked_word {
-                        records.store(record, word);
+                    if let Some((record, locked, word)) = held.filter(|(_, l, _)| l.locked) {
+                        self.unlock_record(record, locked, word, c);
                     }
                     return Err(Error::UnknownKey);
                 }

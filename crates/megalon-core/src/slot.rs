@@ -36,6 +36,17 @@ pub(crate) struct SlotPool {
 }
 
 impl SlotPool {
+    /// Moves every slot of `other` into this pool.
+    pub(crate) fn append(&mut self, other: SlotPool) {
+        self.ranges.extend(other.ranges);
+        self.singles.extend(other.singles);
+    }
+
+    /// Whether the pool holds no slot.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ranges.is_empty() && self.singles.is_empty()
+    }
+
     /// Takes a free slot.
     pub(crate) fn pop(&mut self) -> Option<u64> {
         if let Some(slot) = self.singles.pop() {

@@ -5,6 +5,14 @@
 //! `megalon-workload`'s checker. The same stress runs on pods with AllLog coherence
 //! (locks and counters through the log), so the protocol mutants cover that path too.
 //!
+//! After the run, with every host quiet, the stress checks what a history cannot show: no
+//! record is left locked, the records in use are exactly those the index names, and every
+//! object reads whole on every host.
+//!
+//! With the `chaos` feature and `chaos` on, every host's threads are preempted at the
+//! protocol's points at a seeded rate, log appends fail at a seeded rate (refused, or left
+//! unconfirmed), and wait limits are short: the error paths run as often as the others.
+//!
 //! `stress_short` runs in `cargo test` (and so in every run of `cargo xtask mutants`).
 //! `stress_from_env` is the long form behind `cargo xtask stress`, which sets its
 //! parameters through `MEGALON_STRESS_*` variables and prints one final line:
@@ -38,6 +46,15 @@ struct Stress {
     partition_after: u32,
     /// Local copies: reads from a host before it keeps a copy (0: off).
     copy_after: u32,
+    /// Bytes of every key (over 32, a log entry spans two lines).
+    key_bytes: usize,
+    /// The simulated caches evict a random line once in this many accesses (0: never).
+    eviction_one_in: u64,
+    /// Only reads and writes (puts), no creates or deletes: records live long and
+    /// counters wrap.
+    reads_and_writes_only: bool,
+    /// Schedule chaos and injected faults (needs the `chaos` feature).
+    chaos: bool,
 }
 
 impl Default for Stress {
@@ -55,6 +72,10 @@ impl Default for Stress {
             coherence: Coherence::Split,
             partition_after: 0,
             copy_after: 0,
+            key_bytes: 16,
+            eviction_one_in: 64,
+            reads_and_writes_only: false,
+            chaos: false,
         }
     }
 }
@@ -98,8 +119,10 @@ impl Zipf {
     }
 }
 
-fn key(i: u64) -> Vec<u8> {
-    format!("stress-key-{i:06}").into_bytes()
+fn key(i: u64, key_bytes: usize) -> Vec<u8> {
+    let mut key = format!("stress-key-{i:06}").into_bytes();
+    key.resize(key_bytes.max(key.len()), b'.');
+    key
 }
 
 /// What a failed call tells the checker: no effect for certain, or perhaps one.
@@ -108,28 +131,47 @@ fn unknown_or_failed(error: &Error) -> Outcome {
         Error::KeyTooLarge { .. }
         | Error::ValueTooLarge { .. }
         | Error::RetriesExhausted { .. } => Outcome::Failed,
+        // Chaos refused an append: nothing of it reached the log, and every append before
+        // it in the same call changed no value (a lost delete, a slot claim, a move).
+        Error::InjectedFault { fault } if *fault == "append refused" => Outcome::Failed,
         _ => Outcome::Unknown,
     }
 }
 
+/// A put that failed: where.
+enum PutError {
+    /// The write failed before its first byte (split coherence: `write_start` is the
+    /// only fallible step of a write, and a failed one restores the object).
+    Write,
+    /// The write failed with AllLog coherence: its unlock event may have been refused,
+    /// and the pump appends it later, which makes the write visible then.
+    WriteUnlock,
+    /// The create failed.
+    Create(Error),
+}
+
 /// Put: write the object if it exists, else create it; a create that finds it made by
 /// someone else meanwhile starts over. Each attempt is atomic, so this is a put.
-fn put(host: &Host, key: &[u8], bytes: &[u8]) -> Result<(), Error> {
+fn put(host: &Host, key: &[u8], bytes: &[u8], split: bool) -> Result<(), PutError> {
     loop {
         match host.write(key, bytes) {
             Ok(_) => return Ok(()),
             Err(Error::UnknownKey) => match host.create(key, bytes) {
                 Ok(()) => return Ok(()),
                 Err(Error::ObjectExists) => continue,
-                Err(e) => return Err(e),
+                Err(e) => return Err(PutError::Create(e)),
             },
-            Err(e) => return Err(e),
+            Err(_) if split => return Err(PutError::Write),
+            Err(_) => return Err(PutError::WriteUnlock),
         }
     }
 }
 
 struct Report {
     history: History,
+    /// Calls whose effect is unknown (a subset of `errors`).
+    unknown: u64,
+    after: After,
     errors: u64,
     churn: u64,
     wraps: u64,
@@ -160,7 +202,7 @@ fn run(stress: &Stress) -> Report {
         .local_copies(stress.copy_after)
         .lnr_bytes(4 << 20)
         .slot_size_bytes(SLOT_BYTES)
-        .max_key_bytes(32)
+        .max_key_bytes(stress.key_bytes.max(32) as u32)
         .log_capacity_entries(1024)
         .record_width_bits(stress.record_bits)
         .max_hosts(POD_MAX_HOSTS)
@@ -171,8 +213,12 @@ fn run(stress: &Stress) -> Report {
             let memory = if stress.simulated {
                 MemoryKind::Simulated(SimulatedConfig {
                     seed: stress.seed.wrapping_mul(31).wrapping_add(u64::from(h)),
-                    capacity_lines: 1024,
-                    random_eviction_one_in: 64,
+                    capacity_lines: if stress.eviction_one_in == 0 {
+                        8192
+                    } else {
+                        1024
+                    },
+                    random_eviction_one_in: stress.eviction_one_in,
                 })
             } else {
                 MemoryKind::Hardware
@@ -188,18 +234,21 @@ fn run(stress: &Stress) -> Report {
                 .memory(memory)
                 .record_watermark(watermark)
                 .wait_limit(Duration::from_secs(5));
+            let options = with_chaos(options, stress, h);
             Host::join(&pod, Join::As(h), options).expect("join")
         })
         .collect();
     let clock = Clock::counter();
+    let split = stress.coherence == Coherence::Split;
     let zipf = Zipf::new(stress.keys, stress.zipf);
     let deadline = Instant::now() + Duration::from_secs_f64(stress.seconds);
     let errors = std::sync::atomic::AtomicU64::new(0);
+    let unknown = std::sync::atomic::AtomicU64::new(0);
     let logs = std::thread::scope(|scope| {
         let mut workers = Vec::new();
         for (h, host) in hosts.iter().enumerate() {
             for t in 0..stress.threads {
-                let (clock, zipf, errors) = (clock.clone(), &zipf, &errors);
+                let (clock, zipf, errors, unknown) = (clock.clone(), &zipf, &errors, &unknown);
                 let seed = stress.seed
                     ^ (((h as u64) << 32) | u64::from(t)).wrapping_mul(0x2545_f491_4f6c_dd1d);
                 workers.push(scope.spawn(move || {
@@ -209,8 +258,13 @@ fn run(stress: &Stress) -> Report {
                     let mut buf = vec![0u8; SLOT_BYTES as usize];
                     let mut sequence = 0u64;
                     while Instant::now() < deadline {
-                        let key = key(zipf.sample(&mut rng));
-                        let choice = next(&mut rng) % 100;
+                        let key = key(zipf.sample(&mut rng), stress.key_bytes);
+                        let choice = next(&mut rng)
+                            % if stress.reads_and_writes_only {
+                                80
+                            } else {
+                                100
+                            };
                         let mut value = || {
                             sequence += 1;
                             let value = Value::new(writer, sequence);
@@ -235,9 +289,11 @@ fn run(stress: &Stress) -> Report {
                                 Err(Error::UnknownKey) => Outcome::Absent,
                                 Err(e) => unknown_or_failed(&e),
                             },
-                            (Call::Put(_), Some(bytes)) => match put(host, &key, &bytes) {
+                            (Call::Put(_), Some(bytes)) => match put(host, &key, &bytes, split) {
                                 Ok(()) => Outcome::Ok,
-                                Err(e) => unknown_or_failed(&e),
+                                Err(PutError::Write) => Outcome::Failed,
+                                Err(PutError::WriteUnlock) => Outcome::Unknown,
+                                Err(PutError::Create(e)) => unknown_or_failed(&e),
                             },
                             (Call::Create(_), Some(bytes)) => match host.create(&key, &bytes) {
                                 Ok(()) => Outcome::Created,
@@ -254,6 +310,14 @@ fn run(stress: &Stress) -> Report {
                         if matches!(outcome, Outcome::Unknown | Outcome::Failed) {
                             errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
+                        let outcome = match outcome {
+                            Outcome::Unknown if effects_settled(host) => Outcome::Uncertain,
+                            Outcome::Unknown => {
+                                unknown.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                Outcome::Unknown
+                            }
+                            known => known,
+                        };
                         recorder.complete(pending, outcome).expect("record");
                     }
                     recorder.finish()
@@ -265,6 +329,7 @@ fn run(stress: &Stress) -> Report {
             .map(|w| w.join().expect("worker"))
             .collect::<Vec<_>>()
     });
+    let after = check_after(&hosts, stress);
     let events = hosts
         .iter()
         .fold(megalon_core::EventCounts::default(), |a, h| a + h.events());
@@ -275,7 +340,9 @@ fn run(stress: &Stress) -> Report {
         .sum();
     Report {
         history: History::merge(logs).expect("histories merge"),
+        after,
         errors: errors.into_inner(),
+        unknown: unknown.into_inner(),
         churn: events.churn,
         wraps: events.wraps,
         retries: events.read_retries(),
@@ -283,6 +350,156 @@ fn run(stress: &Stress) -> Report {
         stale_lines_served,
         events,
     }
+}
+
+/// How often chaos preempts a thread at a point, and how often appends fail: refused
+/// appends are frequent; unconfirmed ones rarer, as each leaves its call's outcome unknown
+/// to the checker, whose search grows with unknown calls in flight on one key.
+#[cfg(feature = "chaos")]
+const CHAOS_PREEMPT_ONE_IN: u32 = 16;
+#[cfg(feature = "chaos")]
+const CHAOS_REFUSE_ONE_IN: u32 = 400;
+#[cfg(feature = "chaos")]
+const CHAOS_UNCONFIRM_ONE_IN: u32 = 3000;
+/// The short wait limit under chaos (a wait that runs out is an error path too).
+#[cfg(feature = "chaos")]
+const CHAOS_WAIT_LIMIT: Duration = Duration::from_millis(100);
+
+/// After a call that failed in a way that may hide an effect: waits (bounded) until the
+/// host has applied every log entry appended so far (the call's own among them, with
+/// `ctail` over them) and has no settle or deferred work left (an AllLog unlock the pump
+/// appends later). Any effect of the call has then happened, and the call is recorded as
+/// uncertain (it took effect before returning, or never) instead of unknown.
+fn effects_settled(host: &Host) -> bool {
+    let tail = host.log_cursors().2;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let settled = host
+            .inspect()
+            .settle_pending()
+            .is_ok_and(|pending| pending == 0);
+        if settled && host.applied_position() >= tail {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    false
+}
+
+#[cfg(feature = "chaos")]
+fn with_chaos(options: HostOptions, stress: &Stress, host: u32) -> HostOptions {
+    if !stress.chaos {
+        return options;
+    }
+    let seed = stress.seed ^ (u64::from(host) << 48);
+    let config = megalon_core::chaos::ChaosConfig::preemptions(seed, CHAOS_PREEMPT_ONE_IN)
+        .faults(CHAOS_REFUSE_ONE_IN, CHAOS_UNCONFIRM_ONE_IN);
+    options.chaos(config).wait_limit(CHAOS_WAIT_LIMIT)
+}
+
+#[cfg(not(feature = "chaos"))]
+fn with_chaos(options: HostOptions, stress: &Stress, _host: u32) -> HostOptions {
+    assert!(
+        !stress.chaos,
+        "chaos needs the `chaos` feature (cargo xtask stress --chaos builds with it)"
+    );
+    options
+}
+
+/// What the run left behind, checked with every host quiet.
+#[derive(Debug, Default)]
+struct After {
+    /// Records whose word says locked.
+    locked: usize,
+    /// Records in use that no index entry names.
+    leaked: usize,
+    /// Records an index entry names whose word says free.
+    missing: usize,
+    /// Objects read whole on every host.
+    objects: usize,
+    /// Objects whose bytes did not decode on some host.
+    torn: usize,
+    /// Errors the hosts' pumps met in the background.
+    background_errors: u64,
+    /// What chaos did (preemptions, refused appends, unconfirmed appends).
+    chaos: (u64, u64, u64),
+}
+
+/// Waits until no host has settles or deferred work pending, every replica covers the
+/// log, and the log and the records stay the same for a while (host 0's reclaimer works in
+/// the background until records are under its watermark), then checks the records and
+/// reads every object on every host.
+fn check_after(hosts: &[Host], stress: &Stress) -> After {
+    let mut after = After::default();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = None;
+    let mut quiet_rounds = 0;
+    while quiet_rounds < 5 {
+        let mut pending = 0;
+        for host in hosts {
+            pending += host.inspect().settle_pending().unwrap_or(1);
+        }
+        let tail = hosts[0].log_cursors().2;
+        let behind = hosts.iter().any(|h| h.applied_position() < tail);
+        let now = Some((tail, hosts[0].inspect().record_census()));
+        if pending == 0 && !behind && now == last {
+            quiet_rounds += 1;
+        } else {
+            quiet_rounds = 0;
+        }
+        last = now;
+        assert!(
+            Instant::now() < deadline,
+            "the hosts did not quiesce: {pending} settles pending"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let census = hosts[0].inspect().record_census();
+    let mut named: Vec<u32> = hosts[0]
+        .replica_snapshot()
+        .iter()
+        .filter_map(|(_, entry)| entry.record)
+        .collect();
+    named.sort_unstable();
+    after.locked = census.locked.len();
+    after.leaked = census
+        .in_use
+        .iter()
+        .filter(|r| named.binary_search(r).is_err())
+        .count();
+    after.missing = named
+        .iter()
+        .filter(|r| census.in_use.binary_search(r).is_err())
+        .count();
+    let keys: Vec<Vec<u8>> = hosts[0]
+        .replica_snapshot()
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect();
+    let mut buf = vec![0u8; SLOT_BYTES as usize];
+    for key in &keys {
+        let mut whole = true;
+        for host in hosts {
+            match host.read(key, &mut buf) {
+                Ok(_) => whole &= Value::decode(&buf).is_ok(),
+                Err(error) => panic!("reading {key:?} after the run: {error}"),
+            }
+        }
+        after.objects += 1;
+        after.torn += usize::from(!whole);
+    }
+    for host in hosts {
+        after.background_errors += host.inspect().background_errors().count;
+        #[cfg(feature = "chaos")]
+        {
+            let counts = host.inspect().chaos_counts();
+            after.chaos.0 += counts.preemptions;
+            after.chaos.1 += counts.refused;
+            after.chaos.2 += counts.unconfirmed;
+        }
+    }
+    let _ = stress;
+    after
 }
 
 /// Runs and checks; `Err` holds the violation, described with the seed.
@@ -309,11 +526,29 @@ fn run_and_check(stress: &Stress) -> Result<String, String> {
             "copies were made, read and invalidated: {e:?}"
         );
     }
+    let a = &report.after;
+    let left_behind = format!(
+        "records locked after the run: {}, leaked: {}, named but free: {}, objects read whole on every host: {} of {}",
+        a.locked,
+        a.leaked,
+        a.missing,
+        a.objects - a.torn,
+        a.objects
+    );
+    let chaos = if stress.chaos {
+        format!(
+            ", chaos: {} preemptions, {} appends refused, {} unconfirmed, {} background errors",
+            a.chaos.0, a.chaos.1, a.chaos.2, a.background_errors
+        )
+    } else {
+        String::new()
+    };
     let details = format!(
-        "({} coherence, seed {}, {} errors, {} churn, {} wraps, {} lock events, {} read retries, {} stale lines served by the simulated caches, {} moves to a host, {} move-backs, {} rpcs, {} copies made, {} copy reads, {} copies invalidated)",
+        "({} coherence, seed {}, {} errors ({} of unknown effect), {} churn, {} wraps, {} lock events, {} read retries, {} stale lines served by the simulated caches, {} moves to a host, {} move-backs, {} rpcs, {} copies made, {} copy reads, {} copies invalidated)",
         stress.coherence.name(),
         stress.seed,
         report.errors,
+        report.unknown,
         report.churn,
         report.wraps,
         report.lock_events,
@@ -326,6 +561,13 @@ fn run_and_check(stress: &Stress) -> Result<String, String> {
         e.copy_reads,
         e.copies_invalidated,
     );
+    let details = format!("{left_behind}{chaos} {details}");
+    if a.locked > 0 || a.leaked > 0 || a.missing > 0 || a.torn > 0 {
+        return Err(format!(
+            "NOT clean after {operations} operations from {} hosts, reproduce with --seed {}: {details}",
+            stress.hosts, stress.seed
+        ));
+    }
     match check(&report.history) {
         Ok(summary) => Ok(format!(
             "checked {} operations from {} hosts: linearizable {details}",
@@ -336,6 +578,34 @@ fn run_and_check(stress: &Stress) -> Result<String, String> {
             // neighbourhood of the key helps to see what happened.
             let mut neighbourhood = String::new();
             if let Some(violation) = error.violation() {
+                if let Outcome::Found(read) = violation.failing_operation().outcome {
+                    neighbourhood.push_str("\nevery call that carried the value read:");
+                    for op in report.history.operations() {
+                        if matches!(op.call, Call::Put(v) | Call::Create(v) if v == read) {
+                            neighbourhood.push_str(&format!(
+                                "\n   [{:>8}, {:>8}] {} on {:?}: {} -> {}",
+                                op.invoked_at,
+                                op.returned_at.map_or("-".into(), |t| t.to_string()),
+                                op.process,
+                                String::from_utf8_lossy(report.history.key(op.key)),
+                                op.call,
+                                op.outcome
+                            ));
+                        }
+                    }
+                }
+                neighbourhood.push_str("\nthe operations that show it:");
+                for op in violation.operations.iter().take(40) {
+                    neighbourhood.push_str(&format!(
+                        "\n   [{:>8}, {:>8}] {} on {:?}: {} -> {}",
+                        op.invoked_at,
+                        op.returned_at.map_or("-".into(), |t| t.to_string()),
+                        op.process,
+                        String::from_utf8_lossy(report.history.key(op.key)),
+                        op.call,
+                        op.outcome
+                    ));
+                }
                 let failing = violation.failing_operation();
                 let from = failing.invoked_at.saturating_sub(400);
                 for op in report.history.operations() {
@@ -478,6 +748,62 @@ fn stress_short_with_local_partitions_and_copies() {
     assert_linearizable(&stress);
 }
 
+#[test]
+fn stress_short_with_keys_over_32_bytes() {
+    // Every log entry spans two lines: an entry whose lines are not all written back
+    // before it is published shows.
+    let stress = Stress {
+        seconds: 1.5,
+        key_bytes: 48,
+        ..Stress::default()
+    };
+    assert_linearizable(&stress);
+}
+
+#[test]
+fn stress_short_with_few_keys_little_eviction_reads_and_writes() {
+    // Stale lines stay cached (the simulated caches hardly evict), records live long
+    // (no creates or deletes, no background reclaim) and 8-bit counters wrap often: a
+    // missing wrap event or invalidation shows instead of being hidden by eviction.
+    let stress = Stress {
+        seconds: 1.5,
+        keys: 16,
+        zipf: 0.5,
+        eviction_one_in: 0,
+        reads_and_writes_only: true,
+        reclaim_watermark: 1.0,
+        ..Stress::default()
+    };
+    assert_linearizable(&stress);
+}
+
+#[cfg(feature = "chaos")]
+#[test]
+fn stress_short_with_chaos() {
+    let stress = Stress {
+        seconds: 2.0,
+        chaos: true,
+        ..Stress::default()
+    };
+    assert_linearizable(&stress);
+}
+
+#[cfg(feature = "chaos")]
+#[test]
+fn stress_short_with_chaos_on_few_keys_reads_and_writes() {
+    let stress = Stress {
+        seconds: 2.0,
+        keys: 16,
+        zipf: 0.5,
+        eviction_one_in: 0,
+        reads_and_writes_only: true,
+        reclaim_watermark: 1.0,
+        chaos: true,
+        ..Stress::default()
+    };
+    assert_linearizable(&stress);
+}
+
 /// The long form for `cargo xtask stress`: parameters from `MEGALON_STRESS_*`.
 #[test]
 #[ignore = "run by cargo xtask stress"]
@@ -518,6 +844,22 @@ fn stress_from_env() {
     }
     if let Some(v) = var("COPY_AFTER") {
         stress.copy_after = v.parse().expect("MEGALON_STRESS_COPY_AFTER: a number");
+    }
+    if let Some(v) = var("KEYS") {
+        stress.keys = v.parse().expect("MEGALON_STRESS_KEYS: a number");
+    }
+    if let Some(v) = var("KEY_BYTES") {
+        stress.key_bytes = v.parse().expect("MEGALON_STRESS_KEY_BYTES: a number");
+    }
+    if let Some(v) = var("EVICTION_ONE_IN") {
+        stress.eviction_one_in = v.parse().expect("MEGALON_STRESS_EVICTION_ONE_IN: a number");
+    }
+    if var("READS_AND_WRITES").is_some() {
+        stress.reads_and_writes_only = true;
+        stress.reclaim_watermark = 1.0;
+    }
+    if var("CHAOS").is_some() {
+        stress.chaos = true;
     }
     assert!(
         (1..=POD_MAX_HOSTS).contains(&stress.hosts),

@@ -1,0 +1,324 @@
+//! Schedule chaos and injected faults: a way to stretch every window between two protocol
+//! steps, and to make the log refuse appends, so that error paths and rare interleavings
+//! run as often as the common ones.
+//!
+//! The protocol calls [`Chaos::point`] at each of its [`Point`]s (between the numbered
+//! steps of DESIGN section 8, around the log's reserve, publication and replay, around
+//! every record CAS) and asks [`Chaos::fail`] before each log append. Without the `chaos`
+//! feature both are empty inline functions on a zero-sized type: normal builds compile
+//! them to nothing.
+//!
+//! With the feature, two things can act at a point:
+//!
+//! - **Random preemption**, for a host joined with [`HostOptions::chaos`] set: at a seeded
+//!   rate the thread yields, or sleeps a random short time, and log appends fail at a
+//!   seeded rate, before anything is reserved ([`Fault::Refuse`], as a full log would) or
+//!   after the entries are published but before the appender learns their outcome
+//!   ([`Fault::Unconfirmed`], as a stalled replay would). `cargo xtask stress --chaos`
+//!   runs the stress this way.
+//! - **A test's hook**, on the calling thread only ([`with_hook`]): the test runs code
+//!   (another host's operations, say) at exactly that point, and can make the next
+//!   appends of its thread fail ([`fail_next_appends`]). Deterministic tests of a window
+//!   use this.
+//!
+//! [`HostOptions::chaos`]: crate::HostOptions::chaos
+
+/// A place in the protocol where chaos may preempt the thread or a test's hook may run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Point {
+    /// `read_start`, after the tail check, before the lookup.
+    ReadAfterTailCheck,
+    /// `read_start`, after loading the record's counter, before handing out the ticket.
+    ReadAfterCounter,
+    /// Between the caller's copy and `read_end` (the safe read calls).
+    ReadBeforeEnd,
+    /// `read_end`, between its two checks (the record's counter, then the log).
+    ReadEndBetweenChecks,
+    /// `write_start`, between the lookup and the CAS that locks the record.
+    WriteBeforeLock,
+    /// `write_start`, holding the lock, before the event check.
+    WriteAfterLock,
+    /// `write_start`, holding the lock, after the event check (before a wrap event).
+    WriteAfterEventCheck,
+    /// `write_end`, after the write-back, before the unlock.
+    WriteBeforeUnlock,
+    /// An allocation, after claiming a free record, before appending its event.
+    AllocAfterClaim,
+    /// An allocation that lost in the log, before it frees its record.
+    AllocLostBeforeFree,
+    /// A deallocation or delete, holding the record's lock, before its event.
+    ReleaseAfterLock,
+    /// A deallocation or delete whose event won, before it frees the record.
+    ReleaseBeforeFree,
+    /// A create, after its bytes reached memory, before its event.
+    CreateBeforeEvent,
+    /// The log, before the CAS that reserves entries.
+    ReserveBeforeCas,
+    /// An append, after its entries are reserved, before they are written.
+    AppendAfterReserve,
+    /// An append, after its entries are published, before the replay that confirms them.
+    AppendAfterPublish,
+    /// Replay, between two entries (holding the index's write lock).
+    ReplayBetweenEntries,
+    /// Replay, after applying a round of entries, before it advances `ctail`.
+    ReplayBeforeCtail,
+}
+
+/// A failure chaos can inject into a log append.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Fault {
+    /// Refused before anything is reserved: nothing reaches the log (as [`LogFull`] or a
+    /// reserve that timed out).
+    ///
+    /// [`LogFull`]: crate::Error::LogFull
+    Refuse,
+    /// The entries are published, but the appender's wait for their outcome fails (as
+    /// [`ReplayStalled`] would): they take effect later, when replay reaches them.
+    ///
+    /// [`ReplayStalled`]: crate::Error::ReplayStalled
+    Unconfirmed,
+}
+
+impl Fault {
+    /// How the fault is named in errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::Refuse => "append refused",
+            Fault::Unconfirmed => "append unconfirmed",
+        }
+    }
+}
+
+#[cfg(not(feature = "chaos"))]
+pub(crate) use imp::*;
+#[cfg(feature = "chaos")]
+pub use imp::*;
+
+#[cfg(not(feature = "chaos"))]
+mod imp {
+    use super::{Fault, Point};
+
+    /// A host's chaos: nothing, in a build without the `chaos` feature.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub(crate) struct Chaos;
+
+    impl Chaos {
+        #[inline(always)]
+        pub(crate) fn point(&self, _point: Point) {}
+
+        #[inline(always)]
+        pub(crate) fn fail(&self, _fault: Fault) -> bool {
+            false
+        }
+    }
+}
+
+#[cfg(feature = "chaos")]
+mod imp {
+    use std::cell::{Cell, RefCell};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::{Fault, Point};
+
+    /// Random chaos for a host: how often each thread is preempted at a point, for how
+    /// long at most, and how often its log appends fail. Every rate is "one in N" (0:
+    /// never).
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct ChaosConfig {
+        /// Seeds every thread's generator (with the thread's own number).
+        pub seed: u64,
+        /// A point preempts the thread once in this many times.
+        pub preempt_one_in: u32,
+        /// A preemption sleeps up to this long (half of them only yield).
+        pub max_pause_micros: u32,
+        /// An append is refused before reserving once in this many times.
+        pub refuse_append_one_in: u32,
+        /// An append's confirmation fails once in this many times.
+        pub unconfirm_append_one_in: u32,
+    }
+
+    impl ChaosConfig {
+        /// Preemptions at one point in `preempt_one_in`, pauses up to 50 µs, and no faults.
+        pub fn preemptions(seed: u64, preempt_one_in: u32) -> Self {
+            Self {
+                seed,
+                preempt_one_in,
+                max_pause_micros: 50,
+                refuse_append_one_in: 0,
+                unconfirm_append_one_in: 0,
+            }
+        }
+
+        /// Adds faults: appends refused once in `refuse_one_in`, unconfirmed once in
+        /// `unconfirm_one_in`.
+        #[must_use]
+        pub fn faults(mut self, refuse_one_in: u32, unconfirm_one_in: u32) -> Self {
+            self.refuse_append_one_in = refuse_one_in;
+            self.unconfirm_append_one_in = unconfirm_one_in;
+            self
+        }
+    }
+
+    /// What chaos did, summed over the hosts that share one [`ChaosConfig`]'s counts.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct ChaosCounts {
+        /// Points that preempted their thread.
+        pub preemptions: u64,
+        /// Appends refused.
+        pub refused: u64,
+        /// Appends left unconfirmed.
+        pub unconfirmed: u64,
+    }
+
+    /// A host's chaos (a clone of its options' config plus shared counts).
+    #[derive(Clone, Debug, Default)]
+    pub(crate) struct Chaos {
+        config: Option<ChaosConfig>,
+        counts: Arc<Counts>,
+    }
+
+    #[derive(Debug, Default)]
+    struct Counts {
+        preemptions: AtomicU64,
+        refused: AtomicU64,
+        unconfirmed: AtomicU64,
+    }
+
+    /// Numbers threads for their generators' seeds.
+    static THREADS: AtomicU64 = AtomicU64::new(1);
+
+    type Hook = Box<dyn FnMut(Point)>;
+
+    thread_local! {
+        static RANDOM: Cell<u64> = const { Cell::new(0) };
+        static HOOK: RefCell<Option<Hook>> = const { RefCell::new(None) };
+        static FORCED: RefCell<Vec<Fault>> = const { RefCell::new(Vec::new()) };
+    }
+
+    fn next_random(seed: u64) -> u64 {
+        RANDOM.with(|state| {
+            let mut x = state.get();
+            if x == 0 {
+                let thread = THREADS.fetch_add(1, Ordering::Relaxed);
+                x = (seed ^ thread.wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1;
+            }
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            state.set(x);
+            x
+        })
+    }
+
+    fn one_in(seed: u64, n: u32) -> bool {
+        n > 0 && next_random(seed).is_multiple_of(u64::from(n))
+    }
+
+    impl Chaos {
+        pub(crate) fn new(config: Option<ChaosConfig>) -> Self {
+            Self {
+                config,
+                counts: Arc::default(),
+            }
+        }
+
+        /// Runs the calling thread's hook, if it has one (not again from inside it), then,
+        /// if this host has chaos, preempts the thread at its rate.
+        pub(crate) fn point(&self, point: Point) {
+            let hook = HOOK.with(|hook| hook.borrow_mut().take());
+            if let Some(mut hook) = hook {
+                hook(point);
+                HOOK.with(|slot| {
+                    let mut slot = slot.borrow_mut();
+                    if slot.is_none() {
+                        *slot = Some(hook);
+                    }
+                });
+            }
+            let Some(config) = &self.config else {
+                return;
+            };
+            if !one_in(config.seed, config.preempt_one_in) {
+                return;
+            }
+            self.counts.preemptions.fetch_add(1, Ordering::Relaxed);
+            let draw = next_random(config.seed);
+            if draw & 1 == 0 || config.max_pause_micros == 0 {
+                std::thread::yield_now();
+            } else {
+                let micros = (draw >> 1) % u64::from(config.max_pause_micros) + 1;
+                std::thread::sleep(Duration::from_micros(micros));
+            }
+        }
+
+        /// Whether this append fails with `fault`: forced by the calling thread's test, or
+        /// drawn at this host's rate.
+        pub(crate) fn fail(&self, fault: Fault) -> bool {
+            let forced = FORCED.with(|forced| {
+                let mut forced = forced.borrow_mut();
+                match forced.first() {
+                    Some(&first) if first == fault => {
+                        forced.remove(0);
+                        true
+                    }
+                    _ => false,
+                }
+            });
+            let drawn = !forced
+                && self.config.as_ref().is_some_and(|config| {
+                    let rate = match fault {
+                        Fault::Refuse => config.refuse_append_one_in,
+                        Fault::Unconfirmed => config.unconfirm_append_one_in,
+                    };
+                    one_in(config.seed, rate)
+                });
+            if forced || drawn {
+                let count = match fault {
+                    Fault::Refuse => &self.counts.refused,
+                    Fault::Unconfirmed => &self.counts.unconfirmed,
+                };
+                count.fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+            false
+        }
+
+        /// What this host's chaos did.
+        pub(crate) fn counts(&self) -> ChaosCounts {
+            ChaosCounts {
+                preemptions: self.counts.preemptions.load(Ordering::Relaxed),
+                refused: self.counts.refused.load(Ordering::Relaxed),
+                unconfirmed: self.counts.unconfirmed.load(Ordering::Relaxed),
+            }
+        }
+    }
+
+    /// Runs `body` with `hook` called at every [`Point`] the calling thread reaches (not
+    /// from inside the hook itself, so the hook may call any host's API). Other threads
+    /// are not affected.
+    pub fn with_hook<R>(hook: impl FnMut(Point) + 'static, body: impl FnOnce() -> R) -> R {
+        struct Reset;
+        impl Drop for Reset {
+            fn drop(&mut self) {
+                HOOK.with(|hook| *hook.borrow_mut() = None);
+            }
+        }
+        HOOK.with(|slot| *slot.borrow_mut() = Some(Box::new(hook)));
+        let _reset = Reset;
+        body()
+    }
+
+    /// Makes the calling thread's next log appends fail, one `fault` each, in order.
+    pub fn fail_next_appends(faults: &[Fault]) {
+        FORCED.with(|forced| forced.borrow_mut().extend_from_slice(faults));
+    }
+
+    /// Forgets the calling thread's forced faults that did not happen yet.
+    pub fn clear_forced_faults() {
+        FORCED.with(|forced| forced.borrow_mut().clear());
+    }
+}

@@ -1,0 +1,241 @@
+//! The two rules of DESIGN section 8 on their error paths, and the steps that had no test:
+//! a locked record always ends unlocked (a full log, a panicking closure or hook), writes
+//! stay inside their object, a create's bytes reach memory before its event, and a
+//! deallocating host drops its own old lines of the object. On simulated non-coherent
+//! memory unless a test says why not. (Windows that need a preempted thread are in
+//! `tests/windows.rs`, behind the `chaos` feature.)
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use megalon_core::{
+    Backing, Error, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, ReleaseHook,
+    SimulatedConfig,
+};
+
+const SLOT: usize = 256;
+
+fn pod(record_width_bits: u32, log_entries: u64) -> Arc<Pod> {
+    let config = PodConfig::new()
+        .scr_bytes(64 << 10)
+        .lnr_bytes(1 << 20)
+        .slot_size_bytes(SLOT as u64)
+        .max_key_bytes(48)
+        .log_capacity_entries(log_entries)
+        .record_width_bits(record_width_bits)
+        .max_hosts(4);
+    Arc::new(Pod::create(&config, Backing::heap()).expect("pod"))
+}
+
+/// Simulated memory that never evicts at random: a stale line stays until a flush.
+fn sticky(seed: u64) -> MemoryKind {
+    MemoryKind::Simulated(SimulatedConfig {
+        seed,
+        capacity_lines: 4096,
+        random_eviction_one_in: 0,
+    })
+}
+
+fn options(seed: u64) -> HostOptions {
+    HostOptions::new()
+        .memory(sticky(seed))
+        .record_watermark(1.0)
+        .wait_limit(Duration::from_millis(200))
+}
+
+fn value(tag: u8) -> Vec<u8> {
+    (0..SLOT).map(|i| tag.wrapping_add(i as u8)).collect()
+}
+
+fn read(host: &Host, key: &[u8]) -> Vec<u8> {
+    let mut buf = vec![0u8; SLOT];
+    host.read(key, &mut buf).expect("read");
+    buf
+}
+
+#[test]
+fn a_wrap_the_full_log_refuses_leaves_the_record_unlocked() {
+    // 8-bit records wrap every 32 writes; a 16-entry log fills while host 1 lags (no
+    // pump, no operations). The write whose wrap event cannot be appended must fail
+    // cleanly, and once the laggard catches up every host reads and writes the object.
+    let pod = pod(8, 16);
+    let a = Host::join(&pod, Join::As(0), options(1)).unwrap();
+    let lagging = Host::join(&pod, Join::As(1), options(2).pump_interval(None)).unwrap();
+    a.create(b"k", &value(0)).unwrap();
+    // Counter 0 -> 62 in 31 writes (the first allocates the record).
+    for round in 1..=31u8 {
+        a.write(b"k", &value(round)).unwrap();
+    }
+    let mut filler = 0;
+    let full = loop {
+        match a.create(format!("filler-{filler}").as_bytes(), &value(0xee)) {
+            Ok(()) => filler += 1,
+            Err(error) => break error,
+        }
+    };
+    assert!(
+        matches!(
+            full,
+            Error::LogFull {
+                lagging_host: 1,
+                ..
+            }
+        ),
+        "the log fills behind host 1: {full}"
+    );
+    // The 32nd write wraps the counter: its wrap event finds no room.
+    match a.write(b"k", &value(32)) {
+        Err(Error::LogFull {
+            lagging_host: 1, ..
+        }) => {}
+        other => panic!("expected LogFull naming host 1, got {other:?}"),
+    }
+    assert!(
+        a.inspect().record_census().locked.is_empty(),
+        "the refused write left its record locked"
+    );
+    lagging.replay().unwrap();
+    assert_eq!(read(&lagging, b"k"), value(31), "the last complete write");
+    lagging.write(b"k", &value(33)).unwrap();
+    assert_eq!(read(&a, b"k"), value(33));
+    a.write(b"k", &value(34)).unwrap();
+    assert_eq!(read(&lagging, b"k"), value(34));
+    lagging.delete(b"k").unwrap();
+    assert!(matches!(
+        a.read(b"k", &mut [0u8; 8]),
+        Err(Error::UnknownKey)
+    ));
+}
+
+#[test]
+fn an_update_whose_closure_panics_ends_the_write_and_unlocks_the_record() {
+    let pod = pod(32, 256);
+    let a = Host::join(&pod, Join::AnyFree, options(3)).unwrap();
+    let b = Host::join(&pod, Join::AnyFree, options(4)).unwrap();
+    a.create(b"k", &value(0)).unwrap();
+    a.write(b"k", &value(1)).unwrap();
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        a.update(b"k", |bytes| {
+            bytes[..4].copy_from_slice(b"half");
+            panic!("the caller's closure fails midway");
+        })
+    }));
+    assert!(panicked.is_err());
+    assert!(a.inspect().record_census().locked.is_empty());
+    // The object is whole (the write ended with the bytes it had: the closure changed a
+    // private copy, so the old value) and every host writes it again.
+    assert_eq!(read(&b, b"k"), value(1));
+    b.write(b"k", &value(2)).unwrap();
+    assert_eq!(read(&a, b"k"), value(2));
+}
+
+#[test]
+fn a_write_ticket_dropped_by_a_panic_ends_the_write() {
+    let pod = pod(32, 256);
+    let a = Host::join(&pod, Join::AnyFree, options(5)).unwrap();
+    let b = Host::join(&pod, Join::AnyFree, options(6)).unwrap();
+    a.create(b"k", &value(0)).unwrap();
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let ticket = a.write_start(b"k").unwrap();
+        ticket.write(0, &value(7)).unwrap();
+        panic!("the caller fails before write_end");
+    }));
+    assert!(panicked.is_err());
+    assert!(a.inspect().record_census().locked.is_empty());
+    assert_eq!(read(&b, b"k"), value(7), "the written bytes reached memory");
+    b.write(b"k", &value(8)).unwrap();
+}
+
+#[test]
+fn a_panicking_release_hook_leaves_the_record_unlocked() {
+    let pod = pod(32, 256);
+    let hook = ReleaseHook::new(|_| panic!("the hook fails"));
+    let a = Host::join(&pod, Join::AnyFree, options(7).release_hook(hook)).unwrap();
+    let b = Host::join(&pod, Join::AnyFree, options(8)).unwrap();
+    a.create(b"k", &value(0)).unwrap();
+    a.write(b"k", &value(1)).unwrap();
+    for attempt in [
+        &(|| a.make_read_shared(b"k").map(drop)) as &dyn Fn() -> Result<(), Error>,
+        &|| a.delete(b"k"),
+    ] {
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(attempt));
+        assert!(panicked.is_err(), "the hook's panic reaches the caller");
+        assert!(a.inspect().record_census().locked.is_empty());
+        b.write(b"k", &value(2)).unwrap();
+        assert_eq!(read(&a, b"k"), value(2));
+    }
+}
+
+#[test]
+fn ticket_reads_and_writes_stay_inside_the_object() {
+    let pod = pod(32, 256);
+    let a = Host::join(&pod, Join::AnyFree, options(9)).unwrap();
+    let b = Host::join(&pod, Join::AnyFree, options(10)).unwrap();
+    a.create(b"k", &value(1)).unwrap();
+    a.create(b"neighbour", &value(2)).unwrap();
+    let ticket = a.write_start(b"k").unwrap();
+    match ticket.write(0, &[7u8; 600]) {
+        Err(Error::OutsideObject {
+            at: 0,
+            len: 600,
+            object_bytes: SLOT,
+        }) => {}
+        other => panic!("expected OutsideObject, got {other:?}"),
+    }
+    assert!(ticket.write(SLOT - 6, &[9u8; 6]).is_ok());
+    assert!(ticket.write(SLOT - 5, &[9u8; 6]).is_err());
+    assert!(ticket.write(usize::MAX, &[9u8; 2]).is_err(), "no overflow");
+    let mut buf = vec![0u8; SLOT];
+    ticket.read(0, &mut buf).unwrap();
+    assert_eq!(&buf[SLOT - 6..], &[9u8; 6]);
+    assert!(ticket.read(1, &mut buf).is_err());
+    a.write_end(ticket).unwrap();
+    let mut expected = value(1);
+    expected[SLOT - 6..].copy_from_slice(&[9u8; 6]);
+    assert_eq!(read(&b, b"k"), expected);
+    assert_eq!(
+        read(&b, b"neighbour"),
+        value(2),
+        "the next object is untouched"
+    );
+
+    let ticket = b.read_start(b"k").unwrap();
+    let mut long = vec![0u8; SLOT + 1];
+    assert!(matches!(
+        ticket.read(0, &mut long),
+        Err(Error::OutsideObject { .. })
+    ));
+    ticket.read(0, &mut buf).unwrap();
+    assert!(b.read_end(ticket).unwrap());
+    assert_eq!(buf, expected);
+}
+
+#[test]
+fn a_deallocating_host_drops_its_own_old_lines_of_the_object() {
+    // Host a caches version 1; b writes version 2 (a's host counter is now stale, and
+    // nothing tells a yet). a then deallocates the record: read-shared objects are read
+    // with no check, so the replay of a's own dealloc must drop a's old lines.
+    let pod = pod(32, 256);
+    let a = Host::join(&pod, Join::AnyFree, options(11)).unwrap();
+    let b = Host::join(&pod, Join::AnyFree, options(12)).unwrap();
+    a.create(b"k", &value(0)).unwrap();
+    a.write(b"k", &value(1)).unwrap();
+    assert_eq!(read(&a, b"k"), value(1));
+    b.write(b"k", &value(2)).unwrap();
+    assert!(a.make_read_shared(b"k").unwrap());
+    assert_eq!(read(&a, b"k"), value(2), "a served its stale lines");
+}
+
+#[test]
+fn a_created_object_is_read_whole_on_another_host() {
+    // The creator's bytes must be in memory, not only in its cache, before its create
+    // event: another host reads them from memory as soon as it replays the event.
+    let pod = pod(32, 256);
+    let a = Host::join(&pod, Join::AnyFree, options(13)).unwrap();
+    let b = Host::join(&pod, Join::AnyFree, options(14)).unwrap();
+    for i in 0..8u8 {
+        let key = format!("k{i}");
+        a.create(key.as_bytes(), &value(i)).unwrap();
+        assert_eq!(read(&b, key.as_bytes()), value(i), "object {i}");
+    }
+}
