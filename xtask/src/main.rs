@@ -7,8 +7,8 @@
 //!   tour, every figure of the harness (`--quick`), the loom models (short), and the
 //!   protocol mutants.
 //! - `loom`: the loom models of the atomic protocols (`--cfg megalon_loom`).
-//! - `mutants`: for each protocol step, the tests with that one step switched off; every
-//!   step must be caught by some failing test.
+//! - `mutants`: for each protocol step, with that one step switched off, the tests named
+//!   for it (`CATCHERS`) must fail; `--full` runs the whole suite per step instead.
 //! - `figures`: the paper's experiments rerun at a scale that fits the machine (the
 //!   `megalon-figures` binary, built in release): a CSV, SVG charts and summary rows
 //!   per figure; `--quick` runs all of them in a few minutes.
@@ -56,7 +56,8 @@ fn usage() -> ExitCode {
          ci        formatting, clippy -D warnings, tests, bench and example builds, the first\n            \
                    example, loom (short), mutants\n  \
          loom      the loom models [--max-preemptions N] (default 3)\n  \
-                  mutants   the tests once per protocol step switched off; every step must be caught\n  \
+                  mutants   per protocol step switched off, the tests named for it must fail\n            \
+                   [--full: the whole suite per step]\n  \
          figures   the paper's experiments, scaled: CSV, SVG and a summary per figure
             \
                    [--quick] [--scale F] [--only 4,7] [--numa] (--help for all)
@@ -129,11 +130,281 @@ const MUTANT_TEST: &[&str] = &[
     "--no-fail-fast",
 ];
 
-/// Runs the mutant tests with `step` switched off (or none), returning the failing tests.
-fn mutant_run(step: Option<Step>) -> Result<Vec<String>, String> {
+/// For each protocol step, tests (test target, test name) that fail with it switched off,
+/// from a `--full` run (docs/mutants.md lists every test each step fails): `cargo xtask
+/// mutants` runs these for each step, `cargo xtask mutants --full` the whole suite. A
+/// step is caught when one of them fails; the unmutated run checks that all pass.
+const CATCHERS: &[(&str, &[(&str, &str)])] = &[
+    (
+        "log-write-back-before-publish",
+        &[
+            (
+                "log_two_process",
+                "processes_append_concurrently_and_converge_with_simulated_memory",
+            ),
+            ("stress", "stress_short_with_keys_over_32_bytes"),
+        ],
+    ),
+    (
+        "log-invalidate-before-read",
+        &[
+            (
+                "hardening",
+                "a_created_object_is_read_whole_on_another_host",
+            ),
+            (
+                "all_log",
+                "a_reader_overlapping_a_write_in_progress_retries",
+            ),
+        ],
+    ),
+    (
+        "replay-drops-lines",
+        &[
+            (
+                "replica_convergence",
+                "replay_drops_the_lines_of_a_slot_another_host_reused",
+            ),
+            (
+                "hardening",
+                "a_deallocating_host_drops_its_own_old_lines_of_the_object",
+            ),
+        ],
+    ),
+    (
+        "read-tail-check",
+        &[
+            (
+                "objects",
+                "a_reader_in_the_middle_of_a_deleted_object_retries_and_finds_it_gone",
+            ),
+            (
+                "objects",
+                "a_write_on_one_host_is_read_on_another_without_stale_lines",
+            ),
+        ],
+    ),
+    (
+        "pre-read-check",
+        &[
+            (
+                "objects",
+                "a_partial_write_over_stale_lines_keeps_the_other_hosts_bytes",
+            ),
+            (
+                "objects",
+                "a_write_on_one_host_is_read_on_another_without_stale_lines",
+            ),
+        ],
+    ),
+    (
+        "post-read-record-check",
+        &[
+            ("stress", "stress_short"),
+            ("stress", "stress_short_with_a_reclaimer_racing_writers"),
+            (
+                "stress",
+                "stress_short_with_few_keys_little_eviction_reads_and_writes",
+            ),
+        ],
+    ),
+    (
+        "post-read-event-check",
+        &[
+            (
+                "all_log",
+                "a_reader_overlapping_a_write_in_progress_retries",
+            ),
+            (
+                "objects",
+                "a_reader_in_the_middle_of_a_deleted_object_retries_and_finds_it_gone",
+            ),
+        ],
+    ),
+    (
+        "write-event-check-after-lock",
+        &[
+            (
+                "windows",
+                "a_writer_that_locks_a_record_reassigned_since_its_lookup_backs_out",
+            ),
+            (
+                "windows",
+                "a_losing_allocator_frees_its_record_by_cas_under_a_stale_writers_lock",
+            ),
+        ],
+    ),
+    (
+        "writer-invalidates-stale-lines",
+        &[(
+            "objects",
+            "a_partial_write_over_stale_lines_keeps_the_other_hosts_bytes",
+        )],
+    ),
+    (
+        "write-back-before-unlock",
+        &[
+            ("all_log", "a_write_reaches_memory_before_its_unlock"),
+            (
+                "hardening",
+                "a_write_ticket_dropped_by_a_panic_ends_the_write",
+            ),
+        ],
+    ),
+    (
+        "wrap-event",
+        &[
+            (
+                "objects",
+                "eight_bit_records_wrap_through_the_log_and_stay_correct",
+            ),
+            (
+                "stress",
+                "stress_short_with_few_keys_little_eviction_reads_and_writes",
+            ),
+        ],
+    ),
+    (
+        "lock-before-dealloc",
+        &[
+            (
+                "windows",
+                "a_dealloc_or_delete_whose_append_fails_never_leaves_the_record_locked",
+            ),
+            ("stress", "stress_short_with_a_reclaimer_racing_writers"),
+        ],
+    ),
+    (
+        "lock-before-delete",
+        &[
+            (
+                "all_log",
+                "a_write_in_progress_holds_off_writers_readers_and_deleters_by_name",
+            ),
+            ("stress", "stress_short"),
+        ],
+    ),
+    (
+        "alloc-loser-uses-winners-record",
+        &[
+            (
+                "windows",
+                "a_losing_allocator_frees_its_record_by_cas_under_a_stale_writers_lock",
+            ),
+            ("stress", "stress_short"),
+        ],
+    ),
+    (
+        "write-invalidates-copies",
+        &[
+            (
+                "local",
+                "a_copy_is_read_locally_and_a_write_invalidates_it_without_waiting",
+            ),
+            ("stress", "stress_short_with_local_copies"),
+        ],
+    ),
+    (
+        "move-back-writes-back",
+        &[
+            (
+                "local",
+                "an_object_moves_after_n_accesses_and_another_host_brings_it_back",
+            ),
+            (
+                "local",
+                "a_read_shared_object_written_in_dram_is_read_fresh_by_the_host_that_cached_it",
+            ),
+        ],
+    ),
+    (
+        "move-drops-lines",
+        &[
+            (
+                "local",
+                "a_read_shared_object_written_in_dram_is_read_fresh_by_the_host_that_cached_it",
+            ),
+            ("stress", "stress_short_with_local_partitions"),
+        ],
+    ),
+    (
+        "read-end-counter-before-log",
+        &[(
+            "windows",
+            "a_full_counter_cycle_between_the_checks_of_read_end_is_caught",
+        )],
+    ),
+    (
+        "locked-record-restored-on-error",
+        &[
+            (
+                "hardening",
+                "a_wrap_the_full_log_refuses_leaves_the_record_unlocked",
+            ),
+            (
+                "windows",
+                "a_dealloc_or_delete_whose_append_fails_never_leaves_the_record_locked",
+            ),
+        ],
+    ),
+    (
+        "record-free-by-cas",
+        &[(
+            "windows",
+            "a_losing_allocator_frees_its_record_by_cas_under_a_stale_writers_lock",
+        )],
+    ),
+    (
+        "create-writes-back",
+        &[
+            (
+                "hardening",
+                "a_created_object_is_read_whole_on_another_host",
+            ),
+            (
+                "local",
+                "an_object_moves_after_n_accesses_and_another_host_brings_it_back",
+            ),
+        ],
+    ),
+    (
+        "dealloc-drops-authors-lines",
+        &[
+            (
+                "hardening",
+                "a_deallocating_host_drops_its_own_old_lines_of_the_object",
+            ),
+            ("stress", "stress_short"),
+        ],
+    ),
+    (
+        "slots-reused-after-ctail",
+        &[(
+            "windows",
+            "a_deleted_objects_slot_is_not_written_before_ctail_covers_the_delete",
+        )],
+    ),
+];
+
+/// Runs the mutant tests with `step` switched off (or none), returning the failing tests:
+/// all of them, or (`catchers`) only the named tests.
+fn mutant_run(
+    step: Option<Step>,
+    catchers: Option<&[(&str, &str)]>,
+) -> Result<Vec<String>, String> {
     let mut command = cargo_command();
+    command.args(MUTANT_TEST);
+    if let Some(catchers) = catchers {
+        let mut targets: Vec<&str> = catchers.iter().map(|(target, _)| *target).collect();
+        targets.sort_unstable();
+        targets.dedup();
+        for target in targets {
+            command.args(["--test", target]);
+        }
+        command.args(["--", "--exact"]);
+        command.args(catchers.iter().map(|(_, test)| *test));
+    }
     command
-        .args(MUTANT_TEST)
         .env("CARGO_TARGET_DIR", MUTANTS_TARGET_DIR)
         .env_remove("MEGALON_MUTANT")
         .stdout(Stdio::piped())
@@ -161,9 +432,22 @@ fn mutant_run(step: Option<Step>) -> Result<Vec<String>, String> {
     Ok(failed)
 }
 
-fn mutants() -> bool {
+fn mutants(full: bool) -> bool {
     println!("\n==> mutants: building with the switches and running the tests unmutated");
-    match mutant_run(None) {
+    let catchers = |step: Step| {
+        CATCHERS
+            .iter()
+            .find(|(name, _)| *name == step.name())
+            .map(|(_, tests)| *tests)
+    };
+    if let Some(step) = Step::ALL.iter().find(|step| catchers(**step).is_none()) {
+        eprintln!(
+            "mutants: no test is named for step {} (xtask's CATCHERS)",
+            step.name()
+        );
+        return false;
+    }
+    match mutant_run(None, None) {
         Ok(failed) if failed.is_empty() => {}
         Ok(failed) => {
             eprintln!("mutants: the unmutated tests fail: {failed:?}");
@@ -177,7 +461,8 @@ fn mutants() -> bool {
     let (mut caught, mut missed) = (0, 0);
     for &step in Step::ALL {
         let started = Instant::now();
-        match mutant_run(Some(step)) {
+        let named = if full { None } else { catchers(step) };
+        match mutant_run(Some(step), named) {
             Ok(failed) if !failed.is_empty() => {
                 caught += 1;
                 let more = if failed.len() > 1 {
@@ -328,7 +613,7 @@ fn ci() -> ExitCode {
         eprintln!("\nci: failed at the loom models");
         return ExitCode::FAILURE;
     }
-    if !mutants() {
+    if !mutants(false) {
         eprintln!("\nci: failed at the mutants");
         return ExitCode::FAILURE;
     }
@@ -350,7 +635,7 @@ fn main() -> ExitCode {
     let ok = match args.first().map(String::as_str) {
         Some("ci") => return ci(),
         Some("loom") => loom(arg("--max-preemptions").unwrap_or("3")),
-        Some("mutants") => mutants(),
+        Some("mutants") => mutants(args.iter().any(|a| a == "--full")),
         Some("figures") => {
             let mut run = vec!["run", "--release", "-p", "megalon-figures", "--"];
             run.extend(args[1..].iter().map(String::as_str));
