@@ -636,7 +636,11 @@ fn run_and_check(stress: &Stress) -> Result<String, String> {
 fn assert_linearizable(stress: &Stress) {
     match run_and_check(stress) {
         Ok(line) => println!("{line}"),
-        Err(violation) => panic!("{violation}"),
+        Err(violation) => {
+            // On stdout too, where `cargo xtask stress` looks for the verdict.
+            println!("{violation}");
+            panic!("{violation}")
+        }
     }
 }
 
