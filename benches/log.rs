@@ -226,7 +226,7 @@ fn lookup(c: &mut Criterion) {
             plain.insert(key.to_vec(), (n, u32::MAX, n, u32::MAX));
         }
         let keys = shuffled_keys(b"obj:", objects, 0x6c6f_6f6b_7570 ^ objects);
-        assert_eq!(host.replica_len(), objects);
+        assert_eq!(host.inspect().replica_len(), objects);
         println!(
             "lookup setup: {objects} objects created in {:.1} s",
             started.elapsed().as_secs_f64()
@@ -326,7 +326,7 @@ fn append(c: &mut Criterion) {
             group.bench_function(BenchmarkId::new(name, threads), |b| {
                 b.iter_custom(|iters| create_delete(&host, threads, iters, &next_key))
             });
-            let stats = host.stats();
+            let stats = host.inspect().stats();
             println!(
                 "append/{name}/{threads}: {} entries in {} batches: {:.2} entries per batch",
                 stats.entries_appended,
@@ -364,7 +364,7 @@ fn replay(c: &mut Criterion) {
             }
         }
         replayer.replay().expect("replay");
-        assert_eq!(replayer.replica_len(), PRELOADED);
+        assert_eq!(replayer.inspect().replica_len(), PRELOADED);
         let mut next_key = 0u64;
         group.throughput(Throughput::Elements(entries));
         group.bench_function(BenchmarkId::new("entries", entries), |b| {
@@ -378,7 +378,7 @@ fn replay(c: &mut Criterion) {
                         appender.delete(&key).expect("delete");
                     }
                     next_key += entries / 2;
-                    let from = replayer.applied_position();
+                    let from = replayer.inspect().applied_position();
                     let started = Instant::now();
                     let to = replayer.replay().expect("replay");
                     measured += started.elapsed();

@@ -34,7 +34,9 @@ use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion};
-use megalon_core::arch::{self, FlushInstruction, LINE_BYTES};
+use megalon_core::arch::{self, FlushInstruction};
+
+const LINE_BYTES: usize = megalon_core::limits::LINE_BYTES as usize;
 use megalon_core::memory::HardwareMemory;
 use megalon_core::{Backing, Memory, MemoryKind, Pod, PodConfig};
 

@@ -178,7 +178,7 @@ fn setup() -> Setup {
         events.record_allocs, OBJECTS,
         "one record per written object"
     );
-    assert_eq!(host.records_in_use().0, OBJECTS);
+    assert_eq!(host.inspect().records_in_use().0, OBJECTS);
     for key in [&read_shared.keys[0], &read_write.keys[0]] {
         let entry = host.lookup(key).expect("lookup").expect("present");
         println!(
@@ -473,11 +473,10 @@ fn scr_table(setup: &Setup) {
         TABLE_SCR_BYTES >> 20
     );
     for width_bits in RECORD_WIDTHS_BITS {
-        let layout = PodConfig::new()
+        let config = PodConfig::new()
             .scr_bytes(TABLE_SCR_BYTES)
-            .record_width_bits(width_bits)
-            .layout()
-            .expect("a layout");
+            .record_width_bits(width_bits);
+        let layout = megalon_core::Layout::new(&config).expect("a layout");
         let usage = layout.scr_usage();
         assert_eq!(usage.total_bytes(), TABLE_SCR_BYTES);
         println!(

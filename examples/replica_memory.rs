@@ -50,14 +50,15 @@ fn main() -> Result<(), megalon::Error> {
         plain.insert(key.into_bytes(), (n, u32::MAX, n, u32::MAX));
         let len = n + 1;
         if len >= CHECKPOINTS[0] && len % SAMPLE_EVERY == 0 {
-            let per_object = host.replica_heap_bytes() as f64 / host.replica_len() as f64;
+            let per_object =
+                host.inspect().replica_heap_bytes() as f64 / host.inspect().replica_len() as f64;
             if per_object > worst.0 {
                 worst = (per_object, len);
             }
         }
         if CHECKPOINTS.contains(&len) {
-            assert_eq!(host.replica_len(), len);
-            let replica = host.replica_heap_bytes();
+            assert_eq!(host.inspect().replica_len(), len);
+            let replica = host.inspect().replica_heap_bytes();
             let plain_bytes = (plain.allocation_size() + plain.len() * KEY_BYTES) as u64;
             println!(
                 "| {len} | {replica} | {:.1} | {plain_bytes} | {:.1} |",

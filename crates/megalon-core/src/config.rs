@@ -1,32 +1,7 @@
 //! The pod's configuration: every size fixed at creation, with its limits.
 
 use crate::error::{Error, Result};
-use crate::layout::Layout;
-
-/// Bytes in one cache line: slots and log entries are whole numbers of lines.
-pub const LINE_BYTES: u64 = 64;
-/// SCR and LNR sizes are multiples of a page, so every region can be mapped and bound to a
-/// NUMA node on its own. (A line in loom models, whose pods are small heaps of model
-/// atomics.)
-pub const PAGE_BYTES: u64 = if cfg!(megalon_loom) { 64 } else { 4096 };
-/// Most hosts one pod can have: host bitmaps (in the baselines) are one `u64`.
-pub const MAX_HOSTS_LIMIT: u32 = 64;
-/// Longest key a pod can be configured for: keys travel inline in log entries.
-pub const MAX_KEY_BYTES_LIMIT: u32 = 1024;
-/// Largest object slot a pod can be configured for.
-pub const MAX_SLOT_SIZE_BYTES: u64 = 16 << 20;
-/// Fewest log entries a pod can be configured with.
-pub const MIN_LOG_CAPACITY_ENTRIES: u64 = 2;
-/// Bytes of a log entry before its inline key: kind, lengths, slot, record, host, lap.
-pub const LOG_ENTRY_HEADER_BYTES: u64 = 32;
-/// The record widths a pod supports, in bits (2 of them are the free and lock bits).
-pub const RECORD_WIDTHS_BITS: [u32; 3] = [8, 16, 32];
-/// Consecutive accesses from one host after which an object moves to that host's DRAM,
-/// when [`PodConfig::local_partitions`] is turned on without a count of its own.
-pub const DEFAULT_PARTITION_ACCESSES: u32 = 5;
-/// Entries of each host's RPC ring that turning local partitions on sets when the pod has
-/// no rings yet.
-pub const DEFAULT_RPC_RING_ENTRIES: u32 = 16;
+use crate::limits::*;
 
 /// How the hosts of a pod keep objects coherent: a pod-level mode, fixed at creation and
 /// stored in the header, because every host must follow the same protocol.
@@ -74,14 +49,14 @@ impl Coherence {
 /// The sizes of a pod, fixed when it is created; a builder.
 ///
 /// ```
-/// use megalon_core::PodConfig;
+/// use megalon_core::{Layout, PodConfig};
 /// let config = PodConfig::new()
 ///     .scr_bytes(1 << 20)
 ///     .lnr_bytes(64 << 20)
 ///     .slot_size_bytes(1024)
 ///     .record_width_bits(16)
 ///     .max_hosts(4);
-/// let layout = config.layout()?;
+/// let layout = Layout::new(&config)?;
 /// assert!(layout.slot_count > 0);
 /// # Ok::<(), megalon_core::Error>(())
 /// ```
@@ -325,12 +300,6 @@ impl PodConfig {
             }
         }
         Ok(())
-    }
-
-    /// Computes the layout of a pod with this configuration, or the first reason it has
-    /// none.
-    pub fn layout(&self) -> Result<Layout> {
-        Layout::compute(self)
     }
 
     /// The first parameter that differs from `other`, as `(name, self's, other's)`.

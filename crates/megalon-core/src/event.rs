@@ -18,22 +18,18 @@
 //! [`LOG_FORMAT_VERSION`] (stored in the pod header; a pod with another log format is
 //! refused when opened).
 
-use crate::config::LOG_ENTRY_HEADER_BYTES;
 use crate::error::{Error, Result};
-use crate::host::HostId;
+use crate::ids::HostId;
+use crate::limits::*;
+use crate::words::{u32_at, u64_at};
 
-/// Version of the entry format and of the meaning of every kind. Version 2 adds `Lock`
-/// and `Unlock` (pods with [`Coherence::AllLog`](crate::Coherence)); version 3 gives
-/// `MoveToHost` the stamp it expects, makes `MoveToCxl` win only for the holder, and
-/// makes a delete of an object in a host's DRAM lose.
-pub const LOG_FORMAT_VERSION: u32 = 3;
 /// A record id that means "no record".
 pub const NO_RECORD: u32 = u32::MAX;
 /// In a pod with [`Coherence::AllLog`](crate::Coherence), the `record` of a delete whose
 /// appender holds the object's replicated lock (it won a `Lock` event). Never a record
 /// id: ids stay below [`crate::MAX_RECORDS`].
 pub const LOCK_HELD: u32 = u32::MAX - 1;
-const _: () = assert!(crate::layout::MAX_RECORDS <= LOCK_HELD as u64);
+const _: () = assert!(MAX_RECORDS <= LOCK_HELD as u64);
 
 const KIND_AT: usize = 8;
 const HOST_AT: usize = 9;
@@ -181,14 +177,6 @@ impl Kind {
 
 fn put(buf: &mut [u8], at: usize, bytes: &[u8]) {
     buf[at..at + bytes.len()].copy_from_slice(bytes);
-}
-
-fn u64_at(buf: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(buf[at..at + 8].try_into().expect("8"))
-}
-
-fn u32_at(buf: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(buf[at..at + 4].try_into().expect("4"))
 }
 
 impl<'k> Event<'k> {

@@ -9,18 +9,9 @@ use std::path::Path;
 
 use crate::config::{Coherence, PodConfig};
 use crate::error::{Error, Result};
-use crate::event::LOG_FORMAT_VERSION;
-use crate::layout::{Layout, HEADER_REGION_BYTES};
-
-/// First eight bytes of every pod: `"MEGALON\0"` read as a little-endian `u64`.
-pub const MAGIC: u64 = u64::from_le_bytes(*b"MEGALON\0");
-/// Version of the layout and of everything stored in the pod. Bumped whenever any format
-/// in the pod changes; a pod of another version is refused when opened. Version 3 stores
-/// the pod's [`Coherence`] mode where version 2 had a reserved zero word; version 4 adds
-/// local partitions, local copies and the RPC rings (their SCR and LNR regions).
-pub const LAYOUT_VERSION: u32 = 4;
-/// Bytes of the encoded header.
-pub const HEADER_BYTES: usize = 120;
+use crate::layout::Layout;
+use crate::limits::*;
+use crate::words::{u32_at, u64_at};
 
 const _: () = assert!(HEADER_BYTES as u64 <= HEADER_REGION_BYTES);
 
@@ -170,8 +161,8 @@ impl PodHeader {
     /// fields describe a valid layout that agrees with the derived fields. `path` names
     /// the pod in errors. Returns the header and its layout.
     pub fn decode(bytes: &[u8; HEADER_BYTES], path: &Path) -> Result<(PodHeader, Layout)> {
-        let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"));
-        let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4"));
+        let u64_at = |at: usize| u64_at(bytes, at);
+        let u32_at = |at: usize| u32_at(bytes, at);
         let header = PodHeader {
             magic: u64_at(0),
             layout_version: u32_at(8),
@@ -232,7 +223,7 @@ impl PodHeader {
                 found: header.coherence,
             }));
         }
-        let layout = Layout::compute(&header.config()).map_err(invalid)?;
+        let layout = Layout::new(&header.config()).map_err(invalid)?;
         // A header whose checksum matches was written by some build of this version; its
         // derived fields must agree with what this build derives, or the two builds
         // disagree on the layout.

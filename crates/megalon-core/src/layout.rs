@@ -21,25 +21,30 @@
 
 use std::fmt;
 
-use crate::config::{PodConfig, LINE_BYTES, PAGE_BYTES};
+use crate::config::PodConfig;
 use crate::error::{Error, Region, Result};
+use crate::limits::*;
 
-/// Bytes reserved for the header at the start of the pod (one page).
-pub const HEADER_REGION_BYTES: u64 = 4096;
-/// Bytes of one host-table entry (one line).
-pub const HOST_ENTRY_BYTES: u64 = LINE_BYTES;
-/// Bytes of the reclaimer's counters (one line).
-pub const RECLAIMER_BYTES: u64 = LINE_BYTES;
-/// Log cursors shared by every host, each on its own line: `tail`, `head`, `ctail`,
-/// `registration`.
-pub const SHARED_CURSORS: u64 = 4;
-/// Most slots a pod can have: slot ids are 32-bit in the replica.
-pub const MAX_SLOTS: u64 = u32::MAX as u64;
-/// Most records a pod can have: record ids are 32-bit, and `u32::MAX` means none.
-pub const MAX_RECORDS: u64 = u32::MAX as u64 - 1;
-/// Bytes per slot of the accessor array (pods with local partitions): the last accessor
-/// (host + 1, 0: none) and how many times another host asked the object back.
-pub const ACCESSOR_BYTES: u64 = 2;
+/// Bytes of a ring entry before its key: the request and response header, a line.
+pub(crate) const RING_HEADER_BYTES: u64 = LINE_BYTES;
+/// Bytes of a ring's cursors in SCR: `tail` and `head`, a line each.
+pub(crate) const RING_CURSOR_BYTES: u64 = 2 * LINE_BYTES;
+/// Bytes of an RPC ring entry ([`crate::rpc`]) for keys up to `max_key_bytes` and payloads up to
+/// `payload_bytes`: the header line, the key padded to whole words, the payload, in whole
+/// lines.
+pub fn ring_entry_bytes(max_key_bytes: usize, payload_bytes: u64) -> u64 {
+    (RING_HEADER_BYTES + ring_key_area(max_key_bytes) + payload_bytes).next_multiple_of(LINE_BYTES)
+}
+
+/// SCR bytes of an RPC ring of `entries` entries: the cursors and one state word per entry,
+/// in whole lines.
+pub fn ring_scr_bytes(entries: u64) -> u64 {
+    RING_CURSOR_BYTES + (entries * 8).next_multiple_of(LINE_BYTES)
+}
+
+pub(crate) fn ring_key_area(key_bytes: usize) -> u64 {
+    (key_bytes as u64).next_multiple_of(8)
+}
 
 /// The computed layout of a pod. Every `*_offset` is from the pod's first byte.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -172,7 +177,7 @@ fn checked(region: Region, parts: &[u64], available_bytes: u64) -> Result<u64> {
 
 impl Layout {
     /// Lays a pod out, or says which parameter or region stops it.
-    pub fn compute(config: &PodConfig) -> Result<Layout> {
+    pub fn new(config: &PodConfig) -> Result<Layout> {
         config.validate()?;
         // The whole pod must be addressable; every offset below is less than this sum,
         // so the arithmetic after this check cannot overflow.
@@ -198,7 +203,7 @@ impl Layout {
         let rpc_scr_bytes_per_host = if ring_entries == 0 {
             0
         } else {
-            crate::rpc::scr_bytes(ring_entries)
+            ring_scr_bytes(ring_entries)
         };
         let rpc_scr_bytes = hosts * rpc_scr_bytes_per_host;
         // At least one line of records, or the pod could never make an object writable.
@@ -230,7 +235,7 @@ impl Layout {
         let lnr_offset = scr_offset + config.scr_bytes;
         let log_entry_bytes = config.log_entry_bytes();
         let log_bytes = config.log_capacity_entries.saturating_mul(log_entry_bytes);
-        let rpc_entry_bytes = crate::rpc::entry_bytes(config.max_key_bytes as usize, 0);
+        let rpc_entry_bytes = ring_entry_bytes(config.max_key_bytes as usize, 0);
         let rpc_lnr_bytes = hosts * ring_entries * rpc_entry_bytes;
         let partitions = config.partition_after_accesses > 0;
         checked(
@@ -337,18 +342,6 @@ impl Layout {
     pub fn host_entry_offset(&self, host: u32) -> u64 {
         debug_assert!(host < self.config.max_hosts);
         self.host_table_offset + u64::from(host) * HOST_ENTRY_BYTES
-    }
-
-    /// Where host `host`'s RPC ring is (the pod must have rings).
-    pub fn rpc_ring(&self, host: u32) -> crate::rpc::RingGeometry {
-        debug_assert!(host < self.config.max_hosts && self.config.rpc_ring_entries > 0);
-        let entries = u64::from(self.config.rpc_ring_entries);
-        crate::rpc::RingGeometry::new(
-            self.rpc_scr_offset + u64::from(host) * self.rpc_scr_bytes_per_host,
-            self.rpc_lnr_offset + u64::from(host) * entries * self.rpc_entry_bytes,
-            entries,
-            self.rpc_entry_bytes,
-        )
     }
 
     /// Offset of slot `slot`'s accessor word (the pod must have local partitions).

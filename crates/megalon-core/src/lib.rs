@@ -42,14 +42,16 @@ mod backoff;
 pub mod chaos;
 #[cfg(not(feature = "chaos"))]
 mod chaos;
-mod combiner;
 mod config;
 mod counters;
 mod error;
 pub mod event;
 mod header;
 mod host;
+mod host_table;
+mod ids;
 mod layout;
+pub mod limits;
 mod log;
 #[cfg(all(test, megalon_loom))]
 mod loom_models;
@@ -61,21 +63,21 @@ mod replica;
 pub mod rpc;
 mod slot;
 mod sync;
+mod words;
 
-pub use config::{
-    Coherence, PodConfig, DEFAULT_PARTITION_ACCESSES, DEFAULT_RPC_RING_ENTRIES, LINE_BYTES,
-    LOG_ENTRY_HEADER_BYTES, MAX_HOSTS_LIMIT, MAX_KEY_BYTES_LIMIT, MAX_SLOT_SIZE_BYTES,
-    MIN_LOG_CAPACITY_ENTRIES, PAGE_BYTES, RECORD_WIDTHS_BITS,
-};
+pub use config::{Coherence, PodConfig};
 pub use counters::EventCounts;
 pub use error::{Error, Region, Result};
-pub use event::{Event, OwnedEvent, LOG_FORMAT_VERSION};
-pub use header::{fnv1a64, PodHeader, HEADER_BYTES, LAYOUT_VERSION, MAGIC};
+pub use event::{Event, OwnedEvent};
+pub use header::{fnv1a64, PodHeader};
 pub use host::{
-    BackgroundErrors, Done, Host, HostId, HostInfo, HostOptions, HostStats, Inspect, Join,
-    LoggedEvent, ReadTicket, RecordCensus, ReleaseHook, ReleaseReason, Releasing, WriteTicket,
+    BackgroundErrors, Done, Host, HostOptions, HostStats, Inspect, Join, LoggedEvent, ReadTicket,
+    RecordCensus, ReleaseHook, ReleaseReason, Releasing, WriteTicket,
 };
-pub use layout::{Layout, ScrUsage, ACCESSOR_BYTES, HEADER_REGION_BYTES, MAX_RECORDS, MAX_SLOTS};
+pub use host_table::HostInfo;
+pub use ids::HostId;
+pub use layout::{Layout, ScrUsage};
+pub use limits::*;
 pub use memory::{Memory, MemoryKind, SimulatedConfig, SimulatedStats};
 pub use pod::{numa_nodes, Backing, BackingKind, Pod};
 pub use replica::{IndexEntry, Outcome, ReplicatedLock};

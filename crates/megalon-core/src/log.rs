@@ -21,9 +21,10 @@ use std::time::Duration;
 
 use crate::backoff::Backoff;
 use crate::chaos::{Chaos, Point};
-use crate::config::LINE_BYTES;
 use crate::error::{Error, Result};
-use crate::host::{self, HostId};
+use crate::host_table::{self, TableState};
+use crate::ids::HostId;
+use crate::limits::LINE_BYTES;
 use crate::memory::Memory;
 use crate::mutants::{self, Step};
 use crate::pod::Pod;
@@ -133,9 +134,9 @@ impl Log {
         let lowest = || {
             let mut lowest: Option<Laggard> = None;
             for h in 0..pod.config().max_hosts {
-                let position = match host::table_state(pod, h) {
-                    host::TableState::Free => continue,
-                    host::TableState::Joined => Self::ltail(pod, h).load(Ordering::SeqCst),
+                let position = match host_table::table_state(pod, h) {
+                    TableState::Free => continue,
+                    TableState::Joined => Self::ltail(pod, h).load(Ordering::SeqCst),
                 };
                 if lowest.is_none_or(|l| position < l.position) {
                     lowest = Some(Laggard { host: h, position });

@@ -54,10 +54,10 @@ fn loom_two_hosts_append_across_the_wrap_and_replay_the_same_log() {
         assert!(outcomes.contains(&Outcome::AlreadyExists), "{outcomes:?}");
         a.replay().expect("replay");
         b.replay().expect("replay");
-        let snapshot = a.replica_snapshot();
+        let snapshot = a.inspect().replica_snapshot();
         assert_eq!(snapshot.len(), 3);
-        assert_eq!(snapshot, b.replica_snapshot());
-        assert_eq!(a.applied_position(), 4);
+        assert_eq!(snapshot, b.inspect().replica_snapshot());
+        assert_eq!(a.inspect().applied_position(), 4);
     });
 }
 
@@ -170,7 +170,11 @@ fn loom_two_hosts_allocating_one_object_end_with_one_record() {
             record,
             b.lookup(b"k").expect("lookup").expect("exists").record
         );
-        assert_eq!(a.records_in_use().0, 1, "the loser freed its record");
+        assert_eq!(
+            a.inspect().records_in_use().0,
+            1,
+            "the loser freed its record"
+        );
         let mut buf = vec![0u8; 64];
         a.read(b"k", &mut buf).expect("read");
         assert!(buf == object_bytes(2) || buf == object_bytes(3));

@@ -18,8 +18,9 @@ use memmap2::{MmapMut, MmapOptions};
 
 use crate::config::PodConfig;
 use crate::error::{Error, Region, Result};
-use crate::header::{PodHeader, HEADER_BYTES};
-use crate::layout::{Layout, ScrUsage, HEADER_REGION_BYTES};
+use crate::header::PodHeader;
+use crate::layout::{Layout, ScrUsage};
+use crate::limits::{HEADER_BYTES, HEADER_REGION_BYTES};
 use crate::sync::{AtomicU16, AtomicU32, AtomicU64, AtomicU8};
 
 /// Where a pod's bytes live.
@@ -169,7 +170,7 @@ impl Pod {
     /// map it keep their (now private) copy instead of faulting on a truncated file.
     #[cfg(not(megalon_loom))]
     pub fn create(config: &PodConfig, backing: Backing) -> Result<Pod> {
-        let layout = Layout::compute(config)?;
+        let layout = Layout::new(config)?;
         let total = layout.total_bytes;
         check_numa_node(backing.numa_node)?;
         let map = match &backing.kind {
@@ -223,7 +224,7 @@ impl Pod {
     /// Creates a pod in a loom model: heap backing only, model atomics for its words.
     #[cfg(megalon_loom)]
     pub fn create(config: &PodConfig, backing: Backing) -> Result<Pod> {
-        let layout = Layout::compute(config)?;
+        let layout = Layout::new(config)?;
         if backing.kind != BackingKind::Heap {
             return Err(Error::HeapNotOpenable);
         }
@@ -370,12 +371,7 @@ impl Pod {
         for offset in (0..log_end).step_by(8) {
             self.word(offset).store(0, crate::sync::Ordering::Relaxed);
         }
-        // Each ring entry is free for its first ticket (only entry 0 is, as zeros).
-        if layout.config.rpc_ring_entries > 0 {
-            for host in 0..layout.config.max_hosts {
-                layout.rpc_ring(host).initialize(self);
-            }
-        }
+        // RPC rings need nothing more: a zeroed ring is a ring of free entries.
         let encoded = PodHeader::new(layout).encode();
         for (i, chunk) in encoded.chunks_exact(8).enumerate().skip(1) {
             let word = u64::from_le_bytes(chunk.try_into().expect("8"));

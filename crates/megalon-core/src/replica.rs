@@ -376,7 +376,7 @@ impl Index {
 
     /// The key of the object behind `handle`.
     pub(crate) fn key_of(&self, handle: u32) -> Vec<u8> {
-        let mut buf = [0u8; crate::config::MAX_KEY_BYTES_LIMIT as usize];
+        let mut buf = [0u8; crate::limits::MAX_KEY_BYTES_LIMIT as usize];
         self.arena.key_into(handle, &mut buf).to_vec()
     }
 
@@ -505,7 +505,7 @@ impl Index {
         } = self;
         table.insert_unique(hash, handle, |&other| {
             // Rehash: rebuild the key from the arena (growth only, never on lookups).
-            let mut bytes = [0u8; crate::config::MAX_KEY_BYTES_LIMIT as usize];
+            let mut bytes = [0u8; crate::limits::MAX_KEY_BYTES_LIMIT as usize];
             hasher.hash_one(arena.key_into(other, &mut bytes))
         });
         self.objects += 1;
@@ -775,7 +775,7 @@ impl Index {
 
     /// Every object, sorted by key: for tests and inspection.
     pub(crate) fn snapshot(&self) -> Vec<(Vec<u8>, IndexEntry)> {
-        let mut buf = [0u8; crate::config::MAX_KEY_BYTES_LIMIT as usize];
+        let mut buf = [0u8; crate::limits::MAX_KEY_BYTES_LIMIT as usize];
         let mut out: Vec<(Vec<u8>, IndexEntry)> = self
             .table
             .iter()

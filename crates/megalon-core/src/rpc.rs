@@ -76,15 +76,11 @@ use std::ops::Range;
 use std::time::Duration;
 
 use crate::backoff::Backoff;
+use crate::limits::LINE_BYTES;
 use crate::memory::Memory;
 use crate::pod::Pod;
 use crate::sync::{AtomicU64, Ordering};
-use crate::LINE_BYTES;
 
-/// Bytes of a ring entry before its key: the request and response header, a line.
-pub const RING_HEADER_BYTES: u64 = LINE_BYTES;
-/// Bytes of a ring's cursors in SCR: `tail` and `head`, a line each.
-pub const RING_CURSOR_BYTES: u64 = 2 * LINE_BYTES;
 /// The op no request has: a zeroed entry never reads as a request, and [`RingGeometry::read`]
 /// answers it for a request whose lengths do not fit its entry.
 pub const NO_OP: u8 = 0;
@@ -100,22 +96,8 @@ fn pack(ticket: u64, state: u64) -> u64 {
     ticket << 3 | state
 }
 
-/// Bytes of a ring entry for keys up to `max_key_bytes` and payloads up to
-/// `payload_bytes`: the header line, the key padded to whole words, the payload, in whole
-/// lines.
-pub fn entry_bytes(max_key_bytes: usize, payload_bytes: u64) -> u64 {
-    (RING_HEADER_BYTES + key_area(max_key_bytes) + payload_bytes).next_multiple_of(LINE_BYTES)
-}
-
-/// SCR bytes of a ring of `entries` entries: the cursors and one state word per entry,
-/// in whole lines.
-pub fn scr_bytes(entries: u64) -> u64 {
-    RING_CURSOR_BYTES + (entries * 8).next_multiple_of(LINE_BYTES)
-}
-
-fn key_area(key_bytes: usize) -> u64 {
-    (key_bytes as u64).next_multiple_of(8)
-}
+pub use crate::layout::{ring_entry_bytes as entry_bytes, ring_scr_bytes as scr_bytes};
+use crate::layout::{ring_key_area as key_area, RING_CURSOR_BYTES, RING_HEADER_BYTES};
 
 /// Where the ring's costs are counted: each operation reports the SCR atomics it made
 /// and the LNR lines it wrote back or invalidated (the counts a report compares between
@@ -243,13 +225,32 @@ impl RingGeometry {
         pod.scr_u64(self.states_offset + (ticket % self.entries) * 8)
     }
 
+    /// Whether `state` (the entry's word) says the entry is free for `ticket`: freed for
+    /// it by the previous lap, or (zero) never used, for the first lap's tickets. So a
+    /// zeroed SCR is a ring of free entries.
+    fn is_free(&self, ticket: u64, state: u64) -> bool {
+        state == pack(ticket, FREE) || (state == 0 && ticket < self.entries)
+    }
+
     fn entry(&self, ticket: u64) -> u64 {
         self.entries_offset + (ticket % self.entries) * self.entry_bytes
     }
 
-    /// Sets both cursors to ticket 0 and makes every entry free for its first ticket (a
-    /// new pod's SCR is zero, which is only right for entry 0). Once, before any host
-    /// uses the ring.
+    /// Host `host`'s ring in a pod laid out as `layout` (the pod must have rings).
+    pub fn of_host(layout: &crate::Layout, host: u32) -> Self {
+        debug_assert!(host < layout.config.max_hosts && layout.config.rpc_ring_entries > 0);
+        let entries = u64::from(layout.config.rpc_ring_entries);
+        Self::new(
+            layout.rpc_scr_offset + u64::from(host) * layout.rpc_scr_bytes_per_host,
+            layout.rpc_lnr_offset + u64::from(host) * entries * layout.rpc_entry_bytes,
+            entries,
+            layout.rpc_entry_bytes,
+        )
+    }
+
+    /// Sets both cursors to ticket 0 and makes every entry free for its first ticket, for
+    /// a ring whose words may hold anything (a zeroed ring needs nothing: a zero state
+    /// word is free for the first lap). Once, before any host uses the ring.
     ///
     /// # Panics
     /// If the geometry breaks a rule of [`RingGeometry`] or lies outside the pod's SCR.
@@ -309,7 +310,7 @@ impl RingGeometry {
             // used it last is done with its lines.
             let state = self.state(pod, ticket).load(Ordering::Acquire);
             tally.scr_atomics(2);
-            if state == pack(ticket, FREE) {
+            if self.is_free(ticket, state) {
                 tally.scr_atomics(1);
                 if self
                     .tail(pod)

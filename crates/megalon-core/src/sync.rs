@@ -17,9 +17,6 @@ pub(crate) use loom::sync::atomic::{
 #[cfg(not(megalon_loom))]
 pub(crate) use std::hint::spin_loop;
 
-#[cfg(megalon_loom)]
-pub(crate) use loom::hint::spin_loop;
-
 /// A mutual-exclusion lock whose `lock()` returns the guard directly.
 #[cfg(not(megalon_loom))]
 pub(crate) type Mutex<T> = parking_lot::Mutex<T>;

@@ -41,8 +41,8 @@ fn value(tag: u8) -> Vec<u8> {
 
 /// How many `Lock` and `Unlock` events the log holds so far.
 fn lock_events_in_log(host: &Host) -> (usize, usize) {
-    let (_, _, tail) = host.log_cursors();
-    let events = host.read_log(0, tail).unwrap();
+    let (_, _, tail) = host.inspect().log_cursors();
+    let events = host.inspect().read_log(0, tail).unwrap();
     let count = |f: fn(&Event<'_>) -> bool| events.iter().filter(|e| f(&e.event.event())).count();
     (
         count(|e| matches!(e, Event::Lock { .. })),
@@ -72,10 +72,10 @@ fn every_write_is_a_lock_and_an_unlock_event_and_no_record_is_allocated() {
         (19, 19, 19)
     );
     assert_eq!(events.record_allocs + b.events().record_allocs, 0);
-    assert_eq!(a.records_in_use().0, 0, "no record in use");
+    assert_eq!(a.inspect().records_in_use().0, 0, "no record in use");
     assert_eq!(lock_events_in_log(&a), (19, 19));
     assert_eq!(
-        b.replicated_lock(b"k").unwrap(),
+        b.inspect().replicated_lock(b"k").unwrap(),
         Some(ReplicatedLock {
             holder: None,
             counter: 38
@@ -94,7 +94,7 @@ fn a_split_pod_has_no_replicated_locks_and_no_lock_events() {
     let a = host(&pod, 3);
     a.create(b"k", &value(0)).unwrap();
     a.write(b"k", &value(1)).unwrap();
-    assert_eq!(a.replicated_lock(b"k").unwrap(), None);
+    assert_eq!(a.inspect().replicated_lock(b"k").unwrap(), None);
     assert_eq!(lock_events_in_log(&a), (0, 0));
     assert_eq!(a.events().lock_events, 0);
     assert_eq!(a.events().record_allocs, 1);
@@ -113,7 +113,7 @@ fn a_write_in_progress_holds_off_writers_readers_and_deleters_by_name() {
     a.create(b"k", &value(1)).unwrap();
     let ticket = a.write_start(b"k").unwrap();
     assert_eq!(ticket.record(), megalon_core::event::NO_RECORD);
-    let held = b.replicated_lock(b"k").unwrap().unwrap();
+    let held = b.inspect().replicated_lock(b"k").unwrap().unwrap();
     assert_eq!(held.holder, Some(a.id()));
     let mut buf = vec![0u8; 256];
     for (what, result) in [
@@ -141,7 +141,7 @@ fn a_write_in_progress_holds_off_writers_readers_and_deleters_by_name() {
     a.read(b"k", &mut buf).unwrap();
     assert_eq!(buf, value(4));
     assert_eq!(
-        a.replicated_lock(b"k").unwrap().unwrap().counter,
+        a.inspect().replicated_lock(b"k").unwrap().unwrap().counter,
         0,
         "a new object"
     );
@@ -290,7 +290,7 @@ fn threads_of_several_hosts_writing_one_object_take_turns() {
     assert_eq!(events.unlock_events, 6 * ROUNDS);
     assert_eq!(events.record_allocs, 0);
     assert_eq!(
-        hosts[1].replicated_lock(b"counter").unwrap(),
+        hosts[1].inspect().replicated_lock(b"counter").unwrap(),
         Some(ReplicatedLock {
             holder: None,
             counter: (2 * 6 * ROUNDS) as u32

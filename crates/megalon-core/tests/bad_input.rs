@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use megalon_core::{
-    fnv1a64, numa_nodes, Backing, Coherence, Error, Pod, PodConfig, Region, HEADER_BYTES,
+    fnv1a64, numa_nodes, Backing, Coherence, Error, Layout, Pod, PodConfig, Region, HEADER_BYTES,
     HEADER_REGION_BYTES, LAYOUT_VERSION, LINE_BYTES, LOG_FORMAT_VERSION, MAGIC, MAX_HOSTS_LIMIT,
     MAX_KEY_BYTES_LIMIT, MAX_SLOT_SIZE_BYTES, MIN_LOG_CAPACITY_ENTRIES, PAGE_BYTES,
 };
@@ -38,7 +38,7 @@ fn small_config() -> PodConfig {
 /// Creating with `config` on the heap fails; the layout computation fails the same way.
 fn create_error(config: &PodConfig) -> Error {
     let error = Pod::create(config, Backing::heap()).unwrap_err();
-    let from_layout = config.layout().unwrap_err();
+    let from_layout = Layout::new(config).unwrap_err();
     assert_eq!(format!("{error:?}"), format!("{from_layout:?}"));
     error
 }
@@ -411,10 +411,7 @@ fn slot_size_above_its_constant() {
     assert_eq!(parameter, "slot_size_bytes");
     assert_eq!(value, MAX_SLOT_SIZE_BYTES + LINE_BYTES);
     assert_eq!(limit, MAX_SLOT_SIZE_BYTES);
-    let at_limit = config
-        .slot_size_bytes(MAX_SLOT_SIZE_BYTES)
-        .layout()
-        .unwrap();
+    let at_limit = Layout::new(&config.slot_size_bytes(MAX_SLOT_SIZE_BYTES)).unwrap();
     assert_eq!(at_limit.slot_count, 1);
 }
 
@@ -452,7 +449,7 @@ fn fake_device(len: u64) -> (TempDir, PathBuf) {
 
 #[test]
 fn dax_device_shorter_than_the_layout() {
-    let total = small_config().layout().unwrap().total_bytes;
+    let total = Layout::new(&small_config()).unwrap().total_bytes;
     let (_dir, path) = fake_device(total - PAGE_BYTES);
     let before = snapshot(&path);
     let error = Pod::create(&small_config(), Backing::dax(&path, total - PAGE_BYTES)).unwrap_err();
@@ -476,7 +473,7 @@ fn dax_device_shorter_than_the_layout() {
 
 #[test]
 fn dax_length_longer_than_the_regular_file_behind_it() {
-    let total = small_config().layout().unwrap().total_bytes;
+    let total = Layout::new(&small_config()).unwrap().total_bytes;
     let (_dir, path) = fake_device(total - PAGE_BYTES);
     let before = snapshot(&path);
     let error = Pod::create(&small_config(), Backing::dax(&path, total)).unwrap_err();
@@ -501,7 +498,7 @@ fn dax_length_longer_than_the_regular_file_behind_it() {
 #[test]
 fn dax_create_and_open_on_a_regular_file_of_the_right_length() {
     let config = small_config();
-    let total = config.layout().unwrap().total_bytes;
+    let total = Layout::new(&config).unwrap().total_bytes;
     let (_dir, path) = fake_device(total);
     let created = Pod::create(&config, Backing::dax(&path, total)).unwrap();
     let created_layout = created.layout().clone();
@@ -539,7 +536,7 @@ fn open_wrong_magic() {
 
 #[test]
 fn open_a_file_that_is_not_a_pod() {
-    let (_dir, path) = fake_device(small_config().layout().unwrap().total_bytes);
+    let (_dir, path) = fake_device(Layout::new(&small_config()).unwrap().total_bytes);
     let error = open_error(Backing::file(&path), None, &path);
     let Error::BadMagic { found, .. } = error else {
         panic!("expected BadMagic, got {error:?}");
@@ -658,7 +655,7 @@ fn open_file_shorter_than_the_header() {
 #[test]
 fn open_file_shorter_than_its_layout() {
     let config = small_config();
-    let total = config.layout().unwrap().total_bytes;
+    let total = Layout::new(&config).unwrap().total_bytes;
     let (_dir, path) = pod_file(&config);
     for len in [HEADER_BYTES as u64, HEADER_REGION_BYTES, total - 1] {
         fs::OpenOptions::new()
@@ -685,7 +682,7 @@ fn open_file_shorter_than_its_layout() {
 #[test]
 fn open_dax_length_shorter_than_the_header_region_or_the_layout() {
     let config = small_config();
-    let total = config.layout().unwrap().total_bytes;
+    let total = Layout::new(&config).unwrap().total_bytes;
     let (_dir, path) = fake_device(total);
     drop(Pod::create(&config, Backing::dax(&path, total)).unwrap());
     for (len, needed) in [

@@ -142,9 +142,9 @@ fn heartbeat_increments_and_shows_in_the_host_table() {
     let pod = heap_pod();
     let host = join(&pod, Join::As(1)).expect("host 1 is free");
     let other = join(&pod, Join::As(0)).expect("host 0 is free");
-    assert_eq!(host.heartbeat(), 1);
-    assert_eq!(host.heartbeat(), 2);
-    assert_eq!(host.heartbeat(), 3);
+    assert_eq!(host.inspect().heartbeat(), 1);
+    assert_eq!(host.inspect().heartbeat(), 2);
+    assert_eq!(host.inspect().heartbeat(), 3);
     let listed = pod.hosts();
     assert_eq!(listed[1].host, 1);
     assert_eq!(listed[1].heartbeat, 3);

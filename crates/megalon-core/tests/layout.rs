@@ -56,7 +56,7 @@ fn any_config() -> impl Strategy<Value = PodConfig> {
 
 /// Layouts of configurations that fit.
 fn any_layout() -> impl Strategy<Value = Layout> {
-    any_config().prop_filter_map("layout does not fit", |config| config.layout().ok())
+    any_config().prop_filter_map("layout does not fit", |config| Layout::new(&config).ok())
 }
 
 /// `[start, end)` of a named piece of the pod.
@@ -227,7 +227,7 @@ proptest! {
 
     #[test]
     fn every_config_lays_out_or_says_which_region_is_too_small(config in any_config()) {
-        match config.layout() {
+        match Layout::new(&config) {
             Ok(layout) => prop_assert_eq!(&layout.config, &config),
             Err(Error::LayoutDoesNotFit { region, needed_bytes, available_bytes }) => {
                 prop_assert!(needed_bytes > available_bytes);
@@ -240,7 +240,7 @@ proptest! {
                 // `needed_bytes` is the least that fits: the region fits in the whole
                 // pages that hold it, and not in a page less.
                 let least = needed_bytes.next_multiple_of(PAGE_BYTES);
-                let fits_in = |bytes| match with_size(config.clone(), bytes).layout() {
+                let fits_in = |bytes| match Layout::new(&with_size(config.clone(), bytes)) {
                     Err(Error::LayoutDoesNotFit { region: r, .. }) => r != region,
                     _ => true,
                 };
@@ -322,7 +322,7 @@ fn a_file_pod_opens_with_the_layout_it_was_created_with() {
         let path = dir.path().join(format!("pod{i}"));
         let created = Pod::create(config, Backing::file(&path)).unwrap();
         let created_layout = created.layout().clone();
-        assert_eq!(created_layout, config.layout().unwrap());
+        assert_eq!(created_layout, Layout::new(config).unwrap());
         assert_eq!(
             std::fs::metadata(&path).unwrap().len(),
             created_layout.total_bytes
@@ -355,7 +355,7 @@ fn a_file_pod_opens_with_the_layout_it_was_created_with() {
 fn the_coherence_mode_round_trips_through_config_and_header() {
     for coherence in [Coherence::Split, Coherence::AllLog] {
         let config = PodConfig::new().coherence(coherence);
-        let layout = config.layout().unwrap();
+        let layout = Layout::new(&config).unwrap();
         let header = PodHeader::new(&layout);
         assert_eq!(header.coherence, coherence.to_u32());
         let (decoded, decoded_layout) =

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use megalon_core::{
-    Backing, Coherence, Error, Host, HostOptions, Join, MemoryKind, Pod, PodConfig,
+    Backing, Coherence, Error, Host, HostOptions, Join, Layout, MemoryKind, Pod, PodConfig,
     SimulatedConfig, DEFAULT_PARTITION_ACCESSES,
 };
 
@@ -68,7 +68,7 @@ fn both_are_off_by_default() {
     }
     let e = a.events();
     assert_eq!((e.moves_to_host, e.copies_made, e.local_reads), (0, 0, 0));
-    assert_eq!(a.local_objects(), (0, 0));
+    assert_eq!(a.inspect().local_objects(), (0, 0));
 }
 
 #[test]
@@ -85,7 +85,7 @@ fn an_object_moves_after_n_accesses_and_another_host_brings_it_back() {
     }
     // Five consecutive accesses from a: the object is in a's DRAM.
     assert_eq!(a.lookup(b"k").unwrap().unwrap().local_owner, Some(a.id()));
-    assert_eq!(a.local_objects(), (1, 0));
+    assert_eq!(a.inspect().local_objects(), (1, 0));
     assert_eq!(a.events().moves_to_host, 1);
     // a reads and writes it in DRAM: no line written back or invalidated.
     let before = a.events();
@@ -104,7 +104,7 @@ fn an_object_moves_after_n_accesses_and_another_host_brings_it_back() {
     assert_eq!(a.events().move_backs, 1);
     assert!(a.events().rpcs_served + b.events().rpcs_served >= 1);
     assert_eq!(b.lookup(b"k").unwrap().unwrap().local_owner, None);
-    assert_eq!(a.local_objects(), (0, 0));
+    assert_eq!(a.inspect().local_objects(), (0, 0));
     // And b's write goes to CXL, where a reads it.
     b.write(b"k", &value(30)).unwrap();
     assert_eq!(read(&a, b"k"), value(30));
@@ -209,7 +209,7 @@ fn a_local_read_waits_for_a_slow_local_write_instead_of_failing() {
     a.create(b"k", &value(0)).unwrap();
     read(&a, b"k");
     read(&a, b"k");
-    assert_eq!(a.local_objects(), (1, 0));
+    assert_eq!(a.inspect().local_objects(), (1, 0));
     let started = Instant::now();
     std::thread::scope(|scope| {
         scope.spawn(|| {
@@ -248,7 +248,10 @@ fn two_hosts_asking_each_other_at_once_both_get_answers_without_pumps() {
     }
     a.replay().unwrap();
     b.replay().unwrap();
-    assert_eq!((a.local_objects(), b.local_objects()), ((1, 0), (1, 0)));
+    assert_eq!(
+        (a.inspect().local_objects(), b.inspect().local_objects()),
+        ((1, 0), (1, 0))
+    );
     // Each asks for the other's object, then keeps its own host busy (its operations
     // poll its ring) until both are done: the first answers come only from threads that
     // serve their ring while they wait.
@@ -284,7 +287,7 @@ fn deleting_an_object_in_another_hosts_dram_brings_it_back_first() {
     assert_eq!(a.lookup(b"k").unwrap().unwrap().local_owner, Some(a.id()));
     b.delete(b"k").unwrap();
     assert!(matches!(read_err(&a, b"k"), Error::UnknownKey));
-    assert_eq!(a.local_objects(), (0, 0));
+    assert_eq!(a.inspect().local_objects(), (0, 0));
     // The key can be made again, in CXL.
     b.create(b"k", &value(7)).unwrap();
     assert_eq!(read(&a, b"k"), value(7));
@@ -301,14 +304,14 @@ fn the_ticket_calls_bring_an_object_back_to_cxl() {
     a.create(b"k", &value(0)).unwrap();
     a.write(b"k", &value(1)).unwrap();
     a.write(b"k", &value(2)).unwrap();
-    assert_eq!(a.local_objects(), (1, 0));
+    assert_eq!(a.inspect().local_objects(), (1, 0));
     // A ticket points into the pod: the holder itself moves the object back first.
     let ticket = a.read_start(b"k").unwrap();
     let mut buf = vec![0u8; SLOT];
     a.memory().read(ticket.offset(), &mut buf);
     assert!(a.read_end(ticket).unwrap());
     assert_eq!(buf, value(2));
-    assert_eq!(a.local_objects(), (0, 0));
+    assert_eq!(a.inspect().local_objects(), (0, 0));
     assert_eq!(a.events().move_backs, 1);
 }
 
@@ -323,7 +326,7 @@ fn a_host_that_leaves_moves_its_objects_back() {
         a.write(&key, &value(i + 100)).unwrap();
         a.write(&key, &value(i + 100)).unwrap();
     }
-    assert_eq!(a.local_objects(), (10, 0));
+    assert_eq!(a.inspect().local_objects(), (10, 0));
     drop(a);
     for i in 0..10u8 {
         assert_eq!(read(&b, &[b'k', i]), value(i + 100));
@@ -340,7 +343,7 @@ fn an_unresponsive_holder_makes_the_requester_fail_not_hang() {
     a.create(b"k", &value(0)).unwrap();
     read(&a, b"k");
     read(&a, b"k");
-    assert_eq!(a.local_objects(), (1, 0));
+    assert_eq!(a.inspect().local_objects(), (1, 0));
     a.set_serving(false); // a stops answering, its object in its DRAM
     for attempt in 0..2 {
         let started = Instant::now();
@@ -368,7 +371,11 @@ fn a_copy_is_read_locally_and_a_write_invalidates_it_without_waiting() {
     for _ in 0..3 {
         assert_eq!(read(&b, b"k"), value(0));
     }
-    assert_eq!(b.local_objects(), (0, 1), "a copy after three reads");
+    assert_eq!(
+        b.inspect().local_objects(),
+        (0, 1),
+        "a copy after three reads"
+    );
     assert_eq!(b.events().copies_made, 1);
     let before = b.events();
     for _ in 0..10 {
@@ -382,7 +389,7 @@ fn a_copy_is_read_locally_and_a_write_invalidates_it_without_waiting() {
     assert_eq!(a.events().rpcs_sent, 0);
     assert_eq!(read(&b, b"k"), value(1));
     assert_eq!(b.events().copies_invalidated, 1);
-    assert_eq!(b.local_objects(), (0, 0));
+    assert_eq!(b.inspect().local_objects(), (0, 0));
     // A read-write-shared object gets no copy, however often it is read.
     for _ in 0..10 {
         assert_eq!(read(&b, b"k"), value(1));
@@ -422,13 +429,13 @@ fn read_prefix_asks_extent_how_much_to_copy_from_every_place() {
 fn bad_configurations_are_typed_errors() {
     let all_log = config().coherence(Coherence::AllLog);
     assert!(matches!(
-        all_log.clone().local_partitions(5).layout(),
+        Layout::new(&all_log.clone().local_partitions(5)),
         Err(Error::NeedsSplitCoherence {
             parameter: "partition_after_accesses"
         })
     ));
     assert!(matches!(
-        all_log.local_copies(5).layout(),
+        Layout::new(&all_log.local_copies(5)),
         Err(Error::NeedsSplitCoherence {
             parameter: "copy_after_reads"
         })
@@ -436,22 +443,22 @@ fn bad_configurations_are_typed_errors() {
     let mut no_rings = config().local_partitions(5);
     no_rings.rpc_ring_entries = 0;
     assert!(matches!(
-        no_rings.layout(),
+        Layout::new(&no_rings),
         Err(Error::BelowMinimum {
             parameter: "rpc_ring_entries",
             ..
         })
     ));
     assert!(matches!(
-        config().local_copies(256).layout(),
+        Layout::new(&config().local_copies(256)),
         Err(Error::AboveLimit {
             parameter: "copy_after_reads",
             ..
         })
     ));
     // Rings and the accessor bytes take their room from the records and the slots.
-    let plain = config().layout().unwrap();
-    let local = config().local_partitions(5).layout().unwrap();
+    let plain = Layout::new(&config()).unwrap();
+    let local = Layout::new(&config().local_partitions(5)).unwrap();
     assert!(local.record_count < plain.record_count);
     assert!(local.slot_count < plain.slot_count);
     assert_eq!(

@@ -78,7 +78,7 @@ fn keys_and_values_past_the_limits_are_refused_whole() {
         })
     ));
     // Nothing reached the log, and the maximum itself is fine.
-    assert_eq!(host.log_cursors().2, 0);
+    assert_eq!(host.inspect().log_cursors().2, 0);
     host.create(&long_key[..48], b"v").unwrap();
 }
 
@@ -99,7 +99,7 @@ fn the_ring_wraps_many_times_and_every_replica_converges() {
             let _ = hosts[(round as usize + 1) % 3].delete(key.as_bytes());
         }
     }
-    let (_, _, tail) = hosts[0].log_cursors();
+    let (_, _, tail) = hosts[0].inspect().log_cursors();
     assert!(
         tail > 4 * 8,
         "the ring of 8 wrapped several times (tail {tail})"
@@ -107,9 +107,9 @@ fn the_ring_wraps_many_times_and_every_replica_converges() {
     for host in &hosts {
         host.replay().unwrap();
     }
-    let first = hosts[0].replica_snapshot();
+    let first = hosts[0].inspect().replica_snapshot();
     for host in &hosts[1..] {
-        assert_eq!(host.replica_snapshot(), first);
+        assert_eq!(host.inspect().replica_snapshot(), first);
     }
 }
 
@@ -155,13 +155,13 @@ fn no_host_can_join_once_the_log_has_recycled_entries() {
     for i in 0..12u32 {
         host.create(format!("k{i}").as_bytes(), b"v").unwrap();
     }
-    assert!(host.log_cursors().0 > 0, "head moved");
+    assert!(host.inspect().log_cursors().0 > 0, "head moved");
     assert!(matches!(
         Host::join(&pod, Join::AnyFree, HostOptions::new()),
         Err(Error::LogRecycled { .. })
     ));
     assert!(matches!(
-        host.read_log(0, 1),
+        host.inspect().read_log(0, 1),
         Err(Error::LogRecycled { .. })
     ));
 }
@@ -173,7 +173,7 @@ fn racing_creates_of_one_key_leave_the_losers_slot_with_its_owner() {
     let b = Host::join(&pod, Join::AnyFree, HostOptions::new().pump_interval(None)).unwrap();
     a.create(b"warm-a", b"").unwrap(); // both hosts hold claimed slots
     b.create(b"warm-b", b"").unwrap();
-    let (a_free, b_free) = (a.free_slots(), b.free_slots());
+    let (a_free, b_free) = (a.inspect().free_slots(), b.inspect().free_slots());
     let results: Vec<_> = std::thread::scope(|s| {
         let ta = s.spawn(|| a.create(b"same", b"from a"));
         let tb = s.spawn(|| b.create(b"same", b"from b"));
@@ -184,10 +184,13 @@ fn racing_creates_of_one_key_leave_the_losers_slot_with_its_owner() {
     a.replay().unwrap();
     b.replay().unwrap();
     // The winner spent one slot; the loser got its slot back.
-    assert_eq!(a.free_slots() + b.free_slots(), a_free + b_free - 1);
+    assert_eq!(
+        a.inspect().free_slots() + b.inspect().free_slots(),
+        a_free + b_free - 1
+    );
     let loser = if results[0].is_ok() { &b } else { &a };
     let loser_free = if results[0].is_ok() { b_free } else { a_free };
-    assert_eq!(loser.free_slots(), loser_free);
+    assert_eq!(loser.inspect().free_slots(), loser_free);
 }
 
 #[test]
@@ -212,10 +215,10 @@ fn slots_move_between_hosts_only_through_the_log() {
     a.create(b"a1", b"x").unwrap();
     a.create(b"a2", b"x").unwrap();
     a.delete(b"a1").unwrap();
-    assert_eq!(a.free_slots(), 1);
+    assert_eq!(a.inspect().free_slots(), 1);
     b.create(b"b1", b"y").unwrap();
-    assert_eq!(a.free_slots(), 0, "a granted its free slot to b");
-    let events = b.read_log(0, 100).unwrap();
+    assert_eq!(a.inspect().free_slots(), 0, "a granted its free slot to b");
+    let events = b.inspect().read_log(0, 100).unwrap();
     assert!(events
         .iter()
         .any(|e| matches!(e.event.event(), Event::NeedSlots { .. }) && e.host == 1));

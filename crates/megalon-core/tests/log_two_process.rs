@@ -236,17 +236,22 @@ impl Report {
     /// Replays `host` (every append is over) and describes what it sees.
     fn of(host: &Host, results: &[Seen]) -> Report {
         host.replay().expect("replaying");
-        let (head, ctail, tail) = host.log_cursors();
+        let (head, ctail, tail) = host.inspect().log_cursors();
         assert_eq!((head, ctail), (0, tail), "host {}: cursors", host.id());
-        assert_eq!(host.applied_position(), tail, "host {}", host.id());
-        let log = host.read_log(0, tail).expect("reading the log");
+        assert_eq!(
+            host.inspect().applied_position(),
+            tail,
+            "host {}",
+            host.id()
+        );
+        let log = host.inspect().read_log(0, tail).expect("reading the log");
         assert_eq!(
             log.len() as u64,
             tail,
             "host {} reads every entry",
             host.id()
         );
-        let snapshot = host.replica_snapshot();
+        let snapshot = host.inspect().replica_snapshot();
         let bytes = snapshot
             .iter()
             .map(|(key, entry)| {
@@ -328,8 +333,8 @@ fn unhex(text: &str) -> Vec<u8> {
 /// operations in program order, and each result is what the model says its event did.
 /// Returns every object's key and the bytes the operation that created it wrote.
 fn check_against_model(host: &Host, results: [&[Seen]; 2]) -> BTreeMap<Vec<u8>, Vec<u8>> {
-    let (_, _, tail) = host.log_cursors();
-    let log = host.read_log(0, tail).expect("reading the log");
+    let (_, _, tail) = host.inspect().log_cursors();
+    let log = host.inspect().read_log(0, tail).expect("reading the log");
     let mut objects: BTreeMap<Vec<u8>, (u64, u64)> = BTreeMap::new();
     let mut values: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     let mut next = [0usize; 2];
@@ -397,6 +402,7 @@ fn check_against_model(host: &Host, results: [&[Seen]; 2]) -> BTreeMap<Vec<u8>, 
     }
     assert_eq!(next, [OPS, OPS], "every operation is in the log once");
     let replica: Vec<(Vec<u8>, u64, u64)> = host
+        .inspect()
         .replica_snapshot()
         .into_iter()
         .map(|(key, entry)| (key, entry.slot, entry.stamp))

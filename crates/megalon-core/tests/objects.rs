@@ -79,7 +79,7 @@ fn eight_bit_records_wrap_through_the_log_and_stay_correct() {
 /// Writes more objects than the pod has records (a 4 KiB SCR with 4 hosts leaves a few
 /// hundred 32-bit records), reading each back on the other host.
 fn write_more_objects_than_records(a: &Host, b: &Host) -> u64 {
-    let (_, records) = a.records_in_use();
+    let (_, records) = a.inspect().records_in_use();
     let objects = records as u32 + 50;
     for i in 0..objects {
         a.create(format!("k{i}").as_bytes(), &value(i as u8))
@@ -102,7 +102,7 @@ fn too_few_records_churn_instead_of_failing() {
     let a = Host::join(&pod, Join::AnyFree, options(6).record_watermark(1.0)).unwrap();
     let b = Host::join(&pod, Join::AnyFree, options(7).record_watermark(1.0)).unwrap();
     let records = write_more_objects_than_records(&a, &b);
-    let (in_use, all) = a.records_in_use();
+    let (in_use, all) = a.inspect().records_in_use();
     assert_eq!(
         (in_use, all),
         (records, records),
@@ -124,18 +124,19 @@ fn the_background_reclaimer_keeps_records_under_the_watermark() {
     let records = write_more_objects_than_records(&a, &b);
     // The pumps run every millisecond; give them a moment to catch up.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while a.records_in_use().0 > records / 2 && std::time::Instant::now() < deadline {
+    while a.inspect().records_in_use().0 > records / 2 && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     assert!(
-        a.records_in_use().0 <= records / 2,
+        a.inspect().records_in_use().0 <= records / 2,
         "{:?}",
-        a.records_in_use()
+        a.inspect().records_in_use()
     );
     let pump_deallocs: u64 = a
+        .inspect()
         .per_thread_events()
         .iter()
-        .chain(b.per_thread_events().iter())
+        .chain(b.inspect().per_thread_events().iter())
         .map(|e| e.record_deallocs)
         .sum();
     assert!(pump_deallocs > 0);
@@ -148,9 +149,9 @@ fn deleting_a_written_object_frees_its_record() {
     let b = host(&pod, 9);
     a.create(b"k", &value(1)).unwrap();
     a.write(b"k", &value(2)).unwrap();
-    assert_eq!(a.records_in_use().0, 1);
+    assert_eq!(a.inspect().records_in_use().0, 1);
     b.delete(b"k").unwrap();
-    assert_eq!(a.records_in_use().0, 0);
+    assert_eq!(a.inspect().records_in_use().0, 0);
     let mut buf = vec![0u8; 256];
     assert!(matches!(a.read(b"k", &mut buf), Err(Error::UnknownKey)));
     assert!(matches!(a.write(b"k", &value(3)), Err(Error::UnknownKey)));
@@ -283,7 +284,7 @@ fn no_free_and_no_reclaimable_record_is_a_typed_error_that_loses_nothing() {
     let pod = pod(32, 4096);
     let a = Host::join(&pod, Join::AnyFree, options(17).record_watermark(1.0)).unwrap();
     let b = Host::join(&pod, Join::AnyFree, options(18).record_watermark(1.0)).unwrap();
-    let (_, records) = a.records_in_use();
+    let (_, records) = a.inspect().records_in_use();
     for i in 0..=records {
         a.create(format!("k{i}").as_bytes(), &value(i as u8))
             .unwrap();
@@ -291,7 +292,7 @@ fn no_free_and_no_reclaimable_record_is_a_typed_error_that_loses_nothing() {
     let tickets: Vec<_> = (0..records)
         .map(|i| a.write_start(format!("k{i}").as_bytes()).unwrap())
         .collect();
-    assert_eq!(a.records_in_use(), (records, records));
+    assert_eq!(a.inspect().records_in_use(), (records, records));
     let last = format!("k{records}");
     match b.write(last.as_bytes(), &value(0xff)) {
         Err(Error::ScrRecordsExhausted {

@@ -243,7 +243,8 @@ fn execute(host: &Host, op: Op, h: usize, t: usize, i: usize) -> Result<Seen, St
 /// A replica as plain values: `(key, slot, stamp)`, sorted by key. Every object must be
 /// read-shared with its host counter unknown (nothing here allocates records or reads).
 fn replica(host: &Host) -> Result<Vec<(Vec<u8>, u64, u64)>, TestCaseError> {
-    host.replica_snapshot()
+    host.inspect()
+        .replica_snapshot()
         .into_iter()
         .map(|(key, entry)| {
             prop_assert_eq!(entry.record, None, "host {}: no records here", host.id());
@@ -426,29 +427,33 @@ fn check_without_log(
     hosts: &[Host],
     results: &Results,
 ) -> Result<Vec<(Vec<u8>, u64, u64)>, TestCaseError> {
-    let (head, ctail, tail) = hosts[0].log_cursors();
+    let (head, ctail, tail) = hosts[0].inspect().log_cursors();
     prop_assert_eq!(ctail, tail, "every append completed");
     let first = replica(&hosts[0])?;
     for host in hosts {
         prop_assert_eq!(
-            host.applied_position(),
+            host.inspect().applied_position(),
             tail,
             "host {} applied all",
             host.id()
         );
         prop_assert_eq!(
-            host.stats().entries_replayed,
+            host.inspect().stats().entries_replayed,
             tail,
             "host {} replayed each entry once",
             host.id()
         );
         prop_assert_eq!(&replica(host)?, &first, "host {} vs host 0", host.id());
     }
-    let appended: u64 = hosts.iter().map(|h| h.stats().entries_appended).sum();
+    let appended: u64 = hosts
+        .iter()
+        .map(|h| h.inspect().stats().entries_appended)
+        .sum();
     prop_assert_eq!(appended, tail, "every entry appended by one of the hosts");
 
     // Every host reads the same entries where the ring still holds them.
     let window = hosts[0]
+        .inspect()
         .read_log(head, tail)
         .map_err(|e| TestCaseError::fail(format!("read_log: {e}")))?;
     prop_assert_eq!(
@@ -458,6 +463,7 @@ fn check_without_log(
     );
     for host in &hosts[1..] {
         let theirs = host
+            .inspect()
             .read_log(head, tail)
             .map_err(|e| TestCaseError::fail(format!("read_log: {e}")))?;
         prop_assert_eq!(
@@ -475,7 +481,7 @@ fn check_without_log(
         "objects share a slot: {:?}",
         first
     );
-    let free: u64 = hosts.iter().map(Host::free_slots).sum();
+    let free: u64 = hosts.iter().map(|h| h.inspect().free_slots()).sum();
     prop_assert!(
         free + first.len() as u64 <= pod.layout().slot_count,
         "{} free + {} live > {} slots",
@@ -580,9 +586,10 @@ fn creators(
 /// The checks against the sequential model; the log must hold every entry.
 fn check_against_model(pod: &Pod, hosts: &[Host], results: &Results) -> Result<(), TestCaseError> {
     let replica = check_without_log(pod, hosts, results)?;
-    let (head, _, tail) = hosts[0].log_cursors();
+    let (head, _, tail) = hosts[0].inspect().log_cursors();
     prop_assert_eq!(head, 0, "the ring is large enough to keep every entry");
     let log = hosts[0]
+        .inspect()
         .read_log(0, tail)
         .map_err(|e| TestCaseError::fail(format!("read_log: {e}")))?;
     prop_assert_eq!(log.len() as u64, tail);
@@ -639,7 +646,7 @@ fn check_against_model(pod: &Pod, hosts: &[Host], results: &Results) -> Result<(
         );
         // Slots: this host's free pool is what the model says it owns.
         prop_assert_eq!(
-            host.free_slots(),
+            host.inspect().free_slots(),
             model.free[h].len() as u64,
             "host {} free slots",
             h
@@ -655,13 +662,18 @@ fn check_against_model(pod: &Pod, hosts: &[Host], results: &Results) -> Result<(
                 )
             })
             .count() as u64;
-        prop_assert_eq!(host.stats().slots_dropped, expected_drops, "host {}", h);
+        prop_assert_eq!(
+            host.inspect().stats().slots_dropped,
+            expected_drops,
+            "host {}",
+            h
+        );
     }
     for (h, free) in model.free.iter().enumerate().skip(hosts.len()) {
         prop_assert!(free.is_empty(), "host {} never joined", h);
     }
     let claimed = model.unclaimed.start;
-    let free: u64 = hosts.iter().map(Host::free_slots).sum();
+    let free: u64 = hosts.iter().map(|h| h.inspect().free_slots()).sum();
     prop_assert_eq!(
         free + replica.len() as u64,
         claimed,

@@ -371,14 +371,14 @@ const CHAOS_WAIT_LIMIT: Duration = Duration::from_millis(100);
 /// appends later). Any effect of the call has then happened, and the call is recorded as
 /// uncertain (it took effect before returning, or never) instead of unknown.
 fn effects_settled(host: &Host) -> bool {
-    let tail = host.log_cursors().2;
+    let tail = host.inspect().log_cursors().2;
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         let settled = host
             .inspect()
             .settle_pending()
             .is_ok_and(|pending| pending == 0);
-        if settled && host.applied_position() >= tail {
+        if settled && host.inspect().applied_position() >= tail {
             return true;
         }
         std::thread::sleep(Duration::from_millis(1));
@@ -439,8 +439,8 @@ fn check_after(hosts: &[Host], stress: &Stress) -> After {
         for host in hosts {
             pending += host.inspect().settle_pending().unwrap_or(1);
         }
-        let tail = hosts[0].log_cursors().2;
-        let behind = hosts.iter().any(|h| h.applied_position() < tail);
+        let tail = hosts[0].inspect().log_cursors().2;
+        let behind = hosts.iter().any(|h| h.inspect().applied_position() < tail);
         let now = Some((tail, hosts[0].inspect().record_census()));
         if pending == 0 && !behind && now == last {
             quiet_rounds += 1;
@@ -456,6 +456,7 @@ fn check_after(hosts: &[Host], stress: &Stress) -> After {
     }
     let census = hosts[0].inspect().record_census();
     let mut named: Vec<u32> = hosts[0]
+        .inspect()
         .replica_snapshot()
         .iter()
         .filter_map(|(_, entry)| entry.record)
@@ -472,6 +473,7 @@ fn check_after(hosts: &[Host], stress: &Stress) -> After {
         .filter(|r| census.in_use.binary_search(r).is_err())
         .count();
     let keys: Vec<Vec<u8>> = hosts[0]
+        .inspect()
         .replica_snapshot()
         .into_iter()
         .map(|(key, _)| key)

@@ -79,7 +79,7 @@ impl Scheme for Megalon {
         let e = self.events();
         let (mut appended, mut batches, mut replayed) = (0, 0, 0);
         for host in &self.hosts {
-            let stats = host.stats();
+            let stats = host.inspect().stats();
             appended += stats.entries_appended;
             batches += stats.batches_appended;
             replayed += stats.entries_replayed;
@@ -87,7 +87,7 @@ impl Scheme for Megalon {
         let (records_in_use, records) = self
             .hosts
             .first()
-            .map_or((0, 0), |host| host.records_in_use());
+            .map_or((0, 0), |host| host.inspect().records_in_use());
         let usage = self.pod.scr_usage();
         Report {
             scheme: "megalon",

@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use megalon_core::{Backing, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, SimulatedConfig};
+use megalon_core::{
+    Backing, Host, HostOptions, Join, Layout, MemoryKind, Pod, PodConfig, SimulatedConfig,
+};
 use megalon_kv::checked::{run_checked, seed_from_env, CheckedRun};
 use megalon_kv::{Megalon, Scheme, Store};
 
@@ -52,11 +54,11 @@ fn pod(run: &Run) -> Arc<Pod> {
         .max_hosts(run.hosts as u32)
         .local_partitions(run.partition_after)
         .local_copies(run.copy_after);
-    let all = base.layout().expect("layout").record_count;
+    let all = Layout::new(&base).expect("layout").record_count;
     let record_bytes = u64::from(run.record_width_bits / 8);
     let spare = (all - run.records) * record_bytes / 64 * 64;
     let config = base.app_scr_bytes(spare);
-    let layout = config.layout().expect("layout");
+    let layout = Layout::new(&config).expect("layout");
     assert!(layout.record_count >= run.records && layout.record_count < run.records + 64);
     Arc::new(Pod::create(&config, Backing::heap()).expect("pod"))
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use megalon_core::{HostOptions, MemoryKind, PodConfig, LINE_BYTES, PAGE_BYTES};
+use megalon_core::{HostOptions, Layout, MemoryKind, PodConfig, LINE_BYTES, PAGE_BYTES};
 
 use crate::error::{Error, Result};
 use crate::file::{FILE_PAGE_BYTES, PAGE_KEY_BYTES};
@@ -19,10 +19,11 @@ pub const MAX_CACHE_PAGES: u64 = 1 << 31;
 /// by hand.
 ///
 /// ```
+/// use megalon_core::Layout;
 /// use megalon_pagecache::PageCacheConfig;
 /// let config = PageCacheConfig::new(1024).max_hosts(4).coherence_records(256);
 /// let pod_config = config.pod_config()?;
-/// let layout = pod_config.layout()?;
+/// let layout = Layout::new(&pod_config)?;
 /// assert!(layout.slot_count > 1024, "slack for the hosts' slot batches");
 /// assert_eq!(layout.record_count, 256);
 /// # Ok::<(), megalon_pagecache::Error>(())
@@ -183,7 +184,7 @@ impl PageCacheConfig {
         let mut scr_bytes = (records_bytes + app_scr_needed).div_ceil(PAGE_BYTES) * PAGE_BYTES;
         let app_scr = loop {
             let probe = base.clone().scr_bytes(scr_bytes).lnr_bytes(lnr_bytes);
-            match probe.layout() {
+            match Layout::new(&probe) {
                 Ok(layout) => {
                     // With no application region, records fill all the fixed parts leave.
                     let fill = layout.record_count * record_bytes;
@@ -205,7 +206,7 @@ impl PageCacheConfig {
             .lnr_bytes(lnr_bytes)
             .app_scr_bytes(app_scr)
             .app_lnr_bytes(app_lnr);
-        let layout = config.layout()?;
+        let layout = Layout::new(&config)?;
         debug_assert_eq!(layout.record_count, record_count);
         debug_assert_eq!(layout.slot_count, slot_count);
         Ok(config)
@@ -317,7 +318,7 @@ mod tests {
                 .max_hosts(hosts)
                 .log_capacity_entries(256);
             let pod = config.pod_config().unwrap();
-            let layout = pod.layout().unwrap();
+            let layout = Layout::new(&pod).unwrap();
             assert_eq!(layout.slot_count, slot_count_for(pages, hosts));
             let per_line = LINE_BYTES / u64::from(width / 8);
             assert_eq!(layout.record_count, records.div_ceil(per_line) * per_line);

@@ -77,8 +77,8 @@ fn two_hosts_missing_on_one_page_admit_it_once() {
     assert_eq!(a.evictions + b.evictions, 0);
     // Cached once: one object per page in both replicas, counted once.
     assert_eq!(hosts[0].cached_pages(), PAGES);
-    assert_eq!(hosts[0].host().replica_len(), PAGES);
-    assert_eq!(hosts[1].host().replica_len(), PAGES);
+    assert_eq!(hosts[0].host().inspect().replica_len(), PAGES);
+    assert_eq!(hosts[1].host().inspect().replica_len(), PAGES);
 }
 
 /// Host A keeps reading page 0 (admitting it whenever it is gone) while host B appends

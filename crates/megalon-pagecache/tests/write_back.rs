@@ -96,7 +96,7 @@ fn dirty_pages_survive_record_reclaim() {
             .unwrap();
         assert_eq!(buf, pattern(page), "page {page}");
     }
-    let (in_use, _) = writer.host().records_in_use();
+    let (in_use, _) = writer.host().inspect().records_in_use();
     assert!(writer.dirty_pages() <= in_use);
     assert!(writer.take_error().is_none());
 }

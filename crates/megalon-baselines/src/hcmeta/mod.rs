@@ -477,7 +477,7 @@ fn create_pod(config: &HcMetaConfig, sizes: &Sizes) -> Result<Pod> {
     let mut scr_bytes = app_scr_bytes.next_multiple_of(PAGE_BYTES);
     let pod_config = loop {
         let candidate = base.clone().scr_bytes(scr_bytes).lnr_bytes(lnr_bytes);
-        match candidate.layout() {
+        match megalon_core::Layout::new(&candidate) {
             Ok(_) => break candidate,
             Err(megalon_core::Error::LayoutDoesNotFit {
                 region: megalon_core::Region::Scr,

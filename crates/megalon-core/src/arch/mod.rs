@@ -8,7 +8,7 @@
 //! the simulated non-coherent memory, not on real non-coherent hardware.
 
 /// Bytes in one cache line: the unit every flush works on.
-pub const LINE_BYTES: usize = 64;
+const LINE_BYTES: usize = crate::limits::LINE_BYTES as usize;
 
 #[cfg(target_arch = "x86_64")]
 mod x86_64;

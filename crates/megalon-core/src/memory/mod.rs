@@ -37,9 +37,6 @@ use crate::sync::Ordering;
 #[cfg(not(megalon_loom))]
 use crate::sync::{AtomicU64, AtomicU8};
 
-/// Bytes in one cache line.
-pub const LINE_BYTES: u64 = 64;
-
 /// Which implementation a host uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MemoryKind {

@@ -25,7 +25,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::{read_shared, write_shared, LINE_BYTES};
+use super::{read_shared, write_shared};
+use crate::limits::LINE_BYTES;
 use crate::pod::Pod;
 use crate::sync::{fence, Mutex, Ordering};
 

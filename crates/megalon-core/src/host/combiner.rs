@@ -15,10 +15,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::Settle;
+
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::event::OwnedEvent;
-use crate::host::Settle;
 use crate::replica::Outcome;
 use crate::sync::Mutex;
 

@@ -27,8 +27,10 @@
 //! and deletes take the path in `all_log.rs`, chosen by one branch at the top of each
 //! operation.
 
-use super::local::Target;
+use super::records::ReleaseReason;
+use super::ticket::{Guard, ReadState, ReadTicket, WriteState, WriteTicket};
 use super::{Host, Settle, Shared};
+
 use crate::backoff::Backoff;
 use crate::chaos::Point;
 use crate::counters::{Counter, EventCounts, ThreadCounters};
@@ -37,241 +39,7 @@ use crate::event::{Event, NO_RECORD};
 use crate::mutants::{self, Step};
 use crate::record::{RecordWord, Records};
 use crate::replica::{IndexEntry, Outcome};
-use crate::sync::{AtomicU64, Ordering};
-
-#[path = "all_log.rs"]
-mod all_log;
-
-/// Random probes for a free record before a linear scan.
-const FREE_RECORD_PROBES: u32 = 64;
-/// Records the reclaimer samples to choose one to deallocate.
-const RECLAIM_SAMPLES: u32 = 8;
-/// Rounds of sampling a synchronous reclaim tries before giving up.
-const RECLAIM_ROUNDS: u32 = 64;
-/// Records the background reclaimer frees per pump round at most.
-const RECLAIM_BATCH: u32 = 32;
-
-/// A read in progress, from [`Host::read_start`]: where the object's bytes are and what
-/// [`Host::read_end`] checks. Copy the bytes with [`ReadTicket::read`]; trust the copy only
-/// once `read_end` says so.
-#[derive(Clone, Copy, Debug)]
-#[must_use = "a read is only valid once read_end says so"]
-pub struct ReadTicket<'h> {
-    host: &'h Host,
-    state: ReadState,
-}
-
-/// What a read ticket holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct ReadState {
-    pub(super) handle: u32,
-    pub(super) stamp: u64,
-    pub(super) slot: u64,
-    pub(super) offset: u64,
-    pub(super) len: usize,
-    /// What `read_end` checks besides the stamp.
-    pub(super) guard: Guard,
-}
-
-/// What guards a read besides the object's stamp.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Guard {
-    /// A read-shared object: only the log can change it, and the stamp says whether it did.
-    Log,
-    /// A read-write-shared object: its record and the (even) counter seen at the start.
-    Record { record: u32, counter: u32 },
-    /// An object in a pod with AllLog coherence: the replicated counter seen at the start
-    /// (the stamp guards it; the counter is what this host's lines are once it succeeds).
-    Replicated { counter: u32 },
-}
-
-/// Checks that `at..at + len` lies within an object of `object_bytes`.
-fn within(at: usize, len: usize, object_bytes: usize) -> Result<()> {
-    if at.checked_add(len).is_none_or(|end| end > object_bytes) {
-        return Err(Error::OutsideObject {
-            at,
-            len,
-            object_bytes,
-        });
-    }
-    Ok(())
-}
-
-impl ReadTicket<'_> {
-    /// Copies the object's bytes `at..at + buf.len()` into `buf`: the way to read under a
-    /// ticket. A range past the object's end is [`Error::OutsideObject`]. The copy may be
-    /// torn until [`Host::read_end`] validates it.
-    pub fn read(&self, at: usize, buf: &mut [u8]) -> Result<()> {
-        within(at, buf.len(), self.state.len)?;
-        self.host.memory().read(self.state.offset + at as u64, buf);
-        Ok(())
-    }
-
-    /// Offset of the object's bytes in the pod, for the raw, unchecked [`crate::Memory`]
-    /// layer ([`ReadTicket::read`] is the checked way).
-    pub fn offset(&self) -> u64 {
-        self.state.offset
-    }
-
-    /// Bytes of the object (the slot size).
-    pub fn len(&self) -> usize {
-        self.state.len
-    }
-
-    /// Objects are never empty: always `false`.
-    pub fn is_empty(&self) -> bool {
-        self.state.len == 0
-    }
-}
-
-impl ReadState {
-    pub(super) fn slot(&self) -> u64 {
-        self.slot
-    }
-
-    pub(super) fn guard(&self) -> Guard {
-        self.guard
-    }
-}
-
-/// A write in progress: the object's record is locked (counter odd) until
-/// [`Host::write_end`]. Change the object with [`WriteTicket::write`]. Dropping the ticket
-/// ends the write as `write_end` would.
-#[must_use = "the record stays locked until write_end"]
-pub struct WriteTicket<'h> {
-    host: &'h Host,
-    state: Option<WriteState>,
-}
-
-#[derive(Clone, Copy, Debug)]
-pub(super) struct WriteState {
-    handle: u32,
-    pub(super) slot: u64,
-    pub(super) offset: u64,
-    pub(super) len: usize,
-    record: u32,
-    counter_before: u32,
-}
-
-impl WriteTicket<'_> {
-    fn state(&self) -> &WriteState {
-        self.state.as_ref().expect("live ticket")
-    }
-
-    /// Writes `bytes` into the object at byte `at`: the way to write under a ticket. A
-    /// range past the object's end is [`Error::OutsideObject`] and writes nothing (a write
-    /// through the raw [`crate::Memory`] layer would overwrite the next object).
-    pub fn write(&self, at: usize, bytes: &[u8]) -> Result<()> {
-        let state = self.state();
-        within(at, bytes.len(), state.len)?;
-        self.host.memory().write(state.offset + at as u64, bytes);
-        Ok(())
-    }
-
-    /// Copies the object's bytes `at..at + buf.len()` into `buf` (the current version:
-    /// no one else writes while the lock is held). A range past the object's end is
-    /// [`Error::OutsideObject`].
-    pub fn read(&self, at: usize, buf: &mut [u8]) -> Result<()> {
-        let state = self.state();
-        within(at, buf.len(), state.len)?;
-        self.host.memory().read(state.offset + at as u64, buf);
-        Ok(())
-    }
-
-    /// Offset of the object's bytes in the pod, for the raw, unchecked [`crate::Memory`]
-    /// layer ([`WriteTicket::write`] is the checked way).
-    pub fn offset(&self) -> u64 {
-        self.state().offset
-    }
-
-    /// Bytes of the object (the slot size).
-    pub fn len(&self) -> usize {
-        self.state().len
-    }
-
-    /// The object's coherence record, locked by this write; [`NO_RECORD`] in a pod with
-    /// [`Coherence::AllLog`](crate::Coherence), where the lock is replicated through the
-    /// log instead.
-    pub fn record(&self) -> u32 {
-        self.state().record
-    }
-
-    /// Objects are never empty: always `false`.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-impl Drop for WriteTicket<'_> {
-    fn drop(&mut self) {
-        if let Some(state) = self.state.take() {
-            // The caller may have written part of the object (or panicked while writing):
-            // finish the write so that the bytes reach memory and the record is unlocked.
-            // In a split pod this cannot fail; in an AllLog pod a failed unlock append is
-            // retried by the pump.
-            let shared = &self.host.shared;
-            let _ = shared.with_counters(|c| shared.write_end(state, c));
-        }
-    }
-}
-
-/// Why an object is losing its coherence record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ReleaseReason {
-    /// It turns read-shared: reclaimed (background or to make room) or
-    /// [`Host::make_read_shared`].
-    MakeReadShared,
-    /// It is being deleted.
-    Delete,
-}
-
-/// An object about to lose its coherence record, handed to the host's
-/// [`ReleaseHook`](crate::ReleaseHook) with the record locked by the caller: no write can
-/// start on it until the hook returns, and the last write's bytes are in memory.
-pub struct Releasing<'a> {
-    shared: &'a Shared,
-    key: &'a [u8],
-    record: u32,
-    offset: u64,
-    len: usize,
-    reason: ReleaseReason,
-}
-
-impl Releasing<'_> {
-    /// The object's key.
-    pub fn key(&self) -> &[u8] {
-        self.key
-    }
-
-    /// The record it is losing (locked now).
-    pub fn record(&self) -> u32 {
-        self.record
-    }
-
-    /// Why.
-    pub fn reason(&self) -> ReleaseReason {
-        self.reason
-    }
-
-    /// Copies the object's first `buf.len()` bytes (at most the slot size) into `buf`,
-    /// from memory: this host's cached lines of it are invalidated first.
-    pub fn read(&self, buf: &mut [u8]) {
-        let len = buf.len().min(self.len);
-        self.shared.memory.flush(self.offset, len);
-        // The invalidation is done before the loads; the lock's acquire (our CAS) already
-        // ordered them after the last writer's release.
-        self.shared.memory.fence();
-        self.shared.memory.read(self.offset, &mut buf[..len]);
-    }
-}
-
-/// What a completed read or write cost.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Done {
-    /// Times the operation started over (reads: failed `read_end`; writes: backed out).
-    pub retries: u32,
-}
+use crate::sync::Ordering;
 
 impl Host {
     /// Starts reading object `key` (steps 1-3 of the read path). Copy the object's bytes
@@ -318,124 +86,10 @@ impl Host {
             .with_counters(|c| self.shared.write_end(state, c))
     }
 
-    /// Reads object `key` into `buf` (its first `buf.len()` bytes), retrying within the
-    /// host's bound. `buf` may be at most the slot size. With local partitions or copies
-    /// on, the bytes may come from this host's DRAM.
-    pub fn read(&self, key: &[u8], buf: &mut [u8]) -> Result<Done> {
-        self.shared.check_key(key)?;
-        self.shared.check_len(buf.len())?;
-        self.shared.with_counters(|c| {
-            let (_, done) = self.shared.read_via(key, c, &mut |source, _| {
-                source.copy(0, buf);
-                buf.len()
-            })?;
-            Ok(done)
-        })
-    }
-
-    /// Reads the whole object `key` and hands a private, validated copy to `f`.
-    pub fn read_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<(R, Done)> {
-        let mut buf = vec![0u8; self.shared.pod.config().slot_size_bytes as usize];
-        let done = self.read(key, &mut buf)?;
-        Ok((f(&buf), done))
-    }
-
-    /// Writes `data` at the start of object `key`.
-    pub fn write(&self, key: &[u8], data: &[u8]) -> Result<Done> {
-        self.write_at(key, 0, data)
-    }
-
-    /// Writes `data` at byte `at` of object `key` (the rest of the object is kept).
-    pub fn write_at(&self, key: &[u8], at: usize, data: &[u8]) -> Result<Done> {
-        self.shared.check_key(key)?;
-        self.shared.check_len(at.saturating_add(data.len()))?;
-        self.shared.with_counters(|c| {
-            let ((), done) = self.shared.write_via(key, c, |target| match target {
-                Target::Dram(bytes) => bytes[at..at + data.len()].copy_from_slice(data),
-                Target::Pod(memory, offset, _) => memory.write(offset + at as u64, data),
-            })?;
-            Ok(done)
-        })
-    }
-
-    /// Read-modify-write of the whole object `key` under its lock: `f` gets the current
-    /// bytes and changes them in place. `f` must not call this host's object API: it runs
-    /// holding the object (its record, or its local lock in this host's DRAM).
-    pub fn update<R>(&self, key: &[u8], f: impl FnOnce(&mut [u8]) -> R) -> Result<(R, Done)> {
-        self.shared.check_key(key)?;
-        self.shared.with_counters(|c| {
-            self.shared.write_via(key, c, |target| match target {
-                Target::Dram(bytes) => f(bytes),
-                Target::Pod(memory, offset, len) => {
-                    // Under the lock the object cannot change, and write_start
-                    // invalidated any stale line: this copy is the current version.
-                    let mut buf = vec![0u8; len];
-                    memory.read(offset, &mut buf);
-                    let result = f(&mut buf);
-                    memory.write(offset, &buf);
-                    result
-                }
-            })
-        })
-    }
-
-    /// Makes object `key` read-shared: deallocates its coherence record (through the log)
-    /// if it has one and no write is in progress. Returns whether it did. The reclaimer
-    /// does this to the least-written objects when records run short.
-    pub fn make_read_shared(&self, key: &[u8]) -> Result<bool> {
-        self.shared.check_key(key)?;
-        self.shared.with_counters(|c| {
-            self.shared.catch_up()?;
-            let entry = self.shared.replica.index.read().lookup(key);
-            match entry.ok_or(Error::UnknownKey)?.record {
-                Some(record) => self.shared.deallocate(key, record, c),
-                None => Ok(false),
-            }
-        })
-    }
-
-    /// The key of the object that holds `record`, as this host's replica knows it after
-    /// catching up with the log; `None` if no object does (free, or claimed by an
-    /// allocation whose event is not in the log yet).
-    pub fn record_owner(&self, record: u32) -> Result<Option<Vec<u8>>> {
-        self.shared.catch_up()?;
-        Ok(self.shared.replica.index.read().record_owner_key(record))
-    }
-
-    /// Event counts of the calling thread on this host.
-    pub fn thread_events(&self) -> EventCounts {
-        self.shared.with_counters(|c| c.snapshot())
-    }
-
-    /// Event counts of every thread that has worked on this host (its pump included).
-    pub fn per_thread_events(&self) -> Vec<EventCounts> {
-        self.shared.events.per_thread()
-    }
-
     /// Event counts summed over this host's threads.
     pub fn events(&self) -> EventCounts {
         self.shared.events.total()
     }
-
-    /// Records in use in the pod now, and records in all.
-    pub fn records_in_use(&self) -> (u64, u64) {
-        let records = Records::new(&self.shared.pod);
-        (
-            self.shared.records_in_use().load(Ordering::Relaxed),
-            records.count(),
-        )
-    }
-}
-
-/// A small xorshift for picking records at random (per thread; quality hardly matters).
-fn next_random(state: &mut u64) -> u64 {
-    if *state == 0 {
-        *state = 0x9e37_79b9_7f4a_7c15;
-    }
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    *state
 }
 
 impl Shared {
@@ -454,31 +108,8 @@ impl Shared {
         Ok(())
     }
 
-    /// The count of records in use, kept in the reclaimer's line of the SCR.
-    pub(super) fn records_in_use(&self) -> &AtomicU64 {
-        self.pod.scr_u64(self.pod.layout().reclaimer_offset)
-    }
-
     pub(super) fn lines(len: usize) -> u64 {
-        len.div_ceil(crate::config::LINE_BYTES as usize) as u64
-    }
-
-    /// [`Shared::bring_back`], counting the times in `count`: past the host's retry bound
-    /// (the holder keeps moving the object back to its DRAM), [`Error::RetriesExhausted`].
-    fn bring_back_counted(
-        &self,
-        owner: crate::host::HostId,
-        key: &[u8],
-        count: &mut u32,
-        c: &ThreadCounters,
-    ) -> Result<()> {
-        *count += 1;
-        if *count > self.options.max_retries {
-            return Err(Error::RetriesExhausted {
-                retries: self.options.max_retries,
-            });
-        }
-        self.bring_back(owner, key, c)
+        len.div_ceil(crate::limits::LINE_BYTES as usize) as u64
     }
 
     pub(super) fn invalidate(&self, offset: u64, len: usize, c: &ThreadCounters) {
@@ -650,7 +281,7 @@ impl Shared {
         Ok(true)
     }
 
-    fn write_start(&self, key: &[u8], c: &ThreadCounters) -> Result<WriteState> {
+    pub(super) fn write_start(&self, key: &[u8], c: &ThreadCounters) -> Result<WriteState> {
         self.write_start_counted(key, c).map(|(state, _)| state)
     }
 
@@ -805,7 +436,7 @@ impl Shared {
 
     /// [`Shared::unlock_record`] on a way out by an error (a mutant skips it, to show a
     /// test notices a record left locked).
-    fn restore_on_error(
+    pub(super) fn restore_on_error(
         &self,
         record: u32,
         locked: RecordWord,
@@ -819,7 +450,12 @@ impl Shared {
 
     /// The settle for an event appended holding `record`'s lock (a mutant settles
     /// nothing, leaving it locked).
-    fn settle_locked(&self, record: u32, locked: RecordWord, unlocked: RecordWord) -> Settle {
+    pub(super) fn settle_locked(
+        &self,
+        record: u32,
+        locked: RecordWord,
+        unlocked: RecordWord,
+    ) -> Settle {
         if mutants::skipped(Step::LockedRecordRestoredOnError) {
             Settle::Nothing
         } else {
@@ -879,214 +515,6 @@ impl Shared {
         self.unlock_record(state.record, locked, unlocked, c);
         c.add(Counter::Writes, 1);
         Ok(())
-    }
-
-    /// Allocates a record for `key` through the log. Returns the record to write with
-    /// when a mutant skips using the winner's; normally `None`: look the key up again.
-    fn allocate_record(&self, key: &[u8], c: &ThreadCounters) -> Result<Option<u32>> {
-        let (record, claimed) = self.claim_record(c)?;
-        self.chaos.point(Point::AllocAfterClaim);
-        // A refused alloc frees the record; one whose outcome we miss keeps it if it won.
-        let settle = Settle::Claimed { record, claimed };
-        match self.submit_settled(&Event::RecordAlloc { key, record }, settle)? {
-            Outcome::RecordAllocated => {
-                c.add(Counter::RecordAllocs, 1);
-                Ok(None)
-            }
-            Outcome::RecordAllocLost { .. } => {
-                c.add(Counter::RecordAllocsLost, 1);
-                if mutants::skipped(Step::AllocLoserUsesWinnersRecord) {
-                    return Ok(Some(record));
-                }
-                c.add(Counter::ScrAtomics, 1);
-                self.free_claimed(record, claimed);
-                Ok(None)
-            }
-            _ => {
-                c.add(Counter::ScrAtomics, 1);
-                self.free_claimed(record, claimed);
-                Err(Error::UnknownKey)
-            }
-        }
-    }
-
-    /// Claims a free record (random probes, then a scan from a random start); when none
-    /// is free, deallocates another object's record first (churn). Returns the record and
-    /// its claimed word.
-    fn claim_record(&self, c: &ThreadCounters) -> Result<(u32, RecordWord)> {
-        let records = Records::new(&self.pod);
-        let count = records.count();
-        let mut rng = c.random_seed();
-        let mut churned = false;
-        for _ in 0..RECLAIM_ROUNDS {
-            if self.records_in_use().load(Ordering::Relaxed) < count {
-                let start = next_random(&mut rng) % count;
-                let probes =
-                    (0..u64::from(FREE_RECORD_PROBES)).map(|_| next_random(&mut rng) % count);
-                let scan = (0..count).map(|i| (start + i) % count);
-                for record in probes.chain(scan) {
-                    let record = record as u32;
-                    let word = records.load(record);
-                    c.add(Counter::ScrAtomics, 1);
-                    if word.in_use {
-                        continue;
-                    }
-                    let claimed = RecordWord {
-                        in_use: true,
-                        ..word
-                    };
-                    c.add(Counter::ScrAtomics, 1);
-                    if records.compare_exchange(record, word, claimed).is_ok() {
-                        self.records_in_use().fetch_add(1, Ordering::Relaxed);
-                        c.set_random_seed(rng);
-                        if churned {
-                            c.add(Counter::Churn, 1);
-                        }
-                        return Ok((record, claimed));
-                    }
-                }
-            }
-            // Nothing free: make a record free (it may be claimed by someone else first).
-            churned |= self.reclaim_one(&mut rng, c)?;
-        }
-        c.set_random_seed(rng);
-        Err(Error::ScrRecordsExhausted {
-            records: count,
-            in_use: self.records_in_use().load(Ordering::Relaxed),
-        })
-    }
-
-    /// Samples a few records and deallocates the least written unlocked one this replica
-    /// knows the owner of. Returns whether one was deallocated.
-    fn reclaim_one(&self, rng: &mut u64, c: &ThreadCounters) -> Result<bool> {
-        let records = Records::new(&self.pod);
-        let count = records.count();
-        let mut best: Option<(u32, RecordWord)> = None;
-        for _ in 0..RECLAIM_SAMPLES {
-            let record = (next_random(rng) % count) as u32;
-            let word = records.load(record);
-            c.add(Counter::ScrAtomics, 1);
-            if word.in_use && !word.locked && best.is_none_or(|(_, b)| word.counter < b.counter) {
-                best = Some((record, word));
-            }
-        }
-        let Some((record, _)) = best else {
-            return Ok(false);
-        };
-        self.catch_up()?;
-        let Some(key) = self.replica.index.read().record_owner_key(record) else {
-            // Claimed by an alloc whose event is still on its way: not ours to take.
-            return Ok(false);
-        };
-        self.deallocate(&key, record, c)
-    }
-
-    /// Makes `key` read-shared: locks `record`, appends the dealloc event, and frees the
-    /// record once the event is applied here. Returns whether it did.
-    fn deallocate(&self, key: &[u8], record: u32, c: &ThreadCounters) -> Result<bool> {
-        let records = Records::new(&self.pod);
-        let word = records.load(record);
-        c.add(Counter::ScrAtomics, 1);
-        // Lock without changing the counter: no write happens; the event tells readers.
-        // A locked record (a write or another deallocation in progress) is left alone.
-        let lock = !mutants::skipped(Step::LockBeforeDealloc);
-        if !word.in_use || (lock && word.locked) {
-            return Ok(false);
-        }
-        let locked = RecordWord {
-            locked: lock,
-            ..word
-        };
-        if lock {
-            c.add(Counter::ScrAtomics, 1);
-            if records.compare_exchange(record, word, locked).is_err() {
-                return Ok(false);
-            }
-        }
-        self.chaos.point(Point::ReleaseAfterLock);
-        // From here on the record is ours: every way out frees or restores it.
-        match self.release_allowed(key, record, ReleaseReason::MakeReadShared) {
-            Ok(true) => {}
-            Ok(false) => {
-                if lock {
-                    self.unlock_record(record, locked, word, c);
-                }
-                return Ok(false);
-            }
-            Err(panic) => {
-                if lock {
-                    self.unlock_record(record, locked, word, c);
-                }
-                std::panic::resume_unwind(panic);
-            }
-        }
-        let settle = if lock {
-            self.settle_locked(record, locked, word)
-        } else {
-            Settle::Nothing
-        };
-        match self.submit_settled(&Event::RecordDealloc { key, record }, settle)? {
-            Outcome::RecordDeallocated => {
-                self.free_released(record, locked, c);
-                c.add(Counter::RecordDeallocs, 1);
-                Ok(true)
-            }
-            _ => {
-                // The object lost the record, or is gone, in the meantime: put it back.
-                if lock {
-                    self.unlock_record(record, locked, word, c);
-                }
-                Ok(false)
-            }
-        }
-    }
-
-    /// Asks the host's release hook, if it has one, whether `key` may lose `record` now
-    /// (the caller holds the record's lock, or a mutant skipped it). `Err` carries a panic
-    /// of the hook, for the caller to resume once it has restored the record.
-    fn release_allowed(
-        &self,
-        key: &[u8],
-        record: u32,
-        reason: ReleaseReason,
-    ) -> std::thread::Result<bool> {
-        let Some(hook) = &self.options.release_hook else {
-            return Ok(true);
-        };
-        let Some(entry) = self.replica.index.read().lookup(key) else {
-            // Gone already: the event we are about to append will find nothing.
-            return Ok(true);
-        };
-        let (offset, len) = self.place(&entry);
-        let releasing = Releasing {
-            shared: self,
-            key,
-            record,
-            offset,
-            len,
-            reason,
-        };
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (hook.0)(&releasing)))
-    }
-
-    /// Frees `record`, whose dealloc or delete won in the log, by a CAS from `held` (the
-    /// word our lock put there): no host can have changed a record we hold locked.
-    fn free_released(&self, record: u32, held: RecordWord, c: &ThreadCounters) {
-        self.chaos.point(Point::ReleaseBeforeFree);
-        let records = Records::new(&self.pod);
-        let free = RecordWord {
-            in_use: false,
-            locked: false,
-            counter: held.counter & !1,
-        };
-        c.add(Counter::ScrAtomics, 1);
-        if held.locked {
-            self.unlock_record(record, held, free, c);
-        } else {
-            // A mutant skipped the lock: free whatever the word holds (the defect it shows).
-            records.store(record, free);
-        }
-        self.records_in_use().fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Deletes `key`: takes its record's lock if it has one, appends the delete, frees the
@@ -1217,23 +645,5 @@ impl Shared {
                 }
             }
         }
-    }
-
-    /// The background reclaimer's round: while more records than the watermark allows are
-    /// in use, deallocate some (a bounded batch per round).
-    pub(super) fn reclaim_to_watermark(&self) -> Result<()> {
-        let count = Records::new(&self.pod).count();
-        let limit = (count as f64 * self.options.record_watermark) as u64;
-        self.with_counters(|c| {
-            let mut rng = c.random_seed();
-            for _ in 0..RECLAIM_BATCH {
-                if self.records_in_use().load(Ordering::Relaxed) <= limit {
-                    break;
-                }
-                self.reclaim_one(&mut rng, c)?;
-            }
-            c.set_random_seed(rng);
-            Ok(())
-        })
     }
 }

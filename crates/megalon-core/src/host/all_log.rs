@@ -42,12 +42,13 @@
 //! - The object is deleted and created again between a writer's lookup and its `Lock`:
 //!   the `Lock` takes the new object's lock; the lookup after it finds the new slot.
 
-use super::{Guard, ReadState, Settle, Shared, WriteState};
+use super::ticket::{Guard, ReadState, WriteState};
+use super::{HostId, Settle, Shared};
+
 use crate::backoff::Backoff;
 use crate::counters::{Counter, ThreadCounters};
 use crate::error::{Error, Result};
 use crate::event::{Event, LOCK_HELD, NO_RECORD};
-use crate::host::HostId;
 use crate::mutants::{self, Step};
 use crate::replica::Outcome;
 use crate::sync::Ordering;
@@ -55,7 +56,11 @@ use crate::sync::Ordering;
 impl Shared {
     /// Waits a little for `holder` to release a lock; past the host's wait limit, the
     /// error names it.
-    fn wait_for_lock(&self, backoff: &mut Option<Backoff>, holder: HostId) -> Result<()> {
+    pub(super) fn wait_for_lock(
+        &self,
+        backoff: &mut Option<Backoff>,
+        holder: HostId,
+    ) -> Result<()> {
         let backoff = backoff.get_or_insert_with(|| Backoff::new(self.options.wait_limit));
         if backoff.snooze() {
             Ok(())

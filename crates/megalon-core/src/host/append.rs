@@ -1,0 +1,386 @@
+//! This host's side of the log: the tail check, replay into its replica, appends (through
+//! the combiner, in batches, each request with its settle), and the log events of slots
+//! and creates.
+
+use super::{Settle, Shared};
+
+use crate::backoff::Backoff;
+use crate::chaos::{Fault, Point};
+use crate::error::{Error, Result};
+use crate::event::{Event, OwnedEvent};
+use crate::log::Log;
+use crate::mutants::{self, Step};
+use crate::replica::Outcome;
+use crate::slot::SlotPool;
+use crate::sync::Ordering;
+
+impl Shared {
+    /// The tail check: makes the replica cover `ctail`.
+    pub(super) fn catch_up(&self) -> Result<()> {
+        // Acquire: pairs with the AcqRel `fetch_max` in `append_batch`; entries below
+        // ctail are published and their lines reached memory before it moved.
+        let target = Log::ctail(&self.pod).load(Ordering::Acquire);
+        if self.replica.applied.load(Ordering::Acquire) < target {
+            self.replay(Some(target))?;
+        }
+        Ok(())
+    }
+
+    /// Applies published entries from this replica's position on. With a `target`, waits
+    /// (bounded, without holding the index) for entries below it that are reserved but not
+    /// yet published. Returns the position applied up to.
+    pub(super) fn replay(&self, target: Option<u64>) -> Result<u64> {
+        let mut state = self.replica.replay.lock();
+        let state = &mut *state;
+        let start = self.replica.applied.load(Ordering::Acquire);
+        let mut position = start;
+        let mut backoff: Option<Backoff> = None;
+        let mut failure = None;
+        let layout = self.pod.layout();
+        let slot_bytes = layout.config.slot_size_bytes as usize;
+        let mut dropped = 0u64;
+        let mut copies_dropped = 0u64;
+        let mut settled = Vec::new();
+        // Slots this replay gives this host (its deletes, its lost creates, claims and
+        // grants). They join the pool only once `ctail` covers the events: a deleted
+        // object's slot may be read by another host's reader until then, and that
+        // reader's tail check must find the delete before anyone writes the slot again.
+        let mut gained = SlotPool::default();
+        'rounds: loop {
+            let mut index = None;
+            loop {
+                if !self.log.read(&self.memory, position, &mut state.entry) {
+                    break;
+                }
+                let decoded = Event::decode(position, &state.entry);
+                let (author, event) = match decoded {
+                    Ok(decoded) => decoded,
+                    Err(error) => {
+                        failure = Some(error);
+                        break;
+                    }
+                };
+                let index = index.get_or_insert_with(|| self.replica.index.write());
+                let pool = if mutants::skipped(Step::SlotsReusedAfterCtail) {
+                    index.apply(position, author, &event, self.id, &mut self.slots.lock())
+                } else {
+                    index.apply(position, author, &event, self.id, &mut gained)
+                };
+                let applied = match pool {
+                    Ok(applied) => applied,
+                    Err(error) => {
+                        failure = Some(error);
+                        break;
+                    }
+                };
+                if author == self.id {
+                    match self.settles.lock().remove(&position) {
+                        // Its appender gave up waiting: settle for it once `ctail` covers
+                        // the entry (below).
+                        Some((settle, event)) => settled.push((settle, applied.outcome, event)),
+                        None => {
+                            state.outcomes.insert(position, applied.outcome);
+                        }
+                    }
+                }
+                if let Some(grant) = applied.grant {
+                    state.grants.push(grant);
+                }
+                if let Some(slot) = applied.drop_slot {
+                    let is_move =
+                        matches!(event, Event::MoveToHost { .. } | Event::MoveToCxl { .. });
+                    let own_dealloc =
+                        author == self.id && matches!(event, Event::RecordDealloc { .. });
+                    let skipped = mutants::skipped(Step::ReplayDropsLines)
+                        || is_move && mutants::skipped(Step::MoveDropsLines)
+                        || own_dealloc && mutants::skipped(Step::DeallocDropsAuthorsLines);
+                    if !skipped {
+                        self.memory.flush(layout.slot_offset(slot), slot_bytes);
+                    }
+                    dropped += 1;
+                }
+                if let (Some(slot), Some(local)) = (applied.touched_slot, &self.local) {
+                    let kept = matches!(event, Event::RecordAlloc { .. })
+                        && mutants::skipped(Step::WriteInvalidatesCopies);
+                    if !kept && local.invalidate_copy(index, slot) {
+                        copies_dropped += 1;
+                    }
+                    if matches!(event, Event::Create { .. }) {
+                        // A new object in the slot: the old one's counts are not its.
+                        local.forget(slot);
+                    }
+                }
+                position += 1;
+                self.chaos.point(Point::ReplayBetweenEntries);
+            }
+            if index.is_some() {
+                self.chaos.point(Point::ReplayBeforeCtail);
+                // Before anyone can read what was just applied (they take the read lock
+                // once we let go), `ctail` covers it: a read on another host that starts
+                // after a read here ended then replays it too. Every entry below
+                // `position` is published (we just read them). AcqRel: Release pairs with
+                // the Acquire in every host's `catch_up`.
+                Log::ctail(&self.pod).fetch_max(position, Ordering::AcqRel);
+            }
+            drop(index);
+            if !gained.is_empty() {
+                self.slots.lock().append(std::mem::take(&mut gained));
+            }
+            for (settle, outcome, event) in settled.drain(..) {
+                self.settle(settle, Some(outcome), &event);
+            }
+            if failure.is_some() {
+                // What was applied before the failure is covered by `ctail` (above).
+                break 'rounds;
+            }
+            match target {
+                Some(target) if position < target => {
+                    let backoff =
+                        backoff.get_or_insert_with(|| Backoff::new(self.options.wait_limit));
+                    if !backoff.snooze() {
+                        failure = Some(Error::ReplayStalled {
+                            position,
+                            waited_ms: backoff.waited().as_millis() as u64,
+                        });
+                        break 'rounds;
+                    }
+                }
+                _ => break 'rounds,
+            }
+        }
+        if dropped > 0 {
+            // The dropped lines are gone before anyone looks the new index up.
+            self.memory.fence();
+            self.counters
+                .slots_dropped
+                .fetch_add(dropped, Ordering::Relaxed);
+        }
+        if copies_dropped > 0 {
+            self.with_counters(|c| {
+                c.add(crate::counters::Counter::CopiesInvalidated, copies_dropped)
+            });
+        }
+        if position > start {
+            // Release: pairs with the Acquire in `catch_up` (this host's readers) and the
+            // SeqCst loads in `Log::advance_head` (appenders on every host).
+            self.replica.applied.store(position, Ordering::Release);
+            Log::ltail(&self.pod, self.id).store(position, Ordering::SeqCst);
+            self.counters
+                .entries_replayed
+                .fetch_add(position - start, Ordering::Relaxed);
+        }
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(position),
+        }
+    }
+
+    /// Appends `event` (through the combiner, if on) and returns its outcome. For events
+    /// whose appender holds nothing another host waits on: an error means the event may or
+    /// may not take effect later.
+    pub(super) fn submit(&self, event: &Event<'_>) -> Result<Outcome> {
+        self.submit_settled(event, Settle::Nothing)
+    }
+
+    /// Appends `event`, whose appender holds what `settle` says. On success the caller
+    /// goes on with the outcome; on an error this host settles what the caller held (at
+    /// once, or when replay applies the entry), and the caller must not touch it.
+    pub(super) fn submit_settled(&self, event: &Event<'_>, settle: Settle) -> Result<Outcome> {
+        let owned = OwnedEvent::new(event);
+        if self.options.flat_combining {
+            let result =
+                self.combiner
+                    .submit(owned.clone(), settle, self.options.wait_limit, |requests| {
+                        self.append_batch(requests)
+                    });
+            if let Err(Error::CombinerStalled { .. }) = result {
+                // Withdrawn from the queue unserved: nothing reached the log.
+                self.settle(settle, None, &owned);
+            }
+            result
+        } else {
+            self.append_batch(&[(owned, settle)])
+                .pop()
+                .expect("one result per event")
+        }
+    }
+
+    /// Appends `requests` in as few batches as the ring allows, applies them on this
+    /// replica, advances `ctail`, and returns their outcomes in order. A request that
+    /// fails is settled here: at once if it never reached the log, else when replay
+    /// applies it.
+    pub(super) fn append_batch(&self, requests: &[(OwnedEvent, Settle)]) -> Vec<Result<Outcome>> {
+        let mut results = Vec::with_capacity(requests.len());
+        let mut refused: Option<Error> = None;
+        for batch in requests.chunks(self.log.capacity() as usize) {
+            if let Some(error) = &refused {
+                // An earlier batch failed: these are not appended either.
+                for (event, settle) in batch {
+                    self.settle(*settle, None, event);
+                    results.push(Err(error.clone()));
+                }
+                continue;
+            }
+            match self.append_chunk(batch) {
+                Ok(outcomes) => results.extend(outcomes),
+                Err(error) => {
+                    for (event, settle) in batch {
+                        self.settle(*settle, None, event);
+                        results.push(Err(error.clone()));
+                    }
+                    refused = Some(error);
+                }
+            }
+        }
+        results
+    }
+
+    /// Appends one batch (at most the ring's capacity). `Err`: nothing of it reached the
+    /// log. `Ok`: a result per event; an event whose outcome could not be confirmed is an
+    /// `Err` whose settle replay runs when it applies the entry.
+    pub(super) fn append_chunk(
+        &self,
+        batch: &[(OwnedEvent, Settle)],
+    ) -> Result<Vec<Result<Outcome>>> {
+        let entry_bytes = self.log.entry_bytes();
+        let count = batch.len() as u64;
+        let mut entries = vec![0u8; entry_bytes * batch.len()];
+        for ((event, _), entry) in batch.iter().zip(entries.chunks_exact_mut(entry_bytes)) {
+            event.event().encode(self.id, entry);
+        }
+        if self.chaos.fail(Fault::Refuse) {
+            return Err(Error::InjectedFault {
+                fault: Fault::Refuse.name(),
+            });
+        }
+        let start = self.log.reserve(
+            &self.pod,
+            count,
+            self.options.wait_limit,
+            &self.chaos,
+            || self.replay(None).map(drop),
+        )?;
+        self.chaos.point(Point::AppendAfterReserve);
+        for (i, entry) in entries.chunks_exact(entry_bytes).enumerate() {
+            self.log.write(&self.memory, start + i as u64, entry);
+        }
+        self.counters
+            .entries_appended
+            .fetch_add(count, Ordering::Relaxed);
+        self.counters
+            .batches_appended
+            .fetch_add(1, Ordering::Relaxed);
+        self.chaos.point(Point::AppendAfterPublish);
+        // Replay applies our entries (and all before them) and advances `ctail` over them
+        // before it releases the index.
+        let confirmed = if self.chaos.fail(Fault::Unconfirmed) {
+            Err(Error::InjectedFault {
+                fault: Fault::Unconfirmed.name(),
+            })
+        } else {
+            self.replay(Some(start + count)).map(drop)
+        };
+        let mut state = self.replica.replay.lock();
+        let results = batch
+            .iter()
+            .enumerate()
+            .map(|(i, (event, settle))| {
+                let position = start + i as u64;
+                match (state.outcomes.remove(&position), &confirmed) {
+                    (Some(outcome), _) => Ok(outcome),
+                    (None, Ok(())) => unreachable!("replay applied every entry up to ours"),
+                    (None, Err(error)) => {
+                        // In the log, not applied yet: its settle runs when it is.
+                        self.settles
+                            .lock()
+                            .insert(position, (*settle, event.clone()));
+                        Err(error.clone())
+                    }
+                }
+            })
+            .collect();
+        Ok(results)
+    }
+
+    /// Gives slots to the hosts whose requests named this host as donor.
+    pub(super) fn serve_grants(&self) -> Result<()> {
+        let grants = std::mem::take(&mut self.replica.replay.lock().grants);
+        for (to, count) in grants {
+            let ranges = self.slots.lock().take_for_grant(count);
+            for (first, count) in ranges {
+                self.submit_settled(
+                    &Event::GrantSlots { to, first, count },
+                    Settle::Grant { first, count },
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A free slot this host owns: from its pool, else claimed from the unclaimed range,
+    /// else asked of the host with the most (bounded wait).
+    pub(super) fn take_slot(&self) -> Result<u64> {
+        let mut backoff = Backoff::new(self.options.wait_limit);
+        let mut asked = false;
+        loop {
+            if let Some(slot) = self.slots.lock().pop() {
+                return Ok(slot);
+            }
+            let unclaimed_left = {
+                let index = self.replica.index.read();
+                index.slots.unclaimed.end - index.slots.unclaimed.start
+            };
+            if unclaimed_left > 0 {
+                self.submit(&Event::ClaimSlots {
+                    count: self.claim_chunk_slots,
+                })?;
+                continue;
+            }
+            if !asked {
+                self.submit(&Event::NeedSlots {
+                    count: self.claim_chunk_slots,
+                })?;
+                asked = true;
+            }
+            self.replay(None)?;
+            if !backoff.snooze() {
+                return Err(Error::SlotsExhausted {
+                    host: self.id,
+                    slot_count: self.pod.layout().slot_count,
+                });
+            }
+        }
+    }
+
+    pub(super) fn create(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.check_key(key)?;
+        let slot_size_bytes = self.pod.config().slot_size_bytes;
+        if value.len() as u64 > slot_size_bytes {
+            return Err(Error::ValueTooLarge {
+                value_bytes: value.len(),
+                slot_size_bytes,
+            });
+        }
+        let slot = self.take_slot()?;
+        let offset = self.pod.layout().slot_offset(slot);
+        // The slot may have held another object whose lines this host still caches: drop
+        // them before a write that may fill part of a line from the cache.
+        self.memory.flush(offset, slot_size_bytes as usize);
+        self.memory.fence();
+        self.memory.write(offset, value);
+        if !mutants::skipped(Step::CreateWritesBack) {
+            self.memory.write_back(offset, value.len());
+        }
+        self.clear_accessor(slot);
+        // The bytes are in memory before the create event is.
+        self.memory.fence();
+        self.chaos.point(Point::CreateBeforeEvent);
+        match self.submit_settled(&Event::Create { key, slot }, Settle::Create { slot })? {
+            Outcome::Created => {
+                self.with_counters(|c| c.add(crate::counters::Counter::Creates, 1));
+                Ok(())
+            }
+            _ => Err(Error::ObjectExists),
+        }
+    }
+}

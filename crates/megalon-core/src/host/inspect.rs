@@ -1,0 +1,228 @@
+//! A view into one host's state for tests, benches and figures: what a user of the
+//! object API never needs, and what a checker needs to say that nothing was left behind.
+
+use super::local::Local;
+use super::Host;
+
+use crate::counters::EventCounts;
+use crate::error::{Error, Result};
+use crate::event::{Event, OwnedEvent};
+use crate::host_table;
+use crate::ids::HostId;
+use crate::log::Log;
+use crate::record::Records;
+use crate::replica::{IndexEntry, ReplicatedLock};
+use crate::sync::Ordering;
+
+/// What a host's log machinery has done.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostStats {
+    /// Log entries this host appended.
+    pub entries_appended: u64,
+    /// Batches (one `tail` CAS each) this host appended.
+    pub batches_appended: u64,
+    /// Log entries this host's replica applied (its own and others').
+    pub entries_replayed: u64,
+    /// Slots whose cached lines replay dropped (events from other hosts).
+    pub slots_dropped: u64,
+}
+
+/// An event read back from the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoggedEvent {
+    /// Its log position.
+    pub position: u64,
+    /// The host that appended it.
+    pub host: HostId,
+    /// What it says.
+    pub event: OwnedEvent,
+}
+
+/// A view into one host's state for tests, benches and figures: what a user of the
+/// object API never needs, and what a checker needs to say that nothing was left behind.
+pub struct Inspect<'h> {
+    host: &'h Host,
+}
+
+/// The record array's words, read one by one (not a snapshot: words may change while it
+/// is read; on a quiet pod it is exact).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecordCensus {
+    /// Records whose word says in use.
+    pub in_use: Vec<u32>,
+    /// Records whose word says locked.
+    pub locked: Vec<u32>,
+}
+
+/// Errors the host's pump met in its background work (replay, grants, the reclaimer,
+/// RPCs). None of them leaves a record locked; they are counted so that none goes unseen.
+#[derive(Clone, Debug, Default)]
+pub struct BackgroundErrors {
+    /// How many.
+    pub count: u64,
+    /// The last one.
+    pub last: Option<Error>,
+}
+
+impl Host {
+    /// A view into this host's state for tests, benches and figures.
+    pub fn inspect(&self) -> Inspect<'_> {
+        Inspect { host: self }
+    }
+}
+
+impl Inspect<'_> {
+    /// Bumps this host's heartbeat word; returns the new count.
+    pub fn heartbeat(&self) -> u64 {
+        host_table::heartbeat(&self.host.shared.pod, self.host.shared.id)
+    }
+
+    /// The replicated lock and counter of object `key`, linearizably (as
+    /// [`Host::lookup`]), in a pod with [`Coherence::AllLog`]; `None` if there is no such
+    /// object or the pod's coherence is split (its objects' locks are records in the SCR).
+    pub fn replicated_lock(&self, key: &[u8]) -> Result<Option<ReplicatedLock>> {
+        self.host.shared.check_key(key)?;
+        if !self.host.shared.all_log {
+            return Ok(None);
+        }
+        self.host.shared.catch_up()?;
+        let index = self.host.shared.replica.index.read();
+        Ok(index.lookup_locked(key).map(|(_, lock)| lock))
+    }
+
+    /// Log positions below this are applied on this host's replica.
+    pub fn applied_position(&self) -> u64 {
+        self.host.shared.replica.applied.load(Ordering::Acquire)
+    }
+
+    /// Every object in this host's replica, sorted by key.
+    pub fn replica_snapshot(&self) -> Vec<(Vec<u8>, IndexEntry)> {
+        self.host.shared.replica.index.read().snapshot()
+    }
+
+    /// Objects in this host's replica.
+    pub fn replica_len(&self) -> u64 {
+        self.host.shared.replica.index.read().len()
+    }
+
+    /// Bytes of DRAM this host's index holds.
+    pub fn replica_heap_bytes(&self) -> u64 {
+        self.host.shared.replica.index.read().heap_bytes()
+    }
+
+    /// Free slots this host owns.
+    pub fn free_slots(&self) -> u64 {
+        self.host.shared.slots.lock().len()
+    }
+
+    /// The published entries at positions `from..to` (stopping at the first unpublished
+    /// one). Positions below the log's head may have been recycled: asking for them is an
+    /// error.
+    pub fn read_log(&self, from: u64, to: u64) -> Result<Vec<LoggedEvent>> {
+        let head = Log::head(&self.host.shared.pod).load(Ordering::Acquire);
+        if from < head {
+            return Err(Error::LogRecycled { head });
+        }
+        let mut entry = vec![0u8; self.host.shared.log.entry_bytes()];
+        let mut events = Vec::new();
+        for position in from..to {
+            let shared = &self.host.shared;
+            if !shared.log.read(&shared.memory, position, &mut entry) {
+                break;
+            }
+            let (host, event) = Event::decode(position, &entry)?;
+            events.push(LoggedEvent {
+                position,
+                host,
+                event: OwnedEvent::new(&event),
+            });
+        }
+        Ok(events)
+    }
+
+    /// The log's cursors now: `(head, ctail, tail)`.
+    pub fn log_cursors(&self) -> (u64, u64, u64) {
+        let pod = &self.host.shared.pod;
+        (
+            Log::head(pod).load(Ordering::Acquire),
+            Log::ctail(pod).load(Ordering::Acquire),
+            Log::tail(pod).load(Ordering::Acquire),
+        )
+    }
+
+    /// What this host's log machinery has done.
+    pub fn stats(&self) -> HostStats {
+        let c = &self.host.shared.counters;
+        HostStats {
+            entries_appended: c.entries_appended.load(Ordering::Relaxed),
+            batches_appended: c.batches_appended.load(Ordering::Relaxed),
+            entries_replayed: c.entries_replayed.load(Ordering::Relaxed),
+            slots_dropped: c.slots_dropped.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Records in use in the pod now, and records in all.
+    pub fn records_in_use(&self) -> (u64, u64) {
+        let records = Records::new(&self.host.shared.pod);
+        (
+            self.host.shared.records_in_use().load(Ordering::Relaxed),
+            records.count(),
+        )
+    }
+
+    /// Event counts of the calling thread on this host.
+    pub fn thread_events(&self) -> EventCounts {
+        self.host.shared.with_counters(|c| c.snapshot())
+    }
+
+    /// Event counts of every thread that has worked on this host (its pump included).
+    pub fn per_thread_events(&self) -> Vec<EventCounts> {
+        self.host.shared.events.per_thread()
+    }
+
+    /// Objects in this host's DRAM partition, and copies of read-shared objects it
+    /// holds, now.
+    pub fn local_objects(&self) -> (usize, usize) {
+        self.host.shared.local.as_ref().map_or((0, 0), Local::sizes)
+    }
+
+    /// Every record's word, read now.
+    pub fn record_census(&self) -> RecordCensus {
+        let records = Records::new(&self.host.shared.pod);
+        let mut census = RecordCensus::default();
+        for record in 0..records.count() as u32 {
+            let word = records.load(record);
+            if word.in_use {
+                census.in_use.push(record);
+            }
+            if word.locked {
+                census.locked.push(record);
+            }
+        }
+        census
+    }
+
+    /// Replays, does the work settles left for the pump, and returns how much is still
+    /// waiting (settles of entries not applied yet, deferred work): 0 on a quiet host.
+    pub fn settle_pending(&self) -> Result<usize> {
+        let shared = &self.host.shared;
+        shared.replay(None)?;
+        shared.run_deferred();
+        Ok(shared.pending_work())
+    }
+
+    /// Errors the pump met in the background.
+    pub fn background_errors(&self) -> BackgroundErrors {
+        let shared = &self.host.shared;
+        BackgroundErrors {
+            count: shared.background_errors.load(Ordering::Relaxed),
+            last: shared.last_background_error.lock().clone(),
+        }
+    }
+
+    /// What schedule chaos did on this host.
+    #[cfg(feature = "chaos")]
+    pub fn chaos_counts(&self) -> crate::chaos::ChaosCounts {
+        self.host.shared.chaos.counts()
+    }
+}

@@ -1,0 +1,387 @@
+//! Moving objects between CXL and this host's DRAM through the log: a move here after
+//! enough accesses, a move back when asked (by RPC) or before an operation that needs the
+//! object in CXL, copies of read-shared objects, and orphans of moves whose append failed.
+
+use super::{
+    bump, Local, LocalObject, Moving, HELD, LEAVING, MISSING, MOVED_BACK, NOT_HERE, OP_MOVE_BACK,
+    ORPHANED,
+};
+
+use crate::counters::{Counter, ThreadCounters};
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::host::{Settle, Shared};
+use crate::ids::HostId;
+use crate::mutants::{self, Step};
+use crate::record::{RecordWord, Records};
+use crate::replica::Outcome;
+use crate::rpc::Response;
+use crate::sync::Ordering;
+
+/// What a move back found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::host) enum MovedBack {
+    /// It moved the object back to CXL.
+    Moved,
+    /// The object is not in this host's DRAM (already back, or never was).
+    NotHere,
+    /// The index says this host holds the object, and it does not (a move whose append
+    /// failed).
+    Missing,
+}
+
+impl Shared {
+    /// Moves object `key` from its CXL slot into this host's DRAM, if it is in CXL and
+    /// no write is in progress. Returns whether it moved.
+    pub(in crate::host) fn move_here(
+        &self,
+        local: &Local,
+        key: &[u8],
+        c: &ThreadCounters,
+    ) -> Result<bool> {
+        // Another move (to or from this host) is under way: not now.
+        let Some(moving) = local.moving.try_lock() else {
+            return Ok(false);
+        };
+        self.catch_up()?;
+        let Some(entry) = self.replica.index.read().lookup(key) else {
+            return Ok(false);
+        };
+        if entry.local_owner.is_some() {
+            return Ok(false);
+        }
+        // Hold the record's lock (counter unchanged: nothing is written) so that no write
+        // is in progress while we copy; a busy record means the object is busy: not now.
+        let records = Records::new(&self.pod);
+        let mut locked = None;
+        if let Some(record) = entry.record {
+            let word = records.load(record);
+            c.add(Counter::ScrAtomics, 2);
+            if !word.in_use || word.locked {
+                return Ok(false);
+            }
+            let held = RecordWord {
+                locked: true,
+                ..word
+            };
+            if records.compare_exchange(record, word, held).is_err() {
+                return Ok(false);
+            }
+            locked = Some((record, word));
+        }
+        let moved = self.copy_and_move(local, &moving, key, &entry, c);
+        if let Some((record, word)) = locked {
+            let held = RecordWord {
+                locked: true,
+                ..word
+            };
+            self.unlock_record(record, held, word, c);
+        }
+        moved
+    }
+
+    /// The body of [`Shared::move_here`], holding `moving` and the record (if any).
+    pub(in crate::host) fn copy_and_move(
+        &self,
+        local: &Local,
+        moving: &Moving,
+        key: &[u8],
+        entry: &crate::replica::IndexEntry,
+        c: &ThreadCounters,
+    ) -> Result<bool> {
+        // An event about the object between the lookup and the lock (an alloc, a write's
+        // wrap): start from what is current another time.
+        if !self.unchanged_since(entry)? {
+            return Ok(false);
+        }
+        // An orphan of an earlier move whose outcome is not settled yet holds the place:
+        // not now (that move may still win, and its orphan is what readers will find).
+        if local.object_held(moving, entry.slot).is_some() {
+            return Ok(false);
+        }
+        let (offset, len) = self.place(entry);
+        let mut bytes = vec![0u8; len].into_boxed_slice();
+        self.invalidate(offset, len, c);
+        self.memory.read(offset, &mut bytes);
+        // In the partition before the event: once a replica says "here", this host's
+        // threads find the object.
+        local.insert_object(entry.slot, Box::new(LocalObject::new(key, &bytes)));
+        let outcome = self.submit_settled(
+            &Event::MoveToHost {
+                key,
+                host: self.id,
+                stamp: entry.stamp,
+            },
+            Settle::MoveToHost { slot: entry.slot },
+        );
+        match outcome {
+            Ok(Outcome::Moved) => {}
+            Ok(_) => {
+                // SAFETY: we hold `moving`, and no applied event says this host holds the
+                // object: our move lost.
+                unsafe { local.remove_object(entry.slot) };
+                c.add(Counter::MovesLost, 1);
+                return Ok(false);
+            }
+            Err(error) => {
+                // The entry may be in the log and take effect later, when a reader may
+                // find the object: keep it, orphaned (the record's lock goes back, so CXL
+                // may get newer bytes).
+                if let Some(object) = local.object_held(moving, entry.slot) {
+                    object.state.store(ORPHANED, Ordering::Release);
+                }
+                c.add(Counter::MovesLost, 1);
+                return Err(error);
+            }
+        }
+        c.add(Counter::MovesToHost, 1);
+        Ok(true)
+    }
+
+    /// Moves object `key` from this host's DRAM back to its CXL slot, if this host holds
+    /// it: writes the bytes into the slot and back to memory, then appends `MoveToCxl`.
+    /// `asked`: another host asked for it (the object bounced).
+    pub(in crate::host) fn move_back(
+        &self,
+        key: &[u8],
+        asked: bool,
+        c: &ThreadCounters,
+    ) -> Result<MovedBack> {
+        let Some(local) = &self.local else {
+            return Ok(MovedBack::NotHere);
+        };
+        let moving = local.moving.lock();
+        self.catch_up()?;
+        let Some(entry) = self.replica.index.read().lookup(key) else {
+            return Ok(MovedBack::NotHere);
+        };
+        if entry.local_owner != Some(self.id) {
+            return Ok(MovedBack::NotHere);
+        }
+        let slot = entry.slot;
+        let Some(object) = local.object_held(&moving, slot) else {
+            return Ok(MovedBack::Missing);
+        };
+        let layout = self.pod.layout();
+        let (offset, len) = (layout.slot_offset(slot), local.object_bytes);
+        object.lock();
+        match object.state.load(Ordering::Relaxed) {
+            HELD => {}
+            _ => {
+                // Leaving since an earlier move back whose append failed (its event may
+                // yet apply), or orphaned by a move here whose append failed and whose
+                // event applied after all: either way the bytes in CXL are current, so
+                // append a move back without writing any.
+                object.unlock();
+                return self.append_move_back(local, &moving, key, slot, asked, c);
+            }
+        }
+        // Lines of the slot cached from before the object left are old: drop them before
+        // writing (a write into a cached line keeps the rest of it).
+        self.memory.flush(offset, len);
+        self.memory.fence();
+        c.add(Counter::LinesInvalidated, Self::lines(len));
+        self.memory.write(offset, &object.bytes(len));
+        // The bytes reach memory before the event tells anyone to read them there.
+        if !mutants::skipped(Step::MoveBackWritesBack) {
+            self.memory.write_back(offset, len);
+            c.add(Counter::LinesWrittenBack, Self::lines(len));
+        }
+        self.memory.fence();
+        // Writes wait from now on; reads go on (the bytes are those in CXL). The object is
+        // let go before the event: replay takes the index's write lock, and a writer
+        // holding the index's read lock may be waiting for the object. If the append
+        // fails, the object stays leaving: its event may be in the log and apply later.
+        object.state.store(LEAVING, Ordering::Relaxed);
+        object.unlock();
+        self.append_move_back(local, &moving, key, slot, asked, c)
+    }
+
+    /// Appends `MoveToCxl` for the object in `slot`, whose bytes are in CXL, and takes it
+    /// out of the partition once the event is applied.
+    pub(in crate::host) fn append_move_back(
+        &self,
+        local: &Local,
+        _moving: &Moving,
+        key: &[u8],
+        slot: u64,
+        asked: bool,
+        c: &ThreadCounters,
+    ) -> Result<MovedBack> {
+        let moved = self.submit(&Event::MoveToCxl { key })? == Outcome::Moved;
+        // SAFETY: we hold `moving`, and an applied event says the object is in CXL (ours;
+        // or, if ours lost, an earlier MoveToCxl whose append had failed): no holder of
+        // the index's lock reaches it any more.
+        unsafe { local.remove_object(slot) };
+        if !moved {
+            return Ok(MovedBack::NotHere);
+        }
+        local.streaks[slot as usize].store(0, Ordering::Relaxed);
+        if asked {
+            bump(&local.bounces[slot as usize]);
+            self.note_bounce(slot, c);
+        }
+        c.add(Counter::MoveBacks, 1);
+        Ok(MovedBack::Moved)
+    }
+
+    /// Drops the orphan in `slot` (see [`ORPHANED`]) if its move lost or never reached
+    /// the log: no replica names this host as its holder, so no reader reaches it.
+    pub(in crate::host) fn drop_orphan(&self, slot: u64) -> Result<()> {
+        let Some(local) = &self.local else {
+            return Ok(());
+        };
+        let moving = local.moving.lock();
+        let Some(object) = local.object_held(&moving, slot) else {
+            return Ok(());
+        };
+        if object.state.load(Ordering::Acquire) != ORPHANED {
+            return Ok(());
+        }
+        self.catch_up()?;
+        let holder = self
+            .replica
+            .index
+            .read()
+            .lookup(&object.key)
+            .and_then(|entry| (entry.slot == slot).then_some(entry.local_owner))
+            .flatten();
+        if holder != Some(self.id) {
+            // SAFETY: we hold `moving`, and the caught-up replica does not say this host
+            // holds the object (its move lost or was refused, as the settle that deferred
+            // this said): no holder of the index's lock reaches it.
+            unsafe { local.remove_object(slot) };
+        }
+        Ok(())
+    }
+
+    /// Moves every object in this host's DRAM back to CXL (a host that leaves). Errors
+    /// are the first one met; the rest are still tried.
+    pub(in crate::host) fn move_all_back(&self) -> Result<()> {
+        let Some(local) = &self.local else {
+            return Ok(());
+        };
+        let keys: Vec<Box<[u8]>> = {
+            let moving = local.moving.lock();
+            (0..local.partition.len() as u64)
+                .filter_map(|slot| local.object_held(&moving, slot).map(|o| o.key.clone()))
+                .collect()
+        };
+        self.with_counters(|c| {
+            let mut first_error = None;
+            for key in keys {
+                if let Err(error) = self.move_back(&key, false, c) {
+                    first_error.get_or_insert(error);
+                }
+            }
+            first_error.map_or(Ok(()), Err)
+        })
+    }
+
+    /// Makes a copy of object `key` in this host's DRAM if it is read-shared.
+    pub(in crate::host) fn make_copy(
+        &self,
+        local: &Local,
+        key: &[u8],
+        c: &ThreadCounters,
+    ) -> Result<()> {
+        // The read protocol's steps for a read-shared object, without what `read_start`
+        // would do for others (a best-effort policy brings nothing back, sends no RPC).
+        self.catch_up()?;
+        let Some(entry) = self.replica.index.read().lookup(key) else {
+            return Ok(());
+        };
+        if entry.record.is_some() || entry.local_owner.is_some() {
+            return Ok(());
+        }
+        let (offset, len) = self.place(&entry);
+        let mut bytes = vec![0u8; len].into_boxed_slice();
+        self.memory.read(offset, &mut bytes);
+        // The post-read check of `read_end`, then the insert under the same read lock:
+        // replay cannot apply an event about the object in between.
+        crate::sync::fence(Ordering::Acquire);
+        self.catch_up()?;
+        let index = self.replica.index.read();
+        if let Some(entry) = index.current(entry.handle, entry.stamp) {
+            if entry.record.is_none()
+                && entry.local_owner.is_none()
+                && local.insert_copy(&index, entry.slot, bytes)
+            {
+                c.add(Counter::CopiesMade, 1);
+            }
+        }
+        Ok(())
+    }
+
+    /// Asks `owner`, which holds object `key` in its DRAM, to move it back to CXL (this
+    /// host itself: moves it), and returns once it has answered. The caller then looks
+    /// the key up again.
+    pub(in crate::host) fn bring_back(
+        &self,
+        owner: HostId,
+        key: &[u8],
+        c: &ThreadCounters,
+    ) -> Result<()> {
+        if owner == self.id {
+            return match self.move_back(key, false, c)? {
+                MovedBack::Missing => Err(Error::LocalObjectMissing { host: self.id }),
+                MovedBack::Moved | MovedBack::NotHere => Ok(()),
+            };
+        }
+        let rpc = self
+            .rpc
+            .as_ref()
+            .expect("a pod with local partitions has RPC rings");
+        // Unless the replica, caught up, no longer names the same holder (it moved the
+        // object back meanwhile: leaving, say), the answer stands.
+        let unless_moved = |error: Error| match self.holder_of(key)? {
+            Some(holder) if holder == owner => Err(error),
+            _ => Ok(()),
+        };
+        if crate::host_table::table_state(&self.pod, owner) == crate::host_table::TableState::Free {
+            // Nobody holds that id: the object's bytes left with its last holder.
+            return unless_moved(Error::HostUnresponsive {
+                host: owner,
+                waited_ms: 0,
+            });
+        }
+        let mut buf = vec![0u8; rpc.entry_bytes];
+        c.add(Counter::RpcsSent, 1);
+        // While it waits, the thread serves its own host's ring (two hosts asking each
+        // other both progress). It holds nothing a move back here would wait for: no
+        // operation calls this holding `moving`, the index, or a local object.
+        let response = rpc.rings[owner as usize].call(
+            &self.pod,
+            &self.memory,
+            &mut buf,
+            OP_MOVE_BACK,
+            key,
+            &[],
+            self.options.wait_limit,
+            c,
+            &mut || {
+                let _ = self.serve_rpcs(c);
+            },
+        );
+        match response {
+            Ok(Response { status, .. }) => match status {
+                // Not there when the holder looked (it may have moved it back to its DRAM
+                // since): the caller looks again, within its bound.
+                MOVED_BACK | NOT_HERE => Ok(()),
+                MISSING => unless_moved(Error::LocalObjectMissing { host: owner }),
+                _ => unless_moved(Error::MoveBackFailed { host: owner }),
+            },
+            Err(waited_ms) => unless_moved(Error::HostUnresponsive {
+                host: owner,
+                waited_ms,
+            }),
+        }
+    }
+
+    /// The host whose DRAM holds object `key`, as the replica says after catching up.
+    pub(in crate::host) fn holder_of(&self, key: &[u8]) -> Result<Option<HostId>> {
+        self.catch_up()?;
+        let index = self.replica.index.read();
+        Ok(index.lookup(key).and_then(|entry| entry.local_owner))
+    }
+}

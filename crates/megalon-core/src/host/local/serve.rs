@@ -1,0 +1,123 @@
+//! The host-to-host RPC this host serves: other hosts ask it, over its ring, to move an
+//! object in its DRAM back to CXL.
+
+use super::{MovedBack, FAILED, MISSING, MOVED_BACK, NOT_HERE, OP_MOVE_BACK};
+
+use crate::counters::{Counter, ThreadCounters};
+use crate::error::Result;
+use crate::host::{Host, Shared};
+use crate::rpc::{Response, RingGeometry, Tally};
+
+/// The RPC rings of a pod: one per host.
+pub(in crate::host) struct Rpc {
+    pub(in crate::host) rings: Vec<RingGeometry>,
+    pub(in crate::host) entry_bytes: usize,
+}
+
+impl Rpc {
+    pub(in crate::host) fn new(layout: &crate::Layout) -> Option<Self> {
+        let entries = u64::from(layout.config.rpc_ring_entries);
+        if entries == 0 {
+            return None;
+        }
+        let rings = (0..layout.config.max_hosts)
+            .map(|host| RingGeometry::of_host(layout, host))
+            .collect();
+        Some(Self {
+            rings,
+            entry_bytes: layout.rpc_entry_bytes as usize,
+        })
+    }
+}
+
+impl Tally for ThreadCounters {
+    fn scr_atomics(&self, n: u64) {
+        self.add(Counter::ScrAtomics, n);
+    }
+
+    fn lines_written_back(&self, n: u64) {
+        self.add(Counter::LinesWrittenBack, n);
+    }
+
+    fn lines_invalidated(&self, n: u64) {
+        self.add(Counter::LinesInvalidated, n);
+    }
+}
+
+impl Host {
+    /// Stops or resumes serving RPCs from other hosts (on by default). A host that does not
+    /// serve keeps the objects in its DRAM: other hosts that need one get
+    /// [`Error::HostUnresponsive`] after their wait limit. For testing what a stopped
+    /// host looks like to the others.
+    pub fn set_serving(&self, on: bool) {
+        self.shared
+            .serving
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Shared {
+    /// Serves this host's ring if a request waits (two SCR loads when none does): every
+    /// read and write of a pod with rings polls, so that a host that needs an object in
+    /// this host's DRAM waits for one of its operations, not for its pump's next round.
+    #[inline]
+    pub(in crate::host) fn poll_rpcs(&self, c: &ThreadCounters) {
+        if self.rpc.is_some() {
+            let _ = self.serve_rpcs(c);
+        }
+    }
+
+    /// Serves the requests waiting in this host's ring. Returns how many it served. The
+    /// look at the ring (two SCR loads when nothing waits) is counted in `tally`.
+    pub(in crate::host) fn serve_rpcs(&self, tally: &dyn Tally) -> Result<u64> {
+        let Some(rpc) = &self.rpc else {
+            return Ok(0);
+        };
+        if !self.serving.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(0);
+        }
+        let ring = &rpc.rings[self.id as usize];
+        if !ring.pending(&self.pod, tally) {
+            return Ok(0);
+        }
+        // One server at a time: another thread of this host is at it.
+        let Some(_serving) = self.rpc_server.try_lock() else {
+            return Ok(0);
+        };
+        self.with_counters(|c| {
+            let mut buf = vec![0u8; rpc.entry_bytes];
+            let mut served = 0;
+            let failed = Response {
+                status: FAILED,
+                detail: 0,
+            };
+            while let Some(claimed) = ring.claim(&self.pod, c) {
+                ring.serve(
+                    &self.pod,
+                    &self.memory,
+                    claimed,
+                    &mut buf,
+                    c,
+                    failed,
+                    |request, buf| {
+                        let status = match request.op {
+                            OP_MOVE_BACK => {
+                                match self.move_back(&buf[request.key.clone()], true, c) {
+                                    Ok(MovedBack::Moved) => MOVED_BACK,
+                                    Ok(MovedBack::NotHere) => NOT_HERE,
+                                    Ok(MovedBack::Missing) => MISSING,
+                                    Err(_) => FAILED,
+                                }
+                            }
+                            _ => FAILED,
+                        };
+                        Response { status, detail: 0 }
+                    },
+                );
+                c.add(Counter::RpcsServed, 1);
+                served += 1;
+            }
+            Ok(served)
+        })
+    }
+}

@@ -1,0 +1,335 @@
+//! Hosts: everything one host runs: its view of LNR, its replica, its appender (with flat
+//! combining) and its background pump. A host is one OS process or a group of threads
+//! emulating one; every host has its own [`Memory`] (its own cache, in the simulation)
+//! and its own replica of the index. Its row in the host table is `host_table`'s.
+//!
+//! Joining goes through the log's registration (see [`crate::log`]): a host replays the
+//! log from position 0 to build its replica, so hosts must join before the log first
+//! recycles an entry; later joins answer [`Error::LogRecycled`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use combiner::Combiner;
+
+use crate::chaos::Chaos;
+use crate::config::Coherence;
+use crate::error::{Error, Result};
+use crate::event::OwnedEvent;
+use crate::host_table;
+pub use crate::ids::HostId;
+use crate::log::Log;
+use crate::memory::Memory;
+use crate::pod::Pod;
+use crate::replica::{Index, IndexEntry, Replica};
+use crate::slot::{slot_claim_batch, SlotPool};
+use crate::sync::{AtomicU64, Mutex, Ordering};
+
+mod all_log;
+mod append;
+mod combiner;
+mod inspect;
+mod local;
+mod object;
+mod options;
+mod path;
+mod records;
+mod settle;
+mod ticket;
+
+pub use inspect::{BackgroundErrors, HostStats, Inspect, LoggedEvent, RecordCensus};
+pub use options::{HostOptions, Join, ReleaseHook};
+pub use records::{ReleaseReason, Releasing};
+use settle::Deferred;
+pub(crate) use settle::Settle;
+pub use ticket::{Done, ReadTicket, WriteTicket};
+
+/// Rounds the pump runs without sleeping after it served an RPC.
+const PUMP_BUSY_ROUNDS: u32 = 1000;
+
+#[derive(Debug, Default)]
+struct Counters {
+    entries_appended: AtomicU64,
+    batches_appended: AtomicU64,
+    entries_replayed: AtomicU64,
+    slots_dropped: AtomicU64,
+}
+
+/// Everything one host runs, shared by its threads and its pump.
+struct Shared {
+    pod: Arc<Pod>,
+    id: HostId,
+    memory: Memory,
+    log: Log,
+    replica: Replica,
+    slots: Mutex<SlotPool>,
+    combiner: Combiner,
+    options: HostOptions,
+    /// The pod's coherence is [`Coherence::AllLog`]: the object protocol takes the AllLog
+    /// path (one predictable branch at the top of each operation).
+    all_log: bool,
+    counters: Counters,
+    /// Per-thread event counters of the object protocol.
+    events: crate::counters::Registry,
+    events_id: u64,
+    claim_chunk_slots: u64,
+    stop: std::sync::atomic::AtomicBool,
+    /// Objects in this host's DRAM (local partitions, local copies), if either is on.
+    local: Option<local::Local>,
+    /// Every host's RPC ring, if the pod has rings.
+    rpc: Option<local::Rpc>,
+    /// Whether this host serves RPCs ([`Host::set_serving`]).
+    serving: std::sync::atomic::AtomicBool,
+    /// Held by the thread serving this host's ring.
+    rpc_server: Mutex<()>,
+    /// Schedule chaos and injected faults (nothing without the `chaos` feature).
+    chaos: Chaos,
+    /// Settles of this host's entries whose appenders gave up waiting for them, by log
+    /// position. Taken and changed only under the replay lock, so that an entry is either
+    /// applied before its settle is registered (the appender finds its outcome) or after
+    /// (replay finds the settle).
+    settles: Mutex<std::collections::HashMap<u64, (Settle, OwnedEvent)>>,
+    /// What settles left for the pump.
+    deferred: Mutex<Vec<Deferred>>,
+    /// Errors the pump met in its background work, and the last one.
+    background_errors: AtomicU64,
+    last_background_error: Mutex<Option<Error>>,
+}
+
+/// A joined host. Share it between the threads that emulate it (`&Host` is enough; it is
+/// `Sync`). Leaves the host table, and stops its pump, when dropped.
+pub struct Host {
+    shared: Arc<Shared>,
+    pump: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Host {
+    /// Joins `pod` as `which`. `options` can be a [`MemoryKind`] alone.
+    pub fn join(pod: &Arc<Pod>, which: Join, options: impl Into<HostOptions>) -> Result<Host> {
+        let options = options.into();
+        let max_hosts = pod.config().max_hosts;
+        if let Join::As(host) = which {
+            if host >= max_hosts {
+                return Err(Error::HostOutOfRange { host, max_hosts });
+            }
+        }
+        Log::begin_join(pod)?;
+        let claimed = match which {
+            Join::As(host) => host_table::try_claim(pod, host)
+                .map(|()| host)
+                .map_err(|holder_pid| Error::HostTaken { host, holder_pid }),
+            Join::AnyFree => (0..max_hosts)
+                .find(|host| host_table::try_claim(pod, *host).is_ok())
+                .ok_or(Error::HostTableFull { max_hosts }),
+        };
+        let id = match claimed {
+            Ok(id) => id,
+            Err(error) => {
+                Log::end_join(pod);
+                return Err(error);
+            }
+        };
+        // The new host replays from position 0: registration keeps head at 0 until
+        // `end_join`, and this store happens before it.
+        Log::ltail(pod, id).store(0, Ordering::SeqCst);
+        host_table::count_join(pod, id);
+        Log::end_join(pod);
+
+        let layout = pod.layout();
+        let log = Log::new(pod);
+        let coherence = layout.config.coherence;
+        let index = Index::new(layout.slot_count, layout.record_count, max_hosts, coherence);
+        let replica = Replica::new(index, log.entry_bytes());
+        let claim_chunk_slots = slot_claim_batch(layout.slot_count, max_hosts);
+        #[cfg(feature = "chaos")]
+        let options_chaos = options.chaos.clone();
+        let shared = Arc::new(Shared {
+            pod: Arc::clone(pod),
+            id,
+            memory: Memory::new(Arc::clone(pod), options.memory.clone()),
+            log,
+            replica,
+            slots: Mutex::new(SlotPool::default()),
+            combiner: Combiner::default(),
+            options,
+            all_log: coherence == Coherence::AllLog,
+            counters: Counters::default(),
+            events: crate::counters::Registry::default(),
+            events_id: crate::counters::Registry::new_id(),
+            claim_chunk_slots,
+            stop: std::sync::atomic::AtomicBool::new(false),
+            local: local::Local::new(
+                layout.config.partition_after_accesses,
+                layout.config.copy_after_reads,
+                layout.slot_count,
+                layout.config.slot_size_bytes as usize,
+            ),
+            rpc: local::Rpc::new(layout),
+            serving: std::sync::atomic::AtomicBool::new(true),
+            rpc_server: Mutex::new(()),
+            #[cfg(feature = "chaos")]
+            chaos: Chaos::new(options_chaos),
+            #[cfg(not(feature = "chaos"))]
+            chaos: Chaos,
+            settles: Mutex::new(std::collections::HashMap::new()),
+            deferred: Mutex::new(Vec::new()),
+            background_errors: AtomicU64::new(0),
+            last_background_error: Mutex::new(None),
+        });
+        let mut host = Host { shared, pump: None };
+        host.shared.catch_up()?;
+        // A loom model drives replay by hand; its threads are model threads only.
+        #[cfg(not(megalon_loom))]
+        if let Some(interval) = host.shared.options.pump_interval {
+            let shared = Arc::clone(&host.shared);
+            let pump = std::thread::Builder::new()
+                .name(format!("megalon-pump-{id}"))
+                .spawn(move || shared.pump(interval))
+                .map_err(|source| Error::Io {
+                    operation: "starting the pump thread of",
+                    path: format!("host {id}").into(),
+                    source: source.into(),
+                })?;
+            host.pump = Some(pump);
+        }
+        Ok(host)
+    }
+
+    /// This host's id.
+    pub fn id(&self) -> HostId {
+        self.shared.id
+    }
+
+    /// The pod.
+    pub fn pod(&self) -> &Arc<Pod> {
+        &self.shared.pod
+    }
+
+    /// This host's view of LNR.
+    pub fn memory(&self) -> &Memory {
+        &self.shared.memory
+    }
+
+    /// How this host runs.
+    pub fn options(&self) -> &HostOptions {
+        &self.shared.options
+    }
+
+    /// Leaves the host table, freeing the id for another participant.
+    pub fn leave(self) {
+        drop(self)
+    }
+
+    /// Looks `key` up, linearizably: the replica first applies every log entry whose
+    /// append had completed when the call began.
+    pub fn lookup(&self, key: &[u8]) -> Result<Option<IndexEntry>> {
+        self.shared.check_key(key)?;
+        self.shared.catch_up()?;
+        Ok(self.shared.replica.index.read().lookup(key))
+    }
+
+    /// Creates object `key` holding `value`: writes the bytes into a free slot this host
+    /// owns, makes them reach memory, then appends the create event.
+    /// [`Error::ObjectExists`] if the key exists (the slot stays with this host).
+    pub fn create(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.shared.create(key, value)
+    }
+
+    /// Deletes object `key` through the log; its slot goes to this host.
+    /// [`Error::UnknownKey`] if there is none.
+    pub fn delete(&self, key: &[u8]) -> Result<()> {
+        self.shared.check_key(key)?;
+        self.shared.with_counters(|c| self.shared.delete(key, c))
+    }
+
+    /// Applies every published log entry this replica has not applied yet, and serves
+    /// slot requests addressed to this host. Returns the position applied up to.
+    pub fn replay(&self) -> Result<u64> {
+        let position = self.shared.replay(None)?;
+        self.shared.serve_grants()?;
+        Ok(position)
+    }
+
+    /// Appends `event` as is (through the combiner, if on) and returns its outcome. For the
+    /// crate's own models and tests: the object API appends events with their protocol.
+    #[cfg(megalon_loom)]
+    pub(crate) fn append_event(&self, event: &crate::Event<'_>) -> Result<crate::Outcome> {
+        self.shared.submit(event)
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        // Objects in this host's DRAM go back to CXL: once it leaves, nobody could bring
+        // them back. (An error here, a full log, cannot be reported from a drop.)
+        let _ = self.shared.move_all_back();
+        // Deferred unlocks (AllLog) are this host's to append: a last try.
+        let _ = self.shared.replay(None);
+        self.shared.run_deferred();
+        self.shared
+            .stop
+            .store(true, std::sync::atomic::Ordering::Release);
+        if let Some(pump) = self.pump.take() {
+            pump.thread().unpark();
+            let _ = pump.join();
+        }
+        host_table::release(&self.shared.pod, self.shared.id);
+    }
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host")
+            .field("id", &self.shared.id)
+            .field("memory", &self.shared.memory.kind_name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    fn check_key(&self, key: &[u8]) -> Result<()> {
+        let max_key_bytes = self.pod.config().max_key_bytes;
+        if key.len() > max_key_bytes as usize {
+            return Err(Error::KeyTooLarge {
+                key_bytes: key.len(),
+                max_key_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    fn pump(&self, interval: Duration) {
+        // Rounds left in which the pump only yields between rounds: after it served an
+        // RPC, more may follow, and each waits for the pump while it sleeps.
+        let mut busy_rounds = 0u32;
+        while !self.stop.load(std::sync::atomic::Ordering::Acquire) {
+            // Errors also surface to the host's own operations, which replay too; the
+            // pump counts them and keeps the last (`Host::background_errors`). None of
+            // them leaves a record locked: every path that holds one settles it.
+            match self.replay(None) {
+                Ok(_) => {
+                    self.run_deferred();
+                    if let Err(error) = self.serve_grants() {
+                        self.background_error(error);
+                    }
+                    if let Err(error) = self.reclaim_to_watermark() {
+                        self.background_error(error);
+                    }
+                }
+                Err(error) => self.background_error(error),
+            }
+            match self.serve_rpcs(&()) {
+                Ok(served) if served > 0 => busy_rounds = PUMP_BUSY_ROUNDS,
+                Ok(_) => {}
+                Err(error) => self.background_error(error),
+            }
+            host_table::heartbeat(&self.pod, self.id);
+            if busy_rounds > 0 {
+                busy_rounds -= 1;
+                std::thread::yield_now();
+            } else {
+                std::thread::park_timeout(interval);
+            }
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! How a host runs: its options, which id it joins as, and the hook called before an
+//! object loses its record.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::records::Releasing;
+
+use crate::ids::HostId;
+use crate::memory::MemoryKind;
+
+/// Which host id to join as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Join {
+    /// Exactly this id; an error if it is taken or past the maximum.
+    As(HostId),
+    /// The lowest free id; an error if the table is full.
+    AnyFree,
+}
+
+/// How a host runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostOptions {
+    /// How it touches LNR.
+    pub memory: MemoryKind,
+    /// How often its background pump replays the log (and serves slot requests), so an
+    /// idle host never holds the log's head back. `None`: no pump (tests that drive
+    /// replay by hand).
+    pub pump_interval: Option<Duration>,
+    /// How long any wait on another host may last before it answers an error naming
+    /// whom it waited for.
+    pub wait_limit: Duration,
+    /// Whether threads hand log appends to one combiner (one batch per round).
+    pub flat_combining: bool,
+    /// How many times the safe calls (`read`, `write`, ...) start over before answering
+    /// [`Error::RetriesExhausted`].
+    pub max_retries: u32,
+    /// The background reclaimer keeps the records in use at or below this fraction of
+    /// the pod's records (1.0: reclaim only when allocation finds none free).
+    pub record_watermark: f64,
+    /// Called before an object loses its coherence record on this host (see
+    /// [`ReleaseHook`]).
+    pub release_hook: Option<ReleaseHook>,
+    /// Schedule chaos and injected faults for this host's threads (see
+    /// [`crate::chaos`]); only in builds with the `chaos` feature.
+    #[cfg(feature = "chaos")]
+    pub chaos: Option<crate::chaos::ChaosConfig>,
+}
+
+/// Called with the record locked before an object loses its coherence record: before a
+/// deallocation (reclaim, [`Host::make_read_shared`]) appends its event, and before a
+/// delete of an object that has a record does. Returning `false` refuses: the record is
+/// unlocked and kept; a deallocation reports that it did not happen, a delete answers
+/// [`Error::ReleaseRefused`](crate::Error::ReleaseRefused).
+///
+/// The page cache writes a dirty page back to disk here, so that a read-shared page is
+/// always clean and an evicted page is never lost. The hook runs on whichever thread
+/// releases the record (the background reclaimer, a writer that needs a record, a
+/// deleter); it must not call back into this host's object API for the same object.
+#[derive(Clone)]
+pub struct ReleaseHook(pub Arc<dyn Fn(&Releasing<'_>) -> bool + Send + Sync>);
+
+impl ReleaseHook {
+    /// Wraps `hook`.
+    pub fn new(hook: impl Fn(&Releasing<'_>) -> bool + Send + Sync + 'static) -> Self {
+        Self(Arc::new(hook))
+    }
+}
+
+impl std::fmt::Debug for ReleaseHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReleaseHook(..)")
+    }
+}
+
+impl PartialEq for ReleaseHook {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Default for HostOptions {
+    fn default() -> Self {
+        Self {
+            memory: MemoryKind::Hardware,
+            pump_interval: Some(Duration::from_millis(1)),
+            wait_limit: Duration::from_secs(10),
+            flat_combining: true,
+            max_retries: 10_000,
+            record_watermark: 0.9,
+            release_hook: None,
+            #[cfg(feature = "chaos")]
+            chaos: None,
+        }
+    }
+}
+
+impl From<MemoryKind> for HostOptions {
+    fn from(memory: MemoryKind) -> Self {
+        Self {
+            memory,
+            ..Self::default()
+        }
+    }
+}
+
+impl HostOptions {
+    /// The defaults: hardware memory, a pump every millisecond, 10 s waits, combining.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets [`HostOptions::memory`].
+    #[must_use]
+    pub fn memory(mut self, memory: MemoryKind) -> Self {
+        self.memory = memory;
+        self
+    }
+
+    /// Sets [`HostOptions::pump_interval`].
+    #[must_use]
+    pub fn pump_interval(mut self, interval: Option<Duration>) -> Self {
+        self.pump_interval = interval;
+        self
+    }
+
+    /// Sets [`HostOptions::wait_limit`].
+    #[must_use]
+    pub fn wait_limit(mut self, limit: Duration) -> Self {
+        self.wait_limit = limit;
+        self
+    }
+
+    /// Sets [`HostOptions::max_retries`].
+    #[must_use]
+    pub fn max_retries(mut self, retries: u32) -> Self {
+        self.max_retries = retries;
+        self
+    }
+
+    /// Sets [`HostOptions::record_watermark`] (clamped to 0..=1).
+    #[must_use]
+    pub fn record_watermark(mut self, fraction: f64) -> Self {
+        self.record_watermark = fraction.clamp(0.0, 1.0);
+        self
+    }
+
+    /// Sets [`HostOptions::release_hook`].
+    #[must_use]
+    pub fn release_hook(mut self, hook: ReleaseHook) -> Self {
+        self.release_hook = Some(hook);
+        self
+    }
+
+    /// Sets [`HostOptions::flat_combining`].
+    #[must_use]
+    pub fn flat_combining(mut self, on: bool) -> Self {
+        self.flat_combining = on;
+        self
+    }
+
+    /// Sets [`HostOptions::chaos`].
+    #[cfg(feature = "chaos")]
+    #[must_use]
+    pub fn chaos(mut self, chaos: crate::chaos::ChaosConfig) -> Self {
+        self.chaos = Some(chaos);
+        self
+    }
+}

@@ -1,0 +1,343 @@
+//! Coherence records, from this host's side: finding and claiming a free record,
+//! allocating it through the log, deallocating (reclaim, make read-shared) and freeing,
+//! with the release hook asked first.
+
+use super::{Host, Settle, Shared};
+
+use crate::chaos::Point;
+use crate::counters::{Counter, ThreadCounters};
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::mutants::{self, Step};
+use crate::record::{RecordWord, Records};
+use crate::replica::Outcome;
+use crate::sync::{AtomicU64, Ordering};
+
+/// Random probes for a free record before a linear scan.
+const FREE_RECORD_PROBES: u32 = 64;
+/// Records the reclaimer samples to choose one to deallocate.
+const RECLAIM_SAMPLES: u32 = 8;
+/// Rounds of sampling a synchronous reclaim tries before giving up.
+const RECLAIM_ROUNDS: u32 = 64;
+/// Records the background reclaimer frees per pump round at most.
+const RECLAIM_BATCH: u32 = 32;
+
+/// Why an object is losing its coherence record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReleaseReason {
+    /// It turns read-shared: reclaimed (background or to make room) or
+    /// [`Host::make_read_shared`].
+    MakeReadShared,
+    /// It is being deleted.
+    Delete,
+}
+
+/// An object about to lose its coherence record, handed to the host's
+/// [`ReleaseHook`](crate::ReleaseHook) with the record locked by the caller: no write can
+/// start on it until the hook returns, and the last write's bytes are in memory.
+pub struct Releasing<'a> {
+    shared: &'a Shared,
+    key: &'a [u8],
+    record: u32,
+    offset: u64,
+    len: usize,
+    reason: ReleaseReason,
+}
+
+impl Releasing<'_> {
+    /// The object's key.
+    pub fn key(&self) -> &[u8] {
+        self.key
+    }
+
+    /// The record it is losing (locked now).
+    pub fn record(&self) -> u32 {
+        self.record
+    }
+
+    /// Why.
+    pub fn reason(&self) -> ReleaseReason {
+        self.reason
+    }
+
+    /// Copies the object's first `buf.len()` bytes (at most the slot size) into `buf`,
+    /// from memory: this host's cached lines of it are invalidated first.
+    pub fn read(&self, buf: &mut [u8]) {
+        let len = buf.len().min(self.len);
+        self.shared.memory.flush(self.offset, len);
+        // The invalidation is done before the loads; the lock's acquire (our CAS) already
+        // ordered them after the last writer's release.
+        self.shared.memory.fence();
+        self.shared.memory.read(self.offset, &mut buf[..len]);
+    }
+}
+
+/// A small xorshift for picking records at random (per thread; quality hardly matters).
+fn next_random(state: &mut u64) -> u64 {
+    if *state == 0 {
+        *state = 0x9e37_79b9_7f4a_7c15;
+    }
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+impl Host {
+    /// Makes object `key` read-shared: deallocates its coherence record (through the log)
+    /// if it has one and no write is in progress. Returns whether it did. The reclaimer
+    /// does this to the least-written objects when records run short.
+    pub fn make_read_shared(&self, key: &[u8]) -> Result<bool> {
+        self.shared.check_key(key)?;
+        self.shared.with_counters(|c| {
+            self.shared.catch_up()?;
+            let entry = self.shared.replica.index.read().lookup(key);
+            match entry.ok_or(Error::UnknownKey)?.record {
+                Some(record) => self.shared.deallocate(key, record, c),
+                None => Ok(false),
+            }
+        })
+    }
+
+    /// The key of the object that holds `record`, as this host's replica knows it after
+    /// catching up with the log; `None` if no object does (free, or claimed by an
+    /// allocation whose event is not in the log yet).
+    pub fn record_owner(&self, record: u32) -> Result<Option<Vec<u8>>> {
+        self.shared.catch_up()?;
+        Ok(self.shared.replica.index.read().record_owner_key(record))
+    }
+}
+
+impl Shared {
+    /// The count of records in use, kept in the reclaimer's line of the SCR.
+    pub(super) fn records_in_use(&self) -> &AtomicU64 {
+        self.pod.scr_u64(self.pod.layout().reclaimer_offset)
+    }
+
+    /// Allocates a record for `key` through the log. Returns the record to write with
+    /// when a mutant skips using the winner's; normally `None`: look the key up again.
+    pub(super) fn allocate_record(&self, key: &[u8], c: &ThreadCounters) -> Result<Option<u32>> {
+        let (record, claimed) = self.claim_record(c)?;
+        self.chaos.point(Point::AllocAfterClaim);
+        // A refused alloc frees the record; one whose outcome we miss keeps it if it won.
+        let settle = Settle::Claimed { record, claimed };
+        match self.submit_settled(&Event::RecordAlloc { key, record }, settle)? {
+            Outcome::RecordAllocated => {
+                c.add(Counter::RecordAllocs, 1);
+                Ok(None)
+            }
+            Outcome::RecordAllocLost { .. } => {
+                c.add(Counter::RecordAllocsLost, 1);
+                if mutants::skipped(Step::AllocLoserUsesWinnersRecord) {
+                    return Ok(Some(record));
+                }
+                c.add(Counter::ScrAtomics, 1);
+                self.free_claimed(record, claimed);
+                Ok(None)
+            }
+            _ => {
+                c.add(Counter::ScrAtomics, 1);
+                self.free_claimed(record, claimed);
+                Err(Error::UnknownKey)
+            }
+        }
+    }
+
+    /// Claims a free record (random probes, then a scan from a random start); when none
+    /// is free, deallocates another object's record first (churn). Returns the record and
+    /// its claimed word.
+    pub(super) fn claim_record(&self, c: &ThreadCounters) -> Result<(u32, RecordWord)> {
+        let records = Records::new(&self.pod);
+        let count = records.count();
+        let mut rng = c.random_seed();
+        let mut churned = false;
+        for _ in 0..RECLAIM_ROUNDS {
+            if self.records_in_use().load(Ordering::Relaxed) < count {
+                let start = next_random(&mut rng) % count;
+                let probes =
+                    (0..u64::from(FREE_RECORD_PROBES)).map(|_| next_random(&mut rng) % count);
+                let scan = (0..count).map(|i| (start + i) % count);
+                for record in probes.chain(scan) {
+                    let record = record as u32;
+                    let word = records.load(record);
+                    c.add(Counter::ScrAtomics, 1);
+                    if word.in_use {
+                        continue;
+                    }
+                    let claimed = RecordWord {
+                        in_use: true,
+                        ..word
+                    };
+                    c.add(Counter::ScrAtomics, 1);
+                    if records.compare_exchange(record, word, claimed).is_ok() {
+                        self.records_in_use().fetch_add(1, Ordering::Relaxed);
+                        c.set_random_seed(rng);
+                        if churned {
+                            c.add(Counter::Churn, 1);
+                        }
+                        return Ok((record, claimed));
+                    }
+                }
+            }
+            // Nothing free: make a record free (it may be claimed by someone else first).
+            churned |= self.reclaim_one(&mut rng, c)?;
+        }
+        c.set_random_seed(rng);
+        Err(Error::ScrRecordsExhausted {
+            records: count,
+            in_use: self.records_in_use().load(Ordering::Relaxed),
+        })
+    }
+
+    /// Samples a few records and deallocates the least written unlocked one this replica
+    /// knows the owner of. Returns whether one was deallocated.
+    pub(super) fn reclaim_one(&self, rng: &mut u64, c: &ThreadCounters) -> Result<bool> {
+        let records = Records::new(&self.pod);
+        let count = records.count();
+        let mut best: Option<(u32, RecordWord)> = None;
+        for _ in 0..RECLAIM_SAMPLES {
+            let record = (next_random(rng) % count) as u32;
+            let word = records.load(record);
+            c.add(Counter::ScrAtomics, 1);
+            if word.in_use && !word.locked && best.is_none_or(|(_, b)| word.counter < b.counter) {
+                best = Some((record, word));
+            }
+        }
+        let Some((record, _)) = best else {
+            return Ok(false);
+        };
+        self.catch_up()?;
+        let Some(key) = self.replica.index.read().record_owner_key(record) else {
+            // Claimed by an alloc whose event is still on its way: not ours to take.
+            return Ok(false);
+        };
+        self.deallocate(&key, record, c)
+    }
+
+    /// Makes `key` read-shared: locks `record`, appends the dealloc event, and frees the
+    /// record once the event is applied here. Returns whether it did.
+    pub(super) fn deallocate(&self, key: &[u8], record: u32, c: &ThreadCounters) -> Result<bool> {
+        let records = Records::new(&self.pod);
+        let word = records.load(record);
+        c.add(Counter::ScrAtomics, 1);
+        // Lock without changing the counter: no write happens; the event tells readers.
+        // A locked record (a write or another deallocation in progress) is left alone.
+        let lock = !mutants::skipped(Step::LockBeforeDealloc);
+        if !word.in_use || (lock && word.locked) {
+            return Ok(false);
+        }
+        let locked = RecordWord {
+            locked: lock,
+            ..word
+        };
+        if lock {
+            c.add(Counter::ScrAtomics, 1);
+            if records.compare_exchange(record, word, locked).is_err() {
+                return Ok(false);
+            }
+        }
+        self.chaos.point(Point::ReleaseAfterLock);
+        // From here on the record is ours: every way out frees or restores it.
+        match self.release_allowed(key, record, ReleaseReason::MakeReadShared) {
+            Ok(true) => {}
+            Ok(false) => {
+                if lock {
+                    self.unlock_record(record, locked, word, c);
+                }
+                return Ok(false);
+            }
+            Err(panic) => {
+                if lock {
+                    self.unlock_record(record, locked, word, c);
+                }
+                std::panic::resume_unwind(panic);
+            }
+        }
+        let settle = if lock {
+            self.settle_locked(record, locked, word)
+        } else {
+            Settle::Nothing
+        };
+        match self.submit_settled(&Event::RecordDealloc { key, record }, settle)? {
+            Outcome::RecordDeallocated => {
+                self.free_released(record, locked, c);
+                c.add(Counter::RecordDeallocs, 1);
+                Ok(true)
+            }
+            _ => {
+                // The object lost the record, or is gone, in the meantime: put it back.
+                if lock {
+                    self.unlock_record(record, locked, word, c);
+                }
+                Ok(false)
+            }
+        }
+    }
+
+    /// Asks the host's release hook, if it has one, whether `key` may lose `record` now
+    /// (the caller holds the record's lock, or a mutant skipped it). `Err` carries a panic
+    /// of the hook, for the caller to resume once it has restored the record.
+    pub(super) fn release_allowed(
+        &self,
+        key: &[u8],
+        record: u32,
+        reason: ReleaseReason,
+    ) -> std::thread::Result<bool> {
+        let Some(hook) = &self.options.release_hook else {
+            return Ok(true);
+        };
+        let Some(entry) = self.replica.index.read().lookup(key) else {
+            // Gone already: the event we are about to append will find nothing.
+            return Ok(true);
+        };
+        let (offset, len) = self.place(&entry);
+        let releasing = Releasing {
+            shared: self,
+            key,
+            record,
+            offset,
+            len,
+            reason,
+        };
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (hook.0)(&releasing)))
+    }
+
+    /// Frees `record`, whose dealloc or delete won in the log, by a CAS from `held` (the
+    /// word our lock put there): no host can have changed a record we hold locked.
+    pub(super) fn free_released(&self, record: u32, held: RecordWord, c: &ThreadCounters) {
+        self.chaos.point(Point::ReleaseBeforeFree);
+        let records = Records::new(&self.pod);
+        let free = RecordWord {
+            in_use: false,
+            locked: false,
+            counter: held.counter & !1,
+        };
+        c.add(Counter::ScrAtomics, 1);
+        if held.locked {
+            self.unlock_record(record, held, free, c);
+        } else {
+            // A mutant skipped the lock: free whatever the word holds (the defect it shows).
+            records.store(record, free);
+        }
+        self.records_in_use().fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// The background reclaimer's round: while more records than the watermark allows are
+    /// in use, deallocate some (a bounded batch per round).
+    pub(super) fn reclaim_to_watermark(&self) -> Result<()> {
+        let count = Records::new(&self.pod).count();
+        let limit = (count as f64 * self.options.record_watermark) as u64;
+        self.with_counters(|c| {
+            let mut rng = c.random_seed();
+            for _ in 0..RECLAIM_BATCH {
+                if self.records_in_use().load(Ordering::Relaxed) <= limit {
+                    break;
+                }
+                self.reclaim_one(&mut rng, c)?;
+            }
+            c.set_random_seed(rng);
+            Ok(())
+        })
+    }
+}

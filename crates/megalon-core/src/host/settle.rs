@@ -1,0 +1,217 @@
+//! Settles: what this host does with what an appender held (a claimed or locked record,
+//! a slot, a replicated lock, a move's orphan) when the append's outcome never reached
+//! it, and the work settles leave for the pump.
+
+use super::Shared;
+
+use crate::chaos::Point;
+use crate::error::Error;
+use crate::event::{Event, OwnedEvent};
+use crate::mutants::{self, Step};
+use crate::record::{RecordWord, Records};
+use crate::replica::Outcome;
+use crate::sync::Ordering;
+
+/// What this host must do with what an appender holds if its event's outcome never
+/// reaches it: the append was refused (nothing reached the log: the settle runs at once,
+/// with no outcome), or its entry is in the log but the wait for its outcome failed (the
+/// settle runs when replay applies the entry, with its outcome, after `ctail` covers it).
+/// The locked-record rule of DESIGN section 8 rests on this: an error never leaves a
+/// record locked, and a record whose dealloc or delete may still apply stays locked until
+/// that is decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Settle {
+    /// The appender holds nothing, or restores what it holds itself (a wrap event: safe
+    /// whether it applies or not).
+    Nothing,
+    /// `record` was claimed (its word is `claimed`) for an alloc event: if the alloc wins it
+    /// is the object's record; otherwise it goes back to free.
+    Claimed { record: u32, claimed: RecordWord },
+    /// `record` is locked (its word is `locked`) for a dealloc or a delete: if the event
+    /// wins the record is freed, otherwise restored to `unlocked`. Until then it stays
+    /// locked: a write must not start on an object that may turn read-shared or go away.
+    Locked {
+        record: u32,
+        locked: RecordWord,
+        unlocked: RecordWord,
+    },
+    /// A create into `slot`: if the create never reaches the log, the slot goes back to
+    /// this host's pool (a create that loses in the log gives it back on replay).
+    Create { slot: u64 },
+    /// Slots `first..first + count`, taken from this host's pool for a grant: back to the
+    /// pool if the grant never reaches the log.
+    Grant { first: u64, count: u64 },
+    /// A move of the object in `slot` to this host's DRAM: if it does not win (or never
+    /// reaches the log), its orphan is dropped (deferred to the pump); if it wins late,
+    /// the orphan stays until the object is moved back.
+    MoveToHost { slot: u64 },
+    /// AllLog: a `Lock` (a write's or a delete's): if it wins, this host holds the object's
+    /// replicated lock and must append an `Unlock` (deferred to the pump).
+    ReplicatedLock,
+    /// AllLog: an `Unlock`, or a `Delete` made holding the lock: if it never reaches the
+    /// log, the lock is still this host's, and an `Unlock` is appended later (deferred).
+    ReplicatedUnlock,
+}
+
+/// Work left for the pump: what a settle could not finish at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Deferred {
+    /// Free `record`, claimed for an alloc that did not win (its word is `claimed`). A host
+    /// acting on a stale index entry may hold it locked for a moment.
+    FreeClaimed { record: u32, claimed: RecordWord },
+    /// AllLog: append an `Unlock` of `key`, whose replicated lock this host holds.
+    Unlock { key: Box<[u8]> },
+    /// Drop the orphan in `slot` of this host's partition, whose move did not win.
+    DropOrphan { slot: u64 },
+}
+
+impl Shared {
+    /// Settles what an appender held (see [`Settle`]): `outcome` is its event's, or `None`
+    /// if the event never reached the log. Runs on the failing appender's thread, or in
+    /// replay (holding the replay lock, after `ctail` covers the entry): it touches only
+    /// record words, this host's slot pool and its deferred work.
+    pub(super) fn settle(&self, settle: Settle, outcome: Option<Outcome>, event: &OwnedEvent) {
+        let records = Records::new(&self.pod);
+        match settle {
+            Settle::Nothing => {}
+            Settle::Claimed { record, claimed } => {
+                if outcome != Some(Outcome::RecordAllocated) {
+                    self.free_claimed(record, claimed);
+                }
+            }
+            Settle::Locked {
+                record,
+                locked,
+                unlocked,
+            } => {
+                let won = match outcome {
+                    Some(Outcome::RecordDeallocated) => true,
+                    Some(Outcome::Deleted { record: freed, .. }) => freed == Some(record),
+                    _ => false,
+                };
+                let to = if won {
+                    RecordWord {
+                        in_use: false,
+                        locked: false,
+                        counter: locked.counter & !1,
+                    }
+                } else {
+                    unlocked
+                };
+                // Only the lock's holder changes a locked record.
+                let changed = records.compare_exchange(record, locked, to);
+                debug_assert!(changed.is_ok(), "record {record} changed under our lock");
+                if won && changed.is_ok() {
+                    self.records_in_use().fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+            Settle::Create { slot } => {
+                if outcome.is_none() {
+                    self.slots.lock().push(slot);
+                }
+            }
+            Settle::Grant { first, count } => {
+                if outcome.is_none() {
+                    self.slots.lock().add_range(first, count);
+                }
+            }
+            Settle::MoveToHost { slot } => {
+                if outcome != Some(Outcome::Moved) {
+                    self.deferred.lock().push(Deferred::DropOrphan { slot });
+                }
+            }
+            Settle::ReplicatedLock => {
+                if outcome == Some(Outcome::Locked) {
+                    self.defer_unlock(event);
+                }
+            }
+            Settle::ReplicatedUnlock => {
+                if outcome.is_none() {
+                    self.defer_unlock(event);
+                }
+            }
+        }
+    }
+
+    pub(super) fn defer_unlock(&self, event: &OwnedEvent) {
+        let key = match event.event() {
+            Event::Lock { key } | Event::Unlock { key } | Event::Delete { key, .. } => key,
+            other => unreachable!("a replicated lock's settle on {other:?}"),
+        };
+        self.deferred
+            .lock()
+            .push(Deferred::Unlock { key: key.into() });
+    }
+
+    /// Frees `record`, claimed (word `claimed`) for an alloc that did not win, by a CAS
+    /// from that word. A host acting on a stale index entry may hold it locked for a
+    /// moment (it then catches up, sees the record's old object changed, and restores the
+    /// word): then the pump tries again.
+    pub(super) fn free_claimed(&self, record: u32, claimed: RecordWord) {
+        let records = Records::new(&self.pod);
+        let free = RecordWord {
+            in_use: false,
+            locked: false,
+            counter: claimed.counter,
+        };
+        if mutants::skipped(Step::RecordFreeByCas) {
+            // The defect this step fixed: a blind store over whatever the word holds now.
+            records.store(record, free);
+            self.records_in_use().fetch_sub(1, Ordering::Relaxed);
+            return;
+        }
+        self.chaos.point(Point::AllocLostBeforeFree);
+        match records.compare_exchange(record, claimed, free) {
+            Ok(()) => {
+                self.records_in_use().fetch_sub(1, Ordering::Relaxed);
+            }
+            Err(now) => {
+                debug_assert!(
+                    now.in_use && now.locked,
+                    "record {record}: claimed {claimed:?}, now {now:?}"
+                );
+                self.deferred
+                    .lock()
+                    .push(Deferred::FreeClaimed { record, claimed });
+            }
+        }
+    }
+
+    /// Does the work settles left for the pump. Returns how many items are still waiting.
+    pub(super) fn run_deferred(&self) -> usize {
+        let work = std::mem::take(&mut *self.deferred.lock());
+        for item in work {
+            match item {
+                Deferred::FreeClaimed { record, claimed } => self.free_claimed(record, claimed),
+                Deferred::DropOrphan { slot } => {
+                    if self.drop_orphan(slot).is_err() {
+                        self.deferred.lock().push(Deferred::DropOrphan { slot });
+                    }
+                }
+                Deferred::Unlock { key } => {
+                    let event = Event::Unlock { key: &key };
+                    if let Ok(outcome) = self.submit_settled(&event, Settle::ReplicatedUnlock) {
+                        debug_assert!(
+                            matches!(outcome, Outcome::Unlocked { .. } | Outcome::NotFound),
+                            "a deferred unlock of a lock we hold: {outcome:?}"
+                        );
+                        self.with_counters(|c| c.add(crate::counters::Counter::UnlockEvents, 1));
+                    }
+                }
+            }
+        }
+        self.pending_work()
+    }
+
+    /// Settles waiting for their entries, and deferred work.
+    pub(super) fn pending_work(&self) -> usize {
+        let _replay = self.replica.replay.lock();
+        self.settles.lock().len() + self.deferred.lock().len()
+    }
+
+    /// Notes an error of the pump's background work.
+    pub(super) fn background_error(&self, error: Error) {
+        self.background_errors.fetch_add(1, Ordering::Relaxed);
+        *self.last_background_error.lock() = Some(error);
+    }
+}

@@ -1,0 +1,228 @@
+//! Tickets: what a read or write in progress holds, and the checked ways to touch the
+//! object under one; and where an object's bytes are (CXL, or this host's DRAM).
+
+use super::Host;
+
+use crate::error::{Error, Result};
+use crate::memory::Memory;
+use crate::sync::{AtomicU64, Ordering};
+
+/// A read in progress, from [`Host::read_start`]: where the object's bytes are and what
+/// [`Host::read_end`] checks. Copy the bytes with [`ReadTicket::read`]; trust the copy only
+/// once `read_end` says so.
+#[derive(Clone, Copy, Debug)]
+#[must_use = "a read is only valid once read_end says so"]
+pub struct ReadTicket<'h> {
+    pub(super) host: &'h Host,
+    pub(super) state: ReadState,
+}
+
+/// What a read ticket holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct ReadState {
+    pub(super) handle: u32,
+    pub(super) stamp: u64,
+    pub(super) slot: u64,
+    pub(super) offset: u64,
+    pub(super) len: usize,
+    /// What `read_end` checks besides the stamp.
+    pub(super) guard: Guard,
+}
+
+/// What guards a read besides the object's stamp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Guard {
+    /// A read-shared object: only the log can change it, and the stamp says whether it did.
+    Log,
+    /// A read-write-shared object: its record and the (even) counter seen at the start.
+    Record { record: u32, counter: u32 },
+    /// An object in a pod with AllLog coherence: the replicated counter seen at the start
+    /// (the stamp guards it; the counter is what this host's lines are once it succeeds).
+    Replicated { counter: u32 },
+}
+
+/// Checks that `at..at + len` lies within an object of `object_bytes`.
+fn within(at: usize, len: usize, object_bytes: usize) -> Result<()> {
+    if at.checked_add(len).is_none_or(|end| end > object_bytes) {
+        return Err(Error::OutsideObject {
+            at,
+            len,
+            object_bytes,
+        });
+    }
+    Ok(())
+}
+
+impl ReadTicket<'_> {
+    /// Copies the object's bytes `at..at + buf.len()` into `buf`: the way to read under a
+    /// ticket. A range past the object's end is [`Error::OutsideObject`]. The copy may be
+    /// torn until [`Host::read_end`] validates it.
+    pub fn read(&self, at: usize, buf: &mut [u8]) -> Result<()> {
+        within(at, buf.len(), self.state.len)?;
+        self.host.memory().read(self.state.offset + at as u64, buf);
+        Ok(())
+    }
+
+    /// Offset of the object's bytes in the pod, for the raw, unchecked [`crate::Memory`]
+    /// layer ([`ReadTicket::read`] is the checked way).
+    pub fn offset(&self) -> u64 {
+        self.state.offset
+    }
+
+    /// Bytes of the object (the slot size).
+    pub fn len(&self) -> usize {
+        self.state.len
+    }
+
+    /// Objects are never empty: always `false`.
+    pub fn is_empty(&self) -> bool {
+        self.state.len == 0
+    }
+}
+
+impl ReadState {
+    pub(super) fn slot(&self) -> u64 {
+        self.slot
+    }
+
+    pub(super) fn guard(&self) -> Guard {
+        self.guard
+    }
+}
+
+/// A write in progress: the object's record is locked (counter odd) until
+/// [`Host::write_end`]. Change the object with [`WriteTicket::write`]. Dropping the ticket
+/// ends the write as `write_end` would.
+#[must_use = "the record stays locked until write_end"]
+pub struct WriteTicket<'h> {
+    pub(super) host: &'h Host,
+    pub(super) state: Option<WriteState>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct WriteState {
+    pub(super) handle: u32,
+    pub(super) slot: u64,
+    pub(super) offset: u64,
+    pub(super) len: usize,
+    pub(super) record: u32,
+    pub(super) counter_before: u32,
+}
+
+impl WriteTicket<'_> {
+    fn state(&self) -> &WriteState {
+        self.state.as_ref().expect("live ticket")
+    }
+
+    /// Writes `bytes` into the object at byte `at`: the way to write under a ticket. A
+    /// range past the object's end is [`Error::OutsideObject`] and writes nothing (a write
+    /// through the raw [`crate::Memory`] layer would overwrite the next object).
+    pub fn write(&self, at: usize, bytes: &[u8]) -> Result<()> {
+        let state = self.state();
+        within(at, bytes.len(), state.len)?;
+        self.host.memory().write(state.offset + at as u64, bytes);
+        Ok(())
+    }
+
+    /// Copies the object's bytes `at..at + buf.len()` into `buf` (the current version:
+    /// no one else writes while the lock is held). A range past the object's end is
+    /// [`Error::OutsideObject`].
+    pub fn read(&self, at: usize, buf: &mut [u8]) -> Result<()> {
+        let state = self.state();
+        within(at, buf.len(), state.len)?;
+        self.host.memory().read(state.offset + at as u64, buf);
+        Ok(())
+    }
+
+    /// Offset of the object's bytes in the pod, for the raw, unchecked [`crate::Memory`]
+    /// layer ([`WriteTicket::write`] is the checked way).
+    pub fn offset(&self) -> u64 {
+        self.state().offset
+    }
+
+    /// Bytes of the object (the slot size).
+    pub fn len(&self) -> usize {
+        self.state().len
+    }
+
+    /// The object's coherence record, locked by this write; [`NO_RECORD`] in a pod with
+    /// [`Coherence::AllLog`](crate::Coherence), where the lock is replicated through the
+    /// log instead.
+    pub fn record(&self) -> u32 {
+        self.state().record
+    }
+
+    /// Objects are never empty: always `false`.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Drop for WriteTicket<'_> {
+    fn drop(&mut self) {
+        if let Some(state) = self.state.take() {
+            // The caller may have written part of the object (or panicked while writing):
+            // finish the write so that the bytes reach memory and the record is unlocked.
+            // In a split pod this cannot fail; in an AllLog pod a failed unlock append is
+            // retried by the pump.
+            let shared = &self.host.shared;
+            let _ = shared.with_counters(|c| shared.write_end(state, c));
+        }
+    }
+}
+
+/// What a completed read or write cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Done {
+    /// Times the operation started over (reads: failed `read_end`; writes: backed out).
+    pub retries: u32,
+}
+
+/// Where a read copies an object's bytes from.
+pub(super) enum Source<'a> {
+    /// This host's DRAM: a copy.
+    Dram(&'a [u8]),
+    /// This host's DRAM: an object in its partition, eight bytes to a word.
+    Words(&'a [AtomicU64]),
+    /// The object's slot in the pod, at this offset, through this host's cache.
+    Pod(&'a Memory, u64),
+}
+
+impl Source<'_> {
+    /// Copies the object's bytes `at..at + buf.len()` into `buf`.
+    pub(super) fn copy(&self, at: usize, buf: &mut [u8]) {
+        match self {
+            Source::Dram(bytes) => buf.copy_from_slice(&bytes[at..at + buf.len()]),
+            Source::Words(words) => {
+                // A partial first word, whole words, a partial last word.
+                let head = ((8 - at % 8) % 8).min(buf.len());
+                let (first, rest) = buf.split_at_mut(head);
+                if head > 0 {
+                    let word = words[at / 8].load(Ordering::Relaxed).to_le_bytes();
+                    first.copy_from_slice(&word[at % 8..at % 8 + head]);
+                }
+                let whole = &words[(at + head) / 8..];
+                let rest_whole = rest.len() / 8;
+                let mut chunks = rest.chunks_exact_mut(8);
+                for (chunk, word) in (&mut chunks).zip(whole) {
+                    chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_le_bytes());
+                }
+                let tail = chunks.into_remainder();
+                if !tail.is_empty() {
+                    let word = whole[rest_whole].load(Ordering::Relaxed).to_le_bytes();
+                    tail.copy_from_slice(&word[..tail.len()]);
+                }
+            }
+            Source::Pod(memory, offset) => memory.read(offset + at as u64, buf),
+        }
+    }
+}
+
+/// Where a write changes an object's bytes.
+pub(super) enum Target<'a> {
+    /// The object in this host's partition, all of it, under its local lock.
+    Dram(&'a mut [u8]),
+    /// The object's slot in the pod (offset, length), through this host's cache, with
+    /// the record locked.
+    Pod(&'a Memory, u64, usize),
+}

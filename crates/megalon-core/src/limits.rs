@@ -1,0 +1,60 @@
+//! Every limit and fixed size of a pod, in one place: what a configuration may ask for,
+//! what the layout and the formats in the pod are built from, and their versions.
+
+/// Bytes in one cache line: slots and log entries are whole numbers of lines.
+pub const LINE_BYTES: u64 = 64;
+/// SCR and LNR sizes are multiples of a page, so every region can be mapped and bound to a
+/// NUMA node on its own. (A line in loom models, whose pods are small heaps of model
+/// atomics.)
+pub const PAGE_BYTES: u64 = if cfg!(megalon_loom) { 64 } else { 4096 };
+/// Most hosts one pod can have: host bitmaps (in the baselines) are one `u64`.
+pub const MAX_HOSTS_LIMIT: u32 = 64;
+/// Longest key a pod can be configured for: keys travel inline in log entries.
+pub const MAX_KEY_BYTES_LIMIT: u32 = 1024;
+/// Largest object slot a pod can be configured for.
+pub const MAX_SLOT_SIZE_BYTES: u64 = 16 << 20;
+/// Fewest log entries a pod can be configured with.
+pub const MIN_LOG_CAPACITY_ENTRIES: u64 = 2;
+/// Bytes of a log entry before its inline key: kind, lengths, slot, record, host, lap.
+pub const LOG_ENTRY_HEADER_BYTES: u64 = 32;
+/// The record widths a pod supports, in bits (2 of them are the free and lock bits).
+pub const RECORD_WIDTHS_BITS: [u32; 3] = [8, 16, 32];
+/// Consecutive accesses from one host after which an object moves to that host's DRAM,
+/// when [`PodConfig::local_partitions`](crate::PodConfig::local_partitions) is turned on without a count of its own.
+pub const DEFAULT_PARTITION_ACCESSES: u32 = 5;
+/// Entries of each host's RPC ring that turning local partitions on sets when the pod has
+/// no rings yet.
+pub const DEFAULT_RPC_RING_ENTRIES: u32 = 16;
+
+/// Bytes reserved for the header at the start of the pod (one page).
+pub const HEADER_REGION_BYTES: u64 = 4096;
+/// Bytes of one host-table entry (one line).
+pub(crate) const HOST_ENTRY_BYTES: u64 = LINE_BYTES;
+/// Bytes of the reclaimer's counters (one line).
+pub(crate) const RECLAIMER_BYTES: u64 = LINE_BYTES;
+/// Log cursors shared by every host, each on its own line: `tail`, `head`, `ctail`,
+/// `registration`.
+pub(crate) const SHARED_CURSORS: u64 = 4;
+/// Most slots a pod can have: slot ids are 32-bit in the replica.
+pub const MAX_SLOTS: u64 = u32::MAX as u64;
+/// Most records a pod can have: record ids are 32-bit, and `u32::MAX` means none.
+pub const MAX_RECORDS: u64 = u32::MAX as u64 - 1;
+/// Bytes per slot of the accessor array (pods with local partitions): the last accessor
+/// (host + 1, 0: none) and how many times another host asked the object back.
+pub const ACCESSOR_BYTES: u64 = 2;
+
+/// First eight bytes of every pod: `"MEGALON\0"` read as a little-endian `u64`.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"MEGALON\0");
+/// Version of the layout and of everything stored in the pod. Bumped whenever any format
+/// in the pod changes; a pod of another version is refused when opened. Version 3 stores
+/// the pod's [`Coherence`](crate::Coherence) mode where version 2 had a reserved zero word; version 4 adds
+/// local partitions, local copies and the RPC rings (their SCR and LNR regions).
+pub const LAYOUT_VERSION: u32 = 4;
+/// Bytes of the encoded header.
+pub const HEADER_BYTES: usize = 120;
+
+/// Version of the entry format and of the meaning of every kind. Version 2 adds `Lock`
+/// and `Unlock` (pods with [`Coherence::AllLog`](crate::Coherence)); version 3 gives
+/// `MoveToHost` the stamp it expects, makes `MoveToCxl` win only for the holder, and
+/// makes a delete of an object in a host's DRAM lose.
+pub const LOG_FORMAT_VERSION: u32 = 3;
