@@ -237,7 +237,7 @@ impl RingGeometry {
     }
 
     /// Host `host`'s ring in a pod laid out as `layout` (the pod must have rings).
-    pub fn of_host(layout: &crate::Layout, host: u32) -> Self {
+    pub fn of_host(layout: &crate::layout::Layout, host: u32) -> Self {
         debug_assert!(host < layout.config.max_hosts && layout.config.rpc_ring_entries > 0);
         let entries = u64::from(layout.config.rpc_ring_entries);
         Self::new(

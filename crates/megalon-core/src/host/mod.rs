@@ -253,7 +253,10 @@ impl Host {
     /// Appends `event` as is (through the combiner, if on) and returns its outcome. For the
     /// crate's own models and tests: the object API appends events with their protocol.
     #[cfg(megalon_loom)]
-    pub(crate) fn append_event(&self, event: &crate::Event<'_>) -> Result<crate::Outcome> {
+    pub(crate) fn append_event(
+        &self,
+        event: &crate::event::Event<'_>,
+    ) -> Result<crate::replica::Outcome> {
         self.shared.submit(event)
     }
 }

@@ -15,7 +15,7 @@ pub(in crate::host) struct Rpc {
 }
 
 impl Rpc {
-    pub(in crate::host) fn new(layout: &crate::Layout) -> Option<Self> {
+    pub(in crate::host) fn new(layout: &crate::layout::Layout) -> Option<Self> {
         let entries = u64::from(layout.config.rpc_ring_entries);
         if entries == 0 {
             return None;

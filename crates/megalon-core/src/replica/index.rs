@@ -1,0 +1,304 @@
+//! The index of one host: key to object, over the arena, with the lookups readers make
+//! and the changes replay makes.
+
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+
+use super::arena::{
+    key_word, key_words, meta_word, owner_of, Arena, IndexHasher, FIELD_WORDS, META, PLACE, STAMP,
+    UNKNOWN_COUNTER,
+};
+use crate::slot::SlotAccounting;
+
+use crate::config::Coherence;
+use crate::event::NO_RECORD;
+use crate::ids::HostId;
+use crate::sync::Ordering;
+/// An object's lock and counter as the log replicates them, in a pod with
+/// [`Coherence::AllLog`]: what a coherence record holds in a split pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicatedLock {
+    /// The host that holds the lock (a write or a delete in progress), if one does.
+    pub holder: Option<HostId>,
+    /// The object's counter: 0 when created, 2 more after every write. It wraps around
+    /// harmlessly: every other host's `Lock` and `Unlock` makes a host's host counter
+    /// unknown, so an old value never passes for a current one.
+    pub counter: u32,
+}
+
+impl ReplicatedLock {
+    pub(super) fn from_word(word: u64) -> Self {
+        Self {
+            holder: match (word >> 32) & 0xff {
+                0 => None,
+                holder => Some(holder as HostId - 1),
+            },
+            counter: word as u32,
+        }
+    }
+
+    pub(super) fn word(self) -> u64 {
+        let holder = self.holder.map_or(0, |host| u64::from(host) + 1);
+        u64::from(self.counter) | holder << 32
+    }
+}
+
+/// One object as this host's replica knows it, at one moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexEntry {
+    /// Where its bytes are.
+    pub slot: u64,
+    /// Its coherence record, if it is read-write-shared.
+    pub record: Option<u32>,
+    /// Log position of the last event about it.
+    pub stamp: u64,
+    /// The record counter this host last read validly, or `None` (unknown).
+    pub host_counter: Option<u32>,
+    /// The host whose local DRAM holds the object, or `None` if it is in its CXL slot.
+    pub local_owner: Option<HostId>,
+    /// Where the entry lives in the arena (valid until the next replay).
+    pub(crate) handle: u32,
+}
+
+/// The index of one host.
+pub(crate) struct Index {
+    pub(super) table: HashTable<u32>,
+    pub(super) arena: Arena,
+    pub(super) hasher: IndexHasher,
+    pub(super) objects: u64,
+    pub(super) slot_count: u64,
+    pub(super) record_count: u64,
+    pub(super) max_hosts: u32,
+    /// Whether the pod's coherence is [`Coherence::AllLog`]: records carry the replicated
+    /// lock word after the key.
+    pub(super) all_log: bool,
+    /// Words after the key in every record: 1 (the lock word) with AllLog, else 0.
+    pub(super) lock_words: usize,
+    /// Record id to the handle of the object it belongs to: the reclaimer samples records
+    /// in the SCR and needs to know whose they are.
+    pub(super) record_owners: hashbrown::HashMap<u32, u32>,
+    pub(crate) slots: SlotAccounting,
+}
+
+impl std::fmt::Debug for Index {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Index")
+            .field("objects", &self.objects)
+            .field("slots", &self.slots)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Index {
+    pub(crate) fn new(
+        slot_count: u64,
+        record_count: u64,
+        max_hosts: u32,
+        coherence: Coherence,
+    ) -> Self {
+        let all_log = coherence == Coherence::AllLog;
+        Self {
+            all_log,
+            lock_words: usize::from(all_log),
+            table: HashTable::new(),
+            arena: Arena::default(),
+            hasher: IndexHasher::default(),
+            objects: 0,
+            slot_count,
+            record_count,
+            max_hosts,
+            record_owners: hashbrown::HashMap::new(),
+            slots: SlotAccounting::new(slot_count, max_hosts),
+        }
+    }
+
+    /// The key of the object that owns `record` in this replica.
+    pub(crate) fn record_owner_key(&self, record: u32) -> Option<Vec<u8>> {
+        let handle = *self.record_owners.get(&record)?;
+        Some(self.key_of(handle))
+    }
+
+    /// The key of the object behind `handle`.
+    pub(crate) fn key_of(&self, handle: u32) -> Vec<u8> {
+        let mut buf = [0u8; crate::limits::MAX_KEY_BYTES_LIMIT as usize];
+        self.arena.key_into(handle, &mut buf).to_vec()
+    }
+
+    /// Objects in the index.
+    pub(crate) fn len(&self) -> u64 {
+        self.objects
+    }
+
+    #[inline]
+    pub(super) fn entry(&self, handle: u32) -> IndexEntry {
+        let record = self.arena.record(handle);
+        let place = record[PLACE].load(Ordering::Relaxed);
+        let meta = record[META].load(Ordering::Relaxed);
+        let counter = meta as u32;
+        let record_id = (place >> 32) as u32;
+        IndexEntry {
+            slot: place & 0xffff_ffff,
+            record: (record_id != NO_RECORD).then_some(record_id),
+            stamp: record[STAMP].load(Ordering::Relaxed),
+            host_counter: (counter != UNKNOWN_COUNTER).then_some(counter),
+            local_owner: owner_of(meta),
+            handle,
+        }
+    }
+
+    #[inline]
+    pub(super) fn find(&self, key: &[u8]) -> Option<u32> {
+        let hash = self.hasher.hash_one(key);
+        self.table
+            .find(hash, |&handle| self.arena.key_equals(handle, key))
+            .copied()
+    }
+
+    /// The entry of `key`, if the object exists.
+    #[inline]
+    pub(crate) fn lookup(&self, key: &[u8]) -> Option<IndexEntry> {
+        self.find(key).map(|handle| self.entry(handle))
+    }
+
+    /// The entry of `key` with its replicated lock, in a pod with [`Coherence::AllLog`].
+    #[inline]
+    pub(crate) fn lookup_locked(&self, key: &[u8]) -> Option<(IndexEntry, ReplicatedLock)> {
+        debug_assert!(self.all_log, "only AllLog records have a lock word");
+        self.find(key)
+            .map(|handle| (self.entry(handle), self.replicated_lock(handle)))
+    }
+
+    /// The replicated lock of the object behind `handle` ([`Coherence::AllLog`] only).
+    #[inline]
+    pub(crate) fn replicated_lock(&self, handle: u32) -> ReplicatedLock {
+        debug_assert!(self.all_log, "only AllLog records have a lock word");
+        let at = FIELD_WORDS + key_words(self.arena.key_len(handle));
+        ReplicatedLock::from_word(self.arena.get(handle, at))
+    }
+
+    pub(super) fn set_replicated_lock(&self, handle: u32, lock: ReplicatedLock) {
+        let at = FIELD_WORDS + key_words(self.arena.key_len(handle));
+        self.arena.set(handle, at, lock.word());
+    }
+
+    /// The entry behind `handle` if it still holds the object stamped `stamp` (no event
+    /// about it since): what a read checks at its end.
+    pub(crate) fn current(&self, handle: u32, stamp: u64) -> Option<IndexEntry> {
+        (self.arena.get(handle, STAMP) == stamp).then(|| self.entry(handle))
+    }
+
+    /// Stores this host's host counter for the object behind `handle` (under the read
+    /// lock, after checking with [`Index::current`] that it is still the same object).
+    pub(crate) fn set_host_counter(&self, handle: u32, counter: Option<u32>) {
+        let meta = self.arena.get(handle, META);
+        let key_len = (meta >> 32 & 0xffff) as usize;
+        let counter = counter.unwrap_or(UNKNOWN_COUNTER);
+        self.arena
+            .set(handle, META, meta_word(counter, key_len, owner_of(meta)));
+    }
+
+    pub(super) fn set_owner(&self, handle: u32, owner: Option<HostId>) {
+        let meta = self.arena.get(handle, META);
+        let key_len = (meta >> 32 & 0xffff) as usize;
+        self.arena
+            .set(handle, META, meta_word(meta as u32, key_len, owner));
+    }
+
+    pub(super) fn set_record(&self, handle: u32, record: u32) {
+        let slot = self.arena.get(handle, PLACE) & 0xffff_ffff;
+        self.arena
+            .set(handle, PLACE, slot | u64::from(record) << 32);
+    }
+
+    pub(super) fn record_of(&self, handle: u32) -> u32 {
+        (self.arena.get(handle, PLACE) >> 32) as u32
+    }
+
+    pub(super) fn slot_of(&self, handle: u32) -> u64 {
+        self.arena.get(handle, PLACE) & 0xffff_ffff
+    }
+
+    pub(super) fn insert(&mut self, key: &[u8], slot: u64, stamp: u64) {
+        let handle = self
+            .arena
+            .allocate(FIELD_WORDS + key_words(key.len()) + self.lock_words);
+        self.arena.set(handle, STAMP, stamp);
+        self.arena
+            .set(handle, PLACE, slot | u64::from(NO_RECORD) << 32);
+        self.arena
+            .set(handle, META, meta_word(UNKNOWN_COUNTER, key.len(), None));
+        for i in 0..key_words(key.len()) {
+            self.arena.set(handle, FIELD_WORDS + i, key_word(key, i));
+        }
+        if self.all_log {
+            // Unlocked, counter 0 (the arena record may be a reused one).
+            self.set_replicated_lock(
+                handle,
+                ReplicatedLock {
+                    holder: None,
+                    counter: 0,
+                },
+            );
+        }
+        let hash = self.hasher.hash_one(key);
+        let Self {
+            table,
+            arena,
+            hasher,
+            ..
+        } = self;
+        table.insert_unique(hash, handle, |&other| {
+            // Rehash: rebuild the key from the arena (growth only, never on lookups).
+            let mut bytes = [0u8; crate::limits::MAX_KEY_BYTES_LIMIT as usize];
+            hasher.hash_one(arena.key_into(other, &mut bytes))
+        });
+        self.objects += 1;
+    }
+
+    pub(super) fn remove(&mut self, key: &[u8]) -> Option<IndexEntry> {
+        let hash = self.hasher.hash_one(key);
+        let Self { table, arena, .. } = self;
+        let (handle, _) = table
+            .find_entry(hash, |&handle| arena.key_equals(handle, key))
+            .ok()?
+            .remove();
+        let entry = self.entry(handle);
+        // Poison the stamp so a stale handle never matches `current` again.
+        self.arena.set(handle, STAMP, u64::MAX);
+        self.arena
+            .release(handle, FIELD_WORDS + key_words(key.len()) + self.lock_words);
+        self.objects -= 1;
+        Some(entry)
+    }
+
+    /// Marks an event about the object at `handle`: new stamp, host counter unknown.
+    pub(super) fn touch(&self, handle: u32, stamp: u64) {
+        self.arena.set(handle, STAMP, stamp);
+        self.set_host_counter(handle, None);
+    }
+
+    /// Every object, sorted by key: for tests and inspection.
+    pub(crate) fn snapshot(&self) -> Vec<(Vec<u8>, IndexEntry)> {
+        let mut buf = [0u8; crate::limits::MAX_KEY_BYTES_LIMIT as usize];
+        let mut out: Vec<(Vec<u8>, IndexEntry)> = self
+            .table
+            .iter()
+            .map(|&handle| {
+                (
+                    self.arena.key_into(handle, &mut buf).to_vec(),
+                    self.entry(handle),
+                )
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Bytes of DRAM the index holds: the table, the arena and the free lists.
+    pub(crate) fn heap_bytes(&self) -> u64 {
+        self.table.allocation_size() as u64
+            + self.arena.heap_bytes()
+            + self.record_owners.allocation_size() as u64
+    }
+}

@@ -1,0 +1,418 @@
+//! The replica's rules, event by event, on one index.
+
+use super::*;
+use crate::config::Coherence;
+use crate::error::Error;
+use crate::event::{Event, LOCK_HELD, NO_RECORD};
+use crate::ids::HostId;
+use crate::slot::SlotPool;
+
+fn index() -> Index {
+    Index::new(1000, 100, 4, Coherence::Split)
+}
+
+#[test]
+fn create_lookup_delete_round_trip_with_every_key_length() {
+    let mut index = index();
+    let mut pool = SlotPool::default();
+    for len in 0..40usize {
+        let key: Vec<u8> = (0..len as u8).collect();
+        let applied = index
+            .apply(
+                len as u64,
+                1,
+                &Event::Create {
+                    key: &key,
+                    slot: len as u64,
+                },
+                0,
+                &mut pool,
+            )
+            .unwrap();
+        assert_eq!(applied.outcome, Outcome::Created);
+        assert_eq!(
+            applied.drop_slot,
+            Some(len as u64),
+            "another host's create drops the slot"
+        );
+    }
+    assert_eq!(index.len(), 40);
+    for len in 0..40usize {
+        let key: Vec<u8> = (0..len as u8).collect();
+        let entry = index.lookup(&key).expect("present");
+        assert_eq!(
+            (entry.slot, entry.stamp, entry.record, entry.host_counter),
+            (len as u64, len as u64, None, None)
+        );
+        let mut longer = key.clone();
+        longer.push(0);
+        assert_ne!(
+            index.lookup(&longer).map(|e| e.slot),
+            Some(len as u64 + 100)
+        );
+    }
+    let applied = index
+        .apply(
+            100,
+            0,
+            &Event::Delete {
+                key: &[0, 1, 2],
+                record: NO_RECORD,
+            },
+            0,
+            &mut pool,
+        )
+        .unwrap();
+    assert_eq!(
+        applied.outcome,
+        Outcome::Deleted {
+            slot: 3,
+            record: None
+        }
+    );
+    assert_eq!(applied.drop_slot, None, "our own delete drops nothing");
+    assert_eq!(pool.pop(), Some(3), "the deleter owns the slot now");
+    assert!(index.lookup(&[0, 1, 2]).is_none());
+    // The freed arena record is reused by a key of the same length.
+    index
+        .apply(
+            101,
+            2,
+            &Event::Create {
+                key: b"abc",
+                slot: 500,
+            },
+            0,
+            &mut pool,
+        )
+        .unwrap();
+    assert_eq!(index.lookup(b"abc").map(|e| e.slot), Some(500));
+    assert_eq!(index.snapshot().len(), 40);
+}
+
+#[test]
+fn a_lost_create_keeps_the_slot_with_its_owner() {
+    let mut index = index();
+    let mut pool = SlotPool::default();
+    index
+        .apply(0, 1, &Event::Create { key: b"k", slot: 7 }, 0, &mut pool)
+        .unwrap();
+    let applied = index
+        .apply(1, 0, &Event::Create { key: b"k", slot: 8 }, 0, &mut pool)
+        .unwrap();
+    assert_eq!(applied.outcome, Outcome::AlreadyExists);
+    assert_eq!(pool.pop(), Some(8));
+    assert_eq!(index.lookup(b"k").map(|e| e.slot), Some(7));
+}
+
+#[test]
+fn record_events_follow_log_order_and_stamp_the_object() {
+    let mut index = index();
+    let mut pool = SlotPool::default();
+    index
+        .apply(0, 1, &Event::Create { key: b"k", slot: 7 }, 0, &mut pool)
+        .unwrap();
+    let first = index
+        .apply(
+            5,
+            1,
+            &Event::RecordAlloc {
+                key: b"k",
+                record: 3,
+            },
+            0,
+            &mut pool,
+        )
+        .unwrap();
+    assert_eq!(first.outcome, Outcome::RecordAllocated);
+    let second = index
+        .apply(
+            6,
+            0,
+            &Event::RecordAlloc {
+                key: b"k",
+                record: 4,
+            },
+            0,
+            &mut pool,
+        )
+        .unwrap();
+    assert_eq!(second.outcome, Outcome::RecordAllocLost { existing: 3 });
+    let entry = index.lookup(b"k").unwrap();
+    assert_eq!((entry.record, entry.stamp), (Some(3), 5));
+    index.set_host_counter(entry.handle, Some(12));
+    assert_eq!(
+        index.current(entry.handle, 5).unwrap().host_counter,
+        Some(12)
+    );
+    let wrap = index
+        .apply(9, 2, &Event::Wrap { key: b"k" }, 0, &mut pool)
+        .unwrap();
+    assert_eq!((wrap.outcome, wrap.drop_slot), (Outcome::Wrapped, Some(7)));
+    assert!(index.current(entry.handle, 5).is_none(), "the stamp moved");
+    assert_eq!(
+        index.lookup(b"k").unwrap().host_counter,
+        None,
+        "an event makes it unknown"
+    );
+    // A move made from a copy older than the last event loses.
+    let late = index
+        .apply(
+            10,
+            3,
+            &Event::MoveToHost {
+                key: b"k",
+                host: 3,
+                stamp: 5,
+            },
+            0,
+            &mut pool,
+        )
+        .unwrap();
+    assert_eq!((late.outcome, late.drop_slot), (Outcome::MoveLost, None));
+    let moved = index
+        .apply(
+            11,
+            3,
+            &Event::MoveToHost {
+                key: b"k",
+                host: 3,
+                stamp: 9,
+            },
+            0,
+            &mut pool,
+        )
+        .unwrap();
+    assert_eq!(
+        (moved.outcome, moved.drop_slot, moved.touched_slot),
+        (Outcome::Moved, Some(7), Some(7))
+    );
+    let entry = index.lookup(b"k").unwrap();
+    assert_eq!(
+        (entry.local_owner, entry.stamp, entry.record),
+        (Some(3), 11, Some(3))
+    );
+    index.set_host_counter(entry.handle, Some(4));
+    assert_eq!(
+        index.lookup(b"k").unwrap().local_owner,
+        Some(3),
+        "readers keep the owner"
+    );
+    // Only the holder moves it back; a delete of an object in a host's DRAM loses.
+    let not_holder = index
+        .apply(12, 0, &Event::MoveToCxl { key: b"k" }, 0, &mut pool)
+        .unwrap();
+    assert_eq!(not_holder.outcome, Outcome::MoveLost);
+    let delete = Event::Delete {
+        key: b"k",
+        record: 3,
+    };
+    assert_eq!(
+        index.apply(13, 3, &delete, 0, &mut pool).unwrap().outcome,
+        Outcome::DeleteLost
+    );
+    let back = index
+        .apply(14, 3, &Event::MoveToCxl { key: b"k" }, 0, &mut pool)
+        .unwrap();
+    assert_eq!((back.outcome, back.drop_slot), (Outcome::Moved, Some(7)));
+    let own = index
+        .apply(
+            15,
+            0,
+            &Event::MoveToHost {
+                key: b"k",
+                host: 0,
+                stamp: 14,
+            },
+            0,
+            &mut pool,
+        )
+        .unwrap();
+    assert_eq!(
+        (own.outcome, own.drop_slot, own.touched_slot),
+        (Outcome::Moved, None, Some(7)),
+        "the mover keeps its lines; its copy, if any, goes"
+    );
+    let own_back = index
+        .apply(16, 0, &Event::MoveToCxl { key: b"k" }, 0, &mut pool)
+        .unwrap();
+    assert_eq!(own_back.outcome, Outcome::Moved);
+    assert_eq!(index.lookup(b"k").unwrap().local_owner, None);
+    let stale = index
+        .apply(
+            17,
+            2,
+            &Event::RecordDealloc {
+                key: b"k",
+                record: 4,
+            },
+            0,
+            &mut pool,
+        )
+        .unwrap();
+    assert_eq!(stale.outcome, Outcome::RecordDeallocIgnored);
+    let dealloc = index
+        .apply(
+            18,
+            2,
+            &Event::RecordDealloc {
+                key: b"k",
+                record: 3,
+            },
+            0,
+            &mut pool,
+        )
+        .unwrap();
+    assert_eq!(dealloc.outcome, Outcome::RecordDeallocated);
+    assert_eq!(index.lookup(b"k").unwrap().record, None);
+}
+
+#[test]
+fn out_of_range_fields_are_a_corrupt_log() {
+    let mut index = index();
+    let mut pool = SlotPool::default();
+    for event in [
+        Event::Create {
+            key: b"k",
+            slot: 1000,
+        },
+        Event::GrantSlots {
+            to: 9,
+            first: 0,
+            count: 1,
+        },
+        Event::GrantSlots {
+            to: 1,
+            first: 999,
+            count: 2,
+        },
+        Event::MoveToHost {
+            key: b"k",
+            host: 1,
+            stamp: 0,
+        },
+    ] {
+        assert!(matches!(
+            index.apply(3, 0, &event, 0, &mut pool),
+            Err(Error::CorruptLogEntry { position: 3, .. })
+        ));
+    }
+    assert!(index
+        .apply(3, 4, &Event::Wrap { key: b"k" }, 0, &mut pool)
+        .is_err());
+    // Lock events belong to AllLog pods; records to split ones.
+    assert!(index
+        .apply(3, 0, &Event::Lock { key: b"k" }, 0, &mut pool)
+        .is_err());
+    let mut all_log = Index::new(1000, 100, 4, Coherence::AllLog);
+    assert!(all_log
+        .apply(
+            3,
+            0,
+            &Event::RecordAlloc {
+                key: b"k",
+                record: 1
+            },
+            0,
+            &mut pool
+        )
+        .is_err());
+}
+
+#[test]
+fn all_log_locks_follow_log_order_and_move_the_stamp_and_counter() {
+    let mut index = Index::new(1000, 100, 4, Coherence::AllLog);
+    let mut pool = SlotPool::default();
+    let me = 0;
+    let mut apply = |index: &mut Index, position: u64, author: HostId, event: &Event<'_>| {
+        index.apply(position, author, event, me, &mut pool).unwrap()
+    };
+    // Keys of several lengths: the lock word sits after the key.
+    for (i, key) in [&b"k"[..], b"a longer key of 21 b", b""]
+        .into_iter()
+        .enumerate()
+    {
+        let base = i as u64 * 100;
+        apply(&mut index, base, 1, &Event::Create { key, slot: base });
+        let lock = |index: &Index| index.lookup_locked(key).unwrap().1;
+        assert_eq!(
+            lock(&index),
+            ReplicatedLock {
+                holder: None,
+                counter: 0
+            }
+        );
+        // Host 2 locks first; host 0's lock loses and changes nothing.
+        let won = apply(&mut index, base + 1, 2, &Event::Lock { key });
+        assert_eq!((won.outcome, won.drop_slot), (Outcome::Locked, Some(base)));
+        let lost = apply(&mut index, base + 2, 0, &Event::Lock { key });
+        assert_eq!(
+            (lost.outcome, lost.drop_slot),
+            (Outcome::LockLost { holder: 2 }, None)
+        );
+        let (entry, held) = index.lookup_locked(key).unwrap();
+        assert_eq!(
+            (held.holder, held.counter, entry.stamp),
+            (Some(2), 0, base + 1)
+        );
+        // Only the holder unlocks; a delete that holds no lock loses.
+        let stray = apply(&mut index, base + 3, 1, &Event::Unlock { key });
+        assert_eq!(stray.outcome, Outcome::NotLocked);
+        let delete = Event::Delete {
+            key,
+            record: NO_RECORD,
+        };
+        assert_eq!(
+            apply(&mut index, base + 4, 0, &delete).outcome,
+            Outcome::DeleteLost
+        );
+        let unlocked = apply(&mut index, base + 5, 2, &Event::Unlock { key });
+        assert_eq!(unlocked.outcome, Outcome::Unlocked { counter: 2 });
+        let (entry, lock_now) = index.lookup_locked(key).unwrap();
+        assert_eq!(
+            (lock_now.holder, entry.stamp, entry.host_counter),
+            (None, base + 5, None)
+        );
+        // Our own lock keeps our host counter, our unlock sets it.
+        index.set_host_counter(entry.handle, Some(2));
+        apply(&mut index, base + 6, me, &Event::Lock { key });
+        assert_eq!(index.lookup_locked(key).unwrap().0.host_counter, Some(2));
+        let mine = apply(&mut index, base + 7, me, &Event::Unlock { key });
+        assert_eq!(
+            (mine.outcome, mine.drop_slot),
+            (Outcome::Unlocked { counter: 4 }, None)
+        );
+        assert_eq!(index.lookup_locked(key).unwrap().0.host_counter, Some(4));
+        // A delete by the lock's holder wins.
+        apply(&mut index, base + 8, 3, &Event::Lock { key });
+        let held_by_3 = Event::Delete {
+            key,
+            record: LOCK_HELD,
+        };
+        assert_eq!(
+            apply(&mut index, base + 9, 1, &held_by_3).outcome,
+            Outcome::DeleteLost
+        );
+        assert!(matches!(
+            apply(&mut index, base + 10, 3, &held_by_3).outcome,
+            Outcome::Deleted { record: None, .. }
+        ));
+        // Created again (a reused arena record): unlocked, counter 0.
+        apply(
+            &mut index,
+            base + 11,
+            1,
+            &Event::Create {
+                key,
+                slot: base + 1,
+            },
+        );
+        assert_eq!(
+            lock(&index),
+            ReplicatedLock {
+                holder: None,
+                counter: 0
+            }
+        );
+    }
+}
