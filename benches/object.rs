@@ -41,7 +41,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use megalon::core::{
-    Backing, EventCounts, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, RECORD_WIDTHS_BITS,
+    limits::RECORD_WIDTHS_BITS, Backing, EventCounts, Host, HostOptions, Join, MemoryKind, Pod,
+    PodConfig,
 };
 
 /// Key length (the paper's KV workloads use 24-byte keys).

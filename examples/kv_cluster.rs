@@ -18,7 +18,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use megalon::core::{fnv1a64, Backing, Host, HostOptions, Join, Pod, PodConfig, LINE_BYTES};
+use megalon::core::{
+    inspect::fnv1a64, limits::LINE_BYTES, Backing, Host, HostOptions, Join, Pod, PodConfig,
+};
 use megalon_kv::mix::{self, MixRun};
 use megalon_kv::{Megalon, Store};
 use megalon_workload::processes::{shared_memory_dir, Children};

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use megalon_core::{
-    Backing, Coherence, HostOptions, MemoryKind, Pod, PodConfig, LINE_BYTES, PAGE_BYTES,
+    limits::{LINE_BYTES, PAGE_BYTES},
+    Backing, Coherence, HostOptions, MemoryKind, Pod, PodConfig,
 };
 use megalon_kv::mix::{self, MixRun, Plan};
 use megalon_kv::{Megalon, Scheme, Store, LENGTH_PREFIX_BYTES};

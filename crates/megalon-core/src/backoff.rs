@@ -16,9 +16,12 @@ const MAX_SLEEP: Duration = Duration::from_micros(500);
 #[cfg(megalon_loom)]
 const MODEL_ROUNDS: u32 = 64;
 
-/// A bounded wait. Call [`Backoff::snooze`] each time the awaited condition is false.
+/// A bounded wait: the one helper every wait on another host uses (here and in the
+/// layers above). Call [`Backoff::snooze`] each time the awaited condition is false; past
+/// the limit it answers `false`, and the caller returns an error naming whom it waited
+/// for.
 #[derive(Debug)]
-pub(crate) struct Backoff {
+pub struct Backoff {
     started: Instant,
     limit: Duration,
     rounds: u32,
@@ -26,7 +29,7 @@ pub(crate) struct Backoff {
 
 impl Backoff {
     /// A wait that gives up after `limit`.
-    pub(crate) fn new(limit: Duration) -> Self {
+    pub fn new(limit: Duration) -> Self {
         Self {
             started: Instant::now(),
             limit,
@@ -37,7 +40,7 @@ impl Backoff {
     /// Waits a little (longer each round). Returns `false` once the limit has passed:
     /// the caller then returns its error.
     #[cfg(not(megalon_loom))]
-    pub(crate) fn snooze(&mut self) -> bool {
+    pub fn snooze(&mut self) -> bool {
         self.rounds = self.rounds.saturating_add(1);
         if self.rounds <= SPINS {
             for _ in 0..(1u32 << self.rounds.min(6)) {
@@ -55,7 +58,7 @@ impl Backoff {
     /// In a loom model: yield to the other model threads; give up after a number of rounds
     /// (time means nothing in a model, and a wait that never ends would hang the model).
     #[cfg(megalon_loom)]
-    pub(crate) fn snooze(&mut self) -> bool {
+    pub fn snooze(&mut self) -> bool {
         self.rounds = self.rounds.saturating_add(1);
         loom::thread::yield_now();
         self.rounds < MODEL_ROUNDS
@@ -64,18 +67,18 @@ impl Backoff {
     /// Whether the wait has gone past its limit (without waiting more): what a caller
     /// that snoozes unconditionally, then decides what giving up means, asks.
     #[cfg(not(megalon_loom))]
-    pub(crate) fn expired(&self) -> bool {
+    pub fn expired(&self) -> bool {
         self.started.elapsed() >= self.limit
     }
 
     /// In a loom model: whether the wait has used its rounds.
     #[cfg(megalon_loom)]
-    pub(crate) fn expired(&self) -> bool {
+    pub fn expired(&self) -> bool {
         self.rounds >= MODEL_ROUNDS
     }
 
     /// How long we have waited.
-    pub(crate) fn waited(&self) -> Duration {
+    pub fn waited(&self) -> Duration {
         self.started.elapsed()
     }
 }

@@ -2,9 +2,9 @@
 //! steps, and to make the log refuse appends, so that error paths and rare interleavings
 //! run as often as the common ones.
 //!
-//! The protocol calls [`Chaos::point`] at each of its [`Point`]s (between the numbered
+//! The protocol calls `Chaos::point` at each of its [`Point`]s (between the numbered
 //! steps of DESIGN section 8, around the log's reserve, publication and replay, around
-//! every record CAS) and asks [`Chaos::fail`] before each log append. Without the `chaos`
+//! every record CAS) and asks `Chaos::fail` before each log append. Without the `chaos`
 //! feature both are empty inline functions on a zero-sized type: normal builds compile
 //! them to nothing.
 //!

@@ -64,7 +64,7 @@ pub enum Error {
     TooManyHosts {
         /// The value given.
         requested: u32,
-        /// [`crate::MAX_HOSTS_LIMIT`].
+        /// [`crate::limits::MAX_HOSTS_LIMIT`].
         limit: u32,
     },
     /// A parameter is above its documented limit.
@@ -114,7 +114,7 @@ pub enum Error {
         path: PathBuf,
         /// The version in the header.
         found: u32,
-        /// [`crate::LAYOUT_VERSION`].
+        /// [`crate::limits::LAYOUT_VERSION`].
         supported: u32,
     },
     /// The pod's log entries are in a format this build does not read.
@@ -124,7 +124,7 @@ pub enum Error {
         path: PathBuf,
         /// The version in the header.
         found: u32,
-        /// [`crate::LOG_FORMAT_VERSION`].
+        /// [`crate::limits::LOG_FORMAT_VERSION`].
         supported: u32,
     },
     /// The file is shorter than its header or than the layout its header describes (on

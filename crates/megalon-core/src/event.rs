@@ -27,7 +27,7 @@ use crate::words::{u32_at, u64_at};
 pub const NO_RECORD: u32 = u32::MAX;
 /// In a pod with [`Coherence::AllLog`](crate::Coherence), the `record` of a delete whose
 /// appender holds the object's replicated lock (it won a `Lock` event). Never a record
-/// id: ids stay below [`crate::MAX_RECORDS`].
+/// id: ids stay below [`crate::limits::MAX_RECORDS`].
 pub const LOCK_HELD: u32 = u32::MAX - 1;
 const _: () = assert!(MAX_RECORDS <= LOCK_HELD as u64);
 

@@ -43,7 +43,7 @@ pub struct PodHeader {
     pub max_hosts: u32,
     /// Bytes of one log entry (derived; stored so a reader can check it).
     pub log_entry_bytes: u32,
-    /// [`crate::event::LOG_FORMAT_VERSION`]: the format and meaning of log entries.
+    /// [`crate::limits::LOG_FORMAT_VERSION`]: the format and meaning of log entries.
     pub log_format_version: u32,
     /// [`PodConfig::coherence`], as [`Coherence::to_u32`] stores it.
     pub coherence: u32,

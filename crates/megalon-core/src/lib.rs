@@ -3,35 +3,70 @@
 //! Hosts in a CXL pod map one memory device. Hardware keeps caches coherent only for a
 //! small region (the SCR); the large rest (the LNR) can hold stale lines in any host's
 //! cache. This crate lays a pod out ([`Layout`]), creates or opens it on a backing
-//! ([`Pod`]: heap, a tmpfs file shared by processes, a DAX device, NUMA-bound), lets hosts
-//! join it ([`Host`]), and gives every host one interface to LNR ([`Memory`]) with two
-//! implementations: the real hardware with its cache-maintenance instructions, and a
-//! simulated non-coherent cache that serves stale lines, so that a missing flush shows up
-//! in tests on coherent machines.
+//! ([`Pod`]: heap, a tmpfs file shared by processes, a DAX device, NUMA-bound), and lets
+//! hosts join it ([`Host`]) and share objects in LNR through the object protocol: a read
+//! never returns a stale or torn value, on any memory, whatever the other hosts do.
+//!
+//! # The four calls on one object
 //!
 //! ```
 //! use std::sync::Arc;
 //! use megalon_core::{Backing, Host, Join, MemoryKind, Pod, PodConfig};
 //!
 //! let pod = Arc::new(Pod::create(&PodConfig::new(), Backing::heap())?);
-//! let writer = Host::join(&pod, Join::AnyFree, MemoryKind::simulated(1))?;
-//! let reader = Host::join(&pod, Join::AnyFree, MemoryKind::simulated(2))?;
-//! let slot = pod.layout().slot_offset(0);
+//! // Two hosts, each with its own simulated non-coherent cache of LNR.
+//! let a = Host::join(&pod, Join::AnyFree, MemoryKind::simulated(1))?;
+//! let b = Host::join(&pod, Join::AnyFree, MemoryKind::simulated(2))?;
+//! a.create(b"k", b"version 1")?;
 //!
-//! let mut seen = [0u8; 8];
-//! reader.memory().read(slot, &mut seen); // the reader caches the line
-//! writer.memory().write(slot, b"version2");
-//! writer.memory().write_back(slot, 8); // the writer's line reaches memory
-//! writer.memory().fence();
+//! // A write: the object's coherence record is locked until write_end.
+//! let write = b.write_start(b"k")?;
+//! write.write(0, b"version 2")?;
+//! b.write_end(write)?;
 //!
-//! reader.memory().read(slot, &mut seen);
-//! assert_eq!(&seen, &[0; 8]); // stale: the reader's cache still has the old line
-//! reader.memory().flush(slot, 8);
-//! reader.memory().fence();
-//! reader.memory().read(slot, &mut seen);
-//! assert_eq!(&seen, b"version2"); // fresh after invalidation
+//! // A read: copy under a ticket, and trust the copy only if read_end says so.
+//! let mut copy = [0u8; 9];
+//! loop {
+//!     let read = a.read_start(b"k")?;
+//!     read.read(0, &mut copy)?;
+//!     if a.read_end(read)? {
+//!         break;
+//!     }
+//! }
+//! assert_eq!(&copy, b"version 2");
+//!
+//! // The safe calls do the same, retried within the host's bound.
+//! a.write(b"k", b"version 3")?;
+//! b.read(b"k", &mut copy)?;
+//! assert_eq!(&copy, b"version 3");
 //! # Ok::<(), megalon_core::Error>(())
 //! ```
+//!
+//! # Rules a user must know
+//!
+//! - **Touch objects through the tickets** ([`ReadTicket::read`], [`WriteTicket::write`])
+//!   or the safe calls: they stay inside the object and answer
+//!   [`Error::OutsideObject`] otherwise. [`Memory`] is the raw, unchecked layer under
+//!   them (loads, stores, flushes at any offset), for tools and tests.
+//! - **Copies are only valid once `read_end` says so**: the bytes of a read that must
+//!   start over may be torn.
+//! - **A write always ends**: dropping a [`WriteTicket`] (a panic included) ends the
+//!   write as [`Host::write_end`] would; a failed call never leaves an object locked.
+//! - **Every wait on another host is bounded** ([`HostOptions::wait_limit`]); past it, the
+//!   error names whom it waited for.
+//! - **Pods are shared by hosts that join the same file** ([`Backing::file`]); a heap pod
+//!   lives in one process.
+//!
+//! # Where things are
+//!
+//! [`Pod`], [`PodConfig`] and [`Layout`] for the pod; [`Host`] and [`HostOptions`] for a
+//! participant; [`limits`] for every fixed size and version; [`memory`] for the two
+//! implementations of LNR access (hardware with its cache-maintenance instructions, and a
+//! simulated non-coherent cache that serves stale lines, so that a missing flush shows in
+//! tests on coherent machines); [`event`] for what the shared log holds; [`rpc`] for the
+//! host-to-host request rings; [`inspect`] for what tests, benches and figures look at
+//! ([`Host::inspect`]). With the `chaos` feature, `chaos` stretches protocol windows and
+//! injects faults (tests only).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -56,7 +91,10 @@ mod log;
 #[cfg(all(test, megalon_loom))]
 mod loom_models;
 pub mod memory;
+#[cfg(feature = "mutants")]
 pub mod mutants;
+#[cfg(not(feature = "mutants"))]
+mod mutants;
 mod pod;
 mod record;
 mod replica;
@@ -65,20 +103,26 @@ mod slot;
 mod sync;
 mod words;
 
+pub use backoff::Backoff;
 pub use config::{Coherence, PodConfig};
 pub use counters::EventCounts;
 pub use error::{Error, Region, Result};
-pub use event::{Event, OwnedEvent};
-pub use header::{fnv1a64, PodHeader};
 pub use host::{
-    BackgroundErrors, Done, Host, HostOptions, HostStats, Inspect, Join, LoggedEvent, ReadTicket,
-    RecordCensus, ReleaseHook, ReleaseReason, Releasing, WriteTicket,
+    Done, Host, HostOptions, Join, ReadTicket, ReleaseHook, ReleaseReason, Releasing, WriteTicket,
 };
-pub use host_table::HostInfo;
 pub use ids::HostId;
 pub use layout::{Layout, ScrUsage};
-pub use limits::*;
-pub use memory::{Memory, MemoryKind, SimulatedConfig, SimulatedStats};
+pub use memory::{Memory, MemoryKind, SimulatedConfig};
 pub use pod::{numa_nodes, Backing, BackingKind, Pod};
-pub use replica::{IndexEntry, Outcome, ReplicatedLock};
-pub use slot::slot_claim_batch;
+pub use replica::IndexEntry;
+
+/// What tests, benches and figures inspect: a host's state ([`Host::inspect`]), the host
+/// table, the pod's header, what replay answered. Nothing here is needed to share data.
+pub mod inspect {
+    pub use crate::header::{fnv1a64, PodHeader};
+    pub use crate::host::{BackgroundErrors, HostStats, Inspect, LoggedEvent, RecordCensus};
+    pub use crate::host_table::HostInfo;
+    pub use crate::memory::SimulatedStats;
+    pub use crate::replica::{Outcome, ReplicatedLock};
+    pub use crate::slot::slot_claim_batch;
+}

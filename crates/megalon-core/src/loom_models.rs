@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use loom::sync::atomic::{AtomicBool, Ordering};
 
-use crate::{Backing, Event, Host, HostOptions, Join, Outcome, Pod, PodConfig};
+use crate::{event::Event, inspect::Outcome, Backing, Host, HostOptions, Join, Pod, PodConfig};
 
 /// Two hosts, a ring of two 64-byte entries, small everything else.
 fn pod() -> Arc<Pod> {

@@ -77,6 +77,8 @@ pub enum Step {
     SlotsReusedAfterCtail,
 }
 
+// Without the feature the steps are only the names of the guards in the code.
+#[cfg_attr(not(feature = "mutants"), allow(dead_code))]
 impl Step {
     /// Every step, in the order `cargo xtask mutants` runs them.
     pub const ALL: &'static [Step] = &[
@@ -166,5 +168,19 @@ pub fn skipped(step: Step) -> bool {
     }) == Some(step)
 }
 
-/// Whether this build has mutant switches (the `mutants` feature).
-pub const ENABLED: bool = cfg!(feature = "mutants");
+#[cfg(all(test, feature = "mutants"))]
+mod tests {
+    use super::Step;
+
+    /// `cargo xtask mutants` switches off the steps it names (with the tests that catch
+    /// each) and passes their names here in its run with no step off: they must be
+    /// exactly the core's steps, in order.
+    #[test]
+    fn xtask_names_every_step() {
+        if let Ok(names) = std::env::var("MEGALON_MUTANT_STEPS") {
+            let named: Vec<&str> = names.split(',').collect();
+            let ours: Vec<&str> = Step::ALL.iter().map(|step| step.name()).collect();
+            assert_eq!(named, ours, "xtask's CATCHERS and the core's steps differ");
+        }
+    }
+}

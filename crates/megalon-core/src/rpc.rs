@@ -682,7 +682,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::{fnv1a64, Backing, MemoryKind, PodConfig};
+    use crate::{inspect::fnv1a64, Backing, MemoryKind, PodConfig};
 
     /// Long enough that a served request never meets it, even on a loaded machine.
     const WAIT_LIMIT: Duration = Duration::from_secs(5);

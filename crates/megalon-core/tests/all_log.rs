@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use megalon_core::{
-    Backing, Coherence, Error, Event, Host, HostOptions, Join, MemoryKind, Pod, PodConfig,
-    ReplicatedLock, SimulatedConfig,
+    event::Event, inspect::ReplicatedLock, Backing, Coherence, Error, Host, HostOptions, Join,
+    MemoryKind, Pod, PodConfig, SimulatedConfig,
 };
 
 fn pod() -> Arc<Pod> {

@@ -6,9 +6,13 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use megalon_core::{
-    fnv1a64, numa_nodes, Backing, Coherence, Error, Layout, Pod, PodConfig, Region, HEADER_BYTES,
-    HEADER_REGION_BYTES, LAYOUT_VERSION, LINE_BYTES, LOG_FORMAT_VERSION, MAGIC, MAX_HOSTS_LIMIT,
-    MAX_KEY_BYTES_LIMIT, MAX_SLOT_SIZE_BYTES, MIN_LOG_CAPACITY_ENTRIES, PAGE_BYTES,
+    inspect::fnv1a64,
+    limits::{
+        HEADER_BYTES, HEADER_REGION_BYTES, LAYOUT_VERSION, LINE_BYTES, LOG_FORMAT_VERSION, MAGIC,
+        MAX_HOSTS_LIMIT, MAX_KEY_BYTES_LIMIT, MAX_SLOT_SIZE_BYTES, MIN_LOG_CAPACITY_ENTRIES,
+        PAGE_BYTES,
+    },
+    numa_nodes, Backing, Coherence, Error, Layout, Pod, PodConfig, Region,
 };
 use tempfile::TempDir;
 

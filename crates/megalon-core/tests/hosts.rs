@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use megalon_core::{Backing, Error, Host, HostInfo, HostOptions, Join, Pod, PodConfig};
+use megalon_core::{inspect::HostInfo, Backing, Error, Host, HostOptions, Join, Pod, PodConfig};
 
 const MAX_HOSTS: u32 = 3;
 

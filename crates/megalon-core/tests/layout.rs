@@ -4,8 +4,12 @@
 use std::path::Path;
 
 use megalon_core::{
-    Backing, Coherence, Error, Layout, Pod, PodConfig, PodHeader, Region, HEADER_BYTES,
-    HEADER_REGION_BYTES, LINE_BYTES, MAX_HOSTS_LIMIT, PAGE_BYTES, RECORD_WIDTHS_BITS,
+    inspect::PodHeader,
+    limits::{
+        HEADER_BYTES, HEADER_REGION_BYTES, LINE_BYTES, MAX_HOSTS_LIMIT, PAGE_BYTES,
+        RECORD_WIDTHS_BITS,
+    },
+    Backing, Coherence, Error, Layout, Pod, PodConfig, Region,
 };
 use proptest::prelude::*;
 

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use megalon_core::{
-    Backing, Coherence, Error, Host, HostOptions, Join, Layout, MemoryKind, Pod, PodConfig,
-    SimulatedConfig, DEFAULT_PARTITION_ACCESSES,
+    limits::DEFAULT_PARTITION_ACCESSES, Backing, Coherence, Error, Host, HostOptions, Join, Layout,
+    MemoryKind, Pod, PodConfig, SimulatedConfig,
 };
 
 const SLOT: usize = 256;
@@ -463,7 +463,7 @@ fn bad_configurations_are_typed_errors() {
     assert!(local.slot_count < plain.slot_count);
     assert_eq!(
         local.accessors_bytes,
-        (local.slot_count * megalon_core::ACCESSOR_BYTES).div_ceil(64) * 64
+        (local.slot_count * megalon_core::limits::ACCESSOR_BYTES).div_ceil(64) * 64
     );
     assert!(local.scr_usage().rpc_bytes > 0);
     assert_eq!(local.scr_usage().total_bytes(), local.config.scr_bytes);

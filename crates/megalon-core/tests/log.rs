@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use megalon_core::{
-    Backing, Error, Event, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, SimulatedConfig,
+    event::Event, Backing, Error, Host, HostOptions, Join, MemoryKind, Pod, PodConfig,
+    SimulatedConfig,
 };
 
 fn pod(config: PodConfig) -> Arc<Pod> {

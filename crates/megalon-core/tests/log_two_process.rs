@@ -42,7 +42,8 @@ use std::time::{Duration, Instant};
 
 use common::{ChildProcess, RemoveOnDrop, WAIT_BOUND};
 use megalon_core::{
-    Backing, Error, Event, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, SimulatedConfig,
+    event::Event, Backing, Error, Host, HostOptions, Join, MemoryKind, Pod, PodConfig,
+    SimulatedConfig,
 };
 
 /// The pod file the child opens; absent in a normal test run.

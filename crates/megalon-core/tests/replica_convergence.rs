@@ -29,8 +29,8 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use megalon_core::{
-    Backing, Error, Event, Host, HostId, HostOptions, Join, LoggedEvent, MemoryKind, Pod,
-    PodConfig, SimulatedConfig,
+    event::Event, inspect::LoggedEvent, Backing, Error, Host, HostId, HostOptions, Join,
+    MemoryKind, Pod, PodConfig, SimulatedConfig,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;

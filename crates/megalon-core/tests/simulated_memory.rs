@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use megalon_core::memory::SimulatedMemory;
 use megalon_core::{
-    Backing, Host, HostOptions, Join, Memory, MemoryKind, Pod, PodConfig, SimulatedConfig,
-    SimulatedStats, LINE_BYTES,
+    inspect::SimulatedStats, limits::LINE_BYTES, Backing, Host, HostOptions, Join, Memory,
+    MemoryKind, Pod, PodConfig, SimulatedConfig,
 };
 
 const LINE: usize = LINE_BYTES as usize;

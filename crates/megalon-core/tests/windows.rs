@@ -107,7 +107,7 @@ fn a_dealloc_or_delete_whose_append_fails_never_leaves_the_record_locked() {
     let b = leak(&pod, 1, options());
     a.create(b"k", &value(0)).unwrap();
     a.write(b"k", &value(1)).unwrap();
-    let (in_use, _) = a.records_in_use();
+    let (in_use, _) = a.inspect().records_in_use();
     assert_eq!(in_use, 1);
 
     chaos::fail_next_appends(&[Fault::Refuse]);
@@ -166,7 +166,11 @@ fn an_alloc_whose_append_fails_frees_or_keeps_its_record_exactly() {
         a.write(b"k", &value(1)),
         Err(Error::InjectedFault { .. })
     ));
-    assert_eq!(a.records_in_use().0, 0, "the claimed record is free again");
+    assert_eq!(
+        a.inspect().records_in_use().0,
+        0,
+        "the claimed record is free again"
+    );
     chaos::fail_next_appends(&[Fault::Unconfirmed]);
     assert!(matches!(
         a.write(b"k", &value(1)),
@@ -177,7 +181,7 @@ fn an_alloc_whose_append_fails_frees_or_keeps_its_record_exactly() {
     assert!(record.is_some(), "the alloc applied");
     assert_eq!(a.inspect().record_census().in_use, vec![record.unwrap()]);
     a.write(b"k", &value(2)).unwrap();
-    assert_eq!(a.records_in_use().0, 1);
+    assert_eq!(a.inspect().records_in_use().0, 1);
 }
 
 /// Waits for one message, failing the test (not hanging it) if none comes.
@@ -204,13 +208,13 @@ fn a_losing_allocator_frees_its_record_by_cas_under_a_stale_writers_lock() {
     b.create(b"y", &value(0)).unwrap();
     s.write(b"y", &value(1)).unwrap();
     let record_y = s.lookup(b"y").unwrap().unwrap().record.unwrap();
-    let (_, records) = b.records_in_use();
+    let (_, records) = b.inspect().records_in_use();
     for i in 1..records {
         let key = format!("o{i}");
         b.create(key.as_bytes(), &value(2)).unwrap();
         b.write(key.as_bytes(), &value(3)).unwrap();
     }
-    assert_eq!(b.records_in_use(), (records, records));
+    assert_eq!(b.inspect().records_in_use(), (records, records));
     b.create(b"z", &value(4)).unwrap();
 
     let (to_s, s_hears): (Sender<&'static str>, _) = channel();
@@ -283,6 +287,7 @@ fn a_losing_allocator_frees_its_record_by_cas_under_a_stale_writers_lock() {
     let census = b.inspect().record_census();
     assert!(census.locked.is_empty(), "{census:?}");
     let mut named: Vec<u32> = b
+        .inspect()
         .replica_snapshot()
         .iter()
         .filter_map(|(_, entry)| entry.record)
@@ -371,7 +376,7 @@ fn a_writer_that_locks_a_record_reassigned_since_its_lookup_backs_out() {
     let reader = leak(&pod, 2, options().memory(MemoryKind::Hardware));
     b.create(b"y", &value(0)).unwrap();
     b.write(b"y", &value(1)).unwrap();
-    let (_, records) = b.records_in_use();
+    let (_, records) = b.inspect().records_in_use();
     for i in 1..records {
         let key = format!("o{i}");
         b.create(key.as_bytes(), &value(2)).unwrap();

@@ -1183,7 +1183,7 @@ fn figure_11(h: &mut Harness) -> Result<(), String> {
         })
         .collect();
     let partitioned = Setup {
-        partition_after: megalon_core::DEFAULT_PARTITION_ACCESSES,
+        partition_after: megalon_core::limits::DEFAULT_PARTITION_ACCESSES,
         ..setup
     };
     let mut points = measure_warm(h, Kind::Megalon, &partitioned, PARTITIONS, &plans)?;

@@ -9,7 +9,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use megalon_core::{PodConfig, LINE_BYTES, PAGE_BYTES};
+use megalon_core::{
+    limits::{LINE_BYTES, PAGE_BYTES},
+    PodConfig,
+};
 use megalon_workload::generator::{
     KeyChooser, Operation, RandomSource, ScrambledZipfianGenerator, SplitMix64, UniformGenerator,
     Workload,

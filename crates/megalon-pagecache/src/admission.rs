@@ -26,7 +26,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use megalon_core::fnv1a64;
+use megalon_core::inspect::fnv1a64;
 
 use crate::cache::Inner;
 use crate::clock::Swept;

@@ -20,7 +20,7 @@
 //!
 //! A sweep gives up after `MAX_ACCESS_COUNT + 2` turns of the clock without a victim.
 
-use megalon_core::LINE_BYTES;
+use megalon_core::limits::LINE_BYTES;
 
 use crate::cache::Inner;
 use crate::error::{Error, Result};

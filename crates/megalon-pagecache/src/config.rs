@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use megalon_core::{HostOptions, Layout, MemoryKind, PodConfig, LINE_BYTES, PAGE_BYTES};
+use megalon_core::{
+    limits::{LINE_BYTES, PAGE_BYTES},
+    HostOptions, Layout, MemoryKind, PodConfig,
+};
 
 use crate::error::{Error, Result};
 use crate::file::{FILE_PAGE_BYTES, PAGE_KEY_BYTES};
@@ -115,7 +118,7 @@ impl PageCacheConfig {
                 "max_hosts",
                 u64::from(self.max_hosts),
                 1,
-                u64::from(megalon_core::MAX_HOSTS_LIMIT),
+                u64::from(megalon_core::limits::MAX_HOSTS_LIMIT),
             ),
         ];
         for (parameter, value, least, most) in checks {
@@ -153,7 +156,8 @@ impl PageCacheConfig {
             .record_width_bits(self.record_width_bits)
             .max_hosts(self.max_hosts);
         let record_bytes = u64::from(self.record_width_bits / 8);
-        if record_bytes == 0 || !megalon_core::RECORD_WIDTHS_BITS.contains(&self.record_width_bits)
+        if record_bytes == 0
+            || !megalon_core::limits::RECORD_WIDTHS_BITS.contains(&self.record_width_bits)
         {
             return Err(megalon_core::Error::UnsupportedRecordWidth {
                 bits: self.record_width_bits,
@@ -218,7 +222,7 @@ impl PageCacheConfig {
 ///
 /// Free slots belong to hosts (the core partitions them, DESIGN section 6): each host
 /// claims them from the unclaimed range in batches of
-/// [`megalon_core::slot_claim_batch`], and one that has none asks
+/// [`megalon_core::inspect::slot_claim_batch`], and one that has none asks
 /// the host with the most through the log, which grants what its pool holds *then*. So
 /// with the cache full, free slots may sit in other hosts' pools, and a pool can be
 /// momentarily empty while its creates are in flight. The slack is one claim batch per
@@ -228,7 +232,7 @@ pub fn slot_count_for(cache_pages: u64, max_hosts: u32) -> u64 {
     let hosts = u64::from(max_hosts.max(1));
     let mut slots = cache_pages + 2 * hosts;
     loop {
-        let batch = megalon_core::slot_claim_batch(slots, max_hosts);
+        let batch = megalon_core::inspect::slot_claim_batch(slots, max_hosts);
         let needed = cache_pages + hosts * batch + 2 * hosts;
         if slots >= needed {
             return slots;

@@ -24,7 +24,7 @@
 //!   updates of its neighbours' counts: the counts are hints for the clock and may lose
 //!   updates (DESIGN section 4). They never share a line with the owner lines.
 
-use megalon_core::{Layout, LINE_BYTES};
+use megalon_core::{limits::LINE_BYTES, Layout};
 
 use crate::error::{Error, Result};
 use crate::file::{FILE_PAGE_BYTES, PAGE_KEY_BYTES};

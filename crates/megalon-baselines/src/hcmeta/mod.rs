@@ -94,8 +94,10 @@ use std::time::Duration;
 
 use megalon_core::rpc::{self, Tally};
 use megalon_core::{
-    Backing, Memory, MemoryKind, Pod, PodConfig, LINE_BYTES, MAX_KEY_BYTES_LIMIT,
-    MAX_SLOT_SIZE_BYTES, MIN_LOG_CAPACITY_ENTRIES, PAGE_BYTES,
+    limits::{
+        LINE_BYTES, MAX_KEY_BYTES_LIMIT, MAX_SLOT_SIZE_BYTES, MIN_LOG_CAPACITY_ENTRIES, PAGE_BYTES,
+    },
+    Backing, Memory, MemoryKind, Pod, PodConfig,
 };
 use megalon_kv::{Limits, Report, Result, Scheme};
 

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use hashbrown::HashTable;
 use megalon_core::rpc::{Request, Response};
-use megalon_core::{Memory, Pod, LINE_BYTES};
+use megalon_core::{limits::LINE_BYTES, Memory, Pod};
 use megalon_kv::{Error, Result};
 use parking_lot::{Mutex, RwLock};
 

@@ -27,7 +27,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use megalon_core::LINE_BYTES;
+use megalon_core::limits::LINE_BYTES;
 
 use super::counters::{Counter, Counters};
 use super::wait::Backoff;

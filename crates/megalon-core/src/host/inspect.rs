@@ -78,7 +78,7 @@ impl Inspect<'_> {
     }
 
     /// The replicated lock and counter of object `key`, linearizably (as
-    /// [`Host::lookup`]), in a pod with [`Coherence::AllLog`]; `None` if there is no such
+    /// [`Host::lookup`]), in a pod with [`Coherence::AllLog`](crate::Coherence::AllLog); `None` if there is no such
     /// object or the pod's coherence is split (its objects' locks are records in the SCR).
     pub fn replicated_lock(&self, key: &[u8]) -> Result<Option<ReplicatedLock>> {
         self.host.shared.check_key(key)?;

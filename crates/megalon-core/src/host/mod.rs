@@ -104,7 +104,7 @@ pub struct Host {
 }
 
 impl Host {
-    /// Joins `pod` as `which`. `options` can be a [`MemoryKind`] alone.
+    /// Joins `pod` as `which`. `options` can be a [`MemoryKind`](crate::MemoryKind) alone.
     pub fn join(pod: &Arc<Pod>, which: Join, options: impl Into<HostOptions>) -> Result<Host> {
         let options = options.into();
         let max_hosts = pod.config().max_hosts;

@@ -33,7 +33,7 @@ pub struct HostOptions {
     /// Whether threads hand log appends to one combiner (one batch per round).
     pub flat_combining: bool,
     /// How many times the safe calls (`read`, `write`, ...) start over before answering
-    /// [`Error::RetriesExhausted`].
+    /// [`Error::RetriesExhausted`](crate::Error::RetriesExhausted).
     pub max_retries: u32,
     /// The background reclaimer keeps the records in use at or below this fraction of
     /// the pod's records (1.0: reclaim only when allocation finds none free).
@@ -48,7 +48,7 @@ pub struct HostOptions {
 }
 
 /// Called with the record locked before an object loses its coherence record: before a
-/// deallocation (reclaim, [`Host::make_read_shared`]) appends its event, and before a
+/// deallocation (reclaim, [`Host::make_read_shared`](crate::Host::make_read_shared)) appends its event, and before a
 /// delete of an object that has a record does. Returning `false` refuses: the record is
 /// unlocked and kept; a deallocation reports that it did not happen, a delete answers
 /// [`Error::ReleaseRefused`](crate::Error::ReleaseRefused).

@@ -145,7 +145,7 @@ impl WriteTicket<'_> {
         self.state().len
     }
 
-    /// The object's coherence record, locked by this write; [`NO_RECORD`] in a pod with
+    /// The object's coherence record, locked by this write; [`NO_RECORD`](crate::event::NO_RECORD) in a pod with
     /// [`Coherence::AllLog`](crate::Coherence), where the lock is replicated through the
     /// log instead.
     pub fn record(&self) -> u32 {

@@ -20,7 +20,7 @@
 //! byte. `benches/memory.rs` measures it against calling [`HardwareMemory`] directly
 //! (results in `docs/memory.md`).
 //!
-//! Object bytes are copied with atomic word accesses ([`copy_out`], [`copy_in`]), never
+//! Object bytes are copied with atomic word accesses (`copy_out`, `copy_in`), never
 //! through a `&[u8]` into memory another host may be writing: such a read is a race by
 //! design (the seqlock check after it decides whether to trust it).
 
