@@ -54,6 +54,62 @@ impl MemoryKind {
             ..SimulatedConfig::default()
         })
     }
+
+    /// The same kind for host `host` of a run seeded with `seed`: a simulated cache gets a
+    /// seed of its own (so hosts evict differently, and the run replays from `seed`);
+    /// hardware is hardware.
+    #[must_use]
+    pub fn for_host(&self, seed: u64, host: u32) -> Self {
+        match self {
+            MemoryKind::Hardware => MemoryKind::Hardware,
+            MemoryKind::Simulated(config) => MemoryKind::Simulated(SimulatedConfig {
+                seed: seed ^ u64::from(host).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                ..config.clone()
+            }),
+        }
+    }
+
+    /// `"hardware"` or `"simulated"`: what [`MemoryKind::from_str`](std::str::FromStr)
+    /// reads and `Display` writes.
+    pub fn name(&self) -> &'static str {
+        match self {
+            MemoryKind::Hardware => "hardware",
+            MemoryKind::Simulated(_) => "simulated",
+        }
+    }
+}
+
+/// The names [`MemoryKind`] parses, for command lines.
+pub const MEMORY_KIND_NAMES: [&str; 2] = ["hardware", "simulated"];
+
+impl std::fmt::Display for MemoryKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A memory kind that is none of [`MEMORY_KIND_NAMES`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown memory kind {given:?}: hardware or simulated")]
+pub struct UnknownMemoryKind {
+    /// What was given.
+    pub given: String,
+}
+
+impl std::str::FromStr for MemoryKind {
+    type Err = UnknownMemoryKind;
+
+    /// `hardware`, or `simulated` (a simulated cache with the default capacity, eviction
+    /// rate and seed; see [`MemoryKind::for_host`]).
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        match name {
+            "hardware" => Ok(MemoryKind::Hardware),
+            "simulated" => Ok(MemoryKind::Simulated(SimulatedConfig::default())),
+            other => Err(UnknownMemoryKind {
+                given: other.to_owned(),
+            }),
+        }
+    }
 }
 
 /// One host's access to LNR.
@@ -83,7 +139,7 @@ impl Memory {
         }
     }
 
-    /// `"hardware"` or `"simulated"`.
+    /// `"hardware"` or `"simulated"`, as [`MemoryKind::name`] says.
     pub fn kind_name(&self) -> &'static str {
         match self {
             Memory::Hardware(_) => "hardware",
@@ -283,5 +339,26 @@ mod tests {
                 assert_eq!(out, data, "start {start} len {len}");
             }
         }
+    }
+}
+
+#[cfg(all(test, not(megalon_loom)))]
+mod kind_tests {
+    use super::*;
+
+    #[test]
+    fn memory_kinds_parse_and_print_by_name() {
+        for name in MEMORY_KIND_NAMES {
+            let kind: MemoryKind = name.parse().expect("a known name");
+            assert_eq!(kind.to_string(), name);
+        }
+        let wrong = "coherent".parse::<MemoryKind>().unwrap_err();
+        assert_eq!(
+            wrong.to_string(),
+            "unknown memory kind \"coherent\": hardware or simulated"
+        );
+        let seeded = MemoryKind::simulated(0).for_host(7, 1);
+        assert_ne!(seeded, MemoryKind::simulated(0).for_host(7, 2));
+        assert_eq!(MemoryKind::Hardware.for_host(7, 1), MemoryKind::Hardware);
     }
 }
