@@ -1,5 +1,6 @@
-//! The one helper for waiting on another host: spin, then yield, then sleep, and give up
-//! past a deadline so that the caller can name whom it waited for.
+//! The one helper for waiting on another host (here, in the baselines and in the page
+//! cache): spin, then yield, then sleep, and give up past a deadline so that the caller
+//! can name whom it waited for.
 
 use std::time::{Duration, Instant};
 
@@ -80,5 +81,10 @@ impl Backoff {
     /// How long we have waited.
     pub fn waited(&self) -> Duration {
         self.started.elapsed()
+    }
+
+    /// How long we have waited, in whole milliseconds (what errors report).
+    pub fn waited_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
     }
 }

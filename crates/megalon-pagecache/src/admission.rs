@@ -33,7 +33,7 @@ use crate::clock::Swept;
 use crate::error::{Error, Result};
 use crate::file::{OpenFile, FILE_PAGE_BYTES, PAGE_KEY_BYTES};
 use crate::stats::Counter;
-use crate::wait::BoundedWait;
+use megalon_core::Backoff;
 
 /// An admission lock this thread holds; released when dropped.
 pub(crate) struct AdmissionLock<'a> {
@@ -94,7 +94,7 @@ impl Inner {
     /// answers an error naming the holder.
     pub(crate) fn lock_page(&self, key: &[u8; PAGE_KEY_BYTES]) -> Result<AdmissionLock<'_>> {
         let (index, word) = self.lock_word(key);
-        let mut wait: Option<BoundedWait> = None;
+        let mut wait: Option<Backoff> = None;
         loop {
             // Acquire: as in `try_lock_page`.
             match word.compare_exchange(
@@ -106,7 +106,7 @@ impl Inner {
                 Ok(_) => return Ok(AdmissionLock { word }),
                 Err(holder) => {
                     let wait = wait
-                        .get_or_insert_with(|| BoundedWait::new(self.host.options().wait_limit));
+                        .get_or_insert_with(|| Backoff::new(self.host.options().wait_limit));
                     if !wait.snooze() {
                         return Err(Error::AdmissionLockBusy {
                             lock: index,
@@ -123,7 +123,7 @@ impl Inner {
     /// clock hand while the cache is full (bounded by the wait limit).
     fn reserve(&self) -> Result<Reservation<'_>> {
         let counter = self.cached_pages();
-        let mut wait: Option<BoundedWait> = None;
+        let mut wait: Option<Backoff> = None;
         loop {
             // Relaxed: a count; the pages themselves are published by the log.
             let current = counter.load(Ordering::Relaxed);
@@ -148,7 +148,7 @@ impl Inner {
                 Swept::Evicted => {}
                 Swept::Nothing { refusal } => {
                     let wait = wait
-                        .get_or_insert_with(|| BoundedWait::new(self.host.options().wait_limit));
+                        .get_or_insert_with(|| Backoff::new(self.host.options().wait_limit));
                     if !wait.snooze() {
                         return Err(refusal.unwrap_or(Error::NoVictim {
                             cached_pages: counter.load(Ordering::Relaxed),

@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::file::PAGE_KEY_BYTES;
 use crate::layout::{OWNER_BYTES, OWNER_MAGIC};
 use crate::stats::Counter;
-use crate::wait::BoundedWait;
+use megalon_core::Backoff;
 
 /// The most an access count holds: a page accessed this often survives this many turns
 /// of the hand.
@@ -144,7 +144,7 @@ impl Inner {
     /// Runs the hand until it evicts a page, within the wait limit. Returns `false` if no
     /// page is cached.
     pub(crate) fn evict_one(&self) -> Result<bool> {
-        let mut wait = BoundedWait::new(self.host.options().wait_limit);
+        let mut wait = Backoff::new(self.host.options().wait_limit);
         loop {
             // Relaxed: a count (see `reserve`).
             if self

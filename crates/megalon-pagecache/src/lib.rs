@@ -68,7 +68,6 @@ mod error;
 mod file;
 mod layout;
 mod stats;
-mod wait;
 
 pub use cache::{PageCache, MAX_ADMISSION_ROUNDS};
 pub use clock::MAX_ACCESS_COUNT;

@@ -85,7 +85,6 @@ pub mod index;
 mod owner;
 pub mod record;
 mod ring;
-mod wait;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

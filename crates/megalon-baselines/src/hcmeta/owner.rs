@@ -29,7 +29,7 @@ use super::geometry::{HostGeometry, Sizes};
 use super::hash::KeyHash;
 use super::record::{self, host_bit, NotLocked, DIRTY, WRITER};
 use super::ring::Op;
-use super::wait::Backoff;
+use megalon_core::Backoff;
 use super::{Placement, Settings};
 
 /// Shards of a local index (a power of two).

@@ -30,7 +30,7 @@ use std::time::Duration;
 use megalon_core::limits::LINE_BYTES;
 
 use super::counters::{Counter, Counters};
-use super::wait::Backoff;
+use megalon_core::Backoff;
 
 /// Bits of the row's offset, in lines from the application LNR (4 TiB of lines).
 pub(crate) const OFFSET_BITS: u32 = 36;
