@@ -302,47 +302,9 @@ impl RingGeometry {
         );
 
         let mut backoff = Backoff::new(wait_limit);
-        // Reserve the next ticket whose entry is free.
-        let ticket = loop {
-            let ticket = self.tail(pod).load(Ordering::Relaxed);
-            // Acquire: pairs with the Release that freed the entry (the last sender's in
-            // this function, or the server's in `claim` for a withdrawn one); whoever
-            // used it last is done with its lines.
-            let state = self.state(pod, ticket).load(Ordering::Acquire);
-            tally.scr_atomics(2);
-            if self.is_free(ticket, state) {
-                tally.scr_atomics(1);
-                if self
-                    .tail(pod)
-                    .compare_exchange(ticket, ticket + 1, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    break ticket;
-                }
-                continue;
-            }
-            if state >> 3 < ticket {
-                // The ring is full: the entry still serves the previous lap.
-                serve();
-                if !backoff.snooze() {
-                    return Err(waited_ms(&backoff));
-                }
-            }
-            // Otherwise another sender reserved `ticket` since we loaded the tail: look
-            // again at the next one.
-        };
-
-        // Write the request in whole lines, write them back, then publish.
-        buf[..key_at].fill(0);
-        buf[0] = op;
-        buf[2..4].copy_from_slice(&(key.len() as u16).to_le_bytes());
-        buf[4..8].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-        buf[8..16].copy_from_slice(&ticket.to_le_bytes());
-        buf[key_at..key_at + key.len()].copy_from_slice(key);
-        buf[key_at + key.len()..payload_at].fill(0);
-        buf[payload_at..payload_at + payload.len()].copy_from_slice(payload);
-        buf[payload_at + payload.len()..used].fill(0);
+        let ticket = self.reserve(pod, &mut backoff, tally, serve)?;
         let entry = self.entry(ticket);
+        Self::encode(buf, op, ticket, key, payload, used);
         memory.write(entry, &buf[..used]);
         memory.write_back(entry, used);
         memory.fence();
@@ -361,56 +323,11 @@ impl RingGeometry {
             ticket,
             done: false,
         };
-
-        // Wait for the response, serving our own ring meanwhile.
-        let claimed_limit_ms = 2 * wait_limit.as_millis() as u64;
-        loop {
-            // Acquire: pairs with the server's Release in `respond`.
-            let now = state.load(Ordering::Acquire);
-            tally.scr_atomics(1);
-            if now == pack(ticket, RESPONSE) {
-                break;
-            }
-            serve();
-            backoff.snooze();
-            if backoff.expired() {
-                if now == pack(ticket, REQUEST) {
-                    // The server may claim the request between our load and this CAS;
-                    // then the CAS fails and we wait on for its response. If the CAS
-                    // wins, the server's claim CAS fails and it skips the entry.
-                    tally.scr_atomics(1);
-                    if state
-                        .compare_exchange(
-                            now,
-                            pack(ticket, WITHDRAWN),
-                            Ordering::Relaxed,
-                            Ordering::Relaxed,
-                        )
-                        .is_ok()
-                    {
-                        pending.done = true;
-                        return Err(waited_ms(&backoff));
-                    }
-                    continue; // claimed meanwhile: wait on
-                }
-                if waited_ms(&backoff) >= claimed_limit_ms {
-                    // The server holds the request: it frees the entry when it answers
-                    // (or, if it answered just now, we read its response after all).
-                    tally.scr_atomics(1);
-                    if state
-                        .compare_exchange(
-                            pack(ticket, CLAIMED),
-                            pack(ticket, ABANDONED),
-                            Ordering::Relaxed,
-                            Ordering::Relaxed,
-                        )
-                        .is_ok()
-                    {
-                        pending.done = true;
-                        return Err(waited_ms(&backoff));
-                    }
-                }
-            }
+        if let Err(waited) =
+            self.await_response(pod, ticket, wait_limit, &mut backoff, tally, serve)
+        {
+            pending.done = true;
+            return Err(waited);
         }
 
         // Read the response from memory, then free the entry for the next lap.
@@ -437,6 +354,124 @@ impl RingGeometry {
             "response of ring entry {ticket} is not the server's"
         );
         Ok(response)
+    }
+
+    /// Reserves the next ticket whose entry is free, serving our own ring while the ring
+    /// is full (bounded: `Err` is how long we waited).
+    fn reserve(
+        &self,
+        pod: &Pod,
+        backoff: &mut Backoff,
+        tally: &dyn Tally,
+        serve: &mut dyn FnMut(),
+    ) -> Result<u64, u64> {
+        loop {
+            let ticket = self.tail(pod).load(Ordering::Relaxed);
+            // Acquire: pairs with the Release that freed the entry (the last sender's in
+            // `call`, or the server's in `claim` for a withdrawn one); whoever used it
+            // last is done with its lines.
+            let state = self.state(pod, ticket).load(Ordering::Acquire);
+            tally.scr_atomics(2);
+            if self.is_free(ticket, state) {
+                tally.scr_atomics(1);
+                if self
+                    .tail(pod)
+                    .compare_exchange(ticket, ticket + 1, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return Ok(ticket);
+                }
+                continue;
+            }
+            if state >> 3 < ticket {
+                // The ring is full: the entry still serves the previous lap.
+                serve();
+                if !backoff.snooze() {
+                    return Err(waited_ms(backoff));
+                }
+            }
+            // Otherwise another sender reserved `ticket` since we loaded the tail: look
+            // again at the next one.
+        }
+    }
+
+    /// Writes a request into `buf`, in whole lines (`used` bytes): header, key, payload.
+    fn encode(buf: &mut [u8], op: u8, ticket: u64, key: &[u8], payload: &[u8], used: usize) {
+        let key_at = RING_HEADER_BYTES as usize;
+        let payload_at = key_at + key_area(key.len()) as usize;
+        buf[..key_at].fill(0);
+        buf[0] = op;
+        buf[2..4].copy_from_slice(&(key.len() as u16).to_le_bytes());
+        buf[4..8].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        buf[8..16].copy_from_slice(&ticket.to_le_bytes());
+        buf[key_at..key_at + key.len()].copy_from_slice(key);
+        buf[key_at + key.len()..payload_at].fill(0);
+        buf[payload_at..payload_at + payload.len()].copy_from_slice(payload);
+        buf[payload_at + payload.len()..used].fill(0);
+    }
+
+    /// Waits for the response to `ticket`, serving our own ring meanwhile. Past the wait
+    /// limit an unclaimed request is withdrawn, and past twice the limit a claimed one is
+    /// abandoned (the server frees it when it answers): `Err` is how long we waited, and
+    /// the entry is no longer ours.
+    fn await_response(
+        &self,
+        pod: &Pod,
+        ticket: u64,
+        wait_limit: Duration,
+        backoff: &mut Backoff,
+        tally: &dyn Tally,
+        serve: &mut dyn FnMut(),
+    ) -> Result<(), u64> {
+        let state = self.state(pod, ticket);
+        let claimed_limit_ms = 2 * wait_limit.as_millis() as u64;
+        loop {
+            // Acquire: pairs with the server's Release in `respond`.
+            let now = state.load(Ordering::Acquire);
+            tally.scr_atomics(1);
+            if now == pack(ticket, RESPONSE) {
+                return Ok(());
+            }
+            serve();
+            backoff.snooze();
+            if !backoff.expired() {
+                continue;
+            }
+            if now == pack(ticket, REQUEST) {
+                // The server may claim the request between our load and this CAS; then
+                // the CAS fails and we wait on for its response. If the CAS wins, the
+                // server's claim CAS fails and it skips the entry.
+                tally.scr_atomics(1);
+                if state
+                    .compare_exchange(
+                        now,
+                        pack(ticket, WITHDRAWN),
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+                {
+                    return Err(waited_ms(backoff));
+                }
+                continue; // claimed meanwhile: wait on
+            }
+            if waited_ms(backoff) >= claimed_limit_ms {
+                // The server holds the request: it frees the entry when it answers (or,
+                // if it answered just now, we read its response after all).
+                tally.scr_atomics(1);
+                if state
+                    .compare_exchange(
+                        pack(ticket, CLAIMED),
+                        pack(ticket, ABANDONED),
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+                {
+                    return Err(waited_ms(backoff));
+                }
+            }
+        }
     }
 
     /// Serves one claimed request: reads it into `buf`, has `handle` answer it, and

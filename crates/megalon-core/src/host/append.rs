@@ -2,17 +2,37 @@
 //! the combiner, in batches, each request with its settle), and the log events of slots
 //! and creates.
 
+use std::collections::HashMap;
+
 use super::{Settle, Shared};
 
 use crate::backoff::Backoff;
 use crate::chaos::{Fault, Point};
+use crate::counters::Counter;
 use crate::error::{Error, Result};
 use crate::event::{Event, OwnedEvent};
+use crate::ids::HostId;
 use crate::log::Log;
 use crate::mutants::{self, Step};
-use crate::replica::Outcome;
+use crate::replica::{Index, Outcome};
 use crate::slot::SlotPool;
 use crate::sync::Ordering;
+
+/// What one replay collects while it applies entries, to act on once `ctail` covers them.
+#[derive(Default)]
+struct Replayed {
+    /// Slots whose cached lines were dropped.
+    dropped: u64,
+    /// Local copies dropped.
+    copies_dropped: u64,
+    /// Settles of this host's entries whose appenders gave up waiting.
+    settled: Vec<(Settle, Outcome, OwnedEvent)>,
+    /// Slots this replay gives this host (its deletes, its lost creates, claims and
+    /// grants). They join the pool only once `ctail` covers the events: a deleted
+    /// object's slot may be read by another host's reader until then, and that reader's
+    /// tail check must find the delete before anyone writes the slot again.
+    gained: SlotPool,
+}
 
 impl Shared {
     /// The tail check: makes the replica cover `ctail`.
@@ -36,24 +56,14 @@ impl Shared {
         let mut position = start;
         let mut backoff: Option<Backoff> = None;
         let mut failure = None;
-        let layout = self.pod.layout();
-        let slot_bytes = layout.config.slot_size_bytes as usize;
-        let mut dropped = 0u64;
-        let mut copies_dropped = 0u64;
-        let mut settled = Vec::new();
-        // Slots this replay gives this host (its deletes, its lost creates, claims and
-        // grants). They join the pool only once `ctail` covers the events: a deleted
-        // object's slot may be read by another host's reader until then, and that
-        // reader's tail check must find the delete before anyone writes the slot again.
-        let mut gained = SlotPool::default();
+        let mut done = Replayed::default();
         'rounds: loop {
             let mut index = None;
             loop {
                 if !self.log.read(&self.memory, position, &mut state.entry) {
                     break;
                 }
-                let decoded = Event::decode(position, &state.entry);
-                let (author, event) = match decoded {
+                let (author, event) = match Event::decode(position, &state.entry) {
                     Ok(decoded) => decoded,
                     Err(error) => {
                         failure = Some(error);
@@ -61,54 +71,11 @@ impl Shared {
                     }
                 };
                 let index = index.get_or_insert_with(|| self.replica.index.write());
-                let pool = if mutants::skipped(Step::SlotsReusedAfterCtail) {
-                    index.apply(position, author, &event, self.id, &mut self.slots.lock())
-                } else {
-                    index.apply(position, author, &event, self.id, &mut gained)
-                };
-                let applied = match pool {
-                    Ok(applied) => applied,
-                    Err(error) => {
-                        failure = Some(error);
-                        break;
-                    }
-                };
-                if author == self.id {
-                    match self.settles.lock().remove(&position) {
-                        // Its appender gave up waiting: settle for it once `ctail` covers
-                        // the entry (below).
-                        Some((settle, event)) => settled.push((settle, applied.outcome, event)),
-                        None => {
-                            state.outcomes.insert(position, applied.outcome);
-                        }
-                    }
-                }
-                if let Some(grant) = applied.grant {
-                    state.grants.push(grant);
-                }
-                if let Some(slot) = applied.drop_slot {
-                    let is_move =
-                        matches!(event, Event::MoveToHost { .. } | Event::MoveToCxl { .. });
-                    let own_dealloc =
-                        author == self.id && matches!(event, Event::RecordDealloc { .. });
-                    let skipped = mutants::skipped(Step::ReplayDropsLines)
-                        || is_move && mutants::skipped(Step::MoveDropsLines)
-                        || own_dealloc && mutants::skipped(Step::DeallocDropsAuthorsLines);
-                    if !skipped {
-                        self.memory.flush(layout.slot_offset(slot), slot_bytes);
-                    }
-                    dropped += 1;
-                }
-                if let (Some(slot), Some(local)) = (applied.touched_slot, &self.local) {
-                    let kept = matches!(event, Event::RecordAlloc { .. })
-                        && mutants::skipped(Step::WriteInvalidatesCopies);
-                    if !kept && local.invalidate_copy(index, slot) {
-                        copies_dropped += 1;
-                    }
-                    if matches!(event, Event::Create { .. }) {
-                        // A new object in the slot: the old one's counts are not its.
-                        local.forget(slot);
-                    }
+                let own = (&mut state.outcomes, &mut state.grants);
+                let applied = self.apply_entry(index, own, position, author, &event, &mut done);
+                if let Err(error) = applied {
+                    failure = Some(error);
+                    break;
                 }
                 position += 1;
                 self.chaos.point(Point::ReplayBetweenEntries);
@@ -123,10 +90,11 @@ impl Shared {
                 Log::ctail(&self.pod).fetch_max(position, Ordering::AcqRel);
             }
             drop(index);
-            if !gained.is_empty() {
-                self.slots.lock().append(std::mem::take(&mut gained));
+            // `ctail` covers this round: its freed slots may be reused, its settles run.
+            if !done.gained.is_empty() {
+                self.slots.lock().append(std::mem::take(&mut done.gained));
             }
-            for (settle, outcome, event) in settled.drain(..) {
+            for (settle, outcome, event) in done.settled.drain(..) {
                 self.settle(settle, Some(outcome), &event);
             }
             if failure.is_some() {
@@ -140,7 +108,7 @@ impl Shared {
                     if !backoff.snooze() {
                         failure = Some(Error::ReplayStalled {
                             position,
-                            waited_ms: backoff.waited().as_millis() as u64,
+                            waited_ms: backoff.waited_ms(),
                         });
                         break 'rounds;
                     }
@@ -148,17 +116,81 @@ impl Shared {
                 _ => break 'rounds,
             }
         }
-        if dropped > 0 {
-            // The dropped lines are gone before anyone looks the new index up.
+        self.finish_replay(start, position, &done);
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(position),
+        }
+    }
+
+    /// Applies the entry at `position` to `index` and does this host's part of it: its
+    /// own entry's outcome (or settle), a grant it must make, the lines it must drop, the
+    /// local copy that is no longer valid.
+    fn apply_entry(
+        &self,
+        index: &mut Index,
+        (outcomes, grants): (&mut HashMap<u64, Outcome>, &mut Vec<(HostId, u64)>),
+        position: u64,
+        author: HostId,
+        event: &Event<'_>,
+        done: &mut Replayed,
+    ) -> Result<()> {
+        let applied = if mutants::skipped(Step::SlotsReusedAfterCtail) {
+            index.apply(position, author, event, self.id, &mut self.slots.lock())?
+        } else {
+            index.apply(position, author, event, self.id, &mut done.gained)?
+        };
+        if author == self.id {
+            match self.settles.lock().remove(&position) {
+                // Its appender gave up waiting: settle for it once `ctail` covers the
+                // entry (at the end of the round).
+                Some((settle, event)) => done.settled.push((settle, applied.outcome, event)),
+                None => {
+                    outcomes.insert(position, applied.outcome);
+                }
+            }
+        }
+        if let Some(grant) = applied.grant {
+            grants.push(grant);
+        }
+        if let Some(slot) = applied.drop_slot {
+            let is_move = matches!(event, Event::MoveToHost { .. } | Event::MoveToCxl { .. });
+            let own_dealloc = author == self.id && matches!(event, Event::RecordDealloc { .. });
+            let skipped = mutants::skipped(Step::ReplayDropsLines)
+                || is_move && mutants::skipped(Step::MoveDropsLines)
+                || own_dealloc && mutants::skipped(Step::DeallocDropsAuthorsLines);
+            if !skipped {
+                let layout = self.pod.layout();
+                let slot_bytes = layout.config.slot_size_bytes as usize;
+                self.memory.flush(layout.slot_offset(slot), slot_bytes);
+            }
+            done.dropped += 1;
+        }
+        if let (Some(slot), Some(local)) = (applied.touched_slot, &self.local) {
+            let kept = matches!(event, Event::RecordAlloc { .. })
+                && mutants::skipped(Step::WriteInvalidatesCopies);
+            if !kept && local.invalidate_copy(index, slot) {
+                done.copies_dropped += 1;
+            }
+            if matches!(event, Event::Create { .. }) {
+                // A new object in the slot: the old one's counts are not its.
+                local.forget(slot);
+            }
+        }
+        Ok(())
+    }
+
+    /// After a replay applied `start..position`: the dropped lines are gone before anyone
+    /// looks the new index up, and the applied position is published.
+    fn finish_replay(&self, start: u64, position: u64, done: &Replayed) {
+        if done.dropped > 0 {
             self.memory.fence();
             self.counters
                 .slots_dropped
-                .fetch_add(dropped, Ordering::Relaxed);
+                .fetch_add(done.dropped, Ordering::Relaxed);
         }
-        if copies_dropped > 0 {
-            self.with_counters(|c| {
-                c.add(crate::counters::Counter::CopiesInvalidated, copies_dropped)
-            });
+        if done.copies_dropped > 0 {
+            self.with_counters(|c| c.add(Counter::CopiesInvalidated, done.copies_dropped));
         }
         if position > start {
             // Release: pairs with the Acquire in `catch_up` (this host's readers) and the
@@ -168,10 +200,6 @@ impl Shared {
             self.counters
                 .entries_replayed
                 .fetch_add(position - start, Ordering::Relaxed);
-        }
-        match failure {
-            Some(error) => Err(error),
-            None => Ok(position),
         }
     }
 
