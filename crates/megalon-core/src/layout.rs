@@ -46,6 +46,163 @@ pub(crate) fn ring_key_area(key_bytes: usize) -> u64 {
     (key_bytes as u64).next_multiple_of(8)
 }
 
+/// The whole pod's bytes. The whole pod must be addressable; every offset of the layout is
+/// less than this sum, so the arithmetic after this check cannot overflow.
+fn total_bytes(config: &PodConfig) -> Result<u64> {
+    [HEADER_REGION_BYTES, config.scr_bytes, config.lnr_bytes]
+        .iter()
+        .try_fold(0u64, |sum, part| sum.checked_add(*part))
+        .filter(|total| usize::try_from(*total).is_ok())
+        .ok_or(Error::LayoutDoesNotFit {
+            region: Region::Device,
+            needed_bytes: HEADER_REGION_BYTES
+                .saturating_add(config.scr_bytes)
+                .saturating_add(config.lnr_bytes),
+            available_bytes: usize::MAX as u64,
+        })
+}
+
+/// The SCR's parts: cursors, host table, RPC rings, the application's region, then
+/// records fill what the reclaimer line leaves.
+struct ScrParts {
+    scr_offset: u64,
+    cursors_offset: u64,
+    cursors_bytes: u64,
+    host_table_offset: u64,
+    host_table_bytes: u64,
+    rpc_scr_offset: u64,
+    rpc_scr_bytes_per_host: u64,
+    app_scr_offset: u64,
+    records_offset: u64,
+    record_count: u64,
+    record_bytes: u64,
+    reclaimer_offset: u64,
+}
+
+impl ScrParts {
+    fn new(config: &PodConfig) -> Result<Self> {
+        let hosts = u64::from(config.max_hosts);
+        let record_bytes = u64::from(config.record_width_bits / 8);
+        let scr_offset = HEADER_REGION_BYTES;
+        let cursors_bytes = (SHARED_CURSORS + hosts) * LINE_BYTES;
+        let host_table_bytes = hosts * HOST_ENTRY_BYTES;
+        let ring_entries = u64::from(config.rpc_ring_entries);
+        let rpc_scr_bytes_per_host = if ring_entries == 0 {
+            0
+        } else {
+            ring_scr_bytes(ring_entries)
+        };
+        let rpc_scr_bytes = hosts * rpc_scr_bytes_per_host;
+        // At least one line of records, or the pod could never make an object writable.
+        let fixed = checked(
+            Region::Scr,
+            &[
+                cursors_bytes,
+                host_table_bytes,
+                rpc_scr_bytes,
+                config.app_scr_bytes,
+                RECLAIMER_BYTES,
+                LINE_BYTES,
+            ],
+            config.scr_bytes,
+        )? - LINE_BYTES;
+        let record_count = (config.scr_bytes - fixed) / record_bytes;
+        // `scr_bytes - fixed` is a multiple of 64 and `record_bytes` divides 64, so the
+        // array ends on a line.
+        let records_bytes = record_count * record_bytes;
+        debug_assert_eq!(records_bytes % LINE_BYTES, 0);
+        let cursors_offset = scr_offset;
+        let host_table_offset = cursors_offset + cursors_bytes;
+        let rpc_scr_offset = host_table_offset + host_table_bytes;
+        let app_scr_offset = rpc_scr_offset + rpc_scr_bytes;
+        let records_offset = app_scr_offset + config.app_scr_bytes;
+        Ok(Self {
+            scr_offset,
+            cursors_offset,
+            cursors_bytes,
+            host_table_offset,
+            host_table_bytes,
+            rpc_scr_offset,
+            rpc_scr_bytes_per_host,
+            app_scr_offset,
+            records_offset,
+            record_count,
+            record_bytes,
+            reclaimer_offset: records_offset + records_bytes,
+        })
+    }
+}
+
+/// The LNR's parts: the log ring, the application's region, the RPC rings' entries, the
+/// accessor words (local partitions), then slots.
+struct LnrParts {
+    lnr_offset: u64,
+    log_offset: u64,
+    log_entry_bytes: u64,
+    app_lnr_offset: u64,
+    rpc_lnr_offset: u64,
+    rpc_entry_bytes: u64,
+    accessors_offset: u64,
+    accessors_bytes: u64,
+    slots_offset: u64,
+    slot_count: u64,
+}
+
+impl LnrParts {
+    fn new(config: &PodConfig, lnr_offset: u64) -> Result<Self> {
+        let hosts = u64::from(config.max_hosts);
+        let ring_entries = u64::from(config.rpc_ring_entries);
+        let log_entry_bytes = config.log_entry_bytes();
+        let log_bytes = config.log_capacity_entries.saturating_mul(log_entry_bytes);
+        let rpc_entry_bytes = ring_entry_bytes(config.max_key_bytes as usize, 0);
+        let rpc_lnr_bytes = hosts * ring_entries * rpc_entry_bytes;
+        let partitions = config.partition_after_accesses > 0;
+        checked(
+            Region::Lnr,
+            &[
+                log_bytes,
+                config.app_lnr_bytes,
+                rpc_lnr_bytes,
+                if partitions { LINE_BYTES } else { 0 },
+                config.slot_size_bytes,
+            ],
+            config.lnr_bytes,
+        )?;
+        let log_offset = lnr_offset;
+        let app_lnr_offset = log_offset + log_bytes;
+        let rpc_lnr_offset = app_lnr_offset + config.app_lnr_bytes;
+        let accessors_offset = rpc_lnr_offset + rpc_lnr_bytes;
+        let available = config.lnr_bytes - log_bytes - config.app_lnr_bytes - rpc_lnr_bytes;
+        let accessors_bytes = |slots: u64| {
+            if partitions {
+                (slots * ACCESSOR_BYTES).div_ceil(LINE_BYTES) * LINE_BYTES
+            } else {
+                0
+            }
+        };
+        // Each slot costs its bytes and, with local partitions, its accessor word (whole
+        // lines): the most slots that fit with their words.
+        let per_slot = config.slot_size_bytes + if partitions { ACCESSOR_BYTES } else { 0 };
+        let mut slot_count = available / per_slot;
+        while slot_count * config.slot_size_bytes + accessors_bytes(slot_count) > available {
+            slot_count -= 1;
+        }
+        let accessors_bytes = accessors_bytes(slot_count);
+        Ok(Self {
+            lnr_offset,
+            log_offset,
+            log_entry_bytes,
+            app_lnr_offset,
+            rpc_lnr_offset,
+            rpc_entry_bytes,
+            accessors_offset,
+            accessors_bytes,
+            slots_offset: accessors_offset + accessors_bytes,
+            slot_count,
+        })
+    }
+}
+
 /// The computed layout of a pod. Every `*_offset` is from the pod's first byte.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
@@ -179,100 +336,12 @@ impl Layout {
     /// Lays a pod out, or says which parameter or region stops it.
     pub fn new(config: &PodConfig) -> Result<Layout> {
         config.validate()?;
-        // The whole pod must be addressable; every offset below is less than this sum,
-        // so the arithmetic after this check cannot overflow.
-        let total_bytes = [HEADER_REGION_BYTES, config.scr_bytes, config.lnr_bytes]
-            .iter()
-            .try_fold(0u64, |sum, part| sum.checked_add(*part))
-            .filter(|total| usize::try_from(*total).is_ok())
-            .ok_or(Error::LayoutDoesNotFit {
-                region: Region::Device,
-                needed_bytes: HEADER_REGION_BYTES
-                    .saturating_add(config.scr_bytes)
-                    .saturating_add(config.lnr_bytes),
-                available_bytes: usize::MAX as u64,
-            })?;
-        let hosts = u64::from(config.max_hosts);
-        let record_bytes = u64::from(config.record_width_bits / 8);
-
-        // SCR: cursors, host table, then records fill what the reclaimer line leaves.
-        let scr_offset = HEADER_REGION_BYTES;
-        let cursors_bytes = (SHARED_CURSORS + hosts) * LINE_BYTES;
-        let host_table_bytes = hosts * HOST_ENTRY_BYTES;
-        let ring_entries = u64::from(config.rpc_ring_entries);
-        let rpc_scr_bytes_per_host = if ring_entries == 0 {
-            0
-        } else {
-            ring_scr_bytes(ring_entries)
-        };
-        let rpc_scr_bytes = hosts * rpc_scr_bytes_per_host;
-        // At least one line of records, or the pod could never make an object writable.
-        let fixed = checked(
-            Region::Scr,
-            &[
-                cursors_bytes,
-                host_table_bytes,
-                rpc_scr_bytes,
-                config.app_scr_bytes,
-                RECLAIMER_BYTES,
-                LINE_BYTES,
-            ],
-            config.scr_bytes,
-        )? - LINE_BYTES;
-        let record_count = (config.scr_bytes - fixed) / record_bytes;
-        // `scr_bytes - fixed` is a multiple of 64 and `record_bytes` divides 64, so the
-        // array ends on a line.
-        let records_bytes = record_count * record_bytes;
-        debug_assert_eq!(records_bytes % LINE_BYTES, 0);
-        let cursors_offset = scr_offset;
-        let host_table_offset = cursors_offset + cursors_bytes;
-        let rpc_scr_offset = host_table_offset + host_table_bytes;
-        let app_scr_offset = rpc_scr_offset + rpc_scr_bytes;
-        let records_offset = app_scr_offset + config.app_scr_bytes;
-        let reclaimer_offset = records_offset + records_bytes;
-
-        // LNR: the log ring, the application's region, then slots.
-        let lnr_offset = scr_offset + config.scr_bytes;
-        let log_entry_bytes = config.log_entry_bytes();
-        let log_bytes = config.log_capacity_entries.saturating_mul(log_entry_bytes);
-        let rpc_entry_bytes = ring_entry_bytes(config.max_key_bytes as usize, 0);
-        let rpc_lnr_bytes = hosts * ring_entries * rpc_entry_bytes;
-        let partitions = config.partition_after_accesses > 0;
-        checked(
-            Region::Lnr,
-            &[
-                log_bytes,
-                config.app_lnr_bytes,
-                rpc_lnr_bytes,
-                if partitions { LINE_BYTES } else { 0 },
-                config.slot_size_bytes,
-            ],
-            config.lnr_bytes,
-        )?;
-        let log_offset = lnr_offset;
-        let app_lnr_offset = log_offset + log_bytes;
-        let rpc_lnr_offset = app_lnr_offset + config.app_lnr_bytes;
-        let accessors_offset = rpc_lnr_offset + rpc_lnr_bytes;
-        let available = config.lnr_bytes - log_bytes - config.app_lnr_bytes - rpc_lnr_bytes;
-        let accessors_bytes = |slots: u64| {
-            if partitions {
-                (slots * ACCESSOR_BYTES).div_ceil(LINE_BYTES) * LINE_BYTES
-            } else {
-                0
-            }
-        };
-        // Each slot costs its bytes and, with local partitions, its accessor word (whole
-        // lines): the most slots that fit with their words.
-        let per_slot = config.slot_size_bytes + if partitions { ACCESSOR_BYTES } else { 0 };
-        let mut slot_count = available / per_slot;
-        while slot_count * config.slot_size_bytes + accessors_bytes(slot_count) > available {
-            slot_count -= 1;
-        }
-        let accessors_bytes = accessors_bytes(slot_count);
-        let slots_offset = accessors_offset + accessors_bytes;
+        let total_bytes = total_bytes(config)?;
+        let scr = ScrParts::new(config)?;
+        let lnr = LnrParts::new(config, HEADER_REGION_BYTES + config.scr_bytes)?;
         for (parameter, value, limit) in [
-            ("slot count", slot_count, MAX_SLOTS),
-            ("record count", record_count, MAX_RECORDS),
+            ("slot count", lnr.slot_count, MAX_SLOTS),
+            ("record count", scr.record_count, MAX_RECORDS),
         ] {
             if value > limit {
                 return Err(Error::AboveLimit {
@@ -282,31 +351,30 @@ impl Layout {
                 });
             }
         }
-
         Ok(Layout {
             config: config.clone(),
-            scr_offset,
-            cursors_offset,
-            cursors_bytes,
-            host_table_offset,
-            host_table_bytes,
-            rpc_scr_offset,
-            rpc_scr_bytes_per_host,
-            app_scr_offset,
-            records_offset,
-            record_count,
-            record_bytes,
-            reclaimer_offset,
-            lnr_offset,
-            log_offset,
-            log_entry_bytes,
-            app_lnr_offset,
-            rpc_lnr_offset,
-            rpc_entry_bytes,
-            accessors_offset,
-            accessors_bytes,
-            slots_offset,
-            slot_count,
+            scr_offset: scr.scr_offset,
+            cursors_offset: scr.cursors_offset,
+            cursors_bytes: scr.cursors_bytes,
+            host_table_offset: scr.host_table_offset,
+            host_table_bytes: scr.host_table_bytes,
+            rpc_scr_offset: scr.rpc_scr_offset,
+            rpc_scr_bytes_per_host: scr.rpc_scr_bytes_per_host,
+            app_scr_offset: scr.app_scr_offset,
+            records_offset: scr.records_offset,
+            record_count: scr.record_count,
+            record_bytes: scr.record_bytes,
+            reclaimer_offset: scr.reclaimer_offset,
+            lnr_offset: lnr.lnr_offset,
+            log_offset: lnr.log_offset,
+            log_entry_bytes: lnr.log_entry_bytes,
+            app_lnr_offset: lnr.app_lnr_offset,
+            rpc_lnr_offset: lnr.rpc_lnr_offset,
+            rpc_entry_bytes: lnr.rpc_entry_bytes,
+            accessors_offset: lnr.accessors_offset,
+            accessors_bytes: lnr.accessors_bytes,
+            slots_offset: lnr.slots_offset,
+            slot_count: lnr.slot_count,
             total_bytes,
         })
     }

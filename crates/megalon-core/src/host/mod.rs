@@ -106,76 +106,8 @@ pub struct Host {
 impl Host {
     /// Joins `pod` as `which`. `options` can be a [`MemoryKind`](crate::MemoryKind) alone.
     pub fn join(pod: &Arc<Pod>, which: Join, options: impl Into<HostOptions>) -> Result<Host> {
-        let options = options.into();
-        let max_hosts = pod.config().max_hosts;
-        if let Join::As(host) = which {
-            if host >= max_hosts {
-                return Err(Error::HostOutOfRange { host, max_hosts });
-            }
-        }
-        Log::begin_join(pod)?;
-        let claimed = match which {
-            Join::As(host) => host_table::try_claim(pod, host)
-                .map(|()| host)
-                .map_err(|holder_pid| Error::HostTaken { host, holder_pid }),
-            Join::AnyFree => (0..max_hosts)
-                .find(|host| host_table::try_claim(pod, *host).is_ok())
-                .ok_or(Error::HostTableFull { max_hosts }),
-        };
-        let id = match claimed {
-            Ok(id) => id,
-            Err(error) => {
-                Log::end_join(pod);
-                return Err(error);
-            }
-        };
-        // The new host replays from position 0: registration keeps head at 0 until
-        // `end_join`, and this store happens before it.
-        Log::ltail(pod, id).store(0, Ordering::SeqCst);
-        host_table::count_join(pod, id);
-        Log::end_join(pod);
-
-        let layout = pod.layout();
-        let log = Log::new(pod);
-        let coherence = layout.config.coherence;
-        let index = Index::new(layout.slot_count, layout.record_count, max_hosts, coherence);
-        let replica = Replica::new(index, log.entry_bytes());
-        let claim_chunk_slots = slot_claim_batch(layout.slot_count, max_hosts);
-        #[cfg(feature = "chaos")]
-        let options_chaos = options.chaos.clone();
-        let shared = Arc::new(Shared {
-            pod: Arc::clone(pod),
-            id,
-            memory: Memory::new(Arc::clone(pod), options.memory.clone()),
-            log,
-            replica,
-            slots: Mutex::new(SlotPool::default()),
-            combiner: Combiner::default(),
-            options,
-            all_log: coherence == Coherence::AllLog,
-            counters: Counters::default(),
-            events: crate::counters::Registry::default(),
-            events_id: crate::counters::Registry::new_id(),
-            claim_chunk_slots,
-            stop: std::sync::atomic::AtomicBool::new(false),
-            local: local::Local::new(
-                layout.config.partition_after_accesses,
-                layout.config.copy_after_reads,
-                layout.slot_count,
-                layout.config.slot_size_bytes as usize,
-            ),
-            rpc: local::Rpc::new(layout),
-            serving: std::sync::atomic::AtomicBool::new(true),
-            rpc_server: Mutex::new(()),
-            #[cfg(feature = "chaos")]
-            chaos: Chaos::new(options_chaos),
-            #[cfg(not(feature = "chaos"))]
-            chaos: Chaos,
-            settles: Mutex::new(std::collections::HashMap::new()),
-            deferred: Mutex::new(Vec::new()),
-            background_errors: AtomicU64::new(0),
-            last_background_error: Mutex::new(None),
-        });
+        let id = claim_id(pod, which)?;
+        let shared = Arc::new(Shared::new(pod, id, options.into()));
         let mut host = Host { shared, pump: None };
         host.shared.catch_up()?;
         // A loom model drives replay by hand; its threads are model threads only.
@@ -335,4 +267,86 @@ impl Shared {
             }
         }
     }
+}
+
+impl Shared {
+    /// Everything host `id` runs, freshly made: its memory, an empty replica (replay fills
+    /// it), its appender and its counters.
+    fn new(pod: &Arc<Pod>, id: HostId, options: HostOptions) -> Self {
+        let layout = pod.layout();
+        let max_hosts = layout.config.max_hosts;
+        let log = Log::new(pod);
+        let coherence = layout.config.coherence;
+        let index = Index::new(layout.slot_count, layout.record_count, max_hosts, coherence);
+        let replica = Replica::new(index, log.entry_bytes());
+        let claim_chunk_slots = slot_claim_batch(layout.slot_count, max_hosts);
+        #[cfg(feature = "chaos")]
+        let options_chaos = options.chaos.clone();
+        Shared {
+            pod: Arc::clone(pod),
+            id,
+            memory: Memory::new(Arc::clone(pod), options.memory.clone()),
+            log,
+            replica,
+            slots: Mutex::new(SlotPool::default()),
+            combiner: Combiner::default(),
+            options,
+            all_log: coherence == Coherence::AllLog,
+            counters: Counters::default(),
+            events: crate::counters::Registry::default(),
+            events_id: crate::counters::Registry::new_id(),
+            claim_chunk_slots,
+            stop: std::sync::atomic::AtomicBool::new(false),
+            local: local::Local::new(
+                layout.config.partition_after_accesses,
+                layout.config.copy_after_reads,
+                layout.slot_count,
+                layout.config.slot_size_bytes as usize,
+            ),
+            rpc: local::Rpc::new(layout),
+            serving: std::sync::atomic::AtomicBool::new(true),
+            rpc_server: Mutex::new(()),
+            #[cfg(feature = "chaos")]
+            chaos: Chaos::new(options_chaos),
+            #[cfg(not(feature = "chaos"))]
+            chaos: Chaos,
+            settles: Mutex::new(std::collections::HashMap::new()),
+            deferred: Mutex::new(Vec::new()),
+            background_errors: AtomicU64::new(0),
+            last_background_error: Mutex::new(None),
+        }
+    }
+}
+
+/// Claims a host id for this process as `which` says, through the log's registration:
+/// the new host will replay from position 0, so `head` stays at 0 until it is counted.
+fn claim_id(pod: &Pod, which: Join) -> Result<HostId> {
+    let max_hosts = pod.config().max_hosts;
+    if let Join::As(host) = which {
+        if host >= max_hosts {
+            return Err(Error::HostOutOfRange { host, max_hosts });
+        }
+    }
+    Log::begin_join(pod)?;
+    let claimed = match which {
+        Join::As(host) => host_table::try_claim(pod, host)
+            .map(|()| host)
+            .map_err(|holder_pid| Error::HostTaken { host, holder_pid }),
+        Join::AnyFree => (0..max_hosts)
+            .find(|host| host_table::try_claim(pod, *host).is_ok())
+            .ok_or(Error::HostTableFull { max_hosts }),
+    };
+    let id = match claimed {
+        Ok(id) => id,
+        Err(error) => {
+            Log::end_join(pod);
+            return Err(error);
+        }
+    };
+    // The new host replays from position 0: registration keeps head at 0 until
+    // `end_join`, and this store happens before it.
+    Log::ltail(pod, id).store(0, Ordering::SeqCst);
+    host_table::count_join(pod, id);
+    Log::end_join(pod);
+    Ok(id)
 }

@@ -325,16 +325,7 @@ impl Shared {
             let word = records.load(record);
             c.add(Counter::ScrAtomics, 1);
             if !word.in_use || word.locked {
-                if word.locked {
-                    c.add(Counter::WaitsForWriter, 1);
-                }
-                let backoff = backoff.get_or_insert_with(|| Backoff::new(self.options.wait_limit));
-                if !backoff.snooze() {
-                    return Err(Error::RecordBusy {
-                        record,
-                        waited_ms: backoff.waited().as_millis() as u64,
-                    });
-                }
+                self.wait_for_record(&mut backoff, record, word, c)?;
                 continue;
             }
             debug_assert_eq!(
@@ -358,42 +349,9 @@ impl Shared {
             // reader that copied any byte of this write then sees the counter changed. (The
             // CAS's Release orders only what came before it.)
             crate::sync::fence(Ordering::Release);
-            self.chaos.point(Point::WriteAfterLock);
-            // Holding the lock: no event about the object can be appended by anyone who
-            // follows the protocol, but one may have been applied between our lookup and
-            // the lock. Catch up and check. From here on, every way out either returns
-            // the ticket or restores the record (DESIGN section 8: a locked record always
-            // ends unlocked).
-            if !mutants::skipped(Step::WriteEventCheckAfterLock) {
-                match self.unchanged_since(&entry) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        self.unlock_record(record, locked, word, c);
-                        retries += 1;
-                        continue;
-                    }
-                    Err(error) => {
-                        self.restore_on_error(record, locked, word, c);
-                        return Err(error);
-                    }
-                }
-            }
-            self.chaos.point(Point::WriteAfterEventCheck);
-            // Step 6's wrap event, appended now rather than at the end: if this write's
-            // increment wraps the counter, every host must drop what it cached under the
-            // counter's previous use of the value it comes back to, and learn it before
-            // the counter can show that value, that is before our unlock. Appended while
-            // nothing is written yet, a failure leaves the object as it was: restore the
-            // record and report it. (A wrap event that reaches the log regardless only
-            // makes host counters unknown: harmless.)
-            let next = word.counter + 2;
-            if next > records.counter_mask() && !mutants::skipped(Step::WrapEvent) {
-                let key = self.replica.index.read().key_of(entry.handle);
-                if let Err(error) = self.submit(&Event::Wrap { key: &key }) {
-                    self.restore_on_error(record, locked, word, c);
-                    return Err(error);
-                }
-                c.add(Counter::Wraps, 1);
+            if !self.hold_for_write(&entry, record, word, c)? {
+                retries += 1;
+                continue;
             }
             // 4. A partial write fills lines from the cache: stale lines would go back to
             //    memory around the new bytes. Drop them unless they are of this version.
@@ -414,6 +372,86 @@ impl Shared {
                 retries,
             ));
         }
+    }
+
+    /// Waits a little for a record that is locked (a write, a dealloc or a delete in
+    /// progress) or free (a dealloc whose event this replica has not applied yet, which
+    /// the caller's next tail check applies); past the wait limit, [`Error::RecordBusy`].
+    pub(super) fn wait_for_record(
+        &self,
+        backoff: &mut Option<Backoff>,
+        record: u32,
+        word: RecordWord,
+        c: &ThreadCounters,
+    ) -> Result<()> {
+        if word.locked {
+            c.add(Counter::WaitsForWriter, 1);
+        }
+        let backoff = backoff.get_or_insert_with(|| Backoff::new(self.options.wait_limit));
+        if backoff.snooze() {
+            Ok(())
+        } else {
+            Err(Error::RecordBusy {
+                record,
+                waited_ms: backoff.waited_ms(),
+            })
+        }
+    }
+
+    /// `write_start` holding the lock of `record` (its word was `word`, now `word` with
+    /// the lock and an odd counter): checks that no event about the object was applied
+    /// since its lookup (`entry`), and appends the wrap event if this write's increment
+    /// wraps the counter. `Ok(false)`: an event came first; the record is restored and
+    /// the caller starts over. From the lock on, every way out either returns the ticket
+    /// or restores the record (DESIGN section 8: a locked record always ends unlocked).
+    fn hold_for_write(
+        &self,
+        entry: &IndexEntry,
+        record: u32,
+        word: RecordWord,
+        c: &ThreadCounters,
+    ) -> Result<bool> {
+        let records = Records::new(&self.pod);
+        let locked = RecordWord {
+            in_use: true,
+            locked: true,
+            counter: word.counter + 1,
+        };
+        self.chaos.point(Point::WriteAfterLock);
+        // Holding the lock: no event about the object can be appended by anyone who
+        // follows the protocol, but one may have been applied between our lookup and the
+        // lock. Catch up and check.
+        if !mutants::skipped(Step::WriteEventCheckAfterLock) {
+            match self.unchanged_since(entry) {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.unlock_record(record, locked, word, c);
+                    return Ok(false);
+                }
+                Err(error) => {
+                    self.restore_on_error(record, locked, word, c);
+                    return Err(error);
+                }
+            }
+        }
+        self.chaos.point(Point::WriteAfterEventCheck);
+        // Step 6's wrap event, appended now rather than at the end: if this write's
+        // increment wraps the counter, every host must drop what it cached under the
+        // counter's previous use of the value it comes back to, and learn it before the
+        // counter can show that value, that is before our unlock. Appended while nothing
+        // is written yet, a failure leaves the object as it was: restore the record and
+        // report it. (A wrap event that reaches the log regardless only makes host
+        // counters unknown: harmless.)
+        let next = word.counter + 2;
+        if next > records.counter_mask() && !mutants::skipped(Step::WrapEvent) {
+            let key = self.replica.index.read().key_of(entry.handle);
+            if let Err(error) = self.submit(&Event::Wrap { key: &key }) {
+                self.restore_on_error(record, locked, word, c);
+                return Err(error);
+            }
+            c.add(Counter::Wraps, 1);
+        }
+        Ok(true)
     }
 
     /// Unlocks `record`, which this thread holds (its word is `locked`), to `unlocked`, by
@@ -517,6 +555,62 @@ impl Shared {
         Ok(())
     }
 
+    /// Takes `record`'s lock (counter unchanged) for a delete of the object `entry` names,
+    /// checks that no event about it was applied since the lookup, and asks the release
+    /// hook. Returns the record, its word locked and its word before; `None`: the record
+    /// was busy or an event came first (the lock, if taken, is let go), so start over.
+    fn lock_for_delete(
+        &self,
+        entry: &IndexEntry,
+        key: &[u8],
+        record: u32,
+        backoff: &mut Option<Backoff>,
+        c: &ThreadCounters,
+    ) -> Result<Option<(u32, RecordWord, RecordWord)>> {
+        let records = Records::new(&self.pod);
+        let word = records.load(record);
+        c.add(Counter::ScrAtomics, 1);
+        if mutants::skipped(Step::LockBeforeDelete) {
+            return Ok(Some((record, word, word)));
+        }
+        if !word.in_use || word.locked {
+            self.wait_for_record(backoff, record, word, c)?;
+            return Ok(None);
+        }
+        let locked = RecordWord {
+            locked: true,
+            ..word
+        };
+        c.add(Counter::ScrAtomics, 1);
+        if records.compare_exchange(record, word, locked).is_err() {
+            return Ok(None);
+        }
+        self.chaos.point(Point::ReleaseAfterLock);
+        // From here on the record is ours: every way out frees or restores it.
+        match self.unchanged_since(entry) {
+            Ok(true) => {}
+            Ok(false) => {
+                self.unlock_record(record, locked, word, c);
+                return Ok(None);
+            }
+            Err(error) => {
+                self.restore_on_error(record, locked, word, c);
+                return Err(error);
+            }
+        }
+        match self.release_allowed(key, record, ReleaseReason::Delete) {
+            Ok(true) => Ok(Some((record, locked, word))),
+            Ok(false) => {
+                self.unlock_record(record, locked, word, c);
+                Err(Error::ReleaseRefused { record })
+            }
+            Err(panic) => {
+                self.unlock_record(record, locked, word, c);
+                std::panic::resume_unwind(panic);
+            }
+        }
+    }
+
     /// Deletes `key`: takes its record's lock if it has one, appends the delete, frees the
     /// record once the event is applied here.
     pub(super) fn delete(&self, key: &[u8], c: &ThreadCounters) -> Result<()> {
@@ -553,59 +647,13 @@ impl Shared {
                 continue;
             }
             // The record whose lock we hold: (record, its word locked, its word before).
-            let mut held = None;
-            if let Some(record) = entry.record {
-                let word = records.load(record);
-                c.add(Counter::ScrAtomics, 1);
-                if mutants::skipped(Step::LockBeforeDelete) {
-                    held = Some((record, word, word));
-                } else {
-                    if !word.in_use || word.locked {
-                        let backoff =
-                            backoff.get_or_insert_with(|| Backoff::new(self.options.wait_limit));
-                        if !backoff.snooze() {
-                            return Err(Error::RecordBusy {
-                                record,
-                                waited_ms: backoff.waited().as_millis() as u64,
-                            });
-                        }
-                        continue;
-                    }
-                    let locked = RecordWord {
-                        locked: true,
-                        ..word
-                    };
-                    c.add(Counter::ScrAtomics, 1);
-                    if records.compare_exchange(record, word, locked).is_err() {
-                        continue;
-                    }
-                    self.chaos.point(Point::ReleaseAfterLock);
-                    // From here on the record is ours: every way out frees or restores it.
-                    match self.unchanged_since(&entry) {
-                        Ok(true) => {}
-                        Ok(false) => {
-                            self.unlock_record(record, locked, word, c);
-                            continue;
-                        }
-                        Err(error) => {
-                            self.restore_on_error(record, locked, word, c);
-                            return Err(error);
-                        }
-                    }
-                    match self.release_allowed(key, record, ReleaseReason::Delete) {
-                        Ok(true) => {}
-                        Ok(false) => {
-                            self.unlock_record(record, locked, word, c);
-                            return Err(Error::ReleaseRefused { record });
-                        }
-                        Err(panic) => {
-                            self.unlock_record(record, locked, word, c);
-                            std::panic::resume_unwind(panic);
-                        }
-                    }
-                    held = Some((record, locked, word));
-                }
-            }
+            let held = match entry.record {
+                None => None,
+                Some(record) => match self.lock_for_delete(&entry, key, record, &mut backoff, c)? {
+                    Some(held) => Some(held),
+                    None => continue,
+                },
+            };
             // The record whose lock we hold (none for a read-shared object): the delete
             // wins in the log only if the object still has exactly that one.
             let expected = entry.record.unwrap_or(NO_RECORD);
