@@ -273,6 +273,9 @@ impl RingGeometry {
     /// If `op` is [`NO_OP`], or the request does not fit an entry or `buf` (the caller
     /// sized the ring with [`entry_bytes`] and checks its keys and payloads first).
     #[allow(clippy::too_many_arguments)]
+    // Over 70 lines on purpose: The call's phases in order (reserve, write, publish, await,
+    // read, free), so that every change of the entry's state reads here; each phase's work
+    // is a function of its own.
     pub fn call(
         &self,
         pod: &Pod,

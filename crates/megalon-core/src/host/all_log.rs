@@ -111,6 +111,8 @@ impl Shared {
         }
     }
 
+    // Over 70 lines on purpose: The steps of the AllLog write in order, each with its race
+    // case beside it.
     pub(super) fn write_start_all_log(
         &self,
         key: &[u8],

@@ -127,6 +127,8 @@ impl Shared {
         )
     }
 
+    // Over 70 lines on purpose: Steps 1-3 of DESIGN section 8 in order, with the race cases
+    // beside them.
     pub(super) fn read_start(&self, key: &[u8], c: &ThreadCounters) -> Result<ReadState> {
         if self.all_log {
             return self.read_start_all_log(key, c);
@@ -207,6 +209,8 @@ impl Shared {
         }
     }
 
+    // Over 70 lines on purpose: Steps 4-6 of DESIGN section 8 in order: their order is the
+    // point (see step 4's comment).
     pub(super) fn read_end(&self, ticket: &ReadState, c: &ThreadCounters) -> Result<bool> {
         // The copy's loads happen before the checks below load the record and the
         // cursors: an Acquire load does not keep earlier loads from moving after it, this
@@ -285,6 +289,8 @@ impl Shared {
         self.write_start_counted(key, c).map(|(state, _)| state)
     }
 
+    // Over 70 lines on purpose: Steps 1-4 of DESIGN section 8 in order; holding the lock is
+    // `hold_for_write`.
     pub(super) fn write_start_counted(
         &self,
         key: &[u8],
@@ -613,6 +619,8 @@ impl Shared {
 
     /// Deletes `key`: takes its record's lock if it has one, appends the delete, frees the
     /// record once the event is applied here.
+    // Over 70 lines on purpose: A delete's cases in order (absent, in a host's DRAM, read-
+    // shared, with a record); taking the lock is `lock_for_delete`.
     pub(super) fn delete(&self, key: &[u8], c: &ThreadCounters) -> Result<()> {
         if self.all_log {
             return self.delete_all_log(key, c);

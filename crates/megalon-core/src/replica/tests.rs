@@ -12,6 +12,7 @@ fn index() -> Index {
 }
 
 #[test]
+// Over 70 lines on purpose: A scenario: every key length, created, looked up and deleted.
 fn create_lookup_delete_round_trip_with_every_key_length() {
     let mut index = index();
     let mut pool = SlotPool::default();
@@ -106,6 +107,8 @@ fn a_lost_create_keeps_the_slot_with_its_owner() {
 }
 
 #[test]
+// Over 70 lines on purpose: A scenario: one object's record events in log order, with the
+// state after each.
 fn record_events_follow_log_order_and_stamp_the_object() {
     let mut index = index();
     let mut pool = SlotPool::default();
@@ -320,6 +323,8 @@ fn out_of_range_fields_are_a_corrupt_log() {
 }
 
 #[test]
+// Over 70 lines on purpose: A scenario: one object's locks in log order, with the state
+// after each.
 fn all_log_locks_follow_log_order_and_move_the_stamp_and_counter() {
     let mut index = Index::new(1000, 100, 4, Coherence::AllLog);
     let mut pool = SlotPool::default();
