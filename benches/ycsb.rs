@@ -18,8 +18,8 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use megalon_baselines::lineup::{self, Kind, Setup};
-use megalon_kv::mix::{Choice, Plan};
+use megalon_bench::lineup::{self, Kind, Setup};
+use megalon_bench::mix::{Choice, Plan};
 use megalon_workload::Workload;
 
 /// Objects loaded, and the SCR the paper's ratio gives them.

@@ -1,6 +1,7 @@
 //! The schemes megalon is compared with, each behind the KV store's
 //! [`Scheme`](megalon_kv::Scheme) trait so that one harness, one workload and one
-//! linearizability checker run them all:
+//! linearizability checker run them all (`megalon_bench::lineup` builds each of them
+//! over the same sizes):
 //!
 //! - **HCMeta** (Tigon's scheme): each owner host's index and 8-byte records in SCR;
 //!   when its SCR budget is full the owner unshares objects with CLOCK; a host that needs
@@ -15,7 +16,6 @@
 
 pub mod all_log;
 pub mod hcmeta;
-pub mod lineup;
 
 pub use all_log::AllLog;
 pub use hcmeta::{HcMeta, HcMetaConfig, HcMetaHandle, Placement};

@@ -7,15 +7,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use megalon_baselines::{AllLog, HcMeta, HcMetaConfig, Placement};
 use megalon_core::{
     limits::{LINE_BYTES, PAGE_BYTES},
     Backing, Coherence, HostOptions, MemoryKind, Pod, PodConfig,
 };
-use megalon_kv::mix::{self, MixRun, Plan};
 use megalon_kv::{Megalon, Scheme, Store, LENGTH_PREFIX_BYTES};
 
-use crate::all_log::AllLog;
-use crate::hcmeta::{HcMeta, HcMetaConfig, Placement};
+use crate::mix::{self, MixRun, Plan};
 
 /// Which scheme.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,7 +27,7 @@ pub enum Kind {
     HcMetaLocal,
     /// HCMeta without a budget.
     HcMetaUnlimited,
-    /// megalon with lock and counter through the log ([`crate::AllLog`]).
+    /// megalon with lock and counter through the log ([`AllLog`]).
     AllLog,
 }
 

@@ -13,15 +13,12 @@ use megalon_core::{
     limits::{LINE_BYTES, PAGE_BYTES},
     PodConfig,
 };
+use megalon_kv::{KvHandle, Report, Result, Scheme, Store, LENGTH_PREFIX_BYTES};
 use megalon_workload::generator::{
     KeyChooser, Operation, RandomSource, ScrambledZipfianGenerator, SplitMix64, UniformGenerator,
     Workload,
 };
 use megalon_workload::LatencyHistogram;
-
-use crate::error::Result;
-use crate::scheme::{Report, Scheme};
-use crate::store::{KvHandle, Store, LENGTH_PREFIX_BYTES};
 
 /// Operations a worker adds to the shared progress count at a time.
 const PROGRESS_BATCH: u64 = 256;

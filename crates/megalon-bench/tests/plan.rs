@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use megalon_bench::mix::{self, Choice, Plan};
 use megalon_core::{Backing, HostOptions, MemoryKind, Pod, PodConfig};
-use megalon_kv::mix::{self, Choice, Plan};
 use megalon_kv::{Megalon, Store};
 use megalon_workload::Workload;
 

@@ -20,10 +20,10 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use megalon_kv::mix::{Choice, MixRun, Plan};
+use megalon_bench::mix::{Choice, MixRun, Plan};
 use megalon_workload::Workload;
 
-use megalon_baselines::lineup::{self as schemes, Kind, Setup};
+use megalon_bench::lineup::{self as schemes, Kind, Setup};
 use numa::Placement;
 use plot::{Chart, Series};
 

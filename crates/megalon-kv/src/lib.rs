@@ -9,7 +9,8 @@
 //! The store runs over any sharing [`Scheme`]: megalon's own ([`Megalon`]: a replicated
 //! index fed by a shared log, coherence records only for written objects), or the
 //! baselines it is compared with, so that examples, checkers and benchmarks are written
-//! once. A handle ([`KvHandle`]) belongs to one thread and one host.
+//! once (the benchmarks' mix of gets and puts is `megalon_bench::mix`). A handle
+//! ([`KvHandle`]) belongs to one thread and one host.
 //!
 //! Trade-offs: the store keeps no data of its own (no disk, no checkpoint: a pod that is
 //! gone takes the store with it, as in the paper's fail-stop model); a value always costs
@@ -45,7 +46,6 @@
 pub mod checked;
 mod error;
 mod megalon;
-pub mod mix;
 pub mod scheme;
 mod store;
 

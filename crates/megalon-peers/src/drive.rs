@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use megalon_kv::mix::{self, Draw, Draws, Mix};
+use megalon_bench::mix::{self, Draw, Draws, Mix};
 use megalon_workload::processes::Children;
 
 use crate::{ChildFault, Peer, PeerError, PeerSpec, Phase, Rates, CHILD_ROLE_ENV};
@@ -27,7 +27,7 @@ pub(crate) const MAX_WORKERS: usize = 0xffff;
 /// Keys written with known bytes and read back by every worker after the phases.
 const CHECK_KEYS: u64 = 8;
 
-/// The byte of every loaded value, as [`megalon_kv::mix::load`] writes.
+/// The byte of every loaded value, as [`megalon_bench::mix::load`] writes.
 pub(crate) const LOAD_BYTE: u8 = 0x5a;
 
 /// The workload parameters of a child, in its environment.

@@ -18,9 +18,10 @@
 //!   calls are. Without `redis-server` the result says [`PeerError::Unavailable`] and how
 //!   to install it.
 //!
-//! The workload is the same for every peer: keys [`megalon_kv::mix::key`] (`user` and 12
-//! digits), values of [`PeerSpec::value_bytes`], key choice by YCSB's scrambled Zipfian
-//! ([`megalon_kv::mix::Draws`], the draws the KV store's own mix makes, worker by worker).
+//! The workload is the same for every peer: keys [`megalon_bench::mix::key`] (`user` and
+//! 12 digits), values of [`PeerSpec::value_bytes`], key choice by YCSB's scrambled
+//! Zipfian ([`megalon_bench::mix::Draws`], the draws the benchmarks' mix makes on the KV
+//! store, worker by worker).
 //! Each run loads every key, then runs one timed phase per write ratio (default: 0%, only
 //! gets, then 100%, only puts), then checks a few keys: each worker writes some of them
 //! with known bytes and every worker reads all of them back and compares. A get that finds
@@ -434,7 +435,7 @@ pub fn run_child_if_requested() {
 
 /// `per_second` as a short rate.
 pub fn rate(per_second: f64) -> String {
-    megalon_kv::mix::rate(per_second)
+    megalon_bench::mix::rate(per_second)
 }
 
 /// A table of the results: one row per peer, one column per phase (operations per

@@ -14,7 +14,7 @@ use std::path::Path;
 
 use heed::types::Bytes;
 use heed::{CommitOrAbort, Database, Env, EnvFlags, EnvOpenOptions};
-use megalon_kv::mix::{self, Mix};
+use megalon_bench::mix::{self, Mix};
 
 use crate::drive::{self, Work, Worker};
 use crate::{PeerError, PeerSpec, Rates};

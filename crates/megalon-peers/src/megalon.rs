@@ -1,14 +1,15 @@
 //! The megalon KV store as a peer: on an in-process pod (one host per worker thread), and
 //! on a pod file shared by child processes (one host each). Its workers load and run
-//! through the KV store's own mix ([`megalon_kv::mix::load`], [`megalon_kv::mix::run_worker`]).
+//! through the benchmarks' mix, as every other run of the KV store does
+//! ([`megalon_bench::mix::load`], [`megalon_bench::mix::run_worker`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use megalon_bench::mix::{self, Mix};
 use megalon_core::{Backing, Host, HostOptions, Join, Pod, PodConfig};
-use megalon_kv::mix::{self, Mix};
 use megalon_kv::{Megalon, Store};
 
 use crate::drive::{self, Counts, Work, Worker};
