@@ -165,23 +165,8 @@ impl Shared {
                 .lookup_locked(key)
                 .expect("only the lock's holder can delete a locked object");
             debug_assert_eq!(lock.holder, Some(self.id), "our Lock won");
-            let (offset, len) = self.place(&entry);
-            // 4. A partial write fills lines from the cache: stale lines would go back to
-            //    memory around the new bytes. Drop them unless they are of this version.
-            if !mutants::skipped(Step::WriterInvalidatesStaleLines)
-                && entry.host_counter != Some(lock.counter)
-            {
-                self.invalidate(offset, len, c);
-            }
             return Ok((
-                WriteState {
-                    handle: entry.handle,
-                    slot: entry.slot,
-                    offset,
-                    len,
-                    record: NO_RECORD,
-                    counter_before: lock.counter,
-                },
+                self.ready_to_write(&entry, NO_RECORD, lock.counter, c),
                 retries,
             ));
         }
@@ -189,11 +174,7 @@ impl Shared {
 
     pub(super) fn write_end_all_log(&self, state: WriteState, c: &ThreadCounters) -> Result<()> {
         // 5. The object's lines reach memory before the Unlock says the write is done.
-        if !mutants::skipped(Step::WriteBackBeforeUnlock) {
-            self.memory.write_back(state.offset, state.len);
-            c.add(Counter::LinesWrittenBack, Self::lines(state.len));
-        }
-        self.memory.fence();
+        self.write_back_object(&state, c);
         // 6. Unlock through the log: counter + 2 on every replica, and on ours the host
         //    counter becomes the new counter (our cached lines are this version's). The
         //    handle is still the object's: no one else can delete it while we hold it.

@@ -318,7 +318,6 @@ impl Shared {
                 self.bring_back_counted(owner, key, &mut retries, c)?;
                 continue;
             }
-            let (offset, len) = self.place(&entry);
             // 2. No record: allocate one through the log, then look again.
             let record = match (forced_record.take(), entry.record) {
                 (Some(record), _) => record,
@@ -359,22 +358,8 @@ impl Shared {
                 retries += 1;
                 continue;
             }
-            // 4. A partial write fills lines from the cache: stale lines would go back to
-            //    memory around the new bytes. Drop them unless they are of this version.
-            if !mutants::skipped(Step::WriterInvalidatesStaleLines)
-                && entry.host_counter != Some(word.counter)
-            {
-                self.invalidate(offset, len, c);
-            }
             return Ok((
-                WriteState {
-                    handle: entry.handle,
-                    slot: entry.slot,
-                    offset,
-                    len,
-                    record,
-                    counter_before: word.counter,
-                },
+                self.ready_to_write(&entry, record, word.counter, c),
                 retries,
             ));
         }
@@ -427,18 +412,10 @@ impl Shared {
         // Holding the lock: no event about the object can be appended by anyone who
         // follows the protocol, but one may have been applied between our lookup and the
         // lock. Catch up and check.
-        if !mutants::skipped(Step::WriteEventCheckAfterLock) {
-            match self.unchanged_since(entry) {
-                Ok(true) => {}
-                Ok(false) => {
-                    self.unlock_record(record, locked, word, c);
-                    return Ok(false);
-                }
-                Err(error) => {
-                    self.restore_on_error(record, locked, word, c);
-                    return Err(error);
-                }
-            }
+        if !mutants::skipped(Step::WriteEventCheckAfterLock)
+            && !self.still_current(entry, record, locked, word, c)?
+        {
+            return Ok(false);
         }
         self.chaos.point(Point::WriteAfterEventCheck);
         // Step 6's wrap event, appended now rather than at the end: if this write's
@@ -458,6 +435,57 @@ impl Shared {
             c.add(Counter::Wraps, 1);
         }
         Ok(true)
+    }
+
+    /// Holding `record`'s lock (its word `locked`, `word` before): catches up and says
+    /// whether no event about `entry`'s object was applied since it was looked up. If one
+    /// was, or catching up fails, the record is restored first (the error is returned).
+    fn still_current(
+        &self,
+        entry: &IndexEntry,
+        record: u32,
+        locked: RecordWord,
+        word: RecordWord,
+        c: &ThreadCounters,
+    ) -> Result<bool> {
+        match self.unchanged_since(entry) {
+            Ok(true) => Ok(true),
+            Ok(false) => {
+                self.unlock_record(record, locked, word, c);
+                Ok(false)
+            }
+            Err(error) => {
+                self.restore_on_error(record, locked, word, c);
+                Err(error)
+            }
+        }
+    }
+
+    /// Step 4 of a write holding the object's lock (`record`, or the replicated lock with
+    /// [`NO_RECORD`]) at `counter`: a partial write fills lines from the cache, and stale
+    /// lines would go back to memory around the new bytes, so drop them unless they are of
+    /// this version. Returns what the ticket holds.
+    pub(super) fn ready_to_write(
+        &self,
+        entry: &IndexEntry,
+        record: u32,
+        counter: u32,
+        c: &ThreadCounters,
+    ) -> WriteState {
+        let (offset, len) = self.place(entry);
+        if !mutants::skipped(Step::WriterInvalidatesStaleLines)
+            && entry.host_counter != Some(counter)
+        {
+            self.invalidate(offset, len, c);
+        }
+        WriteState {
+            handle: entry.handle,
+            slot: entry.slot,
+            offset,
+            len,
+            record,
+            counter_before: counter,
+        }
     }
 
     /// Unlocks `record`, which this thread holds (its word is `locked`), to `unlocked`, by
@@ -523,6 +551,16 @@ impl Shared {
             .is_some())
     }
 
+    /// Step 5 of a write: the object's lines reach memory (written back, fenced) before
+    /// anything says the write is done.
+    pub(super) fn write_back_object(&self, state: &WriteState, c: &ThreadCounters) {
+        if !mutants::skipped(Step::WriteBackBeforeUnlock) {
+            self.memory.write_back(state.offset, state.len);
+            c.add(Counter::LinesWrittenBack, Self::lines(state.len));
+        }
+        self.memory.fence();
+    }
+
     /// Ends a write (steps 5 and 6). Nothing here can fail: the wrap event, the one step
     /// that needs the log, was appended by `write_start`. (AllLog's unlock is an event,
     /// and can.)
@@ -532,11 +570,7 @@ impl Shared {
         }
         let records = Records::new(&self.pod);
         // 5. The object's lines reach memory before the counter says the write is done.
-        if !mutants::skipped(Step::WriteBackBeforeUnlock) {
-            self.memory.write_back(state.offset, state.len);
-            c.add(Counter::LinesWrittenBack, Self::lines(state.len));
-        }
-        self.memory.fence();
+        self.write_back_object(&state, c);
         self.chaos.point(Point::WriteBeforeUnlock);
         // 6. Counter even again (its wrap event, if it wraps, is in the log already).
         let next = (state.counter_before + 2) & records.counter_mask();
@@ -593,16 +627,8 @@ impl Shared {
         }
         self.chaos.point(Point::ReleaseAfterLock);
         // From here on the record is ours: every way out frees or restores it.
-        match self.unchanged_since(entry) {
-            Ok(true) => {}
-            Ok(false) => {
-                self.unlock_record(record, locked, word, c);
-                return Ok(None);
-            }
-            Err(error) => {
-                self.restore_on_error(record, locked, word, c);
-                return Err(error);
-            }
+        if !self.still_current(entry, record, locked, word, c)? {
+            return Ok(None);
         }
         match self.release_allowed(key, record, ReleaseReason::Delete) {
             Ok(true) => Ok(Some((record, locked, word))),
