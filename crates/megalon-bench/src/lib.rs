@@ -10,6 +10,9 @@
 //! - [`lineup`]: every scheme (megalon, HCMeta and its variants, AllLog) built over the
 //!   same sizes ([`lineup::Setup`]) behind one object-safe interface
 //!   ([`lineup::Bench`]).
+//! - [`runner`]: what `cargo xtask figures` runs the figures with: the paper's setup
+//!   scaled to this machine, schemes built, loaded and run over it, each run's point
+//!   ([`runner::Measured`]), the CSV of a panel and the summary's rows.
 //!
 //! Trade-offs: the workers draw their keys and stamp their values themselves, on the
 //! same cores as the store, so the numbers are the store's and the harness's together
@@ -53,3 +56,4 @@
 
 pub mod lineup;
 pub mod mix;
+pub mod runner;

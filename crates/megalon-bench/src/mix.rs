@@ -481,6 +481,21 @@ pub struct WorkerRun {
     pub put_latency: LatencyHistogram,
 }
 
+impl WorkerRun {
+    /// Nothing done yet on host `host`.
+    fn new(host: usize) -> Self {
+        WorkerRun {
+            host,
+            gets: 0,
+            gets_absent: 0,
+            puts: 0,
+            operations: 0,
+            get_latency: LatencyHistogram::new(),
+            put_latency: LatencyHistogram::new(),
+        }
+    }
+}
+
 /// Runs the mix as worker `worker` on host `host` until `stop` is set, adding its
 /// operations to `done` now and then (for progress).
 pub fn run_worker<S: Scheme>(
@@ -512,15 +527,7 @@ pub fn run_plan_worker<S: Scheme>(
     let mut value = vec![0u8; plan.value_bytes];
     let mut out = Vec::with_capacity(plan.value_bytes);
     let mut key = Vec::with_capacity(plan.key_bytes.max(KEY_BYTES));
-    let mut run = WorkerRun {
-        host,
-        gets: 0,
-        gets_absent: 0,
-        puts: 0,
-        operations: 0,
-        get_latency: LatencyHistogram::new(),
-        put_latency: LatencyHistogram::new(),
-    };
+    let mut run = WorkerRun::new(host);
     let mut unreported = 0;
     while !stop.load(Ordering::Relaxed) {
         let op = chooser.next(&mut rng, inserts);

@@ -1,0 +1,610 @@
+//! The figures' runner: the paper's setup scaled to this machine ([`Settings`],
+//! [`Harness::setup`]), schemes built, loaded and run over it ([`Harness::measure`] and
+//! its kin), what each run measured ([`Measured`]), the CSV of a panel's points, and the
+//! summary's rows (our ratio beside the paper's, with the counters that explain it).
+//!
+//! A run of the figures goes twice over the same figures: first counting the runs they
+//! would make (nothing is built or written: [`Harness::counting`]), then, after
+//! [`Harness::start`], measuring them under a progress bar of that many runs.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::lineup::{self, Kind, Setup};
+use crate::mix::{Choice, MixRun, Plan};
+
+/// The paper's object count, which every size here is scaled from.
+pub const PAPER_OBJECTS: f64 = 18e6;
+/// The paper's SCR size in bytes.
+pub const PAPER_SCR_BYTES: f64 = 200e6;
+/// Hosts of every pod (the paper's 3).
+pub const HOSTS: usize = 3;
+/// The paper's key size ("each object has a 24-byte key").
+pub const KEY_BYTES: usize = 24;
+/// Bytes of a value: with the store's 4-byte length, 1 KiB objects.
+pub const VALUE_BYTES: usize = 1020;
+/// Seed of every plan's draws.
+const PLAN_SEED: u64 = 0x00f1_9e5e;
+/// x of a warm-up run, whose point is dropped ([`Harness::measure_warm`]).
+const WARM_UP: f64 = -1.0;
+
+/// One point of a panel to run: its x, the x's name, and the plan run there.
+pub type PlanAt = (f64, String, Plan);
+
+/// What a run of the figures is sized by and where it goes.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Objects standing for the paper's 18M: every size tied to the object count is
+    /// scaled by `objects / PAPER_OBJECTS`.
+    pub objects: f64,
+    /// Wall-clock seconds of each run.
+    pub seconds: f64,
+    /// Worker threads on each of the [`HOSTS`] hosts.
+    pub threads_per_host: usize,
+    /// Bind every pod's memory to this NUMA node.
+    pub pod_node: Option<u32>,
+    /// Where CSVs, charts and the summary go.
+    pub out: PathBuf,
+}
+
+/// One measured point.
+#[derive(Clone, Debug)]
+pub struct Measured {
+    /// The scheme's name ([`Kind::name`]).
+    pub scheme: &'static str,
+    /// The series within the panel (the scheme, or the scheme and a variant).
+    pub series: String,
+    /// Where on the x axis.
+    pub x: f64,
+    /// The x's name.
+    pub x_name: String,
+    /// Operations per second of the whole store.
+    pub ops_per_second: f64,
+    /// Mean latency of gets and puts together, in microseconds.
+    pub mean_latency_us: f64,
+    /// 99th percentile latency of gets and puts together, in microseconds.
+    pub p99_latency_us: f64,
+    /// Operations done.
+    pub operations: u64,
+    /// Every counter of the scheme over the run, per operation.
+    pub per_op: Vec<(&'static str, f64)>,
+}
+
+impl Measured {
+    /// The point of `run`, of scheme `scheme` in series `series` at `x`.
+    pub fn from_run(
+        scheme: &'static str,
+        series: String,
+        x: f64,
+        x_name: String,
+        run: &MixRun,
+    ) -> Self {
+        let mut latency = run.get_latency();
+        latency.merge(&run.put_latency());
+        let operations = run.operations().max(1);
+        Measured {
+            scheme,
+            series,
+            x,
+            x_name,
+            ops_per_second: run.ops_per_second(),
+            mean_latency_us: latency.mean().as_secs_f64() * 1e6,
+            p99_latency_us: latency.quantile(0.99).as_secs_f64() * 1e6,
+            operations: run.operations(),
+            per_op: run
+                .report
+                .counters
+                .iter()
+                .map(|&(name, v)| (name, v as f64 / operations as f64))
+                .collect(),
+        }
+    }
+
+    /// A point not measured: what a counting pass returns.
+    fn counted(scheme: &'static str, series: &str, x: f64, x_name: &str) -> Self {
+        Measured {
+            scheme,
+            series: series.into(),
+            x,
+            x_name: x_name.into(),
+            ops_per_second: 0.0,
+            mean_latency_us: 0.0,
+            p99_latency_us: 0.0,
+            operations: 0,
+            per_op: Vec::new(),
+        }
+    }
+
+    /// Counter `name` per operation (0 if the scheme has no such counter).
+    pub fn per_op(&self, name: &str) -> f64 {
+        self.per_op
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0.0, |(_, v)| *v)
+    }
+
+    /// Churns per operation, in the paper's sense ([`Kind::churn_counter`]).
+    pub fn churn(&self) -> f64 {
+        self.per_op(Kind::named(self.scheme).map_or("churn", Kind::churn_counter))
+    }
+}
+
+/// A row of the summary: our ratio beside the paper's.
+struct Row {
+    figure: &'static str,
+    what: String,
+    ours: String,
+    paper: &'static str,
+    explain: String,
+}
+
+/// The run: its settings, how hosts' threads are placed, what was measured so far.
+pub struct Harness {
+    settings: Settings,
+    /// Called by each worker thread with its host first (to pin it to the host's CPUs).
+    pin: Box<dyn Fn(usize) + Sync>,
+    /// Counting runs only (to size the progress bar): nothing is built or written.
+    counting: bool,
+    runs: u64,
+    bar: ProgressBar,
+    rows: Vec<Row>,
+}
+
+impl Harness {
+    /// A harness counting runs ([`counting`](Self::counting)) until
+    /// [`start`](Self::start); each worker thread first calls `pin` with its host.
+    pub fn new(settings: Settings, pin: impl Fn(usize) + Sync + 'static) -> Self {
+        Harness {
+            settings,
+            pin: Box::new(pin),
+            counting: true,
+            runs: 0,
+            bar: ProgressBar::hidden(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// What the run is sized by and where it goes.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Runs of under a second (`--quick`): the figures sweep fewer points.
+    pub fn short_runs(&self) -> bool {
+        self.settings.seconds < 1.0
+    }
+
+    /// Whether this pass only counts runs: figures measure nothing real (every point is
+    /// zero) and must write nothing.
+    pub fn counting(&self) -> bool {
+        self.counting
+    }
+
+    /// Counts `runs` more runs (for work a figure does besides [`measure`](Self::measure)).
+    pub fn count_runs(&mut self, runs: u64) {
+        self.runs += runs;
+    }
+
+    /// Runs counted so far.
+    pub fn runs(&self) -> u64 {
+        self.runs
+    }
+
+    /// Ends the counting pass: from now on runs are measured, under a progress bar of
+    /// the runs counted.
+    pub fn start(&mut self) {
+        self.counting = false;
+        self.bar = ProgressBar::new(self.runs);
+        self.bar.set_style(
+            ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} runs  {msg}")
+                .expect("a valid template")
+                .progress_chars("=> "),
+        );
+    }
+
+    /// The progress bar (hidden while counting).
+    pub fn bar(&self) -> &ProgressBar {
+        &self.bar
+    }
+
+    /// One line for the report: sizes beside the paper's, runs, where they go.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} objects (paper 18M; factor 1/{:.0}), SCR {} KB (paper 200 MB), {} s per \
+             run, {} hosts x {} threads, {} runs, into {}",
+            self.objects(PAPER_OBJECTS),
+            1.0 / self.factor(),
+            self.scr(PAPER_SCR_BYTES / 1e6) / 1000,
+            self.settings.seconds,
+            HOSTS,
+            self.settings.threads_per_host,
+            self.runs,
+            self.settings.out.display()
+        )
+    }
+
+    /// Our objects over the paper's.
+    pub fn factor(&self) -> f64 {
+        self.settings.objects / PAPER_OBJECTS
+    }
+
+    /// The paper's object count `paper` scaled.
+    pub fn objects(&self, paper: f64) -> u64 {
+        ((paper * self.factor()).round() as u64).max(64)
+    }
+
+    /// The paper's SCR size `paper_mb` (in MB) scaled, in whole pages.
+    pub fn scr(&self, paper_mb: f64) -> u64 {
+        ((paper_mb * 1e6 * self.factor()) as u64)
+            .next_multiple_of(4096)
+            .max(8 << 10)
+    }
+
+    /// The paper's setup over `keys` keys: its hosts, key and value sizes, its SCR
+    /// scaled, 32-bit records, no local partitions or copies.
+    pub fn setup(&self, keys: u64) -> Setup {
+        Setup {
+            hosts: HOSTS,
+            keys,
+            extra_keys: 0,
+            key_bytes: KEY_BYTES,
+            value_bytes: VALUE_BYTES,
+            scr_bytes: self.scr(PAPER_SCR_BYTES / 1e6),
+            record_bits: 32,
+            numa_node: self.settings.pod_node,
+            partition_after: 0,
+            copy_after: 0,
+        }
+    }
+
+    /// `choice` over `setup`'s keys, with the figures' seed.
+    pub fn plan(setup: &Setup, choice: Choice) -> Plan {
+        Plan {
+            keys: setup.keys,
+            key_bytes: setup.key_bytes,
+            value_bytes: setup.value_bytes,
+            choice,
+            seed: PLAN_SEED,
+        }
+    }
+
+    /// Builds `kind` over `setup`, loads it, and runs each plan in order on it, with
+    /// every host's threads.
+    pub fn measure(
+        &mut self,
+        kind: Kind,
+        setup: &Setup,
+        series: &str,
+        plans: &[PlanAt],
+    ) -> Result<Vec<Measured>, String> {
+        let workers = HOSTS * self.settings.threads_per_host;
+        self.measure_threads(kind, setup, series, plans, workers)
+    }
+
+    /// [`measure`](Self::measure) for each of `kinds` in turn, each its own series.
+    pub fn measure_each(
+        &mut self,
+        kinds: &[Kind],
+        setup: &Setup,
+        plans: &[PlanAt],
+    ) -> Result<Vec<Measured>, String> {
+        let mut points = Vec::new();
+        for &kind in kinds {
+            points.extend(self.measure(kind, setup, kind.name(), plans)?);
+        }
+        Ok(points)
+    }
+
+    /// A sweep: each of `kinds` in turn (each its own series) at each point of `sweep`,
+    /// on a store of its own built over that point's setup.
+    pub fn measure_sweep(
+        &mut self,
+        kinds: &[Kind],
+        sweep: &[(Setup, PlanAt)],
+    ) -> Result<Vec<Measured>, String> {
+        let mut points = Vec::new();
+        for &kind in kinds {
+            for (setup, plan) in sweep {
+                let plans = std::slice::from_ref(plan);
+                points.extend(self.measure(kind, setup, kind.name(), plans)?);
+            }
+        }
+        Ok(points)
+    }
+
+    /// [`measure`](Self::measure) with `workers` threads (worker `w` on host `w % HOSTS`).
+    pub fn measure_threads(
+        &mut self,
+        kind: Kind,
+        setup: &Setup,
+        series: &str,
+        plans: &[PlanAt],
+        workers: usize,
+    ) -> Result<Vec<Measured>, String> {
+        if self.counting {
+            self.runs += plans.len() as u64;
+            return Ok(plans
+                .iter()
+                .map(|(x, x_name, _)| Measured::counted(kind.name(), series, *x, x_name))
+                .collect());
+        }
+        self.bar
+            .set_message(format!("{series}: loading {} keys", setup.keys));
+        let bench = lineup::build(kind, setup)?;
+        let first = &plans.first().expect("a plan").2;
+        bench.load(first, workers, &*self.pin)?;
+        let duration = Duration::from_secs_f64(self.settings.seconds);
+        let mut out = Vec::new();
+        for (x, x_name, plan) in plans {
+            self.bar
+                .set_message(format!("{series}: {x_name}, {}", plan.describe()));
+            let run = bench.run(plan, workers, duration, &*self.pin, &mut |_, _| {})?;
+            out.push(Measured::from_run(
+                bench.name(),
+                series.into(),
+                *x,
+                x_name.clone(),
+                &run,
+            ));
+            self.bar.inc(1);
+        }
+        Ok(out)
+    }
+
+    /// Runs each of `plans` on `kind` over `setup` as series `series`, each on a store
+    /// of its own (built and loaded afresh: where objects sit depends on the plans
+    /// before) and after a warm-up run of itself (objects move to their hosts' DRAM, and
+    /// copies are made, only after some accesses), and drops the warm-ups' points.
+    pub fn measure_warm(
+        &mut self,
+        kind: Kind,
+        setup: &Setup,
+        series: &str,
+        plans: &[PlanAt],
+    ) -> Result<Vec<Measured>, String> {
+        let mut points = Vec::new();
+        for plan in plans {
+            let warm = [
+                (WARM_UP, format!("{} (warm-up)", plan.1), plan.2),
+                plan.clone(),
+            ];
+            points.extend(self.measure(kind, setup, series, &warm)?);
+        }
+        Ok(points.into_iter().filter(|p| p.x != WARM_UP).collect())
+    }
+
+    /// The path of `file` in the output directory.
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.settings.out.join(file)
+    }
+
+    /// Writes `contents` to `file` in the output directory; an error names the path.
+    pub fn write(&self, file: &str, contents: &str) -> Result<(), String> {
+        let path = self.path(file);
+        fs::write(&path, contents).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Writes `points` as `{stem}.csv` ([`csv`]).
+    pub fn write_csv(&self, stem: &str, points: &[Measured]) -> Result<(), String> {
+        self.write(&format!("{stem}.csv"), &csv(points))
+    }
+
+    /// Adds a row to the summary (none while counting).
+    pub fn row(
+        &mut self,
+        figure: &'static str,
+        what: impl Into<String>,
+        ours: String,
+        paper: &'static str,
+        explain: String,
+    ) {
+        if !self.counting {
+            self.rows.push(Row {
+                figure,
+                what: what.into(),
+                ours,
+                paper,
+                explain,
+            });
+        }
+    }
+
+    /// Adds a row comparing the throughput of series `ours` with series `theirs` at `x`
+    /// (`"{context}: {ours} / {theirs}"`), beside the paper's `paper`, with the counters
+    /// that explain it; none if either was not measured.
+    pub fn compare(
+        &mut self,
+        figure: &'static str,
+        points: &[Measured],
+        [ours, theirs]: [&str; 2],
+        x: f64,
+        context: &str,
+        paper: &'static str,
+    ) {
+        if let (Some(a), Some(b)) = (find(points, ours, x), find(points, theirs, x)) {
+            self.row(
+                figure,
+                format!("{context}: {ours} / {theirs}"),
+                ratio(a.ops_per_second, b.ops_per_second),
+                paper,
+                explain(&[a, b]),
+            );
+        }
+    }
+
+    /// The summary: a title with the sizes, and a table of every row so far.
+    pub fn summary(&self) -> String {
+        let mut summary = format!(
+            "# Figures at {} objects ({} s per run, {} hosts x {} threads)\n\n\
+             | figure | comparison | ours | paper | counters per operation |\n\
+             | --- | --- | --- | --- | --- |\n",
+            self.objects(PAPER_OBJECTS),
+            self.settings.seconds,
+            HOSTS,
+            self.settings.threads_per_host
+        );
+        for r in &self.rows {
+            let _ = writeln!(
+                summary,
+                "| {} | {} | {} | {} | {} |",
+                r.figure, r.what, r.ours, r.paper, r.explain
+            );
+        }
+        summary
+    }
+}
+
+/// `points` as CSV: a row per point; after the throughput and latency columns, a column
+/// per counter any point has (per operation; 0 where a scheme has no such counter).
+pub fn csv(points: &[Measured]) -> String {
+    let mut csv = String::from(
+        "series,scheme,x,x_name,ops_per_second,mean_latency_us,p99_latency_us,operations",
+    );
+    let mut names: Vec<&str> = Vec::new();
+    for (name, _) in points.iter().flat_map(|p| &p.per_op) {
+        if !names.contains(name) {
+            names.push(name);
+        }
+    }
+    for name in &names {
+        let _ = write!(csv, ",{name} per op");
+    }
+    csv.push('\n');
+    for p in points {
+        let _ = write!(
+            csv,
+            "{},{},{},{},{:.0},{:.3},{:.3},{}",
+            p.series,
+            p.scheme,
+            p.x,
+            p.x_name,
+            p.ops_per_second,
+            p.mean_latency_us,
+            p.p99_latency_us,
+            p.operations
+        );
+        for name in &names {
+            let _ = write!(csv, ",{:.6}", p.per_op(name));
+        }
+        csv.push('\n');
+    }
+    csv
+}
+
+/// `a / b` as `"4.2x"`.
+pub fn ratio(a: f64, b: f64) -> String {
+    if b <= 0.0 {
+        "n/a".into()
+    } else {
+        format!("{:.2}x", a / b)
+    }
+}
+
+/// The point of series `series` at `x`.
+pub fn find<'a>(points: &'a [Measured], series: &str, x: f64) -> Option<&'a Measured> {
+    points.iter().find(|p| p.series == series && p.x == x)
+}
+
+/// Counters a summary row names when they are not zero.
+const EXPLAINING_COUNTERS: [&str; 11] = [
+    "rpcs",
+    "rpcs sent",
+    "moves to a host",
+    "move-backs",
+    "local reads",
+    "copy reads",
+    "lines invalidated",
+    "SCR atomics",
+    "scr atomics",
+    "log entries appended",
+    "log entries replayed",
+];
+
+/// The counters per operation that explain a comparison, for the summary.
+pub fn explain(points: &[&Measured]) -> String {
+    points
+        .iter()
+        .map(|p| {
+            let mut parts = vec![format!("churn {:.3}", p.churn())];
+            for name in EXPLAINING_COUNTERS {
+                let v = p.per_op(name);
+                if v > 0.0 {
+                    parts.push(format!("{name} {v:.2}"));
+                }
+            }
+            format!("{} at {}: {}", p.series, p.x_name, parts.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(series: &str, x: f64, per_op: Vec<(&'static str, f64)>) -> Measured {
+        Measured {
+            per_op,
+            ops_per_second: 1000.0,
+            ..Measured::counted("megalon", series, x, "x")
+        }
+    }
+
+    #[test]
+    fn the_csv_has_a_column_for_every_counter_of_any_point() {
+        let points = [
+            point("megalon", 1.0, vec![("reads", 1.0), ("writes", 0.5)]),
+            point("hcmeta", 1.0, vec![("reads", 1.0), ("rpcs", 0.25)]),
+        ];
+        let csv = csv(&points);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(
+            lines[0],
+            "series,scheme,x,x_name,ops_per_second,mean_latency_us,p99_latency_us,operations,\
+             reads per op,writes per op,rpcs per op"
+        );
+        assert_eq!(
+            lines[2],
+            "hcmeta,megalon,1,x,1000,0.000,0.000,0,1.000000,0.000000,0.250000"
+        );
+        assert_eq!(lines.len(), 3);
+    }
+
+    #[test]
+    fn counting_counts_runs_and_keeps_no_rows() {
+        let settings = Settings {
+            objects: 40e3,
+            seconds: 0.3,
+            threads_per_host: 2,
+            pod_node: None,
+            out: PathBuf::from("/nonexistent"),
+        };
+        let mut h = Harness::new(settings, |_| {});
+        let setup = h.setup(h.objects(PAPER_OBJECTS));
+        let plans = [
+            (0.0, "a".to_string(), Harness::plan(&setup, read_only())),
+            (1.0, "b".to_string(), Harness::plan(&setup, read_only())),
+        ];
+        let points = h
+            .measure_each(&[Kind::Megalon, Kind::HcMeta], &setup, &plans)
+            .unwrap();
+        assert_eq!((points.len(), h.runs()), (4, 4));
+        assert!(find(&points, "hcmeta", 1.0).is_some());
+        h.compare("t", &points, ["megalon", "hcmeta"], 0.0, "c", "p");
+        assert!(h.summary().ends_with("| --- | --- | --- | --- | --- |\n"));
+        assert_eq!(h.objects(PAPER_OBJECTS), 40_000);
+        assert_eq!(ratio(3.0, 2.0), "1.50x");
+        assert_eq!(ratio(3.0, 0.0), "n/a");
+    }
+
+    fn read_only() -> Choice {
+        Choice::Mix {
+            write_ratio: 0.0,
+            skew: 0.99,
+        }
+    }
+}

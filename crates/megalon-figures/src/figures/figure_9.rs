@@ -1,0 +1,64 @@
+//! Figure 9: key size, read-only, 4.8M objects.
+
+use megalon_bench::lineup::{Kind, Setup};
+use megalon_bench::runner::{explain, find, ratio, Harness, PlanAt};
+
+use super::{panel, read_only, Panel, CHURN, THROUGHPUT};
+
+/// The paper's objects in this figure.
+const OBJECTS: f64 = 4.8e6;
+
+/// Key sizes in bytes (fewer with short runs).
+fn sizes(h: &Harness) -> &'static [usize] {
+    if h.short_runs() {
+        &[16, 50, 90]
+    } else {
+        &[16, 30, 50, 70, 90]
+    }
+}
+
+pub fn run(h: &mut Harness) -> Result<(), String> {
+    let sizes = sizes(h);
+    let sweep: Vec<(Setup, PlanAt)> = sizes
+        .iter()
+        .map(|&key_bytes| {
+            let mut setup = h.setup(h.objects(OBJECTS));
+            setup.key_bytes = key_bytes;
+            let plan = (
+                key_bytes as f64,
+                format!("{key_bytes} B keys"),
+                Harness::plan(&setup, read_only(0.99)),
+            );
+            (setup, plan)
+        })
+        .collect();
+    let points = h.measure_sweep(&[Kind::Megalon, Kind::HcMeta], &sweep)?;
+    panel(
+        h,
+        Panel {
+            stem: "figure_9",
+            title: "Figure 9: read-only, key size",
+            x_label: "key bytes",
+            log_x: false,
+            categories: None,
+        },
+        &points,
+        &[THROUGHPUT, CHURN],
+    )?;
+    let (lo, hi) = (sizes[0] as f64, sizes[sizes.len() - 1] as f64);
+    for (scheme, paper) in [
+        ("megalon", "~1 (the index is not in SCR)"),
+        ("hcmeta", "< 1 (inline keys fill the SCR: more churn)"),
+    ] {
+        if let (Some(short), Some(long)) = (find(&points, scheme, lo), find(&points, scheme, hi)) {
+            h.row(
+                "9",
+                format!("{scheme} at {hi} B / at {lo} B keys"),
+                ratio(long.ops_per_second, short.ops_per_second),
+                paper,
+                explain(&[short, long]),
+            );
+        }
+    }
+    Ok(())
+}
