@@ -64,8 +64,14 @@ pub fn run(h: &mut Harness) -> Result<(), String> {
     )?;
     for (i, name) in categories.iter().enumerate() {
         let context = format!("YCSB {name}");
-        let pair = ["megalon", "hcmeta"];
-        h.compare("14", &points, pair, i as f64, &context, PAPER[i]);
+        h.compare(
+            "14",
+            &points,
+            ["megalon", "hcmeta"],
+            i as f64,
+            &context,
+            PAPER[i],
+        );
     }
     Ok(())
 }
