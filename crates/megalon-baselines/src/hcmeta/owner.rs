@@ -29,8 +29,8 @@ use super::geometry::{HostGeometry, Sizes};
 use super::hash::KeyHash;
 use super::record::{self, host_bit, NotLocked, DIRTY, WRITER};
 use super::ring::Op;
-use megalon_core::Backoff;
 use super::{Placement, Settings};
+use megalon_core::Backoff;
 
 /// Shards of a local index (a power of two).
 const SHARDS: usize = 64;
