@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{ChildProcess, RemoveOnDrop, WAIT_BOUND};
+use common::process::{ChildProcess, RemoveOnDrop, WAIT_BOUND};
 use megalon_core::{
     event::Event, Backing, Error, Host, HostOptions, Join, MemoryKind, Pod, PodConfig,
     SimulatedConfig,

@@ -1,126 +1,113 @@
-//! Plumbing shared by the tests that run a second process on one pod file: the test
-//! binary re-runs itself as the child (`current_exe() --exact <child test>`), which
-//! returns at once in a normal run because its environment variable is absent.
+//! Helpers shared by the core's integration tests: the pods, hosts and object bytes of
+//! the tests of the object protocol (here), and the plumbing of the tests that run a
+//! second process on one pod file ([`process`]).
 
 // Each test binary that includes this module uses only part of it.
 #![allow(dead_code)]
 
-use std::io::Read;
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+pub mod process;
 
-/// Longest wait on the other process.
-pub const WAIT_BOUND: Duration = Duration::from_secs(20);
+use std::sync::Arc;
 
-/// Removes files (the pod, reports) when the test ends, however it ends.
-pub struct RemoveOnDrop(pub Vec<PathBuf>);
+use megalon_core::{Backing, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, SimulatedConfig};
 
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        for path in &self.0 {
-            let _ = std::fs::remove_file(path);
-        }
+/// Bytes of an object slot in the pods of [`config`].
+pub const SLOT: usize = 256;
+
+/// The object tests' pod: 64 KiB SCR, 1 MiB LNR, [`SLOT`]-byte slots, keys up to 48 bytes
+/// (log entries of two lines), 256 log entries, 32-bit records, four hosts.
+pub fn config() -> PodConfig {
+    PodConfig::new()
+        .scr_bytes(64 << 10)
+        .lnr_bytes(1 << 20)
+        .slot_size_bytes(SLOT as u64)
+        .max_key_bytes(48)
+        .log_capacity_entries(256)
+        .max_hosts(4)
+}
+
+/// A pod of `config` on the heap.
+pub fn heap_pod(config: &PodConfig) -> Arc<Pod> {
+    Arc::new(Pod::create(config, Backing::heap()).expect("creating the pod"))
+}
+
+/// A simulated non-coherent cache of `capacity_lines` lines that evicts a random line once
+/// in `eviction_one_in` accesses (0: only when it is full, so a stale line stays until
+/// something drops it).
+pub fn simulated(seed: u64, capacity_lines: usize, eviction_one_in: u64) -> MemoryKind {
+    MemoryKind::Simulated(SimulatedConfig {
+        seed,
+        capacity_lines,
+        random_eviction_one_in: eviction_one_in,
+    })
+}
+
+/// Options of a host on a small simulated cache (512 lines) that evicts a random line once
+/// in 64 accesses.
+pub fn small_cache(seed: u64) -> HostOptions {
+    HostOptions::new().memory(simulated(seed, 512, 64))
+}
+
+/// Joins `pod` as any free host, with `options`.
+pub fn join(pod: &Arc<Pod>, options: HostOptions) -> Host {
+    Host::join(pod, Join::AnyFree, options).expect("joining the pod")
+}
+
+/// A host of `pod` on a [`small_cache`] seeded with `seed`.
+pub fn host(pod: &Arc<Pod>, seed: u64) -> Host {
+    join(pod, small_cache(seed))
+}
+
+/// Two hosts of `pod`, joined with `options(seed)` and `options(seed + 1)`.
+pub fn two_hosts(pod: &Arc<Pod>, options: impl Fn(u64) -> HostOptions, seed: u64) -> (Host, Host) {
+    (join(pod, options(seed)), join(pod, options(seed + 1)))
+}
+
+/// The bytes of version `tag` of an object: a whole slot, byte `i` being `tag + i`.
+pub fn value(tag: u8) -> Vec<u8> {
+    (0..SLOT).map(|i| tag.wrapping_add(i as u8)).collect()
+}
+
+/// A whole slot of `key`'s bytes, as `host` reads them.
+pub fn read(host: &Host, key: &[u8]) -> Vec<u8> {
+    let mut buf = vec![0u8; SLOT];
+    host.read(key, &mut buf).expect("read");
+    buf
+}
+
+/// The records the index of `host`'s replica names, sorted.
+pub fn named_records(host: &Host) -> Vec<u32> {
+    let mut named: Vec<u32> = host
+        .inspect()
+        .replica_snapshot()
+        .iter()
+        .filter_map(|(_, entry)| entry.record)
+        .collect();
+    named.sort_unstable();
+    named
+}
+
+/// `a` creates `k` and `b` reads it (caching its lines); then, 19 times, `a` writes a new
+/// version and `b`, then `a`, read it: a host that serves a stale line fails its round.
+pub fn write_on_one_read_on_both(a: &Host, b: &Host) {
+    a.create(b"k", &value(0)).unwrap();
+    assert_eq!(read(b, b"k"), value(0));
+    for round in 1..20u8 {
+        a.write(b"k", &value(round)).unwrap();
+        assert_eq!(read(b, b"k"), value(round), "round {round}");
+        assert_eq!(read(a, b"k"), value(round));
     }
 }
 
-/// The child process; killed on drop if it is still running (the test failed first).
-pub struct ChildProcess {
-    child: Child,
-    status: Option<ExitStatus>,
-}
-
-impl ChildProcess {
-    /// Runs the test `child_test` of this test binary as a child, with `env` set.
-    pub fn spawn(child_test: &str, env: &[(&str, &std::ffi::OsStr)]) -> ChildProcess {
-        let child = Command::new(std::env::current_exe().expect("the test binary"))
-            .args(["--exact", child_test, "--nocapture", "--test-threads=1"])
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawning the child process");
-        ChildProcess {
-            child,
-            status: None,
-        }
-    }
-
-    /// The child's process id.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// The exit status if the child has exited.
-    pub fn exited(&mut self) -> Option<ExitStatus> {
-        if self.status.is_none() {
-            self.status = self.child.try_wait().expect("polling the child");
-        }
-        self.status
-    }
-
-    /// Everything the child printed (call once it has exited).
-    pub fn output(&mut self) -> String {
-        let mut text = String::new();
-        if let Some(mut pipe) = self.child.stdout.take() {
-            let _ = pipe.read_to_string(&mut text);
-        }
-        if let Some(mut pipe) = self.child.stderr.take() {
-            let _ = pipe.read_to_string(&mut text);
-        }
-        text
-    }
-
-    /// Waits for one of the child's words to reach `phase`; fails if the child exits
-    /// first or past the bound.
-    pub fn wait_for(&mut self, child_word: &AtomicU64, phase: u64, what: &str) {
-        let deadline = Instant::now() + WAIT_BOUND;
-        // Acquire: pairs with the child's Release store of `phase` (or is merely a
-        // stronger load, for a progress word).
-        while child_word.load(Ordering::Acquire) < phase {
-            if let Some(status) = self.exited() {
-                panic!(
-                    "the child exited ({status}) while we waited for it {what} (phase {phase}); \
-                     its output:\n{}",
-                    self.output()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "parent: waited {WAIT_BOUND:?} for the child {what} (phase {phase})"
-            );
-            std::thread::yield_now();
-        }
-    }
-
-    /// Waits for the child to exit and asserts it succeeded.
-    pub fn assert_exits_successfully(&mut self) {
-        let deadline = Instant::now() + WAIT_BOUND;
-        let status = loop {
-            if let Some(status) = self.exited() {
-                break status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the child did not exit within {WAIT_BOUND:?}"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        };
-        assert!(
-            status.success(),
-            "the child failed ({status}); its output:\n{}",
-            self.output()
-        );
-    }
-}
-
-impl Drop for ChildProcess {
-    fn drop(&mut self) {
-        if self.exited().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// `b` reads `k` (caching its lines), `a` rewrites all of it, then `b` writes 8 bytes into
+/// its first line: the rest of that line must be `a`'s bytes, not `b`'s stale cached ones,
+/// as `a` reads them. Returns the object's bytes.
+pub fn partial_write_over_stale_lines(a: &Host, b: &Host) -> Vec<u8> {
+    read(b, b"k");
+    a.write(b"k", &value(2)).unwrap();
+    b.write_at(b"k", 0, &[0xee; 8]).unwrap();
+    let mut expected = value(2);
+    expected[..8].fill(0xee);
+    assert_eq!(read(a, b"k"), expected);
+    expected
 }
