@@ -11,124 +11,106 @@
 //! cargo run --release --example kv -- --help
 //! ```
 
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use megalon::core::{Backing, Host, HostOptions, Join, MemoryKind, Pod};
-use megalon_kv::mix::{self, Plan};
-use megalon_kv::{Megalon, Store};
+use megalon::core::{Backing, Host, HostOptions, Join, Pod};
+use megalon::kv::{Megalon, Store};
+use megalon_bench::mix::{self, Plan};
 
-#[path = "common/mod.rs"]
 mod common;
-use common::MixArgs;
+use common::kv_args::KvArgs;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum MemoryArg {
-    /// This machine's memory with real cache-maintenance instructions.
-    Hardware,
-    /// A simulated non-coherent cache per host (slower; stale lines show).
-    Simulated,
-}
-
-/// Run the megalon KV store on an in-process pod of several hosts.
+/// Run megalon's KV store on an in-process pod: hosts load keys and run a mix of gets and
+/// puts; prints throughput, latency and what the protocol did.
+///
+/// Every host is a group of threads in this process with its own view of the pod's
+/// memory. The hosts load `--keys` keys, run a YCSB-like mix of gets and puts on them for
+/// `--seconds`, then every host reads a sample of keys and the example checks that they
+/// agree. The report gives throughput and latency, what the protocol did (the counters
+/// that are not zero, with a legend) and where the coherent memory (SCR) went.
 #[derive(Debug, Parser)]
-#[command(about)]
+#[command(name = "kv")]
 struct Args {
     #[command(flatten)]
-    run: MixArgs,
-    /// Memory the hosts use.
-    #[arg(long, value_enum, default_value_t = MemoryArg::Hardware)]
-    memory: MemoryArg,
-    /// Seed of the key choice and of the simulated memory.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// No progress bars (for logs).
-    #[arg(long)]
-    quiet: bool,
+    kv: KvArgs,
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = Args::parse();
-    args.run.check()?;
-    let run_args = &args.run;
-    let config = run_args.pod_config();
+fn main() -> ExitCode {
+    common::exit_code(run(&Args::parse()))
+}
+
+fn run(args: &Args) -> common::Result {
+    let kv = &args.kv;
+    kv.check()?;
+    let config = kv.pod_config();
     let pod = Arc::new(Pod::create(&config, Backing::heap())?);
-    let hosts = (0..run_args.hosts)
+    let hosts = (0..kv.hosts)
         .map(|host| {
-            let memory = match args.memory {
-                MemoryArg::Hardware => MemoryKind::Hardware,
-                MemoryArg::Simulated => MemoryKind::simulated(args.seed ^ host as u64),
-            };
-            Host::join(&pod, Join::AnyFree, HostOptions::new().memory(memory)).map(Arc::new)
+            let options = HostOptions::new().memory(kv.memory_of(host));
+            Host::join(&pod, Join::AnyFree, options).map(Arc::new)
         })
         .collect::<Result<Vec<_>, _>>()?;
     let store = Store::new(Megalon::new(pod.clone(), hosts));
-    let mix = run_args.mix(args.seed);
-    let workers = run_args.hosts * run_args.threads;
+    let workers = kv.hosts as usize * kv.threads;
     let layout = pod.layout();
     println!(
-        "megalon KV store: {} hosts x {} threads, {} keys, {} B values, {:.0}% puts, {}, {} memory",
-        run_args.hosts,
-        run_args.threads,
-        run_args.keys,
-        run_args.value_bytes,
-        run_args.write_ratio * 100.0,
-        if run_args.skew > 0.0 {
-            format!("Zipfian keys (skew {})", run_args.skew)
-        } else {
-            "uniform keys".to_owned()
-        },
-        format!("{:?}", args.memory).to_lowercase(),
+        "megalon KV store: {} hosts x {} threads, {}, {} memory",
+        kv.hosts,
+        kv.threads,
+        kv.describe_workload(),
+        kv.memory
     );
     println!(
         "pod: SCR {} KiB ({} records of {} bits), LNR {} MiB ({} slots of {} B)",
         config.scr_bytes / 1024,
         layout.record_count,
-        run_args.record_bits,
+        kv.record_bits,
         config.lnr_bytes >> 20,
         layout.slot_count,
         config.slot_size_bytes
     );
 
     // Load: every worker inserts its share of the keys.
-    let bar = progress(&args, run_args.keys, "load");
+    let bar = progress(kv, kv.keys, "load");
     let started = Instant::now();
-    let plan = Plan::from(&mix);
+    let plan = Plan::from(&kv.mix());
     mix::load_all(&store, &plan, workers, |loaded| bar.set_position(loaded))?;
     bar.finish_and_clear();
     let load_seconds = started.elapsed().as_secs_f64();
     println!(
         "load: {} keys in {:.2} s ({})",
-        run_args.keys,
+        kv.keys,
         load_seconds,
-        mix::rate(run_args.keys as f64 / load_seconds)
+        mix::rate(kv.keys as f64 / load_seconds)
     );
 
     // Run: the mix, for `seconds`.
-    let duration = Duration::from_secs_f64(run_args.seconds);
-    let bar = progress(&args, (run_args.seconds * 10.0).ceil() as u64, "run");
+    let duration = Duration::from_secs_f64(kv.seconds);
+    let bar = progress(kv, (kv.seconds * 10.0).ceil() as u64, "run");
     let run = mix::run_plan(&store, &plan, workers, duration, |done, elapsed| {
         let elapsed = elapsed.as_secs_f64();
         bar.set_position((elapsed * 10.0) as u64);
         bar.set_message(mix::rate(done as f64 / elapsed));
     })?;
     bar.finish_and_clear();
-    print!("{run}");
+    print!("{}", common::report::run_report(&run));
 
     // Every host reads a sample of keys; they must agree.
-    let sample: Vec<u64> = (0..run_args.keys)
-        .step_by((run_args.keys / 1000).max(1) as usize)
+    let sample: Vec<u64> = (0..kv.keys)
+        .step_by((kv.keys / 1000).max(1) as usize)
         .collect();
-    let mut handles = (0..run_args.hosts)
+    let mut handles = (0..kv.hosts as usize)
         .map(|host| store.handle(host))
         .collect::<Result<Vec<_>, _>>()?;
     for index in &sample {
         let key = mix::key(*index);
         let first = handles[0].get(&key)?;
-        for (host, kv) in handles.iter_mut().enumerate().skip(1) {
-            if kv.get(&key)? != first {
+        for (host, handle) in handles.iter_mut().enumerate().skip(1) {
+            if handle.get(&key)? != first {
                 return Err(format!("host {host} disagrees with host 0 on key {index}").into());
             }
         }
@@ -136,13 +118,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "check: {} keys read on all {} hosts: every host read the same values",
         sample.len(),
-        run_args.hosts
+        kv.hosts
     );
     Ok(())
 }
 
-fn progress(args: &Args, len: u64, what: &str) -> ProgressBar {
-    if args.quiet {
+fn progress(kv: &KvArgs, len: u64, what: &str) -> ProgressBar {
+    if kv.quiet {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::new(len);
@@ -152,4 +134,28 @@ fn progress(args: &Args, len: u64, what: &str) -> ProgressBar {
             .progress_chars("=> "),
     );
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_with(flags: &[&str]) -> common::Result {
+        let args = Args::try_parse_from(std::iter::once("kv").chain(flags.iter().copied()))?;
+        run(&args)
+    }
+
+    #[test]
+    fn too_many_hosts_is_one_line_naming_the_limit() {
+        let error = run_with(&["--hosts", "65", "--quiet"]).unwrap_err();
+        assert_eq!(
+            common::error_line(&*error),
+            "error: 65 hosts requested; the host table holds at most 64"
+        );
+    }
+
+    #[test]
+    fn a_small_run_checks_out() {
+        run_with(&["--keys", "500", "--seconds", "0.2", "--quiet"]).unwrap();
+    }
 }

@@ -1,78 +1,96 @@
-//! Flags shared by the KV store examples (`kv`, `kv_cluster`).
+//! What the examples share: how an example ends on an error (one line, `error: ...`, and
+//! a failing exit code), how a `--memory` flag is read, the flags of the KV store
+//! examples ([`kv_args`]) and the report they print ([`report`]).
+//!
+//! Every example includes this module with `mod common;` and uses part of it, so each
+//! build of it leaves some items unused.
+#![allow(dead_code)]
 
-use megalon::core::PodConfig;
-use megalon_kv::mix::Mix;
+pub mod kv_args;
+pub mod report;
 
-/// The workload and the pod's coherent region.
-#[derive(Clone, Debug, clap::Args)]
-pub struct MixArgs {
-    /// Hosts sharing the pod.
-    #[arg(long, default_value_t = 3)]
-    pub hosts: usize,
-    /// Worker threads per host.
-    #[arg(long, default_value_t = 2)]
-    pub threads: usize,
-    /// Keys loaded before the run.
-    #[arg(long, default_value_t = 100_000)]
-    pub keys: u64,
-    /// Bytes of every value.
-    #[arg(long, default_value_t = 1024)]
-    pub value_bytes: usize,
-    /// Fraction of operations that are puts (the rest are gets).
-    #[arg(long, default_value_t = 0.05)]
-    pub write_ratio: f64,
-    /// Zipfian skew of the key choice (YCSB's scrambled Zipfian); 0 for uniform.
-    #[arg(long, default_value_t = 0.99)]
-    pub skew: f64,
-    /// Seconds of the mixed run.
-    #[arg(long, default_value_t = 5.0)]
-    pub seconds: f64,
-    /// KiB of the pod's coherent region (SCR).
-    #[arg(long, default_value_t = 1024)]
-    pub scr_kib: u64,
-    /// Bits of one coherence record: 8, 16 or 32.
-    #[arg(long, default_value_t = 16)]
-    pub record_bits: u32,
-    /// Local DRAM partitions: an object moves to a host's DRAM after this many
-    /// consecutive accesses from it (the paper's n is 5); 0: off.
-    #[arg(long, default_value_t = 0)]
-    pub local_partitions: u32,
-    /// Local copies: a host keeps a copy of a read-shared object after this many reads of
-    /// it; 0: off.
-    #[arg(long, default_value_t = 0)]
-    pub local_copies: u32,
+use std::error::Error;
+use std::process::ExitCode;
+
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use megalon::core::memory::MEMORY_KIND_NAMES;
+use megalon::core::MemoryKind;
+
+/// What an example's body returns.
+pub type Result<T = (), E = Box<dyn Error>> = std::result::Result<T, E>;
+
+/// The exit code of an example whose body returned `result`: success, or its error
+/// printed on stderr as one line ([`error_line`]) and a failure.
+pub fn exit_code(result: Result) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{}", error_line(&*error));
+            ExitCode::FAILURE
+        }
+    }
 }
 
-impl MixArgs {
-    /// Refuses flags no run can use.
-    pub fn check(&self) -> Result<(), String> {
-        if self.hosts == 0 || self.threads == 0 || self.keys == 0 {
-            return Err("--hosts, --threads and --keys must be at least 1".into());
-        }
-        if !(0.0..=1.0).contains(&self.write_ratio) {
-            return Err("--write-ratio is a fraction between 0 and 1".into());
-        }
-        Ok(())
+/// `error: ` and the error's own text, its lines joined: what an example prints when it
+/// fails.
+pub fn error_line(error: &dyn Error) -> String {
+    let text = error.to_string();
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect();
+    format!("error: {}", lines.join(" / "))
+}
+
+/// The value parser of a `--memory` flag: one of the names megalon's core reads
+/// ([`MEMORY_KIND_NAMES`], listed by `--help` and by the error for any other name),
+/// parsed by [`MemoryKind`]'s `FromStr`.
+pub fn memory_kind() -> impl TypedValueParser<Value = MemoryKind> {
+    PossibleValuesParser::new(MEMORY_KIND_NAMES).try_map(|name| name.parse::<MemoryKind>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_is_one_line_after_error() {
+        let error: Box<dyn Error> = "the host table holds at most 64".into();
+        assert_eq!(
+            error_line(&*error),
+            "error: the host table holds at most 64"
+        );
+        let error: Box<dyn Error> = "host 1 exited; its stderr:\nerror: no pod\n".into();
+        assert_eq!(
+            error_line(&*error),
+            "error: host 1 exited; its stderr: / error: no pod"
+        );
+        assert_eq!(exit_code(Err(error)), ExitCode::FAILURE);
+        assert_eq!(exit_code(Ok(())), ExitCode::SUCCESS);
     }
 
-    /// The mix these flags describe, its draws seeded with `seed`.
-    pub fn mix(&self, seed: u64) -> Mix {
-        Mix {
-            keys: self.keys,
-            value_bytes: self.value_bytes,
-            write_ratio: self.write_ratio,
-            skew: self.skew,
-            seed,
+    #[test]
+    fn memory_is_read_by_the_core_s_names() {
+        #[derive(clap::Parser)]
+        struct Flags {
+            #[arg(long, default_value = "hardware", value_parser = memory_kind())]
+            memory: MemoryKind,
         }
-    }
-
-    /// The pod: [`Mix::pod_config`] with the SCR and record width asked for.
-    pub fn pod_config(&self) -> PodConfig {
-        self.mix(0)
-            .pod_config(self.hosts as u32)
-            .scr_bytes(self.scr_kib * 1024)
-            .record_width_bits(self.record_bits)
-            .local_partitions(self.local_partitions)
-            .local_copies(self.local_copies)
+        let parse = |args: &[&str]| {
+            <Flags as clap::Parser>::try_parse_from(
+                std::iter::once("test").chain(args.iter().copied()),
+            )
+        };
+        assert_eq!(parse(&[]).unwrap().memory, MemoryKind::Hardware);
+        assert_eq!(
+            parse(&["--memory", "simulated"]).unwrap().memory.name(),
+            "simulated"
+        );
+        let refused = parse(&["--memory", "coherent"]).err().unwrap().to_string();
+        assert!(
+            refused.contains("[possible values: hardware, simulated]"),
+            "{refused}"
+        );
     }
 }

@@ -1,0 +1,196 @@
+//! The flags of the KV store examples (`kv`, `kv_cluster`): one definition, flattened
+//! into each, so both take the same flags with the same defaults.
+
+use megalon::core::{MemoryKind, PodConfig};
+use megalon_bench::mix::Mix;
+
+/// The workload, the hosts' memory and the pod's coherent region.
+#[derive(Clone, Debug, clap::Args)]
+pub struct KvArgs {
+    /// Hosts sharing the pod.
+    #[arg(long, default_value_t = 3)]
+    pub hosts: u32,
+    /// Worker threads per host.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Keys loaded before the run.
+    #[arg(long, default_value_t = 100_000)]
+    pub keys: u64,
+    /// Bytes of every value.
+    #[arg(long, default_value_t = 1024)]
+    pub value_bytes: usize,
+    /// Fraction of operations that are puts (the rest are gets), from 0 to 1.
+    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
+    pub write_ratio: f64,
+    /// Zipfian constant of the key choice (YCSB's scrambled Zipfian), from 0 (uniform keys)
+    /// up to, not including, 1.
+    #[arg(long, default_value_t = 0.99, allow_negative_numbers = true)]
+    pub skew: f64,
+    /// Seconds of the mixed run.
+    #[arg(long, default_value_t = 5.0, allow_negative_numbers = true)]
+    pub seconds: f64,
+    /// Memory the hosts use: this machine's, with real cache-maintenance instructions, or
+    /// a simulated non-coherent cache per host (slower; a missing flush shows as a stale
+    /// read).
+    #[arg(long, default_value = "hardware", value_parser = super::memory_kind())]
+    pub memory: MemoryKind,
+    /// Seed of the key choice and of the simulated memory.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// No progress bars (for logs).
+    #[arg(long)]
+    pub quiet: bool,
+    /// KiB of the pod's coherent region (SCR).
+    #[arg(long, default_value_t = 1024)]
+    pub scr_kib: u64,
+    /// Bits of one coherence record: 8, 16 or 32.
+    #[arg(long, default_value_t = 16)]
+    pub record_bits: u32,
+    /// Local DRAM partitions: an object moves to a host's DRAM after this many
+    /// consecutive accesses from it (the paper's n is 5); 0: off.
+    #[arg(long, default_value_t = 0)]
+    pub local_partitions: u32,
+    /// Local copies: a host keeps a copy of a read-shared object after this many reads of
+    /// it; 0: off.
+    #[arg(long, default_value_t = 0)]
+    pub local_copies: u32,
+}
+
+impl KvArgs {
+    /// Refuses flags no run can use, naming the flag and the value given. (Limits of the
+    /// pod, such as the most hosts it holds, are the pod's to check: its errors name them.)
+    pub fn check(&self) -> Result<(), String> {
+        for (flag, value) in [
+            ("--hosts", self.hosts as u64),
+            ("--threads", self.threads as u64),
+            ("--keys", self.keys),
+        ] {
+            if value == 0 {
+                return Err(format!("{flag} 0: at least 1 is needed"));
+            }
+        }
+        if !(0.0..=1.0).contains(&self.write_ratio) {
+            return Err(format!(
+                "--write-ratio {}: a fraction from 0 to 1 is needed",
+                self.write_ratio
+            ));
+        }
+        if !(0.0..1.0).contains(&self.skew) {
+            return Err(format!(
+                "--skew {}: a Zipfian constant from 0 (uniform) up to, not including, 1 is needed",
+                self.skew
+            ));
+        }
+        if !(self.seconds > 0.0 && self.seconds.is_finite()) {
+            return Err(format!(
+                "--seconds {}: a positive number of seconds is needed",
+                self.seconds
+            ));
+        }
+        Ok(())
+    }
+
+    /// The mix these flags describe, its draws seeded with `--seed`.
+    pub fn mix(&self) -> Mix {
+        Mix {
+            keys: self.keys,
+            value_bytes: self.value_bytes,
+            write_ratio: self.write_ratio,
+            skew: self.skew,
+            seed: self.seed,
+        }
+    }
+
+    /// The pod: [`Mix::pod_config`] with the SCR, record width and local modes asked for.
+    pub fn pod_config(&self) -> PodConfig {
+        self.mix()
+            .pod_config(self.hosts)
+            .scr_bytes(self.scr_kib * 1024)
+            .record_width_bits(self.record_bits)
+            .local_partitions(self.local_partitions)
+            .local_copies(self.local_copies)
+    }
+
+    /// The memory of host `host`: a simulated cache gets a seed of its own, from `--seed`.
+    pub fn memory_of(&self, host: u32) -> MemoryKind {
+        self.memory.for_host(self.seed, host)
+    }
+
+    /// The workload in words: `100000 keys, 1024 B values, 5% puts, Zipfian keys (skew
+    /// 0.99)`.
+    pub fn describe_workload(&self) -> String {
+        let keys = if self.skew > 0.0 {
+            format!("Zipfian keys (skew {})", self.skew)
+        } else {
+            "uniform keys".to_owned()
+        };
+        format!(
+            "{} keys, {} B values, {}% puts, {keys}",
+            self.keys,
+            self.value_bytes,
+            self.write_ratio * 100.0
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        kv: KvArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<KvArgs, String> {
+        let flags = Flags::try_parse_from(std::iter::once("kv").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        flags.kv.check()?;
+        Ok(flags.kv)
+    }
+
+    #[test]
+    fn the_defaults_pass_their_own_check() {
+        let kv = parse(&[]).unwrap();
+        assert_eq!((kv.hosts, kv.threads, kv.keys), (3, 2, 100_000));
+        assert_eq!(kv.memory, MemoryKind::Hardware);
+        assert_eq!(
+            kv.describe_workload(),
+            "100000 keys, 1024 B values, 5% puts, Zipfian keys (skew 0.99)"
+        );
+    }
+
+    #[test]
+    fn negative_numbers_are_values_and_refused_by_name() {
+        assert_eq!(
+            parse(&["--skew", "-1"]).unwrap_err(),
+            "--skew -1: a Zipfian constant from 0 (uniform) up to, not including, 1 is needed"
+        );
+        assert_eq!(
+            parse(&["--write-ratio", "-0.5"]).unwrap_err(),
+            "--write-ratio -0.5: a fraction from 0 to 1 is needed"
+        );
+        assert_eq!(
+            parse(&["--seconds", "-2"]).unwrap_err(),
+            "--seconds -2: a positive number of seconds is needed"
+        );
+        assert_eq!(
+            parse(&["--threads", "0"]).unwrap_err(),
+            "--threads 0: at least 1 is needed"
+        );
+        assert!(parse(&["--skew", "1"]).is_err());
+        assert!(parse(&["--skew", "0"]).is_ok());
+    }
+
+    #[test]
+    fn simulated_hosts_get_seeds_of_their_own() {
+        let kv = parse(&["--memory", "simulated", "--seed", "9"]).unwrap();
+        assert_ne!(kv.memory_of(0), kv.memory_of(1));
+        assert_eq!(
+            kv.memory_of(1),
+            MemoryKind::Simulated(Default::default()).for_host(9, 1)
+        );
+    }
+}
