@@ -1,8 +1,9 @@
 //! Replays a block-read trace (the ARC traces in `../shared/traces/arc`, or any file of
 //! that format, zstd-compressed or not) through the shared page cache: a file of the
-//! trace's size, several hosts each replaying its share of the requests, a cache of a
-//! given number of 4 KiB pages. Prints the hit ratio, throughput and evictions, beside the
-//! hit ratio an exact LRU cache of the same size gets on the same trace (computed here).
+//! trace's size, a cache of a given number of 4 KiB pages. One host replays the whole
+//! trace in order, and its hit ratio stands beside the one an exact LRU cache of the same
+//! size gets on the same order (computed here). Then several hosts replay it together,
+//! each its share of the requests, and the example reports what sharing the cache gave.
 //!
 //! ```text
 //! cargo run --release --example pagecache_trace -- --trace ../shared/traces/arc/OLTP.lis.zst
@@ -12,28 +13,36 @@
 //! Traces: N. Megiddo and D. S. Modha, "ARC: A Self-Tuning, Low Overhead Replacement
 //! Cache", USENIX FAST 2003.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
+use megalon::core::limits::MAX_HOSTS_LIMIT;
 use megalon::core::{Backing, Join, MemoryKind};
-use megalon_pagecache::{PageCache, PageCacheConfig, PageCacheOptions, PageCacheStats};
+use megalon::pagecache::{
+    Error, PageCache, PageCacheConfig, PageCacheOptions, PageCacheStats, MAX_CACHE_PAGES,
+};
 use megalon_workload::trace::{LruSimulator, Trace, BLOCK_SIZE_BYTES};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum MemoryArg {
-    /// This machine's memory with real cache-maintenance instructions.
-    Hardware,
-    /// A simulated non-coherent cache per host.
-    Simulated,
-}
+mod common;
 
-/// Replay a block trace through the shared page cache and compare with an exact LRU.
+/// Replay a block-read trace through megalon's shared page cache, and set its hit ratio
+/// beside an exact LRU's of the same size.
+///
+/// The trace's blocks are read from a sparse file of the trace's size through a page
+/// cache of `--cache-pages` 4 KiB pages held in the pod (CLOCK eviction). First one host
+/// replays every request in trace order: the same page order an exact LRU of the same
+/// size sees, so the two hit ratios compare. Then, with `--hosts` above 1, that many
+/// hosts replay the trace together, request i on host i mod hosts, concurrently: the
+/// order in which the cache sees the pages depends on how the hosts interleave, so this
+/// run's hit ratio differs from the 1-host one and from run to run, and is reported on its
+/// own.
 #[derive(Debug, Parser)]
-#[command(about)]
+#[command(name = "pagecache_trace")]
 struct Args {
     /// The trace (lines of: first 512-byte block, blocks, ignored, request number).
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/traces/arc/OLTP.lis.zst"))]
@@ -41,15 +50,20 @@ struct Args {
     /// Cache size in 4 KiB pages (default: 5% of the pages the trace touches).
     #[arg(long)]
     cache_pages: Option<u64>,
-    /// Hosts sharing the cache; request i goes to host i mod hosts.
+    /// Hosts sharing the cache in the second replay; request i goes to host i mod hosts.
+    /// 1: only the replay in trace order.
     #[arg(long, default_value_t = 2)]
-    hosts: usize,
+    hosts: u32,
     /// Replay only the first this many requests.
     #[arg(long)]
     limit: Option<usize>,
-    /// Memory the hosts use.
-    #[arg(long, value_enum, default_value_t = MemoryArg::Hardware)]
-    memory: MemoryArg,
+    /// Memory the hosts use: this machine's, with real cache-maintenance instructions, or
+    /// a simulated non-coherent cache per host.
+    #[arg(long, default_value = "hardware", value_parser = common::memory_kind())]
+    memory: MemoryKind,
+    /// Seed of the simulated memory.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
     /// The data file (default: a new sparse file in the temporary directory, removed at
     /// the end).
     #[arg(long)]
@@ -59,17 +73,28 @@ struct Args {
     quiet: bool,
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = Args::parse();
+fn main() -> ExitCode {
+    common::exit_code(run(&Args::parse()))
+}
+
+fn run(args: &Args) -> common::Result {
     if args.hosts == 0 {
-        return Err("--hosts must be at least 1".into());
+        return Err("--hosts 0: at least 1 is needed".into());
     }
     let started = Instant::now();
     let trace = Trace::open(&args.trace)?;
     let requests = &trace.requests()[..args.limit.unwrap_or(usize::MAX).min(trace.request_count())];
+    if requests.is_empty() {
+        return Err(format!("{}: no requests to replay", args.trace.display()).into());
+    }
     let trace = Trace::from_requests(requests.to_vec());
     let distinct = trace.distinct_page_count();
     let cache_pages = args.cache_pages.unwrap_or((distinct as u64 / 20).max(16));
+    // Refuse a cache or a count of hosts the page cache cannot make before replaying.
+    for hosts in [1, args.hosts] {
+        let config = PageCacheConfig::new(cache_pages).max_hosts(hosts);
+        config.pod_config().map_err(explain)?;
+    }
     println!(
         "trace {}: {} requests, {} page accesses over {} distinct pages (read in {:.2} s)",
         args.trace.display(),
@@ -77,6 +102,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         trace.page_access_count(),
         distinct,
         started.elapsed().as_secs_f64()
+    );
+    println!(
+        "cache: {} pages ({:.1}% of the trace's pages), CLOCK eviction, {} memory",
+        cache_pages,
+        cache_pages as f64 * 100.0 / distinct.max(1) as f64,
+        args.memory
     );
 
     // The exact LRU of the same size, on the same page sequence.
@@ -98,71 +129,113 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .truncate(false)
         .read(true)
         .write(true)
-        .open(&path)?;
+        .open(&path)
+        .map_err(|e| format!("opening the data file {}: {e}", path.display()))?;
     if file.metadata()?.len() < trace.size_bytes() {
         file.set_len(trace.size_bytes())?;
     }
     drop(file);
-    let result = replay(&args, &trace, cache_pages, &path);
+    let result = replay_both(args, &trace, cache_pages, &path, lru.hit_ratio());
     if remove {
         let _ = std::fs::remove_file(&path);
     }
-    let (stats, seconds) = result?;
+    result
+}
 
-    let accesses = stats.hits + stats.misses;
-    let hit_ratio = stats.hits as f64 / accesses.max(1) as f64;
+/// The replay in trace order beside LRU's hit ratio, then the shared one, if `--hosts`
+/// asks for more than 1.
+fn replay_both(
+    args: &Args,
+    trace: &Trace,
+    cache_pages: u64,
+    path: &Path,
+    lru_hit_ratio: f64,
+) -> common::Result {
+    let (stats, seconds) = replay(args, trace, cache_pages, path, 1)?;
+    println!("1 host, every request in trace order (the order the LRU sees):");
     println!(
-        "cache: {} pages ({:.1}% of the trace's pages), {} hosts, {} memory",
-        cache_pages,
-        cache_pages as f64 * 100.0 / distinct.max(1) as f64,
-        args.hosts,
-        format!("{:?}", args.memory).to_lowercase()
+        "  hit ratio {:.2}%   exact LRU of {cache_pages} pages, same order: {:.2}%",
+        hit_ratio(&stats) * 100.0,
+        lru_hit_ratio * 100.0
     );
+    print_replay(trace, &stats, seconds);
+    if args.hosts > 1 {
+        let (stats, seconds) = replay(args, trace, cache_pages, path, args.hosts)?;
+        println!(
+            "{hosts} hosts sharing the cache, request i on host i mod {hosts}, concurrently:",
+            hosts = args.hosts
+        );
+        println!(
+            "  hit ratio {:.2}% (the hosts interleave in no fixed order: this varies from run \
+             to run, and is not LRU's order)",
+            hit_ratio(&stats) * 100.0
+        );
+        print_replay(trace, &stats, seconds);
+    }
+    Ok(())
+}
+
+fn hit_ratio(stats: &PageCacheStats) -> f64 {
+    stats.hits as f64 / (stats.hits + stats.misses).max(1) as f64
+}
+
+/// Throughput and counters of one replay.
+fn print_replay(trace: &Trace, stats: &PageCacheStats, seconds: f64) {
     println!(
-        "replay: {} requests in {:.2} s: {:.0} requests/s, {:.0} page accesses/s",
+        "  {} requests in {:.2} s: {:.0} requests/s, {:.0} page accesses/s",
         trace.request_count(),
         seconds,
         trace.request_count() as f64 / seconds,
-        accesses as f64 / seconds
+        (stats.hits + stats.misses) as f64 / seconds
     );
     println!(
-        "hit ratio: {:.2}% (CLOCK, shared by {} hosts)   exact LRU of {} pages: {:.2}%",
-        hit_ratio * 100.0,
-        args.hosts,
-        cache_pages,
-        lru.hit_ratio() * 100.0
-    );
-    println!(
-        "hits {}, misses {}, admissions {} (lost to another host: {}), evictions {}",
+        "  hits {}, misses {}, admissions {} (lost to another host: {}), evictions {}",
         stats.hits, stats.misses, stats.admissions, stats.admissions_lost, stats.evictions
     );
     println!(
-        "protocol: {} object reads, {} read retries, {} creates, {} deletes, {} lines invalidated",
+        "  protocol: {} object reads, {} read retries, {} creates, {} deletes, {} lines invalidated",
         stats.core.reads,
         stats.core.read_retries(),
         stats.core.creates,
         stats.core.deletes,
         stats.core.lines_invalidated
     );
-    Ok(())
 }
 
-/// Replays the trace on `hosts` hosts; returns their summed counters and the seconds.
+/// The page cache's refusal of a configuration, said with the flag that set the value
+/// and the limit it breaks.
+fn explain(error: Error) -> Box<dyn std::error::Error> {
+    match &error {
+        Error::BadConfig {
+            parameter: "max_hosts",
+            value,
+            ..
+        } => format!("--hosts {value}: a pod holds 1 to {MAX_HOSTS_LIMIT} hosts ({error})").into(),
+        Error::BadConfig {
+            parameter: "cache_pages",
+            value,
+            ..
+        } => format!("--cache-pages {value}: a cache holds 1 to {MAX_CACHE_PAGES} pages ({error})")
+            .into(),
+        _ => error.into(),
+    }
+}
+
+/// Replays the trace on `hosts` hosts of a new pod, request i on host i mod `hosts`;
+/// returns their summed counters and the seconds.
 fn replay(
     args: &Args,
     trace: &Trace,
     cache_pages: u64,
-    path: &std::path::Path,
-) -> Result<(PageCacheStats, f64), Box<dyn std::error::Error>> {
-    let config = PageCacheConfig::new(cache_pages).max_hosts(args.hosts as u32);
-    let pod = PageCache::create_pod(&config, Backing::heap())?;
-    let caches = (0..args.hosts)
+    path: &Path,
+    hosts: u32,
+) -> common::Result<(PageCacheStats, f64)> {
+    let config = PageCacheConfig::new(cache_pages).max_hosts(hosts);
+    let pod = PageCache::create_pod(&config, Backing::heap()).map_err(explain)?;
+    let caches = (0..hosts)
         .map(|host| {
-            let memory = match args.memory {
-                MemoryArg::Hardware => MemoryKind::Hardware,
-                MemoryArg::Simulated => MemoryKind::simulated(host as u64 + 1),
-            };
-            PageCache::join(&pod, Join::AnyFree, PageCacheOptions::new().memory(memory))
+            let options = PageCacheOptions::new().memory(args.memory.for_host(args.seed, host));
+            PageCache::join(&pod, Join::AnyFree, options)
         })
         .collect::<Result<Vec<_>, _>>()?;
     let bar = if args.quiet {
@@ -170,24 +243,28 @@ fn replay(
     } else {
         let bar = ProgressBar::new(trace.request_count() as u64);
         bar.set_style(
-            ProgressStyle::with_template("replay [{bar:40}] {percent:>3}% {msg}")
-                .expect("a valid template")
-                .progress_chars("=> "),
+            ProgressStyle::with_template(&format!(
+                "{:>7} [{{bar:40}}] {{percent:>3}}% {{msg}}",
+                format!("{hosts} host{}", if hosts == 1 { "" } else { "s" })
+            ))
+            .expect("a valid template")
+            .progress_chars("=> "),
         );
         bar
     };
     let done = AtomicU64::new(0);
     let began = Instant::now();
-    thread::scope(|scope| -> Result<(), megalon_pagecache::Error> {
+    let step = hosts as usize;
+    thread::scope(|scope| -> Result<(), Error> {
         let workers: Vec<_> = caches
             .iter()
             .enumerate()
             .map(|(host, cache)| {
                 let (done, requests) = (&done, trace.requests());
-                scope.spawn(move || -> Result<(), megalon_pagecache::Error> {
+                scope.spawn(move || -> Result<(), Error> {
                     let file = cache.open(path)?;
                     let mut buf = Vec::new();
-                    for request in requests.iter().skip(host).step_by(args.hosts) {
+                    for request in requests.iter().skip(host).step_by(step) {
                         let len = (request.block_count() * BLOCK_SIZE_BYTES) as usize;
                         buf.resize(len, 0);
                         cache.read(file, request.first_block() * BLOCK_SIZE_BYTES, &mut buf)?;
@@ -223,4 +300,40 @@ fn replay(
         total.core = total.core + s.core;
     }
     Ok((total, seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_with(flags: &[&str]) -> common::Result {
+        let args =
+            Args::try_parse_from(std::iter::once("pagecache_trace").chain(flags.iter().copied()))?;
+        run(&args)
+    }
+
+    #[test]
+    fn a_missing_trace_is_one_line_naming_it() {
+        let error = run_with(&["--trace", "/nonexistent.zst", "--quiet"]).unwrap_err();
+        assert_eq!(
+            common::error_line(&*error),
+            "error: reading trace /nonexistent.zst: No such file or directory (os error 2)"
+        );
+    }
+
+    #[test]
+    fn a_refused_configuration_names_the_flag_and_the_limit() {
+        let error = PageCacheConfig::new(16)
+            .max_hosts(100)
+            .pod_config()
+            .unwrap_err();
+        assert_eq!(
+            explain(error).to_string(),
+            "--hosts 100: a pod holds 1 to 64 hosts (max_hosts = 100 is invalid: above its limit)"
+        );
+        let error = PageCacheConfig::new(0).pod_config().unwrap_err();
+        assert!(explain(error)
+            .to_string()
+            .starts_with("--cache-pages 0: a cache holds 1 to "));
+    }
 }
