@@ -6,11 +6,31 @@
 //! cargo run --example quickstart
 //! ```
 
+use std::process::ExitCode;
 use std::sync::Arc;
 
+use clap::Parser;
 use megalon::core::{Backing, Host, Join, MemoryKind, Pod, PodConfig};
 
-fn main() -> Result<(), megalon::Error> {
+mod common;
+
+/// The first thing to run: a tour of a pod, and of a stale read on non-coherent memory.
+///
+/// Creates a pod in this process, prints its layout and how its coherent region (SCR) is
+/// used, then lets one host write a slot of the non-coherent region (LNR) and another
+/// read it: on the simulated non-coherent memory the reader sees the old value until it
+/// invalidates its cache lines. Last, two hosts share an object through the object
+/// protocol, which does the invalidating: every read is fresh with no flush by hand.
+#[derive(Debug, Parser)]
+#[command(name = "quickstart")]
+struct Args {}
+
+fn main() -> ExitCode {
+    let Args {} = Args::parse();
+    common::exit_code(tour().map_err(Into::into))
+}
+
+fn tour() -> Result<(), megalon::core::Error> {
     let config = PodConfig::new()
         .scr_bytes(1 << 20)
         .lnr_bytes(16 << 20)
