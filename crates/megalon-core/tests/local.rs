@@ -2,50 +2,30 @@
 //! non-coherent memory: when objects move, where reads and writes go, what other hosts
 //! see, and what happens when the host that holds an object stops answering.
 
-use std::sync::Arc;
+mod common;
+
 use std::time::{Duration, Instant};
 
-use megalon_core::{
-    limits::DEFAULT_PARTITION_ACCESSES, Backing, Coherence, Error, Host, HostOptions, Join, Layout,
-    MemoryKind, Pod, PodConfig, SimulatedConfig,
-};
+use common::{config, heap_pod as pod, host, join, read, small_cache, two_hosts, value, SLOT};
+use megalon_core::{limits::DEFAULT_PARTITION_ACCESSES, Coherence, Error, Host, Layout, PodConfig};
 
-const SLOT: usize = 256;
-
-fn config() -> PodConfig {
-    PodConfig::new()
-        .scr_bytes(64 << 10)
-        .lnr_bytes(1 << 20)
-        .slot_size_bytes(SLOT as u64)
-        .max_key_bytes(48)
-        .log_capacity_entries(256)
-        .max_hosts(4)
+/// Hosts a (seed 1) and b (seed 2) on a new pod of `config`, and the object `k`, created
+/// by a.
+fn a_and_b_with_k(config: PodConfig) -> (Host, Host) {
+    let (a, b) = two_hosts(&pod(&config), small_cache, 1);
+    a.create(b"k", &value(0)).unwrap();
+    (a, b)
 }
 
-fn pod(config: &PodConfig) -> Arc<Pod> {
-    Arc::new(Pod::create(config, Backing::heap()).expect("pod"))
+/// Host `a` reads `k` twice: with partitions after two accesses, that moves `k` to a's
+/// DRAM.
+fn two_reads_of_k(a: &Host) {
+    read(a, b"k");
+    read(a, b"k");
 }
 
-fn options(seed: u64) -> HostOptions {
-    HostOptions::new().memory(MemoryKind::Simulated(SimulatedConfig {
-        seed,
-        capacity_lines: 512,
-        random_eviction_one_in: 64,
-    }))
-}
-
-fn host(pod: &Arc<Pod>, seed: u64) -> Host {
-    Host::join(pod, Join::AnyFree, options(seed)).expect("join")
-}
-
-fn value(tag: u8) -> Vec<u8> {
-    (0..SLOT).map(|i| tag.wrapping_add(i as u8)).collect()
-}
-
-fn read(host: &Host, key: &[u8]) -> Vec<u8> {
-    let mut buf = vec![0u8; SLOT];
-    host.read(key, &mut buf).expect("read");
-    buf
+fn read_err(host: &Host, key: &[u8]) -> Error {
+    host.read(key, &mut [0u8; SLOT]).expect_err("read fails")
 }
 
 #[test]
@@ -73,10 +53,7 @@ fn both_are_off_by_default() {
 
 #[test]
 fn an_object_moves_after_n_accesses_and_another_host_brings_it_back() {
-    let pod = pod(&config().local_partitions(DEFAULT_PARTITION_ACCESSES));
-    let a = host(&pod, 1);
-    let b = host(&pod, 2);
-    a.create(b"k", &value(0)).unwrap();
+    let (a, b) = a_and_b_with_k(config().local_partitions(DEFAULT_PARTITION_ACCESSES));
     // b caches the object's lines now: they must not be served once it comes back.
     assert_eq!(read(&b, b"k"), value(0));
     for round in 1..=DEFAULT_PARTITION_ACCESSES as u8 {
@@ -114,10 +91,7 @@ fn an_object_moves_after_n_accesses_and_another_host_brings_it_back() {
 fn a_read_shared_object_written_in_dram_is_read_fresh_by_the_host_that_cached_it() {
     // Written only in a's DRAM, the object never gets a record: b reads it read-shared,
     // without checking a counter, so only the moves' log events can drop b's old lines.
-    let pod = pod(&config().local_partitions(2));
-    let a = host(&pod, 1);
-    let b = host(&pod, 2);
-    a.create(b"k", &value(0)).unwrap();
+    let (a, b) = a_and_b_with_k(config().local_partitions(2));
     for round in 1..5u8 {
         // b caches the lines. Each time b asked the object back, a needs twice the
         // accesses to move it again.
@@ -134,10 +108,7 @@ fn a_read_shared_object_written_in_dram_is_read_fresh_by_the_host_that_cached_it
 
 #[test]
 fn accesses_from_two_hosts_in_turn_never_move_the_object() {
-    let pod = pod(&config().local_partitions(3));
-    let a = host(&pod, 1);
-    let b = host(&pod, 2);
-    a.create(b"k", &value(0)).unwrap();
+    let (a, b) = a_and_b_with_k(config().local_partitions(3));
     for round in 0..40u8 {
         let (writer, reader) = if round % 2 == 0 { (&a, &b) } else { (&b, &a) };
         writer.write(b"k", &value(round)).unwrap();
@@ -148,10 +119,7 @@ fn accesses_from_two_hosts_in_turn_never_move_the_object() {
 
 #[test]
 fn an_object_asked_back_needs_twice_the_accesses_to_move_again() {
-    let pod = pod(&config().local_partitions(2));
-    let a = host(&pod, 1);
-    let b = host(&pod, 2);
-    a.create(b"k", &value(0)).unwrap();
+    let (a, b) = a_and_b_with_k(config().local_partitions(2));
     let moves = |host: &Host| host.events().moves_to_host;
     let bounce = |expected_accesses: u64| {
         let before = moves(&a);
@@ -204,11 +172,9 @@ fn a_new_object_in_a_reused_slot_starts_with_fresh_counts() {
 
 #[test]
 fn a_local_read_waits_for_a_slow_local_write_instead_of_failing() {
-    let pod = pod(&config().local_partitions(2));
-    let a = host(&pod, 1);
+    let a = host(&pod(&config().local_partitions(2)), 1);
     a.create(b"k", &value(0)).unwrap();
-    read(&a, b"k");
-    read(&a, b"k");
+    two_reads_of_k(&a);
     assert_eq!(a.inspect().local_objects(), (1, 0));
     let started = Instant::now();
     std::thread::scope(|scope| {
@@ -232,14 +198,12 @@ fn a_local_read_waits_for_a_slow_local_write_instead_of_failing() {
 fn two_hosts_asking_each_other_at_once_both_get_answers_without_pumps() {
     // No pumps: a host's ring is served only by its own threads' operations and by its
     // threads while they wait on another host's answer.
-    let pod = pod(&config().local_partitions(2));
     let options = |seed| {
-        options(seed)
+        small_cache(seed)
             .pump_interval(None)
             .wait_limit(Duration::from_secs(5))
     };
-    let a = Host::join(&pod, Join::AnyFree, options(1)).unwrap();
-    let b = Host::join(&pod, Join::AnyFree, options(2)).unwrap();
+    let (a, b) = two_hosts(&pod(&config().local_partitions(2)), options, 1);
     a.create(b"in-a", &value(1)).unwrap();
     b.create(b"in-b", &value(2)).unwrap();
     for _ in 0..2 {
@@ -278,12 +242,8 @@ fn two_hosts_asking_each_other_at_once_both_get_answers_without_pumps() {
 
 #[test]
 fn deleting_an_object_in_another_hosts_dram_brings_it_back_first() {
-    let pod = pod(&config().local_partitions(2));
-    let a = host(&pod, 1);
-    let b = host(&pod, 2);
-    a.create(b"k", &value(0)).unwrap();
-    read(&a, b"k");
-    read(&a, b"k");
+    let (a, b) = a_and_b_with_k(config().local_partitions(2));
+    two_reads_of_k(&a);
     assert_eq!(a.lookup(b"k").unwrap().unwrap().local_owner, Some(a.id()));
     b.delete(b"k").unwrap();
     assert!(matches!(read_err(&a, b"k"), Error::UnknownKey));
@@ -293,14 +253,9 @@ fn deleting_an_object_in_another_hosts_dram_brings_it_back_first() {
     assert_eq!(read(&a, b"k"), value(7));
 }
 
-fn read_err(host: &Host, key: &[u8]) -> Error {
-    host.read(key, &mut [0u8; SLOT]).expect_err("read fails")
-}
-
 #[test]
 fn the_ticket_calls_bring_an_object_back_to_cxl() {
-    let pod = pod(&config().local_partitions(2));
-    let a = host(&pod, 1);
+    let a = host(&pod(&config().local_partitions(2)), 1);
     a.create(b"k", &value(0)).unwrap();
     a.write(b"k", &value(1)).unwrap();
     a.write(b"k", &value(2)).unwrap();
@@ -317,9 +272,7 @@ fn the_ticket_calls_bring_an_object_back_to_cxl() {
 
 #[test]
 fn a_host_that_leaves_moves_its_objects_back() {
-    let pod = pod(&config().local_partitions(2));
-    let a = host(&pod, 1);
-    let b = host(&pod, 2);
+    let (a, b) = two_hosts(&pod(&config().local_partitions(2)), small_cache, 1);
     for i in 0..10u8 {
         let key = [b'k', i];
         a.create(&key, &value(i)).unwrap();
@@ -339,10 +292,9 @@ fn an_unresponsive_holder_makes_the_requester_fail_not_hang() {
     let pod = pod(&config().local_partitions(2));
     let a = host(&pod, 1);
     let limit = Duration::from_millis(300);
-    let b = Host::join(&pod, Join::AnyFree, options(2).wait_limit(limit)).unwrap();
+    let b = join(&pod, small_cache(2).wait_limit(limit));
     a.create(b"k", &value(0)).unwrap();
-    read(&a, b"k");
-    read(&a, b"k");
+    two_reads_of_k(&a);
     assert_eq!(a.inspect().local_objects(), (1, 0));
     a.set_serving(false); // a stops answering, its object in its DRAM
     for attempt in 0..2 {
@@ -364,10 +316,7 @@ fn an_unresponsive_holder_makes_the_requester_fail_not_hang() {
 
 #[test]
 fn a_copy_is_read_locally_and_a_write_invalidates_it_without_waiting() {
-    let pod = pod(&config().local_copies(3));
-    let a = host(&pod, 1);
-    let b = host(&pod, 2);
-    a.create(b"k", &value(0)).unwrap();
+    let (a, b) = a_and_b_with_k(config().local_copies(3));
     for _ in 0..3 {
         assert_eq!(read(&b, b"k"), value(0));
     }
