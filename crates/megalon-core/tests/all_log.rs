@@ -2,41 +2,27 @@
 //! of one process, on simulated non-coherent memory: locks and counters replicated
 //! through the log, no coherence record ever allocated.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::{
+    config, heap_pod, host, join, partial_write_over_stale_lines, read, small_cache, two_hosts,
+    value, write_on_one_read_on_both, SLOT,
+};
 use megalon_core::{
-    event::Event, inspect::ReplicatedLock, Backing, Coherence, Error, Host, HostOptions, Join,
-    MemoryKind, Pod, PodConfig, SimulatedConfig,
+    event::Event, inspect::ReplicatedLock, Coherence, Error, Host, HostOptions, Pod,
 };
 
 fn pod() -> Arc<Pod> {
-    let config = PodConfig::new()
-        .scr_bytes(64 << 10)
-        .lnr_bytes(1 << 20)
-        .slot_size_bytes(256)
-        .max_key_bytes(48)
-        .log_capacity_entries(256)
-        .max_hosts(4)
-        .coherence(Coherence::AllLog);
-    Arc::new(Pod::create(&config, Backing::heap()).expect("pod"))
+    heap_pod(&config().coherence(Coherence::AllLog))
 }
 
-/// Simulated memory; `eviction_one_in` 0 keeps every cached line until it is flushed.
-fn options(seed: u64, eviction_one_in: u64) -> HostOptions {
-    HostOptions::new().memory(MemoryKind::Simulated(SimulatedConfig {
-        seed,
-        capacity_lines: 512,
-        random_eviction_one_in: eviction_one_in,
-    }))
-}
-
-fn host(pod: &Arc<Pod>, seed: u64) -> Host {
-    Host::join(pod, Join::AnyFree, options(seed, 64)).expect("join")
-}
-
-fn value(tag: u8) -> Vec<u8> {
-    (0..256).map(|i| tag.wrapping_add(i as u8)).collect()
+/// A small simulated cache that never evicts at random: every cached line stays until it
+/// is flushed.
+fn sticky(seed: u64) -> HostOptions {
+    HostOptions::new().memory(common::simulated(seed, 512, 0))
 }
 
 /// How many `Lock` and `Unlock` events the log holds so far.
@@ -52,20 +38,8 @@ fn lock_events_in_log(host: &Host) -> (usize, usize) {
 
 #[test]
 fn every_write_is_a_lock_and_an_unlock_event_and_no_record_is_allocated() {
-    let pod = pod();
-    let a = host(&pod, 1);
-    let b = host(&pod, 2);
-    a.create(b"k", &value(0)).unwrap();
-    let mut buf = vec![0u8; 256];
-    b.read(b"k", &mut buf).unwrap(); // b caches the object's lines
-    assert_eq!(buf, value(0));
-    for round in 1..20u8 {
-        a.write(b"k", &value(round)).unwrap();
-        b.read(b"k", &mut buf).unwrap();
-        assert_eq!(buf, value(round), "round {round}");
-        a.read(b"k", &mut buf).unwrap();
-        assert_eq!(buf, value(round));
-    }
+    let (a, b) = two_hosts(&pod(), small_cache, 1);
+    write_on_one_read_on_both(&a, &b);
     let events = a.events();
     assert_eq!(
         (events.writes, events.lock_events, events.unlock_events),
@@ -89,9 +63,10 @@ fn every_write_is_a_lock_and_an_unlock_event_and_no_record_is_allocated() {
 
 #[test]
 fn a_split_pod_has_no_replicated_locks_and_no_lock_events() {
-    let config = PodConfig::new().scr_bytes(64 << 10).lnr_bytes(1 << 20);
-    let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
-    let a = host(&pod, 3);
+    let config = megalon_core::PodConfig::new()
+        .scr_bytes(64 << 10)
+        .lnr_bytes(1 << 20);
+    let a = host(&heap_pod(&config), 3);
     a.create(b"k", &value(0)).unwrap();
     a.write(b"k", &value(1)).unwrap();
     assert_eq!(a.inspect().replicated_lock(b"k").unwrap(), None);
@@ -104,18 +79,13 @@ fn a_split_pod_has_no_replicated_locks_and_no_lock_events() {
 fn a_write_in_progress_holds_off_writers_readers_and_deleters_by_name() {
     let pod = pod();
     let a = host(&pod, 4);
-    let b = Host::join(
-        &pod,
-        Join::AnyFree,
-        options(5, 64).wait_limit(Duration::from_millis(50)),
-    )
-    .unwrap();
+    let b = join(&pod, small_cache(5).wait_limit(Duration::from_millis(50)));
     a.create(b"k", &value(1)).unwrap();
     let ticket = a.write_start(b"k").unwrap();
     assert_eq!(ticket.record(), megalon_core::event::NO_RECORD);
     let held = b.inspect().replicated_lock(b"k").unwrap().unwrap();
     assert_eq!(held.holder, Some(a.id()));
-    let mut buf = vec![0u8; 256];
+    let mut buf = vec![0u8; SLOT];
     for (what, result) in [
         ("write", b.write(b"k", &value(9)).map(drop)),
         ("read", b.read(b"k", &mut buf).map(drop)),
@@ -129,8 +99,11 @@ fn a_write_in_progress_holds_off_writers_readers_and_deleters_by_name() {
     assert!(b.events().waits_for_writer > 0);
     a.memory().write(ticket.offset(), &value(2));
     a.write_end(ticket).unwrap();
-    b.read(b"k", &mut buf).unwrap();
-    assert_eq!(buf, value(2), "the refused calls changed nothing");
+    assert_eq!(
+        read(&b, b"k"),
+        value(2),
+        "the refused calls changed nothing"
+    );
     b.delete(b"k").unwrap();
     assert!(matches!(a.read(b"k", &mut buf), Err(Error::UnknownKey)));
     assert!(matches!(a.write(b"k", &value(3)), Err(Error::UnknownKey)));
@@ -138,8 +111,7 @@ fn a_write_in_progress_holds_off_writers_readers_and_deleters_by_name() {
     assert_eq!(b.events().lock_events, 1);
     assert_eq!(lock_events_in_log(&a), (2, 1));
     b.create(b"k", &value(4)).unwrap();
-    a.read(b"k", &mut buf).unwrap();
-    assert_eq!(buf, value(4));
+    assert_eq!(read(&a, b"k"), value(4));
     assert_eq!(
         a.inspect().replicated_lock(b"k").unwrap().unwrap().counter,
         0,
@@ -149,11 +121,9 @@ fn a_write_in_progress_holds_off_writers_readers_and_deleters_by_name() {
 
 #[test]
 fn a_reader_overlapping_a_write_or_a_delete_retries() {
-    let pod = pod();
-    let a = host(&pod, 6);
-    let b = host(&pod, 7);
+    let (a, b) = two_hosts(&pod(), small_cache, 6);
     a.create(b"k", &value(1)).unwrap();
-    let mut copy = vec![0u8; 256];
+    let mut copy = vec![0u8; SLOT];
     let ticket = b.read_start(b"k").unwrap();
     b.memory().read(ticket.offset(), &mut copy);
     a.write(b"k", &value(2)).unwrap();
@@ -161,8 +131,7 @@ fn a_reader_overlapping_a_write_or_a_delete_retries() {
         !b.read_end(ticket).unwrap(),
         "the write invalidates the read"
     );
-    b.read(b"k", &mut copy).unwrap();
-    assert_eq!(copy, value(2));
+    assert_eq!(read(&b, b"k"), value(2));
     let ticket = b.read_start(b"k").unwrap();
     b.memory().read(ticket.offset(), &mut copy);
     a.delete(b"k").unwrap();
@@ -179,16 +148,14 @@ fn a_reader_overlapping_a_write_in_progress_retries() {
     // The reader starts, then a writer on another host locks and writes part of the
     // object, its dirty lines reach memory (as an eviction may do), and the reader copies:
     // the Lock alone must make the read fail, before any Unlock.
-    let pod = pod();
-    let a = Host::join(&pod, Join::AnyFree, options(12, 0)).unwrap();
-    let b = Host::join(&pod, Join::AnyFree, options(13, 0)).unwrap();
+    let (a, b) = two_hosts(&pod(), sticky, 12);
     a.create(b"k", &value(1)).unwrap();
     let ticket = b.read_start(b"k").unwrap();
     let write = a.write_start(b"k").unwrap();
     a.memory().write(write.offset(), &[0xee; 64]);
     a.memory().write_back(write.offset(), 64);
     a.memory().fence();
-    let mut copy = vec![0u8; 256];
+    let mut copy = vec![0u8; SLOT];
     b.memory().read(ticket.offset(), &mut copy);
     assert_eq!(&copy[..64], &[0xee; 64], "the copy is torn");
     assert!(
@@ -196,10 +163,9 @@ fn a_reader_overlapping_a_write_in_progress_retries() {
         "the Lock invalidates the read"
     );
     a.write_end(write).unwrap();
-    b.read(b"k", &mut copy).unwrap();
     let mut expected = value(1);
     expected[..64].fill(0xee);
-    assert_eq!(copy, expected);
+    assert_eq!(read(&b, b"k"), expected);
 }
 
 #[test]
@@ -207,23 +173,13 @@ fn a_partial_write_keeps_the_other_hosts_bytes() {
     // b caches the object, a rewrites all of it, then b writes 8 bytes into its first
     // line: the rest of that line must be a's bytes. Random eviction is off so that b's
     // cached lines stay until something drops them.
-    let pod = pod();
-    let a = Host::join(&pod, Join::AnyFree, options(8, 0)).unwrap();
-    let b = Host::join(&pod, Join::AnyFree, options(9, 0)).unwrap();
+    let (a, b) = two_hosts(&pod(), sticky, 8);
     a.create(b"k", &value(0)).unwrap();
-    let mut buf = vec![0u8; 256];
-    b.read(b"k", &mut buf).unwrap();
-    a.write(b"k", &value(2)).unwrap();
-    b.write_at(b"k", 0, &[0xee; 8]).unwrap();
-    let mut expected = value(2);
-    expected[..8].fill(0xee);
-    a.read(b"k", &mut buf).unwrap();
-    assert_eq!(buf, expected);
+    let mut expected = partial_write_over_stale_lines(&a, &b);
     // A partial write on top of the writer's own current lines.
     b.write_at(b"k", 200, &[0xdd; 8]).unwrap();
     expected[200..208].fill(0xdd);
-    a.read(b"k", &mut buf).unwrap();
-    assert_eq!(buf, expected);
+    assert_eq!(read(&a, b"k"), expected);
     let (old, _) = a
         .update(b"k", |bytes| {
             let old = bytes[0];
@@ -233,23 +189,18 @@ fn a_partial_write_keeps_the_other_hosts_bytes() {
         .unwrap();
     assert_eq!(old, 0xee);
     expected[0] = 0x11;
-    b.read(b"k", &mut buf).unwrap();
-    assert_eq!(buf, expected);
+    assert_eq!(read(&b, b"k"), expected);
 }
 
 #[test]
 fn a_write_reaches_memory_before_its_unlock() {
     // Nothing evicts a's dirty lines: only the write-back before the Unlock puts them in
     // memory, where b (whose replay of the Unlock dropped its lines) reads them.
-    let pod = pod();
-    let a = Host::join(&pod, Join::AnyFree, options(10, 0)).unwrap();
-    let b = Host::join(&pod, Join::AnyFree, options(11, 0)).unwrap();
+    let (a, b) = two_hosts(&pod(), sticky, 10);
     a.create(b"k", &value(0)).unwrap();
-    let mut buf = vec![0u8; 256];
     for round in 1..4u8 {
         a.write(b"k", &value(round)).unwrap();
-        b.read(b"k", &mut buf).unwrap();
-        assert_eq!(buf, value(round), "round {round}");
+        assert_eq!(read(&b, b"k"), value(round), "round {round}");
     }
 }
 
