@@ -126,14 +126,16 @@ impl PageCacheConfig {
                 return Err(Error::BadConfig {
                     parameter,
                     value,
-                    reason: "below the minimum of 1",
+                    reason: "below the minimum of",
+                    bound: least,
                 });
             }
             if value > most {
                 return Err(Error::BadConfig {
                     parameter,
                     value,
-                    reason: "above its limit",
+                    reason: "above the limit of",
+                    bound: most,
                 });
             }
         }

@@ -66,14 +66,16 @@ pub enum Error {
         reason: &'static str,
     },
     /// A configuration parameter is outside its limits.
-    #[error("{parameter} = {value} is invalid: {reason}")]
+    #[error("{parameter} = {value} is invalid: {reason} {bound}")]
     BadConfig {
         /// The configuration field.
         parameter: &'static str,
         /// The value given.
         value: u64,
-        /// Which limit it breaks.
+        /// Which limit it breaks: "below the minimum of" or "above the limit of".
         reason: &'static str,
+        /// The limit.
+        bound: u64,
     },
     /// A page's admission lock stayed held past the host's wait limit.
     #[error("admission lock {lock} stayed held by host {holder_host} for {waited_ms} ms")]
