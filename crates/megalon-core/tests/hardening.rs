@@ -5,52 +5,45 @@
 //! memory unless a test says why not. (Windows that need a preempted thread are in
 //! `tests/windows.rs`, behind the `chaos` feature.)
 
-use std::sync::Arc;
+mod common;
+
 use std::time::Duration;
 
-use megalon_core::{
-    Backing, Error, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, ReleaseHook,
-    SimulatedConfig,
-};
+use common::{config, heap_pod, join, read, simulated, value, SLOT};
+use megalon_core::{Error, Host, HostOptions, Join, ReleaseHook};
 
-const SLOT: usize = 256;
-
-fn pod(record_width_bits: u32, log_entries: u64) -> Arc<Pod> {
-    let config = PodConfig::new()
-        .scr_bytes(64 << 10)
-        .lnr_bytes(1 << 20)
-        .slot_size_bytes(SLOT as u64)
-        .max_key_bytes(48)
-        .log_capacity_entries(log_entries)
-        .record_width_bits(record_width_bits)
-        .max_hosts(4);
-    Arc::new(Pod::create(&config, Backing::heap()).expect("pod"))
-}
-
-/// Simulated memory that never evicts at random: a stale line stays until a flush.
-fn sticky(seed: u64) -> MemoryKind {
-    MemoryKind::Simulated(SimulatedConfig {
-        seed,
-        capacity_lines: 4096,
-        random_eviction_one_in: 0,
-    })
-}
-
+/// Simulated memory that never evicts at random (a stale line stays until a flush), no
+/// background reclaim, short waits.
 fn options(seed: u64) -> HostOptions {
     HostOptions::new()
-        .memory(sticky(seed))
+        .memory(simulated(seed, 4096, 0))
         .record_watermark(1.0)
         .wait_limit(Duration::from_millis(200))
 }
 
-fn value(tag: u8) -> Vec<u8> {
-    (0..SLOT).map(|i| tag.wrapping_add(i as u8)).collect()
+/// Hosts a and b, with `options(seed)` and `options(seed + 1)`, on a new pod of 32-bit
+/// records and 256 log entries.
+fn two_hosts(seed: u64) -> (Host, Host) {
+    common::two_hosts(&heap_pod(&config()), options, seed)
 }
 
-fn read(host: &Host, key: &[u8]) -> Vec<u8> {
-    let mut buf = vec![0u8; SLOT];
-    host.read(key, &mut buf).expect("read");
-    buf
+/// Runs `call`, which must panic; then no record may be locked on `host`'s pod.
+fn assert_panics_leaving_no_record_locked<R>(host: &Host, call: impl FnOnce() -> R) {
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(call));
+    assert!(panicked.is_err(), "the panic reaches the caller");
+    assert!(host.inspect().record_census().locked.is_empty());
+}
+
+/// `b` writes `k` and `a` reads what it wrote: `k` is neither locked nor stale.
+fn b_writes_k_and_a_reads_it(a: &Host, b: &Host, tag: u8) {
+    b.write(b"k", &value(tag)).unwrap();
+    assert_eq!(read(a, b"k"), value(tag));
+}
+
+/// A create of `k` and a write of it by `a`: `k` holds `value(1)` and has a record.
+fn written_k(a: &Host) {
+    a.create(b"k", &value(0)).unwrap();
+    a.write(b"k", &value(1)).unwrap();
 }
 
 #[test]
@@ -58,7 +51,7 @@ fn a_wrap_the_full_log_refuses_leaves_the_record_unlocked() {
     // 8-bit records wrap every 32 writes; a 16-entry log fills while host 1 lags (no
     // pump, no operations). The write whose wrap event cannot be appended must fail
     // cleanly, and once the laggard catches up every host reads and writes the object.
-    let pod = pod(8, 16);
+    let pod = heap_pod(&config().record_width_bits(8).log_capacity_entries(16));
     let a = Host::join(&pod, Join::As(0), options(1)).unwrap();
     let lagging = Host::join(&pod, Join::As(1), options(2).pump_interval(None)).unwrap();
     a.create(b"k", &value(0)).unwrap();
@@ -109,68 +102,52 @@ fn a_wrap_the_full_log_refuses_leaves_the_record_unlocked() {
 
 #[test]
 fn an_update_whose_closure_panics_ends_the_write_and_unlocks_the_record() {
-    let pod = pod(32, 256);
-    let a = Host::join(&pod, Join::AnyFree, options(3)).unwrap();
-    let b = Host::join(&pod, Join::AnyFree, options(4)).unwrap();
-    a.create(b"k", &value(0)).unwrap();
-    a.write(b"k", &value(1)).unwrap();
-    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    let (a, b) = two_hosts(3);
+    written_k(&a);
+    assert_panics_leaving_no_record_locked(&a, || {
         a.update(b"k", |bytes| {
             bytes[..4].copy_from_slice(b"half");
             panic!("the caller's closure fails midway");
         })
-    }));
-    assert!(panicked.is_err());
-    assert!(a.inspect().record_census().locked.is_empty());
+    });
     // The object is whole (the write ended with the bytes it had: the closure changed a
     // private copy, so the old value) and every host writes it again.
     assert_eq!(read(&b, b"k"), value(1));
-    b.write(b"k", &value(2)).unwrap();
-    assert_eq!(read(&a, b"k"), value(2));
+    b_writes_k_and_a_reads_it(&a, &b, 2);
 }
 
 #[test]
 fn a_write_ticket_dropped_by_a_panic_ends_the_write() {
-    let pod = pod(32, 256);
-    let a = Host::join(&pod, Join::AnyFree, options(5)).unwrap();
-    let b = Host::join(&pod, Join::AnyFree, options(6)).unwrap();
+    let (a, b) = two_hosts(5);
     a.create(b"k", &value(0)).unwrap();
-    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    assert_panics_leaving_no_record_locked(&a, || {
         let ticket = a.write_start(b"k").unwrap();
         ticket.write(0, &value(7)).unwrap();
         panic!("the caller fails before write_end");
-    }));
-    assert!(panicked.is_err());
-    assert!(a.inspect().record_census().locked.is_empty());
+    });
     assert_eq!(read(&b, b"k"), value(7), "the written bytes reached memory");
     b.write(b"k", &value(8)).unwrap();
 }
 
 #[test]
 fn a_panicking_release_hook_leaves_the_record_unlocked() {
-    let pod = pod(32, 256);
+    let pod = heap_pod(&config());
     let hook = ReleaseHook::new(|_| panic!("the hook fails"));
-    let a = Host::join(&pod, Join::AnyFree, options(7).release_hook(hook)).unwrap();
-    let b = Host::join(&pod, Join::AnyFree, options(8)).unwrap();
-    a.create(b"k", &value(0)).unwrap();
-    a.write(b"k", &value(1)).unwrap();
+    let a = join(&pod, options(7).release_hook(hook));
+    let b = join(&pod, options(8));
+    written_k(&a);
     for attempt in [
         &(|| a.make_read_shared(b"k").map(drop)) as &dyn Fn() -> Result<(), Error>,
         &|| a.delete(b"k"),
     ] {
-        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(attempt));
-        assert!(panicked.is_err(), "the hook's panic reaches the caller");
-        assert!(a.inspect().record_census().locked.is_empty());
-        b.write(b"k", &value(2)).unwrap();
-        assert_eq!(read(&a, b"k"), value(2));
+        assert_panics_leaving_no_record_locked(&a, attempt);
+        b_writes_k_and_a_reads_it(&a, &b, 2);
     }
 }
 
 #[test]
 fn ticket_reads_and_writes_stay_inside_the_object() {
-    let pod = pod(32, 256);
-    let a = Host::join(&pod, Join::AnyFree, options(9)).unwrap();
-    let b = Host::join(&pod, Join::AnyFree, options(10)).unwrap();
+    let (a, b) = two_hosts(9);
     a.create(b"k", &value(1)).unwrap();
     a.create(b"neighbour", &value(2)).unwrap();
     let ticket = a.write_start(b"k").unwrap();
@@ -215,11 +192,8 @@ fn a_deallocating_host_drops_its_own_old_lines_of_the_object() {
     // Host a caches version 1; b writes version 2 (a's host counter is now stale, and
     // nothing tells a yet). a then deallocates the record: read-shared objects are read
     // with no check, so the replay of a's own dealloc must drop a's old lines.
-    let pod = pod(32, 256);
-    let a = Host::join(&pod, Join::AnyFree, options(11)).unwrap();
-    let b = Host::join(&pod, Join::AnyFree, options(12)).unwrap();
-    a.create(b"k", &value(0)).unwrap();
-    a.write(b"k", &value(1)).unwrap();
+    let (a, b) = two_hosts(11);
+    written_k(&a);
     assert_eq!(read(&a, b"k"), value(1));
     b.write(b"k", &value(2)).unwrap();
     assert!(a.make_read_shared(b"k").unwrap());
@@ -230,9 +204,7 @@ fn a_deallocating_host_drops_its_own_old_lines_of_the_object() {
 fn a_created_object_is_read_whole_on_another_host() {
     // The creator's bytes must be in memory, not only in its cache, before its create
     // event: another host reads them from memory as soon as it replays the event.
-    let pod = pod(32, 256);
-    let a = Host::join(&pod, Join::AnyFree, options(13)).unwrap();
-    let b = Host::join(&pod, Join::AnyFree, options(14)).unwrap();
+    let (a, b) = two_hosts(13);
     for i in 0..8u8 {
         let key = format!("k{i}");
         a.create(key.as_bytes(), &value(i)).unwrap();
