@@ -174,4 +174,11 @@ impl SchemeHandle for MegalonHandle {
     fn delete(&mut self, key: &[u8]) -> Result<()> {
         Ok(self.host.delete(key)?)
     }
+
+    fn update(&mut self, key: &[u8], change: &mut dyn FnMut(&mut [u8])) -> Result<()> {
+        // The core's update runs `change` between write_start and write_end (or under the
+        // object's local lock in this host's DRAM): nobody else writes it in between.
+        self.host.update(key, |object| change(object))?;
+        Ok(())
+    }
 }

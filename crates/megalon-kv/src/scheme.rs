@@ -72,6 +72,15 @@ pub trait SchemeHandle: Send {
     /// Deletes object `key`. Fails with [`Error::UnknownKey`](crate::Error::UnknownKey)
     /// if it does not exist.
     fn delete(&mut self, key: &[u8]) -> Result<()>;
+
+    /// Read-modify-write of object `key`: `change` gets the object's current bytes (all
+    /// [`Limits::object_bytes`] of them) and changes them in place, holding the object
+    /// throughout, so no other write, update or delete of it comes between what `change`
+    /// read and what it left. `change` runs at most once (exactly once on success).
+    /// Fails with [`Error::UnknownKey`](crate::Error::UnknownKey) if the object does not
+    /// exist (without calling `change`). `change` must not call this scheme: it runs
+    /// holding the object's lock.
+    fn update(&mut self, key: &[u8], change: &mut dyn FnMut(&mut [u8])) -> Result<()>;
 }
 
 /// Bytes of the first part of a read (one cache line): what [`SchemeHandle::read`] hands

@@ -44,6 +44,7 @@ impl<S: Scheme> Store<S> {
             inner: self.scheme.handle(host)?,
             limits: self.scheme.limits(),
             buf: vec![0; self.scheme.limits().object_bytes],
+            new_value: Vec::with_capacity(max_value_bytes(self.scheme.limits())),
         })
     }
 
@@ -76,6 +77,8 @@ pub struct KvHandle<H: SchemeHandle> {
     limits: Limits,
     /// One object's bytes, for framing (the calls do not allocate).
     buf: Vec<u8>,
+    /// The value an update's change builds, kept between calls.
+    new_value: Vec<u8>,
 }
 
 impl<H: SchemeHandle> KvHandle<H> {
@@ -163,5 +166,193 @@ impl<H: SchemeHandle> KvHandle<H> {
     pub fn delete(&mut self, key: &[u8]) -> Result<()> {
         self.check_key(key)?;
         self.inner.delete(key)
+    }
+
+    /// Read-modify-write of `key`'s value. `change` gets the current value (`None` if
+    /// the key is absent) and an empty `new`; it fills `new` and answers `true` to store
+    /// it (creating the key if absent), or `false` to leave the key as it is. Returns
+    /// what the last run of `change` answered.
+    ///
+    /// Linearizes at the store: a present key is held from the read that `change` sees
+    /// to the write of `new` (the scheme's [`SchemeHandle::update`]), so concurrent
+    /// updates of one key from any host lose nothing (counters add up); an absent key is
+    /// created with `new`, and if someone else created it first, `change` runs again on
+    /// their value. So `change` may run more than once: only its last run counts, and
+    /// what it captured from earlier runs must be overwritten. A `new` longer than the
+    /// longest value fails with [`Error::ValueTooLarge`], changing nothing.
+    pub fn update(
+        &mut self,
+        key: &[u8],
+        mut change: impl FnMut(Option<&[u8]>, &mut Vec<u8>) -> bool,
+    ) -> Result<bool> {
+        self.check_key(key)?;
+        let max_value_bytes = max_value_bytes(self.limits);
+        let mut new = std::mem::take(&mut self.new_value);
+        let result = self.update_rounds(key, max_value_bytes, &mut new, &mut change);
+        new.clear();
+        self.new_value = new;
+        result
+    }
+
+    fn update_rounds(
+        &mut self,
+        key: &[u8],
+        max_value_bytes: usize,
+        new: &mut Vec<u8>,
+        change: &mut impl FnMut(Option<&[u8]>, &mut Vec<u8>) -> bool,
+    ) -> Result<bool> {
+        for _ in 0..PUT_ROUNDS {
+            // Present: change it in place, holding the object.
+            let mut outcome = Ok(false);
+            let held = self.inner.update(key, &mut |object: &mut [u8]| {
+                // Held, the bytes are one whole version; clamped all the same, for an
+                // object some other program wrote into the pod.
+                let len = (framed_len(object) - LENGTH_PREFIX_BYTES)
+                    .min(object.len().saturating_sub(LENGTH_PREFIX_BYTES));
+                new.clear();
+                if !change(
+                    Some(&object[LENGTH_PREFIX_BYTES..LENGTH_PREFIX_BYTES + len]),
+                    new,
+                ) {
+                    outcome = Ok(false);
+                    return;
+                }
+                if new.len() > max_value_bytes {
+                    outcome = Err(Error::ValueTooLarge {
+                        value_bytes: new.len(),
+                        max_value_bytes,
+                    });
+                    return;
+                }
+                object[..LENGTH_PREFIX_BYTES].copy_from_slice(&(new.len() as u32).to_le_bytes());
+                object[LENGTH_PREFIX_BYTES..LENGTH_PREFIX_BYTES + new.len()].copy_from_slice(new);
+                outcome = Ok(true);
+            });
+            match held {
+                Ok(()) => return outcome,
+                Err(Error::UnknownKey) => {}
+                Err(other) => return Err(other),
+            }
+            // Absent: decide on nothing, then create. A create finding the key means a
+            // create by someone else came in between: change theirs.
+            new.clear();
+            if !change(None, new) {
+                return Ok(false);
+            }
+            let framed = self.frame(key, new)?;
+            match self.inner.create(key, &self.buf[..framed]) {
+                Err(Error::KeyExists) => {}
+                Ok(()) => return Ok(true),
+                Err(other) => return Err(other),
+            }
+        }
+        Err(Error::PutContended { rounds: PUT_ROUNDS })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::thread;
+
+    use megalon_core::{Backing, HostOptions, MemoryKind, Pod, PodConfig};
+
+    use super::*;
+    use crate::Megalon;
+
+    fn store(hosts: usize) -> Store<Megalon> {
+        let config = PodConfig::new()
+            .scr_bytes(64 << 10)
+            .lnr_bytes(4 << 20)
+            .slot_size_bytes(128);
+        let pod = Arc::new(Pod::create(&config, Backing::heap()).expect("pod"));
+        let options = HostOptions::new().memory(MemoryKind::simulated(11));
+        Store::new(Megalon::join(pod, hosts, &options).expect("hosts"))
+    }
+
+    fn add_one(old: Option<&[u8]>, new: &mut Vec<u8>) -> bool {
+        let n: u64 = old.map_or(0, |v| std::str::from_utf8(v).unwrap().parse().unwrap());
+        new.extend_from_slice((n + 1).to_string().as_bytes());
+        true
+    }
+
+    #[test]
+    fn update_creates_changes_and_keeps() {
+        let store = store(2);
+        let mut kv = store.handle(0).unwrap();
+        assert!(kv.update(b"n", add_one).unwrap());
+        assert!(kv.update(b"n", add_one).unwrap());
+        assert_eq!(store.handle(1).unwrap().get(b"n").unwrap().unwrap(), b"2");
+        // Declining leaves the key as it is, present or absent.
+        assert!(!kv.update(b"n", |_, _| false).unwrap());
+        assert!(!kv.update(b"absent", |_, _| false).unwrap());
+        assert_eq!(kv.get(b"absent").unwrap(), None);
+        assert_eq!(kv.get(b"n").unwrap().unwrap(), b"2");
+        // A shorter value replaces a longer one whole.
+        kv.put(b"s", b"longer value").unwrap();
+        kv.update(b"s", |old, new| {
+            assert_eq!(old, Some(&b"longer value"[..]));
+            new.extend_from_slice(b"short");
+            true
+        })
+        .unwrap();
+        assert_eq!(kv.get(b"s").unwrap().unwrap(), b"short");
+    }
+
+    #[test]
+    fn update_past_the_longest_value_changes_nothing() {
+        let store = store(1);
+        let max = store.max_value_bytes();
+        let mut kv = store.handle(0).unwrap();
+        kv.put(b"k", b"v").unwrap();
+        for key in [&b"k"[..], b"absent"] {
+            let error = kv
+                .update(key, |_, new| {
+                    new.resize(max + 1, b'x');
+                    true
+                })
+                .unwrap_err();
+            assert!(
+                matches!(error, Error::ValueTooLarge { value_bytes, max_value_bytes }
+                    if value_bytes == max + 1 && max_value_bytes == max),
+                "{error:?}"
+            );
+        }
+        assert_eq!(kv.get(b"k").unwrap().unwrap(), b"v");
+        assert_eq!(kv.get(b"absent").unwrap(), None);
+        let long_key = vec![b'k'; store.max_key_bytes() + 1];
+        assert!(matches!(
+            kv.update(&long_key, add_one),
+            Err(Error::KeyTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn concurrent_updates_from_every_host_lose_nothing() {
+        const HOSTS: usize = 3;
+        const THREADS_PER_HOST: usize = 2;
+        const UPDATES: usize = 300;
+        let store = store(HOSTS);
+        thread::scope(|scope| {
+            for worker in 0..HOSTS * THREADS_PER_HOST {
+                let store = &store;
+                scope.spawn(move || {
+                    let mut kv = store.handle(worker % HOSTS).unwrap();
+                    for _ in 0..UPDATES {
+                        kv.update(b"counter", add_one).unwrap();
+                    }
+                });
+            }
+        });
+        let total = (HOSTS * THREADS_PER_HOST * UPDATES).to_string();
+        for host in 0..HOSTS {
+            let value = store
+                .handle(host)
+                .unwrap()
+                .get(b"counter")
+                .unwrap()
+                .unwrap();
+            assert_eq!(value, total.as_bytes(), "host {host}");
+        }
     }
 }

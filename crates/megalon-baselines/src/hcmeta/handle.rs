@@ -10,7 +10,7 @@ use megalon_kv::{Error, Result, SchemeHandle};
 use super::counters::{Counter, Counters, ThreadCounters};
 use super::hash::KeyHash;
 use super::index::Found;
-use super::owner::{busy, decode, shared_read, shared_write};
+use super::owner::{busy, decode, shared_read, shared_update, shared_write};
 use super::record::{self, NotLocked, CLOCK};
 use super::ring::Op;
 use super::{Inner, SERVE_BATCH};
@@ -22,6 +22,8 @@ pub struct HcMetaHandle {
     counters: ThreadCounters,
     /// The scratch ring entry this thread's requests are built in.
     request: Vec<u8>,
+    /// One object's bytes: an update's copy of an object in CXL.
+    scratch: Vec<u8>,
 }
 
 /// Sends `op` on `key` (and `payload`) to `owner` from host `me`, serving `me`'s ring
@@ -80,6 +82,7 @@ impl HcMetaHandle {
             host,
             counters: state.counters.register(),
             request: vec![0; inner.ring_entry_bytes()],
+            scratch: vec![0; inner.settings.object_bytes],
         })
     }
 
@@ -133,6 +136,7 @@ impl HcMetaHandle {
             host,
             counters: c,
             request,
+            ..
         } = self;
         let inner: &Inner = inner;
         let s = &inner.settings;
@@ -310,5 +314,114 @@ impl SchemeHandle for HcMetaHandle {
         }
         self.counters.add(Counter::Deletes, 1);
         Ok(())
+    }
+
+    fn update(&mut self, key: &[u8], change: &mut dyn FnMut(&mut [u8])) -> Result<()> {
+        let hash = self.check_key(key)?;
+        self.poll();
+        let owner = hash.owner(self.inner.settings.hosts);
+        if owner == self.host {
+            let inner: &Inner = &self.inner;
+            return inner.hosts[owner].update(
+                &inner.pod,
+                &inner.settings,
+                hash,
+                key,
+                change,
+                &mut self.scratch,
+                &self.counters,
+            );
+        }
+        // Held under the record's write lock, as a write is: shared on request first if
+        // the owner has it unshared.
+        let (entry, word) = self.remote_lock(owner, hash, key, true)?;
+        let inner: &Inner = &self.inner;
+        let c = &self.counters;
+        let record = inner.hosts[owner].geometry.index.record(&inner.pod, entry);
+        shared_update(
+            record,
+            &inner.hosts[self.host].memory,
+            &inner.settings,
+            self.host,
+            word,
+            &mut self.scratch,
+            change,
+            c,
+        );
+        record::write_unlock(record, word, self.host, c);
+        c.add(Counter::Writes, 1);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use megalon_core::{MemoryKind, SimulatedConfig};
+    use megalon_kv::Store;
+
+    use crate::hcmeta::{scr_bytes_per_shared_object, HcMeta, HcMetaConfig, Placement};
+
+    const HOSTS: usize = 3;
+    const KEYS: usize = 6;
+
+    /// Counters on every host's partition, updated from every host with a budget of two
+    /// shared objects per host: updates run on the owner's rows (shared or not) and on
+    /// other hosts' through their records, while the rows are shared and unshared.
+    fn counters_add_up(placement: Placement) {
+        const THREADS_PER_HOST: usize = 2;
+        const UPDATES: usize = 120;
+        let config = HcMetaConfig::new(HOSTS, 64, 128)
+            .max_key_bytes(16)
+            .scr_budget_bytes(Some(2 * scr_bytes_per_shared_object(16)))
+            .placement(placement)
+            .ring_entries(8)
+            .wait_limit(Duration::from_secs(5));
+        let scheme = HcMeta::new(config, |host| {
+            MemoryKind::Simulated(SimulatedConfig {
+                seed: host as u64 + 1,
+                capacity_lines: 64,
+                random_eviction_one_in: 8,
+            })
+        })
+        .expect("scheme");
+        let store = Store::new(scheme);
+        std::thread::scope(|scope| {
+            for worker in 0..HOSTS * THREADS_PER_HOST {
+                let store = &store;
+                scope.spawn(move || {
+                    let mut kv = store.handle(worker % HOSTS).unwrap();
+                    for i in 0..UPDATES {
+                        let key = format!("counter{}", (i + worker) % KEYS);
+                        kv.update(key.as_bytes(), |old, new| {
+                            let n: u64 =
+                                old.map_or(0, |v| std::str::from_utf8(v).unwrap().parse().unwrap());
+                            new.extend_from_slice((n + 1).to_string().as_bytes());
+                            true
+                        })
+                        .unwrap();
+                    }
+                });
+            }
+        });
+        let mut kv = store.handle(0).unwrap();
+        let total: u64 = (0..KEYS)
+            .map(|k| {
+                let value = kv.get(format!("counter{k}").as_bytes()).unwrap().unwrap();
+                std::str::from_utf8(&value).unwrap().parse::<u64>().unwrap()
+            })
+            .sum();
+        assert_eq!(total, (HOSTS * THREADS_PER_HOST * UPDATES) as u64);
+    }
+
+    #[test]
+    fn updates_from_every_host_add_up_in_cxl() {
+        counters_add_up(Placement::Cxl);
+    }
+
+    #[test]
+    fn updates_from_every_host_add_up_in_local_dram() {
+        counters_add_up(Placement::Local);
     }
 }

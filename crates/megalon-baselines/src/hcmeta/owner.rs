@@ -320,6 +320,53 @@ impl HostState {
         Err(retries_exhausted(s))
     }
 
+    /// Read-modify-write of this host's object `key`: under the row's latch (and, when
+    /// the row is shared, its record's write lock), `change` gets the whole object.
+    /// `scratch` (one object's bytes) holds a copy when the row lives in CXL.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn update(
+        &self,
+        pod: &Pod,
+        s: &Settings,
+        hash: KeyHash,
+        key: &[u8],
+        change: &mut dyn FnMut(&mut [u8]),
+        scratch: &mut [u8],
+        c: &Counters,
+    ) -> Result<()> {
+        debug_assert_eq!(scratch.len(), s.object_bytes);
+        for _ in 0..=s.max_retries {
+            let (row_id, generation) = self.lookup(hash, key).ok_or(Error::UnknownKey)?;
+            let mut row = self.rows[row_id].write();
+            if !row.live || row.generation != generation {
+                c.add(Counter::Retries, 1);
+                continue;
+            }
+            c.add(Counter::Writes, 1);
+            if row.entry == NO_ENTRY {
+                // Unshared: only this host touches the row, and its cache is current.
+                match s.placement {
+                    Placement::Cxl => {
+                        let at = self.slot_offset(s, row_id as u32);
+                        self.memory.read(at, scratch);
+                        change(scratch);
+                        self.memory.write(at, scratch);
+                        row.dirty = true;
+                    }
+                    Placement::Local => change(&mut row.local[..s.object_bytes]),
+                }
+                return Ok(());
+            }
+            let record = self.geometry.index.record(pod, row.entry);
+            let word =
+                record::write_lock(record, 0, s.wait_limit, c).map_err(|e| busy(row.entry, e))?;
+            shared_update(record, &self.memory, s, self.id, word, scratch, change, c);
+            record::write_unlock(record, word, self.id, c);
+            return Ok(());
+        }
+        Err(retries_exhausted(s))
+    }
+
     /// Creates object `key` in this host's partition, and shares it if the budget has
     /// a free entry (SCR nobody uses helps nobody: with no budget, no object is ever
     /// shared on demand), without unsharing another.
@@ -793,4 +840,52 @@ pub(crate) fn shared_write(
     memory.write_back(at, object.len());
     memory.fence();
     c.add(Counter::LinesWrittenBack, lines(object.len() as u64));
+}
+
+/// Read-modify-write of a shared row under `record`'s write lock, taken as `word`, by
+/// host `host`: the row is copied into `scratch` (its lines invalidated first if the
+/// host's bit is clear: they may be stale), `change` changes the copy, and the copy is
+/// written as [`shared_write`] writes. The lock stays held for the caller to release;
+/// a panic of `change` abandons it (nothing was written yet).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn shared_update(
+    record: &AtomicU64,
+    memory: &Memory,
+    s: &Settings,
+    host: usize,
+    word: u64,
+    scratch: &mut [u8],
+    change: &mut dyn FnMut(&mut [u8]),
+    c: &Counters,
+) {
+    struct AbandonOnUnwind<'a> {
+        record: &'a AtomicU64,
+        word: u64,
+        c: &'a Counters,
+        armed: bool,
+    }
+    impl Drop for AbandonOnUnwind<'_> {
+        fn drop(&mut self) {
+            if self.armed {
+                record::write_abandon(self.record, self.word, self.c);
+            }
+        }
+    }
+    let at = s.app_lnr_offset + record::row_offset(word);
+    if word & host_bit(host) == 0 {
+        memory.flush(at, s.object_bytes);
+        // The invalidation is done before the loads of the copy.
+        memory.fence();
+        c.add(Counter::LinesInvalidated, lines(s.object_bytes as u64));
+    }
+    memory.read(at, scratch);
+    let mut guard = AbandonOnUnwind {
+        record,
+        word,
+        c,
+        armed: true,
+    };
+    change(scratch);
+    guard.armed = false;
+    shared_write(memory, s, host, word, scratch, c);
 }
