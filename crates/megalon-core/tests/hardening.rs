@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{config, heap_pod, join, read, simulated, value, SLOT};
+use common::{config, heap_pod, join, read, simulated, value, written_k, SLOT};
 use megalon_core::{Error, Host, HostOptions, Join, ReleaseHook};
 
 /// Simulated memory that never evicts at random (a stale line stays until a flush), no
@@ -38,12 +38,6 @@ fn assert_panics_leaving_no_record_locked<R>(host: &Host, call: impl FnOnce() ->
 fn b_writes_k_and_a_reads_it(a: &Host, b: &Host, tag: u8) {
     b.write(b"k", &value(tag)).unwrap();
     assert_eq!(read(a, b"k"), value(tag));
-}
-
-/// A create of `k` and a write of it by `a`: `k` holds `value(1)` and has a record.
-fn written_k(a: &Host) {
-    a.create(b"k", &value(0)).unwrap();
-    a.write(b"k", &value(1)).unwrap();
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use common::{
     config, heap_pod, host, join, read, small_cache, two_hosts, value, write_on_one_read_on_both,
-    SLOT,
+    written_k, SLOT,
 };
 use megalon_core::{Error, Host, HostOptions, Pod, ReleaseHook, ReleaseReason, Releasing};
 
@@ -195,16 +195,14 @@ fn a_partial_write_over_stale_lines_keeps_the_other_hosts_bytes() {
     // b's stale line stays cached.
     let quiet = |seed| HostOptions::new().memory(common::simulated(seed, 512, 0));
     let (a, b) = two_hosts(&pod(32, 64 << 10), quiet, 13);
-    a.create(b"k", &value(0)).unwrap();
-    a.write(b"k", &value(1)).unwrap(); // the object has a record now
+    written_k(&a);
     common::partial_write_over_stale_lines(&a, &b);
 }
 
 #[test]
 fn a_write_in_progress_keeps_its_record() {
     let (a, b) = two_hosts(&pod(32, 64 << 10), small_cache, 15);
-    a.create(b"k", &value(0)).unwrap();
-    a.write(b"k", &value(1)).unwrap();
+    written_k(&a);
     let ticket = a.write_start(b"k").unwrap();
     // The deallocator must take the record's lock first: held by the writer, it fails.
     assert!(

@@ -5,26 +5,25 @@
 //! defect it would catch.
 #![cfg(feature = "chaos")]
 
+mod common;
+
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::{config, heap_pod, named_records, read, value, written_k, SLOT};
 use megalon_core::chaos::{self, Fault, Point};
-use megalon_core::{Backing, Error, Host, HostOptions, Join, MemoryKind, Pod, PodConfig};
+use megalon_core::{Error, Host, HostOptions, Join, MemoryKind, Pod, ReadTicket};
 
-const SLOT: usize = 256;
 const WAIT: Duration = Duration::from_secs(10);
 
 fn pod(record_width_bits: u32, scr_bytes: u64) -> Arc<Pod> {
-    let config = PodConfig::new()
+    let config = config()
         .scr_bytes(scr_bytes)
         .lnr_bytes(4 << 20)
-        .slot_size_bytes(SLOT as u64)
-        .max_key_bytes(48)
         .log_capacity_entries(4096)
-        .record_width_bits(record_width_bits)
-        .max_hosts(4);
-    Arc::new(Pod::create(&config, Backing::heap()).expect("pod"))
+        .record_width_bits(record_width_bits);
+    heap_pod(&config)
 }
 
 fn options() -> HostOptions {
@@ -41,14 +40,15 @@ fn leak(pod: &Arc<Pod>, id: u32, options: HostOptions) -> &'static Host {
     Box::leak(Box::new(host))
 }
 
-fn value(tag: u8) -> Vec<u8> {
-    (0..SLOT).map(|i| tag.wrapping_add(i as u8)).collect()
+/// A [`leak`]ed host on real memory: another host's copy sees its stores as they happen.
+fn on_hardware(pod: &Arc<Pod>, id: u32) -> &'static Host {
+    leak(pod, id, options().memory(MemoryKind::Hardware))
 }
 
-fn read(host: &Host, key: &[u8]) -> Vec<u8> {
-    let mut buf = vec![0u8; SLOT];
-    host.read(key, &mut buf).expect("read");
-    buf
+/// Hosts 0 and 1, [`on_hardware`], on a new pod of `record_width_bits`-bit records.
+fn two_on_hardware(record_width_bits: u32) -> (&'static Host, &'static Host) {
+    let pod = pod(record_width_bits, 64 << 10);
+    (on_hardware(&pod, 0), on_hardware(&pod, 1))
 }
 
 /// Defect 1 of issue 13: `read_end` checked the log first and the counter second. A
@@ -58,12 +58,8 @@ fn read(host: &Host, key: &[u8]) -> Vec<u8> {
 /// the log second sees the wrap event.
 #[test]
 fn a_full_counter_cycle_between_the_checks_of_read_end_is_caught() {
-    let pod = pod(8, 64 << 10);
-    // Real memory: the reader's copy sees the writer's stores as they happen.
-    let writer = leak(&pod, 0, options().memory(MemoryKind::Hardware));
-    let reader = leak(&pod, 1, options().memory(MemoryKind::Hardware));
-    writer.create(b"k", &value(0)).unwrap();
-    writer.write(b"k", &value(1)).unwrap();
+    let (writer, reader) = two_on_hardware(8);
+    written_k(writer);
     let ticket = reader.read_start(b"k").unwrap();
     let write = writer.write_start(b"k").unwrap();
     write.write(0, &value(2)[..SLOT / 2]).unwrap();
@@ -105,8 +101,7 @@ fn a_dealloc_or_delete_whose_append_fails_never_leaves_the_record_locked() {
     let pod = pod(32, 64 << 10);
     let a = leak(&pod, 0, options());
     let b = leak(&pod, 1, options());
-    a.create(b"k", &value(0)).unwrap();
-    a.write(b"k", &value(1)).unwrap();
+    written_k(a);
     let (in_use, _) = a.inspect().records_in_use();
     assert_eq!(in_use, 1);
 
@@ -190,6 +185,47 @@ fn expect(from: &Receiver<&'static str>, what: &str) {
         .recv_timeout(WAIT)
         .unwrap_or_else(|_| panic!("no {what}"));
     assert_eq!(got, what);
+}
+
+/// Copies the object through `ticket` and ends the read: the copy, and whether `read_end`
+/// accepted it.
+fn copy_and_end(reader: &Host, ticket: ReadTicket<'_>) -> (Vec<u8>, bool) {
+    let mut copy = vec![0u8; SLOT];
+    ticket.read(0, &mut copy).unwrap();
+    (copy, reader.read_end(ticket).unwrap())
+}
+
+/// A thread that runs [`stop_once_at`]`(point, tell, until, operation)`.
+fn spawn_stopping_once_at<R: Send + 'static>(
+    point: Point,
+    tell: (Sender<&'static str>, &'static str),
+    until: Option<(Receiver<&'static str>, &'static str)>,
+    operation: impl FnOnce() -> R + Send + 'static,
+) -> std::thread::JoinHandle<R> {
+    std::thread::spawn(move || stop_once_at(point, tell, until, operation))
+}
+
+/// Runs `operation` with a hook that, the first time the operation reaches `point`, sends
+/// the message of `tell` and then, if `until` names a message, waits for it.
+fn stop_once_at<R>(
+    point: Point,
+    (to, told): (Sender<&'static str>, &'static str),
+    until: Option<(Receiver<&'static str>, &'static str)>,
+    operation: impl FnOnce() -> R,
+) -> R {
+    let mut stopped = false;
+    chaos::with_hook(
+        move |at| {
+            if at == point && !stopped {
+                stopped = true;
+                to.send(told).unwrap();
+                if let Some((from, what)) = &until {
+                    expect(from, what);
+                }
+            }
+        },
+        operation,
+    )
 }
 
 /// Defect 3 of issue 13: an allocator that lost in the log freed its claimed record with
@@ -286,15 +322,9 @@ fn a_losing_allocator_frees_its_record_by_cas_under_a_stale_writers_lock() {
     }
     let census = b.inspect().record_census();
     assert!(census.locked.is_empty(), "{census:?}");
-    let mut named: Vec<u32> = b
-        .inspect()
-        .replica_snapshot()
-        .iter()
-        .filter_map(|(_, entry)| entry.record)
-        .collect();
-    named.sort_unstable();
     assert_eq!(
-        census.in_use, named,
+        census.in_use,
+        named_records(b),
         "records in use are those the index names"
     );
     assert_eq!(read(b, b"y"), value(7));
@@ -308,49 +338,29 @@ fn a_losing_allocator_frees_its_record_by_cas_under_a_stale_writers_lock() {
 /// Slots now join the pool only once `ctail` covers the events that free them.
 #[test]
 fn a_deleted_objects_slot_is_not_written_before_ctail_covers_the_delete() {
-    let pod = pod(32, 64 << 10);
     // Real memory: the reader copies what the creator wrote as soon as it is written.
-    let a = leak(&pod, 0, options().memory(MemoryKind::Hardware));
-    let reader = leak(&pod, 1, options().memory(MemoryKind::Hardware));
+    let (a, reader) = two_on_hardware(32);
     a.create(b"gone", &value(1)).unwrap();
     a.create(b"other", &value(2)).unwrap();
     let ticket = reader.read_start(b"gone").unwrap();
 
     let (to_main, main_hears) = channel();
     let (to_deleter, deleter_hears) = channel();
-    let deleter = std::thread::spawn({
-        let to_main = to_main.clone();
-        move || {
-            let mut held = false;
-            chaos::with_hook(
-                move |point| {
-                    if point == Point::ReplayBeforeCtail && !held {
-                        held = true;
-                        to_main.send("delete applied").unwrap();
-                        expect(&deleter_hears, "go on");
-                    }
-                },
-                || a.delete(b"gone").unwrap(),
-            );
-        }
-    });
+    let deleter = spawn_stopping_once_at(
+        Point::ReplayBeforeCtail,
+        (to_main.clone(), "delete applied"),
+        Some((deleter_hears, "go on")),
+        move || a.delete(b"gone").unwrap(),
+    );
     expect(&main_hears, "delete applied");
-    let creator = std::thread::spawn(move || {
-        let mut written = false;
-        chaos::with_hook(
-            move |point| {
-                if point == Point::CreateBeforeEvent && !written {
-                    written = true;
-                    to_main.send("bytes written").unwrap();
-                }
-            },
-            || a.create(b"new", &value(9)).unwrap(),
-        );
-    });
+    let creator = spawn_stopping_once_at(
+        Point::CreateBeforeEvent,
+        (to_main, "bytes written"),
+        None,
+        move || a.create(b"new", &value(9)).unwrap(),
+    );
     expect(&main_hears, "bytes written");
-    let mut copy = vec![0u8; SLOT];
-    ticket.read(0, &mut copy).unwrap();
-    let accepted = reader.read_end(ticket).unwrap();
+    let (copy, accepted) = copy_and_end(reader, ticket);
     to_deleter.send("go on").unwrap();
     deleter.join().expect("the deleter");
     creator.join().expect("the creator");
@@ -371,9 +381,11 @@ fn a_deleted_objects_slot_is_not_written_before_ctail_covers_the_delete() {
 #[test]
 fn a_writer_that_locks_a_record_reassigned_since_its_lookup_backs_out() {
     let pod = pod(32, 4096);
-    let s = leak(&pod, 0, options().memory(MemoryKind::Hardware));
-    let b = leak(&pod, 1, options().memory(MemoryKind::Hardware));
-    let reader = leak(&pod, 2, options().memory(MemoryKind::Hardware));
+    let (s, b, reader) = (
+        on_hardware(&pod, 0),
+        on_hardware(&pod, 1),
+        on_hardware(&pod, 2),
+    );
     b.create(b"y", &value(0)).unwrap();
     b.write(b"y", &value(1)).unwrap();
     let (_, records) = b.inspect().records_in_use();
@@ -391,18 +403,11 @@ fn a_writer_that_locks_a_record_reassigned_since_its_lookup_backs_out() {
     let writer_s = std::thread::spawn({
         let to_main = to_main.clone();
         move || {
-            let mut looked_up = false;
-            let to_main_in_hook = to_main.clone();
-            let ticket = chaos::with_hook(
-                move |point| {
-                    if point == Point::WriteBeforeLock && !looked_up {
-                        looked_up = true;
-                        to_main_in_hook.send("s looked y up").unwrap();
-                        expect(&s_lock_hears, "lock");
-                    }
-                },
-                || s.write_start(b"y").unwrap(),
-            );
+            let tell = (to_main.clone(), "s looked y up");
+            let until = Some((s_lock_hears, "lock"));
+            let ticket = stop_once_at(Point::WriteBeforeLock, tell, until, || {
+                s.write_start(b"y").unwrap()
+            });
             ticket.write(0, &value(7)[..SLOT / 2]).unwrap();
             to_main.send("half written").unwrap();
             expect(&s_finish_hears, "finish");
@@ -412,26 +417,17 @@ fn a_writer_that_locks_a_record_reassigned_since_its_lookup_backs_out() {
     });
     expect(&main_hears, "s looked y up");
     assert!(b.make_read_shared(b"y").unwrap());
-    let writer_b = std::thread::spawn(move || {
-        let mut allocated = false;
-        chaos::with_hook(
-            move |point| {
-                if point == Point::WriteBeforeLock && !allocated {
-                    allocated = true;
-                    to_main.send("q allocated").unwrap();
-                    expect(&b_hears, "lock");
-                }
-            },
-            || b.write(b"q", &value(5)).unwrap(),
-        );
-    });
+    let writer_b = spawn_stopping_once_at(
+        Point::WriteBeforeLock,
+        (to_main, "q allocated"),
+        Some((b_hears, "lock")),
+        move || b.write(b"q", &value(5)).unwrap(),
+    );
     expect(&main_hears, "q allocated");
     let ticket = reader.read_start(b"y").unwrap();
     to_s_lock.send("lock").unwrap();
     expect(&main_hears, "half written");
-    let mut copy = vec![0u8; SLOT];
-    ticket.read(0, &mut copy).unwrap();
-    let accepted = reader.read_end(ticket).unwrap();
+    let (copy, accepted) = copy_and_end(reader, ticket);
     to_s_finish.send("finish").unwrap();
     to_b.send("lock").unwrap();
     writer_s.join().expect("writer s");

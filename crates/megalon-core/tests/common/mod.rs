@@ -75,6 +75,12 @@ pub fn read(host: &Host, key: &[u8]) -> Vec<u8> {
     buf
 }
 
+/// `host` creates `k` (`value(0)`) and writes it once (`value(1)`): `k` has a record.
+pub fn written_k(host: &Host) {
+    host.create(b"k", &value(0)).unwrap();
+    host.write(b"k", &value(1)).unwrap();
+}
+
 /// The records the index of `host`'s replica names, sorted.
 pub fn named_records(host: &Host) -> Vec<u32> {
     let mut named: Vec<u32> = host
