@@ -19,13 +19,19 @@
 //! `checked N operations from H hosts: linearizable`, or the first violation with the
 //! seed that reproduces it.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::named_records;
 use megalon_core::{
     Backing, Coherence, Error, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, SimulatedConfig,
 };
-use megalon_workload::{check, Call, Clock, History, Outcome, ProcessId, ThreadRecorder, Value};
+use megalon_workload::{
+    check, Call, Clock, History, Operation, Outcome, ProcessId, RandomSource, SplitMix64,
+    ThreadRecorder, Value,
+};
 
 /// What one stress run does.
 #[derive(Clone, Debug)]
@@ -85,15 +91,6 @@ const SLOT_BYTES: u64 = 128;
 /// cursors then leave few records in a 4 KiB SCR (704 of 8 bits), so records churn.
 const POD_MAX_HOSTS: u32 = 24;
 
-/// splitmix64: the stress's own generator, so a seed means the same choices everywhere.
-fn next(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// Zipfian choice of key `i` with probability proportional to `1 / (i + 1)^s`, by binary
 /// search in the cumulative weights.
 struct Zipf {
@@ -112,9 +109,9 @@ impl Zipf {
         Self { cumulative }
     }
 
-    fn sample(&self, state: &mut u64) -> u64 {
+    fn sample(&self, rng: &mut SplitMix64) -> u64 {
         let total = *self.cumulative.last().expect("keys > 0");
-        let u = (next(state) >> 11) as f64 / (1u64 << 53) as f64 * total;
+        let u = rng.next_f64() * total;
         self.cumulative.partition_point(|&c| c < u) as u64
     }
 }
@@ -252,14 +249,15 @@ fn run(stress: &Stress) -> Report {
                 let seed = stress.seed
                     ^ (((h as u64) << 32) | u64::from(t)).wrapping_mul(0x2545_f491_4f6c_dd1d);
                 workers.push(scope.spawn(move || {
-                    let mut rng = seed;
+                    // The stress's own generator, so a seed means the same choices everywhere.
+                    let mut rng = SplitMix64::new(seed);
                     let writer = ((h as u32) << 8) | t;
                     let mut recorder = ThreadRecorder::new(ProcessId::new(h as u32, t), clock);
                     let mut buf = vec![0u8; SLOT_BYTES as usize];
                     let mut sequence = 0u64;
                     while Instant::now() < deadline {
                         let key = key(zipf.sample(&mut rng), stress.key_bytes);
-                        let choice = next(&mut rng)
+                        let choice = rng.next_u64()
                             % if stress.reads_and_writes_only {
                                 80
                             } else {
@@ -455,13 +453,7 @@ fn check_after(hosts: &[Host], stress: &Stress) -> After {
         std::thread::sleep(Duration::from_millis(10));
     }
     let census = hosts[0].inspect().record_census();
-    let mut named: Vec<u32> = hosts[0]
-        .inspect()
-        .replica_snapshot()
-        .iter()
-        .filter_map(|(_, entry)| entry.record)
-        .collect();
-    named.sort_unstable();
+    let named = named_records(&hosts[0]);
     after.locked = census.locked.len();
     after.leaked = census
         .in_use
@@ -584,29 +576,13 @@ fn run_and_check(stress: &Stress) -> Result<String, String> {
                     neighbourhood.push_str("\nevery call that carried the value read:");
                     for op in report.history.operations() {
                         if matches!(op.call, Call::Put(v) | Call::Create(v) if v == read) {
-                            neighbourhood.push_str(&format!(
-                                "\n   [{:>8}, {:>8}] {} on {:?}: {} -> {}",
-                                op.invoked_at,
-                                op.returned_at.map_or("-".into(), |t| t.to_string()),
-                                op.process,
-                                String::from_utf8_lossy(report.history.key(op.key)),
-                                op.call,
-                                op.outcome
-                            ));
+                            neighbourhood.push_str(&operation_line(&report.history, op, true));
                         }
                     }
                 }
                 neighbourhood.push_str("\nthe operations that show it:");
                 for op in violation.operations.iter().take(40) {
-                    neighbourhood.push_str(&format!(
-                        "\n   [{:>8}, {:>8}] {} on {:?}: {} -> {}",
-                        op.invoked_at,
-                        op.returned_at.map_or("-".into(), |t| t.to_string()),
-                        op.process,
-                        String::from_utf8_lossy(report.history.key(op.key)),
-                        op.call,
-                        op.outcome
-                    ));
+                    neighbourhood.push_str(&operation_line(&report.history, op, true));
                 }
                 let failing = violation.failing_operation();
                 let from = failing.invoked_at.saturating_sub(400);
@@ -615,14 +591,7 @@ fn run_and_check(stress: &Stress) -> Result<String, String> {
                         && op.invoked_at >= from
                         && op.invoked_at <= failing.returned_at.unwrap_or(u64::MAX)
                     {
-                        neighbourhood.push_str(&format!(
-                            "\n   [{:>8}, {:>8}] {}: {} -> {}",
-                            op.invoked_at,
-                            op.returned_at.map_or("-".into(), |t| t.to_string()),
-                            op.process,
-                            op.call,
-                            op.outcome
-                        ));
+                        neighbourhood.push_str(&operation_line(&report.history, op, false));
                     }
                 }
             }
@@ -632,6 +601,24 @@ fn run_and_check(stress: &Stress) -> Result<String, String> {
             ))
         }
     }
+}
+
+/// One operation of `history`, as a line of a violation's report (naming its key if
+/// `with_key`).
+fn operation_line(history: &History, op: &Operation, with_key: bool) -> String {
+    let key = if with_key {
+        format!(" on {:?}", String::from_utf8_lossy(history.key(op.key)))
+    } else {
+        String::new()
+    };
+    format!(
+        "\n   [{:>8}, {:>8}] {}{key}: {} -> {}",
+        op.invoked_at,
+        op.returned_at.map_or("-".into(), |t| t.to_string()),
+        op.process,
+        op.call,
+        op.outcome
+    )
 }
 
 /// Runs and checks `stress`: prints the verdict, or panics with the violation.
@@ -646,225 +633,106 @@ fn assert_linearizable(stress: &Stress) {
     }
 }
 
-#[test]
-fn stress_short() {
-    let stress = Stress::default();
-    assert_linearizable(&stress);
+/// The short stresses `cargo test` runs, each a test of its own (`cargo xtask mutants`
+/// names them): `name { the fields it changes from the default }`.
+macro_rules! short_stresses {
+    ($($(#[$attribute:meta])* $name:ident { $($field:ident: $value:expr),* $(,)? })*) => {$(
+        $(#[$attribute])*
+        #[test]
+        fn $name() {
+            assert_linearizable(&Stress { $($field: $value,)* ..Stress::default() });
+        }
+    )*};
 }
 
-#[test]
-fn stress_short_with_16_bit_records_on_hardware_memory() {
-    let stress = Stress {
-        seconds: 1.0,
-        record_bits: 16,
-        simulated: false,
-        ..Stress::default()
-    };
-    assert_linearizable(&stress);
-}
-
-#[test]
-fn stress_short_with_a_reclaimer_racing_writers() {
-    // A few hot objects, and host 0 deallocating every record it can find all the time:
-    // deallocations meet writes in progress.
-    let stress = Stress {
-        seconds: 1.5,
-        keys: 8,
-        zipf: 0.5,
-        reclaim_watermark: 0.0,
-        ..Stress::default()
-    };
-    assert_linearizable(&stress);
-}
-
-#[test]
-fn stress_short_with_a_reclaimer_racing_writers_on_hardware_memory() {
-    // The same race on real memory, where operations are fast enough to hit the window
-    // between a writer's lookup and its lock (the event check after the lock) often.
-    let stress = Stress {
-        seconds: 1.5,
-        keys: 8,
-        zipf: 0.5,
-        reclaim_watermark: 0.0,
-        simulated: false,
-        record_bits: 16,
-        ..Stress::default()
-    };
-    assert_linearizable(&stress);
-}
-
-#[test]
-fn stress_short_with_all_log_coherence() {
-    let stress = Stress {
-        seconds: 1.5,
-        coherence: Coherence::AllLog,
-        ..Stress::default()
-    };
-    assert_linearizable(&stress);
-}
-
-#[test]
-fn stress_short_with_all_log_coherence_on_hot_keys_on_hardware_memory() {
-    // A few hot objects on real memory: Lock events race and lose often.
-    let stress = Stress {
-        seconds: 1.0,
-        keys: 8,
-        zipf: 0.5,
-        simulated: false,
-        coherence: Coherence::AllLog,
-        ..Stress::default()
-    };
-    assert_linearizable(&stress);
-}
-
-#[test]
-fn stress_short_with_local_partitions() {
-    // Objects move to a host after two consecutive accesses from it: the hot ones move
-    // there and back (by RPC) all the time.
-    let stress = Stress {
-        seconds: 1.5,
-        keys: 64,
-        partition_after: 2,
-        ..Stress::default()
-    };
-    assert_linearizable(&stress);
-}
-
-#[test]
-fn stress_short_with_local_copies() {
-    // Copies after two reads, on keys written all the time: made and invalidated.
-    let stress = Stress {
-        seconds: 1.5,
-        keys: 64,
-        copy_after: 2,
-        ..Stress::default()
-    };
-    assert_linearizable(&stress);
-}
-
-#[test]
-fn stress_short_with_local_partitions_and_copies() {
-    let stress = Stress {
-        seconds: 1.5,
-        keys: 64,
-        partition_after: 3,
-        copy_after: 2,
-        ..Stress::default()
-    };
-    assert_linearizable(&stress);
-}
-
-#[test]
-fn stress_short_with_keys_over_32_bytes() {
-    // Every log entry spans two lines: an entry whose lines are not all written back
-    // before it is published shows.
-    let stress = Stress {
-        seconds: 1.5,
-        key_bytes: 48,
-        ..Stress::default()
-    };
-    assert_linearizable(&stress);
-}
-
-#[test]
-fn stress_short_with_few_keys_little_eviction_reads_and_writes() {
-    // Stale lines stay cached (the simulated caches hardly evict), records live long
-    // (no creates or deletes, no background reclaim) and 8-bit counters wrap often: a
-    // missing wrap event or invalidation shows instead of being hidden by eviction.
-    let stress = Stress {
-        seconds: 1.5,
-        keys: 16,
-        zipf: 0.5,
-        eviction_one_in: 0,
-        reads_and_writes_only: true,
+short_stresses! {
+    stress_short {}
+    stress_short_with_16_bit_records_on_hardware_memory {
+        seconds: 1.0, record_bits: 16, simulated: false,
+    }
+    /// A few hot objects, and host 0 deallocating every record it can find all the time:
+    /// deallocations meet writes in progress.
+    stress_short_with_a_reclaimer_racing_writers {
+        seconds: 1.5, keys: 8, zipf: 0.5, reclaim_watermark: 0.0,
+    }
+    /// The same race on real memory, where operations are fast enough to hit the window
+    /// between a writer's lookup and its lock (the event check after the lock) often.
+    stress_short_with_a_reclaimer_racing_writers_on_hardware_memory {
+        seconds: 1.5, keys: 8, zipf: 0.5, reclaim_watermark: 0.0, simulated: false, record_bits: 16,
+    }
+    stress_short_with_all_log_coherence { seconds: 1.5, coherence: Coherence::AllLog }
+    /// A few hot objects on real memory: Lock events race and lose often.
+    stress_short_with_all_log_coherence_on_hot_keys_on_hardware_memory {
+        seconds: 1.0, keys: 8, zipf: 0.5, simulated: false, coherence: Coherence::AllLog,
+    }
+    /// Objects move to a host after two consecutive accesses from it: the hot ones move
+    /// there and back (by RPC) all the time.
+    stress_short_with_local_partitions { seconds: 1.5, keys: 64, partition_after: 2 }
+    /// Copies after two reads, on keys written all the time: made and invalidated.
+    stress_short_with_local_copies { seconds: 1.5, keys: 64, copy_after: 2 }
+    stress_short_with_local_partitions_and_copies {
+        seconds: 1.5, keys: 64, partition_after: 3, copy_after: 2,
+    }
+    /// Every log entry spans two lines: an entry whose lines are not all written back
+    /// before it is published shows.
+    stress_short_with_keys_over_32_bytes { seconds: 1.5, key_bytes: 48 }
+    /// Stale lines stay cached (the simulated caches hardly evict), records live long (no
+    /// creates or deletes, no background reclaim) and 8-bit counters wrap often: a missing
+    /// wrap event or invalidation shows instead of being hidden by eviction.
+    stress_short_with_few_keys_little_eviction_reads_and_writes {
+        seconds: 1.5, keys: 16, zipf: 0.5, eviction_one_in: 0, reads_and_writes_only: true,
         reclaim_watermark: 1.0,
-        ..Stress::default()
-    };
-    assert_linearizable(&stress);
+    }
+    #[cfg(feature = "chaos")]
+    stress_short_with_chaos { seconds: 2.0, chaos: true }
+    #[cfg(feature = "chaos")]
+    stress_short_with_chaos_on_few_keys_reads_and_writes {
+        seconds: 2.0, keys: 16, zipf: 0.5, eviction_one_in: 0, reads_and_writes_only: true,
+        reclaim_watermark: 1.0, chaos: true,
+    }
 }
 
-#[cfg(feature = "chaos")]
-#[test]
-fn stress_short_with_chaos() {
-    let stress = Stress {
-        seconds: 2.0,
-        chaos: true,
-        ..Stress::default()
-    };
-    assert_linearizable(&stress);
-}
-
-#[cfg(feature = "chaos")]
-#[test]
-fn stress_short_with_chaos_on_few_keys_reads_and_writes() {
-    let stress = Stress {
-        seconds: 2.0,
-        keys: 16,
-        zipf: 0.5,
-        eviction_one_in: 0,
-        reads_and_writes_only: true,
-        reclaim_watermark: 1.0,
-        chaos: true,
-        ..Stress::default()
-    };
-    assert_linearizable(&stress);
+/// `MEGALON_STRESS_<name>`, parsed, if it is set.
+fn env_var<T: std::str::FromStr>(name: &str) -> Option<T>
+where
+    T::Err: std::fmt::Display,
+{
+    let text = std::env::var(format!("MEGALON_STRESS_{name}")).ok()?;
+    let parsed = text
+        .parse()
+        .unwrap_or_else(|e| panic!("MEGALON_STRESS_{name}={text}: {e}"));
+    Some(parsed)
 }
 
 /// The long form for `cargo xtask stress`: parameters from `MEGALON_STRESS_*`.
 #[test]
 #[ignore = "run by cargo xtask stress"]
 fn stress_from_env() {
-    let var = |name: &str| std::env::var(format!("MEGALON_STRESS_{name}")).ok();
     let mut stress = Stress::default();
-    if let Some(v) = var("SECONDS") {
-        stress.seconds = v.parse().expect("MEGALON_STRESS_SECONDS: a number");
+    stress.seconds = env_var("SECONDS").unwrap_or(stress.seconds);
+    stress.hosts = env_var("HOSTS").unwrap_or(stress.hosts);
+    stress.threads = env_var("THREADS").unwrap_or(stress.threads);
+    stress.seed = env_var("SEED").unwrap_or(stress.seed);
+    stress.record_bits = env_var("RECORD_BITS").unwrap_or(stress.record_bits);
+    stress.partition_after = env_var("PARTITION_AFTER").unwrap_or(stress.partition_after);
+    stress.copy_after = env_var("COPY_AFTER").unwrap_or(stress.copy_after);
+    stress.keys = env_var("KEYS").unwrap_or(stress.keys);
+    stress.key_bytes = env_var("KEY_BYTES").unwrap_or(stress.key_bytes);
+    stress.eviction_one_in = env_var("EVICTION_ONE_IN").unwrap_or(stress.eviction_one_in);
+    if let Some(memory) = env_var::<MemoryKind>("MEMORY") {
+        stress.simulated = matches!(memory, MemoryKind::Simulated(_));
     }
-    if let Some(v) = var("HOSTS") {
-        stress.hosts = v.parse().expect("MEGALON_STRESS_HOSTS: a number");
+    if let Some(name) = env_var::<String>("COHERENCE") {
+        stress.coherence = [Coherence::Split, Coherence::AllLog]
+            .into_iter()
+            .find(|coherence| coherence.name() == name)
+            .unwrap_or_else(|| panic!("MEGALON_STRESS_COHERENCE={name}: split or all-log"));
     }
-    if let Some(v) = var("THREADS") {
-        stress.threads = v.parse().expect("MEGALON_STRESS_THREADS: a number");
-    }
-    if let Some(v) = var("SEED") {
-        stress.seed = v.parse().expect("MEGALON_STRESS_SEED: a number");
-    }
-    if let Some(v) = var("RECORD_BITS") {
-        stress.record_bits = v.parse().expect("MEGALON_STRESS_RECORD_BITS: 8, 16 or 32");
-    }
-    if let Some(v) = var("MEMORY") {
-        stress.simulated = match v.as_str() {
-            "simulated" => true,
-            "hardware" => false,
-            other => panic!("MEGALON_STRESS_MEMORY={other}: hardware or simulated"),
-        };
-    }
-    if let Some(v) = var("COHERENCE") {
-        stress.coherence = match v.as_str() {
-            "split" => Coherence::Split,
-            "all-log" => Coherence::AllLog,
-            other => panic!("MEGALON_STRESS_COHERENCE={other}: split or all-log"),
-        };
-    }
-    if let Some(v) = var("PARTITION_AFTER") {
-        stress.partition_after = v.parse().expect("MEGALON_STRESS_PARTITION_AFTER: a number");
-    }
-    if let Some(v) = var("COPY_AFTER") {
-        stress.copy_after = v.parse().expect("MEGALON_STRESS_COPY_AFTER: a number");
-    }
-    if let Some(v) = var("KEYS") {
-        stress.keys = v.parse().expect("MEGALON_STRESS_KEYS: a number");
-    }
-    if let Some(v) = var("KEY_BYTES") {
-        stress.key_bytes = v.parse().expect("MEGALON_STRESS_KEY_BYTES: a number");
-    }
-    if let Some(v) = var("EVICTION_ONE_IN") {
-        stress.eviction_one_in = v.parse().expect("MEGALON_STRESS_EVICTION_ONE_IN: a number");
-    }
-    if var("READS_AND_WRITES").is_some() {
+    if env_var::<String>("READS_AND_WRITES").is_some() {
         stress.reads_and_writes_only = true;
         stress.reclaim_watermark = 1.0;
     }
-    if var("CHAOS").is_some() {
+    if env_var::<String>("CHAOS").is_some() {
         stress.chaos = true;
     }
     assert!(
