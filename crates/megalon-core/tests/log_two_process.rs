@@ -1,15 +1,9 @@
 //! Two processes append to one log on a tmpfs pod at the same time and converge.
 //!
-//! The test binary re-runs itself as the second process (as `two_process.rs` does): the
-//! parent test spawns `current_exe() --exact log_child`, with the pod's path and the
-//! memory kind in the environment; `log_child` does nothing when that variable is absent
-//! (a normal run). The parent creates the pod and joins as host 0, the child opens it and
-//! joins as host 1. Each runs its own fixed sequence of creates and deletes; half of them
-//! are on keys both use, so creates race and lose and deletes find nothing.
-//!
-//! Two words in the unused upper half of the reclaimer's line are the mailbox: the first is the
-//! parent's, the second the child's. Each process stores its phase in its own word with
-//! Release and waits for the other's with Acquire:
+//! The test binary re-runs itself as the second process, `log_child` (see
+//! `common::process`). Each runs its own fixed sequence of creates and deletes; half of
+//! them are on keys both use, so creates race and lose and deletes find nothing. The
+//! phases of the mailbox:
 //!
 //! | phase | child (host 1) has                 | parent (host 0) has                       |
 //! |-------|------------------------------------|-------------------------------------------|
@@ -25,9 +19,6 @@
 //! replicas and logs line for line, and checks both processes' results against a
 //! sequential model of the log (each process runs one thread, so its events are in the
 //! log in the order of its operations).
-//!
-//! Every wait is bounded by [`WAIT_BOUND`]; the parent also stops waiting as soon as the
-//! child exits, and kills the child if the test fails first.
 
 #![cfg(target_os = "linux")]
 
@@ -37,24 +28,20 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::process::{ChildProcess, RemoveOnDrop, WAIT_BOUND};
-use megalon_core::{
-    event::Event, Backing, Error, Host, HostOptions, Join, MemoryKind, Pod, PodConfig,
-    SimulatedConfig,
+use common::process::{
+    join_parents_pod, mailbox, start_parent, wait_for_parent, with_cache, Parent, CHILD_HOST,
+    PARENT_HOST,
 };
+use common::Seen;
+use megalon_core::{event::Event, Host, HostOptions, MemoryKind, Pod, PodConfig};
+use megalon_workload::{RandomSource, SplitMix64};
+use tempfile::TempPath;
 
-/// The pod file the child opens; absent in a normal test run.
-const POD_ENV: &str = "MEGALON_LOG_TWO_PROCESS_POD";
-/// The child's memory kind: `hardware` or `simulated`.
-const MEMORY_ENV: &str = "MEGALON_LOG_TWO_PROCESS_MEMORY";
 /// The test the child runs.
 const CHILD_TEST: &str = "log_child";
 
-const PARENT_HOST: u32 = 0;
-const CHILD_HOST: u32 = 1;
 /// Operations each process runs.
 const OPS: usize = 300;
 /// Keys both processes use, and keys each uses alone.
@@ -65,45 +52,14 @@ const SLOT_SIZE_BYTES: u64 = 256;
 /// process often finishes before the other has started.
 const LAG_OPS: u64 = 8;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Hardware,
-    Simulated,
-}
-
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Hardware => "hardware",
-            Kind::Simulated => "simulated",
-        }
-    }
-
-    fn parse(name: &str) -> Kind {
-        match name {
-            "hardware" => Kind::Hardware,
-            "simulated" => Kind::Simulated,
-            other => panic!("{MEMORY_ENV}={other}: expected hardware or simulated"),
-        }
-    }
-
-    /// Pumps on, so neither process holds the other back while it waits. The simulated
-    /// cache is large and evicts at random only now and then, so that lines a process
-    /// cached (its own objects' bytes, an entry read before it was published) often
-    /// survive until a missing flush or invalidation would show.
-    fn options(self, host: u32) -> HostOptions {
-        let memory = match self {
-            Kind::Hardware => MemoryKind::Hardware,
-            Kind::Simulated => MemoryKind::Simulated(SimulatedConfig {
-                seed: 0x10_6000 + u64::from(host),
-                capacity_lines: 4096,
-                random_eviction_one_in: 256,
-            }),
-        };
-        HostOptions::new()
-            .memory(memory)
-            .pump_interval(Some(Duration::from_millis(1)))
-    }
+/// Pumps on, so neither process holds the other back while it waits. The simulated cache
+/// is large and evicts at random only now and then, so that lines a process cached (its
+/// own objects' bytes, an entry read before it was published) often survive until a
+/// missing flush or invalidation would show.
+fn options(memory: &MemoryKind, host: u32) -> HostOptions {
+    HostOptions::new()
+        .memory(with_cache(memory, 4096, 256).for_host(0x10_6000, host))
+        .pump_interval(Some(Duration::from_millis(1)))
 }
 
 /// 128-byte entries (keys reach the second line); a ring that holds every entry of the
@@ -124,22 +80,13 @@ enum Op {
     Delete { key: Vec<u8> },
 }
 
-/// splitmix64 (Steele, Lea, Flood 2014).
-fn next_random(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// The operations host `host` runs: the same in the parent (which checks them) and in
 /// the process that runs them. Keys are 40 bytes or so, reaching an entry's second line.
 fn workload(host: u32) -> Vec<Op> {
-    let mut state = 0xc0ffee ^ u64::from(host);
+    let mut random = SplitMix64::new(0xc0ffee ^ u64::from(host));
     (0..OPS)
         .map(|i| {
-            let r = next_random(&mut state);
+            let r = random.next_u64();
             let key = if r.is_multiple_of(2) {
                 format!(
                     "shared-key-padded-to-the-second-line/{}",
@@ -165,36 +112,6 @@ fn workload(host: u32) -> Vec<Op> {
         .collect()
 }
 
-/// What an operation did, as its caller saw it or as the model says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Seen {
-    Created,
-    Exists,
-    Deleted,
-    Unknown,
-}
-
-impl Seen {
-    fn name(self) -> &'static str {
-        match self {
-            Seen::Created => "created",
-            Seen::Exists => "exists",
-            Seen::Deleted => "deleted",
-            Seen::Unknown => "unknown",
-        }
-    }
-
-    fn parse(name: &str) -> Seen {
-        match name {
-            "created" => Seen::Created,
-            "exists" => Seen::Exists,
-            "deleted" => Seen::Deleted,
-            "unknown" => Seen::Unknown,
-            other => panic!("a result named {other:?}"),
-        }
-    }
-}
-
 /// Runs this host's workload. Before operation `i` it calls `pace(i)`, which keeps the two
 /// processes within [`LAG_OPS`] operations of each other; after it, it stores `i + 1` in
 /// `progress`.
@@ -202,18 +119,11 @@ fn run_workload(host: &Host, progress: &AtomicU64, mut pace: impl FnMut(u64)) ->
     let mut results = Vec::with_capacity(OPS);
     for (i, op) in workload(host.id()).iter().enumerate() {
         pace(i as u64);
-        results.push(match op {
-            Op::Create { key, value } => match host.create(key, value) {
-                Ok(()) => Seen::Created,
-                Err(Error::ObjectExists) => Seen::Exists,
-                Err(e) => panic!("host {} op {i}: create: {e}", host.id()),
-            },
-            Op::Delete { key } => match host.delete(key) {
-                Ok(()) => Seen::Deleted,
-                Err(Error::UnknownKey) => Seen::Unknown,
-                Err(e) => panic!("host {} op {i}: delete: {e}", host.id()),
-            },
-        });
+        let seen = match op {
+            Op::Create { key, value } => Seen::of_create(host.create(key, value)),
+            Op::Delete { key } => Seen::of_delete(host.delete(key)),
+        };
+        results.push(seen.unwrap_or_else(|e| panic!("host {} op {i}: {e}", host.id())));
         // Relaxed: only pacing; nothing is published with it.
         progress.store(i as u64 + 1, Ordering::Relaxed);
     }
@@ -263,7 +173,7 @@ impl Report {
             })
             .collect();
         Report {
-            results: results.iter().map(|seen| seen.name().to_owned()).collect(),
+            results: results.iter().map(|seen| format!("{seen:?}")).collect(),
             replica: snapshot
                 .iter()
                 .map(|(key, entry)| {
@@ -420,13 +330,6 @@ fn check_against_model(host: &Host, results: [&[Seen]; 2]) -> BTreeMap<Vec<u8>, 
     values
 }
 
-/// `(parent's word, child's word)`: phases.
-fn mailbox(pod: &Pod) -> (&AtomicU64, &AtomicU64) {
-    // The upper half of the reclaimer's line is unused; the lower half counts records.
-    let at = pod.layout().reclaimer_offset + 32;
-    (pod.scr_u64(at), pod.scr_u64(at + 8))
-}
-
 /// `(parent's, child's)`: operations each has finished.
 fn progress(pod: &Pod) -> (&AtomicU64, &AtomicU64) {
     let at = pod.layout().reclaimer_offset + 32;
@@ -442,45 +345,23 @@ fn report_path(pod_path: &Path) -> PathBuf {
 /// The child process, run by the parent tests below; a no-op in a normal run.
 #[test]
 fn log_child() {
-    let Ok(path) = std::env::var(POD_ENV) else {
+    let Some((host, path)) = join_parents_pod(options) else {
         return;
     };
-    let kind = Kind::parse(&std::env::var(MEMORY_ENV).expect("the parent names the memory"));
-    let pod = Arc::new(Pod::open(Backing::file(&path)).expect("opening the parent's pod"));
-    let host =
-        Host::join(&pod, Join::As(CHILD_HOST), kind.options(CHILD_HOST)).expect("joining as 1");
-    let (parent_word, child_word) = mailbox(&pod);
-    let (parent_done, child_done) = progress(&pod);
-    let wait_parent = |phase: u64, what: &str| {
-        let deadline = Instant::now() + WAIT_BOUND;
-        // Acquire: pairs with the parent's Release store of `phase`.
-        while parent_word.load(Ordering::Acquire) < phase {
-            assert!(
-                Instant::now() < deadline,
-                "child: waited {WAIT_BOUND:?} for the parent {what} (phase {phase})"
-            );
-            std::thread::yield_now();
-        }
-    };
+    let (parent_word, child_word) = mailbox(host.pod());
+    let (parent_done, child_done) = progress(host.pod());
 
     // Release: pairs with the parent's Acquire wait; we are in the host table.
     child_word.store(1, Ordering::Release);
-    wait_parent(1, "to start");
+    wait_for_parent(parent_word, 1, "to start");
     child_word.store(2, Ordering::Release);
     let results = run_workload(&host, child_done, |next| {
-        let deadline = Instant::now() + WAIT_BOUND;
-        while parent_done.load(Ordering::Relaxed) < next.saturating_sub(LAG_OPS) {
-            assert!(
-                Instant::now() < deadline,
-                "child: waited {WAIT_BOUND:?} for the parent to catch up with op {next}"
-            );
-            std::thread::yield_now();
-        }
+        wait_for_parent(parent_done, next.saturating_sub(LAG_OPS), "to catch up");
     });
     // Release: our appends completed before this.
     child_word.store(3, Ordering::Release);
-    wait_parent(3, "to finish appending");
-    Report::of(&host, &results).write(&report_path(Path::new(&path)));
+    wait_for_parent(parent_word, 3, "to finish appending");
+    Report::of(&host, &results).write(&report_path(&path));
     host.leave();
 }
 
@@ -498,30 +379,22 @@ fn assert_same_lines(section: &str, parent: &[String], child: &[String]) {
     }
 }
 
-fn parent(kind: Kind) {
-    let path = PathBuf::from(format!(
-        "/dev/shm/megalon-log-{}-{}.pod",
-        std::process::id(),
-        kind.name()
-    ));
-    let _remove = RemoveOnDrop(vec![path.clone(), report_path(&path)]);
-    let pod = Arc::new(Pod::create(&config(), Backing::file(&path)).expect("creating the pod"));
-    let host =
-        Host::join(&pod, Join::As(PARENT_HOST), kind.options(PARENT_HOST)).expect("joining as 0");
-    let (parent_word, child_word) = mailbox(&pod);
-    let mut child = ChildProcess::spawn(
-        CHILD_TEST,
-        &[
-            (POD_ENV, path.as_os_str()),
-            (MEMORY_ENV, kind.name().as_ref()),
-        ],
-    );
+fn parent(memory: MemoryKind) {
+    let Parent {
+        host,
+        mut child,
+        path,
+        mut files,
+    } = start_parent(CHILD_TEST, &config(), &memory, options);
+    files.push(TempPath::try_from_path(report_path(&path)).expect("an absolute path"));
+    let pod = host.pod();
+    let (parent_word, child_word) = mailbox(pod);
 
     child.wait_for(child_word, 1, "to join");
     // Release: pairs with the child's Acquire wait.
     parent_word.store(1, Ordering::Release);
     child.wait_for(child_word, 2, "to start");
-    let (parent_done, child_done) = progress(&pod);
+    let (parent_done, child_done) = progress(pod);
     let results = run_workload(&host, parent_done, |next| {
         child.wait_for(child_done, next.saturating_sub(LAG_OPS), "to catch up");
     });
@@ -560,12 +433,7 @@ fn parent(kind: Kind) {
     );
 }
 
-#[test]
-fn processes_append_concurrently_and_converge_with_hardware_memory() {
-    parent(Kind::Hardware);
-}
-
-#[test]
-fn processes_append_concurrently_and_converge_with_simulated_memory() {
-    parent(Kind::Simulated);
-}
+common::process::parent_tests!(
+    parent: processes_append_concurrently_and_converge_with_hardware_memory,
+    processes_append_concurrently_and_converge_with_simulated_memory
+);

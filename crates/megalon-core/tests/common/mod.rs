@@ -9,7 +9,9 @@ pub mod process;
 
 use std::sync::Arc;
 
-use megalon_core::{Backing, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, SimulatedConfig};
+use megalon_core::{
+    Backing, Error, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, SimulatedConfig,
+};
 
 /// Bytes of an object slot in the pods of [`config`].
 pub const SLOT: usize = 256;
@@ -73,6 +75,43 @@ pub fn read(host: &Host, key: &[u8]) -> Vec<u8> {
     let mut buf = vec![0u8; SLOT];
     host.read(key, &mut buf).expect("read");
     buf
+}
+
+/// What a create or a delete did, as its caller saw it or as a model of the log says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seen {
+    Created,
+    Exists,
+    Deleted,
+    Unknown,
+}
+
+impl Seen {
+    /// What a create that answered `result` did; any other error is passed on.
+    pub fn of_create(result: Result<(), Error>) -> Result<Seen, Error> {
+        match result {
+            Ok(()) => Ok(Seen::Created),
+            Err(Error::ObjectExists) => Ok(Seen::Exists),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// What a delete that answered `result` did; any other error is passed on.
+    pub fn of_delete(result: Result<(), Error>) -> Result<Seen, Error> {
+        match result {
+            Ok(()) => Ok(Seen::Deleted),
+            Err(Error::UnknownKey) => Ok(Seen::Unknown),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The `Seen` whose `Debug` text is `name`.
+    pub fn parse(name: &str) -> Seen {
+        [Seen::Created, Seen::Exists, Seen::Deleted, Seen::Unknown]
+            .into_iter()
+            .find(|seen| format!("{seen:?}") == name)
+            .unwrap_or_else(|| panic!("a result named {name:?}"))
+    }
 }
 
 /// `host` creates `k` (`value(0)`) and writes it once (`value(1)`): `k` has a record.
