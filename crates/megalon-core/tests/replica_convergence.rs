@@ -23,14 +23,16 @@
 //! bytes spills into an entry's second line: a reader that gets a stale second line
 //! decodes another key, which the checks notice.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ops::Range;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
+use common::{heap_pod, Seen};
 use megalon_core::{
-    event::Event, inspect::LoggedEvent, Backing, Error, Host, HostId, HostOptions, Join,
-    MemoryKind, Pod, PodConfig, SimulatedConfig,
+    event::Event, inspect::LoggedEvent, Host, HostId, HostOptions, Join, MemoryKind, Pod, PodConfig,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -78,15 +80,6 @@ impl Op {
             Op::Create { key, .. } | Op::Delete { key } => key,
         }
     }
-}
-
-/// What an operation did, as its caller saw it or as the model says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Seen {
-    Created,
-    Exists,
-    Deleted,
-    Unknown,
 }
 
 /// Per host, per thread, the operations that thread runs in order.
@@ -143,11 +136,8 @@ fn config(log_capacity_entries: u64) -> PodConfig {
 /// Simulated memory for host `host` of a case seeded `seed`: a small cache that evicts at
 /// random, so stale lines come and go.
 fn simulated(seed: u64, host: usize) -> MemoryKind {
-    MemoryKind::Simulated(SimulatedConfig {
-        seed: seed.wrapping_mul(0x9e37_79b9).wrapping_add(host as u64),
-        capacity_lines: 128,
-        random_eviction_one_in: 8,
-    })
+    let seed = seed.wrapping_mul(0x9e37_79b9).wrapping_add(host as u64);
+    common::simulated(seed, 128, 8)
 }
 
 /// Per host, per thread, each operation and what it did.
@@ -223,21 +213,14 @@ fn run(
 }
 
 fn execute(host: &Host, op: Op, h: usize, t: usize, i: usize) -> Result<Seen, String> {
-    match op {
+    let seen = match op {
         Op::Create {
             key: k,
             value_bytes,
-        } => match host.create(&key(k), &value(h, t, i, value_bytes)) {
-            Ok(()) => Ok(Seen::Created),
-            Err(Error::ObjectExists) => Ok(Seen::Exists),
-            Err(e) => Err(format!("op {i} {op:?}: {e}")),
-        },
-        Op::Delete { key: k } => match host.delete(&key(k)) {
-            Ok(()) => Ok(Seen::Deleted),
-            Err(Error::UnknownKey) => Ok(Seen::Unknown),
-            Err(e) => Err(format!("op {i} {op:?}: {e}")),
-        },
-    }
+        } => Seen::of_create(host.create(&key(k), &value(h, t, i, value_bytes))),
+        Op::Delete { key: k } => Seen::of_delete(host.delete(&key(k))),
+    };
+    seen.map_err(|e| format!("op {i} {op:?}: {e}"))
 }
 
 /// A replica as plain values: `(key, slot, stamp)`, sorted by key. Every object must be
@@ -683,34 +666,43 @@ fn check_against_model(pod: &Pod, hosts: &[Host], results: &Results) -> Result<(
     Ok(())
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 48,
+/// Runs `plan` (see [`run`]) on a new pod whose ring holds `log_capacity_entries`, each host
+/// on `memory(host)`, and checks the outcome with `check`.
+fn run_and_check<R>(
+    log_capacity_entries: u64,
+    plan: &Plan,
+    memory: impl Fn(usize) -> MemoryKind,
+    check: impl Fn(&Pod, &[Host], &Results) -> Result<R, TestCaseError>,
+) -> Result<R, TestCaseError> {
+    let pod = heap_pod(&config(log_capacity_entries));
+    let (hosts, results) = run(&pod, plan, memory)?;
+    check(&pod, &hosts, &results)
+}
+
+/// `cases` cases of a property. A failing case may take a host's whole wait limit (a
+/// replay that stalls on a stale line): shrinking stops after a while and prints what it
+/// has come to.
+fn cases(cases: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases,
         failure_persistence: None,
-        // A failing case may take a host's whole wait limit (a replay that stalls on a
-        // stale line): stop shrinking after a while and print what it has come to.
         max_shrink_time: 20_000,
         ..ProptestConfig::default()
-    })]
-
-    /// Real memory: replicas, results and slots agree with the sequential model.
-    #[test]
-    fn concurrent_hosts_agree_with_the_log_model(plan in plan(16)) {
-        let pod = Arc::new(Pod::create(&config(1024), Backing::heap()).expect("pod"));
-        let (hosts, results) = run(&pod, &plan, |_| MemoryKind::Hardware)?;
-        check_against_model(&pod, &hosts, &results)?;
     }
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 32,
-        failure_persistence: None,
-        // A failing case may take a host's whole wait limit (a replay that stalls on a
-        // stale line): stop shrinking after a while and print what it has come to.
-        max_shrink_time: 20_000,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(cases(48))]
+
+    /// Real memory: replicas, results and slots agree with the sequential model.
+    #[test]
+    fn concurrent_hosts_agree_with_the_log_model(plan in plan(16)) {
+        run_and_check(1024, &plan, |_| MemoryKind::Hardware, check_against_model)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(cases(32))]
 
     /// Simulated non-coherent memory, a ring that keeps every entry: the same checks. A
     /// writer that publishes an entry before its second line reaches memory makes the
@@ -720,9 +712,7 @@ proptest! {
         plan in plan(16),
         seed in any::<u64>(),
     ) {
-        let pod = Arc::new(Pod::create(&config(1024), Backing::heap()).expect("pod"));
-        let (hosts, results) = run(&pod, &plan, |h| simulated(seed, h))?;
-        check_against_model(&pod, &hosts, &results)?;
+        run_and_check(1024, &plan, |h| simulated(seed, h), check_against_model)?;
     }
 
     /// Simulated memory and a ring of 16 entries that wraps many times (the pumps keep
@@ -733,9 +723,7 @@ proptest! {
         plan in plan(40),
         seed in any::<u64>(),
     ) {
-        let pod = Arc::new(Pod::create(&config(16), Backing::heap()).expect("pod"));
-        let (hosts, results) = run(&pod, &plan, |h| simulated(seed, h))?;
-        check_without_log(&pod, &hosts, &results)?;
+        run_and_check(16, &plan, |h| simulated(seed, h), check_without_log)?;
     }
 }
 
@@ -745,15 +733,11 @@ proptest! {
 /// new bytes, not the ones it cached.
 #[test]
 fn replay_drops_the_lines_of_a_slot_another_host_reused() {
-    let pod = Arc::new(Pod::create(&config(1024), Backing::heap()).expect("pod"));
+    let pod = heap_pod(&config(1024));
     let no_eviction = |seed| {
         HostOptions::new()
             .pump_interval(None)
-            .memory(MemoryKind::Simulated(SimulatedConfig {
-                seed,
-                capacity_lines: 4096,
-                random_eviction_one_in: 0,
-            }))
+            .memory(common::simulated(seed, 4096, 0))
     };
     let a = Host::join(&pod, Join::As(0), no_eviction(1)).unwrap();
     let b = Host::join(&pod, Join::As(1), no_eviction(2)).unwrap();
@@ -811,9 +795,7 @@ fn appenders_on_a_two_entry_ring_converge() {
             flat_combining,
             hosts: vec![(0..3).map(thread_ops).collect(); MAX_HOSTS as usize],
         };
-        let pod = Arc::new(Pod::create(&config(2), Backing::heap()).expect("pod"));
-        let checked = run(&pod, &plan, |_| MemoryKind::Hardware)
-            .and_then(|(hosts, results)| check_without_log(&pod, &hosts, &results));
+        let checked = run_and_check(2, &plan, |_| MemoryKind::Hardware, check_without_log);
         if let Err(error) = checked {
             panic!("flat combining {flat_combining}: {error}");
         }

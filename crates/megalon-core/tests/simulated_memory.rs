@@ -7,22 +7,21 @@
 //! the eviction tests) so every result is deterministic. "Memory" is read through a
 //! host with [`MemoryKind::Hardware`], which sees the pod's bytes as they are.
 
+mod common;
+
 use std::sync::Arc;
 
+use common::simulated as simulated_with;
 use megalon_core::memory::SimulatedMemory;
 use megalon_core::{
-    inspect::SimulatedStats, limits::LINE_BYTES, Backing, Host, HostOptions, Join, Memory,
-    MemoryKind, Pod, PodConfig, SimulatedConfig,
+    inspect::SimulatedStats, limits::LINE_BYTES, Host, HostOptions, Join, Memory, MemoryKind, Pod,
+    PodConfig,
 };
 
 const LINE: usize = LINE_BYTES as usize;
 
 fn heap_pod() -> Arc<Pod> {
-    heap_pod_with(&PodConfig::new())
-}
-
-fn heap_pod_with(config: &PodConfig) -> Arc<Pod> {
-    Arc::new(Pod::create(config, Backing::heap()).expect("creating a heap pod"))
+    common::heap_pod(&PodConfig::new())
 }
 
 /// A simulated cache that never evicts at random: only a full cache evicts.
@@ -30,12 +29,20 @@ fn simulated(seed: u64) -> MemoryKind {
     simulated_with(seed, 1024, 0)
 }
 
-fn simulated_with(seed: u64, capacity_lines: usize, random_eviction_one_in: u64) -> MemoryKind {
-    MemoryKind::Simulated(SimulatedConfig {
-        seed,
-        capacity_lines,
-        random_eviction_one_in,
-    })
+/// A new pod, and a host on it per seed, each on a [`simulated`] cache seeded so.
+fn pod_and_hosts<const N: usize>(seeds: [u64; N]) -> (Arc<Pod>, [Host; N]) {
+    let pod = heap_pod();
+    let hosts = seeds.map(|seed| join(&pod, simulated(seed)));
+    (pod, hosts)
+}
+
+/// A writer (seed 1) and a third host (seed 3) on a new pod, and the offset of slot 1,
+/// where the writer has written `bytes` (into its cache).
+fn written_by_writer(bytes: &[u8]) -> (Arc<Pod>, Host, Host, u64) {
+    let (pod, [writer, third]) = pod_and_hosts([1, 3]);
+    let slot = pod.layout().slot_offset(1);
+    writer.memory().write(slot, bytes);
+    (pod, writer, third, slot)
 }
 
 fn join(pod: &Arc<Pod>, memory: MemoryKind) -> Host {
@@ -79,13 +86,12 @@ fn flushed_read(host: &Host, offset: u64, len: usize) -> Vec<u8> {
 
 // ---- stale lines ----
 
-#[test]
-fn reader_without_flush_is_served_its_stale_line() {
-    let pod = heap_pod();
-    let writer = join(&pod, simulated(1));
-    let reader = join(&pod, simulated(2));
+/// A writer (seed 1) and a reader (seed 2) on a new pod, and the offset of slot 0: the
+/// reader caches its old line, then the writer writes `version2` there, writes it back and
+/// fences.
+fn published_over_a_cached_line() -> (Arc<Pod>, Host, Host, u64) {
+    let (pod, [writer, reader]) = pod_and_hosts([1, 2]);
     let slot = pod.layout().slot_offset(0);
-
     assert_eq!(
         read(&reader, slot, 8),
         [0; 8],
@@ -94,6 +100,12 @@ fn reader_without_flush_is_served_its_stale_line() {
     writer.memory().write(slot, b"version2");
     writer.memory().write_back(slot, 8);
     writer.memory().fence();
+    (pod, writer, reader, slot)
+}
+
+#[test]
+fn reader_without_flush_is_served_its_stale_line() {
+    let (pod, _writer, reader, slot) = published_over_a_cached_line();
     assert_eq!(
         memory_bytes(&pod, slot, 8),
         b"version2",
@@ -111,16 +123,7 @@ fn reader_without_flush_is_served_its_stale_line() {
 
 #[test]
 fn reader_that_flushes_and_fences_sees_the_writers_bytes() {
-    let pod = heap_pod();
-    let writer = join(&pod, simulated(1));
-    let reader = join(&pod, simulated(2));
-    let slot = pod.layout().slot_offset(0);
-
-    assert_eq!(read(&reader, slot, 8), [0; 8]);
-    writer.memory().write(slot, b"version2");
-    writer.memory().write_back(slot, 8);
-    writer.memory().fence();
-
+    let (_pod, _writer, reader, slot) = published_over_a_cached_line();
     reader.memory().flush(slot, 8);
     reader.memory().fence();
     assert!(!cache(&reader).is_cached(slot), "a flush drops the line");
@@ -130,9 +133,7 @@ fn reader_that_flushes_and_fences_sees_the_writers_bytes() {
 
 #[test]
 fn a_stale_read_of_several_lines_counts_each_stale_line() {
-    let pod = heap_pod();
-    let writer = join(&pod, simulated(1));
-    let reader = join(&pod, simulated(2));
+    let (pod, [writer, reader]) = pod_and_hosts([1, 2]);
     let slot = pod.layout().slot_offset(0);
     let len = 3 * LINE;
 
@@ -151,12 +152,7 @@ fn a_stale_read_of_several_lines_counts_each_stale_line() {
 
 #[test]
 fn plain_write_stays_in_the_writers_cache() {
-    let pod = heap_pod();
-    let writer = join(&pod, simulated(1));
-    let third = join(&pod, simulated(3));
-    let slot = pod.layout().slot_offset(1);
-
-    writer.memory().write(slot, b"unpublished");
+    let (pod, writer, third, slot) = written_by_writer(b"unpublished");
     writer.memory().fence();
     assert!(cache(&writer).is_dirty(slot));
     assert_eq!(
@@ -181,12 +177,7 @@ fn plain_write_stays_in_the_writers_cache() {
 
 #[test]
 fn flush_writes_a_dirty_line_back_and_drops_it() {
-    let pod = heap_pod();
-    let writer = join(&pod, simulated(1));
-    let third = join(&pod, simulated(3));
-    let slot = pod.layout().slot_offset(1);
-
-    writer.memory().write(slot, b"flushed");
+    let (_pod, writer, third, slot) = written_by_writer(b"flushed");
     writer.memory().flush(slot, 7);
     writer.memory().fence();
 
@@ -197,12 +188,7 @@ fn flush_writes_a_dirty_line_back_and_drops_it() {
 
 #[test]
 fn write_back_writes_a_dirty_line_and_keeps_it_cached_and_clean() {
-    let pod = heap_pod();
-    let writer = join(&pod, simulated(1));
-    let third = join(&pod, simulated(3));
-    let slot = pod.layout().slot_offset(1);
-
-    writer.memory().write(slot, b"clwb");
+    let (_pod, writer, third, slot) = written_by_writer(b"clwb");
     assert!(cache(&writer).is_dirty(slot));
     writer.memory().write_back(slot, 4);
     writer.memory().fence();
@@ -219,9 +205,7 @@ fn write_back_writes_a_dirty_line_and_keeps_it_cached_and_clean() {
 
 #[test]
 fn evict_all_writes_every_dirty_line_back() {
-    let pod = heap_pod();
-    let writer = join(&pod, simulated(1));
-    let third = join(&pod, simulated(3));
+    let (pod, [writer, third]) = pod_and_hosts([1, 3]);
     let first = pod.layout().slot_offset(2);
     let second = pod.layout().slot_offset(7) + 3 * LINE_BYTES;
 
@@ -265,9 +249,7 @@ fn a_full_cache_evicts_a_dirty_line_to_memory_to_make_room() {
 
 #[test]
 fn non_temporal_store_reaches_memory_and_drops_the_writers_copy() {
-    let pod = heap_pod();
-    let writer = join(&pod, simulated(1));
-    let third = join(&pod, simulated(3));
+    let (pod, [writer, third]) = pod_and_hosts([1, 3]);
     let slot = pod.layout().slot_offset(5);
 
     assert_eq!(read(&writer, slot, 8), [0; 8], "the writer caches the line");
@@ -307,9 +289,7 @@ fn non_temporal_store_writes_the_writers_dirty_copy_back_first() {
 /// With `a_flushes_first`, A flush-invalidates the line before its partial write, as the
 /// protocol's write_start does when its cached copy may be stale.
 fn partial_writes_to_one_line(a_flushes_first: bool) -> Vec<u8> {
-    let pod = heap_pod();
-    let a = join(&pod, simulated(1));
-    let b = join(&pod, simulated(2));
+    let (pod, [a, b]) = pod_and_hosts([1, 2]);
     let line = pod.layout().slot_offset(6);
     let half = LINE / 2;
 
@@ -358,7 +338,7 @@ fn flush_before_a_partial_write_keeps_the_other_hosts_bytes() {
 /// whole slot region of memory and both hosts' stats.
 fn eviction_run(seed: u64) -> (Vec<u8>, [SimulatedStats; 2]) {
     // A small LNR keeps the slot region, read back in full, small.
-    let pod = heap_pod_with(&PodConfig::new().lnr_bytes(1 << 20));
+    let pod = common::heap_pod(&PodConfig::new().lnr_bytes(1 << 20));
     let hosts = [
         join(&pod, simulated_with(seed, 4096, 4)),
         join(
@@ -477,9 +457,7 @@ fn reads_across_line_boundaries_and_at_unaligned_offsets_return_memory_bytes() {
 
 #[test]
 fn unaligned_writes_across_line_boundaries_round_trip_through_cache_and_memory() {
-    let pod = heap_pod();
-    let writer = join(&pod, simulated(1));
-    let reader = join(&pod, simulated(2));
+    let (pod, [writer, reader]) = pod_and_hosts([1, 2]);
     let base = pod.layout().slot_offset(9);
     let mut expected = vec![0u8; 4 * LINE];
     let writes = [(3usize, 70usize), (61, 7), (120, 9), (190, 60), (255, 1)];
