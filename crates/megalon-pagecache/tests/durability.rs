@@ -18,8 +18,8 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use common::{
-    data_file, heap_pod, join, on_disk, options, original_byte, tmpfs_dir, ChildProcess,
-    RemoveOnDrop, PAGE, WAIT_BOUND,
+    data_file, heap_pod, join, on_disk, options, original_byte, tmpfs_dir, ChildProcess, PAGE,
+    WAIT_BOUND,
 };
 use megalon_core::{Backing, Join, MemoryKind};
 use megalon_pagecache::{PageCache, PageCacheConfig};
@@ -101,7 +101,7 @@ fn fsynced_writes_survive_a_sigkill_of_the_writer() {
         std::process::id(),
         COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
-    let _cleanup = RemoveOnDrop(vec![pod_path.clone()]);
+    let _cleanup = tempfile::TempPath::try_from_path(&pod_path).expect("an absolute path");
 
     let mut child = ChildProcess::spawn(
         CHILD_TEST,

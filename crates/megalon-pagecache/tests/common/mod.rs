@@ -83,17 +83,6 @@ pub fn tmpfs_dir() -> PathBuf {
     }
 }
 
-/// Removes files when the test ends, however it ends.
-pub struct RemoveOnDrop(pub Vec<PathBuf>);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        for path in &self.0 {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
-
 /// A child process running one test of this binary, its stdout read line by line on a
 /// thread; killed (SIGKILL) on drop if it is still running.
 pub struct ChildProcess {
