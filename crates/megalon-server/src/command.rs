@@ -1,0 +1,700 @@
+//! The commands: each runs one request against a worker's handle on the KV store and
+//! writes its reply. What is Redis's here and not the store's: integer parsing and
+//! overflow for INCR and its kin, the options of SET, the replies and error texts Redis
+//! clients expect, and the few introspection commands (`COMMAND`, `CONFIG GET`, `HELLO`,
+//! `INFO`) that redis-cli and redis-benchmark send when they start.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+
+use megalon_kv::{Error, KvHandle, MegalonHandle};
+
+use crate::resp::{self, Args};
+use crate::server::HostServer;
+
+/// What one connection carries from command to command.
+#[derive(Debug)]
+pub struct Session {
+    /// The client's id (`CLIENT ID`, `HELLO`).
+    pub id: u64,
+    /// `CLIENT SETNAME`'s name.
+    pub name: Option<Vec<u8>>,
+    /// Close once the replies so far are written (`QUIT`, `SHUTDOWN`).
+    pub quit: bool,
+}
+
+impl Session {
+    /// A new connection's session.
+    pub fn new(id: u64) -> Self {
+        Self {
+            id,
+            name: None,
+            quit: false,
+        }
+    }
+}
+
+/// One worker's means to run commands: its handle on the store, through its host.
+pub struct Executor {
+    host: std::sync::Arc<HostServer>,
+    kv: KvHandle<MegalonHandle>,
+    /// A value read, kept between commands (the hot path does not allocate).
+    value: Vec<u8>,
+    /// Commands this worker ran.
+    commands: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// The commands `COMMAND` lists: name, arity (negative: at least), flags, first key,
+/// last key (-1: the last argument), step between keys.
+type CommandEntry = (&'static str, i64, &'static [&'static str], i64, i64, i64);
+const COMMANDS: &[CommandEntry] = &[
+    ("append", 3, &["write", "denyoom"], 1, 1, 1),
+    ("client", -2, &["admin", "noscript"], 0, 0, 0),
+    ("command", -1, &["random", "loading", "stale"], 0, 0, 0),
+    ("config", -2, &["admin", "noscript"], 0, 0, 0),
+    ("dbsize", 1, &["readonly", "fast"], 0, 0, 0),
+    ("decr", 2, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("decrby", 3, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("del", -2, &["write"], 1, -1, 1),
+    ("echo", 2, &["fast"], 0, 0, 0),
+    ("exists", -2, &["readonly", "fast"], 1, -1, 1),
+    ("get", 2, &["readonly", "fast"], 1, 1, 1),
+    ("getset", 3, &["write", "denyoom", "fast"], 1, 1, 1),
+    (
+        "hello",
+        -1,
+        &["noscript", "loading", "stale", "fast"],
+        0,
+        0,
+        0,
+    ),
+    ("incr", 2, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("incrby", 3, &["write", "denyoom", "fast"], 1, 1, 1),
+    ("info", -1, &["random", "loading", "stale"], 0, 0, 0),
+    ("mget", -2, &["readonly", "fast"], 1, -1, 1),
+    ("mset", -3, &["write", "denyoom"], 1, -1, 2),
+    ("ping", -1, &["stale", "fast"], 0, 0, 0),
+    ("quit", -1, &["loading", "stale", "fast"], 0, 0, 0),
+    ("select", 2, &["loading", "stale", "fast"], 0, 0, 0),
+    ("set", -3, &["write", "denyoom"], 1, 1, 1),
+    (
+        "shutdown",
+        -1,
+        &["admin", "noscript", "loading", "stale"],
+        0,
+        0,
+        0,
+    ),
+    ("strlen", 2, &["readonly", "fast"], 1, 1, 1),
+];
+
+/// The version redis-cli and redis-benchmark are told (they check features by it).
+pub const REDIS_VERSION: &str = "7.0.0";
+
+const NOT_AN_INTEGER: &str = "ERR value is not an integer or out of range";
+const OVERFLOW: &str = "ERR increment or decrement would overflow";
+const SYNTAX: &str = "ERR syntax error";
+
+/// `name` lowercased into `buf`, or `None` if longer than it.
+fn lowercase<'b>(name: &[u8], buf: &'b mut [u8; 16]) -> Option<&'b [u8]> {
+    let out = buf.get_mut(..name.len())?;
+    out.copy_from_slice(name);
+    out.make_ascii_lowercase();
+    Some(out)
+}
+
+/// An integer as Redis reads one: optional `-`, digits, no leading zero, no sign on 0,
+/// no spaces, within i64.
+pub fn parse_integer(bytes: &[u8]) -> Option<i64> {
+    let (negative, digits) = match bytes.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, bytes),
+    };
+    if digits.is_empty()
+        || digits.len() > 19
+        || !digits.iter().all(u8::is_ascii_digit)
+        || (digits[0] == b'0' && (digits.len() > 1 || negative))
+    {
+        return None;
+    }
+    // Accumulated negative so that i64::MIN parses.
+    let mut value: i64 = 0;
+    for d in digits {
+        value = value.checked_mul(10)?.checked_sub(i64::from(d - b'0'))?;
+    }
+    if negative {
+        Some(value)
+    } else {
+        value.checked_neg()
+    }
+}
+
+fn wrong_arity(out: &mut Vec<u8>, name: &str) {
+    resp::error(
+        out,
+        format_args!("ERR wrong number of arguments for '{name}' command"),
+    );
+}
+
+/// The error reply for a store error: `-OOM` when the store is full (no slot or no
+/// coherence record to be had), `-ERR` otherwise; the text is the store's, with its
+/// numbers.
+fn store_error(out: &mut Vec<u8>, error: &Error) {
+    let full = matches!(
+        error,
+        Error::Core(
+            megalon_core::Error::SlotsExhausted { .. }
+                | megalon_core::Error::ScrRecordsExhausted { .. }
+        )
+    );
+    if full {
+        resp::error(out, format_args!("OOM the store is full: {error}"));
+    } else {
+        resp::error(out, format_args!("ERR {error}"));
+    }
+}
+
+impl Executor {
+    /// A worker's executor on `host`.
+    pub fn new(
+        host: std::sync::Arc<HostServer>,
+        commands: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    ) -> Result<Self, Error> {
+        let kv = host.store.handle(0)?;
+        Ok(Self {
+            host,
+            kv,
+            value: Vec::new(),
+            commands,
+        })
+    }
+
+    /// Runs `args` (a whole command) and writes its reply to `out`.
+    pub fn run(&mut self, args: Args<'_>, session: &mut Session, out: &mut Vec<u8>) {
+        self.commands
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut buf = [0u8; 16];
+        let Some(name) = lowercase(args.get(0), &mut buf) else {
+            return unknown(args, out);
+        };
+        let n = args.len();
+        match name {
+            b"get" if n == 2 => self.get(args.get(1), out),
+            b"set" if n >= 3 => self.set(args, out),
+            b"getset" if n == 3 => {
+                self.set_value(args.get(1), args.get(2), false, false, true, out)
+            }
+            b"del" if n >= 2 => self.del(args, out),
+            b"exists" if n >= 2 => self.exists(args, out),
+            b"mget" if n >= 2 => self.mget(args, out),
+            b"mset" if n >= 3 && n % 2 == 1 => self.mset(args, out),
+            b"incr" if n == 2 => self.increment(args.get(1), 1, out),
+            b"decr" if n == 2 => self.increment(args.get(1), -1, out),
+            b"incrby" | b"decrby" if n == 3 => {
+                let Some(by) = parse_integer(args.get(2)) else {
+                    return resp::error(out, format_args!("{NOT_AN_INTEGER}"));
+                };
+                let by = if name == b"decrby" {
+                    match by.checked_neg() {
+                        Some(by) => by,
+                        None => {
+                            return resp::error(out, format_args!("ERR decrement would overflow"))
+                        }
+                    }
+                } else {
+                    by
+                };
+                self.increment(args.get(1), by, out)
+            }
+            b"append" if n == 3 => self.append(args.get(1), args.get(2), out),
+            b"strlen" if n == 2 => self.strlen(args.get(1), out),
+            b"dbsize" if n == 1 => self.dbsize(out),
+            b"ping" if n == 1 => resp::simple(out, "PONG"),
+            b"ping" if n == 2 => resp::bulk(out, args.get(1)),
+            b"echo" if n == 2 => resp::bulk(out, args.get(1)),
+            b"select" if n == 2 => {
+                if args.get(1) == b"0" {
+                    resp::simple(out, "OK")
+                } else {
+                    resp::error(out, format_args!("ERR DB index is out of range"))
+                }
+            }
+            b"quit" => {
+                resp::simple(out, "OK");
+                session.quit = true;
+            }
+            b"shutdown" => {
+                // Redis answers nothing: the connection closes as the server stops.
+                session.quit = true;
+                self.host.shutdown.trigger();
+            }
+            b"info" => self.info(args, out),
+            b"command" => command(args, out),
+            b"config" if n >= 2 => self.config(args, out),
+            b"hello" => hello(args, session, out),
+            b"client" if n >= 2 => client(args, session, out),
+            b"get" | b"set" | b"getset" | b"del" | b"exists" | b"mget" | b"mset" | b"incr"
+            | b"decr" | b"incrby" | b"decrby" | b"append" | b"strlen" | b"dbsize" | b"ping"
+            | b"echo" | b"select" | b"config" | b"client" => {
+                wrong_arity(out, std::str::from_utf8(name).unwrap_or("?"))
+            }
+            _ => unknown(args, out),
+        }
+    }
+
+    fn get(&mut self, key: &[u8], out: &mut Vec<u8>) {
+        match self.kv.get_into(key, &mut self.value) {
+            Ok(true) => resp::bulk(out, &self.value),
+            Ok(false) => resp::null(out),
+            Err(e) => store_error(out, &e),
+        }
+    }
+
+    /// `SET key value [NX | XX] [GET] [KEEPTTL]`; the expiries are refused.
+    fn set(&mut self, args: Args<'_>, out: &mut Vec<u8>) {
+        let (mut nx, mut xx, mut get) = (false, false, false);
+        for option in args.from(3) {
+            if option.eq_ignore_ascii_case(b"nx") {
+                nx = true;
+            } else if option.eq_ignore_ascii_case(b"xx") {
+                xx = true;
+            } else if option.eq_ignore_ascii_case(b"get") {
+                get = true;
+            } else if option.eq_ignore_ascii_case(b"keepttl") {
+                // Nothing expires, so there is no time to live to keep.
+            } else if [&b"ex"[..], b"px", b"exat", b"pxat"]
+                .iter()
+                .any(|e| option.eq_ignore_ascii_case(e))
+            {
+                return resp::error(
+                    out,
+                    format_args!(
+                        "ERR expiry (EX, PX, EXAT, PXAT) is not supported: keys do not expire"
+                    ),
+                );
+            } else {
+                return resp::error(out, format_args!("{SYNTAX}"));
+            }
+        }
+        if nx && xx {
+            return resp::error(out, format_args!("{SYNTAX}"));
+        }
+        self.set_value(args.get(1), args.get(2), nx, xx, get, out)
+    }
+
+    /// SET with its options decided: `nx` only if absent, `xx` only if present, `get`
+    /// answers the old value (read and replaced holding the object).
+    fn set_value(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        nx: bool,
+        xx: bool,
+        get: bool,
+        out: &mut Vec<u8>,
+    ) {
+        if !get && !xx {
+            let done = if nx {
+                self.kv.insert(key, value)
+            } else {
+                self.kv.put(key, value)
+            };
+            return match done {
+                Ok(()) => resp::simple(out, "OK"),
+                Err(Error::KeyExists) => resp::null(out),
+                Err(e) => store_error(out, &e),
+            };
+        }
+        let old_value = &mut self.value;
+        let mut had_old = false;
+        let stored = self.kv.update(key, |old, new| {
+            had_old = old.is_some();
+            if get {
+                old_value.clear();
+                old_value.extend_from_slice(old.unwrap_or_default());
+            }
+            let store = if nx {
+                old.is_none()
+            } else if xx {
+                old.is_some()
+            } else {
+                true
+            };
+            if store {
+                new.extend_from_slice(value);
+            }
+            store
+        });
+        match stored {
+            Err(e) => store_error(out, &e),
+            Ok(_) if get && had_old => resp::bulk(out, &self.value),
+            Ok(_) if get => resp::null(out),
+            Ok(true) => resp::simple(out, "OK"),
+            Ok(false) => resp::null(out),
+        }
+    }
+
+    fn del(&mut self, args: Args<'_>, out: &mut Vec<u8>) {
+        let mut deleted = 0;
+        for key in args.from(1) {
+            match self.kv.delete(key) {
+                Ok(()) => deleted += 1,
+                Err(Error::UnknownKey) => {}
+                Err(e) => return store_error(out, &e),
+            }
+        }
+        resp::integer(out, deleted);
+    }
+
+    fn exists(&mut self, args: Args<'_>, out: &mut Vec<u8>) {
+        let mut found = 0;
+        for key in args.from(1) {
+            match self.kv.get_into(key, &mut self.value) {
+                Ok(true) => found += 1,
+                Ok(false) => {}
+                Err(e) => return store_error(out, &e),
+            }
+        }
+        resp::integer(out, found);
+    }
+
+    fn mget(&mut self, args: Args<'_>, out: &mut Vec<u8>) {
+        resp::array(out, args.len() - 1);
+        for key in args.from(1) {
+            match self.kv.get_into(key, &mut self.value) {
+                Ok(true) => resp::bulk(out, &self.value),
+                Ok(false) => resp::null(out),
+                Err(e) => store_error(out, &e),
+            }
+        }
+    }
+
+    /// Every pair, each key linearizable on its own (not atomic across keys). Checked
+    /// first, so that a key or value over the limits sets nothing.
+    fn mset(&mut self, args: Args<'_>, out: &mut Vec<u8>) {
+        let (max_key, max_value) = (
+            self.host.limits.max_key_bytes,
+            self.host.limits.max_value_bytes,
+        );
+        for (i, arg) in args.from(1).enumerate() {
+            let too_long = if i % 2 == 0 {
+                (arg.len() > max_key).then_some(("key", max_key))
+            } else {
+                (arg.len() > max_value).then_some(("value", max_value))
+            };
+            if let Some((what, limit)) = too_long {
+                return resp::error(
+                    out,
+                    format_args!(
+                        "ERR {what} of {} bytes is longer than the limit of {limit} bytes",
+                        arg.len()
+                    ),
+                );
+            }
+        }
+        for i in (1..args.len()).step_by(2) {
+            if let Err(e) = self.kv.put(args.get(i), args.get(i + 1)) {
+                return store_error(out, &e);
+            }
+        }
+        resp::simple(out, "OK");
+    }
+
+    /// INCR, DECR, INCRBY, DECRBY: the read, the sum and the write holding the object.
+    fn increment(&mut self, key: &[u8], by: i64, out: &mut Vec<u8>) {
+        let mut outcome: Result<i64, &'static str> = Ok(0);
+        let stored = self.kv.update(key, |old, new| {
+            let current = match old {
+                None => 0,
+                Some(bytes) => match parse_integer(bytes) {
+                    Some(current) => current,
+                    None => {
+                        outcome = Err(NOT_AN_INTEGER);
+                        return false;
+                    }
+                },
+            };
+            match current.checked_add(by) {
+                Some(sum) => {
+                    outcome = Ok(sum);
+                    let _ = write!(new, "{sum}");
+                    true
+                }
+                None => {
+                    outcome = Err(OVERFLOW);
+                    false
+                }
+            }
+        });
+        match (stored, outcome) {
+            (Err(e), _) => store_error(out, &e),
+            (Ok(_), Ok(sum)) => resp::integer(out, sum),
+            (Ok(_), Err(text)) => resp::error(out, format_args!("{text}")),
+        }
+    }
+
+    fn append(&mut self, key: &[u8], tail: &[u8], out: &mut Vec<u8>) {
+        let mut len = 0;
+        let stored = self.kv.update(key, |old, new| {
+            new.extend_from_slice(old.unwrap_or_default());
+            new.extend_from_slice(tail);
+            len = new.len();
+            true
+        });
+        match stored {
+            Ok(_) => resp::integer(out, len as i64),
+            Err(e) => store_error(out, &e),
+        }
+    }
+
+    fn strlen(&mut self, key: &[u8], out: &mut Vec<u8>) {
+        match self.kv.get_into(key, &mut self.value) {
+            Ok(_) => resp::integer(out, self.value.len() as i64),
+            Err(e) => store_error(out, &e),
+        }
+    }
+
+    fn dbsize(&mut self, out: &mut Vec<u8>) {
+        match self.host.keys() {
+            Ok(keys) => resp::integer(out, keys as i64),
+            Err(e) => store_error(out, &e),
+        }
+    }
+
+    /// `INFO [section ...]`: the sections asked for (all without one), in INFO's format.
+    fn info(&mut self, args: Args<'_>, out: &mut Vec<u8>) {
+        let text = self.host.info(&args.from(1).collect::<Vec<_>>());
+        resp::bulk(out, text.as_bytes());
+    }
+
+    fn config(&mut self, args: Args<'_>, out: &mut Vec<u8>) {
+        let sub = args.get(1);
+        if sub.eq_ignore_ascii_case(b"get") && args.len() >= 3 {
+            let max_clients = self.host.max_clients.to_string();
+            let params: [(&str, &str); 5] = [
+                ("save", ""),
+                ("appendonly", "no"),
+                ("maxclients", &max_clients),
+                ("databases", "1"),
+                ("maxmemory", "0"),
+            ];
+            let matched: Vec<&(&str, &str)> = params
+                .iter()
+                .filter(|(name, _)| args.from(2).any(|pattern| glob(pattern, name.as_bytes())))
+                .collect();
+            resp::array(out, matched.len() * 2);
+            for (name, value) in matched {
+                resp::bulk(out, name.as_bytes());
+                resp::bulk(out, value.as_bytes());
+            }
+        } else if sub.eq_ignore_ascii_case(b"resetstat") && args.len() == 2 {
+            resp::simple(out, "OK");
+        } else if sub.eq_ignore_ascii_case(b"set") {
+            resp::error(
+                out,
+                format_args!(
+                    "ERR CONFIG SET is not supported: the server is configured by its command line"
+                ),
+            );
+        } else {
+            unknown_subcommand(args, out);
+        }
+    }
+}
+
+/// Whether `name` matches `pattern`, case-insensitively, with `*` and `?` as in Redis's
+/// globs (no character classes).
+fn glob(pattern: &[u8], name: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => name.is_empty(),
+        Some((b'*', rest)) => (0..=name.len()).any(|skip| glob(rest, &name[skip..])),
+        Some((&p, rest)) => match name.split_first() {
+            Some((&c, name_rest)) if p == b'?' || p.eq_ignore_ascii_case(&c) => {
+                glob(rest, name_rest)
+            }
+            _ => false,
+        },
+    }
+}
+
+/// Redis's text for an unknown command: its name and the start of its arguments.
+fn unknown(args: Args<'_>, out: &mut Vec<u8>) {
+    let mut text = String::from("ERR unknown command '");
+    text.push_str(&shown(args.get(0)));
+    text.push_str("', with args beginning with: ");
+    for arg in args.from(1).take(8) {
+        let _ = write!(text, "'{}' ", shown(arg));
+    }
+    resp::error(out, format_args!("{text}"));
+}
+
+fn unknown_subcommand(args: Args<'_>, out: &mut Vec<u8>) {
+    let command = shown(args.get(0)).to_ascii_uppercase();
+    resp::error(
+        out,
+        format_args!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try {command} HELP.",
+            shown(args.get(1))
+        ),
+    );
+}
+
+/// An argument as text in an error: lossy, at most 64 bytes of it.
+fn shown(arg: &[u8]) -> String {
+    String::from_utf8_lossy(&arg[..arg.len().min(64)]).into_owned()
+}
+
+/// `COMMAND`, `COMMAND COUNT`, `COMMAND INFO name...`, `COMMAND DOCS` (none).
+fn command(args: Args<'_>, out: &mut Vec<u8>) {
+    let entry = |out: &mut Vec<u8>, (name, arity, flags, first, last, step): &CommandEntry| {
+        resp::array(out, 6);
+        resp::bulk(out, name.as_bytes());
+        resp::integer(out, *arity);
+        resp::array(out, flags.len());
+        for flag in *flags {
+            resp::simple(out, flag);
+        }
+        resp::integer(out, *first);
+        resp::integer(out, *last);
+        resp::integer(out, *step);
+    };
+    if args.len() == 1 {
+        resp::array(out, COMMANDS.len());
+        for c in COMMANDS {
+            entry(out, c);
+        }
+        return;
+    }
+    let sub = args.get(1);
+    if sub.eq_ignore_ascii_case(b"count") && args.len() == 2 {
+        resp::integer(out, COMMANDS.len() as i64);
+    } else if sub.eq_ignore_ascii_case(b"docs") {
+        resp::array(out, 0);
+    } else if sub.eq_ignore_ascii_case(b"info") {
+        resp::array(out, args.len() - 2);
+        for name in args.from(2) {
+            match COMMANDS
+                .iter()
+                .find(|c| c.0.as_bytes().eq_ignore_ascii_case(name))
+            {
+                Some(c) => entry(out, c),
+                None => resp::null(out),
+            }
+        }
+    } else {
+        unknown_subcommand(args, out);
+    }
+}
+
+/// `HELLO [2 [SETNAME name]]`: RESP2 only.
+fn hello(args: Args<'_>, session: &mut Session, out: &mut Vec<u8>) {
+    if args.len() >= 2 {
+        match parse_integer(args.get(1)) {
+            Some(2) => {}
+            Some(_) => {
+                return resp::error(out, format_args!("NOPROTO unsupported protocol version"))
+            }
+            None => {
+                return resp::error(
+                    out,
+                    format_args!("ERR Protocol version is not an integer or out of range"),
+                )
+            }
+        }
+        let mut options = args.from(2);
+        while let Some(option) = options.next() {
+            match options.next() {
+                Some(name) if option.eq_ignore_ascii_case(b"setname") => {
+                    session.name = Some(name.to_vec())
+                }
+                _ if option.eq_ignore_ascii_case(b"auth") => {
+                    return resp::error(
+                        out,
+                        format_args!("ERR AUTH is not supported: the server has no users"),
+                    )
+                }
+                _ => return resp::error(out, format_args!("{SYNTAX}")),
+            }
+        }
+    }
+    resp::array(out, 14);
+    resp::bulk(out, b"server");
+    resp::bulk(out, b"redis");
+    resp::bulk(out, b"version");
+    resp::bulk(out, REDIS_VERSION.as_bytes());
+    resp::bulk(out, b"proto");
+    resp::integer(out, 2);
+    resp::bulk(out, b"id");
+    resp::integer(out, session.id as i64);
+    resp::bulk(out, b"mode");
+    resp::bulk(out, b"standalone");
+    resp::bulk(out, b"role");
+    resp::bulk(out, b"master");
+    resp::bulk(out, b"modules");
+    resp::array(out, 0);
+}
+
+/// `CLIENT SETNAME | GETNAME | ID | SETINFO`.
+fn client(args: Args<'_>, session: &mut Session, out: &mut Vec<u8>) {
+    let sub = args.get(1);
+    if sub.eq_ignore_ascii_case(b"setname") && args.len() == 3 {
+        let name = args.get(2);
+        if name.iter().any(|&b| !(b'!'..=b'~').contains(&b)) {
+            return resp::error(
+                out,
+                format_args!(
+                    "ERR Client names cannot contain spaces, newlines or special characters."
+                ),
+            );
+        }
+        session.name = (!name.is_empty()).then(|| name.to_vec());
+        resp::simple(out, "OK");
+    } else if sub.eq_ignore_ascii_case(b"getname") && args.len() == 2 {
+        match &session.name {
+            Some(name) => resp::bulk(out, name),
+            None => resp::null(out),
+        }
+    } else if sub.eq_ignore_ascii_case(b"id") && args.len() == 2 {
+        resp::integer(out, session.id as i64);
+    } else if sub.eq_ignore_ascii_case(b"setinfo") && args.len() == 4 {
+        resp::simple(out, "OK");
+    } else {
+        unknown_subcommand(args, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_parse_as_redis_reads_them() {
+        for (text, value) in [
+            ("0", Some(0)),
+            ("-1", Some(-1)),
+            ("9223372036854775807", Some(i64::MAX)),
+            ("-9223372036854775808", Some(i64::MIN)),
+            ("9223372036854775808", None),
+            ("007", None),
+            ("-0", None),
+            ("+5", None),
+            (" 5", None),
+            ("5 ", None),
+            ("", None),
+            ("-", None),
+            ("1e3", None),
+        ] {
+            assert_eq!(parse_integer(text.as_bytes()), value, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn globs_match_as_config_get_needs() {
+        assert!(glob(b"*", b"save"));
+        assert!(glob(b"SAVE", b"save"));
+        assert!(glob(b"max*", b"maxclients"));
+        assert!(glob(b"s?ve", b"save"));
+        assert!(!glob(b"max*", b"save"));
+        assert!(!glob(b"sav", b"save"));
+    }
+}

@@ -1,0 +1,236 @@
+//! `megalon-server`: the megalon KV store behind the Redis protocol (RESP2), so that
+//! `redis-cli`, `redis-benchmark` and any Redis client share a pod's objects.
+//!
+//! One process serves the hosts of a pod it runs, each on its own Unix socket and
+//! loopback TCP port, with a pool of worker threads per host. The pod is a file that
+//! processes share (`--pod PATH`: created with the size flags if absent, opened if not;
+//! one process per host is the usual way, like real hosts), or, without `--pod`, a heap
+//! pod in this one process (`--hosts H`: H hosts, one socket each). A value written
+//! through any host is read through every other; `INCR` from clients of different hosts
+//! adds up exactly (the read, the sum and the write hold the object).
+//!
+//! ```sh
+//! megalon-server --hosts 2 --socket /tmp/megalon-{host}.sock --port 0
+//! redis-cli -s /tmp/megalon-0.sock SET k v
+//! redis-cli -s /tmp/megalon-1.sock GET k        # "v"
+//! ```
+//!
+//! Trade-offs against Redis: keys do not expire (`SET ... EX` is refused); a value is
+//! at most one slot less 4 bytes (`INFO pod` says how long); `MSET` is not atomic across
+//! keys (each key is linearizable on its own); only strings, no other data types; no
+//! persistence beyond the pod. `SHUTDOWN`, SIGINT or SIGTERM stop the process and its
+//! hosts leave the pod.
+
+#![forbid(unsafe_code)]
+
+mod command;
+mod resp;
+mod server;
+mod worker;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use megalon_core::{Backing, Host, HostOptions, Join, MemoryKind, Pod, PodConfig};
+use megalon_kv::{Megalon, Store};
+
+use server::{Listen, Server, Serving};
+
+/// The seed of simulated memory (each host mixes in its index).
+const SIMULATED_SEED: u64 = 0x5e12_7e12;
+
+/// The command line.
+#[derive(Parser, Debug)]
+#[command(
+    name = "megalon-server",
+    args_override_self = true,
+    about = "The megalon KV store behind the Redis protocol (RESP2): one socket per host of a pod",
+    after_help = "Point redis-cli at a host: redis-cli -s /tmp/megalon-0.sock (or -p 6380).\n`SHUTDOWN`, SIGINT or SIGTERM stop the server; its hosts leave the pod."
+)]
+struct Args {
+    /// A pod file shared with other processes: opened if it exists, else created with
+    /// the sizes below. Without it, a heap pod in this process.
+    #[arg(long)]
+    pod: Option<PathBuf>,
+    /// Hosts this process runs (each on its own socket and port).
+    #[arg(long, default_value_t = 1)]
+    hosts: usize,
+    /// Join as this host id (one host only); the first free id otherwise.
+    #[arg(long)]
+    host: Option<u32>,
+    /// Unix socket of each host; `{host}` becomes the host's id in the pod.
+    #[arg(long, default_value = "/tmp/megalon-{host}.sock")]
+    socket: String,
+    /// Loopback TCP port of host 0; host h listens on PORT + h. 0: no TCP.
+    #[arg(long, default_value_t = 6380)]
+    port: u16,
+    /// Worker threads per host.
+    #[arg(long, default_value_t = 4)]
+    workers: usize,
+    /// Connections per host at once; past it, a refusal.
+    #[arg(long, default_value_t = 1000)]
+    max_clients: usize,
+    /// Memory access: hardware, or simulated (a non-coherent cache per host).
+    #[arg(long, default_value = "hardware")]
+    memory: MemoryKind,
+    /// Longest any wait on another host may last, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    wait_limit_ms: u64,
+    /// A new pod's SCR (coherent region), in MiB.
+    #[arg(long, default_value_t = 4)]
+    scr_mib: u64,
+    /// A new pod's LNR (where the values live), in MiB.
+    #[arg(long, default_value_t = 1024)]
+    lnr_mib: u64,
+    /// A new pod's slot: a value takes one, less 4 bytes of length (a multiple of 64).
+    #[arg(long, default_value_t = 4096)]
+    slot_bytes: u64,
+    /// A new pod's longest key.
+    #[arg(long, default_value_t = 64)]
+    max_key_bytes: u32,
+    /// A new pod's log, in entries.
+    #[arg(long, default_value_t = 16384)]
+    log_entries: u64,
+    /// A new pod's most hosts.
+    #[arg(long, default_value_t = 8)]
+    max_hosts: u32,
+}
+
+impl Args {
+    fn pod_config(&self) -> PodConfig {
+        PodConfig::new()
+            .scr_bytes(self.scr_mib << 20)
+            .lnr_bytes(self.lnr_mib << 20)
+            .slot_size_bytes(self.slot_bytes)
+            .max_key_bytes(self.max_key_bytes)
+            .log_capacity_entries(self.log_entries)
+            .max_hosts(self.max_hosts)
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("megalon-server: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The pod: `--pod`'s file, opened or created, or a heap pod.
+fn pod(args: &Args) -> Result<(Pod, &'static str), String> {
+    let config = args.pod_config();
+    match &args.pod {
+        Some(path) if path.exists() => Pod::open(Backing::file(path))
+            .map(|pod| (pod, "opened"))
+            .map_err(|e| e.to_string()),
+        Some(path) => Pod::create(&config, Backing::file(path))
+            .map(|pod| (pod, "created"))
+            .map_err(|e| e.to_string()),
+        None => Pod::create(&config, Backing::heap())
+            .map(|pod| (pod, "created in this process"))
+            .map_err(|e| e.to_string()),
+    }
+}
+
+fn socket_path(pattern: &str, host: u32) -> PathBuf {
+    PathBuf::from(pattern.replace("{host}", &host.to_string()))
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    if args.hosts == 0 || args.workers == 0 || args.max_clients == 0 {
+        return Err("--hosts, --workers and --max-clients must be positive".into());
+    }
+    if args.hosts > 1 && !args.socket.contains("{host}") {
+        return Err(format!(
+            "--socket {} names one socket for {} hosts: put {{host}} in it",
+            args.socket, args.hosts
+        ));
+    }
+    if args.host.is_some() && args.hosts > 1 {
+        return Err("--host names one host; it does not go with --hosts".into());
+    }
+    let (pod, how) = pod(args)?;
+    let pod = Arc::new(pod);
+    let mut stores = Vec::new();
+    let mut listen = Vec::new();
+    for i in 0..args.hosts {
+        let options = HostOptions::new()
+            .memory(args.memory.for_host(SIMULATED_SEED, i as u32))
+            .wait_limit(Duration::from_millis(args.wait_limit_ms));
+        let join = args.host.map_or(Join::AnyFree, Join::As);
+        let host = Host::join(&pod, join, options).map_err(|e| format!("joining the pod: {e}"))?;
+        let id = host.id();
+        listen.push(Listen {
+            socket: socket_path(&args.socket, id),
+            tcp_port: (args.port != 0)
+                .then(|| args.port.checked_add(id as u16))
+                .map(|p| p.ok_or(format!("--port {} + host {id} is past 65535", args.port)))
+                .transpose()?,
+        });
+        stores.push(Store::new(Megalon::new(
+            Arc::clone(&pod),
+            vec![Arc::new(host)],
+        )));
+    }
+    let config = pod.config().clone();
+    let server = Server::start(
+        stores,
+        listen,
+        Serving {
+            workers: args.workers,
+            max_clients: args.max_clients,
+        },
+    )
+    .map_err(|e| format!("listening: {e}"))?;
+    let pod_name = args
+        .pod
+        .as_deref()
+        .map_or_else(|| "heap".to_string(), |p: &Path| p.display().to_string());
+    println!(
+        "megalon-server: pod {pod_name} {how} (slots of {} bytes, keys up to {} bytes, {} MiB LNR, {} MiB SCR); {} worker(s) per host",
+        config.slot_size_bytes,
+        config.max_key_bytes,
+        config.lnr_bytes >> 20,
+        config.scr_bytes >> 20,
+        args.workers
+    );
+    for host in server.hosts() {
+        let tcp = host
+            .tcp
+            .map_or_else(|| "no TCP".to_string(), |a| a.to_string());
+        println!(
+            "megalon-server: host {} ready on {} and {tcp}",
+            host.host_id,
+            host.socket.display()
+        );
+    }
+    let signals = watch_signals(Arc::clone(server.shutdown()))?;
+    let stores = server.wait();
+    signals.close();
+    drop(stores);
+    println!("megalon-server: stopped; its hosts left the pod");
+    Ok(())
+}
+
+/// Turns SIGINT and SIGTERM into a shutdown.
+fn watch_signals(shutdown: Arc<server::Shutdown>) -> Result<signal_hook::iterator::Handle, String> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .map_err(|e| format!("watching signals: {e}"))?;
+    let handle = signals.handle();
+    std::thread::Builder::new()
+        .name("megalon-server-signals".into())
+        .spawn(move || {
+            if signals.forever().next().is_some() {
+                shutdown.trigger();
+            }
+        })
+        .map_err(|e| format!("starting the signal thread: {e}"))?;
+    Ok(handle)
+}

@@ -1,0 +1,684 @@
+//! RESP2 on the wire: the [`Reader`] that cuts one connection's bytes into commands
+//! (arrays of bulk strings, as every Redis client sends them, or inline lines, as typed
+//! into a terminal), with the limits that keep one client from holding unbounded memory,
+//! and the writers of replies.
+//!
+//! The reader is flat on purpose: a request is an array of bulk strings, nothing nests,
+//! so parsing needs no recursion (a general RESP decoder recurses once per nested array,
+//! with no bound a client could not exceed), and each bulk string's length is checked
+//! from its header, before its bytes arrive. A command it refuses (a bulk string over the
+//! limit, too many arguments, a request over the limit) is answered with one error and
+//! its remaining bytes are skipped as they arrive, without buffering them, so the
+//! connection goes on at the next command. Bytes that are not RESP at all (a bad length,
+//! an element that is not a bulk string) leave no way to find where the next command
+//! starts: the reader answers one error and drops what it has buffered.
+
+use std::fmt;
+use std::io::Write as _;
+use std::ops::Range;
+
+/// Longest inline command line, in bytes (Redis's limit too).
+pub const MAX_INLINE_BYTES: usize = 64 * 1024;
+/// Most arguments of one command.
+pub const MAX_ARGS: usize = 64 * 1024;
+/// Longest `*N` or `$N` line, CRLF included: the sign, 19 digits and some slack.
+const MAX_LENGTH_LINE_BYTES: usize = 32;
+/// Bytes the input buffer starts with (and goes back to when idle).
+const INITIAL_BUFFER_BYTES: usize = 16 * 1024;
+
+/// What a [`Reader`] accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Longest bulk string (argument), in bytes: the longest value the store takes.
+    pub max_bulk_bytes: usize,
+    /// Longest request (all of one command's bytes, headers included).
+    pub max_request_bytes: usize,
+}
+
+/// Why the reader refused a command. Its text is the error reply, less the `-`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// A bulk string longer than [`Limits::max_bulk_bytes`]; the rest of the command is
+    /// skipped.
+    BulkTooLong {
+        /// Bytes the header announced.
+        bulk_bytes: u64,
+        /// The limit.
+        max_bulk_bytes: usize,
+    },
+    /// A request longer than [`Limits::max_request_bytes`]; the rest of it is skipped.
+    RequestTooLong {
+        /// Bytes of the request up to the argument that went over.
+        request_bytes: u64,
+        /// The limit.
+        max_request_bytes: usize,
+    },
+    /// More than [`MAX_ARGS`] arguments; they are skipped.
+    TooManyArgs {
+        /// Arguments the header announced.
+        args: u64,
+    },
+    /// Not RESP: what was wrong. Everything buffered was dropped.
+    Malformed(&'static str),
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Refusal::BulkTooLong {
+                bulk_bytes,
+                max_bulk_bytes,
+            } => write!(
+                f,
+                "ERR value of {bulk_bytes} bytes is longer than the limit of {max_bulk_bytes} bytes"
+            ),
+            Refusal::RequestTooLong {
+                request_bytes,
+                max_request_bytes,
+            } => write!(
+                f,
+                "ERR request of at least {request_bytes} bytes is longer than the limit of {max_request_bytes} bytes"
+            ),
+            Refusal::TooManyArgs { args } => write!(
+                f,
+                "ERR command of {args} arguments is over the limit of {MAX_ARGS}"
+            ),
+            Refusal::Malformed(what) => write!(f, "ERR Protocol error: {what}"),
+        }
+    }
+}
+
+/// What [`Reader::next`] found.
+#[derive(Debug)]
+pub enum Next<'a> {
+    /// A whole command.
+    Command(Args<'a>),
+    /// A command refused: answer the error (the reader skips what is left of it).
+    Refused(Refusal),
+    /// No whole command buffered: read more.
+    More,
+}
+
+/// A command's arguments, borrowed from the reader's buffer (the name is the first).
+#[derive(Clone, Copy, Debug)]
+pub struct Args<'a> {
+    buf: &'a [u8],
+    ranges: &'a [Range<usize>],
+}
+
+impl<'a> Args<'a> {
+    /// Arguments, the name included.
+    pub fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    /// Argument `i` (0 is the name). Panics past [`Args::len`].
+    pub fn get(&self, i: usize) -> &'a [u8] {
+        &self.buf[self.ranges[i].clone()]
+    }
+
+    /// Every argument from `from` on.
+    pub fn from(&self, from: usize) -> impl ExactSizeIterator<Item = &'a [u8]> + 'a {
+        let buf = self.buf;
+        self.ranges[from.min(self.ranges.len())..]
+            .iter()
+            .map(move |r| &buf[r.clone()])
+    }
+}
+
+/// What one step of reading found (the lifetime-free form of [`Next`]).
+enum Step {
+    /// A command, its arguments in `Reader::args`.
+    Command,
+    Refused(Refusal),
+    More,
+    /// Something consumed (an empty line, `*0`, a skipped argument): look again.
+    Again,
+}
+
+/// One length line (`*N\r\n` or `$N\r\n`, the type byte already checked).
+enum Length {
+    /// The value and the bytes of the line, CRLF included.
+    Line(i64, usize),
+    /// Not all of it is here.
+    More,
+    /// Not a length.
+    Bad,
+}
+
+fn length_line(bytes: &[u8]) -> Length {
+    let window = &bytes[..bytes.len().min(MAX_LENGTH_LINE_BYTES)];
+    let Some(cr) = window.iter().position(|&b| b == b'\r') else {
+        return if bytes.len() >= MAX_LENGTH_LINE_BYTES {
+            Length::Bad
+        } else {
+            Length::More
+        };
+    };
+    match bytes.get(cr + 1) {
+        None => return Length::More,
+        Some(b'\n') => {}
+        Some(_) => return Length::Bad,
+    }
+    let digits = &bytes[1..cr];
+    let (negative, digits) = match digits.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, digits),
+    };
+    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+        return Length::Bad;
+    }
+    let value = digits.iter().fold(0i64, |v, d| {
+        v.saturating_mul(10).saturating_add(i64::from(d - b'0'))
+    });
+    Length::Line(if negative { -value } else { value }, cr + 2)
+}
+
+/// A connection's input: the bytes read and not yet consumed, cut into commands.
+#[derive(Debug)]
+pub struct Reader {
+    limits: Limits,
+    buf: Vec<u8>,
+    /// First unread byte.
+    start: usize,
+    /// One past the last byte read.
+    end: usize,
+    /// Bytes of a refused command still to drop when they arrive.
+    skip_bytes: u64,
+    /// Arguments of a refused command still to drop.
+    skip_args: u64,
+    /// The last command's arguments, as ranges of `buf`.
+    args: Vec<Range<usize>>,
+}
+
+impl Reader {
+    /// An empty reader.
+    pub fn new(limits: Limits) -> Self {
+        Self {
+            limits,
+            buf: vec![0; INITIAL_BUFFER_BYTES],
+            start: 0,
+            end: 0,
+            skip_bytes: 0,
+            skip_args: 0,
+            args: Vec::new(),
+        }
+    }
+
+    /// Most bytes the buffer ever holds: one whole request, or one inline line.
+    fn max_buffer_bytes(&self) -> usize {
+        self.limits.max_request_bytes.max(MAX_INLINE_BYTES) + MAX_LENGTH_LINE_BYTES
+    }
+
+    /// Room to read into: compacts or grows the buffer first if it is full. Empty only
+    /// if a command the limits allow could not fit, which they rule out.
+    pub fn spare(&mut self) -> &mut [u8] {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+            if self.buf.len() > INITIAL_BUFFER_BYTES * 4 {
+                // Idle after a large request: give the memory back.
+                self.buf = vec![0; INITIAL_BUFFER_BYTES];
+            }
+        }
+        if self.end == self.buf.len() {
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                self.end -= self.start;
+                self.start = 0;
+            } else if self.buf.len() < self.max_buffer_bytes() {
+                let len = (self.buf.len() * 2).min(self.max_buffer_bytes());
+                self.buf.resize(len, 0);
+            }
+        }
+        debug_assert!(self.end < self.buf.len(), "the limits bound every command");
+        &mut self.buf[self.end..]
+    }
+
+    /// Counts `bytes` read into [`Reader::spare`].
+    pub fn filled(&mut self, bytes: usize) {
+        debug_assert!(self.end + bytes <= self.buf.len());
+        self.end += bytes;
+    }
+
+    /// Whether bytes are buffered that no command consumed yet.
+    #[cfg(test)]
+    pub fn has_unread(&self) -> bool {
+        self.start < self.end
+    }
+
+    /// Drops everything buffered and any skip in progress.
+    fn drop_all(&mut self, what: &'static str) -> Step {
+        self.start = self.end;
+        self.skip_bytes = 0;
+        self.skip_args = 0;
+        Step::Refused(Refusal::Malformed(what))
+    }
+
+    /// The next command, a refusal, or [`Next::More`].
+    pub fn next(&mut self) -> Next<'_> {
+        loop {
+            match self.step() {
+                Step::Command => {
+                    return Next::Command(Args {
+                        buf: &self.buf,
+                        ranges: &self.args,
+                    })
+                }
+                Step::Refused(refusal) => return Next::Refused(refusal),
+                Step::More => return Next::More,
+                Step::Again => {}
+            }
+        }
+    }
+
+    fn step(&mut self) -> Step {
+        let unread = (self.end - self.start) as u64;
+        if self.skip_bytes > 0 {
+            let dropped = unread.min(self.skip_bytes);
+            self.start += dropped as usize;
+            self.skip_bytes -= dropped;
+            return if self.skip_bytes > 0 {
+                Step::More
+            } else {
+                Step::Again
+            };
+        }
+        if unread == 0 {
+            return Step::More;
+        }
+        if self.skip_args > 0 {
+            // An argument of a refused command: drop its header, then its bytes.
+            let bytes = &self.buf[self.start..self.end];
+            if bytes[0] != b'$' {
+                return self.drop_all("expected '$' for an argument");
+            }
+            return match length_line(bytes) {
+                Length::More => Step::More,
+                Length::Line(len, header) if len >= 0 => {
+                    self.start += header;
+                    self.skip_bytes = len as u64 + 2;
+                    self.skip_args -= 1;
+                    Step::Again
+                }
+                _ => self.drop_all("invalid bulk length"),
+            };
+        }
+        if self.buf[self.start] == b'*' {
+            self.multibulk()
+        } else {
+            self.inline()
+        }
+    }
+
+    /// `*N\r\n` then N bulk strings, `$len\r\n` bytes `\r\n` each.
+    fn multibulk(&mut self) -> Step {
+        let bytes = &self.buf[self.start..self.end];
+        let (count, mut at) = match length_line(bytes) {
+            Length::Line(count, header) => (count, header),
+            Length::More => return Step::More,
+            Length::Bad => return self.drop_all("invalid multibulk length"),
+        };
+        if count <= 0 {
+            // `*0` and `*-1`: nothing to run (Redis ignores them too).
+            self.start += at;
+            return Step::Again;
+        }
+        let count = count as u64;
+        if count > MAX_ARGS as u64 {
+            self.start += at;
+            self.skip_args = count;
+            return Step::Refused(Refusal::TooManyArgs { args: count });
+        }
+        self.args.clear();
+        for i in 0..count {
+            let rest = &bytes[at..];
+            let Some(&kind) = rest.first() else {
+                return Step::More;
+            };
+            if kind != b'$' {
+                return self.drop_all("expected '$' for an argument");
+            }
+            let (len, header) = match length_line(rest) {
+                Length::Line(len, header) if len >= 0 => (len as u64, header),
+                Length::More => return Step::More,
+                _ => return self.drop_all("invalid bulk length"),
+            };
+            let request_bytes = (at + header) as u64 + len + 2;
+            let refusal = if len > self.limits.max_bulk_bytes as u64 {
+                Some(Refusal::BulkTooLong {
+                    bulk_bytes: len,
+                    max_bulk_bytes: self.limits.max_bulk_bytes,
+                })
+            } else if request_bytes > self.limits.max_request_bytes as u64 {
+                Some(Refusal::RequestTooLong {
+                    request_bytes,
+                    max_request_bytes: self.limits.max_request_bytes,
+                })
+            } else {
+                None
+            };
+            if let Some(refusal) = refusal {
+                // Answered now; this argument's bytes and the arguments after it are
+                // dropped as they arrive.
+                self.start += at + header;
+                self.skip_bytes = len + 2;
+                self.skip_args = count - i - 1;
+                return Step::Refused(refusal);
+            }
+            let len = len as usize;
+            if rest.len() < header + len + 2 {
+                return Step::More;
+            }
+            if &rest[header + len..header + len + 2] != b"\r\n" {
+                return self.drop_all("expected CRLF after a bulk string");
+            }
+            let from = self.start + at + header;
+            self.args.push(from..from + len);
+            at += header + len + 2;
+        }
+        self.start += at;
+        Step::Command
+    }
+
+    /// A line of words separated by spaces or tabs.
+    fn inline(&mut self) -> Step {
+        let bytes = &self.buf[self.start..self.end];
+        let window = &bytes[..bytes.len().min(MAX_INLINE_BYTES)];
+        let Some(newline) = window.iter().position(|&b| b == b'\n') else {
+            return if bytes.len() >= MAX_INLINE_BYTES {
+                self.drop_all("too big inline request")
+            } else {
+                Step::More
+            };
+        };
+        let line_end = if newline > 0 && bytes[newline - 1] == b'\r' {
+            newline - 1
+        } else {
+            newline
+        };
+        self.args.clear();
+        let mut word_start = None;
+        for (i, &b) in bytes[..line_end].iter().enumerate() {
+            let blank = b == b' ' || b == b'\t';
+            match (blank, word_start) {
+                (false, None) => word_start = Some(i),
+                (true, Some(from)) => {
+                    self.args.push(self.start + from..self.start + i);
+                    word_start = None;
+                }
+                _ => {}
+            }
+        }
+        if let Some(from) = word_start {
+            self.args.push(self.start + from..self.start + line_end);
+        }
+        self.start += newline + 1;
+        if self.args.is_empty() {
+            return Step::Again;
+        }
+        if self.args.len() > MAX_ARGS {
+            return Step::Refused(Refusal::TooManyArgs {
+                args: self.args.len() as u64,
+            });
+        }
+        Step::Command
+    }
+}
+
+/// `+text`.
+pub fn simple(out: &mut Vec<u8>, text: &str) {
+    out.push(b'+');
+    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `-text`, from a format (one line: CR and LF become spaces).
+pub fn error(out: &mut Vec<u8>, text: fmt::Arguments<'_>) {
+    out.push(b'-');
+    let from = out.len();
+    let _ = out.write_fmt(text);
+    for b in &mut out[from..] {
+        if *b == b'\r' || *b == b'\n' {
+            *b = b' ';
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `$len` and the bytes.
+pub fn bulk(out: &mut Vec<u8>, bytes: &[u8]) {
+    let _ = write!(out, "${}\r\n", bytes.len());
+    out.extend_from_slice(bytes);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The null bulk string.
+pub fn null(out: &mut Vec<u8>) {
+    out.extend_from_slice(b"$-1\r\n");
+}
+
+/// `:n`.
+pub fn integer(out: &mut Vec<u8>, n: i64) {
+    let _ = write!(out, ":{n}\r\n");
+}
+
+/// The header of an array of `len` elements (write them next).
+pub fn array(out: &mut Vec<u8>, len: usize) {
+    let _ = write!(out, "*{len}\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        max_bulk_bytes: 100,
+        max_request_bytes: 1000,
+    };
+
+    fn feed(reader: &mut Reader, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let spare = reader.spare();
+            let n = spare.len().min(bytes.len());
+            spare[..n].copy_from_slice(&bytes[..n]);
+            reader.filled(n);
+            bytes = &bytes[n..];
+        }
+    }
+
+    /// What the reader makes of everything buffered: commands as their words, refusals
+    /// as their text.
+    fn drain(reader: &mut Reader) -> Vec<String> {
+        let mut seen = Vec::new();
+        loop {
+            match reader.next() {
+                Next::Command(args) => seen.push(
+                    args.from(0)
+                        .map(|a| String::from_utf8_lossy(a).into_owned())
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                ),
+                Next::Refused(refusal) => seen.push(format!("-{refusal}")),
+                Next::More => return seen,
+            }
+        }
+    }
+
+    fn command(words: &[&[u8]]) -> Vec<u8> {
+        let mut out = Vec::new();
+        array(&mut out, words.len());
+        for w in words {
+            bulk(&mut out, w);
+        }
+        out
+    }
+
+    #[test]
+    fn a_pipeline_split_anywhere_reads_the_same() {
+        let mut input = command(&[b"SET", b"k", b"v\r\nwith crlf"]);
+        input.extend(command(&[b"GET", b"k"]));
+        input.extend_from_slice(b"PING  hello\r\n\r\n");
+        input.extend(command(&[b"ECHO", b""]));
+        let expected = ["SET k v\r\nwith crlf", "GET k", "PING hello", "ECHO "];
+        for cut in 0..=input.len() {
+            let mut reader = Reader::new(LIMITS);
+            feed(&mut reader, &input[..cut]);
+            let mut seen = drain(&mut reader);
+            feed(&mut reader, &input[cut..]);
+            seen.extend(drain(&mut reader));
+            assert_eq!(seen, expected, "cut at {cut}");
+            assert!(!reader.has_unread());
+        }
+    }
+
+    #[test]
+    fn a_bulk_over_the_limit_is_refused_and_skipped_as_it_arrives() {
+        let big = vec![b'x'; 150];
+        let mut input = command(&[b"SET", b"k", &big, b"NX"]);
+        input.extend(command(&[b"PING"]));
+        for cut in 0..=input.len() {
+            let mut reader = Reader::new(LIMITS);
+            feed(&mut reader, &input[..cut]);
+            let mut seen = drain(&mut reader);
+            feed(&mut reader, &input[cut..]);
+            seen.extend(drain(&mut reader));
+            assert_eq!(
+                seen,
+                [
+                    "-ERR value of 150 bytes is longer than the limit of 100 bytes",
+                    "PING"
+                ],
+                "cut at {cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn requests_and_argument_counts_over_the_limits_are_refused() {
+        let arg = [b'x'; 90];
+        let many: Vec<&[u8]> = std::iter::once(&b"MSET"[..])
+            .chain(std::iter::repeat_n(&arg[..], 12))
+            .collect();
+        let mut reader = Reader::new(LIMITS);
+        let mut input = command(&many);
+        input.extend(command(&[b"PING"]));
+        feed(&mut reader, &input);
+        let seen = drain(&mut reader);
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        assert!(
+            seen[0].starts_with("-ERR request of at least 1")
+                && seen[0].ends_with("longer than the limit of 1000 bytes"),
+            "{seen:?}"
+        );
+        assert_eq!(seen[1], "PING");
+
+        let mut reader = Reader::new(LIMITS);
+        let header = format!("*{}\r\n", MAX_ARGS + 1);
+        feed(&mut reader, header.as_bytes());
+        assert_eq!(
+            drain(&mut reader),
+            [format!(
+                "-ERR command of {} arguments is over the limit of {MAX_ARGS}",
+                MAX_ARGS + 1
+            )]
+        );
+    }
+
+    #[test]
+    fn malformed_input_is_one_error_and_the_reader_goes_on() {
+        for bad in [
+            &b"*x\r\n"[..],
+            b"*2\r\n$3\r\nGET\r\n:1\r\n",
+            b"*1\r\n$-5\r\n",
+            b"*1\r\n$3\r\nGETxx",
+            b"*99999999999999999999999999999999999\r\n",
+            b"*1\r\n$1\rx",
+        ] {
+            let mut reader = Reader::new(LIMITS);
+            feed(&mut reader, bad);
+            let seen = drain(&mut reader);
+            assert_eq!(seen.len(), 1, "{bad:?}: {seen:?}");
+            assert!(seen[0].starts_with("-ERR Protocol error: "), "{seen:?}");
+            assert!(!reader.has_unread());
+            feed(&mut reader, &command(&[b"PING"]));
+            assert_eq!(drain(&mut reader), ["PING"]);
+        }
+        let mut reader = Reader::new(LIMITS);
+        feed(&mut reader, &vec![b'a'; MAX_INLINE_BYTES + 1]);
+        assert_eq!(
+            drain(&mut reader),
+            ["-ERR Protocol error: too big inline request"]
+        );
+    }
+
+    #[test]
+    fn a_deep_nest_of_arrays_is_refused_without_recursion() {
+        let mut reader = Reader::new(Limits {
+            max_bulk_bytes: 100,
+            max_request_bytes: 1 << 20,
+        });
+        feed(&mut reader, &b"*1\r\n".repeat(100_000));
+        let seen = drain(&mut reader);
+        assert_eq!(seen, ["-ERR Protocol error: expected '$' for an argument"]);
+    }
+
+    #[test]
+    fn replies_decode_with_an_independent_decoder() {
+        use redis_protocol::resp2::decode::decode;
+        use redis_protocol::resp2::types::OwnedFrame;
+        let mut out = Vec::new();
+        simple(&mut out, "OK");
+        error(&mut out, format_args!("ERR two\r\nlines"));
+        bulk(&mut out, b"bytes\r\n\0");
+        null(&mut out);
+        integer(&mut out, -42);
+        array(&mut out, 2);
+        bulk(&mut out, b"");
+        integer(&mut out, i64::MAX);
+        let mut frames = Vec::new();
+        let mut at = 0;
+        while at < out.len() {
+            let (frame, used) = decode(&out[at..]).unwrap().unwrap();
+            frames.push(frame);
+            at += used;
+        }
+        assert_eq!(
+            frames,
+            [
+                OwnedFrame::SimpleString(b"OK".to_vec()),
+                OwnedFrame::Error("ERR two  lines".into()),
+                OwnedFrame::BulkString(b"bytes\r\n\0".to_vec()),
+                OwnedFrame::Null,
+                OwnedFrame::Integer(-42),
+                OwnedFrame::Array(vec![
+                    OwnedFrame::BulkString(Vec::new()),
+                    OwnedFrame::Integer(i64::MAX)
+                ]),
+            ]
+        );
+    }
+
+    #[test]
+    fn requests_from_an_independent_encoder_read_whole() {
+        use redis_protocol::resp2::encode::encode;
+        use redis_protocol::resp2::types::{OwnedFrame, Resp2Frame};
+        let frame = OwnedFrame::Array(vec![
+            OwnedFrame::BulkString(b"MSET".to_vec()),
+            OwnedFrame::BulkString(b"a".to_vec()),
+            OwnedFrame::BulkString(vec![0, 13, 10, 255]),
+        ]);
+        let mut buf = vec![0; frame.encode_len(false)];
+        encode(&mut buf, &frame, false).unwrap();
+        let mut reader = Reader::new(LIMITS);
+        feed(&mut reader, &buf);
+        match reader.next() {
+            Next::Command(args) => {
+                assert_eq!(args.len(), 3);
+                assert_eq!(args.get(0), b"MSET");
+                assert_eq!(args.get(2), [0, 13, 10, 255]);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! A worker: one thread of a host, with its handle on the store, serving the
+//! connections the acceptor hands it from one readiness loop. Each connection reads
+//! what has arrived, runs every whole command in it, in order, and writes the replies
+//! before it reads more: a pipeline's replies go out in as few writes as it came in, and
+//! a client that does not read its replies stops being read (its memory stays bounded
+//! by one buffer of requests and their replies).
+//!
+//! A connection that closes, or errs, is dropped with everything it held: its buffers
+//! and its place in the host's count. Between commands it holds nothing in the store
+//! (every store call is whole), so a client that disconnects mid-pipeline leaves no lock
+//! behind.
+
+use std::io::{self, Read, Write};
+use std::sync::atomic::AtomicU64;
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use mio::net::{TcpStream, UnixStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use crate::command::{Executor, Session};
+use crate::resp::{self, Next, Reader};
+use crate::server::HostServer;
+
+/// Bytes one connection may read in one turn before the others get theirs.
+const TURN_BYTES: usize = 256 * 1024;
+/// Replies buffered before they are written, even if more commands are waiting.
+const FLUSH_BYTES: usize = 64 * 1024;
+/// The output buffer a connection keeps between replies (a larger one is freed).
+const KEPT_OUTPUT_BYTES: usize = 64 * 1024;
+/// The waker's token (connections are 0..).
+const WAKER: Token = Token(usize::MAX);
+
+/// A client's socket.
+#[derive(Debug)]
+pub enum Stream {
+    /// On the host's Unix socket.
+    Unix(UnixStream),
+    /// On its loopback TCP port.
+    Tcp(TcpStream),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.read(buf),
+            Stream::Tcp(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.write(buf),
+            Stream::Tcp(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl mio::event::Source for Stream {
+    fn register(
+        &mut self,
+        registry: &mio::Registry,
+        token: Token,
+        interests: Interest,
+    ) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.register(registry, token, interests),
+            Stream::Tcp(s) => s.register(registry, token, interests),
+        }
+    }
+
+    fn reregister(
+        &mut self,
+        registry: &mio::Registry,
+        token: Token,
+        interests: Interest,
+    ) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.reregister(registry, token, interests),
+            Stream::Tcp(s) => s.reregister(registry, token, interests),
+        }
+    }
+
+    fn deregister(&mut self, registry: &mio::Registry) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.deregister(registry),
+            Stream::Tcp(s) => s.deregister(registry),
+        }
+    }
+}
+
+/// What a connection's turn ended with.
+#[derive(Debug, PartialEq, Eq)]
+enum Turn {
+    /// Waiting for the socket (readable or writable).
+    Wait,
+    /// Its share of the turn is used up with more to read: give it another.
+    Again,
+    /// Closed: drop it.
+    Closed,
+}
+
+/// One client.
+struct Connection {
+    stream: Stream,
+    reader: Reader,
+    out: Vec<u8>,
+    /// Bytes of `out` already written.
+    written: usize,
+    session: Session,
+}
+
+impl Connection {
+    /// Writes, runs and reads until the socket would block, the client is gone, or the
+    /// turn is used up.
+    fn turn(&mut self, executor: &mut Executor) -> Turn {
+        let mut read_this_turn = 0;
+        loop {
+            while self.written < self.out.len() {
+                match self.stream.write(&self.out[self.written..]) {
+                    Ok(0) => return Turn::Closed,
+                    Ok(n) => self.written += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Turn::Wait,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => return Turn::Closed,
+                }
+            }
+            self.out.clear();
+            self.written = 0;
+            if self.out.capacity() > KEPT_OUTPUT_BYTES {
+                self.out = Vec::with_capacity(KEPT_OUTPUT_BYTES);
+            }
+            if self.session.quit {
+                return Turn::Closed;
+            }
+            if self.run_buffered(executor) {
+                continue;
+            }
+            if read_this_turn >= TURN_BYTES {
+                return Turn::Again;
+            }
+            match self.stream.read(self.reader.spare()) {
+                Ok(0) => return Turn::Closed,
+                Ok(n) => {
+                    self.reader.filled(n);
+                    read_this_turn += n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Turn::Wait,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Turn::Closed,
+            }
+        }
+    }
+
+    /// Runs the whole commands buffered (until the replies are large enough to write
+    /// first). Returns whether it replied to anything.
+    fn run_buffered(&mut self, executor: &mut Executor) -> bool {
+        let mut replied = false;
+        while self.out.len() < FLUSH_BYTES && !self.session.quit {
+            match self.reader.next() {
+                Next::Command(args) => executor.run(args, &mut self.session, &mut self.out),
+                Next::Refused(refusal) => resp::error(&mut self.out, format_args!("{refusal}")),
+                Next::More => break,
+            }
+            replied = true;
+        }
+        replied
+    }
+}
+
+/// One worker thread's state.
+pub struct Worker {
+    host: Arc<HostServer>,
+    poll: Poll,
+    incoming: mpsc::Receiver<Stream>,
+    connections: Vec<Option<Connection>>,
+    free: Vec<usize>,
+    commands: Arc<AtomicU64>,
+}
+
+impl Worker {
+    /// A worker of `host`, and how to hand it a connection and wake it.
+    #[allow(clippy::type_complexity)]
+    pub fn new(host: Arc<HostServer>) -> io::Result<(Worker, (mpsc::Sender<Stream>, Arc<Waker>))> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let (sender, incoming) = mpsc::channel();
+        let commands = host.command_counter();
+        Ok((
+            Worker {
+                host,
+                poll,
+                incoming,
+                connections: Vec::new(),
+                free: Vec::new(),
+                commands,
+            },
+            (sender, waker),
+        ))
+    }
+
+    /// Serves until the process shuts down.
+    pub fn run(mut self) {
+        let mut executor = match Executor::new(Arc::clone(&self.host), Arc::clone(&self.commands)) {
+            Ok(executor) => executor,
+            Err(e) => {
+                eprintln!(
+                    "megalon-server: host {}: a worker's handle: {e}",
+                    self.host.host_id
+                );
+                self.host.shutdown.trigger();
+                return;
+            }
+        };
+        let mut events = Events::with_capacity(256);
+        let mut again: Vec<usize> = Vec::new();
+        let mut turns: Vec<usize> = Vec::new();
+        while !self.host.shutdown.requested() {
+            let timeout = (!again.is_empty()).then_some(Duration::ZERO);
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                eprintln!("megalon-server: a worker's poll: {e}; stopping");
+                self.host.shutdown.trigger();
+                break;
+            }
+            turns.clear();
+            turns.append(&mut again);
+            for event in &events {
+                if event.token() == WAKER {
+                    self.take_new(&mut turns);
+                } else {
+                    turns.push(event.token().0);
+                }
+            }
+            turns.sort_unstable();
+            turns.dedup();
+            for &slot in &turns {
+                let Some(connection) = self.connections.get_mut(slot).and_then(Option::as_mut)
+                else {
+                    continue;
+                };
+                match connection.turn(&mut executor) {
+                    Turn::Wait => {}
+                    Turn::Again => again.push(slot),
+                    Turn::Closed => self.close(slot),
+                }
+            }
+        }
+        for slot in 0..self.connections.len() {
+            if self.connections[slot].is_some() {
+                self.close(slot);
+            }
+        }
+    }
+
+    /// Registers the connections the acceptor sent; each gets a first turn (bytes may
+    /// have arrived before the registration).
+    fn take_new(&mut self, turns: &mut Vec<usize>) {
+        while let Ok(mut stream) = self.incoming.try_recv() {
+            let slot = self.free.pop().unwrap_or(self.connections.len());
+            if let Err(e) = self.poll.registry().register(
+                &mut stream,
+                Token(slot),
+                Interest::READABLE | Interest::WRITABLE,
+            ) {
+                eprintln!("megalon-server: registering a connection: {e}");
+                self.host.client_left();
+                continue;
+            }
+            let connection = Connection {
+                stream,
+                reader: Reader::new(self.host.limits.resp),
+                out: Vec::new(),
+                written: 0,
+                session: Session::new(self.host.client_id()),
+            };
+            if slot == self.connections.len() {
+                self.connections.push(Some(connection));
+            } else {
+                self.connections[slot] = Some(connection);
+            }
+            turns.push(slot);
+        }
+    }
+
+    fn close(&mut self, slot: usize) {
+        if let Some(mut connection) = self.connections[slot].take() {
+            let _ = self.poll.registry().deregister(&mut connection.stream);
+            self.free.push(slot);
+            self.host.client_left();
+        }
+    }
+}

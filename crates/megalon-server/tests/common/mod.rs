@@ -1,0 +1,206 @@
+//! What the server's tests share: a server process started for a test (stopped and
+//! reaped when dropped), and a small RESP client over redis-protocol's encoder and
+//! decoder, independent of the server's own.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redis_protocol::resp2::decode::decode;
+use redis_protocol::resp2::encode::encode;
+use redis_protocol::resp2::types::{OwnedFrame, Resp2Frame};
+
+/// How long a server may take to start or stop.
+const START_WAIT: Duration = Duration::from_secs(20);
+/// How long a reply may take.
+const REPLY_WAIT: Duration = Duration::from_secs(20);
+
+/// A directory for a test's pod file and sockets: in `/dev/shm` where there is one.
+pub fn scratch_dir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        tempfile::Builder::new()
+            .prefix("megalon-server-test")
+            .tempdir_in(shm)
+            .expect("a directory in /dev/shm")
+    } else {
+        tempfile::tempdir().expect("a temporary directory")
+    }
+}
+
+/// A megalon-server process.
+pub struct Server {
+    child: Child,
+    /// Each host's socket, in the order the process printed them.
+    pub sockets: Vec<PathBuf>,
+}
+
+impl Server {
+    /// Starts the server with `args` (`--port 0` is added: tests use the Unix sockets)
+    /// and waits until every one of `sockets` answers.
+    pub fn start(args: &[&str], sockets: Vec<PathBuf>) -> Server {
+        let child = Command::new(env!("CARGO_BIN_EXE_megalon-server"))
+            .args(args)
+            .args(["--port", "0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("megalon-server starts");
+        let mut server = Server { child, sockets };
+        let deadline = Instant::now() + START_WAIT;
+        for socket in server.sockets.clone() {
+            loop {
+                if let Some(status) = server.child.try_wait().expect("try_wait") {
+                    panic!("megalon-server {args:?} exited with {status} before it served");
+                }
+                if UnixStream::connect(&socket).is_ok() {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{} did not answer within {START_WAIT:?}",
+                    socket.display()
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        server
+    }
+
+    /// A client of host `i` (in `sockets` order).
+    pub fn client(&self, i: usize) -> Client {
+        Client::connect(&self.sockets[i])
+    }
+
+    /// Sends SHUTDOWN and waits for the process to exit; returns whether it exited 0.
+    pub fn shut_down(mut self) -> bool {
+        let mut client = self.client(0);
+        client.send(&[b"SHUTDOWN"]);
+        let deadline = Instant::now() + START_WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status.success();
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A RESP2 client on a Unix socket.
+pub struct Client {
+    pub stream: UnixStream,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    pub fn connect(path: &Path) -> Client {
+        let stream = UnixStream::connect(path)
+            .unwrap_or_else(|e| panic!("connecting to {}: {e}", path.display()));
+        stream.set_read_timeout(Some(REPLY_WAIT)).unwrap();
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    /// The bytes of a command: an array of bulk strings.
+    pub fn encode(args: &[&[u8]]) -> Vec<u8> {
+        let frame = OwnedFrame::Array(
+            args.iter()
+                .map(|a| OwnedFrame::BulkString(a.to_vec()))
+                .collect(),
+        );
+        let mut bytes = vec![0; frame.encode_len(false)];
+        encode(&mut bytes, &frame, false).expect("encode");
+        bytes
+    }
+
+    pub fn send(&mut self, args: &[&[u8]]) {
+        self.send_raw(&Self::encode(args));
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("send");
+    }
+
+    /// The next reply; panics if the connection closes first.
+    pub fn recv(&mut self) -> OwnedFrame {
+        self.try_recv().expect("the server closed the connection")
+    }
+
+    /// The next reply, or `None` if the connection closed.
+    pub fn try_recv(&mut self) -> Option<OwnedFrame> {
+        loop {
+            if let Some((frame, used)) = decode(&self.buf).expect("a reply in RESP2") {
+                self.buf.drain(..used);
+                return Some(frame);
+            }
+            let mut chunk = [0u8; 64 * 1024];
+            let n = self.stream.read(&mut chunk).expect("a reply in time");
+            if n == 0 {
+                return None;
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    pub fn call(&mut self, args: &[&[u8]]) -> OwnedFrame {
+        self.send(args);
+        self.recv()
+    }
+
+    /// `call` with arguments given as one string of words.
+    pub fn cmd(&mut self, words: &str) -> OwnedFrame {
+        let args: Vec<&[u8]> = words.split(' ').map(str::as_bytes).collect();
+        self.call(&args)
+    }
+}
+
+pub fn ok() -> OwnedFrame {
+    OwnedFrame::SimpleString(b"OK".to_vec())
+}
+
+pub fn bulk(bytes: &[u8]) -> OwnedFrame {
+    OwnedFrame::BulkString(bytes.to_vec())
+}
+
+pub fn int(n: i64) -> OwnedFrame {
+    OwnedFrame::Integer(n)
+}
+
+pub fn err(text: &str) -> OwnedFrame {
+    OwnedFrame::Error(text.into())
+}
+
+/// Whether a program is on PATH; prints why a test skips if not.
+pub fn installed(program: &str) -> bool {
+    let found = Command::new(program)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    if !found {
+        eprintln!(
+            "SKIPPED: {program} is not installed (apt-get install redis-tools); .ci/run installs it"
+        );
+    }
+    found
+}
