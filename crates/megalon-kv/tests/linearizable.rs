@@ -8,7 +8,7 @@ use megalon_core::{
     Backing, Host, HostOptions, Join, Layout, MemoryKind, Pod, PodConfig, SimulatedConfig,
 };
 use megalon_kv::checked::{run_checked, seed_from_env, CheckedRun};
-use megalon_kv::{Megalon, Scheme, Store};
+use megalon_kv::{Megalon, Report, Scheme, Store};
 
 struct Run {
     seed: u64,
@@ -63,7 +63,9 @@ fn pod(run: &Run) -> Arc<Pod> {
     Arc::new(Pod::create(&config, Backing::heap()).expect("pod"))
 }
 
-fn run(run: &Run) -> (megalon_workload::Summary, megalon_kv::Report) {
+/// Runs `run` and checks its history; every operation must be in it. Returns the store's
+/// report.
+fn run(run: &Run) -> Report {
     let pod = pod(run);
     let hosts: Vec<_> = (0..run.hosts)
         .map(|host| {
@@ -90,36 +92,60 @@ fn run(run: &Run) -> (megalon_workload::Summary, megalon_kv::Report) {
         },
     )
     .unwrap_or_else(|violation| panic!("{violation}"));
-    (summary, store.scheme().report())
+    let report = store.scheme().report();
+    eprintln!("{summary:?}\n{report}");
+    let operations = run.hosts * run.threads_per_host * run.operations_per_thread as usize;
+    assert_eq!(summary.operations, operations, "every operation is checked");
+    report
+}
+
+/// Runs three hosts of two threads, `operations` each, with local partitions after
+/// `partition_after` accesses and copies after `copy_after` reads (0: off), seeded from the
+/// environment or else with `seed`.
+fn run_local(seed: u64, partition_after: u32, copy_after: u32, operations: u32) -> Report {
+    run(&Run {
+        partition_after,
+        copy_after,
+        ..Run::new(seed_from_env(seed), 3, 2, operations)
+    })
+}
+
+/// Counters of records running short, and of stale lines dropped.
+const CHURN_AND_INVALIDATION: &[&str] = &["churn", "record deallocs", "lines invalidated"];
+/// Counters of objects moving to a host's DRAM and back.
+const MOVES: &[&str] = &["moves to a host", "move-backs"];
+/// Counters of RPCs to the host that holds an object, and of that host's own accesses.
+const RPCS_AND_LOCAL_ACCESSES: &[&str] =
+    &["rpcs sent", "rpcs served", "local reads", "local writes"];
+/// Counters of local copies.
+const COPIES: &[&str] = &["copies made", "copy reads", "copies invalidated"];
+
+/// Asserts that each counter of `report` named in `names` is above `least`.
+fn assert_counters_above(report: &Report, least: u64, names: &[&str]) {
+    for &name in names {
+        let counter = report.counter(name).expect(name);
+        assert!(counter > least, "{name}: {counter}, not above {least}");
+    }
 }
 
 #[test]
 fn three_hosts_on_simulated_memory_with_churn_are_linearizable() {
     let seed = seed_from_env(0x5eed_0001);
-    let run_spec = Run::new(seed, 3, 2, 20_000);
-    let (summary, report) = run(&run_spec);
-    eprintln!("{summary:?}\n{report}");
-    assert_eq!(summary.operations, 6 * 20_000);
-    // The run exercised what it is meant to: churn, retries, stale lines dropped.
-    let counter = |name| report.counter(name).expect(name);
-    assert!(
-        counter("churn") > 0,
-        "no churn: the records did not run short"
-    );
-    assert!(counter("record deallocs") > 0);
-    assert!(counter("deletes") > 0 && counter("creates") > 0);
-    assert!(counter("lines invalidated") > 0);
+    let report = run(&Run::new(seed, 3, 2, 20_000));
+    // The run exercised what it is meant to: churn (the records ran short), retries,
+    // stale lines dropped.
+    assert_counters_above(&report, 0, CHURN_AND_INVALIDATION);
+    assert_counters_above(&report, 0, &["deletes", "creates"]);
 }
 
 #[test]
 fn sixteen_bit_records_without_churn_are_linearizable() {
-    let (summary, report) = run(&Run {
+    let report = run(&Run {
         keys: 32,
         records: 512,
         record_width_bits: 16,
         ..Run::new(0x5eed_0002, 2, 2, 3_000)
     });
-    assert_eq!(summary.operations, 4 * 3_000);
     assert_eq!(report.counter("churn"), Some(0));
 }
 
@@ -128,63 +154,29 @@ fn sixteen_bit_records_without_churn_are_linearizable() {
 /// from another host is an RPC and a move back first.
 #[test]
 fn local_partitions_moving_back_and_forth_are_linearizable() {
-    let seed = seed_from_env(0x5eed_0003);
-    let (summary, report) = run(&Run {
-        partition_after: 2,
-        ..Run::new(seed, 3, 2, 4_000)
-    });
-    eprintln!("{summary:?}\n{report}");
-    assert_eq!(summary.operations, 6 * 4_000);
-    let counter = |name| report.counter(name).expect(name);
-    for name in [
-        "moves to a host",
-        "move-backs",
-        "rpcs sent",
-        "rpcs served",
-        "local reads",
-        "local writes",
-    ] {
-        assert!(counter(name) > 100, "{name}: {}", counter(name));
-    }
-    assert_eq!(counter("copies made"), 0, "copies are off");
+    let report = run_local(0x5eed_0003, 2, 0, 4_000);
+    assert_counters_above(&report, 100, MOVES);
+    assert_counters_above(&report, 100, RPCS_AND_LOCAL_ACCESSES);
+    assert_eq!(report.counter("copies made"), Some(0), "copies are off");
 }
 
 /// Copies after two reads from a host, on keys that are written all the time: copies
 /// are made and invalidated by writes' log events over and over.
 #[test]
 fn local_copies_invalidated_by_writes_are_linearizable() {
-    let seed = seed_from_env(0x5eed_0004);
-    let (summary, report) = run(&Run {
-        copy_after: 2,
-        ..Run::new(seed, 3, 2, 6_000)
-    });
-    eprintln!("{summary:?}\n{report}");
-    assert_eq!(summary.operations, 6 * 6_000);
-    let counter = |name| report.counter(name).expect(name);
-    for name in ["copies made", "copy reads", "copies invalidated"] {
-        assert!(counter(name) > 100, "{name}: {}", counter(name));
-    }
-    assert_eq!(counter("moves to a host"), 0, "partitions are off");
+    let report = run_local(0x5eed_0004, 0, 2, 6_000);
+    assert_counters_above(&report, 100, COPIES);
+    assert_eq!(
+        report.counter("moves to a host"),
+        Some(0),
+        "partitions are off"
+    );
 }
 
 /// Both at once.
 #[test]
 fn local_partitions_and_copies_together_are_linearizable() {
-    let seed = seed_from_env(0x5eed_0005);
-    let (summary, report) = run(&Run {
-        partition_after: 3,
-        copy_after: 2,
-        ..Run::new(seed, 3, 2, 4_000)
-    });
-    eprintln!("{summary:?}\n{report}");
-    assert_eq!(summary.operations, 6 * 4_000);
-    let counter = |name| report.counter(name).expect(name);
-    for name in [
-        "moves to a host",
-        "move-backs",
-        "copies made",
-        "copies invalidated",
-    ] {
-        assert!(counter(name) > 10, "{name}: {}", counter(name));
-    }
+    let report = run_local(0x5eed_0005, 3, 2, 4_000);
+    assert_counters_above(&report, 10, MOVES);
+    assert_counters_above(&report, 10, &["copies made", "copies invalidated"]);
 }
