@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::{data_file, heap_pod, join, on_disk, options, original_byte, simulated, PAGE};
 use megalon_core::{HostOptions, MemoryKind};
-use megalon_pagecache::{Error, PageCacheConfig, PageCacheOptions};
+use megalon_pagecache::{Error, FileId, PageCache, PageCacheConfig, PageCacheOptions};
+use tempfile::NamedTempFile;
 
 /// Page `page`'s bytes after [`write_pattern`].
 fn pattern(page: usize) -> Vec<u8> {
@@ -20,6 +21,23 @@ fn pattern(page: usize) -> Vec<u8> {
 
 fn expected_page(disk: &[u8], page: usize) -> &[u8] {
     &disk[page * PAGE..(page + 1) * PAGE]
+}
+
+/// A new pod of `pod_pages` pages for two hosts; hosts a and b on simulated caches seeded
+/// `seed` and `seed + 1`; and a data file of `file_pages` pages both have open, as
+/// `(file, a, b, a's handle, b's handle)`.
+fn two_hosts(
+    pod_pages: u64,
+    file_pages: usize,
+    seed: u64,
+) -> (NamedTempFile, PageCache, PageCache, FileId, FileId) {
+    let pod = heap_pod(&PageCacheConfig::new(pod_pages).max_hosts(2));
+    let data = data_file(file_pages * PAGE);
+    let a = join(&pod, options(simulated(seed)));
+    let b = join(&pod, options(simulated(seed + 1)));
+    let file_a = a.open(data.path()).unwrap();
+    let file_b = b.open(data.path()).unwrap();
+    (data, a, b, file_a, file_b)
 }
 
 #[test]
@@ -103,13 +121,7 @@ fn dirty_pages_survive_record_reclaim() {
 
 #[test]
 fn evicting_a_dirty_page_writes_it_back_first() {
-    let config = PageCacheConfig::new(2).max_hosts(2);
-    let pod = heap_pod(&config);
-    let data = data_file(4 * PAGE);
-    let a = join(&pod, options(simulated(3)));
-    let b = join(&pod, options(simulated(4)));
-    let file_a = a.open(data.path()).unwrap();
-    let file_b = b.open(data.path()).unwrap();
+    let (data, a, b, file_a, file_b) = two_hosts(2, 4, 3);
 
     // By hand: a dirties page 0 (across its end into page 1), b evicts it.
     a.write(file_a, (PAGE - 8) as u64, b"0123456789abcdef")
@@ -211,14 +223,8 @@ fn the_background_writer_cleans_pages_any_host_dirtied() {
 
 #[test]
 fn fsync_on_one_host_writes_back_what_another_dirtied() {
-    let config = PageCacheConfig::new(8).max_hosts(2);
-    let pod = heap_pod(&config);
-    let data = data_file(3 * PAGE);
+    let (data, a, b, file_a, file_b) = two_hosts(8, 3, 7);
     let other_data = data_file(PAGE);
-    let a = join(&pod, options(simulated(7)));
-    let b = join(&pod, options(simulated(8)));
-    let file_a = a.open(data.path()).unwrap();
-    let file_b = b.open(data.path()).unwrap();
     let other = a.open(other_data.path()).unwrap();
     b.open(other_data.path()).unwrap();
     a.write(file_a, 10, b"from a").unwrap();
