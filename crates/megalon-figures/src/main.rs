@@ -133,7 +133,7 @@ const USAGE: &str =
 
   --quick     every figure at 1/25 of the default size, 0.3 s per run (a few minutes)
   --scale F   F times the default size (1M objects, 1/18 of the paper's 18M)
-  --only      some figures: 4 5 6 7 8 9 10 11 12 13 14 15 peers
+  --only      some figures: 4 5 6 7 8 9 10 11 12 13 14 15 peers resp
   --seconds   seconds per run (default 3; 0.3 with --quick)
   --threads   threads per host (default 2; 3 hosts)
   --out       where CSV, SVG and summary.md go (default docs/figures; target/figures-quick

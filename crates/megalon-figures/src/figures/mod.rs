@@ -1,4 +1,4 @@
-//! The figures: one module per figure of the paper (and the peers panel), each a
+//! The figures: one module per figure of the paper (and the peers and RESP panels), each a
 //! function over the harness that measures its points, writes its CSV and charts, and
 //! adds its rows to the summary. What several figures share is here: the list, a
 //! panel's files, the charts a panel draws, the write mixes.
@@ -16,6 +16,7 @@ mod figure_7;
 mod figure_8;
 mod figure_9;
 mod peers;
+mod resp;
 
 use megalon_bench::lineup::Setup;
 use megalon_bench::mix::Choice;
@@ -41,6 +42,11 @@ pub const FIGURES: &[(&str, &str, Figure)] = &[
     ("14", "YCSB A/B/C/D/F", figure_14::run),
     ("15", "page-sized objects", figure_15::run),
     ("peers", "the KV store beside LMDB and Redis", peers::run),
+    (
+        "resp",
+        "megalon-server beside redis-server, by redis-benchmark",
+        resp::run,
+    ),
 ];
 
 /// What a panel is: its files' stem, its charts' title and x axis.
