@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use megalon_peers::{run, ChildError, ChildFault, Peer, PeerError, PeerResult, PeerSpec};
+use megalon_peers::{run, ChildError, ChildFault, Peer, PeerError, PeerResult, PeerSpec, Rates};
 
 /// A spec that runs in a moment: 2 workers, 1,000 keys of 1 KiB, a get-only and a
 /// put-only phase of 0.2 s each, files in `dir`.
@@ -144,15 +144,34 @@ fn a_missing_redis_is_unavailable_with_how_to_install() {
     dir.assert_left_nothing();
 }
 
+/// Runs `peer` on `spec` (made from the tiny spec) with files in a new scratch directory
+/// `name`: the run must end within 15 s and leave no file and no child behind. Returns its
+/// outcome.
+fn run_bounded(
+    peer: Peer,
+    name: &str,
+    spec: impl FnOnce(PeerSpec) -> PeerSpec,
+) -> Result<Rates, PeerError> {
+    let dir = Scratch::new(name);
+    let began = Instant::now();
+    let outcome = run(peer, &spec(tiny(&dir.0))).outcome;
+    assert!(
+        began.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        began.elapsed()
+    );
+    dir.assert_left_nothing();
+    assert_eq!(unreaped_children(), Vec::<String>::new());
+    outcome
+}
+
 fn a_child_that_exits_fails_its_peer_with_its_stderr() {
     for peer in [Peer::MegalonProcesses, Peer::Lmdb] {
-        let dir = Scratch::new("exit");
-        let spec = PeerSpec {
+        let exits = |spec| PeerSpec {
             child_fault: Some(ChildFault::Exit),
-            ..tiny(&dir.0)
+            ..spec
         };
-        let began = Instant::now();
-        match run(peer, &spec).outcome {
+        match run_bounded(peer, "exit", exits) {
             Err(PeerError::Child(ChildError::Exited {
                 name,
                 status,
@@ -167,26 +186,17 @@ fn a_child_that_exits_fails_its_peer_with_its_stderr() {
                 peer.name()
             ),
         }
-        assert!(
-            began.elapsed() < Duration::from_secs(15),
-            "{:?}",
-            began.elapsed()
-        );
-        dir.assert_left_nothing();
-        assert_eq!(unreaped_children(), Vec::<String>::new());
     }
 }
 
 fn a_child_that_hangs_fails_its_peer_in_bounded_time() {
     for peer in [Peer::MegalonProcesses, Peer::Lmdb] {
-        let dir = Scratch::new("hang");
-        let spec = PeerSpec {
+        let hangs = |spec| PeerSpec {
             child_fault: Some(ChildFault::Hang),
             wait_seconds: 1.0,
-            ..tiny(&dir.0)
+            ..spec
         };
-        let began = Instant::now();
-        match run(peer, &spec).outcome {
+        match run_bounded(peer, "hang", hangs) {
             Err(PeerError::Child(ChildError::TimedOut { names, stderr, .. })) => {
                 assert_eq!(names.len(), 1, "{names:?}");
                 assert!(names[0].ends_with("child 1"), "{names:?}");
@@ -194,13 +204,6 @@ fn a_child_that_hangs_fails_its_peer_in_bounded_time() {
             }
             other => panic!("{}: expected a time-out: {other:?}", peer.name()),
         }
-        assert!(
-            began.elapsed() < Duration::from_secs(15),
-            "{:?}",
-            began.elapsed()
-        );
-        dir.assert_left_nothing();
-        assert_eq!(unreaped_children(), Vec::<String>::new());
     }
 }
 
