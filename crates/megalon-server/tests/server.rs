@@ -372,19 +372,17 @@ fn a_client_that_leaves_mid_pipeline_holds_nothing() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    // Every key they touched is free to write at once, from either host.
-    let started = Instant::now();
+    // Every key they touched is free to write, from either host: a lock left behind
+    // would answer an error naming its holder once the wait limit ran out.
     for i in 0..20 {
         let key = format!("held{i}");
-        let OwnedFrame::Integer(_) = c.call(&[b"INCR", key.as_bytes()]) else {
-            panic!("INCR {key}");
-        };
+        let reply = c.call(&[b"INCR", key.as_bytes()]);
+        assert!(
+            matches!(reply, OwnedFrame::Integer(_)),
+            "INCR {key}: {reply:?}"
+        );
     }
     assert_eq!(server.client(0).cmd("SET shared mine"), ok());
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "no lock was left to wait for"
-    );
 }
 
 #[test]
