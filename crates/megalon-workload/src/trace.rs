@@ -14,6 +14,9 @@
 //! - [`ClockSimulator`]: the textbook CLOCK with a reference count per frame, the policy
 //!   the page cache approximates (DESIGN.md, section 9), for comparison with LRU.
 //!
+//! Both are a [`CacheSimulator`], which counts accesses and hits, under their
+//! [`Replacement`] policy.
+//!
 //! # Format
 //!
 //! One request a line: four unsigned integers separated by spaces or tabs,
@@ -523,10 +526,101 @@ impl<R: BufRead> Read for ZstdFrames<R> {
     }
 }
 
+/// A replacement policy of a [`CacheSimulator`]: which pages are resident, and which one
+/// leaves when a page arrives at a full cache.
+pub trait Replacement {
+    /// Accesses `page` in a cache of `capacity_pages` pages (at least 1): `true` if it was
+    /// resident (a hit). Either way it is resident afterwards.
+    fn access(&mut self, page: u64, capacity_pages: usize) -> bool;
+
+    /// Whether `page` is resident, without counting an access or changing the state.
+    fn contains(&self, page: u64) -> bool;
+
+    /// How many pages are resident.
+    fn resident_pages(&self) -> usize;
+}
+
+/// A cache of page numbers under the replacement policy `P`: answers whether each access
+/// hits, and counts accesses and hits.
+#[derive(Clone, Debug)]
+pub struct CacheSimulator<P> {
+    capacity_pages: usize,
+    policy: P,
+    access_count: u64,
+    hit_count: u64,
+}
+
+/// An exact LRU cache of page numbers (see [`Lru`]).
+pub type LruSimulator = CacheSimulator<Lru>;
+
+/// The textbook CLOCK cache of page numbers (see [`Clock`]).
+pub type ClockSimulator = CacheSimulator<Clock>;
+
+impl<P: Replacement> CacheSimulator<P> {
+    fn with_policy(capacity_pages: usize, policy: P) -> Self {
+        Self {
+            capacity_pages,
+            policy,
+            access_count: 0,
+            hit_count: 0,
+        }
+    }
+
+    /// Accesses `page`: `true` if it was resident (a hit). With a capacity of 0, every
+    /// access misses.
+    pub fn access(&mut self, page: u64) -> bool {
+        self.access_count += 1;
+        if self.capacity_pages == 0 {
+            return false;
+        }
+        let hit = self.policy.access(page, self.capacity_pages);
+        self.hit_count += u64::from(hit);
+        hit
+    }
+
+    /// Whether `page` is resident, without counting an access or changing the state.
+    pub fn contains(&self, page: u64) -> bool {
+        self.policy.contains(page)
+    }
+
+    /// The most pages the cache holds.
+    pub fn capacity_pages(&self) -> usize {
+        self.capacity_pages
+    }
+
+    /// How many pages are resident.
+    pub fn resident_pages(&self) -> usize {
+        self.policy.resident_pages()
+    }
+
+    /// Accesses so far.
+    pub fn access_count(&self) -> u64 {
+        self.access_count
+    }
+
+    /// Accesses so far that hit.
+    pub fn hit_count(&self) -> u64 {
+        self.hit_count
+    }
+
+    /// Hits divided by accesses so far; 0 before the first access.
+    pub fn hit_ratio(&self) -> f64 {
+        if self.access_count == 0 {
+            0.0
+        } else {
+            self.hit_count as f64 / self.access_count as f64
+        }
+    }
+}
+
+/// The most pages a simulator reserves room for before it is used; it grows past this as
+/// pages arrive.
+const INITIAL_RESERVE_PAGES: usize = 1 << 16;
+
 /// The end of the recency list, or a free link.
 const NO_NODE: usize = usize::MAX;
 
-/// A resident page in the recency list of an [`LruSimulator`].
+/// A resident page in the recency list of [`Lru`].
 #[derive(Clone, Copy, Debug)]
 struct LruNode {
     page: u64,
@@ -536,58 +630,46 @@ struct LruNode {
     older: usize,
 }
 
-/// An exact LRU cache of page numbers: answers whether each access hits.
+/// Exact LRU: on a miss in a full cache the least recently used page leaves.
 ///
 /// A hash map finds a page's node in a list, ordered by recency, whose links are indices
 /// into a `Vec`; an access moves the node to the front and a miss on a full cache reuses
 /// the node at the back, so an access costs O(1) and, once the cache is full, allocates
 /// nothing.
 #[derive(Clone, Debug)]
-pub struct LruSimulator {
-    capacity_pages: usize,
+pub struct Lru {
     node_of_page: HashMap<u64, usize>,
     nodes: Vec<LruNode>,
     newest: usize,
     oldest: usize,
-    access_count: u64,
-    hit_count: u64,
 }
-
-/// The most nodes a simulator reserves before it is used; it grows past this as pages
-/// arrive.
-const INITIAL_RESERVE_PAGES: usize = 1 << 16;
 
 impl LruSimulator {
     /// An empty cache that holds up to `capacity_pages` pages; with 0, every access misses.
     pub fn new(capacity_pages: usize) -> Self {
         let reserve = capacity_pages.min(INITIAL_RESERVE_PAGES);
-        Self {
-            capacity_pages,
+        let lru = Lru {
             node_of_page: HashMap::with_capacity(reserve),
             nodes: Vec::with_capacity(reserve),
             newest: NO_NODE,
             oldest: NO_NODE,
-            access_count: 0,
-            hit_count: 0,
-        }
+        };
+        Self::with_policy(capacity_pages, lru)
     }
+}
 
-    /// Accesses `page`: `true` if it was resident (a hit). Either way it becomes the most
-    /// recently used page; on a miss in a full cache the least recently used one leaves.
-    pub fn access(&mut self, page: u64) -> bool {
-        self.access_count += 1;
+impl Replacement for Lru {
+    /// The page becomes the most recently used one; on a miss in a full cache the least
+    /// recently used one leaves.
+    fn access(&mut self, page: u64, capacity_pages: usize) -> bool {
         if let Some(&node) = self.node_of_page.get(&page) {
-            self.hit_count += 1;
             if node != self.newest {
                 self.unlink(node);
                 self.push_newest(node);
             }
             return true;
         }
-        if self.capacity_pages == 0 {
-            return false;
-        }
-        let node = if self.nodes.len() < self.capacity_pages {
+        let node = if self.nodes.len() < capacity_pages {
             self.nodes.push(LruNode {
                 page,
                 newer: NO_NODE,
@@ -610,36 +692,16 @@ impl LruSimulator {
         false
     }
 
-    /// Whether `page` is resident, without counting an access or changing the order.
-    pub fn contains(&self, page: u64) -> bool {
+    fn contains(&self, page: u64) -> bool {
         self.node_of_page.contains_key(&page)
     }
 
-    /// The most pages the cache holds.
-    pub fn capacity_pages(&self) -> usize {
-        self.capacity_pages
-    }
-
-    /// How many pages are resident.
-    pub fn resident_pages(&self) -> usize {
+    fn resident_pages(&self) -> usize {
         self.nodes.len()
     }
+}
 
-    /// Accesses so far.
-    pub fn access_count(&self) -> u64 {
-        self.access_count
-    }
-
-    /// Accesses so far that hit.
-    pub fn hit_count(&self) -> u64 {
-        self.hit_count
-    }
-
-    /// Hits divided by accesses so far; 0 before the first access.
-    pub fn hit_ratio(&self) -> f64 {
-        ratio(self.hit_count, self.access_count)
-    }
-
+impl Lru {
     /// Takes `node` out of the recency list.
     fn unlink(&mut self, node: usize) {
         let LruNode { newer, older, .. } = self.nodes[node];
@@ -674,7 +736,7 @@ pub fn lru_hit_ratio(pages: impl IntoIterator<Item = u64>, capacity_pages: usize
     cache.hit_ratio()
 }
 
-/// The textbook CLOCK cache of page numbers, with a reference count per frame.
+/// The textbook CLOCK, with a reference count per frame.
 ///
 /// The frames form a ring with a hand. A hit raises the page's count by one, up to the
 /// maximum; a page enters with a count of 1 (its first access is a reference). On a
@@ -684,16 +746,13 @@ pub fn lru_hit_ratio(pages: impl IntoIterator<Item = u64>, capacity_pages: usize
 /// larger maximums approach LFU-like behaviour; 0 is FIFO. Each lowering undoes one
 /// earlier raise, so an access costs O(1) amortized.
 #[derive(Clone, Debug)]
-pub struct ClockSimulator {
-    capacity_pages: usize,
+pub struct Clock {
     max_reference_count: u8,
     frame_of_page: HashMap<u64, usize>,
     /// The page in each frame; frames fill from 0 up before the hand first moves.
     pages: Vec<u64>,
     reference_counts: Vec<u8>,
     hand: usize,
-    access_count: u64,
-    hit_count: u64,
 }
 
 impl ClockSimulator {
@@ -707,32 +766,26 @@ impl ClockSimulator {
     /// `max_reference_count`; with 0 pages, every access misses.
     pub fn with_max_reference_count(capacity_pages: usize, max_reference_count: u8) -> Self {
         let reserve = capacity_pages.min(INITIAL_RESERVE_PAGES);
-        Self {
-            capacity_pages,
+        let clock = Clock {
             max_reference_count,
             frame_of_page: HashMap::with_capacity(reserve),
             pages: Vec::with_capacity(reserve),
             reference_counts: Vec::with_capacity(reserve),
             hand: 0,
-            access_count: 0,
-            hit_count: 0,
-        }
+        };
+        Self::with_policy(capacity_pages, clock)
     }
+}
 
-    /// Accesses `page`: `true` if it was resident (a hit).
-    pub fn access(&mut self, page: u64) -> bool {
-        self.access_count += 1;
+impl Replacement for Clock {
+    fn access(&mut self, page: u64, capacity_pages: usize) -> bool {
         if let Some(&frame) = self.frame_of_page.get(&page) {
-            self.hit_count += 1;
             let count = &mut self.reference_counts[frame];
             *count = count.saturating_add(1).min(self.max_reference_count);
             return true;
         }
-        if self.capacity_pages == 0 {
-            return false;
-        }
         let entry_count = self.max_reference_count.min(1);
-        if self.pages.len() < self.capacity_pages {
+        if self.pages.len() < capacity_pages {
             self.frame_of_page.insert(page, self.pages.len());
             self.pages.push(page);
             self.reference_counts.push(entry_count);
@@ -740,7 +793,7 @@ impl ClockSimulator {
         }
         while self.reference_counts[self.hand] > 0 {
             self.reference_counts[self.hand] -= 1;
-            self.hand = (self.hand + 1) % self.capacity_pages;
+            self.hand = (self.hand + 1) % capacity_pages;
         }
         let evicted = self.pages[self.hand];
         let removed = self.frame_of_page.remove(&evicted);
@@ -748,47 +801,16 @@ impl ClockSimulator {
         self.frame_of_page.insert(page, self.hand);
         self.pages[self.hand] = page;
         self.reference_counts[self.hand] = entry_count;
-        self.hand = (self.hand + 1) % self.capacity_pages;
+        self.hand = (self.hand + 1) % capacity_pages;
         false
     }
 
-    /// Whether `page` is resident, without counting an access.
-    pub fn contains(&self, page: u64) -> bool {
+    fn contains(&self, page: u64) -> bool {
         self.frame_of_page.contains_key(&page)
     }
 
-    /// The most pages the cache holds.
-    pub fn capacity_pages(&self) -> usize {
-        self.capacity_pages
-    }
-
-    /// How many pages are resident.
-    pub fn resident_pages(&self) -> usize {
+    fn resident_pages(&self) -> usize {
         self.pages.len()
-    }
-
-    /// Accesses so far.
-    pub fn access_count(&self) -> u64 {
-        self.access_count
-    }
-
-    /// Accesses so far that hit.
-    pub fn hit_count(&self) -> u64 {
-        self.hit_count
-    }
-
-    /// Hits divided by accesses so far; 0 before the first access.
-    pub fn hit_ratio(&self) -> f64 {
-        ratio(self.hit_count, self.access_count)
-    }
-}
-
-/// `hits / accesses`, 0 when there were none.
-fn ratio(hit_count: u64, access_count: u64) -> f64 {
-    if access_count == 0 {
-        0.0
-    } else {
-        hit_count as f64 / access_count as f64
     }
 }
 
