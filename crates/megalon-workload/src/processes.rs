@@ -248,29 +248,18 @@ impl Children {
     /// first (it exited, or is exiting) answers [`ChildError::Exited`]; one still silent
     /// at `deadline` answers [`ChildError::TimedOut`].
     pub fn line_from_each(&mut self, deadline: Instant) -> Result<Vec<String>, ChildError> {
-        let started = Instant::now();
-        loop {
-            if let Some(child) = self
-                .running
-                .iter()
-                .position(|r| r.lines.is_empty() && r.stdout_closed)
-            {
-                return Err(self.exited(child, deadline));
-            }
-            if self.running.iter().all(|r| !r.lines.is_empty()) {
-                return Ok(self
-                    .running
-                    .iter_mut()
-                    .map(|r| r.lines.pop_front().expect("checked above"))
-                    .collect());
-            }
-            if !self.receive(deadline) {
-                let silent = (0..self.len())
-                    .filter(|&c| self.running[c].lines.is_empty())
-                    .collect();
-                return Err(self.timed_out(silent, started));
-            }
-        }
+        self.wait_for_each(
+            deadline,
+            |children| {
+                let mut running = children.running.iter();
+                match running.position(|r| r.lines.is_empty() && r.stdout_closed) {
+                    Some(closed) => Err(children.exited(closed, deadline)),
+                    None => Ok(()),
+                }
+            },
+            |r| !r.lines.is_empty(),
+            |r| r.lines.pop_front().expect("waited for"),
+        )
     }
 
     /// Waits until every child has exited and returns each's lines not yet taken, in child
@@ -278,30 +267,48 @@ impl Children {
     /// `deadline` answer [`ChildError::TimedOut`].
     pub fn wait_all(&mut self, deadline: Instant) -> Result<Vec<Vec<String>>, ChildError> {
         let started = Instant::now();
-        loop {
-            // A child's stdout closes as it exits; then its status is there, or soon is. A
-            // failure ends the wait at once, whoever else is still running.
-            for child in 0..self.len() {
-                if self.running[child].stdout_closed {
-                    match self.wait_for_exit(child, deadline)? {
-                        Some(status) if status.success() => {}
-                        Some(_) => return Err(self.exited(child, deadline)),
-                        None => return Err(self.timed_out(vec![child], started)),
+        self.wait_for_each(
+            deadline,
+            |children| {
+                // A child's stdout closes as it exits; then its status is there, or soon
+                // is. A failure ends the wait at once, whoever else is still running.
+                for child in 0..children.len() {
+                    if children.running[child].stdout_closed {
+                        match children.wait_for_exit(child, deadline)? {
+                            Some(status) if status.success() => {}
+                            Some(_) => return Err(children.exited(child, deadline)),
+                            None => return Err(children.timed_out(vec![child], started)),
+                        }
                     }
                 }
-            }
-            if self.running.iter().all(|r| r.status.is_some()) {
-                return Ok(self
-                    .running
-                    .iter_mut()
-                    .map(|r| r.lines.drain(..).collect())
-                    .collect());
+                Ok(())
+            },
+            |r| r.status.is_some(),
+            |r| r.lines.drain(..).collect(),
+        )
+    }
+
+    /// Receives what the children print until `ready` holds for every child, then answers
+    /// `take` of each, in child order. Before each round `failed` may end the wait with an
+    /// error; children not ready at `deadline` answer [`ChildError::TimedOut`].
+    fn wait_for_each<T>(
+        &mut self,
+        deadline: Instant,
+        mut failed: impl FnMut(&mut Self) -> Result<(), ChildError>,
+        ready: impl Fn(&Running) -> bool,
+        take: impl FnMut(&mut Running) -> T,
+    ) -> Result<Vec<T>, ChildError> {
+        let started = Instant::now();
+        loop {
+            failed(self)?;
+            if self.running.iter().all(&ready) {
+                return Ok(self.running.iter_mut().map(take).collect());
             }
             if !self.receive(deadline) {
-                let running = (0..self.len())
-                    .filter(|&c| self.running[c].status.is_none())
+                let waiting = (0..self.len())
+                    .filter(|&c| !ready(&self.running[c]))
                     .collect();
-                return Err(self.timed_out(running, started));
+                return Err(self.timed_out(waiting, started));
             }
         }
     }
