@@ -258,10 +258,8 @@ impl ZipfianGenerator {
     /// Items `0..item_count` with zipfian constant `theta` (YCSB: `new ZipfianGenerator(items,
     /// theta)`). This computes zeta over `item_count` items, in time linear in it.
     pub fn new(item_count: u64, theta: f64) -> Result<Self, GeneratorError> {
-        if item_count == 0 {
-            return Err(GeneratorError::NoItems);
-        }
-        Self::with_range(0, item_count - 1, theta)
+        let last = item_count.checked_sub(1).ok_or(GeneratorError::NoItems)?;
+        Self::with_range(0, last, theta)
     }
 
     /// Items `min..=max` (YCSB: `new ZipfianGenerator(min, max, theta)`). This computes zeta

@@ -288,12 +288,17 @@ mod tests {
         assert_eq!(read, log, "{}", String::from_utf8_lossy(&text));
     }
 
+    /// A recorder for `process` whose journal is the returned buffer.
+    fn journaled(process: ProcessId) -> (ThreadRecorder, SharedBuf) {
+        let journal = SharedBuf::default();
+        let recorder =
+            ThreadRecorder::journaled(process, Clock::counter(), journal.clone()).unwrap();
+        (recorder, journal)
+    }
+
     #[test]
     fn a_journal_reads_back_as_the_log() {
-        let journal = SharedBuf::default();
-        let mut recorder =
-            ThreadRecorder::journaled(ProcessId::new(1, 2), Clock::counter(), journal.clone())
-                .unwrap();
+        let (mut recorder, journal) = journaled(ProcessId::new(1, 2));
         every_kind_of_operation(&mut recorder);
         let log = recorder.finish();
         let text = journal.0.lock().unwrap().clone();
@@ -302,10 +307,7 @@ mod tests {
 
     #[test]
     fn a_journal_cut_mid_line_loses_only_that_line() {
-        let journal = SharedBuf::default();
-        let mut recorder =
-            ThreadRecorder::journaled(ProcessId::new(0, 0), Clock::counter(), journal.clone())
-                .unwrap();
+        let (mut recorder, journal) = journaled(ProcessId::new(0, 0));
         let put = recorder.invoke(b"k", Call::Put(Value::new(0, 1))).unwrap();
         recorder.complete(put, Outcome::Ok).unwrap();
         let _dies_during = recorder.invoke(b"k", Call::Put(Value::new(0, 2))).unwrap();

@@ -68,6 +68,34 @@ fn shown_times(violation: &Violation) -> Vec<u64> {
 use Call::{Create, Delete, Get, Put};
 use Outcome::{Absent, Created, Deleted, Exists, Found, Unknown};
 
+/// Two puts overlap; afterwards one thread reads `read` twice.
+fn overlapping_puts_then_two_reads(read: Value) -> [Op; 4] {
+    [
+        (0, 0, Some(10), Put(v(0, 1)), Outcome::Ok),
+        (1, 1, Some(9), Put(v(1, 1)), Outcome::Ok),
+        (2, 11, Some(12), Get, Found(read)),
+        (2, 13, Some(14), Get, Found(read)),
+    ]
+}
+
+/// A put, then a second put during which a get answers `read`.
+fn a_read_during_a_put(read: Outcome) -> [Op; 3] {
+    [
+        (0, 0, Some(1), Put(v(0, 1)), Outcome::Ok),
+        (0, 2, Some(10), Put(v(0, 2)), Outcome::Ok),
+        (1, 3, Some(5), Get, read),
+    ]
+}
+
+/// A stale read: two puts, then a get that answers the first.
+fn a_stale_read() -> [Op; 3] {
+    [
+        (0, 0, Some(1), Put(v(0, 1)), Outcome::Ok),
+        (0, 2, Some(3), Put(v(0, 2)), Outcome::Ok),
+        (1, 4, Some(5), Get, Found(v(0, 1))),
+    ]
+}
+
 // ---------------------------------------------------------------- linearizable
 
 #[test]
@@ -88,22 +116,12 @@ fn a_sequential_history_is_linearizable() {
 #[test]
 fn overlapping_writes_may_be_read_as_first_then_second() {
     // Two overlapping puts: afterwards the key holds either; here the second.
-    assert_linearizable(&[
-        (0, 0, Some(10), Put(v(0, 1)), Outcome::Ok),
-        (1, 1, Some(9), Put(v(1, 1)), Outcome::Ok),
-        (2, 11, Some(12), Get, Found(v(1, 1))),
-        (2, 13, Some(14), Get, Found(v(1, 1))),
-    ]);
+    assert_linearizable(&overlapping_puts_then_two_reads(v(1, 1)));
 }
 
 #[test]
 fn overlapping_writes_may_be_read_as_second_then_first() {
-    assert_linearizable(&[
-        (0, 0, Some(10), Put(v(0, 1)), Outcome::Ok),
-        (1, 1, Some(9), Put(v(1, 1)), Outcome::Ok),
-        (2, 11, Some(12), Get, Found(v(0, 1))),
-        (2, 13, Some(14), Get, Found(v(0, 1))),
-    ]);
+    assert_linearizable(&overlapping_puts_then_two_reads(v(0, 1)));
 }
 
 #[test]
@@ -119,20 +137,12 @@ fn concurrent_reads_may_each_see_a_different_order_point() {
 
 #[test]
 fn a_read_concurrent_with_a_write_may_return_the_old_value() {
-    assert_linearizable(&[
-        (0, 0, Some(1), Put(v(0, 1)), Outcome::Ok),
-        (0, 2, Some(10), Put(v(0, 2)), Outcome::Ok),
-        (1, 3, Some(5), Get, Found(v(0, 1))),
-    ]);
+    assert_linearizable(&a_read_during_a_put(Found(v(0, 1))));
 }
 
 #[test]
 fn a_read_concurrent_with_a_write_may_return_the_new_value() {
-    assert_linearizable(&[
-        (0, 0, Some(1), Put(v(0, 1)), Outcome::Ok),
-        (0, 2, Some(10), Put(v(0, 2)), Outcome::Ok),
-        (1, 3, Some(5), Get, Found(v(0, 2))),
-    ]);
+    assert_linearizable(&a_read_during_a_put(Found(v(0, 2))));
 }
 
 #[test]
@@ -324,14 +334,7 @@ fn keys_are_checked_independently() {
 
 #[test]
 fn a_stale_read_is_caught() {
-    let violation = assert_violation(
-        &[
-            (0, 0, Some(1), Put(v(0, 1)), Outcome::Ok),
-            (0, 2, Some(3), Put(v(0, 2)), Outcome::Ok),
-            (1, 4, Some(5), Get, Found(v(0, 1))),
-        ],
-        ViolationKind::NotLinearizable,
-    );
+    let violation = assert_violation(&a_stale_read(), ViolationKind::NotLinearizable);
     assert_eq!(violation.failing_operation().invoked_at, 4);
     assert_eq!(violation.possible_states, [Some(v(0, 2))]);
     assert_eq!(shown_times(&violation), [0, 2, 4]);
@@ -360,14 +363,8 @@ fn a_torn_read_is_caught() {
     let new = v(0, 2).encode(64).unwrap();
     let mut torn = new[..32].to_vec();
     torn.extend_from_slice(&old[32..]);
-    let violation = assert_violation(
-        &[
-            (0, 0, Some(1), Put(v(0, 1)), Outcome::Ok),
-            (0, 2, Some(10), Put(v(0, 2)), Outcome::Ok),
-            (1, 3, Some(5), Get, Outcome::of_read(Some(&torn))),
-        ],
-        ViolationKind::TornRead,
-    );
+    let ops = a_read_during_a_put(Outcome::of_read(Some(&torn)));
+    let violation = assert_violation(&ops, ViolationKind::TornRead);
     assert_eq!(shown_times(&violation), [3]);
 }
 
@@ -500,15 +497,7 @@ fn an_unknown_write_takes_effect_at_most_once() {
 fn the_most_specific_violation_is_reported() {
     let torn = v(0, 1).encode(32).unwrap()[..31].to_vec();
     let mut builder = History::builder();
-    history_on(
-        b"stale",
-        &[
-            (0, 0, Some(1), Put(v(0, 1)), Outcome::Ok),
-            (0, 2, Some(3), Put(v(0, 2)), Outcome::Ok),
-            (1, 4, Some(5), Get, Found(v(0, 1))),
-        ],
-        &mut builder,
-    );
+    history_on(b"stale", &a_stale_read(), &mut builder);
     history_on(
         b"torn",
         &[(1, 100, Some(101), Get, Outcome::Torn(torn.into()))],
@@ -525,14 +514,7 @@ fn the_most_specific_violation_is_reported() {
 
 #[test]
 fn a_report_prints_the_key_the_states_and_the_operations() {
-    let violation = assert_violation(
-        &[
-            (0, 0, Some(1), Put(v(0, 1)), Outcome::Ok),
-            (0, 2, Some(3), Put(v(0, 2)), Outcome::Ok),
-            (1, 4, Some(5), Get, Found(v(0, 1))),
-        ],
-        ViolationKind::NotLinearizable,
-    );
+    let violation = assert_violation(&a_stale_read(), ViolationKind::NotLinearizable);
     let text = violation.to_string();
     for expected in [
         "key \"k\" is not linearizable",
