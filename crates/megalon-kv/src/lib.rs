@@ -4,7 +4,9 @@
 //! so keys go up to the pod's `max_key_bytes` and values up to its slot size less 4 bytes.
 //! `put` updates the object if it exists and creates it otherwise; `insert` only creates;
 //! `get` reads one whole version, never a stale or torn one, even when the memory under
-//! it is not coherent; `delete` removes it.
+//! it is not coherent; `delete` removes it; `update` reads, changes and writes one value
+//! holding its object, so that read-modify-writes from every host lose nothing (a
+//! counter's increments add up).
 //!
 //! The store runs over any sharing [`Scheme`]: megalon's own ([`Megalon`]: a replicated
 //! index fed by a shared log, coherence records only for written objects), or the
