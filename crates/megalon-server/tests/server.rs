@@ -397,6 +397,29 @@ fn hosts_in_one_process_share_their_keys() {
     assert_eq!(server.client(2).cmd("EXISTS k"), int(0));
 }
 
+#[test]
+fn each_host_serves_tcp_on_its_own_port() {
+    use std::io::{Read, Write};
+    // A port the system just gave out and took back: free unless another program takes
+    // it in between.
+    let base = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+        .min(u16::MAX - 2);
+    let dir = scratch_dir();
+    let port = base.to_string();
+    let server = in_process(dir.path(), 2, &["--port", &port]);
+    assert_eq!(server.client(0).cmd("SET over-tcp yes"), ok());
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", base + 1)).expect("host 1's port");
+    tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    tcp.write_all(&Client::encode(&[b"GET", b"over-tcp"]))
+        .unwrap();
+    let mut reply = [0u8; 9];
+    tcp.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply, b"$3\r\nyes\r\n");
+}
+
 /// Hosts as processes over one pod file, as on real hosts: the first creates it.
 fn processes(dir: &std::path::Path, hosts: u32) -> Vec<Server> {
     let pod = dir.join("pod");

@@ -40,12 +40,17 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts the server with `args` (`--port 0` is added: tests use the Unix sockets)
-    /// and waits until every one of `sockets` answers.
+    /// Starts the server with `args` (and `--port 0` unless they name a port: tests use
+    /// the Unix sockets) and waits until every one of `sockets` answers.
     pub fn start(args: &[&str], sockets: Vec<PathBuf>) -> Server {
+        let no_port: &[&str] = if args.contains(&"--port") {
+            &[]
+        } else {
+            &["--port", "0"]
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_megalon-server"))
             .args(args)
-            .args(["--port", "0"])
+            .args(no_port)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
