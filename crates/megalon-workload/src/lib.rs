@@ -62,6 +62,7 @@
 #![warn(missing_docs)]
 
 pub mod check;
+mod fnv;
 pub mod generator;
 mod history;
 pub mod latency;

@@ -16,11 +16,12 @@
 //! | `16..len-8` | payload: a pattern derived from (writer, sequence), see [`Value::encode_into`] |
 //! | `len-8..len` | checksum: FNV-1a 64 over bytes `0..len-8` |
 //!
-//! FNV-1a 64 (offset basis `0xcbf29ce484222325`, prime `0x100000001b3`): for each byte,
-//! `hash ^= byte; hash *= prime` (wrapping). It is not cryptographic; it only has to make
-//! an accidental mix of two encodings fail, and the payload pattern is checked as well.
+//! The checksum ([`crate::fnv`]) is not cryptographic; it only has to make an accidental mix
+//! of two encodings fail, and the payload pattern is checked as well.
 
 use std::fmt;
+
+use crate::fnv::fnv1a64;
 
 /// The shortest encoding: the 16-byte header and the 8-byte checksum, no payload.
 pub const MIN_ENCODED_LEN_BYTES: usize = 24;
@@ -30,8 +31,6 @@ pub const MAX_ENCODED_LEN_BYTES: usize = u32::MAX as usize;
 
 const HEADER_LEN_BYTES: usize = 16;
 const CHECKSUM_LEN_BYTES: usize = 8;
-const FNV_OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
-const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
 /// One write's identity: who wrote it and that writer's sequence number.
 ///
@@ -199,13 +198,6 @@ fn splitmix64(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// FNV-1a 64 of `bytes`.
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(FNV_OFFSET_BASIS, |hash, &byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(FNV_PRIME)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,14 +218,6 @@ mod tests {
         let mut buf = [0u8; 100];
         value.encode_into(&mut buf).unwrap();
         assert_eq!(buf.to_vec(), value.encode(100).unwrap());
-    }
-
-    #[test]
-    fn fnv1a64_matches_the_published_test_vectors() {
-        // From the FNV reference test suite (isthe.com/chongo/tech/comp/fnv).
-        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
-        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
     }
 
     #[test]
