@@ -6,71 +6,15 @@
 use std::collections::HashMap;
 use std::thread;
 
-use megalon_workload::{Call, Clock, History, Outcome, ProcessId, ThreadRecorder, Value};
+use megalon_workload::{
+    Call, Clock, History, Outcome, ProcessId, RandomSource, SplitMix64, ThreadRecorder, Value,
+    ZipfianGenerator,
+};
 use parking_lot::Mutex;
 
-/// SplitMix64: a small seeded generator, enough for choosing keys and operations.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    pub fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-/// Zipfian ranks in `0..n`, rank 0 the hottest (Gray et al., "Quickly generating
-/// billion-record synthetic databases", 1994, as in YCSB's ZipfianGenerator).
-pub struct Zipf {
-    n: f64,
-    theta: f64,
-    alpha: f64,
-    zeta_n: f64,
-    eta: f64,
-}
-
-impl Zipf {
-    pub fn new(n: usize, theta: f64) -> Self {
-        let zeta = |count: usize| {
-            (1..=count)
-                .map(|i| 1.0 / (i as f64).powf(theta))
-                .sum::<f64>()
-        };
-        let zeta_n = zeta(n);
-        let zeta_2 = zeta(2);
-        Zipf {
-            n: n as f64,
-            theta,
-            alpha: 1.0 / (1.0 - theta),
-            zeta_n,
-            eta: (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta_2 / zeta_n),
-        }
-    }
-
-    pub fn sample(&self, rng: &mut Rng) -> usize {
-        let u = rng.next_f64();
-        let uz = u * self.zeta_n;
-        if uz < 1.0 {
-            return 0;
-        }
-        if uz < 1.0 + 0.5f64.powf(self.theta) {
-            return 1;
-        }
-        let rank = (self.n * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as usize;
-        rank.min(self.n as usize - 1)
-    }
+/// Zipfian ranks in `0..keys`, rank 0 the hottest (YCSB's ZipfianGenerator).
+fn zipfian(keys: usize, theta: f64) -> ZipfianGenerator {
+    ZipfianGenerator::new(keys as u64, theta).expect("at least one key, theta in (0, 1)")
 }
 
 /// A key-value store under test.
@@ -189,7 +133,7 @@ impl Run {
     /// threads' logs.
     pub fn record(&self, store: &impl Store) -> History {
         let clock = Clock::counter();
-        let zipf = Zipf::new(self.keys, self.zipf_theta);
+        let zipf = zipfian(self.keys, self.zipf_theta);
         let logs = thread::scope(|scope| {
             let workers: Vec<_> = (0..self.threads)
                 .map(|thread| {
@@ -210,14 +154,14 @@ impl Run {
         store: &impl Store,
         thread: u32,
         clock: Clock,
-        zipf: &Zipf,
+        zipf: &ZipfianGenerator,
     ) -> megalon_workload::ThreadLog {
-        let mut rng = Rng::new(self.seed ^ (u64::from(thread) << 32));
+        let mut rng = SplitMix64::new(self.seed ^ (u64::from(thread) << 32));
         let mut recorder = ThreadRecorder::new(ProcessId::new(0, thread), clock);
         recorder.reserve(self.operations_per_thread);
         let mut bytes = vec![0; self.value_len_bytes];
         for sequence in 0..self.operations_per_thread as u64 {
-            let key = format!("key{}", zipf.sample(&mut rng));
+            let key = format!("key{}", zipf.next(&mut rng));
             let key = key.as_bytes();
             let value = Value::new(thread, sequence);
             let dice = rng.next_u64() % 100;
@@ -277,8 +221,8 @@ pub fn synthetic_history(
         point: u64,
         value: Value,
     }
-    let mut rng = Rng::new(seed);
-    let zipf = Zipf::new(keys, zipf_theta);
+    let mut rng = SplitMix64::new(seed);
+    let zipf = zipfian(keys, zipf_theta);
     let mut now = vec![0u64; processes as usize];
     let mut planned: Vec<Planned> = (0..operations)
         .map(|i| {
@@ -289,7 +233,7 @@ pub fn synthetic_history(
             now[process as usize] = returned_at + 1;
             Planned {
                 process,
-                key: zipf.sample(&mut rng),
+                key: zipf.next(&mut rng) as usize,
                 kind: rng.next_u64() % 100,
                 invoked_at,
                 returned_at,
