@@ -28,6 +28,7 @@ fn two_hosts(seed: u64) -> (Host, Host) {
 }
 
 /// Runs `call`, which must panic; then no record may be locked on `host`'s pod.
+#[track_caller]
 fn assert_panics_leaving_no_record_locked<R>(host: &Host, call: impl FnOnce() -> R) {
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(call));
     assert!(panicked.is_err(), "the panic reaches the caller");
@@ -35,6 +36,7 @@ fn assert_panics_leaving_no_record_locked<R>(host: &Host, call: impl FnOnce() ->
 }
 
 /// `b` writes `k` and `a` reads what it wrote: `k` is neither locked nor stale.
+#[track_caller]
 fn b_writes_k_and_a_reads_it(a: &Host, b: &Host, tag: u8) {
     b.write(b"k", &value(tag)).unwrap();
     assert_eq!(read(a, b"k"), value(tag));

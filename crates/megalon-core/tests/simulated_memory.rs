@@ -89,6 +89,7 @@ fn flushed_read(host: &Host, offset: u64, len: usize) -> Vec<u8> {
 /// A writer (seed 1) and a reader (seed 2) on a new pod, and the offset of slot 0: the
 /// reader caches its old line, then the writer writes `version2` there, writes it back and
 /// fences.
+#[track_caller]
 fn published_over_a_cached_line() -> (Arc<Pod>, Host, Host, u64) {
     let (pod, [writer, reader]) = pod_and_hosts([1, 2]);
     let slot = pod.layout().slot_offset(0);

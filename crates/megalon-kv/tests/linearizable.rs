@@ -121,6 +121,7 @@ const RPCS_AND_LOCAL_ACCESSES: &[&str] =
 const COPIES: &[&str] = &["copies made", "copy reads", "copies invalidated"];
 
 /// Asserts that each counter of `report` named in `names` is above `least`.
+#[track_caller]
 fn assert_counters_above(report: &Report, least: u64, names: &[&str]) {
     for &name in names {
         let counter = report.counter(name).expect(name);

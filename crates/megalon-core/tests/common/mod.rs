@@ -71,6 +71,7 @@ pub fn value(tag: u8) -> Vec<u8> {
 }
 
 /// A whole slot of `key`'s bytes, as `host` reads them.
+#[track_caller]
 pub fn read(host: &Host, key: &[u8]) -> Vec<u8> {
     let mut buf = vec![0u8; SLOT];
     host.read(key, &mut buf).expect("read");
@@ -115,6 +116,7 @@ impl Seen {
 }
 
 /// `host` creates `k` (`value(0)`) and writes it once (`value(1)`): `k` has a record.
+#[track_caller]
 pub fn written_k(host: &Host) {
     host.create(b"k", &value(0)).unwrap();
     host.write(b"k", &value(1)).unwrap();
@@ -134,6 +136,7 @@ pub fn named_records(host: &Host) -> Vec<u32> {
 
 /// `a` creates `k` and `b` reads it (caching its lines); then, 19 times, `a` writes a new
 /// version and `b`, then `a`, read it: a host that serves a stale line fails its round.
+#[track_caller]
 pub fn write_on_one_read_on_both(a: &Host, b: &Host) {
     a.create(b"k", &value(0)).unwrap();
     assert_eq!(read(b, b"k"), value(0));
@@ -147,6 +150,7 @@ pub fn write_on_one_read_on_both(a: &Host, b: &Host) {
 /// `b` reads `k` (caching its lines), `a` rewrites all of it, then `b` writes 8 bytes into
 /// its first line: the rest of that line must be `a`'s bytes, not `b`'s stale cached ones,
 /// as `a` reads them. Returns the object's bytes.
+#[track_caller]
 pub fn partial_write_over_stale_lines(a: &Host, b: &Host) -> Vec<u8> {
     read(b, b"k");
     a.write(b"k", &value(2)).unwrap();
