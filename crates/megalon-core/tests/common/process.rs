@@ -14,13 +14,11 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use std::sync::Arc;
-
-use tempfile::TempPath;
-
 use megalon_core::{Backing, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, SimulatedConfig};
+use tempfile::TempPath;
 
 /// Longest wait on the other process.
 pub const WAIT_BOUND: Duration = Duration::from_secs(20);
@@ -35,10 +33,10 @@ pub const PARENT_HOST: u32 = 0;
 /// The child's host id.
 pub const CHILD_HOST: u32 = 1;
 
+// Not every test binary that includes this module uses the macro.
+#[allow(unused_macros)]
 /// The two tests of a parent function: `$parent` run on real memory by the test
 /// `$hardware`, and on simulated caches by the test `$simulated`.
-// Each test binary that includes this module uses only part of it.
-#[allow(unused_macros)]
 macro_rules! parent_tests {
     ($parent:ident: $hardware:ident, $simulated:ident) => {
         #[test]
