@@ -105,8 +105,8 @@ impl Inner {
             ) {
                 Ok(_) => return Ok(AdmissionLock { word }),
                 Err(holder) => {
-                    let wait = wait
-                        .get_or_insert_with(|| Backoff::new(self.host.options().wait_limit));
+                    let wait =
+                        wait.get_or_insert_with(|| Backoff::new(self.host.options().wait_limit));
                     if !wait.snooze() {
                         return Err(Error::AdmissionLockBusy {
                             lock: index,
@@ -147,8 +147,8 @@ impl Inner {
             match self.sweep()? {
                 Swept::Evicted => {}
                 Swept::Nothing { refusal } => {
-                    let wait = wait
-                        .get_or_insert_with(|| Backoff::new(self.host.options().wait_limit));
+                    let wait =
+                        wait.get_or_insert_with(|| Backoff::new(self.host.options().wait_limit));
                     if !wait.snooze() {
                         return Err(refusal.unwrap_or(Error::NoVictim {
                             cached_pages: counter.load(Ordering::Relaxed),
