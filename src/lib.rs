@@ -101,8 +101,8 @@
 
 pub use megalon_core as core;
 pub use megalon_core::{
-    Backing, Coherence, Done, Error, Host, HostId, HostOptions, Join, Layout, Memory,
-    MemoryKind, Pod, PodConfig, ReadTicket, ScrUsage, WriteTicket,
+    Backing, Coherence, Done, Error, Host, HostId, HostOptions, Join, Layout, Memory, MemoryKind,
+    Pod, PodConfig, ReadTicket, ScrUsage, WriteTicket,
 };
 pub use megalon_kv as kv;
 pub use megalon_kv::{KvHandle, Megalon, Store};
