@@ -329,7 +329,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             explain(error).to_string(),
-            "--hosts 100: a pod holds 1 to 64 hosts (max_hosts = 100 is invalid: above its limit)"
+            "--hosts 100: a pod holds 1 to 64 hosts (max_hosts = 100 is invalid: above the limit of 64)"
         );
         let error = PageCacheConfig::new(0).pod_config().unwrap_err();
         assert!(explain(error)
