@@ -91,7 +91,8 @@ impl Shared {
                 self.wait_for_lock(&mut backoff, holder)?;
                 continue;
             }
-            let (offset, len) = self.place(&entry);
+            let place = self.place(&entry);
+            let (offset, len) = (place.offset, place.len);
             // Pre-read check: lines cached under another version (or an unknown one)
             // must go, so that the copy comes from memory.
             if !mutants::skipped(Step::PreReadCheck) && entry.host_counter != Some(lock.counter) {
@@ -99,11 +100,8 @@ impl Shared {
             }
             // 3. Remember the stamp and the counter.
             return Ok(ReadState {
-                handle: entry.handle,
+                place,
                 stamp: entry.stamp,
-                slot: entry.slot,
-                offset,
-                len,
                 guard: Guard::Replicated {
                     counter: lock.counter,
                 },
@@ -178,7 +176,7 @@ impl Shared {
         // 6. Unlock through the log: counter + 2 on every replica, and on ours the host
         //    counter becomes the new counter (our cached lines are this version's). The
         //    handle is still the object's: no one else can delete it while we hold it.
-        let key = self.replica.index.read().key_of(state.handle);
+        let key = self.replica.index.read().key_of(state.place.handle);
         // A refused Unlock leaves the lock ours: the pump appends it again (settled).
         let outcome =
             self.submit_settled(&Event::Unlock { key: &key }, Settle::ReplicatedUnlock)?;

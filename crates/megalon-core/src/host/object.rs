@@ -28,7 +28,7 @@
 //! operation.
 
 use super::records::ReleaseReason;
-use super::ticket::{Guard, ReadState, ReadTicket, WriteState, WriteTicket};
+use super::ticket::{Guard, Place, ReadState, ReadTicket, WriteState, WriteTicket};
 use super::{Host, Settle, Shared};
 
 use crate::backoff::Backoff;
@@ -119,12 +119,8 @@ impl Shared {
         c.add(Counter::LinesInvalidated, Self::lines(len));
     }
 
-    pub(super) fn place(&self, entry: &IndexEntry) -> (u64, usize) {
-        let layout = self.pod.layout();
-        (
-            layout.slot_offset(entry.slot),
-            layout.config.slot_size_bytes as usize,
-        )
+    pub(super) fn place(&self, entry: &IndexEntry) -> Place {
+        Place::of(entry, self.pod.layout())
     }
 
     // Over 70 lines on purpose: Steps 1-3 of DESIGN section 8 in order, with the race cases
@@ -152,15 +148,13 @@ impl Shared {
                 self.bring_back_counted(owner, key, &mut brought_back, c)?;
                 continue;
             }
-            let (offset, len) = self.place(&entry);
+            let place = self.place(&entry);
+            let (offset, len) = (place.offset, place.len);
             let Some(record) = entry.record else {
                 // Read-shared: no record; the log is the only path that can change it.
                 return Ok(ReadState {
-                    handle: entry.handle,
+                    place,
                     stamp: entry.stamp,
-                    slot: entry.slot,
-                    offset,
-                    len,
                     guard: Guard::Log,
                 });
             };
@@ -176,11 +170,8 @@ impl Shared {
                 }
                 // 3. Remember the stamp and the counter.
                 return Ok(ReadState {
-                    handle: entry.handle,
+                    place,
                     stamp: entry.stamp,
-                    slot: entry.slot,
-                    offset,
-                    len,
                     guard: Guard::Record {
                         record,
                         counter: word.counter,
@@ -244,7 +235,7 @@ impl Shared {
             self.chaos.point(Point::ReadEndBetweenChecks);
         }
         let index = self.replica.index.read();
-        let current = index.current(ticket.handle, ticket.stamp);
+        let current = index.current(ticket.place.handle, ticket.stamp);
         if !counter_first {
             word = load_record(c);
         }
@@ -258,7 +249,7 @@ impl Shared {
                 && (!word.in_use || word.counter != counter)
             {
                 if current.is_some() {
-                    index.set_host_counter(ticket.handle, None);
+                    index.set_host_counter(ticket.place.handle, None);
                 }
                 c.add(
                     if word.in_use {
@@ -272,13 +263,13 @@ impl Shared {
             }
             // 6. Success: this host's lines of the object are those of version `counter`.
             if current.is_some() {
-                index.set_host_counter(ticket.handle, Some(counter));
+                index.set_host_counter(ticket.place.handle, Some(counter));
             }
         } else if let Guard::Replicated { counter } = ticket.guard {
             // AllLog: the unchanged stamp says no Lock was applied since read_start, so
             // no write overlapped the copy, and this host's lines are of version `counter`.
             if current.is_some() {
-                index.set_host_counter(ticket.handle, Some(counter));
+                index.set_host_counter(ticket.place.handle, Some(counter));
             }
         }
         c.add(Counter::Reads, 1);
@@ -472,17 +463,14 @@ impl Shared {
         counter: u32,
         c: &ThreadCounters,
     ) -> WriteState {
-        let (offset, len) = self.place(entry);
+        let place = self.place(entry);
         if !mutants::skipped(Step::WriterInvalidatesStaleLines)
             && entry.host_counter != Some(counter)
         {
-            self.invalidate(offset, len, c);
+            self.invalidate(place.offset, place.len, c);
         }
         WriteState {
-            handle: entry.handle,
-            slot: entry.slot,
-            offset,
-            len,
+            place,
             record,
             counter_before: counter,
         }
@@ -555,8 +543,8 @@ impl Shared {
     /// anything says the write is done.
     pub(super) fn write_back_object(&self, state: &WriteState, c: &ThreadCounters) {
         if !mutants::skipped(Step::WriteBackBeforeUnlock) {
-            self.memory.write_back(state.offset, state.len);
-            c.add(Counter::LinesWrittenBack, Self::lines(state.len));
+            self.memory.write_back(state.place.offset, state.place.len);
+            c.add(Counter::LinesWrittenBack, Self::lines(state.place.len));
         }
         self.memory.fence();
     }
@@ -579,7 +567,7 @@ impl Shared {
         self.replica
             .index
             .read()
-            .set_host_counter(state.handle, Some(next));
+            .set_host_counter(state.place.handle, Some(next));
         let locked = RecordWord {
             in_use: true,
             locked: true,

@@ -170,7 +170,10 @@ impl Shared {
             };
             if in_cxl {
                 let ticket = self.read_start(key, c)?;
-                let copied = copy(&Source::Pod(&self.memory, ticket.offset), ticket.len);
+                let copied = copy(
+                    &Source::Pod(&self.memory, ticket.place.offset),
+                    ticket.place.len,
+                );
                 self.chaos.point(crate::chaos::Point::ReadBeforeEnd);
                 if self.read_end(&ticket, c)? {
                     if let Some(local) = &self.local {
@@ -230,9 +233,13 @@ impl Shared {
             state: Some(state),
             c,
         };
-        let result = change(Target::Pod(&self.memory, state.offset, state.len));
+        let result = change(Target::Pod(
+            &self.memory,
+            state.place.offset,
+            state.place.len,
+        ));
         let state = guard.state.take().expect("ended once");
-        let slot = state.slot;
+        let slot = state.place.slot;
         self.write_end(state, c)?;
         if let Some(local) = &self.local {
             self.after_cxl_access(local, key, slot, None, c);

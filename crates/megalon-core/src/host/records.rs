@@ -291,7 +291,8 @@ impl Shared {
             // Gone already: the event we are about to append will find nothing.
             return Ok(true);
         };
-        let (offset, len) = self.place(&entry);
+        let place = self.place(&entry);
+        let (offset, len) = (place.offset, place.len);
         let releasing = Releasing {
             shared: self,
             key,

@@ -2,6 +2,8 @@
 //! object under one; and where an object's bytes are (CXL, or this host's DRAM).
 
 use super::Host;
+use crate::layout::Layout;
+use crate::replica::IndexEntry;
 
 use crate::error::{Error, Result};
 use crate::memory::Memory;
@@ -17,15 +19,34 @@ pub struct ReadTicket<'h> {
     pub(super) state: ReadState,
 }
 
-/// What a read ticket holds.
+/// Where an object is, as a ticket holds it: its index handle, its slot, and its bytes in
+/// the pod.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct ReadState {
+pub(super) struct Place {
     pub(super) handle: u32,
-    pub(super) stamp: u64,
     pub(super) slot: u64,
     pub(super) offset: u64,
     pub(super) len: usize,
-    /// What `read_end` checks besides the stamp.
+}
+
+impl Place {
+    /// The place of the object `entry` names, in a pod of `layout`.
+    pub(super) fn of(entry: &IndexEntry, layout: &Layout) -> Self {
+        Self {
+            handle: entry.handle,
+            slot: entry.slot,
+            offset: layout.slot_offset(entry.slot),
+            len: layout.config.slot_size_bytes as usize,
+        }
+    }
+}
+
+/// What a read ticket holds: the object's place, its stamp when the read started, and
+/// what else `read_end` checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct ReadState {
+    pub(super) place: Place,
+    pub(super) stamp: u64,
     pub(super) guard: Guard,
 }
 
@@ -58,31 +79,33 @@ impl ReadTicket<'_> {
     /// ticket. A range past the object's end is [`Error::OutsideObject`]. The copy may be
     /// torn until [`Host::read_end`] validates it.
     pub fn read(&self, at: usize, buf: &mut [u8]) -> Result<()> {
-        within(at, buf.len(), self.state.len)?;
-        self.host.memory().read(self.state.offset + at as u64, buf);
+        within(at, buf.len(), self.state.place.len)?;
+        self.host
+            .memory()
+            .read(self.state.place.offset + at as u64, buf);
         Ok(())
     }
 
     /// Offset of the object's bytes in the pod, for the raw, unchecked [`crate::Memory`]
     /// layer ([`ReadTicket::read`] is the checked way).
     pub fn offset(&self) -> u64 {
-        self.state.offset
+        self.state.place.offset
     }
 
     /// Bytes of the object (the slot size).
     pub fn len(&self) -> usize {
-        self.state.len
+        self.state.place.len
     }
 
     /// Objects are never empty: always `false`.
     pub fn is_empty(&self) -> bool {
-        self.state.len == 0
+        self.state.place.len == 0
     }
 }
 
 impl ReadState {
     pub(super) fn slot(&self) -> u64 {
-        self.slot
+        self.place.slot
     }
 
     pub(super) fn guard(&self) -> Guard {
@@ -99,12 +122,11 @@ pub struct WriteTicket<'h> {
     pub(super) state: Option<WriteState>,
 }
 
+/// What a write ticket holds: the object's place, the record it locked ([`NO_RECORD`]
+/// with AllLog coherence) and the counter before the write.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct WriteState {
-    pub(super) handle: u32,
-    pub(super) slot: u64,
-    pub(super) offset: u64,
-    pub(super) len: usize,
+    pub(super) place: Place,
     pub(super) record: u32,
     pub(super) counter_before: u32,
 }
@@ -119,8 +141,10 @@ impl WriteTicket<'_> {
     /// through the raw [`crate::Memory`] layer would overwrite the next object).
     pub fn write(&self, at: usize, bytes: &[u8]) -> Result<()> {
         let state = self.state();
-        within(at, bytes.len(), state.len)?;
-        self.host.memory().write(state.offset + at as u64, bytes);
+        within(at, bytes.len(), state.place.len)?;
+        self.host
+            .memory()
+            .write(state.place.offset + at as u64, bytes);
         Ok(())
     }
 
@@ -129,20 +153,20 @@ impl WriteTicket<'_> {
     /// [`Error::OutsideObject`].
     pub fn read(&self, at: usize, buf: &mut [u8]) -> Result<()> {
         let state = self.state();
-        within(at, buf.len(), state.len)?;
-        self.host.memory().read(state.offset + at as u64, buf);
+        within(at, buf.len(), state.place.len)?;
+        self.host.memory().read(state.place.offset + at as u64, buf);
         Ok(())
     }
 
     /// Offset of the object's bytes in the pod, for the raw, unchecked [`crate::Memory`]
     /// layer ([`WriteTicket::write`] is the checked way).
     pub fn offset(&self) -> u64 {
-        self.state().offset
+        self.state().place.offset
     }
 
     /// Bytes of the object (the slot size).
     pub fn len(&self) -> usize {
-        self.state().len
+        self.state().place.len
     }
 
     /// The object's coherence record, locked by this write; [`NO_RECORD`](crate::event::NO_RECORD) in a pod with

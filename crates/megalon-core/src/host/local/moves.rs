@@ -99,7 +99,8 @@ impl Shared {
         if local.object_held(moving, entry.slot).is_some() {
             return Ok(false);
         }
-        let (offset, len) = self.place(entry);
+        let place = self.place(entry);
+        let (offset, len) = (place.offset, place.len);
         let mut bytes = vec![0u8; len].into_boxed_slice();
         self.invalidate(offset, len, c);
         self.memory.read(offset, &mut bytes);
@@ -294,7 +295,8 @@ impl Shared {
         if entry.record.is_some() || entry.local_owner.is_some() {
             return Ok(());
         }
-        let (offset, len) = self.place(&entry);
+        let place = self.place(&entry);
+        let (offset, len) = (place.offset, place.len);
         let mut bytes = vec![0u8; len].into_boxed_slice();
         self.memory.read(offset, &mut bytes);
         // The post-read check of `read_end`, then the insert under the same read lock:
