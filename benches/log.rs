@@ -30,59 +30,27 @@ use criterion::{
     criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, SamplingMode,
     Throughput,
 };
-use megalon::core::{Backing, Host, HostOptions, Join, Pod, PodConfig};
+use megalon::core::{Host, HostOptions, Join, Pod};
 
-/// Key length of every benchmark (the paper's KV workloads use 24-byte keys).
-const KEY_BYTES: usize = 24;
-/// Longest key the pods accept: 32 keeps a log entry to one line (32 header + 32 key).
-const MAX_KEY_BYTES: u32 = 32;
+mod common;
+
+use common::{key, Key};
+
 /// Bytes of one object slot.
 const SLOT_BYTES: u64 = 64;
 
-type Key = [u8; KEY_BYTES];
-
-/// `prefix` followed by `n` in 20 decimal digits: 24 bytes, distinct for distinct `n`.
-fn key(prefix: &[u8; 4], n: u64) -> Key {
-    let mut key = [0u8; KEY_BYTES];
-    key[..4].copy_from_slice(prefix);
-    key[4..].copy_from_slice(format!("{n:020}").as_bytes());
-    key
-}
-
-/// SplitMix64: a seeded generator for the shuffle, so every run looks keys up in the
-/// same order.
-fn split_mix(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// The keys `0..count` in a seeded random order, stored flat so that walking the list
-/// is sequential and only the lookups themselves touch memory at random.
+/// The keys `0..count` in a seeded random order ([`common::shuffle`]).
 fn shuffled_keys(prefix: &[u8; 4], count: u64, seed: u64) -> Vec<Key> {
     let mut keys: Vec<Key> = (0..count).map(|n| key(prefix, n)).collect();
-    let mut state = seed;
-    for i in (1..keys.len()).rev() {
-        let j = (split_mix(&mut state) % (i as u64 + 1)) as usize;
-        keys.swap(i, j);
-    }
+    common::shuffle(&mut keys, seed);
     keys
 }
 
 /// A heap pod with 64-byte slots for `objects` objects (plus room for every host's
 /// first claimed chunk), a ring of `log_entries` one-line entries, and `max_hosts` hosts.
 fn pod(objects: u64, log_entries: u64, max_hosts: u32) -> Arc<Pod> {
-    let config = PodConfig::new()
-        .slot_size_bytes(SLOT_BYTES)
-        .max_key_bytes(MAX_KEY_BYTES)
-        .log_capacity_entries(log_entries)
-        .max_hosts(max_hosts);
     let slots = objects + objects / 64 + 8192 * u64::from(max_hosts);
-    let lnr_bytes =
-        (log_entries * config.log_entry_bytes() + slots * SLOT_BYTES).div_ceil(4096) * 4096;
-    Arc::new(Pod::create(&config.lnr_bytes(lnr_bytes), Backing::heap()).expect("the pod"))
+    common::heap_pod(SLOT_BYTES, slots, log_entries, max_hosts)
 }
 
 /// A host with hardware memory and no pump: the benchmarks drive replay themselves.
@@ -93,12 +61,33 @@ fn join(pod: &Arc<Pod>, flat_combining: bool) -> Host {
     Host::join(pod, Join::AnyFree, options).expect("a free host id")
 }
 
-/// Runs `lookup` over `keys` in order, wrapping around, under `id`. `lookup` returns the
-/// object's slot and what the caller gets. Unchained, consecutive lookups are independent
-/// (the CPU may overlap their cache misses: throughput); chained, the next key's position
-/// depends on this lookup's slot, so they cannot overlap (latency). `CHAINED` is a
-/// constant: as a run-time flag the compiler may turn the `if` into a select, which chains
-/// the unchained lookups too.
+/// Looks up the key at `*next` and moves `*next` on to the following key, wrapping
+/// around; returns what the lookup found. `lookup` returns the object's slot and what the
+/// caller gets. Unchained, consecutive lookups are independent (the CPU may overlap their
+/// cache misses: throughput); chained, the next key's position depends on this lookup's
+/// slot (through `zero`, a zero the compiler cannot see), so they cannot overlap
+/// (latency). `CHAINED` is a constant: as a run-time flag the compiler may turn the `if`
+/// into a select, which chains the unchained lookups too.
+#[inline(always)]
+fn look_up_next<const CHAINED: bool, R>(
+    keys: &[Key],
+    next: &mut usize,
+    zero: u64,
+    lookup: &impl Fn(&Key) -> (u64, R),
+) -> R {
+    let (slot, found) = lookup(black_box(&keys[*next]));
+    *next += 1;
+    if CHAINED {
+        *next += (slot & zero) as usize;
+    }
+    if *next >= keys.len() {
+        *next = 0;
+    }
+    found
+}
+
+/// Runs `lookup` over `keys` in order, wrapping around, under `id` (chained or not, as in
+/// [`look_up_next`]).
 fn lookups<const CHAINED: bool, R>(
     group: &mut BenchmarkGroup<'_, WallTime>,
     id: BenchmarkId,
@@ -109,22 +98,12 @@ fn lookups<const CHAINED: bool, R>(
         // Opaque to the compiler, so `slot & zero` is a real data dependency.
         let zero = black_box(0u64);
         let mut next = 0usize;
-        b.iter(|| {
-            let (slot, found) = lookup(black_box(&keys[next]));
-            next += 1;
-            if CHAINED {
-                next += (slot & zero) as usize;
-            }
-            if next >= keys.len() {
-                next = 0;
-            }
-            black_box(found)
-        })
+        b.iter(|| black_box(look_up_next::<CHAINED, _>(keys, &mut next, zero, &lookup)))
     });
 }
 
 /// Times `count` lookups of `keys` from position `start` on, wrapping around (chained or
-/// not, as in [`lookups`]).
+/// not, as in [`look_up_next`]).
 fn walk<const CHAINED: bool, R>(
     keys: &[Key],
     start: usize,
@@ -135,15 +114,7 @@ fn walk<const CHAINED: bool, R>(
     let mut next = start;
     let started = Instant::now();
     for _ in 0..count {
-        let (slot, found) = lookup(black_box(&keys[next]));
-        next += 1;
-        if CHAINED {
-            next += (slot & zero) as usize;
-        }
-        if next >= keys.len() {
-            next = 0;
-        }
-        black_box(found);
+        black_box(look_up_next::<CHAINED, _>(keys, &mut next, zero, &lookup));
     }
     started.elapsed()
 }
@@ -152,10 +123,10 @@ fn walk<const CHAINED: bool, R>(
 const INTERLEAVED_ROUNDS: usize = 100;
 const INTERLEAVED_BLOCK: usize = 20_000;
 
-/// The ratio `subject` / `baseline` measured in alternation: each round times one block of
-/// keys with each, back to back (which goes first alternates). On a shared,
-/// noisy machine the load drifts between criterion's separate runs of the two; within a
-/// round it hardly does. Prints the median ratio.
+/// The ratio `subject` / `baseline` measured in alternation ([`common::alternate`]): each
+/// round times one block of keys with each, back to back (which goes first alternates).
+/// On a shared, noisy machine the load drifts between criterion's separate runs of the
+/// two; within a round it hardly does. Prints the median ratio.
 fn interleaved<const CHAINED: bool, R, S>(
     name: &str,
     keys: &[Key],
@@ -164,24 +135,15 @@ fn interleaved<const CHAINED: bool, R, S>(
 ) {
     let mut ratios = Vec::with_capacity(INTERLEAVED_ROUNDS);
     let (mut subject_ns, mut baseline_ns) = (Vec::new(), Vec::new());
-    for round in 0..INTERLEAVED_ROUNDS {
-        // Different keys for the two, so that neither finds lines the other just loaded
-        // (the pair may share a map).
-        let first = (2 * round * INTERLEAVED_BLOCK) % keys.len();
-        let second = (first + INTERLEAVED_BLOCK) % keys.len();
-        let (s, b) = if round % 2 == 0 {
-            let s = walk::<CHAINED, _>(keys, first, INTERLEAVED_BLOCK, subject);
-            (
-                s,
-                walk::<CHAINED, _>(keys, second, INTERLEAVED_BLOCK, baseline),
-            )
-        } else {
-            let b = walk::<CHAINED, _>(keys, first, INTERLEAVED_BLOCK, baseline);
-            (
-                walk::<CHAINED, _>(keys, second, INTERLEAVED_BLOCK, subject),
-                b,
-            )
-        };
+    // Different keys for the two, so that neither finds lines the other just loaded (the
+    // pair may share a map).
+    let start = |block: usize| (block * INTERLEAVED_BLOCK) % keys.len();
+    let rounds = common::alternate(
+        INTERLEAVED_ROUNDS,
+        |block| walk::<CHAINED, _>(keys, start(block), INTERLEAVED_BLOCK, subject),
+        |block| walk::<CHAINED, _>(keys, start(block), INTERLEAVED_BLOCK, baseline),
+    );
+    for (s, b) in rounds {
         ratios.push(s.as_secs_f64() / b.as_secs_f64());
         subject_ns.push(s.as_nanos() as f64 / INTERLEAVED_BLOCK as f64);
         baseline_ns.push(b.as_nanos() as f64 / INTERLEAVED_BLOCK as f64);
@@ -206,6 +168,17 @@ fn interleaved<const CHAINED: bool, R, S>(
     );
 }
 
+/// The values a replica entry carries: slot, record, stamp, host counter.
+type PlainEntry = (u64, u32, u64, u32);
+/// The plain map the replica is measured against.
+type PlainMap = hashbrown::HashMap<Vec<u8>, PlainEntry>;
+
+/// `key`'s entry in `plain` (present), and its slot.
+fn plain_lookup(plain: &PlainMap, key: &Key) -> (u64, PlainEntry) {
+    let value = plain.get(key.as_slice()).copied().expect("present");
+    (value.0, value)
+}
+
 /// Index lookup through the replica against a plain hash map lookup of the same keys in
 /// the same order. The headline pair is `replica` / `hashmap`; `hashmap_rwlock` (the plain
 /// map behind a `std` reader-writer lock) and the `_chained` pair say where the difference
@@ -217,9 +190,7 @@ fn lookup(c: &mut Criterion) {
         let started = Instant::now();
         let pod = pod(objects, 1 << 16, 1);
         let host = join(&pod, false);
-        // Same values a replica entry carries: slot, record, stamp, host counter.
-        let mut plain: hashbrown::HashMap<Vec<u8>, (u64, u32, u64, u32)> =
-            hashbrown::HashMap::new();
+        let mut plain = PlainMap::new();
         for n in 0..objects {
             let key = key(b"obj:", n);
             host.create(&key, &key).expect("create");
@@ -236,41 +207,15 @@ fn lookup(c: &mut Criterion) {
             let entry = host.lookup(key).expect("lookup").expect("present");
             (entry.slot, entry)
         };
-        let map = |key: &Key| {
-            let value = plain.get(key.as_slice()).copied().expect("present");
-            (value.0, value)
-        };
-        lookups::<false, _>(
-            &mut group,
-            BenchmarkId::new("replica", objects),
-            &keys,
-            replica,
-        );
-        lookups::<false, _>(&mut group, BenchmarkId::new("hashmap", objects), &keys, map);
+        let map = |key: &Key| plain_lookup(&plain, key);
         let locked = std::sync::RwLock::new(&plain);
-        let locked_map = |key: &Key| {
-            let plain = locked.read().expect("never poisoned");
-            let value = plain.get(key.as_slice()).copied().expect("present");
-            (value.0, value)
-        };
-        lookups::<false, _>(
-            &mut group,
-            BenchmarkId::new("hashmap_rwlock", objects),
-            &keys,
-            locked_map,
-        );
-        lookups::<true, _>(
-            &mut group,
-            BenchmarkId::new("replica_chained", objects),
-            &keys,
-            replica,
-        );
-        lookups::<true, _>(
-            &mut group,
-            BenchmarkId::new("hashmap_chained", objects),
-            &keys,
-            map,
-        );
+        let locked_map = |key: &Key| plain_lookup(&locked.read().expect("never poisoned"), key);
+        let id = |name| BenchmarkId::new(name, objects);
+        lookups::<false, _>(&mut group, id("replica"), &keys, replica);
+        lookups::<false, _>(&mut group, id("hashmap"), &keys, map);
+        lookups::<false, _>(&mut group, id("hashmap_rwlock"), &keys, locked_map);
+        lookups::<true, _>(&mut group, id("replica_chained"), &keys, replica);
+        lookups::<true, _>(&mut group, id("hashmap_chained"), &keys, map);
         let name = |pair: &str| format!("lookup/{objects}: {pair}");
         interleaved::<false, _, _>(&name("replica / hashmap"), &keys, replica, map);
         interleaved::<false, _, _>(&name("hashmap_rwlock / hashmap"), &keys, locked_map, map);

@@ -40,6 +40,8 @@ const LINE_BYTES: usize = megalon_core::limits::LINE_BYTES as usize;
 use megalon_core::memory::HardwareMemory;
 use megalon_core::{Backing, Memory, MemoryKind, Pod, PodConfig};
 
+mod common;
+
 /// Bytes of the buffer each push benchmark cycles through, whatever the object size:
 /// more than a core's L2 cache, so a line has left L1 and L2 before its object comes
 /// round again, and small enough that the two buffers of a paired run both fit in a
@@ -395,9 +397,9 @@ fn bench_dispatch(c: &mut Criterion, paired_runs: bool) {
 }
 
 /// Runs `variant` and `baseline` in alternating blocks of the same number of iterations
-/// (which goes first alternates too) for [`PAIRED_ROUNDS`] rounds, and prints the
-/// quartiles of the per-round ratio variant / baseline and the median time per iteration
-/// of each.
+/// (which goes first alternates too: [`common::alternate`]) for [`PAIRED_ROUNDS`] rounds,
+/// and prints the quartiles of the per-round ratio variant / baseline and the median time
+/// per iteration of each.
 fn paired(group: &str, variant: (&str, impl FnMut()), baseline: (&str, impl FnMut())) {
     fn block(iterations: u64, body: &mut impl FnMut()) -> Duration {
         let start = Instant::now();
@@ -422,14 +424,12 @@ fn paired(group: &str, variant: (&str, impl FnMut()), baseline: (&str, impl FnMu
     let mut ratios = Vec::with_capacity(PAIRED_ROUNDS);
     let mut variant_ns = Vec::with_capacity(PAIRED_ROUNDS);
     let mut baseline_ns = Vec::with_capacity(PAIRED_ROUNDS);
-    for round in 0..PAIRED_ROUNDS {
-        let (variant_time, baseline_time) = if round % 2 == 0 {
-            let variant_time = block(iterations, &mut variant);
-            (variant_time, block(iterations, &mut baseline))
-        } else {
-            let baseline_time = block(iterations, &mut baseline);
-            (block(iterations, &mut variant), baseline_time)
-        };
+    let rounds = common::alternate(
+        PAIRED_ROUNDS,
+        |_| block(iterations, &mut variant),
+        |_| block(iterations, &mut baseline),
+    );
+    for (variant_time, baseline_time) in rounds {
         ratios.push(variant_time.as_secs_f64() / baseline_time.as_secs_f64());
         variant_ns.push(variant_time.as_secs_f64() * 1e9 / iterations as f64);
         baseline_ns.push(baseline_time.as_secs_f64() * 1e9 / iterations as f64);
@@ -466,9 +466,7 @@ fn main() {
             }
         );
     }
-    // `cargo bench` passes `--bench`; `cargo test --benches` does not, and then criterion
-    // runs each benchmark once as a test and the paired runs are skipped.
-    let paired_runs = std::env::args().any(|arg| arg == "--bench");
+    let paired_runs = common::paired_runs();
     let mut criterion = Criterion::default().configure_from_args();
     bench_push(&mut criterion, paired_runs);
     bench_dispatch(&mut criterion, paired_runs);

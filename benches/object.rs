@@ -36,19 +36,17 @@
 //! ```
 
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use megalon::core::{
-    limits::RECORD_WIDTHS_BITS, Backing, EventCounts, Host, HostOptions, Join, MemoryKind, Pod,
-    PodConfig,
+    limits::RECORD_WIDTHS_BITS, EventCounts, Host, HostOptions, Join, MemoryKind, PodConfig,
 };
 
-/// Key length (the paper's KV workloads use 24-byte keys).
-const KEY_BYTES: usize = 24;
-/// Longest key the pod accepts: 32 keeps a log entry to one line.
-const MAX_KEY_BYTES: u32 = 32;
+mod common;
+
+use common::{key, Key};
+
 /// Bytes of one object, and of its slot.
 const OBJECT_BYTES: usize = 1024;
 /// Objects in each set (read-shared, read-write-shared): 100 MB of objects each, three
@@ -69,27 +67,8 @@ const HCMETA_24_BYTE_KEY_BYTES_PER_OBJECT: u64 = 24 + 4 + 2 * 4;
 const INTERLEAVED_ROUNDS: usize = 100;
 const INTERLEAVED_BLOCK: usize = 10_000;
 
-type Key = [u8; KEY_BYTES];
-
-/// `prefix` followed by `n` in 20 decimal digits: 24 bytes, distinct for distinct `n`.
-fn key(prefix: &[u8; 4], n: u64) -> Key {
-    let mut key = [0u8; KEY_BYTES];
-    key[..4].copy_from_slice(prefix);
-    key[4..].copy_from_slice(format!("{n:020}").as_bytes());
-    key
-}
-
-/// SplitMix64, for a seeded shuffle: every run visits objects in the same order.
-fn split_mix(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// One set of objects: keys in a seeded random order, stored flat (walking the list is
-/// sequential; only the objects are touched at random), and each object's offset.
+/// One set of objects: keys in a seeded random order ([`common::shuffle`]), and each
+/// object's offset.
 struct ObjectSet {
     name: &'static str,
     keys: Vec<Key>,
@@ -121,17 +100,9 @@ struct Setup {
 
 fn setup() -> Setup {
     let started = Instant::now();
-    let config = PodConfig::new()
-        .slot_size_bytes(OBJECT_BYTES as u64)
-        .max_key_bytes(MAX_KEY_BYTES)
-        .log_capacity_entries(LOG_ENTRIES)
-        .max_hosts(1);
     // Both sets, and room for the host's claimed chunk to run over.
     let slots = 2 * OBJECTS + 8192;
-    let lnr_bytes = (LOG_ENTRIES * config.log_entry_bytes() + slots * OBJECT_BYTES as u64)
-        .div_ceil(4096)
-        * 4096;
-    let pod = Arc::new(Pod::create(&config.lnr_bytes(lnr_bytes), Backing::heap()).expect("pod"));
+    let pod = common::heap_pod(OBJECT_BYTES as u64, slots, LOG_ENTRIES, 1);
     assert!(
         pod.layout().record_count >= OBJECTS,
         "a record for every read-write-shared object"
@@ -147,11 +118,7 @@ fn setup() -> Setup {
         for key in &keys {
             host.create(key, &object.0).expect("create");
         }
-        let mut state = seed;
-        for i in (1..keys.len()).rev() {
-            let j = (split_mix(&mut state) % (i as u64 + 1)) as usize;
-            keys.swap(i, j);
-        }
+        common::shuffle(&mut keys, seed);
         let offsets: Vec<u64> = keys
             .iter()
             .map(|key| {
@@ -344,9 +311,10 @@ fn bench(c: &mut Criterion, name: &str, set: &ObjectSet, operation: &mut impl Op
     group.finish();
 }
 
-/// The ratio `subject` / `baseline` measured in alternation: each round times one block
-/// of objects with each, back to back (which goes first alternates), on different
-/// objects. Prints the median ratio, its quartiles and the median ns per operation.
+/// The ratio `subject` / `baseline` measured in alternation ([`common::alternate`]): each
+/// round times one block of objects with each, back to back (which goes first
+/// alternates), on different objects. Prints the median ratio, its quartiles and the
+/// median ns per operation.
 fn interleaved(
     name: &str,
     len: usize,
@@ -359,16 +327,12 @@ fn interleaved(
     // Warm-up: one block each.
     walk(subject, len, 0, INTERLEAVED_BLOCK);
     walk(baseline, len, INTERLEAVED_BLOCK, INTERLEAVED_BLOCK);
-    for round in 0..INTERLEAVED_ROUNDS {
-        let first = 2 * round * INTERLEAVED_BLOCK;
-        let second = first + INTERLEAVED_BLOCK;
-        let (s, b) = if round % 2 == 0 {
-            let s = walk(subject, len, first, INTERLEAVED_BLOCK);
-            (s, walk(baseline, len, second, INTERLEAVED_BLOCK))
-        } else {
-            let b = walk(baseline, len, first, INTERLEAVED_BLOCK);
-            (walk(subject, len, second, INTERLEAVED_BLOCK), b)
-        };
+    let rounds = common::alternate(
+        INTERLEAVED_ROUNDS,
+        |block| walk(subject, len, block * INTERLEAVED_BLOCK, INTERLEAVED_BLOCK),
+        |block| walk(baseline, len, block * INTERLEAVED_BLOCK, INTERLEAVED_BLOCK),
+    );
+    for (s, b) in rounds {
         ratios.push(s.as_secs_f64() / b.as_secs_f64());
         subject_ns.push(per_op(s));
         baseline_ns.push(per_op(b));
@@ -505,9 +469,7 @@ fn scr_table(setup: &Setup) {
 }
 
 fn main() {
-    // `cargo bench` passes `--bench`; `cargo test --benches` does not, and then criterion
-    // runs each benchmark once as a test and the interleaved pairs are skipped.
-    let paired_runs = std::env::args().any(|arg| arg == "--bench");
+    let paired_runs = common::paired_runs();
     let mut criterion = Criterion::default().configure_from_args();
     let setup = setup();
     let host = &setup.host;
