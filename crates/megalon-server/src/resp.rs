@@ -505,6 +505,17 @@ mod tests {
         }
     }
 
+    /// What a fresh reader makes of `input` arriving in two parts, cut at `cut`.
+    fn read_cut_at(input: &[u8], cut: usize) -> Vec<String> {
+        let mut reader = Reader::new(LIMITS);
+        feed(&mut reader, &input[..cut]);
+        let mut seen = drain(&mut reader);
+        feed(&mut reader, &input[cut..]);
+        seen.extend(drain(&mut reader));
+        assert!(!reader.has_unread(), "cut at {cut}");
+        seen
+    }
+
     fn command(words: &[&[u8]]) -> Vec<u8> {
         let mut out = Vec::new();
         array(&mut out, words.len());
@@ -522,13 +533,7 @@ mod tests {
         input.extend(command(&[b"ECHO", b""]));
         let expected = ["SET k v\r\nwith crlf", "GET k", "PING hello", "ECHO "];
         for cut in 0..=input.len() {
-            let mut reader = Reader::new(LIMITS);
-            feed(&mut reader, &input[..cut]);
-            let mut seen = drain(&mut reader);
-            feed(&mut reader, &input[cut..]);
-            seen.extend(drain(&mut reader));
-            assert_eq!(seen, expected, "cut at {cut}");
-            assert!(!reader.has_unread());
+            assert_eq!(read_cut_at(&input, cut), expected, "cut at {cut}");
         }
     }
 
@@ -538,13 +543,8 @@ mod tests {
         let mut input = command(&[b"SET", b"k", &big, b"NX"]);
         input.extend(command(&[b"PING"]));
         for cut in 0..=input.len() {
-            let mut reader = Reader::new(LIMITS);
-            feed(&mut reader, &input[..cut]);
-            let mut seen = drain(&mut reader);
-            feed(&mut reader, &input[cut..]);
-            seen.extend(drain(&mut reader));
             assert_eq!(
-                seen,
+                read_cut_at(&input, cut),
                 [
                     "-ERR value of 150 bytes is longer than the limit of 100 bytes",
                     "PING"

@@ -474,10 +474,10 @@ impl Acceptor {
         loop {
             let (host, listener) = &self.listeners[i];
             let accepted = match listener {
-                Listener::Unix(l) => l.accept().map(|(s, _)| Stream::Unix(s)),
+                Listener::Unix(l) => l.accept().map(|(s, _)| Box::new(s) as Stream),
                 Listener::Tcp(l) => l.accept().map(|(s, _)| {
                     let _ = s.set_nodelay(true);
-                    Stream::Tcp(s)
+                    Box::new(s) as Stream
                 }),
             };
             let mut stream = match accepted {

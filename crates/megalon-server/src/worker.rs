@@ -15,7 +15,6 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use mio::net::{TcpStream, UnixStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::command::{Executor, Session};
@@ -31,69 +30,15 @@ const KEPT_OUTPUT_BYTES: usize = 64 * 1024;
 /// The waker's token (connections are 0..).
 const WAKER: Token = Token(usize::MAX);
 
-/// A client's socket.
-#[derive(Debug)]
-pub enum Stream {
-    /// On the host's Unix socket.
-    Unix(UnixStream),
-    /// On its loopback TCP port.
-    Tcp(TcpStream),
-}
+/// What a connection needs of its socket: to read it, write it and have the poll watch
+/// it. The host's Unix socket and its loopback TCP port both give that, so a connection
+/// holds either as a [`Stream`].
+pub trait Socket: Read + Write + mio::event::Source + Send {}
 
-impl Read for Stream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Unix(s) => s.read(buf),
-            Stream::Tcp(s) => s.read(buf),
-        }
-    }
-}
+impl<T: Read + Write + mio::event::Source + Send> Socket for T {}
 
-impl Write for Stream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Unix(s) => s.write(buf),
-            Stream::Tcp(s) => s.write(buf),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl mio::event::Source for Stream {
-    fn register(
-        &mut self,
-        registry: &mio::Registry,
-        token: Token,
-        interests: Interest,
-    ) -> io::Result<()> {
-        match self {
-            Stream::Unix(s) => s.register(registry, token, interests),
-            Stream::Tcp(s) => s.register(registry, token, interests),
-        }
-    }
-
-    fn reregister(
-        &mut self,
-        registry: &mio::Registry,
-        token: Token,
-        interests: Interest,
-    ) -> io::Result<()> {
-        match self {
-            Stream::Unix(s) => s.reregister(registry, token, interests),
-            Stream::Tcp(s) => s.reregister(registry, token, interests),
-        }
-    }
-
-    fn deregister(&mut self, registry: &mio::Registry) -> io::Result<()> {
-        match self {
-            Stream::Unix(s) => s.deregister(registry),
-            Stream::Tcp(s) => s.deregister(registry),
-        }
-    }
-}
+/// A client's socket: on the host's Unix socket, or on its loopback TCP port.
+pub type Stream = Box<dyn Socket>;
 
 /// What a connection's turn ended with.
 #[derive(Debug, PartialEq, Eq)]

@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -483,10 +483,16 @@ fn incrs_from_clients_on_every_host_add_up() {
     }
 }
 
-fn redis_cli(socket: &PathBuf, args: &[&str]) -> String {
-    let output = Command::new("redis-cli")
-        .arg("-s")
-        .arg(socket)
+/// `program` (a Redis tool: redis-cli, redis-benchmark) talking to the server's Unix
+/// socket at `socket`.
+fn redis_tool(program: &str, socket: &Path) -> Command {
+    let mut command = Command::new(program);
+    command.arg("-s").arg(socket);
+    command
+}
+
+fn redis_cli(socket: &Path, args: &[&str]) -> String {
+    let output = redis_tool("redis-cli", socket)
         .args(args)
         .output()
         .expect("redis-cli runs");
@@ -522,9 +528,7 @@ fn redis_cli_shares_keys_across_hosts() {
     );
     assert!(redis_cli(host0, &["INFO", "megalon"]).contains("creates:3"));
     // Commands from standard input, as a script pipes them.
-    let mut piped = Command::new("redis-cli")
-        .arg("-s")
-        .arg(host0)
+    let mut piped = redis_tool("redis-cli", host0)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -547,9 +551,7 @@ fn redis_benchmark_runs_without_errors() {
     }
     let dir = scratch_dir();
     let server = in_process(dir.path(), 1, &[]);
-    let output = Command::new("redis-benchmark")
-        .arg("-s")
-        .arg(&server.sockets[0])
+    let output = redis_tool("redis-benchmark", &server.sockets[0])
         .args(["-t", "set,get,incr", "-n", "20000", "-q"])
         .output()
         .expect("redis-benchmark runs");
