@@ -13,23 +13,22 @@ use std::time::{Duration, Instant};
 use common::{bulk, err, installed, int, ok, scratch_dir, Client, Server};
 use redis_protocol::resp2::types::OwnedFrame;
 
-/// A server of `hosts` hosts in one process, slots of `slot` bytes, sockets in `dir`.
-fn in_process(dir: &std::path::Path, hosts: usize, extra: &[&str]) -> Server {
-    let socket = dir.join("h{host}.sock");
-    let mut args = vec![
-        "--hosts".to_string(),
-        hosts.to_string(),
-        "--socket".into(),
-        socket.display().to_string(),
-        "--lnr-mib".into(),
-        "16".into(),
-        "--workers".into(),
-        "2".into(),
-    ];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let sockets = (0..hosts).map(|h| dir.join(format!("h{h}.sock"))).collect();
-    Server::start(&args, sockets)
+/// The sizes every test's server runs with: 16 MiB of LNR, 2 workers per host.
+const SIZES: [&str; 4] = ["--lnr-mib", "16", "--workers", "2"];
+
+/// A server of `hosts` hosts in one process, started with the flags `extra` besides its
+/// sockets, sizes and workers; its pod file and sockets in a scratch directory of its own.
+fn in_process(hosts: usize, extra: &[&str]) -> Server {
+    let dir = scratch_dir();
+    let socket = dir.path().join("h{host}.sock");
+    let (hosts_text, socket_text) = (hosts.to_string(), socket.display().to_string());
+    let mut args = vec!["--hosts", &hosts_text, "--socket", &socket_text];
+    args.extend(SIZES);
+    args.extend(extra);
+    let sockets = (0..hosts)
+        .map(|h| dir.path().join(format!("h{h}.sock")))
+        .collect();
+    Server::start(&args, sockets).owning(dir)
 }
 
 fn info_field(client: &mut Client, section: &str, field: &str) -> String {
@@ -44,8 +43,7 @@ fn info_field(client: &mut Client, section: &str, field: &str) -> String {
 
 #[test]
 fn commands_answer_as_redis_does() {
-    let dir = scratch_dir();
-    let server = in_process(dir.path(), 1, &["--slot-bytes", "256"]);
+    let server = in_process(1, &["--slot-bytes", "256"]);
     let mut c = server.client(0);
     let null = OwnedFrame::Null;
     let cases: &[(&str, OwnedFrame)] = &[
@@ -166,8 +164,7 @@ fn commands_answer_as_redis_does() {
 
 #[test]
 fn a_pipeline_is_answered_in_order() {
-    let dir = scratch_dir();
-    let server = in_process(dir.path(), 1, &[]);
+    let server = in_process(1, &[]);
     let mut c = server.client(0);
     let mut pipeline = Vec::new();
     for i in 0..2000 {
@@ -187,12 +184,7 @@ fn a_pipeline_is_answered_in_order() {
 
 #[test]
 fn bad_input_is_an_error_and_the_connection_goes_on() {
-    let dir = scratch_dir();
-    let server = in_process(
-        dir.path(),
-        1,
-        &["--slot-bytes", "256", "--max-key-bytes", "16"],
-    );
+    let server = in_process(1, &["--slot-bytes", "256", "--max-key-bytes", "16"]);
     let mut c = server.client(0);
     // Not RESP.
     c.send_raw(b"*2\r\n$3\r\nGET\r\n:5\r\n");
@@ -256,10 +248,8 @@ fn bad_input_is_an_error_and_the_connection_goes_on() {
 
 #[test]
 fn a_full_store_answers_oom_with_its_numbers() {
-    let dir = scratch_dir();
     // 1 MiB of LNR in slots of 4 KiB, less the log: a few hundred values at most.
     let server = in_process(
-        dir.path(),
         1,
         &[
             "--lnr-mib",
@@ -306,8 +296,7 @@ fn a_full_store_answers_oom_with_its_numbers() {
 
 #[test]
 fn connections_past_the_limit_are_refused_clearly() {
-    let dir = scratch_dir();
-    let server = in_process(dir.path(), 1, &["--max-clients", "2"]);
+    let server = in_process(1, &["--max-clients", "2"]);
     let mut first = server.client(0);
     // The start's probe of the socket was a connection too: wait until it is gone.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -348,8 +337,7 @@ fn connections_past_the_limit_are_refused_clearly() {
 
 #[test]
 fn a_client_that_leaves_mid_pipeline_holds_nothing() {
-    let dir = scratch_dir();
-    let server = in_process(dir.path(), 2, &[]);
+    let server = in_process(2, &[]);
     for round in 0..5 {
         let mut leaver = server.client(round % 2);
         let mut pipeline = Vec::new();
@@ -387,8 +375,7 @@ fn a_client_that_leaves_mid_pipeline_holds_nothing() {
 
 #[test]
 fn hosts_in_one_process_share_their_keys() {
-    let dir = scratch_dir();
-    let server = in_process(dir.path(), 3, &[]);
+    let server = in_process(3, &[]);
     assert_eq!(server.client(0).cmd("SET k v"), ok());
     assert_eq!(server.client(1).cmd("GET k"), bulk(b"v"));
     assert_eq!(server.client(2).cmd("APPEND k w"), int(2));
@@ -407,9 +394,8 @@ fn each_host_serves_tcp_on_its_own_port() {
         .expect("a free port")
         .port()
         .min(u16::MAX - 2);
-    let dir = scratch_dir();
     let port = base.to_string();
-    let server = in_process(dir.path(), 2, &["--port", &port]);
+    let server = in_process(2, &["--port", &port]);
     assert_eq!(server.client(0).cmd("SET over-tcp yes"), ok());
     let mut tcp = std::net::TcpStream::connect(("127.0.0.1", base + 1)).expect("host 1's port");
     tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -426,19 +412,17 @@ fn processes(dir: &std::path::Path, hosts: u32) -> Vec<Server> {
     (0..hosts)
         .map(|h| {
             let socket = dir.join(format!("p{h}.sock"));
-            let args = [
-                "--pod".to_string(),
-                pod.display().to_string(),
-                "--host".into(),
-                h.to_string(),
-                "--socket".into(),
-                socket.display().to_string(),
-                "--lnr-mib".into(),
-                "16".into(),
-                "--workers".into(),
-                "2".into(),
+            let (pod_text, host_text) = (pod.display().to_string(), h.to_string());
+            let socket_text = socket.display().to_string();
+            let mut args = vec![
+                "--pod",
+                &pod_text,
+                "--host",
+                &host_text,
+                "--socket",
+                &socket_text,
             ];
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            args.extend(SIZES);
             Server::start(&args, vec![socket])
         })
         .collect()
@@ -508,8 +492,7 @@ fn redis_cli_shares_keys_across_hosts() {
     if !installed("redis-cli") {
         return;
     }
-    let dir = scratch_dir();
-    let server = in_process(dir.path(), 2, &[]);
+    let server = in_process(2, &[]);
     let (host0, host1) = (&server.sockets[0], &server.sockets[1]);
     assert_eq!(redis_cli(host0, &["SET", "k", "v"]), "OK");
     assert_eq!(redis_cli(host1, &["GET", "k"]), "v");
@@ -549,8 +532,7 @@ fn redis_benchmark_runs_without_errors() {
     if !installed("redis-benchmark") {
         return;
     }
-    let dir = scratch_dir();
-    let server = in_process(dir.path(), 1, &[]);
+    let server = in_process(1, &[]);
     let output = redis_tool("redis-benchmark", &server.sockets[0])
         .args(["-t", "set,get,incr", "-n", "20000", "-q"])
         .output()

@@ -37,6 +37,9 @@ pub struct Server {
     child: Child,
     /// Each host's socket, in the order the process printed them.
     pub sockets: Vec<PathBuf>,
+    /// The directory of its pod file and sockets, if it is the server's own: removed
+    /// after the process is stopped.
+    dir: Option<tempfile::TempDir>,
 }
 
 impl Server {
@@ -56,7 +59,11 @@ impl Server {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("megalon-server starts");
-        let mut server = Server { child, sockets };
+        let mut server = Server {
+            child,
+            sockets,
+            dir: None,
+        };
         let deadline = Instant::now() + START_WAIT;
         for socket in server.sockets.clone() {
             loop {
@@ -75,6 +82,12 @@ impl Server {
             }
         }
         server
+    }
+
+    /// The server, keeping `dir` (where its files are) until it is dropped.
+    pub fn owning(mut self, dir: tempfile::TempDir) -> Server {
+        self.dir = Some(dir);
+        self
     }
 
     /// A client of host `i` (in `sockets` order).
