@@ -3,10 +3,9 @@
 //! memory (SCR) went.
 
 use std::fmt::Write;
-use std::time::Duration;
 
 use megalon::kv::Report;
-use megalon_bench::mix::{rate, MixRun};
+use megalon_bench::mix::MixRun;
 
 /// megalon's counters in the groups they are printed in, each `(name in the report,
 /// label)`. The names are those of `megalon::kv::Megalon`'s report; a counter not listed
@@ -87,61 +86,15 @@ const RECORDS_IN_THE_POD: &str = "records in the pod";
 /// The SCR part that holds the records.
 const RECORDS_PART: &str = "coherence records";
 
-/// Everything the report says about `run`.
+/// Everything the report says about `run`: its throughput and latency
+/// ([`MixRun::write_throughput`]), its counters, its SCR.
 pub fn run_report(run: &MixRun) -> String {
-    let mut out = throughput(run);
+    let mut out = String::new();
+    // Writing to a `String` cannot fail.
+    let _ = run.write_throughput(&mut out);
     out += &counters(&run.report, run.operations());
     out += &scr(&run.report);
     out
-}
-
-/// Operations per second (in all, of gets and puts, of each host) and the latency
-/// percentiles of gets and of puts.
-pub fn throughput(run: &MixRun) -> String {
-    let mut out = String::new();
-    let (gets, puts) = (run.gets(), run.puts());
-    let _ = writeln!(
-        out,
-        "run: {} operations in {:.2} s: {} ({} gets, {} puts)",
-        run.operations(),
-        run.seconds,
-        rate(run.ops_per_second()),
-        rate(gets as f64 / run.seconds),
-        rate(puts as f64 / run.seconds)
-    );
-    let hosts: Vec<String> = run
-        .per_host_ops_per_second()
-        .into_iter()
-        .map(|(host, ops)| format!("host {host} {}", rate(ops)))
-        .collect();
-    let _ = writeln!(out, "     by host: {}", hosts.join(", "));
-    let absent: u64 = run.workers.iter().map(|w| w.gets_absent).sum();
-    if absent > 0 {
-        let _ = writeln!(out, "     {absent} gets found no key");
-    }
-    let _ = writeln!(
-        out,
-        "latency (us)      p50      p90      p99    p99.9      max"
-    );
-    for (name, h) in [("get", run.get_latency()), ("put", run.put_latency())] {
-        if h.samples() == 0 {
-            continue;
-        }
-        let _ = writeln!(
-            out,
-            "  {name:<10} {:>8} {:>8} {:>8} {:>8} {:>8}",
-            micros(h.quantile(0.5)),
-            micros(h.quantile(0.9)),
-            micros(h.quantile(0.99)),
-            micros(h.quantile(0.999)),
-            micros(h.max())
-        );
-    }
-    out
-}
-
-fn micros(d: Duration) -> String {
-    format!("{:.2}", d.as_nanos() as f64 / 1000.0)
 }
 
 /// The counters of `report` that are not zero, in their groups, each also per operation

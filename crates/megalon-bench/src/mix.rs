@@ -750,6 +750,51 @@ impl MixRun {
             })
             .collect()
     }
+
+    /// Writes the run's operations per second (in all, of gets and of puts, of each
+    /// host) and the latency percentiles of gets and of puts: the first part of its
+    /// summary ([`Display`](fmt::Display)).
+    pub fn write_throughput(&self, out: &mut impl fmt::Write) -> fmt::Result {
+        let (gets, puts) = (self.gets(), self.puts());
+        writeln!(
+            out,
+            "run: {} operations in {:.2} s: {} ({} gets, {} puts)",
+            self.operations(),
+            self.seconds,
+            rate(self.ops_per_second()),
+            rate(gets as f64 / self.seconds),
+            rate(puts as f64 / self.seconds)
+        )?;
+        let hosts: Vec<String> = self
+            .per_host_ops_per_second()
+            .into_iter()
+            .map(|(host, ops)| format!("host {host} {}", rate(ops)))
+            .collect();
+        writeln!(out, "     by host: {}", hosts.join(", "))?;
+        let absent: u64 = self.workers.iter().map(|w| w.gets_absent).sum();
+        if absent > 0 {
+            writeln!(out, "     {absent} gets found no key")?;
+        }
+        writeln!(
+            out,
+            "latency (us)      p50      p90      p99    p99.9      max"
+        )?;
+        for (name, h) in [("get", self.get_latency()), ("put", self.put_latency())] {
+            if h.samples() == 0 {
+                continue;
+            }
+            writeln!(
+                out,
+                "  {name:<10} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                micros(h.quantile(0.5)),
+                micros(h.quantile(0.9)),
+                micros(h.quantile(0.99)),
+                micros(h.quantile(0.999)),
+                micros(h.max())
+            )?;
+        }
+        Ok(())
+    }
 }
 
 fn merged<'a>(histograms: impl Iterator<Item = &'a LatencyHistogram>) -> LatencyHistogram {
@@ -777,44 +822,7 @@ fn micros(d: Duration) -> String {
 /// (and its count per operation), SCR use.
 impl fmt::Display for MixRun {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (gets, puts) = (self.gets(), self.puts());
-        writeln!(
-            f,
-            "run: {} operations in {:.2} s: {} ({} gets, {} puts)",
-            self.operations(),
-            self.seconds,
-            rate(self.ops_per_second()),
-            rate(gets as f64 / self.seconds),
-            rate(puts as f64 / self.seconds)
-        )?;
-        let hosts: Vec<String> = self
-            .per_host_ops_per_second()
-            .into_iter()
-            .map(|(host, ops)| format!("host {host}: {}", rate(ops)))
-            .collect();
-        writeln!(f, "     {}", hosts.join(", "))?;
-        let absent: u64 = self.workers.iter().map(|w| w.gets_absent).sum();
-        if absent > 0 {
-            writeln!(f, "     {absent} gets found no key")?;
-        }
-        writeln!(
-            f,
-            "latency (us)      p50      p90      p99    p99.9      max"
-        )?;
-        for (name, h) in [("get", self.get_latency()), ("put", self.put_latency())] {
-            if h.samples() == 0 {
-                continue;
-            }
-            writeln!(
-                f,
-                "  {name:<10} {:>8} {:>8} {:>8} {:>8} {:>8}",
-                micros(h.quantile(0.5)),
-                micros(h.quantile(0.9)),
-                micros(h.quantile(0.99)),
-                micros(h.quantile(0.999)),
-                micros(h.max())
-            )?;
-        }
+        self.write_throughput(f)?;
         let ops = self.operations().max(1) as f64;
         writeln!(
             f,
