@@ -4,31 +4,34 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use megalon_bench::mix::{self, Choice, Plan};
+use megalon_bench::mix::{self, Choice, MixRun, Plan};
 use megalon_core::{Backing, HostOptions, MemoryKind, Pod, PodConfig};
 use megalon_kv::{Megalon, Store};
 use megalon_workload::Workload;
 
-fn store(key_bytes: u32) -> Store<Megalon> {
+/// A two-host store over simulated memory for keys of up to `key_bytes`, loaded with a
+/// plan of `choice` over 500 keys of `key_bytes`, then run on it for `run_ms`: the store,
+/// the plan and the run.
+fn load_and_run(choice: Choice, key_bytes: usize, run_ms: u64) -> (Store<Megalon>, Plan, MixRun) {
     let config = PodConfig::new()
         .scr_bytes(64 << 10)
         .lnr_bytes(8 << 20)
         .slot_size_bytes(128)
-        .max_key_bytes(key_bytes)
+        .max_key_bytes(key_bytes as u32)
         .max_hosts(2);
     let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
     let options = HostOptions::new().memory(MemoryKind::simulated(5));
-    Store::new(Megalon::join(pod, 2, &options).unwrap())
-}
-
-fn plan(choice: Choice, key_bytes: usize) -> Plan {
-    Plan {
+    let store = Store::new(Megalon::join(pod, 2, &options).unwrap());
+    let plan = Plan {
         keys: 500,
         key_bytes,
         value_bytes: 64,
         choice,
         seed: 11,
-    }
+    };
+    mix::load_all(&store, &plan, 2, |_| {}).unwrap();
+    let run = mix::run_plan(&store, &plan, 2, Duration::from_millis(run_ms), |_, _| {}).unwrap();
+    (store, plan, run)
 }
 
 #[test]
@@ -47,10 +50,7 @@ fn keys_have_the_length_asked_for() {
 
 #[test]
 fn workload_d_inserts_new_keys_that_every_host_reads() {
-    let store = store(32);
-    let plan = plan(Choice::Ycsb(Workload::D), 32);
-    mix::load_all(&store, &plan, 2, |_| {}).unwrap();
-    let run = mix::run_plan(&store, &plan, 2, Duration::from_millis(300), |_, _| {}).unwrap();
+    let (store, plan, run) = load_and_run(Choice::Ycsb(Workload::D), 32, 300);
     let inserts = run.report.counter("creates").unwrap();
     assert!(inserts > 0, "D inserted nothing");
     assert_eq!(run.operations(), run.gets() + run.puts());
@@ -68,10 +68,7 @@ fn workload_d_inserts_new_keys_that_every_host_reads() {
 
 #[test]
 fn workload_f_counts_a_read_modify_write_once() {
-    let store = store(16);
-    let plan = plan(Choice::Ycsb(Workload::F), 16);
-    mix::load_all(&store, &plan, 2, |_| {}).unwrap();
-    let run = mix::run_plan(&store, &plan, 2, Duration::from_millis(300), |_, _| {}).unwrap();
+    let (_, _, run) = load_and_run(Choice::Ycsb(Workload::F), 16, 300);
     // Half the operations read, half read and then write: gets = operations, puts ~ half.
     assert_eq!(run.gets(), run.operations());
     let half = run.puts() as f64 / run.operations() as f64;
@@ -81,16 +78,11 @@ fn workload_f_counts_a_read_modify_write_once() {
 
 #[test]
 fn a_mix_plan_runs_its_write_ratio() {
-    let store = store(16);
-    let plan = plan(
-        Choice::Mix {
-            write_ratio: 0.0,
-            skew: 0.99,
-        },
-        16,
-    );
-    mix::load_all(&store, &plan, 2, |_| {}).unwrap();
-    let run = mix::run_plan(&store, &plan, 2, Duration::from_millis(200), |_, _| {}).unwrap();
+    let read_only = Choice::Mix {
+        write_ratio: 0.0,
+        skew: 0.99,
+    };
+    let (_, _, run) = load_and_run(read_only, 16, 200);
     assert!(run.gets() > 0);
     assert_eq!(run.puts(), 0);
     assert_eq!(run.report.counter("writes"), Some(0));
