@@ -140,22 +140,16 @@ fn progress(kv: &KvArgs, len: u64, what: &str) -> ProgressBar {
 mod tests {
     use super::*;
 
-    fn run_with(flags: &[&str]) -> common::Result {
-        let args = Args::try_parse_from(std::iter::once("kv").chain(flags.iter().copied()))?;
-        run(&args)
-    }
-
     #[test]
     fn too_many_hosts_is_one_line_naming_the_limit() {
-        let error = run_with(&["--hosts", "65", "--quiet"]).unwrap_err();
         assert_eq!(
-            common::error_line(&*error),
+            common::failure(&["--hosts", "65", "--quiet"], run),
             "error: 65 hosts requested; the host table holds at most 64"
         );
     }
 
     #[test]
     fn a_small_run_checks_out() {
-        run_with(&["--keys", "500", "--seconds", "0.2", "--quiet"]).unwrap();
+        common::run_with(&["--keys", "500", "--seconds", "0.2", "--quiet"], run).unwrap();
     }
 }

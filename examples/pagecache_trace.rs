@@ -306,17 +306,10 @@ fn replay(
 mod tests {
     use super::*;
 
-    fn run_with(flags: &[&str]) -> common::Result {
-        let args =
-            Args::try_parse_from(std::iter::once("pagecache_trace").chain(flags.iter().copied()))?;
-        run(&args)
-    }
-
     #[test]
     fn a_missing_trace_is_one_line_naming_it() {
-        let error = run_with(&["--trace", "/nonexistent.zst", "--quiet"]).unwrap_err();
         assert_eq!(
-            common::error_line(&*error),
+            common::failure(&["--trace", "/nonexistent.zst", "--quiet"], run),
             "error: reading trace /nonexistent.zst: No such file or directory (os error 2)"
         );
     }

@@ -26,11 +26,10 @@ mod common;
 struct Args {}
 
 fn main() -> ExitCode {
-    let Args {} = Args::parse();
-    common::exit_code(tour().map_err(Into::into))
+    common::main_without_flags::<Args>(tour)
 }
 
-fn tour() -> Result<(), megalon::core::Error> {
+fn tour() -> common::Result {
     let config = PodConfig::new()
         .scr_bytes(1 << 20)
         .lnr_bytes(16 << 20)

@@ -34,11 +34,10 @@ const SAMPLE_EVERY: u64 = 1_000;
 struct Args {}
 
 fn main() -> ExitCode {
-    let Args {} = Args::parse();
-    common::exit_code(measure().map_err(Into::into))
+    common::main_without_flags::<Args>(measure)
 }
 
-fn measure() -> Result<(), megalon::core::Error> {
+fn measure() -> common::Result {
     let objects = *CHECKPOINTS.last().expect("checkpoints");
     let config = PodConfig::new()
         .slot_size_bytes(64)

@@ -145,8 +145,7 @@ mod tests {
     }
 
     fn parse(args: &[&str]) -> Result<KvArgs, String> {
-        let flags = Flags::try_parse_from(std::iter::once("kv").chain(args.iter().copied()))
-            .map_err(|e| e.to_string())?;
+        let flags: Flags = super::super::parse_flags(args).map_err(|e| e.to_string())?;
         flags.kv.check()?;
         Ok(flags.kv)
     }
@@ -164,22 +163,23 @@ mod tests {
 
     #[test]
     fn negative_numbers_are_values_and_refused_by_name() {
-        assert_eq!(
-            parse(&["--skew", "-1"]).unwrap_err(),
-            "--skew -1: a Zipfian constant from 0 (uniform) up to, not including, 1 is needed"
-        );
-        assert_eq!(
-            parse(&["--write-ratio", "-0.5"]).unwrap_err(),
-            "--write-ratio -0.5: a fraction from 0 to 1 is needed"
-        );
-        assert_eq!(
-            parse(&["--seconds", "-2"]).unwrap_err(),
-            "--seconds -2: a positive number of seconds is needed"
-        );
-        assert_eq!(
-            parse(&["--threads", "0"]).unwrap_err(),
-            "--threads 0: at least 1 is needed"
-        );
+        for (flags, refusal) in [
+            (
+                ["--skew", "-1"],
+                "--skew -1: a Zipfian constant from 0 (uniform) up to, not including, 1 is needed",
+            ),
+            (
+                ["--write-ratio", "-0.5"],
+                "--write-ratio -0.5: a fraction from 0 to 1 is needed",
+            ),
+            (
+                ["--seconds", "-2"],
+                "--seconds -2: a positive number of seconds is needed",
+            ),
+            (["--threads", "0"], "--threads 0: at least 1 is needed"),
+        ] {
+            assert_eq!(parse(&flags).unwrap_err(), refusal, "{flags:?}");
+        }
         assert!(parse(&["--skew", "1"]).is_err());
         assert!(parse(&["--skew", "0"]).is_ok());
     }

@@ -31,6 +31,36 @@ pub fn exit_code(result: Result) -> ExitCode {
     }
 }
 
+/// The `main` of an example that takes no flags of its own: parses `A` (so that `--help`
+/// prints the example's doc and any flag is refused), then runs `body`.
+pub fn main_without_flags<A: clap::Parser>(body: impl FnOnce() -> Result) -> ExitCode {
+    A::parse();
+    exit_code(body())
+}
+
+/// `A` parsed from `flags`, as `main` parses an example's command line (for tests).
+#[cfg(test)]
+pub fn parse_flags<A: clap::Parser>(flags: &[&str]) -> std::result::Result<A, clap::Error> {
+    let name = A::command().get_name().to_owned();
+    A::try_parse_from(std::iter::once(name.as_str()).chain(flags.iter().copied()))
+}
+
+/// An example's body `run` on `flags`, as `main` runs it on its command line (for tests).
+#[cfg(test)]
+pub fn run_with<A: clap::Parser>(flags: &[&str], run: impl FnOnce(&A) -> Result) -> Result {
+    run(&parse_flags(flags)?)
+}
+
+/// The line an example prints when its body `run` fails on `flags` ([`error_line`]); a
+/// panic if it succeeds (for tests).
+#[cfg(test)]
+pub fn failure<A: clap::Parser>(flags: &[&str], run: impl FnOnce(&A) -> Result) -> String {
+    match run_with(flags, run) {
+        Ok(()) => panic!("{flags:?} succeeded"),
+        Err(error) => error_line(&*error),
+    }
+}
+
 /// `error: ` and the error's own text, its lines joined: what an example prints when it
 /// fails.
 pub fn error_line(error: &dyn Error) -> String {
