@@ -68,6 +68,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use megalon_workload::processes::printed_suffix;
 pub use megalon_workload::processes::ChildError;
 
 /// The environment variable that makes a process a peer's child (its value names the role).
@@ -321,7 +322,10 @@ pub enum PeerError {
     #[error("Redis: {0}")]
     Redis(String),
     /// The Redis server did not start.
-    #[error("redis-server did not start: {reason}{}", log_suffix(log))]
+    #[error(
+        "redis-server did not start: {reason}{}",
+        printed_suffix("its log ends", log)
+    )]
     ServerStart {
         /// Why.
         reason: String,
@@ -357,15 +361,6 @@ pub enum PeerError {
     /// Files, sockets or pipes.
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
-}
-
-fn log_suffix(log: &str) -> String {
-    let log = log.trim();
-    if log.is_empty() {
-        String::new()
-    } else {
-        format!("; its log ends:\n{log}")
-    }
 }
 
 /// A new path in `dir` for one peer's files: `megalon-peers-<process>-<n>.<what>`.

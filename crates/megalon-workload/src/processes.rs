@@ -8,7 +8,8 @@
 //! parent (returned with `?`) takes the children with it. A child whose parent dies sees
 //! its standard input close.
 //!
-//! Also where such runs put the files they share: [`shared_memory_dir`].
+//! Also where such runs put the files they share ([`shared_memory_dir`]), and how an error
+//! ends with what a process printed ([`printed_suffix`]).
 
 use std::collections::VecDeque;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -53,7 +54,7 @@ pub enum ChildError {
     },
     /// It exited with a failure, or exited (even successfully) while an answer was
     /// expected from it.
-    #[error("{name} exited with {status}{}", stderr_suffix(stderr))]
+    #[error("{name} exited with {status}{}", printed_suffix("its stderr", stderr))]
     Exited {
         /// The child's name.
         name: String,
@@ -63,7 +64,11 @@ pub enum ChildError {
         stderr: String,
     },
     /// Some children had not answered, or not exited, by the deadline.
-    #[error("{} did not answer within {waited:?}{}", names.join(", "), stderr_suffix(stderr))]
+    #[error(
+        "{} did not answer within {waited:?}{}",
+        names.join(", "),
+        printed_suffix("its stderr", stderr)
+    )]
     TimedOut {
         /// The children waited for.
         names: Vec<String>,
@@ -82,12 +87,14 @@ pub enum ChildError {
     },
 }
 
-fn stderr_suffix(stderr: &str) -> String {
-    let stderr = stderr.trim();
-    if stderr.is_empty() {
+/// How an error ends with what a process printed: `; <label>:` and `printed` (trimmed) on
+/// the lines after it, or nothing if it printed nothing.
+pub fn printed_suffix(label: &str, printed: &str) -> String {
+    let printed = printed.trim();
+    if printed.is_empty() {
         String::new()
     } else {
-        format!("; its stderr:\n{stderr}")
+        format!("; {label}:\n{printed}")
     }
 }
 
@@ -431,6 +438,15 @@ mod tests {
 
     fn soon() -> Instant {
         Instant::now() + Duration::from_secs(10)
+    }
+
+    #[test]
+    fn what_a_process_printed_ends_an_error_if_anything() {
+        assert_eq!(
+            printed_suffix("its stderr", "\n  boom\n"),
+            "; its stderr:\nboom"
+        );
+        assert_eq!(printed_suffix("its stderr", " \n"), "");
     }
 
     #[test]
