@@ -3,7 +3,10 @@
 //! (through that owner's CXL index and records, asking the owner when the object is not
 //! shared).
 
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+
+use megalon_core::Memory;
 
 use megalon_kv::{Error, Result, SchemeHandle};
 
@@ -13,7 +16,7 @@ use super::index::Found;
 use super::owner::{busy, decode, shared_read, shared_update, shared_write};
 use super::record::{self, NotLocked, CLOCK};
 use super::ring::Op;
-use super::{Inner, SERVE_BATCH};
+use super::{Inner, Settings, SERVE_BATCH};
 
 /// One thread's access to the objects, through one host. Not shared between threads.
 pub struct HcMetaHandle {
@@ -189,69 +192,78 @@ impl HcMetaHandle {
     }
 }
 
+impl HcMetaHandle {
+    /// Checks `key`, serves this host's ring, and says who owns the key.
+    fn route(&mut self, key: &[u8]) -> Result<(KeyHash, usize)> {
+        let hash = self.check_key(key)?;
+        self.poll();
+        Ok((hash, hash.owner(self.inner.settings.hosts)))
+    }
+
+    /// Asks `owner` by RPC to do `op` on `key` with `payload`.
+    fn ask(&mut self, owner: usize, op: Op, key: &[u8], payload: &[u8]) -> Result<u64> {
+        let inner: &Inner = &self.inner;
+        call(
+            inner,
+            self.host,
+            &self.counters,
+            &mut self.request,
+            owner,
+            op,
+            key,
+            payload,
+        )
+    }
+
+    /// Writes the object `key` of another host's partition under its record's write lock
+    /// (shared on request first if its owner has it unshared): `change` gets the record,
+    /// this host's memory, the settings and the locked word.
+    fn write_remote(
+        &mut self,
+        owner: usize,
+        hash: KeyHash,
+        key: &[u8],
+        change: impl FnOnce(&AtomicU64, &Memory, &Settings, u64, &mut Vec<u8>, &ThreadCounters),
+    ) -> Result<()> {
+        let (entry, word) = self.remote_lock(owner, hash, key, true)?;
+        let inner: &Inner = &self.inner;
+        let c = &self.counters;
+        let record = inner.hosts[owner].geometry.index.record(&inner.pod, entry);
+        let memory = &inner.hosts[self.host].memory;
+        change(record, memory, &inner.settings, word, &mut self.scratch, c);
+        record::write_unlock(record, word, self.host, c);
+        c.add(Counter::Writes, 1);
+        Ok(())
+    }
+}
+
 impl SchemeHandle for HcMetaHandle {
     fn create(&mut self, key: &[u8], object: &[u8]) -> Result<()> {
-        let hash = self.check_key(key)?;
         self.check_object(object)?;
-        self.poll();
-        let inner: &Inner = &self.inner;
-        let owner = hash.owner(inner.settings.hosts);
+        let (hash, owner) = self.route(key)?;
         if owner == self.host {
-            inner.hosts[owner].create(
-                &inner.pod,
-                &inner.settings,
-                hash,
-                key,
-                object,
-                &self.counters,
-            )?;
+            let inner: &Inner = &self.inner;
+            let s = &inner.settings;
+            inner.hosts[owner].create(&inner.pod, s, hash, key, object, &self.counters)?;
         } else {
-            call(
-                inner,
-                self.host,
-                &self.counters,
-                &mut self.request,
-                owner,
-                Op::Create,
-                key,
-                object,
-            )?;
+            self.ask(owner, Op::Create, key, object)?;
         }
         self.counters.add(Counter::Creates, 1);
         Ok(())
     }
 
     fn write(&mut self, key: &[u8], object: &[u8]) -> Result<()> {
-        let hash = self.check_key(key)?;
         self.check_object(object)?;
-        self.poll();
-        let owner = hash.owner(self.inner.settings.hosts);
+        let (hash, owner) = self.route(key)?;
         if owner == self.host {
             let inner: &Inner = &self.inner;
-            return inner.hosts[owner].write(
-                &inner.pod,
-                &inner.settings,
-                hash,
-                key,
-                object,
-                &self.counters,
-            );
+            let s = &inner.settings;
+            return inner.hosts[owner].write(&inner.pod, s, hash, key, object, &self.counters);
         }
-        let (entry, word) = self.remote_lock(owner, hash, key, true)?;
-        let inner: &Inner = &self.inner;
-        let c = &self.counters;
-        shared_write(
-            &inner.hosts[self.host].memory,
-            &inner.settings,
-            self.host,
-            word,
-            object,
-            c,
-        );
-        let record = inner.hosts[owner].geometry.index.record(&inner.pod, entry);
-        record::write_unlock(record, word, self.host, c);
-        c.add(Counter::Writes, 1);
-        Ok(())
+        let host = self.host;
+        self.write_remote(owner, hash, key, |_, memory, s, word, _, c| {
+            shared_write(memory, s, host, word, object, c);
+        })
     }
 
     fn read(
@@ -260,28 +272,20 @@ impl SchemeHandle for HcMetaHandle {
         buf: &mut [u8],
         extent: &dyn Fn(&[u8]) -> usize,
     ) -> Result<usize> {
-        let hash = self.check_key(key)?;
-        self.poll();
-        let owner = hash.owner(self.inner.settings.hosts);
+        let (hash, owner) = self.route(key)?;
+        let inner: &Inner = &self.inner;
+        let (s, c) = (&inner.settings, &self.counters);
         if owner == self.host {
-            let inner: &Inner = &self.inner;
-            return inner.hosts[owner].read(
-                &inner.pod,
-                &inner.settings,
-                hash,
-                key,
-                buf,
-                extent,
-                &self.counters,
-            );
+            return inner.hosts[owner].read(&inner.pod, s, hash, key, buf, extent, c);
         }
         let (entry, word) = self.remote_lock(owner, hash, key, false)?;
         let inner: &Inner = &self.inner;
         let c = &self.counters;
         let record = inner.hosts[owner].geometry.index.record(&inner.pod, entry);
+        let memory = &inner.hosts[self.host].memory;
         let read = shared_read(
             record,
-            &inner.hosts[self.host].memory,
+            memory,
             &inner.settings,
             self.host,
             word,
@@ -294,63 +298,29 @@ impl SchemeHandle for HcMetaHandle {
     }
 
     fn delete(&mut self, key: &[u8]) -> Result<()> {
-        let hash = self.check_key(key)?;
-        self.poll();
-        let inner: &Inner = &self.inner;
-        let owner = hash.owner(inner.settings.hosts);
+        let (hash, owner) = self.route(key)?;
         if owner == self.host {
+            let inner: &Inner = &self.inner;
             inner.hosts[owner].delete(&inner.pod, &inner.settings, hash, key, &self.counters)?;
         } else {
-            call(
-                inner,
-                self.host,
-                &self.counters,
-                &mut self.request,
-                owner,
-                Op::Delete,
-                key,
-                &[],
-            )?;
+            self.ask(owner, Op::Delete, key, &[])?;
         }
         self.counters.add(Counter::Deletes, 1);
         Ok(())
     }
 
     fn update(&mut self, key: &[u8], change: &mut dyn FnMut(&mut [u8])) -> Result<()> {
-        let hash = self.check_key(key)?;
-        self.poll();
-        let owner = hash.owner(self.inner.settings.hosts);
+        let (hash, owner) = self.route(key)?;
         if owner == self.host {
             let inner: &Inner = &self.inner;
-            return inner.hosts[owner].update(
-                &inner.pod,
-                &inner.settings,
-                hash,
-                key,
-                change,
-                &mut self.scratch,
-                &self.counters,
-            );
+            let (s, c) = (&inner.settings, &self.counters);
+            let scratch = &mut self.scratch;
+            return inner.hosts[owner].update(&inner.pod, s, hash, key, change, scratch, c);
         }
-        // Held under the record's write lock, as a write is: shared on request first if
-        // the owner has it unshared.
-        let (entry, word) = self.remote_lock(owner, hash, key, true)?;
-        let inner: &Inner = &self.inner;
-        let c = &self.counters;
-        let record = inner.hosts[owner].geometry.index.record(&inner.pod, entry);
-        shared_update(
-            record,
-            &inner.hosts[self.host].memory,
-            &inner.settings,
-            self.host,
-            word,
-            &mut self.scratch,
-            change,
-            c,
-        );
-        record::write_unlock(record, word, self.host, c);
-        c.add(Counter::Writes, 1);
-        Ok(())
+        let host = self.host;
+        self.write_remote(owner, hash, key, |record, memory, s, word, scratch, c| {
+            shared_update(record, memory, s, host, word, scratch, change, c);
+        })
     }
 }
 
