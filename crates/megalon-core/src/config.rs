@@ -127,14 +127,22 @@ impl Default for PodConfig {
     }
 }
 
-macro_rules! setter {
-    ($(#[$doc:meta])* $name:ident: $ty:ty) => {
-        $(#[$doc])*
-        #[must_use]
-        pub fn $name(mut self, value: $ty) -> Self {
-            self.$name = value;
-            self
-        }
+/// Builder setters for a config struct's plain fields: `setters! { Type: field: type, ... }`
+/// writes `pub fn field(mut self, value: type) -> Self` for each, documented as setting
+/// `Type::field`; doc lines written before a field are added to its setter's.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! setters {
+    ($owner:ident: $($(#[$doc:meta])* $name:ident: $ty:ty),* $(,)?) => {
+        $(
+            #[doc = concat!("Sets [`", stringify!($owner), "::", stringify!($name), "`].")]
+            $(#[$doc])*
+            #[must_use]
+            pub fn $name(mut self, value: $ty) -> Self {
+                self.$name = value;
+                self
+            }
+        )*
     };
 }
 
@@ -145,30 +153,22 @@ impl PodConfig {
         Self::default()
     }
 
-    setter!(/// Sets [`PodConfig::scr_bytes`].
-        scr_bytes: u64);
-    setter!(/// Sets [`PodConfig::lnr_bytes`].
-        lnr_bytes: u64);
-    setter!(/// Sets [`PodConfig::slot_size_bytes`].
-        slot_size_bytes: u64);
-    setter!(/// Sets [`PodConfig::max_key_bytes`].
-        max_key_bytes: u32);
-    setter!(/// Sets [`PodConfig::log_capacity_entries`].
-        log_capacity_entries: u64);
-    setter!(/// Sets [`PodConfig::record_width_bits`].
-        record_width_bits: u32);
-    setter!(/// Sets [`PodConfig::max_hosts`].
-        max_hosts: u32);
-    setter!(/// Sets [`PodConfig::app_scr_bytes`].
-        app_scr_bytes: u64);
-    setter!(/// Sets [`PodConfig::app_lnr_bytes`].
-        app_lnr_bytes: u64);
-    setter!(/// Sets [`PodConfig::coherence`].
-        coherence: Coherence);
-    setter!(/// Sets [`PodConfig::copy_after_reads`] (0: local copies off).
-        copy_after_reads: u32);
-    setter!(/// Sets [`PodConfig::rpc_ring_entries`] (0: no RPC rings).
-        rpc_ring_entries: u32);
+    crate::setters! { PodConfig:
+        scr_bytes: u64,
+        lnr_bytes: u64,
+        slot_size_bytes: u64,
+        max_key_bytes: u32,
+        log_capacity_entries: u64,
+        record_width_bits: u32,
+        max_hosts: u32,
+        app_scr_bytes: u64,
+        app_lnr_bytes: u64,
+        coherence: Coherence,
+        /// 0: local copies off.
+        copy_after_reads: u32,
+        /// 0: no RPC rings.
+        rpc_ring_entries: u32,
+    }
 
     /// Turns local DRAM partitions on: an object moves to a host's DRAM after
     /// `accesses` consecutive accesses from it ([`DEFAULT_PARTITION_ACCESSES`] is the

@@ -64,39 +64,12 @@ impl PageCacheConfig {
         }
     }
 
-    /// Sets [`PageCacheConfig::max_hosts`].
-    #[must_use]
-    pub fn max_hosts(mut self, hosts: u32) -> Self {
-        self.max_hosts = hosts;
-        self
-    }
-
-    /// Sets [`PageCacheConfig::coherence_records`].
-    #[must_use]
-    pub fn coherence_records(mut self, records: u64) -> Self {
-        self.coherence_records = records;
-        self
-    }
-
-    /// Sets [`PageCacheConfig::record_width_bits`].
-    #[must_use]
-    pub fn record_width_bits(mut self, bits: u32) -> Self {
-        self.record_width_bits = bits;
-        self
-    }
-
-    /// Sets [`PageCacheConfig::log_capacity_entries`].
-    #[must_use]
-    pub fn log_capacity_entries(mut self, entries: u64) -> Self {
-        self.log_capacity_entries = entries;
-        self
-    }
-
-    /// Sets [`PageCacheConfig::admission_locks`].
-    #[must_use]
-    pub fn admission_locks(mut self, locks: u64) -> Self {
-        self.admission_locks = locks;
-        self
+    megalon_core::setters! { PageCacheConfig:
+        max_hosts: u32,
+        coherence_records: u64,
+        record_width_bits: u32,
+        log_capacity_entries: u64,
+        admission_locks: u64,
     }
 
     fn validate(&self) -> Result<()> {

@@ -177,46 +177,13 @@ impl HcMetaConfig {
         }
     }
 
-    /// Sets [`HcMetaConfig::max_key_bytes`].
-    #[must_use]
-    pub fn max_key_bytes(mut self, bytes: usize) -> Self {
-        self.max_key_bytes = bytes;
-        self
-    }
-
-    /// Sets [`HcMetaConfig::scr_budget_bytes`].
-    #[must_use]
-    pub fn scr_budget_bytes(mut self, bytes: Option<u64>) -> Self {
-        self.scr_budget_bytes = bytes;
-        self
-    }
-
-    /// Sets [`HcMetaConfig::placement`].
-    #[must_use]
-    pub fn placement(mut self, placement: Placement) -> Self {
-        self.placement = placement;
-        self
-    }
-
-    /// Sets [`HcMetaConfig::ring_entries`].
-    #[must_use]
-    pub fn ring_entries(mut self, entries: u64) -> Self {
-        self.ring_entries = entries;
-        self
-    }
-
-    /// Sets [`HcMetaConfig::wait_limit`].
-    #[must_use]
-    pub fn wait_limit(mut self, limit: Duration) -> Self {
-        self.wait_limit = limit;
-        self
-    }
-
-    /// Sets [`HcMetaConfig::max_retries`].
-    #[must_use]
-    pub fn max_retries(mut self, retries: u32) -> Self {
-        self.max_retries = retries;
-        self
+    megalon_core::setters! { HcMetaConfig:
+        max_key_bytes: usize,
+        scr_budget_bytes: Option<u64>,
+        placement: Placement,
+        ring_entries: u64,
+        wait_limit: Duration,
+        max_retries: u32,
     }
 
     /// The scheme's name: `hcmeta`, `hcmeta-local` or `hcmeta-unlimited`

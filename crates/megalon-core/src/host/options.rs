@@ -110,32 +110,12 @@ impl HostOptions {
         Self::default()
     }
 
-    /// Sets [`HostOptions::memory`].
-    #[must_use]
-    pub fn memory(mut self, memory: MemoryKind) -> Self {
-        self.memory = memory;
-        self
-    }
-
-    /// Sets [`HostOptions::pump_interval`].
-    #[must_use]
-    pub fn pump_interval(mut self, interval: Option<Duration>) -> Self {
-        self.pump_interval = interval;
-        self
-    }
-
-    /// Sets [`HostOptions::wait_limit`].
-    #[must_use]
-    pub fn wait_limit(mut self, limit: Duration) -> Self {
-        self.wait_limit = limit;
-        self
-    }
-
-    /// Sets [`HostOptions::max_retries`].
-    #[must_use]
-    pub fn max_retries(mut self, retries: u32) -> Self {
-        self.max_retries = retries;
-        self
+    crate::setters! { HostOptions:
+        memory: MemoryKind,
+        pump_interval: Option<Duration>,
+        wait_limit: Duration,
+        max_retries: u32,
+        flat_combining: bool,
     }
 
     /// Sets [`HostOptions::record_watermark`] (clamped to 0..=1).
@@ -149,13 +129,6 @@ impl HostOptions {
     #[must_use]
     pub fn release_hook(mut self, hook: ReleaseHook) -> Self {
         self.release_hook = Some(hook);
-        self
-    }
-
-    /// Sets [`HostOptions::flat_combining`].
-    #[must_use]
-    pub fn flat_combining(mut self, on: bool) -> Self {
-        self.flat_combining = on;
         self
     }
 
