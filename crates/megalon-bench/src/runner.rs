@@ -178,6 +178,16 @@ impl Harness {
         self.settings.seconds < 1.0
     }
 
+    /// The points a figure sweeps: `short` with [short runs](Self::short_runs), else
+    /// `full`.
+    pub fn sweep_points<'a, T>(&self, short: &'a [T], full: &'a [T]) -> &'a [T] {
+        if self.short_runs() {
+            short
+        } else {
+            full
+        }
+    }
+
     /// Whether this pass only counts runs: figures measure nothing real (every point is
     /// zero) and must write nothing.
     pub fn counting(&self) -> bool {

@@ -12,18 +12,10 @@ use super::{panel, Panel, CHURN, THROUGHPUT};
 /// The series of megalon with local partitions.
 const PARTITIONS: &str = "megalon + partitions";
 
-/// Shared ratios (fewer with short runs).
-fn ratios(h: &Harness) -> &'static [f64] {
-    if h.short_runs() {
-        &[0.0, 0.2, 1.0]
-    } else {
-        &[0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
-    }
-}
-
 pub fn run(h: &mut Harness) -> Result<(), String> {
     let setup = h.setup(h.objects(PAPER_OBJECTS));
-    let ratios = ratios(h);
+    // Shared ratios.
+    let ratios = h.sweep_points(&[0.0, 0.2, 1.0], &[0.0, 0.2, 0.4, 0.6, 0.8, 1.0]);
     let plans: Vec<PlanAt> = ratios
         .iter()
         .map(|&shared_ratio| {

@@ -16,7 +16,7 @@ const KINDS: [Kind; 4] = [
 pub fn run(h: &mut Harness) -> Result<(), String> {
     let setup = h.setup(h.objects(PAPER_OBJECTS));
     let plan = Harness::plan(&setup, read_only(0.99));
-    let threads: &[usize] = if h.short_runs() { &[1, 2] } else { &[1, 2, 4] };
+    let threads = h.sweep_points(&[1, 2], &[1, 2, 4]);
     let mut points = Vec::new();
     for kind in KINDS {
         for &per_host in threads {

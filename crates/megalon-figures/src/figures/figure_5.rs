@@ -11,11 +11,7 @@ const DATASETS: [f64; 5] = [1.5e6, 3e6, 6e6, 12e6, 24e6];
 
 /// The dataset sizes run (fewer with short runs), in the paper's objects.
 pub(super) fn datasets(h: &Harness) -> &'static [f64] {
-    if h.short_runs() {
-        &[1.5e6, 6e6, 24e6]
-    } else {
-        &DATASETS
-    }
+    h.sweep_points(&[1.5e6, 6e6, 24e6], &DATASETS)
 }
 
 /// A point per dataset size: the setup over that many objects (scaled) and `choice`

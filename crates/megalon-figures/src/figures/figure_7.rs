@@ -13,17 +13,12 @@ const PANELS: [(&str, f64, f64); 4] = [
     ("figure_7b_ii", 0.5, 0.7),
 ];
 
-/// SCR sizes, in the paper's MB (fewer with short runs).
-fn sizes(h: &Harness) -> &'static [f64] {
-    if h.short_runs() {
-        &[32.0, 128.0, 512.0]
-    } else {
-        &[32.0, 64.0, 128.0, 256.0, 512.0, 1024.0]
-    }
-}
-
 pub fn run(h: &mut Harness) -> Result<(), String> {
-    let sizes = sizes(h);
+    // SCR sizes, in the paper's MB.
+    let sizes = h.sweep_points(
+        &[32.0, 128.0, 512.0],
+        &[32.0, 64.0, 128.0, 256.0, 512.0, 1024.0],
+    );
     for (stem, write_ratio, skew) in PANELS {
         let sweep: Vec<(Setup, PlanAt)> = sizes
             .iter()

@@ -8,17 +8,9 @@ use super::{panel, read_only, Panel, CHURN, THROUGHPUT};
 /// The paper's objects in this figure.
 const OBJECTS: f64 = 4.8e6;
 
-/// Key sizes in bytes (fewer with short runs).
-fn sizes(h: &Harness) -> &'static [usize] {
-    if h.short_runs() {
-        &[16, 50, 90]
-    } else {
-        &[16, 30, 50, 70, 90]
-    }
-}
-
 pub fn run(h: &mut Harness) -> Result<(), String> {
-    let sizes = sizes(h);
+    // Key sizes in bytes.
+    let sizes = h.sweep_points(&[16, 50, 90], &[16, 30, 50, 70, 90]);
     let sweep: Vec<(Setup, PlanAt)> = sizes
         .iter()
         .map(|&key_bytes| {
