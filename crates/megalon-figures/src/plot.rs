@@ -22,6 +22,36 @@ pub struct Chart<'a> {
     pub log_x: bool,
 }
 
+impl Series {
+    /// A series of bars: `values` in the order of the chart's categories (at x = 0, 1, ...).
+    pub fn bars(name: impl Into<String>, values: impl IntoIterator<Item = f64>) -> Self {
+        Series {
+            name: name.into(),
+            points: (values.into_iter().enumerate())
+                .map(|(i, value)| (i as f64, value))
+                .collect(),
+        }
+    }
+}
+
+impl<'a> Chart<'a> {
+    /// A bar chart: a group of bars (one per series) at each of `categories`.
+    pub fn bars(
+        title: &'a str,
+        x_label: &'a str,
+        y_label: &'a str,
+        categories: &'a [String],
+    ) -> Self {
+        Chart {
+            title,
+            x_label,
+            y_label,
+            categories: Some(categories),
+            log_x: false,
+        }
+    }
+}
+
 const COLORS: [RGBColor; 6] = [
     RGBColor(0x1f, 0x77, 0xb4),
     RGBColor(0xd6, 0x27, 0x28),

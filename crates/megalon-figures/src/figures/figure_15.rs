@@ -4,7 +4,7 @@
 use megalon_bench::lineup::Kind;
 use megalon_bench::runner::Harness;
 
-use super::{categories, panel, write_mixes, Panel, THROUGHPUT};
+use super::write_mix_bars;
 
 /// The paper's pages.
 const PAGES: f64 = 12e6;
@@ -14,22 +14,9 @@ const PAGE_VALUE_BYTES: usize = 4092;
 pub fn run(h: &mut Harness) -> Result<(), String> {
     let mut setup = h.setup(h.objects(PAGES));
     setup.value_bytes = PAGE_VALUE_BYTES;
-    let plans = write_mixes(&setup);
-    let points = h.measure_each(&[Kind::Megalon, Kind::HcMeta], &setup, &plans)?;
-    let categories = categories(&plans);
-    panel(
-        h,
-        Panel {
-            stem: "figure_15",
-            title: "Figure 15: 4 KiB pages",
-            x_label: "write mix",
-            log_x: false,
-            categories: Some(&categories),
-        },
-        &points,
-        &[THROUGHPUT],
-    )?;
-    for (i, name) in categories.iter().enumerate() {
+    let title = "Figure 15: 4 KiB pages";
+    let (points, mixes) = write_mix_bars(h, &setup, Kind::HcMeta, "figure_15", title)?;
+    for (i, name) in mixes.iter().enumerate() {
         h.compare(
             "15",
             &points,

@@ -46,19 +46,14 @@ pub fn run(h: &mut Harness) -> Result<(), String> {
     }
     h.write("figure_8.csv", &csv(&costs))?;
     let categories: Vec<String> = costs.iter().map(|c| c.kind.name().to_string()).collect();
-    let series = [Series {
-        name: "microseconds per churn".into(),
-        points: (costs.iter().enumerate())
-            .map(|(i, c)| (i as f64, c.per_churn_us))
-            .collect(),
-    }];
-    let chart = Chart {
-        title: "Figure 8: cost of one churn",
-        x_label: "scheme",
-        y_label: "microseconds per churn",
-        categories: Some(&categories),
-        log_x: false,
-    };
+    let y_label = "microseconds per churn";
+    let series = [Series::bars(y_label, costs.iter().map(|c| c.per_churn_us))];
+    let chart = Chart::bars(
+        "Figure 8: cost of one churn",
+        "scheme",
+        y_label,
+        &categories,
+    );
     draw(h, "figure_8.svg", &chart, &series)?;
     let (m, hc) = (&costs[0], &costs[1]);
     h.row(

@@ -18,7 +18,7 @@ mod figure_9;
 mod peers;
 mod resp;
 
-use megalon_bench::lineup::Setup;
+use megalon_bench::lineup::{Kind, Setup};
 use megalon_bench::mix::Choice;
 use megalon_bench::runner::{Harness, Measured, PlanAt};
 
@@ -139,9 +139,17 @@ fn writes(write_ratio: f64, skew: f64) -> Choice {
     Choice::Mix { write_ratio, skew }
 }
 
-/// Read-only, 5% and 50% writes at zipf 0.99, at x = 0, 1, 2 (Figures 13 and 15).
-fn write_mixes(setup: &Setup) -> Vec<PlanAt> {
-    [0.0, 0.05, 0.5]
+/// Read-only, 5% and 50% writes at zipf 0.99 over `setup`, on megalon and on `theirs`
+/// (Figures 13 and 15): one bar panel of throughput, the mixes at x = 0, 1, 2, written as
+/// `stem`. Returns the points and the mixes' names.
+fn write_mix_bars(
+    h: &mut Harness,
+    setup: &Setup,
+    theirs: Kind,
+    stem: &str,
+    title: &str,
+) -> Result<(Vec<Measured>, Vec<String>), String> {
+    let plans: Vec<PlanAt> = [0.0, 0.05, 0.5]
         .into_iter()
         .enumerate()
         .map(|(i, w)| {
@@ -151,7 +159,22 @@ fn write_mixes(setup: &Setup) -> Vec<PlanAt> {
                 Harness::plan(setup, writes(w, 0.99)),
             )
         })
-        .collect()
+        .collect();
+    let points = h.measure_each(&[Kind::Megalon, theirs], setup, &plans)?;
+    let mixes = categories(&plans);
+    panel(
+        h,
+        Panel {
+            stem,
+            title,
+            x_label: "write mix",
+            log_x: false,
+            categories: Some(&mixes),
+        },
+        &points,
+        &[THROUGHPUT],
+    )?;
+    Ok((points, mixes))
 }
 
 /// The names of the x values of `plans`, for a bar chart's categories.

@@ -43,7 +43,7 @@ pub fn run(h: &mut Harness) -> Result<(), String> {
     h.bar().suspend(|| print!("{table}"));
     let rated: Vec<Rated> = results.iter().map(rated).collect();
     h.write("peers.csv", &csv(&results, &rated))?;
-    chart(h, &rated)?;
+    chart(h, &rated, spec.workers)?;
     rows(h, &rated);
     Ok(())
 }
@@ -84,27 +84,19 @@ fn csv(results: &[PeerResult], rated: &[Rated]) -> String {
     csv
 }
 
-/// Bars of gets and puts per second of every peer that ran.
-fn chart(h: &Harness, rated: &[Rated]) -> Result<(), String> {
+/// Bars of gets and puts per second of every peer that ran (with `workers` workers).
+fn chart(h: &Harness, rated: &[Rated], workers: usize) -> Result<(), String> {
     let ran: Vec<(Peer, (f64, f64))> = rated
         .iter()
         .filter_map(|r| Some((r.peer, r.rates?)))
         .collect();
     let categories: Vec<String> = ran.iter().map(|(p, _)| p.name().to_string()).collect();
-    let bars = |name: &str, value: fn((f64, f64)) -> f64| Series {
-        name: name.into(),
-        points: (ran.iter().enumerate())
-            .map(|(i, (_, rates))| (i as f64, value(*rates)))
-            .collect(),
-    };
-    let series = [bars("gets", |r| r.0), bars("puts", |r| r.1)];
-    let chart = Chart {
-        title: "The KV store beside LMDB and Redis (2 workers)",
-        x_label: "store",
-        y_label: "operations per second",
-        categories: Some(&categories),
-        log_x: false,
-    };
+    let series = [
+        Series::bars("gets", ran.iter().map(|(_, (gets, _))| *gets)),
+        Series::bars("puts", ran.iter().map(|(_, (_, puts))| *puts)),
+    ];
+    let title = format!("The KV store beside LMDB and Redis ({workers} workers)");
+    let chart = Chart::bars(&title, "store", "operations per second", &categories);
     draw(h, "peers.svg", &chart, &series)
 }
 

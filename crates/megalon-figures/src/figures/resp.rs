@@ -353,23 +353,15 @@ fn chart(h: &Harness, rated: &[Rates]) -> Result<(), String> {
     let categories: Vec<String> = TESTS.iter().map(|(_, name)| name.to_string()).collect();
     let series: Vec<Series> = rated
         .iter()
-        .map(|r| Series {
-            name: r.name.clone(),
-            points: r
-                .per_test
-                .iter()
-                .enumerate()
-                .map(|(i, v)| (i as f64, *v))
-                .collect(),
-        })
+        .map(|r| Series::bars(r.name.clone(), r.per_test.iter().copied()))
         .collect();
-    let chart = Chart {
-        title: "redis-benchmark: megalon-server (1-3 hosts) and Redis (-c 50 -P 16 -d 1024)",
-        x_label: "command",
-        y_label: "requests per second",
-        categories: Some(&categories),
-        log_x: false,
-    };
+    let title = format!(
+        "redis-benchmark: megalon-server ({}-{} hosts) and Redis (-c {CLIENTS} -P {PIPELINE} \
+         -d {VALUE_BYTES})",
+        HOSTS[0],
+        HOSTS[HOSTS.len() - 1]
+    );
+    let chart = Chart::bars(&title, "command", "requests per second", &categories);
     draw(h, "resp.svg", &chart, &series)
 }
 
