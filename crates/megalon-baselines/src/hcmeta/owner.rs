@@ -16,6 +16,7 @@
 //!
 //! No thread serves the ring while it holds any of these.
 
+use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use hashbrown::HashTable;
@@ -216,6 +217,27 @@ impl HostState {
             .map(|(_, row, generation)| (*row as usize, *generation))
     }
 
+    /// Finds `key`'s live row and latches it with `latch` (read or write), looking it
+    /// up again when the row was deleted (and maybe reused) since the lookup.
+    fn latch_row<'r, G: Deref<Target = Row>>(
+        &'r self,
+        s: &Settings,
+        hash: KeyHash,
+        key: &[u8],
+        c: &Counters,
+        latch: impl Fn(&'r RwLock<Row>) -> G,
+    ) -> Result<(usize, G)> {
+        for _ in 0..=s.max_retries {
+            let (row_id, generation) = self.lookup(hash, key).ok_or(Error::UnknownKey)?;
+            let row = latch(&self.rows[row_id]);
+            if row.live && row.generation == generation {
+                return Ok((row_id, row));
+            }
+            c.add(Counter::Retries, 1);
+        }
+        Err(retries_exhausted(s))
+    }
+
     // ---- the owner's own operations ----
 
     /// Reads this host's object `key` (this host owns it).
@@ -230,55 +252,46 @@ impl HostState {
         extent: &dyn Fn(&[u8]) -> usize,
         c: &Counters,
     ) -> Result<usize> {
-        for _ in 0..=s.max_retries {
-            let (row_id, generation) = self.lookup(hash, key).ok_or(Error::UnknownKey)?;
-            let row = self.rows[row_id].read();
-            if !row.live || row.generation != generation {
-                c.add(Counter::Retries, 1);
-                continue; // deleted (and maybe reused) since the lookup
-            }
-            c.add(Counter::Reads, 1);
-            if row.entry == NO_ENTRY {
-                // Unshared: only this host touches the row, and its cache is current.
-                return Ok(match s.placement {
-                    Placement::Cxl => {
-                        let at = self.slot_offset(s, row_id as u32);
-                        copy_out(s.object_bytes, buf, extent, |from, out| {
-                            self.memory.read(at + from as u64, out)
-                        })
-                    }
-                    Placement::Local => copy_out(s.object_bytes, buf, extent, |from, out| {
-                        out.copy_from_slice(&row.local[from..from + out.len()])
-                    }),
-                });
-            }
-            let record = self.geometry.index.record(pod, row.entry);
-            if s.placement == Placement::Local {
-                // Tigon's is-dirty: a shared row nobody wrote equals the DRAM copy, which
-                // does not change while shared. The read takes effect at this load.
-                let word = record.load(Ordering::Acquire);
-                c.add(Counter::ScrAtomics, 1);
-                if word & (DIRTY | WRITER) == 0 {
-                    return Ok(copy_out(s.object_bytes, buf, extent, |from, out| {
-                        out.copy_from_slice(&row.local[from..from + out.len()])
-                    }));
+        let (row_id, row) = self.latch_row(s, hash, key, c, RwLock::read)?;
+        c.add(Counter::Reads, 1);
+        if row.entry == NO_ENTRY {
+            // Unshared: only this host touches the row, and its cache is current.
+            return Ok(match s.placement {
+                Placement::Cxl => {
+                    let at = self.slot_offset(s, row_id as u32);
+                    copy_out(s.object_bytes, buf, extent, |from, out| {
+                        self.memory.read(at + from as u64, out)
+                    })
                 }
-            }
-            // Our latch keeps the row shared: the record cannot be stale.
-            let word =
-                record::read_lock(record, 0, s.wait_limit, c).map_err(|e| busy(row.entry, e))?;
-            return Ok(shared_read(
-                record,
-                &self.memory,
-                s,
-                self.id,
-                word,
-                buf,
-                extent,
-                c,
-            ));
+                Placement::Local => copy_out(s.object_bytes, buf, extent, |from, out| {
+                    out.copy_from_slice(&row.local[from..from + out.len()])
+                }),
+            });
         }
-        Err(retries_exhausted(s))
+        let record = self.geometry.index.record(pod, row.entry);
+        if s.placement == Placement::Local {
+            // Tigon's is-dirty: a shared row nobody wrote equals the DRAM copy, which
+            // does not change while shared. The read takes effect at this load.
+            let word = record.load(Ordering::Acquire);
+            c.add(Counter::ScrAtomics, 1);
+            if word & (DIRTY | WRITER) == 0 {
+                return Ok(copy_out(s.object_bytes, buf, extent, |from, out| {
+                    out.copy_from_slice(&row.local[from..from + out.len()])
+                }));
+            }
+        }
+        // Our latch keeps the row shared: the record cannot be stale.
+        let word = record::read_lock(record, 0, s.wait_limit, c).map_err(|e| busy(row.entry, e))?;
+        Ok(shared_read(
+            record,
+            &self.memory,
+            s,
+            self.id,
+            word,
+            buf,
+            extent,
+            c,
+        ))
     }
 
     /// Writes this host's object `key`.
@@ -291,33 +304,25 @@ impl HostState {
         object: &[u8],
         c: &Counters,
     ) -> Result<()> {
-        for _ in 0..=s.max_retries {
-            let (row_id, generation) = self.lookup(hash, key).ok_or(Error::UnknownKey)?;
-            let mut row = self.rows[row_id].write();
-            if !row.live || row.generation != generation {
-                c.add(Counter::Retries, 1);
-                continue;
-            }
-            c.add(Counter::Writes, 1);
-            if row.entry == NO_ENTRY {
-                match s.placement {
-                    Placement::Cxl => {
-                        self.memory
-                            .write(self.slot_offset(s, row_id as u32), object);
-                        row.dirty = true;
-                    }
-                    Placement::Local => row.local[..object.len()].copy_from_slice(object),
+        let (row_id, mut row) = self.latch_row(s, hash, key, c, RwLock::write)?;
+        c.add(Counter::Writes, 1);
+        if row.entry == NO_ENTRY {
+            match s.placement {
+                Placement::Cxl => {
+                    self.memory
+                        .write(self.slot_offset(s, row_id as u32), object);
+                    row.dirty = true;
                 }
-                return Ok(());
+                Placement::Local => row.local[..object.len()].copy_from_slice(object),
             }
-            let record = self.geometry.index.record(pod, row.entry);
-            let word =
-                record::write_lock(record, 0, s.wait_limit, c).map_err(|e| busy(row.entry, e))?;
-            shared_write(&self.memory, s, self.id, word, object, c);
-            record::write_unlock(record, word, self.id, c);
             return Ok(());
         }
-        Err(retries_exhausted(s))
+        let record = self.geometry.index.record(pod, row.entry);
+        let word =
+            record::write_lock(record, 0, s.wait_limit, c).map_err(|e| busy(row.entry, e))?;
+        shared_write(&self.memory, s, self.id, word, object, c);
+        record::write_unlock(record, word, self.id, c);
+        Ok(())
     }
 
     /// Read-modify-write of this host's object `key`: under the row's latch (and, when
@@ -335,36 +340,28 @@ impl HostState {
         c: &Counters,
     ) -> Result<()> {
         debug_assert_eq!(scratch.len(), s.object_bytes);
-        for _ in 0..=s.max_retries {
-            let (row_id, generation) = self.lookup(hash, key).ok_or(Error::UnknownKey)?;
-            let mut row = self.rows[row_id].write();
-            if !row.live || row.generation != generation {
-                c.add(Counter::Retries, 1);
-                continue;
-            }
-            c.add(Counter::Writes, 1);
-            if row.entry == NO_ENTRY {
-                // Unshared: only this host touches the row, and its cache is current.
-                match s.placement {
-                    Placement::Cxl => {
-                        let at = self.slot_offset(s, row_id as u32);
-                        self.memory.read(at, scratch);
-                        change(scratch);
-                        self.memory.write(at, scratch);
-                        row.dirty = true;
-                    }
-                    Placement::Local => change(&mut row.local[..s.object_bytes]),
+        let (row_id, mut row) = self.latch_row(s, hash, key, c, RwLock::write)?;
+        c.add(Counter::Writes, 1);
+        if row.entry == NO_ENTRY {
+            // Unshared: only this host touches the row, and its cache is current.
+            match s.placement {
+                Placement::Cxl => {
+                    let at = self.slot_offset(s, row_id as u32);
+                    self.memory.read(at, scratch);
+                    change(scratch);
+                    self.memory.write(at, scratch);
+                    row.dirty = true;
                 }
-                return Ok(());
+                Placement::Local => change(&mut row.local[..s.object_bytes]),
             }
-            let record = self.geometry.index.record(pod, row.entry);
-            let word =
-                record::write_lock(record, 0, s.wait_limit, c).map_err(|e| busy(row.entry, e))?;
-            shared_update(record, &self.memory, s, self.id, word, scratch, change, c);
-            record::write_unlock(record, word, self.id, c);
             return Ok(());
         }
-        Err(retries_exhausted(s))
+        let record = self.geometry.index.record(pod, row.entry);
+        let word =
+            record::write_lock(record, 0, s.wait_limit, c).map_err(|e| busy(row.entry, e))?;
+        shared_update(record, &self.memory, s, self.id, word, scratch, change, c);
+        record::write_unlock(record, word, self.id, c);
+        Ok(())
     }
 
     /// Creates object `key` in this host's partition, and shares it if the budget has
@@ -482,18 +479,11 @@ impl HostState {
         key: &[u8],
         c: &Counters,
     ) -> Result<bool> {
-        for _ in 0..=s.max_retries {
-            let (row_id, generation) = self.lookup(hash, key).ok_or(Error::UnknownKey)?;
-            let mut row = self.rows[row_id].write();
-            if !row.live || row.generation != generation {
-                continue;
-            }
-            if row.entry != NO_ENTRY {
-                return Ok(false); // shared by an earlier request
-            }
-            return self.share_row(pod, s, row_id as u32, &mut row, key, Evict::Yes, c);
+        let (row_id, mut row) = self.latch_row(s, hash, key, c, RwLock::write)?;
+        if row.entry != NO_ENTRY {
+            return Ok(false); // shared by an earlier request
         }
-        Err(retries_exhausted(s))
+        self.share_row(pod, s, row_id as u32, &mut row, key, Evict::Yes, c)
     }
 
     /// Shares row `row_id` (latched by the caller): takes a free entry, or (if `evict`

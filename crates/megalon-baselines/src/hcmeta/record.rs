@@ -92,6 +92,43 @@ pub(crate) enum NotLocked {
     },
 }
 
+/// A relaxed load of `record`, counted as one SCR atomic.
+fn load(record: &AtomicU64, c: &Counters) -> u64 {
+    c.add(Counter::ScrAtomics, 1);
+    record.load(Ordering::Relaxed)
+}
+
+/// The waits of one lock attempt: each is counted and backs off, until the wait limit.
+struct Waits<'a> {
+    backoff: Option<Backoff>,
+    wait_limit: Duration,
+    c: &'a Counters,
+}
+
+impl<'a> Waits<'a> {
+    fn new(wait_limit: Duration, c: &'a Counters) -> Self {
+        Self {
+            backoff: None,
+            wait_limit,
+            c,
+        }
+    }
+
+    /// Waits once more; `Busy` once the wait limit has passed.
+    fn another(&mut self) -> Result<(), NotLocked> {
+        self.c.add(Counter::LockWaits, 1);
+        let wait_limit = self.wait_limit;
+        let backoff = self.backoff.get_or_insert_with(|| Backoff::new(wait_limit));
+        if backoff.snooze() {
+            Ok(())
+        } else {
+            Err(NotLocked::Busy {
+                waited_ms: backoff.waited_ms(),
+            })
+        }
+    }
+}
+
 /// Takes a shared lock on `record`, setting `extra` (the clock bit for a non-owner).
 /// Returns the word after the lock was taken.
 pub(crate) fn read_lock(
@@ -100,23 +137,15 @@ pub(crate) fn read_lock(
     wait_limit: Duration,
     c: &Counters,
 ) -> Result<u64, NotLocked> {
-    let mut word = record.load(Ordering::Relaxed);
-    c.add(Counter::ScrAtomics, 1);
-    let mut backoff: Option<Backoff> = None;
+    let mut word = load(record, c);
+    let mut waits = Waits::new(wait_limit, c);
     loop {
         if word & IN_USE == 0 {
             return Err(NotLocked::Stale);
         }
         if word & WRITER != 0 || readers(word) == readers(READERS_MASK) {
-            c.add(Counter::LockWaits, 1);
-            let backoff = backoff.get_or_insert_with(|| Backoff::new(wait_limit));
-            if !backoff.snooze() {
-                return Err(NotLocked::Busy {
-                    waited_ms: backoff.waited_ms(),
-                });
-            }
-            word = record.load(Ordering::Relaxed);
-            c.add(Counter::ScrAtomics, 1);
+            waits.another()?;
+            word = load(record, c);
             continue;
         }
         let locked = (word + READER_ONE) | extra;
@@ -163,23 +192,15 @@ pub(crate) fn write_lock(
     wait_limit: Duration,
     c: &Counters,
 ) -> Result<u64, NotLocked> {
-    let mut word = record.load(Ordering::Relaxed);
-    c.add(Counter::ScrAtomics, 1);
-    let mut backoff: Option<Backoff> = None;
+    let mut word = load(record, c);
+    let mut waits = Waits::new(wait_limit, c);
     loop {
         if word & IN_USE == 0 {
             return Err(NotLocked::Stale);
         }
         if word & WRITER != 0 {
-            c.add(Counter::LockWaits, 1);
-            let backoff = backoff.get_or_insert_with(|| Backoff::new(wait_limit));
-            if !backoff.snooze() {
-                return Err(NotLocked::Busy {
-                    waited_ms: backoff.waited_ms(),
-                });
-            }
-            word = record.load(Ordering::Relaxed);
-            c.add(Counter::ScrAtomics, 1);
+            waits.another()?;
+            word = load(record, c);
             continue;
         }
         c.add(Counter::ScrAtomics, 1);
@@ -202,14 +223,10 @@ pub(crate) fn write_lock(
         if readers(word) == 0 {
             return Ok(word);
         }
-        c.add(Counter::LockWaits, 1);
-        let backoff = backoff.get_or_insert_with(|| Backoff::new(wait_limit));
-        if !backoff.snooze() {
+        if let Err(busy) = waits.another() {
             record.fetch_and(!WRITER, Ordering::Release);
             c.add(Counter::ScrAtomics, 1);
-            return Err(NotLocked::Busy {
-                waited_ms: backoff.waited_ms(),
-            });
+            return Err(busy);
         }
     }
 }
@@ -217,8 +234,7 @@ pub(crate) fn write_lock(
 /// Takes the write lock only if nobody holds or waits for it and the clock bit is
 /// clear (the CLOCK hand's victim test). Returns the word then.
 pub(crate) fn try_write_lock_unreferenced(record: &AtomicU64, c: &Counters) -> Option<u64> {
-    let word = record.load(Ordering::Relaxed);
-    c.add(Counter::ScrAtomics, 1);
+    let word = load(record, c);
     if word & IN_USE == 0 || latched(word) || word & CLOCK != 0 {
         return None;
     }
