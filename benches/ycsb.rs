@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use megalon_bench::lineup::{self, Kind, Setup};
+use megalon_bench::lineup::{self, Kind, Setup, Workers};
 use megalon_bench::mix::{Choice, Plan};
 use megalon_workload::Workload;
 
@@ -59,7 +59,7 @@ fn ycsb(c: &mut Criterion) {
             seed: 0x0c5b,
         };
         bench
-            .load(&plan(Workload::C), WORKERS, &|_| {})
+            .load(&plan(Workload::C), Workers::new(WORKERS))
             .expect("load");
         let mut group = c.benchmark_group(format!("ycsb/{}", kind.name()));
         group.throughput(Throughput::Elements(1));
@@ -77,9 +77,7 @@ fn ycsb(c: &mut Criterion) {
             let mut plan = plan(workload);
             group.bench_function(BenchmarkId::from_parameter(workload.name()), |b| {
                 b.iter_custom(|iters| {
-                    let run = bench
-                        .run(&plan, WORKERS, SLICE, &|_| {}, &mut |_, _| {})
-                        .expect("run");
+                    let run = bench.run(&plan, Workers::new(WORKERS), SLICE).expect("run");
                     // D's next sample inserts after the keys this one inserted.
                     plan.keys += run.report.counter("creates").unwrap_or(0);
                     let per_op = run.seconds / run.operations().max(1) as f64;

@@ -21,7 +21,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use megalon_bench::lineup::{self, Kind, Setup};
+//! use megalon_bench::lineup::{self, Kind, Setup, Workers};
 //! use megalon_bench::mix::{Choice, Plan};
 //!
 //! let setup = Setup {
@@ -44,8 +44,8 @@
 //!     seed: 7,
 //! };
 //! let megalon = lineup::build(Kind::Megalon, &setup)?;
-//! megalon.load(&plan, 2, &|_| {})?;
-//! let run = megalon.run(&plan, 2, Duration::from_millis(50), &|_| {}, &mut |_, _| {})?;
+//! megalon.load(&plan, Workers::new(2))?;
+//! let run = megalon.run(&plan, Workers::new(2), Duration::from_millis(50))?;
 //! assert!(run.operations() > 0);
 //! println!("{run}");
 //! # Ok::<(), String>(())

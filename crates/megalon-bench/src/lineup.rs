@@ -156,27 +156,34 @@ impl Setup {
     }
 }
 
+/// The threads that drive a store: how many, and what each first calls with its host.
+#[derive(Clone, Copy)]
+pub struct Workers<'a> {
+    /// How many threads.
+    pub count: usize,
+    /// What each thread first calls with its host (to pin it to the host's CPUs, say).
+    pub on_start: &'a (dyn Fn(usize) + Sync),
+}
+
+impl Workers<'static> {
+    /// `count` threads that call nothing first.
+    pub fn new(count: usize) -> Self {
+        fn nothing(_host: usize) {}
+        Workers {
+            count,
+            on_start: &nothing,
+        }
+    }
+}
+
 /// A store of one scheme.
 pub trait Bench: Send + Sync {
     /// The scheme's name.
     fn name(&self) -> &'static str;
-    /// Loads `plan`'s keys with `workers` threads, each first calling `on_start` with
-    /// its host ([`mix::load_all_on`]).
-    fn load(
-        &self,
-        plan: &Plan,
-        workers: usize,
-        on_start: &(dyn Fn(usize) + Sync),
-    ) -> Result<(), String>;
-    /// Runs `plan` with `workers` threads for `duration` ([`mix::run_plan_on`]).
-    fn run(
-        &self,
-        plan: &Plan,
-        workers: usize,
-        duration: Duration,
-        on_start: &(dyn Fn(usize) + Sync),
-        tick: &mut dyn FnMut(u64, Duration),
-    ) -> Result<MixRun, String>;
+    /// Loads `plan`'s keys with `workers` ([`mix::load_all_on`]).
+    fn load(&self, plan: &Plan, workers: Workers<'_>) -> Result<(), String>;
+    /// Runs `plan` with `workers` for `duration` ([`mix::run_plan_on`]).
+    fn run(&self, plan: &Plan, workers: Workers<'_>, duration: Duration) -> Result<MixRun, String>;
 }
 
 struct Loaded<S: Scheme> {
@@ -188,25 +195,22 @@ impl<S: Scheme + 'static> Bench for Loaded<S> {
         self.store.scheme().name()
     }
 
-    fn load(
-        &self,
-        plan: &Plan,
-        workers: usize,
-        on_start: &(dyn Fn(usize) + Sync),
-    ) -> Result<(), String> {
-        mix::load_all_on(&self.store, plan, workers, on_start, |_| {}).map_err(|e| e.to_string())
+    fn load(&self, plan: &Plan, workers: Workers<'_>) -> Result<(), String> {
+        mix::load_all_on(&self.store, plan, workers.count, workers.on_start, |_| {})
+            .map_err(|e| e.to_string())
     }
 
-    fn run(
-        &self,
-        plan: &Plan,
-        workers: usize,
-        duration: Duration,
-        on_start: &(dyn Fn(usize) + Sync),
-        tick: &mut dyn FnMut(u64, Duration),
-    ) -> Result<MixRun, String> {
-        mix::run_plan_on(&self.store, plan, workers, duration, on_start, tick)
-            .map_err(|e| e.to_string())
+    fn run(&self, plan: &Plan, workers: Workers<'_>, duration: Duration) -> Result<MixRun, String> {
+        let on_start = workers.on_start;
+        mix::run_plan_on(
+            &self.store,
+            plan,
+            workers.count,
+            duration,
+            on_start,
+            |_, _| {},
+        )
+        .map_err(|e| e.to_string())
     }
 }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::lineup::{self, Kind, Setup};
+use crate::lineup::{self, Kind, Setup, Workers};
 use crate::mix::{Choice, MixRun, Plan};
 
 /// The paper's object count, which every size here is scaled from.
@@ -346,13 +346,17 @@ impl Harness {
             .set_message(format!("{series}: loading {} keys", setup.keys));
         let bench = lineup::build(kind, setup)?;
         let first = &plans.first().expect("a plan").2;
-        bench.load(first, workers, &*self.pin)?;
+        let workers = Workers {
+            count: workers,
+            on_start: &*self.pin,
+        };
+        bench.load(first, workers)?;
         let duration = Duration::from_secs_f64(self.settings.seconds);
         let mut out = Vec::new();
         for (x, x_name, plan) in plans {
             self.bar
                 .set_message(format!("{series}: {x_name}, {}", plan.describe()));
-            let run = bench.run(plan, workers, duration, &*self.pin, &mut |_, _| {})?;
+            let run = bench.run(plan, workers, duration)?;
             out.push(Measured::from_run(
                 bench.name(),
                 series.into(),
