@@ -124,11 +124,8 @@ pub unsafe fn write_back(ptr: *const u8, len: usize) {
     } else {
         FlushInstruction::Clflush
     };
-    let (first, lines) = line_span(ptr as usize, len);
-    for i in 0..lines {
-        // SAFETY: the line starts inside the caller's range, which is mapped.
-        unsafe { imp::flush_line(instruction, (first + i * LINE_BYTES) as *const u8) };
-    }
+    // SAFETY: the caller's range is mapped.
+    unsafe { flush_lines(instruction, ptr, len) }
 }
 
 /// Push every line of `[ptr, ptr + len)` with one named instruction, falling back to
@@ -143,6 +140,16 @@ pub unsafe fn flush_with(instruction: FlushInstruction, ptr: *const u8, len: usi
     } else {
         FlushInstruction::Clflush
     };
+    // SAFETY: the caller's range is mapped.
+    unsafe { flush_lines(instruction, ptr, len) }
+}
+
+/// Push every line overlapping `[ptr, ptr + len)` with `instruction` (supported).
+///
+/// # Safety
+/// `[ptr, ptr + len)` must lie inside one live mapping of this process.
+#[inline]
+unsafe fn flush_lines(instruction: FlushInstruction, ptr: *const u8, len: usize) {
     let (first, lines) = line_span(ptr as usize, len);
     for i in 0..lines {
         // SAFETY: the line starts inside the caller's range, which is mapped.
