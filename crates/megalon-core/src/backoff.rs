@@ -78,6 +78,22 @@ impl Backoff {
         self.rounds >= MODEL_ROUNDS
     }
 
+    /// Snoozes the wait in `wait`, starting it (with `limit`) at the first call, so that
+    /// a loop that seldom waits reads no clock until it does. Past the limit, returns the
+    /// error `busy` makes of the milliseconds waited.
+    pub fn snooze_or<E>(
+        wait: &mut Option<Backoff>,
+        limit: Duration,
+        busy: impl FnOnce(u64) -> E,
+    ) -> Result<(), E> {
+        let backoff = wait.get_or_insert_with(|| Backoff::new(limit));
+        if backoff.snooze() {
+            Ok(())
+        } else {
+            Err(busy(backoff.waited_ms()))
+        }
+    }
+
     /// How long we have waited.
     pub fn waited(&self) -> Duration {
         self.started.elapsed()

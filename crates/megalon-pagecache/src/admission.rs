@@ -105,15 +105,13 @@ impl Inner {
             ) {
                 Ok(_) => return Ok(AdmissionLock { word }),
                 Err(holder) => {
-                    let wait =
-                        wait.get_or_insert_with(|| Backoff::new(self.host.options().wait_limit));
-                    if !wait.snooze() {
-                        return Err(Error::AdmissionLockBusy {
+                    Backoff::snooze_or(&mut wait, self.host.options().wait_limit, |waited_ms| {
+                        Error::AdmissionLockBusy {
                             lock: index,
                             holder_host: holder.saturating_sub(1) as u32,
-                            waited_ms: wait.waited_ms(),
-                        });
-                    }
+                            waited_ms,
+                        }
+                    })?;
                 }
             }
         }
@@ -147,15 +145,13 @@ impl Inner {
             match self.sweep()? {
                 Swept::Evicted => {}
                 Swept::Nothing { refusal } => {
-                    let wait =
-                        wait.get_or_insert_with(|| Backoff::new(self.host.options().wait_limit));
-                    if !wait.snooze() {
-                        return Err(refusal.unwrap_or(Error::NoVictim {
+                    Backoff::snooze_or(&mut wait, self.host.options().wait_limit, |waited_ms| {
+                        refusal.unwrap_or(Error::NoVictim {
                             cached_pages: counter.load(Ordering::Relaxed),
                             capacity_pages: self.capacity_pages,
-                            waited_ms: wait.waited_ms(),
-                        }));
-                    }
+                            waited_ms,
+                        })
+                    })?;
                 }
             }
         }

@@ -117,15 +117,9 @@ impl<'a> Waits<'a> {
     /// Waits once more; `Busy` once the wait limit has passed.
     fn another(&mut self) -> Result<(), NotLocked> {
         self.c.add(Counter::LockWaits, 1);
-        let wait_limit = self.wait_limit;
-        let backoff = self.backoff.get_or_insert_with(|| Backoff::new(wait_limit));
-        if backoff.snooze() {
-            Ok(())
-        } else {
-            Err(NotLocked::Busy {
-                waited_ms: backoff.waited_ms(),
-            })
-        }
+        Backoff::snooze_or(&mut self.backoff, self.wait_limit, |waited_ms| {
+            NotLocked::Busy { waited_ms }
+        })
     }
 }
 

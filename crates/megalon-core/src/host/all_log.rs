@@ -61,15 +61,9 @@ impl Shared {
         backoff: &mut Option<Backoff>,
         holder: HostId,
     ) -> Result<()> {
-        let backoff = backoff.get_or_insert_with(|| Backoff::new(self.options.wait_limit));
-        if backoff.snooze() {
-            Ok(())
-        } else {
-            Err(Error::ObjectLocked {
-                holder,
-                waited_ms: backoff.waited().as_millis() as u64,
-            })
-        }
+        Backoff::snooze_or(backoff, self.options.wait_limit, |waited_ms| {
+            Error::ObjectLocked { holder, waited_ms }
+        })
     }
 
     pub(super) fn read_start_all_log(&self, key: &[u8], c: &ThreadCounters) -> Result<ReadState> {

@@ -105,13 +105,15 @@ impl Shared {
             }
             match target {
                 Some(target) if position < target => {
-                    let backoff =
-                        backoff.get_or_insert_with(|| Backoff::new(self.options.wait_limit));
-                    if !backoff.snooze() {
-                        failure = Some(Error::ReplayStalled {
-                            position,
-                            waited_ms: backoff.waited_ms(),
+                    let waited =
+                        Backoff::snooze_or(&mut backoff, self.options.wait_limit, |waited_ms| {
+                            Error::ReplayStalled {
+                                position,
+                                waited_ms,
+                            }
                         });
+                    if let Err(stalled) = waited {
+                        failure = Some(stalled);
                         break 'rounds;
                     }
                 }

@@ -190,13 +190,9 @@ impl Shared {
                 },
                 1,
             );
-            let backoff = backoff.get_or_insert_with(|| Backoff::new(self.options.wait_limit));
-            if !backoff.snooze() {
-                return Err(Error::RecordBusy {
-                    record,
-                    waited_ms: backoff.waited().as_millis() as u64,
-                });
-            }
+            Backoff::snooze_or(&mut backoff, self.options.wait_limit, |waited_ms| {
+                Error::RecordBusy { record, waited_ms }
+            })?;
         }
     }
 
@@ -369,15 +365,9 @@ impl Shared {
         if word.locked {
             c.add(Counter::WaitsForWriter, 1);
         }
-        let backoff = backoff.get_or_insert_with(|| Backoff::new(self.options.wait_limit));
-        if backoff.snooze() {
-            Ok(())
-        } else {
-            Err(Error::RecordBusy {
-                record,
-                waited_ms: backoff.waited_ms(),
-            })
-        }
+        Backoff::snooze_or(backoff, self.options.wait_limit, |waited_ms| {
+            Error::RecordBusy { record, waited_ms }
+        })
     }
 
     /// `write_start` holding the lock of `record` (its word was `word`, now `word` with

@@ -206,15 +206,12 @@ impl Shared {
         &self,
         backoff: &mut Option<Backoff>,
     ) -> Result<()> {
-        let backoff = backoff.get_or_insert_with(|| Backoff::new(self.options.wait_limit));
-        if backoff.snooze() {
-            Ok(())
-        } else {
-            Err(Error::LocalObjectBusy {
+        Backoff::snooze_or(backoff, self.options.wait_limit, |waited_ms| {
+            Error::LocalObjectBusy {
                 host: self.id,
-                waited_ms: backoff.waited().as_millis() as u64,
-            })
-        }
+                waited_ms,
+            }
+        })
     }
 
     /// Looks `key` up (after the tail check) and reads it if it is in this host's DRAM:
