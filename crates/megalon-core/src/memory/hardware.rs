@@ -54,27 +54,30 @@ impl HardwareMemory {
     /// See [`super::Memory::flush`].
     #[inline]
     pub fn flush(&self, offset: u64, len: usize) {
-        #[cfg(not(megalon_loom))]
-        {
-            let ptr = self.pod.lnr_ptr(offset, len);
-            // SAFETY: the range is inside the live mapping (checked).
-            unsafe { crate::arch::flush_invalidate(ptr, len) }
-        }
-        #[cfg(megalon_loom)]
-        self.pod.assert_in_lnr(offset, len);
+        self.push_lines(offset, len, crate::arch::flush_invalidate);
     }
 
     /// See [`super::Memory::write_back`].
     #[inline]
     pub fn write_back(&self, offset: u64, len: usize) {
+        self.push_lines(offset, len, crate::arch::write_back);
+    }
+
+    /// Runs `push` (one of `arch`'s line flushes) on `[offset, offset + len)` of LNR;
+    /// under loom, which models no caches, only checks the range.
+    #[inline]
+    fn push_lines(&self, offset: u64, len: usize, push: unsafe fn(*const u8, usize)) {
         #[cfg(not(megalon_loom))]
         {
             let ptr = self.pod.lnr_ptr(offset, len);
-            // SAFETY: as in `flush`.
-            unsafe { crate::arch::write_back(ptr, len) }
+            // SAFETY: the range is inside the live mapping (checked), as `push` asks.
+            unsafe { push(ptr, len) }
         }
         #[cfg(megalon_loom)]
-        self.pod.assert_in_lnr(offset, len);
+        {
+            let _ = push;
+            self.pod.assert_in_lnr(offset, len);
+        }
     }
 
     /// See [`super::Memory::write_non_temporal`].

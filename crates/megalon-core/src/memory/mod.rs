@@ -216,6 +216,22 @@ impl Memory {
     }
 }
 
+/// The model words of `[offset, offset + len)` in LNR, in order: loom's pods move whole
+/// words.
+#[cfg(megalon_loom)]
+fn model_words(
+    pod: &Pod,
+    offset: u64,
+    len: usize,
+) -> impl Iterator<Item = &crate::sync::AtomicU64> {
+    pod.assert_in_lnr(offset, len);
+    assert!(
+        offset.is_multiple_of(8) && len.is_multiple_of(8),
+        "models move whole words"
+    );
+    (0..len as u64 / 8).map(move |i| pod.word(offset + i * 8))
+}
+
 /// Copies `buf.len()` bytes of the pod's memory at `offset` (in LNR) into `buf`, with
 /// atomic word loads; no cache is involved beyond the hardware's own.
 pub(crate) fn read_shared(pod: &Pod, offset: u64, buf: &mut [u8]) {
@@ -227,14 +243,8 @@ pub(crate) fn read_shared(pod: &Pod, offset: u64, buf: &mut [u8]) {
     }
     #[cfg(megalon_loom)]
     {
-        pod.assert_in_lnr(offset, buf.len());
-        assert!(
-            offset.is_multiple_of(8) && buf.len().is_multiple_of(8),
-            "models move whole words"
-        );
-        for (i, chunk) in buf.chunks_exact_mut(8).enumerate() {
-            let word = pod.word(offset + i as u64 * 8).load(Ordering::Relaxed);
-            chunk.copy_from_slice(&word.to_ne_bytes());
+        for (word, chunk) in model_words(pod, offset, buf.len()).zip(buf.chunks_exact_mut(8)) {
+            chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
         }
     }
 }
@@ -249,15 +259,11 @@ pub(crate) fn write_shared(pod: &Pod, offset: u64, data: &[u8]) {
     }
     #[cfg(megalon_loom)]
     {
-        pod.assert_in_lnr(offset, data.len());
-        assert!(
-            offset.is_multiple_of(8) && data.len().is_multiple_of(8),
-            "models move whole words"
-        );
-        for (i, chunk) in data.chunks_exact(8).enumerate() {
-            let word = u64::from_ne_bytes(chunk.try_into().expect("8"));
-            pod.word(offset + i as u64 * 8)
-                .store(word, Ordering::Relaxed);
+        for (word, chunk) in model_words(pod, offset, data.len()).zip(data.chunks_exact(8)) {
+            word.store(
+                u64::from_ne_bytes(chunk.try_into().expect("8")),
+                Ordering::Relaxed,
+            );
         }
     }
 }
