@@ -78,18 +78,27 @@ fn assert_did_the_work(report: &Report) {
     }
 }
 
+/// Each of `counters` moved: the sharing budget made the scheme share and unshare.
+#[track_caller]
+fn assert_the_budget_bound(report: &Report, counters: &[&str]) {
+    for name in counters {
+        assert!(
+            counter(report, name) > 0,
+            "{name} is 0: the budget did not bind"
+        );
+    }
+}
+
 #[test]
 fn hcmeta_with_a_tight_budget_is_linearizable() {
     let seed = seed_from_env(0x4c_0001);
     // Four shared objects per host, for 32 keys per host: sharing churns.
     let report = run(config(Some(4), Placement::Cxl), seed, 10_000);
     assert_did_the_work(&report);
-    for name in ["churn", "shares", "unshares", "clock bits cleared"] {
-        assert!(
-            counter(&report, name) > 0,
-            "{name} is 0: the budget did not bind"
-        );
-    }
+    assert_the_budget_bound(
+        &report,
+        &["churn", "shares", "unshares", "clock bits cleared"],
+    );
     assert_eq!(counter(&report, "rows copied"), 0);
     assert!(counter(&report, "shared objects") <= 3 * 4);
 }
@@ -99,12 +108,7 @@ fn hcmeta_local_with_a_tight_budget_is_linearizable() {
     let seed = seed_from_env(0x4c_0002);
     let report = run(config(Some(4), Placement::Local), seed, 10_000);
     assert_did_the_work(&report);
-    for name in ["churn", "shares", "unshares", "rows copied"] {
-        assert!(
-            counter(&report, name) > 0,
-            "{name} is 0: the budget did not bind"
-        );
-    }
+    assert_the_budget_bound(&report, &["churn", "shares", "unshares", "rows copied"]);
 }
 
 #[test]

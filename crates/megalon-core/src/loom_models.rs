@@ -14,19 +14,35 @@ use crate::{event::Event, inspect::Outcome, Backing, Host, HostOptions, Join, Po
 
 /// Two hosts, a ring of two 64-byte entries, small everything else.
 fn pod() -> Arc<Pod> {
+    two_host_pod(512, 2)
+}
+
+/// Two hosts, 64-byte slots and keys of up to 8 bytes in `lnr_bytes` of LNR, a log of
+/// `log_entries`.
+fn two_host_pod(lnr_bytes: u64, log_entries: u64) -> Arc<Pod> {
     let config = PodConfig::new()
         .scr_bytes(1024)
-        .lnr_bytes(512)
+        .lnr_bytes(lnr_bytes)
         .slot_size_bytes(64)
         .max_key_bytes(8)
-        .log_capacity_entries(2)
+        .log_capacity_entries(log_entries)
         .max_hosts(2);
     Arc::new(Pod::create(&config, Backing::heap()).expect("pod"))
 }
 
+/// Host `id`, pumped by hand, without flat combining.
 fn host(pod: &Arc<Pod>, id: u32) -> Host {
-    let options = HostOptions::new().pump_interval(None).flat_combining(false);
+    host_with(pod, id, HostOptions::new())
+}
+
+fn host_with(pod: &Arc<Pod>, id: u32, options: HostOptions) -> Host {
+    let options = options.pump_interval(None).flat_combining(false);
     Host::join(pod, Join::As(id), options).expect("join")
+}
+
+/// Hosts 0 and 1 of `pod`, joined by `join`, to share with model threads.
+fn both_hosts(pod: &Arc<Pod>, join: fn(&Arc<Pod>, u32) -> Host) -> (Arc<Host>, Arc<Host>) {
+    (Arc::new(join(pod, 0)), Arc::new(join(pod, 1)))
 }
 
 fn create(host: &Host, key: &[u8], slot: u64) -> Outcome {
@@ -38,8 +54,7 @@ fn create(host: &Host, key: &[u8], slot: u64) -> Outcome {
 fn loom_two_hosts_append_across_the_wrap_and_replay_the_same_log() {
     loom::model(|| {
         let pod = pod();
-        let a = Arc::new(host(&pod, 0));
-        let b = Arc::new(host(&pod, 1));
+        let (a, b) = both_hosts(&pod, host);
         // Lap 1, one host at a time: both replicas apply it, so the ring can wrap.
         assert_eq!(create(&a, b"k0", 0), Outcome::Created);
         assert_eq!(create(&b, b"k1", 1), Outcome::Created);
@@ -61,6 +76,14 @@ fn loom_two_hosts_append_across_the_wrap_and_replay_the_same_log() {
     });
 }
 
+/// A lookup of "key" on `host` that begins after `flag` was set (by a thread that set
+/// it with Release once its own step ended) finds the key.
+fn found_after(flag: &AtomicBool, host: &Host, what: &str) {
+    let flagged = flag.load(Ordering::Acquire);
+    let found = host.lookup(b"key").expect("lookup").is_some();
+    assert!(!flagged || found, "{what}");
+}
+
 #[test]
 fn loom_a_completed_append_is_seen_by_every_later_lookup() {
     loom::model(|| {
@@ -75,11 +98,10 @@ fn loom_a_completed_append_is_seen_by_every_later_lookup() {
             done_by_a.store(true, Ordering::Release);
             a
         });
-        let completed = done.load(Ordering::Acquire);
-        let found = b.lookup(b"key").expect("lookup").is_some();
-        assert!(
-            !completed || found,
-            "an append that completed before the lookup began is seen"
+        found_after(
+            &done,
+            &b,
+            "an append that completed before the lookup began is seen",
         );
         let _a = writer.join().unwrap();
         assert!(b.lookup(b"key").expect("lookup").is_some());
@@ -89,22 +111,13 @@ fn loom_a_completed_append_is_seen_by_every_later_lookup() {
 /// A pod for the record models: one line per object, 32-bit records, a ring long enough
 /// that nothing wraps.
 fn object_pod() -> Arc<Pod> {
-    let config = PodConfig::new()
-        .scr_bytes(1024)
-        .lnr_bytes(2048)
-        .slot_size_bytes(64)
-        .max_key_bytes(8)
-        .log_capacity_entries(16)
-        .max_hosts(2);
-    Arc::new(Pod::create(&config, Backing::heap()).expect("pod"))
+    two_host_pod(2048, 16)
 }
 
+/// Host `id` for the record models: as [`host`], and it reclaims records only when it
+/// finds none free.
 fn object_host(pod: &Arc<Pod>, id: u32) -> Host {
-    let options = HostOptions::new()
-        .pump_interval(None)
-        .flat_combining(false)
-        .record_watermark(1.0);
-    Host::join(pod, Join::As(id), options).expect("join")
+    host_with(pod, id, HostOptions::new().record_watermark(1.0))
 }
 
 /// An object of eight equal words: a valid read sees eight copies of one value.
@@ -130,31 +143,41 @@ fn one_read_is_whole_if_valid(host: &Host, key: &[u8]) {
     }
 }
 
-#[test]
-fn loom_a_read_that_validates_never_saw_half_a_write() {
-    loom::model(|| {
+/// The read models' shape: host 0 runs `setup` on x and host 1 catches up; then host 0
+/// runs `churn` on a thread of its own while host 1 reads x once by hand.
+fn one_read_during(setup: fn(&Host), churn: fn(&Host)) {
+    loom::model(move || {
         let pod = object_pod();
-        let a = host(&pod, 0);
+        let a = object_host(&pod, 0);
         let b = object_host(&pod, 1);
-        a.create(b"k", &object_bytes(1)).expect("create");
-        a.write(b"k", &object_bytes(2))
-            .expect("first write allocates the record");
+        setup(&a);
         b.replay().expect("replay");
-        let writer = loom::thread::spawn(move || {
-            a.write(b"k", &object_bytes(3)).expect("write");
+        let churner = loom::thread::spawn(move || {
+            churn(&a);
             a
         });
-        one_read_is_whole_if_valid(&b, b"k");
-        drop(writer.join().unwrap());
+        one_read_is_whole_if_valid(&b, b"x");
+        drop(churner.join().unwrap());
     });
+}
+
+#[test]
+fn loom_a_read_that_validates_never_saw_half_a_write() {
+    one_read_during(
+        |a| {
+            a.create(b"x", &object_bytes(1)).expect("create");
+            a.write(b"x", &object_bytes(2))
+                .expect("first write allocates the record");
+        },
+        |a| drop(a.write(b"x", &object_bytes(3)).expect("write")),
+    );
 }
 
 #[test]
 fn loom_two_hosts_allocating_one_object_end_with_one_record() {
     loom::model(|| {
         let pod = object_pod();
-        let a = Arc::new(object_host(&pod, 0));
-        let b = Arc::new(object_host(&pod, 1));
+        let (a, b) = both_hosts(&pod, object_host);
         a.create(b"k", &object_bytes(1)).expect("create");
         b.replay().expect("replay");
         let (a2, b2) = (Arc::clone(&a), Arc::clone(&b));
@@ -187,20 +210,13 @@ fn loom_a_read_racing_alloc_write_dealloc_of_its_object_retries() {
     // the read another host allocates a record for it, writes it, and deallocates the
     // record again. At the end x is read-shared once more, so no record can tell the
     // reader; only the log's events can.
-    loom::model(|| {
-        let pod = object_pod();
-        let a = object_host(&pod, 0);
-        let b = object_host(&pod, 1);
-        a.create(b"x", &object_bytes(1)).expect("create x");
-        b.replay().expect("replay");
-        let churner = loom::thread::spawn(move || {
+    one_read_during(
+        |a| a.create(b"x", &object_bytes(1)).expect("create x"),
+        |a| {
             a.write(b"x", &object_bytes(9)).expect("write x");
             assert!(a.make_read_shared(b"x").expect("dealloc"));
-            a
-        });
-        one_read_is_whole_if_valid(&b, b"x");
-        drop(churner.join().unwrap());
-    });
+        },
+    );
 }
 
 #[test]
@@ -211,21 +227,16 @@ fn loom_a_read_racing_a_dealloc_then_realloc_of_its_record_validates_only_whole_
     // Here both paths see it: the dealloc event changes x's stamp, and the record's counter
     // moves on; switching off either post-read check alone leaves the other to catch it
     // (the paper's alloc-write-dealloc model above is the case only the log catches).
-    loom::model(|| {
-        let pod = object_pod();
-        let a = object_host(&pod, 0);
-        let b = object_host(&pod, 1);
-        a.create(b"x", &object_bytes(1)).expect("create x");
-        a.write(b"x", &object_bytes(2)).expect("x gets a record");
-        b.replay().expect("replay");
-        let churner = loom::thread::spawn(move || {
+    one_read_during(
+        |a| {
+            a.create(b"x", &object_bytes(1)).expect("create x");
+            a.write(b"x", &object_bytes(2)).expect("x gets a record");
+        },
+        |a| {
             assert!(a.make_read_shared(b"x").expect("dealloc"));
             a.write(b"x", &object_bytes(3)).expect("realloc and write");
-            a
-        });
-        one_read_is_whole_if_valid(&b, b"x");
-        drop(churner.join().unwrap());
-    });
+        },
+    );
 }
 
 #[test]
@@ -251,11 +262,10 @@ fn loom_what_one_host_saw_of_an_append_every_later_read_sees() {
                 }
             })
         };
-        let saw = seen.load(Ordering::Acquire);
-        let found = b.lookup(b"key").expect("lookup").is_some();
-        assert!(
-            !saw || found,
-            "host 0 saw the object, a later read on host 1 did not"
+        found_after(
+            &seen,
+            &b,
+            "host 0 saw the object, a later read on host 1 did not",
         );
         appender.join().unwrap();
         same_host_reader.join().unwrap();

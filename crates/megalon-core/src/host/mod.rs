@@ -108,6 +108,7 @@ impl Host {
     pub fn join(pod: &Arc<Pod>, which: Join, options: impl Into<HostOptions>) -> Result<Host> {
         let id = claim_id(pod, which)?;
         let shared = Arc::new(Shared::new(pod, id, options.into()));
+        #[cfg_attr(megalon_loom, allow(unused_mut))] // loom starts no pump
         let mut host = Host { shared, pump: None };
         host.shared.catch_up()?;
         // A loom model drives replay by hand; its threads are model threads only.
