@@ -46,6 +46,59 @@ impl Coherence {
     }
 }
 
+/// What a pod keeps so that a host may die in the middle of a write (see the crate's
+/// failure model). Fixed at creation and stored in the header.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CrashSafety {
+    /// Chosen by the backing when the pod is created: [`CrashSafety::Undo`] for a file or
+    /// a DAX device (pods shared by processes, any of which may be killed),
+    /// [`CrashSafety::Off`] for an in-process pod (its hosts die together). A
+    /// [`Layout`](crate::Layout) computed from this value counts it as `Off` (an
+    /// in-process pod's): size a device with [`PodConfig::resolved_for`] its backing.
+    #[default]
+    Auto,
+    /// Every write keeps an undo image of its object (in a per-host area of LNR) before
+    /// its first byte changes, and every record lock is announced in its holder's row of
+    /// the host table: a host that dies mid-write leaves the last complete value, which
+    /// recovery restores and unlocks.
+    Undo,
+    /// No undo images and no announced locks: a host that dies holding a record lock
+    /// leaves that object locked (its reads and writes answer
+    /// [`Error::RecordBusy`](crate::Error::RecordBusy)). The pod itself survives (log,
+    /// host table, reservations), as with `Undo`.
+    Off,
+}
+
+impl CrashSafety {
+    /// The value stored in the pod header.
+    pub fn to_u32(self) -> u32 {
+        match self {
+            CrashSafety::Auto => 0,
+            CrashSafety::Undo => 1,
+            CrashSafety::Off => 2,
+        }
+    }
+
+    /// The value a header value names, if any.
+    pub fn from_u32(value: u32) -> Option<CrashSafety> {
+        match value {
+            0 => Some(CrashSafety::Auto),
+            1 => Some(CrashSafety::Undo),
+            2 => Some(CrashSafety::Off),
+            _ => None,
+        }
+    }
+
+    /// A short name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            CrashSafety::Auto => "auto",
+            CrashSafety::Undo => "undo",
+            CrashSafety::Off => "off",
+        }
+    }
+}
+
 /// The sizes of a pod, fixed when it is created; a builder.
 ///
 /// ```
@@ -105,6 +158,14 @@ pub struct PodConfig {
     /// Entries of each host's RPC ring (state words in SCR, entries in LNR); 0 (the
     /// default): the pod has no rings.
     pub rpc_ring_entries: u32,
+    /// How long a host on another machine may go without renewing its lease (its
+    /// heartbeat in the host table) before any live host declares it dead and recovers
+    /// what it held. A host on this machine is declared dead as soon as its process is
+    /// gone. Default 2000 ms.
+    pub lease_ms: u32,
+    /// What the pod keeps so that a host can die mid-write: [`CrashSafety::Auto`] (the
+    /// default) decides by the backing.
+    pub crash_safety: CrashSafety,
 }
 
 impl Default for PodConfig {
@@ -123,6 +184,8 @@ impl Default for PodConfig {
             partition_after_accesses: 0,
             copy_after_reads: 0,
             rpc_ring_entries: 0,
+            lease_ms: DEFAULT_LEASE_MS,
+            crash_safety: CrashSafety::Auto,
         }
     }
 }
@@ -168,6 +231,28 @@ impl PodConfig {
         copy_after_reads: u32,
         /// 0: no RPC rings.
         rpc_ring_entries: u32,
+        lease_ms: u32,
+        crash_safety: CrashSafety,
+    }
+
+    /// Whether writes keep undo images and announce their locks: [`CrashSafety::Undo`]
+    /// (`Auto` counts as `Off` until [`PodConfig::resolved_for`] decides it).
+    pub fn undo_images(&self) -> bool {
+        self.crash_safety == CrashSafety::Undo
+    }
+
+    /// This config with [`CrashSafety::Auto`] decided for a pod on `backing`: `Undo` for
+    /// a file or a DAX device, `Off` on the heap.
+    pub fn resolved_for(&self, backing: &crate::Backing) -> PodConfig {
+        let mut config = self.clone();
+        if config.crash_safety == CrashSafety::Auto {
+            config.crash_safety = if backing.is_shared() {
+                CrashSafety::Undo
+            } else {
+                CrashSafety::Off
+            };
+        }
+        config
     }
 
     /// Turns local DRAM partitions on: an object moves to a host's DRAM after
@@ -260,6 +345,13 @@ impl PodConfig {
                 minimum: MIN_LOG_CAPACITY_ENTRIES,
             });
         }
+        if self.lease_ms < MIN_LEASE_MS {
+            return Err(Error::BelowMinimum {
+                parameter: "lease_ms",
+                value: self.lease_ms.into(),
+                minimum: MIN_LEASE_MS.into(),
+            });
+        }
         if !RECORD_WIDTHS_BITS.contains(&self.record_width_bits) {
             return Err(Error::UnsupportedRecordWidth {
                 bits: self.record_width_bits,
@@ -310,13 +402,16 @@ impl PodConfig {
         self.parameters()
             .into_iter()
             .zip(other.parameters())
-            .find(|((_, a), (_, b))| a != b)
+            // `Auto` crash safety (asked for) matches whatever the backing chose.
+            .find(|((name, a), (_, b))| {
+                a != b && !(*name == "crash_safety" && (*a == 0 || *b == 0))
+            })
             .map(|((name, a), (_, b))| (name, a, b))
     }
 
     /// Every parameter, named, as a number.
     #[cfg_attr(megalon_loom, allow(dead_code))]
-    fn parameters(&self) -> [(&'static str, u64); 13] {
+    fn parameters(&self) -> [(&'static str, u64); 15] {
         [
             ("scr_bytes", self.scr_bytes),
             ("lnr_bytes", self.lnr_bytes),
@@ -334,6 +429,8 @@ impl PodConfig {
             ),
             ("copy_after_reads", self.copy_after_reads.into()),
             ("rpc_ring_entries", self.rpc_ring_entries.into()),
+            ("lease_ms", self.lease_ms.into()),
+            ("crash_safety", self.crash_safety.to_u32().into()),
         ]
     }
 }

@@ -1,6 +1,7 @@
 //! The crate's error type: one variant per thing that can go wrong, each carrying the
 //! values a caller needs to act on it.
 
+use crate::ids::HostId;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -159,6 +160,47 @@ pub enum Error {
     /// The header names a coherence mode this build does not know.
     #[error("coherence mode {found} is not one this build knows (0: split, 1: all-log)")]
     UnknownCoherence {
+        /// The value in the header.
+        found: u32,
+    },
+    /// A pod file that live hosts still use: creating a pod there would split them from
+    /// the new one without either noticing.
+    #[error("the pod at {} is in use by live hosts {hosts:?} (stop them first, or replace it with Pod::create_replacing)", path.display())]
+    PodInUse {
+        /// The pod file.
+        path: PathBuf,
+        /// Its live hosts.
+        hosts: Vec<HostId>,
+    },
+    /// Every announce word of this host is in use: it holds that many record locks at once.
+    #[error("host {host} holds {limit} record locks at once, the most a host can hold in a pod with undo images (waited {waited_ms} ms for one to end)")]
+    TooManyLocksHeld {
+        /// This host.
+        host: HostId,
+        /// Locks a host may hold at once.
+        limit: u64,
+        /// How long it waited.
+        waited_ms: u64,
+    },
+    /// A record locked by a dead host changed while a live host recovered it: the
+    /// protocol is broken (only a lock's holder changes a locked record).
+    #[error("record {record}, locked by a dead host, changed while it was recovered")]
+    RecordChangedUnderRecovery {
+        /// The record.
+        record: u32,
+    },
+    /// Another host declared this one dead (its lease ran out while it was paused) and
+    /// recovered what it held: this host must stop; a new one may join.
+    #[error("host {host} (life {life}) was declared dead by another host: its lease ran out; join again as a new host")]
+    HostDeclaredDead {
+        /// This host.
+        host: HostId,
+        /// Which life of the id.
+        life: u64,
+    },
+    /// The header names a crash-safety mode this build does not create pods with.
+    #[error("crash-safety mode {found} is not one a pod is created with (1: undo, 2: off)")]
+    UnknownCrashSafety {
         /// The value in the header.
         found: u32,
     },

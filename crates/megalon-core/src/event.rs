@@ -136,6 +136,30 @@ pub enum Event<'k> {
         /// Slots in the range.
         count: u64,
     },
+    /// Nothing: written by a live host in place of an entry that a dead host reserved and
+    /// never published, so that replay goes on past it.
+    Skip,
+    /// The appender joined under an id that an earlier participant held: what replay
+    /// gave that participant (its free slots) is not the appender's.
+    HostJoined,
+    /// Host `host`, in its `joins`-th life, is dead (its process is gone, or its lease ran
+    /// out): it holds no slots, no object in its DRAM and no replicated lock from here on,
+    /// and if it is still running it must stop.
+    HostDead {
+        /// The dead host.
+        host: HostId,
+        /// Which of its lives died ([`crate::inspect::HostInfo::joins`]).
+        joins: u64,
+    },
+    /// `record`, locked by a host that died, was restored and unlocked by the appender;
+    /// `key`'s bytes may have been put back to their last complete value, so every host
+    /// drops its cached lines (as for a wrap).
+    Recovered {
+        /// The object.
+        key: &'k [u8],
+        /// Its record.
+        record: u32,
+    },
 }
 
 #[repr(u8)]
@@ -153,6 +177,10 @@ enum Kind {
     MoveToCxl = 10,
     Lock = 11,
     Unlock = 12,
+    Skip = 13,
+    HostJoined = 14,
+    HostDead = 15,
+    Recovered = 16,
 }
 
 impl Kind {
@@ -170,6 +198,10 @@ impl Kind {
             10 => Kind::MoveToCxl,
             11 => Kind::Lock,
             12 => Kind::Unlock,
+            13 => Kind::Skip,
+            14 => Kind::HostJoined,
+            15 => Kind::HostDead,
+            16 => Kind::Recovered,
             _ => return None,
         })
     }
@@ -191,8 +223,14 @@ impl<'k> Event<'k> {
             | Event::MoveToHost { key, .. }
             | Event::MoveToCxl { key }
             | Event::Lock { key }
-            | Event::Unlock { key } => Some(key),
-            Event::ClaimSlots { .. } | Event::NeedSlots { .. } | Event::GrantSlots { .. } => None,
+            | Event::Unlock { key }
+            | Event::Recovered { key, .. } => Some(key),
+            Event::ClaimSlots { .. }
+            | Event::NeedSlots { .. }
+            | Event::GrantSlots { .. }
+            | Event::Skip
+            | Event::HostJoined
+            | Event::HostDead { .. } => None,
         }
     }
 
@@ -213,6 +251,10 @@ impl<'k> Event<'k> {
             Event::MoveToCxl { key } => (Kind::MoveToCxl, key, NO_RECORD, 0, 0),
             Event::Lock { key } => (Kind::Lock, key, NO_RECORD, 0, 0),
             Event::Unlock { key } => (Kind::Unlock, key, NO_RECORD, 0, 0),
+            Event::Skip => (Kind::Skip, &[], NO_RECORD, 0, 0),
+            Event::HostJoined => (Kind::HostJoined, &[], NO_RECORD, 0, 0),
+            Event::HostDead { host, joins } => (Kind::HostDead, &[], host, 0, joins),
+            Event::Recovered { key, record } => (Kind::Recovered, key, record, 0, 0),
         };
         assert!(
             KEY_AT + key.len() <= buf.len(),
@@ -261,6 +303,13 @@ impl<'k> Event<'k> {
             Kind::MoveToCxl => Event::MoveToCxl { key },
             Kind::Lock => Event::Lock { key },
             Kind::Unlock => Event::Unlock { key },
+            Kind::Skip => Event::Skip,
+            Kind::HostJoined => Event::HostJoined,
+            Kind::HostDead => Event::HostDead {
+                host: record,
+                joins: arg,
+            },
+            Kind::Recovered => Event::Recovered { key, record },
         };
         Ok((host, event))
     }
@@ -287,6 +336,10 @@ enum OwnedKind {
     MoveToCxl,
     Lock,
     Unlock,
+    Skip,
+    HostJoined,
+    HostDead { host: HostId, joins: u64 },
+    Recovered { record: u32 },
 }
 
 impl OwnedEvent {
@@ -305,6 +358,10 @@ impl OwnedEvent {
             Event::MoveToCxl { .. } => OwnedKind::MoveToCxl,
             Event::Lock { .. } => OwnedKind::Lock,
             Event::Unlock { .. } => OwnedKind::Unlock,
+            Event::Skip => OwnedKind::Skip,
+            Event::HostJoined => OwnedKind::HostJoined,
+            Event::HostDead { host, joins } => OwnedKind::HostDead { host, joins },
+            Event::Recovered { record, .. } => OwnedKind::Recovered { record },
         };
         Self {
             kind,
@@ -328,6 +385,10 @@ impl OwnedEvent {
             OwnedKind::MoveToCxl => Event::MoveToCxl { key },
             OwnedKind::Lock => Event::Lock { key },
             OwnedKind::Unlock => Event::Unlock { key },
+            OwnedKind::Skip => Event::Skip,
+            OwnedKind::HostJoined => Event::HostJoined,
+            OwnedKind::HostDead { host, joins } => Event::HostDead { host, joins },
+            OwnedKind::Recovered { record } => Event::Recovered { key, record },
         }
     }
 }
@@ -366,6 +427,10 @@ mod tests {
                 key,
                 record: LOCK_HELD,
             },
+            Event::Skip,
+            Event::HostJoined,
+            Event::HostDead { host: 5, joins: 3 },
+            Event::Recovered { key, record: 11 },
         ]
     }
 

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use crate::config::{Coherence, PodConfig};
+use crate::config::{Coherence, CrashSafety, PodConfig};
 use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::limits::*;
@@ -57,9 +57,14 @@ pub struct PodHeader {
     pub copy_after_reads: u32,
     /// [`PodConfig::rpc_ring_entries`].
     pub rpc_ring_entries: u32,
+    /// [`PodConfig::crash_safety`], as [`CrashSafety::to_u32`] stores it (never `Auto`:
+    /// the pod's creation decides it).
+    pub crash_safety: u32,
+    /// [`PodConfig::lease_ms`].
+    pub lease_ms: u32,
     /// Zero.
     pub reserved: u32,
-    /// FNV-1a of the 112 bytes before it.
+    /// FNV-1a of the 120 bytes before it.
     pub checksum: u64,
 }
 
@@ -97,6 +102,8 @@ impl PodHeader {
             partition_after_accesses: c.partition_after_accesses,
             copy_after_reads: c.copy_after_reads,
             rpc_ring_entries: c.rpc_ring_entries,
+            crash_safety: c.crash_safety.to_u32(),
+            lease_ms: c.lease_ms,
             reserved: 0,
             checksum: 0,
         };
@@ -121,6 +128,8 @@ impl PodHeader {
             partition_after_accesses: self.partition_after_accesses,
             copy_after_reads: self.copy_after_reads,
             rpc_ring_entries: self.rpc_ring_entries,
+            lease_ms: self.lease_ms,
+            crash_safety: CrashSafety::from_u32(self.crash_safety).unwrap_or_default(),
         }
     }
 
@@ -151,6 +160,8 @@ impl PodHeader {
         put(&self.partition_after_accesses.to_le_bytes());
         put(&self.copy_after_reads.to_le_bytes());
         put(&self.rpc_ring_entries.to_le_bytes());
+        put(&self.crash_safety.to_le_bytes());
+        put(&self.lease_ms.to_le_bytes());
         put(&self.reserved.to_le_bytes());
         put(&self.checksum.to_le_bytes());
         debug_assert_eq!(at, HEADER_BYTES);
@@ -185,8 +196,10 @@ impl PodHeader {
             partition_after_accesses: u32_at(96),
             copy_after_reads: u32_at(100),
             rpc_ring_entries: u32_at(104),
-            reserved: u32_at(108),
-            checksum: u64_at(112),
+            crash_safety: u32_at(108),
+            lease_ms: u32_at(112),
+            reserved: u32_at(116),
+            checksum: u64_at(120),
         };
         if header.magic != MAGIC {
             return Err(Error::BadMagic {
@@ -223,6 +236,11 @@ impl PodHeader {
         if Coherence::from_u32(header.coherence).is_none() {
             return Err(invalid(Error::UnknownCoherence {
                 found: header.coherence,
+            }));
+        }
+        if CrashSafety::from_u32(header.crash_safety).is_none_or(|c| c == CrashSafety::Auto) {
+            return Err(invalid(Error::UnknownCrashSafety {
+                found: header.crash_safety,
             }));
         }
         let layout = Layout::new(&header.config()).map_err(invalid)?;

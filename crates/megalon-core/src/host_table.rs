@@ -1,8 +1,13 @@
-//! The host table in SCR: one line per host id, `holder` (0 when free, else the holder's
-//! process id, set by the one CAS that claims the id, so a reader never sees a claimed
-//! entry without its pid), a heartbeat the holder bumps, and how many times the id has
-//! been joined. The log reads it to know whose applied position holds its head back; the
-//! host claims and frees its row.
+//! The host table in SCR: one entry per host id. Its first line holds `holder` (0 when
+//! free, else the holder's process id, set by the one CAS that claims the id, so a reader
+//! never sees a claimed entry without its pid), a heartbeat the holder bumps (its lease),
+//! how many times the id has been joined, the holder's machine and process start time
+//! (so that a host on the same machine can tell at once that the holder's process is
+//! gone), and the holder's log reservation (the positions it reserved and has not yet
+//! published, so that a host recovering a dead holder can fill them). In a pod with undo
+//! images the entry goes on with one announce word per record lock the holder may hold
+//! (see `host::crash`). The log reads the table to know whose applied position holds its
+//! head back; the host claims and frees its row.
 
 use crate::ids::HostId;
 use crate::pod::Pod;
@@ -13,6 +18,10 @@ const FREE: u32 = 0;
 const HOLDER_OFFSET: u64 = 0;
 const HEARTBEAT_OFFSET: u64 = 8;
 const JOINS_OFFSET: u64 = 16;
+const MACHINE_OFFSET: u64 = 24;
+const STARTED_OFFSET: u64 = 32;
+const RESERVED_FROM_OFFSET: u64 = 40;
+const RESERVED_TO_OFFSET: u64 = 48;
 
 /// One row of the host table, as read at one moment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,12 +35,19 @@ pub struct HostInfo {
     /// How many times this id has been joined since the pod was created (counted just
     /// after the claim, so a reader racing a join may see the previous count).
     pub joins: u64,
+    /// Whether the holder runs on the machine of the caller (its liveness is then its
+    /// process's; otherwise its lease's).
+    pub same_machine: bool,
 }
 
 struct HostEntry<'a> {
     holder: &'a AtomicU32,
     heartbeat: &'a AtomicU64,
     joins: &'a AtomicU64,
+    machine: &'a AtomicU64,
+    started: &'a AtomicU64,
+    reserved_from: &'a AtomicU64,
+    reserved_to: &'a AtomicU64,
 }
 
 fn entry(pod: &Pod, host: HostId) -> HostEntry<'_> {
@@ -40,7 +56,19 @@ fn entry(pod: &Pod, host: HostId) -> HostEntry<'_> {
         holder: pod.scr_u32(base + HOLDER_OFFSET),
         heartbeat: pod.scr_u64(base + HEARTBEAT_OFFSET),
         joins: pod.scr_u64(base + JOINS_OFFSET),
+        machine: pod.scr_u64(base + MACHINE_OFFSET),
+        started: pod.scr_u64(base + STARTED_OFFSET),
+        reserved_from: pod.scr_u64(base + RESERVED_FROM_OFFSET),
+        reserved_to: pod.scr_u64(base + RESERVED_TO_OFFSET),
     }
+}
+
+/// Every word of an entry's first line, for a loom model to make before it runs.
+#[cfg(megalon_loom)]
+pub(crate) fn entry_words(pod: &Pod, host: HostId) {
+    let e = entry(pod, host);
+    let _ = (e.holder, e.heartbeat, e.joins, e.machine, e.started);
+    let _ = (e.reserved_from, e.reserved_to);
 }
 
 /// Whether a host-table entry is held.
@@ -81,6 +109,7 @@ impl Pod {
                     pid,
                     heartbeat: row.heartbeat.load(Ordering::Relaxed),
                     joins: row.joins.load(Ordering::Relaxed),
+                    same_machine: row.machine.load(Ordering::Relaxed) == this_machine(),
                 })
             })
             .collect()
@@ -93,9 +122,20 @@ pub(crate) fn heartbeat(pod: &Pod, host: HostId) -> u64 {
     entry(pod, host).heartbeat.fetch_add(1, Ordering::Relaxed) + 1
 }
 
-/// Counts a join of `host` (just after its claim).
-pub(crate) fn count_join(pod: &Pod, host: HostId) {
-    entry(pod, host).joins.fetch_add(1, Ordering::Relaxed);
+/// Counts a join of `host` (just after its claim) and says who holds it: this machine
+/// and this process (by its start time). Returns which life of the id this is (1 for the
+/// first holder).
+pub(crate) fn count_join(pod: &Pod, host: HostId) -> u64 {
+    let row = entry(pod, host);
+    // SeqCst: a host that sees the claim and then this row's machine and start time
+    // sees this holder's, not the previous one's (stores below before any liveness use).
+    row.machine.store(this_machine(), Ordering::SeqCst);
+    row.started.store(
+        process_start(std::process::id()).unwrap_or(0),
+        Ordering::SeqCst,
+    );
+    row.reserved_to.store(0, Ordering::SeqCst);
+    row.joins.fetch_add(1, Ordering::SeqCst) + 1
 }
 
 /// Frees `host`'s row (its holder leaves).
@@ -103,4 +143,123 @@ pub(crate) fn release(pod: &Pod, host: HostId) {
     // SeqCst (Release would do for the next holder, whose claiming CAS pairs with it):
     // `Log::advance_head` orders its loads of holders with the log's registration.
     entry(pod, host).holder.store(FREE, Ordering::SeqCst);
+}
+
+/// Frees `host`'s row for a holder that died, if `pid` still holds it (one CAS: a
+/// second recoverer, or a new holder, is left alone).
+pub(crate) fn release_dead(pod: &Pod, host: HostId, pid: u32) -> bool {
+    entry(pod, host)
+        .holder
+        .compare_exchange(pid, FREE, Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok()
+}
+
+/// The holder of `host`'s row and which life of the id it is, if held.
+pub(crate) fn holder(pod: &Pod, host: HostId) -> Option<(u32, u64)> {
+    let row = entry(pod, host);
+    match row.holder.load(Ordering::SeqCst) {
+        FREE => None,
+        pid => Some((pid, row.joins.load(Ordering::SeqCst))),
+    }
+}
+
+/// Announces that `host` is about to reserve log positions `from..to` (before its CAS on
+/// `tail`), or (`to` = 0) that it holds no reservation: what it reserved is published.
+/// The words are cleared before they are set, so a holder that dies between the stores
+/// leaves "nothing reserved", which is true: its CAS comes after.
+pub(crate) fn announce_reservation(pod: &Pod, host: HostId, from: u64, to: u64) {
+    let row = entry(pod, host);
+    // SeqCst: a recoverer that reads these words after the holder died reads the last
+    // ones stored before the holder's CAS on `tail` (which is SeqCst-ordered after them).
+    row.reserved_to.store(0, Ordering::SeqCst);
+    if to != 0 {
+        row.reserved_from.store(from, Ordering::SeqCst);
+        row.reserved_to.store(to, Ordering::SeqCst);
+    }
+}
+
+/// The positions `host` announced it reserves (`from..to`; empty if none).
+pub(crate) fn reservation(pod: &Pod, host: HostId) -> std::ops::Range<u64> {
+    let row = entry(pod, host);
+    let to = row.reserved_to.load(Ordering::SeqCst);
+    if to == 0 {
+        return 0..0;
+    }
+    row.reserved_from.load(Ordering::SeqCst)..to
+}
+
+/// Whether the holder of `host`'s row (`pid`) is known to be gone, without a lease: it
+/// runs on this machine and its process has exited (or its pid now names another
+/// process). `None`: it runs elsewhere (or has not said where yet), so only its lease
+/// can tell.
+pub(crate) fn process_gone(pod: &Pod, host: HostId, pid: u32) -> Option<bool> {
+    let row = entry(pod, host);
+    if row.machine.load(Ordering::SeqCst) != this_machine() {
+        return None;
+    }
+    let started = row.started.load(Ordering::SeqCst);
+    Some(!process_alive(pid, started))
+}
+
+/// The holder's heartbeat count (its lease: it moves while the holder's pump runs).
+pub(crate) fn heartbeat_count(pod: &Pod, host: HostId) -> u64 {
+    entry(pod, host).heartbeat.load(Ordering::Relaxed)
+}
+
+/// Makes `host`'s row say that its holder runs on another machine, so that only its
+/// lease tells whether it lives: how a test makes a host of this process look like one
+/// that died elsewhere.
+pub(crate) fn pretend_elsewhere(pod: &Pod, host: HostId) {
+    entry(pod, host)
+        .machine
+        .store(!this_machine(), Ordering::SeqCst);
+}
+
+/// This machine, as a number: a hash of the kernel's boot id (a new one at every boot),
+/// never 0 (a row whose holder has not said where it runs holds 0).
+pub(crate) fn this_machine() -> u64 {
+    static MACHINE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *MACHINE.get_or_init(|| {
+        let id = std::fs::read("/proc/sys/kernel/random/boot_id")
+            .or_else(|_| std::fs::read("/etc/machine-id"))
+            .unwrap_or_else(|_| b"unknown machine".to_vec());
+        crate::header::fnv1a64(&id) | 1
+    })
+}
+
+/// Process `pid`'s state letter and start time (clock ticks after boot), from
+/// `/proc/PID/stat`, if it can be read.
+fn process_stat(pid: u32) -> Option<(char, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count fields
+    // after its closing parenthesis. State is field 3, start time field 22.
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let started = fields.nth(18)?.parse().ok()?;
+    Some((state, started))
+}
+
+/// When process `pid` started, if known.
+fn process_start(pid: u32) -> Option<u64> {
+    process_stat(pid).map(|(_, started)| started)
+}
+
+/// Whether process `pid` runs and is the one that started at `started` (0: unknown).
+fn process_alive(pid: u32, started: u64) -> bool {
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: kill with signal 0 sends nothing; it only checks that the process exists.
+    let exists = unsafe { libc::kill(raw, 0) } == 0
+        || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    if !exists {
+        return false;
+    }
+    match process_stat(pid) {
+        // Exited, not yet reaped by its parent.
+        Some(('Z' | 'X', _)) => false,
+        // A reused pid names a process that started later.
+        Some((_, now)) => started == 0 || now == started,
+        None => true,
+    }
 }

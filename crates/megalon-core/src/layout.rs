@@ -2,8 +2,8 @@
 //!
 //! ```text
 //! +--------+------------------------------ SCR ------------------------------+------ LNR ------+
-//! | header | log cursors | host table | rpc | app | record array | reclaimer | . | log | app | rpc | acc | slots | . |
-//! +--------+-------------+------------+-----+-----+--------------+-----------+---+-----+-----+-----+-----+-------+---+
+//! | header | log cursors | host table | rpc | app | record array | reclaimer | . | log | undo | app | rpc | acc | slots | . |
+//! +--------+-------------+------------+-----+-----+--------------+-----------+---+-----+------+-----+-----+-----+-------+---+
 //! ```
 //!
 //! The two `app` regions are the application's ([`PodConfig::app_scr_bytes`],
@@ -11,7 +11,8 @@
 //! host's RPC ring (cursors and state words in SCR, entries in LNR), empty unless
 //! [`PodConfig::rpc_ring_entries`] is set; `acc` is two bytes per slot, the object's last
 //! accessor and how often it bounced, for the local-partition policy, empty unless
-//! [`PodConfig::partition_after_accesses`] is set.
+//! [`PodConfig::partition_after_accesses`] is set; `undo` holds each host's undo images,
+//! empty unless the pod has [`CrashSafety::Undo`](crate::CrashSafety::Undo).
 //!
 //! Computed once from a [`PodConfig`], the same way by every host, so nothing in the pod
 //! holds a pointer: each host maps the pod at its own address. Each log cursor and each
@@ -62,6 +63,17 @@ fn total_bytes(config: &PodConfig) -> Result<u64> {
         })
 }
 
+/// Bytes of one host's entry in the host table: a line, and with undo images one announce
+/// word per lock it may hold.
+fn host_entry_bytes(config: &PodConfig) -> u64 {
+    let announces = if config.undo_images() {
+        (HOLDS_PER_HOST * 8).next_multiple_of(LINE_BYTES)
+    } else {
+        0
+    };
+    HOST_ENTRY_BYTES + announces
+}
+
 /// The SCR's parts: cursors, host table, RPC rings, the application's region, then
 /// records fill what the reclaimer line leaves.
 struct ScrParts {
@@ -85,7 +97,7 @@ impl ScrParts {
         let record_bytes = u64::from(config.record_width_bits / 8);
         let scr_offset = HEADER_REGION_BYTES;
         let cursors_bytes = (SHARED_CURSORS + hosts) * LINE_BYTES;
-        let host_table_bytes = hosts * HOST_ENTRY_BYTES;
+        let host_table_bytes = hosts * host_entry_bytes(config);
         let ring_entries = u64::from(config.rpc_ring_entries);
         let rpc_scr_bytes_per_host = if ring_entries == 0 {
             0
@@ -139,6 +151,8 @@ struct LnrParts {
     lnr_offset: u64,
     log_offset: u64,
     log_entry_bytes: u64,
+    undo_offset: u64,
+    undo_bytes: u64,
     app_lnr_offset: u64,
     rpc_lnr_offset: u64,
     rpc_entry_bytes: u64,
@@ -157,10 +171,16 @@ impl LnrParts {
         let rpc_entry_bytes = ring_entry_bytes(config.max_key_bytes as usize, 0);
         let rpc_lnr_bytes = hosts * ring_entries * rpc_entry_bytes;
         let partitions = config.partition_after_accesses > 0;
+        let undo_bytes = if config.undo_images() {
+            hosts * HOLDS_PER_HOST * config.slot_size_bytes
+        } else {
+            0
+        };
         checked(
             Region::Lnr,
             &[
                 log_bytes,
+                undo_bytes,
                 config.app_lnr_bytes,
                 rpc_lnr_bytes,
                 if partitions { LINE_BYTES } else { 0 },
@@ -169,10 +189,12 @@ impl LnrParts {
             config.lnr_bytes,
         )?;
         let log_offset = lnr_offset;
-        let app_lnr_offset = log_offset + log_bytes;
+        let undo_offset = log_offset + log_bytes;
+        let app_lnr_offset = undo_offset + undo_bytes;
         let rpc_lnr_offset = app_lnr_offset + config.app_lnr_bytes;
         let accessors_offset = rpc_lnr_offset + rpc_lnr_bytes;
-        let available = config.lnr_bytes - log_bytes - config.app_lnr_bytes - rpc_lnr_bytes;
+        let available =
+            config.lnr_bytes - log_bytes - undo_bytes - config.app_lnr_bytes - rpc_lnr_bytes;
         let accessors_bytes = |slots: u64| {
             if partitions {
                 (slots * ACCESSOR_BYTES).div_ceil(LINE_BYTES) * LINE_BYTES
@@ -192,6 +214,8 @@ impl LnrParts {
             lnr_offset,
             log_offset,
             log_entry_bytes,
+            undo_offset,
+            undo_bytes,
             app_lnr_offset,
             rpc_lnr_offset,
             rpc_entry_bytes,
@@ -210,7 +234,8 @@ pub struct Layout {
     pub config: PodConfig,
     /// Start of the small coherent region.
     pub scr_offset: u64,
-    /// Start of the log cursors: `tail`, `head`, `ctail`, `registration`, then one
+    /// Start of the log cursors: `tail`, `head`, `ctail`, `registration`, the recovery
+    /// word, then one
     /// `ltail` per host.
     pub cursors_offset: u64,
     /// Bytes of the log cursors.
@@ -219,6 +244,8 @@ pub struct Layout {
     pub host_table_offset: u64,
     /// Bytes of the host table.
     pub host_table_bytes: u64,
+    /// Bytes of one host's entry in the host table.
+    pub host_entry_bytes: u64,
     /// Start of the RPC rings' SCR part: each host's cursors and state words in turn.
     pub rpc_scr_offset: u64,
     /// SCR bytes of one host's ring (0 without rings).
@@ -239,6 +266,11 @@ pub struct Layout {
     pub log_offset: u64,
     /// Bytes of one log entry.
     pub log_entry_bytes: u64,
+    /// Start of the undo images: [`HOLDS_PER_HOST`] slots per host (pods with
+    /// [`CrashSafety::Undo`](crate::CrashSafety::Undo)).
+    pub undo_offset: u64,
+    /// Bytes of the undo images (0 without them).
+    pub undo_bytes: u64,
     /// Start of the application's LNR region ([`PodConfig::app_lnr_bytes`] long).
     pub app_lnr_offset: u64,
     /// Start of the RPC rings' entries: each host's in turn.
@@ -261,9 +293,10 @@ pub struct Layout {
 /// SCR bytes by category; the categories add up to the SCR size exactly.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScrUsage {
-    /// `tail`, `head`, `ctail`, `registration` and one `ltail` per host, a line each.
+    /// `tail`, `head`, `ctail`, `registration`, the recovery word and one `ltail` per
+    /// host, a line each.
     pub log_cursors_bytes: u64,
-    /// One line per host.
+    /// One line per host, and with undo images one announce word per lock it may hold.
     pub host_table_bytes: u64,
     /// The hosts' RPC rings: cursors and state words.
     pub rpc_bytes: u64,
@@ -334,14 +367,30 @@ fn checked(region: Region, parts: &[u64], available_bytes: u64) -> Result<u64> {
 
 impl Layout {
     /// Lays a pod out, or says which parameter or region stops it.
+    /// [`CrashSafety::Auto`](crate::CrashSafety::Auto) is laid out, and kept in
+    /// [`Layout::config`], as `Off` (an in-process pod's); [`Pod::create`](crate::Pod::create)
+    /// decides it by the backing first.
     pub fn new(config: &PodConfig) -> Result<Layout> {
+        let resolved;
+        let config = if config.crash_safety == crate::config::CrashSafety::Auto {
+            resolved = config.clone().crash_safety(crate::config::CrashSafety::Off);
+            &resolved
+        } else {
+            config
+        };
         config.validate()?;
         let total_bytes = total_bytes(config)?;
         let scr = ScrParts::new(config)?;
         let lnr = LnrParts::new(config, HEADER_REGION_BYTES + config.scr_bytes)?;
+        // A lock announce holds the record id + 1 in 31 bits.
+        let max_records = if config.undo_images() {
+            MAX_RECORDS.min((1 << 31) - 2)
+        } else {
+            MAX_RECORDS
+        };
         for (parameter, value, limit) in [
             ("slot count", lnr.slot_count, MAX_SLOTS),
-            ("record count", scr.record_count, MAX_RECORDS),
+            ("record count", scr.record_count, max_records),
         ] {
             if value > limit {
                 return Err(Error::AboveLimit {
@@ -358,6 +407,7 @@ impl Layout {
             cursors_bytes: scr.cursors_bytes,
             host_table_offset: scr.host_table_offset,
             host_table_bytes: scr.host_table_bytes,
+            host_entry_bytes: host_entry_bytes(config),
             rpc_scr_offset: scr.rpc_scr_offset,
             rpc_scr_bytes_per_host: scr.rpc_scr_bytes_per_host,
             app_scr_offset: scr.app_scr_offset,
@@ -368,6 +418,8 @@ impl Layout {
             lnr_offset: lnr.lnr_offset,
             log_offset: lnr.log_offset,
             log_entry_bytes: lnr.log_entry_bytes,
+            undo_offset: lnr.undo_offset,
+            undo_bytes: lnr.undo_bytes,
             app_lnr_offset: lnr.app_lnr_offset,
             rpc_lnr_offset: lnr.rpc_lnr_offset,
             rpc_entry_bytes: lnr.rpc_entry_bytes,
@@ -400,6 +452,11 @@ impl Layout {
         self.cursors_offset + 3 * LINE_BYTES
     }
 
+    /// Offset of the recovery word: 0, or 1 + the live host recovering a dead one.
+    pub fn recovery_offset(&self) -> u64 {
+        self.cursors_offset + 4 * LINE_BYTES
+    }
+
     /// Offset of host `host`'s applied position `ltail[host]`.
     pub fn ltail_offset(&self, host: u32) -> u64 {
         debug_assert!(host < self.config.max_hosts);
@@ -409,7 +466,19 @@ impl Layout {
     /// Offset of host `host`'s entry in the host table.
     pub fn host_entry_offset(&self, host: u32) -> u64 {
         debug_assert!(host < self.config.max_hosts);
-        self.host_table_offset + u64::from(host) * HOST_ENTRY_BYTES
+        self.host_table_offset + u64::from(host) * self.host_entry_bytes
+    }
+
+    /// Offset of host `host`'s announce word `hold` (pods with undo images).
+    pub fn announce_offset(&self, host: u32, hold: u64) -> u64 {
+        debug_assert!(self.config.undo_images() && hold < HOLDS_PER_HOST);
+        self.host_entry_offset(host) + HOST_ENTRY_BYTES + hold * 8
+    }
+
+    /// Offset of host `host`'s undo image `hold` (a slot's bytes).
+    pub fn undo_image_offset(&self, host: u32, hold: u64) -> u64 {
+        debug_assert!(self.undo_bytes > 0 && hold < HOLDS_PER_HOST);
+        self.undo_offset + (u64::from(host) * HOLDS_PER_HOST + hold) * self.config.slot_size_bytes
     }
 
     /// Offset of slot `slot`'s accessor word (the pod must have local partitions).
@@ -479,6 +548,7 @@ impl Layout {
             ),
             ("reclaimer", self.reclaimer_offset, RECLAIMER_BYTES),
             ("log entries", self.log_offset, log_bytes),
+            ("undo images", self.undo_offset, self.undo_bytes),
             ("app LNR", self.app_lnr_offset, self.config.app_lnr_bytes),
             (
                 "rpc LNR",
@@ -494,7 +564,10 @@ impl Layout {
         ]
         .into_iter()
         .filter(|(name, _, bytes)| {
-            !(name.starts_with("app") || name.starts_with("rpc") || *name == "accessors")
+            !(name.starts_with("app")
+                || name.starts_with("rpc")
+                || *name == "accessors"
+                || *name == "undo images")
                 || *bytes > 0
         })
         .collect()

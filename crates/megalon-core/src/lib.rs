@@ -104,7 +104,7 @@ mod sync;
 mod words;
 
 pub use backoff::Backoff;
-pub use config::{Coherence, PodConfig};
+pub use config::{Coherence, CrashSafety, PodConfig};
 pub use counters::EventCounts;
 pub use error::{Error, Region, Result};
 pub use host::{
@@ -120,7 +120,7 @@ pub use replica::IndexEntry;
 /// table, the pod's header, what replay answered. Nothing here is needed to share data.
 pub mod inspect {
     pub use crate::header::{fnv1a64, PodHeader};
-    pub use crate::host::{BackgroundErrors, HostStats, Inspect, LoggedEvent, RecordCensus};
+    pub use crate::host::{crash, BackgroundErrors, HostStats, Inspect, LoggedEvent, RecordCensus};
     pub use crate::host_table::HostInfo;
     pub use crate::memory::SimulatedStats;
     pub use crate::replica::{Outcome, ReplicatedLock};

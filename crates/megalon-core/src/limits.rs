@@ -28,13 +28,21 @@ pub const DEFAULT_RPC_RING_ENTRIES: u32 = 16;
 
 /// Bytes reserved for the header at the start of the pod (one page).
 pub const HEADER_REGION_BYTES: u64 = 4096;
-/// Bytes of one host-table entry (one line).
+/// Bytes of the first line of a host-table entry (holder, heartbeat, joins, machine,
+/// process start, reservation).
 pub(crate) const HOST_ENTRY_BYTES: u64 = LINE_BYTES;
+/// Record locks one host may hold at once in a pod with undo images: each has an announce
+/// word in the host's table entry (after its first line) and an undo image in LNR.
+pub const HOLDS_PER_HOST: u64 = 16;
+/// The default [`PodConfig::lease_ms`](crate::PodConfig::lease_ms).
+pub const DEFAULT_LEASE_MS: u32 = 2000;
+/// The shortest lease a pod accepts.
+pub const MIN_LEASE_MS: u32 = 20;
 /// Bytes of the reclaimer's counters (one line).
 pub(crate) const RECLAIMER_BYTES: u64 = LINE_BYTES;
 /// Log cursors shared by every host, each on its own line: `tail`, `head`, `ctail`,
-/// `registration`.
-pub(crate) const SHARED_CURSORS: u64 = 4;
+/// `registration`, and the recovery word (which live host is recovering a dead one).
+pub(crate) const SHARED_CURSORS: u64 = 5;
 /// Most slots a pod can have: slot ids are 32-bit in the replica.
 pub const MAX_SLOTS: u64 = u32::MAX as u64;
 /// Most records a pod can have: record ids are 32-bit, and `u32::MAX` means none.
@@ -48,13 +56,16 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"MEGALON\0");
 /// Version of the layout and of everything stored in the pod. Bumped whenever any format
 /// in the pod changes; a pod of another version is refused when opened. Version 3 stores
 /// the pod's [`Coherence`](crate::Coherence) mode where version 2 had a reserved zero word; version 4 adds
-/// local partitions, local copies and the RPC rings (their SCR and LNR regions).
-pub const LAYOUT_VERSION: u32 = 4;
+/// local partitions, local copies and the RPC rings (their SCR and LNR regions); version 5
+/// adds the lease and crash safety (the recovery word, machine, process start and
+/// reservation words in the host table, lock announce words and undo images).
+pub const LAYOUT_VERSION: u32 = 5;
 /// Bytes of the encoded header.
-pub const HEADER_BYTES: usize = 120;
+pub const HEADER_BYTES: usize = 128;
 
 /// Version of the entry format and of the meaning of every kind. Version 2 adds `Lock`
 /// and `Unlock` (pods with [`Coherence::AllLog`](crate::Coherence)); version 3 gives
 /// `MoveToHost` the stamp it expects, makes `MoveToCxl` win only for the holder, and
-/// makes a delete of an object in a host's DRAM lose.
-pub const LOG_FORMAT_VERSION: u32 = 3;
+/// makes a delete of an object in a host's DRAM lose; version 4 adds `Skip`, `HostJoined`,
+/// `HostDead` and `Recovered` (hosts that die and come back).
+pub const LOG_FORMAT_VERSION: u32 = 4;

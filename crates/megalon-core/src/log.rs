@@ -173,13 +173,16 @@ impl Log {
 
     /// Reserves `count` consecutive positions (one CAS on `tail`), waiting for space up to
     /// `limit`. While it waits it calls `help` (the caller replays its own replica so that
-    /// it is not the host holding everyone back).
+    /// it is not the host holding everyone back). Before each CAS it calls `announce` with
+    /// the positions it is about to take (the caller says so in its host-table row, for a
+    /// recoverer to fill them should it die before publishing them).
     pub(crate) fn reserve(
         &self,
         pod: &Pod,
         count: u64,
         limit: Duration,
         chaos: &Chaos,
+        mut announce: impl FnMut(u64),
         mut help: impl FnMut() -> Result<()>,
     ) -> Result<u64> {
         assert!(
@@ -199,6 +202,7 @@ impl Log {
                 // A stale head only makes this check stricter: head never decreases.
                 // Relaxed would do for the reservation itself; AcqRel keeps the order of
                 // reservations and our later entry writes obvious.
+                announce(position);
                 chaos.point(Point::ReserveBeforeCas);
                 if tail
                     .compare_exchange_weak(
@@ -250,6 +254,14 @@ impl Log {
         memory.write_back(offset, LINE_BYTES as usize);
         // The alive word is in memory before anything we do next (ctail, replies).
         memory.fence();
+    }
+
+    /// Whether the entry at `position` is published (its alive word, read from memory).
+    pub(crate) fn is_published(&self, memory: &Memory, position: u64) -> bool {
+        let offset = self.entry_offset(position);
+        memory.flush(offset, LINE_BYTES as usize);
+        memory.fence();
+        memory.load_u64(offset) == self.alive_value(position)
     }
 
     /// Reads the entry at `position` into `entry` if it is published. A position below

@@ -85,6 +85,11 @@ impl Backing {
         self
     }
 
+    /// Whether processes may share the pod (a file or a DAX device, not the heap).
+    pub fn is_shared(&self) -> bool {
+        self.kind != BackingKind::Heap
+    }
+
     fn path(&self) -> &Path {
         match &self.kind {
             BackingKind::Heap => Path::new("<heap>"),
@@ -166,11 +171,32 @@ impl Pod {
     /// Creates a pod with `config` on `backing`: computes the layout, maps it, zeroes the
     /// header region, SCR and log, and writes the header (magic last).
     ///
-    /// A file backing is replaced: the old file is unlinked first, so processes that still
-    /// map it keep their (now private) copy instead of faulting on a truncated file.
+    /// A file backing that holds a pod some live host still uses is refused
+    /// ([`Error::PodInUse`], naming them; [`Pod::create_replacing`] replaces it anyway).
+    /// Any other file is replaced: the old file is unlinked first, so processes that
+    /// still map it keep their (now private) copy instead of faulting on a truncated file.
     #[cfg(not(megalon_loom))]
     pub fn create(config: &PodConfig, backing: Backing) -> Result<Pod> {
-        let layout = Layout::new(config)?;
+        if let BackingKind::File(path) = &backing.kind {
+            if let Ok(old) = Pod::open(Backing::file(path)) {
+                let hosts = old.live_hosts();
+                if !hosts.is_empty() {
+                    return Err(Error::PodInUse {
+                        path: path.clone(),
+                        hosts,
+                    });
+                }
+            }
+        }
+        Self::create_replacing(config, backing)
+    }
+
+    /// [`Pod::create`] without asking whether live hosts use a pod file at the path: the
+    /// file is replaced regardless, and hosts that still map it go on alone with their
+    /// (now private) copy.
+    #[cfg(not(megalon_loom))]
+    pub fn create_replacing(config: &PodConfig, backing: Backing) -> Result<Pod> {
+        let layout = Layout::new(&config.resolved_for(&backing))?;
         let total = layout.total_bytes;
         check_numa_node(backing.numa_node)?;
         let map = match &backing.kind {
@@ -221,10 +247,43 @@ impl Pod {
         Ok(pod)
     }
 
+    /// The hosts of the table whose holders live: on this machine, their process runs;
+    /// elsewhere, their heartbeat moves within the pod's lease (this waits up to one lease
+    /// when a row names another machine).
+    #[cfg(not(megalon_loom))]
+    pub fn live_hosts(&self) -> Vec<crate::HostId> {
+        let rows = self.hosts();
+        let lease = std::time::Duration::from_millis(u64::from(self.config().lease_ms));
+        let mut live = Vec::new();
+        let mut elsewhere = Vec::new();
+        for row in rows {
+            match crate::host_table::process_gone(self, row.host, row.pid) {
+                Some(false) => live.push(row.host),
+                Some(true) => {}
+                None => elsewhere.push(row),
+            }
+        }
+        if !elsewhere.is_empty() {
+            let start = std::time::Instant::now();
+            while !elsewhere.is_empty() && start.elapsed() <= lease {
+                std::thread::sleep(lease / 20);
+                elsewhere.retain(|row| {
+                    let moved = crate::host_table::heartbeat_count(self, row.host) != row.heartbeat;
+                    if moved {
+                        live.push(row.host);
+                    }
+                    !moved
+                });
+            }
+        }
+        live.sort_unstable();
+        live
+    }
+
     /// Creates a pod in a loom model: heap backing only, model atomics for its words.
     #[cfg(megalon_loom)]
     pub fn create(config: &PodConfig, backing: Backing) -> Result<Pod> {
-        let layout = Layout::new(config)?;
+        let layout = Layout::new(&config.resolved_for(&backing))?;
         if backing.kind != BackingKind::Heap {
             return Err(Error::HeapNotOpenable);
         }
@@ -241,10 +300,7 @@ impl Pod {
             pod.word(offset);
         }
         for host in 0..layout.config.max_hosts {
-            let entry = layout.host_entry_offset(host);
-            pod.scr_u32(entry);
-            pod.scr_u64(entry + 8);
-            pod.scr_u64(entry + 16);
+            crate::host_table::entry_words(&pod, host);
         }
         for record in 0..layout.record_count {
             let offset = layout.record_offset(record);

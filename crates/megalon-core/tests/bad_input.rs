@@ -441,7 +441,9 @@ fn dax_length_longer_than_the_regular_file_behind_it() {
 #[test]
 fn dax_create_and_open_on_a_regular_file_of_the_right_length() {
     let config = small_config();
-    let total = Layout::new(&config).unwrap().total_bytes;
+    // A pod on a device keeps undo images (`CrashSafety::Auto`): size it for them.
+    let resolved = config.resolved_for(&Backing::dax("/dev/dax0.0", 0));
+    let total = Layout::new(&resolved).unwrap().total_bytes;
     let (_dir, path) = fake_device(total);
     let created = Pod::create(&config, Backing::dax(&path, total)).unwrap();
     let created_layout = created.layout().clone();
@@ -454,7 +456,7 @@ fn dax_create_and_open_on_a_regular_file_of_the_right_length() {
     let opened = Pod::open(Backing::dax(&path, total)).unwrap();
     assert_eq!(opened.layout(), &created_layout);
     let opened = Pod::open_expecting(Backing::dax(&path, total), &config).unwrap();
-    assert_eq!(opened.config(), &config);
+    assert_eq!(opened.config(), &resolved);
 }
 
 // ---------------------------------------------------------------- opening
@@ -508,23 +510,37 @@ fn open_a_layout_or_log_format_version_newer_than_this_build() {
 
 #[test]
 fn open_a_pod_of_the_previous_layout_version() {
-    // A pod made by a build of layout version 3 (before local partitions, copies and
-    // RPC rings): its header says 3, with a checksum that matches. This build refuses it
-    // by name.
+    // A pod made by a build of layout version 4 (before leases and crash safety): its
+    // header says 4, with a checksum that matches. This build refuses it by name.
     let previous = LAYOUT_VERSION - 1;
-    assert_eq!(previous, 3);
+    assert_eq!(previous, 4);
     let (_dir, _path, error) = open_with_header_field(&small_config(), VERSION_AT, previous);
     assert!(
         matches!(
             error,
             Error::UnknownVersion {
-                found: 3,
+                found: 4,
                 supported: LAYOUT_VERSION,
                 ..
             }
         ),
-        "expected UnknownVersion of 3, got {error:?}"
+        "expected UnknownVersion of 4, got {error:?}"
     );
+}
+
+#[test]
+fn open_a_crash_safety_mode_no_pod_is_created_with() {
+    // Byte 108: the crash-safety word. `Auto` (0) is decided at creation, never stored.
+    for found in [0, 3] {
+        let (_dir, _path, error) = open_with_header_field(&small_config(), 108, found);
+        let Error::HeaderInvalid { reason, .. } = error else {
+            panic!("expected HeaderInvalid, got {error:?}");
+        };
+        assert!(
+            matches!(*reason, Error::UnknownCrashSafety { found: f } if f == found),
+            "{reason:?}"
+        );
+    }
 }
 
 #[test]
@@ -578,7 +594,9 @@ fn open_file_shorter_than_its_layout() {
 #[test]
 fn open_dax_length_shorter_than_the_header_region_or_the_layout() {
     let config = small_config();
-    let total = Layout::new(&config).unwrap().total_bytes;
+    // A pod on a device keeps undo images (`CrashSafety::Auto`): size it for them.
+    let resolved = config.resolved_for(&Backing::dax("/dev/dax0.0", 0));
+    let total = Layout::new(&resolved).unwrap().total_bytes;
     let (_dir, path) = fake_device(total);
     drop(Pod::create(&config, Backing::dax(&path, total)).unwrap());
     for (len, needed) in [

@@ -118,13 +118,15 @@ fn hosts_lists_joined_hosts_with_this_process_pid() {
                 host: 0,
                 pid,
                 heartbeat: 0,
-                joins: 1
+                joins: 1,
+                same_machine: true,
             },
             HostInfo {
                 host: 2,
                 pid,
                 heartbeat: 0,
-                joins: 1
+                joins: 1,
+                same_machine: true,
             },
         ]
     );

@@ -11,6 +11,7 @@ use crate::chaos::{Fault, Point};
 use crate::counters::Counter;
 use crate::error::{Error, Result};
 use crate::event::{Event, OwnedEvent};
+use crate::host_table;
 use crate::ids::HostId;
 use crate::log::Log;
 use crate::mutants::{self, Step};
@@ -37,6 +38,12 @@ struct Replayed {
 impl Shared {
     /// The tail check: makes the replica cover `ctail`.
     pub(super) fn catch_up(&self) -> Result<()> {
+        if self.is_declared_dead() {
+            return Err(Error::HostDeclaredDead {
+                host: self.id,
+                life: self.life,
+            });
+        }
         // Acquire: pairs with the AcqRel `fetch_max` in `append_batch`; entries below
         // ctail are published and their lines reached memory before it moved.
         let target = Log::ctail(&self.pod).load(Ordering::Acquire);
@@ -105,6 +112,8 @@ impl Shared {
             }
             match target {
                 Some(target) if position < target => {
+                    // The position may be a dead host's, which only a recovery fills.
+                    self.unblock_log();
                     let waited =
                         Backoff::snooze_or(&mut backoff, self.options.wait_limit, |waited_ms| {
                             Error::ReplayStalled {
@@ -144,6 +153,18 @@ impl Shared {
         } else {
             index.apply(position, author, event, self.id, &mut done.gained)?
         };
+        match *event {
+            // Replay rebuilt the free slots of this id's earlier holder up to here.
+            Event::HostJoined if author == self.id => {
+                *self.slots.lock() = SlotPool::default();
+                done.gained = SlotPool::default();
+            }
+            Event::HostDead { host, joins } if host == self.id && joins == self.life => {
+                self.declared_dead
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            _ => {}
+        }
         if author == self.id {
             match self.settles.lock().remove(&position) {
                 // Its appender gave up waiting: settle for it once `ctail` covers the
@@ -285,17 +306,30 @@ impl Shared {
                 fault: Fault::Refuse.name(),
             });
         }
+        // One reservation at a time per host: its row holds one announced range.
+        let appending = self.append_lock.lock();
         let start = self.log.reserve(
             &self.pod,
             count,
             self.options.wait_limit,
             &self.chaos,
+            |from| host_table::announce_reservation(&self.pod, self.id, from, from + count),
             || self.replay(None).map(drop),
-        )?;
+        );
+        let start = match start {
+            Ok(start) => start,
+            Err(error) => {
+                host_table::announce_reservation(&self.pod, self.id, 0, 0);
+                return Err(error);
+            }
+        };
         self.chaos.point(Point::AppendAfterReserve);
         for (i, entry) in entries.chunks_exact(entry_bytes).enumerate() {
             self.log.write(&self.memory, start + i as u64, entry);
         }
+        // Published: nothing of ours for a recoverer to fill.
+        host_table::announce_reservation(&self.pod, self.id, 0, 0);
+        drop(appending);
         self.counters
             .entries_appended
             .fetch_add(count, Ordering::Relaxed);

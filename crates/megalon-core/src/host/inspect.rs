@@ -25,6 +25,12 @@ pub struct HostStats {
     pub entries_replayed: u64,
     /// Slots whose cached lines replay dropped (events from other hosts).
     pub slots_dropped: u64,
+    /// Dead hosts this host recovered (their rows freed).
+    pub hosts_recovered: u64,
+    /// Log positions of dead hosts this host filled with `Skip` entries.
+    pub entries_skipped: u64,
+    /// Record locks of dead hosts this host restored.
+    pub locks_recovered: u64,
 }
 
 /// An event read back from the log.
@@ -158,6 +164,9 @@ impl Inspect<'_> {
             batches_appended: c.batches_appended.load(Ordering::Relaxed),
             entries_replayed: c.entries_replayed.load(Ordering::Relaxed),
             slots_dropped: c.slots_dropped.load(Ordering::Relaxed),
+            hosts_recovered: c.hosts_recovered.load(Ordering::Relaxed),
+            entries_skipped: c.entries_skipped.load(Ordering::Relaxed),
+            locks_recovered: c.locks_recovered.load(Ordering::Relaxed),
         }
     }
 
@@ -211,6 +220,30 @@ impl Inspect<'_> {
         Ok(shared.pending_work())
     }
 
+    /// Reserves `count` log positions the way an append does (announced in this host's
+    /// row) and publishes nothing: with [`crash`], how a test leaves positions that a dead
+    /// host reserved. Returns the first.
+    pub fn reserve_unpublished(&self, count: u64) -> Result<u64> {
+        let shared = &self.host.shared;
+        let pod = &shared.pod;
+        let id = shared.id;
+        shared.log.reserve(
+            pod,
+            count,
+            shared.options.wait_limit,
+            &shared.chaos,
+            |from| host_table::announce_reservation(pod, id, from, from + count),
+            || Ok(()),
+        )
+    }
+
+    /// Makes this host's row say that it runs on another machine: the other hosts can then
+    /// tell whether it lives only by its lease (its pump's heartbeats), as across
+    /// machines. For tests of the lease.
+    pub fn pretend_elsewhere(&self) {
+        host_table::pretend_elsewhere(&self.host.shared.pod, self.host.shared.id);
+    }
+
     /// Errors the pump met in the background.
     pub fn background_errors(&self) -> BackgroundErrors {
         let shared = &self.host.shared;
@@ -225,4 +258,22 @@ impl Inspect<'_> {
     pub fn chaos_counts(&self) -> crate::chaos::ChaosCounts {
         self.host.shared.chaos.counts()
     }
+}
+
+/// Makes `host` die where it stands, as a host on another machine would: its pump stops
+/// (no more heartbeats), and everything it holds (its row in the host table, its log
+/// reservation, its record locks, its undo images) stays as it is. Its row is made to say
+/// that it runs on another machine, so that the other hosts can tell its death only by
+/// its lease, as they would across machines (this process still runs). Its memory is
+/// leaked. For tests of recovery.
+pub fn crash(host: Host) {
+    let mut host = std::mem::ManuallyDrop::new(host);
+    host.shared
+        .stop
+        .store(true, std::sync::atomic::Ordering::Release);
+    if let Some(pump) = host.pump.take() {
+        pump.thread().unpark();
+        let _ = pump.join();
+    }
+    host_table::pretend_elsewhere(&host.shared.pod, host.shared.id);
 }

@@ -15,9 +15,10 @@ use combiner::Combiner;
 use crate::chaos::Chaos;
 use crate::config::Coherence;
 use crate::error::{Error, Result};
-use crate::event::OwnedEvent;
+use crate::event::{Event, OwnedEvent};
 use crate::host_table;
 pub use crate::ids::HostId;
+use crate::limits::HOLDS_PER_HOST;
 use crate::log::Log;
 use crate::memory::Memory;
 use crate::pod::Pod;
@@ -28,6 +29,7 @@ use crate::sync::{AtomicU64, Mutex, Ordering};
 mod all_log;
 mod append;
 mod combiner;
+mod crash;
 mod inspect;
 mod local;
 mod object;
@@ -37,7 +39,7 @@ mod records;
 mod settle;
 mod ticket;
 
-pub use inspect::{BackgroundErrors, HostStats, Inspect, LoggedEvent, RecordCensus};
+pub use inspect::{crash, BackgroundErrors, HostStats, Inspect, LoggedEvent, RecordCensus};
 pub use options::{HostOptions, Join, ReleaseHook};
 pub use records::{ReleaseReason, Releasing};
 use settle::Deferred;
@@ -53,12 +55,27 @@ struct Counters {
     batches_appended: AtomicU64,
     entries_replayed: AtomicU64,
     slots_dropped: AtomicU64,
+    hosts_recovered: AtomicU64,
+    entries_skipped: AtomicU64,
+    locks_recovered: AtomicU64,
 }
 
 /// Everything one host runs, shared by its threads and its pump.
 struct Shared {
     pod: Arc<Pod>,
     id: HostId,
+    /// Which life of the id this host is (the host table's join count after its claim).
+    life: u64,
+    /// A `HostDead` naming this host and life was applied: another host declared it dead
+    /// (its lease ran out) and recovered what it held. Every operation fails from then on.
+    declared_dead: std::sync::atomic::AtomicBool,
+    /// Held from a reservation of log positions until they are published: the host's row
+    /// announces one reservation at a time.
+    append_lock: Mutex<()>,
+    /// Announce words (and undo images) not in use, one bit each.
+    free_holds: Mutex<u64>,
+    /// What the pump knows of the other hosts' leases.
+    watch: Mutex<crash::Watch>,
     memory: Memory,
     log: Log,
     replica: Replica,
@@ -106,10 +123,15 @@ pub struct Host {
 impl Host {
     /// Joins `pod` as `which`. `options` can be a [`MemoryKind`](crate::MemoryKind) alone.
     pub fn join(pod: &Arc<Pod>, which: Join, options: impl Into<HostOptions>) -> Result<Host> {
-        let id = claim_id(pod, which)?;
-        let shared = Arc::new(Shared::new(pod, id, options.into()));
+        let (id, life) = claim_id(pod, which)?;
+        let shared = Arc::new(Shared::new(pod, id, life, options.into()));
         #[cfg_attr(megalon_loom, allow(unused_mut))] // loom starts no pump
         let mut host = Host { shared, pump: None };
+        if life > 1 {
+            // The id was held before: what replay rebuilds of that holder's free slots is
+            // not ours (their `HostJoined` clears it).
+            host.shared.submit(&Event::HostJoined)?;
+        }
         host.shared.catch_up()?;
         // A loom model drives replay by hand; its threads are model threads only.
         #[cfg(not(megalon_loom))]
@@ -209,7 +231,10 @@ impl Drop for Host {
             pump.thread().unpark();
             let _ = pump.join();
         }
-        host_table::release(&self.shared.pod, self.shared.id);
+        // A host declared dead has had its row freed (and maybe claimed again) already.
+        if !self.shared.is_declared_dead() {
+            host_table::release(&self.shared.pod, self.shared.id);
+        }
     }
 }
 
@@ -223,6 +248,12 @@ impl std::fmt::Debug for Host {
 }
 
 impl Shared {
+    /// Whether another host declared this one dead (see [`Shared::declared_dead`]).
+    fn is_declared_dead(&self) -> bool {
+        self.declared_dead
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn check_key(&self, key: &[u8]) -> Result<()> {
         let max_key_bytes = self.pod.config().max_key_bytes;
         if key.len() > max_key_bytes as usize {
@@ -260,6 +291,7 @@ impl Shared {
                 Err(error) => self.background_error(error),
             }
             host_table::heartbeat(&self.pod, self.id);
+            self.watch_hosts();
             if busy_rounds > 0 {
                 busy_rounds -= 1;
                 std::thread::yield_now();
@@ -273,7 +305,7 @@ impl Shared {
 impl Shared {
     /// Everything host `id` runs, freshly made: its memory, an empty replica (replay fills
     /// it), its appender and its counters.
-    fn new(pod: &Arc<Pod>, id: HostId, options: HostOptions) -> Self {
+    fn new(pod: &Arc<Pod>, id: HostId, life: u64, options: HostOptions) -> Self {
         let layout = pod.layout();
         let max_hosts = layout.config.max_hosts;
         let log = Log::new(pod);
@@ -286,6 +318,15 @@ impl Shared {
         Shared {
             pod: Arc::clone(pod),
             id,
+            life,
+            declared_dead: std::sync::atomic::AtomicBool::new(false),
+            append_lock: Mutex::new(()),
+            free_holds: Mutex::new(if HOLDS_PER_HOST == 64 {
+                u64::MAX
+            } else {
+                (1 << HOLDS_PER_HOST) - 1
+            }),
+            watch: Mutex::new(crash::Watch::default()),
             memory: Memory::new(Arc::clone(pod), options.memory.clone()),
             log,
             replica,
@@ -321,7 +362,8 @@ impl Shared {
 
 /// Claims a host id for this process as `which` says, through the log's registration:
 /// the new host will replay from position 0, so `head` stays at 0 until it is counted.
-fn claim_id(pod: &Pod, which: Join) -> Result<HostId> {
+/// Returns the id and which life of it this is.
+fn claim_id(pod: &Pod, which: Join) -> Result<(HostId, u64)> {
     let max_hosts = pod.config().max_hosts;
     if let Join::As(host) = which {
         if host >= max_hosts {
@@ -347,7 +389,7 @@ fn claim_id(pod: &Pod, which: Join) -> Result<HostId> {
     // The new host replays from position 0: registration keeps head at 0 until
     // `end_join`, and this store happens before it.
     Log::ltail(pod, id).store(0, Ordering::SeqCst);
-    host_table::count_join(pod, id);
+    let life = host_table::count_join(pod, id);
     Log::end_join(pod);
-    Ok(id)
+    Ok((id, life))
 }

@@ -291,6 +291,9 @@ impl Shared {
         let mut backoff: Option<Backoff> = None;
         let mut retries = 0u32;
         let mut forced_record: Option<u32> = None;
+        // The announce word and undo image of this write (pods with undo images), taken
+        // at the first lock attempt, freed on every way out but the ticket's.
+        let mut held = None;
         loop {
             // 1. Tail check, lookup.
             self.catch_up()?;
@@ -331,6 +334,11 @@ impl Shared {
                 locked: true,
                 counter: word.counter + 1,
             };
+            let hold = match held {
+                Some(ref hold) => hold,
+                None => held.insert(self.take_hold()?),
+            };
+            self.announce(hold, record, locked);
             self.chaos.point(Point::WriteBeforeLock);
             c.add(Counter::ScrAtomics, 1);
             if records.compare_exchange(record, word, locked).is_err() {
@@ -345,10 +353,13 @@ impl Shared {
                 retries += 1;
                 continue;
             }
-            return Ok((
-                self.ready_to_write(&entry, record, word.counter, c),
-                retries,
-            ));
+            let mut state = self.ready_to_write(&entry, record, word.counter, c);
+            // Before the ticket lets a byte change: what recovery restores if we die.
+            let hold = held.take().expect("taken before the lock");
+            let (offset, len) = (state.place.offset, state.place.len);
+            self.keep_undo_image(&hold, record, locked, offset, len);
+            state.hold = hold.into_index();
+            return Ok((state, retries));
         }
     }
 
@@ -463,6 +474,7 @@ impl Shared {
             place,
             record,
             counter_before: counter,
+            hold: None,
         }
     }
 
@@ -569,6 +581,9 @@ impl Shared {
             counter: next,
         };
         self.unlock_record(state.record, locked, unlocked, c);
+        if let Some(hold) = state.hold {
+            self.end_hold(hold);
+        }
         c.add(Counter::Writes, 1);
         Ok(())
     }

@@ -129,6 +129,8 @@ pub(super) struct WriteState {
     pub(super) place: Place,
     pub(super) record: u32,
     pub(super) counter_before: u32,
+    /// The announce word (and undo image) of this write's lock, in a pod with undo images.
+    pub(super) hold: Option<u64>,
 }
 
 impl WriteTicket<'_> {

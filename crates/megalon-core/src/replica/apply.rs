@@ -76,6 +76,10 @@ pub enum Outcome {
     },
     /// Slots changed owner.
     SlotsGranted,
+    /// A `Skip`, `HostJoined` or `HostDead`: noted.
+    Noted,
+    /// A recovered object: every host dropped its lines of it.
+    Recovered,
 }
 
 /// What applying one event asks the replayer to do.
@@ -166,6 +170,15 @@ impl Index {
             Event::NeedSlots { count } => self.apply_need_slots(at, count, a),
             Event::GrantSlots { to, first, count } => {
                 self.apply_grant_slots(at, to, first, count, pool, a)?
+            }
+            Event::Skip => a.outcome = Outcome::Noted,
+            Event::HostJoined => self.apply_host_joined(at, a),
+            Event::HostDead { host, .. } => self.apply_host_dead(at, host, a)?,
+            Event::Recovered { key, .. } => {
+                self.apply_wrap(at, key, a);
+                if a.outcome == Outcome::Wrapped {
+                    a.outcome = Outcome::Recovered;
+                }
             }
         }
         // A touched object's own host counter is unknown on the author too: the touch
@@ -355,6 +368,38 @@ impl Index {
                 a.changed(self.slot_of(handle), at.mine);
             }
         }
+    }
+
+    /// A host joined under an id held before: the free slots the earlier holder had are
+    /// no one's (its DRAM pool is gone), so it is no donor. (The joiner clears the pool
+    /// its replay rebuilt up to here.)
+    fn apply_host_joined(&mut self, at: At, a: &mut Applied) {
+        self.slots.free_counts[at.author as usize] = 0;
+        a.outcome = Outcome::Noted;
+    }
+
+    /// A host died: its free slots are gone with its DRAM (it is no donor), and objects
+    /// in its DRAM go back to their CXL slots, holding what they held when they moved
+    /// there (writes made in its DRAM since are lost with it). Every replica applies it at
+    /// the same position, so all agree on which writes came before the death. An AllLog
+    /// object whose replicated lock it held stays locked: the baseline has no undo images.
+    fn apply_host_dead(&mut self, at: At, host: HostId, a: &mut Applied) -> Result<()> {
+        if host >= self.max_hosts {
+            return Err(at.corrupt("dead host past the pod's maximum"));
+        }
+        self.slots.free_counts[host as usize] = 0;
+        let held: Vec<u32> = self
+            .table
+            .iter()
+            .copied()
+            .filter(|&handle| owner_of(self.arena.get(handle, META)) == Some(host))
+            .collect();
+        for handle in held {
+            self.set_owner(handle, None);
+            self.touch(handle, at.position);
+        }
+        a.outcome = Outcome::Noted;
+        Ok(())
     }
 
     /// AllLog: the first `Lock` on an unlocked object wins; a later one changes nothing.

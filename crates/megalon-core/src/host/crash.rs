@@ -1,0 +1,475 @@
+//! Hosts that die: the lease and the process check that tell a dead host, the recovery a
+//! live host runs for it, and what a writer keeps so that recovery can restore what it
+//! was writing.
+//!
+//! **Telling a dead host.** Every host's pump bumps its heartbeat in the host table. A
+//! host on this machine is dead as soon as its process is gone (its pid no longer names
+//! the process that joined); a host on another machine is dead once its heartbeat has not
+//! moved for the pod's lease (`PodConfig::lease_ms`), by the watcher's clock. Each host's
+//! pump watches the others, a few times per lease.
+//!
+//! **Recovery** (one live host at a time: the pod's recovery word names it):
+//! 1. The dead host's reservation (the log positions it announced before its CAS on
+//!    `tail` and had not published) is filled with `Skip` entries, so that replay goes on.
+//!    A position that another live host also announces is that host's: recovery waits.
+//! 2. A `HostDead` event: every replica applies it at one position (the dead host holds
+//!    no slots and no object in its DRAM from there on), and if the "dead" host still
+//!    runs (a lease that ran out on a host that was only paused) it stops there.
+//! 3. With undo images: every record lock it announced and still holds is restored:
+//!    a write whose undo image was complete gets its object's last complete value back
+//!    and its counter moved on by 2 (a reader that copied torn bytes fails `read_end`);
+//!    a write that had not changed a byte yet gets its old word back. A `Recovered` event
+//!    makes every host drop its cached lines of the object.
+//! 4. Its row is freed (a CAS from its pid): its `ltail` no longer holds the log's head,
+//!    and its id can be joined again.
+//!
+//! **Announces and undo images** (pods with `CrashSafety::Undo`). Before the CAS that
+//! locks a record for a write, the writer stores which record and which locked word it
+//! is about to set in one of its announce words (the host table, SCR). After the lock,
+//! and before the ticket lets a byte change, it copies the object into its undo image
+//! (LNR), writes it back, fences, and marks the announce "undo ready". It clears the
+//! announce after the unlock. A locked word is the dead host's only if no live host
+//! announces the same record and word: a live host whose CAS lost clears or replaces its
+//! announce, and one whose CAS won unlocks in time, so recovery waits for them; a word
+//! locked by a live host is never taken.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use super::Shared;
+
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::host_table;
+use crate::ids::HostId;
+use crate::limits::HOLDS_PER_HOST;
+use crate::log::Log;
+use crate::record::{RecordWord, Records};
+use crate::sync::{AtomicU64, Ordering};
+
+/// The announce word's "undo image complete" bit.
+const UNDO_READY: u64 = 1 << 63;
+
+/// What one host's pump knows of the others' leases.
+#[derive(Debug, Default)]
+pub(super) struct Watch {
+    /// When the pump looks at the host table next.
+    next: Option<Instant>,
+    /// When a stalled replay looks at it next.
+    next_fill: Option<Instant>,
+    /// Per host: its holder, life, the heartbeat last seen and when it was first seen.
+    seen: HashMap<HostId, (u32, u64, u64, Instant)>,
+}
+
+/// A dead host, as the watcher found it, with every host it found dead.
+#[derive(Clone, Debug)]
+struct Dead {
+    host: HostId,
+    pid: u32,
+    joins: u64,
+    others_dead: Vec<HostId>,
+}
+
+impl Dead {
+    /// Whether `host` is alive as far as this watch knows: it holds its row and was not
+    /// found dead.
+    fn live(&self, pod: &crate::pod::Pod, host: HostId) -> bool {
+        host != self.host
+            && !self.others_dead.contains(&host)
+            && host_table::holder(pod, host).is_some()
+    }
+}
+
+/// How much of a recovery to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// Only fill the dead host's reservation (from a stalled replay).
+    Reservation,
+    /// Everything.
+    Whole,
+}
+
+fn encode_announce(record: u32, raw_word: u32) -> u64 {
+    debug_assert!(record < (1 << 31) - 1, "checked by the layout");
+    (u64::from(record) + 1) << 32 | u64::from(raw_word)
+}
+
+fn decode_announce(announce: u64) -> Option<(u32, u32, bool)> {
+    let record = (announce & !UNDO_READY) >> 32;
+    (record != 0).then(|| {
+        (
+            (record - 1) as u32,
+            announce as u32,
+            announce & UNDO_READY != 0,
+        )
+    })
+}
+
+/// A record lock this host announces: its announce word and undo image, freed on drop
+/// unless handed on.
+pub(super) struct Hold<'a> {
+    shared: &'a Shared,
+    index: Option<u64>,
+}
+
+impl Hold<'_> {
+    /// The announce word's index, for the write ticket to carry.
+    pub(super) fn into_index(mut self) -> Option<u64> {
+        self.index.take()
+    }
+}
+
+impl Drop for Hold<'_> {
+    fn drop(&mut self) {
+        if let Some(index) = self.index.take() {
+            self.shared.end_hold(index);
+        }
+    }
+}
+
+impl Shared {
+    fn announce_word(&self, host: HostId, index: u64) -> &AtomicU64 {
+        self.pod
+            .scr_u64(self.pod.layout().announce_offset(host, index))
+    }
+
+    /// Whether this host's writes keep undo images and announce their locks.
+    pub(super) fn undo_images(&self) -> bool {
+        self.pod.config().undo_images() && !self.all_log
+    }
+
+    /// An announce word and undo image for a write about to lock a record, or an empty
+    /// hold in a pod without undo images. Waits (bounded) while every one is in use.
+    pub(super) fn take_hold(&self) -> Result<Hold<'_>> {
+        if !self.undo_images() {
+            return Ok(Hold {
+                shared: self,
+                index: None,
+            });
+        }
+        let mut backoff: Option<crate::backoff::Backoff> = None;
+        loop {
+            {
+                let mut free = self.free_holds.lock();
+                if *free != 0 {
+                    let index = u64::from(free.trailing_zeros());
+                    *free &= !(1 << index);
+                    return Ok(Hold {
+                        shared: self,
+                        index: Some(index),
+                    });
+                }
+            }
+            crate::backoff::Backoff::snooze_or(
+                &mut backoff,
+                self.options.wait_limit,
+                |waited_ms| Error::TooManyLocksHeld {
+                    host: self.id,
+                    limit: HOLDS_PER_HOST,
+                    waited_ms,
+                },
+            )?;
+        }
+    }
+
+    /// Announces that this host is about to lock `record` as `locked` (before the CAS).
+    pub(super) fn announce(&self, hold: &Hold<'_>, record: u32, locked: RecordWord) {
+        if let Some(index) = hold.index {
+            let raw = Records::new(&self.pod).encode(locked);
+            // SeqCst: ordered before the locking CAS, so a recoverer that sees the word
+            // locked and no announce of it knows the lock is not this host's.
+            self.announce_word(self.id, index)
+                .store(encode_announce(record, raw), Ordering::SeqCst);
+        }
+    }
+
+    /// Holding `record`'s lock as `locked`, before any byte of the object at `offset`
+    /// (`len` bytes) changes: copies it into the undo image, makes that reach memory, and
+    /// marks the announce ready.
+    pub(super) fn keep_undo_image(
+        &self,
+        hold: &Hold<'_>,
+        record: u32,
+        locked: RecordWord,
+        offset: u64,
+        len: usize,
+    ) {
+        let Some(index) = hold.index else {
+            return;
+        };
+        let image = self.pod.layout().undo_image_offset(self.id, index);
+        UNDO_BUFFER.with(|buffer| {
+            let mut buffer = buffer.borrow_mut();
+            buffer.resize(len, 0);
+            self.memory.read(offset, &mut buffer);
+            self.memory.write(image, &buffer);
+        });
+        self.memory.write_back(image, len);
+        // The image is in memory before the announce says it is complete.
+        self.memory.fence();
+        let raw = Records::new(&self.pod).encode(locked);
+        self.announce_word(self.id, index)
+            .store(encode_announce(record, raw) | UNDO_READY, Ordering::SeqCst);
+    }
+
+    /// Clears announce `index` (its lock is released, or was never taken) and frees it.
+    pub(super) fn end_hold(&self, index: u64) {
+        self.announce_word(self.id, index)
+            .store(0, Ordering::SeqCst);
+        *self.free_holds.lock() |= 1 << index;
+    }
+
+    /// The pump's watch: every quarter lease, looks for hosts that died and recovers
+    /// them. Errors are the pump's background errors; recovery is tried again later.
+    pub(super) fn watch_hosts(&self) {
+        for dead in self.dead_hosts_due(|watch| &mut watch.next) {
+            if let Err(error) = self.recover(dead, Step::Whole) {
+                self.background_error(error);
+            }
+        }
+    }
+
+    /// For a replay stalled on an unpublished position (it holds the replay lock, so the
+    /// pump cannot recover now): every quarter lease, fills what dead hosts reserved.
+    pub(super) fn unblock_log(&self) {
+        for dead in self.dead_hosts_due(|watch| &mut watch.next_fill) {
+            if let Err(error) = self.recover(dead, Step::Reservation) {
+                self.background_error(error);
+            }
+        }
+    }
+
+    /// The dead hosts, if the timer `next` says it is time to look (then set again).
+    fn dead_hosts_due(&self, next: impl Fn(&mut Watch) -> &mut Option<Instant>) -> Vec<Dead> {
+        let lease = Duration::from_millis(u64::from(self.pod.config().lease_ms));
+        let now = Instant::now();
+        let mut watch = self.watch.lock();
+        let due = next(&mut watch);
+        if due.is_some_and(|due| now < due) {
+            return Vec::new();
+        }
+        *due = Some(now + lease / 4);
+        let mut dead = self.find_dead(&mut watch, now, lease);
+        let all: Vec<HostId> = dead.iter().map(|d| d.host).collect();
+        for d in &mut dead {
+            d.others_dead.clone_from(&all);
+        }
+        dead
+    }
+
+    fn find_dead(&self, watch: &mut Watch, now: Instant, lease: Duration) -> Vec<Dead> {
+        let mut dead = Vec::new();
+        for host in 0..self.pod.config().max_hosts {
+            if host == self.id {
+                continue;
+            }
+            let Some((pid, joins)) = host_table::holder(&self.pod, host) else {
+                watch.seen.remove(&host);
+                continue;
+            };
+            let gone = match host_table::process_gone(&self.pod, host, pid) {
+                Some(gone) => gone,
+                None => {
+                    let beat = host_table::heartbeat_count(&self.pod, host);
+                    let seen = watch.seen.entry(host).or_insert((pid, joins, beat, now));
+                    if (seen.0, seen.1, seen.2) != (pid, joins, beat) {
+                        *seen = (pid, joins, beat, now);
+                    }
+                    now.duration_since(seen.3) > lease
+                }
+            };
+            if gone {
+                dead.push(Dead {
+                    host,
+                    pid,
+                    joins,
+                    others_dead: Vec::new(),
+                });
+            }
+        }
+        dead
+    }
+
+    /// Recovers `dead` (up to `step`) if no other live host is recovering one now.
+    /// `Ok(true)`: done.
+    fn recover(&self, dead: Dead, step: Step) -> Result<bool> {
+        let word = self.pod.scr_u64(self.pod.layout().recovery_offset());
+        let me = u64::from(self.id) + 1;
+        let current = word.load(Ordering::SeqCst);
+        if current != 0 && current != me {
+            // Another host recovers; take over only if it is one of the dead.
+            let recoverer = (current - 1) as HostId;
+            if recoverer == dead.host || dead.live(&self.pod, recoverer) {
+                return Ok(false);
+            }
+        }
+        if word
+            .compare_exchange(current, me, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return Ok(false);
+        }
+        let result = self.recover_holding(&dead, step);
+        let _ = word.compare_exchange(me, 0, Ordering::SeqCst, Ordering::SeqCst);
+        result
+    }
+
+    fn recover_holding(&self, dead: &Dead, step: Step) -> Result<bool> {
+        if host_table::holder(&self.pod, dead.host) != Some((dead.pid, dead.joins)) {
+            return Ok(true);
+        }
+        if !self.fill_reservation(dead)? || step == Step::Reservation {
+            return Ok(false);
+        }
+        self.submit(&Event::HostDead {
+            host: dead.host,
+            joins: dead.joins,
+        })?;
+        if self.undo_images() && !self.restore_holds(dead)? {
+            return Ok(false);
+        }
+        host_table::announce_reservation(&self.pod, dead.host, 0, 0);
+        if host_table::release_dead(&self.pod, dead.host, dead.pid) {
+            self.counters
+                .hosts_recovered
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(true)
+    }
+
+    /// Fills the positions `dead` announced it reserves and never published with `Skip`
+    /// entries. `Ok(false)`: a live host announces one of them too (it is that host's, or
+    /// will be published): try again later.
+    fn fill_reservation(&self, dead: &Dead) -> Result<bool> {
+        let reserved = host_table::reservation(&self.pod, dead.host);
+        if reserved.is_empty() {
+            return Ok(true);
+        }
+        let tail = Log::tail(&self.pod).load(Ordering::SeqCst);
+        let mut entry = vec![0u8; self.log.entry_bytes()];
+        Event::Skip.encode(self.id, &mut entry);
+        for position in reserved.start..reserved.end.min(tail) {
+            if self.published_or_recycled(position) {
+                continue;
+            }
+            let live_claim = (0..self.pod.config().max_hosts).any(|host| {
+                dead.live(&self.pod, host)
+                    && host_table::reservation(&self.pod, host).contains(&position)
+            });
+            if live_claim {
+                return Ok(false);
+            }
+            // Its announcer published it after we looked: nothing to fill.
+            if self.published_or_recycled(position) {
+                continue;
+            }
+            self.log.write(&self.memory, position, &entry);
+            self.counters
+                .entries_skipped
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(true)
+    }
+
+    /// Whether the entry at `position` is published, or was and has been recycled (head
+    /// is past it: every live host applied it).
+    fn published_or_recycled(&self, position: u64) -> bool {
+        // Head read after the alive word: an entry of a later lap is only there once
+        // head passed `position`, and head never goes back.
+        self.log.is_published(&self.memory, position)
+            || Log::head(&self.pod).load(Ordering::SeqCst) > position
+    }
+
+    /// Restores every record lock `dead` announced and still holds. `Ok(false)`: a live
+    /// host announces the same lock (it may hold it): try again later.
+    fn restore_holds(&self, dead: &Dead) -> Result<bool> {
+        let records = Records::new(&self.pod);
+        let mut all_done = true;
+        for index in 0..HOLDS_PER_HOST {
+            let announce = self.announce_word(dead.host, index).load(Ordering::SeqCst);
+            let Some((record, raw, undo_ready)) = decode_announce(announce) else {
+                continue;
+            };
+            let locked = records.decode(raw);
+            if records.load(record) != locked {
+                // Never taken, or released: nothing of the dead host's.
+                self.announce_word(dead.host, index)
+                    .store(0, Ordering::SeqCst);
+                continue;
+            }
+            let live_announce = (0..self.pod.config().max_hosts).any(|host| {
+                dead.live(&self.pod, host)
+                    && (0..HOLDS_PER_HOST).any(|i| {
+                        let theirs = self.announce_word(host, i).load(Ordering::SeqCst);
+                        decode_announce(theirs).is_some_and(|(r, w, _)| (r, w) == (record, raw))
+                    })
+            });
+            if live_announce {
+                all_done = false;
+                continue;
+            }
+            self.restore_write(dead.host, index, record, locked, undo_ready)?;
+            self.announce_word(dead.host, index)
+                .store(0, Ordering::SeqCst);
+        }
+        Ok(all_done)
+    }
+
+    /// Restores `record`, locked by a dead writer as `locked`: its object gets the undo
+    /// image back if the writer had completed it (and the counter moves on by 2), else
+    /// the record gets its word from before the lock (no byte had changed).
+    fn restore_write(
+        &self,
+        dead: HostId,
+        index: u64,
+        record: u32,
+        locked: RecordWord,
+        undo_ready: bool,
+    ) -> Result<()> {
+        let records = Records::new(&self.pod);
+        let before = locked.counter.wrapping_sub(1) & records.counter_mask();
+        let key = self.replica.index.read().record_owner_key(record);
+        let entry = key
+            .as_ref()
+            .and_then(|key| self.replica.index.read().lookup(key));
+        let counter = match (&entry, undo_ready) {
+            (Some(entry), true) => {
+                let place = self.place(entry);
+                let image = self.pod.layout().undo_image_offset(dead, index);
+                let mut bytes = vec![0u8; place.len];
+                // Our cache may hold lines of the image and of the object from before.
+                self.memory.flush(image, place.len);
+                self.memory.flush(place.offset, place.len);
+                self.memory.fence();
+                self.memory.read(image, &mut bytes);
+                self.memory.write(place.offset, &bytes);
+                self.memory.write_back(place.offset, place.len);
+                // The restored bytes are in memory before the record says unlocked.
+                self.memory.fence();
+                (before + 2) & records.counter_mask()
+            }
+            _ => before,
+        };
+        let unlocked = RecordWord {
+            in_use: true,
+            locked: false,
+            counter,
+        };
+        if records.compare_exchange(record, locked, unlocked).is_err() {
+            // Only a lock's holder changes a locked word, and the holder is dead.
+            return Err(Error::RecordChangedUnderRecovery { record });
+        }
+        if let Some(key) = key {
+            self.submit(&Event::Recovered { key: &key, record })?;
+        }
+        self.counters
+            .locks_recovered
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+thread_local! {
+    /// A writer's buffer for its undo image (one copy per write, no allocation).
+    static UNDO_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}

@@ -1,0 +1,200 @@
+//! Hosts that die: a host of this process is made to die where it stands
+//! (`inspect::crash`: its pump stops, everything it holds stays, and its row says it runs
+//! on another machine, so only its lease tells). The other hosts must find it dead after
+//! the lease, fill what it reserved in the log, restore what it was writing, free its row,
+//! and go on; a host that is alive must never be taken for dead.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{read, simulated, value, SLOT};
+use megalon_core::inspect::crash;
+use megalon_core::{CrashSafety, Host, HostOptions, Join, Pod, PodConfig};
+
+/// Lease of the pods here.
+const LEASE_MS: u32 = 100;
+/// How long after the lease recovery may take, at most, on a loaded machine.
+const BOUND: Duration = Duration::from_secs(5);
+
+fn config() -> PodConfig {
+    common::config()
+        .lease_ms(LEASE_MS)
+        .crash_safety(CrashSafety::Undo)
+}
+
+fn options(seed: u64) -> HostOptions {
+    HostOptions::new()
+        .memory(simulated(seed, 512, 64))
+        .pump_interval(Some(Duration::from_millis(1)))
+}
+
+fn join(pod: &Arc<Pod>, seed: u64) -> Host {
+    Host::join(pod, Join::AnyFree, options(seed)).expect("joining")
+}
+
+/// Waits until `host` has recovered `hosts` dead hosts, or fails after the lease and
+/// [`BOUND`].
+#[track_caller]
+fn wait_recovered(host: &Host, hosts: u64) {
+    let deadline = Instant::now() + Duration::from_millis(LEASE_MS.into()) + BOUND;
+    while host.inspect().stats().hosts_recovered < hosts {
+        assert!(
+            Instant::now() < deadline,
+            "no recovery after {BOUND:?}: {:?}",
+            host.inspect().background_errors()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn positions_a_dead_host_reserved_are_skipped_and_the_log_goes_on() {
+    let pod = Arc::new(Pod::create(&config(), megalon_core::Backing::heap()).unwrap());
+    let a = join(&pod, 1);
+    let b = join(&pod, 2);
+    let a_id = a.id();
+    let first = a.inspect().reserve_unpublished(3).unwrap();
+    crash(a);
+    // b's create lands after the hole: it completes only once replay passes it.
+    let started = Instant::now();
+    b.create(b"after", &value(7)).unwrap();
+    assert!(started.elapsed() < Duration::from_millis(LEASE_MS.into()) + BOUND);
+    assert_eq!(read(&b, b"after"), value(7));
+    wait_recovered(&b, 1);
+    let stats = b.inspect().stats();
+    assert_eq!(stats.entries_skipped, 3, "positions {first}..{}", first + 3);
+    assert!(
+        pod.hosts().iter().all(|row| row.host != a_id),
+        "the dead host's row is free: {:?}",
+        pod.hosts()
+    );
+}
+
+#[test]
+fn a_write_in_flight_when_its_host_dies_is_rolled_back_whole() {
+    let pod = Arc::new(Pod::create(&config(), megalon_core::Backing::heap()).unwrap());
+    let a = join(&pod, 1);
+    let b = join(&pod, 2);
+    a.create(b"k", &value(1)).unwrap();
+    a.write(b"k", &value(2)).unwrap();
+    // a dies with half of a new value written (and in memory, as an eviction would put
+    // it), its record locked.
+    let ticket = a.write_start(b"k").unwrap();
+    ticket.write(0, &[0xee; SLOT / 2]).unwrap();
+    a.memory().write_back(ticket.offset(), SLOT);
+    a.memory().fence();
+    std::mem::forget(ticket);
+    crash(a);
+    // b waits for the lock, then reads the last complete value, whole.
+    let started = Instant::now();
+    assert_eq!(read(&b, b"k"), value(2), "old value, never a mix");
+    assert!(started.elapsed() < Duration::from_millis(LEASE_MS.into()) + BOUND);
+    wait_recovered(&b, 1);
+    assert_eq!(b.inspect().stats().locks_recovered, 1);
+    assert!(b.inspect().record_census().locked.is_empty());
+    // And the object is writable again.
+    b.write(b"k", &value(3)).unwrap();
+    assert_eq!(read(&b, b"k"), value(3));
+}
+
+#[test]
+fn a_dead_host_that_locked_without_writing_leaves_the_value_as_it_was() {
+    let pod = Arc::new(Pod::create(&config(), megalon_core::Backing::heap()).unwrap());
+    let a = join(&pod, 1);
+    let b = join(&pod, 2);
+    a.create(b"k", &value(1)).unwrap();
+    a.write(b"k", &value(2)).unwrap();
+    let ticket = a.write_start(b"k").unwrap();
+    std::mem::forget(ticket);
+    crash(a);
+    assert_eq!(read(&b, b"k"), value(2));
+    b.write(b"k", &value(4)).unwrap();
+    assert_eq!(read(&b, b"k"), value(4));
+}
+
+#[test]
+fn a_host_that_rejoins_under_its_old_id_does_not_reuse_its_old_slots() {
+    let pod = Arc::new(Pod::create(&config(), megalon_core::Backing::heap()).unwrap());
+    let a = join(&pod, 1);
+    let b = join(&pod, 2);
+    let a_id = a.id();
+    for i in 0..20u8 {
+        a.create(&[b'a', i], &value(i)).unwrap();
+    }
+    crash(a);
+    wait_recovered(&b, 1);
+    let again = Host::join(&pod, Join::As(a_id), options(3)).expect("the id is free again");
+    for i in 0..20u8 {
+        again.create(&[b'n', i], &value(100 + i)).unwrap();
+    }
+    for i in 0..20u8 {
+        assert_eq!(read(&b, &[b'a', i]), value(i), "old object {i}");
+        assert_eq!(read(&b, &[b'n', i]), value(100 + i), "new object {i}");
+    }
+}
+
+#[test]
+fn a_live_host_is_never_taken_for_dead_even_when_it_holds_a_lock_past_the_lease() {
+    let pod = Arc::new(Pod::create(&config(), megalon_core::Backing::heap()).unwrap());
+    let a = join(&pod, 1);
+    let b = join(&pod, 2);
+    a.create(b"k", &value(1)).unwrap();
+    a.write(b"k", &value(2)).unwrap();
+    // Only the lease can tell for a host on "another machine": a's pump keeps renewing it.
+    a.inspect().pretend_elsewhere();
+    let ticket = a.write_start(b"k").unwrap();
+    ticket.write(0, &[0xee; SLOT / 2]).unwrap();
+    std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 5));
+    ticket.write(SLOT / 2, &value(9)[SLOT / 2..]).unwrap();
+    a.write_end(ticket).unwrap();
+    let mut expected = value(9);
+    expected[..SLOT / 2].fill(0xee);
+    assert_eq!(read(&b, b"k"), expected);
+    let stats = b.inspect().stats();
+    assert_eq!((stats.hosts_recovered, stats.locks_recovered), (0, 0));
+    assert!(pod.hosts().iter().any(|row| row.host == a.id()));
+}
+
+#[test]
+fn a_pod_file_in_use_is_not_replaced_unless_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("in-use.pod");
+    let config = PodConfig::new().lnr_bytes(4 << 20);
+    let pod = Arc::new(Pod::create(&config, megalon_core::Backing::file(&path)).unwrap());
+    let host = Host::join(&pod, Join::AnyFree, HostOptions::new()).unwrap();
+    let refused = Pod::create(&config, megalon_core::Backing::file(&path));
+    match refused {
+        Err(megalon_core::Error::PodInUse { hosts, .. }) => assert_eq!(hosts, vec![host.id()]),
+        other => panic!("expected PodInUse, got {:?}", other.map(|_| ())),
+    }
+    Pod::create_replacing(&config, megalon_core::Backing::file(&path)).unwrap();
+    drop(host);
+    // With every host gone, a new pod may take the path.
+    Pod::create(&config, megalon_core::Backing::file(&path)).unwrap();
+}
+
+#[test]
+fn a_copy_of_torn_bytes_made_before_recovery_is_refused_after_it() {
+    let pod = Arc::new(Pod::create(&config(), megalon_core::Backing::heap()).unwrap());
+    let a = join(&pod, 1);
+    let b = join(&pod, 2);
+    a.create(b"k", &value(1)).unwrap();
+    a.write(b"k", &value(2)).unwrap();
+    // b's read starts before a's write, copies the torn bytes after a died mid-write,
+    // and ends after the recovery: the counter must say the copy is not a value.
+    let reading = b.read_start(b"k").unwrap();
+    let ticket = a.write_start(b"k").unwrap();
+    ticket.write(0, &[0xee; SLOT / 2]).unwrap();
+    a.memory().write_back(ticket.offset(), SLOT);
+    a.memory().fence();
+    std::mem::forget(ticket);
+    crash(a);
+    let mut copy = vec![0u8; SLOT];
+    reading.read(0, &mut copy).unwrap();
+    assert_eq!(copy[..SLOT / 2], [0xee; SLOT / 2], "the copy is torn");
+    wait_recovered(&b, 1);
+    assert!(!b.read_end(reading).unwrap(), "a torn copy was accepted");
+    assert_eq!(read(&b, b"k"), value(2));
+}
