@@ -166,6 +166,11 @@ pub struct PodConfig {
     /// What the pod keeps so that a host can die mid-write: [`CrashSafety::Auto`] (the
     /// default) decides by the backing.
     pub crash_safety: CrashSafety,
+    /// Bytes of LNR through which a live host streams its index to a host that joins
+    /// after the log has recycled its first entries (a multiple of [`LINE_BYTES`]; default
+    /// [`DEFAULT_JOIN_AREA_BYTES`]). 0: no late joins; such a join answers
+    /// [`Error::LogRecycled`](crate::Error::LogRecycled).
+    pub join_area_bytes: u64,
 }
 
 impl Default for PodConfig {
@@ -186,6 +191,7 @@ impl Default for PodConfig {
             rpc_ring_entries: 0,
             lease_ms: DEFAULT_LEASE_MS,
             crash_safety: CrashSafety::Auto,
+            join_area_bytes: DEFAULT_JOIN_AREA_BYTES,
         }
     }
 }
@@ -233,6 +239,8 @@ impl PodConfig {
         rpc_ring_entries: u32,
         lease_ms: u32,
         crash_safety: CrashSafety,
+        /// 0: no late joins.
+        join_area_bytes: u64,
     }
 
     /// Whether writes keep undo images and announce their locks: [`CrashSafety::Undo`]
@@ -310,6 +318,7 @@ impl PodConfig {
         for (parameter, value) in [
             ("app_scr_bytes", self.app_scr_bytes),
             ("app_lnr_bytes", self.app_lnr_bytes),
+            ("join_area_bytes", self.join_area_bytes),
         ] {
             if !value.is_multiple_of(LINE_BYTES) {
                 return Err(Error::UnalignedSize {
@@ -322,6 +331,13 @@ impl PodConfig {
         if !self.slot_size_bytes.is_multiple_of(LINE_BYTES) {
             return Err(Error::SlotSizeNotLineMultiple {
                 slot_size_bytes: self.slot_size_bytes,
+            });
+        }
+        if self.join_area_bytes > MAX_JOIN_AREA_BYTES {
+            return Err(Error::AboveLimit {
+                parameter: "join_area_bytes",
+                value: self.join_area_bytes,
+                limit: MAX_JOIN_AREA_BYTES,
             });
         }
         if self.slot_size_bytes > MAX_SLOT_SIZE_BYTES {
@@ -411,7 +427,7 @@ impl PodConfig {
 
     /// Every parameter, named, as a number.
     #[cfg_attr(megalon_loom, allow(dead_code))]
-    fn parameters(&self) -> [(&'static str, u64); 15] {
+    fn parameters(&self) -> [(&'static str, u64); 16] {
         [
             ("scr_bytes", self.scr_bytes),
             ("lnr_bytes", self.lnr_bytes),
@@ -431,6 +447,7 @@ impl PodConfig {
             ("rpc_ring_entries", self.rpc_ring_entries.into()),
             ("lease_ms", self.lease_ms.into()),
             ("crash_safety", self.crash_safety.to_u32().into()),
+            ("join_area_bytes", self.join_area_bytes),
         ]
     }
 }

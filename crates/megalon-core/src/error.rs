@@ -163,6 +163,29 @@ pub enum Error {
         /// The value in the header.
         found: u32,
     },
+    /// A host joining after the log recycled waited in vain for a live host to send it
+    /// the index (late joins need a live host whose pump runs).
+    #[error("no live host sent host {host} the index within {waited_ms} ms (a late join needs a live host with a pump)")]
+    JoinNotServed {
+        /// The joining host.
+        host: HostId,
+        /// How long it waited.
+        waited_ms: u64,
+    },
+    /// A host streaming the index to a late joiner stopped: the joiner stopped reading.
+    #[error("host {host}, joining late, stopped reading the index (waited {waited_ms} ms)")]
+    JoinerGone {
+        /// The joining host.
+        host: HostId,
+        /// How long the server waited.
+        waited_ms: u64,
+    },
+    /// The snapshot of an index that a joining host received does not decode.
+    #[error("the index snapshot a live host sent is damaged: {what}")]
+    CorruptSnapshot {
+        /// What did not decode.
+        what: &'static str,
+    },
     /// A pod file that live hosts still use: creating a pod there would split them from
     /// the new one without either noticing.
     #[error("the pod at {} is in use by live hosts {hosts:?} (stop them first, or replace it with Pod::create_replacing)", path.display())]

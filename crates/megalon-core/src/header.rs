@@ -62,8 +62,8 @@ pub struct PodHeader {
     pub crash_safety: u32,
     /// [`PodConfig::lease_ms`].
     pub lease_ms: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// [`PodConfig::join_area_bytes`], in lines.
+    pub join_area_lines: u32,
     /// FNV-1a of the 120 bytes before it.
     pub checksum: u64,
 }
@@ -104,7 +104,7 @@ impl PodHeader {
             rpc_ring_entries: c.rpc_ring_entries,
             crash_safety: c.crash_safety.to_u32(),
             lease_ms: c.lease_ms,
-            reserved: 0,
+            join_area_lines: (c.join_area_bytes / LINE_BYTES) as u32,
             checksum: 0,
         };
         header.checksum = fnv1a64(&header.encode()[..HEADER_BYTES - 8]);
@@ -130,6 +130,7 @@ impl PodHeader {
             rpc_ring_entries: self.rpc_ring_entries,
             lease_ms: self.lease_ms,
             crash_safety: CrashSafety::from_u32(self.crash_safety).unwrap_or_default(),
+            join_area_bytes: u64::from(self.join_area_lines) * LINE_BYTES,
         }
     }
 
@@ -162,7 +163,7 @@ impl PodHeader {
         put(&self.rpc_ring_entries.to_le_bytes());
         put(&self.crash_safety.to_le_bytes());
         put(&self.lease_ms.to_le_bytes());
-        put(&self.reserved.to_le_bytes());
+        put(&self.join_area_lines.to_le_bytes());
         put(&self.checksum.to_le_bytes());
         debug_assert_eq!(at, HEADER_BYTES);
         out
@@ -198,7 +199,7 @@ impl PodHeader {
             rpc_ring_entries: u32_at(104),
             crash_safety: u32_at(108),
             lease_ms: u32_at(112),
-            reserved: u32_at(116),
+            join_area_lines: u32_at(116),
             checksum: u64_at(120),
         };
         if header.magic != MAGIC {

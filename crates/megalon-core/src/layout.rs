@@ -2,8 +2,8 @@
 //!
 //! ```text
 //! +--------+------------------------------ SCR ------------------------------+------ LNR ------+
-//! | header | log cursors | host table | rpc | app | record array | reclaimer | . | log | undo | app | rpc | acc | slots | . |
-//! +--------+-------------+------------+-----+-----+--------------+-----------+---+-----+------+-----+-----+-----+-------+---+
+//! | header | log cursors | host table | rpc | app | record array | reclaimer | . | log | undo | join | app | rpc | acc | slots | . |
+//! +--------+-------------+------------+-----+-----+--------------+-----------+---+-----+------+------+-----+-----+-----+-------+---+
 //! ```
 //!
 //! The two `app` regions are the application's ([`PodConfig::app_scr_bytes`],
@@ -12,7 +12,8 @@
 //! [`PodConfig::rpc_ring_entries`] is set; `acc` is two bytes per slot, the object's last
 //! accessor and how often it bounced, for the local-partition policy, empty unless
 //! [`PodConfig::partition_after_accesses`] is set; `undo` holds each host's undo images,
-//! empty unless the pod has [`CrashSafety::Undo`](crate::CrashSafety::Undo).
+//! empty unless the pod has [`CrashSafety::Undo`](crate::CrashSafety::Undo); `join` is
+//! the area through which a live host streams its index to a late joiner.
 //!
 //! Computed once from a [`PodConfig`], the same way by every host, so nothing in the pod
 //! holds a pointer: each host maps the pod at its own address. Each log cursor and each
@@ -153,6 +154,7 @@ struct LnrParts {
     log_entry_bytes: u64,
     undo_offset: u64,
     undo_bytes: u64,
+    join_area_offset: u64,
     app_lnr_offset: u64,
     rpc_lnr_offset: u64,
     rpc_entry_bytes: u64,
@@ -181,6 +183,7 @@ impl LnrParts {
             &[
                 log_bytes,
                 undo_bytes,
+                config.join_area_bytes,
                 config.app_lnr_bytes,
                 rpc_lnr_bytes,
                 if partitions { LINE_BYTES } else { 0 },
@@ -190,11 +193,16 @@ impl LnrParts {
         )?;
         let log_offset = lnr_offset;
         let undo_offset = log_offset + log_bytes;
-        let app_lnr_offset = undo_offset + undo_bytes;
+        let join_area_offset = undo_offset + undo_bytes;
+        let app_lnr_offset = join_area_offset + config.join_area_bytes;
         let rpc_lnr_offset = app_lnr_offset + config.app_lnr_bytes;
         let accessors_offset = rpc_lnr_offset + rpc_lnr_bytes;
-        let available =
-            config.lnr_bytes - log_bytes - undo_bytes - config.app_lnr_bytes - rpc_lnr_bytes;
+        let available = config.lnr_bytes
+            - log_bytes
+            - undo_bytes
+            - config.join_area_bytes
+            - config.app_lnr_bytes
+            - rpc_lnr_bytes;
         let accessors_bytes = |slots: u64| {
             if partitions {
                 (slots * ACCESSOR_BYTES).div_ceil(LINE_BYTES) * LINE_BYTES
@@ -216,6 +224,7 @@ impl LnrParts {
             log_entry_bytes,
             undo_offset,
             undo_bytes,
+            join_area_offset,
             app_lnr_offset,
             rpc_lnr_offset,
             rpc_entry_bytes,
@@ -271,6 +280,9 @@ pub struct Layout {
     pub undo_offset: u64,
     /// Bytes of the undo images (0 without them).
     pub undo_bytes: u64,
+    /// Start of the join area ([`PodConfig::join_area_bytes`] long): a live host streams
+    /// its index through it to a host joining late.
+    pub join_area_offset: u64,
     /// Start of the application's LNR region ([`PodConfig::app_lnr_bytes`] long).
     pub app_lnr_offset: u64,
     /// Start of the RPC rings' entries: each host's in turn.
@@ -420,6 +432,7 @@ impl Layout {
             log_entry_bytes: lnr.log_entry_bytes,
             undo_offset: lnr.undo_offset,
             undo_bytes: lnr.undo_bytes,
+            join_area_offset: lnr.join_area_offset,
             app_lnr_offset: lnr.app_lnr_offset,
             rpc_lnr_offset: lnr.rpc_lnr_offset,
             rpc_entry_bytes: lnr.rpc_entry_bytes,
@@ -455,6 +468,11 @@ impl Layout {
     /// Offset of the recovery word: 0, or 1 + the live host recovering a dead one.
     pub fn recovery_offset(&self) -> u64 {
         self.cursors_offset + 4 * LINE_BYTES
+    }
+
+    /// Offset of the join mailbox's first word (a line of words: see `host::join`).
+    pub fn join_mailbox_offset(&self) -> u64 {
+        self.cursors_offset + 5 * LINE_BYTES
     }
 
     /// Offset of host `host`'s applied position `ltail[host]`.
@@ -549,6 +567,11 @@ impl Layout {
             ("reclaimer", self.reclaimer_offset, RECLAIMER_BYTES),
             ("log entries", self.log_offset, log_bytes),
             ("undo images", self.undo_offset, self.undo_bytes),
+            (
+                "join area",
+                self.join_area_offset,
+                self.config.join_area_bytes,
+            ),
             ("app LNR", self.app_lnr_offset, self.config.app_lnr_bytes),
             (
                 "rpc LNR",
@@ -567,7 +590,8 @@ impl Layout {
             !(name.starts_with("app")
                 || name.starts_with("rpc")
                 || *name == "accessors"
-                || *name == "undo images")
+                || *name == "undo images"
+                || *name == "join area")
                 || *bytes > 0
         })
         .collect()

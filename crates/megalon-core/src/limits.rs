@@ -36,13 +36,19 @@ pub(crate) const HOST_ENTRY_BYTES: u64 = LINE_BYTES;
 pub const HOLDS_PER_HOST: u64 = 16;
 /// The default [`PodConfig::lease_ms`](crate::PodConfig::lease_ms).
 pub const DEFAULT_LEASE_MS: u32 = 2000;
+/// The default [`PodConfig::join_area_bytes`](crate::PodConfig::join_area_bytes): 32 KiB.
+pub const DEFAULT_JOIN_AREA_BYTES: u64 = 32 << 10;
+/// Most bytes of a join area: its size is stored in the header as a count of lines in 32
+/// bits.
+pub const MAX_JOIN_AREA_BYTES: u64 = (u32::MAX as u64) * LINE_BYTES;
 /// The shortest lease a pod accepts.
 pub const MIN_LEASE_MS: u32 = 20;
 /// Bytes of the reclaimer's counters (one line).
 pub(crate) const RECLAIMER_BYTES: u64 = LINE_BYTES;
 /// Log cursors shared by every host, each on its own line: `tail`, `head`, `ctail`,
-/// `registration`, and the recovery word (which live host is recovering a dead one).
-pub(crate) const SHARED_CURSORS: u64 = 5;
+/// `registration`, the recovery word (which live host is recovering a dead one) and the
+/// join mailbox (a late joiner and the live host streaming it the index).
+pub(crate) const SHARED_CURSORS: u64 = 6;
 /// Most slots a pod can have: slot ids are 32-bit in the replica.
 pub const MAX_SLOTS: u64 = u32::MAX as u64;
 /// Most records a pod can have: record ids are 32-bit, and `u32::MAX` means none.

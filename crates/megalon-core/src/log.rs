@@ -49,6 +49,9 @@ pub(crate) struct Laggard {
 }
 
 impl Log {
+    /// An `ltail` that holds nothing back: a dead host's, released by its recoverer.
+    pub(crate) const RELEASED: u64 = u64::MAX;
+
     pub(crate) fn new(pod: &Pod) -> Self {
         let layout = pod.layout();
         Self {
@@ -138,6 +141,9 @@ impl Log {
                     TableState::Free => continue,
                     TableState::Joined => Self::ltail(pod, h).load(Ordering::SeqCst),
                 };
+                if position == Self::RELEASED {
+                    continue;
+                }
                 if lowest.is_none_or(|l| position < l.position) {
                     lowest = Some(Laggard { host: h, position });
                 }

@@ -26,7 +26,8 @@ fn two_host_pod(lnr_bytes: u64, log_entries: u64) -> Arc<Pod> {
         .slot_size_bytes(64)
         .max_key_bytes(8)
         .log_capacity_entries(log_entries)
-        .max_hosts(2);
+        .max_hosts(2)
+        .join_area_bytes(0);
     Arc::new(Pod::create(&config, Backing::heap()).expect("pod"))
 }
 

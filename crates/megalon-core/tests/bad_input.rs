@@ -8,9 +8,9 @@ use std::time::SystemTime;
 use megalon_core::{
     inspect::fnv1a64,
     limits::{
-        HEADER_BYTES, HEADER_REGION_BYTES, LAYOUT_VERSION, LINE_BYTES, LOG_FORMAT_VERSION, MAGIC,
-        MAX_HOSTS_LIMIT, MAX_KEY_BYTES_LIMIT, MAX_SLOT_SIZE_BYTES, MIN_LOG_CAPACITY_ENTRIES,
-        PAGE_BYTES,
+        DEFAULT_JOIN_AREA_BYTES, HEADER_BYTES, HEADER_REGION_BYTES, LAYOUT_VERSION, LINE_BYTES,
+        LOG_FORMAT_VERSION, MAGIC, MAX_HOSTS_LIMIT, MAX_KEY_BYTES_LIMIT, MAX_SLOT_SIZE_BYTES,
+        MIN_LOG_CAPACITY_ENTRIES, PAGE_BYTES,
     },
     numa_nodes, Backing, Coherence, Error, Layout, Pod, PodConfig, Region,
 };
@@ -248,14 +248,14 @@ fn scr_too_small_for_cursors_host_table_and_one_line_of_records() {
 
 #[test]
 fn lnr_too_small_for_the_log_and_one_slot() {
-    // 64 entries of 64 bytes (keys up to 32 bytes) and one 4 KiB slot: 8 KiB.
+    // 64 entries of 64 bytes (keys up to 32 bytes), the join area and one 4 KiB slot.
     let config = small_config()
         .max_key_bytes(32)
         .log_capacity_entries(64)
         .slot_size_bytes(PAGE_BYTES)
         .lnr_bytes(PAGE_BYTES);
     let needed = does_not_fit(&config, Region::Lnr, PAGE_BYTES);
-    assert_eq!(needed, 64 * 64 + PAGE_BYTES);
+    assert_eq!(needed, 64 * 64 + DEFAULT_JOIN_AREA_BYTES + PAGE_BYTES);
     let pod = Pod::create(&config.clone().lnr_bytes(needed), Backing::heap()).unwrap();
     assert_eq!(pod.layout().slot_count, 1);
 }

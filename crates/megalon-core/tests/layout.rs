@@ -297,7 +297,8 @@ fn a_file_pod_opens_with_the_layout_it_was_created_with() {
             .max_hosts(1)
             .max_key_bytes(1)
             .slot_size_bytes(64)
-            .record_width_bits(8),
+            .record_width_bits(8)
+            .join_area_bytes(0),
         // 64 hosts, each with a line of table, two of lock announces and 16 undo images.
         PodConfig::new()
             .scr_bytes(5 * PAGE_BYTES)

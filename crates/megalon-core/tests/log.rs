@@ -150,8 +150,9 @@ fn an_idle_host_with_a_pump_never_blocks_the_others() {
 }
 
 #[test]
-fn no_host_can_join_once_the_log_has_recycled_entries() {
-    let pod = pod(small_config());
+fn no_host_can_join_once_the_log_has_recycled_entries_in_a_pod_without_a_join_area() {
+    // With a join area a live host streams its index to a late joiner (`late_join.rs`).
+    let pod = pod(small_config().join_area_bytes(0));
     let host = Host::join(&pod, Join::AnyFree, HostOptions::new()).unwrap();
     for i in 0..12u32 {
         host.create(format!("k{i}").as_bytes(), b"v").unwrap();
@@ -203,7 +204,8 @@ fn slots_move_between_hosts_only_through_the_log() {
         .slot_size_bytes(4096)
         .max_key_bytes(16)
         .log_capacity_entries(64)
-        .max_hosts(2);
+        .max_hosts(2)
+        .join_area_bytes(0);
     let pod = pod(config);
     assert_eq!(pod.layout().slot_count, 2);
     let a = Host::join(&pod, Join::As(0), HostOptions::new()).unwrap();

@@ -314,7 +314,11 @@ impl Shared {
             self.options.wait_limit,
             &self.chaos,
             |from| host_table::announce_reservation(&self.pod, self.id, from, from + count),
-            || self.replay(None).map(drop),
+            || {
+                // The host holding the head back may be dead.
+                self.unblock_log();
+                self.replay(None).map(drop)
+            },
         );
         let start = match start {
             Ok(start) => start,

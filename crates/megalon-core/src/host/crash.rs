@@ -12,6 +12,7 @@
 //! 1. The dead host's reservation (the log positions it announced before its CAS on
 //!    `tail` and had not published) is filled with `Skip` entries, so that replay goes on.
 //!    A position that another live host also announces is that host's: recovery waits.
+//!    Its `ltail` is released, so that it no longer holds the log's head back.
 //! 2. A `HostDead` event: every replica applies it at one position (the dead host holds
 //!    no slots and no object in its DRAM from there on), and if the "dead" host still
 //!    runs (a lease that ran out on a host that was only paused) it stops there.
@@ -83,7 +84,8 @@ impl Dead {
 /// How much of a recovery to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Step {
-    /// Only fill the dead host's reservation (from a stalled replay).
+    /// Only fill the dead host's reservation and release its `ltail` (from a stalled
+    /// replay or append).
     Reservation,
     /// Everything.
     Whole,
@@ -229,8 +231,9 @@ impl Shared {
         }
     }
 
-    /// For a replay stalled on an unpublished position (it holds the replay lock, so the
-    /// pump cannot recover now): every quarter lease, fills what dead hosts reserved.
+    /// For a replay stalled on an unpublished position, or an append waiting for room in
+    /// the log (they hold the replay or append lock, so the pump may not recover now):
+    /// every quarter lease, fills what dead hosts reserved and lets the head pass them.
     pub(super) fn unblock_log(&self) {
         for dead in self.dead_hosts_due(|watch| &mut watch.next_fill) {
             if let Err(error) = self.recover(dead, Step::Reservation) {
@@ -318,7 +321,13 @@ impl Shared {
         if host_table::holder(&self.pod, dead.host) != Some((dead.pid, dead.joins)) {
             return Ok(true);
         }
-        if !self.fill_reservation(dead)? || step == Step::Reservation {
+        if !self.fill_reservation(dead)? {
+            return Ok(false);
+        }
+        // Its `ltail` no longer holds the head back: the log may recycle what it had not
+        // applied (so the `HostDead` below finds room even if the dead host filled it).
+        Log::ltail(&self.pod, dead.host).store(Log::RELEASED, Ordering::SeqCst);
+        if step == Step::Reservation {
             return Ok(false);
         }
         self.submit(&Event::HostDead {

@@ -31,6 +31,8 @@ pub struct HostStats {
     pub entries_skipped: u64,
     /// Record locks of dead hosts this host restored.
     pub locks_recovered: u64,
+    /// Late joiners this host sent its index.
+    pub joins_served: u64,
 }
 
 /// An event read back from the log.
@@ -167,6 +169,7 @@ impl Inspect<'_> {
             hosts_recovered: c.hosts_recovered.load(Ordering::Relaxed),
             entries_skipped: c.entries_skipped.load(Ordering::Relaxed),
             locks_recovered: c.locks_recovered.load(Ordering::Relaxed),
+            joins_served: c.joins_served.load(Ordering::Relaxed),
         }
     }
 

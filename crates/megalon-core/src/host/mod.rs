@@ -31,6 +31,7 @@ mod append;
 mod combiner;
 mod crash;
 mod inspect;
+mod join;
 mod local;
 mod object;
 mod options;
@@ -58,6 +59,7 @@ struct Counters {
     hosts_recovered: AtomicU64,
     entries_skipped: AtomicU64,
     locks_recovered: AtomicU64,
+    joins_served: AtomicU64,
 }
 
 /// Everything one host runs, shared by its threads and its pump.
@@ -123,8 +125,14 @@ pub struct Host {
 impl Host {
     /// Joins `pod` as `which`. `options` can be a [`MemoryKind`](crate::MemoryKind) alone.
     pub fn join(pod: &Arc<Pod>, which: Join, options: impl Into<HostOptions>) -> Result<Host> {
-        let (id, life) = claim_id(pod, which)?;
+        let (id, life, late) = claim_id(pod, which)?;
         let shared = Arc::new(Shared::new(pod, id, life, options.into()));
+        if late {
+            if let Err(error) = shared.join_late() {
+                host_table::release(pod, id);
+                return Err(error);
+            }
+        }
         #[cfg_attr(megalon_loom, allow(unused_mut))] // loom starts no pump
         let mut host = Host { shared, pump: None };
         if life > 1 {
@@ -292,6 +300,9 @@ impl Shared {
             }
             host_table::heartbeat(&self.pod, self.id);
             self.watch_hosts();
+            if let Err(error) = self.serve_join() {
+                self.background_error(error);
+            }
             if busy_rounds > 0 {
                 busy_rounds -= 1;
                 std::thread::yield_now();
@@ -360,17 +371,24 @@ impl Shared {
     }
 }
 
-/// Claims a host id for this process as `which` says, through the log's registration:
-/// the new host will replay from position 0, so `head` stays at 0 until it is counted.
-/// Returns the id and which life of it this is.
-fn claim_id(pod: &Pod, which: Join) -> Result<(HostId, u64)> {
+/// Claims a host id for this process as `which` says. Through the log's registration
+/// while it is open: the new host will replay from position 0, so `head` stays at 0 until
+/// it is counted. Once the log has recycled entries, a late join (if the pod has a join
+/// area): the new host's `ltail` holds the head where it is until a live host pins it at
+/// the position of the snapshot it sends. Returns the id, which life of it this is, and
+/// whether the join is late.
+fn claim_id(pod: &Pod, which: Join) -> Result<(HostId, u64, bool)> {
     let max_hosts = pod.config().max_hosts;
     if let Join::As(host) = which {
         if host >= max_hosts {
             return Err(Error::HostOutOfRange { host, max_hosts });
         }
     }
-    Log::begin_join(pod)?;
+    let late = match Log::begin_join(pod) {
+        Ok(()) => false,
+        Err(Error::LogRecycled { .. }) if pod.config().join_area_bytes > 0 => true,
+        Err(error) => return Err(error),
+    };
     let claimed = match which {
         Join::As(host) => host_table::try_claim(pod, host)
             .map(|()| host)
@@ -382,14 +400,23 @@ fn claim_id(pod: &Pod, which: Join) -> Result<(HostId, u64)> {
     let id = match claimed {
         Ok(id) => id,
         Err(error) => {
-            Log::end_join(pod);
+            if !late {
+                Log::end_join(pod);
+            }
             return Err(error);
         }
     };
-    // The new host replays from position 0: registration keeps head at 0 until
-    // `end_join`, and this store happens before it.
-    Log::ltail(pod, id).store(0, Ordering::SeqCst);
+    // Registration keeps head at 0 until `end_join`, and this store happens before it. A
+    // late joiner holds the head where it is now (it never goes back).
+    let from = if late {
+        Log::head(pod).load(Ordering::SeqCst)
+    } else {
+        0
+    };
+    Log::ltail(pod, id).store(from, Ordering::SeqCst);
     let life = host_table::count_join(pod, id);
-    Log::end_join(pod);
-    Ok((id, life))
+    if !late {
+        Log::end_join(pod);
+    }
+    Ok((id, life, late))
 }

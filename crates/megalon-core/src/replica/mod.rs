@@ -32,6 +32,7 @@ use crate::ids::HostId;
 mod apply;
 mod arena;
 mod index;
+mod snapshot;
 #[cfg(test)]
 mod tests;
 

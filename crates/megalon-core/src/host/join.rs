@@ -1,0 +1,224 @@
+//! Late joins: a host that joins after the log recycled its first entries cannot rebuild
+//! its replica from position 0. A live host streams it a snapshot of its own index instead,
+//! taken at the position it had applied, through the pod's join area (LNR); the joiner
+//! replays from that position on.
+//!
+//! The join mailbox (a line of SCR words): `request` (1 + the joiner, taken by one CAS:
+//! one late join at a time), `server` (1 + the live host serving it, taken by one CAS),
+//! `ready` (1 + the joiner, once `position` and `total` are its snapshot's), `position`,
+//! `total` (bytes), `chunk` (chunks the server has put in the area) and `acked` (chunks
+//! the joiner has read).
+//!
+//! The server, in its pump: takes `server`; holding its replay lock (so that its
+//! `applied` and `ltail` stay at one position `P`) encodes its index and stores the
+//! joiner's `ltail` = `P`: from then on the log's head cannot pass `P` before the joiner
+//! has replayed past it. It then writes the snapshot into the area a chunk at a time,
+//! each written back and fenced before `chunk` counts it, and waits for the joiner's
+//! `acked` before overwriting the area. The joiner flushes the area's lines before it
+//! reads each chunk. Until the snapshot is pinned, the joiner's `ltail` holds the head at
+//! the position the joiner saw when it claimed its id. Every wait is bounded; a joiner or
+//! server that dies mid-stream leaves the other to time out and the mailbox to be taken
+//! again.
+
+use super::Shared;
+
+use crate::backoff::Backoff;
+use crate::error::{Error, Result};
+use crate::host_table;
+use crate::ids::HostId;
+use crate::log::Log;
+use crate::pod::Pod;
+use crate::sync::{AtomicU64, Ordering};
+
+struct Mailbox<'p> {
+    request: &'p AtomicU64,
+    server: &'p AtomicU64,
+    ready: &'p AtomicU64,
+    position: &'p AtomicU64,
+    total: &'p AtomicU64,
+    chunk: &'p AtomicU64,
+    acked: &'p AtomicU64,
+}
+
+fn mailbox(pod: &Pod) -> Mailbox<'_> {
+    let base = pod.layout().join_mailbox_offset();
+    let word = |i: u64| pod.scr_u64(base + 8 * i);
+    Mailbox {
+        request: word(0),
+        server: word(1),
+        ready: word(2),
+        position: word(3),
+        total: word(4),
+        chunk: word(5),
+        acked: word(6),
+    }
+}
+
+impl Shared {
+    /// Waits (bounded by the wait limit) until `done` holds; `Err`: the milliseconds
+    /// waited.
+    fn wait_until(&self, mut done: impl FnMut() -> bool) -> std::result::Result<(), u64> {
+        let mut backoff = Backoff::new(self.options.wait_limit);
+        while !done() {
+            if !backoff.snooze() {
+                return Err(backoff.waited().as_millis() as u64);
+            }
+        }
+        Ok(())
+    }
+
+    /// The joiner's side: receives a live host's index and starts replay where it was
+    /// taken. Called before this host serves or appends anything.
+    pub(super) fn join_late(&self) -> Result<()> {
+        let mailbox = mailbox(&self.pod);
+        let me = u64::from(self.id) + 1;
+        let not_served = |waited_ms| Error::JoinNotServed {
+            host: self.id,
+            waited_ms,
+        };
+        self.wait_until(|| {
+            match mailbox
+                .request
+                .compare_exchange(0, me, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => true,
+                Err(other) => {
+                    // A joiner that is gone (its row freed) leaves the mailbox to us.
+                    let joiner = (other - 1) as HostId;
+                    if host_table::holder(&self.pod, joiner).is_none() {
+                        let _ = mailbox.request.compare_exchange(
+                            other,
+                            0,
+                            Ordering::SeqCst,
+                            Ordering::SeqCst,
+                        );
+                    }
+                    false
+                }
+            }
+        })
+        .map_err(not_served)?;
+        let received = self.receive_snapshot(&mailbox, me);
+        if received.is_err() {
+            // A server that is gone leaves the mailbox to the next joiner.
+            let server = mailbox.server.load(Ordering::SeqCst);
+            if server != 0 && host_table::holder(&self.pod, (server - 1) as HostId).is_none() {
+                let _ =
+                    mailbox
+                        .server
+                        .compare_exchange(server, 0, Ordering::SeqCst, Ordering::SeqCst);
+            }
+        }
+        let _ = mailbox
+            .request
+            .compare_exchange(me, 0, Ordering::SeqCst, Ordering::SeqCst);
+        received
+    }
+
+    fn receive_snapshot(&self, mailbox: &Mailbox<'_>, me: u64) -> Result<()> {
+        let not_served = |waited_ms| Error::JoinNotServed {
+            host: self.id,
+            waited_ms,
+        };
+        self.wait_until(|| mailbox.ready.load(Ordering::SeqCst) == me)
+            .map_err(not_served)?;
+        let position = mailbox.position.load(Ordering::SeqCst);
+        let total = mailbox.total.load(Ordering::SeqCst) as usize;
+        let layout = self.pod.layout();
+        let area = layout.join_area_offset;
+        let area_bytes = layout.config.join_area_bytes as usize;
+        let mut bytes = vec![0u8; total];
+        for (k, chunk) in bytes.chunks_mut(area_bytes).enumerate() {
+            let k = k as u64;
+            self.wait_until(|| mailbox.chunk.load(Ordering::SeqCst) > k)
+                .map_err(not_served)?;
+            // The server wrote the chunk back and fenced before counting it; our cache
+            // may hold the area's lines from an earlier chunk.
+            self.memory.flush(area, chunk.len());
+            self.memory.fence();
+            self.memory.read(area, chunk);
+            mailbox.acked.store(k + 1, Ordering::SeqCst);
+        }
+        self.replica.index.write().decode_snapshot(&bytes)?;
+        // Our `ltail` is `position` (the server pinned it): replay goes on from there.
+        self.replica.applied.store(position, Ordering::Release);
+        Ok(())
+    }
+
+    /// The server's side, in the pump: if a late joiner waits and no one serves it,
+    /// streams it this host's index.
+    pub(super) fn serve_join(&self) -> Result<()> {
+        if self.pod.layout().config.join_area_bytes == 0 {
+            return Ok(());
+        }
+        let mailbox = mailbox(&self.pod);
+        let request = mailbox.request.load(Ordering::SeqCst);
+        if request == 0 || mailbox.server.load(Ordering::SeqCst) != 0 {
+            return Ok(());
+        }
+        let me = u64::from(self.id) + 1;
+        if mailbox
+            .server
+            .compare_exchange(0, me, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return Ok(());
+        }
+        let sent = self.send_snapshot(&mailbox, request);
+        mailbox.ready.store(0, Ordering::SeqCst);
+        mailbox.server.store(0, Ordering::SeqCst);
+        sent
+    }
+
+    fn send_snapshot(&self, mailbox: &Mailbox<'_>, request: u64) -> Result<()> {
+        let joiner = (request - 1) as HostId;
+        mailbox.chunk.store(0, Ordering::SeqCst);
+        mailbox.acked.store(0, Ordering::SeqCst);
+        let (position, bytes) = {
+            let _replaying = self.replica.replay.lock();
+            // Holding the replay lock: our `ltail` is `applied`, and holds the head.
+            let position = self.replica.applied.load(Ordering::Acquire);
+            let bytes = self.replica.index.read().encode_snapshot();
+            if mailbox.request.load(Ordering::SeqCst) != request {
+                return Ok(());
+            }
+            Log::ltail(&self.pod, joiner).store(position, Ordering::SeqCst);
+            (position, bytes)
+        };
+        mailbox.position.store(position, Ordering::SeqCst);
+        mailbox.total.store(bytes.len() as u64, Ordering::SeqCst);
+        mailbox.ready.store(request, Ordering::SeqCst);
+        let layout = self.pod.layout();
+        let area = layout.join_area_offset;
+        let gone = |waited_ms| Error::JoinerGone {
+            host: joiner,
+            waited_ms,
+        };
+        let chunks = bytes.chunks(layout.config.join_area_bytes as usize);
+        let count = chunks.len() as u64;
+        for (k, chunk) in chunks.enumerate() {
+            let k = k as u64;
+            self.wait_until(|| {
+                mailbox.acked.load(Ordering::SeqCst) >= k
+                    || mailbox.request.load(Ordering::SeqCst) != request
+            })
+            .map_err(gone)?;
+            if mailbox.request.load(Ordering::SeqCst) != request {
+                return Err(gone(0));
+            }
+            self.memory.write(area, chunk);
+            self.memory.write_back(area, chunk.len());
+            // The chunk is in memory before `chunk` counts it.
+            self.memory.fence();
+            mailbox.chunk.store(k + 1, Ordering::SeqCst);
+            host_table::heartbeat(&self.pod, self.id);
+        }
+        self.wait_until(|| {
+            mailbox.acked.load(Ordering::SeqCst) >= count
+                || mailbox.request.load(Ordering::SeqCst) != request
+        })
+        .map_err(gone)?;
+        self.counters.joins_served.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}

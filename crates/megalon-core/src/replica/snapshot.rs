@@ -1,0 +1,198 @@
+//! A replica's index as bytes, for a host that joins after the log recycled its first
+//! entries: a live host encodes its index at the log position it has applied, the joiner
+//! decodes it into its empty index and replays from that position.
+//!
+//! Little-endian 64-bit words: the unclaimed slot range (two words), the object count,
+//! one free-slot count per host, then per object its stamp, its place (slot and record),
+//! its key length and DRAM owner (as the arena's meta word, with the host counter
+//! unknown: the joiner has cached nothing), its key words and, in an AllLog pod, its
+//! replicated lock word.
+
+use super::arena::{key_words, meta_word, owner_of, FIELD_WORDS, META, PLACE, STAMP};
+use super::index::Index;
+use crate::error::{Error, Result};
+use crate::event::NO_RECORD;
+
+/// A snapshot that does not decode: the joiner's copy is damaged.
+fn corrupt(what: &'static str) -> Error {
+    Error::CorruptSnapshot { what }
+}
+
+impl Index {
+    /// This index as bytes.
+    pub(crate) fn encode_snapshot(&self) -> Vec<u8> {
+        let mut words: Vec<u64> = Vec::with_capacity(3 + self.max_hosts as usize);
+        words.push(self.slots.unclaimed.start);
+        words.push(self.slots.unclaimed.end);
+        words.push(self.objects);
+        words.extend(self.slots.free_counts.iter().map(|&count| count as u64));
+        for &handle in self.table.iter() {
+            let key_len = self.arena.key_len(handle);
+            let meta = self.arena.get(handle, META);
+            words.push(self.arena.get(handle, STAMP));
+            words.push(self.arena.get(handle, PLACE));
+            words.push(meta_word(
+                super::arena::UNKNOWN_COUNTER,
+                key_len,
+                owner_of(meta),
+            ));
+            for i in 0..key_words(key_len) + self.lock_words {
+                words.push(self.arena.get(handle, FIELD_WORDS + i));
+            }
+        }
+        words.iter().flat_map(|word| word.to_le_bytes()).collect()
+    }
+
+    /// Fills this index, which must be empty, from `bytes` made by
+    /// [`Index::encode_snapshot`] on a replica of the same pod.
+    pub(crate) fn decode_snapshot(&mut self, bytes: &[u8]) -> Result<()> {
+        debug_assert_eq!(self.objects, 0, "decoded into an empty index");
+        if !bytes.len().is_multiple_of(8) {
+            return Err(corrupt("not whole words"));
+        }
+        let mut words = bytes
+            .chunks_exact(8)
+            .map(|chunk| u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
+        let mut next = |what| words.next().ok_or(corrupt(what));
+        let unclaimed = next("unclaimed slots")?..next("unclaimed slots")?;
+        if unclaimed.start > unclaimed.end || unclaimed.end > self.slot_count {
+            return Err(corrupt("unclaimed slots outside the pod"));
+        }
+        self.slots.unclaimed = unclaimed;
+        let objects = next("object count")?;
+        for host in 0..self.max_hosts as usize {
+            self.slots.free_counts[host] = next("free slot counts")? as i64;
+        }
+        let mut key = vec![0u8; crate::limits::MAX_KEY_BYTES_LIMIT as usize + 8];
+        for _ in 0..objects {
+            let stamp = next("an object's stamp")?;
+            let place = next("an object's place")?;
+            let meta = next("an object's meta word")?;
+            let key_len = (meta >> 32 & 0xffff) as usize;
+            if key_len > crate::limits::MAX_KEY_BYTES_LIMIT as usize {
+                return Err(corrupt("a key longer than any"));
+            }
+            for i in 0..key_words(key_len) {
+                let word = next("an object's key")?;
+                key[i * 8..i * 8 + 8].copy_from_slice(&word.to_le_bytes());
+            }
+            let slot = place & 0xffff_ffff;
+            let record = (place >> 32) as u32;
+            if slot >= self.slot_count
+                || (record != NO_RECORD && u64::from(record) >= self.record_count)
+            {
+                return Err(corrupt("an object outside the pod"));
+            }
+            let key = &key[..key_len];
+            if self.find(key).is_some() {
+                return Err(corrupt("a key twice"));
+            }
+            self.insert(key, slot, stamp);
+            let handle = self.find(key).expect("just inserted");
+            if record != NO_RECORD {
+                self.set_record(handle, record);
+                self.record_owners.insert(record, handle);
+            }
+            self.set_owner(handle, owner_of(meta));
+            if self.all_log {
+                let lock = next("an object's lock word")?;
+                self.arena
+                    .set(handle, FIELD_WORDS + key_words(key_len), lock);
+            }
+        }
+        if next("the end").is_ok() {
+            return Err(corrupt("bytes past the last object"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Coherence;
+    use crate::event::Event;
+    use crate::slot::SlotPool;
+
+    fn index(coherence: Coherence) -> Index {
+        Index::new(1000, 100, 4, coherence)
+    }
+
+    fn filled(coherence: Coherence) -> Index {
+        let mut index = index(coherence);
+        let mut pool = SlotPool::default();
+        let mut position = 0;
+        let mut apply = |index: &mut Index, author, event: Event<'_>| {
+            index.apply(position, author, &event, 0, &mut pool).unwrap();
+            position += 1;
+        };
+        apply(&mut index, 1, Event::ClaimSlots { count: 100 });
+        for i in 0..50u8 {
+            let key = [b'k', i, i, i, i, i, i, i, i, i];
+            apply(
+                &mut index,
+                1,
+                Event::Create {
+                    key: &key,
+                    slot: u64::from(i),
+                },
+            );
+        }
+        if coherence == Coherence::Split {
+            apply(
+                &mut index,
+                1,
+                Event::RecordAlloc {
+                    key: &[b'k', 3, 3, 3, 3, 3, 3, 3, 3, 3],
+                    record: 7,
+                },
+            );
+        } else {
+            apply(
+                &mut index,
+                2,
+                Event::Lock {
+                    key: &[b'k', 4, 4, 4, 4, 4, 4, 4, 4, 4],
+                },
+            );
+        }
+        index
+    }
+
+    #[test]
+    fn a_snapshot_decodes_to_the_same_index() {
+        for coherence in [Coherence::Split, Coherence::AllLog] {
+            let original = filled(coherence);
+            let mut copy = index(coherence);
+            copy.decode_snapshot(&original.encode_snapshot()).unwrap();
+            let unknown = |snapshot: Vec<(Vec<u8>, crate::replica::IndexEntry)>| {
+                snapshot
+                    .into_iter()
+                    .map(|(key, entry)| (key, entry.slot, entry.record, entry.stamp))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(unknown(copy.snapshot()), unknown(original.snapshot()));
+            assert_eq!(copy.slots.unclaimed, original.slots.unclaimed);
+            assert_eq!(copy.slots.free_counts, original.slots.free_counts);
+            assert_eq!(copy.record_owner_key(7), original.record_owner_key(7));
+            assert_eq!(copy.record_owners.len(), original.record_owners.len());
+            if coherence == Coherence::AllLog {
+                let key = [b'k', 4, 4, 4, 4, 4, 4, 4, 4, 4];
+                let handle = copy.find(&key).unwrap();
+                assert_eq!(copy.replicated_lock(handle).holder, Some(2));
+            }
+        }
+    }
+
+    #[test]
+    fn a_damaged_snapshot_is_an_error_not_a_panic() {
+        let bytes = filled(Coherence::Split).encode_snapshot();
+        for cut in [0, 7, 8, 24, bytes.len() - 8] {
+            let mut copy = index(Coherence::Split);
+            assert!(copy.decode_snapshot(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut longer = bytes.clone();
+        longer.extend_from_slice(&[0; 8]);
+        assert!(index(Coherence::Split).decode_snapshot(&longer).is_err());
+    }
+}

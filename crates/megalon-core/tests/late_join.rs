@@ -1,0 +1,130 @@
+//! Hosts that join after the log recycled its first entries: a live host streams them its
+//! index through the pod's join area, and they replay from where it was taken.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{read, simulated, value};
+use megalon_core::inspect::crash;
+use megalon_core::{Backing, CrashSafety, Error, Host, HostOptions, Join, Pod, PodConfig};
+
+/// Objects the tests create: several times the log's 256 entries.
+const OBJECTS: u8 = 200;
+
+fn config() -> PodConfig {
+    common::config()
+        .lnr_bytes(2 << 20)
+        .lease_ms(100)
+        .crash_safety(CrashSafety::Undo)
+        // Two lines: every snapshot here takes several chunks.
+        .join_area_bytes(128)
+}
+
+fn options(seed: u64) -> HostOptions {
+    HostOptions::new()
+        .memory(simulated(seed, 512, 64))
+        .pump_interval(Some(Duration::from_millis(1)))
+}
+
+fn key(tag: u8, i: u8) -> [u8; 2] {
+    [tag, i]
+}
+
+/// Creates `OBJECTS` objects from `host`, three log entries' worth each round, until the
+/// log has recycled its first entries.
+fn fill_and_recycle(host: &Host) {
+    for i in 0..OBJECTS {
+        host.create(&key(b'a', i), &value(i)).unwrap();
+        host.delete(&key(b'a', i)).unwrap();
+        host.create(&key(b'a', i), &value(i)).unwrap();
+    }
+    let (head, _, _) = host.inspect().log_cursors();
+    assert!(head > 0, "the log recycled (head {head})");
+}
+
+#[test]
+fn a_host_joins_after_the_log_recycled_and_reads_every_key() {
+    let pod = Arc::new(Pod::create(&config(), Backing::heap()).unwrap());
+    let a = Host::join(&pod, Join::AnyFree, options(1)).unwrap();
+    fill_and_recycle(&a);
+    let late = Host::join(&pod, Join::AnyFree, options(2)).expect("a late join");
+    for i in 0..OBJECTS {
+        assert_eq!(read(&late, &key(b'a', i)), value(i), "object {i}");
+    }
+    assert_eq!(a.inspect().stats().joins_served, 1);
+    // It goes on with the others: writes, creates and deletes both ways.
+    late.write(&key(b'a', 0), &value(50)).unwrap();
+    assert_eq!(read(&a, &key(b'a', 0)), value(50));
+    a.create(b"new", &value(9)).unwrap();
+    assert_eq!(read(&late, b"new"), value(9));
+    late.create(b"late", &value(8)).unwrap();
+    assert_eq!(read(&a, b"late"), value(8));
+    assert_eq!(
+        late.inspect().replica_snapshot().len(),
+        a.inspect().replica_snapshot().len()
+    );
+}
+
+#[test]
+fn a_crashed_host_rejoins_its_id_after_the_log_recycled() {
+    let pod = Arc::new(Pod::create(&config(), Backing::heap()).unwrap());
+    let a = Host::join(&pod, Join::AnyFree, options(1)).unwrap();
+    let b = Host::join(&pod, Join::AnyFree, options(2)).unwrap();
+    let b_id = b.id();
+    for i in 0..20 {
+        b.create(&key(b'b', i), &value(i)).unwrap();
+    }
+    crash(b);
+    fill_and_recycle(&a);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let again = loop {
+        match Host::join(&pod, Join::As(b_id), options(3)) {
+            Ok(host) => break host,
+            Err(Error::HostTaken { .. }) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(error) => panic!("rejoining: {error}"),
+        }
+    };
+    for i in 0..20 {
+        assert_eq!(read(&again, &key(b'b', i)), value(i));
+        again.create(&key(b'n', i), &value(100 + i)).unwrap();
+    }
+    for i in 0..20 {
+        assert_eq!(read(&a, &key(b'b', i)), value(i), "old object {i}");
+        assert_eq!(read(&a, &key(b'n', i)), value(100 + i), "new object {i}");
+    }
+}
+
+#[test]
+fn a_late_join_without_a_join_area_is_refused_by_name() {
+    let pod = Arc::new(Pod::create(&config().join_area_bytes(0), Backing::heap()).unwrap());
+    let a = Host::join(&pod, Join::AnyFree, options(1)).unwrap();
+    fill_and_recycle(&a);
+    match Host::join(&pod, Join::AnyFree, options(2)) {
+        Err(Error::LogRecycled { .. }) => {}
+        other => panic!("expected LogRecycled, got {:?}", other.map(|h| h.id())),
+    }
+    // The refused joiner left its row free.
+    assert_eq!(pod.hosts().len(), 1);
+}
+
+#[test]
+fn a_late_join_with_no_live_server_times_out_and_frees_its_row() {
+    let pod = Arc::new(Pod::create(&config(), Backing::heap()).unwrap());
+    let a = Host::join(&pod, Join::AnyFree, options(1).pump_interval(None)).unwrap();
+    fill_and_recycle(&a);
+    let refused = Host::join(
+        &pod,
+        Join::AnyFree,
+        options(2).wait_limit(Duration::from_millis(200)),
+    );
+    assert!(
+        matches!(refused, Err(Error::JoinNotServed { .. })),
+        "{:?}",
+        refused.map(|h| h.id())
+    );
+    assert_eq!(pod.hosts().len(), 1);
+}
