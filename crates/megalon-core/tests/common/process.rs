@@ -213,6 +213,12 @@ impl ChildProcess {
         }
     }
 
+    /// Kills the child with SIGKILL, as a crash would, and reaps it.
+    pub fn kill(&mut self) {
+        self.child.kill().expect("killing the child");
+        self.status = Some(self.child.wait().expect("reaping the child"));
+    }
+
     /// Waits for the child to exit and asserts it succeeded.
     pub fn assert_exits_successfully(&mut self) {
         let deadline = Instant::now() + WAIT_BOUND;
