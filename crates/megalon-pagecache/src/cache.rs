@@ -46,7 +46,7 @@ impl PageCache {
     /// Hosts then [`join`](PageCache::join) it (a file backing can be opened by other
     /// processes with [`Pod::open`]).
     pub fn create_pod(config: &PageCacheConfig, backing: Backing) -> Result<Arc<Pod>> {
-        let pod_config = config.pod_config()?;
+        let pod_config = config.pod_config_for(&backing)?;
         let pod = Pod::create(&pod_config, backing)?;
         let layout = pod.layout();
         let regions = Regions::new(layout, config.admission_locks)?;

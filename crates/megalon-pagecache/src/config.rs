@@ -123,8 +123,16 @@ impl PageCacheConfig {
     /// region, not to extra records (so the record count is what was asked for, rounded
     /// up to a line); the same in LNR for slots.
     pub fn pod_config(&self) -> Result<PodConfig> {
+        self.pod_config_for(&megalon_core::Backing::heap())
+    }
+
+    /// [`PageCacheConfig::pod_config`] for a pod on `backing`: one in a file or on a
+    /// device keeps undo images ([`megalon_core::CrashSafety::Auto`]), sized in too.
+    pub fn pod_config_for(&self, backing: &megalon_core::Backing) -> Result<PodConfig> {
         self.validate()?;
+        let crash_safety = PodConfig::new().resolved_for(backing).crash_safety;
         let base = PodConfig::new()
+            .crash_safety(crash_safety)
             .slot_size_bytes(FILE_PAGE_BYTES)
             .max_key_bytes(PAGE_KEY_BYTES as u32)
             .log_capacity_entries(self.log_capacity_entries)
@@ -146,6 +154,16 @@ impl PageCacheConfig {
         let log_bytes = self
             .log_capacity_entries
             .saturating_mul(base.log_entry_bytes());
+        // The log, the join area (late joiners get the index through it) and the undo
+        // images.
+        let undo_bytes = if base.undo_images() {
+            u64::from(self.max_hosts) * megalon_core::limits::HOLDS_PER_HOST * FILE_PAGE_BYTES
+        } else {
+            0
+        };
+        let log_bytes = log_bytes
+            .saturating_add(base.join_area_bytes)
+            .saturating_add(undo_bytes);
         let lnr_bytes = log_bytes
             .saturating_add(app_lnr_bytes(slot_count))
             .saturating_add(slot_count * FILE_PAGE_BYTES)

@@ -439,7 +439,9 @@ fn create_pod(config: &HcMetaConfig, sizes: &Sizes) -> Result<Pod> {
         .record_width_bits(8)
         .max_hosts(config.hosts as u32)
         .app_scr_bytes(app_scr_bytes)
-        .app_lnr_bytes(app_lnr_bytes);
+        .app_lnr_bytes(app_lnr_bytes)
+        // HCMeta's hosts all start together and never join late.
+        .join_area_bytes(0);
     let log_bytes = MIN_LOG_CAPACITY_ENTRIES * base.log_entry_bytes();
     let lnr_bytes = (log_bytes + app_lnr_bytes + LINE_BYTES).next_multiple_of(PAGE_BYTES);
     let mut scr_bytes = app_scr_bytes.next_multiple_of(PAGE_BYTES);
