@@ -128,3 +128,40 @@ fn a_late_join_with_no_live_server_times_out_and_frees_its_row() {
     );
     assert_eq!(pod.hosts().len(), 1);
 }
+
+/// The time a late join takes for a million objects: run by hand (`cargo test --release
+/// -p megalon-core --test late_join -- --ignored --nocapture`); `docs/decisions.md`
+/// records it.
+#[test]
+#[ignore = "a measurement: a million objects take seconds to create"]
+fn late_join_of_a_million_objects() {
+    const OBJECTS: u32 = 1_000_000;
+    let config = PodConfig::new()
+        .scr_bytes(1 << 20)
+        .lnr_bytes(160 << 20)
+        .slot_size_bytes(64)
+        .max_key_bytes(16)
+        .log_capacity_entries(1 << 16);
+    let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
+    let a = Host::join(&pod, Join::AnyFree, HostOptions::new()).unwrap();
+    let created = Instant::now();
+    for i in 0..OBJECTS {
+        a.create(format!("key{i:08}").as_bytes(), &i.to_le_bytes())
+            .unwrap();
+    }
+    let created = created.elapsed();
+    assert!(a.inspect().log_cursors().0 > 0, "the log recycled");
+    let joined = Instant::now();
+    let late = Host::join(&pod, Join::AnyFree, HostOptions::new()).unwrap();
+    let joined = joined.elapsed();
+    assert_eq!(late.inspect().replica_len(), u64::from(OBJECTS));
+    let mut buf = [0u8; 4];
+    late.read(b"key00999999", &mut buf).unwrap();
+    assert_eq!(u32::from_le_bytes(buf), OBJECTS - 1);
+    println!(
+        "late join of {OBJECTS} objects: {:.0} ms (creating them took {:.1} s; join area {} KiB)",
+        joined.as_secs_f64() * 1e3,
+        created.as_secs_f64(),
+        config.join_area_bytes >> 10
+    );
+}
