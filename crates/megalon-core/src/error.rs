@@ -311,10 +311,13 @@ pub enum Error {
 
     // ---- the log ----
     /// The log stayed full past the wait limit: one host has not applied old entries.
-    #[error("the log is full ({capacity_entries} entries, tail at {tail}): host {lagging_host} has applied only up to {lagging_position}; waited {waited_ms} ms")]
+    #[error("the log is full ({capacity_entries} entries, tail at {tail}): host {lagging_host}{} has applied only up to {lagging_position}; waited {waited_ms} ms", alive_text(*lagging_alive))]
     LogFull {
         /// The host whose applied position holds the head back.
         lagging_host: u32,
+        /// Whether it lives (`None`: it runs on another machine, where only its lease can
+        /// tell).
+        lagging_alive: Option<bool>,
         /// Its applied position.
         lagging_position: u64,
         /// The log's tail.
@@ -445,12 +448,16 @@ pub enum Error {
         record: u32,
     },
     /// A record stayed locked (or its deallocation unapplied) past the wait limit.
-    #[error("record {record} stayed busy for {waited_ms} ms")]
+    #[error("record {record} stayed busy for {waited_ms} ms{}", holder_text(*holder, *holder_alive))]
     RecordBusy {
         /// The record.
         record: u32,
         /// How long we waited.
         waited_ms: u64,
+        /// The host that announced the lock, if known (pods with undo images).
+        holder: Option<HostId>,
+        /// Whether that host lives (`None`: only its lease can tell, or no holder known).
+        holder_alive: Option<bool>,
     },
     /// An object's replicated lock (in a pod with [`Coherence::AllLog`](crate::Coherence))
     /// stayed held past the wait limit.
@@ -479,3 +486,20 @@ pub enum Error {
 
 /// `Result` with the crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// ", locked by host H (alive)" and the like, or nothing when no holder is known.
+fn holder_text(holder: Option<HostId>, alive: Option<bool>) -> String {
+    match holder {
+        Some(host) => format!(", locked by host {host}{}", alive_text(alive)),
+        None => String::new(),
+    }
+}
+
+/// " (alive)", " (its process is gone: recovery is due)", or nothing when unknown.
+fn alive_text(alive: Option<bool>) -> &'static str {
+    match alive {
+        Some(true) => " (alive)",
+        Some(false) => " (its process is gone: recovery is due)",
+        None => "",
+    }
+}

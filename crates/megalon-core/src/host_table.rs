@@ -201,6 +201,18 @@ pub(crate) fn process_gone(pod: &Pod, host: HostId, pid: u32) -> Option<bool> {
     Some(!process_alive(pid, started))
 }
 
+/// Whether `host`'s holder lives, as far as this machine can tell at once: `Some` for a
+/// holder on this machine (or a free row: `Some(false)`), `None` for one elsewhere.
+pub(crate) fn alive(pod: &Pod, host: HostId) -> Option<bool> {
+    if host >= pod.config().max_hosts {
+        return None;
+    }
+    match holder(pod, host) {
+        None => Some(false),
+        Some((pid, _)) => process_gone(pod, host, pid).map(|gone| !gone),
+    }
+}
+
 /// The holder's heartbeat count (its lease: it moves while the holder's pump runs).
 pub(crate) fn heartbeat_count(pod: &Pod, host: HostId) -> u64 {
     entry(pod, host).heartbeat.load(Ordering::Relaxed)

@@ -55,7 +55,39 @@
 //! - **Every wait on another host is bounded** ([`HostOptions::wait_limit`]); past it, the
 //!   error names whom it waited for.
 //! - **Pods are shared by hosts that join the same file** ([`Backing::file`]); a heap pod
-//!   lives in one process.
+//!   lives in one process. [`Pod::create`] refuses a file that live hosts use
+//!   ([`Error::PodInUse`]).
+//!
+//! # When hosts die
+//!
+//! **What survives: any host's death, at any point** (a `kill -9`, a crash, a host that
+//! stops answering). The other hosts go on: the dead host's unpublished log positions are
+//! filled, its hold on the log's head is released, every replica learns of the death at
+//! one log position (a `HostDead` event: objects it held in its DRAM go back to their
+//! CXL slots, as they were when they moved there), and its host id is free again. In a
+//! pod with [`CrashSafety::Undo`] (the default for a pod in a file or on a device) every
+//! write keeps an undo image of its object before its first byte changes, so an object
+//! whose writer died mid-write is restored to its last complete value and unlocked: no
+//! read ever sees the torn bytes. Without undo images ([`CrashSafety::Off`], the default
+//! for a heap pod, whose hosts die together) such an object stays locked.
+//!
+//! **How long the others wait.** A host on the same machine is found dead as soon as its
+//! process is gone (within a quarter of the lease, by each host's pump). A host on another
+//! machine is dead once its heartbeat has not moved for [`PodConfig::lease_ms`] (2 s by
+//! default); a host that was only paused that long finds itself declared dead and its
+//! calls answer [`Error::HostDeclaredDead`]. A lock whose holder is alive is never taken
+//! from it. Meanwhile reads and writes of what the dead host held wait within their bound
+//! ([`HostOptions::wait_limit`]).
+//!
+//! **Joining at any time.** A host may join after the log has recycled its first
+//! entries: a live host streams it its index through the pod's join area
+//! ([`PodConfig::join_area_bytes`]), and it replays from there. A restarted process
+//! joins as a new host, or under its old id once that is free.
+//!
+//! **What does not survive:** the loss of the CXL device itself, and the pod across a
+//! power cycle (the SCR's words are not persistent). Writes made in a dead host's DRAM
+//! (local partitions) since its objects moved there are lost with it. The AllLog baseline
+//! keeps no undo images: an object whose replicated lock a dead host held stays locked.
 //!
 //! # Where things are
 //!

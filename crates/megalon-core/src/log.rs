@@ -235,6 +235,7 @@ impl Log {
                 });
                 return Err(Error::LogFull {
                     lagging_host: laggard.host,
+                    lagging_alive: host_table::alive(pod, laggard.host),
                     lagging_position: laggard.position,
                     tail: position,
                     capacity_entries: self.capacity,

@@ -198,3 +198,34 @@ fn a_copy_of_torn_bytes_made_before_recovery_is_refused_after_it() {
     assert!(!b.read_end(reading).unwrap(), "a torn copy was accepted");
     assert_eq!(read(&b, b"k"), value(2));
 }
+
+#[test]
+fn a_wait_that_gives_up_names_the_lock_holder_and_whether_it_lives() {
+    let pod = Arc::new(Pod::create(&config(), megalon_core::Backing::heap()).unwrap());
+    let a = join(&pod, 1);
+    let b = Host::join(
+        &pod,
+        Join::AnyFree,
+        options(2).wait_limit(Duration::from_millis(50)),
+    )
+    .unwrap();
+    a.create(b"k", &value(1)).unwrap();
+    a.write(b"k", &value(2)).unwrap();
+    let ticket = a.write_start(b"k").unwrap();
+    let error = b.write(b"k", &value(3)).unwrap_err();
+    match &error {
+        megalon_core::Error::RecordBusy {
+            holder,
+            holder_alive,
+            ..
+        } => assert_eq!((*holder, *holder_alive), (Some(a.id()), Some(true))),
+        other => panic!("expected RecordBusy, got {other:?}"),
+    }
+    assert!(
+        error
+            .to_string()
+            .contains(&format!("locked by host {} (alive)", a.id())),
+        "{error}"
+    );
+    a.write_end(ticket).unwrap();
+}

@@ -154,6 +154,8 @@ pub(crate) fn busy(entry: u32, not_locked: NotLocked) -> Error {
         NotLocked::Busy { waited_ms } => Error::Core(megalon_core::Error::RecordBusy {
             record: entry,
             waited_ms,
+            holder: None,
+            holder_alive: None,
         }),
         NotLocked::Stale => unreachable!("callers handle a stale record"),
     }
@@ -712,7 +714,9 @@ fn encode(result: Result<u64>) -> Response {
         Err(Error::Core(megalon_core::Error::ScrRecordsExhausted { records, .. })) => {
             (STATUS_NO_ENTRY, records)
         }
-        Err(Error::Core(megalon_core::Error::RecordBusy { record, waited_ms })) => (
+        Err(Error::Core(megalon_core::Error::RecordBusy {
+            record, waited_ms, ..
+        })) => (
             STATUS_BUSY,
             u64::from(record) << 32 | waited_ms.min(u32::MAX.into()),
         ),
@@ -739,6 +743,8 @@ pub(crate) fn decode(response: Response, owner: usize, s: &Settings) -> Result<u
         STATUS_BUSY => Error::Core(megalon_core::Error::RecordBusy {
             record: (detail >> 32) as u32,
             waited_ms: detail & 0xffff_ffff,
+            holder: None,
+            holder_alive: None,
         }),
         STATUS_RETRIES => retries_exhausted(s),
         STATUS_SERVER_FAILED => Error::Core(megalon_core::Error::HostUnresponsive {

@@ -214,6 +214,34 @@ impl Shared {
             .store(encode_announce(record, raw) | UNDO_READY, Ordering::SeqCst);
     }
 
+    /// The host that announced a lock of `record` now, if any (pods with undo images):
+    /// what a wait that gave up names.
+    pub(super) fn lock_holder(&self, record: u32) -> Option<HostId> {
+        if !self.undo_images() {
+            return None;
+        }
+        let records = Records::new(&self.pod);
+        let word = records.load(record);
+        (0..self.pod.config().max_hosts).find(|&host| {
+            (0..HOLDS_PER_HOST).any(|i| {
+                let announce = self.announce_word(host, i).load(Ordering::SeqCst);
+                decode_announce(announce)
+                    .is_some_and(|(r, raw, _)| r == record && records.decode(raw) == word)
+            })
+        })
+    }
+
+    /// [`Error::RecordBusy`] for `record`, naming the host that holds it if known.
+    pub(super) fn record_busy(&self, record: u32, waited_ms: u64) -> Error {
+        let holder = self.lock_holder(record);
+        Error::RecordBusy {
+            record,
+            waited_ms,
+            holder,
+            holder_alive: holder.and_then(|host| host_table::alive(&self.pod, host)),
+        }
+    }
+
     /// Clears announce `index` (its lock is released, or was never taken) and frees it.
     pub(super) fn end_hold(&self, index: u64) {
         self.announce_word(self.id, index)

@@ -191,7 +191,7 @@ impl Shared {
                 1,
             );
             Backoff::snooze_or(&mut backoff, self.options.wait_limit, |waited_ms| {
-                Error::RecordBusy { record, waited_ms }
+                self.record_busy(record, waited_ms)
             })?;
         }
     }
@@ -377,7 +377,7 @@ impl Shared {
             c.add(Counter::WaitsForWriter, 1);
         }
         Backoff::snooze_or(backoff, self.options.wait_limit, |waited_ms| {
-            Error::RecordBusy { record, waited_ms }
+            self.record_busy(record, waited_ms)
         })
     }
 
