@@ -22,6 +22,16 @@
 //! - `write`: `host.write(key, &object)` of a read-write-shared object (lock, copy,
 //!   write-back of its 16 lines, fence, unlock); `write_ceiling`: the plain map lookup,
 //!   then `memory.write`, `memory.write_back` of 1 KiB and `memory.fence`.
+//! - `crash_safety` (`crash_safety/write_undo`, `write_off`, `write_off_imaged`, each on
+//!   `1KiB` and `64B` objects): what `CrashSafety::Undo` costs a write. Two more heap pods
+//!   per object size, alike but for their crash safety, each with its own host (hardware
+//!   memory, no pump) and the same keys in the same order ([`CRASH_SAFETY_SETS`]),
+//!   every object written once in setup. `write_undo` is `host.write(key, &object)` on
+//!   the pod with `Undo` (announce, lock, undo image of the object, copy, unlock, clear
+//!   the announce), `write_off` the same on the pod with `Off`, and `write_off_imaged`
+//!   that write after what the undo image itself costs with no protocol: the object read,
+//!   written to one place in the pod's application region, its lines written back, a
+//!   fence.
 //!
 //! Each benchmark runs once under criterion (absolute times), then, under `cargo bench`
 //! only, each pair is measured interleaved: blocks of the two sides alternate (which goes
@@ -30,9 +40,12 @@
 //! noisy machine. Around each protocol benchmark the host's event counters are read and
 //! printed per operation (lines invalidated, written back, SCR atomics, retries). Last,
 //! the SCR each read-write-shared object costs for each record width, from the layout.
+//! A criterion filter after `--` also picks the interleaved pairs: they run when
+//! criterion ran their protocol side (every pod is still built).
 //!
 //! ```text
 //! cargo bench --bench object -- --warm-up-time 1 --measurement-time 2
+//! cargo bench --bench object -- crash_safety --warm-up-time 1 --measurement-time 2
 //! ```
 
 use std::hint::black_box;
@@ -40,7 +53,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use megalon::core::{
-    limits::RECORD_WIDTHS_BITS, EventCounts, Host, HostOptions, Join, MemoryKind, PodConfig,
+    limits::RECORD_WIDTHS_BITS, CrashSafety, EventCounts, Host, HostOptions, Join, MemoryKind,
+    PodConfig,
 };
 
 mod common;
@@ -62,6 +76,12 @@ const TABLE_SCR_BYTES: u64 = 200 << 20;
 const HCMETA_PAPER_BYTES_PER_OBJECT: u64 = 52;
 /// The same layout with this bench's 24-byte keys.
 const HCMETA_24_BYTE_KEY_BYTES_PER_OBJECT: u64 = 24 + 4 + 2 * 4;
+
+/// The crash-safety pairs: a name, the bytes of each object, and the objects on each
+/// side. Each side's objects outgrow the 32 MiB L3, so that they come from memory:
+/// 100 MB of 1 KiB objects (as the sets above) and 64 MB of 64-byte ones.
+const CRASH_SAFETY_SETS: [(&str, usize, u64); 2] =
+    [("1KiB", 1024, OBJECTS), ("64B", 64, 1_000_000)];
 
 /// Rounds of an interleaved pair, and operations per block.
 const INTERLEAVED_ROUNDS: usize = 100;
@@ -112,41 +132,29 @@ fn setup() -> Setup {
         .pump_interval(None);
     let host = Host::join(&pod, Join::AnyFree, options).expect("a free host id");
     let object = buffer();
+    let read_shared = create_set(
+        &host,
+        "read_shared",
+        b"rds:",
+        0x7264_7300,
+        OBJECTS,
+        &object.0,
+    );
+    let read_write = create_set(
+        &host,
+        "read_write",
+        b"rws:",
+        0x7277_7300,
+        OBJECTS,
+        &object.0,
+    );
     let mut map = hashbrown::HashMap::new();
-    let mut make_set = |name, prefix: &[u8; 4], seed: u64| {
-        let mut keys: Vec<Key> = (0..OBJECTS).map(|n| key(prefix, n)).collect();
-        for key in &keys {
-            host.create(key, &object.0).expect("create");
-        }
-        common::shuffle(&mut keys, seed);
-        let offsets: Vec<u64> = keys
-            .iter()
-            .map(|key| {
-                let entry = host.lookup(key).expect("lookup").expect("created");
-                pod.layout().slot_offset(entry.slot)
-            })
-            .collect();
-        for (key, offset) in keys.iter().zip(&offsets) {
+    for set in [&read_shared, &read_write] {
+        for (key, offset) in set.keys.iter().zip(&set.offsets) {
             map.insert(key.to_vec(), *offset);
         }
-        ObjectSet {
-            name,
-            keys,
-            offsets,
-        }
-    };
-    let read_shared = make_set("read_shared", b"rds:", 0x7264_7300);
-    let read_write = make_set("read_write", b"rws:", 0x7277_7300);
-    // One write each: a record, and a host counter equal to its counter.
-    for key in &read_write.keys {
-        host.write(key, &object.0).expect("write");
     }
-    let events = host.events();
-    assert_eq!(
-        events.record_allocs, OBJECTS,
-        "one record per written object"
-    );
-    assert_eq!(host.inspect().records_in_use().0, OBJECTS);
+    write_once(&host, &read_write, &object.0);
     for key in [&read_shared.keys[0], &read_write.keys[0]] {
         let entry = host.lookup(key).expect("lookup").expect("present");
         println!(
@@ -172,6 +180,55 @@ fn setup() -> Setup {
         read_shared,
         read_write,
     }
+}
+
+/// Creates `count` objects holding `object` on `host`, keyed `prefix` and a number, and
+/// returns them in a random order fixed by `seed` with each one's offset.
+fn create_set(
+    host: &Host,
+    name: &'static str,
+    prefix: &[u8; 4],
+    seed: u64,
+    count: u64,
+    object: &[u8],
+) -> ObjectSet {
+    let layout = host.pod().layout();
+    let mut keys: Vec<Key> = (0..count).map(|n| key(prefix, n)).collect();
+    for key in &keys {
+        host.create(key, object).expect("create");
+    }
+    common::shuffle(&mut keys, seed);
+    let offsets = keys
+        .iter()
+        .map(|key| {
+            let entry = host.lookup(key).expect("lookup").expect("created");
+            layout.slot_offset(entry.slot)
+        })
+        .collect();
+    ObjectSet {
+        name,
+        keys,
+        offsets,
+    }
+}
+
+/// Writes every object of `set` once, the first write of each: it gets a record, and
+/// the host counter equals the record's counter. Asserts one new record per object.
+fn write_once(host: &Host, set: &ObjectSet, object: &[u8]) {
+    let (allocs_before, in_use_before) = (
+        host.events().record_allocs,
+        host.inspect().records_in_use().0,
+    );
+    for key in &set.keys {
+        host.write(key, object).expect("write");
+    }
+    let written = set.keys.len() as u64;
+    assert_eq!(
+        host.events().record_allocs - allocs_before,
+        written,
+        "one record per written object"
+    );
+    assert_eq!(host.inspect().records_in_use().0 - in_use_before, written);
 }
 
 /// One operation on object `i` of a set (its key, its offset).
@@ -252,13 +309,43 @@ fn read<'a>(setup: &'a Setup, set: &'a ObjectSet) -> impl Operation + 'a {
     }
 }
 
-/// `Host::write` of the whole object.
-fn write<'a>(setup: &'a Setup, set: &'a ObjectSet) -> impl Operation + 'a {
-    let host = &setup.host;
+/// `Host::write` of the whole object, of `object_bytes`.
+fn write<'a>(host: &'a Host, set: &'a ObjectSet, object_bytes: usize) -> impl Operation + 'a {
     let object = buffer();
     move |i| {
         let done = host
-            .write(black_box(&set.keys[i]), black_box(&object.0))
+            .write(
+                black_box(&set.keys[i]),
+                black_box(&object.0[..object_bytes]),
+            )
+            .expect("write");
+        black_box(done);
+    }
+}
+
+/// What an undo image costs with no protocol, then `Host::write` of the whole object (of
+/// `object_bytes`): the object read, written to `image_offset`, its lines written back,
+/// a fence, as `CrashSafety::Undo` does between the lock and the first byte changed.
+fn write_imaged<'a>(
+    host: &'a Host,
+    set: &'a ObjectSet,
+    object_bytes: usize,
+    image_offset: u64,
+) -> impl Operation + 'a {
+    let memory = host.memory();
+    let object = buffer();
+    let mut image = buffer();
+    move |i| {
+        let image = &mut image.0[..object_bytes];
+        memory.read(black_box(set.offsets[i]), image);
+        memory.write(image_offset, image);
+        memory.write_back(image_offset, object_bytes);
+        memory.fence();
+        let done = host
+            .write(
+                black_box(&set.keys[i]),
+                black_box(&object.0[..object_bytes]),
+            )
             .expect("write");
         black_box(done);
     }
@@ -293,13 +380,23 @@ fn walk(operation: &mut impl Operation, len: usize, start: usize, count: usize) 
     started.elapsed()
 }
 
-/// Criterion's measurement of `operation`, walking the set from where it last stopped.
-fn bench(c: &mut Criterion, name: &str, set: &ObjectSet, operation: &mut impl Operation) {
-    let mut group = c.benchmark_group("object");
+/// Criterion's measurement of `operation` as `group/name/set`, walking the set from
+/// where it last stopped. Whether criterion ran it: not when a filter after `--` leaves
+/// it out (nor under `--list`).
+fn bench(
+    c: &mut Criterion,
+    group_name: &str,
+    name: &str,
+    set: &ObjectSet,
+    operation: &mut impl Operation,
+) -> bool {
+    let mut group = c.benchmark_group(group_name);
     group.throughput(Throughput::Elements(1));
     let len = set.keys.len();
     let mut next = 0usize;
+    let mut ran = false;
     group.bench_function(BenchmarkId::new(name, set.name), |b| {
+        ran = true;
         b.iter(|| {
             operation(next);
             next += 1;
@@ -309,6 +406,7 @@ fn bench(c: &mut Criterion, name: &str, set: &ObjectSet, operation: &mut impl Op
         })
     });
     group.finish();
+    ran
 }
 
 /// The ratio `subject` / `baseline` measured in alternation ([`common::alternate`]): each
@@ -375,7 +473,8 @@ fn print_events(name: &str, before: EventCounts, after: EventCounts) {
 }
 
 /// Criterion runs of the protocol's operation `subject` and its ceilings, the interleaved
-/// pairs, and the protocol's events per operation over both.
+/// pairs (if criterion's filter selected `subject`), and the protocol's events per
+/// operation over both.
 fn compare(
     c: &mut Criterion,
     paired_runs: bool,
@@ -386,10 +485,13 @@ fn compare(
     baselines: &mut [(&str, &mut dyn FnMut(usize))],
 ) {
     let before = host.events();
-    bench(c, subject_name, set, subject);
+    let selected = bench(c, "object", subject_name, set, subject);
     let after_criterion = host.events();
     for (name, baseline) in baselines.iter_mut() {
-        bench(c, name, set, baseline);
+        bench(c, "object", name, set, baseline);
+    }
+    if !selected {
+        return;
     }
     if paired_runs {
         for (name, baseline) in baselines.iter_mut() {
@@ -412,6 +514,116 @@ fn compare(
         after_criterion,
         after,
     );
+}
+
+/// One side of a crash-safety pair: a heap pod with `crash_safety` and one host (hardware
+/// memory, no pump), holding `count` read-write-shared objects of `object_bytes`, each
+/// written once in setup, and an application LNR region of one object.
+struct CrashSide {
+    host: Host,
+    set: ObjectSet,
+}
+
+impl CrashSide {
+    /// Where [`write_imaged`] keeps its image: the application's LNR region.
+    fn image_offset(&self) -> u64 {
+        self.host.pod().layout().app_lnr_offset
+    }
+}
+
+fn crash_side(
+    crash_safety: CrashSafety,
+    name: &'static str,
+    object_bytes: usize,
+    count: u64,
+) -> CrashSide {
+    let config = PodConfig::new();
+    // Room for a record per object: the default SCR, or twice the records' bytes.
+    let record_bytes = u64::from(config.record_width_bits) / 8;
+    let scr_bytes = (2 * count * record_bytes)
+        .next_power_of_two()
+        .max(config.scr_bytes);
+    let config = config
+        .slot_size_bytes(object_bytes as u64)
+        .max_key_bytes(common::MAX_KEY_BYTES)
+        .log_capacity_entries(LOG_ENTRIES)
+        .max_hosts(1)
+        .scr_bytes(scr_bytes)
+        .app_lnr_bytes(object_bytes as u64)
+        .crash_safety(crash_safety);
+    // The set, and room for the host's claimed chunk to run over.
+    let pod = common::heap_pod_of(config, count + 8192);
+    assert_eq!(pod.config().crash_safety, crash_safety);
+    assert!(pod.layout().record_count >= count, "a record per object");
+    let options = HostOptions::new()
+        .memory(MemoryKind::Hardware)
+        .pump_interval(None);
+    let host = Host::join(&pod, Join::AnyFree, options).expect("a free host id");
+    let object = buffer();
+    let object = &object.0[..object_bytes];
+    // The same keys in the same order on both sides of a pair.
+    let set = create_set(&host, name, b"crs:", 0x6372_7300, count, object);
+    write_once(&host, &set, object);
+    CrashSide { host, set }
+}
+
+/// What crash safety costs a write: `Host::write` of whole objects of each size in
+/// [`CRASH_SAFETY_SETS`] on a pod with [`CrashSafety::Undo`] against the same write on
+/// a pod with [`CrashSafety::Off`], and against that write after an undo image made with
+/// no protocol ([`write_imaged`]): criterion's times, the interleaved ratios, and each
+/// side's events per write.
+fn crash_safety(c: &mut Criterion, paired_runs: bool) {
+    for (name, object_bytes, count) in CRASH_SAFETY_SETS {
+        let started = Instant::now();
+        let undo = crash_side(CrashSafety::Undo, name, object_bytes, count);
+        let off = crash_side(CrashSafety::Off, name, object_bytes, count);
+        println!(
+            "crash_safety setup: two pods of {count} objects of {object_bytes} bytes, each \
+             written once, in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        let (undo_before, off_before) = (undo.host.events(), off.host.events());
+        let mut write_undo = write(&undo.host, &undo.set, object_bytes);
+        let mut write_off = write(&off.host, &off.set, object_bytes);
+        let mut write_off_imaged =
+            write_imaged(&off.host, &off.set, object_bytes, off.image_offset());
+        let selected = bench(c, "crash_safety", "write_undo", &undo.set, &mut write_undo);
+        bench(c, "crash_safety", "write_off", &off.set, &mut write_off);
+        bench(
+            c,
+            "crash_safety",
+            "write_off_imaged",
+            &off.set,
+            &mut write_off_imaged,
+        );
+        if !selected {
+            continue;
+        }
+        if paired_runs {
+            interleaved(
+                &format!("crash_safety/write/{name} undo / off"),
+                count as usize,
+                &mut write_undo,
+                &mut write_off,
+            );
+            interleaved(
+                &format!("crash_safety/write/{name} undo / off_imaged"),
+                count as usize,
+                &mut write_undo,
+                &mut write_off_imaged,
+            );
+        }
+        for (side, host, before) in [
+            ("undo", &undo.host, undo_before),
+            ("off", &off.host, off_before),
+        ] {
+            print_events(
+                &format!("crash_safety/write_{side}/{name}"),
+                before,
+                host.events(),
+            );
+        }
+    }
 }
 
 /// SCR per read-write-shared object for each record width, from the layout, against
@@ -509,9 +721,11 @@ fn main() {
         host,
         rw,
         "write",
-        &mut write(&setup, rw),
+        &mut write(host, rw, OBJECT_BYTES),
         &mut [("write_ceiling", &mut write_ceiling(&setup, rw))],
     );
+    // Its own pods, after the others' measurements.
+    crash_safety(&mut criterion, paired_runs);
     scr_table(&setup);
     criterion.final_summary();
 }

@@ -1,6 +1,6 @@
 //! What the benchmarks share: their 24-byte keys in a seeded order, a heap pod sized for
-//! a number of slots, and whether the paired runs (each comparison measured a second
-//! time, its two sides in alternating blocks) run.
+//! a number of slots (with or without undo images), and whether the paired runs (each
+//! comparison measured a second time, its two sides in alternating blocks) run.
 //!
 //! Every benchmark that uses it includes this module with `mod common;` and uses part of
 //! it, so each build of it leaves some items unused.
@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use megalon::core::limits::{HOLDS_PER_HOST, PAGE_BYTES};
 use megalon::core::{Backing, Pod, PodConfig};
 use megalon_workload::{RandomSource, SplitMix64};
 
@@ -41,13 +42,32 @@ pub fn shuffle(keys: &mut [Key], seed: u64) {
 /// A heap pod of `slots` slots of `slot_size_bytes` each, after a ring of `log_entries`
 /// log entries, for keys of up to [`MAX_KEY_BYTES`] and `max_hosts` hosts.
 pub fn heap_pod(slot_size_bytes: u64, slots: u64, log_entries: u64, max_hosts: u32) -> Arc<Pod> {
-    let config = PodConfig::new()
-        .slot_size_bytes(slot_size_bytes)
-        .max_key_bytes(MAX_KEY_BYTES)
-        .log_capacity_entries(log_entries)
-        .max_hosts(max_hosts);
-    let lnr_bytes =
-        (log_entries * config.log_entry_bytes() + slots * slot_size_bytes).div_ceil(4096) * 4096;
+    heap_pod_of(
+        PodConfig::new()
+            .slot_size_bytes(slot_size_bytes)
+            .max_key_bytes(MAX_KEY_BYTES)
+            .log_capacity_entries(log_entries)
+            .max_hosts(max_hosts),
+        slots,
+    )
+}
+
+/// A heap pod of `config` (its slot size, log ring, hosts, SCR, crash safety, regions)
+/// whose LNR holds the log, the undo images if `config` asks for them, the join area, the
+/// application's region and `slots` slots.
+pub fn heap_pod_of(config: PodConfig, slots: u64) -> Arc<Pod> {
+    let undo_bytes = if config.undo_images() {
+        u64::from(config.max_hosts) * HOLDS_PER_HOST * config.slot_size_bytes
+    } else {
+        0
+    };
+    let lnr_bytes = (config.log_capacity_entries * config.log_entry_bytes()
+        + undo_bytes
+        + config.join_area_bytes
+        + config.app_lnr_bytes
+        + slots * config.slot_size_bytes)
+        .div_ceil(PAGE_BYTES)
+        * PAGE_BYTES;
     Arc::new(Pod::create(&config.lnr_bytes(lnr_bytes), Backing::heap()).expect("the pod"))
 }
 
