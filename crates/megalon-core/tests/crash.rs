@@ -229,3 +229,39 @@ fn a_wait_that_gives_up_names_the_lock_holder_and_whether_it_lives() {
     );
     a.write_end(ticket).unwrap();
 }
+
+/// A host that dies holding a record's lock for a delete (stopped in its release hook, so
+/// the delete event is never appended): the record is unlocked for the object, which
+/// stays.
+#[test]
+fn a_delete_whose_host_died_holding_the_lock_leaves_the_object_unlocked() {
+    let pod = Arc::new(Pod::create(&config(), megalon_core::Backing::heap()).unwrap());
+    let (in_hook, stopped) = std::sync::mpsc::channel::<()>();
+    let in_hook = std::sync::Mutex::new(in_hook);
+    let hook = megalon_core::ReleaseHook::new(move |releasing| {
+        if releasing.key() == b"k" {
+            in_hook.lock().unwrap().send(()).unwrap();
+            // Dead: never returns.
+            loop {
+                std::thread::park();
+            }
+        }
+        true
+    });
+    let a: &'static Host = Box::leak(Box::new(
+        Host::join(&pod, Join::AnyFree, options(1).release_hook(hook)).unwrap(),
+    ));
+    let b = join(&pod, 2);
+    a.create(b"k", &value(1)).unwrap();
+    a.write(b"k", &value(2)).unwrap();
+    std::thread::spawn(move || a.delete(b"k"));
+    stopped.recv().unwrap();
+    a.inspect().freeze();
+    assert_eq!(read(&b, b"k"), value(2), "the delete never happened");
+    wait_recovered(&b, 1);
+    assert_eq!(b.inspect().stats().locks_recovered, 1);
+    assert!(b.inspect().record_census().locked.is_empty());
+    b.write(b"k", &value(3)).unwrap();
+    assert_eq!(read(&b, b"k"), value(3));
+    b.delete(b"k").unwrap();
+}

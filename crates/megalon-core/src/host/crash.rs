@@ -242,6 +242,13 @@ impl Shared {
         }
     }
 
+    /// [`Shared::end_hold`] of a hold handed on as its index, if any.
+    pub(super) fn end_hold_of(&self, hold: Option<u64>) {
+        if let Some(index) = hold {
+            self.end_hold(index);
+        }
+    }
+
     /// Clears announce `index` (its lock is released, or was never taken) and frees it.
     pub(super) fn end_hold(&self, index: u64) {
         self.announce_word(self.id, index)
@@ -445,11 +452,58 @@ impl Shared {
                 all_done = false;
                 continue;
             }
-            self.restore_write(dead.host, index, record, locked, undo_ready)?;
-            self.announce_word(dead.host, index)
-                .store(0, Ordering::SeqCst);
+            let restored = if locked.locked && locked.counter % 2 == 1 {
+                self.restore_write(dead.host, index, record, locked, undo_ready)?;
+                true
+            } else {
+                self.restore_release_or_claim(record, locked)?
+            };
+            if restored {
+                self.announce_word(dead.host, index)
+                    .store(0, Ordering::SeqCst);
+            } else {
+                all_done = false;
+            }
         }
         Ok(all_done)
+    }
+
+    /// Settles `record`, which a dead host held as `held` for a delete or a deallocation
+    /// (locked, counter even) or claimed for an allocation (in use, unlocked), as its
+    /// event decided: every replica has applied the dead host's events (they all come
+    /// before its `HostDead`), so whether the record still has an object says it. A
+    /// record without one is freed; a locked one with one is unlocked; a claimed one with
+    /// one is the object's. `Ok(false)`: the word changed under a claim (a host acting on
+    /// a stale index entry locks it for a moment): try again later.
+    fn restore_release_or_claim(&self, record: u32, held: RecordWord) -> Result<bool> {
+        let records = Records::new(&self.pod);
+        let owned = self.replica.index.read().record_owner_key(record).is_some();
+        let to = match (held.locked, owned) {
+            (false, true) => return Ok(true),
+            (_, false) => RecordWord {
+                in_use: false,
+                locked: false,
+                counter: held.counter,
+            },
+            (true, true) => RecordWord {
+                locked: false,
+                ..held
+            },
+        };
+        match records.compare_exchange(record, held, to) {
+            Ok(()) => {
+                if !to.in_use {
+                    self.records_in_use().fetch_sub(1, Ordering::Relaxed);
+                }
+                self.counters
+                    .locks_recovered
+                    .fetch_add(1, Ordering::Relaxed);
+                Ok(true)
+            }
+            // Only a lock's holder changes a locked word, and the holder is dead.
+            Err(_) if held.locked => Err(Error::RecordChangedUnderRecovery { record }),
+            Err(_) => Ok(false),
+        }
     }
 
     /// Restores `record`, locked by a dead writer as `locked`: its object gets the undo

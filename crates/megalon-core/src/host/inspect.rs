@@ -240,6 +240,21 @@ impl Inspect<'_> {
         )
     }
 
+    /// Makes this host die where it stands, without giving it up: [`crash`] for a host
+    /// some thread still uses (one stopped inside a call, say). Its pump stops and its
+    /// row says it runs on another machine; its threads must do nothing more (a host that
+    /// went on after the others declared it dead is what the lease rules out).
+    pub fn freeze(&self) {
+        let shared = &self.host.shared;
+        shared
+            .stop
+            .store(true, std::sync::atomic::Ordering::Release);
+        if let Some(pump) = &self.host.pump {
+            pump.thread().unpark();
+        }
+        host_table::pretend_elsewhere(&shared.pod, shared.id);
+    }
+
     /// Makes this host's row say that it runs on another machine: the other hosts can then
     /// tell whether it lives only by its lease (its pump's heartbeats), as across
     /// machines. For tests of the lease.
@@ -271,12 +286,8 @@ impl Inspect<'_> {
 /// leaked. For tests of recovery.
 pub fn crash(host: Host) {
     let mut host = std::mem::ManuallyDrop::new(host);
-    host.shared
-        .stop
-        .store(true, std::sync::atomic::Ordering::Release);
+    host.inspect().freeze();
     if let Some(pump) = host.pump.take() {
-        pump.thread().unpark();
         let _ = pump.join();
     }
-    host_table::pretend_elsewhere(&host.shared.pod, host.shared.id);
 }

@@ -517,6 +517,7 @@ impl Shared {
         record: u32,
         locked: RecordWord,
         unlocked: RecordWord,
+        hold: Option<u64>,
     ) -> Settle {
         if mutants::skipped(Step::LockedRecordRestoredOnError) {
             Settle::Nothing
@@ -525,6 +526,7 @@ impl Shared {
                 record,
                 locked,
                 unlocked,
+                hold,
             }
         }
     }
@@ -590,8 +592,9 @@ impl Shared {
 
     /// Takes `record`'s lock (counter unchanged) for a delete of the object `entry` names,
     /// checks that no event about it was applied since the lookup, and asks the release
-    /// hook. Returns the record, its word locked and its word before; `None`: the record
-    /// was busy or an event came first (the lock, if taken, is let go), so start over.
+    /// hook. Returns the record, its word locked, its word before and the lock's announce;
+    /// `None`: the record was busy or an event came first (the lock, if taken, is let go),
+    /// so start over.
     fn lock_for_delete(
         &self,
         entry: &IndexEntry,
@@ -599,12 +602,12 @@ impl Shared {
         record: u32,
         backoff: &mut Option<Backoff>,
         c: &ThreadCounters,
-    ) -> Result<Option<(u32, RecordWord, RecordWord)>> {
+    ) -> Result<Option<Held>> {
         let records = Records::new(&self.pod);
         let word = records.load(record);
         c.add(Counter::ScrAtomics, 1);
         if mutants::skipped(Step::LockBeforeDelete) {
-            return Ok(Some((record, word, word)));
+            return Ok(Some((record, word, word, None)));
         }
         if !word.in_use || word.locked {
             self.wait_for_record(backoff, record, word, c)?;
@@ -614,6 +617,9 @@ impl Shared {
             locked: true,
             ..word
         };
+        // Freed on every way out but the returned one, after any unlock.
+        let hold = self.take_hold()?;
+        self.announce(&hold, record, locked);
         c.add(Counter::ScrAtomics, 1);
         if records.compare_exchange(record, word, locked).is_err() {
             return Ok(None);
@@ -624,7 +630,7 @@ impl Shared {
             return Ok(None);
         }
         match self.release_allowed(key, record, ReleaseReason::Delete) {
-            Ok(true) => Ok(Some((record, locked, word))),
+            Ok(true) => Ok(Some((record, locked, word, hold.into_index()))),
             Ok(false) => {
                 self.unlock_record(record, locked, word, c);
                 Err(Error::ReleaseRefused { record })
@@ -685,11 +691,12 @@ impl Shared {
             // wins in the log only if the object still has exactly that one.
             let expected = entry.record.unwrap_or(NO_RECORD);
             let settle = match held {
-                Some((record, locked, word)) if locked.locked => {
-                    self.settle_locked(record, locked, word)
+                Some((record, locked, word, hold)) if locked.locked => {
+                    self.settle_locked(record, locked, word, hold)
                 }
                 _ => Settle::Nothing,
             };
+            let hold = held.and_then(|(_, _, _, hold)| hold);
             let outcome = self.submit_settled(
                 &Event::Delete {
                     key,
@@ -700,25 +707,32 @@ impl Shared {
             match outcome {
                 Outcome::Deleted { record, .. } => {
                     if let Some(record) = record {
-                        let locked = held.map_or_else(|| records.load(record), |(_, l, _)| l);
+                        let locked = held.map_or_else(|| records.load(record), |(_, l, _, _)| l);
                         self.free_released(record, locked, c);
                     }
+                    self.end_hold_of(hold);
                     c.add(Counter::Deletes, 1);
                     return Ok(());
                 }
                 Outcome::DeleteLost => {
-                    if let Some((record, locked, word)) = held.filter(|(_, l, _)| l.locked) {
+                    if let Some((record, locked, word, _)) = held.filter(|(_, l, _, _)| l.locked) {
                         self.unlock_record(record, locked, word, c);
                     }
+                    self.end_hold_of(hold);
                     continue;
                 }
                 _ => {
-                    if let Some((record, locked, word)) = held.filter(|(_, l, _)| l.locked) {
+                    if let Some((record, locked, word, _)) = held.filter(|(_, l, _, _)| l.locked) {
                         self.unlock_record(record, locked, word, c);
                     }
+                    self.end_hold_of(hold);
                     return Err(Error::UnknownKey);
                 }
             }
         }
     }
 }
+
+/// A record whose lock a delete holds: the record, its word locked, its word before, and
+/// the lock's announce (pods with undo images).
+type Held = (u32, RecordWord, RecordWord, Option<u64>);

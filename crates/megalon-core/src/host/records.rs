@@ -118,27 +118,33 @@ impl Shared {
     /// Allocates a record for `key` through the log. Returns the record to write with
     /// when a mutant skips using the winner's; normally `None`: look the key up again.
     pub(super) fn allocate_record(&self, key: &[u8], c: &ThreadCounters) -> Result<Option<u32>> {
-        let (record, claimed) = self.claim_record(c)?;
+        let (record, claimed, hold) = self.claim_record(c)?;
         self.chaos.point(Point::AllocAfterClaim);
         // A refused alloc frees the record; one whose outcome we miss keeps it if it won.
-        let settle = Settle::Claimed { record, claimed };
+        let settle = Settle::Claimed {
+            record,
+            claimed,
+            hold,
+        };
         match self.submit_settled(&Event::RecordAlloc { key, record }, settle)? {
             Outcome::RecordAllocated => {
+                self.end_hold_of(hold);
                 c.add(Counter::RecordAllocs, 1);
                 Ok(None)
             }
             Outcome::RecordAllocLost { .. } => {
                 c.add(Counter::RecordAllocsLost, 1);
                 if mutants::skipped(Step::AllocLoserUsesWinnersRecord) {
+                    self.end_hold_of(hold);
                     return Ok(Some(record));
                 }
                 c.add(Counter::ScrAtomics, 1);
-                self.free_claimed(record, claimed);
+                self.free_claimed(record, claimed, hold);
                 Ok(None)
             }
             _ => {
                 c.add(Counter::ScrAtomics, 1);
-                self.free_claimed(record, claimed);
+                self.free_claimed(record, claimed, hold);
                 Err(Error::UnknownKey)
             }
         }
@@ -146,9 +152,13 @@ impl Shared {
 
     /// Claims a free record (random probes, then a scan from a random start); when none
     /// is free, deallocates another object's record first (churn). Returns the record and
-    /// its claimed word.
-    pub(super) fn claim_record(&self, c: &ThreadCounters) -> Result<(u32, RecordWord)> {
+    /// its claimed word, and the claim's announce (pods with undo images).
+    pub(super) fn claim_record(
+        &self,
+        c: &ThreadCounters,
+    ) -> Result<(u32, RecordWord, Option<u64>)> {
         let records = Records::new(&self.pod);
+        let hold = self.take_hold()?;
         let count = records.count();
         let mut rng = c.random_seed();
         let mut churned = false;
@@ -169,6 +179,7 @@ impl Shared {
                         in_use: true,
                         ..word
                     };
+                    self.announce(&hold, record, claimed);
                     c.add(Counter::ScrAtomics, 1);
                     if records.compare_exchange(record, word, claimed).is_ok() {
                         self.records_in_use().fetch_add(1, Ordering::Relaxed);
@@ -176,7 +187,7 @@ impl Shared {
                         if churned {
                             c.add(Counter::Churn, 1);
                         }
-                        return Ok((record, claimed));
+                        return Ok((record, claimed, hold.into_index()));
                     }
                 }
             }
@@ -231,7 +242,10 @@ impl Shared {
             locked: lock,
             ..word
         };
+        // Freed on every way out before the settle takes it (after any unlock).
+        let hold = self.take_hold()?;
         if lock {
+            self.announce(&hold, record, locked);
             c.add(Counter::ScrAtomics, 1);
             if records.compare_exchange(record, word, locked).is_err() {
                 return Ok(false);
@@ -254,14 +268,16 @@ impl Shared {
                 std::panic::resume_unwind(panic);
             }
         }
+        let hold = hold.into_index();
         let settle = if lock {
-            self.settle_locked(record, locked, word)
+            self.settle_locked(record, locked, word, hold)
         } else {
             Settle::Nothing
         };
         match self.submit_settled(&Event::RecordDealloc { key, record }, settle)? {
             Outcome::RecordDeallocated => {
                 self.free_released(record, locked, c);
+                self.end_hold_of(hold);
                 c.add(Counter::RecordDeallocs, 1);
                 Ok(true)
             }
@@ -270,6 +286,7 @@ impl Shared {
                 if lock {
                     self.unlock_record(record, locked, word, c);
                 }
+                self.end_hold_of(hold);
                 Ok(false)
             }
         }

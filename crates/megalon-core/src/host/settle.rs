@@ -25,8 +25,13 @@ pub(crate) enum Settle {
     /// whether it applies or not).
     Nothing,
     /// `record` was claimed (its word is `claimed`) for an alloc event: if the alloc wins it
-    /// is the object's record; otherwise it goes back to free.
-    Claimed { record: u32, claimed: RecordWord },
+    /// is the object's record; otherwise it goes back to free. `hold` is the claim's
+    /// announce word (pods with undo images), ended once that is decided.
+    Claimed {
+        record: u32,
+        claimed: RecordWord,
+        hold: Option<u64>,
+    },
     /// `record` is locked (its word is `locked`) for a dealloc or a delete: if the event
     /// wins the record is freed, otherwise restored to `unlocked`. Until then it stays
     /// locked: a write must not start on an object that may turn read-shared or go away.
@@ -34,6 +39,7 @@ pub(crate) enum Settle {
         record: u32,
         locked: RecordWord,
         unlocked: RecordWord,
+        hold: Option<u64>,
     },
     /// A create into `slot`: if the create never reaches the log, the slot goes back to
     /// this host's pool (a create that loses in the log gives it back on replay).
@@ -58,7 +64,11 @@ pub(crate) enum Settle {
 pub(super) enum Deferred {
     /// Free `record`, claimed for an alloc that did not win (its word is `claimed`). A host
     /// acting on a stale index entry may hold it locked for a moment.
-    FreeClaimed { record: u32, claimed: RecordWord },
+    FreeClaimed {
+        record: u32,
+        claimed: RecordWord,
+        hold: Option<u64>,
+    },
     /// AllLog: append an `Unlock` of `key`, whose replicated lock this host holds.
     Unlock { key: Box<[u8]> },
     /// Drop the orphan in `slot` of this host's partition, whose move did not win.
@@ -74,15 +84,22 @@ impl Shared {
         let records = Records::new(&self.pod);
         match settle {
             Settle::Nothing => {}
-            Settle::Claimed { record, claimed } => {
-                if outcome != Some(Outcome::RecordAllocated) {
-                    self.free_claimed(record, claimed);
+            Settle::Claimed {
+                record,
+                claimed,
+                hold,
+            } => {
+                if outcome == Some(Outcome::RecordAllocated) {
+                    self.end_hold_of(hold);
+                } else {
+                    self.free_claimed(record, claimed, hold);
                 }
             }
             Settle::Locked {
                 record,
                 locked,
                 unlocked,
+                hold,
             } => {
                 let won = match outcome {
                     Some(Outcome::RecordDeallocated) => true,
@@ -104,6 +121,7 @@ impl Shared {
                 if won && changed.is_ok() {
                     self.records_in_use().fetch_sub(1, Ordering::Relaxed);
                 }
+                self.end_hold_of(hold);
             }
             Settle::Create { slot } => {
                 if outcome.is_none() {
@@ -147,7 +165,7 @@ impl Shared {
     /// from that word. A host acting on a stale index entry may hold it locked for a
     /// moment (it then catches up, sees the record's old object changed, and restores the
     /// word): then the pump tries again.
-    pub(super) fn free_claimed(&self, record: u32, claimed: RecordWord) {
+    pub(super) fn free_claimed(&self, record: u32, claimed: RecordWord, hold: Option<u64>) {
         let records = Records::new(&self.pod);
         let free = RecordWord {
             in_use: false,
@@ -158,21 +176,25 @@ impl Shared {
             // The defect this step fixed: a blind store over whatever the word holds now.
             records.store(record, free);
             self.records_in_use().fetch_sub(1, Ordering::Relaxed);
+            self.end_hold_of(hold);
             return;
         }
         self.chaos.point(Point::AllocLostBeforeFree);
         match records.compare_exchange(record, claimed, free) {
             Ok(()) => {
                 self.records_in_use().fetch_sub(1, Ordering::Relaxed);
+                self.end_hold_of(hold);
             }
             Err(now) => {
                 debug_assert!(
                     now.in_use && now.locked,
                     "record {record}: claimed {claimed:?}, now {now:?}"
                 );
-                self.deferred
-                    .lock()
-                    .push(Deferred::FreeClaimed { record, claimed });
+                self.deferred.lock().push(Deferred::FreeClaimed {
+                    record,
+                    claimed,
+                    hold,
+                });
             }
         }
     }
@@ -182,7 +204,11 @@ impl Shared {
         let work = std::mem::take(&mut *self.deferred.lock());
         for item in work {
             match item {
-                Deferred::FreeClaimed { record, claimed } => self.free_claimed(record, claimed),
+                Deferred::FreeClaimed {
+                    record,
+                    claimed,
+                    hold,
+                } => self.free_claimed(record, claimed, hold),
                 Deferred::DropOrphan { slot } => {
                     if self.drop_orphan(slot).is_err() {
                         self.deferred.lock().push(Deferred::DropOrphan { slot });
