@@ -178,6 +178,21 @@ impl Shared {
         if let Some(grant) = applied.grant {
             grants.push(grant);
         }
+        // What the log says about which records are free (see `FreeRecords`).
+        match (applied.outcome, event) {
+            (Outcome::RecordAllocated, Event::RecordAlloc { record, .. }) => {
+                self.free_records.lock().remove(*record)
+            }
+            (Outcome::RecordDeallocated, &Event::RecordDealloc { record, .. })
+            | (
+                Outcome::Deleted {
+                    record: Some(record),
+                    ..
+                },
+                _,
+            ) => self.free_records.lock().insert(record),
+            _ => {}
+        }
         if let Some(slot) = applied.drop_slot {
             let is_move = matches!(event, Event::MoveToHost { .. } | Event::MoveToCxl { .. });
             let own_dealloc = author == self.id && matches!(event, Event::RecordDealloc { .. });

@@ -139,7 +139,14 @@ impl Shared {
             self.memory.read(area, chunk);
             mailbox.acked.store(k + 1, Ordering::SeqCst);
         }
-        self.replica.index.write().decode_snapshot(&bytes)?;
+        let mut index = self.replica.index.write();
+        index.decode_snapshot(&bytes)?;
+        // The records the snapshot's objects have are not free.
+        let mut free = self.free_records.lock();
+        for record in index.records_owned() {
+            free.remove(record);
+        }
+        drop((free, index));
         // Our `ltail` is `position` (the server pinned it): replay goes on from there.
         self.replica.applied.store(position, Ordering::Release);
         Ok(())

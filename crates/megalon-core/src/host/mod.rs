@@ -78,6 +78,8 @@ struct Shared {
     free_holds: Mutex<u64>,
     /// What the pump knows of the other hosts' leases.
     watch: Mutex<crash::Watch>,
+    /// The records the log says are free.
+    free_records: Mutex<records::FreeRecords>,
     memory: Memory,
     log: Log,
     replica: Replica,
@@ -338,6 +340,7 @@ impl Shared {
                 (1 << HOLDS_PER_HOST) - 1
             }),
             watch: Mutex::new(crash::Watch::default()),
+            free_records: Mutex::new(records::FreeRecords::new(layout.record_count)),
             memory: Memory::new(Arc::clone(pod), options.memory.clone()),
             log,
             replica,

@@ -13,14 +13,73 @@ use crate::record::{RecordWord, Records};
 use crate::replica::Outcome;
 use crate::sync::{AtomicU64, Ordering};
 
-/// Random probes for a free record before a linear scan.
-const FREE_RECORD_PROBES: u32 = 64;
+/// Records the log says are free that a claim tries per round (a taken one costs a load).
+const FREE_RECORD_TRIES: u32 = 16;
+/// Random probes of the whole array per round, for a record freed without an event (an
+/// alloc refused before it reached the log).
+const FREE_RECORD_PROBES: u32 = 4;
 /// Records the reclaimer samples to choose one to deallocate.
 const RECLAIM_SAMPLES: u32 = 8;
 /// Rounds of sampling a synchronous reclaim tries before giving up.
 const RECLAIM_ROUNDS: u32 = 64;
 /// Records the background reclaimer frees per pump round at most.
 const RECLAIM_BATCH: u32 = 32;
+
+/// The records the log says are free, as this host's replica has applied it: every
+/// record starts free; an alloc that wins takes its record out; a dealloc or a delete that
+/// frees one puts it back. In DRAM, and a hint only: the record's word decides (a claim
+/// loads it and CASes it from free). It runs ahead of the words (a record whose alloc is
+/// on its way is claimed already; one whose release is applied is freed a moment later)
+/// and misses nothing for long: every way a record becomes free or taken is in the log.
+#[derive(Debug, Default)]
+pub(super) struct FreeRecords {
+    /// The free records, in no order.
+    list: Vec<u32>,
+    /// Where each record is in `list` (`u32::MAX`: not free).
+    at: Vec<u32>,
+}
+
+impl FreeRecords {
+    /// Every one of `count` records free.
+    pub(super) fn new(count: u64) -> Self {
+        let count = count as u32;
+        FreeRecords {
+            list: (0..count).collect(),
+            at: (0..count).collect(),
+        }
+    }
+
+    /// Free records known.
+    pub(super) fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// A free record, chosen at random with `rng`.
+    fn pick(&self, rng: &mut u64) -> Option<u32> {
+        (!self.list.is_empty())
+            .then(|| self.list[(next_random(rng) % self.list.len() as u64) as usize])
+    }
+
+    /// `record` is free (its release was applied).
+    pub(super) fn insert(&mut self, record: u32) {
+        let slot = &mut self.at[record as usize];
+        if *slot == u32::MAX {
+            *slot = self.list.len() as u32;
+            self.list.push(record);
+        }
+    }
+
+    /// `record` is taken (its alloc won).
+    pub(super) fn remove(&mut self, record: u32) {
+        let place = std::mem::replace(&mut self.at[record as usize], u32::MAX);
+        if place != u32::MAX {
+            self.list.swap_remove(place as usize);
+            if let Some(&moved) = self.list.get(place as usize) {
+                self.at[moved as usize] = place;
+            }
+        }
+    }
+}
 
 /// Why an object is losing its coherence record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,9 +209,12 @@ impl Shared {
         }
     }
 
-    /// Claims a free record (random probes, then a scan from a random start); when none
-    /// is free, deallocates another object's record first (churn). Returns the record and
-    /// its claimed word, and the claim's announce (pods with undo images).
+    /// Claims a free record: one the log says is free ([`FreeRecords`], chosen at
+    /// random so that hosts do not all try the same one), then a few random probes if the
+    /// count says some are free; when none is found, deallocates another object's record
+    /// (churn), whose release the log then shows free. Never scans the array: a claim
+    /// costs a bounded number of SCR loads and CASes whatever the array's size. Returns
+    /// the record, its claimed word, and the claim's announce (pods with undo images).
     pub(super) fn claim_record(
         &self,
         c: &ThreadCounters,
@@ -163,36 +225,45 @@ impl Shared {
         let mut rng = c.random_seed();
         let mut churned = false;
         for _ in 0..RECLAIM_ROUNDS {
+            let mut candidates =
+                Vec::with_capacity((FREE_RECORD_TRIES + FREE_RECORD_PROBES) as usize);
+            {
+                let free = self.free_records.lock();
+                candidates.extend(
+                    (0..FREE_RECORD_TRIES.min(free.len() as u32))
+                        .filter_map(|_| free.pick(&mut rng)),
+                );
+            }
             if self.records_in_use().load(Ordering::Relaxed) < count {
-                let start = next_random(&mut rng) % count;
-                let probes =
-                    (0..u64::from(FREE_RECORD_PROBES)).map(|_| next_random(&mut rng) % count);
-                let scan = (0..count).map(|i| (start + i) % count);
-                for record in probes.chain(scan) {
-                    let record = record as u32;
-                    let word = records.load(record);
-                    c.add(Counter::ScrAtomics, 1);
-                    if word.in_use {
-                        continue;
+                candidates.extend(
+                    (0..FREE_RECORD_PROBES).map(|_| (next_random(&mut rng) % count) as u32),
+                );
+            }
+            for record in candidates {
+                let word = records.load(record);
+                c.add(Counter::ScrAtomics, 1);
+                if word.in_use {
+                    continue;
+                }
+                let claimed = RecordWord {
+                    in_use: true,
+                    ..word
+                };
+                self.announce(&hold, record, claimed);
+                c.add(Counter::ScrAtomics, 1);
+                if records.compare_exchange(record, word, claimed).is_ok() {
+                    self.records_in_use().fetch_add(1, Ordering::Relaxed);
+                    c.set_random_seed(rng);
+                    if churned {
+                        c.add(Counter::Churn, 1);
                     }
-                    let claimed = RecordWord {
-                        in_use: true,
-                        ..word
-                    };
-                    self.announce(&hold, record, claimed);
-                    c.add(Counter::ScrAtomics, 1);
-                    if records.compare_exchange(record, word, claimed).is_ok() {
-                        self.records_in_use().fetch_add(1, Ordering::Relaxed);
-                        c.set_random_seed(rng);
-                        if churned {
-                            c.add(Counter::Churn, 1);
-                        }
-                        return Ok((record, claimed, hold.into_index()));
-                    }
+                    return Ok((record, claimed, hold.into_index()));
                 }
             }
             // Nothing free: make a record free (it may be claimed by someone else first).
             churned |= self.reclaim_one(&mut rng, c)?;
+            // Its release is in the log: apply it, so that the record is a candidate.
+            self.catch_up()?;
         }
         c.set_random_seed(rng);
         Err(Error::ScrRecordsExhausted {
@@ -357,5 +428,38 @@ impl Shared {
             c.set_random_seed(rng);
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FreeRecords;
+
+    #[test]
+    fn free_records_track_inserts_and_removes_and_pick_only_free_ones() {
+        let mut free = FreeRecords::new(10);
+        assert_eq!(free.len(), 10);
+        for record in [3, 7, 0, 9, 3] {
+            free.remove(record);
+        }
+        assert_eq!(free.len(), 6);
+        let mut rng = 1;
+        for _ in 0..200 {
+            let picked = free.pick(&mut rng).unwrap();
+            assert!(
+                ![0, 3, 7, 9].contains(&picked),
+                "picked taken record {picked}"
+            );
+        }
+        free.insert(7);
+        free.insert(7);
+        assert_eq!(free.len(), 7);
+        for record in 0..10 {
+            free.remove(record);
+        }
+        assert_eq!(free.len(), 0);
+        assert_eq!(free.pick(&mut rng), None);
+        free.insert(4);
+        assert_eq!(free.pick(&mut rng), Some(4));
     }
 }

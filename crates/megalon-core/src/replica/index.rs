@@ -119,6 +119,11 @@ impl Index {
         Some(self.key_of(handle))
     }
 
+    /// Every record an object has.
+    pub(crate) fn records_owned(&self) -> impl Iterator<Item = u32> + '_ {
+        self.record_owners.keys().copied()
+    }
+
     /// The key of the object behind `handle`.
     pub(crate) fn key_of(&self, handle: u32) -> Vec<u8> {
         let mut buf = [0u8; crate::limits::MAX_KEY_BYTES_LIMIT as usize];
