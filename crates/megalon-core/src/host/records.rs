@@ -31,52 +31,80 @@ const RECLAIM_BATCH: u32 = 32;
 /// loads it and CASes it from free). It runs ahead of the words (a record whose alloc is
 /// on its way is claimed already; one whose release is applied is freed a moment later)
 /// and misses nothing for long: every way a record becomes free or taken is in the log.
+///
+/// A bit per record and a summary bit per 64 of them (set while any of the 64 is free): a
+/// few bits of DRAM per record, and a pick that looks at a summary word, a word and a bit.
 #[derive(Debug, Default)]
 pub(super) struct FreeRecords {
-    /// The free records, in no order.
-    list: Vec<u32>,
-    /// Where each record is in `list` (`u32::MAX`: not free).
-    at: Vec<u32>,
+    words: Vec<u64>,
+    summary: Vec<u64>,
+    len: usize,
+}
+
+/// A set bit of `word` (which has one), chosen with `rng`.
+fn any_set_bit(word: u64, rng: &mut u64) -> u32 {
+    let turn = (next_random(rng) % 64) as u32;
+    (word.rotate_right(turn).trailing_zeros() + turn) % 64
 }
 
 impl FreeRecords {
     /// Every one of `count` records free.
     pub(super) fn new(count: u64) -> Self {
-        let count = count as u32;
-        FreeRecords {
-            list: (0..count).collect(),
-            at: (0..count).collect(),
+        let words = count.div_ceil(64) as usize;
+        let mut free = FreeRecords {
+            words: vec![u64::MAX; words],
+            summary: vec![u64::MAX; words.div_ceil(64)],
+            len: count as usize,
+        };
+        // Past the last record and the last word: nothing.
+        if !count.is_multiple_of(64) {
+            free.words[words - 1] = (1 << (count % 64)) - 1;
         }
+        if !words.is_multiple_of(64) {
+            free.summary[words / 64] = (1 << (words % 64)) - 1;
+        }
+        free
     }
 
     /// Free records known.
     pub(super) fn len(&self) -> usize {
-        self.list.len()
+        self.len
     }
 
-    /// A free record, chosen at random with `rng`.
+    /// A free record, chosen with `rng`: a random summary word on, the first with a free
+    /// record, then a random one of its words' and of that word's free records.
     fn pick(&self, rng: &mut u64) -> Option<u32> {
-        (!self.list.is_empty())
-            .then(|| self.list[(next_random(rng) % self.list.len() as u64) as usize])
+        if self.len == 0 {
+            return None;
+        }
+        let start = (next_random(rng) % self.summary.len() as u64) as usize;
+        let s = (0..self.summary.len())
+            .map(|i| (start + i) % self.summary.len())
+            .find(|&s| self.summary[s] != 0)?;
+        let w = s * 64 + any_set_bit(self.summary[s], rng) as usize;
+        let bit = any_set_bit(self.words[w], rng);
+        Some((w * 64) as u32 + bit)
     }
 
     /// `record` is free (its release was applied).
     pub(super) fn insert(&mut self, record: u32) {
-        let slot = &mut self.at[record as usize];
-        if *slot == u32::MAX {
-            *slot = self.list.len() as u32;
-            self.list.push(record);
+        let (w, bit) = (record as usize / 64, record % 64);
+        if self.words[w] & 1 << bit == 0 {
+            self.words[w] |= 1 << bit;
+            self.summary[w / 64] |= 1 << (w % 64);
+            self.len += 1;
         }
     }
 
     /// `record` is taken (its alloc won).
     pub(super) fn remove(&mut self, record: u32) {
-        let place = std::mem::replace(&mut self.at[record as usize], u32::MAX);
-        if place != u32::MAX {
-            self.list.swap_remove(place as usize);
-            if let Some(&moved) = self.list.get(place as usize) {
-                self.at[moved as usize] = place;
+        let (w, bit) = (record as usize / 64, record % 64);
+        if self.words[w] & 1 << bit != 0 {
+            self.words[w] &= !(1 << bit);
+            if self.words[w] == 0 {
+                self.summary[w / 64] &= !(1 << (w % 64));
             }
+            self.len -= 1;
         }
     }
 }
@@ -438,6 +466,10 @@ mod tests {
     #[test]
     fn free_records_track_inserts_and_removes_and_pick_only_free_ones() {
         let mut free = FreeRecords::new(10);
+        assert!(
+            (0..100).all(|_| free.pick(&mut 7).is_some_and(|r| r < 10)),
+            "picks only records of the array"
+        );
         assert_eq!(free.len(), 10);
         for record in [3, 7, 0, 9, 3] {
             free.remove(record);
@@ -461,5 +493,13 @@ mod tests {
         assert_eq!(free.pick(&mut rng), None);
         free.insert(4);
         assert_eq!(free.pick(&mut rng), Some(4));
+        // Across summary words: one free record far from the first.
+        let mut big = FreeRecords::new(100_000);
+        for record in 0..100_000 {
+            big.remove(record);
+        }
+        big.insert(77_777);
+        assert_eq!(big.pick(&mut rng), Some(77_777));
+        assert_eq!(big.len(), 1);
     }
 }
