@@ -339,6 +339,9 @@ impl Shared {
                 None => held.insert(self.take_hold()?),
             };
             self.announce(hold, record, locked);
+            if self.undo_images() {
+                c.add(Counter::ScrAtomics, 1);
+            }
             self.chaos.point(Point::WriteBeforeLock);
             c.add(Counter::ScrAtomics, 1);
             if records.compare_exchange(record, word, locked).is_err() {
@@ -358,6 +361,11 @@ impl Shared {
             let hold = held.take().expect("taken before the lock");
             let (offset, len) = (state.place.offset, state.place.len);
             self.keep_undo_image(&hold, record, locked, offset, len);
+            if self.undo_images() {
+                // The image's lines and the announce's "undo ready".
+                c.add(Counter::LinesWrittenBack, Self::lines(len));
+                c.add(Counter::ScrAtomics, 1);
+            }
             state.hold = hold.into_index();
             return Ok((state, retries));
         }
@@ -585,6 +593,7 @@ impl Shared {
         self.unlock_record(state.record, locked, unlocked, c);
         if let Some(hold) = state.hold {
             self.end_hold(hold);
+            c.add(Counter::ScrAtomics, 1);
         }
         c.add(Counter::Writes, 1);
         Ok(())
