@@ -240,9 +240,15 @@ impl ThreadCounters {
         self.random.store(seed, Ordering::Relaxed)
     }
 
-    /// Adds `n` to `counter`. Only the owning thread calls this.
+    /// Adds `n` to `counter`. Only the owning thread calls this. SCR accesses are also
+    /// charged to the thread under the CXL cost model, if it works for a host that uses it
+    /// ([`crate::memory::cxl::charge_scr`]).
     #[inline]
     pub(crate) fn add(&self, counter: Counter, n: u64) {
+        #[cfg(not(megalon_loom))]
+        if counter == Counter::ScrAtomics {
+            crate::memory::cxl::charge_scr(n);
+        }
         let slot = &self.counts[counter as usize];
         // Relaxed load and store: this thread is the only writer; readers may see a
         // slightly old count, never a torn one.

@@ -144,7 +144,7 @@ pub use host::{
 };
 pub use ids::HostId;
 pub use layout::{Layout, ScrUsage};
-pub use memory::{Memory, MemoryKind, SimulatedConfig};
+pub use memory::{CxlModel, Memory, MemoryKind, SimulatedConfig};
 pub use pod::{numa_nodes, Backing, BackingKind, Pod};
 pub use replica::IndexEntry;
 

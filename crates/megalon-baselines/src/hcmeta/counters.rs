@@ -61,9 +61,14 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
-    /// Adds `n` to `counter`. Only the owning thread calls this.
+    /// Adds `n` to `counter`. Only the owning thread calls this. SCR accesses are also
+    /// charged to the thread under the CXL cost model, as megalon's are
+    /// ([`megalon_core::memory::cxl::charge_scr`]).
     #[inline]
     pub(crate) fn add(&self, counter: Counter, n: u64) {
+        if counter == Counter::ScrAtomics {
+            megalon_core::memory::cxl::charge_scr(n);
+        }
         let slot = &self.counts[counter as usize];
         // Relaxed load and store: this thread is the only writer; a report may read a
         // slightly old count, never a torn one.

@@ -8,6 +8,8 @@
 //! - [`SimulatedMemory`]: a private software cache of 64-byte lines per host that serves
 //!   stale lines the way a non-coherent cache does. It is what makes a missing flush
 //!   observable on this machine's coherent hardware.
+//! - [`CxlMemory`]: [`HardwareMemory`] under the CXL cost model ([`cxl`]): each call also
+//!   spins for what its far-memory traffic would cost on a CXL pod.
 //!
 //! Offsets are from the pod's first byte and must lie in the LNR (checked: an offset
 //! outside panics, since offsets come from the layout, never from users).
@@ -24,11 +26,13 @@
 //! through a `&[u8]` into memory another host may be writing: such a read is a race by
 //! design (the seqlock check after it decides whether to trust it).
 
+pub mod cxl;
 mod hardware;
 mod simulated;
 
 use std::sync::Arc;
 
+pub use cxl::{CxlMemory, CxlModel};
 pub use hardware::HardwareMemory;
 pub use simulated::{SimulatedConfig, SimulatedMemory, SimulatedStats};
 
@@ -44,6 +48,8 @@ pub enum MemoryKind {
     Hardware,
     /// A simulated non-coherent cache per host.
     Simulated(SimulatedConfig),
+    /// Real memory under the CXL cost model (see [`cxl`]).
+    Cxl(CxlModel),
 }
 
 impl MemoryKind {
@@ -61,54 +67,77 @@ impl MemoryKind {
     #[must_use]
     pub fn for_host(&self, seed: u64, host: u32) -> Self {
         match self {
-            MemoryKind::Hardware => MemoryKind::Hardware,
             MemoryKind::Simulated(config) => MemoryKind::Simulated(SimulatedConfig {
                 seed: seed ^ u64::from(host).wrapping_mul(0x9e37_79b9_7f4a_7c15),
                 ..config.clone()
             }),
+            MemoryKind::Hardware | MemoryKind::Cxl(_) => self.clone(),
         }
     }
 
-    /// `"hardware"` or `"simulated"`: what [`MemoryKind::from_str`](std::str::FromStr)
-    /// reads and `Display` writes.
+    /// `"hardware"`, `"simulated"` or `"cxl"`: the name
+    /// [`MemoryKind::from_str`](std::str::FromStr) reads and `Display` writes.
     pub fn name(&self) -> &'static str {
         match self {
             MemoryKind::Hardware => "hardware",
             MemoryKind::Simulated(_) => "simulated",
+            MemoryKind::Cxl(_) => "cxl",
         }
     }
 }
 
 /// The names [`MemoryKind`] parses, for command lines.
-pub const MEMORY_KIND_NAMES: [&str; 2] = ["hardware", "simulated"];
+pub const MEMORY_KIND_NAMES: [&str; 3] = ["hardware", "simulated", "cxl"];
 
 impl std::fmt::Display for MemoryKind {
+    /// The name; a CXL model whose parameters are not the defaults adds them after a
+    /// colon (`cxl:scr_ns=600`), as `from_str` reads them.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        f.write_str(self.name())?;
+        match self {
+            MemoryKind::Cxl(model) if *model != CxlModel::default() => write!(f, ":{model}"),
+            _ => Ok(()),
+        }
     }
 }
 
-/// A memory kind that is none of [`MEMORY_KIND_NAMES`].
+/// A memory kind that is none of [`MEMORY_KIND_NAMES`], or a CXL model's parameters that
+/// do not parse.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown memory kind {given:?}: hardware or simulated")]
-pub struct UnknownMemoryKind {
-    /// What was given.
-    pub given: String,
+#[non_exhaustive]
+pub enum UnknownMemoryKind {
+    /// Not a name of a memory kind.
+    #[error("unknown memory kind {given:?}: hardware, simulated or cxl[:name=value,...]")]
+    Name {
+        /// What was given.
+        given: String,
+    },
+    /// `cxl:` followed by parameters that do not parse.
+    #[error(transparent)]
+    CxlParameter(#[from] cxl::BadCxlParameter),
 }
 
 impl std::str::FromStr for MemoryKind {
     type Err = UnknownMemoryKind;
 
-    /// `hardware`, or `simulated` (a simulated cache with the default capacity, eviction
-    /// rate and seed; see [`MemoryKind::for_host`]).
+    /// `hardware`; `simulated` (a simulated cache with the default capacity, eviction
+    /// rate and seed; see [`MemoryKind::for_host`]); `cxl` (the CXL cost model with its
+    /// defaults), or `cxl:name=value,...` with some of its parameters set
+    /// ([`CxlModel::parse`]).
     fn from_str(name: &str) -> Result<Self, Self::Err> {
-        match name {
-            "hardware" => Ok(MemoryKind::Hardware),
-            "simulated" => Ok(MemoryKind::Simulated(SimulatedConfig::default())),
-            other => Err(UnknownMemoryKind {
-                given: other.to_owned(),
-            }),
+        match name.split_once(':') {
+            Some(("cxl", parameters)) => return Ok(MemoryKind::Cxl(CxlModel::parse(parameters)?)),
+            Some(_) => {}
+            None => match name {
+                "hardware" => return Ok(MemoryKind::Hardware),
+                "simulated" => return Ok(MemoryKind::Simulated(SimulatedConfig::default())),
+                "cxl" => return Ok(MemoryKind::Cxl(CxlModel::default())),
+                _ => {}
+            },
         }
+        Err(UnknownMemoryKind::Name {
+            given: name.to_owned(),
+        })
     }
 }
 
@@ -119,6 +148,8 @@ pub enum Memory {
     Hardware(HardwareMemory),
     /// See [`SimulatedMemory`].
     Simulated(SimulatedMemory),
+    /// See [`CxlMemory`].
+    Cxl(CxlMemory),
 }
 
 macro_rules! dispatch {
@@ -126,6 +157,7 @@ macro_rules! dispatch {
         match $self {
             Memory::Hardware($memory) => $call,
             Memory::Simulated($memory) => $call,
+            Memory::Cxl($memory) => $call,
         }
     };
 }
@@ -136,14 +168,16 @@ impl Memory {
         match kind {
             MemoryKind::Hardware => Memory::Hardware(HardwareMemory::new(pod)),
             MemoryKind::Simulated(config) => Memory::Simulated(SimulatedMemory::new(pod, config)),
+            MemoryKind::Cxl(model) => Memory::Cxl(CxlMemory::new(pod, model)),
         }
     }
 
-    /// `"hardware"` or `"simulated"`, as [`MemoryKind::name`] says.
+    /// `"hardware"`, `"simulated"` or `"cxl"`, as [`MemoryKind::name`] says.
     pub fn kind_name(&self) -> &'static str {
         match self {
             Memory::Hardware(_) => "hardware",
             Memory::Simulated(_) => "simulated",
+            Memory::Cxl(_) => "cxl",
         }
     }
 
@@ -202,16 +236,21 @@ impl Memory {
     /// The simulated cache, or `None` on hardware.
     pub fn as_simulated(&self) -> Option<&SimulatedMemory> {
         match self {
-            Memory::Hardware(_) => None,
             Memory::Simulated(m) => Some(m),
+            Memory::Hardware(_) | Memory::Cxl(_) => None,
         }
     }
 
     /// What the simulated cache has done, or `None` on hardware.
     pub fn simulated_stats(&self) -> Option<SimulatedStats> {
+        self.as_simulated().map(SimulatedMemory::stats)
+    }
+
+    /// The CXL cost model this memory charges under, or `None`.
+    pub fn cxl_model(&self) -> Option<&CxlModel> {
         match self {
-            Memory::Hardware(_) => None,
-            Memory::Simulated(m) => Some(m.stats()),
+            Memory::Cxl(m) => Some(m.model()),
+            Memory::Hardware(_) | Memory::Simulated(_) => None,
         }
     }
 }
@@ -361,8 +400,19 @@ mod kind_tests {
         let wrong = "coherent".parse::<MemoryKind>().unwrap_err();
         assert_eq!(
             wrong.to_string(),
-            "unknown memory kind \"coherent\": hardware or simulated"
+            "unknown memory kind \"coherent\": hardware, simulated or cxl[:name=value,...]"
         );
+        assert!("hardware:scr_ns=1".parse::<MemoryKind>().is_err());
+        let model: MemoryKind = "cxl:scr_ns=600".parse().expect("a model");
+        assert_eq!(
+            model,
+            MemoryKind::Cxl(CxlModel {
+                scr_ns: 600,
+                ..CxlModel::default()
+            })
+        );
+        assert_eq!(model.to_string(), "cxl:scr_ns=600");
+        assert!("cxl:scr_ns".parse::<MemoryKind>().is_err());
         let seeded = MemoryKind::simulated(0).for_host(7, 1);
         assert_ne!(seeded, MemoryKind::simulated(0).for_host(7, 2));
         assert_eq!(MemoryKind::Hardware.for_host(7, 1), MemoryKind::Hardware);

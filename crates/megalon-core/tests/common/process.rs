@@ -116,7 +116,7 @@ pub fn with_cache(memory: &MemoryKind, capacity_lines: usize, eviction_one_in: u
             random_eviction_one_in: eviction_one_in,
             ..config.clone()
         }),
-        MemoryKind::Hardware => MemoryKind::Hardware,
+        other => other.clone(),
     }
 }
 

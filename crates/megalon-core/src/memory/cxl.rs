@@ -1,0 +1,675 @@
+//! The CXL cost model: this machine's memory, plus a calibrated spin for what the
+//! far-memory traffic of each access would cost on a CXL pod.
+//!
+//! [`CxlMemory`] does exactly what [`HardwareMemory`] does (the same loads, stores and
+//! cache-maintenance instructions, on the same mapping) and, before each call returns,
+//! makes the calling thread spin for what the call would add on CXL memory. A stalled
+//! core does no other work, so a spin is the honest way to pay it: the time is taken
+//! from the thread's own core, as a stall would.
+//!
+//! What is charged (the defaults and where they come from are in `docs/memory.md`):
+//!
+//! - **An LNR line read that would miss**: a line this host does not hold valid in the
+//!   model's cache (never read by it, flushed since it last read it, or pushed out by
+//!   another line). A store to such a line fills it first (a read for ownership) and is
+//!   charged the same. Lines this host holds valid cost nothing.
+//! - **A write-back**: a dirty line pushed to memory by a flush, a `clwb` or a
+//!   non-temporal store (which writes every line it covers).
+//! - **An SCR access**: SCR words are not reached through this interface (they are
+//!   direct atomics on the pod), so the protocol's own count of them
+//!   (`Counter::ScrAtomics`, at the sites that access records) charges them through
+//!   [`charge_scr`], on the thread that counted them.
+//!
+//! The lines of one call are charged in rounds: [`CxlModel::lines_in_flight`] misses (or
+//! write-backs) overlap, so a call that misses `n` lines costs `ceil(n / lines_in_flight)`
+//! latencies, not `n`.
+//!
+//! **How misses are known.** The hardware's caches cannot be asked what they hold, so each
+//! host keeps a model of its cache: a direct-mapped table of line tags (the line's index
+//! and a dirty bit) of [`CxlModel::cache_bytes`] / 64 entries, indexed by the line's
+//! address like a real cache's sets. A read or store of a line whose tag is there is a
+//! hit; any other is a miss that puts the tag there (pushing out whatever line had its
+//! entry). A flush or a non-temporal store removes the tag; a write-back clears the dirty
+//! bit. The threads of a host share the table with relaxed word accesses: two threads
+//! racing on one entry may lose an update, which makes the model's cache a little wrong,
+//! never the pod's data (the table holds no data).
+//!
+//! **What it leaves out** (also in `docs/memory.md`): bandwidth limits and queueing at the
+//! device (every charge is a latency, however many threads miss at once); SCR accesses
+//! the protocol does not count (log cursors, the host table, heartbeats); whether an SCR
+//! line is in this host's coherent cache (every counted SCR access pays
+//! [`CxlModel::scr_ns`]); write-backs of dirty lines pushed out by other lines (the
+//! hardware does them in the background); and what this machine's own DRAM already costs
+//! (a flushed line is a real local miss here too, paid on top).
+//!
+//! **Which thread pays for an SCR access.** A counted SCR access has no memory handle, so
+//! each call on a `CxlMemory` binds the calling thread to that memory's SCR cost, and
+//! [`charge_scr`] charges the thread's binding (none: nothing). A thread's first
+//! operation, before it touched LNR, is therefore not charged its SCR accesses; a thread
+//! that works for a CXL host and then for a hardware host keeps its binding (dropping the
+//! `CxlMemory` unbinds the thread that drops it).
+
+use std::cell::Cell;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use super::HardwareMemory;
+use crate::limits::LINE_BYTES;
+use crate::pod::Pod;
+use crate::sync::{AtomicU64, Ordering};
+
+/// The latencies a CXL pod would add, in nanoseconds, and the model's cache. Every field
+/// can be set (`CxlModel { scr_ns: 600, ..CxlModel::default() }`, or
+/// `cxl:scr_ns=600` on a command line, see [`CxlModel::parse`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CxlModel {
+    /// One round of LNR line misses: the latency of a load from CXL memory.
+    pub lnr_miss_ns: u64,
+    /// One round of LNR write-backs: a flushed dirty line reaching CXL memory (the fence
+    /// after it waits for it).
+    pub write_back_ns: u64,
+    /// One SCR access counted by the protocol (a load, store or CAS of a record word).
+    pub scr_ns: u64,
+    /// Misses (or write-backs) of one call that overlap in one round: the core's
+    /// outstanding line requests.
+    pub lines_in_flight: u64,
+    /// Size of each host's modeled cache of LNR lines (rounded down to a power of two
+    /// lines, at least one line).
+    pub cache_bytes: u64,
+}
+
+impl Default for CxlModel {
+    /// The numbers `docs/memory.md` cites: 259 ns for a CXL load and write-back (the
+    /// CXL 1.1 device of the Tigon paper's testbed, Intel MLC, 3:1 reads to writes), the
+    /// same for an SCR access, 10 lines in flight, a 32 MiB cache per host.
+    fn default() -> Self {
+        Self {
+            lnr_miss_ns: 259,
+            write_back_ns: 259,
+            scr_ns: 259,
+            lines_in_flight: 10,
+            cache_bytes: 32 << 20,
+        }
+    }
+}
+
+/// The parameter names [`CxlModel::parse`] reads, in the order [`CxlModel`]'s `Display`
+/// writes them.
+pub const CXL_PARAMETERS: [&str; 5] = [
+    "lnr_miss_ns",
+    "write_back_ns",
+    "scr_ns",
+    "lines_in_flight",
+    "cache_bytes",
+];
+
+/// A CXL model's parameters that do not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("cxl model parameter {given:?}: {why} (parameters: lnr_miss_ns, write_back_ns, scr_ns, lines_in_flight, cache_bytes)")]
+pub struct BadCxlParameter {
+    /// The `name=value` given.
+    pub given: String,
+    /// What is wrong with it.
+    pub why: &'static str,
+}
+
+impl CxlModel {
+    fn fields(&self) -> [u64; 5] {
+        [
+            self.lnr_miss_ns,
+            self.write_back_ns,
+            self.scr_ns,
+            self.lines_in_flight,
+            self.cache_bytes,
+        ]
+    }
+
+    fn field_mut(&mut self, name: &str) -> Option<&mut u64> {
+        Some(match name {
+            "lnr_miss_ns" => &mut self.lnr_miss_ns,
+            "write_back_ns" => &mut self.write_back_ns,
+            "scr_ns" => &mut self.scr_ns,
+            "lines_in_flight" => &mut self.lines_in_flight,
+            "cache_bytes" => &mut self.cache_bytes,
+            _ => return None,
+        })
+    }
+
+    /// The defaults with the `name=value` pairs of `parameters` (comma-separated; empty:
+    /// the defaults) applied, e.g. `scr_ns=600,lines_in_flight=1`.
+    pub fn parse(parameters: &str) -> Result<CxlModel, BadCxlParameter> {
+        let mut model = CxlModel::default();
+        for pair in parameters.split(',').filter(|p| !p.is_empty()) {
+            let bad = |why| BadCxlParameter {
+                given: pair.to_owned(),
+                why,
+            };
+            let (name, value) = pair.split_once('=').ok_or_else(|| bad("not name=value"))?;
+            let field = model
+                .field_mut(name.trim())
+                .ok_or_else(|| bad("unknown name"))?;
+            *field = value
+                .trim()
+                .parse()
+                .map_err(|_| bad("not a whole number"))?;
+        }
+        if model.lines_in_flight == 0 {
+            return Err(BadCxlParameter {
+                given: "lines_in_flight=0".into(),
+                why: "at least one line is in flight",
+            });
+        }
+        Ok(model)
+    }
+
+    /// What `charges` cost under this model: its rounds of misses and of write-backs and
+    /// its SCR accesses, each times its latency (the model's own prediction, in ns).
+    pub fn predicted_ns(&self, charges: &CxlCharges) -> u64 {
+        charges.miss_rounds * self.lnr_miss_ns
+            + charges.write_back_rounds * self.write_back_ns
+            + charges.scr_accesses * self.scr_ns
+    }
+
+    fn rounds(&self, lines: u64) -> u64 {
+        lines.div_ceil(self.lines_in_flight.max(1))
+    }
+}
+
+impl std::fmt::Display for CxlModel {
+    /// The parameters that differ from the defaults, as [`CxlModel::parse`] reads them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let defaults = CxlModel::default().fields();
+        let mut first = true;
+        for ((name, value), default) in CXL_PARAMETERS.iter().zip(self.fields()).zip(defaults) {
+            if value != default {
+                write!(f, "{}{name}={value}", if first { "" } else { "," })?;
+                first = false;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the model charged the calling thread since it started: counts and nanoseconds.
+/// Take two snapshots and subtract them for one stretch of work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CxlCharges {
+    /// LNR lines read (or filled for a store) that missed the model's cache.
+    pub lines_missed: u64,
+    /// Rounds those misses were charged in (one per call, per `lines_in_flight` lines).
+    pub miss_rounds: u64,
+    /// Dirty LNR lines written back (flush, `clwb`) or written by non-temporal stores.
+    pub lines_written_back: u64,
+    /// Rounds those write-backs were charged in.
+    pub write_back_rounds: u64,
+    /// SCR accesses charged (counted by the protocol, see [`charge_scr`]).
+    pub scr_accesses: u64,
+    /// Nanoseconds of spin asked for (the sum of rounds and accesses times their costs).
+    pub charged_ns: u64,
+}
+
+impl CxlCharges {
+    /// The calling thread's charges so far.
+    pub fn this_thread() -> CxlCharges {
+        CHARGES.with(Cell::get)
+    }
+}
+
+impl std::ops::Sub for CxlCharges {
+    type Output = CxlCharges;
+    fn sub(self, earlier: CxlCharges) -> CxlCharges {
+        CxlCharges {
+            lines_missed: self.lines_missed - earlier.lines_missed,
+            miss_rounds: self.miss_rounds - earlier.miss_rounds,
+            lines_written_back: self.lines_written_back - earlier.lines_written_back,
+            write_back_rounds: self.write_back_rounds - earlier.write_back_rounds,
+            scr_accesses: self.scr_accesses - earlier.scr_accesses,
+            charged_ns: self.charged_ns - earlier.charged_ns,
+        }
+    }
+}
+
+impl std::ops::Add for CxlCharges {
+    type Output = CxlCharges;
+    fn add(self, other: CxlCharges) -> CxlCharges {
+        CxlCharges {
+            lines_missed: self.lines_missed + other.lines_missed,
+            miss_rounds: self.miss_rounds + other.miss_rounds,
+            lines_written_back: self.lines_written_back + other.lines_written_back,
+            write_back_rounds: self.write_back_rounds + other.write_back_rounds,
+            scr_accesses: self.scr_accesses + other.scr_accesses,
+            charged_ns: self.charged_ns + other.charged_ns,
+        }
+    }
+}
+
+thread_local! {
+    /// What the model charged this thread.
+    static CHARGES: Cell<CxlCharges> = const { Cell::new(CxlCharges {
+        lines_missed: 0,
+        miss_rounds: 0,
+        lines_written_back: 0,
+        write_back_rounds: 0,
+        scr_accesses: 0,
+        charged_ns: 0,
+    }) };
+    /// The SCR cost of the `CxlMemory` this thread last used (0: not bound, or free), and
+    /// that memory's id.
+    static SCR_BINDING: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+}
+
+/// Charges the calling thread `accesses` SCR accesses at the cost of the CXL memory it
+/// last used (nothing if it used none). The protocol's SCR counter calls this.
+#[inline]
+pub fn charge_scr(accesses: u64) {
+    let (scr_ns, _) = SCR_BINDING.with(Cell::get);
+    if scr_ns == 0 {
+        return;
+    }
+    let ns = accesses * scr_ns;
+    CHARGES.with(|c| {
+        let mut charges = c.get();
+        charges.scr_accesses += accesses;
+        charges.charged_ns += ns;
+        c.set(charges);
+    });
+    spin_ns(ns);
+}
+
+/// The spin: iterations of a serial multiply-add chain, which a compiler cannot shorten
+/// and a core cannot overlap, at the rate [`spin_rate`] measured.
+#[inline(never)]
+fn spin_iterations(iterations: u64) {
+    let mut x = std::hint::black_box(1u64);
+    for _ in 0..std::hint::black_box(iterations) {
+        x = x.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(1);
+    }
+    std::hint::black_box(x);
+}
+
+/// Spin iterations per 1024 ns on this machine, measured once per process: the fastest
+/// of several timed runs (a run that another thread interrupted only looks slower).
+pub fn spin_rate() -> u64 {
+    static RATE: OnceLock<u64> = OnceLock::new();
+    *RATE.get_or_init(|| {
+        const ITERATIONS: u64 = 1 << 20;
+        spin_iterations(ITERATIONS); // warm up (and let the clock ramp)
+        let fastest_ns = (0..9)
+            .map(|_| {
+                let began = Instant::now();
+                spin_iterations(ITERATIONS);
+                began.elapsed().as_nanos().max(1) as u64
+            })
+            .min()
+            .expect("nine runs");
+        (ITERATIONS * 1024 / fastest_ns).max(1)
+    })
+}
+
+/// Spins the calling thread for about `ns` nanoseconds of its core's time.
+#[inline]
+pub fn spin_ns(ns: u64) {
+    if ns > 0 {
+        spin_iterations(ns * spin_rate() / 1024);
+    }
+}
+
+/// Ids of `CxlMemory` values, for the SCR binding.
+static NEXT_MEMORY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// A host's access to LNR under the CXL cost model: [`HardwareMemory`] plus the charges.
+pub struct CxlMemory {
+    hardware: HardwareMemory,
+    model: CxlModel,
+    id: u64,
+    /// The model's cache: per set, 0 (empty) or `(line + 1) << 1 | dirty`.
+    tags: Box<[AtomicU64]>,
+    set_mask: u64,
+}
+
+impl std::fmt::Debug for CxlMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CxlMemory")
+            .field("model", &self.model)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a line stands in the model's cache.
+enum Tag {
+    Absent,
+    Clean,
+    Dirty,
+}
+
+const DIRTY: u64 = 1;
+
+fn tag_of(line: u64) -> u64 {
+    (line + 1) << 1
+}
+
+impl CxlMemory {
+    /// Access to `pod`'s LNR under `model`; measures the spin rate if this process has
+    /// not yet.
+    pub fn new(pod: Arc<Pod>, model: CxlModel) -> Self {
+        spin_rate();
+        let sets = (model.cache_bytes / LINE_BYTES).max(1);
+        let sets = 1u64 << (63 - sets.leading_zeros());
+        Self {
+            hardware: HardwareMemory::new(pod),
+            model,
+            id: NEXT_MEMORY.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            tags: (0..sets).map(|_| AtomicU64::new(0)).collect(),
+            set_mask: sets - 1,
+        }
+    }
+
+    /// The model's parameters.
+    pub fn model(&self) -> &CxlModel {
+        &self.model
+    }
+
+    fn set(&self, line: u64) -> &AtomicU64 {
+        &self.tags[(line & self.set_mask) as usize]
+    }
+
+    fn state(&self, line: u64) -> Tag {
+        // Relaxed: the table is the model's guess of a cache, not data (module doc).
+        let tag = self.set(line).load(Ordering::Relaxed);
+        if tag & !DIRTY != tag_of(line) {
+            Tag::Absent
+        } else if tag & DIRTY != 0 {
+            Tag::Dirty
+        } else {
+            Tag::Clean
+        }
+    }
+
+    fn lines(offset: u64, len: usize) -> std::ops::Range<u64> {
+        if len == 0 {
+            return 0..0;
+        }
+        offset / LINE_BYTES..(offset + len as u64).div_ceil(LINE_BYTES)
+    }
+
+    /// Binds the calling thread's SCR charges to this memory.
+    fn bind(&self) {
+        SCR_BINDING.with(|b| {
+            if b.get().1 != self.id {
+                b.set((self.model.scr_ns, self.id));
+            }
+        });
+    }
+
+    /// Counts and pays `missed` misses and `written_back` write-backs of one call.
+    fn charge(&self, missed: u64, written_back: u64) {
+        if missed == 0 && written_back == 0 {
+            return;
+        }
+        let miss_rounds = self.model.rounds(missed);
+        let write_back_rounds = self.model.rounds(written_back);
+        let ns =
+            miss_rounds * self.model.lnr_miss_ns + write_back_rounds * self.model.write_back_ns;
+        CHARGES.with(|c| {
+            let mut charges = c.get();
+            charges.lines_missed += missed;
+            charges.miss_rounds += miss_rounds;
+            charges.lines_written_back += written_back;
+            charges.write_back_rounds += write_back_rounds;
+            charges.charged_ns += ns;
+            c.set(charges);
+        });
+        spin_ns(ns);
+    }
+
+    /// Brings the lines of a read (or, `dirty`, a store) into the model's cache; returns
+    /// how many missed.
+    fn touch(&self, offset: u64, len: usize, dirty: bool) -> u64 {
+        self.bind();
+        let mut missed = 0;
+        for line in Self::lines(offset, len) {
+            let state = self.state(line);
+            if matches!(state, Tag::Absent) {
+                missed += 1;
+            }
+            let want = tag_of(line) | u64::from(dirty || matches!(state, Tag::Dirty));
+            let set = self.set(line);
+            if set.load(Ordering::Relaxed) != want {
+                set.store(want, Ordering::Relaxed);
+            }
+        }
+        missed
+    }
+
+    /// Takes the lines of a range out of the model's cache (`drop`) or marks them clean;
+    /// returns how many were dirty.
+    fn push(&self, offset: u64, len: usize, drop: bool) -> u64 {
+        self.bind();
+        let mut dirty = 0;
+        for line in Self::lines(offset, len) {
+            match self.state(line) {
+                Tag::Absent => continue,
+                Tag::Dirty => dirty += 1,
+                Tag::Clean => {}
+            }
+            self.set(line)
+                .store(if drop { 0 } else { tag_of(line) }, Ordering::Relaxed);
+        }
+        dirty
+    }
+
+    /// See [`super::Memory::read`].
+    #[inline]
+    pub fn read(&self, offset: u64, buf: &mut [u8]) {
+        let missed = self.touch(offset, buf.len(), false);
+        self.hardware.read(offset, buf);
+        self.charge(missed, 0);
+    }
+
+    /// See [`super::Memory::write`].
+    #[inline]
+    pub fn write(&self, offset: u64, data: &[u8]) {
+        let missed = self.touch(offset, data.len(), true);
+        self.hardware.write(offset, data);
+        self.charge(missed, 0);
+    }
+
+    /// See [`super::Memory::load_u64`].
+    #[inline]
+    pub fn load_u64(&self, offset: u64) -> u64 {
+        let missed = self.touch(offset, 8, false);
+        let value = self.hardware.load_u64(offset);
+        self.charge(missed, 0);
+        value
+    }
+
+    /// See [`super::Memory::store_u64`].
+    #[inline]
+    pub fn store_u64(&self, offset: u64, value: u64) {
+        let missed = self.touch(offset, 8, true);
+        self.hardware.store_u64(offset, value);
+        self.charge(missed, 0);
+    }
+
+    /// See [`super::Memory::flush`].
+    #[inline]
+    pub fn flush(&self, offset: u64, len: usize) {
+        let dirty = self.push(offset, len, true);
+        self.hardware.flush(offset, len);
+        self.charge(0, dirty);
+    }
+
+    /// See [`super::Memory::write_back`].
+    #[inline]
+    pub fn write_back(&self, offset: u64, len: usize) {
+        let dirty = self.push(offset, len, false);
+        self.hardware.write_back(offset, len);
+        self.charge(0, dirty);
+    }
+
+    /// See [`super::Memory::write_non_temporal`]: every line of it goes to memory.
+    #[inline]
+    pub fn write_non_temporal(&self, offset: u64, data: &[u8]) {
+        self.push(offset, data.len(), true);
+        self.hardware.write_non_temporal(offset, data);
+        self.charge(0, Self::lines(offset, data.len()).count() as u64);
+    }
+
+    /// See [`super::Memory::fence`]. Free in the model: the write-backs it waits for were
+    /// charged when they were issued.
+    #[inline]
+    pub fn fence(&self) {
+        self.hardware.fence()
+    }
+
+    /// Whether the model's cache holds the line of `offset` (dirty or clean).
+    pub fn is_cached(&self, offset: u64) -> bool {
+        !matches!(self.state(offset / LINE_BYTES), Tag::Absent)
+    }
+}
+
+impl Drop for CxlMemory {
+    /// Unbinds the dropping thread if this memory was its binding.
+    fn drop(&mut self) {
+        // `try_with`: a memory dropped while its thread's locals are torn down has nothing
+        // to unbind.
+        let _ = SCR_BINDING.try_with(|b| {
+            if b.get().1 == self.id {
+                b.set((0, 0));
+            }
+        });
+    }
+}
+
+#[cfg(all(test, not(megalon_loom)))]
+mod tests {
+    use super::*;
+    use crate::{Backing, MemoryKind, PodConfig};
+
+    fn memory(model: CxlModel) -> (Arc<Pod>, CxlMemory) {
+        let pod = Arc::new(Pod::create(&PodConfig::new(), Backing::heap()).expect("a pod"));
+        let memory = CxlMemory::new(Arc::clone(&pod), model);
+        (pod, memory)
+    }
+
+    fn charged(f: impl FnOnce()) -> CxlCharges {
+        let before = CxlCharges::this_thread();
+        f();
+        CxlCharges::this_thread() - before
+    }
+
+    #[test]
+    fn a_line_misses_once_until_it_is_flushed() {
+        let (pod, memory) = memory(CxlModel::default());
+        let at = pod.layout().slot_offset(0);
+        let mut buf = [0u8; 1024];
+        let first = charged(|| memory.read(at, &mut buf));
+        assert_eq!((first.lines_missed, first.miss_rounds), (16, 2));
+        assert_eq!(first.charged_ns, 2 * 259);
+        assert_eq!(charged(|| memory.read(at, &mut buf)), CxlCharges::default());
+        let flushed = charged(|| memory.flush(at, 1024));
+        assert_eq!(
+            flushed.lines_written_back, 0,
+            "clean lines cost nothing to drop"
+        );
+        assert_eq!(charged(|| memory.read(at, &mut buf)).lines_missed, 16);
+    }
+
+    #[test]
+    fn dirty_lines_are_written_back_once() {
+        let (pod, memory) = memory(CxlModel {
+            lines_in_flight: 1,
+            ..CxlModel::default()
+        });
+        let at = pod.layout().slot_offset(1);
+        let write = charged(|| memory.write(at, &[7u8; 128]));
+        assert_eq!((write.lines_missed, write.miss_rounds), (2, 2));
+        let back = charged(|| memory.write_back(at, 128));
+        assert_eq!((back.lines_written_back, back.write_back_rounds), (2, 2));
+        assert_eq!(
+            charged(|| memory.write_back(at, 128)),
+            CxlCharges::default()
+        );
+        assert!(memory.is_cached(at), "clwb keeps the line");
+        let nt = charged(|| memory.write_non_temporal(at, &[1u8; 64]));
+        assert_eq!(nt.lines_written_back, 1);
+        assert!(!memory.is_cached(at), "a non-temporal store drops the line");
+    }
+
+    #[test]
+    fn scr_accesses_charge_the_bound_thread_only() {
+        let (pod, memory) = memory(CxlModel {
+            scr_ns: 100,
+            ..CxlModel::default()
+        });
+        let at = pod.layout().slot_offset(2);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                assert_eq!(charged(|| charge_scr(3)), CxlCharges::default(), "unbound");
+                memory.load_u64(at);
+                let scr = charged(|| charge_scr(3));
+                assert_eq!((scr.scr_accesses, scr.charged_ns), (3, 300));
+            });
+        });
+    }
+
+    #[test]
+    fn parameters_parse_and_print() {
+        assert_eq!(CxlModel::parse(""), Ok(CxlModel::default()));
+        assert_eq!(CxlModel::default().to_string(), "");
+        let model = CxlModel::parse("scr_ns=600, lines_in_flight=1").expect("parses");
+        assert_eq!((model.scr_ns, model.lines_in_flight), (600, 1));
+        assert_eq!(model.to_string(), "scr_ns=600,lines_in_flight=1");
+        assert_eq!(CxlModel::parse(&model.to_string()), Ok(model));
+        assert_eq!(CxlModel::parse("scr=1").unwrap_err().why, "unknown name");
+        assert!(CxlModel::parse("lines_in_flight=0").is_err());
+        assert!(CxlModel::parse("scr_ns=-1").is_err());
+    }
+
+    #[test]
+    fn a_host_pays_for_its_record_and_its_object() {
+        use crate::{Host, HostOptions, Join};
+        let pod = Arc::new(Pod::create(&PodConfig::new(), Backing::heap()).expect("a pod"));
+        let options = || {
+            HostOptions::new()
+                .memory(MemoryKind::Cxl(CxlModel::default()))
+                .pump_interval(None)
+        };
+        let (write, read, again) = std::thread::scope(|s| {
+            // Fresh threads: no binding left by another test.
+            s.spawn(|| {
+                let a = Host::join(&pod, Join::AnyFree, options()).expect("host a");
+                let b = Host::join(&pod, Join::AnyFree, options()).expect("host b");
+                a.create(b"key", &[1u8; 256]).expect("create");
+                a.write(b"key", &[2u8; 256]).expect("a write");
+                let mut buf = [0u8; 256];
+                b.read(b"key", &mut buf).expect("b's first read");
+                let write = charged(|| {
+                    a.write(b"key", &[3u8; 256]).expect("a write");
+                });
+                let read = charged(|| {
+                    b.read(b"key", &mut buf).expect("a read after a write");
+                });
+                let again = charged(|| {
+                    b.read(b"key", &mut buf)
+                        .expect("a read of an unchanged object");
+                });
+                (write, read, again)
+            })
+            .join()
+            .expect("the thread")
+        });
+        assert!(
+            write.scr_accesses >= 2,
+            "a write locks and unlocks: {write:?}"
+        );
+        assert_eq!(write.lines_written_back, 4, "{write:?}");
+        assert_eq!(
+            read.lines_missed, 4,
+            "a reader refetches what was written: {read:?}"
+        );
+        assert!(read.scr_accesses >= 2, "{read:?}");
+        assert_eq!(again.lines_missed, 0, "valid lines are free: {again:?}");
+        assert_eq!(again.charged_ns, again.scr_accesses * 259);
+    }
+}
