@@ -539,8 +539,8 @@ fn crash_side(
 ) -> CrashSide {
     let config = PodConfig::new();
     // Room for a record per object: the default SCR, or twice the records' bytes.
-    let record_bytes = u64::from(config.record_width_bits) / 8;
-    let scr_bytes = (2 * count * record_bytes)
+    let record_bits = u64::from(config.record_width_bits);
+    let scr_bytes = (2 * count * record_bits / 8)
         .next_power_of_two()
         .max(config.scr_bytes);
     let config = config
@@ -657,10 +657,10 @@ fn scr_table(setup: &Setup) {
         let usage = layout.scr_usage();
         assert_eq!(usage.total_bytes(), TABLE_SCR_BYTES);
         println!(
-            "scr: megalon {width_bits:>2}-bit records: {} B per record, {} records \
+            "scr: megalon {width_bits:>2}-bit records: {:.1} B per record, {} records \
              ({:.2} M objects), SCR bytes per object {:.4} (records {} B, other {} B, \
              unused {} B)",
-            layout.record_bytes,
+            f64::from(width_bits) / 8.0,
             layout.record_count,
             layout.record_count as f64 / 1e6,
             TABLE_SCR_BYTES as f64 / layout.record_count as f64,

@@ -127,7 +127,8 @@ pub struct PodConfig {
     pub max_key_bytes: u32,
     /// Entries in the log's ring (at least [`MIN_LOG_CAPACITY_ENTRIES`]).
     pub log_capacity_entries: u64,
-    /// Bits of one coherence record: 8, 16 or 32.
+    /// Bits of one coherence record: 4, 8, 16 or 32 (4-bit records share a byte, two
+    /// to a byte; their counter wraps every second write).
     pub record_width_bits: u32,
     /// Hosts the host table holds (at most [`MAX_HOSTS_LIMIT`]).
     pub max_hosts: u32,

@@ -95,7 +95,9 @@ struct ScrParts {
 impl ScrParts {
     fn new(config: &PodConfig) -> Result<Self> {
         let hosts = u64::from(config.max_hosts);
-        let record_bytes = u64::from(config.record_width_bits / 8);
+        let record_bits = u64::from(config.record_width_bits);
+        // The word a record is read and CASed in: records narrower than a byte share one.
+        let record_bytes = record_bits.div_ceil(8);
         let scr_offset = HEADER_REGION_BYTES;
         let cursors_bytes = (SHARED_CURSORS + hosts) * LINE_BYTES;
         let host_table_bytes = hosts * host_entry_bytes(config);
@@ -119,10 +121,10 @@ impl ScrParts {
             ],
             config.scr_bytes,
         )? - LINE_BYTES;
-        let record_count = (config.scr_bytes - fixed) / record_bytes;
-        // `scr_bytes - fixed` is a multiple of 64 and `record_bytes` divides 64, so the
+        let record_count = (config.scr_bytes - fixed) * 8 / record_bits;
+        // `scr_bytes - fixed` is a multiple of 64 and a record's bits divide 64, so the
         // array ends on a line.
-        let records_bytes = record_count * record_bytes;
+        let records_bytes = record_count * record_bits / 8;
         debug_assert_eq!(records_bytes % LINE_BYTES, 0);
         let cursors_offset = scr_offset;
         let host_table_offset = cursors_offset + cursors_bytes;
@@ -265,7 +267,8 @@ pub struct Layout {
     pub records_offset: u64,
     /// Coherence records in the array.
     pub record_count: u64,
-    /// Bytes of one record.
+    /// Bytes of the word a record is read and changed in: a record's bytes, or 1 for
+    /// records narrower than a byte (which share it).
     pub record_bytes: u64,
     /// Start of the reclaimer's counters (records in use and the like).
     pub reclaimer_offset: u64,
@@ -505,10 +508,16 @@ impl Layout {
         self.accessors_offset + slot * ACCESSOR_BYTES
     }
 
-    /// Offset of record `record`.
+    /// Bytes of the record array.
+    pub fn records_bytes(&self) -> u64 {
+        self.record_count * u64::from(self.config.record_width_bits) / 8
+    }
+
+    /// Offset of record `record` (of the byte that holds it, for records narrower than a
+    /// byte).
     pub fn record_offset(&self, record: u64) -> u64 {
         debug_assert!(record < self.record_count);
-        self.records_offset + record * self.record_bytes
+        self.records_offset + record * u64::from(self.config.record_width_bits) / 8
     }
 
     /// Offset of log entry `index` in the ring (`position % capacity`).
@@ -525,7 +534,7 @@ impl Layout {
 
     /// SCR bytes by category.
     pub fn scr_usage(&self) -> ScrUsage {
-        let records_bytes = self.record_count * self.record_bytes;
+        let records_bytes = self.records_bytes();
         let rpc_bytes = u64::from(self.config.max_hosts) * self.rpc_scr_bytes_per_host;
         let used = self.cursors_bytes
             + self.host_table_bytes
@@ -559,11 +568,7 @@ impl Layout {
                 hosts * self.rpc_scr_bytes_per_host,
             ),
             ("app SCR", self.app_scr_offset, self.config.app_scr_bytes),
-            (
-                "records",
-                self.records_offset,
-                self.record_count * self.record_bytes,
-            ),
+            ("records", self.records_offset, self.records_bytes()),
             ("reclaimer", self.reclaimer_offset, RECLAIMER_BYTES),
             ("log entries", self.log_offset, log_bytes),
             ("undo images", self.undo_offset, self.undo_bytes),

@@ -1,9 +1,10 @@
 //! Coherence records: one word per read-write-shared object in the SCR record array.
 //!
-//! A record of `W` bits (8, 16 or 32) holds, from the top: the in-use bit (the "free bit"
-//! of DESIGN section 7, inverted so that a zeroed SCR means every record is free), the
-//! lock bit, and a counter of `W - 2` bits. The counter is odd while a write is in
-//! progress. A record keeps its counter across owners: the log's alloc event makes every
+//! A record of `W` bits (4, 8, 16 or 32) holds, from the top: the in-use bit (the "free
+//! bit" of DESIGN section 7, inverted so that a zeroed SCR means every record is free),
+//! the lock bit, and a counter of `W - 2` bits. The counter is odd while a write is in
+//! progress. Records of 4 bits share a byte, two to a byte: each is read from it and
+//! changed by a CAS of the whole byte that leaves the other record as it found it. A record keeps its counter across owners: the log's alloc event makes every
 //! host's host counter for the new owner unknown, so an old value means nothing.
 //!
 //! Transitions (each one CAS or store on the word; readers never write it):
@@ -87,7 +88,17 @@ impl<'p> Records<'p> {
             u64::from(record) < self.count,
             "record {record} past the array"
         );
-        self.offset + u64::from(record) * u64::from(self.width_bits / 8)
+        self.offset + u64::from(record) * u64::from(self.width_bits) / 8
+    }
+
+    /// Where a record narrower than a byte sits in its byte: the shift of its bits.
+    fn shift(&self, record: u32) -> u32 {
+        (record % (8 / self.width_bits)) * self.width_bits
+    }
+
+    /// The record's bits in its byte, as a mask.
+    fn field_mask(&self) -> u8 {
+        ((1u32 << self.width_bits) - 1) as u8
     }
 
     /// Loads record `record` (Acquire: pairs with the Release of every store and CAS
@@ -95,6 +106,10 @@ impl<'p> Records<'p> {
     pub(crate) fn load(&self, record: u32) -> RecordWord {
         let at = self.byte_offset(record);
         let raw = match self.width_bits {
+            4 => {
+                let byte = self.pod.scr_u8(at).load(Ordering::Acquire);
+                u32::from(byte >> self.shift(record) & self.field_mask())
+            }
             8 => u32::from(self.pod.scr_u8(at).load(Ordering::Acquire)),
             16 => u32::from(self.pod.scr_u16(at).load(Ordering::Acquire)),
             _ => self.pod.scr_u32(at).load(Ordering::Acquire),
@@ -112,6 +127,7 @@ impl<'p> Records<'p> {
         let at = self.byte_offset(record);
         let (current, new) = (self.encode(current), self.encode(new));
         let result = match self.width_bits {
+            4 => self.compare_exchange_in_byte(record, at, current, new),
             8 => self
                 .pod
                 .scr_u8(at)
@@ -144,14 +160,120 @@ impl<'p> Records<'p> {
         result.map(drop).map_err(|raw| self.decode(raw))
     }
 
+    /// A record narrower than a byte: replaces its bits `current` with `new` by a CAS of
+    /// its byte, again while only the other records of the byte changed (AcqRel, as for
+    /// a whole-byte record). `Err`: the record's bits now.
+    fn compare_exchange_in_byte(
+        &self,
+        record: u32,
+        at: u64,
+        current: u32,
+        new: u32,
+    ) -> std::result::Result<u32, u32> {
+        let (shift, mask) = (self.shift(record), self.field_mask());
+        let byte = self.pod.scr_u8(at);
+        let mut seen = byte.load(Ordering::Acquire);
+        loop {
+            let field = u32::from(seen >> shift & mask);
+            if field != current {
+                return Err(field);
+            }
+            let replaced = seen & !(mask << shift) | (new as u8) << shift;
+            match byte.compare_exchange(seen, replaced, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(current),
+                // Another record of the byte changed (or ours): look again.
+                Err(now) => seen = now,
+            }
+        }
+    }
+
     /// Stores `word` (Release: the writer's write-back and fence come before it).
     pub(crate) fn store(&self, record: u32, word: RecordWord) {
         let at = self.byte_offset(record);
         let raw = self.encode(word);
         match self.width_bits {
+            4 => {
+                let (shift, mask) = (self.shift(record), self.field_mask());
+                // A store of our bits only: the other record of the byte is left alone.
+                let _ = self.pod.scr_u8(at).fetch_update(
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                    |seen| Some(seen & !(mask << shift) | (raw as u8) << shift),
+                );
+            }
             8 => self.pod.scr_u8(at).store(raw as u8, Ordering::Release),
             16 => self.pod.scr_u16(at).store(raw as u16, Ordering::Release),
             _ => self.pod.scr_u32(at).store(raw, Ordering::Release),
+        }
+    }
+}
+
+#[cfg(all(test, not(megalon_loom)))]
+mod tests {
+    use super::*;
+    use crate::config::PodConfig;
+    use crate::pod::{Backing, Pod};
+
+    fn pod(bits: u32) -> Pod {
+        let config = PodConfig::new()
+            .scr_bytes(64 << 10)
+            .lnr_bytes(1 << 20)
+            .record_width_bits(bits);
+        Pod::create(&config, Backing::heap()).unwrap()
+    }
+
+    fn word(in_use: bool, locked: bool, counter: u32) -> RecordWord {
+        RecordWord {
+            in_use,
+            locked,
+            counter,
+        }
+    }
+
+    #[test]
+    fn four_bit_records_sharing_a_byte_change_alone() {
+        let pod = pod(4);
+        let records = Records::new(&pod);
+        assert_eq!(records.counter_mask(), 3);
+        let free = word(false, false, 0);
+        records
+            .compare_exchange(0, free, word(true, false, 0))
+            .unwrap();
+        records
+            .compare_exchange(1, free, word(true, true, 1))
+            .unwrap();
+        assert_eq!(records.load(0), word(true, false, 0));
+        assert_eq!(records.load(1), word(true, true, 1));
+        assert_eq!(records.load(2), free, "the next byte is untouched");
+        // A CAS from a word the record does not hold fails with what it holds, and
+        // leaves both records of the byte alone.
+        assert_eq!(
+            records.compare_exchange(0, free, word(true, true, 3)),
+            Err(word(true, false, 0))
+        );
+        records.store(0, word(true, false, 2));
+        assert_eq!(records.load(0), word(true, false, 2));
+        assert_eq!(records.load(1), word(true, true, 1));
+    }
+
+    #[test]
+    fn four_bit_records_of_one_byte_take_racing_cases_from_two_threads() {
+        let pod = pod(4);
+        let records = Records::new(&pod);
+        const ROUNDS: u32 = 20_000;
+        std::thread::scope(|scope| {
+            for record in [6, 7] {
+                scope.spawn(move || {
+                    for i in 0..ROUNDS {
+                        let from = word(i % 2 == 1, false, i % 4);
+                        let to = word(i % 2 == 0, false, (i + 1) % 4);
+                        records.compare_exchange(record, from, to).unwrap();
+                    }
+                });
+            }
+        });
+        for record in [6, 7] {
+            assert_eq!(records.load(record), word(false, false, ROUNDS % 4));
         }
     }
 }

@@ -204,7 +204,7 @@ proptest! {
         prop_assert_eq!(layout.lnr_offset % PAGE_BYTES, 0);
         prop_assert_eq!(layout.cursors_offset, layout.scr_offset);
         prop_assert_eq!(layout.log_offset, layout.lnr_offset);
-        prop_assert_eq!(layout.record_bytes * 8, u64::from(config.record_width_bits));
+        prop_assert_eq!(layout.record_bytes, u64::from(config.record_width_bits).div_ceil(8));
         prop_assert_eq!(layout.log_entry_bytes, config.log_entry_bytes());
     }
 
@@ -216,7 +216,7 @@ proptest! {
         prop_assert_eq!(usage.log_cursors_bytes, region(&layout, "log cursors").end - region(&layout, "log cursors").start);
         prop_assert_eq!(usage.host_table_bytes, u64::from(config.max_hosts) * LINE_BYTES);
         prop_assert_eq!(usage.application_bytes, config.app_scr_bytes);
-        prop_assert_eq!(usage.records_bytes, layout.record_count * layout.record_bytes);
+        prop_assert_eq!(usage.records_bytes, layout.record_count * u64::from(config.record_width_bits) / 8);
         prop_assert!(usage.records_bytes >= LINE_BYTES, "less than a line of records");
         // Too little is left for one more record (so less than a line).
         prop_assert!(

@@ -55,8 +55,8 @@ fn pod(run: &Run) -> Arc<Pod> {
         .local_partitions(run.partition_after)
         .local_copies(run.copy_after);
     let all = Layout::new(&base).expect("layout").record_count;
-    let record_bytes = u64::from(run.record_width_bits / 8);
-    let spare = (all - run.records) * record_bytes / 64 * 64;
+    let record_bits = u64::from(run.record_width_bits);
+    let spare = (all - run.records) * record_bits / 8 / 64 * 64;
     let config = base.app_scr_bytes(spare);
     let layout = Layout::new(&config).expect("layout");
     assert!(layout.record_count >= run.records && layout.record_count < run.records + 64);
