@@ -6,7 +6,8 @@
 //! [`ChildError`] naming it and carrying what it printed on stderr. Dropping
 //! [`Children`] kills and reaps every child still running, so an error anywhere in the
 //! parent (returned with `?`) takes the children with it. A child whose parent dies sees
-//! its standard input close.
+//! its standard input close. A child can be killed on purpose and started again in its
+//! place ([`Children::restart`]), as a crash test does.
 //!
 //! Also where such runs put the files they share ([`shared_memory_dir`]), and how an error
 //! ends with what a process printed ([`printed_suffix`]).
@@ -15,7 +16,7 @@ use std::collections::VecDeque;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -131,6 +132,59 @@ impl Running {
         let kept = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
         String::from_utf8_lossy(&kept.iter().copied().collect::<Vec<u8>>()).into_owned()
     }
+
+    /// Starts `command` as child `number` with piped stdin, stdout and stderr, and the
+    /// threads that read its stdout (into `sender`) and its stderr.
+    fn start(
+        number: usize,
+        name: String,
+        mut command: Command,
+        sender: Sender<Seen>,
+    ) -> Result<Running, ChildError> {
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().map_err(|source| ChildError::Spawn {
+            name: name.clone(),
+            source,
+        })?;
+        let stdout = child.stdout.take().expect("stdout is piped");
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if sender.send(Seen::Line(number, line)).is_err() {
+                    return;
+                }
+            }
+            let _ = sender.send(Seen::Closed(number));
+        });
+        let stderr = Arc::new(Mutex::new(VecDeque::new()));
+        let mut pipe = child.stderr.take().expect("stderr is piped");
+        let kept = stderr.clone();
+        let stderr_reader = thread::spawn(move || {
+            let mut buffer = [0u8; 4096];
+            while let Ok(n) = pipe.read(&mut buffer) {
+                if n == 0 {
+                    break;
+                }
+                let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
+                kept.extend(&buffer[..n]);
+                let excess = kept.len().saturating_sub(STDERR_KEPT_BYTES);
+                kept.drain(..excess);
+            }
+        });
+        Ok(Running {
+            name,
+            stdin: child.stdin.take(),
+            child,
+            stderr,
+            stderr_reader,
+            lines: VecDeque::new(),
+            stdout_closed: false,
+            status: None,
+        })
+    }
 }
 
 /// Children started together, each with a name used in errors (`host 2`, `worker 0`),
@@ -138,6 +192,10 @@ impl Running {
 pub struct Children {
     running: Vec<Running>,
     seen: Receiver<Seen>,
+    /// What each child's stdout reader sends on; kept for the children started later
+    /// ([`Children::restart`]). So the channel never disconnects: only a deadline ends a
+    /// wait on it.
+    sender: Sender<Seen>,
 }
 
 impl Children {
@@ -150,52 +208,11 @@ impl Children {
         let mut children = Children {
             running: Vec::new(),
             seen,
+            sender,
         };
-        for (number, (name, mut command)) in commands.into_iter().enumerate() {
-            command
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            let mut child = command.spawn().map_err(|source| ChildError::Spawn {
-                name: name.clone(),
-                source,
-            })?;
-            let stdout = child.stdout.take().expect("stdout is piped");
-            let sender = sender.clone();
-            thread::spawn(move || {
-                for line in BufReader::new(stdout).lines() {
-                    let Ok(line) = line else { break };
-                    if sender.send(Seen::Line(number, line)).is_err() {
-                        return;
-                    }
-                }
-                let _ = sender.send(Seen::Closed(number));
-            });
-            let stderr = Arc::new(Mutex::new(VecDeque::new()));
-            let mut pipe = child.stderr.take().expect("stderr is piped");
-            let kept = stderr.clone();
-            let stderr_reader = thread::spawn(move || {
-                let mut buffer = [0u8; 4096];
-                while let Ok(n) = pipe.read(&mut buffer) {
-                    if n == 0 {
-                        break;
-                    }
-                    let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
-                    kept.extend(&buffer[..n]);
-                    let excess = kept.len().saturating_sub(STDERR_KEPT_BYTES);
-                    kept.drain(..excess);
-                }
-            });
-            children.running.push(Running {
-                name,
-                stdin: child.stdin.take(),
-                child,
-                stderr,
-                stderr_reader,
-                lines: VecDeque::new(),
-                stdout_closed: false,
-                status: None,
-            });
+        for (number, (name, command)) in commands.into_iter().enumerate() {
+            let running = Running::start(number, name, command, children.sender.clone())?;
+            children.running.push(running);
         }
         Ok(children)
     }
@@ -213,6 +230,66 @@ impl Children {
     /// The name of child `child`.
     pub fn name(&self, child: usize) -> &str {
         &self.running[child].name
+    }
+
+    /// The process id of child `child` (of its latest start).
+    pub fn id(&self, child: usize) -> u32 {
+        self.running[child].child.id()
+    }
+
+    /// The lines child `child` printed that nobody took yet (those received so far), in
+    /// order.
+    pub fn take_lines(&mut self, child: usize) -> Vec<String> {
+        self.running[child].lines.drain(..).collect()
+    }
+
+    /// Kills child `child` (`SIGKILL` on Unix), reaps it, and takes in the rest of what it
+    /// printed: the lines it wrote before it died stay queued, ahead of any later ones,
+    /// for [`Children::next_line`] and the other waits. A child that has exited already is
+    /// only reaped. [`ChildError::TimedOut`] if its stdout is still open at `deadline`
+    /// (another process holds the pipe).
+    pub fn kill(&mut self, child: usize, deadline: Instant) -> Result<ExitStatus, ChildError> {
+        let started = Instant::now();
+        let running = &mut self.running[child];
+        let io = |source| ChildError::Io {
+            name: running.name.clone(),
+            source,
+        };
+        let status = match running.status {
+            Some(status) => status,
+            None => {
+                // An error means it has exited already; the wait reaps it either way.
+                let _ = running.child.kill();
+                let status = running.child.wait().map_err(io)?;
+                running.status = Some(status);
+                status
+            }
+        };
+        // Its stdout closed as it died; its reader passes on what was still in the pipe
+        // before it says so.
+        while !self.running[child].stdout_closed {
+            if !self.receive(deadline) {
+                return Err(self.timed_out(vec![child], started));
+            }
+        }
+        Ok(status)
+    }
+
+    /// Kills child `child` as [`Children::kill`] does (until `deadline`), then starts
+    /// `command` in its place, under the same name and number. The lines the killed child
+    /// printed and nobody took yet stay queued ahead of the new child's.
+    pub fn restart(
+        &mut self,
+        child: usize,
+        command: Command,
+        deadline: Instant,
+    ) -> Result<(), ChildError> {
+        self.kill(child, deadline)?;
+        let name = self.running[child].name.clone();
+        let started = Running::start(child, name, command, self.sender.clone())?;
+        let killed = std::mem::replace(&mut self.running[child], started);
+        self.running[child].lines = killed.lines;
+        Ok(())
     }
 
     /// Sends `line` and a newline to child `child`'s standard input. A child that is gone
@@ -248,6 +325,24 @@ impl Children {
     pub fn close_stdin(&mut self) {
         for running in &mut self.running {
             running.stdin = None;
+        }
+    }
+
+    /// The next line any child printed, with the child's number (lines already received
+    /// first, in child order); `None` at `deadline`. A child that closed its stdout (it
+    /// exited, or is exiting) and has no line left answers [`ChildError::Exited`].
+    pub fn next_line(&mut self, deadline: Instant) -> Result<Option<(usize, String)>, ChildError> {
+        loop {
+            if let Some(child) = self.running.iter().position(|r| !r.lines.is_empty()) {
+                let line = self.running[child].lines.pop_front().expect("not empty");
+                return Ok(Some((child, line)));
+            }
+            if let Some(closed) = self.running.iter().position(|r| r.stdout_closed) {
+                return Err(self.exited(closed, deadline));
+            }
+            if !self.receive(deadline) {
+                return Ok(None);
+            }
         }
     }
 
@@ -332,15 +427,8 @@ impl Children {
                 self.running[child].stdout_closed = true;
                 true
             }
-            // Every reader holds a sender until its child's stdout closes, and marks that
-            // first; so a disconnect means every stdout is closed, which callers check.
-            Err(RecvTimeoutError::Disconnected) => {
-                for r in &mut self.running {
-                    r.stdout_closed = true;
-                }
-                true
-            }
-            Err(RecvTimeoutError::Timeout) => false,
+            // `self.sender` keeps the channel open: this is the deadline.
+            Err(_) => false,
         }
     }
 
@@ -490,7 +578,7 @@ mod tests {
 
     #[test]
     fn a_silent_child_times_out_and_is_killed() {
-        let mut children = Children::spawn([shell("sleeper", "sleep 600")]).unwrap();
+        let mut children = Children::spawn([shell("sleeper", "exec sleep 600")]).unwrap();
         let began = Instant::now();
         let error = children
             .line_from_each(Instant::now() + Duration::from_millis(200))
@@ -498,6 +586,55 @@ mod tests {
         assert!(matches!(error, ChildError::TimedOut { ref names, .. } if names == &["sleeper"]));
         drop(children);
         assert!(began.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_killed_child_is_reaped_and_its_replacement_goes_on() {
+        let mut children = Children::spawn([
+            shell("a", "echo first; exec sleep 600"),
+            shell("b", "read x; echo b-$x"),
+        ])
+        .unwrap();
+        assert_eq!(
+            children.next_line(soon()).unwrap(),
+            Some((0, "first".to_owned()))
+        );
+        let killed = children.id(0);
+        // Printed before the kill, taken after the restart: it stays queued.
+        children
+            .restart(0, shell("a", "echo again; read x; echo a-$x").1, soon())
+            .unwrap();
+        assert_ne!(children.id(0), killed);
+        assert_eq!(
+            children.next_line(soon()).unwrap(),
+            Some((0, "again".to_owned()))
+        );
+        // Nothing more until asked.
+        let quiet = Instant::now() + Duration::from_millis(100);
+        assert_eq!(children.next_line(quiet).unwrap(), None);
+        children.send_all("go", soon()).unwrap();
+        let rest = children.wait_all(soon()).unwrap();
+        assert_eq!(rest, [vec!["a-go".to_owned()], vec!["b-go".to_owned()]]);
+        // Reaped: no zombie is left with the killed id (where /proc shows processes).
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{killed}/stat")) {
+            assert!(!stat.contains(") Z "), "{stat}");
+        }
+    }
+
+    #[test]
+    fn the_lines_of_a_killed_child_are_kept() {
+        // Both lines in one write, so both are in the pipe when it dies.
+        let mut children =
+            Children::spawn([shell("a", "printf 'one\\ntwo\\n'; exec sleep 600")]).unwrap();
+        let first = children.next_line(soon()).unwrap();
+        assert_eq!(first, Some((0, "one".to_owned())));
+        let status = children.kill(0, soon()).unwrap();
+        assert!(!status.success());
+        assert_eq!(children.take_lines(0), ["two"]);
+        assert!(matches!(
+            children.next_line(soon()),
+            Err(ChildError::Exited { ref name, .. }) if name == "a"
+        ));
     }
 
     #[test]
