@@ -2,10 +2,11 @@
 //! far-memory traffic of each access would cost on a CXL pod.
 //!
 //! [`CxlMemory`] does exactly what [`HardwareMemory`] does (the same loads, stores and
-//! cache-maintenance instructions, on the same mapping) and, before each call returns,
-//! makes the calling thread spin for what the call would add on CXL memory. A stalled
-//! core does no other work, so a spin is the honest way to pay it: the time is taken
-//! from the thread's own core, as a stall would.
+//! cache-maintenance instructions, on the same mapping) and, before the call's own
+//! instructions, makes the calling thread spin for what the call would add on CXL
+//! memory. A stalled core does no other work, so a spin is the honest way to pay it: the
+//! time is taken from the thread's own core, as a stall would. A spin waits on the clock
+//! ([`spin_ns`]), whose cost is measured once per process ([`spin_rate`]).
 //!
 //! What is charged (the defaults and where they come from are in `docs/memory.md`):
 //!
@@ -256,6 +257,8 @@ thread_local! {
     /// The SCR cost of the `CxlMemory` this thread last used (0: not bound, or free), and
     /// that memory's id.
     static SCR_BINDING: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+    /// Picoseconds this thread's spins still owe (negative: spun ahead), see [`spin_ns`].
+    static OWED_PS: Cell<i64> = const { Cell::new(0) };
 }
 
 /// Charges the calling thread `accesses` SCR accesses at the cost of the CXL memory it
@@ -276,42 +279,77 @@ pub fn charge_scr(accesses: u64) {
     spin_ns(ns);
 }
 
-/// The spin: iterations of a serial multiply-add chain, which a compiler cannot shorten
-/// and a core cannot overlap, at the rate [`spin_rate`] measured.
-#[inline(never)]
-fn spin_iterations(iterations: u64) {
-    let mut x = std::hint::black_box(1u64);
-    for _ in 0..std::hint::black_box(iterations) {
-        x = x.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(1);
-    }
-    std::hint::black_box(x);
+/// How the spin keeps time on this machine, measured once per process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpinRate {
+    /// Picoseconds of one read of the clock: the part of a spin its own clock reads do
+    /// not see (before the first read returns, after the last), counted as spun.
+    pub clock_read_ps: u64,
 }
 
-/// Spin iterations per 1024 ns on this machine, measured once per process: the fastest
-/// of several timed runs (a run that another thread interrupted only looks slower).
-pub fn spin_rate() -> u64 {
-    static RATE: OnceLock<u64> = OnceLock::new();
+/// The clock's cost on this machine, measured on first use: the fastest of several
+/// batches of clock reads (a batch another thread interrupted only looks slower).
+pub fn spin_rate() -> SpinRate {
+    static RATE: OnceLock<SpinRate> = OnceLock::new();
     *RATE.get_or_init(|| {
-        const ITERATIONS: u64 = 1 << 20;
-        spin_iterations(ITERATIONS); // warm up (and let the clock ramp)
-        let fastest_ns = (0..9)
+        const READS: u64 = 4096;
+        let clock_read_ps = (0..9)
             .map(|_| {
                 let began = Instant::now();
-                spin_iterations(ITERATIONS);
-                began.elapsed().as_nanos().max(1) as u64
+                for _ in 0..READS {
+                    std::hint::black_box(Instant::now());
+                }
+                began.elapsed().as_nanos() as u64 * 1000 / READS
             })
             .min()
-            .expect("nine runs");
-        (ITERATIONS * 1024 / fastest_ns).max(1)
+            .expect("nine batches");
+        SpinRate { clock_read_ps }
     })
 }
 
-/// Spins the calling thread for about `ns` nanoseconds of its core's time.
+/// Busy-waits until `ps` picoseconds after the call began, on the monotonic clock (a
+/// read of the time-stamp counter through the vDSO where the kernel's clock source is
+/// the TSC); returns the picoseconds it waited, as its clock saw them. A wall-clock
+/// deadline, not a count of iterations: a stall lasts as long however fast the core runs
+/// other work (a busy sibling hyperthread slows a loop, not a stall). No `spin_loop`
+/// hint: in a virtual machine a run of `pause` instructions can make the hypervisor
+/// deschedule the virtual CPU.
+#[inline(never)]
+fn spin_for(ps: u64) -> u64 {
+    let began = Instant::now();
+    loop {
+        let waited_ps = began.elapsed().as_nanos() as u64 * 1000;
+        if waited_ps >= ps {
+            return waited_ps;
+        }
+    }
+}
+
+/// Spins the calling thread for `ns` nanoseconds of its core's time, give or take one
+/// read of the clock. What a spin waits beyond what it owes (the clock read that ends it
+/// comes after the deadline; up to four reads' worth) is deducted from the thread's next
+/// spin, and what it falls short is added, so the thread's spins add up to what it was
+/// charged.
 #[inline]
 pub fn spin_ns(ns: u64) {
-    if ns > 0 {
-        spin_iterations(ns * spin_rate() / 1024);
+    if ns == 0 {
+        return;
     }
+    let clock_read_ps = spin_rate().clock_read_ps as i64;
+    OWED_PS.with(|owed| {
+        let due = owed.get() + ns as i64 * 1000;
+        // The clock reads' own time (one before the wait starts, one after it ends) is
+        // spent too, but the wait does not see it.
+        let wait_ps = due - 2 * clock_read_ps;
+        let waited_ps = if wait_ps > 0 {
+            spin_for(wait_ps as u64) as i64
+        } else {
+            0
+        };
+        // A wait that ran far past its deadline was descheduled: the time it was away is
+        // not the core's, so it is not carried over (at most a few clock reads are).
+        owed.set((due - waited_ps - 2 * clock_read_ps).max(-4 * clock_read_ps));
+    });
 }
 
 /// Ids of `CxlMemory` values, for the SCR binding.
@@ -375,7 +413,11 @@ impl CxlMemory {
 
     fn state(&self, line: u64) -> Tag {
         // Relaxed: the table is the model's guess of a cache, not data (module doc).
-        let tag = self.set(line).load(Ordering::Relaxed);
+        Self::state_in(self.set(line).load(Ordering::Relaxed), line)
+    }
+
+    /// How `line` stands, given the tag of its set.
+    fn state_in(tag: u64, line: u64) -> Tag {
         if tag & !DIRTY != tag_of(line) {
             Tag::Absent
         } else if tag & DIRTY != 0 {
@@ -401,7 +443,10 @@ impl CxlMemory {
         });
     }
 
-    /// Counts and pays `missed` misses and `written_back` write-backs of one call.
+    /// Counts and pays `missed` misses and `written_back` write-backs of one call. Called
+    /// before the call's own instructions, so that the spin does not overlap them (a spin
+    /// after a flush would hide the flush's real latency, which the fence after it waits
+    /// for).
     fn charge(&self, missed: u64, written_back: u64) {
         if missed == 0 && written_back == 0 {
             return;
@@ -428,13 +473,12 @@ impl CxlMemory {
         self.bind();
         let mut missed = 0;
         for line in Self::lines(offset, len) {
-            let state = self.state(line);
-            if matches!(state, Tag::Absent) {
-                missed += 1;
-            }
-            let want = tag_of(line) | u64::from(dirty || matches!(state, Tag::Dirty));
             let set = self.set(line);
-            if set.load(Ordering::Relaxed) != want {
+            let tag = set.load(Ordering::Relaxed);
+            let state = Self::state_in(tag, line);
+            missed += u64::from(matches!(state, Tag::Absent));
+            let want = tag_of(line) | u64::from(dirty || matches!(state, Tag::Dirty));
+            if tag != want {
                 set.store(want, Ordering::Relaxed);
             }
         }
@@ -447,13 +491,14 @@ impl CxlMemory {
         self.bind();
         let mut dirty = 0;
         for line in Self::lines(offset, len) {
-            match self.state(line) {
+            let set = self.set(line);
+            match Self::state_in(set.load(Ordering::Relaxed), line) {
                 Tag::Absent => continue,
                 Tag::Dirty => dirty += 1,
+                Tag::Clean if !drop => continue,
                 Tag::Clean => {}
             }
-            self.set(line)
-                .store(if drop { 0 } else { tag_of(line) }, Ordering::Relaxed);
+            set.store(if drop { 0 } else { tag_of(line) }, Ordering::Relaxed);
         }
         dirty
     }
@@ -462,57 +507,56 @@ impl CxlMemory {
     #[inline]
     pub fn read(&self, offset: u64, buf: &mut [u8]) {
         let missed = self.touch(offset, buf.len(), false);
-        self.hardware.read(offset, buf);
         self.charge(missed, 0);
+        self.hardware.read(offset, buf);
     }
 
     /// See [`super::Memory::write`].
     #[inline]
     pub fn write(&self, offset: u64, data: &[u8]) {
         let missed = self.touch(offset, data.len(), true);
-        self.hardware.write(offset, data);
         self.charge(missed, 0);
+        self.hardware.write(offset, data);
     }
 
     /// See [`super::Memory::load_u64`].
     #[inline]
     pub fn load_u64(&self, offset: u64) -> u64 {
         let missed = self.touch(offset, 8, false);
-        let value = self.hardware.load_u64(offset);
         self.charge(missed, 0);
-        value
+        self.hardware.load_u64(offset)
     }
 
     /// See [`super::Memory::store_u64`].
     #[inline]
     pub fn store_u64(&self, offset: u64, value: u64) {
         let missed = self.touch(offset, 8, true);
-        self.hardware.store_u64(offset, value);
         self.charge(missed, 0);
+        self.hardware.store_u64(offset, value);
     }
 
     /// See [`super::Memory::flush`].
     #[inline]
     pub fn flush(&self, offset: u64, len: usize) {
         let dirty = self.push(offset, len, true);
-        self.hardware.flush(offset, len);
         self.charge(0, dirty);
+        self.hardware.flush(offset, len);
     }
 
     /// See [`super::Memory::write_back`].
     #[inline]
     pub fn write_back(&self, offset: u64, len: usize) {
         let dirty = self.push(offset, len, false);
-        self.hardware.write_back(offset, len);
         self.charge(0, dirty);
+        self.hardware.write_back(offset, len);
     }
 
     /// See [`super::Memory::write_non_temporal`]: every line of it goes to memory.
     #[inline]
     pub fn write_non_temporal(&self, offset: u64, data: &[u8]) {
         self.push(offset, data.len(), true);
-        self.hardware.write_non_temporal(offset, data);
         self.charge(0, Self::lines(offset, data.len()).count() as u64);
+        self.hardware.write_non_temporal(offset, data);
     }
 
     /// See [`super::Memory::fence`]. Free in the model: the write-backs it waits for were
