@@ -12,6 +12,10 @@
 //! - `figures`: the paper's experiments rerun at a scale that fits the machine (the
 //!   `megalon-figures` binary, built in release): a CSV, SVG charts and summary rows
 //!   per figure; `--quick` runs all of them in a few minutes.
+//! - `model-check`: the CXL cost model checked against itself (the `model-check` binary
+//!   of `megalon-figures`): the object paths on a hardware pod and on a pod under the
+//!   model, in alternating blocks; ends `cxl model: predicted P ns/op, measured M ns/op,
+//!   within K%` and fails past 10%. CI runs it after the figures.
 //! - `stress`: several hosts and threads over one pod, a recorded history, checked for
 //!   linearizability, then every record and object checked with the hosts quiet; ends
 //!   with one line saying so (exit 0) or naming the first violation and the seed that
@@ -42,6 +46,15 @@ const QUICKSTART_COMMAND: &[&str] = &["run", "--example", "quickstart"];
 /// Every figure, small (into target/figures-quick).
 const FIGURES_QUICK_COMMAND: &[&str] =
     &["run", "--release", "-p", "megalon-figures", "--", "--quick"];
+/// The CXL cost model's check (about a second once built).
+const MODEL_CHECK_COMMAND: &[&str] = &[
+    "run",
+    "--release",
+    "-p",
+    "megalon-figures",
+    "--bin",
+    "model-check",
+];
 /// Where loom builds go, so they do not invalidate the normal build.
 const LOOM_TARGET_DIR: &str = "target/loom";
 /// Where mutant builds go (the `mutants` feature changes the core crate).
@@ -60,6 +73,8 @@ fn usage() -> ExitCode {
             \
                    [--quick] [--scale F] [--only 4,7] [--numa] (--help for all)
   \
+         model-check  the CXL cost model's added time per operation against its prediction\n            \
+                   [--memory cxl:name=value,...] [--predict cxl:...] (--help for all)\n  \
          stress    [--seconds S] [--hosts H] [--threads T] [--seed N] [--record-bits 8|16|32]\n            \
                    [--memory simulated|hardware] [--coherence split|all-log]\n            \
                    [--partition-after N] [--copy-after N] [--keys N] [--key-bytes N]\n            \
@@ -586,6 +601,7 @@ fn ci() -> ExitCode {
         CLUSTER_COMMAND,
         QUICKSTART_COMMAND,
         FIGURES_QUICK_COMMAND,
+        MODEL_CHECK_COMMAND,
     ];
     for step in steps {
         if !cargo(step) {
@@ -630,6 +646,12 @@ fn main() -> ExitCode {
         Some("mutants") => mutants(args.iter().any(|a| a == "--full")),
         Some("figures") => {
             let mut run = vec!["run", "--release", "-p", "megalon-figures", "--"];
+            run.extend(args[1..].iter().map(String::as_str));
+            cargo_with(&run, &[])
+        }
+        Some("model-check") => {
+            let mut run = MODEL_CHECK_COMMAND.to_vec();
+            run.push("--");
             run.extend(args[1..].iter().map(String::as_str));
             cargo_with(&run, &[])
         }
