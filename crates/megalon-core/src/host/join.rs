@@ -3,11 +3,13 @@
 //! taken at the position it had applied, through the pod's join area (LNR); the joiner
 //! replays from that position on.
 //!
-//! The join mailbox (a line of SCR words): `request` (1 + the joiner, taken by one CAS:
-//! one late join at a time), `server` (1 + the live host serving it, taken by one CAS),
-//! `ready` (1 + the joiner, once `position` and `total` are its snapshot's), `position`,
-//! `total` (bytes), `chunk` (chunks the server has put in the area) and `acked` (chunks
-//! the joiner has read).
+//! The join mailbox (a line of SCR words): `request` (the joiner's session: its id and
+//! which life of the id it is, taken by one CAS: one late join at a time), `server` (1 +
+//! the live host serving it, taken by one CAS), `ready` (the session, once `position` and
+//! `total` are its snapshot's), `position`, `total` (bytes), `chunk` (chunks the server
+//! has put in the area) and `acked` (chunks the joiner has read). A session names a life,
+//! not only an id: a joiner killed mid-stream and started again under its id is another
+//! session, and never reads what was streamed to the dead one.
 //!
 //! The server, in its pump: takes `server`; holding its replay lock (so that its
 //! `applied` and `ltail` stay at one position `P`) encodes its index and stores the
@@ -16,9 +18,10 @@
 //! each written back and fenced before `chunk` counts it, and waits for the joiner's
 //! `acked` before overwriting the area. The joiner flushes the area's lines before it
 //! reads each chunk. Until the snapshot is pinned, the joiner's `ltail` holds the head at
-//! the position the joiner saw when it claimed its id. Every wait is bounded; a joiner or
-//! server that dies mid-stream leaves the other to time out and the mailbox to be taken
-//! again.
+//! the position the joiner saw when it claimed its id. Every wait is bounded, and ends
+//! early when the other side is gone (its row freed or claimed by another life, or its
+//! process gone on this machine); a stale session in the mailbox is cleared by the next
+//! joiner.
 
 use super::Shared;
 
@@ -54,6 +57,26 @@ fn mailbox(pod: &Pod) -> Mailbox<'_> {
     }
 }
 
+/// A joiner's session: its id and which life of the id it is.
+fn session(host: HostId, life: u64) -> u64 {
+    life << 16 | (u64::from(host) + 1)
+}
+
+/// The joiner and life a session names.
+fn session_of(session: u64) -> (HostId, u64) {
+    (((session & 0xffff) - 1) as HostId, session >> 16)
+}
+
+/// Whether the holder of a session is gone: its row is free or another life's, or its
+/// process is gone (on this machine).
+fn session_gone(pod: &Pod, session: u64) -> bool {
+    let (host, life) = session_of(session);
+    match host_table::holder(pod, host) {
+        Some((_, joins)) if joins == life => host_table::alive(pod, host) == Some(false),
+        _ => true,
+    }
+}
+
 impl Shared {
     /// Waits (bounded by the wait limit) until `done` holds; `Err`: the milliseconds
     /// waited.
@@ -71,7 +94,7 @@ impl Shared {
     /// taken. Called before this host serves or appends anything.
     pub(super) fn join_late(&self) -> Result<()> {
         let mailbox = mailbox(&self.pod);
-        let me = u64::from(self.id) + 1;
+        let me = session(self.id, self.life);
         let not_served = |waited_ms| Error::JoinNotServed {
             host: self.id,
             waited_ms,
@@ -83,9 +106,8 @@ impl Shared {
             {
                 Ok(_) => true,
                 Err(other) => {
-                    // A joiner that is gone (its row freed) leaves the mailbox to us.
-                    let joiner = (other - 1) as HostId;
-                    if host_table::holder(&self.pod, joiner).is_none() {
+                    // A session whose joiner is gone leaves the mailbox to us.
+                    if session_gone(&self.pod, other) {
                         let _ = mailbox.request.compare_exchange(
                             other,
                             0,
@@ -102,7 +124,7 @@ impl Shared {
         if received.is_err() {
             // A server that is gone leaves the mailbox to the next joiner.
             let server = mailbox.server.load(Ordering::SeqCst);
-            if server != 0 && host_table::holder(&self.pod, (server - 1) as HostId).is_none() {
+            if server != 0 && self.server_gone(server) {
                 let _ =
                     mailbox
                         .server
@@ -115,13 +137,32 @@ impl Shared {
         received
     }
 
+    /// Whether the host serving the mailbox (`server`, 1 + its id) is gone.
+    fn server_gone(&self, server: u64) -> bool {
+        let host = (server - 1) as HostId;
+        host_table::alive(&self.pod, host) == Some(false)
+    }
+
     fn receive_snapshot(&self, mailbox: &Mailbox<'_>, me: u64) -> Result<()> {
         let not_served = |waited_ms| Error::JoinNotServed {
             host: self.id,
             waited_ms,
         };
-        self.wait_until(|| mailbox.ready.load(Ordering::SeqCst) == me)
+        // Waits for `done`, giving up early if the serving host is gone.
+        let wait_for = |done: &dyn Fn() -> bool| {
+            let mut gone = false;
+            self.wait_until(|| {
+                let server = mailbox.server.load(Ordering::SeqCst);
+                gone = server != 0 && self.server_gone(server);
+                done() || gone
+            })
             .map_err(not_served)?;
+            if gone && !done() {
+                return Err(not_served(0));
+            }
+            Ok(())
+        };
+        wait_for(&|| mailbox.ready.load(Ordering::SeqCst) == me)?;
         let position = mailbox.position.load(Ordering::SeqCst);
         let total = mailbox.total.load(Ordering::SeqCst) as usize;
         let layout = self.pod.layout();
@@ -130,14 +171,21 @@ impl Shared {
         let mut bytes = vec![0u8; total];
         for (k, chunk) in bytes.chunks_mut(area_bytes).enumerate() {
             let k = k as u64;
-            self.wait_until(|| mailbox.chunk.load(Ordering::SeqCst) > k)
-                .map_err(not_served)?;
+            wait_for(&|| mailbox.chunk.load(Ordering::SeqCst) > k)?;
             // The server wrote the chunk back and fenced before counting it; our cache
             // may hold the area's lines from an earlier chunk.
             self.memory.flush(area, chunk.len());
             self.memory.fence();
             self.memory.read(area, chunk);
             mailbox.acked.store(k + 1, Ordering::SeqCst);
+        }
+        // Pinned by the server: the head has not passed it. (Checked: replaying from a
+        // position the log recycled would read entries of a later lap.)
+        let head = Log::head(&self.pod).load(Ordering::SeqCst);
+        if position < head {
+            return Err(Error::CorruptSnapshot {
+                what: "a position the log has recycled",
+            });
         }
         let mut index = self.replica.index.write();
         index.decode_snapshot(&bytes)?;
@@ -178,15 +226,19 @@ impl Shared {
     }
 
     fn send_snapshot(&self, mailbox: &Mailbox<'_>, request: u64) -> Result<()> {
-        let joiner = (request - 1) as HostId;
+        let (joiner, _) = session_of(request);
         mailbox.chunk.store(0, Ordering::SeqCst);
         mailbox.acked.store(0, Ordering::SeqCst);
+        // The session is over: its joiner gave up, or is gone.
+        let over = || {
+            mailbox.request.load(Ordering::SeqCst) != request || session_gone(&self.pod, request)
+        };
         let (position, bytes) = {
             let _replaying = self.replica.replay.lock();
             // Holding the replay lock: our `ltail` is `applied`, and holds the head.
             let position = self.replica.applied.load(Ordering::Acquire);
             let bytes = self.replica.index.read().encode_snapshot();
-            if mailbox.request.load(Ordering::SeqCst) != request {
+            if over() {
                 return Ok(());
             }
             Log::ltail(&self.pod, joiner).store(position, Ordering::SeqCst);
@@ -205,12 +257,9 @@ impl Shared {
         let count = chunks.len() as u64;
         for (k, chunk) in chunks.enumerate() {
             let k = k as u64;
-            self.wait_until(|| {
-                mailbox.acked.load(Ordering::SeqCst) >= k
-                    || mailbox.request.load(Ordering::SeqCst) != request
-            })
-            .map_err(gone)?;
-            if mailbox.request.load(Ordering::SeqCst) != request {
+            self.wait_until(|| mailbox.acked.load(Ordering::SeqCst) >= k || over())
+                .map_err(gone)?;
+            if over() {
                 return Err(gone(0));
             }
             self.memory.write(area, chunk);
@@ -220,11 +269,8 @@ impl Shared {
             mailbox.chunk.store(k + 1, Ordering::SeqCst);
             host_table::heartbeat(&self.pod, self.id);
         }
-        self.wait_until(|| {
-            mailbox.acked.load(Ordering::SeqCst) >= count
-                || mailbox.request.load(Ordering::SeqCst) != request
-        })
-        .map_err(gone)?;
+        self.wait_until(|| mailbox.acked.load(Ordering::SeqCst) >= count || over())
+            .map_err(gone)?;
         self.counters.joins_served.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
