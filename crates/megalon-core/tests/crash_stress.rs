@@ -1,0 +1,939 @@
+//! The crash stress behind `cargo xtask crash`: several host processes on one pod file in
+//! `/dev/shm`, each running a seeded random mix of puts, gets, creates and deletes on a
+//! few keys (so operations conflict), while the parent kills one of them with SIGKILL
+//! about every second and starts another that joins again, as the dead host's id once a
+//! live host has recovered it and freed its row, or as any free id. At the end every
+//! process's history is merged and checked for linearizability.
+//!
+//! **Histories that survive a kill.** Each worker journals its operations to a file of its
+//! own as it goes ([`ThreadRecorder::journaled`]): the invocation line is written (one
+//! `write` on an unbuffered `File`, so it is in the kernel) before the call, the response
+//! line after it. What a killed worker did is on disk; its call in flight has no response
+//! line and is of unknown outcome ([`Outcome::Unknown`]): it may have taken effect or not.
+//! Timestamps come from `CLOCK_MONOTONIC`, one clock for every process of the machine.
+//!
+//! **Who is killed.** A worker that has joined, at seeded random intervals
+//! ([`KILL_INTERVAL_MS`]), chosen at random; never the last joined one, since a host that
+//! joins after the log recycled needs a live host to stream it the index, and a dead host
+//! needs a live one to recover it.
+//!
+//! **At the end**, the parent joins the pod itself (served by a live worker), stops the
+//! workers (it closes their standard input) and, with every worker gone, checks what a
+//! history cannot show: the host table holds only itself (every dead host's row was
+//! freed) and no record is left locked. Then it reads every key, recording the reads into
+//! the history too, so the final state is checked with the rest.
+//!
+//! Workers die with the parent (`PR_SET_PDEATHSIG`). The pod file lives in a directory in
+//! `/dev/shm`, the histories and the workers' stderr in one in the temporary directory;
+//! both are removed at the end, however the run ends (unless the parent itself is
+//! killed).
+//!
+//! `crash_from_env` is ignored in `cargo test`; `cargo xtask crash` runs it with its
+//! parameters in `MEGALON_CRASH_*` variables, and it prints one final line:
+//! `crash: K hosts killed and rejoined, N operations checked: linearizable`, or the
+//! violation with the seed. The seed fixes the choices (operations, keys, kill times,
+//! victims, how they rejoin), not the timing of the processes.
+
+#![cfg(target_os = "linux")]
+
+use std::fs::File;
+use std::io::{BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use megalon_core::{Backing, Error, Host, HostOptions, Join, MemoryKind, Pod, PodConfig};
+use megalon_workload::{
+    check, Call, Clock, History, Operation, Outcome, ProcessId, RandomSource, SplitMix64,
+    ThreadLog, ThreadRecorder, Value,
+};
+
+/// Bytes of an object slot: four lines, so a write cut short by a kill could tear.
+const SLOT_BYTES: u64 = 1024;
+/// The pod's lease. A host on this machine is declared dead as soon as its process is
+/// gone; the lease sets how often the pumps look (a few times per lease).
+const LEASE_MS: u32 = 300;
+/// Log entries: few, so the log recycles within a second and most rejoins are late joins.
+const LOG_CAPACITY_ENTRIES: u64 = 1024;
+/// Hosts the pod holds: the workers, the parent's host at the end, and rows of killed
+/// hosts that no live host has recovered yet.
+const POD_MAX_HOSTS: u32 = 16;
+/// Most worker processes at once: half the host table, the rest left for the others.
+const MAX_WORKERS: u32 = POD_MAX_HOSTS / 2;
+/// Time between two kills, drawn uniformly from this range (ms).
+const KILL_INTERVAL_MS: std::ops::Range<u64> = 500..1500;
+/// Longest a worker tries to join (the row of a killed host is freed within about a
+/// quarter of the lease, once a live host's pump finds the process gone).
+const JOIN_BOUND: Duration = Duration::from_secs(30);
+/// Longest wait for the workers to stop once told to, and for the host table to empty.
+const EXIT_BOUND: Duration = Duration::from_secs(30);
+/// How often the parent looks at its workers.
+const POLL: Duration = Duration::from_millis(5);
+/// The operations' mix, in percent: gets, then puts, then creates; deletes take the rest.
+const GET_PERCENT: u64 = 40;
+const PUT_PERCENT: u64 = 30;
+const CREATE_PERCENT: u64 = 15;
+/// Operations on the failing key a violation's report shows, besides the checker's own.
+const REPORT_OPERATIONS: usize = 40;
+/// The name of the worker's test, which the parent runs as each child process.
+const WORKER_TEST: &str = "crash_worker";
+/// The lines of a worker's notes: it joined as a host, a join attempt failed, and what
+/// its host did for the others (see [`Counters`]).
+const JOINED: &str = "joined host ";
+const JOIN_FAILED: &str = "join failed: ";
+const COUNTERS: &str = "counters ";
+/// Join failures a run's report quotes.
+const REPORT_JOIN_FAILURES: usize = 3;
+
+/// Where the parent finds its parameters.
+const ENV_PREFIX: &str = "MEGALON_CRASH_";
+/// Where a worker finds its own (absent in a normal test run).
+const WORKER_ENV: &str = "MEGALON_CRASH_WORKER";
+
+/// What one crash run does.
+#[derive(Clone, Debug)]
+struct Crash {
+    seconds: f64,
+    seed: u64,
+    /// Worker processes running at once.
+    hosts: u32,
+    keys: u32,
+    memory: MemoryKind,
+}
+
+impl Crash {
+    /// The parameters from `MEGALON_CRASH_*`; the seed, if not given, from the clock.
+    fn from_env() -> Crash {
+        let crash = Crash {
+            seconds: env_var("SECONDS").unwrap_or(10.0),
+            seed: env_var("SEED").unwrap_or_else(monotonic_ns),
+            hosts: env_var("HOSTS").unwrap_or(4),
+            keys: env_var("KEYS").unwrap_or(8),
+            memory: env_var("MEMORY").unwrap_or(MemoryKind::simulated(0)),
+        };
+        assert!(
+            (2..=MAX_WORKERS).contains(&crash.hosts),
+            "{ENV_PREFIX}HOSTS must be 2 to {MAX_WORKERS}: a kill needs another joined host"
+        );
+        assert!(crash.keys > 0, "{ENV_PREFIX}KEYS must be positive");
+        crash
+    }
+
+    fn config(&self) -> PodConfig {
+        // A pod in a file: `CrashSafety::Auto` keeps undo images.
+        PodConfig::new()
+            .scr_bytes(64 << 10)
+            .lnr_bytes(8 << 20)
+            .slot_size_bytes(SLOT_BYTES)
+            .max_key_bytes(32)
+            .log_capacity_entries(LOG_CAPACITY_ENTRIES)
+            .max_hosts(POD_MAX_HOSTS)
+            .lease_ms(LEASE_MS)
+    }
+}
+
+/// `MEGALON_CRASH_<name>`, parsed, if it is set.
+fn env_var<T: std::str::FromStr>(name: &str) -> Option<T>
+where
+    T::Err: std::fmt::Display,
+{
+    let text = std::env::var(format!("{ENV_PREFIX}{name}")).ok()?;
+    let parsed = text
+        .parse()
+        .unwrap_or_else(|e| panic!("{ENV_PREFIX}{name}={text}: {e}"));
+    Some(parsed)
+}
+
+/// Nanoseconds of `CLOCK_MONOTONIC`: one clock for every process of the machine, so the
+/// workers' timestamps compare. The checker needs more than that of a clock (see
+/// [`Clock`]): a reading taken after an operation's effect must come after the effect in
+/// every other process's view. The SeqCst fences keep the caller's memory accesses from
+/// moving across the reading (an effect's stores are visible before the response's
+/// reading, and the next call's loads come after its invocation's); the rest is the
+/// kernel's promise that the clock never goes backwards, across CPUs too. Equal readings
+/// are concurrent to the checker.
+fn monotonic_ns() -> u64 {
+    fence(Ordering::SeqCst);
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a live, writable timespec that clock_gettime fills; nothing else
+    // refers to it.
+    let result = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    assert_eq!(result, 0, "clock_gettime(CLOCK_MONOTONIC) failed");
+    fence(Ordering::SeqCst);
+    (now.tv_sec as u64) * 1_000_000_000 + now.tv_nsec as u64
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("crash-key-{i:03}").into_bytes()
+}
+
+// ---- the worker (a child process) ----
+
+/// A worker's orders, from its environment.
+struct Orders {
+    pod: PathBuf,
+    history: PathBuf,
+    notes: PathBuf,
+    /// Which worker process of the run this is, from 0: its process in the history and
+    /// the writer of its values, so no two processes write the same value.
+    incarnation: u32,
+    join: Join,
+    seed: u64,
+    keys: u32,
+    memory: MemoryKind,
+    parent_pid: u32,
+}
+
+impl Orders {
+    /// The orders the parent gave in the environment; `None` in a normal test run.
+    fn from_env() -> Option<Orders> {
+        let var = |name: &str| {
+            std::env::var(format!("{WORKER_ENV}_{name}"))
+                .unwrap_or_else(|_| panic!("the parent sets {WORKER_ENV}_{name}"))
+        };
+        let number = |name: &str| -> u64 {
+            var(name)
+                .parse()
+                .unwrap_or_else(|e| panic!("{WORKER_ENV}_{name}: {e}"))
+        };
+        std::env::var_os(format!("{WORKER_ENV}_POD"))?;
+        let join = match var("JOIN").as_str() {
+            "any" => Join::AnyFree,
+            id => Join::As(id.parse().expect("a host id or `any`")),
+        };
+        Some(Orders {
+            pod: var("POD").into(),
+            history: var("HISTORY").into(),
+            notes: var("NOTES").into(),
+            incarnation: number("INCARNATION") as u32,
+            join,
+            seed: number("SEED"),
+            keys: number("KEYS") as u32,
+            memory: var("MEMORY").parse().expect("a memory kind"),
+            parent_pid: number("PARENT") as u32,
+        })
+    }
+}
+
+/// Asks the kernel to SIGKILL this process when the parent's thread that started it ends,
+/// and exits at once if the parent is gone already (it died before the request).
+fn die_with_parent(parent_pid: u32) {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and touches no memory of ours.
+    let result = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    assert_eq!(result, 0, "prctl(PR_SET_PDEATHSIG)");
+    // SAFETY: getppid has no preconditions.
+    if unsafe { libc::getppid() } as u32 != parent_pid {
+        std::process::exit(1);
+    }
+}
+
+/// Joins as `join` says, trying again while the id is taken (its last holder is dead but
+/// not recovered yet) or the table is full, and after any other error (handed to
+/// `failed`), up to [`JOIN_BOUND`].
+fn join_again(
+    pod: &Arc<Pod>,
+    join: Join,
+    options: impl Fn() -> HostOptions,
+    mut failed: impl FnMut(&Error),
+) -> Host {
+    let deadline = Instant::now() + JOIN_BOUND;
+    loop {
+        let error = match Host::join(pod, join, options()) {
+            Ok(host) => return host,
+            Err(error @ (Error::HostTaken { .. } | Error::HostTableFull { .. })) => error,
+            Err(error) => {
+                failed(&error);
+                error
+            }
+        };
+        assert!(
+            Instant::now() < deadline,
+            "could not join as {join:?} within {JOIN_BOUND:?}: {error}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// What a failed call tells the checker: no effect for certain, or perhaps one.
+fn unknown_or_failed(error: &Error) -> Outcome {
+    match error {
+        Error::KeyTooLarge { .. }
+        | Error::ValueTooLarge { .. }
+        | Error::RetriesExhausted { .. } => Outcome::Failed,
+        _ => Outcome::Unknown,
+    }
+}
+
+/// Put: write the object if it exists, else create it; a create that finds it made by
+/// someone else meanwhile starts over. Each attempt is atomic, so this is a put. A write
+/// fails only before its first byte (`write_start` is its only fallible step, and a
+/// failed one restores the object): no effect.
+fn put(host: &Host, key: &[u8], bytes: &[u8]) -> Outcome {
+    loop {
+        match host.write(key, bytes) {
+            Ok(_) => return Outcome::Ok,
+            Err(Error::UnknownKey) => match host.create(key, bytes) {
+                Ok(()) => return Outcome::Ok,
+                Err(Error::ObjectExists) => continue,
+                Err(error) => return unknown_or_failed(&error),
+            },
+            Err(_) => return Outcome::Failed,
+        }
+    }
+}
+
+/// Runs one operation on `host` and answers its outcome.
+fn operate(host: &Host, key: &[u8], call: Call, buf: &mut [u8]) -> Outcome {
+    let bytes = |value: Value| value.encode(SLOT_BYTES as usize).expect("encodes");
+    let outcome = match call {
+        Call::Get => match host.read(key, buf) {
+            Ok(_) => Outcome::of_read(Some(buf)),
+            Err(Error::UnknownKey) => Outcome::Absent,
+            Err(error) => unknown_or_failed(&error),
+        },
+        Call::Put(value) => put(host, key, &bytes(value)),
+        Call::Create(value) => match host.create(key, &bytes(value)) {
+            Ok(()) => Outcome::Created,
+            Err(Error::ObjectExists) => Outcome::Exists,
+            Err(error) => unknown_or_failed(&error),
+        },
+        Call::Delete => match host.delete(key) {
+            Ok(()) => Outcome::Deleted,
+            Err(Error::UnknownKey) => Outcome::Absent,
+            Err(error) => unknown_or_failed(&error),
+        },
+    };
+    if matches!(outcome, Outcome::Unknown | Outcome::Failed) {
+        // Rare: the parent shows the end of a worker's stderr if the run fails.
+        eprintln!(
+            "{call} on {:?} answered {outcome}",
+            String::from_utf8_lossy(key)
+        );
+    }
+    outcome
+}
+
+/// A worker: joins, then runs random operations until its standard input closes, each
+/// journaled to its history file, and leaves. Its notes file says how the join went and
+/// holds its host's [`Counters`] as they change.
+#[test]
+#[ignore = "a child process of crash_from_env (run by cargo xtask crash)"]
+fn crash_worker() {
+    let Some(orders) = Orders::from_env() else {
+        return;
+    };
+    die_with_parent(orders.parent_pid);
+    let history = File::create(&orders.history).expect("creating the history file");
+    let mut notes = File::create(&orders.notes).expect("creating the notes file");
+    let clock = Clock::external(monotonic_ns);
+    let process = ProcessId::new(orders.incarnation, 0);
+    let mut recorder = ThreadRecorder::journaled(process, clock, history).expect("journal");
+    let pod = Arc::new(Pod::open(Backing::file(&orders.pod)).expect("opening the pod"));
+    let memory = orders.memory.for_host(orders.seed, orders.incarnation);
+    let host = join_again(
+        &pod,
+        orders.join,
+        || HostOptions::new().memory(memory.clone()),
+        |error| write_line(&mut notes, &format!("{JOIN_FAILED}{error}")),
+    );
+    write_line(&mut notes, &format!("{JOINED}{}", host.id()));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopping = Arc::clone(&stop);
+    std::thread::spawn(move || {
+        // The parent closes our stdin to stop us (or dies, which closes it too).
+        let _ = std::io::stdin().read_to_end(&mut Vec::new());
+        // Relaxed: only a flag; the loop looks again at the next operation.
+        stopping.store(true, Ordering::Relaxed);
+    });
+
+    let mut rng = SplitMix64::new(orders.seed);
+    let mut buf = vec![0u8; SLOT_BYTES as usize];
+    let mut sequence = 0u64;
+    let mut counters = Counters::of(&host);
+    counters.write(&mut notes);
+    while !stop.load(Ordering::Relaxed) {
+        let key = key(rng.next_u64() % u64::from(orders.keys));
+        let mut value = || {
+            sequence += 1;
+            Value::new(orders.incarnation, sequence)
+        };
+        let call = match rng.next_u64() % 100 {
+            c if c < GET_PERCENT => Call::Get,
+            c if c < GET_PERCENT + PUT_PERCENT => Call::Put(value()),
+            c if c < GET_PERCENT + PUT_PERCENT + CREATE_PERCENT => Call::Create(value()),
+            _ => Call::Delete,
+        };
+        let pending = recorder
+            .invoke(&key, call)
+            .expect("journaling an invocation");
+        let outcome = operate(&host, &key, call, &mut buf);
+        recorder
+            .complete(pending, outcome)
+            .expect("journaling a response");
+        let now = Counters::of(&host);
+        if now != counters {
+            counters = now;
+            counters.write(&mut notes);
+        }
+    }
+    host.leave();
+}
+
+/// Appends `line` and a newline to a worker's notes in one `write`: a reader (or a kill)
+/// never sees part of a line followed by more.
+fn write_line(notes: &mut File, line: &str) {
+    notes
+        .write_all(format!("{line}\n").as_bytes())
+        .expect("writing the notes");
+}
+
+/// What a worker's host did for the others, written into its notes each time it changes,
+/// so that what a killed worker did is counted too.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Counters {
+    hosts_recovered: u64,
+    locks_recovered: u64,
+    entries_skipped: u64,
+    joins_served: u64,
+}
+
+impl Counters {
+    fn of(host: &Host) -> Counters {
+        let stats = host.inspect().stats();
+        Counters {
+            hosts_recovered: stats.hosts_recovered,
+            locks_recovered: stats.locks_recovered,
+            entries_skipped: stats.entries_skipped,
+            joins_served: stats.joins_served,
+        }
+    }
+
+    fn write(&self, notes: &mut File) {
+        let line = format!(
+            "{COUNTERS}{} {} {} {}",
+            self.hosts_recovered, self.locks_recovered, self.entries_skipped, self.joins_served
+        );
+        write_line(notes, &line);
+    }
+
+    /// The counters of a notes line after [`COUNTERS`].
+    fn parse(text: &str) -> Option<Counters> {
+        let numbers: Vec<u64> = text
+            .split_whitespace()
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .ok()?;
+        match numbers[..] {
+            [hosts_recovered, locks_recovered, entries_skipped, joins_served] => Some(Counters {
+                hosts_recovered,
+                locks_recovered,
+                entries_skipped,
+                joins_served,
+            }),
+            _ => None,
+        }
+    }
+}
+
+impl std::ops::Add for Counters {
+    type Output = Counters;
+
+    fn add(self, other: Counters) -> Counters {
+        Counters {
+            hosts_recovered: self.hosts_recovered + other.hosts_recovered,
+            locks_recovered: self.locks_recovered + other.locks_recovered,
+            entries_skipped: self.entries_skipped + other.entries_skipped,
+            joins_served: self.joins_served + other.joins_served,
+        }
+    }
+}
+
+/// What a worker's notes say so far (whole lines only: the last may be being written).
+#[derive(Debug, Default)]
+struct Notes {
+    /// The host id it joined as, once it has.
+    host: Option<u32>,
+    /// Its failed join attempts (other than a taken id or a full table).
+    join_failures: Vec<String>,
+    /// Its counters as it last wrote them.
+    counters: Counters,
+}
+
+impl Notes {
+    fn read(path: &Path) -> Notes {
+        let mut notes = Notes::default();
+        let Ok(text) = std::fs::read_to_string(path) else {
+            return notes;
+        };
+        let whole = &text[..text.rfind('\n').map_or(0, |end| end + 1)];
+        for line in whole.lines() {
+            if let Some(host) = line.strip_prefix(JOINED) {
+                notes.host = host.parse().ok();
+            } else if let Some(error) = line.strip_prefix(JOIN_FAILED) {
+                notes.join_failures.push(error.to_owned());
+            } else if let Some(counters) = line.strip_prefix(COUNTERS).and_then(Counters::parse) {
+                notes.counters = counters;
+            }
+        }
+        notes
+    }
+}
+
+// ---- the parent ----
+
+/// A worker process the parent started.
+struct Worker {
+    incarnation: u32,
+    child: Child,
+    /// Its standard input; closing it stops the worker.
+    stdin: Option<ChildStdin>,
+    /// The host id it joined as, once its notes say so.
+    host: Option<u32>,
+}
+
+/// The run's files and its workers; every worker still running is killed on drop (the
+/// run failed first), and then the directory is removed.
+struct Run {
+    workers: Vec<Worker>,
+    pod_path: PathBuf,
+    crash: Crash,
+    /// Workers started so far (the next one's incarnation).
+    started: u32,
+    /// The parent's generator: kill times, victims, how the replacements join, and the
+    /// workers' seeds.
+    rng: SplitMix64,
+    /// The histories and the workers' stderr (in the temporary directory: they grow by
+    /// about 80 bytes an operation, more than a small `/dev/shm` holds). Last, with the
+    /// pod's, so they are removed after the workers are killed.
+    dir: tempfile::TempDir,
+    /// The pod file's directory, in `/dev/shm`.
+    _pod_dir: tempfile::TempDir,
+}
+
+impl Run {
+    fn history_path(&self, incarnation: u32) -> PathBuf {
+        self.dir
+            .path()
+            .join(format!("worker-{incarnation}.history"))
+    }
+
+    fn notes_path(&self, incarnation: u32) -> PathBuf {
+        self.dir.path().join(format!("worker-{incarnation}.notes"))
+    }
+
+    fn stderr_path(&self, incarnation: u32) -> PathBuf {
+        self.dir.path().join(format!("worker-{incarnation}.stderr"))
+    }
+
+    /// Starts a worker that joins as `join`.
+    fn start(&mut self, join: Join) {
+        let incarnation = self.started;
+        self.started += 1;
+        let join = match join {
+            Join::As(id) => id.to_string(),
+            Join::AnyFree => "any".to_owned(),
+        };
+        let stderr = File::create(self.stderr_path(incarnation)).expect("a stderr file");
+        let env = |name: &str| format!("{WORKER_ENV}_{name}");
+        let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+            .args(["--exact", WORKER_TEST, "--ignored", "--nocapture"])
+            .args(["--test-threads=1"])
+            .env(env("POD"), &self.pod_path)
+            .env(env("HISTORY"), self.history_path(incarnation))
+            .env(env("NOTES"), self.notes_path(incarnation))
+            .env(env("INCARNATION"), incarnation.to_string())
+            .env(env("JOIN"), join)
+            .env(env("SEED"), self.rng.next_u64().to_string())
+            .env(env("KEYS"), self.crash.keys.to_string())
+            .env(env("MEMORY"), self.crash.memory.name())
+            .env(env("PARENT"), std::process::id().to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("starting a worker");
+        self.workers.push(Worker {
+            incarnation,
+            stdin: child.stdin.take(),
+            child,
+            host: None,
+        });
+    }
+
+    /// What worker `incarnation` printed on stderr, for an error.
+    fn stderr_of(&self, incarnation: u32) -> String {
+        let text = std::fs::read_to_string(self.stderr_path(incarnation)).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(30).collect();
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    }
+
+    /// Fails if a worker has exited (none may, before it is told to stop), and notes the
+    /// host ids of the workers that have joined since the last look.
+    fn look(&mut self) -> Result<(), String> {
+        for i in 0..self.workers.len() {
+            let incarnation = self.workers[i].incarnation;
+            if let Some(status) = self.workers[i].child.try_wait().expect("polling a worker") {
+                return Err(format!(
+                    "worker {incarnation} exited ({status}) before it was stopped; its stderr:\n{}",
+                    self.stderr_of(incarnation)
+                ));
+            }
+            if self.workers[i].host.is_none() {
+                self.workers[i].host = Notes::read(&self.notes_path(incarnation)).host;
+            }
+        }
+        Ok(())
+    }
+
+    /// Kills a random joined worker, unless it is the only one, and starts its
+    /// replacement: joining as its host id or as any free one, at random. Answers whether
+    /// it killed one.
+    fn kill_one(&mut self) -> bool {
+        let joined: Vec<usize> = (0..self.workers.len())
+            .filter(|&i| self.workers[i].host.is_some())
+            .collect();
+        if joined.len() < 2 {
+            return false;
+        }
+        let victim = joined[(self.rng.next_u64() % joined.len() as u64) as usize];
+        let mut worker = self.workers.swap_remove(victim);
+        // SIGKILL, as a crash would.
+        worker.child.kill().expect("killing a worker");
+        worker.child.wait().expect("reaping a worker");
+        let host = worker.host.expect("a joined worker");
+        let join = if self.rng.next_u64().is_multiple_of(2) {
+            Join::As(host)
+        } else {
+            Join::AnyFree
+        };
+        self.start(join);
+        true
+    }
+
+    /// Waits until every worker has joined.
+    fn wait_joined(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + JOIN_BOUND + EXIT_BOUND;
+        loop {
+            self.look()?;
+            let waiting: Vec<u32> = self
+                .workers
+                .iter()
+                .filter(|w| w.host.is_none())
+                .map(|w| w.incarnation)
+                .collect();
+            if waiting.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let stderr: Vec<String> = waiting.iter().map(|&i| self.stderr_of(i)).collect();
+                return Err(format!(
+                    "workers {waiting:?} did not join; their stderr:\n{}",
+                    stderr.join("\n--\n")
+                ));
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Closes every worker's stdin and waits for each to exit successfully.
+    fn stop_all(&mut self) -> Result<(), String> {
+        for worker in &mut self.workers {
+            worker.stdin = None;
+        }
+        let deadline = Instant::now() + EXIT_BOUND;
+        for i in 0..self.workers.len() {
+            let incarnation = self.workers[i].incarnation;
+            let status = loop {
+                if let Some(status) = self.workers[i].child.try_wait().expect("polling") {
+                    break status;
+                }
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "worker {incarnation} did not stop within {EXIT_BOUND:?}; its stderr:\n{}",
+                        self.stderr_of(incarnation)
+                    ));
+                }
+                std::thread::sleep(POLL);
+            };
+            if !status.success() {
+                return Err(format!(
+                    "worker {incarnation} failed ({status}); its stderr:\n{}",
+                    self.stderr_of(incarnation)
+                ));
+            }
+        }
+        self.workers.clear();
+        Ok(())
+    }
+
+    /// Every worker's history and `more`, merged. Each is read as the merge takes it, so
+    /// only one is in memory besides the merged history.
+    fn history(&self, more: ThreadLog) -> Result<History, String> {
+        let mut unreadable = None;
+        let logs = (0..self.started).map_while(|incarnation| {
+            let path = self.history_path(incarnation);
+            let log = File::open(&path)
+                .map_err(megalon_workload::Error::from)
+                .and_then(|file| ThreadLog::read_from(BufReader::new(file)));
+            match log {
+                Ok(log) => Some(log),
+                Err(error) => {
+                    unreadable = Some(format!("{}: {error}", path.display()));
+                    None
+                }
+            }
+        });
+        let merged = History::merge(logs.chain([more]));
+        match (unreadable, merged) {
+            (Some(error), _) => Err(error),
+            (None, merged) => merged.map_err(|e| format!("merging the histories: {e}")),
+        }
+    }
+
+    /// What every worker's notes say: the sum of their counters, and their join failures.
+    fn notes(&self) -> (Counters, Vec<String>) {
+        let mut counters = Counters::default();
+        let mut join_failures = Vec::new();
+        for incarnation in 0..self.started {
+            let notes = Notes::read(&self.notes_path(incarnation));
+            counters = counters + notes.counters;
+            join_failures.extend(
+                notes
+                    .join_failures
+                    .into_iter()
+                    .map(|error| format!("worker {incarnation}: {error}")),
+            );
+        }
+        (counters, join_failures)
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        for worker in &mut self.workers {
+            let _ = worker.child.kill();
+            let _ = worker.child.wait();
+        }
+    }
+}
+
+/// A random pause between two kills.
+fn kill_interval(rng: &mut SplitMix64) -> Duration {
+    let span = KILL_INTERVAL_MS.end - KILL_INTERVAL_MS.start;
+    Duration::from_millis(KILL_INTERVAL_MS.start + rng.next_u64() % span)
+}
+
+/// What a run found: how many hosts were killed (and rejoined), and the history.
+struct Outcomes {
+    kills: u64,
+    history: History,
+    counters: Counters,
+    join_failures: Vec<String>,
+}
+
+/// Runs the workers, kills and restarts them until the time is up, stops them and checks
+/// what they left; answers the merged history, or what went wrong.
+fn run(crash: &Crash) -> Result<Outcomes, String> {
+    let pod_dir = tempfile::Builder::new()
+        .prefix("megalon-crash-")
+        .tempdir_in(megalon_workload::processes::shared_memory_dir())
+        .expect("a directory for the pod");
+    let dir = tempfile::Builder::new()
+        .prefix("megalon-crash-")
+        .tempdir()
+        .expect("a directory for the histories");
+    let pod_path = pod_dir.path().join("crash.pod");
+    let pod =
+        Arc::new(Pod::create(&crash.config(), Backing::file(&pod_path)).expect("creating the pod"));
+    assert!(pod.config().undo_images(), "a file pod keeps undo images");
+    let mut run = Run {
+        workers: Vec::new(),
+        pod_path,
+        crash: crash.clone(),
+        started: 0,
+        rng: SplitMix64::new(crash.seed),
+        dir,
+        _pod_dir: pod_dir,
+    };
+    for host in 0..crash.hosts {
+        run.start(Join::As(host));
+    }
+    let deadline = Instant::now() + Duration::from_secs_f64(crash.seconds);
+    let mut next_kill = Instant::now() + kill_interval(&mut run.rng);
+    let mut kills = 0;
+    while Instant::now() < deadline {
+        run.look()?;
+        if Instant::now() >= next_kill && run.kill_one() {
+            kills += 1;
+            next_kill = Instant::now() + kill_interval(&mut run.rng);
+        }
+        std::thread::sleep(POLL);
+    }
+    run.wait_joined()?;
+
+    // The parent's host joins while the workers run (a late join needs a live host to
+    // send it the index), then they stop.
+    let parent = join_again(&pod, Join::AnyFree, HostOptions::new, |error| {
+        eprintln!("the parent's join failed: {error}")
+    });
+    run.stop_all()?;
+    let deadline = Instant::now() + EXIT_BOUND;
+    while pod.hosts().len() > 1 {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "NOT clean: with every worker gone, the host table still holds {:?} besides the parent's host {}",
+                pod.hosts(),
+                parent.id()
+            ));
+        }
+        std::thread::sleep(POLL);
+    }
+    let census = parent.inspect().record_census();
+    if !census.locked.is_empty() {
+        return Err(format!(
+            "NOT clean: with every worker gone, records {:?} are still locked",
+            census.locked
+        ));
+    }
+    // The final state, read by the parent, is part of the history.
+    let mut recorder = ThreadRecorder::new(
+        ProcessId::new(run.started, 0),
+        Clock::external(monotonic_ns),
+    );
+    let mut buf = vec![0u8; SLOT_BYTES as usize];
+    for i in 0..u64::from(crash.keys) {
+        let key = key(i);
+        let pending = recorder.invoke(&key, Call::Get).expect("recording");
+        let outcome = match parent.read(&key, &mut buf) {
+            Ok(_) => Outcome::of_read(Some(&buf)),
+            Err(Error::UnknownKey) => Outcome::Absent,
+            Err(error) => return Err(format!("reading {key:?} after the run: {error}")),
+        };
+        recorder.complete(pending, outcome).expect("recording");
+    }
+    parent.leave();
+    let history = run.history(recorder.finish())?;
+    let (counters, join_failures) = run.notes();
+    Ok(Outcomes {
+        kills,
+        history,
+        counters,
+        join_failures,
+    })
+}
+
+/// One operation of `history`, as a line of a violation's report.
+fn operation_line(history: &History, op: &Operation) -> String {
+    format!(
+        "\n   [{:>20}, {:>20}] {} on {:?}: {} -> {}",
+        op.invoked_at,
+        op.returned_at.map_or("never".into(), |t| t.to_string()),
+        op.process,
+        String::from_utf8_lossy(history.key(op.key)),
+        op.call,
+        op.outcome
+    )
+}
+
+/// Runs and checks; `Ok` holds the verdict line, `Err` the violation with the seed.
+fn run_and_check(crash: &Crash) -> Result<String, String> {
+    let reproduce = format!(
+        "seed {} (cargo xtask crash --seconds {} --seed {}; the seed fixes the choices, not the timing)",
+        crash.seed, crash.seconds, crash.seed
+    );
+    let outcomes = run(crash).map_err(|e| format!("crash: {e}\n{reproduce}"))?;
+    let history = &outcomes.history;
+    // Calls that returned an error of unknown effect, and calls cut off by a kill.
+    let errors = history
+        .operations()
+        .iter()
+        .filter(|op| {
+            op.returned_at.is_some() && matches!(op.outcome, Outcome::Unknown | Outcome::Failed)
+        })
+        .count();
+    let cut = history
+        .operations()
+        .iter()
+        .filter(|op| op.returned_at.is_none())
+        .count();
+    let c = outcomes.counters;
+    let failures = &outcomes.join_failures;
+    let quoted: Vec<&str> = failures
+        .iter()
+        .take(REPORT_JOIN_FAILURES)
+        .map(String::as_str)
+        .collect();
+    println!(
+        "crash: {reproduce}: {} workers at once, {} keys, {} memory; {cut} calls cut off by a kill, {errors} calls failed; the workers recovered {} dead hosts and {} record locks, skipped {} log positions, served {} late joins; {} join attempts failed{}{}",
+        crash.hosts,
+        crash.keys,
+        crash.memory.name(),
+        c.hosts_recovered,
+        c.locks_recovered,
+        c.entries_skipped,
+        c.joins_served,
+        failures.len(),
+        if quoted.is_empty() { "" } else { ": " },
+        quoted.join("; ")
+    );
+    if outcomes.kills == 0 {
+        return Err(format!(
+            "crash: no host was killed in {} s: the run shows nothing\n{reproduce}",
+            crash.seconds
+        ));
+    }
+    match check(history) {
+        Ok(summary) => Ok(format!(
+            "crash: {} hosts killed and rejoined, {} operations checked: linearizable",
+            outcomes.kills, summary.operations
+        )),
+        Err(error) => {
+            let mut around = String::new();
+            if let Some(violation) = error.violation() {
+                let failing = violation.failing_operation();
+                let until = failing.returned_at.unwrap_or(u64::MAX);
+                let mut before: Vec<&Operation> = history
+                    .operations()
+                    .iter()
+                    .filter(|op| history.key(op.key) == &violation.key[..])
+                    .filter(|op| op.invoked_at <= until)
+                    .collect();
+                before.sort_by_key(|op| op.invoked_at);
+                let shown = &before[before.len().saturating_sub(REPORT_OPERATIONS)..];
+                around.push_str(&format!(
+                    "\nthe last {} operations on the key invoked before the failing one returned:",
+                    shown.len()
+                ));
+                for op in shown {
+                    around.push_str(&operation_line(history, op));
+                }
+            }
+            Err(format!(
+                "crash: NOT linearizable after {} hosts killed and rejoined, {} operations, {reproduce}: {error}{around}",
+                outcomes.kills,
+                history.len()
+            ))
+        }
+    }
+}
+
+/// The run behind `cargo xtask crash`: parameters from `MEGALON_CRASH_*`.
+#[test]
+#[ignore = "run by cargo xtask crash"]
+fn crash_from_env() {
+    let crash = Crash::from_env();
+    match run_and_check(&crash) {
+        Ok(line) => println!("{line}"),
+        Err(report) => {
+            // On stdout, where `cargo xtask crash` looks for it.
+            println!("{report}");
+            panic!("the crash stress failed (report above)");
+        }
+    }
+}
