@@ -4,8 +4,8 @@
 //! - `ci`: everything CI runs, in order: formatting, clippy with warnings denied, the
 //!   README's test command, a build of every bench and example, the README's first
 //!   command (the KV store example), the KV store across processes (small), the pod
-//!   tour, every figure of the harness (`--quick`), the loom models (short), and the
-//!   protocol mutants.
+//!   tour, every figure of the harness (`--quick`), the stress (plain and with chaos),
+//!   the crash stress (short), the loom models (short), and the protocol mutants.
 //! - `loom`: the loom models of the atomic protocols (`--cfg megalon_loom`).
 //! - `mutants`: for each protocol step, with that one step switched off, the tests named
 //!   for it (`CATCHERS`) must fail; `--full` runs the whole suite per step instead.
@@ -21,6 +21,11 @@
 //!   with one line saying so (exit 0) or naming the first violation and the seed that
 //!   reproduces it (exit 1). `--chaos` preempts threads at the protocol's points and makes
 //!   log appends fail, at seeded rates.
+//! - `crash`: several host processes on one pod file, one killed with SIGKILL about every
+//!   second and replaced by one that joins again; every process's history (on disk, so a
+//!   killed one's too) merged and checked for linearizability. Ends with one line saying
+//!   how many hosts were killed and how many operations were checked (exit 0), or the
+//!   violation and the seed (exit 1).
 
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
@@ -65,7 +70,7 @@ fn usage() -> ExitCode {
         "usage: cargo xtask <command>\n\n\
          commands:\n  \
          ci        formatting, clippy -D warnings, tests, bench and example builds, the first\n            \
-                   example, loom (short), mutants\n  \
+                   example, figures (quick), stresses and crash (short), loom (short), mutants\n  \
          loom      the loom models [--max-preemptions N] (default 3)\n  \
                   mutants   per protocol step switched off, the tests named for it must fail\n            \
                    [--full: the whole suite per step]\n  \
@@ -79,7 +84,9 @@ fn usage() -> ExitCode {
                    [--memory simulated|hardware] [--coherence split|all-log]\n            \
                    [--partition-after N] [--copy-after N] [--keys N] [--key-bytes N]\n            \
                    [--eviction-one-in N] [--reads-and-writes] [--chaos]: a checked\n            \
-                   concurrent history (--chaos: preemptions and injected faults)"
+                   concurrent history (--chaos: preemptions and injected faults)\n  \
+         crash     [--seconds S] [--seed N] [--hosts H] [--keys N] [--memory simulated|hardware]:\n            \
+                   host processes killed (SIGKILL) and rejoining, a checked history"
     );
     ExitCode::from(2)
 }
@@ -583,6 +590,81 @@ fn stress(flags: &[(&str, String)]) -> bool {
     }
 }
 
+/// The crash stress's flags (each takes a value).
+const CRASH_FLAGS: &[&str] = &["--seconds", "--seed", "--hosts", "--keys", "--memory"];
+/// The crash stress in CI: its length, and the fewest hosts it must have killed (it kills
+/// one about every second).
+const CI_CRASH_SECONDS: &str = "5";
+const CI_CRASH_MIN_KILLS: u64 = 2;
+
+/// Runs the crash stress with `flags` (pairs of `--name value`), prints its report (the
+/// verdict last), and returns how many hosts it killed if the history was linearizable
+/// and nothing was left behind.
+fn crash(flags: &[(&str, String)]) -> Option<u64> {
+    let mut command = cargo_command();
+    command
+        .args([
+            "test",
+            "--release",
+            "-p",
+            "megalon-core",
+            "--test",
+            "crash_stress",
+            "--",
+            "--ignored",
+            "--exact",
+            "crash_from_env",
+            "--nocapture",
+        ])
+        .stdout(Stdio::piped());
+    for (name, value) in flags {
+        let var = format!(
+            "MEGALON_CRASH_{}",
+            name.trim_start_matches("--")
+                .replace('-', "_")
+                .to_uppercase()
+        );
+        command.env(var, value);
+    }
+    let shown: Vec<String> = flags.iter().map(|(n, v)| format!(" {n} {v}")).collect();
+    println!("\n==> crash{}", shown.concat());
+    let output = match command.output() {
+        Ok(output) => output,
+        Err(error) => {
+            eprintln!("crash: could not run cargo: {error}");
+            return None;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // The report: from the test's first line to the test harness's own lines after it.
+    let report: Vec<&str> = stdout
+        .lines()
+        .skip_while(|line| !line.starts_with("crash: "))
+        .take_while(|line| {
+            !line.starts_with("test crash_from_env") && !line.starts_with("failures:")
+        })
+        .collect();
+    if report.is_empty() {
+        eprintln!("{stdout}");
+        println!("crash: no verdict (the run failed before checking; output above)");
+        return None;
+    }
+    println!("{}", report.join("\n").trim_end());
+    let verdict = report
+        .iter()
+        .rev()
+        .find(|line| line.starts_with("crash: "))?;
+    let kills = verdict
+        .strip_suffix(" operations checked: linearizable")
+        .and_then(|rest| rest.strip_prefix("crash: "))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|kills| kills.parse().ok());
+    match kills {
+        Some(kills) if output.status.success() => Some(kills),
+        _ => None,
+    }
+}
+
 fn ci() -> ExitCode {
     let started = Instant::now();
     let steps: &[&[&str]] = &[
@@ -616,6 +698,19 @@ fn ci() -> ExitCode {
     if !stress(&[("--seconds", "3".into()), ("--chaos", String::new())]) {
         eprintln!("\nci: failed at the chaos stress");
         return ExitCode::FAILURE;
+    }
+    match crash(&[("--seconds", CI_CRASH_SECONDS.into())]) {
+        Some(kills) if kills >= CI_CRASH_MIN_KILLS => {}
+        Some(kills) => {
+            eprintln!(
+                "\nci: the crash stress killed {kills} hosts, fewer than {CI_CRASH_MIN_KILLS}"
+            );
+            return ExitCode::FAILURE;
+        }
+        None => {
+            eprintln!("\nci: failed at the crash stress");
+            return ExitCode::FAILURE;
+        }
     }
     if !loom("3") {
         eprintln!("\nci: failed at the loom models");
@@ -673,6 +768,22 @@ fn main() -> ExitCode {
                 }
             }
             stress(&flags)
+        }
+        Some("crash") => {
+            let mut flags: Vec<(&str, String)> = Vec::new();
+            let mut rest = args[1..].iter();
+            while let Some(flag) = rest.next() {
+                let Some(&name) = CRASH_FLAGS.iter().find(|f| **f == flag) else {
+                    eprintln!("crash: unknown flag {flag}");
+                    return usage();
+                };
+                let Some(value) = rest.next() else {
+                    eprintln!("crash: {flag} needs a value");
+                    return usage();
+                };
+                flags.push((name, value.clone()));
+            }
+            crash(&flags).is_some()
         }
         _ => return usage(),
     };
