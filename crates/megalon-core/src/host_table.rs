@@ -213,6 +213,26 @@ pub(crate) fn alive(pod: &Pod, host: HostId) -> Option<bool> {
     }
 }
 
+/// A host's session: its id and which life of the id it is, in one word (never 0).
+pub(crate) fn session(host: HostId, life: u64) -> u64 {
+    life << 16 | (u64::from(host) + 1)
+}
+
+/// The host and life a session names.
+pub(crate) fn session_of(session: u64) -> (HostId, u64) {
+    (((session & 0xffff) - 1) as HostId, session >> 16)
+}
+
+/// Whether the holder of a session is gone: its row is free or another life's, or its
+/// process is gone (on this machine).
+pub(crate) fn session_gone(pod: &Pod, session: u64) -> bool {
+    let (host, life) = session_of(session);
+    match holder(pod, host) {
+        Some((_, joins)) if joins == life => alive(pod, host) == Some(false),
+        _ => true,
+    }
+}
+
 /// The holder's heartbeat count (its lease: it moves while the holder's pump runs).
 pub(crate) fn heartbeat_count(pod: &Pod, host: HostId) -> u64 {
     entry(pod, host).heartbeat.load(Ordering::Relaxed)

@@ -8,7 +8,9 @@
 //! moved for the pod's lease (`PodConfig::lease_ms`), by the watcher's clock. Each host's
 //! pump watches the others, a few times per lease.
 //!
-//! **Recovery** (one live host at a time: the pod's recovery word names it):
+//! **Recovery** (one live host at a time: the pod's recovery word names it, and its life,
+//! so that a recoverer that died is taken over, and one that came back under its id is
+//! not mistaken for the one that died):
 //! 1. The dead host's reservation (the log positions it announced before its CAS on
 //!    `tail` and had not published) is filled with `Skip` entries, so that replay goes on.
 //!    A position that another live host also announces is that host's: recovery waits.
@@ -332,12 +334,16 @@ impl Shared {
     /// `Ok(true)`: done.
     fn recover(&self, dead: Dead, step: Step) -> Result<bool> {
         let word = self.pod.scr_u64(self.pod.layout().recovery_offset());
-        let me = u64::from(self.id) + 1;
+        // The word names the recoverer's life, not only its id: a recoverer that died and
+        // came back under its id is not recovering any more.
+        let me = host_table::session(self.id, self.life);
         let current = word.load(Ordering::SeqCst);
         if current != 0 && current != me {
-            // Another host recovers; take over only if it is one of the dead.
-            let recoverer = (current - 1) as HostId;
-            if recoverer == dead.host || dead.live(&self.pod, recoverer) {
+            // Another host recovers: take over only if it is gone, or is the one we
+            // recover (it holds the word it would need to be recovered).
+            let (recoverer, life) = host_table::session_of(current);
+            let recovering_it = recoverer == dead.host && life == dead.joins;
+            if !recovering_it && !host_table::session_gone(&self.pod, current) {
                 return Ok(false);
             }
         }

@@ -17,8 +17,10 @@
 //! has replayed past it. It then writes the snapshot into the area a chunk at a time,
 //! each written back and fenced before `chunk` counts it, and waits for the joiner's
 //! `acked` before overwriting the area. The joiner flushes the area's lines before it
-//! reads each chunk. Until the snapshot is pinned, the joiner's `ltail` holds the head at
-//! the position the joiner saw when it claimed its id. Every wait is bounded, and ends
+//! reads each chunk. The server lets go of `server` only once the joiner has let go of
+//! `request`: one session is served once. Until the snapshot is pinned, the joiner's
+//! `ltail` holds the head at the position the joiner saw when it claimed its id. Every
+//! wait is bounded, and ends
 //! early when the other side is gone (its row freed or claimed by another life, or its
 //! process gone on this machine); a stale session in the mailbox is cleared by the next
 //! joiner.
@@ -27,7 +29,7 @@ use super::Shared;
 
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
-use crate::host_table;
+use crate::host_table::{self, session, session_gone, session_of};
 use crate::ids::HostId;
 use crate::log::Log;
 use crate::pod::Pod;
@@ -54,26 +56,6 @@ fn mailbox(pod: &Pod) -> Mailbox<'_> {
         total: word(4),
         chunk: word(5),
         acked: word(6),
-    }
-}
-
-/// A joiner's session: its id and which life of the id it is.
-fn session(host: HostId, life: u64) -> u64 {
-    life << 16 | (u64::from(host) + 1)
-}
-
-/// The joiner and life a session names.
-fn session_of(session: u64) -> (HostId, u64) {
-    (((session & 0xffff) - 1) as HostId, session >> 16)
-}
-
-/// Whether the holder of a session is gone: its row is free or another life's, or its
-/// process is gone (on this machine).
-fn session_gone(pod: &Pod, session: u64) -> bool {
-    let (host, life) = session_of(session);
-    match host_table::holder(pod, host) {
-        Some((_, joins)) if joins == life => host_table::alive(pod, host) == Some(false),
-        _ => true,
     }
 }
 
@@ -269,8 +251,13 @@ impl Shared {
             mailbox.chunk.store(k + 1, Ordering::SeqCst);
             host_table::heartbeat(&self.pod, self.id);
         }
-        self.wait_until(|| mailbox.acked.load(Ordering::SeqCst) >= count || over())
-            .map_err(gone)?;
+        // Until the joiner has taken everything and let go of the mailbox, `server` stays
+        // ours: another host that saw the request still there would serve it again, and
+        // pin the joiner's `ltail` past the position it is about to replay from.
+        self.wait_until(over).map_err(gone)?;
+        if mailbox.acked.load(Ordering::SeqCst) < count {
+            return Err(gone(0));
+        }
         self.counters.joins_served.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }

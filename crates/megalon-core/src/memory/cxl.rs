@@ -62,7 +62,7 @@ use crate::sync::{AtomicU64, Ordering};
 /// The latencies a CXL pod would add, in nanoseconds, and the model's cache. Every field
 /// can be set (`CxlModel { scr_ns: 600, ..CxlModel::default() }`, or
 /// `cxl:scr_ns=600` on a command line, see [`CxlModel::parse`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CxlModel {
     /// One round of LNR line misses: the latency of a load from CXL memory.
     pub lnr_miss_ns: u64,
