@@ -53,9 +53,11 @@ fn pod(objects: u64, log_entries: u64, max_hosts: u32) -> Arc<Pod> {
     common::heap_pod(SLOT_BYTES, slots, log_entries, max_hosts)
 }
 
-/// A host with hardware memory and no pump: the benchmarks drive replay themselves.
+/// A host with the benchmarks' memory (hardware unless `MEGALON_BENCH_MEMORY` says
+/// otherwise) and no pump: the benchmarks drive replay themselves.
 fn join(pod: &Arc<Pod>, flat_combining: bool) -> Host {
     let options = HostOptions::new()
+        .memory(common::memory())
         .pump_interval(None)
         .flat_combining(flat_combining);
     Host::join(pod, Join::AnyFree, options).expect("a free host id")

@@ -53,8 +53,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use megalon::core::{
-    limits::RECORD_WIDTHS_BITS, CrashSafety, EventCounts, Host, HostOptions, Join, MemoryKind,
-    PodConfig,
+    limits::RECORD_WIDTHS_BITS, CrashSafety, EventCounts, Host, HostOptions, Join, PodConfig,
 };
 
 mod common;
@@ -128,7 +127,7 @@ fn setup() -> Setup {
         "a record for every read-write-shared object"
     );
     let options = HostOptions::new()
-        .memory(MemoryKind::Hardware)
+        .memory(common::memory())
         .pump_interval(None);
     let host = Host::join(&pod, Join::AnyFree, options).expect("a free host id");
     let object = buffer();
@@ -556,7 +555,7 @@ fn crash_side(
     assert_eq!(pod.config().crash_safety, crash_safety);
     assert!(pod.layout().record_count >= count, "a record per object");
     let options = HostOptions::new()
-        .memory(MemoryKind::Hardware)
+        .memory(common::memory())
         .pump_interval(None);
     let host = Host::join(&pod, Join::AnyFree, options).expect("a free host id");
     let object = buffer();

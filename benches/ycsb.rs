@@ -22,6 +22,8 @@ use megalon_bench::lineup::{self, Kind, Setup, Workers};
 use megalon_bench::mix::{Choice, Plan};
 use megalon_workload::Workload;
 
+mod common;
+
 /// Objects loaded, and the SCR the paper's ratio gives them.
 const OBJECTS: u64 = 20_000;
 const SCR_BYTES: u64 = (200_000_000 * OBJECTS / 18_000_000).next_multiple_of(4096);
@@ -41,9 +43,10 @@ fn setup() -> Setup {
         value_bytes: 1020,
         scr_bytes: SCR_BYTES,
         record_bits: 32,
-        numa_node: None,
+        numa_node: common::numa_node(),
         partition_after: 0,
         copy_after: 0,
+        cxl: common::cxl(),
     }
 }
 

@@ -1,6 +1,15 @@
 //! What the benchmarks share: their 24-byte keys in a seeded order, a heap pod sized for
-//! a number of slots (with or without undo images), and whether the paired runs (each
-//! comparison measured a second time, its two sides in alternating blocks) run.
+//! a number of slots (with or without undo images), the memory their hosts use and the
+//! NUMA node their pods are bound to (from the environment), and whether the paired runs
+//! (each comparison measured a second time, its two sides in alternating blocks) run.
+//!
+//! Two environment variables choose how the benchmarks run:
+//!
+//! - `MEGALON_BENCH_MEMORY`: `hardware` (unset: the default), `cxl` (every host under
+//!   the CXL cost model, `docs/memory.md`) or `cxl:name=value,...` (the model with some
+//!   parameters set), e.g. `MEGALON_BENCH_MEMORY=cxl cargo bench --bench object`.
+//! - `MEGALON_BENCH_NUMA_NODE`: bind every pod's memory to this NUMA node (unset: not
+//!   bound), as `cargo xtask figures --numa` binds its pods.
 //!
 //! Every benchmark that uses it includes this module with `mod common;` and uses part of
 //! it, so each build of it leaves some items unused.
@@ -10,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use megalon::core::limits::{HOLDS_PER_HOST, PAGE_BYTES};
-use megalon::core::{Backing, Pod, PodConfig};
+use megalon::core::{Backing, CxlModel, MemoryKind, Pod, PodConfig};
 use megalon_workload::{RandomSource, SplitMix64};
 
 /// Key length of every benchmark (the paper's KV workloads use 24-byte keys).
@@ -68,7 +77,57 @@ pub fn heap_pod_of(config: PodConfig, slots: u64) -> Arc<Pod> {
         + slots * config.slot_size_bytes)
         .div_ceil(PAGE_BYTES)
         * PAGE_BYTES;
-    Arc::new(Pod::create(&config.lnr_bytes(lnr_bytes), Backing::heap()).expect("the pod"))
+    Arc::new(Pod::create(&config.lnr_bytes(lnr_bytes), backing()).expect("the pod"))
+}
+
+/// The environment variable naming the memory the benchmarks' hosts use.
+pub const MEMORY_VAR: &str = "MEGALON_BENCH_MEMORY";
+/// The environment variable naming the NUMA node the benchmarks' pods are bound to.
+pub const NUMA_NODE_VAR: &str = "MEGALON_BENCH_NUMA_NODE";
+
+/// The memory every host of the benchmarks uses: [`MEMORY_VAR`], or hardware. Says on
+/// stderr what it chose, once per process. Panics on a value it cannot read (a bench run
+/// on the wrong memory would be worse than none).
+pub fn memory() -> MemoryKind {
+    static CHOSEN: std::sync::OnceLock<MemoryKind> = std::sync::OnceLock::new();
+    CHOSEN
+        .get_or_init(|| {
+            let kind = match std::env::var(MEMORY_VAR) {
+                Ok(name) => name
+                    .parse::<MemoryKind>()
+                    .unwrap_or_else(|e| panic!("{MEMORY_VAR}={name}: {e}")),
+                Err(_) => MemoryKind::Hardware,
+            };
+            eprintln!("benches: {kind:?} memory ({MEMORY_VAR})");
+            kind
+        })
+        .clone()
+}
+
+/// The CXL cost model the hosts run under, if [`memory`] is one.
+pub fn cxl() -> Option<CxlModel> {
+    match memory() {
+        MemoryKind::Cxl(model) => Some(model),
+        _ => None,
+    }
+}
+
+/// The NUMA node of [`NUMA_NODE_VAR`], if set. Panics on a value that is not a node
+/// number.
+pub fn numa_node() -> Option<u32> {
+    let node = std::env::var(NUMA_NODE_VAR).ok()?;
+    Some(
+        node.parse()
+            .unwrap_or_else(|_| panic!("{NUMA_NODE_VAR}={node}: not a node number")),
+    )
+}
+
+/// A heap backing, bound to [`numa_node`] if one is set.
+pub fn backing() -> Backing {
+    match numa_node() {
+        Some(node) => Backing::heap().numa_node(node),
+        None => Backing::heap(),
+    }
 }
 
 /// Whether the paired runs run: `cargo bench` passes `--bench`; `cargo test --benches`

@@ -35,6 +35,7 @@
 //!     numa_node: None,
 //!     partition_after: 0,
 //!     copy_after: 0,
+//!     cxl: None,
 //! };
 //! let plan = Plan {
 //!     keys: setup.keys,

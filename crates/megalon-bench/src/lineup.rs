@@ -10,7 +10,7 @@ use std::time::Duration;
 use megalon_baselines::{AllLog, HcMeta, HcMetaConfig, Placement};
 use megalon_core::{
     limits::{LINE_BYTES, PAGE_BYTES},
-    Backing, Coherence, HostOptions, MemoryKind, Pod, PodConfig,
+    Backing, Coherence, CxlModel, HostOptions, MemoryKind, Pod, PodConfig,
 };
 use megalon_kv::{Megalon, Scheme, Store, LENGTH_PREFIX_BYTES};
 
@@ -94,9 +94,17 @@ pub struct Setup {
     /// megalon's local copies: reads from a host before it keeps a copy (0: off;
     /// [`PodConfig::copy_after_reads`]).
     pub copy_after: u32,
+    /// Every host's memory under the CXL cost model with these parameters (`None`: this
+    /// machine's memory, [`MemoryKind::Hardware`]).
+    pub cxl: Option<CxlModel>,
 }
 
 impl Setup {
+    /// The memory every host of every scheme uses.
+    pub fn memory(&self) -> MemoryKind {
+        self.cxl.map_or(MemoryKind::Hardware, MemoryKind::Cxl)
+    }
+
     fn object_bytes(&self) -> u64 {
         ((LENGTH_PREFIX_BYTES + self.value_bytes) as u64).next_multiple_of(LINE_BYTES)
     }
@@ -220,15 +228,16 @@ pub fn build(kind: Kind, setup: &Setup) -> Result<Box<dyn Bench>, String> {
     match kind {
         Kind::Megalon => {
             let pod = Pod::create(&setup.megalon_config(), setup.backing()).map_err(|e| err(&e))?;
-            let scheme = Megalon::join(Arc::new(pod), setup.hosts, &HostOptions::new())
-                .map_err(|e| err(&e))?;
+            let options = HostOptions::new().memory(setup.memory());
+            let scheme =
+                Megalon::join(Arc::new(pod), setup.hosts, &options).map_err(|e| err(&e))?;
             Ok(Box::new(Loaded {
                 store: Store::new(scheme),
             }))
         }
         Kind::HcMeta | Kind::HcMetaLocal | Kind::HcMetaUnlimited => {
-            let scheme = HcMeta::new(setup.hcmeta_config(kind), |_| MemoryKind::Hardware)
-                .map_err(|e| err(&e))?;
+            let scheme =
+                HcMeta::new(setup.hcmeta_config(kind), |_| setup.memory()).map_err(|e| err(&e))?;
             Ok(Box::new(Loaded {
                 store: Store::new(scheme),
             }))
@@ -236,8 +245,8 @@ pub fn build(kind: Kind, setup: &Setup) -> Result<Box<dyn Bench>, String> {
         Kind::AllLog => {
             let config = setup.megalon_config().coherence(Coherence::AllLog);
             let pod = Pod::create(&config, setup.backing()).map_err(|e| err(&e))?;
-            let scheme = AllLog::join(Arc::new(pod), setup.hosts, &HostOptions::new())
-                .map_err(|e| err(&e))?;
+            let options = HostOptions::new().memory(setup.memory());
+            let scheme = AllLog::join(Arc::new(pod), setup.hosts, &options).map_err(|e| err(&e))?;
             Ok(Box::new(Loaded {
                 store: Store::new(scheme),
             }))

@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use megalon_core::CxlModel;
 
 use crate::lineup::{self, Kind, Setup, Workers};
 use crate::mix::{Choice, MixRun, Plan};
@@ -47,6 +48,9 @@ pub struct Settings {
     pub threads_per_host: usize,
     /// Bind every pod's memory to this NUMA node.
     pub pod_node: Option<u32>,
+    /// Run every host under the CXL cost model with these parameters (`None`: this
+    /// machine's memory).
+    pub cxl: Option<CxlModel>,
     /// Where CSVs, charts and the summary go.
     pub out: PathBuf,
 }
@@ -225,16 +229,34 @@ impl Harness {
     pub fn describe(&self) -> String {
         format!(
             "{} objects (paper 18M; factor 1/{:.0}), SCR {} KB (paper 200 MB), {} s per \
-             run, {} hosts x {} threads, {} runs, into {}",
+             run, {} hosts x {} threads, {}, {} runs, into {}",
             self.objects(PAPER_OBJECTS),
             1.0 / self.factor(),
             self.scr(PAPER_SCR_BYTES / 1e6) / 1000,
             self.settings.seconds,
             HOSTS,
             self.settings.threads_per_host,
+            self.memory(),
             self.runs,
             self.settings.out.display()
         )
+    }
+
+    /// The memory the hosts run on, for reports: `hardware memory`, or the CXL cost
+    /// model and every parameter.
+    pub fn memory(&self) -> String {
+        match &self.settings.cxl {
+            Some(m) => format!(
+                "CXL cost model: LNR miss {} ns, write-back {} ns, SCR access {} ns, {} lines \
+                 in flight, {} KiB cache per host",
+                m.lnr_miss_ns,
+                m.write_back_ns,
+                m.scr_ns,
+                m.lines_in_flight,
+                m.cache_bytes >> 10
+            ),
+            None => "hardware memory".to_string(),
+        }
     }
 
     /// Our objects over the paper's.
@@ -268,6 +290,7 @@ impl Harness {
             numa_node: self.settings.pod_node,
             partition_after: 0,
             copy_after: 0,
+            cxl: self.settings.cxl,
         }
     }
 
@@ -453,13 +476,14 @@ impl Harness {
     /// The summary: a title with the sizes, and a table of every row so far.
     pub fn summary(&self) -> String {
         let mut summary = format!(
-            "# Figures at {} objects ({} s per run, {} hosts x {} threads)\n\n\
+            "# Figures at {} objects ({} s per run, {} hosts x {} threads, {})\n\n\
              | figure | comparison | ours | paper | counters per operation |\n\
              | --- | --- | --- | --- | --- |\n",
             self.objects(PAPER_OBJECTS),
             self.settings.seconds,
             HOSTS,
-            self.settings.threads_per_host
+            self.settings.threads_per_host,
+            self.memory()
         );
         for r in &self.rows {
             let _ = writeln!(
@@ -595,6 +619,7 @@ mod tests {
             seconds: 0.3,
             threads_per_host: 2,
             pod_node: None,
+            cxl: None,
             out: PathBuf::from("/nonexistent"),
         };
         let mut h = Harness::new(settings, |_| {});

@@ -22,9 +22,14 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use megalon_bench::runner::{Harness, Settings};
+use megalon_core::{CxlModel, MemoryKind};
 
 use figures::{Figure, FIGURES};
 use numa::Placement;
+
+/// Figures `--cxl` does not put under the model: they compare megalon with programs that
+/// have no CXL memory, in processes of their own.
+const NOT_MODELED: [&str; 2] = ["peers", "resp"];
 
 /// Objects at the default scale.
 const DEFAULT_OBJECTS: f64 = 1e6;
@@ -40,6 +45,7 @@ struct Args {
     out: Option<PathBuf>,
     seconds: Option<f64>,
     threads_per_host: usize,
+    cxl: Option<CxlModel>,
 }
 
 impl Args {
@@ -52,6 +58,7 @@ impl Args {
             out: None,
             seconds: None,
             threads_per_host: 2,
+            cxl: None,
         };
         let mut it = args.iter();
         while let Some(arg) = it.next() {
@@ -63,6 +70,20 @@ impl Args {
             match arg.as_str() {
                 "--quick" => parsed.quick = true,
                 "--numa" => parsed.numa = true,
+                "--cxl" => parsed.cxl = Some(CxlModel::default()),
+                "--memory" => {
+                    let v = value("--memory")?;
+                    parsed.cxl = match v.parse::<MemoryKind>() {
+                        Ok(MemoryKind::Hardware) => None,
+                        Ok(MemoryKind::Cxl(model)) => Some(model),
+                        Ok(other) => {
+                            return Err(format!(
+                                "--memory {v}: the figures do not run on {other} memory"
+                            ))
+                        }
+                        Err(e) => return Err(format!("--memory: {e}")),
+                    };
+                }
                 "--scale" => parsed.scale = positive("--scale", &value("--scale")?)?,
                 "--only" => {
                     let v = value("--only")?;
@@ -95,10 +116,11 @@ impl Args {
             DEFAULT_OBJECTS
         };
         let out = self.out.clone().unwrap_or_else(|| {
-            PathBuf::from(if self.quick {
-                "target/figures-quick"
-            } else {
-                "docs/figures"
+            PathBuf::from(match (self.quick, self.cxl.is_some()) {
+                (true, false) => "target/figures-quick",
+                (true, true) => "target/figures-quick-cxl",
+                (false, false) => "docs/figures",
+                (false, true) => "docs/figures-cxl",
             })
         });
         Settings {
@@ -106,6 +128,7 @@ impl Args {
             seconds: self.seconds.unwrap_or(if self.quick { 0.3 } else { 3.0 }),
             threads_per_host: self.threads_per_host,
             pod_node,
+            cxl: self.cxl,
             out,
         }
     }
@@ -129,7 +152,7 @@ fn positive(flag: &str, v: &str) -> Result<f64, String> {
 
 const USAGE: &str =
     "usage: cargo xtask figures [--quick] [--scale F] [--only 4,7,...] [--seconds S]
-                            [--threads PER_HOST] [--out DIR] [--numa]
+                            [--threads PER_HOST] [--out DIR] [--numa] [--cxl | --memory M]
 
   --quick     every figure at 1/25 of the default size, 0.3 s per run (a few minutes)
   --scale F   F times the default size (1M objects, 1/18 of the paper's 18M)
@@ -139,7 +162,13 @@ const USAGE: &str =
   --out       where CSV, SVG and summary.md go (default docs/figures; target/figures-quick
               with --quick)
   --numa      bind the pod to the first NUMA node and each host's threads to another
-              node's CPUs (a single-node machine says so and runs unpinned)";
+              node's CPUs (a single-node machine says so and runs unpinned)
+  --cxl       every host of every scheme under the CXL cost model (docs/memory.md), with
+              its default parameters; into docs/figures-cxl (target/figures-quick-cxl
+              with --quick) unless --out says otherwise
+  --memory M  hardware (the default), cxl, or cxl:name=value,... (the model's
+              parameters: lnr_miss_ns, write_back_ns, scr_ns, lines_in_flight,
+              cache_bytes)";
 
 fn main() -> ExitCode {
     // The peers' child processes are this binary too.
@@ -184,6 +213,17 @@ fn run(args: &Args) -> bool {
     }
     h.start();
     println!("figures: {}", h.describe());
+    if args.cxl.is_some() {
+        for (id, _, _) in selected
+            .iter()
+            .filter(|(id, _, _)| NOT_MODELED.contains(id))
+        {
+            println!(
+                "figure {id}: on hardware memory, not under the model (its peers, LMDB and \
+                 Redis, have no CXL memory to model)"
+            );
+        }
+    }
     let started = Instant::now();
     let mut ok = run_figures(&mut h, &selected);
     h.bar().finish_and_clear();

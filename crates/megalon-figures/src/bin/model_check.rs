@@ -233,7 +233,7 @@ fn median(values: &mut [f64]) -> f64 {
 }
 
 fn run(args: &Args) -> bool {
-    let predict = args.predict.clone().unwrap_or_else(|| args.model.clone());
+    let predict = args.predict.unwrap_or(args.model);
     println!(
         "model-check: {} blocks of {} operations per side (1 KiB objects, {} read-write-shared, \
          {} read-shared, 2 hosts, reads and writes); a read of the spin's clock takes {:.1} ns",
@@ -248,7 +248,7 @@ fn run(args: &Args) -> bool {
         println!("model predicted with: {predict:?}");
     }
     let hardware = Worker::start(MemoryKind::Hardware);
-    let cxl = Worker::start(MemoryKind::Cxl(args.model.clone()));
+    let cxl = Worker::start(MemoryKind::Cxl(args.model));
     let (mut added, mut hardware_ns, mut cxl_ns) = (Vec::new(), Vec::new(), Vec::new());
     let mut charged = CxlCharges::default();
     let ops = args.ops_per_block;

@@ -51,10 +51,7 @@ pub fn run(h: &mut Harness) -> Result<(), String> {
             explain(&[w32, w8]),
         );
     }
-    if let (Some(w8), Some(w4)) = (
-        find(&points, "megalon", 8.0),
-        find(&points, "megalon", 4.0),
-    ) {
+    if let (Some(w8), Some(w4)) = (find(&points, "megalon", 8.0), find(&points, "megalon", 4.0)) {
         h.row(
             "10",
             "4-bit / 8-bit records (50% writes, zipf 0.7, SCR 32 MB)",
