@@ -102,17 +102,26 @@ impl Shared {
             }
         })
         .map_err(not_served)?;
-        let received = self.receive_snapshot(&mailbox, me);
-        if received.is_err() {
-            // A server that is gone leaves the mailbox to the next joiner.
+        let started = std::time::Instant::now();
+        let received = loop {
+            let received = self.receive_snapshot(&mailbox, me);
+            // A server that died mid-stream: let another host serve us from the start
+            // (its session is ours to end), within the wait limit.
             let server = mailbox.server.load(Ordering::SeqCst);
-            if server != 0 && self.server_gone(server) {
+            if received.is_err()
+                && server != 0
+                && self.server_gone(server)
+                && started.elapsed() < self.options.wait_limit
+            {
+                mailbox.ready.store(0, Ordering::SeqCst);
                 let _ =
                     mailbox
                         .server
                         .compare_exchange(server, 0, Ordering::SeqCst, Ordering::SeqCst);
+                continue;
             }
-        }
+            break received;
+        };
         let _ = mailbox
             .request
             .compare_exchange(me, 0, Ordering::SeqCst, Ordering::SeqCst);
