@@ -119,7 +119,7 @@ mod tests {
         );
         let refused = parse(&["--memory", "coherent"]).err().unwrap().to_string();
         assert!(
-            refused.contains("[possible values: hardware, simulated]"),
+            refused.contains("[possible values: hardware, simulated, cxl]"),
             "{refused}"
         );
     }
