@@ -1,12 +1,15 @@
 //! The KV store on an in-process pod: several hosts (each with its own view of the pod's
-//! memory, hardware or simulated non-coherent) load keys, run a YCSB-like mix of gets and
-//! puts for a few seconds, and report throughput, latency, what the protocol did, and
-//! where the coherent memory went.
+//! memory: hardware, simulated non-coherent, or hardware under the CXL cost model, which
+//! makes each thread pay what its far-memory traffic would cost on a CXL pod; see
+//! `docs/memory.md`) load keys, run a YCSB-like mix of gets and puts for a few seconds,
+//! and report throughput, latency, what the protocol did, and where the coherent memory
+//! went.
 //!
 //! ```text
 //! cargo run --release --example kv
 //! cargo run --release --example kv -- --hosts 4 --threads 1 --write-ratio 0.5 --skew 0.7
 //! cargo run --release --example kv -- --memory simulated --seconds 2
+//! cargo run --release --example kv -- --memory cxl
 //! cargo run --release --example kv -- --local-partitions 5 --local-copies 4
 //! cargo run --release --example kv -- --help
 //! ```
