@@ -127,8 +127,8 @@ pub struct PodConfig {
     pub max_key_bytes: u32,
     /// Entries in the log's ring (at least [`MIN_LOG_CAPACITY_ENTRIES`]).
     pub log_capacity_entries: u64,
-    /// Bits of one coherence record: 4, 8, 16 or 32 (4-bit records share a byte, two
-    /// to a byte; their counter wraps every second write).
+    /// Bits of one coherence record: 2, 4, 8, 16 or 32 (narrower records share a byte;
+    /// a 4-bit record's counter wraps every second write, a 2-bit record has none).
     pub record_width_bits: u32,
     /// Hosts the host table holds (at most [`MAX_HOSTS_LIMIT`]).
     pub max_hosts: u32,

@@ -55,7 +55,7 @@ pub enum Error {
         slot_size_bytes: u64,
     },
     /// The record width is not one of 8, 16, 32.
-    #[error("record width of {bits} bits is not supported (4, 8, 16 or 32)")]
+    #[error("record width of {bits} bits is not supported (2, 4, 8, 16 or 32)")]
     UnsupportedRecordWidth {
         /// The value given.
         bits: u32,

@@ -397,9 +397,9 @@ impl Layout {
         let total_bytes = total_bytes(config)?;
         let scr = ScrParts::new(config)?;
         let lnr = LnrParts::new(config, HEADER_REGION_BYTES + config.scr_bytes)?;
-        // A lock announce holds the record id + 1 in 31 bits.
+        // A lock announce holds the record id + 1 in 30 bits.
         let max_records = if config.undo_images() {
-            MAX_RECORDS.min((1 << 31) - 2)
+            MAX_RECORDS.min((1 << 30) - 2)
         } else {
             MAX_RECORDS
         };

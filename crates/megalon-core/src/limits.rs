@@ -18,7 +18,7 @@ pub const MIN_LOG_CAPACITY_ENTRIES: u64 = 2;
 /// Bytes of a log entry before its inline key: kind, lengths, slot, record, host, lap.
 pub const LOG_ENTRY_HEADER_BYTES: u64 = 32;
 /// The record widths a pod supports, in bits (2 of them are the free and lock bits).
-pub const RECORD_WIDTHS_BITS: [u32; 4] = [4, 8, 16, 32];
+pub const RECORD_WIDTHS_BITS: [u32; 5] = [2, 4, 8, 16, 32];
 /// Consecutive accesses from one host after which an object moves to that host's DRAM,
 /// when [`PodConfig::local_partitions`](crate::PodConfig::local_partitions) is turned on without a count of its own.
 pub const DEFAULT_PARTITION_ACCESSES: u32 = 5;

@@ -1,10 +1,14 @@
 //! Coherence records: one word per read-write-shared object in the SCR record array.
 //!
-//! A record of `W` bits (4, 8, 16 or 32) holds, from the top: the in-use bit (the "free
-//! bit" of DESIGN section 7, inverted so that a zeroed SCR means every record is free),
-//! the lock bit, and a counter of `W - 2` bits. The counter is odd while a write is in
-//! progress. Records of 4 bits share a byte, two to a byte: each is read from it and
-//! changed by a CAS of the whole byte that leaves the other record as it found it. A record keeps its counter across owners: the log's alloc event makes every
+//! A record of `W` bits (2, 4, 8, 16 or 32) holds, from the top: the in-use bit (the
+//! "free bit" of DESIGN section 7, inverted so that a zeroed SCR means every record is
+//! free), the lock bit, and a counter of `W - 2` bits. The counter is odd while a write is
+//! in progress. Records of 2 and 4 bits share a byte, four or two to a byte: each is read
+//! from it and changed by a CAS of the whole byte that leaves the others as it found them.
+//! A 2-bit record has no counter at all: a read tells a write in progress by the lock bit
+//! (and waits for a delete's or a deallocation's lock too, which it cannot tell apart),
+//! and every write appends a wrap event, so that a reader whose copy a whole write
+//! overlapped finds it in the log. A record keeps its counter across owners: the log's alloc event makes every
 //! host's host counter for the new owner unknown, so an old value means nothing.
 //!
 //! Transitions (each one CAS or store on the word; readers never write it):
@@ -77,10 +81,18 @@ impl<'p> Records<'p> {
     }
 
     pub(crate) fn encode(&self, word: RecordWord) -> u32 {
-        debug_assert!(word.counter <= self.counter_mask());
+        // A 2-bit record has no counter: the protocol's arithmetic on it (an odd counter
+        // while locked) is kept to its mask of 0.
+        debug_assert!(self.width_bits == 2 || word.counter <= self.counter_mask());
         (if word.in_use { self.in_use_bit() } else { 0 })
             | (if word.locked { self.lock_bit() } else { 0 })
-            | word.counter
+            | word.counter & self.counter_mask()
+    }
+
+    /// Whether a record has no counter (2 bits: in use and locked only). Its reads tell a
+    /// write in progress by the lock bit, and every write wraps (a log event).
+    pub(crate) fn counterless(&self) -> bool {
+        self.width_bits == 2
     }
 
     fn byte_offset(&self, record: u32) -> u64 {
@@ -106,7 +118,7 @@ impl<'p> Records<'p> {
     pub(crate) fn load(&self, record: u32) -> RecordWord {
         let at = self.byte_offset(record);
         let raw = match self.width_bits {
-            4 => {
+            2 | 4 => {
                 let byte = self.pod.scr_u8(at).load(Ordering::Acquire);
                 u32::from(byte >> self.shift(record) & self.field_mask())
             }
@@ -127,7 +139,7 @@ impl<'p> Records<'p> {
         let at = self.byte_offset(record);
         let (current, new) = (self.encode(current), self.encode(new));
         let result = match self.width_bits {
-            4 => self.compare_exchange_in_byte(record, at, current, new),
+            2 | 4 => self.compare_exchange_in_byte(record, at, current, new),
             8 => self
                 .pod
                 .scr_u8(at)
@@ -192,7 +204,7 @@ impl<'p> Records<'p> {
         let at = self.byte_offset(record);
         let raw = self.encode(word);
         match self.width_bits {
-            4 => {
+            2 | 4 => {
                 let (shift, mask) = (self.shift(record), self.field_mask());
                 // A store of our bits only: the other record of the byte is left alone.
                 let _ = self.pod.scr_u8(at).fetch_update(

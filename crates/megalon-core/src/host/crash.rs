@@ -52,6 +52,8 @@ use crate::sync::{AtomicU64, Ordering};
 
 /// The announce word's "undo image complete" bit.
 const UNDO_READY: u64 = 1 << 63;
+/// The announce word's "a write's lock" bit (not a delete's, a deallocation's or a claim).
+const WRITE: u64 = 1 << 62;
 
 /// What one host's pump knows of the others' leases.
 #[derive(Debug, Default)]
@@ -93,18 +95,21 @@ enum Step {
     Whole,
 }
 
-fn encode_announce(record: u32, raw_word: u32) -> u64 {
-    debug_assert!(record < (1 << 31) - 1, "checked by the layout");
-    (u64::from(record) + 1) << 32 | u64::from(raw_word)
+fn encode_announce(record: u32, raw_word: u32, write: bool) -> u64 {
+    debug_assert!(record < (1 << 30) - 1, "checked by the layout");
+    (u64::from(record) + 1) << 32 | u64::from(raw_word) | if write { WRITE } else { 0 }
 }
 
-fn decode_announce(announce: u64) -> Option<(u32, u32, bool)> {
-    let record = (announce & !UNDO_READY) >> 32;
+/// An announce's record, locked word, whether its undo image is complete, and whether
+/// it is a write's.
+fn decode_announce(announce: u64) -> Option<(u32, u32, bool, bool)> {
+    let record = (announce & !(UNDO_READY | WRITE)) >> 32;
     (record != 0).then(|| {
         (
             (record - 1) as u32,
             announce as u32,
             announce & UNDO_READY != 0,
+            announce & WRITE != 0,
         )
     })
 }
@@ -176,14 +181,15 @@ impl Shared {
         }
     }
 
-    /// Announces that this host is about to lock `record` as `locked` (before the CAS).
-    pub(super) fn announce(&self, hold: &Hold<'_>, record: u32, locked: RecordWord) {
+    /// Announces that this host is about to lock `record` as `locked` (before the CAS),
+    /// for a write or (`write` false) a delete, a deallocation or an allocation's claim.
+    pub(super) fn announce(&self, hold: &Hold<'_>, record: u32, locked: RecordWord, write: bool) {
         if let Some(index) = hold.index {
             let raw = Records::new(&self.pod).encode(locked);
             // SeqCst: ordered before the locking CAS, so a recoverer that sees the word
             // locked and no announce of it knows the lock is not this host's.
             self.announce_word(self.id, index)
-                .store(encode_announce(record, raw), Ordering::SeqCst);
+                .store(encode_announce(record, raw, write), Ordering::SeqCst);
         }
     }
 
@@ -212,8 +218,10 @@ impl Shared {
         // The image is in memory before the announce says it is complete.
         self.memory.fence();
         let raw = Records::new(&self.pod).encode(locked);
-        self.announce_word(self.id, index)
-            .store(encode_announce(record, raw) | UNDO_READY, Ordering::SeqCst);
+        self.announce_word(self.id, index).store(
+            encode_announce(record, raw, true) | UNDO_READY,
+            Ordering::SeqCst,
+        );
     }
 
     /// The host that announced a lock of `record` now, if any (pods with undo images):
@@ -228,7 +236,7 @@ impl Shared {
             (0..HOLDS_PER_HOST).any(|i| {
                 let announce = self.announce_word(host, i).load(Ordering::SeqCst);
                 decode_announce(announce)
-                    .is_some_and(|(r, raw, _)| r == record && records.decode(raw) == word)
+                    .is_some_and(|(r, raw, _, _)| r == record && records.decode(raw) == word)
             })
         })
     }
@@ -437,7 +445,7 @@ impl Shared {
         let mut all_done = true;
         for index in 0..HOLDS_PER_HOST {
             let announce = self.announce_word(dead.host, index).load(Ordering::SeqCst);
-            let Some((record, raw, undo_ready)) = decode_announce(announce) else {
+            let Some((record, raw, undo_ready, write)) = decode_announce(announce) else {
                 continue;
             };
             let locked = records.decode(raw);
@@ -451,14 +459,14 @@ impl Shared {
                 dead.live(&self.pod, host)
                     && (0..HOLDS_PER_HOST).any(|i| {
                         let theirs = self.announce_word(host, i).load(Ordering::SeqCst);
-                        decode_announce(theirs).is_some_and(|(r, w, _)| (r, w) == (record, raw))
+                        decode_announce(theirs).is_some_and(|(r, w, _, _)| (r, w) == (record, raw))
                     })
             });
             if live_announce {
                 all_done = false;
                 continue;
             }
-            let restored = if locked.locked && locked.counter % 2 == 1 {
+            let restored = if write {
                 self.restore_write(dead.host, index, record, locked, undo_ready)?;
                 true
             } else {
