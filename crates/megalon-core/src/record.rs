@@ -269,6 +269,27 @@ mod tests {
     }
 
     #[test]
+    fn two_bit_records_four_to_a_byte_have_no_counter() {
+        let pod = pod(2);
+        let records = Records::new(&pod);
+        assert!(records.counterless());
+        assert_eq!(records.counter_mask(), 0);
+        let free = word(false, false, 0);
+        // The protocol's locked word has an odd counter: kept to no counter at all.
+        records
+            .compare_exchange(2, free, word(true, true, 1))
+            .unwrap();
+        assert_eq!(records.load(2), word(true, true, 0));
+        for other in [0, 1, 3, 4] {
+            assert_eq!(records.load(other), free, "record {other}");
+        }
+        records
+            .compare_exchange(2, word(true, true, 1), word(true, false, 2))
+            .unwrap();
+        assert_eq!(records.load(2), word(true, false, 0));
+    }
+
+    #[test]
     fn four_bit_records_of_one_byte_take_racing_cases_from_two_threads() {
         let pod = pod(4);
         let records = Records::new(&pod);
