@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use megalon_core::{
     limits::{LINE_BYTES, PAGE_BYTES},
+    memory::cxl::CxlCharges,
     PodConfig,
 };
 use megalon_kv::{KvHandle, Report, Result, Scheme, Store, LENGTH_PREFIX_BYTES};
@@ -653,14 +654,15 @@ pub fn run_plan_on<S: Scheme>(
     let before = store.report();
     let inserts = Inserts::new(plan);
     let (done, stop) = (AtomicU64::new(0), AtomicBool::new(false));
-    let (runs, seconds) = thread::scope(|scope| {
+    let (runs, charged, seconds) = thread::scope(|scope| {
         let began = Instant::now();
         let runners: Vec<_> = (0..workers)
             .map(|worker| {
                 let (inserts, done, stop) = (&inserts, &done, &stop);
                 scope.spawn(move || {
                     on_start(worker % hosts);
-                    run_plan_worker(
+                    let charged = CxlCharges::this_thread();
+                    let run = run_plan_worker(
                         store,
                         worker % hosts,
                         worker as u64,
@@ -668,7 +670,8 @@ pub fn run_plan_on<S: Scheme>(
                         inserts,
                         stop,
                         done,
-                    )
+                    );
+                    (run, CxlCharges::this_thread() - charged)
                 })
             })
             .collect();
@@ -677,18 +680,43 @@ pub fn run_plan_on<S: Scheme>(
             tick(done.load(Ordering::Relaxed), began.elapsed());
         }
         stop.store(true, Ordering::Relaxed);
-        let runs: Result<Vec<_>> = runners
+        let (runs, charged): (Vec<_>, Vec<_>) = runners
             .into_iter()
             .map(|r| r.join().expect("worker panicked"))
-            .collect();
-        (runs, began.elapsed().as_secs_f64())
+            .unzip();
+        let runs: Result<Vec<_>> = runs.into_iter().collect();
+        (runs, charged, began.elapsed().as_secs_f64())
     });
+    let mut report = store.report().since(&before);
+    // What the CXL cost model charged the workers (nothing unless the hosts run under it;
+    // HCMeta's serving threads are not workers and are not counted here).
+    let charged = charged
+        .into_iter()
+        .fold(CxlCharges::default(), |a, b| a + b);
+    if charged.charged_ns > 0 {
+        report.counters.extend([
+            (CXL_NS_CHARGED, charged.charged_ns),
+            (CXL_LINES_MISSED, charged.lines_missed),
+            (CXL_LINES_WRITTEN_BACK, charged.lines_written_back),
+            (CXL_SCR_ACCESSES, charged.scr_accesses),
+        ]);
+    }
     Ok(MixRun {
         workers: runs?,
         seconds,
-        report: store.report().since(&before),
+        report,
     })
 }
+
+/// The counter of a run's report (added by [`run_plan_on`] when the hosts run under the
+/// CXL cost model): nanoseconds of spin the model charged the workers.
+pub const CXL_NS_CHARGED: &str = "CXL ns charged";
+/// LNR lines the model counted missing on the workers.
+pub const CXL_LINES_MISSED: &str = "CXL lines missed";
+/// LNR lines the model counted written back by the workers.
+pub const CXL_LINES_WRITTEN_BACK: &str = "CXL lines written back";
+/// SCR accesses the model charged the workers.
+pub const CXL_SCR_ACCESSES: &str = "CXL SCR accesses";
 
 /// Every worker's run, over `seconds`, with what the scheme counted meanwhile.
 #[derive(Clone, Debug)]

@@ -548,7 +548,7 @@ pub fn find<'a>(points: &'a [Measured], series: &str, x: f64) -> Option<&'a Meas
 }
 
 /// Counters a summary row names when they are not zero.
-const EXPLAINING_COUNTERS: [&str; 11] = [
+const EXPLAINING_COUNTERS: [&str; 14] = [
     "rpcs",
     "rpcs sent",
     "moves to a host",
@@ -560,6 +560,9 @@ const EXPLAINING_COUNTERS: [&str; 11] = [
     "scr atomics",
     "log entries appended",
     "log entries replayed",
+    crate::mix::CXL_NS_CHARGED,
+    crate::mix::CXL_LINES_MISSED,
+    crate::mix::CXL_SCR_ACCESSES,
 ];
 
 /// The counters per operation that explain a comparison, for the summary.
