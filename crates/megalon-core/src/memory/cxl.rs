@@ -44,11 +44,12 @@
 //! (a flushed line is a real local miss here too, paid on top).
 //!
 //! **Which thread pays for an SCR access.** A counted SCR access has no memory handle, so
-//! each call on a `CxlMemory` binds the calling thread to that memory's SCR cost, and
-//! [`charge_scr`] charges the thread's binding (none: nothing). A thread's first
-//! operation, before it touched LNR, is therefore not charged its SCR accesses; a thread
-//! that works for a CXL host and then for a hardware host keeps its binding (dropping the
-//! `CxlMemory` unbinds the thread that drops it).
+//! each call on a `CxlMemory` binds the calling thread to that memory's SCR cost, each
+//! call on hardware or simulated memory (through [`super::Memory`]) binds it to nothing,
+//! and [`charge_scr`] charges the thread's binding. A thread that has touched no memory
+//! yet (HCMeta-Local's workers reading their own partitions never do) pays the SCR cost
+//! of the `CxlMemory` made last in the process, while one lives. A thread that works for
+//! hosts of both kinds in turn pays by the kind it touched last.
 
 use std::cell::Cell;
 use std::sync::{Arc, OnceLock};
@@ -254,18 +255,60 @@ thread_local! {
         scr_accesses: 0,
         charged_ns: 0,
     }) };
-    /// The SCR cost of the `CxlMemory` this thread last used (0: not bound, or free), and
-    /// that memory's id.
+    /// The SCR cost of the `CxlMemory` this thread last used, and that memory's id; id 0:
+    /// not bound; id [`NOT_CXL`]: the thread last used another kind of memory.
     static SCR_BINDING: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
     /// Picoseconds this thread's spins still owe (negative: spun ahead), see [`spin_ns`].
     static OWED_PS: Cell<i64> = const { Cell::new(0) };
 }
 
+/// The binding of a thread that last used hardware or simulated memory.
+const NOT_CXL: u64 = u64::MAX;
+
+/// How many `CxlMemory` values live in the process, and the SCR cost of the one made last:
+/// what a thread that never touched LNR is charged.
+static LIVE: std::sync::Mutex<(u64, u64)> = std::sync::Mutex::new((0, 0));
+/// `LIVE`'s SCR cost while any lives, else 0 (read without the lock).
+static UNBOUND_SCR_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Counts a `CxlMemory` made (`Some(its SCR cost)`) or dropped (`None`).
+fn count_live(made: Option<u64>) {
+    let mut live = LIVE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match made {
+        Some(scr_ns) => *live = (live.0 + 1, scr_ns),
+        None => live.0 -= 1,
+    }
+    let unbound = if live.0 > 0 { live.1 } else { 0 };
+    // Relaxed: the cost is a parameter, not data; a thread that reads the old one while
+    // memories are made or dropped charges one access at the old cost.
+    UNBOUND_SCR_NS.store(unbound, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Marks the calling thread as working on memory that is not under the model, so that its
+/// SCR accesses are not charged. `Memory` calls it on its hardware and simulated paths.
+#[inline]
+pub(crate) fn bind_not_cxl() {
+    SCR_BINDING.with(|b| {
+        if b.get().1 != NOT_CXL {
+            b.set((0, NOT_CXL));
+        }
+    });
+}
+
 /// Charges the calling thread `accesses` SCR accesses at the cost of the CXL memory it
-/// last used (nothing if it used none). The protocol's SCR counter calls this.
+/// last used; nothing if it last used hardware or simulated memory; and if it has used no
+/// memory yet (a thread whose work never reaches LNR, such as HCMeta-Local's reads of its
+/// own partition), the cost of the CXL memory made last in the process, if one lives.
+/// The protocol's SCR counter calls this.
 #[inline]
 pub fn charge_scr(accesses: u64) {
-    let (scr_ns, _) = SCR_BINDING.with(Cell::get);
+    let scr_ns = match SCR_BINDING.with(Cell::get) {
+        (_, 0) => UNBOUND_SCR_NS.load(std::sync::atomic::Ordering::Relaxed),
+        (_, NOT_CXL) => 0,
+        (bound_ns, _) => bound_ns,
+    };
     if scr_ns == 0 {
         return;
     }
@@ -393,6 +436,7 @@ impl CxlMemory {
         spin_rate();
         let sets = (model.cache_bytes / LINE_BYTES).max(1);
         let sets = 1u64 << (63 - sets.leading_zeros());
+        count_live(Some(model.scr_ns));
         Self {
             hardware: HardwareMemory::new(pod),
             model,
@@ -575,6 +619,7 @@ impl CxlMemory {
 impl Drop for CxlMemory {
     /// Unbinds the dropping thread if this memory was its binding.
     fn drop(&mut self) {
+        count_live(None);
         // `try_with`: a memory dropped while its thread's locals are torn down has nothing
         // to unbind.
         let _ = SCR_BINDING.try_with(|b| {
@@ -641,7 +686,7 @@ mod tests {
     }
 
     #[test]
-    fn scr_accesses_charge_the_bound_thread_only() {
+    fn scr_accesses_are_charged_by_the_threads_binding() {
         let (pod, memory) = memory(CxlModel {
             scr_ns: 100,
             ..CxlModel::default()
@@ -649,10 +694,21 @@ mod tests {
         let at = pod.layout().slot_offset(2);
         std::thread::scope(|s| {
             s.spawn(|| {
-                assert_eq!(charged(|| charge_scr(3)), CxlCharges::default(), "unbound");
+                bind_not_cxl();
+                assert_eq!(
+                    charged(|| charge_scr(3)),
+                    CxlCharges::default(),
+                    "on hardware"
+                );
                 memory.load_u64(at);
                 let scr = charged(|| charge_scr(3));
                 assert_eq!((scr.scr_accesses, scr.charged_ns), (3, 300));
+            });
+            s.spawn(|| {
+                // Unbound: the cost of the CXL memory made last (another test's may be
+                // made meanwhile, with the default cost).
+                let scr = charged(|| charge_scr(1));
+                assert_eq!(scr.scr_accesses, 1, "a thread that never touched LNR pays");
             });
         });
     }

@@ -155,8 +155,14 @@ pub enum Memory {
 macro_rules! dispatch {
     ($self:ident, $memory:ident => $call:expr) => {
         match $self {
-            Memory::Hardware($memory) => $call,
-            Memory::Simulated($memory) => $call,
+            Memory::Hardware($memory) => {
+                cxl::bind_not_cxl();
+                $call
+            }
+            Memory::Simulated($memory) => {
+                cxl::bind_not_cxl();
+                $call
+            }
             Memory::Cxl($memory) => $call,
         }
     };
