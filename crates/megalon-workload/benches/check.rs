@@ -16,10 +16,7 @@ use std::time::Instant;
 use criterion::{criterion_group, criterion_main, Criterion};
 use megalon_workload::{check, check_with_threads, History};
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-
-use common::{synthetic_history, LockedStore, Run};
+use megalon_workload::fixtures::{synthetic_history, LockedStore, Run};
 
 const OPERATIONS: usize = 200_000;
 const PROCESSES: u32 = 9;

@@ -62,6 +62,7 @@
 #![warn(missing_docs)]
 
 pub mod check;
+pub mod fixtures;
 mod fnv;
 pub mod generator;
 mod history;

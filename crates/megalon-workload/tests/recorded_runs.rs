@@ -1,15 +1,13 @@
 //! Recording real concurrent runs and checking them: correct stores pass, buggy ones are
 //! caught, and logs survive the trip through files a child process would write.
 
-mod common;
-
 use std::fs::File;
 use std::io::BufReader;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread;
 
-use common::{synthetic_history, LockedStore, Run, StaleCacheStore, Store};
+use megalon_workload::fixtures::{synthetic_history, LockedStore, Run, StaleCacheStore, Store};
 use megalon_workload::{
     check, Call, Clock, History, Outcome, ProcessId, ThreadLog, ThreadRecorder, Value,
     ViolationKind,

@@ -1,12 +1,10 @@
-//! A recorded concurrent run against in-memory stores, shared by the integration tests
-//! and the checker's benchmark (which includes this file by path).
-
-#![allow(dead_code)] // Each includer uses a different part.
+//! A recorded concurrent run against in-memory stores, and synthetic histories: what the
+//! checker's tests and its benchmark run it on.
 
 use std::collections::HashMap;
 use std::thread;
 
-use megalon_workload::{
+use crate::{
     Call, Clock, History, Outcome, ProcessId, RandomSource, SplitMix64, ThreadRecorder, Value,
     ZipfianGenerator,
 };
@@ -19,7 +17,9 @@ fn zipfian(keys: usize, theta: f64) -> ZipfianGenerator {
 
 /// A key-value store under test.
 pub trait Store: Sync {
+    /// Sets `key` to `value`, for thread `thread`.
     fn put(&self, thread: u32, key: &[u8], value: &[u8]);
+    /// The value of `key`, as thread `thread` reads it.
     fn get(&self, thread: u32, key: &[u8]) -> Option<Vec<u8>>;
     /// Whether it created the key.
     fn create(&self, thread: u32, key: &[u8], value: &[u8]) -> bool;
@@ -40,11 +40,18 @@ pub struct LockedStore {
     shards: Vec<Mutex<HashMap<Vec<u8>, Vec<u8>>>>,
 }
 
-impl LockedStore {
-    pub fn new() -> Self {
+impl Default for LockedStore {
+    fn default() -> Self {
         LockedStore {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
         }
+    }
+}
+
+impl LockedStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
     }
 }
 
@@ -80,12 +87,19 @@ pub struct StaleCacheStore {
 /// A thread and a key.
 type CacheKey = (u32, Vec<u8>);
 
-impl StaleCacheStore {
-    pub fn new() -> Self {
+impl Default for StaleCacheStore {
+    fn default() -> Self {
         StaleCacheStore {
             inner: LockedStore::new(),
             caches: Mutex::new(HashMap::new()),
         }
+    }
+}
+
+impl StaleCacheStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
     }
 }
 
@@ -116,15 +130,23 @@ impl Store for StaleCacheStore {
 
 /// The shape of a run.
 pub struct Run {
+    /// Threads, each a process of the history.
     pub threads: u32,
+    /// Operations each thread calls.
     pub operations_per_thread: usize,
+    /// Keys, chosen by a Zipfian distribution.
     pub keys: usize,
+    /// The distribution's theta.
     pub zipf_theta: f64,
     /// Percent of gets, puts and creates; the rest are deletes.
     pub get_percent: u64,
+    /// Percent of puts.
     pub put_percent: u64,
+    /// Percent of creates.
     pub create_percent: u64,
+    /// Bytes of each value.
     pub value_len_bytes: usize,
+    /// The seed of every thread's choices.
     pub seed: u64,
 }
 
@@ -155,7 +177,7 @@ impl Run {
         thread: u32,
         clock: Clock,
         zipf: &ZipfianGenerator,
-    ) -> megalon_workload::ThreadLog {
+    ) -> crate::ThreadLog {
         let mut rng = SplitMix64::new(self.seed ^ (u64::from(thread) << 32));
         let mut recorder = ThreadRecorder::new(ProcessId::new(0, thread), clock);
         recorder.reserve(self.operations_per_thread);
