@@ -63,14 +63,6 @@ fn entry(pod: &Pod, host: HostId) -> HostEntry<'_> {
     }
 }
 
-/// Every word of an entry's first line, for a loom model to make before it runs.
-#[cfg(megalon_loom)]
-pub(crate) fn entry_words(pod: &Pod, host: HostId) {
-    let e = entry(pod, host);
-    let _ = (e.holder, e.heartbeat, e.joins, e.machine, e.started);
-    let _ = (e.reserved_from, e.reserved_to);
-}
-
 /// Whether a host-table entry is held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum TableState {
@@ -113,6 +105,39 @@ impl Pod {
                 })
             })
             .collect()
+    }
+
+    /// The hosts of the table whose holders live: on this machine, their process runs;
+    /// elsewhere, their heartbeat moves within the pod's lease (this waits up to one lease
+    /// when a row names another machine).
+    #[cfg(not(megalon_loom))]
+    pub fn live_hosts(&self) -> Vec<crate::HostId> {
+        let rows = self.hosts();
+        let lease = std::time::Duration::from_millis(u64::from(self.config().lease_ms));
+        let mut live = Vec::new();
+        let mut elsewhere = Vec::new();
+        for row in rows {
+            match process_gone(self, row.host, row.pid) {
+                Some(false) => live.push(row.host),
+                Some(true) => {}
+                None => elsewhere.push(row),
+            }
+        }
+        if !elsewhere.is_empty() {
+            let start = std::time::Instant::now();
+            while !elsewhere.is_empty() && start.elapsed() <= lease {
+                std::thread::sleep(lease / 20);
+                elsewhere.retain(|row| {
+                    let moved = heartbeat_count(self, row.host) != row.heartbeat;
+                    if moved {
+                        live.push(row.host);
+                    }
+                    !moved
+                });
+            }
+        }
+        live.sort_unstable();
+        live
     }
 }
 

@@ -247,39 +247,6 @@ impl Pod {
         Ok(pod)
     }
 
-    /// The hosts of the table whose holders live: on this machine, their process runs;
-    /// elsewhere, their heartbeat moves within the pod's lease (this waits up to one lease
-    /// when a row names another machine).
-    #[cfg(not(megalon_loom))]
-    pub fn live_hosts(&self) -> Vec<crate::HostId> {
-        let rows = self.hosts();
-        let lease = std::time::Duration::from_millis(u64::from(self.config().lease_ms));
-        let mut live = Vec::new();
-        let mut elsewhere = Vec::new();
-        for row in rows {
-            match crate::host_table::process_gone(self, row.host, row.pid) {
-                Some(false) => live.push(row.host),
-                Some(true) => {}
-                None => elsewhere.push(row),
-            }
-        }
-        if !elsewhere.is_empty() {
-            let start = std::time::Instant::now();
-            while !elsewhere.is_empty() && start.elapsed() <= lease {
-                std::thread::sleep(lease / 20);
-                elsewhere.retain(|row| {
-                    let moved = crate::host_table::heartbeat_count(self, row.host) != row.heartbeat;
-                    if moved {
-                        live.push(row.host);
-                    }
-                    !moved
-                });
-            }
-        }
-        live.sort_unstable();
-        live
-    }
-
     /// Creates a pod in a loom model: heap backing only, model atomics for its words.
     #[cfg(megalon_loom)]
     pub fn create(config: &PodConfig, backing: Backing) -> Result<Pod> {
@@ -299,8 +266,13 @@ impl Pod {
         for offset in (layout.cursors_offset..layout.host_table_offset).step_by(8) {
             pod.word(offset);
         }
+        // The host table's words: each entry's holder (32 bits), then 64-bit words.
         for host in 0..layout.config.max_hosts {
-            crate::host_table::entry_words(&pod, host);
+            let entry = layout.host_entry_offset(host);
+            pod.scr_u32(entry);
+            for offset in (entry + 8..entry + layout.host_entry_bytes).step_by(8) {
+                pod.word(offset);
+            }
         }
         for record in 0..layout.record_count {
             let offset = layout.record_offset(record);
