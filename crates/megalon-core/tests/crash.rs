@@ -34,6 +34,32 @@ fn join(pod: &Arc<Pod>, seed: u64) -> Host {
     Host::join(pod, Join::AnyFree, options(seed)).expect("joining")
 }
 
+/// A new pod of [`config`] on the heap.
+fn pod() -> Arc<Pod> {
+    Arc::new(Pod::create(&config(), megalon_core::Backing::heap()).unwrap())
+}
+
+/// A new pod, hosts a and b, and `k` created and written by a (so it has a record):
+/// `value(2)`.
+fn two_hosts_with_k() -> (Arc<Pod>, Host, Host) {
+    let pod = pod();
+    let a = join(&pod, 1);
+    let b = join(&pod, 2);
+    a.create(b"k", &value(1)).unwrap();
+    a.write(b"k", &value(2)).unwrap();
+    (pod, a, b)
+}
+
+/// `host` locks `k` and writes half of a new value into memory (as an eviction would
+/// put it there), and its write goes no further: the record stays locked.
+fn half_written(host: &Host) {
+    let ticket = host.write_start(b"k").unwrap();
+    ticket.write(0, &[0xee; SLOT / 2]).unwrap();
+    host.memory().write_back(ticket.offset(), SLOT);
+    host.memory().fence();
+    std::mem::forget(ticket);
+}
+
 /// Waits until `host` has recovered `hosts` dead hosts, or fails after the lease and
 /// [`BOUND`].
 #[track_caller]
@@ -51,7 +77,7 @@ fn wait_recovered(host: &Host, hosts: u64) {
 
 #[test]
 fn positions_a_dead_host_reserved_are_skipped_and_the_log_goes_on() {
-    let pod = Arc::new(Pod::create(&config(), megalon_core::Backing::heap()).unwrap());
+    let pod = pod();
     let a = join(&pod, 1);
     let b = join(&pod, 2);
     let a_id = a.id();
@@ -74,18 +100,9 @@ fn positions_a_dead_host_reserved_are_skipped_and_the_log_goes_on() {
 
 #[test]
 fn a_write_in_flight_when_its_host_dies_is_rolled_back_whole() {
-    let pod = Arc::new(Pod::create(&config(), megalon_core::Backing::heap()).unwrap());
-    let a = join(&pod, 1);
-    let b = join(&pod, 2);
-    a.create(b"k", &value(1)).unwrap();
-    a.write(b"k", &value(2)).unwrap();
-    // a dies with half of a new value written (and in memory, as an eviction would put
-    // it), its record locked.
-    let ticket = a.write_start(b"k").unwrap();
-    ticket.write(0, &[0xee; SLOT / 2]).unwrap();
-    a.memory().write_back(ticket.offset(), SLOT);
-    a.memory().fence();
-    std::mem::forget(ticket);
+    let (_pod, a, b) = two_hosts_with_k();
+    // a dies with half of a new value written, its record locked.
+    half_written(&a);
     crash(a);
     // b waits for the lock, then reads the last complete value, whole.
     let started = Instant::now();
@@ -101,11 +118,7 @@ fn a_write_in_flight_when_its_host_dies_is_rolled_back_whole() {
 
 #[test]
 fn a_dead_host_that_locked_without_writing_leaves_the_value_as_it_was() {
-    let pod = Arc::new(Pod::create(&config(), megalon_core::Backing::heap()).unwrap());
-    let a = join(&pod, 1);
-    let b = join(&pod, 2);
-    a.create(b"k", &value(1)).unwrap();
-    a.write(b"k", &value(2)).unwrap();
+    let (_pod, a, b) = two_hosts_with_k();
     let ticket = a.write_start(b"k").unwrap();
     std::mem::forget(ticket);
     crash(a);
@@ -116,7 +129,7 @@ fn a_dead_host_that_locked_without_writing_leaves_the_value_as_it_was() {
 
 #[test]
 fn a_host_that_rejoins_under_its_old_id_does_not_reuse_its_old_slots() {
-    let pod = Arc::new(Pod::create(&config(), megalon_core::Backing::heap()).unwrap());
+    let pod = pod();
     let a = join(&pod, 1);
     let b = join(&pod, 2);
     let a_id = a.id();
@@ -137,11 +150,7 @@ fn a_host_that_rejoins_under_its_old_id_does_not_reuse_its_old_slots() {
 
 #[test]
 fn a_live_host_is_never_taken_for_dead_even_when_it_holds_a_lock_past_the_lease() {
-    let pod = Arc::new(Pod::create(&config(), megalon_core::Backing::heap()).unwrap());
-    let a = join(&pod, 1);
-    let b = join(&pod, 2);
-    a.create(b"k", &value(1)).unwrap();
-    a.write(b"k", &value(2)).unwrap();
+    let (pod, a, b) = two_hosts_with_k();
     // Only the lease can tell for a host on "another machine": a's pump keeps renewing it.
     a.inspect().pretend_elsewhere();
     let ticket = a.write_start(b"k").unwrap();
@@ -177,19 +186,11 @@ fn a_pod_file_in_use_is_not_replaced_unless_forced() {
 
 #[test]
 fn a_copy_of_torn_bytes_made_before_recovery_is_refused_after_it() {
-    let pod = Arc::new(Pod::create(&config(), megalon_core::Backing::heap()).unwrap());
-    let a = join(&pod, 1);
-    let b = join(&pod, 2);
-    a.create(b"k", &value(1)).unwrap();
-    a.write(b"k", &value(2)).unwrap();
+    let (_pod, a, b) = two_hosts_with_k();
     // b's read starts before a's write, copies the torn bytes after a died mid-write,
     // and ends after the recovery: the counter must say the copy is not a value.
     let reading = b.read_start(b"k").unwrap();
-    let ticket = a.write_start(b"k").unwrap();
-    ticket.write(0, &[0xee; SLOT / 2]).unwrap();
-    a.memory().write_back(ticket.offset(), SLOT);
-    a.memory().fence();
-    std::mem::forget(ticket);
+    half_written(&a);
     crash(a);
     let mut copy = vec![0u8; SLOT];
     reading.read(0, &mut copy).unwrap();
@@ -201,7 +202,7 @@ fn a_copy_of_torn_bytes_made_before_recovery_is_refused_after_it() {
 
 #[test]
 fn a_wait_that_gives_up_names_the_lock_holder_and_whether_it_lives() {
-    let pod = Arc::new(Pod::create(&config(), megalon_core::Backing::heap()).unwrap());
+    let pod = pod();
     let a = join(&pod, 1);
     let b = Host::join(
         &pod,
@@ -235,7 +236,7 @@ fn a_wait_that_gives_up_names_the_lock_holder_and_whether_it_lives() {
 /// stays.
 #[test]
 fn a_delete_whose_host_died_holding_the_lock_leaves_the_object_unlocked() {
-    let pod = Arc::new(Pod::create(&config(), megalon_core::Backing::heap()).unwrap());
+    let pod = pod();
     let (in_hook, stopped) = std::sync::mpsc::channel::<()>();
     let in_hook = std::sync::Mutex::new(in_hook);
     let hook = megalon_core::ReleaseHook::new(move |releasing| {
