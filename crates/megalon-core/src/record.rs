@@ -89,10 +89,17 @@ impl<'p> Records<'p> {
             | word.counter & self.counter_mask()
     }
 
-    /// Whether a record has no counter (2 bits: in use and locked only). Its reads tell a
-    /// write in progress by the lock bit, and every write wraps (a log event).
+    /// Whether a record has no counter (2 bits: in use and locked only). Every write of
+    /// one wraps (a log event).
     pub(crate) fn counterless(&self) -> bool {
         self.width_bits == 2
+    }
+
+    /// Whether `word` may be a write in progress: its counter is odd, or, in a record
+    /// without a counter, it is locked (a delete's or a deallocation's lock looks the
+    /// same there).
+    pub(crate) fn writing(&self, word: RecordWord) -> bool {
+        !word.counter.is_multiple_of(2) || self.counterless() && word.locked
     }
 
     fn byte_offset(&self, record: u32) -> u64 {

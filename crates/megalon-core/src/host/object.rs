@@ -161,10 +161,7 @@ impl Shared {
             let word = records.load(record);
             c.add(Counter::ScrAtomics, 1);
             self.chaos.point(Point::ReadAfterCounter);
-            // A write is in progress when the counter is odd (or, in a record without a
-            // counter, while it is locked).
-            let writing = !word.counter.is_multiple_of(2) || records.counterless() && word.locked;
-            if word.in_use && !writing {
+            if word.in_use && !records.writing(word) {
                 // Pre-read check: lines cached under another version (or an unknown one)
                 // must go, so that the copy comes from memory.
                 if !mutants::skipped(Step::PreReadCheck) && entry.host_counter != Some(word.counter)
@@ -243,11 +240,11 @@ impl Shared {
             return Ok(false);
         }
         if let (Guard::Record { counter, .. }, Some(word)) = (ticket.guard, word) {
-            // The record: same counter, still in use (a record without a counter: and
-            // unlocked; a write that began and ended during the copy appended its wrap
-            // event before its first byte, and the tail check above found it).
+            // The record: same counter, still in use, no write in progress (in a record
+            // without a counter, a write that began and ended during the copy appended
+            // its wrap event before its first byte, and the tail check above found it).
             if !mutants::skipped(Step::PostReadRecordCheck)
-                && (!word.in_use || word.counter != counter || records.counterless() && word.locked)
+                && (!word.in_use || word.counter != counter || records.writing(word))
             {
                 if current.is_some() {
                     index.set_host_counter(ticket.place.handle, None);
