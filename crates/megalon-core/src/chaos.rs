@@ -29,6 +29,9 @@
 pub enum Point {
     /// `read_start`, after the tail check, before the lookup.
     ReadAfterTailCheck,
+    /// A lookup without the replica's lock (`read_start`'s, `read_end`'s), before the
+    /// replica's version says whether a replay overlapped it.
+    LookBeforeValidation,
     /// `read_start`, after loading the record's counter, before handing out the ticket.
     ReadAfterCounter,
     /// Between the caller's copy and `read_end` (the safe read calls).

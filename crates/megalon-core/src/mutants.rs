@@ -75,6 +75,11 @@ pub enum Step {
     /// deleted object may be copying the slot, and its tail check must find the delete
     /// before the slot is written again.
     SlotsReusedAfterCtail,
+    /// Replay makes the replica's version odd while it changes the index, and even again
+    /// after, so that a reader without the lock learns that its lookup overlapped it.
+    /// Skipped, the version never moves and such a reader trusts a lookup made while the
+    /// index changed (a stale or torn entry).
+    ReplicaVersionKept,
 }
 
 // Without the feature the steps are only the names of the guards in the code.
@@ -105,6 +110,7 @@ impl Step {
         Step::CreateWritesBack,
         Step::DeallocDropsAuthorsLines,
         Step::SlotsReusedAfterCtail,
+        Step::ReplicaVersionKept,
     ];
 
     /// The name `MEGALON_MUTANT` takes.
@@ -133,6 +139,7 @@ impl Step {
             Step::CreateWritesBack => "create-writes-back",
             Step::DeallocDropsAuthorsLines => "dealloc-drops-authors-lines",
             Step::SlotsReusedAfterCtail => "slots-reused-after-ctail",
+            Step::ReplicaVersionKept => "replica-version-kept",
         }
     }
 

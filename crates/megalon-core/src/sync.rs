@@ -25,6 +25,18 @@ pub(crate) type Mutex<T> = parking_lot::Mutex<T>;
 #[cfg(not(megalon_loom))]
 pub(crate) type RwLock<T> = parking_lot::RwLock<T>;
 
+/// What `RwLock::read` returns.
+#[cfg(not(megalon_loom))]
+pub(crate) type RwLockReadGuard<'a, T> = parking_lot::RwLockReadGuard<'a, T>;
+#[cfg(megalon_loom)]
+pub(crate) type RwLockReadGuard<'a, T> = loom::sync::RwLockReadGuard<'a, T>;
+
+/// What `RwLock::write` returns.
+#[cfg(not(megalon_loom))]
+pub(crate) type RwLockWriteGuard<'a, T> = parking_lot::RwLockWriteGuard<'a, T>;
+#[cfg(megalon_loom)]
+pub(crate) type RwLockWriteGuard<'a, T> = loom::sync::RwLockWriteGuard<'a, T>;
+
 #[cfg(megalon_loom)]
 pub(crate) use loom_locks::{Mutex, RwLock};
 

@@ -75,7 +75,7 @@ impl Shared {
             if !mutants::skipped(Step::ReadTailCheck) {
                 self.catch_up()?;
             }
-            let index = self.replica.index.read();
+            let index = self.replica.read();
             // 2. Look the key up.
             let (entry, lock) = index.lookup_locked(key).ok_or(Error::UnknownKey)?;
             if let Some(holder) = lock.holder {
@@ -115,7 +115,7 @@ impl Shared {
         loop {
             // 1. Tail check, lookup.
             self.catch_up()?;
-            let found = self.replica.index.read().lookup_locked(key);
+            let found = self.replica.read().lookup_locked(key);
             let (_, lock) = found.ok_or(Error::UnknownKey)?;
             if let Some(holder) = lock.holder {
                 // Appending a Lock now would only lose: wait for the holder's Unlock.
@@ -152,7 +152,6 @@ impl Shared {
             //    be a new one under the same key, in another slot.
             let (entry, lock) = self
                 .replica
-                .index
                 .read()
                 .lookup_locked(key)
                 .expect("only the lock's holder can delete a locked object");
@@ -170,7 +169,7 @@ impl Shared {
         // 6. Unlock through the log: counter + 2 on every replica, and on ours the host
         //    counter becomes the new counter (our cached lines are this version's). The
         //    handle is still the object's: no one else can delete it while we hold it.
-        let key = self.replica.index.read().key_of(state.place.handle);
+        let key = self.replica.read().key_of(state.place.handle);
         // A refused Unlock leaves the lock ours: the pump appends it again (settled).
         let outcome =
             self.submit_settled(&Event::Unlock { key: &key }, Settle::ReplicatedUnlock)?;
@@ -190,7 +189,7 @@ impl Shared {
         let mut backoff: Option<Backoff> = None;
         loop {
             self.catch_up()?;
-            let found = self.replica.index.read().lookup_locked(key);
+            let found = self.replica.read().lookup_locked(key);
             // The delete names the lock it holds, or that it holds none.
             let expected = match found {
                 // Absent here: the delete still goes through the log, so every delete is

@@ -79,7 +79,7 @@ impl Shared {
                         break;
                     }
                 };
-                let index = index.get_or_insert_with(|| self.replica.index.write());
+                let index = index.get_or_insert_with(|| self.replica.write());
                 let own = (&mut state.outcomes, &mut state.grants);
                 let applied = self.apply_entry(index, own, position, author, &event, &mut done);
                 if let Err(error) = applied {
@@ -412,7 +412,7 @@ impl Shared {
                 return Ok(slot);
             }
             let unclaimed_left = {
-                let index = self.replica.index.read();
+                let index = self.replica.read();
                 index.slots.unclaimed.end - index.slots.unclaimed.start
             };
             if unclaimed_left > 0 {

@@ -491,7 +491,7 @@ impl Shared {
     /// a stale index entry locks it for a moment): try again later.
     fn restore_release_or_claim(&self, record: u32, held: RecordWord) -> Result<bool> {
         let records = Records::new(&self.pod);
-        let owned = self.replica.index.read().record_owner_key(record).is_some();
+        let owned = self.replica.read().record_owner_key(record).is_some();
         let to = match (held.locked, owned) {
             (false, true) => return Ok(true),
             (_, false) => RecordWord {
@@ -533,10 +533,8 @@ impl Shared {
     ) -> Result<()> {
         let records = Records::new(&self.pod);
         let before = locked.counter.wrapping_sub(1) & records.counter_mask();
-        let key = self.replica.index.read().record_owner_key(record);
-        let entry = key
-            .as_ref()
-            .and_then(|key| self.replica.index.read().lookup(key));
+        let key = self.replica.read().record_owner_key(record);
+        let entry = key.as_ref().and_then(|key| self.replica.read().lookup(key));
         let counter = match (&entry, undo_ready) {
             (Some(entry), true) => {
                 let place = self.place(entry);

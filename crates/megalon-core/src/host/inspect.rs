@@ -94,7 +94,7 @@ impl Inspect<'_> {
             return Ok(None);
         }
         self.host.shared.catch_up()?;
-        let index = self.host.shared.replica.index.read();
+        let index = self.host.shared.replica.read();
         Ok(index.lookup_locked(key).map(|(_, lock)| lock))
     }
 
@@ -105,17 +105,17 @@ impl Inspect<'_> {
 
     /// Every object in this host's replica, sorted by key.
     pub fn replica_snapshot(&self) -> Vec<(Vec<u8>, IndexEntry)> {
-        self.host.shared.replica.index.read().snapshot()
+        self.host.shared.replica.read().snapshot()
     }
 
     /// Objects in this host's replica.
     pub fn replica_len(&self) -> u64 {
-        self.host.shared.replica.index.read().len()
+        self.host.shared.replica.read().len()
     }
 
     /// Bytes of DRAM this host's index holds.
     pub fn replica_heap_bytes(&self) -> u64 {
-        self.host.shared.replica.index.read().heap_bytes()
+        self.host.shared.replica.read().heap_bytes()
     }
 
     /// Free slots this host owns.

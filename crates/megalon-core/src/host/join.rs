@@ -178,7 +178,7 @@ impl Shared {
                 what: "a position the log has recycled",
             });
         }
-        let mut index = self.replica.index.write();
+        let mut index = self.replica.write();
         index.decode_snapshot(&bytes)?;
         // The records the snapshot's objects have are not free.
         let mut free = self.free_records.lock();
@@ -228,7 +228,7 @@ impl Shared {
             let _replaying = self.replica.replay.lock();
             // Holding the replay lock: our `ltail` is `applied`, and holds the head.
             let position = self.replica.applied.load(Ordering::Acquire);
-            let bytes = self.replica.index.read().encode_snapshot();
+            let bytes = self.replica.read().encode_snapshot();
             if over() {
                 return Ok(());
             }

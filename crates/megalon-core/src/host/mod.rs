@@ -190,7 +190,7 @@ impl Host {
     pub fn lookup(&self, key: &[u8]) -> Result<Option<IndexEntry>> {
         self.shared.check_key(key)?;
         self.shared.catch_up()?;
-        Ok(self.shared.replica.index.read().lookup(key))
+        Ok(self.shared.look(|view| view.lookup(key)))
     }
 
     /// Creates object `key` holding `value`: writes the bytes into a free slot this host

@@ -38,7 +38,7 @@ use crate::error::{Error, Result};
 use crate::event::{Event, NO_RECORD};
 use crate::mutants::{self, Step};
 use crate::record::{RecordWord, Records};
-use crate::replica::{IndexEntry, Outcome};
+use crate::replica::{IndexEntry, Outcome, View};
 use crate::sync::Ordering;
 
 impl Host {
@@ -123,6 +123,35 @@ impl Shared {
         Place::of(entry, self.pod.layout())
     }
 
+    /// `look` run on the replica's index: without its lock when no replay overlaps it (a
+    /// replay bumps the replica's version, which `optimistic` checks), else again under
+    /// the read lock. `look` may run twice and sees a torn index on its first run; only a
+    /// run the version vouches for is answered.
+    #[inline]
+    pub(super) fn look<R>(&self, look: impl Fn(&View) -> R) -> R {
+        let fast = self.replica.optimistic(|view| {
+            let answer = look(view);
+            self.chaos.point(Point::LookBeforeValidation);
+            answer
+        });
+        match fast {
+            Some(answer) => answer,
+            None => {
+                let index = self.replica.read();
+                look(index.view())
+            }
+        }
+    }
+
+    /// Stores this host's host counter of the object behind `handle`, if it is still the
+    /// one stamped `stamp` (under the read lock: replay rewrites the same word).
+    fn note_host_counter(&self, handle: u32, stamp: u64, counter: Option<u32>) {
+        let index = self.replica.read();
+        if index.current(handle, stamp).is_some() {
+            index.set_host_counter(handle, counter);
+        }
+    }
+
     // Over 70 lines on purpose: Steps 1-3 of DESIGN section 8 in order, with the race cases
     // beside them.
     pub(super) fn read_start(&self, key: &[u8], c: &ThreadCounters) -> Result<ReadState> {
@@ -139,12 +168,13 @@ impl Shared {
                 self.catch_up()?;
             }
             self.chaos.point(Point::ReadAfterTailCheck);
-            let index = self.replica.index.read();
-            // 2. Look the key up.
-            let entry = index.lookup(key).ok_or(Error::UnknownKey)?;
+            // 2. Look the key up: without the replica's lock unless a replay overlaps (see
+            //    `look`).
+            let entry = self
+                .look(|view| view.lookup(key))
+                .ok_or(Error::UnknownKey)?;
             if let Some(owner) = entry.local_owner {
                 // In a host's DRAM (local partitions): back to CXL first.
-                drop(index);
                 self.bring_back_counted(owner, key, &mut brought_back, c)?;
                 continue;
             }
@@ -158,6 +188,9 @@ impl Shared {
                     guard: Guard::Log,
                 });
             };
+            // The record's word, outside the lookup's check (loaded inside it, a read took
+            // 10% longer here): a replay between the two that moves the record to another
+            // object, or wraps it, also changes this object's stamp, which step 5 checks.
             let word = records.load(record);
             c.add(Counter::ScrAtomics, 1);
             self.chaos.point(Point::ReadAfterCounter);
@@ -181,7 +214,6 @@ impl Shared {
             // A write is in progress (odd counter), or the record was freed by a
             // deallocation whose event this replica has not applied yet: wait, then look
             // again (the next tail check applies the event).
-            drop(index);
             c.add(
                 if word.in_use {
                     Counter::WaitsForWriter
@@ -230,8 +262,8 @@ impl Shared {
         if !counter_first {
             self.chaos.point(Point::ReadEndBetweenChecks);
         }
-        let index = self.replica.index.read();
-        let current = index.current(ticket.place.handle, ticket.stamp);
+        let (handle, stamp) = (ticket.place.handle, ticket.stamp);
+        let current = self.look(|view| view.current(handle, stamp));
         if !counter_first {
             word = load_record(c);
         }
@@ -247,7 +279,7 @@ impl Shared {
                 && (!word.in_use || word.counter != counter || records.writing(word))
             {
                 if current.is_some() {
-                    index.set_host_counter(ticket.place.handle, None);
+                    self.note_host_counter(handle, stamp, None);
                 }
                 c.add(
                     if word.in_use {
@@ -260,14 +292,14 @@ impl Shared {
                 return Ok(false);
             }
             // 6. Success: this host's lines of the object are those of version `counter`.
-            if current.is_some() {
-                index.set_host_counter(ticket.place.handle, Some(counter));
+            if current.is_some_and(|entry| entry.host_counter != Some(counter)) {
+                self.note_host_counter(handle, stamp, Some(counter));
             }
         } else if let Guard::Replicated { counter } = ticket.guard {
             // AllLog: the unchanged stamp says no Lock was applied since read_start, so
             // no write overlapped the copy, and this host's lines are of version `counter`.
-            if current.is_some() {
-                index.set_host_counter(ticket.place.handle, Some(counter));
+            if current.is_some_and(|entry| entry.host_counter != Some(counter)) {
+                self.note_host_counter(handle, stamp, Some(counter));
             }
         }
         c.add(Counter::Reads, 1);
@@ -299,12 +331,7 @@ impl Shared {
         loop {
             // 1. Tail check, lookup.
             self.catch_up()?;
-            let entry = self
-                .replica
-                .index
-                .read()
-                .lookup(key)
-                .ok_or(Error::UnknownKey)?;
+            let entry = self.replica.read().lookup(key).ok_or(Error::UnknownKey)?;
             if let Some(owner) = entry.local_owner {
                 // In a host's DRAM (local partitions): back to CXL first.
                 self.bring_back_counted(owner, key, &mut retries, c)?;
@@ -429,7 +456,7 @@ impl Shared {
         // counters unknown: harmless.)
         let next = word.counter + 2;
         if next > records.counter_mask() && !mutants::skipped(Step::WrapEvent) {
-            let key = self.replica.index.read().key_of(entry.handle);
+            let key = self.replica.read().key_of(entry.handle);
             if let Err(error) = self.submit(&Event::Wrap { key: &key }) {
                 self.restore_on_error(record, locked, word, c);
                 return Err(error);
@@ -547,7 +574,6 @@ impl Shared {
         self.catch_up()?;
         Ok(self
             .replica
-            .index
             .read()
             .current(entry.handle, entry.stamp)
             .is_some())
@@ -579,7 +605,6 @@ impl Shared {
         // Our cached lines are this version's; set the host counter while still holding
         // the lock (after the unlock the handle could be reused by a delete).
         self.replica
-            .index
             .read()
             .set_host_counter(state.place.handle, Some(next));
         let locked = RecordWord {
@@ -666,7 +691,7 @@ impl Shared {
         let mut brought_back = 0;
         loop {
             self.catch_up()?;
-            let Some(entry) = self.replica.index.read().lookup(key) else {
+            let Some(entry) = self.replica.read().lookup(key) else {
                 // Absent here: the delete still goes through the log (where it finds
                 // nothing), so every delete is an event every replica sees in order.
                 let event = Event::Delete {

@@ -179,7 +179,7 @@ impl Host {
         self.shared.check_key(key)?;
         self.shared.with_counters(|c| {
             self.shared.catch_up()?;
-            let entry = self.shared.replica.index.read().lookup(key);
+            let entry = self.shared.replica.read().lookup(key);
             match entry.ok_or(Error::UnknownKey)?.record {
                 Some(record) => self.shared.deallocate(key, record, c),
                 None => Ok(false),
@@ -192,7 +192,7 @@ impl Host {
     /// allocation whose event is not in the log yet).
     pub fn record_owner(&self, record: u32) -> Result<Option<Vec<u8>>> {
         self.shared.catch_up()?;
-        Ok(self.shared.replica.index.read().record_owner_key(record))
+        Ok(self.shared.replica.read().record_owner_key(record))
     }
 }
 
@@ -318,7 +318,7 @@ impl Shared {
             return Ok(false);
         };
         self.catch_up()?;
-        let Some(key) = self.replica.index.read().record_owner_key(record) else {
+        let Some(key) = self.replica.read().record_owner_key(record) else {
             // Claimed by an alloc whose event is still on its way: not ours to take.
             return Ok(false);
         };
@@ -403,7 +403,7 @@ impl Shared {
         let Some(hook) = &self.options.release_hook else {
             return Ok(true);
         };
-        let Some(entry) = self.replica.index.read().lookup(key) else {
+        let Some(entry) = self.replica.read().lookup(key) else {
             // Gone already: the event we are about to append will find nothing.
             return Ok(true);
         };

@@ -2,7 +2,7 @@
 //! module docs for the words), and the hasher of the index.
 
 use crate::ids::HostId;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicPtr, AtomicU64, Ordering};
 
 /// The index's hasher: hashbrown's default (seeded per process) in normal builds; a fixed
 /// one in loom models, where the number of arena loads per lookup must not change from one
@@ -59,27 +59,104 @@ pub(super) fn owner_of(meta: u64) -> Option<HostId> {
     }
 }
 
-/// The arena of index records.
-#[derive(Default)]
-pub(super) struct Arena {
-    chunks: Vec<Box<[AtomicU64]>>,
-    /// Next free word in the last chunk.
-    used_in_last: usize,
-    /// Freed records, by length in words.
-    free: Vec<Vec<u32>>,
+/// Chunks the arena can have: handles are 32-bit word indexes (one chunk short of the
+/// whole range, so that a handle + 1 fits in 32 bits too).
+#[cfg(not(megalon_loom))]
+const DIRECTORY: usize = (1 << (32 - CHUNK_SHIFT)) - 1;
+#[cfg(megalon_loom)]
+const DIRECTORY: usize = 16;
+
+/// The arena's words: a fixed directory of chunks, so that a reader without the lock
+/// never sees the directory move (chunks are added, never freed or moved, until the
+/// arena drops).
+pub(super) struct Words {
+    chunks: Box<[AtomicPtr<AtomicU64>]>,
 }
 
-impl Arena {
-    /// The words of the record at `handle` (and what follows it in its chunk).
+impl Default for Words {
+    fn default() -> Self {
+        #[cfg(not(megalon_loom))]
+        let chunks = {
+            let layout = std::alloc::Layout::array::<AtomicPtr<AtomicU64>>(DIRECTORY)
+                .expect("the directory's size fits");
+            // SAFETY: the layout is not empty. An `AtomicPtr` has the layout of a pointer,
+            // and all zeroes is the null pointer, so the zeroed memory is `DIRECTORY` valid
+            // values; the box frees it with the same layout (that of the slice). Zeroed
+            // memory is mapped lazily: an arena touches only the directory's pages that
+            // point at its chunks (1 MiB of address space, 4 KiB of it up to 512 chunks,
+            // 128 MiB of records).
+            unsafe {
+                let first = std::alloc::alloc_zeroed(layout) as *mut AtomicPtr<AtomicU64>;
+                if first.is_null() {
+                    std::alloc::handle_alloc_error(layout);
+                }
+                Box::from_raw(std::ptr::slice_from_raw_parts_mut(first, DIRECTORY))
+            }
+        };
+        #[cfg(megalon_loom)]
+        let chunks = (0..DIRECTORY)
+            .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+            .collect();
+        Self { chunks }
+    }
+}
+
+impl Drop for Words {
+    fn drop(&mut self) {
+        for chunk in self.chunks.iter() {
+            let chunk = chunk.load(Ordering::Acquire);
+            if !chunk.is_null() {
+                let words = std::ptr::slice_from_raw_parts_mut(chunk, CHUNK_WORDS);
+                // SAFETY: made by `Box::into_raw` of a `CHUNK_WORDS` slice in `add_chunk`,
+                // freed once; nobody reads the arena while it drops.
+                drop(unsafe { Box::from_raw(words) });
+            }
+        }
+    }
+}
+
+impl Words {
+    /// The words of the record at `handle` (and what follows it in its chunk), or `None`
+    /// if its chunk is not (yet, for a reader racing replay) there.
     #[inline]
-    pub(super) fn record(&self, handle: u32) -> &[AtomicU64] {
+    pub(super) fn try_record(&self, handle: u32) -> Option<&[AtomicU64]> {
         let handle = handle as usize;
-        &self.chunks[handle >> CHUNK_SHIFT][handle & (CHUNK_WORDS - 1)..]
+        // Acquire: pairs with `add_chunk`'s Release (the chunk's words as made).
+        let chunk = self
+            .chunks
+            .get(handle >> CHUNK_SHIFT)?
+            .load(Ordering::Acquire);
+        if chunk.is_null() {
+            return None;
+        }
+        let at = handle & (CHUNK_WORDS - 1);
+        // SAFETY: `chunk` points at `CHUNK_WORDS` words that live until the arena drops
+        // (the borrow of `self` outlives the slice); `at < CHUNK_WORDS`.
+        Some(unsafe { std::slice::from_raw_parts(chunk.add(at), CHUNK_WORDS - at) })
     }
 
-    // Relaxed, here and below: the arena changes only under the replica's write lock, and
-    // readers hold the read lock, which orders them after the writer. The host counter,
-    // written under the read lock, is a hint that readers check against the record.
+    /// The words of the record at `handle`, which the caller knows is allocated.
+    #[inline]
+    pub(super) fn record(&self, handle: u32) -> &[AtomicU64] {
+        self.try_record(handle)
+            .expect("a handle of an allocated record")
+    }
+
+    fn add_chunk(&self, index: usize) {
+        let chunk: Box<[AtomicU64]> = (0..CHUNK_WORDS).map(|_| AtomicU64::new(0)).collect();
+        let chunk = Box::into_raw(chunk) as *mut AtomicU64;
+        let slot = self
+            .chunks
+            .get(index)
+            .expect("the arena has room for its records");
+        slot.store(chunk, Ordering::Release);
+    }
+
+    // Relaxed, here and below: the arena changes only under the replica's write lock.
+    // Readers either hold the read lock, which orders them after the writer, or read
+    // without it and let the replica's seqlock say whether what they read holds. The
+    // host counter, written under the read lock, is a hint that readers check against
+    // the record.
     #[inline]
     pub(super) fn get(&self, handle: u32, field: usize) -> u64 {
         self.record(handle)[field].load(Ordering::Relaxed)
@@ -95,12 +172,20 @@ impl Arena {
         (self.get(handle, META) >> 32 & 0xffff) as usize
     }
 
+    /// Whether the record at `handle` holds `key`; `false` if the record is not there or
+    /// is cut short by its chunk's end (only a reader racing replay sees either).
     #[inline]
     pub(super) fn key_equals(&self, handle: u32, key: &[u8]) -> bool {
-        let record = self.record(handle);
+        let Some(record) = self.try_record(handle) else {
+            return false;
+        };
+        let words = key_words(key.len());
+        if record.len() < FIELD_WORDS + words {
+            return false;
+        }
         let meta = record[META].load(Ordering::Relaxed);
         (meta >> 32 & 0xffff) as usize == key.len()
-            && (0..key_words(key.len()))
+            && (0..words)
                 .all(|i| record[FIELD_WORDS + i].load(Ordering::Relaxed) == key_word(key, i))
     }
 
@@ -112,37 +197,51 @@ impl Arena {
         }
         &buf[..len]
     }
+}
 
-    pub(super) fn allocate(&mut self, words: usize) -> u32 {
-        if let Some(handle) = self.free.get_mut(words).and_then(Vec::pop) {
+/// Where the next record goes: the writer's side of the arena (replay only).
+#[derive(Default)]
+pub(super) struct Arena {
+    /// Chunks made so far.
+    chunks: usize,
+    /// Next free word in the last chunk.
+    used_in_last: usize,
+    /// Freed records, by length in words.
+    free: Vec<Vec<u32>>,
+}
+
+impl Arena {
+    pub(super) fn allocate(&mut self, words: &Words, len: usize) -> u32 {
+        if let Some(handle) = self.free.get_mut(len).and_then(Vec::pop) {
             return handle;
         }
-        if self.chunks.is_empty() || self.used_in_last + words > CHUNK_WORDS {
-            let chunk: Box<[AtomicU64]> = (0..CHUNK_WORDS).map(|_| AtomicU64::new(0)).collect();
-            self.chunks.push(chunk);
+        if self.chunks == 0 || self.used_in_last + len > CHUNK_WORDS {
+            words.add_chunk(self.chunks);
+            self.chunks += 1;
             self.used_in_last = 0;
         }
-        let handle = ((self.chunks.len() - 1) * CHUNK_WORDS + self.used_in_last) as u32;
-        self.used_in_last += words;
+        let handle = ((self.chunks - 1) * CHUNK_WORDS + self.used_in_last) as u32;
+        self.used_in_last += len;
         handle
     }
 
-    pub(super) fn release(&mut self, handle: u32, words: usize) {
-        if self.free.len() <= words {
-            self.free.resize_with(words + 1, Vec::new);
+    pub(super) fn release(&mut self, handle: u32, len: usize) {
+        if self.free.len() <= len {
+            self.free.resize_with(len + 1, Vec::new);
         }
-        self.free[words].push(handle);
+        self.free[len].push(handle);
     }
 
     pub(super) fn heap_bytes(&self) -> u64 {
-        let chunks = self.chunks.len() * CHUNK_WORDS * std::mem::size_of::<AtomicU64>()
-            + self.chunks.capacity() * std::mem::size_of::<Box<[AtomicU64]>>();
+        let chunks = self.chunks * CHUNK_WORDS * std::mem::size_of::<AtomicU64>();
+        // The directory's pages in use: a pointer per chunk.
+        let directory = self.chunks.div_ceil(512) * 4096;
         let free = self
             .free
             .iter()
             .map(|list| list.capacity() * 4)
             .sum::<usize>()
             + self.free.capacity() * std::mem::size_of::<Vec<u32>>();
-        (chunks + free) as u64
+        (chunks + directory + free) as u64
     }
 }

@@ -3,12 +3,13 @@
 
 use std::hash::BuildHasher;
 
-use hashbrown::HashTable;
+use std::sync::Arc;
 
 use super::arena::{
-    key_word, key_words, meta_word, owner_of, Arena, IndexHasher, FIELD_WORDS, META, PLACE, STAMP,
-    UNKNOWN_COUNTER,
+    key_word, key_words, meta_word, owner_of, Arena, IndexHasher, Words, FIELD_WORDS, META, PLACE,
+    STAMP, UNKNOWN_COUNTER,
 };
+use super::table::Table;
 use crate::slot::SlotAccounting;
 
 use crate::config::Coherence;
@@ -61,11 +62,58 @@ pub struct IndexEntry {
     pub(crate) handle: u32,
 }
 
-/// The index of one host.
-pub(crate) struct Index {
-    pub(super) table: HashTable<u32>,
-    pub(super) arena: Arena,
+/// The part of the index a reader may read without the replica's lock: the table and
+/// the arena's words, all atomics (see the replica's seqlock in `mod.rs`).
+#[derive(Default)]
+pub(crate) struct View {
+    pub(super) table: Table,
+    pub(super) words: Words,
     pub(super) hasher: IndexHasher,
+}
+
+impl View {
+    #[inline]
+    pub(super) fn entry(&self, handle: u32) -> IndexEntry {
+        let record = self.words.record(handle);
+        let place = record[PLACE].load(Ordering::Relaxed);
+        let meta = record[META].load(Ordering::Relaxed);
+        let counter = meta as u32;
+        let record_id = (place >> 32) as u32;
+        IndexEntry {
+            slot: place & 0xffff_ffff,
+            record: (record_id != NO_RECORD).then_some(record_id),
+            stamp: record[STAMP].load(Ordering::Relaxed),
+            host_counter: (counter != UNKNOWN_COUNTER).then_some(counter),
+            local_owner: owner_of(meta),
+            handle,
+        }
+    }
+
+    #[inline]
+    pub(super) fn find(&self, key: &[u8]) -> Option<u32> {
+        let hash = self.hasher.hash_one(key);
+        self.table
+            .find(hash, |handle| self.words.key_equals(handle, key))
+    }
+
+    /// The entry of `key`, if the object exists.
+    #[inline]
+    pub(crate) fn lookup(&self, key: &[u8]) -> Option<IndexEntry> {
+        self.find(key).map(|handle| self.entry(handle))
+    }
+
+    /// The entry behind `handle` if it still holds the object stamped `stamp` (no event
+    /// about it since): what a read checks at its end.
+    #[inline]
+    pub(crate) fn current(&self, handle: u32, stamp: u64) -> Option<IndexEntry> {
+        (self.words.get(handle, STAMP) == stamp).then(|| self.entry(handle))
+    }
+}
+
+/// The index of one host: the view readers share, and what only replay needs.
+pub(crate) struct Index {
+    pub(super) view: Arc<View>,
+    pub(super) arena: Arena,
     pub(super) objects: u64,
     pub(super) slot_count: u64,
     pub(super) record_count: u64,
@@ -101,9 +149,8 @@ impl Index {
         Self {
             all_log,
             lock_words: usize::from(all_log),
-            table: HashTable::new(),
+            view: Arc::new(View::default()),
             arena: Arena::default(),
-            hasher: IndexHasher::default(),
             objects: 0,
             slot_count,
             record_count,
@@ -127,7 +174,7 @@ impl Index {
     /// The key of the object behind `handle`.
     pub(crate) fn key_of(&self, handle: u32) -> Vec<u8> {
         let mut buf = [0u8; crate::limits::MAX_KEY_BYTES_LIMIT as usize];
-        self.arena.key_into(handle, &mut buf).to_vec()
+        self.words().key_into(handle, &mut buf).to_vec()
     }
 
     /// Objects in the index.
@@ -135,35 +182,30 @@ impl Index {
         self.objects
     }
 
+    /// The view readers share with this index.
+    pub(crate) fn view(&self) -> &Arc<View> {
+        &self.view
+    }
+
+    #[inline]
+    pub(super) fn words(&self) -> &Words {
+        &self.view.words
+    }
+
     #[inline]
     pub(super) fn entry(&self, handle: u32) -> IndexEntry {
-        let record = self.arena.record(handle);
-        let place = record[PLACE].load(Ordering::Relaxed);
-        let meta = record[META].load(Ordering::Relaxed);
-        let counter = meta as u32;
-        let record_id = (place >> 32) as u32;
-        IndexEntry {
-            slot: place & 0xffff_ffff,
-            record: (record_id != NO_RECORD).then_some(record_id),
-            stamp: record[STAMP].load(Ordering::Relaxed),
-            host_counter: (counter != UNKNOWN_COUNTER).then_some(counter),
-            local_owner: owner_of(meta),
-            handle,
-        }
+        self.view.entry(handle)
     }
 
     #[inline]
     pub(super) fn find(&self, key: &[u8]) -> Option<u32> {
-        let hash = self.hasher.hash_one(key);
-        self.table
-            .find(hash, |&handle| self.arena.key_equals(handle, key))
-            .copied()
+        self.view.find(key)
     }
 
     /// The entry of `key`, if the object exists.
     #[inline]
     pub(crate) fn lookup(&self, key: &[u8]) -> Option<IndexEntry> {
-        self.find(key).map(|handle| self.entry(handle))
+        self.view.lookup(key)
     }
 
     /// The entry of `key` with its replicated lock, in a pod with [`Coherence::AllLog`].
@@ -178,63 +220,62 @@ impl Index {
     #[inline]
     pub(crate) fn replicated_lock(&self, handle: u32) -> ReplicatedLock {
         debug_assert!(self.all_log, "only AllLog records have a lock word");
-        let at = FIELD_WORDS + key_words(self.arena.key_len(handle));
-        ReplicatedLock::from_word(self.arena.get(handle, at))
+        let at = FIELD_WORDS + key_words(self.words().key_len(handle));
+        ReplicatedLock::from_word(self.words().get(handle, at))
     }
 
     pub(super) fn set_replicated_lock(&self, handle: u32, lock: ReplicatedLock) {
-        let at = FIELD_WORDS + key_words(self.arena.key_len(handle));
-        self.arena.set(handle, at, lock.word());
+        let at = FIELD_WORDS + key_words(self.words().key_len(handle));
+        self.words().set(handle, at, lock.word());
     }
 
     /// The entry behind `handle` if it still holds the object stamped `stamp` (no event
     /// about it since): what a read checks at its end.
     pub(crate) fn current(&self, handle: u32, stamp: u64) -> Option<IndexEntry> {
-        (self.arena.get(handle, STAMP) == stamp).then(|| self.entry(handle))
+        self.view.current(handle, stamp)
     }
 
     /// Stores this host's host counter for the object behind `handle` (under the read
     /// lock, after checking with [`Index::current`] that it is still the same object).
     pub(crate) fn set_host_counter(&self, handle: u32, counter: Option<u32>) {
-        let meta = self.arena.get(handle, META);
+        let meta = self.words().get(handle, META);
         let key_len = (meta >> 32 & 0xffff) as usize;
         let counter = counter.unwrap_or(UNKNOWN_COUNTER);
-        self.arena
+        self.words()
             .set(handle, META, meta_word(counter, key_len, owner_of(meta)));
     }
 
     pub(super) fn set_owner(&self, handle: u32, owner: Option<HostId>) {
-        let meta = self.arena.get(handle, META);
+        let meta = self.words().get(handle, META);
         let key_len = (meta >> 32 & 0xffff) as usize;
-        self.arena
+        self.words()
             .set(handle, META, meta_word(meta as u32, key_len, owner));
     }
 
     pub(super) fn set_record(&self, handle: u32, record: u32) {
-        let slot = self.arena.get(handle, PLACE) & 0xffff_ffff;
-        self.arena
+        let slot = self.words().get(handle, PLACE) & 0xffff_ffff;
+        self.words()
             .set(handle, PLACE, slot | u64::from(record) << 32);
     }
 
     pub(super) fn record_of(&self, handle: u32) -> u32 {
-        (self.arena.get(handle, PLACE) >> 32) as u32
+        (self.words().get(handle, PLACE) >> 32) as u32
     }
 
     pub(super) fn slot_of(&self, handle: u32) -> u64 {
-        self.arena.get(handle, PLACE) & 0xffff_ffff
+        self.words().get(handle, PLACE) & 0xffff_ffff
     }
 
     pub(super) fn insert(&mut self, key: &[u8], slot: u64, stamp: u64) {
-        let handle = self
-            .arena
-            .allocate(FIELD_WORDS + key_words(key.len()) + self.lock_words);
-        self.arena.set(handle, STAMP, stamp);
-        self.arena
+        let len = FIELD_WORDS + key_words(key.len()) + self.lock_words;
+        let handle = self.arena.allocate(&self.view.words, len);
+        self.words().set(handle, STAMP, stamp);
+        self.words()
             .set(handle, PLACE, slot | u64::from(NO_RECORD) << 32);
-        self.arena
+        self.words()
             .set(handle, META, meta_word(UNKNOWN_COUNTER, key.len(), None));
         for i in 0..key_words(key.len()) {
-            self.arena.set(handle, FIELD_WORDS + i, key_word(key, i));
+            self.words().set(handle, FIELD_WORDS + i, key_word(key, i));
         }
         if self.all_log {
             // Unlocked, counter 0 (the arena record may be a reused one).
@@ -246,31 +287,26 @@ impl Index {
                 },
             );
         }
-        let hash = self.hasher.hash_one(key);
-        let Self {
-            table,
-            arena,
-            hasher,
-            ..
-        } = self;
-        table.insert_unique(hash, handle, |&other| {
-            // Rehash: rebuild the key from the arena (growth only, never on lookups).
+        let view = &*self.view;
+        let hash = view.hasher.hash_one(key);
+        view.table.insert(hash, handle, |other| {
+            // Growth places every entry anew, from its key in the arena.
             let mut bytes = [0u8; crate::limits::MAX_KEY_BYTES_LIMIT as usize];
-            hasher.hash_one(arena.key_into(other, &mut bytes))
+            view.hasher.hash_one(view.words.key_into(other, &mut bytes))
         });
         self.objects += 1;
+        debug_assert_eq!(self.objects, self.view.table.len() as u64);
     }
 
     pub(super) fn remove(&mut self, key: &[u8]) -> Option<IndexEntry> {
-        let hash = self.hasher.hash_one(key);
-        let Self { table, arena, .. } = self;
-        let (handle, _) = table
-            .find_entry(hash, |&handle| arena.key_equals(handle, key))
-            .ok()?
-            .remove();
+        let view = &*self.view;
+        let hash = view.hasher.hash_one(key);
+        let handle = view
+            .table
+            .remove(hash, |handle| view.words.key_equals(handle, key))?;
         let entry = self.entry(handle);
         // Poison the stamp so a stale handle never matches `current` again.
-        self.arena.set(handle, STAMP, u64::MAX);
+        self.words().set(handle, STAMP, u64::MAX);
         self.arena
             .release(handle, FIELD_WORDS + key_words(key.len()) + self.lock_words);
         self.objects -= 1;
@@ -279,7 +315,7 @@ impl Index {
 
     /// Marks an event about the object at `handle`: new stamp, host counter unknown.
     pub(super) fn touch(&self, handle: u32, stamp: u64) {
-        self.arena.set(handle, STAMP, stamp);
+        self.words().set(handle, STAMP, stamp);
         self.set_host_counter(handle, None);
     }
 
@@ -287,11 +323,13 @@ impl Index {
     pub(crate) fn snapshot(&self) -> Vec<(Vec<u8>, IndexEntry)> {
         let mut buf = [0u8; crate::limits::MAX_KEY_BYTES_LIMIT as usize];
         let mut out: Vec<(Vec<u8>, IndexEntry)> = self
+            .view
             .table
-            .iter()
-            .map(|&handle| {
+            .handles()
+            .into_iter()
+            .map(|handle| {
                 (
-                    self.arena.key_into(handle, &mut buf).to_vec(),
+                    self.words().key_into(handle, &mut buf).to_vec(),
                     self.entry(handle),
                 )
             })
@@ -302,7 +340,7 @@ impl Index {
 
     /// Bytes of DRAM the index holds: the table, the arena and the free lists.
     pub(crate) fn heap_bytes(&self) -> u64 {
-        self.table.allocation_size() as u64
+        self.view.table.heap_bytes()
             + self.arena.heap_bytes()
             + self.record_owners.allocation_size() as u64
     }

@@ -6,8 +6,9 @@
 //!
 //! Memory matters here: every host holds every object. Entries live in a chunked arena
 //! of 64-bit words (three words of fields, then the key, padded to a word), and the hash
-//! table holds only a 4-byte handle into the arena. With 24-byte keys an object costs 48
-//! arena bytes plus 5 table bytes per bucket; `docs/log.md` has the measurement.
+//! table (`table.rs`) holds only a 4-byte handle into the arena and a control byte. With
+//! 24-byte keys an object costs 48 arena bytes plus 5 table bytes per bucket;
+//! `docs/log.md` has the measurement.
 //!
 //! Arena record (64-bit words, little-endian packing of the key):
 //!
@@ -22,29 +23,46 @@
 //! stamp); they rewrite word 2 whole, with the key length and owner they read from it,
 //! which only the write lock changes.
 //!
+//! Readers need no lock in the common case. The table and the arena are atomic words
+//! that never move while the replica lives ([`View`]), and replay, which changes them
+//! under the write lock, makes the replica's `version` odd while it does (a seqlock).
+//! A reader reads the version, looks up, and reads the version again: if it was even and
+//! did not change, no replay overlapped the lookup, and what it read is what it would
+//! have read under the read lock. Otherwise it does it again under the read lock.
+//! Writing the host counter still takes the read lock (a reader must not rewrite word 2
+//! while replay changes it); a read whose counter is already known writes nothing.
+//!
 //! In a pod with [`Coherence::AllLog`] a record has one more word after the key: the
 //! object's replicated lock, its counter (low half) and its holder + 1 (bits 32..40; 0:
 //! unlocked), changed only by replaying `Lock` and `Unlock` events. Split pods do not
 //! have the word, so their records, lookups and memory per object are unchanged.
 
+use std::sync::Arc;
+
 use crate::ids::HostId;
+use crate::sync::{fence, AtomicU64, Ordering, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 mod apply;
 mod arena;
 mod index;
 mod snapshot;
+mod table;
 #[cfg(test)]
 mod tests;
 
 pub use apply::Outcome;
-pub(crate) use index::Index;
+pub(crate) use index::{Index, View};
 pub use index::{IndexEntry, ReplicatedLock};
 
 /// One host's replica: the index, how far it has applied the log, and the replayer's
 /// state (one replayer at a time).
-#[derive(Debug)]
 pub(crate) struct Replica {
-    pub(crate) index: crate::sync::RwLock<Index>,
+    /// Taken for writing only through [`Replica::write`], which keeps `version`.
+    index: RwLock<Index>,
+    /// The index's lock-free side.
+    view: Arc<View>,
+    /// Odd while replay changes the index (see the module's docs).
+    version: AtomicU64,
     /// Log positions below this are applied (this host's copy of its `ltail`).
     pub(crate) applied: crate::sync::AtomicU64,
     pub(crate) replay: crate::sync::Mutex<ReplayState>,
@@ -61,10 +79,50 @@ pub(crate) struct ReplayState {
     pub(crate) grants: Vec<(HostId, u64)>,
 }
 
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica")
+            .field("applied", &self.applied)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The index, locked for replay: the replica's version is odd until it drops.
+pub(crate) struct IndexWrite<'a> {
+    guard: RwLockWriteGuard<'a, Index>,
+    version: &'a AtomicU64,
+    odd: u64,
+}
+
+impl std::ops::Deref for IndexWrite<'_> {
+    type Target = Index;
+    fn deref(&self) -> &Index {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for IndexWrite<'_> {
+    fn deref_mut(&mut self) -> &mut Index {
+        &mut self.guard
+    }
+}
+
+impl Drop for IndexWrite<'_> {
+    fn drop(&mut self) {
+        // Release: a reader that reads this even version reads every change made under
+        // the guard. (The guard's own unlock follows.)
+        if !crate::mutants::skipped(crate::mutants::Step::ReplicaVersionKept) {
+            self.version.store(self.odd + 1, Ordering::Release);
+        }
+    }
+}
+
 impl Replica {
     pub(crate) fn new(index: Index, entry_bytes: usize) -> Self {
         Self {
-            index: crate::sync::RwLock::new(index),
+            view: Arc::clone(index.view()),
+            version: AtomicU64::new(0),
+            index: RwLock::new(index),
             applied: crate::sync::AtomicU64::new(0),
             replay: crate::sync::Mutex::new(ReplayState {
                 entry: vec![0; entry_bytes],
@@ -72,5 +130,47 @@ impl Replica {
                 grants: Vec::new(),
             }),
         }
+    }
+
+    /// The index for replay (or anything that changes it): readers without the lock
+    /// learn of it from the version.
+    pub(crate) fn write(&self) -> IndexWrite<'_> {
+        let guard = self.index.write();
+        // Writers are serialized by the lock: a load and a store make the version odd.
+        let odd = self.version.load(Ordering::Relaxed) + 1;
+        if !crate::mutants::skipped(crate::mutants::Step::ReplicaVersionKept) {
+            self.version.store(odd, Ordering::Relaxed);
+        }
+        // The odd version is ordered before every change under the guard: a reader that
+        // sees one of them sees (after its own Acquire fence) a version that moved.
+        fence(Ordering::Release);
+        IndexWrite {
+            guard,
+            version: &self.version,
+            odd,
+        }
+    }
+
+    /// The index for reading, under the read lock.
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, Index> {
+        self.index.read()
+    }
+
+    /// `look` run on the index without the lock: `Some` of its answer if no replay
+    /// overlapped it, `None` if one did (the caller then asks under the read lock).
+    /// `look` may see a torn index and must only read: no answer it gives is used unless
+    /// the version says the index did not change.
+    #[inline]
+    pub(crate) fn optimistic<R>(&self, look: impl FnOnce(&View) -> R) -> Option<R> {
+        // Acquire: pairs with `IndexWrite::drop`'s Release (the changes of the replay
+        // that made this version).
+        let before = self.version.load(Ordering::Acquire);
+        if before & 1 == 1 {
+            return None;
+        }
+        let answer = look(&self.view);
+        // The lookup's loads happen before the version's second load.
+        fence(Ordering::Acquire);
+        (self.version.load(Ordering::Relaxed) == before).then_some(answer)
     }
 }

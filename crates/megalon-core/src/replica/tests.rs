@@ -421,3 +421,26 @@ fn all_log_locks_follow_log_order_and_move_the_stamp_and_counter() {
         );
     }
 }
+
+/// The seqlock of lookups without the lock: a lookup that a replay overlapped (begun
+/// before it, or begun and ended inside it) is not answered; one that none overlapped is.
+#[test]
+fn a_lookup_without_the_lock_that_a_replay_overlaps_is_not_trusted() {
+    let mut index = index();
+    let mut pool = SlotPool::default();
+    let create = Event::Create { key: b"k", slot: 3 };
+    index.apply(0, 1, &create, 0, &mut pool).unwrap();
+    let replica = Replica::new(index, 64);
+    let found = |view: &View| view.lookup(b"k").map(|entry| entry.slot);
+    assert_eq!(replica.optimistic(found), Some(Some(3)), "nothing overlaps");
+    let inside = replica.optimistic(|view| {
+        let before = found(view);
+        drop(replica.write());
+        before
+    });
+    assert_eq!(inside, None, "a replay began and ended during the lookup");
+    let replay = replica.write();
+    assert_eq!(replica.optimistic(found), None, "a replay is under way");
+    drop(replay);
+    assert_eq!(replica.optimistic(found), Some(Some(3)), "it ended");
+}

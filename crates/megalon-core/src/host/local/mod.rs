@@ -225,7 +225,7 @@ impl Shared {
         copy: &mut dyn FnMut(&Source<'_>, usize) -> usize,
     ) -> Result<Place<usize>> {
         self.catch_up()?;
-        let index = self.replica.index.read();
+        let index = self.replica.read();
         Ok(match self.find(local, &index, key)? {
             Found::Mine(object) => {
                 if object.state.load(Ordering::Acquire) == ORPHANED {
@@ -263,7 +263,7 @@ impl Shared {
         change: &mut Option<impl FnOnce(Target<'_>) -> R>,
     ) -> Result<Place<R>> {
         self.catch_up()?;
-        let index = self.replica.index.read();
+        let index = self.replica.read();
         Ok(match self.find(local, &index, key)? {
             Found::Mine(object) => {
                 object.lock();

@@ -44,7 +44,7 @@ impl Shared {
             return Ok(false);
         };
         self.catch_up()?;
-        let Some(entry) = self.replica.index.read().lookup(key) else {
+        let Some(entry) = self.replica.read().lookup(key) else {
             return Ok(false);
         };
         if entry.local_owner.is_some() {
@@ -153,7 +153,7 @@ impl Shared {
         };
         let moving = local.moving.lock();
         self.catch_up()?;
-        let Some(entry) = self.replica.index.read().lookup(key) else {
+        let Some(entry) = self.replica.read().lookup(key) else {
             return Ok(MovedBack::NotHere);
         };
         if entry.local_owner != Some(self.id) {
@@ -242,7 +242,6 @@ impl Shared {
         self.catch_up()?;
         let holder = self
             .replica
-            .index
             .read()
             .lookup(&object.key)
             .and_then(|entry| (entry.slot == slot).then_some(entry.local_owner))
@@ -289,7 +288,7 @@ impl Shared {
         // The read protocol's steps for a read-shared object, without what `read_start`
         // would do for others (a best-effort policy brings nothing back, sends no RPC).
         self.catch_up()?;
-        let Some(entry) = self.replica.index.read().lookup(key) else {
+        let Some(entry) = self.replica.read().lookup(key) else {
             return Ok(());
         };
         if entry.record.is_some() || entry.local_owner.is_some() {
@@ -303,7 +302,7 @@ impl Shared {
         // replay cannot apply an event about the object in between.
         crate::sync::fence(Ordering::Acquire);
         self.catch_up()?;
-        let index = self.replica.index.read();
+        let index = self.replica.read();
         if let Some(entry) = index.current(entry.handle, entry.stamp) {
             if entry.record.is_none()
                 && entry.local_owner.is_none()
@@ -383,7 +382,7 @@ impl Shared {
     /// The host whose DRAM holds object `key`, as the replica says after catching up.
     pub(in crate::host) fn holder_of(&self, key: &[u8]) -> Result<Option<HostId>> {
         self.catch_up()?;
-        let index = self.replica.index.read();
+        let index = self.replica.read();
         Ok(index.lookup(key).and_then(|entry| entry.local_owner))
     }
 }
