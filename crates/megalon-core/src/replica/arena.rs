@@ -103,14 +103,17 @@ impl Default for Words {
 
 impl Drop for Words {
     fn drop(&mut self) {
+        // Chunks are made in order: the first null ends them (and the directory's pages
+        // past it are never touched).
         for chunk in self.chunks.iter() {
             let chunk = chunk.load(Ordering::Acquire);
-            if !chunk.is_null() {
-                let words = std::ptr::slice_from_raw_parts_mut(chunk, CHUNK_WORDS);
-                // SAFETY: made by `Box::into_raw` of a `CHUNK_WORDS` slice in `add_chunk`,
-                // freed once; nobody reads the arena while it drops.
-                drop(unsafe { Box::from_raw(words) });
+            if chunk.is_null() {
+                break;
             }
+            let words = std::ptr::slice_from_raw_parts_mut(chunk, CHUNK_WORDS);
+            // SAFETY: made by `Box::into_raw` of a `CHUNK_WORDS` slice in `add_chunk`, freed
+            // once; nobody reads the arena while it drops.
+            drop(unsafe { Box::from_raw(words) });
         }
     }
 }
