@@ -376,14 +376,30 @@ mod tests {
 
     #[test]
     fn word_copies_round_trip_at_every_alignment() {
-        let backing = vec![0u64; 64];
-        let base = backing.as_ptr() as *mut u8;
+        let mut backing = vec![0u64; 64];
         for start in 0..16usize {
             for len in [0usize, 1, 7, 8, 9, 63, 64, 65, 200] {
+                backing.fill(u64::from_ne_bytes([0xa5; 8]));
+                let base = backing.as_mut_ptr() as *mut u8;
                 let data: Vec<u8> = (0..len).map(|i| (i * 7 + start) as u8).collect();
                 // SAFETY: start + len <= 216 < 512 bytes of `backing`, accessed only
                 // through these atomic helpers.
                 unsafe { copy_in(base.add(start), &data) };
+                // In place, and nothing around it touched (a copy in and out that were
+                // wrong alike would still round-trip).
+                let bytes: Vec<u8> = backing.iter().flat_map(|w| w.to_ne_bytes()).collect();
+                assert_eq!(
+                    &bytes[start..start + len],
+                    &data[..],
+                    "start {start} len {len}"
+                );
+                assert!(
+                    bytes[..start]
+                        .iter()
+                        .chain(&bytes[start + len..])
+                        .all(|&b| b == 0xa5),
+                    "start {start} len {len}: bytes around the copy changed"
+                );
                 let mut out = vec![0u8; len];
                 // SAFETY: as above.
                 unsafe { copy_out(base.add(start), &mut out) };
