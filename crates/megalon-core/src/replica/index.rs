@@ -114,7 +114,6 @@ impl View {
 pub(crate) struct Index {
     pub(super) view: Arc<View>,
     pub(super) arena: Arena,
-    pub(super) objects: u64,
     pub(super) slot_count: u64,
     pub(super) record_count: u64,
     pub(super) max_hosts: u32,
@@ -132,7 +131,7 @@ pub(crate) struct Index {
 impl std::fmt::Debug for Index {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Index")
-            .field("objects", &self.objects)
+            .field("objects", &self.len())
             .field("slots", &self.slots)
             .finish_non_exhaustive()
     }
@@ -151,7 +150,6 @@ impl Index {
             lock_words: usize::from(all_log),
             view: Arc::new(View::default()),
             arena: Arena::default(),
-            objects: 0,
             slot_count,
             record_count,
             max_hosts,
@@ -179,7 +177,7 @@ impl Index {
 
     /// Objects in the index.
     pub(crate) fn len(&self) -> u64 {
-        self.objects
+        self.view.table.len() as u64
     }
 
     /// The view readers share with this index.
@@ -294,8 +292,6 @@ impl Index {
             let mut bytes = [0u8; crate::limits::MAX_KEY_BYTES_LIMIT as usize];
             view.hasher.hash_one(view.words.key_into(other, &mut bytes))
         });
-        self.objects += 1;
-        debug_assert_eq!(self.objects, self.view.table.len() as u64);
     }
 
     pub(super) fn remove(&mut self, key: &[u8]) -> Option<IndexEntry> {
@@ -309,7 +305,6 @@ impl Index {
         self.words().set(handle, STAMP, u64::MAX);
         self.arena
             .release(handle, FIELD_WORDS + key_words(key.len()) + self.lock_words);
-        self.objects -= 1;
         Some(entry)
     }
 

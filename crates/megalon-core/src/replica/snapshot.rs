@@ -24,7 +24,7 @@ impl Index {
         let mut words: Vec<u64> = Vec::with_capacity(3 + self.max_hosts as usize);
         words.push(self.slots.unclaimed.start);
         words.push(self.slots.unclaimed.end);
-        words.push(self.objects);
+        words.push(self.len());
         words.extend(self.slots.free_counts.iter().map(|&count| count as u64));
         for handle in self.view.table.handles() {
             let key_len = self.words().key_len(handle);
@@ -46,7 +46,7 @@ impl Index {
     /// Fills this index, which must be empty, from `bytes` made by
     /// [`Index::encode_snapshot`] on a replica of the same pod.
     pub(crate) fn decode_snapshot(&mut self, bytes: &[u8]) -> Result<()> {
-        debug_assert_eq!(self.objects, 0, "decoded into an empty index");
+        debug_assert_eq!(self.len(), 0, "decoded into an empty index");
         if !bytes.len().is_multiple_of(8) {
             return Err(corrupt("not whole words"));
         }

@@ -186,9 +186,19 @@ impl Table {
     /// while replay changes the table: the answer is then only as good as the caller's
     /// validation (the bound on probes keeps even a torn view finite).
     #[inline]
-    pub(super) fn find(&self, hash: u64, mut matches: impl FnMut(u32) -> bool) -> Option<u32> {
+    pub(super) fn find(&self, hash: u64, matches: impl FnMut(u32) -> bool) -> Option<u32> {
         let pin = reclaim::pin();
-        let buckets = self.buckets(&pin);
+        Self::probe(self.buckets(&pin), hash, matches).map(|(_, handle)| handle)
+    }
+
+    /// The bucket and handle of the entry with `hash` that `matches`: the probe of
+    /// [`find`](Self::find) and [`remove`](Self::remove).
+    #[inline]
+    fn probe(
+        buckets: &Buckets,
+        hash: u64,
+        mut matches: impl FnMut(u32) -> bool,
+    ) -> Option<(usize, u32)> {
         let control = control_of(hash);
         let mut at = home_of(hash, buckets.mask);
         for _ in 0..=buckets.mask {
@@ -200,7 +210,7 @@ impl Table {
             if seen == control {
                 let handle = buckets.handles[at].load(Ordering::Relaxed);
                 if matches(handle) {
-                    return Some(handle);
+                    return Some((at, handle));
                 }
             }
             at = (at + 1) & buckets.mask;
@@ -224,26 +234,13 @@ impl Table {
     }
 
     /// Removes the entry with `hash` that `matches`; its handle. Replay only.
-    pub(super) fn remove(&self, hash: u64, mut matches: impl FnMut(u32) -> bool) -> Option<u32> {
+    pub(super) fn remove(&self, hash: u64, matches: impl FnMut(u32) -> bool) -> Option<u32> {
         let pin = reclaim::pin();
         let buckets = self.buckets(&pin);
-        let control = control_of(hash);
-        let mut at = home_of(hash, buckets.mask);
-        loop {
-            let seen = buckets.control[at].load(Ordering::Relaxed);
-            if seen == EMPTY {
-                return None;
-            }
-            if seen == control {
-                let handle = buckets.handles[at].load(Ordering::Relaxed);
-                if matches(handle) {
-                    buckets.control[at].store(TOMBSTONE, Ordering::Release);
-                    self.live.fetch_sub(1, Ordering::Relaxed);
-                    return Some(handle);
-                }
-            }
-            at = (at + 1) & buckets.mask;
-        }
+        let (at, handle) = Self::probe(buckets, hash, matches)?;
+        buckets.control[at].store(TOMBSTONE, Ordering::Release);
+        self.live.fetch_sub(1, Ordering::Relaxed);
+        Some(handle)
     }
 
     /// A new array, without tombstones, of the fewest buckets that hold `entries` below
