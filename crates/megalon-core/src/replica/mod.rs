@@ -6,9 +6,9 @@
 //!
 //! Memory matters here: every host holds every object. Entries live in a chunked arena
 //! of 64-bit words (three words of fields, then the key, padded to a word), and the hash
-//! table (`table.rs`) holds only a 4-byte handle into the arena and a control byte. With
-//! 24-byte keys an object costs 48 arena bytes plus 5 table bytes per bucket;
-//! `docs/log.md` has the measurement.
+//! table (`table.rs`) holds only a 4-byte word per bucket: a tag of the key's hash and a
+//! handle into the arena. With 24-byte keys an object costs 48 arena bytes plus 4 table
+//! bytes per bucket; `docs/log.md` has the measurement.
 //!
 //! Arena record (64-bit words, little-endian packing of the key):
 //!

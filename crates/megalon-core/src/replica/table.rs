@@ -2,31 +2,38 @@
 //! that a reader may probe it while replay changes it (the replica's seqlock, in
 //! `mod.rs`, says afterwards whether what it read holds).
 //!
-//! A bucket is a control byte and a 4-byte arena handle, in two arrays (as in hashbrown,
-//! whose table this one replaces: 5 bytes a bucket, at a load between 7/16 and 7/8). The
-//! control byte is empty, a tombstone (a removed entry: probes go on past it), or full
-//! with seven bits of the key's hash, so a probe compares a key in the arena only when
-//! those match.
+//! A bucket is one 32-bit word: empty, a tombstone (a removed entry: probes go on past
+//! it), or full: a tag of the key's hash in its high bits and the arena handle (+ 2,
+//! so that no full bucket reads as empty or tombstone) in the rest. One load says both
+//! whether the bucket may hold the key and where its arena record is, so a lookup waits
+//! on two dependent loads before the object (the bucket, the record) where a control
+//! byte and a handle in two arrays made it three. A probe compares a key in the arena
+//! only when the tag matches.
+//!
+//! The tag has as many bits as the handles leave: 8 while the arena's handles fit in 24
+//! bits (128 MiB of records), one fewer for every doubling past that, down to none at the
+//! arena's 32-bit limit. A handle that needs more bits than the current array leaves
+//! rebuilds the array with a shorter tag, as growth does (each array keeps its own split,
+//! so a reader decodes a bucket by the array it loaded it from). A shorter tag costs only
+//! more key comparisons on collisions; at 4 bytes a bucket and a load between 7/16 and
+//! 7/8 the table costs 4.6 to 9.1 bytes an object.
 //!
 //! Only replay changes the table, under the replica's write lock; the methods that change
 //! it take `&self` because readers share the structure. Growth builds a new array and
 //! publishes it; the old one may still be under a reader's probe, so it is freed only
 //! once every reader that may hold it has let go (see `reclaim`).
 
-use crate::sync::{AtomicPtr, AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use crate::sync::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
-const EMPTY: u8 = 0;
-const TOMBSTONE: u8 = 1;
-/// A full bucket's control byte: this bit and seven bits of the key's hash.
-const FULL: u8 = 0x80;
+const EMPTY: u32 = 0;
+const TOMBSTONE: u32 = 1;
+/// What a full bucket adds to its handle, so that it is neither [`EMPTY`] nor
+/// [`TOMBSTONE`].
+const HANDLE_BIAS: u32 = 2;
+/// Most bits of tag a bucket has.
+const MAX_TAG_BITS: u32 = 8;
 /// Fewest buckets an array has.
 const MIN_BUCKETS: usize = 16;
-
-/// The control byte of an entry whose key hashes to `hash`.
-#[inline]
-fn control_of(hash: u64) -> u8 {
-    FULL | (hash >> 57) as u8
-}
 
 /// The home bucket of `hash` in an array of `mask + 1`.
 #[inline]
@@ -34,41 +41,85 @@ fn home_of(hash: u64, mask: usize) -> usize {
     hash as usize & mask
 }
 
+/// Bits of tag left beside `handle` (its bucket holds `handle + HANDLE_BIAS`).
+fn tag_bits_for(handle: u32) -> u32 {
+    let needed = u64::BITS - (u64::from(handle) + u64::from(HANDLE_BIAS)).leading_zeros();
+    (u32::BITS - needed.min(u32::BITS)).min(MAX_TAG_BITS)
+}
+
 struct Buckets {
     mask: usize,
-    control: Box<[AtomicU8]>,
-    handles: Box<[AtomicU32]>,
+    /// Bits of the bucket word below the tag (32 when there is no tag).
+    handle_bits: u32,
+    words: Box<[AtomicU32]>,
 }
 
 impl Buckets {
-    fn new(count: usize) -> Box<Self> {
+    fn new(count: usize, tag_bits: u32) -> Box<Self> {
         debug_assert!(count.is_power_of_two());
         Box::new(Self {
             mask: count - 1,
-            control: (0..count).map(|_| AtomicU8::new(EMPTY)).collect(),
-            handles: (0..count).map(|_| AtomicU32::new(0)).collect(),
+            handle_bits: u32::BITS - tag_bits,
+            words: (0..count).map(|_| AtomicU32::new(EMPTY)).collect(),
         })
+    }
+
+    /// Bits of tag this array's buckets carry.
+    fn tag_bits(&self) -> u32 {
+        u32::BITS - self.handle_bits
+    }
+
+    /// The tag of `hash` in this array, in place in the bucket word (its high bits).
+    #[inline]
+    fn tag_of(&self, hash: u64) -> u64 {
+        // The hash's top bits: the home takes its low ones. In u64, so that no tag (a
+        // shift by 64) is a tag of 0.
+        (hash >> self.handle_bits >> 32) << self.handle_bits
+    }
+
+    /// Whether this array can hold `handle` beside its tag.
+    fn fits(&self, handle: u32) -> bool {
+        u64::from(handle) + u64::from(HANDLE_BIAS) < 1u64 << self.handle_bits
+    }
+
+    /// The handle in a full bucket word `seen`, if its tag is `tag`.
+    #[inline]
+    fn handle_if(&self, seen: u32, tag: u64) -> Option<u32> {
+        let handle_mask = (1u64 << self.handle_bits) - 1;
+        let seen = u64::from(seen);
+        (seen & !handle_mask == tag).then(|| (seen & handle_mask) as u32 - HANDLE_BIAS)
     }
 
     /// Puts `handle` in the first bucket free from `hash`'s home on; whether that bucket
     /// was empty (not a tombstone).
     fn place(&self, hash: u64, handle: u32) -> bool {
+        debug_assert!(self.fits(handle));
+        let word = (self.tag_of(hash) | u64::from(handle + HANDLE_BIAS)) as u32;
         let mut at = home_of(hash, self.mask);
         loop {
-            let old = self.control[at].load(Ordering::Relaxed);
-            if old & FULL == 0 {
-                self.handles[at].store(handle, Ordering::Relaxed);
-                // Release: a reader that sees the control byte sees the handle, and the
-                // arena record (and chunk) written before it.
-                self.control[at].store(control_of(hash), Ordering::Release);
+            let old = self.words[at].load(Ordering::Relaxed);
+            if old == EMPTY || old == TOMBSTONE {
+                // Release: a reader that sees the bucket sees the arena record (and
+                // chunk) written before it.
+                self.words[at].store(word, Ordering::Release);
                 return old == EMPTY;
             }
             at = (at + 1) & self.mask;
         }
     }
 
+    /// The handles of this array's full buckets.
+    fn handles(&self) -> impl Iterator<Item = u32> + '_ {
+        let handle_mask = (1u64 << self.handle_bits) - 1;
+        self.words
+            .iter()
+            .map(|word| word.load(Ordering::Relaxed))
+            .filter(|&word| word != EMPTY && word != TOMBSTONE)
+            .map(move |word| (u64::from(word) & handle_mask) as u32 - HANDLE_BIAS)
+    }
+
     fn bytes(&self) -> u64 {
-        (self.control.len() * 5) as u64
+        (self.words.len() * std::mem::size_of::<AtomicU32>()) as u64
     }
 }
 
@@ -153,7 +204,7 @@ pub(super) struct Table {
 impl Default for Table {
     fn default() -> Self {
         Self {
-            current: AtomicPtr::new(Box::into_raw(Buckets::new(MIN_BUCKETS))),
+            current: AtomicPtr::new(Box::into_raw(Buckets::new(MIN_BUCKETS, MAX_TAG_BITS))),
             live: AtomicUsize::new(0),
             used: AtomicUsize::new(0),
             retire: reclaim::Retire::new(),
@@ -199,18 +250,19 @@ impl Table {
         hash: u64,
         mut matches: impl FnMut(u32) -> bool,
     ) -> Option<(usize, u32)> {
-        let control = control_of(hash);
+        let tag = buckets.tag_of(hash);
         let mut at = home_of(hash, buckets.mask);
         for _ in 0..=buckets.mask {
-            // Acquire: pairs with `place`'s Release (the handle and the arena record).
-            let seen = buckets.control[at].load(Ordering::Acquire);
+            // Acquire: pairs with `place`'s Release (the arena record).
+            let seen = buckets.words[at].load(Ordering::Acquire);
             if seen == EMPTY {
                 return None;
             }
-            if seen == control {
-                let handle = buckets.handles[at].load(Ordering::Relaxed);
-                if matches(handle) {
-                    return Some((at, handle));
+            if seen != TOMBSTONE {
+                if let Some(handle) = buckets.handle_if(seen, tag) {
+                    if matches(handle) {
+                        return Some((at, handle));
+                    }
                 }
             }
             at = (at + 1) & buckets.mask;
@@ -224,8 +276,10 @@ impl Table {
         let pin = reclaim::pin();
         let used = self.used.load(Ordering::Relaxed);
         let live = self.live.load(Ordering::Relaxed);
-        if (used + 1) * 8 > (self.buckets(&pin).mask + 1) * 7 {
-            self.grow(live + 1, &rehash, &pin);
+        let buckets = self.buckets(&pin);
+        if (used + 1) * 8 > (buckets.mask + 1) * 7 || !buckets.fits(handle) {
+            let tag_bits = buckets.tag_bits().min(tag_bits_for(handle));
+            self.grow(live + 1, tag_bits, &rehash, &pin);
         }
         if self.buckets(&pin).place(hash, handle) {
             self.used.fetch_add(1, Ordering::Relaxed);
@@ -238,19 +292,25 @@ impl Table {
         let pin = reclaim::pin();
         let buckets = self.buckets(&pin);
         let (at, handle) = Self::probe(buckets, hash, matches)?;
-        buckets.control[at].store(TOMBSTONE, Ordering::Release);
+        buckets.words[at].store(TOMBSTONE, Ordering::Release);
         self.live.fetch_sub(1, Ordering::Relaxed);
         Some(handle)
     }
 
     /// A new array, without tombstones, of the fewest buckets that hold `entries` below
-    /// 7/8 load: twice the old one when it filled (its load then about 7/16), the same
-    /// or fewer when tombstones filled it.
-    fn grow(&self, entries: usize, rehash: &impl Fn(u32) -> u64, pin: &reclaim::Pin) {
+    /// 7/8 load (twice the old one when it filled, its load then about 7/16; the same or
+    /// fewer when tombstones filled it), with `tag_bits` of tag.
+    fn grow(
+        &self,
+        entries: usize,
+        tag_bits: u32,
+        rehash: &impl Fn(u32) -> u64,
+        pin: &reclaim::Pin,
+    ) {
         let count = (entries * 8 / 7 + 1).next_power_of_two().max(MIN_BUCKETS);
-        let fresh = Buckets::new(count);
+        let fresh = Buckets::new(count, tag_bits);
         let mut used = 0;
-        for handle in self.handles_in(self.buckets(pin)) {
+        for handle in self.buckets(pin).handles() {
             fresh.place(rehash(handle), handle);
             used += 1;
         }
@@ -260,19 +320,10 @@ impl Table {
         self.retire.retire(old);
     }
 
-    fn handles_in<'a>(&self, buckets: &'a Buckets) -> impl Iterator<Item = u32> + 'a {
-        buckets
-            .control
-            .iter()
-            .zip(buckets.handles.iter())
-            .filter(|(control, _)| control.load(Ordering::Relaxed) & FULL != 0)
-            .map(|(_, handle)| handle.load(Ordering::Relaxed))
-    }
-
     /// Every handle in the table (replay, or under the read lock).
     pub(super) fn handles(&self) -> Vec<u32> {
         let pin = reclaim::pin();
-        self.handles_in(self.buckets(&pin)).collect()
+        self.buckets(&pin).handles().collect()
     }
 
     /// Entries in the table.
@@ -280,8 +331,7 @@ impl Table {
         self.live.load(Ordering::Relaxed)
     }
 
-    /// Bytes of DRAM the current bucket array holds (a control byte and a handle per
-    /// bucket).
+    /// Bytes of DRAM the current bucket array holds (a word per bucket).
     pub(super) fn heap_bytes(&self) -> u64 {
         let pin = reclaim::pin();
         self.buckets(&pin).bytes()
@@ -293,7 +343,7 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    /// Hashes with chosen homes: collisions on purpose (the control byte's bits vary).
+    /// Hashes with chosen homes: collisions on purpose (the tag's bits vary).
     fn hash(home: u32) -> u64 {
         u64::from(home) | u64::from(home.wrapping_mul(0x9e37_79b9)) << 32
     }
@@ -330,7 +380,7 @@ mod tests {
         let mut expected: Vec<u32> = model.keys().copied().collect();
         expected.sort_unstable();
         assert_eq!(all, expected);
-        assert!(table.heap_bytes() >= 2000 * 5, "it grew");
+        assert!(table.heap_bytes() >= 2000 * 4, "it grew");
     }
 
     #[test]
@@ -346,8 +396,46 @@ mod tests {
         assert_eq!(table.find(hash(7), |_| true), None);
         assert_eq!(
             table.heap_bytes(),
-            MIN_BUCKETS as u64 * 5,
+            MIN_BUCKETS as u64 * 4,
             "no growth from churn alone"
         );
+    }
+
+    #[test]
+    fn handles_past_24_bits_shorten_the_tag_and_stay_found() {
+        // Handles that leave 8, 7, 4 and no bits of tag: each rebuilds the array with a
+        // shorter tag, and every entry (old and new) is still found, also among
+        // colliding hashes (homes in groups of eight).
+        let handles = [
+            5,
+            (1 << 24) - 3,
+            1 << 24,
+            (1 << 27) + 9,
+            u32::MAX - 2 - (1 << 15),
+            u32::MAX - 2,
+        ];
+        let expected_tag_bits = [8, 8, 7, 4, 0, 0];
+        let table = Table::default();
+        for (i, (&handle, &tag_bits)) in handles.iter().zip(&expected_tag_bits).enumerate() {
+            let rehash = |h: u32| hash(handles.iter().position(|&x| x == h).unwrap() as u32 / 8);
+            table.insert(hash(i as u32 / 8), handle, rehash);
+            let pin = reclaim::pin();
+            assert_eq!(table.buckets(&pin).tag_bits(), tag_bits, "after {handle}");
+            for (j, &earlier) in handles[..=i].iter().enumerate() {
+                assert_eq!(
+                    table.find(hash(j as u32 / 8), |h| h == earlier),
+                    Some(earlier)
+                );
+            }
+        }
+        let mut all = table.handles();
+        all.sort_unstable();
+        assert_eq!(all, handles);
+        assert_eq!(
+            table.remove(hash(0), |h| h == u32::MAX - 2),
+            Some(u32::MAX - 2)
+        );
+        assert_eq!(table.find(hash(0), |h| h == u32::MAX - 2), None);
+        assert_eq!(table.find(hash(0), |h| h == 5), Some(5));
     }
 }
