@@ -25,6 +25,25 @@ mod portable;
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 use portable as imp;
 
+/// Copies `len` bytes from `src` to `dst` with one instruction (`rep movsb`), for copies
+/// to and from pod memory that other threads and hosts may change meanwhile.
+///
+/// The block is opaque to the compiler, and what it does is a byte-by-byte copy in which
+/// each byte is loaded and stored once, single-copy atomically: the effect of a loop of
+/// relaxed `AtomicU8` loads and stores, which races with nothing. So it may read bytes
+/// that a writer changes meanwhile (the protocol's counters say afterwards whether the
+/// copy holds), with none of the undefined behaviour of a plain `memcpy` racing a write.
+/// Fast-string microcode moves whole lines where it can, as `memcpy` does.
+///
+/// # Safety
+/// Both ranges must be valid for `len` bytes and must not overlap.
+#[cfg(all(target_arch = "x86_64", not(megalon_loom)))]
+#[inline]
+pub(crate) unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
+    // SAFETY: as the caller promised.
+    unsafe { imp::copy_bytes(src, dst, len) }
+}
+
 /// One way to push a cache line toward memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FlushInstruction {

@@ -83,3 +83,23 @@ pub(super) fn full_fence() {
     // SAFETY: MFENCE only orders loads and stores; it touches no memory or register.
     unsafe { asm!("mfence", options(nostack, preserves_flags)) };
 }
+
+/// Copies `len` bytes from `src` to `dst` with one `rep movsb`.
+///
+/// # Safety
+/// Both ranges must be valid for `len` bytes and must not overlap.
+#[cfg(not(megalon_loom))]
+#[inline]
+pub(super) unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
+    // SAFETY: the ranges are valid (caller). The direction flag is clear on entry to an
+    // asm block (the ABI), so the copy runs upward; REP MOVSB changes no flag.
+    unsafe {
+        asm!(
+            "rep movsb",
+            inout("rcx") len => _,
+            inout("rsi") src => _,
+            inout("rdi") dst => _,
+            options(nostack, preserves_flags)
+        )
+    };
+}
