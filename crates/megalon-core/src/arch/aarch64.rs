@@ -64,3 +64,11 @@ pub(super) fn full_fence() {
     // SAFETY: a barrier touches no memory or register.
     unsafe { asm!("dsb sy", options(nostack, preserves_flags)) };
 }
+
+#[inline]
+pub(super) fn prefetch_line(line: *const u8) {
+    // SAFETY: PRFM is a hint: it reads no value and does not fault, whatever the address.
+    unsafe {
+        asm!("prfm pldl1keep, [{}]", in(reg) line, options(nostack, preserves_flags, readonly))
+    };
+}

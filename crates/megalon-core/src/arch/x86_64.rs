@@ -103,3 +103,12 @@ pub(super) unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
         )
     };
 }
+
+#[inline]
+pub(super) fn prefetch_line(line: *const u8) {
+    // SAFETY: PREFETCHT0 (SSE, part of the x86-64 baseline) is a hint: it reads no value
+    // and does not fault, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line as *const i8)
+    };
+}

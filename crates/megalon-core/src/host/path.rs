@@ -107,6 +107,9 @@ impl Host {
             self.shared.read_via(key, c, &mut |source, len| {
                 let len = buf.len().min(len);
                 let first = len.min(Self::FIRST_READ_BYTES);
+                // The rest is likely wanted too (a value as long as the slot): its lines
+                // load while the first ones do, not after `extent` has seen them.
+                source.prefetch(len);
                 source.copy(0, &mut buf[..first]);
                 let total = extent(&buf[..first]).clamp(first, len);
                 if total > first {

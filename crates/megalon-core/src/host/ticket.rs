@@ -204,6 +204,11 @@ pub struct Done {
     pub retries: u32,
 }
 
+/// Most bytes of an object a read asks the cache to load ahead ([`Source::prefetch`]): a
+/// bound, so that a read of a large object does not ask for more lines than the cache
+/// holds for it.
+const PREFETCH_LIMIT_BYTES: usize = 4096;
+
 /// Where a read copies an object's bytes from.
 pub(super) enum Source<'a> {
     /// This host's DRAM: a copy.
@@ -215,6 +220,14 @@ pub(super) enum Source<'a> {
 }
 
 impl Source<'_> {
+    /// Starts loading the object's first `len` bytes (at most [`PREFETCH_LIMIT_BYTES`])
+    /// into the cache, for a read that copies them in more than one step.
+    pub(super) fn prefetch(&self, len: usize) {
+        if let Source::Pod(memory, offset) = self {
+            memory.prefetch(*offset, len.min(PREFETCH_LIMIT_BYTES));
+        }
+    }
+
     /// Copies the object's bytes `at..at + buf.len()` into `buf`.
     pub(super) fn copy(&self, at: usize, buf: &mut [u8]) {
         match self {

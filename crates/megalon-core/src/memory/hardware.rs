@@ -35,6 +35,15 @@ impl HardwareMemory {
         write_shared(&self.pod, offset, data)
     }
 
+    /// See [`super::Memory::prefetch`].
+    #[inline]
+    pub fn prefetch(&self, offset: u64, len: usize) {
+        #[cfg(not(megalon_loom))]
+        crate::arch::prefetch(self.pod.lnr_ptr(offset, len), len);
+        #[cfg(megalon_loom)]
+        self.pod.assert_in_lnr(offset, len);
+    }
+
     /// See [`super::Memory::load_u64`].
     #[inline]
     pub fn load_u64(&self, offset: u64) -> u64 {

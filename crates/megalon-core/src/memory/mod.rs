@@ -193,6 +193,18 @@ impl Memory {
         dispatch!(self, m => m.read(offset, buf))
     }
 
+    /// Starts loading `[offset, offset + len)` into this host's cache without waiting
+    /// (a hint: the next [`read`](Self::read) of it finds its lines on their way, all
+    /// in flight at once instead of one miss after another). Real memory only: the
+    /// simulated memory and the CXL model's charges ignore it.
+    #[inline]
+    pub fn prefetch(&self, offset: u64, len: usize) {
+        match self {
+            Memory::Hardware(m) => m.prefetch(offset, len),
+            Memory::Simulated(_) | Memory::Cxl(_) => {}
+        }
+    }
+
     /// Copies `data` to `offset` (into this host's cache; see [`Memory::write_back`]).
     #[inline]
     pub fn write(&self, offset: u64, data: &[u8]) {
