@@ -170,10 +170,12 @@ pub(crate) trait Worker {
         let mut draws = Draws::new(mix, worker);
         let mut value = vec![LOAD_BYTE; mix.value_bytes];
         let mut out = Vec::with_capacity(mix.value_bytes);
+        let mut key = Vec::with_capacity(mix::KEY_BYTES);
         let mut counts = Counts::default();
         while !stop.load(Ordering::Relaxed) {
             let draw = draws.next(&mut value);
-            let key = mix::key(draw.index());
+            // Into one buffer, as the KV store's own workers do: no allocation per draw.
+            mix::write_key(draw.index(), mix::KEY_BYTES, &mut key);
             match draw {
                 Draw::Put { .. } => {
                     self.put(&key, &value)?;

@@ -21,7 +21,9 @@
 //! The workload is the same for every peer: keys [`megalon_bench::mix::key`] (`user` and
 //! 12 digits), values of [`PeerSpec::value_bytes`], key choice by YCSB's scrambled
 //! Zipfian ([`megalon_bench::mix::Draws`], the draws the benchmarks' mix makes on the KV
-//! store, worker by worker).
+//! store, worker by worker), run by one loop for every peer (the default `Worker::run`
+//! in `drive.rs`: the key written into one buffer, one call at a time, no clock read per
+//! operation).
 //! Each run loads every key, then runs one timed phase per write ratio (default: 0%, only
 //! gets, then 100%, only puts), then checks a few keys: each worker writes some of them
 //! with known bytes and every worker reads all of them back and compares. A get that finds

@@ -1,18 +1,19 @@
 //! The megalon KV store as a peer: on an in-process pod (one host per worker thread), and
-//! on a pod file shared by child processes (one host each). Its workers load and run
-//! through the benchmarks' mix, as every other run of the KV store does
-//! ([`megalon_bench::mix::load`], [`megalon_bench::mix::run_worker`]).
+//! on a pod file shared by child processes (one host each). Its workers load through the
+//! benchmarks' mix, as every other run of the KV store does ([`megalon_bench::mix::load`]),
+//! and run the loop every peer runs ([`Worker::run`]'s default: the same draws, one
+//! operation at a time, no clock read per operation), so that the rates differ only by
+//! the stores.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use megalon_bench::mix::{self, Mix};
 use megalon_core::{Backing, Host, HostOptions, Join, Pod, PodConfig};
-use megalon_kv::{Megalon, Store};
+use megalon_kv::{KvHandle, Megalon, MegalonHandle, Store};
 
-use crate::drive::{self, Counts, Work, Worker};
+use crate::drive::{self, Work, Worker};
 use crate::{PeerError, PeerSpec, Rates};
 
 /// Bytes of the pod's coherent region (SCR), as the KV store examples default to.
@@ -38,37 +39,37 @@ fn describe_pod(config: &PodConfig) -> String {
     )
 }
 
-/// One worker: a host of the store.
+/// One worker: a host of the store, and its handle on it (made once: a handle holds the
+/// buffer its calls frame objects in).
 struct MegalonWorker<'s> {
     store: &'s Store<Megalon>,
     host: usize,
+    handle: KvHandle<MegalonHandle>,
+}
+
+impl<'s> MegalonWorker<'s> {
+    fn new(store: &'s Store<Megalon>, host: usize) -> Result<Self, PeerError> {
+        Ok(Self {
+            store,
+            host,
+            handle: store.handle(host)?,
+        })
+    }
 }
 
 impl Worker for MegalonWorker<'_> {
     fn get(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool, PeerError> {
-        Ok(self.store.handle(self.host)?.get_into(key, out)?)
+        Ok(self.handle.get_into(key, out)?)
     }
 
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), PeerError> {
-        Ok(self.store.handle(self.host)?.put(key, value)?)
+        Ok(self.handle.put(key, value)?)
     }
 
     fn load(&mut self, mix: &Mix, first: u64, step: u64) -> Result<u64, PeerError> {
         let loaded = AtomicU64::new(0);
         mix::load(self.store, self.host, mix, first, step, &loaded)?;
         Ok(loaded.load(Ordering::Relaxed))
-    }
-
-    fn run(&mut self, mix: &Mix, worker: u64, stop: &AtomicBool) -> Result<Counts, PeerError> {
-        let began = Instant::now();
-        let done = AtomicU64::new(0);
-        let run = mix::run_worker(self.store, self.host, worker, mix, stop, &done)?;
-        Ok(Counts {
-            gets: run.gets,
-            puts: run.puts,
-            gets_absent: run.gets_absent,
-            seconds: began.elapsed().as_secs_f64(),
-        })
     }
 }
 
@@ -87,12 +88,9 @@ pub(crate) fn run_threads(spec: &PeerSpec, notes: &mut Vec<String>) -> Result<Ra
         spec.workers,
         describe_pod(&config)
     ));
-    let mut workers: Vec<_> = (0..spec.workers)
-        .map(|host| MegalonWorker {
-            store: &store,
-            host,
-        })
-        .collect();
+    let mut workers = (0..spec.workers)
+        .map(|host| MegalonWorker::new(&store, host))
+        .collect::<Result<Vec<_>, _>>()?;
     drive::on_threads(spec, &mut workers)
 }
 
@@ -124,11 +122,5 @@ pub(crate) fn child(work: &Work, path: &Path) -> Result<(), PeerError> {
         HostOptions::new().wait_limit(work.wait()),
     )?;
     let store = Store::new(Megalon::new(pod, vec![Arc::new(host)]));
-    drive::serve(
-        work,
-        &mut MegalonWorker {
-            store: &store,
-            host: 0,
-        },
-    )
+    drive::serve(work, &mut MegalonWorker::new(&store, 0)?)
 }
