@@ -905,6 +905,18 @@ mod tests {
     }
 
     #[test]
+    fn keys_written_into_a_buffer_are_the_formatted_keys() {
+        let mut buffer = b"left over from a longer key".to_vec();
+        for index in [0, 7, 42, 999_999, 123_456_789_012] {
+            write_key(index, KEY_BYTES, &mut buffer);
+            assert_eq!(buffer, key(index), "key {index}");
+            assert_eq!(key_of_len(index, KEY_BYTES), key(index));
+        }
+        write_key(42, 24, &mut buffer);
+        assert_eq!(buffer, b"user00000000000000000042");
+    }
+
+    #[test]
     fn partitioned_gets_go_to_shared_keys_at_the_ratio_else_to_the_hosts_own() {
         let plan = partitioned(0.2);
         assert_eq!(plan.shared_keys(), 200);
