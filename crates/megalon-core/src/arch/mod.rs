@@ -26,7 +26,7 @@ mod portable;
 use portable as imp;
 
 /// Copies `len` bytes from `src` to `dst` with one instruction (`rep movsb`), for copies
-/// to and from pod memory that other threads and hosts may change meanwhile.
+/// out of pod memory that other threads and hosts may change meanwhile.
 ///
 /// The block is opaque to the compiler, and what it does is a byte-by-byte copy in which
 /// each byte is loaded and stored once, single-copy atomically: the effect of a loop of
