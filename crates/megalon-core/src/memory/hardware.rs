@@ -1,5 +1,5 @@
-//! Real memory: plain (atomic-word) loads and stores on the mapping and the real
-//! cache-maintenance instructions.
+//! Real memory: atomic loads and stores on the mapping (a copy out is one `rep movsb` on
+//! x86-64, an atomic byte copy in effect) and the real cache-maintenance instructions.
 //!
 //! In a loom model (`--cfg megalon_loom`) the same calls move model atomics, flushes do
 //! nothing (the model's memory is coherent: loom checks orderings, the simulated memory

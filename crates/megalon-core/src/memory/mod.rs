@@ -22,9 +22,11 @@
 //! byte. `benches/memory.rs` measures it against calling [`HardwareMemory`] directly
 //! (results in `docs/memory.md`).
 //!
-//! Object bytes are copied with atomic word accesses (`copy_out`, `copy_in`), never
-//! through a `&[u8]` into memory another host may be writing: such a read is a race by
-//! design (the seqlock check after it decides whether to trust it).
+//! Object bytes are copied out with one `rep movsb` on x86-64 (an atomic byte copy in
+//! effect: `crate::arch::copy_bytes`) or atomic word loads elsewhere (`copy_out`), and in
+//! with atomic word stores (`copy_in`), never through a `&[u8]` into memory another host
+//! may be writing: such a read is a race by design (the seqlock check after it decides
+//! whether to trust it).
 
 pub mod cxl;
 mod hardware;
@@ -289,8 +291,8 @@ fn model_words(
     (0..len as u64 / 8).map(move |i| pod.word(offset + i * 8))
 }
 
-/// Copies `buf.len()` bytes of the pod's memory at `offset` (in LNR) into `buf`, with
-/// atomic word loads; no cache is involved beyond the hardware's own.
+/// Copies `buf.len()` bytes of the pod's memory at `offset` (in LNR) into `buf`
+/// ([`copy_out`]); no cache is involved beyond the hardware's own.
 pub(crate) fn read_shared(pod: &Pod, offset: u64, buf: &mut [u8]) {
     #[cfg(not(megalon_loom))]
     {
