@@ -37,7 +37,7 @@ impl HardwareMemory {
 
     /// See [`super::Memory::prefetch`].
     #[inline]
-    pub fn prefetch(&self, offset: u64, len: usize) {
+    pub(crate) fn prefetch(&self, offset: u64, len: usize) {
         #[cfg(not(megalon_loom))]
         crate::arch::prefetch(self.pod.lnr_ptr(offset, len), len);
         #[cfg(megalon_loom)]

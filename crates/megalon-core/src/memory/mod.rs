@@ -200,7 +200,7 @@ impl Memory {
     /// in flight at once instead of one miss after another). Real memory only: the
     /// simulated memory and the CXL model's charges ignore it.
     #[inline]
-    pub fn prefetch(&self, offset: u64, len: usize) {
+    pub(crate) fn prefetch(&self, offset: u64, len: usize) {
         match self {
             Memory::Hardware(m) => m.prefetch(offset, len),
             Memory::Simulated(_) | Memory::Cxl(_) => {}
