@@ -239,7 +239,7 @@ impl Index {
         let lost = self.find(key).is_some_and(|handle| {
             // An object in a host's DRAM: the bytes in its slot are old. The deleter
             // brings it back to CXL first, then deletes.
-            if owner_of(self.words().get(handle, META)).is_some() {
+            if owner_of(self.words.get(handle, META)).is_some() {
                 return true;
             }
             if self.all_log {
@@ -346,8 +346,8 @@ impl Index {
         }
         a.outcome = Outcome::MoveLost;
         if let Some(handle) = self.find(key) {
-            let meta = self.words().get(handle, META);
-            if owner_of(meta).is_none() && self.words().get(handle, STAMP) == stamp {
+            let meta = self.words.get(handle, META);
+            if owner_of(meta).is_none() && self.words.get(handle, STAMP) == stamp {
                 self.set_owner(handle, Some(host));
                 self.touch(handle, at.position);
                 a.outcome = Outcome::Moved;
@@ -361,7 +361,7 @@ impl Index {
     fn apply_move_to_cxl(&mut self, at: At, key: &[u8], a: &mut Applied) {
         a.outcome = Outcome::MoveLost;
         if let Some(handle) = self.find(key) {
-            if owner_of(self.words().get(handle, META)) == Some(at.author) {
+            if owner_of(self.words.get(handle, META)) == Some(at.author) {
                 self.set_owner(handle, None);
                 self.touch(handle, at.position);
                 a.outcome = Outcome::Moved;
@@ -393,7 +393,7 @@ impl Index {
             .table
             .handles()
             .into_iter()
-            .filter(|&handle| owner_of(self.words().get(handle, META)) == Some(host))
+            .filter(|&handle| owner_of(self.words.get(handle, META)) == Some(host))
             .collect();
         for handle in held {
             self.set_owner(handle, None);
@@ -428,7 +428,7 @@ impl Index {
         // stays: its cached lines are no staler for its own lock. Other hosts drop their
         // lines, as for every event.
         if at.mine {
-            self.words().set(handle, STAMP, at.position);
+            self.words.set(handle, STAMP, at.position);
         } else {
             self.touch(handle, at.position);
         }
@@ -460,7 +460,7 @@ impl Index {
         );
         // The author wrote the object back before appending this: its cached lines are
         // this version's. Every other host drops its lines and forgets what it had.
-        self.words().set(handle, STAMP, at.position);
+        self.words.set(handle, STAMP, at.position);
         self.set_host_counter(handle, at.mine.then_some(counter));
         a.outcome = Outcome::Unlocked { counter };
         a.changed(self.slot_of(handle), at.mine);

@@ -110,7 +110,8 @@ impl View {
     }
 }
 
-/// The index of one host: the view readers share, and what only replay needs.
+/// The index of one host: the view readers share (its lookups are the index's, through
+/// `Deref`), and what only replay needs.
 pub(crate) struct Index {
     pub(super) view: Arc<View>,
     pub(super) arena: Arena,
@@ -126,6 +127,13 @@ pub(crate) struct Index {
     /// in the SCR and needs to know whose they are.
     pub(super) record_owners: hashbrown::HashMap<u32, u32>,
     pub(crate) slots: SlotAccounting,
+}
+
+impl std::ops::Deref for Index {
+    type Target = View;
+    fn deref(&self) -> &View {
+        &self.view
+    }
 }
 
 impl std::fmt::Debug for Index {
@@ -172,7 +180,7 @@ impl Index {
     /// The key of the object behind `handle`.
     pub(crate) fn key_of(&self, handle: u32) -> Vec<u8> {
         let mut buf = [0u8; crate::limits::MAX_KEY_BYTES_LIMIT as usize];
-        self.words().key_into(handle, &mut buf).to_vec()
+        self.words.key_into(handle, &mut buf).to_vec()
     }
 
     /// Objects in the index.
@@ -183,27 +191,6 @@ impl Index {
     /// The view readers share with this index.
     pub(crate) fn view(&self) -> &Arc<View> {
         &self.view
-    }
-
-    #[inline]
-    pub(super) fn words(&self) -> &Words {
-        &self.view.words
-    }
-
-    #[inline]
-    pub(super) fn entry(&self, handle: u32) -> IndexEntry {
-        self.view.entry(handle)
-    }
-
-    #[inline]
-    pub(super) fn find(&self, key: &[u8]) -> Option<u32> {
-        self.view.find(key)
-    }
-
-    /// The entry of `key`, if the object exists.
-    #[inline]
-    pub(crate) fn lookup(&self, key: &[u8]) -> Option<IndexEntry> {
-        self.view.lookup(key)
     }
 
     /// The entry of `key` with its replicated lock, in a pod with [`Coherence::AllLog`].
@@ -218,62 +205,56 @@ impl Index {
     #[inline]
     pub(crate) fn replicated_lock(&self, handle: u32) -> ReplicatedLock {
         debug_assert!(self.all_log, "only AllLog records have a lock word");
-        let at = FIELD_WORDS + key_words(self.words().key_len(handle));
-        ReplicatedLock::from_word(self.words().get(handle, at))
+        let at = FIELD_WORDS + key_words(self.words.key_len(handle));
+        ReplicatedLock::from_word(self.words.get(handle, at))
     }
 
     pub(super) fn set_replicated_lock(&self, handle: u32, lock: ReplicatedLock) {
-        let at = FIELD_WORDS + key_words(self.words().key_len(handle));
-        self.words().set(handle, at, lock.word());
-    }
-
-    /// The entry behind `handle` if it still holds the object stamped `stamp` (no event
-    /// about it since): what a read checks at its end.
-    pub(crate) fn current(&self, handle: u32, stamp: u64) -> Option<IndexEntry> {
-        self.view.current(handle, stamp)
+        let at = FIELD_WORDS + key_words(self.words.key_len(handle));
+        self.words.set(handle, at, lock.word());
     }
 
     /// Stores this host's host counter for the object behind `handle` (under the read
     /// lock, after checking with [`Index::current`] that it is still the same object).
     pub(crate) fn set_host_counter(&self, handle: u32, counter: Option<u32>) {
-        let meta = self.words().get(handle, META);
+        let meta = self.words.get(handle, META);
         let key_len = (meta >> 32 & 0xffff) as usize;
         let counter = counter.unwrap_or(UNKNOWN_COUNTER);
-        self.words()
+        self.words
             .set(handle, META, meta_word(counter, key_len, owner_of(meta)));
     }
 
     pub(super) fn set_owner(&self, handle: u32, owner: Option<HostId>) {
-        let meta = self.words().get(handle, META);
+        let meta = self.words.get(handle, META);
         let key_len = (meta >> 32 & 0xffff) as usize;
-        self.words()
+        self.words
             .set(handle, META, meta_word(meta as u32, key_len, owner));
     }
 
     pub(super) fn set_record(&self, handle: u32, record: u32) {
-        let slot = self.words().get(handle, PLACE) & 0xffff_ffff;
-        self.words()
+        let slot = self.words.get(handle, PLACE) & 0xffff_ffff;
+        self.words
             .set(handle, PLACE, slot | u64::from(record) << 32);
     }
 
     pub(super) fn record_of(&self, handle: u32) -> u32 {
-        (self.words().get(handle, PLACE) >> 32) as u32
+        (self.words.get(handle, PLACE) >> 32) as u32
     }
 
     pub(super) fn slot_of(&self, handle: u32) -> u64 {
-        self.words().get(handle, PLACE) & 0xffff_ffff
+        self.words.get(handle, PLACE) & 0xffff_ffff
     }
 
     pub(super) fn insert(&mut self, key: &[u8], slot: u64, stamp: u64) {
         let len = FIELD_WORDS + key_words(key.len()) + self.lock_words;
         let handle = self.arena.allocate(&self.view.words, len);
-        self.words().set(handle, STAMP, stamp);
-        self.words()
+        self.words.set(handle, STAMP, stamp);
+        self.words
             .set(handle, PLACE, slot | u64::from(NO_RECORD) << 32);
-        self.words()
+        self.words
             .set(handle, META, meta_word(UNKNOWN_COUNTER, key.len(), None));
         for i in 0..key_words(key.len()) {
-            self.words().set(handle, FIELD_WORDS + i, key_word(key, i));
+            self.words.set(handle, FIELD_WORDS + i, key_word(key, i));
         }
         if self.all_log {
             // Unlocked, counter 0 (the arena record may be a reused one).
@@ -302,7 +283,7 @@ impl Index {
             .remove(hash, |handle| view.words.key_equals(handle, key))?;
         let entry = self.entry(handle);
         // Poison the stamp so a stale handle never matches `current` again.
-        self.words().set(handle, STAMP, u64::MAX);
+        self.words.set(handle, STAMP, u64::MAX);
         self.arena
             .release(handle, FIELD_WORDS + key_words(key.len()) + self.lock_words);
         Some(entry)
@@ -310,7 +291,7 @@ impl Index {
 
     /// Marks an event about the object at `handle`: new stamp, host counter unknown.
     pub(super) fn touch(&self, handle: u32, stamp: u64) {
-        self.words().set(handle, STAMP, stamp);
+        self.words.set(handle, STAMP, stamp);
         self.set_host_counter(handle, None);
     }
 
@@ -324,7 +305,7 @@ impl Index {
             .into_iter()
             .map(|handle| {
                 (
-                    self.words().key_into(handle, &mut buf).to_vec(),
+                    self.words.key_into(handle, &mut buf).to_vec(),
                     self.entry(handle),
                 )
             })

@@ -27,17 +27,17 @@ impl Index {
         words.push(self.len());
         words.extend(self.slots.free_counts.iter().map(|&count| count as u64));
         for handle in self.view.table.handles() {
-            let key_len = self.words().key_len(handle);
-            let meta = self.words().get(handle, META);
-            words.push(self.words().get(handle, STAMP));
-            words.push(self.words().get(handle, PLACE));
+            let key_len = self.words.key_len(handle);
+            let meta = self.words.get(handle, META);
+            words.push(self.words.get(handle, STAMP));
+            words.push(self.words.get(handle, PLACE));
             words.push(meta_word(
                 super::arena::UNKNOWN_COUNTER,
                 key_len,
                 owner_of(meta),
             ));
             for i in 0..key_words(key_len) + self.lock_words {
-                words.push(self.words().get(handle, FIELD_WORDS + i));
+                words.push(self.words.get(handle, FIELD_WORDS + i));
             }
         }
         words.iter().flat_map(|word| word.to_le_bytes()).collect()
@@ -96,7 +96,7 @@ impl Index {
             self.set_owner(handle, owner_of(meta));
             if self.all_log {
                 let lock = next("an object's lock word")?;
-                self.words()
+                self.words
                     .set(handle, FIELD_WORDS + key_words(key_len), lock);
             }
         }

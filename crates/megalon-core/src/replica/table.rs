@@ -79,15 +79,25 @@ impl Buckets {
 
     /// Whether this array can hold `handle` beside its tag.
     fn fits(&self, handle: u32) -> bool {
-        u64::from(handle) + u64::from(HANDLE_BIAS) < 1u64 << self.handle_bits
+        u64::from(handle) + u64::from(HANDLE_BIAS) <= self.handle_mask()
+    }
+
+    /// The bits of a bucket word below its tag.
+    #[inline]
+    fn handle_mask(&self) -> u64 {
+        (1u64 << self.handle_bits) - 1
+    }
+
+    /// The handle in a full bucket word.
+    #[inline]
+    fn handle_of(&self, full: u32) -> u32 {
+        (u64::from(full) & self.handle_mask()) as u32 - HANDLE_BIAS
     }
 
     /// The handle in a full bucket word `seen`, if its tag is `tag`.
     #[inline]
     fn handle_if(&self, seen: u32, tag: u64) -> Option<u32> {
-        let handle_mask = (1u64 << self.handle_bits) - 1;
-        let seen = u64::from(seen);
-        (seen & !handle_mask == tag).then(|| (seen & handle_mask) as u32 - HANDLE_BIAS)
+        (u64::from(seen) & !self.handle_mask() == tag).then(|| self.handle_of(seen))
     }
 
     /// Puts `handle` in the first bucket free from `hash`'s home on; whether that bucket
@@ -110,12 +120,11 @@ impl Buckets {
 
     /// The handles of this array's full buckets.
     fn handles(&self) -> impl Iterator<Item = u32> + '_ {
-        let handle_mask = (1u64 << self.handle_bits) - 1;
         self.words
             .iter()
             .map(|word| word.load(Ordering::Relaxed))
             .filter(|&word| word != EMPTY && word != TOMBSTONE)
-            .map(move |word| (u64::from(word) & handle_mask) as u32 - HANDLE_BIAS)
+            .map(|word| self.handle_of(word))
     }
 
     fn bytes(&self) -> u64 {
