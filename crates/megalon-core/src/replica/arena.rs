@@ -138,6 +138,16 @@ impl Words {
         Some(unsafe { std::slice::from_raw_parts(chunk.add(at), CHUNK_WORDS - at) })
     }
 
+    /// Starts loading the record at `handle` (its fields and a key of `key_len` bytes),
+    /// without waiting for it: a hint, which changes nothing. A handle whose chunk is not
+    /// there (a stale guess) is left alone.
+    pub(super) fn prefetch(&self, handle: u32, key_len: usize) {
+        if let Some(record) = self.try_record(handle) {
+            let words = (FIELD_WORDS + key_words(key_len)).min(record.len());
+            crate::arch::prefetch(record.as_ptr().cast(), words * 8);
+        }
+    }
+
     /// The words of the record at `handle`, which the caller knows is allocated.
     #[inline]
     pub(super) fn record(&self, handle: u32) -> &[AtomicU64] {

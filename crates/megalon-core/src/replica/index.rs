@@ -96,6 +96,26 @@ impl View {
             .find(hash, |handle| self.words.key_equals(handle, key))
     }
 
+    /// The hash the index files `key` under.
+    #[inline]
+    pub(crate) fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// Starts loading, without waiting, the home buckets of the keys hashed `hashes`:
+    /// what their lookups wait on first. A hint; no answer depends on it.
+    pub(crate) fn prefetch_buckets(&self, hashes: &[u64]) {
+        self.table.prefetch_homes(hashes);
+    }
+
+    /// Starts loading, without waiting, the index records the home buckets of `hashes`
+    /// point at (with keys of `key_lens`): what the lookups wait on next, once the
+    /// buckets are in. A hint read without checks; no answer depends on it.
+    pub(crate) fn prefetch_records(&self, hashes: &[u64], key_lens: &[usize]) {
+        self.table
+            .home_handles(hashes, |i, handle| self.words.prefetch(handle, key_lens[i]));
+    }
+
     /// The entry of `key`, if the object exists.
     #[inline]
     pub(crate) fn lookup(&self, key: &[u8]) -> Option<IndexEntry> {

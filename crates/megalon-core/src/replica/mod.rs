@@ -156,6 +156,14 @@ impl Replica {
         self.index.read()
     }
 
+    /// `hint` run on the index without the lock and without the version: for work whose
+    /// outcome no answer depends on (asking the cache for lines a lookup will load).
+    /// `hint` may see a torn index and must only read.
+    #[inline]
+    pub(crate) fn hint(&self, hint: impl FnOnce(&View)) {
+        hint(&self.view)
+    }
+
     /// `look` run on the index without the lock: `Some` of its answer if no replay
     /// overlapped it, `None` if one did (the caller then asks under the read lock).
     /// `look` may see a torn index and must only read: no answer it gives is used unless

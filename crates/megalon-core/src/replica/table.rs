@@ -251,6 +251,33 @@ impl Table {
         Self::probe(self.buckets(&pin), hash, matches).map(|(_, handle)| handle)
     }
 
+    /// Starts loading the home bucket of each of `hashes`, without waiting for it: a
+    /// hint for a lookup to come, which changes nothing and reads no bucket.
+    pub(super) fn prefetch_homes(&self, hashes: &[u64]) {
+        let pin = reclaim::pin();
+        let buckets = self.buckets(&pin);
+        for &hash in hashes {
+            let bucket = &buckets.words[home_of(hash, buckets.mask)];
+            crate::arch::prefetch(std::ptr::from_ref(bucket).cast(), 4);
+        }
+    }
+
+    /// Calls `each(i, handle)` for each of `hashes` whose home bucket is full with a
+    /// matching tag (the entry a lookup most likely finds): a guess read without checks,
+    /// for prefetching only.
+    pub(super) fn home_handles(&self, hashes: &[u64], mut each: impl FnMut(usize, u32)) {
+        let pin = reclaim::pin();
+        let buckets = self.buckets(&pin);
+        for (i, &hash) in hashes.iter().enumerate() {
+            let seen = buckets.words[home_of(hash, buckets.mask)].load(Ordering::Relaxed);
+            if seen != EMPTY && seen != TOMBSTONE {
+                if let Some(handle) = buckets.handle_if(seen, buckets.tag_of(hash)) {
+                    each(i, handle);
+                }
+            }
+        }
+    }
+
     /// The bucket and handle of the entry with `hash` that `matches`: the probe of
     /// [`find`](Self::find) and [`remove`](Self::remove).
     #[inline]
