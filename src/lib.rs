@@ -66,7 +66,7 @@
 //! # The four calls on one object
 //!
 //! `read_start`/`read_end` and `write_start`/`write_end` are the object protocol itself;
-//! the safe calls (`read`, `write`, `update`) are built on them:
+//! the safe calls (`read`, `read_many`, `write`, `update`) are built on them:
 //!
 //! ```
 //! use std::sync::Arc;

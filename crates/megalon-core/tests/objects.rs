@@ -378,3 +378,113 @@ fn a_refusing_release_hook_keeps_the_record_and_the_object() {
         Err(Error::UnknownKey)
     ));
 }
+
+/// `keys` read with one `read_many` on `host`, each into a whole slot: the answers and
+/// the bytes, in order.
+fn read_many(host: &Host, keys: &[Vec<u8>]) -> Vec<Result<Vec<u8>, Error>> {
+    let mut bufs = vec![vec![0u8; SLOT]; keys.len()];
+    let mut reads: Vec<(&[u8], &mut [u8])> = keys
+        .iter()
+        .zip(bufs.iter_mut())
+        .map(|(key, buf)| (key.as_slice(), buf.as_mut_slice()))
+        .collect();
+    let answers = host.read_many(&mut reads);
+    assert_eq!(answers.len(), keys.len(), "an answer for every read");
+    answers
+        .into_iter()
+        .zip(bufs)
+        .map(|(answer, buf)| answer.map(|_| buf))
+        .collect()
+}
+
+#[test]
+fn read_many_answers_every_read_in_order_across_groups() {
+    let (a, b) = two_hosts(&pod(32, 64 << 10), small_cache, 11);
+    // 37 keys: more than one group, and a group cut short. Every third one is written
+    // (it has a record), every seventh is never created.
+    let keys: Vec<Vec<u8>> = (0..37).map(|i| format!("many-{i}").into_bytes()).collect();
+    for (i, key) in keys.iter().enumerate() {
+        if i % 7 != 6 {
+            a.create(key, &value(i as u8)).unwrap();
+            if i % 3 == 0 {
+                a.write(key, &value(i as u8 + 100)).unwrap();
+            }
+        }
+    }
+    for host in [&a, &b] {
+        for (i, answer) in read_many(host, &keys).into_iter().enumerate() {
+            match answer {
+                Ok(bytes) => {
+                    assert_ne!(i % 7, 6, "key {i} was never created");
+                    let tag = if i % 3 == 0 { i as u8 + 100 } else { i as u8 };
+                    assert_eq!(bytes, value(tag), "key {i}");
+                    assert_eq!(bytes, read(host, &keys[i]), "as read gives it");
+                }
+                Err(error) => {
+                    assert_eq!(i % 7, 6, "key {i}: {error}");
+                    assert!(matches!(error, Error::UnknownKey), "key {i}: {error}");
+                }
+            }
+        }
+    }
+    assert!(a.read_many(&mut []).is_empty());
+}
+
+#[test]
+fn read_many_refuses_bad_reads_and_still_answers_the_others() {
+    let (a, _b) = two_hosts(&pod(32, 64 << 10), small_cache, 13);
+    a.create(b"good", &value(1)).unwrap();
+    let long_key = vec![b'x'; 49];
+    let (mut small, mut big, mut fine, mut fine_too) = (
+        vec![0u8; 8],
+        vec![0u8; SLOT + 1],
+        vec![0u8; SLOT],
+        vec![0u8; SLOT],
+    );
+    let mut reads: Vec<(&[u8], &mut [u8])> = vec![
+        (&long_key, &mut fine),
+        (b"good", &mut big),
+        (b"good", &mut small),
+        (b"good", &mut fine_too),
+    ];
+    let answers = a.read_many(&mut reads);
+    assert!(matches!(
+        answers[0],
+        Err(Error::KeyTooLarge { key_bytes: 49, .. })
+    ));
+    assert!(
+        matches!(answers[1], Err(Error::ValueTooLarge { value_bytes, .. }) if value_bytes == SLOT + 1)
+    );
+    assert!(answers[2].is_ok() && answers[3].is_ok());
+    assert_eq!(small, value(1)[..8]);
+    assert_eq!(fine_too, value(1));
+}
+
+#[test]
+fn read_many_on_another_host_sees_every_write_without_stale_lines() {
+    // b's cache keeps lines until something drops them (no random eviction): a stale
+    // line of an object a rewrote stays unless the read protocol drops it.
+    let options = |seed| HostOptions::new().memory(common::simulated(seed, 4096, 0));
+    let (a, b) = two_hosts(&pod(8, 64 << 10), options, 17);
+    let keys: Vec<Vec<u8>> = (0..20).map(|i| format!("seen-{i}").into_bytes()).collect();
+    for key in &keys {
+        a.create(key, &value(0)).unwrap();
+    }
+    for round in 1..=40u8 {
+        // Half the objects rewritten each round (8-bit records: counters wrap).
+        for key in keys.iter().skip(usize::from(round % 2)).step_by(2) {
+            a.write(key, &value(round)).unwrap();
+        }
+        for (i, answer) in read_many(&b, &keys).into_iter().enumerate() {
+            let last = if round == 1 && i % 2 == 0 {
+                0
+            } else if i % 2 == usize::from(round % 2) {
+                round
+            } else {
+                round - 1
+            };
+            assert_eq!(answer.unwrap(), value(last), "round {round}, key {i}");
+        }
+    }
+    assert!(b.events().lines_invalidated > 0);
+}

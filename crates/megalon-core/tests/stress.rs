@@ -87,6 +87,8 @@ impl Default for Stress {
 }
 
 const SLOT_BYTES: u64 = 128;
+/// Keys of one `read_many` (a tenth of the calls, among the gets).
+const MANY_KEYS: usize = 4;
 /// The pod holds room for this many hosts, though only `hosts` join: the host table and
 /// cursors then leave few records in a 4 KiB SCR (704 of 8 bits), so records churn.
 const POD_MAX_HOSTS: u32 = 24;
@@ -268,6 +270,39 @@ fn run(stress: &Stress) -> Report {
                             let value = Value::new(writer, sequence);
                             (value, value.encode(SLOT_BYTES as usize).expect("encodes"))
                         };
+                        if (40..=49).contains(&choice) {
+                            // Gets of several keys in one `read_many`: each is a get of its
+                            // own, in flight for the whole call.
+                            let keys: Vec<Vec<u8>> = (0..MANY_KEYS)
+                                .map(|_| self::key(zipf.sample(&mut rng), stress.key_bytes))
+                                .collect();
+                            let pending: Vec<_> = keys
+                                .iter()
+                                .map(|key| recorder.invoke(key, Call::Get).expect("record"))
+                                .collect();
+                            let mut bufs = vec![vec![0u8; SLOT_BYTES as usize]; keys.len()];
+                            let mut reads: Vec<(&[u8], &mut [u8])> = keys
+                                .iter()
+                                .zip(bufs.iter_mut())
+                                .map(|(key, buf)| (key.as_slice(), buf.as_mut_slice()))
+                                .collect();
+                            let answers = host.read_many(&mut reads);
+                            for ((pending, answer), buf) in
+                                pending.into_iter().zip(answers).zip(&bufs)
+                            {
+                                let outcome = match answer {
+                                    Ok(_) => Outcome::of_read(Some(buf)),
+                                    Err(Error::UnknownKey) => Outcome::Absent,
+                                    // A get changes no value: failed, it had no effect.
+                                    Err(_) => {
+                                        errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                        Outcome::Failed
+                                    }
+                                };
+                                recorder.complete(pending, outcome).expect("record");
+                            }
+                            continue;
+                        }
                         let (call, result) = match choice {
                             0..=49 => (Call::Get, None),
                             50..=79 => {

@@ -28,6 +28,7 @@ use crate::sync::{AtomicU64, Mutex, Ordering};
 
 mod all_log;
 mod append;
+mod batch;
 mod combiner;
 mod crash;
 mod inspect;
