@@ -19,6 +19,9 @@
 //! - `read` (`object/read/read_shared`, `object/read/read_write`): `host.read(key, &mut
 //!   buf)` of a read-shared object, and of a read-write-shared one whose counter has not
 //!   changed since this host wrote it.
+//! - `read_many` (`object/read_many/read_shared`, `.../read_write`): `host.read_many` of
+//!   [`BATCH`] whole objects a call, timed per object; `read_each` is `read` again, one
+//!   object a call, as its baseline.
 //! - `write`: `host.write(key, &object)` of a read-write-shared object (lock, copy,
 //!   write-back of its 16 lines, fence, unlock); `write_ceiling`: the plain map lookup,
 //!   then `memory.write`, `memory.write_back` of 1 KiB and `memory.fence`.
@@ -305,6 +308,32 @@ fn read<'a>(setup: &'a Setup, set: &'a ObjectSet) -> impl Operation + 'a {
             .read(black_box(&set.keys[i]), &mut buf.0)
             .expect("read");
         black_box((&buf, done));
+    }
+}
+
+/// Objects a `read_many` call reads in [`read_many`].
+const BATCH: usize = 16;
+
+/// `Host::read_many` of whole objects, [`BATCH`] at a time: the call on object `i` reads
+/// objects `i + 1 - BATCH..=i` when `i + 1` is a multiple of [`BATCH`] and does nothing
+/// otherwise, so that a walk's time per object is the call's share per object.
+fn read_many<'a>(setup: &'a Setup, set: &'a ObjectSet) -> impl Operation + 'a {
+    let host = &setup.host;
+    let mut bufs: Vec<Box<Buffer>> = (0..BATCH).map(|_| buffer()).collect();
+    move |i| {
+        if (i + 1) % BATCH != 0 {
+            return;
+        }
+        let first = i + 1 - BATCH;
+        let mut reads: Vec<(&[u8], &mut [u8])> = set.keys[first..=i]
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|(key, buf)| (black_box(key.as_slice()), &mut buf.0[..]))
+            .collect();
+        for answer in host.read_many(&mut reads) {
+            black_box(answer.expect("read"));
+        }
+        black_box(&bufs);
     }
 }
 
@@ -700,6 +729,30 @@ fn main() {
             ("ceiling_locked", &mut ceiling_locked(&locked, &setup, rs)),
             ("ceiling_replica", &mut ceiling_replica(&setup, rs)),
             ("copy", &mut copy(&setup, rs)),
+        ],
+    );
+    compare(
+        &mut criterion,
+        paired_runs,
+        host,
+        rs,
+        "read_many",
+        &mut read_many(&setup, rs),
+        &mut [
+            ("ceiling", &mut ceiling(&setup, rs)),
+            ("read_each", &mut read(&setup, rs)),
+        ],
+    );
+    compare(
+        &mut criterion,
+        paired_runs,
+        host,
+        rw,
+        "read_many",
+        &mut read_many(&setup, rw),
+        &mut [
+            ("ceiling", &mut ceiling(&setup, rw)),
+            ("read_each", &mut read(&setup, rw)),
         ],
     );
     compare(
