@@ -488,3 +488,41 @@ fn read_many_on_another_host_sees_every_write_without_stale_lines() {
     }
     assert!(b.events().lines_invalidated > 0);
 }
+
+#[test]
+fn read_many_prefix_copies_what_each_extent_asks_as_read_prefix_does() {
+    let (a, b) = two_hosts(&pod(32, 64 << 10), small_cache, 19);
+    // Object i holds its length (10 + 9 i bytes) in its first byte.
+    let keys: Vec<Vec<u8>> = (0..20)
+        .map(|i| format!("prefix-{i}").into_bytes())
+        .collect();
+    for (i, key) in keys.iter().enumerate() {
+        let mut object = value(i as u8);
+        object[0] = 10 + 9 * i as u8;
+        a.create(key, &object).unwrap();
+        if i % 2 == 0 {
+            a.write(key, &object).unwrap();
+        }
+    }
+    let extent = |first: &[u8]| usize::from(first[0]);
+    let mut bufs = vec![vec![0u8; SLOT]; keys.len()];
+    let mut reads: Vec<(&[u8], &mut [u8])> = keys
+        .iter()
+        .zip(bufs.iter_mut())
+        .map(|(key, buf)| (key.as_slice(), buf.as_mut_slice()))
+        .collect();
+    let answers = b.read_many_prefix(&mut reads, &extent);
+    for (i, (answer, buf)) in answers.into_iter().zip(&bufs).enumerate() {
+        let (copied, _) = answer.unwrap();
+        let mut one = vec![0u8; SLOT];
+        let (expected, _) = b.read_prefix(&keys[i], &mut one, &extent).unwrap();
+        // The first line always, then as far as the extent says.
+        assert_eq!(copied, (10 + 9 * i).max(Host::FIRST_READ_BYTES), "key {i}");
+        assert_eq!(copied, expected, "key {i}: as read_prefix copies");
+        assert_eq!(buf[..copied], one[..copied], "key {i}");
+        assert!(
+            buf[copied..].iter().all(|&byte| byte == 0),
+            "key {i}: no more copied"
+        );
+    }
+}

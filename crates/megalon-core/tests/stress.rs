@@ -286,7 +286,19 @@ fn run(stress: &Stress) -> Report {
                                 .zip(bufs.iter_mut())
                                 .map(|(key, buf)| (key.as_slice(), buf.as_mut_slice()))
                                 .collect();
-                            let answers = host.read_many(&mut reads);
+                            // Half of them as prefix reads (two copies each: the first
+                            // line, then the rest the extent asks for, here all of it).
+                            let answers: Vec<Result<(), Error>> = if choice.is_multiple_of(2) {
+                                host.read_many(&mut reads)
+                                    .into_iter()
+                                    .map(|a| a.map(drop))
+                                    .collect()
+                            } else {
+                                host.read_many_prefix(&mut reads, &|_| usize::MAX)
+                                    .into_iter()
+                                    .map(|a| a.map(drop))
+                                    .collect()
+                            };
                             for ((pending, answer), buf) in
                                 pending.into_iter().zip(answers).zip(&bufs)
                             {

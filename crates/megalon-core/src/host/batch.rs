@@ -4,6 +4,7 @@
 //! step waits on (the index's buckets, its records, the objects) are asked for a step
 //! ahead, so that they load at the same time rather than one read after another.
 
+use super::path::copy_prefix;
 use super::ticket::{Done, ReadState, Source};
 use super::{Host, Shared};
 
@@ -15,12 +16,17 @@ use crate::error::Result;
 /// few enough that the first read's lines are still cached when its copy comes.
 const GROUP: usize = 16;
 
+/// How one read of a group copies: from where the object is, its length, into the
+/// read's buffer; returns the bytes copied.
+type Copy<'f> = dyn FnMut(&Source<'_>, usize, &mut [u8]) -> usize + 'f;
+
 impl Host {
     /// Reads several objects: `reads[i].1` gets the first `reads[i].1.len()` bytes of
     /// object `reads[i].0`, and the answer at `i` says how that read went, as
-    /// [`Host::read`] would (an unknown key is [`Error::UnknownKey`](crate::Error::UnknownKey) there, and the other
-    /// reads go on). Every read is checked as `read` checks one; one that overlapped a
-    /// write starts over alone, within the host's bound.
+    /// [`Host::read`] would (an unknown key is
+    /// [`Error::UnknownKey`](crate::Error::UnknownKey) there, and the other reads go on).
+    /// Every read is checked as `read` checks one; one that overlapped a write starts
+    /// over alone, within the host's bound.
     ///
     /// Faster per object than a loop of `read` when the objects and the index come from
     /// memory: a lone read waits on two loads of the index and then on the object, one
@@ -28,14 +34,44 @@ impl Host {
     /// partitions or copies on, or in a pod whose coherence is all-log, the reads run one
     /// after another.
     pub fn read_many(&self, reads: &mut [(&[u8], &mut [u8])]) -> Vec<Result<Done>> {
+        self.read_many_with(reads, &mut |source, _, buf| {
+            source.copy(0, buf);
+            buf.len()
+        })
+        .into_iter()
+        .map(|answer| answer.map(|(_, done)| done))
+        .collect()
+    }
+
+    /// [`Host::read_many`] of objects whose length is in their first bytes, each read as
+    /// [`Host::read_prefix`] reads one: the answer at `i` says how many bytes of
+    /// `reads[i].1` it copied.
+    pub fn read_many_prefix(
+        &self,
+        reads: &mut [(&[u8], &mut [u8])],
+        extent: &dyn Fn(&[u8]) -> usize,
+    ) -> Vec<Result<(usize, Done)>> {
+        self.read_many_with(reads, &mut |source, len, buf| {
+            copy_prefix(source, len, buf, extent)
+        })
+    }
+
+    fn read_many_with(
+        &self,
+        reads: &mut [(&[u8], &mut [u8])],
+        copy: &mut Copy<'_>,
+    ) -> Vec<Result<(usize, Done)>> {
         let mut answers = Vec::with_capacity(reads.len());
-        if self.shared.local.is_some() || self.shared.all_log {
-            answers.extend(reads.iter_mut().map(|(key, buf)| self.read(key, buf)));
-            return answers;
-        }
+        let one_by_one = self.shared.local.is_some() || self.shared.all_log;
         self.shared.with_counters(|c| {
+            if one_by_one {
+                for (key, buf) in reads.iter_mut() {
+                    answers.push(self.shared.read_one(key, buf, c, copy));
+                }
+                return;
+            }
             for group in reads.chunks_mut(GROUP) {
-                self.shared.read_group(group, c, &mut answers);
+                self.shared.read_group(group, c, copy, &mut answers);
             }
         });
         answers
@@ -48,7 +84,8 @@ impl Shared {
         &self,
         group: &mut [(&[u8], &mut [u8])],
         c: &ThreadCounters,
-        answers: &mut Vec<Result<Done>>,
+        copy: &mut Copy<'_>,
+        answers: &mut Vec<Result<(usize, Done)>>,
     ) {
         let n = group.len();
         debug_assert!(n <= GROUP);
@@ -74,7 +111,8 @@ impl Shared {
                 .and_then(|()| self.check_len(buf.len()))
                 .and_then(|()| self.read_start(key, c));
             if let Ok(ticket) = &ticket {
-                Source::Pod(&self.memory, ticket.place.offset).prefetch(buf.len());
+                Source::Pod(&self.memory, ticket.place.offset)
+                    .prefetch(buf.len().min(ticket.place.len));
             }
             started[i] = Some(ticket);
         }
@@ -83,11 +121,19 @@ impl Shared {
             let answer = match started[i].take().expect("every read started") {
                 Err(error) => Err(error),
                 Ok(ticket) => {
-                    Source::Pod(&self.memory, ticket.place.offset).copy(0, buf);
+                    let source = Source::Pod(&self.memory, ticket.place.offset);
+                    let copied = copy(&source, ticket.place.len, buf);
                     self.chaos.point(Point::ReadBeforeEnd);
                     match self.read_end(&ticket, c) {
-                        Ok(true) => Ok(Done { retries: 0 }),
-                        Ok(false) => self.read_again(key, buf, c),
+                        Ok(true) => Ok((copied, Done { retries: 0 })),
+                        Ok(false) => self.read_one(key, buf, c, copy).map(|(copied, done)| {
+                            (
+                                copied,
+                                Done {
+                                    retries: done.retries + 1,
+                                },
+                            )
+                        }),
                         Err(error) => Err(error),
                     }
                 }
@@ -96,15 +142,16 @@ impl Shared {
         }
     }
 
-    /// A read of the group whose check failed, on its own (as [`Host::read`]); its
-    /// answer counts the failed try.
-    fn read_again(&self, key: &[u8], buf: &mut [u8], c: &ThreadCounters) -> Result<Done> {
-        let (_, done) = self.read_via(key, c, &mut |source, _| {
-            source.copy(0, buf);
-            buf.len()
-        })?;
-        Ok(Done {
-            retries: done.retries + 1,
-        })
+    /// One read on its own, as [`Host::read`] makes it, copied with `copy`.
+    fn read_one(
+        &self,
+        key: &[u8],
+        buf: &mut [u8],
+        c: &ThreadCounters,
+        copy: &mut Copy<'_>,
+    ) -> Result<(usize, Done)> {
+        self.check_key(key)?;
+        self.check_len(buf.len())?;
+        self.read_via(key, c, &mut |source, len| copy(source, len, buf))
     }
 }

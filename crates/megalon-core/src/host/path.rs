@@ -105,20 +105,32 @@ impl Host {
         self.shared.check_len(buf.len())?;
         self.shared.with_counters(|c| {
             self.shared.read_via(key, c, &mut |source, len| {
-                let len = buf.len().min(len);
-                let first = len.min(Self::FIRST_READ_BYTES);
                 // The rest is likely wanted too (a value as long as the slot): its lines
                 // load while the first ones do, not after `extent` has seen them.
-                source.prefetch(len);
-                source.copy(0, &mut buf[..first]);
-                let total = extent(&buf[..first]).clamp(first, len);
-                if total > first {
-                    source.copy(first, &mut buf[first..total]);
-                }
-                total
+                source.prefetch(buf.len().min(len));
+                copy_prefix(source, len, buf, extent)
             })
         })
     }
+}
+
+/// [`Host::read_prefix`]'s copy of an object of `len` bytes from `source` into `buf`: the
+/// first [`Host::FIRST_READ_BYTES`] (or fewer), then the rest `extent` asks for. Returns
+/// the bytes copied.
+pub(super) fn copy_prefix(
+    source: &Source<'_>,
+    len: usize,
+    buf: &mut [u8],
+    extent: &dyn Fn(&[u8]) -> usize,
+) -> usize {
+    let len = buf.len().min(len);
+    let first = len.min(Host::FIRST_READ_BYTES);
+    source.copy(0, &mut buf[..first]);
+    let total = extent(&buf[..first]).clamp(first, len);
+    if total > first {
+        source.copy(first, &mut buf[first..total]);
+    }
+    total
 }
 
 impl Shared {
