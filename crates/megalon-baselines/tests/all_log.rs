@@ -8,7 +8,7 @@ use megalon_baselines::all_log::AllLog;
 use megalon_core::{
     Backing, Coherence, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, SimulatedConfig,
 };
-use megalon_kv::checked::{run_checked, seed_from_env, CheckedRun};
+use megalon_kv::checked::{recorded_operations, run_checked, seed_from_env, CheckedRun};
 use megalon_kv::{Scheme, Store};
 
 const HOSTS: usize = 3;
@@ -50,7 +50,7 @@ fn three_hosts_on_simulated_memory_are_linearizable() {
     let summary = run_checked(&store, &run).unwrap_or_else(|violation| panic!("{violation}"));
     let report = store.scheme().report();
     eprintln!("{summary:?}\n{report}");
-    assert_eq!(summary.operations, 6 * 17_000);
+    assert_eq!(summary.operations, recorded_operations(&run));
     assert_eq!(report.scheme, "all-log");
     let counter = |name| report.counter(name).expect(name);
     // Writes took their locks through the log, and no record was ever allocated.

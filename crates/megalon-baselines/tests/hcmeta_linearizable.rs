@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use megalon_baselines::hcmeta::{scr_bytes_per_shared_object, HcMeta, HcMetaConfig, Placement};
 use megalon_core::{MemoryKind, SimulatedConfig};
-use megalon_kv::checked::{run_checked, seed_from_env, CheckedRun};
+use megalon_kv::checked::{recorded_operations, run_checked, seed_from_env, CheckedRun};
 use megalon_kv::{Report, Scheme, Store};
 
 const HOSTS: usize = 3;
@@ -35,26 +35,21 @@ fn run(config: HcMetaConfig, seed: u64, operations_per_thread: u32) -> Report {
     .expect("scheme");
     let name = scheme.name();
     let store = Store::new(scheme);
-    let summary = run_checked(
-        &store,
-        &CheckedRun {
-            seed,
-            hosts: HOSTS,
-            threads_per_host: 2,
-            operations_per_thread,
-            keys: KEYS,
-        },
-    )
-    .unwrap_or_else(|violation| panic!("{name}: {violation}"));
+    let checked = CheckedRun {
+        seed,
+        hosts: HOSTS,
+        threads_per_host: 2,
+        operations_per_thread,
+        keys: KEYS,
+    };
+    let summary =
+        run_checked(&store, &checked).unwrap_or_else(|violation| panic!("{name}: {violation}"));
     let report = store.report();
     eprintln!(
         "{name}: {summary:?} in {:.1} s\n{report}",
         started.elapsed().as_secs_f64()
     );
-    assert_eq!(
-        summary.operations,
-        HOSTS * 2 * operations_per_thread as usize
-    );
+    assert_eq!(summary.operations, recorded_operations(&checked));
     report
 }
 

@@ -13,6 +13,30 @@ use crate::error::Error;
 use crate::scheme::Scheme;
 use crate::store::Store;
 
+/// Keys of one `get_many` in a checked run.
+const MANY_KEYS: u64 = 3;
+
+/// The operations a checked run's history holds: one per call, but [`MANY_KEYS`] for a
+/// `get_many` (the calls a thread makes are drawn from its seed alone, so they are known
+/// before the run).
+pub fn recorded_operations(run: &CheckedRun) -> usize {
+    (0..run.hosts * run.threads_per_host)
+        .map(|worker| {
+            let mut rng = worker_seed(run, worker);
+            (0..run.operations_per_thread)
+                .map(|_| match (xorshift(&mut rng) >> 40) % 10 {
+                    4 => MANY_KEYS as usize,
+                    _ => 1,
+                })
+                .sum::<usize>()
+        })
+        .sum()
+}
+
+fn worker_seed(run: &CheckedRun, worker: usize) -> u64 {
+    run.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (worker as u64 + 1)
+}
+
 /// One checked run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CheckedRun {
@@ -35,9 +59,10 @@ fn xorshift(state: &mut u64) -> u64 {
     *state
 }
 
-/// Runs `run` on `store` and checks the history: 50% gets, 30% puts, 10% inserts, 10%
-/// deletes, values of random length up to the store's largest. Returns the checker's
-/// summary, or a description of the violation naming the seed. Panics if the store
+/// Runs `run` on `store` and checks the history: 40% gets, 10% `get_many` of three keys
+/// (a get of each in the history), 30% puts, 10% inserts, 10% deletes, values of random
+/// length up to the store's largest. Returns the checker's summary, whose operations
+/// [`recorded_operations`] counts, or a description of the violation naming the seed. Panics if the store
 /// fails a call with anything but the errors the call allows (an unknown key for a
 /// delete, an existing key for an insert).
 pub fn run_checked<S: Scheme>(
@@ -56,8 +81,7 @@ pub fn run_checked<S: Scheme>(
                     let mut kv = store.handle(host).expect("handle");
                     let process = ProcessId::new(host as u32, worker as u32);
                     let mut recorder = ThreadRecorder::new(process, clock);
-                    let mut rng =
-                        run.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (worker as u64 + 1);
+                    let mut rng = worker_seed(run, worker);
                     let mut out = Vec::new();
                     start.wait();
                     for sequence in 0..run.operations_per_thread {
@@ -73,7 +97,26 @@ pub fn run_checked<S: Scheme>(
                         let value = Value::new(worker as u32, u64::from(sequence));
                         let bytes = value.encode(len).expect("encode");
                         match (draw >> 40) % 10 {
-                            0..=4 => {
+                            4 => {
+                                // Gets of this key and the next two in one `get_many`: each a
+                                // get of its own, in flight for the whole call.
+                                let keys: Vec<Vec<u8>> = (0..MANY_KEYS)
+                                    .map(|k| {
+                                        format!("k{}", (key_index + k) % run.keys).into_bytes()
+                                    })
+                                    .collect();
+                                let asked: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+                                let pending: Vec<_> = keys
+                                    .iter()
+                                    .map(|key| recorder.invoke(key, Call::Get).unwrap())
+                                    .collect();
+                                let answers = kv.get_many(&asked);
+                                for (pending, answer) in pending.into_iter().zip(answers) {
+                                    let found = answer.expect("get_many");
+                                    recorder.complete_read(pending, found.as_deref()).unwrap();
+                                }
+                            }
+                            0..=3 => {
                                 let pending = recorder.invoke(&key, Call::Get).unwrap();
                                 let found = kv.get_into(&key, &mut out).expect("get");
                                 recorder

@@ -171,6 +171,18 @@ impl SchemeHandle for MegalonHandle {
         Ok(total)
     }
 
+    fn read_many(
+        &mut self,
+        reads: &mut [(&[u8], &mut [u8])],
+        extent: &dyn Fn(&[u8]) -> usize,
+    ) -> Vec<Result<usize>> {
+        self.host
+            .read_many_prefix(reads, extent)
+            .into_iter()
+            .map(|answer| Ok(answer.map(|(total, _)| total)?))
+            .collect()
+    }
+
     fn delete(&mut self, key: &[u8]) -> Result<()> {
         Ok(self.host.delete(key)?)
     }

@@ -69,6 +69,21 @@ pub trait SchemeHandle: Send {
         extent: &dyn Fn(&[u8]) -> usize,
     ) -> Result<usize>;
 
+    /// Reads several objects, each as [`read`](Self::read) reads one: object
+    /// `reads[i].0` into `reads[i].1`, the answer at `i` being that read's. Not atomic
+    /// across the objects. The default reads them one after another; a scheme that can
+    /// overlap the reads' waits on memory does so.
+    fn read_many(
+        &mut self,
+        reads: &mut [(&[u8], &mut [u8])],
+        extent: &dyn Fn(&[u8]) -> usize,
+    ) -> Vec<Result<usize>> {
+        reads
+            .iter_mut()
+            .map(|(key, buf)| self.read(key, buf, extent))
+            .collect()
+    }
+
     /// Deletes object `key`. Fails with [`Error::UnknownKey`](crate::Error::UnknownKey)
     /// if it does not exist.
     fn delete(&mut self, key: &[u8]) -> Result<()>;

@@ -44,6 +44,7 @@ impl<S: Scheme> Store<S> {
             inner: self.scheme.handle(host)?,
             limits: self.scheme.limits(),
             buf: vec![0; self.scheme.limits().object_bytes],
+            many: Vec::new(),
             new_value: Vec::with_capacity(max_value_bytes(self.scheme.limits())),
         })
     }
@@ -71,12 +72,23 @@ fn framed_len(first: &[u8]) -> usize {
     }
 }
 
+/// The value in the `read` bytes of an object: after the length prefix, as long as the
+/// prefix says. The read is one whole version, so its prefix is one a put wrote; clamped
+/// all the same, for an object some other program wrote into the pod.
+fn unframe(read: &[u8]) -> &[u8] {
+    let len = (framed_len(read) - LENGTH_PREFIX_BYTES)
+        .min(read.len().saturating_sub(LENGTH_PREFIX_BYTES));
+    &read[LENGTH_PREFIX_BYTES.min(read.len())..][..len]
+}
+
 /// One thread's handle on the store, through one host. Not shared between threads.
 pub struct KvHandle<H: SchemeHandle> {
     inner: H,
     limits: Limits,
     /// One object's bytes, for framing (the calls do not allocate).
     buf: Vec<u8>,
+    /// An object's bytes for each read of a `get_many`, kept between calls.
+    many: Vec<Vec<u8>>,
     /// The value an update's change builds, kept between calls.
     new_value: Vec<u8>,
 }
@@ -148,12 +160,41 @@ impl<H: SchemeHandle> KvHandle<H> {
             Err(Error::UnknownKey) => return Ok(false),
             other => other?,
         };
-        // The read is one whole version, so its prefix is one a put wrote; clamped all
-        // the same, for an object some other program wrote into the pod.
-        let len = (framed_len(&self.buf[..read]) - LENGTH_PREFIX_BYTES)
-            .min(read.saturating_sub(LENGTH_PREFIX_BYTES));
-        out.extend_from_slice(&self.buf[LENGTH_PREFIX_BYTES..LENGTH_PREFIX_BYTES + len]);
+        out.extend_from_slice(unframe(&self.buf[..read]));
         Ok(true)
+    }
+
+    /// The values of `keys`, each read as [`get`](Self::get) reads one; the answer at `i`
+    /// is `keys[i]`'s. Not atomic across the keys: each read is linearizable on its own.
+    /// Faster per key than a loop of `get` where the scheme overlaps the reads' waits on
+    /// memory (megalon: [`Host::read_many`](megalon_core::Host::read_many)).
+    pub fn get_many(&mut self, keys: &[&[u8]]) -> Vec<Result<Option<Vec<u8>>>> {
+        let object_bytes = self.limits.object_bytes;
+        if self.many.len() < keys.len() {
+            self.many.resize_with(keys.len(), || vec![0; object_bytes]);
+        }
+        let mut answers: Vec<Result<Option<Vec<u8>>>> = keys
+            .iter()
+            .map(|key| self.check_key(key).map(|()| None))
+            .collect();
+        // The keys that passed the check, each with its buffer, to the scheme at once.
+        let mut reads: Vec<(&[u8], &mut [u8])> = Vec::with_capacity(keys.len());
+        let mut asked = Vec::with_capacity(keys.len());
+        for (i, (key, buf)) in keys.iter().zip(self.many.iter_mut()).enumerate() {
+            if answers[i].is_ok() {
+                reads.push((key, buf));
+                asked.push(i);
+            }
+        }
+        let read = self.inner.read_many(&mut reads, &framed_len);
+        for ((answer, i), (_, buf)) in read.into_iter().zip(asked).zip(reads) {
+            answers[i] = match answer {
+                Ok(read) => Ok(Some(unframe(&buf[..read]).to_vec())),
+                Err(Error::UnknownKey) => Ok(None),
+                Err(error) => Err(error),
+            };
+        }
+        answers
     }
 
     /// `key`'s value, or `None`.

@@ -56,6 +56,41 @@ fn put_get_insert_delete_across_hosts() {
 }
 
 #[test]
+fn get_many_answers_every_key_as_get_does() {
+    let store = store();
+    let (mut a, mut b) = (store.handle(0).unwrap(), store.handle(1).unwrap());
+    // Values of every length from empty to the longest, some keys never put, one key
+    // too long: more keys than one group of reads.
+    let keys: Vec<Vec<u8>> = (0..40).map(|i| format!("many:{i}").into_bytes()).collect();
+    let value = |i: usize| -> Vec<u8> { (0..i * 6 % 253).map(|j| (i + j) as u8).collect() };
+    for (i, key) in keys.iter().enumerate() {
+        if i % 5 != 4 {
+            a.put(key, &value(i)).unwrap();
+        }
+    }
+    let too_long = [b'k'; 25];
+    let mut asked: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    asked.insert(7, &too_long);
+    let answers = b.get_many(&asked);
+    assert_eq!(answers.len(), asked.len());
+    for (key, answer) in asked.iter().zip(answers) {
+        match b.get(key) {
+            Ok(expected) => assert_eq!(answer.unwrap(), expected, "{key:?}"),
+            Err(expected) => assert_eq!(
+                format!("{answer:?}"),
+                format!("{:?}", Err::<(), _>(expected))
+            ),
+        }
+    }
+    assert_eq!(
+        b.get_many(&[keys[3].as_slice()]).remove(0).unwrap(),
+        Some(value(3))
+    );
+    assert_eq!(b.get_many(&[keys[4].as_slice()]).remove(0).unwrap(), None);
+    assert!(b.get_many(&[]).is_empty());
+}
+
+#[test]
 fn the_largest_value_and_key_fit_and_one_byte_more_is_refused() {
     let store = store();
     assert_eq!(store.max_value_bytes(), 256 - LENGTH_PREFIX_BYTES);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use megalon_core::{
     Backing, Host, HostOptions, Join, Layout, MemoryKind, Pod, PodConfig, SimulatedConfig,
 };
-use megalon_kv::checked::{run_checked, seed_from_env, CheckedRun};
+use megalon_kv::checked::{recorded_operations, run_checked, seed_from_env, CheckedRun};
 use megalon_kv::{Megalon, Report, Scheme, Store};
 
 struct Run {
@@ -81,21 +81,21 @@ fn run(run: &Run) -> Report {
         })
         .collect();
     let store = Store::new(Megalon::new(pod, hosts));
-    let summary = run_checked(
-        &store,
-        &CheckedRun {
-            seed: run.seed,
-            hosts: run.hosts,
-            threads_per_host: run.threads_per_host,
-            operations_per_thread: run.operations_per_thread,
-            keys: run.keys,
-        },
-    )
-    .unwrap_or_else(|violation| panic!("{violation}"));
+    let checked = CheckedRun {
+        seed: run.seed,
+        hosts: run.hosts,
+        threads_per_host: run.threads_per_host,
+        operations_per_thread: run.operations_per_thread,
+        keys: run.keys,
+    };
+    let summary = run_checked(&store, &checked).unwrap_or_else(|violation| panic!("{violation}"));
     let report = store.scheme().report();
     eprintln!("{summary:?}\n{report}");
-    let operations = run.hosts * run.threads_per_host * run.operations_per_thread as usize;
-    assert_eq!(summary.operations, operations, "every operation is checked");
+    assert_eq!(
+        summary.operations,
+        recorded_operations(&checked),
+        "every operation is checked"
+    );
     report
 }
 
