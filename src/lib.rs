@@ -33,6 +33,19 @@
 //! let mut buf = [0u8; 12];
 //! b.read(b"greeting", &mut buf)?;
 //! assert_eq!(&buf, b"hello from a");
+//!
+//! // Several objects in one call: each read checked on its own, their waits on memory
+//! // overlapped; an answer for each.
+//! a.create(b"farewell", b"bye from a")?;
+//! let (mut first, mut second) = ([0u8; 5], [0u8; 10]);
+//! let answers = b.read_many(&mut [
+//!     (&b"greeting"[..], &mut first[..]),
+//!     (&b"farewell"[..], &mut second[..]),
+//!     (&b"nobody"[..], &mut [0u8; 1][..]),
+//! ]);
+//! assert!(answers[0].is_ok() && answers[1].is_ok());
+//! assert!(matches!(answers[2], Err(megalon::Error::UnknownKey)));
+//! assert_eq!((&first, &second), (b"hello", b"bye from a"));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -58,6 +71,9 @@
 //! let mut on_b = store_b.handle(0)?;
 //! on_a.put(b"user:1", b"ada")?;
 //! assert_eq!(on_b.get(b"user:1")?.as_deref(), Some(&b"ada"[..]));
+//! let both = on_b.get_many(&[&b"user:1"[..], &b"user:2"[..]]);
+//! assert_eq!(both[0].as_ref().ok(), Some(&Some(b"ada".to_vec())));
+//! assert_eq!(both[1].as_ref().ok(), Some(&None));
 //! on_b.delete(b"user:1")?;
 //! assert_eq!(on_a.get(b"user:1")?, None);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
