@@ -533,8 +533,13 @@ impl Shared {
     ) -> Result<()> {
         let records = Records::new(&self.pod);
         let before = locked.counter.wrapping_sub(1) & records.counter_mask();
-        let key = self.replica.read().record_owner_key(record);
-        let entry = key.as_ref().and_then(|key| self.replica.read().lookup(key));
+        // One read of the index for both: the record's object, then its entry.
+        let (key, entry) = {
+            let index = self.replica.read();
+            let key = index.record_owner_key(record);
+            let entry = key.as_ref().and_then(|key| index.lookup(key));
+            (key, entry)
+        };
         let counter = match (&entry, undo_ready) {
             (Some(entry), true) => {
                 let place = self.place(entry);
