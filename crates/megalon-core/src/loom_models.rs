@@ -170,7 +170,9 @@ fn loom_a_read_that_validates_never_saw_half_a_write() {
             a.write(b"x", &object_bytes(2))
                 .expect("first write allocates the record");
         },
-        |a| drop(a.write(b"x", &object_bytes(3)).expect("write")),
+        |a| {
+            a.write(b"x", &object_bytes(3)).expect("write");
+        },
     );
 }
 
