@@ -439,3 +439,49 @@ fn a_writer_that_locks_a_record_reassigned_since_its_lookup_backs_out() {
     assert_eq!(read(reader, b"y"), value(7));
     assert_eq!(read(reader, b"q"), value(5));
 }
+
+/// A read of `read_many` whose check fails starts over alone, and the bound counts the
+/// failed try: with `max_retries` 0 it gives up at once, as a lone read does; with 1 it
+/// reads again once and answers one retry. The defect: the read alone started its own
+/// count, one more try than the host allows.
+#[test]
+fn a_read_many_read_that_a_write_overlaps_starts_over_within_the_bound() {
+    for max_retries in [0, 1] {
+        let pod = pod(32, 64 << 10);
+        let writer = on_hardware(&pod, 0);
+        let reader = leak(
+            &pod,
+            1,
+            options()
+                .memory(MemoryKind::Hardware)
+                .max_retries(max_retries),
+        );
+        written_k(writer);
+        let mut pending_write = Some(value(2));
+        let answer = chaos::with_hook(
+            move |point| {
+                if point == Point::ReadBeforeEnd {
+                    if let Some(bytes) = pending_write.take() {
+                        writer.write(b"k", &bytes).unwrap();
+                    }
+                }
+            },
+            || {
+                let mut buf = vec![0u8; SLOT];
+                let answer = reader.read_many(&mut [(&b"k"[..], &mut buf[..])]).remove(0);
+                answer.map(|done| (done, buf))
+            },
+        );
+        match max_retries {
+            0 => assert!(
+                matches!(answer, Err(Error::RetriesExhausted { retries: 0 })),
+                "{answer:?}"
+            ),
+            _ => {
+                let (done, bytes) = answer.unwrap();
+                assert_eq!(done.retries, 1);
+                assert_eq!(bytes, value(2), "the read after the write sees it");
+            }
+        }
+    }
+}

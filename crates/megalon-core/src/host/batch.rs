@@ -126,14 +126,9 @@ impl Shared {
                     self.chaos.point(Point::ReadBeforeEnd);
                     match self.read_end(&ticket, c) {
                         Ok(true) => Ok((copied, Done { retries: 0 })),
-                        Ok(false) => self.read_one(key, buf, c, copy).map(|(copied, done)| {
-                            (
-                                copied,
-                                Done {
-                                    retries: done.retries + 1,
-                                },
-                            )
-                        }),
+                        // Started over alone, this try counted in the bound.
+                        Ok(false) => self
+                            .read_via_after(key, c, 1, &mut |source, len| copy(source, len, buf)),
                         Err(error) => Err(error),
                     }
                 }

@@ -160,9 +160,25 @@ impl Shared {
         c: &ThreadCounters,
         copy: &mut dyn FnMut(&Source<'_>, usize) -> usize,
     ) -> Result<(usize, super::Done)> {
-        self.poll_rpcs(c);
+        self.read_via_after(key, c, 0, copy)
+    }
+
+    /// [`Shared::read_via`] of a read that has already started over `retries` times (a
+    /// read of `read_many` whose check failed): the bound counts those too.
+    pub(super) fn read_via_after(
+        &self,
+        key: &[u8],
+        c: &ThreadCounters,
+        mut retries: u32,
+        copy: &mut dyn FnMut(&Source<'_>, usize) -> usize,
+    ) -> Result<(usize, super::Done)> {
         let max_retries = self.options.max_retries;
-        let mut retries = 0;
+        if retries > max_retries {
+            return Err(Error::RetriesExhausted {
+                retries: max_retries,
+            });
+        }
+        self.poll_rpcs(c);
         let mut writer_wait: Option<Backoff> = None;
         loop {
             let done = super::Done { retries };
