@@ -72,6 +72,10 @@ fn framed_len(first: &[u8]) -> usize {
     }
 }
 
+/// Keys a [`KvHandle::get_many`] hands the scheme at once: the handle keeps an object's
+/// buffer for each (so an MGET of many keys does not hold as many objects' bytes).
+const GET_MANY_CHUNK: usize = 16;
+
 /// The value in the `read` bytes of an object: after the length prefix, as long as the
 /// prefix says. The read is one whole version, so its prefix is one a put wrote; clamped
 /// all the same, for an object some other program wrote into the pod.
@@ -87,7 +91,7 @@ pub struct KvHandle<H: SchemeHandle> {
     limits: Limits,
     /// One object's bytes, for framing (the calls do not allocate).
     buf: Vec<u8>,
-    /// An object's bytes for each read of a `get_many`, kept between calls.
+    /// An object's bytes for each read of a `get_many` chunk, kept between calls.
     many: Vec<Vec<u8>>,
     /// The value an update's change builds, kept between calls.
     new_value: Vec<u8>,
@@ -169,24 +173,33 @@ impl<H: SchemeHandle> KvHandle<H> {
     /// Faster per key than a loop of `get` where the scheme overlaps the reads' waits on
     /// memory (megalon: [`Host::read_many`](megalon_core::Host::read_many)).
     pub fn get_many(&mut self, keys: &[&[u8]]) -> Vec<Result<Option<Vec<u8>>>> {
+        let mut answers = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(GET_MANY_CHUNK) {
+            self.get_chunk(chunk, &mut answers);
+        }
+        answers
+    }
+
+    /// [`get_many`](Self::get_many) of at most [`GET_MANY_CHUNK`] keys, their answers
+    /// pushed in order.
+    fn get_chunk(&mut self, keys: &[&[u8]], answers: &mut Vec<Result<Option<Vec<u8>>>>) {
         let object_bytes = self.limits.object_bytes;
         if self.many.len() < keys.len() {
             self.many.resize_with(keys.len(), || vec![0; object_bytes]);
         }
-        let mut answers: Vec<Result<Option<Vec<u8>>>> = keys
-            .iter()
-            .map(|key| self.check_key(key).map(|()| None))
-            .collect();
+        let first = answers.len();
+        answers.extend(keys.iter().map(|key| self.check_key(key).map(|()| None)));
         // The keys that passed the check, each with its buffer, to the scheme at once.
         let mut reads: Vec<(&[u8], &mut [u8])> = Vec::with_capacity(keys.len());
         let mut asked = Vec::with_capacity(keys.len());
         for (i, (key, buf)) in keys.iter().zip(self.many.iter_mut()).enumerate() {
-            if answers[i].is_ok() {
+            if answers[first + i].is_ok() {
                 reads.push((key, buf));
-                asked.push(i);
+                asked.push(first + i);
             }
         }
         let read = self.inner.read_many(&mut reads, &framed_len);
+        debug_assert_eq!(read.len(), reads.len(), "an answer for every read");
         for ((answer, i), (_, buf)) in read.into_iter().zip(asked).zip(reads) {
             answers[i] = match answer {
                 Ok(read) => Ok(Some(unframe(&buf[..read]).to_vec())),
@@ -194,7 +207,6 @@ impl<H: SchemeHandle> KvHandle<H> {
                 Err(error) => Err(error),
             };
         }
-        answers
     }
 
     /// `key`'s value, or `None`.
