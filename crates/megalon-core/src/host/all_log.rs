@@ -96,6 +96,7 @@ impl Shared {
             return Ok(ReadState {
                 place,
                 stamp: entry.stamp,
+                seen: None,
                 guard: Guard::Replicated {
                     counter: lock.counter,
                 },

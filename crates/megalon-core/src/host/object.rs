@@ -28,7 +28,7 @@
 //! operation.
 
 use super::records::ReleaseReason;
-use super::ticket::{Guard, Place, ReadState, ReadTicket, WriteState, WriteTicket};
+use super::ticket::{Guard, Place, ReadState, ReadTicket, Seen, WriteState, WriteTicket};
 use super::{Host, Settle, Shared};
 
 use crate::backoff::Backoff;
@@ -129,16 +129,22 @@ impl Shared {
     /// run the version vouches for is answered.
     #[inline]
     pub(super) fn look<R>(&self, look: impl Fn(&View) -> R) -> R {
+        self.look_versioned(look).0
+    }
+
+    /// [`Shared::look`], and the version of the index its answer was read at.
+    #[inline]
+    pub(super) fn look_versioned<R>(&self, look: impl Fn(&View) -> R) -> (R, u64) {
         let fast = self.replica.optimistic(|view| {
             let answer = look(view);
             self.chaos.point(Point::LookBeforeValidation);
             answer
         });
         match fast {
-            Some(answer) => answer,
+            Some(answered) => answered,
             None => {
-                let index = self.replica.read();
-                look(index.view())
+                let (index, version) = self.replica.read_versioned();
+                (look(index.view()), version)
             }
         }
     }
@@ -170,9 +176,12 @@ impl Shared {
             self.chaos.point(Point::ReadAfterTailCheck);
             // 2. Look the key up: without the replica's lock unless a replay overlaps (see
             //    `look`).
-            let entry = self
-                .look(|view| view.lookup(key))
-                .ok_or(Error::UnknownKey)?;
+            let (entry, version) = self.look_versioned(|view| view.lookup(key));
+            let entry = entry.ok_or(Error::UnknownKey)?;
+            let seen = Some(Seen {
+                version,
+                host_counter: entry.host_counter,
+            });
             if let Some(owner) = entry.local_owner {
                 // In a host's DRAM (local partitions): back to CXL first.
                 self.bring_back_counted(owner, key, &mut brought_back, c)?;
@@ -186,6 +195,7 @@ impl Shared {
                     place,
                     stamp: entry.stamp,
                     guard: Guard::Log,
+                    seen,
                 });
             };
             // The record's word, outside the lookup's check (loaded inside it, a read took
@@ -209,6 +219,7 @@ impl Shared {
                         record,
                         counter: word.counter,
                     },
+                    seen,
                 });
             }
             // A write is in progress (odd counter), or the record was freed by a
@@ -262,8 +273,21 @@ impl Shared {
         if !counter_first {
             self.chaos.point(Point::ReadEndBetweenChecks);
         }
+        // The stamp check: the object's host counter if its stamp is still the ticket's,
+        // `None` if it moved. While the index's version is the lookup's, no replay has
+        // changed the index since (one the tail check waited for moved the version before
+        // it published its position), so the stamp stands without a second lookup, and
+        // the lookup's host counter stands in for the index's: if another read made that
+        // unknown since, the note below is skipped and it stays unknown, never wrong.
         let (handle, stamp) = (ticket.place.handle, ticket.stamp);
-        let current = self.look(|view| view.current(handle, stamp));
+        let current = match ticket.seen {
+            Some(seen) if check_events && self.replica.unchanged_since(seen.version) => {
+                Some(seen.host_counter)
+            }
+            _ => self
+                .look(|view| view.current(handle, stamp))
+                .map(|entry| entry.host_counter),
+        };
         if !counter_first {
             word = load_record(c);
         }
@@ -292,13 +316,13 @@ impl Shared {
                 return Ok(false);
             }
             // 6. Success: this host's lines of the object are those of version `counter`.
-            if current.is_some_and(|entry| entry.host_counter != Some(counter)) {
+            if current.is_some_and(|host_counter| host_counter != Some(counter)) {
                 self.note_host_counter(handle, stamp, Some(counter));
             }
         } else if let Guard::Replicated { counter } = ticket.guard {
             // AllLog: the unchanged stamp says no Lock was applied since read_start, so
             // no write overlapped the copy, and this host's lines are of version `counter`.
-            if current.is_some_and(|entry| entry.host_counter != Some(counter)) {
+            if current.is_some_and(|host_counter| host_counter != Some(counter)) {
                 self.note_host_counter(handle, stamp, Some(counter));
             }
         }

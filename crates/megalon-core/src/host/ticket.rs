@@ -48,6 +48,17 @@ pub(super) struct ReadState {
     pub(super) place: Place,
     pub(super) stamp: u64,
     pub(super) guard: Guard,
+    /// The index's version at the lookup and the host counter it gave, if the lookup
+    /// knows them: while the version stays, no replay changed the stamp, and `read_end`
+    /// need not look the object up again.
+    pub(super) seen: Option<Seen>,
+}
+
+/// What `read_start`'s lookup saw, for `read_end`'s stamp check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Seen {
+    pub(super) version: u64,
+    pub(super) host_counter: Option<u32>,
 }
 
 /// What guards a read besides the object's stamp.

@@ -169,7 +169,7 @@ impl Replica {
     /// `look` may see a torn index and must only read: no answer it gives is used unless
     /// the version says the index did not change.
     #[inline]
-    pub(crate) fn optimistic<R>(&self, look: impl FnOnce(&View) -> R) -> Option<R> {
+    pub(crate) fn optimistic<R>(&self, look: impl FnOnce(&View) -> R) -> Option<(R, u64)> {
         // Acquire: pairs with `IndexWrite::drop`'s Release (the changes of the replay
         // that made this version).
         let before = self.version.load(Ordering::Acquire);
@@ -179,6 +179,22 @@ impl Replica {
         let answer = look(&self.view);
         // The lookup's loads happen before the version's second load.
         fence(Ordering::Acquire);
-        (self.version.load(Ordering::Relaxed) == before).then_some(answer)
+        (self.version.load(Ordering::Relaxed) == before).then_some((answer, before))
+    }
+
+    /// The index under the read lock, and its version: even, and the index's while the
+    /// lock is held (a replay changes both under the write lock).
+    pub(crate) fn read_versioned(&self) -> (RwLockReadGuard<'_, Index>, u64) {
+        let index = self.index.read();
+        let version = self.version.load(Ordering::Acquire);
+        (index, version)
+    }
+
+    /// Whether the index is still at `version` (an even one an answer was read at): no
+    /// replay has changed it, or begun to, since. Acquire: a caller that saw a replay's
+    /// effect elsewhere (its `applied` position, say) sees the version that replay moved.
+    #[inline]
+    pub(crate) fn unchanged_since(&self, version: u64) -> bool {
+        self.version.load(Ordering::Acquire) == version
     }
 }

@@ -432,15 +432,37 @@ fn a_lookup_without_the_lock_that_a_replay_overlaps_is_not_trusted() {
     index.apply(0, 1, &create, 0, &mut pool).unwrap();
     let replica = Replica::new(index, 64);
     let found = |view: &View| view.lookup(b"k").map(|entry| entry.slot);
-    assert_eq!(replica.optimistic(found), Some(Some(3)), "nothing overlaps");
+    let answer = |answered: Option<(Option<u64>, u64)>| answered.map(|(slot, _)| slot);
+    let (slot, version) = replica.optimistic(found).expect("nothing overlaps");
+    assert_eq!(slot, Some(3));
+    assert!(replica.unchanged_since(version), "no replay since");
     let inside = replica.optimistic(|view| {
         let before = found(view);
         drop(replica.write());
         before
     });
-    assert_eq!(inside, None, "a replay began and ended during the lookup");
+    assert_eq!(
+        answer(inside),
+        None,
+        "a replay began and ended during the lookup"
+    );
+    assert!(
+        !replica.unchanged_since(version),
+        "a replay since the answer"
+    );
     let replay = replica.write();
-    assert_eq!(replica.optimistic(found), None, "a replay is under way");
+    assert_eq!(
+        answer(replica.optimistic(found)),
+        None,
+        "a replay is under way"
+    );
+    assert!(!replica.unchanged_since(version), "a replay under way");
     drop(replay);
-    assert_eq!(replica.optimistic(found), Some(Some(3)), "it ended");
+    let (slot, after) = replica.optimistic(found).expect("it ended");
+    assert_eq!(slot, Some(3));
+    let (_, locked) = replica.read_versioned();
+    assert_eq!(
+        locked, after,
+        "under the read lock, the version of the answer"
+    );
 }
