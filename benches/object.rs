@@ -731,30 +731,20 @@ fn main() {
             ("copy", &mut copy(&setup, rs)),
         ],
     );
-    compare(
-        &mut criterion,
-        paired_runs,
-        host,
-        rs,
-        "read_many",
-        &mut read_many(&setup, rs),
-        &mut [
-            ("ceiling", &mut ceiling(&setup, rs)),
-            ("read_each", &mut read(&setup, rs)),
-        ],
-    );
-    compare(
-        &mut criterion,
-        paired_runs,
-        host,
-        rw,
-        "read_many",
-        &mut read_many(&setup, rw),
-        &mut [
-            ("ceiling", &mut ceiling(&setup, rw)),
-            ("read_each", &mut read(&setup, rw)),
-        ],
-    );
+    for set in [rs, rw] {
+        compare(
+            &mut criterion,
+            paired_runs,
+            host,
+            set,
+            "read_many",
+            &mut read_many(&setup, set),
+            &mut [
+                ("ceiling", &mut ceiling(&setup, set)),
+                ("read_each", &mut read(&setup, set)),
+            ],
+        );
+    }
     compare(
         &mut criterion,
         paired_runs,

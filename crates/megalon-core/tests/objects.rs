@@ -383,11 +383,7 @@ fn a_refusing_release_hook_keeps_the_record_and_the_object() {
 /// the bytes, in order.
 fn read_many(host: &Host, keys: &[Vec<u8>]) -> Vec<Result<Vec<u8>, Error>> {
     let mut bufs = vec![vec![0u8; SLOT]; keys.len()];
-    let mut reads: Vec<(&[u8], &mut [u8])> = keys
-        .iter()
-        .zip(bufs.iter_mut())
-        .map(|(key, buf)| (key.as_slice(), buf.as_mut_slice()))
-        .collect();
+    let mut reads = common::reads(keys, &mut bufs);
     let answers = host.read_many(&mut reads);
     assert_eq!(answers.len(), keys.len(), "an answer for every read");
     answers
@@ -506,11 +502,7 @@ fn read_many_prefix_copies_what_each_extent_asks_as_read_prefix_does() {
     }
     let extent = |first: &[u8]| usize::from(first[0]);
     let mut bufs = vec![vec![0u8; SLOT]; keys.len()];
-    let mut reads: Vec<(&[u8], &mut [u8])> = keys
-        .iter()
-        .zip(bufs.iter_mut())
-        .map(|(key, buf)| (key.as_slice(), buf.as_mut_slice()))
-        .collect();
+    let mut reads = common::reads(&keys, &mut bufs);
     let answers = b.read_many_prefix(&mut reads, &extent);
     for (i, (answer, buf)) in answers.into_iter().zip(&bufs).enumerate() {
         let (copied, _) = answer.unwrap();

@@ -281,11 +281,7 @@ fn run(stress: &Stress) -> Report {
                                 .map(|key| recorder.invoke(key, Call::Get).expect("record"))
                                 .collect();
                             let mut bufs = vec![vec![0u8; SLOT_BYTES as usize]; keys.len()];
-                            let mut reads: Vec<(&[u8], &mut [u8])> = keys
-                                .iter()
-                                .zip(bufs.iter_mut())
-                                .map(|(key, buf)| (key.as_slice(), buf.as_mut_slice()))
-                                .collect();
+                            let mut reads = common::reads(&keys, &mut bufs);
                             // Half of them as prefix reads (two copies each: the first
                             // line, then the rest the extent asks for, here all of it).
                             let answers: Vec<Result<(), Error>> = if choice.is_multiple_of(2) {

@@ -16,6 +16,15 @@ use crate::store::Store;
 /// Keys of one `get_many` in a checked run.
 const MANY_KEYS: u64 = 3;
 
+/// Which call a draw makes, 0 to 9: gets, a `get_many` ([`GET_MANY`]), puts, an insert,
+/// a delete (the match in [`run_checked`]).
+fn call_of(draw: u64) -> u64 {
+    (draw >> 40) % 10
+}
+
+/// The call of [`call_of`] that is a `get_many`.
+const GET_MANY: u64 = 4;
+
 /// The operations a checked run's history holds: one per call, but [`MANY_KEYS`] for a
 /// `get_many` (the calls a thread makes are drawn from its seed alone, so they are known
 /// before the run).
@@ -24,8 +33,8 @@ pub fn recorded_operations(run: &CheckedRun) -> usize {
         .map(|worker| {
             let mut rng = worker_seed(run, worker);
             (0..run.operations_per_thread)
-                .map(|_| match (xorshift(&mut rng) >> 40) % 10 {
-                    4 => MANY_KEYS as usize,
+                .map(|_| match call_of(xorshift(&mut rng)) {
+                    GET_MANY => MANY_KEYS as usize,
                     _ => 1,
                 })
                 .sum::<usize>()
@@ -96,8 +105,8 @@ pub fn run_checked<S: Scheme>(
                         let len = 24 + (draw >> 32) as usize % (max_value - 24 + 1);
                         let value = Value::new(worker as u32, u64::from(sequence));
                         let bytes = value.encode(len).expect("encode");
-                        match (draw >> 40) % 10 {
-                            4 => {
+                        match call_of(draw) {
+                            GET_MANY => {
                                 // Gets of this key and the next two in one `get_many`: each a
                                 // get of its own, in flight for the whole call.
                                 let keys: Vec<Vec<u8>> = (0..MANY_KEYS)

@@ -65,6 +65,14 @@ pub fn two_hosts(pod: &Arc<Pod>, options: impl Fn(u64) -> HostOptions, seed: u64
     (join(pod, options(seed)), join(pod, options(seed + 1)))
 }
 
+/// The reads of one `read_many` call: key `i` into buffer `i`.
+pub fn reads<'a>(keys: &'a [Vec<u8>], bufs: &'a mut [Vec<u8>]) -> Vec<(&'a [u8], &'a mut [u8])> {
+    keys.iter()
+        .zip(bufs.iter_mut())
+        .map(|(key, buf)| (key.as_slice(), buf.as_mut_slice()))
+        .collect()
+}
+
 /// The bytes of version `tag` of an object: a whole slot, byte `i` being `tag + i`.
 pub fn value(tag: u8) -> Vec<u8> {
     (0..SLOT).map(|i| tag.wrapping_add(i as u8)).collect()
