@@ -275,6 +275,14 @@ thread_local! {
     static MINE: RefCell<Vec<(u64, Arc<ThreadCounters>)>> = const { RefCell::new(Vec::new()) };
 }
 
+#[cfg(not(megalon_loom))]
+thread_local! {
+    /// The registry id and counters this thread used last: one compare on the way of every
+    /// operation instead of a search of `MINE` (ids start at 1, so 0 matches none).
+    static LAST: std::cell::Cell<(u64, *const ThreadCounters)> =
+        const { std::cell::Cell::new((0, std::ptr::null())) };
+}
+
 // loom runs its model threads on one OS thread: each needs a thread-local of its own.
 #[cfg(megalon_loom)]
 loom::thread_local! {
@@ -293,7 +301,30 @@ impl Registry {
     /// thread's list is held while it runs.
     #[inline]
     pub(crate) fn with<R>(&self, id: u64, f: impl FnOnce(&ThreadCounters) -> R) -> R {
-        let counters: *const ThreadCounters = MINE.with(|mine| {
+        #[cfg(not(megalon_loom))]
+        let counters = match LAST.get() {
+            (last, counters) if last == id => counters,
+            _ => {
+                let counters = self.find_or_register(id);
+                LAST.set((id, counters));
+                counters
+            }
+        };
+        #[cfg(megalon_loom)]
+        let counters = self.find_or_register(id);
+        // SAFETY: the pointer comes from an `Arc` held by this thread's list, which only
+        // grows while the thread lives (entries are never removed; a reallocation moves
+        // the `Arc`s, not what they point to), so the counters outlive this call, which
+        // runs on this thread; `LAST` only ever holds such a pointer, under the id it was
+        // registered for (ids are never reused). They are only read through shared
+        // references (atomics).
+        f(unsafe { &*counters })
+    }
+
+    /// The calling thread's counters for the registry `id`, registered on first use.
+    #[cold]
+    fn find_or_register(&self, id: u64) -> *const ThreadCounters {
+        MINE.with(|mine| {
             if let Some((_, counters)) = mine.borrow().iter().find(|(owner, _)| *owner == id) {
                 return Arc::as_ptr(counters);
             }
@@ -302,12 +333,7 @@ impl Registry {
             let pointer = Arc::as_ptr(&counters);
             mine.borrow_mut().push((id, counters));
             pointer
-        });
-        // SAFETY: the pointer comes from an `Arc` held by this thread's list, which only
-        // grows while the thread lives (entries are never removed; a reallocation moves
-        // the `Arc`s, not what they point to), so the counters outlive this call, which
-        // runs on this thread. They are only read through shared references (atomics).
-        f(unsafe { &*counters })
+        })
     }
 
     /// Every thread's counts.
