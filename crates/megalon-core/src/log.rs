@@ -79,16 +79,19 @@ impl Log {
         position / self.capacity + 1
     }
 
+    #[inline]
     pub(crate) fn tail(pod: &Pod) -> &AtomicU64 {
-        pod.scr_u64(pod.layout().tail_offset())
+        pod.cursor(pod.layout().tail_offset())
     }
 
+    #[inline]
     pub(crate) fn head(pod: &Pod) -> &AtomicU64 {
-        pod.scr_u64(pod.layout().head_offset())
+        pod.cursor(pod.layout().head_offset())
     }
 
+    #[inline]
     pub(crate) fn ctail(pod: &Pod) -> &AtomicU64 {
-        pod.scr_u64(pod.layout().ctail_offset())
+        pod.cursor(pod.layout().ctail_offset())
     }
 
     pub(crate) fn ltail(pod: &Pod, host: HostId) -> &AtomicU64 {
