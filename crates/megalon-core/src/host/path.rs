@@ -158,7 +158,7 @@ impl Shared {
         &self,
         key: &[u8],
         c: &ThreadCounters,
-        copy: &mut dyn FnMut(&Source<'_>, usize) -> usize,
+        copy: &mut impl FnMut(&Source<'_>, usize) -> usize,
     ) -> Result<(usize, super::Done)> {
         self.read_via_after(key, c, 0, copy)
     }
@@ -170,7 +170,7 @@ impl Shared {
         key: &[u8],
         c: &ThreadCounters,
         mut retries: u32,
-        copy: &mut dyn FnMut(&Source<'_>, usize) -> usize,
+        copy: &mut impl FnMut(&Source<'_>, usize) -> usize,
     ) -> Result<(usize, super::Done)> {
         let max_retries = self.options.max_retries;
         if retries > max_retries {
