@@ -34,6 +34,11 @@ const HANDLE_BIAS: u32 = 2;
 const MAX_TAG_BITS: u32 = 8;
 /// Fewest buckets an array has.
 const MIN_BUCKETS: usize = 16;
+/// Smallest replaced array whose pages growth gives back: below it, the system call and
+/// the page faults of the array's reuse cost more than its pages (a pod that creates and
+/// deletes a few objects rebuilds a small table every few operations).
+#[cfg(not(megalon_loom))]
+const RELEASED_BYTES: usize = 64 << 10;
 
 /// The home bucket of `hash` in an array of `mask + 1`.
 #[inline]
@@ -144,8 +149,8 @@ impl Buckets {
 
 /// The words of one bucket array, all empty at first. Outside loom, an anonymous mapping
 /// of their own: when growth replaces the array, [`release`](Self::release) gives its
-/// pages back to the system and leaves its addresses mapped, where they read as zeros
-/// (empty buckets) on Linux. A reader still probing a replaced array then reads old
+/// pages back to the system (from [`RELEASED_BYTES`] up) and leaves its addresses
+/// mapped, where they read as zeros (empty buckets) on Linux. A reader still probing a replaced array then reads old
 /// buckets, empty ones or, once a later growth used the array again, new ones: a view
 /// like any other torn one, which the replica's version (moved by the growth) makes the
 /// reader throw away. No reader has to announce itself (an epoch pin: a store and a
@@ -186,10 +191,12 @@ impl BucketWords {
         // array costs its memory until the table drops, nothing else changes. (Miri does
         // not model `madvise`.)
         #[cfg(not(miri))]
-        let _ = unsafe {
-            self.map
-                .unchecked_advise(memmap2::UncheckedAdvice::DontNeed)
-        };
+        if self.len * std::mem::size_of::<AtomicU32>() >= RELEASED_BYTES {
+            let _ = unsafe {
+                self.map
+                    .unchecked_advise(memmap2::UncheckedAdvice::DontNeed)
+            };
+        }
     }
 }
 
@@ -557,68 +564,81 @@ mod tests {
         }
     }
 
+    /// A table grown to an array whose pages a replacement gives back; the handles it
+    /// holds are `0..` the returned count.
+    fn table_at_released_size() -> (Table, u32) {
+        let table = Table::default();
+        let mut count = 0u32;
+        while (table.buckets().mask + 1) * 4 < RELEASED_BYTES {
+            table.insert(hash(count), count, hash);
+            count += 1;
+        }
+        (table, count)
+    }
+
+    /// Inserts after `count` until the table replaces its current array.
+    fn grow_once(table: &Table, count: u32) -> u32 {
+        let before = std::ptr::from_ref(table.buckets());
+        let mut next = count;
+        while std::ptr::eq(before, table.buckets()) {
+            table.insert(hash(next), next, hash);
+            next += 1;
+        }
+        next
+    }
+
     #[cfg(all(target_os = "linux", not(miri)))]
     #[test]
     fn a_replaced_array_whose_pages_cannot_go_stays_readable() {
         // Locked pages (as `mlockall(MCL_FUTURE)` locks every new mapping) refuse
         // MADV_DONTNEED: growth goes on, the array stays kept and readable.
-        let table = Table::default();
-        for handle in 0..10u32 {
-            table.insert(hash(handle), handle, hash);
-        }
+        let (table, held) = table_at_released_size();
         let late = table.buckets();
         let page = late.words.as_ptr().cast::<libc::c_void>();
         // SAFETY: the array's first page is mapped (it lives until the table drops);
         // locking it changes no byte.
         assert_eq!(unsafe { libc::mlock(page, 4096) }, 0, "mlock of one page");
-        for handle in 10..40u32 {
-            table.insert(hash(handle), handle, hash);
-        }
-        assert_ne!(
-            std::ptr::from_ref(late),
-            std::ptr::from_ref(table.buckets())
-        );
-        assert_eq!(
-            Table::probe(late, hash(3), |h| h == 3).map(|(_, handle)| handle),
-            Some(3),
+        let all = grow_once(&table, held);
+        assert!(
+            (0..held).all(|handle| Table::probe(late, hash(handle), |h| h == handle).is_some()),
             "the kept array still holds what it held"
         );
-        for handle in 0..40u32 {
+        for handle in 0..all {
             assert_eq!(table.find(hash(handle), |h| h == handle), Some(handle));
         }
     }
 
     #[test]
     fn a_late_reader_of_a_replaced_array_reads_it_safely() {
-        // A reader that loaded the array before growth replaced it (and before a rebuild
-        // reused it) probes it afterwards: every probe ends, with an answer its caller's
-        // check would throw away, never a fault. The release gives the pages back.
-        let table = Table::default();
+        // A reader that loaded the array before growth replaced it probes it afterwards:
+        // every probe ends, with an answer its caller's check would throw away, never a
+        // fault. The release gave the pages back: the array reads as empty. A small
+        // array, kept with its pages, still holds what it held.
+        let small = Table::default();
         for handle in 0..12u32 {
-            table.insert(hash(handle), handle, hash);
+            small.insert(hash(handle), handle, hash);
         }
+        let late_small = small.buckets();
+        let all_small = grow_once(&small, 12);
+        assert!((0..12u32)
+            .all(|handle| Table::probe(late_small, hash(handle), |h| h == handle).is_some()));
+
+        let (table, held) = table_at_released_size();
         let late = table.buckets();
-        let before: Vec<_> = (0..12u32)
-            .map(|handle| Table::probe(late, hash(handle), |h| h == handle))
-            .collect();
-        assert!(before.iter().all(Option::is_some));
-        for handle in 12..40u32 {
-            table.insert(hash(handle), handle, hash);
-        }
-        assert_ne!(
-            std::ptr::from_ref(late),
-            std::ptr::from_ref(table.buckets())
-        );
-        for handle in 0..40u32 {
+        assert!((0..held).all(|handle| Table::probe(late, hash(handle), |h| h == handle).is_some()));
+        let all = grow_once(&table, held);
+        for handle in 0..all {
             let _ = Table::probe(late, hash(handle), |h| h == handle);
         }
         #[cfg(all(target_os = "linux", not(miri)))]
         assert!(
-            (0..12u32).all(|handle| Table::probe(late, hash(handle), |_| true).is_none()),
+            (0..held).all(|handle| Table::probe(late, hash(handle), |_| true).is_none()),
             "a released array reads as empty buckets"
         );
-        for handle in 0..40u32 {
-            assert_eq!(table.find(hash(handle), |h| h == handle), Some(handle));
+        for (table, all) in [(&small, all_small), (&table, all)] {
+            for handle in 0..all {
+                assert_eq!(table.find(hash(handle), |h| h == handle), Some(handle));
+            }
         }
     }
 
