@@ -312,12 +312,12 @@ impl Registry {
         };
         #[cfg(megalon_loom)]
         let counters = self.find_or_register(id);
-        // SAFETY: the pointer comes from an `Arc` held by this thread's list, which only
-        // grows while the thread lives (entries are never removed; a reallocation moves
-        // the `Arc`s, not what they point to), so the counters outlive this call, which
-        // runs on this thread; `LAST` only ever holds such a pointer, under the id it was
-        // registered for (ids are never reused). They are only read through shared
-        // references (atomics).
+        // SAFETY: the pointer comes from an `Arc` that this registry's list holds (and
+        // this thread's), and neither list ever removes an entry (a reallocation moves
+        // the `Arc`s, not what they point to): the counters live as long as `self`, so
+        // past this call. `LAST` only ever holds such a pointer, under the id of the
+        // registry that holds it (ids are never reused). They are only read through
+        // shared references (atomics).
         f(unsafe { &*counters })
     }
 

@@ -27,7 +27,7 @@ use crate::ids::HostId;
 use crate::limits::LINE_BYTES;
 use crate::memory::Memory;
 use crate::mutants::{self, Step};
-use crate::pod::Pod;
+use crate::pod::{Cursor, Pod};
 use crate::sync::{AtomicU64, Ordering};
 
 /// `registration` bit meaning "closed: the ring has recycled entries, no host may join".
@@ -81,17 +81,17 @@ impl Log {
 
     #[inline]
     pub(crate) fn tail(pod: &Pod) -> &AtomicU64 {
-        pod.cursor(pod.layout().tail_offset())
+        pod.cursor(Cursor::Tail)
     }
 
     #[inline]
     pub(crate) fn head(pod: &Pod) -> &AtomicU64 {
-        pod.cursor(pod.layout().head_offset())
+        pod.cursor(Cursor::Head)
     }
 
     #[inline]
     pub(crate) fn ctail(pod: &Pod) -> &AtomicU64 {
-        pod.cursor(pod.layout().ctail_offset())
+        pod.cursor(Cursor::Ctail)
     }
 
     pub(crate) fn ltail(pod: &Pod, host: HostId) -> &AtomicU64 {

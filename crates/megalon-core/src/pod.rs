@@ -466,13 +466,17 @@ impl Pod {
         self.word(offset)
     }
 
-    /// One of the log's cursors in the SCR (`tail`, `head`, `ctail`), at an offset from
-    /// the layout, which puts each inside the SCR on a line of its own. Checked in debug
-    /// builds only: every read loads `ctail` twice, and the checks of
-    /// [`scr_u64`](Self::scr_u64) took about 40 instructions each time (a tenth of a
-    /// read's).
+    /// One of the log's cursors in the SCR, where this pod's layout puts it (inside the
+    /// SCR, on a line of its own). Checked in debug builds only: every read loads
+    /// `ctail` twice, and the checks of [`scr_u64`](Self::scr_u64) took about 40
+    /// instructions each time (a tenth of a read's).
     #[inline]
-    pub(crate) fn cursor(&self, offset: u64) -> &AtomicU64 {
+    pub(crate) fn cursor(&self, cursor: Cursor) -> &AtomicU64 {
+        let offset = match cursor {
+            Cursor::Tail => self.layout.tail_offset(),
+            Cursor::Head => self.layout.head_offset(),
+            Cursor::Ctail => self.layout.ctail_offset(),
+        };
         debug_assert!(offset.is_multiple_of(crate::limits::LINE_BYTES));
         debug_assert!(offset >= self.layout.scr_offset && offset + 8 <= self.layout.lnr_offset);
         self.at::<AtomicU64>(offset)
@@ -604,6 +608,17 @@ model_cell_type!(AtomicU32, u32_at);
 model_cell_type!(AtomicU16, u16_at);
 #[cfg(megalon_loom)]
 model_cell_type!(AtomicU8, u8_at);
+
+/// The log's cursors that every host reads often (see [`Pod::cursor`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cursor {
+    /// The next position to reserve.
+    Tail,
+    /// The oldest position some host still needs.
+    Head,
+    /// The highest position whose append has completed.
+    Ctail,
+}
 
 impl std::fmt::Debug for Pod {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
