@@ -348,3 +348,35 @@ impl Registry {
             .fold(EventCounts::default(), |a, b| a + b)
     }
 }
+
+#[cfg(all(test, not(megalon_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_registry_counts_its_own_operations_when_a_thread_alternates() {
+        // One thread working on two hosts in turn: the last-used cache must hand each
+        // registry its own counters, and a new thread its own block.
+        let (one, two) = (Registry::default(), Registry::default());
+        let (one_id, two_id) = (Registry::new_id(), Registry::new_id());
+        for round in 1..=3u64 {
+            one.with(one_id, |c| c.add(Counter::Reads, round));
+            two.with(two_id, |c| c.add(Counter::Writes, 10 * round));
+            one.with(one_id, |c| c.add(Counter::Deletes, 1));
+        }
+        std::thread::scope(|scope| {
+            scope.spawn(|| one.with(one_id, |c| c.add(Counter::Reads, 100)));
+        });
+        let (one_total, two_total) = (one.total(), two.total());
+        assert_eq!(
+            (one_total.reads, one_total.writes, one_total.deletes),
+            (106, 0, 3)
+        );
+        assert_eq!(
+            (two_total.reads, two_total.writes, two_total.deletes),
+            (0, 60, 0)
+        );
+        assert_eq!(one.per_thread().len(), 2, "a block for each thread");
+        assert_eq!(two.per_thread().len(), 1);
+    }
+}
