@@ -643,6 +643,45 @@ mod tests {
     }
 
     #[test]
+    fn a_late_reader_of_an_array_that_growth_took_back_reads_the_new_buckets() {
+        // One object stays while others come and go: tombstones make growth rebuild the
+        // array at its size, taking the kept one back. A reader that loaded the array
+        // before two rebuilds probes it after the second took it back, emptied and
+        // refilled: it reads the new buckets (the staying object still found, a removed
+        // one gone), never a fault.
+        let table = Table::default();
+        table.insert(hash(1000), 1000, hash);
+        let mut next = 0u32;
+        let mut churn = |table: &Table| {
+            table.insert(hash(next), next, hash);
+            assert_eq!(table.remove(hash(next), |h| h == next), Some(next));
+            next += 1;
+        };
+        while table.replaced.lock().is_empty() {
+            churn(&table);
+        }
+        let late = table.buckets();
+        let mut rebuilds = 0;
+        while rebuilds < 2 {
+            let before = std::ptr::from_ref(table.buckets());
+            churn(&table);
+            if !std::ptr::eq(before, table.buckets()) {
+                rebuilds += 1;
+            }
+        }
+        assert!(
+            std::ptr::eq(late, table.buckets()),
+            "the second rebuild took it back"
+        );
+        assert_eq!(
+            Table::probe(late, hash(1000), |h| h == 1000).map(|(_, handle)| handle),
+            Some(1000)
+        );
+        assert!((0..next).all(|handle| Table::probe(late, hash(handle), |h| h == handle).is_none()));
+        assert_eq!(kept_sizes(&table), [MIN_BUCKETS]);
+    }
+
+    #[test]
     fn handles_past_24_bits_shorten_the_tag_and_stay_found() {
         // Handles that leave 8, 7, 4 and no bits of tag: each rebuilds the array with a
         // shorter tag, and every entry (old and new) is still found, also among
