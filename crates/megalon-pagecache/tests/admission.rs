@@ -8,7 +8,7 @@ use std::sync::{Arc, Barrier};
 
 use common::{data_file, heap_pod, join, on_disk, options, original_byte, simulated, PAGE};
 use megalon_core::MemoryKind;
-use megalon_pagecache::PageCacheConfig;
+use megalon_pagecache::{PageCacheConfig, PageCacheStats};
 
 #[test]
 fn two_hosts_missing_on_one_page_admit_it_once() {
@@ -86,14 +86,14 @@ fn two_hosts_missing_on_one_page_admit_it_once() {
 /// hook writes it back). An admission that read the file before B's write-back and
 /// created the page after B's eviction would cache a page that lacks B's last number:
 /// B's next write would then go into that stale page, and the number is lost for good.
-#[test]
-fn an_admission_racing_an_eviction_never_caches_stale_bytes() {
+/// Returns the reader's stats.
+fn admission_racing_eviction(seed: u64) -> PageCacheStats {
     const ROUNDS: u64 = 500;
     let config = PageCacheConfig::new(4).max_hosts(2).admission_locks(1);
     let pod = heap_pod(&config);
     let data = data_file(PAGE);
-    let reader = Arc::new(join(&pod, options(simulated(21))));
-    let writer = join(&pod, options(simulated(22)));
+    let reader = Arc::new(join(&pod, options(simulated(seed))));
+    let writer = join(&pod, options(simulated(seed + 1)));
     let path = data.path().to_owned();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reading = {
@@ -141,8 +141,23 @@ fn an_admission_racing_an_eviction_never_caches_stale_bytes() {
             "number {n} was lost ({reader_stats:?})"
         );
     }
-    assert!(
-        reader_stats.admissions > 0,
-        "the reader admitted the page: {reader_stats:?}"
-    );
+    reader_stats
+}
+
+#[test]
+fn an_admission_racing_an_eviction_never_caches_stale_bytes() {
+    // Whether the reader wins an admission in a run is up to the scheduler (the writer
+    // admits the page too, and on a busy machine it may win every race of a run): runs
+    // go on, each checked, until one had the reader admit, at most ATTEMPTS of them.
+    const ATTEMPTS: u64 = 10;
+    let mut runs = Vec::new();
+    for attempt in 0..ATTEMPTS {
+        let stats = admission_racing_eviction(21 + 2 * attempt);
+        let admitted = stats.admissions > 0;
+        runs.push(stats);
+        if admitted {
+            return;
+        }
+    }
+    panic!("the reader admitted the page in none of {ATTEMPTS} runs: {runs:?}");
 }
