@@ -107,8 +107,7 @@ impl Shared {
         let mut started: [Option<Result<ReadState>>; GROUP] = std::array::from_fn(|_| None);
         for (i, (key, buf)) in group.iter().enumerate() {
             let ticket = self
-                .check_key(key)
-                .and_then(|()| self.check_len(buf.len()))
+                .check_access(key, buf.len())
                 .and_then(|()| self.read_start(key, c));
             if let Ok(ticket) = &ticket {
                 Source::Pod(&self.memory, ticket.place.offset)
@@ -145,8 +144,7 @@ impl Shared {
         c: &ThreadCounters,
         copy: &mut Copy<'_>,
     ) -> Result<(usize, Done)> {
-        self.check_key(key)?;
-        self.check_len(buf.len())?;
+        self.check_access(key, buf.len())?;
         self.read_via(key, c, &mut |source, len| copy(source, len, buf))
     }
 }

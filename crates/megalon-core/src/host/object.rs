@@ -97,6 +97,13 @@ impl Shared {
         self.events.with(self.events_id, f)
     }
 
+    /// [`check_key`](Self::check_key) and [`check_len`](Self::check_len) of an access to
+    /// the first `len` bytes of object `key`.
+    pub(super) fn check_access(&self, key: &[u8], len: usize) -> Result<()> {
+        self.check_key(key)?;
+        self.check_len(len)
+    }
+
     pub(super) fn check_len(&self, len: usize) -> Result<()> {
         let slot_size_bytes = self.pod.config().slot_size_bytes;
         if len as u64 > slot_size_bytes {

@@ -32,8 +32,7 @@ impl Host {
     /// host's bound. `buf` may be at most the slot size. With local partitions or copies
     /// on, the bytes may come from this host's DRAM.
     pub fn read(&self, key: &[u8], buf: &mut [u8]) -> Result<Done> {
-        self.shared.check_key(key)?;
-        self.shared.check_len(buf.len())?;
+        self.shared.check_access(key, buf.len())?;
         self.shared.with_counters(|c| {
             let (_, done) = self.shared.read_via(key, c, &mut |source, _| {
                 source.copy(0, buf);
@@ -57,8 +56,8 @@ impl Host {
 
     /// Writes `data` at byte `at` of object `key` (the rest of the object is kept).
     pub fn write_at(&self, key: &[u8], at: usize, data: &[u8]) -> Result<Done> {
-        self.shared.check_key(key)?;
-        self.shared.check_len(at.saturating_add(data.len()))?;
+        self.shared
+            .check_access(key, at.saturating_add(data.len()))?;
         self.shared.with_counters(|c| {
             let ((), done) = self.shared.write_via(key, c, |target| match target {
                 Target::Dram(bytes) => bytes[at..at + data.len()].copy_from_slice(data),
@@ -101,8 +100,7 @@ impl Host {
         buf: &mut [u8],
         extent: &dyn Fn(&[u8]) -> usize,
     ) -> Result<(usize, super::Done)> {
-        self.shared.check_key(key)?;
-        self.shared.check_len(buf.len())?;
+        self.shared.check_access(key, buf.len())?;
         self.shared.with_counters(|c| {
             self.shared.read_via(key, c, &mut |source, len| {
                 // The rest is likely wanted too (a value as long as the slot): its lines

@@ -269,12 +269,26 @@ impl Kept {
         // references to it are made.
         unsafe { self.0.as_ref() }
     }
+
+    /// Frees the array.
+    ///
+    /// # Safety
+    /// No reference to it is left: the table is dropping.
+    unsafe fn free(self) {
+        // SAFETY: the address came from `Box::leak` (`new`), and nothing refers to the
+        // array any more (the caller's promise).
+        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+    }
 }
 
 impl Default for Table {
     fn default() -> Self {
         Self {
-            current: AtomicPtr::new(Box::into_raw(Buckets::new(MIN_BUCKETS, MAX_TAG_BITS))),
+            current: AtomicPtr::new(
+                Kept::new(Buckets::new(MIN_BUCKETS, MAX_TAG_BITS))
+                    .0
+                    .as_ptr(),
+            ),
             live: AtomicUsize::new(0),
             used: AtomicUsize::new(0),
             replaced: crate::sync::Mutex::new(Vec::new()),
@@ -284,13 +298,12 @@ impl Default for Table {
 
 impl Drop for Table {
     fn drop(&mut self) {
-        let current = self.current.load(Ordering::Acquire);
-        // SAFETY: `current` and every kept array came from a `Box` (`into_raw`, `leak`)
-        // and are owned by the table alone; no reader is left (dropping needs the table
-        // exclusively).
-        drop(unsafe { Box::from_raw(current) });
-        for kept in self.replaced.lock().drain(..) {
-            drop(unsafe { Box::from_raw(kept.0.as_ptr()) });
+        let current =
+            Kept(std::ptr::NonNull::new(self.current.load(Ordering::Acquire)).expect("an array"));
+        // SAFETY: the current array and every kept one are owned by the table alone, and
+        // no reader is left (dropping needs the table exclusively).
+        for kept in std::iter::once(current).chain(self.replaced.lock().drain(..)) {
+            unsafe { kept.free() };
         }
     }
 }
