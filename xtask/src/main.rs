@@ -80,7 +80,7 @@ fn usage() -> ExitCode {
   \
          model-check  the CXL cost model's added time per operation against its prediction\n            \
                    [--memory cxl:name=value,...] [--predict cxl:...] (--help for all)\n  \
-         stress    [--seconds S] [--hosts H] [--threads T] [--seed N] [--record-bits 8|16|32]\n            \
+         stress    [--seconds S] [--hosts H] [--threads T] [--seed N] [--record-bits 2|4|8|16|32]\n            \
                    [--memory simulated|hardware] [--coherence split|all-log]\n            \
                    [--partition-after N] [--copy-after N] [--keys N] [--key-bytes N]\n            \
                    [--eviction-one-in N] [--reads-and-writes] [--chaos]: a checked\n            \
@@ -413,6 +413,19 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
             "lib",
             "replica::tests::a_lookup_without_the_lock_that_a_replay_overlaps_is_not_trusted",
         )],
+    ),
+    (
+        "record-byte-cas-keeps-neighbours",
+        &[
+            (
+                "lib",
+                "record::tests::four_bit_records_of_one_byte_take_racing_cases_from_two_threads",
+            ),
+            (
+                "stress",
+                "stress_short_with_4_bit_records_on_few_keys_reads_and_writes",
+            ),
+        ],
     ),
 ];
 

@@ -80,6 +80,11 @@ pub enum Step {
     /// Skipped, the version never moves and such a reader trusts a lookup made while the
     /// index changed (a stale or torn entry).
     ReplicaVersionKept,
+    /// A record narrower than a byte (2 or 4 bits) changes by a CAS of its byte from the
+    /// byte last seen, which keeps the other records' bits as they are. Skipped, a load
+    /// and a plain store of the byte: a change another host made to a neighbour between
+    /// the two is lost (a lock undone, a claim freed).
+    RecordByteCasKeepsNeighbours,
 }
 
 // Without the feature the steps are only the names of the guards in the code.
@@ -111,6 +116,7 @@ impl Step {
         Step::DeallocDropsAuthorsLines,
         Step::SlotsReusedAfterCtail,
         Step::ReplicaVersionKept,
+        Step::RecordByteCasKeepsNeighbours,
     ];
 
     /// The name `MEGALON_MUTANT` takes.
@@ -140,6 +146,7 @@ impl Step {
             Step::DeallocDropsAuthorsLines => "dealloc-drops-authors-lines",
             Step::SlotsReusedAfterCtail => "slots-reused-after-ctail",
             Step::ReplicaVersionKept => "replica-version-kept",
+            Step::RecordByteCasKeepsNeighbours => "record-byte-cas-keeps-neighbours",
         }
     }
 

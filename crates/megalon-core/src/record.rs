@@ -23,6 +23,7 @@
 //! | in use + lock, c | free, c | after the dealloc or delete event is applied |
 //! | in use, c | free, c | an allocation that lost its race in the log |
 
+use crate::mutants::{self, Step};
 use crate::pod::Pod;
 use crate::sync::Ordering;
 
@@ -198,6 +199,10 @@ impl<'p> Records<'p> {
                 return Err(field);
             }
             let replaced = seen & !(mask << shift) | (new as u8) << shift;
+            if mutants::skipped(Step::RecordByteCasKeepsNeighbours) {
+                byte.store(replaced, Ordering::Release);
+                return Ok(current);
+            }
             match byte.compare_exchange(seen, replaced, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return Ok(current),
                 // Another record of the byte changed (or ours): look again.
@@ -300,10 +305,15 @@ mod tests {
     fn four_bit_records_of_one_byte_take_racing_cases_from_two_threads() {
         let pod = pod(4);
         let records = Records::new(&pod);
-        const ROUNDS: u32 = 20_000;
+        const ROUNDS: u32 = 100_000;
+        // Both threads start together, so that their CASes overlap (one thread could
+        // otherwise finish before the other starts).
+        let start = std::sync::Barrier::new(2);
         std::thread::scope(|scope| {
             for record in [6, 7] {
+                let start = &start;
                 scope.spawn(move || {
+                    start.wait();
                     for i in 0..ROUNDS {
                         let from = word(i % 2 == 1, false, i % 4);
                         let to = word(i % 2 == 0, false, (i + 1) % 4);

@@ -726,6 +726,22 @@ short_stresses! {
         seconds: 1.5, keys: 16, zipf: 0.5, eviction_one_in: 0, reads_and_writes_only: true,
         reclaim_watermark: 1.0,
     }
+    /// The same with 4-bit records, two to a byte (each changed by a CAS of the byte that
+    /// keeps the other's bits): a 2-bit counter wraps every second write of an object.
+    stress_short_with_4_bit_records_on_few_keys_reads_and_writes {
+        seconds: 1.0, keys: 16, zipf: 0.5, eviction_one_in: 0, reads_and_writes_only: true,
+        reclaim_watermark: 1.0, record_bits: 4,
+    }
+    /// 2-bit records, four to a byte and no counter: every write appends a wrap event,
+    /// the only way a reader whose copy a whole write overlapped learns of it.
+    stress_short_with_2_bit_records_on_few_keys_reads_and_writes {
+        seconds: 1.0, keys: 16, zipf: 0.5, eviction_one_in: 0, reads_and_writes_only: true,
+        reclaim_watermark: 1.0, record_bits: 2,
+    }
+    /// 2-bit records with creates, deletes and a reclaimer freeing records under writers.
+    stress_short_with_2_bit_records_and_a_reclaimer_racing_writers {
+        seconds: 1.0, keys: 8, zipf: 0.5, reclaim_watermark: 0.0, record_bits: 2,
+    }
     #[cfg(feature = "chaos")]
     stress_short_with_chaos { seconds: 2.0, chaos: true }
     #[cfg(feature = "chaos")]
