@@ -85,7 +85,8 @@ fn usage() -> ExitCode {
                    [--partition-after N] [--copy-after N] [--keys N] [--key-bytes N]\n            \
                    [--eviction-one-in N] [--reads-and-writes] [--chaos]: a checked\n            \
                    concurrent history (--chaos: preemptions and injected faults)\n  \
-         crash     [--seconds S] [--seed N] [--hosts H] [--keys N] [--memory simulated|hardware]:\n            \
+         crash     [--seconds S] [--seed N] [--hosts H] [--keys N] [--memory simulated|hardware]\n            \
+                   [--record-bits 2|4|8|16|32]:\n            \
                    host processes killed (SIGKILL) and rejoining, a checked history"
     );
     ExitCode::from(2)
@@ -618,7 +619,14 @@ fn stress(flags: &[(&str, String)]) -> bool {
 }
 
 /// The crash stress's flags (each takes a value).
-const CRASH_FLAGS: &[&str] = &["--seconds", "--seed", "--hosts", "--keys", "--memory"];
+const CRASH_FLAGS: &[&str] = &[
+    "--seconds",
+    "--seed",
+    "--hosts",
+    "--keys",
+    "--memory",
+    "--record-bits",
+];
 /// The crash stress in CI: its length, and the fewest hosts it must have killed (it kills
 /// one about every second).
 const CI_CRASH_SECONDS: &str = "5";
@@ -726,17 +734,25 @@ fn ci() -> ExitCode {
         eprintln!("\nci: failed at the chaos stress");
         return ExitCode::FAILURE;
     }
-    match crash(&[("--seconds", CI_CRASH_SECONDS.into())]) {
-        Some(kills) if kills >= CI_CRASH_MIN_KILLS => {}
-        Some(kills) => {
-            eprintln!(
-                "\nci: the crash stress killed {kills} hosts, fewer than {CI_CRASH_MIN_KILLS}"
-            );
-            return ExitCode::FAILURE;
-        }
-        None => {
-            eprintln!("\nci: failed at the crash stress");
-            return ExitCode::FAILURE;
+    // The crash stress at the default width, and at 2 bits, where recovery restores a
+    // record by a CAS of a byte that three other records share.
+    for bits in ["32", "2"] {
+        let flags = [
+            ("--seconds", CI_CRASH_SECONDS.into()),
+            ("--record-bits", bits.into()),
+        ];
+        match crash(&flags) {
+            Some(kills) if kills >= CI_CRASH_MIN_KILLS => {}
+            Some(kills) => {
+                eprintln!(
+                    "\nci: the crash stress killed {kills} hosts, fewer than {CI_CRASH_MIN_KILLS}"
+                );
+                return ExitCode::FAILURE;
+            }
+            None => {
+                eprintln!("\nci: failed at the crash stress ({bits}-bit records)");
+                return ExitCode::FAILURE;
+            }
         }
     }
     if !loom("3") {

@@ -101,6 +101,8 @@ struct Crash {
     hosts: u32,
     keys: u32,
     memory: MemoryKind,
+    /// Bits of a coherence record.
+    record_bits: u32,
 }
 
 impl Crash {
@@ -112,6 +114,7 @@ impl Crash {
             hosts: env_var("HOSTS").unwrap_or(4),
             keys: env_var("KEYS").unwrap_or(8),
             memory: env_var("MEMORY").unwrap_or(MemoryKind::simulated(0)),
+            record_bits: env_var("RECORD_BITS").unwrap_or(32),
         };
         assert!(
             (2..=MAX_WORKERS).contains(&crash.hosts),
@@ -131,6 +134,7 @@ impl Crash {
             .log_capacity_entries(LOG_CAPACITY_ENTRIES)
             .max_hosts(POD_MAX_HOSTS)
             .lease_ms(LEASE_MS)
+            .record_width_bits(self.record_bits)
     }
 }
 
@@ -844,8 +848,14 @@ fn operation_line(history: &History, op: &Operation) -> String {
 /// Runs and checks; `Ok` holds the verdict line, `Err` the violation with the seed.
 fn run_and_check(crash: &Crash) -> Result<String, String> {
     let reproduce = format!(
-        "seed {} (cargo xtask crash --seconds {} --seed {}; the seed fixes the choices, not the timing)",
-        crash.seed, crash.seconds, crash.seed
+        "seed {} (cargo xtask crash --seconds {} --seed {} --hosts {} --keys {} --memory {} --record-bits {}; the seed fixes the choices, not the timing)",
+        crash.seed,
+        crash.seconds,
+        crash.seed,
+        crash.hosts,
+        crash.keys,
+        crash.memory.name(),
+        crash.record_bits
     );
     let outcomes = run(crash).map_err(|e| format!("crash: {e}\n{reproduce}"))?;
     let history = &outcomes.history;
@@ -870,10 +880,11 @@ fn run_and_check(crash: &Crash) -> Result<String, String> {
         .map(String::as_str)
         .collect();
     println!(
-        "crash: {reproduce}: {} workers at once, {} keys, {} memory; {cut} calls cut off by a kill, {errors} calls failed; the workers recovered {} dead hosts and {} record locks, skipped {} log positions, served {} late joins; {} join attempts failed{}{}",
+        "crash: {reproduce}: {} workers at once, {} keys, {} memory, {}-bit records; {cut} calls cut off by a kill, {errors} calls failed; the workers recovered {} dead hosts and {} record locks, skipped {} log positions, served {} late joins; {} join attempts failed{}{}",
         crash.hosts,
         crash.keys,
         crash.memory.name(),
+        crash.record_bits,
         c.hosts_recovered,
         c.locks_recovered,
         c.entries_skipped,
