@@ -44,9 +44,35 @@ impl Index {
     }
 
     /// Fills this index, which must be empty, from `bytes` made by
-    /// [`Index::encode_snapshot`] on a replica of the same pod.
+    /// [`Index::encode_snapshot`] on a replica of the same pod. The whole snapshot is
+    /// checked before the index changes: an error leaves it empty, for a joiner that asks
+    /// again.
     pub(crate) fn decode_snapshot(&mut self, bytes: &[u8]) -> Result<()> {
         debug_assert_eq!(self.len(), 0, "decoded into an empty index");
+        let snapshot = self.parse_snapshot(bytes)?;
+        self.slots.unclaimed = snapshot.unclaimed;
+        self.slots
+            .free_counts
+            .copy_from_slice(&snapshot.free_counts);
+        for object in &snapshot.objects {
+            let key = &snapshot.keys[object.key.clone()];
+            self.insert(key, object.slot, object.stamp);
+            let handle = self.find(key).expect("just inserted");
+            if object.record != NO_RECORD {
+                self.set_record(handle, object.record);
+                self.record_owners.insert(object.record, handle);
+            }
+            self.set_owner(handle, owner_of(object.meta));
+            if let Some(lock) = object.lock {
+                let at = FIELD_WORDS + key_words(key.len());
+                self.words.set(handle, at, lock);
+            }
+        }
+        Ok(())
+    }
+
+    /// `bytes` as a snapshot of an index of this pod, checked whole.
+    fn parse_snapshot(&self, bytes: &[u8]) -> Result<Snapshot> {
         if !bytes.len().is_multiple_of(8) {
             return Err(corrupt("not whole words"));
         }
@@ -58,13 +84,17 @@ impl Index {
         if unclaimed.start > unclaimed.end || unclaimed.end > self.slot_count {
             return Err(corrupt("unclaimed slots outside the pod"));
         }
-        self.slots.unclaimed = unclaimed;
-        let objects = next("object count")?;
-        for host in 0..self.max_hosts as usize {
-            self.slots.free_counts[host] = next("free slot counts")? as i64;
-        }
-        let mut key = vec![0u8; crate::limits::MAX_KEY_BYTES_LIMIT as usize + 8];
-        for _ in 0..objects {
+        let count = next("object count")?;
+        let free_counts = (0..self.max_hosts)
+            .map(|_| next("free slot counts").map(|count| count as i64))
+            .collect::<Result<Vec<i64>>>()?;
+        let mut snapshot = Snapshot {
+            unclaimed,
+            free_counts,
+            objects: Vec::new(),
+            keys: Vec::new(),
+        };
+        for _ in 0..count {
             let stamp = next("an object's stamp")?;
             let place = next("an object's place")?;
             let meta = next("an object's meta word")?;
@@ -72,39 +102,65 @@ impl Index {
             if key_len > crate::limits::MAX_KEY_BYTES_LIMIT as usize {
                 return Err(corrupt("a key longer than any"));
             }
-            for i in 0..key_words(key_len) {
+            let at = snapshot.keys.len();
+            for _ in 0..key_words(key_len) {
                 let word = next("an object's key")?;
-                key[i * 8..i * 8 + 8].copy_from_slice(&word.to_le_bytes());
+                snapshot.keys.extend_from_slice(&word.to_le_bytes());
             }
-            let slot = place & 0xffff_ffff;
-            let record = (place >> 32) as u32;
+            snapshot.keys.truncate(at + key_len);
+            let (slot, record) = (place & 0xffff_ffff, (place >> 32) as u32);
             if slot >= self.slot_count
                 || (record != NO_RECORD && u64::from(record) >= self.record_count)
             {
                 return Err(corrupt("an object outside the pod"));
             }
-            let key = &key[..key_len];
-            if self.find(key).is_some() {
-                return Err(corrupt("a key twice"));
-            }
-            self.insert(key, slot, stamp);
-            let handle = self.find(key).expect("just inserted");
-            if record != NO_RECORD {
-                self.set_record(handle, record);
-                self.record_owners.insert(record, handle);
-            }
-            self.set_owner(handle, owner_of(meta));
-            if self.all_log {
-                let lock = next("an object's lock word")?;
-                self.words
-                    .set(handle, FIELD_WORDS + key_words(key_len), lock);
-            }
+            let lock = if self.all_log {
+                Some(next("an object's lock word")?)
+            } else {
+                None
+            };
+            snapshot.objects.push(SnapshotObject {
+                key: at..at + key_len,
+                stamp,
+                slot,
+                record,
+                meta,
+                lock,
+            });
         }
         if next("the end").is_ok() {
             return Err(corrupt("bytes past the last object"));
         }
-        Ok(())
+        let mut keys = hashbrown::HashSet::with_capacity(snapshot.objects.len());
+        let once = (snapshot.objects.iter()).all(|o| keys.insert(&snapshot.keys[o.key.clone()]));
+        drop(keys);
+        if !once {
+            return Err(corrupt("a key twice"));
+        }
+        Ok(snapshot)
     }
+}
+
+/// A snapshot, decoded and checked, not yet in the index.
+struct Snapshot {
+    unclaimed: std::ops::Range<u64>,
+    free_counts: Vec<i64>,
+    objects: Vec<SnapshotObject>,
+    /// Every object's key, one after another.
+    keys: Vec<u8>,
+}
+
+/// One object of a [`Snapshot`].
+struct SnapshotObject {
+    /// Where its key is in [`Snapshot::keys`].
+    key: std::ops::Range<usize>,
+    stamp: u64,
+    slot: u64,
+    record: u32,
+    /// The arena's meta word (key length and DRAM owner).
+    meta: u64,
+    /// Its replicated lock word, in an AllLog pod.
+    lock: Option<u64>,
 }
 
 #[cfg(test)]
@@ -194,5 +250,35 @@ mod tests {
         let mut longer = bytes.clone();
         longer.extend_from_slice(&[0; 8]);
         assert!(index(Coherence::Split).decode_snapshot(&longer).is_err());
+    }
+
+    /// A snapshot damaged after its first objects (its last object a second copy of the
+    /// first) changes nothing: the joiner's next try decodes into an empty index.
+    #[test]
+    fn a_snapshot_that_fails_late_leaves_the_index_empty() {
+        let original = filled(Coherence::Split);
+        let bytes = original.encode_snapshot();
+        let mut words: Vec<u64> = bytes
+            .chunks_exact(8)
+            .map(|chunk| u64::from_le_bytes(chunk.try_into().unwrap()))
+            .collect();
+        // The first object's words (stamp, place, meta and two key words) again, as
+        // one more object.
+        let first = 3 + original.max_hosts as usize;
+        let object: Vec<u64> = words[first..first + 5].to_vec();
+        words.extend(object);
+        words[2] += 1;
+        let damaged: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut copy = index(Coherence::Split);
+        assert!(matches!(
+            copy.decode_snapshot(&damaged),
+            Err(Error::CorruptSnapshot {
+                what: "a key twice"
+            })
+        ));
+        assert_eq!(copy.len(), 0);
+        assert!(copy.record_owners.is_empty());
+        copy.decode_snapshot(&bytes).unwrap();
+        assert_eq!(copy.len(), original.len());
     }
 }
