@@ -31,6 +31,9 @@
 //! have read under the read lock. Otherwise it does it again under the read lock.
 //! Writing the host counter still takes the read lock (a reader must not rewrite word 2
 //! while replay changes it); a read whose counter is already known writes nothing.
+//! A replay that panics half-way leaves the version odd: readers without the lock never
+//! trust the index again, and the locked paths panic rather than answer from it (the
+//! replica is poisoned; the host must be dropped and join again).
 //!
 //! In a pod with [`Coherence::AllLog`] a record has one more word after the key: the
 //! object's replicated lock, its counter (low half) and its holder + 1 (bits 32..40; 0:
@@ -109,6 +112,12 @@ impl std::ops::DerefMut for IndexWrite<'_> {
 
 impl Drop for IndexWrite<'_> {
     fn drop(&mut self) {
+        // A panic under the guard (a bug, or no memory for a table that grows) may have
+        // left the index half-changed: the version stays odd, so that no reader trusts
+        // it again (see `Replica::poisoned`).
+        if std::thread::panicking() {
+            return;
+        }
         // Release: a reader that reads this even version reads every change made under
         // the guard. (The guard's own unlock follows.)
         if !crate::mutants::skipped(crate::mutants::Step::ReplicaVersionKept) {
@@ -137,7 +146,9 @@ impl Replica {
     pub(crate) fn write(&self) -> IndexWrite<'_> {
         let guard = self.index.write();
         // Writers are serialized by the lock: a load and a store make the version odd.
-        let odd = self.version.load(Ordering::Relaxed) + 1;
+        let even = self.version.load(Ordering::Relaxed);
+        Self::poisoned(even);
+        let odd = even + 1;
         if !crate::mutants::skipped(crate::mutants::Step::ReplicaVersionKept) {
             self.version.store(odd, Ordering::Relaxed);
         }
@@ -153,7 +164,22 @@ impl Replica {
 
     /// The index for reading, under the read lock.
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, Index> {
-        self.index.read()
+        let index = self.index.read();
+        Self::poisoned(self.version.load(Ordering::Acquire));
+        index
+    }
+
+    /// Panics if `version`, loaded under the index's lock, is odd: no replay holds the
+    /// write lock, so the last one panicked half-way and left the index as it was then.
+    /// No answer from it can be trusted, and the host cannot go on (as with a poisoned
+    /// `std::sync::Mutex`): drop it and join again (a dead host's locks are recovered).
+    #[track_caller]
+    fn poisoned(version: u64) {
+        assert!(
+            version & 1 == 0,
+            "this host's replica was left half-changed by a panic during its replay; \
+             drop the host and join again"
+        );
     }
 
     /// `hint` run on the index without the lock and without the version: for work whose
@@ -187,6 +213,7 @@ impl Replica {
     pub(crate) fn read_versioned(&self) -> (RwLockReadGuard<'_, Index>, u64) {
         let index = self.index.read();
         let version = self.version.load(Ordering::Acquire);
+        Self::poisoned(version);
         (index, version)
     }
 

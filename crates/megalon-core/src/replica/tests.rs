@@ -466,3 +466,42 @@ fn a_lookup_without_the_lock_that_a_replay_overlaps_is_not_trusted() {
         "under the read lock, the version of the answer"
     );
 }
+
+/// A replay that panics half-way (a bug, or no memory for a growing table) leaves an
+/// index nobody may trust: lookups without the lock are not answered, and every later
+/// use of the replica panics, naming the cause, instead of answering from it.
+#[test]
+fn a_replay_that_panics_poisons_the_replica() {
+    let mut index = index();
+    let mut pool = SlotPool::default();
+    let create = Event::Create { key: b"k", slot: 3 };
+    index.apply(0, 1, &create, 0, &mut pool).unwrap();
+    let replica = Replica::new(index, 64);
+    let found = |view: &View| view.lookup(b"k").map(|entry| entry.slot);
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _replay = replica.write();
+        panic!("half-way");
+    }));
+    assert!(unwound.is_err());
+    assert!(replica.optimistic(found).is_none(), "never answered again");
+    let message = |caught: Box<dyn std::any::Any + Send>| {
+        caught
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| caught.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default()
+    };
+    let uses: [&dyn Fn(); 3] = [
+        &|| drop(replica.read()),
+        &|| drop(replica.read_versioned()),
+        &|| drop(replica.write()),
+    ];
+    for (i, used) in uses.into_iter().enumerate() {
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(used))
+            .expect_err("a poisoned replica is not used");
+        assert!(
+            message(caught).contains("half-changed by a panic during its replay"),
+            "use {i}"
+        );
+    }
+}
