@@ -95,6 +95,9 @@ pub(crate) struct IndexWrite<'a> {
     guard: RwLockWriteGuard<'a, Index>,
     version: &'a AtomicU64,
     odd: u64,
+    /// Whether the thread was already unwinding when the guard was taken (a ticket's
+    /// drop during a panic may replay): only a panic under the guard poisons.
+    unwinding: bool,
 }
 
 impl std::ops::Deref for IndexWrite<'_> {
@@ -115,7 +118,7 @@ impl Drop for IndexWrite<'_> {
         // A panic under the guard (a bug, or no memory for a table that grows) may have
         // left the index half-changed: the version stays odd, so that no reader trusts
         // it again (see `Replica::poisoned`).
-        if std::thread::panicking() {
+        if std::thread::panicking() && !self.unwinding {
             return;
         }
         // Release: a reader that reads this even version reads every change made under
@@ -159,6 +162,7 @@ impl Replica {
             guard,
             version: &self.version,
             odd,
+            unwinding: std::thread::panicking(),
         }
     }
 

@@ -478,6 +478,20 @@ fn a_replay_that_panics_poisons_the_replica() {
     index.apply(0, 1, &create, 0, &mut pool).unwrap();
     let replica = Replica::new(index, 64);
     let found = |view: &View| view.lookup(b"k").map(|entry| entry.slot);
+    // A replay made whole while the thread unwinds from a panic elsewhere (a ticket's
+    // drop ends its write) does not poison it.
+    struct ReplaysOnDrop<'a>(&'a Replica);
+    impl Drop for ReplaysOnDrop<'_> {
+        fn drop(&mut self) {
+            drop(self.0.write());
+        }
+    }
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _replays = ReplaysOnDrop(&replica);
+        panic!("elsewhere");
+    }));
+    assert!(unwound.is_err());
+    assert!(replica.optimistic(found).is_some(), "not poisoned");
     let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let _replay = replica.write();
         panic!("half-way");
