@@ -322,18 +322,33 @@ impl Registry {
     }
 
     /// The calling thread's counters for the registry `id`, registered on first use.
+    /// A thread whose list is already gone (a thread-local destructor that runs an
+    /// operation as the thread exits) gets counters of its own for this call.
     #[cold]
     fn find_or_register(&self, id: u64) -> *const ThreadCounters {
-        MINE.with(|mine| {
+        MINE.try_with(|mine| {
             if let Some((_, counters)) = mine.borrow().iter().find(|(owner, _)| *owner == id) {
                 return Arc::as_ptr(counters);
             }
-            let counters = Arc::new(ThreadCounters::new());
-            self.threads.lock().push(Arc::clone(&counters));
+            // Entries of registries dropped since (only this list still holds their
+            // counters) go: a long-lived thread that works on many hosts in turn keeps
+            // only the live ones. (`LAST` may still name one, under an id no registry
+            // will have again, so it is never read.)
+            mine.borrow_mut()
+                .retain(|(_, counters)| Arc::strong_count(counters) > 1);
+            let counters = self.register();
             let pointer = Arc::as_ptr(&counters);
             mine.borrow_mut().push((id, counters));
             pointer
         })
+        .unwrap_or_else(|_| Arc::as_ptr(&self.register()))
+    }
+
+    /// New counters in this registry's list, which keeps them as long as it lives.
+    fn register(&self) -> Arc<ThreadCounters> {
+        let counters = Arc::new(ThreadCounters::new());
+        self.threads.lock().push(Arc::clone(&counters));
+        counters
     }
 
     /// Every thread's counts.
@@ -378,5 +393,43 @@ mod tests {
         );
         assert_eq!(one.per_thread().len(), 2, "a block for each thread");
         assert_eq!(two.per_thread().len(), 1);
+    }
+
+    #[test]
+    fn a_thread_keeps_counters_only_of_live_registries() {
+        for _ in 0..100 {
+            let registry = Registry::default();
+            registry.with(Registry::new_id(), |c| c.add(Counter::Reads, 1));
+            assert_eq!(registry.total().reads, 1);
+        }
+        let kept = MINE.with(|mine| mine.borrow().len());
+        assert!(kept <= 1, "{kept} entries of dropped registries");
+    }
+
+    /// An operation run by a thread-local's destructor after the thread's list of
+    /// counters is gone (destructors run in the reverse order of first use here) is
+    /// counted, not a panic (which, in a destructor, would abort the process).
+    #[test]
+    fn an_operation_from_a_thread_local_destructor_is_counted() {
+        static LATE: std::sync::OnceLock<(Registry, u64)> = std::sync::OnceLock::new();
+        let (late, _) = LATE.get_or_init(|| (Registry::default(), Registry::new_id()));
+        struct CountsOnDrop;
+        impl Drop for CountsOnDrop {
+            fn drop(&mut self) {
+                let (late, late_id) = LATE.get().expect("set");
+                late.with(*late_id, |c| c.add(Counter::Writes, 1));
+            }
+        }
+        thread_local! {
+            static GUARD: CountsOnDrop = const { CountsOnDrop };
+        }
+        std::thread::spawn(|| {
+            GUARD.with(|_| ());
+            let early = Registry::default();
+            early.with(Registry::new_id(), |c| c.add(Counter::Reads, 1));
+        })
+        .join()
+        .unwrap();
+        assert_eq!(late.total().writes, 1);
     }
 }
