@@ -145,17 +145,28 @@ impl Buckets {
     fn bytes(&self) -> u64 {
         (self.words.len() * std::mem::size_of::<AtomicU32>()) as u64
     }
+
+    /// Bytes of DRAM this array holds once replaced: its pages went back to the system
+    /// from [`RELEASED_BYTES`] up.
+    fn kept_bytes(&self) -> u64 {
+        let bytes = self.bytes();
+        #[cfg(all(not(megalon_loom), not(miri)))]
+        if bytes >= RELEASED_BYTES as u64 {
+            return 0;
+        }
+        bytes
+    }
 }
 
 /// The words of one bucket array, all empty at first. Outside loom, an anonymous mapping
 /// of their own: when growth replaces the array, [`release`](Self::release) gives its
 /// pages back to the system (from [`RELEASED_BYTES`] up) and leaves its addresses
-/// mapped, where they read as zeros (empty buckets) on Linux. A reader still probing a replaced array then reads old
-/// buckets, empty ones or, once a later growth used the array again, new ones: a view
-/// like any other torn one, which the replica's version (moved by the growth) makes the
-/// reader throw away. No reader has to announce itself (an epoch pin: a store and a
-/// fence per probe); a replaced array keeps its address space and page tables, not its
-/// pages.
+/// mapped, where they read as zeros (empty buckets) on Linux. A reader still probing a
+/// replaced array then reads old buckets, empty ones or, once a later growth used the
+/// array again, new ones: a view like any other torn one, which the replica's version
+/// (moved by the growth) makes the reader throw away. No reader has to announce itself
+/// (an epoch pin: a store and a fence per probe); a replaced array keeps its address
+/// space and page tables, not its pages.
 #[cfg(not(megalon_loom))]
 struct BucketWords {
     /// Raw, not `MmapMut`: the words are reached through a pointer with write access,
@@ -466,9 +477,15 @@ impl Table {
         self.live.load(Ordering::Relaxed)
     }
 
-    /// Bytes of DRAM the current bucket array holds (a word per bucket).
+    /// Bytes of DRAM the bucket arrays hold: the current one (a word per bucket) and
+    /// the replaced ones kept whose pages did not go back.
     pub(super) fn heap_bytes(&self) -> u64 {
-        self.buckets().bytes()
+        let replaced = self.replaced.lock();
+        let kept: u64 = replaced
+            .iter()
+            .map(|kept| kept.buckets().kept_bytes())
+            .sum();
+        self.buckets().bytes() + kept
     }
 }
 
@@ -575,6 +592,24 @@ mod tests {
                 "round {round}: {sizes:?}"
             );
         }
+    }
+
+    #[test]
+    fn heap_bytes_count_the_kept_arrays_whose_pages_stay() {
+        let bytes = |sizes: Vec<usize>| sizes.iter().map(|&n| n as u64 * 4).sum::<u64>();
+        let table = Table::default();
+        for handle in 0..1000 {
+            table.insert(hash(handle), handle, hash);
+        }
+        let kept = bytes(kept_sizes(&table));
+        assert!(kept > 0, "it grew");
+        assert_eq!(table.heap_bytes(), table.buckets().bytes() + kept);
+        // Replaced at a size whose pages go back: not counted.
+        let (table, count) = table_at_released_size();
+        let small = bytes(kept_sizes(&table));
+        grow_once(&table, count);
+        assert!(bytes(kept_sizes(&table)) > small, "the large array is kept");
+        assert_eq!(table.heap_bytes(), table.buckets().bytes() + small);
     }
 
     /// A table grown to an array whose pages a replacement gives back; the handles it
