@@ -546,7 +546,7 @@ mod tests {
         assert_eq!(table.len(), 0);
         assert_eq!(table.find(hash(7), |_| true), None);
         assert_eq!(
-            table.heap_bytes(),
+            table.buckets().bytes(),
             MIN_BUCKETS as u64 * 4,
             "no growth from churn alone"
         );
