@@ -54,6 +54,11 @@
 //!   write as [`Host::write_end`] would; a failed call never leaves an object locked.
 //! - **Every wait on another host is bounded** ([`HostOptions::wait_limit`]); past it, the
 //!   error names whom it waited for.
+//! - **A host whose replay panicked is done**: a panic while its replica changes (a bug,
+//!   or no memory for a growing index) leaves the replica poisoned, and every later call
+//!   on that host panics rather than answer from a half-changed index. Drop the host
+//!   (its drop leaves it as a dead host would) and join again: the others recover it,
+//!   with any write it held, once its lease runs out.
 //! - **Pods are shared by hosts that join the same file** ([`Backing::file`]); a heap pod
 //!   lives in one process. [`Pod::create`] refuses a file that live hosts use
 //!   ([`Error::PodInUse`]).

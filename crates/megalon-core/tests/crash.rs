@@ -338,3 +338,30 @@ fn recovery_of_a_record_sharing_its_byte_keeps_the_neighbours_lock() {
         assert_eq!(read(&b, &ka), value(201), "{bits} bits");
     }
 }
+
+/// A host whose replay panicked half-way (its replica poisoned) answers nothing more,
+/// and dropping it leaves it to the others as a dead host: the write it held is rolled
+/// back, its row is freed, and the object is writable again.
+#[test]
+fn a_host_whose_replay_panicked_is_recovered_as_a_dead_one() {
+    let (pod, a, b) = two_hosts_with_k();
+    let a_id = a.id();
+    half_written(&a);
+    a.inspect().poison_replica();
+    let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut buf = vec![0u8; SLOT];
+        a.read(b"k", &mut buf)
+    }));
+    assert!(answered.is_err(), "a poisoned host answers nothing");
+    drop(a);
+    assert_eq!(read(&b, b"k"), value(2), "the old value, whole");
+    wait_recovered(&b, 1);
+    assert_eq!(b.inspect().stats().locks_recovered, 1);
+    assert!(
+        pod.hosts().iter().all(|row| row.host != a_id),
+        "the row is free: {:?}",
+        pod.hosts()
+    );
+    b.write(b"k", &value(3)).unwrap();
+    assert_eq!(read(&b, b"k"), value(3));
+}

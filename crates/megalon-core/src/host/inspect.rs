@@ -255,6 +255,17 @@ impl Inspect<'_> {
         host_table::pretend_elsewhere(&shared.pod, shared.id);
     }
 
+    /// Poisons this host's replica as a replay that panicked half-way would: every later
+    /// call on the host panics, and dropping it leaves it for the others to recover.
+    /// For tests of what follows such a panic.
+    pub fn poison_replica(&self) {
+        let replica = &self.host.shared.replica;
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _replay = replica.write();
+            panic!("a replay panicked half-way (Inspect::poison_replica)");
+        }));
+    }
+
     /// Makes this host's row say that it runs on another machine: the other hosts can then
     /// tell whether it lives only by its lease (its pump's heartbeats), as across
     /// machines. For tests of the lease.

@@ -229,6 +229,17 @@ impl Host {
 
 impl Drop for Host {
     fn drop(&mut self) {
+        if self.shared.replica.is_poisoned() {
+            // A replay panicked half-way: nothing this host knows can be trusted, so it
+            // leaves as a dead host does, for the others to recover (its locks, its
+            // reservations, its row) once its lease runs out. Its row says it runs on
+            // another machine, so that a live process does not keep it alive.
+            self.inspect().freeze();
+            if let Some(pump) = self.pump.take() {
+                let _ = pump.join();
+            }
+            return;
+        }
         // Objects in this host's DRAM go back to CXL: once it leaves, nobody could bring
         // them back. (An error here, a full log, cannot be reported from a drop.)
         let _ = self.shared.move_all_back();

@@ -173,6 +173,12 @@ impl Replica {
         index
     }
 
+    /// Whether a replay panicked half-way (see [`Replica::poisoned`]).
+    pub(crate) fn is_poisoned(&self) -> bool {
+        let _index = self.index.read();
+        self.version.load(Ordering::Acquire) & 1 == 1
+    }
+
     /// Panics if `version`, loaded under the index's lock, is odd: no replay holds the
     /// write lock, so the last one panicked half-way and left the index as it was then.
     /// No answer from it can be trusted, and the host cannot go on (as with a poisoned
