@@ -44,116 +44,167 @@ impl Index {
     }
 
     /// Fills this index, which must be empty, from `bytes` made by
-    /// [`Index::encode_snapshot`] on a replica of the same pod. The whole snapshot is
-    /// checked before the index changes: an error leaves it empty, for a joiner that asks
-    /// again.
+    /// [`Index::encode_snapshot`] on a replica of the same pod. A damaged snapshot is an
+    /// error that leaves the index empty, for a joiner that asks again: a first pass
+    /// checks every word, the second inserts, and takes back what it inserted if a key
+    /// or a record comes twice (the checks that need the index).
     pub(crate) fn decode_snapshot(&mut self, bytes: &[u8]) -> Result<()> {
         debug_assert_eq!(self.len(), 0, "decoded into an empty index");
-        let snapshot = self.parse_snapshot(bytes)?;
-        self.slots.unclaimed = snapshot.unclaimed;
-        self.slots
-            .free_counts
-            .copy_from_slice(&snapshot.free_counts);
-        for object in &snapshot.objects {
-            let key = &snapshot.keys[object.key.clone()];
-            self.insert(key, object.slot, object.stamp);
-            let handle = self.find(key).expect("just inserted");
+        let (unclaimed, free_counts, objects) = read_snapshot(self.bounds(), bytes)?;
+        for object in objects {
+            object?;
+        }
+        let (_, _, objects) = read_snapshot(self.bounds(), bytes)?;
+        for (inserted, object) in objects.enumerate() {
+            let object = object.expect("checked by the first pass");
+            let twice = if self.find(object.key).is_some() {
+                Some("a key twice")
+            } else if object.record != NO_RECORD && self.record_owners.contains_key(&object.record)
+            {
+                Some("a record held by two objects")
+            } else {
+                None
+            };
+            if let Some(what) = twice {
+                let (_, _, again) = read_snapshot(self.bounds(), bytes)?;
+                for object in again.take(inserted) {
+                    let key = object.expect("checked").key;
+                    let entry = self.remove(key).expect("inserted");
+                    if let Some(record) = entry.record {
+                        self.record_owners.remove(&record);
+                    }
+                }
+                return Err(corrupt(what));
+            }
+            self.insert(object.key, object.slot, object.stamp);
+            let handle = self.find(object.key).expect("just inserted");
             if object.record != NO_RECORD {
                 self.set_record(handle, object.record);
                 self.record_owners.insert(object.record, handle);
             }
             self.set_owner(handle, owner_of(object.meta));
             if let Some(lock) = object.lock {
-                let at = FIELD_WORDS + key_words(key.len());
+                let at = FIELD_WORDS + key_words(object.key.len());
                 self.words.set(handle, at, lock);
             }
         }
+        self.slots.unclaimed = unclaimed;
+        self.slots.free_counts.copy_from_slice(&free_counts);
         Ok(())
     }
 
-    /// `bytes` as a snapshot of an index of this pod, checked whole.
-    fn parse_snapshot(&self, bytes: &[u8]) -> Result<Snapshot> {
-        if !bytes.len().is_multiple_of(8) {
-            return Err(corrupt("not whole words"));
+    /// What a snapshot of this index's pod must fit in.
+    fn bounds(&self) -> Bounds {
+        Bounds {
+            slot_count: self.slot_count,
+            record_count: self.record_count,
+            max_hosts: self.max_hosts,
+            all_log: self.all_log,
         }
-        let mut words = bytes
-            .chunks_exact(8)
-            .map(|chunk| u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
-        let mut next = |what| words.next().ok_or(corrupt(what));
-        let unclaimed = next("unclaimed slots")?..next("unclaimed slots")?;
-        if unclaimed.start > unclaimed.end || unclaimed.end > self.slot_count {
-            return Err(corrupt("unclaimed slots outside the pod"));
-        }
-        let count = next("object count")?;
-        let free_counts = (0..self.max_hosts)
-            .map(|_| next("free slot counts").map(|count| count as i64))
-            .collect::<Result<Vec<i64>>>()?;
-        let mut snapshot = Snapshot {
-            unclaimed,
-            free_counts,
-            objects: Vec::new(),
-            keys: Vec::new(),
-        };
-        for _ in 0..count {
-            let stamp = next("an object's stamp")?;
-            let place = next("an object's place")?;
-            let meta = next("an object's meta word")?;
-            let key_len = (meta >> 32 & 0xffff) as usize;
-            if key_len > crate::limits::MAX_KEY_BYTES_LIMIT as usize {
-                return Err(corrupt("a key longer than any"));
-            }
-            let at = snapshot.keys.len();
-            for _ in 0..key_words(key_len) {
-                let word = next("an object's key")?;
-                snapshot.keys.extend_from_slice(&word.to_le_bytes());
-            }
-            snapshot.keys.truncate(at + key_len);
-            let (slot, record) = (place & 0xffff_ffff, (place >> 32) as u32);
-            if slot >= self.slot_count
-                || (record != NO_RECORD && u64::from(record) >= self.record_count)
-            {
-                return Err(corrupt("an object outside the pod"));
-            }
-            let lock = if self.all_log {
-                Some(next("an object's lock word")?)
-            } else {
-                None
-            };
-            snapshot.objects.push(SnapshotObject {
-                key: at..at + key_len,
-                stamp,
-                slot,
-                record,
-                meta,
-                lock,
-            });
-        }
-        if next("the end").is_ok() {
-            return Err(corrupt("bytes past the last object"));
-        }
-        let mut keys = hashbrown::HashSet::with_capacity(snapshot.objects.len());
-        let once = (snapshot.objects.iter()).all(|o| keys.insert(&snapshot.keys[o.key.clone()]));
-        drop(keys);
-        if !once {
-            return Err(corrupt("a key twice"));
-        }
-        Ok(snapshot)
     }
 }
 
-/// A snapshot, decoded and checked, not yet in the index.
-struct Snapshot {
-    unclaimed: std::ops::Range<u64>,
-    free_counts: Vec<i64>,
-    objects: Vec<SnapshotObject>,
-    /// Every object's key, one after another.
-    keys: Vec<u8>,
+/// What a snapshot must fit in: its pod's slots, records and hosts, and whether its
+/// objects carry a replicated lock word.
+#[derive(Clone, Copy)]
+struct Bounds {
+    slot_count: u64,
+    record_count: u64,
+    max_hosts: u32,
+    all_log: bool,
 }
 
-/// One object of a [`Snapshot`].
-struct SnapshotObject {
-    /// Where its key is in [`Snapshot::keys`].
-    key: std::ops::Range<usize>,
+/// A snapshot's unclaimed slots and free-slot counts, checked, and its objects, each
+/// checked as it is read (then whether bytes follow the last).
+#[allow(clippy::type_complexity)]
+fn read_snapshot(
+    bounds: Bounds,
+    bytes: &[u8],
+) -> Result<(
+    std::ops::Range<u64>,
+    Vec<i64>,
+    impl Iterator<Item = Result<SnapshotObject<'_>>>,
+)> {
+    if !bytes.len().is_multiple_of(8) {
+        return Err(corrupt("not whole words"));
+    }
+    let mut words = Words8 { bytes, at: 0 };
+    let unclaimed = words.next("unclaimed slots")?..words.next("unclaimed slots")?;
+    if unclaimed.start > unclaimed.end || unclaimed.end > bounds.slot_count {
+        return Err(corrupt("unclaimed slots outside the pod"));
+    }
+    let count = words.next("object count")?;
+    let free_counts = (0..bounds.max_hosts)
+        .map(|_| words.next("free slot counts").map(|count| count as i64))
+        .collect::<Result<Vec<i64>>>()?;
+    // Objects left to read; `None` once what follows the last was looked at.
+    let mut left = Some(count);
+    let objects = std::iter::from_fn(move || match left? {
+        0 => {
+            left = None;
+            (words.at < bytes.len()).then(|| Err(corrupt("bytes past the last object")))
+        }
+        n => {
+            left = Some(n - 1);
+            Some(words.object(bounds))
+        }
+    });
+    Ok((unclaimed, free_counts, objects))
+}
+
+/// A snapshot's bytes, read a little-endian word at a time.
+struct Words8<'b> {
+    bytes: &'b [u8],
+    at: usize,
+}
+
+impl<'b> Words8<'b> {
+    fn next(&mut self, what: &'static str) -> Result<u64> {
+        let word = self.bytes.get(self.at..self.at + 8).ok_or(corrupt(what))?;
+        self.at += 8;
+        Ok(u64::from_le_bytes(word.try_into().expect("8 bytes")))
+    }
+
+    /// One object, checked against its pod's `bounds`.
+    fn object(&mut self, bounds: Bounds) -> Result<SnapshotObject<'b>> {
+        let stamp = self.next("an object's stamp")?;
+        let place = self.next("an object's place")?;
+        let meta = self.next("an object's meta word")?;
+        let key_len = (meta >> 32 & 0xffff) as usize;
+        if key_len > crate::limits::MAX_KEY_BYTES_LIMIT as usize {
+            return Err(corrupt("a key longer than any"));
+        }
+        // The key words hold the key's bytes in order (little-endian packing).
+        let at = self.at;
+        for _ in 0..key_words(key_len) {
+            self.next("an object's key")?;
+        }
+        let key = &self.bytes[at..at + key_len];
+        let (slot, record) = (place & 0xffff_ffff, (place >> 32) as u32);
+        if slot >= bounds.slot_count
+            || (record != NO_RECORD && u64::from(record) >= bounds.record_count)
+        {
+            return Err(corrupt("an object outside the pod"));
+        }
+        let lock = if bounds.all_log {
+            Some(self.next("an object's lock word")?)
+        } else {
+            None
+        };
+        Ok(SnapshotObject {
+            key,
+            stamp,
+            slot,
+            record,
+            meta,
+            lock,
+        })
+    }
+}
+
+/// One object of a snapshot, read and checked, not yet in the index.
+struct SnapshotObject<'b> {
+    key: &'b [u8],
     stamp: u64,
     slot: u64,
     record: u32,
@@ -280,5 +331,28 @@ mod tests {
         assert!(copy.record_owners.is_empty());
         copy.decode_snapshot(&bytes).unwrap();
         assert_eq!(copy.len(), original.len());
+        // Two objects naming one record: the last object without a record takes that
+        // of key 3 (7, see `filled`). (Objects are five words here: stamp, place, meta
+        // and two of key.)
+        let mut words: Vec<u64> = bytes
+            .chunks_exact(8)
+            .map(|chunk| u64::from_le_bytes(chunk.try_into().unwrap()))
+            .collect();
+        let places: Vec<usize> = (first + 1..words.len()).step_by(5).collect();
+        let place = *places
+            .iter()
+            .rfind(|&&at| words[at] >> 32 == u64::from(NO_RECORD))
+            .unwrap();
+        words[place] = words[place] & 0xffff_ffff | 7 << 32;
+        let damaged: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut copy = index(Coherence::Split);
+        assert!(matches!(
+            copy.decode_snapshot(&damaged),
+            Err(Error::CorruptSnapshot {
+                what: "a record held by two objects"
+            })
+        ));
+        assert_eq!(copy.len(), 0);
+        assert!(copy.record_owners.is_empty());
     }
 }
