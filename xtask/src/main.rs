@@ -428,6 +428,20 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
             ),
         ],
     ),
+    (
+        "locker-defers-to-recovery",
+        &[(
+            "recovery_races",
+            "a_host_that_locks_after_the_recoverer_looked_defers_to_it",
+        )],
+    ),
+    (
+        "move-announces-its-lock",
+        &[(
+            "recovery_races",
+            "recovery_never_takes_a_live_moves_lock_for_a_dead_hosts",
+        )],
+    ),
 ];
 
 /// Runs the mutant tests with `step` switched off (or none), returning the failing tests:

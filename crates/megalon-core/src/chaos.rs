@@ -66,6 +66,9 @@ pub enum Point {
     ReplayBetweenEntries,
     /// Replay, after applying a round of entries, before it advances `ctail`.
     ReplayBeforeCtail,
+    /// Recovery of a dead host's lock, with its intent stored and no live announce of
+    /// the record found, before it looks at the record's word.
+    RecoveryAfterScan,
 }
 
 /// A failure chaos can inject into a log append.

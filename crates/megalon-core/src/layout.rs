@@ -473,6 +473,13 @@ impl Layout {
         self.cursors_offset + 4 * LINE_BYTES
     }
 
+    /// Offset of the record under recovery: 0, or 1 + the record whose dead holder's
+    /// lock the recoverer is about to restore (on the recovery word's line). A host about
+    /// to lock that record defers to it (`host::crash`).
+    pub fn recovery_intent_offset(&self) -> u64 {
+        self.recovery_offset() + 8
+    }
+
     /// Offset of the join mailbox's first word (a line of words: see `host::join`).
     pub fn join_mailbox_offset(&self) -> u64 {
         self.cursors_offset + 5 * LINE_BYTES

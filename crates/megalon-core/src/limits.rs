@@ -64,8 +64,10 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"MEGALON\0");
 /// the pod's [`Coherence`](crate::Coherence) mode where version 2 had a reserved zero word; version 4 adds
 /// local partitions, local copies and the RPC rings (their SCR and LNR regions); version 5
 /// adds the lease and crash safety (the recovery word, machine, process start and
-/// reservation words in the host table, lock announce words and undo images).
-pub const LAYOUT_VERSION: u32 = 5;
+/// reservation words in the host table, lock announce words and undo images); version 6
+/// adds the record under recovery (a word beside the recovery word), which every host
+/// about to lock a record checks.
+pub const LAYOUT_VERSION: u32 = 6;
 /// Bytes of the encoded header.
 pub const HEADER_BYTES: usize = 128;
 

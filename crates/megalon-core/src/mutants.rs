@@ -85,6 +85,15 @@ pub enum Step {
     /// and a plain store of the byte: a change another host made to a neighbour between
     /// the two is lost (a lock undone, a claim freed).
     RecordByteCasKeepsNeighbours,
+    /// A host about to lock a record, having announced it, defers to a recoverer that
+    /// is about to restore a dead host's lock of the record. Skipped, it locks anyway,
+    /// and the recoverer, which cannot tell one lock word from another, may take that
+    /// live lock for the dead host's.
+    LockerDefersToRecovery,
+    /// A move to a host's DRAM announces the record lock it takes, as every other lock
+    /// does (pods with undo images). Skipped, a recoverer that finds a dead host's stale
+    /// announce of the same word takes the move's lock for the dead host's.
+    MoveAnnouncesItsLock,
 }
 
 // Without the feature the steps are only the names of the guards in the code.
@@ -117,6 +126,8 @@ impl Step {
         Step::SlotsReusedAfterCtail,
         Step::ReplicaVersionKept,
         Step::RecordByteCasKeepsNeighbours,
+        Step::LockerDefersToRecovery,
+        Step::MoveAnnouncesItsLock,
     ];
 
     /// The name `MEGALON_MUTANT` takes.
@@ -147,6 +158,8 @@ impl Step {
             Step::SlotsReusedAfterCtail => "slots-reused-after-ctail",
             Step::ReplicaVersionKept => "replica-version-kept",
             Step::RecordByteCasKeepsNeighbours => "record-byte-cas-keeps-neighbours",
+            Step::LockerDefersToRecovery => "locker-defers-to-recovery",
+            Step::MoveAnnouncesItsLock => "move-announces-its-lock",
         }
     }
 

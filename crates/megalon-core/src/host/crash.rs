@@ -31,22 +31,28 @@
 //! is about to set in one of its announce words (the host table, SCR). After the lock,
 //! and before the ticket lets a byte change, it copies the object into its undo image
 //! (LNR), writes it back, fences, and marks the announce "undo ready". It clears the
-//! announce after the unlock. A locked word is the dead host's only if no live host
-//! announces the same record and word: a live host whose CAS lost clears or replaces its
-//! announce, and one whose CAS won unlocks in time, so recovery waits for them; a word
-//! locked by a live host is never taken.
+//! announce after the unlock. Every lock of a record is announced so (a write's, a
+//! delete's, a deallocation's, a move's, an allocation's claim). A locked word does not
+//! name its holder (at 2 bits every lock of a record is the same word), so recovery
+//! takes one for the dead host's only while no live host announces the record and none
+//! can lock it anew: it stores its intent (the record under recovery, beside the
+//! recovery word), then reads the announces, then the word; a host about to lock stores
+//! its announce, then reads the intent, and defers to it. A word locked by a live host
+//! is never taken.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::Shared;
 
+use crate::chaos::Point;
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::host_table;
 use crate::ids::HostId;
 use crate::limits::HOLDS_PER_HOST;
 use crate::log::Log;
+use crate::mutants::{self, Step as MutantStep};
 use crate::record::{RecordWord, Records};
 use crate::sync::{AtomicU64, Ordering};
 
@@ -136,6 +142,23 @@ impl Drop for Hold<'_> {
     }
 }
 
+/// The record under recovery, set for as long as this lives (see `restore_holds`).
+struct Intent<'a>(&'a AtomicU64);
+
+impl<'a> Intent<'a> {
+    fn set(word: &'a AtomicU64, record: u32) -> Self {
+        // SeqCst: before the recoverer reads the announces (see `Shared::announce`).
+        word.store(u64::from(record) + 1, Ordering::SeqCst);
+        Self(word)
+    }
+}
+
+impl Drop for Intent<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::SeqCst);
+    }
+}
+
 impl Shared {
     fn announce_word(&self, host: HostId, index: u64) -> &AtomicU64 {
         self.pod
@@ -150,24 +173,10 @@ impl Shared {
     /// An announce word and undo image for a write about to lock a record, or an empty
     /// hold in a pod without undo images. Waits (bounded) while every one is in use.
     pub(super) fn take_hold(&self) -> Result<Hold<'_>> {
-        if !self.undo_images() {
-            return Ok(Hold {
-                shared: self,
-                index: None,
-            });
-        }
         let mut backoff: Option<crate::backoff::Backoff> = None;
         loop {
-            {
-                let mut free = self.free_holds.lock();
-                if *free != 0 {
-                    let index = u64::from(free.trailing_zeros());
-                    *free &= !(1 << index);
-                    return Ok(Hold {
-                        shared: self,
-                        index: Some(index),
-                    });
-                }
+            if let Some(hold) = self.try_take_hold() {
+                return Ok(hold);
             }
             crate::backoff::Backoff::snooze_or(
                 &mut backoff,
@@ -182,15 +191,71 @@ impl Shared {
     }
 
     /// Announces that this host is about to lock `record` as `locked` (before the CAS),
-    /// for a write or (`write` false) a delete, a deallocation or an allocation's claim.
-    pub(super) fn announce(&self, hold: &Hold<'_>, record: u32, locked: RecordWord, write: bool) {
-        if let Some(index) = hold.index {
-            let raw = Records::new(&self.pod).encode(locked);
-            // SeqCst: ordered before the locking CAS, so a recoverer that sees the word
-            // locked and no announce of it knows the lock is not this host's.
-            self.announce_word(self.id, index)
-                .store(encode_announce(record, raw, write), Ordering::SeqCst);
+    /// for a write or (`write` false) a delete, a deallocation, a move to this host or an
+    /// allocation's claim. `false`: a recoverer is about to restore a dead host's lock of
+    /// the record; the announce is withdrawn and the caller must not take the lock now
+    /// (it waits, or gives up, as for a busy record).
+    #[must_use]
+    pub(super) fn announce(
+        &self,
+        hold: &Hold<'_>,
+        record: u32,
+        locked: RecordWord,
+        write: bool,
+    ) -> bool {
+        let Some(index) = hold.index else {
+            return true;
+        };
+        let raw = Records::new(&self.pod).encode(locked);
+        let announce = self.announce_word(self.id, index);
+        // SeqCst: ordered before the locking CAS, so a recoverer that sees the word
+        // locked and no announce of it knows the lock is not this host's.
+        announce.store(encode_announce(record, raw, write), Ordering::SeqCst);
+        // And before this load (the recoverer stores its intent, then reads the
+        // announces: one of the two sees the other). A lock word tells nothing of its
+        // holder (at 2 bits every lock of a record is one word), so without this a
+        // recoverer could take a lock set after it looked at the announces for the dead
+        // host's.
+        if mutants::skipped(MutantStep::LockerDefersToRecovery)
+            || self.recovery_intent().load(Ordering::SeqCst) != u64::from(record) + 1
+        {
+            return true;
         }
+        self.withdraw(hold);
+        false
+    }
+
+    /// Clears `hold`'s announce while its lock is not taken (the hold stays this host's).
+    pub(super) fn withdraw(&self, hold: &Hold<'_>) {
+        if let Some(index) = hold.index {
+            self.announce_word(self.id, index)
+                .store(0, Ordering::SeqCst);
+        }
+    }
+
+    /// The record under recovery: 0, or 1 + the record a recoverer is about to restore.
+    fn recovery_intent(&self) -> &AtomicU64 {
+        self.pod.scr_u64(self.pod.layout().recovery_intent_offset())
+    }
+
+    /// An announce word and undo image for a move to this host, if one is free now (a
+    /// move is a choice: it does not wait), or an empty hold in a pod without them.
+    pub(super) fn try_take_hold(&self) -> Option<Hold<'_>> {
+        if !self.undo_images() {
+            return Some(Hold {
+                shared: self,
+                index: None,
+            });
+        }
+        let mut free = self.free_holds.lock();
+        (*free != 0).then(|| {
+            let index = u64::from(free.trailing_zeros());
+            *free &= !(1 << index);
+            Hold {
+                shared: self,
+                index: Some(index),
+            }
+        })
     }
 
     /// Holding `record`'s lock as `locked`, before any byte of the object at `offset`
@@ -440,30 +505,43 @@ impl Shared {
 
     /// Restores every record lock `dead` announced and still holds. `Ok(false)`: a live
     /// host announces the same lock (it may hold it): try again later.
+    ///
+    /// A locked word does not name its holder (every lock of a 2-bit record is the same
+    /// word, and counters come back), so the dead host's announce of it is not enough:
+    /// the record must have no live announce while nobody can lock it anew. The
+    /// recoverer first stores its intent (the record under recovery), then looks at every
+    /// live host's announces, then at the word; a host about to lock stores its announce,
+    /// then looks at the intent (`announce`). One of the two sees the other: either the
+    /// locker defers, or the recoverer waits for it. Only the holder of the recovery word
+    /// sets the intent, so one found set here is a dead recoverer's, and goes.
     fn restore_holds(&self, dead: &Dead) -> Result<bool> {
         let records = Records::new(&self.pod);
+        let intent = self.recovery_intent();
+        intent.store(0, Ordering::SeqCst);
         let mut all_done = true;
         for index in 0..HOLDS_PER_HOST {
             let announce = self.announce_word(dead.host, index).load(Ordering::SeqCst);
             let Some((record, raw, undo_ready, write)) = decode_announce(announce) else {
                 continue;
             };
+            let _intent = Intent::set(intent, record);
+            let live_announce = (0..self.pod.config().max_hosts).any(|host| {
+                dead.live(&self.pod, host)
+                    && (0..HOLDS_PER_HOST).any(|i| {
+                        let theirs = self.announce_word(host, i).load(Ordering::SeqCst);
+                        decode_announce(theirs).is_some_and(|(r, ..)| r == record)
+                    })
+            });
+            if live_announce {
+                all_done = false;
+                continue;
+            }
+            self.chaos.point(Point::RecoveryAfterScan);
             let locked = records.decode(raw);
             if records.load(record) != locked {
                 // Never taken, or released: nothing of the dead host's.
                 self.announce_word(dead.host, index)
                     .store(0, Ordering::SeqCst);
-                continue;
-            }
-            let live_announce = (0..self.pod.config().max_hosts).any(|host| {
-                dead.live(&self.pod, host)
-                    && (0..HOLDS_PER_HOST).any(|i| {
-                        let theirs = self.announce_word(host, i).load(Ordering::SeqCst);
-                        decode_announce(theirs).is_some_and(|(r, w, _, _)| (r, w) == (record, raw))
-                    })
-            });
-            if live_announce {
-                all_done = false;
                 continue;
             }
             let restored = if write {
@@ -491,6 +569,9 @@ impl Shared {
     /// a stale index entry locks it for a moment): try again later.
     fn restore_release_or_claim(&self, record: u32, held: RecordWord) -> Result<bool> {
         let records = Records::new(&self.pod);
+        // A live host whose claim of the record won had appended its alloc before it
+        // withdrew its announce (which `restore_holds` found gone): the log has it.
+        self.catch_up()?;
         let owned = self.replica.read().record_owner_key(record).is_some();
         let to = match (held.locked, owned) {
             (false, true) => return Ok(true),

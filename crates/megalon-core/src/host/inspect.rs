@@ -255,6 +255,13 @@ impl Inspect<'_> {
         host_table::pretend_elsewhere(&shared.pod, shared.id);
     }
 
+    /// Runs this host's watch for dead hosts now, on the calling thread, as its pump does
+    /// every quarter lease (at most that often): finds hosts whose lease ran out or whose
+    /// process is gone and recovers them. For tests that drive recovery by hand.
+    pub fn watch_hosts(&self) {
+        self.host.shared.watch_hosts();
+    }
+
     /// Poisons this host's replica as a replay that panicked half-way would: every later
     /// call on the host panics, and dropping it leaves it for the others to recover.
     /// For tests of what follows such a panic.

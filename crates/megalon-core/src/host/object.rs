@@ -380,6 +380,11 @@ impl Shared {
             let word = records.load(record);
             c.add(Counter::ScrAtomics, 1);
             if !word.in_use || word.locked {
+                // An announce left by a lock that lost would keep a recoverer of the
+                // record waiting on us while we wait on it.
+                if let Some(hold) = &held {
+                    self.withdraw(hold);
+                }
                 self.wait_for_record(&mut backoff, record, word, c)?;
                 continue;
             }
@@ -398,9 +403,14 @@ impl Shared {
                 Some(ref hold) => hold,
                 None => held.insert(self.take_hold()?),
             };
-            self.announce(hold, record, locked, true);
             if self.undo_images() {
-                c.add(Counter::ScrAtomics, 1);
+                // The announce, and the record under recovery.
+                c.add(Counter::ScrAtomics, 2);
+            }
+            if !self.announce(hold, record, locked, true) {
+                // A recoverer restores a dead host's lock of the record: wait for it.
+                self.wait_for_record(&mut backoff, record, word, c)?;
+                continue;
             }
             self.chaos.point(Point::WriteBeforeLock);
             c.add(Counter::ScrAtomics, 1);
@@ -686,7 +696,11 @@ impl Shared {
         };
         // Freed on every way out but the returned one, after any unlock.
         let hold = self.take_hold()?;
-        self.announce(&hold, record, locked, false);
+        if !self.announce(&hold, record, locked, false) {
+            // A recoverer restores a dead host's lock of the record: wait for it.
+            self.wait_for_record(backoff, record, word, c)?;
+            return Ok(None);
+        }
         c.add(Counter::ScrAtomics, 1);
         if records.compare_exchange(record, word, locked).is_err() {
             return Ok(None);

@@ -277,7 +277,10 @@ impl Shared {
                     in_use: true,
                     ..word
                 };
-                self.announce(&hold, record, claimed, false);
+                if !self.announce(&hold, record, claimed, false) {
+                    // Under recovery: another candidate.
+                    continue;
+                }
                 c.add(Counter::ScrAtomics, 1);
                 if records.compare_exchange(record, word, claimed).is_ok() {
                     self.records_in_use().fetch_add(1, Ordering::Relaxed);
@@ -344,7 +347,10 @@ impl Shared {
         // Freed on every way out before the settle takes it (after any unlock).
         let hold = self.take_hold()?;
         if lock {
-            self.announce(&hold, record, locked, false);
+            // Under recovery, or busy: another record.
+            if !self.announce(&hold, record, locked, false) {
+                return Ok(false);
+            }
             c.add(Counter::ScrAtomics, 1);
             if records.compare_exchange(record, word, locked).is_err() {
                 return Ok(false);

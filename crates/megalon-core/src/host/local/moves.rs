@@ -64,18 +64,31 @@ impl Shared {
                 locked: true,
                 ..word
             };
+            // Announced as every lock is (pods with undo images): a recoverer must not
+            // take it for a dead host's lock of the same word. No announce word free, or
+            // the record under recovery: not now.
+            let Some(hold) = self.try_take_hold() else {
+                return Ok(false);
+            };
+            if !mutants::skipped(Step::MoveAnnouncesItsLock)
+                && !self.announce(&hold, record, held, false)
+            {
+                return Ok(false);
+            }
             if records.compare_exchange(record, word, held).is_err() {
                 return Ok(false);
             }
-            locked = Some((record, word));
+            locked = Some((record, word, hold));
         }
         let moved = self.copy_and_move(local, &moving, key, &entry, c);
-        if let Some((record, word)) = locked {
+        if let Some((record, word, hold)) = locked {
             let held = RecordWord {
                 locked: true,
                 ..word
             };
             self.unlock_record(record, held, word, c);
+            // The announce goes after the unlock.
+            drop(hold);
         }
         moved
     }

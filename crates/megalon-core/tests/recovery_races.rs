@@ -1,0 +1,199 @@
+//! A recoverer restoring a dead host's record lock, against live hosts locking the same
+//! record. A lock word does not name its holder (every lock of a 2-bit record is the
+//! same word), so recovery must never take a live lock for the dead host's: every lock
+//! is announced, and a host about to lock defers to a recoverer's intent. Built with the
+//! `chaos` feature only (the tests hold threads at chosen points).
+#![cfg(feature = "chaos")]
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::channel;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{simulated, value, SLOT};
+use megalon_core::chaos::{self, Point};
+use megalon_core::{CrashSafety, Error, Host, HostOptions, Join, Pod};
+
+const LEASE_MS: u32 = 100;
+/// How long after the lease recovery may take, at most, on a loaded machine.
+const BOUND: Duration = Duration::from_secs(5);
+
+/// A pod of 2-bit records with undo images and a short lease.
+fn config() -> megalon_core::PodConfig {
+    common::config()
+        .record_width_bits(2)
+        .lease_ms(LEASE_MS)
+        .crash_safety(CrashSafety::Undo)
+}
+
+/// A host that lives as long as the test binary (hooks are `'static`), with a pump or
+/// without (it then replays in its operations, and recovers when told to).
+fn leak(pod: &Arc<Pod>, id: u32, pump: bool, wait_limit: Duration) -> &'static Host {
+    let options = HostOptions::new()
+        .memory(simulated(u64::from(id) + 1, 4096, 0))
+        .record_watermark(1.0)
+        .wait_limit(wait_limit)
+        .pump_interval(pump.then(|| Duration::from_millis(1)));
+    Box::leak(Box::new(
+        Host::join(pod, Join::As(id), options).expect("join"),
+    ))
+}
+
+/// `dead` announces a write lock of `k`'s record and dies before its CAS: its announce
+/// names the word every lock of a 2-bit record has.
+fn dies_announcing_a_lock_of_k(dead: &'static Host) {
+    let (frozen, is_frozen) = channel();
+    std::thread::spawn(move || {
+        let frozen = Mutex::new(frozen);
+        chaos::with_hook(
+            move |point| {
+                if point == Point::WriteBeforeLock {
+                    dead.inspect().freeze();
+                    frozen.lock().unwrap().send(()).unwrap();
+                    loop {
+                        std::thread::park();
+                    }
+                }
+            },
+            || {
+                let _ = dead.write_start(b"k");
+            },
+        );
+    });
+    is_frozen.recv().unwrap();
+}
+
+/// The record of `k` and whether some host holds it locked, as `host` sees the array.
+fn k_record_locked(host: &Host) -> (u32, bool) {
+    let record = host
+        .inspect()
+        .replica_snapshot()
+        .into_iter()
+        .find(|(key, _)| key == b"k")
+        .and_then(|(_, entry)| entry.record)
+        .expect("k has a record");
+    (
+        record,
+        host.inspect().record_census().locked.contains(&record),
+    )
+}
+
+fn read(host: &Host) -> Vec<u8> {
+    let mut buf = vec![0u8; SLOT];
+    host.read(b"k", &mut buf).expect("read");
+    buf
+}
+
+/// A live host moving `k` to its DRAM holds the record's lock while its move's event is
+/// appended. The recoverer of a dead host that announced the same lock word must wait
+/// for it, not unlock it (it did, when a move did not announce its lock: a writer then
+/// locked the record beside the move, and a read returned its half-written value).
+#[test]
+fn recovery_never_takes_a_live_moves_lock_for_a_dead_hosts() {
+    // Local partitions: an object moves to a host after two accesses in a row from it.
+    let pod = common::heap_pod(&config().local_partitions(2));
+    let r = leak(&pod, 0, true, Duration::from_millis(300));
+    let d = leak(&pod, 1, false, Duration::from_millis(300));
+    // With a pump: it serves the others' calls for objects in its DRAM.
+    let h = leak(&pod, 2, true, Duration::from_millis(300));
+    r.create(b"k", &value(1)).unwrap();
+    r.write(b"k", &value(2)).unwrap();
+    read(h); // h's first read of two in a row
+    dies_announcing_a_lock_of_k(d);
+    // h's second read moves k here; hold it while it appends the move's event, holding
+    // the record's lock, for four leases: recovery runs meanwhile.
+    let taken = Arc::new(AtomicBool::new(false));
+    let held = Arc::new(AtomicBool::new(false));
+    let (taken_in, held_in) = (taken.clone(), held.clone());
+    chaos::with_hook(
+        move |point| {
+            if point != Point::ReserveBeforeCas || held_in.swap(true, Ordering::SeqCst) {
+                return;
+            }
+            assert!(k_record_locked(h).1, "h holds k's record during its move");
+            let until = Instant::now() + Duration::from_millis(4 * u64::from(LEASE_MS));
+            while Instant::now() < until && !taken_in.load(Ordering::SeqCst) {
+                if !k_record_locked(h).1 {
+                    taken_in.store(true, Ordering::SeqCst);
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        },
+        || read(h),
+    );
+    assert!(held.load(Ordering::SeqCst), "the move ran");
+    assert!(
+        !taken.load(Ordering::SeqCst),
+        "recovery unlocked k's record while h's move held it"
+    );
+    // Once the move let go, the dead host is recovered (by r or h, whose pumps both
+    // watch), and k reads whole.
+    let d_id = d.id();
+    let deadline = Instant::now() + BOUND;
+    while pod.hosts().iter().any(|row| row.host == d_id) {
+        assert!(
+            Instant::now() < deadline,
+            "no recovery: {:?}",
+            r.inspect().background_errors()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(read(r), value(2));
+    r.write(b"k", &value(3)).unwrap();
+    assert_eq!(read(r), value(3));
+}
+
+/// The race the intent closes: the recoverer looked at the announces and found none of
+/// the record's; before it looks at the word, a live writer announces and locks it. The
+/// word is then the dead host's announced word, and only the intent tells the writer to
+/// defer: it does (its wait gives up), and recovery finds the record unlocked.
+#[test]
+fn a_host_that_locks_after_the_recoverer_looked_defers_to_it() {
+    let pod = common::heap_pod(&config());
+    let r = leak(&pod, 0, false, Duration::from_millis(300));
+    let d = leak(&pod, 1, false, Duration::from_millis(300));
+    let w = leak(&pod, 2, false, Duration::from_millis(100));
+    r.create(b"k", &value(1)).unwrap();
+    r.write(b"k", &value(2)).unwrap();
+    dies_announcing_a_lock_of_k(d);
+    let attempt = Arc::new(Mutex::new(None));
+    let attempt_in = attempt.clone();
+    let deadline = Instant::now() + Duration::from_millis(u64::from(LEASE_MS)) + BOUND;
+    chaos::with_hook(
+        move |point| {
+            let mut attempt = attempt_in.lock().unwrap();
+            if point == Point::RecoveryAfterScan && attempt.is_none() {
+                *attempt = Some(w.write_start(b"k").map(|ticket| {
+                    ticket.write(0, &value(9)[..SLOT / 2]).unwrap();
+                    std::mem::forget(ticket);
+                }));
+            }
+        },
+        || {
+            while r.inspect().stats().hosts_recovered < 1 {
+                assert!(Instant::now() < deadline, "no recovery");
+                r.inspect().watch_hosts();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        },
+    );
+    let attempt = attempt
+        .lock()
+        .unwrap()
+        .take()
+        .expect("recovery reached its check");
+    match attempt {
+        Ok(()) => panic!(
+            "w locked k's record while recovery was about to restore it; locked after \
+             recovery: {}",
+            k_record_locked(r).1
+        ),
+        Err(error) => assert!(matches!(error, Error::RecordBusy { .. }), "{error:?}"),
+    }
+    assert!(!k_record_locked(r).1);
+    assert_eq!(read(r), value(2));
+    w.write(b"k", &value(3)).unwrap();
+    assert_eq!(read(r), value(3));
+}
