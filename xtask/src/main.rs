@@ -442,6 +442,20 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
             "recovery_never_takes_a_live_moves_lock_for_a_dead_hosts",
         )],
     ),
+    (
+        "write-end-lets-go-of-the-image",
+        &[(
+            "recovery_races",
+            "an_announce_left_after_an_unlock_never_undoes_the_write",
+        )],
+    ),
+    (
+        "recovery-finds-the-writer-among-the-dead",
+        &[(
+            "recovery_races",
+            "a_writer_that_died_mid_write_is_found_among_the_dead",
+        )],
+    ),
 ];
 
 /// Runs the mutant tests with `step` switched off (or none), returning the failing tests:

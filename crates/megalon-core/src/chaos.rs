@@ -46,6 +46,8 @@ pub enum Point {
     WriteAfterEventCheck,
     /// `write_end`, after the write-back, before the unlock.
     WriteBeforeUnlock,
+    /// `write_end`, after the unlock, before the lock's announce is cleared.
+    WriteAfterUnlock,
     /// An allocation, after claiming a free record, before appending its event.
     AllocAfterClaim,
     /// An allocation that lost in the log, before it frees its record.

@@ -94,6 +94,17 @@ pub enum Step {
     /// does (pods with undo images). Skipped, a recoverer that finds a dead host's stale
     /// announce of the same word takes the move's lock for the dead host's.
     MoveAnnouncesItsLock,
+    /// A writer lets go of its undo image (clears "undo ready" in its announce) before it
+    /// unlocks. Skipped, an announce left by a writer that dies between its unlock and
+    /// clearing the announce still says "undo ready", and a recoverer that finds the
+    /// record locked again (by a dead host, with the same word) puts that old image back
+    /// over writes made since.
+    WriteEndLetsGoOfTheImage,
+    /// A recoverer that finds a dead host's announce of a locked record without an undo
+    /// image looks for another dead host's announce of the same word with one (the
+    /// holder, in the middle of a write). Skipped, it settles the lock as a write that
+    /// changed nothing, and the holder's half-written bytes stay.
+    RecoveryFindsTheWriterAmongTheDead,
 }
 
 // Without the feature the steps are only the names of the guards in the code.
@@ -128,6 +139,8 @@ impl Step {
         Step::RecordByteCasKeepsNeighbours,
         Step::LockerDefersToRecovery,
         Step::MoveAnnouncesItsLock,
+        Step::WriteEndLetsGoOfTheImage,
+        Step::RecoveryFindsTheWriterAmongTheDead,
     ];
 
     /// The name `MEGALON_MUTANT` takes.
@@ -160,6 +173,8 @@ impl Step {
             Step::RecordByteCasKeepsNeighbours => "record-byte-cas-keeps-neighbours",
             Step::LockerDefersToRecovery => "locker-defers-to-recovery",
             Step::MoveAnnouncesItsLock => "move-announces-its-lock",
+            Step::WriteEndLetsGoOfTheImage => "write-end-lets-go-of-the-image",
+            Step::RecoveryFindsTheWriterAmongTheDead => "recovery-finds-the-writer-among-the-dead",
         }
     }
 

@@ -41,15 +41,14 @@ fn leak(pod: &Arc<Pod>, id: u32, pump: bool, wait_limit: Duration) -> &'static H
     ))
 }
 
-/// `dead` announces a write lock of `k`'s record and dies before its CAS: its announce
-/// names the word every lock of a 2-bit record has.
-fn dies_announcing_a_lock_of_k(dead: &'static Host) {
+/// `dead` runs `call` on a thread of its own and dies at `point`, where it stays.
+fn dies_at(dead: &'static Host, point: Point, call: fn(&'static Host)) {
     let (frozen, is_frozen) = channel();
     std::thread::spawn(move || {
         let frozen = Mutex::new(frozen);
         chaos::with_hook(
-            move |point| {
-                if point == Point::WriteBeforeLock {
+            move |at| {
+                if at == point {
                     dead.inspect().freeze();
                     frozen.lock().unwrap().send(()).unwrap();
                     loop {
@@ -57,12 +56,41 @@ fn dies_announcing_a_lock_of_k(dead: &'static Host) {
                     }
                 }
             },
-            || {
-                let _ = dead.write_start(b"k");
-            },
+            || call(dead),
         );
     });
     is_frozen.recv().unwrap();
+}
+
+/// `dead` announces a write lock of `k`'s record and dies before its CAS: its announce
+/// names the word every lock of a 2-bit record has.
+fn dies_announcing_a_lock_of_k(dead: &'static Host) {
+    dies_at(dead, Point::WriteBeforeLock, |dead| {
+        let _ = dead.write_start(b"k");
+    });
+}
+
+/// Waits until no host row is `dead`'s: it was recovered.
+#[track_caller]
+fn wait_recovered(pod: &Pod, dead: u32, r: &Host) {
+    let deadline = Instant::now() + Duration::from_millis(u64::from(LEASE_MS)) + BOUND;
+    while pod.hosts().iter().any(|row| row.host == dead) {
+        assert!(
+            Instant::now() < deadline,
+            "no recovery: {:?}",
+            r.inspect().background_errors()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A host joined with a pump, owned (for `crash`).
+fn join(pod: &Arc<Pod>, id: u32) -> Host {
+    let options = HostOptions::new()
+        .memory(simulated(u64::from(id) + 1, 4096, 0))
+        .record_watermark(1.0)
+        .pump_interval(Some(Duration::from_millis(1)));
+    Host::join(pod, Join::As(id), options).expect("join")
 }
 
 /// The record of `k` and whether some host holds it locked, as `host` sees the array.
@@ -130,16 +158,7 @@ fn recovery_never_takes_a_live_moves_lock_for_a_dead_hosts() {
     );
     // Once the move let go, the dead host is recovered (by r or h, whose pumps both
     // watch), and k reads whole.
-    let d_id = d.id();
-    let deadline = Instant::now() + BOUND;
-    while pod.hosts().iter().any(|row| row.host == d_id) {
-        assert!(
-            Instant::now() < deadline,
-            "no recovery: {:?}",
-            r.inspect().background_errors()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_recovered(&pod, d.id(), r);
     assert_eq!(read(r), value(2));
     r.write(b"k", &value(3)).unwrap();
     assert_eq!(read(r), value(3));
@@ -196,4 +215,56 @@ fn a_host_that_locks_after_the_recoverer_looked_defers_to_it() {
     assert_eq!(read(r), value(2));
     w.write(b"k", &value(3)).unwrap();
     assert_eq!(read(r), value(3));
+}
+
+/// Two dead hosts announce the same lock word of `k`'s record: one never took it (it
+/// died before its CAS), the other holds it in the middle of a write (half of a new
+/// value in memory, its undo image ready). Recovering the first, the recoverer must find
+/// the second's image among the dead and put it back, not unlock over the torn bytes.
+#[test]
+fn a_writer_that_died_mid_write_is_found_among_the_dead() {
+    let pod = common::heap_pod(&config());
+    let r = leak(&pod, 0, true, Duration::from_millis(300));
+    let never_took = leak(&pod, 1, false, Duration::from_millis(300));
+    let writer = join(&pod, 2);
+    r.create(b"k", &value(1)).unwrap();
+    r.write(b"k", &value(2)).unwrap();
+    dies_announcing_a_lock_of_k(never_took);
+    let ticket = writer.write_start(b"k").unwrap();
+    ticket.write(0, &[0xee; SLOT / 2]).unwrap();
+    writer.memory().write_back(ticket.offset(), SLOT);
+    writer.memory().fence();
+    std::mem::forget(ticket);
+    let writer_id = writer.id();
+    megalon_core::inspect::crash(writer);
+    wait_recovered(&pod, never_took.id(), r);
+    wait_recovered(&pod, writer_id, r);
+    assert_eq!(read(r), value(2), "the last complete value, whole");
+    r.write(b"k", &value(3)).unwrap();
+    assert_eq!(read(r), value(3));
+}
+
+/// A writer dies after its unlock, before it clears its announce: the write is complete
+/// (another host reads it). Another host then locks the record (the same word, at 2
+/// bits) and dies too. The first announce must not bring back its old image over the
+/// write that was read since: a writer lets go of its image before it unlocks.
+#[test]
+fn an_announce_left_after_an_unlock_never_undoes_the_write() {
+    let pod = common::heap_pod(&config());
+    let r = leak(&pod, 0, true, Duration::from_millis(300));
+    let finished = leak(&pod, 1, false, Duration::from_millis(300));
+    let locker = join(&pod, 2);
+    r.create(b"k", &value(1)).unwrap();
+    r.write(b"k", &value(2)).unwrap();
+    dies_at(finished, Point::WriteAfterUnlock, |host| {
+        host.write(b"k", &value(3)).unwrap();
+    });
+    assert_eq!(read(r), value(3), "the write is done");
+    let ticket = locker.write_start(b"k").unwrap();
+    std::mem::forget(ticket);
+    let locker_id = locker.id();
+    megalon_core::inspect::crash(locker);
+    wait_recovered(&pod, finished.id(), r);
+    wait_recovered(&pod, locker_id, r);
+    assert_eq!(read(r), value(3), "the write read before stays");
 }

@@ -19,10 +19,13 @@
 //!    no slots and no object in its DRAM from there on), and if the "dead" host still
 //!    runs (a lease that ran out on a host that was only paused) it stops there.
 //! 3. With undo images: every record lock it announced and still holds is restored:
-//!    a write whose undo image was complete gets its object's last complete value back
-//!    and its counter moved on by 2 (a reader that copied torn bytes fails `read_end`);
-//!    a write that had not changed a byte yet gets its old word back. A `Recovered` event
-//!    makes every host drop its cached lines of the object.
+//!    a write whose undo image was complete (its own, or another dead host's of the same
+//!    locked word: only a holder's announce is ever "undo ready") gets its object's last
+//!    complete value back and its counter moved on by 2 (a reader that copied torn bytes
+//!    fails `read_end`); any other lock (a write that changed nothing yet or had
+//!    finished, a delete, a deallocation, a move) is unlocked with its counter moved on
+//!    by 2, or its record freed if it has no object any more. A `Recovered` event makes
+//!    every host drop its cached lines of the object.
 //! 4. Its row is freed (a CAS from its pid): its `ltail` no longer holds the log's head,
 //!    and its id can be joined again.
 //!
@@ -30,8 +33,9 @@
 //! locks a record for a write, the writer stores which record and which locked word it
 //! is about to set in one of its announce words (the host table, SCR). After the lock,
 //! and before the ticket lets a byte change, it copies the object into its undo image
-//! (LNR), writes it back, fences, and marks the announce "undo ready". It clears the
-//! announce after the unlock. Every lock of a record is announced so (a write's, a
+//! (LNR), writes it back, fences, and marks the announce "undo ready". Once its new
+//! bytes are written back it lets go of the image (clears "undo ready"), then unlocks,
+//! then clears the announce. Every lock of a record is announced so (a write's, a
 //! delete's, a deallocation's, a move's, an allocation's claim). A locked word does not
 //! name its holder (at 2 bits every lock of a record is the same word), so recovery
 //! takes one for the dead host's only while no live host announces the record and none
@@ -521,7 +525,7 @@ impl Shared {
         let mut all_done = true;
         for index in 0..HOLDS_PER_HOST {
             let announce = self.announce_word(dead.host, index).load(Ordering::SeqCst);
-            let Some((record, raw, undo_ready, write)) = decode_announce(announce) else {
+            let Some((record, raw, undo_ready, _)) = decode_announce(announce) else {
                 continue;
             };
             let _intent = Intent::set(intent, record);
@@ -544,11 +548,24 @@ impl Shared {
                     .store(0, Ordering::SeqCst);
                 continue;
             }
-            let restored = if write {
-                self.restore_write(dead.host, index, record, locked, undo_ready)?;
-                true
+            // Locked as announced, by a dead host: no live host announces the record, and
+            // none can lock it now. Which one: the one whose undo image is ready, if any.
+            // Only a lock's holder has one (a writer clears it before its unlock), so it
+            // is a write in the middle, and its image the object's last complete value.
+            // Another dead host's announce of the same word is of a lock never taken.
+            let image = if undo_ready {
+                Some((dead.host, index))
             } else {
-                self.restore_release_or_claim(record, locked)?
+                self.undo_image_among_the_dead(dead, record, raw)
+            };
+            let restored = match image {
+                Some((writer, at)) => {
+                    let restored = self.restore_write(writer, at, record, locked)?;
+                    // Its announce goes at once: an undo-ready announce names a holder.
+                    self.announce_word(writer, at).store(0, Ordering::SeqCst);
+                    restored
+                }
+                None => self.settle_lock(record, locked)?,
             };
             if restored {
                 self.announce_word(dead.host, index)
@@ -560,35 +577,67 @@ impl Shared {
         Ok(all_done)
     }
 
-    /// Settles `record`, which a dead host held as `held` for a delete or a deallocation
-    /// (locked, counter even) or claimed for an allocation (in use, unlocked), as its
-    /// event decided: every replica has applied the dead host's events (they all come
-    /// before its `HostDead`), so whether the record still has an object says it. A
-    /// record without one is freed; a locked one with one is unlocked; a claimed one with
-    /// one is the object's. `Ok(false)`: the word changed under a claim (a host acting on
-    /// a stale index entry locks it for a moment): try again later.
-    fn restore_release_or_claim(&self, record: u32, held: RecordWord) -> Result<bool> {
+    /// A dead host's announce of `record` locked as `raw` whose undo image is ready, other
+    /// than `dead`'s own: the host and the announce's index.
+    fn undo_image_among_the_dead(
+        &self,
+        dead: &Dead,
+        record: u32,
+        raw: u32,
+    ) -> Option<(HostId, u64)> {
+        if mutants::skipped(MutantStep::RecoveryFindsTheWriterAmongTheDead) {
+            return None;
+        }
+        dead.others_dead
+            .iter()
+            .filter(|&&host| host != dead.host)
+            .find_map(|&host| {
+                (0..HOLDS_PER_HOST).find_map(|i| {
+                    let theirs = self.announce_word(host, i).load(Ordering::SeqCst);
+                    decode_announce(theirs)
+                        .is_some_and(|(r, w, ready, _)| (r, w, ready) == (record, raw, true))
+                        .then_some((host, i))
+                })
+            })
+    }
+
+    /// Settles `record`, which a dead host holds as `held` with no undo image ready: the
+    /// lock of a write that changed no byte yet or had finished (its bytes written back,
+    /// its image let go), of a delete, a deallocation or a move, or (in use, unlocked) an
+    /// allocation's claim. Every replica has applied the dead host's events (they all
+    /// come before its `HostDead`), so whether the record still has an object says what
+    /// to do: a record without one is freed; a locked one with one is unlocked with its
+    /// counter moved on by 2 and a `Recovered` event (a write that had finished made a
+    /// new version, and every host drops its lines of the object: right whichever lock it
+    /// was); a claimed one with one is the object's. `Ok(false)`: the word changed under
+    /// a claim (a host acting on a stale index entry locks it for a moment): try again
+    /// later.
+    fn settle_lock(&self, record: u32, held: RecordWord) -> Result<bool> {
         let records = Records::new(&self.pod);
         // A live host whose claim of the record won had appended its alloc before it
         // withdrew its announce (which `restore_holds` found gone): the log has it.
         self.catch_up()?;
-        let owned = self.replica.read().record_owner_key(record).is_some();
-        let to = match (held.locked, owned) {
-            (false, true) => return Ok(true),
-            (_, false) => RecordWord {
+        let key = self.replica.read().record_owner_key(record);
+        let settled = held.counter & !1;
+        let to = match (held.locked, &key) {
+            (false, Some(_)) => return Ok(true),
+            (_, None) => RecordWord {
                 in_use: false,
                 locked: false,
-                counter: held.counter,
+                counter: settled,
             },
-            (true, true) => RecordWord {
+            (true, Some(_)) => RecordWord {
+                in_use: true,
                 locked: false,
-                ..held
+                counter: (settled + 2) & records.counter_mask(),
             },
         };
         match records.compare_exchange(record, held, to) {
             Ok(()) => {
                 if !to.in_use {
                     self.records_in_use().fetch_sub(1, Ordering::Relaxed);
+                } else if let Some(key) = key {
+                    self.submit(&Event::Recovered { key: &key, record })?;
                 }
                 self.counters
                     .locks_recovered
@@ -601,19 +650,18 @@ impl Shared {
         }
     }
 
-    /// Restores `record`, locked by a dead writer as `locked`: its object gets the undo
-    /// image back if the writer had completed it (and the counter moves on by 2), else
-    /// the record gets its word from before the lock (no byte had changed).
+    /// Restores `record`, locked by the dead writer `dead` as `locked` with its undo
+    /// image (announce `index`) complete: the object gets the image back, the counter
+    /// moves on by 2 (a reader that copied torn bytes fails `read_end`), and every host
+    /// drops its lines of it. A record without an object is settled as a lock.
     fn restore_write(
         &self,
         dead: HostId,
         index: u64,
         record: u32,
         locked: RecordWord,
-        undo_ready: bool,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let records = Records::new(&self.pod);
-        let before = locked.counter.wrapping_sub(1) & records.counter_mask();
         // One read of the index for both: the record's object, then its entry.
         let (key, entry) = {
             let index = self.replica.read();
@@ -621,40 +669,51 @@ impl Shared {
             let entry = key.as_ref().and_then(|key| index.lookup(key));
             (key, entry)
         };
-        let counter = match (&entry, undo_ready) {
-            (Some(entry), true) => {
-                let place = self.place(entry);
-                let image = self.pod.layout().undo_image_offset(dead, index);
-                let mut bytes = vec![0u8; place.len];
-                // Our cache may hold lines of the image and of the object from before.
-                self.memory.flush(image, place.len);
-                self.memory.flush(place.offset, place.len);
-                self.memory.fence();
-                self.memory.read(image, &mut bytes);
-                self.memory.write(place.offset, &bytes);
-                self.memory.write_back(place.offset, place.len);
-                // The restored bytes are in memory before the record says unlocked.
-                self.memory.fence();
-                (before + 2) & records.counter_mask()
-            }
-            _ => before,
+        let (Some(key), Some(entry)) = (key, entry) else {
+            return self.settle_lock(record, locked);
         };
+        let place = self.place(&entry);
+        let image = self.pod.layout().undo_image_offset(dead, index);
+        let mut bytes = vec![0u8; place.len];
+        // Our cache may hold lines of the image and of the object from before.
+        self.memory.flush(image, place.len);
+        self.memory.flush(place.offset, place.len);
+        self.memory.fence();
+        self.memory.read(image, &mut bytes);
+        self.memory.write(place.offset, &bytes);
+        self.memory.write_back(place.offset, place.len);
+        // The restored bytes are in memory before the record says unlocked.
+        self.memory.fence();
+        let before = locked.counter.wrapping_sub(1) & records.counter_mask();
         let unlocked = RecordWord {
             in_use: true,
             locked: false,
-            counter,
+            counter: (before + 2) & records.counter_mask(),
         };
         if records.compare_exchange(record, locked, unlocked).is_err() {
             // Only a lock's holder changes a locked word, and the holder is dead.
             return Err(Error::RecordChangedUnderRecovery { record });
         }
-        if let Some(key) = key {
-            self.submit(&Event::Recovered { key: &key, record })?;
-        }
+        self.submit(&Event::Recovered { key: &key, record })?;
         self.counters
             .locks_recovered
             .fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        Ok(true)
+    }
+
+    /// Holding its record's lock, its bytes written back, before the unlock: the write's
+    /// undo image is let go (the object is whole in its new version). From here a
+    /// recoverer completes the write instead of undoing it, and an announce left behind
+    /// by a writer that dies after its unlock is never taken for a holder's.
+    pub(super) fn let_go_of_undo_image(&self, hold: u64) {
+        if mutants::skipped(MutantStep::WriteEndLetsGoOfTheImage) {
+            return;
+        }
+        let announce = self.announce_word(self.id, hold);
+        announce.store(
+            announce.load(Ordering::Relaxed) & !UNDO_READY,
+            Ordering::SeqCst,
+        );
     }
 }
 

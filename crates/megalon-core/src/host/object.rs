@@ -640,6 +640,11 @@ impl Shared {
         let records = Records::new(&self.pod);
         // 5. The object's lines reach memory before the counter says the write is done.
         self.write_back_object(&state, c);
+        if let Some(hold) = state.hold {
+            // Whole in its new version: what recovery keeps if we die from here.
+            self.let_go_of_undo_image(hold);
+            c.add(Counter::ScrAtomics, 1);
+        }
         self.chaos.point(Point::WriteBeforeUnlock);
         // 6. Counter even again (its wrap event, if it wraps, is in the log already).
         let next = (state.counter_before + 2) & records.counter_mask();
@@ -659,6 +664,7 @@ impl Shared {
             counter: next,
         };
         self.unlock_record(state.record, locked, unlocked, c);
+        self.chaos.point(Point::WriteAfterUnlock);
         if let Some(hold) = state.hold {
             self.end_hold(hold);
             c.add(Counter::ScrAtomics, 1);
