@@ -15,6 +15,15 @@
 //! A background write-back needs no admission lock: it holds the page's record lock, and
 //! the page stays cached, so no admission of it can start.
 //!
+//! A lock outlives no host: its word holds the holder's id and the life of that id (how
+//! many times it was joined). A host that finds the word held by an id whose row in the
+//! host table is free, or of another life, takes the lock over by a CAS from that word:
+//! the holder left, or died and was recovered (the core frees a dead host's row only
+//! after every replica has applied its death, so it does nothing more). A live holder's
+//! lock is only waited for, within the wait limit. An unlock is a CAS from the holder's
+//! own value, so that a host that was paused past its lease cannot free a lock taken
+//! over meanwhile.
+//!
 //! Two admissions of one page: the second takes the lock after the first released it,
 //! finds the page, and counts an admission lost. (A create that answers `ObjectExists`,
 //! which the lock makes impossible among page caches, counts the same.)
@@ -33,19 +42,42 @@ use crate::clock::Swept;
 use crate::error::{Error, Result};
 use crate::file::{OpenFile, FILE_PAGE_BYTES, PAGE_KEY_BYTES};
 use crate::stats::Counter;
-use megalon_core::Backoff;
+use megalon_core::{Backoff, HostId, Pod};
 
 /// An admission lock this thread holds; released when dropped.
 pub(crate) struct AdmissionLock<'a> {
     word: &'a AtomicU64,
+    /// Our value in the word.
+    value: u64,
 }
 
 impl Drop for AdmissionLock<'_> {
     fn drop(&mut self) {
         // Release: pairs with the Acquire of the next holder's CAS; the `pread`, create or
-        // delete done under the lock happen before it.
-        self.word.store(0, Ordering::Release);
+        // delete done under the lock happen before it. A CAS from our value: a host whose
+        // lease ran out while it held the lock may find it taken over, and must not free
+        // the new holder's.
+        let _ = self
+            .word
+            .compare_exchange(self.value, 0, Ordering::Release, Ordering::Relaxed);
     }
+}
+
+/// Host `host`'s value in an admission lock word it holds: the life of its id (how many
+/// times the id has been joined) above the id + 1, so that a lock left by a host that
+/// died is told from one its id's next holder takes (0 is free).
+pub(crate) fn lock_value(pod: &Pod, host: HostId) -> u64 {
+    let life = pod
+        .hosts()
+        .iter()
+        .find(|row| row.host == host)
+        .map_or(0, |row| row.joins);
+    life << 8 | u64::from(host + 1)
+}
+
+/// The host id in a lock word's value.
+fn holder_of(value: u64) -> HostId {
+    ((value & 0xff) as HostId).saturating_sub(1)
 }
 
 /// A unit of the cached-pages counter taken by an admission; given back when dropped
@@ -76,18 +108,40 @@ impl Inner {
         (index, self.shared.pod.scr_u64(regions.lock(index)))
     }
 
-    /// This host's value in a lock word it holds: its id + 1 (0 is free).
-    fn holder_value(&self) -> u64 {
-        u64::from(self.host.id()) + 1
+    /// One try at `word`: takes it if it is free, or if its holder is gone (the lock
+    /// outlived its host: the host table has no row of its life any more, which the
+    /// core frees once it has recovered a dead host, or once a host left). `Err`: the
+    /// live holder's value.
+    fn try_take<'a>(&self, word: &'a AtomicU64) -> std::result::Result<AdmissionLock<'a>, u64> {
+        let mine = self.lock_value;
+        let mut seen = 0;
+        loop {
+            // Acquire: pairs with the Release of the previous holder's unlock.
+            match word.compare_exchange(seen, mine, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return Ok(AdmissionLock { word, value: mine }),
+                Err(holder) if holder != 0 && !self.holder_gone(holder) => return Err(holder),
+                // Free again, or a dead holder's: take it from what it holds now.
+                Err(holder) => seen = holder,
+            }
+        }
     }
 
-    /// Takes `key`'s admission lock if it is free.
+    /// Whether the host whose lock value is `holder` is gone: no row of the host table
+    /// is its id in that life.
+    fn holder_gone(&self, holder: u64) -> bool {
+        let (host, life) = (holder_of(holder), holder >> 8);
+        !self
+            .shared
+            .pod
+            .hosts()
+            .iter()
+            .any(|row| row.host == host && row.joins == life)
+    }
+
+    /// Takes `key`'s admission lock if it is free (or its holder gone).
     pub(crate) fn try_lock_page(&self, key: &[u8; PAGE_KEY_BYTES]) -> Option<AdmissionLock<'_>> {
         let (_, word) = self.lock_word(key);
-        // Acquire: pairs with the Release store of the previous holder's unlock.
-        word.compare_exchange(0, self.holder_value(), Ordering::Acquire, Ordering::Relaxed)
-            .ok()
-            .map(|_| AdmissionLock { word })
+        self.try_take(word).ok()
     }
 
     /// Takes `key`'s admission lock, waiting at most the host's wait limit; past it,
@@ -96,19 +150,13 @@ impl Inner {
         let (index, word) = self.lock_word(key);
         let mut wait: Option<Backoff> = None;
         loop {
-            // Acquire: as in `try_lock_page`.
-            match word.compare_exchange(
-                0,
-                self.holder_value(),
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Ok(AdmissionLock { word }),
+            match self.try_take(word) {
+                Ok(lock) => return Ok(lock),
                 Err(holder) => {
                     Backoff::snooze_or(&mut wait, self.host.options().wait_limit, |waited_ms| {
                         Error::AdmissionLockBusy {
                             lock: index,
-                            holder_host: holder.saturating_sub(1) as u32,
+                            holder_host: holder_of(holder),
                             waited_ms,
                         }
                     })?;
@@ -192,5 +240,74 @@ impl Inner {
             self.set_owner(entry.slot, key);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use megalon_core::{Backing, Join};
+
+    use crate::config::{PageCacheConfig, PageCacheOptions};
+    use crate::error::Error;
+    use crate::PageCache;
+
+    fn join(pod: &std::sync::Arc<megalon_core::Pod>) -> PageCache {
+        let options = PageCacheOptions::new().wait_limit(Duration::from_millis(50));
+        PageCache::join(pod, Join::AnyFree, options).unwrap()
+    }
+
+    /// A host that holds an admission lock and goes (its row freed: it left, or the core
+    /// recovered it after it died) leaves the lock to the next admission; a live holder's
+    /// lock is waited for, and never taken.
+    #[test]
+    fn a_lock_whose_holder_is_gone_is_taken_over_and_a_live_ones_is_not() {
+        let pod =
+            PageCache::create_pod(&PageCacheConfig::new(8).max_hosts(3), Backing::heap()).unwrap();
+        let (a, b) = (join(&pod), join(&pod));
+        let key = [7u8; crate::file::PAGE_KEY_BYTES];
+        let held = a.inner.lock_page(&key).unwrap();
+        assert!(matches!(
+            b.inner.lock_page(&key),
+            Err(Error::AdmissionLockBusy { holder_host, .. }) if holder_host == a.inner.host.id()
+        ));
+        assert!(b.inner.try_lock_page(&key).is_none());
+        // a goes with the lock held (as a host killed in an admission would).
+        std::mem::forget(held);
+        drop(a);
+        let taken = b
+            .inner
+            .lock_page(&key)
+            .expect("taken over from a host that is gone");
+        // A host that comes back under a's id is another life: the lock is still b's.
+        let c = join(&pod);
+        assert!(
+            c.inner.try_lock_page(&key).is_none(),
+            "b's lock is not c's to take"
+        );
+        drop(taken);
+        assert!(c.inner.try_lock_page(&key).is_some(), "free again");
+    }
+
+    /// The unlock of a host whose lock was taken over (it was paused past its lease, and
+    /// comes back) leaves the new holder's lock alone.
+    #[test]
+    fn a_taken_over_lock_is_not_freed_by_its_old_holder() {
+        let pod =
+            PageCache::create_pod(&PageCacheConfig::new(8).max_hosts(2), Backing::heap()).unwrap();
+        let b = join(&pod);
+        let key = [9u8; crate::file::PAGE_KEY_BYTES];
+        let (_, word) = b.inner.lock_word(&key);
+        let gone = super::lock_value(&pod, 1) + (5 << 8); // host 1 in a life it never had
+        word.store(gone, std::sync::atomic::Ordering::SeqCst);
+        let taken = b.inner.lock_page(&key).expect("its holder is gone");
+        drop(super::AdmissionLock { word, value: gone });
+        assert_eq!(
+            word.load(std::sync::atomic::Ordering::SeqCst),
+            b.inner.lock_value
+        );
+        drop(taken);
+        assert_eq!(word.load(std::sync::atomic::Ordering::SeqCst), 0);
     }
 }

@@ -38,6 +38,8 @@ pub(crate) struct Inner {
     pub(crate) host: Host,
     pub(crate) shared: Arc<Shared>,
     pub(crate) capacity_pages: u64,
+    /// This host's value in an admission lock word it holds (`admission.rs`).
+    pub(crate) lock_value: u64,
     stop: AtomicBool,
 }
 
@@ -107,10 +109,12 @@ impl PageCache {
         };
         let host = Host::join(pod, which, options.host.release_hook(hook))?;
         shared.host_id.store(host.id(), Ordering::Relaxed);
+        let lock_value = crate::admission::lock_value(pod, host.id());
         let inner = Arc::new(Inner {
             host,
             shared,
             capacity_pages,
+            lock_value,
             stop: AtomicBool::new(false),
         });
         let writer = match options.writer_interval {
