@@ -81,8 +81,10 @@
 //! machine is dead once its heartbeat has not moved for [`PodConfig::lease_ms`] (2 s by
 //! default); a host that was only paused that long finds itself declared dead and its
 //! calls answer [`Error::HostDeclaredDead`]. A lock whose holder is alive is never taken
-//! from it. Meanwhile reads and writes of what the dead host held wait within their bound
-//! ([`HostOptions::wait_limit`]).
+//! from it. What the lease cannot rule out: a host paused longer than the lease between
+//! one of its checks and the store that follows (a CAS, a write of bytes) makes that one
+//! store late; it learns of its death at its next check. Meanwhile reads and writes of
+//! what the dead host held wait within their bound ([`HostOptions::wait_limit`]).
 //!
 //! **Joining at any time.** A host may join after the log has recycled its first
 //! entries: a live host streams it its index through the pod's join area

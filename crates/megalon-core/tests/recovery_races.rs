@@ -20,9 +20,10 @@ const LEASE_MS: u32 = 100;
 /// How long after the lease recovery may take, at most, on a loaded machine.
 const BOUND: Duration = Duration::from_secs(5);
 
-/// A pod of 2-bit records with undo images and a short lease.
+/// A pod of 2-bit records with undo images, a short lease and up to eight hosts.
 fn config() -> megalon_core::PodConfig {
     common::config()
+        .max_hosts(8)
         .record_width_bits(2)
         .lease_ms(LEASE_MS)
         .crash_safety(CrashSafety::Undo)
@@ -281,4 +282,287 @@ fn an_announce_left_after_an_unlock_never_undoes_the_write() {
     recover_by_hand(&pod, finished.id(), r);
     recover_by_hand(&pod, locker_id, r);
     assert_eq!(read(r), value(3), "the write read before stays");
+}
+
+// Found by a second review (2026-11-25): a host paused past its lease, recoveries nested
+// or taken over, and an id joined again in the round that found it dead.
+
+/// A writer paused (past its lease) between its check of the record under recovery and
+/// its lock's CAS is declared dead and recovered; then it resumes. Its `write_start`
+/// answers `HostDeclaredDead` (the replay after its CAS applies its own death), instead
+/// of a ticket for a lock no one would recover.
+#[test]
+fn a_writer_declared_dead_before_its_cas_gets_no_ticket() {
+    let pod = common::heap_pod(&config());
+    let r = leak(&pod, 0, false, Duration::from_millis(300));
+    let p = leak(&pod, 1, false, Duration::from_millis(300));
+    r.create(b"k", &value(1)).unwrap();
+    r.write(b"k", &value(2)).unwrap();
+    r.inspect().watch_hosts();
+    let (paused_tx, paused) = channel::<()>();
+    let (go, go_rx) = channel::<()>();
+    let (result_tx, result) = channel();
+    std::thread::spawn(move || {
+        let paused_tx = Mutex::new(paused_tx);
+        let go_rx = Mutex::new(go_rx);
+        let once = AtomicBool::new(false);
+        let outcome = chaos::with_hook(
+            move |at| {
+                if at == Point::WriteBeforeLock && !once.swap(true, Ordering::SeqCst) {
+                    // Paused: no heartbeat, only its lease tells.
+                    p.inspect().pretend_elsewhere();
+                    paused_tx.lock().unwrap().send(()).unwrap();
+                    go_rx.lock().unwrap().recv().unwrap();
+                }
+            },
+            || match p.write_start(b"k") {
+                Ok(ticket) => {
+                    ticket.write(0, &[0xee; SLOT / 2]).unwrap();
+                    std::mem::forget(ticket);
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            },
+        );
+        result_tx.send(outcome).unwrap();
+    });
+    paused.recv().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pod.hosts().iter().any(|row| row.host == p.id()) {
+        assert!(Instant::now() < deadline, "p never recovered");
+        r.inspect().watch_hosts();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    go.send(()).unwrap();
+    let outcome = result.recv().unwrap();
+    let (record, locked) = k_record_locked(r);
+    eprintln!("p's write_start after being declared dead: {outcome:?}; record {record} locked: {locked}; rows: {:?}", pod.hosts());
+    // Nobody will ever recover p again: a write by r must still go through.
+    let later = r.write(b"k", &value(3));
+    assert!(
+        matches!(outcome, Err(megalon_core::Error::HostDeclaredDead { .. })),
+        "a host declared dead got a ticket: {outcome:?}; r's write after: {later:?}"
+    );
+}
+
+/// The recoverer's append of `HostDead` stalls on a second dead host's unpublished
+/// position, and its replay fills it with a nested recovery of that host. The nested
+/// one must leave the recovery word and the record under recovery to the outer one:
+/// when it let the word go, a second recoverer took it and cleared the record under
+/// recovery, a writer locked the record, and the first recoverer unlocked the writer's
+/// lock as the dead host's (a torn read followed). Fails with the nested recovery
+/// letting the word go, the check before acting (`still_the_recoverer`) and the clearing
+/// of the record under recovery by CAS all undone; any one of them holds it.
+#[test]
+fn a_nested_reservation_fill_does_not_release_the_recovery_word() {
+    let pod = common::heap_pod(&config());
+    let r = leak(&pod, 0, false, Duration::from_millis(300));
+    let d = leak(&pod, 1, false, Duration::from_millis(300));
+    let d2 = leak(&pod, 2, false, Duration::from_millis(300));
+    let r3 = leak(&pod, 3, false, Duration::from_millis(300));
+    let w = leak(&pod, 4, false, Duration::from_millis(300));
+    r.create(b"k", &value(1)).unwrap();
+    r.write(b"k", &value(2)).unwrap();
+    dies_at(d, Point::WriteBeforeLock, |d| {
+        let _ = d.write_start(b"k");
+    });
+    d2.inspect().reserve_unpublished(1).unwrap();
+    d2.inspect().freeze();
+    // Both watchers first see the two dead hosts' leases now.
+    r.inspect().watch_hosts();
+    r3.inspect().watch_hosts();
+    std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 2));
+    let ran = Arc::new(Mutex::new(None));
+    let ran_in = ran.clone();
+    let busy = Arc::new(AtomicBool::new(false));
+    chaos::with_hook(
+        move |point| {
+            if point != Point::RecoveryAfterScan || busy.swap(true, Ordering::SeqCst) {
+                return;
+            }
+            // r is between its scan and its look at the word. r3's pump round:
+            r3.inspect().watch_hosts();
+            let attempt = w.write_start(b"k").map(|ticket| {
+                ticket.write(0, &[0xee; SLOT / 2]).unwrap();
+                w.memory().write_back(ticket.offset(), SLOT);
+                w.memory().fence();
+                std::mem::forget(ticket);
+            });
+            *ran_in.lock().unwrap() = Some((attempt, r3.inspect().stats()));
+        },
+        || {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while ran.lock().unwrap().is_none() {
+                assert!(Instant::now() < deadline, "recovery never reached its scan");
+                r.inspect().watch_hosts();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        },
+    );
+    let (attempt, r3_stats) = ran.lock().unwrap().take().unwrap();
+    eprintln!(
+        "w's write_start inside r's restore: {attempt:?}; r3 {r3_stats:?}; r {:?}",
+        r.inspect().stats()
+    );
+    let (record, locked) = k_record_locked(r);
+    if attempt.is_ok() {
+        let mut buf = vec![0u8; SLOT];
+        let read = r.read(b"k", &mut buf);
+        assert!(
+            locked,
+            "w holds a write ticket on k (record {record}) but the record is unlocked; \
+             r's read: {read:?}, first byte {:#x}, last byte {:#x}",
+            buf[0],
+            buf[SLOT - 1]
+        );
+    }
+}
+
+/// A recoverer paused (past its lease) between its look at the announces and its look at
+/// the word is declared dead and taken over; the new recoverer restores the dead writer,
+/// and a live writer locks the record. The paused recoverer resumes: it must find that it
+/// recovers no more (its own death in the log, the word another's) and not put the old
+/// image back over the live writer's lock.
+#[test]
+fn a_paused_recoverer_that_resumes_does_not_restore() {
+    let pod = common::heap_pod(&config());
+    let r1 = leak(&pod, 0, false, Duration::from_millis(300));
+    let d = leak(&pod, 1, false, Duration::from_millis(300));
+    let r2 = leak(&pod, 2, false, Duration::from_millis(300));
+    let w = leak(&pod, 3, false, Duration::from_millis(300));
+    r1.create(b"k", &value(1)).unwrap();
+    r1.write(b"k", &value(2)).unwrap();
+    // d dies in the middle of a write: half of a new value in memory, its image ready.
+    let ticket = d.write_start(b"k").unwrap();
+    ticket.write(0, &[0xee; SLOT / 2]).unwrap();
+    d.memory().write_back(ticket.offset(), SLOT);
+    d.memory().fence();
+    std::mem::forget(ticket);
+    d.inspect().freeze();
+    r1.inspect().watch_hosts();
+    r2.inspect().watch_hosts();
+    std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 2));
+    let ran = Arc::new(Mutex::new(None));
+    let ran_in = ran.clone();
+    let busy = Arc::new(AtomicBool::new(false));
+    chaos::with_hook(
+        move |point| {
+            if point != Point::RecoveryAfterScan || busy.swap(true, Ordering::SeqCst) {
+                return;
+            }
+            // r1 pauses here past its lease.
+            r1.inspect().pretend_elsewhere();
+            std::thread::sleep(Duration::from_millis(30));
+            r2.inspect().watch_hosts(); // first sees r1's lease
+            std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 2));
+            r2.inspect().watch_hosts(); // recovers r1 (it held the word), then d
+            let attempt = w.write_start(b"k").map(|ticket| {
+                ticket.write(0, &[0xdd; SLOT / 2]).unwrap();
+                w.memory().write_back(ticket.offset(), SLOT);
+                w.memory().fence();
+                std::mem::forget(ticket);
+            });
+            *ran_in.lock().unwrap() = Some((attempt, r2.inspect().stats(), ()));
+        },
+        || {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while ran.lock().unwrap().is_none() {
+                assert!(Instant::now() < deadline, "recovery never reached its scan");
+                r1.inspect().watch_hosts();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        },
+    );
+    let (attempt, r2_stats, rows) = ran.lock().unwrap().take().unwrap();
+    eprintln!(
+        "w's write_start: {attempt:?}; r2 {r2_stats:?}; rows then {rows:?}; r1 {:?}",
+        r1.inspect().stats()
+    );
+    let (record, locked) = k_record_locked(r2);
+    if attempt.is_ok() {
+        let mut buf = vec![0u8; SLOT];
+        let read = r2.read(b"k", &mut buf);
+        assert!(
+            locked,
+            "w holds a write ticket on k (record {record}) but the record is unlocked; \
+             r2's read: {read:?}, first byte {:#x}, last byte {:#x}",
+            buf[0],
+            buf[SLOT - 1]
+        );
+    }
+}
+
+/// A watch round finds two hosts dead; the first is recovered, and a new host joins
+/// under its id and starts a write of the record the second announced. Recovering the
+/// second, the recoverer must take the new host for alive (the dead are told by id, pid
+/// and life, not id alone): it waits for its lock instead of taking its undo image for a
+/// dead writer's.
+#[test]
+fn a_host_that_joined_under_a_dead_id_in_the_same_round_is_alive() {
+    let pod = common::heap_pod(&config());
+    let r = leak(&pod, 0, false, Duration::from_millis(300));
+    let x = leak(&pod, 1, false, Duration::from_millis(300));
+    let d = leak(&pod, 2, false, Duration::from_millis(300));
+    r.create(b"k", &value(1)).unwrap();
+    r.write(b"k", &value(2)).unwrap();
+    x.inspect().freeze();
+    dies_at(d, Point::WriteBeforeLock, |d| {
+        let _ = d.write_start(b"k");
+    });
+    r.inspect().watch_hosts();
+    std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 2));
+    let ran = Arc::new(Mutex::new(None));
+    let ran_in = ran.clone();
+    let pod_in = pod.clone();
+    let busy = Arc::new(AtomicBool::new(false));
+    chaos::with_hook(
+        move |point| {
+            if point != Point::ReserveBeforeCas
+                || pod_in.hosts().iter().any(|row| row.host == 1)
+                || busy.swap(true, Ordering::SeqCst)
+            {
+                return;
+            }
+            // Host 1 was recovered in this round; a new host joins under its id and
+            // starts a write of k, before r recovers host 2.
+            let n = leak(&pod_in, 1, false, Duration::from_millis(300));
+            let attempt = n.write_start(b"k").map(|ticket| {
+                ticket.write(0, &[0xdd; SLOT / 2]).unwrap();
+                n.memory().write_back(ticket.offset(), SLOT);
+                n.memory().fence();
+                std::mem::forget(ticket);
+            });
+            *ran_in.lock().unwrap() = Some(attempt);
+        },
+        || {
+            // Rounds until the new host has locked k, then three leases more: its lock
+            // is live (and never let go here), so host 2's recovery must wait for it.
+            let deadline = Instant::now() + BOUND;
+            let mut since: Option<Instant> = None;
+            while since.is_none_or(|t| t.elapsed() < 3 * Duration::from_millis(LEASE_MS.into())) {
+                assert!(Instant::now() < deadline, "the new host never ran");
+                r.inspect().watch_hosts();
+                if since.is_none() && ran.lock().unwrap().is_some() {
+                    since = Some(Instant::now());
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        },
+    );
+    let attempt = ran.lock().unwrap().take().expect("the new host ran");
+    eprintln!(
+        "n's write_start: {attempt:?}; r {:?}; rows {:?}",
+        r.inspect().stats(),
+        pod.hosts()
+    );
+    attempt.expect("n locks k");
+    let (record, locked) = k_record_locked(r);
+    assert!(
+        locked,
+        "live host 1 holds a write ticket on k (record {record}) but recovery unlocked it"
+    );
+    assert!(
+        pod.hosts().iter().any(|row| row.host == 2),
+        "host 2's recovery waits for the live lock"
+    );
 }

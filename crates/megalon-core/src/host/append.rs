@@ -38,17 +38,26 @@ struct Replayed {
 impl Shared {
     /// The tail check: makes the replica cover `ctail`.
     pub(super) fn catch_up(&self) -> Result<()> {
-        if self.is_declared_dead() {
-            return Err(Error::HostDeclaredDead {
-                host: self.id,
-                life: self.life,
-            });
-        }
+        self.still_alive()?;
         // Acquire: pairs with the AcqRel `fetch_max` in `append_batch`; entries below
         // ctail are published and their lines reached memory before it moved.
         let target = Log::ctail(&self.pod).load(Ordering::Acquire);
         if self.replica.applied.load(Ordering::Acquire) < target {
             self.replay(Some(target))?;
+            // The replay may have applied this host's own death (a lease that ran out
+            // while it was paused): nothing it was about to do may go on.
+            self.still_alive()?;
+        }
+        Ok(())
+    }
+
+    /// `Err(HostDeclaredDead)` once this host's replica has applied its death.
+    pub(super) fn still_alive(&self) -> Result<()> {
+        if self.is_declared_dead() {
+            return Err(Error::HostDeclaredDead {
+                host: self.id,
+                life: self.life,
+            });
         }
         Ok(())
     }

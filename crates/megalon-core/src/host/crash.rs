@@ -42,7 +42,11 @@
 //! can lock it anew: it stores its intent (the record under recovery, beside the
 //! recovery word), then reads the announces, then the word; a host about to lock stores
 //! its announce, then reads the intent, and defers to it. A word locked by a live host
-//! is never taken.
+//! is never taken. The dead are told by id, pid and life (an id recovered in the same
+//! round may be joined again). One recovery at a time per host: a nested one (a stalled
+//! replay filling a dead host's holes) fills holes only and leaves the recovery word to
+//! the outer one. A recoverer paused past its lease and taken over finds it out before
+//! it acts (its own death in the log, the word or the record under recovery another's).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -76,22 +80,38 @@ pub(super) struct Watch {
     seen: HashMap<HostId, (u32, u64, u64, Instant)>,
 }
 
-/// A dead host, as the watcher found it, with every host it found dead.
+/// A dead host, as the watcher found it, with every host it found dead in the same
+/// round (each by its id, pid and life: an id recovered meanwhile may be joined again).
 #[derive(Clone, Debug)]
 struct Dead {
     host: HostId,
     pid: u32,
     joins: u64,
-    others_dead: Vec<HostId>,
+    others_dead: Vec<(HostId, u32, u64)>,
 }
 
 impl Dead {
-    /// Whether `host` is alive as far as this watch knows: it holds its row and was not
-    /// found dead.
+    /// Whether `host` is alive as far as this watch knows: its row is held, and not by
+    /// a life found dead (a host that joined under a dead id since is alive).
     fn live(&self, pod: &crate::pod::Pod, host: HostId) -> bool {
-        host != self.host
-            && !self.others_dead.contains(&host)
-            && host_table::holder(pod, host).is_some()
+        host_table::holder(pod, host).is_some_and(|(pid, joins)| {
+            (host, pid, joins) != (self.host, self.pid, self.joins)
+                && !self.others_dead.contains(&(host, pid, joins))
+        })
+    }
+
+    /// The other hosts found dead in this round that are still dead and not recovered:
+    /// their rows are still held by the lives found dead.
+    fn still_dead_others<'a>(
+        &'a self,
+        pod: &'a crate::pod::Pod,
+    ) -> impl Iterator<Item = HostId> + 'a {
+        self.others_dead
+            .iter()
+            .filter(move |&&(host, pid, joins)| {
+                host != self.host && host_table::holder(pod, host) == Some((pid, joins))
+            })
+            .map(|&(host, ..)| host)
     }
 }
 
@@ -146,20 +166,31 @@ impl Drop for Hold<'_> {
     }
 }
 
-/// The record under recovery, set for as long as this lives (see `restore_holds`).
-struct Intent<'a>(&'a AtomicU64);
+/// The record under recovery, set for as long as this lives (see `restore_holds`), and
+/// its value.
+struct Intent<'a>(&'a AtomicU64, u64);
 
 impl<'a> Intent<'a> {
     fn set(word: &'a AtomicU64, record: u32) -> Self {
+        let value = u64::from(record) + 1;
         // SeqCst: before the recoverer reads the announces (see `Shared::announce`).
-        word.store(u64::from(record) + 1, Ordering::SeqCst);
-        Self(word)
+        word.store(value, Ordering::SeqCst);
+        Self(word, value)
+    }
+
+    /// Whether the word still holds our value (no recoverer took over from us).
+    fn held(&self) -> bool {
+        self.0.load(Ordering::SeqCst) == self.1
     }
 }
 
 impl Drop for Intent<'_> {
     fn drop(&mut self) {
-        self.0.store(0, Ordering::SeqCst);
+        // From our own value only: a recoverer that took over (we were paused past our
+        // lease) has its own there.
+        let _ = self
+            .0
+            .compare_exchange(self.1, 0, Ordering::SeqCst, Ordering::SeqCst);
     }
 }
 
@@ -367,7 +398,7 @@ impl Shared {
         }
         *due = Some(now + lease / 4);
         let mut dead = self.find_dead(&mut watch, now, lease);
-        let all: Vec<HostId> = dead.iter().map(|d| d.host).collect();
+        let all: Vec<(HostId, u32, u64)> = dead.iter().map(|d| (d.host, d.pid, d.joins)).collect();
         for d in &mut dead {
             d.others_dead.clone_from(&all);
         }
@@ -415,7 +446,16 @@ impl Shared {
         // came back under its id is not recovering any more.
         let me = host_table::session(self.id, self.life);
         let current = word.load(Ordering::SeqCst);
-        if current != 0 && current != me {
+        if current == me {
+            // This host recovers already: its recovery's replay stalled on a dead host's
+            // hole (`unblock_log`), or another of its threads asks. Only fill holes: the
+            // word, the record under recovery and the restores stay the first's.
+            if step == Step::Whole {
+                return Ok(false);
+            }
+            return self.recover_holding(&dead, Step::Reservation);
+        }
+        if current != 0 {
             // Another host recovers: take over only if it is gone, or is the one we
             // recover (it holds the word it would need to be recovered).
             let (recoverer, life) = host_table::session_of(current);
@@ -528,7 +568,7 @@ impl Shared {
             let Some((record, raw, undo_ready, _)) = decode_announce(announce) else {
                 continue;
             };
-            let _intent = Intent::set(intent, record);
+            let held = Intent::set(intent, record);
             let live_announce = (0..self.pod.config().max_hosts).any(|host| {
                 dead.live(&self.pod, host)
                     && (0..HOLDS_PER_HOST).any(|i| {
@@ -547,6 +587,12 @@ impl Shared {
                 self.announce_word(dead.host, index)
                     .store(0, Ordering::SeqCst);
                 continue;
+            }
+            // A recoverer paused past its lease is taken over, and must not act: it
+            // learns it here (its own death in the log, the word or the record under
+            // recovery another's), not after (the lease's rule for every host).
+            if !self.still_the_recoverer(&held)? {
+                return Ok(false);
             }
             // Locked as announced, by a dead host: no live host announces the record, and
             // none can lock it now. Which one: the one whose undo image is ready, if any.
@@ -577,6 +623,16 @@ impl Shared {
         Ok(all_done)
     }
 
+    /// Whether this host still recovers with `intent` set: it has not been declared dead
+    /// (`Err`), holds the recovery word in its life, and the record under recovery is
+    /// still its own.
+    fn still_the_recoverer(&self, intent: &Intent<'_>) -> Result<bool> {
+        self.catch_up()?;
+        let word = self.pod.scr_u64(self.pod.layout().recovery_offset());
+        let me = host_table::session(self.id, self.life);
+        Ok(word.load(Ordering::SeqCst) == me && intent.held())
+    }
+
     /// A dead host's announce of `record` locked as `raw` whose undo image is ready, other
     /// than `dead`'s own: the host and the announce's index.
     fn undo_image_among_the_dead(
@@ -588,17 +644,14 @@ impl Shared {
         if mutants::skipped(MutantStep::RecoveryFindsTheWriterAmongTheDead) {
             return None;
         }
-        dead.others_dead
-            .iter()
-            .filter(|&&host| host != dead.host)
-            .find_map(|&host| {
-                (0..HOLDS_PER_HOST).find_map(|i| {
-                    let theirs = self.announce_word(host, i).load(Ordering::SeqCst);
-                    decode_announce(theirs)
-                        .is_some_and(|(r, w, ready, _)| (r, w, ready) == (record, raw, true))
-                        .then_some((host, i))
-                })
+        dead.still_dead_others(&self.pod).find_map(|host| {
+            (0..HOLDS_PER_HOST).find_map(|i| {
+                let theirs = self.announce_word(host, i).load(Ordering::SeqCst);
+                decode_announce(theirs)
+                    .is_some_and(|(r, w, ready, _)| (r, w, ready) == (record, raw, true))
+                    .then_some((host, i))
             })
+        })
     }
 
     /// Settles `record`, which a dead host holds as `held` with no undo image ready: the
