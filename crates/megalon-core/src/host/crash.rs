@@ -441,6 +441,8 @@ impl Shared {
     /// Recovers `dead` (up to `step`) if no other live host is recovering one now.
     /// `Ok(true)`: done.
     fn recover(&self, dead: Dead, step: Step) -> Result<bool> {
+        // A host declared dead itself (paused past its lease) recovers nobody.
+        self.still_alive()?;
         let word = self.pod.scr_u64(self.pod.layout().recovery_offset());
         // The word names the recoverer's life, not only its id: a recoverer that died and
         // came back under its id is not recovering any more.
