@@ -42,7 +42,7 @@ use crate::clock::Swept;
 use crate::error::{Error, Result};
 use crate::file::{OpenFile, FILE_PAGE_BYTES, PAGE_KEY_BYTES};
 use crate::stats::Counter;
-use megalon_core::{Backoff, HostId, Pod};
+use megalon_core::{Backoff, HostId};
 
 /// An admission lock this thread holds; released when dropped.
 pub(crate) struct AdmissionLock<'a> {
@@ -63,19 +63,7 @@ impl Drop for AdmissionLock<'_> {
     }
 }
 
-/// Host `host`'s value in an admission lock word it holds: the life of its id (how many
-/// times the id has been joined) above the id + 1, so that a lock left by a host that
-/// died is told from one its id's next holder takes (0 is free).
-pub(crate) fn lock_value(pod: &Pod, host: HostId) -> u64 {
-    let life = pod
-        .hosts()
-        .iter()
-        .find(|row| row.host == host)
-        .map_or(0, |row| row.joins);
-    life << 8 | u64::from(host + 1)
-}
-
-/// The host id in a lock word's value.
+/// The host id in a lock word's value (`cache::lock_value`).
 fn holder_of(value: u64) -> HostId {
     ((value & 0xff) as HostId).saturating_sub(1)
 }
@@ -299,7 +287,7 @@ mod tests {
         let b = join(&pod);
         let key = [9u8; crate::file::PAGE_KEY_BYTES];
         let (_, word) = b.inner.lock_word(&key);
-        let gone = super::lock_value(&pod, 1) + (5 << 8); // host 1 in a life it never had
+        let gone = crate::cache::lock_value(&pod, 1) + (5 << 8); // host 1 in a life it never had
         word.store(gone, std::sync::atomic::Ordering::SeqCst);
         let taken = b.inner.lock_page(&key).expect("its holder is gone");
         drop(super::AdmissionLock { word, value: gone });

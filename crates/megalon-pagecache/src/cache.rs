@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use megalon_core::{Backing, Host, Join, Pod, ReleaseHook};
+use megalon_core::{Backing, Host, HostId, Join, Pod, ReleaseHook};
 use parking_lot::{Mutex, RwLock};
 
 use crate::config::{PageCacheConfig, PageCacheOptions, MAX_ADMISSION_LOCKS};
@@ -41,6 +41,18 @@ pub(crate) struct Inner {
     /// This host's value in an admission lock word it holds (`admission.rs`).
     pub(crate) lock_value: u64,
     stop: AtomicBool,
+}
+
+/// Host `host`'s value in an admission lock word it holds (`admission.rs`): the life of
+/// its id (how many times the id has been joined) above the id + 1, so that a lock left
+/// by a host that died is told from one its id's next holder takes (0 is free).
+pub(crate) fn lock_value(pod: &Pod, host: HostId) -> u64 {
+    let life = pod
+        .hosts()
+        .iter()
+        .find(|row| row.host == host)
+        .map_or(0, |row| row.joins);
+    life << 8 | u64::from(host + 1)
 }
 
 impl PageCache {
@@ -109,7 +121,7 @@ impl PageCache {
         };
         let host = Host::join(pod, which, options.host.release_hook(hook))?;
         shared.host_id.store(host.id(), Ordering::Relaxed);
-        let lock_value = crate::admission::lock_value(pod, host.id());
+        let lock_value = lock_value(pod, host.id());
         let inner = Arc::new(Inner {
             host,
             shared,
