@@ -203,6 +203,20 @@ pub(crate) fn announce_reservation(pod: &Pod, host: HostId, from: u64, to: u64) 
     }
 }
 
+/// Withdraws `host`'s announce of the positions below `to` (published, or never
+/// reserved), by a CAS from `to`: a host paused past its lease whose row has been freed
+/// and joined again leaves the next holder's announce alone.
+pub(crate) fn withdraw_reservation(pod: &Pod, host: HostId, to: u64) {
+    if to != 0 {
+        let _ = entry(pod, host).reserved_to.compare_exchange(
+            to,
+            0,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+    }
+}
+
 /// The positions `host` announced it reserves (`from..to`; empty if none).
 pub(crate) fn reservation(pod: &Pod, host: HostId) -> std::ops::Range<u64> {
     let row = entry(pod, host);

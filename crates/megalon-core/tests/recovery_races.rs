@@ -566,3 +566,128 @@ fn a_host_that_joined_under_a_dead_id_in_the_same_round_is_alive() {
         "host 2's recovery waits for the live lock"
     );
 }
+
+// Found by a third review (2026-11-25): a host paused past its lease in the middle of an
+// append.
+
+/// A host reserves a log position for its create and pauses past its lease; it is
+/// recovered (its position filled with a `Skip` every host applies, its row freed), then
+/// resumes. It must not write its entry over the `Skip` (it did: a host that replayed
+/// the log later applied the create, the others had not: the replicas differed), and
+/// its create answers `HostDeclaredDead`.
+#[test]
+fn a_paused_appender_never_writes_over_the_skip_that_filled_its_reservation() {
+    let pod = common::heap_pod(&config());
+    let r = leak(&pod, 0, false, Duration::from_millis(300));
+    let p = leak(&pod, 1, false, Duration::from_millis(300));
+    p.create(b"k0", &value(1)).unwrap(); // p owns slots now
+    r.inspect().watch_hosts();
+    let (paused_tx, paused) = channel::<()>();
+    let (go, go_rx) = channel::<()>();
+    let (result_tx, result) = channel();
+    std::thread::spawn(move || {
+        let paused_tx = Mutex::new(paused_tx);
+        let go_rx = Mutex::new(go_rx);
+        let once = AtomicBool::new(false);
+        let outcome = chaos::with_hook(
+            move |at| {
+                if at == Point::AppendAfterReserve && !once.swap(true, Ordering::SeqCst) {
+                    p.inspect().pretend_elsewhere();
+                    paused_tx.lock().unwrap().send(()).unwrap();
+                    go_rx.lock().unwrap().recv().unwrap();
+                }
+            },
+            || p.create(b"k", &value(7)),
+        );
+        result_tx.send(outcome).unwrap();
+    });
+    paused.recv().unwrap();
+    let (_, _, tail) = r.inspect().log_cursors();
+    let pos = tail - 1;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pod.hosts().iter().any(|row| row.host == p.id()) {
+        assert!(Instant::now() < deadline, "p never recovered");
+        r.inspect().watch_hosts();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let before = r.inspect().read_log(pos, pos + 1).unwrap();
+    let mut buf = vec![0u8; SLOT];
+    let r_before = r.read(b"k", &mut buf).map(drop);
+    go.send(()).unwrap();
+    let outcome = result.recv().unwrap();
+    let after = r.inspect().read_log(pos, pos + 1).unwrap();
+    eprintln!(
+        "position {pos}: before resume {before:?}\nafter resume {after:?}\np's create: {outcome:?}"
+    );
+    let q = leak(&pod, 2, false, Duration::from_millis(300));
+    let r_k = r.read(b"k", &mut buf).map(drop);
+    let q_k = q.read(b"k", &mut buf).map(drop);
+    eprintln!("r reads k before: {r_before:?}, after: {r_k:?}; q (joined later) reads k: {q_k:?}");
+    assert_eq!(
+        format!("{:?}", before[0].event),
+        format!("{:?}", after[0].event),
+        "a published log entry changed"
+    );
+    assert_eq!(r_k.is_ok(), q_k.is_ok(), "replicas diverge on k");
+    assert!(
+        matches!(outcome, Err(megalon_core::Error::HostDeclaredDead { .. })),
+        "{outcome:?}"
+    );
+}
+
+/// As above, but the paused host's id is joined again before it resumes, and the new
+/// holder reserves a position and dies. The resumed host must leave the new holder's
+/// announced reservation alone (it cleared it, and the hole was never filled: the log
+/// was stuck for good).
+#[test]
+fn a_resumed_appender_leaves_the_reservation_of_its_ids_next_holder_alone() {
+    let pod = common::heap_pod(&config());
+    let r = leak(&pod, 0, false, Duration::from_millis(300));
+    let p = leak(&pod, 1, false, Duration::from_millis(300));
+    p.create(b"k0", &value(1)).unwrap();
+    r.inspect().watch_hosts();
+    let (paused_tx, paused) = channel::<()>();
+    let (go, go_rx) = channel::<()>();
+    let (result_tx, result) = channel();
+    std::thread::spawn(move || {
+        let paused_tx = Mutex::new(paused_tx);
+        let go_rx = Mutex::new(go_rx);
+        let once = AtomicBool::new(false);
+        let outcome = chaos::with_hook(
+            move |at| {
+                if at == Point::AppendAfterReserve && !once.swap(true, Ordering::SeqCst) {
+                    p.inspect().pretend_elsewhere();
+                    paused_tx.lock().unwrap().send(()).unwrap();
+                    go_rx.lock().unwrap().recv().unwrap();
+                }
+            },
+            || p.create(b"k", &value(7)),
+        );
+        result_tx.send(outcome).unwrap();
+    });
+    paused.recv().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while pod.hosts().iter().any(|row| row.host == p.id()) {
+        assert!(Instant::now() < deadline, "p never recovered");
+        r.inspect().watch_hosts();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let q = leak(&pod, 1, false, Duration::from_millis(300));
+    let hole = q.inspect().reserve_unpublished(1).unwrap();
+    go.send(()).unwrap();
+    let outcome = result.recv().unwrap();
+    q.inspect().freeze();
+    r.inspect().watch_hosts();
+    std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 2));
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while pod.hosts().iter().any(|row| row.host == q.id()) && Instant::now() < deadline {
+        r.inspect().watch_hosts();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut buf = vec![0u8; SLOT];
+    let later = r.create(b"z", &value(3));
+    let read = r.read(b"k0", &mut buf).map(drop);
+    eprintln!("p's create {outcome:?}; q's hole at {hole}; rows {:?}; r's create after: {later:?}; read {read:?}; bg {:?}; log at hole {:?}",
+        pod.hosts(), r.inspect().background_errors(), r.inspect().read_log(hole, hole + 1));
+    assert!(later.is_ok(), "log wedged: {later:?}");
+}

@@ -51,6 +51,18 @@ impl Shared {
         Ok(())
     }
 
+    /// `Err(HostDeclaredDead)` once this host's row in the host table is no longer its
+    /// own (it was declared dead and recovered), or its replica has applied its death.
+    fn holds_its_row(&self) -> Result<()> {
+        if host_table::holder(&self.pod, self.id) != Some((std::process::id(), self.life)) {
+            return Err(Error::HostDeclaredDead {
+                host: self.id,
+                life: self.life,
+            });
+        }
+        self.still_alive()
+    }
+
     /// `Err(HostDeclaredDead)` once this host's replica has applied its death.
     pub(super) fn still_alive(&self) -> Result<()> {
         if self.is_declared_dead() {
@@ -332,12 +344,17 @@ impl Shared {
         }
         // One reservation at a time per host: its row holds one announced range.
         let appending = self.append_lock.lock();
+        self.holds_its_row()?;
+        let announced = std::cell::Cell::new(0);
         let start = self.log.reserve(
             &self.pod,
             count,
             self.options.wait_limit,
             &self.chaos,
-            |from| host_table::announce_reservation(&self.pod, self.id, from, from + count),
+            |from| {
+                announced.set(from + count);
+                host_table::announce_reservation(&self.pod, self.id, from, from + count);
+            },
             || {
                 // The host holding the head back may be dead.
                 self.unblock_log();
@@ -347,16 +364,22 @@ impl Shared {
         let start = match start {
             Ok(start) => start,
             Err(error) => {
-                host_table::announce_reservation(&self.pod, self.id, 0, 0);
+                host_table::withdraw_reservation(&self.pod, self.id, announced.get());
                 return Err(error);
             }
         };
         self.chaos.point(Point::AppendAfterReserve);
+        // A host paused past its lease since its reservation was declared dead, and its
+        // positions filled with `Skip` entries that every host may have applied: writing
+        // ours over them would make the replicas differ. It learns it here, from its row
+        // (freed once it was recovered), right before it writes (the lease's rule: a
+        // pause between this check and the writes is what it cannot rule out).
+        self.holds_its_row()?;
         for (i, entry) in entries.chunks_exact(entry_bytes).enumerate() {
             self.log.write(&self.memory, start + i as u64, entry);
         }
         // Published: nothing of ours for a recoverer to fill.
-        host_table::announce_reservation(&self.pod, self.id, 0, 0);
+        host_table::withdraw_reservation(&self.pod, self.id, start + count);
         drop(appending);
         self.counters
             .entries_appended
