@@ -456,6 +456,13 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
             "a_writer_that_died_mid_write_is_found_among_the_dead",
         )],
     ),
+    (
+        "move-back-keeps-the-slot-image",
+        &[(
+            "recovery_races",
+            "a_host_that_dies_copying_an_object_back_leaves_it_whole",
+        )],
+    ),
 ];
 
 /// Runs the mutant tests with `step` switched off (or none), returning the failing tests:

@@ -68,6 +68,8 @@ pub enum Point {
     ReplayBetweenEntries,
     /// Replay, after applying a round of entries, before it advances `ctail`.
     ReplayBeforeCtail,
+    /// A move back, its slot image kept, before it writes the object into the slot.
+    MoveBackBeforeCopy,
     /// Recovery of a dead host's lock, with its intent stored and no live announce of
     /// the record found, before it looks at the record's word.
     RecoveryAfterScan,

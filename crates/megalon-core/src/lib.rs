@@ -93,11 +93,11 @@
 //!
 //! **What does not survive:** the loss of the CXL device itself, and the pod across a
 //! power cycle (the SCR's words are not persistent). Writes made in a dead host's DRAM
-//! (local partitions) since its objects moved there are lost with it; and a known gap: a
-//! host that dies while it copies an object back from its DRAM to CXL (a move back, which
-//! writes the object's slot in place before its event) can leave that object with part
-//! of each value. The AllLog baseline keeps no undo images: an object whose replicated
-//! lock a dead host held stays locked.
+//! (local partitions) since its objects moved there are lost with it (with undo images,
+//! one that died while copying an object back to CXL has it put back as it moved there;
+//! without them, such an object may be left with part of each value). The AllLog
+//! baseline keeps no undo images: an object whose replicated lock a dead host held stays
+//! locked.
 //!
 //! # Where things are
 //!

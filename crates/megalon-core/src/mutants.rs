@@ -105,6 +105,11 @@ pub enum Step {
     /// holder, in the middle of a write). Skipped, it settles the lock as a write that
     /// changed nothing, and the holder's half-written bytes stay.
     RecoveryFindsTheWriterAmongTheDead,
+    /// A move back keeps the slot's bytes in an undo image, announced, before it writes
+    /// the object into the slot in place (pods with undo images). Skipped, a host that
+    /// dies in the middle of that copy leaves the object torn when its death hands it
+    /// back to CXL.
+    MoveBackKeepsTheSlotImage,
 }
 
 // Without the feature the steps are only the names of the guards in the code.
@@ -141,6 +146,7 @@ impl Step {
         Step::MoveAnnouncesItsLock,
         Step::WriteEndLetsGoOfTheImage,
         Step::RecoveryFindsTheWriterAmongTheDead,
+        Step::MoveBackKeepsTheSlotImage,
     ];
 
     /// The name `MEGALON_MUTANT` takes.
@@ -175,6 +181,7 @@ impl Step {
             Step::MoveAnnouncesItsLock => "move-announces-its-lock",
             Step::WriteEndLetsGoOfTheImage => "write-end-lets-go-of-the-image",
             Step::RecoveryFindsTheWriterAmongTheDead => "recovery-finds-the-writer-among-the-dead",
+            Step::MoveBackKeepsTheSlotImage => "move-back-keeps-the-slot-image",
         }
     }
 

@@ -691,3 +691,55 @@ fn a_resumed_appender_leaves_the_reservation_of_its_ids_next_holder_alone() {
         pod.hosts(), r.inspect().background_errors(), r.inspect().read_log(hole, hole + 1));
     assert!(later.is_ok(), "log wedged: {later:?}");
 }
+
+/// A host moving an object back from its DRAM writes it into its CXL slot in place; it
+/// dies with half of the copy in memory. Its death hands the object back to CXL: what
+/// the others read must be whole, the value it had when it moved (the move back kept the
+/// slot's bytes in an undo image, and recovery puts them back before the death is in
+/// the log).
+#[test]
+fn a_host_that_dies_copying_an_object_back_leaves_it_whole() {
+    let pod = common::heap_pod(&config().local_partitions(2));
+    let r = leak(&pod, 0, false, Duration::from_millis(300));
+    let h = join(&pod, 1);
+    r.create(b"k", &value(1)).unwrap();
+    r.write(b"k", &value(2)).unwrap();
+    read(&h);
+    read(&h); // the second read in a row moves k to h's DRAM
+    let entry = h
+        .inspect()
+        .replica_snapshot()
+        .into_iter()
+        .find(|(key, _)| key == b"k")
+        .map(|(_, entry)| entry)
+        .unwrap();
+    assert_eq!(entry.local_owner, Some(h.id()), "k is in h's DRAM");
+    h.write(b"k", &value(3)).unwrap(); // in its DRAM
+    let offset = pod.layout().slot_offset(entry.slot);
+    let h_id = h.id();
+    // Only its lease will tell (it has no pump: its heartbeat stands still).
+    h.inspect().pretend_elsewhere();
+    let (copying, is_copying) = channel();
+    std::thread::spawn(move || {
+        let copying = Mutex::new(copying);
+        chaos::with_hook(
+            move |point| {
+                if point == Point::MoveBackBeforeCopy {
+                    // Half of the copy reached memory; then the host is gone.
+                    r.memory().write(offset, &value(3)[..SLOT / 2]);
+                    r.memory().write_back(offset, SLOT / 2);
+                    r.memory().fence();
+                    copying.lock().unwrap().send(()).unwrap();
+                    loop {
+                        std::thread::park();
+                    }
+                }
+            },
+            // Leaving, it moves its objects back to CXL.
+            move || drop(h),
+        );
+    });
+    is_copying.recv().unwrap();
+    recover_by_hand(&pod, h_id, r);
+    assert_eq!(read(r), value(2), "whole: the value k had when it moved");
+}

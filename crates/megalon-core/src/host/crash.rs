@@ -68,6 +68,9 @@ use crate::sync::{AtomicU64, Ordering};
 const UNDO_READY: u64 = 1 << 63;
 /// The announce word's "a write's lock" bit (not a delete's, a deallocation's or a claim).
 const WRITE: u64 = 1 << 62;
+/// The record field of a move back's announce (no record has this id: the layout keeps
+/// record ids below it); its word is the slot the move back writes.
+const MOVE_BACK: u32 = (1 << 30) - 2;
 
 /// What one host's pump knows of the others' leases.
 #[derive(Debug, Default)]
@@ -307,6 +310,43 @@ impl Shared {
         let Some(index) = hold.index else {
             return;
         };
+        self.copy_to_undo_image(index, offset, len);
+        let raw = Records::new(&self.pod).encode(locked);
+        self.announce_word(self.id, index).store(
+            encode_announce(record, raw, true) | UNDO_READY,
+            Ordering::SeqCst,
+        );
+    }
+
+    /// Before a move back writes its object into slot `slot` in place: keeps the slot's
+    /// bytes (the object as it was when it moved to this host) in `hold`'s undo image
+    /// and announces them, so that if this host dies in the middle of the copy, its
+    /// recovery puts them back before its `HostDead` hands the object back to CXL.
+    pub(super) fn keep_slot_image(&self, hold: &Hold<'_>, slot: u64) {
+        let Some(index) = hold.index else {
+            return;
+        };
+        if mutants::skipped(MutantStep::MoveBackKeepsTheSlotImage) {
+            return;
+        }
+        let layout = self.pod.layout();
+        let (offset, len) = (
+            layout.slot_offset(slot),
+            layout.config.slot_size_bytes as usize,
+        );
+        // From memory: lines of the slot cached from before the object left are old.
+        self.memory.flush(offset, len);
+        self.memory.fence();
+        self.copy_to_undo_image(index, offset, len);
+        self.announce_word(self.id, index).store(
+            encode_announce(MOVE_BACK, slot as u32, false) | UNDO_READY,
+            Ordering::SeqCst,
+        );
+    }
+
+    /// Copies `len` bytes at `offset` into undo image `index` of this host and makes them
+    /// reach memory before the announce that says the image is complete.
+    fn copy_to_undo_image(&self, index: u64, offset: u64, len: usize) {
         let image = self.pod.layout().undo_image_offset(self.id, index);
         UNDO_BUFFER.with(|buffer| {
             let mut buffer = buffer.borrow_mut();
@@ -315,13 +355,35 @@ impl Shared {
             self.memory.write(image, &buffer);
         });
         self.memory.write_back(image, len);
-        // The image is in memory before the announce says it is complete.
         self.memory.fence();
-        let raw = Records::new(&self.pod).encode(locked);
-        self.announce_word(self.id, index).store(
-            encode_announce(record, raw, true) | UNDO_READY,
-            Ordering::SeqCst,
-        );
+    }
+
+    /// Puts back the slot image of every move back `dead` announced (it died in the
+    /// middle of its copy): before its `HostDead`, while every replica still has the
+    /// object in `dead`'s DRAM, so no host reads the slot yet.
+    fn restore_slot_images(&self, dead: &Dead) {
+        let layout = self.pod.layout();
+        let len = layout.config.slot_size_bytes as usize;
+        for index in 0..HOLDS_PER_HOST {
+            let announce = self.announce_word(dead.host, index).load(Ordering::SeqCst);
+            let Some((MOVE_BACK, slot, true, _)) = decode_announce(announce) else {
+                continue;
+            };
+            let (image, offset) = (
+                layout.undo_image_offset(dead.host, index),
+                layout.slot_offset(u64::from(slot)),
+            );
+            let mut bytes = vec![0u8; len];
+            // Our cache may hold lines of the image from before.
+            self.memory.flush(image, len);
+            self.memory.fence();
+            self.memory.read(image, &mut bytes);
+            self.memory.write(offset, &bytes);
+            self.memory.write_back(offset, len);
+            self.memory.fence();
+            self.announce_word(dead.host, index)
+                .store(0, Ordering::SeqCst);
+        }
     }
 
     /// The host that announced a lock of `record` now, if any (pods with undo images):
@@ -490,6 +552,9 @@ impl Shared {
         if step == Step::Reservation {
             return Ok(false);
         }
+        if self.undo_images() {
+            self.restore_slot_images(dead);
+        }
         self.submit(&Event::HostDead {
             host: dead.host,
             joins: dead.joins,
@@ -570,6 +635,10 @@ impl Shared {
             let Some((record, raw, undo_ready, _)) = decode_announce(announce) else {
                 continue;
             };
+            if record == MOVE_BACK {
+                // Put back before the `HostDead` (`restore_slot_images`).
+                continue;
+            }
             let held = Intent::set(intent, record);
             let live_announce = (0..self.pod.config().max_hosts).any(|host| {
                 dead.live(&self.pod, host)

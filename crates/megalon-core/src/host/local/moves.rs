@@ -7,6 +7,7 @@ use super::{
     ORPHANED,
 };
 
+use crate::chaos::Point;
 use crate::counters::{Counter, ThreadCounters};
 use crate::error::{Error, Result};
 use crate::event::Event;
@@ -178,6 +179,9 @@ impl Shared {
         };
         let layout = self.pod.layout();
         let (offset, len) = (layout.slot_offset(slot), local.object_bytes);
+        // An announce word and undo image for the slot's bytes (pods with undo images),
+        // taken before the object's lock: waiting for one must not hold it.
+        let hold = self.take_hold()?;
         object.lock();
         match object.state.load(Ordering::Relaxed) {
             HELD => {}
@@ -195,6 +199,10 @@ impl Shared {
         self.memory.flush(offset, len);
         self.memory.fence();
         c.add(Counter::LinesInvalidated, Self::lines(len));
+        // The slot's bytes are the object as it moved here: kept, in case we die in the
+        // middle of the copy (our death hands the object back to CXL as it was then).
+        self.keep_slot_image(&hold, slot);
+        self.chaos.point(Point::MoveBackBeforeCopy);
         self.memory.write(offset, &object.bytes(len));
         // The bytes reach memory before the event tells anyone to read them there.
         if !mutants::skipped(Step::MoveBackWritesBack) {
@@ -202,6 +210,8 @@ impl Shared {
             c.add(Counter::LinesWrittenBack, Self::lines(len));
         }
         self.memory.fence();
+        // Whole in the slot: nothing to put back any more.
+        drop(hold);
         // Writes wait from now on; reads go on (the bytes are those in CXL). The object is
         // let go before the event: replay takes the index's write lock, and a writer
         // holding the index's read lock may be waiting for the object. If the append
