@@ -344,6 +344,8 @@ impl Shared {
         }
         // One reservation at a time per host: its row holds one announced range.
         let appending = self.append_lock.lock();
+        // Its reservation is announced in its row: a host declared dead must not write
+        // into a row its id's next holder may hold.
         self.holds_its_row()?;
         let announced = std::cell::Cell::new(0);
         let start = self.log.reserve(

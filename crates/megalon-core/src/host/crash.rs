@@ -66,8 +66,6 @@ use crate::sync::{AtomicU64, Ordering};
 
 /// The announce word's "undo image complete" bit.
 const UNDO_READY: u64 = 1 << 63;
-/// The announce word's "a write's lock" bit (not a delete's, a deallocation's or a claim).
-const WRITE: u64 = 1 << 62;
 /// The record field of a move back's announce (no record has this id: the layout keeps
 /// record ids below it); its word is the slot the move back writes.
 const MOVE_BACK: u32 = (1 << 30) - 2;
@@ -128,21 +126,21 @@ enum Step {
     Whole,
 }
 
-fn encode_announce(record: u32, raw_word: u32, write: bool) -> u64 {
+fn encode_announce(record: u32, raw_word: u32) -> u64 {
     debug_assert!(record < (1 << 30) - 1, "checked by the layout");
-    (u64::from(record) + 1) << 32 | u64::from(raw_word) | if write { WRITE } else { 0 }
+    (u64::from(record) + 1) << 32 | u64::from(raw_word)
 }
 
-/// An announce's record, locked word, whether its undo image is complete, and whether
-/// it is a write's.
-fn decode_announce(announce: u64) -> Option<(u32, u32, bool, bool)> {
-    let record = (announce & !(UNDO_READY | WRITE)) >> 32;
+/// An announce's record, locked word, and whether its undo image is complete. (Which
+/// kind of lock it is does not matter: recovery settles a lock by whether an undo image
+/// is ready and whether the record has an object.)
+fn decode_announce(announce: u64) -> Option<(u32, u32, bool)> {
+    let record = (announce & !UNDO_READY) >> 32;
     (record != 0).then(|| {
         (
             (record - 1) as u32,
             announce as u32,
             announce & UNDO_READY != 0,
-            announce & WRITE != 0,
         )
     })
 }
@@ -229,18 +227,12 @@ impl Shared {
     }
 
     /// Announces that this host is about to lock `record` as `locked` (before the CAS),
-    /// for a write or (`write` false) a delete, a deallocation, a move to this host or an
-    /// allocation's claim. `false`: a recoverer is about to restore a dead host's lock of
+    /// for a write, a delete, a deallocation, a move to this host or an allocation's
+    /// claim. `false`: a recoverer is about to restore a dead host's lock of
     /// the record; the announce is withdrawn and the caller must not take the lock now
     /// (it waits, or gives up, as for a busy record).
     #[must_use]
-    pub(super) fn announce(
-        &self,
-        hold: &Hold<'_>,
-        record: u32,
-        locked: RecordWord,
-        write: bool,
-    ) -> bool {
+    pub(super) fn announce(&self, hold: &Hold<'_>, record: u32, locked: RecordWord) -> bool {
         let Some(index) = hold.index else {
             return true;
         };
@@ -248,7 +240,7 @@ impl Shared {
         let announce = self.announce_word(self.id, index);
         // SeqCst: ordered before the locking CAS, so a recoverer that sees the word
         // locked and no announce of it knows the lock is not this host's.
-        announce.store(encode_announce(record, raw, write), Ordering::SeqCst);
+        announce.store(encode_announce(record, raw), Ordering::SeqCst);
         // And before this load (the recoverer stores its intent, then reads the
         // announces: one of the two sees the other). A lock word tells nothing of its
         // holder (at 2 bits every lock of a record is one word), so without this a
@@ -312,10 +304,8 @@ impl Shared {
         };
         self.copy_to_undo_image(index, offset, len);
         let raw = Records::new(&self.pod).encode(locked);
-        self.announce_word(self.id, index).store(
-            encode_announce(record, raw, true) | UNDO_READY,
-            Ordering::SeqCst,
-        );
+        self.announce_word(self.id, index)
+            .store(encode_announce(record, raw) | UNDO_READY, Ordering::SeqCst);
     }
 
     /// Before a move back writes its object into slot `slot` in place: keeps the slot's
@@ -339,7 +329,7 @@ impl Shared {
         self.memory.fence();
         self.copy_to_undo_image(index, offset, len);
         self.announce_word(self.id, index).store(
-            encode_announce(MOVE_BACK, slot as u32, false) | UNDO_READY,
+            encode_announce(MOVE_BACK, slot as u32) | UNDO_READY,
             Ordering::SeqCst,
         );
     }
@@ -366,7 +356,7 @@ impl Shared {
         let len = layout.config.slot_size_bytes as usize;
         for index in 0..HOLDS_PER_HOST {
             let announce = self.announce_word(dead.host, index).load(Ordering::SeqCst);
-            let Some((MOVE_BACK, slot, true, _)) = decode_announce(announce) else {
+            let Some((MOVE_BACK, slot, true)) = decode_announce(announce) else {
                 continue;
             };
             let (image, offset) = (
@@ -398,7 +388,7 @@ impl Shared {
             (0..HOLDS_PER_HOST).any(|i| {
                 let announce = self.announce_word(host, i).load(Ordering::SeqCst);
                 decode_announce(announce)
-                    .is_some_and(|(r, raw, _, _)| r == record && records.decode(raw) == word)
+                    .is_some_and(|(r, raw, _)| r == record && records.decode(raw) == word)
             })
         })
     }
@@ -632,7 +622,7 @@ impl Shared {
         let mut all_done = true;
         for index in 0..HOLDS_PER_HOST {
             let announce = self.announce_word(dead.host, index).load(Ordering::SeqCst);
-            let Some((record, raw, undo_ready, _)) = decode_announce(announce) else {
+            let Some((record, raw, undo_ready)) = decode_announce(announce) else {
                 continue;
             };
             if record == MOVE_BACK {
@@ -719,7 +709,7 @@ impl Shared {
             (0..HOLDS_PER_HOST).find_map(|i| {
                 let theirs = self.announce_word(host, i).load(Ordering::SeqCst);
                 decode_announce(theirs)
-                    .is_some_and(|(r, w, ready, _)| (r, w, ready) == (record, raw, true))
+                    .is_some_and(|announced| announced == (record, raw, true))
                     .then_some((host, i))
             })
         })

@@ -407,7 +407,7 @@ impl Shared {
                 // The announce, and the record under recovery.
                 c.add(Counter::ScrAtomics, 2);
             }
-            if !self.announce(hold, record, locked, true) {
+            if !self.announce(hold, record, locked) {
                 // A recoverer restores a dead host's lock of the record: wait for it.
                 self.wait_for_record(&mut backoff, record, word, c)?;
                 continue;
@@ -702,7 +702,7 @@ impl Shared {
         };
         // Freed on every way out but the returned one, after any unlock.
         let hold = self.take_hold()?;
-        if !self.announce(&hold, record, locked, false) {
+        if !self.announce(&hold, record, locked) {
             // A recoverer restores a dead host's lock of the record: wait for it.
             self.wait_for_record(backoff, record, word, c)?;
             return Ok(None);

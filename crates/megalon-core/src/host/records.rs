@@ -277,7 +277,7 @@ impl Shared {
                     in_use: true,
                     ..word
                 };
-                if !self.announce(&hold, record, claimed, false) {
+                if !self.announce(&hold, record, claimed) {
                     // Under recovery: another candidate.
                     continue;
                 }
@@ -348,7 +348,7 @@ impl Shared {
         let hold = self.take_hold()?;
         if lock {
             // Under recovery, or busy: another record.
-            if !self.announce(&hold, record, locked, false) {
+            if !self.announce(&hold, record, locked) {
                 return Ok(false);
             }
             c.add(Counter::ScrAtomics, 1);

@@ -71,8 +71,7 @@ impl Shared {
             let Some(hold) = self.try_take_hold() else {
                 return Ok(false);
             };
-            if !mutants::skipped(Step::MoveAnnouncesItsLock)
-                && !self.announce(&hold, record, held, false)
+            if !mutants::skipped(Step::MoveAnnouncesItsLock) && !self.announce(&hold, record, held)
             {
                 return Ok(false);
             }
