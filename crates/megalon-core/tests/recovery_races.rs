@@ -8,7 +8,7 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::channel;
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,17 +29,35 @@ fn config() -> megalon_core::PodConfig {
         .crash_safety(CrashSafety::Undo)
 }
 
-/// A host that lives as long as the test binary (hooks are `'static`), with a pump or
-/// without (it then replays in its operations, and recovers when told to).
-fn leak(pod: &Arc<Pod>, id: u32, pump: bool, wait_limit: Duration) -> &'static Host {
-    let options = HostOptions::new()
+/// How long the hosts here wait for another host before they give up.
+const WAIT: Duration = Duration::from_millis(300);
+
+/// The options of host `id`: simulated memory, no pump (it replays in its operations,
+/// and recovers others only when told to), no background reclaim.
+fn options(id: u32) -> HostOptions {
+    HostOptions::new()
         .memory(simulated(u64::from(id) + 1, 4096, 0))
         .record_watermark(1.0)
-        .wait_limit(wait_limit)
-        .pump_interval(pump.then(|| Duration::from_millis(1)));
+        .pump_interval(None)
+}
+
+/// Host `id`, owned (for `crash`).
+fn join(pod: &Arc<Pod>, id: u32) -> Host {
+    Host::join(pod, Join::As(id), options(id)).expect("join")
+}
+
+/// Host `id`, living as long as the test binary (hooks are `'static`), waiting at most
+/// `wait_limit` for another host.
+fn leak_waiting(pod: &Arc<Pod>, id: u32, wait_limit: Duration) -> &'static Host {
+    let options = options(id).wait_limit(wait_limit);
     Box::leak(Box::new(
         Host::join(pod, Join::As(id), options).expect("join"),
     ))
+}
+
+/// Host `id`, living as long as the test binary, waiting at most [`WAIT`].
+fn leak(pod: &Arc<Pod>, id: u32) -> &'static Host {
+    leak_waiting(pod, id, WAIT)
 }
 
 /// `dead` runs `call` on a thread of its own and dies at `point`, where it stays.
@@ -69,15 +87,6 @@ fn dies_announcing_a_lock_of_k(dead: &'static Host) {
     dies_at(dead, Point::WriteBeforeLock, |dead| {
         let _ = dead.write_start(b"k");
     });
-}
-
-/// A host joined without a pump (it recovers nobody), owned (for `crash`).
-fn join(pod: &Arc<Pod>, id: u32) -> Host {
-    let options = HostOptions::new()
-        .memory(simulated(u64::from(id) + 1, 4096, 0))
-        .record_watermark(1.0)
-        .pump_interval(None);
-    Host::join(pod, Join::As(id), options).expect("join")
 }
 
 /// The record of `k` and whether some host holds it locked, as `host` sees the array.
@@ -110,11 +119,11 @@ fn recovery_never_takes_a_live_moves_lock_for_a_dead_hosts() {
     // Local partitions: an object moves to a host after two accesses in a row from it.
     let pod = common::heap_pod(&config().local_partitions(2));
     // Without a pump: the test runs its recovery, at the moment it chooses.
-    let r = leak(&pod, 0, false, Duration::from_millis(300));
-    let d = leak(&pod, 1, false, Duration::from_millis(300));
+    let r = leak(&pod, 0);
+    let d = leak(&pod, 1);
     // Without a pump either, so that r alone recovers, in the window held open below
     // (a pump would watch too, and could recover d before the move locks the record).
-    let h = leak(&pod, 2, false, Duration::from_millis(300));
+    let h = leak(&pod, 2);
     r.create(b"k", &value(1)).unwrap();
     r.write(b"k", &value(2)).unwrap();
     read(h); // h's first read of two in a row
@@ -162,19 +171,100 @@ fn recovery_never_takes_a_live_moves_lock_for_a_dead_hosts() {
     assert_eq!(read(h), value(3));
 }
 
-/// Runs `r`'s watch until `dead` is recovered (by `r` or another host).
+/// Runs `r`'s watch (recovery of the dead it finds) until `done`; fails with `what` past
+/// the lease and [`BOUND`].
 #[track_caller]
-fn recover_by_hand(pod: &Pod, dead: u32, r: &Host) {
+fn watch_until(r: &Host, what: &str, done: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_millis(u64::from(LEASE_MS)) + BOUND;
-    while pod.hosts().iter().any(|row| row.host == dead) {
+    while !done() {
         assert!(
             Instant::now() < deadline,
-            "no recovery: {:?}",
+            "{what}: {:?}",
             r.inspect().background_errors()
         );
         r.inspect().watch_hosts();
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// Runs `r`'s watch until `dead` is recovered (by `r` or another host).
+#[track_caller]
+fn recover_by_hand(pod: &Pod, dead: u32, r: &Host) {
+    watch_until(r, "no recovery", || {
+        pod.hosts().iter().all(|row| row.host != dead)
+    });
+}
+
+/// `host` locks `k` for a write, puts `byte` over its first half, makes that reach
+/// memory, and goes no further (the ticket is forgotten: the lock stays).
+fn half_write(host: &Host, byte: u8) -> Result<(), Error> {
+    host.write_start(b"k").map(|ticket| {
+        ticket.write(0, &[byte; SLOT / 2]).unwrap();
+        host.memory().write_back(ticket.offset(), SLOT);
+        host.memory().fence();
+        std::mem::forget(ticket);
+    })
+}
+
+/// Asserts that the lock of `k` a live host took (if `attempt` took one) is still set:
+/// recovery did not take it for a dead host's. Failing, it says what `reader` reads.
+#[track_caller]
+fn assert_live_lock_kept(reader: &Host, attempt: &Result<(), Error>) {
+    let (record, locked) = k_record_locked(reader);
+    if attempt.is_ok() && !locked {
+        let mut buf = vec![0u8; SLOT];
+        let read = reader.read(b"k", &mut buf);
+        panic!(
+            "a live host holds a write ticket on k (record {record}) but the record is \
+             unlocked; a read: {read:?}, first byte {:#x}, last byte {:#x}",
+            buf[0],
+            buf[SLOT - 1]
+        );
+    }
+}
+
+/// A call paused at a point by [`pauses_at`].
+struct Paused<T> {
+    resume: Sender<()>,
+    outcome: Receiver<T>,
+}
+
+impl<T> Paused<T> {
+    /// Lets the call go on, and returns its answer.
+    fn resume(self) -> T {
+        self.resume.send(()).unwrap();
+        self.outcome.recv().unwrap()
+    }
+}
+
+/// `host` runs `call` on a thread of its own and pauses the first time it reaches
+/// `point`, its row saying it runs on another machine (no heartbeat moves: only its
+/// lease tells), until resumed.
+fn pauses_at<T: Send + 'static>(
+    host: &'static Host,
+    point: Point,
+    call: impl FnOnce() -> T + Send + 'static,
+) -> Paused<T> {
+    let (paused, is_paused) = channel::<()>();
+    let (resume, resumed) = channel::<()>();
+    let (answered, outcome) = channel();
+    std::thread::spawn(move || {
+        let (paused, resumed) = (Mutex::new(paused), Mutex::new(resumed));
+        let once = AtomicBool::new(false);
+        let answer = chaos::with_hook(
+            move |at| {
+                if at == point && !once.swap(true, Ordering::SeqCst) {
+                    host.inspect().pretend_elsewhere();
+                    paused.lock().unwrap().send(()).unwrap();
+                    resumed.lock().unwrap().recv().unwrap();
+                }
+            },
+            call,
+        );
+        answered.send(answer).unwrap();
+    });
+    is_paused.recv().unwrap();
+    Paused { resume, outcome }
 }
 
 /// The race the intent closes: the recoverer looked at the announces and found none of
@@ -184,31 +274,25 @@ fn recover_by_hand(pod: &Pod, dead: u32, r: &Host) {
 #[test]
 fn a_host_that_locks_after_the_recoverer_looked_defers_to_it() {
     let pod = common::heap_pod(&config());
-    let r = leak(&pod, 0, false, Duration::from_millis(300));
-    let d = leak(&pod, 1, false, Duration::from_millis(300));
-    let w = leak(&pod, 2, false, Duration::from_millis(100));
+    let r = leak(&pod, 0);
+    let d = leak(&pod, 1);
+    let w = leak_waiting(&pod, 2, Duration::from_millis(100));
     r.create(b"k", &value(1)).unwrap();
     r.write(b"k", &value(2)).unwrap();
     dies_announcing_a_lock_of_k(d);
     let attempt = Arc::new(Mutex::new(None));
     let attempt_in = attempt.clone();
-    let deadline = Instant::now() + Duration::from_millis(u64::from(LEASE_MS)) + BOUND;
     chaos::with_hook(
         move |point| {
             let mut attempt = attempt_in.lock().unwrap();
             if point == Point::RecoveryAfterScan && attempt.is_none() {
-                *attempt = Some(w.write_start(b"k").map(|ticket| {
-                    ticket.write(0, &value(9)[..SLOT / 2]).unwrap();
-                    std::mem::forget(ticket);
-                }));
+                *attempt = Some(half_write(w, 9));
             }
         },
         || {
-            while r.inspect().stats().hosts_recovered < 1 {
-                assert!(Instant::now() < deadline, "no recovery");
-                r.inspect().watch_hosts();
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            watch_until(r, "no recovery", || {
+                r.inspect().stats().hosts_recovered >= 1
+            })
         },
     );
     let attempt = attempt
@@ -238,17 +322,13 @@ fn a_host_that_locks_after_the_recoverer_looked_defers_to_it() {
 fn a_writer_that_died_mid_write_is_found_among_the_dead() {
     let pod = common::heap_pod(&config());
     // Without a pump: recovery runs once both are dead, whatever the machine's load.
-    let r = leak(&pod, 0, false, Duration::from_millis(300));
-    let never_took = leak(&pod, 1, false, Duration::from_millis(300));
+    let r = leak(&pod, 0);
+    let never_took = leak(&pod, 1);
     let writer = join(&pod, 2);
     r.create(b"k", &value(1)).unwrap();
     r.write(b"k", &value(2)).unwrap();
     dies_announcing_a_lock_of_k(never_took);
-    let ticket = writer.write_start(b"k").unwrap();
-    ticket.write(0, &[0xee; SLOT / 2]).unwrap();
-    writer.memory().write_back(ticket.offset(), SLOT);
-    writer.memory().fence();
-    std::mem::forget(ticket);
+    half_write(&writer, 0xee).unwrap();
     let writer_id = writer.id();
     megalon_core::inspect::crash(writer);
     recover_by_hand(&pod, never_took.id(), r);
@@ -266,8 +346,8 @@ fn a_writer_that_died_mid_write_is_found_among_the_dead() {
 fn an_announce_left_after_an_unlock_never_undoes_the_write() {
     let pod = common::heap_pod(&config());
     // Without a pump: recovery runs once both are dead, whatever the machine's load.
-    let r = leak(&pod, 0, false, Duration::from_millis(300));
-    let finished = leak(&pod, 1, false, Duration::from_millis(300));
+    let r = leak(&pod, 0);
+    let finished = leak(&pod, 1);
     let locker = join(&pod, 2);
     r.create(b"k", &value(1)).unwrap();
     r.write(b"k", &value(2)).unwrap();
@@ -289,54 +369,21 @@ fn an_announce_left_after_an_unlock_never_undoes_the_write() {
 
 /// A writer paused (past its lease) between its check of the record under recovery and
 /// its lock's CAS is declared dead and recovered; then it resumes. Its `write_start`
-/// answers `HostDeclaredDead` (the replay after its CAS applies its own death), instead
-/// of a ticket for a lock no one would recover.
+/// answers `HostDeclaredDead` (the replay after its CAS applies its own death; at 2
+/// bits its wrap event's append also finds its row gone), instead of a ticket for a
+/// lock no one would recover. Fails only with both checks and the append's row checks
+/// undone.
 #[test]
 fn a_writer_declared_dead_before_its_cas_gets_no_ticket() {
     let pod = common::heap_pod(&config());
-    let r = leak(&pod, 0, false, Duration::from_millis(300));
-    let p = leak(&pod, 1, false, Duration::from_millis(300));
+    let r = leak(&pod, 0);
+    let p = leak(&pod, 1);
     r.create(b"k", &value(1)).unwrap();
     r.write(b"k", &value(2)).unwrap();
     r.inspect().watch_hosts();
-    let (paused_tx, paused) = channel::<()>();
-    let (go, go_rx) = channel::<()>();
-    let (result_tx, result) = channel();
-    std::thread::spawn(move || {
-        let paused_tx = Mutex::new(paused_tx);
-        let go_rx = Mutex::new(go_rx);
-        let once = AtomicBool::new(false);
-        let outcome = chaos::with_hook(
-            move |at| {
-                if at == Point::WriteBeforeLock && !once.swap(true, Ordering::SeqCst) {
-                    // Paused: no heartbeat, only its lease tells.
-                    p.inspect().pretend_elsewhere();
-                    paused_tx.lock().unwrap().send(()).unwrap();
-                    go_rx.lock().unwrap().recv().unwrap();
-                }
-            },
-            || match p.write_start(b"k") {
-                Ok(ticket) => {
-                    ticket.write(0, &[0xee; SLOT / 2]).unwrap();
-                    std::mem::forget(ticket);
-                    Ok(())
-                }
-                Err(e) => Err(e),
-            },
-        );
-        result_tx.send(outcome).unwrap();
-    });
-    paused.recv().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while pod.hosts().iter().any(|row| row.host == p.id()) {
-        assert!(Instant::now() < deadline, "p never recovered");
-        r.inspect().watch_hosts();
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    go.send(()).unwrap();
-    let outcome = result.recv().unwrap();
-    let (record, locked) = k_record_locked(r);
-    eprintln!("p's write_start after being declared dead: {outcome:?}; record {record} locked: {locked}; rows: {:?}", pod.hosts());
+    let paused = pauses_at(p, Point::WriteBeforeLock, || half_write(p, 0xee));
+    recover_by_hand(&pod, p.id(), r);
+    let outcome = paused.resume();
     // Nobody will ever recover p again: a write by r must still go through.
     let later = r.write(b"k", &value(3));
     assert!(
@@ -356,16 +403,14 @@ fn a_writer_declared_dead_before_its_cas_gets_no_ticket() {
 #[test]
 fn a_nested_reservation_fill_does_not_release_the_recovery_word() {
     let pod = common::heap_pod(&config());
-    let r = leak(&pod, 0, false, Duration::from_millis(300));
-    let d = leak(&pod, 1, false, Duration::from_millis(300));
-    let d2 = leak(&pod, 2, false, Duration::from_millis(300));
-    let r3 = leak(&pod, 3, false, Duration::from_millis(300));
-    let w = leak(&pod, 4, false, Duration::from_millis(300));
+    let r = leak(&pod, 0);
+    let d = leak(&pod, 1);
+    let d2 = leak(&pod, 2);
+    let r3 = leak(&pod, 3);
+    let w = leak(&pod, 4);
     r.create(b"k", &value(1)).unwrap();
     r.write(b"k", &value(2)).unwrap();
-    dies_at(d, Point::WriteBeforeLock, |d| {
-        let _ = d.write_start(b"k");
-    });
+    dies_announcing_a_lock_of_k(d);
     d2.inspect().reserve_unpublished(1).unwrap();
     d2.inspect().freeze();
     // Both watchers first see the two dead hosts' leases now.
@@ -382,40 +427,16 @@ fn a_nested_reservation_fill_does_not_release_the_recovery_word() {
             }
             // r is between its scan and its look at the word. r3's pump round:
             r3.inspect().watch_hosts();
-            let attempt = w.write_start(b"k").map(|ticket| {
-                ticket.write(0, &[0xee; SLOT / 2]).unwrap();
-                w.memory().write_back(ticket.offset(), SLOT);
-                w.memory().fence();
-                std::mem::forget(ticket);
-            });
-            *ran_in.lock().unwrap() = Some((attempt, r3.inspect().stats()));
+            *ran_in.lock().unwrap() = Some(half_write(w, 0xee));
         },
         || {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while ran.lock().unwrap().is_none() {
-                assert!(Instant::now() < deadline, "recovery never reached its scan");
-                r.inspect().watch_hosts();
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            watch_until(r, "recovery never reached its scan", || {
+                ran.lock().unwrap().is_some()
+            })
         },
     );
-    let (attempt, r3_stats) = ran.lock().unwrap().take().unwrap();
-    eprintln!(
-        "w's write_start inside r's restore: {attempt:?}; r3 {r3_stats:?}; r {:?}",
-        r.inspect().stats()
-    );
-    let (record, locked) = k_record_locked(r);
-    if attempt.is_ok() {
-        let mut buf = vec![0u8; SLOT];
-        let read = r.read(b"k", &mut buf);
-        assert!(
-            locked,
-            "w holds a write ticket on k (record {record}) but the record is unlocked; \
-             r's read: {read:?}, first byte {:#x}, last byte {:#x}",
-            buf[0],
-            buf[SLOT - 1]
-        );
-    }
+    let attempt = ran.lock().unwrap().take().unwrap();
+    assert_live_lock_kept(r, &attempt);
 }
 
 /// A recoverer paused (past its lease) between its look at the announces and its look at
@@ -426,18 +447,14 @@ fn a_nested_reservation_fill_does_not_release_the_recovery_word() {
 #[test]
 fn a_paused_recoverer_that_resumes_does_not_restore() {
     let pod = common::heap_pod(&config());
-    let r1 = leak(&pod, 0, false, Duration::from_millis(300));
-    let d = leak(&pod, 1, false, Duration::from_millis(300));
-    let r2 = leak(&pod, 2, false, Duration::from_millis(300));
-    let w = leak(&pod, 3, false, Duration::from_millis(300));
+    let r1 = leak(&pod, 0);
+    let d = leak(&pod, 1);
+    let r2 = leak(&pod, 2);
+    let w = leak(&pod, 3);
     r1.create(b"k", &value(1)).unwrap();
     r1.write(b"k", &value(2)).unwrap();
     // d dies in the middle of a write: half of a new value in memory, its image ready.
-    let ticket = d.write_start(b"k").unwrap();
-    ticket.write(0, &[0xee; SLOT / 2]).unwrap();
-    d.memory().write_back(ticket.offset(), SLOT);
-    d.memory().fence();
-    std::mem::forget(ticket);
+    half_write(d, 0xee).unwrap();
     d.inspect().freeze();
     r1.inspect().watch_hosts();
     r2.inspect().watch_hosts();
@@ -456,40 +473,16 @@ fn a_paused_recoverer_that_resumes_does_not_restore() {
             r2.inspect().watch_hosts(); // first sees r1's lease
             std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 2));
             r2.inspect().watch_hosts(); // recovers r1 (it held the word), then d
-            let attempt = w.write_start(b"k").map(|ticket| {
-                ticket.write(0, &[0xdd; SLOT / 2]).unwrap();
-                w.memory().write_back(ticket.offset(), SLOT);
-                w.memory().fence();
-                std::mem::forget(ticket);
-            });
-            *ran_in.lock().unwrap() = Some((attempt, r2.inspect().stats(), ()));
+            *ran_in.lock().unwrap() = Some(half_write(w, 0xdd));
         },
         || {
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while ran.lock().unwrap().is_none() {
-                assert!(Instant::now() < deadline, "recovery never reached its scan");
-                r1.inspect().watch_hosts();
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            watch_until(r1, "recovery never reached its scan", || {
+                ran.lock().unwrap().is_some()
+            })
         },
     );
-    let (attempt, r2_stats, rows) = ran.lock().unwrap().take().unwrap();
-    eprintln!(
-        "w's write_start: {attempt:?}; r2 {r2_stats:?}; rows then {rows:?}; r1 {:?}",
-        r1.inspect().stats()
-    );
-    let (record, locked) = k_record_locked(r2);
-    if attempt.is_ok() {
-        let mut buf = vec![0u8; SLOT];
-        let read = r2.read(b"k", &mut buf);
-        assert!(
-            locked,
-            "w holds a write ticket on k (record {record}) but the record is unlocked; \
-             r2's read: {read:?}, first byte {:#x}, last byte {:#x}",
-            buf[0],
-            buf[SLOT - 1]
-        );
-    }
+    let attempt = ran.lock().unwrap().take().unwrap();
+    assert_live_lock_kept(r2, &attempt);
 }
 
 /// A watch round finds two hosts dead; the first is recovered, and a new host joins
@@ -500,15 +493,13 @@ fn a_paused_recoverer_that_resumes_does_not_restore() {
 #[test]
 fn a_host_that_joined_under_a_dead_id_in_the_same_round_is_alive() {
     let pod = common::heap_pod(&config());
-    let r = leak(&pod, 0, false, Duration::from_millis(300));
-    let x = leak(&pod, 1, false, Duration::from_millis(300));
-    let d = leak(&pod, 2, false, Duration::from_millis(300));
+    let r = leak(&pod, 0);
+    let x = leak(&pod, 1);
+    let d = leak(&pod, 2);
     r.create(b"k", &value(1)).unwrap();
     r.write(b"k", &value(2)).unwrap();
     x.inspect().freeze();
-    dies_at(d, Point::WriteBeforeLock, |d| {
-        let _ = d.write_start(b"k");
-    });
+    dies_announcing_a_lock_of_k(d);
     r.inspect().watch_hosts();
     std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 2));
     let ran = Arc::new(Mutex::new(None));
@@ -525,14 +516,7 @@ fn a_host_that_joined_under_a_dead_id_in_the_same_round_is_alive() {
             }
             // Host 1 was recovered in this round; a new host joins under its id and
             // starts a write of k, before r recovers host 2.
-            let n = leak(&pod_in, 1, false, Duration::from_millis(300));
-            let attempt = n.write_start(b"k").map(|ticket| {
-                ticket.write(0, &[0xdd; SLOT / 2]).unwrap();
-                n.memory().write_back(ticket.offset(), SLOT);
-                n.memory().fence();
-                std::mem::forget(ticket);
-            });
-            *ran_in.lock().unwrap() = Some(attempt);
+            *ran_in.lock().unwrap() = Some(half_write(leak(&pod_in, 1), 0xdd));
         },
         || {
             // Rounds until the new host has locked k, then three leases more: its lock
@@ -550,17 +534,8 @@ fn a_host_that_joined_under_a_dead_id_in_the_same_round_is_alive() {
         },
     );
     let attempt = ran.lock().unwrap().take().expect("the new host ran");
-    eprintln!(
-        "n's write_start: {attempt:?}; r {:?}; rows {:?}",
-        r.inspect().stats(),
-        pod.hosts()
-    );
-    attempt.expect("n locks k");
-    let (record, locked) = k_record_locked(r);
-    assert!(
-        locked,
-        "live host 1 holds a write ticket on k (record {record}) but recovery unlocked it"
-    );
+    assert!(attempt.is_ok(), "the new host locks k: {attempt:?}");
+    assert_live_lock_kept(r, &attempt);
     assert!(
         pod.hosts().iter().any(|row| row.host == 2),
         "host 2's recovery waits for the live lock"
@@ -570,59 +545,52 @@ fn a_host_that_joined_under_a_dead_id_in_the_same_round_is_alive() {
 // Found by a third review (2026-11-25): a host paused past its lease in the middle of an
 // append.
 
-/// A host reserves a log position for its create and pauses past its lease; it is
-/// recovered (its position filled with a `Skip` every host applies, its row freed), then
-/// resumes. It must not write its entry over the `Skip` (it did: a host that replayed
-/// the log later applied the create, the others had not: the replicas differed), and
-/// its create answers `HostDeclaredDead`.
-#[test]
-fn a_paused_appender_never_writes_over_the_skip_that_filled_its_reservation() {
+/// Host 1 (its create of `k` reserved a log position) paused past its lease at
+/// `AppendAfterReserve`, and recovered by host 0 (the position filled with a `Skip`
+/// every host applies, its row freed).
+struct PausedAppender {
+    pod: Arc<Pod>,
+    r: &'static Host,
+    create: Paused<Result<(), Error>>,
+    /// The position its create reserved.
+    reserved: u64,
+}
+
+fn a_paused_appender_recovered() -> PausedAppender {
     let pod = common::heap_pod(&config());
-    let r = leak(&pod, 0, false, Duration::from_millis(300));
-    let p = leak(&pod, 1, false, Duration::from_millis(300));
+    let r = leak(&pod, 0);
+    let p = leak(&pod, 1);
     p.create(b"k0", &value(1)).unwrap(); // p owns slots now
     r.inspect().watch_hosts();
-    let (paused_tx, paused) = channel::<()>();
-    let (go, go_rx) = channel::<()>();
-    let (result_tx, result) = channel();
-    std::thread::spawn(move || {
-        let paused_tx = Mutex::new(paused_tx);
-        let go_rx = Mutex::new(go_rx);
-        let once = AtomicBool::new(false);
-        let outcome = chaos::with_hook(
-            move |at| {
-                if at == Point::AppendAfterReserve && !once.swap(true, Ordering::SeqCst) {
-                    p.inspect().pretend_elsewhere();
-                    paused_tx.lock().unwrap().send(()).unwrap();
-                    go_rx.lock().unwrap().recv().unwrap();
-                }
-            },
-            || p.create(b"k", &value(7)),
-        );
-        result_tx.send(outcome).unwrap();
-    });
-    paused.recv().unwrap();
+    let create = pauses_at(p, Point::AppendAfterReserve, || p.create(b"k", &value(7)));
     let (_, _, tail) = r.inspect().log_cursors();
-    let pos = tail - 1;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while pod.hosts().iter().any(|row| row.host == p.id()) {
-        assert!(Instant::now() < deadline, "p never recovered");
-        r.inspect().watch_hosts();
-        std::thread::sleep(Duration::from_millis(5));
+    recover_by_hand(&pod, p.id(), r);
+    PausedAppender {
+        pod,
+        r,
+        create,
+        reserved: tail - 1,
     }
-    let before = r.inspect().read_log(pos, pos + 1).unwrap();
+}
+
+/// The paused appender resumes. It must not write its entry over the `Skip` (it did: a
+/// host that replayed the log later applied the create, the others had not: the
+/// replicas differed), and its create answers `HostDeclaredDead`.
+#[test]
+fn a_paused_appender_never_writes_over_the_skip_that_filled_its_reservation() {
+    let PausedAppender {
+        pod,
+        r,
+        create,
+        reserved,
+    } = a_paused_appender_recovered();
+    let before = r.inspect().read_log(reserved, reserved + 1).unwrap();
+    let outcome = create.resume();
+    let after = r.inspect().read_log(reserved, reserved + 1).unwrap();
+    let q = leak(&pod, 2);
     let mut buf = vec![0u8; SLOT];
-    let r_before = r.read(b"k", &mut buf).map(drop);
-    go.send(()).unwrap();
-    let outcome = result.recv().unwrap();
-    let after = r.inspect().read_log(pos, pos + 1).unwrap();
-    eprintln!(
-        "position {pos}: before resume {before:?}\nafter resume {after:?}\np's create: {outcome:?}"
-    );
-    let q = leak(&pod, 2, false, Duration::from_millis(300));
     let r_k = r.read(b"k", &mut buf).map(drop);
     let q_k = q.read(b"k", &mut buf).map(drop);
-    eprintln!("r reads k before: {r_before:?}, after: {r_k:?}; q (joined later) reads k: {q_k:?}");
     assert_eq!(
         format!("{:?}", before[0].event),
         format!("{:?}", after[0].event),
@@ -635,47 +603,16 @@ fn a_paused_appender_never_writes_over_the_skip_that_filled_its_reservation() {
     );
 }
 
-/// As above, but the paused host's id is joined again before it resumes, and the new
-/// holder reserves a position and dies. The resumed host must leave the new holder's
-/// announced reservation alone (it cleared it, and the hole was never filled: the log
-/// was stuck for good).
+/// The paused appender's id is joined again before it resumes, and the new holder
+/// reserves a position and dies. The resumed host must leave the new holder's announced
+/// reservation alone (it cleared it, and the hole was never filled: the log was stuck
+/// for good).
 #[test]
 fn a_resumed_appender_leaves_the_reservation_of_its_ids_next_holder_alone() {
-    let pod = common::heap_pod(&config());
-    let r = leak(&pod, 0, false, Duration::from_millis(300));
-    let p = leak(&pod, 1, false, Duration::from_millis(300));
-    p.create(b"k0", &value(1)).unwrap();
-    r.inspect().watch_hosts();
-    let (paused_tx, paused) = channel::<()>();
-    let (go, go_rx) = channel::<()>();
-    let (result_tx, result) = channel();
-    std::thread::spawn(move || {
-        let paused_tx = Mutex::new(paused_tx);
-        let go_rx = Mutex::new(go_rx);
-        let once = AtomicBool::new(false);
-        let outcome = chaos::with_hook(
-            move |at| {
-                if at == Point::AppendAfterReserve && !once.swap(true, Ordering::SeqCst) {
-                    p.inspect().pretend_elsewhere();
-                    paused_tx.lock().unwrap().send(()).unwrap();
-                    go_rx.lock().unwrap().recv().unwrap();
-                }
-            },
-            || p.create(b"k", &value(7)),
-        );
-        result_tx.send(outcome).unwrap();
-    });
-    paused.recv().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while pod.hosts().iter().any(|row| row.host == p.id()) {
-        assert!(Instant::now() < deadline, "p never recovered");
-        r.inspect().watch_hosts();
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let q = leak(&pod, 1, false, Duration::from_millis(300));
-    let hole = q.inspect().reserve_unpublished(1).unwrap();
-    go.send(()).unwrap();
-    let outcome = result.recv().unwrap();
+    let PausedAppender { pod, r, create, .. } = a_paused_appender_recovered();
+    let q = leak(&pod, 1);
+    q.inspect().reserve_unpublished(1).unwrap();
+    let _ = create.resume();
     q.inspect().freeze();
     r.inspect().watch_hosts();
     std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 2));
@@ -684,11 +621,7 @@ fn a_resumed_appender_leaves_the_reservation_of_its_ids_next_holder_alone() {
         r.inspect().watch_hosts();
         std::thread::sleep(Duration::from_millis(5));
     }
-    let mut buf = vec![0u8; SLOT];
     let later = r.create(b"z", &value(3));
-    let read = r.read(b"k0", &mut buf).map(drop);
-    eprintln!("p's create {outcome:?}; q's hole at {hole}; rows {:?}; r's create after: {later:?}; read {read:?}; bg {:?}; log at hole {:?}",
-        pod.hosts(), r.inspect().background_errors(), r.inspect().read_log(hole, hole + 1));
     assert!(later.is_ok(), "log wedged: {later:?}");
 }
 
@@ -700,7 +633,7 @@ fn a_resumed_appender_leaves_the_reservation_of_its_ids_next_holder_alone() {
 #[test]
 fn a_host_that_dies_copying_an_object_back_leaves_it_whole() {
     let pod = common::heap_pod(&config().local_partitions(2));
-    let r = leak(&pod, 0, false, Duration::from_millis(300));
+    let r = leak(&pod, 0);
     let h = join(&pod, 1);
     r.create(b"k", &value(1)).unwrap();
     r.write(b"k", &value(2)).unwrap();
