@@ -303,56 +303,58 @@ mod tests {
         assert!(index(Coherence::Split).decode_snapshot(&longer).is_err());
     }
 
+    fn words_of(bytes: &[u8]) -> Vec<u64> {
+        bytes
+            .chunks_exact(8)
+            .map(|chunk| u64::from_le_bytes(chunk.try_into().unwrap()))
+            .collect()
+    }
+
+    fn bytes_of(words: &[u64]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    /// `damaged` is refused as `what`, and `copy` is left empty.
+    #[track_caller]
+    fn assert_refused_and_empty(copy: &mut Index, damaged: &[u8], what: &str) {
+        assert!(matches!(
+            copy.decode_snapshot(damaged),
+            Err(Error::CorruptSnapshot { what: refused }) if refused == what
+        ));
+        assert_eq!(copy.len(), 0);
+        assert!(copy.record_owners.is_empty());
+    }
+
     /// A snapshot damaged after its first objects (its last object a second copy of the
     /// first) changes nothing: the joiner's next try decodes into an empty index.
     #[test]
     fn a_snapshot_that_fails_late_leaves_the_index_empty() {
         let original = filled(Coherence::Split);
         let bytes = original.encode_snapshot();
-        let mut words: Vec<u64> = bytes
-            .chunks_exact(8)
-            .map(|chunk| u64::from_le_bytes(chunk.try_into().unwrap()))
-            .collect();
+        let mut words = words_of(&bytes);
         // The first object's words (stamp, place, meta and two key words) again, as
         // one more object.
         let first = 3 + original.max_hosts as usize;
         let object: Vec<u64> = words[first..first + 5].to_vec();
         words.extend(object);
         words[2] += 1;
-        let damaged: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let damaged = bytes_of(&words);
         let mut copy = index(Coherence::Split);
-        assert!(matches!(
-            copy.decode_snapshot(&damaged),
-            Err(Error::CorruptSnapshot {
-                what: "a key twice"
-            })
-        ));
-        assert_eq!(copy.len(), 0);
-        assert!(copy.record_owners.is_empty());
+        assert_refused_and_empty(&mut copy, &damaged, "a key twice");
         copy.decode_snapshot(&bytes).unwrap();
         assert_eq!(copy.len(), original.len());
         // Two objects naming one record: the last object without a record takes that
         // of key 3 (7, see `filled`). (Objects are five words here: stamp, place, meta
         // and two of key.)
-        let mut words: Vec<u64> = bytes
-            .chunks_exact(8)
-            .map(|chunk| u64::from_le_bytes(chunk.try_into().unwrap()))
-            .collect();
+        let mut words = words_of(&bytes);
         let places: Vec<usize> = (first + 1..words.len()).step_by(5).collect();
         let place = *places
             .iter()
             .rfind(|&&at| words[at] >> 32 == u64::from(NO_RECORD))
             .unwrap();
         words[place] = words[place] & 0xffff_ffff | 7 << 32;
-        let damaged: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let damaged = bytes_of(&words);
         let mut copy = index(Coherence::Split);
-        assert!(matches!(
-            copy.decode_snapshot(&damaged),
-            Err(Error::CorruptSnapshot {
-                what: "a record held by two objects"
-            })
-        ));
-        assert_eq!(copy.len(), 0);
-        assert!(copy.record_owners.is_empty());
+        assert_refused_and_empty(&mut copy, &damaged, "a record held by two objects");
     }
 }

@@ -422,15 +422,21 @@ fn all_log_locks_follow_log_order_and_move_the_stamp_and_counter() {
     }
 }
 
+/// A replica whose index holds `k`, in slot 3.
+fn replica_with_k_in_slot_3() -> Replica {
+    let mut index = index();
+    let create = Event::Create { key: b"k", slot: 3 };
+    index
+        .apply(0, 1, &create, 0, &mut SlotPool::default())
+        .unwrap();
+    Replica::new(index, 64)
+}
+
 /// The seqlock of lookups without the lock: a lookup that a replay overlapped (begun
 /// before it, or begun and ended inside it) is not answered; one that none overlapped is.
 #[test]
 fn a_lookup_without_the_lock_that_a_replay_overlaps_is_not_trusted() {
-    let mut index = index();
-    let mut pool = SlotPool::default();
-    let create = Event::Create { key: b"k", slot: 3 };
-    index.apply(0, 1, &create, 0, &mut pool).unwrap();
-    let replica = Replica::new(index, 64);
+    let replica = replica_with_k_in_slot_3();
     let found = |view: &View| view.lookup(b"k").map(|entry| entry.slot);
     let answer = |answered: Option<(Option<u64>, u64)>| answered.map(|(slot, _)| slot);
     let (slot, version) = replica.optimistic(found).expect("nothing overlaps");
@@ -472,11 +478,7 @@ fn a_lookup_without_the_lock_that_a_replay_overlaps_is_not_trusted() {
 /// use of the replica panics, naming the cause, instead of answering from it.
 #[test]
 fn a_replay_that_panics_poisons_the_replica() {
-    let mut index = index();
-    let mut pool = SlotPool::default();
-    let create = Event::Create { key: b"k", slot: 3 };
-    index.apply(0, 1, &create, 0, &mut pool).unwrap();
-    let replica = Replica::new(index, 64);
+    let replica = replica_with_k_in_slot_3();
     let found = |view: &View| view.lookup(b"k").map(|entry| entry.slot);
     // A replay made whole while the thread unwinds from a panic elsewhere (a ticket's
     // drop ends its write) does not poison it.
