@@ -40,7 +40,8 @@ use megalon_core::inspect::fnv1a64;
 use crate::cache::Inner;
 use crate::clock::Swept;
 use crate::error::{Error, Result};
-use crate::file::{OpenFile, FILE_PAGE_BYTES, PAGE_KEY_BYTES};
+use crate::file::OpenFile;
+use crate::page::{FILE_PAGE_BYTES, PAGE_KEY_BYTES};
 use crate::stats::Counter;
 use megalon_core::{Backoff, HostId};
 
@@ -254,7 +255,7 @@ mod tests {
         let pod =
             PageCache::create_pod(&PageCacheConfig::new(8).max_hosts(3), Backing::heap()).unwrap();
         let (a, b) = (join(&pod), join(&pod));
-        let key = [7u8; crate::file::PAGE_KEY_BYTES];
+        let key = [7u8; crate::page::PAGE_KEY_BYTES];
         let held = a.inner.lock_page(&key).unwrap();
         assert!(matches!(
             b.inner.lock_page(&key),
@@ -285,7 +286,7 @@ mod tests {
         let pod =
             PageCache::create_pod(&PageCacheConfig::new(8).max_hosts(2), Backing::heap()).unwrap();
         let b = join(&pod);
-        let key = [9u8; crate::file::PAGE_KEY_BYTES];
+        let key = [9u8; crate::page::PAGE_KEY_BYTES];
         let (_, word) = b.inner.lock_word(&key);
         let gone = crate::cache::lock_value(&pod, 1) + (5 << 8); // host 1 in a life it never had
         word.store(gone, std::sync::atomic::Ordering::SeqCst);

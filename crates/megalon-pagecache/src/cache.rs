@@ -13,8 +13,9 @@ use parking_lot::{Mutex, RwLock};
 use crate::config::{PageCacheConfig, PageCacheOptions, MAX_ADMISSION_LOCKS};
 use crate::dirty::Shared;
 use crate::error::{Error, Result};
-use crate::file::{decode_key, page_key, FileId, OpenFile, FILE_PAGE_BYTES};
+use crate::file::OpenFile;
 use crate::layout::{Regions, MAGIC};
+use crate::page::{decode_key, page_key, FileId, FILE_PAGE_BYTES};
 use crate::stats::{Counter, PageCacheStats, WriteBack};
 
 /// Times one page access admits the page before giving up (each time, another thread or

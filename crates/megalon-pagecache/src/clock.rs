@@ -24,8 +24,8 @@ use megalon_core::limits::LINE_BYTES;
 
 use crate::cache::Inner;
 use crate::error::{Error, Result};
-use crate::file::PAGE_KEY_BYTES;
 use crate::layout::{OWNER_BYTES, OWNER_MAGIC};
+use crate::page::PAGE_KEY_BYTES;
 use crate::stats::Counter;
 use megalon_core::Backoff;
 

@@ -9,8 +9,8 @@ use megalon_core::{
 };
 
 use crate::error::{Error, Result};
-use crate::file::{FILE_PAGE_BYTES, PAGE_KEY_BYTES};
 use crate::layout::{app_lnr_bytes, app_scr_bytes};
+use crate::page::{FILE_PAGE_BYTES, PAGE_KEY_BYTES};
 
 /// Most admission lock words a pod can have.
 pub const MAX_ADMISSION_LOCKS: u64 = 1 << 16;

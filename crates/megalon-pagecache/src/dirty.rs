@@ -27,8 +27,9 @@ use megalon_core::{Pod, Releasing};
 use parking_lot::{Mutex, RwLock};
 
 use crate::error::Error;
-use crate::file::{decode_key, OpenFile, FILE_PAGE_BYTES};
+use crate::file::OpenFile;
 use crate::layout::Regions;
+use crate::page::{decode_key, FILE_PAGE_BYTES};
 use crate::stats::{Counter, Counters, WriteBack};
 
 /// What a host's page cache shares with its release hook (which the core calls on any of

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::file::FileId;
+use crate::page::FileId;
 
 /// Everything `megalon-pagecache` can refuse.
 #[derive(Clone, Debug, thiserror::Error)]

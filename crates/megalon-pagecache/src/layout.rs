@@ -27,7 +27,7 @@
 use megalon_core::{limits::LINE_BYTES, Layout};
 
 use crate::error::{Error, Result};
-use crate::file::{FILE_PAGE_BYTES, PAGE_KEY_BYTES};
+use crate::page::{FILE_PAGE_BYTES, PAGE_KEY_BYTES};
 
 /// First word of the application SCR of a pod formatted for a page cache (and its
 /// format version).

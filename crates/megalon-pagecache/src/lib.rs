@@ -67,6 +67,7 @@ mod dirty;
 mod error;
 mod file;
 mod layout;
+mod page;
 mod stats;
 
 pub use cache::{PageCache, MAX_ADMISSION_ROUNDS};
@@ -75,5 +76,5 @@ pub use config::{
     slot_count_for, PageCacheConfig, PageCacheOptions, MAX_ADMISSION_LOCKS, MAX_CACHE_PAGES,
 };
 pub use error::{Error, Result};
-pub use file::{FileId, FILE_PAGE_BYTES, PAGE_KEY_BYTES};
+pub use page::{FileId, FILE_PAGE_BYTES, PAGE_KEY_BYTES};
 pub use stats::PageCacheStats;

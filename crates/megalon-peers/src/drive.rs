@@ -10,7 +10,7 @@
 //! `read-check` likewise; then it closes their stdin, and each exits.
 
 use std::io::{BufRead, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use megalon_bench::mix::{self, Draw, Draws, Mix};
 use megalon_workload::processes::Children;
 
-use crate::{ChildFault, Peer, PeerError, PeerSpec, Phase, Rates, CHILD_ROLE_ENV};
+use crate::{ChildFault, PeerError, PeerSpec, Phase, Rates, CHILD_ROLE_ENV};
 
 /// Most workers of one peer: a put's stamp keeps 16 bits of its worker's number.
 pub(crate) const MAX_WORKERS: usize = 0xffff;
@@ -446,24 +446,15 @@ fn answer(
         .ok_or_else(protocol)
 }
 
-/// A child's `main`: reads its work from the environment and serves as `role`.
-pub(crate) fn child_main(role: &str) -> Result<(), PeerError> {
+/// What a child was started to do: its work and the path it opens, from its
+/// environment.
+pub(crate) fn child_work() -> Result<(Work, PathBuf), PeerError> {
     let work = std::env::var(WORK_ENV)
         .map_err(|_| PeerError::Spec(format!("a child needs {WORK_ENV}")))
         .and_then(|text| Work::decode(&text).map_err(PeerError::Spec))?;
     let path = std::env::var_os(PATH_ENV)
         .ok_or_else(|| PeerError::Spec(format!("a child needs {PATH_ENV}")))?;
-    let path = Path::new(&path);
-    match role {
-        "megalon" => crate::megalon::child(&work, path),
-        "lmdb" => crate::lmdb::child(&work, path),
-        other => Err(PeerError::Spec(format!(
-            "no peer has children of role {other:?} (roles: {})",
-            [Peer::MegalonProcesses, Peer::Lmdb]
-                .map(|p| p.name())
-                .join(", ")
-        ))),
-    }
+    Ok((work, PathBuf::from(path)))
 }
 
 /// The child's side: load, answer, then do what the parent's lines say until stdin ends.

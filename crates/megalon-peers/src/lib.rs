@@ -420,7 +420,7 @@ pub fn run_child_if_requested() {
     let Some(role) = std::env::var_os(CHILD_ROLE_ENV) else {
         return;
     };
-    let code = match drive::child_main(&role.to_string_lossy()) {
+    let code = match child_main(&role.to_string_lossy()) {
         Ok(()) => 0,
         Err(error) => {
             eprintln!("megalon-peers child: {error}");
@@ -428,6 +428,21 @@ pub fn run_child_if_requested() {
         }
     };
     std::process::exit(code);
+}
+
+/// A child's `main`: reads its work from the environment and serves as `role`.
+fn child_main(role: &str) -> Result<(), PeerError> {
+    let (work, path) = drive::child_work()?;
+    match role {
+        "megalon" => megalon::child(&work, &path),
+        "lmdb" => lmdb::child(&work, &path),
+        other => Err(PeerError::Spec(format!(
+            "no peer has children of role {other:?} (roles: {})",
+            [Peer::MegalonProcesses, Peer::Lmdb]
+                .map(|p| p.name())
+                .join(", ")
+        ))),
+    }
 }
 
 /// `per_second` as a short rate.

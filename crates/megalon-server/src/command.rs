@@ -9,8 +9,8 @@ use std::io::Write as _;
 
 use megalon_kv::{Error, KvHandle, MegalonHandle};
 
+use crate::host::{HostServer, REDIS_VERSION};
 use crate::resp::{self, Args};
-use crate::server::HostServer;
 
 /// What one connection carries from command to command.
 #[derive(Debug)]
@@ -87,9 +87,6 @@ const COMMANDS: &[CommandEntry] = &[
     ),
     ("strlen", 2, &["readonly", "fast"], 1, 1, 1),
 ];
-
-/// The version redis-cli and redis-benchmark are told (they check features by it).
-pub const REDIS_VERSION: &str = "7.0.0";
 
 const NOT_AN_INTEGER: &str = "ERR value is not an integer or out of range";
 const OVERFLOW: &str = "ERR increment or decrement would overflow";

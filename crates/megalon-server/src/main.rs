@@ -24,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 mod command;
+mod host;
 mod resp;
 mod server;
 mod worker;
@@ -219,7 +220,7 @@ fn run(args: &Args) -> Result<(), String> {
 }
 
 /// Turns SIGINT and SIGTERM into a shutdown.
-fn watch_signals(shutdown: Arc<server::Shutdown>) -> Result<signal_hook::iterator::Handle, String> {
+fn watch_signals(shutdown: Arc<host::Shutdown>) -> Result<signal_hook::iterator::Handle, String> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
         .map_err(|e| format!("watching signals: {e}"))?;

@@ -18,8 +18,8 @@ use std::time::Duration;
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::command::{Executor, Session};
+use crate::host::HostServer;
 use crate::resp::{self, Next, Reader};
-use crate::server::HostServer;
 
 /// Bytes one connection may read in one turn before the others get theirs.
 const TURN_BYTES: usize = 256 * 1024;
