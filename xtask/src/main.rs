@@ -463,6 +463,19 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
             "a_host_that_dies_copying_an_object_back_leaves_it_whole",
         )],
     ),
+    (
+        "recovery-logs-before-unlock",
+        &[
+            (
+                "recovery_races",
+                "a_read_during_a_recovery_that_wraps_the_counter_is_not_stale",
+            ),
+            (
+                "recovery_races",
+                "a_refused_recovered_event_is_appended_by_a_later_round",
+            ),
+        ],
+    ),
 ];
 
 /// Runs the mutant tests with `step` switched off (or none), returning the failing tests:

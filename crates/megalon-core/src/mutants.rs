@@ -110,6 +110,12 @@ pub enum Step {
     /// dies in the middle of that copy leaves the object torn when its death hands it
     /// back to CXL.
     MoveBackKeepsTheSlotImage,
+    /// Recovery appends its `Recovered` event before it unlocks the record with the
+    /// counter moved on by 2. Skipped (the event after the unlock), a host that last read
+    /// the object at the counter the move comes back to (a wrap) reads its cached lines
+    /// of the old version as valid until the event lands, and for good if the append
+    /// fails.
+    RecoveryLogsBeforeUnlock,
 }
 
 // Without the feature the steps are only the names of the guards in the code.
@@ -147,6 +153,7 @@ impl Step {
         Step::WriteEndLetsGoOfTheImage,
         Step::RecoveryFindsTheWriterAmongTheDead,
         Step::MoveBackKeepsTheSlotImage,
+        Step::RecoveryLogsBeforeUnlock,
     ];
 
     /// The name `MEGALON_MUTANT` takes.
@@ -182,6 +189,7 @@ impl Step {
             Step::WriteEndLetsGoOfTheImage => "write-end-lets-go-of-the-image",
             Step::RecoveryFindsTheWriterAmongTheDead => "recovery-finds-the-writer-among-the-dead",
             Step::MoveBackKeepsTheSlotImage => "move-back-keeps-the-slot-image",
+            Step::RecoveryLogsBeforeUnlock => "recovery-logs-before-unlock",
         }
     }
 

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::{simulated, value, SLOT};
 use megalon_core::chaos::{self, Point};
+use megalon_core::event::Event;
 use megalon_core::{CrashSafety, Error, Host, HostOptions, Join, Pod};
 
 const LEASE_MS: u32 = 100;
@@ -675,4 +676,103 @@ fn a_host_that_dies_copying_an_object_back_leaves_it_whole() {
     is_copying.recv().unwrap();
     recover_by_hand(&pod, h_id, r);
     assert_eq!(read(r), value(2), "whole: the value k had when it moved");
+}
+
+// Found by a fourth review (2026-11-25): recovery unlocked a record, its counter moved on
+// by 2, before its `Recovered` event was in the log.
+
+/// A pod of 4-bit records (a 2-bit counter: it wraps every second write). Host 1 (`b`)
+/// last read `k` at counter 0 (its lines hold value 3); host 2 writes value 4 (counter 0
+/// to 2, no event); host 3 locks the record for a write (3) and dies before its first
+/// byte. Recovery moves the counter on by 2: back to 0, the counter `b` read at. `b`
+/// waits up to two seconds for a locked record.
+fn a_lock_whose_recovery_wraps_the_counter() -> (Arc<Pod>, &'static Host, &'static Host) {
+    let pod = common::heap_pod(&config().record_width_bits(4));
+    let r = leak(&pod, 0);
+    let b = leak_waiting(&pod, 1, Duration::from_secs(2));
+    let w = leak(&pod, 2);
+    let d = leak(&pod, 3);
+    r.create(b"k", &value(1)).unwrap();
+    r.write(b"k", &value(2)).unwrap(); // its record: counter 2
+    r.write(b"k", &value(3)).unwrap(); // counter 0, a wrap event
+    assert_eq!(read(b), value(3));
+    w.write(b"k", &value(4)).unwrap(); // counter 2
+    dies_at(d, Point::WriteAfterLock, |d| {
+        let _ = d.write_start(b"k");
+    });
+    r.inspect().watch_hosts();
+    (pod, r, b)
+}
+
+/// A read that overlaps the recovery's last step must not take `b`'s lines of value 3
+/// for the recovered version (it did: the record said counter 0, unlocked, before the
+/// `Recovered` event that drops them was in the log). Here `b` reads while the recoverer
+/// is about to append that event, and must answer value 4.
+#[test]
+fn a_read_during_a_recovery_that_wraps_the_counter_is_not_stale() {
+    let (pod, r, b) = a_lock_whose_recovery_wraps_the_counter();
+    let (answered, answer) = channel();
+    let answered = Mutex::new(Some(answered));
+    let scanned = AtomicBool::new(false);
+    chaos::with_hook(
+        move |point| {
+            if point == Point::RecoveryAfterScan {
+                scanned.store(true, Ordering::SeqCst);
+            }
+            if point != Point::ReserveBeforeCas || !scanned.load(Ordering::SeqCst) {
+                return;
+            }
+            // The recoverer is about to reserve a position for its `Recovered` event.
+            let Some(answered) = answered.lock().unwrap().take() else {
+                return;
+            };
+            let (done, reading) = channel();
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; SLOT];
+                let read = b.read(b"k", &mut buf).map(|_| buf);
+                // The hook may have stopped waiting for it.
+                let _ = done.send(());
+                answered.send(read).unwrap();
+            });
+            // A read that does not wait for the recovery answers at once.
+            let _ = reading.recv_timeout(Duration::from_millis(100));
+        },
+        || recover_by_hand(&pod, 3, r),
+    );
+    let read = answer.recv().unwrap().expect("b's read");
+    assert_eq!(
+        read,
+        value(4),
+        "b read value {} after value 4 was written",
+        read[0]
+    );
+}
+
+/// The recoverer's `Recovered` append is refused (a full log, say). The record must stay
+/// locked until a later round appends it (it was unlocked, and no round appended the
+/// event again: `b` read its lines of value 3 for good).
+#[test]
+fn a_refused_recovered_event_is_appended_by_a_later_round() {
+    let (pod, r, b) = a_lock_whose_recovery_wraps_the_counter();
+    let armed = AtomicBool::new(false);
+    chaos::with_hook(
+        move |point| {
+            if point == Point::RecoveryAfterScan && !armed.swap(true, Ordering::SeqCst) {
+                chaos::fail_next_appends(&[chaos::Fault::Refuse]);
+            }
+        },
+        || recover_by_hand(&pod, 3, r),
+    );
+    let (_, _, tail) = r.inspect().log_cursors();
+    let recovered = (r.inspect().read_log(0, tail).unwrap().iter())
+        .filter(|entry| matches!(entry.event.event(), Event::Recovered { .. }))
+        .count();
+    assert_eq!(recovered, 1, "one Recovered event in the log");
+    let read = read(b);
+    assert_eq!(
+        read,
+        value(4),
+        "b read value {} after value 4 was written",
+        read[0]
+    );
 }

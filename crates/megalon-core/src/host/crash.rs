@@ -746,12 +746,16 @@ impl Shared {
                 counter: (settled + 2) & records.counter_mask(),
             },
         };
+        let logged_first = !mutants::skipped(MutantStep::RecoveryLogsBeforeUnlock);
+        if let (true, Some(key)) = (held.locked && logged_first, &key) {
+            self.log_recovered(key, record)?;
+        }
         match records.compare_exchange(record, held, to) {
             Ok(()) => {
                 if !to.in_use {
                     self.records_in_use().fetch_sub(1, Ordering::Relaxed);
-                } else if let Some(key) = key {
-                    self.submit(&Event::Recovered { key: &key, record })?;
+                } else if let (false, Some(key)) = (logged_first, &key) {
+                    self.log_recovered(key, record)?;
                 }
                 self.counters
                     .locks_recovered
@@ -804,15 +808,34 @@ impl Shared {
             locked: false,
             counter: (before + 2) & records.counter_mask(),
         };
+        let logged_first = !mutants::skipped(MutantStep::RecoveryLogsBeforeUnlock);
+        if logged_first {
+            self.log_recovered(&key, record)?;
+        }
         if records.compare_exchange(record, locked, unlocked).is_err() {
             // Only a lock's holder changes a locked word, and the holder is dead.
             return Err(Error::RecordChangedUnderRecovery { record });
         }
-        self.submit(&Event::Recovered { key: &key, record })?;
+        if !logged_first {
+            self.log_recovered(&key, record)?;
+        }
         self.counters
             .locks_recovered
             .fetch_add(1, Ordering::Relaxed);
         Ok(true)
+    }
+
+    /// Appends `Recovered` for `key`'s `record`, which this recoverer is about to unlock
+    /// with its counter moved on by 2. Before the unlock, as a writer's wrap event: the
+    /// move may bring the counter back to a value a host last read the object at (a
+    /// 2-bit counter after one write, an 8-bit one after 32), and that host must not
+    /// take its lines of the old version for the new one. A reader that loads the
+    /// unlocked word has this event below the log's tail, so its check finds the stamp
+    /// moved. If the append fails, the record stays locked and announced, and the next
+    /// round of recovery (this host's or another's) appends it again: a second
+    /// `Recovered` only drops the object's lines once more.
+    fn log_recovered(&self, key: &[u8], record: u32) -> Result<()> {
+        self.submit(&Event::Recovered { key, record }).map(drop)
     }
 
     /// Holding its record's lock, its bytes written back, before the unlock: the write's
