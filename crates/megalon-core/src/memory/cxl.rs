@@ -208,12 +208,18 @@ pub struct CxlCharges {
     pub scr_accesses: u64,
     /// Nanoseconds of spin asked for (the sum of rounds and accesses times their costs).
     pub charged_ns: u64,
+    /// Nanoseconds the spins took, as their own clock reads saw them (with the reads'
+    /// own time): `charged_ns` give or take the carry of [`spin_ns`].
+    pub spun_ns: u64,
 }
 
 impl CxlCharges {
     /// The calling thread's charges so far.
     pub fn this_thread() -> CxlCharges {
-        CHARGES.with(Cell::get)
+        CxlCharges {
+            spun_ns: SPUN_PS.with(Cell::get) / 1000,
+            ..CHARGES.with(Cell::get)
+        }
     }
 }
 
@@ -227,6 +233,7 @@ impl std::ops::Sub for CxlCharges {
             write_back_rounds: self.write_back_rounds - earlier.write_back_rounds,
             scr_accesses: self.scr_accesses - earlier.scr_accesses,
             charged_ns: self.charged_ns - earlier.charged_ns,
+            spun_ns: self.spun_ns - earlier.spun_ns,
         }
     }
 }
@@ -241,6 +248,7 @@ impl std::ops::Add for CxlCharges {
             write_back_rounds: self.write_back_rounds + other.write_back_rounds,
             scr_accesses: self.scr_accesses + other.scr_accesses,
             charged_ns: self.charged_ns + other.charged_ns,
+            spun_ns: self.spun_ns + other.spun_ns,
         }
     }
 }
@@ -254,12 +262,15 @@ thread_local! {
         write_back_rounds: 0,
         scr_accesses: 0,
         charged_ns: 0,
+        spun_ns: 0,
     }) };
     /// The SCR cost of the `CxlMemory` this thread last used, and that memory's id; id 0:
     /// not bound; id [`NOT_CXL`]: the thread last used another kind of memory.
     static SCR_BINDING: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
     /// Picoseconds this thread's spins still owe (negative: spun ahead), see [`spin_ns`].
     static OWED_PS: Cell<i64> = const { Cell::new(0) };
+    /// Picoseconds this thread's spins took (see [`CxlCharges::spun_ns`]).
+    static SPUN_PS: Cell<u64> = const { Cell::new(0) };
 }
 
 /// The binding of a thread that last used hardware or simulated memory.
@@ -372,7 +383,8 @@ fn spin_for(ps: u64) -> u64 {
 /// read of the clock. What a spin waits beyond what it owes (the clock read that ends it
 /// comes after the deadline; up to four reads' worth) is deducted from the thread's next
 /// spin, and what it falls short is added, so the thread's spins add up to what it was
-/// charged.
+/// charged. A charge shorter than the two clock reads a spin takes is owed, not spun,
+/// until the thread's debts add up to one.
 #[inline]
 pub fn spin_ns(ns: u64) {
     if ns == 0 {
@@ -384,14 +396,15 @@ pub fn spin_ns(ns: u64) {
         // The clock reads' own time (one before the wait starts, one after it ends) is
         // spent too, but the wait does not see it.
         let wait_ps = due - 2 * clock_read_ps;
-        let waited_ps = if wait_ps > 0 {
-            spin_for(wait_ps as u64) as i64
-        } else {
-            0
-        };
+        if wait_ps <= 0 {
+            owed.set(due);
+            return;
+        }
+        let spent_ps = spin_for(wait_ps as u64) as i64 + 2 * clock_read_ps;
+        SPUN_PS.with(|spun| spun.set(spun.get() + spent_ps as u64));
         // A wait that ran far past its deadline was descheduled: the time it was away is
         // not the core's, so it is not carried over (at most a few clock reads are).
-        owed.set((due - waited_ps - 2 * clock_read_ps).max(-4 * clock_read_ps));
+        owed.set((due - spent_ps).max(-4 * clock_read_ps));
     });
 }
 
@@ -645,6 +658,29 @@ mod tests {
         let before = CxlCharges::this_thread();
         f();
         CxlCharges::this_thread() - before
+    }
+
+    #[test]
+    fn charges_shorter_than_a_clock_read_add_up_to_their_spin() {
+        // 2,000 charges of 5 ns: each shorter than the two clock reads a spin takes, so
+        // they are owed until they add up, then spun. 10 us in all, give or take a few
+        // clock reads (the carry); none is lost.
+        let began = Instant::now();
+        let before = CxlCharges::this_thread();
+        for _ in 0..2_000 {
+            spin_ns(5);
+        }
+        let spun = (CxlCharges::this_thread() - before).spun_ns;
+        let took = began.elapsed().as_nanos() as u64;
+        let slack = 4 * spin_rate().clock_read_ps / 1000 + 1;
+        assert!(
+            spun + slack >= 10_000 && spun <= 10_000 + slack,
+            "spun {spun} ns for 10,000 ns charged"
+        );
+        assert!(
+            took + slack >= 10_000,
+            "took {took} ns for 10,000 ns charged"
+        );
     }
 
     #[test]
