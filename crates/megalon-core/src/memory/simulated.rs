@@ -19,18 +19,41 @@
 //! around the new ones back into memory. That is the hazard the writer's "invalidate
 //! stale lines before a partial write" step exists for, and the simulation reproduces it.
 //!
+//! A line moves between a cache and memory whole, as on the hardware, where a fill and a
+//! write-back are one transfer each: a fill never takes some words of a line from before
+//! another host's write-back of it and some from after. Within a process a lock per line
+//! (striped) makes each transfer atomic; across processes the words of a line are
+//! copied in order (loads Acquire, stores Release, first word first), which keeps the
+//! rule the log relies on (a line whose first word is new is new throughout, when its
+//! writer wrote the rest back before that word) but not whole-line atomicity.
+//!
 //! Threads of one host share its cache (one lock); SCR accesses are not simulated: they
 //! stay real atomics, as the hardware keeps SCR coherent.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::{read_shared, write_shared};
 use crate::limits::LINE_BYTES;
 use crate::pod::Pod;
 use crate::sync::{fence, Mutex, Ordering};
 
 const LINE: usize = LINE_BYTES as usize;
+
+/// Locks that make a line's transfers between caches and memory atomic within the
+/// process: a line takes the stripe of its address.
+#[cfg(not(megalon_loom))]
+static LINE_TRANSFERS: [parking_lot::Mutex<()>; 64] = [const { parking_lot::Mutex::new(()) }; 64];
+
+/// Holds `line`'s stripe for one transfer. (loom models move words, each a step of the
+/// model: a real lock held across a step would block the other model threads for real.)
+#[cfg(not(megalon_loom))]
+fn line_transfer(pod: &Pod, line: u64) -> parking_lot::MutexGuard<'static, ()> {
+    let address = std::ptr::from_ref(pod.word(line * LINE_BYTES)) as usize;
+    LINE_TRANSFERS[address / LINE % LINE_TRANSFERS.len()].lock()
+}
+
+#[cfg(megalon_loom)]
+fn line_transfer(_pod: &Pod, _line: u64) {}
 
 /// How a simulated cache behaves.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -168,14 +191,30 @@ impl SimulatedMemory {
         }
     }
 
+    /// The words of `line` in memory.
+    fn memory_words(&self, line: u64) -> impl Iterator<Item = &crate::sync::AtomicU64> {
+        (0..LINE_BYTES / 8).map(move |i| self.pod.word(line * LINE_BYTES + i * 8))
+    }
+
+    /// Fills a copy of `line` from memory: one transfer (see the module's docs).
     fn read_memory_line(&self, line: u64) -> [u8; LINE] {
+        let _transfer = line_transfer(&self.pod, line);
         let mut bytes = [0u8; LINE];
-        read_shared(&self.pod, line * LINE_BYTES, &mut bytes);
+        for (word, chunk) in self.memory_words(line).zip(bytes.chunks_exact_mut(8)) {
+            chunk.copy_from_slice(&word.load(Ordering::Acquire).to_ne_bytes());
+        }
         bytes
     }
 
+    /// Writes `line` back to memory: one transfer.
     fn write_memory_line(&self, line: u64, bytes: &[u8; LINE]) {
-        write_shared(&self.pod, line * LINE_BYTES, bytes);
+        let _transfer = line_transfer(&self.pod, line);
+        for (word, chunk) in self.memory_words(line).zip(bytes.chunks_exact(8)) {
+            word.store(
+                u64::from_ne_bytes(chunk.try_into().expect("8 bytes")),
+                Ordering::Release,
+            );
+        }
     }
 
     /// Drops `line` from the cache, writing it back if dirty. Returns whether it was cached.
@@ -349,9 +388,18 @@ impl SimulatedMemory {
         let mut cache = self.cache.lock();
         // A cached copy (written back if dirty) is dropped first, as the hardware does.
         self.flush_locked(&mut cache, offset, data.len());
-        write_shared(&self.pod, offset, data);
-        Self::for_each_line(offset, data.len(), |_, _, _| {
-            cache.stats.non_temporal_lines += 1
+        Self::for_each_line(offset, data.len(), |line, start, range| {
+            // Whole words (asserted above), each line's in one transfer.
+            let _transfer = line_transfer(&self.pod, line);
+            let words = data[range].chunks_exact(8);
+            let first = line * LINE_BYTES + start as u64;
+            for (i, chunk) in words.enumerate() {
+                self.pod.word(first + i as u64 * 8).store(
+                    u64::from_ne_bytes(chunk.try_into().expect("8 bytes")),
+                    Ordering::Release,
+                );
+            }
+            cache.stats.non_temporal_lines += 1;
         });
     }
 
