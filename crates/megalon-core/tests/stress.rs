@@ -460,6 +460,9 @@ struct After {
     objects: usize,
     /// Objects whose bytes did not decode on some host.
     torn: usize,
+    /// Objects some host could not read, and the first such error.
+    unreadable: usize,
+    first_unreadable: Option<String>,
     /// Errors the hosts' pumps met in the background.
     background_errors: u64,
     /// What chaos did (preemptions, refused appends, unconfirmed appends).
@@ -515,15 +518,36 @@ fn check_after(hosts: &[Host], stress: &Stress) -> After {
         .collect();
     let mut buf = vec![0u8; SLOT_BYTES as usize];
     for key in &keys {
-        let mut whole = true;
-        for host in hosts {
+        let (mut whole, mut readable) = (true, true);
+        for (h, host) in hosts.iter().enumerate() {
             match host.read(key, &mut buf) {
                 Ok(_) => whole &= Value::decode(&buf).is_ok(),
-                Err(error) => panic!("reading {key:?} after the run: {error}"),
+                Err(error) => {
+                    readable = false;
+                    after.first_unreadable.get_or_insert_with(|| {
+                        let entry = host
+                            .inspect()
+                            .replica_snapshot()
+                            .into_iter()
+                            .find(|(k, _)| k == key)
+                            .map(|(_, entry)| entry);
+                        let record = entry.as_ref().and_then(|e| e.record);
+                        let (in_use, locked) = record.map_or((false, false), |r| {
+                            let now = hosts[0].inspect().record_census();
+                            (now.in_use.contains(&r), now.locked.contains(&r))
+                        });
+                        format!(
+                            "host {h} reading {:?}: {error} (its index entry: {entry:?}; \
+                             the record in use: {in_use}, locked: {locked})",
+                            String::from_utf8_lossy(key)
+                        )
+                    });
+                }
             }
         }
         after.objects += 1;
         after.torn += usize::from(!whole);
+        after.unreadable += usize::from(!readable);
     }
     for host in hosts {
         after.background_errors += host.inspect().background_errors().count;
@@ -565,12 +589,15 @@ fn run_and_check(stress: &Stress) -> Result<String, String> {
     }
     let a = &report.after;
     let left_behind = format!(
-        "records locked after the run: {}, leaked: {}, named but free: {}, objects read whole on every host: {} of {}",
+        "records locked after the run: {}, leaked: {}, named but free: {}, objects read whole on every host: {} of {}{}",
         a.locked,
         a.leaked,
         a.missing,
-        a.objects - a.torn,
-        a.objects
+        a.objects - a.torn - a.unreadable,
+        a.objects,
+        a.first_unreadable
+            .as_ref()
+            .map_or(String::new(), |first| format!(" ({} unreadable; first: {first})", a.unreadable)),
     );
     let chaos = if stress.chaos {
         format!(
@@ -599,7 +626,7 @@ fn run_and_check(stress: &Stress) -> Result<String, String> {
         e.copies_invalidated,
     );
     let details = format!("{left_behind}{chaos} {details}");
-    if a.locked > 0 || a.leaked > 0 || a.missing > 0 || a.torn > 0 {
+    if a.locked > 0 || a.leaked > 0 || a.missing > 0 || a.torn > 0 || a.unreadable > 0 {
         return Err(format!(
             "NOT clean after {operations} operations from {} hosts, reproduce with --seed {}: {details}",
             stress.hosts, stress.seed
@@ -615,11 +642,21 @@ fn run_and_check(stress: &Stress) -> Result<String, String> {
             // neighbourhood of the key helps to see what happened.
             let mut neighbourhood = String::new();
             if let Some(violation) = error.violation() {
-                if let Outcome::Found(read) = violation.failing_operation().outcome {
+                let failing = violation.failing_operation();
+                // From shortly before the failing call, or before the first call that
+                // carried the value it read, to its end: every call on its key and on
+                // the keys those calls were on.
+                let mut from = failing.invoked_at.saturating_sub(400);
+                let mut keys = vec![failing.key];
+                if let Outcome::Found(read) = failing.outcome {
                     neighbourhood.push_str("\nevery call that carried the value read:");
                     for op in report.history.operations() {
                         if matches!(op.call, Call::Put(v) | Call::Create(v) if v == read) {
                             neighbourhood.push_str(&operation_line(&report.history, op, true));
+                            from = from.min(op.invoked_at.saturating_sub(400));
+                            if !keys.contains(&op.key) {
+                                keys.push(op.key);
+                            }
                         }
                     }
                 }
@@ -627,19 +664,24 @@ fn run_and_check(stress: &Stress) -> Result<String, String> {
                 for op in violation.operations.iter().take(40) {
                     neighbourhood.push_str(&operation_line(&report.history, op, true));
                 }
-                let failing = violation.failing_operation();
-                let from = failing.invoked_at.saturating_sub(400);
+                neighbourhood.push_str(&format!(
+                    "\nevery operation on the key{} from time {from} on:",
+                    if keys.len() > 1 { "s above" } else { "" }
+                ));
+                let mut shown = 0;
                 for op in report.history.operations() {
-                    if report.history.key(op.key) == &violation.key[..]
+                    if keys.contains(&op.key)
                         && op.invoked_at >= from
                         && op.invoked_at <= failing.returned_at.unwrap_or(u64::MAX)
+                        && shown < 300
                     {
-                        neighbourhood.push_str(&operation_line(&report.history, op, false));
+                        neighbourhood.push_str(&operation_line(&report.history, op, true));
+                        shown += 1;
                     }
                 }
             }
             Err(format!(
-                "NOT linearizable after {operations} operations from {} hosts, reproduce with --seed {}: {error} {details}\nevery operation on the key from shortly before:{neighbourhood}",
+                "NOT linearizable after {operations} operations from {} hosts, reproduce with --seed {}: {error} {details}{neighbourhood}",
                 stress.hosts, stress.seed
             ))
         }
