@@ -296,7 +296,7 @@ fn an_unresponsive_holder_makes_the_requester_fail_not_hang() {
     a.create(b"k", &value(0)).unwrap();
     two_reads_of_k(&a);
     assert_eq!(a.inspect().local_objects(), (1, 0));
-    a.set_serving(false); // a stops answering, its object in its DRAM
+    a.inspect().set_serving(false); // a stops answering, its object in its DRAM
     for attempt in 0..2 {
         let started = Instant::now();
         let error = read_err(&b, b"k");
@@ -310,7 +310,7 @@ fn an_unresponsive_holder_makes_the_requester_fail_not_hang() {
         assert!(matches!(write, Error::HostUnresponsive { .. }), "{write:?}");
     }
     // Nothing was lost: once a answers again, b gets the object as a left it.
-    a.set_serving(true);
+    a.inspect().set_serving(true);
     assert_eq!(read(&b, b"k"), value(0));
 }
 

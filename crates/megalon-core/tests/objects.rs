@@ -147,7 +147,8 @@ fn update_and_partial_writes_keep_the_rest_of_the_object() {
     assert_eq!(sum, expected.iter().map(|&x| u64::from(x)).sum::<u64>());
     expected[0] = 0xaa;
     assert_eq!(read(&a, b"k"), expected);
-    let (copy, done) = a.read_with(b"k", |bytes| bytes.to_vec()).unwrap();
+    let mut copy = vec![0u8; expected.len()];
+    let done = a.read(b"k", &mut copy).unwrap();
     assert_eq!((copy, done.retries), (expected, 0));
 }
 

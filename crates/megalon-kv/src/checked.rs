@@ -25,7 +25,7 @@ fn call_of(draw: u64) -> u64 {
 /// The call of [`call_of`] that is a `get_many`.
 const GET_MANY: u64 = 4;
 
-/// The operations a checked run's history holds: one per call, but [`MANY_KEYS`] for a
+/// The operations a checked run's history holds: one per call, but one per key (three) for a
 /// `get_many` (the calls a thread makes are drawn from its seed alone, so they are known
 /// before the run).
 pub fn recorded_operations(run: &CheckedRun) -> usize {

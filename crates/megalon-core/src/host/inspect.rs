@@ -280,6 +280,17 @@ impl Inspect<'_> {
         host_table::pretend_elsewhere(&self.host.shared.pod, self.host.shared.id);
     }
 
+    /// Stops or resumes serving RPCs from other hosts (on by default). A host that does not
+    /// serve keeps the objects in its DRAM: other hosts that need one get
+    /// [`Error::HostUnresponsive`](crate::Error::HostUnresponsive) after their wait limit.
+    /// For testing what a stopped host looks like to the others.
+    pub fn set_serving(&self, on: bool) {
+        self.host
+            .shared
+            .serving
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Errors the pump met in the background.
     pub fn background_errors(&self) -> BackgroundErrors {
         let shared = &self.host.shared;

@@ -100,7 +100,7 @@ struct Shared {
     local: Option<local::Local>,
     /// Every host's RPC ring, if the pod has rings.
     rpc: Option<local::Rpc>,
-    /// Whether this host serves RPCs ([`Host::set_serving`]).
+    /// Whether this host serves RPCs ([`Inspect::set_serving`](crate::inspect::Inspect::set_serving)).
     serving: std::sync::atomic::AtomicBool,
     /// Held by the thread serving this host's ring.
     rpc_server: Mutex<()>,

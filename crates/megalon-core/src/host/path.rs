@@ -42,13 +42,6 @@ impl Host {
         })
     }
 
-    /// Reads the whole object `key` and hands a private, validated copy to `f`.
-    pub fn read_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<(R, Done)> {
-        let mut buf = vec![0u8; self.shared.pod.config().slot_size_bytes as usize];
-        let done = self.read(key, &mut buf)?;
-        Ok((f(&buf), done))
-    }
-
     /// Writes `data` at the start of object `key`.
     pub fn write(&self, key: &[u8], data: &[u8]) -> Result<Done> {
         self.write_at(key, 0, data)

@@ -663,8 +663,9 @@ mod tests {
     #[test]
     fn charges_shorter_than_a_clock_read_add_up_to_their_spin() {
         // 2,000 charges of 5 ns: each shorter than the two clock reads a spin takes, so
-        // they are owed until they add up, then spun. 10 us in all, give or take a few
-        // clock reads (the carry); none is lost.
+        // they are owed until they add up, then spun: 10 us in all, less at most the two
+        // reads still owed at the end. (Only a floor: a spin the scheduler interrupts
+        // runs long, and that is not carried over.)
         let began = Instant::now();
         let before = CxlCharges::this_thread();
         for _ in 0..2_000 {
@@ -672,13 +673,13 @@ mod tests {
         }
         let spun = (CxlCharges::this_thread() - before).spun_ns;
         let took = began.elapsed().as_nanos() as u64;
-        let slack = 4 * spin_rate().clock_read_ps / 1000 + 1;
+        let owed = 2 * spin_rate().clock_read_ps / 1000 + 1;
         assert!(
-            spun + slack >= 10_000 && spun <= 10_000 + slack,
+            spun + owed >= 10_000,
             "spun {spun} ns for 10,000 ns charged"
         );
         assert!(
-            took + slack >= 10_000,
+            took + owed >= 10_000,
             "took {took} ns for 10,000 ns charged"
         );
     }

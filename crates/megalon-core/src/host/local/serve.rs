@@ -5,7 +5,7 @@ use super::{MovedBack, FAILED, MISSING, MOVED_BACK, NOT_HERE, OP_MOVE_BACK};
 
 use crate::counters::{Counter, ThreadCounters};
 use crate::error::Result;
-use crate::host::{Host, Shared};
+use crate::host::Shared;
 use crate::rpc::{Response, RingGeometry, Tally};
 
 /// The RPC rings of a pod: one per host.
@@ -41,18 +41,6 @@ impl Tally for ThreadCounters {
 
     fn lines_invalidated(&self, n: u64) {
         self.add(Counter::LinesInvalidated, n);
-    }
-}
-
-impl Host {
-    /// Stops or resumes serving RPCs from other hosts (on by default). A host that does not
-    /// serve keeps the objects in its DRAM: other hosts that need one get
-    /// [`Error::HostUnresponsive`](crate::Error::HostUnresponsive) after their wait limit. For testing what a stopped
-    /// host looks like to the others.
-    pub fn set_serving(&self, on: bool) {
-        self.shared
-            .serving
-            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
