@@ -7,6 +7,8 @@
 
 mod common;
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -61,6 +63,11 @@ fn leak(pod: &Arc<Pod>, id: u32) -> &'static Host {
     leak_waiting(pod, id, WAIT)
 }
 
+/// Hosts 0, 1, ... as many as asked, each as [`leak`] joins it.
+fn leak_all<const N: usize>(pod: &Arc<Pod>) -> [&'static Host; N] {
+    std::array::from_fn(|id| leak(pod, id as u32))
+}
+
 /// `dead` runs `call` on a thread of its own and dies at `point`, where it stays.
 fn dies_at(dead: &'static Host, point: Point, call: fn(&'static Host)) {
     let (frozen, is_frozen) = channel();
@@ -105,10 +112,25 @@ fn k_record_locked(host: &Host) -> (u32, bool) {
     )
 }
 
+/// `r` creates `k` (value 1) and writes it (value 2): `k` has a record.
+fn k_with_a_record(r: &Host) {
+    r.create(b"k", &value(1)).unwrap();
+    r.write(b"k", &value(2)).unwrap();
+}
+
+/// `reader` reads `k` whole at `value(now)`, and `writer`'s write of the next value goes
+/// through and is read: the record is unlocked and in use.
+#[track_caller]
+fn k_reads_and_takes_a_write(reader: &Host, writer: &Host, now: u8) {
+    assert_eq!(read(reader), value(now), "k's value");
+    writer.write(b"k", &value(now + 1)).unwrap();
+    assert_eq!(read(reader), value(now + 1), "k's value after a write");
+}
+
+/// `k`'s whole slot, as `host` reads it.
+#[track_caller]
 fn read(host: &Host) -> Vec<u8> {
-    let mut buf = vec![0u8; SLOT];
-    host.read(b"k", &mut buf).expect("read");
-    buf
+    common::read(host, b"k")
 }
 
 /// A live host moving `k` to its DRAM holds the record's lock while its move's event is
@@ -120,13 +142,11 @@ fn recovery_never_takes_a_live_moves_lock_for_a_dead_hosts() {
     // Local partitions: an object moves to a host after two accesses in a row from it.
     let pod = common::heap_pod(&config().local_partitions(2));
     // Without a pump: the test runs its recovery, at the moment it chooses.
-    let r = leak(&pod, 0);
-    let d = leak(&pod, 1);
+    let [r, d] = leak_all(&pod);
     // Without a pump either, so that r alone recovers, in the window held open below
     // (a pump would watch too, and could recover d before the move locks the record).
     let h = leak(&pod, 2);
-    r.create(b"k", &value(1)).unwrap();
-    r.write(b"k", &value(2)).unwrap();
+    k_with_a_record(r);
     read(h); // h's first read of two in a row
     dies_announcing_a_lock_of_k(d);
     // h's second read moves k here; hold it while it appends the move's event, holding
@@ -167,9 +187,16 @@ fn recovery_never_takes_a_live_moves_lock_for_a_dead_hosts() {
     // Once the move let go, the dead host is recovered, and k reads whole (from h's
     // DRAM: h serves no calls from the others without a pump).
     recover_by_hand(&pod, d.id(), r);
-    assert_eq!(read(h), value(2));
-    h.write(b"k", &value(3)).unwrap();
-    assert_eq!(read(h), value(3));
+    k_reads_and_takes_a_write(h, h, 2);
+}
+
+/// Each of `watchers` looks at the host table once (it sees every lease as it stands),
+/// then two leases pass: to each of them, a host frozen before now is dead.
+fn leases_run_out(watchers: &[&Host]) {
+    for watcher in watchers {
+        watcher.inspect().watch_hosts();
+    }
+    std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 2));
 }
 
 /// Runs `r`'s watch (recovery of the dead it finds) until `done`; fails with `what` past
@@ -188,12 +215,49 @@ fn watch_until(r: &Host, what: &str, done: impl Fn() -> bool) {
     }
 }
 
+/// Runs `r`'s watch until its recovery reaches the end of its scan of the announces;
+/// there, the first time (a call `then` makes reaches points too), runs `then` on the
+/// recovering thread and returns what it answered.
+#[track_caller]
+fn at_recovery_scan<T: 'static>(r: &Host, then: impl FnOnce() -> T + 'static) -> T {
+    let then = Rc::new(RefCell::new(Some(then)));
+    let ran = Rc::new(RefCell::new(None));
+    let ran_in = ran.clone();
+    chaos::with_hook(
+        move |point| {
+            if point != Point::RecoveryAfterScan {
+                return;
+            }
+            // Taken out before the call: the points it reaches find nothing to run.
+            let Some(then) = then.borrow_mut().take() else {
+                return;
+            };
+            *ran_in.borrow_mut() = Some(then());
+        },
+        || {
+            watch_until(r, "recovery never reached its scan", || {
+                ran.borrow().is_some()
+            })
+        },
+    );
+    ran.take().expect("ran")
+}
+
 /// Runs `r`'s watch until `dead` is recovered (by `r` or another host).
 #[track_caller]
 fn recover_by_hand(pod: &Pod, dead: u32, r: &Host) {
     watch_until(r, "no recovery", || {
         pod.hosts().iter().all(|row| row.host != dead)
     });
+}
+
+/// `host` crashes (as if its process were killed), after `dead`; `r` recovers both, in
+/// that order.
+fn crash_after(pod: &Pod, r: &Host, dead: &Host, host: Host) {
+    let id = host.id();
+    megalon_core::inspect::crash(host);
+    recover_by_hand(pod, dead.id(), r);
+    recover_by_hand(pod, id, r);
 }
 
 /// `host` locks `k` for a write, puts `byte` over its first half, makes that reach
@@ -275,11 +339,9 @@ fn pauses_at<T: Send + 'static>(
 #[test]
 fn a_host_that_locks_after_the_recoverer_looked_defers_to_it() {
     let pod = common::heap_pod(&config());
-    let r = leak(&pod, 0);
-    let d = leak(&pod, 1);
+    let [r, d] = leak_all(&pod);
     let w = leak_waiting(&pod, 2, Duration::from_millis(100));
-    r.create(b"k", &value(1)).unwrap();
-    r.write(b"k", &value(2)).unwrap();
+    k_with_a_record(r);
     dies_announcing_a_lock_of_k(d);
     let attempt = Arc::new(Mutex::new(None));
     let attempt_in = attempt.clone();
@@ -310,9 +372,7 @@ fn a_host_that_locks_after_the_recoverer_looked_defers_to_it() {
         Err(error) => assert!(matches!(error, Error::RecordBusy { .. }), "{error:?}"),
     }
     assert!(!k_record_locked(r).1);
-    assert_eq!(read(r), value(2));
-    w.write(b"k", &value(3)).unwrap();
-    assert_eq!(read(r), value(3));
+    k_reads_and_takes_a_write(r, w, 2);
 }
 
 /// Two dead hosts announce the same lock word of `k`'s record: one never took it (it
@@ -323,20 +383,14 @@ fn a_host_that_locks_after_the_recoverer_looked_defers_to_it() {
 fn a_writer_that_died_mid_write_is_found_among_the_dead() {
     let pod = common::heap_pod(&config());
     // Without a pump: recovery runs once both are dead, whatever the machine's load.
-    let r = leak(&pod, 0);
-    let never_took = leak(&pod, 1);
+    let [r, never_took] = leak_all(&pod);
     let writer = join(&pod, 2);
-    r.create(b"k", &value(1)).unwrap();
-    r.write(b"k", &value(2)).unwrap();
+    k_with_a_record(r);
     dies_announcing_a_lock_of_k(never_took);
     half_write(&writer, 0xee).unwrap();
-    let writer_id = writer.id();
-    megalon_core::inspect::crash(writer);
-    recover_by_hand(&pod, never_took.id(), r);
-    recover_by_hand(&pod, writer_id, r);
-    assert_eq!(read(r), value(2), "the last complete value, whole");
-    r.write(b"k", &value(3)).unwrap();
-    assert_eq!(read(r), value(3));
+    crash_after(&pod, r, never_took, writer);
+    // The last complete value, whole.
+    k_reads_and_takes_a_write(r, r, 2);
 }
 
 /// A writer dies after its unlock, before it clears its announce: the write is complete
@@ -347,21 +401,16 @@ fn a_writer_that_died_mid_write_is_found_among_the_dead() {
 fn an_announce_left_after_an_unlock_never_undoes_the_write() {
     let pod = common::heap_pod(&config());
     // Without a pump: recovery runs once both are dead, whatever the machine's load.
-    let r = leak(&pod, 0);
-    let finished = leak(&pod, 1);
+    let [r, finished] = leak_all(&pod);
     let locker = join(&pod, 2);
-    r.create(b"k", &value(1)).unwrap();
-    r.write(b"k", &value(2)).unwrap();
+    k_with_a_record(r);
     dies_at(finished, Point::WriteAfterUnlock, |host| {
         host.write(b"k", &value(3)).unwrap();
     });
     assert_eq!(read(r), value(3), "the write is done");
     let ticket = locker.write_start(b"k").unwrap();
     std::mem::forget(ticket);
-    let locker_id = locker.id();
-    megalon_core::inspect::crash(locker);
-    recover_by_hand(&pod, finished.id(), r);
-    recover_by_hand(&pod, locker_id, r);
+    crash_after(&pod, r, finished, locker);
     assert_eq!(read(r), value(3), "the write read before stays");
 }
 
@@ -377,10 +426,8 @@ fn an_announce_left_after_an_unlock_never_undoes_the_write() {
 #[test]
 fn a_writer_declared_dead_before_its_cas_gets_no_ticket() {
     let pod = common::heap_pod(&config());
-    let r = leak(&pod, 0);
-    let p = leak(&pod, 1);
-    r.create(b"k", &value(1)).unwrap();
-    r.write(b"k", &value(2)).unwrap();
+    let [r, p] = leak_all(&pod);
+    k_with_a_record(r);
     r.inspect().watch_hosts();
     let paused = pauses_at(p, Point::WriteBeforeLock, || half_write(p, 0xee));
     recover_by_hand(&pod, p.id(), r);
@@ -404,39 +451,18 @@ fn a_writer_declared_dead_before_its_cas_gets_no_ticket() {
 #[test]
 fn a_nested_reservation_fill_does_not_release_the_recovery_word() {
     let pod = common::heap_pod(&config());
-    let r = leak(&pod, 0);
-    let d = leak(&pod, 1);
-    let d2 = leak(&pod, 2);
-    let r3 = leak(&pod, 3);
-    let w = leak(&pod, 4);
-    r.create(b"k", &value(1)).unwrap();
-    r.write(b"k", &value(2)).unwrap();
+    let [r, d, d2, r3, w] = leak_all(&pod);
+    k_with_a_record(r);
     dies_announcing_a_lock_of_k(d);
     d2.inspect().reserve_unpublished(1).unwrap();
     d2.inspect().freeze();
     // Both watchers first see the two dead hosts' leases now.
-    r.inspect().watch_hosts();
-    r3.inspect().watch_hosts();
-    std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 2));
-    let ran = Arc::new(Mutex::new(None));
-    let ran_in = ran.clone();
-    let busy = Arc::new(AtomicBool::new(false));
-    chaos::with_hook(
-        move |point| {
-            if point != Point::RecoveryAfterScan || busy.swap(true, Ordering::SeqCst) {
-                return;
-            }
-            // r is between its scan and its look at the word. r3's pump round:
-            r3.inspect().watch_hosts();
-            *ran_in.lock().unwrap() = Some(half_write(w, 0xee));
-        },
-        || {
-            watch_until(r, "recovery never reached its scan", || {
-                ran.lock().unwrap().is_some()
-            })
-        },
-    );
-    let attempt = ran.lock().unwrap().take().unwrap();
+    leases_run_out(&[r, r3]);
+    let attempt = at_recovery_scan(r, move || {
+        // r is between its scan and its look at the word. r3's pump round:
+        r3.inspect().watch_hosts();
+        half_write(w, 0xee)
+    });
     assert_live_lock_kept(r, &attempt);
 }
 
@@ -448,41 +474,20 @@ fn a_nested_reservation_fill_does_not_release_the_recovery_word() {
 #[test]
 fn a_paused_recoverer_that_resumes_does_not_restore() {
     let pod = common::heap_pod(&config());
-    let r1 = leak(&pod, 0);
-    let d = leak(&pod, 1);
-    let r2 = leak(&pod, 2);
-    let w = leak(&pod, 3);
-    r1.create(b"k", &value(1)).unwrap();
-    r1.write(b"k", &value(2)).unwrap();
+    let [r1, d, r2, w] = leak_all(&pod);
+    k_with_a_record(r1);
     // d dies in the middle of a write: half of a new value in memory, its image ready.
     half_write(d, 0xee).unwrap();
     d.inspect().freeze();
-    r1.inspect().watch_hosts();
-    r2.inspect().watch_hosts();
-    std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 2));
-    let ran = Arc::new(Mutex::new(None));
-    let ran_in = ran.clone();
-    let busy = Arc::new(AtomicBool::new(false));
-    chaos::with_hook(
-        move |point| {
-            if point != Point::RecoveryAfterScan || busy.swap(true, Ordering::SeqCst) {
-                return;
-            }
-            // r1 pauses here past its lease.
-            r1.inspect().pretend_elsewhere();
-            std::thread::sleep(Duration::from_millis(30));
-            r2.inspect().watch_hosts(); // first sees r1's lease
-            std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 2));
-            r2.inspect().watch_hosts(); // recovers r1 (it held the word), then d
-            *ran_in.lock().unwrap() = Some(half_write(w, 0xdd));
-        },
-        || {
-            watch_until(r1, "recovery never reached its scan", || {
-                ran.lock().unwrap().is_some()
-            })
-        },
-    );
-    let attempt = ran.lock().unwrap().take().unwrap();
+    leases_run_out(&[r1, r2]);
+    let attempt = at_recovery_scan(r1, move || {
+        // r1 pauses here past its lease.
+        r1.inspect().pretend_elsewhere();
+        std::thread::sleep(Duration::from_millis(30));
+        leases_run_out(&[r2]); // r2 first sees r1's lease
+        r2.inspect().watch_hosts(); // recovers r1 (it held the word), then d
+        half_write(w, 0xdd)
+    });
     assert_live_lock_kept(r2, &attempt);
 }
 
@@ -494,15 +499,11 @@ fn a_paused_recoverer_that_resumes_does_not_restore() {
 #[test]
 fn a_host_that_joined_under_a_dead_id_in_the_same_round_is_alive() {
     let pod = common::heap_pod(&config());
-    let r = leak(&pod, 0);
-    let x = leak(&pod, 1);
-    let d = leak(&pod, 2);
-    r.create(b"k", &value(1)).unwrap();
-    r.write(b"k", &value(2)).unwrap();
+    let [r, x, d] = leak_all(&pod);
+    k_with_a_record(r);
     x.inspect().freeze();
     dies_announcing_a_lock_of_k(d);
-    r.inspect().watch_hosts();
-    std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 2));
+    leases_run_out(&[r]);
     let ran = Arc::new(Mutex::new(None));
     let ran_in = ran.clone();
     let pod_in = pod.clone();
@@ -559,8 +560,7 @@ struct PausedAppender {
 
 fn a_paused_appender_recovered() -> PausedAppender {
     let pod = common::heap_pod(&config());
-    let r = leak(&pod, 0);
-    let p = leak(&pod, 1);
+    let [r, p] = leak_all(&pod);
     p.create(b"k0", &value(1)).unwrap(); // p owns slots now
     r.inspect().watch_hosts();
     let create = pauses_at(p, Point::AppendAfterReserve, || p.create(b"k", &value(7)));
@@ -615,8 +615,7 @@ fn a_resumed_appender_leaves_the_reservation_of_its_ids_next_holder_alone() {
     q.inspect().reserve_unpublished(1).unwrap();
     let _ = create.resume();
     q.inspect().freeze();
-    r.inspect().watch_hosts();
-    std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 2));
+    leases_run_out(&[r]);
     let deadline = Instant::now() + Duration::from_secs(3);
     while pod.hosts().iter().any(|row| row.host == q.id()) && Instant::now() < deadline {
         r.inspect().watch_hosts();
@@ -636,8 +635,7 @@ fn a_host_that_dies_copying_an_object_back_leaves_it_whole() {
     let pod = common::heap_pod(&config().local_partitions(2));
     let r = leak(&pod, 0);
     let h = join(&pod, 1);
-    r.create(b"k", &value(1)).unwrap();
-    r.write(b"k", &value(2)).unwrap();
+    k_with_a_record(r);
     read(&h);
     read(&h); // the second read in a row moves k to h's DRAM
     let entry = h
@@ -692,8 +690,7 @@ fn a_lock_whose_recovery_wraps_the_counter() -> (Arc<Pod>, &'static Host, &'stat
     let b = leak_waiting(&pod, 1, Duration::from_secs(2));
     let w = leak(&pod, 2);
     let d = leak(&pod, 3);
-    r.create(b"k", &value(1)).unwrap();
-    r.write(b"k", &value(2)).unwrap(); // its record: counter 2
+    k_with_a_record(r); // its record: counter 2
     r.write(b"k", &value(3)).unwrap(); // counter 0, a wrap event
     assert_eq!(read(b), value(3));
     w.write(b"k", &value(4)).unwrap(); // counter 2
