@@ -36,6 +36,8 @@
 
 #![cfg(target_os = "linux")]
 
+mod common;
+
 use std::fs::File;
 use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -143,11 +145,7 @@ fn env_var<T: std::str::FromStr>(name: &str) -> Option<T>
 where
     T::Err: std::fmt::Display,
 {
-    let text = std::env::var(format!("{ENV_PREFIX}{name}")).ok()?;
-    let parsed = text
-        .parse()
-        .unwrap_or_else(|e| panic!("{ENV_PREFIX}{name}={text}: {e}"));
-    Some(parsed)
+    common::env_var(&format!("{ENV_PREFIX}{name}"))
 }
 
 /// Nanoseconds of `CLOCK_MONOTONIC`: one clock for every process of the machine, so the

@@ -798,11 +798,7 @@ fn env_var<T: std::str::FromStr>(name: &str) -> Option<T>
 where
     T::Err: std::fmt::Display,
 {
-    let text = std::env::var(format!("MEGALON_STRESS_{name}")).ok()?;
-    let parsed = text
-        .parse()
-        .unwrap_or_else(|e| panic!("MEGALON_STRESS_{name}={text}: {e}"));
-    Some(parsed)
+    common::env_var(&format!("MEGALON_STRESS_{name}"))
 }
 
 /// The long form for `cargo xtask stress`: parameters from `MEGALON_STRESS_*`.

@@ -168,3 +168,14 @@ pub fn partial_write_over_stale_lines(a: &Host, b: &Host) -> Vec<u8> {
     assert_eq!(read(a, b"k"), expected);
     expected
 }
+
+/// The environment variable `var`, parsed, if it is set (how the long runs behind
+/// `cargo xtask` take their settings). Panics naming the variable if it does not parse.
+pub fn env_var<T: std::str::FromStr>(var: &str) -> Option<T>
+where
+    T::Err: std::fmt::Display,
+{
+    let text = std::env::var(var).ok()?;
+    let parsed = text.parse().unwrap_or_else(|e| panic!("{var}={text}: {e}"));
+    Some(parsed)
+}
