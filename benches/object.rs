@@ -500,48 +500,56 @@ fn print_events(name: &str, before: EventCounts, after: EventCounts) {
     );
 }
 
-/// Criterion runs of the protocol's operation `subject` and its ceilings, the interleaved
-/// pairs (if criterion's filter selected `subject`), and the protocol's events per
-/// operation over both.
-fn compare(
-    c: &mut Criterion,
+/// What every comparison of the main pod runs with.
+struct Comparisons<'a> {
+    c: Criterion,
     paired_runs: bool,
-    host: &Host,
-    set: &ObjectSet,
-    subject_name: &str,
-    subject: &mut impl Operation,
-    baselines: &mut [(&str, &mut dyn FnMut(usize))],
-) {
-    let before = host.events();
-    let selected = bench(c, "object", subject_name, set, subject);
-    let after_criterion = host.events();
-    for (name, baseline) in baselines.iter_mut() {
-        bench(c, "object", name, set, baseline);
-    }
-    if !selected {
-        return;
-    }
-    if paired_runs {
+    host: &'a Host,
+}
+
+impl Comparisons<'_> {
+    /// Criterion runs of the protocol's operation `subject` and its ceilings, the
+    /// interleaved pairs (if criterion's filter selected `subject`), and the protocol's
+    /// events per operation over both.
+    fn compare(
+        &mut self,
+        set: &ObjectSet,
+        subject_name: &str,
+        subject: &mut impl Operation,
+        baselines: &mut [(&str, &mut dyn FnMut(usize))],
+    ) {
+        let (c, paired_runs, host) = (&mut self.c, self.paired_runs, self.host);
+        let before = host.events();
+        let selected = bench(c, "object", subject_name, set, subject);
+        let after_criterion = host.events();
         for (name, baseline) in baselines.iter_mut() {
-            interleaved(
-                &format!("{subject_name}/{} / {name}", set.name),
-                set.keys.len(),
-                subject,
-                baseline,
-            );
+            bench(c, "object", name, set, baseline);
         }
+        if !selected {
+            return;
+        }
+        if paired_runs {
+            for (name, baseline) in baselines.iter_mut() {
+                interleaved(
+                    &format!("{subject_name}/{} / {name}", set.name),
+                    set.keys.len(),
+                    subject,
+                    baseline,
+                );
+            }
+        }
+        let after = host.events();
+        print_events(
+            &format!("{subject_name}/{} (criterion)", set.name),
+            before,
+            after_criterion,
+        );
+        print_events(
+            &format!("{subject_name}/{} (interleaved)", set.name),
+            after_criterion,
+            after,
+        );
     }
-    let after = host.events();
-    print_events(
-        &format!("{subject_name}/{} (criterion)", set.name),
-        before,
-        after_criterion,
-    );
-    print_events(
-        &format!("{subject_name}/{} (interleaved)", set.name),
-        after_criterion,
-        after,
-    );
 }
 
 /// One side of a crash-safety pair: a heap pod with `crash_safety` and one host (hardware
@@ -710,17 +718,18 @@ fn scr_table(setup: &Setup) {
 
 fn main() {
     let paired_runs = common::paired_runs();
-    let mut criterion = Criterion::default().configure_from_args();
     let setup = setup();
     let host = &setup.host;
     let (rs, rw) = (&setup.read_shared, &setup.read_write);
     let locked = std::sync::RwLock::new(&setup.map);
-
-    // Reads first: the read-write-shared objects are then exactly as setup left them.
-    compare(
-        &mut criterion,
+    let mut runs = Comparisons {
+        c: Criterion::default().configure_from_args(),
         paired_runs,
         host,
+    };
+
+    // Reads first: the read-write-shared objects are then exactly as setup left them.
+    runs.compare(
         rs,
         "read",
         &mut read(&setup, rs),
@@ -732,10 +741,7 @@ fn main() {
         ],
     );
     for set in [rs, rw] {
-        compare(
-            &mut criterion,
-            paired_runs,
-            host,
+        runs.compare(
             set,
             "read_many",
             &mut read_many(&setup, set),
@@ -745,10 +751,7 @@ fn main() {
             ],
         );
     }
-    compare(
-        &mut criterion,
-        paired_runs,
-        host,
+    runs.compare(
         rw,
         "read",
         &mut read(&setup, rw),
@@ -757,17 +760,14 @@ fn main() {
             ("ceiling_replica", &mut ceiling_replica(&setup, rw)),
         ],
     );
-    compare(
-        &mut criterion,
-        paired_runs,
-        host,
+    runs.compare(
         rw,
         "write",
         &mut write(host, rw, OBJECT_BYTES),
         &mut [("write_ceiling", &mut write_ceiling(&setup, rw))],
     );
     // Its own pods, after the others' measurements.
-    crash_safety(&mut criterion, paired_runs);
+    crash_safety(&mut runs.c, paired_runs);
     scr_table(&setup);
-    criterion.final_summary();
+    runs.c.final_summary();
 }
