@@ -123,6 +123,34 @@ impl<'a> Waits<'a> {
     }
 }
 
+/// CASes `record`, a word in use, to `next(word)` once `busy(word)` no longer holds,
+/// waiting (counted, backing off) while it does. Returns the word it set.
+fn lock_when(
+    record: &AtomicU64,
+    waits: &mut Waits,
+    busy: impl Fn(u64) -> bool,
+    next: impl Fn(u64) -> u64,
+) -> Result<u64, NotLocked> {
+    let c = waits.c;
+    let mut word = load(record, c);
+    loop {
+        if word & IN_USE == 0 {
+            return Err(NotLocked::Stale);
+        }
+        if busy(word) {
+            waits.another()?;
+            word = load(record, c);
+            continue;
+        }
+        let locked = next(word);
+        c.add(Counter::ScrAtomics, 1);
+        match record.compare_exchange_weak(word, locked, Ordering::Acquire, Ordering::Relaxed) {
+            Ok(_) => return Ok(locked),
+            Err(now) => word = now,
+        }
+    }
+}
+
 /// Takes a shared lock on `record`, setting `extra` (the clock bit for a non-owner).
 /// Returns the word after the lock was taken.
 pub(crate) fn read_lock(
@@ -131,26 +159,14 @@ pub(crate) fn read_lock(
     wait_limit: Duration,
     c: &Counters,
 ) -> Result<u64, NotLocked> {
-    let mut word = load(record, c);
-    let mut waits = Waits::new(wait_limit, c);
-    loop {
-        if word & IN_USE == 0 {
-            return Err(NotLocked::Stale);
-        }
-        if word & WRITER != 0 || readers(word) == readers(READERS_MASK) {
-            waits.another()?;
-            word = load(record, c);
-            continue;
-        }
-        let locked = (word + READER_ONE) | extra;
-        c.add(Counter::ScrAtomics, 1);
-        // Acquire: pairs with the last writer's Release in `write_unlock` (and the
-        // owner's Release when it shared the row): its bytes reached memory before.
-        match record.compare_exchange_weak(word, locked, Ordering::Acquire, Ordering::Relaxed) {
-            Ok(_) => return Ok(locked),
-            Err(now) => word = now,
-        }
-    }
+    // The CAS's Acquire pairs with the last writer's Release in `write_unlock` (and the
+    // owner's Release when it shared the row): its bytes reached memory before.
+    lock_when(
+        record,
+        &mut Waits::new(wait_limit, c),
+        |word| word & WRITER != 0 || readers(word) == readers(READERS_MASK),
+        |word| (word + READER_ONE) | extra,
+    )
 }
 
 /// Releases a shared lock, setting `set_bits` (the reader's host bit, when it
@@ -186,28 +202,13 @@ pub(crate) fn write_lock(
     wait_limit: Duration,
     c: &Counters,
 ) -> Result<u64, NotLocked> {
-    let mut word = load(record, c);
     let mut waits = Waits::new(wait_limit, c);
-    loop {
-        if word & IN_USE == 0 {
-            return Err(NotLocked::Stale);
-        }
-        if word & WRITER != 0 {
-            waits.another()?;
-            word = load(record, c);
-            continue;
-        }
-        c.add(Counter::ScrAtomics, 1);
-        match record.compare_exchange_weak(
-            word,
-            word | WRITER | extra,
-            Ordering::Acquire,
-            Ordering::Relaxed,
-        ) {
-            Ok(_) => break,
-            Err(now) => word = now,
-        }
-    }
+    lock_when(
+        record,
+        &mut waits,
+        |word| word & WRITER != 0,
+        |word| word | WRITER | extra,
+    )?;
     // Holding the writer bit: no reader can enter and the owner cannot unshare; the
     // readers inside leave by themselves.
     loop {
