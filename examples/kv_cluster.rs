@@ -45,7 +45,7 @@ use megalon::kv::{Megalon, Store};
 use megalon_bench::mix::{self, Draw, Draws, Mix, MixRun, WorkerRun};
 use megalon_workload::generator::{RandomSource, SplitMix64};
 use megalon_workload::processes::{shared_memory_dir, ChildError, Children};
-use megalon_workload::{Clock, LatencyHistogram};
+use megalon_workload::Clock;
 
 mod common;
 use common::{kv_args::KvArgs, Result};
@@ -1313,15 +1313,7 @@ fn work(
     let mut value = vec![0u8; mix.value_bytes];
     let mut read = Vec::with_capacity(mix.value_bytes);
     let mut key = Vec::with_capacity(mix::KEY_BYTES);
-    let mut run = WorkerRun {
-        host: host as usize,
-        gets: 0,
-        gets_absent: 0,
-        puts: 0,
-        operations: 0,
-        get_latency: LatencyHistogram::new(),
-        put_latency: LatencyHistogram::new(),
-    };
+    let mut run = WorkerRun::new(host as usize);
     let mut acks = Acks::new(worker);
     while !stop.load(Ordering::Relaxed) {
         let draw = draws.next(&mut value);

@@ -484,7 +484,7 @@ pub struct WorkerRun {
 
 impl WorkerRun {
     /// Nothing done yet on host `host`.
-    fn new(host: usize) -> Self {
+    pub fn new(host: usize) -> Self {
         WorkerRun {
             host,
             gets: 0,
