@@ -146,30 +146,24 @@ impl<'p> Records<'p> {
     ) -> Result<(), RecordWord> {
         let at = self.byte_offset(record);
         let (current, new) = (self.encode(current), self.encode(new));
+        // The CAS of a record that fills the atomic `$word` of type `$ty`, widened.
+        macro_rules! whole {
+            ($word:expr, $ty:ty) => {
+                $word
+                    .compare_exchange(
+                        current as $ty,
+                        new as $ty,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .map(u32::from)
+                    .map_err(u32::from)
+            };
+        }
         let result = match self.width_bits {
             2 | 4 => self.compare_exchange_in_byte(record, at, current, new),
-            8 => self
-                .pod
-                .scr_u8(at)
-                .compare_exchange(
-                    current as u8,
-                    new as u8,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .map(u32::from)
-                .map_err(u32::from),
-            16 => self
-                .pod
-                .scr_u16(at)
-                .compare_exchange(
-                    current as u16,
-                    new as u16,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .map(u32::from)
-                .map_err(u32::from),
+            8 => whole!(self.pod.scr_u8(at), u8),
+            16 => whole!(self.pod.scr_u16(at), u16),
             _ => self.pod.scr_u32(at).compare_exchange(
                 current,
                 new,
