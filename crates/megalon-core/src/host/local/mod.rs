@@ -82,8 +82,8 @@ pub(in crate::host) const ORPHANED: u8 = 2;
 /// under the index's read lock (the `&Index` of [`Local::copy`]), and a copy is freed only
 /// under its write lock (replay's `&mut Index`) or with the host. A reference to an object
 /// of the partition is taken either under the index's read lock once that index says this
-/// host holds the object ([`Local::object`]), or by the thread holding [`Local::moving`]
-/// ([`Local::object_held`]). Only that thread frees one, and only once no index lock
+/// host holds the object, or by the thread holding [`Local::moving`] (both by
+/// [`Local::object`]). Only that thread frees one, and only once no index lock
 /// holder can reach it: after an applied event says the object is not here (its
 /// `MoveToCxl`, or the loss of its `MoveToHost`). An object whose move's append failed is
 /// never freed before the host goes (it is orphaned, or leaving).

@@ -109,7 +109,7 @@ impl Shared {
         }
         // An orphan of an earlier move whose outcome is not settled yet holds the place:
         // not now (that move may still win, and its orphan is what readers will find).
-        if local.object_held(moving, entry.slot).is_some() {
+        if local.object(moving, entry.slot).is_some() {
             return Ok(false);
         }
         let place = self.place(entry);
@@ -141,7 +141,7 @@ impl Shared {
                 // The entry may be in the log and take effect later, when a reader may
                 // find the object: keep it, orphaned (the record's lock goes back, so CXL
                 // may get newer bytes).
-                if let Some(object) = local.object_held(moving, entry.slot) {
+                if let Some(object) = local.object(moving, entry.slot) {
                     object.state.store(ORPHANED, Ordering::Release);
                 }
                 c.add(Counter::MovesLost, 1);
@@ -173,7 +173,7 @@ impl Shared {
             return Ok(MovedBack::NotHere);
         }
         let slot = entry.slot;
-        let Some(object) = local.object_held(&moving, slot) else {
+        let Some(object) = local.object(&*moving, slot) else {
             return Ok(MovedBack::Missing);
         };
         let layout = self.pod.layout();
@@ -255,7 +255,7 @@ impl Shared {
             return Ok(());
         };
         let moving = local.moving.lock();
-        let Some(object) = local.object_held(&moving, slot) else {
+        let Some(object) = local.object(&*moving, slot) else {
             return Ok(());
         };
         if object.state.load(Ordering::Acquire) != ORPHANED {
@@ -286,7 +286,7 @@ impl Shared {
         let keys: Vec<Box<[u8]>> = {
             let moving = local.moving.lock();
             (0..local.partition.len() as u64)
-                .filter_map(|slot| local.object_held(&moving, slot).map(|o| o.key.clone()))
+                .filter_map(|slot| local.object(&*moving, slot).map(|o| o.key.clone()))
                 .collect()
         };
         self.with_counters(|c| {

@@ -109,35 +109,31 @@ impl Drop for UnlockOnDrop<'_> {
 }
 
 /// Held by the thread that moves an object to or from this host (behind
-/// [`Local::moving`]): proof, for [`Local::object_held`], that no one else frees objects.
+/// [`Local::moving`]): proof, for [`Local::object`], that no one else frees objects.
 pub(in crate::host) struct Moving;
 
-impl Local {
-    /// The object of the partition in `slot`, if any. The caller holds the index's read
-    /// lock, and that index says this host holds the object.
-    pub(in crate::host) fn object<'i>(
-        &'i self,
-        _index: &'i Index,
-        slot: u64,
-    ) -> Option<&'i LocalObject> {
-        let object = self.partition[slot as usize].load(Ordering::Acquire);
-        // SAFETY: non-null pointers come from `Box::into_raw` in `insert_object`; the
-        // object is freed only once no holder of the index's read lock can reach it (see
-        // the type's comment), and the borrow of `_index` keeps the caller's lock held
-        // while the reference lives.
-        unsafe { object.as_ref() }
-    }
+/// A borrow under which no object of the partition is freed: the index's read lock,
+/// once that index says this host holds the object (an object is freed only once no
+/// holder of the lock can reach it), or [`Moving`] (only its holder frees objects),
+/// whatever the index says. Implemented by those two only.
+pub(in crate::host) trait KeepsObjects {}
 
-    /// The object of the partition in `slot`, if any, for the thread holding `moving`
-    /// (whatever the index says: no one else frees it).
-    pub(in crate::host) fn object_held<'m>(
-        &'m self,
-        _moving: &'m Moving,
+impl KeepsObjects for Index {}
+impl KeepsObjects for Moving {}
+
+impl Local {
+    /// The object of the partition in `slot`, if any, for as long as `_keeps` is
+    /// borrowed.
+    pub(in crate::host) fn object<'k>(
+        &'k self,
+        _keeps: &'k impl KeepsObjects,
         slot: u64,
-    ) -> Option<&'m LocalObject> {
+    ) -> Option<&'k LocalObject> {
         let object = self.partition[slot as usize].load(Ordering::Acquire);
-        // SAFETY: from `Box::into_raw` in `insert_object`; only the holder of `moving`
-        // (the caller, for as long as `_moving` is borrowed) frees it.
+        // SAFETY: non-null pointers come from `Box::into_raw` in `insert_object`; an
+        // object is freed only by the holder of `Moving`, once no holder of the index's
+        // read lock can reach it (see [`Local`]), and the borrow of `_keeps` keeps the
+        // caller's lock held, or its `Moving`, while the reference lives.
         unsafe { object.as_ref() }
     }
 
