@@ -583,6 +583,30 @@ pub fn explain(points: &[&Measured]) -> String {
         .join("; ")
 }
 
+/// The `main` of a figures command: `--help` (or `-h`) prints `usage`; otherwise the
+/// arguments are parsed and run (`run` answers whether everything ran). Exits 0, 1 when
+/// something did not run, 2 on bad arguments (the error, then the usage).
+pub fn command_main<A>(
+    usage: &str,
+    args: &[String],
+    parse: impl FnOnce(&[String]) -> Result<A, String>,
+    run: impl FnOnce(&A) -> bool,
+) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{usage}");
+        return ExitCode::SUCCESS;
+    }
+    match parse(args) {
+        Ok(args) if run(&args) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("{e}\n\n{usage}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use megalon_bench::runner::{Harness, Settings};
+use megalon_bench::runner::{self, Harness, Settings};
 use megalon_core::{CxlModel, MemoryKind};
 
 use figures::{Figure, FIGURES};
@@ -174,18 +174,7 @@ fn main() -> ExitCode {
     // The peers' child processes are this binary too.
     megalon_peers::run_child_if_requested();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}");
-        return ExitCode::SUCCESS;
-    }
-    match Args::parse(&args) {
-        Ok(args) if run(&args) => ExitCode::SUCCESS,
-        Ok(_) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("{e}\n\n{USAGE}");
-            ExitCode::from(2)
-        }
-    }
+    runner::command_main(USAGE, &args, Args::parse, run)
 }
 
 /// Runs the figures; returns whether all of them ran.

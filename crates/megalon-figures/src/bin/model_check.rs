@@ -416,20 +416,9 @@ fn wait(ns: u64) {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("{USAGE}");
-        return ExitCode::SUCCESS;
-    }
     if args == ["--cooling"] {
         cooling();
         return ExitCode::SUCCESS;
     }
-    match Args::parse(&args) {
-        Ok(args) if run(&args) => ExitCode::SUCCESS,
-        Ok(_) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("{e}\n\n{USAGE}");
-            ExitCode::from(2)
-        }
-    }
+    megalon_bench::runner::command_main(USAGE, &args, Args::parse, run)
 }

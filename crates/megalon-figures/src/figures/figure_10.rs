@@ -1,9 +1,9 @@
 //! Figure 10: record width, 50% writes, zipf 0.7, SCR 32 MB, 18M objects.
 
 use megalon_bench::lineup::{Kind, Setup};
-use megalon_bench::runner::{explain, find, ratio, Harness, PlanAt, PAPER_OBJECTS};
+use megalon_bench::runner::{Harness, PlanAt, PAPER_OBJECTS};
 
-use super::{panel, writes, Panel, CHURN, THROUGHPUT};
+use super::{panel, throughput_row, writes, Panel, CHURN, THROUGHPUT};
 
 /// Record widths in bits, the paper's sweep.
 const WIDTHS: [u32; 5] = [32, 16, 8, 4, 2];
@@ -49,36 +49,26 @@ pub fn run(h: &mut Harness) -> Result<(), String> {
         &points,
         &[THROUGHPUT, CHURN],
     )?;
-    if let (Some(w32), Some(w8)) = (
-        find(&points, "megalon", 32.0),
-        find(&points, "megalon", 8.0),
-    ) {
-        h.row(
-            "10",
-            "8-bit / 32-bit records (50% writes, zipf 0.7, SCR 32 MB)",
-            ratio(w8.ops_per_second, w32.ops_per_second),
+    // Each row: the narrower width's throughput over the wider's, and the paper's shape.
+    let rows = [
+        (
+            32,
+            8,
             "> 1: 8-bit records all fit and match Figure 7(b)(ii)'s best; below 8 bits wraps \
              hurt",
-            explain(&[w32, w8]),
-        );
-    }
-    if let (Some(w8), Some(w4)) = (find(&points, "megalon", 8.0), find(&points, "megalon", 4.0)) {
-        h.row(
-            "10",
-            "4-bit / 8-bit records (50% writes, zipf 0.7, SCR 32 MB)",
-            ratio(w4.ops_per_second, w8.ops_per_second),
+        ),
+        (
+            8,
+            4,
             "< 1: below 8 bits wraps hurt (the paper's 4- and 2-bit points fall)",
-            explain(&[w8, w4]),
-        );
-    }
-    if let (Some(w8), Some(w2)) = (find(&points, "megalon", 8.0), find(&points, "megalon", 2.0)) {
-        h.row(
-            "10",
-            "2-bit / 8-bit records (50% writes, zipf 0.7, SCR 32 MB)",
-            ratio(w2.ops_per_second, w8.ops_per_second),
-            "< 1: every write wraps (a log event per write)",
-            explain(&[w8, w2]),
-        );
+        ),
+        (8, 2, "< 1: every write wraps (a log event per write)"),
+    ];
+    for (wide, narrow, paper) in rows {
+        let what = format!("{narrow}-bit / {wide}-bit records (50% writes, zipf 0.7, SCR 32 MB)");
+        let (wide, narrow) = (f64::from(wide), f64::from(narrow));
+        let pair = (("megalon", wide), ("megalon", narrow));
+        throughput_row(h, "10", what, &points, pair, paper);
     }
     Ok(())
 }

@@ -1,9 +1,9 @@
 //! Figure 9: key size, read-only, 4.8M objects.
 
 use megalon_bench::lineup::{Kind, Setup};
-use megalon_bench::runner::{explain, find, ratio, Harness, PlanAt};
+use megalon_bench::runner::{Harness, PlanAt};
 
-use super::{panel, read_only, Panel, CHURN, THROUGHPUT};
+use super::{panel, read_only, throughput_row, Panel, CHURN, THROUGHPUT};
 
 /// The paper's objects in this figure.
 const OBJECTS: f64 = 4.8e6;
@@ -42,15 +42,8 @@ pub fn run(h: &mut Harness) -> Result<(), String> {
         ("megalon", "~1 (the index is not in SCR)"),
         ("hcmeta", "< 1 (inline keys fill the SCR: more churn)"),
     ] {
-        if let (Some(short), Some(long)) = (find(&points, scheme, lo), find(&points, scheme, hi)) {
-            h.row(
-                "9",
-                format!("{scheme} at {hi} B / at {lo} B keys"),
-                ratio(long.ops_per_second, short.ops_per_second),
-                paper,
-                explain(&[short, long]),
-            );
-        }
+        let what = format!("{scheme} at {hi} B / at {lo} B keys");
+        throughput_row(h, "9", what, &points, ((scheme, lo), (scheme, hi)), paper);
     }
     Ok(())
 }

@@ -20,7 +20,7 @@ mod resp;
 
 use megalon_bench::lineup::{Kind, Setup};
 use megalon_bench::mix::Choice;
-use megalon_bench::runner::{Harness, Measured, PlanAt};
+use megalon_bench::runner::{explain, find, ratio, Harness, Measured, PlanAt};
 
 use crate::plot::{self, Chart, Series};
 
@@ -120,6 +120,22 @@ fn panel(
         )?;
     }
     Ok(())
+}
+
+/// A summary row: the throughput of the point at `over` (a series and an x) over that of
+/// the point at `base`, with the counters of both; no row if either point is missing.
+fn throughput_row(
+    h: &mut Harness,
+    figure: &'static str,
+    what: String,
+    points: &[Measured],
+    (base, over): ((&str, f64), (&str, f64)),
+    paper: &'static str,
+) {
+    if let (Some(b), Some(o)) = (find(points, base.0, base.1), find(points, over.0, over.1)) {
+        let ours = ratio(o.ops_per_second, b.ops_per_second);
+        h.row(figure, what, ours, paper, explain(&[b, o]));
+    }
 }
 
 /// Draws `series` into `file` in the output directory; an error names the path.
