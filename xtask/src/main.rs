@@ -599,11 +599,30 @@ const STRESS_FLAGS: &[&str] = &[
 /// The stress's flags that take none.
 const STRESS_SWITCHES: &[&str] = &["--chaos", "--reads-and-writes"];
 
-/// Runs the stress test with `flags` (pairs of `--name value`; a switch has an empty
-/// value), prints its verdict as the last line, and returns whether the history was
-/// linearizable and nothing was left behind. `--chaos` builds the core with chaos.
-fn stress(flags: &[(&str, String)]) -> bool {
-    let chaos = flags.iter().any(|(name, _)| *name == "--chaos");
+/// Passes each of `flags` (`--name value`) to `command` as the environment variable
+/// `{prefix}NAME` (a flag without a value as `1`): how the ignored tests take theirs.
+fn flags_to_env(command: &mut Command, prefix: &str, flags: &[(&str, String)]) {
+    for (name, value) in flags {
+        let name = name
+            .trim_start_matches("--")
+            .replace('-', "_")
+            .to_uppercase();
+        command.env(
+            format!("{prefix}{name}"),
+            if value.is_empty() { "1" } else { value },
+        );
+    }
+}
+
+/// Runs the ignored test `name` of megalon-core's test file `file` (`test`: the file,
+/// the test, and the prefix of the variables its flags are passed in), in release and
+/// with the `chaos` feature if asked, after a line `==> file flags`. Returns whether it
+/// passed and what it printed; `None` if cargo did not run.
+fn run_env_test(
+    (file, name, prefix): (&str, &str, &str),
+    chaos: bool,
+    flags: &[(&str, String)],
+) -> Option<(bool, String)> {
     let mut command = cargo_command();
     command.args(["test", "--release", "-p", "megalon-core"]);
     if chaos {
@@ -612,39 +631,41 @@ fn stress(flags: &[(&str, String)]) -> bool {
     command
         .args([
             "--test",
-            "stress",
+            file,
             "--",
             "--ignored",
             "--exact",
-            "stress_from_env",
+            name,
             "--nocapture",
         ])
         .stdout(Stdio::piped());
-    for (name, value) in flags {
-        let var = format!(
-            "MEGALON_STRESS_{}",
-            name.trim_start_matches("--")
-                .replace('-', "_")
-                .to_uppercase()
-        );
-        command.env(var, if value.is_empty() { "1" } else { value });
-    }
-    println!(
-        "\n==> stress {}",
-        flags
-            .iter()
-            .map(|(n, v)| format!("{n} {v}").trim_end().to_owned())
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
-    let output = match command.output() {
-        Ok(output) => output,
+    flags_to_env(&mut command, prefix, flags);
+    let shown: Vec<String> = (flags.iter())
+        .map(|(n, v)| format!(" {n} {v}").trim_end().to_owned())
+        .collect();
+    let what = file.trim_end_matches("_stress");
+    println!("\n==> {what}{}", shown.concat());
+    match command.output() {
+        Ok(output) => Some((
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+        )),
         Err(error) => {
-            eprintln!("stress: could not run cargo: {error}");
-            return false;
+            eprintln!("{what}: could not run cargo: {error}");
+            None
         }
+    }
+}
+
+/// Runs the stress test with `flags` (pairs of `--name value`; a switch has an empty
+/// value), prints its verdict as the last line, and returns whether the history was
+/// linearizable and nothing was left behind. `--chaos` builds the core with chaos.
+fn stress(flags: &[(&str, String)]) -> bool {
+    let chaos = flags.iter().any(|(name, _)| *name == "--chaos");
+    let test = ("stress", "stress_from_env", "MEGALON_STRESS_");
+    let Some((succeeded, stdout)) = run_env_test(test, chaos, flags) else {
+        return false;
     };
-    let stdout = String::from_utf8_lossy(&output.stdout);
     let verdict = stdout
         .lines()
         .find(|line| {
@@ -656,7 +677,7 @@ fn stress(flags: &[(&str, String)]) -> bool {
     match verdict {
         Some(line) => {
             println!("{line}");
-            output.status.success() && line.starts_with("checked ")
+            succeeded && line.starts_with("checked ")
         }
         None => {
             eprintln!("{stdout}");
@@ -684,41 +705,8 @@ const CI_CRASH_MIN_KILLS: u64 = 2;
 /// verdict last), and returns how many hosts it killed if the history was linearizable
 /// and nothing was left behind.
 fn crash(flags: &[(&str, String)]) -> Option<u64> {
-    let mut command = cargo_command();
-    command
-        .args([
-            "test",
-            "--release",
-            "-p",
-            "megalon-core",
-            "--test",
-            "crash_stress",
-            "--",
-            "--ignored",
-            "--exact",
-            "crash_from_env",
-            "--nocapture",
-        ])
-        .stdout(Stdio::piped());
-    for (name, value) in flags {
-        let var = format!(
-            "MEGALON_CRASH_{}",
-            name.trim_start_matches("--")
-                .replace('-', "_")
-                .to_uppercase()
-        );
-        command.env(var, value);
-    }
-    let shown: Vec<String> = flags.iter().map(|(n, v)| format!(" {n} {v}")).collect();
-    println!("\n==> crash{}", shown.concat());
-    let output = match command.output() {
-        Ok(output) => output,
-        Err(error) => {
-            eprintln!("crash: could not run cargo: {error}");
-            return None;
-        }
-    };
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let test = ("crash_stress", "crash_from_env", "MEGALON_CRASH_");
+    let (succeeded, stdout) = run_env_test(test, false, flags)?;
     // The report: from the test's first line to the test harness's own lines after it.
     let report: Vec<&str> = stdout
         .lines()
@@ -743,7 +731,7 @@ fn crash(flags: &[(&str, String)]) -> Option<u64> {
         .and_then(|rest| rest.split(' ').next())
         .and_then(|kills| kills.parse().ok());
     match kills {
-        Some(kills) if output.status.success() => Some(kills),
+        Some(kills) if succeeded => Some(kills),
         _ => None,
     }
 }
