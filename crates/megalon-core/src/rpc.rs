@@ -748,8 +748,36 @@ mod tests {
         Memory::new(Arc::clone(pod), MemoryKind::simulated(seed))
     }
 
-    /// What the test server answers: the op as the status, and a hash of the key and the
-    /// payload as the detail, so that a sender tells its own answer from any other.
+    /// A ring of `entries` in a pod of its own, and the memories of its sender (host 1)
+    /// and its server (host 2).
+    fn sides(entries: u64) -> (Arc<Pod>, RingGeometry, Memory, Memory) {
+        let (pod, ring) = ring_pod(entries);
+        let (sender, server) = (host_memory(&pod, 1), host_memory(&pod, 2));
+        (pod, ring, sender, server)
+    }
+
+    /// `ring.call` of `request` (op, key, payload) with the tests' wait limit, nothing
+    /// counted and nothing to serve.
+    fn call(
+        ring: &RingGeometry,
+        pod: &Pod,
+        memory: &Memory,
+        buf: &mut [u8],
+        (op, key, payload): (u8, &[u8], &[u8]),
+    ) -> Result<Response, u64> {
+        ring.call(
+            pod,
+            memory,
+            buf,
+            op,
+            key,
+            payload,
+            WAIT_LIMIT,
+            &(),
+            &mut || {},
+        )
+    }
+
     fn answer(op: u8, key: &[u8], payload: &[u8]) -> Response {
         let mut both = key.to_vec();
         both.push(0xff);
@@ -812,9 +840,7 @@ mod tests {
 
     #[test]
     fn a_request_and_its_response_cross_between_two_hosts_caches() {
-        let (pod, ring) = ring_pod(4);
-        let sender = host_memory(&pod, 1);
-        let server = host_memory(&pod, 2);
+        let (pod, ring, sender, server) = sides(4);
         let long_key = [0xab; MAX_KEY_BYTES];
         let long_payload: Vec<u8> = (0..PAYLOAD_BYTES as u8).collect();
         let sent: Vec<Seen> = vec![
@@ -857,9 +883,7 @@ mod tests {
     fn a_call_abandoned_after_the_server_claimed_it_frees_its_entry_when_answered() {
         // One entry: the server claims the request and answers only after the sender gave
         // up; the entry must then be free for the next call.
-        let (pod, ring) = ring_pod(1);
-        let sender = host_memory(&pod, 1);
-        let server = host_memory(&pod, 2);
+        let (pod, ring, sender, server) = sides(1);
         let mut buf = vec![0; ring.entry_bytes as usize];
         let mut server_buf = vec![0; ring.entry_bytes as usize];
         let limit = Duration::from_millis(30);
@@ -899,17 +923,7 @@ mod tests {
         assert_eq!(ring.state(&pod, 0).load(Ordering::Relaxed), pack(1, FREE));
         let answered = std::thread::scope(|scope| {
             let serving = scope.spawn(|| serve(&pod, &ring, &server, 1));
-            let response = ring.call(
-                &pod,
-                &sender,
-                &mut buf,
-                2,
-                b"next",
-                b"",
-                WAIT_LIMIT,
-                &(),
-                &mut || {},
-            );
+            let response = call(&ring, &pod, &sender, &mut buf, (2, b"next", b""));
             serving.join().expect("the server");
             response
         });
@@ -920,9 +934,7 @@ mod tests {
     fn a_sender_whose_serve_closure_panics_gives_its_entry_up() {
         // One entry: after a sender panicked while it waited (in the closure that serves
         // its own ring), the entry must serve the next calls, lap after lap.
-        let (pod, ring) = ring_pod(1);
-        let sender = host_memory(&pod, 1);
-        let server = host_memory(&pod, 2);
+        let (pod, ring, sender, server) = sides(1);
         let mut buf = vec![0; ring.entry_bytes as usize];
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             ring.call(
@@ -945,19 +957,9 @@ mod tests {
         );
         std::thread::scope(|scope| {
             let serving = scope.spawn(|| serve(&pod, &ring, &server, 3));
-            for call in 0..3u8 {
-                let response = ring.call(
-                    &pod,
-                    &sender,
-                    &mut buf,
-                    2,
-                    &[call],
-                    b"",
-                    WAIT_LIMIT,
-                    &(),
-                    &mut || {},
-                );
-                assert_eq!(response, Ok(answer(2, &[call], b"")));
+            for n in 0..3u8 {
+                let response = call(&ring, &pod, &sender, &mut buf, (2, &[n], b""));
+                assert_eq!(response, Ok(answer(2, &[n], b"")));
             }
             serving.join().expect("the server");
         });
@@ -965,9 +967,7 @@ mod tests {
 
     #[test]
     fn a_server_that_panics_answers_the_request_and_frees_the_entry() {
-        let (pod, ring) = ring_pod(1);
-        let sender = host_memory(&pod, 1);
-        let server = host_memory(&pod, 2);
+        let (pod, ring, sender, server) = sides(1);
         let failed = Response {
             status: 99,
             detail: 0,
@@ -1003,17 +1003,7 @@ mod tests {
             let mut buf = vec![0; ring.entry_bytes as usize];
             let mut responses = Vec::new();
             for key in [b"one", b"two"] {
-                responses.push(ring.call(
-                    &pod,
-                    &sender,
-                    &mut buf,
-                    3,
-                    key,
-                    b"",
-                    WAIT_LIMIT,
-                    &(),
-                    &mut || {},
-                ));
+                responses.push(call(&ring, &pod, &sender, &mut buf, (3, key, b"")));
             }
             serving.join().expect("the server");
             responses
@@ -1025,9 +1015,7 @@ mod tests {
     fn an_unserved_call_gives_up_and_its_entry_is_free_for_the_next_sender() {
         // One entry: the second call can only have it once the server skipped the
         // withdrawn request.
-        let (pod, ring) = ring_pod(1);
-        let sender = host_memory(&pod, 1);
-        let server = host_memory(&pod, 2);
+        let (pod, ring, sender, server) = sides(1);
         let mut buf = vec![0; ring.entry_bytes as usize];
         let limit = Duration::from_millis(50);
         let mut served_own_ring = 0;
@@ -1062,17 +1050,7 @@ mod tests {
 
         let seen = std::thread::scope(|scope| {
             let serving = scope.spawn(|| serve(&pod, &ring, &server, 1));
-            let response = ring.call(
-                &pod,
-                &sender,
-                &mut buf,
-                2,
-                b"second",
-                b"",
-                WAIT_LIMIT,
-                &(),
-                &mut || {},
-            );
+            let response = call(&ring, &pod, &sender, &mut buf, (2, b"second", b""));
             assert_eq!(response, Ok(answer(2, b"second", b"")));
             serving.join().expect("the server")
         });
@@ -1097,21 +1075,12 @@ mod tests {
                 scope.spawn(move || {
                     let memory = host_memory(pod, sender + 1);
                     let mut buf = vec![0; ring.entry_bytes as usize];
-                    for call in 0..CALLS_PER_SENDER {
-                        let op = 1 + (call % 200) as u8;
-                        let key = format!("sender {sender} call {call}");
-                        let payload = vec![call as u8; (call % PAYLOAD_BYTES) as usize];
-                        let response = ring.call(
-                            pod,
-                            &memory,
-                            &mut buf,
-                            op,
-                            key.as_bytes(),
-                            &payload,
-                            WAIT_LIMIT,
-                            &(),
-                            &mut || {},
-                        );
+                    for n in 0..CALLS_PER_SENDER {
+                        let op = 1 + (n % 200) as u8;
+                        let key = format!("sender {sender} call {n}");
+                        let payload = vec![n as u8; (n % PAYLOAD_BYTES) as usize];
+                        let response =
+                            call(ring, pod, &memory, &mut buf, (op, key.as_bytes(), &payload));
                         assert_eq!(response, Ok(answer(op, key.as_bytes(), &payload)), "{key}");
                     }
                 });
