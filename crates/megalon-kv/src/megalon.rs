@@ -6,7 +6,7 @@ use std::sync::Arc;
 use megalon_core::{EventCounts, Host, HostOptions, Join, Pod};
 
 use crate::error::{Error, Result};
-use crate::scheme::{Limits, Report, Scheme, SchemeHandle};
+use crate::scheme::{Extent, Limits, Report, Scheme, SchemeHandle};
 
 /// megalon: a node-replicated index fed by the shared log, coherence records only for
 /// objects that are written.
@@ -159,12 +159,7 @@ impl SchemeHandle for MegalonHandle {
         Ok(())
     }
 
-    fn read(
-        &mut self,
-        key: &[u8],
-        buf: &mut [u8],
-        extent: &dyn Fn(&[u8]) -> usize,
-    ) -> Result<usize> {
+    fn read(&mut self, key: &[u8], buf: &mut [u8], extent: Extent<'_>) -> Result<usize> {
         // `extent` may see bytes of a write in progress; clamped, they only decide how
         // much more to copy, and the read throws a copy that overlapped a write away.
         let (total, _) = self.host.read_prefix(key, buf, extent)?;
@@ -174,7 +169,7 @@ impl SchemeHandle for MegalonHandle {
     fn read_many(
         &mut self,
         reads: &mut [(&[u8], &mut [u8])],
-        extent: &dyn Fn(&[u8]) -> usize,
+        extent: Extent<'_>,
     ) -> Vec<Result<usize>> {
         self.host
             .read_many_prefix(reads, extent)

@@ -46,6 +46,10 @@ pub trait Scheme: Send + Sync {
     }
 }
 
+/// How many bytes an object holds, told from its first bytes (at most a line): how much
+/// a read copies past them ([`SchemeHandle::read`]).
+pub type Extent<'a> = &'a dyn Fn(&[u8]) -> usize;
+
 /// One thread's access to the objects, through one host. Every call is linearizable on
 /// its own; a read sees a whole object as one write left it, never a torn or stale one.
 pub trait SchemeHandle: Send {
@@ -62,12 +66,7 @@ pub trait SchemeHandle: Send {
     /// `extent` (given those first bytes) says the object holds, at most `buf.len()`; all
     /// of it from one version of the object. Returns the bytes read. Fails with
     /// [`Error::UnknownKey`](crate::Error::UnknownKey) if it does not exist.
-    fn read(
-        &mut self,
-        key: &[u8],
-        buf: &mut [u8],
-        extent: &dyn Fn(&[u8]) -> usize,
-    ) -> Result<usize>;
+    fn read(&mut self, key: &[u8], buf: &mut [u8], extent: Extent<'_>) -> Result<usize>;
 
     /// Reads several objects, each as [`read`](Self::read) reads one: object
     /// `reads[i].0` into `reads[i].1`, the answer at `i` being that read's. Not atomic
@@ -76,7 +75,7 @@ pub trait SchemeHandle: Send {
     fn read_many(
         &mut self,
         reads: &mut [(&[u8], &mut [u8])],
-        extent: &dyn Fn(&[u8]) -> usize,
+        extent: Extent<'_>,
     ) -> Vec<Result<usize>> {
         reads
             .iter_mut()

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use megalon_core::Memory;
 
+use megalon_kv::scheme::Extent;
 use megalon_kv::{Error, Result, SchemeHandle};
 
 use super::counters::{Counter, Counters, ThreadCounters};
@@ -266,12 +267,7 @@ impl SchemeHandle for HcMetaHandle {
         })
     }
 
-    fn read(
-        &mut self,
-        key: &[u8],
-        buf: &mut [u8],
-        extent: &dyn Fn(&[u8]) -> usize,
-    ) -> Result<usize> {
+    fn read(&mut self, key: &[u8], buf: &mut [u8], extent: Extent<'_>) -> Result<usize> {
         let (hash, owner) = self.route(key)?;
         let inner: &Inner = &self.inner;
         let (s, c) = (&inner.settings, &self.counters);

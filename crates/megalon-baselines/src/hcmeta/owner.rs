@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use hashbrown::HashTable;
 use megalon_core::rpc::{Request, Response};
 use megalon_core::{limits::LINE_BYTES, Memory, Pod};
+use megalon_kv::scheme::Extent;
 use megalon_kv::{Error, Result};
 use parking_lot::{Mutex, RwLock};
 
@@ -135,7 +136,7 @@ fn lines(bytes: u64) -> u64 {
 fn copy_out(
     len: usize,
     buf: &mut [u8],
-    extent: &dyn Fn(&[u8]) -> usize,
+    extent: Extent<'_>,
     mut read: impl FnMut(usize, &mut [u8]),
 ) -> usize {
     let len = buf.len().min(len);
@@ -251,7 +252,7 @@ impl HostState {
         hash: KeyHash,
         key: &[u8],
         buf: &mut [u8],
-        extent: &dyn Fn(&[u8]) -> usize,
+        extent: Extent<'_>,
         c: &Counters,
     ) -> Result<usize> {
         let (row_id, row) = self.latch_row(s, hash, key, c, RwLock::read)?;
@@ -770,7 +771,7 @@ pub(crate) fn shared_read(
     host: usize,
     word: u64,
     buf: &mut [u8],
-    extent: &dyn Fn(&[u8]) -> usize,
+    extent: Extent<'_>,
     c: &Counters,
 ) -> usize {
     struct UnlockOnUnwind<'a> {
