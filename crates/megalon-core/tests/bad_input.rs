@@ -395,6 +395,14 @@ fn fake_device(len: u64) -> (TempDir, PathBuf) {
     (dir, path)
 }
 
+/// `config` as a pod on a DAX device resolves it, and that pod's bytes: a pod on a
+/// device keeps undo images (`CrashSafety::Auto`), so it is sized for them.
+fn on_dax(config: &PodConfig) -> (PodConfig, u64) {
+    let resolved = config.resolved_for(&Backing::dax("/dev/dax0.0", 0));
+    let total = Layout::new(&resolved).unwrap().total_bytes;
+    (resolved, total)
+}
+
 /// Creates `small_config()` on a DAX device `dax_bytes` long, backed by a regular file of
 /// `file_bytes`; the create must fail without writing to the file. Answers its error,
 /// and the file's path.
@@ -441,9 +449,7 @@ fn dax_length_longer_than_the_regular_file_behind_it() {
 #[test]
 fn dax_create_and_open_on_a_regular_file_of_the_right_length() {
     let config = small_config();
-    // A pod on a device keeps undo images (`CrashSafety::Auto`): size it for them.
-    let resolved = config.resolved_for(&Backing::dax("/dev/dax0.0", 0));
-    let total = Layout::new(&resolved).unwrap().total_bytes;
+    let (resolved, total) = on_dax(&config);
     let (_dir, path) = fake_device(total);
     let created = Pod::create(&config, Backing::dax(&path, total)).unwrap();
     let created_layout = created.layout().clone();
@@ -594,9 +600,7 @@ fn open_file_shorter_than_its_layout() {
 #[test]
 fn open_dax_length_shorter_than_the_header_region_or_the_layout() {
     let config = small_config();
-    // A pod on a device keeps undo images (`CrashSafety::Auto`): size it for them.
-    let resolved = config.resolved_for(&Backing::dax("/dev/dax0.0", 0));
-    let total = Layout::new(&resolved).unwrap().total_bytes;
+    let (_, total) = on_dax(&config);
     let (_dir, path) = fake_device(total);
     drop(Pod::create(&config, Backing::dax(&path, total)).unwrap());
     for (len, needed) in [

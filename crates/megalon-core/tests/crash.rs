@@ -39,12 +39,17 @@ fn pod() -> Arc<Pod> {
     Arc::new(Pod::create(&config(), megalon_core::Backing::heap()).unwrap())
 }
 
+/// A pod of [`pod`] and hosts 1 and 2 on it.
+fn two_hosts() -> (Arc<Pod>, Host, Host) {
+    let pod = pod();
+    let (a, b) = (join(&pod, 1), join(&pod, 2));
+    (pod, a, b)
+}
+
 /// A new pod, hosts a and b, and `k` created and written by a (so it has a record):
 /// `value(2)`.
 fn two_hosts_with_k() -> (Arc<Pod>, Host, Host) {
-    let pod = pod();
-    let a = join(&pod, 1);
-    let b = join(&pod, 2);
+    let (pod, a, b) = two_hosts();
     a.create(b"k", &value(1)).unwrap();
     a.write(b"k", &value(2)).unwrap();
     (pod, a, b)
@@ -77,9 +82,7 @@ fn wait_recovered(host: &Host, hosts: u64) {
 
 #[test]
 fn positions_a_dead_host_reserved_are_skipped_and_the_log_goes_on() {
-    let pod = pod();
-    let a = join(&pod, 1);
-    let b = join(&pod, 2);
+    let (pod, a, b) = two_hosts();
     let a_id = a.id();
     let first = a.inspect().reserve_unpublished(3).unwrap();
     crash(a);
@@ -129,9 +132,7 @@ fn a_dead_host_that_locked_without_writing_leaves_the_value_as_it_was() {
 
 #[test]
 fn a_host_that_rejoins_under_its_old_id_does_not_reuse_its_old_slots() {
-    let pod = pod();
-    let a = join(&pod, 1);
-    let b = join(&pod, 2);
+    let (pod, a, b) = two_hosts();
     let a_id = a.id();
     for i in 0..20u8 {
         a.create(&[b'a', i], &value(i)).unwrap();
