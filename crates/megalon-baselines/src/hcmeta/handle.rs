@@ -194,6 +194,12 @@ impl HcMetaHandle {
 }
 
 impl HcMetaHandle {
+    /// [`route`](Self::route), after checking that `object` fits a row.
+    fn route_object(&mut self, key: &[u8], object: &[u8]) -> Result<(KeyHash, usize)> {
+        self.check_object(object)?;
+        self.route(key)
+    }
+
     /// Checks `key`, serves this host's ring, and says who owns the key.
     fn route(&mut self, key: &[u8]) -> Result<(KeyHash, usize)> {
         let hash = self.check_key(key)?;
@@ -240,8 +246,7 @@ impl HcMetaHandle {
 
 impl SchemeHandle for HcMetaHandle {
     fn create(&mut self, key: &[u8], object: &[u8]) -> Result<()> {
-        self.check_object(object)?;
-        let (hash, owner) = self.route(key)?;
+        let (hash, owner) = self.route_object(key, object)?;
         if owner == self.host {
             let inner: &Inner = &self.inner;
             let s = &inner.settings;
@@ -254,8 +259,7 @@ impl SchemeHandle for HcMetaHandle {
     }
 
     fn write(&mut self, key: &[u8], object: &[u8]) -> Result<()> {
-        self.check_object(object)?;
-        let (hash, owner) = self.route(key)?;
+        let (hash, owner) = self.route_object(key, object)?;
         if owner == self.host {
             let inner: &Inner = &self.inner;
             let s = &inner.settings;
