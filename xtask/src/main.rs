@@ -614,15 +614,46 @@ fn flags_to_env(command: &mut Command, prefix: &str, flags: &[(&str, String)]) {
     }
 }
 
-/// Runs the ignored test `name` of megalon-core's test file `file` (`test`: the file,
-/// the test, and the prefix of the variables its flags are passed in), in release and
-/// with the `chaos` feature if asked, after a line `==> file flags`. Returns whether it
-/// passed and what it printed; `None` if cargo did not run.
+/// An ignored test of megalon-core that takes its settings from environment variables.
+struct EnvTest {
+    /// Its name in the header line and in errors.
+    what: &'static str,
+    /// Its test file.
+    file: &'static str,
+    /// The test.
+    test: &'static str,
+    /// The prefix of the variables its flags are passed in.
+    prefix: &'static str,
+}
+
+const STRESS_TEST: EnvTest = EnvTest {
+    what: "stress",
+    file: "stress",
+    test: "stress_from_env",
+    prefix: "MEGALON_STRESS_",
+};
+
+const CRASH_TEST: EnvTest = EnvTest {
+    what: "crash",
+    file: "crash_stress",
+    test: "crash_from_env",
+    prefix: "MEGALON_CRASH_",
+};
+
+/// Runs `env_test` in release, with the `chaos` feature if asked, after a line
+/// `==> what flags`. Returns whether it passed and what it printed; `None` if cargo did
+/// not run.
 fn run_env_test(
-    (file, name, prefix): (&str, &str, &str),
+    env_test: &EnvTest,
     chaos: bool,
     flags: &[(&str, String)],
 ) -> Option<(bool, String)> {
+    let EnvTest {
+        what,
+        file,
+        test,
+        prefix,
+    } = env_test;
     let mut command = cargo_command();
     command.args(["test", "--release", "-p", "megalon-core"]);
     if chaos {
@@ -635,7 +666,7 @@ fn run_env_test(
             "--",
             "--ignored",
             "--exact",
-            name,
+            test,
             "--nocapture",
         ])
         .stdout(Stdio::piped());
@@ -643,7 +674,6 @@ fn run_env_test(
     let shown: Vec<String> = (flags.iter())
         .map(|(n, v)| format!(" {n} {v}").trim_end().to_owned())
         .collect();
-    let what = file.trim_end_matches("_stress");
     println!("\n==> {what}{}", shown.concat());
     match command.output() {
         Ok(output) => Some((
@@ -662,8 +692,7 @@ fn run_env_test(
 /// linearizable and nothing was left behind. `--chaos` builds the core with chaos.
 fn stress(flags: &[(&str, String)]) -> bool {
     let chaos = flags.iter().any(|(name, _)| *name == "--chaos");
-    let test = ("stress", "stress_from_env", "MEGALON_STRESS_");
-    let Some((succeeded, stdout)) = run_env_test(test, chaos, flags) else {
+    let Some((succeeded, stdout)) = run_env_test(&STRESS_TEST, chaos, flags) else {
         return false;
     };
     let verdict = stdout
@@ -705,8 +734,7 @@ const CI_CRASH_MIN_KILLS: u64 = 2;
 /// verdict last), and returns how many hosts it killed if the history was linearizable
 /// and nothing was left behind.
 fn crash(flags: &[(&str, String)]) -> Option<u64> {
-    let test = ("crash_stress", "crash_from_env", "MEGALON_CRASH_");
-    let (succeeded, stdout) = run_env_test(test, false, flags)?;
+    let (succeeded, stdout) = run_env_test(&CRASH_TEST, false, flags)?;
     // The report: from the test's first line to the test harness's own lines after it.
     let report: Vec<&str> = stdout
         .lines()
