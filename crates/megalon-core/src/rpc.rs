@@ -778,6 +778,8 @@ mod tests {
         )
     }
 
+    /// What the test server answers: the op as the status, and a hash of the key and the
+    /// payload as the detail, so that a sender tells its own answer from any other.
     fn answer(op: u8, key: &[u8], payload: &[u8]) -> Response {
         let mut both = key.to_vec();
         both.push(0xff);
