@@ -66,8 +66,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"MEGALON\0");
 /// adds the lease and crash safety (the recovery word, machine, process start and
 /// reservation words in the host table, lock announce words and undo images); version 6
 /// adds the record under recovery (a word beside the recovery word), which every host
-/// about to lock a record checks.
-pub const LAYOUT_VERSION: u32 = 6;
+/// about to lock a record checks; version 7 names the join mailbox's server by its
+/// session (id and life) where 6 had 1 + its id.
+pub const LAYOUT_VERSION: u32 = 7;
 /// Bytes of the encoded header.
 pub const HEADER_BYTES: usize = 128;
 

@@ -4,12 +4,13 @@
 //! replays from that position on.
 //!
 //! The join mailbox (a line of SCR words): `request` (the joiner's session: its id and
-//! which life of the id it is, taken by one CAS: one late join at a time), `server` (1 +
-//! the live host serving it, taken by one CAS), `ready` (the session, once `position` and
-//! `total` are its snapshot's), `position`, `total` (bytes), `chunk` (chunks the server
-//! has put in the area) and `acked` (chunks the joiner has read). A session names a life,
-//! not only an id: a joiner killed mid-stream and started again under its id is another
-//! session, and never reads what was streamed to the dead one.
+//! which life of the id it is, taken by one CAS: one late join at a time), `server` (the
+//! serving host's session, taken by one CAS), `ready` (the joiner's session, once
+//! `position` and `total` are its snapshot's), `position`, `total` (bytes), `chunk`
+//! (chunks the server has put in the area) and `acked` (chunks the joiner has read). A
+//! session names a life, not only an id: a joiner killed mid-stream and started again
+//! under its id is another session, and never reads what was streamed to the dead one;
+//! a server killed mid-stream is gone to its joiner even once its id lives again.
 //!
 //! The server, in its pump: takes `server`; holding its replay lock (so that its
 //! `applied` and `ltail` stay at one position `P`) encodes its index and stores the
@@ -20,10 +21,9 @@
 //! reads each chunk. The server lets go of `server` only once the joiner has let go of
 //! `request`: one session is served once. Until the snapshot is pinned, the joiner's
 //! `ltail` holds the head at the position the joiner saw when it claimed its id. Every
-//! wait is bounded, and ends
-//! early when the other side is gone (its row freed or claimed by another life, or its
-//! process gone on this machine); a stale session in the mailbox is cleared by the next
-//! joiner.
+//! wait is bounded, and ends early when the other side is gone (its row freed or claimed
+//! by another life, or its process gone on this machine); a stale session in the mailbox
+//! is cleared by the next joiner.
 
 use super::Shared;
 
@@ -43,6 +43,14 @@ struct Mailbox<'p> {
     total: &'p AtomicU64,
     chunk: &'p AtomicU64,
     acked: &'p AtomicU64,
+}
+
+/// What `server` holds while life `life` of host `id` serves the mailbox: its session,
+/// as `request` holds the joiner's. (An id alone would name a later life too: a server
+/// killed mid-stream whose id is claimed again before its joiner looks would look alive
+/// to every joiner for as long as the new life lives, and no one would serve again.)
+fn server_word(id: HostId, life: u64) -> u64 {
+    session(id, life)
 }
 
 fn mailbox(pod: &Pod) -> Mailbox<'_> {
@@ -128,10 +136,9 @@ impl Shared {
         received
     }
 
-    /// Whether the host serving the mailbox (`server`, 1 + its id) is gone.
+    /// Whether the host serving the mailbox (`server`, its session) is gone.
     fn server_gone(&self, server: u64) -> bool {
-        let host = (server - 1) as HostId;
-        host_table::alive(&self.pod, host) == Some(false)
+        session_gone(&self.pod, server)
     }
 
     fn receive_snapshot(&self, mailbox: &Mailbox<'_>, me: u64) -> Result<()> {
@@ -202,7 +209,7 @@ impl Shared {
         if request == 0 || mailbox.server.load(Ordering::SeqCst) != 0 {
             return Ok(());
         }
-        let me = u64::from(self.id) + 1;
+        let me = server_word(self.id, self.life);
         if mailbox
             .server
             .compare_exchange(0, me, Ordering::SeqCst, Ordering::SeqCst)
@@ -269,5 +276,86 @@ impl Shared {
         }
         self.counters.joins_served.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::{mailbox, server_word};
+    use crate::inspect::crash;
+    use crate::{Backing, Error, Host, HostOptions, Join, Pod, PodConfig};
+
+    const SLOT: usize = 256;
+
+    fn value(i: u8) -> Vec<u8> {
+        (0..SLOT).map(|b| i.wrapping_add(b as u8)).collect()
+    }
+
+    /// A server killed mid-stream leaves its word in `server`. Once a live host has
+    /// recovered it, its id may be claimed again, by a new life, before a joiner looks:
+    /// the joiner must still see that the server is gone, and be served by another host.
+    /// (With `server` naming only the id, the joiner saw the id alive and waited out its
+    /// wait limit, and so did every joiner after it while the new life lived.)
+    #[test]
+    fn a_server_that_died_mid_stream_is_gone_though_its_id_lives_again() {
+        let config = PodConfig::new()
+            .scr_bytes(64 << 10)
+            .lnr_bytes(1 << 20)
+            .slot_size_bytes(SLOT as u64)
+            .max_key_bytes(48)
+            .log_capacity_entries(256)
+            .max_hosts(4)
+            .lease_ms(100)
+            .join_area_bytes(128);
+        let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
+        let pumped = || HostOptions::new().pump_interval(Some(Duration::from_millis(1)));
+        let a = Host::join(&pod, Join::AnyFree, pumped()).unwrap();
+        let server = Host::join(&pod, Join::AnyFree, pumped()).unwrap();
+        let (id, life) = (server.shared.id, server.shared.life);
+        crash(server);
+        // `a` recovers the dead host within its lease; then the id is claimed again.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let again = loop {
+            match Host::join(&pod, Join::As(id), pumped()) {
+                Ok(host) => break host,
+                Err(Error::HostTaken { .. }) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                Err(error) => panic!("rejoining as {id}: {error}"),
+            }
+        };
+        assert!(again.shared.life > life);
+        // The log recycles: a host that joins now is a late joiner.
+        for i in 0..200 {
+            a.create(&[b'a', i], &value(i)).unwrap();
+            a.delete(&[b'a', i]).unwrap();
+            a.create(&[b'a', i], &value(i)).unwrap();
+        }
+        assert!(a.inspect().log_cursors().0 > 0, "the log recycled");
+        // What the dead server left behind: its word, as it took the mailbox.
+        mailbox(&pod)
+            .server
+            .store(server_word(id, life), Ordering::SeqCst);
+        let started = Instant::now();
+        let late = Host::join(
+            &pod,
+            Join::AnyFree,
+            pumped().wait_limit(Duration::from_secs(2)),
+        )
+        .expect("a late join served by a live host");
+        let mut buf = vec![0u8; SLOT];
+        for i in 0..200 {
+            late.read(&[b'a', i], &mut buf).unwrap();
+            assert_eq!(buf, value(i), "object {i}");
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "served in {:?}",
+            started.elapsed()
+        );
     }
 }
