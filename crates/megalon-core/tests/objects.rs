@@ -229,6 +229,23 @@ fn a_write_in_progress_keeps_its_record() {
 }
 
 #[test]
+fn a_write_ticket_ended_on_another_host_is_refused_and_ends_on_its_own() {
+    // b's `write_end` of a's ticket would write back b's lines, not a's, and unlock with
+    // a's bytes still in a's cache. It panics instead, and the ticket's drop ends the write
+    // on a: the bytes reach memory, the record is unlocked.
+    let quiet = |seed| HostOptions::new().memory(common::simulated(seed, 512, 0));
+    let (a, b) = two_hosts(&pod(32, 64 << 10), quiet, 16);
+    written_k(&a);
+    let ticket = a.write_start(b"k").unwrap();
+    a.memory().write(ticket.offset(), &value(7));
+    let misuse = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.write_end(ticket)));
+    assert!(misuse.is_err(), "b ended a's write");
+    assert_eq!(read(&b, b"k"), value(7));
+    a.write(b"k", &value(8)).expect("the record is unlocked");
+    assert_eq!(read(&b, b"k"), value(8));
+}
+
+#[test]
 fn no_free_and_no_reclaimable_record_is_a_typed_error_that_loses_nothing() {
     // Every record held by a write in progress: nothing is free and nothing can be
     // reclaimed (a locked record is never taken), so one more write must fail cleanly.

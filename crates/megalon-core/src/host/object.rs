@@ -55,6 +55,10 @@ impl Host {
 
     /// Ends a read (steps 4-6): `true` if the bytes copied since `read_start` are a valid
     /// version of the object, `false` if the read must start over.
+    ///
+    /// # Panics
+    ///
+    /// If `ticket` was started on another host.
     pub fn read_end(&self, ticket: ReadTicket<'_>) -> Result<bool> {
         assert!(
             std::ptr::eq(ticket.host, self),
@@ -80,7 +84,16 @@ impl Host {
 
     /// Ends a write: the object's lines reach memory, the counter is even again (a wrap
     /// event first if it wrapped around), the lock is released.
+    ///
+    /// # Panics
+    ///
+    /// If `ticket` was started on another host (its lines are in that host's cache). The
+    /// ticket's drop then ends the write on the host that started it.
     pub fn write_end(&self, mut ticket: WriteTicket<'_>) -> Result<()> {
+        assert!(
+            std::ptr::eq(ticket.host, self),
+            "a write ticket ends on the host that started it"
+        );
         let state = ticket.state.take().expect("live ticket");
         self.shared
             .with_counters(|c| self.shared.write_end(state, c))
