@@ -163,20 +163,52 @@ pub(crate) fn count_join(pod: &Pod, host: HostId) -> u64 {
     row.joins.fetch_add(1, Ordering::SeqCst) + 1
 }
 
-/// Frees `host`'s row (its holder leaves).
-pub(crate) fn release(pod: &Pod, host: HostId) {
+/// Frees `host`'s row, which life `life` of this process holds (its holder leaves). A row
+/// that is not that life's any more (a recoverer freed it, another life claimed it) is
+/// left alone.
+pub(crate) fn release(pod: &Pod, host: HostId, life: u64) {
+    let pid = std::process::id();
+    if holder(pod, host) != Some((pid, life)) {
+        return;
+    }
+    let row = entry(pod, host);
+    forget_holder(&row);
     // SeqCst (Release would do for the next holder, whose claiming CAS pairs with it):
     // `Log::advance_head` orders its loads of holders with the log's registration.
-    entry(pod, host).holder.store(FREE, Ordering::SeqCst);
+    let _ = row
+        .holder
+        .compare_exchange(pid, FREE, Ordering::SeqCst, Ordering::SeqCst);
 }
 
 /// Frees `host`'s row for a holder that died, if `pid` still holds it (one CAS: a
 /// second recoverer, or a new holder, is left alone).
 pub(crate) fn release_dead(pod: &Pod, host: HostId, pid: u32) -> bool {
-    entry(pod, host)
-        .holder
+    let row = entry(pod, host);
+    if row.holder.load(Ordering::SeqCst) != pid {
+        return false;
+    }
+    forget_holder(&row);
+    row.holder
         .compare_exchange(pid, FREE, Ordering::SeqCst, Ordering::SeqCst)
         .is_ok()
+}
+
+/// Clears the machine and start time of a row about to be freed (each by a CAS from what
+/// it says now, so that a holder that claimed the row meanwhile keeps its own). Between
+/// the next holder's claim and its `count_join` the row would otherwise describe the
+/// previous holder: a host of that machine would take the new holder's pid for a process
+/// that started after the row's, or for one that is not there, and declare a joining host
+/// dead. A row that says nothing of its holder is judged by its lease, whose watch starts
+/// again for a new pid.
+fn forget_holder(row: &HostEntry<'_>) {
+    let started = row.started.load(Ordering::SeqCst);
+    let _ = row
+        .started
+        .compare_exchange(started, 0, Ordering::SeqCst, Ordering::SeqCst);
+    let machine = row.machine.load(Ordering::SeqCst);
+    let _ = row
+        .machine
+        .compare_exchange(machine, 0, Ordering::SeqCst, Ordering::SeqCst);
 }
 
 /// The holder of `host`'s row and which life of the id it is, if held.

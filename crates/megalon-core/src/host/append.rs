@@ -53,7 +53,7 @@ impl Shared {
 
     /// `Err(HostDeclaredDead)` once this host's row in the host table is no longer its
     /// own (it was declared dead and recovered), or its replica has applied its death.
-    fn holds_its_row(&self) -> Result<()> {
+    pub(super) fn holds_its_row(&self) -> Result<()> {
         if host_table::holder(&self.pod, self.id) != Some((std::process::id(), self.life)) {
             return Err(Error::HostDeclaredDead {
                 host: self.id,

@@ -858,3 +858,63 @@ thread_local! {
     /// A writer's buffer for its undo image (one copy per write, no allocation).
     static UNDO_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use crate::host_table;
+    use crate::{Backing, Host, HostOptions, Join, Pod, PodConfig};
+
+    /// A process that has claimed a free row and not yet said who it is (`count_join`:
+    /// its machine, start time and life) is not taken for dead by what the row's previous
+    /// holder left there; one that dies in that window is still found dead, by its lease.
+    #[test]
+    fn a_claim_not_yet_counted_is_judged_by_its_lease() {
+        let config = PodConfig::new()
+            .scr_bytes(64 << 10)
+            .lnr_bytes(1 << 20)
+            .slot_size_bytes(256)
+            .max_hosts(4)
+            .lease_ms(1000);
+        let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
+        let pumped = || HostOptions::new().pump_interval(Some(Duration::from_millis(1)));
+        let a = Host::join(&pod, Join::AnyFree, pumped()).unwrap();
+        let b = Host::join(&pod, Join::AnyFree, pumped()).unwrap();
+        let id = b.shared.id;
+        // b leaves; its row said this process, of this machine.
+        drop(b);
+        // A process started later than this one claims the row, and is paused before
+        // `count_join` (its claim, by hand).
+        std::thread::sleep(Duration::from_millis(20));
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let holder = pod.scr_u32(pod.layout().host_entry_offset(id));
+        holder
+            .compare_exchange(0, pid, Ordering::SeqCst, Ordering::SeqCst)
+            .unwrap();
+        // Two of a's watches (every quarter lease), within one lease: the claim stands.
+        std::thread::sleep(Duration::from_millis(600));
+        let held = host_table::holder(&pod, id).map(|(holder, _)| holder);
+        let recovered = a.inspect().stats().hosts_recovered;
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(held, Some(pid), "a live claimer's row was freed");
+        assert_eq!(recovered, 0);
+        // Dead in the window: its lease runs out, and a recovers it.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while host_table::holder(&pod, id).is_some() {
+            assert!(
+                Instant::now() < deadline,
+                "a claimer that died was never recovered"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(a.inspect().stats().hosts_recovered, 1);
+    }
+}

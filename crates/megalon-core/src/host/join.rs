@@ -69,13 +69,16 @@ fn mailbox(pod: &Pod) -> Mailbox<'_> {
 
 impl Shared {
     /// Waits (bounded by the wait limit) until `done` holds; `Err`: the milliseconds
-    /// waited.
+    /// waited. Heartbeats as it waits: a joiner has no pump yet, and a server's pump is
+    /// this wait, which the wait limit (10 s by default) lets outlast the lease (2 s); a
+    /// host on another machine that stopped beating would be declared dead while alive.
     fn wait_until(&self, mut done: impl FnMut() -> bool) -> std::result::Result<(), u64> {
         let mut backoff = Backoff::new(self.options.wait_limit);
         while !done() {
             if !backoff.snooze() {
                 return Err(backoff.waited().as_millis() as u64);
             }
+            host_table::heartbeat(&self.pod, self.id);
         }
         Ok(())
     }
@@ -260,6 +263,9 @@ impl Shared {
             if over() {
                 return Err(gone(0));
             }
+            // A server declared dead (paused past its lease) must not write into the area
+            // another server may be streaming through by now.
+            self.holds_its_row()?;
             self.memory.write(area, chunk);
             self.memory.write_back(area, chunk.len());
             // The chunk is in memory before `chunk` counts it.
@@ -286,6 +292,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::{mailbox, server_word};
+    use crate::host_table;
     use crate::inspect::crash;
     use crate::{Backing, Error, Host, HostOptions, Join, Pod, PodConfig};
 
@@ -357,5 +364,66 @@ mod tests {
             "served in {:?}",
             started.elapsed()
         );
+    }
+
+    /// A server on another machine waiting for a slow joiner's acknowledgement keeps
+    /// beating: it is not declared dead while alive (nor does it go on streaming after
+    /// being declared dead, which would mix its chunks with another server's).
+    #[test]
+    fn a_server_waiting_for_a_slow_joiner_stays_alive() {
+        let config = PodConfig::new()
+            .scr_bytes(64 << 10)
+            .lnr_bytes(1 << 20)
+            .slot_size_bytes(SLOT as u64)
+            .max_hosts(4)
+            .lease_ms(100)
+            .join_area_bytes(128);
+        let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
+        let pumped = || {
+            HostOptions::new()
+                .pump_interval(Some(Duration::from_millis(1)))
+                .wait_limit(Duration::from_secs(3))
+        };
+        let a = Host::join(&pod, Join::AnyFree, pumped()).unwrap();
+        let b = Host::join(&pod, Join::AnyFree, pumped()).unwrap();
+        for i in 0..20 {
+            a.create(&[b'k', i], &value(i)).unwrap();
+        }
+        // Both judged by their leases, as hosts of another machine are.
+        a.inspect().pretend_elsewhere();
+        b.inspect().pretend_elsewhere();
+        // A slow joiner, by hand: it asks, then takes its time over the first chunk.
+        let joiner = (0..4)
+            .find(|&host| host_table::try_claim(&pod, host).is_ok())
+            .unwrap();
+        let life = host_table::count_join(&pod, joiner);
+        let mailbox = mailbox(&pod);
+        mailbox
+            .request
+            .store(host_table::session(joiner, life), Ordering::SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while mailbox.chunk.load(Ordering::SeqCst) < 1 {
+            assert!(Instant::now() < deadline, "nobody serves");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let (server, server_life) = host_table::session_of(mailbox.server.load(Ordering::SeqCst));
+        // Six leases before the first acknowledgement.
+        std::thread::sleep(Duration::from_millis(600));
+        let row = host_table::holder(&pod, server);
+        mailbox.acked.store(1, Ordering::SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while mailbox.chunk.load(Ordering::SeqCst) < 2 {
+            assert!(Instant::now() < deadline, "the server stopped streaming");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        mailbox.request.store(0, Ordering::SeqCst);
+        host_table::release(&pod, joiner, life);
+        assert_eq!(
+            row.map(|(_, life)| life),
+            Some(server_life),
+            "the server was declared dead while it waited"
+        );
+        let recovered = a.inspect().stats().hosts_recovered + b.inspect().stats().hosts_recovered;
+        assert_eq!(recovered, 0);
     }
 }

@@ -132,7 +132,7 @@ impl Host {
         let shared = Arc::new(Shared::new(pod, id, life, options.into()));
         if late {
             if let Err(error) = shared.join_late() {
-                host_table::release(pod, id);
+                host_table::release(pod, id, life);
                 return Err(error);
             }
         }
@@ -255,7 +255,7 @@ impl Drop for Host {
         }
         // A host declared dead has had its row freed (and maybe claimed again) already.
         if !self.shared.is_declared_dead() {
-            host_table::release(&self.shared.pod, self.shared.id);
+            host_table::release(&self.shared.pod, self.shared.id, self.shared.life);
         }
     }
 }
