@@ -476,6 +476,26 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
             ),
         ],
     ),
+    (
+        "recovery-condemns-first",
+        &[(
+            "recovery_races",
+            "a_host_resumed_during_its_recovery_writes_nothing_over_the_skip",
+        )],
+    ),
+    (
+        "dead-host-leaves-records-to-recovery",
+        &[
+            (
+                "recovery_races",
+                "a_deleter_declared_dead_leaves_a_live_lock_alone",
+            ),
+            (
+                "recovery_races",
+                "a_writer_declared_dead_after_its_lock_leaves_a_live_lock_alone",
+            ),
+        ],
+    ),
 ];
 
 /// Runs the mutant tests with `step` switched off (or none), returning the failing tests:

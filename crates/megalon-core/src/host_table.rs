@@ -3,8 +3,11 @@
 //! never sees a claimed entry without its pid), a heartbeat the holder bumps (its lease),
 //! how many times the id has been joined, the holder's machine and process start time
 //! (so that a host on the same machine can tell at once that the holder's process is
-//! gone), and the holder's log reservation (the positions it reserved and has not yet
-//! published, so that a host recovering a dead holder can fill them). In a pod with undo
+//! gone), the holder's log reservation (the positions it reserved and has not yet
+//! published, so that a host recovering a dead holder can fill them), and the last life
+//! of the id a recoverer condemned (set before recovery changes anything of the dead
+//! holder's, so that a holder only paused past its lease learns it at its next check,
+//! not once its row is freed). In a pod with undo
 //! images the entry goes on with one announce word per record lock the holder may hold
 //! (see `host::crash`). The log reads the table to know whose applied position holds its
 //! head back; the host claims and frees its row.
@@ -22,6 +25,7 @@ const MACHINE_OFFSET: u64 = 24;
 const STARTED_OFFSET: u64 = 32;
 const RESERVED_FROM_OFFSET: u64 = 40;
 const RESERVED_TO_OFFSET: u64 = 48;
+const CONDEMNED_OFFSET: u64 = 56;
 
 /// One row of the host table, as read at one moment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +52,7 @@ struct HostEntry<'a> {
     started: &'a AtomicU64,
     reserved_from: &'a AtomicU64,
     reserved_to: &'a AtomicU64,
+    condemned: &'a AtomicU64,
 }
 
 fn entry(pod: &Pod, host: HostId) -> HostEntry<'_> {
@@ -60,6 +65,7 @@ fn entry(pod: &Pod, host: HostId) -> HostEntry<'_> {
         started: pod.scr_u64(base + STARTED_OFFSET),
         reserved_from: pod.scr_u64(base + RESERVED_FROM_OFFSET),
         reserved_to: pod.scr_u64(base + RESERVED_TO_OFFSET),
+        condemned: pod.scr_u64(base + CONDEMNED_OFFSET),
     }
 }
 
@@ -209,6 +215,22 @@ fn forget_holder(row: &HostEntry<'_>) {
     let _ = row
         .machine
         .compare_exchange(machine, 0, Ordering::SeqCst, Ordering::SeqCst);
+}
+
+/// Condemns life `life` of `host` (and every earlier one): a recoverer does it before it
+/// fills the dead holder's reservation or settles anything of its. The word only grows
+/// (a recoverer taken over late, condemning a life whose id lives again, leaves the later
+/// condemnation alone), and a new life is above every condemned one.
+pub(crate) fn condemn(pod: &Pod, host: HostId, life: u64) {
+    // SeqCst: before the recoverer's first step, so that a holder that checks after it
+    // (`condemned`) knows, and one that checked before it had announced what it then
+    // does (its reservation, its lock): the recoverer's scan sees that.
+    entry(pod, host).condemned.fetch_max(life, Ordering::SeqCst);
+}
+
+/// Whether life `life` of `host` has been condemned by a recoverer.
+pub(crate) fn condemned(pod: &Pod, host: HostId, life: u64) -> bool {
+    entry(pod, host).condemned.load(Ordering::SeqCst) >= life
 }
 
 /// The holder of `host`'s row and which life of the id it is, if held.

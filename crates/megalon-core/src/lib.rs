@@ -80,7 +80,8 @@
 //! process is gone (within a quarter of the lease, by each host's pump). A host on another
 //! machine is dead once its heartbeat has not moved for [`PodConfig::lease_ms`] (2 s by
 //! default); a host that was only paused that long finds itself declared dead and its
-//! calls answer [`Error::HostDeclaredDead`]. A lock whose holder is alive is never taken
+//! calls answer [`Error::HostDeclaredDead`] (recovery condemns it first thing, and from
+//! its next check on it changes nothing in the pod: what it held is its recovery's). A lock whose holder is alive is never taken
 //! from it. What the lease cannot rule out: a host paused longer than the lease between
 //! one of its checks and the store that follows (a CAS, a write of bytes) makes that one
 //! store late; it learns of its death at its next check. Meanwhile reads and writes of

@@ -29,7 +29,7 @@ pub const DEFAULT_RPC_RING_ENTRIES: u32 = 16;
 /// Bytes reserved for the header at the start of the pod (one page).
 pub const HEADER_REGION_BYTES: u64 = 4096;
 /// Bytes of the first line of a host-table entry (holder, heartbeat, joins, machine,
-/// process start, reservation).
+/// process start, reservation, the last condemned life).
 pub(crate) const HOST_ENTRY_BYTES: u64 = LINE_BYTES;
 /// Record locks one host may hold at once in a pod with undo images: each has an announce
 /// word in the host's table entry (after its first line) and an undo image in LNR.

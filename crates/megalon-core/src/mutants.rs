@@ -116,6 +116,16 @@ pub enum Step {
     /// of the old version as valid until the event lands, and for good if the append
     /// fails.
     RecoveryLogsBeforeUnlock,
+    /// A recoverer condemns the dead host's life (in its host-table row) before it fills
+    /// the host's reservation or settles its locks. Skipped, the row says nothing until it
+    /// is freed at the end: a host only paused past its lease that resumes during its
+    /// recovery writes its entry over the `Skip` that filled its reservation.
+    RecoveryCondemnsFirst,
+    /// A host that knows it was declared dead (pods with undo images) changes no record
+    /// word and no announce: recovery settles what it held. Skipped, its settles and
+    /// restores take by CAS a live host's lock of the same word (every lock of a 2-bit
+    /// record), and a read accepts that host's half-written value.
+    DeadHostLeavesRecordsToRecovery,
 }
 
 // Without the feature the steps are only the names of the guards in the code.
@@ -154,6 +164,8 @@ impl Step {
         Step::RecoveryFindsTheWriterAmongTheDead,
         Step::MoveBackKeepsTheSlotImage,
         Step::RecoveryLogsBeforeUnlock,
+        Step::RecoveryCondemnsFirst,
+        Step::DeadHostLeavesRecordsToRecovery,
     ];
 
     /// The name `MEGALON_MUTANT` takes.
@@ -190,6 +202,8 @@ impl Step {
             Step::RecoveryFindsTheWriterAmongTheDead => "recovery-finds-the-writer-among-the-dead",
             Step::MoveBackKeepsTheSlotImage => "move-back-keeps-the-slot-image",
             Step::RecoveryLogsBeforeUnlock => "recovery-logs-before-unlock",
+            Step::RecoveryCondemnsFirst => "recovery-condemns-first",
+            Step::DeadHostLeavesRecordsToRecovery => "dead-host-leaves-records-to-recovery",
         }
     }
 

@@ -773,3 +773,133 @@ fn a_refused_recovered_event_is_appended_by_a_later_round() {
         read[0]
     );
 }
+
+// Found by a fifth review (2026-11-28): a host declared dead went on changing record words
+// that its recovery had settled.
+
+/// Host 1 (`p`) deletes `k` (it has a record): it locks the record and pauses past its
+/// lease at `AppendAfterReserve`, its delete not in the log. Host 0 (`r`) recovers it:
+/// the lock is settled (unlocked, `k` keeps its record).
+fn a_paused_deleter_recovered() -> (Arc<Pod>, &'static Host, Paused<Result<(), Error>>) {
+    let pod = common::heap_pod(&config());
+    let [r, p] = leak_all(&pod);
+    k_with_a_record(r);
+    assert_eq!(read(p), value(2));
+    r.inspect().watch_hosts();
+    let delete = pauses_at(p, Point::AppendAfterReserve, || p.delete(b"k"));
+    recover_by_hand(&pod, p.id(), r);
+    (pod, r, delete)
+}
+
+/// The paused deleter resumes while a live host holds a write lock of `k`'s record: the
+/// same word as its own delete lock (a 2-bit record has no counter). Its append fails
+/// (`HostDeclaredDead`); it must leave the record alone (it "restored" the word it had
+/// locked by a CAS, which took the live writer's lock: a read then accepted the
+/// writer's half-written value).
+#[test]
+fn a_deleter_declared_dead_leaves_a_live_lock_alone() {
+    let (_pod, r, delete) = a_paused_deleter_recovered();
+    let attempt = half_write(r, 0xee);
+    assert!(attempt.is_ok(), "r takes k's lock: {attempt:?}");
+    let outcome = delete.resume();
+    assert!(
+        matches!(outcome, Err(Error::HostDeclaredDead { .. })),
+        "{outcome:?}"
+    );
+    assert_live_lock_kept(r, &attempt);
+}
+
+/// Host 1 locks `k`'s record for a write and pauses past its lease before it checks that
+/// `k` is unchanged; host 0 recovers it (the lock is settled) and takes a write lock of
+/// the same word. The resumed writer's check fails (`HostDeclaredDead`: its replica
+/// applies its death): it must not restore the word it locked (it did, by a CAS that
+/// took host 0's lock).
+#[test]
+fn a_writer_declared_dead_after_its_lock_leaves_a_live_lock_alone() {
+    let pod = common::heap_pod(&config());
+    let [r, p] = leak_all(&pod);
+    k_with_a_record(r);
+    assert_eq!(read(p), value(2));
+    r.inspect().watch_hosts();
+    let write = pauses_at(p, Point::WriteAfterLock, || p.write_start(b"k").map(drop));
+    recover_by_hand(&pod, p.id(), r);
+    let attempt = half_write(r, 0xee);
+    assert!(attempt.is_ok(), "r takes k's lock: {attempt:?}");
+    let outcome = write.resume();
+    assert!(
+        matches!(outcome, Err(Error::HostDeclaredDead { .. })),
+        "{outcome:?}"
+    );
+    assert_live_lock_kept(r, &attempt);
+}
+
+/// The paused deleter resumes while its recovery is under way: its reservation is filled
+/// with a `Skip`, its death is in the log, its row not yet freed. It must learn it is
+/// dead (recovery condemns its life before it fills anything) and write nothing over
+/// the `Skip` (it wrote its delete there: a replica that had applied the `Skip` and one
+/// that read the delete differed on `k`).
+#[test]
+fn a_host_resumed_during_its_recovery_writes_nothing_over_the_skip() {
+    let pod = common::heap_pod(&config());
+    let [r, p] = leak_all(&pod);
+    k_with_a_record(r);
+    assert_eq!(read(p), value(2));
+    r.inspect().watch_hosts();
+    let delete = pauses_at(p, Point::AppendAfterReserve, || p.delete(b"k"));
+    let (_, _, tail) = r.inspect().log_cursors();
+    let reserved = tail - 1;
+    let outcome = at_recovery_scan(r, move || delete.resume());
+    recover_by_hand(&pod, p.id(), r);
+    assert!(
+        matches!(outcome, Err(Error::HostDeclaredDead { .. })),
+        "{outcome:?}"
+    );
+    let entry = r.inspect().read_log(reserved, reserved + 1).unwrap();
+    assert!(
+        matches!(entry[0].event.event(), Event::Skip),
+        "the dead host's reservation holds {:?}",
+        entry[0].event
+    );
+    let q = leak(&pod, 2);
+    assert_eq!(read(q), value(2), "k is not deleted");
+}
+
+/// Host 1 (`p`, owned, waiting at most [`WAIT`]) deletes `k` while host 2 holds a log position unpublished before
+/// its entry: the delete is in the log, its outcome not confirmed within `p`'s wait, so
+/// `k`'s record stays locked until the entry applies. Then `p` leaves. It must leave
+/// that lock to its recovery (it freed its row, and nobody ever settled the lock: `k`'s
+/// record stayed locked for good). Host 2 then dies, and host 0 recovers both.
+#[test]
+fn a_host_that_leaves_with_a_lock_unsettled_leaves_it_to_recovery() {
+    let pod = common::heap_pod(&config());
+    let r = leak(&pod, 0);
+    let p = Host::join(&pod, Join::As(1), options(1).wait_limit(WAIT)).unwrap();
+    let q = leak(&pod, 2);
+    k_with_a_record(r);
+    assert_eq!(read(&p), value(2));
+    q.inspect().reserve_unpublished(1).unwrap();
+    let deleted = p.delete(b"k");
+    assert!(
+        deleted.is_err(),
+        "the delete waits for host 2's entry: {deleted:?}"
+    );
+    let (record, locked) = k_record_locked(r);
+    assert!(locked, "k's record is locked while the delete is unsettled");
+    drop(p);
+    q.inspect().freeze();
+    leases_run_out(&[r]);
+    recover_by_hand(&pod, 2, r);
+    recover_by_hand(&pod, 1, r);
+    assert!(
+        !r.inspect().record_census().locked.contains(&record),
+        "k's record {record} is locked for good"
+    );
+    let mut buf = vec![0u8; SLOT];
+    assert!(
+        matches!(r.read(b"k", &mut buf), Err(Error::UnknownKey)),
+        "the delete is in the log"
+    );
+    r.create(b"k", &value(5)).unwrap();
+    r.write(b"k", &value(6)).unwrap();
+    assert_eq!(read(r), value(6));
+}

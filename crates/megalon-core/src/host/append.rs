@@ -51,10 +51,13 @@ impl Shared {
         Ok(())
     }
 
-    /// `Err(HostDeclaredDead)` once this host's row in the host table is no longer its
-    /// own (it was declared dead and recovered), or its replica has applied its death.
+    /// `Err(HostDeclaredDead)` once a recoverer has condemned this host's life (it was
+    /// declared dead: its recovery has begun, or is done and its row is freed), or its
+    /// replica has applied its death.
     pub(super) fn holds_its_row(&self) -> Result<()> {
-        if host_table::holder(&self.pod, self.id) != Some((std::process::id(), self.life)) {
+        if host_table::holder(&self.pod, self.id) != Some((std::process::id(), self.life))
+            || host_table::condemned(&self.pod, self.id, self.life)
+        {
             return Err(Error::HostDeclaredDead {
                 host: self.id,
                 life: self.life,

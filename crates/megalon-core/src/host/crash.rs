@@ -11,6 +11,10 @@
 //! **Recovery** (one live host at a time: the pod's recovery word names it, and its life,
 //! so that a recoverer that died is taken over, and one that came back under its id is
 //! not mistaken for the one that died):
+//! 0. Its life is condemned in its row: a host only paused past its lease learns at its
+//!    next check that it is dead (before it writes a log entry, takes a lock, or changes
+//!    a record word or an announce), and from then on leaves all it held to recovery
+//!    (`left_to_recovery`; its DRAM-only work, such as its slot pool, is moot).
 //! 1. The dead host's reservation (the log positions it announced before its CAS on
 //!    `tail` and had not published) is filled with `Skip` entries, so that replay goes on.
 //!    A position that another live host also announces is that host's: recovery waits.
@@ -206,6 +210,34 @@ impl Shared {
         self.pod.config().undo_images() && !self.all_log
     }
 
+    /// Whether what this host holds in the record array is its recovery's now: the pod
+    /// keeps undo images (recovery settles every lock and claim a dead host announced) and
+    /// this host knows it was declared dead (a recoverer condemned its life, or its
+    /// replica applied its death). From then on it changes no record word and no announce
+    /// of its own: recovery may have settled them already, and a live host may hold the
+    /// record again with the very word this host would CAS from (every lock of a 2-bit
+    /// record is one word). Without undo images recovery leaves records alone, and a
+    /// record this host holds locked is still its own to unlock.
+    pub(super) fn left_to_recovery(&self) -> bool {
+        // The condemnation alone (one SCR load, on every write's unlock): a row is freed
+        // only after it, or by its holder leaving.
+        self.undo_images()
+            && !mutants::skipped(MutantStep::DeadHostLeavesRecordsToRecovery)
+            && (self.still_alive().is_err()
+                || host_table::condemned(&self.pod, self.id, self.life))
+    }
+
+    /// `Err(HostDeclaredDead)` if [`Shared::left_to_recovery`].
+    fn not_left_to_recovery(&self) -> Result<()> {
+        if self.left_to_recovery() {
+            return Err(Error::HostDeclaredDead {
+                host: self.id,
+                life: self.life,
+            });
+        }
+        Ok(())
+    }
+
     /// An announce word and undo image for a write about to lock a record, or an empty
     /// hold in a pod without undo images. Waits (bounded) while every one is in use.
     pub(super) fn take_hold(&self) -> Result<Hold<'_>> {
@@ -228,19 +260,33 @@ impl Shared {
 
     /// Announces that this host is about to lock `record` as `locked` (before the CAS),
     /// for a write, a delete, a deallocation, a move to this host or an allocation's
-    /// claim. `false`: a recoverer is about to restore a dead host's lock of
+    /// claim. `Ok(false)`: a recoverer is about to restore a dead host's lock of
     /// the record; the announce is withdrawn and the caller must not take the lock now
-    /// (it waits, or gives up, as for a busy record).
-    #[must_use]
-    pub(super) fn announce(&self, hold: &Hold<'_>, record: u32, locked: RecordWord) -> bool {
+    /// (it waits, or gives up, as for a busy record). `Err(HostDeclaredDead)`: this host
+    /// was declared dead, and takes no lock any more (its recoverer, which condemned it
+    /// before it looked at its announces, may not see this one).
+    pub(super) fn announce(
+        &self,
+        hold: &Hold<'_>,
+        record: u32,
+        locked: RecordWord,
+    ) -> Result<bool> {
         let Some(index) = hold.index else {
-            return true;
+            return Ok(true);
         };
+        // Its announce words are its row's, which the id's next holder may hold.
+        self.not_left_to_recovery()?;
         let raw = Records::new(&self.pod).encode(locked);
         let announce = self.announce_word(self.id, index);
         // SeqCst: ordered before the locking CAS, so a recoverer that sees the word
         // locked and no announce of it knows the lock is not this host's.
         announce.store(encode_announce(record, raw), Ordering::SeqCst);
+        // And before this load (a recoverer condemns, then reads the announces): either
+        // it sees our announce, or we see that we are dead.
+        if let Err(dead) = self.not_left_to_recovery() {
+            self.withdraw(hold);
+            return Err(dead);
+        }
         // And before this load (the recoverer stores its intent, then reads the
         // announces: one of the two sees the other). A lock word tells nothing of its
         // holder (at 2 bits every lock of a record is one word), so without this a
@@ -249,10 +295,10 @@ impl Shared {
         if mutants::skipped(MutantStep::LockerDefersToRecovery)
             || self.recovery_intent().load(Ordering::SeqCst) != u64::from(record) + 1
         {
-            return true;
+            return Ok(true);
         }
         self.withdraw(hold);
-        false
+        Ok(false)
     }
 
     /// Clears `hold`'s announce while its lock is not taken (the hold stays this host's).
@@ -412,9 +458,12 @@ impl Shared {
     }
 
     /// Clears announce `index` (its lock is released, or was never taken) and frees it.
+    /// A host declared dead leaves it: it is its recovery's (`left_to_recovery`).
     pub(super) fn end_hold(&self, index: u64) {
-        self.announce_word(self.id, index)
-            .store(0, Ordering::SeqCst);
+        if !self.left_to_recovery() {
+            self.announce_word(self.id, index)
+                .store(0, Ordering::SeqCst);
+        }
         *self.free_holds.lock() |= 1 << index;
     }
 
@@ -532,6 +581,12 @@ impl Shared {
     fn recover_holding(&self, dead: &Dead, step: Step) -> Result<bool> {
         if host_table::holder(&self.pod, dead.host) != Some((dead.pid, dead.joins)) {
             return Ok(true);
+        }
+        // Before anything of its changes: a host only paused past its lease that checks
+        // from here on knows it is dead, and changes nothing more (`holds_its_row`,
+        // `left_to_recovery`).
+        if !mutants::skipped(MutantStep::RecoveryCondemnsFirst) {
+            host_table::condemn(&self.pod, dead.host, dead.joins);
         }
         if !self.fill_reservation(dead)? {
             return Ok(false);

@@ -181,7 +181,12 @@ impl Host {
         &self.shared.options
     }
 
-    /// Leaves the host table, freeing the id for another participant.
+    /// Leaves the host table, freeing the id for another participant. First it waits (up
+    /// to its [`HostOptions::wait_limit`]) for what its failed calls left in the log to
+    /// apply (a delete whose outcome it never saw keeps its record locked until then). If
+    /// that wait runs out in a pod with undo images, it leaves as a dead host does: the
+    /// others recover it once its lease runs out, and settle what it held; its id is
+    /// free from then on.
     pub fn leave(self) {
         drop(self)
     }
@@ -243,15 +248,24 @@ impl Drop for Host {
         // Objects in this host's DRAM go back to CXL: once it leaves, nobody could bring
         // them back. (An error here, a full log, cannot be reported from a drop.)
         let _ = self.shared.move_all_back();
-        // Deferred unlocks (AllLog) are this host's to append: a last try.
-        let _ = self.shared.replay(None);
-        self.shared.run_deferred();
+        // Settles waiting for their entries, and deferred work (AllLog's unlocks) are
+        // this host's: a last try, within its wait limit.
+        let settled = self.shared.settle_before_leaving();
         self.shared
             .stop
             .store(true, std::sync::atomic::Ordering::Release);
         if let Some(pump) = self.pump.take() {
             pump.thread().unpark();
             let _ = pump.join();
+        }
+        if !settled && self.shared.undo_images() {
+            // A record it holds locked or claimed until an entry of its applies (that
+            // entry is behind a hole in the log, say): nobody would settle it once the
+            // row is free. It leaves as a dead host does; its recovery settles what it
+            // announced. (Without undo images recovery leaves records alone: it frees
+            // its row, and the record stays locked, as a dead host's would.)
+            host_table::pretend_elsewhere(&self.shared.pod, self.shared.id);
+            return;
         }
         // A host declared dead has had its row freed (and maybe claimed again) already.
         if !self.shared.is_declared_dead() {

@@ -420,7 +420,7 @@ impl Shared {
                 // The announce, and the record under recovery.
                 c.add(Counter::ScrAtomics, 2);
             }
-            if !self.announce(hold, record, locked) {
+            if !self.announce(hold, record, locked)? {
                 // A recoverer restores a dead host's lock of the record: wait for it.
                 self.wait_for_record(&mut backoff, record, word, c)?;
                 continue;
@@ -572,19 +572,25 @@ impl Shared {
     /// Unlocks `record`, which this thread holds (its word is `locked`), to `unlocked`, by
     /// a CAS from the locked word: only a lock's holder changes a locked record, so the CAS
     /// fails only if the protocol is broken (it then leaves the word as it found it).
+    /// `false`: this host was declared dead, and leaves the record to its recovery
+    /// ([`Shared::left_to_recovery`]).
     pub(super) fn unlock_record(
         &self,
         record: u32,
         locked: RecordWord,
         unlocked: RecordWord,
         c: &ThreadCounters,
-    ) {
+    ) -> bool {
+        if self.left_to_recovery() {
+            return false;
+        }
         c.add(Counter::ScrAtomics, 1);
         let result = Records::new(&self.pod).compare_exchange(record, locked, unlocked);
         debug_assert!(
             result.is_ok(),
             "record {record}: locked as {locked:?}, found {result:?}"
         );
+        true
     }
 
     /// [`Shared::unlock_record`] on a way out by an error (a mutant skips it, to show a
@@ -597,7 +603,7 @@ impl Shared {
         c: &ThreadCounters,
     ) {
         if !mutants::skipped(Step::LockedRecordRestoredOnError) {
-            self.unlock_record(record, locked, unlocked, c);
+            let _left_to_recovery = !self.unlock_record(record, locked, unlocked, c);
         }
     }
 
@@ -676,7 +682,15 @@ impl Shared {
             locked: false,
             counter: next,
         };
-        self.unlock_record(state.record, locked, unlocked, c);
+        if !self.unlock_record(state.record, locked, unlocked, c) {
+            // Declared dead while it wrote: its recovery keeps the new bytes or puts the
+            // undo image back, and unlocks. Whichever it did, this write is not ours to
+            // report done.
+            return Err(Error::HostDeclaredDead {
+                host: self.id,
+                life: self.life,
+            });
+        }
         self.chaos.point(Point::WriteAfterUnlock);
         if let Some(hold) = state.hold {
             self.end_hold(hold);
@@ -715,7 +729,7 @@ impl Shared {
         };
         // Freed on every way out but the returned one, after any unlock.
         let hold = self.take_hold()?;
-        if !self.announce(&hold, record, locked) {
+        if !self.announce(&hold, record, locked)? {
             // A recoverer restores a dead host's lock of the record: wait for it.
             self.wait_for_record(backoff, record, word, c)?;
             return Ok(None);

@@ -277,7 +277,7 @@ impl Shared {
                     in_use: true,
                     ..word
                 };
-                if !self.announce(&hold, record, claimed) {
+                if !self.announce(&hold, record, claimed)? {
                     // Under recovery: another candidate.
                     continue;
                 }
@@ -348,7 +348,7 @@ impl Shared {
         let hold = self.take_hold()?;
         if lock {
             // Under recovery, or busy: another record.
-            if !self.announce(&hold, record, locked) {
+            if !self.announce(&hold, record, locked)? {
                 return Ok(false);
             }
             c.add(Counter::ScrAtomics, 1);
@@ -437,13 +437,17 @@ impl Shared {
             counter: held.counter & !1,
         };
         c.add(Counter::ScrAtomics, 1);
-        if held.locked {
-            self.unlock_record(record, held, free, c);
+        let freed = if held.locked {
+            self.unlock_record(record, held, free, c)
         } else {
             // A mutant skipped the lock: free whatever the word holds (the defect it shows).
             records.store(record, free);
+            true
+        };
+        // Recovery frees it (and counts it) if this host was declared dead.
+        if freed {
+            self.records_in_use().fetch_sub(1, Ordering::Relaxed);
         }
-        self.records_in_use().fetch_sub(1, Ordering::Relaxed);
     }
 
     /// The background reclaimer's round: while more records than the watermark allows are

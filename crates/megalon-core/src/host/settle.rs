@@ -84,6 +84,13 @@ impl Shared {
         let records = Records::new(&self.pod);
         match settle {
             Settle::Nothing => {}
+            // A host declared dead (an append it learned it from is the usual way here)
+            // leaves its claims and locks to recovery, announced as they are.
+            Settle::Claimed { hold, .. } | Settle::Locked { hold, .. }
+                if self.left_to_recovery() =>
+            {
+                self.end_hold_of(hold);
+            }
             Settle::Claimed {
                 record,
                 claimed,
@@ -166,6 +173,11 @@ impl Shared {
     /// moment (it then catches up, sees the record's old object changed, and restores the
     /// word): then the pump tries again.
     pub(super) fn free_claimed(&self, record: u32, claimed: RecordWord, hold: Option<u64>) {
+        if self.left_to_recovery() {
+            // Recovery frees it (or finds it the object's, if the alloc won).
+            self.end_hold_of(hold);
+            return;
+        }
         let records = Records::new(&self.pod);
         let free = RecordWord {
             in_use: false,
@@ -227,6 +239,25 @@ impl Shared {
             }
         }
         self.pending_work()
+    }
+
+    /// Before this host leaves: replays and runs its deferred work until nothing is left,
+    /// for at most its wait limit (a hole in the log may hold an entry of its back; a
+    /// dead host's is filled by the recovery `unblock_log` starts). Returns whether
+    /// nothing is left.
+    pub(super) fn settle_before_leaving(&self) -> bool {
+        let deadline = std::time::Instant::now() + self.options.wait_limit;
+        loop {
+            let _ = self.replay(None);
+            if self.run_deferred() == 0 {
+                return true;
+            }
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            self.unblock_log();
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     /// Settles waiting for their entries, and deferred work.

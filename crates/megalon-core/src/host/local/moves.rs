@@ -71,7 +71,8 @@ impl Shared {
             let Some(hold) = self.try_take_hold() else {
                 return Ok(false);
             };
-            if !mutants::skipped(Step::MoveAnnouncesItsLock) && !self.announce(&hold, record, held)
+            if !mutants::skipped(Step::MoveAnnouncesItsLock)
+                && !self.announce(&hold, record, held)?
             {
                 return Ok(false);
             }
