@@ -58,7 +58,10 @@
 //!   or no memory for a growing index) leaves the replica poisoned, and every later call
 //!   on that host panics rather than answer from a half-changed index. Drop the host
 //!   (its drop leaves it as a dead host would) and join again: the others recover it,
-//!   with any write it held, once its lease runs out.
+//!   with any write it held, once its lease runs out. A panic in the middle of a log
+//!   append (a bug) leaves the calls it carried without their outcomes: the host goes on,
+//!   and leaves as a dead host does when it is dropped, for its recovery to settle the
+//!   records those calls held (in a pod with undo images).
 //! - **Pods are shared by hosts that join the same file** ([`Backing::file`]); a heap pod
 //!   lives in one process. [`Pod::create`] refuses a file that live hosts use
 //!   ([`Error::PodInUse`]).

@@ -903,3 +903,42 @@ fn a_host_that_leaves_with_a_lock_unsettled_leaves_it_to_recovery() {
     r.write(b"k", &value(6)).unwrap();
     assert_eq!(read(r), value(6));
 }
+
+/// Host 1 (`p`, owned) deletes `k`, and its append panics once the entry is published
+/// (the panic is injected at `AppendAfterPublish`): the delete takes effect, but the
+/// thread that held `k`'s record locked never learns it, and nothing frees the record.
+/// `p` then leaves: it must leave as a dead host does, for its recovery to settle the
+/// lock it announced (it freed its row, and the record stayed locked for good).
+#[test]
+fn a_host_whose_append_panicked_leaves_its_locks_to_recovery() {
+    let pod = common::heap_pod(&config());
+    let r = leak(&pod, 0);
+    let p = Host::join(&pod, Join::As(1), options(1).wait_limit(WAIT)).unwrap();
+    k_with_a_record(r);
+    assert_eq!(read(&p), value(2));
+    let (record, _) = k_record_locked(r);
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        chaos::with_hook(
+            |point| {
+                if point == Point::AppendAfterPublish {
+                    panic!("injected: the append panics once its entry is published");
+                }
+            },
+            || p.delete(b"k"),
+        )
+    }));
+    assert!(panicked.is_err(), "the delete panicked");
+    drop(p);
+    leases_run_out(&[r]);
+    recover_by_hand(&pod, 1, r);
+    let census = r.inspect().record_census();
+    assert!(
+        !census.locked.contains(&record) && !census.in_use.contains(&record),
+        "k's record {record} is left locked or in use: {census:?}"
+    );
+    let mut buf = vec![0u8; SLOT];
+    assert!(
+        matches!(r.read(b"k", &mut buf), Err(Error::UnknownKey)),
+        "the delete is in the log"
+    );
+}

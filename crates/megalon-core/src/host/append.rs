@@ -279,15 +279,25 @@ impl Shared {
     /// once, or when replay applies the entry), and the caller must not touch it.
     pub(super) fn submit_settled(&self, event: &Event<'_>, settle: Settle) -> Result<Outcome> {
         let owned = OwnedEvent::new(event);
+        // A panic in the append (this thread's, or the combiner's that held our request)
+        // leaves our settle undone, and whether the entry reached the log unknown.
+        let _panics = AppendPanicGuard::new(self);
         if self.options.flat_combining {
             let result =
                 self.combiner
                     .submit(owned.clone(), settle, self.options.wait_limit, |requests| {
                         self.append_batch(requests)
                     });
-            if let Err(Error::CombinerStalled { .. }) = result {
-                // Withdrawn from the queue unserved: nothing reached the log.
-                self.settle(settle, None, &owned);
+            match result {
+                Err(Error::CombinerStalled { .. }) => {
+                    // Withdrawn from the queue unserved: nothing reached the log.
+                    self.settle(settle, None, &owned);
+                }
+                Err(Error::CombinerPanicked) if settle != Settle::Nothing => {
+                    self.append_panicked
+                        .store(true, std::sync::atomic::Ordering::Release);
+                }
+                _ => {}
             }
             result
         } else {
@@ -503,6 +513,33 @@ impl Shared {
                 Ok(())
             }
             _ => Err(Error::ObjectExists),
+        }
+    }
+}
+
+/// Marks its host as one whose append panicked (`Shared::append_panicked`) if dropped by a
+/// panic that began after it was made (a call made from a drop during an unwind is not
+/// one).
+struct AppendPanicGuard<'a> {
+    shared: &'a Shared,
+    already_panicking: bool,
+}
+
+impl<'a> AppendPanicGuard<'a> {
+    fn new(shared: &'a Shared) -> Self {
+        Self {
+            shared,
+            already_panicking: std::thread::panicking(),
+        }
+    }
+}
+
+impl Drop for AppendPanicGuard<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() && !self.already_panicking {
+            self.shared
+                .append_panicked
+                .store(true, std::sync::atomic::Ordering::Release);
         }
     }
 }

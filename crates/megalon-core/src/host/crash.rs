@@ -223,8 +223,7 @@ impl Shared {
         // only after it, or by its holder leaving.
         self.undo_images()
             && !mutants::skipped(MutantStep::DeadHostLeavesRecordsToRecovery)
-            && (self.still_alive().is_err()
-                || host_table::condemned(&self.pod, self.id, self.life))
+            && (self.still_alive().is_err() || host_table::condemned(&self.pod, self.id, self.life))
     }
 
     /// `Err(HostDeclaredDead)` if [`Shared::left_to_recovery`].

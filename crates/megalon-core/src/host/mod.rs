@@ -72,6 +72,10 @@ struct Shared {
     /// A `HostDead` naming this host and life was applied: another host declared it dead
     /// (its lease ran out) and recovered what it held. Every operation fails from then on.
     declared_dead: std::sync::atomic::AtomicBool,
+    /// An append panicked (see `submit_settled`): the threads whose requests it held never
+    /// learned their outcomes, so what they held (a record's lock, a claim) is unsettled,
+    /// and the host leaves as a dead one does, for its recovery to settle it.
+    append_panicked: std::sync::atomic::AtomicBool,
     /// Held from a reservation of log positions until they are published: the host's row
     /// announces one reservation at a time.
     append_lock: Mutex<()>,
@@ -250,7 +254,11 @@ impl Drop for Host {
         let _ = self.shared.move_all_back();
         // Settles waiting for their entries, and deferred work (AllLog's unlocks) are
         // this host's: a last try, within its wait limit.
-        let settled = self.shared.settle_before_leaving();
+        let settled = self.shared.settle_before_leaving()
+            && !self
+                .shared
+                .append_panicked
+                .load(std::sync::atomic::Ordering::Acquire);
         self.shared
             .stop
             .store(true, std::sync::atomic::Ordering::Release);
@@ -260,8 +268,8 @@ impl Drop for Host {
         }
         if !settled && self.shared.undo_images() {
             // A record it holds locked or claimed until an entry of its applies (that
-            // entry is behind a hole in the log, say): nobody would settle it once the
-            // row is free. It leaves as a dead host does; its recovery settles what it
+            // entry is behind a hole in the log, say), or whose append panicked: nobody
+            // would settle it once the row is free. It leaves as a dead host does; its recovery settles what it
             // announced. (Without undo images recovery leaves records alone: it frees
             // its row, and the record stays locked, as a dead host's would.)
             host_table::pretend_elsewhere(&self.shared.pod, self.shared.id);
@@ -359,6 +367,7 @@ impl Shared {
             id,
             life,
             declared_dead: std::sync::atomic::AtomicBool::new(false),
+            append_panicked: std::sync::atomic::AtomicBool::new(false),
             append_lock: Mutex::new(()),
             free_holds: Mutex::new(if HOLDS_PER_HOST == 64 {
                 u64::MAX
