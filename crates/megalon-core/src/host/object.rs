@@ -377,15 +377,20 @@ impl Shared {
             self.catch_up()?;
             let entry = self.replica.read().lookup(key).ok_or(Error::UnknownKey)?;
             if let Some(owner) = entry.local_owner {
-                // In a host's DRAM (local partitions): back to CXL first.
+                // In a host's DRAM (local partitions): back to CXL first. (No lock is held
+                // here; an announce word from an attempt that lost goes back, so that
+                // what this needs of its own does not wait on ours.)
+                held = None;
                 self.bring_back_counted(owner, key, &mut retries, c)?;
                 continue;
             }
-            // 2. No record: allocate one through the log, then look again.
+            // 2. No record: allocate one through the log, then look again. (Its claim
+            // needs an announce word: ours, from an attempt that lost, goes back first.)
             let record = match (forced_record.take(), entry.record) {
                 (Some(record), _) => record,
                 (None, Some(record)) => record,
                 (None, None) => {
+                    held = None;
                     forced_record = self.allocate_record(key, c)?;
                     continue;
                 }

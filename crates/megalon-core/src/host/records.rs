@@ -248,11 +248,14 @@ impl Shared {
         c: &ThreadCounters,
     ) -> Result<(u32, RecordWord, Option<u64>)> {
         let records = Records::new(&self.pod);
-        let hold = self.take_hold()?;
         let count = records.count();
         let mut rng = c.random_seed();
         let mut churned = false;
         for _ in 0..RECLAIM_ROUNDS {
+            // Taken for this round's claims and let go before the deallocation below,
+            // which needs one of its own: a thread holds one announce word at a time here,
+            // so threads waiting for one never wait on each other's.
+            let hold = self.take_hold()?;
             let mut candidates =
                 Vec::with_capacity((FREE_RECORD_TRIES + FREE_RECORD_PROBES) as usize);
             {
@@ -292,6 +295,7 @@ impl Shared {
                 }
             }
             // Nothing free: make a record free (it may be claimed by someone else first).
+            drop(hold);
             churned |= self.reclaim_one(&mut rng, c)?;
             // Its release is in the log: apply it, so that the record is a candidate.
             self.catch_up()?;
@@ -511,5 +515,98 @@ mod tests {
         big.insert(77_777);
         assert_eq!(big.pick(&mut rng), Some(77_777));
         assert_eq!(big.len(), 1);
+    }
+}
+
+#[cfg(test)]
+mod hold_tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::{Backing, CrashSafety, Host, HostOptions, Join, Pod, PodConfig};
+
+    fn undo_pod() -> Arc<Pod> {
+        let config = PodConfig::new()
+            .scr_bytes(3 * 4096)
+            .lnr_bytes(4 << 20)
+            .slot_size_bytes(256)
+            .max_hosts(2)
+            .crash_safety(CrashSafety::Undo);
+        Arc::new(Pod::create(&config, Backing::heap()).unwrap())
+    }
+
+    fn join(pod: &Arc<Pod>) -> Host {
+        let options = HostOptions::new()
+            .pump_interval(None)
+            .record_watermark(1.0)
+            .wait_limit(Duration::from_millis(200));
+        Host::join(pod, Join::AnyFree, options).unwrap()
+    }
+
+    /// Takes all of `host`'s announce words but one, until dropped.
+    fn all_holds_but_one(host: &Host) -> Vec<crate::host::crash::Hold<'_>> {
+        (1..crate::limits::HOLDS_PER_HOST)
+            .map(|_| host.shared.take_hold().unwrap())
+            .collect()
+    }
+
+    /// A write that must take a record from another object (every record in use) while
+    /// this host has one announce word left: the claim and the deallocation it makes room
+    /// with each need one, and the claim lets go of its own first (it held it through
+    /// the deallocation, which then waited for a word that only its own caller could
+    /// free, and failed with `TooManyLocksHeld`).
+    #[test]
+    fn a_claim_that_makes_room_needs_one_announce_word_at_a_time() {
+        let pod = undo_pod();
+        let host = join(&pod);
+        let records = pod.layout().record_count;
+        for i in 0..=records {
+            let key = format!("k{i}");
+            host.create(key.as_bytes(), &[1]).unwrap();
+        }
+        // Every record in use.
+        for i in 0..records {
+            host.write(format!("k{i}").as_bytes(), &[2]).unwrap();
+        }
+        assert_eq!(host.inspect().records_in_use().0, records);
+        let others = all_holds_but_one(&host);
+        let last = format!("k{records}");
+        let written = host.write(last.as_bytes(), &[3]);
+        drop(others);
+        assert!(written.is_ok(), "{written:?}");
+        assert_eq!(
+            host.events().record_deallocs,
+            1,
+            "one record taken from another object"
+        );
+    }
+
+    /// A write that found its object's record taken away between its lookup and its lock
+    /// (host `b` made it read-shared) starts over and allocates a record, with one
+    /// announce word left: it lets go of the one it took for its lock attempt first (it
+    /// held it through the allocation, whose claim then waited for a word only its own
+    /// caller could free, and failed with `TooManyLocksHeld`).
+    #[cfg(feature = "chaos")]
+    #[test]
+    fn a_write_that_starts_over_and_allocates_needs_one_announce_word_at_a_time() {
+        use crate::chaos::{self, Point};
+        let pod = undo_pod();
+        let a = join(&pod);
+        let b: &'static Host = Box::leak(Box::new(join(&pod)));
+        a.create(b"y", &[1]).unwrap();
+        a.write(b"y", &[2]).unwrap();
+        let others = all_holds_but_one(&a);
+        let mut once = true;
+        let written = chaos::with_hook(
+            move |point| {
+                if point == Point::WriteBeforeLock && std::mem::take(&mut once) {
+                    assert!(b.make_read_shared(b"y").unwrap());
+                }
+            },
+            || a.write(b"y", &[3]),
+        );
+        drop(others);
+        assert!(written.is_ok(), "{written:?}");
+        assert_eq!(a.events().record_allocs, 2, "y's record, then another");
     }
 }
