@@ -17,6 +17,12 @@
 //! claimed(t) --sender gives up--> abandoned(t) --server answers nobody--> free(t + entries)
 //! ```
 //!
+//! A server that dies leaves what it claimed: whoever recovers it (no new server may run
+//! until then) answers those requests for it and frees the abandoned ones
+//! ([`RingGeometry::recover_server`]). The server's own moves out of claimed or abandoned
+//! are CASes, so a server only paused while it was recovered changes nothing when it
+//! resumes.
+//!
 //! An entry's header line:
 //!
 //! ```text
@@ -654,22 +660,67 @@ impl RingGeometry {
         // with the sender's Acquire load in `call`. A sender that gave up (abandoned) reads
         // nothing: the entry is free for the next lap at once.
         tally.scr_atomics(1);
-        let state = self.state(pod, claimed.ticket);
+        self.publish_response(pod, claimed.ticket);
+    }
+
+    /// Moves `ticket`'s entry from claimed to answered, or, if its sender abandoned it, to
+    /// free for the next lap: each by a CAS from the state it leaves, so that one who comes
+    /// late (a server only paused while its ring was recovered) changes nothing.
+    fn publish_response(&self, pod: &Pod, ticket: u64) {
+        let state = self.state(pod, ticket);
         if state
             .compare_exchange(
-                pack(claimed.ticket, CLAIMED),
-                pack(claimed.ticket, RESPONSE),
+                pack(ticket, CLAIMED),
+                pack(ticket, RESPONSE),
                 Ordering::Release,
                 Ordering::Relaxed,
             )
             .is_err()
         {
-            debug_assert_eq!(
-                state.load(Ordering::Relaxed),
-                pack(claimed.ticket, ABANDONED)
+            let _ = state.compare_exchange(
+                pack(ticket, ABANDONED),
+                pack(ticket + self.entries, FREE),
+                Ordering::Release,
+                Ordering::Relaxed,
             );
-            state.store(pack(claimed.ticket + self.entries, FREE), Ordering::Release);
         }
+    }
+
+    /// After this ring's server died (its host declared dead: none of its threads runs
+    /// any more, and no new server runs before its recovery is done): answers `response`
+    /// to every request it claimed and never answered, and frees the entry of every one
+    /// whose sender gave up on it. Without this such an entry stays taken for good, and a
+    /// lap later the ring is full for every sender (the next holder of the id serves from
+    /// where the dead one's head was). Returns how many entries it settled.
+    pub fn recover_server(&self, pod: &Pod, memory: &Memory, response: Response) -> u64 {
+        // Relaxed: the server that moved the head is gone (the caller knows it).
+        let head = self.head(pod).load(Ordering::Relaxed);
+        let mut settled = 0;
+        let mut header = [0u8; RING_HEADER_BYTES as usize];
+        // A claimed request is below the head, and less than a lap below it.
+        for ticket in head.saturating_sub(self.entries)..head {
+            // Acquire: pairs with the sender's Release that published the request.
+            let now = self.state(pod, ticket).load(Ordering::Acquire);
+            if now == pack(ticket, CLAIMED) {
+                let entry = self.entry(ticket);
+                memory.flush(entry, header.len());
+                memory.fence();
+                memory.read(entry, &mut header);
+                // The sender's ticket, echoed, and the response: what `respond` writes.
+                header[8..16].copy_from_slice(&ticket.to_le_bytes());
+                header[1] = response.status;
+                header[16..24].copy_from_slice(&response.detail.to_le_bytes());
+                memory.write(entry, &header);
+                memory.write_back(entry, header.len());
+                memory.fence();
+                self.publish_response(pod, ticket);
+                settled += 1;
+            } else if now == pack(ticket, ABANDONED) {
+                self.publish_response(pod, ticket);
+                settled += 1;
+            }
+        }
+        settled
     }
 }
 
@@ -1011,6 +1062,70 @@ mod tests {
             responses
         });
         assert_eq!(responses, vec![Ok(failed), Ok(answer(3, b"two", b""))]);
+    }
+
+    /// The server claims a request and dies before it answers. Its recovery answers for
+    /// it: a sender still waiting gets that answer, and a sender that gave up (abandoned
+    /// the entry) has its entry freed: the next lap's call is served (the entry stayed
+    /// abandoned, and every later call found the ring full).
+    #[test]
+    fn a_dead_servers_claimed_requests_are_answered_and_freed_by_its_recovery() {
+        let (pod, ring, sender, server) = sides(1);
+        let failed = Response {
+            status: 99,
+            detail: 7,
+        };
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        // Waiting: the recovery's answer reaches it.
+        let answered = std::thread::scope(|scope| {
+            let recovering = scope.spawn(|| {
+                while ring.claim(&pod, &()).is_none() {
+                    std::thread::yield_now();
+                }
+                // Dead with the request claimed; a live host recovers it.
+                let recoverer = host_memory(&pod, 3);
+                assert_eq!(ring.recover_server(&pod, &recoverer, failed), 1);
+            });
+            let answered = call(&ring, &pod, &sender, &mut buf, (1, b"waits", b""));
+            recovering.join().expect("recovers");
+            answered
+        });
+        assert_eq!(answered, Ok(failed));
+        // Gave up: abandoned, then freed by the recovery.
+        let limit = Duration::from_millis(30);
+        let abandoned = std::thread::scope(|scope| {
+            let claiming = scope.spawn(|| {
+                while ring.claim(&pod, &()).is_none() {
+                    std::thread::yield_now();
+                }
+            });
+            let abandoned = ring.call(
+                &pod,
+                &sender,
+                &mut buf,
+                1,
+                b"gives up",
+                b"",
+                limit,
+                &(),
+                &mut || {},
+            );
+            claiming.join().expect("claims");
+            abandoned
+        });
+        assert!(abandoned.is_err(), "{abandoned:?}");
+        assert_eq!(
+            ring.state(&pod, 1).load(Ordering::Relaxed),
+            pack(1, ABANDONED)
+        );
+        assert_eq!(ring.recover_server(&pod, &host_memory(&pod, 3), failed), 1);
+        let next = std::thread::scope(|scope| {
+            let serving = scope.spawn(|| serve(&pod, &ring, &server, 1));
+            let response = call(&ring, &pod, &sender, &mut buf, (2, b"next", b""));
+            serving.join().expect("the server");
+            response
+        });
+        assert_eq!(next, Ok(answer(2, b"next", b"")));
     }
 
     #[test]

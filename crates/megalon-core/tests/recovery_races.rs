@@ -942,3 +942,59 @@ fn a_host_whose_append_panicked_leaves_its_locks_to_recovery() {
         "the delete is in the log"
     );
 }
+
+/// Host 2 (`o`) holds `k` in its DRAM (local partitions, a ring of two entries) and dies
+/// serving host 1's request to move it back: the request is claimed, never answered.
+/// Host 0 recovers it (`k` goes back to CXL), and its id is joined again. Host 1 then
+/// asks the new holder to move objects back, into the ring's next lap: every call must
+/// be served (the dead server's entry stayed claimed, or abandoned by its sender, for good,
+/// and from the next lap on every call found the ring full: `HostUnresponsive`).
+#[test]
+fn a_server_that_died_answering_leaves_its_ring_usable() {
+    let pod = common::heap_pod(&config().local_partitions(2).rpc_ring_entries(2));
+    let r = leak(&pod, 0);
+    let s = leak(&pod, 1);
+    let o = leak(&pod, 2);
+    k_with_a_record(r);
+    read(o);
+    read(o); // the second read in a row moves k to o's DRAM
+    let (dying, is_dying) = channel();
+    std::thread::spawn(move || {
+        let dying = Mutex::new(dying);
+        chaos::with_hook(
+            move |point| {
+                if point == Point::MoveBackBeforeCopy {
+                    o.inspect().freeze();
+                    dying.lock().unwrap().send(()).unwrap();
+                    loop {
+                        std::thread::park();
+                    }
+                }
+            },
+            // o serves its ring in every operation: it claims s's request.
+            move || loop {
+                let _ = o.read(b"k0", &mut [0u8; SLOT]);
+                std::thread::yield_now();
+            },
+        );
+    });
+    let asked = std::thread::spawn(move || read(s));
+    is_dying.recv().unwrap();
+    leases_run_out(&[r]);
+    recover_by_hand(&pod, 2, r);
+    assert_eq!(asked.join().unwrap(), value(2), "k, back in CXL");
+    let pumped = options(2).pump_interval(Some(Duration::from_millis(1)));
+    let o = Host::join(&pod, Join::As(2), pumped).unwrap();
+    // One object per call: each moves to the new holder's DRAM, and back on request.
+    for lap in 0..3u8 {
+        let key = format!("m{lap}");
+        r.create(key.as_bytes(), &value(lap)).unwrap();
+        let mut buf = vec![0u8; SLOT];
+        o.read(key.as_bytes(), &mut buf).unwrap();
+        o.read(key.as_bytes(), &mut buf).unwrap(); // in the new holder's DRAM
+        let moved = s.read(key.as_bytes(), &mut buf);
+        assert!(moved.is_ok(), "call {lap}: {moved:?}");
+        assert_eq!(buf, value(lap), "call {lap}");
+    }
+    assert!(s.events().rpcs_sent >= 4, "every call an RPC");
+}

@@ -606,6 +606,10 @@ impl Shared {
         if self.undo_images() && !self.restore_holds(dead)? {
             return Ok(false);
         }
+        // Requests it claimed as a server and never answered: answered "failed" (the
+        // senders look again, and find its objects back in CXL since its `HostDead`), and
+        // entries their senders gave up on freed, or its ring would stay full for good.
+        self.recover_rpc_server(dead.host);
         host_table::announce_reservation(&self.pod, dead.host, 0, 0);
         if host_table::release_dead(&self.pod, dead.host, dead.pid) {
             self.counters

@@ -55,6 +55,18 @@ impl Shared {
         }
     }
 
+    /// Settles what dead host `dead` left in its own ring as a server (see
+    /// [`RingGeometry::recover_server`]): requests it claimed are answered `FAILED`.
+    pub(in crate::host) fn recover_rpc_server(&self, dead: crate::ids::HostId) {
+        if let Some(rpc) = &self.rpc {
+            let failed = Response {
+                status: FAILED,
+                detail: 0,
+            };
+            rpc.rings[dead as usize].recover_server(&self.pod, &self.memory, failed);
+        }
+    }
+
     /// Serves the requests waiting in this host's ring. Returns how many it served. The
     /// look at the ring (two SCR loads when nothing waits) is counted in `tally`.
     pub(in crate::host) fn serve_rpcs(&self, tally: &dyn Tally) -> Result<u64> {
