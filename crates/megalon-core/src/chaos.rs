@@ -70,6 +70,9 @@ pub enum Point {
     ReplayBeforeCtail,
     /// A move back, its slot image kept, before it writes the object into the slot.
     MoveBackBeforeCopy,
+    /// A host asking another to move an object back, its request published in the owner's
+    /// ring, while it waits for the answer (each time it serves its own ring).
+    RpcAwaitingResponse,
     /// Recovery of a dead host's lock, with its intent stored and no live announce of
     /// the record found, before it looks at the record's word.
     RecoveryAfterScan,

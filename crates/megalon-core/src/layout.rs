@@ -38,10 +38,15 @@ pub fn ring_entry_bytes(max_key_bytes: usize, payload_bytes: u64) -> u64 {
     (RING_HEADER_BYTES + ring_key_area(max_key_bytes) + payload_bytes).next_multiple_of(LINE_BYTES)
 }
 
-/// SCR bytes of an RPC ring of `entries` entries: the cursors and one state word per entry,
-/// in whole lines.
+/// SCR bytes of an RPC ring of `entries` entries: the cursors, then one state word per
+/// entry and one sender word per entry, each array in whole lines.
 pub fn ring_scr_bytes(entries: u64) -> u64 {
-    RING_CURSOR_BYTES + (entries * 8).next_multiple_of(LINE_BYTES)
+    RING_CURSOR_BYTES + 2 * ring_words_bytes(entries)
+}
+
+/// Bytes of one word per entry of a ring of `entries`, in whole lines.
+pub(crate) fn ring_words_bytes(entries: u64) -> u64 {
+    (entries * 8).next_multiple_of(LINE_BYTES)
 }
 
 pub(crate) fn ring_key_area(key_bytes: usize) -> u64 {

@@ -17,11 +17,17 @@
 //! claimed(t) --sender gives up--> abandoned(t) --server answers nobody--> free(t + entries)
 //! ```
 //!
-//! A server that dies leaves what it claimed: whoever recovers it (no new server may run
-//! until then) answers those requests for it and frees the abandoned ones
-//! ([`RingGeometry::recover_server`]). The server's own moves out of claimed or abandoned
-//! are CASes, so a server only paused while it was recovered changes nothing when it
-//! resumes.
+//! Each entry also has a sender word (SCR): the sender holding it, from its reservation
+//! (it takes the word by a CAS from 0 before its CAS on `tail`, and only the word's holder
+//! moves `tail` past the entry's ticket) until it is done with it. A sender that dies
+//! anywhere in a call is named by the entries it holds: whoever recovers it settles each
+//! as it would have had it given up ([`RingGeometry::recover_sender`]: a reservation not
+//! yet published or an unclaimed request withdrawn, a claimed one abandoned, an unread
+//! answer freed). A server that dies leaves what it claimed: whoever recovers it (no new
+//! server may run until then) answers those requests for it and frees the abandoned ones
+//! ([`RingGeometry::recover_server`]). Every move after a reservation, the sender's and
+//! the server's, is a CAS from the state it leaves, so a party only paused while it was
+//! recovered changes nothing when it resumes.
 //!
 //! An entry's header line:
 //!
@@ -37,7 +43,8 @@
 //! invalidates them after its Acquire load of that word and before it reads.
 //!
 //! A sender reserves an entry only once it is free (it never holds a ticket it cannot
-//! use), so a sender that gives up leaves nothing behind. Waiting for an entry or for a
+//! use), so a sender that gives up leaves nothing behind (it lets go of the entry's
+//! sender word once it has withdrawn, abandoned or freed it). Waiting for an entry or for a
 //! response is bounded: the sender serves its own host's ring meanwhile (so two hosts
 //! asking each other both progress), and past the wait limit it withdraws an unclaimed
 //! request and reports the server unresponsive. A request the server already claimed is
@@ -72,7 +79,7 @@
 //!     }
 //! };
 //! let response = ring
-//!     .call(&pod, &sender, &mut request, 7, b"key", b"", Duration::from_secs(1), &(), &mut serve)
+//!     .call(&pod, &sender, 1, &mut request, 7, b"key", b"", Duration::from_secs(1), &(), &mut serve)
 //!     .expect("served");
 //! assert_eq!(response, Response { status: 7, detail: 3 });
 //! # Ok::<(), megalon_core::Error>(())
@@ -103,7 +110,9 @@ fn pack(ticket: u64, state: u64) -> u64 {
 }
 
 pub use crate::layout::{ring_entry_bytes as entry_bytes, ring_scr_bytes as scr_bytes};
-use crate::layout::{ring_key_area as key_area, RING_CURSOR_BYTES, RING_HEADER_BYTES};
+use crate::layout::{
+    ring_key_area as key_area, ring_words_bytes, RING_CURSOR_BYTES, RING_HEADER_BYTES,
+};
 
 /// Where the ring's costs are counted: each operation reports the SCR atomics it made
 /// and the LNR lines it wrote back or invalidated (the counts a report compares between
@@ -176,6 +185,10 @@ pub struct RingGeometry {
     pub head_offset: u64,
     /// The first of `entries` state words (SCR).
     pub states_offset: u64,
+    /// The first of `entries` sender words (SCR): the sender holding the entry (its
+    /// `sender` of [`RingGeometry::call`]), from its reservation until it is done with it;
+    /// 0 for none.
+    pub senders_offset: u64,
     /// The first entry (LNR).
     pub entries_offset: u64,
     /// Entries of the ring.
@@ -197,6 +210,7 @@ impl RingGeometry {
             tail_offset: scr_offset,
             head_offset: scr_offset + LINE_BYTES,
             states_offset: scr_offset + RING_CURSOR_BYTES,
+            senders_offset: scr_offset + RING_CURSOR_BYTES + ring_words_bytes(entries),
             entries_offset,
             entries,
             entry_bytes,
@@ -229,6 +243,21 @@ impl RingGeometry {
 
     fn state<'p>(&self, pod: &'p Pod, ticket: u64) -> &'p AtomicU64 {
         pod.scr_u64(self.states_offset + (ticket % self.entries) * 8)
+    }
+
+    fn sender<'p>(&self, pod: &'p Pod, ticket: u64) -> &'p AtomicU64 {
+        pod.scr_u64(self.senders_offset + (ticket % self.entries) * 8)
+    }
+
+    /// Lets go of `ticket`'s entry as its sender (a CAS from `sender`: a recovery that
+    /// settled the entry for us, if we were taken for dead, has let go of it already).
+    fn let_go(&self, pod: &Pod, ticket: u64, sender: u64) {
+        let _ = self.sender(pod, ticket).compare_exchange(
+            sender,
+            0,
+            Ordering::SeqCst,
+            Ordering::Relaxed,
+        );
     }
 
     /// Whether `state` (the entry's word) says the entry is free for `ticket`: freed for
@@ -267,6 +296,7 @@ impl RingGeometry {
         for ticket in 0..self.entries {
             self.state(pod, ticket)
                 .store(pack(ticket, FREE), Ordering::Release);
+            self.sender(pod, ticket).store(0, Ordering::Release);
         }
     }
 
@@ -286,6 +316,7 @@ impl RingGeometry {
         &self,
         pod: &Pod,
         memory: &Memory,
+        sender: u64,
         buf: &mut [u8],
         op: u8,
         key: &[u8],
@@ -310,8 +341,9 @@ impl RingGeometry {
             buf.len()
         );
 
+        assert_ne!(sender, 0, "sender 0 names nobody");
         let mut backoff = Backoff::new(wait_limit);
-        let ticket = self.reserve(pod, &mut backoff, tally, serve)?;
+        let (ticket, free) = self.reserve(pod, sender, &mut backoff, tally, serve)?;
         let entry = self.entry(ticket);
         Self::encode(buf, op, ticket, key, payload, used);
         memory.write(entry, &buf[..used]);
@@ -321,8 +353,21 @@ impl RingGeometry {
         let state = self.state(pod, ticket);
         tally.scr_atomics(1);
         // Release: the request's lines reached memory (written back, fenced) before the
-        // server can see it; pairs with the server's Acquire in `claim`.
-        state.store(pack(ticket, REQUEST), Ordering::Release);
+        // server can see it; pairs with the server's Acquire in `claim`. A CAS from the
+        // free state we reserved: if it fails, we were taken for dead (paused past the
+        // pod's lease, say) and our reservation was withdrawn by our recovery.
+        if state
+            .compare_exchange(
+                free,
+                pack(ticket, REQUEST),
+                Ordering::Release,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            self.let_go(pod, ticket, sender);
+            return Err(waited_ms(&backoff));
+        }
         // From here on the entry is ours until we free it: if `serve` (the caller's) or
         // anything below panics, the guard lets the entry go, or the ring would jam a lap
         // later.
@@ -330,11 +375,13 @@ impl RingGeometry {
             ring: self,
             pod,
             ticket,
+            sender,
             done: false,
         };
         if let Err(waited) =
             self.await_response(pod, ticket, wait_limit, &mut backoff, tally, serve)
         {
+            self.let_go(pod, ticket, sender);
             pending.done = true;
             return Err(waited);
         }
@@ -349,11 +396,19 @@ impl RingGeometry {
             status: header[1],
             detail: u64::from_le_bytes(header[16..24].try_into().expect("8 bytes")),
         };
-        tally.scr_atomics(1);
+        tally.scr_atomics(2);
         // Release: our reads of the entry are done before the next sender writes it;
         // pairs with the next sender's Acquire when it reserves the entry. (Freed before
         // the check below, which panics: a broken protocol must not jam the ring too.)
-        state.store(pack(ticket + self.entries, FREE), Ordering::Release);
+        // A CAS, as every move of ours after the publish: a recovery that took us for
+        // dead may have freed it for the next lap already.
+        let _ = state.compare_exchange(
+            pack(ticket, RESPONSE),
+            pack(ticket + self.entries, FREE),
+            Ordering::Release,
+            Ordering::Relaxed,
+        );
+        self.let_go(pod, ticket, sender);
         pending.done = true;
         // The server echoes the ticket: a response line that is not this request's (a
         // stale line, a lost write-back) is a broken protocol, not an answer.
@@ -366,30 +421,52 @@ impl RingGeometry {
     }
 
     /// Reserves the next ticket whose entry is free, serving our own ring while the ring
-    /// is full (bounded: `Err` is how long we waited).
+    /// is full (bounded: `Err` is how long we waited). Returns the ticket and the free
+    /// state its entry had.
+    ///
+    /// The entry's sender word is taken first (a CAS from 0 to `sender`), then the ticket
+    /// (the CAS on `tail`): only the sender holding the word moves `tail` past the
+    /// entry's ticket, so a sender that dies anywhere from here on is named by its entry,
+    /// and its recovery ([`RingGeometry::recover_sender`]) can tell whether it reserved
+    /// the ticket (`tail` is past it) and settle the entry.
     fn reserve(
         &self,
         pod: &Pod,
+        sender: u64,
         backoff: &mut Backoff,
         tally: &dyn Tally,
         serve: &mut dyn FnMut(),
-    ) -> Result<u64, u64> {
+    ) -> Result<(u64, u64), u64> {
         loop {
-            let ticket = self.tail(pod).load(Ordering::Relaxed);
+            let ticket = self.tail(pod).load(Ordering::SeqCst);
             // Acquire: pairs with the Release that freed the entry (the last sender's in
             // `call`, or the server's in `claim` for a withdrawn one); whoever used it
             // last is done with its lines.
             let state = self.state(pod, ticket).load(Ordering::Acquire);
             tally.scr_atomics(2);
             if self.is_free(ticket, state) {
-                tally.scr_atomics(1);
+                tally.scr_atomics(2);
+                let word = self.sender(pod, ticket);
+                if word
+                    .compare_exchange(0, sender, Ordering::SeqCst, Ordering::Relaxed)
+                    .is_err()
+                {
+                    // Another sender is reserving it (a dead one until its recovery).
+                    serve();
+                    if !backoff.snooze() {
+                        return Err(waited_ms(backoff));
+                    }
+                    continue;
+                }
                 if self
                     .tail(pod)
-                    .compare_exchange(ticket, ticket + 1, Ordering::Relaxed, Ordering::Relaxed)
+                    .compare_exchange(ticket, ticket + 1, Ordering::SeqCst, Ordering::Relaxed)
                     .is_ok()
                 {
-                    return Ok(ticket);
+                    return Ok((ticket, state));
                 }
+                // Reserved, used and freed since we looked: not ours.
+                self.let_go(pod, ticket, sender);
                 continue;
             }
             if state >> 3 < ticket {
@@ -686,6 +763,53 @@ impl RingGeometry {
         }
     }
 
+    /// After the sender `sender` died (its host declared dead): settles every entry it
+    /// held, as it would have had it given up, and lets go of it. A reservation it made
+    /// and never published (`tail` is past the entry's free ticket) is withdrawn (the
+    /// server skips it); an unclaimed request is withdrawn; a claimed one abandoned (the
+    /// server frees it when it answers); an answer it never read freed for the next lap.
+    /// Without this the first stops the server at that ticket for good, and the others
+    /// leave the entry taken: a lap later the ring is full for every sender. Each move is
+    /// a CAS from the state found, and the sender's own moves after its reservation are
+    /// CASes too, so a sender only paused while it was recovered changes nothing when it
+    /// resumes. Returns how many entries it held.
+    pub fn recover_sender(&self, pod: &Pod, sender: u64) -> u64 {
+        let mut held = 0;
+        for index in 0..self.entries {
+            let word = self.sender(pod, index);
+            if sender == 0 || word.load(Ordering::SeqCst) != sender {
+                continue;
+            }
+            let state = self.state(pod, index);
+            let now = state.load(Ordering::SeqCst);
+            // A zero word is the first lap's free state of ticket `index`.
+            let (ticket, kind) = if now == 0 {
+                (index, FREE)
+            } else {
+                (now >> 3, now & 7)
+            };
+            let to = match kind {
+                // SeqCst: the tail read after the word (its holder moves the tail only
+                // holding it).
+                FREE if self.tail(pod).load(Ordering::SeqCst) > ticket => {
+                    Some(pack(ticket, WITHDRAWN))
+                }
+                REQUEST => Some(pack(ticket, WITHDRAWN)),
+                CLAIMED => Some(pack(ticket, ABANDONED)),
+                RESPONSE => Some(pack(ticket + self.entries, FREE)),
+                _ => None,
+            };
+            if let Some(to) = to {
+                // Release: pairs with the server's Acquire (withdrawn) or the next
+                // sender's (free).
+                let _ = state.compare_exchange(now, to, Ordering::Release, Ordering::Relaxed);
+            }
+            self.let_go(pod, index, sender);
+            held += 1;
+        }
+        held
+    }
+
     /// After this ring's server died (its host declared dead: none of its threads runs
     /// any more, and no new server runs before its recovery is done): answers `response`
     /// to every request it claimed and never answered, and frees the entry of every one
@@ -730,6 +854,7 @@ struct PendingCall<'a> {
     ring: &'a RingGeometry,
     pod: &'a Pod,
     ticket: u64,
+    sender: u64,
     done: bool,
 }
 
@@ -741,7 +866,9 @@ impl Drop for PendingCall<'_> {
         let state = self.ring.state(self.pod, self.ticket);
         let ticket = self.ticket;
         // Unclaimed: withdraw it (the server skips and frees it). Claimed: abandon it (the
-        // server frees it when it answers). Answered: free it ourselves.
+        // server frees it when it answers). Answered: free it ourselves. Then the entry's
+        // sender word.
+        let _let_go = LetGo(self.ring, self.pod, self.ticket, self.sender);
         for (from, to) in [
             (pack(ticket, REQUEST), pack(ticket, WITHDRAWN)),
             (pack(ticket, CLAIMED), pack(ticket, ABANDONED)),
@@ -761,6 +888,15 @@ impl Drop for PendingCall<'_> {
     }
 }
 
+/// Lets go of an entry's sender word when dropped ([`RingGeometry::let_go`]).
+struct LetGo<'a>(&'a RingGeometry, &'a Pod, u64, u64);
+
+impl Drop for LetGo<'_> {
+    fn drop(&mut self) {
+        self.0.let_go(self.1, self.2, self.3);
+    }
+}
+
 fn waited_ms(backoff: &Backoff) -> u64 {
     backoff.waited().as_millis() as u64
 }
@@ -777,6 +913,8 @@ mod tests {
     const WAIT_LIMIT: Duration = Duration::from_secs(5);
     const MAX_KEY_BYTES: usize = 32;
     const PAYLOAD_BYTES: u64 = 200;
+    /// The sender the tests' calls name.
+    const SENDER: u64 = 1;
 
     fn ring_pod(entries: u64) -> (Arc<Pod>, RingGeometry) {
         let entry_bytes = entry_bytes(MAX_KEY_BYTES, PAYLOAD_BYTES);
@@ -819,6 +957,7 @@ mod tests {
         ring.call(
             pod,
             memory,
+            SENDER,
             buf,
             op,
             key,
@@ -909,6 +1048,7 @@ mod tests {
                 let response = ring.call(
                     &pod,
                     &sender,
+                    SENDER,
                     &mut buf,
                     *op,
                     key,
@@ -950,6 +1090,7 @@ mod tests {
             let abandoned = ring.call(
                 &pod,
                 &sender,
+                SENDER,
                 &mut buf,
                 1,
                 b"slow",
@@ -993,6 +1134,7 @@ mod tests {
             ring.call(
                 &pod,
                 &sender,
+                SENDER,
                 &mut buf,
                 1,
                 b"doomed",
@@ -1064,6 +1206,100 @@ mod tests {
         assert_eq!(responses, vec![Ok(failed), Ok(answer(3, b"two", b""))]);
     }
 
+    /// The sender the recovery tests let die.
+    const DEAD: u64 = 2;
+
+    /// Sender [`DEAD`] reserves the next ticket and, if `publish`, publishes a request in
+    /// it; then it dies (it does nothing more). Returns the ticket.
+    fn reserve_and_die(ring: &RingGeometry, pod: &Pod, memory: &Memory, publish: bool) -> u64 {
+        let mut backoff = Backoff::new(WAIT_LIMIT);
+        let (ticket, free) = ring
+            .reserve(pod, DEAD, &mut backoff, &(), &mut || {})
+            .expect("reserves");
+        if publish {
+            let mut buf = vec![0; ring.entry_bytes as usize];
+            let used = LINE_BYTES as usize * 2;
+            RingGeometry::encode(&mut buf, 5, ticket, b"dead", b"", used);
+            memory.write(ring.entry(ticket), &buf[..used]);
+            memory.write_back(ring.entry(ticket), used);
+            memory.fence();
+            ring.state(pod, ticket)
+                .compare_exchange(
+                    free,
+                    pack(ticket, REQUEST),
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                )
+                .expect("publishes");
+        }
+        ticket
+    }
+
+    /// A sender that dies after it reserved a ticket and before it published its request
+    /// stops the server at that ticket: no later request is served (each gives up after
+    /// its wait). Its recovery withdraws the reservation: the server skips it and serves
+    /// the next call.
+    #[test]
+    fn a_sender_that_died_before_its_publish_is_withdrawn_by_its_recovery() {
+        let (pod, ring, sender, server) = sides(4);
+        let dead = host_memory(&pod, 3);
+        let ticket = reserve_and_die(&ring, &pod, &dead, false);
+        assert_eq!(ring.sender(&pod, ticket).load(Ordering::Relaxed), DEAD);
+        assert_eq!(ring.recover_sender(&pod, DEAD), 1);
+        assert_eq!(ring.sender(&pod, ticket).load(Ordering::Relaxed), 0);
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        let answered = std::thread::scope(|scope| {
+            let serving = scope.spawn(|| serve(&pod, &ring, &server, 1));
+            let response = call(&ring, &pod, &sender, &mut buf, (2, b"next", b""));
+            serving.join().expect("the server");
+            response
+        });
+        assert_eq!(answered, Ok(answer(2, b"next", b"")));
+        assert_eq!(ring.recover_sender(&pod, DEAD), 0, "it holds nothing now");
+    }
+
+    /// A sender that dies between taking an entry's sender word and its ticket holds the
+    /// word: every sender after it waits for the entry. Its recovery lets go of the word
+    /// (it reserved nothing: the entry stays free for its ticket).
+    #[test]
+    fn a_sender_that_died_holding_an_entrys_word_lets_go_of_it_in_its_recovery() {
+        let (pod, ring, sender, server) = sides(2);
+        ring.sender(&pod, 0).store(DEAD, Ordering::SeqCst);
+        assert_eq!(ring.recover_sender(&pod, DEAD), 1);
+        assert_eq!(ring.state(&pod, 0).load(Ordering::Relaxed), pack(0, FREE));
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        let answered = std::thread::scope(|scope| {
+            let serving = scope.spawn(|| serve(&pod, &ring, &server, 1));
+            let response = call(&ring, &pod, &sender, &mut buf, (2, b"next", b""));
+            serving.join().expect("the server");
+            response
+        });
+        assert_eq!(answered, Ok(answer(2, b"next", b"")));
+    }
+
+    /// A sender that dies after it published its request leaves the answer unread: a lap
+    /// later every sender finds the ring full. Its recovery frees the entry.
+    #[test]
+    fn a_sender_that_died_waiting_has_its_answer_freed_by_its_recovery() {
+        let (pod, ring, sender, server) = sides(1);
+        let dead = host_memory(&pod, 3);
+        let ticket = reserve_and_die(&ring, &pod, &dead, true);
+        assert_eq!(serve(&pod, &ring, &server, 1)[0].1, b"dead");
+        assert_eq!(
+            ring.state(&pod, ticket).load(Ordering::Relaxed),
+            pack(ticket, RESPONSE)
+        );
+        assert_eq!(ring.recover_sender(&pod, DEAD), 1);
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        let answered = std::thread::scope(|scope| {
+            let serving = scope.spawn(|| serve(&pod, &ring, &server, 1));
+            let response = call(&ring, &pod, &sender, &mut buf, (2, b"next", b""));
+            serving.join().expect("the server");
+            response
+        });
+        assert_eq!(answered, Ok(answer(2, b"next", b"")));
+    }
+
     /// The server claims a request and dies before it answers. Its recovery answers for
     /// it: a sender still waiting gets that answer, and a sender that gave up (abandoned
     /// the entry) has its entry freed: the next lap's call is served (the entry stayed
@@ -1102,6 +1338,7 @@ mod tests {
             let abandoned = ring.call(
                 &pod,
                 &sender,
+                SENDER,
                 &mut buf,
                 1,
                 b"gives up",
@@ -1139,6 +1376,7 @@ mod tests {
         let unanswered = ring.call(
             &pod,
             &sender,
+            SENDER,
             &mut buf,
             1,
             b"first",

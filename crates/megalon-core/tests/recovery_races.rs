@@ -998,3 +998,38 @@ fn a_server_that_died_answering_leaves_its_ring_usable() {
     }
     assert!(s.events().rpcs_sent >= 4, "every call an RPC");
 }
+
+/// Host 1 (`s`) asks host 2 (`o`, its pump serving its ring of two entries) to move `k`
+/// back, and dies while it waits for the answer. Host 0 recovers it. Host 3 then asks
+/// `o` to move objects back, into the ring's next lap: every call must be served (the
+/// answer nobody read held its entry for good, and from the next lap on every call found
+/// the ring full: `HostUnresponsive`).
+#[test]
+fn a_sender_that_died_waiting_leaves_the_ring_usable() {
+    let pod = common::heap_pod(&config().local_partitions(2).rpc_ring_entries(2));
+    let r = leak(&pod, 0);
+    let s = leak(&pod, 1);
+    let pumped = options(2).pump_interval(Some(Duration::from_millis(1)));
+    let o = Host::join(&pod, Join::As(2), pumped).unwrap();
+    let q = leak(&pod, 3);
+    k_with_a_record(r);
+    read(&o);
+    read(&o); // the second read in a row moves k to o's DRAM
+    dies_at(s, Point::RpcAwaitingResponse, |s| {
+        let _ = s.read(b"k", &mut [0u8; SLOT]);
+    });
+    leases_run_out(&[r]);
+    recover_by_hand(&pod, 1, r);
+    // One object per call: each moves to o's DRAM, and back on request.
+    for lap in 0..3u8 {
+        let key = format!("m{lap}");
+        r.create(key.as_bytes(), &value(lap)).unwrap();
+        let mut buf = vec![0u8; SLOT];
+        o.read(key.as_bytes(), &mut buf).unwrap();
+        o.read(key.as_bytes(), &mut buf).unwrap(); // in o's DRAM
+        let moved = q.read(key.as_bytes(), &mut buf);
+        assert!(moved.is_ok(), "call {lap}: {moved:?}");
+        assert_eq!(buf, value(lap), "call {lap}");
+    }
+    assert!(q.events().rpcs_sent >= 3, "every call an RPC");
+}

@@ -52,6 +52,7 @@ fn call(
         .call(
             &inner.pod,
             &inner.hosts[me].memory,
+            me as u64 + 1,
             request,
             op as u8,
             key,

@@ -606,10 +606,12 @@ impl Shared {
         if self.undo_images() && !self.restore_holds(dead)? {
             return Ok(false);
         }
-        // Requests it claimed as a server and never answered: answered "failed" (the
-        // senders look again, and find its objects back in CXL since its `HostDead`), and
-        // entries their senders gave up on freed, or its ring would stay full for good.
-        self.recover_rpc_server(dead.host);
+        // What it held in the RPC rings, or a ring would stay full (or its server stopped)
+        // for good: as a sender, its entries settled as if it had given up; as a server,
+        // requests it claimed answered "failed" (the senders look again, and find its
+        // objects back in CXL since its `HostDead`), and those their senders gave up on
+        // freed.
+        self.recover_rpcs(dead.host, dead.joins);
         host_table::announce_reservation(&self.pod, dead.host, 0, 0);
         if host_table::release_dead(&self.pod, dead.host, dead.pid) {
             self.counters

@@ -377,6 +377,7 @@ impl Shared {
         let response = rpc.rings[owner as usize].call(
             &self.pod,
             &self.memory,
+            crate::host_table::session(self.id, self.life),
             &mut buf,
             OP_MOVE_BACK,
             key,
@@ -384,6 +385,7 @@ impl Shared {
             self.options.wait_limit,
             c,
             &mut || {
+                self.chaos.point(Point::RpcAwaitingResponse);
                 let _ = self.serve_rpcs(c);
             },
         );

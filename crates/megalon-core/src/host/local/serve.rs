@@ -55,10 +55,15 @@ impl Shared {
         }
     }
 
-    /// Settles what dead host `dead` left in its own ring as a server (see
-    /// [`RingGeometry::recover_server`]): requests it claimed are answered `FAILED`.
-    pub(in crate::host) fn recover_rpc_server(&self, dead: crate::ids::HostId) {
+    /// Settles what life `life` of dead host `dead` left in the rings: as a sender, in
+    /// every host's ([`RingGeometry::recover_sender`]), and as a server, in its own
+    /// ([`RingGeometry::recover_server`]: requests it claimed are answered `FAILED`).
+    pub(in crate::host) fn recover_rpcs(&self, dead: crate::ids::HostId, life: u64) {
         if let Some(rpc) = &self.rpc {
+            let sender = crate::host_table::session(dead, life);
+            for ring in &rpc.rings {
+                ring.recover_sender(&self.pod, sender);
+            }
             let failed = Response {
                 status: FAILED,
                 detail: 0,
