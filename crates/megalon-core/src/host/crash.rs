@@ -541,8 +541,9 @@ impl Shared {
     /// Recovers `dead` (up to `step`) if no other live host is recovering one now.
     /// `Ok(true)`: done.
     fn recover(&self, dead: Dead, step: Step) -> Result<bool> {
-        // A host declared dead itself (paused past its lease) recovers nobody.
-        self.still_alive()?;
+        // A host declared dead itself (paused past its lease) recovers nobody: it knows
+        // from its condemnation, before its death is in the log.
+        self.holds_its_row()?;
         let word = self.pod.scr_u64(self.pod.layout().recovery_offset());
         // The word names the recoverer's life, not only its id: a recoverer that died and
         // came back under its id is not recovering any more.
@@ -745,9 +746,10 @@ impl Shared {
     }
 
     /// Whether this host still recovers with `intent` set: it has not been declared dead
-    /// (`Err`), holds the recovery word in its life, and the record under recovery is
+    /// (`Err`: condemned, or its death applied), holds the recovery word in its life, and the record under recovery is
     /// still its own.
     fn still_the_recoverer(&self, intent: &Intent<'_>) -> Result<bool> {
+        self.holds_its_row()?;
         self.catch_up()?;
         let word = self.pod.scr_u64(self.pod.layout().recovery_offset());
         let me = host_table::session(self.id, self.life);
