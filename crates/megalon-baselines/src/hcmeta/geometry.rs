@@ -75,7 +75,8 @@ impl Sizes {
         self.shared_per_host * scr_bytes_per_shared_object(self.max_key_bytes)
     }
 
-    /// SCR bytes of one host's ring: cursors and one state word per entry, whole lines.
+    /// SCR bytes of one host's ring: cursors, and a state word and a sender word per entry,
+    /// whole lines.
     pub(crate) fn ring_scr_bytes(&self) -> u64 {
         rpc::scr_bytes(self.ring_entries)
     }
