@@ -27,7 +27,9 @@
 //! server may run until then) answers those requests for it and frees the abandoned ones
 //! ([`RingGeometry::recover_server`]). Every move after a reservation, the sender's and
 //! the server's, is a CAS from the state it leaves, so a party only paused while it was
-//! recovered changes nothing when it resumes.
+//! recovered changes no state word when it resumes. Its late writes of an entry's lines
+//! (a request, a response header) may land on the entry's next use: the lease's usual
+//! assumption, and the ticket echo makes such a line a failed assertion, never an answer.
 //!
 //! An entry's header line:
 //!
@@ -780,34 +782,49 @@ impl RingGeometry {
             if sender == 0 || word.load(Ordering::SeqCst) != sender {
                 continue;
             }
-            let state = self.state(pod, index);
-            let now = state.load(Ordering::SeqCst);
-            // A zero word is the first lap's free state of ticket `index`.
-            let (ticket, kind) = if now == 0 {
-                (index, FREE)
-            } else {
-                (now >> 3, now & 7)
-            };
-            let to = match kind {
-                // SeqCst: the tail read after the word (its holder moves the tail only
-                // holding it).
-                FREE if self.tail(pod).load(Ordering::SeqCst) > ticket => {
-                    Some(pack(ticket, WITHDRAWN))
-                }
-                REQUEST => Some(pack(ticket, WITHDRAWN)),
-                CLAIMED => Some(pack(ticket, ABANDONED)),
-                RESPONSE => Some(pack(ticket + self.entries, FREE)),
-                _ => None,
-            };
-            if let Some(to) = to {
+            // The ring's server lives and moves the entry on meanwhile (claims, answers):
+            // settled from the state it is in, again until the CAS holds, or there is
+            // nothing of the sender's to settle (the states only move forward, and past
+            // an answer only the sender moves them).
+            while let Some((now, to)) = self.settle_for_dead_sender(pod, index) {
+                #[cfg(test)]
+                tests::before_recovery_cas(index);
                 // Release: pairs with the server's Acquire (withdrawn) or the next
                 // sender's (free).
-                let _ = state.compare_exchange(now, to, Ordering::Release, Ordering::Relaxed);
+                if self
+                    .state(pod, index)
+                    .compare_exchange(now, to, Ordering::Release, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    break;
+                }
             }
             self.let_go(pod, index, sender);
             held += 1;
         }
         held
+    }
+
+    /// Entry `index`'s state now, and what it becomes for a sender that died holding it
+    /// (`None`: nothing to do).
+    fn settle_for_dead_sender(&self, pod: &Pod, index: u64) -> Option<(u64, u64)> {
+        let now = self.state(pod, index).load(Ordering::SeqCst);
+        // A zero word is the first lap's free state of ticket `index`.
+        let (ticket, kind) = if now == 0 {
+            (index, FREE)
+        } else {
+            (now >> 3, now & 7)
+        };
+        let to = match kind {
+            // SeqCst: the tail read after the word (its holder moves the tail only
+            // holding it).
+            FREE if self.tail(pod).load(Ordering::SeqCst) > ticket => pack(ticket, WITHDRAWN),
+            REQUEST => pack(ticket, WITHDRAWN),
+            CLAIMED => pack(ticket, ABANDONED),
+            RESPONSE => pack(ticket + self.entries, FREE),
+            _ => return None,
+        };
+        Some((now, to))
     }
 
     /// After this ring's server died (its host declared dead: none of its threads runs
@@ -817,12 +834,13 @@ impl RingGeometry {
     /// lap later the ring is full for every sender (the next holder of the id serves from
     /// where the dead one's head was). Returns how many entries it settled.
     pub fn recover_server(&self, pod: &Pod, memory: &Memory, response: Response) -> u64 {
-        // Relaxed: the server that moved the head is gone (the caller knows it).
-        let head = self.head(pod).load(Ordering::Relaxed);
+        // The server that moved the head is gone (the caller knows it).
+        let head = self.head(pod).load(Ordering::SeqCst);
         let mut settled = 0;
         let mut header = [0u8; RING_HEADER_BYTES as usize];
-        // A claimed request is below the head, and less than a lap below it.
-        for ticket in head.saturating_sub(self.entries)..head {
+        // A claimed request is below the head, less than a lap below it, or at the head
+        // itself: a server dies between its claim's CAS and its move of the head.
+        for ticket in head.saturating_sub(self.entries)..=head {
             // Acquire: pairs with the sender's Release that published the request.
             let now = self.state(pod, ticket).load(Ordering::Acquire);
             if now == pack(ticket, CLAIMED) {
@@ -843,6 +861,23 @@ impl RingGeometry {
                 self.publish_response(pod, ticket);
                 settled += 1;
             }
+        }
+        // The entry at the head went past it (claimed, now answered or freed; or a
+        // withdrawn one the dead server freed before it moved the head): the next server
+        // starts after it. A CAS: a recoverer paused and taken over must not move back a
+        // head a new server has moved since.
+        let now = self.state(pod, head).load(Ordering::SeqCst);
+        let (ticket, kind) = (now >> 3, now & 7);
+        let past = now != 0
+            && (ticket > head
+                || (ticket == head && matches!(kind, CLAIMED | ABANDONED | RESPONSE)));
+        if past {
+            let _ = self.head(pod).compare_exchange(
+                head,
+                head + 1,
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            );
         }
         settled
     }
@@ -1208,6 +1243,200 @@ mod tests {
 
     /// The sender the recovery tests let die.
     const DEAD: u64 = 2;
+
+    thread_local! {
+        /// Run once by `recover_sender` between its load of an entry's state and its CAS
+        /// (the window in which the ring's live server moves the entry on).
+        static BEFORE_RECOVERY_CAS: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    /// `recover_sender`'s seam: runs the calling thread's hook, once.
+    pub(super) fn before_recovery_cas(_index: u64) {
+        if let Some(hook) = BEFORE_RECOVERY_CAS.with(|hook| hook.borrow_mut().take()) {
+            hook();
+        }
+    }
+
+    /// Serves whatever comes for `time` (a live server, idle at times).
+    fn serve_for(pod: &Pod, ring: &RingGeometry, memory: &Memory, time: Duration) -> usize {
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        let start = std::time::Instant::now();
+        let mut served = 0;
+        while start.elapsed() < time {
+            let Some(claimed) = ring.claim(pod, &()) else {
+                std::thread::yield_now();
+                continue;
+            };
+            let request = ring.read(memory, claimed, &mut buf, &());
+            let key = buf[request.key.clone()].to_vec();
+            let response = answer(request.op, &key, b"");
+            ring.respond(pod, memory, claimed, &mut buf, response, &());
+            served += 1;
+        }
+        served
+    }
+
+    /// One more call, a live server serving for a while: its outcome.
+    fn next_call(
+        pod: &Pod,
+        ring: &RingGeometry,
+        sender: &Memory,
+        server: &Memory,
+    ) -> Result<Response, u64> {
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        std::thread::scope(|scope| {
+            scope.spawn(|| serve_for(pod, ring, server, Duration::from_millis(600)));
+            let limit = Duration::from_millis(150);
+            let request = (2, &b"next"[..], &b""[..]);
+            ring.call(
+                pod,
+                sender,
+                SENDER,
+                &mut buf,
+                request.0,
+                request.1,
+                request.2,
+                limit,
+                &(),
+                &mut || {},
+            )
+        })
+    }
+
+    /// Recovery of a dead sender loads its published request; the live server claims and
+    /// answers it before recovery's CAS to withdrawn. Recovery must settle the entry from
+    /// the state it is in now (it let go of the sender word after its CAS failed: the
+    /// answer was never freed, and a lap later the ring was full for good).
+    #[test]
+    fn a_dead_senders_recovery_racing_the_server_frees_the_answer() {
+        let (pod, ring, sender, server) = sides(1);
+        let dead = host_memory(&pod, 3);
+        let ticket = reserve_and_die(&ring, &pod, &dead, true);
+        let (in_hook, ring_in_hook) = (Arc::clone(&pod), ring.clone());
+        BEFORE_RECOVERY_CAS.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move || {
+                serve(&in_hook, &ring_in_hook, &host_memory(&in_hook, 9), 1);
+            }));
+        });
+        assert_eq!(ring.recover_sender(&pod, DEAD), 1);
+        let state = ring.state(&pod, ticket).load(Ordering::SeqCst);
+        assert_eq!(state, pack(ticket + 1, FREE), "the answer is freed");
+        let next = next_call(&pod, &ring, &sender, &server);
+        assert_eq!(next, Ok(answer(2, b"next", b"")));
+    }
+
+    /// The same with the request claimed when recovery looks: the server answers before
+    /// recovery's CAS to abandoned.
+    #[test]
+    fn a_dead_senders_recovery_racing_the_answer_frees_it() {
+        let (pod, ring, sender, server) = sides(1);
+        let dead = host_memory(&pod, 3);
+        let ticket = reserve_and_die(&ring, &pod, &dead, true);
+        let claimed = ring.claim(&pod, &()).expect("claims");
+        let (in_hook, ring_in_hook) = (Arc::clone(&pod), ring.clone());
+        BEFORE_RECOVERY_CAS.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move || {
+                let server = host_memory(&in_hook, 9);
+                let mut buf = vec![0; ring_in_hook.entry_bytes as usize];
+                ring_in_hook.read(&server, claimed, &mut buf, &());
+                let response = Response {
+                    status: 1,
+                    detail: 1,
+                };
+                ring_in_hook.respond(&in_hook, &server, claimed, &mut buf, response, &());
+            }));
+        });
+        assert_eq!(ring.recover_sender(&pod, DEAD), 1);
+        let state = ring.state(&pod, ticket).load(Ordering::SeqCst);
+        assert_eq!(state, pack(ticket + 1, FREE), "the answer is freed");
+        let next = next_call(&pod, &ring, &sender, &server);
+        assert_eq!(next, Ok(answer(2, b"next", b"")));
+    }
+
+    /// The server dies between its claim's CAS and its move of the head: the claimed
+    /// request is at the head. Its recovery must answer it and move the head on (it
+    /// looked below the head only: the sender waited in vain, and the next server
+    /// stopped at that ticket for good).
+    #[test]
+    fn a_dead_servers_claim_at_its_head_is_answered_and_passed() {
+        let (pod, ring, sender, server) = sides(2);
+        let failed = Response {
+            status: 99,
+            detail: 7,
+        };
+        let (settled, waited) = std::thread::scope(|scope| {
+            let waiting = scope.spawn(|| {
+                let mut buf = vec![0; ring.entry_bytes as usize];
+                let limit = Duration::from_millis(500);
+                ring.call(
+                    &pod,
+                    &sender,
+                    SENDER,
+                    &mut buf,
+                    1,
+                    b"waits",
+                    b"",
+                    limit,
+                    &(),
+                    &mut || {},
+                )
+            });
+            let state = ring.state(&pod, 0);
+            while state.load(Ordering::SeqCst) != pack(0, REQUEST) {
+                std::thread::yield_now();
+            }
+            // `claim` up to its CAS; the server dies before it moves the head.
+            state
+                .compare_exchange(
+                    pack(0, REQUEST),
+                    pack(0, CLAIMED),
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .expect("claims");
+            let settled = ring.recover_server(&pod, &host_memory(&pod, 3), failed);
+            (settled, waiting.join().expect("the sender"))
+        });
+        assert_eq!((settled, waited), (1, Ok(failed)));
+        let next = next_call(&pod, &ring, &sender, &server);
+        assert_eq!(next, Ok(answer(2, b"next", b"")));
+    }
+
+    /// The server dies skipping a withdrawn request, after it freed the entry for the
+    /// next lap and before it moved the head: its recovery moves the head on.
+    #[test]
+    fn a_dead_servers_skip_at_its_head_is_passed() {
+        let (pod, ring, sender, server) = sides(2);
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        let limit = Duration::from_millis(20);
+        let unserved = ring.call(
+            &pod,
+            &sender,
+            SENDER,
+            &mut buf,
+            1,
+            b"x",
+            b"",
+            limit,
+            &(),
+            &mut || {},
+        );
+        assert!(unserved.is_err());
+        assert_eq!(
+            ring.state(&pod, 0).load(Ordering::SeqCst),
+            pack(0, WITHDRAWN)
+        );
+        // `claim`'s skip up to its free of the entry; the server dies before the head.
+        ring.state(&pod, 0).store(pack(2, FREE), Ordering::Release);
+        let failed = Response {
+            status: 99,
+            detail: 0,
+        };
+        assert_eq!(ring.recover_server(&pod, &host_memory(&pod, 3), failed), 0);
+        let next = next_call(&pod, &ring, &sender, &server);
+        assert_eq!(next, Ok(answer(2, b"next", b"")));
+    }
 
     /// Sender [`DEAD`] reserves the next ticket and, if `publish`, publishes a request in
     /// it; then it dies (it does nothing more). Returns the ticket.

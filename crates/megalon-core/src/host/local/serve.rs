@@ -85,6 +85,9 @@ impl Shared {
         if !ring.pending(&self.pod, tally) {
             return Ok(0);
         }
+        // A host declared dead serves no more: its recovery answers what it claimed, and
+        // the id's next life serves the ring from its head.
+        self.holds_its_row()?;
         // One server at a time: another thread of this host is at it.
         let Some(_serving) = self.rpc_server.try_lock() else {
             return Ok(0);
