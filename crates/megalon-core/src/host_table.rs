@@ -228,9 +228,11 @@ pub(crate) fn condemn(pod: &Pod, host: HostId, life: u64) {
     entry(pod, host).condemned.fetch_max(life, Ordering::SeqCst);
 }
 
-/// Whether life `life` of `host` has been condemned by a recoverer.
+/// Whether life `life` of `host` has been condemned by a recoverer. (Lives count from
+/// 1; a row claimed and not yet counted says the previous life's count, which is no
+/// life of its holder's.)
 pub(crate) fn condemned(pod: &Pod, host: HostId, life: u64) -> bool {
-    entry(pod, host).condemned.load(Ordering::SeqCst) >= life
+    life != 0 && entry(pod, host).condemned.load(Ordering::SeqCst) >= life
 }
 
 /// The holder of `host`'s row and which life of the id it is, if held.

@@ -1033,3 +1033,375 @@ fn a_sender_that_died_waiting_leaves_the_ring_usable() {
     }
     assert!(q.events().rpcs_sent >= 3, "every call an RPC");
 }
+
+// Found by a sixth review (2026-11-29), of the condemnation and of hosts that leave as
+// dead ones.
+
+/// An owned host paused at `point` in `call` (its row says "another machine"), on a
+/// thread that owns it: `resume` lets the call go on and returns its answer; `drop_host`
+/// then drops (leaves) the host on that thread and returns once it is gone.
+struct PausedOwned<T> {
+    resume: Sender<()>,
+    outcome: Receiver<T>,
+    dropped: Receiver<()>,
+}
+
+impl<T> PausedOwned<T> {
+    fn resume(&self) -> T {
+        self.resume.send(()).unwrap();
+        self.outcome.recv().unwrap()
+    }
+    fn drop_host(self) {
+        self.resume.send(()).unwrap();
+        self.dropped.recv().unwrap();
+    }
+}
+
+fn pauses_owned_at<T: Send + 'static>(
+    host: Host,
+    point: Point,
+    call: impl FnOnce(&Host) -> T + Send + 'static,
+) -> PausedOwned<T> {
+    let (paused, is_paused) = channel::<()>();
+    let (resume, resumed) = channel::<()>();
+    let (answered, outcome) = channel();
+    let (dropped_tx, dropped) = channel();
+    std::thread::spawn(move || {
+        let resumed = Arc::new(Mutex::new(resumed));
+        let resumed_in = resumed.clone();
+        let paused = Mutex::new(paused);
+        let once = AtomicBool::new(false);
+        let host_ref: &Host = &host;
+        // Only its lease tells from now on (nobody watches before the pause).
+        host_ref.inspect().pretend_elsewhere();
+        let answer = chaos::with_hook(
+            move |at| {
+                if at == point && !once.swap(true, Ordering::SeqCst) {
+                    paused.lock().unwrap().send(()).unwrap();
+                    resumed_in.lock().unwrap().recv().unwrap();
+                }
+            },
+            || call(host_ref),
+        );
+        answered.send(answer).unwrap();
+        resumed.lock().unwrap().recv().unwrap();
+        drop(host);
+        dropped_tx.send(()).unwrap();
+    });
+    is_paused.recv().unwrap();
+    PausedOwned {
+        resume,
+        outcome,
+        dropped,
+    }
+}
+
+/// Whether the log holds a `HostDead` of `host`, as `r` reads it.
+fn host_dead_logged(r: &Host, host: u32) -> bool {
+    let (_, _, tail) = r.inspect().log_cursors();
+    r.inspect()
+        .read_log(0, tail)
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e.event.event(), Event::HostDead { host: h, .. } if h == host))
+}
+
+/// A reservation-only recovery (`unblock_log`, from a replay stalled on the
+/// paused host's hole) condemns host 1 and fills its hole, but appends no `HostDead`
+/// (that is left to a later `Step::Whole`). Host 1 resumes: its delete's append is
+/// refused (condemned) and, being condemned, it leaves `k`'s locked record to recovery.
+/// Then it leaves: nothing is pending, its replica never applied a `HostDead`, so its
+/// drop frees its row (`release`). No watcher ever finds it dead again: `k`'s record
+/// stays locked for good.
+#[test]
+fn a_condemned_host_that_leaves_before_its_death_is_logged_keeps_its_row() {
+    let pod = common::heap_pod(&config());
+    let r = leak(&pod, 0);
+    let p = join(&pod, 1);
+    k_with_a_record(r);
+    assert_eq!(read(&p), value(2));
+    let delete = pauses_owned_at(p, Point::AppendAfterReserve, |p| p.delete(b"k"));
+    // r sees p's lease now, and two leases pass.
+    leases_run_out(&[r]);
+    // r's create stalls on p's hole: its replay fills it (Step::Reservation).
+    r.create(b"z", &value(9)).unwrap();
+    assert!(
+        pod.hosts().iter().any(|row| row.host == 1),
+        "row still held"
+    );
+    assert!(!host_dead_logged(r, 1), "no HostDead yet");
+    let outcome = delete.resume();
+    assert!(
+        matches!(outcome, Err(Error::HostDeclaredDead { .. })),
+        "{outcome:?}"
+    );
+    assert!(k_record_locked(r).1, "k's record is left to recovery");
+    delete.drop_host();
+    // r's watch, for a while.
+    let until = Instant::now() + Duration::from_millis(u64::from(LEASE_MS) * 6);
+    while Instant::now() < until {
+        r.inspect().watch_hosts();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let row_held = pod.hosts().iter().any(|row| row.host == 1);
+    let dead_logged = host_dead_logged(r, 1);
+    let (record, locked) = k_record_locked(r);
+    let write = r.write(b"k", &value(3));
+    assert!(
+        !locked && write.is_ok(),
+        "k's record {record} locked for good: row held {row_held}, HostDead logged \
+         {dead_logged}, r's write: {write:?}"
+    );
+}
+
+/// Host 1 (`p`, leaked) deletes `k` and pauses past its lease at `AppendAfterReserve`;
+/// `r`'s create stalls on p's hole and its replay's reservation-only recovery condemns
+/// p and fills the hole (no `HostDead`). p resumes: its delete answers
+/// `HostDeclaredDead`, and k's record is left locked, to p's recovery.
+fn a_condemned_deleter(pod: &Arc<Pod>, r: &'static Host, p: &'static Host) {
+    k_with_a_record(r);
+    let delete = pauses_at(p, Point::AppendAfterReserve, move || p.delete(b"k"));
+    leases_run_out(&[r]);
+    r.create(b"z", &value(9)).unwrap();
+    assert!(
+        pod.hosts().iter().any(|row| row.host == 1),
+        "row still held"
+    );
+    assert!(!host_dead_logged(r, 1), "no HostDead yet");
+    let outcome = delete.resume();
+    assert!(
+        matches!(outcome, Err(Error::HostDeclaredDead { .. })),
+        "{outcome:?}"
+    );
+    assert!(k_record_locked(r).1, "k's record is left to recovery");
+}
+
+/// The condemned host goes on living: its pump beats its heartbeat (here by
+/// hand, as its pump does every round). A watcher finds a host dead only when its
+/// heartbeat stands still for a lease, so the recovery that condemned it is never
+/// finished, and the lock it left to recovery is never settled while it lives.
+#[test]
+fn a_condemned_host_whose_pump_beats_is_recovered() {
+    let pod = common::heap_pod(&config());
+    let [r, p] = leak_all(&pod);
+    a_condemned_deleter(&pod, r, p);
+    let until = Instant::now() + Duration::from_millis(u64::from(LEASE_MS) * 10);
+    while Instant::now() < until {
+        p.inspect().heartbeat(); // p's pump round
+        r.inspect().watch_hosts();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let row_held = pod.hosts().iter().any(|row| row.host == 1);
+    let (record, locked) = k_record_locked(r);
+    let write = r.write(b"k", &value(3));
+    assert!(
+        !locked && write.is_ok(),
+        "after 10 leases, k's record {record} is still locked: p's row held {row_held}, \
+         HostDead logged {}, every call of p answers {:?}; r's write: {write:?}",
+        host_dead_logged(r, 1),
+        p.write(b"k", &value(4)).err()
+    );
+}
+
+/// The condemned host's `end_hold` leaves its announce of k's lock (for
+/// recovery) but gives the announce word back to its free list. Its next move back (a
+/// delete of `j`, which is in its DRAM, brings it back first) takes that word and
+/// `keep_slot_image` stores the move back's announce over it without any check. Its
+/// recovery then puts j's slot image back, finds no announce of k, and k's record stays
+/// locked for good.
+#[test]
+fn a_condemned_hosts_move_back_leaves_its_announces_to_recovery() {
+    let pod = common::heap_pod(&config().local_partitions(2));
+    let [r, p] = leak_all(&pod);
+    r.create(b"j", &value(5)).unwrap();
+    common::read(p, b"j");
+    common::read(p, b"j"); // the second read in a row moves j to p's DRAM
+    let j_owner = p
+        .inspect()
+        .replica_snapshot()
+        .into_iter()
+        .find(|(key, _)| key == b"j")
+        .and_then(|(_, entry)| entry.local_owner);
+    assert_eq!(j_owner, Some(p.id()), "j is in p's DRAM");
+    a_condemned_deleter(&pod, r, p);
+    let deleted_j = p.delete(b"j");
+    assert!(deleted_j.is_err(), "{deleted_j:?}");
+    recover_by_hand(&pod, p.id(), r);
+    assert!(host_dead_logged(r, 1), "p was recovered");
+    let (record, locked) = k_record_locked(r);
+    let write = r.write(b"k", &value(3));
+    assert!(
+        !locked && write.is_ok(),
+        "p recovered, yet k's record {record} is locked for good (p's delete of j \
+         answered {deleted_j:?}); r's write: {write:?}"
+    );
+}
+
+/// Without the move back, recovery settles k's record (the case the test above builds on).
+#[test]
+fn a_condemned_deleters_lock_is_settled_by_its_recovery() {
+    let pod = common::heap_pod(&config().local_partitions(2));
+    let [r, p] = leak_all(&pod);
+    a_condemned_deleter(&pod, r, p);
+    recover_by_hand(&pod, p.id(), r);
+    assert!(!k_record_locked(r).1);
+    r.write(b"k", &value(3)).unwrap();
+}
+
+/// An append panics (a bug; here a panic at `AppendAfterPublish`) under a
+/// write's wrap event, which a 2-bit record's write appends holding the record's lock.
+/// The panic unwinds `write_start` (its thread is the combiner of its own request),
+/// whose `Hold` drop clears the lock's announce: the record stays locked with no
+/// announce. The host leaves as a dead one (`append_panicked`), as 609df36 intends, but
+/// its recovery has no announce to settle: k's record is locked for good.
+#[test]
+fn an_append_panic_under_a_held_lock_keeps_its_announce() {
+    let pod = common::heap_pod(&config());
+    let r = leak(&pod, 0);
+    let p = join(&pod, 1);
+    k_with_a_record(r);
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let once = AtomicBool::new(false);
+        chaos::with_hook(
+            move |at| {
+                if at == Point::AppendAfterPublish && !once.swap(true, Ordering::SeqCst) {
+                    panic!("a bug in the append");
+                }
+            },
+            || p.write(b"k", &value(3)),
+        )
+    }));
+    assert!(panicked.is_err(), "the append panicked");
+    assert!(k_record_locked(r).1, "k's record is held by p's write");
+    drop(p); // leaves as a dead host (its append panicked)
+    assert!(pod.hosts().iter().any(|row| row.host == 1), "left as dead");
+    recover_by_hand(&pod, 1, r);
+    let (record, locked) = k_record_locked(r);
+    let write = r.write(b"k", &value(4));
+    assert!(
+        !locked && write.is_ok(),
+        "p recovered, yet k's record {record} is locked for good; r's write: {write:?}"
+    );
+}
+
+/// A host whose append panicked (609df36) is declared dead and recovered while
+/// it still runs (paused past its lease); its id is joined again by `q` (same process,
+/// so its liveness is told by its process). When the old host is dropped it "leaves as a
+/// dead one": `pretend_elsewhere` on the id's row, which is q's now. q is then judged by
+/// a lease it never beats (no pump, as a same-machine host needs none) and recovered
+/// while alive.
+#[test]
+fn a_dead_hosts_drop_leaves_its_ids_next_holders_row_alone() {
+    let pod = common::heap_pod(&config());
+    let r = leak(&pod, 0);
+    let p = join(&pod, 1);
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let once = AtomicBool::new(false);
+        chaos::with_hook(
+            move |at| {
+                if at == Point::AppendAfterPublish && !once.swap(true, Ordering::SeqCst) {
+                    panic!("a bug in the append");
+                }
+            },
+            || p.create(b"c", &value(1)),
+        )
+    }));
+    assert!(panicked.is_err(), "the append panicked");
+    // p pauses past its lease and is recovered; q joins under its id.
+    p.inspect().pretend_elsewhere();
+    leases_run_out(&[r]);
+    recover_by_hand(&pod, 1, r);
+    let q = leak(&pod, 1);
+    q.create(b"q", &value(2)).unwrap();
+    drop(p);
+    let until = Instant::now() + Duration::from_millis(u64::from(LEASE_MS) * 4);
+    while Instant::now() < until {
+        r.inspect().watch_hosts();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let later = q.create(b"q2", &value(3));
+    assert!(
+        later.is_ok(),
+        "q, alive all along, was recovered: its create answers {later:?}"
+    );
+}
+
+#[test]
+fn a_recovered_hosts_id_joined_again_is_alive() {
+    let pod = common::heap_pod(&config());
+    let r = leak(&pod, 0);
+    let p = join(&pod, 1);
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let once = AtomicBool::new(false);
+        chaos::with_hook(
+            move |at| {
+                if at == Point::AppendAfterPublish && !once.swap(true, Ordering::SeqCst) {
+                    panic!("a bug in the append");
+                }
+            },
+            || p.create(b"c", &value(1)),
+        )
+    }));
+    assert!(panicked.is_err(), "the append panicked");
+    // p pauses past its lease and is recovered; q joins under its id.
+    p.inspect().pretend_elsewhere();
+    leases_run_out(&[r]);
+    recover_by_hand(&pod, 1, r);
+    let q = leak(&pod, 1);
+    q.create(b"q", &value(2)).unwrap();
+    std::mem::forget(p);
+    let until = Instant::now() + Duration::from_millis(u64::from(LEASE_MS) * 4);
+    while Instant::now() < until {
+        r.inspect().watch_hosts();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let later = q.create(b"q2", &value(3));
+    assert!(
+        later.is_ok(),
+        "q, alive all along, was recovered: its create answers {later:?}"
+    );
+}
+
+/// Host 1 (`p`) looks `k` up, announces its write lock and pauses past its
+/// lease before its CAS. Host 0 writes `k` (at 2 bits every write appends a wrap event:
+/// k's stamp moves; the word comes back to "unlocked", the word p will CAS from). Host 0
+/// starts p's recovery: p is condemned. Before the `HostDead` append, p resumes: its CAS
+/// succeeds, its check after the lock finds k changed, and its unlock is skipped (p is
+/// condemned: the lock is left to recovery). It starts over, finds the record locked
+/// (by itself) and `withdraw`s its announce, with no condemnation check: the lock is
+/// left with no announce, and recovery, which settles announced locks only, leaves k's
+/// record locked for good.
+#[test]
+fn a_condemned_writer_that_starts_over_leaves_its_announce_to_recovery() {
+    let pod = common::heap_pod(&config());
+    let [r, p] = leak_all(&pod);
+    k_with_a_record(r);
+    assert_eq!(read(p), value(2));
+    let write = pauses_at(p, Point::WriteBeforeLock, move || p.write(b"k", &value(7)));
+    r.write(b"k", &value(3)).unwrap();
+    leases_run_out(&[r]);
+    let outcome = Rc::new(RefCell::new(None));
+    let outcome_in = outcome.clone();
+    let write = RefCell::new(Some(write));
+    chaos::with_hook(
+        move |point| {
+            // The first reservation of the recovery: its `HostDead`, after the
+            // condemnation.
+            if point != Point::ReserveBeforeCas {
+                return;
+            }
+            if let Some(write) = write.borrow_mut().take() {
+                *outcome_in.borrow_mut() = Some(write.resume());
+            }
+        },
+        || recover_by_hand(&pod, p.id(), r),
+    );
+    let outcome = outcome.borrow_mut().take().expect("p resumed");
+    let (record, locked) = k_record_locked(r);
+    let later = r.write(b"k", &value(4));
+    assert!(
+        !locked && later.is_ok(),
+        "p recovered (its write answered {outcome:?}), yet k's record {record} is locked \
+         for good; r's write: {later:?}"
+    );
+}

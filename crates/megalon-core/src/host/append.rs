@@ -294,7 +294,7 @@ impl Shared {
                     self.settle(settle, None, &owned);
                 }
                 Err(Error::CombinerPanicked) if settle != Settle::Nothing => {
-                    self.append_panicked
+                    self.left_unsettled
                         .store(true, std::sync::atomic::Ordering::Release);
                 }
                 _ => {}
@@ -517,7 +517,7 @@ impl Shared {
     }
 }
 
-/// Marks its host as one whose append panicked (`Shared::append_panicked`) if dropped by a
+/// Marks its host as one whose append panicked (`Shared::left_unsettled`) if dropped by a
 /// panic that began after it was made (a call made from a drop during an unwind is not
 /// one).
 struct AppendPanicGuard<'a> {
@@ -538,7 +538,7 @@ impl Drop for AppendPanicGuard<'_> {
     fn drop(&mut self) {
         if std::thread::panicking() && !self.already_panicking {
             self.shared
-                .append_panicked
+                .left_unsettled
                 .store(true, std::sync::atomic::Ordering::Release);
         }
     }

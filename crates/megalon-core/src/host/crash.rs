@@ -14,7 +14,9 @@
 //! 0. Its life is condemned in its row: a host only paused past its lease learns at its
 //!    next check that it is dead (before it writes a log entry, takes a lock, or changes
 //!    a record word or an announce), and from then on leaves all it held to recovery
-//!    (`left_to_recovery`; its DRAM-only work, such as its slot pool, is moot).
+//!    (`left_to_recovery`: it keeps every announce, stops its heartbeat, and keeps its
+//!    row when dropped, so that a recovery stopped half-way is begun again; its
+//!    DRAM-only work, such as its slot pool, is moot).
 //! 1. The dead host's reservation (the log positions it announced before its CAS on
 //!    `tail` and had not published) is filled with `Skip` entries, so that replay goes on.
 //!    A position that another live host also announces is that host's: recovery waits.
@@ -166,6 +168,15 @@ impl Hold<'_> {
 impl Drop for Hold<'_> {
     fn drop(&mut self) {
         if let Some(index) = self.index.take() {
+            if std::thread::panicking() {
+                // Unwinding, maybe holding the announced lock (a write's wrap event whose
+                // append panicked): the announce stays for recovery, and the host leaves
+                // as a dead one does, so that recovery happens.
+                self.shared
+                    .left_unsettled
+                    .store(true, std::sync::atomic::Ordering::Release);
+                return;
+            }
             self.shared.end_hold(index);
         }
     }
@@ -226,6 +237,17 @@ impl Shared {
             && (self.still_alive().is_err() || host_table::condemned(&self.pod, self.id, self.life))
     }
 
+    /// Bumps this host's heartbeat (its lease), unless a recoverer condemned it: a
+    /// recovery that stops half-way (a live host's hole in the log, a recoverer that
+    /// dies) is begun again only by a watcher that finds the host dead, and a watcher
+    /// finds a host on another machine dead only once its heartbeat has stood still for a
+    /// lease.
+    pub(super) fn beat(&self) {
+        if !host_table::condemned(&self.pod, self.id, self.life) {
+            host_table::heartbeat(&self.pod, self.id);
+        }
+    }
+
     /// `Err(HostDeclaredDead)` if [`Shared::left_to_recovery`].
     fn not_left_to_recovery(&self) -> Result<()> {
         if self.left_to_recovery() {
@@ -240,6 +262,8 @@ impl Shared {
     /// An announce word and undo image for a write about to lock a record, or an empty
     /// hold in a pod without undo images. Waits (bounded) while every one is in use.
     pub(super) fn take_hold(&self) -> Result<Hold<'_>> {
+        // A host declared dead takes no lock any more.
+        self.not_left_to_recovery()?;
         let mut backoff: Option<crate::backoff::Backoff> = None;
         loop {
             if let Some(hold) = self.try_take_hold() {
@@ -301,7 +325,12 @@ impl Shared {
     }
 
     /// Clears `hold`'s announce while its lock is not taken (the hold stays this host's).
+    /// A host declared dead leaves it: it may hold the lock after all (its unlock was
+    /// left to recovery), and recovery settles only what is announced.
     pub(super) fn withdraw(&self, hold: &Hold<'_>) {
+        if self.left_to_recovery() {
+            return;
+        }
         if let Some(index) = hold.index {
             self.announce_word(self.id, index)
                 .store(0, Ordering::SeqCst);
@@ -316,6 +345,9 @@ impl Shared {
     /// An announce word and undo image for a move to this host, if one is free now (a
     /// move is a choice: it does not wait), or an empty hold in a pod without them.
     pub(super) fn try_take_hold(&self) -> Option<Hold<'_>> {
+        if self.left_to_recovery() {
+            return None;
+        }
         if !self.undo_images() {
             return Some(Hold {
                 shared: self,
@@ -457,12 +489,14 @@ impl Shared {
     }
 
     /// Clears announce `index` (its lock is released, or was never taken) and frees it.
-    /// A host declared dead leaves it: it is its recovery's (`left_to_recovery`).
+    /// A host declared dead leaves it, and does not use the word again: the announce is
+    /// its recovery's (`left_to_recovery`).
     pub(super) fn end_hold(&self, index: u64) {
-        if !self.left_to_recovery() {
-            self.announce_word(self.id, index)
-                .store(0, Ordering::SeqCst);
+        if self.left_to_recovery() {
+            return;
         }
+        self.announce_word(self.id, index)
+            .store(0, Ordering::SeqCst);
         *self.free_holds.lock() |= 1 << index;
     }
 

@@ -80,9 +80,12 @@ impl Host {
 }
 
 impl Inspect<'_> {
-    /// Bumps this host's heartbeat word; returns the new count.
+    /// Bumps this host's heartbeat word as its pump does each round (not once a
+    /// recoverer has condemned it); returns the count.
     pub fn heartbeat(&self) -> u64 {
-        host_table::heartbeat(&self.host.shared.pod, self.host.shared.id)
+        let shared = &self.host.shared;
+        shared.beat();
+        host_table::heartbeat_count(&shared.pod, shared.id)
     }
 
     /// The replicated lock and counter of object `key`, linearizably (as

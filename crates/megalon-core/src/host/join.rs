@@ -29,7 +29,7 @@ use super::Shared;
 
 use crate::backoff::Backoff;
 use crate::error::{Error, Result};
-use crate::host_table::{self, session, session_gone, session_of};
+use crate::host_table::{session, session_gone, session_of};
 use crate::ids::HostId;
 use crate::log::Log;
 use crate::pod::Pod;
@@ -78,7 +78,7 @@ impl Shared {
             if !backoff.snooze() {
                 return Err(backoff.waited().as_millis() as u64);
             }
-            host_table::heartbeat(&self.pod, self.id);
+            self.beat();
         }
         Ok(())
     }
@@ -271,7 +271,7 @@ impl Shared {
             // The chunk is in memory before `chunk` counts it.
             self.memory.fence();
             mailbox.chunk.store(k + 1, Ordering::SeqCst);
-            host_table::heartbeat(&self.pod, self.id);
+            self.beat();
         }
         // Until the joiner has taken everything and let go of the mailbox, `server` stays
         // ours: another host that saw the request still there would serve it again, and

@@ -72,10 +72,11 @@ struct Shared {
     /// A `HostDead` naming this host and life was applied: another host declared it dead
     /// (its lease ran out) and recovered what it held. Every operation fails from then on.
     declared_dead: std::sync::atomic::AtomicBool,
-    /// An append panicked (see `submit_settled`): the threads whose requests it held never
-    /// learned their outcomes, so what they held (a record's lock, a claim) is unsettled,
-    /// and the host leaves as a dead one does, for its recovery to settle it.
-    append_panicked: std::sync::atomic::AtomicBool,
+    /// A panic left what a call held unsettled: an append panicked (see
+    /// `submit_settled`: the threads whose requests it carried never learned their
+    /// outcomes), or a thread unwound holding an announced lock (`Hold`'s drop). The host
+    /// leaves as a dead one does, for its recovery to settle what it announced.
+    left_unsettled: std::sync::atomic::AtomicBool,
     /// Held from a reservation of log positions until they are published: the host's row
     /// announces one reservation at a time.
     append_lock: Mutex<()>,
@@ -241,12 +242,9 @@ impl Drop for Host {
         if self.shared.replica.is_poisoned() {
             // A replay panicked half-way: nothing this host knows can be trusted, so it
             // leaves as a dead host does, for the others to recover (its locks, its
-            // reservations, its row) once its lease runs out. Its row says it runs on
-            // another machine, so that a live process does not keep it alive.
-            self.inspect().freeze();
-            if let Some(pump) = self.pump.take() {
-                let _ = pump.join();
-            }
+            // reservations, its row) once its lease runs out.
+            self.stop_pump();
+            self.shared.leave_as_dead();
             return;
         }
         // Objects in this host's DRAM go back to CXL: once it leaves, nobody could bring
@@ -257,8 +255,37 @@ impl Drop for Host {
         let settled = self.shared.settle_before_leaving()
             && !self
                 .shared
-                .append_panicked
+                .left_unsettled
                 .load(std::sync::atomic::Ordering::Acquire);
+        self.stop_pump();
+        let shared = &self.shared;
+        if host_table::holder(&shared.pod, shared.id) != Some((std::process::id(), shared.life)) {
+            // Declared dead and recovered: the row is free, or the id's next life's.
+            return;
+        }
+        if host_table::condemned(&shared.pod, shared.id, shared.life) {
+            // Its recovery has begun and is not done (its row is still held): it must
+            // find the row as it left it, or nobody settles what it left to recovery.
+            shared.leave_as_dead();
+            return;
+        }
+        if !settled && shared.undo_images() {
+            // A record it holds locked or claimed until an entry of its applies (that
+            // entry is behind a hole in the log, say), or that a panic left: nobody would
+            // settle it once the row is free. It leaves as a dead host does; its recovery
+            // settles what it announced. (Without undo images recovery leaves records
+            // alone: it frees its row, and the record stays locked, as a dead host's
+            // would.)
+            shared.leave_as_dead();
+            return;
+        }
+        host_table::release(&shared.pod, shared.id, shared.life);
+    }
+}
+
+impl Host {
+    /// Stops the pump thread and waits for it.
+    fn stop_pump(&mut self) {
         self.shared
             .stop
             .store(true, std::sync::atomic::Ordering::Release);
@@ -266,18 +293,17 @@ impl Drop for Host {
             pump.thread().unpark();
             let _ = pump.join();
         }
-        if !settled && self.shared.undo_images() {
-            // A record it holds locked or claimed until an entry of its applies (that
-            // entry is behind a hole in the log, say), or whose append panicked: nobody
-            // would settle it once the row is free. It leaves as a dead host does; its recovery settles what it
-            // announced. (Without undo images recovery leaves records alone: it frees
-            // its row, and the record stays locked, as a dead host's would.)
-            host_table::pretend_elsewhere(&self.shared.pod, self.shared.id);
-            return;
-        }
-        // A host declared dead has had its row freed (and maybe claimed again) already.
-        if !self.shared.is_declared_dead() {
-            host_table::release(&self.shared.pod, self.shared.id, self.shared.life);
+    }
+}
+
+impl Shared {
+    /// Leaves the pod as a dead host does (its pump stopped: no heartbeat moves): its row
+    /// says it runs on another machine, so that its live process does not keep it alive
+    /// and its lease tells the others; they recover it. Only a row still this life's is
+    /// changed (one freed and joined again is the next life's).
+    fn leave_as_dead(&self) {
+        if host_table::holder(&self.pod, self.id) == Some((std::process::id(), self.life)) {
+            host_table::pretend_elsewhere(&self.pod, self.id);
         }
     }
 }
@@ -334,7 +360,7 @@ impl Shared {
                 Ok(_) => {}
                 Err(error) => self.background_error(error),
             }
-            host_table::heartbeat(&self.pod, self.id);
+            self.beat();
             self.watch_hosts();
             if let Err(error) = self.serve_join() {
                 self.background_error(error);
@@ -367,7 +393,7 @@ impl Shared {
             id,
             life,
             declared_dead: std::sync::atomic::AtomicBool::new(false),
-            append_panicked: std::sync::atomic::AtomicBool::new(false),
+            left_unsettled: std::sync::atomic::AtomicBool::new(false),
             append_lock: Mutex::new(()),
             free_holds: Mutex::new(if HOLDS_PER_HOST == 64 {
                 u64::MAX

@@ -539,7 +539,13 @@ impl Shared {
         match self.unchanged_since(entry) {
             Ok(true) => Ok(true),
             Ok(false) => {
-                self.unlock_record(record, locked, word, c);
+                if !self.unlock_record(record, locked, word, c) {
+                    // Declared dead: the lock is its recovery's; no starting over.
+                    return Err(Error::HostDeclaredDead {
+                        host: self.id,
+                        life: self.life,
+                    });
+                }
                 Ok(false)
             }
             Err(error) => {
