@@ -904,6 +904,34 @@ fn a_host_that_leaves_with_a_lock_unsettled_leaves_it_to_recovery() {
     assert_eq!(read(r), value(6));
 }
 
+/// Runs `call` with a panic injected in its append once the entry is published (at
+/// `AppendAfterPublish`, the first time), as a bug in the append would panic; asserts
+/// that the call panicked.
+#[track_caller]
+fn panics_in_its_append<T>(call: impl FnOnce() -> T) {
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let once = AtomicBool::new(false);
+        chaos::with_hook(
+            move |at| {
+                if at == Point::AppendAfterPublish && !once.swap(true, Ordering::SeqCst) {
+                    panic!("injected: the append panics once its entry is published");
+                }
+            },
+            call,
+        )
+    }));
+    assert!(panicked.is_err(), "the append panicked");
+}
+
+/// Runs `r`'s watch for `leases` leases.
+fn watch_for(r: &Host, leases: u64) {
+    let until = Instant::now() + Duration::from_millis(u64::from(LEASE_MS) * leases);
+    while Instant::now() < until {
+        r.inspect().watch_hosts();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Host 1 (`p`, owned) deletes `k`, and its append panics once the entry is published
 /// (the panic is injected at `AppendAfterPublish`): the delete takes effect, but the
 /// thread that held `k`'s record locked never learns it, and nothing frees the record.
@@ -917,17 +945,7 @@ fn a_host_whose_append_panicked_leaves_its_locks_to_recovery() {
     k_with_a_record(r);
     assert_eq!(read(&p), value(2));
     let (record, _) = k_record_locked(r);
-    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        chaos::with_hook(
-            |point| {
-                if point == Point::AppendAfterPublish {
-                    panic!("injected: the append panics once its entry is published");
-                }
-            },
-            || p.delete(b"k"),
-        )
-    }));
-    assert!(panicked.is_err(), "the delete panicked");
+    panics_in_its_append(|| p.delete(b"k"));
     drop(p);
     leases_run_out(&[r]);
     recover_by_hand(&pod, 1, r);
@@ -1137,12 +1155,7 @@ fn a_condemned_host_that_leaves_before_its_death_is_logged_keeps_its_row() {
     );
     assert!(k_record_locked(r).1, "k's record is left to recovery");
     delete.drop_host();
-    // r's watch, for a while.
-    let until = Instant::now() + Duration::from_millis(u64::from(LEASE_MS) * 6);
-    while Instant::now() < until {
-        r.inspect().watch_hosts();
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    watch_for(r, 6);
     let row_held = pod.hosts().iter().any(|row| row.host == 1);
     let dead_logged = host_dead_logged(r, 1);
     let (record, locked) = k_record_locked(r);
@@ -1248,30 +1261,17 @@ fn a_condemned_deleters_lock_is_settled_by_its_recovery() {
     r.write(b"k", &value(3)).unwrap();
 }
 
-/// An append panics (a bug; here a panic at `AppendAfterPublish`) under a
-/// write's wrap event, which a 2-bit record's write appends holding the record's lock.
-/// The panic unwinds `write_start` (its thread is the combiner of its own request),
-/// whose `Hold` drop clears the lock's announce: the record stays locked with no
-/// announce. The host leaves as a dead one (`append_panicked`), as 609df36 intends, but
-/// its recovery has no announce to settle: k's record is locked for good.
+/// An append panics (a bug, injected) under a write's wrap event, which a 2-bit
+/// record's write appends holding the record's lock: the panic unwinds `write_start`.
+/// The lock's announce must stay, for the recovery of the host, which leaves as a dead
+/// one (its hold's drop cleared it, and the record stayed locked for good).
 #[test]
 fn an_append_panic_under_a_held_lock_keeps_its_announce() {
     let pod = common::heap_pod(&config());
     let r = leak(&pod, 0);
     let p = join(&pod, 1);
     k_with_a_record(r);
-    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let once = AtomicBool::new(false);
-        chaos::with_hook(
-            move |at| {
-                if at == Point::AppendAfterPublish && !once.swap(true, Ordering::SeqCst) {
-                    panic!("a bug in the append");
-                }
-            },
-            || p.write(b"k", &value(3)),
-        )
-    }));
-    assert!(panicked.is_err(), "the append panicked");
+    panics_in_its_append(|| p.write(b"k", &value(3)));
     assert!(k_record_locked(r).1, "k's record is held by p's write");
     drop(p); // leaves as a dead host (its append panicked)
     assert!(pod.hosts().iter().any(|row| row.host == 1), "left as dead");
@@ -1284,78 +1284,41 @@ fn an_append_panic_under_a_held_lock_keeps_its_announce() {
     );
 }
 
-/// A host whose append panicked (609df36) is declared dead and recovered while
-/// it still runs (paused past its lease); its id is joined again by `q` (same process,
-/// so its liveness is told by its process). When the old host is dropped it "leaves as a
-/// dead one": `pretend_elsewhere` on the id's row, which is q's now. q is then judged by
-/// a lease it never beats (no pump, as a same-machine host needs none) and recovered
-/// while alive.
-#[test]
-fn a_dead_hosts_drop_leaves_its_ids_next_holders_row_alone() {
+/// Host 1 (`p`, owned), one of whose appends panicked, is declared dead and recovered
+/// while it still runs (paused past its lease); `q` joins under its id (in this process:
+/// its liveness is told by its process, and it has no pump). Then `p` goes by `leave`,
+/// and host 0 watches for four leases. Returns q's create after that.
+fn an_id_joined_again_after_its_holder_panicked(leave: impl FnOnce(Host)) -> Result<(), Error> {
     let pod = common::heap_pod(&config());
     let r = leak(&pod, 0);
     let p = join(&pod, 1);
-    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let once = AtomicBool::new(false);
-        chaos::with_hook(
-            move |at| {
-                if at == Point::AppendAfterPublish && !once.swap(true, Ordering::SeqCst) {
-                    panic!("a bug in the append");
-                }
-            },
-            || p.create(b"c", &value(1)),
-        )
-    }));
-    assert!(panicked.is_err(), "the append panicked");
-    // p pauses past its lease and is recovered; q joins under its id.
+    panics_in_its_append(|| p.create(b"c", &value(1)));
     p.inspect().pretend_elsewhere();
     leases_run_out(&[r]);
     recover_by_hand(&pod, 1, r);
     let q = leak(&pod, 1);
     q.create(b"q", &value(2)).unwrap();
-    drop(p);
-    let until = Instant::now() + Duration::from_millis(u64::from(LEASE_MS) * 4);
-    while Instant::now() < until {
-        r.inspect().watch_hosts();
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let later = q.create(b"q2", &value(3));
+    leave(p);
+    watch_for(r, 4);
+    q.create(b"q2", &value(3))
+}
+
+/// Dropped, `p` leaves as a dead host does (its append panicked). It must leave the row
+/// alone, which is q's now (it marked it as running on another machine: q, alive and
+/// beating no lease, was recovered).
+#[test]
+fn a_dead_hosts_drop_leaves_its_ids_next_holders_row_alone() {
+    let later = an_id_joined_again_after_its_holder_panicked(drop);
     assert!(
         later.is_ok(),
         "q, alive all along, was recovered: its create answers {later:?}"
     );
 }
 
+/// The same with `p` never dropped: q lives on (what the test above compares with).
 #[test]
 fn a_recovered_hosts_id_joined_again_is_alive() {
-    let pod = common::heap_pod(&config());
-    let r = leak(&pod, 0);
-    let p = join(&pod, 1);
-    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let once = AtomicBool::new(false);
-        chaos::with_hook(
-            move |at| {
-                if at == Point::AppendAfterPublish && !once.swap(true, Ordering::SeqCst) {
-                    panic!("a bug in the append");
-                }
-            },
-            || p.create(b"c", &value(1)),
-        )
-    }));
-    assert!(panicked.is_err(), "the append panicked");
-    // p pauses past its lease and is recovered; q joins under its id.
-    p.inspect().pretend_elsewhere();
-    leases_run_out(&[r]);
-    recover_by_hand(&pod, 1, r);
-    let q = leak(&pod, 1);
-    q.create(b"q", &value(2)).unwrap();
-    std::mem::forget(p);
-    let until = Instant::now() + Duration::from_millis(u64::from(LEASE_MS) * 4);
-    while Instant::now() < until {
-        r.inspect().watch_hosts();
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let later = q.create(b"q2", &value(3));
+    let later = an_id_joined_again_after_its_holder_panicked(std::mem::forget);
     assert!(
         later.is_ok(),
         "q, alive all along, was recovered: its create answers {later:?}"
