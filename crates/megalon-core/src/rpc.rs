@@ -1044,6 +1044,23 @@ mod tests {
         seen
     }
 
+    /// Call `(2, "next", "")` from `sender`, with one request served by `server`: its
+    /// outcome.
+    fn next_call(
+        pod: &Pod,
+        ring: &RingGeometry,
+        sender: &Memory,
+        server: &Memory,
+    ) -> Result<Response, u64> {
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        std::thread::scope(|scope| {
+            let serving = scope.spawn(|| serve(pod, ring, server, 1));
+            let response = call(ring, pod, sender, &mut buf, (2, b"next", b""));
+            serving.join().expect("the server");
+            response
+        })
+    }
+
     /// Counts what the ring reports (one thread's).
     #[derive(Default)]
     struct Counts {
@@ -1150,13 +1167,10 @@ mod tests {
         };
         ring.respond(&pod, &server, claimed, &mut server_buf, late, &());
         assert_eq!(ring.state(&pod, 0).load(Ordering::Relaxed), pack(1, FREE));
-        let answered = std::thread::scope(|scope| {
-            let serving = scope.spawn(|| serve(&pod, &ring, &server, 1));
-            let response = call(&ring, &pod, &sender, &mut buf, (2, b"next", b""));
-            serving.join().expect("the server");
-            response
-        });
-        assert_eq!(answered, Ok(answer(2, b"next", b"")));
+        assert_eq!(
+            next_call(&pod, &ring, &sender, &server),
+            Ok(answer(2, b"next", b""))
+        );
     }
 
     #[test]
@@ -1256,52 +1270,6 @@ mod tests {
         if let Some(hook) = BEFORE_RECOVERY_CAS.with(|hook| hook.borrow_mut().take()) {
             hook();
         }
-    }
-
-    /// Serves whatever comes for `time` (a live server, idle at times).
-    fn serve_for(pod: &Pod, ring: &RingGeometry, memory: &Memory, time: Duration) -> usize {
-        let mut buf = vec![0; ring.entry_bytes as usize];
-        let start = std::time::Instant::now();
-        let mut served = 0;
-        while start.elapsed() < time {
-            let Some(claimed) = ring.claim(pod, &()) else {
-                std::thread::yield_now();
-                continue;
-            };
-            let request = ring.read(memory, claimed, &mut buf, &());
-            let key = buf[request.key.clone()].to_vec();
-            let response = answer(request.op, &key, b"");
-            ring.respond(pod, memory, claimed, &mut buf, response, &());
-            served += 1;
-        }
-        served
-    }
-
-    /// One more call, a live server serving for a while: its outcome.
-    fn next_call(
-        pod: &Pod,
-        ring: &RingGeometry,
-        sender: &Memory,
-        server: &Memory,
-    ) -> Result<Response, u64> {
-        let mut buf = vec![0; ring.entry_bytes as usize];
-        std::thread::scope(|scope| {
-            scope.spawn(|| serve_for(pod, ring, server, Duration::from_millis(600)));
-            let limit = Duration::from_millis(150);
-            let request = (2, &b"next"[..], &b""[..]);
-            ring.call(
-                pod,
-                sender,
-                SENDER,
-                &mut buf,
-                request.0,
-                request.1,
-                request.2,
-                limit,
-                &(),
-                &mut || {},
-            )
-        })
     }
 
     /// Recovery of a dead sender loads its published request; the live server claims and
@@ -1476,14 +1444,10 @@ mod tests {
         assert_eq!(ring.sender(&pod, ticket).load(Ordering::Relaxed), DEAD);
         assert_eq!(ring.recover_sender(&pod, DEAD), 1);
         assert_eq!(ring.sender(&pod, ticket).load(Ordering::Relaxed), 0);
-        let mut buf = vec![0; ring.entry_bytes as usize];
-        let answered = std::thread::scope(|scope| {
-            let serving = scope.spawn(|| serve(&pod, &ring, &server, 1));
-            let response = call(&ring, &pod, &sender, &mut buf, (2, b"next", b""));
-            serving.join().expect("the server");
-            response
-        });
-        assert_eq!(answered, Ok(answer(2, b"next", b"")));
+        assert_eq!(
+            next_call(&pod, &ring, &sender, &server),
+            Ok(answer(2, b"next", b""))
+        );
         assert_eq!(ring.recover_sender(&pod, DEAD), 0, "it holds nothing now");
     }
 
@@ -1496,14 +1460,10 @@ mod tests {
         ring.sender(&pod, 0).store(DEAD, Ordering::SeqCst);
         assert_eq!(ring.recover_sender(&pod, DEAD), 1);
         assert_eq!(ring.state(&pod, 0).load(Ordering::Relaxed), pack(0, FREE));
-        let mut buf = vec![0; ring.entry_bytes as usize];
-        let answered = std::thread::scope(|scope| {
-            let serving = scope.spawn(|| serve(&pod, &ring, &server, 1));
-            let response = call(&ring, &pod, &sender, &mut buf, (2, b"next", b""));
-            serving.join().expect("the server");
-            response
-        });
-        assert_eq!(answered, Ok(answer(2, b"next", b"")));
+        assert_eq!(
+            next_call(&pod, &ring, &sender, &server),
+            Ok(answer(2, b"next", b""))
+        );
     }
 
     /// A sender that dies after it published its request leaves the answer unread: a lap
@@ -1519,14 +1479,10 @@ mod tests {
             pack(ticket, RESPONSE)
         );
         assert_eq!(ring.recover_sender(&pod, DEAD), 1);
-        let mut buf = vec![0; ring.entry_bytes as usize];
-        let answered = std::thread::scope(|scope| {
-            let serving = scope.spawn(|| serve(&pod, &ring, &server, 1));
-            let response = call(&ring, &pod, &sender, &mut buf, (2, b"next", b""));
-            serving.join().expect("the server");
-            response
-        });
-        assert_eq!(answered, Ok(answer(2, b"next", b"")));
+        assert_eq!(
+            next_call(&pod, &ring, &sender, &server),
+            Ok(answer(2, b"next", b""))
+        );
     }
 
     /// The server claims a request and dies before it answers. Its recovery answers for
@@ -1585,13 +1541,10 @@ mod tests {
             pack(1, ABANDONED)
         );
         assert_eq!(ring.recover_server(&pod, &host_memory(&pod, 3), failed), 1);
-        let next = std::thread::scope(|scope| {
-            let serving = scope.spawn(|| serve(&pod, &ring, &server, 1));
-            let response = call(&ring, &pod, &sender, &mut buf, (2, b"next", b""));
-            serving.join().expect("the server");
-            response
-        });
-        assert_eq!(next, Ok(answer(2, b"next", b"")));
+        assert_eq!(
+            next_call(&pod, &ring, &sender, &server),
+            Ok(answer(2, b"next", b""))
+        );
     }
 
     #[test]

@@ -614,7 +614,7 @@ impl Shared {
         c: &ThreadCounters,
     ) {
         if !mutants::skipped(Step::LockedRecordRestoredOnError) {
-            let _left_to_recovery = !self.unlock_record(record, locked, unlocked, c);
+            self.unlock_record(record, locked, unlocked, c);
         }
     }
 
