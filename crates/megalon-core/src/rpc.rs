@@ -111,6 +111,11 @@ fn pack(ticket: u64, state: u64) -> u64 {
     ticket << 3 | state
 }
 
+/// The ticket and the state a state word holds (see [`pack`]).
+fn unpack(word: u64) -> (u64, u64) {
+    (word >> 3, word & 7)
+}
+
 pub use crate::layout::{ring_entry_bytes as entry_bytes, ring_scr_bytes as scr_bytes};
 use crate::layout::{
     ring_key_area as key_area, ring_words_bytes, RING_CURSOR_BYTES, RING_HEADER_BYTES,
@@ -471,7 +476,7 @@ impl RingGeometry {
                 self.let_go(pod, ticket, sender);
                 continue;
             }
-            if state >> 3 < ticket {
+            if unpack(state).0 < ticket {
                 // The ring is full: the entry still serves the previous lap.
                 serve();
                 if !backoff.snooze() {
@@ -810,11 +815,7 @@ impl RingGeometry {
     fn settle_for_dead_sender(&self, pod: &Pod, index: u64) -> Option<(u64, u64)> {
         let now = self.state(pod, index).load(Ordering::SeqCst);
         // A zero word is the first lap's free state of ticket `index`.
-        let (ticket, kind) = if now == 0 {
-            (index, FREE)
-        } else {
-            (now >> 3, now & 7)
-        };
+        let (ticket, kind) = if now == 0 { (index, FREE) } else { unpack(now) };
         let to = match kind {
             // SeqCst: the tail read after the word (its holder moves the tail only
             // holding it).
@@ -867,7 +868,7 @@ impl RingGeometry {
         // starts after it. A CAS: a recoverer paused and taken over must not move back a
         // head a new server has moved since.
         let now = self.state(pod, head).load(Ordering::SeqCst);
-        let (ticket, kind) = (now >> 3, now & 7);
+        let (ticket, kind) = unpack(now);
         let past = now != 0
             && (ticket > head
                 || (ticket == head && matches!(kind, CLAIMED | ABANDONED | RESPONSE)));
