@@ -330,6 +330,28 @@ impl ThreadLog {
         Ok(())
     }
 
+    /// This log as the checker must take it when the thread's process died, and with it
+    /// the effects of the operations `served_in_memory` names (by their index in the
+    /// log): a store that keeps objects in a process's own memory (megalon's local
+    /// partitions) hands them back as they were before that process wrote them when it
+    /// dies. Each such put took effect within its call, or never (lost):
+    /// [`Outcome::Uncertain`]. Each such get may have read a lost put, and is ignored
+    /// ([`Outcome::Unknown`]). The other operations keep their outcomes: what the process
+    /// did outside its memory outlives it.
+    pub fn with_lost_writes(mut self, served_in_memory: impl Fn(usize) -> bool) -> ThreadLog {
+        for (index, operation) in self.operations.iter_mut().enumerate() {
+            if operation.returned_at.is_none() || !served_in_memory(index) {
+                continue;
+            }
+            match operation.call {
+                Call::Put(_) => operation.outcome = Outcome::Uncertain,
+                Call::Get => operation.outcome = Outcome::Unknown,
+                Call::Create(_) | Call::Delete => {}
+            }
+        }
+        self
+    }
+
     /// Reads a log written by [`write_to`](Self::write_to) or by a journaled recorder.
     ///
     /// A last line without its newline (its writer died while writing it) is ignored:
@@ -394,6 +416,62 @@ mod tests {
         assert_eq!((ops[1].invoked_at, ops[1].returned_at), (1, Some(3)));
         assert_eq!(ops[0].key, ops[1].key);
         assert_eq!(history.key_count(), 1);
+    }
+
+    #[test]
+    fn lost_writes_leave_a_history_linearizable_that_was_not() {
+        let clock = Clock::counter();
+        let mut dead = recorder(0, &clock);
+        let mut other = recorder(1, &clock);
+        let (v1, v2) = (Value::new(0, 1), Value::new(0, 2));
+        let put = dead.invoke(b"k", Call::Put(v1)).unwrap();
+        dead.complete(put, Outcome::Ok).unwrap();
+        let get = other.invoke(b"k", Call::Get).unwrap();
+        other.complete(get, Outcome::Found(v1)).unwrap();
+        // The dead process's second put and its read of it, both in its memory, then
+        // lost: the other process reads the first value again.
+        let put = dead.invoke(b"k", Call::Put(v2)).unwrap();
+        dead.complete(put, Outcome::Ok).unwrap();
+        let get = dead.invoke(b"k", Call::Get).unwrap();
+        dead.complete(get, Outcome::Found(v2)).unwrap();
+        let delete = dead.invoke(b"j", Call::Delete).unwrap();
+        dead.complete(delete, Outcome::Absent).unwrap();
+        let get = other.invoke(b"k", Call::Get).unwrap();
+        other.complete(get, Outcome::Found(v1)).unwrap();
+        let (dead, other) = (dead.finish(), other.finish());
+
+        let kept = History::merge([dead.clone(), other.clone()]).unwrap();
+        assert!(crate::check(&kept).is_err(), "a lost put is a violation");
+        // Served in memory: the second put and the get (the delete too: it keeps its
+        // outcome all the same).
+        let lost = dead.clone().with_lost_writes(|index| index >= 1);
+        let outcomes: Vec<Outcome> = lost
+            .operations()
+            .iter()
+            .map(|op| op.outcome.clone())
+            .collect();
+        assert_eq!(
+            outcomes,
+            [
+                Outcome::Ok,
+                Outcome::Uncertain,
+                Outcome::Unknown,
+                Outcome::Absent
+            ]
+        );
+        let history = History::merge([lost, other.clone()]).unwrap();
+        assert!(crate::check(&history).is_ok());
+        // The first put, done outside the process's memory, stays: it cannot be lost.
+        let mut third = recorder(2, &clock);
+        let get = third.invoke(b"k", Call::Get).unwrap();
+        third.complete(get, Outcome::Absent).unwrap();
+        let history = History::merge([
+            dead.with_lost_writes(|index| index >= 1),
+            other,
+            third.finish(),
+        ])
+        .unwrap();
+        assert!(crate::check(&history).is_err(), "the first put is kept");
     }
 
     #[test]
