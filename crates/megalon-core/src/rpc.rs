@@ -87,7 +87,7 @@
 //! # Ok::<(), megalon_core::Error>(())
 //! ```
 
-use std::ops::Range;
+use std::ops::{ControlFlow, Range};
 use std::time::Duration;
 
 use crate::backoff::Backoff;
@@ -308,7 +308,11 @@ impl RingGeometry {
     }
 
     /// Sends a request and waits for the response (any host but the server's). `buf` is
-    /// the sender's scratch entry; `serve` serves the sender's own ring while it waits.
+    /// the sender's scratch entry; `serve` serves the sender's own ring while it waits,
+    /// and breaks when the sender knows the server will not answer (it died, and what the
+    /// request asked for was done without it): the wait for room in a full ring or for an
+    /// unclaimed request's claim then stops at once, as past the limit (a claimed request
+    /// is waited for all the same: its server, or the server's recovery, answers it).
     /// `Err(waited_ms)` if the server did not answer within `wait_limit` (the request
     /// withdrawn, or, claimed but unanswered after twice the limit, of unknown effect).
     ///
@@ -330,7 +334,7 @@ impl RingGeometry {
         payload: &[u8],
         wait_limit: Duration,
         tally: &dyn Tally,
-        serve: &mut dyn FnMut(),
+        serve: &mut dyn FnMut() -> ControlFlow<()>,
     ) -> Result<Response, u64> {
         let key_at = RING_HEADER_BYTES as usize;
         let payload_at = key_at + key_area(key.len()) as usize;
@@ -442,7 +446,7 @@ impl RingGeometry {
         sender: u64,
         backoff: &mut Backoff,
         tally: &dyn Tally,
-        serve: &mut dyn FnMut(),
+        serve: &mut dyn FnMut() -> ControlFlow<()>,
     ) -> Result<(u64, u64), u64> {
         loop {
             let ticket = self.tail(pod).load(Ordering::SeqCst);
@@ -459,8 +463,8 @@ impl RingGeometry {
                     .is_err()
                 {
                     // Another sender is reserving it (a dead one until its recovery).
-                    serve();
-                    if !backoff.snooze() {
+                    let give_up = serve().is_break();
+                    if !backoff.snooze() || give_up {
                         return Err(waited_ms(backoff));
                     }
                     continue;
@@ -478,8 +482,8 @@ impl RingGeometry {
             }
             if unpack(state).0 < ticket {
                 // The ring is full: the entry still serves the previous lap.
-                serve();
-                if !backoff.snooze() {
+                let give_up = serve().is_break();
+                if !backoff.snooze() || give_up {
                     return Err(waited_ms(backoff));
                 }
             }
@@ -504,8 +508,8 @@ impl RingGeometry {
     }
 
     /// Waits for the response to `ticket`, serving our own ring meanwhile. Past the wait
-    /// limit an unclaimed request is withdrawn, and past twice the limit a claimed one is
-    /// abandoned (the server frees it when it answers): `Err` is how long we waited, and
+    /// limit (or at once, when `serve` breaks) an unclaimed request is withdrawn, and past
+    /// twice the limit a claimed one is abandoned (the server frees it when it answers): `Err` is how long we waited, and
     /// the entry is no longer ours.
     fn await_response(
         &self,
@@ -514,7 +518,7 @@ impl RingGeometry {
         wait_limit: Duration,
         backoff: &mut Backoff,
         tally: &dyn Tally,
-        serve: &mut dyn FnMut(),
+        serve: &mut dyn FnMut() -> ControlFlow<()>,
     ) -> Result<(), u64> {
         let state = self.state(pod, ticket);
         let claimed_limit_ms = 2 * wait_limit.as_millis() as u64;
@@ -525,9 +529,12 @@ impl RingGeometry {
             if now == pack(ticket, RESPONSE) {
                 return Ok(());
             }
-            serve();
+            let give_up = serve().is_break();
             backoff.snooze();
-            if !backoff.expired() {
+            // Past the limit, or told the server will not answer: an unclaimed request is
+            // withdrawn. A claimed one is waited for until twice the limit.
+            let withdraw_now = give_up && now == pack(ticket, REQUEST);
+            if !(backoff.expired() || withdraw_now) {
                 continue;
             }
             if now == pack(ticket, REQUEST) {
@@ -1000,7 +1007,7 @@ mod tests {
             payload,
             WAIT_LIMIT,
             &(),
-            &mut || {},
+            &mut || ControlFlow::Continue(()),
         )
     }
 
@@ -1108,7 +1115,7 @@ mod tests {
                     payload,
                     WAIT_LIMIT,
                     &counts,
-                    &mut || {},
+                    &mut || ControlFlow::Continue(()),
                 );
                 assert_eq!(response, Ok(answer(*op, key, payload)), "op {op}");
             }
@@ -1150,7 +1157,7 @@ mod tests {
                 b"",
                 limit,
                 &(),
-                &mut || {},
+                &mut || ControlFlow::Continue(()),
             );
             (claiming.join().expect("claims"), abandoned)
         });
@@ -1171,6 +1178,103 @@ mod tests {
         assert_eq!(
             next_call(&pod, &ring, &sender, &server),
             Ok(answer(2, b"next", b""))
+        );
+    }
+
+    #[test]
+    fn a_sender_told_the_server_will_not_answer_withdraws_at_once_and_the_entry_serves_on() {
+        // No server claims the request; the sender's closure breaks on its fifth round.
+        let (pod, ring, sender, server) = sides(1);
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        let mut rounds = 0;
+        let started = std::time::Instant::now();
+        let given_up = ring.call(
+            &pod,
+            &sender,
+            SENDER,
+            &mut buf,
+            1,
+            b"never",
+            b"",
+            WAIT_LIMIT,
+            &(),
+            &mut || {
+                rounds += 1;
+                if rounds < 5 {
+                    ControlFlow::Continue(())
+                } else {
+                    ControlFlow::Break(())
+                }
+            },
+        );
+        assert!(given_up.is_err(), "{given_up:?}");
+        assert_eq!(rounds, 5, "given up at the first break");
+        assert!(
+            started.elapsed() < WAIT_LIMIT / 2,
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            ring.state(&pod, 0).load(Ordering::Relaxed),
+            pack(0, WITHDRAWN)
+        );
+        // The server skips the withdrawn request; the next lap is served.
+        assert_eq!(
+            next_call(&pod, &ring, &sender, &server),
+            Ok(answer(2, b"next", b""))
+        );
+    }
+
+    #[test]
+    fn a_sender_told_the_server_will_not_answer_waits_on_for_a_claimed_request() {
+        // The server has claimed the request: its answer (or its recovery's) is coming,
+        // and the sender's closure, which breaks every round, must not stop the wait.
+        let (pod, ring, sender, server) = sides(1);
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        let mut server_buf = vec![0; ring.entry_bytes as usize];
+        let answered = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let claimed = loop {
+                    if let Some(claimed) = ring.claim(&pod, &()) {
+                        break claimed;
+                    }
+                    std::thread::yield_now();
+                };
+                // Long enough for the sender to have broken many times.
+                std::thread::sleep(Duration::from_millis(50));
+                ring.read(&server, claimed, &mut server_buf, &());
+                let response = Response {
+                    status: 7,
+                    detail: 7,
+                };
+                ring.respond(&pod, &server, claimed, &mut server_buf, response, &());
+            });
+            ring.call(
+                &pod,
+                &sender,
+                SENDER,
+                &mut buf,
+                1,
+                b"claimed",
+                b"",
+                WAIT_LIMIT,
+                &(),
+                &mut || {
+                    // Only once the request is claimed: before, a break withdraws it.
+                    if ring.state(&pod, 0).load(Ordering::Relaxed) == pack(0, CLAIMED) {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                },
+            )
+        });
+        assert_eq!(
+            answered,
+            Ok(Response {
+                status: 7,
+                detail: 7
+            })
         );
     }
 
@@ -1348,7 +1452,7 @@ mod tests {
                     b"",
                     limit,
                     &(),
-                    &mut || {},
+                    &mut || ControlFlow::Continue(()),
                 )
             });
             let state = ring.state(&pod, 0);
@@ -1389,7 +1493,7 @@ mod tests {
             b"",
             limit,
             &(),
-            &mut || {},
+            &mut || ControlFlow::Continue(()),
         );
         assert!(unserved.is_err());
         assert_eq!(
@@ -1412,7 +1516,9 @@ mod tests {
     fn reserve_and_die(ring: &RingGeometry, pod: &Pod, memory: &Memory, publish: bool) -> u64 {
         let mut backoff = Backoff::new(WAIT_LIMIT);
         let (ticket, free) = ring
-            .reserve(pod, DEAD, &mut backoff, &(), &mut || {})
+            .reserve(pod, DEAD, &mut backoff, &(), &mut || {
+                ControlFlow::Continue(())
+            })
             .expect("reserves");
         if publish {
             let mut buf = vec![0; ring.entry_bytes as usize];
@@ -1531,7 +1637,7 @@ mod tests {
                 b"",
                 limit,
                 &(),
-                &mut || {},
+                &mut || ControlFlow::Continue(()),
             );
             claiming.join().expect("claims");
             abandoned
@@ -1566,7 +1672,10 @@ mod tests {
             b"",
             limit,
             &(),
-            &mut || served_own_ring += 1,
+            &mut || {
+                served_own_ring += 1;
+                ControlFlow::Continue(())
+            },
         );
         let waited_ms = unanswered.expect_err("nobody serves the ring");
         assert!(

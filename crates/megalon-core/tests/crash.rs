@@ -366,3 +366,36 @@ fn a_host_whose_replay_panicked_is_recovered_as_a_dead_one() {
     b.write(b"k", &value(3)).unwrap();
     assert_eq!(read(&b, b"k"), value(3));
 }
+
+/// Host o holds `k` in its DRAM (local partitions) and dies, idle. Host s's read asks o
+/// to move `k` back: the request waits in o's ring, unclaimed, and nobody serves that
+/// ring until o's id is joined again. Once o's recovery has put `k` back in CXL (as o
+/// moved it there: whatever o wrote in its DRAM died with it), s's read must go on, not
+/// wait out its 20-second limit for an answer that will never come.
+#[test]
+fn a_read_waiting_on_a_dead_holder_goes_on_once_recovery_brings_the_object_back() {
+    let config = config().local_partitions(2);
+    let pod = Arc::new(Pod::create(&config, megalon_core::Backing::heap()).unwrap());
+    let r = join(&pod, 1);
+    let patient = options(2)
+        .pump_interval(None)
+        .wait_limit(Duration::from_secs(20));
+    let s = Host::join(&pod, Join::AnyFree, patient).unwrap();
+    let o = join(&pod, 3);
+    r.create(b"k", &value(1)).unwrap();
+    r.write(b"k", &value(2)).unwrap();
+    read(&o, b"k");
+    read(&o, b"k"); // the second read in a row moves k to o's DRAM
+    let holder = s.lookup(b"k").unwrap().unwrap().local_owner;
+    assert_eq!(holder, Some(o.id()), "k is in o's DRAM");
+    crash(o);
+    let started = Instant::now();
+    assert_eq!(read(&s, b"k"), value(2), "k as o moved it");
+    let took = started.elapsed();
+    assert_eq!(s.events().rpcs_sent, 1, "s asked the dead holder");
+    wait_recovered(&r, 1);
+    assert!(
+        took < Duration::from_secs(10),
+        "s waited {took:?} on a dead holder after its recovery"
+    );
+}

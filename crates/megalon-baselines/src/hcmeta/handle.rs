@@ -61,6 +61,7 @@ fn call(
             tally,
             &mut || {
                 inner.serve(me, c, true, SERVE_BATCH);
+                std::ops::ControlFlow::Continue(())
             },
         )
         .map_err(|waited_ms| Error::OwnerUnresponsive { owner, waited_ms })?;

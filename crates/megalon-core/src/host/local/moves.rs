@@ -2,6 +2,8 @@
 //! enough accesses, a move back when asked (by RPC) or before an operation that needs the
 //! object in CXL, copies of read-shared objects, and orphans of moves whose append failed.
 
+use std::ops::ControlFlow;
+
 use super::{
     bump, Local, LocalObject, Moving, HELD, LEAVING, MISSING, MOVED_BACK, NOT_HERE, OP_MOVE_BACK,
     ORPHANED,
@@ -18,6 +20,10 @@ use crate::record::{RecordWord, Records};
 use crate::replica::Outcome;
 use crate::rpc::Response;
 use crate::sync::Ordering;
+
+/// Rounds of a sender's wait for a move back between two looks at whether the replica
+/// still names the holder (each look catches up with the log).
+const HOLDER_LOOK_ROUNDS: u32 = 16;
 
 /// What a move back found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -373,7 +379,13 @@ impl Shared {
         c.add(Counter::RpcsSent, 1);
         // While it waits, the thread serves its own host's ring (two hosts asking each
         // other both progress). It holds nothing a move back here would wait for: no
-        // operation calls this holding `moving`, the index, or a local object.
+        // operation calls this holding `moving`, the index, or a local object. Now and
+        // then it also looks whether the replica, caught up, still names the holder: once
+        // it does not (the holder moved the object back, or died and its recovery put the
+        // object back in CXL), the request need not wait any more: a dead holder's ring
+        // is served by nobody until its id joins again.
+        let mut rounds = 0u32;
+        let mut moved_meanwhile = false;
         let response = rpc.rings[owner as usize].call(
             &self.pod,
             &self.memory,
@@ -387,6 +399,17 @@ impl Shared {
             &mut || {
                 self.chaos.point(Point::RpcAwaitingResponse);
                 let _ = self.serve_rpcs(c);
+                rounds = rounds.wrapping_add(1);
+                // A catch-up that fails: wait on (the wait limit bounds it).
+                moved_meanwhile = rounds.is_multiple_of(HOLDER_LOOK_ROUNDS)
+                    && self
+                        .holder_of(key)
+                        .is_ok_and(|holder| holder != Some(owner));
+                if moved_meanwhile {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
             },
         );
         match response {
@@ -397,6 +420,10 @@ impl Shared {
                 MISSING => unless_moved(Error::LocalObjectMissing { host: owner }),
                 _ => unless_moved(Error::MoveBackFailed { host: owner }),
             },
+            // Given up because the object left the holder: as if it had answered
+            // `NOT_HERE` (it may be back in the holder's DRAM since: the caller looks
+            // again).
+            Err(_) if moved_meanwhile => Ok(()),
             Err(waited_ms) => unless_moved(Error::HostUnresponsive {
                 host: owner,
                 waited_ms,
