@@ -86,7 +86,7 @@ fn usage() -> ExitCode {
                    [--eviction-one-in N] [--reads-and-writes] [--chaos]: a checked\n            \
                    concurrent history (--chaos: preemptions and injected faults)\n  \
          crash     [--seconds S] [--seed N] [--hosts H] [--keys N] [--memory simulated|hardware]\n            \
-                   [--record-bits 2|4|8|16|32]:\n            \
+                   [--record-bits 2|4|8|16|32] [--partition-after N] [--copy-after N]:\n            \
                    host processes killed (SIGKILL) and rejoining, a checked history"
     );
     ExitCode::from(2)
@@ -744,6 +744,8 @@ const CRASH_FLAGS: &[&str] = &[
     "--keys",
     "--memory",
     "--record-bits",
+    "--partition-after",
+    "--copy-after",
 ];
 /// The crash stress in CI: its length, and the fewest hosts it must have killed (it kills
 /// one about every second).
@@ -818,13 +820,20 @@ fn ci() -> ExitCode {
         eprintln!("\nci: failed at the chaos stress");
         return ExitCode::FAILURE;
     }
-    // The crash stress at the default width, and at 2 bits, where recovery restores a
-    // record by a CAS of a byte that three other records share.
-    for bits in ["32", "2"] {
-        let flags = [
-            ("--seconds", CI_CRASH_SECONDS.into()),
-            ("--record-bits", bits.into()),
-        ];
+    // The crash stress at the default width; at 2 bits, where recovery restores a record
+    // by a CAS of a byte that three other records share; and with local partitions and
+    // copies, where a killed host takes objects in its DRAM with it and others wait on
+    // its ring.
+    let runs: [&[(&str, &str)]; 3] = [
+        &[("--record-bits", "32")],
+        &[("--record-bits", "2")],
+        &[("--partition-after", "2"), ("--copy-after", "2")],
+    ];
+    for run in runs {
+        let mut flags = vec![("--seconds", CI_CRASH_SECONDS.to_owned())];
+        flags.extend(run.iter().map(|&(name, value)| (name, value.to_owned())));
+        let shown: Vec<String> = run.iter().map(|(n, v)| format!("{n} {v}")).collect();
+        let shown = shown.join(" ");
         match crash(&flags) {
             Some(kills) if kills >= CI_CRASH_MIN_KILLS => {}
             Some(kills) => {
@@ -834,7 +843,7 @@ fn ci() -> ExitCode {
                 return ExitCode::FAILURE;
             }
             None => {
-                eprintln!("\nci: failed at the crash stress ({bits}-bit records)");
+                eprintln!("\nci: failed at the crash stress ({shown})");
                 return ExitCode::FAILURE;
             }
         }

@@ -28,6 +28,17 @@
 //! both are removed at the end, however the run ends (unless the parent itself is
 //! killed).
 //!
+//! **Local partitions and copies** (`--partition-after N`, `--copy-after N`). Objects move
+//! into a worker's DRAM and back by RPC; each worker sends half its operations to a key
+//! of its own, so streaks of accesses happen. A killed worker takes what it wrote into
+//! its DRAM with it, by design: the object goes back to its bytes in CXL. So a killed
+//! worker's puts done in its DRAM took effect within their calls or never, and its gets
+//! served there (which may have read such a put) are ignored
+//! ([`ThreadLog::with_lost_writes`]; each worker notes which of its operations its DRAM
+//! served); everything else it did, and everything the others did, is checked as
+//! before. At the end no object may be named as held by any
+//! host.
+//!
 //! `crash_from_env` is ignored in `cargo test`; `cargo xtask crash` runs it with its
 //! parameters in `MEGALON_CRASH_*` variables, and it prints one final line:
 //! `crash: K hosts killed and rejoined, N operations checked: linearizable`, or the
@@ -86,6 +97,13 @@ const WORKER_TEST: &str = "crash_worker";
 const JOINED: &str = "joined host ";
 const JOIN_FAILED: &str = "join failed: ";
 const COUNTERS: &str = "counters ";
+/// A notes line naming (by its index in the history) an operation served from the
+/// worker's DRAM, whose effect a kill may undo.
+const IN_MEMORY: &str = "in memory ";
+/// The start of a worker's stderr line about a call that failed.
+const FAILED_CALL: &str = "failed call: ";
+/// Kinds of call failures a run's report quotes.
+const REPORT_CALL_FAILURES: usize = 3;
 /// Join failures a run's report quotes.
 const REPORT_JOIN_FAILURES: usize = 3;
 
@@ -105,6 +123,10 @@ struct Crash {
     memory: MemoryKind,
     /// Bits of a coherence record.
     record_bits: u32,
+    /// Accesses after which an object moves to a host's DRAM (0: never).
+    partition_after: u32,
+    /// Reads after which a host keeps a copy of a read-shared object (0: never).
+    copy_after: u32,
 }
 
 impl Crash {
@@ -117,6 +139,8 @@ impl Crash {
             keys: env_var("KEYS").unwrap_or(8),
             memory: env_var("MEMORY").unwrap_or(MemoryKind::simulated(0)),
             record_bits: env_var("RECORD_BITS").unwrap_or(32),
+            partition_after: env_var("PARTITION_AFTER").unwrap_or(0),
+            copy_after: env_var("COPY_AFTER").unwrap_or(0),
         };
         assert!(
             (2..=MAX_WORKERS).contains(&crash.hosts),
@@ -137,6 +161,13 @@ impl Crash {
             .max_hosts(POD_MAX_HOSTS)
             .lease_ms(LEASE_MS)
             .record_width_bits(self.record_bits)
+            .local_partitions(self.partition_after)
+            .local_copies(self.copy_after)
+    }
+
+    /// Whether a host's DRAM holds objects, whose writes a kill loses.
+    fn local(&self) -> bool {
+        self.partition_after > 0
     }
 }
 
@@ -275,49 +306,60 @@ fn unknown_or_failed(error: &Error) -> Outcome {
 /// someone else meanwhile starts over. Each attempt is atomic, so this is a put. A write
 /// fails only before its first byte (`write_start` is its only fallible step, and a
 /// failed one restores the object): no effect.
-fn put(host: &Host, key: &[u8], bytes: &[u8]) -> Outcome {
+fn put(host: &Host, key: &[u8], bytes: &[u8]) -> Result<Outcome, (Outcome, Error)> {
     loop {
         match host.write(key, bytes) {
-            Ok(_) => return Outcome::Ok,
+            Ok(_) => return Ok(Outcome::Ok),
             Err(Error::UnknownKey) => match host.create(key, bytes) {
-                Ok(()) => return Outcome::Ok,
+                Ok(()) => return Ok(Outcome::Ok),
                 Err(Error::ObjectExists) => continue,
-                Err(error) => return unknown_or_failed(&error),
+                Err(error) => return Err((unknown_or_failed(&error), error)),
             },
-            Err(_) => return Outcome::Failed,
+            Err(error) => return Err((Outcome::Failed, error)),
         }
     }
 }
 
-/// Runs one operation on `host` and answers its outcome.
-fn operate(host: &Host, key: &[u8], call: Call, buf: &mut [u8]) -> Outcome {
+/// Runs one operation on `host` and answers its outcome, or, if it failed, its outcome
+/// for the checker and the error.
+fn attempt(
+    host: &Host,
+    key: &[u8],
+    call: Call,
+    buf: &mut [u8],
+) -> Result<Outcome, (Outcome, Error)> {
     let bytes = |value: Value| value.encode(SLOT_BYTES as usize).expect("encodes");
-    let outcome = match call {
+    let failed = |error: Error| (unknown_or_failed(&error), error);
+    match call {
         Call::Get => match host.read(key, buf) {
-            Ok(_) => Outcome::of_read(Some(buf)),
-            Err(Error::UnknownKey) => Outcome::Absent,
-            Err(error) => unknown_or_failed(&error),
+            Ok(_) => Ok(Outcome::of_read(Some(buf))),
+            Err(Error::UnknownKey) => Ok(Outcome::Absent),
+            Err(error) => Err(failed(error)),
         },
         Call::Put(value) => put(host, key, &bytes(value)),
         Call::Create(value) => match host.create(key, &bytes(value)) {
-            Ok(()) => Outcome::Created,
-            Err(Error::ObjectExists) => Outcome::Exists,
-            Err(error) => unknown_or_failed(&error),
+            Ok(()) => Ok(Outcome::Created),
+            Err(Error::ObjectExists) => Ok(Outcome::Exists),
+            Err(error) => Err(failed(error)),
         },
         Call::Delete => match host.delete(key) {
-            Ok(()) => Outcome::Deleted,
-            Err(Error::UnknownKey) => Outcome::Absent,
-            Err(error) => unknown_or_failed(&error),
+            Ok(()) => Ok(Outcome::Deleted),
+            Err(Error::UnknownKey) => Ok(Outcome::Absent),
+            Err(error) => Err(failed(error)),
         },
-    };
-    if matches!(outcome, Outcome::Unknown | Outcome::Failed) {
-        // Rare: the parent shows the end of a worker's stderr if the run fails.
+    }
+}
+
+/// Runs one operation on `host` and answers its outcome. A failure is written to stderr
+/// (a line starting with [`FAILED_CALL`]), where the parent counts them by error.
+fn operate(host: &Host, key: &[u8], call: Call, buf: &mut [u8]) -> Outcome {
+    attempt(host, key, call, buf).unwrap_or_else(|(outcome, error)| {
         eprintln!(
-            "{call} on {:?} answered {outcome}",
+            "{FAILED_CALL}{call} on {:?} answered {outcome}: {error}",
             String::from_utf8_lossy(key)
         );
-    }
-    outcome
+        outcome
+    })
 }
 
 /// A worker: joins, then runs random operations until its standard input closes, each
@@ -357,10 +399,20 @@ fn crash_worker() {
     let mut rng = SplitMix64::new(orders.seed);
     let mut buf = vec![0u8; SLOT_BYTES as usize];
     let mut sequence = 0u64;
+    // The index of the next operation in the history.
+    let mut index = 0usize;
     let mut counters = Counters::of(&host);
     counters.write(&mut notes);
+    // With local partitions, half the operations go to a key of this worker's own, so
+    // that objects see streaks of one host's accesses and move.
+    let local = pod.config().partition_after_accesses > 0;
+    let own_key = u64::from(orders.incarnation) % u64::from(orders.keys);
     while !stop.load(Ordering::Relaxed) {
-        let key = key(rng.next_u64() % u64::from(orders.keys));
+        let key = key(if local && rng.next_u64().is_multiple_of(2) {
+            own_key
+        } else {
+            rng.next_u64() % u64::from(orders.keys)
+        });
         let mut value = || {
             sequence += 1;
             Value::new(orders.incarnation, sequence)
@@ -374,7 +426,14 @@ fn crash_worker() {
         let pending = recorder
             .invoke(&key, call)
             .expect("journaling an invocation");
+        let before = in_memory(&host);
         let outcome = operate(&host, &key, call, &mut buf);
+        if in_memory(&host) != before {
+            // Noted before the response: a kill in between leaves the call of unknown
+            // outcome anyway.
+            write_line(&mut notes, &format!("{IN_MEMORY}{index}"));
+        }
+        index += 1;
         recorder
             .complete(pending, outcome)
             .expect("journaling a response");
@@ -385,6 +444,12 @@ fn crash_worker() {
         }
     }
     host.leave();
+}
+
+/// Reads and writes this thread of `host` served from its DRAM (objects in its partition).
+fn in_memory(host: &Host) -> (u64, u64) {
+    let events = host.inspect().thread_events();
+    (events.local_reads, events.local_writes)
 }
 
 /// Appends `line` and a newline to a worker's notes in one `write`: a reader (or a kill)
@@ -403,25 +468,49 @@ struct Counters {
     locks_recovered: u64,
     entries_skipped: u64,
     joins_served: u64,
+    /// Local partitions and copies: objects moved into its DRAM, moved back, writes done
+    /// there, move-back RPCs it served, copies it made.
+    moves_to_host: u64,
+    move_backs: u64,
+    local_writes: u64,
+    rpcs_served: u64,
+    copies_made: u64,
 }
 
 impl Counters {
     fn of(host: &Host) -> Counters {
         let stats = host.inspect().stats();
+        let events = host.events();
         Counters {
             hosts_recovered: stats.hosts_recovered,
             locks_recovered: stats.locks_recovered,
             entries_skipped: stats.entries_skipped,
             joins_served: stats.joins_served,
+            moves_to_host: events.moves_to_host,
+            move_backs: events.move_backs,
+            local_writes: events.local_writes,
+            rpcs_served: events.rpcs_served,
+            copies_made: events.copies_made,
         }
     }
 
+    fn numbers(&self) -> [u64; 9] {
+        [
+            self.hosts_recovered,
+            self.locks_recovered,
+            self.entries_skipped,
+            self.joins_served,
+            self.moves_to_host,
+            self.move_backs,
+            self.local_writes,
+            self.rpcs_served,
+            self.copies_made,
+        ]
+    }
+
     fn write(&self, notes: &mut File) {
-        let line = format!(
-            "{COUNTERS}{} {} {} {}",
-            self.hosts_recovered, self.locks_recovered, self.entries_skipped, self.joins_served
-        );
-        write_line(notes, &line);
+        let numbers: Vec<String> = self.numbers().iter().map(u64::to_string).collect();
+        write_line(notes, &format!("{COUNTERS}{}", numbers.join(" ")));
     }
 
     /// The counters of a notes line after [`COUNTERS`].
@@ -432,12 +521,19 @@ impl Counters {
             .collect::<Result<_, _>>()
             .ok()?;
         match numbers[..] {
-            [hosts_recovered, locks_recovered, entries_skipped, joins_served] => Some(Counters {
-                hosts_recovered,
-                locks_recovered,
-                entries_skipped,
-                joins_served,
-            }),
+            [hosts_recovered, locks_recovered, entries_skipped, joins_served, moves_to_host, move_backs, local_writes, rpcs_served, copies_made] => {
+                Some(Counters {
+                    hosts_recovered,
+                    locks_recovered,
+                    entries_skipped,
+                    joins_served,
+                    moves_to_host,
+                    move_backs,
+                    local_writes,
+                    rpcs_served,
+                    copies_made,
+                })
+            }
             _ => None,
         }
     }
@@ -452,6 +548,11 @@ impl std::ops::Add for Counters {
             locks_recovered: self.locks_recovered + other.locks_recovered,
             entries_skipped: self.entries_skipped + other.entries_skipped,
             joins_served: self.joins_served + other.joins_served,
+            moves_to_host: self.moves_to_host + other.moves_to_host,
+            move_backs: self.move_backs + other.move_backs,
+            local_writes: self.local_writes + other.local_writes,
+            rpcs_served: self.rpcs_served + other.rpcs_served,
+            copies_made: self.copies_made + other.copies_made,
         }
     }
 }
@@ -465,6 +566,8 @@ struct Notes {
     join_failures: Vec<String>,
     /// Its counters as it last wrote them.
     counters: Counters,
+    /// Its operations served from its DRAM, by their index in its history.
+    in_memory: hashbrown::HashSet<usize>,
 }
 
 impl Notes {
@@ -481,6 +584,8 @@ impl Notes {
                 notes.join_failures.push(error.to_owned());
             } else if let Some(counters) = line.strip_prefix(COUNTERS).and_then(Counters::parse) {
                 notes.counters = counters;
+            } else if let Some(index) = line.strip_prefix(IN_MEMORY) {
+                notes.in_memory.extend(index.parse::<usize>().ok());
             }
         }
         notes
@@ -507,6 +612,8 @@ struct Run {
     crash: Crash,
     /// Workers started so far (the next one's incarnation).
     started: u32,
+    /// The incarnations killed so far.
+    killed: Vec<u32>,
     /// The parent's generator: kill times, victims, how the replacements join, and the
     /// workers' seeds.
     rng: SplitMix64,
@@ -608,6 +715,7 @@ impl Run {
         // SIGKILL, as a crash would.
         worker.child.kill().expect("killing a worker");
         worker.child.wait().expect("reaping a worker");
+        self.killed.push(worker.incarnation);
         let host = worker.host.expect("a joined worker");
         let join = if self.rng.next_u64().is_multiple_of(2) {
             Join::As(host)
@@ -675,7 +783,8 @@ impl Run {
     }
 
     /// Every worker's history and `more`, merged. Each is read as the merge takes it, so
-    /// only one is in memory besides the merged history.
+    /// only one is in memory besides the merged history. A killed worker's puts and gets
+    /// served from its DRAM are of uncertain and unknown outcome (see the module's docs).
     fn history(&self, more: ThreadLog) -> Result<History, String> {
         let mut unreadable = None;
         let logs = (0..self.started).map_while(|incarnation| {
@@ -684,6 +793,10 @@ impl Run {
                 .map_err(megalon_workload::Error::from)
                 .and_then(|file| ThreadLog::read_from(BufReader::new(file)));
             match log {
+                Ok(log) if self.killed.contains(&incarnation) => {
+                    let in_memory = Notes::read(&self.notes_path(incarnation)).in_memory;
+                    Some(log.with_lost_writes(|index| in_memory.contains(&index)))
+                }
                 Ok(log) => Some(log),
                 Err(error) => {
                     unreadable = Some(format!("{}: {error}", path.display()));
@@ -696,6 +809,29 @@ impl Run {
             (Some(error), _) => Err(error),
             (None, merged) => merged.map_err(|e| format!("merging the histories: {e}")),
         }
+    }
+
+    /// The errors of the calls that failed, from every worker's stderr, with their digits
+    /// left out (host ids, times), each with how often it occurred, most frequent first.
+    fn call_failures(&self) -> Vec<(String, u64)> {
+        let mut counts: std::collections::HashMap<String, u64> = Default::default();
+        for incarnation in 0..self.started {
+            let text = std::fs::read_to_string(self.stderr_path(incarnation)).unwrap_or_default();
+            for line in text.lines().filter(|line| line.starts_with(FAILED_CALL)) {
+                let error = line
+                    .split_once(" answered ")
+                    .and_then(|(_, rest)| rest.split_once(": "))
+                    .map_or(line, |(_, error)| error);
+                let kind: String = error
+                    .chars()
+                    .map(|c| if c.is_ascii_digit() { '#' } else { c })
+                    .collect();
+                *counts.entry(kind).or_default() += 1;
+            }
+        }
+        let mut counts: Vec<(String, u64)> = counts.into_iter().collect();
+        counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        counts
     }
 
     /// What every worker's notes say: the sum of their counters, and their join failures.
@@ -737,6 +873,8 @@ struct Outcomes {
     history: History,
     counters: Counters,
     join_failures: Vec<String>,
+    /// The errors of failed calls, by kind (see [`Run::call_failures`]).
+    call_failures: Vec<(String, u64)>,
 }
 
 /// Runs the workers, kills and restarts them until the time is up, stops them and checks
@@ -759,6 +897,7 @@ fn run(crash: &Crash) -> Result<Outcomes, String> {
         pod_path,
         crash: crash.clone(),
         started: 0,
+        killed: Vec::new(),
         rng: SplitMix64::new(crash.seed),
         dir,
         _pod_dir: pod_dir,
@@ -803,6 +942,22 @@ fn run(crash: &Crash) -> Result<Outcomes, String> {
             census.locked
         ));
     }
+    // No object is left named as held in a host's DRAM: each worker that stopped moved
+    // its objects back as it left, and each killed one's went back to CXL on recovery.
+    for i in 0..u64::from(crash.keys) {
+        let key = key(i);
+        match parent.lookup(&key) {
+            Ok(Some(entry)) if entry.local_owner.is_some() => {
+                return Err(format!(
+                    "NOT clean: with every worker gone, {:?} is held in host {:?}'s DRAM",
+                    String::from_utf8_lossy(&key),
+                    entry.local_owner
+                ))
+            }
+            Ok(_) => {}
+            Err(error) => return Err(format!("looking {key:?} up after the run: {error}")),
+        }
+    }
     // The final state, read by the parent, is part of the history.
     let mut recorder = ThreadRecorder::new(
         ProcessId::new(run.started, 0),
@@ -827,6 +982,7 @@ fn run(crash: &Crash) -> Result<Outcomes, String> {
         history,
         counters,
         join_failures,
+        call_failures: run.call_failures(),
     })
 }
 
@@ -846,25 +1002,30 @@ fn operation_line(history: &History, op: &Operation) -> String {
 /// Runs and checks; `Ok` holds the verdict line, `Err` the violation with the seed.
 fn run_and_check(crash: &Crash) -> Result<String, String> {
     let reproduce = format!(
-        "seed {} (cargo xtask crash --seconds {} --seed {} --hosts {} --keys {} --memory {} --record-bits {}; the seed fixes the choices, not the timing)",
+        "seed {} (cargo xtask crash --seconds {} --seed {} --hosts {} --keys {} --memory {} --record-bits {} --partition-after {} --copy-after {}; the seed fixes the choices, not the timing)",
         crash.seed,
         crash.seconds,
         crash.seed,
         crash.hosts,
         crash.keys,
         crash.memory.name(),
-        crash.record_bits
+        crash.record_bits,
+        crash.partition_after,
+        crash.copy_after
     );
     let outcomes = run(crash).map_err(|e| format!("crash: {e}\n{reproduce}"))?;
     let history = &outcomes.history;
-    // Calls that returned an error of unknown effect, and calls cut off by a kill.
-    let errors = history
-        .operations()
-        .iter()
-        .filter(|op| {
-            op.returned_at.is_some() && matches!(op.outcome, Outcome::Unknown | Outcome::Failed)
-        })
-        .count();
+    // Calls that returned an error (as the workers wrote them), and calls cut off by a
+    // kill.
+    let errors: u64 = outcomes.call_failures.iter().map(|(_, count)| count).sum();
+    // How long the slowest calls took (a host that waits on a dead one, until its
+    // recovery), in ms.
+    let mut took: Vec<u64> = (history.operations().iter())
+        .filter_map(|op| op.returned_at.map(|at| (at - op.invoked_at) / 1_000_000))
+        .collect();
+    took.sort_unstable();
+    let slowest = took.last().copied().unwrap_or(0);
+    let over_100ms = took.iter().rev().take_while(|&&ms| ms >= 100).count();
     let cut = history
         .operations()
         .iter()
@@ -877,8 +1038,25 @@ fn run_and_check(crash: &Crash) -> Result<String, String> {
         .take(REPORT_JOIN_FAILURES)
         .map(String::as_str)
         .collect();
+    let kinds: Vec<String> = (outcomes.call_failures.iter())
+        .take(REPORT_CALL_FAILURES)
+        .map(|(error, count)| format!("{count} {error}"))
+        .collect();
+    let errors = if kinds.is_empty() {
+        errors.to_string()
+    } else {
+        format!("{errors} ({})", kinds.join("; "))
+    };
+    let local = if crash.local() || crash.copy_after > 0 {
+        format!(
+            "; {} objects moved into a worker's DRAM, {} moved back ({} asked by RPC), {} writes done in DRAM, {} copies made",
+            c.moves_to_host, c.move_backs, c.rpcs_served, c.local_writes, c.copies_made
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "crash: {reproduce}: {} workers at once, {} keys, {} memory, {}-bit records; {cut} calls cut off by a kill, {errors} calls failed; the workers recovered {} dead hosts and {} record locks, skipped {} log positions, served {} late joins; {} join attempts failed{}{}",
+        "crash: {reproduce}: {} workers at once, {} keys, {} memory, {}-bit records; {cut} calls cut off by a kill, {errors} calls failed, {over_100ms} calls took 100 ms or more (the slowest {slowest} ms); the workers recovered {} dead hosts and {} record locks, skipped {} log positions, served {} late joins{local}; {} join attempts failed{}{}",
         crash.hosts,
         crash.keys,
         crash.memory.name(),
@@ -894,6 +1072,12 @@ fn run_and_check(crash: &Crash) -> Result<String, String> {
     if outcomes.kills == 0 {
         return Err(format!(
             "crash: no host was killed in {} s: the run shows nothing\n{reproduce}",
+            crash.seconds
+        ));
+    }
+    if crash.local() && c.moves_to_host == 0 {
+        return Err(format!(
+            "crash: local partitions on, and no object moved into a worker's DRAM in {} s: the run shows nothing of them\n{reproduce}",
             crash.seconds
         ));
     }
