@@ -269,6 +269,9 @@ impl PodConfig {
     /// paper's choice); 0 turns them off. Gives the pod RPC rings of
     /// [`DEFAULT_RPC_RING_ENTRIES`] entries if it has none: moving an object back is an
     /// RPC to the host that holds it.
+    ///
+    /// A host that dies loses the writes it made to objects in its DRAM since they moved
+    /// there: its recovery hands them back to CXL as they were when they moved.
     #[must_use]
     pub fn local_partitions(mut self, accesses: u32) -> Self {
         self.partition_after_accesses = accesses;

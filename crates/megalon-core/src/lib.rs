@@ -88,7 +88,9 @@
 //! from it. What the lease cannot rule out: a host paused longer than the lease between
 //! one of its checks and the store that follows (a CAS, a write of bytes) makes that one
 //! store late; it learns of its death at its next check. Meanwhile reads and writes of
-//! what the dead host held wait within their bound ([`HostOptions::wait_limit`]).
+//! what the dead host held wait within their bound ([`HostOptions::wait_limit`]), and go
+//! on as soon as its recovery has let go of it (an object in the dead host's DRAM: once
+//! the `HostDead` puts it back in CXL).
 //!
 //! **Joining at any time.** A host may join after the log has recycled its first
 //! entries: a live host streams it its index through the pod's join area
