@@ -1049,7 +1049,7 @@ fn run_and_check(crash: &Crash) -> Result<String, String> {
     };
     let local = if crash.local() || crash.copy_after > 0 {
         format!(
-            "; {} objects moved into a worker's DRAM, {} moved back ({} asked by RPC), {} writes done in DRAM, {} copies made",
+            "; {} objects moved into a worker's DRAM, {} moved back, {} move-back RPCs served, {} writes done in DRAM, {} copies made",
             c.moves_to_host, c.move_backs, c.rpcs_served, c.local_writes, c.copies_made
         )
     } else {
