@@ -86,7 +86,8 @@ fn usage() -> ExitCode {
                    [--eviction-one-in N] [--reads-and-writes] [--chaos]: a checked\n            \
                    concurrent history (--chaos: preemptions and injected faults)\n  \
          crash     [--seconds S] [--seed N] [--hosts H] [--keys N] [--memory simulated|hardware]\n            \
-                   [--record-bits 2|4|8|16|32] [--partition-after N] [--copy-after N]:\n            \
+                   [--record-bits 2|4|8|16|32] [--partition-after N] [--copy-after N]\n            \
+                   [--doomed-joins PERCENT]:\n            \
                    host processes killed (SIGKILL) and rejoining, a checked history"
     );
     ExitCode::from(2)
@@ -746,6 +747,7 @@ const CRASH_FLAGS: &[&str] = &[
     "--record-bits",
     "--partition-after",
     "--copy-after",
+    "--doomed-joins",
 ];
 /// The crash stress in CI: its length, and the fewest hosts it must have killed (it kills
 /// one about every second).

@@ -77,6 +77,12 @@ const POD_MAX_HOSTS: u32 = 16;
 const MAX_WORKERS: u32 = POD_MAX_HOSTS / 2;
 /// Time between two kills, drawn uniformly from this range (ms).
 const KILL_INTERVAL_MS: std::ops::Range<u64> = 500..1500;
+/// Percent of replacements that die while they join, by default.
+const DEFAULT_DOOMED_JOINS: u32 = 25;
+/// When a doomed worker kills itself, after it starts to join, drawn uniformly from this
+/// range (us): about as long as a join takes here (the report gives the joins' times).
+const DOOMED_AFTER_US: std::ops::Range<u64> = 0..JOIN_WINDOW_US;
+const JOIN_WINDOW_US: u64 = 3000;
 /// Longest a worker tries to join (the row of a killed host is freed within about a
 /// quarter of the lease, once a live host's pump finds the process gone).
 const JOIN_BOUND: Duration = Duration::from_secs(30);
@@ -95,6 +101,8 @@ const WORKER_TEST: &str = "crash_worker";
 /// The lines of a worker's notes: it joined as a host, a join attempt failed, and what
 /// its host did for the others (see [`Counters`]).
 const JOINED: &str = "joined host ";
+/// A notes line: how long the join took, in microseconds.
+const JOIN_TOOK: &str = "join took us ";
 const JOIN_FAILED: &str = "join failed: ";
 const COUNTERS: &str = "counters ";
 /// A notes line naming (by its index in the history) an operation served from the
@@ -127,6 +135,8 @@ struct Crash {
     partition_after: u32,
     /// Reads after which a host keeps a copy of a read-shared object (0: never).
     copy_after: u32,
+    /// Percent of the replacements of killed workers that die while they join.
+    doomed_joins: u32,
 }
 
 impl Crash {
@@ -141,12 +151,17 @@ impl Crash {
             record_bits: env_var("RECORD_BITS").unwrap_or(32),
             partition_after: env_var("PARTITION_AFTER").unwrap_or(0),
             copy_after: env_var("COPY_AFTER").unwrap_or(0),
+            doomed_joins: env_var("DOOMED_JOINS").unwrap_or(DEFAULT_DOOMED_JOINS),
         };
         assert!(
             (2..=MAX_WORKERS).contains(&crash.hosts),
             "{ENV_PREFIX}HOSTS must be 2 to {MAX_WORKERS}: a kill needs another joined host"
         );
         assert!(crash.keys > 0, "{ENV_PREFIX}KEYS must be positive");
+        assert!(
+            crash.doomed_joins <= 100,
+            "{ENV_PREFIX}DOOMED_JOINS is a percentage"
+        );
         crash
     }
 
@@ -220,6 +235,8 @@ struct Orders {
     keys: u32,
     memory: MemoryKind,
     parent_pid: u32,
+    /// Kill itself this long after it starts to join.
+    die_joining_after: Option<Duration>,
 }
 
 impl Orders {
@@ -249,6 +266,9 @@ impl Orders {
             keys: number("KEYS") as u32,
             memory: var("MEMORY").parse().expect("a memory kind"),
             parent_pid: number("PARENT") as u32,
+            die_joining_after: std::env::var(format!("{WORKER_ENV}_DIE_JOINING_US"))
+                .ok()
+                .map(|us| Duration::from_micros(us.parse().expect("microseconds"))),
         })
     }
 }
@@ -379,13 +399,23 @@ fn crash_worker() {
     let mut recorder = ThreadRecorder::journaled(process, clock, history).expect("journal");
     let pod = Arc::new(Pod::open(Backing::file(&orders.pod)).expect("opening the pod"));
     let memory = orders.memory.for_host(orders.seed, orders.incarnation);
+    if let Some(after) = orders.die_joining_after {
+        std::thread::spawn(move || {
+            std::thread::sleep(after);
+            // SAFETY: kill(2) of our own pid with a signal number touches no memory.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        });
+    }
+    let joining = Instant::now();
     let host = join_again(
         &pod,
         orders.join,
         || HostOptions::new().memory(memory.clone()),
         |error| write_line(&mut notes, &format!("{JOIN_FAILED}{error}")),
     );
+    let took = joining.elapsed().as_micros();
     write_line(&mut notes, &format!("{JOINED}{}", host.id()));
+    write_line(&mut notes, &format!("{JOIN_TOOK}{took}"));
 
     let stop = Arc::new(AtomicBool::new(false));
     let stopping = Arc::clone(&stop);
@@ -568,6 +598,8 @@ struct Notes {
     counters: Counters,
     /// Its operations served from its DRAM, by their index in its history.
     in_memory: hashbrown::HashSet<usize>,
+    /// How long its join took (us), once it has joined.
+    join_took_us: Option<u64>,
 }
 
 impl Notes {
@@ -584,6 +616,8 @@ impl Notes {
                 notes.join_failures.push(error.to_owned());
             } else if let Some(counters) = line.strip_prefix(COUNTERS).and_then(Counters::parse) {
                 notes.counters = counters;
+            } else if let Some(us) = line.strip_prefix(JOIN_TOOK) {
+                notes.join_took_us = us.parse().ok();
             } else if let Some(index) = line.strip_prefix(IN_MEMORY) {
                 notes.in_memory.extend(index.parse::<usize>().ok());
             }
@@ -602,6 +636,8 @@ struct Worker {
     stdin: Option<ChildStdin>,
     /// The host id it joined as, once its notes say so.
     host: Option<u32>,
+    /// It kills itself while it joins (see [`Crash::doomed_joins`]).
+    doomed: bool,
 }
 
 /// The run's files and its workers; every worker still running is killed on drop (the
@@ -612,8 +648,12 @@ struct Run {
     crash: Crash,
     /// Workers started so far (the next one's incarnation).
     started: u32,
-    /// The incarnations killed so far.
+    /// The incarnations killed so far (by the parent, or by themselves while joining).
     killed: Vec<u32>,
+    /// Doomed workers that killed themselves, and how many of them before their join was
+    /// done.
+    doomed_died: u64,
+    joins_cut: u64,
     /// The parent's generator: kill times, victims, how the replacements join, and the
     /// workers' seeds.
     rng: SplitMix64,
@@ -640,8 +680,9 @@ impl Run {
         self.dir.path().join(format!("worker-{incarnation}.stderr"))
     }
 
-    /// Starts a worker that joins as `join`.
-    fn start(&mut self, join: Join) {
+    /// Starts a worker that joins as `join`, and kills itself `die_joining_after` after it
+    /// starts to join, if given.
+    fn start(&mut self, join: Join, die_joining_after: Option<Duration>) {
         let incarnation = self.started;
         self.started += 1;
         let join = match join {
@@ -650,7 +691,11 @@ impl Run {
         };
         let stderr = File::create(self.stderr_path(incarnation)).expect("a stderr file");
         let env = |name: &str| format!("{WORKER_ENV}_{name}");
-        let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+        let mut command = Command::new(std::env::current_exe().expect("the test binary"));
+        if let Some(after) = die_joining_after {
+            command.env(env("DIE_JOINING_US"), after.as_micros().to_string());
+        }
+        let mut child = command
             .args(["--exact", WORKER_TEST, "--ignored", "--nocapture"])
             .args(["--test-threads=1"])
             .env(env("POD"), &self.pod_path)
@@ -672,6 +717,7 @@ impl Run {
             stdin: child.stdin.take(),
             child,
             host: None,
+            doomed: die_joining_after.is_some(),
         });
     }
 
@@ -684,30 +730,51 @@ impl Run {
 
     /// Fails if a worker has exited (none may, before it is told to stop), and notes the
     /// host ids of the workers that have joined since the last look.
+    /// A doomed worker that killed itself is replaced by one that is not.
     fn look(&mut self) -> Result<(), String> {
-        for i in 0..self.workers.len() {
+        let mut i = 0;
+        while i < self.workers.len() {
             let incarnation = self.workers[i].incarnation;
             if let Some(status) = self.workers[i].child.try_wait().expect("polling a worker") {
-                return Err(format!(
-                    "worker {incarnation} exited ({status}) before it was stopped; its stderr:\n{}",
-                    self.stderr_of(incarnation)
-                ));
+                if !(self.workers[i].doomed && killed_by_sigkill(status)) {
+                    return Err(format!(
+                        "worker {incarnation} exited ({status}) before it was stopped; its stderr:\n{}",
+                        self.stderr_of(incarnation)
+                    ));
+                }
+                let worker = self.workers.swap_remove(i);
+                self.died_joining(worker.incarnation);
+                let join = worker.host.map_or(Join::AnyFree, Join::As);
+                self.start(join, None);
+                continue;
             }
             if self.workers[i].host.is_none() {
                 self.workers[i].host = Notes::read(&self.notes_path(incarnation)).host;
             }
+            i += 1;
         }
         Ok(())
     }
 
-    /// Kills a random joined worker, unless it is the only one, and starts its
-    /// replacement: joining as its host id or as any free one, at random. Answers whether
-    /// it killed one.
+    /// Counts doomed worker `incarnation`, which killed itself.
+    fn died_joining(&mut self, incarnation: u32) {
+        self.killed.push(incarnation);
+        self.doomed_died += 1;
+        if Notes::read(&self.notes_path(incarnation)).host.is_none() {
+            self.joins_cut += 1;
+        }
+    }
+
+    /// Kills a random joined worker, unless it is the only one not doomed, and starts its
+    /// replacement: joining as its host id or as any free one, at random, and doomed to
+    /// die while it joins [`Crash::doomed_joins`] percent of the time. Answers whether it
+    /// killed one.
     fn kill_one(&mut self) -> bool {
         let joined: Vec<usize> = (0..self.workers.len())
             .filter(|&i| self.workers[i].host.is_some())
             .collect();
-        if joined.len() < 2 {
+        let lasting = joined.iter().filter(|&&i| !self.workers[i].doomed).count();
+        if lasting < 2 {
             return false;
         }
         let victim = joined[(self.rng.next_u64() % joined.len() as u64) as usize];
@@ -722,7 +789,10 @@ impl Run {
         } else {
             Join::AnyFree
         };
-        self.start(join);
+        let doomed = self.rng.next_u64() % 100 < u64::from(self.crash.doomed_joins);
+        let span = DOOMED_AFTER_US.end - DOOMED_AFTER_US.start;
+        let after = Duration::from_micros(DOOMED_AFTER_US.start + self.rng.next_u64() % span);
+        self.start(join, doomed.then_some(after));
         true
     }
 
@@ -771,6 +841,10 @@ impl Run {
                 }
                 std::thread::sleep(POLL);
             };
+            if self.workers[i].doomed && killed_by_sigkill(status) {
+                self.died_joining(incarnation);
+                continue;
+            }
             if !status.success() {
                 return Err(format!(
                     "worker {incarnation} failed ({status}); its stderr:\n{}",
@@ -834,13 +908,16 @@ impl Run {
         counts
     }
 
-    /// What every worker's notes say: the sum of their counters, and their join failures.
-    fn notes(&self) -> (Counters, Vec<String>) {
+    /// What every worker's notes say: the sum of their counters, their join failures,
+    /// and how long their joins took (us, sorted).
+    fn notes(&self) -> (Counters, Vec<String>, Vec<u64>) {
         let mut counters = Counters::default();
         let mut join_failures = Vec::new();
+        let mut joins_took_us = Vec::new();
         for incarnation in 0..self.started {
             let notes = Notes::read(&self.notes_path(incarnation));
             counters = counters + notes.counters;
+            joins_took_us.extend(notes.join_took_us);
             join_failures.extend(
                 notes
                     .join_failures
@@ -848,7 +925,8 @@ impl Run {
                     .map(|error| format!("worker {incarnation}: {error}")),
             );
         }
-        (counters, join_failures)
+        joins_took_us.sort_unstable();
+        (counters, join_failures, joins_took_us)
     }
 }
 
@@ -859,6 +937,12 @@ impl Drop for Run {
             let _ = worker.child.wait();
         }
     }
+}
+
+/// Whether a worker's exit status says SIGKILL ended it.
+fn killed_by_sigkill(status: std::process::ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal() == Some(libc::SIGKILL)
 }
 
 /// A random pause between two kills.
@@ -875,6 +959,12 @@ struct Outcomes {
     join_failures: Vec<String>,
     /// The errors of failed calls, by kind (see [`Run::call_failures`]).
     call_failures: Vec<(String, u64)>,
+    /// Doomed replacements that killed themselves, and how many before their join was
+    /// done.
+    doomed_died: u64,
+    joins_cut: u64,
+    /// How long every join took (us, sorted).
+    joins_took_us: Vec<u64>,
 }
 
 /// Runs the workers, kills and restarts them until the time is up, stops them and checks
@@ -898,12 +988,14 @@ fn run(crash: &Crash) -> Result<Outcomes, String> {
         crash: crash.clone(),
         started: 0,
         killed: Vec::new(),
+        doomed_died: 0,
+        joins_cut: 0,
         rng: SplitMix64::new(crash.seed),
         dir,
         _pod_dir: pod_dir,
     };
     for host in 0..crash.hosts {
-        run.start(Join::As(host));
+        run.start(Join::As(host), None);
     }
     let deadline = Instant::now() + Duration::from_secs_f64(crash.seconds);
     let mut next_kill = Instant::now() + kill_interval(&mut run.rng);
@@ -976,13 +1068,16 @@ fn run(crash: &Crash) -> Result<Outcomes, String> {
     }
     parent.leave();
     let history = run.history(recorder.finish())?;
-    let (counters, join_failures) = run.notes();
+    let (counters, join_failures, joins_took_us) = run.notes();
     Ok(Outcomes {
         kills,
         history,
         counters,
         join_failures,
         call_failures: run.call_failures(),
+        doomed_died: run.doomed_died,
+        joins_cut: run.joins_cut,
+        joins_took_us,
     })
 }
 
@@ -1002,7 +1097,7 @@ fn operation_line(history: &History, op: &Operation) -> String {
 /// Runs and checks; `Ok` holds the verdict line, `Err` the violation with the seed.
 fn run_and_check(crash: &Crash) -> Result<String, String> {
     let reproduce = format!(
-        "seed {} (cargo xtask crash --seconds {} --seed {} --hosts {} --keys {} --memory {} --record-bits {} --partition-after {} --copy-after {}; the seed fixes the choices, not the timing)",
+        "seed {} (cargo xtask crash --seconds {} --seed {} --hosts {} --keys {} --memory {} --record-bits {} --partition-after {} --copy-after {} --doomed-joins {}; the seed fixes the choices, not the timing)",
         crash.seed,
         crash.seconds,
         crash.seed,
@@ -1011,7 +1106,8 @@ fn run_and_check(crash: &Crash) -> Result<String, String> {
         crash.memory.name(),
         crash.record_bits,
         crash.partition_after,
-        crash.copy_after
+        crash.copy_after,
+        crash.doomed_joins
     );
     let outcomes = run(crash).map_err(|e| format!("crash: {e}\n{reproduce}"))?;
     let history = &outcomes.history;
@@ -1047,6 +1143,14 @@ fn run_and_check(crash: &Crash) -> Result<String, String> {
     } else {
         format!("{errors} ({})", kinds.join("; "))
     };
+    let took = &outcomes.joins_took_us;
+    let joins = format!(
+        "; {} replacements killed themselves while joining ({} before their join was done); joins took {} us (median), {} us at most",
+        outcomes.doomed_died,
+        outcomes.joins_cut,
+        took.get(took.len() / 2).copied().unwrap_or(0),
+        took.last().copied().unwrap_or(0)
+    );
     let local = if crash.local() || crash.copy_after > 0 {
         format!(
             "; {} objects moved into a worker's DRAM, {} moved back, {} move-back RPCs served, {} writes done in DRAM, {} copies made",
@@ -1056,7 +1160,7 @@ fn run_and_check(crash: &Crash) -> Result<String, String> {
         String::new()
     };
     println!(
-        "crash: {reproduce}: {} workers at once, {} keys, {} memory, {}-bit records; {cut} calls cut off by a kill, {errors} calls failed, {over_100ms} calls took 100 ms or more (the slowest {slowest} ms); the workers recovered {} dead hosts and {} record locks, skipped {} log positions, served {} late joins{local}; {} join attempts failed{}{}",
+        "crash: {reproduce}: {} workers at once, {} keys, {} memory, {}-bit records; {cut} calls cut off by a kill, {errors} calls failed, {over_100ms} calls took 100 ms or more (the slowest {slowest} ms); the workers recovered {} dead hosts and {} record locks, skipped {} log positions, served {} late joins{joins}{local}; {} join attempts failed{}{}",
         crash.hosts,
         crash.keys,
         crash.memory.name(),
