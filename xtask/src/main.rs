@@ -497,6 +497,13 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
             ),
         ],
     ),
+    (
+        "host-dead-drops-lines",
+        &[(
+            "recovery_races",
+            "a_line_cached_while_the_object_was_away_is_dropped_when_its_holder_dies",
+        )],
+    ),
 ];
 
 /// Runs the mutant tests with `step` switched off (or none), returning the failing tests:

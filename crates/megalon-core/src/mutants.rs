@@ -126,6 +126,11 @@ pub enum Step {
     /// restores take by CAS a live host's lock of the same word (every lock of a 2-bit
     /// record), and a read accepts that host's half-written value.
     DeadHostLeavesRecordsToRecovery,
+    /// Replay of a `HostDead` drops every host's cached lines of the objects it hands back
+    /// to CXL from the dead host's DRAM (local partitions). Skipped, a host that cached a
+    /// line of such a read-shared object while it was away reads that old line beside
+    /// the bytes the dead host's cut-short move back wrote: a torn read.
+    HostDeadDropsLines,
 }
 
 // Without the feature the steps are only the names of the guards in the code.
@@ -166,6 +171,7 @@ impl Step {
         Step::RecoveryLogsBeforeUnlock,
         Step::RecoveryCondemnsFirst,
         Step::DeadHostLeavesRecordsToRecovery,
+        Step::HostDeadDropsLines,
     ];
 
     /// The name `MEGALON_MUTANT` takes.
@@ -204,6 +210,7 @@ impl Step {
             Step::RecoveryLogsBeforeUnlock => "recovery-logs-before-unlock",
             Step::RecoveryCondemnsFirst => "recovery-condemns-first",
             Step::DeadHostLeavesRecordsToRecovery => "dead-host-leaves-records-to-recovery",
+            Step::HostDeadDropsLines => "host-dead-drops-lines",
         }
     }
 

@@ -230,6 +230,9 @@ impl Shared {
             }
             done.dropped += 1;
         }
+        if matches!(event, Event::HostDead { .. } | Event::HostJoined) {
+            self.drop_handed_back(index, done);
+        }
         if let (Some(slot), Some(local)) = (applied.touched_slot, &self.local) {
             let kept = matches!(event, Event::RecordAlloc { .. })
                 && mutants::skipped(Step::WriteInvalidatesCopies);
@@ -242,6 +245,29 @@ impl Shared {
             }
         }
         Ok(())
+    }
+
+    /// After a `HostDead` (or a `HostJoined`, see `apply_host_joined`): every host (the
+    /// event's author too) drops its cached lines of the objects it handed back to CXL
+    /// from the gone host's DRAM, and any copy of them. A
+    /// line cached while the object was away holds its bytes as they were when it moved
+    /// there, and the dead host may have written the slot since (a move back cut short
+    /// after its copy, before its `MoveToCxl`): a read-shared object has no counter to
+    /// tell a reader so.
+    fn drop_handed_back(&self, index: &mut Index, done: &mut Replayed) {
+        let layout = self.pod.layout();
+        let slot_bytes = layout.config.slot_size_bytes as usize;
+        for slot in std::mem::take(&mut index.handed_back) {
+            if !mutants::skipped(Step::HostDeadDropsLines) {
+                self.memory.flush(layout.slot_offset(slot), slot_bytes);
+            }
+            done.dropped += 1;
+            if let Some(local) = &self.local {
+                if local.invalidate_copy(index, slot) {
+                    done.copies_dropped += 1;
+                }
+            }
+        }
     }
 
     /// After a replay applied `start..position`: the dropped lines are gone before anyone

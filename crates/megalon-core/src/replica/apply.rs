@@ -372,9 +372,14 @@ impl Index {
 
     /// A host joined under an id held before: the free slots the earlier holder had are
     /// no one's (its DRAM pool is gone), so it is no donor. (The joiner clears the pool
-    /// its replay rebuilt up to here.)
+    /// its replay rebuilt up to here.) Nor does the new life hold any object in its DRAM
+    /// (it appends this before anything else): an object still named as the earlier
+    /// holder's goes back to its CXL slot, as for a `HostDead`. None should be (a holder
+    /// that leaves moves its objects back, or leaves them to its recovery); if one is,
+    /// this keeps the id's new life from being named the holder of an object it never had.
     fn apply_host_joined(&mut self, at: At, a: &mut Applied) {
         self.slots.free_counts[at.author as usize] = 0;
+        self.hand_back(at, at.author);
         a.outcome = Outcome::Noted;
     }
 
@@ -388,6 +393,14 @@ impl Index {
             return Err(at.corrupt("dead host past the pod's maximum"));
         }
         self.slots.free_counts[host as usize] = 0;
+        self.hand_back(at, host);
+        a.outcome = Outcome::Noted;
+        Ok(())
+    }
+
+    /// Every object named as held in `host`'s DRAM goes back to its CXL slot (its stamp
+    /// moves on); their slots are [`Index::handed_back`], for the replayer.
+    fn hand_back(&mut self, at: At, host: HostId) {
         let held: Vec<u32> = self
             .view
             .table
@@ -395,12 +408,12 @@ impl Index {
             .into_iter()
             .filter(|&handle| owner_of(self.words.get(handle, META)) == Some(host))
             .collect();
+        self.handed_back.clear();
         for handle in held {
             self.set_owner(handle, None);
             self.touch(handle, at.position);
+            self.handed_back.push(self.slot_of(handle));
         }
-        a.outcome = Outcome::Noted;
-        Ok(())
     }
 
     /// AllLog: the first `Lock` on an unlocked object wins; a later one changes nothing.

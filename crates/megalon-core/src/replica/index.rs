@@ -147,6 +147,10 @@ pub(crate) struct Index {
     /// in the SCR and needs to know whose they are.
     pub(super) record_owners: hashbrown::HashMap<u32, u32>,
     pub(crate) slots: SlotAccounting,
+    /// The slots of the objects the last `HostDead` (or `HostJoined`) applied handed back
+    /// to CXL from the gone host's DRAM: the replayer drops every host's cached lines of
+    /// them.
+    pub(crate) handed_back: Vec<u64>,
 }
 
 impl std::ops::Deref for Index {
@@ -183,6 +187,7 @@ impl Index {
             max_hosts,
             record_owners: hashbrown::HashMap::new(),
             slots: SlotAccounting::new(slot_count, max_hosts),
+            handed_back: Vec::new(),
         }
     }
 
@@ -190,6 +195,12 @@ impl Index {
     pub(crate) fn record_owner_key(&self, record: u32) -> Option<Vec<u8>> {
         let handle = *self.record_owners.get(&record)?;
         Some(self.key_of(handle))
+    }
+
+    /// Whether any object is named as held in `host`'s DRAM (a scan of the index).
+    pub(crate) fn holds_any(&self, host: HostId) -> bool {
+        (self.view.table.handles().into_iter())
+            .any(|handle| owner_of(self.words.get(handle, META)) == Some(host))
     }
 
     /// Every record an object has.

@@ -521,3 +521,52 @@ fn a_replay_that_panics_poisons_the_replica() {
         );
     }
 }
+
+/// `HostDead` of a holder, and `HostJoined` of a new life of a holder's id, hand every
+/// object named as held in that host's DRAM back to CXL: no owner, a new stamp, and its
+/// slot in `handed_back` (the replayer drops every host's lines of it). Objects of other
+/// hosts stay where they are.
+#[test]
+fn a_holder_s_death_or_its_id_s_next_life_hands_its_objects_back() {
+    let mut index = index();
+    let mut pool = SlotPool::default();
+    for (position, (key, slot)) in [(b"a", 3), (b"b", 4), (b"c", 5)].into_iter().enumerate() {
+        let create = Event::Create { key, slot };
+        index
+            .apply(position as u64, 1, &create, 0, &mut pool)
+            .unwrap();
+    }
+    let mut position = 3;
+    let mut move_to = |index: &mut Index, key: &[u8], host: HostId| {
+        let stamp = index.lookup(key).unwrap().stamp;
+        let event = Event::MoveToHost { key, host, stamp };
+        let applied = index.apply(position, host, &event, 0, &mut pool).unwrap();
+        position += 1;
+        assert_eq!(applied.outcome, Outcome::Moved);
+    };
+    move_to(&mut index, b"a", 2);
+    move_to(&mut index, b"b", 2);
+    move_to(&mut index, b"c", 3);
+    let dead = Event::HostDead { host: 2, joins: 1 };
+    index.apply(10, 0, &dead, 0, &mut pool).unwrap();
+    let mut handed_back = std::mem::take(&mut index.handed_back);
+    handed_back.sort_unstable();
+    assert_eq!(handed_back, [3, 4]);
+    for key in [b"a", b"b"] {
+        let entry = index.lookup(key).unwrap();
+        assert_eq!((entry.local_owner, entry.stamp), (None, 10), "{key:?}");
+    }
+    assert_eq!(index.lookup(b"c").unwrap().local_owner, Some(3));
+    // Host 3's id joined again (its last life left c named as held, as it should not).
+    index
+        .apply(11, 3, &Event::HostJoined, 0, &mut pool)
+        .unwrap();
+    assert_eq!(index.handed_back, [5]);
+    let entry = index.lookup(b"c").unwrap();
+    assert_eq!((entry.local_owner, entry.stamp), (None, 11));
+    // A join of an id that held nothing hands nothing back.
+    index
+        .apply(12, 1, &Event::HostJoined, 0, &mut pool)
+        .unwrap();
+    assert!(index.handed_back.is_empty());
+}
