@@ -1368,3 +1368,123 @@ fn a_condemned_writer_that_starts_over_leaves_its_announce_to_recovery() {
          for good; r's write: {later:?}"
     );
 }
+
+// Found by a seventh review (2026-11-29), of local partitions when hosts die.
+
+/// Host 1 (`c`) caches a line of `k` (read-shared: no record, no counter) while `k` is in
+/// host 2's (`d`) DRAM: its read overlapped the move's replay, and will retry. d writes
+/// `k` there; its move back writes the slot and dies before its `MoveToCxl` (the append
+/// refused, then d frozen). Host 0 recovers d: `HostDead` hands `k` back to CXL with d's
+/// last bytes in the slot. c's next read must not pair its old line with them: replay of
+/// `HostDead` drops every host's lines of what it hands back (it dropped none: c read the
+/// first line of the old value and the rest of the new).
+#[test]
+fn a_line_cached_while_the_object_was_away_is_dropped_when_its_holder_dies() {
+    let pod = common::heap_pod(&config().local_partitions(2));
+    let [r, c, d] = leak_all(&pod);
+    r.create(b"k", &value(1)).unwrap();
+    let ticket = c.read_start(b"k").unwrap();
+    read(d);
+    read(d); // the second read in a row moves k to d's DRAM
+    assert_eq!(d.inspect().local_objects(), (1, 0));
+    c.replay().unwrap(); // the move: c drops its lines of k's slot...
+    let mut line = [0u8; 64];
+    ticket.read(0, &mut line).unwrap(); // ...and caches the first one again
+    assert!(
+        !c.read_end(ticket).unwrap(),
+        "the move changed k: c's read retries"
+    );
+    d.write(b"k", &value(2)).unwrap(); // in d's DRAM
+    chaos::fail_next_appends(&[chaos::Fault::Refuse]);
+    let moved_back = d.write_start(b"k").map(drop);
+    chaos::clear_forced_faults();
+    assert!(moved_back.is_err(), "the move back's append is refused");
+    d.inspect().freeze();
+    leases_run_out(&[r]);
+    recover_by_hand(&pod, d.id(), r);
+    assert_eq!(read(r), value(2), "k as d's move back left it in the slot");
+    assert_eq!(read(c), value(2), "c's read of k, whole");
+}
+
+/// Host 1 (`a`) holds `k` in its DRAM and leaves; `times` appends of its `MoveToCxl` are
+/// refused. Answers a and host 2 (`b`, left alive), for what comes after.
+fn a_leaves_holding_k_with_refused_move_backs(times: usize) -> (Arc<Pod>, &'static Host) {
+    let pod = common::heap_pod(&config().local_partitions(2));
+    let r = leak(&pod, 0);
+    let a = join(&pod, 1);
+    let b = leak(&pod, 2);
+    r.create(b"k", &value(1)).unwrap();
+    common::read(&a, b"k");
+    common::read(&a, b"k"); // the second read in a row moves k to a's DRAM
+    a.write(b"k", &value(3)).unwrap(); // in a's DRAM
+    assert_eq!(a.inspect().local_objects(), (1, 0));
+    chaos::fail_next_appends(&vec![chaos::Fault::Refuse; times]);
+    drop(a);
+    chaos::clear_forced_faults();
+    (pod, b)
+}
+
+/// A host that leaves tries its refused move back once more after its settle: `k` is
+/// back in CXL with what it wrote, its row is free, and nobody waits. Before, the error
+/// was dropped and the row freed with every replica naming the host as `k`'s holder: each
+/// read answered `HostUnresponsive`, and once the id was joined again its new life was
+/// named the holder of an object it never had (`LocalObjectMissing`, for good).
+#[test]
+fn a_host_whose_move_back_failed_as_it_left_tries_it_again() {
+    let (pod, b) = a_leaves_holding_k_with_refused_move_backs(1);
+    assert!(
+        pod.hosts().iter().all(|row| row.host != 1),
+        "a left: {:?}",
+        pod.hosts()
+    );
+    assert_eq!(read(b), value(3), "k, back in CXL as a wrote it");
+    let again = join(&pod, 1);
+    assert_eq!(read(&again), value(3), "the id's next life reads k too");
+}
+
+/// The same when the move back fails every time: the host leaves as a dead one, and its
+/// recovery's `HostDead` hands `k` back to CXL as the slot holds it (here, as the first
+/// move back wrote it before its append was refused).
+#[test]
+fn a_host_that_cannot_move_its_objects_back_leaves_them_to_its_recovery() {
+    let (pod, b) = a_leaves_holding_k_with_refused_move_backs(8);
+    assert!(
+        pod.hosts().iter().any(|row| row.host == 1),
+        "a left as a dead host, its row for its recovery: {:?}",
+        pod.hosts()
+    );
+    let r = leak(&pod, 3);
+    leases_run_out(&[r]);
+    recover_by_hand(&pod, 1, r);
+    assert_eq!(read(b), value(3), "k, back in CXL");
+    let again = join(&pod, 1);
+    assert_eq!(read(&again), value(3), "the id's next life reads k too");
+}
+
+/// A move back whose append was refused leaves the object leaving on its holder, and no
+/// move under way: the holder's own writes wait for nothing, so they move it back again.
+/// Before, each waited out its limit (`LocalObjectBusy`) until another host asked for
+/// the object.
+#[test]
+fn a_holder_whose_move_back_was_refused_writes_again() {
+    let pod = common::heap_pod(&config().local_partitions(2));
+    let [r, a] = leak_all(&pod);
+    r.create(b"k", &value(1)).unwrap();
+    read(a);
+    read(a); // the second read in a row moves k to a's DRAM
+    assert_eq!(a.inspect().local_objects(), (1, 0));
+    chaos::fail_next_appends(&[chaos::Fault::Refuse]);
+    let refused = a.write_start(b"k").map(drop); // a ticket call moves k back first
+    chaos::clear_forced_faults();
+    assert!(refused.is_err(), "the move back's append is refused");
+    for i in 0..3u8 {
+        let wrote = a.write(b"k", &value(4 + i));
+        assert!(wrote.is_ok(), "write {i}: {wrote:?}");
+    }
+    assert_eq!(read(a), value(6));
+    assert_eq!(
+        a.events().move_backs,
+        1,
+        "k moved back once, by the first write"
+    );
+}

@@ -638,15 +638,17 @@ impl Shared {
             host: dead.host,
             joins: dead.joins,
         })?;
-        if self.undo_images() && !self.restore_holds(dead)? {
-            return Ok(false);
-        }
         // What it held in the RPC rings, or a ring would stay full (or its server stopped)
         // for good: as a sender, its entries settled as if it had given up; as a server,
         // requests it claimed answered "failed" (the senders look again, and find its
         // objects back in CXL since its `HostDead`), and those their senders gave up on
-        // freed.
+        // freed. Before its locks: a round that must wait for a live host's announce of
+        // the same lock word ends there, and the senders need not wait for it. (Each step
+        // is by CAS from the state it finds: a later round's second pass changes nothing.)
         self.recover_rpcs(dead.host, dead.joins);
+        if self.undo_images() && !self.restore_holds(dead)? {
+            return Ok(false);
+        }
         host_table::announce_reservation(&self.pod, dead.host, 0, 0);
         if host_table::release_dead(&self.pod, dead.host, dead.pid) {
             self.counters

@@ -257,6 +257,11 @@ impl Drop for Host {
                 .shared
                 .left_unsettled
                 .load(std::sync::atomic::Ordering::Acquire);
+        // A move back whose append failed, or a move here that applied during the settle:
+        // once more. An object the pod still names as held here when the row is freed
+        // would be named so for good (only a `HostDead` hands it back).
+        let holds_objects = self.shared.holds_objects()
+            && (self.shared.move_all_back().is_err() || self.shared.holds_objects());
         self.stop_pump();
         let shared = &self.shared;
         if host_table::holder(&shared.pod, shared.id) != Some((std::process::id(), shared.life)) {
@@ -266,6 +271,12 @@ impl Drop for Host {
         if host_table::condemned(&shared.pod, shared.id, shared.life) {
             // Its recovery has begun and is not done (its row is still held): it must
             // find the row as it left it, or nobody settles what it left to recovery.
+            shared.leave_as_dead();
+            return;
+        }
+        if holds_objects {
+            // Its recovery's `HostDead` hands them back to CXL, as they were when they
+            // moved here (what it wrote to them in its DRAM is lost, as a dead host's).
             shared.leave_as_dead();
             return;
         }
@@ -297,6 +308,13 @@ impl Host {
 }
 
 impl Shared {
+    /// Whether the replica, caught up, names this host as the holder of an object in its
+    /// DRAM (local partitions; a scan of the index). A catch-up that fails: yes (it
+    /// cannot tell).
+    fn holds_objects(&self) -> bool {
+        self.local.is_some() && (self.catch_up().is_err() || self.replica.read().holds_any(self.id))
+    }
+
     /// Leaves the pod as a dead host does (its pump stopped: no heartbeat moves): its row
     /// says it runs on another machine, so that its live process does not keep it alive
     /// and its lease tells the others; they recover it. Only a row still this life's is

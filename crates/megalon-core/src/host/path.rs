@@ -230,9 +230,18 @@ impl Shared {
             loop {
                 match self.write_local(local, key, c, &mut change)? {
                     Place::Done(result) => return Ok((result, super::Done { retries })),
-                    // On its way back to CXL: wait until it is there.
+                    // On its way back to CXL: wait until it is there, while a move back is
+                    // under way (it holds `moving` through its append). None is: the
+                    // append of the last one failed (its event may yet apply, or never),
+                    // so move it back again: `move_back` appends `MoveToCxl` for a
+                    // leaving object without copying it, and a second one that loses to
+                    // the first changes nothing.
                     Place::Retry => {
-                        self.wait_for_local_writer(&mut leaving_wait)?;
+                        if local.moving.try_lock().is_some() {
+                            self.bring_back(self.id, key, c)?;
+                        } else {
+                            self.wait_for_local_writer(&mut leaving_wait)?;
+                        }
                         continue;
                     }
                     Place::Held(owner) => self.bring_back(owner, key, c)?,
