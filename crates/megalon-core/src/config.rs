@@ -64,8 +64,10 @@ pub enum CrashSafety {
     Undo,
     /// No undo images and no announced locks: a host that dies holding a record lock
     /// leaves that object locked (its reads and writes answer
-    /// [`Error::RecordBusy`](crate::Error::RecordBusy)). The pod itself survives (log,
-    /// host table, reservations), as with `Undo`.
+    /// [`Error::RecordBusy`](crate::Error::RecordBusy)), and one that dies while it copies
+    /// an object from its DRAM back to CXL (local partitions) leaves that object with part
+    /// of each value. The pod itself survives (log, host table, reservations), as with
+    /// `Undo`.
     Off,
 }
 
