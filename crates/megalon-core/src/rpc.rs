@@ -49,10 +49,13 @@
 //! sender word once it has withdrawn, abandoned or freed it). Waiting for an entry or for a
 //! response is bounded: the sender serves its own host's ring meanwhile (so two hosts
 //! asking each other both progress), and past the wait limit it withdraws an unclaimed
-//! request and reports the server unresponsive. A request the server already claimed is
+//! request and reports the server unresponsive. It withdraws it at once when its caller
+//! knows the server will not answer (the callback breaks: the server died, and what it
+//! was asked for was done without it). A request the server already claimed is
 //! waited for up to twice the limit; past that, whether it took effect is unknown.
 //!
 //! ```
+//! use std::ops::ControlFlow;
 //! use std::sync::Arc;
 //! use std::time::Duration;
 //! use megalon_core::rpc::{self, RingGeometry, Response};
@@ -79,6 +82,7 @@
 //!         let response = Response { status: asked.op, detail: asked.key.len() as u64 };
 //!         ring.respond(&pod, &server, claimed, &mut serving, response, &());
 //!     }
+//!     ControlFlow::Continue(()) // wait on
 //! };
 //! let response = ring
 //!     .call(&pod, &sender, 1, &mut request, 7, b"key", b"", Duration::from_secs(1), &(), &mut serve)
