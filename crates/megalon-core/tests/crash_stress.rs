@@ -110,6 +110,9 @@ const COUNTERS: &str = "counters ";
 const IN_MEMORY: &str = "in memory ";
 /// The start of a worker's stderr line about a call that failed.
 const FAILED_CALL: &str = "failed call: ";
+/// A call this slow (ms) fails the run: a quarter of the workers' wait limit (10 s by default),
+/// where the slowest in a run is about a lease (300 ms) or less.
+const SLOW_CALL_MS: u64 = 2500;
 /// Kinds of call failures a run's report quotes.
 const REPORT_CALL_FAILURES: usize = 3;
 /// Join failures a run's report quotes.
@@ -1113,7 +1116,7 @@ fn run_and_check(crash: &Crash) -> Result<String, String> {
     let history = &outcomes.history;
     // Calls that returned an error (as the workers wrote them), and calls cut off by a
     // kill.
-    let errors: u64 = outcomes.call_failures.iter().map(|(_, count)| count).sum();
+    let failed_calls: u64 = outcomes.call_failures.iter().map(|(_, count)| count).sum();
     // How long the slowest calls took (a host that waits on a dead one, until its
     // recovery), in ms.
     let mut took: Vec<u64> = (history.operations().iter())
@@ -1139,9 +1142,9 @@ fn run_and_check(crash: &Crash) -> Result<String, String> {
         .map(|(error, count)| format!("{count} {error}"))
         .collect();
     let errors = if kinds.is_empty() {
-        errors.to_string()
+        failed_calls.to_string()
     } else {
-        format!("{errors} ({})", kinds.join("; "))
+        format!("{failed_calls} ({})", kinds.join("; "))
     };
     let took = &outcomes.joins_took_us;
     let joins = format!(
@@ -1177,6 +1180,14 @@ fn run_and_check(crash: &Crash) -> Result<String, String> {
         return Err(format!(
             "crash: no host was killed in {} s: the run shows nothing\n{reproduce}",
             crash.seconds
+        ));
+    }
+    // A host that waits on a dead one waits for its recovery (a lease and a pump's round),
+    // not for its wait limit, and gets its answer: a failed call, or one slow enough to
+    // have waited out most of a wait limit, says a wait did not end when it should have.
+    if failed_calls > 0 || slowest >= SLOW_CALL_MS {
+        return Err(format!(
+            "crash: NOT clean: {failed_calls} calls failed, the slowest took {slowest} ms (at most {SLOW_CALL_MS} ms allowed)\n{reproduce}"
         ));
     }
     if crash.local() && c.moves_to_host == 0 {

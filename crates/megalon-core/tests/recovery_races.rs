@@ -1488,3 +1488,34 @@ fn a_holder_whose_move_back_was_refused_writes_again() {
         "k moved back once, by the first write"
     );
 }
+
+/// Recoverer r1 publishes dead host x's `HostDead` and pauses there past its lease. r2
+/// takes over: it recovers r1, then x, and x's id joins again. r1 resumes: it must not
+/// go on with x's recovery (settle the rings, clear the reservation announce, free the
+/// row: all the new life's by now).
+#[test]
+fn a_recoverer_paused_after_its_host_dead_leaves_the_next_life_alone() {
+    let pod = common::heap_pod(&config().local_partitions(2));
+    let [r1, x, r2] = leak_all(&pod);
+    k_with_a_record(r1);
+    x.inspect().freeze();
+    leases_run_out(&[r1, r2]);
+    let recovering = pauses_at(r1, Point::AppendAfterPublish, move || {
+        r1.inspect().watch_hosts()
+    });
+    leases_run_out(&[r2]);
+    recover_by_hand(&pod, r1.id(), r2);
+    recover_by_hand(&pod, x.id(), r2);
+    let again = join(&pod, x.id());
+    let life = |pod: &Pod| {
+        pod.hosts()
+            .iter()
+            .find(|row| row.host == again.id())
+            .map(|row| row.joins)
+    };
+    assert_eq!(life(&pod), Some(2), "x's id, its second life");
+    recovering.resume();
+    assert_eq!(life(&pod), Some(2), "the second life keeps its row");
+    let created = again.create(b"mine", &value(5));
+    assert!(created.is_ok(), "the second life lives: {created:?}");
+}

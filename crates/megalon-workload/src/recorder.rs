@@ -335,18 +335,32 @@ impl ThreadLog {
     /// log): a store that keeps objects in a process's own memory (megalon's local
     /// partitions) hands them back as they were before that process wrote them when it
     /// dies. Each such put took effect within its call, or never (lost):
-    /// [`Outcome::Uncertain`]. Each such get may have read a lost put, and is ignored
-    /// ([`Outcome::Unknown`]). The other operations keep their outcomes: what the process
+    /// [`Outcome::Uncertain`]. Each such get that read the value of one of those puts may
+    /// have read a lost one, and is ignored ([`Outcome::Unknown`]); one that read any
+    /// other value (or torn bytes) keeps its outcome: only the process's own puts in its
+    /// memory can be lost. The other operations keep their outcomes too: what the process
     /// did outside its memory outlives it.
     pub fn with_lost_writes(mut self, served_in_memory: impl Fn(usize) -> bool) -> ThreadLog {
+        let served = |(index, operation): &(usize, &Operation)| {
+            operation.returned_at.is_some() && served_in_memory(*index)
+        };
+        let lost: hashbrown::HashSet<crate::Value> = (self.operations.iter().enumerate())
+            .filter(served)
+            .filter_map(|(_, operation)| match operation.call {
+                Call::Put(value) => Some(value),
+                _ => None,
+            })
+            .collect();
         for (index, operation) in self.operations.iter_mut().enumerate() {
             if operation.returned_at.is_none() || !served_in_memory(index) {
                 continue;
             }
-            match operation.call {
-                Call::Put(_) => operation.outcome = Outcome::Uncertain,
-                Call::Get => operation.outcome = Outcome::Unknown,
-                Call::Create(_) | Call::Delete => {}
+            match (operation.call, &operation.outcome) {
+                (Call::Put(_), _) => operation.outcome = Outcome::Uncertain,
+                (Call::Get, Outcome::Found(value)) if lost.contains(value) => {
+                    operation.outcome = Outcome::Unknown
+                }
+                _ => {}
             }
         }
         self
@@ -472,6 +486,40 @@ mod tests {
         ])
         .unwrap();
         assert!(crate::check(&history).is_err(), "the first put is kept");
+    }
+
+    #[test]
+    fn lost_writes_never_excuse_a_torn_read_or_one_of_another_value() {
+        let clock = Clock::counter();
+        let mut writer = recorder(0, &clock);
+        let mut dead = recorder(1, &clock);
+        let (v1, v2) = (Value::new(0, 1), Value::new(0, 2));
+        for value in [v1, v2] {
+            let put = writer.invoke(b"k", Call::Put(value)).unwrap();
+            writer.complete(put, Outcome::Ok).unwrap();
+        }
+        // Both reads served from the dead process's memory: torn bytes, and v1 after v2
+        // was put (stale; v1 is no put of the dead process's).
+        let get = dead.invoke(b"k", Call::Get).unwrap();
+        dead.complete(get, Outcome::Torn(vec![1, 2, 3].into()))
+            .unwrap();
+        let get = dead.invoke(b"k", Call::Get).unwrap();
+        dead.complete(get, Outcome::Found(v1)).unwrap();
+        let (writer, dead) = (writer.finish(), dead.finish());
+        let lost = dead.with_lost_writes(|_| true);
+        assert!(
+            matches!(lost.operations()[0].outcome, Outcome::Torn(_)),
+            "kept"
+        );
+        assert_eq!(lost.operations()[1].outcome, Outcome::Found(v1), "kept");
+        for (kept, what) in [(0, "torn"), (1, "stale")] {
+            let one = ThreadLog {
+                operations: vec![lost.operations()[kept].clone()],
+                ..lost.clone()
+            };
+            let history = History::merge([writer.clone(), one]).unwrap();
+            assert!(crate::check(&history).is_err(), "the {what} read is caught");
+        }
     }
 
     #[test]

@@ -55,15 +55,19 @@ impl Shared {
     /// declared dead: its recovery has begun, or is done and its row is freed), or its
     /// replica has applied its death.
     pub(super) fn holds_its_row(&self) -> Result<()> {
-        if host_table::holder(&self.pod, self.id) != Some((std::process::id(), self.life))
-            || host_table::condemned(&self.pod, self.id, self.life)
-        {
+        if !self.row_is_mine() {
             return Err(Error::HostDeclaredDead {
                 host: self.id,
                 life: self.life,
             });
         }
         self.still_alive()
+    }
+
+    /// Whether this host's row is its life's, and its recovery has not begun.
+    pub(super) fn row_is_mine(&self) -> bool {
+        host_table::holder(&self.pod, self.id) == Some((std::process::id(), self.life))
+            && !host_table::condemned(&self.pod, self.id, self.life)
     }
 
     /// `Err(HostDeclaredDead)` once this host's replica has applied its death.
@@ -286,7 +290,13 @@ impl Shared {
             // Release: pairs with the Acquire in `catch_up` (this host's readers) and the
             // SeqCst loads in `Log::advance_head` (appenders on every host).
             self.replica.applied.store(position, Ordering::Release);
-            Log::ltail(&self.pod, self.id).store(position, Ordering::SeqCst);
+            // Only while the row is this life's: a host declared dead (paused past its
+            // lease) whose pump replays on must not move the `ltail` its recoverer
+            // released, or the id's next life's (the head would pass that life's
+            // position). What the lease leaves: a pause between this check and the store.
+            if self.row_is_mine() {
+                Log::ltail(&self.pod, self.id).store(position, Ordering::SeqCst);
+            }
             self.counters
                 .entries_replayed
                 .fetch_add(position - start, Ordering::Relaxed);

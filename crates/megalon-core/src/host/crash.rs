@@ -645,8 +645,17 @@ impl Shared {
         // freed. Before its locks: a round that must wait for a live host's announce of
         // the same lock word ends there, and the senders need not wait for it. (Each step
         // is by CAS from the state it finds: a later round's second pass changes nothing.)
+        // Not for a recoverer paused past its lease in its append and taken over: the
+        // dead host may have been recovered and its id joined again since, and the rings
+        // and the row would be the next life's.
+        if !self.still_recovering(dead)? {
+            return Ok(false);
+        }
         self.recover_rpcs(dead.host, dead.joins);
         if self.undo_images() && !self.restore_holds(dead)? {
+            return Ok(false);
+        }
+        if !self.still_recovering(dead)? {
             return Ok(false);
         }
         host_table::announce_reservation(&self.pod, dead.host, 0, 0);
@@ -784,6 +793,16 @@ impl Shared {
     /// Whether this host still recovers with `intent` set: it has not been declared dead
     /// (`Err`: condemned, or its death applied), holds the recovery word in its life, and the record under recovery is
     /// still its own.
+    /// Whether this host still recovers `dead`: it is alive, holds the recovery word, and
+    /// the dead life still holds its row (nobody finished its recovery meanwhile).
+    fn still_recovering(&self, dead: &Dead) -> Result<bool> {
+        self.holds_its_row()?;
+        let word = self.pod.scr_u64(self.pod.layout().recovery_offset());
+        let me = host_table::session(self.id, self.life);
+        Ok(word.load(Ordering::SeqCst) == me
+            && host_table::holder(&self.pod, dead.host) == Some((dead.pid, dead.joins)))
+    }
+
     fn still_the_recoverer(&self, intent: &Intent<'_>) -> Result<bool> {
         self.holds_its_row()?;
         self.catch_up()?;

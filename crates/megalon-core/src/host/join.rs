@@ -212,6 +212,16 @@ impl Shared {
         if request == 0 || mailbox.server.load(Ordering::SeqCst) != 0 {
             return Ok(());
         }
+        if session_gone(&self.pod, request) {
+            // Its joiner died (and was recovered): nobody will read a snapshot. Cleared
+            // (by a CAS from that session: a new joiner's stays), or every pump would
+            // encode its index for it every round until the next late join.
+            let _ =
+                (mailbox.request).compare_exchange(request, 0, Ordering::SeqCst, Ordering::SeqCst);
+            return Ok(());
+        }
+        // A server declared dead (paused past its lease) takes no mailbox.
+        self.holds_its_row()?;
         let me = server_word(self.id, self.life);
         if mailbox
             .server
@@ -221,8 +231,14 @@ impl Shared {
             return Ok(());
         }
         let sent = self.send_snapshot(&mailbox, request);
-        mailbox.ready.store(0, Ordering::SeqCst);
-        mailbox.server.store(0, Ordering::SeqCst);
+        // Only while the mailbox is still this server's, and this server alive: one taken
+        // for dead and recovered meanwhile may find its joiner served by another (its
+        // joiner cleared `server`), whose `ready` holds the same session. (The joiner
+        // clears the words of a server that is gone.)
+        if self.row_is_mine() && mailbox.server.load(Ordering::SeqCst) == me {
+            mailbox.ready.store(0, Ordering::SeqCst);
+            let _ = (mailbox.server).compare_exchange(me, 0, Ordering::SeqCst, Ordering::SeqCst);
+        }
         sent
     }
 
@@ -425,5 +441,167 @@ mod tests {
         );
         let recovered = a.inspect().stats().hosts_recovered + b.inspect().stats().hosts_recovered;
         assert_eq!(recovered, 0);
+    }
+
+    // Found by an eighth review (2026-11-29), of joins under kills and pauses.
+
+    fn small_config() -> PodConfig {
+        PodConfig::new()
+            .scr_bytes(64 << 10)
+            .lnr_bytes(1 << 20)
+            .slot_size_bytes(SLOT as u64)
+            .max_key_bytes(48)
+            .log_capacity_entries(256)
+            .max_hosts(6)
+            .lease_ms(100)
+            .join_area_bytes(128)
+    }
+
+    fn pumped() -> HostOptions {
+        HostOptions::new()
+            .pump_interval(Some(Duration::from_millis(1)))
+            .wait_limit(Duration::from_secs(2))
+    }
+
+    #[track_caller]
+    fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out: {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Host z is paused past its lease: its recoverer condemns it and frees its row, and
+    /// the id's next life k joins, with no pump (it lags). z's process resumes, and its
+    /// pump replays on: it must not store its `ltail` over k's, or the head passes k's
+    /// position (it did: the head reached 454 with k at 2, and k's replay stalled for
+    /// good, or a debug build panicked, "a writer lapped a reader").
+    #[test]
+    fn a_host_declared_dead_whose_pump_runs_on_leaves_the_next_lifes_ltail_alone() {
+        let pod = Arc::new(Pod::create(&small_config(), Backing::heap()).unwrap());
+        let a = Host::join(&pod, Join::AnyFree, pumped()).unwrap();
+        let z = Host::join(&pod, Join::AnyFree, pumped()).unwrap();
+        let (id, life) = (z.shared.id, z.shared.life);
+        z.inspect().pretend_elsewhere();
+        host_table::condemn(&pod, id, life);
+        wait_for("a recovers z", || host_table::holder(&pod, id).is_none());
+        let lagging = HostOptions::new()
+            .pump_interval(None)
+            .wait_limit(Duration::from_secs(2));
+        let k = Host::join(&pod, Join::As(id), lagging).unwrap();
+        let k_applied = k.shared.replica.applied.load(Ordering::SeqCst);
+        let mut refused = None;
+        for i in 0..300u32 {
+            let key = i.to_le_bytes();
+            if let Err(e) = a.create(&key, &value(2)).and_then(|()| a.delete(&key)) {
+                refused = Some(e);
+                break;
+            }
+        }
+        let head = crate::log::Log::head(&pod).load(Ordering::SeqCst);
+        assert!(
+            head <= k_applied,
+            "the head {head} passed the new life's applied position {k_applied} (a: {refused:?})"
+        );
+        assert!(
+            matches!(refused, Some(Error::LogFull { .. })),
+            "k holds the head: {refused:?}"
+        );
+        drop(z);
+    }
+
+    /// Server s1 streams to a joiner, is paused past its lease and recovered; the joiner
+    /// clears `server`, and s2 serves it. s1 resumes, finds itself dead, and must leave
+    /// the mailbox as it is (it stored 0 in `server` and `ready`: a third server took the
+    /// mailbox in the middle of s2's stream, and reset it).
+    #[test]
+    fn a_server_declared_dead_leaves_the_next_servers_mailbox_words() {
+        let pod = Arc::new(Pod::create(&small_config(), Backing::heap()).unwrap());
+        let options = || {
+            HostOptions::new()
+                .pump_interval(None)
+                .wait_limit(Duration::from_secs(3))
+        };
+        let s1 = Host::join(&pod, Join::AnyFree, options()).unwrap();
+        let s2 = Host::join(&pod, Join::AnyFree, options()).unwrap();
+        for i in 0..20 {
+            s1.create(&[b'k', i], &value(i)).unwrap();
+        }
+        s2.replay().unwrap();
+        let joiner = (0..6)
+            .find(|&h| host_table::try_claim(&pod, h).is_ok())
+            .unwrap();
+        let joiner_life = host_table::count_join(&pod, joiner);
+        let session = host_table::session(joiner, joiner_life);
+        let mb = mailbox(&pod);
+        mb.request.store(session, Ordering::SeqCst);
+        let shared = Arc::clone(&s1.shared);
+        let first = std::thread::spawn(move || shared.serve_join());
+        wait_for("s1 streams a chunk", || {
+            mb.chunk.load(Ordering::SeqCst) >= 1
+        });
+        let w1 = mb.server.load(Ordering::SeqCst);
+        assert_eq!(w1, server_word(s1.shared.id, s1.shared.life));
+        // s1 paused past its lease and recovered; the joiner clears `server`, as `join_late`
+        // does for a server that is gone.
+        host_table::condemn(&pod, s1.shared.id, s1.shared.life);
+        assert!(host_table::release_dead(
+            &pod,
+            s1.shared.id,
+            std::process::id()
+        ));
+        assert!(host_table::session_gone(&pod, w1));
+        mb.ready.store(0, Ordering::SeqCst);
+        mb.server
+            .compare_exchange(w1, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .unwrap();
+        let shared = Arc::clone(&s2.shared);
+        let second = std::thread::spawn(move || shared.serve_join());
+        wait_for("s2 streams a chunk", || {
+            mb.ready.load(Ordering::SeqCst) == session && mb.chunk.load(Ordering::SeqCst) >= 1
+        });
+        let w2 = mb.server.load(Ordering::SeqCst);
+        assert_eq!(w2, server_word(s2.shared.id, s2.shared.life));
+        // The joiner acks s2's first chunk: s1 resumes too, and finds itself dead.
+        mb.acked.store(1, Ordering::SeqCst);
+        let s1_answered = first.join().unwrap();
+        assert!(
+            matches!(s1_answered, Err(Error::HostDeclaredDead { .. })),
+            "{s1_answered:?}"
+        );
+        let (server, ready) = (
+            mb.server.load(Ordering::SeqCst),
+            mb.ready.load(Ordering::SeqCst),
+        );
+        mb.request.store(0, Ordering::SeqCst);
+        let _ = second.join();
+        host_table::release(&pod, joiner, joiner_life);
+        assert_eq!(
+            (server, ready),
+            (w2, session),
+            "s2's words, as s2 left them"
+        );
+    }
+
+    /// A late joiner killed while it waited in the mailbox, and recovered: its session
+    /// stays in `request` until the next late join. A pump must not serve it (every
+    /// pump took the mailbox every round and encoded its whole index under its replay
+    /// lock), and clears it.
+    #[test]
+    fn a_dead_joiners_request_is_cleared_not_served() {
+        let pod = Arc::new(Pod::create(&small_config(), Backing::heap()).unwrap());
+        let a = Host::join(&pod, Join::AnyFree, pumped()).unwrap();
+        let mb = mailbox(&pod);
+        let dead = host_table::session(4, 1);
+        assert!(host_table::session_gone(&pod, dead));
+        mb.request.store(dead, Ordering::SeqCst);
+        mb.chunk.store(99, Ordering::SeqCst);
+        wait_for("a's pump clears the request", || {
+            mb.request.load(Ordering::SeqCst) == 0
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(mb.chunk.load(Ordering::SeqCst), 99, "nobody served it");
+        drop(a);
     }
 }
