@@ -94,6 +94,17 @@ pub(crate) fn try_claim(pod: &Pod, host: HostId) -> Result<(), u32> {
         .map(drop)
 }
 
+/// Frees `host`'s row, claimed by this process and not counted yet: a join that gives up
+/// before [`count_join`].
+pub(crate) fn release_claim(pod: &Pod, host: HostId) {
+    let _ = entry(pod, host).holder.compare_exchange(
+        std::process::id(),
+        FREE,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+}
+
 impl Pod {
     /// The joined hosts, as the host table shows them now.
     pub fn hosts(&self) -> Vec<HostInfo> {

@@ -68,8 +68,10 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"MEGALON\0");
 /// adds the record under recovery (a word beside the recovery word), which every host
 /// about to lock a record checks; version 7 names the join mailbox's server by its
 /// session (id and life) where 6 had 1 + its id, keeps the last condemned life in each
-/// host-table row (a word 6 left zero), and gives each RPC ring entry a sender word.
-pub const LAYOUT_VERSION: u32 = 7;
+/// host-table row (a word 6 left zero), and gives each RPC ring entry a sender word;
+/// version 8 keeps only the "closed" bit in the log's registration word, where 7 also
+/// counted the hosts joining (a joiner's row holds the head at 0 instead).
+pub const LAYOUT_VERSION: u32 = 8;
 /// Bytes of the encoded header.
 pub const HEADER_BYTES: usize = 128;
 

@@ -7,9 +7,9 @@
 //! Cursors (SCR, a line each): `tail` (next position to reserve), `head` (oldest
 //! position some live host still needs), `ctail` (every position below it is published
 //! and applied by at least the host that advanced it), one `ltail[h]` per host (what
-//! host `h` has applied), and `registration` (hosts joining now; closed for good once
-//! the ring recycles its first entry, since a host that joins later could not rebuild
-//! its replica from position 0).
+//! host `h` has applied), and `registration` (open until the ring recycles its first
+//! entry, then closed for good, since a host that joins later could not rebuild its
+//! replica from position 0).
 //!
 //! Writing an entry: write all of it (alive word 0), make every line reach memory,
 //! fence, then store the alive word and make that line reach memory too, fence.
@@ -30,7 +30,8 @@ use crate::mutants::{self, Step};
 use crate::pod::{Cursor, Pod};
 use crate::sync::{AtomicU64, Ordering};
 
-/// `registration` bit meaning "closed: the ring has recycled entries, no host may join".
+/// `registration` bit meaning "closed: the ring has recycled entries, no host may join
+/// from position 0". (Layout version 7 counted the hosts joining in the other bits.)
 const REGISTRATION_CLOSED: u64 = 1 << 63;
 
 /// The log of one pod, as seen by one host.
@@ -102,36 +103,33 @@ impl Log {
         pod.scr_u64(pod.layout().registration_offset())
     }
 
-    /// Announces a joining host: `head` cannot leave 0 until [`Log::end_join`]. Fails once
-    /// the ring has recycled entries.
-    pub(crate) fn begin_join(pod: &Pod) -> Result<()> {
-        let registration = Self::registration(pod);
-        let mut current = registration.load(Ordering::SeqCst);
-        loop {
-            if current & REGISTRATION_CLOSED != 0 {
-                return Err(Error::LogRecycled {
-                    head: Self::head(pod).load(Ordering::SeqCst),
-                });
-            }
-            // SeqCst: the closer's CAS in `advance_head` and this one are totally ordered;
-            // if ours is first, the closer sees a joiner and does not close.
-            match registration.compare_exchange(
-                current,
-                current + 1,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            ) {
-                Ok(_) => return Ok(()),
-                Err(now) => current = now,
-            }
-        }
+    /// Whether registration is closed: the ring has recycled entries (or is about to), and
+    /// a host that joins now cannot replay from position 0. A load: a first look.
+    pub(crate) fn registration_closed(pod: &Pod) -> bool {
+        Self::registration(pod).load(Ordering::SeqCst) & REGISTRATION_CLOSED != 0
     }
 
-    /// Ends a join announced by [`Log::begin_join`]: the host's `ltail` is stored (and
-    /// its table state set) before this, so a closer that sees no joiner sees the host.
-    pub(crate) fn end_join(pod: &Pod) {
-        // SeqCst (Release would do): pairs with the closer's CAS, which reads this value.
-        Self::registration(pod).fetch_sub(1, Ordering::SeqCst);
+    /// [`Log::registration_closed`], for a joiner that has claimed its row and stored its
+    /// `ltail` 0 (the look that decides): open, it may replay from 0. The closer in
+    /// [`Log::advance_head`] closes by an RMW of the same word and then looks at every
+    /// `ltail`; this look is an RMW too (it changes nothing), so the two are ordered in
+    /// the word's modification order, and the second reads what the first wrote (SeqCst,
+    /// so Release and Acquire both ways): if the joiner's comes first, the closer's look
+    /// at the `ltail`s comes after the joiner's store of 0, and the head stays at 0; if
+    /// the closer's comes first, the joiner finds registration closed. (Two plain SeqCst
+    /// loads would do on paper; the loom model of this race checks only what Acquire and
+    /// Release promise.) What protects a join is the joiner's own row: a joiner that dies
+    /// is recovered with it, where a count of joiners (layout version 7) stayed up for
+    /// good.
+    pub(crate) fn registration_closed_after_claim(pod: &Pod) -> bool {
+        Self::registration(pod).fetch_or(0, Ordering::SeqCst) & REGISTRATION_CLOSED != 0
+    }
+
+    /// The error of a join from position 0 once registration is closed.
+    pub(crate) fn recycled(pod: &Pod) -> Error {
+        Error::LogRecycled {
+            head: Self::head(pod).load(Ordering::SeqCst),
+        }
     }
 
     /// Moves `head` to the lowest `ltail` of the joined hosts. Returns the new head and,
@@ -157,22 +155,18 @@ impl Log {
         let Some(mut laggard) = lowest() else {
             return (head.load(Ordering::SeqCst), None);
         };
-        if laggard.position > 0 {
-            let registration = Self::registration(pod);
-            if registration.load(Ordering::SeqCst) & REGISTRATION_CLOSED == 0 {
-                // Close registration before recycling anything. Fails while a host is
-                // joining (count > 0): it will have `ltail` 0, so head stays put.
-                if registration
-                    .compare_exchange(0, REGISTRATION_CLOSED, Ordering::SeqCst, Ordering::SeqCst)
-                    .is_err()
-                {
-                    return (head.load(Ordering::SeqCst), Some(laggard));
-                }
-                // Hosts that finished joining before we closed are visible now.
-                match lowest() {
-                    Some(now) => laggard = now,
-                    None => return (head.load(Ordering::SeqCst), None),
-                }
+        if laggard.position > 0 && head.load(Ordering::SeqCst) == 0 {
+            // The ring's first recycle: close registration, then look again. An RMW even
+            // when another closer closed it already: a joiner whose look (an RMW of the
+            // same word, `registration_closed_after_claim`) came before ours found it
+            // open and had stored its `ltail` 0 before that; ours reads after its in the
+            // word's order, so the look below sees the 0, and the head stays at 0. (A
+            // closer that only loaded the word, closed by another, would act on a look
+            // at the `ltail`s taken before it: one that may miss the joiner.)
+            Self::registration(pod).fetch_or(REGISTRATION_CLOSED, Ordering::SeqCst);
+            match lowest() {
+                Some(now) => laggard = now,
+                None => return (head.load(Ordering::SeqCst), None),
             }
         }
         // SeqCst: orders this with the SeqCst loads of states and ltails above.

@@ -327,3 +327,45 @@ fn loom_what_one_host_saw_of_an_append_every_later_read_sees() {
         same_host_reader.join().unwrap();
     });
 }
+
+/// A host joins while another host's append first recycles the ring (two entries): the
+/// joiner finds registration open, holds the head at 0 and replays from position 0, or
+/// finds it closed and is refused (no join area here: `LogRecycled`); never does it join
+/// from 0 with the head past it (its replica would miss what the ring recycled).
+#[test]
+fn loom_a_join_racing_the_first_recycle_replays_from_0_or_is_refused() {
+    loom::model(|| {
+        let pod = pod();
+        let a = Arc::new(host(&pod, 0));
+        assert_eq!(create(&a, b"k0", 0), Outcome::Created);
+        assert_eq!(create(&a, b"k1", 1), Outcome::Created);
+        let appender = {
+            let a = Arc::clone(&a);
+            loom::thread::spawn(move || {
+                a.append_event(&Event::Create {
+                    key: b"k2",
+                    slot: 2,
+                })
+            })
+        };
+        let options = HostOptions::new().pump_interval(None).flat_combining(false);
+        match Host::join(&pod, Join::As(1), options) {
+            Ok(b) => {
+                b.replay().expect("replay");
+                let appended = appender.join().unwrap();
+                a.replay().expect("replay");
+                b.replay().expect("replay");
+                let (ours, theirs) = (
+                    a.inspect().replica_snapshot(),
+                    b.inspect().replica_snapshot(),
+                );
+                assert_eq!(ours, theirs, "the joiner's replica (k2: {appended:?})");
+                assert!(ours.len() >= 2);
+            }
+            Err(crate::Error::LogRecycled { .. }) => {
+                let _ = appender.join().unwrap();
+            }
+            Err(error) => panic!("join: {error}"),
+        }
+    });
+}

@@ -604,4 +604,64 @@ mod tests {
         assert_eq!(mb.chunk.load(Ordering::SeqCst), 99, "nobody served it");
         drop(a);
     }
+
+    /// A joiner killed after it claimed its row and stored its `ltail` 0 (an early join,
+    /// the log not recycled yet), before its join was counted: its row holds the head at
+    /// 0 only until it is recovered, and the log goes on. (With a count of joiners in the
+    /// registration word, layout version 7, a joiner killed between its registration and
+    /// its end kept the head at 0 for good: the 128th create of this test answered
+    /// `LogFull`, and every append after it.)
+    #[test]
+    fn a_joiner_killed_inside_its_claim_holds_the_head_only_until_its_recovery() {
+        let config = small_config().join_area_bytes(0);
+        let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
+        let a = Host::join(&pod, Join::AnyFree, pumped()).unwrap();
+        // Another process's join, killed here.
+        host_table::try_claim(&pod, 4).unwrap();
+        crate::log::Log::ltail(&pod, 4).store(0, Ordering::SeqCst);
+        for i in 0..400u32 {
+            let key = i.to_le_bytes();
+            let done = a.create(&key, &value(1)).and_then(|()| a.delete(&key));
+            assert!(done.is_ok(), "operation {i}: {done:?}");
+        }
+        assert!(host_table::holder(&pod, 4).is_none(), "recovered");
+        assert!(crate::log::Log::head(&pod).load(Ordering::SeqCst) > 0);
+    }
+
+    /// Hosts join, one after another, while another host's creates make the log recycle
+    /// for the first time: a joiner that found registration open holds the head at 0 and
+    /// replays the log from the start, one that found it closed joins late. Every host
+    /// joined reads every object created before it joined.
+    #[test]
+    fn hosts_joining_while_the_log_first_recycles_read_everything() {
+        let pod = Arc::new(Pod::create(&small_config(), Backing::heap()).unwrap());
+        let a = Arc::new(Host::join(&pod, Join::AnyFree, pumped()).unwrap());
+        let created = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let writer = {
+            let (a, created) = (Arc::clone(&a), Arc::clone(&created));
+            std::thread::spawn(move || {
+                for i in 0..600u32 {
+                    a.create(&i.to_le_bytes(), &value(i as u8)).unwrap();
+                    created.store(i + 1, Ordering::SeqCst);
+                }
+            })
+        };
+        let mut buf = vec![0u8; SLOT];
+        let mut joins = 0;
+        while !writer.is_finished() {
+            let before = created.load(Ordering::SeqCst);
+            let host = Host::join(&pod, Join::AnyFree, pumped()).unwrap();
+            for i in 0..before {
+                host.read(&i.to_le_bytes(), &mut buf).unwrap();
+                assert_eq!(buf, value(i as u8), "host {} key {i}", host.id());
+            }
+            joins += 1;
+        }
+        writer.join().unwrap();
+        let late = a.inspect().stats().joins_served;
+        assert!(
+            late > 0 && late < joins,
+            "{joins} joins, {late} of them late"
+        );
+    }
 }

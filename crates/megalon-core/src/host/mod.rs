@@ -4,8 +4,9 @@
 //! and its own replica of the index. Its row in the host table is `host_table`'s.
 //!
 //! Joining goes through the log's registration (see [`crate::log`]): a host replays the
-//! log from position 0 to build its replica, so hosts must join before the log first
-//! recycles an entry; later joins answer [`Error::LogRecycled`].
+//! log from position 0 to build its replica while the log has never recycled an entry;
+//! a later join is a late join (a live host streams it a snapshot of its index), or, in
+//! a pod without a join area, answers [`Error::LogRecycled`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -453,12 +454,13 @@ impl Shared {
     }
 }
 
-/// Claims a host id for this process as `which` says. Through the log's registration
-/// while it is open: the new host will replay from position 0, so `head` stays at 0 until
-/// it is counted. Once the log has recycled entries, a late join (if the pod has a join
-/// area): the new host's `ltail` holds the head where it is until a live host pins it at
-/// the position of the snapshot it sends. Returns the id, which life of it this is, and
-/// whether the join is late.
+/// Claims a host id for this process as `which` says. While the log's registration is
+/// open, the new host will replay from position 0: it stores its `ltail` 0 and then looks
+/// at the registration again (see `Log::registration_closed`), and if it is still open
+/// the head stays at 0 until the host has replayed. Once the log has recycled entries, a
+/// late join (if the pod has a join area): the new host's `ltail` holds the head where it
+/// is until a live host pins it at the position of the snapshot it sends. Returns the id,
+/// which life of it this is, and whether the join is late.
 fn claim_id(pod: &Pod, which: Join) -> Result<(HostId, u64, bool)> {
     let max_hosts = pod.config().max_hosts;
     if let Join::As(host) = which {
@@ -466,39 +468,29 @@ fn claim_id(pod: &Pod, which: Join) -> Result<(HostId, u64, bool)> {
             return Err(Error::HostOutOfRange { host, max_hosts });
         }
     }
-    let late = match Log::begin_join(pod) {
-        Ok(()) => false,
-        Err(Error::LogRecycled { .. }) if pod.config().join_area_bytes > 0 => true,
-        Err(error) => return Err(error),
-    };
-    let claimed = match which {
+    let can_join_late = pod.config().join_area_bytes > 0;
+    if Log::registration_closed(pod) && !can_join_late {
+        return Err(Log::recycled(pod));
+    }
+    let id = match which {
         Join::As(host) => host_table::try_claim(pod, host)
             .map(|()| host)
             .map_err(|holder_pid| Error::HostTaken { host, holder_pid }),
         Join::AnyFree => (0..max_hosts)
             .find(|host| host_table::try_claim(pod, *host).is_ok())
             .ok_or(Error::HostTableFull { max_hosts }),
-    };
-    let id = match claimed {
-        Ok(id) => id,
-        Err(error) => {
-            if !late {
-                Log::end_join(pod);
-            }
-            return Err(error);
+    }?;
+    // From position 0 if registration is open after this store (SeqCst, before the look).
+    Log::ltail(pod, id).store(0, Ordering::SeqCst);
+    let late = Log::registration_closed_after_claim(pod);
+    if late {
+        if !can_join_late {
+            host_table::release_claim(pod, id);
+            return Err(Log::recycled(pod));
         }
-    };
-    // Registration keeps head at 0 until `end_join`, and this store happens before it. A
-    // late joiner holds the head where it is now (it never goes back).
-    let from = if late {
-        Log::head(pod).load(Ordering::SeqCst)
-    } else {
-        0
-    };
-    Log::ltail(pod, id).store(from, Ordering::SeqCst);
-    let life = host_table::count_join(pod, id);
-    if !late {
-        Log::end_join(pod);
+        // A late joiner holds the head where it is now (it never goes back).
+        Log::ltail(pod, id).store(Log::head(pod).load(Ordering::SeqCst), Ordering::SeqCst);
     }
+    let life = host_table::count_join(pod, id);
     Ok((id, life, late))
 }
