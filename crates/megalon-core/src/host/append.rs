@@ -407,6 +407,10 @@ impl Shared {
                 host_table::announce_reservation(&self.pod, self.id, from, from + count);
             },
             || {
+                // A host waiting for room beats: a joiner's pump does not run yet, and one
+                // on another machine would be declared dead while it waits for its
+                // `HostJoined`'s room.
+                self.beat();
                 // The host holding the head back may be dead.
                 self.unblock_log();
                 self.replay(None).map(drop)

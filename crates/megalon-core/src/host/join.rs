@@ -664,4 +664,48 @@ mod tests {
             "{joins} joins, {late} of them late"
         );
     }
+
+    /// A joiner on another machine (only its lease tells whether it lives) waits for room
+    /// for its `HostJoined` while a live laggard holds the head, longer than the lease.
+    /// It must beat as it waits (it did not: its recoverer condemned it, and its join
+    /// answered `HostDeclaredDead`).
+    #[test]
+    fn a_joiner_waiting_for_room_in_the_log_beats() {
+        let pod = Arc::new(Pod::create(&small_config(), Backing::heap()).unwrap());
+        let quick = pumped().wait_limit(Duration::from_millis(200));
+        let a = Host::join(&pod, Join::As(0), quick).unwrap();
+        let old = Host::join(&pod, Join::As(1), pumped()).unwrap();
+        let id = old.id();
+        let laggard = Arc::new(
+            Host::join(&pod, Join::As(2), HostOptions::new().pump_interval(None)).unwrap(),
+        );
+        drop(old);
+        for i in 0u32.. {
+            match a.create(&i.to_le_bytes(), &value(3)) {
+                Ok(()) => {}
+                Err(Error::LogFull { .. }) => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        let helper = {
+            let (pod, laggard) = (Arc::clone(&pod), Arc::clone(&laggard));
+            std::thread::spawn(move || {
+                wait_for("the new life counted", || {
+                    host_table::holder(&pod, id).is_some_and(|(_, life)| life == 2)
+                });
+                // The joiner runs on another machine.
+                host_table::pretend_elsewhere(&pod, id);
+                // The laggard catches up later, within the joiner's wait limit.
+                std::thread::sleep(Duration::from_millis(600));
+                laggard.replay().unwrap();
+            })
+        };
+        let joined = Host::join(
+            &pod,
+            Join::As(id),
+            pumped().wait_limit(Duration::from_secs(3)),
+        );
+        helper.join().unwrap();
+        assert!(joined.is_ok(), "a live joiner failed: {:?}", joined.err());
+    }
 }
