@@ -708,4 +708,44 @@ mod tests {
         helper.join().unwrap();
         assert!(joined.is_ok(), "a live joiner failed: {:?}", joined.err());
     }
+
+    /// A joiner paused past its lease between its claim and its count (its row names no
+    /// machine yet, so only the lease tells): a host waiting for room in the log takes
+    /// it for dead and releases its `ltail`. When it resumes, its count must fail (it
+    /// counted itself the id's next life, held its row with nothing holding the head at
+    /// its 0, and its replay from 0 met recycled entries: "a writer lapped a reader").
+    #[test]
+    fn a_joiner_taken_for_dead_before_its_count_does_not_join() {
+        use crate::log::Log;
+        let config = small_config().join_area_bytes(0);
+        let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
+        let a = Host::join(&pod, Join::As(0), HostOptions::new().pump_interval(None)).unwrap();
+        a.create(b"first", &value(1)).unwrap();
+        // `claim_id` up to its count, then paused.
+        host_table::try_claim(&pod, 3).unwrap();
+        Log::ltail(&pod, 3).store(0, Ordering::SeqCst);
+        assert!(!Log::registration_closed_after_claim(&pod), "an early join");
+        // a's appender, waiting for room, fills dead hosts' reservations (`unblock_log`).
+        a.shared.unblock_log();
+        std::thread::sleep(Duration::from_millis(300));
+        a.shared.unblock_log();
+        assert_eq!(Log::ltail(&pod, 3).load(Ordering::SeqCst), Log::RELEASED);
+        // It resumes.
+        let counted = crate::host::count_claim(&pod, 3, 0);
+        assert!(
+            matches!(counted, Err(Error::HostDeclaredDead { host: 3, .. })),
+            "{counted:?}"
+        );
+        assert_eq!(host_table::holder(&pod, 3), None, "the row given up");
+        for i in 0..300u32 {
+            a.create(&i.to_le_bytes(), &value(2)).unwrap();
+            a.delete(&i.to_le_bytes()).unwrap();
+        }
+        let again = Host::join(&pod, Join::As(3), HostOptions::new().pump_interval(None));
+        assert!(
+            matches!(again, Err(Error::LogRecycled { .. })),
+            "no join area: {:?}",
+            again.err()
+        );
+    }
 }

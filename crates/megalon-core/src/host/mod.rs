@@ -481,7 +481,8 @@ fn claim_id(pod: &Pod, which: Join) -> Result<(HostId, u64, bool)> {
             .ok_or(Error::HostTableFull { max_hosts }),
     }?;
     // From position 0 if registration is open after this store (SeqCst, before the look).
-    Log::ltail(pod, id).store(0, Ordering::SeqCst);
+    let mut from = 0;
+    Log::ltail(pod, id).store(from, Ordering::SeqCst);
     let late = Log::registration_closed_after_claim(pod);
     if late {
         if !can_join_late {
@@ -489,8 +490,25 @@ fn claim_id(pod: &Pod, which: Join) -> Result<(HostId, u64, bool)> {
             return Err(Log::recycled(pod));
         }
         // A late joiner holds the head where it is now (it never goes back).
-        Log::ltail(pod, id).store(Log::head(pod).load(Ordering::SeqCst), Ordering::SeqCst);
+        from = Log::head(pod).load(Ordering::SeqCst);
+        Log::ltail(pod, id).store(from, Ordering::SeqCst);
     }
-    let life = host_table::count_join(pod, id);
+    let life = count_claim(pod, id, from)?;
     Ok((id, life, late))
+}
+
+/// Counts this process's claim of `id`'s row, whose `ltail` it stored as `from`, as the
+/// id's next life. A claim not counted yet names no machine, so only its lease tells
+/// whether its holder lives: a joiner paused that long may have been taken for dead and
+/// recovered meanwhile (its `ltail` released, its row perhaps freed). Then it holds
+/// nothing any more: it gives the row up (if it still holds it) and fails, rather than
+/// join with nothing holding the head for it.
+fn count_claim(pod: &Pod, id: HostId, from: u64) -> Result<u64> {
+    let life = host_table::count_join(pod, id);
+    let held = host_table::holder(pod, id) == Some((std::process::id(), life));
+    if !held || Log::ltail(pod, id).load(Ordering::SeqCst) != from {
+        host_table::release(pod, id, life);
+        return Err(Error::HostDeclaredDead { host: id, life });
+    }
+    Ok(life)
 }
