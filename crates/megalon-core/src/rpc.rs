@@ -1027,6 +1027,16 @@ mod tests {
         }
     }
 
+    /// The server's claim of the next request, once a sender has published it.
+    fn claim_when_sent(pod: &Pod, ring: &RingGeometry) -> Claimed {
+        loop {
+            if let Some(claimed) = ring.claim(pod, &()) {
+                return claimed;
+            }
+            std::thread::yield_now();
+        }
+    }
+
     /// A request as the server saw it.
     type Seen = (u8, Vec<u8>, Vec<u8>);
 
@@ -1145,12 +1155,7 @@ mod tests {
         let mut server_buf = vec![0; ring.entry_bytes as usize];
         let limit = Duration::from_millis(30);
         let (claimed, abandoned) = std::thread::scope(|scope| {
-            let claiming = scope.spawn(|| loop {
-                if let Some(claimed) = ring.claim(&pod, &()) {
-                    return claimed;
-                }
-                std::thread::yield_now();
-            });
+            let claiming = scope.spawn(|| claim_when_sent(&pod, &ring));
             let abandoned = ring.call(
                 &pod,
                 &sender,
@@ -1238,12 +1243,7 @@ mod tests {
         let mut server_buf = vec![0; ring.entry_bytes as usize];
         let answered = std::thread::scope(|scope| {
             scope.spawn(|| {
-                let claimed = loop {
-                    if let Some(claimed) = ring.claim(&pod, &()) {
-                        break claimed;
-                    }
-                    std::thread::yield_now();
-                };
+                let claimed = claim_when_sent(&pod, &ring);
                 // Long enough for the sender to have broken many times.
                 std::thread::sleep(Duration::from_millis(50));
                 ring.read(&server, claimed, &mut server_buf, &());
