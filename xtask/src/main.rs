@@ -504,6 +504,13 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
             "a_line_cached_while_the_object_was_away_is_dropped_when_its_holder_dies",
         )],
     ),
+    (
+        "head-moves-from-the-word-before-the-look",
+        &[(
+            "lib",
+            "log::tests::a_host_that_looked_at_a_row_before_its_claim_does_not_move_the_head_past_the_joiner",
+        )],
+    ),
 ];
 
 /// Runs the mutant tests with `step` switched off (or none), returning the failing tests:

@@ -60,6 +60,9 @@ pub enum Point {
     CreateBeforeEvent,
     /// The log, before the CAS that reserves entries.
     ReserveBeforeCas,
+    /// A host moving the log's head (a full ring), between its looks at two host-table
+    /// rows.
+    HeadLookBetweenRows,
     /// An append, after its entries are reserved, before they are written.
     AppendAfterReserve,
     /// An append, after its entries are published, before the replay that confirms them.
@@ -118,6 +121,11 @@ mod imp {
     pub(crate) struct Chaos;
 
     impl Chaos {
+        /// No chaos (a caller that has no host's options).
+        pub(crate) const fn none() -> Self {
+            Chaos
+        }
+
         #[inline(always)]
         pub(crate) fn point(&self, _point: Point) {}
 
@@ -232,6 +240,12 @@ mod imp {
     }
 
     impl Chaos {
+        /// No random chaos (a caller that has no host's options); a test's hook still
+        /// runs at its points.
+        pub(crate) fn none() -> Self {
+            Self::new(None)
+        }
+
         pub(crate) fn new(config: Option<ChaosConfig>) -> Self {
             Self {
                 config,

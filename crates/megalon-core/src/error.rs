@@ -327,6 +327,16 @@ pub enum Error {
         /// How long we waited.
         waited_ms: u64,
     },
+    /// The log has used every position it can count: 2^52 of them (the `head` word
+    /// shares its bits with a count of joins), 14 years of appends at ten million a
+    /// second. The pod must be created anew.
+    #[error("the log has used its {positions} positions (tail at {tail}): create the pod anew")]
+    LogExhausted {
+        /// The log's tail.
+        tail: u64,
+        /// The most positions a log has.
+        positions: u64,
+    },
     /// Host `host` did not answer an RPC within the wait limit (it stopped serving, or
     /// is stuck): the object it holds in its DRAM could not be brought back. The request
     /// was withdrawn unless the host had taken it already, in which case it may yet take

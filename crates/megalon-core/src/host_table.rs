@@ -77,7 +77,7 @@ pub(crate) enum TableState {
 }
 
 pub(crate) fn table_state(pod: &Pod, host: HostId) -> TableState {
-    // SeqCst: `Log::advance_head` orders this load with the log's registration word.
+    // SeqCst: `Log::advance_head` orders this load with its load of the `head` word.
     match entry(pod, host).holder.load(Ordering::SeqCst) {
         FREE => TableState::Free,
         _ => TableState::Joined,
@@ -87,7 +87,8 @@ pub(crate) fn table_state(pod: &Pod, host: HostId) -> TableState {
 /// Claims `host` for this process, or returns the pid of its holder.
 pub(crate) fn try_claim(pod: &Pod, host: HostId) -> Result<(), u32> {
     // SeqCst: Acquire pairs with the store in `Host::drop` of the previous holder, and
-    // `Log::advance_head` orders its loads of holders with this.
+    // `Log::advance_head` orders its loads of holders with this (and with `hold_head`'s
+    // count, after it).
     entry(pod, host)
         .holder
         .compare_exchange(FREE, std::process::id(), Ordering::SeqCst, Ordering::SeqCst)
@@ -191,7 +192,7 @@ pub(crate) fn release(pod: &Pod, host: HostId, life: u64) {
     let row = entry(pod, host);
     forget_holder(&row);
     // SeqCst (Release would do for the next holder, whose claiming CAS pairs with it):
-    // `Log::advance_head` orders its loads of holders with the log's registration.
+    // `Log::advance_head` orders its loads of holders with its load of the `head` word.
     let _ = row
         .holder
         .compare_exchange(pid, FREE, Ordering::SeqCst, Ordering::SeqCst);

@@ -250,9 +250,8 @@ pub struct Layout {
     pub config: PodConfig,
     /// Start of the small coherent region.
     pub scr_offset: u64,
-    /// Start of the log cursors: `tail`, `head`, `ctail`, `registration`, the recovery
-    /// word, then one
-    /// `ltail` per host.
+    /// Start of the log cursors: `tail`, `head`, `ctail`, the recovery word, the
+    /// join mailbox, then one `ltail` per host.
     pub cursors_offset: u64,
     /// Bytes of the log cursors.
     pub cursors_bytes: u64,
@@ -313,8 +312,8 @@ pub struct Layout {
 /// SCR bytes by category; the categories add up to the SCR size exactly.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScrUsage {
-    /// `tail`, `head`, `ctail`, `registration`, the recovery word and one `ltail` per
-    /// host, a line each.
+    /// `tail`, `head`, `ctail`, the recovery word, the join mailbox and one `ltail`
+    /// per host, a line each.
     pub log_cursors_bytes: u64,
     /// One line per host, and with undo images one announce word per lock it may hold.
     pub host_table_bytes: u64,
@@ -467,15 +466,9 @@ impl Layout {
         self.cursors_offset + 2 * LINE_BYTES
     }
 
-    /// Offset of the log's `registration` word (hosts joining; closed once the log
-    /// recycles).
-    pub fn registration_offset(&self) -> u64 {
-        self.cursors_offset + 3 * LINE_BYTES
-    }
-
     /// Offset of the recovery word: 0, or 1 + the live host recovering a dead one.
     pub fn recovery_offset(&self) -> u64 {
-        self.cursors_offset + 4 * LINE_BYTES
+        self.cursors_offset + 3 * LINE_BYTES
     }
 
     /// Offset of the record under recovery: 0, or 1 + the record whose dead holder's
@@ -487,7 +480,7 @@ impl Layout {
 
     /// Offset of the join mailbox's first word (a line of words: see `host::join`).
     pub fn join_mailbox_offset(&self) -> u64 {
-        self.cursors_offset + 5 * LINE_BYTES
+        self.cursors_offset + 4 * LINE_BYTES
     }
 
     /// Offset of host `host`'s applied position `ltail[host]`.

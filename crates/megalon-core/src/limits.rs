@@ -45,10 +45,10 @@ pub const MAX_JOIN_AREA_BYTES: u64 = (u32::MAX as u64) * LINE_BYTES;
 pub const MIN_LEASE_MS: u32 = 20;
 /// Bytes of the reclaimer's counters (one line).
 pub(crate) const RECLAIMER_BYTES: u64 = LINE_BYTES;
-/// Log cursors shared by every host, each on its own line: `tail`, `head`, `ctail`,
-/// `registration`, the recovery word (which live host is recovering a dead one) and the
-/// join mailbox (a late joiner and the live host streaming it the index).
-pub(crate) const SHARED_CURSORS: u64 = 6;
+/// Log cursors shared by every host, each on its own line: `tail`, `head`, `ctail`, the
+/// recovery word (which live host is recovering a dead one) and the join mailbox (a late
+/// joiner and the live host streaming it the index).
+pub(crate) const SHARED_CURSORS: u64 = 5;
 /// Most slots a pod can have: slot ids are 32-bit in the replica.
 pub const MAX_SLOTS: u64 = u32::MAX as u64;
 /// Most records a pod can have: record ids are 32-bit, and `u32::MAX` means none.
@@ -70,8 +70,11 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"MEGALON\0");
 /// session (id and life) where 6 had 1 + its id, keeps the last condemned life in each
 /// host-table row (a word 6 left zero), and gives each RPC ring entry a sender word;
 /// version 8 keeps only the "closed" bit in the log's registration word, where 7 also
-/// counted the hosts joining (a joiner's row holds the head at 0 instead).
-pub const LAYOUT_VERSION: u32 = 8;
+/// counted the hosts joining (a joiner's row holds the head at 0 instead); version 9 has
+/// no registration word (a host joins from position 0 while the head is at 0) and counts
+/// the claims of host-table rows in the `head` word's top 12 bits, its position in the
+/// other 52.
+pub const LAYOUT_VERSION: u32 = 9;
 /// Bytes of the encoded header.
 pub const HEADER_BYTES: usize = 128;
 

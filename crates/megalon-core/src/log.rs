@@ -5,11 +5,11 @@
 //! `p / capacity + 1` (a per-lap value, so entries are never cleared).
 //!
 //! Cursors (SCR, a line each): `tail` (next position to reserve), `head` (oldest
-//! position some live host still needs), `ctail` (every position below it is published
-//! and applied by at least the host that advanced it), one `ltail[h]` per host (what
-//! host `h` has applied), and `registration` (open until the ring recycles its first
-//! entry, then closed for good, since a host that joins later could not rebuild its
-//! replica from position 0).
+//! position some live host still needs, and a count of the claims made at it), `ctail`
+//! (every position below it is published and applied by at least the host that advanced
+//! it), and one `ltail[h]` per host (what host `h` has applied). A host that joins while
+//! the head is at 0 replays from position 0; once the head has left 0, the ring may have
+//! recycled entries, and a host joins late (from a snapshot another host sends it).
 //!
 //! Writing an entry: write all of it (alive word 0), make every line reach memory,
 //! fence, then store the alive word and make that line reach memory too, fence.
@@ -30,9 +30,22 @@ use crate::mutants::{self, Step};
 use crate::pod::{Cursor, Pod};
 use crate::sync::{AtomicU64, Ordering};
 
-/// `registration` bit meaning "closed: the ring has recycled entries, no host may join
-/// from position 0". (Layout version 7 counted the hosts joining in the other bits.)
-const REGISTRATION_CLOSED: u64 = 1 << 63;
+/// Bits of the `head` word that hold the head's position; the bits above them count the
+/// claims made since the head last moved ([`Log::hold_head`]). 52 bits are 4.5 * 10^15
+/// positions: 14 years of appends at ten million a second.
+const HEAD_POSITION_BITS: u32 = 52;
+const HEAD_POSITION_MASK: u64 = (1 << HEAD_POSITION_BITS) - 1;
+/// Most claims the `head` word counts at one position. A joiner that finds it full moves
+/// the head on first (a full count would take 4,095 joins while the head stayed put).
+const HEAD_CLAIMS_MAX: u64 = u64::MAX >> HEAD_POSITION_BITS;
+
+fn head_position(word: u64) -> u64 {
+    word & HEAD_POSITION_MASK
+}
+
+fn head_claims(word: u64) -> u64 {
+    word >> HEAD_POSITION_BITS
+}
 
 /// The log of one pod, as seen by one host.
 #[derive(Debug)]
@@ -85,10 +98,23 @@ impl Log {
         pod.cursor(Cursor::Tail)
     }
 
+    /// The `head` word: the position in its low [`HEAD_POSITION_BITS`], the claims
+    /// counted at it above them.
     #[inline]
-    pub(crate) fn head(pod: &Pod) -> &AtomicU64 {
+    fn head_word(pod: &Pod) -> &AtomicU64 {
         pod.cursor(Cursor::Head)
     }
+
+    /// The oldest position some live host still needs. SeqCst: pairs with the CAS that
+    /// moved it (and orders this load with the loads of `ltail`s and states around it).
+    #[inline]
+    pub(crate) fn head(pod: &Pod) -> u64 {
+        head_position(Self::head_word(pod).load(Ordering::SeqCst))
+    }
+
+    /// The most positions the log has: past them, `reserve` answers
+    /// [`Error::LogExhausted`].
+    pub(crate) const MAX_POSITION: u64 = HEAD_POSITION_MASK;
 
     #[inline]
     pub(crate) fn ctail(pod: &Pod) -> &AtomicU64 {
@@ -99,79 +125,151 @@ impl Log {
         pod.scr_u64(pod.layout().ltail_offset(host))
     }
 
-    fn registration(pod: &Pod) -> &AtomicU64 {
-        pod.scr_u64(pod.layout().registration_offset())
-    }
-
-    /// Whether registration is closed: the ring has recycled entries (or is about to), and
-    /// a host that joins now cannot replay from position 0. A load: a first look.
-    pub(crate) fn registration_closed(pod: &Pod) -> bool {
-        Self::registration(pod).load(Ordering::SeqCst) & REGISTRATION_CLOSED != 0
-    }
-
-    /// [`Log::registration_closed`], for a joiner that has claimed its row and stored its
-    /// `ltail` 0 (the look that decides): open, it may replay from 0. The closer in
-    /// [`Log::advance_head`] closes by an RMW of the same word and then looks at every
-    /// `ltail`; this look is an RMW too (it changes nothing), so the two are ordered in
-    /// the word's modification order, and the second reads what the first wrote (SeqCst,
-    /// so Release and Acquire both ways): if the joiner's comes first, the closer's look
-    /// at the `ltail`s comes after the joiner's store of 0, and the head stays at 0; if
-    /// the closer's comes first, the joiner finds registration closed. (Two plain SeqCst
-    /// loads would do on paper; the loom model of this race checks only what Acquire and
-    /// Release promise.) What protects a join is the joiner's own row: a joiner that dies
-    /// is recovered with it, where a count of joiners (layout version 7) stayed up for
-    /// good.
-    pub(crate) fn registration_closed_after_claim(pod: &Pod) -> bool {
-        Self::registration(pod).fetch_or(0, Ordering::SeqCst) & REGISTRATION_CLOSED != 0
-    }
-
-    /// The error of a join from position 0 once registration is closed.
+    /// The error of a join from position 0 once the head has left 0.
     pub(crate) fn recycled(pod: &Pod) -> Error {
         Error::LogRecycled {
-            head: Self::head(pod).load(Ordering::SeqCst),
+            head: Self::head(pod),
+        }
+    }
+
+    /// Holds the head for `host`, whose row this process has just claimed: stores its
+    /// `ltail` and counts the claim in the `head` word, by a CAS from the word it loaded
+    /// before the store. A closer ([`Log::advance_head`]) that loaded the word before
+    /// the count may have looked at this row before the store: its CAS fails, and it looks
+    /// again. One that loads it after sees the `ltail`. So from the count on, the head
+    /// never passes this row's `ltail` (as long as it only grows). Returns the position
+    /// the host replays from: 0 while the head is at 0 (an early join: the ring has
+    /// recycled nothing, and will not while this row holds 0), else the head (a late
+    /// join, which `late_allowed` must allow: else [`Error::LogRecycled`]).
+    pub(crate) fn hold_head(
+        &self,
+        pod: &Pod,
+        host: HostId,
+        late_allowed: bool,
+        limit: Duration,
+    ) -> Result<u64> {
+        let word = Self::head_word(pod);
+        let ltail = Self::ltail(pod, host);
+        let mut backoff = Backoff::new(limit);
+        loop {
+            let seen = word.load(Ordering::SeqCst);
+            let from = head_position(seen);
+            if from > 0 && !late_allowed {
+                return Err(Error::LogRecycled { head: from });
+            }
+            if head_claims(seen) == HEAD_CLAIMS_MAX {
+                // No room to count ours: move the head on (a count goes back to 0 when the
+                // head moves), without this row holding it where it is.
+                ltail.store(Self::RELEASED, Ordering::SeqCst);
+                let (head, laggard) = self.advance_head(pod, &Chaos::none());
+                if head == from && !backoff.snooze() {
+                    let tail = Self::tail(pod).load(Ordering::SeqCst);
+                    return Err(self.full(pod, laggard, head, tail, &backoff));
+                }
+                continue;
+            }
+            // SeqCst, before the count: a closer that loads the word after our CAS sees
+            // this store in its look at the rows.
+            ltail.store(from, Ordering::SeqCst);
+            if word
+                .compare_exchange(
+                    seen,
+                    seen + (1 << HEAD_POSITION_BITS),
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                )
+                .is_ok()
+            {
+                return Ok(from);
+            }
+            // The head moved, or another claim was counted: look again. (A store of the
+            // new head only raises this row's `ltail`; until our count it holds nothing.)
         }
     }
 
     /// Moves `head` to the lowest `ltail` of the joined hosts. Returns the new head and,
     /// when it is held back, the host holding it.
-    pub(crate) fn advance_head(&self, pod: &Pod) -> (u64, Option<Laggard>) {
-        let lowest = || {
-            let mut lowest: Option<Laggard> = None;
-            for h in 0..pod.config().max_hosts {
-                let position = match host_table::table_state(pod, h) {
-                    TableState::Free => continue,
-                    TableState::Joined => Self::ltail(pod, h).load(Ordering::SeqCst),
-                };
-                if position == Self::RELEASED {
-                    continue;
-                }
-                if lowest.is_none_or(|l| position < l.position) {
-                    lowest = Some(Laggard { host: h, position });
-                }
+    ///
+    /// The look at the rows takes one row at a time: a host may claim a row this look
+    /// already passed (free, or with its previous life's `ltail`), with an `ltail` below
+    /// the lowest seen. So the head moves only by a CAS from the word loaded before the
+    /// look: a claim counted since ([`Log::hold_head`]) makes it fail, and we look again.
+    /// (A `fetch_max` of the lowest seen, as before layout version 9, moved the head past
+    /// such a host when the closer paused between its look and its move.)
+    pub(crate) fn advance_head(&self, pod: &Pod, chaos: &Chaos) -> (u64, Option<Laggard>) {
+        let word = Self::head_word(pod);
+        loop {
+            // Before the look (SeqCst, as the loads in it).
+            let seen = word.load(Ordering::SeqCst);
+            let head = head_position(seen);
+            let Some(laggard) = Self::lowest(pod, chaos) else {
+                return (head, None);
+            };
+            if laggard.position <= head {
+                return (head, Some(laggard));
             }
-            lowest
-        };
-        let head = Self::head(pod);
-        let Some(mut laggard) = lowest() else {
-            return (head.load(Ordering::SeqCst), None);
-        };
-        if laggard.position > 0 && head.load(Ordering::SeqCst) == 0 {
-            // The ring's first recycle: close registration, then look again. An RMW even
-            // when another closer closed it already: a joiner whose look (an RMW of the
-            // same word, `registration_closed_after_claim`) came before ours found it
-            // open and had stored its `ltail` 0 before that; ours reads after its in the
-            // word's order, so the look below sees the 0, and the head stays at 0. (A
-            // closer that only loaded the word, closed by another, would act on a look
-            // at the `ltail`s taken before it: one that may miss the joiner.)
-            Self::registration(pod).fetch_or(REGISTRATION_CLOSED, Ordering::SeqCst);
-            match lowest() {
-                Some(now) => laggard = now,
-                None => return (head.load(Ordering::SeqCst), None),
+            let seen = if mutants::skipped(Step::HeadMovesFromTheWordBeforeTheLook) {
+                // A word loaded after the look: as a `fetch_max` of what it found would.
+                let now = word.load(Ordering::SeqCst);
+                if head_position(now) >= laggard.position {
+                    return (head_position(now), Some(laggard));
+                }
+                now
+            } else {
+                seen
+            };
+            // The claims count starts again at 0 at the new position.
+            if word
+                .compare_exchange(seen, laggard.position, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                return (laggard.position, Some(laggard));
             }
         }
-        // SeqCst: orders this with the SeqCst loads of states and ltails above.
-        let previous = head.fetch_max(laggard.position, Ordering::SeqCst);
-        (previous.max(laggard.position), Some(laggard))
+    }
+
+    /// The joined host with the lowest `ltail`, one row at a time.
+    fn lowest(pod: &Pod, chaos: &Chaos) -> Option<Laggard> {
+        let mut lowest: Option<Laggard> = None;
+        for h in 0..pod.config().max_hosts {
+            if h > 0 {
+                chaos.point(Point::HeadLookBetweenRows);
+            }
+            let position = match host_table::table_state(pod, h) {
+                TableState::Free => continue,
+                TableState::Joined => Self::ltail(pod, h).load(Ordering::SeqCst),
+            };
+            if position == Self::RELEASED {
+                continue;
+            }
+            if lowest.is_none_or(|l| position < l.position) {
+                lowest = Some(Laggard { host: h, position });
+            }
+        }
+        lowest
+    }
+
+    /// [`Error::LogFull`]: `laggard` holds the head at `head`.
+    fn full(
+        &self,
+        pod: &Pod,
+        laggard: Option<Laggard>,
+        head: u64,
+        tail: u64,
+        backoff: &Backoff,
+    ) -> Error {
+        let laggard = laggard.unwrap_or(Laggard {
+            host: HostId::MAX,
+            position: head,
+        });
+        Error::LogFull {
+            lagging_host: laggard.host,
+            lagging_alive: host_table::alive(pod, laggard.host),
+            lagging_position: laggard.position,
+            tail,
+            capacity_entries: self.capacity,
+            waited_ms: backoff.waited().as_millis() as u64,
+        }
     }
 
     /// Reserves `count` consecutive positions (one CAS on `tail`), waiting for space up to
@@ -196,9 +294,16 @@ impl Log {
         let mut backoff = Backoff::new(limit);
         loop {
             let position = tail.load(Ordering::Acquire);
-            // Acquire: pairs with the SeqCst fetch_max in `advance_head`, so the entries
-            // below head have been applied by every live host before we overwrite them.
-            let head = Self::head(pod).load(Ordering::Acquire);
+            if position + count > Self::MAX_POSITION {
+                return Err(Error::LogExhausted {
+                    tail: position,
+                    positions: Self::MAX_POSITION,
+                });
+            }
+            // SeqCst (Acquire would do): pairs with the CAS in `advance_head`, so the
+            // entries below head have been applied by every live host before we overwrite
+            // them.
+            let head = Self::head(pod);
             // Compared without subtracting: `tail` may be stale, and other hosts may have
             // appended and replayed past it, so `head` can exceed `position + count`.
             if position + count <= head + self.capacity {
@@ -220,24 +325,13 @@ impl Log {
                 }
                 continue;
             }
-            let (new_head, laggard) = self.advance_head(pod);
+            let (new_head, laggard) = self.advance_head(pod, chaos);
             if position + count <= new_head + self.capacity {
                 continue;
             }
             help()?;
             if !backoff.snooze() {
-                let laggard = laggard.unwrap_or(Laggard {
-                    host: HostId::MAX,
-                    position: new_head,
-                });
-                return Err(Error::LogFull {
-                    lagging_host: laggard.host,
-                    lagging_alive: host_table::alive(pod, laggard.host),
-                    lagging_position: laggard.position,
-                    tail: position,
-                    capacity_entries: self.capacity,
-                    waited_ms: backoff.waited().as_millis() as u64,
-                });
+                return Err(self.full(pod, laggard, new_head, position, &backoff));
             }
         }
     }
@@ -297,5 +391,158 @@ impl Log {
         memory.fence();
         memory.read(offset, entry);
         true
+    }
+}
+
+#[cfg(all(test, not(megalon_loom)))]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{Backing, PodConfig};
+
+    fn pod() -> Arc<Pod> {
+        let config = PodConfig::new()
+            .scr_bytes(64 << 10)
+            .lnr_bytes(1 << 20)
+            .slot_size_bytes(64)
+            .log_capacity_entries(64)
+            .max_hosts(2)
+            .join_area_bytes(0);
+        Arc::new(Pod::create(&config, Backing::heap()).unwrap())
+    }
+
+    /// Claims row `host` as a joiner would, holding the head; `Ok(0)`: an early join.
+    fn join(pod: &Pod, host: HostId, late_allowed: bool) -> Result<u64> {
+        host_table::try_claim(pod, host).unwrap();
+        Log::new(pod).hold_head(pod, host, late_allowed, Duration::ZERO)
+    }
+
+    /// A host moving the head looks at row 0 (free), and, before it looks at row 1, host
+    /// 0 joins early (the head at 0) and replays to 10, host 1 replays from 5 to 20, and
+    /// another host moves the head to 10. The first must not move the head to 20, past
+    /// the joiner: its look at row 0 came before the claim. (It did, by a `fetch_max` of
+    /// what it found, before layout version 9.)
+    #[cfg(feature = "chaos")]
+    #[test]
+    fn a_host_that_looked_at_a_row_before_its_claim_does_not_move_the_head_past_the_joiner() {
+        use crate::chaos;
+        let pod = pod();
+        assert!(matches!(join(&pod, 1, false), Ok(0)));
+        Log::ltail(&pod, 1).store(5, Ordering::SeqCst);
+        let mut joined = false;
+        let hook = {
+            let pod = Arc::clone(&pod);
+            move |point| {
+                if point != Point::HeadLookBetweenRows || joined {
+                    return;
+                }
+                joined = true;
+                assert!(matches!(join(&pod, 0, false), Ok(0)), "an early join");
+                Log::ltail(&pod, 0).store(10, Ordering::SeqCst);
+                Log::ltail(&pod, 1).store(20, Ordering::SeqCst);
+                let (head, _) = Log::new(&pod).advance_head(&pod, &Chaos::none());
+                assert_eq!(head, 10);
+            }
+        };
+        let log = Log::new(&pod);
+        chaos::with_hook(hook, || log.advance_head(&pod, &Chaos::none()));
+        let (head, joiner) = (Log::head(&pod), Log::ltail(&pod, 0).load(Ordering::SeqCst));
+        assert!(
+            head <= joiner,
+            "the head {head} passed the joiner's ltail {joiner}"
+        );
+    }
+
+    /// A claim counted in the `head` word makes a host that loaded the word before it
+    /// look again, and a move of the head starts the count again at 0.
+    #[test]
+    fn claims_are_counted_in_the_head_word_until_the_head_moves() {
+        let pod = pod();
+        let log = Log::new(&pod);
+        let word = Log::head_word(&pod);
+        assert!(matches!(join(&pod, 0, false), Ok(0)));
+        assert!(matches!(join(&pod, 1, false), Ok(0)));
+        assert_eq!(head_claims(word.load(Ordering::SeqCst)), 2);
+        Log::ltail(&pod, 0).store(7, Ordering::SeqCst);
+        Log::ltail(&pod, 1).store(9, Ordering::SeqCst);
+        let (head, laggard) = log.advance_head(&pod, &Chaos::none());
+        assert_eq!((head, laggard.map(|l| l.host)), (7, Some(0)));
+        assert_eq!(word.load(Ordering::SeqCst), 7, "the count starts again");
+        // The head has left 0: a join is late, or refused where the pod cannot serve one.
+        host_table::release_claim(&pod, 0);
+        assert!(matches!(
+            join(&pod, 0, false),
+            Err(Error::LogRecycled { head: 7 })
+        ));
+        assert!(matches!(
+            Log::new(&pod).hold_head(&pod, 0, true, Duration::ZERO),
+            Ok(7)
+        ));
+        assert_eq!(Log::ltail(&pod, 0).load(Ordering::SeqCst), 7);
+        assert_eq!(head_claims(word.load(Ordering::SeqCst)), 1);
+    }
+
+    /// A joiner that finds the count full moves the head on first; where a host holds it
+    /// where it is, it waits, and past its limit answers `LogFull` naming that host (and
+    /// holds nothing).
+    #[test]
+    fn a_joiner_that_finds_the_count_full_moves_the_head_or_names_who_holds_it() {
+        let pod = pod();
+        let word = Log::head_word(&pod);
+        assert!(matches!(join(&pod, 1, false), Ok(0)));
+        Log::ltail(&pod, 1).store(3, Ordering::SeqCst);
+        word.store(HEAD_CLAIMS_MAX << HEAD_POSITION_BITS, Ordering::SeqCst);
+        // Host 1 has applied up to 3: the head moves there, and the join is late.
+        host_table::try_claim(&pod, 0).unwrap();
+        let log = Log::new(&pod);
+        assert!(matches!(
+            log.hold_head(&pod, 0, true, Duration::from_millis(50)),
+            Ok(3)
+        ));
+        assert_eq!(word.load(Ordering::SeqCst), 3 | 1 << HEAD_POSITION_BITS);
+        // Host 1 stays at 3, where the head is.
+        host_table::release_claim(&pod, 0);
+        word.store(3 | HEAD_CLAIMS_MAX << HEAD_POSITION_BITS, Ordering::SeqCst);
+        host_table::try_claim(&pod, 0).unwrap();
+        let refused = log.hold_head(&pod, 0, true, Duration::from_millis(50));
+        assert!(
+            matches!(
+                refused,
+                Err(Error::LogFull {
+                    lagging_host: 1,
+                    lagging_position: 3,
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+        assert_eq!(Log::ltail(&pod, 0).load(Ordering::SeqCst), Log::RELEASED);
+    }
+
+    /// A reservation past the positions the `head` word can count is refused by name.
+    #[test]
+    fn a_log_out_of_positions_refuses_the_reservation() {
+        let pod = pod();
+        let log = Log::new(&pod);
+        let last = Log::MAX_POSITION - 1;
+        Log::tail(&pod).store(last, Ordering::SeqCst);
+        Log::head_word(&pod).store(last, Ordering::SeqCst);
+        let reserve = |count| {
+            log.reserve(
+                &pod,
+                count,
+                Duration::ZERO,
+                &Chaos::none(),
+                |_| {},
+                || Ok(()),
+            )
+        };
+        assert!(matches!(reserve(1), Ok(p) if p == last));
+        assert!(matches!(
+            reserve(1),
+            Err(Error::LogExhausted { tail, .. }) if tail == Log::MAX_POSITION
+        ));
     }
 }

@@ -7,9 +7,11 @@
 //! word; the simulated memory (in the ordinary tests) checks the flushes.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use loom::sync::atomic::{AtomicBool, Ordering};
 
+use crate::chaos::Chaos;
 use crate::{event::Event, inspect::Outcome, Backing, Host, HostOptions, Join, Pod, PodConfig};
 
 /// Two hosts, a ring of two 64-byte entries, small everything else.
@@ -366,6 +368,105 @@ fn loom_a_join_racing_the_first_recycle_replays_from_0_or_is_refused() {
                 let _ = appender.join().unwrap();
             }
             Err(error) => panic!("join: {error}"),
+        }
+    });
+}
+
+/// A closer (`Log::advance_head`) looks at the rows while a host joins early (the head at
+/// 0): the joiner claims row 0 and holds the head, then replays on, and another closer
+/// moves the head to it. The first closer, whose look at row 0 may have come before the
+/// claim, must not move the head past the joiner's `ltail`. (With a `fetch_max` of what
+/// its look found, as before layout version 9, it did.)
+#[test]
+fn loom_a_closer_that_looked_before_an_early_join_does_not_pass_the_joiner() {
+    use crate::{host_table, log::Log};
+    loom::model(|| {
+        let pod = pod();
+        let log = Log::new(&pod);
+        // Host 1 joined and applied up to 5.
+        host_table::try_claim(&pod, 1).unwrap();
+        assert!(matches!(
+            log.hold_head(&pod, 1, false, Duration::ZERO),
+            Ok(0)
+        ));
+        Log::ltail(&pod, 1).store(5, Ordering::SeqCst);
+        let closer = {
+            let pod = Arc::clone(&pod);
+            loom::thread::spawn(move || {
+                Log::new(&pod).advance_head(&pod, &Chaos::none());
+            })
+        };
+        // Host 0 joins: early if the head is still at 0.
+        host_table::try_claim(&pod, 0).unwrap();
+        let early = match log.hold_head(&pod, 0, false, Duration::ZERO) {
+            Ok(from) => {
+                assert_eq!(from, 0);
+                true
+            }
+            Err(crate::Error::LogRecycled { .. }) => false,
+            Err(error) => panic!("hold_head: {error}"),
+        };
+        if early {
+            // It replays to 10, host 1 to 20, and another appender moves the head.
+            Log::ltail(&pod, 0).store(10, Ordering::SeqCst);
+            Log::ltail(&pod, 1).store(20, Ordering::SeqCst);
+            log.advance_head(&pod, &Chaos::none());
+        }
+        closer.join().unwrap();
+        if early {
+            let (head, joiner) = (Log::head(&pod), Log::ltail(&pod, 0).load(Ordering::SeqCst));
+            assert!(
+                head <= joiner,
+                "the head {head} passed the joiner's ltail {joiner}"
+            );
+        }
+    });
+}
+
+/// The same race for a late joiner: the head has left 0, host 0 claims its row and holds
+/// the head where it is, its server (host 1) pins it at its own position 5 and replays
+/// on to 20. A closer whose look at row 0 may have come before the claim must not move
+/// the head past the pin once the joiner has checked it.
+#[test]
+fn loom_a_closer_that_looked_before_a_late_join_does_not_pass_its_pin() {
+    use crate::{host_table, log::Log};
+    loom::model(|| {
+        let pod = pod();
+        let log = Log::new(&pod);
+        host_table::try_claim(&pod, 1).unwrap();
+        assert!(matches!(
+            log.hold_head(&pod, 1, false, Duration::ZERO),
+            Ok(0)
+        ));
+        Log::ltail(&pod, 1).store(5, Ordering::SeqCst);
+        // The head leaves 0.
+        log.advance_head(&pod, &Chaos::none());
+        assert_eq!(Log::head(&pod), 5);
+        let closer = {
+            let pod = Arc::clone(&pod);
+            loom::thread::spawn(move || {
+                Log::new(&pod).advance_head(&pod, &Chaos::none());
+            })
+        };
+        host_table::try_claim(&pod, 0).unwrap();
+        let from = log
+            .hold_head(&pod, 0, true, Duration::ZERO)
+            .expect("a late join");
+        assert_eq!(from, 5);
+        // The server pins the joiner at its applied position, then replays on.
+        let pinned = 5;
+        Log::ltail(&pod, 0).fetch_max(pinned, Ordering::SeqCst);
+        Log::ltail(&pod, 1).store(20, Ordering::SeqCst);
+        // The joiner's check (`receive_snapshot`).
+        let checked =
+            Log::ltail(&pod, 0).load(Ordering::SeqCst) == pinned && Log::head(&pod) <= pinned;
+        closer.join().unwrap();
+        if checked {
+            let head = Log::head(&pod);
+            assert!(
+                head <= pinned,
+                "the head {head} passed the late joiner's pin {pinned}"
+            );
         }
     });
 }

@@ -131,6 +131,12 @@ pub enum Step {
     /// line of such a read-shared object while it was away reads that old line beside
     /// the bytes the dead host's cut-short move back wrote: a torn read.
     HostDeadDropsLines,
+    /// A host moving the log's head does so by a CAS from the `head` word it loaded
+    /// before its look at the rows, so that a claim counted since (a host that joined,
+    /// perhaps in a row the look passed as free) makes it look again. Skipped, it moves
+    /// the head from a word loaded after the look, as a `fetch_max` of what it found
+    /// would: past the joiner.
+    HeadMovesFromTheWordBeforeTheLook,
 }
 
 // Without the feature the steps are only the names of the guards in the code.
@@ -172,6 +178,7 @@ impl Step {
         Step::RecoveryCondemnsFirst,
         Step::DeadHostLeavesRecordsToRecovery,
         Step::HostDeadDropsLines,
+        Step::HeadMovesFromTheWordBeforeTheLook,
     ];
 
     /// The name `MEGALON_MUTANT` takes.
@@ -211,6 +218,7 @@ impl Step {
             Step::RecoveryCondemnsFirst => "recovery-condemns-first",
             Step::DeadHostLeavesRecordsToRecovery => "dead-host-leaves-records-to-recovery",
             Step::HostDeadDropsLines => "host-dead-drops-lines",
+            Step::HeadMovesFromTheWordBeforeTheLook => "head-moves-from-the-word-before-the-look",
         }
     }
 

@@ -516,22 +516,22 @@ fn open_a_layout_or_log_format_version_newer_than_this_build() {
 
 #[test]
 fn open_a_pod_of_the_previous_layout_version() {
-    // A pod made by a build of layout version 7 (whose log registration word counted the
-    // hosts joining): its header says 7, with a checksum that matches. This build refuses
-    // it by name.
+    // A pod made by a build of layout version 8 (with a log registration word, and a head
+    // word that is only a position): its header says 8, with a checksum that matches.
+    // This build refuses it by name.
     let previous = LAYOUT_VERSION - 1;
-    assert_eq!(previous, 7);
+    assert_eq!(previous, 8);
     let (_dir, _path, error) = open_with_header_field(&small_config(), VERSION_AT, previous);
     assert!(
         matches!(
             error,
             Error::UnknownVersion {
-                found: 7,
+                found: 8,
                 supported: LAYOUT_VERSION,
                 ..
             }
         ),
-        "expected UnknownVersion of 7, got {error:?}"
+        "expected UnknownVersion of 8, got {error:?}"
     );
 }
 

@@ -706,8 +706,7 @@ impl Shared {
     fn published_or_recycled(&self, position: u64) -> bool {
         // Head read after the alive word: an entry of a later lap is only there once
         // head passed `position`, and head never goes back.
-        self.log.is_published(&self.memory, position)
-            || Log::head(&self.pod).load(Ordering::SeqCst) > position
+        self.log.is_published(&self.memory, position) || Log::head(&self.pod) > position
     }
 
     /// Restores every record lock `dead` announced and still holds. `Ok(false)`: a live

@@ -130,7 +130,7 @@ impl Inspect<'_> {
     /// one). Positions below the log's head may have been recycled: asking for them is an
     /// error.
     pub fn read_log(&self, from: u64, to: u64) -> Result<Vec<LoggedEvent>> {
-        let head = Log::head(&self.host.shared.pod).load(Ordering::Acquire);
+        let head = Log::head(&self.host.shared.pod);
         if from < head {
             return Err(Error::LogRecycled { head });
         }
@@ -155,7 +155,7 @@ impl Inspect<'_> {
     pub fn log_cursors(&self) -> (u64, u64, u64) {
         let pod = &self.host.shared.pod;
         (
-            Log::head(pod).load(Ordering::Acquire),
+            Log::head(pod),
             Log::ctail(pod).load(Ordering::Acquire),
             Log::tail(pod).load(Ordering::Acquire),
         )

@@ -13,9 +13,9 @@
 //! a server killed mid-stream is gone to its joiner even once its id lives again.
 //!
 //! The server, in its pump: takes `server`; holding its replay lock (so that its
-//! `applied` and `ltail` stay at one position `P`) encodes its index and stores the
-//! joiner's `ltail` = `P`: from then on the log's head cannot pass `P` before the joiner
-//! has replayed past it. It then writes the snapshot into the area a chunk at a time,
+//! `applied` and `ltail` stay at one position `P`) encodes its index and raises the
+//! joiner's `ltail` to `P` (a `fetch_max`: it never goes down, the head may be at it):
+//! from then on the log's head cannot pass `P` before the joiner has replayed past it. It then writes the snapshot into the area a chunk at a time,
 //! each written back and fenced before `chunk` counts it, and waits for the joiner's
 //! `acked` before overwriting the area. The joiner flushes the area's lines before it
 //! reads each chunk. The server lets go of `server` only once the joiner has let go of
@@ -124,6 +124,14 @@ impl Shared {
                 && self.server_gone(server)
                 && started.elapsed() < self.options.wait_limit
             {
+                // The dead server may have pinned our `ltail` past where the next one is:
+                // hold the head where it is now (the next pin, a `fetch_max`, must not
+                // meet a higher one).
+                let log = Log::new(&self.pod);
+                if let Err(error) = log.hold_head(&self.pod, self.id, true, self.options.wait_limit)
+                {
+                    break Err(error);
+                }
                 mailbox.ready.store(0, Ordering::SeqCst);
                 let _ =
                     mailbox
@@ -180,10 +188,14 @@ impl Shared {
             self.memory.read(area, chunk);
             mailbox.acked.store(k + 1, Ordering::SeqCst);
         }
-        // Pinned by the server: the head has not passed it. (Checked: replaying from a
-        // position the log recycled would read entries of a later lap.)
-        let head = Log::head(&self.pod).load(Ordering::SeqCst);
-        if position < head {
+        // Pinned by the server: our `ltail` is `position`, and the head has not passed it
+        // (our row's count in the head word keeps it from passing our `ltail`, which
+        // only grows). Checked: a server declared dead (paused past its lease) may send
+        // a position below the head, and its pin (a `fetch_max`) then leaves our `ltail`
+        // above it; replaying from a position the log recycled would read entries of a
+        // later lap.
+        let pinned = Log::ltail(&self.pod, self.id).load(Ordering::SeqCst);
+        if pinned != position || position < Log::head(&self.pod) {
             return Err(Error::CorruptSnapshot {
                 what: "a position the log has recycled",
             });
@@ -258,7 +270,8 @@ impl Shared {
             if over() {
                 return Ok(());
             }
-            Log::ltail(&self.pod, joiner).store(position, Ordering::SeqCst);
+            // A `fetch_max`: the joiner's `ltail` never goes down (the head may be at it).
+            Log::ltail(&self.pod, joiner).fetch_max(position, Ordering::SeqCst);
             (position, bytes)
         };
         mailbox.position.store(position, Ordering::SeqCst);
@@ -499,7 +512,7 @@ mod tests {
                 break;
             }
         }
-        let head = crate::log::Log::head(&pod).load(Ordering::SeqCst);
+        let head = crate::log::Log::head(&pod);
         assert!(
             head <= k_applied,
             "the head {head} passed the new life's applied position {k_applied} (a: {refused:?})"
@@ -605,7 +618,7 @@ mod tests {
         drop(a);
     }
 
-    /// A joiner killed after it claimed its row and stored its `ltail` 0 (an early join,
+    /// A joiner killed after it claimed its row and held the head at 0 (an early join,
     /// the log not recycled yet), before its join was counted: its row holds the head at
     /// 0 only until it is recovered, and the log goes on. (With a count of joiners in the
     /// registration word, layout version 7, a joiner killed between its registration and
@@ -618,19 +631,23 @@ mod tests {
         let a = Host::join(&pod, Join::AnyFree, pumped()).unwrap();
         // Another process's join, killed here.
         host_table::try_claim(&pod, 4).unwrap();
-        crate::log::Log::ltail(&pod, 4).store(0, Ordering::SeqCst);
+        let log = crate::log::Log::new(&pod);
+        assert!(matches!(
+            log.hold_head(&pod, 4, false, Duration::ZERO),
+            Ok(0)
+        ));
         for i in 0..400u32 {
             let key = i.to_le_bytes();
             let done = a.create(&key, &value(1)).and_then(|()| a.delete(&key));
             assert!(done.is_ok(), "operation {i}: {done:?}");
         }
         assert!(host_table::holder(&pod, 4).is_none(), "recovered");
-        assert!(crate::log::Log::head(&pod).load(Ordering::SeqCst) > 0);
+        assert!(crate::log::Log::head(&pod) > 0);
     }
 
     /// Hosts join, one after another, while another host's creates make the log recycle
-    /// for the first time: a joiner that found registration open holds the head at 0 and
-    /// replays the log from the start, one that found it closed joins late. Every host
+    /// for the first time: a joiner that found the head at 0 holds it there and replays
+    /// the log from the start, one that found it past 0 joins late. Every host
     /// joined reads every object created before it joined.
     #[test]
     fn hosts_joining_while_the_log_first_recycles_read_everything() {
@@ -723,8 +740,8 @@ mod tests {
         a.create(b"first", &value(1)).unwrap();
         // `claim_id` up to its count, then paused.
         host_table::try_claim(&pod, 3).unwrap();
-        Log::ltail(&pod, 3).store(0, Ordering::SeqCst);
-        assert!(!Log::registration_closed_after_claim(&pod), "an early join");
+        let early = Log::new(&pod).hold_head(&pod, 3, false, Duration::ZERO);
+        assert!(matches!(early, Ok(0)), "an early join: {early:?}");
         // a's appender, waiting for room, fills dead hosts' reservations (`unblock_log`).
         a.shared.unblock_log();
         std::thread::sleep(Duration::from_millis(300));

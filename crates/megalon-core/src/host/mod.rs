@@ -134,8 +134,9 @@ pub struct Host {
 impl Host {
     /// Joins `pod` as `which`. `options` can be a [`MemoryKind`](crate::MemoryKind) alone.
     pub fn join(pod: &Arc<Pod>, which: Join, options: impl Into<HostOptions>) -> Result<Host> {
-        let (id, life, late) = claim_id(pod, which)?;
-        let shared = Arc::new(Shared::new(pod, id, life, options.into()));
+        let options = options.into();
+        let (id, life, late) = claim_id(pod, which, options.wait_limit)?;
+        let shared = Arc::new(Shared::new(pod, id, life, options));
         if late {
             if let Err(error) = shared.join_late() {
                 host_table::release(pod, id, life);
@@ -454,14 +455,15 @@ impl Shared {
     }
 }
 
-/// Claims a host id for this process as `which` says. While the log's registration is
-/// open, the new host will replay from position 0: it stores its `ltail` 0 and then looks
-/// at the registration again (see `Log::registration_closed`), and if it is still open
-/// the head stays at 0 until the host has replayed. Once the log has recycled entries, a
-/// late join (if the pod has a join area): the new host's `ltail` holds the head where it
-/// is until a live host pins it at the position of the snapshot it sends. Returns the id,
-/// which life of it this is, and whether the join is late.
-fn claim_id(pod: &Pod, which: Join) -> Result<(HostId, u64, bool)> {
+/// Claims a host id for this process as `which` says, and holds the log's head for it
+/// (`Log::hold_head`): while the head is at 0, the new host replays from position 0, and
+/// its `ltail` keeps the head there until it has replayed. Once the head has left 0 the
+/// ring may have recycled entries: a late join (if the pod has a join area), where the
+/// new host's `ltail` holds the head where it is until a live host pins it at the position
+/// of the snapshot it sends. Returns the id, which life of it this is, and whether the
+/// join is late. `limit` bounds the wait for the head to move should it have counted
+/// 4,095 claims at one position.
+fn claim_id(pod: &Pod, which: Join, limit: std::time::Duration) -> Result<(HostId, u64, bool)> {
     let max_hosts = pod.config().max_hosts;
     if let Join::As(host) = which {
         if host >= max_hosts {
@@ -469,7 +471,7 @@ fn claim_id(pod: &Pod, which: Join) -> Result<(HostId, u64, bool)> {
         }
     }
     let can_join_late = pod.config().join_area_bytes > 0;
-    if Log::registration_closed(pod) && !can_join_late {
+    if Log::head(pod) > 0 && !can_join_late {
         return Err(Log::recycled(pod));
     }
     let id = match which {
@@ -480,21 +482,15 @@ fn claim_id(pod: &Pod, which: Join) -> Result<(HostId, u64, bool)> {
             .find(|host| host_table::try_claim(pod, *host).is_ok())
             .ok_or(Error::HostTableFull { max_hosts }),
     }?;
-    // From position 0 if registration is open after this store (SeqCst, before the look).
-    let mut from = 0;
-    Log::ltail(pod, id).store(from, Ordering::SeqCst);
-    let late = Log::registration_closed_after_claim(pod);
-    if late {
-        if !can_join_late {
+    let from = match Log::new(pod).hold_head(pod, id, can_join_late, limit) {
+        Ok(from) => from,
+        Err(error) => {
             host_table::release_claim(pod, id);
-            return Err(Log::recycled(pod));
+            return Err(error);
         }
-        // A late joiner holds the head where it is now (it never goes back).
-        from = Log::head(pod).load(Ordering::SeqCst);
-        Log::ltail(pod, id).store(from, Ordering::SeqCst);
-    }
+    };
     let life = count_claim(pod, id, from)?;
-    Ok((id, life, late))
+    Ok((id, life, from > 0))
 }
 
 /// Counts this process's claim of `id`'s row, whose `ltail` it stored as `from`, as the
