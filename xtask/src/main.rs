@@ -511,6 +511,13 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
             "log::tests::a_host_that_looked_at_a_row_before_its_claim_does_not_move_the_head_past_the_joiner",
         )],
     ),
+    (
+        "own-ltail-moved-by-cas",
+        &[(
+            "lib",
+            "log::tests::an_ltail_changes_only_for_the_life_that_holds_it",
+        )],
+    ),
 ];
 
 /// Runs the mutant tests with `step` switched off (or none), returning the failing tests:

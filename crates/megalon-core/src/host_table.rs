@@ -69,21 +69,6 @@ fn entry(pod: &Pod, host: HostId) -> HostEntry<'_> {
     }
 }
 
-/// Whether a host-table entry is held.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum TableState {
-    Free,
-    Joined,
-}
-
-pub(crate) fn table_state(pod: &Pod, host: HostId) -> TableState {
-    // SeqCst: `Log::advance_head` orders this load with its load of the `head` word.
-    match entry(pod, host).holder.load(Ordering::SeqCst) {
-        FREE => TableState::Free,
-        _ => TableState::Joined,
-    }
-}
-
 /// Claims `host` for this process, or returns the pid of its holder.
 pub(crate) fn try_claim(pod: &Pod, host: HostId) -> Result<(), u32> {
     // SeqCst: Acquire pairs with the store in `Host::drop` of the previous holder, and
@@ -93,17 +78,6 @@ pub(crate) fn try_claim(pod: &Pod, host: HostId) -> Result<(), u32> {
         .holder
         .compare_exchange(FREE, std::process::id(), Ordering::SeqCst, Ordering::SeqCst)
         .map(drop)
-}
-
-/// Frees `host`'s row, claimed by this process and not counted yet: a join that gives up
-/// before [`count_join`].
-pub(crate) fn release_claim(pod: &Pod, host: HostId) {
-    let _ = entry(pod, host).holder.compare_exchange(
-        std::process::id(),
-        FREE,
-        Ordering::SeqCst,
-        Ordering::SeqCst,
-    );
 }
 
 impl Pod {

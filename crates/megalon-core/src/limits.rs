@@ -73,7 +73,7 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"MEGALON\0");
 /// counted the hosts joining (a joiner's row holds the head at 0 instead); version 9 has
 /// no registration word (a host joins from position 0 while the head is at 0) and counts
 /// the claims of host-table rows in the `head` word's top 12 bits, its position in the
-/// other 52.
+/// other 52; each `ltail` word names the life that stored it in its top 12 bits.
 pub const LAYOUT_VERSION: u32 = 9;
 /// Bytes of the encoded header.
 pub const HEADER_BYTES: usize = 128;

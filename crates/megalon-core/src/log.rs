@@ -7,7 +7,8 @@
 //! Cursors (SCR, a line each): `tail` (next position to reserve), `head` (oldest
 //! position some live host still needs, and a count of the claims made at it), `ctail`
 //! (every position below it is published and applied by at least the host that advanced
-//! it), and one `ltail[h]` per host (what host `h` has applied). A host that joins while
+//! it), and one `ltail[h]` per host (what host `h` has applied, and which life of the id
+//! stored it: every change of it is a CAS from its life's word). A host that joins while
 //! the head is at 0 replays from position 0; once the head has left 0, the ring may have
 //! recycled entries, and a host joins late (from a snapshot another host sends it).
 //!
@@ -22,7 +23,7 @@ use std::time::Duration;
 use crate::backoff::Backoff;
 use crate::chaos::{Chaos, Point};
 use crate::error::{Error, Result};
-use crate::host_table::{self, TableState};
+use crate::host_table;
 use crate::ids::HostId;
 use crate::limits::LINE_BYTES;
 use crate::memory::Memory;
@@ -38,6 +39,26 @@ const HEAD_POSITION_MASK: u64 = (1 << HEAD_POSITION_BITS) - 1;
 /// Most claims the `head` word counts at one position. A joiner that finds it full moves
 /// the head on first (a full count would take 4,095 joins while the head stayed put).
 const HEAD_CLAIMS_MAX: u64 = u64::MAX >> HEAD_POSITION_BITS;
+
+/// An `ltail` word holds the position its host has applied in the same low bits, and in
+/// the bits above them the life of the host id that stored it (its low 12 bits): a
+/// change of an `ltail` is a CAS from what its life stored last, so a host declared dead
+/// (only paused past its lease) cannot move its id's next life's, nor a recoverer or a
+/// server that paused.
+const LTAIL_LIFE_MASK: u64 = HEAD_CLAIMS_MAX;
+/// The position of an `ltail` that holds nothing back: released by a recoverer.
+const RELEASED_AT: u64 = HEAD_POSITION_MASK;
+/// The position of an `ltail` whose life has claimed its row and does not hold the head
+/// yet (`Log::hold_head`).
+const WAITING_AT: u64 = HEAD_POSITION_MASK - 1;
+
+fn ltail_word(position: u64, life: u64) -> u64 {
+    position | (life & LTAIL_LIFE_MASK) << HEAD_POSITION_BITS
+}
+
+fn ltail_life(word: u64) -> u64 {
+    word >> HEAD_POSITION_BITS
+}
 
 fn head_position(word: u64) -> u64 {
     word & HEAD_POSITION_MASK
@@ -63,9 +84,6 @@ pub(crate) struct Laggard {
 }
 
 impl Log {
-    /// An `ltail` that holds nothing back: a dead host's, released by its recoverer.
-    pub(crate) const RELEASED: u64 = u64::MAX;
-
     pub(crate) fn new(pod: &Pod) -> Self {
         let layout = pod.layout();
         Self {
@@ -113,16 +131,91 @@ impl Log {
     }
 
     /// The most positions the log has: past them, `reserve` answers
-    /// [`Error::LogExhausted`].
-    pub(crate) const MAX_POSITION: u64 = HEAD_POSITION_MASK;
+    /// [`Error::LogExhausted`]. (The two above it mark `ltail`s that hold nothing.)
+    pub(crate) const MAX_POSITION: u64 = WAITING_AT - 1;
 
     #[inline]
     pub(crate) fn ctail(pod: &Pod) -> &AtomicU64 {
         pod.cursor(Cursor::Ctail)
     }
 
-    pub(crate) fn ltail(pod: &Pod, host: HostId) -> &AtomicU64 {
+    /// Host `host`'s `ltail` word (see [`LTAIL_LIFE_MASK`]).
+    fn ltail(pod: &Pod, host: HostId) -> &AtomicU64 {
         pod.scr_u64(pod.layout().ltail_offset(host))
+    }
+
+    /// Stores `position` as what life `life` of `host` has applied (a test's stand-in for
+    /// that host's replay).
+    #[cfg(test)]
+    pub(crate) fn store_ltail(pod: &Pod, host: HostId, life: u64, position: u64) {
+        Self::ltail(pod, host).store(ltail_word(position, life), Ordering::SeqCst);
+    }
+
+    /// The position life `life` of `host` has applied, as its `ltail` says; `None` when
+    /// the word is another life's, released, or not holding the head yet.
+    pub(crate) fn ltail_of(pod: &Pod, host: HostId, life: u64) -> Option<u64> {
+        let word = Self::ltail(pod, host).load(Ordering::SeqCst);
+        let position = head_position(word);
+        (ltail_life(word) == life & LTAIL_LIFE_MASK && position < WAITING_AT).then_some(position)
+    }
+
+    /// Life `life` of `host` (this host) has applied up to `to`, from `from` (what it
+    /// stored last): one CAS, which fails if the word is no longer what the life stored,
+    /// released by its recoverer or taken by the id's next life. `false`: it failed.
+    pub(crate) fn raise_own_ltail(pod: &Pod, host: HostId, life: u64, from: u64, to: u64) -> bool {
+        let ltail = Self::ltail(pod, host);
+        if mutants::skipped(Step::OwnLtailMovedByCas) {
+            ltail.store(ltail_word(to, life), Ordering::SeqCst);
+            return true;
+        }
+        ltail
+            .compare_exchange(
+                ltail_word(from, life),
+                ltail_word(to, life),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .is_ok()
+    }
+
+    /// A server pins life `life` of `host` (a late joiner) at `to`: raises its `ltail` to
+    /// `to` while the word is that life's and holds the head (never lowers it: the head may
+    /// be at it). `false`: the word is not that life's, or does not hold the head.
+    pub(crate) fn pin_ltail(pod: &Pod, host: HostId, life: u64, to: u64) -> bool {
+        let word = Self::ltail(pod, host);
+        let mut seen = word.load(Ordering::SeqCst);
+        loop {
+            let position = head_position(seen);
+            if ltail_life(seen) != life & LTAIL_LIFE_MASK || position >= WAITING_AT {
+                return false;
+            }
+            if position >= to {
+                return true;
+            }
+            match word.compare_exchange(
+                seen,
+                ltail_word(to, life),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return true,
+                Err(now) => seen = now,
+            }
+        }
+    }
+
+    /// A recoverer releases the `ltail` of life `life` of `host` (dead): it no longer holds
+    /// the head back. Only while the word is that life's: one of the id's next life stays.
+    pub(crate) fn release_ltail(pod: &Pod, host: HostId, life: u64) {
+        let word = Self::ltail(pod, host);
+        let released = ltail_word(RELEASED_AT, life);
+        let mut seen = word.load(Ordering::SeqCst);
+        while ltail_life(seen) == life & LTAIL_LIFE_MASK && seen != released {
+            match word.compare_exchange(seen, released, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return,
+                Err(now) => seen = now,
+            }
+        }
     }
 
     /// The error of a join from position 0 once the head has left 0.
@@ -132,24 +225,41 @@ impl Log {
         }
     }
 
-    /// Holds the head for `host`, whose row this process has just claimed: stores its
-    /// `ltail` and counts the claim in the `head` word, by a CAS from the word it loaded
-    /// before the store. A closer ([`Log::advance_head`]) that loaded the word before
-    /// the count may have looked at this row before the store: its CAS fails, and it looks
-    /// again. One that loads it after sees the `ltail`. So from the count on, the head
-    /// never passes this row's `ltail` (as long as it only grows). Returns the position
-    /// the host replays from: 0 while the head is at 0 (an early join: the ring has
-    /// recycled nothing, and will not while this row holds 0), else the head (a late
-    /// join, which `late_allowed` must allow: else [`Error::LogRecycled`]).
+    /// Holds the head for life `life` of `host`, whose row this process has just claimed
+    /// and counted: stores its `ltail` and counts the claim in the `head` word, by a CAS
+    /// from the word it loaded before the store. A closer ([`Log::advance_head`]) that
+    /// loaded the word before the count may have looked at this row before the store:
+    /// its CAS fails, and it looks again. One that loads it after sees the `ltail`. So
+    /// from the count on, the head never passes this row's `ltail` (which only grows).
+    /// Returns the position the host replays from: 0 while the head is at 0 (an early
+    /// join: the ring has recycled nothing, and will not while this row holds 0), else
+    /// the head (a late join, which `late_allowed` must allow: else
+    /// [`Error::LogRecycled`]). Also called again by a late joiner whose server died
+    /// (which may have pinned it past where the next server is).
     pub(crate) fn hold_head(
         &self,
         pod: &Pod,
         host: HostId,
+        life: u64,
         late_allowed: bool,
         limit: Duration,
     ) -> Result<u64> {
         let word = Self::head_word(pod);
         let ltail = Self::ltail(pod, host);
+        let dead = || Error::HostDeclaredDead { host, life };
+        // The word becomes this life's, holding nothing yet; unless a recoverer took this
+        // life for dead and released it.
+        let waiting = ltail_word(WAITING_AT, life);
+        let mut mine = ltail.load(Ordering::SeqCst);
+        while mine != waiting {
+            if mine == ltail_word(RELEASED_AT, life) && host_table::condemned(pod, host, life) {
+                return Err(dead());
+            }
+            match ltail.compare_exchange(mine, waiting, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => mine = waiting,
+                Err(now) => mine = now,
+            }
+        }
         let mut backoff = Backoff::new(limit);
         loop {
             let seen = word.load(Ordering::SeqCst);
@@ -157,10 +267,24 @@ impl Log {
             if from > 0 && !late_allowed {
                 return Err(Error::LogRecycled { head: from });
             }
-            if head_claims(seen) == HEAD_CLAIMS_MAX {
+            let next = if head_claims(seen) == HEAD_CLAIMS_MAX {
                 // No room to count ours: move the head on (a count goes back to 0 when the
                 // head moves), without this row holding it where it is.
-                ltail.store(Self::RELEASED, Ordering::SeqCst);
+                waiting
+            } else {
+                ltail_word(from, life)
+            };
+            // SeqCst, before the count: a closer that loads the word after our CAS sees
+            // this store in its look at the rows. A CAS from what we stored: a recoverer
+            // may have released it.
+            if ltail
+                .compare_exchange(mine, next, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+            {
+                return Err(dead());
+            }
+            mine = next;
+            if next == waiting {
                 let (head, laggard) = self.advance_head(pod, &Chaos::none());
                 if head == from && !backoff.snooze() {
                     let tail = Self::tail(pod).load(Ordering::SeqCst);
@@ -168,9 +292,6 @@ impl Log {
                 }
                 continue;
             }
-            // SeqCst, before the count: a closer that loads the word after our CAS sees
-            // this store in its look at the rows.
-            ltail.store(from, Ordering::SeqCst);
             if word
                 .compare_exchange(
                     seen,
@@ -182,8 +303,8 @@ impl Log {
             {
                 return Ok(from);
             }
-            // The head moved, or another claim was counted: look again. (A store of the
-            // new head only raises this row's `ltail`; until our count it holds nothing.)
+            // The head moved, or another claim was counted: look again. (Until our count
+            // our `ltail` holds nothing: a closer may have passed it.)
         }
     }
 
@@ -235,13 +356,15 @@ impl Log {
             if h > 0 {
                 chaos.point(Point::HeadLookBetweenRows);
             }
-            let position = match host_table::table_state(pod, h) {
-                TableState::Free => continue,
-                TableState::Joined => Self::ltail(pod, h).load(Ordering::SeqCst),
-            };
-            if position == Self::RELEASED {
+            // A row's `ltail` counts when it is the life the row counts now (a claim not
+            // counted yet: the previous life's, which held the head until its row was
+            // freed), and holds the head.
+            let Some((_, life)) = host_table::holder(pod, h) else {
                 continue;
-            }
+            };
+            let Some(position) = Self::ltail_of(pod, h, life) else {
+                continue;
+            };
             if lowest.is_none_or(|l| position < l.position) {
                 lowest = Some(Laggard { host: h, position });
             }
@@ -413,10 +536,21 @@ mod tests {
         Arc::new(Pod::create(&config, Backing::heap()).unwrap())
     }
 
-    /// Claims row `host` as a joiner would, holding the head; `Ok(0)`: an early join.
+    /// Claims row `host` as a joiner would (its first life), holding the head; `Ok(0)`:
+    /// an early join.
     fn join(pod: &Pod, host: HostId, late_allowed: bool) -> Result<u64> {
         host_table::try_claim(pod, host).unwrap();
-        Log::new(pod).hold_head(pod, host, late_allowed, Duration::ZERO)
+        assert_eq!(host_table::count_join(pod, host), 1);
+        Log::new(pod).hold_head(pod, host, 1, late_allowed, Duration::ZERO)
+    }
+
+    /// A test's stand-in for host `host`'s replay (its first life).
+    fn applied(pod: &Pod, host: HostId, position: u64) {
+        Log::store_ltail(pod, host, 1, position);
+    }
+
+    fn ltail(pod: &Pod, host: HostId) -> Option<u64> {
+        Log::ltail_of(pod, host, 1)
     }
 
     /// A host moving the head looks at row 0 (free), and, before it looks at row 1, host
@@ -430,7 +564,7 @@ mod tests {
         use crate::chaos;
         let pod = pod();
         assert!(matches!(join(&pod, 1, false), Ok(0)));
-        Log::ltail(&pod, 1).store(5, Ordering::SeqCst);
+        applied(&pod, 1, 5);
         let mut joined = false;
         let hook = {
             let pod = Arc::clone(&pod);
@@ -440,15 +574,15 @@ mod tests {
                 }
                 joined = true;
                 assert!(matches!(join(&pod, 0, false), Ok(0)), "an early join");
-                Log::ltail(&pod, 0).store(10, Ordering::SeqCst);
-                Log::ltail(&pod, 1).store(20, Ordering::SeqCst);
+                applied(&pod, 0, 10);
+                applied(&pod, 1, 20);
                 let (head, _) = Log::new(&pod).advance_head(&pod, &Chaos::none());
                 assert_eq!(head, 10);
             }
         };
         let log = Log::new(&pod);
         chaos::with_hook(hook, || log.advance_head(&pod, &Chaos::none()));
-        let (head, joiner) = (Log::head(&pod), Log::ltail(&pod, 0).load(Ordering::SeqCst));
+        let (head, joiner) = (Log::head(&pod), ltail(&pod, 0).unwrap());
         assert!(
             head <= joiner,
             "the head {head} passed the joiner's ltail {joiner}"
@@ -465,22 +599,24 @@ mod tests {
         assert!(matches!(join(&pod, 0, false), Ok(0)));
         assert!(matches!(join(&pod, 1, false), Ok(0)));
         assert_eq!(head_claims(word.load(Ordering::SeqCst)), 2);
-        Log::ltail(&pod, 0).store(7, Ordering::SeqCst);
-        Log::ltail(&pod, 1).store(9, Ordering::SeqCst);
+        applied(&pod, 0, 7);
+        applied(&pod, 1, 9);
         let (head, laggard) = log.advance_head(&pod, &Chaos::none());
         assert_eq!((head, laggard.map(|l| l.host)), (7, Some(0)));
         assert_eq!(word.load(Ordering::SeqCst), 7, "the count starts again");
         // The head has left 0: a join is late, or refused where the pod cannot serve one.
-        host_table::release_claim(&pod, 0);
+        host_table::release(&pod, 0, 1);
+        host_table::try_claim(&pod, 0).unwrap();
+        assert_eq!(host_table::count_join(&pod, 0), 2);
         assert!(matches!(
-            join(&pod, 0, false),
+            log.hold_head(&pod, 0, 2, false, Duration::ZERO),
             Err(Error::LogRecycled { head: 7 })
         ));
         assert!(matches!(
-            Log::new(&pod).hold_head(&pod, 0, true, Duration::ZERO),
+            log.hold_head(&pod, 0, 2, true, Duration::ZERO),
             Ok(7)
         ));
-        assert_eq!(Log::ltail(&pod, 0).load(Ordering::SeqCst), 7);
+        assert_eq!(Log::ltail_of(&pod, 0, 2), Some(7));
         assert_eq!(head_claims(word.load(Ordering::SeqCst)), 1);
     }
 
@@ -492,21 +628,23 @@ mod tests {
         let pod = pod();
         let word = Log::head_word(&pod);
         assert!(matches!(join(&pod, 1, false), Ok(0)));
-        Log::ltail(&pod, 1).store(3, Ordering::SeqCst);
+        applied(&pod, 1, 3);
         word.store(HEAD_CLAIMS_MAX << HEAD_POSITION_BITS, Ordering::SeqCst);
         // Host 1 has applied up to 3: the head moves there, and the join is late.
         host_table::try_claim(&pod, 0).unwrap();
+        assert_eq!(host_table::count_join(&pod, 0), 1);
         let log = Log::new(&pod);
         assert!(matches!(
-            log.hold_head(&pod, 0, true, Duration::from_millis(50)),
+            log.hold_head(&pod, 0, 1, true, Duration::from_millis(50)),
             Ok(3)
         ));
         assert_eq!(word.load(Ordering::SeqCst), 3 | 1 << HEAD_POSITION_BITS);
         // Host 1 stays at 3, where the head is.
-        host_table::release_claim(&pod, 0);
+        host_table::release(&pod, 0, 1);
         word.store(3 | HEAD_CLAIMS_MAX << HEAD_POSITION_BITS, Ordering::SeqCst);
         host_table::try_claim(&pod, 0).unwrap();
-        let refused = log.hold_head(&pod, 0, true, Duration::from_millis(50));
+        assert_eq!(host_table::count_join(&pod, 0), 2);
+        let refused = log.hold_head(&pod, 0, 2, true, Duration::from_millis(50));
         assert!(
             matches!(
                 refused,
@@ -518,7 +656,39 @@ mod tests {
             ),
             "{refused:?}"
         );
-        assert_eq!(Log::ltail(&pod, 0).load(Ordering::SeqCst), Log::RELEASED);
+        assert_eq!(Log::ltail_of(&pod, 0, 2), None, "holding nothing");
+    }
+
+    /// Every change of an `ltail` is one life's: a host declared dead whose replay runs
+    /// on (its `ltail` released, or its id joined again), a server pinning a joiner that
+    /// has died, a recoverer releasing a life that is gone, each changes nothing of the
+    /// id's next life's word, even at the same position.
+    #[test]
+    fn an_ltail_changes_only_for_the_life_that_holds_it() {
+        let pod = pod();
+        host_table::try_claim(&pod, 0).unwrap();
+        assert_eq!(host_table::count_join(&pod, 0), 1);
+        applied(&pod, 0, 4);
+        // Life 1 is recovered; its replay runs on.
+        Log::release_ltail(&pod, 0, 1);
+        assert_eq!(ltail(&pod, 0), None);
+        assert!(!Log::raise_own_ltail(&pod, 0, 1, 4, 9));
+        assert_eq!(ltail(&pod, 0), None, "still released");
+        // Life 2 holds the row at the same position 4.
+        Log::store_ltail(&pod, 0, 2, 4);
+        assert!(!Log::raise_own_ltail(&pod, 0, 1, 4, 9), "life 1's replay");
+        assert!(!Log::pin_ltail(&pod, 0, 1, 9), "a pin of life 1");
+        Log::release_ltail(&pod, 0, 1);
+        assert_eq!(Log::ltail_of(&pod, 0, 2), Some(4));
+        // Life 2's own changes: a pin raises it and never lowers it, its replay moves it
+        // on from what it stored, its recoverer releases it.
+        assert!(Log::pin_ltail(&pod, 0, 2, 6));
+        assert!(Log::pin_ltail(&pod, 0, 2, 5));
+        assert_eq!(Log::ltail_of(&pod, 0, 2), Some(6));
+        assert!(Log::raise_own_ltail(&pod, 0, 2, 6, 8));
+        Log::release_ltail(&pod, 0, 2);
+        assert_eq!(Log::ltail_of(&pod, 0, 2), None);
+        assert!(!Log::pin_ltail(&pod, 0, 2, 9), "released: no pin");
     }
 
     /// A reservation past the positions the `head` word can count is refused by name.

@@ -137,6 +137,11 @@ pub enum Step {
     /// the head from a word loaded after the look, as a `fetch_max` of what it found
     /// would: past the joiner.
     HeadMovesFromTheWordBeforeTheLook,
+    /// A host's replay moves its `ltail` on by a CAS from the word its life stored last.
+    /// Skipped, a plain store: a host declared dead (paused past its lease) whose pump
+    /// replays on moves the `ltail` its recoverer released, or its id's next life's, and
+    /// the head passes that life.
+    OwnLtailMovedByCas,
 }
 
 // Without the feature the steps are only the names of the guards in the code.
@@ -179,6 +184,7 @@ impl Step {
         Step::DeadHostLeavesRecordsToRecovery,
         Step::HostDeadDropsLines,
         Step::HeadMovesFromTheWordBeforeTheLook,
+        Step::OwnLtailMovedByCas,
     ];
 
     /// The name `MEGALON_MUTANT` takes.
@@ -219,6 +225,7 @@ impl Step {
             Step::DeadHostLeavesRecordsToRecovery => "dead-host-leaves-records-to-recovery",
             Step::HostDeadDropsLines => "host-dead-drops-lines",
             Step::HeadMovesFromTheWordBeforeTheLook => "head-moves-from-the-word-before-the-look",
+            Step::OwnLtailMovedByCas => "own-ltail-moved-by-cas",
         }
     }
 

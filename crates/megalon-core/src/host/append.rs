@@ -290,13 +290,11 @@ impl Shared {
             // Release: pairs with the Acquire in `catch_up` (this host's readers) and the
             // SeqCst loads in `Log::advance_head` (appenders on every host).
             self.replica.applied.store(position, Ordering::Release);
-            // Only while the row is this life's: a host declared dead (paused past its
+            // A CAS from what this life stored last: a host declared dead (paused past its
             // lease) whose pump replays on must not move the `ltail` its recoverer
-            // released, or the id's next life's (the head would pass that life's
-            // position). What the lease leaves: a pause between this check and the store.
-            if self.row_is_mine() {
-                Log::ltail(&self.pod, self.id).store(position, Ordering::SeqCst);
-            }
+            // released, nor the id's next life's (the head would pass that life's
+            // position). A check of the row before a store left a pause in between.
+            Log::raise_own_ltail(&self.pod, self.id, self.life, start, position);
             self.counters
                 .entries_replayed
                 .fetch_add(position - start, Ordering::Relaxed);

@@ -627,7 +627,9 @@ impl Shared {
         }
         // Its `ltail` no longer holds the head back: the log may recycle what it had not
         // applied (so the `HostDead` below finds room even if the dead host filled it).
-        Log::ltail(&self.pod, dead.host).store(Log::RELEASED, Ordering::SeqCst);
+        // Only its life's: a recoverer paused here past the id's next join leaves the
+        // next life's alone.
+        Log::release_ltail(&self.pod, dead.host, dead.joins);
         if step == Step::Reservation {
             return Ok(false);
         }

@@ -14,8 +14,9 @@
 //!
 //! The server, in its pump: takes `server`; holding its replay lock (so that its
 //! `applied` and `ltail` stay at one position `P`) encodes its index and raises the
-//! joiner's `ltail` to `P` (a `fetch_max`: it never goes down, the head may be at it):
-//! from then on the log's head cannot pass `P` before the joiner has replayed past it. It then writes the snapshot into the area a chunk at a time,
+//! joiner's `ltail` to `P` (by a CAS from the joiner's life's word: it never goes down,
+//! the head may be at it): from then on the log's head cannot pass `P` before the joiner
+//! has replayed past it. It then writes the snapshot into the area a chunk at a time,
 //! each written back and fenced before `chunk` counts it, and waits for the joiner's
 //! `acked` before overwriting the area. The joiner flushes the area's lines before it
 //! reads each chunk. The server lets go of `server` only once the joiner has let go of
@@ -128,8 +129,9 @@ impl Shared {
                 // hold the head where it is now (the next pin, a `fetch_max`, must not
                 // meet a higher one).
                 let log = Log::new(&self.pod);
-                if let Err(error) = log.hold_head(&self.pod, self.id, true, self.options.wait_limit)
-                {
+                let held =
+                    log.hold_head(&self.pod, self.id, self.life, true, self.options.wait_limit);
+                if let Err(error) = held {
                     break Err(error);
                 }
                 mailbox.ready.store(0, Ordering::SeqCst);
@@ -194,8 +196,8 @@ impl Shared {
         // a position below the head, and its pin (a `fetch_max`) then leaves our `ltail`
         // above it; replaying from a position the log recycled would read entries of a
         // later lap.
-        let pinned = Log::ltail(&self.pod, self.id).load(Ordering::SeqCst);
-        if pinned != position || position < Log::head(&self.pod) {
+        let pinned = Log::ltail_of(&self.pod, self.id, self.life);
+        if pinned != Some(position) || position < Log::head(&self.pod) {
             return Err(Error::CorruptSnapshot {
                 what: "a position the log has recycled",
             });
@@ -255,7 +257,7 @@ impl Shared {
     }
 
     fn send_snapshot(&self, mailbox: &Mailbox<'_>, request: u64) -> Result<()> {
-        let (joiner, _) = session_of(request);
+        let (joiner, joiner_life) = session_of(request);
         mailbox.chunk.store(0, Ordering::SeqCst);
         mailbox.acked.store(0, Ordering::SeqCst);
         // The session is over: its joiner gave up, or is gone.
@@ -270,8 +272,12 @@ impl Shared {
             if over() {
                 return Ok(());
             }
-            // A `fetch_max`: the joiner's `ltail` never goes down (the head may be at it).
-            Log::ltail(&self.pod, joiner).fetch_max(position, Ordering::SeqCst);
+            // Raised, never lowered (the head may be at it), and only while it is that
+            // joiner's life's: a server paused here past its joiner's death must not pin
+            // the id's next life.
+            if !Log::pin_ltail(&self.pod, joiner, joiner_life, position) {
+                return Ok(());
+            }
             (position, bytes)
         };
         mailbox.position.store(position, Ordering::SeqCst);
@@ -426,6 +432,9 @@ mod tests {
             .find(|&host| host_table::try_claim(&pod, host).is_ok())
             .unwrap();
         let life = host_table::count_join(&pod, joiner);
+        let log = crate::log::Log::new(&pod);
+        log.hold_head(&pod, joiner, life, true, Duration::ZERO)
+            .unwrap();
         let mailbox = mailbox(&pod);
         mailbox
             .request
@@ -546,6 +555,9 @@ mod tests {
             .find(|&h| host_table::try_claim(&pod, h).is_ok())
             .unwrap();
         let joiner_life = host_table::count_join(&pod, joiner);
+        let log = crate::log::Log::new(&pod);
+        log.hold_head(&pod, joiner, joiner_life, true, Duration::ZERO)
+            .unwrap();
         let session = host_table::session(joiner, joiner_life);
         let mb = mailbox(&pod);
         mb.request.store(session, Ordering::SeqCst);
@@ -618,9 +630,9 @@ mod tests {
         drop(a);
     }
 
-    /// A joiner killed after it claimed its row and held the head at 0 (an early join,
-    /// the log not recycled yet), before its join was counted: its row holds the head at
-    /// 0 only until it is recovered, and the log goes on. (With a count of joiners in the
+    /// A joiner killed after it claimed its row (the log not recycled yet), before its
+    /// join was counted: its row holds the head at 0 only until it is recovered, and the
+    /// log goes on. (With a count of joiners in the
     /// registration word, layout version 7, a joiner killed between its registration and
     /// its end kept the head at 0 for good: the 128th create of this test answered
     /// `LogFull`, and every append after it.)
@@ -629,20 +641,20 @@ mod tests {
         let config = small_config().join_area_bytes(0);
         let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
         let a = Host::join(&pod, Join::AnyFree, pumped()).unwrap();
-        // Another process's join, killed here.
+        // Another process's join, killed after its claim, before its count: the row (a
+        // fresh one: its count and `ltail` 0) holds the head at 0.
         host_table::try_claim(&pod, 4).unwrap();
-        let log = crate::log::Log::new(&pod);
-        assert!(matches!(
-            log.hold_head(&pod, 4, false, Duration::ZERO),
-            Ok(0)
-        ));
         for i in 0..400u32 {
             let key = i.to_le_bytes();
             let done = a.create(&key, &value(1)).and_then(|()| a.delete(&key));
             assert!(done.is_ok(), "operation {i}: {done:?}");
         }
-        assert!(host_table::holder(&pod, 4).is_none(), "recovered");
         assert!(crate::log::Log::head(&pod) > 0);
+        // The pump's recovery frees the row (the appends needed only its `ltail`
+        // released, which a host waiting for room does at once).
+        wait_for("the row recovered", || {
+            host_table::holder(&pod, 4).is_none()
+        });
     }
 
     /// Hosts join, one after another, while another host's creates make the log recycle
@@ -728,11 +740,13 @@ mod tests {
 
     /// A joiner paused past its lease between its claim and its count (its row names no
     /// machine yet, so only the lease tells): a host waiting for room in the log takes
-    /// it for dead and releases its `ltail`. When it resumes, its count must fail (it
-    /// counted itself the id's next life, held its row with nothing holding the head at
-    /// its 0, and its replay from 0 met recycled entries: "a writer lapped a reader").
+    /// it for dead and releases the row's `ltail` (the previous life's count's). When it
+    /// resumes, it counts the id's next life and holds the head for that life: a closer
+    /// does not pass it. (Before layout version 9 the joiner stored its `ltail` before its
+    /// count, the release undid it, and the joiner replayed from 0 with nothing holding
+    /// the head there: "a writer lapped a reader".)
     #[test]
-    fn a_joiner_taken_for_dead_before_its_count_does_not_join() {
+    fn a_joiner_taken_for_dead_before_its_count_holds_the_head_for_the_life_it_counts() {
         use crate::log::Log;
         let config = small_config().join_area_bytes(0);
         let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
@@ -740,20 +754,26 @@ mod tests {
         a.create(b"first", &value(1)).unwrap();
         // `claim_id` up to its count, then paused.
         host_table::try_claim(&pod, 3).unwrap();
-        let early = Log::new(&pod).hold_head(&pod, 3, false, Duration::ZERO);
-        assert!(matches!(early, Ok(0)), "an early join: {early:?}");
+        assert_eq!(
+            Log::ltail_of(&pod, 3, 0),
+            Some(0),
+            "the fresh row holds the head"
+        );
         // a's appender, waiting for room, fills dead hosts' reservations (`unblock_log`).
         a.shared.unblock_log();
         std::thread::sleep(Duration::from_millis(300));
         a.shared.unblock_log();
-        assert_eq!(Log::ltail(&pod, 3).load(Ordering::SeqCst), Log::RELEASED);
-        // It resumes.
-        let counted = crate::host::count_claim(&pod, 3, 0);
-        assert!(
-            matches!(counted, Err(Error::HostDeclaredDead { host: 3, .. })),
-            "{counted:?}"
-        );
-        assert_eq!(host_table::holder(&pod, 3), None, "the row given up");
+        assert_eq!(Log::ltail_of(&pod, 3, 0), None, "released");
+        // It resumes: counts life 1, holds the head for it.
+        let life = crate::host::count_claim(&pod, 3).unwrap();
+        assert_eq!(life, 1);
+        let held = Log::new(&pod).hold_head(&pod, 3, life, false, Duration::ZERO);
+        assert!(matches!(held, Ok(0)), "an early join: {held:?}");
+        a.replay().unwrap();
+        Log::new(&pod).advance_head(&pod, &crate::chaos::Chaos::none());
+        assert_eq!(Log::head(&pod), 0, "held at the joiner's 0");
+        // It dies before its join is done (its row freed here): the log goes on.
+        host_table::release(&pod, 3, life);
         for i in 0..300u32 {
             a.create(&i.to_le_bytes(), &value(2)).unwrap();
             a.delete(&i.to_le_bytes()).unwrap();

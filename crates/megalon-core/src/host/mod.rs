@@ -25,7 +25,7 @@ use crate::memory::Memory;
 use crate::pod::Pod;
 use crate::replica::{Index, IndexEntry, Replica};
 use crate::slot::{slot_claim_batch, SlotPool};
-use crate::sync::{AtomicU64, Mutex, Ordering};
+use crate::sync::{AtomicU64, Mutex};
 
 mod all_log;
 mod append;
@@ -482,27 +482,25 @@ fn claim_id(pod: &Pod, which: Join, limit: std::time::Duration) -> Result<(HostI
             .find(|host| host_table::try_claim(pod, *host).is_ok())
             .ok_or(Error::HostTableFull { max_hosts }),
     }?;
-    let from = match Log::new(pod).hold_head(pod, id, can_join_late, limit) {
+    let life = count_claim(pod, id)?;
+    let from = match Log::new(pod).hold_head(pod, id, life, can_join_late, limit) {
         Ok(from) => from,
         Err(error) => {
-            host_table::release_claim(pod, id);
+            host_table::release(pod, id, life);
             return Err(error);
         }
     };
-    let life = count_claim(pod, id, from)?;
     Ok((id, life, from > 0))
 }
 
-/// Counts this process's claim of `id`'s row, whose `ltail` it stored as `from`, as the
-/// id's next life. A claim not counted yet names no machine, so only its lease tells
-/// whether its holder lives: a joiner paused that long may have been taken for dead and
-/// recovered meanwhile (its `ltail` released, its row perhaps freed). Then it holds
-/// nothing any more: it gives the row up (if it still holds it) and fails, rather than
-/// join with nothing holding the head for it.
-fn count_claim(pod: &Pod, id: HostId, from: u64) -> Result<u64> {
+/// Counts this process's claim of `id`'s row as the id's next life. A claim not counted
+/// yet names no machine, so only its lease tells whether its holder lives: a joiner
+/// paused that long may have been taken for dead and recovered meanwhile (its row freed,
+/// perhaps claimed by another). Then it gives the row up (if it still holds it) and
+/// fails.
+fn count_claim(pod: &Pod, id: HostId) -> Result<u64> {
     let life = host_table::count_join(pod, id);
-    let held = host_table::holder(pod, id) == Some((std::process::id(), life));
-    if !held || Log::ltail(pod, id).load(Ordering::SeqCst) != from {
+    if host_table::holder(pod, id) != Some((std::process::id(), life)) {
         host_table::release(pod, id, life);
         return Err(Error::HostDeclaredDead { host: id, life });
     }

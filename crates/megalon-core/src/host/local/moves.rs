@@ -368,7 +368,7 @@ impl Shared {
             Some(holder) if holder == owner => Err(error),
             _ => Ok(()),
         };
-        if crate::host_table::table_state(&self.pod, owner) == crate::host_table::TableState::Free {
+        if crate::host_table::holder(&self.pod, owner).is_none() {
             // Nobody holds that id: the object's bytes left with its last holder.
             return unless_moved(Error::HostUnresponsive {
                 host: owner,
