@@ -203,7 +203,7 @@ impl Shared {
             });
         }
         let mut index = self.replica.write();
-        index.decode_snapshot(&bytes)?;
+        index.decode_snapshot_beating(&bytes, &mut || self.beat())?;
         // The records the snapshot's objects have are not free.
         let mut free = self.free_records.lock();
         for record in index.records_owned() {

@@ -48,14 +48,32 @@ impl Index {
     /// error that leaves the index empty, for a joiner that asks again: a first pass
     /// checks every word, the second inserts, and takes back what it inserted if a key
     /// or a record comes twice (the checks that need the index).
+    #[cfg(test)]
     pub(crate) fn decode_snapshot(&mut self, bytes: &[u8]) -> Result<()> {
+        self.decode_snapshot_beating(bytes, &mut || {})
+    }
+
+    /// [`Index::decode_snapshot`], calling `beat` every [`OBJECTS_PER_BEAT`] objects of
+    /// each pass: a joiner keeps its lease while it decodes a large index (a joiner on
+    /// another machine is judged by its lease alone).
+    pub(crate) fn decode_snapshot_beating(
+        &mut self,
+        bytes: &[u8],
+        beat: &mut dyn FnMut(),
+    ) -> Result<()> {
         debug_assert_eq!(self.len(), 0, "decoded into an empty index");
         let (unclaimed, free_counts, objects) = read_snapshot(self.bounds(), bytes)?;
-        for object in objects {
+        for (checked, object) in objects.enumerate() {
             object?;
+            if checked % OBJECTS_PER_BEAT == OBJECTS_PER_BEAT - 1 {
+                beat();
+            }
         }
         let (_, _, objects) = read_snapshot(self.bounds(), bytes)?;
         for (inserted, object) in objects.enumerate() {
+            if inserted % OBJECTS_PER_BEAT == OBJECTS_PER_BEAT - 1 {
+                beat();
+            }
             let object = object.expect("checked by the first pass");
             let twice = if self.find(object.key).is_some() {
                 Some("a key twice")
@@ -202,6 +220,9 @@ impl<'b> Words8<'b> {
     }
 }
 
+/// Objects a joiner decodes between two beats of its lease (a few milliseconds' work).
+const OBJECTS_PER_BEAT: usize = 1 << 14;
+
 /// One object of a snapshot, read and checked, not yet in the index.
 struct SnapshotObject<'b> {
     key: &'b [u8],
@@ -289,6 +310,31 @@ mod tests {
                 assert_eq!(copy.replicated_lock(handle).holder, Some(2));
             }
         }
+    }
+
+    /// A joiner decoding a large index beats as it goes: a joiner on another machine is
+    /// judged by its lease alone, and decoding millions of objects outlasts it.
+    #[test]
+    fn decoding_a_large_snapshot_beats_every_so_many_objects() {
+        let objects = 3 * OBJECTS_PER_BEAT as u64;
+        let mut index = Index::new(objects, 100, 4, Coherence::Split);
+        let mut pool = SlotPool::default();
+        let mut position = 0;
+        let mut apply = |index: &mut Index, event: Event<'_>| {
+            index.apply(position, 1, &event, 0, &mut pool).unwrap();
+            position += 1;
+        };
+        apply(&mut index, Event::ClaimSlots { count: objects });
+        for slot in 0..objects {
+            let key = slot.to_le_bytes();
+            apply(&mut index, Event::Create { key: &key, slot });
+        }
+        let mut copy = Index::new(objects, 100, 4, Coherence::Split);
+        let mut beats = 0;
+        copy.decode_snapshot_beating(&index.encode_snapshot(), &mut || beats += 1)
+            .unwrap();
+        assert_eq!(copy.len(), index.len());
+        assert_eq!(beats, 6, "three per pass");
     }
 
     #[test]
