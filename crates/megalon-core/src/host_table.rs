@@ -139,20 +139,62 @@ pub(crate) fn heartbeat(pod: &Pod, host: HostId) -> u64 {
     entry(pod, host).heartbeat.fetch_add(1, Ordering::Relaxed) + 1
 }
 
-/// Counts a join of `host` (just after its claim) and says who holds it: this machine
-/// and this process (by its start time). Returns which life of the id this is (1 for the
-/// first holder).
-pub(crate) fn count_join(pod: &Pod, host: HostId) -> u64 {
+/// How many times `host` has been joined: read before a claim, for [`count_join`].
+pub(crate) fn joins(pod: &Pod, host: HostId) -> u64 {
+    entry(pod, host).joins.load(Ordering::SeqCst)
+}
+
+/// Counts a join of `host`, just after this process claimed it, from `before` (its
+/// [`joins`] read before the claim), and says who holds it: this machine and this process
+/// (`started`, its start time, read before the claim too). Returns which life of the id
+/// this is (1 for the first holder), or `None` when the count or the row's note of its
+/// holder was taken by another: a claimer of an earlier turn of the row, paused past its
+/// lease (its row recovered and freed meanwhile), that resumed. Each step is a CAS, so
+/// such a claimer's late steps change nothing of the row's next holder: its count is from
+/// a count that has moved on, and its notes are from the 0 a row is freed with.
+pub(crate) fn count_join(pod: &Pod, host: HostId, before: u64, started: u64) -> Option<u64> {
     let row = entry(pod, host);
-    // SeqCst: a host that sees the claim and then this row's machine and start time
-    // sees this holder's, not the previous one's (stores below before any liveness use).
-    row.machine.store(this_machine(), Ordering::SeqCst);
-    row.started.store(
+    // SeqCst: a host that sees this count and then the row's machine and start time sees
+    // this holder's or none (0: judged by its lease), never the previous one's.
+    let cas = |word: &AtomicU64, from: u64, to: u64| {
+        word.compare_exchange(from, to, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    };
+    let counted = cas(row.joins, before, before + 1)
+        && cas(row.machine, 0, this_machine())
+        && cas(row.started, 0, started);
+    counted.then_some(before + 1)
+}
+
+/// Claims `host` for a test and counts the join: which life it is.
+#[cfg(test)]
+pub(crate) fn claim_and_count(pod: &Pod, host: HostId) -> Result<u64, u32> {
+    let before = joins(pod, host);
+    try_claim(pod, host)?;
+    Ok(count_join(
+        pod,
+        host,
+        before,
         process_start(std::process::id()).unwrap_or(0),
-        Ordering::SeqCst,
-    );
-    row.reserved_to.store(0, Ordering::SeqCst);
-    row.joins.fetch_add(1, Ordering::SeqCst) + 1
+    )
+    .expect("nobody else counts"))
+}
+
+/// Frees `host`'s row, claimed by this process and not counted (its count failed).
+pub(crate) fn release_claim(pod: &Pod, host: HostId) {
+    let row = entry(pod, host);
+    if row.holder.load(Ordering::SeqCst) != std::process::id() {
+        return;
+    }
+    forget_holder(&row);
+    let _ =
+        row.holder
+            .compare_exchange(std::process::id(), FREE, Ordering::SeqCst, Ordering::SeqCst);
+}
+
+/// This process's start time, as [`count_join`] notes it.
+pub(crate) fn own_start() -> u64 {
+    process_start(std::process::id()).unwrap_or(0)
 }
 
 /// Frees `host`'s row, which life `life` of this process holds (its holder leaves). A row
@@ -193,6 +235,12 @@ pub(crate) fn release_dead(pod: &Pod, host: HostId, pid: u32) -> bool {
 /// dead. A row that says nothing of its holder is judged by its lease, whose watch starts
 /// again for a new pid.
 fn forget_holder(row: &HostEntry<'_>) {
+    // Its reservation words too: the next holder's count does not touch them (a late
+    // store of an earlier claimer's would clear a reservation its next holder announced).
+    let reserved = row.reserved_to.load(Ordering::SeqCst);
+    let _ = row
+        .reserved_to
+        .compare_exchange(reserved, 0, Ordering::SeqCst, Ordering::SeqCst);
     let started = row.started.load(Ordering::SeqCst);
     let _ = row
         .started

@@ -301,6 +301,11 @@ impl Log {
                 )
                 .is_ok()
             {
+                // A recoverer that took this life for dead may have released the word
+                // between our store and our count: then nothing holds the head for us.
+                if ltail.load(Ordering::SeqCst) != next {
+                    return Err(dead());
+                }
                 return Ok(from);
             }
             // The head moved, or another claim was counted: look again. (Until our count
@@ -539,8 +544,7 @@ mod tests {
     /// Claims row `host` as a joiner would (its first life), holding the head; `Ok(0)`:
     /// an early join.
     fn join(pod: &Pod, host: HostId, late_allowed: bool) -> Result<u64> {
-        host_table::try_claim(pod, host).unwrap();
-        assert_eq!(host_table::count_join(pod, host), 1);
+        assert_eq!(host_table::claim_and_count(pod, host), Ok(1));
         Log::new(pod).hold_head(pod, host, 1, late_allowed, Duration::ZERO)
     }
 
@@ -606,8 +610,7 @@ mod tests {
         assert_eq!(word.load(Ordering::SeqCst), 7, "the count starts again");
         // The head has left 0: a join is late, or refused where the pod cannot serve one.
         host_table::release(&pod, 0, 1);
-        host_table::try_claim(&pod, 0).unwrap();
-        assert_eq!(host_table::count_join(&pod, 0), 2);
+        assert_eq!(host_table::claim_and_count(&pod, 0), Ok(2));
         assert!(matches!(
             log.hold_head(&pod, 0, 2, false, Duration::ZERO),
             Err(Error::LogRecycled { head: 7 })
@@ -631,8 +634,7 @@ mod tests {
         applied(&pod, 1, 3);
         word.store(HEAD_CLAIMS_MAX << HEAD_POSITION_BITS, Ordering::SeqCst);
         // Host 1 has applied up to 3: the head moves there, and the join is late.
-        host_table::try_claim(&pod, 0).unwrap();
-        assert_eq!(host_table::count_join(&pod, 0), 1);
+        assert_eq!(host_table::claim_and_count(&pod, 0), Ok(1));
         let log = Log::new(&pod);
         assert!(matches!(
             log.hold_head(&pod, 0, 1, true, Duration::from_millis(50)),
@@ -642,8 +644,7 @@ mod tests {
         // Host 1 stays at 3, where the head is.
         host_table::release(&pod, 0, 1);
         word.store(3 | HEAD_CLAIMS_MAX << HEAD_POSITION_BITS, Ordering::SeqCst);
-        host_table::try_claim(&pod, 0).unwrap();
-        assert_eq!(host_table::count_join(&pod, 0), 2);
+        assert_eq!(host_table::claim_and_count(&pod, 0), Ok(2));
         let refused = log.hold_head(&pod, 0, 2, true, Duration::from_millis(50));
         assert!(
             matches!(
@@ -666,8 +667,7 @@ mod tests {
     #[test]
     fn an_ltail_changes_only_for_the_life_that_holds_it() {
         let pod = pod();
-        host_table::try_claim(&pod, 0).unwrap();
-        assert_eq!(host_table::count_join(&pod, 0), 1);
+        assert_eq!(host_table::claim_and_count(&pod, 0), Ok(1));
         applied(&pod, 0, 4);
         // Life 1 is recovered; its replay runs on.
         Log::release_ltail(&pod, 0, 1);

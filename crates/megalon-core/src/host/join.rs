@@ -429,9 +429,9 @@ mod tests {
         b.inspect().pretend_elsewhere();
         // A slow joiner, by hand: it asks, then takes its time over the first chunk.
         let joiner = (0..4)
-            .find(|&host| host_table::try_claim(&pod, host).is_ok())
+            .find(|&host| host_table::holder(&pod, host).is_none())
             .unwrap();
-        let life = host_table::count_join(&pod, joiner);
+        let life = host_table::claim_and_count(&pod, joiner).unwrap();
         let log = crate::log::Log::new(&pod);
         log.hold_head(&pod, joiner, life, true, Duration::ZERO)
             .unwrap();
@@ -552,9 +552,9 @@ mod tests {
         }
         s2.replay().unwrap();
         let joiner = (0..6)
-            .find(|&h| host_table::try_claim(&pod, h).is_ok())
+            .find(|&h| host_table::holder(&pod, h).is_none())
             .unwrap();
-        let joiner_life = host_table::count_join(&pod, joiner);
+        let joiner_life = host_table::claim_and_count(&pod, joiner).unwrap();
         let log = crate::log::Log::new(&pod);
         log.hold_head(&pod, joiner, joiner_life, true, Duration::ZERO)
             .unwrap();
@@ -655,6 +655,55 @@ mod tests {
         wait_for("the row recovered", || {
             host_table::holder(&pod, 4).is_none()
         });
+    }
+
+    /// A claimer paused past its lease before its count (its row recovered and freed
+    /// meanwhile) resumes after the id's next life counted and held the head: its count
+    /// must change nothing (it bumped the count past the new life's, whose `ltail` then
+    /// no longer named the row's life: the head passed it, and the new life took itself
+    /// for dead; a review's finding).
+    #[test]
+    fn a_claimer_resuming_its_count_after_the_next_life_counted_changes_nothing() {
+        use crate::log::Log;
+        let pod = Arc::new(Pod::create(&small_config(), Backing::heap()).unwrap());
+        let quiet = || {
+            HostOptions::new()
+                .pump_interval(None)
+                .wait_limit(Duration::from_millis(200))
+        };
+        let a = Host::join(&pod, Join::As(0), quiet()).unwrap();
+        // The claimer: its look at the count, its claim, then paused.
+        let before = host_table::joins(&pod, 3);
+        host_table::try_claim(&pod, 3).unwrap();
+        // Recovered as the row's previous count's life.
+        host_table::condemn(&pod, 3, 0);
+        Log::release_ltail(&pod, 3, 0);
+        assert!(host_table::release_dead(&pod, 3, std::process::id()));
+        // The next life joins, and lags.
+        let k = Host::join(&pod, Join::As(3), quiet()).unwrap();
+        assert_eq!(k.shared.life, 1);
+        let k_applied = k.shared.replica.applied.load(Ordering::SeqCst);
+        // The claimer resumes.
+        let late = host_table::count_join(&pod, 3, before, host_table::own_start());
+        assert_eq!(late, None, "its count is from a count that moved on");
+        assert!(k.shared.row_is_mine(), "k's row is still k's");
+        let mut refused = None;
+        for i in 0..300u32 {
+            let key = i.to_le_bytes();
+            if let Err(e) = a.create(&key, &value(2)).and_then(|()| a.delete(&key)) {
+                refused = Some(e);
+                break;
+            }
+        }
+        let head = Log::head(&pod);
+        assert!(
+            head <= k_applied,
+            "the head {head} passed live host k's applied position {k_applied}"
+        );
+        assert!(
+            matches!(refused, Some(Error::LogFull { .. })),
+            "k holds the head: {refused:?}"
+        );
     }
 
     /// Hosts join, one after another, while another host's creates make the log recycle
@@ -765,7 +814,7 @@ mod tests {
         a.shared.unblock_log();
         assert_eq!(Log::ltail_of(&pod, 3, 0), None, "released");
         // It resumes: counts life 1, holds the head for it.
-        let life = crate::host::count_claim(&pod, 3).unwrap();
+        let life = host_table::count_join(&pod, 3, 0, host_table::own_start()).unwrap();
         assert_eq!(life, 1);
         let held = Log::new(&pod).hold_head(&pod, 3, life, false, Duration::ZERO);
         assert!(matches!(held, Ok(0)), "an early join: {held:?}");

@@ -474,15 +474,7 @@ fn claim_id(pod: &Pod, which: Join, limit: std::time::Duration) -> Result<(HostI
     if Log::head(pod) > 0 && !can_join_late {
         return Err(Log::recycled(pod));
     }
-    let id = match which {
-        Join::As(host) => host_table::try_claim(pod, host)
-            .map(|()| host)
-            .map_err(|holder_pid| Error::HostTaken { host, holder_pid }),
-        Join::AnyFree => (0..max_hosts)
-            .find(|host| host_table::try_claim(pod, *host).is_ok())
-            .ok_or(Error::HostTableFull { max_hosts }),
-    }?;
-    let life = count_claim(pod, id)?;
+    let (id, life) = claim_and_count(pod, which, max_hosts)?;
     let from = match Log::new(pod).hold_head(pod, id, life, can_join_late, limit) {
         Ok(from) => from,
         Err(error) => {
@@ -493,16 +485,38 @@ fn claim_id(pod: &Pod, which: Join, limit: std::time::Duration) -> Result<(HostI
     Ok((id, life, from > 0))
 }
 
-/// Counts this process's claim of `id`'s row as the id's next life. A claim not counted
-/// yet names no machine, so only its lease tells whether its holder lives: a joiner
-/// paused that long may have been taken for dead and recovered meanwhile (its row freed,
-/// perhaps claimed by another). Then it gives the row up (if it still holds it) and
-/// fails.
-fn count_claim(pod: &Pod, id: HostId) -> Result<u64> {
-    let life = host_table::count_join(pod, id);
-    if host_table::holder(pod, id) != Some((std::process::id(), life)) {
-        host_table::release(pod, id, life);
-        return Err(Error::HostDeclaredDead { host: id, life });
+/// Claims a row as `which` says and counts the claim as the id's next life
+/// (`host_table::count_join`, from the count read before the claim). A count that fails
+/// (another process's count or note of its holder came between: a claimer of an earlier
+/// turn of the row, paused past its lease, or a whole other claim and leave between our
+/// look at the count and our claim) gives the row up and claims again, a few times.
+fn claim_and_count(pod: &Pod, which: Join, max_hosts: u32) -> Result<(HostId, u64)> {
+    const TRIES: u32 = 8;
+    let started = host_table::own_start();
+    let claim = |host: HostId| {
+        let before = host_table::joins(pod, host);
+        host_table::try_claim(pod, host).map(|()| before)
+    };
+    let mut tries = 0;
+    loop {
+        let (id, before) = match which {
+            Join::As(host) => claim(host)
+                .map(|before| (host, before))
+                .map_err(|holder_pid| Error::HostTaken { host, holder_pid }),
+            Join::AnyFree => (0..max_hosts)
+                .find_map(|host| claim(host).ok().map(|before| (host, before)))
+                .ok_or(Error::HostTableFull { max_hosts }),
+        }?;
+        if let Some(life) = host_table::count_join(pod, id, before, started) {
+            return Ok((id, life));
+        }
+        host_table::release_claim(pod, id);
+        tries += 1;
+        if tries == TRIES {
+            return Err(Error::HostDeclaredDead {
+                host: id,
+                life: before + 1,
+            });
+        }
     }
-    Ok(life)
 }
