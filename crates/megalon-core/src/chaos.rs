@@ -60,6 +60,9 @@ pub enum Point {
     CreateBeforeEvent,
     /// The log, before the CAS that reserves entries.
     ReserveBeforeCas,
+    /// A server of a late join, its snapshot encoded (holding its replay lock), before
+    /// it pins the joiner's `ltail`.
+    ServeBeforePin,
     /// A host moving the log's head (a full ring), between its looks at two host-table
     /// rows.
     HeadLookBetweenRows,

@@ -134,15 +134,36 @@ pub struct Host {
 impl Host {
     /// Joins `pod` as `which`. `options` can be a [`MemoryKind`](crate::MemoryKind) alone.
     pub fn join(pod: &Arc<Pod>, which: Join, options: impl Into<HostOptions>) -> Result<Host> {
-        let options = options.into();
-        let (id, life, late) = claim_id(pod, which, options.wait_limit)?;
-        let shared = Arc::new(Shared::new(pod, id, life, options));
-        if late {
-            if let Err(error) = shared.join_late() {
-                host_table::release(pod, id, life);
-                return Err(error);
+        let options: HostOptions = options.into();
+        let started = std::time::Instant::now();
+        let (shared, id, life) = loop {
+            let (id, life, late) = claim_id(pod, which, options.wait_limit)?;
+            let shared = Arc::new(Shared::new(pod, id, life, options.clone()));
+            if !late {
+                break (shared, id, life);
             }
-        }
+            match shared.join_late() {
+                Ok(true) => break (shared, id, life),
+                // Its server died mid-stream, or a server declared dead (paused past its
+                // lease) wrote into its stream: it joins again as the id's next life, a
+                // new session that no late step of that server's (its pin of this life's
+                // `ltail`, its mailbox words) can touch.
+                Ok(false) => {
+                    host_table::release(pod, id, life);
+                    let waited = started.elapsed();
+                    if waited >= options.wait_limit {
+                        return Err(Error::JoinNotServed {
+                            host: id,
+                            waited_ms: waited.as_millis() as u64,
+                        });
+                    }
+                }
+                Err(error) => {
+                    host_table::release(pod, id, life);
+                    return Err(error);
+                }
+            }
+        };
         #[cfg_attr(megalon_loom, allow(unused_mut))] // loom starts no pump
         let mut host = Host { shared, pump: None };
         if life > 1 {
