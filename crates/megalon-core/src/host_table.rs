@@ -1,7 +1,8 @@
-//! The host table in SCR: one entry per host id. Its first line holds `holder` (0 when
-//! free, else the holder's process id, set by the one CAS that claims the id, so a reader
-//! never sees a claimed entry without its pid), a heartbeat the holder bumps (its lease),
-//! how many times the id has been joined, the holder's machine and process start time
+//! The host table in SCR: one entry per host id. Its first line holds `holder` (the
+//! holder's process id, 0 when free, and how many times the id has been joined: the
+//! holder's life; set by the one CAS that claims the id and counts the claim, so a
+//! reader never sees a claimed entry without its pid and life), a heartbeat the holder
+//! bumps (its lease), the holder's machine and process start time
 //! (so that a host on the same machine can tell at once that the holder's process is
 //! gone), the holder's log reservation (the positions it reserved and has not yet
 //! published, so that a host recovering a dead holder can fill them), and the last life
@@ -14,13 +15,17 @@
 
 use crate::ids::HostId;
 use crate::pod::Pod;
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 
-/// `holder` of a free entry. Process id 0 is the kernel's, never a user process's.
+/// The pid in `holder` of a free entry. Process id 0 is the kernel's, never a user
+/// process's.
 const FREE: u32 = 0;
+/// `holder`: the holder's pid in the low 32 bits (0: free), and in the high 32 how many
+/// times the id has been joined (the holder's life; kept when the row is freed), so that
+/// one CAS claims a row and counts the claim as the id's next life.
 const HOLDER_OFFSET: u64 = 0;
 const HEARTBEAT_OFFSET: u64 = 8;
-const JOINS_OFFSET: u64 = 16;
+// Bytes 16..24 held the count of joins until layout version 9 (now in `holder`).
 const MACHINE_OFFSET: u64 = 24;
 const STARTED_OFFSET: u64 = 32;
 const RESERVED_FROM_OFFSET: u64 = 40;
@@ -45,9 +50,8 @@ pub struct HostInfo {
 }
 
 struct HostEntry<'a> {
-    holder: &'a AtomicU32,
+    holder: &'a AtomicU64,
     heartbeat: &'a AtomicU64,
-    joins: &'a AtomicU64,
     machine: &'a AtomicU64,
     started: &'a AtomicU64,
     reserved_from: &'a AtomicU64,
@@ -58,9 +62,8 @@ struct HostEntry<'a> {
 fn entry(pod: &Pod, host: HostId) -> HostEntry<'_> {
     let base = pod.layout().host_entry_offset(host);
     HostEntry {
-        holder: pod.scr_u32(base + HOLDER_OFFSET),
+        holder: pod.scr_u64(base + HOLDER_OFFSET),
         heartbeat: pod.scr_u64(base + HEARTBEAT_OFFSET),
-        joins: pod.scr_u64(base + JOINS_OFFSET),
         machine: pod.scr_u64(base + MACHINE_OFFSET),
         started: pod.scr_u64(base + STARTED_OFFSET),
         reserved_from: pod.scr_u64(base + RESERVED_FROM_OFFSET),
@@ -69,15 +72,42 @@ fn entry(pod: &Pod, host: HostId) -> HostEntry<'_> {
     }
 }
 
-/// Claims `host` for this process, or returns the pid of its holder.
-pub(crate) fn try_claim(pod: &Pod, host: HostId) -> Result<(), u32> {
-    // SeqCst: Acquire pairs with the store in `Host::drop` of the previous holder, and
-    // `Log::advance_head` orders its loads of holders with this (and with `hold_head`'s
-    // count, after it).
-    entry(pod, host)
-        .holder
-        .compare_exchange(FREE, std::process::id(), Ordering::SeqCst, Ordering::SeqCst)
-        .map(drop)
+fn holder_word(pid: u32, life: u64) -> u64 {
+    u64::from(pid) | life << 32
+}
+
+fn pid_of(word: u64) -> u32 {
+    word as u32
+}
+
+fn life_of(word: u64) -> u64 {
+    word >> 32
+}
+
+/// Claims `host` for this process and counts the claim as the id's next life (one CAS),
+/// or returns the pid of its holder. Returns which life of the id this is (1 for the
+/// first holder).
+pub(crate) fn try_claim(pod: &Pod, host: HostId) -> Result<u64, u32> {
+    let row = entry(pod, host);
+    let mut seen = row.holder.load(Ordering::SeqCst);
+    loop {
+        if pid_of(seen) != FREE {
+            return Err(pid_of(seen));
+        }
+        let life = life_of(seen) + 1;
+        // SeqCst: Acquire pairs with the freeing CAS of the previous holder, and
+        // `Log::advance_head` orders its loads of holders with this (and with `hold_head`'s
+        // count, after it).
+        match row.holder.compare_exchange(
+            seen,
+            holder_word(std::process::id(), life),
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        ) {
+            Ok(_) => return Ok(life),
+            Err(now) => seen = now,
+        }
+    }
 }
 
 impl Pod {
@@ -87,12 +117,12 @@ impl Pod {
             .filter_map(|host| {
                 let row = entry(self, host);
                 // Acquire: pairs with the claiming CAS.
-                let pid = row.holder.load(Ordering::Acquire);
-                (pid != FREE).then(|| HostInfo {
+                let word = row.holder.load(Ordering::Acquire);
+                (pid_of(word) != FREE).then(|| HostInfo {
                     host,
-                    pid,
+                    pid: pid_of(word),
                     heartbeat: row.heartbeat.load(Ordering::Relaxed),
-                    joins: row.joins.load(Ordering::Relaxed),
+                    joins: life_of(word),
                     same_machine: row.machine.load(Ordering::Relaxed) == this_machine(),
                 })
             })
@@ -139,60 +169,43 @@ pub(crate) fn heartbeat(pod: &Pod, host: HostId) -> u64 {
     entry(pod, host).heartbeat.fetch_add(1, Ordering::Relaxed) + 1
 }
 
-/// How many times `host` has been joined: read before a claim, for [`count_join`].
-pub(crate) fn joins(pod: &Pod, host: HostId) -> u64 {
-    entry(pod, host).joins.load(Ordering::SeqCst)
-}
-
-/// Counts a join of `host`, just after this process claimed it, from `before` (its
-/// [`joins`] read before the claim), and says who holds it: this machine and this process
-/// (`started`, its start time, read before the claim too). Returns which life of the id
-/// this is (1 for the first holder), or `None` when the count or the row's note of its
-/// holder was taken by another: a claimer of an earlier turn of the row, paused past its
-/// lease (its row recovered and freed meanwhile), that resumed. Each step is a CAS, so
-/// such a claimer's late steps change nothing of the row's next holder: its count is from
-/// a count that has moved on, and its notes are from the 0 a row is freed with.
-pub(crate) fn count_join(pod: &Pod, host: HostId, before: u64, started: u64) -> Option<u64> {
+/// Notes who holds `host`, just claimed by life `life` of this process: this machine and
+/// this process (`started`, its start time, read before the claim). Each note is a CAS
+/// from the 0 a freed row has: `false` when one was taken by another (a claimer of an
+/// earlier turn of the row, paused past its lease between its claim and its notes, whose
+/// row was recovered and freed meanwhile), or when the row is no longer this life's (this
+/// claimer is that paused one: its notes are taken back). Then the caller gives the row
+/// up (if it is still its) and claims again.
+pub(crate) fn note_holder(pod: &Pod, host: HostId, life: u64, started: u64) -> bool {
     let row = entry(pod, host);
-    // SeqCst: a host that sees this count and then the row's machine and start time sees
-    // this holder's or none (0: judged by its lease), never the previous one's.
     let cas = |word: &AtomicU64, from: u64, to: u64| {
         word.compare_exchange(from, to, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
     };
-    let counted = cas(row.joins, before, before + 1)
-        && cas(row.machine, 0, this_machine())
-        && cas(row.started, 0, started);
-    counted.then_some(before + 1)
+    // SeqCst: a host that sees the claim and then the row's machine and start time sees
+    // this holder's or none (0: judged by its lease), never the previous one's.
+    let machine = this_machine();
+    let noted = cas(row.machine, 0, machine) && cas(row.started, 0, started);
+    let ours = holder(pod, host) == Some((std::process::id(), life)) && !condemned(pod, host, life);
+    if noted && !ours {
+        cas(row.started, started, 0);
+        cas(row.machine, machine, 0);
+    }
+    noted && ours
 }
 
-/// Claims `host` for a test and counts the join: which life it is.
+/// Claims `host` for a test and notes the holder: which life it is.
 #[cfg(test)]
 pub(crate) fn claim_and_count(pod: &Pod, host: HostId) -> Result<u64, u32> {
-    let before = joins(pod, host);
-    try_claim(pod, host)?;
-    Ok(count_join(
-        pod,
-        host,
-        before,
-        process_start(std::process::id()).unwrap_or(0),
-    )
-    .expect("nobody else counts"))
+    let life = try_claim(pod, host)?;
+    assert!(
+        note_holder(pod, host, life, own_start()),
+        "nobody else notes"
+    );
+    Ok(life)
 }
 
-/// Frees `host`'s row, claimed by this process and not counted (its count failed).
-pub(crate) fn release_claim(pod: &Pod, host: HostId) {
-    let row = entry(pod, host);
-    if row.holder.load(Ordering::SeqCst) != std::process::id() {
-        return;
-    }
-    forget_holder(&row);
-    let _ =
-        row.holder
-            .compare_exchange(std::process::id(), FREE, Ordering::SeqCst, Ordering::SeqCst);
-}
-
-/// This process's start time, as [`count_join`] notes it.
+/// This process's start time, as [`note_holder`] notes it.
 pub(crate) fn own_start() -> u64 {
     process_start(std::process::id()).unwrap_or(0)
 }
@@ -201,35 +214,33 @@ pub(crate) fn own_start() -> u64 {
 /// that is not that life's any more (a recoverer freed it, another life claimed it) is
 /// left alone.
 pub(crate) fn release(pod: &Pod, host: HostId, life: u64) {
-    let pid = std::process::id();
-    if holder(pod, host) != Some((pid, life)) {
-        return;
-    }
-    let row = entry(pod, host);
-    forget_holder(&row);
-    // SeqCst (Release would do for the next holder, whose claiming CAS pairs with it):
-    // `Log::advance_head` orders its loads of holders with its load of the `head` word.
-    let _ = row
-        .holder
-        .compare_exchange(pid, FREE, Ordering::SeqCst, Ordering::SeqCst);
+    release_dead(pod, host, std::process::id(), life);
 }
 
-/// Frees `host`'s row for a holder that died, if `pid` still holds it (one CAS: a
-/// second recoverer, or a new holder, is left alone).
-pub(crate) fn release_dead(pod: &Pod, host: HostId, pid: u32) -> bool {
+/// Frees `host`'s row if life `life` of process `pid` still holds it (one CAS: a second
+/// recoverer, or a new holder, even of the same process, is left alone).
+pub(crate) fn release_dead(pod: &Pod, host: HostId, pid: u32, life: u64) -> bool {
     let row = entry(pod, host);
-    if row.holder.load(Ordering::SeqCst) != pid {
+    let held = holder_word(pid, life);
+    if row.holder.load(Ordering::SeqCst) != held {
         return false;
     }
     forget_holder(&row);
+    // SeqCst (Release would do for the next holder, whose claiming CAS pairs with it):
+    // `Log::advance_head` orders its loads of holders with its load of the `head` word.
     row.holder
-        .compare_exchange(pid, FREE, Ordering::SeqCst, Ordering::SeqCst)
+        .compare_exchange(
+            held,
+            holder_word(FREE, life),
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        )
         .is_ok()
 }
 
 /// Clears the machine and start time of a row about to be freed (each by a CAS from what
 /// it says now, so that a holder that claimed the row meanwhile keeps its own). Between
-/// the next holder's claim and its `count_join` the row would otherwise describe the
+/// the next holder's claim and its `note_holder` the row would otherwise describe the
 /// previous holder: a host of that machine would take the new holder's pid for a process
 /// that started after the row's, or for one that is not there, and declare a joining host
 /// dead. A row that says nothing of its holder is judged by its lease, whose watch starts
@@ -263,19 +274,15 @@ pub(crate) fn condemn(pod: &Pod, host: HostId, life: u64) {
 }
 
 /// Whether life `life` of `host` has been condemned by a recoverer. (Lives count from
-/// 1; a row claimed and not yet counted says the previous life's count, which is no
-/// life of its holder's.)
+/// 1.)
 pub(crate) fn condemned(pod: &Pod, host: HostId, life: u64) -> bool {
     life != 0 && entry(pod, host).condemned.load(Ordering::SeqCst) >= life
 }
 
 /// The holder of `host`'s row and which life of the id it is, if held.
 pub(crate) fn holder(pod: &Pod, host: HostId) -> Option<(u32, u64)> {
-    let row = entry(pod, host);
-    match row.holder.load(Ordering::SeqCst) {
-        FREE => None,
-        pid => Some((pid, row.joins.load(Ordering::SeqCst))),
-    }
+    let word = entry(pod, host).holder.load(Ordering::SeqCst);
+    (pid_of(word) != FREE).then(|| (pid_of(word), life_of(word)))
 }
 
 /// Announces that `host` is about to reserve log positions `from..to` (before its CAS on

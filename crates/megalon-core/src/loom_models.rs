@@ -384,12 +384,12 @@ fn loom_a_closer_that_looked_before_an_early_join_does_not_pass_the_joiner() {
         let pod = pod();
         let log = Log::new(&pod);
         // Host 1 joined and applied up to 5.
-        host_table::try_claim(&pod, 1).unwrap();
+        assert_eq!(host_table::try_claim(&pod, 1), Ok(1));
         assert!(matches!(
-            log.hold_head(&pod, 1, 0, false, Duration::ZERO),
+            log.hold_head(&pod, 1, 1, false, Duration::ZERO),
             Ok(0)
         ));
-        Log::store_ltail(&pod, 1, 0, 5);
+        Log::store_ltail(&pod, 1, 1, 5);
         let closer = {
             let pod = Arc::clone(&pod);
             loom::thread::spawn(move || {
@@ -397,8 +397,8 @@ fn loom_a_closer_that_looked_before_an_early_join_does_not_pass_the_joiner() {
             })
         };
         // Host 0 joins: early if the head is still at 0.
-        host_table::try_claim(&pod, 0).unwrap();
-        let early = match log.hold_head(&pod, 0, 0, false, Duration::ZERO) {
+        assert_eq!(host_table::try_claim(&pod, 0), Ok(1));
+        let early = match log.hold_head(&pod, 0, 1, false, Duration::ZERO) {
             Ok(from) => {
                 assert_eq!(from, 0);
                 true
@@ -408,13 +408,13 @@ fn loom_a_closer_that_looked_before_an_early_join_does_not_pass_the_joiner() {
         };
         if early {
             // It replays to 10, host 1 to 20, and another appender moves the head.
-            Log::store_ltail(&pod, 0, 0, 10);
-            Log::store_ltail(&pod, 1, 0, 20);
+            Log::store_ltail(&pod, 0, 1, 10);
+            Log::store_ltail(&pod, 1, 1, 20);
             log.advance_head(&pod, &Chaos::none());
         }
         closer.join().unwrap();
         if early {
-            let (head, joiner) = (Log::head(&pod), Log::ltail_of(&pod, 0, 0).unwrap());
+            let (head, joiner) = (Log::head(&pod), Log::ltail_of(&pod, 0, 1).unwrap());
             assert!(
                 head <= joiner,
                 "the head {head} passed the joiner's ltail {joiner}"
@@ -433,12 +433,12 @@ fn loom_a_closer_that_looked_before_a_late_join_does_not_pass_its_pin() {
     loom::model(|| {
         let pod = pod();
         let log = Log::new(&pod);
-        host_table::try_claim(&pod, 1).unwrap();
+        assert_eq!(host_table::try_claim(&pod, 1), Ok(1));
         assert!(matches!(
-            log.hold_head(&pod, 1, 0, false, Duration::ZERO),
+            log.hold_head(&pod, 1, 1, false, Duration::ZERO),
             Ok(0)
         ));
-        Log::store_ltail(&pod, 1, 0, 5);
+        Log::store_ltail(&pod, 1, 1, 5);
         // The head leaves 0.
         log.advance_head(&pod, &Chaos::none());
         assert_eq!(Log::head(&pod), 5);
@@ -448,17 +448,17 @@ fn loom_a_closer_that_looked_before_a_late_join_does_not_pass_its_pin() {
                 Log::new(&pod).advance_head(&pod, &Chaos::none());
             })
         };
-        host_table::try_claim(&pod, 0).unwrap();
+        assert_eq!(host_table::try_claim(&pod, 0), Ok(1));
         let from = log
-            .hold_head(&pod, 0, 0, true, Duration::ZERO)
+            .hold_head(&pod, 0, 1, true, Duration::ZERO)
             .expect("a late join");
         assert_eq!(from, 5);
         // The server pins the joiner at its applied position, then replays on.
         let pinned = 5;
-        assert!(Log::pin_ltail(&pod, 0, 0, pinned));
-        Log::store_ltail(&pod, 1, 0, 20);
+        assert!(Log::pin_ltail(&pod, 0, 1, pinned));
+        Log::store_ltail(&pod, 1, 1, 20);
         // The joiner's check (`receive_snapshot`).
-        let checked = Log::ltail_of(&pod, 0, 0) == Some(pinned) && Log::head(&pod) <= pinned;
+        let checked = Log::ltail_of(&pod, 0, 1) == Some(pinned) && Log::head(&pod) <= pinned;
         closer.join().unwrap();
         if checked {
             let head = Log::head(&pod);

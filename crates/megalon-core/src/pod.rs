@@ -266,11 +266,10 @@ impl Pod {
         for offset in (layout.cursors_offset..layout.host_table_offset).step_by(8) {
             pod.word(offset);
         }
-        // The host table's words: each entry's holder (32 bits), then 64-bit words.
+        // The host table's words (64 bits each, the holder's too).
         for host in 0..layout.config.max_hosts {
             let entry = layout.host_entry_offset(host);
-            pod.scr_u32(entry);
-            for offset in (entry + 8..entry + layout.host_entry_bytes).step_by(8) {
+            for offset in (entry..entry + layout.host_entry_bytes).step_by(8) {
                 pod.word(offset);
             }
         }

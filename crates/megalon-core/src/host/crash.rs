@@ -661,7 +661,7 @@ impl Shared {
             return Ok(false);
         }
         host_table::announce_reservation(&self.pod, dead.host, 0, 0);
-        if host_table::release_dead(&self.pod, dead.host, dead.pid) {
+        if host_table::release_dead(&self.pod, dead.host, dead.pid, dead.joins) {
             self.counters
                 .hosts_recovered
                 .fetch_add(1, Ordering::Relaxed);
@@ -986,8 +986,8 @@ mod tests {
     use crate::host_table;
     use crate::{Backing, Host, HostOptions, Join, Pod, PodConfig};
 
-    /// A process that has claimed a free row and not yet said who it is (`count_join`:
-    /// its machine, start time and life) is not taken for dead by what the row's previous
+    /// A process that has claimed a free row and not yet said who it is (`note_holder`:
+    /// its machine and start time) is not taken for dead by what the row's previous
     /// holder left there; one that dies in that window is still found dead, by its lease.
     #[test]
     fn a_claim_not_yet_counted_is_judged_by_its_lease() {
@@ -1005,16 +1005,20 @@ mod tests {
         // b leaves; its row said this process, of this machine.
         drop(b);
         // A process started later than this one claims the row, and is paused before
-        // `count_join` (its claim, by hand).
+        // its notes (`note_holder`): its claim by hand, the pid half of the row's holder
+        // word.
         std::thread::sleep(Duration::from_millis(20));
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .spawn()
             .unwrap();
         let pid = child.id();
-        let holder = pod.scr_u32(pod.layout().host_entry_offset(id));
+        let holder = pod.scr_u64(pod.layout().host_entry_offset(id));
+        let free = holder.load(Ordering::SeqCst);
+        assert_eq!(free as u32, 0, "free");
+        let claimed = u64::from(pid) | ((free >> 32) + 1) << 32;
         holder
-            .compare_exchange(0, pid, Ordering::SeqCst, Ordering::SeqCst)
+            .compare_exchange(free, claimed, Ordering::SeqCst, Ordering::SeqCst)
             .unwrap();
         // Two of a's watches (every quarter lease), within one lease: the claim stands.
         std::thread::sleep(Duration::from_millis(600));

@@ -605,7 +605,8 @@ mod tests {
         assert!(host_table::release_dead(
             &pod,
             s1.shared.id,
-            std::process::id()
+            std::process::id(),
+            s1.shared.life
         ));
         assert!(host_table::session_gone(&pod, w1));
         mb.ready.store(0, Ordering::SeqCst);
@@ -688,13 +689,15 @@ mod tests {
         });
     }
 
-    /// A claimer paused past its lease before its count (its row recovered and freed
-    /// meanwhile) resumes after the id's next life counted and held the head: its count
-    /// must change nothing (it bumped the count past the new life's, whose `ltail` then
-    /// no longer named the row's life: the head passed it, and the new life took itself
-    /// for dead; a review's finding).
+    /// A claimer paused past its lease between its claim and its notes of who holds the
+    /// row (its row recovered and freed meanwhile) resumes: its notes must change nothing,
+    /// whether the row is still free or the id's next life holds it. (A review found a
+    /// claimer resuming its count (then separate from the claim) after the next life
+    /// counted bumped the count past the new life's, whose `ltail` then no longer named
+    /// the row's life: the head passed it; and one resuming while the row was free joined
+    /// without it.)
     #[test]
-    fn a_claimer_resuming_its_count_after_the_next_life_counted_changes_nothing() {
+    fn a_claimer_resuming_its_notes_after_its_recovery_changes_nothing() {
         use crate::log::Log;
         let pod = Arc::new(Pod::create(&small_config(), Backing::heap()).unwrap());
         let quiet = || {
@@ -703,21 +706,36 @@ mod tests {
                 .wait_limit(Duration::from_millis(200))
         };
         let a = Host::join(&pod, Join::As(0), quiet()).unwrap();
-        // The claimer: its look at the count, its claim, then paused.
-        let before = host_table::joins(&pod, 3);
-        host_table::try_claim(&pod, 3).unwrap();
-        // Recovered as the row's previous count's life.
-        host_table::condemn(&pod, 3, 0);
-        Log::release_ltail(&pod, 3, 0);
-        assert!(host_table::release_dead(&pod, 3, std::process::id()));
-        // The next life joins, and lags.
+        // The claimer: its claim (life 1), then paused; recovered.
+        let late = host_table::try_claim(&pod, 3).unwrap();
+        host_table::condemn(&pod, 3, late);
+        Log::release_ltail(&pod, 3, late);
+        assert!(host_table::release_dead(&pod, 3, std::process::id(), late));
+        // It resumes while the row is free: no notes, no row.
+        assert!(!host_table::note_holder(
+            &pod,
+            3,
+            late,
+            host_table::own_start()
+        ));
+        assert_eq!(host_table::holder(&pod, 3), None);
+        // The next life joins (its notes succeed at once: nothing of the claimer's is
+        // left), and lags.
         let k = Host::join(&pod, Join::As(3), quiet()).unwrap();
-        assert_eq!(k.shared.life, 1);
+        assert_eq!(k.shared.life, 2);
         let k_applied = k.shared.replica.applied.load(Ordering::SeqCst);
-        // The claimer resumes.
-        let late = host_table::count_join(&pod, 3, before, host_table::own_start());
-        assert_eq!(late, None, "its count is from a count that moved on");
+        // The claimer's notes again, now over the next life's row.
+        assert!(!host_table::note_holder(
+            &pod,
+            3,
+            late,
+            host_table::own_start()
+        ));
         assert!(k.shared.row_is_mine(), "k's row is still k's");
+        assert_eq!(
+            host_table::process_gone(&pod, 3, std::process::id()),
+            Some(false)
+        );
         let mut refused = None;
         for i in 0..300u32 {
             let key = i.to_le_bytes();
@@ -735,6 +753,28 @@ mod tests {
             matches!(refused, Some(Error::LogFull { .. })),
             "k holds the head: {refused:?}"
         );
+    }
+
+    /// Two hosts of one process: a claim of one, paused before its notes and recovered,
+    /// must not free the row the other has joined with since (a row freed by pid alone
+    /// was the other's; a review's finding).
+    #[test]
+    fn a_failed_claim_leaves_a_row_another_host_of_the_process_holds_alone() {
+        let pod = Arc::new(Pod::create(&small_config(), Backing::heap()).unwrap());
+        let quiet = || HostOptions::new().pump_interval(None);
+        let late = host_table::try_claim(&pod, 3).unwrap();
+        host_table::condemn(&pod, 3, late);
+        assert!(host_table::release_dead(&pod, 3, std::process::id(), late));
+        let b = Host::join(&pod, Join::As(3), quiet()).unwrap();
+        // The paused claim resumes: its notes fail, it gives the row up.
+        assert!(!host_table::note_holder(
+            &pod,
+            3,
+            late,
+            host_table::own_start()
+        ));
+        host_table::release(&pod, 3, late);
+        assert!(b.shared.row_is_mine(), "b's row is still b's");
     }
 
     /// Hosts join, one after another, while another host's creates make the log recycle
@@ -818,42 +858,49 @@ mod tests {
         assert!(joined.is_ok(), "a live joiner failed: {:?}", joined.err());
     }
 
-    /// A joiner paused past its lease between its claim and its count (its row names no
+    /// A joiner paused past its lease between its claim and its notes (its row names no
     /// machine yet, so only the lease tells): a host waiting for room in the log takes
-    /// it for dead and releases the row's `ltail` (the previous life's count's). When it
-    /// resumes, it counts the id's next life and holds the head for that life: a closer
-    /// does not pass it. (Before layout version 9 the joiner stored its `ltail` before its
-    /// count, the release undid it, and the joiner replayed from 0 with nothing holding
-    /// the head there: "a writer lapped a reader".)
+    /// it for dead. When it resumes, it gives its row up; its next claim holds the head
+    /// for its own life. (Before layout version 9 the joiner stored its `ltail` before its
+    /// count, the recoverer's release undid it, and the joiner replayed from 0 with
+    /// nothing holding the head there: "a writer lapped a reader".)
     #[test]
-    fn a_joiner_taken_for_dead_before_its_count_holds_the_head_for_the_life_it_counts() {
+    fn a_joiner_taken_for_dead_before_its_notes_gives_its_row_up() {
         use crate::log::Log;
         let config = small_config().join_area_bytes(0);
         let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
         let a = Host::join(&pod, Join::As(0), HostOptions::new().pump_interval(None)).unwrap();
         a.create(b"first", &value(1)).unwrap();
-        // `claim_id` up to its count, then paused.
-        host_table::try_claim(&pod, 3).unwrap();
-        assert_eq!(
-            Log::ltail_of(&pod, 3, 0),
-            Some(0),
-            "the fresh row holds the head"
-        );
-        // a's appender, waiting for room, fills dead hosts' reservations (`unblock_log`).
+        // `claim_id`: its claim (life 1), then paused before its notes and its hold: it
+        // names no machine, so only its lease tells, and it holds nothing yet.
+        let life = host_table::try_claim(&pod, 3).unwrap();
+        assert_eq!(Log::ltail_of(&pod, 3, life), None, "holds nothing");
+        // a's appender, waiting for room, looks at dead hosts (`unblock_log`): it
+        // condemns the joiner.
         a.shared.unblock_log();
         std::thread::sleep(Duration::from_millis(300));
         a.shared.unblock_log();
-        assert_eq!(Log::ltail_of(&pod, 3, 0), None, "released");
-        // It resumes: counts life 1, holds the head for it.
-        let life = host_table::count_join(&pod, 3, 0, host_table::own_start()).unwrap();
-        assert_eq!(life, 1);
-        let held = Log::new(&pod).hold_head(&pod, 3, life, false, Duration::ZERO);
+        assert!(host_table::condemned(&pod, 3, life));
+        // It resumes: its notes fail (its life condemned), it gives its row up.
+        assert!(!host_table::note_holder(
+            &pod,
+            3,
+            life,
+            host_table::own_start()
+        ));
+        host_table::release(&pod, 3, life);
+        assert_eq!(host_table::holder(&pod, 3), None);
+        // Had it held the head before it was condemned, its hold would have been released
+        // (its recovery releases its life's `ltail`) and its own hold would fail.
+        let again = host_table::claim_and_count(&pod, 3).unwrap();
+        assert_eq!(again, 2);
+        let held = Log::new(&pod).hold_head(&pod, 3, again, false, Duration::ZERO);
         assert!(matches!(held, Ok(0)), "an early join: {held:?}");
         a.replay().unwrap();
         Log::new(&pod).advance_head(&pod, &crate::chaos::Chaos::none());
         assert_eq!(Log::head(&pod), 0, "held at the joiner's 0");
         // It dies before its join is done (its row freed here): the log goes on.
-        host_table::release(&pod, 3, life);
+        host_table::release(&pod, 3, again);
         for i in 0..300u32 {
             a.create(&i.to_le_bytes(), &value(2)).unwrap();
             a.delete(&i.to_le_bytes()).unwrap();
@@ -936,7 +983,7 @@ mod tests {
                     // Taken for dead and recovered.
                     host_table::condemn(&pod, id, life);
                     crate::log::Log::release_ltail(&pod, id, life);
-                    assert!(host_table::release_dead(&pod, id, std::process::id()));
+                    assert!(host_table::release_dead(&pod, id, std::process::id(), life));
                     let mb = mailbox(&pod);
                     wait_for("the joiner finds it gone", || {
                         mb.server.load(Ordering::SeqCst) == 0

@@ -506,38 +506,34 @@ fn claim_id(pod: &Pod, which: Join, limit: std::time::Duration) -> Result<(HostI
     Ok((id, life, from > 0))
 }
 
-/// Claims a row as `which` says and counts the claim as the id's next life
-/// (`host_table::count_join`, from the count read before the claim). A count that fails
-/// (another process's count or note of its holder came between: a claimer of an earlier
-/// turn of the row, paused past its lease, or a whole other claim and leave between our
-/// look at the count and our claim) gives the row up and claims again, a few times.
+/// Claims a row as `which` says, counted as the id's next life by the same CAS, and
+/// notes who holds it (`host_table::note_holder`). A note that fails (a claimer of an
+/// earlier turn of the row, paused past its lease, noted itself in it; or this claimer is
+/// that paused one, its row recovered) gives the row up and claims again, a few times.
 fn claim_and_count(pod: &Pod, which: Join, max_hosts: u32) -> Result<(HostId, u64)> {
     const TRIES: u32 = 8;
     let started = host_table::own_start();
-    let claim = |host: HostId| {
-        let before = host_table::joins(pod, host);
-        host_table::try_claim(pod, host).map(|()| before)
-    };
     let mut tries = 0;
     loop {
-        let (id, before) = match which {
-            Join::As(host) => claim(host)
-                .map(|before| (host, before))
+        let (id, life) = match which {
+            Join::As(host) => host_table::try_claim(pod, host)
+                .map(|life| (host, life))
                 .map_err(|holder_pid| Error::HostTaken { host, holder_pid }),
             Join::AnyFree => (0..max_hosts)
-                .find_map(|host| claim(host).ok().map(|before| (host, before)))
+                .find_map(|host| {
+                    host_table::try_claim(pod, host)
+                        .ok()
+                        .map(|life| (host, life))
+                })
                 .ok_or(Error::HostTableFull { max_hosts }),
         }?;
-        if let Some(life) = host_table::count_join(pod, id, before, started) {
+        if host_table::note_holder(pod, id, life, started) {
             return Ok((id, life));
         }
-        host_table::release_claim(pod, id);
+        host_table::release(pod, id, life);
         tries += 1;
         if tries == TRIES {
-            return Err(Error::HostDeclaredDead {
-                host: id,
-                life: before + 1,
-            });
+            return Err(Error::HostDeclaredDead { host: id, life });
         }
     }
 }
