@@ -41,8 +41,9 @@ pub struct HostInfo {
     pub pid: u32,
     /// The holder's heartbeat count (it carries over from the id's previous holders).
     pub heartbeat: u64,
-    /// How many times this id has been joined since the pod was created (counted just
-    /// after the claim, so a reader racing a join may see the previous count).
+    /// How many times this id's row has been claimed since the pod was created: the
+    /// holder's life (counted by the claim itself; a join that gives up after its claim,
+    /// or joins again, counts too).
     pub joins: u64,
     /// Whether the holder runs on the machine of the caller (its liveness is then its
     /// process's; otherwise its lease's).
@@ -246,7 +247,7 @@ pub(crate) fn release_dead(pod: &Pod, host: HostId, pid: u32, life: u64) -> bool
 /// dead. A row that says nothing of its holder is judged by its lease, whose watch starts
 /// again for a new pid.
 fn forget_holder(row: &HostEntry<'_>) {
-    // Its reservation words too: the next holder's count does not touch them (a late
+    // Its reservation words too: the next holder's claim does not touch them (a late
     // store of an earlier claimer's would clear a reservation its next holder announced).
     let reserved = row.reserved_to.load(Ordering::SeqCst);
     let _ = row

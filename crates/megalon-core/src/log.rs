@@ -361,9 +361,9 @@ impl Log {
             if h > 0 {
                 chaos.point(Point::HeadLookBetweenRows);
             }
-            // A row's `ltail` counts when it is the life the row counts now (a claim not
-            // counted yet: the previous life's, which held the head until its row was
-            // freed), and holds the head.
+            // A row's `ltail` counts when it is the life that holds the row now (a word
+            // left by an earlier life is that life's, whose row was freed), and holds the
+            // head.
             let Some((_, life)) = host_table::holder(pod, h) else {
                 continue;
             };

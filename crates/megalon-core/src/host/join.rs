@@ -839,8 +839,11 @@ mod tests {
         let helper = {
             let (pod, laggard) = (Arc::clone(&pod), Arc::clone(&laggard));
             std::thread::spawn(move || {
-                wait_for("the new life counted", || {
+                // Once it has noted who holds the row (a note made later would undo the
+                // pretence).
+                wait_for("the new life noted", || {
                     host_table::holder(&pod, id).is_some_and(|(_, life)| life == 2)
+                        && host_table::process_gone(&pod, id, std::process::id()).is_some()
                 });
                 // The joiner runs on another machine.
                 host_table::pretend_elsewhere(&pod, id);
@@ -881,14 +884,22 @@ mod tests {
         std::thread::sleep(Duration::from_millis(300));
         a.shared.unblock_log();
         assert!(host_table::condemned(&pod, 3, life));
-        // It resumes: its notes fail (its life condemned), it gives its row up.
-        assert!(!host_table::note_holder(
-            &pod,
-            3,
-            life,
-            host_table::own_start()
-        ));
-        host_table::release(&pod, 3, life);
+        // It resumes: its notes fail (its life condemned), and it leaves its row to the
+        // recovery that has begun (a claimer that freed it would let the id's next life
+        // claim it under that recovery's later steps).
+        let noted = host_table::note_holder(&pod, 3, life, host_table::own_start());
+        assert!(!noted);
+        let gave_up = crate::host::give_up_row(&pod, 3, life);
+        assert!(
+            matches!(gave_up, Err(Error::HostDeclaredDead { host: 3, .. })),
+            "{gave_up:?}"
+        );
+        assert!(
+            host_table::holder(&pod, 3).is_some(),
+            "left to its recovery"
+        );
+        // The recovery frees it.
+        a.shared.watch_hosts();
         assert_eq!(host_table::holder(&pod, 3), None);
         // Had it held the head before it was condemned, its hold would have been released
         // (its recovery releases its life's `ltail`) and its own hold would fail.

@@ -149,7 +149,7 @@ impl Host {
                 // new session that no late step of that server's (its pin of this life's
                 // `ltail`, its mailbox words) can touch.
                 Ok(false) => {
-                    host_table::release(pod, id, life);
+                    give_up_row(pod, id, life)?;
                     let waited = started.elapsed();
                     if waited >= options.wait_limit {
                         return Err(Error::JoinNotServed {
@@ -159,7 +159,7 @@ impl Host {
                     }
                 }
                 Err(error) => {
-                    host_table::release(pod, id, life);
+                    give_up_row(pod, id, life)?;
                     return Err(error);
                 }
             }
@@ -499,11 +499,24 @@ fn claim_id(pod: &Pod, which: Join, limit: std::time::Duration) -> Result<(HostI
     let from = match Log::new(pod).hold_head(pod, id, life, can_join_late, limit) {
         Ok(from) => from,
         Err(error) => {
-            host_table::release(pod, id, life);
+            give_up_row(pod, id, life)?;
             return Err(error);
         }
     };
     Ok((id, life, from > 0))
+}
+
+/// A joiner gives up its row (life `life` of `id`), as `Drop` does: unless its life has
+/// been condemned. Then its recovery has begun and must find the row as the joiner left
+/// it (a row freed and claimed again meanwhile would be the next life's, and the rest of
+/// the recovery, its `HostDead` above all, would act on that life):
+/// `Err(HostDeclaredDead)`, and the row is left to the recovery.
+pub(crate) fn give_up_row(pod: &Pod, id: HostId, life: u64) -> Result<()> {
+    if host_table::condemned(pod, id, life) {
+        return Err(Error::HostDeclaredDead { host: id, life });
+    }
+    host_table::release(pod, id, life);
+    Ok(())
 }
 
 /// Claims a row as `which` says, counted as the id's next life by the same CAS, and
@@ -530,7 +543,7 @@ fn claim_and_count(pod: &Pod, which: Join, max_hosts: u32) -> Result<(HostId, u6
         if host_table::note_holder(pod, id, life, started) {
             return Ok((id, life));
         }
-        host_table::release(pod, id, life);
+        give_up_row(pod, id, life)?;
         tries += 1;
         if tries == TRIES {
             return Err(Error::HostDeclaredDead { host: id, life });
