@@ -124,7 +124,7 @@ impl Pod {
                     pid: pid_of(word),
                     heartbeat: row.heartbeat.load(Ordering::Relaxed),
                     joins: life_of(word),
-                    same_machine: row.machine.load(Ordering::Relaxed) == this_machine(),
+                    same_machine: on_this_machine(row.machine.load(Ordering::Relaxed)),
                 })
             })
             .collect()
@@ -140,7 +140,7 @@ impl Pod {
         let mut live = Vec::new();
         let mut elsewhere = Vec::new();
         for row in rows {
-            match process_gone(self, row.host, row.pid) {
+            match process_gone(self, row.host, row.pid, row.joins) {
                 Some(false) => live.push(row.host),
                 Some(true) => {}
                 None => elsewhere.push(row),
@@ -170,27 +170,70 @@ pub(crate) fn heartbeat(pod: &Pod, host: HostId) -> u64 {
     entry(pod, host).heartbeat.fetch_add(1, Ordering::Relaxed) + 1
 }
 
+/// Bits of a note (`machine`, `started`) that name the life that wrote it (the low bits
+/// of its life): a note of another life than the holder's says nothing of the holder.
+const NOTE_LIFE_MASK: u64 = (1 << 24) - 1;
+/// Bits of `started` that hold the start time (clock ticks after boot: 2^40 of them are
+/// 348 years at 100 a second).
+const START_MASK: u64 = (1 << 40) - 1;
+
+/// What `machine` says for life `life` of a holder on this machine: the machine's hash
+/// (its high 40 bits, never all 0) and the life.
+fn machine_note(life: u64) -> u64 {
+    (this_machine() & !NOTE_LIFE_MASK) | 1 << 63 | (life & NOTE_LIFE_MASK)
+}
+
+/// Whether a `machine` note says this machine (of whichever life).
+fn on_this_machine(note: u64) -> bool {
+    note & !NOTE_LIFE_MASK == machine_note(0)
+}
+
+/// What `started` says for life `life` of a holder that started at `started`.
+fn started_note(started: u64, life: u64) -> u64 {
+    (started & START_MASK) | (life & NOTE_LIFE_MASK) << 40
+}
+
+/// Whether a note of the life it names (its low bits `tag`) may be replaced by one of life
+/// `life`: a note of an earlier life (a holder of an earlier turn of the row, paused past
+/// its lease, that noted itself late), or none. A note of a later life is never replaced
+/// by an earlier one's.
+fn replaceable(note: u64, tag: u64, life: u64) -> bool {
+    let behind = life.wrapping_sub(tag) & NOTE_LIFE_MASK;
+    note == 0 || (behind != 0 && behind < 1 << 23)
+}
+
 /// Notes who holds `host`, just claimed by life `life` of this process: this machine and
-/// this process (`started`, its start time, read before the claim). Each note is a CAS
-/// from the 0 a freed row has: `false` when one was taken by another (a claimer of an
-/// earlier turn of the row, paused past its lease between its claim and its notes, whose
-/// row was recovered and freed meanwhile), or when the row is no longer this life's (this
-/// claimer is that paused one: its notes are taken back). Then the caller gives the row
-/// up (if it is still its) and claims again.
+/// this process (`started`, its start time, read before the claim), each note naming the
+/// life. Each is a CAS from what the word held, which must be empty or an earlier life's:
+/// a claimer of an earlier turn of the row, paused past its lease between its claim and
+/// its notes (its row recovered and freed meanwhile), that resumes, notes nothing over
+/// this life's, and a note of its that lands first says nothing of this life (a watcher
+/// reads a note only when it names the holder's life). Then it checks that the row is
+/// still this life's and not condemned; else (this claimer is that paused one) it takes
+/// its notes back, and `false`: the caller gives the row up.
 pub(crate) fn note_holder(pod: &Pod, host: HostId, life: u64, started: u64) -> bool {
     let row = entry(pod, host);
-    let cas = |word: &AtomicU64, from: u64, to: u64| {
-        word.compare_exchange(from, to, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
+    let note = |word: &AtomicU64, tag_of: fn(u64) -> u64, ours: u64| {
+        let mut seen = word.load(Ordering::SeqCst);
+        while replaceable(seen, tag_of(seen), life) {
+            match word.compare_exchange(seen, ours, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return true,
+                Err(now) => seen = now,
+            }
+        }
+        seen == ours
     };
-    // SeqCst: a host that sees the claim and then the row's machine and start time sees
-    // this holder's or none (0: judged by its lease), never the previous one's.
-    let machine = this_machine();
-    let noted = cas(row.machine, 0, machine) && cas(row.started, 0, started);
+    // SeqCst: a host that sees the claim and then the row's notes sees this holder's, or
+    // ones that do not name its life (judged by its lease).
+    let machine = machine_note(life);
+    let started = started_note(started, life);
+    let noted = note(row.machine, |note| note & NOTE_LIFE_MASK, machine)
+        && note(row.started, |note| note >> 40, started);
     let ours = holder(pod, host) == Some((std::process::id(), life)) && !condemned(pod, host, life);
-    if noted && !ours {
-        cas(row.started, started, 0);
-        cas(row.machine, machine, 0);
+    if !ours {
+        for (word, note) in [(row.started, started), (row.machine, machine)] {
+            let _ = word.compare_exchange(note, 0, Ordering::SeqCst, Ordering::SeqCst);
+        }
     }
     noted && ours
 }
@@ -329,13 +372,18 @@ pub(crate) fn reservation(pod: &Pod, host: HostId) -> std::ops::Range<u64> {
 /// runs on this machine and its process has exited (or its pid now names another
 /// process). `None`: it runs elsewhere (or has not said where yet), so only its lease
 /// can tell.
-pub(crate) fn process_gone(pod: &Pod, host: HostId, pid: u32) -> Option<bool> {
+pub(crate) fn process_gone(pod: &Pod, host: HostId, pid: u32, life: u64) -> Option<bool> {
     let row = entry(pod, host);
-    if row.machine.load(Ordering::SeqCst) != this_machine() {
+    // Notes of life `life` only: another life's (a claimer of an earlier turn of the row
+    // that noted itself late) say nothing of this holder.
+    if row.machine.load(Ordering::SeqCst) != machine_note(life) {
         return None;
     }
     let started = row.started.load(Ordering::SeqCst);
-    Some(!process_alive(pid, started))
+    if started >> 40 != life & NOTE_LIFE_MASK {
+        return None;
+    }
+    Some(!process_alive(pid, started & START_MASK))
 }
 
 /// Whether `host`'s holder lives, as far as this machine can tell at once: `Some` for a
@@ -346,7 +394,7 @@ pub(crate) fn alive(pod: &Pod, host: HostId) -> Option<bool> {
     }
     match holder(pod, host) {
         None => Some(false),
-        Some((pid, _)) => process_gone(pod, host, pid).map(|gone| !gone),
+        Some((pid, life)) => process_gone(pod, host, pid, life).map(|gone| !gone),
     }
 }
 
@@ -379,9 +427,12 @@ pub(crate) fn heartbeat_count(pod: &Pod, host: HostId) -> u64 {
 /// lease tells whether it lives: how a test makes a host of this process look like one
 /// that died elsewhere.
 pub(crate) fn pretend_elsewhere(pod: &Pod, host: HostId) {
-    entry(pod, host)
-        .machine
-        .store(!this_machine(), Ordering::SeqCst);
+    let Some((_, life)) = holder(pod, host) else {
+        return;
+    };
+    // Another machine's note of the holder's life (a later life's notes replace it).
+    let elsewhere = (machine_note(life) ^ 1 << 62) & !NOTE_LIFE_MASK | (life & NOTE_LIFE_MASK);
+    entry(pod, host).machine.store(elsewhere, Ordering::SeqCst);
 }
 
 /// This machine, as a number: a hash of the kernel's boot id (a new one at every boot),
@@ -430,5 +481,46 @@ fn process_alive(pid: u32, started: u64) -> bool {
         // A reused pid names a process that started later.
         Some((_, now)) => started == 0 || now == started,
         None => true,
+    }
+}
+
+#[cfg(all(test, not(megalon_loom)))]
+mod tests {
+    use super::*;
+    use crate::{Backing, PodConfig};
+
+    /// A claimer of an earlier turn of a row (life 1), paused past its lease between its
+    /// claim and its notes, its row recovered and claimed again (life 2, not noted yet),
+    /// notes itself late: a watcher of this machine must not judge life 2 by life 1's
+    /// start time (it took the live holder for gone), and life 2's notes replace life 1's,
+    /// never the other way round.
+    #[test]
+    fn a_note_of_an_earlier_life_says_nothing_of_the_holder() {
+        let config = PodConfig::new()
+            .scr_bytes(64 << 10)
+            .lnr_bytes(1 << 20)
+            .max_hosts(4);
+        let pod = Pod::create(&config, Backing::heap()).unwrap();
+        let pid = std::process::id();
+        let first = try_claim(&pod, 3).unwrap();
+        condemn(&pod, 3, first);
+        assert!(release_dead(&pod, 3, pid, first));
+        let second = try_claim(&pod, 3).unwrap();
+        assert_eq!((first, second), (1, 2));
+        // The first claimer's notes land (a start time no process of this pid has).
+        let row = entry(&pod, 3);
+        row.machine.store(machine_note(first), Ordering::SeqCst);
+        row.started.store(started_note(1, first), Ordering::SeqCst);
+        assert_eq!(
+            process_gone(&pod, 3, pid, second),
+            None,
+            "judged by its lease"
+        );
+        assert_eq!(alive(&pod, 3), None);
+        // The second life notes itself over them; the first's notes, again, change nothing.
+        assert!(note_holder(&pod, 3, second, own_start()));
+        assert!(!note_holder(&pod, 3, first, 1));
+        assert_eq!(process_gone(&pod, 3, pid, second), Some(false));
+        assert_eq!(alive(&pod, 3), Some(true));
     }
 }

@@ -75,7 +75,8 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"MEGALON\0");
 /// the claims of host-table rows in the `head` word's top 12 bits, its position in the
 /// other 52; each `ltail` word names the life that stored it in its top 12 bits; a
 /// host-table row's `holder` word holds the pid and the life (the count of joins, whose
-/// own word is unused); the join mailbox's position word is unused (the stream starts
+/// own word is unused), and its `machine` and `started` notes name the life in their low
+/// and high 24 bits; the join mailbox's position word is unused (the stream starts
 /// with a header: the joiner's session, the snapshot's position, a checksum).
 pub const LAYOUT_VERSION: u32 = 9;
 /// Bytes of the encoded header.

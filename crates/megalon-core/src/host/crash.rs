@@ -549,7 +549,7 @@ impl Shared {
                 watch.seen.remove(&host);
                 continue;
             };
-            let gone = match host_table::process_gone(&self.pod, host, pid) {
+            let gone = match host_table::process_gone(&self.pod, host, pid, joins) {
                 Some(gone) => gone,
                 None => {
                     let beat = host_table::heartbeat_count(&self.pod, host);

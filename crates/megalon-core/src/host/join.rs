@@ -733,7 +733,7 @@ mod tests {
         ));
         assert!(k.shared.row_is_mine(), "k's row is still k's");
         assert_eq!(
-            host_table::process_gone(&pod, 3, std::process::id()),
+            host_table::process_gone(&pod, 3, std::process::id(), 2),
             Some(false)
         );
         let mut refused = None;
@@ -843,7 +843,7 @@ mod tests {
                 // pretence).
                 wait_for("the new life noted", || {
                     host_table::holder(&pod, id).is_some_and(|(_, life)| life == 2)
-                        && host_table::process_gone(&pod, id, std::process::id()).is_some()
+                        && host_table::process_gone(&pod, id, std::process::id(), 2).is_some()
                 });
                 // The joiner runs on another machine.
                 host_table::pretend_elsewhere(&pod, id);
