@@ -2,10 +2,9 @@
 //! holder's process id, 0 when free, and how many times the id has been joined: the
 //! holder's life; set by the one CAS that claims the id and counts the claim, so a
 //! reader never sees a claimed entry without its pid and life), a heartbeat the holder
-//! bumps (its lease), the holder's machine and process start time (each note naming the
-//! life that wrote it)
-//! (so that a host on the same machine can tell at once that the holder's process is
-//! gone), the holder's log reservation (the positions it reserved and has not yet
+//! bumps (its lease), the holder's machine and process start time (so that a host on the
+//! same machine can tell at once that the holder's process is gone; each note names the
+//! life that wrote it), the holder's log reservation (the positions it reserved and has not yet
 //! published, so that a host recovering a dead holder can fill them), and the last life
 //! of the id a recoverer condemned (set before recovery changes anything of the dead
 //! holder's, so that a holder only paused past its lease learns it at its next check,
