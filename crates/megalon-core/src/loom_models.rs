@@ -372,6 +372,16 @@ fn loom_a_join_racing_the_first_recycle_replays_from_0_or_is_refused() {
     });
 }
 
+/// Host 1 joined (early, its first life) and has applied up to 5.
+fn host_1_joined_at_5(pod: &Pod, log: &crate::log::Log) {
+    assert_eq!(crate::host_table::try_claim(pod, 1), Ok(1));
+    assert!(matches!(
+        log.hold_head(pod, 1, 1, false, Duration::ZERO),
+        Ok(0)
+    ));
+    crate::log::Log::store_ltail(pod, 1, 1, 5);
+}
+
 /// A closer (`Log::advance_head`) looks at the rows while a host joins early (the head at
 /// 0): the joiner claims row 0 and holds the head, then replays on, and another closer
 /// moves the head to it. The first closer, whose look at row 0 may have come before the
@@ -383,13 +393,7 @@ fn loom_a_closer_that_looked_before_an_early_join_does_not_pass_the_joiner() {
     loom::model(|| {
         let pod = pod();
         let log = Log::new(&pod);
-        // Host 1 joined and applied up to 5.
-        assert_eq!(host_table::try_claim(&pod, 1), Ok(1));
-        assert!(matches!(
-            log.hold_head(&pod, 1, 1, false, Duration::ZERO),
-            Ok(0)
-        ));
-        Log::store_ltail(&pod, 1, 1, 5);
+        host_1_joined_at_5(&pod, &log);
         let closer = {
             let pod = Arc::clone(&pod);
             loom::thread::spawn(move || {
@@ -433,12 +437,7 @@ fn loom_a_closer_that_looked_before_a_late_join_does_not_pass_its_pin() {
     loom::model(|| {
         let pod = pod();
         let log = Log::new(&pod);
-        assert_eq!(host_table::try_claim(&pod, 1), Ok(1));
-        assert!(matches!(
-            log.hold_head(&pod, 1, 1, false, Duration::ZERO),
-            Ok(0)
-        ));
-        Log::store_ltail(&pod, 1, 1, 5);
+        host_1_joined_at_5(&pod, &log);
         // The head leaves 0.
         log.advance_head(&pod, &Chaos::none());
         assert_eq!(Log::head(&pod), 5);

@@ -518,6 +518,13 @@ mod tests {
             .wait_limit(Duration::from_secs(2))
     }
 
+    /// A host without a pump (it replays and serves only when the test says so).
+    fn unpumped(wait_limit: Duration) -> HostOptions {
+        HostOptions::new()
+            .pump_interval(None)
+            .wait_limit(wait_limit)
+    }
+
     #[track_caller]
     fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -541,9 +548,7 @@ mod tests {
         z.inspect().pretend_elsewhere();
         host_table::condemn(&pod, id, life);
         wait_for("a recovers z", || host_table::holder(&pod, id).is_none());
-        let lagging = HostOptions::new()
-            .pump_interval(None)
-            .wait_limit(Duration::from_secs(2));
+        let lagging = unpumped(Duration::from_secs(2));
         let k = Host::join(&pod, Join::As(id), lagging).unwrap();
         let k_applied = k.shared.replica.applied.load(Ordering::SeqCst);
         let mut refused = None;
@@ -573,11 +578,7 @@ mod tests {
     #[test]
     fn a_server_declared_dead_leaves_the_next_servers_mailbox_words() {
         let pod = Arc::new(Pod::create(&small_config(), Backing::heap()).unwrap());
-        let options = || {
-            HostOptions::new()
-                .pump_interval(None)
-                .wait_limit(Duration::from_secs(3))
-        };
+        let options = || unpumped(Duration::from_secs(3));
         let s1 = Host::join(&pod, Join::AnyFree, options()).unwrap();
         let s2 = Host::join(&pod, Join::AnyFree, options()).unwrap();
         for i in 0..20 {
@@ -702,11 +703,7 @@ mod tests {
     fn a_claimer_resuming_its_notes_after_its_recovery_changes_nothing() {
         use crate::log::Log;
         let pod = Arc::new(Pod::create(&small_config(), Backing::heap()).unwrap());
-        let quiet = || {
-            HostOptions::new()
-                .pump_interval(None)
-                .wait_limit(Duration::from_millis(200))
-        };
+        let quiet = || unpumped(Duration::from_millis(200));
         let a = Host::join(&pod, Join::As(0), quiet()).unwrap();
         // The claimer: its claim (life 1), then paused; recovered.
         let late = host_table::try_claim(&pod, 3).unwrap();
@@ -953,11 +950,7 @@ mod tests {
         use crate::chaos::{self, Point};
         use std::sync::atomic::AtomicBool;
         let pod = Arc::new(Pod::create(&small_config(), Backing::heap()).unwrap());
-        let options = || {
-            HostOptions::new()
-                .pump_interval(None)
-                .wait_limit(Duration::from_secs(3))
-        };
+        let options = || unpumped(Duration::from_secs(3));
         let s1 = Arc::new(Host::join(&pod, Join::As(0), options()).unwrap());
         let s2 = Arc::new(Host::join(&pod, Join::As(1), options()).unwrap());
         // The log recycles (a join is late), then s2 stops at p2 and s1 goes on to p1.

@@ -495,7 +495,7 @@ fn claim_id(pod: &Pod, which: Join, limit: std::time::Duration) -> Result<(HostI
     if Log::head(pod) > 0 && !can_join_late {
         return Err(Log::recycled(pod));
     }
-    let (id, life) = claim_and_count(pod, which, max_hosts)?;
+    let (id, life) = claim_row(pod, which, max_hosts)?;
     let from = match Log::new(pod).hold_head(pod, id, life, can_join_late, limit) {
         Ok(from) => from,
         Err(error) => {
@@ -523,7 +523,7 @@ pub(crate) fn give_up_row(pod: &Pod, id: HostId, life: u64) -> Result<()> {
 /// notes who holds it (`host_table::note_holder`). A note that fails (a claimer of an
 /// earlier turn of the row, paused past its lease, noted itself in it; or this claimer is
 /// that paused one, its row recovered) gives the row up and claims again, a few times.
-fn claim_and_count(pod: &Pod, which: Join, max_hosts: u32) -> Result<(HostId, u64)> {
+fn claim_row(pod: &Pod, which: Join, max_hosts: u32) -> Result<(HostId, u64)> {
     const TRIES: u32 = 8;
     let started = host_table::own_start();
     let mut tries = 0;
