@@ -269,7 +269,7 @@ pub(crate) fn release_dead(pod: &Pod, host: HostId, pid: u32, life: u64) -> bool
     if row.holder.load(Ordering::SeqCst) != held {
         return false;
     }
-    forget_holder(&row);
+    forget_holder(&row, life);
     // SeqCst (Release would do for the next holder, whose claiming CAS pairs with it):
     // `Log::advance_head` orders its loads of holders with its load of the `head` word.
     row.holder
@@ -282,28 +282,39 @@ pub(crate) fn release_dead(pod: &Pod, host: HostId, pid: u32, life: u64) -> bool
         .is_ok()
 }
 
-/// Clears the machine and start time of a row about to be freed (each by a CAS from what
-/// it says now, so that a holder that claimed the row meanwhile keeps its own). Between
-/// the next holder's claim and its `note_holder` the row would otherwise describe the
-/// previous holder: a host of that machine would take the new holder's pid for a process
-/// that started after the row's, or for one that is not there, and declare a joining host
-/// dead. A row that says nothing of its holder is judged by its lease, whose watch starts
-/// again for a new pid.
-fn forget_holder(row: &HostEntry<'_>) {
-    // Its reservation words too: the next holder's claim does not touch them (a late
-    // store of an earlier claimer's would clear a reservation its next holder announced).
+/// Clears the machine, start time and reservation of a row that life `life` holds and is
+/// about to free: each word by a CAS from what it says now, and only if it names that life,
+/// so that neither a holder that claimed the row meanwhile nor a second freer of the same
+/// life paused here (one that checked the row before the first freed it) clears the next
+/// life's. Between the next holder's claim and its `note_holder` the row would otherwise
+/// describe the previous holder: a host of that machine would take the new holder's pid
+/// for a process that started after the row's, or for one that is not there, and declare a
+/// joining host dead. A row that says nothing of its holder is judged by its lease, whose
+/// watch starts again for a new pid.
+fn forget_holder(row: &HostEntry<'_>, life: u64) {
+    // Its reservation too: the next holder's claim does not touch it.
     let reserved = row.reserved_to.load(Ordering::SeqCst);
-    let _ = row
-        .reserved_to
-        .compare_exchange(reserved, 0, Ordering::SeqCst, Ordering::SeqCst);
+    if names_life(reserved, life) {
+        let _ = row.reserved_to.compare_exchange(
+            reserved,
+            reservation_word(0, life),
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+    }
+    let tag = life & NOTE_LIFE_MASK;
     let started = row.started.load(Ordering::SeqCst);
-    let _ = row
-        .started
-        .compare_exchange(started, 0, Ordering::SeqCst, Ordering::SeqCst);
+    if started >> 40 == tag {
+        let _ = row
+            .started
+            .compare_exchange(started, 0, Ordering::SeqCst, Ordering::SeqCst);
+    }
     let machine = row.machine.load(Ordering::SeqCst);
-    let _ = row
-        .machine
-        .compare_exchange(machine, 0, Ordering::SeqCst, Ordering::SeqCst);
+    if machine & NOTE_LIFE_MASK == tag {
+        let _ = row
+            .machine
+            .compare_exchange(machine, 0, Ordering::SeqCst, Ordering::SeqCst);
+    }
 }
 
 /// Condemns life `life` of `host` (and every earlier one): a recoverer does it before it
@@ -329,43 +340,116 @@ pub(crate) fn holder(pod: &Pod, host: HostId) -> Option<(u32, u64)> {
     (pid_of(word) != FREE).then(|| (pid_of(word), life_of(word)))
 }
 
-/// Announces that `host` is about to reserve log positions `from..to` (before its CAS on
-/// `tail`), or (`to` = 0) that it holds no reservation: what it reserved is published.
-/// The words are cleared before they are set, so a holder that dies between the stores
-/// leaves "nothing reserved", which is true: its CAS comes after.
-pub(crate) fn announce_reservation(pod: &Pod, host: HostId, from: u64, to: u64) {
-    let row = entry(pod, host);
-    // SeqCst: a recoverer that reads these words after the holder died reads the last
-    // ones stored before the holder's CAS on `tail` (which is SeqCst-ordered after them).
-    row.reserved_to.store(0, Ordering::SeqCst);
-    if to != 0 {
-        row.reserved_from.store(from, Ordering::SeqCst);
-        row.reserved_to.store(to, Ordering::SeqCst);
-    }
+/// A reservation word: a log position (below 2^52, as every position the log hands out)
+/// and, in the high 12 bits, the life of the id that stored it (as the log's `ltail`
+/// words), so that a store of one life never lands in another's.
+fn reservation_word(position: u64, life: u64) -> u64 {
+    debug_assert!(position < 1 << RESERVATION_LIFE_SHIFT);
+    position | (life & RESERVATION_LIFE_MASK) << RESERVATION_LIFE_SHIFT
 }
 
-/// Withdraws `host`'s announce of the positions below `to` (published, or never
+/// Where a reservation word keeps the life that stored it.
+const RESERVATION_LIFE_SHIFT: u32 = 52;
+const RESERVATION_LIFE_MASK: u64 = (1 << (64 - RESERVATION_LIFE_SHIFT)) - 1;
+
+/// Whether reservation word `word` was stored by life `life`.
+fn names_life(word: u64, life: u64) -> bool {
+    word >> RESERVATION_LIFE_SHIFT == life & RESERVATION_LIFE_MASK
+}
+
+/// The position a reservation word holds.
+fn position_of(word: u64) -> u64 {
+    word & ((1 << RESERVATION_LIFE_SHIFT) - 1)
+}
+
+/// Announces that life `life` of `host` is about to reserve log positions `from..to`
+/// (before its CAS on `tail`), so that if it dies before publishing them a recoverer can
+/// fill them. Each word changes by a CAS from what it held: over this life's word, or,
+/// while the row is this life's and not condemned, over another life's; so a host paused
+/// past its lease never announces over the reservation of its id's next life. `false`:
+/// the row is not that life's any more, or its recovery has begun; the caller must not
+/// reserve.
+pub(crate) fn announce_reservation(pod: &Pod, host: HostId, life: u64, from: u64, to: u64) -> bool {
+    let row = entry(pod, host);
+    let store = |word: &AtomicU64, position: u64| {
+        let ours = reservation_word(position, life);
+        let mut seen = word.load(Ordering::SeqCst);
+        loop {
+            // Over another life's word only while the row is this life's (checked right
+            // before the CAS: the lease's rule; over its own, the appender checked its row
+            // before it reserved).
+            let mine = || {
+                holder(pod, host).is_some_and(|(_, holder)| holder == life)
+                    && !condemned(pod, host, life)
+            };
+            if !names_life(seen, life) && !mine() {
+                return false;
+            }
+            // SeqCst: a recoverer that reads these words after the holder died reads the
+            // last ones stored before the holder's CAS on `tail` (which is SeqCst-ordered
+            // after them).
+            match word.compare_exchange(seen, ours, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return true,
+                Err(now) => seen = now,
+            }
+        }
+    };
+    // The end first, to nothing: a recoverer that reads the pair between the stores finds
+    // nothing announced, never one end of each.
+    store(row.reserved_to, 0) && store(row.reserved_from, from) && store(row.reserved_to, to)
+}
+
+/// Withdraws life `life`'s announce of the positions below `to` (published, or never
 /// reserved), by a CAS from `to`: a host paused past its lease whose row has been freed
 /// and joined again leaves the next holder's announce alone.
-pub(crate) fn withdraw_reservation(pod: &Pod, host: HostId, to: u64) {
+pub(crate) fn withdraw_reservation(pod: &Pod, host: HostId, life: u64, to: u64) {
     if to != 0 {
         let _ = entry(pod, host).reserved_to.compare_exchange(
-            to,
-            0,
+            reservation_word(to, life),
+            reservation_word(0, life),
             Ordering::SeqCst,
             Ordering::SeqCst,
         );
     }
 }
 
-/// The positions `host` announced it reserves (`from..to`; empty if none).
-pub(crate) fn reservation(pod: &Pod, host: HostId) -> std::ops::Range<u64> {
+/// The positions life `life` of `host` announced it reserves (`from..to`; empty if none,
+/// or if the row's words are another life's).
+pub(crate) fn reservation(pod: &Pod, host: HostId, life: u64) -> std::ops::Range<u64> {
     let row = entry(pod, host);
     let to = row.reserved_to.load(Ordering::SeqCst);
-    if to == 0 {
+    if !names_life(to, life) || position_of(to) == 0 {
         return 0..0;
     }
-    row.reserved_from.load(Ordering::SeqCst)..to
+    let from = row.reserved_from.load(Ordering::SeqCst);
+    if !names_life(from, life) {
+        return 0..0;
+    }
+    position_of(from)..position_of(to)
+}
+
+/// The positions the holder of `host`'s row announced it reserves (empty if the row is
+/// free).
+pub(crate) fn holders_reservation(pod: &Pod, host: HostId) -> std::ops::Range<u64> {
+    match holder(pod, host) {
+        Some((_, life)) => reservation(pod, host, life),
+        None => 0..0,
+    }
+}
+
+/// Life `life`'s reservation, cleared for good by its recoverer before it frees the row
+/// (by a CAS: a later life's is left alone).
+pub(crate) fn clear_reservation(pod: &Pod, host: HostId, life: u64) {
+    let word = entry(pod, host).reserved_to;
+    let seen = word.load(Ordering::SeqCst);
+    if names_life(seen, life) {
+        let _ = word.compare_exchange(
+            seen,
+            reservation_word(0, life),
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+    }
 }
 
 /// Whether the holder of `host`'s row (`pid`) is known to be gone, without a lease: it
@@ -522,5 +606,76 @@ mod tests {
         assert!(!note_holder(&pod, 3, first, 1));
         assert_eq!(process_gone(&pod, 3, pid, second), Some(false));
         assert_eq!(alive(&pod, 3), Some(true));
+    }
+
+    fn pod_of_four() -> Pod {
+        let config = PodConfig::new()
+            .scr_bytes(64 << 10)
+            .lnr_bytes(1 << 20)
+            .max_hosts(4);
+        Pod::create(&config, Backing::heap()).unwrap()
+    }
+
+    /// Row 3's first life announced a reservation and was freed; its second claimed the
+    /// row and announced one of its own.
+    fn second_life_reserving(pod: &Pod) -> (u64, u64) {
+        let first = try_claim(pod, 3).unwrap();
+        assert!(note_holder(pod, 3, first, own_start()));
+        assert!(announce_reservation(pod, 3, first, 5, 7));
+        assert_eq!(reservation(pod, 3, first), 5..7);
+        assert!(release_dead(pod, 3, std::process::id(), first));
+        assert_eq!(reservation(pod, 3, first), 0..0, "cleared with the row");
+        let second = try_claim(pod, 3).unwrap();
+        assert!(note_holder(pod, 3, second, own_start()));
+        assert!(announce_reservation(pod, 3, second, 10, 12));
+        (first, second)
+    }
+
+    /// Two freers of one life (a recoverer and the holder leaving, say): the second
+    /// checked the row before the first freed it, and resumes clearing the row's words
+    /// after the id's next life claimed the row, noted itself and announced a
+    /// reservation. That life's reservation and notes stay: had the reservation been
+    /// cleared, a recoverer of that life would never fill the positions it reserved (the
+    /// log stuck at its hole for good).
+    #[test]
+    fn a_late_freer_leaves_the_next_lifes_row_alone() {
+        let pod = pod_of_four();
+        let (first, second) = second_life_reserving(&pod);
+        forget_holder(&entry(&pod, 3), first);
+        assert_eq!(reservation(&pod, 3, second), 10..12);
+        assert_eq!(holders_reservation(&pod, 3), 10..12);
+        assert_eq!(
+            process_gone(&pod, 3, std::process::id(), second),
+            Some(false)
+        );
+        // Its own freer clears them.
+        forget_holder(&entry(&pod, 3), second);
+        assert_eq!(reservation(&pod, 3, second), 0..0);
+        assert_eq!(process_gone(&pod, 3, std::process::id(), second), None);
+    }
+
+    /// A holder paused past its lease between its row check and its announce (its row
+    /// recovered, freed and claimed again) announces nothing over the next life's
+    /// reservation, and is told not to reserve.
+    #[test]
+    fn a_late_announce_leaves_the_next_lifes_reservation_alone() {
+        let pod = pod_of_four();
+        let (first, second) = second_life_reserving(&pod);
+        assert!(!announce_reservation(&pod, 3, first, 20, 21));
+        assert_eq!(reservation(&pod, 3, second), 10..12);
+        assert_eq!(reservation(&pod, 3, first), 0..0);
+        // Nor does its withdraw of its old announce.
+        withdraw_reservation(&pod, 3, first, 7);
+        withdraw_reservation(&pod, 3, first, 12);
+        assert_eq!(reservation(&pod, 3, second), 10..12);
+        withdraw_reservation(&pod, 3, second, 12);
+        assert_eq!(reservation(&pod, 3, second), 0..0);
+        // A life whose recovery has begun announces nothing over another life's words.
+        condemn(&pod, 3, second);
+        assert!(release_dead(&pod, 3, std::process::id(), second));
+        let third = try_claim(&pod, 3).unwrap();
+        condemn(&pod, 3, third);
+        assert!(!announce_reservation(&pod, 3, third, 30, 31));
+        assert_eq!(reservation(&pod, 3, third), 0..0);
     }
 }

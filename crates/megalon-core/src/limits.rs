@@ -77,8 +77,10 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"MEGALON\0");
 /// host-table row's `holder` word holds the pid and the life (the count of joins, whose
 /// own word is unused), and its `machine` and `started` notes name the life in their low
 /// and high 24 bits; the join mailbox's position word is unused (the stream starts
-/// with a header: the joiner's session, the snapshot's position, a checksum).
-pub const LAYOUT_VERSION: u32 = 9;
+/// with a header: the joiner's session, the snapshot's position, a checksum); version 10
+/// names the life in a host-table row's reservation words (their top 12 bits, as
+/// `ltail`'s), where 9 held positions alone.
+pub const LAYOUT_VERSION: u32 = 10;
 /// Bytes of the encoded header.
 pub const HEADER_BYTES: usize = 128;
 

@@ -411,7 +411,7 @@ impl Log {
         count: u64,
         limit: Duration,
         chaos: &Chaos,
-        mut announce: impl FnMut(u64),
+        mut announce: impl FnMut(u64) -> Result<()>,
         mut help: impl FnMut() -> Result<()>,
     ) -> Result<u64> {
         assert!(
@@ -438,7 +438,7 @@ impl Log {
                 // A stale head only makes this check stricter: head never decreases.
                 // Relaxed would do for the reservation itself; AcqRel keeps the order of
                 // reservations and our later entry writes obvious.
-                announce(position);
+                announce(position)?;
                 chaos.point(Point::ReserveBeforeCas);
                 if tail
                     .compare_exchange_weak(
@@ -705,7 +705,7 @@ mod tests {
                 count,
                 Duration::ZERO,
                 &Chaos::none(),
-                |_| {},
+                |_| Ok(()),
                 || Ok(()),
             )
         };

@@ -516,22 +516,22 @@ fn open_a_layout_or_log_format_version_newer_than_this_build() {
 
 #[test]
 fn open_a_pod_of_the_previous_layout_version() {
-    // A pod made by a build of layout version 8 (with a log registration word, and a head
-    // word that is only a position): its header says 8, with a checksum that matches.
-    // This build refuses it by name.
+    // A pod made by a build of layout version 9 (whose host-table rows announce log
+    // reservations as positions alone, naming no life): its header says 9, with a
+    // checksum that matches. This build refuses it by name.
     let previous = LAYOUT_VERSION - 1;
-    assert_eq!(previous, 8);
+    assert_eq!(previous, 9);
     let (_dir, _path, error) = open_with_header_field(&small_config(), VERSION_AT, previous);
     assert!(
         matches!(
             error,
             Error::UnknownVersion {
-                found: 8,
+                found: 9,
                 supported: LAYOUT_VERSION,
                 ..
             }
         ),
-        "expected UnknownVersion of 8, got {error:?}"
+        "expected UnknownVersion of 9, got {error:?}"
     );
 }
 

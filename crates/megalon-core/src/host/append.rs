@@ -401,8 +401,20 @@ impl Shared {
             self.options.wait_limit,
             &self.chaos,
             |from| {
+                if !host_table::announce_reservation(
+                    &self.pod,
+                    self.id,
+                    self.life,
+                    from,
+                    from + count,
+                ) {
+                    return Err(Error::HostDeclaredDead {
+                        host: self.id,
+                        life: self.life,
+                    });
+                }
                 announced.set(from + count);
-                host_table::announce_reservation(&self.pod, self.id, from, from + count);
+                Ok(())
             },
             || {
                 // A host waiting for room beats: a joiner's pump does not run yet, and one
@@ -417,7 +429,7 @@ impl Shared {
         let start = match start {
             Ok(start) => start,
             Err(error) => {
-                host_table::withdraw_reservation(&self.pod, self.id, announced.get());
+                host_table::withdraw_reservation(&self.pod, self.id, self.life, announced.get());
                 return Err(error);
             }
         };
@@ -432,7 +444,7 @@ impl Shared {
             self.log.write(&self.memory, start + i as u64, entry);
         }
         // Published: nothing of ours for a recoverer to fill.
-        host_table::withdraw_reservation(&self.pod, self.id, start + count);
+        host_table::withdraw_reservation(&self.pod, self.id, self.life, start + count);
         drop(appending);
         self.counters
             .entries_appended

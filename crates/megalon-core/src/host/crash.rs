@@ -660,7 +660,7 @@ impl Shared {
         if !self.still_recovering(dead)? {
             return Ok(false);
         }
-        host_table::announce_reservation(&self.pod, dead.host, 0, 0);
+        host_table::clear_reservation(&self.pod, dead.host, dead.joins);
         if host_table::release_dead(&self.pod, dead.host, dead.pid, dead.joins) {
             self.counters
                 .hosts_recovered
@@ -673,7 +673,7 @@ impl Shared {
     /// entries. `Ok(false)`: a live host announces one of them too (it is that host's, or
     /// will be published): try again later.
     fn fill_reservation(&self, dead: &Dead) -> Result<bool> {
-        let reserved = host_table::reservation(&self.pod, dead.host);
+        let reserved = host_table::reservation(&self.pod, dead.host, dead.joins);
         if reserved.is_empty() {
             return Ok(true);
         }
@@ -686,7 +686,7 @@ impl Shared {
             }
             let live_claim = (0..self.pod.config().max_hosts).any(|host| {
                 dead.live(&self.pod, host)
-                    && host_table::reservation(&self.pod, host).contains(&position)
+                    && host_table::holders_reservation(&self.pod, host).contains(&position)
             });
             if live_claim {
                 return Ok(false);

@@ -232,13 +232,19 @@ impl Inspect<'_> {
     pub fn reserve_unpublished(&self, count: u64) -> Result<u64> {
         let shared = &self.host.shared;
         let pod = &shared.pod;
-        let id = shared.id;
+        let (id, life) = (shared.id, shared.life);
         shared.log.reserve(
             pod,
             count,
             shared.options.wait_limit,
             &shared.chaos,
-            |from| host_table::announce_reservation(pod, id, from, from + count),
+            |from| {
+                if host_table::announce_reservation(pod, id, life, from, from + count) {
+                    Ok(())
+                } else {
+                    Err(Error::HostDeclaredDead { host: id, life })
+                }
+            },
             || Ok(()),
         )
     }
