@@ -136,14 +136,14 @@ impl Host {
     pub fn join(pod: &Arc<Pod>, which: Join, options: impl Into<HostOptions>) -> Result<Host> {
         let options: HostOptions = options.into();
         let started = std::time::Instant::now();
-        let (shared, id, life) = loop {
+        let (shared, life) = loop {
             let (id, life, late) = claim_id(pod, which, options.wait_limit)?;
             let shared = Arc::new(Shared::new(pod, id, life, options.clone()));
             if !late {
-                break (shared, id, life);
+                break (shared, life);
             }
             match shared.join_late() {
-                Ok(true) => break (shared, id, life),
+                Ok(true) => break (shared, life),
                 // Its server died mid-stream, or a server declared dead (paused past its
                 // lease) wrote into its stream: it joins again as the id's next life, a
                 // new session that no late step of that server's (its pin of this life's
@@ -176,6 +176,7 @@ impl Host {
         #[cfg(not(megalon_loom))]
         if let Some(interval) = host.shared.options.pump_interval {
             let shared = Arc::clone(&host.shared);
+            let id = shared.id;
             let pump = std::thread::Builder::new()
                 .name(format!("megalon-pump-{id}"))
                 .spawn(move || shared.pump(interval))

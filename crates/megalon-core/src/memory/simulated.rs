@@ -52,8 +52,14 @@ fn line_transfer(pod: &Pod, line: u64) -> parking_lot::MutexGuard<'static, ()> {
     LINE_TRANSFERS[address / LINE % LINE_TRANSFERS.len()].lock()
 }
 
+/// What a loom model's transfer holds: nothing (see above).
 #[cfg(megalon_loom)]
-fn line_transfer(_pod: &Pod, _line: u64) {}
+struct NoStripe;
+
+#[cfg(megalon_loom)]
+fn line_transfer(_pod: &Pod, _line: u64) -> NoStripe {
+    NoStripe
+}
 
 /// How a simulated cache behaves.
 #[derive(Clone, Debug, PartialEq, Eq)]
