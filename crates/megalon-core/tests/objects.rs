@@ -544,3 +544,32 @@ fn read_many_prefix_copies_what_each_extent_asks_as_read_prefix_does() {
         );
     }
 }
+
+/// `read_end`'s check of the record (DESIGN section 8, step 4) on its own: a write that
+/// changes no stamp (a steady-state write appends no event) tears the reader's copy, and
+/// only the record's counter, odd now, says so. The reader starts, a writer on another host
+/// locks the object and writes its first line, which reaches memory (as an eviction may
+/// make it), and the reader copies from memory: the copy is torn, and `read_end` must
+/// refuse it.
+#[test]
+fn a_copy_torn_by_a_write_in_progress_is_refused_by_the_record() {
+    let (a, b) = two_hosts(&pod(32, 64 << 10), no_pump, 60);
+    written_k(&a);
+    let ticket = b.read_start(b"k").unwrap();
+    let write = a.write_start(b"k").unwrap();
+    write.write(0, &[0xee; 64]).unwrap();
+    a.memory().write_back(write.offset(), 64);
+    a.memory().fence();
+    let mut copy = vec![0u8; SLOT];
+    ticket.read(0, &mut copy).unwrap();
+    assert_eq!(&copy[..64], &[0xee; 64], "the copy is torn");
+    assert_eq!(&copy[64..], &value(1)[64..], "the copy is torn");
+    assert!(
+        !b.read_end(ticket).unwrap(),
+        "read_end accepted a torn copy"
+    );
+    a.write_end(write).unwrap();
+    let mut expected = value(1);
+    expected[..64].fill(0xee);
+    assert_eq!(read(&b, b"k"), expected);
+}
