@@ -76,6 +76,9 @@ pub enum Point {
     ReplayBeforeCtail,
     /// A move back, its slot image kept, before it writes the object into the slot.
     MoveBackBeforeCopy,
+    /// A move to this host's DRAM, its `MoveToHost` appended (or its append failed),
+    /// before the object's state says whether the move won.
+    MoveHereAfterAppend,
     /// A host asking another to move an object back, its request published in the owner's
     /// ring, while it waits for the answer (each time it serves its own ring).
     RpcAwaitingResponse,

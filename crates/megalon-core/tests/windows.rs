@@ -485,3 +485,89 @@ fn a_read_many_read_that_a_write_overlaps_starts_over_within_the_bound() {
         }
     }
 }
+
+/// Hosts 0 and 1 on a new pod with local partitions after two accesses, and `k` (value
+/// 1), created by host 1 and read once by host 0.
+fn k_read_once_by_0_with_partitions() -> (&'static Host, &'static Host) {
+    let pod = heap_pod(&config().local_partitions(2));
+    let a = leak(&pod, 0, options());
+    let b = leak(&pod, 1, options());
+    b.create(b"k", &value(1)).unwrap();
+    assert_eq!(read(a, b"k"), value(1));
+    (a, b)
+}
+
+/// A move to a host's DRAM whose append published its entry but did not learn its
+/// outcome (unconfirmed, as a stalled replay makes it) orphans the object, and an orphan
+/// goes back to CXL without its bytes (the record was let go, so CXL may be newer). The
+/// event applied meanwhile (another host's replay moved `ctail` over it, and the mover's
+/// host caught up): a write of another thread of that host found the object in its DRAM,
+/// wrote it there and answered `Ok`, and the orphaning then lost it. Objects arrive in a
+/// state that reads may use and writes wait out, until the mover knows whether its move
+/// won.
+#[test]
+fn a_local_write_is_not_lost_to_a_move_whose_append_failed() {
+    let (a, b) = k_read_once_by_0_with_partitions();
+    let acked = std::rc::Rc::new(std::cell::RefCell::new(None));
+    let answer = std::rc::Rc::clone(&acked);
+    chaos::fail_next_appends(&[Fault::Unconfirmed]);
+    chaos::with_hook(
+        move |point| {
+            if point == Point::MoveHereAfterAppend && answer.borrow().is_none() {
+                // b replays the published move: `ctail` covers it.
+                b.replay().unwrap();
+                // A write of another thread of a, run here at that moment: its catch-up
+                // applies the move.
+                *answer.borrow_mut() = Some(a.write(b"k", &value(9)));
+            }
+        },
+        // a's second access in a row moves k to a's DRAM (its append unconfirmed).
+        || {
+            let _ = a.read(b"k", &mut [0u8; SLOT]);
+        },
+    );
+    let acked = acked
+        .borrow_mut()
+        .take()
+        .expect("the move reached the point");
+    // Run on the mover's own thread, the write can only wait out its limit; had it been
+    // answered `Ok`, its value must stay.
+    let expected = match acked {
+        Ok(_) => value(9),
+        Err(Error::LocalObjectBusy { .. }) => value(1),
+        Err(other) => panic!("the write failed otherwise: {other:?}"),
+    };
+    assert_eq!(
+        read(a, b"k"),
+        expected,
+        "a reads back what was acknowledged"
+    );
+    assert_eq!(read(b, b"k"), expected, "b reads what was acknowledged");
+}
+
+/// A move back whose `MoveToCxl` was unconfirmed (in the log, applied later) left its
+/// object in the partition, leaving, for good: nothing took it out once the event
+/// applied, and a move here refuses a slot that holds an object, so the object never
+/// moved to that host again.
+#[test]
+fn a_move_back_whose_append_failed_does_not_keep_the_slot_from_moving_again() {
+    let (a, _b) = k_read_once_by_0_with_partitions();
+    read(a, b"k");
+    assert_eq!(a.lookup(b"k").unwrap().unwrap().local_owner, Some(a.id()));
+    assert_eq!(a.inspect().local_objects(), (1, 0));
+    chaos::fail_next_appends(&[Fault::Unconfirmed]);
+    // A ticket's write needs the object in CXL: it moves it back first.
+    let moved_back = a.write_start(b"k").map(drop);
+    chaos::clear_forced_faults();
+    assert!(moved_back.is_err(), "the move back's append is unconfirmed");
+    a.replay().unwrap();
+    assert_eq!(a.lookup(b"k").unwrap().unwrap().local_owner, None);
+    read(a, b"k");
+    read(a, b"k");
+    assert_eq!(
+        a.lookup(b"k").unwrap().unwrap().local_owner,
+        Some(a.id()),
+        "two accesses in a row move k to a's DRAM again"
+    );
+    assert_eq!(a.inspect().local_objects(), (1, 0));
+}

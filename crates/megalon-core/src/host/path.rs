@@ -178,7 +178,8 @@ impl Shared {
                 Some(local) => match self.read_local(local, key, c, copy)? {
                     Place::Done(copied) => return Ok((copied, done)),
                     // A local write in progress: wait for it as for a writer in CXL.
-                    Place::Retry => {
+                    // (`Wait` is a write's answer only.)
+                    Place::Retry | Place::Wait => {
                         c.add(Counter::WaitsForWriter, 1);
                         self.wait_for_local_writer(&mut writer_wait)?;
                         continue;
@@ -242,6 +243,12 @@ impl Shared {
                         } else {
                             self.wait_for_local_writer(&mut leaving_wait)?;
                         }
+                        continue;
+                    }
+                    // On its way here: the mover says `HELD` (or orphans it) once it
+                    // knows its append's outcome, holding `moving` till then.
+                    Place::Wait => {
+                        self.wait_for_local_writer(&mut leaving_wait)?;
                         continue;
                     }
                     Place::Held(owner) => self.bring_back(owner, key, c)?,

@@ -74,6 +74,14 @@ pub(in crate::host) const LEAVING: u8 = 1;
 /// moving it back), so the bytes in CXL are its current ones: moving it back appends
 /// `MoveToCxl` without writing the stale bytes (as for a leaving object).
 pub(in crate::host) const ORPHANED: u8 = 2;
+/// Put in the partition before its `MoveToHost` is appended, until the mover knows the
+/// append's outcome: once a replica applies the event this host's threads find the
+/// object, but if the mover then learns nothing (an error), it orphans the object, whose
+/// bytes are never written back to CXL. So reads may go on (the bytes are CXL's: the
+/// mover holds the record's lock, and an object without a record is written by nobody
+/// before an alloc, which would make the move lose), and writes wait until the mover
+/// says `HELD`.
+pub(in crate::host) const ARRIVING: u8 = 3;
 
 /// What one host keeps in its DRAM for partitions and copies: per slot, so that the hot
 /// path takes no lock of its own and hashes nothing (the index lookup found the slot).
@@ -280,6 +288,7 @@ impl Shared {
                         Ok(Place::Done(result))
                     }
                     LEAVING => Ok(Place::Retry),
+                    ARRIVING => Ok(Place::Wait),
                     // Orphaned: see `read_local`.
                     _ => Ok(Place::Held(self.id)),
                 };
@@ -391,6 +400,9 @@ pub(in crate::host) enum Place<R> {
     /// In this host's partition, but a write overlapped the read, or the object is on
     /// its way back to CXL (a write): wait a little, try again.
     Retry,
+    /// In this host's partition, its move here not settled yet (a write): wait a little,
+    /// try again.
+    Wait,
     /// In another host's DRAM.
     Held(HostId),
     /// In its CXL slot.

@@ -5,8 +5,8 @@
 use std::ops::ControlFlow;
 
 use super::{
-    bump, Local, LocalObject, Moving, HELD, LEAVING, MISSING, MOVED_BACK, NOT_HERE, OP_MOVE_BACK,
-    ORPHANED,
+    bump, Local, LocalObject, Moving, ARRIVING, HELD, LEAVING, MISSING, MOVED_BACK, NOT_HERE,
+    OP_MOVE_BACK, ORPHANED,
 };
 
 use crate::chaos::Point;
@@ -114,10 +114,28 @@ impl Shared {
         if !self.unchanged_since(entry)? {
             return Ok(false);
         }
-        // An orphan of an earlier move whose outcome is not settled yet holds the place:
-        // not now (that move may still win, and its orphan is what readers will find).
-        if local.object(moving, entry.slot).is_some() {
-            return Ok(false);
+        if let Some(leftover) = local.object(moving, entry.slot) {
+            // A move back whose append failed leaves its object leaving; once a
+            // `MoveToCxl` of it applied (this replica, caught up, names no holder), no
+            // reader reaches it: out of the way. (Else it stayed for good, and the slot
+            // never moved here again.)
+            let left = leftover.state.load(Ordering::Acquire) == LEAVING
+                && self
+                    .replica
+                    .read()
+                    .lookup(&leftover.key)
+                    .is_none_or(|named| {
+                        named.slot != entry.slot || named.local_owner != Some(self.id)
+                    });
+            if !left {
+                // An orphan of an earlier move whose outcome is not settled yet holds the
+                // place: not now (that move may still win, and its orphan is what
+                // readers will find).
+                return Ok(false);
+            }
+            // SAFETY: we hold `moving`, and the caught-up replica does not say this host
+            // holds the object: no holder of the index's lock reaches it.
+            unsafe { local.remove_object(entry.slot) };
         }
         let place = self.place(entry);
         let (offset, len) = (place.offset, place.len);
@@ -125,8 +143,11 @@ impl Shared {
         self.invalidate(offset, len, c);
         self.memory.read(offset, &mut bytes);
         // In the partition before the event: once a replica says "here", this host's
-        // threads find the object.
-        local.insert_object(entry.slot, Box::new(LocalObject::new(key, &bytes)));
+        // threads find the object. Arriving: they may read it, and write it only once we
+        // know that our move won (see `ARRIVING`).
+        let arriving = LocalObject::new(key, &bytes);
+        arriving.state.store(ARRIVING, Ordering::Relaxed);
+        local.insert_object(entry.slot, Box::new(arriving));
         let outcome = self.submit_settled(
             &Event::MoveToHost {
                 key,
@@ -135,8 +156,15 @@ impl Shared {
             },
             Settle::MoveToHost { slot: entry.slot },
         );
+        self.chaos.point(Point::MoveHereAfterAppend);
         match outcome {
-            Ok(Outcome::Moved) => {}
+            Ok(Outcome::Moved) => {
+                if let Some(object) = local.object(moving, entry.slot) {
+                    object.lock();
+                    object.state.store(HELD, Ordering::Relaxed);
+                    object.unlock();
+                }
+            }
             Ok(_) => {
                 // SAFETY: we hold `moving`, and no applied event says this host holds the
                 // object: our move lost.
@@ -189,7 +217,10 @@ impl Shared {
         // taken before the object's lock: waiting for one must not hold it.
         let hold = self.take_hold()?;
         object.lock();
-        match object.state.load(Ordering::Relaxed) {
+        let state = object.state.load(Ordering::Relaxed);
+        // Arriving only while its mover holds `moving`, as we do now.
+        debug_assert_ne!(state, ARRIVING, "an object arriving with `moving` free");
+        match state {
             HELD => {}
             _ => {
                 // Leaving since an earlier move back whose append failed (its event may
