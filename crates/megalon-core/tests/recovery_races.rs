@@ -1519,3 +1519,60 @@ fn a_recoverer_paused_after_its_host_dead_leaves_the_next_life_alone() {
     let created = again.create(b"mine", &value(5));
     assert!(created.is_ok(), "the second life lives: {created:?}");
 }
+
+/// A release hook that panics (in a make-read-shared, or a delete): the record is unlocked, and the panic resumed with the lock's announce still held, whose
+/// drop while unwinding kept it for recovery, as for a lock still held. That announce of
+/// the record stayed for as long as the host lived: a writer of the object that died
+/// mid-write later was never recovered (its recovery waits out every live announce of
+/// the record), and the object stayed locked for good. A hook that refuses (the control)
+/// let its announce go.
+#[test]
+fn a_release_hook_that_panics_leaves_no_announce_of_the_record_behind() {
+    let cases = [(false, false), (true, false), (false, true), (true, true)];
+    for (panics, deleting) in cases {
+        let pod = common::heap_pod(&config());
+        let failed = Arc::new(AtomicBool::new(false));
+        let hook = {
+            let failed = Arc::clone(&failed);
+            megalon_core::ReleaseHook::new(move |_: &megalon_core::Releasing<'_>| {
+                if !failed.swap(true, Ordering::SeqCst) {
+                    assert!(!panics, "the hook fails once");
+                    return false;
+                }
+                true
+            })
+        };
+        let pumped = |id| options(id).pump_interval(Some(Duration::from_millis(1)));
+        let a = Host::join(&pod, Join::As(0), pumped(0).release_hook(hook)).unwrap();
+        let b = Host::join(&pod, Join::As(1), pumped(1)).unwrap();
+        let d = Host::join(&pod, Join::As(2), pumped(2)).unwrap();
+        a.create(b"k", &value(0)).unwrap();
+        a.write(b"k", &value(1)).unwrap();
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if deleting {
+                a.delete(b"k").map(drop)
+            } else {
+                a.make_read_shared(b"k").map(drop)
+            }
+        }));
+        assert_eq!(unwound.is_err(), panics, "the hook panicked, or refused");
+        assert!(a.inspect().record_census().locked.is_empty());
+        // d writes k and dies in the middle: its lock and undo image stay for recovery.
+        let ticket = d.write_start(b"k").unwrap();
+        ticket.write(0, &value(8)[..16]).unwrap();
+        std::mem::forget(ticket);
+        megalon_core::inspect::crash(d);
+        let deadline = Instant::now() + BOUND;
+        while b.inspect().stats().hosts_recovered + a.inspect().stats().hosts_recovered < 1 {
+            assert!(
+                Instant::now() < deadline,
+                "d never recovered (hook panicked: {panics}, in a delete: {deleting}): \
+                 locked {:?}",
+                b.inspect().record_census().locked,
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        b.write(b"k", &value(2)).unwrap();
+        assert_eq!(common::read(&a, b"k"), value(2));
+    }
+}

@@ -571,3 +571,88 @@ fn a_move_back_whose_append_failed_does_not_keep_the_slot_from_moving_again() {
     );
     assert_eq!(a.inspect().local_objects(), (1, 0));
 }
+
+/// Every record of `b`'s pod in use but the ones already taken: objects `o1`, `o2`, ...
+/// created and written by `b`.
+fn fill_records(b: &Host) {
+    let (in_use, records) = b.inspect().records_in_use();
+    for i in in_use..records {
+        let key = format!("o{i}");
+        b.create(key.as_bytes(), &value(2)).unwrap();
+        b.write(key.as_bytes(), &value(3)).unwrap();
+    }
+    assert_eq!(b.inspect().records_in_use(), (records, records));
+}
+
+/// A deallocation (`make_read_shared`, the reclaimer) looks the object's record up, then
+/// locks it: between the two, the record was deallocated by another host and allocated
+/// to another object. Its lock then succeeded on the other object's record and it told
+/// its release hook that `y` loses that record, locked ("no write can start on it until
+/// the hook returns"), while `y` had no lock at all: a write of `y` went through inside
+/// the hook. (The dealloc event itself was ignored by replay, so the core stayed
+/// consistent; the page cache's hook, which writes a dirty page back and clears the
+/// record's dirty bit, would write `y`'s old slot, now another page's, to `y`'s offset,
+/// and clear the other page's dirty bit: its write never reached the file.) Holding the
+/// lock, a deallocation now checks that the object still has the record.
+#[test]
+fn a_deallocation_on_a_stale_lookup_tells_the_hook_only_of_the_objects_own_record() {
+    let pod = pod(32, 4096);
+    static B: std::sync::OnceLock<&'static Host> = std::sync::OnceLock::new();
+    type Call = (Vec<u8>, u32, Option<Vec<u8>>, bool);
+    let calls: Arc<std::sync::Mutex<Vec<Call>>> = Arc::default();
+    let hook = {
+        let calls = Arc::clone(&calls);
+        megalon_core::ReleaseHook::new(move |releasing: &megalon_core::Releasing<'_>| {
+            let (key, record) = (releasing.key().to_vec(), releasing.record());
+            let b = B.get().expect("b joined");
+            let owner = b.record_owner(record).unwrap();
+            let wrote = key == b"y" && b.write(b"y", &value(9)).is_ok();
+            calls.lock().unwrap().push((key, record, owner, wrote));
+            true
+        })
+    };
+    let d = leak(&pod, 0, options().release_hook(hook));
+    let b = leak(&pod, 1, options());
+    B.set(b).unwrap();
+    b.create(b"y", &value(0)).unwrap();
+    b.write(b"y", &value(1)).unwrap();
+    let record_y = b.lookup(b"y").unwrap().unwrap().record.unwrap();
+    fill_records(b);
+    assert_eq!(d.lookup(b"y").unwrap().unwrap().record, Some(record_y));
+    // An entry for d's next catch-up to apply, so that its replay reaches the point.
+    b.create(b"q", &value(4)).unwrap();
+    let mut once = true;
+    let answer = chaos::with_hook(
+        move |point| {
+            // d's tail check has read `ctail`: what b does now, d's lookup does not see.
+            if point == Point::ReplayBeforeCtail && std::mem::take(&mut once) {
+                assert!(b.make_read_shared(b"y").unwrap());
+                b.write(b"q", &value(5)).unwrap();
+                assert_eq!(
+                    b.lookup(b"q").unwrap().unwrap().record,
+                    Some(record_y),
+                    "q has y's old record"
+                );
+            }
+        },
+        || d.make_read_shared(b"y"),
+    );
+    assert!(
+        matches!(answer, Ok(false)),
+        "nothing to deallocate: {answer:?}"
+    );
+    for (key, record, owner, wrote) in calls.lock().unwrap().iter() {
+        assert_eq!(
+            owner.as_deref(),
+            Some(key.as_slice()),
+            "the hook heard that {:?} loses record {record}, whose owner is {:?} (a \
+             write of y inside the hook went through: {wrote})",
+            String::from_utf8_lossy(key),
+            owner
+                .as_ref()
+                .map(|o| String::from_utf8_lossy(o).into_owned()),
+        );
+    }
+    assert!(b.inspect().record_census().locked.is_empty());
+    assert_eq!(read(d, b"q"), value(5));
+}

@@ -762,6 +762,8 @@ impl Shared {
             }
             Err(panic) => {
                 self.unlock_record(record, locked, word, c);
+                // The lock's announce goes with it (see `deallocate`).
+                drop(hold);
                 std::panic::resume_unwind(panic);
             }
         }

@@ -362,6 +362,22 @@ impl Shared {
         }
         self.chaos.point(Point::ReleaseAfterLock);
         // From here on the record is ours: every way out frees or restores it.
+        // The lookup that named the record may be stale (it was deallocated since, and
+        // allocated to another object): holding the lock, make sure the object still has
+        // it before the release hook hears that it loses it (the dealloc event would be
+        // ignored, but the hook would act on another object's record, unlocked).
+        if lock {
+            let still_its = self.catch_up().map(|()| {
+                self.replica
+                    .read()
+                    .lookup(key)
+                    .and_then(|entry| entry.record)
+            });
+            if !matches!(still_its, Ok(Some(named)) if named == record) {
+                self.unlock_record(record, locked, word, c);
+                return still_its.map(|_| false);
+            }
+        }
         match self.release_allowed(key, record, ReleaseReason::MakeReadShared) {
             Ok(true) => {}
             Ok(false) => {
@@ -374,6 +390,10 @@ impl Shared {
                 if lock {
                     self.unlock_record(record, locked, word, c);
                 }
+                // Its announce goes with the lock: dropped while unwinding, a hold keeps
+                // its announce for recovery (a lock still held), and this one would stop
+                // every recovery of the record for as long as the host lives.
+                drop(hold);
                 std::panic::resume_unwind(panic);
             }
         }
