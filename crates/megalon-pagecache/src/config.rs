@@ -16,6 +16,10 @@ use crate::page::{FILE_PAGE_BYTES, PAGE_KEY_BYTES};
 pub const MAX_ADMISSION_LOCKS: u64 = 1 << 16;
 /// Most pages a cache can hold (slot ids are 32-bit in the core).
 pub const MAX_CACHE_PAGES: u64 = 1 << 31;
+/// Most entries of the pod's log: 2^32 (at most 4 TiB of log with the largest keys of a
+/// page, far more than any pod holds), so that the pod's sizes are computed without
+/// overflow.
+pub const MAX_LOG_CAPACITY_ENTRIES: u64 = 1 << 32;
 
 /// The sizes of a page cache's pod, fixed when it is created; a builder. It computes the
 /// [`PodConfig`] (slots, records, the application regions) so that nobody lays a pod out
@@ -75,6 +79,12 @@ impl PageCacheConfig {
     fn validate(&self) -> Result<()> {
         let checks = [
             ("cache_pages", self.cache_pages, 1, MAX_CACHE_PAGES),
+            (
+                "log_capacity_entries",
+                self.log_capacity_entries,
+                megalon_core::limits::MIN_LOG_CAPACITY_ENTRIES,
+                MAX_LOG_CAPACITY_ENTRIES,
+            ),
             (
                 "coherence_records",
                 self.coherence_records,
@@ -330,6 +340,14 @@ mod tests {
             panic!("zero pages accepted");
         };
         assert_eq!(parameter, "cache_pages");
+        // A log too large to size (its bytes overflowed a u64: a panic) or too small.
+        for entries in [u64::MAX, 1 << 56, MAX_LOG_CAPACITY_ENTRIES + 1, 0, 1] {
+            let config = PageCacheConfig::new(8).log_capacity_entries(entries);
+            let Err(Error::BadConfig { parameter, .. }) = config.pod_config() else {
+                panic!("a log of {entries} entries accepted");
+            };
+            assert_eq!(parameter, "log_capacity_entries");
+        }
         let Err(Error::Core(megalon_core::Error::UnsupportedRecordWidth { bits: 12 })) =
             PageCacheConfig::new(4).record_width_bits(12).pod_config()
         else {
