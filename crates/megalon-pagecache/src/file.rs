@@ -2,7 +2,9 @@
 //!
 //! A file keeps the length it has when it is opened: reads stop there, writes past it are
 //! refused, the part of the last page past the end is zeros in the cache and is never
-//! written to the file.
+//! written to the file. Writing a page back is the exception: another host may have
+//! opened the file longer (it grew in between) and written the page, so a page that
+//! reaches past this host's length is written up to the file's length now.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -61,13 +63,26 @@ impl OpenFile {
         Ok(())
     }
 
-    /// Writes page `page` to the file: only the part inside the file.
+    /// Writes page `page` to the file: only the part inside the file, as long as the
+    /// file is now (at least this host's length: a page another host wrote past it is
+    /// that host's to keep, not cut to this host's view).
     pub(crate) fn write_page(
         &self,
         page: u64,
         bytes: &[u8; FILE_PAGE_BYTES as usize],
     ) -> Result<()> {
-        let (start, len) = self.extent(page);
+        let (start, mut len) = self.extent(page);
+        if len < bytes.len() {
+            let now = self
+                .file
+                .metadata()
+                .map_err(|e| Error::io("reading the metadata of", &self.path, e))?
+                .len();
+            len = now
+                .max(self.len_bytes)
+                .saturating_sub(start)
+                .min(FILE_PAGE_BYTES) as usize;
+        }
         self.file
             .write_all_at(&bytes[..len], start)
             .map_err(|e| Error::io("writing a page back to", &self.path, e))

@@ -22,7 +22,8 @@
 //! - **`fsync`** makes every write that completed before it durable.
 //!
 //! Trade-offs and limits: files keep the length they have when opened (a write past the
-//! end is an error; reads stop at the end); files are named by inode, so they must live on
+//! end is an error; reads stop at the end; a host that opened a file shorter than another
+//! did still writes that host's pages back whole, up to the file's length as it is then); files are named by inode, so they must live on
 //! one file system, seen by every host through one kernel (hosts of one machine, or a file
 //! system whose `fsync` covers every host's writes); a dirty page can only be written back
 //! by a host that has its file open; failures are fail-stop (a killed host leaves its

@@ -245,3 +245,40 @@ fn fsync_on_one_host_writes_back_what_another_dirtied() {
         Err(Error::UnknownFile { .. })
     ));
 }
+
+/// Hosts that opened the file at different lengths (it grew in between): b writes a page
+/// past a's length, and a writes it back (its eviction here; its background writer would
+/// too). a wrote none of its bytes (the page lay past the length a opened the file at),
+/// marked it clean and let it go: b's write was lost, `fsync` or not. A page written back
+/// is now cut to the file's length as it is, not to the writer-back's.
+#[test]
+fn a_page_past_the_length_one_host_opened_the_file_at_is_written_back_whole() {
+    use std::io::Write;
+    let pod = heap_pod(&PageCacheConfig::new(8).max_hosts(2));
+    let mut data = data_file(PAGE);
+    let unpumped = |seed| {
+        PageCacheOptions::new()
+            .host(
+                HostOptions::new()
+                    .memory(simulated(seed))
+                    .pump_interval(None),
+            )
+            .writer_interval(None)
+    };
+    let a = join(&pod, unpumped(1));
+    let b = join(&pod, unpumped(2));
+    let file_a = a.open(data.path()).unwrap();
+    data.as_file_mut().write_all(&vec![7u8; PAGE]).unwrap();
+    let file_b = b.open(data.path()).unwrap();
+    b.write(file_b, PAGE as u64, b"BBBB").unwrap();
+    assert!(a.evict_page(file_a, 1).unwrap(), "a evicts page 1");
+    b.fsync(file_b).unwrap();
+    let disk = on_disk(data.path());
+    assert_eq!(disk.len(), 2 * PAGE);
+    assert_eq!(&disk[PAGE..PAGE + 4], b"BBBB", "b's write reached the file");
+    assert_eq!(
+        &disk[PAGE + 4..],
+        &vec![7u8; PAGE - 4][..],
+        "the rest of page 1 kept"
+    );
+}
