@@ -2,7 +2,8 @@
 //! does.
 //!
 //! - `ci`: everything CI runs, in order: formatting, clippy with warnings denied, the
-//!   README's test command, a build of every bench and example, the README's first
+//!   README's test command, the page cache's tests of failed appends (with the core's
+//!   chaos hooks), a build of every bench and example, the README's first
 //!   command (the KV store example), the KV store across processes (small), the pod
 //!   tour, every figure of the harness (`--quick`), the stress (plain and with chaos),
 //!   the crash stress (short), the loom models (short), and the protocol mutants.
@@ -821,6 +822,16 @@ fn ci() -> ExitCode {
             "warnings",
         ],
         TEST_COMMAND,
+        // The page cache's tests of appends that fail (core chaos hooks).
+        &[
+            "test",
+            "-p",
+            "megalon-pagecache",
+            "--features",
+            "chaos",
+            "--test",
+            "unconfirmed",
+        ],
         &["build", "--workspace", "--benches", "--examples"],
         FIRST_COMMAND,
         CLUSTER_COMMAND,

@@ -218,7 +218,14 @@ impl Inner {
                 self.shared.counters.add(Counter::AdmissionsLost);
                 return Ok(());
             }
-            Err(error) => return Err(error.into()),
+            // The create may have reached the log (its append was not confirmed): if it
+            // took effect, the page is ours to count and to name in its owner line (or
+            // the clock hand would never find it).
+            Err(error) => {
+                if self.cached_after_failure(key)? != Some(true) {
+                    return Err(error.into());
+                }
+            }
         }
         reservation.kept = true;
         self.shared.counters.add(Counter::Admissions);

@@ -111,16 +111,17 @@ impl Inner {
     /// Deletes page `key`, which the caller checked is cached and holds the admission lock
     /// of. Returns whether this call deleted it.
     fn delete(&self, key: &[u8; PAGE_KEY_BYTES]) -> Result<bool> {
+        let deleted = || {
+            // Relaxed: a count; nothing is published with it.
+            let before = self
+                .cached_pages()
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            debug_assert!(before > 0, "a cached page was counted");
+            self.shared.counters.add(Counter::Evictions);
+            Ok(true)
+        };
         match self.host.delete(key) {
-            Ok(()) => {
-                // Relaxed: a count; nothing is published with it.
-                let before = self
-                    .cached_pages()
-                    .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-                debug_assert!(before > 0, "a cached page was counted");
-                self.shared.counters.add(Counter::Evictions);
-                Ok(true)
-            }
+            Ok(()) => deleted(),
             Err(megalon_core::Error::UnknownKey) => Ok(false),
             Err(megalon_core::Error::ReleaseRefused { record }) => Err(self
                 .shared
@@ -128,7 +129,31 @@ impl Inner {
                 .lock()
                 .take()
                 .unwrap_or(Error::Core(megalon_core::Error::ReleaseRefused { record }))),
-            Err(error) => Err(error.into()),
+            // The delete may have reached the log (its append was not confirmed): if it
+            // took effect, the page is gone and was counted.
+            Err(error) => match self.cached_after_failure(key)? {
+                Some(false) => deleted(),
+                _ => Err(error.into()),
+            },
+        }
+    }
+
+    /// After a create or a delete of page `key` answered an error, holding its admission
+    /// lock (nobody else creates or deletes it): whether the page is cached once this host
+    /// has applied every entry the log had reserved when the error came back (the call's
+    /// entry, if it reached the log, is one of them), waiting at most the wait limit.
+    /// `None`: the log did not get there in time (a hole another host leaves), and what
+    /// the call did stays unknown.
+    pub(crate) fn cached_after_failure(&self, key: &[u8; PAGE_KEY_BYTES]) -> Result<Option<bool>> {
+        let (_, _, tail) = self.host.inspect().log_cursors();
+        let mut wait = Backoff::new(self.host.options().wait_limit);
+        loop {
+            if self.host.replay()? >= tail {
+                return Ok(Some(self.host.lookup(key)?.is_some()));
+            }
+            if !wait.snooze() {
+                return Ok(None);
+            }
         }
     }
 
