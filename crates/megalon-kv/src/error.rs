@@ -52,7 +52,13 @@ pub enum Error {
         waited_ms: u64,
     },
     /// The sharing scheme failed (a full log, no SCR record to take, a host that does not
-    /// answer, ...): see the inner error.
+    /// answer, ...): see the inner error. A call that changes the store and fails this
+    /// way may still take effect: an insert or a delete whose log entry was published
+    /// but whose outcome did not reach this host in time (`ReplayStalled`: another host
+    /// left a hole before it) applies when replay gets there, as may a put that had to
+    /// create its key. A failure before anything reached the log (`LogFull`,
+    /// `RecordBusy`, a key or value too large) changes nothing. Read the key again to
+    /// know.
     #[error(transparent)]
     Core(megalon_core::Error),
 }
