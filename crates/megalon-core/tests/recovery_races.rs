@@ -1576,3 +1576,118 @@ fn a_release_hook_that_panics_leaves_no_announce_of_the_record_behind() {
         assert_eq!(common::read(&a, b"k"), value(2));
     }
 }
+
+/// A host `s` writes `y` from a stale lookup (`y`'s record was deallocated since, and
+/// claimed by `a` for an allocation that then lost): its lock CAS succeeds on `a`'s
+/// claimed word, and `s` dies before its check would let go. `a`'s free of its losing
+/// claim (a CAS from the claimed word) waits for the lock to go, keeping its announce;
+/// the recovery of `s` waited for every live announce of the record to go, `a`'s
+/// included: neither ever happened, the record stayed locked and `s` was never
+/// recovered (its row never freed) for as long as `a` lived. Recovery now takes a
+/// lasting live claim under a dead host's lock for what it is: the lock was taken over
+/// the claim, and it puts the claimed word back, which `a` then frees.
+#[test]
+fn a_host_that_dies_holding_a_stale_lock_on_a_losing_claim_is_recovered() {
+    let config = common::config()
+        .scr_bytes(8192)
+        .lnr_bytes(4 << 20)
+        .log_capacity_entries(4096)
+        .record_width_bits(32)
+        .lease_ms(LEASE_MS)
+        .crash_safety(CrashSafety::Undo);
+    let pod = common::heap_pod(&config);
+    let [s, a, b] =
+        std::array::from_fn(|id| leak_waiting(&pod, id as u32, Duration::from_millis(500)));
+    b.create(b"y", &value(0)).unwrap();
+    s.write(b"y", &value(1)).unwrap();
+    let record_y = s.lookup(b"y").unwrap().unwrap().record.unwrap();
+    // Every other record in use.
+    let (in_use, records) = b.inspect().records_in_use();
+    for i in in_use..records {
+        let key = format!("o{i}");
+        b.create(key.as_bytes(), &value(2)).unwrap();
+        b.write(key.as_bytes(), &value(3)).unwrap();
+    }
+    b.create(b"z", &value(4)).unwrap();
+
+    let (to_s, s_hears) = channel::<&'static str>();
+    let (to_a, a_hears) = channel::<&'static str>();
+    let (to_main, main_hears) = channel::<&'static str>();
+    let expect = |from: &Receiver<&'static str>, what: &str| {
+        let got = from
+            .recv_timeout(BOUND)
+            .unwrap_or_else(|_| panic!("no {what}"));
+        assert_eq!(got, what);
+    };
+    let allocator = std::thread::spawn(move || {
+        expect(&a_hears, "start");
+        let mut step = 0;
+        chaos::with_hook(
+            move |point| match (step, point) {
+                // a claimed y's old record for z; b's alloc for z lands first.
+                (0, Point::AllocAfterClaim) => {
+                    b.write(b"z", &value(5)).unwrap();
+                    step = 1;
+                }
+                (1, Point::AllocLostBeforeFree) => {
+                    to_s.send("go").unwrap();
+                    expect(&a_hears, "locked");
+                    step = 2;
+                }
+                _ => {}
+            },
+            || a.write(b"z", &value(6)).unwrap(),
+        );
+    });
+    let stale = std::thread::spawn(move || {
+        let mut step = 0;
+        chaos::with_hook(
+            move |point| match (step, point) {
+                (0, Point::WriteBeforeLock) => {
+                    assert!(b.make_read_shared(b"y").unwrap());
+                    to_a.send("start").unwrap();
+                    expect(&s_hears, "go");
+                    step = 1;
+                }
+                // s holds a's claimed record locked, on its stale lookup: it dies here.
+                (1, Point::WriteAfterLock) => {
+                    s.inspect().freeze();
+                    to_main.send("s died holding the lock").unwrap();
+                    to_a.send("locked").unwrap();
+                    loop {
+                        std::thread::park();
+                    }
+                }
+                _ => {}
+            },
+            || {
+                let _ = s.write(b"y", &value(7));
+            },
+        );
+    });
+    expect(&main_hears, "s died holding the lock");
+    allocator.join().expect("the allocator");
+    assert!(b.inspect().record_census().locked.contains(&record_y));
+    // b recovers s (by hand, as its pump would), and a runs its pump's work (by hand).
+    let deadline = Instant::now() + BOUND;
+    loop {
+        b.inspect().watch_hosts();
+        let pending = a.inspect().settle_pending().unwrap();
+        let recovered = b.inspect().stats().hosts_recovered;
+        let census = b.inspect().record_census();
+        if recovered == 1 && pending == 0 && census.locked.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "hosts recovered {recovered}, a's pending work {pending}, locked records {:?} \
+             (y's old record {record_y})",
+            census.locked,
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(b.inspect().record_census().in_use, common::named_records(b));
+    // a's write of z went on with the winner's record.
+    assert_eq!(common::read(b, b"z"), value(6));
+    drop(stale);
+}

@@ -737,19 +737,26 @@ impl Shared {
                 continue;
             }
             let held = Intent::set(intent, record);
-            let live_announce = (0..self.pod.config().max_hosts).any(|host| {
-                dead.live(&self.pod, host)
-                    && (0..HOLDS_PER_HOST).any(|i| {
-                        let theirs = self.announce_word(host, i).load(Ordering::SeqCst);
-                        decode_announce(theirs).is_some_and(|(r, ..)| r == record)
-                    })
-            });
-            if live_announce {
-                all_done = false;
-                continue;
-            }
-            self.chaos.point(Point::RecoveryAfterScan);
             let locked = records.decode(raw);
+            // A live host's announce of the record: its lock may be the one the word
+            // holds, so wait, unless the dead host's is a lock and the live one a claim
+            // that stays (see `lasting_live_claim`).
+            let live = self.live_announces_of(dead, record);
+            let live_claim = match live.as_slice() {
+                [] => None,
+                _ if !locked.locked || undo_ready => {
+                    all_done = false;
+                    continue;
+                }
+                _ => match self.lasting_live_claim(dead, record, &live) {
+                    Some(claim) => Some(claim),
+                    None => {
+                        all_done = false;
+                        continue;
+                    }
+                },
+            };
+            self.chaos.point(Point::RecoveryAfterScan);
             if records.load(record) != locked {
                 // Never taken, or released: nothing of the dead host's.
                 self.announce_word(dead.host, index)
@@ -769,6 +776,9 @@ impl Shared {
             // Another dead host's announce of the same word is of a lock never taken.
             let image = if undo_ready {
                 Some((dead.host, index))
+            } else if live_claim.is_some() {
+                // A lock taken over a live claim is a stale one: its writer wrote nothing.
+                None
             } else {
                 self.undo_image_among_the_dead(dead, record, raw)
             };
@@ -779,7 +789,7 @@ impl Shared {
                     self.announce_word(writer, at).store(0, Ordering::SeqCst);
                     restored
                 }
-                None => self.settle_lock(record, locked)?,
+                None => self.settle_lock(record, locked, live_claim)?,
             };
             if restored {
                 self.announce_word(dead.host, index)
@@ -789,6 +799,39 @@ impl Shared {
             }
         }
         Ok(all_done)
+    }
+
+    /// The words live hosts announce for `record` (their locks, or their claims).
+    fn live_announces_of(&self, dead: &Dead, record: u32) -> Vec<u32> {
+        (0..self.pod.config().max_hosts)
+            .filter(|&host| dead.live(&self.pod, host))
+            .flat_map(|host| {
+                (0..HOLDS_PER_HOST).filter_map(move |i| {
+                    let theirs = self.announce_word(host, i).load(Ordering::SeqCst);
+                    decode_announce(theirs)
+                        .filter(|&(r, ..)| r == record)
+                        .map(|(_, raw, _)| raw)
+                })
+            })
+            .collect()
+    }
+
+    /// `live`, the words live hosts announce for `record`, when they are one claim (an
+    /// unlocked word) that is still announced a moment later: a claim that won its CAS,
+    /// whose allocation lost or is still on its way, and whose claimer cannot free it
+    /// while the dead host holds its lock (a host acting on a stale index entry locked
+    /// the claimed word, and died before its check let go). Its claimer keeps its
+    /// announce until it frees the record, and the dead host's recovery waited for that:
+    /// neither ever happened. A claim that lost its CAS is let go at once; one in that
+    /// moment is not taken for a lasting one.
+    fn lasting_live_claim(&self, dead: &Dead, record: u32, live: &[u32]) -> Option<RecordWord> {
+        let records = Records::new(&self.pod);
+        let claim = records.decode(*live.first()?);
+        if claim.locked || live.iter().any(|&raw| raw != live[0]) {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        (self.live_announces_of(dead, record) == live).then_some(claim)
     }
 
     /// Whether this host still recovers with `intent` set: it has not been declared dead
@@ -844,21 +887,43 @@ impl Shared {
     /// was); a claimed one with one is the object's. `Ok(false)`: the word changed under
     /// a claim (a host acting on a stale index entry locks it for a moment): try again
     /// later.
-    fn settle_lock(&self, record: u32, held: RecordWord) -> Result<bool> {
+    ///
+    /// `live_claim`: a live host's lasting claim of the record (`lasting_live_claim`),
+    /// under the dead host's lock. A record without an object then goes back to the
+    /// claimed word, not to free: the claimer frees it by a CAS from that word once it
+    /// learns its allocation lost (or keeps it, if it won), and a record freed here could
+    /// be claimed again, with the same word, by a host whose claim that CAS would free.
+    fn settle_lock(
+        &self,
+        record: u32,
+        held: RecordWord,
+        live_claim: Option<RecordWord>,
+    ) -> Result<bool> {
         let records = Records::new(&self.pod);
         // A live host whose claim of the record won had appended its alloc before it
         // withdrew its announce (which `restore_holds` found gone): the log has it.
         self.catch_up()?;
         let key = self.replica.read().record_owner_key(record);
         let settled = held.counter & !1;
-        let to = match (held.locked, &key) {
-            (false, Some(_)) => return Ok(true),
-            (_, None) => RecordWord {
+        let to = match (held.locked, &key, live_claim) {
+            (false, Some(_), _) => return Ok(true),
+            (true, None, Some(claim)) => {
+                // The dead host's lock was taken over the claimed word (by a write, one
+                // more on the counter; by a release, none): undo just that. Any other
+                // word is not this case: wait.
+                let over_claim = held.counter == claim.counter
+                    || held.counter == (claim.counter + 1) & records.counter_mask();
+                if !over_claim {
+                    return Ok(false);
+                }
+                claim
+            }
+            (_, None, _) => RecordWord {
                 in_use: false,
                 locked: false,
                 counter: settled,
             },
-            (true, Some(_)) => RecordWord {
+            (true, Some(_), _) => RecordWord {
                 in_use: true,
                 locked: false,
                 counter: (settled + 2) & records.counter_mask(),
@@ -906,7 +971,7 @@ impl Shared {
             (key, entry)
         };
         let (Some(key), Some(entry)) = (key, entry) else {
-            return self.settle_lock(record, locked);
+            return self.settle_lock(record, locked, None);
         };
         let place = self.place(&entry);
         let image = self.pod.layout().undo_image_offset(dead, index);
