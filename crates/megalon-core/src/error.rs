@@ -392,6 +392,16 @@ pub enum Error {
     /// effect is unknown.
     #[error("the thread combining this request panicked; whether it took effect is unknown")]
     CombinerPanicked,
+    /// A task of the host's pump panicked (its background reclaimer, most likely in the
+    /// release hook it calls): what the task held was let go (the record unlocked), and
+    /// the pump goes on. Seen in [`crate::inspect::BackgroundErrors`].
+    #[error("the pump's {task} panicked: {message}")]
+    BackgroundPanicked {
+        /// The task.
+        task: &'static str,
+        /// The panic's message, if it was a string.
+        message: String,
+    },
     /// A fault injected by schedule chaos (builds with the `chaos` feature only): a log
     /// append refused before anything was reserved, or left unconfirmed after its entries
     /// were published (they take effect when replay reaches them).

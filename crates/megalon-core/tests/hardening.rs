@@ -207,3 +207,55 @@ fn a_created_object_is_read_whole_on_another_host() {
         assert_eq!(read(&b, key.as_bytes()), value(i), "object {i}");
     }
 }
+
+/// A release hook that panics in the background reclaimer (on the pump's thread) killed
+/// the pump: the host replayed, beat and served nothing more, yet lived (on this machine
+/// nobody declares it dead), and the log's head would have waited for it for good. The
+/// pump now counts the panic as a background error and goes on.
+#[test]
+fn a_release_hook_that_panics_in_the_reclaimer_does_not_stop_the_pump() {
+    let pod = heap_pod(&config().scr_bytes(4096));
+    let hook = ReleaseHook::new(|_| panic!("the hook fails"));
+    let pumped = options(30)
+        .record_watermark(0.5)
+        .release_hook(hook)
+        .pump_interval(Some(Duration::from_millis(1)));
+    let a = join(&pod, pumped);
+    let b = join(&pod, options(31));
+    // More records in use than a's watermark allows: a's reclaimer calls the hook.
+    let (_, records) = b.inspect().records_in_use();
+    for i in 0..records * 3 / 4 {
+        let key = format!("o{i}");
+        b.create(key.as_bytes(), &value(1)).unwrap();
+        b.write(key.as_bytes(), &value(2)).unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let panicked = |a: &Host| {
+        matches!(
+            a.inspect().background_errors().last,
+            Some(Error::BackgroundPanicked {
+                task: "reclaimer",
+                ..
+            })
+        )
+    };
+    while !panicked(&a) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reclaimer never ran the hook: {:?}",
+            a.inspect().background_errors()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(a.inspect().record_census().locked.is_empty());
+    // The pump goes on: it beats, and replays what b appends.
+    let (beat, applied) = (a.inspect().heartbeat(), a.inspect().applied_position());
+    b.create(b"later", &value(3)).unwrap();
+    while a.inspect().heartbeat() == beat || a.inspect().applied_position() <= applied {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the pump stopped after the panic"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

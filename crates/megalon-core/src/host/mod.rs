@@ -391,8 +391,20 @@ impl Shared {
                     if let Err(error) = self.serve_grants() {
                         self.background_error(error);
                     }
-                    if let Err(error) = self.reclaim_to_watermark() {
-                        self.background_error(error);
+                    // A release hook that panics in the reclaimer (the caller's code, on the
+                    // pump's thread) must not stop the pump: without it the host would
+                    // replay, beat and serve nothing more, yet live (on this machine, nobody
+                    // would declare it dead), and the log's head would wait for it.
+                    let reclaimed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        self.reclaim_to_watermark()
+                    }));
+                    match reclaimed {
+                        Ok(Ok(())) => {}
+                        Ok(Err(error)) => self.background_error(error),
+                        Err(panic) => self.background_error(Error::BackgroundPanicked {
+                            task: "reclaimer",
+                            message: panic_message(&*panic),
+                        }),
                     }
                 }
                 Err(error) => self.background_error(error),
@@ -414,6 +426,15 @@ impl Shared {
                 std::thread::park_timeout(interval);
             }
         }
+    }
+}
+
+/// What a panic says, if it said a string.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(message), _) => (*message).to_owned(),
+        (_, Some(message)) => message.clone(),
+        _ => "(not a string)".to_owned(),
     }
 }
 
