@@ -518,6 +518,20 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
             "log::tests::an_ltail_changes_only_for_the_life_that_holds_it",
         )],
     ),
+    (
+        "moved-object-arrives-before-held",
+        &[(
+            "windows",
+            "a_local_write_is_not_lost_to_a_move_whose_append_failed",
+        )],
+    ),
+    (
+        "dealloc-checks-its-record-after-lock",
+        &[(
+            "windows",
+            "a_deallocation_on_a_stale_lookup_tells_the_hook_only_of_the_objects_own_record",
+        )],
+    ),
 ];
 
 /// Runs the mutant tests with `step` switched off (or none), returning the failing tests:

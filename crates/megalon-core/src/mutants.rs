@@ -142,6 +142,15 @@ pub enum Step {
     /// replays on moves the `ltail` its recoverer released, or its id's next life's, and
     /// the head passes that life.
     OwnLtailMovedByCas,
+    /// An object moved to a host's DRAM arrives as *arriving* (reads only) until its
+    /// mover knows whether the move won (local partitions). Skipped, it arrives held: a
+    /// write of another thread lands in it once a replay applies the move, and is lost
+    /// when the mover, told nothing of its append, orphans the object.
+    MovedObjectArrivesBeforeHeld,
+    /// A deallocation, holding the record's lock, checks that the object still has the
+    /// record before the release hook hears of it. Skipped, a deallocation acting on a
+    /// stale lookup tells the hook that the object loses another object's record.
+    DeallocChecksItsRecordAfterLock,
 }
 
 // Without the feature the steps are only the names of the guards in the code.
@@ -185,6 +194,8 @@ impl Step {
         Step::HostDeadDropsLines,
         Step::HeadMovesFromTheWordBeforeTheLook,
         Step::OwnLtailMovedByCas,
+        Step::MovedObjectArrivesBeforeHeld,
+        Step::DeallocChecksItsRecordAfterLock,
     ];
 
     /// The name `MEGALON_MUTANT` takes.
@@ -226,6 +237,8 @@ impl Step {
             Step::HostDeadDropsLines => "host-dead-drops-lines",
             Step::HeadMovesFromTheWordBeforeTheLook => "head-moves-from-the-word-before-the-look",
             Step::OwnLtailMovedByCas => "own-ltail-moved-by-cas",
+            Step::MovedObjectArrivesBeforeHeld => "moved-object-arrives-before-held",
+            Step::DeallocChecksItsRecordAfterLock => "dealloc-checks-its-record-after-lock",
         }
     }
 

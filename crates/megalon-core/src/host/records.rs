@@ -366,7 +366,7 @@ impl Shared {
         // allocated to another object): holding the lock, make sure the object still has
         // it before the release hook hears that it loses it (the dealloc event would be
         // ignored, but the hook would act on another object's record, unlocked).
-        if lock {
+        if lock && !mutants::skipped(Step::DeallocChecksItsRecordAfterLock) {
             let still_its = self.catch_up().map(|()| {
                 self.replica
                     .read()

@@ -146,7 +146,9 @@ impl Shared {
         // threads find the object. Arriving: they may read it, and write it only once we
         // know that our move won (see `ARRIVING`).
         let arriving = LocalObject::new(key, &bytes);
-        arriving.state.store(ARRIVING, Ordering::Relaxed);
+        if !mutants::skipped(Step::MovedObjectArrivesBeforeHeld) {
+            arriving.state.store(ARRIVING, Ordering::Relaxed);
+        }
         local.insert_object(entry.slot, Box::new(arriving));
         let outcome = self.submit_settled(
             &Event::MoveToHost {
