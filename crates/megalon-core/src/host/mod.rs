@@ -287,6 +287,11 @@ impl Drop for Host {
         let holds_objects = self.shared.holds_objects()
             && (self.shared.move_all_back().is_err() || self.shared.holds_objects());
         self.stop_pump();
+        // The pump runs deferred work by taking the whole list, and puts back what it
+        // could not finish: a look at the list while it held it found nothing (a losing
+        // claim's free, waiting for a lock, then freed by nobody once the row is). With
+        // the pump stopped, once more.
+        let settled = settled && self.shared.run_deferred() == 0;
         let shared = &self.shared;
         if host_table::holder(&shared.pod, shared.id) != Some((std::process::id(), shared.life)) {
             // Declared dead and recovered: the row is free, or the id's next life's.
