@@ -364,25 +364,24 @@ fn position_of(word: u64) -> u64 {
 
 /// Announces that life `life` of `host` is about to reserve log positions `from..to`
 /// (before its CAS on `tail`), so that if it dies before publishing them a recoverer can
-/// fill them. Each word changes by a CAS from what it held: over this life's word, or,
-/// while the row is this life's and not condemned, over another life's; so a host paused
-/// past its lease never announces over the reservation of its id's next life. `false`:
-/// the row is not that life's any more, or its recovery has begun; the caller must not
-/// reserve.
+/// fill them. Each word changes by a CAS from what it held, while the row is this
+/// life's and not condemned: a host paused past its lease never announces over the
+/// reservation of its id's next life, nor after its recovery. `false`: the row is not
+/// that life's any more, or its recovery has begun; the caller must not reserve.
 pub(crate) fn announce_reservation(pod: &Pod, host: HostId, life: u64, from: u64, to: u64) -> bool {
     let row = entry(pod, host);
     let store = |word: &AtomicU64, position: u64| {
         let ours = reservation_word(position, life);
         let mut seen = word.load(Ordering::SeqCst);
         loop {
-            // Over another life's word only while the row is this life's (checked right
-            // before the CAS: the lease's rule; over its own, the appender checked its row
-            // before it reserved).
-            let mine = || {
-                holder(pod, host).is_some_and(|(_, holder)| holder == life)
-                    && !condemned(pod, host, life)
-            };
-            if !names_life(seen, life) && !mine() {
+            // Only while the row is this life's and its recovery has not begun, checked
+            // right before the CAS (the lease's rule). Over its own life's word too: a
+            // host paused past its lease whose recovery is done (its words cleared, still
+            // of its life) would otherwise announce again after its `tail` CAS failed,
+            // and reserve positions no recovery fills.
+            let mine = holder(pod, host).is_some_and(|(_, holder)| holder == life)
+                && !condemned(pod, host, life);
+            if !mine {
                 return false;
             }
             // SeqCst: a recoverer that reads these words after the holder died reads the

@@ -1027,12 +1027,16 @@ mod tests {
         }
     }
 
-    /// The server's claim of the next request, once a sender has published it.
+    /// The server's claim of the next request, once a sender has published it. Panics if
+    /// none comes for twice [`WAIT_LIMIT`] (a sender that gave up first), rather than
+    /// spinning for good.
     fn claim_when_sent(pod: &Pod, ring: &RingGeometry) -> Claimed {
+        let deadline = std::time::Instant::now() + 2 * WAIT_LIMIT;
         loop {
             if let Some(claimed) = ring.claim(pod, &()) {
                 return claimed;
             }
+            assert!(std::time::Instant::now() < deadline, "no request to claim");
             std::thread::yield_now();
         }
     }
@@ -1154,22 +1158,27 @@ mod tests {
         let mut buf = vec![0; ring.entry_bytes as usize];
         let mut server_buf = vec![0; ring.entry_bytes as usize];
         let limit = Duration::from_millis(30);
-        let (claimed, abandoned) = std::thread::scope(|scope| {
-            let claiming = scope.spawn(|| claim_when_sent(&pod, &ring));
-            let abandoned = ring.call(
-                &pod,
-                &sender,
-                SENDER,
-                &mut buf,
-                1,
-                b"slow",
-                b"",
-                limit,
-                &(),
-                &mut || ControlFlow::Continue(()),
-            );
-            (claiming.join().expect("claims"), abandoned)
-        });
+        // The server claims while the sender waits (from the sender's own rounds: a
+        // server thread not run within the limit would find the request withdrawn).
+        let mut claimed = None;
+        let abandoned = ring.call(
+            &pod,
+            &sender,
+            SENDER,
+            &mut buf,
+            1,
+            b"slow",
+            b"",
+            limit,
+            &(),
+            &mut || {
+                if claimed.is_none() {
+                    claimed = ring.claim(&pod, &());
+                }
+                ControlFlow::Continue(())
+            },
+        );
+        let claimed = claimed.expect("claimed while the sender waited");
         let waited_ms = abandoned.expect_err("nobody answered in time");
         assert!(waited_ms >= 2 * limit.as_millis() as u64, "{waited_ms} ms");
         assert_eq!(
@@ -1442,40 +1451,38 @@ mod tests {
             status: 99,
             detail: 7,
         };
-        let (settled, waited) = std::thread::scope(|scope| {
-            let waiting = scope.spawn(|| {
-                let mut buf = vec![0; ring.entry_bytes as usize];
-                let limit = Duration::from_millis(500);
-                ring.call(
-                    &pod,
-                    &sender,
-                    SENDER,
-                    &mut buf,
-                    1,
-                    b"waits",
-                    b"",
-                    limit,
-                    &(),
-                    &mut || ControlFlow::Continue(()),
-                )
-            });
-            let state = ring.state(&pod, 0);
-            while state.load(Ordering::SeqCst) != pack(0, REQUEST) {
-                std::thread::yield_now();
-            }
-            // `claim` up to its CAS; the server dies before it moves the head.
-            state
-                .compare_exchange(
-                    pack(0, REQUEST),
-                    pack(0, CLAIMED),
-                    Ordering::Acquire,
-                    Ordering::Relaxed,
-                )
-                .expect("claims");
-            let settled = ring.recover_server(&pod, &host_memory(&pod, 3), failed);
-            (settled, waiting.join().expect("the sender"))
-        });
-        assert_eq!((settled, waited), (1, Ok(failed)));
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        let state = ring.state(&pod, 0);
+        let mut settled = None;
+        // While the sender waits (in its own rounds, so that no thread of the test can
+        // come too late): `claim` up to its CAS, the server dies before it moves the
+        // head, and a live host recovers it.
+        let waited = ring.call(
+            &pod,
+            &sender,
+            SENDER,
+            &mut buf,
+            1,
+            b"waits",
+            b"",
+            Duration::from_millis(500),
+            &(),
+            &mut || {
+                if settled.is_none() && state.load(Ordering::SeqCst) == pack(0, REQUEST) {
+                    state
+                        .compare_exchange(
+                            pack(0, REQUEST),
+                            pack(0, CLAIMED),
+                            Ordering::Acquire,
+                            Ordering::Relaxed,
+                        )
+                        .expect("claims");
+                    settled = Some(ring.recover_server(&pod, &host_memory(&pod, 3), failed));
+                }
+                ControlFlow::Continue(())
+            },
+        );
+        assert_eq!((settled, waited), (Some(1), Ok(failed)));
         let next = next_call(&pod, &ring, &sender, &server);
         assert_eq!(next, Ok(answer(2, b"next", b"")));
     }
@@ -1608,44 +1615,50 @@ mod tests {
             detail: 7,
         };
         let mut buf = vec![0; ring.entry_bytes as usize];
-        // Waiting: the recovery's answer reaches it.
-        let answered = std::thread::scope(|scope| {
-            let recovering = scope.spawn(|| {
-                while ring.claim(&pod, &()).is_none() {
-                    std::thread::yield_now();
+        // Waiting: the recovery's answer reaches it. The server claims and dies, and a
+        // live host recovers it, while the sender waits (in the sender's own rounds: a
+        // thread of the test not run within the sender's limit would find the request
+        // withdrawn, and wait for a claim for good).
+        let mut recovered = false;
+        let answered = ring.call(
+            &pod,
+            &sender,
+            SENDER,
+            &mut buf,
+            1,
+            b"waits",
+            b"",
+            WAIT_LIMIT,
+            &(),
+            &mut || {
+                if !recovered && ring.claim(&pod, &()).is_some() {
+                    let recoverer = host_memory(&pod, 3);
+                    assert_eq!(ring.recover_server(&pod, &recoverer, failed), 1);
+                    recovered = true;
                 }
-                // Dead with the request claimed; a live host recovers it.
-                let recoverer = host_memory(&pod, 3);
-                assert_eq!(ring.recover_server(&pod, &recoverer, failed), 1);
-            });
-            let answered = call(&ring, &pod, &sender, &mut buf, (1, b"waits", b""));
-            recovering.join().expect("recovers");
-            answered
-        });
+                ControlFlow::Continue(())
+            },
+        );
         assert_eq!(answered, Ok(failed));
         // Gave up: abandoned, then freed by the recovery.
         let limit = Duration::from_millis(30);
-        let abandoned = std::thread::scope(|scope| {
-            let claiming = scope.spawn(|| {
-                while ring.claim(&pod, &()).is_none() {
-                    std::thread::yield_now();
-                }
-            });
-            let abandoned = ring.call(
-                &pod,
-                &sender,
-                SENDER,
-                &mut buf,
-                1,
-                b"gives up",
-                b"",
-                limit,
-                &(),
-                &mut || ControlFlow::Continue(()),
-            );
-            claiming.join().expect("claims");
-            abandoned
-        });
+        let mut claimed = false;
+        let abandoned = ring.call(
+            &pod,
+            &sender,
+            SENDER,
+            &mut buf,
+            1,
+            b"gives up",
+            b"",
+            limit,
+            &(),
+            &mut || {
+                claimed = claimed || ring.claim(&pod, &()).is_some();
+                ControlFlow::Continue(())
+            },
+        );
+        assert!(claimed, "claimed while the sender waited");
         assert!(abandoned.is_err(), "{abandoned:?}");
         assert_eq!(
             ring.state(&pod, 1).load(Ordering::Relaxed),

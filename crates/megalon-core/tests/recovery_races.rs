@@ -1691,3 +1691,77 @@ fn a_host_that_dies_holding_a_stale_lock_on_a_losing_claim_is_recovered() {
     assert_eq!(common::read(b, b"z"), value(6));
     drop(stale);
 }
+
+/// Hosts 0 and 1 of a pod of `log_entries` entries and a 100 ms lease, without pumps.
+fn appender_and_recoverer(log_entries: u64) -> (&'static Host, &'static Host) {
+    let config = common::config()
+        .max_hosts(2)
+        .log_capacity_entries(log_entries)
+        .lease_ms(LEASE_MS);
+    let pod = common::heap_pod(&config);
+    (leak(&pod, 0), leak(&pod, 1))
+}
+
+/// `a` pauses past its lease at `point` of an append (`r` declares it dead and
+/// recovers it whole meanwhile), then resumes: its append must fail, and leave nothing
+/// in the log that stops `r`.
+fn an_append_paused_at(point: Point, a: &'static Host, r: &'static Host) {
+    let fired = Rc::new(std::cell::Cell::new(false));
+    let hook_fired = Rc::clone(&fired);
+    let late = chaos::with_hook(
+        move |at| {
+            if at != point || hook_fired.replace(true) {
+                return;
+            }
+            a.inspect().freeze();
+            let deadline = Instant::now() + BOUND;
+            while r.inspect().stats().hosts_recovered == 0 {
+                assert!(Instant::now() < deadline, "r never recovered a");
+                r.inspect().watch_hosts();
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        },
+        || a.create(b"late", &value(1)),
+    );
+    assert!(fired.get(), "a reached the point");
+    assert!(
+        matches!(late, Err(Error::HostDeclaredDead { .. })),
+        "{late:?}"
+    );
+    r.create(b"after", &value(2))
+        .expect("nothing of a's stops r's replay");
+    assert_eq!(common::read(r, b"after"), value(2));
+}
+
+/// A host paused past its lease before its reservation's announce, recovered whole
+/// meanwhile (its reservation words cleared, still naming its life; its row freed),
+/// announced anyway (over its own life's words it did not look at its row), reserved a
+/// position and then, finding itself condemned, returned: nobody ever filled the
+/// position, and every replay stopped there for good. Its announce now looks at its row
+/// before every word.
+#[test]
+fn a_host_recovered_before_its_announce_reserves_nothing() {
+    let (a, r) = appender_and_recoverer(16);
+    // a fills the ring while r lags (r's `ltail` holds the head): a's next reservation
+    // looks at the rows for the head's laggard first.
+    let mut i = 0;
+    loop {
+        let (head, _, tail) = a.inspect().log_cursors();
+        if tail == head + 16 {
+            break;
+        }
+        a.create(format!("f{i}").as_bytes(), &value(0)).unwrap();
+        i += 1;
+    }
+    an_append_paused_at(Point::HeadLookBetweenRows, a, r);
+}
+
+/// The same after its announce, before its `tail` CAS: the recovery filled nothing
+/// (nothing below `tail` was announced), and the `HostDead` moved `tail`, so the CAS
+/// failed, and the host announced again and reserved the next position.
+#[test]
+fn a_host_recovered_before_its_tail_cas_reserves_nothing() {
+    let (a, r) = appender_and_recoverer(256);
+    a.create(b"warm", &value(0)).unwrap(); // slots of its own: its next create is one append
+    an_append_paused_at(Point::ReserveBeforeCas, a, r);
+}

@@ -439,7 +439,24 @@ impl Shared {
         // ours over them would make the replicas differ. It learns it here, from its row
         // (freed once it was recovered), right before it writes (the lease's rule: a
         // pause between this check and the writes is what it cannot rule out).
-        self.holds_its_row()?;
+        if let Err(dead) = self.holds_its_row() {
+            // Its recovery may have looked at its row before this reservation was
+            // announced (or before the `tail` CAS, whose positions it then left alone),
+            // and no later recovery of this life comes: nobody else would ever fill
+            // these positions, and every replay would stop at them for good. So it
+            // fills what is not published yet with `Skip`, the entry its recoverer
+            // writes (the same bytes, if both do).
+            let skip = self.skip_entry(self.id);
+            for position in start..start + count {
+                if !self.published_or_recycled(position) {
+                    self.log.write(&self.memory, position, &skip);
+                    self.counters
+                        .entries_skipped
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            return Err(dead);
+        }
         for (i, entry) in entries.chunks_exact(entry_bytes).enumerate() {
             self.log.write(&self.memory, start + i as u64, entry);
         }
@@ -487,13 +504,31 @@ impl Shared {
     /// Gives slots to the hosts whose requests named this host as donor.
     pub(super) fn serve_grants(&self) -> Result<()> {
         let grants = std::mem::take(&mut self.replica.replay.lock().grants);
-        for (to, count) in grants {
+        for (served, &(to, count)) in grants.iter().enumerate() {
             let ranges = self.slots.lock().take_for_grant(count);
-            for (first, count) in ranges {
-                self.submit_settled(
+            for (granted, &(first, count)) in ranges.iter().enumerate() {
+                let appended = self.submit_settled(
                     &Event::GrantSlots { to, first, count },
                     Settle::Grant { first, count },
-                )?;
+                );
+                if let Err(error) = appended {
+                    // This range's settle gave it back if its event never reached the
+                    // log. The ranges after it were taken from the pool for this grant
+                    // and appended nowhere: back to the pool. And the requests not served
+                    // yet are served by a later round (the replicated counts still name
+                    // this host as their donor).
+                    let mut slots = self.slots.lock();
+                    for &(first, count) in &ranges[granted + 1..] {
+                        slots.add_range(first, count);
+                    }
+                    drop(slots);
+                    self.replica
+                        .replay
+                        .lock()
+                        .grants
+                        .extend_from_slice(&grants[served + 1..]);
+                    return Err(error);
+                }
             }
         }
         Ok(())
