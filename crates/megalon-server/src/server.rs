@@ -57,9 +57,18 @@ enum Listener {
     Tcp(TcpListener),
 }
 
-/// Binds `path`, replacing a socket file no server answers on.
+/// Binds `path`, replacing a socket file no server answers on. Anything else at `path`
+/// (a file, a directory) is left alone and refused: it was deleted, and a mistyped
+/// `--socket` cost the file it named.
 fn bind_unix(path: &Path) -> io::Result<UnixListener> {
-    if path.exists() {
+    if let Ok(metadata) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        if !metadata.file_type().is_socket() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{}: not a socket; it is left as it is", path.display()),
+            ));
+        }
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
             return Err(io::Error::new(
                 io::ErrorKind::AddrInUse,
@@ -248,5 +257,25 @@ impl Acceptor {
                 self.hosts[host].client_left();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bind_unix;
+
+    /// A `--socket` path that names a file (a typo, say) is refused, and the file kept:
+    /// it was deleted and a socket bound in its place. A stale socket is still replaced.
+    #[test]
+    fn a_socket_path_that_holds_a_file_is_refused_and_the_file_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("precious.txt");
+        std::fs::write(&file, b"data").unwrap();
+        let refused = bind_unix(&file).expect_err("a file is no socket");
+        assert_eq!(refused.kind(), std::io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read(&file).unwrap(), b"data");
+        let socket = dir.path().join("stale.sock");
+        drop(bind_unix(&socket).unwrap());
+        bind_unix(&socket).expect("a socket nobody answers on is replaced");
     }
 }

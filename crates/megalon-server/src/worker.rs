@@ -19,7 +19,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::command::{Executor, Session};
 use crate::host::HostServer;
-use crate::resp::{self, Next, Reader};
+use crate::resp::{self, Next, Reader, Refusal};
 
 /// Bytes one connection may read in one turn before the others get theirs.
 const TURN_BYTES: usize = 256 * 1024;
@@ -110,7 +110,16 @@ impl Connection {
         while self.out.len() < FLUSH_BYTES && !self.session.quit {
             match self.reader.next() {
                 Next::Command(args) => executor.run(args, &mut self.session, &mut self.out),
-                Next::Refused(refusal) => resp::error(&mut self.out, format_args!("{refusal}")),
+                Next::Refused(refusal) => {
+                    resp::error(&mut self.out, format_args!("{refusal}"));
+                    // Not RESP: nothing says where the next command starts, and the rest
+                    // of the frame, read later, would run as commands (text inside a
+                    // value, say). The error goes out, then the connection closes, as
+                    // Redis closes it.
+                    if matches!(refusal, Refusal::Malformed(_)) {
+                        self.session.quit = true;
+                    }
+                }
                 Next::More => break,
             }
             replied = true;
