@@ -41,7 +41,7 @@ use crate::cache::Inner;
 use crate::clock::Swept;
 use crate::error::{Error, Result};
 use crate::file::OpenFile;
-use crate::page::{FILE_PAGE_BYTES, PAGE_KEY_BYTES};
+use crate::page::{PageTrailer, FILE_PAGE_BYTES, PAGE_KEY_BYTES, PAGE_OBJECT_BYTES};
 use crate::stats::Counter;
 use megalon_core::{Backoff, HostId};
 
@@ -210,8 +210,12 @@ impl Inner {
             self.shared.counters.add(Counter::AdmissionsLost);
             return Ok(());
         }
-        let mut bytes = [0u8; FILE_PAGE_BYTES as usize];
-        file.read_page(page, &mut bytes)?;
+        let mut bytes = [0u8; PAGE_OBJECT_BYTES as usize];
+        let valid = file.read_page(page, &mut bytes[..FILE_PAGE_BYTES as usize])?;
+        let trailer = PageTrailer {
+            valid_bytes: valid as u32,
+        };
+        bytes[PageTrailer::AT..PageTrailer::AT + 4].copy_from_slice(&trailer.bytes());
         match self.host.create(key, &bytes) {
             Ok(()) => {}
             Err(megalon_core::Error::ObjectExists) => {

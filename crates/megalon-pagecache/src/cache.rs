@@ -15,7 +15,7 @@ use crate::dirty::Shared;
 use crate::error::{Error, Result};
 use crate::file::OpenFile;
 use crate::layout::{Regions, MAGIC};
-use crate::page::{decode_key, page_key, FileId, FILE_PAGE_BYTES};
+use crate::page::{decode_key, page_key, FileId, PageTrailer, FILE_PAGE_BYTES, PAGE_OBJECT_BYTES};
 use crate::stats::{Counter, PageCacheStats, WriteBack};
 
 /// Times one page access admits the page before giving up (each time, another thread or
@@ -363,7 +363,19 @@ impl Inner {
         for _ in 0..MAX_ADMISSION_ROUNDS {
             match self.host.write_start(&key) {
                 Ok(ticket) => {
-                    self.host.memory().write(ticket.offset() + at as u64, src);
+                    let memory = self.host.memory();
+                    memory.write(ticket.offset() + at as u64, src);
+                    // The trailer says the page holds what the file or a write put there
+                    // up to here at least (under the lock, the current version: write_start
+                    // dropped any stale line).
+                    let trailer_at = ticket.offset() + PageTrailer::AT as u64;
+                    let mut trailer = [0u8; 4];
+                    memory.read(trailer_at, &mut trailer);
+                    let valid = u32::from_le_bytes(trailer);
+                    let end = (at + src.len()) as u32;
+                    if end > valid {
+                        memory.write(trailer_at, &end.to_le_bytes());
+                    }
                     // Before write_end: while the record is locked nobody can write the
                     // page back, and from the unlock on every write-back sees the bit
                     // (DESIGN section 9, the paper's section 5).
@@ -439,11 +451,12 @@ impl Inner {
         // that counts is the one of the record this lock is on.
         let locked = ticket.record();
         let result = if self.shared.is_dirty(locked) {
-            let mut bytes = [0u8; FILE_PAGE_BYTES as usize];
+            let mut bytes = [0u8; PAGE_OBJECT_BYTES as usize];
             // Under the lock the page cannot change, and write_start dropped any stale
             // line: this is the current version.
             self.host.memory().read(ticket.offset(), &mut bytes);
-            file.write_page(page, &bytes).map(|()| {
+            let valid = PageTrailer::of(&bytes).valid_bytes;
+            file.write_page(page, &bytes, valid).map(|()| {
                 self.shared.clear_dirty(locked);
                 self.shared.counters.wrote_back(path);
             })

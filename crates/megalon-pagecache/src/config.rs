@@ -10,7 +10,7 @@ use megalon_core::{
 
 use crate::error::{Error, Result};
 use crate::layout::{app_lnr_bytes, app_scr_bytes};
-use crate::page::{FILE_PAGE_BYTES, PAGE_KEY_BYTES};
+use crate::page::{PAGE_KEY_BYTES, PAGE_OBJECT_BYTES};
 
 /// Most admission lock words a pod can have.
 pub const MAX_ADMISSION_LOCKS: u64 = 1 << 16;
@@ -125,7 +125,7 @@ impl PageCacheConfig {
         Ok(())
     }
 
-    /// The pod configuration: 4 KiB slots, 16-byte keys, [`slot_count_for`] slots, the
+    /// The pod configuration: slots of a page and its trailer line (4160 bytes), 16-byte keys, [`slot_count_for`] slots, the
     /// records asked for, and the application regions sized for them.
     ///
     /// Both application regions are sized exactly for the final counts: the SCR is
@@ -143,7 +143,7 @@ impl PageCacheConfig {
         let crash_safety = PodConfig::new().resolved_for(backing).crash_safety;
         let base = PodConfig::new()
             .crash_safety(crash_safety)
-            .slot_size_bytes(FILE_PAGE_BYTES)
+            .slot_size_bytes(PAGE_OBJECT_BYTES)
             .max_key_bytes(PAGE_KEY_BYTES as u32)
             .log_capacity_entries(self.log_capacity_entries)
             .record_width_bits(self.record_width_bits)
@@ -167,7 +167,7 @@ impl PageCacheConfig {
         // The log, the join area (late joiners get the index through it) and the undo
         // images.
         let undo_bytes = if base.undo_images() {
-            u64::from(self.max_hosts) * megalon_core::limits::HOLDS_PER_HOST * FILE_PAGE_BYTES
+            u64::from(self.max_hosts) * megalon_core::limits::HOLDS_PER_HOST * PAGE_OBJECT_BYTES
         } else {
             0
         };
@@ -176,10 +176,10 @@ impl PageCacheConfig {
             .saturating_add(undo_bytes);
         let lnr_bytes = log_bytes
             .saturating_add(app_lnr_bytes(slot_count))
-            .saturating_add(slot_count * FILE_PAGE_BYTES)
+            .saturating_add(slot_count * PAGE_OBJECT_BYTES)
             .div_ceil(PAGE_BYTES)
             * PAGE_BYTES;
-        let app_lnr = lnr_bytes - log_bytes - slot_count * FILE_PAGE_BYTES;
+        let app_lnr = lnr_bytes - log_bytes - slot_count * PAGE_OBJECT_BYTES;
 
         // SCR: grow a page at a time (from the least that could do) until what records
         // alone would fill holds the records asked for and the application's words; the

@@ -29,7 +29,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::error::Error;
 use crate::file::OpenFile;
 use crate::layout::Regions;
-use crate::page::{decode_key, FILE_PAGE_BYTES};
+use crate::page::{decode_key, PageTrailer, PAGE_OBJECT_BYTES};
 use crate::stats::{Counter, Counters, WriteBack};
 
 /// What a host's page cache shares with its release hook (which the core calls on any of
@@ -133,10 +133,10 @@ impl Shared {
             });
             return false;
         };
-        let mut bytes = [0u8; FILE_PAGE_BYTES as usize];
+        let mut bytes = [0u8; PAGE_OBJECT_BYTES as usize];
         // From memory: the last writer's bytes reached it before it unlocked.
         object.read(&mut bytes);
-        match file.write_page(page, &bytes) {
+        match file.write_page(page, &bytes, PageTrailer::of(&bytes).valid_bytes) {
             Ok(()) => {
                 self.clear_dirty(record);
                 self.counters.wrote_back(WriteBack::Release);

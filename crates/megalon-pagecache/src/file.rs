@@ -1,10 +1,11 @@
 //! Data files: what a host keeps per open file, and its page reads and writes.
 //!
 //! A file keeps the length it has when it is opened: reads stop there, writes past it are
-//! refused, the part of the last page past the end is zeros in the cache and is never
-//! written to the file. Writing a page back is the exception: another host may have
-//! opened the file longer (it grew in between) and written the page, so a page that
-//! reaches past this host's length is written up to the file's length now.
+//! refused. A page is admitted with the file's bytes as they are then (up to the file's
+//! end then: another host may have opened it longer), the rest zeros, and written back
+//! only as far as its trailer says the file's bytes and the writes reach
+//! ([`crate::page::PageTrailer`]): never the zeros over bytes the file got since, nor
+//! short of what a host that opened the file longer wrote.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -49,30 +50,13 @@ impl OpenFile {
         (start, len as usize)
     }
 
-    /// Reads page `page` from the file into `bytes`; what lies past the end is zeros.
-    pub(crate) fn read_page(
-        &self,
-        page: u64,
-        bytes: &mut [u8; FILE_PAGE_BYTES as usize],
-    ) -> Result<()> {
-        let (start, len) = self.extent(page);
-        self.file
-            .read_exact_at(&mut bytes[..len], start)
-            .map_err(|e| Error::io("reading a page of", &self.path, e))?;
-        bytes[len..].fill(0);
-        Ok(())
-    }
-
-    /// Writes page `page` to the file: only the part inside the file, as long as the
-    /// file is now (at least this host's length: a page another host wrote past it is
-    /// that host's to keep, not cut to this host's view).
-    pub(crate) fn write_page(
-        &self,
-        page: u64,
-        bytes: &[u8; FILE_PAGE_BYTES as usize],
-    ) -> Result<()> {
+    /// Reads page `page` from the file into `bytes`, up to the file's end as it is now
+    /// (at least this host's length); what lies past it is zeros. Returns how many bytes
+    /// are the file's.
+    pub(crate) fn read_page(&self, page: u64, bytes: &mut [u8]) -> Result<usize> {
         let (start, mut len) = self.extent(page);
-        if len < bytes.len() {
+        if len < FILE_PAGE_BYTES as usize {
+            // Past this host's length: another host may have opened the file longer.
             let now = self
                 .file
                 .metadata()
@@ -83,6 +67,28 @@ impl OpenFile {
                 .saturating_sub(start)
                 .min(FILE_PAGE_BYTES) as usize;
         }
+        // Up to `len`, or the end if the file was cut since.
+        let mut read = 0;
+        while read < len {
+            match self
+                .file
+                .read_at(&mut bytes[read..len], start + read as u64)
+            {
+                Ok(0) => break,
+                Ok(n) => read += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io("reading a page of", &self.path, e)),
+            }
+        }
+        bytes[read..FILE_PAGE_BYTES as usize].fill(0);
+        Ok(read)
+    }
+
+    /// Writes page `page` to the file: its first `valid_bytes` bytes (its trailer's
+    /// count: the file's bytes when it was admitted and what writes wrote).
+    pub(crate) fn write_page(&self, page: u64, bytes: &[u8], valid_bytes: u32) -> Result<()> {
+        let start = page.saturating_mul(FILE_PAGE_BYTES);
+        let len = (valid_bytes as usize).min(FILE_PAGE_BYTES as usize);
         self.file
             .write_all_at(&bytes[..len], start)
             .map_err(|e| Error::io("writing a page back to", &self.path, e))

@@ -27,11 +27,12 @@
 use megalon_core::{limits::LINE_BYTES, Layout};
 
 use crate::error::{Error, Result};
-use crate::page::{FILE_PAGE_BYTES, PAGE_KEY_BYTES};
+use crate::page::{PAGE_KEY_BYTES, PAGE_OBJECT_BYTES};
 
 /// First word of the application SCR of a pod formatted for a page cache (and its
 /// format version).
-pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"mgPCv001");
+/// Version 2: a page's object is the page and a trailer line (its valid bytes).
+pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"mgPCv002");
 /// Marks an owner line that holds a key (a fresh pod's zeros hold none).
 pub(crate) const OWNER_MAGIC: u64 = u64::from_le_bytes(*b"mgPCownr");
 /// Bytes of an owner line that mean something: the key, then the magic.
@@ -90,9 +91,9 @@ impl Regions {
     /// hold a page cache.
     pub(crate) fn new(layout: &Layout, admission_locks: u64) -> Result<Regions> {
         let config = &layout.config;
-        if config.slot_size_bytes != FILE_PAGE_BYTES {
+        if config.slot_size_bytes != PAGE_OBJECT_BYTES {
             return Err(Error::NotAPageCachePod {
-                reason: "its slots are not 4096 bytes",
+                reason: "its slots are not 4160 bytes (a page and its trailer)",
             });
         }
         if (config.max_key_bytes as usize) < PAGE_KEY_BYTES {
@@ -157,9 +158,9 @@ impl Regions {
 
     /// The slot whose bytes start at `offset` (a ticket's offset).
     pub(crate) fn slot_at(&self, offset: u64) -> u64 {
-        let slot = (offset - self.slots) / FILE_PAGE_BYTES;
+        let slot = (offset - self.slots) / PAGE_OBJECT_BYTES;
         debug_assert!(
-            slot < self.slot_count && (offset - self.slots).is_multiple_of(FILE_PAGE_BYTES)
+            slot < self.slot_count && (offset - self.slots).is_multiple_of(PAGE_OBJECT_BYTES)
         );
         slot
     }

@@ -6,8 +6,41 @@
 
 use std::fmt;
 
-/// Bytes of one file page: the size of one object (and one slot) in the pod.
+/// Bytes of one file page.
 pub const FILE_PAGE_BYTES: u64 = 4096;
+/// Bytes of a page's object (and slot) in the pod: the page, then a line of its own
+/// ([`PageTrailer`]).
+pub const PAGE_OBJECT_BYTES: u64 = FILE_PAGE_BYTES + megalon_core::limits::LINE_BYTES;
+
+/// What a page's object keeps after the page's bytes: how many of them are the file's
+/// (from the start of the page), so that writing the page back never puts the cache's
+/// filler past that over the file. The admitting host reads the page up to the file's
+/// end as it is then, and every write raises the count to its own end; both under the
+/// object protocol, with the page (the admission's create, a write's lock), so every
+/// host that writes the page back reads the count of the bytes it writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PageTrailer {
+    /// Bytes of the page that hold the file's bytes or a write's.
+    pub(crate) valid_bytes: u32,
+}
+
+impl PageTrailer {
+    /// Where in the object it starts.
+    pub(crate) const AT: usize = FILE_PAGE_BYTES as usize;
+
+    /// The trailer in `object` (a whole page object).
+    pub(crate) fn of(object: &[u8]) -> PageTrailer {
+        let bytes = object[Self::AT..Self::AT + 4].try_into().expect("4 bytes");
+        PageTrailer {
+            valid_bytes: u32::from_le_bytes(bytes).min(FILE_PAGE_BYTES as u32),
+        }
+    }
+
+    /// Its bytes, as they sit at [`PageTrailer::AT`].
+    pub(crate) fn bytes(self) -> [u8; 4] {
+        self.valid_bytes.to_le_bytes()
+    }
+}
 /// Bytes of a page's key: the inode and the page index, little-endian.
 pub const PAGE_KEY_BYTES: usize = 16;
 

@@ -282,3 +282,58 @@ fn a_page_past_the_length_one_host_opened_the_file_at_is_written_back_whole() {
         "the rest of page 1 kept"
     );
 }
+
+/// A page admitted while the file ended inside it holds zeros past that end; the file
+/// then grows outside the cache. Writing the page back must not put those zeros over
+/// the bytes the file got: a page is written back only as far as its trailer says the
+/// file's bytes and the writes reach. (Written up to the file's length as it was at the
+/// write-back, the page zeroed them.)
+#[test]
+fn a_page_written_back_leaves_bytes_the_file_got_since_its_admission() {
+    use std::io::Write;
+    let pod = heap_pod(&PageCacheConfig::new(8).max_hosts(2));
+    let mut data = data_file(PAGE + 100);
+    let a = join(&pod, options(simulated(40)));
+    let file = a.open(data.path()).unwrap();
+    a.write(file, PAGE as u64, b"AAAA").unwrap();
+    data.as_file_mut()
+        .write_all(&vec![7u8; PAGE - 100])
+        .unwrap();
+    a.fsync(file).unwrap();
+    let disk = on_disk(data.path());
+    assert_eq!(disk.len(), 2 * PAGE);
+    assert_eq!(&disk[PAGE..PAGE + 4], b"AAAA");
+    let original: Vec<u8> = (PAGE + 4..PAGE + 100).map(original_byte).collect();
+    assert_eq!(&disk[PAGE + 4..PAGE + 100], &original[..]);
+    assert_eq!(
+        &disk[PAGE + 100..],
+        &vec![7u8; PAGE - 100][..],
+        "the file's new bytes kept"
+    );
+}
+
+/// A write past the file's bytes of a page (by a host that opened the file longer than
+/// the page's admitter saw it) raises the page's trailer: the write-back carries it.
+#[test]
+fn a_write_past_the_bytes_a_page_was_admitted_with_is_written_back() {
+    use std::io::Write;
+    let pod = heap_pod(&PageCacheConfig::new(8).max_hosts(2));
+    let mut data = data_file(PAGE + 100);
+    let a = join(&pod, options(simulated(42)));
+    let b = join(&pod, options(simulated(43)));
+    let file_a = a.open(data.path()).unwrap();
+    let mut buf = [0u8; 4];
+    a.read(file_a, PAGE as u64, &mut buf).unwrap(); // admits page 1, 100 bytes of the file's
+    data.as_file_mut()
+        .write_all(&vec![7u8; PAGE - 100])
+        .unwrap();
+    let file_b = b.open(data.path()).unwrap();
+    b.write(file_b, (PAGE + 200) as u64, b"BBBB").unwrap();
+    a.fsync(file_a).unwrap();
+    let disk = on_disk(data.path());
+    assert_eq!(
+        &disk[PAGE + 200..PAGE + 204],
+        b"BBBB",
+        "b's write reached the file"
+    );
+}
