@@ -785,12 +785,16 @@ impl Shared {
             // Another dead host's announce of the same word is of a lock never taken.
             let image = if undo_ready {
                 Some((dead.host, index))
-            } else if live_claim.is_some() {
-                // A lock taken over a live claim is a stale one: its writer wrote nothing.
-                None
             } else {
                 self.undo_image_among_the_dead(dead, record, raw)
             };
+            if live_claim.is_some() && image.is_some() {
+                // Another dead host's write of the word is under way (its image ready):
+                // the lock is that write's, not one taken over the claim. Wait for the
+                // claimer to let its claim go, as for any live announce.
+                all_done = false;
+                continue;
+            }
             let restored = match image {
                 Some((writer, at)) => {
                     let restored = self.restore_write(writer, at, record, locked)?;
@@ -916,6 +920,9 @@ impl Shared {
         let settled = held.counter & !1;
         let to = match (held.locked, &key, live_claim) {
             (false, Some(_), _) => return Ok(true),
+            // The record has an object: the claim's allocation won, and the lock may be a
+            // write's of that object. Wait for the claimer to let its claim go.
+            (true, Some(_), Some(_)) => return Ok(false),
             (true, None, Some(claim)) => {
                 // The dead host's lock was taken over the claimed word (by a write, one
                 // more on the counter; by a release, none): undo just that. Any other
