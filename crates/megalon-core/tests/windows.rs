@@ -724,3 +724,38 @@ fn a_refused_grant_keeps_the_other_ranges_taken_for_it() {
         made.unwrap_or_else(|e| panic!("b's create {i}: {e:?}"));
     }
 }
+
+/// A move here whose append was unconfirmed orphans the object; its event applied (the
+/// move won), and the next access moved it back, unconfirmed too, applied later. The
+/// orphan stayed in the partition for good: a move here refused the slot (only a leaving
+/// leftover was taken out), so the object never moved to that host again.
+#[test]
+fn an_orphan_whose_move_back_failed_does_not_keep_the_slot_from_moving_again() {
+    let (a, _b) = k_read_once_by_0_with_partitions();
+    chaos::fail_next_appends(&[Fault::Unconfirmed]);
+    // a's second access in a row moves k here; its append is unconfirmed: orphaned.
+    let _ = a.read(b"k", &mut [0u8; SLOT]);
+    chaos::clear_forced_faults();
+    a.replay().unwrap();
+    assert_eq!(
+        a.lookup(b"k").unwrap().unwrap().local_owner,
+        Some(a.id()),
+        "the unconfirmed move applied"
+    );
+    // The next access finds the orphan and moves it back: unconfirmed as well.
+    chaos::fail_next_appends(&[Fault::Unconfirmed]);
+    let moved_back = a.write_start(b"k").map(drop);
+    chaos::clear_forced_faults();
+    assert!(moved_back.is_err(), "unconfirmed: {moved_back:?}");
+    a.replay().unwrap();
+    assert_eq!(a.lookup(b"k").unwrap().unwrap().local_owner, None);
+    read(a, b"k");
+    read(a, b"k");
+    assert_eq!(
+        a.lookup(b"k").unwrap().unwrap().local_owner,
+        Some(a.id()),
+        "two accesses in a row move k to a's DRAM again"
+    );
+    assert_eq!(a.inspect().local_objects(), (1, 0));
+    assert_eq!(read(a, b"k"), value(1));
+}

@@ -82,6 +82,10 @@ pub(in crate::host) const ORPHANED: u8 = 2;
 /// before an alloc, which would make the move lose), and writes wait until the mover
 /// says `HELD`.
 pub(in crate::host) const ARRIVING: u8 = 3;
+/// An orphan whose move applied after all (the index named this host) and whose move
+/// back has been appended: read and written nowhere, as an orphan; once a `MoveToCxl` of
+/// it applied, a leftover that a move here may take out, as a leaving object.
+pub(in crate::host) const ORPHAN_LEAVING: u8 = 4;
 
 /// What one host keeps in its DRAM for partitions and copies: per slot, so that the hot
 /// path takes no lock of its own and hashes nothing (the index lookup found the slot).
@@ -236,7 +240,10 @@ impl Shared {
         let index = self.replica.read();
         Ok(match self.find(local, &index, key)? {
             Found::Mine(object) => {
-                if object.state.load(Ordering::Acquire) == ORPHANED {
+                if matches!(
+                    object.state.load(Ordering::Acquire),
+                    ORPHANED | ORPHAN_LEAVING
+                ) {
                     // Its move applied after all: back to CXL, where its bytes are.
                     return Ok(Place::Held(self.id));
                 }

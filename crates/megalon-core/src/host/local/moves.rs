@@ -6,7 +6,7 @@ use std::ops::ControlFlow;
 
 use super::{
     bump, Local, LocalObject, Moving, ARRIVING, HELD, LEAVING, MISSING, MOVED_BACK, NOT_HERE,
-    OP_MOVE_BACK, ORPHANED,
+    OP_MOVE_BACK, ORPHANED, ORPHAN_LEAVING,
 };
 
 use crate::chaos::Point;
@@ -119,14 +119,14 @@ impl Shared {
             // `MoveToCxl` of it applied (this replica, caught up, names no holder), no
             // reader reaches it: out of the way. (Else it stayed for good, and the slot
             // never moved here again.)
-            let left = leftover.state.load(Ordering::Acquire) == LEAVING
-                && self
-                    .replica
-                    .read()
-                    .lookup(&leftover.key)
-                    .is_none_or(|named| {
-                        named.slot != entry.slot || named.local_owner != Some(self.id)
-                    });
+            let left = matches!(
+                leftover.state.load(Ordering::Acquire),
+                LEAVING | ORPHAN_LEAVING
+            ) && self
+                .replica
+                .read()
+                .lookup(&leftover.key)
+                .is_none_or(|named| named.slot != entry.slot || named.local_owner != Some(self.id));
             if !left {
                 // An orphan of an earlier move whose outcome is not settled yet holds the
                 // place: not now (that move may still win, and its orphan is what
@@ -225,6 +225,11 @@ impl Shared {
         match state {
             HELD => {}
             _ => {
+                if state == ORPHANED {
+                    // Its move applied (the index names this host): once this move back
+                    // applies too, it is a leftover a move here may take out.
+                    object.state.store(ORPHAN_LEAVING, Ordering::Release);
+                }
                 // Leaving since an earlier move back whose append failed (its event may
                 // yet apply), or orphaned by a move here whose append failed and whose
                 // event applied after all: either way the bytes in CXL are current, so

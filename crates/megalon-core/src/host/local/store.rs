@@ -14,7 +14,7 @@ pub(in crate::host) struct LocalObject {
     pub(in crate::host) key: Box<[u8]>,
     /// Even: no write in progress; odd: the writer holds the object.
     pub(in crate::host) version: AtomicU64,
-    /// [`HELD`], [`LEAVING`] or [`ORPHANED`].
+    /// [`HELD`], [`LEAVING`], [`ORPHANED`], [`ARRIVING`] or [`ORPHAN_LEAVING`].
     pub(in crate::host) state: AtomicU8,
     /// The bytes, eight to a word (loaded and stored relaxed: a read that overlaps a
     /// write sees the version change and starts over).
