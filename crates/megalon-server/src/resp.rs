@@ -187,8 +187,28 @@ pub struct Reader {
     skip_bytes: u64,
     /// Arguments of a refused command still to drop.
     skip_args: u64,
-    /// The last command's arguments, as ranges of `buf`.
+    /// The last command's arguments, as ranges of `buf`; while a multibulk command is
+    /// only partly here, the arguments parsed so far, as ranges from `start`.
     args: Vec<Range<usize>>,
+    /// A multibulk command only partly here: where its parse goes on when more arrives
+    /// (each argument is looked at once, not again at every read: a request sent an
+    /// argument at a time made the reader start over at every read, a time quadratic in
+    /// its arguments).
+    partial: Option<Partial>,
+    /// Arguments parsed (their length lines read), for the tests' count of work.
+    #[cfg(test)]
+    parsed_args: u64,
+}
+
+/// How far a multibulk command has been parsed.
+#[derive(Clone, Copy, Debug)]
+struct Partial {
+    /// Its arguments.
+    count: u64,
+    /// Arguments parsed.
+    parsed: u64,
+    /// Bytes from `start` the parsed part takes.
+    at: usize,
 }
 
 impl Reader {
@@ -202,6 +222,9 @@ impl Reader {
             skip_bytes: 0,
             skip_args: 0,
             args: Vec::new(),
+            partial: None,
+            #[cfg(test)]
+            parsed_args: 0,
         }
     }
 
@@ -249,6 +272,7 @@ impl Reader {
 
     /// Drops everything buffered and any skip in progress.
     fn drop_all(&mut self, what: &'static str) -> Step {
+        self.partial = None;
         self.start = self.end;
         self.skip_bytes = 0;
         self.skip_args = 0;
@@ -314,26 +338,37 @@ impl Reader {
     /// `*N\r\n` then N bulk strings, `$len\r\n` bytes `\r\n` each.
     fn multibulk(&mut self) -> Step {
         let bytes = &self.buf[self.start..self.end];
-        let (count, mut at) = match length_line(bytes) {
-            Length::Line(count, header) => (count, header),
-            Length::More => return Step::More,
-            Length::Bad => return self.drop_all("invalid multibulk length"),
+        let (count, mut at, first) = match self.partial.take() {
+            Some(partial) => (partial.count, partial.at, partial.parsed),
+            None => {
+                let (count, header) = match length_line(bytes) {
+                    Length::Line(count, header) => (count, header),
+                    Length::More => return Step::More,
+                    Length::Bad => return self.drop_all("invalid multibulk length"),
+                };
+                if count <= 0 {
+                    // `*0` and `*-1`: nothing to run (Redis ignores them too).
+                    self.start += header;
+                    return Step::Again;
+                }
+                let count = count as u64;
+                if count > MAX_ARGS as u64 {
+                    self.start += header;
+                    self.skip_args = count;
+                    return Step::Refused(Refusal::TooManyArgs { args: count });
+                }
+                self.args.clear();
+                (count, header, 0)
+            }
         };
-        if count <= 0 {
-            // `*0` and `*-1`: nothing to run (Redis ignores them too).
-            self.start += at;
-            return Step::Again;
-        }
-        let count = count as u64;
-        if count > MAX_ARGS as u64 {
-            self.start += at;
-            self.skip_args = count;
-            return Step::Refused(Refusal::TooManyArgs { args: count });
-        }
-        self.args.clear();
-        for i in 0..count {
+        for i in first..count {
             let rest = &bytes[at..];
             let Some(&kind) = rest.first() else {
+                self.partial = Some(Partial {
+                    count,
+                    parsed: i,
+                    at,
+                });
                 return Step::More;
             };
             if kind != b'$' {
@@ -341,9 +376,20 @@ impl Reader {
             }
             let (len, header) = match length_line(rest) {
                 Length::Line(len, header) if len >= 0 => (len as u64, header),
-                Length::More => return Step::More,
+                Length::More => {
+                    self.partial = Some(Partial {
+                        count,
+                        parsed: i,
+                        at,
+                    });
+                    return Step::More;
+                }
                 _ => return self.drop_all("invalid bulk length"),
             };
+            #[cfg(test)]
+            {
+                self.parsed_args += 1;
+            }
             let request_bytes = (at + header) as u64 + len + 2;
             let refusal = if len > self.limits.max_bulk_bytes as u64 {
                 Some(Refusal::BulkTooLong {
@@ -368,14 +414,24 @@ impl Reader {
             }
             let len = len as usize;
             if rest.len() < header + len + 2 {
+                self.partial = Some(Partial {
+                    count,
+                    parsed: i,
+                    at,
+                });
                 return Step::More;
             }
             if &rest[header + len..header + len + 2] != b"\r\n" {
                 return self.drop_all("expected CRLF after a bulk string");
             }
-            let from = self.start + at + header;
+            let from = at + header;
             self.args.push(from..from + len);
             at += header + len + 2;
+        }
+        // Whole: the ranges, from `start` so far, become ranges of the buffer.
+        let start = self.start;
+        for range in &mut self.args {
+            *range = range.start + start..range.end + start;
         }
         self.start += at;
         Step::Command
@@ -680,5 +736,47 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A request that arrives an argument at a time is parsed once, not again from its
+    /// start at every read (which made a slow client's request cost time quadratic in its
+    /// arguments, and stalled the other clients of its worker).
+    #[test]
+    fn a_request_that_arrives_in_pieces_is_parsed_once() {
+        let limits = Limits {
+            max_bulk_bytes: 100,
+            max_request_bytes: 1 << 20,
+        };
+        let mut reader = Reader::new(limits);
+        let args = 10_000;
+        let mut first = format!("*{}\r\n$6\r\nEXISTS\r\n", args + 1).into_bytes();
+        feed(&mut reader, &first);
+        first.clear();
+        assert!(drain(&mut reader).is_empty());
+        for i in 0..args {
+            let arg = format!("{}", i % 10);
+            feed(
+                &mut reader,
+                format!("${}\r\n{arg}\r\n", arg.len()).as_bytes(),
+            );
+            let seen = drain(&mut reader);
+            if i + 1 < args {
+                assert!(
+                    seen.is_empty(),
+                    "a command before its last argument: {seen:?}"
+                );
+            } else {
+                assert_eq!(seen.len(), 1);
+                let words: Vec<&str> = seen[0].split(' ').collect();
+                assert_eq!(words.len(), args + 1);
+                assert_eq!((words[0], words[args]), ("EXISTS", "9"));
+            }
+        }
+        assert!(
+            reader.parsed_args <= 2 * (args as u64 + 1),
+            "{} arguments parsed for {} in the request",
+            reader.parsed_args,
+            args + 1
+        );
     }
 }
