@@ -186,6 +186,9 @@ impl Server {
     }
 }
 
+/// How long the acceptor waits before it tries a listener again whose accept failed.
+const ACCEPT_RETRY: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// The thread that accepts every listener's connections.
 struct Acceptor {
     poll: Poll,
@@ -201,8 +204,13 @@ struct Acceptor {
 impl Acceptor {
     fn run(mut self) {
         let mut events = Events::with_capacity(64);
+        // Listeners whose last accept failed (out of descriptors, say) with connections
+        // perhaps still waiting: readiness is edge-triggered, and those connections
+        // raise no new event, so they are tried again after a short wait.
+        let mut retry: Vec<usize> = Vec::new();
         while !self.shutdown.requested() {
-            if let Err(e) = self.poll.poll(&mut events, None) {
+            let timeout = (!retry.is_empty()).then_some(ACCEPT_RETRY);
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
@@ -210,17 +218,30 @@ impl Acceptor {
                 self.shutdown.trigger();
                 return;
             }
-            for event in &events {
-                if let Some(i) = (event.token().0 < self.listeners.len()).then_some(event.token().0)
-                {
-                    self.accept_all(i);
+            let retried = std::mem::take(&mut retry);
+            let mut ready = retried.clone();
+            ready.extend(
+                events
+                    .iter()
+                    .map(|event| event.token().0)
+                    .filter(|&i| i < self.listeners.len()),
+            );
+            ready.sort_unstable();
+            ready.dedup();
+            for i in ready {
+                if let Err(e) = self.accept_all(i) {
+                    if !retried.contains(&i) {
+                        eprintln!("megalon-server: accepting a connection: {e}; trying again");
+                    }
+                    retry.push(i);
                 }
             }
         }
     }
 
-    /// Accepts every connection waiting on listener `i`.
-    fn accept_all(&mut self, i: usize) {
+    /// Accepts every connection waiting on listener `i`. `Err`: it stopped on an error
+    /// (out of descriptors), with connections perhaps still waiting.
+    fn accept_all(&mut self, i: usize) -> io::Result<()> {
         loop {
             let (host, listener) = &self.listeners[i];
             let accepted = match listener {
@@ -232,14 +253,11 @@ impl Acceptor {
             };
             let mut stream = match accepted {
                 Ok(stream) => stream,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // Out of descriptors, a connection reset before it was taken: the
-                    // listener stays; the next readiness tries again.
-                    eprintln!("megalon-server: accepting a connection: {e}");
-                    return;
-                }
+                // Out of descriptors, a connection reset before it was taken: the
+                // listener stays, and is tried again.
+                Err(e) => return Err(e),
             };
             let host = *host;
             if !self.hosts[host].admit() {

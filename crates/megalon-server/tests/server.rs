@@ -622,3 +622,75 @@ fn redis_benchmark_runs_without_errors() {
         .unwrap();
     assert!(commands >= 60_000, "{commands} commands");
 }
+
+/// Out of descriptors, the acceptor stopped at its error and waited for the next
+/// readiness of the listener, which is edge-triggered: the connections already waiting
+/// raised none, and were served only once some other client connected. Now it tries the
+/// listener again shortly: once descriptors are free, they are served.
+#[test]
+fn connections_that_wait_out_a_lack_of_descriptors_are_served_once_some_are_free() {
+    use std::io::{Read, Write};
+    let dir = scratch_dir();
+    let socket = dir.path().join("h0.sock");
+    let socket_text = socket.display().to_string();
+    let args = [
+        "--socket",
+        &socket_text,
+        "--lnr-mib",
+        "16",
+        "--workers",
+        "1",
+    ];
+    let server = Server::start_with_descriptors(48, &args, vec![socket.clone()]).owning(dir);
+    // More clients than the server has descriptors for: some wait, unaccepted.
+    let mut clients: Vec<std::os::unix::net::UnixStream> = (0..48)
+        .map(|_| {
+            let mut stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+            stream.write_all(b"PING\r\n").unwrap();
+            stream
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let answered = |stream: &mut std::os::unix::net::UnixStream, wait: Duration| {
+        stream.set_read_timeout(Some(wait)).unwrap();
+        let mut reply = [0u8; 7];
+        matches!(stream.read_exact(&mut reply), Ok(()) if &reply == b"+PONG\r\n")
+    };
+    let (mut served, mut waiting): (Vec<_>, Vec<_>) = clients
+        .drain(..)
+        .partition_map_by(|stream| answered(stream, Duration::from_millis(100)));
+    assert!(
+        !waiting.is_empty(),
+        "the limit left some waiting ({} served)",
+        served.len()
+    );
+    // Free the descriptors of the served ones: the waiting ones are served, with no new
+    // connection to wake the acceptor.
+    served.clear();
+    for stream in &mut waiting {
+        assert!(
+            answered(stream, Duration::from_secs(5)),
+            "served once descriptors are free"
+        );
+    }
+    drop(server);
+}
+
+/// `partition` by a predicate that needs the item mutably.
+trait PartitionMapBy<T> {
+    fn partition_map_by(self, f: impl FnMut(&mut T) -> bool) -> (Vec<T>, Vec<T>);
+}
+
+impl<T, I: Iterator<Item = T>> PartitionMapBy<T> for I {
+    fn partition_map_by(self, mut f: impl FnMut(&mut T) -> bool) -> (Vec<T>, Vec<T>) {
+        let (mut yes, mut no) = (Vec::new(), Vec::new());
+        for mut item in self {
+            if f(&mut item) {
+                yes.push(item);
+            } else {
+                no.push(item);
+            }
+        }
+        (yes, no)
+    }
+}

@@ -46,12 +46,36 @@ impl Server {
     /// Starts the server with `args` (and `--port 0` unless they name a port: tests use
     /// the Unix sockets) and waits until every one of `sockets` answers.
     pub fn start(args: &[&str], sockets: Vec<PathBuf>) -> Server {
+        Server::start_with(
+            Command::new(env!("CARGO_BIN_EXE_megalon-server")),
+            args,
+            sockets,
+        )
+    }
+
+    /// [`Server::start`] of a process that may hold at most `descriptors` open files
+    /// (`ulimit -n` in a shell that then runs the server).
+    pub fn start_with_descriptors(
+        descriptors: u32,
+        args: &[&str],
+        sockets: Vec<PathBuf>,
+    ) -> Server {
+        let mut shell = Command::new("sh");
+        shell.args([
+            "-c",
+            &format!("ulimit -n {descriptors} && exec \"$0\" \"$@\""),
+            env!("CARGO_BIN_EXE_megalon-server"),
+        ]);
+        Server::start_with(shell, args, sockets)
+    }
+
+    fn start_with(mut command: Command, args: &[&str], sockets: Vec<PathBuf>) -> Server {
         let no_port: &[&str] = if args.contains(&"--port") {
             &[]
         } else {
             &["--port", "0"]
         };
-        let child = Command::new(env!("CARGO_BIN_EXE_megalon-server"))
+        let child = command
             .args(args)
             .args(no_port)
             .stdin(Stdio::null())
