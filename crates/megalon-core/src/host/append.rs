@@ -193,7 +193,9 @@ impl Shared {
             }
             _ => {}
         }
-        if author == self.id {
+        // A `Skip` names the host that reserved its position (filled by it or by its
+        // recoverer): no appender of this host waits for its outcome.
+        if author == self.id && !matches!(event, Event::Skip) {
             match self.settles.lock().remove(&position) {
                 // Its appender gave up waiting: settle for it once `ctail` covers the
                 // entry (at the end of the round).
@@ -487,7 +489,16 @@ impl Shared {
                 let position = start + i as u64;
                 match (state.outcomes.remove(&position), &confirmed) {
                     (Some(outcome), _) => Ok(outcome),
-                    (None, Ok(())) => unreachable!("replay applied every entry up to ours"),
+                    // Applied, and not ours: a recoverer filled our position with `Skip`
+                    // (we were declared dead after our row check, paused past our lease
+                    // before our write). Our event never took effect.
+                    (None, Ok(())) => {
+                        self.settle(*settle, None, event);
+                        Err(Error::HostDeclaredDead {
+                            host: self.id,
+                            life: self.life,
+                        })
+                    }
                     (None, Err(error)) => {
                         // In the log, not applied yet: its settle runs when it is.
                         self.settles
