@@ -357,14 +357,20 @@ impl Executor {
 
     /// Every key's value, each read linearizable on its own (not atomic across keys); the
     /// reads overlap their waits on memory (`KvHandle::get_many`).
+    ///
+    /// The reply is built a group of keys at a time, each group's values dropped once
+    /// written into it: the values are not held twice, whole, beside the reply (a review
+    /// saw 520 MB per client for an MGET of 65,535 keys of 4 KiB values).
     fn mget(&mut self, args: Args<'_>, out: &mut Vec<u8>) {
         let keys: Vec<&[u8]> = args.from(1).collect();
         resp::array(out, keys.len());
-        for answer in self.kv.get_many(&keys) {
-            match answer {
-                Ok(Some(value)) => resp::bulk(out, &value),
-                Ok(None) => resp::null(out),
-                Err(e) => store_error(out, &e),
+        for group in keys.chunks(MGET_GROUP_KEYS) {
+            for answer in self.kv.get_many(group) {
+                match answer {
+                    Ok(Some(value)) => resp::bulk(out, &value),
+                    Ok(None) => resp::null(out),
+                    Err(e) => store_error(out, &e),
+                }
             }
         }
     }
@@ -501,6 +507,9 @@ impl Executor {
         }
     }
 }
+
+/// Keys of an MGET read (and their values held) at once.
+const MGET_GROUP_KEYS: usize = 64;
 
 /// Whether `name` matches `pattern`, case-insensitively, with `*` and `?` as in Redis's
 /// globs (no character classes). In at most `pattern.len() * (name.len() + 1)` steps: on

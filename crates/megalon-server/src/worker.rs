@@ -3,7 +3,8 @@
 //! what has arrived, runs every whole command in it, in order, and writes the replies
 //! before it reads more: a pipeline's replies go out in as few writes as it came in, and
 //! a client that does not read its replies stops being read (its memory stays bounded
-//! by one buffer of requests and their replies).
+//! by one buffer of requests and their replies; one command's reply is built whole, so
+//! an MGET of many keys of large values holds up to its keys times the largest value).
 //!
 //! A connection that closes, or errs, is dropped with everything it held: its buffers
 //! and its place in the host's count. Between commands it holds nothing in the store

@@ -694,3 +694,26 @@ impl<T, I: Iterator<Item = T>> PartitionMapBy<T> for I {
         (yes, no)
     }
 }
+
+/// An MGET over more keys than it reads at once answers every key in order.
+#[test]
+fn an_mget_of_many_keys_answers_each_in_order() {
+    let server = in_process(1, &["--slot-bytes", "256"]);
+    let mut c = server.client(0);
+    for i in (0..200).step_by(3) {
+        assert_eq!(c.cmd(&format!("SET k{i} v{i}")), ok());
+    }
+    let keys: Vec<String> = (0..200).map(|i| format!("k{i}")).collect();
+    let mut args: Vec<&[u8]> = vec![b"MGET"];
+    args.extend(keys.iter().map(|k| k.as_bytes()));
+    let expected: Vec<OwnedFrame> = (0..200)
+        .map(|i| {
+            if i % 3 == 0 {
+                bulk(format!("v{i}").as_bytes())
+            } else {
+                OwnedFrame::Null
+            }
+        })
+        .collect();
+    assert_eq!(c.call(&args), OwnedFrame::Array(expected));
+}
