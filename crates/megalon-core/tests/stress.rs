@@ -473,6 +473,10 @@ struct After {
 /// log, and the log and the records stay the same for a while (host 0's reclaimer works in
 /// the background until records are under its watermark), then checks the records and
 /// reads every object on every host.
+/// Reads of an object the check makes again after a failed one, before it calls the
+/// object unreadable.
+const CHECK_READ_TRIES: u32 = 4;
+
 fn check_after(hosts: &[Host], stress: &Stress) -> After {
     let mut after = After::default();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -520,7 +524,17 @@ fn check_after(hosts: &[Host], stress: &Stress) -> After {
     for key in &keys {
         let (mut whole, mut readable) = (true, true);
         for (h, host) in hosts.iter().enumerate() {
-            match host.read(key, &mut buf) {
+            // A few tries: chaos still refuses appends here (a move back's, say), and one
+            // refusal is not an object nobody can read.
+            let mut read = host.read(key, &mut buf);
+            for _ in 0..CHECK_READ_TRIES {
+                if read.is_ok() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+                read = host.read(key, &mut buf);
+            }
+            match read {
                 Ok(_) => whole &= Value::decode(&buf).is_ok(),
                 Err(error) => {
                     readable = false;
