@@ -364,17 +364,28 @@ impl Inner {
             match self.host.write_start(&key) {
                 Ok(ticket) => {
                     let memory = self.host.memory();
-                    memory.write(ticket.offset() + at as u64, src);
-                    // The trailer says the page holds what the file or a write put there
-                    // up to here at least (under the lock, the current version: write_start
-                    // dropped any stale line).
+                    // The trailer says how far the page holds what the file or a write put
+                    // there (under the lock, the current version: write_start dropped any
+                    // stale line).
                     let trailer_at = ticket.offset() + PageTrailer::AT as u64;
                     let mut trailer = [0u8; 4];
                     memory.read(trailer_at, &mut trailer);
-                    let valid = u32::from_le_bytes(trailer);
-                    let end = (at + src.len()) as u32;
+                    let valid = u32::from_le_bytes(trailer) as usize;
+                    if at > valid {
+                        // Between its end and this write the page holds the cache's zeros:
+                        // the file's bytes there first (this host has the file open), or
+                        // the write-back would put the zeros over them.
+                        let mut gap = vec![0u8; at - valid];
+                        if let Err(error) = file.read_within_page(page, valid, &mut gap) {
+                            self.host.write_end(ticket)?;
+                            return Err(error);
+                        }
+                        memory.write(ticket.offset() + valid as u64, &gap);
+                    }
+                    memory.write(ticket.offset() + at as u64, src);
+                    let end = at + src.len();
                     if end > valid {
-                        memory.write(trailer_at, &end.to_le_bytes());
+                        memory.write(trailer_at, &(end as u32).to_le_bytes());
                     }
                     // Before write_end: while the record is locked nobody can write the
                     // page back, and from the unlock on every write-back sees the bit

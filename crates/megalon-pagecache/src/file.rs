@@ -84,6 +84,22 @@ impl OpenFile {
         Ok(read)
     }
 
+    /// Reads the file's bytes of page `page` from byte `from` of the page into `buf`, as
+    /// far as the file goes now (the rest of `buf` is left as it is: zeros).
+    pub(crate) fn read_within_page(&self, page: u64, from: usize, buf: &mut [u8]) -> Result<()> {
+        let start = page.saturating_mul(FILE_PAGE_BYTES) + from as u64;
+        let mut read = 0;
+        while read < buf.len() {
+            match self.file.read_at(&mut buf[read..], start + read as u64) {
+                Ok(0) => break,
+                Ok(n) => read += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io("reading a page of", &self.path, e)),
+            }
+        }
+        Ok(())
+    }
+
     /// Writes page `page` to the file: its first `valid_bytes` bytes (its trailer's
     /// count: the file's bytes when it was admitted and what writes wrote).
     pub(crate) fn write_page(&self, page: u64, bytes: &[u8], valid_bytes: u32) -> Result<()> {

@@ -336,4 +336,12 @@ fn a_write_past_the_bytes_a_page_was_admitted_with_is_written_back() {
         b"BBBB",
         "b's write reached the file"
     );
+    // The bytes between the page's admitted end and the write are the file's, not the
+    // cache's zeros (a review found them zeroed: the trailer counted the gap).
+    assert_eq!(
+        &disk[PAGE + 100..PAGE + 200],
+        &[7u8; 100][..],
+        "the gap kept"
+    );
+    assert_eq!(&disk[PAGE + 204..], &vec![7u8; PAGE - 204][..]);
 }

@@ -441,24 +441,15 @@ impl Shared {
         // ours over them would make the replicas differ. It learns it here, from its row
         // (freed once it was recovered), right before it writes (the lease's rule: a
         // pause between this check and the writes is what it cannot rule out).
-        if let Err(dead) = self.holds_its_row() {
-            // Its recovery may have looked at its row before this reservation was
-            // announced (or before the `tail` CAS, whose positions it then left alone),
-            // and no later recovery of this life comes: nobody else would ever fill
-            // these positions, and every replay would stop at them for good. So it
-            // fills what is not published yet with `Skip`, the entry its recoverer
-            // writes (the same bytes, if both do).
-            let skip = self.skip_entry(self.id);
-            for position in start..start + count {
-                if !self.published_or_recycled(position) {
-                    self.log.write(&self.memory, position, &skip);
-                    self.counters
-                        .entries_skipped
-                        .fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            return Err(dead);
-        }
+        //
+        // Its positions are its recovery's to fill: the announce above was made while
+        // its row was its own and not condemned (checked before every word), so the
+        // recovery that condemned it reads it; and a `tail` CAS that succeeds after that
+        // recovery read the tail leaves positions below the recovery's own `HostDead`,
+        // whose replay waits for them and fills them first (the row is still held
+        // then). Filling them here as well would be a second writer of a position,
+        // which a pause could make write over the next lap's entry.
+        self.holds_its_row()?;
         for (i, entry) in entries.chunks_exact(entry_bytes).enumerate() {
             self.log.write(&self.memory, start + i as u64, entry);
         }
