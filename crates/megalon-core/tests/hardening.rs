@@ -247,7 +247,16 @@ fn a_release_hook_that_panics_in_the_reclaimer_does_not_stop_the_pump() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert!(a.inspect().record_census().locked.is_empty());
+    // The reclaimer goes on trying (and its hook panicking): a record is locked for a
+    // moment in each try, and unlocked after it; none stays locked.
+    while !a.inspect().record_census().locked.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a record stays locked: {:?}",
+            a.inspect().record_census().locked
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
     // The pump goes on: it beats, and replays what b appends.
     let (beat, applied) = (a.inspect().heartbeat(), a.inspect().applied_position());
     b.create(b"later", &value(3)).unwrap();
