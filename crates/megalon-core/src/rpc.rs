@@ -1015,6 +1015,20 @@ mod tests {
         )
     }
 
+    /// `ring.call` of op 1 with `key` and no payload, waiting at most `limit` and running
+    /// `serve` in each round of its wait (as a host serves its own ring), nothing counted.
+    fn call_serving(
+        ring: &RingGeometry,
+        pod: &Pod,
+        memory: &Memory,
+        buf: &mut [u8],
+        key: &[u8],
+        limit: Duration,
+        serve: &mut dyn FnMut() -> ControlFlow<()>,
+    ) -> Result<Response, u64> {
+        ring.call(pod, memory, SENDER, buf, 1, key, b"", limit, &(), serve)
+    }
+
     /// What the test server answers: the op as the status, and a hash of the key and the
     /// payload as the detail, so that a sender tells its own answer from any other.
     fn answer(op: u8, key: &[u8], payload: &[u8]) -> Response {
@@ -1161,23 +1175,12 @@ mod tests {
         // The server claims while the sender waits (from the sender's own rounds: a
         // server thread not run within the limit would find the request withdrawn).
         let mut claimed = None;
-        let abandoned = ring.call(
-            &pod,
-            &sender,
-            SENDER,
-            &mut buf,
-            1,
-            b"slow",
-            b"",
-            limit,
-            &(),
-            &mut || {
-                if claimed.is_none() {
-                    claimed = ring.claim(&pod, &());
-                }
-                ControlFlow::Continue(())
-            },
-        );
+        let abandoned = call_serving(&ring, &pod, &sender, &mut buf, b"slow", limit, &mut || {
+            if claimed.is_none() {
+                claimed = ring.claim(&pod, &());
+            }
+            ControlFlow::Continue(())
+        });
         let claimed = claimed.expect("claimed while the sender waited");
         let waited_ms = abandoned.expect_err("nobody answered in time");
         assert!(waited_ms >= 2 * limit.as_millis() as u64, "{waited_ms} ms");
@@ -1206,16 +1209,13 @@ mod tests {
         let mut buf = vec![0; ring.entry_bytes as usize];
         let mut rounds = 0;
         let started = std::time::Instant::now();
-        let given_up = ring.call(
+        let given_up = call_serving(
+            &ring,
             &pod,
             &sender,
-            SENDER,
             &mut buf,
-            1,
             b"never",
-            b"",
             WAIT_LIMIT,
-            &(),
             &mut || {
                 rounds += 1;
                 if rounds < 5 {
@@ -1262,16 +1262,13 @@ mod tests {
                 };
                 ring.respond(&pod, &server, claimed, &mut server_buf, response, &());
             });
-            ring.call(
+            call_serving(
+                &ring,
                 &pod,
                 &sender,
-                SENDER,
                 &mut buf,
-                1,
                 b"claimed",
-                b"",
                 WAIT_LIMIT,
-                &(),
                 &mut || {
                     // Only once the request is claimed: before, a break withdraws it.
                     if ring.state(&pod, 0).load(Ordering::Relaxed) == pack(0, CLAIMED) {
@@ -1298,16 +1295,13 @@ mod tests {
         let (pod, ring, sender, server) = sides(1);
         let mut buf = vec![0; ring.entry_bytes as usize];
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            ring.call(
+            call_serving(
+                &ring,
                 &pod,
                 &sender,
-                SENDER,
                 &mut buf,
-                1,
                 b"doomed",
-                b"",
                 WAIT_LIMIT,
-                &(),
                 &mut || panic!("the caller's serve fails"),
             )
         }));
@@ -1457,16 +1451,13 @@ mod tests {
         // While the sender waits (in its own rounds, so that no thread of the test can
         // come too late): `claim` up to its CAS, the server dies before it moves the
         // head, and a live host recovers it.
-        let waited = ring.call(
+        let waited = call_serving(
+            &ring,
             &pod,
             &sender,
-            SENDER,
             &mut buf,
-            1,
             b"waits",
-            b"",
             Duration::from_millis(500),
-            &(),
             &mut || {
                 if settled.is_none() && state.load(Ordering::SeqCst) == pack(0, REQUEST) {
                     state
@@ -1494,18 +1485,9 @@ mod tests {
         let (pod, ring, sender, server) = sides(2);
         let mut buf = vec![0; ring.entry_bytes as usize];
         let limit = Duration::from_millis(20);
-        let unserved = ring.call(
-            &pod,
-            &sender,
-            SENDER,
-            &mut buf,
-            1,
-            b"x",
-            b"",
-            limit,
-            &(),
-            &mut || ControlFlow::Continue(()),
-        );
+        let unserved = call_serving(&ring, &pod, &sender, &mut buf, b"x", limit, &mut || {
+            ControlFlow::Continue(())
+        });
         assert!(unserved.is_err());
         assert_eq!(
             ring.state(&pod, 0).load(Ordering::SeqCst),
@@ -1620,16 +1602,13 @@ mod tests {
         // thread of the test not run within the sender's limit would find the request
         // withdrawn, and wait for a claim for good).
         let mut recovered = false;
-        let answered = ring.call(
+        let answered = call_serving(
+            &ring,
             &pod,
             &sender,
-            SENDER,
             &mut buf,
-            1,
             b"waits",
-            b"",
             WAIT_LIMIT,
-            &(),
             &mut || {
                 if !recovered && ring.claim(&pod, &()).is_some() {
                     let recoverer = host_memory(&pod, 3);
@@ -1643,16 +1622,13 @@ mod tests {
         // Gave up: abandoned, then freed by the recovery.
         let limit = Duration::from_millis(30);
         let mut claimed = false;
-        let abandoned = ring.call(
+        let abandoned = call_serving(
+            &ring,
             &pod,
             &sender,
-            SENDER,
             &mut buf,
-            1,
             b"gives up",
-            b"",
             limit,
-            &(),
             &mut || {
                 claimed = claimed || ring.claim(&pod, &()).is_some();
                 ControlFlow::Continue(())
@@ -1679,21 +1655,10 @@ mod tests {
         let mut buf = vec![0; ring.entry_bytes as usize];
         let limit = Duration::from_millis(50);
         let mut served_own_ring = 0;
-        let unanswered = ring.call(
-            &pod,
-            &sender,
-            SENDER,
-            &mut buf,
-            1,
-            b"first",
-            b"",
-            limit,
-            &(),
-            &mut || {
-                served_own_ring += 1;
-                ControlFlow::Continue(())
-            },
-        );
+        let unanswered = call_serving(&ring, &pod, &sender, &mut buf, b"first", limit, &mut || {
+            served_own_ring += 1;
+            ControlFlow::Continue(())
+        });
         let waited_ms = unanswered.expect_err("nobody serves the ring");
         assert!(
             waited_ms >= limit.as_millis() as u64,
