@@ -555,8 +555,14 @@ fn a_move_back_whose_append_failed_does_not_keep_the_slot_from_moving_again() {
     read(a, b"k");
     assert_eq!(a.lookup(b"k").unwrap().unwrap().local_owner, Some(a.id()));
     assert_eq!(a.inspect().local_objects(), (1, 0));
+    a_move_back_of_k_unconfirmed_then_k_moves_again(a);
+}
+
+/// `a` holds `k` in its DRAM: a ticket's write moves it back first, and that move back's
+/// append is unconfirmed (applied by the replay after it). Two accesses in a row then
+/// move `k` to `a`'s DRAM again, and the partition holds it alone.
+fn a_move_back_of_k_unconfirmed_then_k_moves_again(a: &Host) {
     chaos::fail_next_appends(&[Fault::Unconfirmed]);
-    // A ticket's write needs the object in CXL: it moves it back first.
     let moved_back = a.write_start(b"k").map(drop);
     chaos::clear_forced_faults();
     assert!(moved_back.is_err(), "the move back's append is unconfirmed");
@@ -743,19 +749,6 @@ fn an_orphan_whose_move_back_failed_does_not_keep_the_slot_from_moving_again() {
         "the unconfirmed move applied"
     );
     // The next access finds the orphan and moves it back: unconfirmed as well.
-    chaos::fail_next_appends(&[Fault::Unconfirmed]);
-    let moved_back = a.write_start(b"k").map(drop);
-    chaos::clear_forced_faults();
-    assert!(moved_back.is_err(), "unconfirmed: {moved_back:?}");
-    a.replay().unwrap();
-    assert_eq!(a.lookup(b"k").unwrap().unwrap().local_owner, None);
-    read(a, b"k");
-    read(a, b"k");
-    assert_eq!(
-        a.lookup(b"k").unwrap().unwrap().local_owner,
-        Some(a.id()),
-        "two accesses in a row move k to a's DRAM again"
-    );
-    assert_eq!(a.inspect().local_objects(), (1, 0));
+    a_move_back_of_k_unconfirmed_then_k_moves_again(a);
     assert_eq!(read(a, b"k"), value(1));
 }
