@@ -551,23 +551,7 @@ mod tests {
         let lagging = unpumped(Duration::from_secs(2));
         let k = Host::join(&pod, Join::As(id), lagging).unwrap();
         let k_applied = k.shared.replica.applied.load(Ordering::SeqCst);
-        let mut refused = None;
-        for i in 0..300u32 {
-            let key = i.to_le_bytes();
-            if let Err(e) = a.create(&key, &value(2)).and_then(|()| a.delete(&key)) {
-                refused = Some(e);
-                break;
-            }
-        }
-        let head = crate::log::Log::head(&pod);
-        assert!(
-            head <= k_applied,
-            "the head {head} passed the new life's applied position {k_applied} (a: {refused:?})"
-        );
-        assert!(
-            matches!(refused, Some(Error::LogFull { .. })),
-            "k holds the head: {refused:?}"
-        );
+        a_fills_the_log_behind(&pod, &a, k_applied);
         drop(z);
     }
 
@@ -735,6 +719,12 @@ mod tests {
             host_table::process_gone(&pod, 3, std::process::id(), 2),
             Some(false)
         );
+        a_fills_the_log_behind(&pod, &a, k_applied);
+    }
+
+    /// `a` creates and deletes until the log is full: the head must stop at live host
+    /// k's applied position `k_applied` (k does not replay), and `a` hear `LogFull`.
+    fn a_fills_the_log_behind(pod: &Pod, a: &Host, k_applied: u64) {
         let mut refused = None;
         for i in 0..300u32 {
             let key = i.to_le_bytes();
@@ -743,10 +733,10 @@ mod tests {
                 break;
             }
         }
-        let head = Log::head(&pod);
+        let head = crate::log::Log::head(pod);
         assert!(
             head <= k_applied,
-            "the head {head} passed live host k's applied position {k_applied}"
+            "the head {head} passed live host k's applied position {k_applied} (a: {refused:?})"
         );
         assert!(
             matches!(refused, Some(Error::LogFull { .. })),
