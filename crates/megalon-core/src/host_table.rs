@@ -293,28 +293,27 @@ pub(crate) fn release_dead(pod: &Pod, host: HostId, pid: u32, life: u64) -> bool
 /// watch starts again for a new pid.
 fn forget_holder(row: &HostEntry<'_>, life: u64) {
     // Its reservation too: the next holder's claim does not touch it.
-    let reserved = row.reserved_to.load(Ordering::SeqCst);
-    if names_life(reserved, life) {
-        let _ = row.reserved_to.compare_exchange(
-            reserved,
-            reservation_word(0, life),
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        );
-    }
+    clear_reservation_word(row.reserved_to, life);
     let tag = life & NOTE_LIFE_MASK;
-    let started = row.started.load(Ordering::SeqCst);
-    if started >> 40 == tag {
-        let _ = row
-            .started
-            .compare_exchange(started, 0, Ordering::SeqCst, Ordering::SeqCst);
+    clear_if(row.started, |note| note >> 40 == tag, 0);
+    clear_if(row.machine, |note| note & NOTE_LIFE_MASK == tag, 0);
+}
+
+/// Sets `word` to `cleared` by a CAS from what it holds now, if that is `of_it`'s.
+fn clear_if(word: &AtomicU64, of_it: impl Fn(u64) -> bool, cleared: u64) {
+    let seen = word.load(Ordering::SeqCst);
+    if of_it(seen) {
+        let _ = word.compare_exchange(seen, cleared, Ordering::SeqCst, Ordering::SeqCst);
     }
-    let machine = row.machine.load(Ordering::SeqCst);
-    if machine & NOTE_LIFE_MASK == tag {
-        let _ = row
-            .machine
-            .compare_exchange(machine, 0, Ordering::SeqCst, Ordering::SeqCst);
-    }
+}
+
+/// Clears the reservation end `word` if life `life` stored it.
+fn clear_reservation_word(word: &AtomicU64, life: u64) {
+    clear_if(
+        word,
+        |seen| names_life(seen, life),
+        reservation_word(0, life),
+    );
 }
 
 /// Condemns life `life` of `host` (and every earlier one): a recoverer does it before it
@@ -439,16 +438,7 @@ pub(crate) fn holders_reservation(pod: &Pod, host: HostId) -> std::ops::Range<u6
 /// Life `life`'s reservation, cleared for good by its recoverer before it frees the row
 /// (by a CAS: a later life's is left alone).
 pub(crate) fn clear_reservation(pod: &Pod, host: HostId, life: u64) {
-    let word = entry(pod, host).reserved_to;
-    let seen = word.load(Ordering::SeqCst);
-    if names_life(seen, life) {
-        let _ = word.compare_exchange(
-            seen,
-            reservation_word(0, life),
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        );
-    }
+    clear_reservation_word(entry(pod, host).reserved_to, life);
 }
 
 /// Whether the holder of `host`'s row (`pid`) is known to be gone, without a lease: it
