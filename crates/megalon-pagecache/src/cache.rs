@@ -385,7 +385,10 @@ impl Inner {
                     memory.write(ticket.offset() + at as u64, src);
                     let end = at + src.len();
                     if end > valid {
-                        memory.write(trailer_at, &(end as u32).to_le_bytes());
+                        let trailer = PageTrailer {
+                            valid_bytes: end as u32,
+                        };
+                        memory.write(trailer_at, &trailer.bytes());
                     }
                     // Before write_end: while the record is locked nobody can write the
                     // page back, and from the unlock on every write-back sees the bit

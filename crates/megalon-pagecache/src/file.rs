@@ -68,25 +68,14 @@ impl OpenFile {
                 .min(FILE_PAGE_BYTES) as usize;
         }
         // Up to `len`, or the end if the file was cut since.
-        let mut read = 0;
-        while read < len {
-            match self
-                .file
-                .read_at(&mut bytes[read..len], start + read as u64)
-            {
-                Ok(0) => break,
-                Ok(n) => read += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error::io("reading a page of", &self.path, e)),
-            }
-        }
+        let read = self.read_within_page(page, 0, &mut bytes[..len])?;
         bytes[read..FILE_PAGE_BYTES as usize].fill(0);
         Ok(read)
     }
 
     /// Reads the file's bytes of page `page` from byte `from` of the page into `buf`, as
-    /// far as the file goes now (the rest of `buf` is left as it is: zeros).
-    pub(crate) fn read_within_page(&self, page: u64, from: usize, buf: &mut [u8]) -> Result<()> {
+    /// far as the file goes now (the rest of `buf` is left as it is). Returns how many.
+    pub(crate) fn read_within_page(&self, page: u64, from: usize, buf: &mut [u8]) -> Result<usize> {
         let start = page.saturating_mul(FILE_PAGE_BYTES) + from as u64;
         let mut read = 0;
         while read < buf.len() {
@@ -97,7 +86,7 @@ impl OpenFile {
                 Err(e) => return Err(Error::io("reading a page of", &self.path, e)),
             }
         }
-        Ok(())
+        Ok(read)
     }
 
     /// Writes page `page` to the file: its first `valid_bytes` bytes (its trailer's
