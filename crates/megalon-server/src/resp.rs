@@ -335,6 +335,12 @@ impl Reader {
         }
     }
 
+    /// Keeps how far a multibulk command was parsed, and asks for more.
+    fn more(&mut self, partial: Partial) -> Step {
+        self.partial = Some(partial);
+        Step::More
+    }
+
     /// `*N\r\n` then N bulk strings, `$len\r\n` bytes `\r\n` each.
     fn multibulk(&mut self) -> Step {
         let bytes = &self.buf[self.start..self.end];
@@ -364,12 +370,11 @@ impl Reader {
         for i in first..count {
             let rest = &bytes[at..];
             let Some(&kind) = rest.first() else {
-                self.partial = Some(Partial {
+                return self.more(Partial {
                     count,
                     parsed: i,
                     at,
                 });
-                return Step::More;
             };
             if kind != b'$' {
                 return self.drop_all("expected '$' for an argument");
@@ -377,12 +382,11 @@ impl Reader {
             let (len, header) = match length_line(rest) {
                 Length::Line(len, header) if len >= 0 => (len as u64, header),
                 Length::More => {
-                    self.partial = Some(Partial {
+                    return self.more(Partial {
                         count,
                         parsed: i,
                         at,
                     });
-                    return Step::More;
                 }
                 _ => return self.drop_all("invalid bulk length"),
             };
@@ -414,12 +418,11 @@ impl Reader {
             }
             let len = len as usize;
             if rest.len() < header + len + 2 {
-                self.partial = Some(Partial {
+                return self.more(Partial {
                     count,
                     parsed: i,
                     at,
                 });
-                return Step::More;
             }
             if &rest[header + len..header + len + 2] != b"\r\n" {
                 return self.drop_all("expected CRLF after a bulk string");
