@@ -491,7 +491,8 @@ impl Log {
     }
 
     /// Reads the entry at `position` into `entry` if it is published. A position below
-    /// `head` must not be read (its entry may belong to a later lap).
+    /// `head` must not be read (its entry may belong to a later lap): a reader whose
+    /// `ltail` the head may have passed checks it after the copy.
     pub(crate) fn read(&self, memory: &Memory, position: u64, entry: &mut [u8]) -> bool {
         debug_assert_eq!(entry.len(), self.entry_bytes);
         let offset = self.entry_offset(position);
@@ -501,12 +502,10 @@ impl Log {
             memory.flush(offset, line);
             memory.fence();
         }
-        let alive = memory.load_u64(offset);
-        if alive != self.alive_value(position) {
-            debug_assert!(
-                alive < self.alive_value(position),
-                "a writer lapped a reader"
-            );
+        if memory.load_u64(offset) != self.alive_value(position) {
+            // Not published yet, or (for a reader recovered while it was paused, whose
+            // `ltail` no longer holds the head) already a later lap's: the reader tells
+            // the two apart by its `ltail`.
             return false;
         }
         if invalidate && self.entry_bytes > line {

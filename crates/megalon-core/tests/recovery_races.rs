@@ -1765,3 +1765,36 @@ fn a_host_recovered_before_its_tail_cas_reserves_nothing() {
     a.create(b"warm", &value(0)).unwrap(); // slots of its own: its next create is one append
     an_append_paused_at(Point::ReserveBeforeCas, a, r);
 }
+
+/// A host paused past its lease is recovered, and the log goes on for more than a lap
+/// while it sleeps (its `ltail` no longer holds the head). When it wakes, its replay
+/// reads positions the ring has written over: it must answer `HostDeclaredDead`, not
+/// take a later lap's entry for a missing one (a `debug_assert!` fired, in release its
+/// replay waited for an entry no one would write), and leave quietly.
+#[test]
+fn a_host_woken_after_the_ring_lapped_it_learns_it_was_declared_dead() {
+    let pod = common::heap_pod(&config());
+    let r = join(&pod, 0);
+    let p = join(&pod, 1);
+    k_with_a_record(&r);
+    assert_eq!(read(&p), value(2));
+    p.inspect().freeze(); // paused: its row says nothing more of it
+    leases_run_out(&[&r]);
+    recover_by_hand(&pod, p.id(), &r);
+    let capacity = pod.config().log_capacity_entries;
+    for i in 0..capacity + 8 {
+        r.create(format!("lap{i}").as_bytes(), &value(0)).unwrap();
+    }
+    let woken = p.read(b"k", &mut vec![0; SLOT]);
+    assert!(
+        matches!(woken, Err(Error::HostDeclaredDead { .. })),
+        "{woken:?}"
+    );
+    let woken = p.replay();
+    assert!(
+        matches!(woken, Err(Error::HostDeclaredDead { .. })),
+        "{woken:?}"
+    );
+    drop(p);
+    k_reads_and_takes_a_write(&r, &r, 2);
+}

@@ -73,12 +73,28 @@ impl Shared {
     /// `Err(HostDeclaredDead)` once this host's replica has applied its death.
     pub(super) fn still_alive(&self) -> Result<()> {
         if self.is_declared_dead() {
-            return Err(Error::HostDeclaredDead {
-                host: self.id,
-                life: self.life,
-            });
+            return Err(self.declared_dead());
         }
         Ok(())
+    }
+
+    fn declared_dead(&self) -> Error {
+        Error::HostDeclaredDead {
+            host: self.id,
+            life: self.life,
+        }
+    }
+
+    /// Whether this life's `ltail` still holds the log's head, checked after a copy of an
+    /// entry from it on: while it holds, no entry from it on is written over (the head
+    /// waits for it), so the copy is whole. A recoverer releases it before the head may
+    /// pass it; a host paused past its lease finds it released when it wakes, and its
+    /// replay, a lap behind perhaps, stops there.
+    fn ltail_holds_head(&self) -> bool {
+        // The copy's loads are done before the `ltail`'s (a seqlock's read side; the
+        // recoverer's release of the word comes before any write over the entry).
+        crate::sync::fence(Ordering::Acquire);
+        Log::ltail_of(&self.pod, self.id, self.life).is_some()
     }
 
     /// Applies published entries from this replica's position on. With a `target`, waits
@@ -97,7 +113,15 @@ impl Shared {
         'rounds: loop {
             let mut index = None;
             loop {
-                if !self.log.read(&self.memory, position, &mut state.entry) {
+                let published = self.log.read(&self.memory, position, &mut state.entry);
+                if !self.ltail_holds_head() {
+                    // Recovered while paused: the ring may have written over what was just
+                    // read (or over the entry not published yet), and nothing more of the
+                    // log is this life's to apply.
+                    failure = Some(self.declared_dead());
+                    break;
+                }
+                if !published {
                     break;
                 }
                 let (author, event) = match Event::decode(position, &state.entry) {
