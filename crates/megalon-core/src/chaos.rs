@@ -63,6 +63,11 @@ pub enum Point {
     /// A server of a late join, its snapshot encoded (holding its replay lock), before
     /// it pins the joiner's `ltail`.
     ServeBeforePin,
+    /// A late joiner that has received its whole snapshot and checked its pin, before it
+    /// decodes the snapshot.
+    JoinBeforeDecode,
+    /// A late joiner between two chunks of its snapshot, the first acknowledged.
+    JoinBetweenChunks,
     /// A host moving the log's head (a full ring), between its looks at two host-table
     /// rows.
     HeadLookBetweenRows,

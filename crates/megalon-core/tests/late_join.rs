@@ -171,3 +171,113 @@ fn late_join_of_a_million_objects() {
         config.join_area_bytes >> 10
     );
 }
+
+/// A joiner slow to decode its snapshot (here: paused after its pin check) outlasts its
+/// server's wait for it to let go; the server gives up. The next pump round saw the
+/// session still waiting and served it again, raising the joiner's `ltail` past the
+/// position it replays from, where its own raises (CASes from what it stored) never
+/// moved it again: once the log went round, every append on every host answered
+/// `LogFull` naming the live joiner. A session is served once.
+#[cfg(feature = "chaos")]
+#[test]
+fn a_joiner_slower_than_its_servers_wait_is_not_served_twice() {
+    use megalon_core::chaos::{self, Point};
+    let pod = Arc::new(Pod::create(&config(), Backing::heap()).unwrap());
+    let server = Arc::new(
+        Host::join(
+            &pod,
+            Join::AnyFree,
+            options(1).wait_limit(Duration::from_millis(30)),
+        )
+        .unwrap(),
+    );
+    fill_and_recycle(&server);
+    let gave_up = |server: &Host| server.inspect().background_errors().count > 0;
+    let waiting = Arc::clone(&server);
+    let late = chaos::with_hook(
+        move |point| {
+            if point == Point::JoinBeforeDecode {
+                // Until the server has given up; then the log goes on (a second serve
+                // would pin the joiner there), for a few pump rounds.
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while !gave_up(&waiting) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                waiting.create(b"meanwhile", &value(0)).unwrap();
+                std::thread::sleep(Duration::from_millis(200));
+                // Past any position the joiner's replays will start from.
+                waiting.create(b"meanwhile too", &value(0)).unwrap();
+            }
+        },
+        || Host::join(&pod, Join::AnyFree, options(2)),
+    )
+    .expect("a late join");
+    assert!(
+        gave_up(&server),
+        "the server gave up waiting for the joiner"
+    );
+    // Several laps of the log: each needs the joiner's `ltail` to follow its replay.
+    let capacity = pod.config().log_capacity_entries;
+    for lap in 0..3u8 {
+        for i in 0..capacity / 2 {
+            let key = i.to_le_bytes();
+            server
+                .create(&key, &value(lap))
+                .and_then(|()| server.delete(&key))
+                .unwrap_or_else(|error| panic!("lap {lap}, object {i}: {error}"));
+        }
+    }
+    for i in 0..OBJECTS {
+        assert_eq!(read(&late, &key(b'a', i)), value(i), "object {i}");
+    }
+}
+
+/// A joiner paused between two chunks past its server's wait: the server lets go of the
+/// session mid-stream, and nobody else serves a session once served. The joiner learns
+/// it was let go at once and joins again as a new session (it waited out its own wait
+/// limit, then failed with `JoinNotServed`).
+#[cfg(feature = "chaos")]
+#[test]
+fn a_joiner_let_go_mid_stream_joins_again() {
+    use megalon_core::chaos::{self, Point};
+    let pod = Arc::new(Pod::create(&config(), Backing::heap()).unwrap());
+    let server = Arc::new(
+        Host::join(
+            &pod,
+            Join::AnyFree,
+            options(1).wait_limit(Duration::from_millis(30)),
+        )
+        .unwrap(),
+    );
+    fill_and_recycle(&server);
+    let waiting = Arc::clone(&server);
+    let mut paused = false;
+    let started = Instant::now();
+    let late = chaos::with_hook(
+        move |point| {
+            if point == Point::JoinBetweenChunks && !std::mem::replace(&mut paused, true) {
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while waiting.inspect().background_errors().count == 0 {
+                    assert!(Instant::now() < deadline, "the server never gave up");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        },
+        || {
+            Host::join(
+                &pod,
+                Join::AnyFree,
+                options(2).wait_limit(Duration::from_secs(20)),
+            )
+        },
+    )
+    .expect("a late join, at the second try");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the joiner waited {:?}",
+        started.elapsed()
+    );
+    for i in 0..OBJECTS {
+        assert_eq!(read(&late, &key(b'a', i)), value(i), "object {i}");
+    }
+}

@@ -1798,3 +1798,48 @@ fn a_host_woken_after_the_ring_lapped_it_learns_it_was_declared_dead() {
     drop(p);
     k_reads_and_takes_a_write(&r, &r, 2);
 }
+
+/// A host on another machine without a pump (a joiner's pump starts only once its
+/// `HostJoined` applied) whose append waits for its outcome behind another host's hole,
+/// held longer than the lease: it beats while it waits, and is not declared dead alive.
+#[test]
+fn a_host_waiting_behind_a_hole_for_its_outcome_beats() {
+    let pod = common::heap_pod(&config());
+    let watcher = Host::join(
+        &pod,
+        Join::As(0),
+        options(0).pump_interval(Some(Duration::from_millis(1))),
+    )
+    .unwrap();
+    let slow = leak_waiting(&pod, 1, BOUND);
+    let p = leak_waiting(&pod, 2, BOUND);
+    // Slots of their own: their next creates are one append each.
+    slow.create(b"warm slow", &value(0)).unwrap();
+    p.create(b"warm p", &value(0)).unwrap();
+    let reserved = Arc::new(AtomicBool::new(false));
+    let hole = {
+        let reserved = Arc::clone(&reserved);
+        std::thread::spawn(move || {
+            chaos::with_hook(
+                move |at| {
+                    if at == Point::AppendAfterReserve && !reserved.swap(true, Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 4));
+                    }
+                },
+                || slow.create(b"slow", &value(1)),
+            )
+        })
+    };
+    while !reserved.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    p.inspect().pretend_elsewhere();
+    let made = p.create(b"p", &value(2));
+    hole.join().unwrap().unwrap();
+    assert_eq!(
+        watcher.inspect().stats().hosts_recovered,
+        0,
+        "a live host was recovered; its create: {made:?}"
+    );
+    made.unwrap();
+}

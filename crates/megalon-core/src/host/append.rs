@@ -110,6 +110,7 @@ impl Shared {
         let mut backoff: Option<Backoff> = None;
         let mut failure = None;
         let mut done = Replayed::default();
+        let mut fenced = 0;
         'rounds: loop {
             let mut index = None;
             loop {
@@ -142,6 +143,12 @@ impl Shared {
                 self.chaos.point(Point::ReplayBetweenEntries);
             }
             if index.is_some() {
+                if done.dropped > fenced {
+                    // The lines this round dropped are gone before anyone can look the new
+                    // index up: a lookup without the lock sees it once the guard goes.
+                    self.memory.fence();
+                    fenced = done.dropped;
+                }
                 self.chaos.point(Point::ReplayBeforeCtail);
                 // Before anyone can read what was just applied (they take the read lock
                 // once we let go), `ctail` covers it: a read on another host that starts
@@ -164,6 +171,10 @@ impl Shared {
             }
             match target {
                 Some(target) if position < target => {
+                    // A host waiting beats: a joiner's pump does not run yet (its
+                    // `HostJoined` may wait here), and one on another machine would be
+                    // declared dead while it waits.
+                    self.beat();
                     // The position may be a dead host's, which only a recovery fills.
                     self.unblock_log();
                     let waited =
@@ -300,11 +311,10 @@ impl Shared {
         }
     }
 
-    /// After a replay applied `start..position`: the dropped lines are gone before anyone
-    /// looks the new index up, and the applied position is published.
+    /// After a replay applied `start..position`: its counts, and the applied position
+    /// published.
     fn finish_replay(&self, start: u64, position: u64, done: &Replayed) {
         if done.dropped > 0 {
-            self.memory.fence();
             self.counters
                 .slots_dropped
                 .fetch_add(done.dropped, Ordering::Relaxed);

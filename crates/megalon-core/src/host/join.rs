@@ -24,8 +24,11 @@
 //! has replayed past it. It then writes the snapshot into the area a chunk at a time,
 //! each written back and fenced before `chunk` counts it, and waits for the joiner's
 //! `acked` before overwriting the area. The joiner flushes the area's lines before it
-//! reads each chunk. The server lets go of `server` only once the joiner has let go of
-//! `request`: one session is served once. Until the snapshot is pinned, the joiner's
+//! reads each chunk. The server lets go of `server` once the joiner has let go of
+//! `request`, or when it gives up waiting for the joiner; `ready` stays, and marks the
+//! session served: one session is served once (a second server would pin the joiner's
+//! `ltail` past the position it replays from). A joiner whose server let go before the
+//! end of its stream joins again as a new session. Until the snapshot is pinned, the joiner's
 //! `ltail` holds the head at the position the joiner saw when it claimed its id. Every
 //! wait is bounded, and ends early when the other side is gone (its row freed or claimed
 //! by another life, or its process gone on this machine); a stale session in the mailbox
@@ -189,21 +192,27 @@ impl Shared {
             host: self.id,
             waited_ms,
         };
-        // Waits for `done`, giving up early if the serving host is gone.
-        let wait_for = |done: &dyn Fn() -> bool| {
-            let mut gone = false;
+        // Waits for `done`, giving up early if the serving host is gone (`Err`), or once
+        // the stream has begun, if it let go of the session before the end (`Ok(false)`:
+        // a session is served once, so nobody else will finish it).
+        let wait_for = |done: &dyn Fn() -> bool, streaming: bool| {
+            let (mut gone, mut let_go) = (false, false);
             self.wait_until(|| {
                 let server = mailbox.server.load(Ordering::SeqCst);
                 gone = server != 0 && self.server_gone(server);
-                done() || gone
+                let_go = streaming && server == 0;
+                done() || gone || let_go
             })
             .map_err(not_served)?;
-            if gone && !done() {
-                return Err(not_served(0));
+            if done() {
+                Ok(true)
+            } else if gone {
+                Err(not_served(0))
+            } else {
+                Ok(false)
             }
-            Ok(())
         };
-        wait_for(&|| mailbox.ready.load(Ordering::SeqCst) == me)?;
+        wait_for(&|| mailbox.ready.load(Ordering::SeqCst) == me, false)?;
         let total = mailbox.total.load(Ordering::SeqCst) as usize;
         let layout = self.pod.layout();
         let area = layout.join_area_offset;
@@ -211,13 +220,16 @@ impl Shared {
         let mut bytes = vec![0u8; total];
         for (k, chunk) in bytes.chunks_mut(area_bytes).enumerate() {
             let k = k as u64;
-            wait_for(&|| mailbox.chunk.load(Ordering::SeqCst) > k)?;
+            if !wait_for(&|| mailbox.chunk.load(Ordering::SeqCst) > k, true)? {
+                return Ok(false);
+            }
             // The server wrote the chunk back and fenced before counting it; our cache
             // may hold the area's lines from an earlier chunk.
             self.memory.flush(area, chunk.len());
             self.memory.fence();
             self.memory.read(area, chunk);
             mailbox.acked.store(k + 1, Ordering::SeqCst);
+            self.chaos.point(crate::chaos::Point::JoinBetweenChunks);
         }
         // Only this session's snapshot, whole: a server declared dead may have stored
         // its `total`, or written a chunk, over the live server's.
@@ -233,6 +245,7 @@ impl Shared {
         if pinned != Some(position) || position < Log::head(&self.pod) {
             return Ok(false);
         }
+        self.chaos.point(crate::chaos::Point::JoinBeforeDecode);
         let mut index = self.replica.write();
         index.decode_snapshot_beating(snapshot, &mut || self.beat())?;
         // The records the snapshot's objects have are not free.
@@ -255,6 +268,14 @@ impl Shared {
         let mailbox = mailbox(&self.pod);
         let request = mailbox.request.load(Ordering::SeqCst);
         if request == 0 || mailbox.server.load(Ordering::SeqCst) != 0 {
+            return Ok(());
+        }
+        if mailbox.ready.load(Ordering::SeqCst) == request {
+            // Pinned by a server already, which let go (it gave up waiting): a session is
+            // served once. A second pin would raise the joiner's `ltail` past the position
+            // it replays from, where its own raises (CASes from what it stored) would
+            // never move it again, and the head would stop there for good. The joiner
+            // learns it was let go, and joins again as a new session.
             return Ok(());
         }
         if session_gone(&self.pod, request) {
@@ -280,8 +301,8 @@ impl Shared {
         // for dead and recovered meanwhile may find its joiner served by another (its
         // joiner cleared `server`), whose `ready` holds the same session. (The joiner
         // clears the words of a server that is gone.)
+        // `ready` stays: it marks the session served.
         if self.row_is_mine() && mailbox.server.load(Ordering::SeqCst) == me {
-            mailbox.ready.store(0, Ordering::SeqCst);
             let _ = (mailbox.server).compare_exchange(me, 0, Ordering::SeqCst, Ordering::SeqCst);
         }
         sent
