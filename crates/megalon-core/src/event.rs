@@ -142,6 +142,17 @@ pub enum Event<'k> {
     /// The appender joined under an id that an earlier participant held: what replay
     /// gave that participant (its free slots) is not the appender's.
     HostJoined,
+    /// The appender, leaving, gives `count` of its free slots from `first` on back to the
+    /// pod: a later `ClaimSlots` takes them once the unclaimed range is used up.
+    ReturnSlots {
+        /// First slot of the range.
+        first: u64,
+        /// Slots in the range.
+        count: u64,
+    },
+    /// The appender leaves: it holds no free slots from here on (what it did not give back
+    /// is lost), so no `NeedSlots` asks it, and no object in its DRAM.
+    HostLeft,
     /// Host `host`, in its `joins`-th life, is dead (its process is gone, or its lease ran
     /// out): it holds no slots, no object in its DRAM and no replicated lock from here on,
     /// and if it is still running it must stop.
@@ -181,6 +192,8 @@ enum Kind {
     HostJoined = 14,
     HostDead = 15,
     Recovered = 16,
+    ReturnSlots = 17,
+    HostLeft = 18,
 }
 
 impl Kind {
@@ -202,6 +215,8 @@ impl Kind {
             14 => Kind::HostJoined,
             15 => Kind::HostDead,
             16 => Kind::Recovered,
+            17 => Kind::ReturnSlots,
+            18 => Kind::HostLeft,
             _ => return None,
         })
     }
@@ -230,6 +245,8 @@ impl<'k> Event<'k> {
             | Event::GrantSlots { .. }
             | Event::Skip
             | Event::HostJoined
+            | Event::ReturnSlots { .. }
+            | Event::HostLeft
             | Event::HostDead { .. } => None,
         }
     }
@@ -253,6 +270,10 @@ impl<'k> Event<'k> {
             Event::Unlock { key } => (Kind::Unlock, key, NO_RECORD, 0, 0),
             Event::Skip => (Kind::Skip, &[], NO_RECORD, 0, 0),
             Event::HostJoined => (Kind::HostJoined, &[], NO_RECORD, 0, 0),
+            Event::ReturnSlots { first, count } => {
+                (Kind::ReturnSlots, &[], NO_RECORD, first, count)
+            }
+            Event::HostLeft => (Kind::HostLeft, &[], NO_RECORD, 0, 0),
             Event::HostDead { host, joins } => (Kind::HostDead, &[], host, 0, joins),
             Event::Recovered { key, record } => (Kind::Recovered, key, record, 0, 0),
         };
@@ -305,6 +326,11 @@ impl<'k> Event<'k> {
             Kind::Unlock => Event::Unlock { key },
             Kind::Skip => Event::Skip,
             Kind::HostJoined => Event::HostJoined,
+            Kind::ReturnSlots => Event::ReturnSlots {
+                first: slot,
+                count: arg,
+            },
+            Kind::HostLeft => Event::HostLeft,
             Kind::HostDead => Event::HostDead {
                 host: record,
                 joins: arg,
@@ -338,6 +364,8 @@ enum OwnedKind {
     Unlock,
     Skip,
     HostJoined,
+    ReturnSlots { first: u64, count: u64 },
+    HostLeft,
     HostDead { host: HostId, joins: u64 },
     Recovered { record: u32 },
 }
@@ -360,6 +388,8 @@ impl OwnedEvent {
             Event::Unlock { .. } => OwnedKind::Unlock,
             Event::Skip => OwnedKind::Skip,
             Event::HostJoined => OwnedKind::HostJoined,
+            Event::ReturnSlots { first, count } => OwnedKind::ReturnSlots { first, count },
+            Event::HostLeft => OwnedKind::HostLeft,
             Event::HostDead { host, joins } => OwnedKind::HostDead { host, joins },
             Event::Recovered { record, .. } => OwnedKind::Recovered { record },
         };
@@ -387,6 +417,8 @@ impl OwnedEvent {
             OwnedKind::Unlock => Event::Unlock { key },
             OwnedKind::Skip => Event::Skip,
             OwnedKind::HostJoined => Event::HostJoined,
+            OwnedKind::ReturnSlots { first, count } => Event::ReturnSlots { first, count },
+            OwnedKind::HostLeft => Event::HostLeft,
             OwnedKind::HostDead { host, joins } => Event::HostDead { host, joins },
             OwnedKind::Recovered { record } => Event::Recovered { key, record },
         }
@@ -429,6 +461,11 @@ mod tests {
             },
             Event::Skip,
             Event::HostJoined,
+            Event::ReturnSlots {
+                first: 1 << 33,
+                count: 7,
+            },
+            Event::HostLeft,
             Event::HostDead { host: 5, joins: 3 },
             Event::Recovered { key, record: 11 },
         ]

@@ -88,5 +88,6 @@ pub const HEADER_BYTES: usize = 128;
 /// and `Unlock` (pods with [`Coherence::AllLog`](crate::Coherence)); version 3 gives
 /// `MoveToHost` the stamp it expects, makes `MoveToCxl` win only for the holder, and
 /// makes a delete of an object in a host's DRAM lose; version 4 adds `Skip`, `HostJoined`,
-/// `HostDead` and `Recovered` (hosts that die and come back).
-pub const LOG_FORMAT_VERSION: u32 = 4;
+/// `HostDead` and `Recovered` (hosts that die and come back); version 5 adds
+/// `ReturnSlots` and `HostLeft` (a host that leaves gives its free slots back).
+pub const LOG_FORMAT_VERSION: u32 = 5;

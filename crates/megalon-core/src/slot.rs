@@ -10,7 +10,11 @@
 //!   exists) leaves the slot with its owner, who put its bytes there;
 //! - a `Delete` gives the object's slot to the deleting host;
 //! - `NeedSlots { count }` asks the host with the most free slots (by the replicated
-//!   counts, so every host agrees which one) to give some with `GrantSlots`.
+//!   counts, so every host agrees which one) to give some with `GrantSlots`;
+//! - a host that leaves gives its free slots back to the pod (`ReturnSlots`, a range at
+//!   a time), and `HostLeft` makes its count 0 (what it could not give back is lost, as a
+//!   dead host's slots are): a host that is gone is never the one asked. A `ClaimSlots`
+//!   takes slots given back once the unclaimed range is used up.
 //!
 //! A creator writes the object's bytes into the slot *before* it appends the create event,
 //! so a shared free list would let two creators overwrite each other; with owned pools two
@@ -78,6 +82,24 @@ impl SlotPool {
         self.singles.len() as u64 + self.ranges.iter().map(|r| r.end - r.start).sum::<u64>()
     }
 
+    /// Every slot, as ranges `(first, count)`, adjacent slots merged: what a host that
+    /// leaves gives back.
+    pub(crate) fn into_ranges(self) -> Vec<(u64, u64)> {
+        let mut spans: Vec<Range<u64>> = self.ranges;
+        spans.extend(self.singles.into_iter().map(|slot| slot..slot + 1));
+        spans.sort_unstable_by_key(|span| span.start);
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(spans.len());
+        for span in spans {
+            match merged.last_mut() {
+                Some((first, count)) if *first + *count == span.start => {
+                    *count += span.end - span.start;
+                }
+                _ => merged.push((span.start, span.end - span.start)),
+            }
+        }
+        merged
+    }
+
     /// Takes up to `count` slots to give away, as ranges `(first, count)`.
     pub(crate) fn take_for_grant(&mut self, mut count: u64) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
@@ -107,6 +129,8 @@ impl SlotPool {
 pub(crate) struct SlotAccounting {
     pub(crate) unclaimed: Range<u64>,
     pub(crate) free_counts: Vec<i64>,
+    /// Ranges hosts that left gave back, claimed once `unclaimed` is used up.
+    pub(crate) returned: Vec<Range<u64>>,
 }
 
 impl SlotAccounting {
@@ -114,16 +138,42 @@ impl SlotAccounting {
         Self {
             unclaimed: 0..slot_count,
             free_counts: vec![0; max_hosts as usize],
+            returned: Vec::new(),
         }
     }
 
-    /// Takes up to `count` slots of the unclaimed range for `host`.
+    /// Whether a `ClaimSlots` would get any slot.
+    pub(crate) fn claimable(&self) -> bool {
+        !self.unclaimed.is_empty() || !self.returned.is_empty()
+    }
+
+    /// Takes up to `count` slots of the unclaimed range for `host`, or once it is used up,
+    /// of the last range given back.
     pub(crate) fn claim(&mut self, host: usize, count: u64) -> (u64, u64) {
-        let first = self.unclaimed.start;
-        let n = count.min(self.unclaimed.end - first);
-        self.unclaimed.start += n;
+        let from = if self.unclaimed.is_empty() {
+            match self.returned.last_mut() {
+                Some(range) => range,
+                None => &mut self.unclaimed,
+            }
+        } else {
+            &mut self.unclaimed
+        };
+        let first = from.start;
+        let n = count.min(from.end - first);
+        from.start += n;
+        if self.returned.last().is_some_and(Range::is_empty) {
+            self.returned.pop();
+        }
         self.free_counts[host] += n as i64;
         (first, n)
+    }
+
+    /// `host` gives back `count` of its free slots from `first` on.
+    pub(crate) fn give_back(&mut self, host: usize, first: u64, count: u64) {
+        self.free_counts[host] -= count as i64;
+        if count > 0 {
+            self.returned.push(first..first + count);
+        }
     }
 
     /// The host that answers a `NeedSlots` from `requester`: the most free slots, the
@@ -176,5 +226,33 @@ mod tests {
         assert_eq!(slots.donor(1), Some(0));
         slots.free_counts = vec![0, 0, 3];
         assert_eq!(slots.donor(2), None);
+    }
+
+    #[test]
+    fn a_pool_given_back_merges_adjacent_slots() {
+        let mut pool = SlotPool::default();
+        pool.add_range(10, 3);
+        pool.push(13);
+        pool.push(9);
+        pool.push(20);
+        pool.add_range(21, 2);
+        pool.push(30);
+        assert_eq!(pool.into_ranges(), vec![(9, 5), (20, 3), (30, 1)]);
+    }
+
+    #[test]
+    fn slots_given_back_are_claimed_once_the_unclaimed_range_is_used_up() {
+        let mut slots = SlotAccounting::new(10, 2);
+        assert_eq!(slots.claim(0, 10), (0, 10));
+        slots.give_back(0, 2, 3);
+        slots.give_back(0, 7, 1);
+        assert_eq!(slots.free_counts[0], 6);
+        assert!(slots.claimable());
+        assert_eq!(slots.claim(1, 4), (7, 1), "the last range given back");
+        assert_eq!(slots.claim(1, 2), (2, 2));
+        assert_eq!(slots.claim(1, 2), (4, 1));
+        assert!(!slots.claimable());
+        assert_eq!(slots.claim(1, 2), (10, 0));
+        assert_eq!(slots.free_counts[1], 4);
     }
 }

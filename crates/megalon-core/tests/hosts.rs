@@ -156,3 +156,79 @@ fn heartbeat_increments_and_shows_in_the_host_table() {
     );
     drop(other);
 }
+
+/// A pod of 64 slots for the tests of slots a leaving host holds: claims of 2 slots
+/// (an eighth of a fair share), short waits.
+fn small_slot_pod() -> Arc<Pod> {
+    let config = PodConfig::new()
+        .scr_bytes(64 << 10)
+        .lnr_bytes(512 * 64 + 64 * 256)
+        .slot_size_bytes(256)
+        .max_key_bytes(16)
+        .log_capacity_entries(512)
+        .max_hosts(MAX_HOSTS)
+        .join_area_bytes(0);
+    let pod = Arc::new(Pod::create(&config, Backing::heap()).expect("creating a heap pod"));
+    assert_eq!(pod.layout().slot_count, 64);
+    pod
+}
+
+fn join_waiting_briefly(pod: &Arc<Pod>, id: u32) -> Host {
+    let options = HostOptions::new()
+        .pump_interval(None)
+        .wait_limit(std::time::Duration::from_millis(200));
+    Host::join(pod, Join::As(id), options).expect("joining")
+}
+
+/// `host` creates objects `tag0`, `tag1`, ... until the pod's unclaimed slots are used
+/// up and its own pool is empty; returns how many.
+fn create_until_full(host: &Host, tag: &str) -> u64 {
+    let mut made = 0;
+    while host.create(format!("{tag}{made}").as_bytes(), b"x").is_ok() {
+        made += 1;
+    }
+    made
+}
+
+/// Found by a review (2026-11-29): a host that left cleanly holding free slots (of
+/// objects it deleted) stayed the host with the most, by the replicated counts, so every
+/// `NeedSlots` named it, nobody granted, and creates answered `SlotsExhausted` for as long
+/// as the pod lived, half its slots free. It now gives them back as it leaves.
+#[test]
+fn a_host_that_left_gives_its_free_slots_back() {
+    let pod = small_slot_pod();
+    let (a, b, c) = (
+        join_waiting_briefly(&pod, 0),
+        join_waiting_briefly(&pod, 1),
+        join_waiting_briefly(&pod, 2),
+    );
+    for i in 0..4 {
+        a.create(format!("a{i}").as_bytes(), b"x").unwrap();
+    }
+    let made = create_until_full(&b, "b");
+    for i in 0..made / 2 {
+        b.delete(format!("b{i}").as_bytes()).unwrap();
+    }
+    drop(b);
+    a.replay().unwrap();
+    for i in 0..made / 2 {
+        c.create(format!("c{i}").as_bytes(), b"y")
+            .unwrap_or_else(|error| panic!("c's create {i} of {}: {error}", made / 2));
+        a.replay().unwrap();
+    }
+}
+
+/// The last host of a pod leaves with free slots; a host of another id that joins later
+/// gets them.
+#[test]
+fn free_slots_outlive_the_last_host() {
+    let pod = small_slot_pod();
+    let a = join_waiting_briefly(&pod, 0);
+    let made = create_until_full(&a, "a");
+    for i in 0..made {
+        a.delete(format!("a{i}").as_bytes()).unwrap();
+    }
+    drop(a);
+    let b = join_waiting_briefly(&pod, 1);
+    assert_eq!(create_until_full(&b, "b"), made, "every slot a freed");
+}

@@ -269,9 +269,12 @@ fn check_against_model(host: &Host, results: [&[Seen]; 2]) -> BTreeMap<Vec<u8>, 
                 };
                 (None, seen)
             }
-            Event::ClaimSlots { .. } | Event::NeedSlots { .. } | Event::GrantSlots { .. } => {
-                continue
-            }
+            // Slot events; a process that left gives its free slots back.
+            Event::ClaimSlots { .. }
+            | Event::NeedSlots { .. }
+            | Event::GrantSlots { .. }
+            | Event::ReturnSlots { .. }
+            | Event::HostLeft => continue,
             other => panic!("position {}: unexpected {other:?}", logged.position),
         };
         let i = next[h];

@@ -271,7 +271,10 @@ impl Shared {
             }
             done.dropped += 1;
         }
-        if matches!(event, Event::HostDead { .. } | Event::HostJoined) {
+        if matches!(
+            event,
+            Event::HostDead { .. } | Event::HostJoined | Event::HostLeft
+        ) {
             self.drop_handed_back(index, done);
         }
         if let (Some(slot), Some(local)) = (applied.touched_slot, &self.local) {
@@ -570,6 +573,28 @@ impl Shared {
         Ok(())
     }
 
+    /// A host that leaves gives its free slots back to the pod, a range at a time (adjacent
+    /// slots merged) within its wait limit, then appends `HostLeft`: from there on no
+    /// `NeedSlots` names it (a host that is gone grants nothing, and a request naming it
+    /// waited out its limit, for as long as the pod lived, while others had free slots).
+    /// What it could not give back is lost, as a dead host's slots are.
+    pub(super) fn give_slots_back(&self) -> Result<()> {
+        let pool = std::mem::take(&mut *self.slots.lock());
+        let deadline = std::time::Instant::now() + self.options.wait_limit;
+        let mut returned = Ok(());
+        for (first, count) in pool.into_ranges() {
+            if std::time::Instant::now() >= deadline {
+                break;
+            }
+            returned = self.submit(&Event::ReturnSlots { first, count }).map(drop);
+            if returned.is_err() {
+                break;
+            }
+        }
+        let left = self.submit(&Event::HostLeft).map(drop);
+        returned.and(left)
+    }
+
     /// A free slot this host owns: from its pool, else claimed from the unclaimed range,
     /// else asked of the host with the most (bounded wait).
     pub(super) fn take_slot(&self) -> Result<u64> {
@@ -579,11 +604,7 @@ impl Shared {
             if let Some(slot) = self.slots.lock().pop() {
                 return Ok(slot);
             }
-            let unclaimed_left = {
-                let index = self.replica.read();
-                index.slots.unclaimed.end - index.slots.unclaimed.start
-            };
-            if unclaimed_left > 0 {
+            if self.replica.read().slots.claimable() {
                 self.submit(&Event::ClaimSlots {
                     count: self.claim_chunk_slots,
                 })?;

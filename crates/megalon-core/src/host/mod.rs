@@ -319,6 +319,9 @@ impl Drop for Host {
             shared.leave_as_dead();
             return;
         }
+        // Its free slots go back to the pod (an error, a full log, cannot be reported
+        // from a drop: what did not go back is lost).
+        let _ = shared.give_slots_back();
         host_table::release(&shared.pod, shared.id, shared.life);
     }
 }

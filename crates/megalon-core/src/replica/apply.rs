@@ -76,7 +76,7 @@ pub enum Outcome {
     },
     /// Slots changed owner.
     SlotsGranted,
-    /// A `Skip`, `HostJoined` or `HostDead`: noted.
+    /// A `Skip`, `HostJoined`, `ReturnSlots`, `HostLeft` or `HostDead`: noted.
     Noted,
     /// A recovered object: every host dropped its lines of it.
     Recovered,
@@ -172,7 +172,8 @@ impl Index {
                 self.apply_grant_slots(at, to, first, count, pool, a)?
             }
             Event::Skip => a.outcome = Outcome::Noted,
-            Event::HostJoined => self.apply_host_joined(at, a),
+            Event::HostJoined | Event::HostLeft => self.apply_host_joined(at, a),
+            Event::ReturnSlots { first, count } => self.apply_return_slots(at, first, count, a)?,
             Event::HostDead { host, .. } => self.apply_host_dead(at, host, a)?,
             Event::Recovered { key, .. } => {
                 self.apply_wrap(at, key, a);
@@ -370,8 +371,9 @@ impl Index {
         }
     }
 
-    /// A host joined under an id held before: the free slots the earlier holder had are
-    /// no one's (its DRAM pool is gone), so it is no donor. (The joiner clears the pool
+    /// A host left (`HostLeft`: it gave back what it could), or joined under an id held
+    /// before (`HostJoined`: the free slots the earlier holder had are no one's, its DRAM
+    /// pool is gone): it is no donor. (The joiner clears the pool
     /// its replay rebuilt up to here.) Nor does the new life hold any object in its DRAM
     /// (it appends this before anything else): an object still named as the earlier
     /// holder's goes back to its CXL slot, as for a `HostDead`. None should be (a holder
@@ -381,6 +383,25 @@ impl Index {
         self.slots.free_counts[at.author as usize] = 0;
         self.hand_back(at, at.author);
         a.outcome = Outcome::Noted;
+    }
+
+    /// A leaving host gives slots back to the pod (it took them out of its pool first).
+    fn apply_return_slots(
+        &mut self,
+        at: At,
+        first: u64,
+        count: u64,
+        a: &mut Applied,
+    ) -> Result<()> {
+        if first
+            .checked_add(count)
+            .is_none_or(|end| end > self.slot_count)
+        {
+            return Err(at.corrupt("slots given back outside the pod"));
+        }
+        self.slots.give_back(at.author as usize, first, count);
+        a.outcome = Outcome::Noted;
+        Ok(())
     }
 
     /// A host died: its free slots are gone with its DRAM (it is no donor), and objects

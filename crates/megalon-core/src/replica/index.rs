@@ -147,7 +147,7 @@ pub(crate) struct Index {
     /// in the SCR and needs to know whose they are.
     pub(super) record_owners: hashbrown::HashMap<u32, u32>,
     pub(crate) slots: SlotAccounting,
-    /// The slots of the objects the last `HostDead` (or `HostJoined`) applied handed back
+    /// The slots of the objects the last `HostDead` (or `HostJoined`, `HostLeft`) applied handed back
     /// to CXL from the gone host's DRAM: the replayer drops every host's cached lines of
     /// them.
     pub(crate) handed_back: Vec<u64>,

@@ -3,7 +3,8 @@
 //! decodes it into its empty index and replays from that position.
 //!
 //! Little-endian 64-bit words: the unclaimed slot range (two words), the object count,
-//! one free-slot count per host, then per object its stamp, its place (slot and record),
+//! one free-slot count per host, the count of ranges given back and each one's first slot
+//! and count, then per object its stamp, its place (slot and record),
 //! its key length and DRAM owner (as the arena's meta word, with the host counter
 //! unknown: the joiner has cached nothing), its key words and, in an AllLog pod, its
 //! replicated lock word.
@@ -12,6 +13,7 @@ use super::arena::{key_words, meta_word, owner_of, FIELD_WORDS, META, PLACE, STA
 use super::index::Index;
 use crate::error::{Error, Result};
 use crate::event::NO_RECORD;
+use crate::slot::SlotAccounting;
 
 /// A snapshot that does not decode: the joiner's copy is damaged.
 fn corrupt(what: &'static str) -> Error {
@@ -21,11 +23,15 @@ fn corrupt(what: &'static str) -> Error {
 impl Index {
     /// This index as bytes.
     pub(crate) fn encode_snapshot(&self) -> Vec<u8> {
-        let mut words: Vec<u64> = Vec::with_capacity(3 + self.max_hosts as usize);
+        let mut words: Vec<u64> = Vec::with_capacity(4 + self.max_hosts as usize);
         words.push(self.slots.unclaimed.start);
         words.push(self.slots.unclaimed.end);
         words.push(self.len());
         words.extend(self.slots.free_counts.iter().map(|&count| count as u64));
+        words.push(self.slots.returned.len() as u64);
+        for range in &self.slots.returned {
+            words.extend([range.start, range.end - range.start]);
+        }
         for handle in self.view.table.handles() {
             let key_len = self.words.key_len(handle);
             let meta = self.words.get(handle, META);
@@ -62,14 +68,14 @@ impl Index {
         beat: &mut dyn FnMut(),
     ) -> Result<()> {
         debug_assert_eq!(self.len(), 0, "decoded into an empty index");
-        let (unclaimed, free_counts, objects) = read_snapshot(self.bounds(), bytes)?;
+        let (slots, objects) = read_snapshot(self.bounds(), bytes)?;
         for (checked, object) in objects.enumerate() {
             object?;
             if checked % OBJECTS_PER_BEAT == OBJECTS_PER_BEAT - 1 {
                 beat();
             }
         }
-        let (_, _, objects) = read_snapshot(self.bounds(), bytes)?;
+        let (_, objects) = read_snapshot(self.bounds(), bytes)?;
         for (inserted, object) in objects.enumerate() {
             if inserted % OBJECTS_PER_BEAT == OBJECTS_PER_BEAT - 1 {
                 beat();
@@ -84,7 +90,7 @@ impl Index {
                 None
             };
             if let Some(what) = twice {
-                let (_, _, again) = read_snapshot(self.bounds(), bytes)?;
+                let (_, again) = read_snapshot(self.bounds(), bytes)?;
                 for object in again.take(inserted) {
                     let key = object.expect("checked").key;
                     let entry = self.remove(key).expect("inserted");
@@ -106,8 +112,7 @@ impl Index {
                 self.words.set(handle, at, lock);
             }
         }
-        self.slots.unclaimed = unclaimed;
-        self.slots.free_counts.copy_from_slice(&free_counts);
+        self.slots = slots;
         Ok(())
     }
 
@@ -132,15 +137,14 @@ struct Bounds {
     all_log: bool,
 }
 
-/// A snapshot's unclaimed slots and free-slot counts, checked, and its objects, each
-/// checked as it is read (then whether bytes follow the last).
-#[allow(clippy::type_complexity)]
+/// A snapshot's slot accounting (unclaimed slots, free-slot counts, ranges given back),
+/// checked, and its objects, each checked as it is read (then whether bytes follow the
+/// last).
 fn read_snapshot(
     bounds: Bounds,
     bytes: &[u8],
 ) -> Result<(
-    std::ops::Range<u64>,
-    Vec<i64>,
+    SlotAccounting,
     impl Iterator<Item = Result<SnapshotObject<'_>>>,
 )> {
     if !bytes.len().is_multiple_of(8) {
@@ -155,6 +159,20 @@ fn read_snapshot(
     let free_counts = (0..bounds.max_hosts)
         .map(|_| words.next("free slot counts").map(|count| count as i64))
         .collect::<Result<Vec<i64>>>()?;
+    let returned_count = words.next("count of ranges given back")?;
+    if returned_count > bounds.slot_count {
+        return Err(corrupt("more ranges given back than slots"));
+    }
+    let returned = (0..returned_count)
+        .map(|_| {
+            let first = words.next("range given back")?;
+            let count = words.next("range given back")?;
+            match first.checked_add(count) {
+                Some(end) if count > 0 && end <= bounds.slot_count => Ok(first..end),
+                _ => Err(corrupt("range given back outside the pod")),
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
     // Objects left to read; `None` once what follows the last was looked at.
     let mut left = Some(count);
     let objects = std::iter::from_fn(move || match left? {
@@ -167,7 +185,12 @@ fn read_snapshot(
             Some(words.object(bounds))
         }
     });
-    Ok((unclaimed, free_counts, objects))
+    let slots = SlotAccounting {
+        unclaimed,
+        free_counts,
+        returned,
+    };
+    Ok((slots, objects))
 }
 
 /// A snapshot's bytes, read a little-endian word at a time.
@@ -266,6 +289,15 @@ mod tests {
                 },
             );
         }
+        apply(&mut index, 2, Event::ClaimSlots { count: 10 });
+        apply(
+            &mut index,
+            2,
+            Event::ReturnSlots {
+                first: 104,
+                count: 3,
+            },
+        );
         if coherence == Coherence::Split {
             apply(
                 &mut index,
@@ -300,8 +332,7 @@ mod tests {
                     .collect::<Vec<_>>()
             };
             assert_eq!(unknown(copy.snapshot()), unknown(original.snapshot()));
-            assert_eq!(copy.slots.unclaimed, original.slots.unclaimed);
-            assert_eq!(copy.slots.free_counts, original.slots.free_counts);
+            assert_eq!(copy.slots, original.slots);
             assert_eq!(copy.record_owner_key(7), original.record_owner_key(7));
             assert_eq!(copy.record_owners.len(), original.record_owners.len());
             if coherence == Coherence::AllLog {
@@ -379,8 +410,8 @@ mod tests {
         let bytes = original.encode_snapshot();
         let mut words = words_of(&bytes);
         // The first object's words (stamp, place, meta and two key words) again, as
-        // one more object.
-        let first = 3 + original.max_hosts as usize;
+        // one more object. (Before it: the slot words, and each range given back.)
+        let first = 4 + original.max_hosts as usize + 2 * original.slots.returned.len();
         let object: Vec<u64> = words[first..first + 5].to_vec();
         words.extend(object);
         words[2] += 1;
