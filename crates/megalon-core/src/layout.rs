@@ -126,10 +126,11 @@ impl ScrParts {
             ],
             config.scr_bytes,
         )? - LINE_BYTES;
-        let record_count = (config.scr_bytes - fixed) * 8 / record_bits;
         // `scr_bytes - fixed` is a multiple of 64 and a record's bits divide 64, so the
-        // array ends on a line.
-        let records_bytes = record_count * record_bits / 8;
+        // array ends on a line. (Divided before it is multiplied: an SCR of 2^61 bytes
+        // or more would overflow the other way round.)
+        let records_bytes = config.scr_bytes - fixed;
+        let record_count = records_bytes / record_bits * 8;
         debug_assert_eq!(records_bytes % LINE_BYTES, 0);
         let cursors_offset = scr_offset;
         let host_table_offset = cursors_offset + cursors_bytes;

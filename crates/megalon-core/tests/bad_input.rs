@@ -308,6 +308,26 @@ fn sizes_whose_sum_overflows_do_not_fit_the_address_space() {
     }
 }
 
+/// An SCR of 2^61 bytes or more fits the address space, but its record count overflowed
+/// a multiplication (a panic in debug builds, a wrong count in release ones, even from a
+/// pod file's header): it is now the limit on records, by name.
+#[test]
+fn an_scr_too_large_for_its_records_is_above_the_record_limit() {
+    for scr_bytes in [1 << 61, 1 << 62, (1 << 61) + 64 * PAGE_BYTES] {
+        let error = Layout::new(&small_config().scr_bytes(scr_bytes)).unwrap_err();
+        let Error::AboveLimit {
+            parameter, value, ..
+        } = error
+        else {
+            panic!("scr_bytes {scr_bytes}: {error:?}");
+        };
+        // At least a record per 8 bytes (32-bit records, the widest): a wrapped count
+        // was far below.
+        assert_eq!(parameter, "record count");
+        assert!(value >= scr_bytes / 8, "scr_bytes {scr_bytes}: {error}");
+    }
+}
+
 // ---------------------------------------------------------------- creating: limits
 
 #[test]
