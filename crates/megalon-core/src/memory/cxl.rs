@@ -95,6 +95,9 @@ impl Default for CxlModel {
     }
 }
 
+/// The largest [`CxlModel::cache_bytes`] [`CxlModel::parse`] takes.
+pub const MAX_CACHE_BYTES: u64 = 4 << 30;
+
 /// The parameter names [`CxlModel::parse`] reads, in the order [`CxlModel`]'s `Display`
 /// writes them.
 pub const CXL_PARAMETERS: [&str; 5] = [
@@ -159,6 +162,12 @@ impl CxlModel {
             return Err(BadCxlParameter {
                 given: "lines_in_flight=0".into(),
                 why: "at least one line is in flight",
+            });
+        }
+        if model.cache_bytes > MAX_CACHE_BYTES {
+            return Err(BadCxlParameter {
+                given: format!("cache_bytes={}", model.cache_bytes),
+                why: "a modeled cache is at most 4 GiB (its tags take an eighth of it)",
             });
         }
         Ok(model)
@@ -447,7 +456,11 @@ impl CxlMemory {
     /// not yet.
     pub fn new(pod: Arc<Pod>, model: CxlModel) -> Self {
         spin_rate();
-        let sets = (model.cache_bytes / LINE_BYTES).max(1);
+        // No larger than the LNR (every line has a set of its own then), nor than the
+        // parser's limit, for a model made by hand: the tags are this host's DRAM.
+        let lnr_bytes = pod.layout().total_bytes - pod.layout().lnr_offset;
+        let cache_bytes = model.cache_bytes.min(lnr_bytes).min(MAX_CACHE_BYTES);
+        let sets = (cache_bytes / LINE_BYTES).max(1);
         let sets = 1u64 << (63 - sets.leading_zeros());
         count_live(Some(model.scr_ns));
         Self {
@@ -761,6 +774,22 @@ mod tests {
         assert_eq!(CxlModel::parse("scr=1").unwrap_err().why, "unknown name");
         assert!(CxlModel::parse("lines_in_flight=0").is_err());
         assert!(CxlModel::parse("scr_ns=-1").is_err());
+        // A cache of 2^64 - 1 bytes parsed, then its tags aborted the process.
+        assert!(CxlModel::parse(&format!("cache_bytes={}", u64::MAX)).is_err());
+        assert!(CxlModel::parse(&format!("cache_bytes={MAX_CACHE_BYTES}")).is_ok());
+    }
+
+    /// A model made by hand with a huge cache: its tags are bounded by the LNR.
+    #[test]
+    fn a_cache_larger_than_the_lnr_takes_no_more_than_it() {
+        let pod = Arc::new(Pod::create(&PodConfig::new(), Backing::heap()).expect("a pod"));
+        let lnr_lines = (pod.layout().total_bytes - pod.layout().lnr_offset) / LINE_BYTES;
+        let model = CxlModel {
+            cache_bytes: u64::MAX,
+            ..CxlModel::default()
+        };
+        let memory = CxlMemory::new(pod, model);
+        assert!(memory.tags.len() as u64 <= lnr_lines);
     }
 
     #[test]
