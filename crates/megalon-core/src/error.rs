@@ -186,14 +186,34 @@ pub enum Error {
         /// What did not decode.
         what: &'static str,
     },
-    /// A pod file that live hosts still use: creating a pod there would split them from
-    /// the new one without either noticing.
-    #[error("the pod at {} is in use by live hosts {hosts:?} (stop them first, or replace it with Pod::create_replacing)", path.display())]
+    /// A pod file that a process has open, or live hosts still use: creating a pod there
+    /// would split them from the new one without either noticing.
+    #[error("the pod at {} is in use: a process has it open, its live hosts are {hosts:?} (drop every Pod of it first, or replace it with Pod::create_replacing)", path.display())]
     PodInUse {
         /// The pod file.
         path: PathBuf,
-        /// Its live hosts.
+        /// Its live hosts (none, for a pod open in a process whose hosts have left or
+        /// not joined yet).
         hosts: Vec<HostId>,
+    },
+    /// A file backing's path names something a pod file may not replace.
+    #[error("{} is {found}, not a pod file", path.display())]
+    NotARegularFile {
+        /// The path.
+        path: PathBuf,
+        /// What it is.
+        found: &'static str,
+    },
+    /// The file system of a pod file has less room than the pod needs (a pod's pages are
+    /// taken as they are first touched, and one that finds no room kills the process).
+    #[error("a pod of {needed_bytes} bytes at {} does not fit: its file system has {available_bytes} bytes free", path.display())]
+    NoRoomForPod {
+        /// The pod file.
+        path: PathBuf,
+        /// Bytes the pod needs.
+        needed_bytes: u64,
+        /// Bytes the file system has free.
+        available_bytes: u64,
     },
     /// Every announce word of this host is in use: it holds that many record locks at once.
     #[error("host {host} holds {limit} record locks at once, the most a host can hold in a pod with undo images (waited {waited_ms} ms for one to end)")]

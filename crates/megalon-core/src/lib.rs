@@ -147,6 +147,8 @@ pub mod mutants;
 #[cfg(not(feature = "mutants"))]
 mod mutants;
 mod pod;
+#[cfg(not(megalon_loom))]
+mod pod_file;
 mod record;
 mod replica;
 pub mod rpc;

@@ -11,7 +11,6 @@
 #![cfg_attr(megalon_loom, allow(unused_imports, dead_code))]
 
 use std::fs::{File, OpenOptions};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use memmap2::{MmapMut, MmapOptions};
@@ -21,6 +20,8 @@ use crate::error::{Error, Region, Result};
 use crate::header::PodHeader;
 use crate::layout::{Layout, ScrUsage};
 use crate::limits::{HEADER_BYTES, HEADER_REGION_BYTES};
+#[cfg(not(megalon_loom))]
+use crate::pod_file;
 use crate::sync::{AtomicU16, AtomicU32, AtomicU64, AtomicU8};
 
 /// Where a pod's bytes live.
@@ -112,6 +113,8 @@ struct Storage {
     /// through `base` with atomics or the memory layer.
     _map: MmapMut,
     base: *mut u8,
+    /// The pod's file, holding its shared lock while the pod lives (`pod_file`).
+    _file: Option<File>,
 }
 
 // SAFETY: `base` points into `_map`, which lives as long as the pod and is never
@@ -156,6 +159,54 @@ impl Storage {
     model_cell!(u8_at, u8s, AtomicU8);
 }
 
+/// What [`Pod::create`] does with a pod already at its path.
+#[cfg(not(megalon_loom))]
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Existing {
+    /// Refused while in use, or unreadable as a pod of this build.
+    RefuseInUse,
+    /// Replaced.
+    Replace,
+}
+
+/// [`Error::PodInUse`] for the pod on `backing`, naming its live hosts if it can be read.
+#[cfg(not(megalon_loom))]
+fn in_use(backing: &Backing) -> Error {
+    let hosts = Pod::open_locked(backing, None, false)
+        .ok()
+        .flatten()
+        .map(|pod| pod.live_hosts())
+        .unwrap_or_default();
+    Error::PodInUse {
+        path: backing.path().to_owned(),
+        hosts,
+    }
+}
+
+/// Refuses to create a pod over `backing`'s when live hosts use it (hosts of other
+/// machines, on a DAX device), or when it is a pod this build cannot open: another
+/// layout or log version, a damaged header (its error says which). Anything that is not
+/// a pod at all (another magic, too short for a header) may be replaced.
+#[cfg(not(megalon_loom))]
+fn refuse_a_pod_in_use(backing: &Backing) -> Result<()> {
+    match Pod::open_locked(backing, None, false) {
+        Ok(Some(old)) => {
+            let hosts = old.live_hosts();
+            if hosts.is_empty() {
+                Ok(())
+            } else {
+                Err(Error::PodInUse {
+                    path: backing.path().to_owned(),
+                    hosts,
+                })
+            }
+        }
+        Ok(None) => Ok(()),
+        Err(Error::BadMagic { .. } | Error::FileTooSmall { .. } | Error::Io { .. }) => Ok(()),
+        Err(unreadable) => Err(unreadable),
+    }
+}
+
 fn io_error<'a>(
     operation: &'static str,
     path: &'a Path,
@@ -171,80 +222,143 @@ impl Pod {
     /// Creates a pod with `config` on `backing`: computes the layout, maps it, zeroes the
     /// header region, SCR and log, and writes the header (magic last).
     ///
-    /// A file backing that holds a pod some live host still uses is refused
-    /// ([`Error::PodInUse`], naming them; [`Pod::create_replacing`] replaces it anyway).
-    /// Any other file is replaced: the old file is unlinked first, so processes that
-    /// still map it keep their (now private) copy instead of faulting on a truncated file.
+    /// A file backing's new pod is built in a file of its own beside the path and takes
+    /// the path whole, once written. What is at the path is replaced, unless it is in use:
+    /// a pod some process has open (a [`Pod`] of it lives) or live hosts use, a pod this
+    /// build cannot open (another layout version, a damaged header: the error says which),
+    /// or anything but a regular file ([`Error::PodInUse`], [`Error::NotARegularFile`];
+    /// [`Pod::create_replacing`] replaces a pod anyway). Two processes that create a pod at
+    /// one path at once: one gets it, the other [`Error::PodInUse`] (open it instead).
+    /// Processes that still map a replaced file keep their (now private) copy.
+    ///
+    /// A DAX device holding a pod in use (a process of this machine has it open, or live
+    /// hosts use it) is refused the same way.
     #[cfg(not(megalon_loom))]
     pub fn create(config: &PodConfig, backing: Backing) -> Result<Pod> {
-        if let BackingKind::File(path) = &backing.kind {
-            if let Ok(old) = Pod::open(Backing::file(path)) {
-                let hosts = old.live_hosts();
-                if !hosts.is_empty() {
-                    return Err(Error::PodInUse {
-                        path: path.clone(),
-                        hosts,
-                    });
-                }
-            }
-        }
-        Self::create_replacing(config, backing)
+        Self::create_on(config, backing, Existing::RefuseInUse)
     }
 
-    /// [`Pod::create`] without asking whether live hosts use a pod file at the path: the
-    /// file is replaced regardless, and hosts that still map it go on alone with their
-    /// (now private) copy.
+    /// [`Pod::create`] without asking whether a pod at the path is in use: it is replaced
+    /// regardless, and hosts that still map it go on alone with their (now private) copy.
     #[cfg(not(megalon_loom))]
     pub fn create_replacing(config: &PodConfig, backing: Backing) -> Result<Pod> {
+        Self::create_on(config, backing, Existing::Replace)
+    }
+
+    #[cfg(not(megalon_loom))]
+    fn create_on(config: &PodConfig, backing: Backing, existing: Existing) -> Result<Pod> {
         let layout = Layout::new(&config.resolved_for(&backing))?;
         let total = layout.total_bytes;
         check_numa_node(backing.numa_node)?;
-        let map = match &backing.kind {
-            BackingKind::Heap => MmapOptions::new()
-                .len(total as usize)
-                .map_anon()
-                .map_err(io_error("mapping anonymous memory for", backing.path()))?,
-            BackingKind::File(path) => {
-                match std::fs::remove_file(path) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                        return Err(io_error("removing the old pod at", path)(e))
-                    }
-                    _ => {}
-                }
-                let file = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create_new(true)
-                    .open(path)
-                    .map_err(io_error("creating", path))?;
-                file.set_len(total).map_err(io_error("sizing", path))?;
-                map_shared(&file, total, path)?
+        match backing.kind.clone() {
+            BackingKind::Heap => {
+                let map = MmapOptions::new()
+                    .len(total as usize)
+                    .map_anon()
+                    .map_err(io_error("mapping anonymous memory for", backing.path()))?;
+                let storage = Storage::new(map, &backing, None)?;
+                Ok(Self::initialized(storage, layout, backing))
             }
+            BackingKind::File(path) => Self::create_file(layout, backing, &path, existing),
             BackingKind::Dax { path, len_bytes } => {
-                if *len_bytes < total {
+                if len_bytes < total {
                     return Err(Error::LayoutDoesNotFit {
                         region: Region::Device,
                         needed_bytes: total,
-                        available_bytes: *len_bytes,
+                        available_bytes: len_bytes,
                     });
                 }
                 let file = OpenOptions::new()
                     .read(true)
                     .write(true)
-                    .open(path)
-                    .map_err(io_error("opening", path))?;
-                check_regular_file_len(&file, path, *len_bytes)?;
-                map_shared(&file, *len_bytes, path)?
+                    .open(&path)
+                    .map_err(io_error("opening", &path))?;
+                check_regular_file_len(&file, &path, len_bytes)?;
+                // Held while the header is written: an opener waits for it whole.
+                if !pod_file::lock(&file, libc::LOCK_EX | libc::LOCK_NB, &path)?
+                    && existing == Existing::RefuseInUse
+                {
+                    return Err(in_use(&backing));
+                }
+                if existing == Existing::RefuseInUse {
+                    refuse_a_pod_in_use(&backing)?;
+                }
+                let map = map_shared(&file, len_bytes, &path)?;
+                let storage = Storage::new(map, &backing, None)?;
+                let pod = Self::initialized(storage, layout, backing);
+                pod_file::lock(&file, libc::LOCK_SH, &path)?;
+                Ok(Pod {
+                    storage: Storage {
+                        _file: Some(file),
+                        ..pod.storage
+                    },
+                    ..pod
+                })
             }
-        };
-        let storage = Storage::new(map, &backing)?;
+        }
+    }
+
+    /// A new pod file built beside `path`, then put there (see [`Pod::create`]).
+    #[cfg(not(megalon_loom))]
+    fn create_file(
+        layout: Layout,
+        backing: Backing,
+        path: &Path,
+        existing: Existing,
+    ) -> Result<Pod> {
+        pod_file::refuse_other_than_a_regular_file(path)?;
+        let total = layout.total_bytes;
+        pod_file::refuse_without_room(path, total)?;
+        let (mut new, file) = pod_file::NewFile::beside(path)?;
+        // In use from the start: a creator that finds it at the path leaves it.
+        pod_file::lock(&file, libc::LOCK_SH, &new.path)?;
+        file.set_len(total).map_err(io_error("sizing", &new.path))?;
+        let map = map_shared(&file, total, &new.path)?;
+        let storage = Storage::new(map, &backing, Some(file))?;
+        let pod = Self::initialized(storage, layout, backing);
+        // A few rounds at most: each finds the file another creator or replacer put there.
+        for _ in 0..100 {
+            if new.link(path)? {
+                return Ok(pod);
+            }
+            let old = match File::open(path) {
+                Ok(old) => old,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_error("opening", path)(e)),
+            };
+            if existing == Existing::Replace {
+                new.rename(path)?;
+                return Ok(pod);
+            }
+            if !pod_file::lock(&old, libc::LOCK_EX | libc::LOCK_NB, path)? {
+                return Err(in_use(&Backing::file(path)));
+            }
+            if !pod_file::names(path, &old) {
+                continue;
+            }
+            // Nobody has it open; it may still be a pod this build cannot read.
+            refuse_a_pod_in_use(&Backing::file(path))?;
+            // Holding its lock, which every opener takes (shared) and then checks that
+            // the path still names the file: none maps it from now on.
+            new.rename(path)?;
+            return Ok(pod);
+        }
+        Err(Error::PodInUse {
+            path: path.to_owned(),
+            hosts: Vec::new(),
+        })
+    }
+
+    /// A pod on `storage`, its header region, SCR and log zeroed and its header written.
+    #[cfg(not(megalon_loom))]
+    fn initialized(storage: Storage, layout: Layout, backing: Backing) -> Pod {
         let pod = Pod {
             storage,
             layout,
             backing,
         };
         pod.initialize();
-        Ok(pod)
+        pod
     }
 
     /// Creates a pod in a loom model: heap backing only, model atomics for its words.
@@ -316,11 +430,46 @@ impl Pod {
 
     #[cfg(not(megalon_loom))]
     fn open_checked(backing: Backing, expected: Option<&PodConfig>) -> Result<Pod> {
+        // A few rounds at most: each finds the file that replaced the one it locked.
+        for _ in 0..100 {
+            if let Some(pod) = Self::open_locked(&backing, expected, true)? {
+                return Ok(pod);
+            }
+        }
+        Err(Error::PodInUse {
+            path: backing.path().to_owned(),
+            hosts: Vec::new(),
+        })
+    }
+
+    /// Opens the pod through one descriptor: its header read, its size checked and its
+    /// bytes mapped from the same file. With `lock`, holding a shared lock on the file for
+    /// the pod's life (`None`: the path was given to another file meanwhile; open again).
+    #[cfg(not(megalon_loom))]
+    // Over 70 lines on purpose: The checks of a pod file in the order a reader of the file
+    // must make them.
+    fn open_locked(
+        backing: &Backing,
+        expected: Option<&PodConfig>,
+        lock: bool,
+    ) -> Result<Option<Pod>> {
+        use std::os::unix::fs::FileExt;
         let path = backing.path().to_owned();
-        let (header_bytes, file_bytes) = match &backing.kind {
+        let (file, header_bytes, file_bytes) = match &backing.kind {
             BackingKind::Heap => return Err(Error::HeapNotOpenable),
             BackingKind::File(path) => {
-                let mut file = File::open(path).map_err(io_error("opening", path))?;
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(path)
+                    .map_err(io_error("opening", path))?;
+                // Waits for a creator that replaces the file, then sees whether it did.
+                if lock
+                    && !(pod_file::lock(&file, libc::LOCK_SH, path)?
+                        && pod_file::names(path, &file))
+                {
+                    return Ok(None);
+                }
                 let file_bytes = file.metadata().map_err(io_error("reading", path))?.len();
                 if file_bytes < HEADER_BYTES as u64 {
                     return Err(Error::FileTooSmall {
@@ -330,12 +479,13 @@ impl Pod {
                     });
                 }
                 let mut bytes = [0u8; HEADER_BYTES];
-                file.read_exact(&mut bytes)
+                file.read_exact_at(&mut bytes, 0)
                     .map_err(io_error("reading the header of", path))?;
-                (bytes, file_bytes)
+                (file, bytes, file_bytes)
             }
             BackingKind::Dax { path, len_bytes } => {
-                // A DAX device can only be mapped, not read: map the header read-only.
+                // A DAX device can only be mapped, not read: map it read-only for its
+                // header, whole (a device maps only in multiples of its alignment).
                 if *len_bytes < HEADER_REGION_BYTES {
                     return Err(Error::FileTooSmall {
                         path: path.clone(),
@@ -343,18 +493,21 @@ impl Pod {
                         needed_bytes: HEADER_REGION_BYTES,
                     });
                 }
-                let file = File::open(path).map_err(io_error("opening", path))?;
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(path)
+                    .map_err(io_error("opening", path))?;
                 check_regular_file_len(&file, path, *len_bytes)?;
-                // SAFETY: a read-only shared mapping of the header page; we copy the bytes
-                // out at once and drop the mapping.
-                let map = unsafe {
-                    MmapOptions::new()
-                        .len(HEADER_REGION_BYTES as usize)
-                        .map(&file)
+                if lock {
+                    pod_file::lock(&file, libc::LOCK_SH, path)?;
                 }
-                .map_err(io_error("mapping the header of", path))?;
+                // SAFETY: a read-only shared mapping; we copy the header out at once and
+                // drop the mapping.
+                let map = unsafe { MmapOptions::new().len(*len_bytes as usize).map(&file) }
+                    .map_err(io_error("mapping the header of", path))?;
                 let bytes: [u8; HEADER_BYTES] = map[..HEADER_BYTES].try_into().expect("sized");
-                (bytes, *len_bytes)
+                (file, bytes, *len_bytes)
             }
         };
         let (header, layout) = PodHeader::decode(&header_bytes, &path)?;
@@ -376,18 +529,13 @@ impl Pod {
             }
         }
         check_numa_node(backing.numa_node)?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(io_error("opening", &path))?;
         let map = map_shared(&file, file_bytes.max(layout.total_bytes), &path)?;
-        let storage = Storage::new(map, &backing)?;
-        Ok(Pod {
+        let storage = Storage::new(map, backing, lock.then_some(file))?;
+        Ok(Some(Pod {
             storage,
             layout,
-            backing,
-        })
+            backing: backing.clone(),
+        }))
     }
 
     /// Zeroes the header region, SCR and the log ring, then writes the header, magic last,
@@ -407,14 +555,11 @@ impl Pod {
             self.word(i as u64 * 8)
                 .store(word, crate::sync::Ordering::Relaxed);
         }
-        let magic = u64::from_le_bytes(encoded[..8].try_into().expect("8"));
-        // Release: pairs with nothing in this process (openers read the header with
-        // ordinary file reads after creation returned); it orders the fields before the
-        // magic for an opener that maps the file while we write.
-        self.word(0).store(magic, crate::sync::Ordering::Release);
         if layout.lnr_offset > 0 {
             // The log's lines must reach memory as zeros before any host reads them
-            // through its own cache.
+            // through its own cache: before the magic, which a host on another machine
+            // may see at once (a dirty zero line written back after its first append
+            // would erase the entry).
             // SAFETY: the range is inside the mapping.
             unsafe {
                 crate::arch::write_back(
@@ -424,6 +569,10 @@ impl Pod {
             };
             crate::arch::full_fence();
         }
+        let magic = u64::from_le_bytes(encoded[..8].try_into().expect("8"));
+        // Release: orders the fields (and the log's zeros) before the magic for an opener
+        // that maps the device while we write.
+        self.word(0).store(magic, crate::sync::Ordering::Release);
     }
 
     /// The pod's layout.
@@ -567,8 +716,9 @@ impl Pod {
 
 #[cfg(not(megalon_loom))]
 impl Storage {
-    /// Takes over `map`, binding it to the backing's NUMA node if it names one.
-    fn new(mut map: MmapMut, backing: &Backing) -> Result<Storage> {
+    /// Takes over `map` (and `file`, its lock held), binding it to the backing's NUMA
+    /// node if it names one.
+    fn new(mut map: MmapMut, backing: &Backing, file: Option<File>) -> Result<Storage> {
         let base = map.as_mut_ptr();
         debug_assert_eq!(
             base as usize % HEADER_REGION_BYTES as usize,
@@ -578,7 +728,11 @@ impl Storage {
         if let Some(node) = backing.numa_node {
             bind_to_node(base, map.len(), node)?;
         }
-        Ok(Storage { _map: map, base })
+        Ok(Storage {
+            _map: map,
+            base,
+            _file: file,
+        })
     }
 }
 

@@ -3,6 +3,8 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use megalon_core::{
@@ -12,7 +14,8 @@ use megalon_core::{
         LOG_FORMAT_VERSION, MAGIC, MAX_HOSTS_LIMIT, MAX_KEY_BYTES_LIMIT, MAX_SLOT_SIZE_BYTES,
         MIN_LOG_CAPACITY_ENTRIES, PAGE_BYTES,
     },
-    numa_nodes, Backing, Coherence, Error, Layout, Pod, PodConfig, Region,
+    numa_nodes, Backing, Coherence, Error, Host, HostOptions, Join, Layout, MemoryKind, Pod,
+    PodConfig, Region,
 };
 use tempfile::TempDir;
 
@@ -483,6 +486,196 @@ fn dax_create_and_open_on_a_regular_file_of_the_right_length() {
     assert_eq!(opened.layout(), &created_layout);
     let opened = Pod::open_expecting(Backing::dax(&path, total), &config).unwrap();
     assert_eq!(opened.config(), &resolved);
+}
+
+// ---------------------------------------------------------------- creating: what is at the path
+
+/// Found by a review (2026-11-29): creating a DAX pod zeroed the host table and log of a
+/// pod live hosts were using (the file backing refused; the device did not look).
+#[test]
+fn dax_create_over_a_pod_in_use_is_refused() {
+    let config = small_config();
+    let (_, total) = on_dax(&config);
+    let (_dir, path) = fake_device(total);
+    let pod = Arc::new(Pod::create(&config, Backing::dax(&path, total)).unwrap());
+    let host = Host::join(&pod, Join::AnyFree, HostOptions::new().pump_interval(None)).unwrap();
+    host.create(b"k", &[7; 64]).unwrap();
+    let refused = Pod::create(&config, Backing::dax(&path, total)).map(drop);
+    assert!(
+        matches!(&refused, Err(Error::PodInUse { hosts, .. }) if hosts == &[host.id()]),
+        "{refused:?}"
+    );
+    assert_eq!(pod.live_hosts(), [host.id()], "the live pod is untouched");
+    host.create(b"k2", &[9; 64]).unwrap();
+}
+
+/// Found by a review (2026-11-29): two processes creating a pod at one path at once both
+/// got one, on different files (the second unlinked the first's file): the first's hosts
+/// went on alone. One gets it; the other is told it is in use.
+#[test]
+fn two_creators_at_one_path_do_not_both_get_a_pod() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pod");
+    let config = small_config();
+    for round in 0..40 {
+        let _ = fs::remove_file(&path);
+        let barrier = std::sync::Barrier::new(2);
+        let create = || {
+            barrier.wait();
+            Pod::create(&config, Backing::file(&path))
+        };
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(create);
+            let b = s.spawn(create);
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        match (&a, &b) {
+            (Ok(_), Err(Error::PodInUse { .. })) | (Err(Error::PodInUse { .. }), Ok(_)) => {}
+            _ => panic!(
+                "round {round}: {:?} and {:?}",
+                a.as_ref().map(drop),
+                b.as_ref().map(drop)
+            ),
+        }
+        let created = a.or(b).unwrap();
+        let opened = Pod::open(Backing::file(&path)).unwrap();
+        let at = created.layout().app_scr_offset;
+        created.scr_u64(at).store(round + 1, Ordering::SeqCst);
+        assert_eq!(
+            opened.scr_u64(at).load(Ordering::SeqCst),
+            round + 1,
+            "one file"
+        );
+    }
+}
+
+/// A pod some process has open is in use though no host has joined yet (a pod just
+/// created has none): another creator must not replace it under its creator.
+#[test]
+fn a_pod_open_in_a_process_is_in_use_before_any_host_joins() {
+    let (_dir, path) = pod_file(&small_config());
+    let opened = Pod::open(Backing::file(&path)).unwrap();
+    let refused = Pod::create(&small_config(), Backing::file(&path)).map(drop);
+    assert!(
+        matches!(&refused, Err(Error::PodInUse { hosts, .. }) if hosts.is_empty()),
+        "{refused:?}"
+    );
+    drop(opened);
+    Pod::create(&small_config(), Backing::file(&path)).unwrap();
+}
+
+/// An opener racing a replacer of the file: what it maps is the file whose header it
+/// checked (it opened the path twice, and could map a shorter pod of another size under
+/// the first one's layout: a fault past its end).
+#[test]
+fn an_opener_racing_a_replacer_maps_the_pod_it_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pod");
+    let small = small_config();
+    let large = small_config().lnr_bytes(small.lnr_bytes * 2);
+    drop(Pod::create(&small, Backing::file(&path)).unwrap());
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 0..200 {
+                let config = if i % 2 == 0 { &large } else { &small };
+                drop(Pod::create_replacing(config, Backing::file(&path)).unwrap());
+            }
+            stop.store(true, Ordering::SeqCst);
+        });
+        let mut buf = vec![0u8; 64];
+        while !stop.load(Ordering::SeqCst) {
+            let Ok(pod) = Pod::open(Backing::file(&path)) else {
+                continue;
+            };
+            let layout = pod.layout().clone();
+            let memory = megalon_core::Memory::new(Arc::new(pod), MemoryKind::Hardware);
+            // The last slot's first line: past the end of a shorter file.
+            memory.read(layout.slot_offset(layout.slot_count - 1), &mut buf);
+        }
+    });
+}
+
+/// Found by a review (2026-11-29): a pod this build cannot open (another layout
+/// version, say) was taken for "not a pod" and replaced, its hosts of another build
+/// split off. It is refused with what the open says, unless replaced on purpose.
+#[test]
+fn create_over_a_pod_of_another_version_is_refused_unless_replacing() {
+    let config = small_config();
+    let (_dir, path) = pod_file(&config);
+    patch_file(&path, |bytes| {
+        bytes[8..12].copy_from_slice(&(LAYOUT_VERSION + 1).to_le_bytes());
+        fix_checksum(bytes);
+    });
+    let before = fs::read(&path).unwrap();
+    let refused = Pod::create(&config, Backing::file(&path)).map(drop);
+    assert!(
+        matches!(refused, Err(Error::UnknownVersion { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(fs::read(&path).unwrap(), before, "the file is untouched");
+    Pod::create_replacing(&config, Backing::file(&path)).unwrap();
+    Pod::open(Backing::file(&path)).unwrap();
+}
+
+/// Found by a review (2026-11-29): a file backing naming a device node (`/dev/dax0.0`
+/// given to `Backing::file`, say) unlinked the node and put a pod file in its place; a
+/// symbolic link was replaced too. Both are refused by name and left alone.
+#[test]
+fn create_over_a_device_or_a_link_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("target");
+    fs::write(&target, b"not a pod").unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let refused = Pod::create(&small_config(), Backing::file(&link)).map(drop);
+    assert!(
+        matches!(refused, Err(Error::NotARegularFile { .. })),
+        "{refused:?}"
+    );
+    assert!(fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let refused = Pod::create(&small_config(), Backing::file(dir.path())).map(drop);
+    assert!(
+        matches!(refused, Err(Error::NotARegularFile { .. })),
+        "{refused:?}"
+    );
+    // A character device (made only where this process may make one: as root).
+    let node = dir.path().join("dax0.0");
+    let c_node = std::ffi::CString::new(node.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mknod(2) of a path in our own directory.
+    let made = unsafe { libc::mknod(c_node.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 3)) };
+    if made == 0 {
+        let refused = Pod::create(&small_config(), Backing::file(&node)).map(drop);
+        assert!(
+            matches!(refused, Err(Error::NotARegularFile { .. })),
+            "{refused:?}"
+        );
+        use std::os::unix::fs::FileTypeExt;
+        assert!(fs::symlink_metadata(&node)
+            .unwrap()
+            .file_type()
+            .is_char_device());
+    }
+}
+
+/// A pod larger than its file system's free room is refused up front: its pages are
+/// taken as they are first touched, and one that finds no room kills the process
+/// (`SIGBUS`: the default pod is larger than a container's 64 MiB `/dev/shm`).
+#[test]
+fn a_pod_larger_than_its_file_systems_room_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pod");
+    let config = small_config().lnr_bytes(1 << 46).slot_size_bytes(1 << 16);
+    let refused = Pod::create(&config, Backing::file(&path)).map(drop);
+    assert!(
+        matches!(refused, Err(Error::NoRoomForPod { .. })),
+        "{refused:?}"
+    );
+    assert!(!path.exists());
+    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0, "no file left");
 }
 
 // ---------------------------------------------------------------- opening

@@ -1,0 +1,180 @@
+//! The files under a pod: how a new pod file appears at its path whole, and how processes
+//! that open, create and replace pod files stay out of each other's way.
+//!
+//! - A new pod is built in a file of its own beside the path, and appears at the path
+//!   only once its header is written (a link, which fails if another file came first; or
+//!   a rename over the file it replaces). An opener never maps a half-written pod.
+//! - Every `Pod` of a file holds a shared `flock` on it for as long as it lives: a file a
+//!   process has open is in use, whether or not its hosts have joined yet (a pod just
+//!   created has none). A creator replaces a file only while it holds the exclusive lock,
+//!   and an opener takes its shared lock, then checks that the path still names the file
+//!   it locked (else it opens the one that replaced it).
+//! - An opener reads the header, checks the size and maps through one descriptor: what
+//!   it maps is the file whose header it checked.
+//!
+//! The locks are this machine's only: processes on other machines that map one DAX
+//! device are told apart by the host table's live hosts alone.
+
+use std::fs::File;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// Takes `operation` (`libc::LOCK_SH` or `libc::LOCK_EX`, with `libc::LOCK_NB` to not
+/// wait) on `file`. `Ok(false)`: not waiting, and another holder has it.
+pub(crate) fn lock(file: &File, operation: libc::c_int, path: &Path) -> Result<bool> {
+    loop {
+        // SAFETY: flock(2) on a descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), operation) } == 0 {
+            return Ok(true);
+        }
+        let error = std::io::Error::last_os_error();
+        match error.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) if operation & libc::LOCK_NB != 0 => return Ok(false),
+            _ => {
+                return Err(Error::Io {
+                    operation: "locking",
+                    path: path.to_owned(),
+                    source: error.into(),
+                })
+            }
+        }
+    }
+}
+
+/// Whether `path` names the file `file` is open on now.
+pub(crate) fn names(path: &Path, file: &File) -> bool {
+    match (std::fs::metadata(path), file.metadata()) {
+        (Ok(at_path), Ok(open)) => at_path.dev() == open.dev() && at_path.ino() == open.ino(),
+        _ => false,
+    }
+}
+
+/// A file backing must be a regular file, or nothing yet: a creator replaces what is at
+/// the path, and a device node or a link replaced by a pod file is a surprise nobody
+/// asked for (`Backing::dax` maps a device).
+pub(crate) fn refuse_other_than_a_regular_file(path: &Path) -> Result<()> {
+    let Ok(metadata) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    let kind = metadata.file_type();
+    let found = if kind.is_file() {
+        return Ok(());
+    } else if kind.is_symlink() {
+        "a symbolic link (name the file it points to)"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device (map a device with Backing::dax)"
+    } else if kind.is_dir() {
+        "a directory"
+    } else {
+        "not a regular file"
+    };
+    Err(Error::NotARegularFile {
+        path: path.to_owned(),
+        found,
+    })
+}
+
+/// Refuses a pod of `total_bytes` in the file system of `path` when it has less room
+/// than that: a pod file is sparse, and a page that finds no room when it is first
+/// touched kills the process (`SIGBUS`), on tmpfs say. (Room taken by others later
+/// still can; the pod is not reserved up front, which would commit its whole size.)
+pub(crate) fn refuse_without_room(path: &Path, total_bytes: u64) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let Ok(c_dir) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return Ok(());
+    };
+    // SAFETY: statvfs(3) fills `stats`, a plain struct, from a NUL-terminated path.
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c_dir.as_ptr(), &mut stats) } != 0 {
+        return Ok(());
+    }
+    #[allow(clippy::useless_conversion)] // u64 on 64-bit Linux, not everywhere
+    let available_bytes = u64::from(stats.f_bavail).saturating_mul(u64::from(stats.f_frsize));
+    if available_bytes < total_bytes {
+        return Err(Error::NoRoomForPod {
+            path: path.to_owned(),
+            needed_bytes: total_bytes,
+            available_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// A new pod's file, beside the path it will take, under a name of its own; removed
+/// when dropped unless it was put at its path.
+pub(crate) struct NewFile {
+    pub(crate) path: PathBuf,
+    published: bool,
+}
+
+impl NewFile {
+    /// Creates it (it must not exist), read-write.
+    pub(crate) fn beside(target: &Path) -> Result<(NewFile, File)> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let name = target
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = target.with_file_name(format!(".{name}.{}.{n}.new", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|source| Error::Io {
+                operation: "creating",
+                path: path.clone(),
+                source: source.into(),
+            })?;
+        let new = NewFile {
+            path,
+            published: false,
+        };
+        Ok((new, file))
+    }
+
+    /// Puts it at `target` if nothing is there: `Ok(false)` if a file is.
+    pub(crate) fn link(&mut self, target: &Path) -> Result<bool> {
+        match std::fs::hard_link(&self.path, target) {
+            Ok(()) => {
+                // Its own name goes; the file stays at `target`.
+                let _ = std::fs::remove_file(&self.path);
+                self.published = true;
+                Ok(true)
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+            Err(source) => Err(Error::Io {
+                operation: "putting the new pod at",
+                path: target.to_owned(),
+                source: source.into(),
+            }),
+        }
+    }
+
+    /// Puts it at `target` in place of what is there.
+    pub(crate) fn rename(&mut self, target: &Path) -> Result<()> {
+        std::fs::rename(&self.path, target).map_err(|source| Error::Io {
+            operation: "putting the new pod at",
+            path: target.to_owned(),
+            source: source.into(),
+        })?;
+        self.published = true;
+        Ok(())
+    }
+}
+
+impl Drop for NewFile {
+    fn drop(&mut self) {
+        if !self.published {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
