@@ -255,6 +255,13 @@ impl Log {
             if mine == ltail_word(RELEASED_AT, life) && host_table::condemned(pod, host, life) {
                 return Err(dead());
             }
+            // Another life's word is ours to take only while the row is this life's: a
+            // joiner paused past its lease here, recovered, and its id claimed again,
+            // would overwrite the next life's word (which then held the head for nobody).
+            let held = host_table::holder(pod, host).is_some_and(|(_, holder)| holder == life);
+            if ltail_life(mine) != life & LTAIL_LIFE_MASK && !held {
+                return Err(dead());
+            }
             match ltail.compare_exchange(mine, waiting, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => mine = waiting,
                 Err(now) => mine = now,
@@ -688,6 +695,27 @@ mod tests {
         Log::release_ltail(&pod, 0, 2);
         assert_eq!(Log::ltail_of(&pod, 0, 2), None);
         assert!(!Log::pin_ltail(&pod, 0, 2, 9), "released: no pin");
+    }
+
+    /// A joiner (life 1) paused past its lease after its claim and before it holds the
+    /// head is recovered, and the id claimed by life 2, which holds the head. Life 1
+    /// resumes: it must not take life 2's word for its own (it did, from whatever life:
+    /// nothing held the head for life 2 then, and life 2's own raises all failed).
+    #[test]
+    fn a_joiner_recovered_before_it_holds_the_head_leaves_the_next_lifes_ltail() {
+        let pod = pod();
+        assert_eq!(host_table::claim_and_count(&pod, 0), Ok(1));
+        host_table::condemn(&pod, 0, 1);
+        assert!(host_table::release_dead(&pod, 0, std::process::id(), 1));
+        assert_eq!(host_table::claim_and_count(&pod, 0), Ok(2));
+        let log = Log::new(&pod);
+        assert_eq!(log.hold_head(&pod, 0, 2, false, Duration::ZERO).unwrap(), 0);
+        let late = log.hold_head(&pod, 0, 1, false, Duration::ZERO);
+        assert!(
+            matches!(late, Err(Error::HostDeclaredDead { host: 0, life: 1 })),
+            "{late:?}"
+        );
+        assert_eq!(Log::ltail_of(&pod, 0, 2), Some(0), "life 2's word");
     }
 
     /// A reservation past the positions the `head` word can count is refused by name.
