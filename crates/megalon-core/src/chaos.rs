@@ -46,6 +46,9 @@ pub enum Point {
     WriteAfterEventCheck,
     /// `write_end`, after the write-back, before the unlock.
     WriteBeforeUnlock,
+    /// A holder of a record lock about to unlock it, having looked that it was not
+    /// declared dead, before its CAS.
+    UnlockAfterCheck,
     /// `write_end`, after the unlock, before the lock's announce is cleared.
     WriteAfterUnlock,
     /// An allocation, after claiming a free record, before appending its event.

@@ -1843,3 +1843,26 @@ fn a_host_waiting_behind_a_hole_for_its_outcome_beats() {
     );
     made.unwrap();
 }
+
+/// Found by a review (2026-11-29): a writer paused past its lease between its look at
+/// whether it was declared dead and its unlock's CAS is recovered meanwhile (its undo
+/// image may be put back). Its CAS then fails, and its write must not be reported done
+/// (it was: `Ok`, in release builds, for a write recovery may have undone; a debug
+/// assertion fired in debug builds).
+#[test]
+fn a_writer_recovered_before_its_unlock_is_not_told_its_write_is_done() {
+    let pod = common::heap_pod(&config());
+    let [r, p] = leak_all(&pod);
+    k_with_a_record(r);
+    let paused = pauses_at(p, Point::UnlockAfterCheck, || p.write(b"k", &value(3)));
+    recover_by_hand(&pod, p.id(), r);
+    let after = read(r);
+    assert!(after == value(2) || after == value(3), "k whole");
+    let outcome = paused.resume();
+    assert!(
+        matches!(outcome, Err(Error::HostDeclaredDead { .. })),
+        "{outcome:?}; k reads {:?}",
+        &after[..4]
+    );
+    k_reads_and_takes_a_write(r, r, after[0]);
+}

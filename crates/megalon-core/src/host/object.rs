@@ -582,9 +582,10 @@ impl Shared {
 
     /// Unlocks `record`, which this thread holds (its word is `locked`), to `unlocked`, by
     /// a CAS from the locked word: only a lock's holder changes a locked record, so the CAS
-    /// fails only if the protocol is broken (it then leaves the word as it found it).
-    /// `false`: this host was declared dead, and leaves the record to its recovery
-    /// ([`Shared::left_to_recovery`]).
+    /// fails only if this host was declared dead meanwhile (paused past its lease after
+    /// its look, and recovered), or the protocol is broken; it then leaves the word as it
+    /// found it. `false`: this host was declared dead, and leaves the record to its
+    /// recovery ([`Shared::left_to_recovery`]), or its CAS failed.
     pub(super) fn unlock_record(
         &self,
         record: u32,
@@ -595,13 +596,16 @@ impl Shared {
         if self.left_to_recovery() {
             return false;
         }
+        self.chaos.point(Point::UnlockAfterCheck);
         c.add(Counter::ScrAtomics, 1);
         let result = Records::new(&self.pod).compare_exchange(record, locked, unlocked);
         debug_assert!(
-            result.is_ok(),
+            result.is_ok() || self.left_to_recovery(),
             "record {record}: locked as {locked:?}, found {result:?}"
         );
-        true
+        // Failed: recovery took the record over after the look above. A write reported
+        // done here could be undone by it (its undo image put back).
+        result.is_ok()
     }
 
     /// [`Shared::unlock_record`] on a way out by an error (a mutant skips it, to show a
