@@ -45,7 +45,7 @@ impl Host {
 
     /// [`Host::read_many`] of objects whose length is in their first bytes, each read as
     /// [`Host::read_prefix`] reads one: the answer at `i` says how many bytes of
-    /// `reads[i].1` it copied.
+    /// `reads[i].1` it copied. As there, `extent` must not call this host's API.
     pub fn read_many_prefix(
         &self,
         reads: &mut [(&[u8], &mut [u8])],

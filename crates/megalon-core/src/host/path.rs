@@ -86,7 +86,9 @@ impl Host {
     /// objects whose length is in their first bytes (the KV store's values). Returns how
     /// many bytes were copied. `extent` may see bytes of a write in progress: it only
     /// decides how much to copy; a copy that overlapped a write is thrown away and the
-    /// read starts over.
+    /// read starts over. `extent` must not call this host's API: for an object in this
+    /// host's DRAM (local partitions, copies) it runs under the replica's read lock, and
+    /// a call that replays would wait for that lock for good.
     pub fn read_prefix(
         &self,
         key: &[u8],
