@@ -253,7 +253,23 @@ impl Shared {
         for record in index.records_owned() {
             free.remove(record);
         }
-        drop((free, index));
+        drop(free);
+        // A replay from the log's start would have dropped every object's lines as it
+        // applied its create; this host replays none of that. Lines an earlier process
+        // of this machine left in its caches (of an object since deleted, whose slot
+        // holds another now; read-shared objects have no counter to tell) would be read.
+        let slot_bytes = self.pod.layout().config.slot_size_bytes as usize;
+        let mut dropped = 0;
+        for slot in index.slots() {
+            self.memory
+                .flush(self.pod.layout().slot_offset(slot), slot_bytes);
+            dropped += 1;
+        }
+        self.memory.fence();
+        self.counters
+            .slots_dropped
+            .fetch_add(dropped, std::sync::atomic::Ordering::Relaxed);
+        drop(index);
         // Our `ltail` is `position` (the server pinned it): replay goes on from there.
         self.replica.applied.store(position, Ordering::Release);
         Ok(true)

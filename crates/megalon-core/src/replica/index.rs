@@ -208,6 +208,15 @@ impl Index {
         self.record_owners.keys().copied()
     }
 
+    /// The slot of every object.
+    pub(crate) fn slots(&self) -> impl Iterator<Item = u64> + '_ {
+        self.view
+            .table
+            .handles()
+            .into_iter()
+            .map(|handle| self.slot_of(handle))
+    }
+
     /// The key of the object behind `handle`.
     pub(crate) fn key_of(&self, handle: u32) -> Vec<u8> {
         let mut buf = [0u8; crate::limits::MAX_KEY_BYTES_LIMIT as usize];
