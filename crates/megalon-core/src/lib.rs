@@ -63,8 +63,9 @@
 //!   and leaves as a dead host does when it is dropped, for its recovery to settle the
 //!   records those calls held (in a pod with undo images).
 //! - **Pods are shared by hosts that join the same file** ([`Backing::file`]); a heap pod
-//!   lives in one process. [`Pod::create`] refuses a file that live hosts use
-//!   ([`Error::PodInUse`]).
+//!   lives in one process. [`Pod::create`] builds a new pod beside the path and puts it
+//!   there whole, and refuses a pod that a process has open or live hosts use
+//!   ([`Error::PodInUse`]), a pod this build cannot open, and anything but a regular file.
 //!
 //! # When hosts die
 //!

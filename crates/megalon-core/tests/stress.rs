@@ -61,6 +61,10 @@ struct Stress {
     reads_and_writes_only: bool,
     /// Schedule chaos and injected faults (needs the `chaos` feature).
     chaos: bool,
+    /// Lines of records the SCR keeps (the rest goes to the application's SCR); 0: all
+    /// it has room for. One line of 2- or 4-bit records: every record in use shares its
+    /// byte with others in use.
+    record_lines: u64,
 }
 
 impl Default for Stress {
@@ -82,6 +86,7 @@ impl Default for Stress {
             eviction_one_in: 64,
             reads_and_writes_only: false,
             chaos: false,
+            record_lines: 0,
         }
     }
 }
@@ -206,7 +211,18 @@ fn run(stress: &Stress) -> Report {
         .record_width_bits(stress.record_bits)
         .max_hosts(POD_MAX_HOSTS)
         .coherence(stress.coherence);
+    let config = if stress.record_lines > 0 {
+        let layout = megalon_core::Layout::new(&config).expect("layout");
+        let records_bytes = layout.record_count * u64::from(stress.record_bits) / 8;
+        config.app_scr_bytes(records_bytes - stress.record_lines * 64)
+    } else {
+        config
+    };
     let pod = Arc::new(Pod::create(&config, Backing::heap()).expect("pod"));
+    if stress.record_lines > 0 {
+        let records = pod.layout().record_count * u64::from(stress.record_bits) / 8 / 64;
+        assert_eq!(records, stress.record_lines, "lines of records");
+    }
     let hosts: Vec<Host> = (0..stress.hosts)
         .map(|h| {
             let memory = if stress.simulated {
@@ -797,6 +813,18 @@ short_stresses! {
     /// 2-bit records with creates, deletes and a reclaimer freeing records under writers.
     stress_short_with_2_bit_records_and_a_reclaimer_racing_writers {
         seconds: 1.0, keys: 8, zipf: 0.5, reclaim_watermark: 0.0, record_bits: 2,
+    }
+    /// One line of 2-bit records (256) for more objects than that: every record in use
+    /// shares its byte with three others in use, changed by CASes of that byte, and
+    /// records churn (host 0 reclaims down to 60%).
+    stress_short_with_2_bit_records_sharing_their_bytes {
+        seconds: 1.0, keys: 320, zipf: 0.5, reclaim_watermark: 0.6, record_bits: 2,
+        record_lines: 1, simulated: false,
+    }
+    /// The same with 4-bit records (128 in a line), two to a byte.
+    stress_short_with_4_bit_records_sharing_their_bytes {
+        seconds: 1.0, keys: 160, zipf: 0.5, reclaim_watermark: 0.6, record_bits: 4,
+        record_lines: 1, simulated: false,
     }
     #[cfg(feature = "chaos")]
     stress_short_with_chaos { seconds: 2.0, chaos: true }
