@@ -146,10 +146,10 @@ fn unknown_or_failed(error: &Error) -> Outcome {
 enum PutError {
     /// The write failed before its first byte (split coherence: `write_start` is the
     /// only fallible step of a write, and a failed one restores the object).
-    Write,
+    Write(Error),
     /// The write failed with AllLog coherence: its unlock event may have been refused,
     /// and the pump appends it later, which makes the write visible then.
-    WriteUnlock,
+    WriteUnlock(Error),
     /// The create failed.
     Create(Error),
 }
@@ -165,14 +165,48 @@ fn put(host: &Host, key: &[u8], bytes: &[u8], split: bool) -> Result<(), PutErro
                 Err(Error::ObjectExists) => continue,
                 Err(e) => return Err(PutError::Create(e)),
             },
-            Err(_) if split => return Err(PutError::Write),
-            Err(_) => return Err(PutError::WriteUnlock),
+            Err(e) if split => return Err(PutError::Write(e)),
+            Err(e) => return Err(PutError::WriteUnlock(e)),
         }
+    }
+}
+
+/// Errors that say the protocol broke, whatever chaos did.
+const PROTOCOL_BROKEN: &[&str] = &[
+    "RecordChangedUnderRecovery",
+    "CorruptLogEntry",
+    "CorruptSnapshot",
+    "BackgroundPanicked",
+    "CombinerPanicked",
+    "HostDeclaredDead",
+];
+
+/// The kinds of error the calls met, and how often (the variant's name).
+#[derive(Default)]
+struct ErrorKinds(std::sync::Mutex<std::collections::BTreeMap<String, u64>>);
+
+impl ErrorKinds {
+    fn note(&self, error: &Error) {
+        let debug = format!("{error:?}");
+        let kind = debug
+            .split([' ', '{', '('])
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        *self.0.lock().unwrap().entry(kind).or_default() += 1;
+    }
+
+    /// `outcome`, `error` noted.
+    fn noted(&self, error: &Error, outcome: Outcome) -> Outcome {
+        self.note(error);
+        outcome
     }
 }
 
 struct Report {
     history: History,
+    /// Each kind of error the calls met, and how often.
+    error_kinds: std::collections::BTreeMap<String, u64>,
     /// Calls whose effect is unknown (a subset of `errors`).
     unknown: u64,
     after: After,
@@ -259,11 +293,13 @@ fn run(stress: &Stress) -> Report {
     let deadline = Instant::now() + Duration::from_secs_f64(stress.seconds);
     let errors = std::sync::atomic::AtomicU64::new(0);
     let unknown = std::sync::atomic::AtomicU64::new(0);
+    let kinds = ErrorKinds::default();
     let logs = std::thread::scope(|scope| {
         let mut workers = Vec::new();
         for (h, host) in hosts.iter().enumerate() {
             for t in 0..stress.threads {
                 let (clock, zipf, errors, unknown) = (clock.clone(), &zipf, &errors, &unknown);
+                let kinds = &kinds;
                 let seed = stress.seed
                     ^ (((h as u64) << 32) | u64::from(t)).wrapping_mul(0x2545_f491_4f6c_dd1d);
                 workers.push(scope.spawn(move || {
@@ -318,8 +354,9 @@ fn run(stress: &Stress) -> Report {
                                     Ok(_) => Outcome::of_read(Some(buf)),
                                     Err(Error::UnknownKey) => Outcome::Absent,
                                     // A get changes no value: failed, it had no effect.
-                                    Err(_) => {
+                                    Err(e) => {
                                         errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                        kinds.note(&e);
                                         Outcome::Failed
                                     }
                                 };
@@ -344,23 +381,23 @@ fn run(stress: &Stress) -> Report {
                             (Call::Get, _) => match host.read(&key, &mut buf) {
                                 Ok(_) => Outcome::of_read(Some(&buf)),
                                 Err(Error::UnknownKey) => Outcome::Absent,
-                                Err(e) => unknown_or_failed(&e),
+                                Err(e) => kinds.noted(&e, unknown_or_failed(&e)),
                             },
                             (Call::Put(_), Some(bytes)) => match put(host, &key, &bytes, split) {
                                 Ok(()) => Outcome::Ok,
-                                Err(PutError::Write) => Outcome::Failed,
-                                Err(PutError::WriteUnlock) => Outcome::Unknown,
-                                Err(PutError::Create(e)) => unknown_or_failed(&e),
+                                Err(PutError::Write(e)) => kinds.noted(&e, Outcome::Failed),
+                                Err(PutError::WriteUnlock(e)) => kinds.noted(&e, Outcome::Unknown),
+                                Err(PutError::Create(e)) => kinds.noted(&e, unknown_or_failed(&e)),
                             },
                             (Call::Create(_), Some(bytes)) => match host.create(&key, &bytes) {
                                 Ok(()) => Outcome::Created,
                                 Err(Error::ObjectExists) => Outcome::Exists,
-                                Err(e) => unknown_or_failed(&e),
+                                Err(e) => kinds.noted(&e, unknown_or_failed(&e)),
                             },
                             (Call::Delete, _) => match host.delete(&key) {
                                 Ok(()) => Outcome::Deleted,
                                 Err(Error::UnknownKey) => Outcome::Absent,
-                                Err(e) => unknown_or_failed(&e),
+                                Err(e) => kinds.noted(&e, unknown_or_failed(&e)),
                             },
                             _ => unreachable!("every write carries its bytes"),
                         };
@@ -397,6 +434,7 @@ fn run(stress: &Stress) -> Report {
         .sum();
     Report {
         history: History::merge(logs).expect("histories merge"),
+        error_kinds: kinds.0.into_inner().unwrap(),
         after,
         errors: errors.into_inner(),
         unknown: unknown.into_inner(),
@@ -655,7 +693,24 @@ fn run_and_check(stress: &Stress) -> Result<String, String> {
         e.copy_reads,
         e.copies_invalidated,
     );
-    let details = format!("{left_behind}{chaos} {details}");
+    let details = format!(
+        "{left_behind}{chaos} {details}; errors by kind: {:?}",
+        report.error_kinds
+    );
+    // Without chaos nothing refuses an append: a call's error, or the pump's, is a
+    // defect (the checker ignores a failed call, so it would not tell). Under chaos the
+    // kinds that say the protocol broke are still one.
+    let broken: Vec<&String> = report
+        .error_kinds
+        .keys()
+        .filter(|kind| !stress.chaos || PROTOCOL_BROKEN.contains(&kind.as_str()))
+        .collect();
+    if !broken.is_empty() || (!stress.chaos && a.background_errors > 0) {
+        return Err(format!(
+            "errors after {operations} operations from {} hosts ({broken:?}; {} in the background), reproduce with --seed {}: {details}",
+            stress.hosts, a.background_errors, stress.seed
+        ));
+    }
     if a.locked > 0 || a.leaked > 0 || a.missing > 0 || a.torn > 0 || a.unreadable > 0 {
         return Err(format!(
             "NOT clean after {operations} operations from {} hosts, reproduce with --seed {}: {details}",

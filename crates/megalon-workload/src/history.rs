@@ -181,6 +181,10 @@ impl Operation {
                 outcome: outcome.clone(),
             });
         }
+        if invoked_at == u64::MAX || returned_at == Some(u64::MAX) {
+            // The checker's mark of a call that never returned.
+            return Err(Error::TimeReserved);
+        }
         match returned_at {
             None if *outcome != Outcome::Unknown => Err(Error::MissingReturnTime {
                 call,
@@ -387,6 +391,26 @@ mod tests {
         ));
         assert!(builder
             .push(P, b"k", Call::Delete, Outcome::Unknown, 5, None)
+            .is_ok());
+    }
+
+    /// Found by a review (2026-11-29): a known call that returned at `u64::MAX`, the
+    /// checker's mark of a call that never returned, was never made to take effect (a
+    /// stale read there passed in release builds).
+    #[test]
+    fn rejects_the_time_reserved_for_a_call_that_never_returned() {
+        let mut builder = History::builder();
+        let found = Outcome::Found(Value::new(1, 1));
+        assert!(matches!(
+            builder.push(P, b"k", Call::Get, found.clone(), 4, Some(u64::MAX)),
+            Err(Error::TimeReserved)
+        ));
+        assert!(matches!(
+            builder.push(P, b"k", Call::Delete, Outcome::Unknown, u64::MAX, None),
+            Err(Error::TimeReserved)
+        ));
+        assert!(builder
+            .push(P, b"k", Call::Get, found, 4, Some(u64::MAX - 1))
             .is_ok());
     }
 

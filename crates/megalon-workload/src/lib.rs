@@ -115,6 +115,10 @@ pub enum Error {
         /// When it returned.
         returned_at: u64,
     },
+    /// A time of `u64::MAX`: the checker's mark of a call that never returned (a known
+    /// outcome that returned then would never be made to take effect).
+    #[error("time {} is reserved for a call that never returned", u64::MAX)]
+    TimeReserved,
     /// A known outcome without a response time.
     #[error("`{call}` answered `{outcome}` but has no response time")]
     MissingReturnTime {
