@@ -131,6 +131,10 @@ pub(crate) struct SlotAccounting {
     pub(crate) free_counts: Vec<i64>,
     /// Ranges hosts that left gave back, claimed once `unclaimed` is used up.
     pub(crate) returned: Vec<Range<u64>>,
+    /// Hosts that are gone (left or dead, not joined again since): never a donor, and
+    /// slots granted to one go back to the pod (a grant can be on its way when its
+    /// requester leaves).
+    pub(crate) gone: Vec<bool>,
 }
 
 impl SlotAccounting {
@@ -139,6 +143,7 @@ impl SlotAccounting {
             unclaimed: 0..slot_count,
             free_counts: vec![0; max_hosts as usize],
             returned: Vec::new(),
+            gone: vec![false; max_hosts as usize],
         }
     }
 
@@ -176,13 +181,32 @@ impl SlotAccounting {
         }
     }
 
+    /// `from` grants `count` of its free slots from `first` on to `to`: `to`'s, unless
+    /// `to` is gone (then the pod's). Whether `to` gets them.
+    pub(crate) fn grant(&mut self, from: usize, to: usize, first: u64, count: u64) -> bool {
+        if self.gone[to] {
+            self.give_back(from, first, count);
+            return false;
+        }
+        self.free_counts[from] -= count as i64;
+        self.free_counts[to] += count as i64;
+        true
+    }
+
+    /// `host` left or died (`gone`), or joined again: its pool is gone with it either
+    /// way, so its count is 0.
+    pub(crate) fn set_gone(&mut self, host: usize, gone: bool) {
+        self.free_counts[host] = 0;
+        self.gone[host] = gone;
+    }
+
     /// The host that answers a `NeedSlots` from `requester`: the most free slots, the
     /// lowest id on a tie, never the requester; none if nobody has any.
     pub(crate) fn donor(&self, requester: usize) -> Option<usize> {
         self.free_counts
             .iter()
             .enumerate()
-            .filter(|&(host, &count)| host != requester && count > 0)
+            .filter(|&(host, &count)| host != requester && count > 0 && !self.gone[host])
             .max_by_key(|&(host, &count)| (count, std::cmp::Reverse(host)))
             .map(|(host, _)| host)
     }

@@ -232,3 +232,135 @@ fn free_slots_outlive_the_last_host() {
     let b = join_waiting_briefly(&pod, 1);
     assert_eq!(create_until_full(&b, "b"), made, "every slot a freed");
 }
+
+/// Found by a review of the slots given back (2026-11-29): a host asks for slots, gives
+/// up waiting and leaves; the donor then serves the old request. The grant raised the
+/// gone host's count, which made it the donor again, for good. A grant to a host that is
+/// gone goes back to the pod.
+#[test]
+fn a_grant_to_a_host_that_left_goes_back_to_the_pod() {
+    let pod = small_slot_pod();
+    let (a, b, c) = (
+        join_waiting_briefly(&pod, 0),
+        join_waiting_briefly(&pod, 1),
+        join_waiting_briefly(&pod, 2),
+    );
+    assert_eq!(create_until_full(&a, "a"), 64);
+    for i in 0..3 {
+        a.delete(format!("a{i}").as_bytes()).unwrap();
+    }
+    a.replay().unwrap();
+    let asked = b.create(b"b0", b"y");
+    assert!(
+        matches!(asked, Err(Error::SlotsExhausted { .. })),
+        "{asked:?}"
+    );
+    drop(b);
+    // a serves b's request now (its replay applies the `NeedSlots`): two slots, which
+    // c claims.
+    a.replay().unwrap();
+    for i in 0..2 {
+        c.create(format!("c{i}").as_bytes(), b"z")
+            .unwrap_or_else(|error| panic!("c's create {i}: {error}"));
+        a.replay().unwrap();
+    }
+}
+
+/// A host whose `HostLeft` cannot land (a lagging host holds a full log) leaves as a dead
+/// host does: it released its row with its count of free slots standing, and stayed the
+/// donor for good. Its recovery's `HostDead` now makes it no donor.
+#[test]
+fn a_host_that_cannot_say_it_left_is_recovered_and_no_donor() {
+    let config = PodConfig::new()
+        .scr_bytes(64 << 10)
+        .lnr_bytes(512 * 64 + 64 * 256)
+        .slot_size_bytes(256)
+        .max_key_bytes(16)
+        .log_capacity_entries(256)
+        .max_hosts(MAX_HOSTS)
+        .join_area_bytes(0)
+        .lease_ms(100);
+    let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
+    let (a, b, c) = (
+        join_waiting_briefly(&pod, 0),
+        join_waiting_briefly(&pod, 1),
+        join_waiting_briefly(&pod, 2),
+    );
+    let made = create_until_full(&a, "a");
+    // c holds free slots of its own (a deleted object's slot goes to its deleter), and
+    // lags from here on.
+    for i in 0..3 {
+        c.delete(format!("a{i}").as_bytes()).unwrap();
+    }
+    for i in 3..made / 2 {
+        a.delete(format!("a{i}").as_bytes()).unwrap();
+    }
+    b.replay().unwrap();
+    // a fills the log behind c.
+    let mut i = 0;
+    while a
+        .create(b"churn", b"x")
+        .and_then(|()| a.delete(b"churn"))
+        .is_ok()
+    {
+        i += 1;
+        assert!(i < 1000, "the log never filled");
+    }
+    drop(a);
+    c.replay().unwrap();
+    b.replay().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while pod.hosts().iter().any(|row| row.host == 0) {
+        assert!(std::time::Instant::now() < deadline, "a never recovered");
+        b.inspect().watch_hosts();
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let mut outcomes = Vec::new();
+    for i in 0..4 {
+        outcomes.push(b.create(format!("b{i}").as_bytes(), b"y"));
+        c.replay().unwrap();
+    }
+    assert!(
+        outcomes.iter().any(Result::is_ok),
+        "b never got a slot: {outcomes:?}"
+    );
+}
+
+/// Found by the same review: a host rejoining an id whose `HostJoined` was refused (a
+/// full log) left as it came, and gave back the pool its replay had rebuilt of the id's
+/// earlier holder: every slot the id ever claimed, live objects' among them. A later
+/// create wrote over a live object. Only a pool that is the life's own is given back.
+#[cfg(feature = "chaos")]
+#[test]
+fn a_rejoin_that_failed_gives_back_no_slot_of_the_ids_earlier_holder() {
+    use megalon_core::chaos::{self, Fault};
+    let pod = small_slot_pod();
+    let b = join_waiting_briefly(&pod, 0);
+    let a = join_waiting_briefly(&pod, 1);
+    for i in 0..3u8 {
+        a.create(&[b'a', i], &[0xaa; 256]).unwrap();
+    }
+    drop(a);
+    chaos::fail_next_appends(&[Fault::Refuse]);
+    let again = Host::join(
+        &pod,
+        Join::As(1),
+        HostOptions::new()
+            .pump_interval(None)
+            .wait_limit(std::time::Duration::from_millis(200)),
+    );
+    chaos::clear_forced_faults();
+    assert!(again.is_err(), "the rejoin's HostJoined was refused");
+    drop(again);
+    b.replay().unwrap();
+    let mut made = 0u32;
+    while b.create(&made.to_le_bytes(), &[0xbb; 256]).is_ok() {
+        made += 1;
+    }
+    assert_eq!(made, 61, "every slot but the three live objects'");
+    for i in 0..3u8 {
+        let mut buf = vec![0u8; 256];
+        b.read(&[b'a', i], &mut buf).unwrap();
+        assert!(buf == vec![0xaa; 256], "object a{i} written over");
+    }
+}

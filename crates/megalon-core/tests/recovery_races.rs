@@ -1866,3 +1866,75 @@ fn a_writer_recovered_before_its_unlock_is_not_told_its_write_is_done() {
     );
     k_reads_and_takes_a_write(r, r, after[0]);
 }
+
+/// Found by a review (2026-11-29): a host leaving cleanly gives its slots back, appends
+/// after its look at whether it was condemned. Paused past its lease before its `tail`
+/// CAS while a recoverer looked at the tail (and reserved its own `HostDead`), it then
+/// reserved a position, found itself condemned, and freed its row: its reservation went
+/// with it, nobody filled the position, and every replay stopped there for good. A host
+/// whose leave did not land, or that was condemned meanwhile, leaves as a dead one does.
+#[test]
+fn a_host_condemned_while_it_gives_its_slots_back_leaves_no_hole() {
+    let pod = common::heap_pod(&config());
+    let r = leak(&pod, 0);
+    let a = join(&pod, 1);
+    a.create(b"a0", &value(1)).unwrap();
+    r.replay().unwrap();
+    a.inspect().pretend_elsewhere();
+    let leaving = Arc::new(AtomicBool::new(false));
+    let leaving_in = Arc::clone(&leaving);
+    let paused_leaver = pauses_when(
+        Point::ReserveBeforeCas,
+        move || leaving_in.load(Ordering::SeqCst),
+        move || {
+            leaving.store(true, Ordering::SeqCst);
+            drop(a);
+        },
+    );
+    let paused_recoverer = pauses_when(
+        Point::ReserveBeforeCas,
+        || true,
+        move || {
+            r.inspect().watch_hosts();
+            std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 3));
+            r.inspect().watch_hosts();
+        },
+    );
+    paused_leaver.resume();
+    paused_recoverer.resume();
+    for _ in 0..5 {
+        r.inspect().watch_hosts();
+        std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS)));
+    }
+    r.create(b"after", &value(2))
+        .expect("nothing of the leaver's stops r's replay");
+    assert_eq!(common::read(r, b"after"), value(2));
+}
+
+/// `call` on a thread of its own, paused the first time it reaches `point` while `when`
+/// holds, until resumed.
+fn pauses_when<T: Send + 'static>(
+    point: Point,
+    when: impl Fn() -> bool + Send + 'static,
+    call: impl FnOnce() -> T + Send + 'static,
+) -> Paused<T> {
+    let (paused, is_paused) = channel::<()>();
+    let (resume, resumed) = channel::<()>();
+    let (answered, outcome) = channel();
+    std::thread::spawn(move || {
+        let (paused, resumed) = (Mutex::new(paused), Mutex::new(resumed));
+        let once = AtomicBool::new(false);
+        let answer = chaos::with_hook(
+            move |at| {
+                if at == point && when() && !once.swap(true, Ordering::SeqCst) {
+                    paused.lock().unwrap().send(()).unwrap();
+                    resumed.lock().unwrap().recv().unwrap();
+                }
+            },
+            call,
+        );
+        answered.send(answer).unwrap();
+    });
+    is_paused.recv().unwrap();
+    Paused { resume, outcome }
+}

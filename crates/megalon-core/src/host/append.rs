@@ -221,6 +221,8 @@ impl Shared {
             Event::HostJoined if author == self.id => {
                 *self.slots.lock() = SlotPool::default();
                 done.gained = SlotPool::default();
+                self.pool_is_mine
+                    .store(true, std::sync::atomic::Ordering::Release);
             }
             Event::HostDead { host, joins } if host == self.id && joins == self.life => {
                 self.declared_dead
@@ -579,20 +581,23 @@ impl Shared {
     /// waited out its limit, for as long as the pod lived, while others had free slots).
     /// What it could not give back is lost, as a dead host's slots are.
     pub(super) fn give_slots_back(&self) -> Result<()> {
+        if !self.pool_is_mine.load(std::sync::atomic::Ordering::Acquire) {
+            // A later life whose `HostJoined` never applied (a rejoin that failed): its
+            // pool is what replay rebuilt of the id's earlier holders, live objects'
+            // slots among them, and it has no count of its own.
+            return Ok(());
+        }
         let pool = std::mem::take(&mut *self.slots.lock());
         let deadline = std::time::Instant::now() + self.options.wait_limit;
-        let mut returned = Ok(());
         for (first, count) in pool.into_ranges() {
             if std::time::Instant::now() >= deadline {
                 break;
             }
-            returned = self.submit(&Event::ReturnSlots { first, count }).map(drop);
-            if returned.is_err() {
-                break;
-            }
+            // An error: the log is full (or this host was declared dead); `HostLeft`
+            // would wait as long, for the same.
+            self.submit(&Event::ReturnSlots { first, count })?;
         }
-        let left = self.submit(&Event::HostLeft).map(drop);
-        returned.and(left)
+        self.submit(&Event::HostLeft).map(drop)
     }
 
     /// A free slot this host owns: from its pool, else claimed from the unclaimed range,

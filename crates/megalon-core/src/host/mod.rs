@@ -73,6 +73,10 @@ struct Shared {
     /// A `HostDead` naming this host and life was applied: another host declared it dead
     /// (its lease ran out) and recovered what it held. Every operation fails from then on.
     declared_dead: std::sync::atomic::AtomicBool,
+    /// The free-slot pool is this life's: its first life's always; a later life's once
+    /// its `HostJoined` applied (replay rebuilds the id's earlier holders' pools until
+    /// then, slots of live objects among them). Only such a pool is given back.
+    pool_is_mine: std::sync::atomic::AtomicBool,
     /// A panic left what a call held unsettled: an append panicked (see
     /// `submit_settled`: the threads whose requests it carried never learned their
     /// outcomes), or a thread unwound holding an announced lock (`Hold`'s drop). The host
@@ -319,9 +323,15 @@ impl Drop for Host {
             shared.leave_as_dead();
             return;
         }
-        // Its free slots go back to the pod (an error, a full log, cannot be reported
-        // from a drop: what did not go back is lost).
-        let _ = shared.give_slots_back();
+        // Its free slots go back to the pod. If its `HostLeft` did not land (a full log),
+        // or it was condemned meanwhile (paused past its lease: what it reserved is its
+        // recovery's to fill, and a freed row is recovered by nobody), it leaves as a
+        // dead host does: its recovery's `HostDead` makes it no donor.
+        let left = shared.give_slots_back().is_ok();
+        if !left || !shared.row_is_mine() {
+            shared.leave_as_dead();
+            return;
+        }
         host_table::release(&shared.pod, shared.id, shared.life);
     }
 }
@@ -464,6 +474,7 @@ impl Shared {
             id,
             life,
             declared_dead: std::sync::atomic::AtomicBool::new(false),
+            pool_is_mine: std::sync::atomic::AtomicBool::new(life == 1),
             left_unsettled: std::sync::atomic::AtomicBool::new(false),
             append_lock: Mutex::new(()),
             free_holds: Mutex::new(if HOLDS_PER_HOST == 64 {

@@ -172,7 +172,8 @@ impl Index {
                 self.apply_grant_slots(at, to, first, count, pool, a)?
             }
             Event::Skip => a.outcome = Outcome::Noted,
-            Event::HostJoined | Event::HostLeft => self.apply_host_joined(at, a),
+            Event::HostJoined => self.apply_host_joined(at, false, a),
+            Event::HostLeft => self.apply_host_joined(at, true, a),
             Event::ReturnSlots { first, count } => self.apply_return_slots(at, first, count, a)?,
             Event::HostDead { host, .. } => self.apply_host_dead(at, host, a)?,
             Event::Recovered { key, .. } => {
@@ -379,8 +380,8 @@ impl Index {
     /// holder's goes back to its CXL slot, as for a `HostDead`. None should be (a holder
     /// that leaves moves its objects back, or leaves them to its recovery); if one is,
     /// this keeps the id's new life from being named the holder of an object it never had.
-    fn apply_host_joined(&mut self, at: At, a: &mut Applied) {
-        self.slots.free_counts[at.author as usize] = 0;
+    fn apply_host_joined(&mut self, at: At, gone: bool, a: &mut Applied) {
+        self.slots.set_gone(at.author as usize, gone);
         self.hand_back(at, at.author);
         a.outcome = Outcome::Noted;
     }
@@ -413,7 +414,7 @@ impl Index {
         if host >= self.max_hosts {
             return Err(at.corrupt("dead host past the pod's maximum"));
         }
-        self.slots.free_counts[host as usize] = 0;
+        self.slots.set_gone(host as usize, true);
         self.hand_back(at, host);
         a.outcome = Outcome::Noted;
         Ok(())
@@ -528,9 +529,11 @@ impl Index {
         {
             return Err(at.corrupt("slot grant outside the pod"));
         }
-        self.slots.free_counts[at.author as usize] -= count as i64;
-        self.slots.free_counts[to as usize] += count as i64;
-        if to == at.me {
+        if self
+            .slots
+            .grant(at.author as usize, to as usize, first, count)
+            && to == at.me
+        {
             pool.add_range(first, count);
         }
         a.outcome = Outcome::SlotsGranted;

@@ -4,7 +4,7 @@
 //!
 //! Little-endian 64-bit words: the unclaimed slot range (two words), the object count,
 //! one free-slot count per host, the count of ranges given back and each one's first slot
-//! and count, then per object its stamp, its place (slot and record),
+//! and count, one word per host (1: gone), then per object its stamp, its place (slot and record),
 //! its key length and DRAM owner (as the arena's meta word, with the host counter
 //! unknown: the joiner has cached nothing), its key words and, in an AllLog pod, its
 //! replicated lock word.
@@ -32,6 +32,7 @@ impl Index {
         for range in &self.slots.returned {
             words.extend([range.start, range.end - range.start]);
         }
+        words.extend(self.slots.gone.iter().map(|&gone| u64::from(gone)));
         for handle in self.view.table.handles() {
             let key_len = self.words.key_len(handle);
             let meta = self.words.get(handle, META);
@@ -173,6 +174,13 @@ fn read_snapshot(
             }
         })
         .collect::<Result<Vec<_>>>()?;
+    let gone = (0..bounds.max_hosts)
+        .map(|_| match words.next("hosts gone")? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(corrupt("a host neither gone nor not")),
+        })
+        .collect::<Result<Vec<bool>>>()?;
     // Objects left to read; `None` once what follows the last was looked at.
     let mut left = Some(count);
     let objects = std::iter::from_fn(move || match left? {
@@ -189,6 +197,7 @@ fn read_snapshot(
         unclaimed,
         free_counts,
         returned,
+        gone,
     };
     Ok((slots, objects))
 }
@@ -298,6 +307,7 @@ mod tests {
                 count: 3,
             },
         );
+        apply(&mut index, 3, Event::HostLeft);
         if coherence == Coherence::Split {
             apply(
                 &mut index,
@@ -411,7 +421,7 @@ mod tests {
         let mut words = words_of(&bytes);
         // The first object's words (stamp, place, meta and two key words) again, as
         // one more object. (Before it: the slot words, and each range given back.)
-        let first = 4 + original.max_hosts as usize + 2 * original.slots.returned.len();
+        let first = 4 + 2 * original.max_hosts as usize + 2 * original.slots.returned.len();
         let object: Vec<u64> = words[first..first + 5].to_vec();
         words.extend(object);
         words[2] += 1;
