@@ -81,7 +81,8 @@ pub(crate) fn refuse_other_than_a_regular_file(path: &Path) -> Result<()> {
 /// Refuses a pod of `total_bytes` in the file system of `path` when it has less room
 /// than that: a pod file is sparse, and a page that finds no room when it is first
 /// touched kills the process (`SIGBUS`), on tmpfs say. (Room taken by others later
-/// still can; the pod is not reserved up front, which would commit its whole size.)
+/// still can; the pod is not reserved up front, which would commit its whole size.) A
+/// file at `path`, which the new pod replaces, gives its room back.
 pub(crate) fn refuse_without_room(path: &Path, total_bytes: u64) -> Result<()> {
     let dir = path
         .parent()
@@ -97,6 +98,11 @@ pub(crate) fn refuse_without_room(path: &Path, total_bytes: u64) -> Result<()> {
     }
     #[allow(clippy::useless_conversion)] // u64 on 64-bit Linux, not everywhere
     let available_bytes = u64::from(stats.f_bavail).saturating_mul(u64::from(stats.f_frsize));
+    let replaced_bytes = std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|old| old.is_file())
+        .map_or(0, |old| old.blocks().saturating_mul(512));
+    let available_bytes = available_bytes.saturating_add(replaced_bytes);
     if available_bytes < total_bytes {
         return Err(Error::NoRoomForPod {
             path: path.to_owned(),

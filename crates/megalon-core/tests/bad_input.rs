@@ -981,3 +981,64 @@ fn numa_node_0_works_where_it_exists() {
     let (_dir, path) = pod_file(&small_config());
     Pod::open(Backing::file(&path).numa_node(0)).unwrap();
 }
+
+/// Found by a review (2026-11-29): the room check did not count the room of the file the
+/// new pod replaces, so re-creating a pod at its path on a small tmpfs (`/dev/shm` in a
+/// container, a server restarted) was refused where it fit. Runs only where this process
+/// may mount a tmpfs (as root).
+#[test]
+fn a_pod_replacing_a_file_counts_the_room_that_file_gives_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(_mounted) = SmallTmpfs::mount(dir.path(), 8 << 20) else {
+        eprintln!("SKIPPED: no tmpfs could be mounted here (not root?)");
+        return;
+    };
+    let path = dir.path().join("pod");
+    let config = small_config()
+        .lnr_bytes(5 << 20)
+        .slot_size_bytes(4096)
+        .join_area_bytes(0);
+    {
+        let pod = Arc::new(Pod::create(&config, Backing::file(&path)).unwrap());
+        let options = HostOptions::new()
+            .pump_interval(None)
+            .wait_limit(std::time::Duration::from_millis(50));
+        let host = Host::join(&pod, Join::AnyFree, options).unwrap();
+        let mut made = 0u32;
+        while host.create(&made.to_le_bytes(), &[7; 4096]).is_ok() {
+            made += 1;
+        }
+        assert!(made > 1000, "the pod's pages are taken: {made} objects");
+    }
+    Pod::create(&config, Backing::file(&path)).unwrap();
+    Pod::create_replacing(&config, Backing::file(&path)).unwrap();
+}
+
+/// A tmpfs mounted on a directory for a test, unmounted when dropped.
+struct SmallTmpfs(std::ffi::CString);
+
+impl SmallTmpfs {
+    fn mount(dir: &Path, bytes: u64) -> Option<SmallTmpfs> {
+        let target = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).unwrap();
+        let options = std::ffi::CString::new(format!("size={bytes}")).unwrap();
+        // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
+        let mounted = unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                options.as_ptr().cast(),
+            )
+        };
+        (mounted == 0).then_some(SmallTmpfs(target))
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        // SAFETY: umount2(2) of the directory mounted above; lazily, in case a file is
+        // still open.
+        unsafe { libc::umount2(self.0.as_ptr(), libc::MNT_DETACH) };
+    }
+}
