@@ -122,9 +122,13 @@ impl Shared {
                 } else {
                     unlocked
                 };
-                // Only the lock's holder changes a locked record.
+                // Only the lock's holder changes a locked record (or its recovery, if this
+                // host was declared dead after its look above: paused past its lease).
                 let changed = records.compare_exchange(record, locked, to);
-                debug_assert!(changed.is_ok(), "record {record} changed under our lock");
+                debug_assert!(
+                    changed.is_ok() || self.left_to_recovery(),
+                    "record {record} changed under our lock"
+                );
                 if won && changed.is_ok() {
                     self.records_in_use().fetch_sub(1, Ordering::Relaxed);
                 }
