@@ -653,6 +653,14 @@ struct Run {
     started: u32,
     /// The incarnations killed so far (by the parent, or by themselves while joining).
     killed: Vec<u32>,
+    /// Killed incarnations whose row (host id, process id) the pod still holds: their
+    /// recovery is not done.
+    recovering: Vec<(u32, u32, u32)>,
+    /// When each killed incarnation's row was first seen freed (its recovery done: nothing
+    /// it did can take effect after): its calls cut off by the kill end by then.
+    recovered_at: hashbrown::HashMap<u32, u64>,
+    /// The pod, as the parent sees it.
+    pod: Arc<Pod>,
     /// Doomed workers that killed themselves, and how many of them before their join was
     /// done.
     doomed_died: u64,
@@ -735,6 +743,7 @@ impl Run {
     /// host ids of the workers that have joined since the last look.
     /// A doomed worker that killed itself is replaced by one that is not.
     fn look(&mut self) -> Result<(), String> {
+        self.note_recoveries();
         let mut i = 0;
         while i < self.workers.len() {
             let incarnation = self.workers[i].incarnation;
@@ -757,6 +766,22 @@ impl Run {
             i += 1;
         }
         Ok(())
+    }
+
+    /// Notes the time at which each killed worker's row is first seen freed.
+    fn note_recoveries(&mut self) {
+        if self.recovering.is_empty() {
+            return;
+        }
+        let rows = self.pod.hosts();
+        let now = monotonic_ns();
+        self.recovering.retain(|&(incarnation, host, pid)| {
+            let held = rows.iter().any(|row| row.host == host && row.pid == pid);
+            if !held {
+                self.recovered_at.insert(incarnation, now);
+            }
+            held
+        });
     }
 
     /// Counts doomed worker `incarnation`, which killed itself.
@@ -782,11 +807,13 @@ impl Run {
         }
         let victim = joined[(self.rng.next_u64() % joined.len() as u64) as usize];
         let mut worker = self.workers.swap_remove(victim);
+        let pid = worker.child.id();
         // SIGKILL, as a crash would.
         worker.child.kill().expect("killing a worker");
         worker.child.wait().expect("reaping a worker");
         self.killed.push(worker.incarnation);
         let host = worker.host.expect("a joined worker");
+        self.recovering.push((worker.incarnation, host, pid));
         let join = if self.rng.next_u64().is_multiple_of(2) {
             Join::As(host)
         } else {
@@ -872,7 +899,14 @@ impl Run {
             match log {
                 Ok(log) if self.killed.contains(&incarnation) => {
                     let in_memory = Notes::read(&self.notes_path(incarnation)).in_memory;
-                    Some(log.with_lost_writes(|index| in_memory.contains(&index)))
+                    // Doomed workers that killed themselves while joining are not timed:
+                    // none has a call in flight.
+                    let recovered_by = self.recovered_at.get(&incarnation).copied();
+                    let log = log.with_lost_writes(|index| in_memory.contains(&index));
+                    Some(match recovered_by {
+                        Some(by) => log.with_unfinished_ending_by(by),
+                        None => log,
+                    })
                 }
                 Ok(log) => Some(log),
                 Err(error) => {
@@ -991,6 +1025,9 @@ fn run(crash: &Crash) -> Result<Outcomes, String> {
         crash: crash.clone(),
         started: 0,
         killed: Vec::new(),
+        recovering: Vec::new(),
+        recovered_at: hashbrown::HashMap::new(),
+        pod: Arc::clone(&pod),
         doomed_died: 0,
         joins_cut: 0,
         rng: SplitMix64::new(crash.seed),
@@ -1030,6 +1067,9 @@ fn run(crash: &Crash) -> Result<Outcomes, String> {
         }
         std::thread::sleep(POLL);
     }
+    // Every row but the parent's is free: every killed worker's recovery is done.
+    run.note_recoveries();
+    assert!(run.recovering.is_empty(), "rows freed: {:?}", pod.hosts());
     let census = parent.inspect().record_census();
     if !census.locked.is_empty() {
         return Err(format!(
