@@ -310,26 +310,11 @@ fn pauses_at<T: Send + 'static>(
     point: Point,
     call: impl FnOnce() -> T + Send + 'static,
 ) -> Paused<T> {
-    let (paused, is_paused) = channel::<()>();
-    let (resume, resumed) = channel::<()>();
-    let (answered, outcome) = channel();
-    std::thread::spawn(move || {
-        let (paused, resumed) = (Mutex::new(paused), Mutex::new(resumed));
-        let once = AtomicBool::new(false);
-        let answer = chaos::with_hook(
-            move |at| {
-                if at == point && !once.swap(true, Ordering::SeqCst) {
-                    host.inspect().pretend_elsewhere();
-                    paused.lock().unwrap().send(()).unwrap();
-                    resumed.lock().unwrap().recv().unwrap();
-                }
-            },
-            call,
-        );
-        answered.send(answer).unwrap();
-    });
-    is_paused.recv().unwrap();
-    Paused { resume, outcome }
+    let elsewhere = move || {
+        host.inspect().pretend_elsewhere();
+        true
+    };
+    pauses_when(point, elsewhere, call)
 }
 
 /// The race the intent closes: the recoverer looked at the announces and found none of
@@ -1912,7 +1897,7 @@ fn a_host_condemned_while_it_gives_its_slots_back_leaves_no_hole() {
 }
 
 /// `call` on a thread of its own, paused the first time it reaches `point` while `when`
-/// holds, until resumed.
+/// holds, until resumed (the hook runs on that thread only).
 fn pauses_when<T: Send + 'static>(
     point: Point,
     when: impl Fn() -> bool + Send + 'static,
@@ -1923,10 +1908,12 @@ fn pauses_when<T: Send + 'static>(
     let (answered, outcome) = channel();
     std::thread::spawn(move || {
         let (paused, resumed) = (Mutex::new(paused), Mutex::new(resumed));
-        let once = AtomicBool::new(false);
+        let mut once = false;
         let answer = chaos::with_hook(
             move |at| {
-                if at == point && when() && !once.swap(true, Ordering::SeqCst) {
+                // `when` is asked only until the pause (it may act, as `pauses_at`'s does).
+                if at == point && !once && when() {
+                    once = true;
                     paused.lock().unwrap().send(()).unwrap();
                     resumed.lock().unwrap().recv().unwrap();
                 }
