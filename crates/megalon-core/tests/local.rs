@@ -417,3 +417,61 @@ fn bad_configurations_are_typed_errors() {
     assert!(local.scr_usage().rpc_bytes > 0);
     assert_eq!(local.scr_usage().total_bytes(), local.config.scr_bytes);
 }
+
+/// Found by a review (2026-11-29): an `update` of an object in its holder's DRAM whose
+/// closure outlasted the lease held the holder's replay (and its pump's heartbeat after
+/// it) while another host appended: the holder, alive, was declared dead, its recovery
+/// handed the object back to CXL as it was when it moved, and the update answered `Ok`,
+/// lost. It now answers `HostDeclaredDead`: an acknowledged write is kept.
+#[test]
+fn an_update_in_dram_that_outlasts_the_lease_is_not_acknowledged_and_lost() {
+    use megalon_core::Join;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let config = config()
+        .local_partitions(2)
+        .rpc_ring_entries(4)
+        .lease_ms(100);
+    let pod = pod(&config);
+    let pumped = |seed: u64| {
+        small_cache(seed)
+            .pump_interval(Some(Duration::from_millis(1)))
+            .wait_limit(Duration::from_secs(5))
+    };
+    let a = Host::join(&pod, Join::As(0), pumped(1)).unwrap();
+    let b = Host::join(&pod, Join::As(1), pumped(2)).unwrap();
+    a.create(b"k", &value(0)).unwrap();
+    two_reads_of_k(&a);
+    assert_eq!(a.lookup(b"k").unwrap().unwrap().local_owner, Some(0));
+    // Judged by its lease, as a host of another machine is.
+    a.inspect().pretend_elsewhere();
+    let stop = AtomicBool::new(false);
+    let updated = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut i = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                let _ = b.create(format!("other-{i}").as_bytes(), &value(1));
+                i += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        let updated = a.update(b"k", |bytes| {
+            std::thread::sleep(Duration::from_millis(600));
+            bytes.copy_from_slice(&value(7));
+        });
+        stop.store(true, Ordering::Relaxed);
+        updated
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let on_b = loop {
+        match b.read(b"k", &mut [0u8; SLOT]) {
+            Ok(_) => break read(&b, b"k"),
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Err(error) => panic!("k unreadable on b: {error}"),
+        }
+    };
+    match updated {
+        Ok(_) => assert_eq!(on_b, value(7), "an acknowledged update is kept"),
+        Err(Error::HostDeclaredDead { .. }) => assert_eq!(on_b, value(0)),
+        Err(error) => panic!("{error}"),
+    }
+}
