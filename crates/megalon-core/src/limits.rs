@@ -89,5 +89,7 @@ pub const HEADER_BYTES: usize = 128;
 /// `MoveToHost` the stamp it expects, makes `MoveToCxl` win only for the holder, and
 /// makes a delete of an object in a host's DRAM lose; version 4 adds `Skip`, `HostJoined`,
 /// `HostDead` and `Recovered` (hosts that die and come back); version 5 adds
-/// `ReturnSlots` and `HostLeft` (a host that leaves gives its free slots back).
+/// `ReturnSlots` and `HostLeft` (a host that leaves gives its free slots back), and
+/// marks a host that left or died gone (no donor; a grant to it goes to the pod) until
+/// its id joins again.
 pub const LOG_FORMAT_VERSION: u32 = 5;

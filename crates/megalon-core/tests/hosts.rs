@@ -364,3 +364,120 @@ fn a_rejoin_that_failed_gives_back_no_slot_of_the_ids_earlier_holder() {
         assert!(buf == vec![0xaa; 256], "object a{i} written over");
     }
 }
+
+/// Found by a review (2026-11-29): a grant served to a leaver after it had taken its pool
+/// and before its `HostLeft` applied went into a pool nobody read again, counted by
+/// nobody: free slots lost for good, every host having left cleanly. `HostLeft` now comes
+/// first, and the pool is taken once it applied (a later grant goes to the pod).
+#[cfg(feature = "chaos")]
+#[test]
+fn a_grant_served_while_its_requester_leaves_is_not_lost() {
+    use megalon_core::chaos::{self, Point};
+    let pod = small_slot_pod();
+    let a = Arc::new(join_waiting_briefly(&pod, 0));
+    let (b, c) = (join_waiting_briefly(&pod, 1), join_waiting_briefly(&pod, 2));
+    assert_eq!(create_until_full(&a, "a"), 64);
+    for i in 0..3 {
+        a.delete(format!("a{i}").as_bytes()).unwrap();
+    }
+    a.replay().unwrap();
+    let asked = b.create(b"b0", b"y");
+    assert!(
+        matches!(asked, Err(Error::SlotsExhausted { .. })),
+        "{asked:?}"
+    );
+    // a serves b's request at b's first reservation as it leaves.
+    let served = std::rc::Rc::new(std::cell::Cell::new(false));
+    let (server, hook_served) = (Arc::clone(&a), std::rc::Rc::clone(&served));
+    chaos::with_hook(
+        move |point| {
+            if point == Point::ReserveBeforeCas && !hook_served.replace(true) {
+                server.replay().unwrap();
+            }
+        },
+        || drop(b),
+    );
+    assert!(served.get(), "a served as b left");
+    // The three free slots: c claims what went back to the pod, and a grants it the
+    // rest when it asks (served after the create that asked has given up).
+    let mut got = 0;
+    for i in 0..4 {
+        got += u32::from(c.create(format!("c{i}").as_bytes(), b"z").is_ok());
+        a.replay().unwrap();
+    }
+    got += u32::from(a.create(b"a-again", b"z").is_ok());
+    assert_eq!(got, 3, "three slots were free");
+}
+
+/// The same review: a failed rejoin of an id whose earlier life was a rejoin too took
+/// that life's `HostJoined`, replayed, for its own, and gave back that life's claims,
+/// live objects' slots among them. Only its own `HostJoined` makes a pool its own.
+#[cfg(feature = "chaos")]
+#[test]
+fn a_failed_third_life_gives_back_no_slot_of_the_second() {
+    use megalon_core::chaos::{self, Fault};
+    let pod = small_slot_pod();
+    let b = join_waiting_briefly(&pod, 0);
+    drop(join_waiting_briefly(&pod, 1));
+    let a = join_waiting_briefly(&pod, 1);
+    for i in 0..3u8 {
+        a.create(&[b'a', i], &[0xaa; 256]).unwrap();
+    }
+    drop(a);
+    chaos::fail_next_appends(&[Fault::Refuse]);
+    let again = Host::join(
+        &pod,
+        Join::As(1),
+        HostOptions::new()
+            .pump_interval(None)
+            .wait_limit(std::time::Duration::from_millis(200)),
+    );
+    chaos::clear_forced_faults();
+    assert!(again.is_err(), "the rejoin's HostJoined was refused");
+    drop(again);
+    b.replay().unwrap();
+    let mut made = 0u32;
+    while b.create(&made.to_le_bytes(), &[0xbb; 256]).is_ok() {
+        made += 1;
+    }
+    for i in 0..3u8 {
+        let mut buf = vec![0u8; 256];
+        b.read(&[b'a', i], &mut buf).unwrap();
+        assert!(buf == vec![0xaa; 256], "object a{i} written over");
+    }
+    assert_eq!(made, 61, "every slot but the three live objects'");
+}
+
+/// The same review: a host judged by its lease (another machine) leaving with many
+/// scattered free slots gave them back with its pump stopped and no beat: declared dead
+/// half-way, it lost the rest. It beats as it gives them back.
+#[test]
+fn a_long_give_back_does_not_outlast_the_lease() {
+    let config = PodConfig::new()
+        .scr_bytes(1 << 20)
+        .lnr_bytes(4096 * 64 + 1440 * 1024)
+        .slot_size_bytes(64)
+        .max_key_bytes(16)
+        .log_capacity_entries(4096)
+        .max_hosts(3)
+        .join_area_bytes(0)
+        .lease_ms(200);
+    let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
+    let options = || HostOptions::new().wait_limit(std::time::Duration::from_secs(5));
+    let a = Host::join(&pod, Join::As(0), options()).unwrap();
+    let b = Host::join(&pod, Join::As(1), options()).unwrap();
+    a.inspect().pretend_elsewhere();
+    let slots = pod.layout().slot_count as u32;
+    for i in 0..slots {
+        a.create(&i.to_le_bytes(), b"x").unwrap();
+    }
+    // Every other slot free: as many ranges to give back as slots.
+    for i in (0..slots).step_by(2) {
+        a.delete(&i.to_le_bytes()).unwrap();
+    }
+    drop(a);
+    for i in 0..slots.div_ceil(2) {
+        b.create(&(u32::MAX - i).to_le_bytes(), b"y")
+            .unwrap_or_else(|error| panic!("create {i} of {}: {error}", slots.div_ceil(2)));
+    }
+}

@@ -221,8 +221,6 @@ impl Shared {
             Event::HostJoined if author == self.id => {
                 *self.slots.lock() = SlotPool::default();
                 done.gained = SlotPool::default();
-                self.pool_is_mine
-                    .store(true, std::sync::atomic::Ordering::Release);
             }
             Event::HostDead { host, joins } if host == self.id && joins == self.life => {
                 self.declared_dead
@@ -575,16 +573,19 @@ impl Shared {
         Ok(())
     }
 
-    /// A host that leaves gives its free slots back to the pod, a range at a time (adjacent
-    /// slots merged) within its wait limit, then appends `HostLeft`: from there on no
-    /// `NeedSlots` names it (a host that is gone grants nothing, and a request naming it
-    /// waited out its limit, for as long as the pod lived, while others had free slots).
-    /// What it could not give back is lost, as a dead host's slots are.
+    /// A host that leaves appends `HostLeft`, then gives its free slots back to the pod,
+    /// a range at a time (adjacent slots merged) within its wait limit. `HostLeft` first:
+    /// once it applied, no `NeedSlots` names this host (a host that is gone grants
+    /// nothing, and a request naming it waited out its limit, for as long as the pod
+    /// lived, while others had free slots), a grant on its way to it goes to the pod, and
+    /// every event of its own has settled into its pool, which it then takes whole. What
+    /// it could not give back is lost, as a dead host's slots are.
     pub(super) fn give_slots_back(&self) -> Result<()> {
+        self.submit(&Event::HostLeft)?;
         if !self.pool_is_mine.load(std::sync::atomic::Ordering::Acquire) {
             // A later life whose `HostJoined` never applied (a rejoin that failed): its
             // pool is what replay rebuilt of the id's earlier holders, live objects'
-            // slots among them, and it has no count of its own.
+            // slots among them.
             return Ok(());
         }
         let pool = std::mem::take(&mut *self.slots.lock());
@@ -593,11 +594,13 @@ impl Shared {
             if std::time::Instant::now() >= deadline {
                 break;
             }
-            // An error: the log is full (or this host was declared dead); `HostLeft`
-            // would wait as long, for the same.
+            // Its pump is stopped: a host judged by its lease beats here, or a give-back
+            // of many ranges would outlast the lease.
+            self.beat();
+            // An error: the log is full, or this host was declared dead.
             self.submit(&Event::ReturnSlots { first, count })?;
         }
-        self.submit(&Event::HostLeft).map(drop)
+        Ok(())
     }
 
     /// A free slot this host owns: from its pool, else claimed from the unclaimed range,

@@ -74,7 +74,7 @@ struct Shared {
     /// (its lease ran out) and recovered what it held. Every operation fails from then on.
     declared_dead: std::sync::atomic::AtomicBool,
     /// The free-slot pool is this life's: its first life's always; a later life's once
-    /// its `HostJoined` applied (replay rebuilds the id's earlier holders' pools until
+    /// its own `HostJoined` applied (replay rebuilds the id's earlier holders' pools until
     /// then, slots of live objects among them). Only such a pool is given back.
     pool_is_mine: std::sync::atomic::AtomicBool,
     /// A panic left what a call held unsettled: an append panicked (see
@@ -174,6 +174,12 @@ impl Host {
             // The id was held before: what replay rebuilds of that holder's free slots is
             // not ours (their `HostJoined` clears it).
             host.shared.submit(&Event::HostJoined)?;
+            // Applied: the pool replay rebuilt of the id's earlier lives is emptied, and
+            // what it gets from here on is this life's (an earlier life's `HostJoined`,
+            // replayed, is not this one's).
+            host.shared
+                .pool_is_mine
+                .store(true, std::sync::atomic::Ordering::Release);
         }
         host.shared.catch_up()?;
         // A loom model drives replay by hand; its threads are model threads only.
