@@ -124,7 +124,8 @@ impl Setup {
             self.keys + self.extra_keys,
             self.object_bytes() as usize,
         )
-        .max_key_bytes(self.key_bytes);
+        .max_key_bytes(self.key_bytes)
+        .numa_node(self.numa_node);
         let ring_scr = megalon_core::rpc::scr_bytes(config.ring_entries);
         let budget = (self.scr_bytes / self.hosts as u64).saturating_sub(ring_scr);
         match kind {

@@ -87,3 +87,31 @@ fn a_mix_plan_runs_its_write_ratio() {
     assert_eq!(run.puts(), 0);
     assert_eq!(run.report.counter("writes"), Some(0));
 }
+
+/// Found by a review (2026-11-29): under `--numa` megalon's and AllLog's pods were bound
+/// to the emulated CXL node and HCMeta's was not (it never paid the far node's latency).
+/// Every scheme binds its pod to the setup's node: one that does not exist is refused.
+#[test]
+fn every_scheme_binds_its_pod_to_the_setups_numa_node() {
+    use megalon_bench::lineup::{self, Kind, Setup};
+    let setup = Setup {
+        hosts: 3,
+        keys: 1_000,
+        extra_keys: 0,
+        key_bytes: 24,
+        value_bytes: 100,
+        scr_bytes: 64 << 10,
+        record_bits: 32,
+        numa_node: Some(4000),
+        partition_after: 0,
+        copy_after: 0,
+        cxl: None,
+    };
+    for kind in Kind::ALL {
+        assert!(
+            lineup::build(kind, &setup).is_err(),
+            "{} built its pod ignoring NUMA node 4000",
+            kind.name()
+        );
+    }
+}

@@ -157,6 +157,9 @@ pub struct HcMetaConfig {
     pub wait_limit: Duration,
     /// Times an operation starts over (its lookup turned stale) before it fails.
     pub max_retries: u32,
+    /// The NUMA node the pod's memory comes from (CXL emulated on a NUMA machine, as the
+    /// pods of the schemes it is compared with), or `None`.
+    pub numa_node: Option<u32>,
 }
 
 impl HcMetaConfig {
@@ -174,6 +177,7 @@ impl HcMetaConfig {
             ring_entries: 64,
             wait_limit: Duration::from_secs(10),
             max_retries: 10_000,
+            numa_node: None,
         }
     }
 
@@ -184,6 +188,7 @@ impl HcMetaConfig {
         ring_entries: u64,
         wait_limit: Duration,
         max_retries: u32,
+        numa_node: Option<u32>,
     }
 
     /// The scheme's name: `hcmeta`, `hcmeta-local` or `hcmeta-unlimited`
@@ -457,7 +462,11 @@ fn create_pod(config: &HcMetaConfig, sizes: &Sizes) -> Result<Pod> {
             Err(other) => return Err(other.into()),
         }
     };
-    Ok(Pod::create(&pod_config, Backing::heap())?)
+    let backing = match config.numa_node {
+        Some(node) => Backing::heap().numa_node(node),
+        None => Backing::heap(),
+    };
+    Ok(Pod::create(&pod_config, backing)?)
 }
 
 impl HcMeta {
