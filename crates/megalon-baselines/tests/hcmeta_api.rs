@@ -309,3 +309,21 @@ fn a_reader_whose_extent_panics_leaves_the_record_unlatched() {
     }
     owner.delete(&key).unwrap();
 }
+
+/// Found by a review (2026-11-29): every HCMeta operation polls its host's ring first,
+/// and the CXL cost model charged that poll two SCR accesses (518 ns at its defaults)
+/// even when nothing waited, while megalon's look at `ctail` that finds nothing new is
+/// not charged: both are hits in the coherent cache. An idle poll is not counted now.
+#[test]
+fn an_idle_poll_is_not_charged_as_scr_accesses() {
+    use megalon_core::memory::cxl::CxlCharges;
+    let model = megalon_core::CxlModel::default();
+    let hcmeta = HcMeta::new(HcMetaConfig::new(2, 100, 128), |_| MemoryKind::Cxl(model)).unwrap();
+    let handle = hcmeta.handle(0).unwrap();
+    let before = CxlCharges::this_thread();
+    for _ in 0..100 {
+        assert_eq!(handle.poll(), 0, "nothing waits");
+    }
+    let charged = CxlCharges::this_thread() - before;
+    assert_eq!(charged.scr_accesses, 0, "{charged:?}");
+}

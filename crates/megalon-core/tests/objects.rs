@@ -573,3 +573,27 @@ fn a_copy_torn_by_a_write_in_progress_is_refused_by_the_record() {
     expected[..64].fill(0xee);
     assert_eq!(read(&b, b"k"), expected);
 }
+
+/// A read's look at `ctail` counts as an SCR access when it finds entries to replay (its
+/// line changed: a coherent miss), not when it finds nothing new (a hit), as HCMeta's
+/// ring poll: the CXL cost model charges both schemes' polls alike.
+#[test]
+fn a_look_at_ctail_counts_only_when_it_finds_something_new() {
+    let pod = pod(32, 64 << 10);
+    let (a, b) = (
+        common::join(&pod, no_pump(1)),
+        common::join(&pod, no_pump(2)),
+    );
+    a.create(b"k", &value(1)).unwrap();
+    let scr = |host: &Host| host.events().scr_atomics;
+    let before = scr(&b);
+    assert_eq!(read(&b, b"k"), value(1));
+    assert_eq!(
+        scr(&b) - before,
+        1,
+        "a read-shared read after an append: ctail"
+    );
+    let before = scr(&b);
+    assert_eq!(read(&b, b"k"), value(1));
+    assert_eq!(scr(&b) - before, 0, "nothing new");
+}

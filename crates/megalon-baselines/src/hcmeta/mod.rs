@@ -359,12 +359,17 @@ impl Inner {
     /// Serves up to `max` requests waiting on host `host`'s ring, if no other thread of
     /// the host is serving and the host has not been stopped; `c` counts what it does.
     /// `count_poll`: whether the poll's two SCR loads count too (the background server
-    /// does not count its idle polls). Returns the requests served.
+    /// does not count its polls). A poll that finds nothing is not counted either: its
+    /// lines are unchanged, a hit in the coherent cache, as megalon's look at `ctail` that
+    /// finds nothing new is not counted (the CXL model charges what is counted, and must
+    /// charge both schemes' polls alike). Returns the requests served.
     pub(crate) fn serve(&self, host: usize, c: &Counters, count_poll: bool, max: usize) -> usize {
         let state = &self.hosts[host];
-        let poll: &dyn Tally = if count_poll { c } else { &() };
-        if state.stopped.load(Ordering::Relaxed) || !state.geometry.ring.pending(&self.pod, poll) {
+        if state.stopped.load(Ordering::Relaxed) || !state.geometry.ring.pending(&self.pod, &()) {
             return 0;
+        }
+        if count_poll {
+            c.scr_atomics(2);
         }
         let Some(mut buf) = state.serving.try_lock() else {
             return 0;

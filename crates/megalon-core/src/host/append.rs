@@ -43,6 +43,9 @@ impl Shared {
         // ctail are published and their lines reached memory before it moved.
         let target = Log::ctail(&self.pod).load(Ordering::Acquire);
         if self.replica.applied.load(Ordering::Acquire) < target {
+            // Counted only when it finds something new (its line changed: a miss in the
+            // coherent cache); unchanged, it is a hit, as HCMeta's idle ring poll is.
+            self.with_counters(|c| c.add(Counter::ScrAtomics, 1));
             self.replay(Some(target))?;
             // The replay may have applied this host's own death (a lease that ran out
             // while it was paused): nothing it was about to do may go on.
