@@ -456,10 +456,14 @@ impl CxlMemory {
     /// not yet.
     pub fn new(pod: Arc<Pod>, model: CxlModel) -> Self {
         spin_rate();
-        // No larger than the LNR (every line has a set of its own then), nor than the
+        // No larger than the LNR rounded up to a power of two (every line has a set of its
+        // own then: the sets are a power of two, rounded down below), nor than the
         // parser's limit, for a model made by hand: the tags are this host's DRAM.
         let lnr_bytes = pod.layout().total_bytes - pod.layout().lnr_offset;
-        let cache_bytes = model.cache_bytes.min(lnr_bytes).min(MAX_CACHE_BYTES);
+        let cache_bytes = model
+            .cache_bytes
+            .min(lnr_bytes.next_power_of_two())
+            .min(MAX_CACHE_BYTES);
         let sets = (cache_bytes / LINE_BYTES).max(1);
         let sets = 1u64 << (63 - sets.leading_zeros());
         count_live(Some(model.scr_ns));
@@ -779,17 +783,23 @@ mod tests {
         assert!(CxlModel::parse(&format!("cache_bytes={MAX_CACHE_BYTES}")).is_ok());
     }
 
-    /// A model made by hand with a huge cache: its tags are bounded by the LNR.
+    /// A model made by hand with a huge cache: its tags are bounded by the LNR, and every
+    /// line of the LNR keeps a set of its own (a first bound, the LNR rounded down, took
+    /// an LNR of 20 MiB to 16 MiB of sets: lines that never conflicted missed).
     #[test]
     fn a_cache_larger_than_the_lnr_takes_no_more_than_it() {
-        let pod = Arc::new(Pod::create(&PodConfig::new(), Backing::heap()).expect("a pod"));
-        let lnr_lines = (pod.layout().total_bytes - pod.layout().lnr_offset) / LINE_BYTES;
-        let model = CxlModel {
-            cache_bytes: u64::MAX,
-            ..CxlModel::default()
-        };
-        let memory = CxlMemory::new(pod, model);
-        assert!(memory.tags.len() as u64 <= lnr_lines);
+        let config = PodConfig::new().lnr_bytes(20 << 20);
+        for cache_bytes in [u64::MAX, CxlModel::default().cache_bytes] {
+            let pod = Arc::new(Pod::create(&config, Backing::heap()).expect("a pod"));
+            let lnr_lines = (pod.layout().total_bytes - pod.layout().lnr_offset) / LINE_BYTES;
+            let model = CxlModel {
+                cache_bytes,
+                ..CxlModel::default()
+            };
+            let memory = CxlMemory::new(pod, model);
+            let sets = memory.tags.len() as u64;
+            assert!(sets >= lnr_lines && sets < 2 * lnr_lines, "{sets} sets");
+        }
     }
 
     #[test]
