@@ -177,16 +177,9 @@ fn late_join_of_a_million_objects() {
     );
 }
 
-/// A joiner slow to decode its snapshot (here: paused after its pin check) outlasts its
-/// server's wait for it to let go; the server gives up. The next pump round saw the
-/// session still waiting and served it again, raising the joiner's `ltail` past the
-/// position it replays from, where its own raises (CASes from what it stored) never
-/// moved it again: once the log went round, every append on every host answered
-/// `LogFull` naming the live joiner. A session is served once.
+/// A pod whose log has recycled, and its host, which waits 30 ms for a joiner.
 #[cfg(feature = "chaos")]
-#[test]
-fn a_joiner_slower_than_its_servers_wait_is_not_served_twice() {
-    use megalon_core::chaos::{self, Point};
+fn a_recycled_pod_and_an_impatient_server() -> (Arc<Pod>, Arc<Host>) {
     let pod = Arc::new(Pod::create(&config(), Backing::heap()).unwrap());
     let server = Arc::new(
         Host::join(
@@ -197,6 +190,20 @@ fn a_joiner_slower_than_its_servers_wait_is_not_served_twice() {
         .unwrap(),
     );
     fill_and_recycle(&server);
+    (pod, server)
+}
+
+/// A joiner slow to decode its snapshot (here: paused after its pin check) outlasts its
+/// server's wait for it to let go; the server gives up. The next pump round saw the
+/// session still waiting and served it again, raising the joiner's `ltail` past the
+/// position it replays from, where its own raises (CASes from what it stored) never
+/// moved it again: once the log went round, every append on every host answered
+/// `LogFull` naming the live joiner. A session is served once.
+#[cfg(feature = "chaos")]
+#[test]
+fn a_joiner_slower_than_its_servers_wait_is_not_served_twice() {
+    use megalon_core::chaos::{self, Point};
+    let (pod, server) = a_recycled_pod_and_an_impatient_server();
     let gave_up = |server: &Host| server.inspect().background_errors().count > 0;
     let waiting = Arc::clone(&server);
     let late = chaos::with_hook(
@@ -245,16 +252,7 @@ fn a_joiner_slower_than_its_servers_wait_is_not_served_twice() {
 #[test]
 fn a_joiner_let_go_mid_stream_joins_again() {
     use megalon_core::chaos::{self, Point};
-    let pod = Arc::new(Pod::create(&config(), Backing::heap()).unwrap());
-    let server = Arc::new(
-        Host::join(
-            &pod,
-            Join::AnyFree,
-            options(1).wait_limit(Duration::from_millis(30)),
-        )
-        .unwrap(),
-    );
-    fill_and_recycle(&server);
+    let (pod, server) = a_recycled_pod_and_an_impatient_server();
     let waiting = Arc::clone(&server);
     let mut paused = false;
     let started = Instant::now();
