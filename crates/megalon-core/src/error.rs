@@ -412,9 +412,11 @@ pub enum Error {
     /// effect is unknown.
     #[error("the thread combining this request panicked; whether it took effect is unknown")]
     CombinerPanicked,
-    /// A task of the host's pump panicked (its background reclaimer, most likely in the
-    /// release hook it calls): what the task held was let go (the record unlocked), and
-    /// the pump goes on. Seen in [`crate::inspect::BackgroundErrors`].
+    /// A task of the host's pump panicked. In its background reclaimer (most likely in
+    /// the release hook it calls, `task` "reclaimer"): what the task held was let go (the
+    /// record unlocked), and the pump goes on. Anywhere else (`task` "pump"): the pump
+    /// stopped and the host left as a dead one does, for the others to recover once its
+    /// lease runs out. Seen in [`crate::inspect::BackgroundErrors`].
     #[error("the pump's {task} panicked: {message}")]
     BackgroundPanicked {
         /// The task.

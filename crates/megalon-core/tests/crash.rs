@@ -367,6 +367,43 @@ fn a_host_whose_replay_panicked_is_recovered_as_a_dead_one() {
     assert_eq!(read(&b, b"k"), value(3));
 }
 
+/// The same panic seen first by the pump (its replay), while the host is still held by
+/// its process and never dropped: the pump stops and leaves the host as a dead one, and
+/// the others recover it by its lease. (A pump that just died would leave a host that
+/// serves and beats nothing, yet lives on this machine as long as its process: the log's
+/// head would wait for its replay for good.)
+#[test]
+fn a_host_whose_pump_panicked_is_recovered_while_its_process_holds_it() {
+    let (pod, a, b) = two_hosts_with_k();
+    let a_id = a.id();
+    half_written(&a);
+    a.inspect().poison_replica();
+    b.create(b"other", &value(4)).unwrap(); // a's pump replays it
+    wait_recovered(&b, 1);
+    let errors = a.inspect().background_errors();
+    assert!(
+        matches!(
+            &errors.last,
+            Some(megalon_core::Error::BackgroundPanicked { task: "pump", .. })
+        ),
+        "the pump says why it stopped: {errors:?}"
+    );
+    assert_eq!(b.inspect().stats().locks_recovered, 1);
+    assert_eq!(read(&b, b"k"), value(2), "the old value, whole");
+    assert!(
+        pod.hosts().iter().all(|row| row.host != a_id),
+        "the row is free: {:?}",
+        pod.hosts()
+    );
+    b.write(b"k", &value(3)).unwrap();
+    assert_eq!(read(&b, b"k"), value(3));
+    // Dropped now, it changes nothing: its row is another's to take.
+    let c = join(&pod, 3);
+    drop(a);
+    assert_eq!(read(&c, b"k"), value(3));
+    assert!(pod.hosts().iter().any(|row| row.host == c.id()));
+}
+
 /// Host o holds `k` in its DRAM (local partitions) and dies, idle. Host s's read asks o
 /// to move `k` back: the request waits in o's ring, unclaimed, and nobody serves that
 /// ring until o's id is joined again. Once o's recovery has put `k` back in CXL (as o

@@ -82,6 +82,9 @@ struct Shared {
     /// outcomes), or a thread unwound holding an announced lock (`Hold`'s drop). The host
     /// leaves as a dead one does, for its recovery to settle what it announced.
     left_unsettled: std::sync::atomic::AtomicBool,
+    /// The pump panicked outside the reclaimer (a defect of this host's, not the caller's
+    /// code): it stopped and left the host to the others as a dead one (`Shared::pump`).
+    pump_panicked: std::sync::atomic::AtomicBool,
     /// Held from a reservation of log positions until they are published: the host's row
     /// announces one reservation at a time.
     append_lock: Mutex<()>,
@@ -273,10 +276,14 @@ impl Host {
 
 impl Drop for Host {
     fn drop(&mut self) {
-        if self.shared.replica.is_poisoned() {
-            // A replay panicked half-way: nothing this host knows can be trusted, so it
-            // leaves as a dead host does, for the others to recover (its locks, its
-            // reservations, its row) once its lease runs out.
+        let pump_panicked = self
+            .shared
+            .pump_panicked
+            .load(std::sync::atomic::Ordering::Acquire);
+        if self.shared.replica.is_poisoned() || pump_panicked {
+            // A replay panicked half-way, or the pump did: nothing this host knows can be
+            // trusted, so it leaves as a dead host does, for the others to recover (its
+            // locks, its reservations, its row) once its lease runs out.
             self.stop_pump();
             self.shared.leave_as_dead();
             return;
@@ -401,7 +408,29 @@ impl Shared {
         Ok(())
     }
 
+    /// The pump's thread: replays, serves, beats and watches until the host stops. A
+    /// panic in any of it but the reclaimer (whose release hook is the caller's code, and
+    /// is caught there) is a defect that may have left what the task held half-done; the
+    /// pump stops and the host leaves as a dead one does: its row says it runs elsewhere
+    /// and nothing beats any more, so once its lease runs out the others recover it
+    /// (its operations then answer `HostDeclaredDead`). Left running without its pump it
+    /// would serve no RPC, join or grant, yet live on this machine as long as its
+    /// process, and the log's head would wait for its replay for good.
     fn pump(&self, interval: Duration) {
+        let pumped =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.pump_rounds(interval)));
+        if let Err(panic) = pumped {
+            self.pump_panicked
+                .store(true, std::sync::atomic::Ordering::Release);
+            self.background_error(Error::BackgroundPanicked {
+                task: "pump",
+                message: panic_message(&*panic),
+            });
+            self.leave_as_dead();
+        }
+    }
+
+    fn pump_rounds(&self, interval: Duration) {
         // Rounds left in which the pump only yields between rounds: after it served an
         // RPC, more may follow, and each waits for the pump while it sleeps.
         let mut busy_rounds = 0u32;
@@ -482,6 +511,7 @@ impl Shared {
             declared_dead: std::sync::atomic::AtomicBool::new(false),
             pool_is_mine: std::sync::atomic::AtomicBool::new(life == 1),
             left_unsettled: std::sync::atomic::AtomicBool::new(false),
+            pump_panicked: std::sync::atomic::AtomicBool::new(false),
             append_lock: Mutex::new(()),
             free_holds: Mutex::new(if HOLDS_PER_HOST == 64 {
                 u64::MAX
