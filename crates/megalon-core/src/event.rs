@@ -139,9 +139,13 @@ pub enum Event<'k> {
     /// Nothing: written by a live host in place of an entry that a dead host reserved and
     /// never published, so that replay goes on past it.
     Skip,
-    /// The appender joined under an id that an earlier participant held: what replay
-    /// gave that participant (its free slots) is not the appender's.
-    HostJoined,
+    /// The appender joined under an id that an earlier participant held, as the id's
+    /// `life`-th holder: what replay gave that participant (its free slots) is not the
+    /// appender's, and a `HostDead` of an earlier life applied after this one is stale.
+    HostJoined {
+        /// Which life of the id joined ([`crate::inspect::HostInfo::joins`]).
+        life: u64,
+    },
     /// The appender, leaving, gives `count` of its free slots from `first` on back to the
     /// pod: a later `ClaimSlots` takes them once the unclaimed range is used up.
     ReturnSlots {
@@ -244,7 +248,7 @@ impl<'k> Event<'k> {
             | Event::NeedSlots { .. }
             | Event::GrantSlots { .. }
             | Event::Skip
-            | Event::HostJoined
+            | Event::HostJoined { .. }
             | Event::ReturnSlots { .. }
             | Event::HostLeft
             | Event::HostDead { .. } => None,
@@ -269,7 +273,7 @@ impl<'k> Event<'k> {
             Event::Lock { key } => (Kind::Lock, key, NO_RECORD, 0, 0),
             Event::Unlock { key } => (Kind::Unlock, key, NO_RECORD, 0, 0),
             Event::Skip => (Kind::Skip, &[], NO_RECORD, 0, 0),
-            Event::HostJoined => (Kind::HostJoined, &[], NO_RECORD, 0, 0),
+            Event::HostJoined { life } => (Kind::HostJoined, &[], NO_RECORD, 0, life),
             Event::ReturnSlots { first, count } => {
                 (Kind::ReturnSlots, &[], NO_RECORD, first, count)
             }
@@ -325,7 +329,7 @@ impl<'k> Event<'k> {
             Kind::Lock => Event::Lock { key },
             Kind::Unlock => Event::Unlock { key },
             Kind::Skip => Event::Skip,
-            Kind::HostJoined => Event::HostJoined,
+            Kind::HostJoined => Event::HostJoined { life: arg },
             Kind::ReturnSlots => Event::ReturnSlots {
                 first: slot,
                 count: arg,
@@ -363,7 +367,7 @@ enum OwnedKind {
     Lock,
     Unlock,
     Skip,
-    HostJoined,
+    HostJoined { life: u64 },
     ReturnSlots { first: u64, count: u64 },
     HostLeft,
     HostDead { host: HostId, joins: u64 },
@@ -387,7 +391,7 @@ impl OwnedEvent {
             Event::Lock { .. } => OwnedKind::Lock,
             Event::Unlock { .. } => OwnedKind::Unlock,
             Event::Skip => OwnedKind::Skip,
-            Event::HostJoined => OwnedKind::HostJoined,
+            Event::HostJoined { life } => OwnedKind::HostJoined { life },
             Event::ReturnSlots { first, count } => OwnedKind::ReturnSlots { first, count },
             Event::HostLeft => OwnedKind::HostLeft,
             Event::HostDead { host, joins } => OwnedKind::HostDead { host, joins },
@@ -416,7 +420,7 @@ impl OwnedEvent {
             OwnedKind::Lock => Event::Lock { key },
             OwnedKind::Unlock => Event::Unlock { key },
             OwnedKind::Skip => Event::Skip,
-            OwnedKind::HostJoined => Event::HostJoined,
+            OwnedKind::HostJoined { life } => Event::HostJoined { life },
             OwnedKind::ReturnSlots { first, count } => Event::ReturnSlots { first, count },
             OwnedKind::HostLeft => Event::HostLeft,
             OwnedKind::HostDead { host, joins } => Event::HostDead { host, joins },
@@ -460,7 +464,7 @@ mod tests {
                 record: LOCK_HELD,
             },
             Event::Skip,
-            Event::HostJoined,
+            Event::HostJoined { life: 4 },
             Event::ReturnSlots {
                 first: 1 << 33,
                 count: 7,

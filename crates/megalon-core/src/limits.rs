@@ -91,5 +91,6 @@ pub const HEADER_BYTES: usize = 128;
 /// `HostDead` and `Recovered` (hosts that die and come back); version 5 adds
 /// `ReturnSlots` and `HostLeft` (a host that leaves gives its free slots back), and
 /// marks a host that left or died gone (no donor; a grant to it goes to the pod) until
-/// its id joins again.
-pub const LOG_FORMAT_VERSION: u32 = 5;
+/// its id joins again; version 6 gives `HostJoined` the life that joined, and a `HostDead`
+/// of an earlier life than the id's last `HostJoined` changes nothing.
+pub const LOG_FORMAT_VERSION: u32 = 6;

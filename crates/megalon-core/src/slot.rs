@@ -135,6 +135,9 @@ pub(crate) struct SlotAccounting {
     /// slots granted to one go back to the pod (a grant can be on its way when its
     /// requester leaves).
     pub(crate) gone: Vec<bool>,
+    /// Each id's latest life whose `HostJoined` applied (0 until one did: an id's first
+    /// life appends none). A `HostDead` of an earlier life is stale.
+    pub(crate) lives: Vec<u64>,
 }
 
 impl SlotAccounting {
@@ -144,6 +147,7 @@ impl SlotAccounting {
             free_counts: vec![0; max_hosts as usize],
             returned: Vec::new(),
             gone: vec![false; max_hosts as usize],
+            lives: vec![0; max_hosts as usize],
         }
     }
 
@@ -198,6 +202,11 @@ impl SlotAccounting {
     pub(crate) fn set_gone(&mut self, host: usize, gone: bool) {
         self.free_counts[host] = 0;
         self.gone[host] = gone;
+    }
+
+    /// `host`'s id joined again as its `life`-th holder (its `HostJoined`).
+    pub(crate) fn joined(&mut self, host: usize, life: u64) {
+        self.lives[host] = self.lives[host].max(life);
     }
 
     /// The host that answers a `NeedSlots` from `requester`: the most free slots, the

@@ -221,7 +221,7 @@ impl Shared {
         };
         match *event {
             // Replay rebuilt the free slots of this id's earlier holder up to here.
-            Event::HostJoined if author == self.id => {
+            Event::HostJoined { .. } if author == self.id => {
                 *self.slots.lock() = SlotPool::default();
                 done.gained = SlotPool::default();
             }
@@ -276,7 +276,7 @@ impl Shared {
         }
         if matches!(
             event,
-            Event::HostDead { .. } | Event::HostJoined | Event::HostLeft
+            Event::HostDead { .. } | Event::HostJoined { .. } | Event::HostLeft
         ) {
             self.drop_handed_back(index, done);
         }

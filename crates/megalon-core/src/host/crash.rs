@@ -633,6 +633,13 @@ impl Shared {
         if step == Step::Reservation {
             return Ok(false);
         }
+        // The announces and the row are the dead life's only while this host still
+        // recovers it: one paused since its look at the row may have been taken over, the
+        // id recovered and joined again (the lease's window remains: a pause after this
+        // look; the next life's replicas ignore a `HostDead` of this one).
+        if !self.still_recovering(dead)? {
+            return Ok(false);
+        }
         if self.undo_images() {
             self.restore_slot_images(dead);
         }

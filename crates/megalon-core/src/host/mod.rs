@@ -176,7 +176,7 @@ impl Host {
         if life > 1 {
             // The id was held before: what replay rebuilds of that holder's free slots is
             // not ours (their `HostJoined` clears it).
-            host.shared.submit(&Event::HostJoined)?;
+            host.shared.submit(&Event::HostJoined { life })?;
             // Applied: the pool replay rebuilt of the id's earlier lives is emptied, and
             // what it gets from here on is this life's (an earlier life's `HostJoined`,
             // replayed, is not this one's).

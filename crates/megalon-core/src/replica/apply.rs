@@ -172,10 +172,13 @@ impl Index {
                 self.apply_grant_slots(at, to, first, count, pool, a)?
             }
             Event::Skip => a.outcome = Outcome::Noted,
-            Event::HostJoined => self.apply_host_joined(at, false, a),
+            Event::HostJoined { life } => {
+                self.slots.joined(at.author as usize, life);
+                self.apply_host_joined(at, false, a)
+            }
             Event::HostLeft => self.apply_host_joined(at, true, a),
             Event::ReturnSlots { first, count } => self.apply_return_slots(at, first, count, a)?,
-            Event::HostDead { host, .. } => self.apply_host_dead(at, host, a)?,
+            Event::HostDead { host, joins } => self.apply_host_dead(at, host, joins, a)?,
             Event::Recovered { key, .. } => {
                 self.apply_wrap(at, key, a);
                 if a.outcome == Outcome::Wrapped {
@@ -410,13 +413,21 @@ impl Index {
     /// there (writes made in its DRAM since are lost with it). Every replica applies it at
     /// the same position, so all agree on which writes came before the death. An AllLog
     /// object whose replicated lock it held stays locked: the baseline has no undo images.
-    fn apply_host_dead(&mut self, at: At, host: HostId, a: &mut Applied) -> Result<()> {
+    ///
+    /// Only for the id's latest life the log has seen join: a recoverer paused past its
+    /// lease before its `HostDead` can append it after the id was recovered by another
+    /// and joined again, and the next life's slots and objects are not the dead one's.
+    fn apply_host_dead(&mut self, at: At, host: HostId, joins: u64, a: &mut Applied) -> Result<()> {
         if host >= self.max_hosts {
             return Err(at.corrupt("dead host past the pod's maximum"));
         }
+        a.outcome = Outcome::Noted;
+        if joins < self.slots.lives[host as usize] {
+            self.handed_back.clear();
+            return Ok(());
+        }
         self.slots.set_gone(host as usize, true);
         self.hand_back(at, host);
-        a.outcome = Outcome::Noted;
         Ok(())
     }
 

@@ -4,7 +4,8 @@
 //!
 //! Little-endian 64-bit words: the unclaimed slot range (two words), the object count,
 //! one free-slot count per host, the count of ranges given back and each one's first slot
-//! and count, one word per host (1: gone), then per object its stamp, its place (slot and record),
+//! and count, one word per host (1: gone), one per host (its id's latest life the log
+//! saw join), then per object its stamp, its place (slot and record),
 //! its key length and DRAM owner (as the arena's meta word, with the host counter
 //! unknown: the joiner has cached nothing), its key words and, in an AllLog pod, its
 //! replicated lock word.
@@ -33,6 +34,7 @@ impl Index {
             words.extend([range.start, range.end - range.start]);
         }
         words.extend(self.slots.gone.iter().map(|&gone| u64::from(gone)));
+        words.extend(&self.slots.lives);
         for handle in self.view.table.handles() {
             let key_len = self.words.key_len(handle);
             let meta = self.words.get(handle, META);
@@ -181,6 +183,9 @@ fn read_snapshot(
             _ => Err(corrupt("a host neither gone nor not")),
         })
         .collect::<Result<Vec<bool>>>()?;
+    let lives = (0..bounds.max_hosts)
+        .map(|_| words.next("hosts' lives"))
+        .collect::<Result<Vec<u64>>>()?;
     // Objects left to read; `None` once what follows the last was looked at.
     let mut left = Some(count);
     let objects = std::iter::from_fn(move || match left? {
@@ -198,6 +203,7 @@ fn read_snapshot(
         free_counts,
         returned,
         gone,
+        lives,
     };
     Ok((slots, objects))
 }
@@ -420,8 +426,9 @@ mod tests {
         let bytes = original.encode_snapshot();
         let mut words = words_of(&bytes);
         // The first object's words (stamp, place, meta and two key words) again, as
-        // one more object. (Before it: the slot words, and each range given back.)
-        let first = 4 + 2 * original.max_hosts as usize + 2 * original.slots.returned.len();
+        // one more object. (Before it: the slot words, each range given back, and a
+        // word per host gone and per host's life.)
+        let first = 4 + 3 * original.max_hosts as usize + 2 * original.slots.returned.len();
         let object: Vec<u64> = words[first..first + 5].to_vec();
         words.extend(object);
         words[2] += 1;

@@ -559,14 +559,65 @@ fn a_holder_s_death_or_its_id_s_next_life_hands_its_objects_back() {
     assert_eq!(index.lookup(b"c").unwrap().local_owner, Some(3));
     // Host 3's id joined again (its last life left c named as held, as it should not).
     index
-        .apply(11, 3, &Event::HostJoined, 0, &mut pool)
+        .apply(11, 3, &Event::HostJoined { life: 2 }, 0, &mut pool)
         .unwrap();
     assert_eq!(index.handed_back, [5]);
     let entry = index.lookup(b"c").unwrap();
     assert_eq!((entry.local_owner, entry.stamp), (None, 11));
     // A join of an id that held nothing hands nothing back.
     index
-        .apply(12, 1, &Event::HostJoined, 0, &mut pool)
+        .apply(12, 1, &Event::HostJoined { life: 2 }, 0, &mut pool)
         .unwrap();
     assert!(index.handed_back.is_empty());
+}
+
+/// A `HostDead` of an id's earlier life, applied after the id's next life joined (its
+/// recoverer was paused past its lease before appending it, taken over, and the id
+/// recovered and joined again): the next life keeps its objects and its place as a
+/// donor. One of the id's latest life still applies, and a late joiner's snapshot knows
+/// which life that is.
+#[test]
+fn a_dead_life_s_host_dead_after_the_id_s_next_join_changes_nothing() {
+    let mut index = index();
+    let mut pool = SlotPool::default();
+    index
+        .apply(0, 1, &Event::Create { key: b"a", slot: 3 }, 0, &mut pool)
+        .unwrap();
+    // Host 2's second life joins, then holds a in its DRAM.
+    index
+        .apply(1, 2, &Event::HostJoined { life: 2 }, 0, &mut pool)
+        .unwrap();
+    let stamp = index.lookup(b"a").unwrap().stamp;
+    let moved = Event::MoveToHost {
+        key: b"a",
+        host: 2,
+        stamp,
+    };
+    assert_eq!(
+        index.apply(2, 2, &moved, 0, &mut pool).unwrap().outcome,
+        Outcome::Moved
+    );
+    let stale = Event::HostDead { host: 2, joins: 1 };
+    let applied = index.apply(3, 1, &stale, 0, &mut pool).unwrap();
+    assert_eq!(applied.outcome, Outcome::Noted);
+    let entry = index.lookup(b"a").unwrap();
+    assert_eq!(
+        (entry.local_owner, entry.stamp),
+        (Some(2), 2),
+        "the stale death changed the next life's object"
+    );
+    assert!(index.handed_back.is_empty());
+    assert!(!index.slots.gone[2], "the next life is not gone");
+    // A late joiner's index, from a snapshot here, ignores it too.
+    let mut joiner = self::index();
+    joiner.decode_snapshot(&index.encode_snapshot()).unwrap();
+    assert_eq!(joiner.slots, index.slots);
+    joiner.apply(3, 1, &stale, 0, &mut pool).unwrap();
+    assert_eq!(joiner.lookup(b"a").unwrap().local_owner, Some(2));
+    // The second life's own death hands a back.
+    let dead = Event::HostDead { host: 2, joins: 2 };
+    index.apply(4, 1, &dead, 0, &mut pool).unwrap();
+    assert_eq!(index.handed_back, [3]);
+    assert_eq!(index.lookup(b"a").unwrap().local_owner, None);
+    assert!(index.slots.gone[2]);
 }
