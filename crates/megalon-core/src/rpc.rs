@@ -533,6 +533,11 @@ impl RingGeometry {
             if now == pack(ticket, RESPONSE) {
                 return Ok(());
             }
+            if now != pack(ticket, REQUEST) && now != pack(ticket, CLAIMED) {
+                // Settled for us: we were taken for dead (paused past the pod's lease)
+                // and recovered; the entry is no longer ours, and no answer comes.
+                return Err(waited_ms(backoff));
+            }
             let give_up = serve().is_break();
             backoff.snooze();
             // Past the limit, or told the server will not answer: an unclaimed request is
@@ -651,10 +656,19 @@ impl RingGeometry {
             let now = state.load(Ordering::Acquire);
             tally.scr_atomics(2);
             if now == pack(head, WITHDRAWN) {
+                #[cfg(all(test, not(megalon_loom)))]
+                tests::before_skip_store(head);
                 // The sender gave up and touches the entry no more. Release: pairs with
-                // the next sender's Acquire when it reserves the entry.
-                state.store(pack(head + self.entries, FREE), Ordering::Release);
-                self.head(pod).store(head + 1, Ordering::Relaxed);
+                // the next sender's Acquire when it reserves the entry. CASes, as every
+                // move of the server's: one paused here through its recovery (and the
+                // next server's laps) changes nothing when it resumes.
+                let _ = state.compare_exchange(
+                    now,
+                    pack(head + self.entries, FREE),
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                );
+                self.pass(pod, head);
                 tally.scr_atomics(2);
                 continue;
             }
@@ -673,9 +687,20 @@ impl RingGeometry {
             {
                 continue; // withdrawn just now
             }
-            self.head(pod).store(head + 1, Ordering::Relaxed);
+            self.pass(pod, head);
             return Some(Claimed { ticket: head });
         }
+    }
+
+    /// Moves the head from `ticket` past it, by a CAS: a server paused through its
+    /// recovery never moves back a head that the recovery or the next server moved on.
+    fn pass(&self, pod: &Pod, ticket: u64) {
+        let _ = self.head(pod).compare_exchange(
+            ticket,
+            ticket + 1,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
     }
 
     /// Reads a claimed request into `buf` from memory (invalidating its lines first).
@@ -1377,6 +1402,93 @@ mod tests {
             const { std::cell::RefCell::new(None) };
     }
 
+    thread_local! {
+        /// Run once by `claim` between its load of a withdrawn state and its skip.
+        static BEFORE_SKIP_STORE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    /// `claim`'s seam: runs the calling thread's hook, once.
+    pub(super) fn before_skip_store(_head: u64) {
+        if let Some(hook) = BEFORE_SKIP_STORE.with(|hook| hook.borrow_mut().take()) {
+            hook();
+        }
+    }
+
+    /// A server paused past its lease in `claim`, between its load of a withdrawn request
+    /// at its head and its skip, is recovered; the id's next life serves the ring on, a
+    /// lap and more. The old server resumes: it must change no state word (the module's
+    /// promise). It stored the entry's free state of a lap before and moved the head
+    /// back: the entry never read free again, and no later call was served.
+    #[test]
+    fn a_server_paused_in_its_skip_and_recovered_changes_nothing_when_it_resumes() {
+        let (pod, ring, sender, server) = sides(2);
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        let limit = Duration::from_millis(20);
+        let withdrawn = call_serving(&ring, &pod, &sender, &mut buf, b"x", limit, &mut || {
+            ControlFlow::Continue(())
+        });
+        assert!(withdrawn.is_err());
+        let (in_hook, ring_in_hook) = (Arc::clone(&pod), ring.clone());
+        BEFORE_SKIP_STORE.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move || {
+                let (pod, ring) = (&in_hook, &ring_in_hook);
+                // Recovered (nothing it claimed), then the next life serves, in the
+                // sender's rounds: tickets 1, 2 and 3 (2 in the withdrawn one's entry).
+                let failed = Response {
+                    status: 99,
+                    detail: 0,
+                };
+                assert_eq!(ring.recover_server(pod, &host_memory(pod, 3), failed), 0);
+                let (sender, next) = (host_memory(pod, 1), host_memory(pod, 4));
+                let mut buf = vec![0; ring.entry_bytes as usize];
+                let mut serving = vec![0; ring.entry_bytes as usize];
+                for n in 1..=3u8 {
+                    let response =
+                        call_serving(ring, pod, &sender, &mut buf, &[n], WAIT_LIMIT, &mut || {
+                            while let Some(claimed) = ring.claim(pod, &()) {
+                                let request = ring.read(&next, claimed, &mut serving, &());
+                                let response =
+                                    answer(request.op, &serving[request.key.clone()], b"");
+                                ring.respond(pod, &next, claimed, &mut serving, response, &());
+                            }
+                            ControlFlow::Continue(())
+                        });
+                    assert_eq!(response, Ok(answer(1, &[n], b"")));
+                }
+            }));
+        });
+        // The old server, in its claim: paused at the skip (the hook), then resumed.
+        assert!(ring.claim(&pod, &()).is_none());
+        let mut serving = vec![0; ring.entry_bytes as usize];
+        let next = call_serving(
+            &ring,
+            &pod,
+            &sender,
+            &mut buf,
+            b"next",
+            Duration::from_millis(200),
+            &mut || {
+                while let Some(claimed) = ring.claim(&pod, &()) {
+                    let request = ring.read(&server, claimed, &mut serving, &());
+                    let response = answer(request.op, &serving[request.key.clone()], b"");
+                    ring.respond(&pod, &server, claimed, &mut serving, response, &());
+                }
+                ControlFlow::Continue(())
+            },
+        );
+        assert_eq!(
+            next,
+            Ok(answer(1, b"next", b"")),
+            "head {}, tail {}, states {:?}",
+            ring.head(&pod).load(Ordering::SeqCst),
+            ring.tail(&pod).load(Ordering::SeqCst),
+            (0..2)
+                .map(|i| unpack(ring.state(&pod, i).load(Ordering::SeqCst)))
+                .collect::<Vec<_>>()
+        );
+    }
+
     /// `recover_sender`'s seam: runs the calling thread's hook, once.
     pub(super) fn before_recovery_cas(_index: u64) {
         if let Some(hook) = BEFORE_RECOVERY_CAS.with(|hook| hook.borrow_mut().take()) {
@@ -1687,6 +1799,55 @@ mod tests {
         assert_eq!(ring.state(&pod, 0).load(Ordering::Relaxed), pack(2, FREE));
         assert_eq!(ring.head(&pod).load(Ordering::Relaxed), 2);
         assert_eq!(ring.tail(&pod).load(Ordering::Relaxed), 2);
+    }
+
+    /// A sender paused past its lease while it waits for its answer is recovered
+    /// meanwhile (`recover_sender` withdraws its unclaimed request, abandons a claimed
+    /// one, frees an answer). Resumed, it must give up: the entry is no longer its own.
+    /// (It waited for good: no state of its ticket it knew came again.)
+    #[test]
+    fn a_sender_recovered_while_it_waited_gives_up_when_it_resumes() {
+        for stage in ["unclaimed", "claimed", "answered"] {
+            let (pod, ring, sender, server) = sides(2);
+            let mut buf = vec![0; ring.entry_bytes as usize];
+            let limit = Duration::from_millis(20);
+            let started = std::time::Instant::now();
+            let mut recovered = false;
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                call_serving(
+                    &ring,
+                    &pod,
+                    &sender,
+                    &mut buf,
+                    b"paused",
+                    limit,
+                    &mut || {
+                        if !recovered {
+                            match stage {
+                                "claimed" => drop(ring.claim(&pod, &()).expect("claims")),
+                                "answered" => drop(serve(&pod, &ring, &server, 1)),
+                                _ => {}
+                            }
+                            // Paused here past its lease: its host is recovered.
+                            assert_eq!(ring.recover_sender(&pod, SENDER), 1);
+                            recovered = true;
+                        }
+                        assert!(
+                            started.elapsed() < Duration::from_secs(2),
+                            "{stage}: still waiting 2 s after a {limit:?} limit"
+                        );
+                        ControlFlow::Continue(())
+                    },
+                )
+            }));
+            let outcome = outcome.unwrap_or_else(|panic| {
+                panic!(
+                    "{}",
+                    panic.downcast_ref::<String>().cloned().unwrap_or_default()
+                )
+            });
+            assert!(outcome.is_err(), "{stage}: {outcome:?}");
+        }
     }
 
     #[test]

@@ -1925,3 +1925,102 @@ fn pauses_when<T: Send + 'static>(
     is_paused.recv().unwrap();
     Paused { resume, outcome }
 }
+
+// Found by a review of the RPC ring and its pump (s6/rpc).
+
+/// Host 1 (`s`) reads `k`, which host 2's DRAM holds, and pauses past its lease while it
+/// waits for the move back; host 0 recovers it (its ring entry is settled: the answer
+/// freed). Resumed, its read must answer (`HostDeclaredDead`): it waited for good,
+/// spinning, as no state of its ticket it knew came again.
+#[test]
+fn a_sender_recovered_while_it_waited_answers_when_it_resumes() {
+    let pod = common::heap_pod(&config().local_partitions(2).rpc_ring_entries(2));
+    let r = leak(&pod, 0);
+    let s = leak(&pod, 1);
+    let pumped = options(2).pump_interval(Some(Duration::from_millis(1)));
+    let o = Host::join(&pod, Join::As(2), pumped).unwrap();
+    k_with_a_record(r);
+    read(&o);
+    read(&o); // the second read in a row moves k to o's DRAM
+    let reading = pauses_at(s, Point::RpcAwaitingResponse, move || {
+        s.read(b"k", &mut [0u8; SLOT]).map(|_| ())
+    });
+    leases_run_out(&[r]);
+    recover_by_hand(&pod, 1, r);
+    reading.resume.send(()).unwrap();
+    let outcome = reading.outcome.recv_timeout(BOUND);
+    assert!(
+        matches!(outcome, Ok(Err(Error::HostDeclaredDead { host: 1, .. }))),
+        "s's read, {BOUND:?} after it resumed: {outcome:?}"
+    );
+}
+
+/// Host 1 (`o`) claims `q`'s request to move `k` back and pauses past its lease in the
+/// move; `r` recovers it, and id 1 joins again (`o2`), and takes `k2` into its DRAM.
+/// `q` asks id 1 for `k2`. The old `o` resumes: its move fails (it knows it is dead), and
+/// it must serve its ring no more. It served on: it claimed the request meant for `o2`
+/// and answered it `FAILED`, and `q`'s read failed with `MoveBackFailed` (the replica
+/// names id 1 as `k2`'s holder), though `o2` lives and would have moved it back.
+#[test]
+fn a_server_that_knows_it_was_declared_dead_serves_its_ring_no_more() {
+    let pod = common::heap_pod(&config().local_partitions(2).rpc_ring_entries(2));
+    let r = leak(&pod, 0);
+    let o = leak(&pod, 1);
+    let q = leak(&pod, 3);
+    k_with_a_record(r);
+    r.create(b"k2", &value(5)).unwrap();
+    r.create(b"z", &value(7)).unwrap();
+    read(o);
+    read(o); // k in o's DRAM
+             // q reads k; while it waits, o (serving from a read of its own) claims the request
+             // and pauses in the move back.
+    let (paused_tx, paused_rx) = channel();
+    let first = std::thread::spawn(move || {
+        let paused_tx = Mutex::new(Some(paused_tx));
+        chaos::with_hook(
+            move |at| {
+                if at != Point::RpcAwaitingResponse {
+                    return;
+                }
+                if let Some(tx) = paused_tx.lock().unwrap().take() {
+                    let serving = pauses_at(o, Point::MoveBackBeforeCopy, move || {
+                        o.read(b"z", &mut [0u8; SLOT]).map(|_| ())
+                    });
+                    tx.send(serving).unwrap();
+                }
+            },
+            || q.read(b"k", &mut [0u8; SLOT]).map(|_| ()),
+        )
+    });
+    let old_server = paused_rx.recv().unwrap();
+    leases_run_out(&[r]);
+    recover_by_hand(&pod, 1, r);
+    let _ = first.join().unwrap();
+    // Id 1's next life, with k2 in its DRAM (no pump: it serves in its own operations).
+    let o2 = leak(&pod, 1);
+    let mut buf = vec![0u8; SLOT];
+    o2.read(b"k2", &mut buf).unwrap();
+    o2.read(b"k2", &mut buf).unwrap();
+    assert_eq!(o2.inspect().local_objects().0, 1, "k2 in o2's DRAM");
+    // q asks id 1 for k2; while it waits, the old o resumes and finishes, then o2 serves.
+    let old_server = Mutex::new(Some(old_server));
+    let read_k2 = chaos::with_hook(
+        move |at| {
+            if at != Point::RpcAwaitingResponse {
+                return;
+            }
+            if let Some(old) = old_server.lock().unwrap().take() {
+                let _ = old.resume();
+                let _ = o2.read(b"z", &mut [0u8; SLOT]);
+            }
+        },
+        || {
+            let mut buf = vec![0u8; SLOT];
+            q.read(b"k2", &mut buf).map(|_| buf)
+        },
+    );
+    match read_k2 {
+        Ok(bytes) => assert_eq!(bytes, value(5)),
+        Err(error) => panic!("q's read of k2, held by the live o2: {error:?}"),
+    }
+}

@@ -99,7 +99,13 @@ impl Shared {
                 status: FAILED,
                 detail: 0,
             };
-            while let Some(claimed) = ring.claim(&self.pod, c) {
+            // Our row is looked at again before each claim: a server paused past its
+            // lease in a handler (a move back waiting for the log) and recovered must not
+            // claim, when it resumes, requests meant for the id's next life.
+            while self.holds_its_row().is_ok() {
+                let Some(claimed) = ring.claim(&self.pod, c) else {
+                    break;
+                };
                 ring.serve(
                     &self.pod,
                     &self.memory,
