@@ -93,6 +93,9 @@ pub enum Point {
     /// Recovery of a dead host's lock, with its intent stored and no live announce of
     /// the record found, before it looks at the record's word.
     RecoveryAfterScan,
+    /// Recovery of a dead host's lock, the record restored and unlocked, before the
+    /// dead host's announce of it is cleared.
+    RecoveryAfterRestore,
 }
 
 /// A failure chaos can inject into a log append.

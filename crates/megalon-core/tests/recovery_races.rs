@@ -2024,3 +2024,65 @@ fn a_server_that_knows_it_was_declared_dead_serves_its_ring_no_more() {
         Err(error) => panic!("q's read of k2, held by the live o2: {error:?}"),
     }
 }
+
+/// Recoverer r1 restores dead writer d's undo image of `k` (value 2) and unlocks the
+/// record, and dies before it clears d's announce, which still says "undo ready". r2 takes
+/// over: it recovers r1 (the record under recovery goes), and, in the middle of d's
+/// recovery, w writes `k` (value 3, done and read) and l locks `k` for a write, keeps its
+/// image (value 3) and dies. At 2 bits l's lock word is the word d's announce names, and
+/// once l is dead too nothing tells the two apart but the "undo ready" bit, which both
+/// have: r2 puts d's old image back, and w's completed write is lost.
+#[test]
+fn a_recoverer_that_dies_after_a_restore_leaves_no_image_to_restore_again() {
+    let pod = common::heap_pod(&config());
+    // Ids matter: r2 recovers r1 before d (the record under recovery goes first), and d
+    // before l (the round that finds both dead).
+    let [r2, r1, d, l, w] = leak_all(&pod);
+    k_with_a_record(r2);
+    half_write(d, 0xee).unwrap();
+    d.inspect().freeze();
+    leases_run_out(&[r1]);
+    dies_at(r1, Point::RecoveryAfterRestore, |r1| loop {
+        r1.inspect().watch_hosts();
+        std::thread::sleep(Duration::from_millis(5));
+    });
+    assert_eq!(read(w), value(2), "r1 put d's image back");
+    leases_run_out(&[r2]);
+    let ran = Arc::new(Mutex::new(None));
+    let ran_in = ran.clone();
+    let pod_in = pod.clone();
+    let busy = Arc::new(AtomicBool::new(false));
+    chaos::with_hook(
+        move |point| {
+            if point != Point::ReserveBeforeCas
+                || pod_in.hosts().iter().any(|row| row.host == 1)
+                || busy.swap(true, Ordering::SeqCst)
+            {
+                return;
+            }
+            // r1 is recovered; r2 appends d's `HostDead`.
+            let written = w.write(b"k", &value(3));
+            let seen = read(w);
+            let locked = half_write(l, 0xdd);
+            l.inspect().freeze();
+            *ran_in.lock().unwrap() = Some((written, seen, locked));
+        },
+        || watch_until(r2, "r1 never recovered", || ran.lock().unwrap().is_some()),
+    );
+    let (written, seen, locked) = ran.lock().unwrap().take().unwrap();
+    assert!(written.is_ok() && locked.is_ok(), "{written:?} {locked:?}");
+    assert_eq!(seen, value(3), "w's write is done");
+    // l's lease runs out; r2 recovers d and l.
+    leases_run_out(&[r2]);
+    recover_by_hand(&pod, d.id(), r2);
+    recover_by_hand(&pod, l.id(), r2);
+    let now = read(w);
+    assert!(
+        now == value(3),
+        "k went back to a value older than a write read before: first byte {:#x} \
+         (value 2 starts {:#x}, value 3 {:#x})",
+        now[0],
+        value(2)[0],
+        value(3)[0]
+    );
+}

@@ -803,6 +803,7 @@ impl Shared {
             let restored = match image {
                 Some((writer, at)) => {
                     let restored = self.restore_write(writer, at, record, locked)?;
+                    self.chaos.point(Point::RecoveryAfterRestore);
                     // Its announce goes at once: an undo-ready announce names a holder.
                     self.announce_word(writer, at).store(0, Ordering::SeqCst);
                     restored
@@ -1006,6 +1007,16 @@ impl Shared {
         self.memory.write_back(place.offset, place.len);
         // The restored bytes are in memory before the record says unlocked.
         self.memory.fence();
+        // The image is let go before the unlock, as a writer lets go of its own: the
+        // object is whole, so a recoverer that takes over from here settles the lock
+        // without it, and an announce left behind by a recoverer that dies after the
+        // unlock is never taken for a later holder's (at 2 bits that lock's word is the
+        // same, and a dead later writer's announce says "undo ready" too).
+        let announce = self.announce_word(dead, index);
+        announce.store(
+            announce.load(Ordering::SeqCst) & !UNDO_READY,
+            Ordering::SeqCst,
+        );
         let before = locked.counter.wrapping_sub(1) & records.counter_mask();
         let unlocked = RecordWord {
             in_use: true,
