@@ -836,7 +836,8 @@ fn ci() -> ExitCode {
             "warnings",
         ],
         TEST_COMMAND,
-        // The page cache's tests of appends that fail (core chaos hooks).
+        // The page cache's tests of appends that fail and hosts that die (core chaos
+        // hooks).
         &[
             "test",
             "-p",
@@ -845,6 +846,8 @@ fn ci() -> ExitCode {
             "chaos",
             "--test",
             "unconfirmed",
+            "--test",
+            "deaths",
         ],
         &["build", "--workspace", "--benches", "--examples"],
         FIRST_COMMAND,

@@ -28,10 +28,20 @@
 //! finds the page, and counts an admission lost. (A create that answers `ObjectExists`,
 //! which the lock makes impossible among page caches, counts the same.)
 //!
-//! Capacity: a coherent counter of cached pages (admitted, or reserved by an admission in
-//! progress) is kept at most the capacity; an admission reserves a unit *before* it takes
-//! its admission lock, evicting with the clock hand while the cache is full, so that no
-//! thread holds one admission lock while it waits for another (the hand only try-locks).
+//! Capacity: the pages cached (the pod's objects, which every replica counts once it has
+//! caught up with the log) and the admissions in progress are kept at most the capacity.
+//! An admission counts itself in its host's word (tagged with the host's life) *before*
+//! it takes its admission lock, then counts every host's and the pages; over the
+//! capacity, it takes itself out and evicts with the clock hand, so that no thread holds
+//! one admission lock while it waits for another (the hand only try-locks). Of two
+//! admissions that count themselves at once, at least one sees the other (sequentially
+//! consistent words), so the two never both take the last room; an admission goes from
+//! its word to the pages only once its create returned, by which time the log's `ctail`
+//! covers the page: a host that reads the word after that catches up past it. A host
+//! that dies in the middle leaves nothing standing: its word counts only while its row
+//! is its life's (the core frees it once the host is recovered), and what it created or
+//! deleted is in the log. (A single coherent counter of pages drifted for good when a
+//! host died between its create or delete and its update of the count.)
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -69,26 +79,75 @@ fn holder_of(value: u64) -> HostId {
     ((value & 0xff) as HostId).saturating_sub(1)
 }
 
-/// A unit of the cached-pages counter taken by an admission; given back when dropped
-/// unless the admission created the page.
+/// A word of admissions in progress: the life of its host's id in the high half, the
+/// count in the low half.
+const COUNT_BITS: u32 = 32;
+const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+
+/// An admission in progress, counted in its host's word until dropped (once its create
+/// returned, the page counts as one of the pod's objects).
 struct Reservation<'a> {
-    counter: &'a AtomicU64,
-    kept: bool,
+    word: &'a AtomicU64,
+    life: u64,
 }
 
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
-        if !self.kept {
-            // Relaxed: a count; nothing is published with it.
-            self.counter.fetch_sub(1, Ordering::Relaxed);
-        }
+        // Only our life's count: none other than ours changes our word, but the tag says
+        // so to the readers too.
+        let _ = self
+            .word
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
+                (word >> COUNT_BITS == self.life).then(|| word - 1)
+            });
     }
 }
 
 impl Inner {
-    /// The cached-pages counter.
-    pub(crate) fn cached_pages(&self) -> &AtomicU64 {
-        self.shared.pod.scr_u64(self.shared.regions.cached_pages)
+    /// This host's life, as its words of admissions in progress are tagged with it.
+    fn life(&self) -> u64 {
+        (self.lock_value >> 8) & COUNT_MASK
+    }
+
+    /// Counts an admission of this host's in its word (a word left by an earlier life of
+    /// the id starts again from this one).
+    fn count_admission(&self) -> Reservation<'_> {
+        let word = self
+            .shared
+            .pod
+            .scr_u64(self.shared.regions.admitting(self.host.id()));
+        let life = self.life();
+        // SeqCst: before the loads of every host's word (`pages_in_use`).
+        let _ = word.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
+            Some(if word >> COUNT_BITS == life {
+                word + 1
+            } else {
+                life << COUNT_BITS | 1
+            })
+        });
+        Reservation { word, life }
+    }
+
+    /// Pages the cache holds or is admitting now: the admissions in progress of every
+    /// host whose row is still its word's life, then the pod's objects once this host has
+    /// caught up with the log (an admission leaves its word only after its create
+    /// returned: the log covers the page by then).
+    pub(crate) fn pages_in_use(&self) -> Result<u64> {
+        let regions = &self.shared.regions;
+        let mut admitting = 0;
+        for row in self.shared.pod.hosts() {
+            // SeqCst: after this host's own count (`count_admission`).
+            let word = self
+                .shared
+                .pod
+                .scr_u64(regions.admitting(row.host))
+                .load(Ordering::SeqCst);
+            if word >> COUNT_BITS == row.joins & COUNT_MASK {
+                admitting += word & COUNT_MASK;
+            }
+        }
+        self.host.replay()?;
+        Ok(self.host.inspect().replica_len() + admitting)
     }
 
     fn lock_word(&self, key: &[u8; PAGE_KEY_BYTES]) -> (u64, &AtomicU64) {
@@ -154,37 +213,24 @@ impl Inner {
         }
     }
 
-    /// Reserves room for one page: a unit of the cached-pages counter, evicting with the
-    /// clock hand while the cache is full (bounded by the wait limit).
+    /// Reserves room for one page: counts the admission in, and while that takes the cache
+    /// past its capacity, takes it out and evicts with the clock hand (bounded by the wait
+    /// limit).
     fn reserve(&self) -> Result<Reservation<'_>> {
-        let counter = self.cached_pages();
         let mut wait: Option<Backoff> = None;
         loop {
-            // Relaxed: a count; the pages themselves are published by the log.
-            let current = counter.load(Ordering::Relaxed);
-            if current < self.capacity_pages {
-                if counter
-                    .compare_exchange_weak(
-                        current,
-                        current + 1,
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    )
-                    .is_ok()
-                {
-                    return Ok(Reservation {
-                        counter,
-                        kept: false,
-                    });
-                }
-                continue;
+            let reservation = self.count_admission();
+            let in_use = self.pages_in_use()?;
+            if in_use <= self.capacity_pages {
+                return Ok(reservation);
             }
+            drop(reservation);
             match self.sweep()? {
                 Swept::Evicted => {}
                 Swept::Nothing { refusal } => {
                     Backoff::snooze_or(&mut wait, self.host.options().wait_limit, |waited_ms| {
                         refusal.unwrap_or(Error::NoVictim {
-                            cached_pages: counter.load(Ordering::Relaxed),
+                            cached_pages: in_use - 1,
                             capacity_pages: self.capacity_pages,
                             waited_ms,
                         })
@@ -202,7 +248,7 @@ impl Inner {
         page: u64,
         key: &[u8; PAGE_KEY_BYTES],
     ) -> Result<()> {
-        let mut reservation = self.reserve()?;
+        let _reservation = self.reserve()?;
         let _lock = self.lock_page(key)?;
         // Under the lock: no eviction of the page runs, and a finished one wrote it back
         // (see the module docs). Cached already: someone admitted it since our miss.
@@ -223,15 +269,14 @@ impl Inner {
                 return Ok(());
             }
             // The create may have reached the log (its append was not confirmed): if it
-            // took effect, the page is ours to count and to name in its owner line (or
-            // the clock hand would never find it).
+            // took effect, the page is ours to name in its owner line (or the clock hand
+            // would find it only once a sweep that found nothing repairs the lines).
             Err(error) => {
                 if self.cached_after_failure(key)? != Some(true) {
                     return Err(error.into());
                 }
             }
         }
-        reservation.kept = true;
         self.shared.counters.add(Counter::Admissions);
         // Still under the lock, so the page cannot be evicted and its slot reused before
         // the owner line is written back: the line names the page that lives there, and

@@ -243,10 +243,12 @@ impl PageCache {
         self.inner.evict_one()
     }
 
-    /// Pages counted in the pod's cache now (admitted, or reserved by admissions in
-    /// progress), by every host.
+    /// Pages in the pod's cache now (as this host's replica knows them once caught up with
+    /// the log), and admissions in progress on every live host.
     pub fn cached_pages(&self) -> u64 {
-        self.inner.cached_pages().load(Ordering::Relaxed)
+        self.inner
+            .pages_in_use()
+            .unwrap_or_else(|_| self.inner.host.inspect().replica_len())
     }
 
     /// The cache's capacity in pages.

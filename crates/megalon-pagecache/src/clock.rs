@@ -19,6 +19,9 @@
 //!    write) leaves the page cached, and the hand moves on.
 //!
 //! A sweep gives up after `MAX_ACCESS_COUNT + 2` turns of the clock without a victim.
+//! Before it does, it names in their owner lines the pages whose lines do not name them
+//! (their admitter died, or failed, between its create and its line: the hand could
+//! never find them), and if it named any, turns once more.
 
 use megalon_core::limits::LINE_BYTES;
 
@@ -112,11 +115,6 @@ impl Inner {
     /// of. Returns whether this call deleted it.
     fn delete(&self, key: &[u8; PAGE_KEY_BYTES]) -> Result<bool> {
         let deleted = || {
-            // Relaxed: a count; nothing is published with it.
-            let before = self
-                .cached_pages()
-                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-            debug_assert!(before > 0, "a cached page was counted");
             self.shared.counters.add(Counter::Evictions);
             Ok(true)
         };
@@ -130,7 +128,7 @@ impl Inner {
                 .take()
                 .unwrap_or(Error::Core(megalon_core::Error::ReleaseRefused { record }))),
             // The delete may have reached the log (its append was not confirmed): if it
-            // took effect, the page is gone and was counted.
+            // took effect, the page is gone.
             Err(error) => match self.cached_after_failure(key)? {
                 Some(false) => deleted(),
                 _ => Err(error.into()),
@@ -171,12 +169,7 @@ impl Inner {
     pub(crate) fn evict_one(&self) -> Result<bool> {
         let mut wait = Backoff::new(self.host.options().wait_limit);
         loop {
-            // Relaxed: a count (see `reserve`).
-            if self
-                .cached_pages()
-                .load(std::sync::atomic::Ordering::Relaxed)
-                == 0
-            {
+            if self.pages_in_use()? == 0 {
                 return Ok(false);
             }
             match self.sweep()? {
@@ -184,9 +177,7 @@ impl Inner {
                 Swept::Nothing { refusal } => {
                     if !wait.snooze() {
                         return Err(refusal.unwrap_or(Error::NoVictim {
-                            cached_pages: self
-                                .cached_pages()
-                                .load(std::sync::atomic::Ordering::Relaxed),
+                            cached_pages: self.pages_in_use()?,
                             capacity_pages: self.capacity_pages,
                             waited_ms: wait.waited_ms(),
                         }));
@@ -196,8 +187,46 @@ impl Inner {
         }
     }
 
-    /// Moves the hand until it evicts a page or has turned `MAX_ACCESS_COUNT + 2` times.
+    /// Moves the hand until it evicts a page or has turned `MAX_ACCESS_COUNT + 2` times
+    /// (then repairs the owner lines, and if it named a page, turns as many times again).
     pub(crate) fn sweep(&self) -> Result<Swept> {
+        match self.turn()? {
+            Swept::Nothing { refusal } if self.name_unnamed_pages()? == 0 => {
+                Ok(Swept::Nothing { refusal })
+            }
+            Swept::Nothing { .. } => self.turn(),
+            evicted => Ok(evicted),
+        }
+    }
+
+    /// Names in its slot's owner line every page whose line does not name it, under the
+    /// page's admission lock (a page an admission holds the lock of is being named by
+    /// it). Returns how many it named.
+    fn name_unnamed_pages(&self) -> Result<u64> {
+        self.host.replay()?;
+        let mut named = 0;
+        for (key, entry) in self.host.inspect().replica_snapshot() {
+            let Ok(key) = <[u8; PAGE_KEY_BYTES]>::try_from(&key[..]) else {
+                continue;
+            };
+            if self.owner(entry.slot) == Some(key) {
+                continue;
+            }
+            let Some(_lock) = self.try_lock_page(&key) else {
+                continue;
+            };
+            match self.host.lookup(&key)? {
+                Some(now) if now.slot == entry.slot => self.set_owner(entry.slot, &key),
+                _ => continue,
+            }
+            named += 1;
+        }
+        Ok(named)
+    }
+
+    /// The hand's moves of [`Inner::sweep`], until it evicts a page or has turned
+    /// `MAX_ACCESS_COUNT + 2` times.
+    fn turn(&self) -> Result<Swept> {
         let regions = &self.shared.regions;
         let hand = self.shared.pod.scr_u64(regions.hand);
         let steps = regions.slot_count * (u64::from(MAX_ACCESS_COUNT) + 2);

@@ -187,7 +187,7 @@ impl PageCacheConfig {
         let records_bytes =
             (self.coherence_records * record_bytes).div_ceil(LINE_BYTES) * LINE_BYTES;
         let record_count = records_bytes / record_bytes;
-        let app_scr_needed = app_scr_bytes(record_count, self.admission_locks);
+        let app_scr_needed = app_scr_bytes(record_count, self.admission_locks, self.max_hosts);
         let mut scr_bytes = (records_bytes + app_scr_needed).div_ceil(PAGE_BYTES) * PAGE_BYTES;
         let app_scr = loop {
             let probe = base.clone().scr_bytes(scr_bytes).lnr_bytes(lnr_bytes);
@@ -329,7 +329,7 @@ mod tests {
             assert_eq!(layout.slot_count, slot_count_for(pages, hosts));
             let per_line = LINE_BYTES / u64::from(width / 8);
             assert_eq!(layout.record_count, records.div_ceil(per_line) * per_line);
-            assert!(pod.app_scr_bytes >= app_scr_bytes(layout.record_count, 64));
+            assert!(pod.app_scr_bytes >= app_scr_bytes(layout.record_count, 64, pod.max_hosts));
             assert!(pod.app_lnr_bytes >= app_lnr_bytes(layout.slot_count));
         }
     }

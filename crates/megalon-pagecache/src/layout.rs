@@ -5,13 +5,15 @@
 //! | line  | words                                                                        |
 //! |-------|------------------------------------------------------------------------------|
 //! | 0     | magic, capacity in pages, admission locks (written once at creation, magic last) |
-//! | 1     | cached pages: admitted, or reserved by an admission in progress             |
-//! | 2     | the clock hand: a position that only grows; its slot is `position % slots`  |
-//! | 3..   | admission lock words: 0 free, else the holder's host id + 1                 |
+//! | 1     | the clock hand: a position that only grows; its slot is `position % slots`  |
+//! | 2..   | admissions in progress, a word per host: its life above, its count below    |
+//! | ..    | admission lock words: 0 free, else the holder's host id + 1 and its life   |
 //! | ..    | the dirty bitmap: bit `r % 64` of word `r / 64` for coherence record `r`    |
 //!
-//! The counter and the hand each have a line, so hosts that admit do not contend with
-//! hosts that sweep.
+//! The pages cached are the pod's objects (every replica counts them); an admission in
+//! progress counts in its host's word until its create returned, so that the capacity
+//! holds while creates are on their way, and a host that dies in the middle counts no
+//! more once its row is free (`admission.rs`).
 //!
 //! Application LNR (non-coherent, through [`megalon_core::Memory`]):
 //!
@@ -31,22 +33,27 @@ use crate::page::{PAGE_KEY_BYTES, PAGE_OBJECT_BYTES};
 
 /// First word of the application SCR of a pod formatted for a page cache (and its
 /// format version).
-/// Version 2: a page's object is the page and a trailer line (its valid bytes).
-pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"mgPCv002");
+/// Version 2: a page's object is the page and a trailer line (its valid bytes). Version
+/// 3: admissions in progress are counted per host, and the pages cached are the pod's
+/// objects (a coherent counter of both drifted for good when a host died mid-admission
+/// or mid-eviction).
+pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"mgPCv003");
 /// Marks an owner line that holds a key (a fresh pod's zeros hold none).
 pub(crate) const OWNER_MAGIC: u64 = u64::from_le_bytes(*b"mgPCownr");
 /// Bytes of an owner line that mean something: the key, then the magic.
 pub(crate) const OWNER_BYTES: usize = PAGE_KEY_BYTES + 8;
-/// Lines of the application SCR before the lock words: header, counter, hand.
-const FIXED_LINES: u64 = 3;
+/// Lines of the application SCR before the words of admissions in progress: header, hand.
+const FIXED_LINES: u64 = 2;
 
 fn whole_lines(bytes: u64) -> u64 {
     bytes.div_ceil(LINE_BYTES) * LINE_BYTES
 }
 
-/// Application SCR bytes a page cache needs with `record_count` records.
-pub(crate) fn app_scr_bytes(record_count: u64, admission_locks: u64) -> u64 {
+/// Application SCR bytes a page cache needs with `record_count` records, `admission_locks`
+/// lock words and `max_hosts` hosts.
+pub(crate) fn app_scr_bytes(record_count: u64, admission_locks: u64, max_hosts: u32) -> u64 {
     FIXED_LINES * LINE_BYTES
+        + whole_lines(u64::from(max_hosts) * 8)
         + whole_lines(admission_locks * 8)
         + whole_lines(record_count.div_ceil(64) * 8)
 }
@@ -62,10 +69,10 @@ pub(crate) fn app_lnr_bytes(slot_count: u64) -> u64 {
 pub(crate) struct Regions {
     /// The header line: magic, capacity, admission locks.
     pub(crate) header: u64,
-    /// The cached-pages counter.
-    pub(crate) cached_pages: u64,
     /// The clock hand.
     pub(crate) hand: u64,
+    /// The first word of admissions in progress (one per host).
+    pub(crate) admitting: u64,
     /// The first admission lock word.
     pub(crate) locks: u64,
     /// Admission lock words.
@@ -101,7 +108,9 @@ impl Regions {
                 reason: "its keys cannot hold 16 bytes",
             });
         }
-        if config.app_scr_bytes < app_scr_bytes(layout.record_count, admission_locks) {
+        if config.app_scr_bytes
+            < app_scr_bytes(layout.record_count, admission_locks, config.max_hosts)
+        {
             return Err(Error::NotAPageCachePod {
                 reason: "its application SCR is too small for the locks and the dirty bitmap",
             });
@@ -112,12 +121,13 @@ impl Regions {
             });
         }
         let header = layout.app_scr_offset;
-        let locks = header + FIXED_LINES * LINE_BYTES;
+        let admitting = header + FIXED_LINES * LINE_BYTES;
+        let locks = admitting + whole_lines(u64::from(config.max_hosts) * 8);
         let owners = layout.app_lnr_offset;
         Ok(Regions {
             header,
-            cached_pages: header + LINE_BYTES,
-            hand: header + 2 * LINE_BYTES,
+            hand: header + LINE_BYTES,
+            admitting,
             locks,
             admission_locks,
             bitmap: locks + whole_lines(admission_locks * 8),
@@ -134,6 +144,11 @@ impl Regions {
     pub(crate) fn header_word(layout: &Layout, index: u64) -> Option<u64> {
         (layout.config.app_scr_bytes >= FIXED_LINES * LINE_BYTES)
             .then(|| layout.app_scr_offset + 8 * index)
+    }
+
+    /// Host `host`'s word of admissions in progress.
+    pub(crate) fn admitting(&self, host: megalon_core::HostId) -> u64 {
+        self.admitting + 8 * u64::from(host)
     }
 
     pub(crate) fn lock(&self, index: u64) -> u64 {

@@ -28,8 +28,10 @@
 //! file got outside the cache past a cached page's are left alone); files are named by inode, so they must live on
 //! one file system, seen by every host through one kernel (hosts of one machine, or a file
 //! system whose `fsync` covers every host's writes); a dirty page can only be written back
-//! by a host that has its file open; failures are fail-stop (a killed host leaves its
-//! admission locks held: later waits on them answer [`Error::AdmissionLockBusy`]).
+//! by a host that has its file open; failures are fail-stop (a killed host's admission
+//! locks wait, and its admission in progress counts against the capacity, until the core
+//! has recovered it; then the next admission takes the locks over, and a page it created
+//! but never named for the clock hand is named by the next sweep that finds no victim).
 //!
 //! ```
 //! use std::io::Write;
