@@ -138,7 +138,8 @@ mod imp {
     pub(crate) struct Chaos;
 
     impl Chaos {
-        /// No chaos (a caller that has no host's options).
+        /// No chaos (a caller that has no host's options: tests and models).
+        #[cfg(any(test, megalon_loom))]
         pub(crate) const fn none() -> Self {
             Chaos
         }
@@ -257,8 +258,9 @@ mod imp {
     }
 
     impl Chaos {
-        /// No random chaos (a caller that has no host's options); a test's hook still
-        /// runs at its points.
+        /// No random chaos (a caller that has no host's options: tests and models); a
+        /// test's hook still runs at its points.
+        #[cfg(any(test, megalon_loom))]
         pub(crate) fn none() -> Self {
             Self::new(None)
         }

@@ -79,8 +79,10 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"MEGALON\0");
 /// and high 24 bits; the join mailbox's position word is unused (the stream starts
 /// with a header: the joiner's session, the snapshot's position, a checksum); version 10
 /// names the life in a host-table row's reservation words (their top 12 bits, as
-/// `ltail`'s), where 9 held positions alone.
-pub const LAYOUT_VERSION: u32 = 10;
+/// `ltail`'s), where 9 held positions alone; version 11 lets the `head` word's count of
+/// claims wrap, and counts every claim in the word after it on the `head`'s line (zero
+/// in 10).
+pub const LAYOUT_VERSION: u32 = 11;
 /// Bytes of the encoded header.
 pub const HEADER_BYTES: usize = 128;
 

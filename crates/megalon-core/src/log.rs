@@ -32,12 +32,11 @@ use crate::pod::{Cursor, Pod};
 use crate::sync::{AtomicU64, Ordering};
 
 /// Bits of the `head` word that hold the head's position; the bits above them count the
-/// claims made since the head last moved ([`Log::hold_head`]). 52 bits are 4.5 * 10^15
-/// positions: 14 years of appends at ten million a second.
+/// claims made since the head last moved ([`Log::hold_head`]), modulo 4,096. 52 bits are
+/// 4.5 * 10^15 positions: 14 years of appends at ten million a second.
 const HEAD_POSITION_BITS: u32 = 52;
 const HEAD_POSITION_MASK: u64 = (1 << HEAD_POSITION_BITS) - 1;
-/// Most claims the `head` word counts at one position. A joiner that finds it full moves
-/// the head on first (a full count would take 4,095 joins while the head stayed put).
+/// The bits above the position in a `head` or `ltail` word.
 const HEAD_CLAIMS_MAX: u64 = u64::MAX >> HEAD_POSITION_BITS;
 
 /// An `ltail` word holds the position its host has applied in the same low bits, and in
@@ -64,6 +63,7 @@ fn head_position(word: u64) -> u64 {
     word & HEAD_POSITION_MASK
 }
 
+#[cfg(test)]
 fn head_claims(word: u64) -> u64 {
     word >> HEAD_POSITION_BITS
 }
@@ -121,6 +121,12 @@ impl Log {
     #[inline]
     fn head_word(pod: &Pod) -> &AtomicU64 {
         pod.cursor(Cursor::Head)
+    }
+
+    /// Every claim ever made ([`Log::hold_head`]), on the `head`'s line: a closer looks
+    /// at it before and after its look at the rows.
+    fn claims_word(pod: &Pod) -> &AtomicU64 {
+        pod.scr_u64(pod.layout().head_offset() + 8)
     }
 
     /// The oldest position some live host still needs. SeqCst: pairs with the CAS that
@@ -226,11 +232,19 @@ impl Log {
     }
 
     /// Holds the head for life `life` of `host`, whose row this process has just claimed
-    /// and counted: stores its `ltail` and counts the claim in the `head` word, by a CAS
-    /// from the word it loaded before the store. A closer ([`Log::advance_head`]) that
-    /// loaded the word before the count may have looked at this row before the store:
-    /// its CAS fails, and it looks again. One that loads it after sees the `ltail`. So
+    /// and counted: stores its `ltail`, then counts the claim twice: in the claims word,
+    /// and in the `head` word by a CAS from the word it loaded before the store. A closer
+    /// ([`Log::advance_head`]) that may have looked at this row before the store loaded
+    /// the claims word before the count: it finds it changed after its look, or, if the
+    /// count came after that second load, its CAS of the `head` word fails. Either way it
+    /// looks again; one that loads the claims word after the count sees the `ltail`. So
     /// from the count on, the head never passes this row's `ltail` (which only grows).
+    ///
+    /// The `head` word's count wraps (at 4,096): it only has to change between a closer's
+    /// last look at the claims word and its CAS, two instructions. (A count that stopped
+    /// when full had to move the head on: a pod whose ring never filled and whose hosts
+    /// came and went 4,095 times at one position could then be joined early no more, or
+    /// not at all once nobody held the head.)
     /// Returns the position the host replays from: 0 while the head is at 0 (an early
     /// join: the ring has recycled nothing, and will not while this row holds 0), else
     /// the head (a late join, which `late_allowed` must allow: else
@@ -242,7 +256,6 @@ impl Log {
         host: HostId,
         life: u64,
         late_allowed: bool,
-        limit: Duration,
     ) -> Result<u64> {
         let word = Self::head_word(pod);
         let ltail = Self::ltail(pod, host);
@@ -267,23 +280,16 @@ impl Log {
                 Err(now) => mine = now,
             }
         }
-        let mut backoff = Backoff::new(limit);
         loop {
             let seen = word.load(Ordering::SeqCst);
             let from = head_position(seen);
             if from > 0 && !late_allowed {
                 return Err(Error::LogRecycled { head: from });
             }
-            let next = if head_claims(seen) == HEAD_CLAIMS_MAX {
-                // No room to count ours: move the head on (a count goes back to 0 when the
-                // head moves), without this row holding it where it is.
-                waiting
-            } else {
-                ltail_word(from, life)
-            };
-            // SeqCst, before the count: a closer that loads the word after our CAS sees
-            // this store in its look at the rows. A CAS from what we stored: a recoverer
-            // may have released it.
+            let next = ltail_word(from, life);
+            // SeqCst, before the counts: a closer that loads the claims word after ours
+            // sees this store in its look at the rows. A CAS from what we stored: a
+            // recoverer may have released it.
             if ltail
                 .compare_exchange(mine, next, Ordering::SeqCst, Ordering::SeqCst)
                 .is_err()
@@ -291,18 +297,11 @@ impl Log {
                 return Err(dead());
             }
             mine = next;
-            if next == waiting {
-                let (head, laggard) = self.advance_head(pod, &Chaos::none());
-                if head == from && !backoff.snooze() {
-                    let tail = Self::tail(pod).load(Ordering::SeqCst);
-                    return Err(self.full(pod, laggard, head, tail, &backoff));
-                }
-                continue;
-            }
+            Self::claims_word(pod).fetch_add(1, Ordering::SeqCst);
             if word
                 .compare_exchange(
                     seen,
-                    seen + (1 << HEAD_POSITION_BITS),
+                    seen.wrapping_add(1 << HEAD_POSITION_BITS),
                     Ordering::SeqCst,
                     Ordering::SeqCst,
                 )
@@ -325,8 +324,9 @@ impl Log {
     ///
     /// The look at the rows takes one row at a time: a host may claim a row this look
     /// already passed (free, or with its previous life's `ltail`), with an `ltail` below
-    /// the lowest seen. So the head moves only by a CAS from the word loaded before the
-    /// look: a claim counted since ([`Log::hold_head`]) makes it fail, and we look again.
+    /// the lowest seen. So the head moves only if the claims word is what it was before
+    /// the look, and by a CAS from the `head` word loaded before the look: a claim
+    /// counted since ([`Log::hold_head`]) changes one or the other, and we look again.
     /// (A `fetch_max` of the lowest seen, as before layout version 9, moved the head past
     /// such a host when the closer paused between its look and its move.)
     pub(crate) fn advance_head(&self, pod: &Pod, chaos: &Chaos) -> (u64, Option<Laggard>) {
@@ -334,6 +334,7 @@ impl Log {
         loop {
             // Before the look (SeqCst, as the loads in it).
             let seen = word.load(Ordering::SeqCst);
+            let claims = Self::claims_word(pod).load(Ordering::SeqCst);
             let head = head_position(seen);
             let Some(laggard) = Self::lowest(pod, chaos) else {
                 return (head, None);
@@ -351,6 +352,9 @@ impl Log {
             } else {
                 seen
             };
+            if Self::claims_word(pod).load(Ordering::SeqCst) != claims {
+                continue;
+            }
             // The claims count starts again at 0 at the new position.
             if word
                 .compare_exchange(seen, laggard.position, Ordering::SeqCst, Ordering::SeqCst)
@@ -551,7 +555,7 @@ mod tests {
     /// an early join.
     fn join(pod: &Pod, host: HostId, late_allowed: bool) -> Result<u64> {
         assert_eq!(host_table::claim_and_count(pod, host), Ok(1));
-        Log::new(pod).hold_head(pod, host, 1, late_allowed, Duration::ZERO)
+        Log::new(pod).hold_head(pod, host, 1, late_allowed)
     }
 
     /// A test's stand-in for host `host`'s replay (its first life).
@@ -618,52 +622,86 @@ mod tests {
         host_table::release(&pod, 0, 1);
         assert_eq!(host_table::claim_and_count(&pod, 0), Ok(2));
         assert!(matches!(
-            log.hold_head(&pod, 0, 2, false, Duration::ZERO),
+            log.hold_head(&pod, 0, 2, false),
             Err(Error::LogRecycled { head: 7 })
         ));
-        assert!(matches!(
-            log.hold_head(&pod, 0, 2, true, Duration::ZERO),
-            Ok(7)
-        ));
+        assert!(matches!(log.hold_head(&pod, 0, 2, true), Ok(7)));
         assert_eq!(Log::ltail_of(&pod, 0, 2), Some(7));
         assert_eq!(head_claims(word.load(Ordering::SeqCst)), 1);
     }
 
-    /// A joiner that finds the count full moves the head on first; where a host holds it
-    /// where it is, it waits, and past its limit answers `LogFull` naming that host (and
-    /// holds nothing).
+    /// Joins and leaves of row 0, one after another, 4,096 and more while the head
+    /// stays at 0 (the ring never fills): each join is still early, whether another host
+    /// has applied past 0 or none is joined. (The count stopped when full, and the joiner
+    /// that found it so moved the head on: the join after the 4,095th was refused
+    /// `LogRecycled` in a pod without a join area, or `LogFull` naming no host when none
+    /// held the head.)
     #[test]
-    fn a_joiner_that_finds_the_count_full_moves_the_head_or_names_who_holds_it() {
+    fn joins_past_a_full_count_at_one_position_are_still_early() {
+        for other_host in [true, false] {
+            let pod = pod();
+            Log::tail(&pod).store(3, Ordering::SeqCst);
+            if other_host {
+                assert!(matches!(join(&pod, 1, false), Ok(0)));
+                applied(&pod, 1, 3);
+            }
+            let log = Log::new(&pod);
+            for life in 1..=HEAD_CLAIMS_MAX + 2 {
+                assert_eq!(host_table::claim_and_count(&pod, 0), Ok(life));
+                let from = log.hold_head(&pod, 0, life, false);
+                assert!(
+                    matches!(from, Ok(0)),
+                    "another host joined: {other_host}; join {life} of row 0: {from:?}"
+                );
+                host_table::release(&pod, 0, life);
+            }
+            assert_eq!(Log::head(&pod), 0);
+        }
+    }
+
+    /// A closer looks at row 0 (free); before it looks at row 1 (host 1, applied to 5),
+    /// row 0 is joined and left 4,095 times, then joined early once more and held at 0:
+    /// the `head` word's count has wrapped to what the closer loaded. It must not move
+    /// the head to 5, past the joiner: the claims word changed since its look began.
+    #[cfg(feature = "chaos")]
+    #[test]
+    fn a_closer_whose_look_spans_a_wrap_of_the_count_looks_again() {
+        use crate::chaos;
         let pod = pod();
-        let word = Log::head_word(&pod);
         assert!(matches!(join(&pod, 1, false), Ok(0)));
-        applied(&pod, 1, 3);
-        word.store(HEAD_CLAIMS_MAX << HEAD_POSITION_BITS, Ordering::SeqCst);
-        // Host 1 has applied up to 3: the head moves there, and the join is late.
-        assert_eq!(host_table::claim_and_count(&pod, 0), Ok(1));
+        applied(&pod, 1, 5);
+        let word_before = Log::head_word(&pod).load(Ordering::SeqCst);
+        let mut joined = false;
+        let hook = {
+            let pod = Arc::clone(&pod);
+            move |point| {
+                if point != Point::HeadLookBetweenRows || joined {
+                    return;
+                }
+                joined = true;
+                let log = Log::new(&pod);
+                for life in 1..=HEAD_CLAIMS_MAX + 1 {
+                    assert_eq!(host_table::claim_and_count(&pod, 0), Ok(life));
+                    assert!(matches!(log.hold_head(&pod, 0, life, false), Ok(0)));
+                    if life <= HEAD_CLAIMS_MAX {
+                        host_table::release(&pod, 0, life);
+                    }
+                }
+                assert_eq!(
+                    Log::head_word(&pod).load(Ordering::SeqCst),
+                    word_before,
+                    "the count wrapped"
+                );
+            }
+        };
         let log = Log::new(&pod);
-        assert!(matches!(
-            log.hold_head(&pod, 0, 1, true, Duration::from_millis(50)),
-            Ok(3)
-        ));
-        assert_eq!(word.load(Ordering::SeqCst), 3 | 1 << HEAD_POSITION_BITS);
-        // Host 1 stays at 3, where the head is.
-        host_table::release(&pod, 0, 1);
-        word.store(3 | HEAD_CLAIMS_MAX << HEAD_POSITION_BITS, Ordering::SeqCst);
-        assert_eq!(host_table::claim_and_count(&pod, 0), Ok(2));
-        let refused = log.hold_head(&pod, 0, 2, true, Duration::from_millis(50));
+        chaos::with_hook(hook, || log.advance_head(&pod, &Chaos::none()));
+        let joiner = Log::ltail_of(&pod, 0, HEAD_CLAIMS_MAX + 1).unwrap();
+        let head = Log::head(&pod);
         assert!(
-            matches!(
-                refused,
-                Err(Error::LogFull {
-                    lagging_host: 1,
-                    lagging_position: 3,
-                    ..
-                })
-            ),
-            "{refused:?}"
+            head <= joiner,
+            "the head {head} passed the joiner's ltail {joiner}"
         );
-        assert_eq!(Log::ltail_of(&pod, 0, 2), None, "holding nothing");
     }
 
     /// Every change of an `ltail` is one life's: a host declared dead whose replay runs
@@ -709,8 +747,8 @@ mod tests {
         assert!(host_table::release_dead(&pod, 0, std::process::id(), 1));
         assert_eq!(host_table::claim_and_count(&pod, 0), Ok(2));
         let log = Log::new(&pod);
-        assert_eq!(log.hold_head(&pod, 0, 2, false, Duration::ZERO).unwrap(), 0);
-        let late = log.hold_head(&pod, 0, 1, false, Duration::ZERO);
+        assert_eq!(log.hold_head(&pod, 0, 2, false).unwrap(), 0);
+        let late = log.hold_head(&pod, 0, 1, false);
         assert!(
             matches!(late, Err(Error::HostDeclaredDead { host: 0, life: 1 })),
             "{late:?}"

@@ -375,10 +375,7 @@ fn loom_a_join_racing_the_first_recycle_replays_from_0_or_is_refused() {
 /// Host 1 joined (early, its first life) and has applied up to 5.
 fn host_1_joined_at_5(pod: &Pod, log: &crate::log::Log) {
     assert_eq!(crate::host_table::try_claim(pod, 1), Ok(1));
-    assert!(matches!(
-        log.hold_head(pod, 1, 1, false, Duration::ZERO),
-        Ok(0)
-    ));
+    assert!(matches!(log.hold_head(pod, 1, 1, false), Ok(0)));
     crate::log::Log::store_ltail(pod, 1, 1, 5);
 }
 
@@ -402,7 +399,7 @@ fn loom_a_closer_that_looked_before_an_early_join_does_not_pass_the_joiner() {
         };
         // Host 0 joins: early if the head is still at 0.
         assert_eq!(host_table::try_claim(&pod, 0), Ok(1));
-        let early = match log.hold_head(&pod, 0, 1, false, Duration::ZERO) {
+        let early = match log.hold_head(&pod, 0, 1, false) {
             Ok(from) => {
                 assert_eq!(from, 0);
                 true
@@ -448,9 +445,7 @@ fn loom_a_closer_that_looked_before_a_late_join_does_not_pass_its_pin() {
             })
         };
         assert_eq!(host_table::try_claim(&pod, 0), Ok(1));
-        let from = log
-            .hold_head(&pod, 0, 1, true, Duration::ZERO)
-            .expect("a late join");
+        let from = log.hold_head(&pod, 0, 1, true).expect("a late join");
         assert_eq!(from, 5);
         // The server pins the joiner at its applied position, then replays on.
         let pinned = 5;

@@ -729,22 +729,22 @@ fn open_a_layout_or_log_format_version_newer_than_this_build() {
 
 #[test]
 fn open_a_pod_of_the_previous_layout_version() {
-    // A pod made by a build of layout version 9 (whose host-table rows announce log
-    // reservations as positions alone, naming no life): its header says 9, with a
+    // A pod made by a build of layout version 10 (whose `head` word's count of claims
+    // stops when full, with no claims word beside it): its header says 10, with a
     // checksum that matches. This build refuses it by name.
     let previous = LAYOUT_VERSION - 1;
-    assert_eq!(previous, 9);
+    assert_eq!(previous, 10);
     let (_dir, _path, error) = open_with_header_field(&small_config(), VERSION_AT, previous);
     assert!(
         matches!(
             error,
             Error::UnknownVersion {
-                found: 9,
+                found: 10,
                 supported: LAYOUT_VERSION,
                 ..
             }
         ),
-        "expected UnknownVersion of 9, got {error:?}"
+        "expected UnknownVersion of 10, got {error:?}"
     );
 }
 

@@ -511,8 +511,7 @@ mod tests {
             .unwrap();
         let life = host_table::claim_and_count(&pod, joiner).unwrap();
         let log = crate::log::Log::new(&pod);
-        log.hold_head(&pod, joiner, life, true, Duration::ZERO)
-            .unwrap();
+        log.hold_head(&pod, joiner, life, true).unwrap();
         let mailbox = mailbox(&pod);
         mailbox
             .request
@@ -619,8 +618,7 @@ mod tests {
             .unwrap();
         let joiner_life = host_table::claim_and_count(&pod, joiner).unwrap();
         let log = crate::log::Log::new(&pod);
-        log.hold_head(&pod, joiner, joiner_life, true, Duration::ZERO)
-            .unwrap();
+        log.hold_head(&pod, joiner, joiner_life, true).unwrap();
         let session = host_table::session(joiner, joiner_life);
         let mb = mailbox(&pod);
         mb.request.store(session, Ordering::SeqCst);
@@ -939,7 +937,7 @@ mod tests {
         // (its recovery releases its life's `ltail`) and its own hold would fail.
         let again = host_table::claim_and_count(&pod, 3).unwrap();
         assert_eq!(again, 2);
-        let held = Log::new(&pod).hold_head(&pod, 3, again, false, Duration::ZERO);
+        let held = Log::new(&pod).hold_head(&pod, 3, again, false);
         assert!(matches!(held, Ok(0)), "an early join: {held:?}");
         a.replay().unwrap();
         Log::new(&pod).advance_head(&pod, &crate::chaos::Chaos::none());

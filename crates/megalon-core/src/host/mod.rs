@@ -144,7 +144,7 @@ impl Host {
         let options: HostOptions = options.into();
         let started = std::time::Instant::now();
         let (shared, life) = loop {
-            let (id, life, late) = claim_id(pod, which, options.wait_limit)?;
+            let (id, life, late) = claim_id(pod, which)?;
             let shared = Arc::new(Shared::new(pod, id, life, options.clone()));
             if !late {
                 break (shared, life);
@@ -559,9 +559,8 @@ impl Shared {
 /// ring may have recycled entries: a late join (if the pod has a join area), where the
 /// new host's `ltail` holds the head where it is until a live host pins it at the position
 /// of the snapshot it sends. Returns the id, which life of it this is, and whether the
-/// join is late. `limit` bounds the wait for the head to move should it have counted
-/// 4,095 claims at one position.
-fn claim_id(pod: &Pod, which: Join, limit: std::time::Duration) -> Result<(HostId, u64, bool)> {
+/// join is late.
+fn claim_id(pod: &Pod, which: Join) -> Result<(HostId, u64, bool)> {
     let max_hosts = pod.config().max_hosts;
     if let Join::As(host) = which {
         if host >= max_hosts {
@@ -573,7 +572,7 @@ fn claim_id(pod: &Pod, which: Join, limit: std::time::Duration) -> Result<(HostI
         return Err(Log::recycled(pod));
     }
     let (id, life) = claim_row(pod, which, max_hosts)?;
-    let from = match Log::new(pod).hold_head(pod, id, life, can_join_late, limit) {
+    let from = match Log::new(pod).hold_head(pod, id, life, can_join_late) {
         Ok(from) => from,
         Err(error) => {
             give_up_row(pod, id, life)?;
