@@ -117,13 +117,15 @@ impl Inner {
             .pod
             .scr_u64(self.shared.regions.admitting(self.host.id()));
         let life = self.life();
-        // SeqCst: before the loads of every host's word (`pages_in_use`).
+        // SeqCst: before the loads of every host's word (`pages_in_use`). A word of a
+        // later life is the id's next holder's: this host was declared dead (paused past
+        // its lease), and counts nowhere (its drop changes nothing either).
         let _ = word.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
-            Some(if word >> COUNT_BITS == life {
-                word + 1
-            } else {
-                life << COUNT_BITS | 1
-            })
+            match (word >> COUNT_BITS).cmp(&life) {
+                std::cmp::Ordering::Equal => Some(word + 1),
+                std::cmp::Ordering::Less => Some(life << COUNT_BITS | 1),
+                std::cmp::Ordering::Greater => None,
+            }
         });
         Reservation { word, life }
     }
@@ -146,8 +148,7 @@ impl Inner {
                 admitting += word & COUNT_MASK;
             }
         }
-        self.host.replay()?;
-        Ok(self.host.inspect().replica_len() + admitting)
+        Ok(self.host.object_count()? + admitting)
     }
 
     fn lock_word(&self, key: &[u8; PAGE_KEY_BYTES]) -> (u64, &AtomicU64) {
@@ -354,5 +355,42 @@ mod tests {
         );
         drop(taken);
         assert_eq!(word.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
+    /// Host a is paused past its lease in an admission, recovered, and its id joined
+    /// again by c, which admits. When a resumes and counts itself in, it must leave c's
+    /// word alone: it reset it to its own life's, c's admission in progress counted no
+    /// more, and b took the room c held (the cache went over its capacity).
+    #[test]
+    fn a_paused_host_s_count_leaves_the_next_life_s_word_alone() {
+        let pod =
+            PageCache::create_pod(&PageCacheConfig::new(1).max_hosts(2), Backing::heap()).unwrap();
+        let a = join(&pod);
+        let b = join(&pod);
+        let a_id = a.inner.host.id();
+        a.inner.host.inspect().freeze(); // paused past its lease
+        let start = std::time::Instant::now();
+        while pod.hosts().iter().any(|row| row.host == a_id) {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "a never recovered"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let c = join(&pod); // a's id, its next life
+        assert_eq!(c.inner.host.id(), a_id);
+        let in_progress = c.inner.reserve().expect("an empty cache has room");
+        // a resumes at the top of reserve's loop: counts, fails its look, takes itself out.
+        drop(a.inner.count_admission());
+        assert!(a.inner.pages_in_use().is_err(), "a knows it is dead by now");
+        let taken = b.inner.reserve();
+        assert!(
+            matches!(taken, Err(Error::NoVictim { .. })),
+            "b took room that c's admission holds (pages in use {:?}): {:?}",
+            b.inner.pages_in_use(),
+            taken.as_ref().map(|_| ())
+        );
+        drop(in_progress);
+        std::mem::forget(a);
     }
 }

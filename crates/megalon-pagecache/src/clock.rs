@@ -203,7 +203,8 @@ impl Inner {
     /// page's admission lock (a page an admission holds the lock of is being named by
     /// it). Returns how many it named.
     fn name_unnamed_pages(&self) -> Result<u64> {
-        self.host.replay()?;
+        // Caught up with the log first: the snapshot then names every page created so far.
+        self.host.object_count()?;
         let mut named = 0;
         for (key, entry) in self.host.inspect().replica_snapshot() {
             let Ok(key) = <[u8; PAGE_KEY_BYTES]>::try_from(&key[..]) else {

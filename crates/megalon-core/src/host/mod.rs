@@ -241,6 +241,13 @@ impl Host {
         Ok(self.shared.look(|view| view.lookup(key)))
     }
 
+    /// The pod's objects, linearizably: the replica first applies every log entry whose
+    /// append had completed when the call began, then counts its objects.
+    pub fn object_count(&self) -> Result<u64> {
+        self.shared.catch_up()?;
+        Ok(self.shared.replica.read().len())
+    }
+
     /// Creates object `key` holding `value`: writes the bytes into a free slot this host
     /// owns, makes them reach memory, then appends the create event.
     /// [`Error::ObjectExists`] if the key exists (the slot stays with this host).
