@@ -367,41 +367,66 @@ fn a_host_whose_replay_panicked_is_recovered_as_a_dead_one() {
     assert_eq!(read(&b, b"k"), value(3));
 }
 
-/// The same panic seen first by the pump (its replay), while the host is still held by
-/// its process and never dropped: the pump stops and leaves the host as a dead one, and
-/// the others recover it by its lease. (A pump that just died would leave a host that
-/// serves and beats nothing, yet lives on this machine as long as its process: the log's
-/// head would wait for its replay for good.)
+/// A pump that panics (a defect in it; here told to) while its host is still held by its
+/// process and never dropped: the host answers `HostDeclaredDead` at once (a write of
+/// its went on while the others recovered it), its write under way leaves its lock to
+/// recovery, and the others recover it by its lease. (A pump that just died left a host
+/// that served and beat nothing, yet lived on this machine as long as its process: the
+/// log's head waited for its replay for good.) The same for a panic in its replay (its
+/// replica poisoned).
 #[test]
 fn a_host_whose_pump_panicked_is_recovered_while_its_process_holds_it() {
-    let (pod, a, b) = two_hosts_with_k();
-    let a_id = a.id();
-    half_written(&a);
-    a.inspect().poison_replica();
-    b.create(b"other", &value(4)).unwrap(); // a's pump replays it
-    wait_recovered(&b, 1);
-    let errors = a.inspect().background_errors();
-    assert!(
-        matches!(
-            &errors.last,
-            Some(megalon_core::Error::BackgroundPanicked { task: "pump", .. })
-        ),
-        "the pump says why it stopped: {errors:?}"
-    );
-    assert_eq!(b.inspect().stats().locks_recovered, 1);
-    assert_eq!(read(&b, b"k"), value(2), "the old value, whole");
-    assert!(
-        pod.hosts().iter().all(|row| row.host != a_id),
-        "the row is free: {:?}",
-        pod.hosts()
-    );
-    b.write(b"k", &value(3)).unwrap();
-    assert_eq!(read(&b, b"k"), value(3));
-    // Dropped now, it changes nothing: its row is another's to take.
-    let c = join(&pod, 3);
-    drop(a);
-    assert_eq!(read(&c, b"k"), value(3));
-    assert!(pod.hosts().iter().any(|row| row.host == c.id()));
+    for poisoned in [false, true] {
+        let (pod, a, b) = two_hosts_with_k();
+        let a_id = a.id();
+        half_written(&a);
+        if poisoned {
+            a.inspect().poison_replica();
+        }
+        b.create(b"other", &value(4)).unwrap(); // a's pump replays it
+        if !poisoned {
+            a.inspect().make_pump_panic();
+        }
+        let deadline = Instant::now() + BOUND;
+        while a.inspect().background_errors().count == 0 {
+            assert!(Instant::now() < deadline, "the pump never panicked");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let errors = a.inspect().background_errors();
+        assert!(
+            matches!(
+                &errors.last,
+                Some(megalon_core::Error::BackgroundPanicked { task: "pump", .. })
+            ),
+            "the pump says why it stopped: {errors:?}"
+        );
+        if !poisoned {
+            let written = a.write(b"other", &value(5));
+            assert!(
+                matches!(written, Err(megalon_core::Error::HostDeclaredDead { .. })),
+                "a host whose pump panicked wrote on: {written:?}"
+            );
+        }
+        wait_recovered(&b, 1);
+        assert_eq!(
+            b.inspect().stats().locks_recovered,
+            1,
+            "poisoned: {poisoned}"
+        );
+        assert_eq!(read(&b, b"k"), value(2), "the old value, whole");
+        assert!(
+            pod.hosts().iter().all(|row| row.host != a_id),
+            "the row is free: {:?}",
+            pod.hosts()
+        );
+        b.write(b"k", &value(3)).unwrap();
+        assert_eq!(read(&b, b"k"), value(3));
+        // Dropped now, it changes nothing: its row is another's to take.
+        let c = join(&pod, 3);
+        drop(a);
+        assert_eq!(read(&c, b"k"), value(3));
+        assert!(pod.hosts().iter().any(|row| row.host == c.id()));
+    }
 }
 
 /// Host o holds `k` in its DRAM (local partitions) and dies, idle. Host s's read asks o

@@ -282,6 +282,19 @@ impl Inspect<'_> {
         }));
     }
 
+    /// Makes this host's pump panic at its next round, as a defect in it would: the host
+    /// answers `HostDeclaredDead` from then on and leaves as a dead one, for the others to
+    /// recover once its lease runs out. For tests of what follows.
+    pub fn make_pump_panic(&self) {
+        let shared = &self.host.shared;
+        shared
+            .pump_told_to_panic
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(pump) = &self.host.pump {
+            pump.thread().unpark();
+        }
+    }
+
     /// Makes this host's row say that it runs on another machine: the other hosts can then
     /// tell whether it lives only by its lease (its pump's heartbeats), as across
     /// machines. For tests of the lease.

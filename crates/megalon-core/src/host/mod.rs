@@ -85,6 +85,8 @@ struct Shared {
     /// The pump panicked outside the reclaimer (a defect of this host's, not the caller's
     /// code): it stopped and left the host to the others as a dead one (`Shared::pump`).
     pump_panicked: std::sync::atomic::AtomicBool,
+    /// A test asked the pump to panic at its next round (`Inspect::make_pump_panic`).
+    pump_told_to_panic: std::sync::atomic::AtomicBool,
     /// Held from a reservation of log positions until they are published: the host's row
     /// announces one reservation at a time.
     append_lock: Mutex<()>,
@@ -418,15 +420,19 @@ impl Shared {
     /// The pump's thread: replays, serves, beats and watches until the host stops. A
     /// panic in any of it but the reclaimer (whose release hook is the caller's code, and
     /// is caught there) is a defect that may have left what the task held half-done; the
-    /// pump stops and the host leaves as a dead one does: its row says it runs elsewhere
-    /// and nothing beats any more, so once its lease runs out the others recover it
-    /// (its operations then answer `HostDeclaredDead`). Left running without its pump it
-    /// would serve no RPC, join or grant, yet live on this machine as long as its
-    /// process, and the log's head would wait for its replay for good.
+    /// pump stops and the host leaves as a dead one does: its operations answer
+    /// `HostDeclaredDead` from then on (a write under way leaves its lock to recovery),
+    /// its row says it runs elsewhere and nothing beats any more, so once its lease runs
+    /// out the others recover it. Left running without its pump it would serve no RPC,
+    /// join or grant, yet live on this machine as long as its process, and the log's head
+    /// would wait for its replay for good; left answering, its writes would go on while
+    /// the others recovered it.
     fn pump(&self, interval: Duration) {
         let pumped =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.pump_rounds(interval)));
         if let Err(panic) = pumped {
+            self.declared_dead
+                .store(true, std::sync::atomic::Ordering::Relaxed);
             self.pump_panicked
                 .store(true, std::sync::atomic::Ordering::Release);
             self.background_error(Error::BackgroundPanicked {
@@ -442,6 +448,12 @@ impl Shared {
         // RPC, more may follow, and each waits for the pump while it sleeps.
         let mut busy_rounds = 0u32;
         while !self.stop.load(std::sync::atomic::Ordering::Acquire) {
+            if self
+                .pump_told_to_panic
+                .load(std::sync::atomic::Ordering::Relaxed)
+            {
+                panic!("the pump was told to panic (Inspect::make_pump_panic)");
+            }
             // Errors also surface to the host's own operations, which replay too; the
             // pump counts them and keeps the last (`Host::background_errors`). None of
             // them leaves a record locked: every path that holds one settles it.
@@ -519,6 +531,7 @@ impl Shared {
             pool_is_mine: std::sync::atomic::AtomicBool::new(life == 1),
             left_unsettled: std::sync::atomic::AtomicBool::new(false),
             pump_panicked: std::sync::atomic::AtomicBool::new(false),
+            pump_told_to_panic: std::sync::atomic::AtomicBool::new(false),
             append_lock: Mutex::new(()),
             free_holds: Mutex::new(if HOLDS_PER_HOST == 64 {
                 u64::MAX
