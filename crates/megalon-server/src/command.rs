@@ -332,6 +332,17 @@ impl Executor {
     }
 
     fn del(&mut self, args: Args<'_>, out: &mut Vec<u8>) {
+        // Checked first, as MSET is: an error reply deletes nothing.
+        let max_key = self.host.limits.max_key_bytes;
+        if let Some(key) = args.from(1).find(|key| key.len() > max_key) {
+            return resp::error(
+                out,
+                format_args!(
+                    "ERR key of {} bytes is longer than the limit of {max_key} bytes",
+                    key.len()
+                ),
+            );
+        }
         let mut deleted = 0;
         for key in args.from(1) {
             match self.kv.delete(key) {

@@ -147,9 +147,11 @@ enum Length {
 }
 
 fn length_line(bytes: &[u8]) -> Length {
-    let window = &bytes[..bytes.len().min(MAX_LENGTH_LINE_BYTES)];
+    // The CR at most one byte before the limit, so that a line still waiting for its LF
+    // holds less than `MAX_LENGTH_LINE_BYTES` (the buffer has room for the LF).
+    let window = &bytes[..bytes.len().min(MAX_LENGTH_LINE_BYTES - 1)];
     let Some(cr) = window.iter().position(|&b| b == b'\r') else {
-        return if bytes.len() >= MAX_LENGTH_LINE_BYTES {
+        return if bytes.len() >= MAX_LENGTH_LINE_BYTES - 1 {
             Length::Bad
         } else {
             Length::More
