@@ -168,8 +168,15 @@ impl Args {
                 ));
             }
         }
-        let starts = u64::from(self.kv.hosts) + self.kills_at_most();
-        if starts * self.kv.threads as u64 > MAX_WORKERS {
+        if self.wait_seconds > common::kv_args::MAX_SECONDS {
+            return Err(format!(
+                "--wait-seconds {}: at most {} (a year) is supported",
+                self.wait_seconds,
+                common::kv_args::MAX_SECONDS
+            ));
+        }
+        let starts = u64::from(self.kv.hosts).saturating_add(self.kills_at_most());
+        if starts.saturating_mul(self.kv.threads as u64) > MAX_WORKERS {
             return Err(format!(
                 "--hosts {} --threads {} with a kill every {:?} s over {} s: {starts} starts of {} workers each; the stamps number at most {MAX_WORKERS} workers",
                 self.kv.hosts,
@@ -407,7 +414,10 @@ fn parent(args: &Args, flags: &[OsString], interrupted: &AtomicBool) -> Result<S
         path.display(),
         pod.layout().total_bytes >> 20,
     );
-    drop(pod);
+    // Held (and with it the pod file's shared lock) until the end: between this create
+    // and the hosts' opens, another creator at the path would otherwise find it unused
+    // and replace it under the hosts.
+    let _pod = pod;
     let mut cluster = Cluster::start(args, flags, &path, interrupted)?;
     cluster.load()?;
     cluster.run()?;
@@ -1458,6 +1468,65 @@ mod tests {
         killed_and_started_again("256");
     }
 
+    /// A second creator at the run's pod path is refused for the whole run, also in the
+    /// moment between the parent's create and its hosts' opens.
+    #[test]
+    fn a_second_creator_is_refused_while_the_hosts_start() {
+        let pod = shared_memory_dir().join(format!(
+            "megalon-kv-cluster-test-{}-race.pod",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&pod);
+        let pod_flag = pod.to_str().expect("a UTF-8 path").to_owned();
+        let done = AtomicBool::new(false);
+        let (replaced, run) = thread::scope(|scope| {
+            let racer = scope.spawn(|| {
+                let config = PodConfig::new()
+                    .scr_bytes(64 << 10)
+                    .lnr_bytes(16 << 20)
+                    .slot_size_bytes(256);
+                while !pod.exists() {
+                    if done.load(Ordering::Relaxed) {
+                        return false;
+                    }
+                    thread::sleep(Duration::from_micros(50));
+                }
+                // The run lasts 3 s; the hosts start within the first few hundred ms.
+                let until = Instant::now() + Duration::from_millis(500);
+                while Instant::now() < until {
+                    if Pod::create(&config, Backing::file(&pod)).is_ok() {
+                        return true;
+                    }
+                }
+                false
+            });
+            let run = parent_on(&[
+                "--hosts",
+                "2",
+                "--threads",
+                "1",
+                "--keys",
+                "1000",
+                "--seconds",
+                "3",
+                "--wait-seconds",
+                "5",
+                "--quiet",
+                "--pod",
+                &pod_flag,
+            ])
+            .map_err(|e| e.to_string());
+            done.store(true, Ordering::Relaxed);
+            (racer.join().unwrap(), run)
+        });
+        let _ = std::fs::remove_file(&pod);
+        assert!(
+            !replaced,
+            "another process's Pod::create replaced the run's pod file as its hosts started; the run answered {run:?}"
+        );
+        run.expect("the run");
+    }
+
     #[test]
     fn a_child_takes_the_parent_s_flags_and_its_own() {
         let parent = ["--pod", "/dev/shm/a.pod", "--keys", "10", "--skew", "0"];
@@ -1491,6 +1560,23 @@ mod tests {
             refused(&["--crash-every", "1", "--hosts", "1"]),
             "--crash-every with --hosts 1: at least 2 hosts are needed, as the last host that has joined is never killed"
         );
+    }
+
+    /// Numbers too large for a run are refused by name by the check, before any pod file
+    /// or process exists, not met later as a panic or a wrapped count.
+    #[test]
+    fn numbers_too_large_are_refused_by_the_check() {
+        for flags in [
+            &["--seconds", "1e300"][..],
+            &["--seconds", "1e18"],
+            &["--wait-seconds", "18446744073709551615"],
+            // A kill every 1e-300 s over 5 s is more starts than the stamps number.
+            &["--crash-every", "1e-300", "--threads", "64"],
+        ] {
+            let args: Args = common::parse_flags(flags).unwrap();
+            let checked = std::panic::catch_unwind(|| args.check());
+            assert!(matches!(&checked, Ok(Err(_))), "{flags:?}: {checked:?}");
+        }
     }
 
     #[test]

@@ -57,8 +57,9 @@ struct Args {
     /// Replay only the first this many requests.
     #[arg(long)]
     limit: Option<usize>,
-    /// Memory the hosts use: this machine's, with real cache-maintenance instructions, or
-    /// a simulated non-coherent cache per host.
+    /// Memory the hosts use: this machine's, with real cache-maintenance instructions; a
+    /// simulated non-coherent cache per host; or this machine's under the CXL cost model
+    /// (`cxl`).
     #[arg(long, default_value = "hardware", value_parser = common::memory_kind())]
     memory: MemoryKind,
     /// Seed of the simulated memory.

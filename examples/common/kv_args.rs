@@ -4,6 +4,10 @@
 use megalon::core::{MemoryKind, PodConfig};
 use megalon_bench::mix::Mix;
 
+/// The longest run, and the longest wait, in seconds: a year (far below what a
+/// `Duration` added to an `Instant` can hold).
+pub const MAX_SECONDS: u64 = 365 * 24 * 3600;
+
 /// The workload, the hosts' memory and the pod's coherent region.
 #[derive(Clone, Debug, clap::Args)]
 pub struct KvArgs {
@@ -29,9 +33,10 @@ pub struct KvArgs {
     /// Seconds of the mixed run.
     #[arg(long, default_value_t = 5.0, allow_negative_numbers = true)]
     pub seconds: f64,
-    /// Memory the hosts use: this machine's, with real cache-maintenance instructions, or
-    /// a simulated non-coherent cache per host (slower; a missing flush shows as a stale
-    /// read).
+    /// Memory the hosts use: this machine's, with real cache-maintenance instructions; a
+    /// simulated non-coherent cache per host (slower; a missing flush shows as a stale
+    /// read); or this machine's under the CXL cost model (`cxl`: each access charged what
+    /// CXL memory would cost).
     #[arg(long, default_value = "hardware", value_parser = super::memory_kind())]
     pub memory: MemoryKind,
     /// Seed of the key choice and of the simulated memory.
@@ -43,7 +48,7 @@ pub struct KvArgs {
     /// KiB of the pod's coherent region (SCR).
     #[arg(long, default_value_t = 1024)]
     pub scr_kib: u64,
-    /// Bits of one coherence record: 8, 16 or 32.
+    /// Bits of one coherence record: 2, 4, 8, 16 or 32.
     #[arg(long, default_value_t = 16)]
     pub record_bits: u32,
     /// Local DRAM partitions: an object moves to a host's DRAM after this many
@@ -84,6 +89,12 @@ impl KvArgs {
         if !(self.seconds > 0.0 && self.seconds.is_finite()) {
             return Err(format!(
                 "--seconds {}: a positive number of seconds is needed",
+                self.seconds
+            ));
+        }
+        if self.seconds > MAX_SECONDS as f64 {
+            return Err(format!(
+                "--seconds {}: at most {MAX_SECONDS} (a year) is supported",
                 self.seconds
             ));
         }

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use megalon_core::{Backing, Host, HostOptions, Join, MemoryKind, Pod, PodConfig};
+use megalon_core::{Backing, Backoff, Host, HostOptions, Join, MemoryKind, Pod, PodConfig};
 use megalon_kv::{Megalon, Store};
 
 use server::{Listen, Server, Serving};
@@ -143,6 +143,25 @@ fn socket_path(pattern: &str, host: u32) -> PathBuf {
     PathBuf::from(pattern.replace("{host}", &host.to_string()))
 }
 
+/// Joins as `which` says. A host id still held by a process that was killed is freed by
+/// a live host of the pod within a fraction of the lease: a restarted server waits for
+/// that, up to `bound`, rather than failing at once.
+fn join_pod(
+    pod: &Arc<Pod>,
+    which: Join,
+    options: HostOptions,
+    bound: Duration,
+) -> Result<Host, String> {
+    let mut backoff = Backoff::new(bound);
+    loop {
+        match Host::join(pod, which, options.clone()) {
+            Err(megalon_core::Error::HostTaken { .. }) if backoff.snooze() => {}
+            Err(e) => return Err(format!("joining the pod: {e}")),
+            Ok(host) => return Ok(host),
+        }
+    }
+}
+
 fn run(args: &Args) -> Result<(), String> {
     if args.hosts == 0 || args.workers == 0 || args.max_clients == 0 {
         return Err("--hosts, --workers and --max-clients must be positive".into());
@@ -165,7 +184,12 @@ fn run(args: &Args) -> Result<(), String> {
             .memory(args.memory.for_host(SIMULATED_SEED, i as u32))
             .wait_limit(Duration::from_millis(args.wait_limit_ms));
         let join = args.host.map_or(Join::AnyFree, Join::As);
-        let host = Host::join(&pod, join, options).map_err(|e| format!("joining the pod: {e}"))?;
+        let host = join_pod(
+            &pod,
+            join,
+            options,
+            Duration::from_millis(args.wait_limit_ms),
+        )?;
         let id = host.id();
         listen.push(Listen {
             socket: socket_path(&args.socket, id),

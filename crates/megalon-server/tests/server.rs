@@ -717,3 +717,21 @@ fn an_mget_of_many_keys_answers_each_in_order() {
         .collect();
     assert_eq!(c.call(&args), OwnedFrame::Array(expected));
 }
+
+/// A host's server killed (SIGKILL) and started again at once as the same host, while
+/// another host's server lives on: it joins again (the live host recovers the dead one
+/// within a fraction of the lease) and serves what the pod holds.
+#[test]
+fn a_killed_host_started_again_as_the_same_host_serves() {
+    let dir = scratch_dir();
+    let mut servers = processes(dir.path(), 2);
+    assert_eq!(servers[1].client(0).cmd("SET a 1"), ok());
+    // Drop kills the process with SIGKILL and reaps it.
+    drop(servers.pop());
+    let (pod, socket) = (dir.path().join("pod"), dir.path().join("p1.sock"));
+    let (pod_text, socket_text) = (pod.display().to_string(), socket.display().to_string());
+    let mut args = vec!["--pod", &pod_text, "--host", "1", "--socket", &socket_text];
+    args.extend(SIZES);
+    let again = Server::start(&args, vec![socket]);
+    assert_eq!(again.client(0).cmd("GET a"), bulk(b"1"));
+}
