@@ -462,3 +462,37 @@ fn a_long_give_back_does_not_outlast_the_lease() {
             .unwrap_or_else(|error| panic!("create {i} of {}: {error}", slots.div_ceil(2)));
     }
 }
+
+/// An id joined again early replays its earlier life's entries: their outcomes are no
+/// appender's of the new life, and none is kept. (Each was kept for as long as the new
+/// life lived: a map that grew with every entry its id had ever appended.)
+#[test]
+fn a_rejoin_keeps_no_outcome_of_its_id_s_earlier_life() {
+    let config = PodConfig::new()
+        .max_hosts(MAX_HOSTS)
+        .log_capacity_entries(4096);
+    let pod = Arc::new(Pod::create(&config, Backing::heap()).expect("creating a heap pod"));
+    let first = join(&pod, Join::As(0)).expect("host 0 is free");
+    for i in 0..200u32 {
+        first.create(&i.to_le_bytes(), b"v").expect("create");
+    }
+    assert_eq!(
+        first.inspect().outcomes_held(),
+        0,
+        "each append took its own"
+    );
+    drop(first);
+    let again = join(&pod, Join::As(0)).expect("host 0 is free again");
+    assert_eq!(
+        again.inspect().log_cursors().0,
+        0,
+        "an early join: the head at 0"
+    );
+    again.create(b"mine", b"v").expect("create");
+    assert!(again.lookup(&7u32.to_le_bytes()).unwrap().is_some());
+    assert_eq!(
+        again.inspect().outcomes_held(),
+        0,
+        "outcomes of the earlier life kept"
+    );
+}

@@ -232,8 +232,11 @@ impl Shared {
             _ => {}
         }
         // A `Skip` names the host that reserved its position (filled by it or by its
-        // recoverer): no appender of this host waits for its outcome.
-        if author == self.id && !matches!(event, Event::Skip) {
+        // recoverer): no appender of this host waits for its outcome; nor for an entry of
+        // an earlier life of its id (a rejoin replays them: kept, their outcomes would
+        // pile up for as long as it lives).
+        let own = author == self.id && position >= self.first_reserved.load(Ordering::SeqCst);
+        if own && !matches!(event, Event::Skip) {
             match self.settles.lock().remove(&position) {
                 // Its appender gave up waiting: settle for it once `ctail` covers the
                 // entry (at the end of the round).
@@ -475,6 +478,8 @@ impl Shared {
                 return Err(error);
             }
         };
+        // Before the entries are written, so before any replay applies them.
+        self.first_reserved.fetch_min(start, Ordering::SeqCst);
         self.chaos.point(Point::AppendAfterReserve);
         // A host paused past its lease since its reservation was declared dead, and its
         // positions filled with `Skip` entries that every host may have applied: writing

@@ -111,6 +111,12 @@ impl Inspect<'_> {
         self.host.shared.replica.read().snapshot()
     }
 
+    /// Outcomes of this host's own entries that replay applied and no appender has taken
+    /// yet (each append takes its own once its replay is done).
+    pub fn outcomes_held(&self) -> usize {
+        self.host.shared.replica.replay.lock().outcomes.len()
+    }
+
     /// Objects in this host's replica.
     pub fn replica_len(&self) -> u64 {
         self.host.shared.replica.read().len()

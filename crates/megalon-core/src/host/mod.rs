@@ -87,6 +87,10 @@ struct Shared {
     pump_panicked: std::sync::atomic::AtomicBool,
     /// A test asked the pump to panic at its next round (`Inspect::make_pump_panic`).
     pump_told_to_panic: std::sync::atomic::AtomicBool,
+    /// The first log position this life reserved (`u64::MAX` before its first append):
+    /// entries of its id below it are an earlier life's, whose outcomes no appender of
+    /// this one waits for.
+    first_reserved: std::sync::atomic::AtomicU64,
     /// Held from a reservation of log positions until they are published: the host's row
     /// announces one reservation at a time.
     append_lock: Mutex<()>,
@@ -532,6 +536,7 @@ impl Shared {
             left_unsettled: std::sync::atomic::AtomicBool::new(false),
             pump_panicked: std::sync::atomic::AtomicBool::new(false),
             pump_told_to_panic: std::sync::atomic::AtomicBool::new(false),
+            first_reserved: std::sync::atomic::AtomicU64::new(u64::MAX),
             append_lock: Mutex::new(()),
             free_holds: Mutex::new(if HOLDS_PER_HOST == 64 {
                 u64::MAX
