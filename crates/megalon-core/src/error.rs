@@ -393,6 +393,10 @@ pub enum Error {
         host: u32,
     },
     /// A log entry below the completed tail is not published: its writer stopped midway.
+    /// A call that answers this after its own entry reached the log (an append waiting
+    /// for its outcome behind the unpublished one) may still take effect: its entry
+    /// applies when replay gets past the hole (a dead writer's is filled by its
+    /// recovery), so read again to know.
     #[error("log entry {position} is not published after {waited_ms} ms, though the log says it is complete")]
     ReplayStalled {
         /// The entry's position.
