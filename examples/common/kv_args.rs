@@ -7,6 +7,10 @@ use megalon_bench::mix::Mix;
 /// The longest run, and the longest wait, in seconds: a year (far below what a
 /// `Duration` added to an `Instant` can hold).
 pub const MAX_SECONDS: u64 = 365 * 24 * 3600;
+/// The most worker threads a host runs (each a thread of the process).
+pub const MAX_THREADS: usize = 4096;
+/// The most keys: 2^40 (a pod of that many 1 KiB values would be a petabyte).
+pub const MAX_KEYS: u64 = 1 << 40;
 
 /// The workload, the hosts' memory and the pod's coherent region.
 #[derive(Clone, Debug, clap::Args)]
@@ -73,6 +77,15 @@ impl KvArgs {
             if value == 0 {
                 return Err(format!("{flag} 0: at least 1 is needed"));
             }
+        }
+        if self.threads > MAX_THREADS {
+            return Err(format!(
+                "--threads {}: at most {MAX_THREADS} a host",
+                self.threads
+            ));
+        }
+        if self.keys > MAX_KEYS {
+            return Err(format!("--keys {}: at most {MAX_KEYS}", self.keys));
         }
         if !(0.0..=1.0).contains(&self.write_ratio) {
             return Err(format!(
@@ -188,6 +201,14 @@ mod tests {
                 "--seconds -2: a positive number of seconds is needed",
             ),
             (["--threads", "0"], "--threads 0: at least 1 is needed"),
+            (
+                ["--threads", "100000"],
+                "--threads 100000: at most 4096 a host",
+            ),
+            (
+                ["--keys", "18446744073709551615"],
+                "--keys 18446744073709551615: at most 1099511627776",
+            ),
         ] {
             assert_eq!(parse(&flags).unwrap_err(), refusal, "{flags:?}");
         }

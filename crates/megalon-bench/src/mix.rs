@@ -56,8 +56,14 @@ impl Mix {
             .log_capacity_entries(MIX_LOG_CAPACITY_ENTRIES)
             .max_hosts(max_hosts);
         let log_bytes = MIX_LOG_CAPACITY_ENTRIES * config.log_entry_bytes();
-        let slots = self.keys + self.keys / 4 + 1024;
-        config.lnr_bytes((log_bytes + slots * slot_size_bytes).next_multiple_of(PAGE_BYTES))
+        // Saturating: a mix of more keys than memory holds gets a pod the create refuses
+        // (its LNR too large), not one that wrapped round to a small size.
+        let slots = self.keys.saturating_add(self.keys / 4).saturating_add(1024);
+        let lnr_bytes = slots
+            .saturating_mul(slot_size_bytes)
+            .saturating_add(log_bytes)
+            .min(u64::MAX - PAGE_BYTES);
+        config.lnr_bytes(lnr_bytes.next_multiple_of(PAGE_BYTES))
     }
 }
 
@@ -879,6 +885,23 @@ impl fmt::Display for MixRun {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A mix of more keys than any memory holds gets a pod its create refuses by name
+    /// (its LNR wrapped round to a small one, whose hosts ran out of slots).
+    #[test]
+    fn a_mix_too_large_for_any_pod_is_refused_by_the_create() {
+        let mix = Mix {
+            keys: u64::MAX,
+            value_bytes: 1024,
+            write_ratio: 0.05,
+            skew: 0.99,
+            seed: 1,
+        };
+        let config = mix.pod_config(2);
+        assert!(config.lnr_bytes > 1 << 60, "{}", config.lnr_bytes);
+        let created = megalon_core::Pod::create(&config, megalon_core::Backing::heap());
+        assert!(created.is_err(), "a pod of {} LNR bytes", config.lnr_bytes);
+    }
 
     fn partitioned(shared_ratio: f64) -> Plan {
         Plan {
