@@ -2086,3 +2086,37 @@ fn a_recoverer_that_dies_after_a_restore_leaves_no_image_to_restore_again() {
         value(3)[0]
     );
 }
+
+/// Host w's append announces position p, and before its `tail` CAS host d reserves the
+/// whole ring from p on and dies without publishing: w's CAS fails, and w waits for room
+/// that only the filling of d's hole makes. w's own watch finds d dead and fills the
+/// hole, unless w still announces p: its announce of the range it lost kept every
+/// recovery from filling it (a live host's claim), and w waited out its limit (`LogFull`).
+#[test]
+fn a_waiter_s_announce_of_a_range_it_lost_keeps_no_hole_unfilled() {
+    const CAPACITY: u64 = 16;
+    let config = common::config()
+        .max_hosts(2)
+        .log_capacity_entries(CAPACITY)
+        .lease_ms(LEASE_MS);
+    let pod = common::heap_pod(&config);
+    let w = leak_waiting(&pod, 0, BOUND);
+    let d = leak(&pod, 1);
+    w.create(b"k", &value(1)).unwrap();
+    assert!(d.lookup(b"k").unwrap().is_some(), "d caught up");
+    let fired = Rc::new(std::cell::Cell::new(false));
+    let hook_fired = Rc::clone(&fired);
+    let appended = chaos::with_hook(
+        move |at| {
+            if at != Point::ReserveBeforeCas || hook_fired.replace(true) {
+                return;
+            }
+            d.inspect().reserve_unpublished(CAPACITY).unwrap();
+            d.inspect().freeze();
+        },
+        || w.create(b"after", &value(2)),
+    );
+    assert!(fired.get(), "w reached its CAS");
+    assert!(appended.is_ok(), "w's append: {appended:?}");
+    assert_eq!(common::read(w, b"after"), value(2));
+}

@@ -462,6 +462,17 @@ impl Shared {
                 Ok(())
             },
             || {
+                // No room: the range it announced last lost its `tail` CAS to another
+                // host, which may die before it publishes. Announced still, the range
+                // would keep that host's recovery (this host's own, in `unblock_log`
+                // below) from filling it, and the ring from making room, until this wait
+                // gave up.
+                host_table::withdraw_reservation(
+                    &self.pod,
+                    self.id,
+                    self.life,
+                    announced.replace(0),
+                );
                 // A host waiting for room beats: a joiner's pump does not run yet, and one
                 // on another machine would be declared dead while it waits for its
                 // `HostJoined`'s room.
