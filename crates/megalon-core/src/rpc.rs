@@ -473,11 +473,27 @@ impl RingGeometry {
                     }
                     continue;
                 }
+                #[cfg(all(test, not(megalon_loom)))]
+                tests::before_tail_cas(ticket);
                 if self
                     .tail(pod)
                     .compare_exchange(ticket, ticket + 1, Ordering::SeqCst, Ordering::Relaxed)
                     .is_ok()
                 {
+                    // A sender paused past its lease before this CAS was recovered: the
+                    // tail not past the ticket yet, its recovery let the word go and
+                    // settled nothing. The ticket is its own now, and nobody else's to
+                    // settle: it withdraws it (the server skips it) and sends nothing. (A
+                    // CAS from the free state: settled since, it is left as it is.)
+                    if word.load(Ordering::SeqCst) != sender {
+                        let _ = self.state(pod, ticket).compare_exchange(
+                            state,
+                            pack(ticket, WITHDRAWN),
+                            Ordering::Release,
+                            Ordering::Relaxed,
+                        );
+                        return Err(waited_ms(backoff));
+                    }
                     return Ok((ticket, state));
                 }
                 // Reserved, used and freed since we looked: not ours.
@@ -1406,6 +1422,78 @@ mod tests {
         /// Run once by `claim` between its load of a withdrawn state and its skip.
         static BEFORE_SKIP_STORE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
             const { std::cell::RefCell::new(None) };
+    }
+
+    thread_local! {
+        /// Run once by `reserve` between its CAS of the entry's sender word and its CAS
+        /// of the tail.
+        static BEFORE_TAIL_CAS: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    /// `reserve`'s seam: runs the calling thread's hook, once.
+    pub(super) fn before_tail_cas(_ticket: u64) {
+        if let Some(hook) = BEFORE_TAIL_CAS.with(|hook| hook.borrow_mut().take()) {
+            hook();
+        }
+    }
+
+    /// A sender paused past its lease between its take of the entry's sender word and
+    /// its CAS of the tail is recovered meanwhile (the tail not past its ticket: the word
+    /// let go, nothing settled). Resumed, its CAS wins the ticket: it must send nothing and
+    /// leave the entry for the server to skip. (It sent its request holding no word: had
+    /// it then died, nobody would ever have settled the entry, and the ring lost it.)
+    #[test]
+    fn a_sender_recovered_before_its_tail_cas_sends_nothing() {
+        let (pod, ring, sender, server) = sides(2);
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        let (in_hook, ring_in_hook) = (Arc::clone(&pod), ring.clone());
+        BEFORE_TAIL_CAS.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move || {
+                assert_eq!(ring_in_hook.recover_sender(&in_hook, SENDER), 1);
+                assert_eq!(ring_in_hook.sender(&in_hook, 0).load(Ordering::SeqCst), 0);
+            }));
+        });
+        let mut served = 0;
+        let mut serving = vec![0; ring.entry_bytes as usize];
+        let outcome = call_serving(
+            &ring,
+            &pod,
+            &sender,
+            &mut buf,
+            b"late",
+            WAIT_LIMIT,
+            &mut || {
+                while let Some(claimed) = ring.claim(&pod, &()) {
+                    let request = ring.read(&server, claimed, &mut serving, &());
+                    let response = answer(request.op, &serving[request.key.clone()], b"");
+                    ring.respond(&pod, &server, claimed, &mut serving, response, &());
+                    served += 1;
+                }
+                ControlFlow::Continue(())
+            },
+        );
+        assert!(outcome.is_err(), "a recovered sender's call: {outcome:?}");
+        assert_eq!(served, 0, "a recovered sender sent its request");
+        // The server skips the entry, and the ring serves on.
+        assert!(ring.claim(&pod, &()).is_none());
+        let next = call_serving(
+            &ring,
+            &pod,
+            &sender,
+            &mut buf,
+            b"next",
+            WAIT_LIMIT,
+            &mut || {
+                while let Some(claimed) = ring.claim(&pod, &()) {
+                    let request = ring.read(&server, claimed, &mut serving, &());
+                    let response = answer(request.op, &serving[request.key.clone()], b"");
+                    ring.respond(&pod, &server, claimed, &mut serving, response, &());
+                }
+                ControlFlow::Continue(())
+            },
+        );
+        assert_eq!(next, Ok(answer(1, b"next", b"")));
     }
 
     /// `claim`'s seam: runs the calling thread's hook, once.
