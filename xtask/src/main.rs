@@ -848,6 +848,8 @@ fn ci() -> ExitCode {
             "unconfirmed",
             "--test",
             "deaths",
+            "--test",
+            "capacity_hole",
         ],
         &["build", "--workspace", "--benches", "--examples"],
         FIRST_COMMAND,

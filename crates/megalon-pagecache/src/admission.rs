@@ -93,14 +93,16 @@ struct Reservation<'a> {
 
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
-        // Only our life's count: none other than ours changes our word, but the tag says
-        // so to the readers too.
-        let _ = self
-            .word
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
-                (word >> COUNT_BITS == self.life).then(|| word - 1)
-            });
+        uncount(self.word, self.life);
     }
+}
+
+/// Takes one admission of life `life` out of `word`. Only our life's count: none other
+/// than ours changes our word, but the tag says so to the readers too.
+fn uncount(word: &AtomicU64, life: u64) {
+    let _ = word.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
+        (word >> COUNT_BITS == life).then(|| word - 1)
+    });
 }
 
 impl Inner {
@@ -135,6 +137,7 @@ impl Inner {
     /// caught up with the log (an admission leaves its word only after its create
     /// returned: the log covers the page by then).
     pub(crate) fn pages_in_use(&self) -> Result<u64> {
+        self.settle_unknown_admissions()?;
         let regions = &self.shared.regions;
         let mut admitting = 0;
         for row in self.shared.pod.hosts() {
@@ -149,6 +152,31 @@ impl Inner {
             }
         }
         Ok(self.host.object_count()? + admitting)
+    }
+
+    /// Takes out of this host's word the admissions whose create's outcome was unknown
+    /// (`admit`), once this host has applied the log past the tail each names: by then
+    /// `ctail` is past the create too, so a host that reads the word after this catches
+    /// up past it.
+    fn settle_unknown_admissions(&self) -> Result<()> {
+        let mut unknown = self.unknown_admissions.lock();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        self.host.object_count()?; // caught up with `ctail`
+        let applied = self.host.inspect().applied_position();
+        let word = self
+            .shared
+            .pod
+            .scr_u64(self.shared.regions.admitting(self.host.id()));
+        unknown.retain(|&tail| {
+            let settled = applied >= tail;
+            if settled {
+                uncount(word, self.life());
+            }
+            !settled
+        });
+        Ok(())
     }
 
     fn lock_word(&self, key: &[u8; PAGE_KEY_BYTES]) -> (u64, &AtomicU64) {
@@ -249,7 +277,7 @@ impl Inner {
         page: u64,
         key: &[u8; PAGE_KEY_BYTES],
     ) -> Result<()> {
-        let _reservation = self.reserve()?;
+        let reservation = self.reserve()?;
         let _lock = self.lock_page(key)?;
         // Under the lock: no eviction of the page runs, and a finished one wrote it back
         // (see the module docs). Cached already: someone admitted it since our miss.
@@ -273,8 +301,20 @@ impl Inner {
             // took effect, the page is ours to name in its owner line (or the clock hand
             // would find it only once a sweep that found nothing repairs the lines).
             Err(error) => {
-                if self.cached_after_failure(key)? != Some(true) {
-                    return Err(error.into());
+                let (_, _, tail) = self.host.inspect().log_cursors();
+                match self.cached_after_failure(key) {
+                    Ok(Some(true)) => {}
+                    Ok(Some(false)) => return Err(error.into()),
+                    // Still unknown (its entry may be behind another host's hole): the
+                    // create may apply later, uncounted by anyone, and every admission
+                    // until then would find room that is not there. It stays counted in
+                    // this host's word until this host has applied the log past it.
+                    unknown => {
+                        std::mem::forget(reservation);
+                        self.unknown_admissions.lock().push(tail);
+                        unknown?;
+                        return Err(error.into());
+                    }
                 }
             }
         }

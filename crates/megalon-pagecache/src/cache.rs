@@ -41,6 +41,9 @@ pub(crate) struct Inner {
     pub(crate) capacity_pages: u64,
     /// This host's value in an admission lock word it holds (`admission.rs`).
     pub(crate) lock_value: u64,
+    /// Admissions whose create's outcome was unknown, by the log's tail when it failed:
+    /// each counts in this host's word until this host has applied the log past it.
+    pub(crate) unknown_admissions: Mutex<Vec<u64>>,
     stop: AtomicBool,
 }
 
@@ -128,6 +131,7 @@ impl PageCache {
             shared,
             capacity_pages,
             lock_value,
+            unknown_admissions: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
         });
         let writer = match options.writer_interval {

@@ -1,0 +1,88 @@
+//! An admission whose create is stuck behind another host's hole (a reservation not yet
+//! published) answers an error while its create stays in the log, to apply once the hole
+//! fills. It stays counted in its host's word until then: taken out at once, nobody
+//! counted that page, further admissions found room that was not there, and the cache
+//! held more pages than its capacity. Built with the `chaos` feature only (`cargo test
+//! -p megalon-pagecache --features chaos --test capacity_hole`; `cargo xtask ci` runs
+//! it).
+#![cfg(feature = "chaos")]
+
+mod common;
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::{data_file, heap_pod, join, PAGE};
+use megalon_core::chaos::{self, Point};
+use megalon_core::HostOptions;
+use megalon_pagecache::{PageCacheConfig, PageCacheOptions};
+
+fn opts() -> PageCacheOptions {
+    PageCacheOptions::new()
+        .host(
+            HostOptions::new()
+                .pump_interval(None)
+                .wait_limit(Duration::from_millis(200)),
+        )
+        .writer_interval(None)
+}
+
+#[test]
+fn admissions_behind_a_hole_do_not_overfill_the_cache() {
+    let pod = heap_pod(&PageCacheConfig::new(4).max_hosts(2));
+    let data = data_file(16 * PAGE);
+    let a = join(&pod, opts());
+    let b = join(&pod, opts());
+    let fa = a.open(data.path()).unwrap();
+    let fb = b.open(data.path()).unwrap();
+    let mut buf = [0u8; 4];
+    // a gets slots of its own (a slot claim would wait behind the hole below).
+    for page in 10..14u64 {
+        a.read(fa, page * PAGE as u64, &mut buf).unwrap();
+    }
+    for page in 10..14u64 {
+        assert!(a.evict_page(fa, page).unwrap());
+    }
+    assert_eq!(a.cached_pages(), 0);
+
+    // b starts an admission and pauses between its reservation of a log position and
+    // its publish: a hole.
+    let (paused_tx, paused_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let b = &b;
+        let pauser = s.spawn(move || {
+            let mut paused = false;
+            chaos::with_hook(
+                move |point| {
+                    if point == Point::AppendAfterReserve && !paused {
+                        paused = true;
+                        paused_tx.send(()).unwrap();
+                        go_rx.recv().unwrap();
+                    }
+                },
+                || {
+                    let mut buf = [0u8; 4];
+                    b.read(fb, 15 * PAGE as u64, &mut buf)
+                },
+            )
+        });
+        paused_rx.recv().unwrap();
+        // Meanwhile a admits pages: each create lands behind the hole, is unconfirmed,
+        // and its admission answers an error.
+        for page in 0..6u64 {
+            let r = a.read(fa, page * PAGE as u64, &mut buf);
+            eprintln!("a's admission of page {page}: {r:?}");
+        }
+        go_tx.send(()).unwrap();
+        let r = pauser.join().unwrap();
+        eprintln!("b's admission: {r:?}");
+    });
+    let cached: Vec<u64> = (0..16).filter(|&p| a.is_cached(fa, p).unwrap()).collect();
+    eprintln!("cached pages: {cached:?}, count {}", a.cached_pages());
+    assert!(
+        cached.len() as u64 <= a.capacity_pages(),
+        "a cache of {} pages holds {cached:?}",
+        a.capacity_pages()
+    );
+}
