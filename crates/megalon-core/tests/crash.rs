@@ -119,6 +119,40 @@ fn a_write_in_flight_when_its_host_dies_is_rolled_back_whole() {
     assert_eq!(read(&b, b"k"), value(3));
 }
 
+/// Host a holds a write of `k` (its undo image announced at hold 0) and is paused past
+/// its lease; b recovers it, and a's id joins again as a2, whose write of `j` announces
+/// its own image at the same hold. a resumes and ends its write: it must leave a2's
+/// announce alone. (It cleared the image's bit of whatever the word held: when a2 then
+/// died half-way through its write, its recovery found no image and kept `j` torn.)
+#[test]
+fn a_write_ended_after_its_host_was_recovered_leaves_the_next_life_s_image_alone() {
+    let (pod, a, b) = two_hosts_with_k();
+    b.create(b"j", &value(7)).unwrap();
+    b.write(b"j", &value(8)).unwrap();
+    let a_id = a.id();
+    let ticket = a.write_start(b"k").unwrap();
+    ticket.write(0, &value(9)).unwrap();
+    a.inspect().freeze();
+    wait_recovered(&b, 1);
+    let a2 = Host::join(&pod, Join::As(a_id), options(3)).expect("a's id, again");
+    // a2 writes half of j and goes no further.
+    let half = a2.write_start(b"j").unwrap();
+    half.write(0, &[0xee; SLOT / 2]).unwrap();
+    a2.memory().write_back(half.offset(), SLOT);
+    a2.memory().fence();
+    // a resumes and ends its write: it was declared dead.
+    let ended = a.write_end(ticket);
+    assert!(
+        matches!(ended, Err(megalon_core::Error::HostDeclaredDead { .. })),
+        "{ended:?}"
+    );
+    std::mem::forget(half);
+    a2.inspect().freeze();
+    wait_recovered(&b, 2);
+    assert_eq!(read(&b, b"j"), value(8), "j whole, as before a2's write");
+    assert_eq!(read(&b, b"k"), value(2), "k as before a's write");
+}
+
 #[test]
 fn a_dead_host_that_locked_without_writing_leaves_the_value_as_it_was() {
     let (_pod, a, b) = two_hosts_with_k();

@@ -672,12 +672,25 @@ impl Shared {
             return self.write_end_all_log(state, c);
         }
         let records = Records::new(&self.pod);
+        // A host declared dead while it wrote (paused past its lease) changes nothing
+        // more: its recovery put the undo image back, or kept what reached memory, and
+        // unlocked; others may have written the object since. Its announce words are its
+        // row's, and the id's next life may announce its own image at this hold: clearing
+        // that image's bit, it would leave the next life's recovery nothing to put back.
+        // (Pods with undo images only: without, recovery leaves the record to its holder.)
+        if state.hold.is_some() && self.left_to_recovery() {
+            c.add(Counter::ScrAtomics, 1);
+            return Err(Error::HostDeclaredDead {
+                host: self.id,
+                life: self.life,
+            });
+        }
         // 5. The object's lines reach memory before the counter says the write is done.
         self.write_back_object(&state, c);
         if let Some(hold) = state.hold {
             // Whole in its new version: what recovery keeps if we die from here.
             self.let_go_of_undo_image(hold);
-            c.add(Counter::ScrAtomics, 1);
+            c.add(Counter::ScrAtomics, 2);
         }
         self.chaos.point(Point::WriteBeforeUnlock);
         // 6. Counter even again (its wrap event, if it wraps, is in the log already).
