@@ -56,7 +56,12 @@ pub struct HostOptions {
 /// The page cache writes a dirty page back to disk here, so that a read-shared page is
 /// always clean and an evicted page is never lost. The hook runs on whichever thread
 /// releases the record (the background reclaimer, a writer that needs a record, a
-/// deleter); it must not call back into this host's object API for the same object.
+/// deleter); it must not call back into this host's object API for the same object. On
+/// the reclaimer it runs on the pump's thread, which beats the host's lease: a hook that
+/// takes longer than the lease (a write to a slow disk) gets a host that other machines
+/// judge by its lease declared dead, and its writes then answer
+/// [`Error::HostDeclaredDead`](crate::Error::HostDeclaredDead): keep it well within the
+/// lease.
 #[derive(Clone)]
 pub struct ReleaseHook(pub Arc<dyn Fn(&Releasing<'_>) -> bool + Send + Sync>);
 

@@ -178,11 +178,21 @@ impl Host {
     pub fn make_read_shared(&self, key: &[u8]) -> Result<bool> {
         self.shared.check_key(key)?;
         self.shared.with_counters(|c| {
-            self.shared.catch_up()?;
-            let entry = self.shared.replica.read().lookup(key);
-            match entry.ok_or(Error::UnknownKey)?.record {
-                Some(record) => self.shared.deallocate(key, record, c),
-                None => Ok(false),
+            let mut brought_back = 0;
+            loop {
+                self.shared.catch_up()?;
+                let entry = self.shared.replica.read().lookup(key);
+                let entry = entry.ok_or(Error::UnknownKey)?;
+                if let Some(owner) = entry.local_owner {
+                    // In a host's DRAM: its bytes in CXL are old. Back first.
+                    self.shared
+                        .bring_back_counted(owner, key, &mut brought_back, c)?;
+                    continue;
+                }
+                return match entry.record {
+                    Some(record) => self.shared.deallocate(key, record, c, true),
+                    None => Ok(false),
+                };
             }
         })
     }
@@ -329,12 +339,18 @@ impl Shared {
             // Claimed by an alloc whose event is still on its way: not ours to take.
             return Ok(false);
         };
-        self.deallocate(&key, record, c)
+        self.deallocate(&key, record, c, false)
     }
 
     /// Makes `key` read-shared: locks `record`, appends the dealloc event, and frees the
     /// record once the event is applied here. Returns whether it did.
-    pub(super) fn deallocate(&self, key: &[u8], record: u32, c: &ThreadCounters) -> Result<bool> {
+    pub(super) fn deallocate(
+        &self,
+        key: &[u8],
+        record: u32,
+        c: &ThreadCounters,
+        wait_for_hold: bool,
+    ) -> Result<bool> {
         let records = Records::new(&self.pod);
         let word = records.load(record);
         c.add(Counter::ScrAtomics, 1);
@@ -349,7 +365,16 @@ impl Shared {
             ..word
         };
         // Freed on every way out before the settle takes it (after any unlock).
-        let hold = self.take_hold()?;
+        // A reclaim is a choice (and may run on the pump, which must keep beating): it
+        // does not wait for an announce word.
+        let hold = if wait_for_hold {
+            self.take_hold()?
+        } else {
+            match self.try_take_hold() {
+                Some(hold) => hold,
+                None => return Ok(false),
+            }
+        };
         if lock {
             // Under recovery, or busy: another record.
             if !self.announce(&hold, record, locked)? {
@@ -368,9 +393,11 @@ impl Shared {
         // ignored, but the hook would act on another object's record, unlocked).
         if lock && !mutants::skipped(Step::DeallocChecksItsRecordAfterLock) {
             let still_its = self.catch_up().map(|()| {
+                // Not in a host's DRAM (a move needs this lock): the hook reads CXL.
                 self.replica
                     .read()
                     .lookup(key)
+                    .filter(|entry| entry.local_owner.is_none())
                     .and_then(|entry| entry.record)
             });
             if !matches!(still_its, Ok(Some(named)) if named == record) {
