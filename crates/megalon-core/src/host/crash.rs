@@ -269,6 +269,10 @@ impl Shared {
             if let Some(hold) = self.try_take_hold() {
                 return Ok(hold);
             }
+            // A wait of up to the wait limit, maybe on the pump's thread (a move back it
+            // serves): the host is alive, and beats, or it is declared dead alive once
+            // the wait outlasts the lease.
+            self.beat();
             crate::backoff::Backoff::snooze_or(
                 &mut backoff,
                 self.options.wait_limit,

@@ -219,6 +219,14 @@ impl Shared {
         // taken before the object's lock: waiting for one must not hold it.
         let hold = self.take_hold()?;
         object.lock();
+        // The lock may have been held by an `update` that outlasted the lease: this host
+        // may have been declared dead meanwhile, and its recovery has handed the object
+        // back to CXL as it was when it moved (others may have written it since). Write
+        // nothing into the slot then.
+        if let Err(error) = self.holds_its_row() {
+            object.unlock();
+            return Err(error);
+        }
         let state = object.state.load(Ordering::Relaxed);
         // Arriving only while its mover holds `moving`, as we do now.
         debug_assert_ne!(state, ARRIVING, "an object arriving with `moving` free");

@@ -1,0 +1,136 @@
+//! Holders of objects in DRAM (local partitions) that are slow: a move back that waited
+//! behind an `update` outlasting the lease, and a holder that serves a move back while
+//! its announce words are all taken. Neither may lose another host's write or get a live
+//! holder declared dead.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{config, heap_pod as pod, read, small_cache, value, SLOT};
+use megalon_core::{Error, Host, Join};
+
+/// A holder's move back that waited for the object's local lock behind an `update` that
+/// outlasted the lease writes nothing once it has the lock: the holder was declared dead
+/// meanwhile, its recovery handed the object back, and another host wrote it. (It wrote
+/// the object's DRAM bytes, the lost update's included, into the CXL slot: that host's
+/// acknowledged write was lost.)
+#[test]
+fn a_move_back_waiting_behind_a_slow_update_does_not_overwrite_the_recovered_object() {
+    let config = config()
+        .local_partitions(2)
+        .rpc_ring_entries(4)
+        .lease_ms(100);
+    let pod = pod(&config);
+    let pumped = |seed: u64| {
+        small_cache(seed)
+            .pump_interval(Some(Duration::from_millis(1)))
+            .wait_limit(Duration::from_secs(5))
+    };
+    let a = Host::join(&pod, Join::As(0), pumped(1)).unwrap();
+    let b = Host::join(&pod, Join::As(1), pumped(2)).unwrap();
+    let c = Host::join(&pod, Join::As(2), pumped(3)).unwrap();
+    a.create(b"k", &value(0)).unwrap();
+    read(&a, b"k");
+    read(&a, b"k");
+    assert_eq!(a.lookup(b"k").unwrap().unwrap().local_owner, Some(0));
+    a.inspect().pretend_elsewhere();
+    let stop = AtomicBool::new(false);
+    let (updated, deleted, written) = std::thread::scope(|s| {
+        let update = s.spawn(|| {
+            a.update(b"k", |bytes| {
+                std::thread::sleep(Duration::from_millis(1500));
+                bytes.copy_from_slice(&value(7));
+            })
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        // Another thread of a needs k in CXL (a delete brings it back first): its move
+        // back waits for the object's lock, which the update holds.
+        let delete = s.spawn(|| a.delete(b"k"));
+        std::thread::sleep(Duration::from_millis(50));
+        s.spawn(|| {
+            let mut i = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                let _ = b.create(format!("other-{i}").as_bytes(), &value(1));
+                i += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        // a is declared dead and recovered: k is back in CXL, and b writes it.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while b.lookup(b"k").unwrap().unwrap().local_owner.is_some() {
+            assert!(Instant::now() < deadline, "a never recovered");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let written = b.write(b"k", &value(9));
+        let updated = update.join().unwrap();
+        let deleted = delete.join().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        (updated, deleted, written)
+    });
+    eprintln!("update: {updated:?}; delete: {deleted:?}; b's write: {written:?}");
+    assert!(written.is_ok());
+    assert!(matches!(updated, Err(Error::HostDeclaredDead { .. })));
+    let mut buf = vec![0u8; SLOT];
+    c.read(b"k", &mut buf).unwrap();
+    assert_eq!(
+        buf[0],
+        value(9)[0],
+        "b's acknowledged write was overwritten by a's late move back"
+    );
+}
+
+/// A holder's pump that serves a move back waits for an announce word (`take_hold`) for
+/// up to its wait limit, and beats while it waits. (It beat nothing: a holder whose
+/// threads held every announce word, 16 write tickets in a pod with undo images, for
+/// longer than the lease was declared dead alive as soon as another host asked it for an
+/// object, and its tickets and the objects in its DRAM were recovered from under it.)
+#[test]
+fn a_holder_serving_a_move_back_while_its_holds_are_taken_is_not_declared_dead() {
+    use megalon_core::CrashSafety;
+    let config = config()
+        .local_partitions(2)
+        .rpc_ring_entries(4)
+        .lease_ms(100)
+        .crash_safety(CrashSafety::Undo)
+        .lnr_bytes(4 << 20);
+    let pod = pod(&config);
+    let pumped = |seed: u64| {
+        small_cache(seed)
+            .pump_interval(Some(Duration::from_millis(1)))
+            .wait_limit(Duration::from_secs(2))
+    };
+    let a = Host::join(&pod, Join::As(0), pumped(1)).unwrap();
+    let b = Host::join(&pod, Join::As(1), pumped(2)).unwrap();
+    a.create(b"k", &value(0)).unwrap();
+    let others: Vec<Vec<u8>> = (0..16).map(|i| format!("o{i}").into_bytes()).collect();
+    for key in &others {
+        a.create(key, &value(1)).unwrap();
+    }
+    read(&a, b"k");
+    read(&a, b"k");
+    assert_eq!(a.lookup(b"k").unwrap().unwrap().local_owner, Some(0));
+    a.inspect().pretend_elsewhere();
+    // a's threads hold every announce word for a while (well within the wait limit).
+    let tickets: Vec<_> = others
+        .iter()
+        .map(|key| a.write_start(key).unwrap())
+        .collect();
+    let read_on_b = std::thread::scope(|s| {
+        let reader = s.spawn(|| b.read(b"k", &mut [0u8; SLOT]));
+        std::thread::sleep(Duration::from_millis(800));
+        let ended: Vec<_> = tickets.into_iter().map(|t| a.write_end(t)).collect();
+        eprintln!(
+            "a's write_ends: {:?}",
+            ended.iter().filter(|e| e.is_err()).count()
+        );
+        reader.join().unwrap()
+    });
+    eprintln!("b's read: {read_on_b:?}");
+    assert_eq!(
+        b.inspect().stats().hosts_recovered,
+        0,
+        "a, alive and beating until b asked it for k, was declared dead"
+    );
+}
