@@ -289,13 +289,14 @@ impl Shared {
                         let mut bytes = object.bytes(local.object_bytes);
                         let change = change.take().expect("called once");
                         let result = change(Target::Dram(&mut bytes));
-                        object.store(&bytes);
                         // A change that outlasted the lease (its read lock held this
                         // host's replay, and the pump's heartbeat after it) may have got
                         // this host declared dead meanwhile: its recovery hands the object
                         // back to CXL as it was when it moved here, and this write is lost.
-                        // It is not reported done.
+                        // It is not reported done, nor stored (this host's own reads
+                        // would see it until its death applies here).
                         self.holds_its_row()?;
+                        object.store(&bytes);
                         c.add(Counter::LocalWrites, 1);
                         c.add(Counter::Writes, 1);
                         Ok(Place::Done(result))
