@@ -96,6 +96,9 @@ pub enum Point {
     /// Recovery of a dead host's lock, the record restored and unlocked, before the
     /// dead host's announce of it is cleared.
     RecoveryAfterRestore,
+    /// Recovery filling a dead host's reservation, a position found
+    /// unpublished and claimed by no live host, before it writes the `Skip`.
+    RecoveryBeforeFill,
 }
 
 /// A failure chaos can inject into a log append.

@@ -513,9 +513,14 @@ pub(crate) fn pretend_elsewhere(pod: &Pod, host: HostId) {
 pub(crate) fn this_machine() -> u64 {
     static MACHINE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *MACHINE.get_or_init(|| {
-        let id = std::fs::read("/proc/sys/kernel/random/boot_id")
+        let mut id = std::fs::read("/proc/sys/kernel/random/boot_id")
             .or_else(|_| std::fs::read("/etc/machine-id"))
             .unwrap_or_else(|_| b"unknown machine".to_vec());
+        // A pid names a process only within its pid namespace: hosts of one kernel in
+        // two namespaces (two containers) are on two "machines", judged by their leases.
+        if let Ok(ns) = std::fs::read_link("/proc/self/ns/pid") {
+            id.extend_from_slice(ns.as_os_str().as_encoded_bytes());
+        }
         crate::header::fnv1a64(&id) | 1
     })
 }

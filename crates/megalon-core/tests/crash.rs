@@ -463,6 +463,54 @@ fn a_host_whose_pump_panicked_is_recovered_while_its_process_holds_it() {
     }
 }
 
+/// A host whose pump panicked, one of its threads waiting for an announce word (its 16
+/// held by write tickets): nothing of it beats any more, and the others recover it once
+/// its lease runs out. (The waiting thread beat on until its wait limit, and kept the
+/// dead host's locks held that long.)
+#[test]
+fn a_host_whose_pump_panicked_is_not_kept_alive_by_a_waiting_thread() {
+    let pod = pod();
+    let options = || {
+        HostOptions::new()
+            .pump_interval(Some(Duration::from_millis(1)))
+            .wait_limit(Duration::from_secs(4))
+    };
+    let a = Host::join(&pod, Join::AnyFree, options()).unwrap();
+    let b = Host::join(&pod, Join::AnyFree, options()).unwrap();
+    for i in 0..17u8 {
+        a.create(&[b'k', i], &value(i)).unwrap();
+    }
+    // a's 16 announce words all in use: 16 writes under way.
+    let tickets: Vec<_> = (0..16u8)
+        .map(|i| a.write_start(&[b'k', i]).unwrap())
+        .collect();
+    a.inspect().pretend_elsewhere();
+    std::thread::scope(|scope| {
+        // A 17th write waits for an announce word (beating: the host is alive).
+        let waiter = scope.spawn(|| a.write_start(&[b'k', 16]).map(std::mem::forget));
+        std::thread::sleep(Duration::from_millis(50));
+        a.inspect().make_pump_panic();
+        let panicked = Instant::now();
+        while b.inspect().stats().hosts_recovered == 0 {
+            if panicked.elapsed() > Duration::from_secs(10) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let took = panicked.elapsed();
+        let waited = waiter.join().unwrap();
+        assert!(
+            matches!(waited, Err(megalon_core::Error::HostDeclaredDead { .. })),
+            "the waiter of a dead host: {waited:?}"
+        );
+        assert!(
+            took < Duration::from_millis(10 * u64::from(LEASE_MS)),
+            "a host whose pump panicked was recovered only after {took:?} (lease {LEASE_MS} ms)"
+        );
+    });
+    std::mem::forget(tickets);
+}
+
 /// Host o holds `k` in its DRAM (local partitions) and dies, idle. Host s's read asks o
 /// to move `k` back: the request waits in o's ring, unclaimed, and nobody serves that
 /// ring until o's id is joined again. Once o's recovery has put `k` back in CXL (as o

@@ -243,7 +243,9 @@ impl Shared {
     /// finds a host on another machine dead only once its heartbeat has stood still for a
     /// lease.
     pub(super) fn beat(&self) {
-        if !host_table::condemned(&self.pod, self.id, self.life) {
+        // Nor once it knows it is dead (its pump panicked, or it applied its own death):
+        // a thread still in a wait must not keep it alive past its lease.
+        if !self.is_declared_dead() && !host_table::condemned(&self.pod, self.id, self.life) {
             host_table::heartbeat(&self.pod, self.id);
         }
     }
@@ -271,7 +273,9 @@ impl Shared {
             }
             // A wait of up to the wait limit, maybe on the pump's thread (a move back it
             // serves): the host is alive, and beats, or it is declared dead alive once
-            // the wait outlasts the lease.
+            // the wait outlasts the lease. One that learns it is dead meanwhile (its
+            // pump panicked, or it was condemned) stops waiting.
+            self.not_left_to_recovery()?;
             self.beat();
             crate::backoff::Backoff::snooze_or(
                 &mut backoff,
@@ -688,6 +692,12 @@ impl Shared {
         if reserved.is_empty() {
             return Ok(true);
         }
+        // Another thread of this host fills now: it finishes, and this one looks again
+        // later (both writing a position, the second paused after its look, would write
+        // over the next lap's entry once the first's `Skip` was applied everywhere).
+        let Some(_filling) = self.filling.try_lock() else {
+            return Ok(false);
+        };
         let tail = Log::tail(&self.pod).load(Ordering::SeqCst);
         let entry = self.skip_entry(dead.host);
         for position in reserved.start..reserved.end.min(tail) {
@@ -705,6 +715,7 @@ impl Shared {
             if self.published_or_recycled(position) {
                 continue;
             }
+            self.chaos.point(Point::RecoveryBeforeFill);
             self.log.write(&self.memory, position, &entry);
             self.counters
                 .entries_skipped

@@ -94,6 +94,10 @@ struct Shared {
     /// Held from a reservation of log positions until they are published: the host's row
     /// announces one reservation at a time.
     append_lock: Mutex<()>,
+    /// Held by the thread filling a dead host's reservation: the pump's recovery and a
+    /// stalled replay's (nested under the same recovery word) never fill at once (a
+    /// second writer of a position, paused after its look, writes over the next lap).
+    filling: Mutex<()>,
     /// Announce words (and undo images) not in use, one bit each.
     free_holds: Mutex<u64>,
     /// What the pump knows of the other hosts' leases.
@@ -538,6 +542,7 @@ impl Shared {
             pump_told_to_panic: std::sync::atomic::AtomicBool::new(false),
             first_reserved: std::sync::atomic::AtomicU64::new(u64::MAX),
             append_lock: Mutex::new(()),
+            filling: Mutex::new(()),
             free_holds: Mutex::new(if HOLDS_PER_HOST == 64 {
                 u64::MAX
             } else {

@@ -1,0 +1,106 @@
+//! Two threads of one host that would fill a dead host's reservation at once (the pump's
+//! whole recovery, holding the recovery word, and a replay stalled on the hole, which
+//! `recover` lets fill too, the word being its own host's): one fills, the other looks
+//! again later. (Both filled: the second, paused between its look at the position and its
+//! write, wrote its `Skip` over the entry of the ring's next lap, and every host that had
+//! not applied that entry stalled there for good.) Built with the `chaos` feature only.
+#![cfg(feature = "chaos")]
+
+mod common;
+
+use std::sync::mpsc::channel;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::value;
+use megalon_core::chaos::{self, Point};
+use megalon_core::inspect::crash;
+use megalon_core::{Host, HostOptions, Join, Pod};
+
+const LEASE_MS: u32 = 100;
+
+fn options(id: u32) -> HostOptions {
+    HostOptions::new()
+        .memory(common::simulated(u64::from(id) + 1, 4096, 0))
+        .pump_interval(None)
+        .wait_limit(Duration::from_secs(2))
+}
+
+#[test]
+fn a_second_filler_of_a_dead_hosts_hole_leaves_the_next_laps_entry_alone() {
+    let config = common::config().lease_ms(LEASE_MS);
+    let pod: Arc<Pod> = common::heap_pod(&config);
+    let capacity = 256u64;
+    let a: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(0), options(0)).unwrap()));
+    let c = Host::join(&pod, Join::As(2), options(2)).unwrap();
+    let d = Host::join(&pod, Join::As(1), options(1)).unwrap();
+    a.create(b"x", &value(1)).unwrap();
+    c.replay().unwrap();
+    // d reserves a position, publishes nothing, and dies.
+    let p = d.inspect().reserve_unpublished(1).unwrap();
+    crash(d);
+    // a's watch first sees d's heartbeat, then the lease runs out.
+    a.inspect().watch_hosts();
+    std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 3));
+    // Thread w of a: the whole recovery of d, paused before it writes its `Skip` at p.
+    let (paused, is_paused) = channel();
+    let (go, resume) = channel::<()>();
+    let resume = Mutex::new(resume);
+    let w = std::thread::spawn(move || {
+        let paused = Mutex::new(paused);
+        let mut once = true;
+        chaos::with_hook(
+            move |at| {
+                if at == Point::RecoveryBeforeFill && once {
+                    once = false;
+                    paused.lock().unwrap().send(()).unwrap();
+                    resume.lock().unwrap().recv().unwrap();
+                }
+            },
+            || a.inspect().watch_hosts(),
+        );
+    });
+    is_paused.recv().unwrap();
+    // Another thread of a appends; its replay stalls on p and fills it (nested: the
+    // recovery word is a's).
+    let filled = a.create(b"y", &value(2));
+    if a.inspect().stats().entries_skipped == 0 {
+        // The stalled replay left p to w, which fills it once resumed: y's entry, behind
+        // p, applies then on every host.
+        assert!(filled.is_err(), "y's create waited behind p: {filled:?}");
+        go.send(()).unwrap();
+        w.join().unwrap();
+        assert_eq!(a.inspect().stats().entries_skipped, 1, "w filled p");
+        assert!(
+            c.lookup(b"y").unwrap().is_some(),
+            "y applies once p is filled"
+        );
+        assert!(a.lookup(b"y").unwrap().is_some());
+        return;
+    }
+    filled.unwrap();
+    // The ring goes round: position p + capacity is written by the next lap. c keeps up
+    // until just before it, then stops replaying.
+    let mut i = 0u32;
+    while a.inspect().log_cursors().2 < p + capacity + 4 {
+        let key = format!("z{}", i % 8);
+        let _ = a.create(key.as_bytes(), &value(3));
+        let _ = a.delete(key.as_bytes());
+        i += 1;
+        if a.inspect().log_cursors().2 < p + capacity - 4 {
+            c.replay().unwrap();
+        }
+    }
+    assert!(c.inspect().applied_position() < p + capacity);
+    // w resumes and writes its `Skip` for p.
+    go.send(()).unwrap();
+    w.join().unwrap();
+    // c replays the next lap: every entry published must still be there.
+    let _ = c.replay();
+    let replayed = c.lookup(b"x");
+    assert!(
+        replayed.is_ok(),
+        "c's replay of the next lap: {replayed:?} (p {p}, next lap's entry at {})",
+        p + capacity
+    );
+}
