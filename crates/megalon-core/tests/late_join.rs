@@ -284,3 +284,83 @@ fn a_joiner_let_go_mid_stream_joins_again() {
         assert_eq!(read(&late, &key(b'a', i)), value(i), "object {i}");
     }
 }
+
+/// A late joiner j2 queues behind another, j1, that is slow to take its
+/// chunks: j2's `ltail` holds the head where j2 claimed, so the log fills and `a`'s
+/// writer waits for room (holding `a`'s append lock). Meanwhile `z`, another host, died.
+/// `a` is the only host with a pump, so the only server. Once j1 is done, `a`'s pump must
+/// serve j2, or the writer, waiting for room, serves it; either way the writer gets its
+/// room well within its wait limit. (The pump's recovery of `z` waited for the writer's
+/// append lock, the writer for room that only j2's pin makes, and j2 for the pump: the
+/// writer answered `LogFull` after its limit.)
+#[cfg(feature = "chaos")]
+#[test]
+fn a_queued_late_joiner_is_served_while_its_server_recovers_a_dead_host() {
+    use megalon_core::chaos::{self, Point};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let pod = Arc::new(Pod::create(&config().max_hosts(6), Backing::heap()).unwrap());
+    let patient = |seed| options(seed).wait_limit(Duration::from_secs(3));
+    let a = Arc::new(Host::join(&pod, Join::AnyFree, patient(1)).unwrap());
+    // No pumps but `a`'s: `a` is the only server. The test replays the others.
+    let unpumped = move |seed| patient(seed).pump_interval(None);
+    let z = Host::join(&pod, Join::AnyFree, unpumped(2)).unwrap();
+    for i in 0..OBJECTS {
+        a.create(&key(b'a', i), &value(i)).unwrap();
+        a.delete(&key(b'a', i)).unwrap();
+        a.create(&key(b'a', i), &value(i)).unwrap();
+        z.replay().unwrap();
+    }
+    assert!(a.inspect().log_cursors().0 > 0, "the log recycled");
+    let paused = Arc::new(AtomicBool::new(false));
+    let written = Arc::new(AtomicBool::new(false));
+    let first = {
+        let (pod, paused, written) = (Arc::clone(&pod), Arc::clone(&paused), Arc::clone(&written));
+        std::thread::spawn(move || {
+            let j1 = chaos::with_hook(
+                move |point| {
+                    if point == Point::JoinBetweenChunks && !paused.swap(true, Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(800));
+                    }
+                },
+                || Host::join(&pod, Join::AnyFree, unpumped(3)),
+            )
+            .expect("j1 joins");
+            // j1 keeps up with the log from then on, until the writes are done.
+            while !written.load(Ordering::SeqCst) {
+                let _ = j1.replay();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            j1
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !paused.load(Ordering::SeqCst) {
+        assert!(Instant::now() < deadline, "j1 never streamed");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // z dies: `a` recovers it once its lease has run out.
+    crash(z);
+    let second = {
+        let pod = Arc::clone(&pod);
+        std::thread::spawn(move || Host::join(&pod, Join::AnyFree, patient(4)))
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let started = Instant::now();
+    for i in 0..200u8 {
+        let key = [b'w', i];
+        let done = a.create(&key, &value(i)).and_then(|()| a.delete(&key));
+        assert!(
+            done.is_ok(),
+            "write {i} after {:?}: {:?}",
+            started.elapsed(),
+            done.err()
+        );
+    }
+    written.store(true, Ordering::SeqCst);
+    let j2 = second.join().unwrap().expect("j2 joins");
+    let j1 = first.join().unwrap();
+    for i in 0..OBJECTS {
+        assert_eq!(read(&j1, &key(b'a', i)), value(i));
+        assert_eq!(read(&j2, &key(b'a', i)), value(i));
+    }
+}

@@ -479,6 +479,13 @@ impl Shared {
                 self.beat();
                 // The host holding the head back may be dead.
                 self.unblock_log();
+                // Or a late joiner waiting to be served: its `ltail` holds the head where
+                // it claimed its row until a server pins it, and this host's pump, the
+                // only server maybe, may be waiting for this append's lock (a recovery's
+                // `HostDead`, a grant).
+                if let Err(error) = self.serve_join() {
+                    self.background_error(error);
+                }
                 self.replay(None).map(drop)
             },
         );
