@@ -364,3 +364,69 @@ fn a_queued_late_joiner_is_served_while_its_server_recovers_a_dead_host() {
         assert_eq!(read(&j2, &key(b'a', i)), value(i));
     }
 }
+
+/// A writer waiting for room serves a waiting late joiner (`serve_join` in its append's
+/// wait) whose stream takes a while (the joiner takes its chunks slowly, each well
+/// within the wait limit). The serve holds the host's append lock: it stops by the end
+/// of the writer's own wait, so no append of the host waits for it much longer than its
+/// wait limit. (The serve waited up to the limit for each chunk: a write took four times
+/// its limit, and answered `LogFull` once it had its turn back.)
+#[cfg(feature = "chaos")]
+#[test]
+fn a_writer_that_serves_a_slow_joiner_serves_it_within_its_own_wait() {
+    use megalon_core::chaos::{self, Point};
+    let pod = Arc::new(Pod::create(&config(), Backing::heap()).unwrap());
+    let limit = Duration::from_secs(2);
+    let a = Host::join(
+        &pod,
+        Join::AnyFree,
+        options(1).pump_interval(None).wait_limit(limit),
+    )
+    .unwrap();
+    fill_and_recycle(&a);
+    let joiner = {
+        let pod = Arc::clone(&pod);
+        std::thread::spawn(move || {
+            chaos::with_hook(
+                |point| {
+                    if point == Point::JoinBetweenChunks {
+                        std::thread::sleep(Duration::from_millis(150));
+                    }
+                },
+                || {
+                    Host::join(
+                        &pod,
+                        Join::AnyFree,
+                        options(2).wait_limit(Duration::from_secs(3)),
+                    )
+                },
+            )
+        })
+    };
+    // The joiner's request is in the mailbox, its `ltail` holding the head.
+    std::thread::sleep(Duration::from_millis(200));
+    let started = Instant::now();
+    for i in 0..200u8 {
+        let key = [b'w', i];
+        let begun = Instant::now();
+        let done = a.create(&key, &value(i)).and_then(|()| a.delete(&key));
+        // Two appends, each within its wait limit (and a little slack).
+        assert!(
+            begun.elapsed() < 2 * limit + Duration::from_millis(500),
+            "write {i} after {:?} (this one {:?}; limit {limit:?}): {:?}",
+            started.elapsed(),
+            begun.elapsed(),
+            done.err()
+        );
+        assert!(
+            done.is_ok() || matches!(done, Err(Error::LogFull { .. })),
+            "write {i} after {:?} (this one {:?}; limit {limit:?}): {:?}",
+            started.elapsed(),
+            begun.elapsed(),
+            done.err()
+        );
+    }
+    // (No pump here: a joiner let go mid-stream finds no server the second time.)
+    let joined = joiner.join().unwrap().map(|j| j.id());
+    eprintln!("joiner: {joined:?}");
+}

@@ -440,6 +440,7 @@ impl Shared {
         // into a row its id's next holder may hold.
         self.holds_its_row()?;
         let announced = std::cell::Cell::new(0);
+        let began = std::time::Instant::now();
         let start = self.log.reserve(
             &self.pod,
             count,
@@ -482,8 +483,9 @@ impl Shared {
                 // Or a late joiner waiting to be served: its `ltail` holds the head where
                 // it claimed its row until a server pins it, and this host's pump, the
                 // only server maybe, may be waiting for this append's lock (a recovery's
-                // `HostDead`, a grant).
-                if let Err(error) = self.serve_join() {
+                // `HostDead`, a grant). Within what is left of this append's wait: it
+                // holds the append lock, which the host's other appends wait for.
+                if let Err(error) = self.serve_join_by(Some(began + self.options.wait_limit)) {
                     self.background_error(error);
                 }
                 self.replay(None).map(drop)

@@ -121,8 +121,22 @@ impl Shared {
     /// waited. Heartbeats as it waits: a joiner has no pump yet, and a server's pump is
     /// this wait, which the wait limit (10 s by default) lets outlast the lease (2 s); a
     /// host on another machine that stopped beating would be declared dead while alive.
-    fn wait_until(&self, mut done: impl FnMut() -> bool) -> std::result::Result<(), u64> {
-        let mut backoff = Backoff::new(self.options.wait_limit);
+    fn wait_until(&self, done: impl FnMut() -> bool) -> std::result::Result<(), u64> {
+        self.wait_until_by(None, done)
+    }
+
+    /// [`Shared::wait_until`], also bounded by `deadline` if there is one.
+    fn wait_until_by(
+        &self,
+        deadline: Option<std::time::Instant>,
+        mut done: impl FnMut() -> bool,
+    ) -> std::result::Result<(), u64> {
+        let limit = deadline.map_or(self.options.wait_limit, |deadline| {
+            deadline
+                .saturating_duration_since(std::time::Instant::now())
+                .min(self.options.wait_limit)
+        });
+        let mut backoff = Backoff::new(limit);
         while !done() {
             if !backoff.snooze() {
                 return Err(backoff.waited().as_millis() as u64);
@@ -286,6 +300,13 @@ impl Shared {
     /// The server's side, in the pump: if a late joiner waits and no one serves it,
     /// streams it this host's index.
     pub(super) fn serve_join(&self) -> Result<()> {
+        self.serve_join_by(None)
+    }
+
+    /// [`Shared::serve_join`], the whole serve also bounded by `deadline` if there is one
+    /// (a writer waiting for room serves holding its host's append lock, within its own
+    /// wait; the pump's serve bounds each wait for the joiner by the wait limit).
+    pub(super) fn serve_join_by(&self, deadline: Option<std::time::Instant>) -> Result<()> {
         if self.pod.layout().config.join_area_bytes == 0 {
             return Ok(());
         }
@@ -320,7 +341,7 @@ impl Shared {
         {
             return Ok(());
         }
-        let sent = self.send_snapshot(&mailbox, request);
+        let sent = self.send_snapshot(&mailbox, request, deadline);
         // Only while the mailbox is still this server's, and this server alive: one taken
         // for dead and recovered meanwhile may find its joiner served by another (its
         // joiner cleared `server`), whose `ready` holds the same session. (The joiner
@@ -332,7 +353,12 @@ impl Shared {
         sent
     }
 
-    fn send_snapshot(&self, mailbox: &Mailbox<'_>, request: u64) -> Result<()> {
+    fn send_snapshot(
+        &self,
+        mailbox: &Mailbox<'_>,
+        request: u64,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<()> {
         let (joiner, joiner_life) = session_of(request);
         mailbox.chunk.store(0, Ordering::SeqCst);
         mailbox.acked.store(0, Ordering::SeqCst);
@@ -369,8 +395,10 @@ impl Shared {
         let count = chunks.len() as u64;
         for (k, chunk) in chunks.enumerate() {
             let k = k as u64;
-            self.wait_until(|| mailbox.acked.load(Ordering::SeqCst) >= k || over())
-                .map_err(gone)?;
+            self.wait_until_by(deadline, || {
+                mailbox.acked.load(Ordering::SeqCst) >= k || over()
+            })
+            .map_err(gone)?;
             if over() {
                 return Err(gone(0));
             }
@@ -387,7 +415,7 @@ impl Shared {
         // Until the joiner has taken everything and let go of the mailbox, `server` stays
         // ours: another host that saw the request still there would serve it again, and
         // pin the joiner's `ltail` past the position it is about to replay from.
-        self.wait_until(over).map_err(gone)?;
+        self.wait_until_by(deadline, over).map_err(gone)?;
         if mailbox.acked.load(Ordering::SeqCst) < count {
             return Err(gone(0));
         }

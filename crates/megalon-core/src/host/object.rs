@@ -672,12 +672,14 @@ impl Shared {
             return self.write_end_all_log(state, c);
         }
         let records = Records::new(&self.pod);
-        // A host declared dead while it wrote (paused past its lease) changes nothing
-        // more: its recovery put the undo image back, or kept what reached memory, and
-        // unlocked; others may have written the object since. Its announce words are its
-        // row's, and the id's next life may announce its own image at this hold: clearing
-        // that image's bit, it would leave the next life's recovery nothing to put back.
-        // (Pods with undo images only: without, recovery leaves the record to its holder.)
+        // A host declared dead while it wrote (paused past its lease) writes nothing
+        // back and lets go of nothing: its recovery put the undo image back, or kept what
+        // reached memory, and unlocked; others may have written the object since. Its
+        // announce words are its row's, and the id's next life may announce its own image
+        // at this hold: clearing that image's bit, it would leave the next life's recovery
+        // nothing to put back. (Its lines stay dirty in its cache, which may still write
+        // them back when it evicts them: the lease's assumption. Pods with undo images
+        // only: without, recovery leaves the record to its holder.)
         if state.hold.is_some() && self.left_to_recovery() {
             c.add(Counter::ScrAtomics, 1);
             return Err(Error::HostDeclaredDead {

@@ -306,7 +306,7 @@ impl Shared {
             }
             // Nothing free: make a record free (it may be claimed by someone else first).
             drop(hold);
-            churned |= self.reclaim_one(&mut rng, c)?;
+            churned |= self.reclaim_one(&mut rng, c, true)?;
             // Its release is in the log: apply it, so that the record is a candidate.
             self.catch_up()?;
         }
@@ -319,7 +319,12 @@ impl Shared {
 
     /// Samples a few records and deallocates the least written unlocked one this replica
     /// knows the owner of. Returns whether one was deallocated.
-    pub(super) fn reclaim_one(&self, rng: &mut u64, c: &ThreadCounters) -> Result<bool> {
+    pub(super) fn reclaim_one(
+        &self,
+        rng: &mut u64,
+        c: &ThreadCounters,
+        wait_for_hold: bool,
+    ) -> Result<bool> {
         let records = Records::new(&self.pod);
         let count = records.count();
         let mut best: Option<(u32, RecordWord)> = None;
@@ -339,7 +344,7 @@ impl Shared {
             // Claimed by an alloc whose event is still on its way: not ours to take.
             return Ok(false);
         };
-        self.deallocate(&key, record, c, false)
+        self.deallocate(&key, record, c, wait_for_hold)
     }
 
     /// Makes `key` read-shared: locks `record`, appends the dealloc event, and frees the
@@ -512,7 +517,7 @@ impl Shared {
                 if self.records_in_use().load(Ordering::Relaxed) <= limit {
                     break;
                 }
-                self.reclaim_one(&mut rng, c)?;
+                self.reclaim_one(&mut rng, c, false)?;
             }
             c.set_random_seed(rng);
             Ok(())
