@@ -431,6 +431,7 @@ impl Log {
         );
         let tail = Self::tail(pod);
         let mut backoff = Backoff::new(limit);
+        let mut last_look = false;
         loop {
             let position = tail.load(Ordering::Acquire);
             if position + count > Self::MAX_POSITION {
@@ -470,6 +471,12 @@ impl Log {
             }
             help()?;
             if !backoff.snooze() {
+                // `help` may have made room (a late joiner's pin) while it ran: one last look.
+                let (new_head, laggard) = self.advance_head(pod, chaos);
+                if !last_look && tail.load(Ordering::Acquire) + count <= new_head + self.capacity {
+                    last_look = true;
+                    continue;
+                }
                 return Err(self.full(pod, laggard, new_head, position, &backoff));
             }
         }

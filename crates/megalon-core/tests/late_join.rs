@@ -430,3 +430,60 @@ fn a_writer_that_serves_a_slow_joiner_serves_it_within_its_own_wait() {
     let joined = joiner.join().unwrap().map(|j| j.id());
     eprintln!("joiner: {joined:?}");
 }
+
+/// A writer waiting for room serves a slow late joiner. Its pin makes room at once (the
+/// joiner's `ltail` no longer holds the head), and the head moves there: the writer,
+/// streaming until the end of its own wait, then looks once more and appends. (It
+/// answered `LogFull`, "the log stayed full past the wait limit", though the log had had
+/// room for nearly all that wait; and the joiner it let go claimed the head where it had
+/// been, blocking the log again.)
+#[cfg(feature = "chaos")]
+#[test]
+fn a_writer_that_served_a_slow_joiner_appends_into_the_room_its_pin_made() {
+    use megalon_core::chaos::{self, Point};
+    let pod = Arc::new(Pod::create(&config(), Backing::heap()).unwrap());
+    let limit = Duration::from_secs(1);
+    let a = Host::join(
+        &pod,
+        Join::AnyFree,
+        options(1).pump_interval(None).wait_limit(limit),
+    )
+    .unwrap();
+    fill_and_recycle(&a);
+    let joiner = {
+        let pod = Arc::clone(&pod);
+        std::thread::spawn(move || {
+            chaos::with_hook(
+                |point| {
+                    if point == Point::JoinBetweenChunks {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                },
+                || {
+                    Host::join(
+                        &pod,
+                        Join::AnyFree,
+                        options(2)
+                            .pump_interval(None)
+                            .wait_limit(Duration::from_secs(3)),
+                    )
+                },
+            )
+        })
+    };
+    // The joiner's request is in the mailbox, its `ltail` holding the head.
+    std::thread::sleep(Duration::from_millis(200));
+    for i in 0..=255u8 {
+        let key = [b'w', i];
+        let done = a.create(&key, &value(i)).and_then(|()| a.delete(&key));
+        if let Err(error) = done {
+            let (head, _, tail) = a.inspect().log_cursors();
+            eprintln!("background: {:?}", a.inspect().background_errors());
+            panic!(
+                "write {i}: {error} (now head {head}, tail {tail}: room for {} entries)",
+                head + 256 - tail
+            );
+        }
+    }
+    let _ = joiner.join().unwrap();
+}

@@ -381,6 +381,9 @@ impl Shared {
             if !Log::pin_ltail(&self.pod, joiner, joiner_life, position) {
                 return Ok(());
             }
+            // The head moves past the joiner's claim now: a joiner let go and joining
+            // again claims where it is, not back where the pin freed it from.
+            self.log.advance_head(&self.pod, &self.chaos);
             bytes
         };
         mailbox.total.store(bytes.len() as u64, Ordering::SeqCst);
