@@ -465,15 +465,17 @@ impl Log {
                 }
                 continue;
             }
-            let (new_head, laggard) = self.advance_head(pod, chaos);
+            let (new_head, _) = self.advance_head(pod, chaos);
             if position + count <= new_head + self.capacity {
                 continue;
             }
             help()?;
             if !backoff.snooze() {
-                // `help` may have made room (a late joiner's pin) while it ran: one last look.
+                // `help` may have made room (a late joiner's pin) while it ran: one last
+                // look.
                 let (new_head, laggard) = self.advance_head(pod, chaos);
-                if !last_look && tail.load(Ordering::Acquire) + count <= new_head + self.capacity {
+                let now = tail.load(Ordering::Acquire);
+                if !last_look && now + count <= new_head + self.capacity {
                     last_look = true;
                     continue;
                 }
