@@ -342,8 +342,10 @@ impl Log {
             if laggard.position <= head {
                 return (head, Some(laggard));
             }
-            let seen = if mutants::skipped(Step::HeadMovesFromTheWordBeforeTheLook) {
-                // A word loaded after the look: as a `fetch_max` of what it found would.
+            let mutated = mutants::skipped(Step::HeadMovesFromTheWordBeforeTheLook);
+            let seen = if mutated {
+                // A word loaded after the look, and no look at the claims: as a
+                // `fetch_max` of what it found would.
                 let now = word.load(Ordering::SeqCst);
                 if head_position(now) >= laggard.position {
                     return (head_position(now), Some(laggard));
@@ -352,7 +354,7 @@ impl Log {
             } else {
                 seen
             };
-            if Self::claims_word(pod).load(Ordering::SeqCst) != claims {
+            if !mutated && Self::claims_word(pod).load(Ordering::SeqCst) != claims {
                 continue;
             }
             // The claims count starts again at 0 at the new position.

@@ -131,11 +131,12 @@ pub enum Step {
     /// line of such a read-shared object while it was away reads that old line beside
     /// the bytes the dead host's cut-short move back wrote: a torn read.
     HostDeadDropsLines,
-    /// A host moving the log's head does so by a CAS from the `head` word it loaded
-    /// before its look at the rows, so that a claim counted since (a host that joined,
-    /// perhaps in a row the look passed as free) makes it look again. Skipped, it moves
-    /// the head from a word loaded after the look, as a `fetch_max` of what it found
-    /// would: past the joiner.
+    /// A host moving the log's head does so only if the claims word is what it was
+    /// before its look at the rows, and by a CAS from the `head` word it loaded before
+    /// the look, so that a claim counted since (a host that joined, perhaps in a row the
+    /// look passed as free) makes it look again. Skipped, it moves the head from a word
+    /// loaded after the look, as a `fetch_max` of what it found would, and does not look
+    /// at the claims word: past the joiner.
     HeadMovesFromTheWordBeforeTheLook,
     /// A host's replay moves its `ltail` on by a CAS from the word its life stored last.
     /// Skipped, a plain store: a host declared dead (paused past its lease) whose pump
