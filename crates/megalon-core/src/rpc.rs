@@ -1056,6 +1056,29 @@ mod tests {
         )
     }
 
+    /// Answers every request waiting in `ring` as the test server does (`answer`), one at
+    /// a time; returns how many.
+    fn serve_waiting(pod: &Pod, ring: &RingGeometry, memory: &Memory, buf: &mut [u8]) -> usize {
+        let mut served = 0;
+        while let Some(claimed) = ring.claim(pod, &()) {
+            let request = ring.read(memory, claimed, buf, &());
+            let response = answer(request.op, &buf[request.key.clone()], b"");
+            ring.respond(pod, memory, claimed, buf, response, &());
+            served += 1;
+        }
+        served
+    }
+
+    /// Runs, once, the hook a test put in `seam` on this thread (a seam of the ring's
+    /// code: `before_tail_cas`, `before_skip_store`, `before_recovery_cas`).
+    fn run_once(
+        seam: &'static std::thread::LocalKey<std::cell::RefCell<Option<Box<dyn FnOnce()>>>>,
+    ) {
+        if let Some(hook) = seam.with(|hook| hook.borrow_mut().take()) {
+            hook();
+        }
+    }
+
     /// `ring.call` of op 1 with `key` and no payload, waiting at most `limit` and running
     /// `serve` in each round of its wait (as a host serves its own ring), nothing counted.
     fn call_serving(
@@ -1433,9 +1456,7 @@ mod tests {
 
     /// `reserve`'s seam: runs the calling thread's hook, once.
     pub(super) fn before_tail_cas(_ticket: u64) {
-        if let Some(hook) = BEFORE_TAIL_CAS.with(|hook| hook.borrow_mut().take()) {
-            hook();
-        }
+        run_once(&BEFORE_TAIL_CAS);
     }
 
     /// A sender paused past its lease between its take of the entry's sender word and
@@ -1464,12 +1485,7 @@ mod tests {
             b"late",
             WAIT_LIMIT,
             &mut || {
-                while let Some(claimed) = ring.claim(&pod, &()) {
-                    let request = ring.read(&server, claimed, &mut serving, &());
-                    let response = answer(request.op, &serving[request.key.clone()], b"");
-                    ring.respond(&pod, &server, claimed, &mut serving, response, &());
-                    served += 1;
-                }
+                served += serve_waiting(&pod, &ring, &server, &mut serving);
                 ControlFlow::Continue(())
             },
         );
@@ -1485,11 +1501,7 @@ mod tests {
             b"next",
             WAIT_LIMIT,
             &mut || {
-                while let Some(claimed) = ring.claim(&pod, &()) {
-                    let request = ring.read(&server, claimed, &mut serving, &());
-                    let response = answer(request.op, &serving[request.key.clone()], b"");
-                    ring.respond(&pod, &server, claimed, &mut serving, response, &());
-                }
+                serve_waiting(&pod, &ring, &server, &mut serving);
                 ControlFlow::Continue(())
             },
         );
@@ -1498,9 +1510,7 @@ mod tests {
 
     /// `claim`'s seam: runs the calling thread's hook, once.
     pub(super) fn before_skip_store(_head: u64) {
-        if let Some(hook) = BEFORE_SKIP_STORE.with(|hook| hook.borrow_mut().take()) {
-            hook();
-        }
+        run_once(&BEFORE_SKIP_STORE);
     }
 
     /// A server paused past its lease in `claim`, between its load of a withdrawn request
@@ -1534,12 +1544,7 @@ mod tests {
                 for n in 1..=3u8 {
                     let response =
                         call_serving(ring, pod, &sender, &mut buf, &[n], WAIT_LIMIT, &mut || {
-                            while let Some(claimed) = ring.claim(pod, &()) {
-                                let request = ring.read(&next, claimed, &mut serving, &());
-                                let response =
-                                    answer(request.op, &serving[request.key.clone()], b"");
-                                ring.respond(pod, &next, claimed, &mut serving, response, &());
-                            }
+                            serve_waiting(pod, ring, &next, &mut serving);
                             ControlFlow::Continue(())
                         });
                     assert_eq!(response, Ok(answer(1, &[n], b"")));
@@ -1557,11 +1562,7 @@ mod tests {
             b"next",
             Duration::from_millis(200),
             &mut || {
-                while let Some(claimed) = ring.claim(&pod, &()) {
-                    let request = ring.read(&server, claimed, &mut serving, &());
-                    let response = answer(request.op, &serving[request.key.clone()], b"");
-                    ring.respond(&pod, &server, claimed, &mut serving, response, &());
-                }
+                serve_waiting(&pod, &ring, &server, &mut serving);
                 ControlFlow::Continue(())
             },
         );
@@ -1579,9 +1580,7 @@ mod tests {
 
     /// `recover_sender`'s seam: runs the calling thread's hook, once.
     pub(super) fn before_recovery_cas(_index: u64) {
-        if let Some(hook) = BEFORE_RECOVERY_CAS.with(|hook| hook.borrow_mut().take()) {
-            hook();
-        }
+        run_once(&BEFORE_RECOVERY_CAS);
     }
 
     /// Recovery of a dead sender loads its published request; the live server claims and
