@@ -1069,11 +1069,12 @@ mod tests {
         served
     }
 
+    /// A seam's hook, run once by the ring's code when a test has put one there.
+    type Seam = std::cell::RefCell<Option<Box<dyn FnOnce()>>>;
+
     /// Runs, once, the hook a test put in `seam` on this thread (a seam of the ring's
     /// code: `before_tail_cas`, `before_skip_store`, `before_recovery_cas`).
-    fn run_once(
-        seam: &'static std::thread::LocalKey<std::cell::RefCell<Option<Box<dyn FnOnce()>>>>,
-    ) {
+    fn run_once(seam: &'static std::thread::LocalKey<Seam>) {
         if let Some(hook) = seam.with(|hook| hook.borrow_mut().take()) {
             hook();
         }
