@@ -961,26 +961,7 @@ fn a_server_that_died_answering_leaves_its_ring_usable() {
     k_with_a_record(r);
     read(o);
     read(o); // the second read in a row moves k to o's DRAM
-    let (dying, is_dying) = channel();
-    std::thread::spawn(move || {
-        let dying = Mutex::new(dying);
-        chaos::with_hook(
-            move |point| {
-                if point == Point::MoveBackBeforeCopy {
-                    o.inspect().freeze();
-                    dying.lock().unwrap().send(()).unwrap();
-                    loop {
-                        std::thread::park();
-                    }
-                }
-            },
-            // o serves its ring in every operation: it claims s's request.
-            move || loop {
-                let _ = o.read(b"k0", &mut [0u8; SLOT]);
-                std::thread::yield_now();
-            },
-        );
-    });
+    let is_dying = a_server_that_dies_moving_back(o);
     let asked = std::thread::spawn(move || read(s));
     is_dying.recv().unwrap();
     leases_run_out(&[r]);
@@ -1000,6 +981,123 @@ fn a_server_that_died_answering_leaves_its_ring_usable() {
         assert_eq!(buf, value(lap), "call {lap}");
     }
     assert!(s.events().rpcs_sent >= 4, "every call an RPC");
+}
+
+/// `o` serves its ring in an operation of its own, over and over, on a thread of its
+/// own, and dies (frozen, as if its process were killed) in the first move back it serves,
+/// before its copy. The receiver hears once it has.
+fn a_server_that_dies_moving_back(o: &'static Host) -> Receiver<()> {
+    let (dying, is_dying) = channel();
+    std::thread::spawn(move || {
+        let dying = Mutex::new(dying);
+        chaos::with_hook(
+            move |point| {
+                if point == Point::MoveBackBeforeCopy {
+                    o.inspect().freeze();
+                    dying.lock().unwrap().send(()).unwrap();
+                    loop {
+                        std::thread::park();
+                    }
+                }
+            },
+            move || loop {
+                let _ = o.read(b"k0", &mut [0u8; SLOT]);
+                std::thread::yield_now();
+            },
+        );
+    });
+    is_dying
+}
+
+/// Host 1 (`s`) asks host 2 (`o`) to move `k` back; `o` claims the request and dies in
+/// the move. Host 0 recovers it (the request is answered for the dead server, `k` is back
+/// in CXL), and before `s` reads the answer, id 2 joins again (`o2`) and takes `k` into
+/// its DRAM. `s`'s read must ask `o2`, and answer `k`: it failed with `MoveBackFailed`,
+/// as the replica named id 2 as `k`'s holder again (the crash stress's one failed call
+/// in a fresh-clone CI run: a sender preempted after the answer).
+#[test]
+fn a_sender_answered_by_its_servers_recovery_asks_the_ids_next_life() {
+    let pod = common::heap_pod(&config().local_partitions(2).rpc_ring_entries(2));
+    let r = leak(&pod, 0);
+    let s = leak(&pod, 1);
+    let o = leak(&pod, 2);
+    k_with_a_record(r);
+    read(o);
+    read(o); // the second read in a row moves k to o's DRAM
+    let is_dying = a_server_that_dies_moving_back(o);
+    let pod_in = pod.clone();
+    let mut done = false;
+    let asked = chaos::with_hook(
+        move |point| {
+            if point != Point::RpcAwaitingResponse || std::mem::replace(&mut done, true) {
+                return;
+            }
+            // o has claimed s's request and stays in its move back.
+            is_dying.recv().unwrap();
+            leases_run_out(&[r]);
+            recover_by_hand(&pod_in, 2, r);
+            let pumped = options(2).pump_interval(Some(Duration::from_millis(1)));
+            let o2 = Host::join(&pod_in, Join::As(2), pumped).unwrap();
+            read(&o2);
+            read(&o2);
+            assert_eq!(o2.inspect().local_objects().0, 1, "k in o2's DRAM");
+            Box::leak(Box::new(o2));
+        },
+        || {
+            let mut buf = vec![0u8; SLOT];
+            s.read(b"k", &mut buf).map(|_| buf)
+        },
+    );
+    match asked {
+        Ok(bytes) => assert_eq!(bytes, value(2), "k, moved back by o2"),
+        Err(error) => panic!("s's read of k, held by the live o2: {error:?}"),
+    }
+}
+
+/// Host 1 (`s`) asks host 2 (`o`) to move `k` back; `o` claims the request, pauses in the
+/// move, and meanwhile learns it is dead (its pump panicked). Resumed, its move fails, and
+/// it answers. `s` must wait for `o`'s recovery, which hands `k` back to CXL, and read
+/// it: it failed with `MoveBackFailed` at once (the replica still named `o` as `k`'s
+/// holder, its death not yet in the log).
+#[test]
+fn a_sender_answered_by_a_server_declared_dead_waits_for_its_recovery() {
+    let pod = common::heap_pod(&config().local_partitions(2).rpc_ring_entries(2));
+    let r = leak(&pod, 0);
+    let s = leak_waiting(&pod, 1, BOUND);
+    // A pump that runs only when told to panic: the serving below is the test's thread's.
+    let idle_pump = options(2).pump_interval(Some(Duration::from_secs(3600)));
+    let o: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(2), idle_pump).unwrap()));
+    k_with_a_record(r);
+    read(o);
+    read(o); // the second read in a row moves k to o's DRAM
+    let asked = std::thread::spawn(move || {
+        let mut buf = vec![0u8; SLOT];
+        s.read(b"k", &mut buf).map(|_| buf)
+    });
+    // o serves its ring in every operation (a read of a missing key, here) until it
+    // knows it is dead.
+    let serving = pauses_at(o, Point::MoveBackBeforeCopy, move || loop {
+        if let Err(Error::HostDeclaredDead { .. }) = o.read(b"k0", &mut [0u8; SLOT]) {
+            return;
+        }
+        std::thread::yield_now();
+    });
+    o.inspect().make_pump_panic();
+    let deadline = Instant::now() + BOUND;
+    while !matches!(
+        o.read(b"k0", &mut [0u8; SLOT]),
+        Err(Error::HostDeclaredDead { .. })
+    ) {
+        assert!(Instant::now() < deadline, "o never learned it is dead");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    serving.resume();
+    leases_run_out(&[r]);
+    recover_by_hand(&pod, 2, r);
+    match asked.join().unwrap() {
+        Ok(bytes) => assert_eq!(bytes, value(2), "k, handed back by o's recovery"),
+        Err(error) => panic!("s's read of k, which o's recovery hands back: {error:?}"),
+    }
 }
 
 /// Host 1 (`s`) asks host 2 (`o`, its pump serving its ring of two entries) to move `k`

@@ -657,8 +657,8 @@ impl Shared {
         })?;
         // What it held in the RPC rings, or a ring would stay full (or its server stopped)
         // for good: as a sender, its entries settled as if it had given up; as a server,
-        // requests it claimed answered "failed" (the senders look again, and find its
-        // objects back in CXL since its `HostDead`), and those their senders gave up on
+        // requests it claimed answered "gone" (the senders look again, and find its
+        // objects back in CXL since its `HostDead`, or in the id's next life's DRAM), and those their senders gave up on
         // freed. Before its locks: a round that must wait for a live host's announce of
         // the same lock word ends there, and the senders need not wait for it. (Each step
         // is by CAS from the state it finds: a later round's second pass changes nothing.)

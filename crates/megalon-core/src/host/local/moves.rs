@@ -6,7 +6,7 @@ use std::ops::ControlFlow;
 
 use super::{
     bump, Local, LocalObject, Moving, ARRIVING, HELD, LEAVING, MISSING, MOVED_BACK, NOT_HERE,
-    OP_MOVE_BACK, ORPHANED, ORPHAN_LEAVING,
+    OP_MOVE_BACK, ORPHANED, ORPHAN_LEAVING, SERVER_GONE,
 };
 
 use crate::chaos::Point;
@@ -461,8 +461,10 @@ impl Shared {
         match response {
             Ok(Response { status, .. }) => match status {
                 // Not there when the holder looked (it may have moved it back to its DRAM
-                // since): the caller looks again, within its bound.
-                MOVED_BACK | NOT_HERE => Ok(()),
+                // since), or the holder's life is over (its recovery hands the object
+                // back to CXL; the id's next life may hold it again by the time we look,
+                // and is the one to ask): the caller looks again, within its bound.
+                MOVED_BACK | NOT_HERE | SERVER_GONE => Ok(()),
                 MISSING => unless_moved(Error::LocalObjectMissing { host: owner }),
                 _ => unless_moved(Error::MoveBackFailed { host: owner }),
             },

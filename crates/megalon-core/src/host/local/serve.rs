@@ -1,10 +1,10 @@
 //! The host-to-host RPC this host serves: other hosts ask it, over its ring, to move an
 //! object in its DRAM back to CXL.
 
-use super::{MovedBack, FAILED, MISSING, MOVED_BACK, NOT_HERE, OP_MOVE_BACK};
+use super::{MovedBack, FAILED, MISSING, MOVED_BACK, NOT_HERE, OP_MOVE_BACK, SERVER_GONE};
 
 use crate::counters::{Counter, ThreadCounters};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::host::Shared;
 use crate::rpc::{Response, RingGeometry, Tally};
 
@@ -57,18 +57,19 @@ impl Shared {
 
     /// Settles what life `life` of dead host `dead` left in the rings: as a sender, in
     /// every host's ([`RingGeometry::recover_sender`]), and as a server, in its own
-    /// ([`RingGeometry::recover_server`]: requests it claimed are answered `FAILED`).
+    /// ([`RingGeometry::recover_server`]: requests it claimed are answered
+    /// `SERVER_GONE`, and their senders look again).
     pub(in crate::host) fn recover_rpcs(&self, dead: crate::ids::HostId, life: u64) {
         if let Some(rpc) = &self.rpc {
             let sender = crate::host_table::session(dead, life);
             for ring in &rpc.rings {
                 ring.recover_sender(&self.pod, sender);
             }
-            let failed = Response {
-                status: FAILED,
+            let gone = Response {
+                status: SERVER_GONE,
                 detail: 0,
             };
-            rpc.rings[dead as usize].recover_server(&self.pod, &self.memory, failed);
+            rpc.rings[dead as usize].recover_server(&self.pod, &self.memory, gone);
         }
     }
 
@@ -120,6 +121,9 @@ impl Shared {
                                     Ok(MovedBack::Moved) => MOVED_BACK,
                                     Ok(MovedBack::NotHere) => NOT_HERE,
                                     Ok(MovedBack::Missing) => MISSING,
+                                    // Declared dead in the move: its recovery hands
+                                    // the object back.
+                                    Err(Error::HostDeclaredDead { .. }) => SERVER_GONE,
                                     Err(_) => FAILED,
                                 }
                             }
