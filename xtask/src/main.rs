@@ -532,6 +532,32 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
             "a_deallocation_on_a_stale_lookup_tells_the_hook_only_of_the_objects_own_record",
         )],
     ),
+    (
+        "write-back-fenced-before-unlock",
+        &[
+            (
+                "objects",
+                "a_write_on_one_host_is_read_on_another_without_stale_lines",
+            ),
+            (
+                "hardening",
+                "a_deallocating_host_drops_its_own_old_lines_of_the_object",
+            ),
+        ],
+    ),
+    (
+        "invalidation-fenced",
+        &[
+            (
+                "objects",
+                "a_write_on_one_host_is_read_on_another_without_stale_lines",
+            ),
+            (
+                "objects",
+                "a_partial_write_over_stale_lines_keeps_the_other_hosts_bytes",
+            ),
+        ],
+    ),
 ];
 
 /// Runs the mutant tests with `step` switched off (or none), returning the failing tests:

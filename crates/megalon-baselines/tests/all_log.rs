@@ -34,6 +34,7 @@ fn three_hosts_on_simulated_memory_are_linearizable() {
                 seed: seed ^ (host as u64 + 1),
                 capacity_lines: 256,
                 random_eviction_one_in: 16,
+                ..SimulatedConfig::default()
             }));
             Arc::new(Host::join(&pod, Join::AnyFree, options).expect("join"))
         })

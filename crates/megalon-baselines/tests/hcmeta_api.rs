@@ -253,6 +253,7 @@ fn a_partial_write_keeps_the_rest_of_the_object() {
                 seed: host as u64,
                 capacity_lines: 4096,
                 random_eviction_one_in: 0,
+                ..SimulatedConfig::default()
             })
         })
         .unwrap();

@@ -30,6 +30,7 @@ fn run(config: HcMetaConfig, seed: u64, operations_per_thread: u32) -> Report {
             seed: seed ^ (host as u64 + 1),
             capacity_lines: 256,
             random_eviction_one_in: 16,
+            ..SimulatedConfig::default()
         })
     })
     .expect("scheme");

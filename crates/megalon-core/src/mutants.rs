@@ -152,6 +152,16 @@ pub enum Step {
     /// record before the release hook hears of it. Skipped, a deallocation acting on a
     /// stale lookup tells the hook that the object loses another object's record.
     DeallocChecksItsRecordAfterLock,
+    /// `write_end` fences its write-back of the object's lines before it unlocks the
+    /// record. Skipped, the write-back may still be in flight when the unlock publishes
+    /// the new counter, and a reader on another host copies the old bytes as the new
+    /// version.
+    WriteBackFencedBeforeUnlock,
+    /// An invalidation of an object's lines (a reader's pre-read check, a writer's before
+    /// a partial write) is fenced before the loads and stores that follow. Skipped, the
+    /// flush may not have completed when the copy reads the lines, and a stale line is
+    /// served under the new counter.
+    InvalidationFenced,
 }
 
 // Without the feature the steps are only the names of the guards in the code.
@@ -197,6 +207,8 @@ impl Step {
         Step::OwnLtailMovedByCas,
         Step::MovedObjectArrivesBeforeHeld,
         Step::DeallocChecksItsRecordAfterLock,
+        Step::WriteBackFencedBeforeUnlock,
+        Step::InvalidationFenced,
     ];
 
     /// The name `MEGALON_MUTANT` takes.
@@ -240,6 +252,8 @@ impl Step {
             Step::OwnLtailMovedByCas => "own-ltail-moved-by-cas",
             Step::MovedObjectArrivesBeforeHeld => "moved-object-arrives-before-held",
             Step::DeallocChecksItsRecordAfterLock => "dealloc-checks-its-record-after-lock",
+            Step::WriteBackFencedBeforeUnlock => "write-back-fenced-before-unlock",
+            Step::InvalidationFenced => "invalidation-fenced",
         }
     }
 

@@ -27,6 +27,7 @@ fn simulated(seed: u64) -> HostOptions {
         seed,
         capacity_lines: 256,
         random_eviction_one_in: 16,
+        ..SimulatedConfig::default()
     }))
 }
 

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use common::simulated as simulated_with;
 use megalon_core::memory::SimulatedMemory;
 use megalon_core::{
-    inspect::SimulatedStats, limits::LINE_BYTES, Host, HostOptions, Join, Memory, MemoryKind, Pod,
-    PodConfig,
+    inspect::SimulatedStats, limits::LINE_BYTES, memory::SimulatedConfig, Host, HostOptions, Join,
+    Memory, MemoryKind, Pod, PodConfig,
 };
 
 const LINE: usize = LINE_BYTES as usize;
@@ -506,6 +506,7 @@ fn a_line_is_filled_whole_while_another_host_writes_it_back() {
                 let bytes: Vec<u8> = (0..LINE / 8).flat_map(|_| n.to_ne_bytes()).collect();
                 writer.memory().write(line, &bytes);
                 writer.memory().write_back(line, LINE);
+                writer.memory().fence();
             }
         });
         let reader = scope.spawn(|| {
@@ -513,6 +514,7 @@ fn a_line_is_filled_whole_while_another_host_writes_it_back() {
             let mut last = 0;
             while last < rounds {
                 reader.memory().flush(line, LINE);
+                reader.memory().fence();
                 let bytes = read(&reader, line, LINE);
                 let words: Vec<u64> = bytes
                     .chunks_exact(8)
@@ -526,4 +528,135 @@ fn a_line_is_filled_whole_while_another_host_writes_it_back() {
         reader.join().expect("reader")
     });
     assert_eq!(torn, 0, "fills that mixed two write-backs of the line");
+}
+
+// ---- flushes, write-backs and non-temporal stores complete at a fence ----
+
+/// A writer and a reader on a new pod whose caches complete nothing before a fence (one
+/// access in `u64::MAX` settles at random: never, in a test), and the offset of slot 5.
+fn unsettled_pair() -> (Arc<Pod>, Host, Host, u64) {
+    unsettled_pair_of(1024)
+}
+
+/// [`unsettled_pair`] with caches of `capacity_lines` lines.
+fn unsettled_pair_of(capacity_lines: usize) -> (Arc<Pod>, Host, Host, u64) {
+    let pod = heap_pod();
+    let unsettled = |seed| {
+        MemoryKind::Simulated(SimulatedConfig {
+            seed,
+            capacity_lines,
+            random_eviction_one_in: 0,
+            settle_one_in: u64::MAX,
+        })
+    };
+    let writer = join(&pod, unsettled(1));
+    let reader = join(&pod, unsettled(2));
+    let slot = pod.layout().slot_offset(5);
+    (pod, writer, reader, slot)
+}
+
+#[test]
+fn a_write_back_reaches_memory_at_the_writers_fence() {
+    let (pod, writer, _, slot) = unsettled_pair();
+    writer.memory().write(slot, b"version2");
+    writer.memory().write_back(slot, 8);
+    assert_eq!(
+        memory_bytes(&pod, slot, 8),
+        [0; 8],
+        "in flight before the fence"
+    );
+    assert_eq!(
+        read(&writer, slot, 8),
+        b"version2",
+        "the writer reads its own bytes"
+    );
+    writer.memory().fence();
+    assert_eq!(
+        memory_bytes(&pod, slot, 8),
+        b"version2",
+        "in memory after the fence"
+    );
+    assert_eq!(stats(&writer).completed_by_fence, 1);
+}
+
+#[test]
+fn a_flushed_line_is_still_served_until_the_readers_fence() {
+    let (_, writer, reader, slot) = unsettled_pair();
+    assert_eq!(
+        read(&reader, slot, 8),
+        [0; 8],
+        "the reader caches the old line"
+    );
+    writer.memory().write(slot, b"version2");
+    writer.memory().write_back(slot, 8);
+    writer.memory().fence();
+    reader.memory().flush(slot, 8);
+    assert_eq!(
+        read(&reader, slot, 8),
+        [0; 8],
+        "the flush has not completed"
+    );
+    assert!(cache(&reader).is_cached(slot));
+    reader.memory().fence();
+    assert!(!cache(&reader).is_cached(slot), "dropped at the fence");
+    assert_eq!(read(&reader, slot, 8), b"version2");
+}
+
+#[test]
+fn a_flush_of_a_dirty_line_writes_it_back_at_the_fence() {
+    let (pod, writer, _, slot) = unsettled_pair();
+    writer.memory().write(slot, b"version2");
+    writer.memory().flush(slot, 8);
+    assert_eq!(
+        memory_bytes(&pod, slot, 8),
+        [0; 8],
+        "in flight before the fence"
+    );
+    assert!(
+        !cache(&writer).is_dirty(slot),
+        "clean, its bytes on their way"
+    );
+    writer.memory().fence();
+    assert_eq!(memory_bytes(&pod, slot, 8), b"version2");
+    assert!(!cache(&writer).is_cached(slot));
+}
+
+#[test]
+fn a_non_temporal_store_reaches_memory_at_the_fence_after_the_dirty_line_it_drops() {
+    let (pod, writer, _, slot) = unsettled_pair();
+    // The dirty line's other bytes go first, then the store's word over them.
+    writer.memory().write(slot, &[7u8; 16]);
+    writer.memory().write_non_temporal(slot, b"version2");
+    assert_eq!(
+        memory_bytes(&pod, slot, 16),
+        [0; 16],
+        "in flight before the fence"
+    );
+    let mut own = b"version2".to_vec();
+    own.extend_from_slice(&[7u8; 8]);
+    assert_eq!(
+        read(&writer, slot, 16),
+        own,
+        "the writer reads its own store"
+    );
+    writer.memory().fence();
+    assert_eq!(memory_bytes(&pod, slot, 16), own);
+}
+
+#[test]
+fn a_dirty_line_evicted_with_an_older_write_back_in_flight_lands_last() {
+    // A cache of one line: a store to another line evicts this one.
+    let (pod, writer, _, slot) = unsettled_pair_of(1);
+    writer.memory().write(slot, b"version1");
+    writer.memory().write_back(slot, 8);
+    writer.memory().write(slot, b"version2");
+    // The dirty line goes to memory now, after the write in flight.
+    writer.memory().write(slot + 2 * LINE_BYTES, &[1]);
+    assert_eq!(memory_bytes(&pod, slot, 8), b"version2");
+    writer.memory().fence();
+    assert_eq!(
+        memory_bytes(&pod, slot, 8),
+        b"version2",
+        "the fence puts nothing older back"
+    );
 }

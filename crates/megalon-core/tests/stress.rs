@@ -268,6 +268,7 @@ fn run(stress: &Stress) -> Report {
                         1024
                     },
                     random_eviction_one_in: stress.eviction_one_in,
+                    ..SimulatedConfig::default()
                 })
             } else {
                 MemoryKind::Hardware

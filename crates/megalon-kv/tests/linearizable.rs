@@ -74,6 +74,7 @@ fn run(run: &Run) -> Report {
                     seed: run.seed ^ (host as u64 + 1),
                     capacity_lines: 256,
                     random_eviction_one_in: 16,
+                    ..SimulatedConfig::default()
                 }))
                 // A stuck RPC fails the run in seconds rather than minutes.
                 .wait_limit(std::time::Duration::from_secs(5));

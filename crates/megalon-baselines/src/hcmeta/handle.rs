@@ -355,6 +355,7 @@ mod tests {
                 seed: host as u64 + 1,
                 capacity_lines: 64,
                 random_eviction_one_in: 8,
+                ..SimulatedConfig::default()
             })
         })
         .expect("scheme");

@@ -135,7 +135,9 @@ impl Shared {
     pub(super) fn invalidate(&self, offset: u64, len: usize, c: &ThreadCounters) {
         self.memory.flush(offset, len);
         // The invalidation is done before the loads of the copy that follows.
-        self.memory.fence();
+        if !mutants::skipped(Step::InvalidationFenced) {
+            self.memory.fence();
+        }
         c.add(Counter::LinesInvalidated, Self::lines(len));
     }
 
@@ -661,7 +663,9 @@ impl Shared {
             self.memory.write_back(state.place.offset, state.place.len);
             c.add(Counter::LinesWrittenBack, Self::lines(state.place.len));
         }
-        self.memory.fence();
+        if !mutants::skipped(Step::WriteBackFencedBeforeUnlock) {
+            self.memory.fence();
+        }
     }
 
     /// Ends a write (steps 5 and 6). Nothing here can fail: the wrap event, the one step

@@ -11,6 +11,11 @@
 //! - a write-back (`clwb`) writes the line back if dirty and keeps it, clean;
 //! - a non-temporal store writes memory directly and drops the host's copy (a dirty copy
 //!   is written back first, as the hardware does);
+//! - none of these three is done when its call returns, but when the host next fences
+//!   ([`SimulatedConfig::settle_one_in`]): until then the bytes written back are in
+//!   flight (other hosts' fills miss them) and a flushed line stays cached, its stale
+//!   bytes still served to this host's loads, as `clflushopt` and `clwb` are ordered
+//!   only by a fence. Now and then, at random, one completes earlier;
 //! - at random moments, driven by a seeded generator, a random line is evicted (written
 //!   back if dirty), and a full cache evicts a random line to make room.
 //!
@@ -72,6 +77,10 @@ pub struct SimulatedConfig {
     /// On average one random eviction every this many line accesses (0: never evict at
     /// random, only when full).
     pub random_eviction_one_in: u64,
+    /// Flushes, write-backs and non-temporal stores complete at the host's next fence,
+    /// or, on average once every this many line accesses, one line's at random before
+    /// it (0: each completes at once, and a missing fence never shows).
+    pub settle_one_in: u64,
 }
 
 impl Default for SimulatedConfig {
@@ -80,6 +89,7 @@ impl Default for SimulatedConfig {
             seed: 0x5eed,
             capacity_lines: 8192,
             random_eviction_one_in: 512,
+            settle_one_in: 16,
         }
     }
 }
@@ -100,6 +110,9 @@ pub struct SimulatedStats {
     pub lines_written_back: u64,
     /// Lines written by non-temporal stores.
     pub non_temporal_lines: u64,
+    /// Write-backs and flushes completed by a fence that were still in flight: the
+    /// completions a fence made (a missing fence would have left them undone).
+    pub completed_by_fence: u64,
 }
 
 struct Line {
@@ -117,6 +130,13 @@ struct Cache {
     order: Vec<u64>,
     rng: u64,
     stats: SimulatedStats,
+    /// Writes to memory issued and not completed (see [`SimulatedConfig::settle_one_in`]),
+    /// oldest first: a line's write-back or non-temporal store, and which of its bytes
+    /// it writes (bit per byte).
+    in_flight: Vec<(u64, [u8; LINE], u64)>,
+    /// Lines flushed whose flush has not completed: still cached (clean), and dropped
+    /// when it does.
+    flushing: Vec<u64>,
 }
 
 /// One host's simulated non-coherent view of LNR.
@@ -156,6 +176,8 @@ impl SimulatedMemory {
             order: Vec::with_capacity(config.capacity_lines.min(1 << 16)),
             rng: config.seed,
             stats: SimulatedStats::default(),
+            in_flight: Vec::new(),
+            flushing: Vec::new(),
         };
         Self {
             pod,
@@ -192,6 +214,7 @@ impl SimulatedMemory {
     /// thrashed by other work would.
     pub fn evict_all(&self) {
         let mut cache = self.cache.lock();
+        self.settle_all(&mut cache);
         while let Some(&line) = cache.order.last() {
             self.evict(&mut cache, line);
         }
@@ -212,19 +235,105 @@ impl SimulatedMemory {
         bytes
     }
 
-    /// Writes `line` back to memory: one transfer.
-    fn write_memory_line(&self, line: u64, bytes: &[u8; LINE]) {
+    /// Writes the words of `line` that `mask` names (a bit per byte, whole words) to
+    /// memory: one transfer.
+    fn write_memory_line(&self, line: u64, bytes: &[u8; LINE], mask: u64) {
         let _transfer = line_transfer(&self.pod, line);
-        for (word, chunk) in self.memory_words(line).zip(bytes.chunks_exact(8)) {
-            word.store(
-                u64::from_ne_bytes(chunk.try_into().expect("8 bytes")),
-                Ordering::Release,
-            );
+        for (i, (word, chunk)) in self
+            .memory_words(line)
+            .zip(bytes.chunks_exact(8))
+            .enumerate()
+        {
+            if (mask >> (i * 8)) & 0xff != 0 {
+                word.store(
+                    u64::from_ne_bytes(chunk.try_into().expect("8 bytes")),
+                    Ordering::Release,
+                );
+            }
         }
     }
 
-    /// Drops `line` from the cache, writing it back if dirty. Returns whether it was cached.
+    /// Issues a write of `line`'s bytes that `mask` names to memory: done now, or (with
+    /// [`SimulatedConfig::settle_one_in`]) in flight until it completes.
+    fn issue_write(&self, cache: &mut Cache, line: u64, bytes: [u8; LINE], mask: u64) {
+        if self.config.settle_one_in == 0 {
+            self.write_memory_line(line, &bytes, mask);
+        } else {
+            cache.in_flight.push((line, bytes, mask));
+        }
+    }
+
+    /// Completes `line`'s writes in flight, oldest first. Returns how many.
+    fn settle_line(&self, cache: &mut Cache, line: u64) -> u64 {
+        let mut settled = 0;
+        let mut i = 0;
+        while i < cache.in_flight.len() {
+            if cache.in_flight[i].0 == line {
+                let (_, bytes, mask) = cache.in_flight.remove(i);
+                self.write_memory_line(line, &bytes, mask);
+                settled += 1;
+            } else {
+                i += 1;
+            }
+        }
+        settled
+    }
+
+    /// Completes every write in flight and every flush (a fence). Returns how many.
+    fn settle_all(&self, cache: &mut Cache) -> u64 {
+        let writes = std::mem::take(&mut cache.in_flight);
+        let flushes = std::mem::take(&mut cache.flushing);
+        let settled = (writes.len() + flushes.len()) as u64;
+        for (line, bytes, mask) in writes {
+            self.write_memory_line(line, &bytes, mask);
+        }
+        for line in flushes {
+            self.drop_line_now(cache, line);
+        }
+        settled
+    }
+
+    /// Now and then (one access in [`SimulatedConfig::settle_one_in`]) completes one
+    /// line's writes in flight, and one flush, picked at random, before any fence.
+    fn settle_at_random(&self, cache: &mut Cache) {
+        let one_in = self.config.settle_one_in;
+        if !cache.in_flight.is_empty() && next_random(&mut cache.rng).is_multiple_of(one_in) {
+            let pick = next_random(&mut cache.rng) % cache.in_flight.len() as u64;
+            let line = cache.in_flight[pick as usize].0;
+            self.settle_line(cache, line);
+        }
+        if !cache.flushing.is_empty() && next_random(&mut cache.rng).is_multiple_of(one_in) {
+            let pick = next_random(&mut cache.rng) % cache.flushing.len() as u64;
+            let line = cache.flushing.swap_remove(pick as usize);
+            self.drop_line_now(cache, line);
+        }
+    }
+
+    /// A flush of `line`: written back if dirty and dropped, now or (with
+    /// [`SimulatedConfig::settle_one_in`]) with its write-back in flight and the line kept,
+    /// clean, until the flush completes. Returns whether it was cached.
     fn drop_line(&self, cache: &mut Cache, line: u64) -> bool {
+        if self.config.settle_one_in == 0 {
+            return self.drop_line_now(cache, line);
+        }
+        let Some((data, _)) = cache.lines.get_mut(&line) else {
+            return false;
+        };
+        if data.dirty_mask != 0 {
+            data.dirty_mask = 0;
+            let bytes = data.bytes;
+            cache.in_flight.push((line, bytes, u64::MAX));
+            cache.stats.lines_written_back += 1;
+        }
+        if !cache.flushing.contains(&line) {
+            cache.flushing.push(line);
+        }
+        true
+    }
+
+    /// Drops `line` from the cache at once, writing it back if dirty (after its writes in
+    /// flight: a line's writes reach memory in order). Returns whether it was cached.
+    fn drop_line_now(&self, cache: &mut Cache, line: u64) -> bool {
         let Some((data, place)) = cache.lines.remove(&line) else {
             return false;
         };
@@ -237,14 +346,18 @@ impl SimulatedMemory {
                 .1 = place;
         }
         if data.dirty_mask != 0 {
-            self.write_memory_line(line, &data.bytes);
+            self.settle_line(cache, line);
+            self.write_memory_line(line, &data.bytes, u64::MAX);
             cache.stats.lines_written_back += 1;
         }
         true
     }
 
     fn evict(&self, cache: &mut Cache, line: u64) {
-        if self.drop_line(cache, line) {
+        if let Some(at) = cache.flushing.iter().position(|&l| l == line) {
+            cache.flushing.swap_remove(at);
+        }
+        if self.drop_line_now(cache, line) {
             cache.stats.evictions += 1;
         }
     }
@@ -259,6 +372,9 @@ impl SimulatedMemory {
 
     /// Brings `line` into the cache if it is not there. Returns whether it was a hit.
     fn touch(&self, cache: &mut Cache, line: u64) -> bool {
+        if self.config.settle_one_in > 0 {
+            self.settle_at_random(cache);
+        }
         let one_in = self.config.random_eviction_one_in;
         if one_in > 0 && next_random(&mut cache.rng).is_multiple_of(one_in) {
             self.evict_random(cache);
@@ -270,6 +386,9 @@ impl SimulatedMemory {
         if cache.order.len() >= self.config.capacity_lines {
             self.evict_random(cache);
         }
+        // This host's own writes in flight are visible to its own loads (the hardware
+        // forwards them): they complete before the fill.
+        self.settle_line(cache, line);
         let bytes = self.read_memory_line(line);
         let place = cache.order.len();
         cache.order.push(line);
@@ -310,7 +429,9 @@ impl SimulatedMemory {
         let mut cache = self.cache.lock();
         Self::for_each_line(offset, buf.len(), |line, start, range| {
             let hit = self.touch(&mut cache, line);
-            if hit {
+            // (A line with this host's writes in flight differs from memory by its own
+            // bytes: not stale.)
+            if hit && !cache.in_flight.iter().any(|&(l, _, _)| l == line) {
                 let memory = self.read_memory_line(line);
                 let (data, _) = &cache.lines[&line];
                 let stale = (0..LINE)
@@ -329,6 +450,12 @@ impl SimulatedMemory {
         self.pod.assert_in_lnr(offset, data.len());
         let mut cache = self.cache.lock();
         Self::for_each_line(offset, data.len(), |line, start, range| {
+            // A store into a line being flushed waits for the flush (a store never
+            // lands in a copy about to be dropped).
+            if let Some(at) = cache.flushing.iter().position(|&l| l == line) {
+                cache.flushing.swap_remove(at);
+                self.drop_line_now(&mut cache, line);
+            }
             self.touch(&mut cache, line);
             let (cached, _) = cache.lines.get_mut(&line).expect("touched");
             cached.bytes[start..start + range.len()].copy_from_slice(&data[range.clone()]);
@@ -376,7 +503,7 @@ impl SimulatedMemory {
             if data.dirty_mask != 0 {
                 data.dirty_mask = 0;
                 let bytes = data.bytes;
-                self.write_memory_line(line, &bytes);
+                self.issue_write(&mut cache, line, bytes, u64::MAX);
                 cache.stats.lines_written_back += 1;
             }
         });
@@ -392,26 +519,46 @@ impl SimulatedMemory {
         // One lock for the whole store, so another thread of this host cannot cache the
         // old line between the drop and the store.
         let mut cache = self.cache.lock();
-        // A cached copy (written back if dirty) is dropped first, as the hardware does.
-        self.flush_locked(&mut cache, offset, data.len());
+        // A cached copy (written back if dirty) is dropped first, as the hardware does:
+        // at once (a later fill by this host must not find it), its write-back issued
+        // before the store's.
         Self::for_each_line(offset, data.len(), |line, start, range| {
-            // Whole words (asserted above), each line's in one transfer.
-            let _transfer = line_transfer(&self.pod, line);
-            let words = data[range].chunks_exact(8);
-            let first = line * LINE_BYTES + start as u64;
-            for (i, chunk) in words.enumerate() {
-                self.pod.word(first + i as u64 * 8).store(
-                    u64::from_ne_bytes(chunk.try_into().expect("8 bytes")),
-                    Ordering::Release,
-                );
+            if let Some((cached, _)) = cache.lines.get_mut(&line) {
+                if cached.dirty_mask != 0 {
+                    cached.dirty_mask = 0;
+                    let bytes = cached.bytes;
+                    self.issue_write(&mut cache, line, bytes, u64::MAX);
+                    cache.stats.lines_written_back += 1;
+                }
             }
+            if let Some(at) = cache.flushing.iter().position(|&l| l == line) {
+                cache.flushing.swap_remove(at);
+            }
+            self.drop_line_now(&mut cache, line);
+            // Whole words (asserted above), each line's in one transfer.
+            let mut bytes = [0u8; LINE];
+            bytes[start..start + range.len()].copy_from_slice(&data[range.clone()]);
+            let mask = if range.len() == LINE {
+                u64::MAX
+            } else {
+                ((1u64 << range.len()) - 1) << start
+            };
+            self.issue_write(&mut cache, line, bytes, mask);
             cache.stats.non_temporal_lines += 1;
         });
     }
 
-    /// See [`super::Memory::fence`]. Write-backs above are atomic stores to memory; this
-    /// fence orders them before the (Release) SCR store that publishes them.
+    /// See [`super::Memory::fence`]. Completes this host's flushes, write-backs and
+    /// non-temporal stores in flight (atomic stores to memory), and orders them before
+    /// the (Release) SCR store that publishes them.
     pub fn fence(&self) {
+        if self.config.settle_one_in > 0 {
+            let mut cache = self.cache.lock();
+            if !cache.in_flight.is_empty() || !cache.flushing.is_empty() {
+                let settled = self.settle_all(&mut cache);
+                cache.stats.completed_by_fence += settled;
+            }
+        }
         fence(Ordering::SeqCst);
     }
 }

@@ -41,6 +41,7 @@ pub fn simulated(seed: u64, capacity_lines: usize, eviction_one_in: u64) -> Memo
         seed,
         capacity_lines,
         random_eviction_one_in: eviction_one_in,
+        ..SimulatedConfig::default()
     })
 }
 

@@ -43,6 +43,7 @@ pub fn simulated(seed: u64) -> MemoryKind {
         seed,
         capacity_lines: 128,
         random_eviction_one_in: 16,
+        ..SimulatedConfig::default()
     })
 }
 

@@ -354,7 +354,9 @@ impl Shared {
     /// word from LNR and, if another host accessed the object last, writes this host
     /// there. Returns this host's consecutive accesses so far and the object's bounces.
     /// Sloppy on purpose: many slots' words share a line, and a write-back can put older
-    /// bytes back; the policy only needs a hint.
+    /// bytes back; the policy only needs a hint. But one the next host's access sees:
+    /// its write-back is fenced (without, it may still be in flight when the other host
+    /// looks, which then counts a streak of its own that never was, and moves the object).
     pub(in crate::host) fn note_access(
         &self,
         local: &Local,
@@ -370,6 +372,7 @@ impl Shared {
         } else {
             self.memory.write(offset, &[me]);
             self.memory.write_back(offset, 1);
+            self.memory.fence();
             c.add(Counter::LinesWrittenBack, 1);
             streak.store(1, Ordering::Relaxed);
             (1, bounces)
@@ -397,6 +400,7 @@ impl Shared {
         let [_, bounces] = self.accessor_word(offset, c);
         self.memory.write(offset + 1, &[bounces.saturating_add(1)]);
         self.memory.write_back(offset + 1, 1);
+        self.memory.fence();
         c.add(Counter::LinesWrittenBack, 1);
     }
 
