@@ -70,7 +70,7 @@ impl fmt::Display for Refusal {
                 max_bulk_bytes,
             } => write!(
                 f,
-                "ERR value of {bulk_bytes} bytes is longer than the limit of {max_bulk_bytes} bytes"
+                "ERR argument of {bulk_bytes} bytes is longer than the limit of {max_bulk_bytes} bytes"
             ),
             Refusal::RequestTooLong {
                 request_bytes,
@@ -607,7 +607,7 @@ mod tests {
             assert_eq!(
                 read_cut_at(&input, cut),
                 [
-                    "-ERR value of 150 bytes is longer than the limit of 100 bytes",
+                    "-ERR argument of 150 bytes is longer than the limit of 100 bytes",
                     "PING"
                 ],
                 "cut at {cut}"

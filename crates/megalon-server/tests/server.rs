@@ -243,12 +243,17 @@ fn bad_input_is_an_error_and_the_connection_goes_on() {
     let long = vec![b'x'; 253];
     assert_eq!(
         c.call(&[b"SET", b"k", &long]),
-        err("ERR value of 253 bytes is longer than the limit of 252 bytes")
+        err("ERR argument of 253 bytes is longer than the limit of 252 bytes")
     );
     let huge = vec![b'x'; 100_000];
     assert_eq!(
         c.call(&[b"SET", b"k", &huge, b"NX"]),
-        err("ERR value of 100000 bytes is longer than the limit of 252 bytes")
+        err("ERR argument of 100000 bytes is longer than the limit of 252 bytes")
+    );
+    // A key past the same limit is an argument too (not a "value").
+    assert_eq!(
+        c.call(&[b"GET", &long]),
+        err("ERR argument of 253 bytes is longer than the limit of 252 bytes")
     );
     let fits = vec![b'y'; 252];
     assert_eq!(c.call(&[b"SET", b"k", &fits]), ok());
