@@ -10,18 +10,17 @@
 //!
 //! With the feature, two things can act at a point:
 //!
-//! - **Random preemption**, for a host joined with [`HostOptions::chaos`] set: at a seeded
+//! - **Random preemption**, for a host joined with `HostOptions::chaos` set: at a seeded
 //!   rate the thread yields, or sleeps a random short time, and log appends fail at a
 //!   seeded rate, before anything is reserved ([`Fault::Refuse`], as a full log would) or
 //!   after the entries are published but before the appender learns their outcome
 //!   ([`Fault::Unconfirmed`], as a stalled replay would). `cargo xtask stress --chaos`
 //!   runs the stress this way.
-//! - **A test's hook**, on the calling thread only ([`with_hook`]): the test runs code
+//! - **A test's hook**, on the calling thread only (`with_hook`): the test runs code
 //!   (another host's operations, say) at exactly that point, and can make the next
-//!   appends of its thread fail ([`fail_next_appends`]). Deterministic tests of a window
+//!   appends of its thread fail (`fail_next_appends`). Deterministic tests of a window
 //!   use this.
 //!
-//! [`HostOptions::chaos`]: crate::HostOptions::chaos
 
 /// A place in the protocol where chaos may preempt the thread or a test's hook may run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

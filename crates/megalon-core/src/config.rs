@@ -64,7 +64,7 @@ pub enum CrashSafety {
     Undo,
     /// No undo images and no announced locks: a host that dies holding a record lock
     /// leaves that object locked (its reads and writes answer
-    /// [`Error::RecordBusy`](crate::Error::RecordBusy)), and one that dies while it copies
+    /// [`Error::RecordBusy`]), and one that dies while it copies
     /// an object from its DRAM back to CXL (local partitions) leaves that object with part
     /// of each value. The pod itself survives (log, host table, reservations), as with
     /// `Undo`.
@@ -172,7 +172,7 @@ pub struct PodConfig {
     /// Bytes of LNR through which a live host streams its index to a host that joins
     /// after the log has recycled its first entries (a multiple of [`LINE_BYTES`]; default
     /// [`DEFAULT_JOIN_AREA_BYTES`]). 0: no late joins; such a join answers
-    /// [`Error::LogRecycled`](crate::Error::LogRecycled).
+    /// [`Error::LogRecycled`].
     pub join_area_bytes: u64,
 }
 

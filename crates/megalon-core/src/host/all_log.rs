@@ -3,7 +3,7 @@
 //! [`Coherence::AllLog`](crate::Coherence).
 //!
 //! No coherence record is ever allocated. Each replica's index entry carries the object's
-//! lock holder and counter ([`ReplicatedLock`](crate::ReplicatedLock)), and they change
+//! lock holder and counter ([`ReplicatedLock`](crate::inspect::ReplicatedLock)), and they change
 //! only through the log: every lock is a `Lock` event and every unlock an `Unlock` event
 //! that every host appends, replays and (for other hosts' events) drops the object's
 //! lines for. That is the whole difference from megalon, and what the comparison

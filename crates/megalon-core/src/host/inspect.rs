@@ -310,7 +310,7 @@ impl Inspect<'_> {
 
     /// Stops or resumes serving RPCs from other hosts (on by default). A host that does not
     /// serve keeps the objects in its DRAM: other hosts that need one get
-    /// [`Error::HostUnresponsive`](crate::Error::HostUnresponsive) after their wait limit.
+    /// [`Error::HostUnresponsive`] after their wait limit.
     /// For testing what a stopped host looks like to the others.
     pub fn set_serving(&self, on: bool) {
         self.host

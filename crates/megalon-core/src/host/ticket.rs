@@ -133,7 +133,7 @@ pub struct WriteTicket<'h> {
     pub(super) state: Option<WriteState>,
 }
 
-/// What a write ticket holds: the object's place, the record it locked ([`NO_RECORD`]
+/// What a write ticket holds: the object's place, the record it locked ([`NO_RECORD`](crate::event::NO_RECORD)
 /// with AllLog coherence) and the counter before the write.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct WriteState {

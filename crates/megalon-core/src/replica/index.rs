@@ -255,7 +255,7 @@ impl Index {
     }
 
     /// Stores this host's host counter for the object behind `handle` (under the read
-    /// lock, after checking with [`Index::current`] that it is still the same object).
+    /// lock, after checking with [`View::current`] that it is still the same object).
     pub(crate) fn set_host_counter(&self, handle: u32, counter: Option<u32>) {
         let meta = self.words.get(handle, META);
         let key_len = (meta >> 32 & 0xffff) as usize;

@@ -35,7 +35,7 @@
 //! trust the index again, and the locked paths panic rather than answer from it (the
 //! replica is poisoned; the host must be dropped and join again).
 //!
-//! In a pod with [`Coherence::AllLog`] a record has one more word after the key: the
+//! In a pod with [`Coherence::AllLog`](crate::Coherence::AllLog) a record has one more word after the key: the
 //! object's replicated lock, its counter (low half) and its holder + 1 (bits 32..40; 0:
 //! unlocked), changed only by replaying `Lock` and `Unlock` events. Split pods do not
 //! have the word, so their records, lookups and memory per object are unchanged.

@@ -62,7 +62,7 @@ impl Index {
         self.decode_snapshot_beating(bytes, &mut || {})
     }
 
-    /// [`Index::decode_snapshot`], calling `beat` every [`OBJECTS_PER_BEAT`] objects of
+    /// `Index::decode_snapshot` (tests only), calling `beat` every [`OBJECTS_PER_BEAT`] objects of
     /// each pass: a joiner keeps its lease while it decodes a large index (a joiner on
     /// another machine is judged by its lease alone).
     pub(crate) fn decode_snapshot_beating(

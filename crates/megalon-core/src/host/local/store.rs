@@ -14,7 +14,8 @@ pub(in crate::host) struct LocalObject {
     pub(in crate::host) key: Box<[u8]>,
     /// Even: no write in progress; odd: the writer holds the object.
     pub(in crate::host) version: AtomicU64,
-    /// [`HELD`], [`LEAVING`], [`ORPHANED`], [`ARRIVING`] or [`ORPHAN_LEAVING`].
+    /// [`HELD`], [`LEAVING`](super::LEAVING), [`ORPHANED`](super::ORPHANED),
+    /// [`ARRIVING`](super::ARRIVING) or [`ORPHAN_LEAVING`](super::ORPHAN_LEAVING).
     pub(in crate::host) state: AtomicU8,
     /// The bytes, eight to a word (loaded and stored relaxed: a read that overlaps a
     /// write sees the version change and starts over).
