@@ -332,8 +332,12 @@ impl SimulatedMemory {
     }
 
     /// Drops `line` from the cache at once, writing it back if dirty (after its writes in
-    /// flight: a line's writes reach memory in order). Returns whether it was cached.
+    /// flight: a line's writes reach memory in order); a flush of it under way is done.
+    /// Returns whether it was cached.
     fn drop_line_now(&self, cache: &mut Cache, line: u64) -> bool {
+        if let Some(at) = cache.flushing.iter().position(|&l| l == line) {
+            cache.flushing.swap_remove(at);
+        }
         let Some((data, place)) = cache.lines.remove(&line) else {
             return false;
         };
@@ -354,9 +358,6 @@ impl SimulatedMemory {
     }
 
     fn evict(&self, cache: &mut Cache, line: u64) {
-        if let Some(at) = cache.flushing.iter().position(|&l| l == line) {
-            cache.flushing.swap_remove(at);
-        }
         if self.drop_line_now(cache, line) {
             cache.stats.evictions += 1;
         }
@@ -452,8 +453,7 @@ impl SimulatedMemory {
         Self::for_each_line(offset, data.len(), |line, start, range| {
             // A store into a line being flushed waits for the flush (a store never
             // lands in a copy about to be dropped).
-            if let Some(at) = cache.flushing.iter().position(|&l| l == line) {
-                cache.flushing.swap_remove(at);
+            if cache.flushing.contains(&line) {
                 self.drop_line_now(&mut cache, line);
             }
             self.touch(&mut cache, line);
@@ -530,9 +530,6 @@ impl SimulatedMemory {
                     self.issue_write(&mut cache, line, bytes, u64::MAX);
                     cache.stats.lines_written_back += 1;
                 }
-            }
-            if let Some(at) = cache.flushing.iter().position(|&l| l == line) {
-                cache.flushing.swap_remove(at);
             }
             self.drop_line_now(&mut cache, line);
             // Whole words (asserted above), each line's in one transfer.
