@@ -958,9 +958,7 @@ fn a_server_that_died_answering_leaves_its_ring_usable() {
     let r = leak(&pod, 0);
     let s = leak(&pod, 1);
     let o = leak(&pod, 2);
-    k_with_a_record(r);
-    read(o);
-    read(o); // the second read in a row moves k to o's DRAM
+    k_in_the_dram_of(r, o);
     let is_dying = a_server_that_dies_moving_back(o);
     let asked = std::thread::spawn(move || read(s));
     is_dying.recv().unwrap();
@@ -981,6 +979,20 @@ fn a_server_that_died_answering_leaves_its_ring_usable() {
         assert_eq!(buf, value(lap), "call {lap}");
     }
     assert!(s.events().rpcs_sent >= 4, "every call an RPC");
+}
+
+/// `r` creates `k` with a record, and `o` reads it twice in a row: `k` moves to `o`'s
+/// DRAM.
+fn k_in_the_dram_of(r: &Host, o: &Host) {
+    k_with_a_record(r);
+    read(o);
+    read(o);
+}
+
+/// `host`'s read of `k`: its bytes, or the error.
+fn read_k(host: &Host) -> Result<Vec<u8>, Error> {
+    let mut buf = vec![0u8; SLOT];
+    host.read(b"k", &mut buf).map(|_| buf)
 }
 
 /// `o` serves its ring in an operation of its own, over and over, on a thread of its
@@ -1021,9 +1033,7 @@ fn a_sender_answered_by_its_servers_recovery_asks_the_ids_next_life() {
     let r = leak(&pod, 0);
     let s = leak(&pod, 1);
     let o = leak(&pod, 2);
-    k_with_a_record(r);
-    read(o);
-    read(o); // the second read in a row moves k to o's DRAM
+    k_in_the_dram_of(r, o);
     let is_dying = a_server_that_dies_moving_back(o);
     let pod_in = pod.clone();
     let mut done = false;
@@ -1043,10 +1053,7 @@ fn a_sender_answered_by_its_servers_recovery_asks_the_ids_next_life() {
             assert_eq!(o2.inspect().local_objects().0, 1, "k in o2's DRAM");
             Box::leak(Box::new(o2));
         },
-        || {
-            let mut buf = vec![0u8; SLOT];
-            s.read(b"k", &mut buf).map(|_| buf)
-        },
+        || read_k(s),
     );
     match asked {
         Ok(bytes) => assert_eq!(bytes, value(2), "k, moved back by o2"),
@@ -1067,13 +1074,8 @@ fn a_sender_answered_by_a_server_declared_dead_waits_for_its_recovery() {
     // A pump that runs only when told to panic: the serving below is the test's thread's.
     let idle_pump = options(2).pump_interval(Some(Duration::from_secs(3600)));
     let o: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(2), idle_pump).unwrap()));
-    k_with_a_record(r);
-    read(o);
-    read(o); // the second read in a row moves k to o's DRAM
-    let asked = std::thread::spawn(move || {
-        let mut buf = vec![0u8; SLOT];
-        s.read(b"k", &mut buf).map(|_| buf)
-    });
+    k_in_the_dram_of(r, o);
+    let asked = std::thread::spawn(move || read_k(s));
     // o serves its ring in every operation (a read of a missing key, here) until it
     // knows it is dead.
     let serving = pauses_at(o, Point::MoveBackBeforeCopy, move || loop {
