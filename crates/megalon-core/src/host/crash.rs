@@ -658,13 +658,13 @@ impl Shared {
         // What it held in the RPC rings, or a ring would stay full (or its server stopped)
         // for good: as a sender, its entries settled as if it had given up; as a server,
         // requests it claimed answered "gone" (the senders look again, and find its
-        // objects back in CXL since its `HostDead`, or in the id's next life's DRAM), and those their senders gave up on
-        // freed. Before its locks: a round that must wait for a live host's announce of
-        // the same lock word ends there, and the senders need not wait for it. (Each step
-        // is by CAS from the state it finds: a later round's second pass changes nothing.)
-        // Not for a recoverer paused past its lease in its append and taken over: the
-        // dead host may have been recovered and its id joined again since, and the rings
-        // and the row would be the next life's.
+        // objects back in CXL since its `HostDead`, or in the id's next life's DRAM), and
+        // those their senders gave up on freed. Before its locks: a round that must wait
+        // for a live host's announce of the same lock word ends there, and the senders
+        // need not wait for it. (Each step is by CAS from the state it finds: a later
+        // round's second pass changes nothing.) Not for a recoverer paused past its lease
+        // in its append and taken over: the dead host may have been recovered and its id
+        // joined again since, and the rings and the row would be the next life's.
         if !self.still_recovering(dead)? {
             return Ok(false);
         }
