@@ -53,6 +53,21 @@ pub(super) unsafe fn store_non_temporal_u64(dst: *mut u64, value: u64) {
     }
 }
 
+/// Stores `bytes` (fewer than 8, inside one aligned word) at `dst`, then cleans and
+/// invalidates the line, as [`store_non_temporal_u64`] does.
+///
+/// # Safety
+/// `[dst, dst + bytes.len())` must lie inside a live mapping, within one aligned word.
+#[inline]
+pub(super) unsafe fn store_non_temporal_part(dst: *mut u8, bytes: &[u8]) {
+    for (i, &byte) in bytes.iter().enumerate() {
+        // SAFETY: inside the caller's range.
+        unsafe { std::ptr::write_volatile(dst.add(i), byte) };
+    }
+    // SAFETY: `dst` is mapped (caller); the clean-and-invalidate only moves the line.
+    unsafe { asm!("dc civac, {}", in(reg) dst, options(nostack, preserves_flags)) };
+}
+
 #[inline]
 pub(super) fn store_fence() {
     // SAFETY: a barrier touches no memory or register.

@@ -188,21 +188,34 @@ unsafe fn flush_lines(instruction: FlushInstruction, ptr: *const u8, len: usize)
 }
 
 /// Copy `src` to `dst` with non-temporal stores where the CPU has them: the bytes go to
-/// memory without staying in this host's cache. `dst` and `src.len()` must be multiples of
-/// 8; lines of `dst` already in the cache are written back and dropped by the hardware.
-/// Not ordered: call [`store_fence`] before publishing.
+/// memory without staying in this host's cache, at any alignment (the words inside the
+/// range with whole-word stores, the bytes of a word it covers in part with a byte-masked
+/// store that leaves the word's other bytes alone). Lines of `dst` already in the cache
+/// are written back and dropped by the hardware. Not ordered: call [`store_fence`] before
+/// publishing.
 ///
 /// # Safety
-/// `[dst, dst + src.len())` must lie inside one live mapping, 8-byte aligned, and no other
-/// thread of this process may access it during the call.
+/// `[dst, dst + src.len())` must lie inside one live mapping, and no other thread of this
+/// process may access it during the call.
 #[inline]
 pub unsafe fn store_non_temporal(dst: *mut u8, src: &[u8]) {
-    debug_assert_eq!(dst as usize % 8, 0);
-    debug_assert_eq!(src.len() % 8, 0);
-    for (i, chunk) in src.chunks_exact(8).enumerate() {
+    let start = dst as usize;
+    let head = ((8 - start % 8) % 8).min(src.len());
+    let words = (src.len() - head) / 8;
+    let (first, rest) = src.split_at(head);
+    let (middle, last) = rest.split_at(words * 8);
+    if !first.is_empty() {
+        // SAFETY: inside the caller's range, within one aligned word.
+        unsafe { imp::store_non_temporal_part(dst, first) };
+    }
+    for (i, chunk) in middle.chunks_exact(8).enumerate() {
         let word = u64::from_ne_bytes(chunk.try_into().expect("chunks of 8"));
-        // SAFETY: in bounds and aligned by the caller's contract.
-        unsafe { imp::store_non_temporal_u64(dst.add(i * 8) as *mut u64, word) };
+        // SAFETY: in bounds (caller), 8-aligned (after `head`).
+        unsafe { imp::store_non_temporal_u64(dst.add(head + i * 8) as *mut u64, word) };
+    }
+    if !last.is_empty() {
+        // SAFETY: inside the caller's range, at the start of an aligned word.
+        unsafe { imp::store_non_temporal_part(dst.add(head + words * 8), last) };
     }
 }
 
@@ -265,5 +278,31 @@ mod tests {
         store_fence();
         let bytes: Vec<u8> = target.iter().flat_map(|w| w.to_ne_bytes()).collect();
         assert_eq!(bytes, words);
+    }
+
+    #[test]
+    fn non_temporal_stores_write_exactly_their_bytes_at_every_alignment() {
+        let source: Vec<u8> = (1..=130u8).collect();
+        for at in 0..24 {
+            for len in 0..100 {
+                let mut target = vec![u64::from_ne_bytes([0xa5; 8]); 32];
+                // SAFETY: `target` is live, exclusively ours, and 256 bytes long.
+                unsafe {
+                    let base = target.as_mut_ptr() as *mut u8;
+                    store_non_temporal(base.add(at), &source[..len]);
+                }
+                store_fence();
+                let bytes: Vec<u8> = target.iter().flat_map(|w| w.to_ne_bytes()).collect();
+                assert_eq!(&bytes[at..at + len], &source[..len], "at {at}, {len} bytes");
+                assert!(
+                    bytes[..at]
+                        .iter()
+                        .chain(&bytes[at + len..])
+                        .all(|&b| b == 0xa5),
+                    "a byte around {at}..{} changed",
+                    at + len
+                );
+            }
+        }
     }
 }

@@ -29,6 +29,16 @@ pub(super) unsafe fn store_non_temporal_u64(dst: *mut u64, value: u64) {
     unsafe { std::ptr::write_volatile(dst, value) };
 }
 
+/// # Safety
+/// `[dst, dst + bytes.len())` must lie inside a live mapping.
+#[inline]
+pub(super) unsafe fn store_non_temporal_part(dst: *mut u8, bytes: &[u8]) {
+    for (i, &byte) in bytes.iter().enumerate() {
+        // SAFETY: inside the caller's range.
+        unsafe { std::ptr::write_volatile(dst.add(i), byte) };
+    }
+}
+
 #[inline]
 pub(super) fn store_fence() {
     fence(Ordering::Release);

@@ -1,14 +1,16 @@
-//! x86-64: `clflush`, `clflushopt`, `clwb`, `movnti`, `sfence`, `mfence`.
+//! x86-64: `clflush`, `clflushopt`, `clwb`, `movnti`, `maskmovdqu`, `sfence`, `mfence`.
 //!
 //! References: Intel 64 and IA-32 Architectures Software Developer's Manual, Vol. 2A
 //! (CLFLUSH, CLFLUSHOPT, CLWB, CPUID leaf 07H: EBX bit 23 = CLFLUSHOPT, bit 24 = CLWB),
-//! Vol. 2B (MOVNTI, MFENCE, SFENCE), and Vol. 3A section 8.2 on memory ordering:
+//! Vol. 2B (MASKMOVDQU, MOVNTI, MFENCE, SFENCE), and Vol. 3A section 8.2 on memory ordering:
 //! `clflushopt` and `clwb` are ordered only by fences, locked instructions and older
 //! writes to the same line, so every sequence of them ends with a fence before anything
 //! that depends on the lines having reached memory.
 
 use std::arch::asm;
-use std::arch::x86_64::{__cpuid, __cpuid_count, _mm_stream_si64, CpuidResult};
+use std::arch::x86_64::{
+    __cpuid, __cpuid_count, _mm_loadu_si128, _mm_maskmoveu_si128, _mm_stream_si64, CpuidResult,
+};
 use std::sync::OnceLock;
 
 use super::{Features, FlushInstruction};
@@ -70,6 +72,33 @@ pub(super) unsafe fn flush_line(instruction: FlushInstruction, line: *const u8) 
 pub(super) unsafe fn store_non_temporal_u64(dst: *mut u64, value: u64) {
     // SAFETY: SSE2 (MOVNTI) is part of the x86-64 baseline; `dst` is valid (caller).
     unsafe { _mm_stream_si64(dst as *mut i64, value as i64) };
+}
+
+/// Stores `bytes` (fewer than 8, inside one aligned word) at `dst` with a byte-masked
+/// non-temporal store (MASKMOVDQU) of the aligned 16 bytes around them: the masked-out
+/// bytes are not written.
+///
+/// # Safety
+/// `[dst, dst + bytes.len())` must lie inside a live mapping, within one aligned word.
+#[inline]
+pub(super) unsafe fn store_non_temporal_part(dst: *mut u8, bytes: &[u8]) {
+    let window = dst as usize & !15;
+    let at = dst as usize - window;
+    debug_assert!(at + bytes.len() <= 16);
+    let mut data = [0u8; 16];
+    let mut mask = [0u8; 16];
+    data[at..at + bytes.len()].copy_from_slice(bytes);
+    mask[at..at + bytes.len()].fill(0x80);
+    // SAFETY: SSE2 is part of the x86-64 baseline. The 16-aligned window lies in the
+    // same cache line, hence the same page, as `dst`, which is mapped (caller); only the
+    // bytes whose mask byte has its top bit set are written, and those are the caller's.
+    unsafe {
+        _mm_maskmoveu_si128(
+            _mm_loadu_si128(data.as_ptr().cast()),
+            _mm_loadu_si128(mask.as_ptr().cast()),
+            window as *mut i8,
+        )
+    };
 }
 
 #[inline]

@@ -92,16 +92,11 @@ impl HardwareMemory {
     /// See [`super::Memory::write_non_temporal`].
     #[inline]
     pub fn write_non_temporal(&self, offset: u64, data: &[u8]) {
-        assert!(
-            offset.is_multiple_of(8) && data.len().is_multiple_of(8),
-            "non-temporal stores move whole words"
-        );
         #[cfg(not(megalon_loom))]
         {
             let dst = self.pod.lnr_ptr(offset, data.len());
-            // SAFETY: in the LNR (checked), 8-aligned (checked). Other threads may touch
-            // the same words only through atomics; a non-temporal store is a plain word
-            // store.
+            // SAFETY: in the LNR (checked). Other threads may touch the same words only
+            // through atomics; a non-temporal store is a plain store of its bytes.
             unsafe { crate::arch::store_non_temporal(dst, data) }
         }
         #[cfg(megalon_loom)]

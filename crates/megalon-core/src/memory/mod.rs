@@ -241,7 +241,11 @@ impl Memory {
     }
 
     /// Stores `data` at `offset` straight to memory, dropping this host's copies of the
-    /// lines. `offset` and `data.len()` must be multiples of 8.
+    /// lines (written back first if dirty): no line of it stays in this host's cache,
+    /// so nothing of it can reach memory later, after this host is gone. At any
+    /// alignment: the bytes of a word it covers in part are stored alone. Needs a
+    /// [`Memory::fence`] before the store that publishes it. Every write of the protocol
+    /// to LNR goes this way (`docs/memory.md`, "What a stopped process leaves").
     #[inline]
     pub fn write_non_temporal(&self, offset: u64, data: &[u8]) {
         dispatch!(self, m => m.write_non_temporal(offset, data))

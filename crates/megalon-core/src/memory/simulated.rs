@@ -210,6 +210,17 @@ impl SimulatedMemory {
             .is_some_and(|(line, _)| line.dirty_mask != 0)
     }
 
+    /// How many cached lines are dirty: bytes this host stored into its cache and has not
+    /// written back.
+    pub fn dirty_lines(&self) -> usize {
+        self.cache
+            .lock()
+            .lines
+            .values()
+            .filter(|(line, _)| line.dirty_mask != 0)
+            .count()
+    }
+
     /// Evicts every cached line (writing dirty ones back), as a cache that is
     /// thrashed by other work would.
     pub fn evict_all(&self) {
@@ -235,8 +246,8 @@ impl SimulatedMemory {
         bytes
     }
 
-    /// Writes the words of `line` that `mask` names (a bit per byte, whole words) to
-    /// memory: one transfer.
+    /// Writes the bytes of `line` that `mask` names (a bit per byte) to memory: one
+    /// transfer. A word named in part keeps its other bytes (a byte-masked store).
     fn write_memory_line(&self, line: u64, bytes: &[u8; LINE], mask: u64) {
         let _transfer = line_transfer(&self.pod, line);
         for (i, (word, chunk)) in self
@@ -244,11 +255,31 @@ impl SimulatedMemory {
             .zip(bytes.chunks_exact(8))
             .enumerate()
         {
-            if (mask >> (i * 8)) & 0xff != 0 {
-                word.store(
-                    u64::from_ne_bytes(chunk.try_into().expect("8 bytes")),
-                    Ordering::Release,
-                );
+            let value = u64::from_ne_bytes(chunk.try_into().expect("8 bytes"));
+            let byte_mask = (mask >> (i * 8)) & 0xff;
+            if byte_mask == 0xff {
+                word.store(value, Ordering::Release);
+            } else if byte_mask != 0 {
+                let keep = u64::from_ne_bytes(std::array::from_fn(|b| {
+                    if byte_mask & (1 << b) == 0 {
+                        0xff
+                    } else {
+                        0
+                    }
+                }));
+                let mut current = word.load(Ordering::Acquire);
+                loop {
+                    let merged = (current & keep) | (value & !keep);
+                    match word.compare_exchange_weak(
+                        current,
+                        merged,
+                        Ordering::Release,
+                        Ordering::Acquire,
+                    ) {
+                        Ok(_) => break,
+                        Err(now) => current = now,
+                    }
+                }
             }
         }
     }
@@ -511,10 +542,6 @@ impl SimulatedMemory {
 
     /// See [`super::Memory::write_non_temporal`].
     pub fn write_non_temporal(&self, offset: u64, data: &[u8]) {
-        assert!(
-            offset.is_multiple_of(8) && data.len().is_multiple_of(8),
-            "non-temporal stores move whole words"
-        );
         self.pod.assert_in_lnr(offset, data.len());
         // One lock for the whole store, so another thread of this host cannot cache the
         // old line between the drop and the store.
@@ -532,7 +559,7 @@ impl SimulatedMemory {
                 }
             }
             self.drop_line_now(&mut cache, line);
-            // Whole words (asserted above), each line's in one transfer.
+            // Each line's bytes in one transfer; the other bytes of a word stay.
             let mut bytes = [0u8; LINE];
             bytes[start..start + range.len()].copy_from_slice(&data[range.clone()]);
             let mask = if range.len() == LINE {
