@@ -263,13 +263,17 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
         "writer-invalidates-stale-lines",
         &[(
             "objects",
-            "a_partial_write_over_stale_lines_keeps_the_other_hosts_bytes",
+            "an_update_and_a_tickets_read_over_stale_lines_see_the_current_version",
         )],
     ),
     (
         "write-back-before-unlock",
         &[
             ("all_log", "a_write_reaches_memory_before_its_unlock"),
+            (
+                "crash",
+                "no_path_of_the_protocol_leaves_a_dirty_line_in_a_hosts_cache",
+            ),
             (
                 "hardening",
                 "a_write_ticket_dropped_by_a_panic_ends_the_write",
@@ -340,6 +344,10 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
                 "local",
                 "a_read_shared_object_written_in_dram_is_read_fresh_by_the_host_that_cached_it",
             ),
+            (
+                "crash",
+                "no_path_of_the_protocol_leaves_a_dirty_line_in_a_hosts_cache",
+            ),
         ],
     ),
     (
@@ -389,6 +397,10 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
             (
                 "local",
                 "an_object_moves_after_n_accesses_and_another_host_brings_it_back",
+            ),
+            (
+                "crash",
+                "no_path_of_the_protocol_leaves_a_dirty_line_in_a_hosts_cache",
             ),
         ],
     ),

@@ -492,14 +492,18 @@ impl Log {
         debug_assert_eq!(entry.len(), self.entry_bytes);
         debug_assert_eq!(&entry[..8], &[0; 8], "published only below");
         let offset = self.entry_offset(position);
-        memory.write(offset, entry);
-        if !mutants::skipped(Step::LogWriteBackBeforePublish) {
-            memory.write_back(offset, self.entry_bytes);
+        // Straight to memory, never left in this host's cache: a writer that stops here
+        // for good leaves nothing that could land later, over the `Skip` its recovery
+        // writes or a later lap's entry (`docs/memory.md`, "What a stopped process
+        // leaves").
+        if mutants::skipped(Step::LogWriteBackBeforePublish) {
+            memory.write(offset, entry);
+        } else {
+            memory.write_non_temporal(offset, entry);
         }
         // Every line of the entry is in memory before the alive word is.
         memory.fence();
-        memory.store_u64(offset, self.alive_value(position));
-        memory.write_back(offset, LINE_BYTES as usize);
+        memory.write_non_temporal(offset, &self.alive_value(position).to_ne_bytes());
         // The alive word is in memory before anything we do next (ctail, replies).
         memory.fence();
     }

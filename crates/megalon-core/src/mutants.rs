@@ -11,8 +11,8 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Step {
-    /// The log writer writes every line of an entry back to memory (and fences) before it
-    /// publishes the entry.
+    /// The log writer stores every line of an entry straight to memory (non-temporally,
+    /// and fences) before it publishes the entry. Skipped, it stores them into its cache.
     LogWriteBackBeforePublish,
     /// The log reader invalidates every line of an entry before reading it.
     LogInvalidateBeforeRead,
@@ -31,10 +31,14 @@ pub enum Step {
     /// `write_start`, holding the lock, catches up and backs out if an event about the object
     /// was applied since its lookup.
     WriteEventCheckAfterLock,
-    /// `write_start` invalidates the object's lines before a (possibly partial) write when the
-    /// host counter is unknown or differs from the record's counter.
+    /// `write_start` invalidates the object's lines when the host counter is unknown or
+    /// differs from the record's counter, so that a read under the lock (`update`, a
+    /// ticket's `read`, the undo image's copy) copies the current version. Skipped, an
+    /// `update` on a host caching an old version writes that version back, changed.
     WriterInvalidatesStaleLines,
-    /// `write_end` writes the object's lines back to memory before it releases the record.
+    /// A write's bytes reach memory before it releases the record: stored non-temporally
+    /// (never left in the writer's cache), and what a raw write left there written back
+    /// by `write_end`. Skipped, they stay in the writer's cache.
     WriteBackBeforeUnlock,
     /// `write_end` appends a wrap event when the counter wraps around.
     WrapEvent,
@@ -47,8 +51,9 @@ pub enum Step {
     /// Replay of a write's `RecordAlloc` drops every host's local copy of the object
     /// (local copies).
     WriteInvalidatesCopies,
-    /// A host moving an object back from its DRAM writes the bytes back to memory before
-    /// it appends `MoveToCxl` (local partitions).
+    /// A host moving an object back from its DRAM stores the bytes straight to memory
+    /// (non-temporally) before it appends `MoveToCxl` (local partitions). Skipped, it
+    /// stores them into its cache.
     MoveBackWritesBack,
     /// Replay of a move to or from a host's DRAM drops other hosts' cached lines of the
     /// slot (local partitions).
@@ -65,7 +70,8 @@ pub enum Step {
     /// Skipped, it is a plain store, which can unlock or free a record that a host acting
     /// on a stale index entry locked meanwhile.
     RecordFreeByCas,
-    /// A create writes the object's bytes back to memory before it appends its event.
+    /// A create stores the object's bytes straight to memory (non-temporally) before it
+    /// appends its event. Skipped, it stores them into its cache.
     CreateWritesBack,
     /// Replay of a dealloc drops the object's cached lines on the host that logged it too
     /// (once read-shared, reads make no check, and that host may cache old lines).

@@ -361,8 +361,9 @@ impl RingGeometry {
         let (ticket, free) = self.reserve(pod, sender, &mut backoff, tally, serve)?;
         let entry = self.entry(ticket);
         Self::encode(buf, op, ticket, key, payload, used);
-        memory.write(entry, &buf[..used]);
-        memory.write_back(entry, used);
+        // Never left in this host's cache (a sender that stops for good here leaves
+        // nothing to land over a later lap's entry).
+        memory.write_non_temporal(entry, &buf[..used]);
         memory.fence();
         tally.lines_written_back(used as u64 / LINE_BYTES);
         let state = self.state(pod, ticket);
@@ -787,8 +788,7 @@ impl RingGeometry {
         debug_assert_eq!(header[8..16], claimed.ticket.to_le_bytes());
         header[1] = response.status;
         header[16..24].copy_from_slice(&response.detail.to_le_bytes());
-        memory.write(entry, header);
-        memory.write_back(entry, header.len());
+        memory.write_non_temporal(entry, header);
         memory.fence();
         tally.lines_written_back(1);
         tally.scr_atomics(1);
@@ -905,8 +905,7 @@ impl RingGeometry {
                 header[8..16].copy_from_slice(&ticket.to_le_bytes());
                 header[1] = response.status;
                 header[16..24].copy_from_slice(&response.detail.to_le_bytes());
-                memory.write(entry, &header);
-                memory.write_back(entry, header.len());
+                memory.write_non_temporal(entry, &header);
                 memory.fence();
                 self.publish_response(pod, ticket);
                 settled += 1;

@@ -544,16 +544,15 @@ fn a_read_waiting_on_a_dead_holder_goes_on_once_recovery_brings_the_object_back(
     );
 }
 
-/// A host whose process dies while its machine runs on leaves the lines it wrote in the
-/// machine's caches, which write them back when they evict them, after its recovery too.
-/// a dies with half a new value of `k` in its cache (its undo image ready, before its
-/// write-back); b, on another machine, recovers it and puts the image back; then a's
-/// machine evicts a's lines. The object must stay whole. It does not: the half-new
-/// bytes land over the restored value, and nothing moves the counter again. Ignored: a
-/// known defect the recovery's design does not cover yet (docs/decisions.md, "Found and
-/// not fixed").
+/// A host whose process dies while its machine runs on would leave the lines it wrote in
+/// the machine's caches, which write them back when they evict them, after its recovery
+/// too: the half-new bytes of a writer killed in the middle would land over the value its
+/// recovery put back, and nothing would move the counter again. A writer stores the
+/// object's bytes straight to memory instead, so its death leaves none of them behind.
+/// a dies with half a new value of `k` written (its undo image ready); b, on another
+/// machine, recovers it and puts the image back; then a's machine evicts whatever a left
+/// in its cache. The object stays whole.
 #[test]
-#[ignore = "a known defect: a dead process's dirty lines written back after its recovery"]
 fn dirty_lines_of_a_dead_host_written_back_after_its_recovery_do_not_tear_the_object() {
     let (pod, a, b) = two_hosts_with_k();
     let ticket = a.write_start(b"k").unwrap();
@@ -562,8 +561,10 @@ fn dirty_lines_of_a_dead_host_written_back_after_its_recovery_do_not_tear_the_ob
     std::mem::forget(ticket);
     let a_cache = a.memory().as_simulated().unwrap();
     assert!(
-        a_cache.is_dirty(offset),
-        "the new half is in a's cache only"
+        (0..SLOT as u64)
+            .step_by(64)
+            .all(|at| !a_cache.is_dirty(offset + at)),
+        "a line of k is dirty in a's cache"
     );
     a.inspect().freeze();
     assert_eq!(read(&b, b"k"), value(2), "old value, never a mix");
@@ -577,4 +578,106 @@ fn dirty_lines_of_a_dead_host_written_back_after_its_recovery_do_not_tear_the_ob
         "a dead host's late write-back tore the object"
     );
     std::mem::forget(a);
+}
+
+/// No path of the protocol leaves a line of LNR dirty in a host's cache: everything a host
+/// writes there goes straight to memory, so a process that stops for good, wherever it
+/// stops, leaves nothing in its machine's caches that could land after its recovery.
+/// Looked at after each call: creates; writes whole, at an offset, by `update` and by
+/// ticket; a record's reclaim; deletes; moves to a host's DRAM and back, and the RPCs that
+/// ask for them; copies; a late join's snapshot; a recovery that puts an undo image back;
+/// on caches that never evict on their own (a dirty line stays until its host writes it
+/// back).
+#[test]
+fn no_path_of_the_protocol_leaves_a_dirty_line_in_a_hosts_cache() {
+    let config = config().local_partitions(2).local_copies(3);
+    let pod = Arc::new(Pod::create(&config, megalon_core::Backing::heap()).unwrap());
+    let roomy = |seed| {
+        HostOptions::new()
+            .memory(simulated(seed, 1 << 14, 0))
+            .pump_interval(Some(Duration::from_millis(1)))
+    };
+    let join_roomy = |seed| Host::join(&pod, Join::AnyFree, roomy(seed)).unwrap();
+    #[track_caller]
+    fn clean(host: &Host, after: &str) {
+        let dirty = host.memory().as_simulated().unwrap().dirty_lines();
+        assert_eq!(
+            dirty,
+            0,
+            "{after} left lines dirty in host {}'s cache",
+            host.id()
+        );
+    }
+    let (a, b) = (join_roomy(1), join_roomy(2));
+    let keys: Vec<[u8; 2]> = (0..24u8).map(|i| [b'k', i]).collect();
+    for (i, key) in keys.iter().enumerate() {
+        a.create(key, &value(i as u8)).unwrap();
+        clean(&a, "a create");
+    }
+    for (i, key) in keys.iter().enumerate() {
+        let i = i as u8;
+        a.write(key, &value(i.wrapping_add(1))).unwrap();
+        clean(&a, "a write");
+        b.write_at(key, 3, &[i; 5]).unwrap();
+        clean(&b, "a write at an offset");
+        b.update(key, |bytes| bytes[7] ^= 1).unwrap();
+        clean(&b, "an update");
+        let ticket = a.write_start(key).unwrap();
+        ticket.write(61, &[i; 9]).unwrap();
+        clean(&a, "a ticket's write");
+        a.write_end(ticket).unwrap();
+        // Two reads in a row move it to the reader's DRAM; the other host's asks it back.
+        for reader in [&a, &a, &b, &b, &b, &a] {
+            read(reader, key);
+            clean(&a, "a read, a move or an RPC");
+            clean(&b, "a read, a move or an RPC");
+        }
+        match i % 3 {
+            0 => assert!(a.make_read_shared(key).unwrap() || b.make_read_shared(key).unwrap()),
+            1 => a.delete(key).unwrap(),
+            _ => {}
+        }
+        clean(&a, "a reclaim or a delete");
+        clean(&b, "a reclaim or a delete");
+    }
+    // Read-shared now: more reads make copies.
+    for _ in 0..4 {
+        for key in keys.iter().step_by(3) {
+            read(&b, key);
+            clean(&b, "a read making a copy");
+        }
+    }
+    // More events than the log holds: the next host to join needs a snapshot.
+    for _ in 0..200 {
+        a.create(b"t", &value(0)).unwrap();
+        a.delete(b"t").unwrap();
+    }
+    let c = join_roomy(3);
+    assert!(
+        a.inspect().stats().joins_served + b.inspect().stats().joins_served > 0,
+        "c joined without a snapshot"
+    );
+    clean(&a, "serving a join");
+    clean(&b, "serving a join");
+    // c dies in the middle of a write (its undo image ready); a or b recovers it.
+    let before = read(&b, &keys[2]);
+    let ticket = c.write_start(&keys[2]).unwrap();
+    ticket.write(0, &[0xee; SLOT / 2]).unwrap();
+    clean(&c, "a write's undo image and its first bytes");
+    std::mem::forget(ticket);
+    c.inspect().freeze();
+    let recovered = || a.inspect().stats().hosts_recovered + b.inspect().stats().hosts_recovered;
+    let deadline = Instant::now() + Duration::from_millis(LEASE_MS.into()) + BOUND;
+    while recovered() == 0 {
+        assert!(Instant::now() < deadline, "c not recovered after {BOUND:?}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(read(&b, &keys[2]), before, "c's half write undone");
+    clean(&a, "a recovery");
+    clean(&b, "a recovery");
+    assert!(
+        a.events().rpcs_sent + b.events().rpcs_sent > 0,
+        "no object moved back"
+    );
+    std::mem::forget(c);
 }

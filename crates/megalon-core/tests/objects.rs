@@ -200,12 +200,40 @@ fn bad_input_is_refused() {
 fn a_partial_write_over_stale_lines_keeps_the_other_hosts_bytes() {
     // Host b caches the object, a rewrites all of it, then b writes 8 bytes into its first
     // line. The rest of that line must be a's bytes, not b's stale cached ones: the writer
-    // invalidates its stale lines before a partial write. Random eviction is off so that
-    // b's stale line stays cached.
+    // stores only its bytes, straight to memory. Random eviction is off so that b's stale
+    // line stays cached.
     let quiet = |seed| HostOptions::new().memory(common::simulated(seed, 512, 0));
     let (a, b) = two_hosts(&pod(32, 64 << 10), quiet, 13);
     written_k(&a);
     common::partial_write_over_stale_lines(&a, &b);
+}
+
+#[test]
+fn an_update_and_a_tickets_read_over_stale_lines_see_the_current_version() {
+    // Host b caches the object, a rewrites all of it, then b changes one byte of it by
+    // `update`, and reads it under a ticket: both must start from a's version, not b's
+    // stale lines (the writer drops them when the counter moved). Random eviction is off
+    // so that b's stale lines stay cached.
+    let quiet = |seed| HostOptions::new().memory(common::simulated(seed, 512, 0));
+    let (a, b) = two_hosts(&pod(32, 64 << 10), quiet, 17);
+    written_k(&a);
+    read(&b, b"k");
+    a.write(b"k", &value(2)).unwrap();
+    b.update(b"k", |bytes| bytes[100] ^= 0xff).unwrap();
+    let mut expected = value(2);
+    expected[100] ^= 0xff;
+    assert_eq!(
+        read(&a, b"k"),
+        expected,
+        "b's update started from a stale copy"
+    );
+    read(&b, b"k");
+    a.write(b"k", &value(3)).unwrap();
+    let ticket = b.write_start(b"k").unwrap();
+    let mut seen = vec![0u8; SLOT];
+    ticket.read(0, &mut seen).unwrap();
+    b.write_end(ticket).unwrap();
+    assert_eq!(seen, value(3), "b's ticket read a stale copy");
 }
 
 #[test]

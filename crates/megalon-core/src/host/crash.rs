@@ -427,9 +427,10 @@ impl Shared {
             let mut buffer = buffer.borrow_mut();
             buffer.resize(len, 0);
             self.memory.read(offset, &mut buffer);
-            self.memory.write(image, &buffer);
+            // Never left in this host's cache: a line of an image this host stopped in
+            // the middle of could land over its id's next life's image.
+            self.memory.write_non_temporal(image, &buffer);
         });
-        self.memory.write_back(image, len);
         self.memory.fence();
     }
 
@@ -453,8 +454,7 @@ impl Shared {
             self.memory.flush(image, len);
             self.memory.fence();
             self.memory.read(image, &mut bytes);
-            self.memory.write(offset, &bytes);
-            self.memory.write_back(offset, len);
+            self.memory.write_non_temporal(offset, &bytes);
             self.memory.fence();
             self.announce_word(dead.host, index)
                 .store(0, Ordering::SeqCst);
@@ -1018,8 +1018,9 @@ impl Shared {
         self.memory.flush(place.offset, place.len);
         self.memory.fence();
         self.memory.read(image, &mut bytes);
-        self.memory.write(place.offset, &bytes);
-        self.memory.write_back(place.offset, place.len);
+        // Never left in this host's cache, as a writer's bytes are (a recoverer that
+        // stops here leaves nothing to land after its own recovery).
+        self.memory.write_non_temporal(place.offset, &bytes);
         // The restored bytes are in memory before the record says unlocked.
         self.memory.fence();
         // The image is let go before the unlock, as a writer lets go of its own: the

@@ -258,9 +258,13 @@ impl Inspect<'_> {
     /// Makes this host die where it stands, without giving it up: [`crash`] for a host
     /// some thread still uses (one stopped inside a call, say). Its pump stops and its
     /// row says it runs on another machine; its threads must do nothing more (a host that
-    /// went on after the others declared it dead is what the lease rules out).
+    /// went on after the others declared it dead is what the lease rules out). What it
+    /// had stored non-temporally or flushed and not yet fenced reaches memory now, as
+    /// the CPU completes them when it stops a process (`docs/memory.md`, "What a stopped
+    /// process leaves"); what it left dirty in its cache stays there.
     pub fn freeze(&self) {
         let shared = &self.host.shared;
+        shared.memory.fence();
         shared
             .stop
             .store(true, std::sync::atomic::Ordering::Release);

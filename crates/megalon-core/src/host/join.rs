@@ -408,8 +408,7 @@ impl Shared {
             // A server declared dead (paused past its lease) must not write into the area
             // another server may be streaming through by now.
             self.holds_its_row()?;
-            self.memory.write(area, chunk);
-            self.memory.write_back(area, chunk.len());
+            self.memory.write_non_temporal(area, chunk);
             // The chunk is in memory before `chunk` counts it.
             self.memory.fence();
             mailbox.chunk.store(k + 1, Ordering::SeqCst);

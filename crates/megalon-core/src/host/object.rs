@@ -558,9 +558,10 @@ impl Shared {
     }
 
     /// Step 4 of a write holding the object's lock (`record`, or the replicated lock with
-    /// [`NO_RECORD`]) at `counter`: a partial write fills lines from the cache, and stale
-    /// lines would go back to memory around the new bytes, so drop them unless they are of
-    /// this version. Returns what the ticket holds.
+    /// [`NO_RECORD`]) at `counter`: what reads the object under the lock (an `update`, a
+    /// ticket's `read`, the undo image's copy) must copy this version, so drop the
+    /// object's lines unless they are of it. (The write's own bytes go straight to memory
+    /// and keep the rest of each line as memory has it.) Returns what the ticket holds.
     pub(super) fn ready_to_write(
         &self,
         entry: &IndexEntry,
@@ -656,8 +657,10 @@ impl Shared {
             .is_some())
     }
 
-    /// Step 5 of a write: the object's lines reach memory (written back, fenced) before
-    /// anything says the write is done.
+    /// Step 5 of a write: the object's lines reach memory before anything says the write
+    /// is done. The change stored them non-temporally (`store_object_bytes`); a line a
+    /// raw write through [`crate::Memory`] left in the cache is written back; then the
+    /// fence.
     pub(super) fn write_back_object(&self, state: &WriteState, c: &ThreadCounters) {
         if !mutants::skipped(Step::WriteBackBeforeUnlock) {
             self.memory.write_back(state.place.offset, state.place.len);

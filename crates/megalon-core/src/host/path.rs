@@ -3,7 +3,7 @@
 //! retried within the host's bound.
 
 use super::local::Place;
-use super::ticket::{Done, Source, Target, WriteState};
+use super::ticket::{store_object_bytes, Done, Source, Target, WriteState};
 use super::{Host, Shared};
 
 use crate::backoff::Backoff;
@@ -54,7 +54,9 @@ impl Host {
         self.shared.with_counters(|c| {
             let ((), done) = self.shared.write_via(key, c, |target| match target {
                 Target::Dram(bytes) => bytes[at..at + data.len()].copy_from_slice(data),
-                Target::Pod(memory, offset, _) => memory.write(offset + at as u64, data),
+                Target::Pod(memory, offset, _) => {
+                    store_object_bytes(memory, offset + at as u64, data)
+                }
             })?;
             Ok(done)
         })
@@ -76,7 +78,7 @@ impl Host {
                     let mut buf = vec![0u8; len];
                     memory.read(offset, &mut buf);
                     let result = f(&mut buf);
-                    memory.write(offset, &buf);
+                    store_object_bytes(memory, offset, &buf);
                     result
                 }
             })

@@ -7,6 +7,7 @@ use crate::replica::IndexEntry;
 
 use crate::error::{Error, Result};
 use crate::memory::Memory;
+use crate::mutants::{self, Step};
 use crate::sync::{AtomicU64, Ordering};
 
 /// A read in progress, from [`Host::read_start`]: where the object's bytes are and what
@@ -155,9 +156,7 @@ impl WriteTicket<'_> {
     pub fn write(&self, at: usize, bytes: &[u8]) -> Result<()> {
         let state = self.state();
         within(at, bytes.len(), state.place.len)?;
-        self.host
-            .memory()
-            .write(state.place.offset + at as u64, bytes);
+        store_object_bytes(self.host.memory(), state.place.offset + at as u64, bytes);
         Ok(())
     }
 
@@ -167,12 +166,19 @@ impl WriteTicket<'_> {
     pub fn read(&self, at: usize, buf: &mut [u8]) -> Result<()> {
         let state = self.state();
         within(at, buf.len(), state.place.len)?;
-        self.host.memory().read(state.place.offset + at as u64, buf);
+        let memory = self.host.memory();
+        // This ticket's own stores, non-temporal, reach memory before the copy reads them
+        // back (it misses: they dropped their lines).
+        memory.fence();
+        memory.read(state.place.offset + at as u64, buf);
         Ok(())
     }
 
     /// Offset of the object's bytes in the pod, for the raw, unchecked [`crate::Memory`]
-    /// layer ([`WriteTicket::write`] is the checked way).
+    /// layer ([`WriteTicket::write`] is the checked way). Write there with
+    /// [`Memory::write_non_temporal`], as [`WriteTicket::write`] does: a plain
+    /// [`Memory::write`] reaches memory at `write_end`, but the lines of a process killed
+    /// before then stay in its machine's caches and may land after its recovery.
     pub fn offset(&self) -> u64 {
         self.state().place.offset
     }
@@ -272,7 +278,20 @@ impl Source<'_> {
 pub(super) enum Target<'a> {
     /// The object in this host's partition, all of it, under its local lock.
     Dram(&'a mut [u8]),
-    /// The object's slot in the pod (offset, length), through this host's cache, with
-    /// the record locked.
+    /// The object's slot in the pod (offset, length), with the record locked: changed
+    /// bytes go to memory with [`store_object_bytes`].
     Pod(&'a Memory, u64, usize),
+}
+
+/// Stores `data` into an object's slot at `offset`, under its lock: straight to memory,
+/// never left in this host's cache. A writer that stops for good in the middle (killed,
+/// its machine running on) thus leaves nothing in its machine's caches that could land
+/// after its recovery put the object's undo image back (`docs/memory.md`, "What a
+/// stopped process leaves").
+pub(super) fn store_object_bytes(memory: &Memory, offset: u64, data: &[u8]) {
+    if mutants::skipped(Step::WriteBackBeforeUnlock) {
+        memory.write(offset, data);
+    } else {
+        memory.write_non_temporal(offset, data);
+    }
 }

@@ -370,8 +370,9 @@ impl Shared {
         if last == me {
             (bump(streak), bounces)
         } else {
-            self.memory.write(offset, &[me]);
-            self.memory.write_back(offset, 1);
+            // A byte-masked store straight to memory: the accessor bytes of the other
+            // objects in the line stay as their hosts stored them.
+            self.memory.write_non_temporal(offset, &[me]);
             self.memory.fence();
             c.add(Counter::LinesWrittenBack, 1);
             streak.store(1, Ordering::Relaxed);
@@ -398,8 +399,8 @@ impl Shared {
     pub(in crate::host) fn note_bounce(&self, slot: u64, c: &ThreadCounters) {
         let offset = self.pod.layout().accessor_offset(slot);
         let [_, bounces] = self.accessor_word(offset, c);
-        self.memory.write(offset + 1, &[bounces.saturating_add(1)]);
-        self.memory.write_back(offset + 1, 1);
+        self.memory
+            .write_non_temporal(offset + 1, &[bounces.saturating_add(1)]);
         self.memory.fence();
         c.add(Counter::LinesWrittenBack, 1);
     }
@@ -409,8 +410,8 @@ impl Shared {
     pub(in crate::host) fn clear_accessor(&self, slot: u64) {
         if self.local.as_ref().is_some_and(|l| l.partition_after > 0) {
             let offset = self.pod.layout().accessor_offset(slot);
-            self.memory.write(offset, &[0; ACCESSOR_BYTES as usize]);
-            self.memory.write_back(offset, ACCESSOR_BYTES as usize);
+            self.memory
+                .write_non_temporal(offset, &[0; ACCESSOR_BYTES as usize]);
         }
     }
 }

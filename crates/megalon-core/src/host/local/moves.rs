@@ -255,10 +255,13 @@ impl Shared {
         // middle of the copy (our death hands the object back to CXL as it was then).
         self.keep_slot_image(&hold, slot);
         self.chaos.point(Point::MoveBackBeforeCopy);
-        self.memory.write(offset, &object.bytes(len));
-        // The bytes reach memory before the event tells anyone to read them there.
-        if !mutants::skipped(Step::MoveBackWritesBack) {
-            self.memory.write_back(offset, len);
+        // The bytes reach memory before the event tells anyone to read them there, and
+        // never stay in this host's cache (where they could land after its recovery put
+        // the slot image back).
+        if mutants::skipped(Step::MoveBackWritesBack) {
+            self.memory.write(offset, &object.bytes(len));
+        } else {
+            self.memory.write_non_temporal(offset, &object.bytes(len));
             c.add(Counter::LinesWrittenBack, Self::lines(len));
         }
         self.memory.fence();
