@@ -22,9 +22,11 @@
 //! - `read_many` (`object/read_many/read_shared`, `.../read_write`): `host.read_many` of
 //!   [`BATCH`] whole objects a call, timed per object; `read_each` is `read` again, one
 //!   object a call, as its baseline.
-//! - `write`: `host.write(key, &object)` of a read-write-shared object (lock, copy,
-//!   write-back of its 16 lines, fence, unlock); `write_ceiling`: the plain map lookup,
-//!   then `memory.write`, `memory.write_back` of 1 KiB and `memory.fence`.
+//! - `write`: `host.write(key, &object)` of a read-write-shared object (lock, the copy
+//!   stored straight to memory, fence, unlock); `write_ceiling`: the plain map lookup,
+//!   then `memory.write_non_temporal` of 1 KiB and `memory.fence`; `write_ceiling_cached`
+//!   the lookup, then `memory.write`, `memory.write_back` and `memory.fence` (how writes
+//!   went before they bypassed the cache).
 //! - `crash_safety` (`crash_safety/write_undo`, `write_off`, `write_off_imaged`, each on
 //!   `1KiB` and `64B` objects): what `CrashSafety::Undo` costs a write. Two more heap pods
 //!   per object size, alike but for their crash safety, each with its own host (hardware
@@ -381,6 +383,21 @@ fn write_imaged<'a>(
 
 /// The write's ceiling: plain map lookup, copy, write-back of every line, fence.
 fn write_ceiling<'a>(setup: &'a Setup, set: &'a ObjectSet) -> impl Operation + 'a {
+    let memory = setup.host.memory();
+    let object = buffer();
+    move |i| {
+        let offset = *setup
+            .map
+            .get(black_box(&set.keys[i]).as_slice())
+            .expect("present");
+        memory.write_non_temporal(offset, black_box(&object.0));
+        memory.fence();
+    }
+}
+
+/// The write ceiling through the cache: the bytes stored into it, written back, fenced
+/// (the way megalon wrote objects before its writes went straight to memory).
+fn write_ceiling_cached<'a>(setup: &'a Setup, set: &'a ObjectSet) -> impl Operation + 'a {
     let memory = setup.host.memory();
     let object = buffer();
     move |i| {
@@ -764,7 +781,13 @@ fn main() {
         rw,
         "write",
         &mut write(host, rw, OBJECT_BYTES),
-        &mut [("write_ceiling", &mut write_ceiling(&setup, rw))],
+        &mut [
+            ("write_ceiling", &mut write_ceiling(&setup, rw)),
+            (
+                "write_ceiling_cached",
+                &mut write_ceiling_cached(&setup, rw),
+            ),
+        ],
     );
     // Its own pods, after the others' measurements.
     crash_safety(&mut runs.c, paired_runs);
