@@ -386,15 +386,18 @@ impl Inner {
                             self.host.write_end(ticket)?;
                             return Err(error);
                         }
-                        memory.write(ticket.offset() + valid as u64, &gap);
+                        ticket.write(valid, &gap)?;
                     }
-                    memory.write(ticket.offset() + at as u64, src);
+                    // Through the ticket: straight to memory, never left in this host's
+                    // cache (where a process killed in the middle would leave them to
+                    // land after its recovery).
+                    ticket.write(at, src)?;
                     let end = at + src.len();
                     if end > valid {
                         let trailer = PageTrailer {
                             valid_bytes: end as u32,
                         };
-                        memory.write(trailer_at, &trailer.bytes());
+                        ticket.write(PageTrailer::AT, &trailer.bytes())?;
                     }
                     // Before write_end: while the record is locked nobody can write the
                     // page back, and from the unlock on every write-back sees the bit
