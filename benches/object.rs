@@ -354,8 +354,8 @@ fn write<'a>(host: &'a Host, set: &'a ObjectSet, object_bytes: usize) -> impl Op
 }
 
 /// What an undo image costs with no protocol, then `Host::write` of the whole object (of
-/// `object_bytes`): the object read, written to `image_offset`, its lines written back,
-/// a fence, as `CrashSafety::Undo` does between the lock and the first byte changed.
+/// `object_bytes`): the object read, stored straight to memory at `image_offset`, a
+/// fence, as `CrashSafety::Undo` does between the lock and the first byte changed.
 fn write_imaged<'a>(
     host: &'a Host,
     set: &'a ObjectSet,
@@ -368,8 +368,7 @@ fn write_imaged<'a>(
     move |i| {
         let image = &mut image.0[..object_bytes];
         memory.read(black_box(set.offsets[i]), image);
-        memory.write(image_offset, image);
-        memory.write_back(image_offset, object_bytes);
+        memory.write_non_temporal(image_offset, image);
         memory.fence();
         let done = host
             .write(
@@ -381,7 +380,8 @@ fn write_imaged<'a>(
     }
 }
 
-/// The write's ceiling: plain map lookup, copy, write-back of every line, fence.
+/// The write's ceiling: plain map lookup, the object stored straight to memory
+/// (non-temporally, as a write does), fence.
 fn write_ceiling<'a>(setup: &'a Setup, set: &'a ObjectSet) -> impl Operation + 'a {
     let memory = setup.host.memory();
     let object = buffer();
