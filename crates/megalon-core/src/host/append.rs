@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::event::{Event, OwnedEvent};
 use crate::host_table;
 use crate::ids::HostId;
+use crate::limits::LINE_BYTES;
 use crate::log::Log;
 use crate::mutants::{self, Step};
 use crate::replica::{Index, Outcome};
@@ -682,6 +683,17 @@ impl Shared {
             self.memory.write(offset, value);
         } else {
             self.memory.write_non_temporal(offset, value);
+            // The store drops this host's copies of the lines it covers only. The slot's
+            // lines past the value may hold an earlier object's bytes, which this host's
+            // reads of the new object (read-shared: they make no check) would be served;
+            // other hosts drop them when they apply the create. The fence below completes
+            // the flush.
+            let covered = value.len().next_multiple_of(LINE_BYTES as usize);
+            let slot_bytes = slot_size_bytes as usize;
+            if covered < slot_bytes {
+                self.memory
+                    .flush(offset + covered as u64, slot_bytes - covered);
+            }
         }
         self.clear_accessor(slot);
         // The bytes are in memory before the create event is.
