@@ -23,8 +23,6 @@
 //! (their admitter died, or failed, between its create and its line: the hand could
 //! never find them), and if it named any, turns once more.
 
-use megalon_core::limits::LINE_BYTES;
-
 use crate::cache::Inner;
 use crate::error::{Error, Result};
 use crate::layout::{OWNER_BYTES, OWNER_MAGIC};
@@ -54,9 +52,10 @@ impl Inner {
         let mut count = [0u8];
         memory.read(at, &mut count);
         if count[0] < MAX_ACCESS_COUNT {
-            memory.write(at, &[count[0] + 1]);
-            // Toward memory, for the other hosts' hands; no fence: a hint may be late.
-            memory.write_back(at, 1);
+            // Straight to memory, for the other hosts' hands, and only this byte (a line
+            // written back would put its neighbours' counts back as this host last saw
+            // them); no fence: a hint may be late.
+            memory.write_non_temporal(at, &[count[0] + 1]);
         }
     }
 
@@ -69,14 +68,11 @@ impl Inner {
         let mut line = [0u8; OWNER_BYTES];
         line[..PAGE_KEY_BYTES].copy_from_slice(key);
         line[PAGE_KEY_BYTES..].copy_from_slice(&OWNER_MAGIC.to_le_bytes());
-        // A stale copy of the line would go back to memory around the new bytes: drop it.
-        memory.flush(at, LINE_BYTES as usize);
-        memory.fence();
-        memory.write(at, &line);
-        memory.write_back(at, LINE_BYTES as usize);
+        // Straight to memory, never left in this host's cache (an admitter killed here
+        // would leave the line to land over a later admitter's).
+        memory.write_non_temporal(at, &line);
         let count = regions.count(slot);
-        memory.write(count, &[0]);
-        memory.write_back(count, 1);
+        memory.write_non_temporal(count, &[0]);
         // The line reaches memory before the admission lock's release: an eviction of the
         // page (which takes the lock next) then a reuse of the slot come after it.
         memory.fence();
@@ -106,8 +102,7 @@ impl Inner {
         if count[0] == 0 {
             return false;
         }
-        memory.write(at, &[count[0] - 1]);
-        memory.write_back(at, 1);
+        memory.write_non_temporal(at, &[count[0] - 1]);
         true
     }
 
