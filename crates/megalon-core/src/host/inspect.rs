@@ -264,7 +264,6 @@ impl Inspect<'_> {
     /// process leaves"); what it left dirty in its cache stays there.
     pub fn freeze(&self) {
         let shared = &self.host.shared;
-        shared.memory.fence();
         shared
             .stop
             .store(true, std::sync::atomic::Ordering::Release);
@@ -272,6 +271,7 @@ impl Inspect<'_> {
             pump.thread().unpark();
         }
         host_table::pretend_elsewhere(&shared.pod, shared.id);
+        shared.memory.fence();
     }
 
     /// Runs this host's watch for dead hosts now, on the calling thread, as its pump does

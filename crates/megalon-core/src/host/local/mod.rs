@@ -353,10 +353,10 @@ impl Shared {
     /// Notes an access of this host to the object in `slot`: reads the slot's accessor
     /// word from LNR and, if another host accessed the object last, writes this host
     /// there. Returns this host's consecutive accesses so far and the object's bounces.
-    /// Sloppy on purpose: many slots' words share a line, and a write-back can put older
-    /// bytes back; the policy only needs a hint. But one the next host's access sees:
-    /// its write-back is fenced (without, it may still be in flight when the other host
-    /// looks, which then counts a streak of its own that never was, and moves the object).
+    /// Sloppy on purpose: two hosts may write the word at once, and one's byte wins; the
+    /// policy only needs a hint. But one the next host's access sees: its store is fenced
+    /// (without, it may still be in flight when the other host looks, which then counts a
+    /// streak of its own that never was, and moves the object).
     pub(in crate::host) fn note_access(
         &self,
         local: &Local,
