@@ -132,6 +132,9 @@ impl ReadState {
 pub struct WriteTicket<'h> {
     pub(super) host: &'h Host,
     pub(super) state: Option<WriteState>,
+    /// [`WriteTicket::offset`] was asked for: the caller may have written through the raw
+    /// [`crate::Memory`] layer, with plain stores `write_end` must write back.
+    pub(super) raw: std::cell::Cell<bool>,
 }
 
 /// What a write ticket holds: the object's place, the record it locked ([`NO_RECORD`](crate::event::NO_RECORD)
@@ -143,6 +146,9 @@ pub(super) struct WriteState {
     pub(super) counter_before: u32,
     /// The announce word (and undo image) of this write's lock, in a pod with undo images.
     pub(super) hold: Option<u64>,
+    /// The object may have been written with plain stores (its ticket's offset was asked
+    /// for): `write_end` writes its lines back.
+    pub(super) raw: bool,
 }
 
 impl WriteTicket<'_> {
@@ -177,9 +183,11 @@ impl WriteTicket<'_> {
     /// Offset of the object's bytes in the pod, for the raw, unchecked [`crate::Memory`]
     /// layer ([`WriteTicket::write`] is the checked way). Write there with
     /// [`Memory::write_non_temporal`], as [`WriteTicket::write`] does: a plain
-    /// [`Memory::write`] reaches memory at `write_end`, but the lines of a process killed
-    /// before then stay in its machine's caches and may land after its recovery.
+    /// [`Memory::write`] reaches memory at `write_end` (which writes back the lines of
+    /// every ticket whose offset was asked for), but the lines of a process killed before
+    /// then stay in its machine's caches and may land after its recovery.
     pub fn offset(&self) -> u64 {
+        self.raw.set(true);
         self.state().place.offset
     }
 
@@ -203,7 +211,8 @@ impl WriteTicket<'_> {
 
 impl Drop for WriteTicket<'_> {
     fn drop(&mut self) {
-        if let Some(state) = self.state.take() {
+        if let Some(mut state) = self.state.take() {
+            state.raw = self.raw.get();
             // The caller may have written part of the object (or panicked while writing):
             // finish the write so that the bytes reach memory and the record is unlocked.
             // In a split pod this cannot fail; in an AllLog pod a failed unlock append is
