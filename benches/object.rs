@@ -235,6 +235,17 @@ fn write_once(host: &Host, set: &ObjectSet, object: &[u8]) {
     assert_eq!(host.inspect().records_in_use().0 - in_use_before, written);
 }
 
+impl Setup {
+    /// The ceilings' lookup: object `i` of `set` in the plain map (its offset).
+    #[inline]
+    fn plain_lookup(&self, set: &ObjectSet, i: usize) -> u64 {
+        *self
+            .map
+            .get(black_box(&set.keys[i]).as_slice())
+            .expect("present")
+    }
+}
+
 /// One operation on object `i` of a set (its key, its offset).
 trait Operation: FnMut(usize) {}
 impl<F: FnMut(usize)> Operation for F {}
@@ -244,10 +255,7 @@ fn ceiling<'a>(setup: &'a Setup, set: &'a ObjectSet) -> impl Operation + 'a {
     let memory = setup.host.memory();
     let mut buf = buffer();
     move |i| {
-        let offset = *setup
-            .map
-            .get(black_box(&set.keys[i]).as_slice())
-            .expect("present");
+        let offset = setup.plain_lookup(set, i);
         memory.read(offset, &mut buf.0);
         black_box(&buf);
     }
@@ -386,10 +394,7 @@ fn write_ceiling<'a>(setup: &'a Setup, set: &'a ObjectSet) -> impl Operation + '
     let memory = setup.host.memory();
     let object = buffer();
     move |i| {
-        let offset = *setup
-            .map
-            .get(black_box(&set.keys[i]).as_slice())
-            .expect("present");
+        let offset = setup.plain_lookup(set, i);
         memory.write_non_temporal(offset, black_box(&object.0));
         memory.fence();
     }
@@ -401,10 +406,7 @@ fn write_ceiling_cached<'a>(setup: &'a Setup, set: &'a ObjectSet) -> impl Operat
     let memory = setup.host.memory();
     let object = buffer();
     move |i| {
-        let offset = *setup
-            .map
-            .get(black_box(&set.keys[i]).as_slice())
-            .expect("present");
+        let offset = setup.plain_lookup(set, i);
         memory.write(offset, black_box(&object.0));
         memory.write_back(offset, OBJECT_BYTES);
         memory.fence();
