@@ -496,11 +496,7 @@ impl Log {
         // for good leaves nothing that could land later, over the `Skip` its recovery
         // writes or a later lap's entry (`docs/memory.md`, "What a stopped process
         // leaves").
-        if mutants::skipped(Step::LogWriteBackBeforePublish) {
-            memory.write(offset, entry);
-        } else {
-            memory.write_non_temporal(offset, entry);
-        }
+        mutants::store(memory, Step::LogWriteBackBeforePublish, offset, entry);
         // Every line of the entry is in memory before the alive word is.
         memory.fence();
         memory.write_non_temporal(offset, &self.alive_value(position).to_ne_bytes());

@@ -277,6 +277,18 @@ pub const fn skipped(_step: Step) -> bool {
     false
 }
 
+/// Stores `data` at `offset` straight to memory (non-temporally), as every write of the
+/// protocol to LNR does; with `step` switched off, into this host's cache instead, never
+/// written back: the one mutant of every such store.
+#[inline]
+pub(crate) fn store(memory: &crate::memory::Memory, step: Step, offset: u64, data: &[u8]) {
+    if skipped(step) {
+        memory.write(offset, data);
+    } else {
+        memory.write_non_temporal(offset, data);
+    }
+}
+
 /// Whether `step` is switched off in this run: it is named by `MEGALON_MUTANT`.
 #[cfg(feature = "mutants")]
 pub fn skipped(step: Step) -> bool {

@@ -674,26 +674,17 @@ impl Shared {
         }
         let slot = self.take_slot()?;
         let offset = self.pod.layout().slot_offset(slot);
-        // Straight to memory, dropping any line of the slot this host caches from an
-        // object it held before; never left in this host's cache.
-        if mutants::skipped(Step::CreateWritesBack) {
-            // A stale line of the slot would keep its old bytes around the new ones.
-            self.memory.flush(offset, slot_size_bytes as usize);
-            self.memory.fence();
-            self.memory.write(offset, value);
-        } else {
-            self.memory.write_non_temporal(offset, value);
-            // The store drops this host's copies of the lines it covers only. The slot's
-            // lines past the value may hold an earlier object's bytes, which this host's
-            // reads of the new object (read-shared: they make no check) would be served;
-            // other hosts drop them when they apply the create. The fence below completes
-            // the flush.
-            let covered = value.len().next_multiple_of(LINE_BYTES as usize);
-            let slot_bytes = slot_size_bytes as usize;
-            if covered < slot_bytes {
-                self.memory
-                    .flush(offset + covered as u64, slot_bytes - covered);
-            }
+        // Straight to memory, never left in this host's cache.
+        mutants::store(&self.memory, Step::CreateWritesBack, offset, value);
+        // The store drops this host's copies of the lines it covers only. The slot's lines
+        // past the value may hold an earlier object's bytes, which this host's reads of the
+        // new object (read-shared: they make no check) would be served; other hosts drop
+        // them when they apply the create. The fence below completes the flush.
+        let covered = value.len().next_multiple_of(LINE_BYTES as usize);
+        let slot_bytes = slot_size_bytes as usize;
+        if covered < slot_bytes {
+            self.memory
+                .flush(offset + covered as u64, slot_bytes - covered);
         }
         self.clear_accessor(slot);
         // The bytes are in memory before the create event is.

@@ -298,9 +298,5 @@ pub(super) enum Target<'a> {
 /// after its recovery put the object's undo image back (`docs/memory.md`, "What a
 /// stopped process leaves").
 pub(super) fn store_object_bytes(memory: &Memory, offset: u64, data: &[u8]) {
-    if mutants::skipped(Step::WriteBackBeforeUnlock) {
-        memory.write(offset, data);
-    } else {
-        memory.write_non_temporal(offset, data);
-    }
+    mutants::store(memory, Step::WriteBackBeforeUnlock, offset, data);
 }

@@ -258,12 +258,13 @@ impl Shared {
         // The bytes reach memory before the event tells anyone to read them there, and
         // never stay in this host's cache (where they could land after its recovery put
         // the slot image back).
-        if mutants::skipped(Step::MoveBackWritesBack) {
-            self.memory.write(offset, &object.bytes(len));
-        } else {
-            self.memory.write_non_temporal(offset, &object.bytes(len));
-            c.add(Counter::LinesWrittenBack, Self::lines(len));
-        }
+        mutants::store(
+            &self.memory,
+            Step::MoveBackWritesBack,
+            offset,
+            &object.bytes(len),
+        );
+        c.add(Counter::LinesWrittenBack, Self::lines(len));
         self.memory.fence();
         // Whole in the slot: nothing to put back any more.
         drop(hold);
