@@ -195,6 +195,52 @@ fn a_local_read_waits_for_a_slow_local_write_instead_of_failing() {
 }
 
 #[test]
+fn a_second_local_writer_waits_for_a_slow_update_within_the_wait_limit() {
+    let pod = pod(&config().local_partitions(2));
+    let limit = Duration::from_millis(100);
+    let a = join(&pod, small_cache(1).wait_limit(limit));
+    a.create(b"k", &value(0)).unwrap();
+    two_reads_of_k(&a);
+    assert_eq!(a.inspect().local_objects(), (1, 0));
+    let updating = std::sync::Barrier::new(2);
+    let (done, gave_up) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        let (a, updating) = (&a, &updating);
+        scope.spawn(move || {
+            a.update(b"k", |bytes| {
+                updating.wait();
+                // Held until the other writer has given up (or for 2 s: a writer that
+                // waits on with no bound then goes in, and the test fails, not hangs).
+                let _ = gave_up.recv_timeout(Duration::from_secs(2));
+                bytes.copy_from_slice(&value(5));
+            })
+            .unwrap();
+        });
+        updating.wait();
+        let started = Instant::now();
+        let waits = a.events().waits_for_writer;
+        // The update holds the object: the write waits its limit, then says so.
+        let error = a.write(b"k", &value(7)).expect_err("the object is held");
+        assert!(
+            matches!(error, Error::LocalObjectBusy { waited_ms, .. } if waited_ms >= 100),
+            "{error:?}"
+        );
+        assert!(started.elapsed() >= limit);
+        assert!(a.events().waits_for_writer > waits);
+        done.send(()).unwrap();
+    });
+    // The update's value, and nothing of the write that gave up; the next write goes in.
+    assert_eq!(read(&a, b"k"), value(5));
+    a.write(b"k", &value(7)).unwrap();
+    assert_eq!(read(&a, b"k"), value(7));
+    assert_eq!(
+        a.inspect().local_objects(),
+        (1, 0),
+        "written in DRAM throughout"
+    );
+}
+
+#[test]
 fn two_hosts_asking_each_other_at_once_both_get_answers_without_pumps() {
     // No pumps: a host's ring is served only by its own threads' operations and by its
     // threads while they wait on another host's answer.

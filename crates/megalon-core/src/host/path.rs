@@ -252,7 +252,8 @@ impl Shared {
                         continue;
                     }
                     // On its way here: the mover says `HELD` (or orphans it) once it
-                    // knows its append's outcome, holding `moving` till then.
+                    // knows its append's outcome, holding `moving` till then. Or another
+                    // writer of this host has it.
                     Place::Wait => {
                         self.wait_for_local_writer(&mut leaving_wait)?;
                         continue;

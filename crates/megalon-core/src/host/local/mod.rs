@@ -285,7 +285,12 @@ impl Shared {
         let index = self.replica.read();
         Ok(match self.find(local, &index, key)? {
             Found::Mine(object) => {
-                object.lock();
+                // Another writer has it (an `update` may hold it for as long as its
+                // closure runs): wait without holding the index, within the wait limit.
+                if !object.try_lock() {
+                    c.add(Counter::WaitsForWriter, 1);
+                    return Ok(Place::Wait);
+                }
                 // Unlocked on every way out, a panic of `change` included.
                 let _unlock = UnlockOnDrop(object);
                 let place = match object.state.load(Ordering::Relaxed) {
@@ -423,8 +428,8 @@ pub(in crate::host) enum Place<R> {
     /// In this host's partition, but a write overlapped the read, or the object is on
     /// its way back to CXL (a write): wait a little, try again.
     Retry,
-    /// In this host's partition, its move here not settled yet (a write): wait a little,
-    /// try again.
+    /// In this host's partition, its move here not settled yet, or another writer of
+    /// this host holding it (a write): wait a little, try again.
     Wait,
     /// In another host's DRAM.
     Held(HostId),

@@ -53,28 +53,33 @@ impl LocalObject {
         (self.version.load(Ordering::Relaxed) == before).then_some(result)
     }
 
-    /// Takes the object for writing (spins while another writer has it).
+    /// Takes the object for writing (spins while another writer has it): for the mover,
+    /// which waits only for this host's own writes.
     pub(in crate::host) fn lock(&self) {
-        loop {
-            let version = self.version.load(Ordering::Relaxed);
-            if version.is_multiple_of(2)
-                && self
-                    .version
-                    .compare_exchange_weak(
-                        version,
-                        version + 1,
-                        Ordering::Acquire,
-                        Ordering::Relaxed,
-                    )
-                    .is_ok()
-            {
-                // The odd version is ordered before every store of the write (pairs with
-                // the reader's Acquire fence).
-                crate::sync::fence(Ordering::Release);
-                return;
-            }
+        while !self.try_lock() {
             std::thread::yield_now();
         }
+    }
+
+    /// Takes the object for writing if no other writer has it. A writer that finds it
+    /// taken lets go of the index and waits a bounded while ([`Place::Wait`]), as for a
+    /// writer in CXL: an `update` may hold it for as long as its closure runs.
+    ///
+    /// [`Place::Wait`]: crate::host::path::Place::Wait
+    pub(in crate::host) fn try_lock(&self) -> bool {
+        let version = self.version.load(Ordering::Relaxed);
+        if version.is_multiple_of(2)
+            && self
+                .version
+                .compare_exchange(version, version + 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+        {
+            // The odd version is ordered before every store of the write (pairs with the
+            // reader's Acquire fence).
+            crate::sync::fence(Ordering::Release);
+            return true;
+        }
+        false
     }
 
     /// Lets the object go after a write: the version is even again (Release: the
