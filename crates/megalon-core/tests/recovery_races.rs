@@ -133,6 +133,36 @@ fn read(host: &Host) -> Vec<u8> {
     common::read(host, b"k")
 }
 
+/// A recovery that panics half-way (a defect, on a thread of the user's that ran the
+/// watch) lets go of the pod's recovery word on its way out: the next round recovers the
+/// dead host. (The word stayed naming the live recoverer: no host took it over, and the
+/// recoverer's own next round took it for a recovery of its own under way, so the dead
+/// host's lock was never restored.)
+#[test]
+fn a_recovery_that_panics_half_way_lets_the_next_one_run() {
+    let pod = common::heap_pod(&config());
+    let [r, d, w] = leak_all(&pod);
+    k_with_a_record(r);
+    // d dies in the middle of a write: half of a new value in memory, its image ready.
+    half_write(d, 0xee).unwrap();
+    d.inspect().freeze();
+    leases_run_out(&[r]);
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        chaos::with_hook(
+            |point| {
+                if point == Point::RecoveryAfterScan {
+                    panic!("a recovery panics half-way (on purpose)");
+                }
+            },
+            || watch_until(r, "no recovery reached the scan", || false),
+        )
+    }));
+    assert!(panicked.is_err(), "the recovery reached the scan");
+    recover_by_hand(&pod, d.id(), r);
+    assert_eq!(read(w), value(2), "d's undo image put back");
+    k_reads_and_takes_a_write(w, w, 2);
+}
+
 /// A live host moving `k` to its DRAM holds the record's lock while its move's event is
 /// appended. The recoverer of a dead host that announced the same lock word must wait
 /// for it, not unlock it (it did, when a move did not announce its lock: a writer then

@@ -615,9 +615,11 @@ impl Shared {
         {
             return Ok(false);
         }
-        let result = self.recover_holding(&dead, step);
-        let _ = word.compare_exchange(me, 0, Ordering::SeqCst, Ordering::SeqCst);
-        result
+        // Let go of on every way out, a panic included: a word left naming a live host
+        // would stop every recovery in the pod (the others wait for its holder, and the
+        // holder's next round takes it for one of its own under way).
+        let _release = ReleaseOnDrop { word, me };
+        self.recover_holding(&dead, step)
     }
 
     fn recover_holding(&self, dead: &Dead, step: Step) -> Result<bool> {
@@ -1088,6 +1090,21 @@ impl Shared {
 thread_local! {
     /// A writer's buffer for its undo image (one copy per write, no allocation).
     static UNDO_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Lets go of the recovery word `word` if it still names `me` (this recoverer's life),
+/// when dropped.
+struct ReleaseOnDrop<'a> {
+    word: &'a AtomicU64,
+    me: u64,
+}
+
+impl Drop for ReleaseOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = self
+            .word
+            .compare_exchange(self.me, 0, Ordering::SeqCst, Ordering::SeqCst);
+    }
 }
 
 #[cfg(test)]
