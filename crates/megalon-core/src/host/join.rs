@@ -370,7 +370,11 @@ impl Shared {
             let _replaying = self.replica.replay.lock();
             // Holding the replay lock: our `ltail` is `applied`, and holds the head.
             let position = self.replica.applied.load(Ordering::Acquire);
-            let bytes = stream(request, position, &self.replica.read().encode_snapshot());
+            let snapshot = self
+                .replica
+                .read()
+                .encode_snapshot_beating(&mut || self.beat());
+            let bytes = stream(request, position, &snapshot);
             if over() {
                 return Ok(());
             }
