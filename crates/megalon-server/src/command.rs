@@ -221,6 +221,25 @@ impl Executor {
                 session.quit = true;
             }
             b"shutdown" => {
+                let mut abort = false;
+                for option in args.from(1) {
+                    if option.eq_ignore_ascii_case(b"abort") {
+                        abort = true;
+                    } else if ![&b"nosave"[..], b"save", b"now", b"force"]
+                        .iter()
+                        .any(|o| option.eq_ignore_ascii_case(o))
+                    {
+                        return resp::error(out, format_args!("{SYNTAX}"));
+                    }
+                }
+                if abort {
+                    // Nothing is ever pending: a shutdown here is immediate.
+                    return if n == 2 {
+                        resp::error(out, format_args!("ERR No shutdown in progress."))
+                    } else {
+                        resp::error(out, format_args!("{SYNTAX}"))
+                    };
+                }
                 // Redis answers nothing: the connection closes as the server stops.
                 session.quit = true;
                 self.host.shutdown.trigger();
@@ -331,17 +350,32 @@ impl Executor {
         }
     }
 
-    fn del(&mut self, args: Args<'_>, out: &mut Vec<u8>) {
-        // Checked first, as MSET is: an error reply deletes nothing.
+    /// Writes the error for the first of `keys` over the key limit, if one is: a command
+    /// of several keys checks them all first, as MSET does, so that its error reply has
+    /// done nothing (and an array reply never holds an error for a key no client could
+    /// have stored). `true`: refused.
+    fn refuse_a_long_key<'k>(
+        &self,
+        mut keys: impl Iterator<Item = &'k [u8]>,
+        out: &mut Vec<u8>,
+    ) -> bool {
         let max_key = self.host.limits.max_key_bytes;
-        if let Some(key) = args.from(1).find(|key| key.len() > max_key) {
-            return resp::error(
-                out,
-                format_args!(
-                    "ERR key of {} bytes is longer than the limit of {max_key} bytes",
-                    key.len()
-                ),
-            );
+        let Some(key) = keys.find(|key| key.len() > max_key) else {
+            return false;
+        };
+        resp::error(
+            out,
+            format_args!(
+                "ERR key of {} bytes is longer than the limit of {max_key} bytes",
+                key.len()
+            ),
+        );
+        true
+    }
+
+    fn del(&mut self, args: Args<'_>, out: &mut Vec<u8>) {
+        if self.refuse_a_long_key(args.from(1), out) {
+            return;
         }
         let mut deleted = 0;
         for key in args.from(1) {

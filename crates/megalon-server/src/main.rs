@@ -130,9 +130,15 @@ fn pod(args: &Args) -> Result<(Pod, &'static str), String> {
         Some(path) if path.exists() => Pod::open(Backing::file(path))
             .map(|pod| (pod, "opened"))
             .map_err(|e| e.to_string()),
-        Some(path) => Pod::create(&config, Backing::file(path))
-            .map(|pod| (pod, "created"))
-            .map_err(|e| e.to_string()),
+        Some(path) => match Pod::create(&config, Backing::file(path)) {
+            Ok(pod) => Ok((pod, "created")),
+            // Another process started at the same time created it first: open theirs
+            // (what the core's `PodInUse` for a racing create says to do).
+            Err(megalon_core::Error::PodInUse { .. }) => Pod::open(Backing::file(path))
+                .map(|pod| (pod, "opened"))
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        },
         None => Pod::create(&config, Backing::heap())
             .map(|pod| (pod, "created in this process"))
             .map_err(|e| e.to_string()),

@@ -1,10 +1,13 @@
-//! Adversarial clients: a request that fills the input buffer to its last byte, a command
-//! refused part-way through its keys.
+//! Adversarial clients and starts: a request that fills the input buffer to its last
+//! byte, a command refused part-way through its keys, two processes creating one pod
+//! file at once, `SHUTDOWN` with options.
 
 mod common;
 
 use std::io::Write as _;
-use std::time::Duration;
+use std::os::unix::net::UnixStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use common::{bulk, err, ok, scratch_dir, Server};
 use redis_protocol::resp2::types::OwnedFrame;
@@ -90,5 +93,96 @@ fn a_refused_del_deletes_nothing() {
         c.cmd("GET a"),
         bulk(b"1"),
         "a DEL answered with an error deleted a key"
+    );
+}
+
+/// README, "Redis clients": two processes started on one new pod file at once, as the
+/// README's example runs them (`&`, then the next). Both find no file and create it; the
+/// core answers the loser `PodInUse`, and it opens the winner's pod (it gave up, and one
+/// of the two hosts never served).
+#[test]
+fn two_processes_started_together_on_a_new_pod_file_both_serve() {
+    for round in 0..3 {
+        let dir = scratch_dir();
+        let pod = dir.path().join("pod");
+        let mut children = Vec::new();
+        let mut sockets = Vec::new();
+        for host in 0..2 {
+            let socket = dir.path().join(format!("h{host}.sock"));
+            let child = Command::new(env!("CARGO_BIN_EXE_megalon-server"))
+                .args(["--pod", pod.to_str().unwrap(), "--host", &host.to_string()])
+                .args(["--socket", socket.to_str().unwrap(), "--port", "0"])
+                .args(["--lnr-mib", "16"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            children.push(child);
+            sockets.push(socket);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut failure = None;
+        'wait: for (host, socket) in sockets.iter().enumerate() {
+            while UnixStream::connect(socket).is_err() {
+                if let Some(status) = children[host].try_wait().unwrap() {
+                    let mut text = String::new();
+                    use std::io::Read as _;
+                    let _ = children[host]
+                        .stderr
+                        .take()
+                        .unwrap()
+                        .read_to_string(&mut text);
+                    failure = Some(format!(
+                        "round {round}: host {host}'s process exited ({status}): {text}"
+                    ));
+                    break 'wait;
+                }
+                assert!(Instant::now() < deadline, "host {host} did not serve");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        for child in &mut children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if let Some(failure) = failure {
+            panic!("{failure}");
+        }
+    }
+}
+
+/// `SHUTDOWN ABORT` (Redis 7.0, which the server says it is) cancels a shutdown in
+/// progress and answers `-ERR No shutdown in progress.` when there is none; `SHUTDOWN`
+/// with an option Redis does not know is a syntax error. Neither stops the server (both
+/// did: a client meaning to cancel stopped every host of the process).
+#[test]
+fn shutdown_abort_does_not_shut_the_server_down() {
+    let dir = scratch_dir();
+    let socket = dir.path().join("h{host}.sock");
+    let socket_text = socket.display().to_string();
+    let server = Server::start(
+        &["--hosts", "1", "--socket", &socket_text, "--lnr-mib", "16"],
+        vec![dir.path().join("h0.sock")],
+    )
+    .owning(dir);
+    let mut c = server.client(0);
+    assert_eq!(c.cmd("SET k v"), ok());
+    c.send(&[b"SHUTDOWN", b"ABORT"]);
+    let reply = c.try_recv();
+    assert_eq!(
+        reply,
+        Some(err("ERR No shutdown in progress.")),
+        "SHUTDOWN ABORT"
+    );
+    c.send(&[b"SHUTDOWN", b"BOGUS"]);
+    assert_eq!(
+        c.try_recv(),
+        Some(err("ERR syntax error")),
+        "SHUTDOWN BOGUS"
+    );
+    assert_eq!(
+        server.client(0).cmd("PING"),
+        OwnedFrame::SimpleString(b"PONG".to_vec())
     );
 }
