@@ -407,6 +407,9 @@ impl Executor {
     /// written into it: the values are not held twice, whole, beside the reply (a review
     /// saw 520 MB per client for an MGET of 65,535 keys of 4 KiB values).
     fn mget(&mut self, args: Args<'_>, out: &mut Vec<u8>) {
+        if self.refuse_a_long_key(args.from(1), out) {
+            return;
+        }
         let keys: Vec<&[u8]> = args.from(1).collect();
         resp::array(out, keys.len());
         for group in keys.chunks(MGET_GROUP_KEYS) {
