@@ -300,3 +300,33 @@ pub(super) enum Target<'a> {
 pub(super) fn store_object_bytes(memory: &Memory, offset: u64, data: &[u8]) {
     mutants::store(memory, Step::WriteBackBeforeUnlock, offset, data);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Source;
+    use crate::sync::AtomicU64;
+
+    /// A copy out of an object's words, at every offset and length of a 40-byte object
+    /// (the length not a multiple of eight), gives the bytes as the object holds them.
+    #[test]
+    fn a_copy_out_of_words_gives_the_objects_bytes_at_every_offset_and_length() {
+        let bytes: Vec<u8> = (0..40u8)
+            .map(|i| i.wrapping_mul(37).wrapping_add(11))
+            .collect();
+        let words: Vec<AtomicU64> = bytes
+            .chunks(8)
+            .map(|chunk| {
+                let mut word = [0u8; 8];
+                word[..chunk.len()].copy_from_slice(chunk);
+                AtomicU64::new(u64::from_le_bytes(word))
+            })
+            .collect();
+        for at in 0..=bytes.len() {
+            for len in 0..=bytes.len() - at {
+                let mut buf = vec![0xa5u8; len];
+                Source::Words(&words).copy(at, &mut buf);
+                assert_eq!(buf, bytes[at..at + len], "at {at}, {len} bytes");
+            }
+        }
+    }
+}
