@@ -1,7 +1,7 @@
-//! Holders of objects in DRAM (local partitions) that are slow: a move back that waited
-//! behind an `update` outlasting the lease, and a holder that serves a move back while
-//! its announce words are all taken. Neither may lose another host's write or get a live
-//! holder declared dead.
+//! Holders of objects in DRAM (local partitions) that are slow: a move back that waits
+//! behind an `update` outlasting the lease (the holder dying meanwhile, or its pump
+//! serving the move back), and a holder that serves a move back while its announce words
+//! are all taken. None may lose another host's write or get a live holder declared dead.
 
 mod common;
 
@@ -11,11 +11,12 @@ use std::time::{Duration, Instant};
 use common::{config, heap_pod as pod, read, small_cache, value, SLOT};
 use megalon_core::{Error, Host, Join};
 
-/// A holder's move back that waited for the object's local lock behind an `update` that
-/// outlasted the lease writes nothing once it has the lock: the holder was declared dead
-/// meanwhile, its recovery handed the object back, and another host wrote it. (It wrote
-/// the object's DRAM bytes, the lost update's included, into the CXL slot: that host's
-/// acknowledged write was lost.)
+/// A holder's move back that waited for the object's local lock behind an `update` writes
+/// nothing once it has the lock if the holder was declared dead meanwhile (its pump dies
+/// in the closure, and nothing of it beats any more; an `update` in DRAM used to hold the
+/// index for as long as its closure ran, and with it the heartbeat), its recovery handed
+/// the object back, and another host wrote it. (It wrote the object's DRAM bytes, the lost
+/// update's included, into the CXL slot: that host's acknowledged write was lost.)
 #[test]
 fn a_move_back_waiting_behind_a_slow_update_does_not_overwrite_the_recovered_object() {
     let config = config()
@@ -38,8 +39,20 @@ fn a_move_back_waiting_behind_a_slow_update_does_not_overwrite_the_recovered_obj
     a.inspect().pretend_elsewhere();
     let stop = AtomicBool::new(false);
     let (updated, deleted, written) = std::thread::scope(|s| {
+        // The creates below stop however the scope ends (a failed assert included).
+        struct Stop<'a>(&'a AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _stop = Stop(&stop);
         let update = s.spawn(|| {
             a.update(b"k", |bytes| {
+                // a stops beating here (its pump dies), and is recovered past its
+                // lease: a process paused past its lease, as far as its waiting move back
+                // can tell.
+                a.inspect().make_pump_panic();
                 std::thread::sleep(Duration::from_millis(1500));
                 bytes.copy_from_slice(&value(7));
             })
@@ -66,7 +79,6 @@ fn a_move_back_waiting_behind_a_slow_update_does_not_overwrite_the_recovered_obj
         let written = b.write(b"k", &value(9));
         let updated = update.join().unwrap();
         let deleted = delete.join().unwrap();
-        stop.store(true, Ordering::Relaxed);
         (updated, deleted, written)
     });
     eprintln!("update: {updated:?}; delete: {deleted:?}; b's write: {written:?}");
@@ -132,5 +144,51 @@ fn a_holder_serving_a_move_back_while_its_holds_are_taken_is_not_declared_dead()
         b.inspect().stats().hosts_recovered,
         0,
         "a, alive and beating until b asked it for k, was declared dead"
+    );
+}
+
+/// Another host asks the holder for an object while an `update` of it runs in the
+/// holder's DRAM for longer than the lease: the holder's pump serves the move back, which
+/// waits for the object's lock, and beats as it waits. (It waited with no bound and no
+/// beat: a holder judged by its lease was declared dead alive, and its update was lost.)
+/// The update is done, the asker reads it once the object is back, and the holder lives.
+#[test]
+fn a_holder_whose_pump_waits_behind_a_slow_update_to_move_an_object_back_stays_alive() {
+    let config = config()
+        .local_partitions(2)
+        .rpc_ring_entries(4)
+        .lease_ms(100);
+    let pod = pod(&config);
+    let pumped = |seed: u64| {
+        small_cache(seed)
+            .pump_interval(Some(Duration::from_millis(1)))
+            .wait_limit(Duration::from_secs(5))
+    };
+    let a = Host::join(&pod, Join::As(0), pumped(1)).unwrap();
+    let b = Host::join(&pod, Join::As(1), pumped(2)).unwrap();
+    a.create(b"k", &value(0)).unwrap();
+    read(&a, b"k");
+    read(&a, b"k");
+    assert_eq!(a.lookup(b"k").unwrap().unwrap().local_owner, Some(0));
+    // Judged by its lease, as a host of another machine is.
+    a.inspect().pretend_elsewhere();
+    let (updated, on_b) = std::thread::scope(|s| {
+        let update = s.spawn(|| {
+            a.update(b"k", |bytes| {
+                std::thread::sleep(Duration::from_millis(600));
+                bytes.copy_from_slice(&value(7));
+            })
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        // b needs k: a's pump serves its request, behind the update.
+        let on_b = b.read(b"k", &mut [0u8; SLOT]).map(|_| read(&b, b"k"));
+        (update.join().unwrap(), on_b)
+    });
+    assert!(updated.is_ok(), "{updated:?}");
+    assert_eq!(on_b.unwrap(), value(7), "b reads the update once k is back");
+    assert_eq!(read(&a, b"k"), value(7), "a lives on");
+    assert!(
+        pod.hosts().iter().any(|row| row.host == 0),
+        "a's row is a's"
     );
 }

@@ -64,9 +64,9 @@ impl Host {
 
     /// Read-modify-write of the whole object `key` under its lock: `f` gets the current
     /// bytes and changes them in place. `f` must not call this host's object API: it runs
-    /// holding the object (its record, or its local lock in this host's DRAM). For an
-    /// object in this host's DRAM it also holds up the host's replay and heartbeat: one
-    /// longer than the lease can get the host declared dead (then `HostDeclaredDead`).
+    /// holding the object (its record, or its local lock in this host's DRAM): other
+    /// writers of it, and a move of it back to CXL that another host asked for, wait for
+    /// it within their wait limits.
     pub fn update<R>(&self, key: &[u8], f: impl FnOnce(&mut [u8]) -> R) -> Result<(R, Done)> {
         self.shared.check_key(key)?;
         self.shared.with_counters(|c| {

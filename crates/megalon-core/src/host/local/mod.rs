@@ -99,10 +99,13 @@ pub(in crate::host) const ORPHAN_LEAVING: u8 = 4;
 /// under its write lock (replay's `&mut Index`) or with the host. A reference to an object
 /// of the partition is taken either under the index's read lock once that index says this
 /// host holds the object, or by the thread holding [`Local::moving`] (both by
-/// [`Local::object`]). Only that thread frees one, and only once no index lock
-/// holder can reach it: after an applied event says the object is not here (its
-/// `MoveToCxl`, or the loss of its `MoveToHost`). An object whose move's append failed is
-/// never freed before the host goes (it is orphaned, or leaving).
+/// [`Local::object`]); a local writer keeps its reference past the index's read lock
+/// while it holds the object's lock and the object is `HELD` (`write_local`). Only the
+/// thread holding `moving` frees one, and only once no index lock holder can reach it:
+/// after an applied event says the object is not here (its `MoveToCxl`, appended by a
+/// move back holding the object's lock after it marked it leaving, or the loss of its
+/// `MoveToHost`). An object whose move's append failed is never freed before the host
+/// goes (it is orphaned, or leaving).
 pub(in crate::host) struct Local {
     pub(in crate::host) partition_after: u8,
     pub(in crate::host) copy_after: u8,
@@ -273,7 +276,9 @@ impl Shared {
     }
 
     /// Looks `key` up (after the tail check) and, if it is in this host's partition and
-    /// not leaving, changes it there with `change` (taken).
+    /// not leaving, changes it there with `change` (taken), holding the object's lock but
+    /// not the index: this host's replay (and with it its pump's heartbeat, and every
+    /// other thread's tail check) goes on while an `update`'s closure runs.
     pub(in crate::host) fn write_local<R>(
         &self,
         local: &Local,
@@ -283,43 +288,46 @@ impl Shared {
     ) -> Result<Place<R>> {
         self.catch_up()?;
         let index = self.replica.read();
-        Ok(match self.find(local, &index, key)? {
-            Found::Mine(object) => {
-                // Another writer has it (an `update` may hold it for as long as its
-                // closure runs): wait without holding the index, within the wait limit.
-                if !object.try_lock() {
-                    c.add(Counter::WaitsForWriter, 1);
-                    return Ok(Place::Wait);
-                }
-                // Unlocked on every way out, a panic of `change` included.
-                let _unlock = UnlockOnDrop(object);
-                let place = match object.state.load(Ordering::Relaxed) {
-                    HELD => {
-                        let mut bytes = object.bytes(local.object_bytes);
-                        let change = change.take().expect("called once");
-                        let result = change(Target::Dram(&mut bytes));
-                        // A change that outlasted the lease (its read lock held this
-                        // host's replay, and the pump's heartbeat after it) may have got
-                        // this host declared dead meanwhile: its recovery hands the object
-                        // back to CXL as it was when it moved here, and this write is lost.
-                        // It is not reported done, nor stored (this host's own reads
-                        // would see it until its death applies here).
-                        self.holds_its_row()?;
-                        object.store(&bytes);
-                        c.add(Counter::LocalWrites, 1);
-                        c.add(Counter::Writes, 1);
-                        Ok(Place::Done(result))
-                    }
-                    LEAVING => Ok(Place::Retry),
-                    ARRIVING => Ok(Place::Wait),
-                    // Orphaned: see `read_local`.
-                    _ => Ok(Place::Held(self.id)),
-                };
-                place?
-            }
-            Found::Held(owner) => Place::Held(owner),
-            Found::Copy(_) | Found::Cxl => Place::Cxl,
-        })
+        let object = match self.find(local, &index, key)? {
+            Found::Mine(object) => object,
+            Found::Held(owner) => return Ok(Place::Held(owner)),
+            Found::Copy(_) | Found::Cxl => return Ok(Place::Cxl),
+        };
+        // Another writer of this host has it (an `update` may hold it for as long as its
+        // closure runs): wait within the wait limit, holding nothing.
+        if !object.try_lock() {
+            c.add(Counter::WaitsForWriter, 1);
+            return Ok(Place::Wait);
+        }
+        // SAFETY: the index's read lock keeps the object until `index` is dropped below,
+        // once the object is known to be HELD; from there its lock, which this thread
+        // holds until `_unlock` drops, keeps it. A HELD object leaves the partition only
+        // by a move back, which takes its lock first (`move_back`), and its state leaves
+        // HELD only under that lock; every other removal takes an object that is
+        // arriving, leaving or orphaned.
+        let object: &LocalObject = unsafe { &*std::ptr::from_ref(object) };
+        // Unlocked on every way out, a panic of `change` included.
+        let _unlock = UnlockOnDrop(object);
+        match object.state.load(Ordering::Relaxed) {
+            HELD => {}
+            LEAVING => return Ok(Place::Retry),
+            ARRIVING => return Ok(Place::Wait),
+            // Orphaned: see `read_local`.
+            _ => return Ok(Place::Held(self.id)),
+        }
+        drop(index);
+        let mut bytes = object.bytes(local.object_bytes);
+        let change = change.take().expect("called once");
+        let result = change(Target::Dram(&mut bytes));
+        // This host may have been declared dead meanwhile (a process paused past its
+        // lease): its recovery hands the object back to CXL as it was when it moved here,
+        // and this write is lost. It is not reported done, nor stored (this host's own
+        // reads would see it until its death applies here).
+        self.holds_its_row()?;
+        object.store(&bytes);
+        c.add(Counter::LocalWrites, 1);
+        c.add(Counter::Writes, 1);
+        Ok(Place::Done(result))
     }
 
     /// The policies, after an access through CXL: count it towards a move to this host

@@ -9,6 +9,7 @@ use super::{
     OP_MOVE_BACK, ORPHANED, ORPHAN_LEAVING, SERVER_GONE,
 };
 
+use crate::backoff::Backoff;
 use crate::chaos::Point;
 use crate::counters::{Counter, ThreadCounters};
 use crate::error::{Error, Result};
@@ -218,11 +219,17 @@ impl Shared {
         // An announce word and undo image for the slot's bytes (pods with undo images),
         // taken before the object's lock: waiting for one must not hold it.
         let hold = self.take_hold()?;
-        object.lock();
-        // The lock may have been held by an `update` that outlasted the lease: this host
-        // may have been declared dead meanwhile, and its recovery has handed the object
-        // back to CXL as it was when it moved (others may have written it since). Write
-        // nothing into the slot then.
+        // A writer of this host may hold the object (an `update`'s closure as long as it
+        // runs): wait within the wait limit, beating (this may be the pump, serving
+        // another host's request, and the host is alive).
+        let mut writer_wait: Option<Backoff> = None;
+        while !object.try_lock() {
+            self.beat();
+            self.wait_for_local_writer(&mut writer_wait)?;
+        }
+        // This host may have been declared dead meanwhile (a process paused past its
+        // lease), and its recovery has handed the object back to CXL as it was when it
+        // moved (others may have written it since). Write nothing into the slot then.
         if let Err(error) = self.holds_its_row() {
             object.unlock();
             return Err(error);
