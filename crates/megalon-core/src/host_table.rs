@@ -101,7 +101,7 @@ pub(crate) fn try_claim(pod: &Pod, host: HostId) -> Result<u64, u32> {
         // count, after it).
         match row.holder.compare_exchange(
             seen,
-            holder_word(std::process::id(), life),
+            holder_word(this_process(), life),
             Ordering::SeqCst,
             Ordering::SeqCst,
         ) {
@@ -229,7 +229,7 @@ pub(crate) fn note_holder(pod: &Pod, host: HostId, life: u64, started: u64) -> b
     let started = started_note(started, life);
     let noted = note(row.machine, |note| note & NOTE_LIFE_MASK, machine)
         && note(row.started, |note| note >> 40, started);
-    let ours = holder(pod, host) == Some((std::process::id(), life)) && !condemned(pod, host, life);
+    let ours = holder(pod, host) == Some((this_process(), life)) && !condemned(pod, host, life);
     if !ours {
         for (word, note) in [(row.started, started), (row.machine, machine)] {
             let _ = word.compare_exchange(note, 0, Ordering::SeqCst, Ordering::SeqCst);
@@ -249,16 +249,50 @@ pub(crate) fn claim_and_count(pod: &Pod, host: HostId) -> Result<u64, u32> {
     Ok(life)
 }
 
+/// This process's id. `getpid` is a system call (about 250 ns on the machine of
+/// `docs/`), and a host looks at its row (which names its process) before every append
+/// and every write in its DRAM, so the id is kept once read. A child made by `fork`
+/// forgets it (a handler registered with `pthread_atfork`) and reads its own: a host of
+/// the parent that the child goes on using finds that its row is not the child's.
+#[cfg(target_os = "linux")]
+pub(crate) fn this_process() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static PID: AtomicU32 = AtomicU32::new(0);
+    static FORGET_AT_FORK: std::sync::Once = std::sync::Once::new();
+    extern "C" fn forget() {
+        PID.store(0, Ordering::Relaxed);
+    }
+    let pid = PID.load(Ordering::Relaxed);
+    if pid != 0 {
+        return pid;
+    }
+    // Registered before the first id is kept: a fork after it runs the handler.
+    FORGET_AT_FORK.call_once(|| {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe, as
+        // a child of a multi-threaded process requires.
+        unsafe { libc::pthread_atfork(None, None, Some(forget)) };
+    });
+    let pid = std::process::id();
+    PID.store(pid, Ordering::Relaxed);
+    pid
+}
+
+/// This process's id (read each time: no fork handler here).
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn this_process() -> u32 {
+    std::process::id()
+}
+
 /// This process's start time, as [`note_holder`] notes it.
 pub(crate) fn own_start() -> u64 {
-    process_start(std::process::id()).unwrap_or(0)
+    process_start(this_process()).unwrap_or(0)
 }
 
 /// Frees `host`'s row, which life `life` of this process holds (its holder leaves). A row
 /// that is not that life's any more (a recoverer freed it, another life claimed it) is
 /// left alone.
 pub(crate) fn release(pod: &Pod, host: HostId, life: u64) {
-    release_dead(pod, host, std::process::id(), life);
+    release_dead(pod, host, this_process(), life);
 }
 
 /// Frees `host`'s row if life `life` of process `pid` still holds it (one CAS: a second
@@ -566,6 +600,31 @@ fn process_alive(pid: u32, started: u64) -> bool {
 mod tests {
     use super::*;
     use crate::{Backing, PodConfig};
+
+    /// The kept process id is this process's, and a child made by `fork` reads its own:
+    /// a host of the parent used in the child must find that its row is not the child's.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_kept_process_id_is_the_callers_own_after_a_fork() {
+        assert_eq!(this_process(), std::process::id());
+        // SAFETY: the child calls only `getpid`, atomics (`this_process`, the id kept by
+        // the parent being read first) and `_exit`, all async-signal-safe.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork");
+        if child == 0 {
+            let own = unsafe { libc::getpid() } as u32;
+            // SAFETY: ends the child at once, running nothing of the parent's.
+            unsafe { libc::_exit(if this_process() == own { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just made.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child read its parent's id (status {status})"
+        );
+        assert_eq!(this_process(), std::process::id());
+    }
 
     /// A claimer of an earlier turn of a row (life 1), paused past its lease between its
     /// claim and its notes, its row recovered and claimed again (life 2, not noted yet),

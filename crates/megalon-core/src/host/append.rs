@@ -70,7 +70,7 @@ impl Shared {
 
     /// Whether this host's row is its life's, and its recovery has not begun.
     pub(super) fn row_is_mine(&self) -> bool {
-        host_table::holder(&self.pod, self.id) == Some((std::process::id(), self.life))
+        host_table::holder(&self.pod, self.id) == Some((host_table::this_process(), self.life))
             && !host_table::condemned(&self.pod, self.id, self.life)
     }
 

@@ -327,7 +327,9 @@ impl Drop for Host {
         // the pump stopped, once more.
         let settled = settled && self.shared.run_deferred() == 0;
         let shared = &self.shared;
-        if host_table::holder(&shared.pod, shared.id) != Some((std::process::id(), shared.life)) {
+        if host_table::holder(&shared.pod, shared.id)
+            != Some((host_table::this_process(), shared.life))
+        {
             // Declared dead and recovered: the row is free, or the id's next life's.
             return;
         }
@@ -392,7 +394,7 @@ impl Shared {
     /// and its lease tells the others; they recover it. Only a row still this life's is
     /// changed (one freed and joined again is the next life's).
     fn leave_as_dead(&self) {
-        if host_table::holder(&self.pod, self.id) == Some((std::process::id(), self.life)) {
+        if host_table::holder(&self.pod, self.id) == Some((host_table::this_process(), self.life)) {
             host_table::pretend_elsewhere(&self.pod, self.id);
         }
     }
