@@ -286,6 +286,26 @@ fn a_second_local_writer_waits_within_the_limit_while_the_log_moves_on() {
     assert_eq!(read(&a, b"k"), value(5));
 }
 
+/// Every operation of a pod with RPC rings looks at its host's ring; with nothing
+/// waiting that look reads lines nothing changed (hits in the coherent cache) and is not
+/// counted, as the look at `ctail` that finds nothing new is not, and as HCMeta's idle
+/// poll is not: the CXL model charges what is counted. (It counted two SCR accesses on
+/// every operation, which the model charged megalon alone in Figures 11 and 12.)
+#[test]
+fn a_look_at_an_empty_ring_counts_no_scr_access() {
+    let a = host(&pod(&config().local_partitions(8)), 1);
+    a.create(b"k", &value(0)).unwrap();
+    let before = a.events().scr_atomics;
+    for _ in 0..4 {
+        read(&a, b"k");
+    }
+    assert_eq!(
+        a.events().scr_atomics - before,
+        0,
+        "reads of a read-shared object, nothing in the ring"
+    );
+}
+
 #[test]
 fn two_hosts_asking_each_other_at_once_both_get_answers_without_pumps() {
     // No pumps: a host's ring is served only by its own threads' operations and by its

@@ -45,7 +45,7 @@ impl Tally for ThreadCounters {
 }
 
 impl Shared {
-    /// Serves this host's ring if a request waits (two SCR loads when none does): every
+    /// Serves this host's ring if a request waits (two SCR loads, hits when none does): every
     /// read and write of a pod with rings polls, so that a host that needs an object in
     /// this host's DRAM waits for one of its operations, not for its pump's next round.
     #[inline]
@@ -74,7 +74,10 @@ impl Shared {
     }
 
     /// Serves the requests waiting in this host's ring. Returns how many it served. The
-    /// look at the ring (two SCR loads when nothing waits) is counted in `tally`.
+    /// look at the ring (two SCR loads) is counted in `tally` only when a request waits:
+    /// one that finds nothing reads lines nothing changed, hits in the coherent cache, as
+    /// the look at `ctail` that finds nothing new and HCMeta's idle poll (the CXL model
+    /// charges what is counted, and must charge every scheme's polls alike).
     pub(in crate::host) fn serve_rpcs(&self, tally: &dyn Tally) -> Result<u64> {
         let Some(rpc) = &self.rpc else {
             return Ok(0);
@@ -83,9 +86,10 @@ impl Shared {
             return Ok(0);
         }
         let ring = &rpc.rings[self.id as usize];
-        if !ring.pending(&self.pod, tally) {
+        if !ring.pending(&self.pod, &()) {
             return Ok(0);
         }
+        tally.scr_atomics(2);
         // A host declared dead serves no more: its recovery answers what it claimed, and
         // the id's next life serves the ring from its head.
         self.holds_its_row()?;
