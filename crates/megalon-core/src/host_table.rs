@@ -251,33 +251,53 @@ pub(crate) fn claim_and_count(pod: &Pod, host: HostId) -> Result<u64, u32> {
 
 /// This process's id. `getpid` is a system call (about 250 ns on the machine of
 /// `docs/`), and a host looks at its row (which names its process) before every append
-/// and every write in its DRAM, so the id is kept once read. A child made by `fork`
-/// forgets it (a handler registered with `pthread_atfork`) and reads its own: a host of
-/// the parent that the child goes on using finds that its row is not the child's.
+/// and every write in its DRAM, so the id is kept once read, in a page of its own that
+/// the kernel zeroes in every child that does not share the parent's memory
+/// (`MADV_WIPEONFORK`): a child made by `fork`, or by the raw `fork` and `clone` system
+/// calls (which run no `pthread_atfork` handler), reads its own, and a host of the parent
+/// that the child goes on using finds that its row is not the child's. Where the kernel
+/// cannot wipe the page (before Linux 4.14), the id is read each time.
 #[cfg(target_os = "linux")]
 pub(crate) fn this_process() -> u32 {
     use std::sync::atomic::{AtomicU32, Ordering};
-    static PID: AtomicU32 = AtomicU32::new(0);
-    static FORGET_AT_FORK: std::sync::Once = std::sync::Once::new();
-    extern "C" fn forget() {
-        PID.store(0, Ordering::Relaxed);
-    }
-    let pid = PID.load(Ordering::Relaxed);
+    static KEPT: std::sync::OnceLock<Option<&'static AtomicU32>> = std::sync::OnceLock::new();
+    let kept = KEPT.get_or_init(|| {
+        let len = 4096;
+        // SAFETY: a new anonymous private mapping, of our own; it is never unmapped once
+        // its advice took, so the reference to its first word lives as long as the
+        // process, and the page is only ever accessed through that atomic.
+        unsafe {
+            let page = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if page == libc::MAP_FAILED {
+                return None;
+            }
+            if libc::madvise(page, len, libc::MADV_WIPEONFORK) != 0 {
+                libc::munmap(page, len);
+                return None;
+            }
+            Some(&*page.cast::<AtomicU32>())
+        }
+    });
+    let Some(kept) = kept else {
+        return std::process::id();
+    };
+    let pid = kept.load(Ordering::Relaxed);
     if pid != 0 {
         return pid;
     }
-    // Registered before the first id is kept: a fork after it runs the handler.
-    FORGET_AT_FORK.call_once(|| {
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe, as
-        // a child of a multi-threaded process requires.
-        unsafe { libc::pthread_atfork(None, None, Some(forget)) };
-    });
     let pid = std::process::id();
-    PID.store(pid, Ordering::Relaxed);
+    kept.store(pid, Ordering::Relaxed);
     pid
 }
 
-/// This process's id (read each time: no fork handler here).
+/// This process's id (read each time: no page wiped at a fork here).
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn this_process() -> u32 {
     std::process::id()
@@ -624,6 +644,28 @@ mod tests {
             "the child read its parent's id (status {status})"
         );
         assert_eq!(this_process(), std::process::id());
+    }
+
+    /// The same for a child made by the raw `fork` system call, which runs no
+    /// `pthread_atfork` handler (as `clone` and glibc's `_Fork` make one): the kept id is
+    /// in a page the kernel wipes in such a child too.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    #[test]
+    fn the_kept_process_id_is_the_callers_own_after_a_raw_fork() {
+        assert_eq!(this_process(), std::process::id());
+        // SAFETY: the child calls only `getpid`, an atomic load and `_exit`.
+        let child = unsafe { libc::syscall(libc::SYS_fork) } as libc::pid_t;
+        assert!(child >= 0, "fork");
+        if child == 0 {
+            let own = unsafe { libc::syscall(libc::SYS_getpid) } as u32;
+            unsafe { libc::_exit(if this_process() == own { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child read its parent's id (status {status})"
+        );
     }
 
     /// A claimer of an earlier turn of a row (life 1), paused past its lease between its
