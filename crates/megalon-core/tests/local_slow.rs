@@ -148,24 +148,27 @@ fn a_holder_serving_a_move_back_while_its_holds_are_taken_is_not_declared_dead()
 }
 
 /// Another host asks the holder for an object while an `update` of it runs in the
-/// holder's DRAM for longer than the lease: the holder's pump serves the move back, which
-/// waits for the object's lock, and beats as it waits. (It waited with no bound and no
-/// beat: a holder judged by its lease was declared dead alive, and its update was lost.)
-/// The update is done, the asker reads it once the object is back, and the holder lives.
+/// holder's DRAM for longer than the lease, and than the holder's wait limit: the
+/// holder's pump, serving the request, answers at once that the object is busy, and the
+/// asker asks again within its own wait limit. The update is done, the asker reads it
+/// once the object is back, and the holder lives. (The pump waited for the object's lock
+/// with no bound and no beat: a holder judged by its lease was declared dead alive, and
+/// its update was lost; then, waiting within the holder's wait limit, it answered
+/// "failed" past it, and the asker's read failed with `MoveBackFailed`.)
 #[test]
-fn a_holder_whose_pump_waits_behind_a_slow_update_to_move_an_object_back_stays_alive() {
+fn a_holder_whose_pump_is_asked_for_an_object_under_a_slow_update_stays_alive() {
     let config = config()
         .local_partitions(2)
         .rpc_ring_entries(4)
         .lease_ms(100);
     let pod = pod(&config);
-    let pumped = |seed: u64| {
+    let pumped = |seed: u64, wait_limit: Duration| {
         small_cache(seed)
             .pump_interval(Some(Duration::from_millis(1)))
-            .wait_limit(Duration::from_secs(5))
+            .wait_limit(wait_limit)
     };
-    let a = Host::join(&pod, Join::As(0), pumped(1)).unwrap();
-    let b = Host::join(&pod, Join::As(1), pumped(2)).unwrap();
+    let a = Host::join(&pod, Join::As(0), pumped(1, Duration::from_millis(100))).unwrap();
+    let b = Host::join(&pod, Join::As(1), pumped(2, Duration::from_secs(5))).unwrap();
     a.create(b"k", &value(0)).unwrap();
     read(&a, b"k");
     read(&a, b"k");

@@ -55,12 +55,15 @@ pub(in crate::host) const OP_MOVE_BACK: u8 = 1;
 /// append); named as held here but missing (an earlier move's append failed); the
 /// server's life is over (answered by its recovery, or by a server that found it was
 /// declared dead: its recovery hands the object back to CXL, and the id may hold it again
-/// in a next life, so the sender looks again).
+/// in a next life, so the sender looks again); busy (a writer of the holder's has the
+/// object: the sender asks again, within its own wait limit, rather than the server
+/// waiting with its ring, maybe on its pump).
 pub(in crate::host) const MOVED_BACK: u8 = 1;
 pub(in crate::host) const NOT_HERE: u8 = 2;
 pub(in crate::host) const FAILED: u8 = 3;
 pub(in crate::host) const MISSING: u8 = 4;
 pub(in crate::host) const SERVER_GONE: u8 = 5;
+pub(in crate::host) const BUSY: u8 = 6;
 /// Times the consecutive accesses a move needs double for an object that other hosts
 /// keep asking back, at most: past [`u8::MAX`] accesses (a streak's largest count) the
 /// object never moves again.

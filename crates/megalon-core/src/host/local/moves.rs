@@ -5,7 +5,7 @@
 use std::ops::ControlFlow;
 
 use super::{
-    bump, Local, LocalObject, Moving, ARRIVING, HELD, LEAVING, MISSING, MOVED_BACK, NOT_HERE,
+    bump, Local, LocalObject, Moving, ARRIVING, BUSY, HELD, LEAVING, MISSING, MOVED_BACK, NOT_HERE,
     OP_MOVE_BACK, ORPHANED, ORPHAN_LEAVING, SERVER_GONE,
 };
 
@@ -220,10 +220,17 @@ impl Shared {
         // taken before the object's lock: waiting for one must not hold it.
         let hold = self.take_hold()?;
         // A writer of this host may hold the object (an `update`'s closure as long as it
-        // runs): wait within the wait limit, beating (this may be the pump, serving
-        // another host's request, and the host is alive).
+        // runs). Asked by another host: say so at once (`BUSY`: it asks again, within its
+        // own wait limit), so that no server, the pump maybe, waits on a user's closure.
+        // This host's own: wait within the wait limit, beating (the host is alive).
         let mut writer_wait: Option<Backoff> = None;
         while !object.try_lock() {
+            if asked {
+                return Err(Error::LocalObjectBusy {
+                    host: self.id,
+                    waited_ms: 0,
+                });
+            }
             self.beat();
             self.wait_for_local_writer(&mut writer_wait)?;
         }
@@ -419,12 +426,7 @@ impl Shared {
             .rpc
             .as_ref()
             .expect("a pod with local partitions has RPC rings");
-        // Unless the replica, caught up, no longer names the same holder (it moved the
-        // object back meanwhile: leaving, say), the answer stands.
-        let unless_moved = |error: Error| match self.holder_of(key)? {
-            Some(holder) if holder == owner => Err(error),
-            _ => Ok(()),
-        };
+        let unless_moved = |error| self.unless_moved(owner, key, error);
         if crate::host_table::holder(&self.pod, owner).is_none() {
             // Nobody holds that id: the object's bytes left with its last holder.
             return unless_moved(Error::HostUnresponsive {
@@ -433,6 +435,36 @@ impl Shared {
             });
         }
         let mut buf = vec![0u8; rpc.entry_bytes];
+        // Asked again while the holder answers `BUSY`, the whole within the wait limit.
+        let mut busy = Backoff::new(self.options.wait_limit);
+        loop {
+            let left = self.options.wait_limit.saturating_sub(busy.waited());
+            match self.ask_back(rpc, owner, key, &mut buf, left, c) {
+                Ok(Response { status: BUSY, .. }) => {
+                    if !busy.snooze() {
+                        return unless_moved(Error::LocalObjectBusy {
+                            host: owner,
+                            waited_ms: busy.waited_ms(),
+                        });
+                    }
+                }
+                answer => return self.answered(answer, owner, key),
+            }
+        }
+    }
+
+    /// One request to `owner` to move `key` back, waiting at most `wait_limit` for the
+    /// answer. `Err(None)`: given up because the object left the holder meanwhile;
+    /// `Err(Some(ms))`: no answer after `ms`.
+    fn ask_back(
+        &self,
+        rpc: &super::Rpc,
+        owner: HostId,
+        key: &[u8],
+        buf: &mut [u8],
+        wait_limit: std::time::Duration,
+        c: &ThreadCounters,
+    ) -> std::result::Result<Response, Option<u64>> {
         c.add(Counter::RpcsSent, 1);
         // While it waits, the thread serves its own host's ring (two hosts asking each
         // other both progress). It holds nothing a move back here would wait for: no
@@ -447,11 +479,11 @@ impl Shared {
             &self.pod,
             &self.memory,
             crate::host_table::session(self.id, self.life),
-            &mut buf,
+            buf,
             OP_MOVE_BACK,
             key,
             &[],
-            self.options.wait_limit,
+            wait_limit,
             c,
             &mut || {
                 self.chaos.point(Point::RpcAwaitingResponse);
@@ -469,7 +501,18 @@ impl Shared {
                 }
             },
         );
-        match response {
+        response.map_err(|waited_ms| (!moved_meanwhile).then_some(waited_ms))
+    }
+
+    /// What [`Shared::bring_back`] says of `owner`'s answer (or silence) about `key`.
+    fn answered(
+        &self,
+        answer: std::result::Result<Response, Option<u64>>,
+        owner: HostId,
+        key: &[u8],
+    ) -> Result<()> {
+        let unless_moved = |error| self.unless_moved(owner, key, error);
+        match answer {
             Ok(Response { status, .. }) => match status {
                 // Not there when the holder looked (it may have moved it back to its DRAM
                 // since), or the holder's life is over (its recovery hands the object
@@ -482,11 +525,21 @@ impl Shared {
             // Given up because the object left the holder: as if it had answered
             // `NOT_HERE` (it may be back in the holder's DRAM since: the caller looks
             // again).
-            Err(_) if moved_meanwhile => Ok(()),
-            Err(waited_ms) => unless_moved(Error::HostUnresponsive {
+            Err(None) => Ok(()),
+            Err(Some(waited_ms)) => unless_moved(Error::HostUnresponsive {
                 host: owner,
                 waited_ms,
             }),
+        }
+    }
+
+    /// `error` about asking `owner` for `key`, unless the replica, caught up, no longer
+    /// names `owner` as its holder (it moved the object back meanwhile: leaving, say):
+    /// then `Ok`, and the caller looks again.
+    fn unless_moved(&self, owner: HostId, key: &[u8], error: Error) -> Result<()> {
+        match self.holder_of(key)? {
+            Some(holder) if holder == owner => Err(error),
+            _ => Ok(()),
         }
     }
 

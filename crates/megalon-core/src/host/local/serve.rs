@@ -1,7 +1,7 @@
 //! The host-to-host RPC this host serves: other hosts ask it, over its ring, to move an
 //! object in its DRAM back to CXL.
 
-use super::{MovedBack, FAILED, MISSING, MOVED_BACK, NOT_HERE, OP_MOVE_BACK, SERVER_GONE};
+use super::{MovedBack, BUSY, FAILED, MISSING, MOVED_BACK, NOT_HERE, OP_MOVE_BACK, SERVER_GONE};
 
 use crate::counters::{Counter, ThreadCounters};
 use crate::error::{Error, Result};
@@ -128,6 +128,8 @@ impl Shared {
                                     // Declared dead in the move: its recovery hands
                                     // the object back.
                                     Err(Error::HostDeclaredDead { .. }) => SERVER_GONE,
+                                    // A writer of ours has it: asked again.
+                                    Err(Error::LocalObjectBusy { .. }) => BUSY,
                                     Err(_) => FAILED,
                                 }
                             }
