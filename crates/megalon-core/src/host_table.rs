@@ -621,29 +621,40 @@ mod tests {
     use super::*;
     use crate::{Backing, PodConfig};
 
+    /// Whether a child made by `fork` (which returns the child's pid in the parent, 0 in
+    /// the child) reads its own id from `this_process`, the parent's id kept first.
+    #[cfg(target_os = "linux")]
+    fn child_reads_its_own_id(fork: impl FnOnce() -> libc::pid_t) -> bool {
+        assert_eq!(this_process(), std::process::id());
+        let child = fork();
+        assert!(child >= 0, "fork");
+        if child == 0 {
+            // SAFETY: the child calls only `getpid` (the system call), an atomic load
+            // (`this_process`, its page initialized by the parent) and `_exit`, all
+            // async-signal-safe, and ends at once, running nothing of the parent's.
+            unsafe {
+                let own = libc::syscall(libc::SYS_getpid) as u32;
+                libc::_exit(if this_process() == own { 0 } else { 1 })
+            };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just made.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert_eq!(this_process(), std::process::id());
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+    }
+
     /// The kept process id is this process's, and a child made by `fork` reads its own:
     /// a host of the parent used in the child must find that its row is not the child's.
     #[cfg(target_os = "linux")]
     #[test]
     fn the_kept_process_id_is_the_callers_own_after_a_fork() {
-        assert_eq!(this_process(), std::process::id());
-        // SAFETY: the child calls only `getpid`, atomics (`this_process`, the id kept by
-        // the parent being read first) and `_exit`, all async-signal-safe.
-        let child = unsafe { libc::fork() };
-        assert!(child >= 0, "fork");
-        if child == 0 {
-            let own = unsafe { libc::getpid() } as u32;
-            // SAFETY: ends the child at once, running nothing of the parent's.
-            unsafe { libc::_exit(if this_process() == own { 0 } else { 1 }) };
-        }
-        let mut status = 0;
-        // SAFETY: waits for the child just made.
-        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        // SAFETY: the child does only what `child_reads_its_own_id` says.
+        let fork = || unsafe { libc::fork() };
         assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "the child read its parent's id (status {status})"
+            child_reads_its_own_id(fork),
+            "the child read its parent's id"
         );
-        assert_eq!(this_process(), std::process::id());
     }
 
     /// The same for a child made by the raw `fork` system call, which runs no
@@ -652,19 +663,11 @@ mod tests {
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     #[test]
     fn the_kept_process_id_is_the_callers_own_after_a_raw_fork() {
-        assert_eq!(this_process(), std::process::id());
-        // SAFETY: the child calls only `getpid`, an atomic load and `_exit`.
-        let child = unsafe { libc::syscall(libc::SYS_fork) } as libc::pid_t;
-        assert!(child >= 0, "fork");
-        if child == 0 {
-            let own = unsafe { libc::syscall(libc::SYS_getpid) } as u32;
-            unsafe { libc::_exit(if this_process() == own { 0 } else { 1 }) };
-        }
-        let mut status = 0;
-        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        // SAFETY: the child does only what `child_reads_its_own_id` says.
+        let fork = || unsafe { libc::syscall(libc::SYS_fork) } as libc::pid_t;
         assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "the child read its parent's id (status {status})"
+            child_reads_its_own_id(fork),
+            "the child read its parent's id"
         );
     }
 

@@ -194,29 +194,44 @@ fn a_local_read_waits_for_a_slow_local_write_instead_of_failing() {
     assert!(a.events().waits_for_writer > 0);
 }
 
-#[test]
-fn a_second_local_writer_waits_for_a_slow_update_within_the_wait_limit() {
-    let pod = pod(&config().local_partitions(2));
-    let limit = Duration::from_millis(100);
-    let a = join(&pod, small_cache(1).wait_limit(limit));
+/// Host a (seed 1, waiting at most `limit` for another writer) of `pod`, which holds the
+/// object `k` (value 0) in its DRAM.
+fn a_holding_k(pod: &std::sync::Arc<megalon_core::Pod>, limit: Duration) -> Host {
+    let a = join(pod, small_cache(1).wait_limit(limit));
     a.create(b"k", &value(0)).unwrap();
     two_reads_of_k(&a);
     assert_eq!(a.inspect().local_objects(), (1, 0));
+    a
+}
+
+/// Runs `during` on this thread while another thread of `a` runs an `update` of `k`
+/// (value 5) that holds the object until `during` has returned (or for 2 s: a writer
+/// that waits on with no bound then goes in, and the test fails, not hangs).
+fn during_a_slow_update_of_k<R>(a: &Host, during: impl FnOnce() -> R) -> R {
     let updating = std::sync::Barrier::new(2);
     let (done, gave_up) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|scope| {
-        let (a, updating) = (&a, &updating);
+        let updating = &updating;
         scope.spawn(move || {
             a.update(b"k", |bytes| {
                 updating.wait();
-                // Held until the other writer has given up (or for 2 s: a writer that
-                // waits on with no bound then goes in, and the test fails, not hangs).
                 let _ = gave_up.recv_timeout(Duration::from_secs(2));
                 bytes.copy_from_slice(&value(5));
             })
             .unwrap();
         });
         updating.wait();
+        let result = during();
+        let _ = done.send(());
+        result
+    })
+}
+
+#[test]
+fn a_second_local_writer_waits_for_a_slow_update_within_the_wait_limit() {
+    let limit = Duration::from_millis(100);
+    let a = a_holding_k(&pod(&config().local_partitions(2)), limit);
+    during_a_slow_update_of_k(&a, || {
         let started = Instant::now();
         let waits = a.events().waits_for_writer;
         // The update holds the object: the write waits its limit, then says so.
@@ -227,7 +242,6 @@ fn a_second_local_writer_waits_for_a_slow_update_within_the_wait_limit() {
         );
         assert!(started.elapsed() >= limit);
         assert!(a.events().waits_for_writer > waits);
-        done.send(()).unwrap();
     });
     // The update's value, and nothing of the write that gave up; the next write goes in.
     assert_eq!(read(&a, b"k"), value(5));
@@ -250,39 +264,23 @@ fn a_second_local_writer_waits_for_a_slow_update_within_the_wait_limit() {
 fn a_second_local_writer_waits_within_the_limit_while_the_log_moves_on() {
     let pod = pod(&config().local_partitions(2));
     let limit = Duration::from_millis(100);
-    let a = join(&pod, small_cache(1).wait_limit(limit));
+    let a = a_holding_k(&pod, limit);
     let b = join(&pod, small_cache(2).wait_limit(limit));
-    a.create(b"k", &value(0)).unwrap();
-    two_reads_of_k(&a);
-    assert_eq!(a.inspect().local_objects(), (1, 0));
-    let updating = std::sync::Barrier::new(2);
-    let (done, gave_up) = std::sync::mpsc::channel::<()>();
-    std::thread::scope(|scope| {
-        let (a, updating) = (&a, &updating);
-        scope.spawn(move || {
-            a.update(b"k", |bytes| {
-                updating.wait();
-                let _ = gave_up.recv_timeout(Duration::from_secs(2));
-                bytes.copy_from_slice(&value(5));
-            })
-            .unwrap();
-        });
-        updating.wait();
+    let (result, waited, other) = during_a_slow_update_of_k(&a, || {
         // Any event of another host: the log moves on.
         b.create(b"other", &value(9)).unwrap();
         let started = Instant::now();
         let result = a.write(b"k", &value(7));
         let waited = started.elapsed();
         // And a's replay goes on: it reads what b created.
-        let other = a.lookup(b"other");
-        let _ = done.send(());
-        assert!(
-            matches!(result, Err(Error::LocalObjectBusy { .. })),
-            "{result:?} after {waited:?}"
-        );
-        assert!(waited < Duration::from_secs(1), "waited {waited:?}");
-        assert!(matches!(other, Ok(Some(_))), "{other:?}");
+        (result, waited, a.lookup(b"other"))
     });
+    assert!(
+        matches!(result, Err(Error::LocalObjectBusy { .. })),
+        "{result:?} after {waited:?}"
+    );
+    assert!(waited < Duration::from_secs(1), "waited {waited:?}");
+    assert!(matches!(other, Ok(Some(_))), "{other:?}");
     assert_eq!(read(&a, b"k"), value(5));
 }
 
