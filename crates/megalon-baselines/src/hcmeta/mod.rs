@@ -365,11 +365,11 @@ impl Inner {
     /// charge both schemes' polls alike). Returns the requests served.
     pub(crate) fn serve(&self, host: usize, c: &Counters, count_poll: bool, max: usize) -> usize {
         let state = &self.hosts[host];
-        if state.stopped.load(Ordering::Relaxed) || !state.geometry.ring.pending(&self.pod, &()) {
+        if state.stopped.load(Ordering::Relaxed) || !state.geometry.ring.pending(&self.pod) {
             return 0;
         }
         if count_poll {
-            c.scr_atomics(2);
+            c.scr_atomics(rpc::POLL_SCR_ACCESSES);
         }
         let Some(mut buf) = state.serving.try_lock() else {
             return 0;

@@ -86,10 +86,10 @@ impl Shared {
             return Ok(0);
         }
         let ring = &rpc.rings[self.id as usize];
-        if !ring.pending(&self.pod, &()) {
+        if !ring.pending(&self.pod) {
             return Ok(0);
         }
-        tally.scr_atomics(2);
+        tally.scr_atomics(crate::rpc::POLL_SCR_ACCESSES);
         // A host declared dead serves no more: its recovery answers what it claimed, and
         // the id's next life serves the ring from its head.
         self.holds_its_row()?;
