@@ -545,7 +545,9 @@ impl RingGeometry {
         serve: &mut dyn FnMut() -> ControlFlow<()>,
     ) -> Result<(), u64> {
         let state = self.state(pod, ticket);
-        let claimed_limit_ms = 2 * wait_limit.as_millis() as u64;
+        let claimed_limit_ms = u64::try_from(wait_limit.as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_mul(2);
         loop {
             // Acquire: pairs with the server's Release in `respond`.
             let now = state.load(Ordering::Acquire);

@@ -486,7 +486,7 @@ impl Shared {
                 // only server maybe, may be waiting for this append's lock (a recovery's
                 // `HostDead`, a grant). Within what is left of this append's wait: it
                 // holds the append lock, which the host's other appends wait for.
-                if let Err(error) = self.serve_join_by(Some(began + self.options.wait_limit)) {
+                if let Err(error) = self.serve_join_by(began.checked_add(self.options.wait_limit)) {
                     self.background_error(error);
                 }
                 self.replay(None).map(drop)
@@ -618,9 +618,10 @@ impl Shared {
             return Ok(());
         }
         let pool = std::mem::take(&mut *self.slots.lock());
-        let deadline = std::time::Instant::now() + self.options.wait_limit;
+        // Checked: a wait limit of `Duration::MAX` has no deadline.
+        let deadline = std::time::Instant::now().checked_add(self.options.wait_limit);
         for (first, count) in pool.into_ranges() {
-            if std::time::Instant::now() >= deadline {
+            if deadline.is_some_and(|deadline| std::time::Instant::now() >= deadline) {
                 break;
             }
             // Its pump is stopped: a host judged by its lease beats here, or a give-back

@@ -250,13 +250,15 @@ impl Shared {
     /// dead host's is filled by the recovery `unblock_log` starts). Returns whether
     /// nothing is left.
     pub(super) fn settle_before_leaving(&self) -> bool {
-        let deadline = std::time::Instant::now() + self.options.wait_limit;
+        // Checked: a wait limit of `Duration::MAX` ("no limit") has no deadline (the sum
+        // overflowed `Instant` and panicked in the host's drop).
+        let deadline = std::time::Instant::now().checked_add(self.options.wait_limit);
         loop {
             let _ = self.replay(None);
             if self.run_deferred() == 0 {
                 return true;
             }
-            if std::time::Instant::now() >= deadline {
+            if deadline.is_some_and(|deadline| std::time::Instant::now() >= deadline) {
                 return false;
             }
             self.unblock_log();
