@@ -14,11 +14,33 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::page::FILE_PAGE_BYTES;
 
+/// The file's name in the pod: its inode number, mixed with its birth time where the
+/// file system keeps one. An inode number alone names another file once the file is
+/// removed: ext4 and xfs give it to the next file created, at once, and the pod, which
+/// keeps a closed file's pages, served the removed file's bytes as the new file's (and a
+/// write-back of one of them would have put them into it). Every host of one kernel
+/// reads the same birth time, so they all name the file alike.
+pub(crate) fn identity(metadata: &std::fs::Metadata) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(born) = metadata.created() else {
+        return metadata.ino();
+    };
+    let born = born
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let mut bytes = [0u8; 20];
+    bytes[..8].copy_from_slice(&metadata.ino().to_le_bytes());
+    bytes[8..16].copy_from_slice(&born.as_secs().to_le_bytes());
+    bytes[16..].copy_from_slice(&born.subsec_nanos().to_le_bytes());
+    megalon_core::inspect::fnv1a64(&bytes)
+}
+
 /// A file open on this host.
 #[derive(Debug)]
 pub(crate) struct OpenFile {
     pub(crate) path: PathBuf,
     pub(crate) file: File,
+    /// Its name in the pod ([`identity`]): the inode number, with its birth time.
     pub(crate) inode: u64,
     /// The length when it was opened, which the cache keeps.
     pub(crate) len_bytes: u64,
@@ -26,7 +48,6 @@ pub(crate) struct OpenFile {
 
 impl OpenFile {
     pub(crate) fn open(path: &Path) -> Result<OpenFile> {
-        use std::os::unix::fs::MetadataExt;
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -38,7 +59,7 @@ impl OpenFile {
         Ok(OpenFile {
             path: path.to_owned(),
             file,
-            inode: metadata.ino(),
+            inode: identity(&metadata),
             len_bytes: metadata.len(),
         })
     }

@@ -36,8 +36,9 @@ use crate::page::{PAGE_KEY_BYTES, PAGE_OBJECT_BYTES};
 /// Version 2: a page's object is the page and a trailer line (its valid bytes). Version
 /// 3: admissions in progress are counted per host, and the pages cached are the pod's
 /// objects (a coherent counter of both drifted for good when a host died mid-admission
-/// or mid-eviction).
-pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"mgPCv003");
+/// or mid-eviction). Version 4: files are named by inode number and birth time (an
+/// inode number alone named the next file given it).
+pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"mgPCv004");
 /// Marks an owner line that holds a key (a fresh pod's zeros hold none).
 pub(crate) const OWNER_MAGIC: u64 = u64::from_le_bytes(*b"mgPCownr");
 /// Bytes of an owner line that mean something: the key, then the magic.

@@ -44,13 +44,16 @@ impl PageTrailer {
 /// Bytes of a page's key: the inode and the page index, little-endian.
 pub const PAGE_KEY_BYTES: usize = 16;
 
-/// An open file, as the page cache names it: its inode number. The same file opened on
-/// several hosts has the same `FileId` on each.
+/// An open file, as the page cache names it: its inode number, with its birth time (see
+/// [`FileId::inode`]). The same file opened on several hosts has the same `FileId` on
+/// each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FileId(pub(crate) u64);
 
 impl FileId {
-    /// The file's inode number.
+    /// The file's name in the pod: its inode number, mixed with its birth time where
+    /// the file system keeps one (an inode number given again to a new file, once the
+    /// file is removed, names another file).
     pub fn inode(self) -> u64 {
         self.0
     }
