@@ -389,12 +389,33 @@ fn interrupted_by_signals() -> Result<Arc<AtomicBool>> {
     Ok(interrupted)
 }
 
+/// Refuses a `--pod` path that holds a file which is not a pod: `Pod::create` replaces
+/// anything that is not a pod, and the run removes its pod file at the end, so a
+/// mistyped path cost the file it named. (A pod there is replaced, or refused while in
+/// use, by the create.)
+fn refuse_a_file_that_is_not_a_pod(path: &Path) -> Result<()> {
+    if std::fs::symlink_metadata(path).is_err() {
+        return Ok(());
+    }
+    match Pod::open(Backing::file(path)) {
+        Err(megalon::core::Error::BadMagic { .. } | megalon::core::Error::FileTooSmall { .. }) => {
+            Err(format!(
+                "--pod {}: a file that is not a pod is there; it is left as it is",
+                path.display()
+            )
+            .into())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Runs the hosts on a new pod file, reports and checks what they did. `flags` are the
 /// parent's own, which it hands on to the hosts; once `interrupted` is set, the next wait
 /// fails.
 fn parent(args: &Args, flags: &[OsString], interrupted: &AtomicBool) -> Result<Summary> {
     args.check()?;
     let path = args.pod.clone().unwrap_or_else(default_pod_path);
+    refuse_a_file_that_is_not_a_pod(&path)?;
     let pod = Pod::create(&pod_config(args), Backing::file(&path))?;
     // Created: from here on the file is ours to remove.
     let _file = PodFile {
@@ -1466,6 +1487,40 @@ mod tests {
     #[test]
     fn hosts_killed_and_started_again_join_late() {
         killed_and_started_again("256");
+    }
+
+    /// `--pod` naming a file of the user's that is not a pod (a typo, say): the file is
+    /// left as it is and the run refused. It was replaced by the pod (the core's
+    /// `Pod::create` replaces anything that is not a pod), then removed at the end: a
+    /// mistyped flag cost the file it named.
+    #[test]
+    fn a_pod_path_that_names_a_file_that_is_not_a_pod_is_refused_and_the_file_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("notes.txt");
+        std::fs::write(&file, b"precious notes, not a pod").unwrap();
+        let run = parent_on(&[
+            "--hosts",
+            "1",
+            "--threads",
+            "1",
+            "--keys",
+            "100",
+            "--seconds",
+            "0.2",
+            "--wait-seconds",
+            "5",
+            "--quiet",
+            "--pod",
+            file.to_str().unwrap(),
+        ])
+        .map_err(|e| e.to_string());
+        assert_eq!(
+            std::fs::read(&file).ok().as_deref(),
+            Some(&b"precious notes, not a pod"[..]),
+            "the run answered {run:?}"
+        );
+        let refusal = run.expect_err("a file that is not a pod is refused");
+        assert!(refusal.contains("not a pod"), "{refusal}");
     }
 
     /// A second creator at the run's pod path is refused for the whole run, also in the
