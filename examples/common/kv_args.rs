@@ -87,6 +87,22 @@ impl KvArgs {
         if self.keys > MAX_KEYS {
             return Err(format!("--keys {}: at most {MAX_KEYS}", self.keys));
         }
+        // Sizes past a u64 of bytes overflowed in `pod_config` (a panic in a debug build,
+        // a pod of what the wrap left in a release build).
+        if self.scr_kib.checked_mul(1024).is_none() {
+            return Err(format!(
+                "--scr-kib {}: more bytes than a u64 holds",
+                self.scr_kib
+            ));
+        }
+        let max_value_bytes =
+            megalon::core::limits::MAX_SLOT_SIZE_BYTES as usize - megalon::kv::LENGTH_PREFIX_BYTES;
+        if self.value_bytes > max_value_bytes {
+            return Err(format!(
+                "--value-bytes {}: at most {max_value_bytes} (the largest slot less the value's length)",
+                self.value_bytes
+            ));
+        }
         if !(0.0..=1.0).contains(&self.write_ratio) {
             return Err(format!(
                 "--write-ratio {}: a fraction from 0 to 1 is needed",
@@ -214,6 +230,24 @@ mod tests {
         }
         assert!(parse(&["--skew", "1"]).is_err());
         assert!(parse(&["--skew", "0"]).is_ok());
+    }
+
+    /// Sizes past what a u64 of bytes holds: `--scr-kib` times 1024 and `--value-bytes`
+    /// plus the length prefix overflowed (a panic in a debug build; in a release build a
+    /// pod of whatever the wrap left, 2^54 + 1024 KiB being 1 MiB, without a word).
+    #[test]
+    fn sizes_past_a_u64_of_bytes_are_refused_by_name() {
+        for (flags, flag) in [
+            (["--scr-kib", "18014398509481985"], "--scr-kib"),
+            (["--value-bytes", "18446744073709551615"], "--value-bytes"),
+        ] {
+            let checked = std::panic::catch_unwind(|| parse(&flags).map(|kv| kv.pod_config()));
+            match checked {
+                Ok(Err(refusal)) => assert!(refusal.starts_with(flag), "{refusal}"),
+                Ok(Ok(config)) => panic!("{flags:?} accepted: {config:?}"),
+                Err(_) => panic!("{flags:?} panicked"),
+            }
+        }
     }
 
     #[test]
