@@ -101,14 +101,20 @@ struct Args {
 }
 
 impl Args {
-    fn pod_config(&self) -> PodConfig {
-        PodConfig::new()
-            .scr_bytes(self.scr_mib << 20)
-            .lnr_bytes(self.lnr_mib << 20)
+    fn pod_config(&self) -> Result<PodConfig, String> {
+        // Checked: a shift drops the high bits, and a size past a u64 of bytes made a pod
+        // of what was left.
+        let bytes = |flag: &str, mib: u64| {
+            mib.checked_mul(1 << 20)
+                .ok_or(format!("{flag} {mib}: more bytes than a u64 holds"))
+        };
+        Ok(PodConfig::new()
+            .scr_bytes(bytes("--scr-mib", self.scr_mib)?)
+            .lnr_bytes(bytes("--lnr-mib", self.lnr_mib)?)
             .slot_size_bytes(self.slot_bytes)
             .max_key_bytes(self.max_key_bytes)
             .log_capacity_entries(self.log_entries)
-            .max_hosts(self.max_hosts)
+            .max_hosts(self.max_hosts))
     }
 }
 
@@ -125,7 +131,7 @@ fn main() -> ExitCode {
 
 /// The pod: `--pod`'s file, opened or created, or a heap pod.
 fn pod(args: &Args) -> Result<(Pod, &'static str), String> {
-    let config = args.pod_config();
+    let config = args.pod_config()?;
     match &args.pod {
         Some(path) if path.exists() => Pod::open(Backing::file(path))
             .map(|pod| (pod, "opened"))

@@ -186,3 +186,44 @@ fn shutdown_abort_does_not_shut_the_server_down() {
         OwnedFrame::SimpleString(b"PONG".to_vec())
     );
 }
+
+/// `--lnr-mib` and `--scr-mib` past what a u64 of bytes holds: the size wrapped (a shift
+/// by 20 drops the high bits), and the server created a pod of what was left (2^44 + 64
+/// MiB made a 64 MiB LNR) without a word. A size no pod can have is refused, naming it.
+#[test]
+fn pod_sizes_past_a_u64_of_bytes_are_refused_not_wrapped() {
+    for (flag, value) in [
+        ("--lnr-mib", "17592186044480"),
+        ("--scr-mib", "17592186044420"),
+    ] {
+        let dir = scratch_dir();
+        let socket = dir.path().join("h.sock");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_megalon-server"))
+            .args(["--socket", socket.to_str().unwrap(), "--port", "0"])
+            .args([flag, value])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if UnixStream::connect(&socket).is_ok() || Instant::now() > deadline {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        let mut text = String::new();
+        use std::io::Read as _;
+        let _ = child.stderr.take().unwrap().read_to_string(&mut text);
+        assert!(
+            matches!(status, Some(status) if !status.success()) && text.contains(flag),
+            "{flag} {value}: the server started ({status:?}), stderr {text:?}"
+        );
+    }
+}
