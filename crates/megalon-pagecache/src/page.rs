@@ -1,8 +1,10 @@
-//! Pages as the pod names them: a file's handle ([`FileId`], its inode number) and the
-//! page key `(inode, page)` every host computes the same way.
+//! Pages as the pod names them: a file's handle ([`FileId`], its inode number mixed with
+//! its birth time) and the page key `(inode, page)` every host computes the same way.
 //!
-//! A file is known to the pod by its inode number (so hosts that open it by different
-//! paths share its pages), which assumes every data file lives on one file system.
+//! A file is known to the pod by its inode number and birth time (so hosts that open it
+//! by different paths share its pages, and a new file given a removed file's number does
+//! not), which assumes every data file lives on one file system. Where the file system
+//! keeps no birth time, the number alone names the file.
 
 use std::fmt;
 
