@@ -362,10 +362,16 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
     ),
     (
         "read-end-counter-before-log",
-        &[(
-            "windows",
-            "a_full_counter_cycle_between_the_checks_of_read_end_is_caught",
-        )],
+        &[
+            (
+                "windows",
+                "a_full_counter_cycle_between_the_checks_of_read_end_is_caught",
+            ),
+            (
+                "narrow_reads",
+                "a_torn_copy_is_refused_whatever_brings_the_word_back_between_the_checks",
+            ),
+        ],
     ),
     (
         "locked-record-restored-on-error",
