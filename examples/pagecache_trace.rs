@@ -66,7 +66,8 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// The data file (default: a new sparse file in the temporary directory, removed at
-    /// the end).
+    /// the end). A file shorter than the trace is grown to the trace's size (sparse,
+    /// zeros at its end) and kept so; the replay only reads it.
     #[arg(long)]
     data_file: Option<PathBuf>,
     /// No progress bar.
