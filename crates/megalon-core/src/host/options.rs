@@ -24,8 +24,10 @@ pub struct HostOptions {
     /// How it touches LNR.
     pub memory: MemoryKind,
     /// How often its background pump replays the log (and serves slot requests), so an
-    /// idle host never holds the log's head back. `None`: no pump (tests that drive
-    /// replay by hand).
+    /// idle host never holds the log's head back. It also renews the host's lease: an
+    /// interval near the pod's lease ([`PodConfig::lease_ms`](crate::PodConfig#structfield.lease_ms))
+    /// gets an idle host that other machines judge by its lease declared dead. `None`: no
+    /// pump (tests that drive replay by hand).
     pub pump_interval: Option<Duration>,
     /// How long any wait on another host may last before it answers an error naming
     /// whom it waited for.
