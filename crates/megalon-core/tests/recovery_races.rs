@@ -2250,3 +2250,154 @@ fn a_waiter_s_announce_of_a_range_it_lost_keeps_no_hole_unfilled() {
     assert!(appended.is_ok(), "w's append: {appended:?}");
     assert_eq!(common::read(w, b"after"), value(2));
 }
+
+// Found by a review of record and recovery lifecycles (s10/lifecycle).
+
+/// A nested reservation fill (a second thread of the recoverer, an append waiting for
+/// room, `unblock_log`) holds the host's `filling` lock, paused after its look at a dead
+/// host's position and before its `Skip`. The outer recovery on the first thread ends
+/// (its own fill finds `filling` taken and gives up) and lets go of the recovery word;
+/// another host takes the word, fills the position itself, and the ring moves on past it
+/// for a whole lap. The paused nested fill then writes its `Skip` over the next lap's
+/// entry of that slot: the entry is lost (its alive word is the old lap's), and every
+/// replica that had not applied it stalls there for good.
+#[test]
+fn a_nested_fill_paused_past_the_outer_recovery_never_writes_over_the_next_lap() {
+    const CAP: u64 = 16;
+    let pod = common::heap_pod(&config().log_capacity_entries(CAP));
+    // r recovers; x dies announcing a lock; y dies with a reservation; b recovers too.
+    let [r, x, b] = leak_all(&pod);
+    k_with_a_record(r);
+    dies_announcing_a_lock_of_k(x);
+    leases_run_out(&[r]);
+    // y joins and stops (its lease starts now, for b and for r's next round): r's next
+    // round recovers x alone.
+    let y = leak(&pod, 3);
+    y.inspect().freeze();
+    b.inspect().watch_hosts();
+    let (paused_tx, paused_rx) = channel::<()>();
+    let (resume_tx, resume_rx) = channel::<()>();
+    let (answer_tx, answer_rx) = channel();
+    let (hole_tx, hole_rx) = channel::<u64>();
+    let pod_in = pod.clone();
+    // r's pump round, on a thread of its own (with the fix it waits for the nested fill).
+    let outer = std::thread::spawn(move || {
+        let mut parts = Some((paused_tx, resume_rx, answer_tx, hole_tx));
+        chaos::with_hook(
+            move |point| {
+                if point != Point::RecoveryAfterScan {
+                    return;
+                }
+                let Some((paused_tx, resume_rx, answer_tx, hole_tx)) = parts.take() else {
+                    return;
+                };
+                // r's outer recovery of x holds the recovery word. y turns out to have
+                // reserved a position before it stopped, and b's appends fill the ring
+                // behind it (published, their outcomes not waited for).
+                hole_tx.send(y.inspect().reserve_unpublished(1).unwrap()).unwrap();
+                // y's lease runs out.
+                std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 2));
+                std::thread::spawn(move || {
+                    let (head, _, tail) = b.inspect().log_cursors();
+                    let n = head + CAP - tail;
+                    chaos::fail_next_appends(&vec![chaos::Fault::Unconfirmed; n as usize]);
+                    for i in 0..n {
+                        let _ = b.create(format!("fill{i}").as_bytes(), &value(3));
+                    }
+                    chaos::clear_forced_faults();
+                })
+                .join()
+                .unwrap();
+                let (head, _, tail) = r.inspect().log_cursors();
+                assert_eq!(tail, head + CAP, "the ring is full");
+                // A second thread of r appends: no room, so it fills dead hosts' holes
+                // (nested under r's recovery word), and pauses before y's `Skip`.
+                let (paused_tx, resume_rx) = (Mutex::new(paused_tx), Mutex::new(resume_rx));
+                std::thread::spawn(move || {
+                    let mut once = true;
+                    let answer = chaos::with_hook(
+                        move |at| {
+                            if at == Point::RecoveryBeforeFill && std::mem::take(&mut once) {
+                                paused_tx.lock().unwrap().send(()).unwrap();
+                                resume_rx.lock().unwrap().recv().unwrap();
+                            }
+                        },
+                        || r.create(b"z", &value(9)),
+                    );
+                    answer_tx.send(answer).unwrap();
+                });
+                paused_rx
+                    .recv_timeout(BOUND)
+                    .expect("r's second thread never reached y's hole");
+            },
+            || {
+                watch_until(r, "x never recovered", || {
+                    pod_in.hosts().iter().all(|row| row.host != x.id())
+                })
+            },
+        );
+    });
+    let p = hole_rx.recv_timeout(BOUND).expect("the hook ran");
+    // While r's nested fill of y is under way: b's watch (r replays, so that the head
+    // can move). b recovers y only if r's outer recovery let go of the word.
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline && b.inspect().stats().hosts_recovered == 0 {
+        b.inspect().watch_hosts();
+        let _ = r.inspect().settle_pending();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let lap = |b: &Host, upto: u64, last: &str| {
+        // b appends (r replays, so that the head moves) until the entry at `upto` is
+        // b's create of `last`.
+        let mut i = 0;
+        loop {
+            let _ = r.inspect().settle_pending();
+            let (_, _, tail) = b.inspect().log_cursors();
+            let key = if tail >= upto {
+                last.to_string()
+            } else {
+                format!("{last}-lap{i}")
+            };
+            if let Err(e) = b.create(key.as_bytes(), &value(4)) {
+                panic!(
+                    "b's create of {key} failed: {e:?}, r applied up to {} (the entry at \
+                     p + CAP = {} written over by the nested fill's Skip of p = {p}?)",
+                    r.inspect().applied_position(),
+                    p + CAP
+                );
+            }
+            i += 1;
+            if key == last {
+                break;
+            }
+        }
+    };
+    if b.inspect().stats().hosts_recovered == 1 {
+        // y is recovered by b, and the ring laps over p.
+        lap(b, p + CAP, "w");
+    }
+    // r's nested fill resumes and writes its `Skip`.
+    resume_tx.send(()).unwrap();
+    let _ = answer_rx.recv_timeout(BOUND);
+    outer.join().unwrap();
+    watch_until(b, "y never recovered", || {
+        r.inspect().watch_hosts();
+        let _ = r.inspect().settle_pending();
+        pod.hosts().iter().all(|row| row.host != y.id())
+    });
+    lap(b, p + 2 * CAP, "w2");
+    let mut buf = vec![0u8; SLOT];
+    for key in [&b"w"[..], b"w2"] {
+        if b.read(key, &mut buf).is_err() {
+            continue;
+        }
+        let at_r = r.read(key, &mut buf).map(drop);
+        assert!(
+            at_r.is_ok(),
+            "b has {:?} and r cannot read it (the entry at p + CAP = {} was written over \
+             by the nested fill's Skip of p = {p}): {at_r:?}",
+            String::from_utf8_lossy(key),
+            p + CAP
+        );
+    }
+}

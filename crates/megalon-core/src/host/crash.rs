@@ -618,7 +618,11 @@ impl Shared {
         // Let go of on every way out, a panic included: a word left naming a live host
         // would stop every recovery in the pod (the others wait for its holder, and the
         // holder's next round takes it for one of its own under way).
-        let _release = ReleaseOnDrop { word, me };
+        let _release = ReleaseOnDrop {
+            word,
+            me,
+            filling: &self.filling,
+        };
         self.recover_holding(&dead, step)
     }
 
@@ -700,6 +704,15 @@ impl Shared {
         let Some(_filling) = self.filling.try_lock() else {
             return Ok(false);
         };
+        // Only while this host holds the recovery word, checked holding `filling` (the
+        // word is let go only by a thread that holds it, `ReleaseOnDrop`): a nested fill
+        // whose outer recovery let go of the word before this thread took `filling` would
+        // fill beside the word's next holder, and a pause after its look would write over
+        // the next lap's entry once the other's `Skip` was applied everywhere.
+        let word = self.pod.scr_u64(self.pod.layout().recovery_offset());
+        if word.load(Ordering::SeqCst) != host_table::session(self.id, self.life) {
+            return Ok(false);
+        }
         let tail = Log::tail(&self.pod).load(Ordering::SeqCst);
         let entry = self.skip_entry(dead.host);
         for position in reserved.start..reserved.end.min(tail) {
@@ -1093,14 +1106,19 @@ thread_local! {
 }
 
 /// Lets go of the recovery word `word` if it still names `me` (this recoverer's life),
-/// when dropped.
+/// when dropped: once no other thread of this host fills a dead host's reservation
+/// under it (`filling`).
 struct ReleaseOnDrop<'a> {
     word: &'a AtomicU64,
     me: u64,
+    filling: &'a crate::sync::Mutex<()>,
 }
 
 impl Drop for ReleaseOnDrop<'_> {
     fn drop(&mut self) {
+        // A nested fill (another thread's, under this word) finishes first: the word's
+        // next holder must be the only filler.
+        let _filling = self.filling.lock();
         let _ = self
             .word
             .compare_exchange(self.me, 0, Ordering::SeqCst, Ordering::SeqCst);
