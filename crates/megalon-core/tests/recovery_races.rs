@@ -2401,3 +2401,77 @@ fn a_nested_fill_paused_past_the_outer_recovery_never_writes_over_the_next_lap()
         );
     }
 }
+
+/// A watch round finds two hosts dead: x, which announced a lock of `k` and never took it
+/// (and holds a write of `k2`), and y, only paused past its lease in the middle of a
+/// write of `k` (its undo image ready; at 2 bits its lock is the word x announced).
+/// Recovering x, the recoverer finds y's image among the dead and puts it back, before
+/// y is condemned (only x is, so far). y then resumes, while the recoverer settles x's
+/// other lock: its `write_end` must learn it is dead (it did not: nobody had condemned
+/// it), not unlock by CAS the word a live writer `w` has locked since (the same word at 2
+/// bits) and report its undone write done.
+#[test]
+fn a_dead_writer_found_among_the_dead_is_condemned_before_its_lock_is_settled() {
+    let pod = common::heap_pod(&config());
+    let [r, x, y, w] = leak_all(&pod);
+    k_with_a_record(r);
+    r.create(b"k2", &value(5)).unwrap();
+    r.write(b"k2", &value(6)).unwrap();
+    // x: announces a lock of k (hold 0) and stops before its CAS; then holds k2 locked
+    // mid-write (hold 1), and dies.
+    let never_took = pauses_at(x, Point::WriteBeforeLock, || {
+        x.write_start(b"k").map(drop)
+    });
+    std::mem::forget(never_took);
+    let k2 = x.write_start(b"k2").unwrap();
+    k2.write(0, &[0xaa; SLOT / 2]).unwrap();
+    std::mem::forget(k2);
+    x.inspect().freeze();
+    // y: locks k (x never did), writes a whole new value, and is paused before its
+    // write_end (no heartbeat: judged by its lease).
+    y.inspect().pretend_elsewhere();
+    let (go_tx, go_rx) = channel::<()>();
+    let (done_tx, done_rx) = channel();
+    let ticket = y.write_start(b"k").unwrap();
+    ticket.write(0, &value(9)).unwrap();
+    std::thread::spawn(move || {
+        go_rx.recv().unwrap();
+        done_tx.send(y.write_end(ticket)).unwrap();
+    });
+    leases_run_out(&[r]);
+    let seen = Rc::new(RefCell::new(0));
+    let seen_in = seen.clone();
+    let ran = Rc::new(RefCell::new(None));
+    let ran_in = ran.clone();
+    chaos::with_hook(
+        move |point| {
+            if point != Point::RecoveryAfterScan {
+                return;
+            }
+            *seen_in.borrow_mut() += 1;
+            if *seen_in.borrow() != 2 {
+                return;
+            }
+            // x's lock of k is settled (y's image put back, k unlocked); r looks at x's
+            // lock of k2 now. A live writer locks k, and y resumes.
+            let attempt = half_write(w, 0xdd);
+            go_tx.send(()).unwrap();
+            let y_end = done_rx.recv_timeout(BOUND).expect("y's write_end answers");
+            *ran_in.borrow_mut() = Some((attempt, y_end));
+        },
+        || {
+            watch_until(r, "x and y never recovered", || {
+                pod.hosts().iter().all(|row| row.host != x.id() && row.host != y.id())
+            })
+        },
+    );
+    let (attempt, y_end) = ran.take().expect("r reached x's second lock");
+    assert!(attempt.is_ok(), "w locks k: {attempt:?}");
+    // What a reader gets: y's write (reported done) was undone, and w's half-written
+    // value is there with the record unlocked.
+    assert_live_lock_kept(r, &attempt);
+    assert!(
+        matches!(y_end, Err(Error::HostDeclaredDead { .. })),
+        "y's write, undone by its recovery, answered {y_end:?}"
+    );
+}

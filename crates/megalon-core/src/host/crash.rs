@@ -635,6 +635,18 @@ impl Shared {
         // `left_to_recovery`).
         if !mutants::skipped(MutantStep::RecoveryCondemnsFirst) {
             host_table::condemn(&self.pod, dead.host, dead.joins);
+            // And every other host found dead in the same round and still dead: this
+            // recovery takes their announces for the dead's too (their locks are not
+            // waited for, their undo images are put back), so one only paused past its
+            // lease must know it is dead before any of its locks is settled here, not
+            // only once its own recovery begins (it unlocked, by CAS, a word a live host
+            // had locked since, and reported a write done that was undone).
+            for &(host, pid, joins) in &dead.others_dead {
+                if host != dead.host && host_table::holder(&self.pod, host) == Some((pid, joins))
+                {
+                    host_table::condemn(&self.pod, host, joins);
+                }
+            }
         }
         if !self.fill_reservation(dead)? {
             return Ok(false);
