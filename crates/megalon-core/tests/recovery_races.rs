@@ -2475,3 +2475,47 @@ fn a_dead_writer_found_among_the_dead_is_condemned_before_its_lock_is_settled() 
         "y's write, undone by its recovery, answered {y_end:?}"
     );
 }
+
+/// A live host `c` claiming a record stores its announce (the claimed word), then CASes
+/// the word from free; paused between the two (its look said free), it may see the
+/// record allocated to `k`, and `k` deleted by a host x that locked it and died before
+/// its free. x's recovery finds `c`'s announce of the record, unchanged a moment later,
+/// and takes it for a lasting claim under x's lock (`lasting_live_claim`): it puts the
+/// claimed word back instead of freeing the record. `c` resumes: its CAS from free fails,
+/// and it withdraws its announce. The record stays in use with no object and no claimer,
+/// for good (no reclaim frees a record without an owner). The announce is stored by hand:
+/// no chaos point sits between a claim's announce and its CAS.
+#[test]
+fn a_claim_paused_before_its_cas_does_not_leak_a_dead_deleters_record() {
+    let pod = common::heap_pod(&config());
+    let [r, x, c] = leak_all(&pod);
+    k_with_a_record(r);
+    let (record, _) = k_record_locked(r);
+    // c, paused between its announce of a claim of the record and its CAS (the record
+    // was free when it looked): its announce word 15, the claimed word (2 bits: in use).
+    let announce = pod.scr_u64(pod.layout().announce_offset(c.id(), 15));
+    announce.store((u64::from(record) + 1) << 32 | 0b10, Ordering::SeqCst);
+    // x deletes k: locks the record, its delete applies, and it dies before the free.
+    dies_at(x, Point::ReleaseBeforeFree, |x| {
+        let _ = x.delete(b"k");
+    });
+    assert_eq!(r.record_owner(record).unwrap(), None, "k is deleted");
+    leases_run_out(&[r]);
+    watch_until(r, "x's lock never settled", || {
+        !r.inspect().record_census().locked.contains(&record)
+    });
+    // c resumes: its CAS from free fails (the word is not free), and it lets go.
+    announce.store(0, Ordering::SeqCst);
+    recover_by_hand(&pod, x.id(), r);
+    for _ in 0..3 {
+        let _ = r.inspect().settle_pending();
+        let _ = c.inspect().settle_pending();
+    }
+    let census = r.inspect().record_census();
+    assert!(
+        !census.in_use.contains(&record),
+        "record {record} has no object and no claimer, and is in use for good \
+         (locked: {})",
+        census.locked.contains(&record)
+    );
+}

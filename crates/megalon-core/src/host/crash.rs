@@ -852,11 +852,24 @@ impl Shared {
                 }
                 None => self.settle_lock(record, locked, live_claim)?,
             };
-            if restored {
-                self.announce_word(dead.host, index)
-                    .store(0, Ordering::SeqCst);
-            } else {
-                all_done = false;
+            match (restored, live_claim) {
+                (true, Some(claim)) => {
+                    // The claimed word is back, for a claimer whose CAS won (it frees the
+                    // record by a CAS from that word) or for one paused between its
+                    // announce and its CAS from free (which fails now: the record would
+                    // stay in use with no object and no claimer, for good). Settled as
+                    // the dead host's claim from here: once no live host announces the
+                    // record, a record still claimed and without an object is freed.
+                    self.announce_word(dead.host, index).store(
+                        encode_announce(record, records.encode(claim)),
+                        Ordering::SeqCst,
+                    );
+                    all_done = false;
+                }
+                (true, None) => self
+                    .announce_word(dead.host, index)
+                    .store(0, Ordering::SeqCst),
+                (false, _) => all_done = false,
             }
         }
         Ok(all_done)
