@@ -195,3 +195,101 @@ fn a_holder_whose_pump_is_asked_for_an_object_under_a_slow_update_stays_alive() 
         "a's row is a's"
     );
 }
+
+/// The same in CXL: an `update` whose host is declared dead while its closure runs (its
+/// pump dies in the closure; nothing of it beats any more) and recovered (the record
+/// unlocked, the undo image put back), after which another host writes the object, must
+/// not store its closure's bytes into the slot when the closure returns: the lock they
+/// were made under is gone. (It stored them, over the other host's acknowledged write,
+/// and every host then read the lost update's bytes under a valid counter.)
+#[test]
+fn an_update_in_cxl_whose_host_was_recovered_meanwhile_stores_nothing() {
+    let [a, b, c] = a_writing_k_judged_by_its_lease();
+    let (updated, written) = std::thread::scope(|s| {
+        let update = s.spawn(|| {
+            a.update(b"k", |bytes| {
+                // a stops beating here (its pump dies), and is recovered past its lease.
+                a.inspect().make_pump_panic();
+                std::thread::sleep(Duration::from_millis(1500));
+                bytes.copy_from_slice(&value(7));
+            })
+        });
+        // a is declared dead and recovered: k's record is unlocked, and b writes it.
+        until_recovered_by_either(&b, &c);
+        let written = b.write(b"k", &value(9));
+        let u = update.join().unwrap();
+        // What a's thread stored is in flight in its write-combining buffers, which the
+        // hardware drains on its own (the simulation, at the host's next fence).
+        a.memory().fence();
+        (u, written)
+    });
+    eprintln!("update: {updated:?}; b's write: {written:?}");
+    assert!(written.is_ok(), "{written:?}");
+    assert!(
+        matches!(updated, Err(Error::HostDeclaredDead { .. })),
+        "{updated:?}"
+    );
+    let mut buf = vec![0u8; SLOT];
+    c.read(b"k", &mut buf).unwrap();
+    assert_eq!(
+        buf,
+        value(9),
+        "b's acknowledged write was overwritten by a's late update"
+    );
+}
+
+/// The same with a write ticket held across the host's death: its `write` stores nothing
+/// and answers `HostDeclaredDead`.
+#[test]
+fn a_ticket_write_after_its_host_was_recovered_stores_nothing() {
+    let [a, b, c] = a_writing_k_judged_by_its_lease();
+    let ticket = a.write_start(b"k").unwrap();
+    a.inspect().make_pump_panic();
+    until_recovered_by_either(&b, &c);
+    b.write(b"k", &value(9)).unwrap();
+    let wrote = ticket.write(0, &value(7));
+    let ended = a.write_end(ticket);
+    a.memory().fence();
+    eprintln!("ticket write: {wrote:?}; write_end: {ended:?}");
+    assert!(
+        matches!(ended, Err(Error::HostDeclaredDead { .. })),
+        "{ended:?}"
+    );
+    let mut buf = vec![0u8; SLOT];
+    c.read(b"k", &mut buf).unwrap();
+    assert_eq!(
+        buf,
+        value(9),
+        "b's acknowledged write was overwritten by a's late ticket write"
+    );
+}
+
+/// Hosts 0 (`a`, judged by its lease: it pretends to run elsewhere), 1 and 2 of a pod with
+/// undo images and a 100 ms lease, each with a pump; `a` has created and written `k`.
+fn a_writing_k_judged_by_its_lease() -> [Host; 3] {
+    let config = config()
+        .lease_ms(100)
+        .crash_safety(megalon_core::CrashSafety::Undo)
+        .lnr_bytes(4 << 20);
+    let pod = pod(&config);
+    let pumped = |seed: u64| {
+        small_cache(seed)
+            .pump_interval(Some(Duration::from_millis(1)))
+            .wait_limit(Duration::from_secs(5))
+    };
+    let hosts =
+        [0, 1, 2].map(|id| Host::join(&pod, Join::As(id), pumped(u64::from(id) + 1)).unwrap());
+    hosts[0].create(b"k", &value(0)).unwrap();
+    hosts[0].write(b"k", &value(1)).unwrap();
+    hosts[0].inspect().pretend_elsewhere();
+    hosts
+}
+
+/// Waits (at most 5 s) until `b` or `c` has recovered a host.
+fn until_recovered_by_either(b: &Host, c: &Host) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while b.inspect().stats().hosts_recovered + c.inspect().stats().hosts_recovered == 0 {
+        assert!(Instant::now() < deadline, "a never recovered");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

@@ -251,7 +251,7 @@ impl Shared {
     }
 
     /// `Err(HostDeclaredDead)` if [`Shared::left_to_recovery`].
-    fn not_left_to_recovery(&self) -> Result<()> {
+    pub(super) fn not_left_to_recovery(&self) -> Result<()> {
         if self.left_to_recovery() {
             return Err(Error::HostDeclaredDead {
                 host: self.id,
@@ -642,8 +642,7 @@ impl Shared {
             // only once its own recovery begins (it unlocked, by CAS, a word a live host
             // had locked since, and reported a write done that was undone).
             for &(host, pid, joins) in &dead.others_dead {
-                if host != dead.host && host_table::holder(&self.pod, host) == Some((pid, joins))
-                {
+                if host != dead.host && host_table::holder(&self.pod, host) == Some((pid, joins)) {
                     host_table::condemn(&self.pod, host, joins);
                 }
             }

@@ -78,7 +78,14 @@ impl Host {
                     let mut buf = vec![0u8; len];
                     memory.read(offset, &mut buf);
                     let result = f(&mut buf);
-                    store_object_bytes(memory, offset, &buf);
+                    // This host may have been declared dead while `f` ran (its pump died,
+                    // or its process was paused past its lease), and its recovery put the
+                    // undo image back and unlocked: others may have written the object
+                    // since. Store nothing then (`write_end` answers `HostDeclaredDead`),
+                    // as a write in this host's DRAM does.
+                    if !self.shared.left_to_recovery() {
+                        store_object_bytes(memory, offset, &buf);
+                    }
                     result
                 }
             })

@@ -162,6 +162,10 @@ impl WriteTicket<'_> {
     pub fn write(&self, at: usize, bytes: &[u8]) -> Result<()> {
         let state = self.state();
         within(at, bytes.len(), state.place.len)?;
+        // Declared dead since `write_start` (paused past its lease, or its pump died): the
+        // lock is its recovery's, which may have put the undo image back and unlocked;
+        // others may write the object now.
+        self.host.shared.not_left_to_recovery()?;
         store_object_bytes(self.host.memory(), state.place.offset + at as u64, bytes);
         Ok(())
     }
