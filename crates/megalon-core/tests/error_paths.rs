@@ -1,0 +1,317 @@
+//! Every fallible step of the object protocol, failed on purpose, then the pod checked:
+//! no record locked, none leaked, the key usable again.
+#![cfg(feature = "chaos")]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{config, heap_pod, named_records, read, value};
+use megalon_core::chaos::{self, Fault, Point};
+use megalon_core::{CrashSafety, Error, Host, HostOptions, Join, MemoryKind, Pod};
+
+fn options() -> HostOptions {
+    HostOptions::new()
+        .memory(MemoryKind::simulated(7))
+        .record_watermark(1.0)
+        .pump_interval(None)
+        .wait_limit(Duration::from_millis(300))
+}
+
+fn pod(width: u32, safety: CrashSafety) -> Arc<Pod> {
+    heap_pod(
+        &config()
+            .lnr_bytes(4 << 20)
+            .log_capacity_entries(4096)
+            .record_width_bits(width)
+            .crash_safety(safety),
+    )
+}
+
+/// Nothing pending, no record locked, every record in use named by exactly one object,
+/// and the count of records in use right.
+#[track_caller]
+fn clean(hosts: &[&Host], what: &str) {
+    for h in hosts {
+        assert_eq!(h.inspect().settle_pending().unwrap(), 0, "{what}: pending");
+    }
+    let census = hosts[0].inspect().record_census();
+    assert!(
+        census.locked.is_empty(),
+        "{what}: locked {:?}",
+        census.locked
+    );
+    for h in hosts {
+        assert_eq!(named_records(h), census.in_use, "{what}: named vs in use");
+    }
+    assert_eq!(
+        hosts[0].inspect().records_in_use().0 as usize,
+        census.in_use.len(),
+        "{what}: count of records in use"
+    );
+}
+
+/// The key is usable from both hosts: write, read, delete, create again.
+#[track_caller]
+fn usable(a: &Host, b: &Host, key: &[u8], what: &str) {
+    a.inspect().settle_pending().unwrap();
+    b.inspect().settle_pending().unwrap();
+    if a.lookup(key).unwrap().is_none() {
+        a.create(key, &value(40))
+            .unwrap_or_else(|e| panic!("{what}: create {e}"));
+    }
+    a.write(key, &value(41))
+        .unwrap_or_else(|e| panic!("{what}: write {e}"));
+    assert_eq!(read(b, key), value(41), "{what}");
+    b.write(key, &value(42))
+        .unwrap_or_else(|e| panic!("{what}: write b {e}"));
+    assert_eq!(read(a, key), value(42), "{what}");
+    b.delete(key)
+        .unwrap_or_else(|e| panic!("{what}: delete {e}"));
+    assert!(
+        matches!(a.read(key, &mut [0; 4]), Err(Error::UnknownKey)),
+        "{what}"
+    );
+    a.create(key, &value(43)).unwrap();
+    assert_eq!(read(b, key), value(43), "{what}");
+    clean(&[a, b], what);
+}
+
+/// Runs `op` with `fault` forced on the first append made after `point` (or the first
+/// append at all if `point` is None).
+fn with_fault_at<R>(point: Option<Point>, fault: Fault, op: impl FnOnce() -> R) -> R {
+    chaos::clear_forced_faults();
+    match point {
+        None => {
+            chaos::fail_next_appends(&[fault]);
+            let r = op();
+            chaos::clear_forced_faults();
+            r
+        }
+        Some(p) => {
+            let mut once = true;
+            let r = chaos::with_hook(
+                move |at| {
+                    if at == p && std::mem::take(&mut once) {
+                        chaos::fail_next_appends(&[fault]);
+                    }
+                },
+                op,
+            );
+            chaos::clear_forced_faults();
+            r
+        }
+    }
+}
+
+fn matrix(width: u32, safety: CrashSafety) {
+    let pod = pod(width, safety);
+    let a = Host::join(&pod, Join::As(0), options()).unwrap();
+    let b = Host::join(&pod, Join::As(1), options()).unwrap();
+    for fault in [Fault::Refuse, Fault::Unconfirmed] {
+        let tag = format!("{width} bits {safety:?} {fault:?}");
+        // create
+        let r = with_fault_at(Some(Point::CreateBeforeEvent), fault, || {
+            a.create(b"c", &value(1))
+        });
+        assert!(r.is_err(), "{tag} create {r:?}");
+        usable(&a, &b, b"c", &format!("{tag} create"));
+        // first write: alloc
+        a.create(b"w", &value(1)).unwrap();
+        let r = with_fault_at(Some(Point::AllocAfterClaim), fault, || {
+            a.write(b"w", &value(2))
+        });
+        assert!(r.is_err(), "{tag} alloc {r:?}");
+        usable(&a, &b, b"w", &format!("{tag} alloc"));
+        // delete with a record
+        a.write(b"w", &value(3)).unwrap();
+        let r = with_fault_at(Some(Point::ReleaseAfterLock), fault, || a.delete(b"w"));
+        assert!(r.is_err(), "{tag} delete {r:?}");
+        usable(&a, &b, b"w", &format!("{tag} delete"));
+        // delete read-shared
+        a.create(b"r", &value(1)).unwrap();
+        let r = with_fault_at(None, fault, || a.delete(b"r"));
+        assert!(r.is_err(), "{tag} delete rs {r:?}");
+        usable(&a, &b, b"r", &format!("{tag} delete rs"));
+        // dealloc
+        a.write(b"w", &value(3)).unwrap();
+        let r = with_fault_at(Some(Point::ReleaseAfterLock), fault, || {
+            a.make_read_shared(b"w")
+        });
+        assert!(r.is_err(), "{tag} dealloc {r:?}");
+        usable(&a, &b, b"w", &format!("{tag} dealloc"));
+        // update
+        a.write(b"w", &value(3)).unwrap();
+        let r = with_fault_at(Some(Point::AllocAfterClaim), fault, || {
+            b.update(b"w", |bytes| bytes[0] = 9)
+        });
+        let _ = r;
+        usable(&a, &b, b"w", &format!("{tag} update"));
+        // wrap
+        a.create(b"x", &value(1)).unwrap();
+        for i in 0..(1u32 << (width.min(8) - 1)) {
+            let r = with_fault_at(Some(Point::WriteAfterEventCheck), fault, || {
+                a.write(b"x", &value(i as u8))
+            });
+            let _ = r;
+        }
+        usable(&a, &b, b"x", &format!("{tag} wrap"));
+        // leftovers
+        for k in [&b"c"[..], b"w", b"r", b"x"] {
+            let _ = a.delete(k);
+        }
+        clean(&[&a, &b], &tag);
+    }
+}
+
+#[test]
+fn every_append_fault_leaves_the_pod_clean_32_off() {
+    matrix(32, CrashSafety::Off);
+}
+
+#[test]
+fn every_append_fault_leaves_the_pod_clean_4_undo() {
+    matrix(4, CrashSafety::Undo);
+}
+
+#[test]
+fn every_append_fault_leaves_the_pod_clean_2_undo() {
+    matrix(2, CrashSafety::Undo);
+}
+
+fn local_pod(safety: CrashSafety) -> Arc<Pod> {
+    heap_pod(
+        &config()
+            .lnr_bytes(4 << 20)
+            .log_capacity_entries(4096)
+            .crash_safety(safety)
+            .local_partitions(2),
+    )
+}
+
+/// Moves `key` into `h`'s DRAM: reads it until the index names `h`.
+fn move_into(h: &Host, key: &[u8]) {
+    for _ in 0..10 {
+        if h.lookup(key).unwrap().unwrap().local_owner == Some(h.id()) {
+            return;
+        }
+        read(h, key);
+    }
+    panic!("never moved");
+}
+
+fn local_matrix(safety: CrashSafety) {
+    let pod = local_pod(safety);
+    let pumped = || options().pump_interval(Some(Duration::from_millis(1)));
+    let a = Host::join(&pod, Join::As(0), pumped()).unwrap();
+    let b = Host::join(&pod, Join::As(1), pumped()).unwrap();
+    for fault in [Fault::Refuse, Fault::Unconfirmed] {
+        for with_record in [false, true] {
+            let tag = format!("local {safety:?} {fault:?} record {with_record}");
+            a.create(b"m", &value(1)).unwrap();
+            if with_record {
+                a.write(b"m", &value(2)).unwrap();
+            }
+            // move here fails
+            if !with_record {
+                read(&a, b"m");
+            }
+            let before = a.inspect().chaos_counts();
+            let r = with_fault_at(None, fault, || read(&a, b"m"));
+            let _ = r;
+            let after = a.inspect().chaos_counts();
+            assert_ne!(before, after, "{tag}: the fault hit the move");
+            a.inspect().settle_pending().unwrap();
+            b.inspect().settle_pending().unwrap();
+            // whatever happened, both hosts read and write it
+            b.write(b"m", &value(5)).unwrap();
+            assert_eq!(read(&a, b"m"), value(5), "{tag}");
+            a.write(b"m", &value(6)).unwrap();
+            assert_eq!(read(&b, b"m"), value(6), "{tag}");
+            usable(&a, &b, b"m", &format!("{tag} move here"));
+            b.delete(b"m").unwrap();
+            clean(&[&a, &b], &tag);
+            assert_eq!(
+                a.inspect().local_objects().0,
+                0,
+                "{tag} leftover in a's DRAM"
+            );
+
+            // move back fails: asked by b (RPC) and by a itself (delete)
+            a.create(b"m", &value(1)).unwrap();
+            if with_record {
+                a.write(b"m", &value(2)).unwrap();
+            }
+            move_into(&a, b"m");
+            a.write(b"m", &value(7)).unwrap();
+            let r = with_fault_at(Some(Point::MoveBackBeforeCopy), fault, || a.delete(b"m"));
+            let _ = r;
+            a.inspect().settle_pending().unwrap();
+            b.inspect().settle_pending().unwrap();
+            if a.lookup(b"m").unwrap().is_some() {
+                assert_eq!(read(&b, b"m"), value(7), "{tag} move back");
+                assert_eq!(read(&a, b"m"), value(7), "{tag} move back");
+                b.write(b"m", &value(8)).unwrap();
+                assert_eq!(read(&a, b"m"), value(8), "{tag} move back");
+                a.delete(b"m").unwrap();
+            }
+            clean(&[&a, &b], &tag);
+            a.inspect().settle_pending().unwrap();
+        }
+    }
+}
+
+#[test]
+fn local_partition_faults_leave_the_pod_clean_off() {
+    local_matrix(CrashSafety::Off);
+}
+
+#[test]
+fn local_partition_faults_leave_the_pod_clean_undo() {
+    local_matrix(CrashSafety::Undo);
+}
+
+#[test]
+fn all_log_faults_leave_the_pod_clean() {
+    let pod = heap_pod(
+        &config()
+            .lnr_bytes(4 << 20)
+            .log_capacity_entries(4096)
+            .coherence(megalon_core::Coherence::AllLog),
+    );
+    let a = Host::join(&pod, Join::As(0), options()).unwrap();
+    let b = Host::join(&pod, Join::As(1), options()).unwrap();
+    for fault in [Fault::Refuse, Fault::Unconfirmed] {
+        let tag = format!("all-log {fault:?}");
+        a.create(b"k", &value(1)).unwrap();
+        // Lock fails
+        let r = with_fault_at(None, fault, || a.write(b"k", &value(2)));
+        assert!(r.is_err());
+        a.inspect().settle_pending().unwrap();
+        b.write(b"k", &value(3)).unwrap();
+        assert_eq!(read(&a, b"k"), value(3), "{tag} lock");
+        // Unlock fails
+        let t = a.write_start(b"k").unwrap();
+        t.write(0, &value(4)).unwrap();
+        chaos::fail_next_appends(&[fault]);
+        let r = a.write_end(t);
+        chaos::clear_forced_faults();
+        assert!(r.is_err());
+        assert_eq!(a.inspect().settle_pending().unwrap(), 0, "{tag} unlock");
+        b.write(b"k", &value(5)).unwrap();
+        assert_eq!(read(&a, b"k"), value(5), "{tag} unlock");
+        // Delete fails (its Lock)
+        let r = with_fault_at(None, fault, || a.delete(b"k"));
+        assert!(r.is_err());
+        a.inspect().settle_pending().unwrap();
+        b.inspect().settle_pending().unwrap();
+        for k in [&b"k"[..], b"d"] {
+            if a.lookup(k).unwrap().is_some() {
+                b.write(k, &value(9))
+                    .unwrap_or_else(|e| panic!("{tag} {e}"));
+                a.delete(k).unwrap_or_else(|e| panic!("{tag} {e}"));
+            }
+        }
+    }
+}
