@@ -497,10 +497,16 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
     ),
     (
         "recovery-condemns-first",
-        &[(
-            "recovery_races",
-            "a_host_resumed_during_its_recovery_writes_nothing_over_the_skip",
-        )],
+        &[
+            (
+                "recovery_races",
+                "a_host_resumed_during_its_recovery_writes_nothing_over_the_skip",
+            ),
+            (
+                "recovery_races",
+                "a_dead_writer_found_among_the_dead_is_condemned_before_its_lock_is_settled",
+            ),
+        ],
     ),
     (
         "dead-host-leaves-records-to-recovery",
@@ -512,6 +518,10 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
             (
                 "recovery_races",
                 "a_writer_declared_dead_after_its_lock_leaves_a_live_lock_alone",
+            ),
+            (
+                "local_slow",
+                "an_update_in_cxl_whose_host_was_recovered_meanwhile_stores_nothing",
             ),
         ],
     ),
@@ -575,6 +585,20 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
                 "a_partial_write_over_stale_lines_keeps_the_other_hosts_bytes",
             ),
         ],
+    ),
+    (
+        "fill-only-under-the-recovery-word",
+        &[(
+            "recovery_races",
+            "a_nested_fill_paused_past_the_outer_recovery_never_writes_over_the_next_lap",
+        )],
+    ),
+    (
+        "restored-claim-settled-later",
+        &[(
+            "recovery_races",
+            "a_claim_paused_before_its_cas_does_not_leak_a_dead_deleters_record",
+        )],
     ),
 ];
 

@@ -168,6 +168,16 @@ pub enum Step {
     /// flush may not have completed when the copy reads the lines, and a stale line is
     /// served under the new counter.
     InvalidationFenced,
+    /// A reservation fill runs only while its host holds the recovery word, and the word
+    /// is let go only once no thread of the host fills. Skipped, a nested fill (another
+    /// thread's, under the outer recovery's word) paused past the outer recovery writes
+    /// its `Skip` beside the word's next holder, over the next lap's entry.
+    FillOnlyUnderTheRecoveryWord,
+    /// A live claim under a dead host's lock, its claimed word put back, stays the dead
+    /// host's to settle (its announce rewritten to the claim) until no live host
+    /// announces the record. Skipped, a claimer paused before its CAS from free fails it
+    /// and lets go, and the record stays in use with no object for good.
+    RestoredClaimSettledLater,
 }
 
 // Without the feature the steps are only the names of the guards in the code.
@@ -215,6 +225,8 @@ impl Step {
         Step::DeallocChecksItsRecordAfterLock,
         Step::WriteBackFencedBeforeUnlock,
         Step::InvalidationFenced,
+        Step::FillOnlyUnderTheRecoveryWord,
+        Step::RestoredClaimSettledLater,
     ];
 
     /// The name `MEGALON_MUTANT` takes.
@@ -260,6 +272,8 @@ impl Step {
             Step::DeallocChecksItsRecordAfterLock => "dealloc-checks-its-record-after-lock",
             Step::WriteBackFencedBeforeUnlock => "write-back-fenced-before-unlock",
             Step::InvalidationFenced => "invalidation-fenced",
+            Step::FillOnlyUnderTheRecoveryWord => "fill-only-under-the-recovery-word",
+            Step::RestoredClaimSettledLater => "restored-claim-settled-later",
         }
     }
 

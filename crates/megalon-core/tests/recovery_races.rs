@@ -2294,7 +2294,9 @@ fn a_nested_fill_paused_past_the_outer_recovery_never_writes_over_the_next_lap()
                 // r's outer recovery of x holds the recovery word. y turns out to have
                 // reserved a position before it stopped, and b's appends fill the ring
                 // behind it (published, their outcomes not waited for).
-                hole_tx.send(y.inspect().reserve_unpublished(1).unwrap()).unwrap();
+                hole_tx
+                    .send(y.inspect().reserve_unpublished(1).unwrap())
+                    .unwrap();
                 // y's lease runs out.
                 std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 2));
                 std::thread::spawn(move || {
@@ -2419,9 +2421,7 @@ fn a_dead_writer_found_among_the_dead_is_condemned_before_its_lock_is_settled() 
     r.write(b"k2", &value(6)).unwrap();
     // x: announces a lock of k (hold 0) and stops before its CAS; then holds k2 locked
     // mid-write (hold 1), and dies.
-    let never_took = pauses_at(x, Point::WriteBeforeLock, || {
-        x.write_start(b"k").map(drop)
-    });
+    let never_took = pauses_at(x, Point::WriteBeforeLock, || x.write_start(b"k").map(drop));
     std::mem::forget(never_took);
     let k2 = x.write_start(b"k2").unwrap();
     k2.write(0, &[0xaa; SLOT / 2]).unwrap();
@@ -2461,7 +2461,9 @@ fn a_dead_writer_found_among_the_dead_is_condemned_before_its_lock_is_settled() 
         },
         || {
             watch_until(r, "x and y never recovered", || {
-                pod.hosts().iter().all(|row| row.host != x.id() && row.host != y.id())
+                pod.hosts()
+                    .iter()
+                    .all(|row| row.host != x.id() && row.host != y.id())
             })
         },
     );

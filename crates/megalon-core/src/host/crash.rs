@@ -721,7 +721,9 @@ impl Shared {
         // fill beside the word's next holder, and a pause after its look would write over
         // the next lap's entry once the other's `Skip` was applied everywhere.
         let word = self.pod.scr_u64(self.pod.layout().recovery_offset());
-        if word.load(Ordering::SeqCst) != host_table::session(self.id, self.life) {
+        if !mutants::skipped(MutantStep::FillOnlyUnderTheRecoveryWord)
+            && word.load(Ordering::SeqCst) != host_table::session(self.id, self.life)
+        {
             return Ok(false);
         }
         let tail = Log::tail(&self.pod).load(Ordering::SeqCst);
@@ -851,6 +853,8 @@ impl Shared {
                 }
                 None => self.settle_lock(record, locked, live_claim)?,
             };
+            let live_claim =
+                live_claim.filter(|_| !mutants::skipped(MutantStep::RestoredClaimSettledLater));
             match (restored, live_claim) {
                 (true, Some(claim)) => {
                     // The claimed word is back, for a claimer whose CAS won (it frees the
@@ -1142,7 +1146,8 @@ impl Drop for ReleaseOnDrop<'_> {
     fn drop(&mut self) {
         // A nested fill (another thread's, under this word) finishes first: the word's
         // next holder must be the only filler.
-        let _filling = self.filling.lock();
+        let _filling = (!mutants::skipped(MutantStep::FillOnlyUnderTheRecoveryWord))
+            .then(|| self.filling.lock());
         let _ = self
             .word
             .compare_exchange(self.me, 0, Ordering::SeqCst, Ordering::SeqCst);
