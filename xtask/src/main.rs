@@ -918,6 +918,8 @@ fn ci() -> ExitCode {
             "deaths",
             "--test",
             "capacity_hole",
+            "--test",
+            "late_writer",
         ],
         &["build", "--workspace", "--benches", "--examples"],
         FIRST_COMMAND,

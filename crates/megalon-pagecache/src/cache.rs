@@ -479,10 +479,22 @@ impl Inner {
             // line: this is the current version.
             self.host.memory().read(ticket.offset(), &mut bytes);
             let valid = PageTrailer::of(&bytes).valid_bytes;
-            file.write_page(page, &bytes, valid).map(|()| {
-                self.shared.clear_dirty(locked);
-                self.shared.counters.wrote_back(path);
-            })
+            // Declared dead since write_start (paused past its lease): the lock is its
+            // recovery's, which unlocked it, and another host may have written the page
+            // and set its bit since. These bytes may be older than the file's (another
+            // host's fsync may have written the new ones), and the bit is the new
+            // write's: neither the pwrite nor the clear (write_end answers
+            // HostDeclaredDead). Looked at again after the pwrite, which may be as long.
+            if !ticket.still_held() {
+                Ok(())
+            } else {
+                file.write_page(page, &bytes, valid).map(|()| {
+                    if ticket.still_held() {
+                        self.shared.clear_dirty(locked);
+                        self.shared.counters.wrote_back(path);
+                    }
+                })
+            }
         } else {
             Ok(())
         };

@@ -136,7 +136,15 @@ impl Shared {
         let mut bytes = [0u8; PAGE_OBJECT_BYTES as usize];
         // From memory: the last writer's bytes reached it before it unlocked.
         object.read(&mut bytes);
+        // Declared dead since the core locked the record (paused past its lease): the
+        // lock is its recovery's, and another host may have written the page and set its
+        // bit since; neither these bytes nor the clear are this host's to put anywhere
+        // (the core's release fails anyway). Looked at again after the pwrite.
+        if !object.still_held() {
+            return false;
+        }
         match file.write_page(page, &bytes, PageTrailer::of(&bytes).valid_bytes) {
+            Ok(()) if !object.still_held() => false,
             Ok(()) => {
                 self.clear_dirty(record);
                 self.counters.wrote_back(WriteBack::Release);

@@ -158,6 +158,15 @@ impl Releasing<'_> {
         self.shared.memory.fence();
         self.shared.memory.read(self.offset, &mut buf[..len]);
     }
+
+    /// Whether the caller still holds the record's lock: `false` once this host knows it
+    /// was declared dead (paused past its lease, or its pump died) in a pod with undo
+    /// images, where its recovery may have unlocked the record and others may have
+    /// written the object since. As [`WriteTicket::still_held`](crate::WriteTicket::still_held):
+    /// look before acting on the lock's behalf outside the object.
+    pub fn still_held(&self) -> bool {
+        !self.shared.left_to_recovery()
+    }
 }
 
 /// A small xorshift for picking records at random (per thread; quality hardly matters).

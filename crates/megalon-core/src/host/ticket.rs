@@ -211,6 +211,18 @@ impl WriteTicket<'_> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Whether this write still holds the object's lock: `false` once its host knows it
+    /// was declared dead (paused past its lease, or its pump died) in a pod with undo
+    /// images, where its recovery may have unlocked the record and others may have
+    /// written the object since (and [`WriteTicket::write`] refuses). Look before doing
+    /// anything on the lock's behalf outside the object (a page written to a file, a
+    /// bit of the application's SCR cleared): a host that went on after its recovery
+    /// would undo what others did since. (A pause past the lease between the look and
+    /// the act remains the lease's assumption.)
+    pub fn still_held(&self) -> bool {
+        !self.host.shared.left_to_recovery()
+    }
 }
 
 impl Drop for WriteTicket<'_> {

@@ -1,0 +1,180 @@
+//! A host paused past its lease in the middle of a write-back (holding a page's record
+//! lock, its bytes read) is declared dead and recovered; it then goes on. What it does
+//! after its recovery must not undo what the other hosts did since: their writes must
+//! still reach the file at their `fsync`. Built with the `chaos` feature only (`cargo test
+//! -p megalon-pagecache --features chaos --test late_writer`).
+#![cfg(feature = "chaos")]
+
+mod common;
+
+use std::cell::Cell;
+use std::path::PathBuf;
+use std::sync::mpsc::channel;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{data_file, join, on_disk, options, simulated, tmpfs_dir, PAGE};
+use megalon_core::chaos::{self, Point};
+use megalon_core::{Backing, MemoryKind, Pod, SimulatedConfig};
+use megalon_pagecache::{PageCache, PageCacheConfig};
+
+/// Waits until the host table has no row for `id` (its recovery ended).
+fn wait_recovered(pod: &Arc<Pod>, id: u32) {
+    let start = Instant::now();
+    while pod.hosts().iter().any(|row| row.host == id) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "host {id} never recovered"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A pod in a file on tmpfs (so with undo images: recovery unlocks a dead host's locks),
+/// removed when the returned path drops.
+fn file_pod(config: &PageCacheConfig) -> (Arc<Pod>, tempfile::TempPath) {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let path: PathBuf = tmpfs_dir().join(format!(
+        "megalon-pagecache-late-writer-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let cleanup = tempfile::TempPath::try_from_path(&path).expect("an absolute path");
+    let pod = PageCache::create_pod(config, Backing::file(path)).expect("creating the pod");
+    assert!(pod.config().undo_images());
+    (pod, cleanup)
+}
+
+/// A simulated cache that never evicts on its own: lines it holds stay (stale, once
+/// another host writes the page).
+fn keeping(seed: u64) -> MemoryKind {
+    MemoryKind::Simulated(SimulatedConfig {
+        seed,
+        capacity_lines: 8192,
+        random_eviction_one_in: 0,
+        settle_one_in: 0,
+    })
+}
+
+/// Host `a` writes page 0 back (`fsync`) and is paused past its lease with the page's
+/// record locked, after `write_start`: it is declared dead and recovered (its lock
+/// undone), and `b` writes the page (its dirty bit set again) — then `a` goes on: its
+/// copy of the page (what it held before the pause), its `pwrite`, and its clear of the
+/// page's dirty bit. (It cleared the bit `b` had set: `b`'s `fsync` then found nothing
+/// dirty and answered Ok with `a`'s bytes in the file, and an eviction dropped the page
+/// as clean: `b`'s fsynced write was lost.)
+#[test]
+fn a_write_back_paused_past_its_lease_leaves_a_later_write_dirty() {
+    let (pod, _cleanup) = file_pod(&PageCacheConfig::new(4).max_hosts(2));
+    let data = data_file(2 * PAGE);
+    let a: &'static PageCache = Box::leak(Box::new(join(&pod, options(keeping(1)))));
+    let file_a = a.open(data.path()).unwrap();
+    let a_id = a.host().id();
+    a.write(file_a, 0, &vec![b'A'; PAGE]).unwrap();
+    // Its cache holds the page's lines, of the version it then locks.
+    let mut page = vec![0u8; PAGE];
+    a.read(file_a, 0, &mut page).unwrap();
+    assert!(page.iter().all(|&b| b == b'A'));
+
+    let (paused, is_paused) = channel();
+    let (go, resume) = channel::<()>();
+    let writer = std::thread::spawn(move || {
+        let paused = Mutex::new(paused);
+        let resume = Mutex::new(resume);
+        let done = Cell::new(false);
+        chaos::with_hook(
+            move |at| {
+                if at == Point::WriteAfterEventCheck && !done.get() {
+                    done.set(true);
+                    // Paused past its lease: its pump stops beating too.
+                    a.host().inspect().freeze();
+                    paused.lock().unwrap().send(()).unwrap();
+                    resume.lock().unwrap().recv().unwrap();
+                }
+            },
+            move || a.fsync(file_a),
+        )
+    });
+    is_paused.recv().unwrap();
+    let b = join(&pod, options(simulated(2)));
+    wait_recovered(&pod, a_id);
+    let file_b = b.open(data.path()).unwrap();
+    b.write(file_b, 0, b"BBBB").unwrap();
+    assert_eq!(b.dirty_pages(), 1, "b's write left the page dirty");
+    // a wakes up and goes on with its write-back.
+    go.send(()).unwrap();
+    let late = writer.join().unwrap();
+    assert!(late.is_err(), "a was declared dead: {late:?}");
+
+    let dirty = b.dirty_pages();
+    b.fsync(file_b).unwrap();
+    let disk = on_disk(data.path());
+    assert_eq!(
+        &disk[..4],
+        b"BBBB",
+        "b's write was fsynced (Ok), the file holds {:?} (dirty pages before: {dirty})",
+        String::from_utf8_lossy(&disk[..4])
+    );
+    b.evict_page(file_b, 0).unwrap();
+    let mut buf = [0u8; 4];
+    b.read(file_b, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"BBBB");
+}
+
+/// As above, but `b` also `fsync`s its write while `a` is paused: its bytes are in the
+/// file, the page clean, and `a`, going on, must not write its older copy of the page
+/// over them. (A guard: `a` finds the bit clear and writes nothing, before the fix too;
+/// a pause between its look at the bit and its `pwrite` would still write, which only
+/// the look at `still_held` before the `pwrite` rules out.)
+#[test]
+fn a_write_back_paused_past_its_lease_writes_nothing_over_a_later_fsync() {
+    let (pod, _cleanup) = file_pod(&PageCacheConfig::new(4).max_hosts(2));
+    let data = data_file(2 * PAGE);
+    let a: &'static PageCache = Box::leak(Box::new(join(&pod, options(keeping(3)))));
+    let file_a = a.open(data.path()).unwrap();
+    let a_id = a.host().id();
+    a.write(file_a, 0, &vec![b'A'; PAGE]).unwrap();
+    let mut page = vec![0u8; PAGE];
+    a.read(file_a, 0, &mut page).unwrap();
+
+    let (paused, is_paused) = channel();
+    let (go, resume) = channel::<()>();
+    let writer = std::thread::spawn(move || {
+        let paused = Mutex::new(paused);
+        let resume = Mutex::new(resume);
+        let done = Cell::new(false);
+        chaos::with_hook(
+            move |at| {
+                if at == Point::WriteAfterEventCheck && !done.get() {
+                    done.set(true);
+                    a.host().inspect().freeze();
+                    paused.lock().unwrap().send(()).unwrap();
+                    resume.lock().unwrap().recv().unwrap();
+                }
+            },
+            move || a.fsync(file_a),
+        )
+    });
+    is_paused.recv().unwrap();
+    let b = join(&pod, options(simulated(4)));
+    wait_recovered(&pod, a_id);
+    let file_b = b.open(data.path()).unwrap();
+    b.write(file_b, 0, b"BBBB").unwrap();
+    b.fsync(file_b).unwrap();
+    assert_eq!(&on_disk(data.path())[..4], b"BBBB");
+    go.send(()).unwrap();
+    let late = writer.join().unwrap();
+    assert!(late.is_err(), "a was declared dead: {late:?}");
+
+    let disk = on_disk(data.path());
+    assert_eq!(
+        &disk[..4],
+        b"BBBB",
+        "b's write was fsynced (Ok), the file holds {:?} after a went on",
+        String::from_utf8_lossy(&disk[..4])
+    );
+    b.evict_page(file_b, 0).unwrap();
+    let mut buf = [0u8; 4];
+    b.read(file_b, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"BBBB");
+}
