@@ -80,7 +80,7 @@ fn run(width: u32, safety: CrashSafety, seed: u64, partitions: u32) {
                             3 => {
                                 let _ = host.update(key, |b| {
                                     b[0] = b[0].wrapping_add(1);
-                                    if rng % 5 == 0 {
+                                    if rng.is_multiple_of(5) {
                                         panic!("closure panics");
                                     }
                                 });
@@ -88,7 +88,7 @@ fn run(width: u32, safety: CrashSafety, seed: u64, partitions: u32) {
                             4 => {
                                 if let Ok(t) = host.write_start(key) {
                                     let _ = t.write(0, &value(rng as u8));
-                                    if rng % 7 == 0 {
+                                    if rng.is_multiple_of(7) {
                                         panic!("ticket dropped by a panic");
                                     }
                                     let _ = host.write_end(t);
