@@ -95,6 +95,9 @@ pub enum Point {
     /// Recovery of a dead host's lock, the record restored and unlocked, before the
     /// dead host's announce of it is cleared.
     RecoveryAfterRestore,
+    /// Recovery of a dead host's lock taken over a live claim, the record settled back to
+    /// the claimed word, before the dead host's announce is rewritten to the claim.
+    RecoveryAfterClaimSettled,
     /// Recovery filling a dead host's reservation, a position found
     /// unpublished and claimed by no live host, before it writes the `Skip`.
     RecoveryBeforeFill,

@@ -2521,3 +2521,60 @@ fn a_claim_paused_before_its_cas_does_not_leak_a_dead_deleters_record() {
         census.locked.contains(&record)
     );
 }
+
+// Found by the review of the day's recovery fixes (s10/fixes).
+
+/// As `a_claim_paused_before_its_cas_does_not_leak_a_dead_deleters_record`, but the
+/// recoverer `r` dies (its process killed, here frozen for good) right after it settled
+/// x's lock back to `c`'s claimed word and before it rewrote x's announce to that claim.
+/// `b` takes the recovery over: x's announce still names x's lock, the word is the claim
+/// now, so "never taken, or released" clears the announce, and x's row is freed. `c`'s
+/// CAS from free then fails and it lets go: the record stays in use with no object and
+/// no claimer, for good (what the rewrite was for). A recovery stopped anywhere must be
+/// begun again from what it left.
+#[test]
+fn a_recoverer_that_dies_after_settling_a_lock_to_a_live_claim_leaks_no_record() {
+    let pod = common::heap_pod(&config());
+    let [r, x, c, b] = leak_all(&pod);
+    k_with_a_record(r);
+    let (record, _) = k_record_locked(r);
+    // c, paused between its announce of a claim of the record and its CAS from free.
+    let announce = pod.scr_u64(pod.layout().announce_offset(c.id(), 15));
+    announce.store((u64::from(record) + 1) << 32 | 0b10, Ordering::SeqCst);
+    // x deletes k: locks the record, its delete applies, and it dies before the free.
+    dies_at(x, Point::ReleaseBeforeFree, |x| {
+        let _ = x.delete(b"k");
+    });
+    assert_eq!(r.record_owner(record).unwrap(), None, "k is deleted");
+    leases_run_out(&[r, b]);
+    // r recovers x, settles x's lock back to c's claim, and dies there.
+    dies_at(r, Point::RecoveryAfterClaimSettled, |r| loop {
+        r.inspect().watch_hosts();
+        std::thread::sleep(Duration::from_millis(5));
+    });
+    assert!(
+        !r.inspect().record_census().locked.contains(&record),
+        "r settled x's lock"
+    );
+    // c resumes: its CAS from free fails (the word is not free), and it lets go.
+    announce.store(0, Ordering::SeqCst);
+    // b finds r dead too, takes the recovery over, and recovers both.
+    leases_run_out(&[b]);
+    watch_until(b, "r and x never recovered", || {
+        pod.hosts()
+            .iter()
+            .all(|row| row.host != x.id() && row.host != r.id())
+    });
+    for _ in 0..3 {
+        let _ = b.inspect().settle_pending();
+        let _ = c.inspect().settle_pending();
+    }
+    let census = b.inspect().record_census();
+    assert!(
+        !census.in_use.contains(&record),
+        "record {record} has no object and no claimer, and is in use for good \
+         (locked: {}, owner: {:?})",
+        census.locked.contains(&record),
+        b.record_owner(record)
+    );
+}

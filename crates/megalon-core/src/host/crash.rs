@@ -814,7 +814,29 @@ impl Shared {
                 },
             };
             self.chaos.point(Point::RecoveryAfterScan);
-            if records.load(record) != locked {
+            let now = records.load(record);
+            if now != locked {
+                // A lock taken over a claim and settled back to the claimed word by a
+                // recoverer that stopped before it rewrote this announce to the claim
+                // (below): the record, without an object, is still the dead host's to
+                // settle as a claim, as that recoverer would have left it. Cleared, the
+                // record would stay in use with no object and no claimer for good.
+                if locked.locked
+                    && now.in_use
+                    && !now.locked
+                    && over_claim(&records, locked, now)
+                    && !mutants::skipped(MutantStep::RestoredClaimSettledLater)
+                {
+                    self.catch_up()?;
+                    if self.replica.read().record_owner_key(record).is_none() {
+                        self.announce_word(dead.host, index).store(
+                            encode_announce(record, records.encode(now)),
+                            Ordering::SeqCst,
+                        );
+                        all_done = false;
+                        continue;
+                    }
+                }
                 // Never taken, or released: nothing of the dead host's.
                 self.announce_word(dead.host, index)
                     .store(0, Ordering::SeqCst);
@@ -851,7 +873,13 @@ impl Shared {
                     self.announce_word(writer, at).store(0, Ordering::SeqCst);
                     restored
                 }
-                None => self.settle_lock(record, locked, live_claim)?,
+                None => {
+                    let restored = self.settle_lock(record, locked, live_claim)?;
+                    if restored && live_claim.is_some() {
+                        self.chaos.point(Point::RecoveryAfterClaimSettled);
+                    }
+                    restored
+                }
             };
             let live_claim =
                 live_claim.filter(|_| !mutants::skipped(MutantStep::RestoredClaimSettledLater));
@@ -991,9 +1019,7 @@ impl Shared {
                 // The dead host's lock was taken over the claimed word (by a write, one
                 // more on the counter; by a release, none): undo just that. Any other
                 // word is not this case: wait.
-                let over_claim = held.counter == claim.counter
-                    || held.counter == (claim.counter + 1) & records.counter_mask();
-                if !over_claim {
+                if !over_claim(&records, held, claim) {
                     return Ok(false);
                 }
                 claim
@@ -1126,6 +1152,12 @@ impl Shared {
             Ordering::SeqCst,
         );
     }
+}
+
+/// Whether a lock `held` may have been taken over the claimed word `claim` (by a write,
+/// one more on the counter; by a release, none).
+fn over_claim(records: &Records<'_>, held: RecordWord, claim: RecordWord) -> bool {
+    held.counter == claim.counter || held.counter == (claim.counter + 1) & records.counter_mask()
 }
 
 thread_local! {
