@@ -336,21 +336,39 @@ impl Shared {
     ) -> Result<bool> {
         let records = Records::new(&self.pod);
         let count = records.count();
-        let mut best: Option<(u32, RecordWord)> = None;
+        let mut sampled: Vec<(u32, RecordWord)> = Vec::with_capacity(RECLAIM_SAMPLES as usize);
         for _ in 0..RECLAIM_SAMPLES {
             let record = (next_random(rng) % count) as u32;
             let word = records.load(record);
             c.add(Counter::ScrAtomics, 1);
-            if word.in_use && !word.locked && best.is_none_or(|(_, b)| word.counter < b.counter) {
-                best = Some((record, word));
+            if word.in_use && !word.locked {
+                sampled.push((record, word));
             }
         }
-        let Some((record, _)) = best else {
+        if sampled.is_empty() {
             return Ok(false);
-        };
+        }
+        sampled.sort_unstable_by_key(|&(_, word)| word.counter);
         self.catch_up()?;
-        let Some(key) = self.replica.read().record_owner_key(record) else {
-            // Claimed by an alloc whose event is still on its way: not ours to take.
+        // The least written whose object this replica knows and is not in a host's DRAM:
+        // a deallocation leaves such an object alone (a move holds its record), and its
+        // counter, which its writes in DRAM do not move, made it the least written of
+        // every sample (with local partitions, every round of a claim picked one and
+        // deallocated nothing, and the claim ran out of rounds: `ScrRecordsExhausted`
+        // with records to reclaim).
+        let owned = {
+            let replica = self.replica.read();
+            sampled.iter().find_map(|&(record, _)| {
+                // Without an owner: claimed by an alloc whose event is still on its way,
+                // not ours to take.
+                let key = replica.record_owner_key(record)?;
+                let in_dram = replica
+                    .lookup(&key)
+                    .is_some_and(|entry| entry.local_owner.is_some());
+                (!in_dram).then_some((record, key))
+            })
+        };
+        let Some((record, key)) = owned else {
             return Ok(false);
         };
         self.deallocate(&key, record, c, wait_for_hold)
