@@ -595,31 +595,113 @@ fn an_update_in_dram_that_outlasts_the_lease_holds_up_nothing_and_is_kept() {
 /// with partitions and copies failed so about one run in fifteen).
 #[test]
 fn a_write_needing_a_record_takes_one_from_cxl_when_the_rest_are_in_dram() {
-    let config = config().local_partitions(2);
-    let layout = Layout::new(&config).unwrap();
-    // One line of records (16 of 32 bits).
-    let config = config.app_scr_bytes(layout.record_count * 4 - 64);
+    let config = one_line_of_records(config().local_partitions(2));
     let records = Layout::new(&config).unwrap().record_count;
-    let (a, b) = two_hosts(&pod(&config), small_cache, 1);
+    let (a, b) = two_hosts(&pod(&config), no_background_reclaim, 1);
     a.create(b"hot", &value(0)).unwrap();
     for round in 0..20u8 {
         let writer = if round % 2 == 0 { &a } else { &b };
         writer.write(b"hot", &value(round)).unwrap();
     }
-    for i in 0..records - 1 {
-        let key = format!("d{i}");
-        a.create(key.as_bytes(), &value(1)).unwrap();
-        a.write(key.as_bytes(), &value(2)).unwrap();
-        read(&a, key.as_bytes());
-    }
-    assert_eq!(
-        a.inspect().local_objects().0 as u64,
-        records - 1,
-        "every d_i in a's DRAM"
-    );
+    written_into_the_dram_of(&a, records - 1);
     assert_eq!(b.lookup(b"hot").unwrap().unwrap().local_owner, None);
     b.create(b"new", &value(3)).unwrap();
     b.write(b"new", &value(4))
         .expect("a write takes the record of the object in CXL");
     assert_eq!(read(&a, b"new"), value(4));
+}
+
+/// Every record held by an object in a's DRAM (a move keeps the object's record, and its
+/// writes there never use it): a write of a new object in CXL, on b or on a, needs a record
+/// that nobody needs. It must get one (bring one of those objects back and take its
+/// record), not fail with `ScrRecordsExhausted`.
+#[test]
+fn a_write_needing_a_record_gets_one_when_every_record_is_held_in_dram() {
+    let config = one_line_of_records(config().local_partitions(2));
+    let records = Layout::new(&config).unwrap().record_count;
+    let (a, b) = two_hosts(&pod(&config), no_background_reclaim, 1);
+    written_into_the_dram_of(&a, records);
+    assert_eq!(a.inspect().records_in_use().0, records);
+    b.create(b"new", &value(3)).unwrap();
+    b.write(b"new", &value(4))
+        .expect("b's write gets a record held in a's DRAM");
+    assert_eq!(read(&b, b"new"), value(4));
+    a.create(b"new2", &value(5)).unwrap();
+    // Not twice in a row from a: stays in CXL.
+    b.write(b"new2", &value(6)).unwrap();
+    a.write(b"new2", &value(7))
+        .expect("a's write gets a record");
+    assert_eq!(read(&b, b"new2"), value(7));
+    for i in 0..records {
+        let key = format!("d{i}");
+        assert_eq!(read(&b, key.as_bytes()), value(2), "{key}");
+    }
+}
+
+/// As above, but the holder does not answer: the write that needs a record asks it once
+/// (up to its wait limit), not once per round of its claim, and fails with
+/// `ScrRecordsExhausted`; once the holder answers again, the write gets a record.
+#[test]
+fn a_write_needing_a_record_held_by_an_unresponsive_holder_fails_within_its_bound() {
+    let config = one_line_of_records(config().local_partitions(2));
+    let records = Layout::new(&config).unwrap().record_count;
+    let pod = pod(&config);
+    let a = join(&pod, no_background_reclaim(1));
+    let limit = Duration::from_millis(300);
+    let b = join(&pod, no_background_reclaim(2).wait_limit(limit));
+    written_into_the_dram_of(&a, records);
+    b.create(b"new", &value(3)).unwrap();
+    a.inspect().set_serving(false);
+    let started = Instant::now();
+    let error = b.write(b"new", &value(4)).expect_err("no record to be had");
+    assert!(
+        matches!(error, Error::ScrRecordsExhausted { .. }),
+        "{error:?}"
+    );
+    assert!(
+        started.elapsed() < limit * 4,
+        "asked the holder once: {:?}",
+        started.elapsed()
+    );
+    a.inspect().set_serving(true);
+    b.write(b"new", &value(4)).unwrap();
+    assert_eq!(read(&a, b"new"), value(4));
+}
+
+/// The small cache of `seed`, without the pump's reclaimer (its records stay with their
+/// objects until a write needs one).
+fn no_background_reclaim(seed: u64) -> megalon_core::HostOptions {
+    small_cache(seed).record_watermark(1.0)
+}
+
+/// `config` with one line of records (16 of 32 bits).
+fn one_line_of_records(config: PodConfig) -> PodConfig {
+    let layout = Layout::new(&config).unwrap();
+    config.app_scr_bytes(layout.record_count * 4 - 64)
+}
+
+/// Objects `d0..d{n}`, each created and written by `host` (so it has a record) and read
+/// there until it is in `host`'s DRAM (a move is best effort: it does nothing while the
+/// pump's reclaimer holds the record, say), at most a hundred reads each.
+fn written_into_the_dram_of(host: &Host, n: u64) {
+    for i in 0..n {
+        let key = format!("d{i}");
+        host.create(key.as_bytes(), &value(1)).unwrap();
+        host.write(key.as_bytes(), &value(2)).unwrap();
+        let mut reads = 0;
+        while host.lookup(key.as_bytes()).unwrap().unwrap().local_owner != Some(host.id()) {
+            assert!(
+                reads < 100,
+                "{key} never moved to the DRAM of host {}",
+                host.id()
+            );
+            read(host, key.as_bytes());
+            reads += 1;
+        }
+    }
+    assert_eq!(
+        host.inspect().local_objects().0 as u64,
+        n,
+        "every d_i in DRAM"
+    );
 }

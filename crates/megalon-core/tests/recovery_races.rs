@@ -2578,3 +2578,34 @@ fn a_recoverer_that_dies_after_settling_a_lock_to_a_live_claim_leaks_no_record()
         b.record_owner(record)
     );
 }
+
+/// A host that dies moving `k` (with a record) into its DRAM, after its `MoveToHost` is in
+/// the log and before it lets go of the record's lock: its recovery hands `k` back to CXL
+/// and unlocks the record; `k` reads as it was, takes writes, and can move again.
+#[test]
+fn a_host_that_dies_moving_an_object_here_leaves_its_record_unlocked() {
+    let pod = common::heap_pod(&config().local_partitions(2));
+    let [r, d] = leak_all(&pod);
+    k_with_a_record(r);
+    read(d); // d's first access of two in a row
+    dies_at(d, Point::MoveHereAfterAppend, |d| {
+        let _ = d.read(b"k", &mut [0u8; SLOT]);
+    });
+    r.inspect().watch_hosts();
+    assert_eq!(
+        r.lookup(b"k").unwrap().unwrap().local_owner,
+        Some(d.id()),
+        "the move is in the log"
+    );
+    assert!(k_record_locked(r).1, "d died holding k's record");
+    leases_run_out(&[r]);
+    recover_by_hand(&pod, d.id(), r);
+    assert_eq!(r.lookup(b"k").unwrap().unwrap().local_owner, None);
+    assert!(!k_record_locked(r).1, "k's record is unlocked");
+    k_reads_and_takes_a_write(r, r, 2);
+    // r's accesses in a row moved k to r's DRAM: the record stays r's lock-free.
+    assert_eq!(r.lookup(b"k").unwrap().unwrap().local_owner, Some(r.id()));
+    r.write(b"k", &value(9)).unwrap();
+    assert_eq!(read(r), value(9));
+    assert!(r.inspect().record_census().locked.is_empty());
+}

@@ -22,6 +22,12 @@ const FREE_RECORD_PROBES: u32 = 4;
 const RECLAIM_SAMPLES: u32 = 8;
 /// Rounds of sampling a synchronous reclaim tries before giving up.
 const RECLAIM_ROUNDS: u32 = 64;
+/// Rounds of a synchronous reclaim that take only records of objects in CXL; from then on
+/// a round that samples only records of objects in hosts' DRAM brings one back to CXL and
+/// takes its record (with local partitions, every record may be held by objects in DRAM,
+/// whose writes there use none, and a write needing one failed with
+/// `ScrRecordsExhausted`).
+const RECLAIM_ROUNDS_BEFORE_BRING_BACK: u32 = 4;
 /// Records the background reclaimer frees per pump round at most.
 const RECLAIM_BATCH: u32 = 32;
 
@@ -270,7 +276,8 @@ impl Shared {
         let count = records.count();
         let mut rng = c.random_seed();
         let mut churned = false;
-        for _ in 0..RECLAIM_ROUNDS {
+        let mut bring_back_failed = false;
+        for round in 0..RECLAIM_ROUNDS {
             // Taken for this round's claims and let go before the deallocation below,
             // which needs one of its own: a thread holds one announce word at a time here,
             // so threads waiting for one never wait on each other's.
@@ -314,8 +321,14 @@ impl Shared {
                 }
             }
             // Nothing free: make a record free (it may be claimed by someone else first).
+            // After a few rounds that found only records of objects in hosts' DRAM
+            // (whose writes there use no record), one of those comes back to CXL first.
             drop(hold);
-            churned |= self.reclaim_one(&mut rng, c, true)?;
+            // One that fails (a holder busy or not answering) is not tried again: each
+            // waits up to the wait limit.
+            let mut bring_back = round >= RECLAIM_ROUNDS_BEFORE_BRING_BACK && !bring_back_failed;
+            churned |= self.reclaim_one(&mut rng, c, true, &mut bring_back)?;
+            bring_back_failed |= round >= RECLAIM_ROUNDS_BEFORE_BRING_BACK && !bring_back;
             // Its release is in the log: apply it, so that the record is a candidate.
             self.catch_up()?;
         }
@@ -333,6 +346,7 @@ impl Shared {
         rng: &mut u64,
         c: &ThreadCounters,
         wait_for_hold: bool,
+        bring_back: &mut bool,
     ) -> Result<bool> {
         let records = Records::new(&self.pod);
         let count = records.count();
@@ -356,20 +370,44 @@ impl Shared {
         // every sample (with local partitions, every round of a claim picked one and
         // deallocated nothing, and the claim ran out of rounds: `ScrRecordsExhausted`
         // with records to reclaim).
+        //
+        // Else (`bring_back`: a claim that found nothing else for a few rounds) the least
+        // written of an object in a host's DRAM, once its holder moved it back (set to
+        // `false` if that failed).
+        let mut in_dram = None;
         let owned = {
             let replica = self.replica.read();
             sampled.iter().find_map(|&(record, _)| {
                 // Without an owner: claimed by an alloc whose event is still on its way,
                 // not ours to take.
                 let key = replica.record_owner_key(record)?;
-                let in_dram = replica
-                    .lookup(&key)
-                    .is_some_and(|entry| entry.local_owner.is_some());
-                (!in_dram).then_some((record, key))
+                match replica.lookup(&key).and_then(|entry| entry.local_owner) {
+                    Some(owner) => {
+                        in_dram.get_or_insert((record, key, owner));
+                        None
+                    }
+                    None => Some((record, key)),
+                }
             })
         };
-        let Some((record, key)) = owned else {
-            return Ok(false);
+        let (record, key) = match (owned, in_dram) {
+            (Some(owned), _) => owned,
+            (None, Some((record, key, owner))) if *bring_back => {
+                match self.bring_back(owner, &key, c) {
+                    Ok(()) => {}
+                    Err(error @ Error::HostDeclaredDead { .. }) => return Err(error),
+                    // Busy, unresponsive, ...: the caller brings no other back.
+                    Err(_) => {
+                        *bring_back = false;
+                        return Ok(false);
+                    }
+                }
+                // The deallocation makes sure, under the record's lock, that the object
+                // is in CXL and still has the record (its holder may have moved it back
+                // to its DRAM already).
+                (record, key)
+            }
+            _ => return Ok(false),
         };
         self.deallocate(&key, record, c, wait_for_hold)
     }
@@ -544,7 +582,7 @@ impl Shared {
                 if self.records_in_use().load(Ordering::Relaxed) <= limit {
                     break;
                 }
-                self.reclaim_one(&mut rng, c, false)?;
+                self.reclaim_one(&mut rng, c, false, &mut false)?;
             }
             c.set_random_seed(rng);
             Ok(())
