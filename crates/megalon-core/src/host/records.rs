@@ -175,6 +175,27 @@ impl Releasing<'_> {
     }
 }
 
+/// Who reclaims a record, and how far it may go.
+#[derive(Clone, Copy)]
+pub(super) enum Reclaim {
+    /// The pump's reclaimer: a choice, on the thread that must keep beating; it waits for
+    /// no announce word and brings no object back from a host's DRAM.
+    Background,
+    /// A claim that found no free record: it waits for an announce word, and with
+    /// `bring_back` it may have an object brought back from a host's DRAM for its record.
+    ForClaim { bring_back: bool },
+}
+
+/// What one [`Shared::reclaim_one`] did.
+pub(super) enum Reclaimed {
+    /// A record was deallocated (its release is in the log).
+    Freed,
+    /// Nothing this time.
+    Nothing,
+    /// Bringing an object back from its holder's DRAM failed (busy, or not answering).
+    BringBackFailed,
+}
+
 /// A small xorshift for picking records at random (per thread; quality hardly matters).
 fn next_random(state: &mut u64) -> u64 {
     if *state == 0 {
@@ -326,9 +347,12 @@ impl Shared {
             drop(hold);
             // One that fails (a holder busy or not answering) is not tried again: each
             // waits up to the wait limit.
-            let mut bring_back = round >= RECLAIM_ROUNDS_BEFORE_BRING_BACK && !bring_back_failed;
-            churned |= self.reclaim_one(&mut rng, c, true, &mut bring_back)?;
-            bring_back_failed |= round >= RECLAIM_ROUNDS_BEFORE_BRING_BACK && !bring_back;
+            let bring_back = round >= RECLAIM_ROUNDS_BEFORE_BRING_BACK && !bring_back_failed;
+            match self.reclaim_one(&mut rng, c, Reclaim::ForClaim { bring_back })? {
+                Reclaimed::Freed => churned = true,
+                Reclaimed::Nothing => {}
+                Reclaimed::BringBackFailed => bring_back_failed = true,
+            }
             // Its release is in the log: apply it, so that the record is a candidate.
             self.catch_up()?;
         }
@@ -340,14 +364,14 @@ impl Shared {
     }
 
     /// Samples a few records and deallocates the least written unlocked one this replica
-    /// knows the owner of. Returns whether one was deallocated.
+    /// knows the owner of, in CXL (or, as `how` allows, one brought back from a host's
+    /// DRAM first).
     pub(super) fn reclaim_one(
         &self,
         rng: &mut u64,
         c: &ThreadCounters,
-        wait_for_hold: bool,
-        bring_back: &mut bool,
-    ) -> Result<bool> {
+        how: Reclaim,
+    ) -> Result<Reclaimed> {
         let records = Records::new(&self.pod);
         let count = records.count();
         let mut sampled: Vec<(u32, RecordWord)> = Vec::with_capacity(RECLAIM_SAMPLES as usize);
@@ -360,7 +384,7 @@ impl Shared {
             }
         }
         if sampled.is_empty() {
-            return Ok(false);
+            return Ok(Reclaimed::Nothing);
         }
         sampled.sort_unstable_by_key(|&(_, word)| word.counter);
         self.catch_up()?;
@@ -372,8 +396,7 @@ impl Shared {
         // with records to reclaim).
         //
         // Else (`bring_back`: a claim that found nothing else for a few rounds) the least
-        // written of an object in a host's DRAM, once its holder moved it back (set to
-        // `false` if that failed).
+        // written of an object in a host's DRAM, once its holder moved it back.
         let mut in_dram = None;
         let owned = {
             let replica = self.replica.read();
@@ -390,26 +413,28 @@ impl Shared {
                 }
             })
         };
-        let (record, key) = match (owned, in_dram) {
-            (Some(owned), _) => owned,
-            (None, Some((record, key, owner))) if *bring_back => {
+        let (record, key) = match (owned, in_dram, how) {
+            (Some(owned), ..) => owned,
+            (None, Some((record, key, owner)), Reclaim::ForClaim { bring_back: true }) => {
                 match self.bring_back(owner, &key, c) {
                     Ok(()) => {}
                     Err(error @ Error::HostDeclaredDead { .. }) => return Err(error),
                     // Busy, unresponsive, ...: the caller brings no other back.
-                    Err(_) => {
-                        *bring_back = false;
-                        return Ok(false);
-                    }
+                    Err(_) => return Ok(Reclaimed::BringBackFailed),
                 }
                 // The deallocation makes sure, under the record's lock, that the object
                 // is in CXL and still has the record (its holder may have moved it back
                 // to its DRAM already).
                 (record, key)
             }
-            _ => return Ok(false),
+            _ => return Ok(Reclaimed::Nothing),
         };
-        self.deallocate(&key, record, c, wait_for_hold)
+        let wait_for_hold = matches!(how, Reclaim::ForClaim { .. });
+        Ok(if self.deallocate(&key, record, c, wait_for_hold)? {
+            Reclaimed::Freed
+        } else {
+            Reclaimed::Nothing
+        })
     }
 
     /// Makes `key` read-shared: locks `record`, appends the dealloc event, and frees the
@@ -582,7 +607,7 @@ impl Shared {
                 if self.records_in_use().load(Ordering::Relaxed) <= limit {
                     break;
                 }
-                self.reclaim_one(&mut rng, c, false, &mut false)?;
+                self.reclaim_one(&mut rng, c, Reclaim::Background)?;
             }
             c.set_random_seed(rng);
             Ok(())
