@@ -157,7 +157,10 @@ fn socket_path(pattern: &str, host: u32) -> PathBuf {
 
 /// Joins as `which` says. A host id still held by a process that was killed is freed by
 /// a live host of the pod within a fraction of the lease: a restarted server waits for
-/// that, up to `bound`, rather than failing at once.
+/// that, up to `bound`, rather than failing at once. When no live host is left to free
+/// it (every process of the pod was killed, or the server ran alone), the server joins
+/// the pod meanwhile as another host of its own, whose pump recovers the dead holder,
+/// and leaves it once it has the id it asked for.
 fn join_pod(
     pod: &Arc<Pod>,
     which: Join,
@@ -165,9 +168,18 @@ fn join_pod(
     bound: Duration,
 ) -> Result<Host, String> {
     let mut backoff = Backoff::new(bound);
+    let mut helper: Option<Host> = None;
     loop {
         match Host::join(pod, which, options.clone()) {
-            Err(megalon_core::Error::HostTaken { .. }) if backoff.snooze() => {}
+            Err(megalon_core::Error::HostTaken { .. }) if backoff.snooze() => {
+                if let (None, Join::As(wanted)) = (&helper, which) {
+                    // The id may have been freed since: a helper that took it leaves it
+                    // at once (it is free again for the next try).
+                    helper = Host::join(pod, Join::AnyFree, options.clone())
+                        .ok()
+                        .filter(|h| h.id() != wanted);
+                }
+            }
             Err(e) => return Err(format!("joining the pod: {e}")),
             Ok(host) => return Ok(host),
         }

@@ -114,6 +114,25 @@ impl Server {
         self
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (a name `kill` knows: STOP, CONT, KILL) to the process.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{signal}");
+    }
+
+    /// Whether the process has exited, and how.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().expect("try_wait")
+    }
+
     /// A client of host `i` (in `sockets` order).
     pub fn client(&self, i: usize) -> Client {
         Client::connect(&self.sockets[i])

@@ -1,0 +1,708 @@
+//! Server processes on one pod file that die (SIGKILL), stop (SIGSTOP past the lease)
+//! and come back, with clients writing through both; and pod files that are deleted,
+//! truncated or of another layout version.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{bulk, ok, scratch_dir, Client, Server};
+use redis_protocol::resp2::types::OwnedFrame;
+
+/// The wait limit the servers run with: an op may take this long at most (and a little).
+const WAIT_LIMIT_MS: u64 = 3000;
+
+fn start_host(dir: &Path, host: u32) -> Server {
+    let pod = dir.join("pod");
+    let socket = dir.join(format!("p{host}.sock"));
+    let (pod_text, host_text) = (pod.display().to_string(), host.to_string());
+    let socket_text = socket.display().to_string();
+    let wait = WAIT_LIMIT_MS.to_string();
+    let args = vec![
+        "--pod",
+        &pod_text,
+        "--host",
+        &host_text,
+        "--socket",
+        &socket_text,
+        "--lnr-mib",
+        "16",
+        "--workers",
+        "2",
+        "--wait-limit-ms",
+        &wait,
+    ];
+    Server::start(&args, vec![socket])
+}
+
+/// A client whose replies may not come (its server killed): a short read timeout.
+fn client(socket: &Path) -> Client {
+    let c = Client::connect(socket);
+    c.stream
+        .set_read_timeout(Some(Duration::from_millis(WAIT_LIMIT_MS + 4000)))
+        .unwrap();
+    c
+}
+
+/// One call, or `None` if the server is gone (closed, reset, timed out).
+fn try_call(c: &mut Client, args: &[&[u8]]) -> Option<OwnedFrame> {
+    use std::io::{Read, Write};
+    let bytes = Client::encode(args);
+    c.stream.write_all(&bytes).ok()?;
+    // Reads the reply by hand: `recv` panics on a timeout.
+    let mut buf = Vec::new();
+    loop {
+        if let Ok(Some((frame, _))) = redis_protocol::resp2::decode::decode(&buf) {
+            return Some(frame);
+        }
+        let mut chunk = [0u8; 4096];
+        match c.stream.read(&mut chunk) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// What a writer on one key did: its last acknowledged value, and one sent whose reply
+/// never came (its server died).
+#[derive(Default, Clone, Debug)]
+struct Written {
+    /// The key's value after the last acknowledged op (`None`: absent).
+    acked: Option<u64>,
+    /// An op whose reply never came: the value it leaves (`Some(None)`: a DEL).
+    unknown: Option<Option<u64>>,
+}
+
+/// Writers that own their keys: client `name` SETs `name:k{j}` to 1, 2, 3... in turn.
+/// Returns, per key, what it wrote; panics on an error reply or an op slower than the
+/// wait limit (plus slack) from a server that lives.
+fn writer(
+    socket: PathBuf,
+    name: String,
+    keys: u64,
+    stop: Arc<AtomicBool>,
+    slowest: Arc<AtomicU64>,
+    errors: Arc<Mutex<Vec<String>>>,
+) -> HashMap<String, Written> {
+    writer_churning(socket, name, keys, false, stop, slowest, errors)
+}
+
+/// [`writer`], and with `churn` one op in three is a DEL (so SETs create keys, and the
+/// log is appended to all along).
+fn writer_churning(
+    socket: PathBuf,
+    name: String,
+    keys: u64,
+    churn: bool,
+    stop: Arc<AtomicBool>,
+    slowest: Arc<AtomicU64>,
+    errors: Arc<Mutex<Vec<String>>>,
+) -> HashMap<String, Written> {
+    let mut c = client(&socket);
+    let mut written: HashMap<String, Written> = HashMap::new();
+    let mut seq = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        seq += 1;
+        let key = format!("{name}:k{}", (seq * 7) % keys);
+        let value = seq.to_string();
+        let del = churn && seq % 3 == 0;
+        let started = Instant::now();
+        let reply = if del {
+            try_call(&mut c, &[b"DEL", key.as_bytes()])
+        } else {
+            try_call(&mut c, &[b"SET", key.as_bytes(), value.as_bytes()])
+        };
+        let took = started.elapsed().as_millis() as u64;
+        slowest.fetch_max(took, Ordering::Relaxed);
+        let w = written.entry(key.clone()).or_default();
+        let leaves = (!del).then_some(seq);
+        match reply {
+            Some(r) if r == ok() || matches!(r, OwnedFrame::Integer(_)) => {
+                w.acked = leaves;
+                w.unknown = None;
+            }
+            Some(other) => {
+                errors.lock().unwrap().push(format!(
+                    "{name}: {} {key} after {took} ms: {other:?}",
+                    if del { "DEL" } else { "SET" }
+                ));
+                // An error reply: the op may or may not have happened. Stop this writer
+                // (its key's outcome is not known any more).
+                w.unknown = Some(leaves);
+                break;
+            }
+            None => {
+                w.unknown = Some(leaves);
+                break;
+            }
+        }
+    }
+    written
+}
+
+/// A writer on host `w` and a reader on host `r` of one key: the reader must never read
+/// a value older than what the writer had acknowledged before the read began.
+fn follower(
+    writer_socket: PathBuf,
+    reader_socket: PathBuf,
+    key: &'static str,
+    stop: Arc<AtomicBool>,
+    stale: Arc<Mutex<Vec<String>>>,
+) {
+    let acked = Arc::new(AtomicU64::new(0));
+    let wstop = Arc::clone(&stop);
+    let wacked = Arc::clone(&acked);
+    let w = std::thread::spawn(move || {
+        let mut c = client(&writer_socket);
+        let mut seq = 0;
+        while !wstop.load(Ordering::Relaxed) {
+            seq += 1;
+            match try_call(
+                &mut c,
+                &[b"SET", key.as_bytes(), seq.to_string().as_bytes()],
+            ) {
+                Some(r) if r == ok() => wacked.store(seq, Ordering::SeqCst),
+                Some(_) => {}
+                None => return,
+            }
+        }
+    });
+    let mut c = client(&reader_socket);
+    while !stop.load(Ordering::Relaxed) {
+        let before = acked.load(Ordering::SeqCst);
+        match try_call(&mut c, &[b"GET", key.as_bytes()]) {
+            Some(OwnedFrame::BulkString(v)) => {
+                let v: u64 = String::from_utf8(v).unwrap().parse().unwrap();
+                if v < before {
+                    stale.lock().unwrap().push(format!(
+                        "GET {key} read {v} after {before} was acknowledged"
+                    ));
+                }
+            }
+            Some(OwnedFrame::Null) => {}
+            Some(_) => {}
+            None => break,
+        }
+    }
+    let _ = w.join();
+}
+
+/// Two servers on one pod, two writers on each and a writer/reader pair each way; one
+/// server is SIGKILLed mid-load; the survivor's clients go on without errors or waits
+/// past the limit; every acknowledged SET reads back from the survivor; the killed server
+/// started again as the same host reads the same.
+#[test]
+fn a_server_killed_mid_load_loses_no_acknowledged_set_and_rejoins() {
+    let dir = scratch_dir();
+    let a = start_host(dir.path(), 0);
+    let mut b = start_host(dir.path(), 1);
+    let (sa, sb) = (a.sockets[0].clone(), b.sockets[0].clone());
+    let stop_all = Arc::new(AtomicBool::new(false));
+    let slowest_a = Arc::new(AtomicU64::new(0));
+    let slowest_b = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let stale = Arc::new(Mutex::new(Vec::new()));
+    let mut handles = Vec::new();
+    for (socket, slowest, names) in [
+        (&sa, &slowest_a, ["a0", "a1"]),
+        (&sb, &slowest_b, ["b0", "b1"]),
+    ] {
+        for name in names {
+            let (socket, stop, slowest, errors) = (
+                socket.clone(),
+                Arc::clone(&stop_all),
+                Arc::clone(slowest),
+                Arc::clone(&errors),
+            );
+            handles.push(std::thread::spawn(move || {
+                writer(socket, name.to_string(), 16, stop, slowest, errors)
+            }));
+        }
+    }
+    let mut followers = Vec::new();
+    for (w, r, key) in [(&sa, &sb, "xab"), (&sb, &sa, "xba")] {
+        let (w, r, stop, stale) = (
+            w.clone(),
+            r.clone(),
+            Arc::clone(&stop_all),
+            Arc::clone(&stale),
+        );
+        followers.push(std::thread::spawn(move || follower(w, r, key, stop, stale)));
+    }
+    std::thread::sleep(Duration::from_millis(800));
+    b.signal("KILL");
+    let killed_at = Instant::now();
+    while b.exited().is_none() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The survivor's slowest op is measured from here on.
+    std::thread::sleep(Duration::from_millis(100));
+    slowest_a.store(0, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(1500));
+    stop_all.store(true, Ordering::Relaxed);
+    let mut written: HashMap<String, Written> = HashMap::new();
+    for h in handles {
+        written.extend(h.join().unwrap());
+    }
+    for f in followers {
+        f.join().unwrap();
+    }
+    eprintln!(
+        "killed {:?} ago; survivor's slowest op after the kill: {} ms",
+        killed_at.elapsed(),
+        slowest_a.load(Ordering::Relaxed)
+    );
+    let errors = errors.lock().unwrap().clone();
+    assert!(
+        errors.is_empty(),
+        "error replies from a live server: {errors:#?}"
+    );
+    let stale = stale.lock().unwrap().clone();
+    assert!(stale.is_empty(), "stale reads: {stale:#?}");
+    assert!(
+        slowest_a.load(Ordering::Relaxed) <= WAIT_LIMIT_MS + 1000,
+        "a survivor's op took {} ms",
+        slowest_a.load(Ordering::Relaxed)
+    );
+    let check = |c: &mut Client, who: &str| check_written(c, &written, who);
+    check(&mut a.client(0), "survivor");
+    drop(b);
+    let b = start_host(dir.path(), 1);
+    check(&mut b.client(0), "restarted");
+    assert_eq!(b.client(0).cmd("SET after restart"), ok());
+    assert_eq!(a.client(0).cmd("GET after"), bulk(b"restart"));
+}
+
+/// One server SIGSTOPped past the lease (2 s) under load, then SIGCONTed: the survivor's
+/// clients wait no longer than the wait limit and get no error; the resumed server
+/// answers nothing stale (every SET the survivor acknowledged meanwhile reads back) and
+/// writes nothing over the survivor's writes.
+#[test]
+fn a_server_stopped_past_its_lease_and_resumed_serves_nothing_stale() {
+    let dir = scratch_dir();
+    let a = start_host(dir.path(), 0);
+    let b = start_host(dir.path(), 1);
+    let (sa, sb) = (a.sockets[0].clone(), b.sockets[0].clone());
+    // Keys both hosts have read (each host has them in its replica and caches).
+    let mut ca = a.client(0);
+    let mut cb = b.client(0);
+    for i in 0..32 {
+        assert_eq!(ca.call(&[b"SET", format!("s{i}").as_bytes(), b"0"]), ok());
+        assert_eq!(cb.call(&[b"GET", format!("s{i}").as_bytes()]), bulk(b"0"));
+    }
+    let stop_all = Arc::new(AtomicBool::new(false));
+    let slowest = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let mut handles = Vec::new();
+    for (socket, name) in [(&sa, "a0"), (&sa, "a1"), (&sb, "b0"), (&sb, "b1")] {
+        let (socket, stop, slowest, errors) = (
+            socket.clone(),
+            Arc::clone(&stop_all),
+            Arc::clone(&slowest),
+            Arc::clone(&errors),
+        );
+        handles.push(std::thread::spawn(move || {
+            writer(socket, name.to_string(), 16, stop, slowest, errors)
+        }));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    b.signal("STOP");
+    let stopped = Instant::now();
+    // Survivor writes the shared keys while the other is stopped.
+    let mut survivor_writes = Vec::new();
+    let mut survivor_errors = Vec::new();
+    let mut slowest_survivor = 0;
+    let mut round = 0u64;
+    while stopped.elapsed() < Duration::from_millis(3000) {
+        round += 1;
+        for i in 0..32 {
+            let key = format!("s{i}");
+            let started = Instant::now();
+            let reply = ca.call(&[b"SET", key.as_bytes(), round.to_string().as_bytes()]);
+            slowest_survivor = slowest_survivor.max(started.elapsed().as_millis() as u64);
+            if reply == ok() {
+                survivor_writes.push((key, round));
+            } else {
+                survivor_errors.push(format!("SET {key} {round}: {reply:?}"));
+            }
+        }
+    }
+    b.signal("CONT");
+    // The resumed server reads every key as the survivor last wrote it.
+    let mut last: HashMap<String, u64> = HashMap::new();
+    for (k, r) in &survivor_writes {
+        last.insert(k.clone(), *r);
+    }
+    let mut stale = Vec::new();
+    let mut resumed_errors = Vec::new();
+    for (k, r) in &last {
+        match cb.call(&[b"GET", k.as_bytes()]) {
+            OwnedFrame::BulkString(v) if v == r.to_string().as_bytes() => {}
+            OwnedFrame::Error(e) => resumed_errors.push(format!("GET {k}: {e}")),
+            other => stale.push(format!("GET {k}: {other:?}, survivor acked {r}")),
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    stop_all.store(true, Ordering::Relaxed);
+    for h in handles {
+        let _ = h.join().unwrap();
+    }
+    eprintln!(
+        "survivor: {} SETs acked in 3 s, slowest {slowest_survivor} ms, errors {survivor_errors:?}; resumed errors {resumed_errors:?}; writers' errors {:?}",
+        survivor_writes.len(),
+        errors.lock().unwrap()
+    );
+    assert!(
+        stale.is_empty(),
+        "the resumed server read stale values: {stale:#?}"
+    );
+    assert!(
+        slowest_survivor <= WAIT_LIMIT_MS + 1000,
+        "a survivor's SET took {slowest_survivor} ms"
+    );
+    // The survivor still reads its own last writes (nothing of the resumed one's wrote over them).
+    for (k, r) in &last {
+        assert_eq!(
+            ca.call(&[b"GET", k.as_bytes()]),
+            bulk(r.to_string().as_bytes()),
+            "survivor GET {k}"
+        );
+    }
+}
+
+fn run_to_exit(args: &[&str], socket: &Path) -> (Option<std::process::ExitStatus>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_megalon-server"))
+        .args(args)
+        .args(["--socket", socket.to_str().unwrap(), "--port", "0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        let served = (0..4).any(|h| {
+            std::os::unix::net::UnixStream::connect(
+                socket.to_str().unwrap().replace("{host}", &h.to_string()),
+            )
+            .is_ok()
+        });
+        if served || Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut text = String::new();
+    use std::io::Read as _;
+    let _ = child.stderr.take().unwrap().read_to_string(&mut text);
+    (status, text)
+}
+
+/// A pod file of another layout version: the server refuses it, naming the version.
+#[test]
+fn a_pod_file_of_another_layout_version_is_refused_clearly() {
+    let dir = scratch_dir();
+    {
+        let a = start_host(dir.path(), 0);
+        assert!(a.shut_down());
+    }
+    let pod = dir.path().join("pod");
+    let mut bytes = std::fs::read(&pod).unwrap();
+    let v = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
+    bytes[8..12].copy_from_slice(&(v - 1).to_le_bytes());
+    std::fs::write(&pod, &bytes).unwrap();
+    let (status, text) = run_to_exit(
+        &["--pod", pod.to_str().unwrap(), "--lnr-mib", "16"],
+        &dir.path().join("x.sock"),
+    );
+    eprintln!("{status:?}: {text}");
+    assert!(
+        matches!(status, Some(s) if !s.success()) && text.contains(&format!("{}", v - 1)),
+        "{status:?} {text:?}"
+    );
+}
+
+/// Every key reads as its writers left it: the last acknowledged op, or the one whose
+/// reply never came.
+fn check_written(c: &mut Client, written: &HashMap<String, Written>, who: &str) {
+    for (key, w) in written {
+        let got = match c.call(&[b"GET", key.as_bytes()]) {
+            OwnedFrame::BulkString(v) => {
+                Some(String::from_utf8(v).unwrap().parse::<u64>().unwrap())
+            }
+            OwnedFrame::Null => None,
+            other => panic!("{who}: GET {key}: {other:?}"),
+        };
+        let fine = got == w.acked || Some(got) == w.unknown;
+        assert!(fine, "{who}: GET {key} = {got:?}, written {w:?}");
+    }
+}
+
+/// Writers on both servers creating and deleting keys (the log appended to all along);
+/// one server SIGKILLed mid-load, three times over, and started again each time: no
+/// error or long wait on the survivor, no acknowledged op lost, on either.
+#[test]
+fn a_server_killed_while_keys_come_and_go_three_times() {
+    let dir = scratch_dir();
+    let a = start_host(dir.path(), 0);
+    let mut b = start_host(dir.path(), 1);
+    let mut written: HashMap<String, Written> = HashMap::new();
+    for round in 0..3 {
+        let (sa, sb) = (a.sockets[0].clone(), b.sockets[0].clone());
+        let stop_all = Arc::new(AtomicBool::new(false));
+        let slowest_a = Arc::new(AtomicU64::new(0));
+        let slowest_b = Arc::new(AtomicU64::new(0));
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let mut handles = Vec::new();
+        for (socket, slowest, names) in [
+            (
+                &sa,
+                &slowest_a,
+                [format!("a0r{round}"), format!("a1r{round}")],
+            ),
+            (
+                &sb,
+                &slowest_b,
+                [format!("b0r{round}"), format!("b1r{round}")],
+            ),
+        ] {
+            for name in names {
+                let (socket, stop, slowest, errors) = (
+                    socket.clone(),
+                    Arc::clone(&stop_all),
+                    Arc::clone(slowest),
+                    Arc::clone(&errors),
+                );
+                handles.push(std::thread::spawn(move || {
+                    writer_churning(socket, name, 48, true, stop, slowest, errors)
+                }));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(300 + 200 * round));
+        b.signal("KILL");
+        while b.exited().is_none() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(1200));
+        stop_all.store(true, Ordering::Relaxed);
+        for h in handles {
+            written.extend(h.join().unwrap());
+        }
+        let errors = errors.lock().unwrap().clone();
+        assert!(
+            errors.is_empty(),
+            "round {round}: error replies: {errors:#?}"
+        );
+        assert!(
+            slowest_a.load(Ordering::Relaxed) <= WAIT_LIMIT_MS + 1000,
+            "round {round}: a survivor's op took {} ms",
+            slowest_a.load(Ordering::Relaxed)
+        );
+        check_written(
+            &mut a.client(0),
+            &written,
+            &format!("round {round}: survivor"),
+        );
+        drop(b);
+        b = start_host(dir.path(), 1);
+        check_written(
+            &mut b.client(0),
+            &written,
+            &format!("round {round}: restarted"),
+        );
+    }
+}
+
+/// As the SIGSTOP test above, with keys created and deleted on both (the stopped server
+/// likely holds a log reservation, an append lock or a record), and the survivor writing
+/// the stopped server's keys too: each survivor op waits at most the wait limit, and an
+/// error it answers says what it waited for; the resumed server reads nothing stale.
+#[test]
+fn a_server_stopped_mid_churn_holds_up_the_survivor_at_most_the_wait_limit() {
+    let dir = scratch_dir();
+    let a = start_host(dir.path(), 0);
+    let b = start_host(dir.path(), 1);
+    let (sa, sb) = (a.sockets[0].clone(), b.sockets[0].clone());
+    let stop_all = Arc::new(AtomicBool::new(false));
+    let slowest = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let mut handles = Vec::new();
+    for (socket, name) in [(&sa, "a0"), (&sa, "a1"), (&sb, "b0"), (&sb, "b1")] {
+        let (socket, stop, slowest, errors) = (
+            socket.clone(),
+            Arc::clone(&stop_all),
+            Arc::clone(&slowest),
+            Arc::clone(&errors),
+        );
+        handles.push(std::thread::spawn(move || {
+            writer_churning(socket, name.to_string(), 24, true, stop, slowest, errors)
+        }));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    b.signal("STOP");
+    let stopped = Instant::now();
+    let mut ca = client(&sa);
+    let mut survivor: Vec<(String, u128, OwnedFrame)> = Vec::new();
+    let mut last: HashMap<String, Option<u64>> = HashMap::new();
+    let mut seq = 1_000_000u64;
+    while stopped.elapsed() < Duration::from_millis(2500) {
+        for who in ["b0", "b1", "s"] {
+            for j in 0..24 {
+                seq += 1;
+                let key = format!("{who}:k{j}");
+                let started = Instant::now();
+                let reply = try_call(
+                    &mut ca,
+                    &[b"SET", key.as_bytes(), seq.to_string().as_bytes()],
+                )
+                .expect("the survivor answers");
+                let took = started.elapsed().as_millis();
+                if reply == ok() {
+                    if !key.starts_with('b') {
+                        last.insert(key.clone(), Some(seq));
+                    }
+                } else {
+                    survivor.push((key, took, reply));
+                }
+                if stopped.elapsed() > Duration::from_millis(2500) {
+                    break;
+                }
+            }
+        }
+    }
+    let slowest_survivor = survivor.iter().map(|s| s.1).max().unwrap_or(0);
+    eprintln!("survivor's refused ops while the other was stopped: {survivor:#?}");
+    b.signal("CONT");
+    let mut cb = client(&sb);
+    for (k, v) in &last {
+        let got = try_call(&mut cb, &[b"GET", k.as_bytes()]).expect("the resumed server answers");
+        assert_eq!(
+            got,
+            bulk(v.unwrap().to_string().as_bytes()),
+            "resumed GET {k}"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop_all.store(true, Ordering::Relaxed);
+    for h in handles {
+        let _ = h.join().unwrap();
+    }
+    eprintln!("writers' errors: {:#?}", errors.lock().unwrap());
+    assert!(slowest_survivor <= (WAIT_LIMIT_MS + 1000) as u128);
+    for (k, v) in &last {
+        assert_eq!(
+            ca.call(&[b"GET", k.as_bytes()]),
+            bulk(v.unwrap().to_string().as_bytes()),
+            "survivor GET {k}"
+        );
+    }
+}
+
+/// Both servers of a pod SIGKILLed (an OOM killer, a power-cycled container) after the
+/// log has wrapped, then one started again on the pod file: does it serve what the pod
+/// holds, or refuse with a clear error?
+#[test]
+fn every_server_killed_then_one_started_again() {
+    for wrap in [false, true] {
+        let dir = scratch_dir();
+        let mut a = start_host(dir.path(), 0);
+        let mut b = start_host(dir.path(), 1);
+        let mut c = a.client(0);
+        let n = if wrap { 20_000 } else { 50 };
+        for i in 0..n {
+            let key = format!("k{}", i % 300);
+            if i % 2 == 1 {
+                c.call(&[b"DEL", key.as_bytes()]);
+            } else {
+                assert_eq!(
+                    c.call(&[b"SET", key.as_bytes(), i.to_string().as_bytes()]),
+                    ok()
+                );
+            }
+        }
+        assert_eq!(c.cmd("SET last one"), ok());
+        assert_eq!(b.client(0).cmd("GET last"), bulk(b"one"));
+        a.signal("KILL");
+        b.signal("KILL");
+        while a.exited().is_none() || b.exited().is_none() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let pod = dir.path().join("pod");
+        let (status2, text2) = run_to_exit(
+            &["--pod", pod.to_str().unwrap(), "--wait-limit-ms", "3000"],
+            &dir.path().join("any{host}.sock"),
+        );
+        eprintln!("wrap {wrap}, no --host: {status2:?} {text2}");
+        let (status, text) = run_to_exit(
+            &[
+                "--pod",
+                pod.to_str().unwrap(),
+                "--host",
+                "0",
+                "--wait-limit-ms",
+                "3000",
+            ],
+            &dir.path().join("p0.sock"),
+        );
+        eprintln!("wrap {wrap}, --host 0: {status:?} {text}");
+        assert!(
+            status.is_none(),
+            "wrap {wrap}: the restarted server did not serve: {status:?} {text}"
+        );
+        drop((a, b));
+    }
+}
+
+/// The plainest case: one server on a pod file (as the README starts it, `--host 0`),
+/// SIGKILLed, started again on it with the same flags. Its id is held by a process that
+/// is gone, and no live host is left to free it: the restart waited out the wait limit
+/// and exited with "host 0 is taken (by process N)", N a dead process, every time; so did
+/// each of the README's two servers once both were killed.
+#[test]
+fn a_lone_server_killed_and_started_again_as_its_host_serves() {
+    let dir = scratch_dir();
+    let mut a = start_host(dir.path(), 0);
+    assert_eq!(a.client(0).cmd("SET k v"), ok());
+    a.signal("KILL");
+    while a.exited().is_none() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(a);
+    let again = start_host(dir.path(), 0);
+    assert_eq!(again.client(0).cmd("GET k"), bulk(b"v"));
+    assert_eq!(again.client(0).cmd("SET k w"), ok());
+    // And a second server joins it as before.
+    let b = start_host(dir.path(), 1);
+    assert_eq!(b.client(0).cmd("GET k"), bulk(b"w"));
+}
+
+/// Both of the README's servers SIGKILLed, then started again as they were started
+/// (`--host 0`, `--host 1`): each joins, and the pod's keys are there.
+#[test]
+fn both_servers_killed_and_started_again_as_their_hosts_serve() {
+    let dir = scratch_dir();
+    let mut a = start_host(dir.path(), 0);
+    let mut b = start_host(dir.path(), 1);
+    assert_eq!(a.client(0).cmd("SET k v"), ok());
+    assert_eq!(b.client(0).cmd("SET j u"), ok());
+    a.signal("KILL");
+    b.signal("KILL");
+    while a.exited().is_none() || b.exited().is_none() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop((a, b));
+    let b = start_host(dir.path(), 1);
+    let a = start_host(dir.path(), 0);
+    assert_eq!(a.client(0).cmd("GET j"), bulk(b"u"));
+    assert_eq!(b.client(0).cmd("GET k"), bulk(b"v"));
+}
