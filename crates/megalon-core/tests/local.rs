@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{config, heap_pod as pod, host, join, read, small_cache, two_hosts, value, SLOT};
@@ -643,12 +645,7 @@ fn a_write_needing_a_record_gets_one_when_every_record_is_held_in_dram() {
 /// `ScrRecordsExhausted`; once the holder answers again, the write gets a record.
 #[test]
 fn a_write_needing_a_record_held_by_an_unresponsive_holder_fails_within_its_bound() {
-    let config = one_line_of_records(config().local_partitions(2));
-    let records = Layout::new(&config).unwrap().record_count;
-    let pod = pod(&config);
-    let a = join(&pod, no_background_reclaim(1));
-    let limit = Duration::from_millis(300);
-    let b = join(&pod, no_background_reclaim(2).wait_limit(limit));
+    let (_pod, records, a, b) = a_and_b_on_one_line_of_records();
     written_into_the_dram_of(&a, records);
     b.create(b"new", &value(3)).unwrap();
     a.inspect().set_serving(false);
@@ -659,13 +656,103 @@ fn a_write_needing_a_record_held_by_an_unresponsive_holder_fails_within_its_boun
         "{error:?}"
     );
     assert!(
-        started.elapsed() < limit * 4,
+        started.elapsed() < B_WAIT_LIMIT * 4,
         "asked the holder once: {:?}",
         started.elapsed()
     );
     a.inspect().set_serving(true);
     b.write(b"new", &value(4)).unwrap();
     assert_eq!(read(&a, b"new"), value(4));
+}
+
+/// Every record held in DRAM: half by `a` (written least), half by `c`. `a` stops
+/// answering. A write on `b` needing a record: `c` answers, and one of its objects could
+/// come back; the claim must not give up on every holder because `a` did not answer.
+#[test]
+fn a_claim_whose_first_holder_does_not_answer_asks_another() {
+    let (pod, records, a, b) = a_and_b_on_one_line_of_records();
+    let c = join(&pod, no_background_reclaim(3));
+    let half = records / 2;
+    for i in 0..half {
+        // Written once: counter 2.
+        into_dram(&a, &b, &format!("a{i}"), 1);
+    }
+    for i in 0..records - half {
+        // Written four times from two hosts: counter 8.
+        into_dram(&c, &b, &format!("c{i}"), 4);
+    }
+    assert_eq!(a.inspect().records_in_use().0, records);
+    b.create(b"new", &value(3)).unwrap();
+    a.inspect().set_serving(false);
+    let started = Instant::now();
+    let result = b.write(b"new", &value(4));
+    eprintln!("took {:?}: {result:?}", started.elapsed());
+    a.inspect().set_serving(true);
+    result.expect("c answers: one of its objects comes back and b takes its record");
+    assert_eq!(read(&c, b"new"), value(4));
+}
+
+/// Every record held in a's own DRAM; half of them (the least written) held by writers of
+/// a's in long `update`s. A write of a new object on a needs a record: any other of its
+/// objects can come back, and a busy one must not make the claim give up on them.
+#[test]
+fn a_claim_whose_own_object_is_busy_brings_back_another() {
+    let config = one_line_of_records(config().local_partitions(2));
+    let records = Layout::new(&config).unwrap().record_count;
+    let pod = pod(&config);
+    let limit = Duration::from_millis(300);
+    let a: &'static Host = Box::leak(Box::new(join(
+        &pod,
+        no_background_reclaim(1).wait_limit(limit),
+    )));
+    let b = join(&pod, no_background_reclaim(2));
+    let half = records / 2;
+    for i in 0..half {
+        into_dram(a, &b, &format!("a{i}"), 1);
+    }
+    for i in half..records {
+        into_dram(a, &b, &format!("a{i}"), 4);
+    }
+    a.create(b"new", &value(3)).unwrap();
+    let inside = Arc::new(AtomicU64::new(0));
+    let busy: Vec<_> = (0..half)
+        .map(|i| {
+            let inside = inside.clone();
+            std::thread::spawn(move || {
+                a.update(format!("a{i}").as_bytes(), |bytes| {
+                    inside.fetch_add(1, Ordering::AcqRel);
+                    std::thread::sleep(Duration::from_millis(1500));
+                    bytes[0] ^= 1;
+                })
+                .map(|_| ())
+            })
+        })
+        .collect();
+    while inside.load(Ordering::Acquire) < half {
+        std::thread::yield_now();
+    }
+    let started = Instant::now();
+    let result = a.write(b"new", &value(4));
+    eprintln!("took {:?}: {result:?}", started.elapsed());
+    for t in busy {
+        t.join().unwrap().unwrap();
+    }
+    result.expect("another of a's objects comes back and the write takes its record");
+    assert_eq!(read(&b, b"new"), value(4));
+}
+
+/// How long b waits in [`a_and_b_on_one_line_of_records`].
+const B_WAIT_LIMIT: Duration = Duration::from_millis(300);
+
+/// A pod of one line of records with partitions after two accesses, its record count, and
+/// hosts a and b on it without the pump's reclaimer, b waiting at most [`B_WAIT_LIMIT`].
+fn a_and_b_on_one_line_of_records() -> (std::sync::Arc<megalon_core::Pod>, u64, Host, Host) {
+    let config = one_line_of_records(config().local_partitions(2));
+    let records = Layout::new(&config).unwrap().record_count;
+    let pod = pod(&config);
+    let a = join(&pod, no_background_reclaim(1));
+    let b = join(&pod, no_background_reclaim(2).wait_limit(B_WAIT_LIMIT));
+    (pod, records, a, b)
 }
 
 /// The small cache of `seed`, without the pump's reclaimer (its records stay with their
@@ -680,28 +767,37 @@ fn one_line_of_records(config: PodConfig) -> PodConfig {
     config.app_scr_bytes(layout.record_count * 4 - 64)
 }
 
-/// Objects `d0..d{n}`, each created and written by `host` (so it has a record) and read
-/// there until it is in `host`'s DRAM (a move is best effort: it does nothing while the
-/// pump's reclaimer holds the record, say), at most a hundred reads each.
+/// Objects `d0..d{n}`, each created and written once by `host` (so it has a record) and
+/// moved into its DRAM.
 fn written_into_the_dram_of(host: &Host, n: u64) {
     for i in 0..n {
-        let key = format!("d{i}");
-        host.create(key.as_bytes(), &value(1)).unwrap();
-        host.write(key.as_bytes(), &value(2)).unwrap();
-        let mut reads = 0;
-        while host.lookup(key.as_bytes()).unwrap().unwrap().local_owner != Some(host.id()) {
-            assert!(
-                reads < 100,
-                "{key} never moved to the DRAM of host {}",
-                host.id()
-            );
-            read(host, key.as_bytes());
-            reads += 1;
-        }
+        into_dram(host, host, &format!("d{i}"), 1);
     }
     assert_eq!(
         host.inspect().local_objects().0 as u64,
         n,
         "every d_i in DRAM"
     );
+}
+
+/// `key` created by `host`, written `writes` times alternately by `host` and `other`
+/// (its record's counter moves on; a streak that short moves nothing), then read by
+/// `host` until it is in `host`'s DRAM (a move is best effort: it does nothing while the
+/// pump's reclaimer holds the record, say), at most a hundred reads.
+fn into_dram(host: &Host, other: &Host, key: &str, writes: u8) {
+    host.create(key.as_bytes(), &value(1)).unwrap();
+    for w in 0..writes {
+        let writer = if w % 2 == 0 { host } else { other };
+        writer.write(key.as_bytes(), &value(2)).unwrap();
+    }
+    let mut reads = 0;
+    while host.lookup(key.as_bytes()).unwrap().unwrap().local_owner != Some(host.id()) {
+        assert!(
+            reads < 100,
+            "{key} never moved to the DRAM of host {}",
+            host.id()
+        );
+        read(host, key.as_bytes());
+        reads += 1;
+    }
 }

@@ -37,7 +37,9 @@ fn decode(bytes: &[u8]) -> u64 {
     n
 }
 
-fn run(seed: u64, ops: usize) {
+/// With `background_reclaim` off, records leave their objects only when a write needs
+/// one, and every record ends up in some host's DRAM: claims bring objects back.
+fn run(seed: u64, ops: usize, background_reclaim: bool) {
     let config = config()
         .local_partitions(2)
         .local_copies(2)
@@ -48,10 +50,9 @@ fn run(seed: u64, ops: usize) {
     let pod = pod(&config);
     let hosts: Vec<&'static Host> = (0..3)
         .map(|i| {
-            &*Box::leak(Box::new(join(
-                &pod,
-                small_cache(seed * 10 + i).wait_limit(Duration::from_secs(2)),
-            )))
+            let options = small_cache(seed * 10 + i).wait_limit(Duration::from_secs(2));
+            let watermark = if background_reclaim { 0.9 } else { 1.0 };
+            &*Box::leak(Box::new(join(&pod, options.record_watermark(watermark))))
         })
         .collect();
     let mut zero = vec![0u8; SLOT];
@@ -187,7 +188,18 @@ fn three_hosts_moving_copying_and_reclaiming_keep_every_increment() {
     let seeds: u64 = common::env_var("LOCAL_ADV_SEEDS").unwrap_or(3);
     let ops: usize = common::env_var("LOCAL_ADV_OPS").unwrap_or(2000);
     for seed in 1..=seeds {
-        run(seed, ops);
+        run(seed, ops, true);
+    }
+}
+
+/// The same without the pump's reclaimer: claims bring objects back from hosts' DRAM for
+/// their records (review `bringback`).
+#[test]
+fn three_hosts_whose_claims_bring_back_keep_every_increment() {
+    let seeds: u64 = common::env_var("LOCAL_ADV_SEEDS").unwrap_or(3);
+    let ops: usize = common::env_var("LOCAL_ADV_OPS").unwrap_or(2000);
+    for seed in 1..=seeds {
+        run(seed, ops, false);
     }
 }
 

@@ -8,6 +8,7 @@ use crate::chaos::Point;
 use crate::counters::{Counter, ThreadCounters};
 use crate::error::{Error, Result};
 use crate::event::Event;
+use crate::ids::HostId;
 use crate::mutants::{self, Step};
 use crate::record::{RecordWord, Records};
 use crate::replica::Outcome;
@@ -177,13 +178,27 @@ impl Releasing<'_> {
 
 /// Who reclaims a record, and how far it may go.
 #[derive(Clone, Copy)]
-pub(super) enum Reclaim {
+pub(super) enum Reclaim<'a> {
     /// The pump's reclaimer: a choice, on the thread that must keep beating; it waits for
     /// no announce word and brings no object back from a host's DRAM.
     Background,
     /// A claim that found no free record: it waits for an announce word, and with
-    /// `bring_back` it may have an object brought back from a host's DRAM for its record.
-    ForClaim { bring_back: bool },
+    /// `bring_back` it may have an object brought back from a host's DRAM for its record,
+    /// but not from what `skip` names (failed once in this claim already).
+    ForClaim {
+        bring_back: bool,
+        skip: &'a BringBackSkip,
+    },
+}
+
+/// What a claim's bring-backs that failed rule out for the rest of the claim.
+#[derive(Default)]
+pub(super) struct BringBackSkip {
+    /// Holders that did not bring one back (unresponsive, failing): each is asked once
+    /// per claim, as each such ask waits up to the wait limit.
+    holders: Vec<HostId>,
+    /// Records of objects a writer of their holder had (busy): asked once, without waiting.
+    records: Vec<u32>,
 }
 
 /// What one [`Shared::reclaim_one`] did.
@@ -192,8 +207,10 @@ pub(super) enum Reclaimed {
     Freed,
     /// Nothing this time.
     Nothing,
-    /// Bringing an object back from its holder's DRAM failed (busy, or not answering).
-    BringBackFailed,
+    /// Bringing an object back from this holder's DRAM failed (not answering, failing).
+    BringBackFailed(HostId),
+    /// The object of this record was busy in its holder's DRAM (a writer there has it).
+    BringBackBusy(u32),
 }
 
 /// A small xorshift for picking records at random (per thread; quality hardly matters).
@@ -297,7 +314,9 @@ impl Shared {
         let count = records.count();
         let mut rng = c.random_seed();
         let mut churned = false;
-        let mut bring_back_failed = false;
+        // Holders and objects that did not come back: not asked again in this claim; the
+        // others may still be.
+        let mut skip = BringBackSkip::default();
         for round in 0..RECLAIM_ROUNDS {
             // Taken for this round's claims and let go before the deallocation below,
             // which needs one of its own: a thread holds one announce word at a time here,
@@ -347,11 +366,16 @@ impl Shared {
             drop(hold);
             // One that fails (a holder busy or not answering) is not tried again: each
             // waits up to the wait limit.
-            let bring_back = round >= RECLAIM_ROUNDS_BEFORE_BRING_BACK && !bring_back_failed;
-            match self.reclaim_one(&mut rng, c, Reclaim::ForClaim { bring_back })? {
+            let bring_back = round >= RECLAIM_ROUNDS_BEFORE_BRING_BACK;
+            let how = Reclaim::ForClaim {
+                bring_back,
+                skip: &skip,
+            };
+            match self.reclaim_one(&mut rng, c, how)? {
                 Reclaimed::Freed => churned = true,
                 Reclaimed::Nothing => {}
-                Reclaimed::BringBackFailed => bring_back_failed = true,
+                Reclaimed::BringBackFailed(owner) => skip.holders.push(owner),
+                Reclaimed::BringBackBusy(record) => skip.records.push(record),
             }
             // Its release is in the log: apply it, so that the record is a candidate.
             self.catch_up()?;
@@ -370,7 +394,7 @@ impl Shared {
         &self,
         rng: &mut u64,
         c: &ThreadCounters,
-        how: Reclaim,
+        how: Reclaim<'_>,
     ) -> Result<Reclaimed> {
         let records = Records::new(&self.pod);
         let count = records.count();
@@ -406,7 +430,15 @@ impl Shared {
                 let key = replica.record_owner_key(record)?;
                 match replica.lookup(&key).and_then(|entry| entry.local_owner) {
                     Some(owner) => {
-                        in_dram.get_or_insert((record, key, owner));
+                        let failed = match how {
+                            Reclaim::ForClaim { skip, .. } => {
+                                skip.holders.contains(&owner) || skip.records.contains(&record)
+                            }
+                            Reclaim::Background => false,
+                        };
+                        if !failed {
+                            in_dram.get_or_insert((record, key, owner));
+                        }
                         None
                     }
                     None => Some((record, key)),
@@ -415,12 +447,23 @@ impl Shared {
         };
         let (record, key) = match (owned, in_dram, how) {
             (Some(owned), ..) => owned,
-            (None, Some((record, key, owner)), Reclaim::ForClaim { bring_back: true }) => {
-                match self.bring_back(owner, &key, c) {
+            (
+                None,
+                Some((record, key, owner)),
+                Reclaim::ForClaim {
+                    bring_back: true, ..
+                },
+            ) => {
+                // Asked once, without waiting for a writer of the holder's that has it:
+                // another object may come back in its place.
+                match self.bring_back_unless_busy(owner, &key, c) {
                     Ok(()) => {}
                     Err(error @ Error::HostDeclaredDead { .. }) => return Err(error),
-                    // Busy, unresponsive, ...: the caller brings no other back.
-                    Err(_) => return Ok(Reclaimed::BringBackFailed),
+                    Err(Error::LocalObjectBusy { .. }) => {
+                        return Ok(Reclaimed::BringBackBusy(record))
+                    }
+                    // Unresponsive, failing, ...: the caller asks that holder no more.
+                    Err(_) => return Ok(Reclaimed::BringBackFailed(owner)),
                 }
                 // The deallocation makes sure, under the record's lock, that the object
                 // is in CXL and still has the record (its holder may have moved it back

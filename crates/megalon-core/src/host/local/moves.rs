@@ -199,6 +199,18 @@ impl Shared {
         asked: bool,
         c: &ThreadCounters,
     ) -> Result<MovedBack> {
+        self.move_back_waiting(key, asked, !asked, c)
+    }
+
+    /// [`Shared::move_back`]; `wait`: for a writer of this host that has the object (else
+    /// [`Error::LocalObjectBusy`] at once).
+    fn move_back_waiting(
+        &self,
+        key: &[u8],
+        asked: bool,
+        wait: bool,
+        c: &ThreadCounters,
+    ) -> Result<MovedBack> {
         let Some(local) = &self.local else {
             return Ok(MovedBack::NotHere);
         };
@@ -225,7 +237,7 @@ impl Shared {
         // This host's own: wait within the wait limit, beating (the host is alive).
         let mut writer_wait: Option<Backoff> = None;
         while !object.try_lock() {
-            if asked {
+            if !wait {
                 return Err(Error::LocalObjectBusy {
                     host: self.id,
                     waited_ms: 0,
@@ -416,8 +428,29 @@ impl Shared {
         key: &[u8],
         c: &ThreadCounters,
     ) -> Result<()> {
+        self.bring_back_patient(owner, key, true, c)
+    }
+
+    /// [`Shared::bring_back`], but [`Error::LocalObjectBusy`] at once if a writer of the
+    /// holder's has the object (a claim's: another object may do as well).
+    pub(in crate::host) fn bring_back_unless_busy(
+        &self,
+        owner: HostId,
+        key: &[u8],
+        c: &ThreadCounters,
+    ) -> Result<()> {
+        self.bring_back_patient(owner, key, false, c)
+    }
+
+    fn bring_back_patient(
+        &self,
+        owner: HostId,
+        key: &[u8],
+        patient: bool,
+        c: &ThreadCounters,
+    ) -> Result<()> {
         if owner == self.id {
-            return match self.move_back(key, false, c)? {
+            return match self.move_back_waiting(key, false, patient, c)? {
                 MovedBack::Missing => Err(Error::LocalObjectMissing { host: self.id }),
                 MovedBack::Moved | MovedBack::NotHere => Ok(()),
             };
@@ -441,7 +474,7 @@ impl Shared {
             let left = self.options.wait_limit.saturating_sub(busy.waited());
             match self.ask_back(rpc, owner, key, &mut buf, left, c) {
                 Ok(Response { status: BUSY, .. }) => {
-                    if !busy.snooze() {
+                    if !patient || !busy.snooze() {
                         return unless_moved(Error::LocalObjectBusy {
                             host: owner,
                             waited_ms: busy.waited_ms(),
