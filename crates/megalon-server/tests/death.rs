@@ -110,7 +110,7 @@ fn writer_churning(
         seq += 1;
         let key = format!("{name}:k{}", (seq * 7) % keys);
         let value = seq.to_string();
-        let del = churn && seq % 3 == 0;
+        let del = churn && seq.is_multiple_of(3);
         let started = Instant::now();
         let reply = if del {
             try_call(&mut c, &[b"DEL", key.as_bytes()])
