@@ -69,8 +69,10 @@
 //!
 //! # When hosts die
 //!
-//! **What survives: any host's death, at any point** (a `kill -9`, a crash, a host that
-//! stops answering). The other hosts go on: the dead host's unpublished log positions are
+//! **What survives: any host's death, at any point** (a `kill -9`, a crash, a host on
+//! another machine that stops answering; on one machine, a process that exists is alive,
+//! so a stopped one holds up what waits for it, within the wait limit). The other hosts
+//! go on: the dead host's unpublished log positions are
 //! filled, its hold on the log's head is released, every replica learns of the death at
 //! one log position (a `HostDead` event: objects it held in its DRAM go back to their
 //! CXL slots, as they were when they moved there), and its host id is free again. In a
