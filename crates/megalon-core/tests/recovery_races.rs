@@ -2052,7 +2052,11 @@ fn pauses_when<T: Send + 'static>(
         );
         answered.send(answer).unwrap();
     });
-    is_paused.recv().unwrap();
+    // Bounded: a call that never reaches the point (it answered first, or loops without
+    // it) fails the test, naming the point, rather than hanging it.
+    if is_paused.recv_timeout(4 * BOUND).is_err() {
+        panic!("the call never paused at {point:?}");
+    }
     Paused { resume, outcome }
 }
 
