@@ -9,12 +9,10 @@
 mod common;
 
 use std::sync::mpsc::channel;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Mutex;
 
-use common::{data_file, heap_pod, join, options, simulated, PAGE};
+use common::{data_file, heap_pod, join, options, simulated, wait_recovered, PAGE};
 use megalon_core::chaos::{self, Point};
-use megalon_core::Pod;
 use megalon_pagecache::{PageCache, PageCacheConfig};
 
 /// `a` runs `call` on a thread of its own and dies (is frozen: its pump stops, its row
@@ -37,18 +35,6 @@ fn dies_at(a: &'static PageCache, point: Point, call: impl FnOnce() + Send + 'st
         );
     });
     is_frozen.recv().unwrap();
-}
-
-/// Waits until the host table has no row for `id` (its recovery ended).
-fn wait_recovered(pod: &Arc<Pod>, id: u32) {
-    let start = Instant::now();
-    while pod.hosts().iter().any(|row| row.host == id) {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "host {id} never recovered"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// A host killed between its admission's reservation and its create. (The unit of the

@@ -11,24 +11,11 @@ use std::cell::Cell;
 use std::path::PathBuf;
 use std::sync::mpsc::channel;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
-use common::{data_file, join, on_disk, options, simulated, tmpfs_dir, PAGE};
+use common::{data_file, join, on_disk, options, simulated, tmpfs_dir, wait_recovered, PAGE};
 use megalon_core::chaos::{self, Point};
 use megalon_core::{Backing, MemoryKind, Pod, SimulatedConfig};
 use megalon_pagecache::{PageCache, PageCacheConfig};
-
-/// Waits until the host table has no row for `id` (its recovery ended).
-fn wait_recovered(pod: &Arc<Pod>, id: u32) {
-    let start = Instant::now();
-    while pod.hosts().iter().any(|row| row.host == id) {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "host {id} never recovered"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// A pod in a file on tmpfs (so with undo images: recovery unlocks a dead host's locks),
 /// removed when the returned path drops.
@@ -65,9 +52,81 @@ fn keeping(seed: u64) -> MemoryKind {
 /// as clean: `b`'s fsynced write was lost.)
 #[test]
 fn a_write_back_paused_past_its_lease_leaves_a_later_write_dirty() {
-    let (pod, _cleanup) = file_pod(&PageCacheConfig::new(4).max_hosts(2));
+    let scene = a_write_back_paused_past_its_lease(1, 2);
+    let PausedWriteBack {
+        data, b, file_b, a, ..
+    } = scene;
+    b.write(file_b, 0, b"BBBB").unwrap();
+    assert_eq!(b.dirty_pages(), 1, "b's write left the page dirty");
+    // a wakes up and goes on with its write-back.
+    a.goes_on();
+
+    let dirty = b.dirty_pages();
+    b.fsync(file_b).unwrap();
+    let disk = on_disk(data.path());
+    assert_eq!(
+        &disk[..4],
+        b"BBBB",
+        "b's write was fsynced (Ok), the file holds {:?} (dirty pages before: {dirty})",
+        String::from_utf8_lossy(&disk[..4])
+    );
+    b.evict_page(file_b, 0).unwrap();
+    let mut buf = [0u8; 4];
+    b.read(file_b, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"BBBB");
+}
+
+/// As above, but `b` also `fsync`s its write while `a` is paused: its bytes are in the
+/// file, the page clean, and `a`, going on, must not write its older copy of the page
+/// over them. (A guard: `a` finds the bit clear and writes nothing, before the fix too;
+/// a pause between its look at the bit and its `pwrite` would still write, which only
+/// the look at `still_held` before the `pwrite` rules out.)
+#[test]
+fn a_write_back_paused_past_its_lease_writes_nothing_over_a_later_fsync() {
+    let scene = a_write_back_paused_past_its_lease(3, 4);
+    let PausedWriteBack {
+        data, b, file_b, a, ..
+    } = scene;
+    b.write(file_b, 0, b"BBBB").unwrap();
+    b.fsync(file_b).unwrap();
+    assert_eq!(&on_disk(data.path())[..4], b"BBBB");
+    a.goes_on();
+
+    let disk = on_disk(data.path());
+    assert_eq!(
+        &disk[..4],
+        b"BBBB",
+        "b's write was fsynced (Ok), the file holds {:?} after a went on",
+        String::from_utf8_lossy(&disk[..4])
+    );
+    b.evict_page(file_b, 0).unwrap();
+    let mut buf = [0u8; 4];
+    b.read(file_b, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"BBBB");
+}
+
+/// `a` (a simulated cache of `seed_a` that keeps its lines) has written page 0 of a data
+/// file as `A`s and read it back, and is paused past its lease in its `fsync`'s
+/// write-back, holding the page's record locked after `write_start`; it has been declared
+/// dead and recovered. `b` (of `seed_b`) has joined and opened the file.
+struct PausedWriteBack {
+    _pod_file: tempfile::TempPath,
+    data: tempfile::NamedTempFile,
+    b: PageCache,
+    file_b: megalon_pagecache::FileId,
+    a: APaused,
+}
+
+/// `a`, paused in its write-back.
+struct APaused {
+    go: std::sync::mpsc::Sender<()>,
+    writer: std::thread::JoinHandle<megalon_pagecache::Result<()>>,
+}
+
+fn a_write_back_paused_past_its_lease(seed_a: u64, seed_b: u64) -> PausedWriteBack {
+    let (pod, pod_file) = file_pod(&PageCacheConfig::new(4).max_hosts(2));
     let data = data_file(2 * PAGE);
-    let a: &'static PageCache = Box::leak(Box::new(join(&pod, options(keeping(1)))));
+    let a: &'static PageCache = Box::leak(Box::new(join(&pod, options(keeping(seed_a)))));
     let file_a = a.open(data.path()).unwrap();
     let a_id = a.host().id();
     a.write(file_a, 0, &vec![b'A'; PAGE]).unwrap();
@@ -96,85 +155,24 @@ fn a_write_back_paused_past_its_lease_leaves_a_later_write_dirty() {
         )
     });
     is_paused.recv().unwrap();
-    let b = join(&pod, options(simulated(2)));
+    let b = join(&pod, options(simulated(seed_b)));
     wait_recovered(&pod, a_id);
     let file_b = b.open(data.path()).unwrap();
-    b.write(file_b, 0, b"BBBB").unwrap();
-    assert_eq!(b.dirty_pages(), 1, "b's write left the page dirty");
-    // a wakes up and goes on with its write-back.
-    go.send(()).unwrap();
-    let late = writer.join().unwrap();
-    assert!(late.is_err(), "a was declared dead: {late:?}");
-
-    let dirty = b.dirty_pages();
-    b.fsync(file_b).unwrap();
-    let disk = on_disk(data.path());
-    assert_eq!(
-        &disk[..4],
-        b"BBBB",
-        "b's write was fsynced (Ok), the file holds {:?} (dirty pages before: {dirty})",
-        String::from_utf8_lossy(&disk[..4])
-    );
-    b.evict_page(file_b, 0).unwrap();
-    let mut buf = [0u8; 4];
-    b.read(file_b, 0, &mut buf).unwrap();
-    assert_eq!(&buf, b"BBBB");
+    PausedWriteBack {
+        _pod_file: pod_file,
+        data,
+        b,
+        file_b,
+        a: APaused { go, writer },
+    }
 }
 
-/// As above, but `b` also `fsync`s its write while `a` is paused: its bytes are in the
-/// file, the page clean, and `a`, going on, must not write its older copy of the page
-/// over them. (A guard: `a` finds the bit clear and writes nothing, before the fix too;
-/// a pause between its look at the bit and its `pwrite` would still write, which only
-/// the look at `still_held` before the `pwrite` rules out.)
-#[test]
-fn a_write_back_paused_past_its_lease_writes_nothing_over_a_later_fsync() {
-    let (pod, _cleanup) = file_pod(&PageCacheConfig::new(4).max_hosts(2));
-    let data = data_file(2 * PAGE);
-    let a: &'static PageCache = Box::leak(Box::new(join(&pod, options(keeping(3)))));
-    let file_a = a.open(data.path()).unwrap();
-    let a_id = a.host().id();
-    a.write(file_a, 0, &vec![b'A'; PAGE]).unwrap();
-    let mut page = vec![0u8; PAGE];
-    a.read(file_a, 0, &mut page).unwrap();
-
-    let (paused, is_paused) = channel();
-    let (go, resume) = channel::<()>();
-    let writer = std::thread::spawn(move || {
-        let paused = Mutex::new(paused);
-        let resume = Mutex::new(resume);
-        let done = Cell::new(false);
-        chaos::with_hook(
-            move |at| {
-                if at == Point::WriteAfterEventCheck && !done.get() {
-                    done.set(true);
-                    a.host().inspect().freeze();
-                    paused.lock().unwrap().send(()).unwrap();
-                    resume.lock().unwrap().recv().unwrap();
-                }
-            },
-            move || a.fsync(file_a),
-        )
-    });
-    is_paused.recv().unwrap();
-    let b = join(&pod, options(simulated(4)));
-    wait_recovered(&pod, a_id);
-    let file_b = b.open(data.path()).unwrap();
-    b.write(file_b, 0, b"BBBB").unwrap();
-    b.fsync(file_b).unwrap();
-    assert_eq!(&on_disk(data.path())[..4], b"BBBB");
-    go.send(()).unwrap();
-    let late = writer.join().unwrap();
-    assert!(late.is_err(), "a was declared dead: {late:?}");
-
-    let disk = on_disk(data.path());
-    assert_eq!(
-        &disk[..4],
-        b"BBBB",
-        "b's write was fsynced (Ok), the file holds {:?} after a went on",
-        String::from_utf8_lossy(&disk[..4])
-    );
-    b.evict_page(file_b, 0).unwrap();
-    let mut buf = [0u8; 4];
-    b.read(file_b, 0, &mut buf).unwrap();
-    assert_eq!(&buf, b"BBBB");
+impl APaused {
+    /// `a` wakes up and goes on with its write-back, which answers that it was declared
+    /// dead.
+    fn goes_on(self) {
+        self.go.send(()).unwrap();
+        let late = self.writer.join().unwrap();
+        assert!(late.is_err(), "a was declared dead: {late:?}");
+    }
 }

@@ -156,3 +156,15 @@ impl Drop for ChildProcess {
         self.kill();
     }
 }
+
+/// Waits until the host table has no row for `id` (its recovery ended).
+pub fn wait_recovered(pod: &Arc<Pod>, id: u32) {
+    let start = std::time::Instant::now();
+    while pod.hosts().iter().any(|row| row.host == id) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "host {id} never recovered"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
