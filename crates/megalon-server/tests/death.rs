@@ -78,23 +78,11 @@ struct Written {
     unknown: Option<Option<u64>>,
 }
 
-/// Writers that own their keys: client `name` SETs `name:k{j}` to 1, 2, 3... in turn.
-/// Returns, per key, what it wrote; panics on an error reply or an op slower than the
-/// wait limit (plus slack) from a server that lives.
+/// Writers that own their keys: client `name` SETs `name:k{j}` to 1, 2, 3... in turn,
+/// and with `churn` one op in three is a DEL (so SETs create keys, and the log is
+/// appended to all along). Returns, per key, what it wrote; an error reply, or a server
+/// gone, stops it (the reply noted in `errors`); its slowest op goes into `slowest`.
 fn writer(
-    socket: PathBuf,
-    name: String,
-    keys: u64,
-    stop: Arc<AtomicBool>,
-    slowest: Arc<AtomicU64>,
-    errors: Arc<Mutex<Vec<String>>>,
-) -> HashMap<String, Written> {
-    writer_churning(socket, name, keys, false, stop, slowest, errors)
-}
-
-/// [`writer`], and with `churn` one op in three is a DEL (so SETs create keys, and the
-/// log is appended to all along).
-fn writer_churning(
     socket: PathBuf,
     name: String,
     keys: u64,
@@ -143,6 +131,49 @@ fn writer_churning(
         }
     }
     written
+}
+
+/// [`writer`]s, each on a socket with a name and a slowest-op counter of its own, and
+/// what they share: when to stop, and the error replies they got.
+struct Writers {
+    stop: Arc<AtomicBool>,
+    errors: Arc<Mutex<Vec<String>>>,
+    handles: Vec<std::thread::JoinHandle<HashMap<String, Written>>>,
+}
+
+impl Writers {
+    fn start(clients: Vec<(&PathBuf, String, &Arc<AtomicU64>)>, keys: u64, churn: bool) -> Writers {
+        let stop = Arc::new(AtomicBool::new(false));
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let handles = clients
+            .into_iter()
+            .map(|(socket, name, slowest)| {
+                let (socket, stop, slowest, errors) = (
+                    socket.clone(),
+                    Arc::clone(&stop),
+                    Arc::clone(slowest),
+                    Arc::clone(&errors),
+                );
+                std::thread::spawn(move || writer(socket, name, keys, churn, stop, slowest, errors))
+            })
+            .collect();
+        Writers {
+            stop,
+            errors,
+            handles,
+        }
+    }
+
+    /// Stops them: what they wrote, and the error replies they got.
+    fn stop(self) -> (HashMap<String, Written>, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut written = HashMap::new();
+        for h in self.handles {
+            written.extend(h.join().unwrap());
+        }
+        let errors = self.errors.lock().unwrap().clone();
+        (written, errors)
+    }
 }
 
 /// A writer on host `w` and a reader on host `r` of one key: the reader must never read
@@ -202,28 +233,20 @@ fn a_server_killed_mid_load_loses_no_acknowledged_set_and_rejoins() {
     let a = start_host(dir.path(), 0);
     let mut b = start_host(dir.path(), 1);
     let (sa, sb) = (a.sockets[0].clone(), b.sockets[0].clone());
-    let stop_all = Arc::new(AtomicBool::new(false));
     let slowest_a = Arc::new(AtomicU64::new(0));
     let slowest_b = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(Mutex::new(Vec::new()));
     let stale = Arc::new(Mutex::new(Vec::new()));
-    let mut handles = Vec::new();
-    for (socket, slowest, names) in [
-        (&sa, &slowest_a, ["a0", "a1"]),
-        (&sb, &slowest_b, ["b0", "b1"]),
-    ] {
-        for name in names {
-            let (socket, stop, slowest, errors) = (
-                socket.clone(),
-                Arc::clone(&stop_all),
-                Arc::clone(slowest),
-                Arc::clone(&errors),
-            );
-            handles.push(std::thread::spawn(move || {
-                writer(socket, name.to_string(), 16, stop, slowest, errors)
-            }));
-        }
-    }
+    let writers = Writers::start(
+        vec![
+            (&sa, "a0".into(), &slowest_a),
+            (&sa, "a1".into(), &slowest_a),
+            (&sb, "b0".into(), &slowest_b),
+            (&sb, "b1".into(), &slowest_b),
+        ],
+        16,
+        false,
+    );
+    let stop_all = Arc::clone(&writers.stop);
     let mut followers = Vec::new();
     for (w, r, key) in [(&sa, &sb, "xab"), (&sb, &sa, "xba")] {
         let (w, r, stop, stale) = (
@@ -244,11 +267,7 @@ fn a_server_killed_mid_load_loses_no_acknowledged_set_and_rejoins() {
     std::thread::sleep(Duration::from_millis(100));
     slowest_a.store(0, Ordering::Relaxed);
     std::thread::sleep(Duration::from_millis(1500));
-    stop_all.store(true, Ordering::Relaxed);
-    let mut written: HashMap<String, Written> = HashMap::new();
-    for h in handles {
-        written.extend(h.join().unwrap());
-    }
+    let (written, errors) = writers.stop();
     for f in followers {
         f.join().unwrap();
     }
@@ -257,7 +276,6 @@ fn a_server_killed_mid_load_loses_no_acknowledged_set_and_rejoins() {
         killed_at.elapsed(),
         slowest_a.load(Ordering::Relaxed)
     );
-    let errors = errors.lock().unwrap().clone();
     assert!(
         errors.is_empty(),
         "error replies from a live server: {errors:#?}"
@@ -295,21 +313,15 @@ fn a_server_stopped_past_its_lease_and_resumed_serves_nothing_stale() {
         assert_eq!(ca.call(&[b"SET", format!("s{i}").as_bytes(), b"0"]), ok());
         assert_eq!(cb.call(&[b"GET", format!("s{i}").as_bytes()]), bulk(b"0"));
     }
-    let stop_all = Arc::new(AtomicBool::new(false));
     let slowest = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(Mutex::new(Vec::new()));
-    let mut handles = Vec::new();
-    for (socket, name) in [(&sa, "a0"), (&sa, "a1"), (&sb, "b0"), (&sb, "b1")] {
-        let (socket, stop, slowest, errors) = (
-            socket.clone(),
-            Arc::clone(&stop_all),
-            Arc::clone(&slowest),
-            Arc::clone(&errors),
-        );
-        handles.push(std::thread::spawn(move || {
-            writer(socket, name.to_string(), 16, stop, slowest, errors)
-        }));
-    }
+    let names = [(&sa, "a0"), (&sa, "a1"), (&sb, "b0"), (&sb, "b1")];
+    let writers = Writers::start(
+        names
+            .map(|(socket, name)| (socket, name.to_string(), &slowest))
+            .to_vec(),
+        16,
+        false,
+    );
     std::thread::sleep(Duration::from_millis(500));
     b.signal("STOP");
     let stopped = Instant::now();
@@ -348,14 +360,10 @@ fn a_server_stopped_past_its_lease_and_resumed_serves_nothing_stale() {
         }
     }
     std::thread::sleep(Duration::from_millis(500));
-    stop_all.store(true, Ordering::Relaxed);
-    for h in handles {
-        let _ = h.join().unwrap();
-    }
+    let (_, errors) = writers.stop();
     eprintln!(
-        "survivor: {} SETs acked in 3 s, slowest {slowest_survivor} ms, errors {survivor_errors:?}; resumed errors {resumed_errors:?}; writers' errors {:?}",
+        "survivor: {} SETs acked in 3 s, slowest {slowest_survivor} ms, errors {survivor_errors:?}; resumed errors {resumed_errors:?}; writers' errors {errors:?}",
         survivor_writes.len(),
-        errors.lock().unwrap()
     );
     assert!(
         stale.is_empty(),
@@ -459,46 +467,26 @@ fn a_server_killed_while_keys_come_and_go_three_times() {
     let mut written: HashMap<String, Written> = HashMap::new();
     for round in 0..3 {
         let (sa, sb) = (a.sockets[0].clone(), b.sockets[0].clone());
-        let stop_all = Arc::new(AtomicBool::new(false));
         let slowest_a = Arc::new(AtomicU64::new(0));
         let slowest_b = Arc::new(AtomicU64::new(0));
-        let errors = Arc::new(Mutex::new(Vec::new()));
-        let mut handles = Vec::new();
-        for (socket, slowest, names) in [
-            (
-                &sa,
-                &slowest_a,
-                [format!("a0r{round}"), format!("a1r{round}")],
-            ),
-            (
-                &sb,
-                &slowest_b,
-                [format!("b0r{round}"), format!("b1r{round}")],
-            ),
-        ] {
-            for name in names {
-                let (socket, stop, slowest, errors) = (
-                    socket.clone(),
-                    Arc::clone(&stop_all),
-                    Arc::clone(slowest),
-                    Arc::clone(&errors),
-                );
-                handles.push(std::thread::spawn(move || {
-                    writer_churning(socket, name, 48, true, stop, slowest, errors)
-                }));
-            }
-        }
+        let writers = Writers::start(
+            vec![
+                (&sa, format!("a0r{round}"), &slowest_a),
+                (&sa, format!("a1r{round}"), &slowest_a),
+                (&sb, format!("b0r{round}"), &slowest_b),
+                (&sb, format!("b1r{round}"), &slowest_b),
+            ],
+            48,
+            true,
+        );
         std::thread::sleep(Duration::from_millis(300 + 200 * round));
         b.signal("KILL");
         while b.exited().is_none() {
             std::thread::sleep(Duration::from_millis(5));
         }
         std::thread::sleep(Duration::from_millis(1200));
-        stop_all.store(true, Ordering::Relaxed);
-        for h in handles {
-            written.extend(h.join().unwrap());
-        }
-        let errors = errors.lock().unwrap().clone();
+        let (round_written, errors) = writers.stop();
+        written.extend(round_written);
         assert!(
             errors.is_empty(),
             "round {round}: error replies: {errors:#?}"
@@ -533,21 +521,15 @@ fn a_server_stopped_mid_churn_holds_up_the_survivor_at_most_the_wait_limit() {
     let a = start_host(dir.path(), 0);
     let b = start_host(dir.path(), 1);
     let (sa, sb) = (a.sockets[0].clone(), b.sockets[0].clone());
-    let stop_all = Arc::new(AtomicBool::new(false));
     let slowest = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(Mutex::new(Vec::new()));
-    let mut handles = Vec::new();
-    for (socket, name) in [(&sa, "a0"), (&sa, "a1"), (&sb, "b0"), (&sb, "b1")] {
-        let (socket, stop, slowest, errors) = (
-            socket.clone(),
-            Arc::clone(&stop_all),
-            Arc::clone(&slowest),
-            Arc::clone(&errors),
-        );
-        handles.push(std::thread::spawn(move || {
-            writer_churning(socket, name.to_string(), 24, true, stop, slowest, errors)
-        }));
-    }
+    let names = [(&sa, "a0"), (&sa, "a1"), (&sb, "b0"), (&sb, "b1")];
+    let writers = Writers::start(
+        names
+            .map(|(socket, name)| (socket, name.to_string(), &slowest))
+            .to_vec(),
+        24,
+        true,
+    );
     std::thread::sleep(Duration::from_millis(500));
     b.signal("STOP");
     let stopped = Instant::now();
@@ -593,11 +575,8 @@ fn a_server_stopped_mid_churn_holds_up_the_survivor_at_most_the_wait_limit() {
         );
     }
     std::thread::sleep(Duration::from_millis(300));
-    stop_all.store(true, Ordering::Relaxed);
-    for h in handles {
-        let _ = h.join().unwrap();
-    }
-    eprintln!("writers' errors: {:#?}", errors.lock().unwrap());
+    let (_, errors) = writers.stop();
+    eprintln!("writers' errors: {errors:#?}");
     assert!(slowest_survivor <= (WAIT_LIMIT_MS + 1000) as u128);
     for (k, v) in &last {
         assert_eq!(
