@@ -2495,17 +2495,7 @@ fn a_dead_writer_found_among_the_dead_is_condemned_before_its_lock_is_settled() 
 fn a_claim_paused_before_its_cas_does_not_leak_a_dead_deleters_record() {
     let pod = common::heap_pod(&config());
     let [r, x, c] = leak_all(&pod);
-    k_with_a_record(r);
-    let (record, _) = k_record_locked(r);
-    // c, paused between its announce of a claim of the record and its CAS (the record
-    // was free when it looked): its announce word 15, the claimed word (2 bits: in use).
-    let announce = pod.scr_u64(pod.layout().announce_offset(c.id(), 15));
-    announce.store((u64::from(record) + 1) << 32 | 0b10, Ordering::SeqCst);
-    // x deletes k: locks the record, its delete applies, and it dies before the free.
-    dies_at(x, Point::ReleaseBeforeFree, |x| {
-        let _ = x.delete(b"k");
-    });
-    assert_eq!(r.record_owner(record).unwrap(), None, "k is deleted");
+    let (record, announce) = a_claim_under_a_dead_deleters_lock(&pod, r, x, c);
     leases_run_out(&[r]);
     watch_until(r, "x's lock never settled", || {
         !r.inspect().record_census().locked.contains(&record)
@@ -2526,6 +2516,28 @@ fn a_claim_paused_before_its_cas_does_not_leak_a_dead_deleters_record() {
     );
 }
 
+/// `k`, created by `r` with a record; `c` paused between its announce of a claim of that
+/// record and its CAS from free (the record was free when it looked; the announce stored
+/// by hand, its word 15, the claimed word: in use at 2 bits); `x` dead after its delete
+/// of `k` applied, before its free (the record locked). Returns the record and `c`'s
+/// announce word.
+fn a_claim_under_a_dead_deleters_lock<'p>(
+    pod: &'p Pod,
+    r: &Host,
+    x: &'static Host,
+    c: &Host,
+) -> (u32, &'p std::sync::atomic::AtomicU64) {
+    k_with_a_record(r);
+    let (record, _) = k_record_locked(r);
+    let announce = pod.scr_u64(pod.layout().announce_offset(c.id(), 15));
+    announce.store((u64::from(record) + 1) << 32 | 0b10, Ordering::SeqCst);
+    dies_at(x, Point::ReleaseBeforeFree, |x| {
+        let _ = x.delete(b"k");
+    });
+    assert_eq!(r.record_owner(record).unwrap(), None, "k is deleted");
+    (record, announce)
+}
+
 // Found by the review of the day's recovery fixes (s10/fixes).
 
 /// As `a_claim_paused_before_its_cas_does_not_leak_a_dead_deleters_record`, but the
@@ -2540,16 +2552,7 @@ fn a_claim_paused_before_its_cas_does_not_leak_a_dead_deleters_record() {
 fn a_recoverer_that_dies_after_settling_a_lock_to_a_live_claim_leaks_no_record() {
     let pod = common::heap_pod(&config());
     let [r, x, c, b] = leak_all(&pod);
-    k_with_a_record(r);
-    let (record, _) = k_record_locked(r);
-    // c, paused between its announce of a claim of the record and its CAS from free.
-    let announce = pod.scr_u64(pod.layout().announce_offset(c.id(), 15));
-    announce.store((u64::from(record) + 1) << 32 | 0b10, Ordering::SeqCst);
-    // x deletes k: locks the record, its delete applies, and it dies before the free.
-    dies_at(x, Point::ReleaseBeforeFree, |x| {
-        let _ = x.delete(b"k");
-    });
-    assert_eq!(r.record_owner(record).unwrap(), None, "k is deleted");
+    let (record, announce) = a_claim_under_a_dead_deleters_lock(&pod, r, x, c);
     leases_run_out(&[r, b]);
     // r recovers x, settles x's lock back to c's claim, and dies there.
     dies_at(r, Point::RecoveryAfterClaimSettled, |r| loop {
