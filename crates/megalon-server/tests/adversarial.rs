@@ -9,7 +9,7 @@ use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bulk, err, ok, scratch_dir, Server};
+use common::{bulk, err, ok, run_to_exit, scratch_dir, Server};
 use redis_protocol::resp2::types::OwnedFrame;
 
 fn one_host(extra: &[&str]) -> Server {
@@ -197,30 +197,7 @@ fn pod_sizes_past_a_u64_of_bytes_are_refused_not_wrapped() {
         ("--scr-mib", "17592186044420"),
     ] {
         let dir = scratch_dir();
-        let socket = dir.path().join("h.sock");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_megalon-server"))
-            .args(["--socket", socket.to_str().unwrap(), "--port", "0"])
-            .args([flag, value])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break Some(status);
-            }
-            if UnixStream::connect(&socket).is_ok() || Instant::now() > deadline {
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let _ = child.kill();
-        let _ = child.wait();
-        let mut text = String::new();
-        use std::io::Read as _;
-        let _ = child.stderr.take().unwrap().read_to_string(&mut text);
+        let (status, text) = run_to_exit(&[flag, value], &dir.path().join("h.sock"));
         assert!(
             matches!(status, Some(status) if !status.success()) && text.contains(flag),
             "{flag} {value}: the server started ({status:?}), stderr {text:?}"

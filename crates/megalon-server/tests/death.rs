@@ -6,12 +6,11 @@ mod common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{bulk, ok, scratch_dir, Client, Server};
+use common::{bulk, ok, run_to_exit, scratch_dir, Client, Server};
 use redis_protocol::resp2::types::OwnedFrame;
 
 /// The wait limit the servers run with: an op may take this long at most (and a little).
@@ -381,39 +380,6 @@ fn a_server_stopped_past_its_lease_and_resumed_serves_nothing_stale() {
             "survivor GET {k}"
         );
     }
-}
-
-fn run_to_exit(args: &[&str], socket: &Path) -> (Option<std::process::ExitStatus>, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_megalon-server"))
-        .args(args)
-        .args(["--socket", socket.to_str().unwrap(), "--port", "0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(8);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        let served = (0..4).any(|h| {
-            std::os::unix::net::UnixStream::connect(
-                socket.to_str().unwrap().replace("{host}", &h.to_string()),
-            )
-            .is_ok()
-        });
-        if served || Instant::now() > deadline {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let _ = child.kill();
-    let _ = child.wait();
-    let mut text = String::new();
-    use std::io::Read as _;
-    let _ = child.stderr.take().unwrap().read_to_string(&mut text);
-    (status, text)
 }
 
 /// A pod file of another layout version: the server refuses it, naming the version.

@@ -265,3 +265,35 @@ pub fn installed(program: &str) -> bool {
     }
     found
 }
+
+/// Runs megalon-server with `args` on `socket` (`{host}` in it standing for each of
+/// hosts 0 to 3) until it exits or serves (then killed), at most 20 s: how it exited, if
+/// it did, and what it wrote to stderr.
+pub fn run_to_exit(args: &[&str], socket: &Path) -> (Option<std::process::ExitStatus>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_megalon-server"))
+        .args(args)
+        .args(["--socket", socket.to_str().unwrap(), "--port", "0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        let served = (0..4).any(|h| {
+            UnixStream::connect(socket.to_str().unwrap().replace("{host}", &h.to_string())).is_ok()
+        });
+        if served || Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut text = String::new();
+    let _ = child.stderr.take().unwrap().read_to_string(&mut text);
+    (status, text)
+}
