@@ -10,25 +10,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{bulk, ok, run_to_exit, scratch_dir, Client, Server};
+use common::{bulk, host_process, ok, run_to_exit, scratch_dir, Client, Server};
 use redis_protocol::resp2::types::OwnedFrame;
 
 /// The wait limit the servers run with: an op may take this long at most (and a little).
 const WAIT_LIMIT_MS: u64 = 3000;
 
 fn start_host(dir: &Path, host: u32) -> Server {
-    let pod = dir.join("pod");
-    let socket = dir.join(format!("p{host}.sock"));
-    let (pod_text, host_text) = (pod.display().to_string(), host.to_string());
-    let socket_text = socket.display().to_string();
     let wait = WAIT_LIMIT_MS.to_string();
-    let args = vec![
-        "--pod",
-        &pod_text,
-        "--host",
-        &host_text,
-        "--socket",
-        &socket_text,
+    let extra = [
         "--lnr-mib",
         "16",
         "--workers",
@@ -36,7 +26,7 @@ fn start_host(dir: &Path, host: u32) -> Server {
         "--wait-limit-ms",
         &wait,
     ];
-    Server::start(&args, vec![socket])
+    host_process(dir, host, &extra)
 }
 
 /// A client whose replies may not come (its server killed): a short read timeout.

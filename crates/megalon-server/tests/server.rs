@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{bulk, err, installed, int, ok, scratch_dir, Client, Server};
+use common::{bulk, err, host_process, installed, int, ok, scratch_dir, Client, Server};
 use redis_protocol::resp2::types::OwnedFrame;
 
 /// The sizes every test's server runs with: 16 MiB of LNR, 2 workers per host.
@@ -470,24 +470,7 @@ fn each_host_serves_tcp_on_its_own_port() {
 
 /// Hosts as processes over one pod file, as on real hosts: the first creates it.
 fn processes(dir: &std::path::Path, hosts: u32) -> Vec<Server> {
-    let pod = dir.join("pod");
-    (0..hosts)
-        .map(|h| {
-            let socket = dir.join(format!("p{h}.sock"));
-            let (pod_text, host_text) = (pod.display().to_string(), h.to_string());
-            let socket_text = socket.display().to_string();
-            let mut args = vec![
-                "--pod",
-                &pod_text,
-                "--host",
-                &host_text,
-                "--socket",
-                &socket_text,
-            ];
-            args.extend(SIZES);
-            Server::start(&args, vec![socket])
-        })
-        .collect()
+    (0..hosts).map(|h| host_process(dir, h, &SIZES)).collect()
 }
 
 #[test]

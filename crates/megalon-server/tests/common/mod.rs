@@ -297,3 +297,22 @@ pub fn run_to_exit(args: &[&str], socket: &Path) -> (Option<std::process::ExitSt
     let _ = child.stderr.take().unwrap().read_to_string(&mut text);
     (status, text)
 }
+
+/// A server process as host `host` of the pod file `pod` in `dir` (created by the first
+/// to start), on the socket `p{host}.sock` there, with `extra` flags.
+pub fn host_process(dir: &Path, host: u32, extra: &[&str]) -> Server {
+    let pod = dir.join("pod");
+    let socket = dir.join(format!("p{host}.sock"));
+    let (pod_text, host_text) = (pod.display().to_string(), host.to_string());
+    let socket_text = socket.display().to_string();
+    let mut args = vec![
+        "--pod",
+        &pod_text,
+        "--host",
+        &host_text,
+        "--socket",
+        &socket_text,
+    ];
+    args.extend(extra);
+    Server::start(&args, vec![socket])
+}
