@@ -124,27 +124,50 @@ impl NewFile {
     /// Creates it (it must not exist), read-write.
     pub(crate) fn beside(target: &Path) -> Result<(NewFile, File)> {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let name = target
+        // At most 200 bytes of the target's name: its own may be as long as a name can
+        // be (255 bytes), and the new file's adds to it (a name taken is tried again).
+        let name: String = target
             .file_name()
             .map(|name| name.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = target.with_file_name(format!(".{name}.{}.{n}.new", std::process::id()));
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(|source| Error::Io {
-                operation: "creating",
-                path: path.clone(),
-                source: source.into(),
-            })?;
-        let new = NewFile {
-            path,
-            published: false,
-        };
-        Ok((new, file))
+            .unwrap_or_default()
+            .chars()
+            .scan(0, |bytes, c| {
+                *bytes += c.len_utf8();
+                (*bytes <= 200).then_some(c)
+            })
+            .collect();
+        // A name taken is another's: a creator of the same pid killed while it formatted
+        // (a process of a pid namespace, a container, has the same pid every run), or
+        // one of another pid namespace formatting now. The next name, up to 1000 times.
+        let mut tries = 0;
+        loop {
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let path = target.with_file_name(format!(".{name}.{}.{n}.new", std::process::id()));
+            match std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(file) => {
+                    let new = NewFile {
+                        path,
+                        published: false,
+                    };
+                    return Ok((new, file));
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists && tries < 1000 => {
+                    tries += 1;
+                }
+                Err(source) => {
+                    return Err(Error::Io {
+                        operation: "creating",
+                        path,
+                        source: source.into(),
+                    })
+                }
+            }
+        }
     }
 
     /// Puts it at `target` if nothing is there: `Ok(false)` if a file is.
