@@ -61,6 +61,13 @@ pub enum Error {
     /// know.
     #[error(transparent)]
     Core(megalon_core::Error),
+    /// A scheme was given a host that joined another pod than the scheme's (its limits,
+    /// the pod's, would not be the host's).
+    #[error("host {host} joined another pod than the scheme's")]
+    HostOfAnotherPod {
+        /// The host's id in the pod it joined.
+        host: u32,
+    },
 }
 
 impl From<megalon_core::Error> for Error {

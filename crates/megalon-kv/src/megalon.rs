@@ -17,9 +17,24 @@ pub struct Megalon {
 
 impl Megalon {
     /// The scheme over `hosts`, which joined `pod`.
+    ///
+    /// # Panics
+    /// If a host joined another pod (see [`Megalon::try_new`]): in every build, since the
+    /// scheme's limits are `pod`'s, and a value within them but past a host's slot would
+    /// fail deep inside a held update.
     pub fn new(pod: Arc<Pod>, hosts: Vec<Arc<Host>>) -> Self {
-        debug_assert!(hosts.iter().all(|h| Arc::ptr_eq(h.pod(), &pod)));
-        Self { pod, hosts }
+        match Self::try_new(pod, hosts) {
+            Ok(scheme) => scheme,
+            Err(error) => panic!("Megalon::new: {error}"),
+        }
+    }
+
+    /// The scheme over `hosts`, or [`Error::HostOfAnotherPod`] if one did not join `pod`.
+    pub fn try_new(pod: Arc<Pod>, hosts: Vec<Arc<Host>>) -> Result<Self> {
+        if let Some(host) = hosts.iter().find(|h| !Arc::ptr_eq(h.pod(), &pod)) {
+            return Err(Error::HostOfAnotherPod { host: host.id() });
+        }
+        Ok(Self { pod, hosts })
     }
 
     /// Joins `count` new hosts to `pod` (the first free ids), each with `options`.
