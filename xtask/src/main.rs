@@ -920,6 +920,8 @@ fn ci() -> ExitCode {
             "capacity_hole",
             "--test",
             "late_writer",
+            "--test",
+            "published",
         ],
         &["build", "--workspace", "--benches", "--examples"],
         FIRST_COMMAND,

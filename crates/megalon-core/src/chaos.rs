@@ -101,6 +101,11 @@ pub enum Point {
     /// Recovery filling a dead host's reservation, a position found
     /// unpublished and claimed by no live host, before it writes the `Skip`.
     RecoveryBeforeFill,
+    /// [`Pod::create`] of a file backing, once the new pod file took its path (any
+    /// process can open it from here), before the creator has it back.
+    ///
+    /// [`Pod::create`]: crate::Pod::create
+    PodPublished,
 }
 
 /// A failure chaos can inject into a log append.
@@ -143,8 +148,7 @@ mod imp {
     pub(crate) struct Chaos;
 
     impl Chaos {
-        /// No chaos (a caller that has no host's options: tests and models).
-        #[cfg(any(test, megalon_loom))]
+        /// No chaos (a caller that has no host's options).
         pub(crate) const fn none() -> Self {
             Chaos
         }
@@ -263,9 +267,8 @@ mod imp {
     }
 
     impl Chaos {
-        /// No random chaos (a caller that has no host's options: tests and models); a
-        /// test's hook still runs at its points.
-        #[cfg(any(test, megalon_loom))]
+        /// No random chaos (a caller that has no host's options); a test's hook still
+        /// runs at its points.
         pub(crate) fn none() -> Self {
             Self::new(None)
         }

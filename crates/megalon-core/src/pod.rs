@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use memmap2::{MmapMut, MmapOptions};
 
+use crate::chaos::{Chaos, Point};
 use crate::config::PodConfig;
 use crate::error::{Error, Region, Result};
 use crate::header::PodHeader;
@@ -235,18 +236,37 @@ impl Pod {
     /// hosts use it) is refused the same way.
     #[cfg(not(megalon_loom))]
     pub fn create(config: &PodConfig, backing: Backing) -> Result<Pod> {
-        Self::create_on(config, backing, Existing::RefuseInUse)
+        Self::create_on(config, backing, Existing::RefuseInUse, |_| {})
+    }
+
+    /// [`Pod::create`], with `format` run on the new pod before any other process can
+    /// open it: before a file backing's new file takes the path, and on a DAX device
+    /// under the lock an opener waits for. An application that keeps a header of its own
+    /// in the pod (in its application SCR) writes it here, so that a process opening the
+    /// pod the moment it appears never finds the pod without it.
+    #[cfg(not(megalon_loom))]
+    pub fn create_with(
+        config: &PodConfig,
+        backing: Backing,
+        format: impl FnOnce(&Pod),
+    ) -> Result<Pod> {
+        Self::create_on(config, backing, Existing::RefuseInUse, format)
     }
 
     /// [`Pod::create`] without asking whether a pod at the path is in use: it is replaced
     /// regardless, and hosts that still map it go on alone with their (now private) copy.
     #[cfg(not(megalon_loom))]
     pub fn create_replacing(config: &PodConfig, backing: Backing) -> Result<Pod> {
-        Self::create_on(config, backing, Existing::Replace)
+        Self::create_on(config, backing, Existing::Replace, |_| {})
     }
 
     #[cfg(not(megalon_loom))]
-    fn create_on(config: &PodConfig, backing: Backing, existing: Existing) -> Result<Pod> {
+    fn create_on(
+        config: &PodConfig,
+        backing: Backing,
+        existing: Existing,
+        format: impl FnOnce(&Pod),
+    ) -> Result<Pod> {
         let layout = Layout::new(&config.resolved_for(&backing))?;
         let total = layout.total_bytes;
         check_numa_node(backing.numa_node)?;
@@ -257,9 +277,11 @@ impl Pod {
                     .map_anon()
                     .map_err(io_error("mapping anonymous memory for", backing.path()))?;
                 let storage = Storage::new(map, &backing, None)?;
-                Ok(Self::initialized(storage, layout, backing))
+                let pod = Self::initialized(storage, layout, backing);
+                format(&pod);
+                Ok(pod)
             }
-            BackingKind::File(path) => Self::create_file(layout, backing, &path, existing),
+            BackingKind::File(path) => Self::create_file(layout, backing, &path, existing, format),
             BackingKind::Dax { path, len_bytes } => {
                 if len_bytes < total {
                     return Err(Error::LayoutDoesNotFit {
@@ -286,6 +308,7 @@ impl Pod {
                 let map = map_shared(&file, len_bytes, &path)?;
                 let storage = Storage::new(map, &backing, None)?;
                 let pod = Self::initialized(storage, layout, backing);
+                format(&pod);
                 pod_file::lock(&file, libc::LOCK_SH, &path)?;
                 Ok(Pod {
                     storage: Storage {
@@ -305,6 +328,7 @@ impl Pod {
         backing: Backing,
         path: &Path,
         existing: Existing,
+        format: impl FnOnce(&Pod),
     ) -> Result<Pod> {
         pod_file::refuse_other_than_a_regular_file(path)?;
         let total = layout.total_bytes;
@@ -316,10 +340,19 @@ impl Pod {
         let map = map_shared(&file, total, &new.path)?;
         let storage = Storage::new(map, &backing, Some(file))?;
         let pod = Self::initialized(storage, layout, backing);
+        format(&pod);
+        Self::publish(&mut new, path, existing)?;
+        Chaos::none().point(Point::PodPublished);
+        Ok(pod)
+    }
+
+    /// Puts the new file at `path` (see [`Pod::create`]).
+    #[cfg(not(megalon_loom))]
+    fn publish(new: &mut pod_file::NewFile, path: &Path, existing: Existing) -> Result<()> {
         // A few rounds at most: each finds the file another creator or replacer put there.
         for _ in 0..100 {
             if new.link(path)? {
-                return Ok(pod);
+                return Ok(());
             }
             let old = match File::open(path) {
                 Ok(old) => old,
@@ -327,8 +360,7 @@ impl Pod {
                 Err(e) => return Err(io_error("opening", path)(e)),
             };
             if existing == Existing::Replace {
-                new.rename(path)?;
-                return Ok(pod);
+                return new.rename(path);
             }
             if !pod_file::lock(&old, libc::LOCK_EX | libc::LOCK_NB, path)? {
                 return Err(in_use(&Backing::file(path)));
@@ -340,8 +372,7 @@ impl Pod {
             refuse_a_pod_in_use(&Backing::file(path))?;
             // Holding its lock, which every opener takes (shared) and then checks that
             // the path still names the file: none maps it from now on.
-            new.rename(path)?;
-            return Ok(pod);
+            return new.rename(path);
         }
         Err(Error::PodInUse {
             path: path.to_owned(),

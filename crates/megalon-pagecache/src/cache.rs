@@ -65,9 +65,19 @@ impl PageCache {
     /// processes with [`Pod::open`]).
     pub fn create_pod(config: &PageCacheConfig, backing: Backing) -> Result<Arc<Pod>> {
         let pod_config = config.pod_config_for(&backing)?;
-        let pod = Pod::create(&pod_config, backing)?;
-        let layout = pod.layout();
-        let regions = Regions::new(layout, config.admission_locks)?;
+        // The header is written before any other process can open the pod: one that
+        // joins the moment the file appears finds it (not `NotAPageCachePod`).
+        let mut formatted = None;
+        let pod = Pod::create_with(&pod_config, backing, |pod| {
+            formatted = Some(Self::format(config, pod));
+        })?;
+        formatted.expect("create_with formats the pod it creates")?;
+        Ok(Arc::new(pod))
+    }
+
+    /// Writes the page cache's header into `pod`'s application SCR, the magic last.
+    fn format(config: &PageCacheConfig, pod: &Pod) -> Result<()> {
+        let regions = Regions::new(pod.layout(), config.admission_locks)?;
         assert!(
             config.cache_pages <= regions.slot_count,
             "pod_config gives more slots than pages"
@@ -80,7 +90,7 @@ impl PageCache {
             .store(config.admission_locks, Ordering::Relaxed);
         // Release: pairs with the Acquire load of the magic in `join`.
         pod.scr_u64(header).store(MAGIC, Ordering::Release);
-        Ok(Arc::new(pod))
+        Ok(())
     }
 
     /// Joins `pod` (made by [`PageCache::create_pod`]) as host `which`, installs the
