@@ -75,7 +75,11 @@ fn bind_unix(path: &Path) -> io::Result<UnixListener> {
                 format!("{}: a server answers there already", path.display()),
             ));
         }
-        std::fs::remove_file(path)?;
+        // Gone already: its server removed it as it stopped.
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
     }
     UnixListener::bind(path)
 }
@@ -167,20 +171,18 @@ impl Server {
         &self.shutdown
     }
 
-    /// Waits until a shutdown is triggered and every thread has stopped; then removes
-    /// the sockets. The hosts leave the pod when the returned stores are dropped.
+    /// Waits until a shutdown is triggered and every thread has stopped (the acceptor
+    /// removes the sockets as it stops). The hosts leave the pod when the returned stores
+    /// are dropped.
     pub fn wait(self) -> Vec<Store<Megalon>> {
         for thread in self.threads {
             let _ = thread.join();
         }
         self.hosts
             .into_iter()
-            .map(|host| {
-                let _ = std::fs::remove_file(&host.socket);
-                match Arc::try_unwrap(host) {
-                    Ok(host) => host.store,
-                    Err(_) => unreachable!("every thread holding a host has stopped"),
-                }
+            .map(|host| match Arc::try_unwrap(host) {
+                Ok(host) => host.store,
+                Err(_) => unreachable!("every thread holding a host has stopped"),
             })
             .collect()
     }
@@ -203,6 +205,19 @@ struct Acceptor {
 
 impl Acceptor {
     fn run(mut self) {
+        self.serve();
+        // The socket files go while the listeners still answer: a server started at the
+        // same path meanwhile finds this one alive (and refuses the path) or finds no
+        // file. Removed after the workers stopped (seconds, when one is in a store call),
+        // the file could be one a new server had bound after these listeners closed.
+        for (host, listener) in &self.listeners {
+            if let Listener::Unix(_) = listener {
+                let _ = std::fs::remove_file(&self.hosts[*host].socket);
+            }
+        }
+    }
+
+    fn serve(&mut self) {
         let mut events = Events::with_capacity(64);
         // Listeners whose last accept failed (out of descriptors, say) with connections
         // perhaps still waiting: readiness is edge-triggered, and those connections

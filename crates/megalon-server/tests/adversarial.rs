@@ -9,7 +9,7 @@ use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bulk, err, ok, run_to_exit, scratch_dir, Server};
+use common::{bulk, err, host_process, ok, run_to_exit, scratch_dir, Server};
 use redis_protocol::resp2::types::OwnedFrame;
 
 fn one_host(extra: &[&str]) -> Server {
@@ -203,4 +203,76 @@ fn pod_sizes_past_a_u64_of_bytes_are_refused_not_wrapped() {
             "{flag} {value}: the server started ({status:?}), stderr {text:?}"
         );
     }
+}
+
+/// A server stopping (SIGTERM) closes its listener at once, but removed its socket file
+/// only after every worker had finished: a worker in a store call (here a create waiting
+/// for log room behind a stopped host, up to the wait limit) kept it going for seconds.
+/// A server started meanwhile on the same path found a socket nobody answered, replaced
+/// it, and served; then the first one removed the new server's socket file, and the new
+/// server, alive, could be reached by no client.
+#[test]
+fn a_stopping_server_leaves_alone_the_socket_a_new_server_bound_at_its_path() {
+    let dir = scratch_dir();
+    let extra = [
+        "--workers",
+        "1",
+        "--wait-limit-ms",
+        "2000",
+        "--lnr-mib",
+        "16",
+        "--log-entries",
+        "64",
+    ];
+    let a = host_process(dir.path(), 0, &extra);
+    let stopped = host_process(dir.path(), 1, &extra);
+    let path = a.sockets[0].clone();
+    // With host 1 stopped, the log fills: a create then waits for room up to the limit.
+    stopped.signal("STOP");
+    let mut c = a.client(0);
+    let mut full = false;
+    for i in 0..1000 {
+        if c.call(&[b"SET", format!("k{i}").as_bytes(), b"v"]) != ok() {
+            full = true;
+            break;
+        }
+    }
+    assert!(full, "the log never filled");
+    // A create in a worker's hands, waiting for log room, as the server is told to stop.
+    c.send(&[b"SET", b"waiting", b"v"]);
+    std::thread::sleep(Duration::from_millis(300));
+    a.signal("TERM");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while UnixStream::connect(&path).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "the stopping server still answers"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Another server (a heap pod of its own) at the same path, as a restart would be.
+    let path_text = path.display().to_string();
+    let b = Server::start(
+        &["--socket", &path_text, "--lnr-mib", "16"],
+        vec![path.clone()],
+    );
+    let mut a = a;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while a.exited().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the stopping server did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stopped.signal("CONT");
+    assert!(
+        UnixStream::connect(&path).is_ok(),
+        "the new server, alive, lost its socket file {} to the old one's exit",
+        path.display()
+    );
+    assert_eq!(
+        b.client(0).cmd("PING"),
+        OwnedFrame::SimpleString(b"PONG".to_vec())
+    );
 }
