@@ -197,6 +197,10 @@ pub struct Reader {
     /// argument at a time made the reader start over at every read, a time quadratic in
     /// its arguments).
     partial: Option<Partial>,
+    /// Bytes from `start` of an inline line only partly here that hold no newline: the
+    /// search goes on from there when more arrives (it started over at every read, a
+    /// time quadratic in the line for a line sent a byte at a time).
+    scanned: usize,
     /// Arguments parsed (their length lines read), for the tests' count of work.
     #[cfg(test)]
     parsed_args: u64,
@@ -225,6 +229,7 @@ impl Reader {
             skip_args: 0,
             args: Vec::new(),
             partial: None,
+            scanned: 0,
             #[cfg(test)]
             parsed_args: 0,
         }
@@ -275,6 +280,7 @@ impl Reader {
     /// Drops everything buffered and any skip in progress.
     fn drop_all(&mut self, what: &'static str) -> Step {
         self.partial = None;
+        self.scanned = 0;
         self.start = self.end;
         self.skip_bytes = 0;
         self.skip_args = 0;
@@ -446,13 +452,19 @@ impl Reader {
     fn inline(&mut self) -> Step {
         let bytes = &self.buf[self.start..self.end];
         let window = &bytes[..bytes.len().min(MAX_INLINE_BYTES)];
-        let Some(newline) = window.iter().position(|&b| b == b'\n') else {
-            return if bytes.len() >= MAX_INLINE_BYTES {
-                self.drop_all("too big inline request")
-            } else {
-                Step::More
-            };
+        let from = self.scanned.min(window.len());
+        let Some(newline) = window[from..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map(|at| from + at)
+        else {
+            if bytes.len() >= MAX_INLINE_BYTES {
+                return self.drop_all("too big inline request");
+            }
+            self.scanned = window.len();
+            return Step::More;
         };
+        self.scanned = 0;
         let line_end = if newline > 0 && bytes[newline - 1] == b'\r' {
             newline - 1
         } else {
@@ -741,6 +753,35 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// An inline line that arrives a byte at a time is looked at once, not again from
+    /// its start at every read: the search for its newline started over at each, a time
+    /// quadratic in the line (2^31 bytes looked at for the longest line, 64 KiB), during
+    /// which the worker's other clients waited.
+    #[test]
+    fn an_inline_line_that_arrives_in_pieces_is_scanned_once() {
+        let mut reader = Reader::new(LIMITS);
+        let mut line = b"EXISTS".to_vec();
+        while line.len() < MAX_INLINE_BYTES - 2 {
+            line.extend_from_slice(b" k");
+        }
+        line.truncate(MAX_INLINE_BYTES - 2);
+        let started = std::time::Instant::now();
+        for b in &line {
+            feed(&mut reader, std::slice::from_ref(b));
+            assert!(drain(&mut reader).is_empty());
+        }
+        feed(&mut reader, b"\r\n");
+        let seen = drain(&mut reader);
+        let took = started.elapsed();
+        assert_eq!(seen.len(), 1);
+        assert!(seen[0].starts_with("EXISTS k k"));
+        assert!(
+            took < std::time::Duration::from_secs(1),
+            "{took:?} to read a line of {} bytes a byte at a time",
+            line.len()
+        );
     }
 
     /// A request that arrives an argument at a time is parsed once, not again from its
