@@ -681,7 +681,9 @@ fn hello(args: Args<'_>, session: &mut Session, out: &mut Vec<u8>) {
         while let Some(option) = options.next() {
             match options.next() {
                 Some(name) if option.eq_ignore_ascii_case(b"setname") => {
-                    session.name = Some(name.to_vec())
+                    if !set_name(session, name, out) {
+                        return;
+                    }
                 }
                 _ if option.eq_ignore_ascii_case(b"auth") => {
                     return resp::error(
@@ -710,21 +712,27 @@ fn hello(args: Args<'_>, session: &mut Session, out: &mut Vec<u8>) {
     resp::array(out, 0);
 }
 
+/// Names the connection (`CLIENT SETNAME`, `HELLO ... SETNAME`): an empty name takes
+/// its name away. `false`: the name is refused, and the error written.
+fn set_name(session: &mut Session, name: &[u8], out: &mut Vec<u8>) -> bool {
+    if name.iter().any(|&b| !(b'!'..=b'~').contains(&b)) {
+        resp::error(
+            out,
+            format_args!("ERR Client names cannot contain spaces, newlines or special characters."),
+        );
+        return false;
+    }
+    session.name = (!name.is_empty()).then(|| name.to_vec());
+    true
+}
+
 /// `CLIENT SETNAME | GETNAME | ID | SETINFO`.
 fn client(args: Args<'_>, session: &mut Session, out: &mut Vec<u8>) {
     let sub = args.get(1);
     if sub.eq_ignore_ascii_case(b"setname") && args.len() == 3 {
-        let name = args.get(2);
-        if name.iter().any(|&b| !(b'!'..=b'~').contains(&b)) {
-            return resp::error(
-                out,
-                format_args!(
-                    "ERR Client names cannot contain spaces, newlines or special characters."
-                ),
-            );
+        if set_name(session, args.get(2), out) {
+            resp::simple(out, "OK");
         }
-        session.name = (!name.is_empty()).then(|| name.to_vec());
-        resp::simple(out, "OK");
     } else if sub.eq_ignore_ascii_case(b"getname") && args.len() == 2 {
         match &session.name {
             Some(name) => resp::bulk(out, name),

@@ -162,6 +162,45 @@ fn commands_answer_as_redis_does() {
     assert!(server.shut_down(), "SHUTDOWN stops the server, exit 0");
 }
 
+/// `HELLO 2 SETNAME name` names the connection as `CLIENT SETNAME` does (Redis checks
+/// the name the same way in both): a name with a space or a newline is refused, and an
+/// empty name leaves the connection without one. HELLO took any name as it came: a name
+/// `CLIENT SETNAME` refuses was set, and an empty one read back from `CLIENT GETNAME` as
+/// an empty string instead of the null Redis answers.
+#[test]
+fn hello_setname_checks_the_name_as_client_setname_does() {
+    let server = in_process(1, &[]);
+    let mut c = server.client(0);
+    let refused = err("ERR Client names cannot contain spaces, newlines or special characters.");
+    for name in [&b"a b"[..], b"a\nb", b"\x7f"] {
+        assert_eq!(
+            c.call(&[b"CLIENT", b"SETNAME", name]),
+            refused,
+            "CLIENT SETNAME {name:?}"
+        );
+        assert_eq!(
+            c.call(&[b"HELLO", b"2", b"SETNAME", name]),
+            refused,
+            "HELLO 2 SETNAME {name:?}"
+        );
+        assert_eq!(c.cmd("CLIENT GETNAME"), OwnedFrame::Null, "after {name:?}");
+    }
+    assert!(matches!(
+        c.cmd("HELLO 2 SETNAME good"),
+        OwnedFrame::Array(_)
+    ));
+    assert_eq!(c.cmd("CLIENT GETNAME"), bulk(b"good"));
+    assert!(matches!(
+        c.call(&[b"HELLO", b"2", b"SETNAME", b""]),
+        OwnedFrame::Array(_)
+    ));
+    assert_eq!(
+        c.cmd("CLIENT GETNAME"),
+        OwnedFrame::Null,
+        "an empty name is no name"
+    );
+}
+
 #[test]
 fn a_pipeline_is_answered_in_order() {
     let server = in_process(1, &[]);
