@@ -18,7 +18,7 @@
 //! Trade-offs against Redis: keys do not expire (`SET ... EX` is refused); a value is
 //! at most one slot less 4 bytes (`INFO pod` says how long); `MSET` is not atomic across
 //! keys (each key is linearizable on its own); only strings, no other data types; no
-//! persistence beyond the pod. `SHUTDOWN`, SIGINT or SIGTERM stop the process and its
+//! persistence beyond the pod. `SHUTDOWN`, SIGINT, SIGTERM or SIGHUP stop the process and its
 //! hosts leave the pod.
 
 #![forbid(unsafe_code)]
@@ -49,7 +49,7 @@ const SIMULATED_SEED: u64 = 0x5e12_7e12;
     name = "megalon-server",
     args_override_self = true,
     about = "The megalon KV store behind the Redis protocol (RESP2): one socket per host of a pod",
-    after_help = "Point redis-cli at a host: redis-cli -s /tmp/megalon-0.sock (or -p 6380).\n`SHUTDOWN`, SIGINT or SIGTERM stop the server; its hosts leave the pod."
+    after_help = "Point redis-cli at a host: redis-cli -s /tmp/megalon-0.sock (or -p 6380).\n`SHUTDOWN`, SIGINT, SIGTERM or SIGHUP stop the server; its hosts leave the pod (a second signal: at once, its hosts left to the pod's recovery)."
 )]
 struct Args {
     /// A pod file shared with other processes: opened if it exists, else created with
@@ -261,23 +261,38 @@ fn run(args: &Args) -> Result<(), String> {
     }
     let signals = watch_signals(Arc::clone(server.shutdown()))?;
     let stores = server.wait();
-    signals.close();
+    // Leaving waits too (for log room, up to the wait limit): a second signal still ends
+    // it at once.
     drop(stores);
+    signals.close();
     println!("megalon-server: stopped; its hosts left the pod");
     Ok(())
 }
 
-/// Turns SIGINT and SIGTERM into a shutdown.
+/// Turns SIGINT, SIGTERM and SIGHUP (the terminal closed) into a shutdown; a second one
+/// ends the process at once.
+///
+/// A shutdown waits for commands in the workers' hands, each up to the wait limit (a
+/// create behind a stopped host waits for log room). A second signal does not wait: the
+/// process exits (status 130) without leaving the pod, and the pod's other hosts
+/// recover its hosts as they would a killed process's.
 fn watch_signals(shutdown: Arc<host::Shutdown>) -> Result<signal_hook::iterator::Handle, String> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
         .map_err(|e| format!("watching signals: {e}"))?;
     let handle = signals.handle();
     std::thread::Builder::new()
         .name("megalon-server-signals".into())
         .spawn(move || {
-            if signals.forever().next().is_some() {
+            let mut signals = signals.forever();
+            if signals.next().is_some() {
                 shutdown.trigger();
+            }
+            if signals.next().is_some() {
+                eprintln!(
+                    "megalon-server: a second signal; exiting now, without leaving the pod (its other hosts recover this process's hosts)"
+                );
+                std::process::exit(130);
             }
         })
         .map_err(|e| format!("starting the signal thread: {e}"))?;

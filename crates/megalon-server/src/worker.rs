@@ -19,7 +19,7 @@ use std::time::Duration;
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::command::{Executor, Session};
-use crate::host::HostServer;
+use crate::host::{HostServer, Shutdown};
 use crate::resp::{self, Next, Reader, Refusal};
 
 /// Bytes one connection may read in one turn before the others get theirs.
@@ -63,9 +63,9 @@ struct Connection {
 }
 
 impl Connection {
-    /// Writes, runs and reads until the socket would block, the client is gone, or the
-    /// turn is used up.
-    fn turn(&mut self, executor: &mut Executor) -> Turn {
+    /// Writes, runs and reads until the socket would block, the client is gone, the
+    /// turn is used up, or the process is stopping.
+    fn turn(&mut self, executor: &mut Executor, shutdown: &Shutdown) -> Turn {
         let mut read_this_turn = 0;
         loop {
             while self.written < self.out.len() {
@@ -85,7 +85,13 @@ impl Connection {
             if self.session.quit {
                 return Turn::Closed;
             }
-            if self.run_buffered(executor) {
+            // Stopping: the replies so far are written (as far as the socket takes them),
+            // the commands behind them not run. A pipeline of creates each waiting for
+            // log room held the shutdown up to the wait limit per command.
+            if shutdown.requested() {
+                return Turn::Wait;
+            }
+            if self.run_buffered(executor, shutdown) {
                 continue;
             }
             if read_this_turn >= TURN_BYTES {
@@ -106,9 +112,9 @@ impl Connection {
 
     /// Runs the whole commands buffered (until the replies are large enough to write
     /// first). Returns whether it replied to anything.
-    fn run_buffered(&mut self, executor: &mut Executor) -> bool {
+    fn run_buffered(&mut self, executor: &mut Executor, shutdown: &Shutdown) -> bool {
         let mut replied = false;
-        while self.out.len() < FLUSH_BYTES && !self.session.quit {
+        while self.out.len() < FLUSH_BYTES && !self.session.quit && !shutdown.requested() {
             match self.reader.next() {
                 Next::Command(args) => executor.run(args, &mut self.session, &mut self.out),
                 Next::Refused(refusal) => {
@@ -202,7 +208,7 @@ impl Worker {
                 else {
                     continue;
                 };
-                match connection.turn(&mut executor) {
+                match connection.turn(&mut executor, &self.host.shutdown) {
                     Turn::Wait => {}
                     Turn::Again => again.push(slot),
                     Turn::Closed => self.close(slot),

@@ -214,33 +214,8 @@ fn pod_sizes_past_a_u64_of_bytes_are_refused_not_wrapped() {
 #[test]
 fn a_stopping_server_leaves_alone_the_socket_a_new_server_bound_at_its_path() {
     let dir = scratch_dir();
-    let extra = [
-        "--workers",
-        "1",
-        "--wait-limit-ms",
-        "2000",
-        "--lnr-mib",
-        "16",
-        "--log-entries",
-        "64",
-    ];
-    let a = host_process(dir.path(), 0, &extra);
-    let stopped = host_process(dir.path(), 1, &extra);
+    let (mut a, stopped) = a_create_waiting_for_log_room(dir.path(), "2000");
     let path = a.sockets[0].clone();
-    // With host 1 stopped, the log fills: a create then waits for room up to the limit.
-    stopped.signal("STOP");
-    let mut c = a.client(0);
-    let mut full = false;
-    for i in 0..1000 {
-        if c.call(&[b"SET", format!("k{i}").as_bytes(), b"v"]) != ok() {
-            full = true;
-            break;
-        }
-    }
-    assert!(full, "the log never filled");
-    // A create in a worker's hands, waiting for log room, as the server is told to stop.
-    c.send(&[b"SET", b"waiting", b"v"]);
-    std::thread::sleep(Duration::from_millis(300));
     a.signal("TERM");
     let deadline = Instant::now() + Duration::from_secs(10);
     while UnixStream::connect(&path).is_ok() {
@@ -256,15 +231,10 @@ fn a_stopping_server_leaves_alone_the_socket_a_new_server_bound_at_its_path() {
         &["--socket", &path_text, "--lnr-mib", "16"],
         vec![path.clone()],
     );
-    let mut a = a;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while a.exited().is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "the stopping server did not exit"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert!(
+        exit_within(&mut a, Duration::from_secs(30)).is_some(),
+        "the stopping server did not exit"
+    );
     stopped.signal("CONT");
     assert!(
         UnixStream::connect(&path).is_ok(),
@@ -275,4 +245,110 @@ fn a_stopping_server_leaves_alone_the_socket_a_new_server_bound_at_its_path() {
         b.client(0).cmd("PING"),
         OwnedFrame::SimpleString(b"PONG".to_vec())
     );
+}
+
+/// Host 0 of a pod file, one worker, whose host 1 is stopped (`SIGSTOP`) and whose log
+/// (64 entries) is full: a create is in the worker's hands, waiting up to the wait limit
+/// (`wait_ms`) for log room, and more are behind it. A shutdown of host 0 waits for it.
+/// Returns host 0's server and the stopped one (`SIGCONT` it before it drops).
+fn a_create_waiting_for_log_room(dir: &std::path::Path, wait_ms: &str) -> (Server, Server) {
+    let extra = [
+        "--workers",
+        "1",
+        "--wait-limit-ms",
+        wait_ms,
+        "--lnr-mib",
+        "16",
+        "--log-entries",
+        "64",
+    ];
+    let a = host_process(dir, 0, &extra);
+    let stopped = host_process(dir, 1, &extra);
+    stopped.signal("STOP");
+    // Sent, not answered: the worker takes them in turn until one waits for room.
+    let mut c = a.client(0);
+    for i in 0..200 {
+        c.send(&[b"SET", format!("k{i}").as_bytes(), b"v"]);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    (a, stopped)
+}
+
+/// How `server` exited, waiting for it up to `limit`.
+fn exit_within(server: &mut Server, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = server.exited() {
+            return Some(status);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A shutdown waits for the command in a worker's hands (here a create behind a stopped
+/// host, up to the wait limit of 2 s), not for the pipeline behind it: the server exits
+/// 0 in about one wait limit. Before, the worker ran every command its client had sent,
+/// each waiting the limit (136 of them: past four minutes).
+#[test]
+fn a_shutdown_runs_the_command_in_hand_not_the_pipeline_behind_it() {
+    let dir = scratch_dir();
+    let (mut a, stopped) = a_create_waiting_for_log_room(dir.path(), "2000");
+    a.signal("TERM");
+    let status = exit_within(&mut a, Duration::from_secs(20));
+    stopped.signal("CONT");
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the shutdown ran the pipeline: {status:?}"
+    );
+}
+
+/// A shutdown waits for the commands in its workers' hands, each up to the wait limit
+/// (here a create behind a stopped host, 30 s). A second signal ends the process at
+/// once, without leaving the pod (status 130); the pod's other host recovers its host
+/// afterwards and serves. Before, a second signal did nothing: the shutdown went on.
+#[test]
+fn a_second_signal_ends_a_waiting_shutdown_at_once() {
+    let dir = scratch_dir();
+    let (mut a, stopped) = a_create_waiting_for_log_room(dir.path(), "30000");
+    a.signal("INT");
+    assert_eq!(
+        exit_within(&mut a, Duration::from_secs(1)),
+        None,
+        "the shutdown did not wait for the create in its worker's hands"
+    );
+    a.signal("INT");
+    let status = exit_within(&mut a, Duration::from_secs(10));
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(130),
+        "a second signal did not end the shutdown: {status:?}"
+    );
+    // The pod goes on without it: host 1 recovers host 0 (its process is gone) and
+    // serves, its writes finding log room.
+    stopped.signal("CONT");
+    let mut c = stopped.client(0);
+    for i in 0..100 {
+        assert_eq!(
+            c.call(&[b"SET", format!("after{i}").as_bytes(), b"v"]),
+            ok(),
+            "host 1 after host 0's forced exit"
+        );
+    }
+}
+
+/// SIGHUP (the terminal closed) stops the server as SIGTERM does: its hosts leave the
+/// pod, its socket goes, exit 0. Before, it killed the process, which left its hosts to
+/// the pod's recovery and its socket file behind.
+#[test]
+fn sighup_stops_the_server_as_sigterm_does() {
+    let mut server = one_host(&[]);
+    assert_eq!(server.client(0).cmd("SET k v"), ok());
+    let socket = server.sockets[0].clone();
+    server.signal("HUP");
+    let status = exit_within(&mut server, Duration::from_secs(20));
+    assert!(status.is_some_and(|s| s.success()), "SIGHUP: {status:?}");
+    assert!(!socket.exists(), "the socket file was left behind");
 }
