@@ -654,3 +654,32 @@ fn a_look_at_ctail_counts_only_when_it_finds_something_new() {
     assert_eq!(read(&b, b"k"), value(1));
     assert_eq!(scr(&b) - before, 0, "nothing new");
 }
+
+/// A delete of an object with a record makes three SCR accesses more than a delete of a
+/// read-shared one: the record's load, the CAS that locks it, and the CAS that frees it
+/// (`free_released`). The counter is what the CXL cost model charges: each access counted
+/// once. (It counted the free's CAS twice: once in `free_released`, once in the
+/// `unlock_record` it calls.)
+#[test]
+fn a_deletes_record_accesses_are_counted_once_each() {
+    let a = common::join(&pod(32, 64 << 10), no_pump(1));
+    a.create(b"shared", &value(1)).unwrap();
+    a.create(b"written", &value(2)).unwrap();
+    a.write(b"written", &value(3)).unwrap();
+    assert!(a.lookup(b"written").unwrap().unwrap().record.is_some());
+    assert!(a.lookup(b"shared").unwrap().unwrap().record.is_none());
+    // Up to date: the deletes' tail checks find nothing new.
+    assert_eq!(read(&a, b"shared"), value(1));
+    let scr = |host: &Host| host.events().scr_atomics;
+    let before = scr(&a);
+    a.delete(b"shared").unwrap();
+    let read_shared = scr(&a) - before;
+    let before = scr(&a);
+    a.delete(b"written").unwrap();
+    let with_record = scr(&a) - before;
+    assert_eq!(
+        with_record - read_shared,
+        3,
+        "load, lock CAS, free CAS (read-shared delete: {read_shared}, with a record: {with_record})"
+    );
+}

@@ -625,11 +625,12 @@ impl Shared {
             locked: false,
             counter: held.counter & !1,
         };
-        c.add(Counter::ScrAtomics, 1);
+        // One SCR access: the CAS, counted by `unlock_record` (or the mutant's store).
         let freed = if held.locked {
             self.unlock_record(record, held, free, c)
         } else {
             // A mutant skipped the lock: free whatever the word holds (the defect it shows).
+            c.add(Counter::ScrAtomics, 1);
             records.store(record, free);
             true
         };
