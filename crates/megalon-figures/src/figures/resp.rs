@@ -284,11 +284,13 @@ fn shut_down(socket: &Path) {
 /// Runs redis-benchmark's `test` on every socket at once, the clients and requests
 /// split over them; returns all their requests over the slowest one's seconds.
 fn benchmark(sockets: &[PathBuf], test: &str, name: &str, requests: usize) -> Result<f64, String> {
-    let clients = CLIENTS.div_ceil(sockets.len());
-    let per_socket = requests.div_ceil(sockets.len());
+    // Exactly CLIENTS clients and `requests` requests in all, as Redis gets them.
+    let clients = split(CLIENTS, sockets.len());
+    let per_socket = split(requests, sockets.len());
     let children = sockets
         .iter()
-        .map(|socket| {
+        .zip(clients.iter().zip(&per_socket))
+        .map(|(socket, (clients, per_socket))| {
             Command::new("redis-benchmark")
                 .arg("-s")
                 .arg(socket)
@@ -308,7 +310,7 @@ fn benchmark(sockets: &[PathBuf], test: &str, name: &str, requests: usize) -> Re
         })
         .collect::<Result<Vec<_>, _>>()?;
     let mut slowest_seconds: f64 = 0.0;
-    for child in children {
+    for (child, per_socket) in children.into_iter().zip(&per_socket) {
         let output = child
             .wait_with_output()
             .map_err(|e| format!("redis-benchmark: {e}"))?;
@@ -323,9 +325,18 @@ fn benchmark(sockets: &[PathBuf], test: &str, name: &str, requests: usize) -> Re
         }
         let rps = csv_rate(&stdout, name)
             .ok_or_else(|| format!("redis-benchmark -t {test} printed no {name} rate: {stdout}"))?;
-        slowest_seconds = slowest_seconds.max(per_socket as f64 / rps);
+        slowest_seconds = slowest_seconds.max(*per_socket as f64 / rps);
     }
-    Ok((per_socket * sockets.len()) as f64 / slowest_seconds)
+    Ok(per_socket.iter().sum::<usize>() as f64 / slowest_seconds)
+}
+
+/// `total` split over `parts` as evenly as whole numbers go (the first ones one more),
+/// summing to `total` (at least one each).
+fn split(total: usize, parts: usize) -> Vec<usize> {
+    let parts = parts.max(1);
+    (0..parts)
+        .map(|i| (total / parts + usize::from(i < total % parts)).max(1))
+        .collect()
 }
 
 /// The requests per second of test `name` in redis-benchmark's CSV
@@ -404,6 +415,25 @@ fn short_name(test: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// megalon-server's hosts share the clients and requests Redis gets alone: the
+    /// same 50 clients in all (17 per host of 3 made 51), the same requests.
+    #[test]
+    fn every_host_count_gets_the_clients_and_requests_redis_gets() {
+        for hosts in HOSTS {
+            let clients = split(CLIENTS, hosts);
+            assert_eq!(
+                clients.iter().sum::<usize>(),
+                CLIENTS,
+                "{hosts} hosts: {clients:?}"
+            );
+            assert_eq!(
+                split(MIN_REQUESTS, hosts).iter().sum::<usize>(),
+                MIN_REQUESTS
+            );
+        }
+        assert_eq!(split(50, 3), [17, 17, 16]);
+    }
 
     #[test]
     fn rates_are_read_from_redis_benchmarks_csv() {
