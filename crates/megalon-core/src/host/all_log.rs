@@ -171,9 +171,21 @@ impl Shared {
         //    counter becomes the new counter (our cached lines are this version's). The
         //    handle is still the object's: no one else can delete it while we hold it.
         let key = self.replica.read().key_of(state.place.handle);
-        // A refused Unlock leaves the lock ours: the pump appends it again (settled).
+        // A refused Unlock leaves the lock ours: the pump appends it again (settled); an
+        // unconfirmed one applies when replay gets there. Either way the write is done:
+        // its bytes are in memory and every reader waits for the Unlock, then reads them.
+        // Answering the append's error (`LogFull`) would tell the caller that nothing
+        // changed, and a caller that retried (an increment) would apply it twice. Only a
+        // host declared dead, whose lock nobody unlocks, answers its error.
         let outcome =
-            self.submit_settled(&Event::Unlock { key: &key }, Settle::ReplicatedUnlock)?;
+            match self.submit_settled(&Event::Unlock { key: &key }, Settle::ReplicatedUnlock) {
+                Ok(outcome) => outcome,
+                Err(error) => {
+                    self.holds_its_row().map_err(|_| error)?;
+                    c.add(Counter::Writes, 1);
+                    return Ok(());
+                }
+            };
         debug_assert_eq!(
             outcome,
             Outcome::Unlocked {
