@@ -54,7 +54,8 @@ pub type Extent<'a> = &'a dyn Fn(&[u8]) -> usize;
 /// its own; a read sees a whole object as one write left it, never a torn or stale one.
 pub trait SchemeHandle: Send {
     /// Creates object `key` holding `object` (at most [`Limits::object_bytes`]; the rest
-    /// of the object is zero). Fails with [`Error::KeyExists`](crate::Error::KeyExists)
+    /// of the object is unspecified: the slot's earlier bytes may be there, so a reader
+    /// copies only what the object's own framing says it holds). Fails with [`Error::KeyExists`](crate::Error::KeyExists)
     /// if it exists, changing nothing.
     fn create(&mut self, key: &[u8], object: &[u8]) -> Result<()>;
 
