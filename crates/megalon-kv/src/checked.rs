@@ -87,12 +87,14 @@ pub fn run_checked<S: Scheme>(
                 let (clock, start) = (clock.clone(), &start);
                 scope.spawn(move || {
                     let host = worker % run.hosts;
-                    let mut kv = store.handle(host).expect("handle");
                     let process = ProcessId::new(host as u32, worker as u32);
                     let mut recorder = ThreadRecorder::new(process, clock);
                     let mut rng = worker_seed(run, worker);
                     let mut out = Vec::new();
                     start.wait();
+                    // After the barrier: a worker that panics before it would leave the
+                    // others waiting there for ever.
+                    let mut kv = store.handle(host).expect("handle");
                     for sequence in 0..run.operations_per_thread {
                         // Skewed: half the operations go to the first eighth of the keys.
                         let draw = xorshift(&mut rng);

@@ -182,3 +182,32 @@ fn local_partitions_and_copies_together_are_linearizable() {
     assert_counters_above(&report, 10, MOVES);
     assert_counters_above(&report, 10, &["copies made", "copies invalidated"]);
 }
+
+/// A run asking for more hosts than the store has answers an error
+/// (or panics) instead of hanging: the worker whose handle fails must not leave the others
+/// waiting at the start barrier for ever.
+#[test]
+fn a_run_on_more_hosts_than_the_store_has_does_not_hang() {
+    let checked_run = Run::new(0x5eed_0009, 1, 1, 10);
+    let pod = pod(&checked_run);
+    let host = Arc::new(Host::join(&pod, Join::AnyFree, HostOptions::new()).expect("join"));
+    let store = Arc::new(Store::new(Megalon::new(pod, vec![host])));
+    let (done, answer) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let checked = CheckedRun {
+            seed: 9,
+            hosts: 2,
+            threads_per_host: 1,
+            operations_per_thread: 10,
+            keys: 8,
+        };
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_checked(&store, &checked)
+        }));
+        let _ = done.send(result.is_ok());
+    });
+    match answer.recv_timeout(std::time::Duration::from_secs(20)) {
+        Ok(_) => {}
+        Err(_) => panic!("run_checked hung: a worker's handle failed before the start barrier"),
+    }
+}

@@ -958,3 +958,72 @@ proptest! {
         }
     }
 }
+
+/// Random small histories with every kind of outcome, `Uncertain`
+/// among them (the brute-force comparison above never draws one).
+fn random_small_history_with_uncertain() -> impl Strategy<Value = History> {
+    let value = (0..3u32, 0..1u64).prop_map(|(w, s)| v(w, s));
+    let op = (
+        0..20u64,
+        0..12u64,
+        prop_oneof![
+            value.clone().prop_map(Put),
+            Just(Get),
+            value.clone().prop_map(Create),
+            Just(Delete),
+        ],
+        0..8u8,
+        value,
+        any::<bool>(),
+    );
+    prop::collection::vec(op, 1..=9).prop_map(|ops| {
+        let mut builder = History::builder();
+        for (thread, (invoked_at, length, call, unusual, value, flip)) in (0..).zip(ops) {
+            let outcome = match (unusual, call) {
+                (1, _) => Unknown,
+                (2, _) => Outcome::Failed,
+                (3 | 4, _) => Outcome::Uncertain,
+                (_, Put(_)) => Outcome::Ok,
+                (_, Get) if flip => Found(value),
+                (_, Get) => Absent,
+                (_, Create(_)) if flip => Created,
+                (_, Create(_)) => Exists,
+                (_, Delete) if flip => Deleted,
+                (_, Delete) => Absent,
+            };
+            let returned_at = if outcome == Unknown && flip {
+                None
+            } else {
+                Some(invoked_at + length)
+            };
+            builder
+                .push(
+                    ProcessId::new(0, thread),
+                    b"k",
+                    call,
+                    outcome,
+                    invoked_at,
+                    returned_at,
+                )
+                .unwrap();
+        }
+        builder.build()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4096))]
+
+    #[test]
+    fn agrees_with_brute_force_with_uncertain_outcomes(history in random_small_history_with_uncertain()) {
+        let expected = brute_force(history.operations());
+        let checked = check(&history);
+        prop_assert_eq!(
+            checked.is_ok(),
+            expected,
+            "checker: {:?}\nhistory: {:#?}",
+            checked.as_ref().err().map(ToString::to_string),
+            history.operations()
+        );
+    }
+}
