@@ -84,7 +84,7 @@ fn run(seed: u64, partitions: u32) {
     }
     // Now the pod's every slot takes an object: fill from every host in turn.
     let mut handles: Vec<_> = (0..3).map(|h| store.handle(h).unwrap()).collect();
-    let mut live = vec![true; 3];
+    let mut live = [true; 3];
     let mut made = 0u64;
     let mut i = 0u64;
     while live.iter().any(|&l| l) {
