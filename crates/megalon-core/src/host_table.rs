@@ -303,9 +303,25 @@ pub(crate) fn this_process() -> u32 {
     std::process::id()
 }
 
-/// This process's start time, as [`note_holder`] notes it.
+/// This process's start time, as [`note_holder`] notes it (0, unknown, when `/proc` is
+/// not this process's pid namespace's: it would be another process's).
 pub(crate) fn own_start() -> u64 {
+    if !proc_is_ours() {
+        return 0;
+    }
     process_start(this_process()).unwrap_or(0)
+}
+
+/// Whether `/proc` shows this process's pid namespace: `/proc/self` names this process's
+/// own id. A pid namespace made without a `/proc` of its own (`unshare --pid --fork`
+/// without `--mount-proc`, a container that did not mount one) still sees its parent
+/// namespace's, where a pid of this namespace names another process (or none): its
+/// start time and state say nothing of the holder.
+fn proc_is_ours() -> bool {
+    std::fs::read_link("/proc/self")
+        .ok()
+        .and_then(|link| link.to_str()?.parse::<u32>().ok())
+        == Some(this_process())
 }
 
 /// Frees `host`'s row, which life `life` of this process holds (its holder leaves). A row
@@ -510,6 +526,11 @@ pub(crate) fn process_gone(pod: &Pod, host: HostId, pid: u32, life: u64) -> Opti
     if started >> 40 != life & NOTE_LIFE_MASK {
         return None;
     }
+    // A `/proc` of another pid namespace cannot tell this namespace's processes apart:
+    // its lease tells.
+    if !proc_is_ours() {
+        return None;
+    }
     Some(!process_alive(pid, started & START_MASK))
 }
 
@@ -572,8 +593,13 @@ pub(crate) fn this_machine() -> u64 {
             .unwrap_or_else(|_| b"unknown machine".to_vec());
         // A pid names a process only within its pid namespace: hosts of one kernel in
         // two namespaces (two containers) are on two "machines", judged by their leases.
-        if let Ok(ns) = std::fs::read_link("/proc/self/ns/pid") {
-            id.extend_from_slice(ns.as_os_str().as_encoded_bytes());
+        // And a process's start time reads shifted by the reader's boot-time offset: hosts
+        // in two time namespaces (`unshare --time`, a container restored by CRIU) each
+        // read another start time than the other noted of itself.
+        for ns in ["/proc/self/ns/pid", "/proc/self/ns/time"] {
+            if let Ok(ns) = std::fs::read_link(ns) {
+                id.extend_from_slice(ns.as_os_str().as_encoded_bytes());
+            }
         }
         crate::header::fnv1a64(&id) | 1
     })
@@ -596,6 +622,30 @@ fn process_start(pid: u32) -> Option<u64> {
     process_stat(pid).map(|(_, started)| started)
 }
 
+/// Whether process `pid` has a thread other than its first (whose id is the pid's) that
+/// has not ended: a process whose threads have all ended lists only its first in
+/// `/proc/PID/task` (the others go at once; the first stays until the process is reaped).
+fn other_threads_run(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.filter_map(|task| task.ok()).any(|task| {
+        task.file_name()
+            .to_str()
+            .and_then(|name| name.parse::<u32>().ok())
+            .is_some_and(|tid| {
+                tid != pid
+                    && std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))
+                        .ok()
+                        .and_then(|stat| {
+                            let state = stat[stat.rfind(')')? + 1..].trim_start().chars().next()?;
+                            Some(!matches!(state, 'Z' | 'X'))
+                        })
+                        .unwrap_or(false)
+            })
+    })
+}
+
 /// Whether process `pid` runs and is the one that started at `started` (0: unknown).
 fn process_alive(pid: u32, started: u64) -> bool {
     let Ok(raw) = i32::try_from(pid) else {
@@ -608,8 +658,10 @@ fn process_alive(pid: u32, started: u64) -> bool {
         return false;
     }
     match process_stat(pid) {
-        // Exited, not yet reaped by its parent.
-        Some(('Z' | 'X', _)) => false,
+        // Exited, not yet reaped by its parent; unless only its first thread ended
+        // (`pthread_exit` in `main`): the kernel shows a thread-group leader that ended
+        // as a zombie while the process's other threads run on.
+        Some(('Z' | 'X', now)) => (started == 0 || now == started) && other_threads_run(pid),
         // A reused pid names a process that started later.
         Some((_, now)) => started == 0 || now == started,
         None => true,

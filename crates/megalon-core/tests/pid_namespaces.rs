@@ -97,3 +97,173 @@ fn a_host_in_another_pid_namespace_is_not_taken_for_dead() {
     );
     assert_eq!(rows.len(), 2, "both live hosts keep their rows: {rows:?}");
 }
+
+const NO_PROC_POD_ENV: &str = "MEGALON_PID_NAMESPACE_NO_PROC_POD";
+const NO_PROC_PID_ENV: &str = "MEGALON_PID_NAMESPACE_NO_PROC_PID";
+
+/// The child of `a_pid_namespace_without_its_own_proc_takes_no_live_host_for_dead`: runs
+/// in a pid namespace of its own whose `/proc` is still the parent namespace's (`unshare
+/// --pid --fork` without `--mount-proc`), as the pid the parent chose, joins two hosts and
+/// lets their pumps watch each other for a few leases. Exits 0 if neither took the other
+/// for dead.
+#[test]
+fn child_in_a_pid_namespace_without_its_own_proc() {
+    let Some(path) = std::env::var_os(NO_PROC_POD_ENV) else {
+        return;
+    };
+    let wanted: u32 = std::env::var(NO_PROC_PID_ENV).unwrap().parse().unwrap();
+    eprintln!(
+        "child: pid {} in its namespace (wanted {wanted}); /proc/self is {:?}",
+        std::process::id(),
+        std::fs::read_link("/proc/self").ok()
+    );
+    let pod = Arc::new(Pod::open(Backing::file(&path)).unwrap());
+    let a = Host::join(&pod, Join::As(0), pumped()).unwrap();
+    let b = Host::join(&pod, Join::As(1), pumped()).unwrap();
+    // Several leases (300 ms): both pumps watch a few times per lease.
+    std::thread::sleep(Duration::from_millis(1200));
+    let recovered = a.inspect().stats().hosts_recovered + b.inspect().stats().hosts_recovered;
+    let write = a.create(b"key", b"value");
+    eprintln!("child: recovered {recovered}, a's create: {write:?}");
+    std::process::exit(if recovered == 0 && write.is_ok() {
+        0
+    } else {
+        1
+    });
+}
+
+/// Two live hosts of one process in a pid namespace whose `/proc` is the parent
+/// namespace's (`unshare --pid --fork` without `--mount-proc`, a container that did not
+/// mount its own): a pid of the namespace read in `/proc` names another process there
+/// (here a zombie of the parent's namespace with the same number). A live host must never
+/// be taken for dead by a host of its own process.
+#[test]
+fn a_pid_namespace_without_its_own_proc_takes_no_live_host_for_dead() {
+    let unshare_works = Command::new("unshare")
+        .args(["--pid", "--fork", "true"])
+        .status()
+        .is_ok_and(|status| status.success());
+    if !unshare_works {
+        eprintln!("skipped: unshare --pid is not allowed here");
+        return;
+    }
+    let path = std::path::Path::new("/dev/shm").join(format!(
+        "megalon-pid-namespace-no-proc-{}.pod",
+        std::process::id()
+    ));
+    let _cleanup = tempfile::TempPath::try_from_path(&path).unwrap();
+    let config = PodConfig::new().lnr_bytes(1 << 20).lease_ms(300);
+    drop(Pod::create(&config, Backing::file(&path)).unwrap());
+    // A process of this namespace that exits and is not reaped: a zombie, whose pid the
+    // child takes in its own namespace.
+    let mut zombie = Command::new("true").spawn().unwrap();
+    let pid = zombie.id();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        if stat[stat.rfind(')').unwrap() + 1..]
+            .trim_start()
+            .starts_with('Z')
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no zombie");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let status = Command::new("unshare")
+        .args(["--pid", "--fork", "sh", "-c"])
+        .arg(format!(
+            "echo {} > /proc/sys/kernel/ns_last_pid || exit 77; \"$@\"; status=$?; exit $status",
+            pid - 1
+        ))
+        .arg("sh")
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_in_a_pid_namespace_without_its_own_proc",
+            "--nocapture",
+        ])
+        .env(NO_PROC_POD_ENV, &path)
+        .env(NO_PROC_PID_ENV, pid.to_string())
+        .stdin(Stdio::null())
+        .status()
+        .unwrap();
+    let _ = zombie.wait();
+    if status.code() == Some(77) {
+        eprintln!("skipped: ns_last_pid is not writable here");
+        return;
+    }
+    assert!(
+        status.success(),
+        "a live host was taken for dead by a host of its own process ({status})"
+    );
+}
+
+const TIME_POD_ENV: &str = "MEGALON_TIME_NAMESPACE_POD";
+
+/// The child of `a_host_in_another_time_namespace_is_not_taken_for_dead`: joins as host 1
+/// from a time namespace of its own (same pid namespace), says so, and stays joined until
+/// the parent is done.
+#[test]
+fn child_in_its_own_time_namespace() {
+    let Some(path) = std::env::var_os(TIME_POD_ENV) else {
+        return;
+    };
+    let pod = Arc::new(Pod::open(Backing::file(&path)).unwrap());
+    let host = Host::join(&pod, Join::As(1), pumped()).unwrap();
+    let (parent, child) = words(&pod);
+    child.store(1, Ordering::Release);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while parent.load(Ordering::Acquire) < 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(host);
+}
+
+/// Two live hosts of one machine and one pid namespace, one of them in a time namespace
+/// of its own (`unshare --time --boottime`, as a container restored by CRIU runs): the
+/// kernel shows a process's start time (`/proc/PID/stat`, in clock ticks after boot)
+/// shifted by the reader's boot-time offset, so the start time each host noted of itself
+/// is not the one the other reads. A live host must never be taken for dead.
+#[test]
+fn a_host_in_another_time_namespace_is_not_taken_for_dead() {
+    let unshare_works = Command::new("unshare")
+        .args(["--time", "--fork", "--boottime", "1000000", "true"])
+        .status()
+        .is_ok_and(|status| status.success());
+    if !unshare_works {
+        eprintln!("skipped: unshare --time is not allowed here");
+        return;
+    }
+    let path = std::path::Path::new("/dev/shm")
+        .join(format!("megalon-time-namespace-{}.pod", std::process::id()));
+    let _cleanup = tempfile::TempPath::try_from_path(&path).unwrap();
+    let config = PodConfig::new().lnr_bytes(1 << 20).lease_ms(300);
+    let pod = Arc::new(Pod::create(&config, Backing::file(&path)).unwrap());
+    let host = Host::join(&pod, Join::As(0), pumped()).unwrap();
+    let mut child = Command::new("unshare")
+        .args(["--time", "--fork", "--boottime", "1000000"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "child_in_its_own_time_namespace", "--nocapture"])
+        .env(TIME_POD_ENV, &path)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (parent, joined) = words(&pod);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while joined.load(Ordering::Acquire) < 1 {
+        assert!(Instant::now() < deadline, "the child never joined");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Three leases: both pumps watch a few times per lease.
+    std::thread::sleep(Duration::from_millis(900));
+    let rows: Vec<_> = pod.hosts().iter().map(|row| (row.host, row.pid)).collect();
+    let recovered = host.inspect().stats().hosts_recovered;
+    parent.store(1, Ordering::Release);
+    let _ = child.wait();
+    assert_eq!(
+        recovered, 0,
+        "a live host of another time namespace was recovered"
+    );
+    assert_eq!(rows.len(), 2, "both live hosts keep their rows: {rows:?}");
+}
