@@ -505,7 +505,36 @@ impl Shared {
                 busy_rounds -= 1;
                 std::thread::yield_now();
             } else {
-                std::thread::park_timeout(interval);
+                self.idle(interval);
+            }
+        }
+    }
+
+    /// The pump's sleep between rounds: `interval`, beating at least every eighth of the
+    /// pod's lease meanwhile. The pump's beat is the host's lease: an interval near or past
+    /// the lease (an idle host that need not replay often) got a live host judged by its
+    /// lease declared dead between two rounds. Ends early when the host stops or its pump
+    /// is told to panic.
+    fn idle(&self, interval: Duration) {
+        let lease = Duration::from_millis(u64::from(self.pod.config().lease_ms));
+        let slice = lease / 8;
+        // Checked: an interval past what `Instant` holds has no end.
+        let until = std::time::Instant::now().checked_add(interval);
+        loop {
+            let left = until.map_or(Duration::MAX, |until| {
+                until.saturating_duration_since(std::time::Instant::now())
+            });
+            if left.is_zero()
+                || self.stop.load(std::sync::atomic::Ordering::Acquire)
+                || self
+                    .pump_told_to_panic
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            {
+                return;
+            }
+            std::thread::park_timeout(left.min(slice));
+            if left > slice {
+                self.beat();
             }
         }
     }

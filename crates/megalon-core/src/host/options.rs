@@ -24,10 +24,12 @@ pub struct HostOptions {
     /// How it touches LNR.
     pub memory: MemoryKind,
     /// How often its background pump replays the log (and serves slot requests), so an
-    /// idle host never holds the log's head back. It also renews the host's lease: an
-    /// interval near the pod's lease ([`PodConfig::lease_ms`](crate::PodConfig#structfield.lease_ms))
-    /// gets an idle host that other machines judge by its lease declared dead. `None`: no
-    /// pump (tests that drive replay by hand).
+    /// idle host never holds the log's head back. It also renews the host's lease: between
+    /// rounds it beats at least every eighth of the pod's lease
+    /// ([`PodConfig::lease_ms`](crate::PodConfig#structfield.lease_ms)), whatever the
+    /// interval. `None`: no pump and no heartbeat (tests that drive replay by hand): a
+    /// host that other machines judge by its lease is declared dead once it has been idle
+    /// for a lease.
     pub pump_interval: Option<Duration>,
     /// How long any wait on another host may last before it answers an error naming
     /// whom it waited for.
