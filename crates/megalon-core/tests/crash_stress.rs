@@ -59,8 +59,8 @@ use std::time::{Duration, Instant};
 
 use megalon_core::{Backing, Error, Host, HostOptions, Join, MemoryKind, Pod, PodConfig};
 use megalon_workload::{
-    check, Call, Clock, History, Operation, Outcome, ProcessId, RandomSource, SplitMix64,
-    ThreadLog, ThreadRecorder, Value,
+    check, Call, Clock, History, KnownWrites, Operation, Outcome, ProcessId, RandomSource,
+    SplitMix64, ThreadLog, ThreadRecorder, Value,
 };
 
 /// Bytes of an object slot: four lines, so a write cut short by a kill could tear.
@@ -892,31 +892,24 @@ impl Run {
 
     /// Every worker's history and `more`, merged. Each is read as the merge takes it, so
     /// only one is in memory besides the merged history. A killed worker's puts and gets
-    /// served from its DRAM are of uncertain and unknown outcome (see the module's docs).
+    /// served from its DRAM are of uncertain and unknown outcome (see the module's docs),
+    /// but for a get the other logs show stale: a first pass notes every write whose
+    /// effect is known (`KnownWrites`), so that a get of a lost value that another write
+    /// had overwritten before it began is still judged.
     fn history(&self, more: ThreadLog) -> Result<History, String> {
+        let mut known = KnownWrites::default();
+        for incarnation in 0..self.started {
+            let log = self.log(incarnation, &known)?;
+            known.add(&log);
+        }
+        known.add(&more);
+        known.seal();
         let mut unreadable = None;
-        let logs = (0..self.started).map_while(|incarnation| {
-            let path = self.history_path(incarnation);
-            let log = File::open(&path)
-                .map_err(megalon_workload::Error::from)
-                .and_then(|file| ThreadLog::read_from(BufReader::new(file)));
-            match log {
-                Ok(log) if self.killed.contains(&incarnation) => {
-                    let in_memory = Notes::read(&self.notes_path(incarnation)).in_memory;
-                    // Doomed workers that killed themselves before their join was done
-                    // are not timed: they made no call.
-                    let recovered_by = self.recovered_at.get(&incarnation).copied();
-                    let log = log.with_lost_writes(|index| in_memory.contains(&index));
-                    Some(match recovered_by {
-                        Some(by) => log.with_unfinished_ending_by(by),
-                        None => log,
-                    })
-                }
-                Ok(log) => Some(log),
-                Err(error) => {
-                    unreadable = Some(format!("{}: {error}", path.display()));
-                    None
-                }
+        let logs = (0..self.started).map_while(|incarnation| match self.log(incarnation, &known) {
+            Ok(log) => Some(log),
+            Err(error) => {
+                unreadable = Some(error);
+                None
             }
         });
         let merged = History::merge(logs.chain([more]));
@@ -924,6 +917,29 @@ impl Run {
             (Some(error), _) => Err(error),
             (None, merged) => merged.map_err(|e| format!("merging the histories: {e}")),
         }
+    }
+
+    /// Worker `incarnation`'s history as the checker takes it: a killed worker's calls
+    /// served from its DRAM made uncertain or unknown (judged `against` the known writes:
+    /// see `history`), its calls cut off by the kill bounded by its recovery.
+    fn log(&self, incarnation: u32, against: &KnownWrites) -> Result<ThreadLog, String> {
+        let path = self.history_path(incarnation);
+        let log = File::open(&path)
+            .map_err(megalon_workload::Error::from)
+            .and_then(|file| ThreadLog::read_from(BufReader::new(file)))
+            .map_err(|error| format!("{}: {error}", path.display()))?;
+        if !self.killed.contains(&incarnation) {
+            return Ok(log);
+        }
+        let in_memory = Notes::read(&self.notes_path(incarnation)).in_memory;
+        // Doomed workers that killed themselves before their join was done are not
+        // timed: they made no call.
+        let recovered_by = self.recovered_at.get(&incarnation).copied();
+        let log = log.with_lost_writes_against(|index| in_memory.contains(&index), against);
+        Ok(match recovered_by {
+            Some(by) => log.with_unfinished_ending_by(by),
+            None => log,
+        })
     }
 
     /// The errors of the calls that failed, from every worker's stderr, with their digits

@@ -82,7 +82,7 @@ pub use generator::{
 };
 pub use history::{Call, History, HistoryBuilder, KeyId, Operation, Outcome, ProcessId};
 pub use latency::LatencyHistogram;
-pub use recorder::{Clock, Pending, ThreadLog, ThreadRecorder};
+pub use recorder::{Clock, KnownWrites, Pending, ThreadLog, ThreadRecorder};
 pub use value::{Torn, TornReason, Value, MAX_ENCODED_LEN_BYTES, MIN_ENCODED_LEN_BYTES};
 
 /// Errors of encoding values, recording, building and reading histories.
