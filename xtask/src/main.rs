@@ -922,6 +922,8 @@ fn ci() -> ExitCode {
             "late_writer",
             "--test",
             "published",
+            "--test",
+            "slot_grants",
         ],
         // The KV store's tests of appends that fail (core chaos hooks).
         &[

@@ -20,6 +20,11 @@ use crate::replica::{Index, Outcome};
 use crate::slot::SlotPool;
 use crate::sync::Ordering;
 
+/// How long a create that asked for slots waits for them before it asks again (doubling
+/// each time, up to [`REASK_MOST`]; see `take_slot`).
+const REASK_FIRST: std::time::Duration = std::time::Duration::from_millis(2);
+const REASK_MOST: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// What one replay collects while it applies entries, to act on once `ctail` covers them.
 #[derive(Default)]
 struct Replayed {
@@ -637,7 +642,12 @@ impl Shared {
     /// else asked of the host with the most (bounded wait).
     pub(super) fn take_slot(&self) -> Result<u64> {
         let mut backoff = Backoff::new(self.options.wait_limit);
-        let mut asked = false;
+        // When this call last asked, and how long it waits for that ask's slots before it
+        // asks again: the slots granted to this host go to its pool, where another of its
+        // threads may take them first, and a donor whose pool was empty by the time it
+        // served (its own creates in flight) grants nothing. Asked once only, the call
+        // waited out its limit (`SlotsExhausted`) while other hosts held free slots.
+        let mut asked: Option<(std::time::Instant, std::time::Duration)> = None;
         loop {
             if let Some(slot) = self.slots.lock().pop() {
                 return Ok(slot);
@@ -648,11 +658,16 @@ impl Shared {
                 })?;
                 continue;
             }
-            if !asked {
+            let ask_again = match asked {
+                None => Some(REASK_FIRST),
+                Some((at, wait)) if at.elapsed() >= wait => Some((wait * 2).min(REASK_MOST)),
+                Some(_) => None,
+            };
+            if let Some(next_wait) = ask_again {
                 self.submit(&Event::NeedSlots {
                     count: self.claim_chunk_slots,
                 })?;
-                asked = true;
+                asked = Some((std::time::Instant::now(), next_wait));
             }
             self.replay(None)?;
             if !backoff.snooze() {
