@@ -151,6 +151,16 @@ fn pod(args: &Args) -> Result<(Pod, &'static str), String> {
     }
 }
 
+/// `bytes` in MiB when whole MiB, else in KiB: an opened pod's SCR of 64 KiB said
+/// "0 MiB SCR".
+fn size(bytes: u64) -> String {
+    if bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{} KiB", bytes >> 10)
+    }
+}
+
 fn socket_path(pattern: &str, host: u32) -> PathBuf {
     PathBuf::from(pattern.replace("{host}", &host.to_string()))
 }
@@ -190,10 +200,24 @@ fn run(args: &Args) -> Result<(), String> {
     if args.hosts == 0 || args.workers == 0 || args.max_clients == 0 {
         return Err("--hosts, --workers and --max-clients must be positive".into());
     }
+    if args.wait_limit_ms == 0 {
+        return Err(
+            "--wait-limit-ms 0: at least 1 is needed (every wait on another host would fail at once)"
+                .into(),
+        );
+    }
     if args.hosts > 1 && !args.socket.contains("{host}") {
         return Err(format!(
             "--socket {} names one socket for {} hosts: put {{host}} in it",
             args.socket, args.hosts
+        ));
+    }
+    if args.pod.is_none() && args.hosts > args.max_hosts as usize {
+        // The heap pod is new: its table holds --max-hosts (the join said only "the host
+        // table is full: all 8 hosts are joined").
+        return Err(format!(
+            "--hosts {} with --max-hosts {}: the new pod holds at most --max-hosts hosts; raise it",
+            args.hosts, args.max_hosts
         ));
     }
     if args.host.is_some() && args.hosts > 1 {
@@ -242,11 +266,11 @@ fn run(args: &Args) -> Result<(), String> {
         .as_deref()
         .map_or_else(|| "heap".to_string(), |p: &Path| p.display().to_string());
     println!(
-        "megalon-server: pod {pod_name} {how} (slots of {} bytes, keys up to {} bytes, {} MiB LNR, {} MiB SCR); {} worker(s) per host",
+        "megalon-server: pod {pod_name} {how} (slots of {} bytes, keys up to {} bytes, {} LNR, {} SCR); {} worker(s) per host",
         config.slot_size_bytes,
         config.max_key_bytes,
-        config.lnr_bytes >> 20,
-        config.scr_bytes >> 20,
+        size(config.lnr_bytes),
+        size(config.scr_bytes),
         args.workers
     );
     for host in server.hosts() {

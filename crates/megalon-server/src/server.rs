@@ -94,6 +94,31 @@ impl Server {
     ) -> io::Result<Server> {
         assert_eq!(stores.len(), listen.len(), "one listen per host");
         let shutdown = Arc::new(Shutdown::default());
+        // The socket files bound so far: a start that fails after binding some removes
+        // them (the process exits with the error; nothing else would), and stops the
+        // workers it started.
+        let mut bound = BoundSockets(Vec::new());
+        let started = Self::start_binding(stores, listen, serving, &shutdown, &mut bound);
+        match started {
+            Ok(server) => {
+                bound.0.clear();
+                Ok(server)
+            }
+            Err(e) => {
+                shutdown.trigger();
+                Err(e)
+            }
+        }
+    }
+
+    fn start_binding(
+        stores: Vec<Store<Megalon>>,
+        listen: Vec<Listen>,
+        serving: Serving,
+        shutdown: &Arc<Shutdown>,
+        bound: &mut BoundSockets,
+    ) -> io::Result<Server> {
+        let shutdown = Arc::clone(shutdown);
         let poll = Poll::new()?;
         let mut listeners = Vec::new();
         let mut hosts = Vec::new();
@@ -101,6 +126,7 @@ impl Server {
             let mut unix = bind_unix(&listen.socket).map_err(|e| {
                 io::Error::new(e.kind(), format!("{}: {e}", listen.socket.display()))
             })?;
+            bound.0.push(listen.socket.clone());
             poll.registry()
                 .register(&mut unix, Token(listeners.len()), Interest::READABLE)?;
             listeners.push((hosts.len(), Listener::Unix(unix)));
@@ -134,7 +160,16 @@ impl Server {
                 threads.push(
                     thread::Builder::new()
                         .name(format!("megalon-server-h{}-w{w}", host.host_id))
-                        .spawn(move || worker.run())?,
+                        .spawn(move || worker.run())
+                        .map_err(|e| {
+                            io::Error::new(
+                                e.kind(),
+                                format!(
+                                    "starting worker {w} of {} of host {} (--workers): {e}",
+                                    serving.workers, host.host_id
+                                ),
+                            )
+                        })?,
                 );
             }
             workers.push(senders);
@@ -185,6 +220,18 @@ impl Server {
                 Err(_) => unreachable!("every thread holding a host has stopped"),
             })
             .collect()
+    }
+}
+
+/// Socket files a start bound; removed when dropped unless emptied (the start succeeded
+/// and the acceptor owns them).
+struct BoundSockets(Vec<PathBuf>);
+
+impl Drop for BoundSockets {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 
@@ -310,5 +357,49 @@ mod tests {
         let socket = dir.path().join("stale.sock");
         drop(bind_unix(&socket).unwrap());
         bind_unix(&socket).expect("a socket nobody answers on is replaced");
+    }
+
+    /// A start that fails after some sockets are bound (host 1's TCP port is taken, a
+    /// worker thread cannot start) removes the socket files it made: the process exits
+    /// with its error, and its sockets were left in /tmp.
+    #[test]
+    fn a_start_that_fails_leaves_no_socket_files() {
+        use std::sync::Arc;
+
+        use megalon_core::{Backing, Host, HostOptions, Join, Pod, PodConfig};
+        use megalon_kv::{Megalon, Store};
+
+        use super::{Listen, Server, Serving};
+
+        let dir = tempfile::tempdir().unwrap();
+        let pod = Arc::new(Pod::create(&PodConfig::new(), Backing::heap()).unwrap());
+        let stores = (0..2)
+            .map(|_| {
+                let host = Host::join(&pod, Join::AnyFree, HostOptions::new()).unwrap();
+                Store::new(Megalon::new(Arc::clone(&pod), vec![Arc::new(host)]))
+            })
+            .collect();
+        // Host 1's port is taken (by a listener of this test).
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let taken_port = taken.local_addr().unwrap().port();
+        let listen = (0..2)
+            .map(|h| Listen {
+                socket: dir.path().join(format!("h{h}.sock")),
+                tcp_port: (h == 1).then_some(taken_port),
+            })
+            .collect();
+        let serving = Serving {
+            workers: 1,
+            max_clients: 1,
+        };
+        let failed = Server::start(stores, listen, serving)
+            .err()
+            .expect("port taken");
+        assert!(failed.to_string().contains("in use"), "{failed}");
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "socket files left: {left:?}");
     }
 }

@@ -205,6 +205,31 @@ fn pod_sizes_past_a_u64_of_bytes_are_refused_not_wrapped() {
     }
 }
 
+/// `--wait-limit-ms 0` was accepted: the server served, and every command that met
+/// another client's write failed at once ("ERR record N stayed busy for 0 ms", INCRs of
+/// two redis-benchmark clients). A wait limit of 0 is refused, naming the flag.
+#[test]
+fn a_wait_limit_of_zero_is_refused_by_name() {
+    let dir = scratch_dir();
+    let (status, text) = run_to_exit(&["--wait-limit-ms", "0"], &dir.path().join("h.sock"));
+    assert!(
+        matches!(status, Some(status) if !status.success()) && text.contains("--wait-limit-ms"),
+        "--wait-limit-ms 0: the server started ({status:?}), stderr {text:?}"
+    );
+}
+
+/// `--hosts 9` on a heap pod of the default `--max-hosts 8` failed with "joining the pod:
+/// the host table is full: all 8 hosts are joined", naming no flag to change.
+#[test]
+fn more_hosts_than_max_hosts_names_both_flags() {
+    let dir = scratch_dir();
+    let (status, text) = run_to_exit(&["--hosts", "9"], &dir.path().join("h{host}.sock"));
+    assert!(
+        matches!(status, Some(status) if !status.success()) && text.contains("--max-hosts"),
+        "--hosts 9: {status:?}, stderr {text:?}"
+    );
+}
+
 /// A server stopping (SIGTERM) closes its listener at once, but removed its socket file
 /// only after every worker had finished: a worker in a store call (here a create waiting
 /// for log room behind a stopped host, up to the wait limit) kept it going for seconds.
