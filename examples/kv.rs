@@ -50,7 +50,7 @@ fn run(args: &Args) -> common::Result {
     let kv = &args.kv;
     kv.check()?;
     let config = kv.pod_config();
-    let pod = Arc::new(Pod::create(&config, Backing::heap())?);
+    let pod = Arc::new(Pod::create(&config, Backing::heap()).map_err(|e| kv.explain(e))?);
     let hosts = (0..kv.hosts)
         .map(|host| {
             let options = HostOptions::new().memory(kv.memory_of(host));
@@ -149,6 +149,25 @@ mod tests {
             common::failure(&["--hosts", "65", "--quiet"], run),
             "error: 65 hosts requested; the host table holds at most 64"
         );
+    }
+
+    /// A size the pod refuses is named by the flag that set it, not by the pod's own
+    /// parameter ("scr_bytes = 1024 is not a multiple of 4096" for `--scr-kib 1`).
+    #[test]
+    fn a_refused_pod_size_names_its_flag() {
+        for (flags, said) in [
+            (
+                ["--scr-kib", "1"],
+                "error: --scr-kib 1: scr_bytes = 1024 is not a multiple of 4096",
+            ),
+            (
+                ["--local-copies", "1000"],
+                "error: --local-copies 1000: copy_after_reads = 1000 is above the limit of 255",
+            ),
+        ] {
+            let flags = [&flags[..], &["--quiet"]].concat();
+            assert_eq!(common::failure(&flags, run), said);
+        }
     }
 
     #[test]

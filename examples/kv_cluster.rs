@@ -168,6 +168,12 @@ impl Args {
                 ));
             }
         }
+        if self.wait_seconds == 0 {
+            return Err(
+                "--wait-seconds 0: at least 1 is needed (every wait on another host would fail at once)"
+                    .into(),
+            );
+        }
         if self.wait_seconds > common::kv_args::MAX_SECONDS {
             return Err(format!(
                 "--wait-seconds {}: at most {} (a year) is supported",
@@ -378,12 +384,16 @@ impl fmt::Display for Summary {
     }
 }
 
-/// A flag set by SIGINT and SIGTERM: the parent's waits see it and fail, which kills the
-/// hosts and removes the pod file as any failure does. (A Ctrl-C also reaches the hosts,
-/// which die of it; the parent then fails on their exit.)
+/// A flag set by SIGINT, SIGTERM and SIGHUP (the terminal closed): the parent's waits see
+/// it and fail, which kills the hosts and removes the pod file as any failure does. (A
+/// Ctrl-C also reaches the hosts, which die of it; the parent then fails on their exit.)
 fn interrupted_by_signals() -> Result<Arc<AtomicBool>> {
     let interrupted = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+    for signal in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
         signal_hook::flag::register(signal, interrupted.clone())?;
     }
     Ok(interrupted)
@@ -416,7 +426,8 @@ fn parent(args: &Args, flags: &[OsString], interrupted: &AtomicBool) -> Result<S
     args.check()?;
     let path = args.pod.clone().unwrap_or_else(default_pod_path);
     refuse_a_file_that_is_not_a_pod(&path)?;
-    let pod = Pod::create(&pod_config(args), Backing::file(&path))?;
+    let pod =
+        Pod::create(&pod_config(args), Backing::file(&path)).map_err(|e| args.kv.explain(e))?;
     // Created: from here on the file is ours to remove.
     let _file = PodFile {
         path: path.clone(),
@@ -640,7 +651,7 @@ impl<'a> Cluster<'a> {
     /// time, and fails once the parent is interrupted.
     fn next_line(&mut self, until: Instant) -> Result<Option<(usize, String)>> {
         let interrupted = || self.interrupted.load(Ordering::Relaxed);
-        let interruption = || "interrupted (SIGINT or SIGTERM)".into();
+        let interruption = || "interrupted (SIGINT, SIGTERM or SIGHUP)".into();
         if interrupted() {
             return Err(interruption());
         }
@@ -1747,6 +1758,57 @@ mod tests {
         assert_eq!(tally.may_kill(), [0, 2], "host 2 joins again, as start 3");
         tally.take(2, "joined host=2 start=3").unwrap();
         assert_eq!(tally.may_kill(), [0, 1, 2]);
+    }
+
+    /// Where a test asks this test binary, started again, to be a parent that gets a
+    /// hangup ([`hangup_process`]).
+    const HANGUP: &str = "MEGALON_KV_CLUSTER_HANGUP";
+
+    /// A parent whose terminal closes (SIGHUP, an ssh session that drops) is interrupted
+    /// as by Ctrl-C: its waits fail and the pod file is removed. SIGHUP was not watched,
+    /// so it killed the parent on the spot and left the pod file (132 MiB by default) in
+    /// /dev/shm, which the docs say goes "however the run ends" but for SIGKILL.
+    #[test]
+    fn a_hangup_interrupts_the_parent_as_ctrl_c_does() {
+        let status = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "tests::hangup_process", "--nocapture"])
+            .env(HANGUP, "1")
+            .status()
+            .unwrap();
+        assert_eq!(
+            (status.code(), status.signal()),
+            (Some(0), None),
+            "the parent got SIGHUP: {status}"
+        );
+    }
+
+    /// The parent of [`a_hangup_interrupts_the_parent_as_ctrl_c_does`]: watches the
+    /// signals as `main` does, gets a SIGHUP, exits 0 if it was told (nothing in a normal
+    /// test run).
+    #[test]
+    fn hangup_process() {
+        if std::env::var(HANGUP).is_err() {
+            return;
+        }
+        let interrupted = interrupted_by_signals().unwrap();
+        signal_hook::low_level::raise(signal_hook::consts::SIGHUP).unwrap();
+        std::process::exit(if interrupted.load(Ordering::Relaxed) {
+            0
+        } else {
+            3
+        });
+    }
+
+    /// A wait limit of 0 s fails the first wait on another host ("no combiner served the
+    /// request within 0 ms"): a run of it fails after starting every host, naming
+    /// nothing the user set. Refused by name, before any pod file exists.
+    #[test]
+    fn a_wait_of_zero_seconds_is_refused_by_name() {
+        let args: Args = common::parse_flags(&["--wait-seconds", "0"]).unwrap();
+        assert_eq!(
+            args.check().unwrap_err(),
+            "--wait-seconds 0: at least 1 is needed (every wait on another host would fail at once)"
+        );
     }
 
     #[test]

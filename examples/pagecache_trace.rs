@@ -15,7 +15,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -76,10 +77,29 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    common::exit_code(run(&Args::parse()))
+    main_of(&Args::parse())
 }
 
-fn run(args: &Args) -> common::Result {
+/// What `main` does with its flags: runs the replays, stopped by SIGINT, SIGTERM or
+/// SIGHUP (then the data file is removed as at any other end, and the run fails).
+fn main_of(args: &Args) -> ExitCode {
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for signal in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        if let Err(e) = signal_hook::flag::register(signal, Arc::clone(&interrupted)) {
+            return common::exit_code(Err(format!("watching signals: {e}").into()));
+        }
+    }
+    common::exit_code(run(args, &interrupted))
+}
+
+/// The error of a replay stopped by a signal.
+const INTERRUPTED: &str = "interrupted (SIGINT, SIGTERM or SIGHUP)";
+
+fn run(args: &Args, interrupted: &AtomicBool) -> common::Result {
     if args.hosts == 0 {
         return Err("--hosts 0: at least 1 is needed".into());
     }
@@ -137,7 +157,14 @@ fn run(args: &Args) -> common::Result {
         file.set_len(trace.size_bytes())?;
     }
     drop(file);
-    let result = replay_both(args, &trace, cache_pages, &path, lru.hit_ratio());
+    let result = replay_both(
+        args,
+        &trace,
+        cache_pages,
+        &path,
+        lru.hit_ratio(),
+        interrupted,
+    );
     if remove {
         let _ = std::fs::remove_file(&path);
     }
@@ -152,8 +179,9 @@ fn replay_both(
     cache_pages: u64,
     path: &Path,
     lru_hit_ratio: f64,
+    interrupted: &AtomicBool,
 ) -> common::Result {
-    let (stats, seconds) = replay(args, trace, cache_pages, path, 1)?;
+    let (stats, seconds) = replay(args, trace, cache_pages, path, 1, interrupted)?;
     println!("1 host, every request in trace order (the order the LRU sees):");
     println!(
         "  hit ratio {:.2}%   exact LRU of {cache_pages} pages, same order: {:.2}%",
@@ -162,7 +190,7 @@ fn replay_both(
     );
     print_replay(trace, &stats, seconds);
     if args.hosts > 1 {
-        let (stats, seconds) = replay(args, trace, cache_pages, path, args.hosts)?;
+        let (stats, seconds) = replay(args, trace, cache_pages, path, args.hosts, interrupted)?;
         println!(
             "{hosts} hosts sharing the cache, request i on host i mod {hosts}, concurrently:",
             hosts = args.hosts
@@ -231,6 +259,7 @@ fn replay(
     cache_pages: u64,
     path: &Path,
     hosts: u32,
+    interrupted: &AtomicBool,
 ) -> common::Result<(PageCacheStats, f64)> {
     let config = PageCacheConfig::new(cache_pages).max_hosts(hosts);
     let pod = PageCache::create_pod(&config, Backing::heap()).map_err(explain)?;
@@ -267,6 +296,9 @@ fn replay(
                     let file = cache.open(path)?;
                     let mut buf = Vec::new();
                     for request in requests.iter().skip(host).step_by(step) {
+                        if interrupted.load(Ordering::Relaxed) {
+                            break;
+                        }
                         let len = (request.block_count() * BLOCK_SIZE_BYTES) as usize;
                         buf.resize(len, 0);
                         cache.read(file, request.first_block() * BLOCK_SIZE_BYTES, &mut buf)?;
@@ -289,6 +321,10 @@ fn replay(
             .into_iter()
             .try_for_each(|w| w.join().expect("replayer panicked"))
     })?;
+    if interrupted.load(Ordering::Relaxed) {
+        bar.abandon();
+        return Err(INTERRUPTED.into());
+    }
     let seconds = began.elapsed().as_secs_f64();
     bar.finish_and_clear();
     let mut total = PageCacheStats::default();
@@ -307,11 +343,88 @@ fn replay(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::Command;
+
+    /// Where a test asks this test binary, started again, to replay a trace as `main`
+    /// does ([`replay_process`]): the trace's path.
+    const REPLAY_TRACE: &str = "MEGALON_PAGECACHE_TRACE_REPLAY";
+
+    /// A replay stopped by Ctrl-C (SIGINT) or SIGTERM removes the data file it made: its
+    /// `--help` says the file is "removed at the end", but the signal killed the process
+    /// before the removal and left a sparse file of the trace's size (5 GiB for P3) in
+    /// the temporary directory, one per interrupted run.
+    #[test]
+    fn an_interrupted_replay_removes_its_data_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let trace = dir.path().join("trace.lis");
+        let mut text = String::new();
+        for i in 0..400_000u64 {
+            // Scattered 4 KiB reads over 4 GiB: mostly misses, slow enough to interrupt.
+            let block = (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) * 8;
+            text += &format!("{block} 8 0 {i}\n");
+        }
+        std::fs::write(&trace, text).unwrap();
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir(&tmp).unwrap();
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "tests::replay_process", "--nocapture"])
+            .env(REPLAY_TRACE, &trace)
+            .env("TMPDIR", &tmp)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let data_files = || std::fs::read_dir(&tmp).unwrap().count();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while data_files() == 0 {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the replay ended first"
+            );
+            assert!(Instant::now() < deadline, "no data file after 60 s");
+            thread::sleep(Duration::from_millis(10));
+        }
+        thread::sleep(Duration::from_millis(200));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the replay ended first"
+        );
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let exited = child.wait().unwrap();
+        let left: Vec<_> = std::fs::read_dir(&tmp)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "left after {exited}: {left:?}");
+        assert!(!exited.success(), "an interrupted replay fails: {exited}");
+    }
+
+    /// The replay of [`an_interrupted_replay_removes_its_data_file`], run as `main` runs
+    /// it (nothing in a normal test run).
+    #[test]
+    fn replay_process() {
+        let Ok(trace) = std::env::var(REPLAY_TRACE) else {
+            return;
+        };
+        let args =
+            common::parse_flags::<Args>(&["--trace", &trace, "--hosts", "1", "--quiet"]).unwrap();
+        std::process::exit(match main_of(&args) {
+            code if code == ExitCode::SUCCESS => 0,
+            _ => 1,
+        });
+    }
 
     #[test]
     fn a_missing_trace_is_one_line_naming_it() {
         assert_eq!(
-            common::failure(&["--trace", "/nonexistent.zst", "--quiet"], run),
+            common::failure(
+                &["--trace", "/nonexistent.zst", "--quiet"],
+                |args: &Args| run(args, &AtomicBool::new(false))
+            ),
             "error: reading trace /nonexistent.zst: No such file or directory (os error 2)"
         );
     }

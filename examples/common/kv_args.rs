@@ -151,6 +151,29 @@ impl KvArgs {
             .local_copies(self.local_copies)
     }
 
+    /// The pod's refusal of the configuration these flags made, led by the flag that set
+    /// the refused value: the pod names its own parameter (`scr_bytes = 1024 is not a
+    /// multiple of 4096` for `--scr-kib 1`), which no flag is called.
+    pub fn explain(&self, error: megalon::core::Error) -> Box<dyn std::error::Error> {
+        use megalon::core::Error::{AboveLimit, BelowMinimum, UnalignedSize, ZeroSize};
+        let parameter = match &error {
+            ZeroSize { parameter }
+            | UnalignedSize { parameter, .. }
+            | AboveLimit { parameter, .. }
+            | BelowMinimum { parameter, .. } => *parameter,
+            _ => return error.into(),
+        };
+        let flag = match parameter {
+            "scr_bytes" => format!("--scr-kib {}", self.scr_kib),
+            "partition_after_accesses" => {
+                format!("--local-partitions {}", self.local_partitions)
+            }
+            "copy_after_reads" => format!("--local-copies {}", self.local_copies),
+            _ => return error.into(),
+        };
+        format!("{flag}: {error}").into()
+    }
+
     /// The memory of host `host`: a simulated cache gets a seed of its own, from `--seed`.
     pub fn memory_of(&self, host: u32) -> MemoryKind {
         self.memory.for_host(self.seed, host)
