@@ -600,6 +600,19 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
             "a_claim_paused_before_its_cas_does_not_leak_a_dead_deleters_record",
         )],
     ),
+    (
+        "recoverer-checks-before-it-clears",
+        &[
+            (
+                "recovery_races",
+                "a_paused_recoverer_that_resumes_clears_no_announce_of_the_ids_next_life",
+            ),
+            (
+                "recovery_races",
+                "a_recoverer_paused_after_a_restore_clears_no_announce_of_the_ids_next_life",
+            ),
+        ],
+    ),
 ];
 
 /// Runs the mutant tests with `step` switched off (or none), returning the failing tests:

@@ -50,6 +50,8 @@ pub enum Point {
     UnlockAfterCheck,
     /// `write_end`, after the unlock, before the lock's announce is cleared.
     WriteAfterUnlock,
+    /// An allocation, right after its CAS that claims a free record.
+    ClaimAfterCas,
     /// An allocation, after claiming a free record, before appending its event.
     AllocAfterClaim,
     /// An allocation that lost in the log, before it frees its record.

@@ -178,6 +178,13 @@ pub enum Step {
     /// announces the record. Skipped, a claimer paused before its CAS from free fails it
     /// and lets go, and the record stays in use with no object for good.
     RestoredClaimSettledLater,
+    /// A recoverer checks that it still recovers (not declared dead, the word and the
+    /// record under recovery its own) before every store to a dead host's announce: the
+    /// clear of one whose lock was never taken or was released, the rewrite to a claim,
+    /// the clear of a restored writer's. Skipped, one paused past its lease and taken
+    /// over clears the announce of the dead id's next life, whose lock a later recovery
+    /// then takes for a dead host's.
+    RecovererChecksBeforeItClears,
 }
 
 // Without the feature the steps are only the names of the guards in the code.
@@ -227,6 +234,7 @@ impl Step {
         Step::InvalidationFenced,
         Step::FillOnlyUnderTheRecoveryWord,
         Step::RestoredClaimSettledLater,
+        Step::RecovererChecksBeforeItClears,
     ];
 
     /// The name `MEGALON_MUTANT` takes.
@@ -274,6 +282,7 @@ impl Step {
             Step::InvalidationFenced => "invalidation-fenced",
             Step::FillOnlyUnderTheRecoveryWord => "fill-only-under-the-recovery-word",
             Step::RestoredClaimSettledLater => "restored-claim-settled-later",
+            Step::RecovererChecksBeforeItClears => "recoverer-checks-before-it-clears",
         }
     }
 

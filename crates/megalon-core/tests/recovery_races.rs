@@ -2616,3 +2616,230 @@ fn a_host_that_dies_moving_an_object_here_leaves_its_record_unlocked() {
     assert_eq!(read(r), value(9));
     assert!(r.inspect().record_census().locked.is_empty());
 }
+
+// Found by a review of recovery's settling of claims (s11/crashclaims).
+
+/// A recoverer `r1` paused past its lease right after its scan of a dead host `d`'s
+/// announce (a claim of a record, `d` dead between its claim and its alloc) is taken over
+/// by `r2`, which recovers `r1` and `d` (the claimed record freed, `d`'s row freed). A new
+/// host joins under `d`'s id and locks `k` for a write, announced in the same announce
+/// word `d`'s claim had (index 0). Meanwhile a host `e` announced the same lock word of
+/// `k` and died before its CAS. `r1` resumes: the record it was looking at is not the
+/// claimed word any more ("never taken, or released"), and it cleared "`d`'s" announce,
+/// which is the new life's, without asking whether it still recovers (the check came only
+/// on the restore path). The new host's lock is then unannounced, and `e`'s recovery
+/// takes it for `e`'s own and unlocks it under the live writer: a read returns its
+/// half-written value.
+#[test]
+fn a_paused_recoverer_that_resumes_clears_no_announce_of_the_ids_next_life() {
+    a_paused_recoverer_that_resumes_clears_no_announce_at(2);
+}
+
+#[test]
+fn a_paused_recoverer_that_resumes_clears_no_announce_of_the_ids_next_life_8_bits() {
+    a_paused_recoverer_that_resumes_clears_no_announce_at(8);
+}
+
+#[test]
+fn a_paused_recoverer_that_resumes_clears_no_announce_of_the_ids_next_life_32_bits() {
+    a_paused_recoverer_that_resumes_clears_no_announce_at(32);
+}
+
+fn a_paused_recoverer_that_resumes_clears_no_announce_at(bits: u32) {
+    let pod = common::heap_pod(&config().record_width_bits(bits));
+    let [r1, r2, d, e] = leak_all(&pod);
+    k_with_a_record(r1);
+    // j is read-shared: a write of it allocates.
+    r1.create(b"j", &value(3)).unwrap();
+    // d claims a record for j and dies before its alloc: its announce 0 is that claim.
+    dies_at(d, Point::AllocAfterClaim, |d| {
+        let _ = d.write(b"j", &value(4));
+    });
+    leases_run_out(&[r1, r2]);
+    let attempt = at_recovery_scan(r1, move || {
+        // r1 pauses here past its lease.
+        r1.inspect().pretend_elsewhere();
+        std::thread::sleep(Duration::from_millis(30));
+        leases_run_out(&[r2]); // r2 first sees r1's lease
+        r2.inspect().watch_hosts(); // recovers r1 (it held the word), then d
+        assert!(
+            pod.hosts().iter().all(|row| row.host != d.id()),
+            "r2 recovered d"
+        );
+        // e announces a write lock of k and dies before its CAS.
+        dies_announcing_a_lock_of_k(e);
+        // A new life of d's id locks k (its announce 0) and writes half of it.
+        let n = leak(&pod, d.id());
+        half_write(n, 0xdd)
+    });
+    assert!(attempt.is_ok(), "the new life locks k: {attempt:?}");
+    // r2 finds e dead and recovers it, for a few leases: e's announce matches the new
+    // life's lock word, which is live, so e's recovery must wait for it.
+    leases_run_out(&[r2]);
+    let until = Instant::now() + 3 * Duration::from_millis(u64::from(LEASE_MS));
+    while Instant::now() < until {
+        r2.inspect().watch_hosts();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_live_lock_kept(r2, &attempt);
+}
+
+/// The suspicion of a recoverer whose index lags behind a dead host's alloc: `l`, live,
+/// holds a hole in the log (paused after its reservation); `d` claims a record for `j`,
+/// publishes its alloc after the hole, and dies waiting for its outcome. `r`'s recovery
+/// of `d` must not decide from an index that has not applied the alloc (it would free a
+/// record the log gives `j`, and the next claim would hand it to a second object): its
+/// `HostDead` waits behind the hole, and the record is settled only once it is applied.
+/// A regression test (it passes on the code it was written against), at 2, 8 and 32 bits.
+fn a_dead_hosts_alloc_behind_a_live_hole_keeps_its_record(bits: u32) {
+    let pod = common::heap_pod(&config().record_width_bits(bits));
+    let [r, d, l] = leak_all(&pod);
+    // j is read-shared: a write of it allocates.
+    r.create(b"j", &value(3)).unwrap();
+    l.create(b"x", &value(1)).unwrap();
+    // l reserves a position and pauses before it writes its entry: a live hole.
+    let hole = pauses_when(
+        Point::AppendAfterReserve,
+        || true,
+        move || l.create(b"h", &value(2)),
+    );
+    // d claims a record for j, publishes its alloc after the hole, and dies there.
+    dies_at(d, Point::AppendAfterPublish, |d| {
+        let _ = d.write(b"j", &value(4));
+    });
+    let claimed = {
+        let census = r.inspect().record_census();
+        assert_eq!(census.in_use.len(), 1, "d's claim: {census:?}");
+        census.in_use[0]
+    };
+    leases_run_out(&[r]);
+    // Rounds of recovery while the hole stands: its `HostDead` waits behind it.
+    let until = Instant::now() + Duration::from_millis(3 * u64::from(LEASE_MS));
+    while Instant::now() < until {
+        r.inspect().watch_hosts();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        r.inspect().record_census().in_use.contains(&claimed),
+        "d's claimed record {claimed} freed while its alloc was in the log behind a hole"
+    );
+    assert!(
+        pod.hosts().iter().any(|row| row.host == d.id()),
+        "d's recovery waits behind the hole"
+    );
+    assert!(
+        r.inspect().background_errors().count > 0,
+        "r tried to recover d"
+    );
+    hole.resume().unwrap();
+    recover_by_hand(&pod, d.id(), r);
+    assert_eq!(
+        r.lookup(b"j").unwrap().unwrap().record,
+        Some(claimed),
+        "d's alloc won"
+    );
+    let census = r.inspect().record_census();
+    assert!(
+        census.in_use.contains(&claimed) && census.locked.is_empty(),
+        "{census:?}"
+    );
+    assert_eq!(census.in_use, common::named_records(r));
+    // j takes writes, and another object's record is another.
+    l.write(b"j", &value(5)).unwrap();
+    assert_eq!(common::read(r, b"j"), value(5));
+    l.write(b"x", &value(6)).unwrap();
+    assert_ne!(r.lookup(b"x").unwrap().unwrap().record, Some(claimed));
+    assert_eq!(common::read(r, b"j"), value(5));
+}
+
+#[test]
+fn a_dead_hosts_alloc_behind_a_live_hole_keeps_its_record_2_bits() {
+    a_dead_hosts_alloc_behind_a_live_hole_keeps_its_record(2);
+}
+
+#[test]
+fn a_dead_hosts_alloc_behind_a_live_hole_keeps_its_record_8_bits() {
+    a_dead_hosts_alloc_behind_a_live_hole_keeps_its_record(8);
+}
+
+#[test]
+fn a_dead_hosts_alloc_behind_a_live_hole_keeps_its_record_32_bits() {
+    a_dead_hosts_alloc_behind_a_live_hole_keeps_its_record(32);
+}
+
+/// As `a_paused_recoverer_that_resumes_clears_no_announce_of_the_ids_next_life`, but
+/// `r1` pauses past its lease right after it restored a dead writer `d`'s image and
+/// unlocked `k` (`RecoveryAfterRestore`), before it clears the writer's announce. `r2`
+/// recovers `r1` and `d`; a new life of `d`'s id locks `k` (its announce 0, the word
+/// `d`'s write had), and `e` announced the same lock and died before its CAS. `r1`
+/// resumes and clears "`d`'s" announce 0, the new life's: `e`'s recovery then takes the
+/// new life's lock for `e`'s and unlocks it under the live writer.
+#[test]
+fn a_recoverer_paused_after_a_restore_clears_no_announce_of_the_ids_next_life() {
+    let pod = common::heap_pod(&config());
+    let [r1, r2, d, e] = leak_all(&pod);
+    k_with_a_record(r1);
+    // d dies in the middle of a write: half of a new value in memory, its image ready.
+    half_write(d, 0xee).unwrap();
+    d.inspect().freeze();
+    leases_run_out(&[r1, r2]);
+    let r1_watch = pauses_at(r1, Point::RecoveryAfterRestore, move || {
+        r1.inspect().watch_hosts()
+    });
+    std::thread::sleep(Duration::from_millis(30));
+    leases_run_out(&[r2]); // r2 first sees r1's lease
+    r2.inspect().watch_hosts(); // recovers r1 (it held the word), then d
+    assert!(
+        pod.hosts()
+            .iter()
+            .all(|row| row.host != d.id() && row.host != r1.id()),
+        "r2 recovered r1 and d"
+    );
+    assert_eq!(read(r2), value(2), "d's image put back");
+    dies_announcing_a_lock_of_k(e);
+    let n = leak(&pod, d.id());
+    let attempt = half_write(n, 0xdd);
+    assert!(attempt.is_ok(), "the new life locks k: {attempt:?}");
+    r1_watch.resume();
+    leases_run_out(&[r2]);
+    let until = Instant::now() + 3 * Duration::from_millis(u64::from(LEASE_MS));
+    while Instant::now() < until {
+        r2.inspect().watch_hosts();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_live_lock_kept(r2, &attempt);
+}
+
+/// A host killed right after its CAS claimed a free record, before it counted the record
+/// in the pod's count of records in use (the reclaimer's line): its recovery frees the
+/// claim (no object has it) and takes it off the count, which never had it. The count
+/// stays one low for good (one more for each such death), and with no record in use it
+/// reads 2^64 - 1 (`Inspect::records_in_use`, `ScrRecordsExhausted`'s `in_use`; the
+/// reclaimer then samples every pump round, and claims skip their probes).
+#[test]
+fn a_claimer_killed_before_it_counted_its_claim_leaves_the_count_right() {
+    let pod = common::heap_pod(&config());
+    let [r, d] = leak_all(&pod);
+    // j is read-shared: a write of it allocates.
+    r.create(b"j", &value(3)).unwrap();
+    r.create(b"k", &value(1)).unwrap();
+    assert_eq!(r.inspect().records_in_use().0, 0);
+    dies_at(d, Point::ClaimAfterCas, |d| {
+        let _ = d.write(b"j", &value(4));
+    });
+    leases_run_out(&[r]);
+    recover_by_hand(&pod, d.id(), r);
+    let census = r.inspect().record_census();
+    assert!(census.in_use.is_empty(), "d's claim freed: {census:?}");
+    assert_eq!(
+        r.inspect().records_in_use().0,
+        0,
+        "records in use, as the count says (the array has none)"
+    );
+    r.write(b"k", &value(2)).unwrap();
+    assert_eq!(
+        r.inspect().records_in_use().0,
+        1,
+        "records in use, as the count says (the array has one)"
+    );
+}

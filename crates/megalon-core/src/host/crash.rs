@@ -816,6 +816,18 @@ impl Shared {
             self.chaos.point(Point::RecoveryAfterScan);
             let now = records.load(record);
             if now != locked {
+                // Checked before either store to the dead host's announce below: a
+                // recoverer paused past its lease and taken over may find the dead host
+                // recovered and its id joined again, and this word the next life's
+                // announce of a lock it holds (cleared, a later recovery takes that lock
+                // for a dead host's). After the load of the word, as the check below: a
+                // locker that found the record under recovery cleared (by a recoverer
+                // taken over) locks only after it, and the check finds the intent gone.
+                if !mutants::skipped(MutantStep::RecovererChecksBeforeItClears)
+                    && !self.still_the_recoverer(&held)?
+                {
+                    return Ok(false);
+                }
                 // A lock taken over a claim and settled back to the claimed word by a
                 // recoverer that stopped before it rewrote this announce to the claim
                 // (below): the record, without an object, is still the dead host's to
@@ -869,6 +881,16 @@ impl Shared {
                 Some((writer, at)) => {
                     let restored = self.restore_write(writer, at, record, locked)?;
                     self.chaos.point(Point::RecoveryAfterRestore);
+                    // Not once taken over (paused past our lease since the check above,
+                    // in the restore's append, say): the writer may have been recovered
+                    // and its id joined again, and the word be the next life's announce.
+                    // (Left, it says no "undo ready" any more: the next recoverer clears
+                    // it.)
+                    if !mutants::skipped(MutantStep::RecovererChecksBeforeItClears)
+                        && !self.still_the_recoverer(&held)?
+                    {
+                        return Ok(false);
+                    }
                     // Its announce goes at once: an undo-ready announce names a holder.
                     self.announce_word(writer, at).store(0, Ordering::SeqCst);
                     restored
@@ -877,6 +899,13 @@ impl Shared {
                     let restored = self.settle_lock(record, locked, live_claim)?;
                     if restored && live_claim.is_some() {
                         self.chaos.point(Point::RecoveryAfterClaimSettled);
+                    }
+                    // As above, before the stores to the dead host's announce below.
+                    if restored
+                        && !mutants::skipped(MutantStep::RecovererChecksBeforeItClears)
+                        && !self.still_the_recoverer(&held)?
+                    {
+                        return Ok(false);
                     }
                     restored
                 }

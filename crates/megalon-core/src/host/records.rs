@@ -351,14 +351,21 @@ impl Shared {
                     continue;
                 }
                 c.add(Counter::ScrAtomics, 1);
+                // Counted before the CAS, taken back if it fails: a claimer killed between
+                // its CAS and its count left a claim that its recovery frees and takes
+                // off the count, which never had it (the count wrapped below 0). Killed
+                // between the count and the CAS, the count is one high instead, as for a
+                // free whose holder died before it took its record off.
+                self.records_in_use().fetch_add(1, Ordering::Relaxed);
                 if records.compare_exchange(record, word, claimed).is_ok() {
-                    self.records_in_use().fetch_add(1, Ordering::Relaxed);
+                    self.chaos.point(Point::ClaimAfterCas);
                     c.set_random_seed(rng);
                     if churned {
                         c.add(Counter::Churn, 1);
                     }
                     return Ok((record, claimed, hold.into_index()));
                 }
+                self.records_in_use().fetch_sub(1, Ordering::Relaxed);
             }
             // Nothing free: make a record free (it may be claimed by someone else first).
             // After a few rounds that found only records of objects in hosts' DRAM
