@@ -161,6 +161,15 @@ fn size(bytes: u64) -> String {
     }
 }
 
+/// `println!` that lets a closed stdout be (the reader of a pipe gone, `| head -1`): no
+/// reason to stop serving, where `println!` panicked.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 fn socket_path(pattern: &str, host: u32) -> PathBuf {
     PathBuf::from(pattern.replace("{host}", &host.to_string()))
 }
@@ -205,6 +214,9 @@ fn run(args: &Args) -> Result<(), String> {
             "--wait-limit-ms 0: at least 1 is needed (every wait on another host would fail at once)"
                 .into(),
         );
+    }
+    if args.socket.is_empty() {
+        return Err("--socket '': a Unix socket needs a path".into());
     }
     if args.hosts > 1 && !args.socket.contains("{host}") {
         return Err(format!(
@@ -265,7 +277,7 @@ fn run(args: &Args) -> Result<(), String> {
         .pod
         .as_deref()
         .map_or_else(|| "heap".to_string(), |p: &Path| p.display().to_string());
-    println!(
+    say!(
         "megalon-server: pod {pod_name} {how} (slots of {} bytes, keys up to {} bytes, {} LNR, {} SCR); {} worker(s) per host",
         config.slot_size_bytes,
         config.max_key_bytes,
@@ -277,7 +289,7 @@ fn run(args: &Args) -> Result<(), String> {
         let tcp = host
             .tcp
             .map_or_else(|| "no TCP".to_string(), |a| a.to_string());
-        println!(
+        say!(
             "megalon-server: host {} ready on {} and {tcp}",
             host.host_id,
             host.socket.display()
@@ -289,7 +301,7 @@ fn run(args: &Args) -> Result<(), String> {
     // it at once.
     drop(stores);
     signals.close();
-    println!("megalon-server: stopped; its hosts left the pod");
+    say!("megalon-server: stopped; its hosts left the pod");
     Ok(())
 }
 

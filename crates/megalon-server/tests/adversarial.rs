@@ -377,3 +377,77 @@ fn sighup_stops_the_server_as_sigterm_does() {
     assert!(status.is_some_and(|s| s.success()), "SIGHUP: {status:?}");
     assert!(!socket.exists(), "the socket file was left behind");
 }
+
+/// A server whose stdout is a pipe whose reader is gone (`megalon-server ... | head -1`)
+/// serves and stops as any other: its banner's write fails, nothing more. Before, the
+/// banner's `println!` panicked the main thread, and the process exited (101) with its
+/// hosts never leaving the pod.
+#[test]
+fn a_closed_stdout_does_not_stop_the_server() {
+    let dir = scratch_dir();
+    let socket = dir.path().join("h0.sock");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_megalon-server"))
+        .args(["--socket", socket.to_str().unwrap(), "--port", "0"])
+        .args(["--lnr-mib", "16"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while UnixStream::connect(&socket).is_err() {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the server exited with {status} before it served");
+        }
+        assert!(Instant::now() < deadline, "the server did not serve");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Still there once the banner's writes have failed.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(child.try_wait().unwrap(), None, "the server exited");
+    let mut c = common::Client::connect(&socket);
+    assert_eq!(c.cmd("PING"), OwnedFrame::SimpleString(b"PONG".to_vec()));
+    drop(c);
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "SIGTERM did not stop the server");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+}
+
+/// `--socket ''` is refused by name (it was taken: the server said it was ready on "").
+#[test]
+fn an_empty_socket_path_is_refused() {
+    let dir = scratch_dir();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_megalon-server"))
+        .args(["--socket", "", "--port", "0"])
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("--socket '' was taken: the server ran");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success());
+    assert!(stderr.contains("--socket ''"), "{stderr}");
+}
