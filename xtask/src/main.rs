@@ -837,6 +837,7 @@ fn stress(flags: &[(&str, String)]) -> bool {
         .find(|line| {
             line.starts_with("checked ")
                 || line.contains("NOT linearizable")
+                || line.contains("NOT decided")
                 || line.contains("NOT clean")
         })
         .map(str::to_owned);

@@ -530,6 +530,18 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// The variant's name (`"CorruptLogEntry"`), for harnesses that count errors by kind.
+    pub fn kind_name(&self) -> String {
+        let debug = format!("{self:?}");
+        debug
+            .split([' ', '{', '('])
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    }
+}
+
 /// `Result` with the crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

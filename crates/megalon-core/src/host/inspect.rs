@@ -70,6 +70,10 @@ pub struct BackgroundErrors {
     pub count: u64,
     /// The last one.
     pub last: Option<Error>,
+    /// By kind (the variant's name, as [`Error::kind_name`] gives it): how many, and the
+    /// first of that kind. A harness that expects some kinds (an injected fault the pump
+    /// met) can tell them from the ones that must never happen (a corrupt log entry).
+    pub by_kind: std::collections::BTreeMap<String, (u64, Error)>,
 }
 
 impl Host {
@@ -329,6 +333,7 @@ impl Inspect<'_> {
         BackgroundErrors {
             count: shared.background_errors.load(Ordering::Relaxed),
             last: shared.last_background_error.lock().clone(),
+            by_kind: shared.background_kinds.lock().clone(),
         }
     }
 

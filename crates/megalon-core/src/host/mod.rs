@@ -139,6 +139,8 @@ struct Shared {
     /// Errors the pump met in its background work, and the last one.
     background_errors: AtomicU64,
     last_background_error: Mutex<Option<Error>>,
+    /// The same errors by kind (the variant's name): how many, and the first of each.
+    background_kinds: Mutex<std::collections::BTreeMap<String, (u64, Error)>>,
 }
 
 /// A joined host. Share it between the threads that emulate it (`&Host` is enough; it is
@@ -610,6 +612,7 @@ impl Shared {
             deferred: Mutex::new(Vec::new()),
             background_errors: AtomicU64::new(0),
             last_background_error: Mutex::new(None),
+            background_kinds: Mutex::new(std::collections::BTreeMap::new()),
         }
     }
 }

@@ -275,6 +275,11 @@ impl Shared {
     /// Notes an error of the pump's background work.
     pub(super) fn background_error(&self, error: Error) {
         self.background_errors.fetch_add(1, Ordering::Relaxed);
+        self.background_kinds
+            .lock()
+            .entry(error.kind_name())
+            .or_insert_with(|| (0, error.clone()))
+            .0 += 1;
         *self.last_background_error.lock() = Some(error);
     }
 }
