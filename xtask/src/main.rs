@@ -613,6 +613,40 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
             ),
         ],
     ),
+    (
+        "recoverer-checks-before-it-settles",
+        &[
+            (
+                "recovery_races",
+                "a_recoverer_paused_in_its_recovered_append_leaves_a_live_lock_alone_restore",
+            ),
+            (
+                "recovery_races",
+                "a_recoverer_paused_in_its_recovered_append_leaves_a_live_lock_alone_settle",
+            ),
+        ],
+    ),
+    (
+        "recoverer-checks-before-it-puts-back-a-slot",
+        &[(
+            "recovery_races",
+            "a_recoverer_paused_before_a_slot_image_writes_nothing_over_a_handed_back_object",
+        )],
+    ),
+    (
+        "filler-checks-after-its-pause",
+        &[(
+            "recovery_races",
+            "a_recoverer_paused_before_its_fill_writes_nothing_over_the_next_lap",
+        )],
+    ),
+    (
+        "mover-checks-after-its-pause",
+        &[(
+            "recovery_races",
+            "a_mover_paused_before_its_copy_writes_nothing_over_a_handed_back_object",
+        )],
+    ),
 ];
 
 /// Runs the mutant tests with `step` switched off (or none), returning the failing tests:

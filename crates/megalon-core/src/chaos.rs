@@ -100,6 +100,9 @@ pub enum Point {
     /// Recovery of a dead host's lock taken over a live claim, the record settled back to
     /// the claimed word, before the dead host's announce is rewritten to the claim.
     RecoveryAfterClaimSettled,
+    /// Recovery putting back a dead host's slot image (a move back it died in), the
+    /// announce read, before it writes the image into the slot.
+    RecoveryBeforeSlotImage,
     /// Recovery filling a dead host's reservation, a position found
     /// unpublished and claimed by no live host, before it writes the `Skip`.
     RecoveryBeforeFill,

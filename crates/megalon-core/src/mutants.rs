@@ -185,6 +185,30 @@ pub enum Step {
     /// over clears the announce of the dead id's next life, whose lock a later recovery
     /// then takes for a dead host's.
     RecovererChecksBeforeItClears,
+    /// A recoverer checks that it still recovers right before each CAS that settles a
+    /// dead host's lock or claim (`restore_write`, `settle_lock`), after the append of its
+    /// `Recovered` event and the catch-up before it. Skipped, one paused past its lease in
+    /// that append's replay and taken over unlocks, when it resumes, a live host's lock
+    /// of the record taken since (at 2 bits every lock of a record is one word): a read
+    /// accepts the live writer's half-written value.
+    RecovererChecksBeforeItSettles,
+    /// A recoverer checks that it still recovers a dead host after its look at each
+    /// announce of a move back, before it puts the slot image back and clears the
+    /// announce (`restore_slot_images`). Skipped, one paused past its lease there and
+    /// taken over writes the old image over the object its successor handed back to CXL
+    /// and live hosts wrote since: an acknowledged write lost, a stale value read.
+    RecovererChecksBeforeItPutsBackASlot,
+    /// A filler of a dead host's reservation checks, after its last pause and before it
+    /// writes a `Skip`, that it still recovers the dead host and that the position is
+    /// not published or recycled. Skipped, one paused past its lease and taken over
+    /// writes its `Skip` over the next lap's entry at that slot of the ring: hosts that
+    /// had not applied it stall there for good.
+    FillerChecksAfterItsPause,
+    /// A move back looks at its host's row again right before its copy into the slot,
+    /// after its slot image is kept. Skipped, a host paused past its lease there and
+    /// recovered (the image put back, the object handed back to CXL and written since)
+    /// writes its DRAM bytes over the live hosts' acknowledged write.
+    MoverChecksAfterItsPause,
 }
 
 // Without the feature the steps are only the names of the guards in the code.
@@ -235,6 +259,10 @@ impl Step {
         Step::FillOnlyUnderTheRecoveryWord,
         Step::RestoredClaimSettledLater,
         Step::RecovererChecksBeforeItClears,
+        Step::RecovererChecksBeforeItSettles,
+        Step::RecovererChecksBeforeItPutsBackASlot,
+        Step::FillerChecksAfterItsPause,
+        Step::MoverChecksAfterItsPause,
     ];
 
     /// The name `MEGALON_MUTANT` takes.
@@ -283,6 +311,12 @@ impl Step {
             Step::FillOnlyUnderTheRecoveryWord => "fill-only-under-the-recovery-word",
             Step::RestoredClaimSettledLater => "restored-claim-settled-later",
             Step::RecovererChecksBeforeItClears => "recoverer-checks-before-it-clears",
+            Step::RecovererChecksBeforeItSettles => "recoverer-checks-before-it-settles",
+            Step::RecovererChecksBeforeItPutsBackASlot => {
+                "recoverer-checks-before-it-puts-back-a-slot"
+            }
+            Step::FillerChecksAfterItsPause => "filler-checks-after-its-pause",
+            Step::MoverChecksAfterItsPause => "mover-checks-after-its-pause",
         }
     }
 

@@ -2843,3 +2843,261 @@ fn a_claimer_killed_before_it_counted_its_claim_leaves_the_count_right() {
         "records in use, as the count says (the array has one)"
     );
 }
+
+// Found by a review of every store a recoverer makes for a dead host (s11/recoverystores).
+
+/// `recoverer` runs its watch on a thread of its own and, once its recovery has scanned a
+/// dead host's announce (`RecoveryAfterScan`), pauses at the first `point` after it, its
+/// row saying it runs on another machine (only its lease tells), until resumed.
+fn pauses_after_the_scan_at(recoverer: &'static Host, point: Point) -> Paused<()> {
+    let (paused, is_paused) = channel::<()>();
+    let (resume, resumed) = channel::<()>();
+    let (answered, outcome) = channel();
+    std::thread::spawn(move || {
+        let (paused, resumed) = (Mutex::new(paused), Mutex::new(resumed));
+        let (mut scanned, mut once) = (false, false);
+        chaos::with_hook(
+            move |at| {
+                if at == Point::RecoveryAfterScan {
+                    scanned = true;
+                }
+                if at == point && scanned && !once {
+                    once = true;
+                    recoverer.inspect().pretend_elsewhere();
+                    paused.lock().unwrap().send(()).unwrap();
+                    resumed.lock().unwrap().recv().unwrap();
+                }
+            },
+            || recoverer.inspect().watch_hosts(),
+        );
+        answered.send(()).unwrap();
+    });
+    if is_paused.recv_timeout(4 * BOUND).is_err() {
+        panic!("the recovery never paused at {point:?} after its scan");
+    }
+    Paused { resume, outcome }
+}
+
+/// Recoverer `r1` restores (or settles) dead host `d`'s lock of `k`: it appends the
+/// `Recovered` event, and pauses past its lease in that append's confirming replay
+/// (`ReplayBeforeCtail`: its entry applied, before `ctail` moves), before its CAS that
+/// unlocks the record. `r2` takes over: it recovers `r1`, then `d` (`k` unlocked, `d`'s row
+/// freed). A live host `w` locks `k` for a write: at 2 bits every lock of a record is
+/// one word, the very word `r1` is about to CAS from. `r1` resumes: its append answered
+/// (its own entry was applied before its death), and it unlocked `w`'s lock under the
+/// live writer, with no check that it still recovers (a read then returns `w`'s
+/// half-written value as whole).
+fn a_recoverer_paused_in_its_recovered_append_leaves_a_live_lock_alone(dies_at_point: Point) {
+    let pod = common::heap_pod(&config());
+    let [r1, r2, d, w] = leak_all(&pod);
+    k_with_a_record(r1);
+    if dies_at_point == Point::WriteAfterLock {
+        // d locks k for a write and dies before any byte (no undo image ready): a lock
+        // recovery settles (`settle_lock`).
+        dies_at(d, Point::WriteAfterLock, |d| {
+            let _ = d.write_start(b"k");
+        });
+    } else {
+        // d dies in the middle of a write, its image ready (`restore_write`).
+        half_write(d, 0xee).unwrap();
+        d.inspect().freeze();
+    }
+    leases_run_out(&[r1, r2]);
+    let r1_watch = pauses_after_the_scan_at(r1, Point::ReplayBeforeCtail);
+    std::thread::sleep(Duration::from_millis(30));
+    leases_run_out(&[r2]); // r2 first sees r1's lease
+    recover_by_hand(&pod, r1.id(), r2);
+    recover_by_hand(&pod, d.id(), r2);
+    assert_eq!(read(r2), value(2), "k, as before d's write");
+    assert!(!k_record_locked(r2).1, "r2 settled d's lock");
+    // w locks k and writes half of it.
+    let attempt = half_write(w, 0xdd);
+    assert!(attempt.is_ok(), "w locks k: {attempt:?}");
+    r1_watch.resume();
+    assert_live_lock_kept(r2, &attempt);
+}
+
+#[test]
+fn a_recoverer_paused_in_its_recovered_append_leaves_a_live_lock_alone_restore() {
+    a_recoverer_paused_in_its_recovered_append_leaves_a_live_lock_alone(Point::WriteBeforeUnlock);
+}
+
+#[test]
+fn a_recoverer_paused_in_its_recovered_append_leaves_a_live_lock_alone_settle() {
+    a_recoverer_paused_in_its_recovered_append_leaves_a_live_lock_alone(Point::WriteAfterLock);
+}
+
+/// Host `h` holds `k` in its DRAM and dies in the middle of its move back (half of the
+/// copy in memory, the slot image announced). Recoverer `r1` reads that announce and
+/// pauses past its lease before it writes the image into the slot
+/// (`RecoveryBeforeSlotImage`). `r2` takes over: it recovers `r1`, then `h` (the image put
+/// back, `k` handed back to CXL by `h`'s `HostDead`). `r2` writes `k` (value 4, done).
+/// `r1` resumes: it wrote the old image (value 2) over `k` with no check that it still
+/// recovers, and `b` read value 2 after the write of value 4 was acknowledged (the record's
+/// counter is the write's: nothing tells a reader).
+#[test]
+fn a_recoverer_paused_before_a_slot_image_writes_nothing_over_a_handed_back_object() {
+    // Three accesses in a row move an object: none of the checks below moves `k`.
+    let pod = common::heap_pod(&config().local_partitions(3));
+    let [r1, r2] = leak_all(&pod);
+    let h = join(&pod, 2);
+    let b = leak(&pod, 3);
+    k_with_a_record(r1);
+    read(&h);
+    read(&h);
+    read(&h); // the third read in a row moves k to h's DRAM
+    let entry = h
+        .inspect()
+        .replica_snapshot()
+        .into_iter()
+        .find(|(key, _)| key == b"k")
+        .map(|(_, entry)| entry)
+        .unwrap();
+    assert_eq!(entry.local_owner, Some(h.id()), "k is in h's DRAM");
+    h.write(b"k", &value(3)).unwrap(); // in its DRAM
+    let offset = pod.layout().slot_offset(entry.slot);
+    let h_id = h.id();
+    h.inspect().pretend_elsewhere();
+    let (copying, is_copying) = channel();
+    std::thread::spawn(move || {
+        let copying = Mutex::new(copying);
+        chaos::with_hook(
+            move |point| {
+                if point == Point::MoveBackBeforeCopy {
+                    // Half of the copy reached memory; then the host is gone.
+                    r1.memory().write(offset, &value(3)[..SLOT / 2]);
+                    r1.memory().write_back(offset, SLOT / 2);
+                    r1.memory().fence();
+                    copying.lock().unwrap().send(()).unwrap();
+                    loop {
+                        std::thread::park();
+                    }
+                }
+            },
+            move || drop(h),
+        );
+    });
+    is_copying.recv().unwrap();
+    leases_run_out(&[r1, r2]);
+    let r1_watch = pauses_at(r1, Point::RecoveryBeforeSlotImage, move || {
+        r1.inspect().watch_hosts()
+    });
+    std::thread::sleep(Duration::from_millis(30));
+    leases_run_out(&[r2]); // r2 first sees r1's lease
+    recover_by_hand(&pod, r1.id(), r2);
+    recover_by_hand(&pod, h_id, r2);
+    assert_eq!(read(r2), value(2), "whole: the value k had when it moved");
+    r2.write(b"k", &value(4)).unwrap();
+    r1_watch.resume();
+    let now = read(b);
+    assert!(
+        now == value(4),
+        "b read value {} after the write of value 4 was done",
+        now[0]
+    );
+}
+
+/// Recoverer `r1` fills dead host `d`'s reservation (position `p`): it found `p`
+/// unpublished and claimed by no live host, and pauses past its lease before it writes
+/// its `Skip` (`RecoveryBeforeFill`). `r2` takes over: it recovers `r1`, then `d` (`p`
+/// filled, `d`'s row freed). The ring goes round: `r2`'s creates fill a lap, the entry at
+/// `p + CAP` one of them; `b` replays up to just before it. `r1` resumes and writes its
+/// `Skip` at `p`: the ring's slot of `p + CAP`, whose alive word now says the old lap.
+/// `b` never sees that create (its replay stalls on a position nobody will fill), and
+/// would apply a `Skip` of `d`'s in its place if it read it as published.
+#[test]
+fn a_recoverer_paused_before_its_fill_writes_nothing_over_the_next_lap() {
+    const CAP: u64 = 16;
+    let pod = common::heap_pod(&config().log_capacity_entries(CAP));
+    let [r1, r2, d, b] = leak_all(&pod);
+    r1.create(b"x", &value(1)).unwrap();
+    let p = d.inspect().reserve_unpublished(1).unwrap();
+    d.inspect().freeze();
+    leases_run_out(&[r1, r2]);
+    let r1_watch = pauses_at(r1, Point::RecoveryBeforeFill, move || {
+        r1.inspect().watch_hosts()
+    });
+    std::thread::sleep(Duration::from_millis(30));
+    leases_run_out(&[r2]); // r2 first sees r1's lease
+    recover_by_hand(&pod, r1.id(), r2);
+    recover_by_hand(&pod, d.id(), r2);
+    b.replay().unwrap();
+    // A lap: b keeps up until a few entries before p + CAP.
+    let mut keys = Vec::new();
+    while r2.inspect().log_cursors().2 <= p + CAP {
+        let key = format!("z{}", keys.len());
+        r2.create(key.as_bytes(), &value(3)).unwrap();
+        keys.push(key);
+        if r2.inspect().log_cursors().2 < p + CAP - 2 {
+            b.replay().unwrap();
+        }
+    }
+    r1_watch.resume();
+    for key in &keys {
+        let found = b.lookup(key.as_bytes());
+        assert!(
+            matches!(found, Ok(Some(_))),
+            "b's lookup of {key}, created by r2: {found:?}"
+        );
+    }
+}
+
+/// Host `h` moves `k` back from its DRAM (it leaves) and pauses past its lease right
+/// before its copy into the slot (`MoveBackBeforeCopy`: its row checked, its slot image
+/// kept). `r` recovers it: the image put back, `k` handed back to CXL by `h`'s
+/// `HostDead`. `r` writes `k` (value 4, done). `h` resumes: it wrote its DRAM bytes
+/// (value 3) over `k` with no look at its row after the pause, and `b` read value 3 after
+/// the write of value 4 was acknowledged.
+#[test]
+fn a_mover_paused_before_its_copy_writes_nothing_over_a_handed_back_object() {
+    // Three accesses in a row move an object: none of the checks below moves `k`.
+    let pod = common::heap_pod(&config().local_partitions(3));
+    let r = leak(&pod, 0);
+    let h = join(&pod, 1);
+    let b = leak(&pod, 2);
+    k_with_a_record(r);
+    read(&h);
+    read(&h);
+    read(&h); // the third read in a row moves k to h's DRAM
+    let owner = h
+        .inspect()
+        .replica_snapshot()
+        .into_iter()
+        .find(|(key, _)| key == b"k")
+        .and_then(|(_, entry)| entry.local_owner);
+    assert_eq!(owner, Some(h.id()), "k is in h's DRAM");
+    h.write(b"k", &value(3)).unwrap(); // in its DRAM
+    let h_id = h.id();
+    h.inspect().pretend_elsewhere();
+    let (paused, is_paused) = channel();
+    let (resume, resumed) = channel::<()>();
+    let (left, has_left) = channel();
+    std::thread::spawn(move || {
+        let (paused, resumed) = (Mutex::new(paused), Mutex::new(resumed));
+        let mut once = true;
+        chaos::with_hook(
+            move |point| {
+                if point == Point::MoveBackBeforeCopy && std::mem::take(&mut once) {
+                    paused.lock().unwrap().send(()).unwrap();
+                    resumed.lock().unwrap().recv().unwrap();
+                }
+            },
+            // Leaving, it moves its objects back to CXL.
+            move || drop(h),
+        );
+        left.send(()).unwrap();
+    });
+    is_paused.recv().unwrap();
+    leases_run_out(&[r]);
+    recover_by_hand(&pod, h_id, r);
+    assert_eq!(read(r), value(2), "k, as it was when it moved");
+    r.write(b"k", &value(4)).unwrap();
+    resume.send(()).unwrap();
+    has_left.recv().unwrap();
+    let now = read(b);
+    assert!(
+        now == value(4),
+        "b read value {} after the write of value 4 was done",
+        now[0]
+    );
+}

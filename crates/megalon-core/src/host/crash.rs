@@ -437,7 +437,9 @@ impl Shared {
     /// Puts back the slot image of every move back `dead` announced (it died in the
     /// middle of its copy): before its `HostDead`, while every replica still has the
     /// object in `dead`'s DRAM, so no host reads the slot yet.
-    fn restore_slot_images(&self, dead: &Dead) {
+    /// `Ok(false)`: this host does not recover `dead` any more (it was paused past its
+    /// lease and taken over): it wrote nothing.
+    fn restore_slot_images(&self, dead: &Dead) -> Result<bool> {
         let layout = self.pod.layout();
         let len = layout.config.slot_size_bytes as usize;
         for index in 0..HOLDS_PER_HOST {
@@ -445,6 +447,18 @@ impl Shared {
             let Some((MOVE_BACK, slot, true)) = decode_announce(announce) else {
                 continue;
             };
+            self.chaos.point(Point::RecoveryBeforeSlotImage);
+            // After the look at the announce, before the slot's bytes and the announce
+            // change: a recoverer paused past its lease since its last check and taken
+            // over may find `dead` recovered, the object handed back to CXL by its
+            // `HostDead` and written by live hosts since (the old image would land over
+            // an acknowledged write, under a counter that tells no reader), and the
+            // announce the id's next life's.
+            if !mutants::skipped(MutantStep::RecovererChecksBeforeItPutsBackASlot)
+                && !self.still_recovering(dead)?
+            {
+                return Ok(false);
+            }
             let (image, offset) = (
                 layout.undo_image_offset(dead.host, index),
                 layout.slot_offset(u64::from(slot)),
@@ -459,6 +473,7 @@ impl Shared {
             self.announce_word(dead.host, index)
                 .store(0, Ordering::SeqCst);
         }
+        Ok(true)
     }
 
     /// The host that announced a lock of `record` now, if any (pods with undo images):
@@ -665,8 +680,8 @@ impl Shared {
         if !self.still_recovering(dead)? {
             return Ok(false);
         }
-        if self.undo_images() {
-            self.restore_slot_images(dead);
+        if self.undo_images() && !self.restore_slot_images(dead)? {
+            return Ok(false);
         }
         self.submit(&Event::HostDead {
             host: dead.host,
@@ -744,6 +759,19 @@ impl Shared {
                 continue;
             }
             self.chaos.point(Point::RecoveryBeforeFill);
+            // After the last pause, before the write: a filler paused past its lease and
+            // taken over may find the position filled by its successor and recycled, its
+            // slot in the ring a later lap's entry (a `Skip` over it would hide that
+            // entry from every host that had not applied it: their replays stall on it
+            // for good).
+            if !mutants::skipped(MutantStep::FillerChecksAfterItsPause) {
+                if !self.still_recovering(dead)? {
+                    return Ok(false);
+                }
+                if self.published_or_recycled(position) {
+                    continue;
+                }
+            }
             self.log.write(&self.memory, position, &entry);
             self.counters
                 .entries_skipped
@@ -879,7 +907,7 @@ impl Shared {
             }
             let restored = match image {
                 Some((writer, at)) => {
-                    let restored = self.restore_write(writer, at, record, locked)?;
+                    let restored = self.restore_write(&held, writer, at, record, locked)?;
                     self.chaos.point(Point::RecoveryAfterRestore);
                     // Not once taken over (paused past our lease since the check above,
                     // in the restore's append, say): the writer may have been recovered
@@ -896,7 +924,7 @@ impl Shared {
                     restored
                 }
                 None => {
-                    let restored = self.settle_lock(record, locked, live_claim)?;
+                    let restored = self.settle_lock(&held, record, locked, live_claim)?;
                     if restored && live_claim.is_some() {
                         self.chaos.point(Point::RecoveryAfterClaimSettled);
                     }
@@ -981,6 +1009,15 @@ impl Shared {
             && host_table::holder(&self.pod, dead.host) == Some((dead.pid, dead.joins)))
     }
 
+    /// [`Shared::still_the_recoverer`], before a CAS that settles a dead host's lock or
+    /// claim (unless the mutant skips it).
+    fn still_recovers_before_it_settles(&self, intent: &Intent<'_>) -> Result<bool> {
+        if mutants::skipped(MutantStep::RecovererChecksBeforeItSettles) {
+            return Ok(true);
+        }
+        self.still_the_recoverer(intent)
+    }
+
     fn still_the_recoverer(&self, intent: &Intent<'_>) -> Result<bool> {
         self.holds_its_row()?;
         self.catch_up()?;
@@ -1029,6 +1066,7 @@ impl Shared {
     /// be claimed again, with the same word, by a host whose claim that CAS would free.
     fn settle_lock(
         &self,
+        intent: &Intent<'_>,
         record: u32,
         held: RecordWord,
         live_claim: Option<RecordWord>,
@@ -1068,6 +1106,14 @@ impl Shared {
         if let (true, Some(key)) = (held.locked && logged_first, &key) {
             self.log_recovered(key, record)?;
         }
+        // Right before the CAS, after the last pause (the catch-up above, the append's
+        // confirming replay): a recoverer paused past its lease and taken over may find
+        // the lock settled by the next recoverer and the record locked again, by a live
+        // host, as the very word it CASes from (every lock of a 2-bit record is one word;
+        // a claim of a free record, too).
+        if !self.still_recovers_before_it_settles(intent)? {
+            return Ok(false);
+        }
         match records.compare_exchange(record, held, to) {
             Ok(()) => {
                 if !to.in_use {
@@ -1092,6 +1138,7 @@ impl Shared {
     /// drops its lines of it. A record without an object is settled as a lock.
     fn restore_write(
         &self,
+        held: &Intent<'_>,
         dead: HostId,
         index: u64,
         record: u32,
@@ -1106,7 +1153,7 @@ impl Shared {
             (key, entry)
         };
         let (Some(key), Some(entry)) = (key, entry) else {
-            return self.settle_lock(record, locked, None);
+            return self.settle_lock(held, record, locked, None);
         };
         let place = self.place(&entry);
         let image = self.pod.layout().undo_image_offset(dead, index);
@@ -1140,6 +1187,10 @@ impl Shared {
         let logged_first = !mutants::skipped(MutantStep::RecoveryLogsBeforeUnlock);
         if logged_first {
             self.log_recovered(&key, record)?;
+        }
+        // As in `settle_lock`: after the append's last pause, before the CAS.
+        if !self.still_recovers_before_it_settles(held)? {
+            return Ok(false);
         }
         if records.compare_exchange(record, locked, unlocked).is_err() {
             // Only a lock's holder changes a locked word, and the holder is dead.

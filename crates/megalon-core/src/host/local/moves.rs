@@ -281,6 +281,16 @@ impl Shared {
         // middle of the copy (our death hands the object back to CXL as it was then).
         self.keep_slot_image(&hold, slot);
         self.chaos.point(Point::MoveBackBeforeCopy);
+        // Again after the last pause, right before the copy: a host paused past its lease
+        // since the look above was recovered (its slot image put back, the object handed
+        // back to CXL and maybe written by live hosts since). Its hold is left to that
+        // recovery (`end_hold`).
+        if !mutants::skipped(Step::MoverChecksAfterItsPause) {
+            if let Err(error) = self.holds_its_row() {
+                object.unlock();
+                return Err(error);
+            }
+        }
         // The bytes reach memory before the event tells anyone to read them there, and
         // never stay in this host's cache (where they could land after its recovery put
         // the slot image back).
