@@ -972,6 +972,8 @@ fn ci() -> ExitCode {
             "published",
             "--test",
             "slot_grants",
+            "--test",
+            "error_causes",
         ],
         // The KV store's tests of appends that fail (core chaos hooks).
         &[

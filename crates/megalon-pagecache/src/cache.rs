@@ -127,6 +127,7 @@ impl PageCache {
             files: RwLock::default(),
             counters: Default::default(),
             last_error: Mutex::new(None),
+            errors_remembered: Default::default(),
             host_id: AtomicU32::new(u32::MAX),
         });
         let hook = {
@@ -292,7 +293,12 @@ impl PageCache {
     /// the background writer or of the release hook that failed, a release refused
     /// because the file is not open here. Taking it clears it.
     pub fn take_error(&self) -> Option<Error> {
-        self.inner.shared.last_error.lock().take()
+        self.inner
+            .shared
+            .last_error
+            .lock()
+            .take()
+            .map(|(_, error)| error)
     }
 
     /// The core host under the cache (for its counters, `lookup`, `make_read_shared`).
@@ -478,7 +484,17 @@ impl Inner {
             Ok(ticket) => ticket,
             // Evicted meanwhile: the release hook wrote it back.
             Err(megalon_core::Error::UnknownKey) => return Ok(()),
-            Err(error) => return Err(error.into()),
+            // The page may have lost its record since the look above (reclaimed: the
+            // release hook wrote it back), and write_start, finding it read-shared, tried
+            // to allocate one: with every record a page's whose release this host cannot
+            // do (its file not open here), `ScrRecordsExhausted`, with nothing of this
+            // page left to write. Read-shared or gone now: it is clean.
+            Err(error) => {
+                return match self.host.lookup(&key)? {
+                    Some(entry) if entry.record.is_some() => Err(error.into()),
+                    _ => Ok(()),
+                }
+            }
         };
         // The page may hold another record by now (released, written again): the bit
         // that counts is the one of the record this lock is on.

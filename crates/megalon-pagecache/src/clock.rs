@@ -16,7 +16,8 @@
 //!    the line yet, or free);
 //! 5. deletes the page. The core calls the release hook first (with the record locked),
 //!    which writes a dirty page back; a refused release (its file not open here, a failed
-//!    write) leaves the page cached, and the hand moves on.
+//!    write) leaves the page cached, and the hand moves on, as it does past a page whose
+//!    record a writer holds past the wait limit.
 //!
 //! A sweep gives up after `MAX_ACCESS_COUNT + 2` turns of the clock without a victim.
 //! Before it does, it names in their owner lines the pages whose lines do not name them
@@ -113,14 +114,15 @@ impl Inner {
             self.shared.counters.add(Counter::Evictions);
             Ok(true)
         };
+        self.shared.clear_refusal();
         match self.host.delete(key) {
             Ok(()) => deleted(),
             Err(megalon_core::Error::UnknownKey) => Ok(false),
+            // The hook's own refusal, handed to this thread: `last_error` may hold another
+            // thread's error by now (the background writer's, another eviction's).
             Err(megalon_core::Error::ReleaseRefused { record }) => Err(self
                 .shared
-                .last_error
-                .lock()
-                .take()
+                .take_refusal()
                 .unwrap_or(Error::Core(megalon_core::Error::ReleaseRefused { record }))),
             // The delete may have reached the log (its append was not confirmed): if it
             // took effect, the page is gone.
@@ -141,7 +143,20 @@ impl Inner {
         let (_, _, tail) = self.host.inspect().log_cursors();
         let mut wait = Backoff::new(self.host.options().wait_limit);
         loop {
-            if self.host.replay()? >= tail {
+            let applied = match self.host.replay() {
+                Ok(applied) => applied,
+                // `replay` applies the log, then serves the slot requests it found: a
+                // grant whose append failed is not this call's to answer (a later round
+                // serves it), and the log was applied.
+                Err(error) => {
+                    let applied = self.host.inspect().applied_position();
+                    if applied < tail {
+                        return Err(error.into());
+                    }
+                    applied
+                }
+            };
+            if applied >= tail {
                 return Ok(Some(self.host.lookup(key)?.is_some()));
             }
             if !wait.snooze() {
@@ -253,6 +268,9 @@ impl Inner {
                     return Ok(Swept::Evicted);
                 }
                 Ok(false) => {}
+                // A writer held the page's record past the wait limit (descheduled, say):
+                // a page locked now is passed over, as one whose admission lock is held.
+                Err(Error::Core(megalon_core::Error::RecordBusy { .. })) => {}
                 Err(
                     error @ (Error::FileNotOpen { .. }
                     | Error::Io { .. }

@@ -19,11 +19,12 @@
 //!   before the clear that the scan loaded (Acquire/Release on the bitmap word); the
 //!   kernel holds them, and `sync_data` makes them durable.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use megalon_core::{Pod, Releasing};
+use megalon_core::{Pod, ReleaseReason, Releasing};
 use parking_lot::{Mutex, RwLock};
 
 use crate::error::Error;
@@ -31,6 +32,12 @@ use crate::file::OpenFile;
 use crate::layout::Regions;
 use crate::page::{decode_key, PageTrailer, PAGE_OBJECT_BYTES};
 use crate::stats::{Counter, Counters, WriteBack};
+
+thread_local! {
+    /// Refusals of a delete's release hook, for the deleting thread's caller: the host
+    /// (its `Shared`'s address), the number `remember` gave the error, the error.
+    static REFUSED: RefCell<Vec<(usize, u64, Error)>> = const { RefCell::new(Vec::new()) };
+}
 
 /// What a host's page cache shares with its release hook (which the core calls on any of
 /// the host's threads, the pump's included): never the host itself, which owns the hook.
@@ -40,8 +47,11 @@ pub(crate) struct Shared {
     /// Files open on this host, by inode.
     pub(crate) files: RwLock<HashMap<u64, Arc<OpenFile>>>,
     pub(crate) counters: Counters,
-    /// The last error background work hit (the writer, refused releases).
-    pub(crate) last_error: Mutex<Option<Error>>,
+    /// The last error background work hit (the writer, refused releases), with the
+    /// number `remember` gave it.
+    pub(crate) last_error: Mutex<Option<(u64, Error)>>,
+    /// Numbers the errors `remember` stores.
+    pub(crate) errors_remembered: AtomicU64,
     /// This host's id, once joined (for errors the hook reports).
     pub(crate) host_id: AtomicU32,
 }
@@ -51,8 +61,62 @@ impl Shared {
         self.files.read().get(&inode).cloned()
     }
 
-    pub(crate) fn remember(&self, error: Error) {
-        *self.last_error.lock() = Some(error);
+    /// Stores `error` for `take_error`; returns its number (for `forget`).
+    pub(crate) fn remember(&self, error: Error) -> u64 {
+        let mut last = self.last_error.lock();
+        let number = self.errors_remembered.fetch_add(1, Ordering::Relaxed) + 1;
+        *last = Some((number, error));
+        number
+    }
+
+    /// Takes the error `remember` numbered `number` back, if it is still the last one
+    /// (its caller was told of it; one stored since is someone else's, and stays).
+    pub(crate) fn forget(&self, number: u64) {
+        let mut last = self.last_error.lock();
+        if last.as_ref().is_some_and(|(stored, _)| *stored == number) {
+            *last = None;
+        }
+    }
+
+    /// A refusal of this host's hook: stored for `take_error`, and, for a delete, handed
+    /// to the deleting thread (the hook runs on it), whose caller answers it
+    /// (`Inner::delete`): `last_error` may hold another thread's error by the time the
+    /// delete returns, or an older one if the hook refused storing nothing.
+    fn refuse(&self, object: &Releasing<'_>, error: Error) -> bool {
+        self.counters.add(Counter::ReleasesRefused);
+        let delete = object.reason() == ReleaseReason::Delete;
+        let number = self.remember(error.clone());
+        if delete {
+            let me = self as *const Shared as usize;
+            REFUSED.with(|refused| {
+                // One a host: a delete called on the core host directly takes none.
+                let mut refused = refused.borrow_mut();
+                refused.retain(|(host, ..)| *host != me);
+                refused.push((me, number, error));
+            });
+        }
+        false
+    }
+
+    /// Forgets what this host's hook handed this thread (before a delete).
+    pub(crate) fn clear_refusal(&self) {
+        let me = self as *const Shared as usize;
+        REFUSED.with(|refused| refused.borrow_mut().retain(|(host, ..)| *host != me));
+    }
+
+    /// The refusal this host's hook handed this thread in the delete that just answered
+    /// `ReleaseRefused`, if it stored one (a hook that finds its host declared dead
+    /// refuses without one); taken out of `take_error`'s keeping, unless another error
+    /// came since.
+    pub(crate) fn take_refusal(&self) -> Option<Error> {
+        let me = self as *const Shared as usize;
+        let (_, number, error) = REFUSED.with(|refused| {
+            let mut refused = refused.borrow_mut();
+            let at = refused.iter().rposition(|(host, ..)| *host == me)?;
+            Some(refused.remove(at))
+        })?;
+        self.forget(number);
+        Some(error)
     }
 
     fn dirty_word(&self, record: u32) -> (&AtomicU64, u64) {
@@ -125,13 +189,8 @@ impl Shared {
             return true;
         };
         let Some(file) = self.file(inode) else {
-            self.counters.add(Counter::ReleasesRefused);
-            self.remember(Error::FileNotOpen {
-                inode,
-                page,
-                host: self.host_id.load(Ordering::Relaxed),
-            });
-            return false;
+            let host = self.host_id.load(Ordering::Relaxed);
+            return self.refuse(object, Error::FileNotOpen { inode, page, host });
         };
         let mut bytes = [0u8; PAGE_OBJECT_BYTES as usize];
         // From memory: the last writer's bytes reached it before it unlocked.
@@ -150,11 +209,7 @@ impl Shared {
                 self.counters.wrote_back(WriteBack::Release);
                 true
             }
-            Err(error) => {
-                self.counters.add(Counter::ReleasesRefused);
-                self.remember(error);
-                false
-            }
+            Err(error) => self.refuse(object, error),
         }
     }
 }
