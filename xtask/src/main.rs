@@ -647,6 +647,27 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
             "a_mover_paused_before_its_copy_writes_nothing_over_a_handed_back_object",
         )],
     ),
+    (
+        "recoverer-checks-before-it-sets-the-intent",
+        &[
+            (
+                "recovery_races",
+                "a_taken_over_recoverer_never_clears_or_sets_the_intent_2_bits",
+            ),
+            (
+                "recovery_races",
+                "a_taken_over_recoverer_never_clears_or_sets_the_intent_32_bits",
+            ),
+            (
+                "recovery_races",
+                "a_recoverer_taken_over_in_its_loop_never_sets_the_intent_2_bits",
+            ),
+            (
+                "recovery_races",
+                "a_recoverer_taken_over_in_its_loop_never_sets_the_intent_32_bits",
+            ),
+        ],
+    ),
 ];
 
 /// Runs the mutant tests with `step` switched off (or none), returning the failing tests:

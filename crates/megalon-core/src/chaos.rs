@@ -106,6 +106,16 @@ pub enum Point {
     /// Recovery filling a dead host's reservation, a position found
     /// unpublished and claimed by no live host, before it writes the `Skip`.
     RecoveryBeforeFill,
+    /// Recovery of a dead host's locks, after its last look that it still recovers
+    /// (before the dead host's RPC rings), before it clears the record under recovery
+    /// that a dead recoverer may have left.
+    RecoveryBeforeIntentCleared,
+    /// Recovery of a dead host's locks, before it stores its intent (the record under
+    /// recovery) for the next announce it looks at.
+    RecoveryBeforeIntent,
+    /// Recovery of a dead host's lock, its intent stored and a live host's announce of
+    /// the record found (it waits for it), before it moves on to the next announce.
+    RecoveryFoundLiveAnnounce,
     /// [`Pod::create`] of a file backing, once the new pod file took its path (any
     /// process can open it from here), before the creator has it back.
     ///

@@ -209,6 +209,14 @@ pub enum Step {
     /// recovered (the image put back, the object handed back to CXL and written since)
     /// writes its DRAM bytes over the live hosts' acknowledged write.
     MoverChecksAfterItsPause,
+    /// A recoverer checks that it still recovers before it clears the record under
+    /// recovery (a dead recoverer's, by CAS from the value it looked at) and before each
+    /// store of its intent, which it makes by CAS from 0 (the word as it left it).
+    /// Skipped, both are plain stores after no check: one paused past its lease and taken
+    /// over clears its successor's intent, a live writer locks the record, the paused one
+    /// sets the same intent again, and the successor settles the live lock as the dead
+    /// host's (a read accepts the writer's half-written value).
+    RecovererChecksBeforeItSetsTheIntent,
 }
 
 // Without the feature the steps are only the names of the guards in the code.
@@ -263,6 +271,7 @@ impl Step {
         Step::RecovererChecksBeforeItPutsBackASlot,
         Step::FillerChecksAfterItsPause,
         Step::MoverChecksAfterItsPause,
+        Step::RecovererChecksBeforeItSetsTheIntent,
     ];
 
     /// The name `MEGALON_MUTANT` takes.
@@ -317,6 +326,9 @@ impl Step {
             }
             Step::FillerChecksAfterItsPause => "filler-checks-after-its-pause",
             Step::MoverChecksAfterItsPause => "mover-checks-after-its-pause",
+            Step::RecovererChecksBeforeItSetsTheIntent => {
+                "recoverer-checks-before-it-sets-the-intent"
+            }
         }
     }
 

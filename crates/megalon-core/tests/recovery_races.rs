@@ -3101,3 +3101,231 @@ fn a_mover_paused_before_its_copy_writes_nothing_over_a_handed_back_object() {
         now[0]
     );
 }
+
+// Found by a review of the record under recovery (2026-11-30, s11/intent).
+
+/// Where the paused recoverer of [`a_taken_over_recoverer_never_clears_or_sets_the_intent`]
+/// stopped, as its thread tells the test.
+#[derive(Debug, PartialEq, Eq)]
+enum IntentStop {
+    BeforeClear,
+    BeforeIntent,
+    FoundLiveAnnounce,
+    Done(String),
+}
+
+/// A recoverer `p` paused past its lease after its last check (in its dead host's RPC
+/// rings, before it clears the record under recovery) is taken over by `n`. `n` stores
+/// its intent (k's record), finds no live announce, and is about to look at the word.
+/// `p` resumes: it cleared the record under recovery (a dead recoverer's, it thought),
+/// and a live writer `w` that announced then locked k (the intent said nothing); then
+/// `p` set the intent to k's record again (the dead host's announce), found `w`'s
+/// announce and was preempted. `n` found the record locked as the dead host announced
+/// (the lock is `w`'s: the same word at every width, the dead host having died before
+/// its CAS), and the intent its own value: it unlocked `w`'s lock as the dead host's,
+/// and a read accepted `w`'s half-written value. Fails with `p`'s checks before its
+/// stores to the record under recovery undone (mutant
+/// `recoverer-checks-before-it-sets-the-intent`).
+fn a_taken_over_recoverer_never_clears_or_sets_the_intent(bits: u32) {
+    let pod = common::heap_pod(&config().record_width_bits(bits));
+    let [p, d, n] = leak_all(&pod);
+    let w = leak_waiting(&pod, 3, Duration::from_millis(100));
+    k_with_a_record(p);
+    dies_announcing_a_lock_of_k(d);
+    leases_run_out(&[p, n]);
+    let (stop, stops) = channel::<IntentStop>();
+    let (go, goes) = channel::<()>();
+    std::thread::spawn(move || {
+        let stop_in = stop.clone();
+        let mut cleared = false;
+        let mut intent = false;
+        let mut live = false;
+        let pause = move |at: IntentStop| {
+            stop_in.send(at).unwrap();
+            goes.recv().unwrap();
+        };
+        let outcome = chaos::with_hook(
+            move |at| match at {
+                Point::RecoveryBeforeIntentCleared if !cleared => {
+                    cleared = true;
+                    // Only its lease tells from here.
+                    p.inspect().pretend_elsewhere();
+                    pause(IntentStop::BeforeClear);
+                }
+                Point::RecoveryBeforeIntent if cleared && !intent => {
+                    intent = true;
+                    pause(IntentStop::BeforeIntent);
+                }
+                Point::RecoveryFoundLiveAnnounce if cleared && !live => {
+                    live = true;
+                    pause(IntentStop::FoundLiveAnnounce);
+                }
+                _ => {}
+            },
+            || {
+                p.inspect().watch_hosts();
+                format!("{:?}", p.inspect().background_errors())
+            },
+        );
+        stop.send(IntentStop::Done(outcome)).unwrap();
+    });
+    let recv = move || {
+        stops
+            .recv_timeout(4 * BOUND)
+            .expect("the paused recoverer answers")
+    };
+    assert_eq!(recv(), IntentStop::BeforeClear, "p recovers d");
+    // p is paused past its lease; n sees it (and d) dead.
+    leases_run_out(&[n]);
+    let (attempt, p_stopped) = at_recovery_scan(n, move || {
+        // n has stored its intent (k's record) and found no live announce of it. p
+        // resumes.
+        go.send(()).unwrap();
+        let first = recv();
+        let attempt = half_write(w, 0xee);
+        let then = if first == IntentStop::BeforeIntent {
+            go.send(()).unwrap();
+            recv()
+        } else {
+            first
+        };
+        (attempt, (then, go, recv))
+    });
+    let (then, go, recv) = p_stopped;
+    // n's round went on: its look at the word, its checks, its settle.
+    assert_live_lock_kept(n, &attempt);
+    if then == IntentStop::FoundLiveAnnounce {
+        go.send(()).unwrap();
+        let _ = recv();
+    }
+    // p found itself taken over before it cleared the record under recovery; w deferred
+    // to n's intent, and n found the record unlocked.
+    assert!(
+        matches!(&then, IntentStop::Done(errors) if errors.contains("HostDeclaredDead")),
+        "{then:?}"
+    );
+    assert!(
+        matches!(attempt, Err(Error::RecordBusy { .. })),
+        "{attempt:?}"
+    );
+    assert!(!k_record_locked(n).1);
+    recover_by_hand(&pod, d.id(), n);
+    k_reads_and_takes_a_write(n, w, 2);
+}
+
+#[test]
+fn a_taken_over_recoverer_never_clears_or_sets_the_intent_2_bits() {
+    a_taken_over_recoverer_never_clears_or_sets_the_intent(2);
+}
+
+#[test]
+fn a_taken_over_recoverer_never_clears_or_sets_the_intent_32_bits() {
+    a_taken_over_recoverer_never_clears_or_sets_the_intent(32);
+}
+
+/// A recoverer `p` paused past its lease in its loop over the dead host `d`'s announces
+/// (after its look at the announce of `y`'s record, before it stores its intent for it)
+/// is taken over by `n`. `d` announced `y`'s record (an announce left after its unlock)
+/// and `k`'s (it died before its CAS); a live host `v`, about to lock `y`, announces it.
+/// `n` waits for `v` on `y`, stores its intent (k's record), finds no live announce of
+/// it, and is about to look at the word. `p` resumes: it set the intent to `y`'s record
+/// over `n`'s (no check: it looked at nothing since its pause), waited for `v`, and a
+/// live writer `w` locked k meanwhile (the intent said `y`); then `p` set the intent to
+/// k's record (`d`'s next announce), found `w`'s announce and was preempted. `n` found
+/// its own intent and the word as `d` announced it: it unlocked `w`'s lock as `d`'s.
+fn a_recoverer_taken_over_in_its_loop_never_sets_the_intent(bits: u32) {
+    let pod = common::heap_pod(&config().record_width_bits(bits));
+    let [p, d, n] = leak_all(&pod);
+    let w = leak_waiting(&pod, 3, Duration::from_millis(100));
+    let v = leak(&pod, 4);
+    k_with_a_record(p);
+    p.create(b"y", &value(1)).unwrap();
+    // d's write of y unlocks and stays before its announce is cleared (a thread of d
+    // that never goes on), then d announces a lock of k and dies before its CAS.
+    let _left = pauses_when(
+        Point::WriteAfterUnlock,
+        || true,
+        move || d.write(b"y", &value(2)),
+    );
+    dies_announcing_a_lock_of_k(d);
+    // v, alive, announces a lock of y, and waits before its CAS.
+    let _v = pauses_when(
+        Point::WriteBeforeLock,
+        || true,
+        move || v.write_start(b"y").map(drop),
+    );
+    leases_run_out(&[p, n]);
+    let (stop, stops) = channel::<IntentStop>();
+    let (go, goes) = channel::<()>();
+    std::thread::spawn(move || {
+        let stop_in = stop.clone();
+        let mut first = false;
+        let mut live = 0;
+        let pause = move |at: IntentStop| {
+            stop_in.send(at).unwrap();
+            goes.recv().unwrap();
+        };
+        let outcome = chaos::with_hook(
+            move |at| match at {
+                Point::RecoveryBeforeIntent if !first => {
+                    first = true;
+                    p.inspect().pretend_elsewhere();
+                    pause(IntentStop::BeforeIntent);
+                }
+                Point::RecoveryFoundLiveAnnounce if first && live < 2 => {
+                    live += 1;
+                    pause(IntentStop::FoundLiveAnnounce);
+                }
+                _ => {}
+            },
+            || {
+                p.inspect().watch_hosts();
+                format!("{:?}", p.inspect().background_errors())
+            },
+        );
+        stop.send(IntentStop::Done(outcome)).unwrap();
+    });
+    let recv = move || {
+        stops
+            .recv_timeout(4 * BOUND)
+            .expect("the paused recoverer answers")
+    };
+    assert_eq!(recv(), IntentStop::BeforeIntent, "p recovers d");
+    leases_run_out(&[n]);
+    let (attempt, then, go, recv) = at_recovery_scan(n, move || {
+        // n has stored its intent (k's record). p resumes.
+        go.send(()).unwrap();
+        let first = recv();
+        let attempt = half_write(w, 0xee);
+        let then = if first == IntentStop::FoundLiveAnnounce {
+            go.send(()).unwrap();
+            recv()
+        } else {
+            first
+        };
+        (attempt, then, go, recv)
+    });
+    assert_live_lock_kept(n, &attempt);
+    if then == IntentStop::FoundLiveAnnounce {
+        go.send(()).unwrap();
+        let _ = recv();
+    }
+    assert!(
+        matches!(&then, IntentStop::Done(errors) if errors.contains("HostDeclaredDead")),
+        "{then:?}"
+    );
+    assert!(
+        matches!(attempt, Err(Error::RecordBusy { .. })),
+        "{attempt:?}"
+    );
+}
+
+#[test]
+fn a_recoverer_taken_over_in_its_loop_never_sets_the_intent_2_bits() {
+    a_recoverer_taken_over_in_its_loop_never_sets_the_intent(2);
+}
+
+#[test]
+fn a_recoverer_taken_over_in_its_loop_never_sets_the_intent_32_bits() {
+    a_recoverer_taken_over_in_its_loop_never_sets_the_intent(32);
+}

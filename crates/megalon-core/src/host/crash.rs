@@ -187,11 +187,24 @@ impl Drop for Hold<'_> {
 struct Intent<'a>(&'a AtomicU64, u64);
 
 impl<'a> Intent<'a> {
-    fn set(word: &'a AtomicU64, record: u32) -> Self {
+    /// Stores `record` as the record under recovery, from 0: the word as this recoverer
+    /// left it (it clears it from its own value after each record). `None`: the word holds
+    /// another recoverer's intent (this one was paused past its lease and taken over), and
+    /// is left alone: stored over, a locker would lock that recoverer's record beside it,
+    /// and a later store of ours could bring its value back for its check after its look
+    /// at the word (it settled the live lock as the dead host's).
+    fn set(word: &'a AtomicU64, record: u32) -> Option<Self> {
         let value = u64::from(record) + 1;
         // SeqCst: before the recoverer reads the announces (see `Shared::announce`).
-        word.store(value, Ordering::SeqCst);
-        Self(word, value)
+        if mutants::skipped(MutantStep::RecovererChecksBeforeItSetsTheIntent) {
+            word.store(value, Ordering::SeqCst);
+        } else if word
+            .compare_exchange(0, value, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return None;
+        }
+        Some(Self(word, value))
     }
 
     /// Whether the word still holds our value (no recoverer took over from us).
@@ -810,7 +823,27 @@ impl Shared {
     fn restore_holds(&self, dead: &Dead) -> Result<bool> {
         let records = Records::new(&self.pod);
         let intent = self.recovery_intent();
-        intent.store(0, Ordering::SeqCst);
+        let left = intent.load(Ordering::SeqCst);
+        self.chaos.point(Point::RecoveryBeforeIntentCleared);
+        if mutants::skipped(MutantStep::RecovererChecksBeforeItSetsTheIntent) {
+            intent.store(0, Ordering::SeqCst);
+        } else {
+            // After the last pause (the dead host's RPC rings since the last look): a
+            // recoverer paused past its lease and taken over would clear its successor's
+            // intent, and a locker would lock the record the successor is about to
+            // settle. By CAS from the value looked at: one stored since is a live
+            // recoverer's.
+            if !self.still_recovering(dead)? {
+                return Ok(false);
+            }
+            if left != 0
+                && intent
+                    .compare_exchange(left, 0, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_err()
+            {
+                return Ok(false);
+            }
+        }
         let mut all_done = true;
         for index in 0..HOLDS_PER_HOST {
             let announce = self.announce_word(dead.host, index).load(Ordering::SeqCst);
@@ -821,7 +854,18 @@ impl Shared {
                 // Put back before the `HostDead` (`restore_slot_images`).
                 continue;
             }
-            let held = Intent::set(intent, record);
+            self.chaos.point(Point::RecoveryBeforeIntent);
+            // After the last pause (the previous record's wait, the sleep of
+            // `lasting_live_claim`, a settle that found itself taken over), before the
+            // store: as before the clear above.
+            if !mutants::skipped(MutantStep::RecovererChecksBeforeItSetsTheIntent)
+                && !self.still_recovering(dead)?
+            {
+                return Ok(false);
+            }
+            let Some(held) = Intent::set(intent, record) else {
+                return Ok(false);
+            };
             let locked = records.decode(raw);
             // A live host's announce of the record: its lock may be the one the word
             // holds, so wait, unless the dead host's is a lock and the live one a claim
@@ -830,12 +874,14 @@ impl Shared {
             let live_claim = match live.as_slice() {
                 [] => None,
                 _ if !locked.locked || undo_ready => {
+                    self.chaos.point(Point::RecoveryFoundLiveAnnounce);
                     all_done = false;
                     continue;
                 }
                 _ => match self.lasting_live_claim(dead, record, &live) {
                     Some(claim) => Some(claim),
                     None => {
+                        self.chaos.point(Point::RecoveryFoundLiveAnnounce);
                         all_done = false;
                         continue;
                     }
