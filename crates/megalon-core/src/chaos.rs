@@ -106,6 +106,9 @@ pub enum Point {
     /// Recovery filling a dead host's reservation, a position found
     /// unpublished and claimed by no live host, before it writes the `Skip`.
     RecoveryBeforeFill,
+    /// Recovery filling a dead host's reservation, after its check (once past
+    /// `RecoveryBeforeFill`) that it still recovers, before it writes the `Skip`.
+    RecoveryBeforeFillWrite,
     /// Recovery of a dead host's locks, after its last look that it still recovers
     /// (before the dead host's RPC rings), before it clears the record under recovery
     /// that a dead recoverer may have left.

@@ -2259,10 +2259,10 @@ fn a_waiter_s_announce_of_a_range_it_lost_keeps_no_hole_unfilled() {
 
 /// A nested reservation fill (a second thread of the recoverer, an append waiting for
 /// room, `unblock_log`) holds the host's `filling` lock, paused after its look at a dead
-/// host's position and before its `Skip`. The outer recovery on the first thread ends
-/// (its own fill finds `filling` taken and gives up) and lets go of the recovery word;
-/// another host takes the word, fills the position itself, and the ring moves on past it
-/// for a whole lap. The paused nested fill then writes its `Skip` over the next lap's
+/// host's position and its check that it still recovers, before its `Skip`. The outer
+/// recovery on the first thread ends (its own fill finds `filling` taken and gives up)
+/// and lets go of the recovery word; another host takes the word, fills the position
+/// itself, and the ring moves on past it for a whole lap. The paused nested fill then writes its `Skip` over the next lap's
 /// entry of that slot: the entry is lost (its alive word is the old lap's), and every
 /// replica that had not applied it stalls there for good.
 #[test]
@@ -2323,7 +2323,9 @@ fn a_nested_fill_paused_past_the_outer_recovery_never_writes_over_the_next_lap()
                     let mut once = true;
                     let answer = chaos::with_hook(
                         move |at| {
-                            if at == Point::RecoveryBeforeFill && std::mem::take(&mut once) {
+                            // After its check that it still recovers (which the outer
+                            // recovery's word, let go, would fail).
+                            if at == Point::RecoveryBeforeFillWrite && std::mem::take(&mut once) {
                                 paused_tx.lock().unwrap().send(()).unwrap();
                                 resume_rx.lock().unwrap().recv().unwrap();
                             }

@@ -785,6 +785,9 @@ impl Shared {
                     continue;
                 }
             }
+            // Between the check and the write the word stays this host's: it is let go
+            // only by a thread holding `filling`, which this one holds.
+            self.chaos.point(Point::RecoveryBeforeFillWrite);
             self.log.write(&self.memory, position, &entry);
             self.counters
                 .entries_skipped
