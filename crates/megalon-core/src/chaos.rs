@@ -119,6 +119,13 @@ pub enum Point {
     /// Recovery of a dead host's lock, its intent stored and a live host's announce of
     /// the record found (it waits for it), before it moves on to the next announce.
     RecoveryFoundLiveAnnounce,
+    /// A join that found every host of the pod dead, before it takes the dead holder's
+    /// row over (`Host::join`'s rescue).
+    RescueBeforeTakeOver,
+    /// A join that found every host of the pod dead, the dead holder's row taken over
+    /// (its life condemned, the row claimed as the id's next life), before it holds the
+    /// log's head and recovers that life (`Host::join`'s rescue).
+    RescueAfterTakeOver,
     /// [`Pod::create`] of a file backing, once the new pod file took its path (any
     /// process can open it from here), before the creator has it back.
     ///

@@ -386,6 +386,53 @@ fn clear_reservation_word(word: &AtomicU64, life: u64) {
     );
 }
 
+/// Takes `host`'s row over from life `life` of process `pid`, a holder found dead with
+/// no live host left to recover it (see `host::rescue`): condemns that life first (a
+/// holder only paused past its lease learns it at its next check, as from a recoverer),
+/// then claims the row from its word by one CAS, counted as the id's next life, which
+/// returns. `None`: the row is not that life's any more (another rescuer took it, or
+/// its holder left). The dead life's words (its reservation, its announces) stay in the
+/// row for the new life to recover before it does anything else.
+pub(crate) fn take_over(pod: &Pod, host: HostId, pid: u32, life: u64) -> Option<u64> {
+    let row = entry(pod, host);
+    let dead = holder_word(pid, life);
+    if pid == FREE || row.holder.load(Ordering::SeqCst) != dead {
+        return None;
+    }
+    condemn(pod, host, life);
+    row.holder
+        .compare_exchange(
+            dead,
+            holder_word(this_process(), life + 1),
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        )
+        .ok()
+        .map(|_| life + 1)
+}
+
+/// The positions life `last` of `host`, or an earlier life, announced in the row and may
+/// not have published (empty if the words name a later life, or nothing). A row freed
+/// by its holder or its recoverer has its words cleared (`forget_holder`), so an earlier
+/// life's words are there only when the row was taken over (`take_over`): that life is
+/// dead (condemned), and its recovery was not finished (its rescuer died, say). A filler
+/// skips what is published, so whichever dead life stored them, they are filled alike.
+pub(crate) fn reservation_up_to(pod: &Pod, host: HostId, last: u64) -> std::ops::Range<u64> {
+    let row = entry(pod, host);
+    let to = row.reserved_to.load(Ordering::SeqCst);
+    let tag = to >> RESERVATION_LIFE_SHIFT;
+    // Behind `last` by less than half the tags' range: `last` or an earlier life.
+    let behind = last.wrapping_sub(tag) & RESERVATION_LIFE_MASK;
+    if position_of(to) == 0 || behind >= 1 << (63 - RESERVATION_LIFE_SHIFT) {
+        return 0..0;
+    }
+    let from = row.reserved_from.load(Ordering::SeqCst);
+    if from >> RESERVATION_LIFE_SHIFT != tag {
+        return 0..0;
+    }
+    position_of(from)..position_of(to)
+}
+
 /// Condemns life `life` of `host` (and every earlier one): a recoverer does it before it
 /// fills the dead holder's reservation or settles anything of its. The word only grows
 /// (a recoverer taken over late, condemning a life whose id lives again, leaves the later

@@ -839,10 +839,18 @@ impl RingGeometry {
     /// CASes too, so a sender only paused while it was recovered changes nothing when it
     /// resumes. Returns how many entries it held.
     pub fn recover_sender(&self, pod: &Pod, sender: u64) -> u64 {
+        self.recover_senders(pod, |word| sender != 0 && word == sender)
+    }
+
+    /// [`RingGeometry::recover_sender`] for every sender whose word `dead` says is dead: the
+    /// sessions of an id's earlier lives, say, when one of them was taken over by a
+    /// joiner that died in its rescue before it recovered them.
+    pub fn recover_senders(&self, pod: &Pod, dead: impl Fn(u64) -> bool) -> u64 {
         let mut held = 0;
         for index in 0..self.entries {
             let word = self.sender(pod, index);
-            if sender == 0 || word.load(Ordering::SeqCst) != sender {
+            let sender = word.load(Ordering::SeqCst);
+            if sender == 0 || !dead(sender) {
                 continue;
             }
             // The ring's server lives and moves the entry on meanwhile (claims, answers):

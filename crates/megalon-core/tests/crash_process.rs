@@ -95,3 +95,53 @@ fn killed_writer(memory: MemoryKind) {
 }
 
 common::process::parent_tests!(killed_writer: a_killed_writer_hardware, a_killed_writer_simulated);
+
+/// [`child_dies_mid_write`], for [`every_host_died`] (a pod file of its own).
+#[test]
+fn child_dies_mid_write_in_a_pod_of_two() {
+    child_dies_mid_write();
+}
+
+/// Every host of the pod died: the parent's own host (as on a machine that went down:
+/// judged by its lease) and the child, killed mid-write (its process gone). No live host
+/// is left to recover either, so a join of the killed child's id takes its row over and
+/// recovers it itself: the old value whole, then a write. The parent's dead host is
+/// recovered by the new host's pump.
+fn every_host_died(memory: MemoryKind) {
+    let common::process::Parent {
+        host,
+        mut child,
+        files: _files,
+        ..
+    } = start_parent(
+        "child_dies_mid_write_in_a_pod_of_two",
+        &config().max_hosts(2),
+        &memory,
+        options,
+    );
+    let pod = std::sync::Arc::clone(host.pod());
+    let (parent_word, child_word) = mailbox(&pod);
+    host.create(b"k", &value(1)).unwrap();
+    host.write(b"k", &value(2)).unwrap();
+    parent_word.store(1, Ordering::Release);
+    child.wait_for(child_word, 1, "to lock k mid-write");
+    megalon_core::inspect::crash(host);
+    child.kill();
+    let killed = Instant::now();
+    let host = Host::join(&pod, megalon_core::Join::As(1), options(&memory, 1))
+        .expect("a join once every host died");
+    assert_eq!(read(&host), value(2), "the old value, whole");
+    host.write(b"k", &value(3)).unwrap();
+    assert_eq!(read(&host), value(3));
+    while host.pod().hosts().len() > 1 {
+        assert!(
+            killed.elapsed() < Duration::from_millis(LEASE_MS.into()) + BOUND,
+            "the parent's dead host was never recovered"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let stats = host.inspect().stats();
+    assert_eq!((stats.hosts_recovered, stats.locks_recovered), (2, 1));
+}
+
+common::process::parent_tests!(every_host_died: every_host_died_hardware, every_host_died_simulated);

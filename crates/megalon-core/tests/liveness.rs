@@ -39,11 +39,9 @@ fn an_idle_host_whose_pump_interval_outlasts_the_lease_is_not_declared_dead() {
 /// freed them, and every join answered `HostTableFull` (or `HostTaken`, for a dead id) for
 /// good: the pod could never be used again. (megalon-server works around an id held by a
 /// dead process by joining under another id first, whose pump recovers it: with the table
-/// full there is none.)
+/// full there is none.) Now the joiner takes a dead holder's row over and recovers it
+/// itself (`Host::join`'s rescue; its races in `tests/rescue.rs`).
 #[test]
-#[ignore = "known defect, not fixed (docs/decisions.md, liveness review of 2026-11-30): \
-            only a joined host recovers a dead one, and a full table of dead holders \
-            leaves no row to join"]
 fn a_pod_whose_hosts_all_died_with_its_table_full_can_be_joined_again() {
     let pod = common::heap_pod(&common::config().max_hosts(2).lease_ms(100));
     let a = Host::join(&pod, Join::As(0), HostOptions::new()).unwrap();

@@ -95,12 +95,25 @@ struct Dead {
     pid: u32,
     joins: u64,
     others_dead: Vec<(HostId, u32, u64)>,
+    /// The dead life's row is this host's: it took the row over as the id's next life
+    /// (no live host was left to recover it, `host::rescue`) and recovers the dead life
+    /// before its join completes. The row's announces are still the dead life's (the
+    /// rescuer takes no lock until its rescue is done), and what tells that the dead life
+    /// is not recovered yet is the rescuer's own hold of the row.
+    rescue: bool,
+    /// In a rescue: the positions an earlier life of the id announced in the row, read
+    /// once the row was taken over (no earlier life announces after that: its row check
+    /// fails), before the rescuer's own first announce replaces them.
+    reserved: std::ops::Range<u64>,
 }
 
 impl Dead {
     /// Whether `host` is alive as far as this watch knows: its row is held, and not by
     /// a life found dead (a host that joined under a dead id since is alive).
     fn live(&self, pod: &crate::pod::Pod, host: HostId) -> bool {
+        if self.rescue && host == self.host {
+            return false;
+        }
         host_table::holder(pod, host).is_some_and(|(pid, joins)| {
             (host, pid, joins) != (self.host, self.pid, self.joins)
                 && !self.others_dead.contains(&(host, pid, joins))
@@ -536,6 +549,111 @@ impl Shared {
         *self.free_holds.lock() |= 1 << index;
     }
 
+    /// Recovers life `joins` of this host's id (process `pid`), whose row this host
+    /// took over (`host::rescue`), with every other host of the pod found dead with it
+    /// (`others`, as `(id, pid, life, heartbeat, since)`: since when the joiner saw it
+    /// unchanged). Before anything else of this life's: its own first append is the
+    /// `HostDead` of the dead one. Bounded by the wait limit; `Err(JoinNotServed)` if the
+    /// recovery could not finish in it (another recovery holds the word, say).
+    pub(super) fn rescue(&self, pid: u32, joins: u64, others: &[super::DeadRow]) -> Result<()> {
+        {
+            // What the joiner saw counts for this host's watch: a stalled replay fills the
+            // other dead hosts' holes at once, without a lease of its own.
+            let mut watch = self.watch.lock();
+            for &(host, pid, life, beat, since) in others {
+                watch.seen.insert(host, (pid, life, beat, since));
+            }
+        }
+        let mut all: Vec<(HostId, u32, u64)> = others
+            .iter()
+            .map(|&(host, pid, life, ..)| (host, pid, life))
+            .collect();
+        all.push((self.id, pid, joins));
+        let dead = Dead {
+            host: self.id,
+            pid,
+            joins,
+            others_dead: all,
+            rescue: true,
+            reserved: host_table::reservation_up_to(&self.pod, self.id, self.life - 1),
+        };
+        self.close_reservation(dead.reserved.clone())?;
+        let started = Instant::now();
+        // As often as a pump's watch (every quarter lease): what a round waits for is
+        // another rescue's, and each round may append (its `Recovered` events).
+        let lease = Duration::from_millis(u64::from(self.pod.config().lease_ms));
+        loop {
+            self.beat();
+            if self.recover(dead.clone(), Step::Whole)? {
+                return Ok(());
+            }
+            let waited = started.elapsed();
+            if waited >= self.options.wait_limit {
+                return Err(Error::JoinNotServed {
+                    host: self.id,
+                    waited_ms: waited.as_millis() as u64,
+                });
+            }
+            let left = self.options.wait_limit - waited;
+            std::thread::sleep((lease / 4).min(left));
+        }
+    }
+
+    /// Before a rescuer's first append: makes sure the earlier life it took over can no
+    /// longer reserve the positions it announced (`reserved`). That life announced them
+    /// before its `tail` CAS and may be only paused between the two: if `tail` is still
+    /// where its announce begins, its CAS could win after our fill looked at the tail
+    /// and leave a hole below our own entries that no recovery would fill (the row's
+    /// words are ours by then, and no watch looks at its own row). So we reserve them
+    /// ourselves, announced in our words as any append's, and publish `Skip`s there: its
+    /// CAS fails, and its next announce finds the row taken. Otherwise its positions are
+    /// below `tail` (reserved, by it or by nobody's CAS from there), and the fill handles
+    /// them. `Err(HostDeclaredDead)`: our row was taken over in turn.
+    fn close_reservation(&self, reserved: std::ops::Range<u64>) -> Result<()> {
+        if reserved.is_empty() {
+            return Ok(());
+        }
+        let _appending = self.append_lock.lock();
+        let tail = Log::tail(&self.pod);
+        // Room: its own check found it before its announce, and the head never goes back.
+        if tail.load(Ordering::SeqCst) != reserved.start
+            || reserved.end > Log::head(&self.pod) + self.log.capacity()
+        {
+            return Ok(());
+        }
+        if !host_table::announce_reservation(
+            &self.pod,
+            self.id,
+            self.life,
+            reserved.start,
+            reserved.end,
+        ) {
+            return Err(Error::HostDeclaredDead {
+                host: self.id,
+                life: self.life,
+            });
+        }
+        if tail
+            .compare_exchange(
+                reserved.start,
+                reserved.end,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .is_ok()
+        {
+            // The lease's rule, as every append's: ours, right before the writes (else
+            // they stay announced, for our recoverer to fill).
+            self.holds_its_row()?;
+            let entry = self.skip_entry(self.id);
+            for position in reserved.clone() {
+                self.log.write(&self.memory, position, &entry);
+            }
+        }
+        host_table::withdraw_reservation(&self.pod, self.id, self.life, reserved.end);
+        Ok(())
+    }
+
     /// The pump's watch: every quarter lease, looks for hosts that died and recovers
     /// them. Errors are the pump's background errors; recovery is tried again later.
     pub(super) fn watch_hosts(&self) {
@@ -602,6 +720,8 @@ impl Shared {
                     pid,
                     joins,
                     others_dead: Vec::new(),
+                    rescue: false,
+                    reserved: 0..0,
                 });
             }
         }
@@ -655,7 +775,10 @@ impl Shared {
     }
 
     fn recover_holding(&self, dead: &Dead, step: Step) -> Result<bool> {
-        if host_table::holder(&self.pod, dead.host) != Some((dead.pid, dead.joins)) {
+        if dead.rescue {
+            // Its row is ours: lost (taken over in turn), we are the dead one now.
+            self.holds_its_row()?;
+        } else if host_table::holder(&self.pod, dead.host) != Some((dead.pid, dead.joins)) {
             return Ok(true);
         }
         // Before anything of its changes: a host only paused past its lease that checks
@@ -696,10 +819,23 @@ impl Shared {
         if self.undo_images() && !self.restore_slot_images(dead)? {
             return Ok(false);
         }
-        self.submit(&Event::HostDead {
-            host: dead.host,
-            joins: dead.joins,
-        })?;
+        // A rescue logs it once: its rounds come one after another within the join (a
+        // `HostDead` per round would fill a log whose head no live host moves, and past
+        // its first lap nobody could rescue the pod again).
+        let logged = dead.rescue
+            && self
+                .rescue_logged
+                .load(std::sync::atomic::Ordering::Relaxed);
+        if !logged {
+            self.submit(&Event::HostDead {
+                host: dead.host,
+                joins: dead.joins,
+            })?;
+            if dead.rescue {
+                self.rescue_logged
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
         // What it held in the RPC rings, or a ring would stay full (or its server stopped)
         // for good: as a sender, its entries settled as if it had given up; as a server,
         // requests it claimed answered "gone" (the senders look again, and find its
@@ -721,6 +857,13 @@ impl Shared {
             return Ok(false);
         }
         host_table::clear_reservation(&self.pod, dead.host, dead.joins);
+        if dead.rescue {
+            // The row stays ours: the id's next life, whose join goes on from here.
+            self.counters
+                .hosts_recovered
+                .fetch_add(1, Ordering::Relaxed);
+            return Ok(true);
+        }
         if host_table::release_dead(&self.pod, dead.host, dead.pid, dead.joins) {
             self.counters
                 .hosts_recovered
@@ -733,7 +876,16 @@ impl Shared {
     /// entries. `Ok(false)`: a live host announces one of them too (it is that host's, or
     /// will be published): try again later.
     fn fill_reservation(&self, dead: &Dead) -> Result<bool> {
-        let reserved = host_table::reservation(&self.pod, dead.host, dead.joins);
+        let reserved = if dead.rescue {
+            // Whichever earlier life of our id stored them (a rescuer that died before it
+            // filled all of the life it rescued leaves that life's words), as read before
+            // our own first announce.
+            dead.reserved.clone()
+        } else {
+            // Its life's, or an earlier one's left by a take-over whose rescue its
+            // rescuer did not finish (that rescuer may be the dead one).
+            host_table::reservation_up_to(&self.pod, dead.host, dead.joins)
+        };
         if reserved.is_empty() {
             return Ok(true);
         }
@@ -763,7 +915,10 @@ impl Shared {
             let live_claim = (0..self.pod.config().max_hosts).any(|host| {
                 dead.live(&self.pod, host)
                     && host_table::holders_reservation(&self.pod, host).contains(&position)
-            });
+            }) || (dead.rescue
+                // In a rescue, positions the dead life announced may be ours: its CAS
+                // failed, and one of our appends reserved them.
+                && host_table::reservation(&self.pod, self.id, self.life).contains(&position));
             if live_claim {
                 return Ok(false);
             }
@@ -1054,8 +1209,13 @@ impl Shared {
         self.holds_its_row()?;
         let word = self.pod.scr_u64(self.pod.layout().recovery_offset());
         let me = host_table::session(self.id, self.life);
-        Ok(word.load(Ordering::SeqCst) == me
-            && host_table::holder(&self.pod, dead.host) == Some((dead.pid, dead.joins)))
+        let dead_holds_it = if dead.rescue {
+            // `holds_its_row` above: the row is ours, holding what the dead life left.
+            true
+        } else {
+            host_table::holder(&self.pod, dead.host) == Some((dead.pid, dead.joins))
+        };
+        Ok(word.load(Ordering::SeqCst) == me && dead_holds_it)
     }
 
     /// [`Shared::still_the_recoverer`], before a CAS that settles a dead host's lock or

@@ -102,6 +102,9 @@ struct Shared {
     free_holds: Mutex<u64>,
     /// What the pump knows of the other hosts' leases.
     watch: Mutex<crash::Watch>,
+    /// A join's rescue (`Shared::rescue`) has logged the `HostDead` of the life it took
+    /// the row over from.
+    rescue_logged: std::sync::atomic::AtomicBool,
     /// The records the log says are free.
     free_records: Mutex<records::FreeRecords>,
     memory: Memory,
@@ -156,7 +159,18 @@ impl Host {
         let options: HostOptions = options.into();
         let started = std::time::Instant::now();
         let (shared, life) = loop {
-            let (id, life, late) = claim_id(pod, which)?;
+            let (id, life, late) = match claim_id(pod, which) {
+                Ok(claimed) => claimed,
+                // No row to claim: if no live host is left to recover the dead holders,
+                // this join takes one's row over and recovers it itself.
+                Err(error @ (Error::HostTableFull { .. } | Error::HostTaken { .. })) => {
+                    match rescue(pod, which, &options, started)? {
+                        Some(rescued) => break rescued,
+                        None => return Err(error),
+                    }
+                }
+                Err(error) => return Err(error),
+            };
             let shared = Arc::new(Shared::new(pod, id, life, options.clone()));
             if !late {
                 break (shared, life);
@@ -582,6 +596,7 @@ impl Shared {
                 (1 << HOLDS_PER_HOST) - 1
             }),
             watch: Mutex::new(crash::Watch::default()),
+            rescue_logged: std::sync::atomic::AtomicBool::new(false),
             free_records: Mutex::new(records::FreeRecords::new(layout.record_count)),
             memory: Memory::new(Arc::clone(pod), options.memory.clone()),
             log,
@@ -644,6 +659,184 @@ fn claim_id(pod: &Pod, which: Join) -> Result<(HostId, u64, bool)> {
         }
     };
     Ok((id, life, from > 0))
+}
+
+/// A held row of the host table as a joiner found it dead: `(id, pid, life, heartbeat,
+/// since)`, `since` when its watch began.
+pub(super) type DeadRow = (HostId, u32, u64, u64, std::time::Instant);
+
+/// Every held row of the host table, when each holder is dead: gone from this machine, or
+/// its row (holder and heartbeat) unchanged for a lease, watched here. `None` if one
+/// lives (on this machine, or its heartbeat moved), or the watch would outlast
+/// `wait_limit`. Each row as `(id, pid, life, heartbeat, since)`, `since` when the watch
+/// began.
+#[cfg(not(megalon_loom))]
+fn all_dead(pod: &Pod, wait_limit: Duration) -> Option<Vec<DeadRow>> {
+    let lease = Duration::from_millis(u64::from(pod.config().lease_ms));
+    let since = std::time::Instant::now();
+    let rows: Vec<_> = (0..pod.config().max_hosts)
+        .filter_map(|host| {
+            let (pid, life) = host_table::holder(pod, host)?;
+            Some((
+                host,
+                pid,
+                life,
+                host_table::heartbeat_count(pod, host),
+                since,
+            ))
+        })
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    let mut watched = Vec::new();
+    for &(host, pid, life, ..) in &rows {
+        match host_table::process_gone(pod, host, pid, life) {
+            Some(true) => {}
+            Some(false) => return None,
+            None => watched.push(host),
+        }
+    }
+    if watched.is_empty() {
+        return Some(rows);
+    }
+    if lease >= wait_limit {
+        return None;
+    }
+    let unchanged = || {
+        rows.iter().all(|&(host, pid, life, beat, _)| {
+            host_table::holder(pod, host) == Some((pid, life))
+                && (!watched.contains(&host) || host_table::heartbeat_count(pod, host) == beat)
+        })
+    };
+    // A live holder beats every eighth of its lease: one that moves ends the watch early.
+    while since.elapsed() <= lease {
+        if !unchanged() {
+            return None;
+        }
+        std::thread::sleep(lease / 20);
+    }
+    unchanged().then_some(rows)
+}
+
+/// A join that found no row to claim (`which` says which), when no live host is left to
+/// recover the dead holders of the rows (every host of the pod died: machines down,
+/// processes killed): only a joined host's pump recovers a dead one, so no row would
+/// ever be freed. The joiner takes a dead holder's row over (`host_table::take_over`:
+/// the dead life condemned, then the row claimed from its word by one CAS, as the id's
+/// next life), replays the log from 0, and recovers the dead life as its recoverer
+/// would (`Shared::rescue`) before anything of its own: its reservation filled, its
+/// `HostDead`, its RPC entries and locks settled. Its pump then recovers the other dead
+/// holders, as any live host's. Returns the new host and its life, or `None` (a live
+/// holder, or another joiner took the row first: the caller answers as before).
+///
+/// Only while the log has recycled nothing (its head at 0): past that the index of a pod
+/// whose hosts all died is nowhere (a late join streams a live host's), and the answer is
+/// `JoinNotServed`. A rescue that cannot finish (its replay or recovery outlasts the wait
+/// limit), or whose row is taken over in turn (it paused past its lease), leaves the row
+/// as a dead holder's, for the next joiner's rescue: the earlier life's words stay in the
+/// row, and are recovered with it.
+#[cfg(not(megalon_loom))]
+fn rescue(
+    pod: &Arc<Pod>,
+    which: Join,
+    options: &HostOptions,
+    started: std::time::Instant,
+) -> Result<Option<(Arc<Shared>, u64)>> {
+    let Some(dead) = all_dead(pod, options.wait_limit) else {
+        return Ok(None);
+    };
+    let target = match which {
+        Join::As(host) => dead.iter().position(|&(id, ..)| id == host),
+        Join::AnyFree => Some(0),
+    };
+    let Some(target) = target else {
+        return Ok(None);
+    };
+    let (id, pid, dead_life, ..) = dead[target];
+    if Log::head(pod) > 0 {
+        return Err(if pod.config().join_area_bytes > 0 {
+            Error::JoinNotServed {
+                host: id,
+                waited_ms: started.elapsed().as_millis() as u64,
+            }
+        } else {
+            Log::recycled(pod)
+        });
+    }
+    let own_start = host_table::own_start();
+    Chaos::none().point(crate::chaos::Point::RescueBeforeTakeOver);
+    // Another joiner took it first (or its holder was only paused, and left): the
+    // caller answers as before, and a retry finds the row that joiner's, alive.
+    let Some(life) = host_table::take_over(pod, id, pid, dead_life) else {
+        return Ok(None);
+    };
+    // From here the row is ours, with the dead life's words in it: any way out but
+    // success (an error, a panic) leaves it as a dead holder's (judged by its lease),
+    // for the next rescue.
+    let leaving = LeaveRowAsDead {
+        pod,
+        id,
+        life,
+        armed: true,
+    };
+    Chaos::none().point(crate::chaos::Point::RescueAfterTakeOver);
+    if !host_table::note_holder(pod, id, life, own_start) {
+        return Err(Error::HostDeclaredDead { host: id, life });
+    }
+    // Never late: nothing lives to send a snapshot (a head that moved since the look
+    // above had a live host move it, which recovers this row once it is left).
+    Log::new(pod).hold_head(pod, id, life, false)?;
+    let shared = Arc::new(Shared::new(pod, id, life, options.clone()));
+    let others: Vec<_> = dead
+        .iter()
+        .filter(|&&(host, ..)| host != id)
+        .copied()
+        .collect();
+    shared.rescue(pid, dead_life, &others)?;
+    leaving.disarm();
+    Ok(Some((shared, life)))
+}
+
+/// Leaves a row taken over by a rescue that did not finish as a dead holder's (when
+/// dropped armed): it says its holder runs on another machine, and nothing beats, so a
+/// later joiner's rescue takes it over once its lease runs out (on this machine the live
+/// process would keep it for good).
+#[cfg(not(megalon_loom))]
+struct LeaveRowAsDead<'a> {
+    pod: &'a Pod,
+    id: HostId,
+    life: u64,
+    armed: bool,
+}
+
+#[cfg(not(megalon_loom))]
+impl LeaveRowAsDead<'_> {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+#[cfg(not(megalon_loom))]
+impl Drop for LeaveRowAsDead<'_> {
+    fn drop(&mut self) {
+        if self.armed
+            && host_table::holder(self.pod, self.id)
+                == Some((host_table::this_process(), self.life))
+        {
+            host_table::pretend_elsewhere(self.pod, self.id);
+        }
+    }
+}
+
+#[cfg(megalon_loom)]
+fn rescue(
+    _pod: &Arc<Pod>,
+    _which: Join,
+    _options: &HostOptions,
+    _started: std::time::Instant,
+) -> Result<Option<(Arc<Shared>, u64)>> {
+    Ok(None)
 }
 
 /// A joiner gives up its row (life `life` of `id`), as `Drop` does: unless its life has

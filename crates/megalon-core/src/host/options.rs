@@ -10,11 +10,19 @@ use crate::ids::HostId;
 use crate::memory::MemoryKind;
 
 /// Which host id to join as.
+///
+/// When no id is free (or the one asked for is taken) and every holder of the table is
+/// dead (its process gone from this machine, or its heartbeat still for a lease, which
+/// the join watches), nobody is left to recover them: the join then takes a dead holder's
+/// row over (the one asked for, or the lowest) and recovers it before it completes. This
+/// needs a log that has recycled nothing yet (the new host replays it from the start);
+/// past that, the index of a pod whose hosts all died is nowhere, and the join answers
+/// [`Error::JoinNotServed`](crate::Error::JoinNotServed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Join {
-    /// Exactly this id; an error if it is taken or past the maximum.
+    /// Exactly this id; an error if it is taken (but see above) or past the maximum.
     As(HostId),
-    /// The lowest free id; an error if the table is full.
+    /// The lowest free id; an error if the table is full (but see above).
     AnyFree,
 }
 

@@ -61,9 +61,14 @@ impl Shared {
     /// `SERVER_GONE`, and their senders look again).
     pub(in crate::host) fn recover_rpcs(&self, dead: crate::ids::HostId, life: u64) {
         if let Some(rpc) = &self.rpc {
-            let sender = crate::host_table::session(dead, life);
+            // Its life's sessions, and any earlier life's of the id left by a take-over
+            // (`host::rescue`): every life of the id up to `life` is dead.
+            let dead_sender = |word: u64| {
+                let (host, of) = crate::host_table::session_of(word);
+                host == dead && of <= life
+            };
             for ring in &rpc.rings {
-                ring.recover_sender(&self.pod, sender);
+                ring.recover_senders(&self.pod, dead_sender);
             }
             let gone = Response {
                 status: SERVER_GONE,

@@ -1,0 +1,621 @@
+//! Joins of a pod whose hosts all died: no live host is left to recover the dead holders
+//! of the host table, so a joiner takes a dead holder's row over and recovers it itself
+//! (`Host::join`'s rescue). The races: two joiners at once, a holder that was only
+//! paused, a joiner that dies mid-rescue, a log that lapped. Built with the `chaos`
+//! feature only (the tests hold threads at chosen points).
+#![cfg(feature = "chaos")]
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use common::{simulated, value, SLOT};
+use megalon_core::chaos::{self, Point};
+use megalon_core::{CrashSafety, Error, Host, HostOptions, Join, Pod};
+
+const LEASE_MS: u32 = 100;
+
+/// A pod of 2-bit records with undo images, a short lease and `max_hosts` hosts.
+fn pod(max_hosts: u32) -> Arc<Pod> {
+    common::heap_pod(
+        &common::config()
+            .max_hosts(max_hosts)
+            .record_width_bits(2)
+            .lease_ms(LEASE_MS)
+            .crash_safety(CrashSafety::Undo),
+    )
+}
+
+/// Simulated memory (seeded by `seed`), a pump, waits of at most a second.
+fn options(seed: u64) -> HostOptions {
+    HostOptions::new()
+        .memory(simulated(seed, 4096, 0))
+        .wait_limit(Duration::from_secs(1))
+}
+
+/// Joins with `which`, trying again while the answer is "no row" (up to 5 s).
+fn join_retrying(pod: &Arc<Pod>, which: Join, seed: u64) -> Host {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match Host::join(pod, which, options(seed)) {
+            Ok(host) => return host,
+            Err(error @ (Error::HostTableFull { .. } | Error::HostTaken { .. }))
+                if Instant::now() < deadline =>
+            {
+                let _ = error;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(error) => panic!("no join: {error:?}"),
+        }
+    }
+}
+
+/// `k`'s whole slot, as `host` reads it.
+#[track_caller]
+fn read(host: &Host) -> Vec<u8> {
+    common::read(host, b"k")
+}
+
+/// `host` locks `k` for a write, puts `byte` over its first half, makes that reach
+/// memory, and goes no further (the ticket is forgotten: the lock stays).
+fn half_write(host: &Host, byte: u8) {
+    let ticket = host.write_start(b"k").unwrap();
+    ticket.write(0, &[byte; SLOT / 2]).unwrap();
+    host.memory().write_back(ticket.offset(), SLOT);
+    host.memory().fence();
+    std::mem::forget(ticket);
+}
+
+/// Past every lease of the pod's dead hosts.
+fn leases_run_out() {
+    std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 3));
+}
+
+/// Both hosts of a full table died, one in the middle of a write of `k` (its undo image
+/// ready, half its new bytes in memory). A joiner takes the writer's row over: its rescue
+/// puts the last complete value back and unlocks, before the join completes; the other
+/// row is recovered by the joiner's pump.
+#[test]
+fn a_rescue_restores_the_dead_holders_half_write() {
+    let pod = pod(2);
+    let writer = Host::join(&pod, Join::As(0), options(1)).unwrap();
+    let other = Host::join(&pod, Join::As(1), options(2)).unwrap();
+    writer.create(b"k", &value(1)).unwrap();
+    writer.write(b"k", &value(2)).unwrap();
+    half_write(&writer, 0xee);
+    megalon_core::inspect::crash(writer);
+    megalon_core::inspect::crash(other);
+    leases_run_out();
+    let host = join_retrying(&pod, Join::AnyFree, 3);
+    assert_eq!(host.id(), 0, "the first dead row is taken over");
+    assert_eq!(read(&host), value(2), "the last complete value, whole");
+    host.write(b"k", &value(3)).unwrap();
+    assert_eq!(read(&host), value(3));
+    // The other dead row is recovered by the new host's pump, and can be joined.
+    let second = join_retrying(&pod, Join::AnyFree, 4);
+    assert_eq!(second.id(), 1);
+    assert_eq!(read(&second), value(3));
+}
+
+/// A dead holder of a full table that reserved log positions and published nothing: the
+/// rescue fills them with `Skip` before its replay (which would stall at them for good).
+#[test]
+fn a_rescue_fills_the_dead_holders_reservation() {
+    let pod = pod(1);
+    let dead = Host::join(&pod, Join::As(0), options(1)).unwrap();
+    dead.create(b"k", &value(1)).unwrap();
+    dead.inspect().reserve_unpublished(2).unwrap();
+    megalon_core::inspect::crash(dead);
+    leases_run_out();
+    let host = join_retrying(&pod, Join::As(0), 2);
+    assert_eq!(read(&host), value(1));
+    host.create(b"j", &value(5)).unwrap();
+    assert_eq!(common::read(&host, b"j"), value(5));
+}
+
+/// A dead id whose row is the only one held, the others free, and no live host: joined
+/// as itself (it answered `HostTaken` for good; megalon-server's way around, a join under
+/// a free id first whose pump recovers it, is not needed).
+#[test]
+fn a_dead_id_is_joined_as_itself_with_no_live_host() {
+    let pod = pod(4);
+    let dead = Host::join(&pod, Join::As(2), options(1)).unwrap();
+    dead.create(b"k", &value(1)).unwrap();
+    megalon_core::inspect::crash(dead);
+    leases_run_out();
+    let host = join_retrying(&pod, Join::As(2), 2);
+    assert_eq!(read(&host), value(1));
+}
+
+/// A holder that lives (its pump beats), judged by its lease: a join of a full table is
+/// refused as before (`HostTableFull`), and the holder is not taken over.
+#[test]
+fn a_live_holder_of_a_full_table_is_not_taken_over() {
+    let pod = pod(1);
+    let live = Host::join(&pod, Join::As(0), options(1)).unwrap();
+    live.inspect().pretend_elsewhere();
+    live.create(b"k", &value(1)).unwrap();
+    let started = Instant::now();
+    let join = Host::join(&pod, Join::AnyFree, options(2));
+    assert!(
+        matches!(join, Err(Error::HostTableFull { .. })),
+        "a join took a live holder's row: {:?}",
+        join.map(|host| host.id())
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "bounded by a lease"
+    );
+    live.write(b"k", &value(2)).unwrap();
+    assert_eq!(read(&live), value(2));
+}
+
+/// Two joiners at once, both past their look at the dead rows (every host dead) before
+/// either takes one over: one takes the row, the other's CAS from the dead holder's word
+/// fails and it answers `HostTableFull`; tried again, it joins the other row once the
+/// first joiner's pump has recovered it. No row is held twice, no life recovered twice.
+#[test]
+fn two_joiners_at_once_take_a_dead_row_over_once() {
+    let pod = pod(2);
+    let a = Host::join(&pod, Join::As(0), options(1)).unwrap();
+    let b = Host::join(&pod, Join::As(1), options(2)).unwrap();
+    a.create(b"k", &value(1)).unwrap();
+    megalon_core::inspect::crash(a);
+    megalon_core::inspect::crash(b);
+    leases_run_out();
+    let both_looked = Arc::new(Barrier::new(2));
+    let joiners: Vec<_> = (0..2u64)
+        .map(|n| {
+            let (pod, both_looked) = (Arc::clone(&pod), Arc::clone(&both_looked));
+            std::thread::spawn(move || {
+                let once = AtomicBool::new(true);
+                let first = chaos::with_hook(
+                    move |at| {
+                        if at == Point::RescueBeforeTakeOver && once.swap(false, Ordering::SeqCst) {
+                            both_looked.wait();
+                        }
+                    },
+                    || Host::join(&pod, Join::AnyFree, options(10 + n)),
+                );
+                let first_error = first.as_ref().err().cloned();
+                let host = first.unwrap_or_else(|_| join_retrying(&pod, Join::AnyFree, 20 + n));
+                (first_error, host)
+            })
+        })
+        .collect();
+    let mut joined: Vec<_> = joiners.into_iter().map(|j| j.join().unwrap()).collect();
+    joined.sort_by_key(|(_, host)| host.id());
+    let firsts: Vec<_> = joined.iter().map(|(first, _)| first.clone()).collect();
+    assert!(
+        firsts.iter().filter(|first| first.is_none()).count() == 1
+            && firsts
+                .iter()
+                .flatten()
+                .all(|error| matches!(error, Error::HostTableFull { .. })),
+        "one rescue, the other refused: {firsts:?}"
+    );
+    let ids: Vec<_> = joined.iter().map(|(_, host)| host.id()).collect();
+    assert_eq!(ids, vec![0, 1]);
+    for (_, host) in &joined {
+        assert_eq!(read(host), value(1));
+    }
+    let recovered: u64 = joined
+        .iter()
+        .map(|(_, host)| host.inspect().stats().hosts_recovered)
+        .sum();
+    assert_eq!(recovered, 2, "each dead life recovered once");
+    joined[0].1.write(b"k", &value(2)).unwrap();
+    assert_eq!(read(&joined[1].1), value(2));
+}
+
+/// The only holder of a one-row table, only paused (no heartbeat past its lease) in the
+/// middle of a write: a joiner takes its row over and restores the write's undo image.
+/// The holder resumes: its write ends in `HostDeclaredDead` and its unlock does not touch
+/// the joiner's own lock of the record (the same word, at 2 bits); dropped, it leaves the
+/// row to the joiner.
+#[test]
+fn a_holder_only_paused_is_taken_over_and_changes_nothing_after() {
+    let pod = pod(1);
+    let paused = Host::join(&pod, Join::As(0), options(1).pump_interval(None)).unwrap();
+    paused.inspect().pretend_elsewhere();
+    paused.create(b"k", &value(1)).unwrap();
+    let ticket = paused.write_start(b"k").unwrap();
+    ticket.write(0, &[0xee; SLOT / 2]).unwrap();
+    paused.memory().write_back(ticket.offset(), SLOT);
+    paused.memory().fence();
+    leases_run_out();
+    let host = join_retrying(&pod, Join::AnyFree, 2);
+    assert_eq!(read(&host), value(1), "the undo image, whole");
+    // The joiner holds the record locked (its own write); the paused holder resumes.
+    let mine = host.write_start(b"k").unwrap();
+    mine.write(0, &value(2)).unwrap();
+    let late = paused.write_end(ticket);
+    assert!(
+        matches!(late, Err(Error::HostDeclaredDead { .. })),
+        "the paused holder's write ended: {late:?}"
+    );
+    let create = paused.create(b"j", &value(9));
+    assert!(
+        matches!(create, Err(Error::HostDeclaredDead { .. })),
+        "{create:?}"
+    );
+    host.write_end(mine).unwrap();
+    assert_eq!(read(&host), value(2));
+    drop(paused);
+    assert_eq!(pod.hosts().len(), 1, "the joiner's row stays held");
+    host.write(b"k", &value(3)).unwrap();
+    assert_eq!(read(&host), value(3));
+}
+
+/// A joiner that dies in the middle of its rescue (here: right after its `HostDead` of
+/// the dead holder was published, before the holder's lock is restored) leaves the row
+/// as a dead holder's: the next joiner takes it over from that life, and recovers what
+/// both left (the first holder's half write, whose announce is still in the row).
+#[test]
+fn a_joiner_that_dies_mid_rescue_is_rescued_by_the_next() {
+    let pod = pod(1);
+    let writer = Host::join(&pod, Join::As(0), options(1)).unwrap();
+    writer.create(b"k", &value(1)).unwrap();
+    writer.write(b"k", &value(2)).unwrap();
+    half_write(&writer, 0xee);
+    megalon_core::inspect::crash(writer);
+    leases_run_out();
+    let pod_of_first = Arc::clone(&pod);
+    let first = std::thread::spawn(move || {
+        chaos::with_hook(
+            |at| {
+                if at == Point::AppendAfterPublish {
+                    panic!("the first joiner dies after its HostDead");
+                }
+            },
+            || Host::join(&pod_of_first, Join::AnyFree, options(2)).map(|host| host.id()),
+        )
+    })
+    .join();
+    assert!(first.is_err(), "the first joiner died: {first:?}");
+    leases_run_out();
+    let host = join_retrying(&pod, Join::AnyFree, 3);
+    assert_eq!(read(&host), value(2), "the last complete value, whole");
+    host.write(b"k", &value(3)).unwrap();
+    assert_eq!(read(&host), value(3));
+}
+
+/// A joiner that dies between two `Skip`s of the dead holder's reservation: the next
+/// joiner fills the rest (the words name the first holder's life, not the dead joiner's).
+#[test]
+fn a_joiner_that_dies_mid_fill_leaves_the_rest_to_the_next() {
+    let pod = pod(1);
+    let dead = Host::join(&pod, Join::As(0), options(1)).unwrap();
+    dead.create(b"k", &value(1)).unwrap();
+    dead.inspect().reserve_unpublished(3).unwrap();
+    megalon_core::inspect::crash(dead);
+    leases_run_out();
+    let pod_of_first = Arc::clone(&pod);
+    let first = std::thread::spawn(move || {
+        let mut fills = 0;
+        chaos::with_hook(
+            move |at| {
+                if at == Point::RecoveryBeforeFill {
+                    fills += 1;
+                    if fills == 2 {
+                        panic!("the first joiner dies between two fills");
+                    }
+                }
+            },
+            || Host::join(&pod_of_first, Join::AnyFree, options(2)).map(|host| host.id()),
+        )
+    })
+    .join();
+    assert!(first.is_err(), "the first joiner died: {first:?}");
+    leases_run_out();
+    let host = join_retrying(&pod, Join::AnyFree, 3);
+    assert_eq!(read(&host), value(1));
+    host.create(b"j", &value(5)).unwrap();
+    assert_eq!(common::read(&host, b"j"), value(5));
+}
+
+/// Every host died after the log recycled entries: the index is in no replica and no
+/// checkpoint (a late join streams a live host's), so a join answers `JoinNotServed`,
+/// typed and bounded, and takes no row over (a second join answers the same).
+#[test]
+fn a_pod_whose_log_lapped_before_its_hosts_died_answers_join_not_served() {
+    let pod = common::heap_pod(
+        &common::config()
+            .max_hosts(2)
+            .log_capacity_entries(16)
+            .lease_ms(LEASE_MS),
+    );
+    let a = Host::join(&pod, Join::As(0), options(1)).unwrap();
+    let b = Host::join(&pod, Join::As(1), options(2)).unwrap();
+    for round in 0..40u8 {
+        a.create(b"k", &value(round)).unwrap();
+        b.replay().unwrap();
+        a.delete(b"k").unwrap();
+        b.replay().unwrap();
+    }
+    a.create(b"k", &value(1)).unwrap();
+    b.replay().unwrap();
+    let (head, ..) = a.inspect().log_cursors();
+    assert!(head > 0, "the log lapped (head {head})");
+    let rows = pod.hosts();
+    megalon_core::inspect::crash(a);
+    megalon_core::inspect::crash(b);
+    leases_run_out();
+    for _ in 0..2 {
+        let join = Host::join(&pod, Join::AnyFree, options(3));
+        assert!(
+            matches!(join, Err(Error::JoinNotServed { .. })),
+            "{:?}",
+            join.map(|host| host.id())
+        );
+        let now: Vec<_> = pod
+            .hosts()
+            .iter()
+            .map(|row| (row.host, row.pid, row.joins))
+            .collect();
+        let before: Vec<_> = rows
+            .iter()
+            .map(|row| (row.host, row.pid, row.joins))
+            .collect();
+        assert_eq!(now, before, "no row taken over");
+    }
+}
+
+/// The only holder, only paused in the middle of a write, resumes right after a joiner
+/// took its row over and before the joiner's recovery began: it must know it is dead
+/// already (the take-over condemns its life before the CAS), and leave its lock and
+/// undo image to the rescue, which puts the last complete value back. Had it unlocked,
+/// its half-written bytes would stand as a complete value.
+#[test]
+fn a_holder_that_resumes_right_after_the_take_over_leaves_its_write_to_the_rescue() {
+    let pod = pod(1);
+    let paused = Host::join(&pod, Join::As(0), options(1).pump_interval(None)).unwrap();
+    paused.inspect().pretend_elsewhere();
+    paused.create(b"k", &value(1)).unwrap();
+    let ticket = paused.write_start(b"k").unwrap();
+    ticket.write(0, &[0xee; SLOT / 2]).unwrap();
+    paused.memory().write_back(ticket.offset(), SLOT);
+    paused.memory().fence();
+    leases_run_out();
+    let (taken, is_taken) = std::sync::mpsc::channel();
+    let (resume, resumed) = std::sync::mpsc::channel::<()>();
+    let pod_of_joiner = Arc::clone(&pod);
+    let joiner = std::thread::spawn(move || {
+        let (taken, resumed) = (std::sync::Mutex::new(taken), std::sync::Mutex::new(resumed));
+        chaos::with_hook(
+            move |at| {
+                if at == Point::RescueAfterTakeOver {
+                    taken.lock().unwrap().send(()).unwrap();
+                    resumed.lock().unwrap().recv().unwrap();
+                }
+            },
+            || Host::join(&pod_of_joiner, Join::AnyFree, options(2)),
+        )
+    });
+    is_taken.recv().unwrap();
+    let late = paused.write_end(ticket);
+    resume.send(()).unwrap();
+    let host = joiner.join().unwrap().expect("the rescue");
+    assert!(
+        matches!(late, Err(Error::HostDeclaredDead { .. })),
+        "the paused holder's write ended: {late:?}"
+    );
+    assert_eq!(read(&host), value(1), "the undo image, whole");
+}
+
+/// The only holder, only paused between the announce of its reservation and its `tail`
+/// CAS, resumes after a joiner took its row over and looked at the tail (nothing of its
+/// reserved yet, nothing to fill), and before the joiner's own first reservation: its
+/// CAS wins, it finds its row taken and writes nothing, and the joiner's `HostDead` lands
+/// past a hole. The joiner's stalled replay must fill it (the row's words are the
+/// joiner's own by then, and no watch looks at its own row), or every replay of the pod
+/// stalls there for good.
+#[test]
+fn a_holder_paused_before_its_tail_cas_leaves_no_hole_the_rescue_cannot_fill() {
+    let pod = pod(1);
+    let paused: &'static Host = Box::leak(Box::new(
+        Host::join(&pod, Join::As(0), options(1).pump_interval(None)).unwrap(),
+    ));
+    paused.inspect().pretend_elsewhere();
+    paused.create(b"k", &value(1)).unwrap();
+    let (before_cas, is_before_cas) = std::sync::mpsc::channel();
+    let (go_on, goes_on) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let (before_cas, goes_on) = (
+            std::sync::Mutex::new(before_cas),
+            std::sync::Mutex::new(goes_on),
+        );
+        let once = AtomicBool::new(true);
+        chaos::with_hook(
+            move |at| {
+                if at == Point::ReserveBeforeCas && once.swap(false, Ordering::SeqCst) {
+                    before_cas.lock().unwrap().send(()).unwrap();
+                    goes_on.lock().unwrap().recv().unwrap();
+                }
+            },
+            || paused.create(b"late", &value(7)),
+        )
+    });
+    is_before_cas.recv().unwrap();
+    leases_run_out();
+    let (joiner_before_cas, joiner_is_before_cas) = std::sync::mpsc::channel();
+    let (joiner_go_on, joiner_goes_on) = std::sync::mpsc::channel::<()>();
+    let pod_of_joiner = Arc::clone(&pod);
+    let joiner = std::thread::spawn(move || {
+        let (before_cas, goes_on) = (
+            std::sync::Mutex::new(joiner_before_cas),
+            std::sync::Mutex::new(joiner_goes_on),
+        );
+        let once = AtomicBool::new(true);
+        chaos::with_hook(
+            move |at| {
+                if at == Point::ReserveBeforeCas && once.swap(false, Ordering::SeqCst) {
+                    before_cas.lock().unwrap().send(()).unwrap();
+                    goes_on.lock().unwrap().recv().unwrap();
+                }
+            },
+            || Host::join(&pod_of_joiner, Join::AnyFree, options(2)),
+        )
+    });
+    joiner_is_before_cas.recv().unwrap();
+    // The holder's CAS takes the position the joiner was about to reserve.
+    go_on.send(()).unwrap();
+    let late = holder.join().unwrap();
+    assert!(
+        matches!(late, Err(Error::HostDeclaredDead { .. })),
+        "the paused holder's create: {late:?}"
+    );
+    joiner_go_on.send(()).unwrap();
+    let host = joiner.join().unwrap().expect("the rescue");
+    assert_eq!(read(&host), value(1));
+    assert_eq!(
+        host.lookup(b"late").unwrap(),
+        None,
+        "the late create never landed"
+    );
+    host.create(b"j", &value(5)).unwrap();
+    assert_eq!(common::read(&host, b"j"), value(5));
+}
+
+/// A joiner that died between two `Skip`s of the row it took over, and a second joiner
+/// that rescues the other dead row: the first joiner's row is recovered the ordinary way
+/// (the second's watch, its replay stalled at the hole), and that recovery fills what
+/// the row's first holder reserved (the words name that life, not the dead joiner's).
+#[test]
+fn a_dead_rescuers_row_is_recovered_with_what_the_life_it_took_over_left() {
+    let pod = pod(2);
+    let first = Host::join(&pod, Join::As(0), options(1)).unwrap();
+    let other = Host::join(&pod, Join::As(1), options(2)).unwrap();
+    first.create(b"k", &value(1)).unwrap();
+    other.replay().unwrap();
+    first.inspect().reserve_unpublished(3).unwrap();
+    megalon_core::inspect::crash(first);
+    megalon_core::inspect::crash(other);
+    leases_run_out();
+    let pod_of_rescuer = Arc::clone(&pod);
+    let rescuer = std::thread::spawn(move || {
+        let mut fills = 0;
+        chaos::with_hook(
+            move |at| {
+                if at == Point::RecoveryBeforeFill {
+                    fills += 1;
+                    if fills == 2 {
+                        panic!("the rescuer of row 0 dies between two fills");
+                    }
+                }
+            },
+            || Host::join(&pod_of_rescuer, Join::As(0), options(3)).map(|host| host.id()),
+        )
+    })
+    .join();
+    assert!(rescuer.is_err(), "the rescuer died: {rescuer:?}");
+    leases_run_out();
+    let host = join_retrying(&pod, Join::As(1), 4);
+    assert_eq!(read(&host), value(1));
+    host.create(b"j", &value(5)).unwrap();
+    // Row 0 recovered by `host`'s pump and free: joined the ordinary way.
+    let again = join_retrying(&pod, Join::As(0), 5);
+    assert_eq!(common::read(&again, b"j"), value(5));
+}
+
+/// Two joiners at once, each of its own dead id (`Join::As`), whose dead lives both
+/// announced the same lock of `k`: row 0's a lock it never took, row 1's its write in the
+/// middle (its undo image ready). Both take their rows over before either recovers.
+/// Each rescuer then sees the other's row as live, so neither settles the lock while the
+/// other's announce is there: never the lock without its undo image (a torn value). They
+/// wait on each other until their wait limits run out (`JoinNotServed`, each row left as
+/// a dead holder's), each having logged its `HostDead` once (a first version logged one
+/// every millisecond of its wait: the log lapped with no live host, and no join could
+/// ever rescue the pod again); a later join then recovers both.
+#[test]
+fn two_rescuers_of_one_record_never_settle_it_without_its_undo_image() {
+    let pod = pod(2);
+    let never_took: &'static Host = Box::leak(Box::new(
+        Host::join(&pod, Join::As(0), options(1).pump_interval(None)).unwrap(),
+    ));
+    let writer = Host::join(&pod, Join::As(1), options(2).pump_interval(None)).unwrap();
+    writer.create(b"k", &value(1)).unwrap();
+    writer.write(b"k", &value(2)).unwrap();
+    never_took.replay().unwrap();
+    // Host 0 announces a write lock of k and dies before its CAS.
+    let (frozen, is_frozen) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let frozen = std::sync::Mutex::new(frozen);
+        chaos::with_hook(
+            move |at| {
+                if at == Point::WriteBeforeLock {
+                    never_took.inspect().freeze();
+                    frozen.lock().unwrap().send(()).unwrap();
+                    loop {
+                        std::thread::park();
+                    }
+                }
+            },
+            || {
+                let _ = never_took.write_start(b"k");
+            },
+        );
+    });
+    is_frozen.recv().unwrap();
+    half_write(&writer, 0xee);
+    megalon_core::inspect::crash(writer);
+    leases_run_out();
+    let both_looked = Arc::new(Barrier::new(2));
+    let joiners: Vec<_> = (0..2u32)
+        .map(|id| {
+            let (pod, both_looked) = (Arc::clone(&pod), Arc::clone(&both_looked));
+            std::thread::spawn(move || {
+                chaos::with_hook(
+                    move |at| {
+                        // Both looked at the rows, then both took theirs over.
+                        if matches!(at, Point::RescueBeforeTakeOver | Point::RescueAfterTakeOver) {
+                            both_looked.wait();
+                        }
+                    },
+                    || Host::join(&pod, Join::As(id), options(10 + u64::from(id))),
+                )
+            })
+        })
+        .collect();
+    let joined: Vec<_> = joiners.into_iter().map(|j| j.join().unwrap()).collect();
+    for join in &joined {
+        match join {
+            Ok(host) => assert_eq!(read(host), value(2), "k whole, by host {}", host.id()),
+            // Both rescues waited on each other; or one finished first and its pump
+            // recovered the other's row before that one's take-over (its CAS failed: it
+            // answers as before, and a retry joins the freed row).
+            Err(error) => assert!(
+                matches!(error, Error::JoinNotServed { .. } | Error::HostTaken { .. }),
+                "a rescue failed untyped: {error:?}"
+            ),
+        }
+    }
+    if joined.iter().all(Result::is_err) {
+        leases_run_out();
+        let host = join_retrying(&pod, Join::AnyFree, 30);
+        // Each rescue that waited logged its `HostDead` once, not once a round: a log
+        // that laps while no live host holds its head could never be rescued again.
+        let (head, _, tail) = host.inspect().log_cursors();
+        let deaths = host
+            .inspect()
+            .read_log(head, tail)
+            .unwrap()
+            .iter()
+            .filter(|e| matches!(e.event.event(), megalon_core::event::Event::HostDead { .. }))
+            .count();
+        assert!(
+            head == 0 && deaths <= 3,
+            "head {head}, {deaths} HostDead entries"
+        );
+        assert_eq!(read(&host), value(2), "k whole, after both rescues gave up");
+        host.write(b"k", &value(3)).unwrap();
+        assert_eq!(read(&host), value(3));
+    } else if let Some(Err(_)) = joined.iter().find(|join| join.is_err()) {
+        let host = join_retrying(&pod, Join::AnyFree, 31);
+        assert_eq!(read(&host), value(2), "k whole, after both rescues gave up");
+        host.write(b"k", &value(3)).unwrap();
+        assert_eq!(read(&host), value(3));
+    }
+}
