@@ -98,7 +98,11 @@
 //! **Joining at any time.** A host may join after the log has recycled its first
 //! entries: a live host streams it its index through the pod's join area
 //! ([`PodConfig::join_area_bytes`]), and it replays from there. A restarted process
-//! joins as a new host, or under its old id once that is free.
+//! joins as a new host, or under its old id once that is free. When no host is alive to
+//! recover the dead ones (all died, the host table full of them), a joiner that finds
+//! every holder dead takes one dead host's row over and recovers it itself before its
+//! join completes; only while the log has recycled nothing (past that no replica holds
+//! the index, and the join answers [`Error::JoinNotServed`]).
 //!
 //! **What does not survive:** the loss of the CXL device itself, and the pod across a
 //! power cycle (the SCR's words are not persistent). Writes made in a dead host's DRAM
