@@ -7,7 +7,6 @@
 //! word; the simulated memory (in the ordinary tests) checks the flushes.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use loom::sync::atomic::{AtomicBool, Ordering};
 
