@@ -619,3 +619,209 @@ fn two_rescuers_of_one_record_never_settle_it_without_its_undo_image() {
         assert_eq!(read(&host), value(3));
     }
 }
+
+/// A full table of two: `a` died with a reservation unpublished; `b` (no pump: its watch
+/// is driven by hand) found it dead and began its recovery (it holds the recovery word),
+/// then died itself right before its fill (`RecoveryBeforeFill`, never resumed: a host
+/// killed mid-recovery). Every host is dead, and the word names `b`'s life. A joiner
+/// (`Join::AnyFree`) takes the lowest dead row over (`a`'s) and must recover it: the word
+/// is a dead host's found dead with it (condemned before anything is settled, as the
+/// ordinary recovery takes the word of the host it recovers). It waited for the word
+/// until its wait limit (`JoinNotServed`), and every later `AnyFree` join did the same:
+/// the pod could never be joined again but by `Join::As` of the word's holder.
+#[test]
+fn a_rescue_takes_the_recovery_word_of_a_host_found_dead_with_it() {
+    let pod = pod(2);
+    let a = Host::join(&pod, Join::As(0), options(1)).unwrap();
+    a.create(b"k", &value(1)).unwrap();
+    a.inspect().reserve_unpublished(1).unwrap();
+    megalon_core::inspect::crash(a);
+    let b: &'static Host = Box::leak(Box::new(
+        Host::join(&pod, Join::As(1), options(2).pump_interval(None)).unwrap(),
+    ));
+    b.inspect().pretend_elsewhere();
+    b.inspect().watch_hosts(); // its watch of a begins
+    leases_run_out();
+    let (paused_tx, paused_rx) = std::sync::mpsc::channel::<()>();
+    let (resume_tx, resume_rx) = std::sync::mpsc::channel::<()>();
+    let watcher = std::thread::spawn(move || {
+        let (paused_tx, resume_rx) = (
+            std::sync::Mutex::new(paused_tx),
+            std::sync::Mutex::new(resume_rx),
+        );
+        let mut once = true;
+        chaos::with_hook(
+            move |at| {
+                if at == Point::RecoveryBeforeFill && once {
+                    once = false;
+                    paused_tx.lock().unwrap().send(()).unwrap();
+                    let _ = resume_rx.lock().unwrap().recv();
+                }
+            },
+            || b.inspect().watch_hosts(),
+        )
+    });
+    paused_rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("b's recovery of a reached its fill");
+    // b dies there: no pump, no beat, its row says it runs elsewhere.
+    leases_run_out();
+    let started = Instant::now();
+    let join = Host::join(&pod, Join::AnyFree, options(3));
+    let host = match join {
+        Ok(host) => host,
+        Err(error) => panic!(
+            "the rescue of a pod whose recovery word a dead host holds: {error:?} after {:?}",
+            started.elapsed()
+        ),
+    };
+    assert_eq!(host.id(), 0);
+    assert_eq!(read(&host), value(1));
+    host.create(b"j", &value(5)).unwrap();
+    // b, found dead, is recovered by the new host's pump: its row can be joined.
+    let second = join_retrying(&pod, Join::AnyFree, 4);
+    assert_eq!(second.id(), 1);
+    assert_eq!(common::read(&second, b"j"), value(5));
+    // b resumes: it was condemned, and changes nothing.
+    resume_tx.send(()).unwrap();
+    let _ = watcher.join();
+    assert_eq!(read(&second), value(1));
+    host.write(b"k", &value(6)).unwrap();
+    assert_eq!(read(&second), value(6));
+}
+
+/// A full table of two: `x` died; `p` was only paused past its lease (no beat: found dead
+/// by the joiner's watch). The joiner takes `x`'s row over and pauses
+/// (`RescueAfterTakeOver`); `p` resumes meanwhile: it beats again and goes on (a create,
+/// done). The rescue then recovers `x` with `p` still counted dead from its one look
+/// before the take-over: it condemned `p`, whose heartbeat moved (an ordinary watch looks
+/// again each round and lets a host that beat live), and `p`'s next call answered
+/// `HostDeclaredDead` although it never stopped beating since.
+#[test]
+fn a_host_that_beats_again_before_the_rescue_recovers_is_not_condemned_by_it() {
+    let pod = pod(2);
+    let x = Host::join(&pod, Join::As(0), options(1)).unwrap();
+    x.create(b"k", &value(1)).unwrap();
+    megalon_core::inspect::crash(x);
+    let p: &'static Host = Box::leak(Box::new(
+        Host::join(&pod, Join::As(1), options(2).pump_interval(None)).unwrap(),
+    ));
+    p.inspect().pretend_elsewhere();
+    let (paused_tx, paused_rx) = std::sync::mpsc::channel::<()>();
+    let (resume_tx, resume_rx) = std::sync::mpsc::channel::<()>();
+    let pod_of_joiner = Arc::clone(&pod);
+    let joiner = std::thread::spawn(move || {
+        let (paused_tx, resume_rx) = (
+            std::sync::Mutex::new(paused_tx),
+            std::sync::Mutex::new(resume_rx),
+        );
+        chaos::with_hook(
+            move |at| {
+                if at == Point::RescueAfterTakeOver {
+                    paused_tx.lock().unwrap().send(()).unwrap();
+                    let _ = resume_rx.lock().unwrap().recv();
+                }
+            },
+            || Host::join(&pod_of_joiner, Join::AnyFree, options(3)),
+        )
+    });
+    paused_rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the joiner took x's row over");
+    // p resumes: it beats (as its pump would, every eighth of a lease) from here on.
+    let beating = Arc::new(AtomicBool::new(true));
+    let beating_in = Arc::clone(&beating);
+    let beater = std::thread::spawn(move || {
+        while beating_in.load(Ordering::SeqCst) {
+            p.inspect().heartbeat();
+            std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) / 10));
+        }
+    });
+    std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) / 2));
+    p.create(b"p1", &value(7)).unwrap();
+    resume_tx.send(()).unwrap();
+    let host = joiner.join().unwrap().expect("the rescue");
+    assert_eq!(host.id(), 0);
+    assert_eq!(read(&host), value(1));
+    std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 2));
+    let after = p.create(b"p2", &value(8));
+    beating.store(false, Ordering::SeqCst);
+    let _ = beater.join();
+    assert!(
+        after.is_ok(),
+        "p beat all along since before the rescue recovered, and was declared dead: {after:?}"
+    );
+    assert_eq!(common::read(&host, b"p2"), value(8));
+}
+
+/// A full table of two: `x` died (its `ltail` past 0); `p` was only paused past its
+/// lease. The joiner looks at the head (0), takes `x`'s row over and pauses
+/// (`RescueAfterTakeOver`); `p` resumes and appends a lap, and the head moves past 0.
+/// The join must answer as the rescue's doc says for a log that recycled entries
+/// (`JoinNotServed` with a join area: typed, and a retry is served once `p` recovered the
+/// row), not `LogRecycled`, which says the pod is past joining without a join area.
+#[test]
+fn a_head_that_moves_during_the_rescue_answers_join_not_served() {
+    let pod = common::heap_pod(
+        &common::config()
+            .max_hosts(2)
+            .log_capacity_entries(16)
+            .lease_ms(LEASE_MS),
+    );
+    let x = Host::join(&pod, Join::As(0), options(1)).unwrap();
+    for round in 0..4u8 {
+        x.create(&[b'x', round], &value(round)).unwrap();
+    }
+    megalon_core::inspect::crash(x);
+    let p: &'static Host = Box::leak(Box::new(
+        Host::join(&pod, Join::As(1), options(2).pump_interval(None)).unwrap(),
+    ));
+    p.replay().unwrap();
+    p.inspect().pretend_elsewhere();
+    let (paused_tx, paused_rx) = std::sync::mpsc::channel::<()>();
+    let (resume_tx, resume_rx) = std::sync::mpsc::channel::<()>();
+    let pod_of_joiner = Arc::clone(&pod);
+    let joiner = std::thread::spawn(move || {
+        let (paused_tx, resume_rx) = (
+            std::sync::Mutex::new(paused_tx),
+            std::sync::Mutex::new(resume_rx),
+        );
+        chaos::with_hook(
+            move |at| {
+                if at == Point::RescueAfterTakeOver {
+                    paused_tx.lock().unwrap().send(()).unwrap();
+                    let _ = resume_rx.lock().unwrap().recv();
+                }
+            },
+            || Host::join(&pod_of_joiner, Join::AnyFree, options(3)).map(|host| host.id()),
+        )
+    });
+    paused_rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the joiner took x's row over");
+    let beating = Arc::new(AtomicBool::new(true));
+    let beating_in = Arc::clone(&beating);
+    let beater = std::thread::spawn(move || {
+        while beating_in.load(Ordering::SeqCst) {
+            p.inspect().heartbeat();
+            std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) / 10));
+        }
+    });
+    let mut round = 0u8;
+    while p.inspect().log_cursors().0 == 0 && round < 40 {
+        let _ = p.create(&[b'p', round], &value(round));
+        let _ = p.replay();
+        round += 1;
+    }
+    let head = p.inspect().log_cursors().0;
+    resume_tx.send(()).unwrap();
+    let join = joiner.join().unwrap();
+    beating.store(false, Ordering::SeqCst);
+    let _ = beater.join();
+    eprintln!("head {head} after {round} creates; join {join:?}");
+    assert!(head > 0, "the head moved");
+    assert!(
+        matches!(join, Err(Error::JoinNotServed { .. }) | Ok(_)),
+        "{join:?}"
+    );
+}

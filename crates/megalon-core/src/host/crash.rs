@@ -564,16 +564,26 @@ impl Shared {
                 watch.seen.insert(host, (pid, life, beat, since));
             }
         }
-        let mut all: Vec<(HostId, u32, u64)> = others
-            .iter()
-            .map(|&(host, pid, life, ..)| (host, pid, life))
-            .collect();
-        all.push((self.id, pid, joins));
-        let dead = Dead {
+        // The others found dead, as they still look now: a holder only paused that beat
+        // again since the joiner's look lives (an ordinary watch looks again each round),
+        // and is neither condemned nor has its announces taken for the dead's here.
+        let still_dead = || {
+            let mut all: Vec<(HostId, u32, u64)> = others
+                .iter()
+                .filter(|&&(host, pid, life, beat, _)| {
+                    host_table::holder(&self.pod, host) == Some((pid, life))
+                        && host_table::heartbeat_count(&self.pod, host) == beat
+                })
+                .map(|&(host, pid, life, ..)| (host, pid, life))
+                .collect();
+            all.push((self.id, pid, joins));
+            all
+        };
+        let mut dead = Dead {
             host: self.id,
             pid,
             joins,
-            others_dead: all,
+            others_dead: still_dead(),
             rescue: true,
             reserved: host_table::reservation_up_to(&self.pod, self.id, self.life - 1),
         };
@@ -584,6 +594,7 @@ impl Shared {
         let lease = Duration::from_millis(u64::from(self.pod.config().lease_ms));
         loop {
             self.beat();
+            dead.others_dead = still_dead();
             if self.recover(dead.clone(), Step::Whole)? {
                 return Ok(());
             }
@@ -753,7 +764,19 @@ impl Shared {
             // recover (it holds the word it would need to be recovered).
             let (recoverer, life) = host_table::session_of(current);
             let recovering_it = recoverer == dead.host && life == dead.joins;
-            if !recovering_it && !host_table::session_gone(&self.pod, current) {
+            // A rescue: the word's holder was found dead with the rest of the pod (by its
+            // lease, so `session_gone` cannot tell), and no live host is left to recover
+            // it and let the word go. `recover_holding` condemns it first, as it does the
+            // dead host taken over with its word.
+            let found_dead_with_it = dead.rescue
+                && dead.others_dead.iter().any(|&(host, pid, joins)| {
+                    (host, joins) == (recoverer, life)
+                        && host_table::holder(&self.pod, host) == Some((pid, joins))
+                });
+            if !recovering_it
+                && !found_dead_with_it
+                && !host_table::session_gone(&self.pod, current)
+            {
                 return Ok(false);
             }
         }

@@ -786,7 +786,20 @@ fn rescue(
     }
     // Never late: nothing lives to send a snapshot (a head that moved since the look
     // above had a live host move it, which recovers this row once it is left).
-    Log::new(pod).hold_head(pod, id, life, false)?;
+    // A head moved past 0 since the look above (a holder found dead was only paused,
+    // and appended a lap): answered as that look would have (a live host recovers the
+    // row once it is left, and serves a late join then).
+    match Log::new(pod).hold_head(pod, id, life, false) {
+        Err(Error::LogRecycled { .. }) if pod.config().join_area_bytes > 0 => {
+            return Err(Error::JoinNotServed {
+                host: id,
+                waited_ms: started.elapsed().as_millis() as u64,
+            });
+        }
+        held => {
+            held?;
+        }
+    }
     let shared = Arc::new(Shared::new(pod, id, life, options.clone()));
     let others: Vec<_> = dead
         .iter()
