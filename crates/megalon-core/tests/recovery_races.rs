@@ -14,7 +14,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{simulated, value, SLOT};
+use common::{pauses_when, simulated, value, Paused, SLOT};
 use megalon_core::chaos::{self, Point};
 use megalon_core::event::Event;
 use megalon_core::{CrashSafety, Error, Host, HostOptions, Join, Pod};
@@ -315,20 +315,6 @@ fn assert_live_lock_kept(reader: &Host, attempt: &Result<(), Error>) {
             buf[0],
             buf[SLOT - 1]
         );
-    }
-}
-
-/// A call paused at a point by [`pauses_at`].
-struct Paused<T> {
-    resume: Sender<()>,
-    outcome: Receiver<T>,
-}
-
-impl<T> Paused<T> {
-    /// Lets the call go on, and returns its answer.
-    fn resume(self) -> T {
-        self.resume.send(()).unwrap();
-        self.outcome.recv().unwrap()
     }
 }
 
@@ -2024,40 +2010,6 @@ fn a_host_condemned_while_it_gives_its_slots_back_leaves_no_hole() {
     r.create(b"after", &value(2))
         .expect("nothing of the leaver's stops r's replay");
     assert_eq!(common::read(r, b"after"), value(2));
-}
-
-/// `call` on a thread of its own, paused the first time it reaches `point` while `when`
-/// holds, until resumed (the hook runs on that thread only).
-fn pauses_when<T: Send + 'static>(
-    point: Point,
-    when: impl Fn() -> bool + Send + 'static,
-    call: impl FnOnce() -> T + Send + 'static,
-) -> Paused<T> {
-    let (paused, is_paused) = channel::<()>();
-    let (resume, resumed) = channel::<()>();
-    let (answered, outcome) = channel();
-    std::thread::spawn(move || {
-        let (paused, resumed) = (Mutex::new(paused), Mutex::new(resumed));
-        let mut once = false;
-        let answer = chaos::with_hook(
-            move |at| {
-                // `when` is asked only until the pause (it may act, as `pauses_at`'s does).
-                if at == point && !once && when() {
-                    once = true;
-                    paused.lock().unwrap().send(()).unwrap();
-                    resumed.lock().unwrap().recv().unwrap();
-                }
-            },
-            call,
-        );
-        answered.send(answer).unwrap();
-    });
-    // Bounded: a call that never reaches the point (it answered first, or loops without
-    // it) fails the test, naming the point, rather than hanging it.
-    if is_paused.recv_timeout(4 * BOUND).is_err() {
-        panic!("the call never paused at {point:?}");
-    }
-    Paused { resume, outcome }
 }
 
 // Found by a review of the RPC ring and its pump (s6/rpc).

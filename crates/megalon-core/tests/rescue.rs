@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use common::{simulated, value, SLOT};
+use common::{pauses_when, simulated, value, SLOT};
 use megalon_core::chaos::{self, Point};
 use megalon_core::{CrashSafety, Error, Host, HostOptions, Join, Pod};
 
@@ -642,28 +642,11 @@ fn a_rescue_takes_the_recovery_word_of_a_host_found_dead_with_it() {
     b.inspect().pretend_elsewhere();
     b.inspect().watch_hosts(); // its watch of a begins
     leases_run_out();
-    let (paused_tx, paused_rx) = std::sync::mpsc::channel::<()>();
-    let (resume_tx, resume_rx) = std::sync::mpsc::channel::<()>();
-    let watcher = std::thread::spawn(move || {
-        let (paused_tx, resume_rx) = (
-            std::sync::Mutex::new(paused_tx),
-            std::sync::Mutex::new(resume_rx),
-        );
-        let mut once = true;
-        chaos::with_hook(
-            move |at| {
-                if at == Point::RecoveryBeforeFill && once {
-                    once = false;
-                    paused_tx.lock().unwrap().send(()).unwrap();
-                    let _ = resume_rx.lock().unwrap().recv();
-                }
-            },
-            || b.inspect().watch_hosts(),
-        )
-    });
-    paused_rx
-        .recv_timeout(Duration::from_secs(5))
-        .expect("b's recovery of a reached its fill");
+    let watcher = pauses_when(
+        Point::RecoveryBeforeFill,
+        || true,
+        || b.inspect().watch_hosts(),
+    );
     // b dies there: no pump, no beat, its row says it runs elsewhere.
     leases_run_out();
     let started = Instant::now();
@@ -683,11 +666,35 @@ fn a_rescue_takes_the_recovery_word_of_a_host_found_dead_with_it() {
     assert_eq!(second.id(), 1);
     assert_eq!(common::read(&second, b"j"), value(5));
     // b resumes: it was condemned, and changes nothing.
-    resume_tx.send(()).unwrap();
-    let _ = watcher.join();
+    let _ = watcher.finish();
     assert_eq!(read(&second), value(1));
     host.write(b"k", &value(6)).unwrap();
     assert_eq!(read(&second), value(6));
+}
+
+/// `p` beating, as its pump would (every tenth of a lease), until stopped.
+struct Beating {
+    on: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Beating {
+    fn start(p: &'static Host) -> Beating {
+        let on = Arc::new(AtomicBool::new(true));
+        let on_in = Arc::clone(&on);
+        let thread = std::thread::spawn(move || {
+            while on_in.load(Ordering::SeqCst) {
+                p.inspect().heartbeat();
+                std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) / 10));
+            }
+        });
+        Beating { on, thread }
+    }
+
+    fn stop(self) {
+        self.on.store(false, Ordering::SeqCst);
+        let _ = self.thread.join();
+    }
 }
 
 /// A full table of two: `x` died; `p` was only paused past its lease (no beat: found dead
@@ -707,46 +714,22 @@ fn a_host_that_beats_again_before_the_rescue_recovers_is_not_condemned_by_it() {
         Host::join(&pod, Join::As(1), options(2).pump_interval(None)).unwrap(),
     ));
     p.inspect().pretend_elsewhere();
-    let (paused_tx, paused_rx) = std::sync::mpsc::channel::<()>();
-    let (resume_tx, resume_rx) = std::sync::mpsc::channel::<()>();
     let pod_of_joiner = Arc::clone(&pod);
-    let joiner = std::thread::spawn(move || {
-        let (paused_tx, resume_rx) = (
-            std::sync::Mutex::new(paused_tx),
-            std::sync::Mutex::new(resume_rx),
-        );
-        chaos::with_hook(
-            move |at| {
-                if at == Point::RescueAfterTakeOver {
-                    paused_tx.lock().unwrap().send(()).unwrap();
-                    let _ = resume_rx.lock().unwrap().recv();
-                }
-            },
-            || Host::join(&pod_of_joiner, Join::AnyFree, options(3)),
-        )
-    });
-    paused_rx
-        .recv_timeout(Duration::from_secs(5))
-        .expect("the joiner took x's row over");
+    let joiner = pauses_when(
+        Point::RescueAfterTakeOver,
+        || true,
+        move || Host::join(&pod_of_joiner, Join::AnyFree, options(3)),
+    );
     // p resumes: it beats (as its pump would, every eighth of a lease) from here on.
-    let beating = Arc::new(AtomicBool::new(true));
-    let beating_in = Arc::clone(&beating);
-    let beater = std::thread::spawn(move || {
-        while beating_in.load(Ordering::SeqCst) {
-            p.inspect().heartbeat();
-            std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) / 10));
-        }
-    });
+    let beater = Beating::start(p);
     std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) / 2));
     p.create(b"p1", &value(7)).unwrap();
-    resume_tx.send(()).unwrap();
-    let host = joiner.join().unwrap().expect("the rescue");
+    let host = joiner.resume().expect("the rescue");
     assert_eq!(host.id(), 0);
     assert_eq!(read(&host), value(1));
     std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 2));
     let after = p.create(b"p2", &value(8));
-    beating.store(false, Ordering::SeqCst);
-    let _ = beater.join();
+    beater.stop();
     assert!(
         after.is_ok(),
         "p beat all along since before the rescue recovered, and was declared dead: {after:?}"
@@ -778,35 +761,13 @@ fn a_head_that_moves_during_the_rescue_answers_join_not_served() {
     ));
     p.replay().unwrap();
     p.inspect().pretend_elsewhere();
-    let (paused_tx, paused_rx) = std::sync::mpsc::channel::<()>();
-    let (resume_tx, resume_rx) = std::sync::mpsc::channel::<()>();
     let pod_of_joiner = Arc::clone(&pod);
-    let joiner = std::thread::spawn(move || {
-        let (paused_tx, resume_rx) = (
-            std::sync::Mutex::new(paused_tx),
-            std::sync::Mutex::new(resume_rx),
-        );
-        chaos::with_hook(
-            move |at| {
-                if at == Point::RescueAfterTakeOver {
-                    paused_tx.lock().unwrap().send(()).unwrap();
-                    let _ = resume_rx.lock().unwrap().recv();
-                }
-            },
-            || Host::join(&pod_of_joiner, Join::AnyFree, options(3)).map(|host| host.id()),
-        )
-    });
-    paused_rx
-        .recv_timeout(Duration::from_secs(5))
-        .expect("the joiner took x's row over");
-    let beating = Arc::new(AtomicBool::new(true));
-    let beating_in = Arc::clone(&beating);
-    let beater = std::thread::spawn(move || {
-        while beating_in.load(Ordering::SeqCst) {
-            p.inspect().heartbeat();
-            std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) / 10));
-        }
-    });
+    let joiner = pauses_when(
+        Point::RescueAfterTakeOver,
+        || true,
+        move || Host::join(&pod_of_joiner, Join::AnyFree, options(3)).map(|host| host.id()),
+    );
+    let beater = Beating::start(p);
     let mut round = 0u8;
     while p.inspect().log_cursors().0 == 0 && round < 40 {
         let _ = p.create(&[b'p', round], &value(round));
@@ -814,10 +775,8 @@ fn a_head_that_moves_during_the_rescue_answers_join_not_served() {
         round += 1;
     }
     let head = p.inspect().log_cursors().0;
-    resume_tx.send(()).unwrap();
-    let join = joiner.join().unwrap();
-    beating.store(false, Ordering::SeqCst);
-    let _ = beater.join();
+    let join = joiner.resume();
+    beater.stop();
     eprintln!("head {head} after {round} creates; join {join:?}");
     assert!(head > 0, "the head moved");
     assert!(

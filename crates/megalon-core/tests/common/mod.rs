@@ -180,3 +180,65 @@ where
     let parsed = text.parse().unwrap_or_else(|e| panic!("{var}={text}: {e}"));
     Some(parsed)
 }
+
+/// A call paused at a chaos point by [`pauses_when`].
+#[cfg(feature = "chaos")]
+pub struct Paused<T> {
+    pub resume: std::sync::mpsc::Sender<()>,
+    pub outcome: std::sync::mpsc::Receiver<T>,
+}
+
+#[cfg(feature = "chaos")]
+impl<T> Paused<T> {
+    /// Lets the call go on, and returns its answer.
+    pub fn resume(self) -> T {
+        self.resume.send(()).unwrap();
+        self.outcome.recv().unwrap()
+    }
+
+    /// Lets the call go on and waits for it to end: its answer, or `None` if it panicked.
+    pub fn finish(self) -> Option<T> {
+        let _ = self.resume.send(());
+        self.outcome.recv().ok()
+    }
+}
+
+/// `call` on a thread of its own, paused the first time it reaches `point` while `when`
+/// holds, until resumed (the hook runs on that thread only).
+#[cfg(feature = "chaos")]
+pub fn pauses_when<T: Send + 'static>(
+    point: megalon_core::chaos::Point,
+    when: impl Fn() -> bool + Send + 'static,
+    call: impl FnOnce() -> T + Send + 'static,
+) -> Paused<T> {
+    use std::sync::mpsc::channel;
+    use std::sync::Mutex;
+    let (paused, is_paused) = channel::<()>();
+    let (resume, resumed) = channel::<()>();
+    let (answered, outcome) = channel();
+    std::thread::spawn(move || {
+        let (paused, resumed) = (Mutex::new(paused), Mutex::new(resumed));
+        let mut once = false;
+        let answer = megalon_core::chaos::with_hook(
+            move |at| {
+                // `when` is asked only until the pause (it may act, as `pauses_at`'s does).
+                if at == point && !once && when() {
+                    once = true;
+                    paused.lock().unwrap().send(()).unwrap();
+                    resumed.lock().unwrap().recv().unwrap();
+                }
+            },
+            call,
+        );
+        answered.send(answer).unwrap();
+    });
+    // Bounded: a call that never reaches the point (it answered first, or loops without
+    // it) fails the test, naming the point, rather than hanging it.
+    if is_paused
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .is_err()
+    {
+        panic!("the call never paused at {point:?}");
+    }
+    Paused { resume, outcome }
+}
