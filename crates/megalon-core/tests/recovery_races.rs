@@ -3023,31 +3023,13 @@ fn a_mover_paused_before_its_copy_writes_nothing_over_a_handed_back_object() {
     h.write(b"k", &value(3)).unwrap(); // in its DRAM
     let h_id = h.id();
     h.inspect().pretend_elsewhere();
-    let (paused, is_paused) = channel();
-    let (resume, resumed) = channel::<()>();
-    let (left, has_left) = channel();
-    std::thread::spawn(move || {
-        let (paused, resumed) = (Mutex::new(paused), Mutex::new(resumed));
-        let mut once = true;
-        chaos::with_hook(
-            move |point| {
-                if point == Point::MoveBackBeforeCopy && std::mem::take(&mut once) {
-                    paused.lock().unwrap().send(()).unwrap();
-                    resumed.lock().unwrap().recv().unwrap();
-                }
-            },
-            // Leaving, it moves its objects back to CXL.
-            move || drop(h),
-        );
-        left.send(()).unwrap();
-    });
-    is_paused.recv().unwrap();
+    // Leaving, it moves its objects back to CXL.
+    let leaving = pauses_when(Point::MoveBackBeforeCopy, || true, move || drop(h));
     leases_run_out(&[r]);
     recover_by_hand(&pod, h_id, r);
     assert_eq!(read(r), value(2), "k, as it was when it moved");
     r.write(b"k", &value(4)).unwrap();
-    resume.send(()).unwrap();
-    has_left.recv().unwrap();
+    leaving.resume();
     let now = read(b);
     assert!(
         now == value(4),
