@@ -31,7 +31,13 @@ fn words(pod: &Pod) -> (&std::sync::atomic::AtomicU64, &std::sync::atomic::Atomi
 /// on the same kernel: same boot id), says so, and stays joined until the parent is done.
 #[test]
 fn child_in_its_own_pid_namespace() {
-    let Some(path) = std::env::var_os(POD_ENV) else {
+    joins_as_host_1_until_the_parent_is_done(POD_ENV);
+}
+
+/// A child's part: joins the pod file `env` names as host 1 (if the variable is set: a
+/// child run), says so, and stays joined until the parent is done.
+fn joins_as_host_1_until_the_parent_is_done(env: &str) {
+    let Some(path) = std::env::var_os(env) else {
         return;
     };
     let pod = Arc::new(Pod::open(Backing::file(&path)).unwrap());
@@ -50,31 +56,35 @@ fn child_in_its_own_pid_namespace() {
     drop(host);
 }
 
-/// Two live hosts of one machine, in two pid namespaces (two containers sharing a pod
-/// file or a DAX device): the boot id is the same, so each takes the other for a host of
-/// its own machine and judges it by a pid that names another process (or none) in its
-/// own namespace. A live host must never be taken for dead.
-#[test]
-fn a_host_in_another_pid_namespace_is_not_taken_for_dead() {
+/// The parent's part: host 0 of a new pod file beside a child test `child_test` run under
+/// `unshare` with `unshare_args` (`env` naming the pod file), for three leases once the
+/// child joined. Returns how many hosts host 0 recovered and the table's rows, or `None`
+/// if `unshare` with those arguments is not allowed here (skipped).
+fn host_beside_a_child_under_unshare(
+    unshare_args: &[&str],
+    child_test: &str,
+    env: &str,
+) -> Option<(u64, Vec<(u32, u32)>)> {
     let unshare_works = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .args(unshare_args)
+        .arg("true")
         .status()
         .is_ok_and(|status| status.success());
     if !unshare_works {
-        eprintln!("skipped: unshare --pid is not allowed here");
-        return;
+        eprintln!("skipped: unshare {unshare_args:?} is not allowed here");
+        return None;
     }
     let path = std::path::Path::new("/dev/shm")
-        .join(format!("megalon-pid-namespace-{}.pod", std::process::id()));
+        .join(format!("megalon-{child_test}-{}.pod", std::process::id()));
     let _cleanup = tempfile::TempPath::try_from_path(&path).unwrap();
     let config = PodConfig::new().lnr_bytes(1 << 20).lease_ms(300);
     let pod = Arc::new(Pod::create(&config, Backing::file(&path)).unwrap());
     let host = Host::join(&pod, Join::As(0), pumped()).unwrap();
     let mut child = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc"])
+        .args(unshare_args)
         .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "child_in_its_own_pid_namespace", "--nocapture"])
-        .env(POD_ENV, &path)
+        .args(["--exact", child_test, "--nocapture"])
+        .env(env, &path)
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
@@ -91,6 +101,22 @@ fn a_host_in_another_pid_namespace_is_not_taken_for_dead() {
     parent.store(1, Ordering::Release);
     let _ = child.wait();
     eprintln!("parent: pid {}, rows {rows:?}", std::process::id());
+    Some((recovered, rows))
+}
+
+/// Two live hosts of one machine, in two pid namespaces (two containers sharing a pod
+/// file or a DAX device): the boot id is the same, so each takes the other for a host of
+/// its own machine and judges it by a pid that names another process (or none) in its
+/// own namespace. A live host must never be taken for dead.
+#[test]
+fn a_host_in_another_pid_namespace_is_not_taken_for_dead() {
+    let Some((recovered, rows)) = host_beside_a_child_under_unshare(
+        &["--pid", "--fork", "--mount-proc"],
+        "child_in_its_own_pid_namespace",
+        POD_ENV,
+    ) else {
+        return;
+    };
     assert_eq!(
         recovered, 0,
         "a live host of another pid namespace was recovered"
@@ -206,18 +232,7 @@ const TIME_POD_ENV: &str = "MEGALON_TIME_NAMESPACE_POD";
 /// the parent is done.
 #[test]
 fn child_in_its_own_time_namespace() {
-    let Some(path) = std::env::var_os(TIME_POD_ENV) else {
-        return;
-    };
-    let pod = Arc::new(Pod::open(Backing::file(&path)).unwrap());
-    let host = Host::join(&pod, Join::As(1), pumped()).unwrap();
-    let (parent, child) = words(&pod);
-    child.store(1, Ordering::Release);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while parent.load(Ordering::Acquire) < 1 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    drop(host);
+    joins_as_host_1_until_the_parent_is_done(TIME_POD_ENV);
 }
 
 /// Two live hosts of one machine and one pid namespace, one of them in a time namespace
@@ -227,40 +242,13 @@ fn child_in_its_own_time_namespace() {
 /// is not the one the other reads. A live host must never be taken for dead.
 #[test]
 fn a_host_in_another_time_namespace_is_not_taken_for_dead() {
-    let unshare_works = Command::new("unshare")
-        .args(["--time", "--fork", "--boottime", "1000000", "true"])
-        .status()
-        .is_ok_and(|status| status.success());
-    if !unshare_works {
-        eprintln!("skipped: unshare --time is not allowed here");
+    let Some((recovered, rows)) = host_beside_a_child_under_unshare(
+        &["--time", "--fork", "--boottime", "1000000"],
+        "child_in_its_own_time_namespace",
+        TIME_POD_ENV,
+    ) else {
         return;
-    }
-    let path = std::path::Path::new("/dev/shm")
-        .join(format!("megalon-time-namespace-{}.pod", std::process::id()));
-    let _cleanup = tempfile::TempPath::try_from_path(&path).unwrap();
-    let config = PodConfig::new().lnr_bytes(1 << 20).lease_ms(300);
-    let pod = Arc::new(Pod::create(&config, Backing::file(&path)).unwrap());
-    let host = Host::join(&pod, Join::As(0), pumped()).unwrap();
-    let mut child = Command::new("unshare")
-        .args(["--time", "--fork", "--boottime", "1000000"])
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "child_in_its_own_time_namespace", "--nocapture"])
-        .env(TIME_POD_ENV, &path)
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    let (parent, joined) = words(&pod);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while joined.load(Ordering::Acquire) < 1 {
-        assert!(Instant::now() < deadline, "the child never joined");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    // Three leases: both pumps watch a few times per lease.
-    std::thread::sleep(Duration::from_millis(900));
-    let rows: Vec<_> = pod.hosts().iter().map(|row| (row.host, row.pid)).collect();
-    let recovered = host.inspect().stats().hosts_recovered;
-    parent.store(1, Ordering::Release);
-    let _ = child.wait();
+    };
     assert_eq!(
         recovered, 0,
         "a live host of another time namespace was recovered"
