@@ -409,17 +409,8 @@ fn run(stress: &Stress) -> Report {
                             let mut reads = common::reads(&keys, &mut bufs);
                             // Half of them as prefix reads (two copies each: the first
                             // line, then the rest the extent asks for, here all of it).
-                            let answers: Vec<Result<(), Error>> = if choice.is_multiple_of(2) {
-                                host.read_many(&mut reads)
-                                    .into_iter()
-                                    .map(|a| a.map(drop))
-                                    .collect()
-                            } else {
-                                host.read_many_prefix(&mut reads, &|_| usize::MAX)
-                                    .into_iter()
-                                    .map(|a| a.map(drop))
-                                    .collect()
-                            };
+                            let answers =
+                                read_many_whole(host, &mut reads, !choice.is_multiple_of(2));
                             for ((pending, answer), buf) in
                                 pending.into_iter().zip(answers).zip(&bufs)
                             {
@@ -689,17 +680,7 @@ fn check_after(hosts: &[Host], stress: &Stress, clock: &Clock) -> (After, Vec<Th
             let chunk_keys: Vec<Vec<u8>> = indices.iter().map(|&i| keys[i].clone()).collect();
             let answers = read_recorded(&mut recorder, &chunk_keys, |keys, bufs| {
                 let mut reads = common::reads(keys, bufs);
-                if chunk % 2 == 0 {
-                    host.read_many(&mut reads)
-                        .into_iter()
-                        .map(|a| a.map(drop))
-                        .collect()
-                } else {
-                    host.read_many_prefix(&mut reads, &|_| usize::MAX)
-                        .into_iter()
-                        .map(|a| a.map(drop))
-                        .collect()
-                }
+                read_many_whole(host, &mut reads, chunk % 2 != 0)
             });
             for (&i, answer) in indices.iter().zip(&answers) {
                 judge(
@@ -1270,5 +1251,26 @@ fn writer_ids_are_unique_with_many_threads() {
         for t in 0..stress.threads {
             assert!(ids.insert(writer_id(&stress, h, t)), "host {h} thread {t}");
         }
+    }
+}
+
+/// `reads` by `read_many`, or by `read_many_prefix` with an extent of the whole object
+/// (`prefix`: two copies each, the first line, then the rest), each answer without its
+/// outcome's details.
+fn read_many_whole(
+    host: &Host,
+    reads: &mut [(&[u8], &mut [u8])],
+    prefix: bool,
+) -> Vec<Result<(), Error>> {
+    if prefix {
+        host.read_many_prefix(reads, &|_| usize::MAX)
+            .into_iter()
+            .map(|a| a.map(drop))
+            .collect()
+    } else {
+        host.read_many(reads)
+            .into_iter()
+            .map(|a| a.map(drop))
+            .collect()
     }
 }
