@@ -29,11 +29,14 @@ fn start_host(dir: &Path, host: u32) -> Server {
     host_process(dir, host, &extra)
 }
 
-/// A client whose replies may not come (its server killed): a short read timeout.
+/// A client whose replies may not come (its server killed): a short read timeout. A SET
+/// may wait twice behind a stopped server, each wait bounded by the wait limit (one of
+/// the store's calls, then the next: a reply after 5.75 s was seen, "the log is full ...
+/// waited 3000 ms"), so the timeout is two limits and some.
 fn client(socket: &Path) -> Client {
     let c = Client::connect(socket);
     c.stream
-        .set_read_timeout(Some(Duration::from_millis(WAIT_LIMIT_MS + 4000)))
+        .set_read_timeout(Some(Duration::from_millis(2 * WAIT_LIMIT_MS + 4000)))
         .unwrap();
     c
 }
