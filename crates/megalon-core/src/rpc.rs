@@ -15,6 +15,8 @@
 //! response(t) --sender reads it--> free(t + entries)
 //! request(t) --sender gives up--> withdrawn(t) --server skips it--> free(t + entries)
 //! claimed(t) --sender gives up--> abandoned(t) --server answers nobody--> free(t + entries)
+//! claimed(t) --the dead server's recovery--> answering(t) --writes the header--> response(t)
+//! answering(t) --sender gives up--> abandoned-answering(t) --recovery--> free(t + entries)
 //! ```
 //!
 //! Each entry also has a sender word (SCR): the sender holding it, from its reservation
@@ -113,6 +115,12 @@ const CLAIMED: u64 = 2;
 const RESPONSE: u64 = 3;
 const WITHDRAWN: u64 = 4;
 const ABANDONED: u64 = 5;
+/// Claimed by a server that died, and being answered by its recovery: as claimed for its
+/// sender, but the dead server (only paused, say) can neither answer nor free it, so the
+/// recovery's header line lands on this request and no other.
+const ANSWERING: u64 = 6;
+/// Answering, and its sender gave up: the recovery frees it once its header is written.
+const ABANDONED_ANSWERING: u64 = 7;
 
 fn pack(ticket: u64, state: u64) -> u64 {
     ticket << 3 | state
@@ -405,6 +413,8 @@ impl RingGeometry {
             return Err(waited);
         }
 
+        #[cfg(all(test, not(megalon_loom)))]
+        tests::before_response_read(ticket);
         // Read the response from memory, then free the entry for the next lap.
         memory.flush(entry, RING_HEADER_BYTES as usize);
         memory.fence();
@@ -421,7 +431,7 @@ impl RingGeometry {
         // the check below, which panics: a broken protocol must not jam the ring too.)
         // A CAS, as every move of ours after the publish: a recovery that took us for
         // dead may have freed it for the next lap already.
-        let _ = state.compare_exchange(
+        let freed = state.compare_exchange(
             pack(ticket, RESPONSE),
             pack(ticket + self.entries, FREE),
             Ordering::Release,
@@ -429,6 +439,12 @@ impl RingGeometry {
         );
         self.let_go(pod, ticket, sender);
         pending.done = true;
+        if freed.is_err() {
+            // Settled for us since the answer came (we were taken for dead, paused past
+            // the pod's lease, and recovered): the entry may serve the next lap already,
+            // and the line we read be its request. No answer, as a recovered sender's.
+            return Err(waited_ms(&backoff));
+        }
         // The server echoes the ticket: a response line that is not this request's (a
         // stale line, a lost write-back) is a broken protocol, not an answer.
         assert_eq!(
@@ -555,7 +571,10 @@ impl RingGeometry {
             if now == pack(ticket, RESPONSE) {
                 return Ok(());
             }
-            if now != pack(ticket, REQUEST) && now != pack(ticket, CLAIMED) {
+            if now != pack(ticket, REQUEST)
+                && now != pack(ticket, CLAIMED)
+                && now != pack(ticket, ANSWERING)
+            {
                 // Settled for us: we were taken for dead (paused past the pod's lease)
                 // and recovered; the entry is no longer ours, and no answer comes.
                 return Err(waited_ms(backoff));
@@ -590,13 +609,13 @@ impl RingGeometry {
                 // The server holds the request: it frees the entry when it answers (or,
                 // if it answered just now, we read its response after all).
                 tally.scr_atomics(1);
+                let abandoned = if now == pack(ticket, ANSWERING) {
+                    pack(ticket, ABANDONED_ANSWERING)
+                } else {
+                    pack(ticket, ABANDONED)
+                };
                 if state
-                    .compare_exchange(
-                        pack(ticket, CLAIMED),
-                        pack(ticket, ABANDONED),
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    )
+                    .compare_exchange(now, abandoned, Ordering::Relaxed, Ordering::Relaxed)
                     .is_ok()
                 {
                     return Err(waited_ms(backoff));
@@ -792,6 +811,16 @@ impl RingGeometry {
         let entry = self.entry(claimed.ticket);
         let header = &mut buf[..RING_HEADER_BYTES as usize];
         debug_assert_eq!(header[8..16], claimed.ticket.to_le_bytes());
+        // Still ours to answer? A server taken for dead (paused past the pod's lease in
+        // its handler) was recovered, and its recovery answered for it: the entry may
+        // serve the next lap already, and our header line would land over that request
+        // (even once we know we are dead: a move back that finds so answers "gone").
+        // Only the window from this look to the store is left to the lease.
+        let now = self.state(pod, claimed.ticket).load(Ordering::Acquire);
+        tally.scr_atomics(1);
+        if now != pack(claimed.ticket, CLAIMED) && now != pack(claimed.ticket, ABANDONED) {
+            return;
+        }
         header[1] = response.status;
         header[16..24].copy_from_slice(&response.detail.to_le_bytes());
         memory.write_non_temporal(entry, header);
@@ -858,6 +887,14 @@ impl RingGeometry {
             // nothing of the sender's to settle (the states only move forward, and past
             // an answer only the sender moves them).
             while let Some((now, to)) = self.settle_for_dead_sender(pod, index) {
+                // Still the dead sender's entry? One only paused may have resumed since
+                // the look at its word, finished with the entry and let go of it, and a
+                // live sender reserved the entry's next lap: that state is not ours to
+                // settle. (Looked at after the state: a state it still holds is the one
+                // its holder reserved, and a later holder took the word first.)
+                if word.load(Ordering::SeqCst) != sender {
+                    break;
+                }
                 #[cfg(all(test, not(megalon_loom)))]
                 tests::before_recovery_cas(index);
                 // Release: pairs with the server's Acquire (withdrawn) or the next
@@ -888,6 +925,7 @@ impl RingGeometry {
             FREE if self.tail(pod).load(Ordering::SeqCst) > ticket => pack(ticket, WITHDRAWN),
             REQUEST => pack(ticket, WITHDRAWN),
             CLAIMED => pack(ticket, ABANDONED),
+            ANSWERING => pack(ticket, ABANDONED_ANSWERING),
             RESPONSE => pack(ticket + self.entries, FREE),
             _ => return None,
         };
@@ -908,9 +946,28 @@ impl RingGeometry {
         // A claimed request is below the head, less than a lap below it, or at the head
         // itself: a server dies between its claim's CAS and its move of the head.
         for ticket in head.saturating_sub(self.entries)..=head {
+            let state = self.state(pod, ticket);
             // Acquire: pairs with the sender's Release that published the request.
-            let now = self.state(pod, ticket).load(Ordering::Acquire);
+            let mut now = state.load(Ordering::Acquire);
             if now == pack(ticket, CLAIMED) {
+                #[cfg(all(test, not(megalon_loom)))]
+                tests::before_server_answer(ticket);
+                // Taken from the dead server before its header line is written: one only
+                // paused may answer it meanwhile, its sender read the answer and free the
+                // entry, and a live sender publish the next lap's request there; the
+                // header written then lands over that request. A CAS from claimed: if it
+                // fails, the request was answered after all, or its sender gave up.
+                now = match state.compare_exchange(
+                    now,
+                    pack(ticket, ANSWERING),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => pack(ticket, ANSWERING),
+                    Err(found) => found,
+                };
+            }
+            if now == pack(ticket, ANSWERING) {
                 let entry = self.entry(ticket);
                 memory.flush(entry, header.len());
                 memory.fence();
@@ -921,7 +978,32 @@ impl RingGeometry {
                 header[16..24].copy_from_slice(&response.detail.to_le_bytes());
                 memory.write_non_temporal(entry, &header);
                 memory.fence();
-                self.publish_response(pod, ticket);
+                // Release: the header reached memory before the sender can see it.
+                if state
+                    .compare_exchange(
+                        now,
+                        pack(ticket, RESPONSE),
+                        Ordering::Release,
+                        Ordering::Relaxed,
+                    )
+                    .is_err()
+                {
+                    let _ = state.compare_exchange(
+                        pack(ticket, ABANDONED_ANSWERING),
+                        pack(ticket + self.entries, FREE),
+                        Ordering::Release,
+                        Ordering::Relaxed,
+                    );
+                }
+                settled += 1;
+            } else if now == pack(ticket, ABANDONED_ANSWERING) {
+                // An earlier recovery died after its header: nobody reads the entry.
+                let _ = state.compare_exchange(
+                    now,
+                    pack(ticket + self.entries, FREE),
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                );
                 settled += 1;
             } else if now == pack(ticket, ABANDONED) {
                 self.publish_response(pod, ticket);
@@ -936,7 +1018,11 @@ impl RingGeometry {
         let (ticket, kind) = unpack(now);
         let past = now != 0
             && (ticket > head
-                || (ticket == head && matches!(kind, CLAIMED | ABANDONED | RESPONSE)));
+                || (ticket == head
+                    && matches!(
+                        kind,
+                        CLAIMED | ABANDONED | RESPONSE | ANSWERING | ABANDONED_ANSWERING
+                    )));
         if past {
             let _ = self.head(pod).compare_exchange(
                 head,
@@ -973,6 +1059,7 @@ impl Drop for PendingCall<'_> {
         for (from, to) in [
             (pack(ticket, REQUEST), pack(ticket, WITHDRAWN)),
             (pack(ticket, CLAIMED), pack(ticket, ABANDONED)),
+            (pack(ticket, ANSWERING), pack(ticket, ABANDONED_ANSWERING)),
             (
                 pack(ticket, RESPONSE),
                 pack(ticket + self.ring.entries, FREE),
@@ -1990,5 +2077,397 @@ mod tests {
                 ticket % ENTRIES
             );
         }
+    }
+    /// Many senders on a ring of two entries, each giving up now and then
+    /// (short limits, breaks), a server that answers late at random: every answer a
+    /// sender gets is its own request's, and the ring serves on afterwards.
+    #[test]
+    fn many_senders_giving_up_on_a_small_ring_get_only_their_own_answers() {
+        const ENTRIES: u64 = 2;
+        const SENDERS: u64 = 4;
+        const CALLS: u64 = 400;
+        let (pod, ring) = ring_pod(ENTRIES);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let serving = scope.spawn(|| {
+                let server = host_memory(&pod, 100);
+                let mut buf = vec![0; ring.entry_bytes as usize];
+                let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+                let mut served = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    let Some(claimed) = ring.claim(&pod, &()) else {
+                        std::thread::yield_now();
+                        continue;
+                    };
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    if rng.is_multiple_of(4) {
+                        std::thread::sleep(Duration::from_micros(rng % 3000));
+                    }
+                    let request = ring.read(&server, claimed, &mut buf, &());
+                    let key = buf[request.key.clone()].to_vec();
+                    let payload = buf[request.payload.clone()].to_vec();
+                    if rng % 8 == 1 {
+                        std::thread::sleep(Duration::from_micros(rng % 3000));
+                    }
+                    let response = answer(request.op, &key, &payload);
+                    ring.respond(&pod, &server, claimed, &mut buf, response, &());
+                    served += 1;
+                }
+                served
+            });
+            let senders: Vec<_> = (0..SENDERS)
+                .map(|sender| {
+                    let (pod, ring) = (&pod, &ring);
+                    scope.spawn(move || {
+                        let memory = host_memory(pod, sender + 1);
+                        let mut buf = vec![0; ring.entry_bytes as usize];
+                        let mut rng = 0x1234_5678u64 + sender * 7919;
+                        let mut ok = 0;
+                        for n in 0..CALLS {
+                            rng ^= rng << 13;
+                            rng ^= rng >> 7;
+                            rng ^= rng << 17;
+                            let op = 1 + (n % 200) as u8;
+                            let key = format!("s{sender} c{n}");
+                            let payload = vec![n as u8; (rng % PAYLOAD_BYTES) as usize];
+                            let limit = Duration::from_micros(500 + rng % 5000);
+                            let mut rounds = 0u64;
+                            let breaks_at = if rng % 8 == 3 { rng % 64 } else { u64::MAX };
+                            let response = ring.call(
+                                pod,
+                                &memory,
+                                sender + 1,
+                                &mut buf,
+                                op,
+                                key.as_bytes(),
+                                &payload,
+                                limit,
+                                &(),
+                                &mut || {
+                                    rounds += 1;
+                                    if rounds == breaks_at {
+                                        ControlFlow::Break(())
+                                    } else {
+                                        ControlFlow::Continue(())
+                                    }
+                                },
+                            );
+                            if let Ok(response) = response {
+                                assert_eq!(response, answer(op, key.as_bytes(), &payload), "{key}");
+                                ok += 1;
+                            }
+                        }
+                        ok
+                    })
+                })
+                .collect();
+            let ok: u64 = senders.into_iter().map(|s| s.join().expect("sender")).sum();
+            // Drain: the server skips what is left, then one more call is served.
+            let sender = host_memory(&pod, 50);
+            let mut buf = vec![0; ring.entry_bytes as usize];
+            let last = ring.call(
+                &pod,
+                &sender,
+                77,
+                &mut buf,
+                3,
+                b"last",
+                b"",
+                WAIT_LIMIT,
+                &(),
+                &mut || ControlFlow::Continue(()),
+            );
+            stop.store(true, Ordering::SeqCst);
+            let served = serving.join().expect("server");
+            assert_eq!(last, Ok(answer(3, b"last", b"")), "ok {ok} served {served}");
+            eprintln!("ok {ok} of {} served {served}", SENDERS * CALLS);
+        });
+        let tail = ring.tail(&pod).load(Ordering::SeqCst);
+        assert_eq!(ring.head(&pod).load(Ordering::SeqCst), tail);
+        for ticket in tail..tail + ENTRIES {
+            assert_eq!(
+                ring.state(&pod, ticket).load(Ordering::SeqCst),
+                pack(ticket, FREE)
+            );
+            assert_eq!(ring.sender(&pod, ticket).load(Ordering::SeqCst), 0);
+        }
+    }
+    /// Recovery of a sender that was only paused, and resumes while it is
+    /// recovered (the module's own case): it reads its answer, frees the entry and lets go
+    /// of its word between recovery's look at the word and its CAS; a live sender then
+    /// reserves the entry's next lap and publishes. Recovery's CAS fails, and it settles
+    /// the entry again from the state it now finds, the live sender's, without looking
+    /// whose it is: it withdrew a live request, and the live sender's call failed with
+    /// the server alive and serving.
+    #[test]
+    fn a_senders_recovery_leaves_a_live_senders_next_lap_alone() {
+        let (pod, ring, _sender, server) = sides(1);
+        let dead = host_memory(&pod, 3);
+        let ticket = reserve_and_die(&ring, &pod, &dead, true);
+        assert_eq!(serve(&pod, &ring, &server, 1)[0].1, b"dead");
+        let live: LaterCall = Arc::default();
+        let (in_hook, ring_in_hook, live_in_hook) =
+            (Arc::clone(&pod), ring.clone(), Arc::clone(&live));
+        BEFORE_RECOVERY_CAS.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move || {
+                let (pod, ring) = (&in_hook, &ring_in_hook);
+                // The paused sender resumes: reads its answer, frees the entry, lets go.
+                ring.state(pod, ticket)
+                    .compare_exchange(
+                        pack(ticket, RESPONSE),
+                        pack(ticket + 1, FREE),
+                        Ordering::Release,
+                        Ordering::Relaxed,
+                    )
+                    .expect("frees its answer");
+                ring.let_go(pod, ticket, DEAD);
+                // A live sender (another host) calls and publishes on the next lap.
+                let (pod2, ring2) = (Arc::clone(pod), ring.clone());
+                *live_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
+                    let memory = host_memory(&pod2, 1);
+                    let mut buf = vec![0; ring2.entry_bytes as usize];
+                    call(&ring2, &pod2, &memory, &mut buf, (2, b"live", b""))
+                }));
+                let deadline = std::time::Instant::now() + WAIT_LIMIT;
+                while ring.state(pod, ticket + 1).load(Ordering::SeqCst)
+                    != pack(ticket + 1, REQUEST)
+                {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "the live call publishes"
+                    );
+                    std::thread::yield_now();
+                }
+            }));
+        });
+        ring.recover_sender(&pod, DEAD);
+        let live = live.lock().unwrap().take().expect("the live sender");
+        let mut serving = vec![0; ring.entry_bytes as usize];
+        while !live.is_finished() {
+            serve_waiting(&pod, &ring, &server, &mut serving);
+            std::thread::yield_now();
+        }
+        assert_eq!(
+            live.join().expect("the live sender"),
+            Ok(answer(2, b"live", b"")),
+            "a live sender's request, settled by another sender's recovery"
+        );
+    }
+    /// A call started in a hook, joined by the test.
+    type LaterCall = Arc<std::sync::Mutex<Option<std::thread::JoinHandle<Result<Response, u64>>>>>;
+
+    thread_local! {
+        /// Run once by `recover_server` between its load of a claimed state and its
+        /// write of the answer's header line.
+        static BEFORE_SERVER_ANSWER: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    /// `recover_server`'s seam: runs the calling thread's hook, once.
+    pub(super) fn before_server_answer(_ticket: u64) {
+        run_once(&BEFORE_SERVER_ANSWER);
+    }
+
+    /// A server only paused between its claim and its answer is
+    /// recovered; it resumes while `recover_server` is between its load of the claimed
+    /// state and its write of the answer's header: it answers, its sender reads the
+    /// answer and frees the entry, and a live sender publishes the entry's next lap.
+    /// Recovery then writes its header (the old ticket) over the live request: the next
+    /// server's read panics ("not its sender's"), and the live sender gets the panic's
+    /// answer instead of its own.
+    #[test]
+    fn a_servers_recovery_writes_no_header_over_a_live_request() {
+        let (pod, ring, _sender, server) = sides(1);
+        let gone = Response {
+            status: 99,
+            detail: 0,
+        };
+        // The first call, claimed by the server that will be paused.
+        let first = {
+            let (pod, ring) = (Arc::clone(&pod), ring.clone());
+            std::thread::spawn(move || {
+                let memory = host_memory(&pod, 1);
+                let mut buf = vec![0; ring.entry_bytes as usize];
+                call(&ring, &pod, &memory, &mut buf, (1, b"first", b""))
+            })
+        };
+        let claimed = claim_when_sent(&pod, &ring);
+        let mut old_buf = vec![0; ring.entry_bytes as usize];
+        ring.read(&server, claimed, &mut old_buf, &());
+        let second: LaterCall = Arc::default();
+        let (in_hook, ring_in_hook, second_in_hook) =
+            (Arc::clone(&pod), ring.clone(), Arc::clone(&second));
+        let old_server = host_memory(&pod, 2);
+        BEFORE_SERVER_ANSWER.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move || {
+                let (pod, ring) = (&in_hook, &ring_in_hook);
+                // The paused server resumes and answers; its sender reads the answer.
+                let answer_first = answer(1, b"first", b"");
+                ring.respond(pod, &old_server, claimed, &mut old_buf, answer_first, &());
+                let deadline = std::time::Instant::now() + WAIT_LIMIT;
+                while ring.state(pod, 1).load(Ordering::SeqCst) != pack(1, FREE) {
+                    assert!(std::time::Instant::now() < deadline, "the first call reads");
+                    std::thread::yield_now();
+                }
+                // A live sender publishes on the entry's next lap.
+                let (pod2, ring2) = (Arc::clone(pod), ring.clone());
+                *second_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
+                    let memory = host_memory(&pod2, 5);
+                    let mut buf = vec![0; ring2.entry_bytes as usize];
+                    call(&ring2, &pod2, &memory, &mut buf, (2, b"second", b""))
+                }));
+                while ring.state(pod, 1).load(Ordering::SeqCst) != pack(1, REQUEST) {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "the second call publishes"
+                    );
+                    std::thread::yield_now();
+                }
+            }));
+        });
+        ring.recover_server(&pod, &host_memory(&pod, 3), gone);
+        assert_eq!(first.join().expect("first"), Ok(answer(1, b"first", b"")));
+        // The id's next life serves the ring (as the core's server does: a panic in
+        // `read` answers `on_panic`).
+        let second = second.lock().unwrap().take().expect("the second sender");
+        let next = host_memory(&pod, 4);
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let claimed = claim_when_sent(&pod, &ring);
+            ring.serve(&pod, &next, claimed, &mut buf, &(), gone, |request, buf| {
+                answer(request.op, &buf[request.key.clone()], b"")
+            });
+        }));
+        let second = second.join().expect("the second sender");
+        assert!(
+            served.is_ok(),
+            "the next life's server panicked on a live request"
+        );
+        assert_eq!(second, Ok(answer(2, b"second", b"")));
+    }
+    thread_local! {
+        /// Run once by `call` between its wait's answer and its read of the response.
+        static BEFORE_RESPONSE_READ: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    /// `call`'s seam: runs the calling thread's hook, once.
+    pub(super) fn before_response_read(_ticket: u64) {
+        run_once(&BEFORE_RESPONSE_READ);
+    }
+
+    /// A sender paused past its lease between the answer's state and its
+    /// read of the answer's line is recovered (its answer freed), and a live sender
+    /// publishes the entry's next lap. Resumed, it reads the live request's header: it
+    /// must give up as a recovered sender does (`Err`), not panic on the ticket echo.
+    #[test]
+    fn a_sender_recovered_before_it_read_its_answer_gives_up() {
+        let (pod, ring, sender, server) = sides(1);
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        let live: LaterCall = Arc::default();
+        let (in_hook, ring_in_hook, live_in_hook) =
+            (Arc::clone(&pod), ring.clone(), Arc::clone(&live));
+        BEFORE_RESPONSE_READ.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move || {
+                let (pod, ring) = (&in_hook, &ring_in_hook);
+                assert_eq!(ring.recover_sender(pod, SENDER), 1);
+                let (pod2, ring2) = (Arc::clone(pod), ring.clone());
+                *live_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
+                    let memory = host_memory(&pod2, 5);
+                    let mut buf = vec![0; ring2.entry_bytes as usize];
+                    call(&ring2, &pod2, &memory, &mut buf, (2, b"live", b""))
+                }));
+                let deadline = std::time::Instant::now() + WAIT_LIMIT;
+                while ring.state(pod, 1).load(Ordering::SeqCst) != pack(1, REQUEST) {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "the live call publishes"
+                    );
+                    std::thread::yield_now();
+                }
+            }));
+        });
+        let mut serving = vec![0; ring.entry_bytes as usize];
+        let mut served = false;
+        let resumed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            call_serving(
+                &ring,
+                &pod,
+                &sender,
+                &mut buf,
+                b"paused",
+                WAIT_LIMIT,
+                &mut || {
+                    if !served {
+                        served = serve_waiting(&pod, &ring, &server, &mut serving) > 0;
+                    }
+                    ControlFlow::Continue(())
+                },
+            )
+        }));
+        let live = live.lock().unwrap().take().expect("the live sender");
+        while !live.is_finished() {
+            serve_waiting(&pod, &ring, &server, &mut serving);
+            std::thread::yield_now();
+        }
+        assert_eq!(live.join().expect("live"), Ok(answer(2, b"live", b"")));
+        let resumed = resumed.unwrap_or_else(|panic| {
+            panic!(
+                "the resumed sender panicked: {}",
+                panic.downcast_ref::<String>().cloned().unwrap_or_default()
+            )
+        });
+        assert!(resumed.is_err(), "{resumed:?}");
+    }
+    /// The fix's own case: a server's recovery that dies after it took
+    /// a claimed request for answering leaves it answering; its sender gives up on it
+    /// (abandons it), and the next recovery frees it: the ring serves on. And one still
+    /// awaited is answered by the next recovery.
+    #[test]
+    fn a_request_left_answering_is_answered_or_freed_by_the_next_recovery() {
+        let (pod, ring, sender, server) = sides(1);
+        let gone = Response {
+            status: 99,
+            detail: 0,
+        };
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        let state = ring.state(&pod, 0);
+        let limit = Duration::from_millis(20);
+        // Claimed by the server, taken by a recovery that died at once.
+        let given_up = call_serving(&ring, &pod, &sender, &mut buf, b"x", limit, &mut || {
+            if ring.claim(&pod, &()).is_some() {
+                state.store(pack(0, ANSWERING), Ordering::SeqCst);
+            }
+            ControlFlow::Continue(())
+        });
+        assert!(given_up.is_err());
+        assert_eq!(state.load(Ordering::SeqCst), pack(0, ABANDONED_ANSWERING));
+        assert_eq!(ring.recover_server(&pod, &host_memory(&pod, 3), gone), 1);
+        assert_eq!(state.load(Ordering::SeqCst), pack(1, FREE));
+        // Awaited: the next recovery answers it.
+        let mut recovered = false;
+        let answered = call_serving(
+            &ring,
+            &pod,
+            &sender,
+            &mut buf,
+            b"y",
+            WAIT_LIMIT,
+            &mut || {
+                if !recovered && ring.claim(&pod, &()).is_some() {
+                    state.store(pack(1, ANSWERING), Ordering::SeqCst);
+                    assert_eq!(ring.recover_server(&pod, &host_memory(&pod, 3), gone), 1);
+                    recovered = true;
+                }
+                ControlFlow::Continue(())
+            },
+        );
+        assert_eq!(answered, Ok(gone));
+        assert_eq!(
+            next_call(&pod, &ring, &sender, &server),
+            Ok(answer(2, b"next", b""))
+        );
     }
 }

@@ -1132,7 +1132,11 @@ fn after_the_pumps_first_round(host: &Host) {
         if now > last + 1 {
             return;
         }
-        assert!(Instant::now() < deadline, "host {}'s pump never beat", host.id());
+        assert!(
+            Instant::now() < deadline,
+            "host {}'s pump never beat",
+            host.id()
+        );
         last = now;
     }
 }
@@ -3283,4 +3287,65 @@ fn a_recoverer_taken_over_in_its_loop_never_sets_the_intent_2_bits() {
 #[test]
 fn a_recoverer_taken_over_in_its_loop_never_sets_the_intent_32_bits() {
     a_recoverer_taken_over_in_its_loop_never_sets_the_intent(32);
+}
+
+/// Host 2 (`o`) claims host 1's (`s`) request to move `k` back and
+/// pauses in the move, past its lease; host 0 recovers it (the request is answered for
+/// it, `k` is back in CXL), and id 2 joins again (`o2`). `s` asks `o2` twice, the second
+/// time into the entry the paused server's request had (a ring of two entries). `o`
+/// resumes before `o2` claims it: it finds it was declared dead, answers "gone" and
+/// writes that header line over `s`'s live request. `o2`'s next operation, serving its
+/// ring, then panicked on the request ("not its sender's"), and `s`'s read failed with
+/// `MoveBackFailed` from a live holder.
+#[test]
+fn a_server_recovered_in_a_move_back_writes_no_answer_over_the_next_lap() {
+    let pod = common::heap_pod(&config().local_partitions(2).rpc_ring_entries(2));
+    let r = leak(&pod, 0);
+    let s = leak_waiting(&pod, 1, BOUND);
+    let o = leak(&pod, 2);
+    k_in_the_dram_of(r, o);
+    let asked = std::thread::spawn(move || read_k(s));
+    // o serves its ring in its own operations, and pauses in the move back of `k`.
+    let mut serving = Some(pauses_at(o, Point::MoveBackBeforeCopy, move || loop {
+        if let Err(Error::HostDeclaredDead { .. }) = o.read(b"k0", &mut [0u8; SLOT]) {
+            return;
+        }
+        std::thread::yield_now();
+    }));
+    leases_run_out(&[r]);
+    recover_by_hand(&pod, 2, r);
+    assert_eq!(asked.join().unwrap().expect("s reads k"), value(2));
+    let o2: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(2), options(2)).unwrap()));
+    let ring = megalon_core::rpc::RingGeometry::of_host(pod.layout(), 2);
+    for lap in 1..=2u8 {
+        let key = format!("m{lap}");
+        r.create(key.as_bytes(), &value(lap)).unwrap();
+        let mut buf = vec![0u8; SLOT];
+        o2.read(key.as_bytes(), &mut buf).unwrap();
+        o2.read(key.as_bytes(), &mut buf).unwrap(); // in o2's DRAM
+        let asked = std::thread::spawn(move || {
+            let mut buf = vec![0u8; SLOT];
+            s.read(key.as_bytes(), &mut buf).map(|_| buf)
+        });
+        let deadline = Instant::now() + BOUND;
+        while !ring.pending(&pod) {
+            assert!(Instant::now() < deadline, "s's request {lap} never came");
+            std::thread::yield_now();
+        }
+        if lap == 2 {
+            // The paused server resumes: it learns it is dead, and answers.
+            serving.take().unwrap().resume();
+        }
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            while !asked.is_finished() {
+                let _ = o2.read(b"k0", &mut [0u8; SLOT]);
+                std::thread::yield_now();
+            }
+        }));
+        assert!(served.is_ok(), "o2 panicked serving s's request {lap}");
+        match asked.join().unwrap() {
+            Ok(bytes) => assert_eq!(bytes, value(lap), "m{lap}"),
+            Err(error) => panic!("s's read of m{lap}, held by the live o2: {error:?}"),
+        }
+    }
 }
