@@ -630,6 +630,20 @@ pub(crate) fn pretend_elsewhere(pod: &Pod, host: HostId) {
     entry(pod, host).machine.store(elsewhere, Ordering::SeqCst);
 }
 
+/// [`pretend_elsewhere`], if the row's note is this machine's note of its holder's life
+/// (a joiner writes its note after it takes the row): whether it changed the note.
+pub(crate) fn pretend_elsewhere_if_here(pod: &Pod, host: HostId) -> bool {
+    let Some((_, life)) = holder(pod, host) else {
+        return false;
+    };
+    let here = machine_note(life);
+    let elsewhere = (here ^ 1 << 62) & !NOTE_LIFE_MASK | (life & NOTE_LIFE_MASK);
+    entry(pod, host)
+        .machine
+        .compare_exchange(here, elsewhere, Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok()
+}
+
 /// This machine, as a number: a hash of the kernel's boot id (a new one at every boot),
 /// never 0 (a row whose holder has not said where it runs holds 0).
 pub(crate) fn this_machine() -> u64 {

@@ -180,7 +180,10 @@ pub use replica::IndexEntry;
 /// table, the pod's header, what replay answered. Nothing here is needed to share data.
 pub mod inspect {
     pub use crate::header::{fnv1a64, PodHeader};
-    pub use crate::host::{crash, BackgroundErrors, HostStats, Inspect, LoggedEvent, RecordCensus};
+    pub use crate::host::{
+        crash, pretend_row_elsewhere, BackgroundErrors, HostStats, Inspect, LoggedEvent,
+        RecordCensus,
+    };
     pub use crate::host_table::HostInfo;
     pub use crate::memory::SimulatedStats;
     pub use crate::replica::{Outcome, ReplicatedLock};

@@ -784,3 +784,102 @@ fn a_head_that_moves_during_the_rescue_answers_join_not_served() {
         "{join:?}"
     );
 }
+
+/// Row `host` says "another machine" for every life that takes it, until `stop`: a
+/// joiner there is judged by its lease from the moment it writes its note.
+fn row_elsewhere(pod: &Arc<Pod>, host: u32, stop: &Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    let (pod, stop) = (Arc::clone(pod), Arc::clone(stop));
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            megalon_core::inspect::pretend_row_elsewhere(&pod, host);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    })
+}
+
+/// Both hosts of a full table died with a long log (head 0). A joiner on another machine
+/// rescues one row and replays the log from 0, for longer than the lease (each entry
+/// made slow, 50 us of work: 2 s in all); a second joiner on another machine comes a moment later.
+/// The first, alive and working, keeps its row: its replay beats. (A replay beat only
+/// while it waited: the second took the working rescuer's row over, and its join
+/// answered `HostDeclaredDead`.)
+#[test]
+fn a_rescuer_elsewhere_whose_replay_outlasts_the_lease_keeps_its_row() {
+    const ENTRIES: u64 = 40_000;
+    const ENTRY_WORK: Duration = Duration::from_micros(50);
+    // Long enough that a loaded machine does not starve a live host past it (at a load of
+    // 17 on 2 cores, one entry's 50 us took up to 0.9 s).
+    const LONG_LEASE_MS: u32 = 1000;
+    let pod = common::heap_pod(
+        &common::config()
+            .lnr_bytes(8 << 20)
+            .log_capacity_entries(ENTRIES + 64)
+            .max_hosts(2)
+            .lease_ms(LONG_LEASE_MS)
+            .crash_safety(CrashSafety::Undo),
+    );
+    let options = || {
+        HostOptions::new()
+            .memory(megalon_core::MemoryKind::Hardware)
+            .wait_limit(Duration::from_secs(5))
+    };
+    let a = Host::join(&pod, Join::As(0), options()).unwrap();
+    let b = Host::join(&pod, Join::As(1), options()).unwrap();
+    while a.inspect().log_cursors().2 < ENTRIES {
+        a.create(b"x", b"v").unwrap();
+        a.delete(b"x").unwrap();
+    }
+    b.replay().unwrap();
+    assert_eq!(a.inspect().log_cursors().0, 0, "the log recycled nothing");
+    megalon_core::inspect::crash(a);
+    megalon_core::inspect::crash(b);
+    std::thread::sleep(Duration::from_millis(u64::from(LONG_LEASE_MS) * 3));
+    let stop = Arc::new(AtomicBool::new(false));
+    let note = row_elsewhere(&pod, 1, &stop);
+    let row = pod.scr_u64(pod.layout().host_entry_offset(1));
+    let before = row.load(Ordering::SeqCst);
+    let first = {
+        let pod = Arc::clone(&pod);
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let joined = chaos::with_hook(
+                |point| {
+                    if point == Point::ReplayBetweenEntries {
+                        let until = Instant::now() + ENTRY_WORK;
+                        while Instant::now() < until {}
+                    }
+                },
+                || Host::join(&pod, Join::As(1), options()).map(std::mem::forget),
+            );
+            (started.elapsed(), joined)
+        })
+    };
+    // The first took the row over: the second comes, and tries while the first joins.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while row.load(Ordering::SeqCst) == before {
+        assert!(
+            Instant::now() < deadline && !first.is_finished(),
+            "no take-over"
+        );
+        std::thread::yield_now();
+    }
+    let second = loop {
+        match Host::join(&pod, Join::As(1), options()) {
+            Err(Error::HostTaken { .. } | Error::HostTableFull { .. }) if !first.is_finished() => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            other => break other.map(std::mem::forget),
+        }
+    };
+    let (took, first) = first.join().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    note.join().unwrap();
+    assert!(
+        took > Duration::from_millis(u64::from(LONG_LEASE_MS)),
+        "the rescue took {took:?}, not past the lease"
+    );
+    assert!(
+        first.is_ok(),
+        "a live rescuer (its join took {took:?}) was taken over: {first:?}; the second: {second:?}"
+    );
+}

@@ -25,6 +25,9 @@ use crate::sync::Ordering;
 const REASK_FIRST: std::time::Duration = std::time::Duration::from_millis(2);
 const REASK_MOST: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// Entries a replay applies between two beats of its host's heartbeat.
+const REPLAY_ENTRIES_PER_BEAT: u64 = 256;
+
 /// What one replay collects while it applies entries, to act on once `ctail` covers them.
 #[derive(Default)]
 struct Replayed {
@@ -149,6 +152,13 @@ impl Shared {
                     break;
                 }
                 position += 1;
+                // A long replay (a joiner's from position 0, a rescuer's above all: no
+                // pump runs yet) beats as it goes: on another machine its lease would run
+                // out while it works, and a watcher would declare it dead, or another
+                // joiner take its row over, alive.
+                if (position - start).is_multiple_of(REPLAY_ENTRIES_PER_BEAT) {
+                    self.beat();
+                }
                 self.chaos.point(Point::ReplayBetweenEntries);
             }
             if index.is_some() {

@@ -344,6 +344,14 @@ impl Inspect<'_> {
     }
 }
 
+/// Makes row `host`'s note say that its holder runs on another machine (as
+/// [`Inspect::pretend_elsewhere`] does for a host at hand), if the note is this machine's
+/// note of the holder's current life: for a holder still inside its join, which writes
+/// its note after it takes the row. Whether it changed the note. For tests of the lease.
+pub fn pretend_row_elsewhere(pod: &crate::Pod, host: HostId) -> bool {
+    crate::host_table::pretend_elsewhere_if_here(pod, host)
+}
+
 /// Makes `host` die where it stands, as a host on another machine would: its pump stops
 /// (no more heartbeats), and everything it holds (its row in the host table, its log
 /// reservation, its record locks, its undo images) stays as it is. Its row is made to say

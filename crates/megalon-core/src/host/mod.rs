@@ -42,7 +42,9 @@ mod records;
 mod settle;
 mod ticket;
 
-pub use inspect::{crash, BackgroundErrors, HostStats, Inspect, LoggedEvent, RecordCensus};
+pub use inspect::{
+    crash, pretend_row_elsewhere, BackgroundErrors, HostStats, Inspect, LoggedEvent, RecordCensus,
+};
 pub use options::{HostOptions, Join, ReleaseHook};
 pub use records::{ReleaseReason, Releasing};
 use settle::Deferred;
