@@ -104,3 +104,65 @@ fn a_second_filler_of_a_dead_hosts_hole_leaves_the_next_laps_entry_alone() {
         p + capacity
     );
 }
+
+/// Host a's append waits behind a hole (host d reserved a position and has not published
+/// it: slow, alive), its replay having applied every entry below the hole, so a's replica
+/// covers `ctail`. A read on a needs nothing past the hole and answers at once. (It waited
+/// on the replay lock for as long as the append waited, up to the wait limit: the round's
+/// position reached `applied` only when the whole replay ended.)
+#[test]
+fn a_read_does_not_wait_behind_an_append_stalled_on_a_hole() {
+    let wait = Duration::from_secs(3);
+    let options = |id: u32| options(id).wait_limit(wait);
+    let pod = common::heap_pod(&common::config().lease_ms(60_000));
+    let a: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(0), options(0)).unwrap()));
+    let b: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), options(1)).unwrap()));
+    let d: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(2), options(2)).unwrap()));
+    a.create(b"x", &value(1)).unwrap();
+    b.replay().unwrap();
+    d.replay().unwrap();
+    // A thread of a creates y; between its tail check and its event, b appends (`ctail`
+    // moves past a's replica), then d reserves a position and is slow: y's append waits
+    // behind that hole, its replay having applied b's entry.
+    let (hole_at, hole) = channel();
+    let (applied, is_applied) = channel();
+    let appender = std::thread::spawn(move || {
+        let applied = Mutex::new(Some(applied));
+        let mut before = true;
+        chaos::with_hook(
+            move |at| {
+                if at == Point::CreateBeforeEvent && std::mem::take(&mut before) {
+                    b.create(b"z", &value(2)).unwrap();
+                    hole_at
+                        .send(d.inspect().reserve_unpublished(1).unwrap())
+                        .unwrap();
+                }
+                if at == Point::ReplayBeforeCtail && !before {
+                    if let Some(applied) = applied.lock().unwrap().take() {
+                        applied.send(()).unwrap();
+                    }
+                }
+            },
+            || a.create(b"y", &value(3)),
+        )
+    });
+    let hole = hole.recv().unwrap();
+    is_applied.recv().unwrap();
+    let (_, ctail, _) = a.inspect().log_cursors();
+    assert!(ctail <= hole, "ctail {ctail} stops at the hole {hole}");
+    // The round ends (its settles run) just after that point: then a's replica covers it.
+    let settled = std::time::Instant::now() + wait / 4;
+    while a.inspect().applied_position() < ctail && std::time::Instant::now() < settled {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let began = std::time::Instant::now();
+    let mut buf = vec![0u8; common::SLOT];
+    a.read(b"x", &mut buf).unwrap();
+    let took = began.elapsed();
+    assert_eq!(buf, value(1));
+    let _ = appender.join().unwrap();
+    assert!(
+        took < wait / 4,
+        "a read of x waited {took:?} behind an append stalled on the hole at {hole}"
+    );
+}

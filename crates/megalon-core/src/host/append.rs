@@ -176,6 +176,7 @@ impl Shared {
                 // the Acquire in every host's `catch_up`.
                 Log::ctail(&self.pod).fetch_max(position, Ordering::AcqRel);
             }
+            let applied_round = index.is_some();
             drop(index);
             // `ctail` covers this round: its freed slots may be reused, its settles run.
             if !done.gained.is_empty() {
@@ -183,6 +184,13 @@ impl Shared {
             }
             for (settle, outcome, event) in done.settled.drain(..) {
                 self.settle(settle, Some(outcome), &event);
+            }
+            if applied_round {
+                // The replica covers this round now: a tail check of this host whose
+                // target it reaches need not wait on the replay lock for the rest of this
+                // replay (a wait for a hole, up to the wait limit). Release: pairs with
+                // the Acquire in `catch_up`, as in `finish_replay`.
+                self.replica.applied.store(position, Ordering::Release);
             }
             if failure.is_some() {
                 // What was applied before the failure is covered by `ctail` (above).
