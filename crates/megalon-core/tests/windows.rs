@@ -663,6 +663,70 @@ fn a_deallocation_on_a_stale_lookup_tells_the_hook_only_of_the_objects_own_recor
     assert_eq!(read(d, b"q"), value(5));
 }
 
+/// The same window for a delete (`lock_for_delete`): it looks `y`'s record up, then locks
+/// it; between the two, another host deallocated `y` and gave the record to `q`. Holding
+/// the lock, the delete checks that no event about `y` was applied since its lookup
+/// (`still_current`) before its release hook hears of the record: without that check the
+/// hook hears that `y` loses `q`'s record (the delete event itself then loses in the log,
+/// and the delete starts over on the read-shared `y`).
+#[test]
+fn a_delete_on_a_stale_lookup_tells_the_hook_only_of_the_objects_own_record() {
+    let pod = pod(32, 4096);
+    static B: std::sync::OnceLock<&'static Host> = std::sync::OnceLock::new();
+    type Call = (Vec<u8>, u32, Option<Vec<u8>>);
+    let calls: Arc<std::sync::Mutex<Vec<Call>>> = Arc::default();
+    let hook = {
+        let calls = Arc::clone(&calls);
+        megalon_core::ReleaseHook::new(move |releasing: &megalon_core::Releasing<'_>| {
+            let (key, record) = (releasing.key().to_vec(), releasing.record());
+            let owner = B.get().expect("b joined").record_owner(record).unwrap();
+            calls.lock().unwrap().push((key, record, owner));
+            true
+        })
+    };
+    let d = leak(&pod, 0, options().release_hook(hook));
+    let b = leak(&pod, 1, options());
+    B.set(b).unwrap();
+    b.create(b"y", &value(0)).unwrap();
+    b.write(b"y", &value(1)).unwrap();
+    let record_y = b.lookup(b"y").unwrap().unwrap().record.unwrap();
+    fill_records(b);
+    assert_eq!(d.lookup(b"y").unwrap().unwrap().record, Some(record_y));
+    // An entry for d's next catch-up to apply, so that its replay reaches the point.
+    b.create(b"q", &value(4)).unwrap();
+    let mut once = true;
+    let answer = chaos::with_hook(
+        move |point| {
+            // d's tail check has read `ctail`: what b does now, d's lookup does not see.
+            if point == Point::ReplayBeforeCtail && std::mem::take(&mut once) {
+                assert!(b.make_read_shared(b"y").unwrap());
+                b.write(b"q", &value(5)).unwrap();
+                assert_eq!(
+                    b.lookup(b"q").unwrap().unwrap().record,
+                    Some(record_y),
+                    "q has y's old record"
+                );
+            }
+        },
+        || d.delete(b"y"),
+    );
+    assert!(answer.is_ok(), "y deleted: {answer:?}");
+    for (key, record, owner) in calls.lock().unwrap().iter() {
+        assert_eq!(
+            owner.as_deref(),
+            Some(key.as_slice()),
+            "the hook heard that {:?} loses record {record}, whose owner is {:?}",
+            String::from_utf8_lossy(key),
+            owner
+                .as_ref()
+                .map(|o| String::from_utf8_lossy(o).into_owned()),
+        );
+    }
+    assert!(b.inspect().record_census().locked.is_empty());
+    assert_eq!(read(d, b"q"), value(5));
+    assert!(d.lookup(b"y").unwrap().is_none());
+}
+
 /// A donor whose free slots are not one range grants them as several `GrantSlots`
 /// events. When the first one's append was refused, the grant returned at once: the
 /// other ranges, already taken from the donor's pool, were neither granted nor put back
