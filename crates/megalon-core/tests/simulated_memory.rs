@@ -579,6 +579,40 @@ fn a_write_back_reaches_memory_at_the_writers_fence() {
     assert_eq!(stats(&writer).completed_by_fence, 1);
 }
 
+/// A fence orders only its own thread's write-backs, flushes and non-temporal stores (as
+/// `sfence` orders only its core's): another thread of the same host fencing leaves them
+/// in flight. (A fence completed the whole host's: a thread that left out its own fence
+/// was covered by a sibling's, the combiner's say, and no test could see it.)
+#[test]
+fn a_fence_completes_only_its_own_threads_writes() {
+    let (pod, writer, _, slot) = unsettled_pair();
+    let next = slot + LINE_BYTES;
+    writer.memory().write(slot, b"version2");
+    writer.memory().write_back(slot, 8);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            writer.memory().write_non_temporal(next, &[7; LINE]);
+            writer.memory().fence();
+        });
+    });
+    assert_eq!(
+        memory_bytes(&pod, next, 1),
+        [7],
+        "the other thread's store, fenced"
+    );
+    assert_eq!(
+        memory_bytes(&pod, slot, 8),
+        [0; 8],
+        "still in flight after another thread's fence"
+    );
+    writer.memory().fence();
+    assert_eq!(
+        memory_bytes(&pod, slot, 8),
+        b"version2",
+        "at its own thread's fence"
+    );
+}
+
 #[test]
 fn a_flushed_line_is_still_served_until_the_readers_fence() {
     let (_, writer, reader, slot) = unsettled_pair();

@@ -11,11 +11,13 @@
 //! - a write-back (`clwb`) writes the line back if dirty and keeps it, clean;
 //! - a non-temporal store writes memory directly and drops the host's copy (a dirty copy
 //!   is written back first, as the hardware does);
-//! - none of these three is done when its call returns, but when the host next fences
-//!   ([`SimulatedConfig::settle_one_in`]): until then the bytes written back are in
-//!   flight (other hosts' fills miss them) and a flushed line stays cached, its stale
-//!   bytes still served to this host's loads, as `clflushopt` and `clwb` are ordered
-//!   only by a fence. Now and then, at random, one completes earlier;
+//! - none of these three is done when its call returns, but when the thread that issued
+//!   it next fences ([`SimulatedConfig::settle_one_in`]): until then the bytes written
+//!   back are in flight (other hosts' fills miss them) and a flushed line stays cached,
+//!   its stale bytes still served to this host's loads, as `clflushopt` and `clwb` are
+//!   ordered only by a fence, and only by one of the core that issued them (another
+//!   thread's fence, on this host, leaves them in flight). Now and then, at random, one
+//!   completes earlier;
 //! - at random moments, driven by a seeded generator, a random line is evicted (written
 //!   back if dirty), and a full cache evicts a random line to make room.
 //!
@@ -77,8 +79,8 @@ pub struct SimulatedConfig {
     /// On average one random eviction every this many line accesses (0: never evict at
     /// random, only when full).
     pub random_eviction_one_in: u64,
-    /// Flushes, write-backs and non-temporal stores complete at the host's next fence,
-    /// or, on average once every this many line accesses, one line's at random before
+    /// Flushes, write-backs and non-temporal stores complete at the next fence of the
+    /// thread that issued them, or, on average once every this many line accesses, one line's at random before
     /// it (0: each completes at once, and a missing fence never shows).
     pub settle_one_in: u64,
 }
@@ -122,6 +124,13 @@ struct Line {
     dirty_mask: u64,
 }
 
+/// The thread that issued a write-back, a flush or a non-temporal store.
+type Issuer = std::thread::ThreadId;
+
+fn issuer() -> Issuer {
+    std::thread::current().id()
+}
+
 struct Cache {
     /// Line index (offset / 64) to the line and its place in `order`.
     lines: HashMap<u64, (Line, usize)>,
@@ -131,12 +140,13 @@ struct Cache {
     rng: u64,
     stats: SimulatedStats,
     /// Writes to memory issued and not completed (see [`SimulatedConfig::settle_one_in`]),
-    /// oldest first: a line's write-back or non-temporal store, and which of its bytes
-    /// it writes (bit per byte).
-    in_flight: Vec<(u64, [u8; LINE], u64)>,
-    /// Lines flushed whose flush has not completed: still cached (clean), and dropped
-    /// when it does.
-    flushing: Vec<u64>,
+    /// oldest first: a line's write-back or non-temporal store, which of its bytes it
+    /// writes (bit per byte), and the thread that issued it (only its own fence orders
+    /// it, as `sfence` orders only its core's `clwb`, `clflushopt` and `movnt`).
+    in_flight: Vec<(u64, [u8; LINE], u64, Issuer)>,
+    /// Lines flushed whose flush has not completed, each with the thread that flushed it:
+    /// still cached (clean), and dropped when it does.
+    flushing: Vec<(u64, Issuer)>,
 }
 
 /// One host's simulated non-coherent view of LNR.
@@ -290,7 +300,7 @@ impl SimulatedMemory {
         if self.config.settle_one_in == 0 {
             self.write_memory_line(line, &bytes, mask);
         } else {
-            cache.in_flight.push((line, bytes, mask));
+            cache.in_flight.push((line, bytes, mask, issuer()));
         }
     }
 
@@ -300,7 +310,7 @@ impl SimulatedMemory {
         let mut i = 0;
         while i < cache.in_flight.len() {
             if cache.in_flight[i].0 == line {
-                let (_, bytes, mask) = cache.in_flight.remove(i);
+                let (_, bytes, mask, _) = cache.in_flight.remove(i);
                 self.write_memory_line(line, &bytes, mask);
                 settled += 1;
             } else {
@@ -310,15 +320,48 @@ impl SimulatedMemory {
         settled
     }
 
-    /// Completes every write in flight and every flush (a fence). Returns how many.
+    /// Completes every write in flight and every flush (all of them, whoever issued them).
+    /// Returns how many.
     fn settle_all(&self, cache: &mut Cache) -> u64 {
         let writes = std::mem::take(&mut cache.in_flight);
         let flushes = std::mem::take(&mut cache.flushing);
         let settled = (writes.len() + flushes.len()) as u64;
-        for (line, bytes, mask) in writes {
+        for (line, bytes, mask, _) in writes {
             self.write_memory_line(line, &bytes, mask);
         }
-        for line in flushes {
+        for (line, _) in flushes {
+            self.drop_line_now(cache, line);
+        }
+        settled
+    }
+
+    /// Completes every write in flight and every flush that `by` issued (its fence), and
+    /// before each of its writes every earlier write of the same line (a line's writes
+    /// reach memory in order, whoever issued them). Returns how many.
+    fn settle_issued_by(&self, cache: &mut Cache, by: Issuer) -> u64 {
+        let writes = std::mem::take(&mut cache.in_flight);
+        let mut last_own: HashMap<u64, usize> = HashMap::new();
+        for (i, &(line, .., issuer)) in writes.iter().enumerate() {
+            if issuer == by {
+                last_own.insert(line, i);
+            }
+        }
+        let mut settled = 0;
+        for (i, write) in writes.into_iter().enumerate() {
+            let (line, bytes, mask, _) = write;
+            if last_own.get(&line).is_some_and(|&last| i <= last) {
+                self.write_memory_line(line, &bytes, mask);
+                settled += 1;
+            } else {
+                cache.in_flight.push(write);
+            }
+        }
+        let (flushes, others) = std::mem::take(&mut cache.flushing)
+            .into_iter()
+            .partition::<Vec<_>, _>(|&(_, issuer)| issuer == by);
+        cache.flushing = others;
+        settled += flushes.len() as u64;
+        for (line, _) in flushes {
             self.drop_line_now(cache, line);
         }
         settled
@@ -335,7 +378,7 @@ impl SimulatedMemory {
         }
         if !cache.flushing.is_empty() && next_random(&mut cache.rng).is_multiple_of(one_in) {
             let pick = next_random(&mut cache.rng) % cache.flushing.len() as u64;
-            let line = cache.flushing.swap_remove(pick as usize);
+            let (line, _) = cache.flushing.swap_remove(pick as usize);
             self.drop_line_now(cache, line);
         }
     }
@@ -353,11 +396,12 @@ impl SimulatedMemory {
         if data.dirty_mask != 0 {
             data.dirty_mask = 0;
             let bytes = data.bytes;
-            cache.in_flight.push((line, bytes, u64::MAX));
+            cache.in_flight.push((line, bytes, u64::MAX, issuer()));
             cache.stats.lines_written_back += 1;
         }
-        if !cache.flushing.contains(&line) {
-            cache.flushing.push(line);
+        let flush = (line, issuer());
+        if !cache.flushing.contains(&flush) {
+            cache.flushing.push(flush);
         }
         true
     }
@@ -366,9 +410,7 @@ impl SimulatedMemory {
     /// flight: a line's writes reach memory in order); a flush of it under way is done.
     /// Returns whether it was cached.
     fn drop_line_now(&self, cache: &mut Cache, line: u64) -> bool {
-        if let Some(at) = cache.flushing.iter().position(|&l| l == line) {
-            cache.flushing.swap_remove(at);
-        }
+        cache.flushing.retain(|&(l, _)| l != line);
         let Some((data, place)) = cache.lines.remove(&line) else {
             return false;
         };
@@ -463,7 +505,7 @@ impl SimulatedMemory {
             let hit = self.touch(&mut cache, line);
             // (A line with this host's writes in flight differs from memory by its own
             // bytes: not stale.)
-            if hit && !cache.in_flight.iter().any(|&(l, _, _)| l == line) {
+            if hit && !cache.in_flight.iter().any(|&(l, ..)| l == line) {
                 let memory = self.read_memory_line(line);
                 let (data, _) = &cache.lines[&line];
                 let stale = (0..LINE)
@@ -484,7 +526,7 @@ impl SimulatedMemory {
         Self::for_each_line(offset, data.len(), |line, start, range| {
             // A store into a line being flushed waits for the flush (a store never
             // lands in a copy about to be dropped).
-            if cache.flushing.contains(&line) {
+            if cache.flushing.iter().any(|&(l, _)| l == line) {
                 self.drop_line_now(&mut cache, line);
             }
             self.touch(&mut cache, line);
@@ -572,14 +614,15 @@ impl SimulatedMemory {
         });
     }
 
-    /// See [`super::Memory::fence`]. Completes this host's flushes, write-backs and
-    /// non-temporal stores in flight (atomic stores to memory), and orders them before
-    /// the (Release) SCR store that publishes them.
+    /// See [`super::Memory::fence`]. Completes the flushes, write-backs and non-temporal
+    /// stores in flight that the calling thread issued (atomic stores to memory), and
+    /// orders them before the (Release) SCR store that publishes them. Another thread's
+    /// stay in flight: a fence orders only its own core's.
     pub fn fence(&self) {
         if self.config.settle_one_in > 0 {
             let mut cache = self.cache.lock();
             if !cache.in_flight.is_empty() || !cache.flushing.is_empty() {
-                let settled = self.settle_all(&mut cache);
+                let settled = self.settle_issued_by(&mut cache, issuer());
                 cache.stats.completed_by_fence += settled;
             }
         }
