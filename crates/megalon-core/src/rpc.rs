@@ -689,10 +689,17 @@ impl RingGeometry {
     /// Claims the request at the head, skipping withdrawn ones (the server: one at a
     /// time per ring). `None` if none is waiting.
     pub fn claim(&self, pod: &Pod, tally: &dyn Tally) -> Option<Claimed> {
+        // The head our last round left: a head found elsewhere was moved by another
+        // (our recovery, the id's next life: we were taken for dead, paused past the
+        // lease) and what waits there is not ours to claim.
+        let mut expected = None;
         loop {
             // Relaxed: only the server moves the head, and one server runs at a time
             // (the caller's serving lock orders one server after the last).
             let head = self.head(pod).load(Ordering::Relaxed);
+            if expected.is_some_and(|expected| expected != head) {
+                return None;
+            }
             let state = self.state(pod, head);
             // Acquire: pairs with the sender's Release that published the request.
             let now = state.load(Ordering::Acquire);
@@ -710,8 +717,12 @@ impl RingGeometry {
                     Ordering::Release,
                     Ordering::Relaxed,
                 );
-                self.pass(pod, head);
+                let passed = self.pass(pod, head);
                 tally.scr_atomics(2);
+                if !passed {
+                    return None;
+                }
+                expected = Some(head + 1);
                 continue;
             }
             if now != pack(head, REQUEST) {
@@ -727,6 +738,7 @@ impl RingGeometry {
                 )
                 .is_err()
             {
+                expected = Some(head);
                 continue; // withdrawn just now
             }
             self.pass(pod, head);
@@ -736,13 +748,10 @@ impl RingGeometry {
 
     /// Moves the head from `ticket` past it, by a CAS: a server paused through its
     /// recovery never moves back a head that the recovery or the next server moved on.
-    fn pass(&self, pod: &Pod, ticket: u64) {
-        let _ = self.head(pod).compare_exchange(
-            ticket,
-            ticket + 1,
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
+    fn pass(&self, pod: &Pod, ticket: u64) -> bool {
+        self.head(pod)
+            .compare_exchange(ticket, ticket + 1, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// Reads a claimed request into `buf` from memory (invalidating its lines first).
@@ -949,6 +958,17 @@ impl RingGeometry {
             let state = self.state(pod, ticket);
             // Acquire: pairs with the sender's Release that published the request.
             let mut now = state.load(Ordering::Acquire);
+            // A claim at the head we loaded may be a live server's: one paused here and
+            // taken over, its id recovered again and served by the id's next life, which
+            // claimed the request at that head and moved the head on. Not the dead
+            // server's to answer (nor, abandoned, ours to free). (The window from this
+            // look to the CAS is the lease's.)
+            if ticket == head
+                && (now == pack(ticket, CLAIMED) || now == pack(ticket, ABANDONED))
+                && self.head(pod).load(Ordering::SeqCst) != head
+            {
+                continue;
+            }
             if now == pack(ticket, CLAIMED) {
                 #[cfg(all(test, not(megalon_loom)))]
                 tests::before_server_answer(ticket);
@@ -968,6 +988,8 @@ impl RingGeometry {
                 };
             }
             if now == pack(ticket, ANSWERING) {
+                #[cfg(all(test, not(megalon_loom)))]
+                tests::before_recovery_header(ticket);
                 let entry = self.entry(ticket);
                 memory.flush(entry, header.len());
                 memory.fence();
@@ -976,8 +998,15 @@ impl RingGeometry {
                 header[8..16].copy_from_slice(&ticket.to_le_bytes());
                 header[1] = response.status;
                 header[16..24].copy_from_slice(&response.detail.to_le_bytes());
-                memory.write_non_temporal(entry, &header);
-                memory.fence();
+                // Still answering? Answering is no recoverer's own: one paused since its
+                // CAS and taken over may find the request answered by the next recovery
+                // of the server, read and freed, and the entry serving the next lap; its
+                // header would land over that request. (The window from this look to the
+                // store is the lease's, as in `respond`.)
+                if state.load(Ordering::Acquire) == now {
+                    memory.write_non_temporal(entry, &header);
+                    memory.fence();
+                }
                 // Release: the header reached memory before the sender can see it.
                 if state
                     .compare_exchange(
@@ -2468,6 +2497,243 @@ mod tests {
         assert_eq!(
             next_call(&pod, &ring, &sender, &server),
             Ok(answer(2, b"next", b""))
+        );
+    }
+
+    thread_local! {
+        /// Run once by `recover_server` between its move to answering and its header.
+        static BEFORE_RECOVERY_HEADER: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    /// `recover_server`'s seam after its CAS to answering: runs the thread's hook, once.
+    pub(super) fn before_recovery_header(_ticket: u64) {
+        run_once(&BEFORE_RECOVERY_HEADER);
+    }
+
+    /// a server's recoverer takes a claimed request for answering and is
+    /// paused before its header; it is taken over, and a second recovery of the same
+    /// server answers the request (answering is not the first recoverer's), its sender
+    /// reads the answer and frees the entry, and a live sender publishes the entry's next
+    /// lap. The first recoverer resumes and writes its header over the live request.
+    #[test]
+    fn a_paused_recoverer_writes_no_header_over_a_live_request() {
+        let (pod, ring, _sender, server) = sides(1);
+        let gone = Response {
+            status: 99,
+            detail: 0,
+        };
+        let first = {
+            let (pod, ring) = (Arc::clone(&pod), ring.clone());
+            std::thread::spawn(move || {
+                let memory = host_memory(&pod, 1);
+                let mut buf = vec![0; ring.entry_bytes as usize];
+                call(&ring, &pod, &memory, &mut buf, (1, b"first", b""))
+            })
+        };
+        // The dead server's claim.
+        let _claimed = claim_when_sent(&pod, &ring);
+        let second: LaterCall = Arc::default();
+        let (in_hook, ring_in_hook, second_in_hook) =
+            (Arc::clone(&pod), ring.clone(), Arc::clone(&second));
+        BEFORE_RECOVERY_HEADER.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move || {
+                let (pod, ring) = (&in_hook, &ring_in_hook);
+                // The recoverer that took over does the whole recovery.
+                assert_eq!(ring.recover_server(pod, &host_memory(pod, 6), gone), 1);
+                let deadline = std::time::Instant::now() + WAIT_LIMIT;
+                while ring.state(pod, 1).load(Ordering::SeqCst) != pack(1, FREE) {
+                    assert!(std::time::Instant::now() < deadline, "the first call reads");
+                    std::thread::yield_now();
+                }
+                let (pod2, ring2) = (Arc::clone(pod), ring.clone());
+                *second_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
+                    let memory = host_memory(&pod2, 5);
+                    let mut buf = vec![0; ring2.entry_bytes as usize];
+                    call(&ring2, &pod2, &memory, &mut buf, (2, b"second", b""))
+                }));
+                while ring.state(pod, 1).load(Ordering::SeqCst) != pack(1, REQUEST) {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "the second call publishes"
+                    );
+                    std::thread::yield_now();
+                }
+            }));
+        });
+        ring.recover_server(&pod, &host_memory(&pod, 3), gone);
+        assert_eq!(first.join().expect("first"), Ok(gone));
+        let second = second.lock().unwrap().take().expect("the second sender");
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let claimed = claim_when_sent(&pod, &ring);
+            ring.serve(
+                &pod,
+                &server,
+                claimed,
+                &mut buf,
+                &(),
+                gone,
+                |request, buf| answer(request.op, &buf[request.key.clone()], b""),
+            );
+        }));
+        let second = second.join().expect("the second sender");
+        assert!(
+            served.is_ok(),
+            "the next life's server panicked on a live request"
+        );
+        assert_eq!(second, Ok(answer(2, b"second", b"")));
+    }
+
+    /// a server's recoverer loads the head and is paused (here at its
+    /// first claimed entry, before its CAS); it is taken over, a second recovery of the
+    /// same server settles everything, the id's next life serves the ring and claims the
+    /// request at that head. The first recoverer resumes, finds that live claim at the
+    /// head it loaded, takes it for the dead server's and answers it "gone": the live
+    /// server's effect runs, and its sender is told the server is gone.
+    #[test]
+    fn a_paused_recoverer_leaves_the_next_servers_claim_alone() {
+        let (pod, ring, _sender, server) = sides(2);
+        let gone = Response {
+            status: 99,
+            detail: 0,
+        };
+        let first = {
+            let (pod, ring) = (Arc::clone(&pod), ring.clone());
+            std::thread::spawn(move || {
+                let memory = host_memory(&pod, 1);
+                let mut buf = vec![0; ring.entry_bytes as usize];
+                call(&ring, &pod, &memory, &mut buf, (1, b"first", b""))
+            })
+        };
+        // The dead server's claim of ticket 0 (the head at 1).
+        let _claimed = claim_when_sent(&pod, &ring);
+        let second: LaterCall = Arc::default();
+        let live_claim: Arc<std::sync::Mutex<Option<Claimed>>> = Arc::default();
+        let (in_hook, ring_in_hook, second_in_hook, claim_in_hook) = (
+            Arc::clone(&pod),
+            ring.clone(),
+            Arc::clone(&second),
+            Arc::clone(&live_claim),
+        );
+        BEFORE_SERVER_ANSWER.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move || {
+                let (pod, ring) = (&in_hook, &ring_in_hook);
+                // The recoverer that took over does the whole recovery.
+                assert_eq!(ring.recover_server(pod, &host_memory(pod, 6), gone), 1);
+                let deadline = std::time::Instant::now() + WAIT_LIMIT;
+                while ring.state(pod, 0).load(Ordering::SeqCst) != pack(2, FREE) {
+                    assert!(std::time::Instant::now() < deadline, "the first call reads");
+                    std::thread::yield_now();
+                }
+                // The id's next life serves; a live sender calls; it is claimed.
+                let (pod2, ring2) = (Arc::clone(pod), ring.clone());
+                *second_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
+                    let memory = host_memory(&pod2, 5);
+                    let mut buf = vec![0; ring2.entry_bytes as usize];
+                    call(&ring2, &pod2, &memory, &mut buf, (2, b"second", b""))
+                }));
+                *claim_in_hook.lock().unwrap() = Some(claim_when_sent(pod, ring));
+            }));
+        });
+        ring.recover_server(&pod, &host_memory(&pod, 3), gone);
+        assert_eq!(first.join().expect("first"), Ok(gone));
+        // The live server answers its claim.
+        let claimed = live_claim.lock().unwrap().take().expect("the live claim");
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        ring.serve(
+            &pod,
+            &server,
+            claimed,
+            &mut buf,
+            &(),
+            gone,
+            |request, buf| answer(request.op, &buf[request.key.clone()], b""),
+        );
+        let second = second.lock().unwrap().take().expect("the second sender");
+        assert_eq!(
+            second.join().expect("the second sender"),
+            Ok(answer(2, b"second", b"")),
+            "a live server's answer replaced by a paused recoverer's"
+        );
+    }
+
+    /// a server paused in `claim` before its skip of a withdrawn request
+    /// is recovered, and the id's next life serves on; a live sender publishes. The old
+    /// server resumes: its skip's CAS and its move of the head fail (as they should), but
+    /// its loop goes on from the head the next life moved, and claims the live request:
+    /// a dead server (killed now, say) holds it; the live sender's call fails with the
+    /// next life serving, and the entry is abandoned for good.
+    #[test]
+    fn a_server_resumed_in_its_skip_claims_nothing_more() {
+        let (pod, ring, sender, server) = sides(2);
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        let limit = Duration::from_millis(20);
+        let withdrawn = call_serving(&ring, &pod, &sender, &mut buf, b"x", limit, &mut || {
+            ControlFlow::Continue(())
+        });
+        assert!(withdrawn.is_err());
+        let live: LaterCall = Arc::default();
+        let (in_hook, ring_in_hook, live_in_hook) =
+            (Arc::clone(&pod), ring.clone(), Arc::clone(&live));
+        BEFORE_SKIP_STORE.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move || {
+                let (pod, ring) = (&in_hook, &ring_in_hook);
+                let failed = Response {
+                    status: 99,
+                    detail: 0,
+                };
+                assert_eq!(ring.recover_server(pod, &host_memory(pod, 3), failed), 0);
+                let (sender, next) = (host_memory(pod, 1), host_memory(pod, 4));
+                let mut buf = vec![0; ring.entry_bytes as usize];
+                let mut serving = vec![0; ring.entry_bytes as usize];
+                for n in 1..=3u8 {
+                    let response =
+                        call_serving(ring, pod, &sender, &mut buf, &[n], WAIT_LIMIT, &mut || {
+                            serve_waiting(pod, ring, &next, &mut serving);
+                            ControlFlow::Continue(())
+                        });
+                    assert_eq!(response, Ok(answer(1, &[n], b"")));
+                }
+                // A live sender publishes ticket 4.
+                let (pod2, ring2) = (Arc::clone(pod), ring.clone());
+                *live_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
+                    let memory = host_memory(&pod2, 5);
+                    let mut buf = vec![0; ring2.entry_bytes as usize];
+                    call_serving(
+                        &ring2,
+                        &pod2,
+                        &memory,
+                        &mut buf,
+                        b"live",
+                        Duration::from_millis(200),
+                        &mut || ControlFlow::Continue(()),
+                    )
+                }));
+                let deadline = std::time::Instant::now() + WAIT_LIMIT;
+                while ring.state(pod, 4).load(Ordering::SeqCst) != pack(4, REQUEST) {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "the live call publishes"
+                    );
+                    std::thread::yield_now();
+                }
+            }));
+        });
+        // The old server, in its claim: paused at the skip (the hook), then resumed; it
+        // is killed after `claim` returns (whatever it claimed is never answered).
+        let resumed = ring.claim(&pod, &());
+        let live = live.lock().unwrap().take().expect("the live sender");
+        let mut serving = vec![0; ring.entry_bytes as usize];
+        while !live.is_finished() {
+            serve_waiting(&pod, &ring, &server, &mut serving);
+            std::thread::yield_now();
+        }
+        let live = live.join().expect("the live sender");
+        assert_eq!(
+            (resumed.map(|c| c.ticket()), live),
+            (None, Ok(answer(1, b"live", b""))),
+            "a recovered server resumed in its claim loop claimed a live request"
         );
     }
 }
