@@ -143,7 +143,10 @@ struct Cache {
     /// oldest first: a line's write-back or non-temporal store, which of its bytes it
     /// writes (bit per byte), and the thread that issued it (only its own fence orders
     /// it, as `sfence` orders only its core's `clwb`, `clflushopt` and `movnt`).
-    in_flight: Vec<(u64, [u8; LINE], u64, Issuer)>,
+    /// The last field says whether it is a non-temporal store: until it completes it sits
+    /// in its core's write-combining buffer, which no other core's load sees (a
+    /// write-back's bytes are the line's, coherent in the host's caches).
+    in_flight: Vec<(u64, [u8; LINE], u64, Issuer, bool)>,
     /// Lines flushed whose flush has not completed, each with the thread that flushed it:
     /// still cached (clean), and dropped when it does.
     flushing: Vec<(u64, Issuer)>,
@@ -296,12 +299,81 @@ impl SimulatedMemory {
 
     /// Issues a write of `line`'s bytes that `mask` names to memory: done now, or (with
     /// [`SimulatedConfig::settle_one_in`]) in flight until it completes.
-    fn issue_write(&self, cache: &mut Cache, line: u64, bytes: [u8; LINE], mask: u64) {
+    fn issue_write(
+        &self,
+        cache: &mut Cache,
+        line: u64,
+        bytes: [u8; LINE],
+        mask: u64,
+        non_temporal: bool,
+    ) {
         if self.config.settle_one_in == 0 {
             self.write_memory_line(line, &bytes, mask);
         } else {
-            cache.in_flight.push((line, bytes, mask, issuer()));
+            cache
+                .in_flight
+                .push((line, bytes, mask, issuer(), non_temporal));
         }
+    }
+
+    /// Completes one write in flight. A non-temporal store invalidates the line in the
+    /// host's caches as it completes: a clean copy a sibling thread filled meanwhile (of
+    /// memory's older bytes: it did not see the store's buffer) is dropped.
+    fn complete(&self, cache: &mut Cache, write: (u64, [u8; LINE], u64, Issuer, bool)) {
+        let (line, bytes, mask, _, non_temporal) = write;
+        self.write_memory_line(line, &bytes, mask);
+        if non_temporal
+            && cache
+                .lines
+                .get(&line)
+                .is_some_and(|(l, _)| l.dirty_mask == 0)
+        {
+            self.drop_line_now(cache, line);
+        }
+    }
+
+    /// Before the calling thread fills `line`: completes the line's writes in flight that
+    /// its load sees (write-backs, whoever issued them, and its own thread's non-temporal
+    /// stores), and before them every earlier write of the line they overlap. Another
+    /// thread's non-temporal store stays in its core's buffer. Returns how many.
+    fn settle_line_for_fill(&self, cache: &mut Cache, line: u64) -> u64 {
+        let me = issuer();
+        self.settle_anchored(cache, Some(line), |&(_, _, _, by, nt)| !nt || by == me)
+    }
+
+    /// Completes the writes in flight that `anchor` picks (of `line` only, if given), and
+    /// before each every earlier write of its line whose bytes overlap it or another one
+    /// completed after it (a line's bytes reach memory in the order they were written).
+    /// Returns how many.
+    fn settle_anchored(
+        &self,
+        cache: &mut Cache,
+        line: Option<u64>,
+        anchor: impl Fn(&(u64, [u8; LINE], u64, Issuer, bool)) -> bool,
+    ) -> u64 {
+        let writes = std::mem::take(&mut cache.in_flight);
+        let mut selected = vec![false; writes.len()];
+        let mut needed: HashMap<u64, u64> = HashMap::new();
+        for (i, write) in writes.iter().enumerate().rev() {
+            if line.is_some_and(|l| l != write.0) {
+                continue;
+            }
+            let need = needed.entry(write.0).or_insert(0);
+            if anchor(write) || write.2 & *need != 0 {
+                selected[i] = true;
+                *need |= write.2;
+            }
+        }
+        let mut settled = 0;
+        for (write, selected) in writes.into_iter().zip(selected) {
+            if selected {
+                self.complete(cache, write);
+                settled += 1;
+            } else {
+                cache.in_flight.push(write);
+            }
+        }
+        settled
     }
 
     /// Completes `line`'s writes in flight, oldest first. Returns how many.
@@ -310,8 +382,8 @@ impl SimulatedMemory {
         let mut i = 0;
         while i < cache.in_flight.len() {
             if cache.in_flight[i].0 == line {
-                let (_, bytes, mask, _) = cache.in_flight.remove(i);
-                self.write_memory_line(line, &bytes, mask);
+                let write = cache.in_flight.remove(i);
+                self.complete(cache, write);
                 settled += 1;
             } else {
                 i += 1;
@@ -326,8 +398,8 @@ impl SimulatedMemory {
         let writes = std::mem::take(&mut cache.in_flight);
         let flushes = std::mem::take(&mut cache.flushing);
         let settled = (writes.len() + flushes.len()) as u64;
-        for (line, bytes, mask, _) in writes {
-            self.write_memory_line(line, &bytes, mask);
+        for write in writes {
+            self.complete(cache, write);
         }
         for (line, _) in flushes {
             self.drop_line_now(cache, line);
@@ -336,26 +408,11 @@ impl SimulatedMemory {
     }
 
     /// Completes every write in flight and every flush that `by` issued (its fence), and
-    /// before each of its writes every earlier write of the same line (a line's writes
-    /// reach memory in order, whoever issued them). Returns how many.
+    /// before each of its writes every earlier write of the same line it overlaps (a
+    /// line's bytes reach memory in order, whoever wrote them; another core's store to
+    /// other bytes stays in its buffer). Returns how many.
     fn settle_issued_by(&self, cache: &mut Cache, by: Issuer) -> u64 {
-        let writes = std::mem::take(&mut cache.in_flight);
-        let mut last_own: HashMap<u64, usize> = HashMap::new();
-        for (i, &(line, .., issuer)) in writes.iter().enumerate() {
-            if issuer == by {
-                last_own.insert(line, i);
-            }
-        }
-        let mut settled = 0;
-        for (i, write) in writes.into_iter().enumerate() {
-            let (line, bytes, mask, _) = write;
-            if last_own.get(&line).is_some_and(|&last| i <= last) {
-                self.write_memory_line(line, &bytes, mask);
-                settled += 1;
-            } else {
-                cache.in_flight.push(write);
-            }
-        }
+        let mut settled = self.settle_anchored(cache, None, |&(_, _, _, issuer, _)| issuer == by);
         let (flushes, others) = std::mem::take(&mut cache.flushing)
             .into_iter()
             .partition::<Vec<_>, _>(|&(_, issuer)| issuer == by);
@@ -396,7 +453,9 @@ impl SimulatedMemory {
         if data.dirty_mask != 0 {
             data.dirty_mask = 0;
             let bytes = data.bytes;
-            cache.in_flight.push((line, bytes, u64::MAX, issuer()));
+            cache
+                .in_flight
+                .push((line, bytes, u64::MAX, issuer(), false));
             cache.stats.lines_written_back += 1;
         }
         let flush = (line, issuer());
@@ -461,8 +520,9 @@ impl SimulatedMemory {
             self.evict_random(cache);
         }
         // This host's own writes in flight are visible to its own loads (the hardware
-        // forwards them): they complete before the fill.
-        self.settle_line(cache, line);
+        // forwards them): they complete before the fill. Not another thread's
+        // non-temporal store: it is in that core's buffer, which this load misses.
+        self.settle_line_for_fill(cache, line);
         let bytes = self.read_memory_line(line);
         let place = cache.order.len();
         cache.order.push(line);
@@ -576,7 +636,7 @@ impl SimulatedMemory {
             if data.dirty_mask != 0 {
                 data.dirty_mask = 0;
                 let bytes = data.bytes;
-                self.issue_write(&mut cache, line, bytes, u64::MAX);
+                self.issue_write(&mut cache, line, bytes, u64::MAX, false);
                 cache.stats.lines_written_back += 1;
             }
         });
@@ -596,7 +656,7 @@ impl SimulatedMemory {
                 if cached.dirty_mask != 0 {
                     cached.dirty_mask = 0;
                     let bytes = cached.bytes;
-                    self.issue_write(&mut cache, line, bytes, u64::MAX);
+                    self.issue_write(&mut cache, line, bytes, u64::MAX, false);
                     cache.stats.lines_written_back += 1;
                 }
             }
@@ -609,7 +669,7 @@ impl SimulatedMemory {
             } else {
                 ((1u64 << range.len()) - 1) << start
             };
-            self.issue_write(&mut cache, line, bytes, mask);
+            self.issue_write(&mut cache, line, bytes, mask, true);
             cache.stats.non_temporal_lines += 1;
         });
     }
