@@ -131,6 +131,21 @@ fn issuer() -> Issuer {
     std::thread::current().id()
 }
 
+/// A line's write-back or non-temporal store, issued and not completed.
+struct InFlight {
+    line: u64,
+    bytes: [u8; LINE],
+    /// Which of the bytes it writes (bit per byte).
+    mask: u64,
+    /// The thread that issued it: only its own fence orders it, as `sfence` orders only
+    /// its core's `clwb`, `clflushopt` and `movnt`.
+    by: Issuer,
+    /// A non-temporal store: until it completes it sits in its core's write-combining
+    /// buffer, which no other core's load sees (a write-back's bytes are the line's,
+    /// coherent in the host's caches).
+    non_temporal: bool,
+}
+
 struct Cache {
     /// Line index (offset / 64) to the line and its place in `order`.
     lines: HashMap<u64, (Line, usize)>,
@@ -140,13 +155,8 @@ struct Cache {
     rng: u64,
     stats: SimulatedStats,
     /// Writes to memory issued and not completed (see [`SimulatedConfig::settle_one_in`]),
-    /// oldest first: a line's write-back or non-temporal store, which of its bytes it
-    /// writes (bit per byte), and the thread that issued it (only its own fence orders
-    /// it, as `sfence` orders only its core's `clwb`, `clflushopt` and `movnt`).
-    /// The last field says whether it is a non-temporal store: until it completes it sits
-    /// in its core's write-combining buffer, which no other core's load sees (a
-    /// write-back's bytes are the line's, coherent in the host's caches).
-    in_flight: Vec<(u64, [u8; LINE], u64, Issuer, bool)>,
+    /// oldest first.
+    in_flight: Vec<InFlight>,
     /// Lines flushed whose flush has not completed, each with the thread that flushed it:
     /// still cached (clean), and dropped when it does.
     flushing: Vec<(u64, Issuer)>,
@@ -310,19 +320,23 @@ impl SimulatedMemory {
         if self.config.settle_one_in == 0 {
             self.write_memory_line(line, &bytes, mask);
         } else {
-            cache
-                .in_flight
-                .push((line, bytes, mask, issuer(), non_temporal));
+            cache.in_flight.push(InFlight {
+                line,
+                bytes,
+                mask,
+                by: issuer(),
+                non_temporal,
+            });
         }
     }
 
     /// Completes one write in flight. A non-temporal store invalidates the line in the
     /// host's caches as it completes: a clean copy a sibling thread filled meanwhile (of
     /// memory's older bytes: it did not see the store's buffer) is dropped.
-    fn complete(&self, cache: &mut Cache, write: (u64, [u8; LINE], u64, Issuer, bool)) {
-        let (line, bytes, mask, _, non_temporal) = write;
-        self.write_memory_line(line, &bytes, mask);
-        if non_temporal
+    fn complete(&self, cache: &mut Cache, write: InFlight) {
+        let line = write.line;
+        self.write_memory_line(line, &write.bytes, write.mask);
+        if write.non_temporal
             && cache
                 .lines
                 .get(&line)
@@ -338,7 +352,9 @@ impl SimulatedMemory {
     /// thread's non-temporal store stays in its core's buffer. Returns how many.
     fn settle_line_for_fill(&self, cache: &mut Cache, line: u64) -> u64 {
         let me = issuer();
-        self.settle_anchored(cache, Some(line), |&(_, _, _, by, nt)| !nt || by == me)
+        self.settle_anchored(cache, Some(line), |write| {
+            !write.non_temporal || write.by == me
+        })
     }
 
     /// Completes the writes in flight that `anchor` picks (of `line` only, if given), and
@@ -349,19 +365,19 @@ impl SimulatedMemory {
         &self,
         cache: &mut Cache,
         line: Option<u64>,
-        anchor: impl Fn(&(u64, [u8; LINE], u64, Issuer, bool)) -> bool,
+        anchor: impl Fn(&InFlight) -> bool,
     ) -> u64 {
         let writes = std::mem::take(&mut cache.in_flight);
         let mut selected = vec![false; writes.len()];
         let mut needed: HashMap<u64, u64> = HashMap::new();
         for (i, write) in writes.iter().enumerate().rev() {
-            if line.is_some_and(|l| l != write.0) {
+            if line.is_some_and(|l| l != write.line) {
                 continue;
             }
-            let need = needed.entry(write.0).or_insert(0);
-            if anchor(write) || write.2 & *need != 0 {
+            let need = needed.entry(write.line).or_insert(0);
+            if anchor(write) || write.mask & *need != 0 {
                 selected[i] = true;
-                *need |= write.2;
+                *need |= write.mask;
             }
         }
         let mut settled = 0;
@@ -381,7 +397,7 @@ impl SimulatedMemory {
         let mut settled = 0;
         let mut i = 0;
         while i < cache.in_flight.len() {
-            if cache.in_flight[i].0 == line {
+            if cache.in_flight[i].line == line {
                 let write = cache.in_flight.remove(i);
                 self.complete(cache, write);
                 settled += 1;
@@ -412,7 +428,7 @@ impl SimulatedMemory {
     /// line's bytes reach memory in order, whoever wrote them; another core's store to
     /// other bytes stays in its buffer). Returns how many.
     fn settle_issued_by(&self, cache: &mut Cache, by: Issuer) -> u64 {
-        let mut settled = self.settle_anchored(cache, None, |&(_, _, _, issuer, _)| issuer == by);
+        let mut settled = self.settle_anchored(cache, None, |write| write.by == by);
         let (flushes, others) = std::mem::take(&mut cache.flushing)
             .into_iter()
             .partition::<Vec<_>, _>(|&(_, issuer)| issuer == by);
@@ -430,7 +446,7 @@ impl SimulatedMemory {
         let one_in = self.config.settle_one_in;
         if !cache.in_flight.is_empty() && next_random(&mut cache.rng).is_multiple_of(one_in) {
             let pick = next_random(&mut cache.rng) % cache.in_flight.len() as u64;
-            let line = cache.in_flight[pick as usize].0;
+            let line = cache.in_flight[pick as usize].line;
             self.settle_line(cache, line);
         }
         if !cache.flushing.is_empty() && next_random(&mut cache.rng).is_multiple_of(one_in) {
@@ -453,9 +469,13 @@ impl SimulatedMemory {
         if data.dirty_mask != 0 {
             data.dirty_mask = 0;
             let bytes = data.bytes;
-            cache
-                .in_flight
-                .push((line, bytes, u64::MAX, issuer(), false));
+            cache.in_flight.push(InFlight {
+                line,
+                bytes,
+                mask: u64::MAX,
+                by: issuer(),
+                non_temporal: false,
+            });
             cache.stats.lines_written_back += 1;
         }
         let flush = (line, issuer());
@@ -565,7 +585,7 @@ impl SimulatedMemory {
             let hit = self.touch(&mut cache, line);
             // (A line with this host's writes in flight differs from memory by its own
             // bytes: not stale.)
-            if hit && !cache.in_flight.iter().any(|&(l, ..)| l == line) {
+            if hit && !cache.in_flight.iter().any(|write| write.line == line) {
                 let memory = self.read_memory_line(line);
                 let (data, _) = &cache.lines[&line];
                 let stale = (0..LINE)
