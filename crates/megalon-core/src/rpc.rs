@@ -741,7 +741,14 @@ impl RingGeometry {
                 expected = Some(head);
                 continue; // withdrawn just now
             }
-            self.pass(pod, head);
+            #[cfg(all(test, not(megalon_loom)))]
+            tests::before_claim_pass(head);
+            // The head moved by another between our claim and our pass: a recoverer of
+            // this id (we were taken for dead, or one of an earlier life paused through
+            // ours) took the claim at its head for the dead server's and answers it.
+            if !self.pass(pod, head) {
+                return None;
+            }
             return Some(Claimed { ticket: head });
         }
     }
@@ -963,9 +970,15 @@ impl RingGeometry {
             // claimed the request at that head and moved the head on. Not the dead
             // server's to answer (nor, abandoned, ours to free). (The window from this
             // look to the CAS is the lease's.)
+            // So a claim at the head is ours only once we moved the head past it (the
+            // claimant's own pass then fails, and it serves nothing): a server between
+            // its claim's CAS and its pass has the head not moved yet.
             if ticket == head
                 && (now == pack(ticket, CLAIMED) || now == pack(ticket, ABANDONED))
-                && self.head(pod).load(Ordering::SeqCst) != head
+                && self
+                    .head(pod)
+                    .compare_exchange(head, head + 1, Ordering::SeqCst, Ordering::Relaxed)
+                    .is_err()
             {
                 continue;
             }
@@ -1048,10 +1061,9 @@ impl RingGeometry {
         let past = now != 0
             && (ticket > head
                 || (ticket == head
-                    && matches!(
-                        kind,
-                        CLAIMED | ABANDONED | RESPONSE | ANSWERING | ABANDONED_ANSWERING
-                    )));
+                    // (A claim at the head moved it in the loop above: one found claimed
+                    // here now is a live server's, between its claim and its pass.)
+                    && matches!(kind, RESPONSE | ANSWERING | ABANDONED_ANSWERING)));
         if past {
             let _ = self.head(pod).compare_exchange(
                 head,
@@ -2735,5 +2747,128 @@ mod tests {
             (None, Ok(answer(1, b"live", b""))),
             "a recovered server resumed in its claim loop claimed a live request"
         );
+    }
+
+    thread_local! {
+        /// Run once by `claim` between its CAS to claimed and its move of the head.
+        static BEFORE_CLAIM_PASS: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    /// `claim`'s seam after its CAS to claimed, before its `pass`: runs the hook, once.
+    pub(super) fn before_claim_pass(_head: u64) {
+        run_once(&BEFORE_CLAIM_PASS);
+    }
+
+    /// A recoverer of the id's previous life is paused at its
+    /// first claimed entry (head loaded: 1) and taken over; the take-over settles
+    /// everything; the id's next life serves and claims the request at ticket 1, the
+    /// head the paused recoverer loaded, and is between its claim's CAS and its `pass`
+    /// (the head not moved yet). The paused recoverer resumes: the head is still the one
+    /// it loaded, so it takes the live claim for the dead server's and answers it "gone".
+    /// The live server then runs the request's effect: the sender was told the server is
+    /// gone while its request took effect (a look at the head alone missed it).
+    #[test]
+    fn a_paused_recoverer_leaves_a_claim_alone_before_its_servers_pass() {
+        let (pod, ring, _sender, server) = sides(2);
+        let gone = Response {
+            status: 99,
+            detail: 0,
+        };
+        let first = {
+            let (pod, ring) = (Arc::clone(&pod), ring.clone());
+            std::thread::spawn(move || {
+                let memory = host_memory(&pod, 1);
+                let mut buf = vec![0; ring.entry_bytes as usize];
+                call(&ring, &pod, &memory, &mut buf, (1, b"first", b""))
+            })
+        };
+        // The dead (previous life's) server's claim of ticket 0 (the head at 1).
+        let _claimed = claim_when_sent(&pod, &ring);
+        let second: LaterCall = Arc::default();
+        type Live = Arc<std::sync::Mutex<Option<std::thread::JoinHandle<bool>>>>;
+        let live: Live = Arc::default();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let (in_hook, ring_in_hook, second_in_hook, live_in_hook) = (
+            Arc::clone(&pod),
+            ring.clone(),
+            Arc::clone(&second),
+            Arc::clone(&live),
+        );
+        BEFORE_SERVER_ANSWER.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move || {
+                let (pod, ring) = (&in_hook, &ring_in_hook);
+                // The recoverer that took over does the whole recovery.
+                assert_eq!(ring.recover_server(pod, &host_memory(pod, 6), gone), 1);
+                let deadline = std::time::Instant::now() + WAIT_LIMIT;
+                while ring.state(pod, 0).load(Ordering::SeqCst) != pack(2, FREE) {
+                    assert!(std::time::Instant::now() < deadline, "the first call reads");
+                    std::thread::yield_now();
+                }
+                // A live sender calls (ticket 1).
+                let (pod2, ring2) = (Arc::clone(pod), ring.clone());
+                *second_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
+                    let memory = host_memory(&pod2, 5);
+                    let mut buf = vec![0; ring2.entry_bytes as usize];
+                    call(&ring2, &pod2, &memory, &mut buf, (2, b"second", b""))
+                }));
+                // The id's next life claims it and is paused before its pass.
+                let (pod3, ring3) = (Arc::clone(pod), ring.clone());
+                let (claimed_tx, claimed_rx) = std::sync::mpsc::channel::<()>();
+                *live_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
+                    BEFORE_CLAIM_PASS.with(|hook| {
+                        *hook.borrow_mut() = Some(Box::new(move || {
+                            claimed_tx.send(()).unwrap();
+                            go_rx.recv().unwrap();
+                        }));
+                    });
+                    let deadline = std::time::Instant::now() + WAIT_LIMIT;
+                    while ring3.state(&pod3, 1).load(Ordering::SeqCst) != pack(1, REQUEST) {
+                        assert!(std::time::Instant::now() < deadline, "the second call");
+                        std::thread::yield_now();
+                    }
+                    // (None: the head was moved under its claim, the recoverer answers.)
+                    let Some(claimed) = ring3.claim(&pod3, &()) else {
+                        return false;
+                    };
+                    let memory = host_memory(&pod3, 4);
+                    let mut buf = vec![0; ring3.entry_bytes as usize];
+                    let mut effect = false;
+                    ring3.serve(
+                        &pod3,
+                        &memory,
+                        claimed,
+                        &mut buf,
+                        &(),
+                        gone,
+                        |request, buf| {
+                            effect = true; // the request's effect runs
+                            answer(request.op, &buf[request.key.clone()], b"")
+                        },
+                    );
+                    effect
+                }));
+                claimed_rx.recv_timeout(WAIT_LIMIT).expect("the live claim");
+                assert_eq!(ring.state(pod, 1).load(Ordering::SeqCst), pack(1, CLAIMED));
+            }));
+        });
+        ring.recover_server(&pod, &host_memory(&pod, 3), gone);
+        go_tx.send(()).unwrap();
+        assert_eq!(first.join().expect("first"), Ok(gone));
+        let effect = live
+            .lock()
+            .unwrap()
+            .take()
+            .expect("live")
+            .join()
+            .expect("live server");
+        let second = second.lock().unwrap().take().expect("the second sender");
+        let second = second.join().expect("the second sender");
+        assert!(
+            !(effect && second == Ok(gone)),
+            "the live server ran the request's effect, and its sender was told 'gone': \
+             effect {effect}, answer {second:?}"
+        );
+        let _ = server;
     }
 }
