@@ -786,3 +786,39 @@ fn a_fence_leaves_another_threads_store_to_other_bytes_of_the_line_in_flight() {
         );
     });
 }
+
+/// A thread's non-temporal store to bytes 0..8 of a line is in
+/// flight; a sibling thread of the same host, which does not see it, caches the line
+/// (old bytes) and stores to bytes 8..16 (dirty). The storing thread fences: its store is
+/// in memory. On hardware the store's completion invalidates the line in every cache of
+/// its host, a dirty copy written back first, so memory holds both. (The simulator dropped
+/// only a clean copy: the sibling's dirty one stayed, and its later write-back, a whole
+/// line, put the old bytes 0..8 back over the fenced store.)
+#[test]
+fn a_fenced_non_temporal_store_survives_a_siblings_dirty_copy_of_the_line() {
+    let (pod, writer, _, slot) = unsettled_pair();
+    let (stored_tx, stored_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let writer = &writer;
+        let handle = s.spawn(move || {
+            writer.memory().write_non_temporal(slot, &[7; 8]);
+            stored_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            writer.memory().fence();
+        });
+        stored_rx.recv().unwrap();
+        writer.memory().write(slot + 8, &[9; 8]);
+        go_tx.send(()).unwrap();
+        handle.join().unwrap();
+    });
+    assert_eq!(memory_bytes(&pod, slot, 1), [7], "fenced");
+    writer.memory().write_back(slot + 8, 8);
+    writer.memory().fence();
+    let in_memory = memory_bytes(&pod, slot, 16);
+    assert_eq!(
+        in_memory,
+        [[7u8; 8], [9u8; 8]].concat(),
+        "the sibling's write-back put back old bytes over a fenced non-temporal store"
+    );
+}

@@ -333,17 +333,15 @@ impl SimulatedMemory {
     /// Completes one write in flight. A non-temporal store invalidates the line in the
     /// host's caches as it completes: a clean copy a sibling thread filled meanwhile (of
     /// memory's older bytes: it did not see the store's buffer) is dropped.
+    /// A dirty copy (a sibling's stores over the old bytes) is written back first, then
+    /// the store's bytes land over it, as the hardware's snoop does: kept, its later
+    /// write-back (a whole line) would put the old bytes back over the store.
     fn complete(&self, cache: &mut Cache, write: InFlight) {
         let line = write.line;
-        self.write_memory_line(line, &write.bytes, write.mask);
-        if write.non_temporal
-            && cache
-                .lines
-                .get(&line)
-                .is_some_and(|(l, _)| l.dirty_mask == 0)
-        {
+        if write.non_temporal {
             self.drop_line_now(cache, line);
         }
+        self.write_memory_line(line, &write.bytes, write.mask);
     }
 
     /// Before the calling thread fills `line`: completes the line's writes in flight that
