@@ -1214,7 +1214,7 @@ mod tests {
     type Seam = std::cell::RefCell<Option<Box<dyn FnOnce()>>>;
 
     /// Runs, once, the hook a test put in `seam` on this thread (a seam of the ring's
-    /// code: `before_tail_cas`, `before_skip_store`, `before_recovery_cas`).
+    /// code: `before_tail_cas`, `before_skip_store`, `before_recovery_cas` and the rest).
     fn run_once(seam: &'static std::thread::LocalKey<Seam>) {
         if let Some(hook) = seam.with(|hook| hook.borrow_mut().take()) {
             hook();
@@ -1579,20 +1579,20 @@ mod tests {
     thread_local! {
         /// Run once by `recover_sender` between its load of an entry's state and its CAS
         /// (the window in which the ring's live server moves the entry on).
-        static BEFORE_RECOVERY_CAS: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        static BEFORE_RECOVERY_CAS: Seam =
             const { std::cell::RefCell::new(None) };
     }
 
     thread_local! {
         /// Run once by `claim` between its load of a withdrawn state and its skip.
-        static BEFORE_SKIP_STORE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        static BEFORE_SKIP_STORE: Seam =
             const { std::cell::RefCell::new(None) };
     }
 
     thread_local! {
         /// Run once by `reserve` between its CAS of the entry's sender word and its CAS
         /// of the tail.
-        static BEFORE_TAIL_CAS: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        static BEFORE_TAIL_CAS: Seam =
             const { std::cell::RefCell::new(None) };
     }
 
@@ -2302,7 +2302,7 @@ mod tests {
     thread_local! {
         /// Run once by `recover_server` between its load of a claimed state and its
         /// write of the answer's header line.
-        static BEFORE_SERVER_ANSWER: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        static BEFORE_SERVER_ANSWER: Seam =
             const { std::cell::RefCell::new(None) };
     }
 
@@ -2390,7 +2390,7 @@ mod tests {
     }
     thread_local! {
         /// Run once by `call` between its wait's answer and its read of the response.
-        static BEFORE_RESPONSE_READ: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        static BEFORE_RESPONSE_READ: Seam =
             const { std::cell::RefCell::new(None) };
     }
 
@@ -2514,7 +2514,7 @@ mod tests {
 
     thread_local! {
         /// Run once by `recover_server` between its move to answering and its header.
-        static BEFORE_RECOVERY_HEADER: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        static BEFORE_RECOVERY_HEADER: Seam =
             const { std::cell::RefCell::new(None) };
     }
 
@@ -2751,7 +2751,7 @@ mod tests {
 
     thread_local! {
         /// Run once by `claim` between its CAS to claimed and its move of the head.
-        static BEFORE_CLAIM_PASS: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        static BEFORE_CLAIM_PASS: Seam =
             const { std::cell::RefCell::new(None) };
     }
 
