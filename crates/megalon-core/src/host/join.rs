@@ -846,16 +846,29 @@ mod tests {
     /// Hosts join, one after another, while another host's creates make the log recycle
     /// for the first time: a joiner that found the head at 0 holds it there and replays
     /// the log from the start, one that found it past 0 joins late. Every host
-    /// joined reads every object created before it joined.
+    /// joined reads every object created before it joined. Every 100 creates the writer
+    /// waits for a join begun after them, so joins land on both sides of the recycle
+    /// whatever the schedule (unpaced, a loaded machine's joins were once slow enough
+    /// that every one came before it).
     #[test]
     fn hosts_joining_while_the_log_first_recycles_read_everything() {
         let pod = Arc::new(Pod::create(&small_config(), Backing::heap()).unwrap());
         let a = Arc::new(Host::join(&pod, Join::AnyFree, pumped()).unwrap());
         let created = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        // The `created` a join began at, once it is done (the largest so far).
+        let joined = Arc::new(std::sync::atomic::AtomicU32::new(0));
         let writer = {
-            let (a, created) = (Arc::clone(&a), Arc::clone(&created));
+            let (a, created, joined) =
+                (Arc::clone(&a), Arc::clone(&created), Arc::clone(&joined));
             std::thread::spawn(move || {
                 for i in 0..600u32 {
+                    if i % 100 == 0 {
+                        let deadline = Instant::now() + Duration::from_secs(60);
+                        while joined.load(Ordering::SeqCst) < i {
+                            assert!(Instant::now() < deadline, "no join after {i} creates");
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    }
                     a.create(&i.to_le_bytes(), &value(i as u8)).unwrap();
                     created.store(i + 1, Ordering::SeqCst);
                 }
@@ -871,6 +884,7 @@ mod tests {
                 assert_eq!(buf, value(i as u8), "host {} key {i}", host.id());
             }
             joins += 1;
+            joined.fetch_max(before, Ordering::SeqCst);
         }
         writer.join().unwrap();
         let late = a.inspect().stats().joins_served;
