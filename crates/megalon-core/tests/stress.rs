@@ -583,6 +583,9 @@ struct After {
     /// Objects some host could not read, and the first such error.
     unreadable: usize,
     first_unreadable: Option<String>,
+    /// The final reads stopped after `FAILED_FINAL_READS_AT_MOST` failed (the run fails
+    /// already; `unreadable` counts the objects read until then).
+    final_reads_stopped: bool,
     /// Errors the hosts' pumps met in the background.
     background_errors: u64,
     /// The same by kind: how many, and the first of each.
@@ -592,8 +595,14 @@ struct After {
 }
 
 /// Reads of an object the check makes again after a failed one, before it calls the
-/// object unreadable.
+/// object unreadable: under chaos only (a refused append of a move back, say). Without
+/// chaos a failed read is a defect, and is not made again.
 const CHECK_READ_TRIES: u32 = 4;
+
+/// Failed final reads (after their tries) past which the check reads no more: each may
+/// have waited out the wait limit, and a diverged replica (the log's write-back switched
+/// off, say) fails hundreds of them, which took the stress past ten minutes.
+const FAILED_FINAL_READS_AT_MOST: usize = 4;
 
 /// Waits until no host has settles or deferred work pending, every replica covers the
 /// log, and the log and the records stay the same for a while (host 0's reclaimer works in
@@ -653,7 +662,18 @@ fn check_after(hosts: &[Host], stress: &Stress, clock: &Clock) -> (After, Vec<Th
     let mut whole = vec![true; keys.len()];
     let mut readable = vec![true; keys.len()];
     let mut logs = Vec::new();
+    let tries = if stress.chaos { CHECK_READ_TRIES } else { 0 };
+    let mut failed_reads = 0;
+    let failed = |answers: &[FinalRead]| {
+        answers
+            .iter()
+            .filter(|a| matches!(a, FinalRead::Failed(_)))
+            .count()
+    };
     for (h, host) in hosts.iter().enumerate() {
+        if after.final_reads_stopped {
+            break;
+        }
         let process = ProcessId::new(h as u32, stress.threads);
         let mut recorder = ThreadRecorder::new(process, clock.clone());
         for (chunk, indices) in (0..keys.len())
@@ -661,11 +681,16 @@ fn check_after(hosts: &[Host], stress: &Stress, clock: &Clock) -> (After, Vec<Th
             .chunks(MANY_KEYS)
             .enumerate()
         {
+            if failed_reads >= FAILED_FINAL_READS_AT_MOST {
+                after.final_reads_stopped = true;
+                break;
+            }
             // Each key alone, then the chunk in one `read_many` (or its prefix form).
             for &i in indices {
-                let answers = read_recorded(&mut recorder, &keys[i..=i], |keys, bufs| {
+                let answers = read_recorded(&mut recorder, &keys[i..=i], tries, |keys, bufs| {
                     vec![host.read(&keys[0], &mut bufs[0]).map(drop)]
                 });
+                failed_reads += failed(&answers);
                 judge(
                     &mut after,
                     hosts,
@@ -678,10 +703,11 @@ fn check_after(hosts: &[Host], stress: &Stress, clock: &Clock) -> (After, Vec<Th
                 );
             }
             let chunk_keys: Vec<Vec<u8>> = indices.iter().map(|&i| keys[i].clone()).collect();
-            let answers = read_recorded(&mut recorder, &chunk_keys, |keys, bufs| {
+            let answers = read_recorded(&mut recorder, &chunk_keys, tries, |keys, bufs| {
                 let mut reads = common::reads(keys, bufs);
                 read_many_whole(host, &mut reads, chunk % 2 != 0)
             });
+            failed_reads += failed(&answers);
             for (&i, answer) in indices.iter().zip(&answers) {
                 judge(
                     &mut after,
@@ -775,11 +801,12 @@ fn judge(
 
 /// Reads `keys` by `read` (their answers, one per key, in order), recording each as a get
 /// of its own in flight for the whole call; a read that failed (chaos refused a move
-/// back's append, say) is recorded as failed and the whole call is made again, a few
-/// times (`CHECK_READ_TRIES`). Returns the last answers.
+/// back's append, say) is recorded as failed and the whole call is made again, up to
+/// `retries` times. Returns the last answers.
 fn read_recorded(
     recorder: &mut ThreadRecorder,
     keys: &[Vec<u8>],
+    retries: u32,
     read: impl Fn(&[Vec<u8>], &mut [Vec<u8>]) -> Vec<Result<(), Error>>,
 ) -> Vec<FinalRead> {
     let mut tries = 0;
@@ -801,7 +828,7 @@ fn read_recorded(
         let failed = answers
             .iter()
             .any(|a| matches!(a, Err(e) if !matches!(e, Error::UnknownKey)));
-        if !failed || tries == CHECK_READ_TRIES {
+        if !failed || tries == retries {
             return answers
                 .into_iter()
                 .zip(bufs)
@@ -867,13 +894,23 @@ fn run_and_check(stress: &Stress) -> Result<String, String> {
         );
     }
     let a = &report.after;
+    let read_whole = if a.final_reads_stopped {
+        format!(
+            "the final reads stopped after {FAILED_FINAL_READS_AT_MOST} failed, of {} objects",
+            a.objects
+        )
+    } else {
+        format!(
+            "{} of {}",
+            a.objects.saturating_sub(a.torn + a.unreadable),
+            a.objects
+        )
+    };
     let left_behind = format!(
-        "records locked after the run: {}, leaked: {}, named but free: {}, objects read whole on every host: {} of {}{}",
+        "records locked after the run: {}, leaked: {}, named but free: {}, objects read whole on every host: {read_whole}{}",
         a.locked,
         a.leaked,
         a.missing,
-        a.objects.saturating_sub(a.torn + a.unreadable),
-        a.objects,
         a.first_unreadable
             .as_ref()
             .map_or(String::new(), |first| format!(" ({} unreadable; first: {first})", a.unreadable)),
