@@ -858,8 +858,7 @@ mod tests {
         // The `created` a join began at, once it is done (the largest so far).
         let joined = Arc::new(std::sync::atomic::AtomicU32::new(0));
         let writer = {
-            let (a, created, joined) =
-                (Arc::clone(&a), Arc::clone(&created), Arc::clone(&joined));
+            let (a, created, joined) = (Arc::clone(&a), Arc::clone(&created), Arc::clone(&joined));
             std::thread::spawn(move || {
                 for i in 0..600u32 {
                     if i % 100 == 0 {
