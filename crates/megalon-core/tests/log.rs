@@ -139,6 +139,52 @@ fn a_host_that_never_replays_fills_the_log_and_is_named() {
     }
 }
 
+/// Two threads of one host append into a full log, the second half a wait limit after the
+/// first: the combiner takes the second's request only when the first's batch gives up,
+/// and the second must still answer within its own wait limit, counted from its call (it
+/// waited a whole limit more: a server's SET answered `LogFull` after 4.5 s of a 3 s
+/// limit).
+#[test]
+fn an_append_queued_behind_a_batch_waiting_for_room_waits_at_most_its_limit() {
+    const LIMIT: Duration = Duration::from_millis(2000);
+    let pod = pod(small_config());
+    let busy =
+        Arc::new(Host::join(&pod, Join::As(0), HostOptions::new().wait_limit(LIMIT)).unwrap());
+    let _idle = Host::join(&pod, Join::As(1), HostOptions::new().pump_interval(None)).unwrap();
+    let mut filled = false;
+    for i in 0..20u32 {
+        match busy.create(format!("k{i}").as_bytes(), b"v") {
+            Ok(()) => {}
+            Err(Error::LogFull { .. }) => {
+                filled = true;
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(filled, "the log filled");
+    let first = {
+        let busy = Arc::clone(&busy);
+        std::thread::spawn(move || busy.create(b"first", b"v"))
+    };
+    std::thread::sleep(LIMIT / 2);
+    let started = std::time::Instant::now();
+    let second = busy.create(b"second", b"v");
+    let took = started.elapsed();
+    assert!(
+        matches!(second, Err(Error::LogFull { .. })),
+        "the second: {second:?}"
+    );
+    assert!(
+        matches!(first.join().unwrap(), Err(Error::LogFull { .. })),
+        "the first"
+    );
+    assert!(
+        took < LIMIT + LIMIT / 4,
+        "the second append waited {took:?} with a limit of {LIMIT:?}"
+    );
+}
+
 #[test]
 fn an_idle_host_with_a_pump_never_blocks_the_others() {
     let pod = pod(small_config());

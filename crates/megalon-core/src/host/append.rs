@@ -3,6 +3,7 @@
 //! and creates.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use super::{Settle, Shared};
 
@@ -386,11 +387,12 @@ impl Shared {
         // leaves our settle undone, and whether the entry reached the log unknown.
         let _panics = AppendPanicGuard::new(self);
         if self.options.flat_combining {
-            let result =
-                self.combiner
-                    .submit(owned.clone(), settle, self.options.wait_limit, |requests| {
-                        self.append_batch(requests)
-                    });
+            let result = self.combiner.submit(
+                owned.clone(),
+                settle,
+                self.options.wait_limit,
+                |requests, left| self.append_batch(requests, left),
+            );
             match result {
                 Err(Error::CombinerStalled { .. }) => {
                     // Withdrawn from the queue unserved: nothing reached the log.
@@ -404,7 +406,7 @@ impl Shared {
             }
             result
         } else {
-            self.append_batch(&[(owned, settle)])
+            self.append_batch(&[(owned, settle)], self.options.wait_limit)
                 .pop()
                 .expect("one result per event")
         }
@@ -413,8 +415,14 @@ impl Shared {
     /// Appends `requests` in as few batches as the ring allows, applies them on this
     /// replica, advances `ctail`, and returns their outcomes in order. A request that
     /// fails is settled here: at once if it never reached the log, else when replay
-    /// applies it.
-    pub(super) fn append_batch(&self, requests: &[(OwnedEvent, Settle)]) -> Vec<Result<Outcome>> {
+    /// applies it. The wait for room in the log ends `limit` from now (what is left of
+    /// the requests' wait limit), a later wait for an outcome after the wait limit.
+    pub(super) fn append_batch(
+        &self,
+        requests: &[(OwnedEvent, Settle)],
+        limit: Duration,
+    ) -> Vec<Result<Outcome>> {
+        let deadline = std::time::Instant::now().checked_add(limit);
         let mut results = Vec::with_capacity(requests.len());
         let mut refused: Option<Error> = None;
         for batch in requests.chunks(self.log.capacity() as usize) {
@@ -426,7 +434,11 @@ impl Shared {
                 }
                 continue;
             }
-            match self.append_chunk(batch) {
+            // Checked: a wait limit of `Duration::MAX` has no deadline.
+            let left = deadline.map_or(limit, |d| {
+                d.saturating_duration_since(std::time::Instant::now())
+            });
+            match self.append_chunk(batch, left) {
                 Ok(outcomes) => results.extend(outcomes),
                 Err(error) => {
                     for (event, settle) in batch {
@@ -440,12 +452,14 @@ impl Shared {
         results
     }
 
-    /// Appends one batch (at most the ring's capacity). `Err`: nothing of it reached the
-    /// log. `Ok`: a result per event; an event whose outcome could not be confirmed is an
-    /// `Err` whose settle replay runs when it applies the entry.
+    /// Appends one batch (at most the ring's capacity), waiting for room in the log at
+    /// most `limit`. `Err`: nothing of it reached the log. `Ok`: a result per event; an
+    /// event whose outcome could not be confirmed is an `Err` whose settle replay runs
+    /// when it applies the entry.
     pub(super) fn append_chunk(
         &self,
         batch: &[(OwnedEvent, Settle)],
+        limit: Duration,
     ) -> Result<Vec<Result<Outcome>>> {
         let entry_bytes = self.log.entry_bytes();
         let count = batch.len() as u64;
@@ -468,7 +482,7 @@ impl Shared {
         let start = self.log.reserve(
             &self.pod,
             count,
-            self.options.wait_limit,
+            limit,
             &self.chaos,
             |from| {
                 if !host_table::announce_reservation(
@@ -509,7 +523,7 @@ impl Shared {
                 // only server maybe, may be waiting for this append's lock (a recovery's
                 // `HostDead`, a grant). Within what is left of this append's wait: it
                 // holds the append lock, which the host's other appends wait for.
-                if let Err(error) = self.serve_join_by(began.checked_add(self.options.wait_limit)) {
+                if let Err(error) = self.serve_join_by(began.checked_add(limit)) {
                     self.background_error(error);
                 }
                 self.replay(None).map(drop)

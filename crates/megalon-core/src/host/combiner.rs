@@ -11,9 +11,13 @@
 //! that thread. The append runs it for requests it refuses or cannot confirm; a request
 //! withdrawn from the queue unserved is answered [`Error::CombinerStalled`] and its thread
 //! settles it.
+//!
+//! A request's wait limit counts from its call: a combiner gives its batch what is left of
+//! the earliest-queued request's limit for the wait for room in the log (a request queued
+//! behind a batch that waited out its own limit waited a whole limit more).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::Settle;
 
@@ -28,6 +32,8 @@ use crate::sync::Mutex;
 struct Request {
     event: OwnedEvent,
     settle: Settle,
+    /// When its thread queued it.
+    queued: Instant,
     outcome: Mutex<Option<Result<Outcome>>>,
 }
 
@@ -55,17 +61,19 @@ pub(crate) struct Combiner {
 
 impl Combiner {
     /// Runs `event` through the combiner: `append` is called by whichever thread combines,
-    /// with every queued event and its settle, and returns one result per event.
+    /// with every queued event and its settle and what is left of the wait limit of the
+    /// one queued first, and returns one result per event.
     pub(crate) fn submit(
         &self,
         event: OwnedEvent,
         settle: Settle,
         wait_limit: Duration,
-        append: impl Fn(&[(OwnedEvent, Settle)]) -> Vec<Result<Outcome>>,
+        append: impl Fn(&[(OwnedEvent, Settle)], Duration) -> Vec<Result<Outcome>>,
     ) -> Result<Outcome> {
         let request = Arc::new(Request {
             event,
             settle,
+            queued: Instant::now(),
             outcome: Mutex::new(None),
         });
         self.queue.lock().push(Arc::clone(&request));
@@ -82,7 +90,12 @@ impl Combiner {
                     // If `append` panics, the guard answers every taken request, so
                     // their threads do not wait for an outcome that never comes.
                     let guard = AnswerOnUnwind(&batch);
-                    let results = append(&events);
+                    let left = batch
+                        .iter()
+                        .map(|r| wait_limit.saturating_sub(r.queued.elapsed()))
+                        .min()
+                        .unwrap_or(wait_limit);
+                    let results = append(&events, left);
                     std::mem::forget(guard);
                     debug_assert_eq!(results.len(), batch.len());
                     for (request, result) in batch.iter().zip(results) {
