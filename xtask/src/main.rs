@@ -716,6 +716,10 @@ fn mutant_run(
         .filter_map(|line| line.strip_prefix("test ")?.strip_suffix(" ... FAILED"))
         .map(str::to_owned)
         .collect();
+    if step.is_none() && !failed.is_empty() {
+        // What the unmutated failures said: a CI log shows nothing else of them.
+        eprintln!("{}", failure_sections(&stdout, 40));
+    }
     if !output.status.success() && failed.is_empty() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         let tail: Vec<&str> = stderr.lines().rev().take(15).collect();
@@ -725,6 +729,26 @@ fn mutant_run(
         ));
     }
     Ok(failed)
+}
+
+/// The "---- test stdout ----" sections of a test run's output, each cut to `lines`.
+fn failure_sections(stdout: &str, lines: usize) -> String {
+    let mut out = Vec::new();
+    let mut kept = None;
+    for line in stdout.lines() {
+        if line.starts_with("---- ") && line.ends_with(" ----") {
+            kept = Some(0);
+        } else if line == "failures:" || line.starts_with("test result:") {
+            kept = None;
+        }
+        if let Some(n) = kept.as_mut() {
+            if *n < lines {
+                out.push(line);
+            }
+            *n += 1;
+        }
+    }
+    out.join("\n")
 }
 
 fn mutants(full: bool) -> bool {
@@ -1138,5 +1162,25 @@ fn main() -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::failure_sections;
+
+    #[test]
+    fn failure_sections_keep_each_failed_tests_output_only() {
+        let stdout = "running 2 tests\ntest a ... ok\ntest b ... FAILED\n\nfailures:\n\n\
+                      ---- b stdout ----\nthread 'b' panicked at x.rs:1:1:\nkey3: 5\n\n\
+                      failures:\n    b\n\ntest result: FAILED. 1 passed; 1 failed\n";
+        assert_eq!(
+            failure_sections(stdout, 40),
+            "---- b stdout ----\nthread 'b' panicked at x.rs:1:1:\nkey3: 5\n"
+        );
+        assert_eq!(
+            failure_sections(stdout, 2),
+            "---- b stdout ----\nthread 'b' panicked at x.rs:1:1:"
+        );
     }
 }
