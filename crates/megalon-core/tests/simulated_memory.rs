@@ -694,3 +694,131 @@ fn a_dirty_line_evicted_with_an_older_write_back_in_flight_lands_last() {
         "the fence puts nothing older back"
     );
 }
+
+/// A non-temporal store waits in its own core's write-combining buffer until that core
+/// fences: another thread of the same host that loads the line neither completes it
+/// (another host still reads memory's old bytes) nor sees it. (A fill completed every
+/// thread's writes in flight of the line: a thread that left out the fence after its
+/// non-temporal store was covered by a sibling's load of the line, as a sibling's fence
+/// covered it before `f5c32c8`.)
+#[test]
+fn another_threads_load_does_not_complete_a_non_temporal_store() {
+    let (pod, writer, _, slot) = unsettled_pair();
+    let (stored_tx, stored_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let writer = &writer;
+        s.spawn(move || {
+            writer.memory().write_non_temporal(slot, &[7; LINE]);
+            stored_tx.send(()).unwrap();
+            // Alive, unfenced, while the sibling loads the line.
+            let _ = done_rx.recv();
+        });
+        stored_rx.recv().unwrap();
+        let seen = read(writer, slot, 1);
+        let in_memory = memory_bytes(&pod, slot, 1);
+        done_tx.send(()).unwrap();
+        assert_eq!(
+            in_memory,
+            [0],
+            "the storing thread never fenced: still in flight after a sibling's load"
+        );
+        assert_eq!(
+            seen,
+            [0],
+            "a sibling's load does not see another core's buffer"
+        );
+    });
+}
+
+/// Once the storing thread fences, its non-temporal store is in memory, and a sibling that
+/// had cached the line's old bytes meanwhile reads the new ones (the store invalidates the
+/// line in every cache of its host, as the hardware does).
+#[test]
+fn a_non_temporal_store_completed_later_invalidates_a_siblings_stale_line() {
+    let (pod, writer, _, slot) = unsettled_pair();
+    let (stored_tx, stored_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let writer = &writer;
+        let handle = s.spawn(move || {
+            writer.memory().write_non_temporal(slot, &[7; LINE]);
+            stored_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            writer.memory().fence();
+        });
+        stored_rx.recv().unwrap();
+        let _ = read(writer, slot, 1);
+        go_tx.send(()).unwrap();
+        handle.join().unwrap();
+    });
+    assert_eq!(memory_bytes(&pod, slot, 1), [7]);
+    assert_eq!(read(&writer, slot, 1), [7]);
+}
+
+/// A fence completes its own thread's non-temporal store, not another thread's store to
+/// other bytes of the same line (each in its own core's write-combining buffer): the other
+/// host reads the fenced bytes, and memory's old ones where the unfenced store went.
+/// (A fence completed every earlier write of each line it completed, whatever bytes it
+/// wrote: the accessor words of neighbouring slots share a line, and a thread that left
+/// out the fence after its byte was covered by a sibling's fence after its own.)
+#[test]
+fn a_fence_leaves_another_threads_store_to_other_bytes_of_the_line_in_flight() {
+    let (pod, writer, _, slot) = unsettled_pair();
+    let (stored_tx, stored_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let writer = &writer;
+        s.spawn(move || {
+            writer.memory().write_non_temporal(slot, &[7]);
+            stored_tx.send(()).unwrap();
+            let _ = done_rx.recv();
+        });
+        stored_rx.recv().unwrap();
+        writer.memory().write_non_temporal(slot + 8, &[9]);
+        writer.memory().fence();
+        let in_memory = memory_bytes(&pod, slot, 9);
+        done_tx.send(()).unwrap();
+        assert_eq!(in_memory[8], 9, "its own store, fenced");
+        assert_eq!(
+            in_memory[0], 0,
+            "the other thread's store to other bytes is still in flight"
+        );
+    });
+}
+
+/// A thread's non-temporal store to bytes 0..8 of a line is in
+/// flight; a sibling thread of the same host, which does not see it, caches the line
+/// (old bytes) and stores to bytes 8..16 (dirty). The storing thread fences: its store is
+/// in memory. On hardware the store's completion invalidates the line in every cache of
+/// its host, a dirty copy written back first, so memory holds both. (The simulator dropped
+/// only a clean copy: the sibling's dirty one stayed, and its later write-back, a whole
+/// line, put the old bytes 0..8 back over the fenced store.)
+#[test]
+fn a_fenced_non_temporal_store_survives_a_siblings_dirty_copy_of_the_line() {
+    let (pod, writer, _, slot) = unsettled_pair();
+    let (stored_tx, stored_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let writer = &writer;
+        let handle = s.spawn(move || {
+            writer.memory().write_non_temporal(slot, &[7; 8]);
+            stored_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            writer.memory().fence();
+        });
+        stored_rx.recv().unwrap();
+        writer.memory().write(slot + 8, &[9; 8]);
+        go_tx.send(()).unwrap();
+        handle.join().unwrap();
+    });
+    assert_eq!(memory_bytes(&pod, slot, 1), [7], "fenced");
+    writer.memory().write_back(slot + 8, 8);
+    writer.memory().fence();
+    let in_memory = memory_bytes(&pod, slot, 16);
+    assert_eq!(
+        in_memory,
+        [[7u8; 8], [9u8; 8]].concat(),
+        "the sibling's write-back put back old bytes over a fenced non-temporal store"
+    );
+}

@@ -131,6 +131,21 @@ fn issuer() -> Issuer {
     std::thread::current().id()
 }
 
+/// A line's write-back or non-temporal store, issued and not completed.
+struct InFlight {
+    line: u64,
+    bytes: [u8; LINE],
+    /// Which of the bytes it writes (bit per byte).
+    mask: u64,
+    /// The thread that issued it: only its own fence orders it, as `sfence` orders only
+    /// its core's `clwb`, `clflushopt` and `movnt`.
+    by: Issuer,
+    /// A non-temporal store: until it completes it sits in its core's write-combining
+    /// buffer, which no other core's load sees (a write-back's bytes are the line's,
+    /// coherent in the host's caches).
+    non_temporal: bool,
+}
+
 struct Cache {
     /// Line index (offset / 64) to the line and its place in `order`.
     lines: HashMap<u64, (Line, usize)>,
@@ -140,10 +155,8 @@ struct Cache {
     rng: u64,
     stats: SimulatedStats,
     /// Writes to memory issued and not completed (see [`SimulatedConfig::settle_one_in`]),
-    /// oldest first: a line's write-back or non-temporal store, which of its bytes it
-    /// writes (bit per byte), and the thread that issued it (only its own fence orders
-    /// it, as `sfence` orders only its core's `clwb`, `clflushopt` and `movnt`).
-    in_flight: Vec<(u64, [u8; LINE], u64, Issuer)>,
+    /// oldest first.
+    in_flight: Vec<InFlight>,
     /// Lines flushed whose flush has not completed, each with the thread that flushed it:
     /// still cached (clean), and dropped when it does.
     flushing: Vec<(u64, Issuer)>,
@@ -296,12 +309,85 @@ impl SimulatedMemory {
 
     /// Issues a write of `line`'s bytes that `mask` names to memory: done now, or (with
     /// [`SimulatedConfig::settle_one_in`]) in flight until it completes.
-    fn issue_write(&self, cache: &mut Cache, line: u64, bytes: [u8; LINE], mask: u64) {
+    fn issue_write(
+        &self,
+        cache: &mut Cache,
+        line: u64,
+        bytes: [u8; LINE],
+        mask: u64,
+        non_temporal: bool,
+    ) {
         if self.config.settle_one_in == 0 {
             self.write_memory_line(line, &bytes, mask);
         } else {
-            cache.in_flight.push((line, bytes, mask, issuer()));
+            cache.in_flight.push(InFlight {
+                line,
+                bytes,
+                mask,
+                by: issuer(),
+                non_temporal,
+            });
         }
+    }
+
+    /// Completes one write in flight. A non-temporal store invalidates the line in the
+    /// host's caches as it completes: a clean copy a sibling thread filled meanwhile (of
+    /// memory's older bytes: it did not see the store's buffer) is dropped.
+    /// A dirty copy (a sibling's stores over the old bytes) is written back first, then
+    /// the store's bytes land over it, as the hardware's snoop does: kept, its later
+    /// write-back (a whole line) would put the old bytes back over the store.
+    fn complete(&self, cache: &mut Cache, write: InFlight) {
+        let line = write.line;
+        if write.non_temporal {
+            self.drop_line_now(cache, line);
+        }
+        self.write_memory_line(line, &write.bytes, write.mask);
+    }
+
+    /// Before the calling thread fills `line`: completes the line's writes in flight that
+    /// its load sees (write-backs, whoever issued them, and its own thread's non-temporal
+    /// stores), and before them every earlier write of the line they overlap. Another
+    /// thread's non-temporal store stays in its core's buffer. Returns how many.
+    fn settle_line_for_fill(&self, cache: &mut Cache, line: u64) -> u64 {
+        let me = issuer();
+        self.settle_anchored(cache, Some(line), |write| {
+            !write.non_temporal || write.by == me
+        })
+    }
+
+    /// Completes the writes in flight that `anchor` picks (of `line` only, if given), and
+    /// before each every earlier write of its line whose bytes overlap it or another one
+    /// completed after it (a line's bytes reach memory in the order they were written).
+    /// Returns how many.
+    fn settle_anchored(
+        &self,
+        cache: &mut Cache,
+        line: Option<u64>,
+        anchor: impl Fn(&InFlight) -> bool,
+    ) -> u64 {
+        let writes = std::mem::take(&mut cache.in_flight);
+        let mut selected = vec![false; writes.len()];
+        let mut needed: HashMap<u64, u64> = HashMap::new();
+        for (i, write) in writes.iter().enumerate().rev() {
+            if line.is_some_and(|l| l != write.line) {
+                continue;
+            }
+            let need = needed.entry(write.line).or_insert(0);
+            if anchor(write) || write.mask & *need != 0 {
+                selected[i] = true;
+                *need |= write.mask;
+            }
+        }
+        let mut settled = 0;
+        for (write, selected) in writes.into_iter().zip(selected) {
+            if selected {
+                self.complete(cache, write);
+                settled += 1;
+            } else {
+                cache.in_flight.push(write);
+            }
+        }
+        settled
     }
 
     /// Completes `line`'s writes in flight, oldest first. Returns how many.
@@ -309,9 +395,9 @@ impl SimulatedMemory {
         let mut settled = 0;
         let mut i = 0;
         while i < cache.in_flight.len() {
-            if cache.in_flight[i].0 == line {
-                let (_, bytes, mask, _) = cache.in_flight.remove(i);
-                self.write_memory_line(line, &bytes, mask);
+            if cache.in_flight[i].line == line {
+                let write = cache.in_flight.remove(i);
+                self.complete(cache, write);
                 settled += 1;
             } else {
                 i += 1;
@@ -326,8 +412,8 @@ impl SimulatedMemory {
         let writes = std::mem::take(&mut cache.in_flight);
         let flushes = std::mem::take(&mut cache.flushing);
         let settled = (writes.len() + flushes.len()) as u64;
-        for (line, bytes, mask, _) in writes {
-            self.write_memory_line(line, &bytes, mask);
+        for write in writes {
+            self.complete(cache, write);
         }
         for (line, _) in flushes {
             self.drop_line_now(cache, line);
@@ -336,26 +422,11 @@ impl SimulatedMemory {
     }
 
     /// Completes every write in flight and every flush that `by` issued (its fence), and
-    /// before each of its writes every earlier write of the same line (a line's writes
-    /// reach memory in order, whoever issued them). Returns how many.
+    /// before each of its writes every earlier write of the same line it overlaps (a
+    /// line's bytes reach memory in order, whoever wrote them; another core's store to
+    /// other bytes stays in its buffer). Returns how many.
     fn settle_issued_by(&self, cache: &mut Cache, by: Issuer) -> u64 {
-        let writes = std::mem::take(&mut cache.in_flight);
-        let mut last_own: HashMap<u64, usize> = HashMap::new();
-        for (i, &(line, .., issuer)) in writes.iter().enumerate() {
-            if issuer == by {
-                last_own.insert(line, i);
-            }
-        }
-        let mut settled = 0;
-        for (i, write) in writes.into_iter().enumerate() {
-            let (line, bytes, mask, _) = write;
-            if last_own.get(&line).is_some_and(|&last| i <= last) {
-                self.write_memory_line(line, &bytes, mask);
-                settled += 1;
-            } else {
-                cache.in_flight.push(write);
-            }
-        }
+        let mut settled = self.settle_anchored(cache, None, |write| write.by == by);
         let (flushes, others) = std::mem::take(&mut cache.flushing)
             .into_iter()
             .partition::<Vec<_>, _>(|&(_, issuer)| issuer == by);
@@ -373,7 +444,7 @@ impl SimulatedMemory {
         let one_in = self.config.settle_one_in;
         if !cache.in_flight.is_empty() && next_random(&mut cache.rng).is_multiple_of(one_in) {
             let pick = next_random(&mut cache.rng) % cache.in_flight.len() as u64;
-            let line = cache.in_flight[pick as usize].0;
+            let line = cache.in_flight[pick as usize].line;
             self.settle_line(cache, line);
         }
         if !cache.flushing.is_empty() && next_random(&mut cache.rng).is_multiple_of(one_in) {
@@ -396,7 +467,13 @@ impl SimulatedMemory {
         if data.dirty_mask != 0 {
             data.dirty_mask = 0;
             let bytes = data.bytes;
-            cache.in_flight.push((line, bytes, u64::MAX, issuer()));
+            cache.in_flight.push(InFlight {
+                line,
+                bytes,
+                mask: u64::MAX,
+                by: issuer(),
+                non_temporal: false,
+            });
             cache.stats.lines_written_back += 1;
         }
         let flush = (line, issuer());
@@ -461,8 +538,9 @@ impl SimulatedMemory {
             self.evict_random(cache);
         }
         // This host's own writes in flight are visible to its own loads (the hardware
-        // forwards them): they complete before the fill.
-        self.settle_line(cache, line);
+        // forwards them): they complete before the fill. Not another thread's
+        // non-temporal store: it is in that core's buffer, which this load misses.
+        self.settle_line_for_fill(cache, line);
         let bytes = self.read_memory_line(line);
         let place = cache.order.len();
         cache.order.push(line);
@@ -505,7 +583,7 @@ impl SimulatedMemory {
             let hit = self.touch(&mut cache, line);
             // (A line with this host's writes in flight differs from memory by its own
             // bytes: not stale.)
-            if hit && !cache.in_flight.iter().any(|&(l, ..)| l == line) {
+            if hit && !cache.in_flight.iter().any(|write| write.line == line) {
                 let memory = self.read_memory_line(line);
                 let (data, _) = &cache.lines[&line];
                 let stale = (0..LINE)
@@ -576,7 +654,7 @@ impl SimulatedMemory {
             if data.dirty_mask != 0 {
                 data.dirty_mask = 0;
                 let bytes = data.bytes;
-                self.issue_write(&mut cache, line, bytes, u64::MAX);
+                self.issue_write(&mut cache, line, bytes, u64::MAX, false);
                 cache.stats.lines_written_back += 1;
             }
         });
@@ -596,7 +674,7 @@ impl SimulatedMemory {
                 if cached.dirty_mask != 0 {
                     cached.dirty_mask = 0;
                     let bytes = cached.bytes;
-                    self.issue_write(&mut cache, line, bytes, u64::MAX);
+                    self.issue_write(&mut cache, line, bytes, u64::MAX, false);
                     cache.stats.lines_written_back += 1;
                 }
             }
@@ -609,7 +687,7 @@ impl SimulatedMemory {
             } else {
                 ((1u64 << range.len()) - 1) << start
             };
-            self.issue_write(&mut cache, line, bytes, mask);
+            self.issue_write(&mut cache, line, bytes, mask, true);
             cache.stats.non_temporal_lines += 1;
         });
     }
