@@ -25,6 +25,12 @@ pub(crate) type Mutex<T> = parking_lot::Mutex<T>;
 #[cfg(not(megalon_loom))]
 pub(crate) type RwLock<T> = parking_lot::RwLock<T>;
 
+/// What `Mutex::lock` returns.
+#[cfg(not(megalon_loom))]
+pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+#[cfg(megalon_loom)]
+pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
+
 /// What `RwLock::read` returns.
 #[cfg(not(megalon_loom))]
 pub(crate) type RwLockReadGuard<'a, T> = parking_lot::RwLockReadGuard<'a, T>;

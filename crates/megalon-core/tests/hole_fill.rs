@@ -166,3 +166,54 @@ fn a_read_does_not_wait_behind_an_append_stalled_on_a_hole() {
         "a read of x waited {took:?} behind an append stalled on the hole at {hole}"
     );
 }
+
+/// Without flat combining: a thread of host a publishes its create's entry and, before it
+/// confirms it, host d reserves the next position (slow, alive) and another thread of a
+/// appends behind it. That thread's replay applies the create's entry and waits for the
+/// hole, holding the replay lock. The create's outcome is applied: it answers at once.
+/// (It waited on the replay lock until the other gave up, a whole wait limit.)
+#[test]
+fn an_append_a_siblings_replay_applied_does_not_wait_for_the_siblings_hole() {
+    let wait = Duration::from_secs(3);
+    let options = |id: u32| options(id).wait_limit(wait).flat_combining(false);
+    let pod = common::heap_pod(&common::config().lease_ms(60_000));
+    let a: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(0), options(0)).unwrap()));
+    let d: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(2), options(2)).unwrap()));
+    a.create(b"x", &value(1)).unwrap();
+    d.replay().unwrap();
+    let creator = std::thread::spawn(move || {
+        type Behind = Option<std::thread::JoinHandle<megalon_core::Result<()>>>;
+        let behind: std::rc::Rc<std::cell::RefCell<Behind>> = Default::default();
+        let resumed: std::rc::Rc<std::cell::Cell<Option<std::time::Instant>>> = Default::default();
+        let created = chaos::with_hook(
+            {
+                let (behind, resumed) = (behind.clone(), resumed.clone());
+                move |at| {
+                    if at != Point::AppendAfterPublish || behind.borrow().is_some() {
+                        return;
+                    }
+                    let hole = d.inspect().reserve_unpublished(1).unwrap();
+                    *behind.borrow_mut() =
+                        Some(std::thread::spawn(move || a.create(b"z", &value(3))));
+                    // Until the other thread's replay has applied everything below the hole.
+                    let deadline = std::time::Instant::now() + wait / 2;
+                    while a.inspect().applied_position() < hole {
+                        assert!(std::time::Instant::now() < deadline, "z's replay stalled");
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    resumed.set(Some(std::time::Instant::now()));
+                }
+            },
+            || a.create(b"y", &value(2)),
+        );
+        let took = resumed.get().expect("paused after the publish").elapsed();
+        let _ = behind.take().expect("z appended").join().unwrap();
+        (created, took)
+    });
+    let (created, took) = creator.join().unwrap();
+    created.unwrap();
+    assert!(
+        took < wait / 4,
+        "y's create, applied, waited {took:?} for the hole after it"
+    );
+}

@@ -2,7 +2,6 @@
 //! the combiner, in batches, each request with its settle), and the log events of slots
 //! and creates.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use super::{Settle, Shared};
@@ -116,7 +115,15 @@ impl Shared {
     // Over 70 lines on purpose: One replay's round in order (apply, advance `ctail`, reuse
     // slots and settle, wait); each part's work is a function of its own.
     pub(super) fn replay(&self, target: Option<u64>) -> Result<u64> {
-        let mut state = self.replica.replay.lock();
+        self.replay_locked(self.replica.replay.lock(), target)
+    }
+
+    /// [`replay`](Self::replay), the replay lock taken.
+    fn replay_locked(
+        &self,
+        mut state: crate::sync::MutexGuard<'_, crate::replica::ReplayState>,
+        target: Option<u64>,
+    ) -> Result<u64> {
         let state = &mut *state;
         let start = self.replica.applied.load(Ordering::Acquire);
         let mut position = start;
@@ -146,8 +153,14 @@ impl Shared {
                     }
                 };
                 let index = index.get_or_insert_with(|| self.replica.write());
-                let own = (&mut state.outcomes, &mut state.grants);
-                let applied = self.apply_entry(index, own, position, author, &event, &mut done);
+                let applied = self.apply_entry(
+                    index,
+                    &mut state.grants,
+                    position,
+                    author,
+                    &event,
+                    &mut done,
+                );
                 if let Err(error) = applied {
                     failure = Some(error);
                     break;
@@ -233,7 +246,7 @@ impl Shared {
     fn apply_entry(
         &self,
         index: &mut Index,
-        (outcomes, grants): (&mut HashMap<u64, Outcome>, &mut Vec<(HostId, u64)>),
+        grants: &mut Vec<(HostId, u64)>,
         position: u64,
         author: HostId,
         event: &Event<'_>,
@@ -267,7 +280,10 @@ impl Shared {
                 // entry (at the end of the round).
                 Some((settle, event)) => done.settled.push((settle, applied.outcome, event)),
                 None => {
-                    outcomes.insert(position, applied.outcome);
+                    self.replica
+                        .outcomes
+                        .lock()
+                        .insert(position, applied.outcome);
                 }
             }
         }
@@ -573,15 +589,26 @@ impl Shared {
                 fault: Fault::Unconfirmed.name(),
             })
         } else {
-            self.replay(Some(start + count)).map(drop)
+            self.confirm(start + count)
         };
-        let mut state = self.replica.replay.lock();
+        // Applied: every outcome is there, and no replay looks for a settle of these
+        // entries. Not applied (all of them, maybe): which are, and the settle of each
+        // that is not left to the replay that applies it, decided under the replay lock,
+        // which replay applies entries under.
+        let _replaying = confirmed.is_err().then(|| self.replica.replay.lock());
+        let found: Vec<Option<Outcome>> = {
+            let mut outcomes = self.replica.outcomes.lock();
+            (start..start + count)
+                .map(|position| outcomes.remove(&position))
+                .collect()
+        };
         let results = batch
             .iter()
+            .zip(found)
             .enumerate()
-            .map(|(i, (event, settle))| {
+            .map(|(i, ((event, settle), found))| {
                 let position = start + i as u64;
-                match (state.outcomes.remove(&position), &confirmed) {
+                match (found, &confirmed) {
                     (Some(outcome), _) => Ok(outcome),
                     // Applied, and not ours: a recoverer filled our position with `Skip`
                     // (we were declared dead after our row check, paused past our lease
@@ -604,6 +631,30 @@ impl Shared {
             })
             .collect();
         Ok(results)
+    }
+
+    /// Waits until this replica has applied every position below `target`: replays, or,
+    /// while another thread of this host replays (it holds the replay lock, maybe waiting
+    /// for a hole past `target`), watches `applied`, which each of its rounds moves. (It
+    /// waited on the lock, up to the other's wait limit, for entries already applied.)
+    fn confirm(&self, target: u64) -> Result<()> {
+        let mut backoff = None;
+        loop {
+            // Acquire: pairs with the Release stores of `applied` at the end of each
+            // round, after its outcomes are in `outcomes`.
+            if self.replica.applied.load(Ordering::Acquire) >= target {
+                return Ok(());
+            }
+            if let Some(state) = self.replica.replay.try_lock() {
+                return self.replay_locked(state, Some(target)).map(drop);
+            }
+            Backoff::snooze_or(&mut backoff, self.options.wait_limit, |waited_ms| {
+                Error::ReplayStalled {
+                    position: self.replica.applied.load(Ordering::Acquire),
+                    waited_ms,
+                }
+            })?;
+        }
     }
 
     /// Gives slots to the hosts whose requests named this host as donor.

@@ -118,7 +118,7 @@ impl Inspect<'_> {
     /// Outcomes of this host's own entries that replay applied and no appender has taken
     /// yet (each append takes its own once its replay is done).
     pub fn outcomes_held(&self) -> usize {
-        self.host.shared.replica.replay.lock().outcomes.len()
+        self.host.shared.replica.outcomes.lock().len()
     }
 
     /// Objects in this host's replica.

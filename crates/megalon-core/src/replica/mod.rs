@@ -69,6 +69,12 @@ pub(crate) struct Replica {
     /// Log positions below this are applied (this host's copy of its `ltail`).
     pub(crate) applied: crate::sync::AtomicU64,
     pub(crate) replay: crate::sync::Mutex<ReplayState>,
+    /// Outcomes of this host's own entries, by position, until its appender takes them:
+    /// each is here before `applied` passes its position, so an appender that sees it
+    /// passed takes its outcome without the replay lock (which a sibling may hold up to
+    /// the wait limit, its replay waiting on a hole past it). Taken after the replay
+    /// lock when both are.
+    pub(crate) outcomes: crate::sync::Mutex<std::collections::HashMap<u64, Outcome>>,
 }
 
 /// What the replayer keeps between rounds.
@@ -76,8 +82,6 @@ pub(crate) struct Replica {
 pub(crate) struct ReplayState {
     /// One entry's bytes.
     pub(crate) entry: Vec<u8>,
-    /// Outcomes of this host's own entries, by position, until its appender takes them.
-    pub(crate) outcomes: std::collections::HashMap<u64, Outcome>,
     /// Slots this host must grant: `(to, count)`.
     pub(crate) grants: Vec<(HostId, u64)>,
 }
@@ -138,9 +142,9 @@ impl Replica {
             applied: crate::sync::AtomicU64::new(0),
             replay: crate::sync::Mutex::new(ReplayState {
                 entry: vec![0; entry_bytes],
-                outcomes: std::collections::HashMap::new(),
                 grants: Vec::new(),
             }),
+            outcomes: crate::sync::Mutex::new(std::collections::HashMap::new()),
         }
     }
 
