@@ -84,8 +84,9 @@ fn usage() -> ExitCode {
          stress    [--seconds S] [--hosts H] [--threads T] [--seed N] [--record-bits 2|4|8|16|32]\n            \
                    [--memory simulated|hardware] [--coherence split|all-log]\n            \
                    [--partition-after N] [--copy-after N] [--keys N] [--key-bytes N]\n            \
-                   [--eviction-one-in N] [--reads-and-writes] [--chaos]: a checked\n            \
-                   concurrent history (--chaos: preemptions and injected faults)\n  \
+                   [--eviction-one-in N] [--reads-and-writes] [--chaos] [--no-combining]:\n            \
+                   a checked concurrent history (--chaos: preemptions and injected faults;\n            \
+                   --no-combining: each thread appends for itself)\n  \
          crash     [--seconds S] [--seed N] [--hosts H] [--keys N] [--memory simulated|hardware]\n            \
                    [--record-bits 2|4|8|16|32] [--partition-after N] [--copy-after N]\n            \
                    [--doomed-joins PERCENT]:\n            \
@@ -813,7 +814,7 @@ const STRESS_FLAGS: &[&str] = &[
     "--eviction-one-in",
 ];
 /// The stress's flags that take none.
-const STRESS_SWITCHES: &[&str] = &["--chaos", "--reads-and-writes"];
+const STRESS_SWITCHES: &[&str] = &["--chaos", "--reads-and-writes", "--no-combining"];
 
 /// Passes each of `flags` (`--name value`) to `command` as the environment variable
 /// `{prefix}NAME` (a flag without a value as `1`): how the ignored tests take theirs.

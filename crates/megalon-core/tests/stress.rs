@@ -70,6 +70,9 @@ struct Stress {
     /// it has room for. One line of 2- or 4-bit records: every record in use shares its
     /// byte with others in use.
     record_lines: u64,
+    /// Each thread appends for itself instead of through its host's combiner (and waits
+    /// for its entries' outcomes beside its siblings' replays).
+    no_combining: bool,
 }
 
 impl Default for Stress {
@@ -92,6 +95,7 @@ impl Default for Stress {
             reads_and_writes_only: false,
             chaos: false,
             record_lines: 0,
+            no_combining: false,
         }
     }
 }
@@ -353,6 +357,7 @@ fn run(stress: &Stress) -> Report {
             let options = HostOptions::new()
                 .memory(memory)
                 .record_watermark(watermark)
+                .flat_combining(!stress.no_combining)
                 .wait_limit(Duration::from_secs(5));
             let options = with_chaos(options, stress, h);
             Host::join(&pod, Join::As(h), options).expect("join")
@@ -924,8 +929,13 @@ fn run_and_check(stress: &Stress) -> Result<String, String> {
         String::new()
     };
     let details = format!(
-        "({} coherence, seed {}, {} errors ({} of unknown effect), {} churn, {} wraps, {} lock events, {} read retries, {} stale lines served by the simulated caches, {} moves to a host, {} move-backs, {} rpcs, {} copies made, {} copy reads, {} copies invalidated)",
+        "({} coherence{}, seed {}, {} errors ({} of unknown effect), {} churn, {} wraps, {} lock events, {} read retries, {} stale lines served by the simulated caches, {} moves to a host, {} move-backs, {} rpcs, {} copies made, {} copy reads, {} copies invalidated)",
         stress.coherence.name(),
+        if stress.no_combining {
+            ", no combining"
+        } else {
+            ""
+        },
         stress.seed,
         report.errors,
         report.unknown,
@@ -1194,6 +1204,9 @@ fn stress_from_env() {
     }
     if env_var::<String>("CHAOS").is_some() {
         stress.chaos = true;
+    }
+    if env_var::<String>("NO_COMBINING").is_some() {
+        stress.no_combining = true;
     }
     assert!(
         (1..=POD_MAX_HOSTS).contains(&stress.hosts),
