@@ -625,9 +625,15 @@ pub(crate) fn pretend_elsewhere(pod: &Pod, host: HostId) {
     let Some((_, life)) = holder(pod, host) else {
         return;
     };
-    // Another machine's note of the holder's life (a later life's notes replace it).
-    let elsewhere = (machine_note(life) ^ 1 << 62) & !NOTE_LIFE_MASK | (life & NOTE_LIFE_MASK);
-    entry(pod, host).machine.store(elsewhere, Ordering::SeqCst);
+    entry(pod, host)
+        .machine
+        .store(elsewhere_note(life), Ordering::SeqCst);
+}
+
+/// Another machine's note of `life` (a later life's notes replace it): this machine's
+/// with one bit of the machine flipped.
+fn elsewhere_note(life: u64) -> u64 {
+    (machine_note(life) ^ 1 << 62) & !NOTE_LIFE_MASK | (life & NOTE_LIFE_MASK)
 }
 
 /// [`pretend_elsewhere`], if the row's note is this machine's note of its holder's life
@@ -636,8 +642,7 @@ pub(crate) fn pretend_elsewhere_if_here(pod: &Pod, host: HostId) -> bool {
     let Some((_, life)) = holder(pod, host) else {
         return false;
     };
-    let here = machine_note(life);
-    let elsewhere = (here ^ 1 << 62) & !NOTE_LIFE_MASK | (life & NOTE_LIFE_MASK);
+    let (here, elsewhere) = (machine_note(life), elsewhere_note(life));
     entry(pod, host)
         .machine
         .compare_exchange(here, elsewhere, Ordering::SeqCst, Ordering::SeqCst)
