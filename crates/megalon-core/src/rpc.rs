@@ -1213,6 +1213,11 @@ mod tests {
     /// A seam's hook, run once by the ring's code when a test has put one there.
     type Seam = std::cell::RefCell<Option<Box<dyn FnOnce()>>>;
 
+    /// Puts `hook` in `seam` on this thread, for the ring's code to run once.
+    fn set_seam(seam: &'static std::thread::LocalKey<Seam>, hook: impl FnOnce() + 'static) {
+        seam.with(|slot| *slot.borrow_mut() = Some(Box::new(hook)));
+    }
+
     /// Runs, once, the hook a test put in `seam` on this thread (a seam of the ring's
     /// code: `before_tail_cas`, `before_skip_store`, `before_recovery_cas` and the rest).
     fn run_once(seam: &'static std::thread::LocalKey<Seam>) {
@@ -1611,11 +1616,9 @@ mod tests {
         let (pod, ring, sender, server) = sides(2);
         let mut buf = vec![0; ring.entry_bytes as usize];
         let (in_hook, ring_in_hook) = (Arc::clone(&pod), ring.clone());
-        BEFORE_TAIL_CAS.with(|hook| {
-            *hook.borrow_mut() = Some(Box::new(move || {
-                assert_eq!(ring_in_hook.recover_sender(&in_hook, SENDER), 1);
-                assert_eq!(ring_in_hook.sender(&in_hook, 0).load(Ordering::SeqCst), 0);
-            }));
+        set_seam(&BEFORE_TAIL_CAS, move || {
+            assert_eq!(ring_in_hook.recover_sender(&in_hook, SENDER), 1);
+            assert_eq!(ring_in_hook.sender(&in_hook, 0).load(Ordering::SeqCst), 0);
         });
         let mut served = 0;
         let mut serving = vec![0; ring.entry_bytes as usize];
@@ -1670,28 +1673,26 @@ mod tests {
         });
         assert!(withdrawn.is_err());
         let (in_hook, ring_in_hook) = (Arc::clone(&pod), ring.clone());
-        BEFORE_SKIP_STORE.with(|hook| {
-            *hook.borrow_mut() = Some(Box::new(move || {
-                let (pod, ring) = (&in_hook, &ring_in_hook);
-                // Recovered (nothing it claimed), then the next life serves, in the
-                // sender's rounds: tickets 1, 2 and 3 (2 in the withdrawn one's entry).
-                let failed = Response {
-                    status: 99,
-                    detail: 0,
-                };
-                assert_eq!(ring.recover_server(pod, &host_memory(pod, 3), failed), 0);
-                let (sender, next) = (host_memory(pod, 1), host_memory(pod, 4));
-                let mut buf = vec![0; ring.entry_bytes as usize];
-                let mut serving = vec![0; ring.entry_bytes as usize];
-                for n in 1..=3u8 {
-                    let response =
-                        call_serving(ring, pod, &sender, &mut buf, &[n], WAIT_LIMIT, &mut || {
-                            serve_waiting(pod, ring, &next, &mut serving);
-                            ControlFlow::Continue(())
-                        });
-                    assert_eq!(response, Ok(answer(1, &[n], b"")));
-                }
-            }));
+        set_seam(&BEFORE_SKIP_STORE, move || {
+            let (pod, ring) = (&in_hook, &ring_in_hook);
+            // Recovered (nothing it claimed), then the next life serves, in the
+            // sender's rounds: tickets 1, 2 and 3 (2 in the withdrawn one's entry).
+            let failed = Response {
+                status: 99,
+                detail: 0,
+            };
+            assert_eq!(ring.recover_server(pod, &host_memory(pod, 3), failed), 0);
+            let (sender, next) = (host_memory(pod, 1), host_memory(pod, 4));
+            let mut buf = vec![0; ring.entry_bytes as usize];
+            let mut serving = vec![0; ring.entry_bytes as usize];
+            for n in 1..=3u8 {
+                let response =
+                    call_serving(ring, pod, &sender, &mut buf, &[n], WAIT_LIMIT, &mut || {
+                        serve_waiting(pod, ring, &next, &mut serving);
+                        ControlFlow::Continue(())
+                    });
+                assert_eq!(response, Ok(answer(1, &[n], b"")));
+            }
         });
         // The old server, in its claim: paused at the skip (the hook), then resumed.
         assert!(ring.claim(&pod, &()).is_none());
@@ -1735,10 +1736,8 @@ mod tests {
         let dead = host_memory(&pod, 3);
         let ticket = reserve_and_die(&ring, &pod, &dead, true);
         let (in_hook, ring_in_hook) = (Arc::clone(&pod), ring.clone());
-        BEFORE_RECOVERY_CAS.with(|hook| {
-            *hook.borrow_mut() = Some(Box::new(move || {
-                serve(&in_hook, &ring_in_hook, &host_memory(&in_hook, 9), 1);
-            }));
+        set_seam(&BEFORE_RECOVERY_CAS, move || {
+            serve(&in_hook, &ring_in_hook, &host_memory(&in_hook, 9), 1);
         });
         assert_eq!(ring.recover_sender(&pod, DEAD), 1);
         let state = ring.state(&pod, ticket).load(Ordering::SeqCst);
@@ -1756,17 +1755,15 @@ mod tests {
         let ticket = reserve_and_die(&ring, &pod, &dead, true);
         let claimed = ring.claim(&pod, &()).expect("claims");
         let (in_hook, ring_in_hook) = (Arc::clone(&pod), ring.clone());
-        BEFORE_RECOVERY_CAS.with(|hook| {
-            *hook.borrow_mut() = Some(Box::new(move || {
-                let server = host_memory(&in_hook, 9);
-                let mut buf = vec![0; ring_in_hook.entry_bytes as usize];
-                ring_in_hook.read(&server, claimed, &mut buf, &());
-                let response = Response {
-                    status: 1,
-                    detail: 1,
-                };
-                ring_in_hook.respond(&in_hook, &server, claimed, &mut buf, response, &());
-            }));
+        set_seam(&BEFORE_RECOVERY_CAS, move || {
+            let server = host_memory(&in_hook, 9);
+            let mut buf = vec![0; ring_in_hook.entry_bytes as usize];
+            ring_in_hook.read(&server, claimed, &mut buf, &());
+            let response = Response {
+                status: 1,
+                detail: 1,
+            };
+            ring_in_hook.respond(&in_hook, &server, claimed, &mut buf, response, &());
         });
         assert_eq!(ring.recover_sender(&pod, DEAD), 1);
         let state = ring.state(&pod, ticket).load(Ordering::SeqCst);
@@ -2251,37 +2248,33 @@ mod tests {
         let live: LaterCall = Arc::default();
         let (in_hook, ring_in_hook, live_in_hook) =
             (Arc::clone(&pod), ring.clone(), Arc::clone(&live));
-        BEFORE_RECOVERY_CAS.with(|hook| {
-            *hook.borrow_mut() = Some(Box::new(move || {
-                let (pod, ring) = (&in_hook, &ring_in_hook);
-                // The paused sender resumes: reads its answer, frees the entry, lets go.
-                ring.state(pod, ticket)
-                    .compare_exchange(
-                        pack(ticket, RESPONSE),
-                        pack(ticket + 1, FREE),
-                        Ordering::Release,
-                        Ordering::Relaxed,
-                    )
-                    .expect("frees its answer");
-                ring.let_go(pod, ticket, DEAD);
-                // A live sender (another host) calls and publishes on the next lap.
-                let (pod2, ring2) = (Arc::clone(pod), ring.clone());
-                *live_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
-                    let memory = host_memory(&pod2, 1);
-                    let mut buf = vec![0; ring2.entry_bytes as usize];
-                    call(&ring2, &pod2, &memory, &mut buf, (2, b"live", b""))
-                }));
-                let deadline = std::time::Instant::now() + WAIT_LIMIT;
-                while ring.state(pod, ticket + 1).load(Ordering::SeqCst)
-                    != pack(ticket + 1, REQUEST)
-                {
-                    assert!(
-                        std::time::Instant::now() < deadline,
-                        "the live call publishes"
-                    );
-                    std::thread::yield_now();
-                }
+        set_seam(&BEFORE_RECOVERY_CAS, move || {
+            let (pod, ring) = (&in_hook, &ring_in_hook);
+            // The paused sender resumes: reads its answer, frees the entry, lets go.
+            ring.state(pod, ticket)
+                .compare_exchange(
+                    pack(ticket, RESPONSE),
+                    pack(ticket + 1, FREE),
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                )
+                .expect("frees its answer");
+            ring.let_go(pod, ticket, DEAD);
+            // A live sender (another host) calls and publishes on the next lap.
+            let (pod2, ring2) = (Arc::clone(pod), ring.clone());
+            *live_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
+                let memory = host_memory(&pod2, 1);
+                let mut buf = vec![0; ring2.entry_bytes as usize];
+                call(&ring2, &pod2, &memory, &mut buf, (2, b"live", b""))
             }));
+            let deadline = std::time::Instant::now() + WAIT_LIMIT;
+            while ring.state(pod, ticket + 1).load(Ordering::SeqCst) != pack(ticket + 1, REQUEST) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the live call publishes"
+                );
+                std::thread::yield_now();
+            }
         });
         ring.recover_sender(&pod, DEAD);
         let live = live.lock().unwrap().take().expect("the live sender");
@@ -2341,32 +2334,30 @@ mod tests {
         let (in_hook, ring_in_hook, second_in_hook) =
             (Arc::clone(&pod), ring.clone(), Arc::clone(&second));
         let old_server = host_memory(&pod, 2);
-        BEFORE_SERVER_ANSWER.with(|hook| {
-            *hook.borrow_mut() = Some(Box::new(move || {
-                let (pod, ring) = (&in_hook, &ring_in_hook);
-                // The paused server resumes and answers; its sender reads the answer.
-                let answer_first = answer(1, b"first", b"");
-                ring.respond(pod, &old_server, claimed, &mut old_buf, answer_first, &());
-                let deadline = std::time::Instant::now() + WAIT_LIMIT;
-                while ring.state(pod, 1).load(Ordering::SeqCst) != pack(1, FREE) {
-                    assert!(std::time::Instant::now() < deadline, "the first call reads");
-                    std::thread::yield_now();
-                }
-                // A live sender publishes on the entry's next lap.
-                let (pod2, ring2) = (Arc::clone(pod), ring.clone());
-                *second_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
-                    let memory = host_memory(&pod2, 5);
-                    let mut buf = vec![0; ring2.entry_bytes as usize];
-                    call(&ring2, &pod2, &memory, &mut buf, (2, b"second", b""))
-                }));
-                while ring.state(pod, 1).load(Ordering::SeqCst) != pack(1, REQUEST) {
-                    assert!(
-                        std::time::Instant::now() < deadline,
-                        "the second call publishes"
-                    );
-                    std::thread::yield_now();
-                }
+        set_seam(&BEFORE_SERVER_ANSWER, move || {
+            let (pod, ring) = (&in_hook, &ring_in_hook);
+            // The paused server resumes and answers; its sender reads the answer.
+            let answer_first = answer(1, b"first", b"");
+            ring.respond(pod, &old_server, claimed, &mut old_buf, answer_first, &());
+            let deadline = std::time::Instant::now() + WAIT_LIMIT;
+            while ring.state(pod, 1).load(Ordering::SeqCst) != pack(1, FREE) {
+                assert!(std::time::Instant::now() < deadline, "the first call reads");
+                std::thread::yield_now();
+            }
+            // A live sender publishes on the entry's next lap.
+            let (pod2, ring2) = (Arc::clone(pod), ring.clone());
+            *second_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
+                let memory = host_memory(&pod2, 5);
+                let mut buf = vec![0; ring2.entry_bytes as usize];
+                call(&ring2, &pod2, &memory, &mut buf, (2, b"second", b""))
             }));
+            while ring.state(pod, 1).load(Ordering::SeqCst) != pack(1, REQUEST) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the second call publishes"
+                );
+                std::thread::yield_now();
+            }
         });
         ring.recover_server(&pod, &host_memory(&pod, 3), gone);
         assert_eq!(first.join().expect("first"), Ok(answer(1, b"first", b"")));
@@ -2410,25 +2401,23 @@ mod tests {
         let live: LaterCall = Arc::default();
         let (in_hook, ring_in_hook, live_in_hook) =
             (Arc::clone(&pod), ring.clone(), Arc::clone(&live));
-        BEFORE_RESPONSE_READ.with(|hook| {
-            *hook.borrow_mut() = Some(Box::new(move || {
-                let (pod, ring) = (&in_hook, &ring_in_hook);
-                assert_eq!(ring.recover_sender(pod, SENDER), 1);
-                let (pod2, ring2) = (Arc::clone(pod), ring.clone());
-                *live_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
-                    let memory = host_memory(&pod2, 5);
-                    let mut buf = vec![0; ring2.entry_bytes as usize];
-                    call(&ring2, &pod2, &memory, &mut buf, (2, b"live", b""))
-                }));
-                let deadline = std::time::Instant::now() + WAIT_LIMIT;
-                while ring.state(pod, 1).load(Ordering::SeqCst) != pack(1, REQUEST) {
-                    assert!(
-                        std::time::Instant::now() < deadline,
-                        "the live call publishes"
-                    );
-                    std::thread::yield_now();
-                }
+        set_seam(&BEFORE_RESPONSE_READ, move || {
+            let (pod, ring) = (&in_hook, &ring_in_hook);
+            assert_eq!(ring.recover_sender(pod, SENDER), 1);
+            let (pod2, ring2) = (Arc::clone(pod), ring.clone());
+            *live_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
+                let memory = host_memory(&pod2, 5);
+                let mut buf = vec![0; ring2.entry_bytes as usize];
+                call(&ring2, &pod2, &memory, &mut buf, (2, b"live", b""))
             }));
+            let deadline = std::time::Instant::now() + WAIT_LIMIT;
+            while ring.state(pod, 1).load(Ordering::SeqCst) != pack(1, REQUEST) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the live call publishes"
+                );
+                std::thread::yield_now();
+            }
         });
         let mut serving = vec![0; ring.entry_bytes as usize];
         let mut served = false;
@@ -2548,30 +2537,28 @@ mod tests {
         let second: LaterCall = Arc::default();
         let (in_hook, ring_in_hook, second_in_hook) =
             (Arc::clone(&pod), ring.clone(), Arc::clone(&second));
-        BEFORE_RECOVERY_HEADER.with(|hook| {
-            *hook.borrow_mut() = Some(Box::new(move || {
-                let (pod, ring) = (&in_hook, &ring_in_hook);
-                // The recoverer that took over does the whole recovery.
-                assert_eq!(ring.recover_server(pod, &host_memory(pod, 6), gone), 1);
-                let deadline = std::time::Instant::now() + WAIT_LIMIT;
-                while ring.state(pod, 1).load(Ordering::SeqCst) != pack(1, FREE) {
-                    assert!(std::time::Instant::now() < deadline, "the first call reads");
-                    std::thread::yield_now();
-                }
-                let (pod2, ring2) = (Arc::clone(pod), ring.clone());
-                *second_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
-                    let memory = host_memory(&pod2, 5);
-                    let mut buf = vec![0; ring2.entry_bytes as usize];
-                    call(&ring2, &pod2, &memory, &mut buf, (2, b"second", b""))
-                }));
-                while ring.state(pod, 1).load(Ordering::SeqCst) != pack(1, REQUEST) {
-                    assert!(
-                        std::time::Instant::now() < deadline,
-                        "the second call publishes"
-                    );
-                    std::thread::yield_now();
-                }
+        set_seam(&BEFORE_RECOVERY_HEADER, move || {
+            let (pod, ring) = (&in_hook, &ring_in_hook);
+            // The recoverer that took over does the whole recovery.
+            assert_eq!(ring.recover_server(pod, &host_memory(pod, 6), gone), 1);
+            let deadline = std::time::Instant::now() + WAIT_LIMIT;
+            while ring.state(pod, 1).load(Ordering::SeqCst) != pack(1, FREE) {
+                assert!(std::time::Instant::now() < deadline, "the first call reads");
+                std::thread::yield_now();
+            }
+            let (pod2, ring2) = (Arc::clone(pod), ring.clone());
+            *second_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
+                let memory = host_memory(&pod2, 5);
+                let mut buf = vec![0; ring2.entry_bytes as usize];
+                call(&ring2, &pod2, &memory, &mut buf, (2, b"second", b""))
             }));
+            while ring.state(pod, 1).load(Ordering::SeqCst) != pack(1, REQUEST) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the second call publishes"
+                );
+                std::thread::yield_now();
+            }
         });
         ring.recover_server(&pod, &host_memory(&pod, 3), gone);
         assert_eq!(first.join().expect("first"), Ok(gone));
@@ -2628,25 +2615,23 @@ mod tests {
             Arc::clone(&second),
             Arc::clone(&live_claim),
         );
-        BEFORE_SERVER_ANSWER.with(|hook| {
-            *hook.borrow_mut() = Some(Box::new(move || {
-                let (pod, ring) = (&in_hook, &ring_in_hook);
-                // The recoverer that took over does the whole recovery.
-                assert_eq!(ring.recover_server(pod, &host_memory(pod, 6), gone), 1);
-                let deadline = std::time::Instant::now() + WAIT_LIMIT;
-                while ring.state(pod, 0).load(Ordering::SeqCst) != pack(2, FREE) {
-                    assert!(std::time::Instant::now() < deadline, "the first call reads");
-                    std::thread::yield_now();
-                }
-                // The id's next life serves; a live sender calls; it is claimed.
-                let (pod2, ring2) = (Arc::clone(pod), ring.clone());
-                *second_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
-                    let memory = host_memory(&pod2, 5);
-                    let mut buf = vec![0; ring2.entry_bytes as usize];
-                    call(&ring2, &pod2, &memory, &mut buf, (2, b"second", b""))
-                }));
-                *claim_in_hook.lock().unwrap() = Some(claim_when_sent(pod, ring));
+        set_seam(&BEFORE_SERVER_ANSWER, move || {
+            let (pod, ring) = (&in_hook, &ring_in_hook);
+            // The recoverer that took over does the whole recovery.
+            assert_eq!(ring.recover_server(pod, &host_memory(pod, 6), gone), 1);
+            let deadline = std::time::Instant::now() + WAIT_LIMIT;
+            while ring.state(pod, 0).load(Ordering::SeqCst) != pack(2, FREE) {
+                assert!(std::time::Instant::now() < deadline, "the first call reads");
+                std::thread::yield_now();
+            }
+            // The id's next life serves; a live sender calls; it is claimed.
+            let (pod2, ring2) = (Arc::clone(pod), ring.clone());
+            *second_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
+                let memory = host_memory(&pod2, 5);
+                let mut buf = vec![0; ring2.entry_bytes as usize];
+                call(&ring2, &pod2, &memory, &mut buf, (2, b"second", b""))
             }));
+            *claim_in_hook.lock().unwrap() = Some(claim_when_sent(pod, ring));
         });
         ring.recover_server(&pod, &host_memory(&pod, 3), gone);
         assert_eq!(first.join().expect("first"), Ok(gone));
@@ -2688,49 +2673,47 @@ mod tests {
         let live: LaterCall = Arc::default();
         let (in_hook, ring_in_hook, live_in_hook) =
             (Arc::clone(&pod), ring.clone(), Arc::clone(&live));
-        BEFORE_SKIP_STORE.with(|hook| {
-            *hook.borrow_mut() = Some(Box::new(move || {
-                let (pod, ring) = (&in_hook, &ring_in_hook);
-                let failed = Response {
-                    status: 99,
-                    detail: 0,
-                };
-                assert_eq!(ring.recover_server(pod, &host_memory(pod, 3), failed), 0);
-                let (sender, next) = (host_memory(pod, 1), host_memory(pod, 4));
-                let mut buf = vec![0; ring.entry_bytes as usize];
-                let mut serving = vec![0; ring.entry_bytes as usize];
-                for n in 1..=3u8 {
-                    let response =
-                        call_serving(ring, pod, &sender, &mut buf, &[n], WAIT_LIMIT, &mut || {
-                            serve_waiting(pod, ring, &next, &mut serving);
-                            ControlFlow::Continue(())
-                        });
-                    assert_eq!(response, Ok(answer(1, &[n], b"")));
-                }
-                // A live sender publishes ticket 4.
-                let (pod2, ring2) = (Arc::clone(pod), ring.clone());
-                *live_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
-                    let memory = host_memory(&pod2, 5);
-                    let mut buf = vec![0; ring2.entry_bytes as usize];
-                    call_serving(
-                        &ring2,
-                        &pod2,
-                        &memory,
-                        &mut buf,
-                        b"live",
-                        Duration::from_millis(200),
-                        &mut || ControlFlow::Continue(()),
-                    )
-                }));
-                let deadline = std::time::Instant::now() + WAIT_LIMIT;
-                while ring.state(pod, 4).load(Ordering::SeqCst) != pack(4, REQUEST) {
-                    assert!(
-                        std::time::Instant::now() < deadline,
-                        "the live call publishes"
-                    );
-                    std::thread::yield_now();
-                }
+        set_seam(&BEFORE_SKIP_STORE, move || {
+            let (pod, ring) = (&in_hook, &ring_in_hook);
+            let failed = Response {
+                status: 99,
+                detail: 0,
+            };
+            assert_eq!(ring.recover_server(pod, &host_memory(pod, 3), failed), 0);
+            let (sender, next) = (host_memory(pod, 1), host_memory(pod, 4));
+            let mut buf = vec![0; ring.entry_bytes as usize];
+            let mut serving = vec![0; ring.entry_bytes as usize];
+            for n in 1..=3u8 {
+                let response =
+                    call_serving(ring, pod, &sender, &mut buf, &[n], WAIT_LIMIT, &mut || {
+                        serve_waiting(pod, ring, &next, &mut serving);
+                        ControlFlow::Continue(())
+                    });
+                assert_eq!(response, Ok(answer(1, &[n], b"")));
+            }
+            // A live sender publishes ticket 4.
+            let (pod2, ring2) = (Arc::clone(pod), ring.clone());
+            *live_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
+                let memory = host_memory(&pod2, 5);
+                let mut buf = vec![0; ring2.entry_bytes as usize];
+                call_serving(
+                    &ring2,
+                    &pod2,
+                    &memory,
+                    &mut buf,
+                    b"live",
+                    Duration::from_millis(200),
+                    &mut || ControlFlow::Continue(()),
+                )
             }));
+            let deadline = std::time::Instant::now() + WAIT_LIMIT;
+            while ring.state(pod, 4).load(Ordering::SeqCst) != pack(4, REQUEST) {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the live call publishes"
+                );
+                std::thread::yield_now();
+            }
         });
         // The old server, in its claim: paused at the skip (the hook), then resumed; it
         // is killed after `claim` returns (whatever it claimed is never answered).
@@ -2795,62 +2778,58 @@ mod tests {
             Arc::clone(&second),
             Arc::clone(&live),
         );
-        BEFORE_SERVER_ANSWER.with(|hook| {
-            *hook.borrow_mut() = Some(Box::new(move || {
-                let (pod, ring) = (&in_hook, &ring_in_hook);
-                // The recoverer that took over does the whole recovery.
-                assert_eq!(ring.recover_server(pod, &host_memory(pod, 6), gone), 1);
+        set_seam(&BEFORE_SERVER_ANSWER, move || {
+            let (pod, ring) = (&in_hook, &ring_in_hook);
+            // The recoverer that took over does the whole recovery.
+            assert_eq!(ring.recover_server(pod, &host_memory(pod, 6), gone), 1);
+            let deadline = std::time::Instant::now() + WAIT_LIMIT;
+            while ring.state(pod, 0).load(Ordering::SeqCst) != pack(2, FREE) {
+                assert!(std::time::Instant::now() < deadline, "the first call reads");
+                std::thread::yield_now();
+            }
+            // A live sender calls (ticket 1).
+            let (pod2, ring2) = (Arc::clone(pod), ring.clone());
+            *second_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
+                let memory = host_memory(&pod2, 5);
+                let mut buf = vec![0; ring2.entry_bytes as usize];
+                call(&ring2, &pod2, &memory, &mut buf, (2, b"second", b""))
+            }));
+            // The id's next life claims it and is paused before its pass.
+            let (pod3, ring3) = (Arc::clone(pod), ring.clone());
+            let (claimed_tx, claimed_rx) = std::sync::mpsc::channel::<()>();
+            *live_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
+                set_seam(&BEFORE_CLAIM_PASS, move || {
+                    claimed_tx.send(()).unwrap();
+                    go_rx.recv().unwrap();
+                });
                 let deadline = std::time::Instant::now() + WAIT_LIMIT;
-                while ring.state(pod, 0).load(Ordering::SeqCst) != pack(2, FREE) {
-                    assert!(std::time::Instant::now() < deadline, "the first call reads");
+                while ring3.state(&pod3, 1).load(Ordering::SeqCst) != pack(1, REQUEST) {
+                    assert!(std::time::Instant::now() < deadline, "the second call");
                     std::thread::yield_now();
                 }
-                // A live sender calls (ticket 1).
-                let (pod2, ring2) = (Arc::clone(pod), ring.clone());
-                *second_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
-                    let memory = host_memory(&pod2, 5);
-                    let mut buf = vec![0; ring2.entry_bytes as usize];
-                    call(&ring2, &pod2, &memory, &mut buf, (2, b"second", b""))
-                }));
-                // The id's next life claims it and is paused before its pass.
-                let (pod3, ring3) = (Arc::clone(pod), ring.clone());
-                let (claimed_tx, claimed_rx) = std::sync::mpsc::channel::<()>();
-                *live_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
-                    BEFORE_CLAIM_PASS.with(|hook| {
-                        *hook.borrow_mut() = Some(Box::new(move || {
-                            claimed_tx.send(()).unwrap();
-                            go_rx.recv().unwrap();
-                        }));
-                    });
-                    let deadline = std::time::Instant::now() + WAIT_LIMIT;
-                    while ring3.state(&pod3, 1).load(Ordering::SeqCst) != pack(1, REQUEST) {
-                        assert!(std::time::Instant::now() < deadline, "the second call");
-                        std::thread::yield_now();
-                    }
-                    // (None: the head was moved under its claim, the recoverer answers.)
-                    let Some(claimed) = ring3.claim(&pod3, &()) else {
-                        return false;
-                    };
-                    let memory = host_memory(&pod3, 4);
-                    let mut buf = vec![0; ring3.entry_bytes as usize];
-                    let mut effect = false;
-                    ring3.serve(
-                        &pod3,
-                        &memory,
-                        claimed,
-                        &mut buf,
-                        &(),
-                        gone,
-                        |request, buf| {
-                            effect = true; // the request's effect runs
-                            answer(request.op, &buf[request.key.clone()], b"")
-                        },
-                    );
-                    effect
-                }));
-                claimed_rx.recv_timeout(WAIT_LIMIT).expect("the live claim");
-                assert_eq!(ring.state(pod, 1).load(Ordering::SeqCst), pack(1, CLAIMED));
+                // (None: the head was moved under its claim, the recoverer answers.)
+                let Some(claimed) = ring3.claim(&pod3, &()) else {
+                    return false;
+                };
+                let memory = host_memory(&pod3, 4);
+                let mut buf = vec![0; ring3.entry_bytes as usize];
+                let mut effect = false;
+                ring3.serve(
+                    &pod3,
+                    &memory,
+                    claimed,
+                    &mut buf,
+                    &(),
+                    gone,
+                    |request, buf| {
+                        effect = true; // the request's effect runs
+                        answer(request.op, &buf[request.key.clone()], b"")
+                    },
+                );
+                effect
             }));
+            claimed_rx.recv_timeout(WAIT_LIMIT).expect("the live claim");
+            assert_eq!(ring.state(pod, 1).load(Ordering::SeqCst), pack(1, CLAIMED));
         });
         ring.recover_server(&pod, &host_memory(&pod, 3), gone);
         go_tx.send(()).unwrap();
