@@ -276,3 +276,101 @@ fn slots_move_between_hosts_only_through_the_log() {
         .iter()
         .any(|e| matches!(e.event.event(), Event::GrantSlots { to: 1, .. }) && e.host == 0));
 }
+
+/// A request queued just before a batch that waited out its limit gave up is
+/// combined with one queued long before it; the combiner gives the batch what is left
+/// of the earliest request's limit (nothing), and the fresh request is refused `LogFull`
+/// after a small part of its own limit, though the log made room well within it.
+#[test]
+fn a_fresh_append_combined_with_one_at_its_deadline_still_waits_its_own_limit() {
+    const LIMIT: Duration = Duration::from_millis(2000);
+    let pod = pod(small_config());
+    let busy =
+        Arc::new(Host::join(&pod, Join::As(0), HostOptions::new().wait_limit(LIMIT)).unwrap());
+    let idle = Host::join(&pod, Join::As(1), HostOptions::new().pump_interval(None)).unwrap();
+    let mut filled = false;
+    for i in 0..20u32 {
+        match busy.create(format!("k{i}").as_bytes(), b"v") {
+            Ok(()) => {}
+            Err(Error::LogFull { .. }) => {
+                filled = true;
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(filled, "the log filled");
+    let t0 = std::time::Instant::now();
+    let spawn = |key: &'static [u8]| {
+        let busy = Arc::clone(&busy);
+        std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            (busy.create(key, b"v"), started.elapsed())
+        })
+    };
+    // The combiner of the first waits out its limit; the second queues behind it.
+    let first = spawn(b"first");
+    std::thread::sleep(LIMIT / 10);
+    let second = spawn(b"second");
+    // The third queues just before the first's batch gives up.
+    std::thread::sleep(LIMIT * 9 / 10 - t0.elapsed());
+    let third = spawn(b"third");
+    // The laggard applies what it had not a quarter of a limit after the first gave up:
+    // room, well within the third's limit.
+    std::thread::sleep(LIMIT * 5 / 4 - t0.elapsed());
+    idle.replay().unwrap();
+    let (first, _) = first.join().unwrap();
+    let (second, _) = second.join().unwrap();
+    let (third, took) = third.join().unwrap();
+    eprintln!("first {first:?}\nsecond {second:?}\nthird {third:?} after {took:?}");
+    assert!(
+        third.is_ok(),
+        "the third append was refused after {took:?} of its {LIMIT:?} limit, the log having \
+         made room at {:?} of it: {third:?}",
+        LIMIT * 5 / 4 - LIMIT * 9 / 10
+    );
+}
+
+/// Without flat combining, an append waits for the host's append lock, which
+/// another thread's append holds while it waits for room; its own wait for room then
+/// began when it got the lock, a whole limit more.
+#[test]
+fn without_combining_an_append_behind_one_waiting_for_room_waits_at_most_its_limit() {
+    const LIMIT: Duration = Duration::from_millis(2000);
+    let pod = pod(small_config());
+    let options = HostOptions::new().wait_limit(LIMIT).flat_combining(false);
+    let busy = Arc::new(Host::join(&pod, Join::As(0), options).unwrap());
+    let _idle = Host::join(&pod, Join::As(1), HostOptions::new().pump_interval(None)).unwrap();
+    let mut filled = false;
+    for i in 0..20u32 {
+        match busy.create(format!("k{i}").as_bytes(), b"v") {
+            Ok(()) => {}
+            Err(Error::LogFull { .. }) => {
+                filled = true;
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(filled, "the log filled");
+    let first = {
+        let busy = Arc::clone(&busy);
+        std::thread::spawn(move || busy.create(b"first", b"v"))
+    };
+    std::thread::sleep(LIMIT / 2);
+    let started = std::time::Instant::now();
+    let second = busy.create(b"second", b"v");
+    let took = started.elapsed();
+    assert!(
+        matches!(second, Err(Error::LogFull { .. })),
+        "the second: {second:?}"
+    );
+    assert!(
+        matches!(first.join().unwrap(), Err(Error::LogFull { .. })),
+        "the first"
+    );
+    assert!(
+        took < LIMIT + LIMIT / 4,
+        "the second append waited {took:?} with a limit of {LIMIT:?}"
+    );
+}

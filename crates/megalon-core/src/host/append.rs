@@ -407,7 +407,7 @@ impl Shared {
                 owned.clone(),
                 settle,
                 self.options.wait_limit,
-                |requests, left| self.append_batch(requests, left),
+                |requests, limits| self.append_batch(requests, limits),
             );
             match result {
                 Err(Error::CombinerStalled { .. }) => {
@@ -422,7 +422,7 @@ impl Shared {
             }
             result
         } else {
-            self.append_batch(&[(owned, settle)], self.options.wait_limit)
+            self.append_batch(&[(owned, settle)], &[self.options.wait_limit])
                 .pop()
                 .expect("one result per event")
         }
@@ -431,41 +431,89 @@ impl Shared {
     /// Appends `requests` in as few batches as the ring allows, applies them on this
     /// replica, advances `ctail`, and returns their outcomes in order. A request that
     /// fails is settled here: at once if it never reached the log, else when replay
-    /// applies it. The wait for room in the log ends `limit` from now (what is left of
-    /// the requests' wait limit), a later wait for an outcome after the wait limit.
+    /// applies it. Each request waits for room in the log at most its own `limits[i]` from
+    /// now (what is left of its wait limit): a batch waits what is left of its earliest
+    /// request's, and when the log stays full that long, refuses the requests whose wait
+    /// is over and waits on with the others (nothing of it reached the log). A later
+    /// wait for an outcome is the wait limit.
     pub(super) fn append_batch(
         &self,
         requests: &[(OwnedEvent, Settle)],
-        limit: Duration,
+        limits: &[Duration],
     ) -> Vec<Result<Outcome>> {
-        let deadline = std::time::Instant::now().checked_add(limit);
-        let mut results = Vec::with_capacity(requests.len());
+        debug_assert_eq!(requests.len(), limits.len());
+        let now = std::time::Instant::now();
+        // Checked: a wait limit of `Duration::MAX` has no deadline.
+        let deadlines: Vec<Option<std::time::Instant>> =
+            limits.iter().map(|&limit| now.checked_add(limit)).collect();
+        let left = |i: usize| {
+            deadlines[i].map_or(limits[i], |d| {
+                d.saturating_duration_since(std::time::Instant::now())
+            })
+        };
+        let mut results: Vec<Option<Result<Outcome>>> = requests.iter().map(|_| None).collect();
         let mut refused: Option<Error> = None;
-        for batch in requests.chunks(self.log.capacity() as usize) {
+        let indices: Vec<usize> = (0..requests.len()).collect();
+        for chunk in indices.chunks(self.log.capacity() as usize) {
             if let Some(error) = &refused {
                 // An earlier batch failed: these are not appended either.
-                for (event, settle) in batch {
+                for &i in chunk {
+                    let (event, settle) = &requests[i];
                     self.settle(*settle, None, event);
-                    results.push(Err(error.clone()));
+                    results[i] = Some(Err(error.clone()));
                 }
                 continue;
             }
-            // Checked: a wait limit of `Duration::MAX` has no deadline.
-            let left = deadline.map_or(limit, |d| {
-                d.saturating_duration_since(std::time::Instant::now())
-            });
-            match self.append_chunk(batch, left) {
-                Ok(outcomes) => results.extend(outcomes),
-                Err(error) => {
-                    for (event, settle) in batch {
-                        self.settle(*settle, None, event);
-                        results.push(Err(error.clone()));
+            let mut pending = chunk.to_vec();
+            while !pending.is_empty() {
+                let limit = pending.iter().map(|&i| left(i)).min().unwrap_or_default();
+                // The chunk whole (the usual case) is a slice of the requests.
+                let appended = if pending.len() == chunk.len() {
+                    self.append_chunk(&requests[chunk[0]..chunk[0] + chunk.len()], limit)
+                } else {
+                    let batch: Vec<(OwnedEvent, Settle)> =
+                        pending.iter().map(|&i| requests[i].clone()).collect();
+                    self.append_chunk(&batch, limit)
+                };
+                match appended {
+                    Ok(outcomes) => {
+                        for (&i, outcome) in pending.iter().zip(outcomes) {
+                            results[i] = Some(outcome);
+                        }
+                        pending.clear();
                     }
-                    refused = Some(error);
+                    Err(error) => {
+                        // Nothing of it reached the log. Full for the earliest's wait: it
+                        // is refused (and any other whose wait is over), the others wait
+                        // on for room; any other error refuses them all.
+                        let full = matches!(error, Error::LogFull { .. });
+                        let earliest = pending
+                            .iter()
+                            .copied()
+                            .min_by_key(|&i| left(i))
+                            .expect("pending");
+                        let mut kept = Vec::with_capacity(pending.len());
+                        for &i in &pending {
+                            if full && i != earliest && !left(i).is_zero() {
+                                kept.push(i);
+                            } else {
+                                let (event, settle) = &requests[i];
+                                self.settle(*settle, None, event);
+                                results[i] = Some(Err(error.clone()));
+                            }
+                        }
+                        if kept.is_empty() {
+                            refused = Some(error);
+                        }
+                        pending = kept;
+                    }
                 }
             }
         }
         results
+            .into_iter()
+            .map(|result| result.expect("one result per request"))
+            .collect()
     }
 
     /// Appends one batch (at most the ring's capacity), waiting for room in the log at
@@ -488,8 +536,12 @@ impl Shared {
                 fault: Fault::Refuse.name(),
             });
         }
+        // The wait for the append lock counts: another thread of this host (without flat
+        // combining) may hold it while it waits for room, up to its own limit.
+        let called = std::time::Instant::now();
         // One reservation at a time per host: its row holds one announced range.
         let appending = self.append_lock.lock();
+        let limit = limit.saturating_sub(called.elapsed());
         // Its reservation is announced in its row: a host declared dead must not write
         // into a row its id's next holder may hold.
         self.holds_its_row()?;

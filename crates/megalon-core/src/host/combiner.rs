@@ -12,9 +12,10 @@
 //! withdrawn from the queue unserved is answered [`Error::CombinerStalled`] and its thread
 //! settles it.
 //!
-//! A request's wait limit counts from its call: a combiner gives its batch what is left of
-//! the earliest-queued request's limit for the wait for room in the log (a request queued
-//! behind a batch that waited out its own limit waited a whole limit more).
+//! A request's wait limit counts from its call: a combiner gives each request of its batch
+//! what is left of its limit for the wait for room in the log (a request queued behind a
+//! batch that waited out its own limit waited a whole limit more; one queued just before
+//! was refused with the earliest when that one's limit ran out).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -61,14 +62,14 @@ pub(crate) struct Combiner {
 
 impl Combiner {
     /// Runs `event` through the combiner: `append` is called by whichever thread combines,
-    /// with every queued event and its settle and what is left of the wait limit of the
-    /// one queued first, and returns one result per event.
+    /// with every queued event and its settle and what is left of each one's wait limit,
+    /// and returns one result per event.
     pub(crate) fn submit(
         &self,
         event: OwnedEvent,
         settle: Settle,
         wait_limit: Duration,
-        append: impl Fn(&[(OwnedEvent, Settle)], Duration) -> Vec<Result<Outcome>>,
+        append: impl Fn(&[(OwnedEvent, Settle)], &[Duration]) -> Vec<Result<Outcome>>,
     ) -> Result<Outcome> {
         let request = Arc::new(Request {
             event,
@@ -90,12 +91,11 @@ impl Combiner {
                     // If `append` panics, the guard answers every taken request, so
                     // their threads do not wait for an outcome that never comes.
                     let guard = AnswerOnUnwind(&batch);
-                    let left = batch
+                    let limits: Vec<Duration> = batch
                         .iter()
                         .map(|r| wait_limit.saturating_sub(r.queued.elapsed()))
-                        .min()
-                        .unwrap_or(wait_limit);
-                    let results = append(&events, left);
+                        .collect();
+                    let results = append(&events, &limits);
                     std::mem::forget(guard);
                     debug_assert_eq!(results.len(), batch.len());
                     for (request, result) in batch.iter().zip(results) {
