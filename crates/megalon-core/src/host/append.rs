@@ -432,10 +432,8 @@ impl Shared {
     /// replica, advances `ctail`, and returns their outcomes in order. A request that
     /// fails is settled here: at once if it never reached the log, else when replay
     /// applies it. Each request waits for room in the log at most its own `limits[i]` from
-    /// now (what is left of its wait limit): a batch waits what is left of its earliest
-    /// request's, and when the log stays full that long, refuses the requests whose wait
-    /// is over and waits on with the others (nothing of it reached the log). A later
-    /// wait for an outcome is the wait limit.
+    /// now (what is left of its wait limit: see `append_within`); a later wait for an
+    /// outcome is the wait limit.
     pub(super) fn append_batch(
         &self,
         requests: &[(OwnedEvent, Settle)],
@@ -455,65 +453,79 @@ impl Shared {
         let mut refused: Option<Error> = None;
         let indices: Vec<usize> = (0..requests.len()).collect();
         for chunk in indices.chunks(self.log.capacity() as usize) {
-            if let Some(error) = &refused {
+            match &refused {
                 // An earlier batch failed: these are not appended either.
-                for &i in chunk {
-                    let (event, settle) = &requests[i];
-                    self.settle(*settle, None, event);
-                    results[i] = Some(Err(error.clone()));
-                }
-                continue;
-            }
-            let mut pending = chunk.to_vec();
-            while !pending.is_empty() {
-                let limit = pending.iter().map(|&i| left(i)).min().unwrap_or_default();
-                // The chunk whole (the usual case) is a slice of the requests.
-                let appended = if pending.len() == chunk.len() {
-                    self.append_chunk(&requests[chunk[0]..chunk[0] + chunk.len()], limit)
-                } else {
-                    let batch: Vec<(OwnedEvent, Settle)> =
-                        pending.iter().map(|&i| requests[i].clone()).collect();
-                    self.append_chunk(&batch, limit)
-                };
-                match appended {
-                    Ok(outcomes) => {
-                        for (&i, outcome) in pending.iter().zip(outcomes) {
-                            results[i] = Some(outcome);
-                        }
-                        pending.clear();
-                    }
-                    Err(error) => {
-                        // Nothing of it reached the log. Full for the earliest's wait: it
-                        // is refused (and any other whose wait is over), the others wait
-                        // on for room; any other error refuses them all.
-                        let full = matches!(error, Error::LogFull { .. });
-                        let earliest = pending
-                            .iter()
-                            .copied()
-                            .min_by_key(|&i| left(i))
-                            .expect("pending");
-                        let mut kept = Vec::with_capacity(pending.len());
-                        for &i in &pending {
-                            if full && i != earliest && !left(i).is_zero() {
-                                kept.push(i);
-                            } else {
-                                let (event, settle) = &requests[i];
-                                self.settle(*settle, None, event);
-                                results[i] = Some(Err(error.clone()));
-                            }
-                        }
-                        if kept.is_empty() {
-                            refused = Some(error);
-                        }
-                        pending = kept;
+                Some(error) => {
+                    for &i in chunk {
+                        let (event, settle) = &requests[i];
+                        self.settle(*settle, None, event);
+                        results[i] = Some(Err(error.clone()));
                     }
                 }
+                None => refused = self.append_within(requests, chunk, &left, &mut results),
             }
         }
         results
             .into_iter()
             .map(|result| result.expect("one result per request"))
             .collect()
+    }
+
+    /// Appends the requests `chunk` names (at most the ring's capacity), each waiting for
+    /// room in the log at most what `left` says is left of its limit, into `results`. A
+    /// batch waits the least of them: when the log stays full that long, the request it
+    /// was is refused (and any other whose limit is over), and the others wait on in a
+    /// batch of their own (nothing of a refused batch reached the log); any other error
+    /// refuses them all. Returns the error that refused the last of them, if it did.
+    fn append_within(
+        &self,
+        requests: &[(OwnedEvent, Settle)],
+        chunk: &[usize],
+        left: &dyn Fn(usize) -> Duration,
+        results: &mut [Option<Result<Outcome>>],
+    ) -> Option<Error> {
+        let mut pending = chunk.to_vec();
+        while !pending.is_empty() {
+            let limit = pending.iter().map(|&i| left(i)).min().unwrap_or_default();
+            // The chunk whole (the usual case) is a slice of the requests.
+            let appended = if pending.len() == chunk.len() {
+                self.append_chunk(&requests[chunk[0]..chunk[0] + chunk.len()], limit)
+            } else {
+                let batch: Vec<(OwnedEvent, Settle)> =
+                    pending.iter().map(|&i| requests[i].clone()).collect();
+                self.append_chunk(&batch, limit)
+            };
+            let error = match appended {
+                Ok(outcomes) => {
+                    for (&i, outcome) in pending.iter().zip(outcomes) {
+                        results[i] = Some(outcome);
+                    }
+                    return None;
+                }
+                Err(error) => error,
+            };
+            let full = matches!(error, Error::LogFull { .. });
+            let earliest = pending
+                .iter()
+                .copied()
+                .min_by_key(|&i| left(i))
+                .expect("pending");
+            let mut kept = Vec::with_capacity(pending.len());
+            for &i in &pending {
+                if full && i != earliest && !left(i).is_zero() {
+                    kept.push(i);
+                } else {
+                    let (event, settle) = &requests[i];
+                    self.settle(*settle, None, event);
+                    results[i] = Some(Err(error.clone()));
+                }
+            }
+            if kept.is_empty() {
+                return Some(error);
+            }
+            pending = kept;
+        }
+        None
     }
 
     /// Appends one batch (at most the ring's capacity), waiting for room in the log at
