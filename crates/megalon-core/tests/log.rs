@@ -139,6 +139,18 @@ fn a_host_that_never_replays_fills_the_log_and_is_named() {
     }
 }
 
+/// Creates keys on `busy` until the log is full (another host holds its head back).
+fn fill_the_log(busy: &Host) {
+    for i in 0..20u32 {
+        match busy.create(format!("k{i}").as_bytes(), b"v") {
+            Ok(()) => {}
+            Err(Error::LogFull { .. }) => return,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    panic!("the log never filled");
+}
+
 /// Two threads of one host append into a full log, the second half a wait limit after the
 /// first: the combiner takes the second's request only when the first's batch gives up,
 /// and the second must still answer within its own wait limit, counted from its call (it
@@ -151,18 +163,7 @@ fn an_append_queued_behind_a_batch_waiting_for_room_waits_at_most_its_limit() {
     let busy =
         Arc::new(Host::join(&pod, Join::As(0), HostOptions::new().wait_limit(LIMIT)).unwrap());
     let _idle = Host::join(&pod, Join::As(1), HostOptions::new().pump_interval(None)).unwrap();
-    let mut filled = false;
-    for i in 0..20u32 {
-        match busy.create(format!("k{i}").as_bytes(), b"v") {
-            Ok(()) => {}
-            Err(Error::LogFull { .. }) => {
-                filled = true;
-                break;
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
-    assert!(filled, "the log filled");
+    fill_the_log(&busy);
     let first = {
         let busy = Arc::clone(&busy);
         std::thread::spawn(move || busy.create(b"first", b"v"))
@@ -288,18 +289,7 @@ fn a_fresh_append_combined_with_one_at_its_deadline_still_waits_its_own_limit() 
     let busy =
         Arc::new(Host::join(&pod, Join::As(0), HostOptions::new().wait_limit(LIMIT)).unwrap());
     let idle = Host::join(&pod, Join::As(1), HostOptions::new().pump_interval(None)).unwrap();
-    let mut filled = false;
-    for i in 0..20u32 {
-        match busy.create(format!("k{i}").as_bytes(), b"v") {
-            Ok(()) => {}
-            Err(Error::LogFull { .. }) => {
-                filled = true;
-                break;
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
-    assert!(filled, "the log filled");
+    fill_the_log(&busy);
     let t0 = std::time::Instant::now();
     let spawn = |key: &'static [u8]| {
         let busy = Arc::clone(&busy);
@@ -341,18 +331,7 @@ fn without_combining_an_append_behind_one_waiting_for_room_waits_at_most_its_lim
     let options = HostOptions::new().wait_limit(LIMIT).flat_combining(false);
     let busy = Arc::new(Host::join(&pod, Join::As(0), options).unwrap());
     let _idle = Host::join(&pod, Join::As(1), HostOptions::new().pump_interval(None)).unwrap();
-    let mut filled = false;
-    for i in 0..20u32 {
-        match busy.create(format!("k{i}").as_bytes(), b"v") {
-            Ok(()) => {}
-            Err(Error::LogFull { .. }) => {
-                filled = true;
-                break;
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
-    assert!(filled, "the log filled");
+    fill_the_log(&busy);
     let first = {
         let busy = Arc::clone(&busy);
         std::thread::spawn(move || busy.create(b"first", b"v"))
