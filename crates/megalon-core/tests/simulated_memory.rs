@@ -701,34 +701,52 @@ fn a_dirty_line_evicted_with_an_older_write_back_in_flight_lands_last() {
 /// thread's writes in flight of the line: a thread that left out the fence after its
 /// non-temporal store was covered by a sibling's load of the line, as a sibling's fence
 /// covered it before `f5c32c8`.)
+/// A thread of `writer` stores `bytes` non-temporally at `at`; while it is alive (its
+/// store in flight), this thread runs `between`; then the other fences if `fence` says so,
+/// and ends. Returns what `between` returned.
+fn with_a_siblings_store<R: Send>(
+    writer: &Host,
+    at: u64,
+    bytes: &[u8],
+    fence: bool,
+    between: impl FnOnce() -> R,
+) -> R {
+    let (stored_tx, stored_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let handle = s.spawn(move || {
+            writer.memory().write_non_temporal(at, bytes);
+            stored_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            if fence {
+                writer.memory().fence();
+            }
+        });
+        stored_rx.recv().unwrap();
+        let result = between();
+        go_tx.send(()).unwrap();
+        handle.join().unwrap();
+        result
+    })
+}
+
 #[test]
 fn another_threads_load_does_not_complete_a_non_temporal_store() {
     let (pod, writer, _, slot) = unsettled_pair();
-    let (stored_tx, stored_rx) = std::sync::mpsc::channel();
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    std::thread::scope(|s| {
-        let writer = &writer;
-        s.spawn(move || {
-            writer.memory().write_non_temporal(slot, &[7; LINE]);
-            stored_tx.send(()).unwrap();
-            // Alive, unfenced, while the sibling loads the line.
-            let _ = done_rx.recv();
-        });
-        stored_rx.recv().unwrap();
-        let seen = read(writer, slot, 1);
-        let in_memory = memory_bytes(&pod, slot, 1);
-        done_tx.send(()).unwrap();
-        assert_eq!(
-            in_memory,
-            [0],
-            "the storing thread never fenced: still in flight after a sibling's load"
-        );
-        assert_eq!(
-            seen,
-            [0],
-            "a sibling's load does not see another core's buffer"
-        );
+    // The storing thread alive, unfenced, while this one loads the line.
+    let (seen, in_memory) = with_a_siblings_store(&writer, slot, &[7; LINE], false, || {
+        (read(&writer, slot, 1), memory_bytes(&pod, slot, 1))
     });
+    assert_eq!(
+        in_memory,
+        [0],
+        "the storing thread never fenced: still in flight after a sibling's load"
+    );
+    assert_eq!(
+        seen,
+        [0],
+        "a sibling's load does not see another core's buffer"
+    );
 }
 
 /// Once the storing thread fences, its non-temporal store is in memory, and a sibling that
@@ -737,20 +755,8 @@ fn another_threads_load_does_not_complete_a_non_temporal_store() {
 #[test]
 fn a_non_temporal_store_completed_later_invalidates_a_siblings_stale_line() {
     let (pod, writer, _, slot) = unsettled_pair();
-    let (stored_tx, stored_rx) = std::sync::mpsc::channel();
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-    std::thread::scope(|s| {
-        let writer = &writer;
-        let handle = s.spawn(move || {
-            writer.memory().write_non_temporal(slot, &[7; LINE]);
-            stored_tx.send(()).unwrap();
-            go_rx.recv().unwrap();
-            writer.memory().fence();
-        });
-        stored_rx.recv().unwrap();
-        let _ = read(writer, slot, 1);
-        go_tx.send(()).unwrap();
-        handle.join().unwrap();
+    with_a_siblings_store(&writer, slot, &[7; LINE], true, || {
+        let _ = read(&writer, slot, 1);
     });
     assert_eq!(memory_bytes(&pod, slot, 1), [7]);
     assert_eq!(read(&writer, slot, 1), [7]);
@@ -765,26 +771,16 @@ fn a_non_temporal_store_completed_later_invalidates_a_siblings_stale_line() {
 #[test]
 fn a_fence_leaves_another_threads_store_to_other_bytes_of_the_line_in_flight() {
     let (pod, writer, _, slot) = unsettled_pair();
-    let (stored_tx, stored_rx) = std::sync::mpsc::channel();
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    std::thread::scope(|s| {
-        let writer = &writer;
-        s.spawn(move || {
-            writer.memory().write_non_temporal(slot, &[7]);
-            stored_tx.send(()).unwrap();
-            let _ = done_rx.recv();
-        });
-        stored_rx.recv().unwrap();
+    let in_memory = with_a_siblings_store(&writer, slot, &[7], false, || {
         writer.memory().write_non_temporal(slot + 8, &[9]);
         writer.memory().fence();
-        let in_memory = memory_bytes(&pod, slot, 9);
-        done_tx.send(()).unwrap();
-        assert_eq!(in_memory[8], 9, "its own store, fenced");
-        assert_eq!(
-            in_memory[0], 0,
-            "the other thread's store to other bytes is still in flight"
-        );
+        memory_bytes(&pod, slot, 9)
     });
+    assert_eq!(in_memory[8], 9, "its own store, fenced");
+    assert_eq!(
+        in_memory[0], 0,
+        "the other thread's store to other bytes is still in flight"
+    );
 }
 
 /// A thread's non-temporal store to bytes 0..8 of a line is in
@@ -797,20 +793,8 @@ fn a_fence_leaves_another_threads_store_to_other_bytes_of_the_line_in_flight() {
 #[test]
 fn a_fenced_non_temporal_store_survives_a_siblings_dirty_copy_of_the_line() {
     let (pod, writer, _, slot) = unsettled_pair();
-    let (stored_tx, stored_rx) = std::sync::mpsc::channel();
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-    std::thread::scope(|s| {
-        let writer = &writer;
-        let handle = s.spawn(move || {
-            writer.memory().write_non_temporal(slot, &[7; 8]);
-            stored_tx.send(()).unwrap();
-            go_rx.recv().unwrap();
-            writer.memory().fence();
-        });
-        stored_rx.recv().unwrap();
+    with_a_siblings_store(&writer, slot, &[7; 8], true, || {
         writer.memory().write(slot + 8, &[9; 8]);
-        go_tx.send(()).unwrap();
-        handle.join().unwrap();
     });
     assert_eq!(memory_bytes(&pod, slot, 1), [7], "fenced");
     writer.memory().write_back(slot + 8, 8);
