@@ -732,9 +732,26 @@ impl Run {
         });
     }
 
-    /// What worker `incarnation` printed on stderr, for an error.
+    /// What worker `incarnation` printed on stderr, for an error. An empty one is said to
+    /// be, with the room left where it is written: a worker whose history write finds the
+    /// disk full panics, and its panic's message finds no room either.
     fn stderr_of(&self, incarnation: u32) -> String {
-        let text = std::fs::read_to_string(self.stderr_path(incarnation)).unwrap_or_default();
+        let path = self.stderr_path(incarnation);
+        let text = match std::fs::read(&path) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(error) => format!("(could not read {}: {error})", path.display()),
+        };
+        if text.trim().is_empty() {
+            let room = match free_bytes(self.dir.path()) {
+                Ok(bytes) => format!("{bytes} bytes"),
+                Err(error) => format!("unknown ({error})"),
+            };
+            return format!(
+                "(empty: the worker wrote nothing there, or could not; room left in {}, \
+                 where its history and stderr are: {room})",
+                self.dir.path().display()
+            );
+        }
         let tail: Vec<&str> = text.lines().rev().take(30).collect();
         tail.into_iter().rev().collect::<Vec<_>>().join("\n")
     }
@@ -994,6 +1011,20 @@ impl Drop for Run {
             let _ = worker.child.wait();
         }
     }
+}
+
+/// The bytes an unprivileged process may still write in the file system of `path`.
+fn free_bytes(path: &std::path::Path) -> std::io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    // SAFETY: an all-zero statvfs is a valid value of the plain C struct, filled below.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a NUL-terminated string and `stat` a writable statvfs, both live
+    // for the call.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(stat.f_bavail * stat.f_frsize)
 }
 
 /// Whether a worker's exit status says SIGKILL ended it.
