@@ -194,6 +194,63 @@ fn a_second_append_into_a_full_log_waits_at_most_its_limit(combining: bool) {
     );
 }
 
+/// Three hosts without pumps on a log of 8: every replica at `s`, b appends six entries,
+/// d reserves the next position (alive, slow) and a appends one after it. a's replay
+/// applies the six and waits for d's hole. What it applied is no longer its own: its
+/// `ltail` covers it while it waits, so the log has room for b (b's reservation waited
+/// the whole of its limit and answered `LogFull`, naming a at `s`, while a's replay
+/// waited: its `ltail` moved only when the replay ended).
+#[test]
+fn a_replay_waiting_for_a_hole_frees_the_log_it_applied() {
+    let wait = Duration::from_secs(3);
+    let pod = pod(small_config());
+    let options = |limit| {
+        HostOptions::new()
+            .pump_interval(None)
+            .flat_combining(false)
+            .wait_limit(limit)
+    };
+    let a: &'static Host = Box::leak(Box::new(
+        Host::join(&pod, Join::As(0), options(wait)).unwrap(),
+    ));
+    let b = Host::join(&pod, Join::As(1), options(wait / 6)).unwrap();
+    let d = Host::join(&pod, Join::As(2), options(wait)).unwrap();
+    // Each holds claimed slots, so that a create is one entry.
+    for (i, host) in [&b, a, &d].into_iter().enumerate() {
+        host.create(format!("warm-{i}").as_bytes(), b"v").unwrap();
+    }
+    for host in [a, &b, &d] {
+        host.replay().unwrap();
+    }
+    let s = a.inspect().applied_position();
+    let capacity = 8;
+    for i in 0..capacity - 2 {
+        b.create(format!("k{i}").as_bytes(), b"v").unwrap();
+    }
+    d.replay().unwrap();
+    let hole = d.inspect().reserve_unpublished(1).unwrap();
+    assert_eq!(hole, s + capacity - 2, "one entry a create");
+    let behind = std::thread::spawn(move || a.create(b"z", b"v"));
+    // Until a's replay has applied everything below the hole.
+    let deadline = std::time::Instant::now() + wait / 2;
+    while a.inspect().applied_position() < hole {
+        assert!(std::time::Instant::now() < deadline, "a's replay stalled");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let started = std::time::Instant::now();
+    let reserved = b.inspect().reserve_unpublished(1);
+    let took = started.elapsed();
+    assert!(
+        reserved.is_ok(),
+        "b's reservation, with a's replay past its entries: {reserved:?} after {took:?}"
+    );
+    assert!(
+        matches!(behind.join().unwrap(), Err(Error::ReplayStalled { .. })),
+        "a's create waits for d's hole"
+    );
+    std::mem::forget((b, d));
+}
+
 #[test]
 fn an_idle_host_with_a_pump_never_blocks_the_others() {
     let pod = pod(small_config());

@@ -131,6 +131,8 @@ impl Shared {
         let mut failure = None;
         let mut done = Replayed::default();
         let mut fenced = 0;
+        // What this replay last raised this life's `ltail` to.
+        let mut raised = start;
         'rounds: loop {
             let mut index = None;
             loop {
@@ -203,8 +205,20 @@ impl Shared {
                 // The replica covers this round now: a tail check of this host whose
                 // target it reaches need not wait on the replay lock for the rest of this
                 // replay (a wait for a hole, up to the wait limit). Release: pairs with
-                // the Acquire in `catch_up`, as in `finish_replay`.
+                // the Acquire in `catch_up` (this host's readers) and the SeqCst loads in
+                // `Log::advance_head` (appenders on every host).
                 self.replica.applied.store(position, Ordering::Release);
+                // And the log need not keep what it applied: nothing reads those entries
+                // again (this round's settles are done). Raised at the end of the replay
+                // only, the `ltail` held the head through a wait for a hole, and the log
+                // full for every host until the wait gave up.
+                //
+                // A CAS from what this life stored last: a host declared dead (paused past
+                // its lease) whose pump replays on must not move the `ltail` its recoverer
+                // released, nor the id's next life's (the head would pass that life's
+                // position). A check of the row before a store left a pause in between.
+                Log::raise_own_ltail(&self.pod, self.id, self.life, raised, position);
+                raised = position;
             }
             if failure.is_some() {
                 // What was applied before the failure is covered by `ctail` (above).
@@ -361,8 +375,8 @@ impl Shared {
         }
     }
 
-    /// After a replay applied `start..position`: its counts, and the applied position
-    /// published.
+    /// After a replay applied `start..position`: its counts (each of its rounds published
+    /// what it applied).
     fn finish_replay(&self, start: u64, position: u64, done: &Replayed) {
         if done.dropped > 0 {
             self.counters
@@ -373,14 +387,8 @@ impl Shared {
             self.with_counters(|c| c.add(Counter::CopiesInvalidated, done.copies_dropped));
         }
         if position > start {
-            // Release: pairs with the Acquire in `catch_up` (this host's readers) and the
-            // SeqCst loads in `Log::advance_head` (appenders on every host).
-            self.replica.applied.store(position, Ordering::Release);
-            // A CAS from what this life stored last: a host declared dead (paused past its
-            // lease) whose pump replays on must not move the `ltail` its recoverer
-            // released, nor the id's next life's (the head would pass that life's
-            // position). A check of the row before a store left a pause in between.
-            Log::raise_own_ltail(&self.pod, self.id, self.life, start, position);
+            // `applied` and the `ltail` cover `position`: each round that applied raised
+            // them.
             self.counters
                 .entries_replayed
                 .fetch_add(position - start, Ordering::Relaxed);
