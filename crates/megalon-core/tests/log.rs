@@ -251,6 +251,73 @@ fn a_replay_waiting_for_a_hole_frees_the_log_it_applied() {
     std::mem::forget((b, d));
 }
 
+/// Three hosts without pumps on a log of 8, every replica at `s`. a appends six entries
+/// and b reserves the next position (alive, slow); a thread of a appends after it, and its
+/// replay waits for b's hole, holding a's replay lock. The log is full: d has not replayed
+/// since `s`. A second thread of a appends and waits for room; d replays, and the room is
+/// there. The second thread takes it at once (its wait for room replayed on the lock the
+/// first held, and saw no room until the first gave up on the hole: 2.8 s later).
+#[test]
+fn an_append_waiting_for_room_sees_it_while_a_sibling_waits_for_a_hole() {
+    let wait = Duration::from_secs(3);
+    let pod = pod(small_config());
+    let options = HostOptions::new()
+        .pump_interval(None)
+        .flat_combining(false)
+        .wait_limit(wait);
+    let a: &'static Host = Box::leak(Box::new(
+        Host::join(&pod, Join::As(0), options.clone()).unwrap(),
+    ));
+    let b = Host::join(&pod, Join::As(1), options.clone()).unwrap();
+    let d = Host::join(&pod, Join::As(2), options).unwrap();
+    // Each holds claimed slots, so that a create is one entry.
+    for (i, host) in [&b, a, &d].into_iter().enumerate() {
+        host.create(format!("warm-{i}").as_bytes(), b"v").unwrap();
+    }
+    for host in [a, &b, &d] {
+        host.replay().unwrap();
+    }
+    let s = a.inspect().applied_position();
+    let capacity = 8;
+    for i in 0..capacity - 2 {
+        a.create(format!("k{i}").as_bytes(), b"v").unwrap();
+    }
+    let hole = b.inspect().reserve_unpublished(1).unwrap();
+    assert_eq!(hole, s + capacity - 2, "one entry a create");
+    let first = std::thread::spawn(move || a.create(b"first", b"v"));
+    let deadline = std::time::Instant::now() + wait / 4;
+    while a.inspect().log_cursors().2 < hole + 2 {
+        assert!(std::time::Instant::now() < deadline, "the first never appended");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    b.replay().unwrap();
+    let second = std::thread::spawn(move || a.create(b"second", b"v"));
+    std::thread::sleep(wait / 10);
+    assert_eq!(a.inspect().log_cursors().2, hole + 2, "the log is full");
+    let room = std::time::Instant::now();
+    d.replay().unwrap();
+    while a.inspect().log_cursors().2 < hole + 3 {
+        assert!(
+            room.elapsed() < wait,
+            "the second never took the room d's replay made"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let took = room.elapsed();
+    assert!(
+        took < wait / 5,
+        "the second took the room {took:?} after d's replay made it"
+    );
+    for thread in [first, second] {
+        let created = thread.join().unwrap();
+        assert!(
+            matches!(created, Err(Error::ReplayStalled { .. })),
+            "each waits for b's hole: {created:?}"
+        );
+    }
+    std::mem::forget((b, d));
+}
+
 #[test]
 fn an_idle_host_with_a_pump_never_blocks_the_others() {
     let pod = pod(small_config());

@@ -614,7 +614,14 @@ impl Shared {
                 if let Err(error) = self.serve_join_by(began.checked_add(limit)) {
                     self.background_error(error);
                 }
-                self.replay(None).map(drop)
+                // This host's own `ltail` may hold the head: replay. Unless another thread
+                // of this host replays (it holds the lock, maybe waiting for a hole up to
+                // its limit): its rounds raise the `ltail`, and a wait for its lock kept
+                // this append from seeing room another host made meanwhile.
+                match self.replica.replay.try_lock() {
+                    Some(state) => self.replay_locked(state, None).map(drop),
+                    None => Ok(()),
+                }
             },
         );
         let start = match start {
