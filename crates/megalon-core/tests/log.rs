@@ -287,7 +287,10 @@ fn an_append_waiting_for_room_sees_it_while_a_sibling_waits_for_a_hole() {
     let first = std::thread::spawn(move || a.create(b"first", b"v"));
     let deadline = std::time::Instant::now() + wait / 4;
     while a.inspect().log_cursors().2 < hole + 2 {
-        assert!(std::time::Instant::now() < deadline, "the first never appended");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first never appended"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     b.replay().unwrap();
