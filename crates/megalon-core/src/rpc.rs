@@ -1140,6 +1140,13 @@ mod tests {
 
     /// Long enough that a served request never meets it, even on a loaded machine.
     const WAIT_LIMIT: Duration = Duration::from_secs(5);
+
+    /// What the tests' recoveries answer for a request their dead server claimed, and
+    /// their servers for a request whose serving failed: a status no test request uses.
+    const GONE: Response = Response {
+        status: 99,
+        detail: 0,
+    };
     const MAX_KEY_BYTES: usize = 32;
     const PAYLOAD_BYTES: u64 = 200;
     /// The sender the tests' calls name.
@@ -1197,6 +1204,32 @@ mod tests {
         )
     }
 
+    /// A call of `(op, key)`, with no payload, from a sender whose memory is
+    /// `host_memory(pod, seed)`, on a thread of its own.
+    fn call_on_thread(
+        pod: &Arc<Pod>,
+        ring: &RingGeometry,
+        seed: u64,
+        (op, key): (u8, &'static [u8]),
+    ) -> std::thread::JoinHandle<Result<Response, u64>> {
+        let (pod, ring) = (Arc::clone(pod), ring.clone());
+        std::thread::spawn(move || {
+            let memory = host_memory(&pod, seed);
+            let mut buf = vec![0; ring.entry_bytes as usize];
+            call(&ring, &pod, &memory, &mut buf, (op, key, b""))
+        })
+    }
+
+    /// Waits until the state word of `ticket`'s entry is `word`; panics, naming `what`,
+    /// after [`WAIT_LIMIT`].
+    fn wait_for_state(pod: &Pod, ring: &RingGeometry, ticket: u64, word: u64, what: &str) {
+        let deadline = std::time::Instant::now() + WAIT_LIMIT;
+        while ring.state(pod, ticket).load(Ordering::SeqCst) != word {
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            std::thread::yield_now();
+        }
+    }
+
     /// Answers every request waiting in `ring` as the test server does (`answer`), one at
     /// a time; returns how many.
     fn serve_waiting(pod: &Pod, ring: &RingGeometry, memory: &Memory, buf: &mut [u8]) -> usize {
@@ -1208,6 +1241,42 @@ mod tests {
             served += 1;
         }
         served
+    }
+
+    /// Declares each seam of the ring's code: a thread-local hook, and the function the
+    /// ring calls there (its argument, a ticket or a position, names the spot for a
+    /// reader), which runs the calling thread's hook once.
+    macro_rules! seams {
+        ($($(#[$doc:meta])* $run:ident / $seam:ident;)*) => {$(
+            thread_local! {
+                $(#[$doc])*
+                static $seam: Seam = const { std::cell::RefCell::new(None) };
+            }
+            $(#[$doc])*
+            pub(super) fn $run(_at: u64) {
+                run_once(&$seam);
+            }
+        )*};
+    }
+
+    seams! {
+        /// Run once by `recover_sender` between its load of an entry's state and its
+        /// CAS (the window in which the ring's live server moves the entry on).
+        before_recovery_cas / BEFORE_RECOVERY_CAS;
+        /// Run once by `claim` between its load of a withdrawn state and its skip.
+        before_skip_store / BEFORE_SKIP_STORE;
+        /// Run once by `reserve` between its CAS of the entry's sender word and its CAS
+        /// of the tail.
+        before_tail_cas / BEFORE_TAIL_CAS;
+        /// Run once by `recover_server` between its load of a claimed state and its
+        /// write of the answer's header line.
+        before_server_answer / BEFORE_SERVER_ANSWER;
+        /// Run once by `call` between its wait's answer and its read of the response.
+        before_response_read / BEFORE_RESPONSE_READ;
+        /// Run once by `recover_server` between its move to answering and its header.
+        before_recovery_header / BEFORE_RECOVERY_HEADER;
+        /// Run once by `claim` between its CAS to claimed and its move of the head.
+        before_claim_pass / BEFORE_CLAIM_PASS;
     }
 
     /// A seam's hook, run once by the ring's code when a test has put one there.
@@ -1535,10 +1604,7 @@ mod tests {
     #[test]
     fn a_server_that_panics_answers_the_request_and_frees_the_entry() {
         let (pod, ring, sender, server) = sides(1);
-        let failed = Response {
-            status: 99,
-            detail: 0,
-        };
+        let failed = GONE;
         let responses = std::thread::scope(|scope| {
             let serving = scope.spawn(|| {
                 let mut buf = vec![0; ring.entry_bytes as usize];
@@ -1580,31 +1646,6 @@ mod tests {
 
     /// The sender the recovery tests let die.
     const DEAD: u64 = 2;
-
-    thread_local! {
-        /// Run once by `recover_sender` between its load of an entry's state and its CAS
-        /// (the window in which the ring's live server moves the entry on).
-        static BEFORE_RECOVERY_CAS: Seam =
-            const { std::cell::RefCell::new(None) };
-    }
-
-    thread_local! {
-        /// Run once by `claim` between its load of a withdrawn state and its skip.
-        static BEFORE_SKIP_STORE: Seam =
-            const { std::cell::RefCell::new(None) };
-    }
-
-    thread_local! {
-        /// Run once by `reserve` between its CAS of the entry's sender word and its CAS
-        /// of the tail.
-        static BEFORE_TAIL_CAS: Seam =
-            const { std::cell::RefCell::new(None) };
-    }
-
-    /// `reserve`'s seam: runs the calling thread's hook, once.
-    pub(super) fn before_tail_cas(_ticket: u64) {
-        run_once(&BEFORE_TAIL_CAS);
-    }
 
     /// A sender paused past its lease between its take of the entry's sender word and
     /// its CAS of the tail is recovered meanwhile (the tail not past its ticket: the word
@@ -1653,11 +1694,6 @@ mod tests {
         assert_eq!(next, Ok(answer(1, b"next", b"")));
     }
 
-    /// `claim`'s seam: runs the calling thread's hook, once.
-    pub(super) fn before_skip_store(_head: u64) {
-        run_once(&BEFORE_SKIP_STORE);
-    }
-
     /// A server paused past its lease in `claim`, between its load of a withdrawn request
     /// at its head and its skip, is recovered; the id's next life serves the ring on, a
     /// lap and more. The old server resumes: it must change no state word (the module's
@@ -1677,10 +1713,7 @@ mod tests {
             let (pod, ring) = (&in_hook, &ring_in_hook);
             // Recovered (nothing it claimed), then the next life serves, in the
             // sender's rounds: tickets 1, 2 and 3 (2 in the withdrawn one's entry).
-            let failed = Response {
-                status: 99,
-                detail: 0,
-            };
+            let failed = GONE;
             assert_eq!(ring.recover_server(pod, &host_memory(pod, 3), failed), 0);
             let (sender, next) = (host_memory(pod, 1), host_memory(pod, 4));
             let mut buf = vec![0; ring.entry_bytes as usize];
@@ -1719,11 +1752,6 @@ mod tests {
                 .map(|i| unpack(ring.state(&pod, i).load(Ordering::SeqCst)))
                 .collect::<Vec<_>>()
         );
-    }
-
-    /// `recover_sender`'s seam: runs the calling thread's hook, once.
-    pub(super) fn before_recovery_cas(_index: u64) {
-        run_once(&BEFORE_RECOVERY_CAS);
     }
 
     /// Recovery of a dead sender loads its published request; the live server claims and
@@ -1833,10 +1861,7 @@ mod tests {
         );
         // `claim`'s skip up to its free of the entry; the server dies before the head.
         ring.state(&pod, 0).store(pack(2, FREE), Ordering::Release);
-        let failed = Response {
-            status: 99,
-            detail: 0,
-        };
+        let failed = GONE;
         assert_eq!(ring.recover_server(&pod, &host_memory(&pod, 3), failed), 0);
         let next = next_call(&pod, &ring, &sender, &server);
         assert_eq!(next, Ok(answer(2, b"next", b"")));
@@ -2261,20 +2286,14 @@ mod tests {
                 .expect("frees its answer");
             ring.let_go(pod, ticket, DEAD);
             // A live sender (another host) calls and publishes on the next lap.
-            let (pod2, ring2) = (Arc::clone(pod), ring.clone());
-            *live_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
-                let memory = host_memory(&pod2, 1);
-                let mut buf = vec![0; ring2.entry_bytes as usize];
-                call(&ring2, &pod2, &memory, &mut buf, (2, b"live", b""))
-            }));
-            let deadline = std::time::Instant::now() + WAIT_LIMIT;
-            while ring.state(pod, ticket + 1).load(Ordering::SeqCst) != pack(ticket + 1, REQUEST) {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "the live call publishes"
-                );
-                std::thread::yield_now();
-            }
+            *live_in_hook.lock().unwrap() = Some(call_on_thread(pod, ring, 1, (2, b"live")));
+            wait_for_state(
+                pod,
+                ring,
+                ticket + 1,
+                pack(ticket + 1, REQUEST),
+                "the live call publishes",
+            );
         });
         ring.recover_sender(&pod, DEAD);
         let live = live.lock().unwrap().take().expect("the live sender");
@@ -2292,18 +2311,6 @@ mod tests {
     /// A call started in a hook, joined by the test.
     type LaterCall = Arc<std::sync::Mutex<Option<std::thread::JoinHandle<Result<Response, u64>>>>>;
 
-    thread_local! {
-        /// Run once by `recover_server` between its load of a claimed state and its
-        /// write of the answer's header line.
-        static BEFORE_SERVER_ANSWER: Seam =
-            const { std::cell::RefCell::new(None) };
-    }
-
-    /// `recover_server`'s seam: runs the calling thread's hook, once.
-    pub(super) fn before_server_answer(_ticket: u64) {
-        run_once(&BEFORE_SERVER_ANSWER);
-    }
-
     /// A server only paused between its claim and its answer is
     /// recovered; it resumes while `recover_server` is between its load of the claimed
     /// state and its write of the answer's header: it answers, its sender reads the
@@ -2314,19 +2321,9 @@ mod tests {
     #[test]
     fn a_servers_recovery_writes_no_header_over_a_live_request() {
         let (pod, ring, _sender, server) = sides(1);
-        let gone = Response {
-            status: 99,
-            detail: 0,
-        };
+        let gone = GONE;
         // The first call, claimed by the server that will be paused.
-        let first = {
-            let (pod, ring) = (Arc::clone(&pod), ring.clone());
-            std::thread::spawn(move || {
-                let memory = host_memory(&pod, 1);
-                let mut buf = vec![0; ring.entry_bytes as usize];
-                call(&ring, &pod, &memory, &mut buf, (1, b"first", b""))
-            })
-        };
+        let first = call_on_thread(&pod, &ring, 1, (1, b"first"));
         let claimed = claim_when_sent(&pod, &ring);
         let mut old_buf = vec![0; ring.entry_bytes as usize];
         ring.read(&server, claimed, &mut old_buf, &());
@@ -2339,25 +2336,10 @@ mod tests {
             // The paused server resumes and answers; its sender reads the answer.
             let answer_first = answer(1, b"first", b"");
             ring.respond(pod, &old_server, claimed, &mut old_buf, answer_first, &());
-            let deadline = std::time::Instant::now() + WAIT_LIMIT;
-            while ring.state(pod, 1).load(Ordering::SeqCst) != pack(1, FREE) {
-                assert!(std::time::Instant::now() < deadline, "the first call reads");
-                std::thread::yield_now();
-            }
+            wait_for_state(pod, ring, 1, pack(1, FREE), "the first call reads");
             // A live sender publishes on the entry's next lap.
-            let (pod2, ring2) = (Arc::clone(pod), ring.clone());
-            *second_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
-                let memory = host_memory(&pod2, 5);
-                let mut buf = vec![0; ring2.entry_bytes as usize];
-                call(&ring2, &pod2, &memory, &mut buf, (2, b"second", b""))
-            }));
-            while ring.state(pod, 1).load(Ordering::SeqCst) != pack(1, REQUEST) {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "the second call publishes"
-                );
-                std::thread::yield_now();
-            }
+            *second_in_hook.lock().unwrap() = Some(call_on_thread(pod, ring, 5, (2, b"second")));
+            wait_for_state(pod, ring, 1, pack(1, REQUEST), "the second call publishes");
         });
         ring.recover_server(&pod, &host_memory(&pod, 3), gone);
         assert_eq!(first.join().expect("first"), Ok(answer(1, b"first", b"")));
@@ -2379,17 +2361,6 @@ mod tests {
         );
         assert_eq!(second, Ok(answer(2, b"second", b"")));
     }
-    thread_local! {
-        /// Run once by `call` between its wait's answer and its read of the response.
-        static BEFORE_RESPONSE_READ: Seam =
-            const { std::cell::RefCell::new(None) };
-    }
-
-    /// `call`'s seam: runs the calling thread's hook, once.
-    pub(super) fn before_response_read(_ticket: u64) {
-        run_once(&BEFORE_RESPONSE_READ);
-    }
-
     /// A sender paused past its lease between the answer's state and its
     /// read of the answer's line is recovered (its answer freed), and a live sender
     /// publishes the entry's next lap. Resumed, it reads the live request's header: it
@@ -2404,20 +2375,8 @@ mod tests {
         set_seam(&BEFORE_RESPONSE_READ, move || {
             let (pod, ring) = (&in_hook, &ring_in_hook);
             assert_eq!(ring.recover_sender(pod, SENDER), 1);
-            let (pod2, ring2) = (Arc::clone(pod), ring.clone());
-            *live_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
-                let memory = host_memory(&pod2, 5);
-                let mut buf = vec![0; ring2.entry_bytes as usize];
-                call(&ring2, &pod2, &memory, &mut buf, (2, b"live", b""))
-            }));
-            let deadline = std::time::Instant::now() + WAIT_LIMIT;
-            while ring.state(pod, 1).load(Ordering::SeqCst) != pack(1, REQUEST) {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "the live call publishes"
-                );
-                std::thread::yield_now();
-            }
+            *live_in_hook.lock().unwrap() = Some(call_on_thread(pod, ring, 5, (2, b"live")));
+            wait_for_state(pod, ring, 1, pack(1, REQUEST), "the live call publishes");
         });
         let mut serving = vec![0; ring.entry_bytes as usize];
         let mut served = false;
@@ -2458,10 +2417,7 @@ mod tests {
     #[test]
     fn a_request_left_answering_is_answered_or_freed_by_the_next_recovery() {
         let (pod, ring, sender, server) = sides(1);
-        let gone = Response {
-            status: 99,
-            detail: 0,
-        };
+        let gone = GONE;
         let mut buf = vec![0; ring.entry_bytes as usize];
         let state = ring.state(&pod, 0);
         let limit = Duration::from_millis(20);
@@ -2501,17 +2457,6 @@ mod tests {
         );
     }
 
-    thread_local! {
-        /// Run once by `recover_server` between its move to answering and its header.
-        static BEFORE_RECOVERY_HEADER: Seam =
-            const { std::cell::RefCell::new(None) };
-    }
-
-    /// `recover_server`'s seam after its CAS to answering: runs the thread's hook, once.
-    pub(super) fn before_recovery_header(_ticket: u64) {
-        run_once(&BEFORE_RECOVERY_HEADER);
-    }
-
     /// a server's recoverer takes a claimed request for answering and is
     /// paused before its header; it is taken over, and a second recovery of the same
     /// server answers the request (answering is not the first recoverer's), its sender
@@ -2520,18 +2465,8 @@ mod tests {
     #[test]
     fn a_paused_recoverer_writes_no_header_over_a_live_request() {
         let (pod, ring, _sender, server) = sides(1);
-        let gone = Response {
-            status: 99,
-            detail: 0,
-        };
-        let first = {
-            let (pod, ring) = (Arc::clone(&pod), ring.clone());
-            std::thread::spawn(move || {
-                let memory = host_memory(&pod, 1);
-                let mut buf = vec![0; ring.entry_bytes as usize];
-                call(&ring, &pod, &memory, &mut buf, (1, b"first", b""))
-            })
-        };
+        let gone = GONE;
+        let first = call_on_thread(&pod, &ring, 1, (1, b"first"));
         // The dead server's claim.
         let _claimed = claim_when_sent(&pod, &ring);
         let second: LaterCall = Arc::default();
@@ -2541,24 +2476,9 @@ mod tests {
             let (pod, ring) = (&in_hook, &ring_in_hook);
             // The recoverer that took over does the whole recovery.
             assert_eq!(ring.recover_server(pod, &host_memory(pod, 6), gone), 1);
-            let deadline = std::time::Instant::now() + WAIT_LIMIT;
-            while ring.state(pod, 1).load(Ordering::SeqCst) != pack(1, FREE) {
-                assert!(std::time::Instant::now() < deadline, "the first call reads");
-                std::thread::yield_now();
-            }
-            let (pod2, ring2) = (Arc::clone(pod), ring.clone());
-            *second_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
-                let memory = host_memory(&pod2, 5);
-                let mut buf = vec![0; ring2.entry_bytes as usize];
-                call(&ring2, &pod2, &memory, &mut buf, (2, b"second", b""))
-            }));
-            while ring.state(pod, 1).load(Ordering::SeqCst) != pack(1, REQUEST) {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "the second call publishes"
-                );
-                std::thread::yield_now();
-            }
+            wait_for_state(pod, ring, 1, pack(1, FREE), "the first call reads");
+            *second_in_hook.lock().unwrap() = Some(call_on_thread(pod, ring, 5, (2, b"second")));
+            wait_for_state(pod, ring, 1, pack(1, REQUEST), "the second call publishes");
         });
         ring.recover_server(&pod, &host_memory(&pod, 3), gone);
         assert_eq!(first.join().expect("first"), Ok(gone));
@@ -2593,18 +2513,8 @@ mod tests {
     #[test]
     fn a_paused_recoverer_leaves_the_next_servers_claim_alone() {
         let (pod, ring, _sender, server) = sides(2);
-        let gone = Response {
-            status: 99,
-            detail: 0,
-        };
-        let first = {
-            let (pod, ring) = (Arc::clone(&pod), ring.clone());
-            std::thread::spawn(move || {
-                let memory = host_memory(&pod, 1);
-                let mut buf = vec![0; ring.entry_bytes as usize];
-                call(&ring, &pod, &memory, &mut buf, (1, b"first", b""))
-            })
-        };
+        let gone = GONE;
+        let first = call_on_thread(&pod, &ring, 1, (1, b"first"));
         // The dead server's claim of ticket 0 (the head at 1).
         let _claimed = claim_when_sent(&pod, &ring);
         let second: LaterCall = Arc::default();
@@ -2619,18 +2529,9 @@ mod tests {
             let (pod, ring) = (&in_hook, &ring_in_hook);
             // The recoverer that took over does the whole recovery.
             assert_eq!(ring.recover_server(pod, &host_memory(pod, 6), gone), 1);
-            let deadline = std::time::Instant::now() + WAIT_LIMIT;
-            while ring.state(pod, 0).load(Ordering::SeqCst) != pack(2, FREE) {
-                assert!(std::time::Instant::now() < deadline, "the first call reads");
-                std::thread::yield_now();
-            }
+            wait_for_state(pod, ring, 0, pack(2, FREE), "the first call reads");
             // The id's next life serves; a live sender calls; it is claimed.
-            let (pod2, ring2) = (Arc::clone(pod), ring.clone());
-            *second_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
-                let memory = host_memory(&pod2, 5);
-                let mut buf = vec![0; ring2.entry_bytes as usize];
-                call(&ring2, &pod2, &memory, &mut buf, (2, b"second", b""))
-            }));
+            *second_in_hook.lock().unwrap() = Some(call_on_thread(pod, ring, 5, (2, b"second")));
             *claim_in_hook.lock().unwrap() = Some(claim_when_sent(pod, ring));
         });
         ring.recover_server(&pod, &host_memory(&pod, 3), gone);
@@ -2675,10 +2576,7 @@ mod tests {
             (Arc::clone(&pod), ring.clone(), Arc::clone(&live));
         set_seam(&BEFORE_SKIP_STORE, move || {
             let (pod, ring) = (&in_hook, &ring_in_hook);
-            let failed = Response {
-                status: 99,
-                detail: 0,
-            };
+            let failed = GONE;
             assert_eq!(ring.recover_server(pod, &host_memory(pod, 3), failed), 0);
             let (sender, next) = (host_memory(pod, 1), host_memory(pod, 4));
             let mut buf = vec![0; ring.entry_bytes as usize];
@@ -2706,14 +2604,7 @@ mod tests {
                     &mut || ControlFlow::Continue(()),
                 )
             }));
-            let deadline = std::time::Instant::now() + WAIT_LIMIT;
-            while ring.state(pod, 4).load(Ordering::SeqCst) != pack(4, REQUEST) {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "the live call publishes"
-                );
-                std::thread::yield_now();
-            }
+            wait_for_state(pod, ring, 4, pack(4, REQUEST), "the live call publishes");
         });
         // The old server, in its claim: paused at the skip (the hook), then resumed; it
         // is killed after `claim` returns (whatever it claimed is never answered).
@@ -2732,17 +2623,6 @@ mod tests {
         );
     }
 
-    thread_local! {
-        /// Run once by `claim` between its CAS to claimed and its move of the head.
-        static BEFORE_CLAIM_PASS: Seam =
-            const { std::cell::RefCell::new(None) };
-    }
-
-    /// `claim`'s seam after its CAS to claimed, before its `pass`: runs the hook, once.
-    pub(super) fn before_claim_pass(_head: u64) {
-        run_once(&BEFORE_CLAIM_PASS);
-    }
-
     /// A recoverer of the id's previous life is paused at its
     /// first claimed entry (head loaded: 1) and taken over; the take-over settles
     /// everything; the id's next life serves and claims the request at ticket 1, the
@@ -2754,18 +2634,8 @@ mod tests {
     #[test]
     fn a_paused_recoverer_leaves_a_claim_alone_before_its_servers_pass() {
         let (pod, ring, _sender, server) = sides(2);
-        let gone = Response {
-            status: 99,
-            detail: 0,
-        };
-        let first = {
-            let (pod, ring) = (Arc::clone(&pod), ring.clone());
-            std::thread::spawn(move || {
-                let memory = host_memory(&pod, 1);
-                let mut buf = vec![0; ring.entry_bytes as usize];
-                call(&ring, &pod, &memory, &mut buf, (1, b"first", b""))
-            })
-        };
+        let gone = GONE;
+        let first = call_on_thread(&pod, &ring, 1, (1, b"first"));
         // The dead (previous life's) server's claim of ticket 0 (the head at 1).
         let _claimed = claim_when_sent(&pod, &ring);
         let second: LaterCall = Arc::default();
@@ -2782,18 +2652,9 @@ mod tests {
             let (pod, ring) = (&in_hook, &ring_in_hook);
             // The recoverer that took over does the whole recovery.
             assert_eq!(ring.recover_server(pod, &host_memory(pod, 6), gone), 1);
-            let deadline = std::time::Instant::now() + WAIT_LIMIT;
-            while ring.state(pod, 0).load(Ordering::SeqCst) != pack(2, FREE) {
-                assert!(std::time::Instant::now() < deadline, "the first call reads");
-                std::thread::yield_now();
-            }
+            wait_for_state(pod, ring, 0, pack(2, FREE), "the first call reads");
             // A live sender calls (ticket 1).
-            let (pod2, ring2) = (Arc::clone(pod), ring.clone());
-            *second_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
-                let memory = host_memory(&pod2, 5);
-                let mut buf = vec![0; ring2.entry_bytes as usize];
-                call(&ring2, &pod2, &memory, &mut buf, (2, b"second", b""))
-            }));
+            *second_in_hook.lock().unwrap() = Some(call_on_thread(pod, ring, 5, (2, b"second")));
             // The id's next life claims it and is paused before its pass.
             let (pod3, ring3) = (Arc::clone(pod), ring.clone());
             let (claimed_tx, claimed_rx) = std::sync::mpsc::channel::<()>();
@@ -2802,11 +2663,7 @@ mod tests {
                     claimed_tx.send(()).unwrap();
                     go_rx.recv().unwrap();
                 });
-                let deadline = std::time::Instant::now() + WAIT_LIMIT;
-                while ring3.state(&pod3, 1).load(Ordering::SeqCst) != pack(1, REQUEST) {
-                    assert!(std::time::Instant::now() < deadline, "the second call");
-                    std::thread::yield_now();
-                }
+                wait_for_state(&pod3, &ring3, 1, pack(1, REQUEST), "the second call");
                 // (None: the head was moved under its claim, the recoverer answers.)
                 let Some(claimed) = ring3.claim(&pod3, &()) else {
                     return false;
