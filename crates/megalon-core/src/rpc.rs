@@ -505,6 +505,7 @@ impl RingGeometry {
                     // settled nothing. The ticket is its own now, and nobody else's to
                     // settle: it withdraws it (the server skips it) and sends nothing. (A
                     // CAS from the free state: settled since, it is left as it is.)
+                    tally.scr_atomics(1);
                     if word.load(Ordering::SeqCst) != sender {
                         let _ = self.state(pod, ticket).compare_exchange(
                             state,
@@ -842,7 +843,6 @@ impl RingGeometry {
         memory.write_non_temporal(entry, header);
         memory.fence();
         tally.lines_written_back(1);
-        tally.scr_atomics(1);
         // Release: the response line reached memory before the sender can see it; pairs
         // with the sender's Acquire load in `call`. A sender that gave up (abandoned) reads
         // nothing: the entry is free for the next lap at once.
@@ -1436,12 +1436,53 @@ mod tests {
         assert_eq!(seen, sent);
         // Each request's lines written back (the header and a line of key; the header
         // and four lines of key and payload; the header and a line), each response's
-        // header line invalidated; at least six SCR atomics a call (reserve: two loads
-        // and a CAS; publish; look at the state; free).
+        // header line invalidated; at least nine SCR accesses a call (reserve: two loads,
+        // two CASes and a load; publish; a poll; free and let go).
         assert_eq!(counts.lines_written_back.get(), 2 + 5 + 2);
         assert_eq!(counts.lines_invalidated.get(), 3);
-        assert!(counts.scr_atomics.get() >= 3 * 6);
+        assert!(counts.scr_atomics.get() >= 3 * 9);
         assert!(!ring.pending(&pod));
+    }
+
+    /// A call whose request its own wait serves (as a host serves its own ring), so that
+    /// its polls are known: each SCR access of each side counted once. The sender: the
+    /// tail and the entry's state loaded, the sender word and the tail taken by CAS, the
+    /// word looked at again, the publish, two polls (the request, then the response), the
+    /// free and the word let go: 10. The server: the head and the state loaded, the claim
+    /// and the head's pass by CAS, the state looked at again before the answer, and its
+    /// publish: 6. (The answer counted one access too many and the sender's second look
+    /// at its word none: 9 and 7.)
+    #[test]
+    fn each_scr_access_of_a_call_and_of_its_serving_is_counted_once() {
+        let (pod, ring, sender, server) = sides(2);
+        let (sent, served) = (Counts::default(), Counts::default());
+        let mut buf = vec![0; ring.entry_bytes as usize];
+        let mut serving = vec![0; ring.entry_bytes as usize];
+        let response = ring.call(
+            &pod,
+            &sender,
+            SENDER,
+            &mut buf,
+            1,
+            b"key",
+            b"",
+            WAIT_LIMIT,
+            &sent,
+            &mut || {
+                if let Some(claimed) = ring.claim(&pod, &served) {
+                    let request = ring.read(&server, claimed, &mut serving, &served);
+                    let response = answer(request.op, &serving[request.key.clone()], b"");
+                    ring.respond(&pod, &server, claimed, &mut serving, response, &served);
+                }
+                ControlFlow::Continue(())
+            },
+        );
+        assert_eq!(response, Ok(answer(1, b"key", b"")));
+        assert_eq!(
+            (sent.scr_atomics.get(), served.scr_atomics.get()),
+            (10, 6),
+            "(sender, server)"
+        );
     }
 
     #[test]
