@@ -590,36 +590,36 @@ fn fill_records(b: &Host) {
     assert_eq!(b.inspect().records_in_use(), (records, records));
 }
 
-/// A deallocation (`make_read_shared`, the reclaimer) looks the object's record up, then
-/// locks it: between the two, the record was deallocated by another host and allocated
-/// to another object. Its lock then succeeded on the other object's record and it told
-/// its release hook that `y` loses that record, locked ("no write can start on it until
-/// the hook returns"), while `y` had no lock at all: a write of `y` went through inside
-/// the hook. (The dealloc event itself was ignored by replay, so the core stayed
-/// consistent; the page cache's hook, which writes a dirty page back and clears the
-/// record's dirty bit, would write `y`'s old slot, now another page's, to `y`'s offset,
-/// and clear the other page's dirty bit: its write never reached the file.) Holding the
-/// lock, a deallocation now checks that the object still has the record.
-#[test]
-fn a_deallocation_on_a_stale_lookup_tells_the_hook_only_of_the_objects_own_record() {
+/// What a release hook heard: the key, the record, that record's owner then, and
+/// whether a write of `y` inside the hook went through.
+type Heard = (Vec<u8>, u32, Option<Vec<u8>>, bool);
+
+/// The scene of a release on a stale lookup: host b creates and writes `y` and fills the
+/// record array; host d (whose release hook notes what it hears, and, if
+/// `write_y_in_hook`, tries a write of `y` on b inside the hook) runs `release` of `y`.
+/// Right after d's tail check read `ctail`, b makes `y` read-shared and writes `q`, which
+/// takes `y`'s old record. Returns `release`'s answer, what the hook heard, and b and d.
+fn release_on_a_stale_lookup<T>(
+    write_y_in_hook: bool,
+    release: impl FnOnce(&'static Host) -> T,
+) -> (T, Vec<Heard>, &'static Host, &'static Host) {
     let pod = pod(32, 4096);
-    static B: std::sync::OnceLock<&'static Host> = std::sync::OnceLock::new();
-    type Call = (Vec<u8>, u32, Option<Vec<u8>>, bool);
-    let calls: Arc<std::sync::Mutex<Vec<Call>>> = Arc::default();
+    let b_for_hook: Arc<std::sync::OnceLock<&'static Host>> = Arc::default();
+    let heard: Arc<std::sync::Mutex<Vec<Heard>>> = Arc::default();
     let hook = {
-        let calls = Arc::clone(&calls);
+        let (heard, b) = (Arc::clone(&heard), Arc::clone(&b_for_hook));
         megalon_core::ReleaseHook::new(move |releasing: &megalon_core::Releasing<'_>| {
             let (key, record) = (releasing.key().to_vec(), releasing.record());
-            let b = B.get().expect("b joined");
+            let b = b.get().expect("b joined");
             let owner = b.record_owner(record).unwrap();
-            let wrote = key == b"y" && b.write(b"y", &value(9)).is_ok();
-            calls.lock().unwrap().push((key, record, owner, wrote));
+            let wrote = write_y_in_hook && key == b"y" && b.write(b"y", &value(9)).is_ok();
+            heard.lock().unwrap().push((key, record, owner, wrote));
             true
         })
     };
     let d = leak(&pod, 0, options().release_hook(hook));
     let b = leak(&pod, 1, options());
-    B.set(b).unwrap();
+    b_for_hook.set(b).unwrap();
     b.create(b"y", &value(0)).unwrap();
     b.write(b"y", &value(1)).unwrap();
     let record_y = b.lookup(b"y").unwrap().unwrap().record.unwrap();
@@ -641,13 +641,16 @@ fn a_deallocation_on_a_stale_lookup_tells_the_hook_only_of_the_objects_own_recor
                 );
             }
         },
-        || d.make_read_shared(b"y"),
+        || release(d),
     );
-    assert!(
-        matches!(answer, Ok(false)),
-        "nothing to deallocate: {answer:?}"
-    );
-    for (key, record, owner, wrote) in calls.lock().unwrap().iter() {
+    let heard = std::mem::take(&mut *heard.lock().unwrap());
+    (answer, heard, b, d)
+}
+
+/// Checks that every release the hook heard of was of the record's owner, then that no
+/// record is left locked and `q` reads what b wrote.
+fn heard_only_own_records(heard: &[Heard], b: &Host, d: &Host) {
+    for (key, record, owner, wrote) in heard {
         assert_eq!(
             owner.as_deref(),
             Some(key.as_slice()),
@@ -663,6 +666,26 @@ fn a_deallocation_on_a_stale_lookup_tells_the_hook_only_of_the_objects_own_recor
     assert_eq!(read(d, b"q"), value(5));
 }
 
+/// A deallocation (`make_read_shared`, the reclaimer) looks the object's record up, then
+/// locks it: between the two, the record was deallocated by another host and allocated
+/// to another object. Its lock then succeeded on the other object's record and it told
+/// its release hook that `y` loses that record, locked ("no write can start on it until
+/// the hook returns"), while `y` had no lock at all: a write of `y` went through inside
+/// the hook. (The dealloc event itself was ignored by replay, so the core stayed
+/// consistent; the page cache's hook, which writes a dirty page back and clears the
+/// record's dirty bit, would write `y`'s old slot, now another page's, to `y`'s offset,
+/// and clear the other page's dirty bit: its write never reached the file.) Holding the
+/// lock, a deallocation now checks that the object still has the record.
+#[test]
+fn a_deallocation_on_a_stale_lookup_tells_the_hook_only_of_the_objects_own_record() {
+    let (answer, heard, b, d) = release_on_a_stale_lookup(true, |d| d.make_read_shared(b"y"));
+    assert!(
+        matches!(answer, Ok(false)),
+        "nothing to deallocate: {answer:?}"
+    );
+    heard_only_own_records(&heard, b, d);
+}
+
 /// The same window for a delete (`lock_for_delete`): it looks `y`'s record up, then locks
 /// it; between the two, another host deallocated `y` and gave the record to `q`. Holding
 /// the lock, the delete checks that no event about `y` was applied since its lookup
@@ -671,59 +694,9 @@ fn a_deallocation_on_a_stale_lookup_tells_the_hook_only_of_the_objects_own_recor
 /// and the delete starts over on the read-shared `y`).
 #[test]
 fn a_delete_on_a_stale_lookup_tells_the_hook_only_of_the_objects_own_record() {
-    let pod = pod(32, 4096);
-    static B: std::sync::OnceLock<&'static Host> = std::sync::OnceLock::new();
-    type Call = (Vec<u8>, u32, Option<Vec<u8>>);
-    let calls: Arc<std::sync::Mutex<Vec<Call>>> = Arc::default();
-    let hook = {
-        let calls = Arc::clone(&calls);
-        megalon_core::ReleaseHook::new(move |releasing: &megalon_core::Releasing<'_>| {
-            let (key, record) = (releasing.key().to_vec(), releasing.record());
-            let owner = B.get().expect("b joined").record_owner(record).unwrap();
-            calls.lock().unwrap().push((key, record, owner));
-            true
-        })
-    };
-    let d = leak(&pod, 0, options().release_hook(hook));
-    let b = leak(&pod, 1, options());
-    B.set(b).unwrap();
-    b.create(b"y", &value(0)).unwrap();
-    b.write(b"y", &value(1)).unwrap();
-    let record_y = b.lookup(b"y").unwrap().unwrap().record.unwrap();
-    fill_records(b);
-    assert_eq!(d.lookup(b"y").unwrap().unwrap().record, Some(record_y));
-    // An entry for d's next catch-up to apply, so that its replay reaches the point.
-    b.create(b"q", &value(4)).unwrap();
-    let mut once = true;
-    let answer = chaos::with_hook(
-        move |point| {
-            // d's tail check has read `ctail`: what b does now, d's lookup does not see.
-            if point == Point::ReplayBeforeCtail && std::mem::take(&mut once) {
-                assert!(b.make_read_shared(b"y").unwrap());
-                b.write(b"q", &value(5)).unwrap();
-                assert_eq!(
-                    b.lookup(b"q").unwrap().unwrap().record,
-                    Some(record_y),
-                    "q has y's old record"
-                );
-            }
-        },
-        || d.delete(b"y"),
-    );
+    let (answer, heard, b, d) = release_on_a_stale_lookup(false, |d| d.delete(b"y"));
     assert!(answer.is_ok(), "y deleted: {answer:?}");
-    for (key, record, owner) in calls.lock().unwrap().iter() {
-        assert_eq!(
-            owner.as_deref(),
-            Some(key.as_slice()),
-            "the hook heard that {:?} loses record {record}, whose owner is {:?}",
-            String::from_utf8_lossy(key),
-            owner
-                .as_ref()
-                .map(|o| String::from_utf8_lossy(o).into_owned()),
-        );
-    }
-    assert!(b.inspect().record_census().locked.is_empty());
-    assert_eq!(read(d, b"q"), value(5));
+    heard_only_own_records(&heard, b, d);
     assert!(d.lookup(b"y").unwrap().is_none());
 }
 
