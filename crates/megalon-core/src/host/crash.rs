@@ -1223,9 +1223,6 @@ impl Shared {
         (self.live_announces_of(dead, record) == live).then_some(claim)
     }
 
-    /// Whether this host still recovers with `intent` set: it has not been declared dead
-    /// (`Err`: condemned, or its death applied), holds the recovery word in its life, and the record under recovery is
-    /// still its own.
     /// Whether this host still recovers `dead`: it is alive, holds the recovery word, and
     /// the dead life still holds its row (nobody finished its recovery meanwhile).
     fn still_recovering(&self, dead: &Dead) -> Result<bool> {
@@ -1250,6 +1247,9 @@ impl Shared {
         self.still_the_recoverer(intent)
     }
 
+    /// Whether this host still recovers with `intent` set: it has not been declared dead
+    /// (`Err`: condemned, or its death applied), holds the recovery word in its life, and
+    /// the record under recovery is still its own.
     fn still_the_recoverer(&self, intent: &Intent<'_>) -> Result<bool> {
         self.holds_its_row()?;
         self.catch_up()?;
