@@ -333,6 +333,14 @@ impl Shared {
         }
         // A server declared dead (paused past its lease) takes no mailbox.
         self.holds_its_row()?;
+        // Its snapshot is taken holding the replay lock. Taken now, or this host does
+        // not serve: another thread of it holds the lock (a replay waiting for a hole,
+        // up to its wait limit), and a server that took the mailbox and then waited for
+        // the lock kept every other host from serving, while the joiner's `ltail` held
+        // the log's head (full for every host).
+        let Some(replaying) = self.replica.replay.try_lock() else {
+            return Ok(());
+        };
         let me = server_word(self.id, self.life);
         if mailbox
             .server
@@ -341,7 +349,7 @@ impl Shared {
         {
             return Ok(());
         }
-        let sent = self.send_snapshot(&mailbox, request, deadline);
+        let sent = self.send_snapshot(&mailbox, request, deadline, replaying);
         // Only while the mailbox is still this server's, and this server alive: one taken
         // for dead and recovered meanwhile may find its joiner served by another (its
         // joiner cleared `server`), whose `ready` holds the same session. (The joiner
@@ -358,6 +366,7 @@ impl Shared {
         mailbox: &Mailbox<'_>,
         request: u64,
         deadline: Option<std::time::Instant>,
+        replaying: crate::sync::MutexGuard<'_, crate::replica::ReplayState>,
     ) -> Result<()> {
         let (joiner, joiner_life) = session_of(request);
         mailbox.chunk.store(0, Ordering::SeqCst);
@@ -367,7 +376,7 @@ impl Shared {
             mailbox.request.load(Ordering::SeqCst) != request || session_gone(&self.pod, request)
         };
         let bytes = {
-            let _replaying = self.replica.replay.lock();
+            let _replaying = replaying;
             // Holding the replay lock: our `ltail` is `applied`, and holds the head.
             let position = self.replica.applied.load(Ordering::Acquire);
             let snapshot = self

@@ -701,3 +701,85 @@ fn a_dead_servers_late_pin_and_mailbox_words_leave_its_joiners_next_session_alon
 fn a_dead_servers_pin_after_its_joiner_joined_does_not_hold_the_head() {
     a_dead_servers_late_pin(Resumes::WhenItsJoinerHasJoined);
 }
+
+// Found by a review of the append's wait for room (2026-11-30).
+
+/// Three hosts without pumps on a log of 16, every replica and the head at `s`, and a
+/// late joiner j waiting to be served (its `ltail` holds the head at `s`). a appends up
+/// to a hole b leaves (alive, slow); a thread of a appends after it, and its replay
+/// waits for the hole, holding a's replay lock. A second thread of a appends into the
+/// full log, and its wait for room serves j, whose snapshot needs the lock the first
+/// holds. d, whose replay lock is free, serves j as its pump would: the joiner must be
+/// d's to serve (the second took the mailbox, then waited on the lock until the first
+/// gave up on the hole, 3 s, and nobody else could serve j, whose `ltail` held the log
+/// full for every host meanwhile).
+#[test]
+fn an_append_waiting_for_room_leaves_a_joiner_to_a_host_that_can_serve_it() {
+    let wait = Duration::from_secs(3);
+    let capacity = 16;
+    let config = small_config()
+        .log_capacity_entries(capacity)
+        .lease_ms(10_000);
+    let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
+    let options = || unpumped(wait).flat_combining(false);
+    let a: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(0), options()).unwrap()));
+    let b = Host::join(&pod, Join::As(1), options()).unwrap();
+    let d = Host::join(&pod, Join::As(2), options()).unwrap();
+    // Each holds claimed slots, so that a create is one entry; and the log recycles (a
+    // join is late).
+    for (i, host) in [&b, &d].into_iter().enumerate() {
+        host.create(&[b'w', i as u8], &value(0)).unwrap();
+    }
+    for i in 0..2 * capacity as u8 {
+        a.create(&[b'r', i], &value(i)).unwrap();
+        a.delete(&[b'r', i]).unwrap();
+        b.replay().unwrap();
+        d.replay().unwrap();
+    }
+    a.replay().unwrap();
+    let s = a.inspect().applied_position();
+    let (head, _) = a.shared.log.advance_head(&pod, &a.shared.chaos);
+    assert_eq!(head, s, "every replica at s");
+    let joiner = {
+        let pod = Arc::clone(&pod);
+        std::thread::spawn(move || Host::join(&pod, Join::As(3), unpumped(wait)))
+    };
+    let mb = mailbox(&pod);
+    wait_for("the joiner's request", || {
+        mb.request.load(Ordering::SeqCst) != 0
+    });
+    let request = mb.request.load(Ordering::SeqCst);
+    for i in 0..capacity - 2 {
+        a.create(&[b'k', i as u8], &value(1)).unwrap();
+    }
+    let hole = b.inspect().reserve_unpublished(1).unwrap();
+    assert_eq!(hole, s + capacity - 2, "one entry a create");
+    b.replay().unwrap();
+    let first = std::thread::spawn(move || a.create(b"first", &value(2)));
+    wait_for("the first appended", || {
+        a.inspect().log_cursors().2 == hole + 2
+    });
+    let second = std::thread::spawn(move || a.create(b"second", &value(3)));
+    std::thread::sleep(wait / 10);
+    assert_eq!(a.inspect().log_cursors().2, hole + 2, "the log is full");
+    let started = Instant::now();
+    let deadline = started + wait / 4;
+    while mb.ready.load(Ordering::SeqCst) != request && Instant::now() < deadline {
+        // As d's pump does each round.
+        d.shared.serve_join().unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let took = started.elapsed();
+    assert_eq!(
+        mb.ready.load(Ordering::SeqCst),
+        request,
+        "the joiner was not served {took:?} after d began to serve"
+    );
+    let created = first.join().unwrap();
+    assert!(
+        matches!(created, Err(Error::ReplayStalled { .. })),
+        "the first waits for b's hole: {created:?}"
+    );
+    let _ = (second.join().unwrap(), joiner.join().unwrap());
+    std::mem::forget((b, d));
+}
