@@ -321,6 +321,75 @@ fn an_append_waiting_for_room_sees_it_while_a_sibling_waits_for_a_hole() {
     std::mem::forget((b, d));
 }
 
+/// a_replay_waiting_for_a_hole_frees_the_log_it_applied, on: with a's replay past its
+/// entries and waiting for d's hole, b appends a lap over them; d dies and a's wait
+/// fills its hole. a's replay goes on from the hole, never back over what the ring
+/// wrote over: its create is confirmed, and its replica is b's.
+#[test]
+fn a_replay_that_freed_the_log_it_applied_goes_on_past_the_lap_written_over_it() {
+    let wait = Duration::from_secs(3);
+    let pod = pod(small_config().lease_ms(100));
+    let options = HostOptions::new()
+        .pump_interval(None)
+        .flat_combining(false)
+        .wait_limit(wait);
+    let a: &'static Host = Box::leak(Box::new(
+        Host::join(&pod, Join::As(0), options.clone()).unwrap(),
+    ));
+    let b: &'static Host = Box::leak(Box::new(
+        Host::join(&pod, Join::As(1), options.clone()).unwrap(),
+    ));
+    let d = Host::join(&pod, Join::As(2), options).unwrap();
+    for (i, host) in [b, a, &d].into_iter().enumerate() {
+        host.create(format!("warm-{i}").as_bytes(), b"v").unwrap();
+    }
+    for host in [a, b, &d] {
+        host.replay().unwrap();
+    }
+    let s = a.inspect().applied_position();
+    let capacity = 8;
+    for i in 0..capacity - 2 {
+        b.create(format!("k{i}").as_bytes(), b"v").unwrap();
+    }
+    d.replay().unwrap();
+    let hole = d.inspect().reserve_unpublished(1).unwrap();
+    assert_eq!(hole, s + capacity - 2, "one entry a create");
+    let behind = std::thread::spawn(move || a.create(b"z", b"v"));
+    let deadline = std::time::Instant::now() + wait / 2;
+    while a.inspect().applied_position() < hole {
+        assert!(std::time::Instant::now() < deadline, "a's replay stalled");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    b.replay().unwrap();
+    // A lap over what a applied (z's is the one entry between), each create waiting
+    // for d's hole once it is published.
+    let lap: Vec<_> = (0..capacity - 2)
+        .map(|i| std::thread::spawn(move || b.create(format!("l{i}").as_bytes(), b"v")))
+        .collect();
+    while b.inspect().log_cursors().2 < hole + capacity {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "b's lap never appended"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // d dies: the waits fill its hole.
+    megalon_core::inspect::crash(d);
+    let created = behind.join().unwrap();
+    assert!(matches!(created, Ok(())), "a's create: {created:?}");
+    for thread in lap {
+        let created = thread.join().unwrap();
+        assert!(matches!(created, Ok(())), "b's create: {created:?}");
+    }
+    let (at_a, at_b) = (a.replay().unwrap(), b.replay().unwrap());
+    assert_eq!(at_a, hole + capacity);
+    assert_eq!(at_a, at_b);
+    assert_eq!(
+        a.inspect().replica_snapshot(),
+        b.inspect().replica_snapshot()
+    );
+}
+
 #[test]
 fn an_idle_host_with_a_pump_never_blocks_the_others() {
     let pod = pod(small_config());
