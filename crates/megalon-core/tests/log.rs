@@ -194,6 +194,63 @@ fn a_second_append_into_a_full_log_waits_at_most_its_limit(combining: bool) {
     );
 }
 
+/// The log's capacity in `small_config`.
+const CAPACITY: u64 = 8;
+
+/// Hosts 0, 1 and 2 (a, b and d) of `pod`, without pumps or flat combining, each waiting
+/// at most `wait`, but b `b_wait`. Each holds claimed slots, so that a create is one
+/// entry. Returns them and the position every replica is at.
+fn three_unpumped(
+    pod: &Arc<Pod>,
+    wait: Duration,
+    b_wait: Duration,
+) -> (&'static Host, &'static Host, Host, u64) {
+    let options = |limit| {
+        HostOptions::new()
+            .pump_interval(None)
+            .flat_combining(false)
+            .wait_limit(limit)
+    };
+    let a: &'static Host = Box::leak(Box::new(
+        Host::join(pod, Join::As(0), options(wait)).unwrap(),
+    ));
+    let b: &'static Host = Box::leak(Box::new(
+        Host::join(pod, Join::As(1), options(b_wait)).unwrap(),
+    ));
+    let d = Host::join(pod, Join::As(2), options(wait)).unwrap();
+    for (i, host) in [b, a, &d].into_iter().enumerate() {
+        host.create(format!("warm-{i}").as_bytes(), b"v").unwrap();
+    }
+    for host in [a, b, &d] {
+        host.replay().unwrap();
+    }
+    let s = a.inspect().applied_position();
+    (a, b, d, s)
+}
+
+/// From [`three_unpumped`]'s `s`: b appends `CAPACITY - 2` entries, d reserves the next
+/// position (the hole: d alive, slow) and a appends after it on a thread of its own.
+/// Returns once a's replay has applied everything below the hole, which it waits for:
+/// the hole and a's append.
+fn a_waiting_for_ds_hole(
+    (a, b, d, s): (&'static Host, &Host, &Host, u64),
+    wait: Duration,
+) -> (u64, std::thread::JoinHandle<megalon_core::Result<()>>) {
+    for i in 0..CAPACITY - 2 {
+        b.create(format!("k{i}").as_bytes(), b"v").unwrap();
+    }
+    d.replay().unwrap();
+    let hole = d.inspect().reserve_unpublished(1).unwrap();
+    assert_eq!(hole, s + CAPACITY - 2, "one entry a create");
+    let behind = std::thread::spawn(move || a.create(b"z", b"v"));
+    let deadline = std::time::Instant::now() + wait / 2;
+    while a.inspect().applied_position() < hole {
+        assert!(std::time::Instant::now() < deadline, "a's replay stalled");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    (hole, behind)
+}
+
 /// Three hosts without pumps on a log of 8: every replica at `s`, b appends six entries,
 /// d reserves the next position (alive, slow) and a appends one after it. a's replay
 /// applies the six and waits for d's hole. What it applied is no longer its own: its
@@ -204,39 +261,8 @@ fn a_second_append_into_a_full_log_waits_at_most_its_limit(combining: bool) {
 fn a_replay_waiting_for_a_hole_frees_the_log_it_applied() {
     let wait = Duration::from_secs(3);
     let pod = pod(small_config());
-    let options = |limit| {
-        HostOptions::new()
-            .pump_interval(None)
-            .flat_combining(false)
-            .wait_limit(limit)
-    };
-    let a: &'static Host = Box::leak(Box::new(
-        Host::join(&pod, Join::As(0), options(wait)).unwrap(),
-    ));
-    let b = Host::join(&pod, Join::As(1), options(wait / 6)).unwrap();
-    let d = Host::join(&pod, Join::As(2), options(wait)).unwrap();
-    // Each holds claimed slots, so that a create is one entry.
-    for (i, host) in [&b, a, &d].into_iter().enumerate() {
-        host.create(format!("warm-{i}").as_bytes(), b"v").unwrap();
-    }
-    for host in [a, &b, &d] {
-        host.replay().unwrap();
-    }
-    let s = a.inspect().applied_position();
-    let capacity = 8;
-    for i in 0..capacity - 2 {
-        b.create(format!("k{i}").as_bytes(), b"v").unwrap();
-    }
-    d.replay().unwrap();
-    let hole = d.inspect().reserve_unpublished(1).unwrap();
-    assert_eq!(hole, s + capacity - 2, "one entry a create");
-    let behind = std::thread::spawn(move || a.create(b"z", b"v"));
-    // Until a's replay has applied everything below the hole.
-    let deadline = std::time::Instant::now() + wait / 2;
-    while a.inspect().applied_position() < hole {
-        assert!(std::time::Instant::now() < deadline, "a's replay stalled");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let (a, b, d, s) = three_unpumped(&pod, wait, wait / 6);
+    let (_, behind) = a_waiting_for_ds_hole((a, b, &d, s), wait);
     let started = std::time::Instant::now();
     let reserved = b.inspect().reserve_unpublished(1);
     let took = started.elapsed();
@@ -248,7 +274,7 @@ fn a_replay_waiting_for_a_hole_frees_the_log_it_applied() {
         matches!(behind.join().unwrap(), Err(Error::ReplayStalled { .. })),
         "a's create waits for d's hole"
     );
-    std::mem::forget((b, d));
+    std::mem::forget(d);
 }
 
 /// Three hosts without pumps on a log of 8, every replica at `s`. a appends six entries
@@ -261,29 +287,12 @@ fn a_replay_waiting_for_a_hole_frees_the_log_it_applied() {
 fn an_append_waiting_for_room_sees_it_while_a_sibling_waits_for_a_hole() {
     let wait = Duration::from_secs(3);
     let pod = pod(small_config());
-    let options = HostOptions::new()
-        .pump_interval(None)
-        .flat_combining(false)
-        .wait_limit(wait);
-    let a: &'static Host = Box::leak(Box::new(
-        Host::join(&pod, Join::As(0), options.clone()).unwrap(),
-    ));
-    let b = Host::join(&pod, Join::As(1), options.clone()).unwrap();
-    let d = Host::join(&pod, Join::As(2), options).unwrap();
-    // Each holds claimed slots, so that a create is one entry.
-    for (i, host) in [&b, a, &d].into_iter().enumerate() {
-        host.create(format!("warm-{i}").as_bytes(), b"v").unwrap();
-    }
-    for host in [a, &b, &d] {
-        host.replay().unwrap();
-    }
-    let s = a.inspect().applied_position();
-    let capacity = 8;
-    for i in 0..capacity - 2 {
+    let (a, b, d, s) = three_unpumped(&pod, wait, wait);
+    for i in 0..CAPACITY - 2 {
         a.create(format!("k{i}").as_bytes(), b"v").unwrap();
     }
     let hole = b.inspect().reserve_unpublished(1).unwrap();
-    assert_eq!(hole, s + capacity - 2, "one entry a create");
+    assert_eq!(hole, s + CAPACITY - 2, "one entry a create");
     let first = std::thread::spawn(move || a.create(b"first", b"v"));
     let deadline = std::time::Instant::now() + wait / 4;
     while a.inspect().log_cursors().2 < hole + 2 {
@@ -318,7 +327,7 @@ fn an_append_waiting_for_room_sees_it_while_a_sibling_waits_for_a_hole() {
             "each waits for b's hole: {created:?}"
         );
     }
-    std::mem::forget((b, d));
+    std::mem::forget(d);
 }
 
 /// a_replay_waiting_for_a_hole_frees_the_log_it_applied, on: with a's replay past its
@@ -329,44 +338,16 @@ fn an_append_waiting_for_room_sees_it_while_a_sibling_waits_for_a_hole() {
 fn a_replay_that_freed_the_log_it_applied_goes_on_past_the_lap_written_over_it() {
     let wait = Duration::from_secs(3);
     let pod = pod(small_config().lease_ms(100));
-    let options = HostOptions::new()
-        .pump_interval(None)
-        .flat_combining(false)
-        .wait_limit(wait);
-    let a: &'static Host = Box::leak(Box::new(
-        Host::join(&pod, Join::As(0), options.clone()).unwrap(),
-    ));
-    let b: &'static Host = Box::leak(Box::new(
-        Host::join(&pod, Join::As(1), options.clone()).unwrap(),
-    ));
-    let d = Host::join(&pod, Join::As(2), options).unwrap();
-    for (i, host) in [b, a, &d].into_iter().enumerate() {
-        host.create(format!("warm-{i}").as_bytes(), b"v").unwrap();
-    }
-    for host in [a, b, &d] {
-        host.replay().unwrap();
-    }
-    let s = a.inspect().applied_position();
-    let capacity = 8;
-    for i in 0..capacity - 2 {
-        b.create(format!("k{i}").as_bytes(), b"v").unwrap();
-    }
-    d.replay().unwrap();
-    let hole = d.inspect().reserve_unpublished(1).unwrap();
-    assert_eq!(hole, s + capacity - 2, "one entry a create");
-    let behind = std::thread::spawn(move || a.create(b"z", b"v"));
+    let (a, b, d, s) = three_unpumped(&pod, wait, wait);
+    let (hole, behind) = a_waiting_for_ds_hole((a, b, &d, s), wait);
     let deadline = std::time::Instant::now() + wait / 2;
-    while a.inspect().applied_position() < hole {
-        assert!(std::time::Instant::now() < deadline, "a's replay stalled");
-        std::thread::sleep(Duration::from_millis(1));
-    }
     b.replay().unwrap();
     // A lap over what a applied (z's is the one entry between), each create waiting
     // for d's hole once it is published.
-    let lap: Vec<_> = (0..capacity - 2)
+    let lap: Vec<_> = (0..CAPACITY - 2)
         .map(|i| std::thread::spawn(move || b.create(format!("l{i}").as_bytes(), b"v")))
         .collect();
-    while b.inspect().log_cursors().2 < hole + capacity {
+    while b.inspect().log_cursors().2 < hole + CAPACITY {
         assert!(
             std::time::Instant::now() < deadline,
             "b's lap never appended"
@@ -382,7 +363,7 @@ fn a_replay_that_freed_the_log_it_applied_goes_on_past_the_lap_written_over_it()
         assert!(matches!(created, Ok(())), "b's create: {created:?}");
     }
     let (at_a, at_b) = (a.replay().unwrap(), b.replay().unwrap());
-    assert_eq!(at_a, hole + capacity);
+    assert_eq!(at_a, hole + CAPACITY);
     assert_eq!(at_a, at_b);
     assert_eq!(
         a.inspect().replica_snapshot(),
