@@ -100,6 +100,17 @@ fn wait_for_state(pod: &Pod, ring: &RingGeometry, ticket: u64, word: u64, what: 
     }
 }
 
+/// A call of op 1 with key "x" that nobody serves: it gives up after 20 ms and withdraws
+/// its request (the entry's state says so until a server skips it).
+fn withdrawn_call(pod: &Pod, ring: &RingGeometry, sender: &Memory) {
+    let mut buf = vec![0; ring.entry_bytes as usize];
+    let limit = Duration::from_millis(20);
+    let withdrawn = call_serving(ring, pod, sender, &mut buf, b"x", limit, &mut || {
+        ControlFlow::Continue(())
+    });
+    assert!(withdrawn.is_err());
+}
+
 /// Answers every request waiting in `ring` as the test server does (`answer`), one at
 /// a time; returns how many.
 fn serve_waiting(pod: &Pod, ring: &RingGeometry, memory: &Memory, buf: &mut [u8]) -> usize {
@@ -613,12 +624,7 @@ fn a_sender_recovered_before_its_tail_cas_sends_nothing() {
 #[test]
 fn a_server_paused_in_its_skip_and_recovered_changes_nothing_when_it_resumes() {
     let (pod, ring, sender, server) = sides(2);
-    let mut buf = vec![0; ring.entry_bytes as usize];
-    let limit = Duration::from_millis(20);
-    let withdrawn = call_serving(&ring, &pod, &sender, &mut buf, b"x", limit, &mut || {
-        ControlFlow::Continue(())
-    });
-    assert!(withdrawn.is_err());
+    withdrawn_call(&pod, &ring, &sender);
     let (in_hook, ring_in_hook) = (Arc::clone(&pod), ring.clone());
     set_seam(&BEFORE_SKIP_STORE, move || {
         let (pod, ring) = (&in_hook, &ring_in_hook);
@@ -640,6 +646,7 @@ fn a_server_paused_in_its_skip_and_recovered_changes_nothing_when_it_resumes() {
     });
     // The old server, in its claim: paused at the skip (the hook), then resumed.
     assert!(ring.claim(&pod, &()).is_none());
+    let mut buf = vec![0; ring.entry_bytes as usize];
     let mut serving = vec![0; ring.entry_bytes as usize];
     let next = call_serving(
         &ring,
@@ -760,12 +767,7 @@ fn a_dead_servers_claim_at_its_head_is_answered_and_passed() {
 #[test]
 fn a_dead_servers_skip_at_its_head_is_passed() {
     let (pod, ring, sender, server) = sides(2);
-    let mut buf = vec![0; ring.entry_bytes as usize];
-    let limit = Duration::from_millis(20);
-    let unserved = call_serving(&ring, &pod, &sender, &mut buf, b"x", limit, &mut || {
-        ControlFlow::Continue(())
-    });
-    assert!(unserved.is_err());
+    withdrawn_call(&pod, &ring, &sender);
     assert_eq!(
         ring.state(&pod, 0).load(Ordering::SeqCst),
         pack(0, WITHDRAWN)
@@ -1474,12 +1476,7 @@ fn a_paused_recoverer_leaves_the_next_servers_claim_alone() {
 #[test]
 fn a_server_resumed_in_its_skip_claims_nothing_more() {
     let (pod, ring, sender, server) = sides(2);
-    let mut buf = vec![0; ring.entry_bytes as usize];
-    let limit = Duration::from_millis(20);
-    let withdrawn = call_serving(&ring, &pod, &sender, &mut buf, b"x", limit, &mut || {
-        ControlFlow::Continue(())
-    });
-    assert!(withdrawn.is_err());
+    withdrawn_call(&pod, &ring, &sender);
     let live: LaterCall = Arc::default();
     let (in_hook, ring_in_hook, live_in_hook) = (Arc::clone(&pod), ring.clone(), Arc::clone(&live));
     set_seam(&BEFORE_SKIP_STORE, move || {
