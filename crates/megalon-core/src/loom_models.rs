@@ -462,3 +462,32 @@ fn loom_a_closer_that_looked_before_a_late_join_does_not_pass_its_pin() {
         }
     });
 }
+
+/// A replay that waits for a hole has raised its host's `ltail` over what it applied, so
+/// the ring may write a lap over those entries while it waits. A ring of three; both
+/// replicas at 1. Host b appends k1, k2 and k4 in turn; host a appends k3, and its
+/// confirm may apply k1, then wait for b's k2 (reserved, not yet published) while b's k4
+/// lands on k1's entry. Whatever the schedule, every append is confirmed and both
+/// replicas end the same, with every key.
+#[test]
+fn loom_a_lap_over_what_a_waiting_replay_applied_leaves_the_replicas_equal() {
+    loom::model(|| {
+        let pod = two_host_pod(1024, 3);
+        let (a, b) = both_hosts(&pod, host);
+        assert_eq!(create(&a, b"k0", 0), Outcome::Created);
+        b.replay().expect("replay");
+        let b2 = Arc::clone(&b);
+        let appender = loom::thread::spawn(move || {
+            for (key, slot) in [(b"k1", 1), (b"k2", 2), (b"k4", 4)] {
+                assert_eq!(create(&b2, key, slot), Outcome::Created);
+            }
+        });
+        assert_eq!(create(&a, b"k3", 3), Outcome::Created);
+        appender.join().unwrap();
+        let (at_a, at_b) = (a.replay().expect("replay"), b.replay().expect("replay"));
+        assert_eq!((at_a, at_b), (5, 5));
+        let snapshot = a.inspect().replica_snapshot();
+        assert_eq!(snapshot.len(), 5);
+        assert_eq!(snapshot, b.inspect().replica_snapshot());
+    });
+}
