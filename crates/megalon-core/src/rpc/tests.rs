@@ -616,6 +616,22 @@ fn a_sender_recovered_before_its_tail_cas_sends_nothing() {
     assert_eq!(next, Ok(answer(1, b"next", b"")));
 }
 
+/// The ring's server is recovered (it claimed nothing), then the id's next life serves
+/// three calls of the sender (tickets 1, 2 and 3) in the sender's own rounds.
+fn recovered_then_served_by_the_next_life(pod: &Arc<Pod>, ring: &RingGeometry) {
+    assert_eq!(ring.recover_server(pod, &host_memory(pod, 3), GONE), 0);
+    let (sender, next) = (host_memory(pod, 1), host_memory(pod, 4));
+    let mut buf = vec![0; ring.entry_bytes as usize];
+    let mut serving = vec![0; ring.entry_bytes as usize];
+    for n in 1..=3u8 {
+        let response = call_serving(ring, pod, &sender, &mut buf, &[n], WAIT_LIMIT, &mut || {
+            serve_waiting(pod, ring, &next, &mut serving);
+            ControlFlow::Continue(())
+        });
+        assert_eq!(response, Ok(answer(1, &[n], b"")));
+    }
+}
+
 /// A server paused past its lease in `claim`, between its load of a withdrawn request
 /// at its head and its skip, is recovered; the id's next life serves the ring on, a
 /// lap and more. The old server resumes: it must change no state word (the module's
@@ -630,19 +646,7 @@ fn a_server_paused_in_its_skip_and_recovered_changes_nothing_when_it_resumes() {
         let (pod, ring) = (&in_hook, &ring_in_hook);
         // Recovered (nothing it claimed), then the next life serves, in the
         // sender's rounds: tickets 1, 2 and 3 (2 in the withdrawn one's entry).
-        let failed = GONE;
-        assert_eq!(ring.recover_server(pod, &host_memory(pod, 3), failed), 0);
-        let (sender, next) = (host_memory(pod, 1), host_memory(pod, 4));
-        let mut buf = vec![0; ring.entry_bytes as usize];
-        let mut serving = vec![0; ring.entry_bytes as usize];
-        for n in 1..=3u8 {
-            let response =
-                call_serving(ring, pod, &sender, &mut buf, &[n], WAIT_LIMIT, &mut || {
-                    serve_waiting(pod, ring, &next, &mut serving);
-                    ControlFlow::Continue(())
-                });
-            assert_eq!(response, Ok(answer(1, &[n], b"")));
-        }
+        recovered_then_served_by_the_next_life(pod, ring);
     });
     // The old server, in its claim: paused at the skip (the hook), then resumed.
     assert!(ring.claim(&pod, &()).is_none());
@@ -1481,19 +1485,7 @@ fn a_server_resumed_in_its_skip_claims_nothing_more() {
     let (in_hook, ring_in_hook, live_in_hook) = (Arc::clone(&pod), ring.clone(), Arc::clone(&live));
     set_seam(&BEFORE_SKIP_STORE, move || {
         let (pod, ring) = (&in_hook, &ring_in_hook);
-        let failed = GONE;
-        assert_eq!(ring.recover_server(pod, &host_memory(pod, 3), failed), 0);
-        let (sender, next) = (host_memory(pod, 1), host_memory(pod, 4));
-        let mut buf = vec![0; ring.entry_bytes as usize];
-        let mut serving = vec![0; ring.entry_bytes as usize];
-        for n in 1..=3u8 {
-            let response =
-                call_serving(ring, pod, &sender, &mut buf, &[n], WAIT_LIMIT, &mut || {
-                    serve_waiting(pod, ring, &next, &mut serving);
-                    ControlFlow::Continue(())
-                });
-            assert_eq!(response, Ok(answer(1, &[n], b"")));
-        }
+        recovered_then_served_by_the_next_life(pod, ring);
         // A live sender publishes ticket 4.
         let (pod2, ring2) = (Arc::clone(pod), ring.clone());
         *live_in_hook.lock().unwrap() = Some(std::thread::spawn(move || {
