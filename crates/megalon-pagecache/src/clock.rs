@@ -200,11 +200,15 @@ impl Inner {
     /// Moves the hand until it evicts a page or has turned `MAX_ACCESS_COUNT + 2` times
     /// (then repairs the owner lines, and if it named a page, turns as many times again).
     pub(crate) fn sweep(&self) -> Result<Swept> {
-        match self.turn()? {
+        match self.turn(None)? {
             Swept::Nothing { refusal } if self.name_unnamed_pages()? == 0 => {
                 Ok(Swept::Nothing { refusal })
             }
-            Swept::Nothing { .. } => self.turn(),
+            // The first turn's refusal goes on into the second, as one met earlier in a
+            // turn does: answered if nothing is evicted, kept for `take_error` if a page
+            // is (the second turn may evict the page just named before it meets the
+            // refused one again).
+            Swept::Nothing { refusal } => self.turn(refusal),
             evicted => Ok(evicted),
         }
     }
@@ -236,12 +240,11 @@ impl Inner {
     }
 
     /// The hand's moves of [`Inner::sweep`], until it evicts a page or has turned
-    /// `MAX_ACCESS_COUNT + 2` times.
-    fn turn(&self) -> Result<Swept> {
+    /// `MAX_ACCESS_COUNT + 2` times; `refusal`, a refused release met before.
+    fn turn(&self, mut refusal: Option<Error>) -> Result<Swept> {
         let regions = &self.shared.regions;
         let hand = self.shared.pod.scr_u64(regions.hand);
         let steps = regions.slot_count * (u64::from(MAX_ACCESS_COUNT) + 2);
-        let mut refusal = None;
         for _ in 0..steps {
             // Relaxed: the position only spreads the hosts' steps over the slots; what a
             // slot holds is checked through the log (`lookup`) before anything is done.
