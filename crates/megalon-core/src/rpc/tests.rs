@@ -1604,3 +1604,96 @@ fn a_paused_recoverer_leaves_a_claim_alone_before_its_servers_pass() {
     );
     let _ = server;
 }
+
+/// A recovery of ring `ring`'s dead server, on a thread of its own, killed right after
+/// its CAS of a claimed request to answering (its seam panics: nothing of the ring's
+/// code runs after it, as after a kill).
+fn recovery_killed_after_its_cas_to_answering(pod: &Arc<Pod>, ring: &RingGeometry) {
+    let (pod, ring) = (Arc::clone(pod), ring.clone());
+    let killed = std::thread::spawn(move || {
+        set_seam(&BEFORE_RECOVERY_HEADER, || {
+            panic!("the recoverer is killed")
+        });
+        ring.recover_server(&pod, &host_memory(&pod, 6), GONE)
+    })
+    .join();
+    assert!(
+        killed.is_err(),
+        "the recoverer ran past its seam: {killed:?}"
+    );
+}
+
+/// A server dies between its claim's CAS and its
+/// move of the head (the claim at the head), and its recoverer is killed right after it
+/// moved the head past the claim and took it for answering. The sender waits on (to it
+/// answering is claimed); the next recovery of the same server (the host's take-over of
+/// a recovery whose recoverer is gone: the dead server's row is released only once a
+/// recovery of it is done) answers it "gone", and the id's next life serves the ring,
+/// the entry's next lap included.
+#[test]
+fn a_recoverer_killed_after_its_cas_to_answering_leaves_the_answer_to_the_next_recovery() {
+    let (pod, ring, _sender, _server) = sides(2);
+    let first = call_on_thread(&pod, &ring, 1, (1, b"first"));
+    wait_for_state(&pod, &ring, 0, pack(0, REQUEST), "the first call publishes");
+    // `claim` up to its CAS: the server dies before it moves the head.
+    ring.state(&pod, 0)
+        .compare_exchange(
+            pack(0, REQUEST),
+            pack(0, CLAIMED),
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        )
+        .expect("claims");
+    recovery_killed_after_its_cas_to_answering(&pod, &ring);
+    assert_eq!(
+        (
+            ring.state(&pod, 0).load(Ordering::SeqCst),
+            ring.head(&pod).load(Ordering::SeqCst)
+        ),
+        (pack(0, ANSWERING), 1),
+        "the killed recoverer moved the head past the claim and took it for answering"
+    );
+    assert!(
+        !first.is_finished(),
+        "the sender waits on an answering request"
+    );
+    // The next recovery of the same server finds it below the head it loads.
+    assert_eq!(ring.recover_server(&pod, &host_memory(&pod, 3), GONE), 1);
+    assert_eq!(first.join().expect("first"), Ok(GONE));
+    // Nothing left to settle; the next life serves tickets 1, 2 (entry 0's next lap), 3.
+    recovered_then_served_by_the_next_life(&pod, &ring);
+}
+
+/// The same with the sender giving up first (the next recovery comes after twice its
+/// limit): it is told its limit, the entry is abandoned-answering, and the next recovery
+/// of the server frees it; the next life serves the ring on, the entry's next lap
+/// included. (Until that recovery the entry is taken: a lap later every call waits.)
+#[test]
+fn a_request_abandoned_after_its_recoverer_was_killed_is_freed_by_the_next_recovery() {
+    let (pod, ring, sender, _server) = sides(2);
+    let mut buf = vec![0; ring.entry_bytes as usize];
+    let limit = Duration::from_millis(30);
+    // In the sender's own rounds (no thread of the test can come too late): the dead
+    // server's claim (the head at 1), then its recoverer, killed.
+    let mut killed = false;
+    let given_up = call_serving(&ring, &pod, &sender, &mut buf, b"x", limit, &mut || {
+        if !killed && ring.claim(&pod, &()).is_some() {
+            recovery_killed_after_its_cas_to_answering(&pod, &ring);
+            killed = true;
+        }
+        ControlFlow::Continue(())
+    });
+    assert!(
+        killed,
+        "claimed and taken for answering while the sender waited"
+    );
+    let waited_ms = given_up.expect_err("nobody answers");
+    assert!(waited_ms >= 2 * limit.as_millis() as u64, "{waited_ms} ms");
+    assert_eq!(
+        ring.state(&pod, 0).load(Ordering::SeqCst),
+        pack(0, ABANDONED_ANSWERING)
+    );
+    assert_eq!(ring.recover_server(&pod, &host_memory(&pod, 3), GONE), 1);
+    assert_eq!(ring.state(&pod, 0).load(Ordering::SeqCst), pack(2, FREE));
+    recovered_then_served_by_the_next_life(&pod, &ring);
+}
