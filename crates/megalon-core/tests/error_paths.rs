@@ -318,3 +318,114 @@ fn all_log_faults_leave_the_pod_clean() {
         }
     }
 }
+
+/// Runs `op` with `fault` forced on its `n`-th append (1-based).
+fn with_fault_on_append<R>(n: u32, fault: Fault, op: impl FnOnce() -> R) -> R {
+    if n == 1 {
+        return with_fault_at(None, fault, op);
+    }
+    chaos::clear_forced_faults();
+    let mut published = 0;
+    let r = chaos::with_hook(
+        move |at| {
+            if at == Point::AppendAfterPublish {
+                published += 1;
+                if published == n - 1 {
+                    chaos::fail_next_appends(&[fault]);
+                }
+            }
+        },
+        op,
+    );
+    chaos::clear_forced_faults();
+    r
+}
+
+/// A write that must take another object's record (every record in use) fails its
+/// deallocation's append, then its allocation's: nothing locked or leaked, every key
+/// usable from both hosts.
+#[test]
+fn a_claim_that_makes_room_leaves_the_pod_clean_whichever_append_fails() {
+    for width in [2, 4, 8, 32] {
+        for safety in [CrashSafety::Off, CrashSafety::Undo] {
+            for fault in [Fault::Refuse, Fault::Unconfirmed] {
+                for n in 1..=2 {
+                    let tag = format!("{width} bits {safety:?} {fault:?} append {n}");
+                    let config = common::config()
+                        .scr_bytes(3 * 4096)
+                        .lnr_bytes(4 << 20)
+                        .log_capacity_entries(4096)
+                        .record_width_bits(width)
+                        .crash_safety(safety);
+                    // Every record line but one taken by the application's SCR.
+                    let probe = heap_pod(&config);
+                    let records_bytes = probe.layout().record_count * u64::from(width) / 8;
+                    drop(probe);
+                    let pod = heap_pod(&config.app_scr_bytes(records_bytes - 64));
+                    let a = Host::join(&pod, Join::As(0), options()).unwrap();
+                    let b = Host::join(&pod, Join::As(1), options()).unwrap();
+                    let records = pod.layout().record_count;
+                    let key = |i: u64| format!("k{i}").into_bytes();
+                    for i in 0..=records {
+                        a.create(&key(i), &value(1)).unwrap();
+                    }
+                    for i in 0..records {
+                        b.write(&key(i), &value(2)).unwrap();
+                    }
+                    let before = a.inspect().chaos_counts();
+                    let r = with_fault_on_append(n, fault, || a.write(&key(records), &value(3)));
+                    assert!(r.is_err(), "{tag}: {r:?}");
+                    assert_ne!(before, a.inspect().chaos_counts(), "{tag}: the fault hit");
+                    clean(&[&a, &b], &tag);
+                    a.write(&key(records), &value(4))
+                        .unwrap_or_else(|e| panic!("{tag}: {e}"));
+                    assert_eq!(read(&b, &key(records)), value(4), "{tag}");
+                    for i in 0..records {
+                        b.write(&key(i), &value(5))
+                            .unwrap_or_else(|e| panic!("{tag}: k{i} {e}"));
+                        assert_eq!(read(&a, &key(i)), value(5), "{tag}");
+                    }
+                    clean(&[&a, &b], &tag);
+                }
+            }
+        }
+    }
+}
+
+/// An AllLog delete whose `Lock` won and whose `Delete` append fails: the lock is
+/// unlocked later (deferred), and the object stays usable from both hosts.
+#[test]
+fn all_log_delete_whose_delete_append_fails_after_its_lock_leaves_the_object_usable() {
+    for fault in [Fault::Refuse, Fault::Unconfirmed] {
+        let pod = heap_pod(
+            &config()
+                .lnr_bytes(4 << 20)
+                .log_capacity_entries(4096)
+                .coherence(megalon_core::Coherence::AllLog),
+        );
+        let a = Host::join(&pod, Join::As(0), options()).unwrap();
+        let b = Host::join(&pod, Join::As(1), options()).unwrap();
+        a.create(b"k", &value(1)).unwrap();
+        let before = a.inspect().chaos_counts();
+        let r = with_fault_on_append(2, fault, || a.delete(b"k"));
+        assert!(r.is_err(), "{fault:?}: {r:?}");
+        assert_ne!(
+            before,
+            a.inspect().chaos_counts(),
+            "{fault:?}: the fault hit"
+        );
+        assert_eq!(a.inspect().settle_pending().unwrap(), 0, "{fault:?}");
+        b.inspect().settle_pending().unwrap();
+        if a.lookup(b"k").unwrap().is_some() {
+            let lock = b.inspect().replicated_lock(b"k").unwrap().unwrap();
+            assert_eq!(lock.holder, None, "{fault:?}");
+            b.write(b"k", &value(3)).unwrap();
+            assert_eq!(read(&a, b"k"), value(3), "{fault:?}");
+            a.write(b"k", &value(4)).unwrap();
+            assert_eq!(read(&b, b"k"), value(4), "{fault:?}");
+        } else {
+            a.create(b"k", &value(5)).unwrap();
+            assert_eq!(read(&b, b"k"), value(5), "{fault:?}");
+        }
+    }
+}
