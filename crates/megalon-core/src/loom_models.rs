@@ -491,3 +491,93 @@ fn loom_a_lap_over_what_a_waiting_replay_applied_leaves_the_replicas_equal() {
         assert_eq!(snapshot, b.inspect().replica_snapshot());
     });
 }
+
+/// A pod for the recovery models: 2-bit records (every lock of a record is one word, so
+/// only the announces tell whose a lock is), undo images, three hosts.
+fn recovery_pod() -> Arc<Pod> {
+    let config = PodConfig::new()
+        .record_width_bits(2)
+        .crash_safety(crate::CrashSafety::Undo)
+        .scr_bytes(2048)
+        .lnr_bytes(8192)
+        .slot_size_bytes(64)
+        .max_key_bytes(8)
+        .log_capacity_entries(16)
+        .max_hosts(3)
+        .join_area_bytes(0);
+    Arc::new(Pod::create(&config, Backing::heap()).expect("pod"))
+}
+
+/// Host 1 dies announcing a write lock of k's record: before its CAS (`took_it` false:
+/// the record stays unlocked, the announce names the word any lock of it has), or
+/// holding it in the middle of its write (its undo image ready, half of a new value in
+/// memory). Host 0 settles what host 1 announced (`restore_holds`, again while a live
+/// announce makes it wait) while host 2, on a thread of its own, writes k (announce,
+/// lock, wrap event, bytes, unlock; again while it defers). Whatever the schedule: the
+/// recoverer never takes host 2's lock for host 1's (host 2's write completes, its
+/// unlock finds its lock), it settles host 1's lock exactly once if there was one and
+/// nothing otherwise, and k ends unlocked holding host 2's value.
+fn a_recovery_racing_a_live_write(took_it: bool) {
+    loom::model(move || {
+        let pod = recovery_pod();
+        let r = object_host(&pod, 0);
+        let dead = object_host(&pod, 1);
+        let w = object_host(&pod, 2);
+        r.create(b"k", &object_bytes(1)).expect("create");
+        r.write(b"k", &object_bytes(2))
+            .expect("the write allocates k's record");
+        dead.replay().expect("replay");
+        w.replay().expect("replay");
+        if took_it {
+            let ticket = dead.write_start(b"k").expect("write_start");
+            ticket.write(0, &[9u8; 32]).expect("half a value");
+            std::mem::forget(ticket);
+        } else {
+            dead.loom_dies_announcing_a_write_of(b"k");
+        }
+        let writer = loom::thread::spawn(move || {
+            // It may defer to the recovery past its wait (`RecordBusy`): it tries again.
+            loop {
+                match w.write(b"k", &object_bytes(3)) {
+                    Ok(_) => return w,
+                    Err(crate::Error::RecordBusy { .. }) => loom::thread::yield_now(),
+                    Err(error) => panic!("the live write: {error}"),
+                }
+            }
+        });
+        // `RecordChangedUnderRecovery`: it took a lock of k for host 1's that was not
+        // (host 2's, which its unlock then let go of before the settling CAS).
+        while !r.loom_restore_holds_of(1).expect("restore_holds") {
+            loom::thread::yield_now();
+        }
+        let w = writer.join().unwrap();
+        // Nothing of host 1's is left to settle: another round settles nothing more.
+        assert!(r.loom_restore_holds_of(1).expect("restore_holds"));
+        assert_eq!(
+            r.inspect().stats().locks_recovered,
+            u64::from(took_it),
+            "locks settled as the dead host's"
+        );
+        assert!(
+            r.inspect().record_census().locked.is_empty(),
+            "k is unlocked"
+        );
+        let mut buf = vec![0u8; 64];
+        r.read(b"k", &mut buf).expect("read");
+        assert_eq!(buf, object_bytes(3), "k after the live write");
+        w.write(b"k", &object_bytes(4)).expect("k takes a write");
+        r.read(b"k", &mut buf).expect("read");
+        assert_eq!(buf, object_bytes(4));
+        drop(dead);
+    });
+}
+
+#[test]
+fn loom_recovery_never_takes_a_live_lock_for_a_dead_hosts_announced_one() {
+    a_recovery_racing_a_live_write(false);
+}
+
+#[test]
+fn loom_recovery_settles_a_dead_hosts_lock_once_beside_a_live_writer() {
+    a_recovery_racing_a_live_write(true);
+}

@@ -132,6 +132,12 @@ impl Shared {
         // SeqCst: ordered before the locking CAS, so a recoverer that sees the word
         // locked and no announce of it knows the lock is not this host's.
         announce.store(encode_announce(record, raw), Ordering::SeqCst);
+        // loom takes SeqCst loads and stores for AcqRel ones (its README), so it finds
+        // the store-buffering outcome this and the recoverer's order exclude (both
+        // loads miss the other's store); it models a SeqCst fence, which gives it the
+        // order SeqCst accesses have in the C++ model. Not in other builds.
+        #[cfg(megalon_loom)]
+        crate::sync::fence(Ordering::SeqCst);
         // And before this load (a recoverer condemns, then reads the announces): either
         // it sees our announce, or we see that we are dead.
         if let Err(dead) = self.not_left_to_recovery() {

@@ -37,6 +37,9 @@ impl<'a> Intent<'a> {
         {
             return None;
         }
+        // For loom only, as after the locker's announce (`Shared::announce`).
+        #[cfg(megalon_loom)]
+        crate::sync::fence(Ordering::SeqCst);
         Some(Self(word, value))
     }
 
@@ -835,5 +838,55 @@ impl Drop for ReleaseOnDrop<'_> {
         let _ = self
             .word
             .compare_exchange(self.me, 0, Ordering::SeqCst, Ordering::SeqCst);
+    }
+}
+
+/// Entry points for the loom model of a recovery racing a live locker
+/// (`loom_models::a_recovery_racing_a_live_write`).
+#[cfg(all(test, megalon_loom))]
+impl crate::Host {
+    /// This host announces a write lock of `key`'s record as `write_start` does before
+    /// its CAS, and goes no further: it dies there (the announce stays, the record is
+    /// not locked).
+    pub(crate) fn loom_dies_announcing_a_write_of(&self, key: &[u8]) {
+        let shared = &self.shared;
+        let record = self.lookup(key).expect("lookup").expect("exists").record;
+        let record = record.expect("a record");
+        let word = Records::new(&shared.pod).load(record);
+        let locked = RecordWord {
+            in_use: true,
+            locked: true,
+            counter: word.counter + 1,
+        };
+        let hold = shared.take_hold().expect("an announce word");
+        assert!(shared.announce(&hold, record, locked).expect("announce"));
+        let _ = hold.into_index();
+    }
+
+    /// Settles the record locks `dead` announced (`restore_holds`), as `recover` does:
+    /// holding the pod's recovery word, `dead`'s life condemned first. `Ok(true)`: all
+    /// settled; `Ok(false)`: try again (a live host announces one of them).
+    pub(crate) fn loom_restore_holds_of(&self, dead: HostId) -> Result<bool> {
+        let shared = &self.shared;
+        let (pid, joins) = host_table::holder(&shared.pod, dead).expect("dead holds its row");
+        let word = shared.pod.scr_u64(shared.pod.layout().recovery_offset());
+        let me = host_table::session(shared.id, shared.life);
+        word.compare_exchange(0, me, Ordering::SeqCst, Ordering::SeqCst)
+            .expect("no other recoverer");
+        let _release = ReleaseOnDrop {
+            word,
+            me,
+            filling: &shared.filling,
+        };
+        host_table::condemn(&shared.pod, dead, joins);
+        let dead = Dead {
+            host: dead,
+            pid,
+            joins,
+            others_dead: vec![(dead, pid, joins)],
+            rescue: false,
+            reserved: 0..0,
+        };
+        shared.restore_holds(&dead)
     }
 }
