@@ -377,9 +377,12 @@ impl Shared {
         // at the first lock attempt, freed on every way out but the ticket's.
         let mut held = None;
         loop {
-            // 1. Tail check, lookup.
+            // 1. Tail check, lookup: without the replica's lock unless a replay overlaps
+            //    (see `look`), as a read's. The version the answer was read at lets step
+            //    3's stamp check skip a second lookup while no replay has happened since.
             self.catch_up()?;
-            let entry = self.replica.read().lookup(key).ok_or(Error::UnknownKey)?;
+            let (entry, version) = self.look_versioned(|view| view.lookup(key));
+            let entry = entry.ok_or(Error::UnknownKey)?;
             if let Some(owner) = entry.local_owner {
                 // In a host's DRAM (local partitions): back to CXL first. (No lock is held
                 // here; an announce word from an attempt that lost goes back, so that
@@ -444,7 +447,7 @@ impl Shared {
             // reader that copied any byte of this write then sees the counter changed. (The
             // CAS's Release orders only what came before it.)
             crate::sync::fence(Ordering::Release);
-            if !self.hold_for_write(&entry, record, word, c)? {
+            if !self.hold_for_write(&entry, version, record, word, c)? {
                 retries += 1;
                 continue;
             }
@@ -483,13 +486,15 @@ impl Shared {
 
     /// `write_start` holding the lock of `record` (its word was `word`, now `word` with
     /// the lock and an odd counter): checks that no event about the object was applied
-    /// since its lookup (`entry`), and appends the wrap event if this write's increment
-    /// wraps the counter. `Ok(false)`: an event came first; the record is restored and
-    /// the caller starts over. From the lock on, every way out either returns the ticket
-    /// or restores the record (DESIGN section 8: a locked record always ends unlocked).
+    /// since its lookup (`entry`, read at the index's `version`), and appends the wrap
+    /// event if this write's increment wraps the counter. `Ok(false)`: an event came
+    /// first; the record is restored and the caller starts over. From the lock on, every
+    /// way out either returns the ticket or restores the record (DESIGN section 8: a
+    /// locked record always ends unlocked).
     fn hold_for_write(
         &self,
         entry: &IndexEntry,
+        version: u64,
         record: u32,
         word: RecordWord,
         c: &ThreadCounters,
@@ -505,7 +510,7 @@ impl Shared {
         // follows the protocol, but one may have been applied between our lookup and the
         // lock. Catch up and check.
         if !mutants::skipped(Step::WriteEventCheckAfterLock)
-            && !self.still_current(entry, record, locked, word, c)?
+            && !self.still_current(entry, Some(version), record, locked, word, c)?
         {
             return Ok(false);
         }
@@ -530,17 +535,19 @@ impl Shared {
     }
 
     /// Holding `record`'s lock (its word `locked`, `word` before): catches up and says
-    /// whether no event about `entry`'s object was applied since it was looked up. If one
-    /// was, or catching up fails, the record is restored first (the error is returned).
+    /// whether no event about `entry`'s object was applied since it was looked up (at the
+    /// index's `version`, if known). If one was, or catching up fails, the record is
+    /// restored first (the error is returned).
     fn still_current(
         &self,
         entry: &IndexEntry,
+        version: Option<u64>,
         record: u32,
         locked: RecordWord,
         word: RecordWord,
         c: &ThreadCounters,
     ) -> Result<bool> {
-        match self.unchanged_since(entry) {
+        match self.unchanged_since_version(entry, version) {
             Ok(true) => Ok(true),
             Ok(false) => {
                 if !self.unlock_record(record, locked, word, c) {
@@ -652,7 +659,23 @@ impl Shared {
     /// Catches up with the log and says whether no event about `entry`'s object was
     /// applied since it was looked up (its stamp is the same).
     pub(super) fn unchanged_since(&self, entry: &IndexEntry) -> Result<bool> {
+        self.unchanged_since_version(entry, None)
+    }
+
+    /// [`Shared::unchanged_since`] of an entry looked up at the index's `version`, if
+    /// known: while the index is still at it after the catch-up, no replay has changed
+    /// the index since the lookup (one the catch-up waited for moved the version before
+    /// it published its position), so the stamp stands without a second lookup, as in
+    /// `read_end`.
+    pub(super) fn unchanged_since_version(
+        &self,
+        entry: &IndexEntry,
+        version: Option<u64>,
+    ) -> Result<bool> {
         self.catch_up()?;
+        if version.is_some_and(|version| self.replica.unchanged_since(version)) {
+            return Ok(true);
+        }
         Ok(self
             .replica
             .read()
@@ -783,7 +806,7 @@ impl Shared {
         }
         self.chaos.point(Point::ReleaseAfterLock);
         // From here on the record is ours: every way out frees or restores it.
-        if !self.still_current(entry, record, locked, word, c)? {
+        if !self.still_current(entry, None, record, locked, word, c)? {
             return Ok(None);
         }
         match self.release_allowed(key, record, ReleaseReason::Delete) {
