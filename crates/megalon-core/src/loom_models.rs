@@ -26,13 +26,25 @@ fn two_host_pod(lnr_bytes: u64, log_entries: u64) -> Arc<Pod> {
 
 /// [`two_host_pod`] from `config` (its record width, say).
 fn two_host_pod_with(config: PodConfig, lnr_bytes: u64, log_entries: u64) -> Arc<Pod> {
+    small_pod(config, 2, 1024, lnr_bytes, log_entries)
+}
+
+/// A pod as small as a model can take: `hosts` hosts, 64-byte slots, 8-byte keys, no
+/// join area, the rest from `config`.
+fn small_pod(
+    config: PodConfig,
+    hosts: u32,
+    scr_bytes: u64,
+    lnr_bytes: u64,
+    log_entries: u64,
+) -> Arc<Pod> {
     let config = config
-        .scr_bytes(1024)
+        .scr_bytes(scr_bytes)
         .lnr_bytes(lnr_bytes)
         .slot_size_bytes(64)
         .max_key_bytes(8)
         .log_capacity_entries(log_entries)
-        .max_hosts(2)
+        .max_hosts(hosts)
         .join_area_bytes(0);
     Arc::new(Pod::create(&config, Backing::heap()).expect("pod"))
 }
@@ -497,15 +509,8 @@ fn loom_a_lap_over_what_a_waiting_replay_applied_leaves_the_replicas_equal() {
 fn recovery_pod() -> Arc<Pod> {
     let config = PodConfig::new()
         .record_width_bits(2)
-        .crash_safety(crate::CrashSafety::Undo)
-        .scr_bytes(2048)
-        .lnr_bytes(8192)
-        .slot_size_bytes(64)
-        .max_key_bytes(8)
-        .log_capacity_entries(16)
-        .max_hosts(3)
-        .join_area_bytes(0);
-    Arc::new(Pod::create(&config, Backing::heap()).expect("pod"))
+        .crash_safety(crate::CrashSafety::Undo);
+    small_pod(config, 3, 2048, 8192, 16)
 }
 
 /// Host 1 dies announcing a write lock of k's record: before its CAS (`took_it` false:

@@ -272,8 +272,8 @@ fn local_partition_faults_leave_the_pod_clean_undo() {
     local_matrix(CrashSafety::Undo);
 }
 
-#[test]
-fn all_log_faults_leave_the_pod_clean() {
+/// An AllLog pod and its two hosts.
+fn all_log_pair() -> (Arc<Pod>, Host, Host) {
     let pod = heap_pod(
         &config()
             .lnr_bytes(4 << 20)
@@ -282,6 +282,12 @@ fn all_log_faults_leave_the_pod_clean() {
     );
     let a = Host::join(&pod, Join::As(0), options()).unwrap();
     let b = Host::join(&pod, Join::As(1), options()).unwrap();
+    (pod, a, b)
+}
+
+#[test]
+fn all_log_faults_leave_the_pod_clean() {
+    let (_pod, a, b) = all_log_pair();
     for fault in [Fault::Refuse, Fault::Unconfirmed] {
         let tag = format!("all-log {fault:?}");
         a.create(b"k", &value(1)).unwrap();
@@ -397,14 +403,7 @@ fn a_claim_that_makes_room_leaves_the_pod_clean_whichever_append_fails() {
 #[test]
 fn all_log_delete_whose_delete_append_fails_after_its_lock_leaves_the_object_usable() {
     for fault in [Fault::Refuse, Fault::Unconfirmed] {
-        let pod = heap_pod(
-            &config()
-                .lnr_bytes(4 << 20)
-                .log_capacity_entries(4096)
-                .coherence(megalon_core::Coherence::AllLog),
-        );
-        let a = Host::join(&pod, Join::As(0), options()).unwrap();
-        let b = Host::join(&pod, Join::As(1), options()).unwrap();
+        let (_pod, a, b) = all_log_pair();
         a.create(b"k", &value(1)).unwrap();
         let before = a.inspect().chaos_counts();
         let r = with_fault_on_append(2, fault, || a.delete(b"k"));

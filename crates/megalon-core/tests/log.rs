@@ -12,13 +12,16 @@ fn pod(config: PodConfig) -> Arc<Pod> {
     Arc::new(Pod::create(&config, Backing::heap()).expect("pod"))
 }
 
+/// The log's capacity in `small_config`.
+const CAPACITY: u64 = 8;
+
 fn small_config() -> PodConfig {
     PodConfig::new()
         .scr_bytes(64 << 10)
         .lnr_bytes(1 << 20)
         .slot_size_bytes(256)
         .max_key_bytes(48) // 128-byte entries: two lines each
-        .log_capacity_entries(8)
+        .log_capacity_entries(CAPACITY)
         .max_hosts(4)
 }
 
@@ -193,9 +196,6 @@ fn a_second_append_into_a_full_log_waits_at_most_its_limit(combining: bool) {
         "the second append waited {took:?} with a limit of {LIMIT:?}"
     );
 }
-
-/// The log's capacity in `small_config`.
-const CAPACITY: u64 = 8;
 
 /// Hosts 0, 1 and 2 (a, b and d) of `pod`, without pumps or flat combining, each waiting
 /// at most `wait`, but b `b_wait`. Each holds claimed slots, so that a create is one

@@ -748,14 +748,7 @@ fn a_dead_servers_claim_at_its_head_is_answered_and_passed() {
         Duration::from_millis(500),
         &mut || {
             if settled.is_none() && state.load(Ordering::SeqCst) == pack(0, REQUEST) {
-                state
-                    .compare_exchange(
-                        pack(0, REQUEST),
-                        pack(0, CLAIMED),
-                        Ordering::Acquire,
-                        Ordering::Relaxed,
-                    )
-                    .expect("claims");
+                claim_by_hand(state);
                 settled = Some(ring.recover_server(&pod, &host_memory(&pod, 3), failed));
             }
             ControlFlow::Continue(())
@@ -1605,6 +1598,19 @@ fn a_paused_recoverer_leaves_a_claim_alone_before_its_servers_pass() {
     let _ = server;
 }
 
+/// A server's claim of lap 0's request at `state`, up to its CAS (a server that dies
+/// before it moves the head).
+fn claim_by_hand(state: &AtomicU64) {
+    state
+        .compare_exchange(
+            pack(0, REQUEST),
+            pack(0, CLAIMED),
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        )
+        .expect("claims");
+}
+
 /// A recovery of ring `ring`'s dead server, on a thread of its own, killed right after
 /// its CAS of a claimed request to answering (its seam panics: nothing of the ring's
 /// code runs after it, as after a kill).
@@ -1636,14 +1642,7 @@ fn a_recoverer_killed_after_its_cas_to_answering_leaves_the_answer_to_the_next_r
     let first = call_on_thread(&pod, &ring, 1, (1, b"first"));
     wait_for_state(&pod, &ring, 0, pack(0, REQUEST), "the first call publishes");
     // `claim` up to its CAS: the server dies before it moves the head.
-    ring.state(&pod, 0)
-        .compare_exchange(
-            pack(0, REQUEST),
-            pack(0, CLAIMED),
-            Ordering::Acquire,
-            Ordering::Relaxed,
-        )
-        .expect("claims");
+    claim_by_hand(ring.state(&pod, 0));
     recovery_killed_after_its_cas_to_answering(&pod, &ring);
     assert_eq!(
         (
