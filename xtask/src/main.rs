@@ -258,6 +258,14 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
                 "windows",
                 "a_losing_allocator_frees_its_record_by_cas_under_a_stale_writers_lock",
             ),
+            (
+                "windows",
+                "a_writer_whose_own_host_applies_a_delete_and_create_of_its_key_before_its_lock_backs_out",
+            ),
+            (
+                "windows",
+                "an_update_whose_lookup_a_full_counter_cycle_follows_starts_from_its_end",
+            ),
         ],
     ),
     (
@@ -430,10 +438,16 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
     ),
     (
         "replica-version-kept",
-        &[(
-            "lib",
-            "replica::tests::a_lookup_without_the_lock_that_a_replay_overlaps_is_not_trusted",
-        )],
+        &[
+            (
+                "lib",
+                "replica::tests::a_lookup_without_the_lock_that_a_replay_overlaps_is_not_trusted",
+            ),
+            (
+                "windows",
+                "a_writer_whose_own_host_applies_a_delete_and_create_of_its_key_before_its_lock_backs_out",
+            ),
+        ],
     ),
     (
         "record-byte-cas-keeps-neighbours",

@@ -440,6 +440,108 @@ fn a_writer_that_locks_a_record_reassigned_since_its_lookup_backs_out() {
     assert_eq!(read(reader, b"q"), value(5));
 }
 
+/// The same window, the events applied by the writer's own host: between writer s's
+/// lookup of y (record r, slot p) and its lock, another host deletes y and creates it
+/// again in another slot, and allocates r to the new y (unchanged since: its word is
+/// the one s loaded); then another thread of s replays all of it. s's CAS succeeds, and
+/// its catch-up holding the lock finds nothing new: only the index's version at s's
+/// lookup (not at its lock) tells that the index changed since, and the stamp check
+/// then sends s back. The defect it would catch: s writes the new y's value into p, the
+/// deleted y's slot, and a read of y never sees it.
+#[test]
+fn a_writer_whose_own_host_applies_a_delete_and_create_of_its_key_before_its_lock_backs_out() {
+    let pod = pod(32, 4096);
+    let (s, b) = (leak(&pod, 0, options()), leak(&pod, 1, options()));
+    b.create(b"y", &value(0)).unwrap();
+    b.write(b"y", &value(1)).unwrap();
+    let old = s.lookup(b"y").unwrap().unwrap();
+    fill_records(b);
+
+    let (to_main, main_hears) = channel();
+    let (to_s, s_hears) = channel();
+    let (to_b, b_hears) = channel();
+    let writer_s = spawn_stopping_once_at(
+        Point::WriteBeforeLock,
+        (to_main.clone(), "s looked y up"),
+        Some((s_hears, "lock")),
+        move || s.write(b"y", &value(7)).unwrap(),
+    );
+    expect(&main_hears, "s looked y up");
+    b.delete(b"y").unwrap();
+    // The deleted y's slot goes to another object: the new y is elsewhere.
+    b.create(b"taker", &value(2)).unwrap();
+    b.create(b"y", &value(8)).unwrap();
+    let writer_b = spawn_stopping_once_at(
+        Point::WriteBeforeLock,
+        (to_main, "new y allocated"),
+        Some((b_hears, "lock")),
+        move || b.write(b"y", &value(5)).unwrap(),
+    );
+    expect(&main_hears, "new y allocated");
+    s.replay().unwrap();
+    let new = s.lookup(b"y").unwrap().unwrap();
+    assert_eq!(
+        new.record, old.record,
+        "the new y has the deleted y's record"
+    );
+    assert_ne!(new.slot, old.slot, "the new y is in another slot");
+    to_s.send("lock").unwrap();
+    writer_s.join().expect("writer s");
+    assert_eq!(read(b, b"y"), value(7), "s's write of y reached y");
+    to_b.send("lock").unwrap();
+    writer_b.join().expect("writer b");
+    assert_eq!(read(s, b"y"), value(5));
+    assert!(b.inspect().record_census().locked.is_empty());
+}
+
+/// A record of 4 bits has a counter of 2: two writes bring it back to where it was (the
+/// second one's wrap event says so). Between s's lookup of y (its host counter known: s
+/// has just read y, and caches its lines) and its lock, another host writes y twice;
+/// s's CAS then succeeds, its own write does not wrap the counter (no event of its own
+/// to wait for), and only the event check holding the lock tells s that its entry is
+/// stale. Without it, s's update skips the invalidation its stale host counter says it
+/// need not do, and changes y as it was before those writes (still in its cache): they
+/// are lost.
+#[test]
+fn an_update_whose_lookup_a_full_counter_cycle_follows_starts_from_its_end() {
+    let pod = pod(4, 64 << 10);
+    // No random eviction: s's lines of y stay cached until something drops them.
+    let quiet = options().memory(common::simulated(7, 512, 0));
+    let (s, b) = (leak(&pod, 0, quiet), leak(&pod, 1, options()));
+    b.create(b"y", &value(0)).unwrap();
+    b.write(b"y", &value(1)).unwrap();
+    b.write(b"y", &value(2)).unwrap();
+    assert_eq!(read(s, b"y"), value(2));
+
+    let (to_main, main_hears) = channel();
+    let (to_s, s_hears) = channel();
+    let updater = spawn_stopping_once_at(
+        Point::WriteBeforeLock,
+        (to_main, "s looked y up"),
+        Some((s_hears, "lock")),
+        move || {
+            s.update(b"y", |bytes| {
+                let seen = bytes.to_vec();
+                bytes.copy_from_slice(&value(7));
+                seen
+            })
+            .unwrap()
+            .0
+        },
+    );
+    expect(&main_hears, "s looked y up");
+    b.write(b"y", &value(4)).unwrap();
+    b.write(b"y", &value(5)).unwrap();
+    to_s.send("lock").unwrap();
+    let seen = updater.join().expect("the updater");
+    assert_eq!(
+        seen,
+        value(5),
+        "the update started from y before b's writes"
+    );
+    assert_eq!(read(b, b"y"), value(7));
+}
+
 /// A read of `read_many` whose check fails starts over alone, and the bound counts the
 /// failed try: with `max_retries` 0 it gives up at once, as a lone read does; with 1 it
 /// reads again once and answers one retry. The defect: the read alone started its own
