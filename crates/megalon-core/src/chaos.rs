@@ -113,6 +113,10 @@ pub enum Point {
     /// (before the dead host's RPC rings), before it clears the record under recovery
     /// that a dead recoverer may have left.
     RecoveryBeforeIntentCleared,
+    /// Recovery of a dead host's RPC entries (`recover_rpcs`), its entries as a sender
+    /// settled in every host's ring, before its own ring's claimed requests are answered
+    /// and abandoned ones freed (`RingGeometry::recover_server`).
+    RecoveryInRpcs,
     /// Recovery of a dead host's locks, before it stores its intent (the record under
     /// recovery) for the next announce it looks at.
     RecoveryBeforeIntent,

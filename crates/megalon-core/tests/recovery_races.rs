@@ -3349,3 +3349,183 @@ fn a_server_recovered_in_a_move_back_writes_no_answer_over_the_next_lap() {
         }
     }
 }
+
+// The take-over of a recovery stopped in the middle of the RPC rings (2026-11-30).
+
+/// Host 2 (`o`) dies as a sender and as a server at once: one thread of it asked host 3
+/// (`q`, which serves nobody yet) to move `j` back and waits; another claimed host 1's
+/// (`s`) request to move `k` back and dies in the move. Host 0 (`r1`) recovers `o`, and
+/// is killed in its recovery of the rings (`RecoveryInRpcs`): `o`'s request in `q`'s
+/// ring withdrawn, `s`'s in `o`'s still claimed, `o`'s row still held. Host 4 (`r2`)
+/// takes the recovery over (it recovers `r1`, which held the pod's recovery word, then
+/// `o`). `s`, paused in its wait meanwhile, is answered "gone" and reads `k` back in
+/// CXL; `q` and the id's next life serve call after call over the rings' next laps (an
+/// entry left claimed, abandoned or unread would fill a ring a lap later:
+/// `HostUnresponsive`); no record stays locked, and the recovery word is let go (a
+/// later death is recovered).
+#[test]
+fn a_recovery_killed_in_the_rings_is_taken_over() {
+    a_recovery_stopped_in_the_rings(false);
+}
+
+/// As `a_recovery_killed_in_the_rings_is_taken_over`, but `r1` is only paused there past
+/// its lease, and resumes once `o`'s id joined again, while the next life, `k` in its
+/// DRAM again, is in its move back for `s` (the request claimed): `r1` must leave that
+/// ring alone. It answered the live claim "gone" as the dead server's, and `s` asked
+/// again while `o2` moved `k` (no check after the senders' entries: the server's ring
+/// was taken for the dead life's however long the pause). The next life serves call
+/// after call, and keeps its row.
+#[test]
+fn a_recovery_paused_in_the_rings_and_taken_over_leaves_the_next_life_alone() {
+    a_recovery_stopped_in_the_rings(true);
+}
+
+/// The two tests above: `r1` killed at `RecoveryInRpcs`, or (`resumes`) paused there and
+/// resumed after the id's next life joined.
+fn a_recovery_stopped_in_the_rings(resumes: bool) {
+    let pod = common::heap_pod(&config().local_partitions(2).rpc_ring_entries(2));
+    let r1 = leak(&pod, 0);
+    let s = leak_waiting(&pod, 1, BOUND);
+    let o = leak(&pod, 2);
+    let q = leak(&pod, 3);
+    let r2 = leak(&pod, 4);
+    k_in_the_dram_of(r1, o);
+    r1.create(b"j", &value(5)).unwrap();
+    let mut buf = vec![0u8; SLOT];
+    q.read(b"j", &mut buf).unwrap();
+    q.read(b"j", &mut buf).unwrap();
+    assert_eq!(q.inspect().local_objects().0, 1, "j in q's DRAM");
+    // o asks q for j, and waits for good (q has no pump, and no operation of its own runs).
+    let (waiting, is_waiting) = channel();
+    std::thread::spawn(move || {
+        let waiting = Mutex::new(waiting);
+        let _ = chaos::with_hook(
+            move |point| {
+                if point == Point::RpcAwaitingResponse {
+                    waiting.lock().unwrap().send(()).unwrap();
+                    loop {
+                        std::thread::park();
+                    }
+                }
+            },
+            move || read_k_of(o, b"j"),
+        );
+    });
+    is_waiting.recv().unwrap();
+    // o claims s's request for k and dies in the move; s pauses in its wait from then on.
+    let is_dying = a_server_that_dies_moving_back(o);
+    let asked = pauses_when(
+        Point::RpcAwaitingResponse,
+        move || is_dying.try_recv().is_ok(),
+        move || read_k(s),
+    );
+    leases_run_out(&[r1]);
+    let recovering = if resumes {
+        Some(pauses_at(r1, Point::RecoveryInRpcs, move || {
+            r1.inspect().watch_hosts()
+        }))
+    } else {
+        dies_at(r1, Point::RecoveryInRpcs, |r1| loop {
+            r1.inspect().watch_hosts();
+            std::thread::sleep(Duration::from_millis(5));
+        });
+        None
+    };
+    assert!(host_dead_logged(r2, o.id()), "r1 logged o's death");
+    assert!(
+        pod.hosts().iter().any(|row| row.host == o.id()),
+        "r1 stopped before it let o's row go"
+    );
+    leases_run_out(&[r2]);
+    recover_by_hand(&pod, r1.id(), r2);
+    recover_by_hand(&pod, o.id(), r2);
+    match asked.resume() {
+        Ok(bytes) => assert_eq!(bytes, value(2), "k, back in CXL"),
+        Err(error) => panic!("s's read of k, which o's recovery hands back: {error:?}"),
+    }
+    // q serves its ring now: o's request there, withdrawn, is skipped and its entry freed.
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop_in = stop.clone();
+    let serving = std::thread::spawn(move || {
+        while !stop_in.load(Ordering::SeqCst) {
+            let _ = q.read(b"k0", &mut [0u8; SLOT]);
+            std::thread::yield_now();
+        }
+    });
+    let calls = |holder: &Host, name: &str| {
+        for lap in 0..3u8 {
+            let key = format!("{name}{lap}");
+            r2.create(key.as_bytes(), &value(lap)).unwrap();
+            let mut buf = vec![0u8; SLOT];
+            holder.read(key.as_bytes(), &mut buf).unwrap();
+            holder.read(key.as_bytes(), &mut buf).unwrap(); // in the holder's DRAM
+            match read_k_of(s, key.as_bytes()) {
+                Ok(bytes) => assert_eq!(bytes, value(lap), "{key}"),
+                Err(error) => panic!("s's read of {key}, held by the live {name}: {error:?}"),
+            }
+        }
+    };
+    calls(q, "q");
+    stop.store(true, Ordering::SeqCst);
+    serving.join().unwrap();
+    // The id's next life serves o's ring from its head (s's entry was answered and read),
+    // on a thread of its own, and holds k in its DRAM. s asks for it, and the next life
+    // pauses in its move back, the request claimed: it answers it, and only it (`r1`,
+    // resumed here, recovers a dead life no more: its claims are no dead server's).
+    let o2 = leak(&pod, 2);
+    read(o2);
+    read(o2);
+    assert_eq!(o2.inspect().local_objects().0, 1, "k in o2's DRAM");
+    let sent = s.events().rpcs_sent;
+    let asked = std::thread::spawn(move || read_k(s));
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop_in = stop.clone();
+    let serving = pauses_when(
+        Point::MoveBackBeforeCopy,
+        || true,
+        move || {
+            while !stop_in.load(Ordering::SeqCst) {
+                let _ = o2.read(b"k0", &mut [0u8; SLOT]);
+                std::thread::yield_now();
+            }
+        },
+    );
+    if let Some(recovering) = recovering {
+        recovering.resume();
+    }
+    // o2 stays in its move back a while: s waits for its answer, and asks nobody again.
+    std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS)));
+    let asked_again = s.events().rpcs_sent - sent - 1;
+    serving.resume.send(()).unwrap();
+    match asked.join().unwrap() {
+        Ok(bytes) => assert_eq!(bytes, value(2), "k, moved back by o2"),
+        Err(error) => panic!("s's read of k, held by the live o2: {error:?}"),
+    }
+    assert_eq!(
+        (asked_again, s.events().rpcs_sent - sent),
+        (0, 1),
+        "s asked o2 once: its request, claimed by the live o2, is answered by o2 alone \
+         (answered \"gone\" for the dead life, s asked again while o2 moved k)"
+    );
+    calls(o2, "o");
+    stop.store(true, Ordering::SeqCst);
+    serving.outcome.recv().unwrap();
+    let life = pod
+        .hosts()
+        .iter()
+        .find(|row| row.host == 2)
+        .map(|row| row.joins);
+    assert_eq!(life, Some(2), "o's id, its second life, keeps its row");
+    let census = r2.inspect().record_census();
+    assert!(census.locked.is_empty(), "no record locked: {census:?}");
+    // The recovery word was let go: another death is recovered.
+    s.inspect().freeze();
+    leases_run_out(&[r2]);
+    recover_by_hand(&pod, s.id(), r2);
+}
+
+/// `host`'s read of `key`: its bytes, or the error.
+fn read_k_of(host: &Host, key: &[u8]) -> Result<Vec<u8>, Error> {
+    let mut buf = vec![0u8; SLOT];
+    host.read(key, &mut buf).map(|_| buf)
+}

@@ -235,7 +235,9 @@ impl Shared {
         if !self.still_recovering(dead)? {
             return Ok(false);
         }
-        self.recover_rpcs(dead.host, dead.joins);
+        if !self.recover_rpcs(dead.host, dead.joins, || self.still_recovering(dead))? {
+            return Ok(false);
+        }
         if self.undo_images() && !self.restore_holds(dead)? {
             return Ok(false);
         }

@@ -58,8 +58,14 @@ impl Shared {
     /// Settles what life `life` of dead host `dead` left in the rings: as a sender, in
     /// every host's ([`RingGeometry::recover_sender`]), and as a server, in its own
     /// ([`RingGeometry::recover_server`]: requests it claimed are answered
-    /// `SERVER_GONE`, and their senders look again).
-    pub(in crate::host) fn recover_rpcs(&self, dead: crate::ids::HostId, life: u64) {
+    /// `SERVER_GONE`, and their senders look again). `Ok(false)`: `still_recovering` said
+    /// no before the server's ring, which is left alone.
+    pub(in crate::host) fn recover_rpcs(
+        &self,
+        dead: crate::ids::HostId,
+        life: u64,
+        still_recovering: impl FnOnce() -> Result<bool>,
+    ) -> Result<bool> {
         if let Some(rpc) = &self.rpc {
             // Its life's sessions, and any earlier life's of the id left by a take-over
             // (`host::rescue`): every life of the id up to `life` is dead.
@@ -70,12 +76,23 @@ impl Shared {
             for ring in &rpc.rings {
                 ring.recover_senders(&self.pod, dead_sender);
             }
+            self.chaos.point(crate::chaos::Point::RecoveryInRpcs);
+            // Looked at again after the senders' entries (every ring's): a recoverer
+            // paused here past its lease and taken over may find the dead host recovered
+            // and its id joined again, the ring served by the next life; a claim of that
+            // server's is not the dead one's to answer "gone" (its sender would ask again
+            // while the live server moves the object back, and the entry, answered, read
+            // and reserved for the next lap, could be the one the server then reads).
+            if !still_recovering()? {
+                return Ok(false);
+            }
             let gone = Response {
                 status: SERVER_GONE,
                 detail: 0,
             };
             rpc.rings[dead as usize].recover_server(&self.pod, &self.memory, gone);
         }
+        Ok(true)
     }
 
     /// Serves the requests waiting in this host's ring. Returns how many it served. The
