@@ -626,6 +626,10 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
                 "recovery_races",
                 "a_recoverer_paused_after_a_restore_clears_no_announce_of_the_ids_next_life",
             ),
+            (
+                "recovery_races",
+                "a_recoverer_paused_in_its_catch_up_clears_no_announce_of_the_ids_next_life",
+            ),
         ],
     ),
     (

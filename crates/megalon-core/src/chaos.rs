@@ -100,6 +100,11 @@ pub enum Point {
     /// Recovery of a dead host's lock taken over a live claim, the record settled back to
     /// the claimed word, before the dead host's announce is rewritten to the claim.
     RecoveryAfterClaimSettled,
+    /// Recovery of a dead host's lock, the record's word found other than announced
+    /// (never taken, released, or a lock taken over a claim settled back to it) and the
+    /// log caught up to see whether the record has an object, before the dead host's
+    /// announce is cleared or rewritten to the claim.
+    RecoveryBeforeAnnounceCleared,
     /// Recovery putting back a dead host's slot image (a move back it died in), the
     /// announce read, before it writes the image into the slot.
     RecoveryBeforeSlotImage,

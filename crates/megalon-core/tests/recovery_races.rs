@@ -3529,3 +3529,48 @@ fn read_k_of(host: &Host, key: &[u8]) -> Result<Vec<u8>, Error> {
     let mut buf = vec![0u8; SLOT];
     host.read(key, &mut buf).map(|_| buf)
 }
+
+// Found by a review of every action a recoverer takes for a dead host, paused past its
+// lease right before it (2026-11-30, s16/pausedrec).
+
+/// `d` announces a write lock of `k` and dies before its CAS. `r1`'s recovery of `d`
+/// finds `k`'s word unlocked, one below the announced lock (a lock taken over a claim
+/// would be settled back to such a word), checks that it still recovers, and catches its
+/// log up to see whether the record has an object: it pauses there past its lease
+/// (`RecoveryBeforeAnnounceCleared`). `r2` recovers `r1` and `d`; a new life of `d`'s id
+/// locks `k` (its announce 0, the word `d`'s announce had), and `e` announced the same
+/// lock and died before its CAS. `r1` resumes and cleared "`d`'s" announce 0, the new
+/// life's (its last check came before the catch-up): `e`'s recovery then took the new
+/// life's lock for `e`'s and unlocked it under the live writer.
+#[test]
+fn a_recoverer_paused_in_its_catch_up_clears_no_announce_of_the_ids_next_life() {
+    let pod = common::heap_pod(&config());
+    let [r1, r2, d, e] = leak_all(&pod);
+    k_with_a_record(r1);
+    dies_announcing_a_lock_of_k(d);
+    leases_run_out(&[r1, r2]);
+    let r1_watch = pauses_at(r1, Point::RecoveryBeforeAnnounceCleared, move || {
+        r1.inspect().watch_hosts()
+    });
+    std::thread::sleep(Duration::from_millis(30));
+    leases_run_out(&[r2]); // r2 first sees r1's lease
+    r2.inspect().watch_hosts(); // recovers r1 (it held the word), then d
+    assert!(
+        pod.hosts()
+            .iter()
+            .all(|row| row.host != d.id() && row.host != r1.id()),
+        "r2 recovered r1 and d"
+    );
+    dies_announcing_a_lock_of_k(e);
+    let n = leak(&pod, d.id());
+    let attempt = half_write(n, 0xdd);
+    assert!(attempt.is_ok(), "the new life locks k: {attempt:?}");
+    r1_watch.resume();
+    leases_run_out(&[r2]);
+    let until = Instant::now() + 3 * Duration::from_millis(u64::from(LEASE_MS));
+    while Instant::now() < until {
+        r2.inspect().watch_hosts();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_live_lock_kept(r2, &attempt);
+}

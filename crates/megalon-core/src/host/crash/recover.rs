@@ -460,6 +460,16 @@ impl Shared {
                     && !mutants::skipped(MutantStep::RestoredClaimSettledLater)
                 {
                     self.catch_up()?;
+                    self.chaos.point(Point::RecoveryBeforeAnnounceCleared);
+                    // Looked at again after the catch-up (a pause: a replay, maybe behind
+                    // another thread's), before either store below: the check above came
+                    // before it, and a recoverer paused in it and taken over may find the
+                    // id joined again and this word the next life's announce.
+                    if !mutants::skipped(MutantStep::RecovererChecksBeforeItClears)
+                        && !self.still_the_recoverer(&held)?
+                    {
+                        return Ok(false);
+                    }
                     if self.replica.read().record_owner_key(record).is_none() {
                         self.announce_word(dead.host, index).store(
                             encode_announce(record, records.encode(now)),
