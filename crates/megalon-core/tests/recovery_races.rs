@@ -3531,7 +3531,7 @@ fn read_k_of(host: &Host, key: &[u8]) -> Result<Vec<u8>, Error> {
 }
 
 // Found by a review of every action a recoverer takes for a dead host, paused past its
-// lease right before it (2026-11-30, s16/pausedrec).
+// lease right before it (2026-11-30).
 
 /// `d` announces a write lock of `k` and dies before its CAS. `r1`'s recovery of `d`
 /// finds `k`'s word unlocked, one below the announced lock (a lock taken over a claim
