@@ -687,6 +687,13 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
             ),
         ],
     ),
+    (
+        "writer-checks-before-its-image",
+        &[(
+            "recovery_races",
+            "a_writer_paused_before_its_undo_image_leaves_the_ids_next_life_alone",
+        )],
+    ),
 ];
 
 /// Runs the mutant tests with `step` switched off (or none), returning the failing tests:

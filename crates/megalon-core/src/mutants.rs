@@ -209,6 +209,12 @@ pub enum Step {
     /// recovered (the image put back, the object handed back to CXL and written since)
     /// writes its DRAM bytes over the live hosts' acknowledged write.
     MoverChecksAfterItsPause,
+    /// A writer looks again that it was not declared dead right before it keeps its undo
+    /// image and announces it ready, after the event check's catch-up and the pause at
+    /// `WriteAfterEventCheck`. Skipped, one paused there past its lease, recovered, and
+    /// resumed once its id joined again writes its image and announce over the next
+    /// life's: that life's lock is announced no more, and its recovery leaves it locked.
+    WriterChecksBeforeItsImage,
     /// A recoverer checks that it still recovers before it clears the record under
     /// recovery (a dead recoverer's, by CAS from the value it looked at) and before each
     /// store of its intent, which it makes by CAS from 0 (the word as it left it).
@@ -272,6 +278,7 @@ impl Step {
         Step::FillerChecksAfterItsPause,
         Step::MoverChecksAfterItsPause,
         Step::RecovererChecksBeforeItSetsTheIntent,
+        Step::WriterChecksBeforeItsImage,
     ];
 
     /// The name `MEGALON_MUTANT` takes.
@@ -326,6 +333,7 @@ impl Step {
             }
             Step::FillerChecksAfterItsPause => "filler-checks-after-its-pause",
             Step::MoverChecksAfterItsPause => "mover-checks-after-its-pause",
+            Step::WriterChecksBeforeItsImage => "writer-checks-before-its-image",
             Step::RecovererChecksBeforeItSetsTheIntent => {
                 "recoverer-checks-before-it-sets-the-intent"
             }

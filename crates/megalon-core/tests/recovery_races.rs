@@ -3574,3 +3574,58 @@ fn a_recoverer_paused_in_its_catch_up_clears_no_announce_of_the_ids_next_life() 
     }
     assert_live_lock_kept(r2, &attempt);
 }
+
+// A live writer paused past its lease between its event check and its undo image
+// (2026-11-30, a review of the live host's paths for a check, a pause, then an action).
+
+/// Host 1 (`p`) locks `k`'s record for a write (8-bit records: no wrap event to append),
+/// checks that `k` is unchanged, and pauses past its lease before it keeps its undo image
+/// (`WriteAfterEventCheck`). Host 0 recovers it (its lock of `k`, announced with no image,
+/// is undone) and the id joins again (`p2`), which locks `j` for a write: announce word 0,
+/// its undo image of `j` kept. `p` resumes: it must learn it was declared dead and write
+/// neither the id's undo image nor its announce (it wrote both, with `k`'s: `p2`'s lock of
+/// `j` was announced no more, and `p2`'s recovery, which settles announced locks only,
+/// left `j` locked for good).
+#[test]
+fn a_writer_paused_before_its_undo_image_leaves_the_ids_next_life_alone() {
+    let pod = common::heap_pod(&config().record_width_bits(8));
+    let [r, p] = leak_all(&pod);
+    k_with_a_record(r);
+    r.create(b"j", &value(5)).unwrap();
+    r.write(b"j", &value(6)).unwrap();
+    assert_eq!(read(p), value(2));
+    r.inspect().watch_hosts();
+    let write = pauses_at(p, Point::WriteAfterEventCheck, || {
+        p.write_start(b"k").map(drop)
+    });
+    recover_by_hand(&pod, p.id(), r);
+    let p2 = leak(&pod, 1);
+    let ticket = p2.write_start(b"j").expect("p2 locks j");
+    ticket.write(0, &[0xee; SLOT / 2]).unwrap();
+    p2.memory().write_back(ticket.offset(), SLOT);
+    p2.memory().fence();
+    std::mem::forget(ticket);
+    let outcome = write.resume();
+    // p2 dies holding j's lock: its recovery puts j's image back and unlocks it.
+    p2.inspect().freeze();
+    leases_run_out(&[r]);
+    recover_by_hand(&pod, p2.id(), r);
+    let j = r
+        .inspect()
+        .replica_snapshot()
+        .into_iter()
+        .find(|(key, _)| key == b"j")
+        .and_then(|(_, entry)| entry.record)
+        .expect("j has a record");
+    let census = r.inspect().record_census();
+    assert!(
+        !census.locked.contains(&j),
+        "p2 recovered, yet j's record {j} is locked for good (the resumed p's write_start \
+         answered {outcome:?}): {census:?}"
+    );
+    assert_eq!(common::read(r, b"j"), value(6), "j, its image put back");
+    assert!(
+        matches!(outcome, Err(Error::HostDeclaredDead { .. })),
+        "{outcome:?}"
+    );
+}

@@ -454,6 +454,18 @@ impl Shared {
             let mut state = self.ready_to_write(&entry, record, word.counter, c);
             // Before the ticket lets a byte change: what recovery restores if we die.
             let hold = held.take().expect("taken before the lock");
+            // Looked at again after the last pause (the event check's catch-up, then
+            // `WriteAfterEventCheck`, and a wrap's append): a writer paused there past its
+            // lease was recovered (its lock undone), and the id's next life may hold this
+            // announce word and its undo image; writing ours over them would leave the next
+            // life's lock unannounced, which its recovery would never settle. The lock and
+            // the hold are left to recovery (`end_hold`).
+            if !mutants::skipped(Step::WriterChecksBeforeItsImage) && self.left_to_recovery() {
+                return Err(Error::HostDeclaredDead {
+                    host: self.id,
+                    life: self.life,
+                });
+            }
             let (offset, len) = (state.place.offset, state.place.len);
             self.keep_undo_image(&hold, record, locked, offset, len);
             if self.undo_images() {
