@@ -694,6 +694,13 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
             "a_writer_paused_before_its_undo_image_leaves_the_ids_next_life_alone",
         )],
     ),
+    (
+        "recoverer-checks-before-the-servers-ring",
+        &[(
+            "recovery_races",
+            "a_recovery_paused_in_the_rings_and_taken_over_leaves_the_next_life_alone",
+        )],
+    ),
 ];
 
 /// Runs the mutant tests with `step` switched off (or none), returning the failing tests:

@@ -215,6 +215,13 @@ pub enum Step {
     /// resumed once its id joined again writes its image and announce over the next
     /// life's: that life's lock is announced no more, and its recovery leaves it locked.
     WriterChecksBeforeItsImage,
+    /// A recoverer of a dead host's RPC entries looks again that it still recovers it
+    /// after settling its entries as a sender in every ring, before it answers the
+    /// requests the dead server claimed in its own ring (`recover_rpcs`). Skipped, one
+    /// paused there past its lease, taken over, and resumed once the id joined again
+    /// answers the next life's live claim "gone": its sender asks again while the live
+    /// server serves it.
+    RecovererChecksBeforeTheServersRing,
     /// A recoverer checks that it still recovers before it clears the record under
     /// recovery (a dead recoverer's, by CAS from the value it looked at) and before each
     /// store of its intent, which it makes by CAS from 0 (the word as it left it).
@@ -279,6 +286,7 @@ impl Step {
         Step::MoverChecksAfterItsPause,
         Step::RecovererChecksBeforeItSetsTheIntent,
         Step::WriterChecksBeforeItsImage,
+        Step::RecovererChecksBeforeTheServersRing,
     ];
 
     /// The name `MEGALON_MUTANT` takes.
@@ -334,6 +342,7 @@ impl Step {
             Step::FillerChecksAfterItsPause => "filler-checks-after-its-pause",
             Step::MoverChecksAfterItsPause => "mover-checks-after-its-pause",
             Step::WriterChecksBeforeItsImage => "writer-checks-before-its-image",
+            Step::RecovererChecksBeforeTheServersRing => "recoverer-checks-before-the-servers-ring",
             Step::RecovererChecksBeforeItSetsTheIntent => {
                 "recoverer-checks-before-it-sets-the-intent"
             }
