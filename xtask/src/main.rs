@@ -485,10 +485,16 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
     ),
     (
         "recovery-finds-the-writer-among-the-dead",
-        &[(
-            "recovery_races",
-            "a_writer_that_died_mid_write_is_found_among_the_dead",
-        )],
+        &[
+            (
+                "recovery_races",
+                "a_writer_that_died_mid_write_is_found_among_the_dead",
+            ),
+            (
+                "recovery_races",
+                "a_dead_hosts_own_image_is_found_behind_its_other_announce_of_the_lock",
+            ),
+        ],
     ),
     (
         "move-back-keeps-the-slot-image",

@@ -107,9 +107,10 @@ pub enum Step {
     /// over writes made since.
     WriteEndLetsGoOfTheImage,
     /// A recoverer that finds a dead host's announce of a locked record without an undo
-    /// image looks for another dead host's announce of the same word with one (the
-    /// holder, in the middle of a write). Skipped, it settles the lock as a write that
-    /// changed nothing, and the holder's half-written bytes stay.
+    /// image looks for another announce of the same word with one (the holder, in the
+    /// middle of a write): the dead host's own other announces, then the other dead
+    /// hosts'. Skipped, it settles the lock as a write that changed nothing, and the
+    /// holder's half-written bytes stay.
     RecoveryFindsTheWriterAmongTheDead,
     /// A move back keeps the slot's bytes in an undo image, announced, before it writes
     /// the object into the slot in place (pods with undo images). Skipped, a host that

@@ -3629,3 +3629,364 @@ fn a_writer_paused_before_its_undo_image_leaves_the_ids_next_life_alone() {
         "{outcome:?}"
     );
 }
+
+// A review of recovery's own error paths (2026-11-30): every append a recovery makes
+// (its `HostDead`, each `Recovered`) refused or left unconfirmed, with the recoverer
+// going on, or dying right there.
+
+/// `host` locks `key` for a write, puts `byte` over its first half, makes that reach
+/// memory, and goes no further (its undo image is ready; the lock stays).
+fn half_write_of(host: &Host, key: &[u8], byte: u8) {
+    let ticket = host.write_start(key).expect("write_start");
+    ticket.write(0, &[byte; SLOT / 2]).unwrap();
+    host.memory().write_back(ticket.offset(), SLOT);
+    host.memory().fence();
+    std::mem::forget(ticket);
+}
+
+/// Hosts 0 (`r`), 1 (`x`) and 2 (`b`) of a pod of `config`; `k`, `j` and `d` each at
+/// value 2 with a record. x dies holding all a host can leave to its recovery: two
+/// writes half-way (`k`, `j`: undo images ready), a delete's lock (`d`: no image), a
+/// reserved position it never published; with local partitions (after 4 accesses, so
+/// that the checks' few accesses move nothing), a move back of `m` from its DRAM too
+/// (its slot image kept, the copy not begun). Both leases run out for r and b.
+fn x_dies_holding(config: &megalon_core::PodConfig) -> (Arc<Pod>, [&'static Host; 3]) {
+    let pod = common::heap_pod(config);
+    let [r, x, b] = leak_all(&pod);
+    if config.partition_after_accesses > 0 {
+        r.create(b"m", &value(2)).unwrap();
+        for _ in 0..config.partition_after_accesses {
+            read_k_of(x, b"m").unwrap(); // the last read in a row moves m to x's DRAM
+        }
+        assert_eq!(x.inspect().local_objects(), (1, 0));
+        dies_at(x, Point::MoveBackBeforeCopy, |x| {
+            let _ = x.write_start(b"m");
+        });
+    }
+    for key in [&b"k"[..], b"j", b"d"] {
+        r.create(key, &value(1)).unwrap();
+        r.write(key, &value(2)).unwrap();
+        assert_eq!(common::read(x, key), value(2));
+    }
+    half_write_of(x, b"k", 0xaa);
+    half_write_of(x, b"j", 0xbb);
+    x.inspect().reserve_unpublished(1).unwrap();
+    dies_at(x, Point::ReleaseAfterLock, |x| {
+        let _ = x.delete(b"d");
+    });
+    leases_run_out(&[r, b]);
+    (pod, [r, x, b])
+}
+
+/// Runs one round of `r`'s watch whose `n`-th append (from 0) fails with `fault`.
+/// Returns whether the fault happened (the round made that many appends).
+fn a_round_whose_append_fails(r: &Host, n: usize, fault: chaos::Fault) -> bool {
+    let faults = |r: &Host| {
+        let counts = r.inspect().chaos_counts();
+        counts.refused + counts.unconfirmed
+    };
+    let before = faults(r);
+    let (mut reserved, mut published) = (0, 0);
+    if n == 0 && fault == chaos::Fault::Refuse {
+        chaos::fail_next_appends(&[fault]);
+    }
+    chaos::with_hook(
+        move |point| {
+            let arm = match (point, fault) {
+                (Point::AppendAfterReserve, chaos::Fault::Unconfirmed) => {
+                    reserved += 1;
+                    reserved == n + 1
+                }
+                (Point::AppendAfterPublish, chaos::Fault::Refuse) => {
+                    published += 1;
+                    published == n
+                }
+                _ => false,
+            };
+            if arm {
+                chaos::fail_next_appends(&[fault]);
+            }
+        },
+        || r.inspect().watch_hosts(),
+    );
+    chaos::clear_forced_faults();
+    faults(r) > before
+}
+
+/// `r` runs its watch on a thread of its own and dies (frozen, its thread parked for
+/// good, the recovery word still its own) in its `n`-th append (from 0), at `point`:
+/// before its `tail` CAS, between its reservation and its write, or once its entry is
+/// published. Whether it got there.
+fn a_recoverer_dies_in_its_append(r: &'static Host, n: usize, point: Point) -> bool {
+    let (frozen, is_frozen) = channel();
+    std::thread::spawn(move || {
+        let frozen = Arc::new(Mutex::new(frozen));
+        let frozen_in = frozen.clone();
+        let mut seen = 0;
+        chaos::with_hook(
+            move |at| {
+                if at != point {
+                    return;
+                }
+                seen += 1;
+                if seen == n + 1 {
+                    r.inspect().freeze();
+                    frozen_in.lock().unwrap().send(true).unwrap();
+                    loop {
+                        std::thread::park();
+                    }
+                }
+            },
+            || r.inspect().watch_hosts(),
+        );
+        let _ = frozen.lock().unwrap().send(false);
+    });
+    is_frozen.recv().unwrap()
+}
+
+/// After x's recovery (by `by`): nothing x held is left. Its row is free and its id joins
+/// again (while the log's head is at 0); no record is locked; `k`, `j` and `d` read as
+/// before x's writes and delete (value 2), and take writes; `m` (with partitions) reads
+/// as it moved to x; the log has no hole (every host replays to its tail).
+#[track_caller]
+fn nothing_of_x_left(pod: &Arc<Pod>, by: &Host, what: &str) {
+    assert!(
+        pod.hosts().iter().all(|row| row.host != 1),
+        "{what}: x's row is still held: {:?}",
+        pod.hosts()
+    );
+    let census = by.inspect().record_census();
+    assert!(
+        census.locked.is_empty(),
+        "{what}: records left locked: {census:?}"
+    );
+    if pod.config().partition_after_accesses > 0 {
+        assert_eq!(read_k_of(by, b"m").ok(), Some(value(2)), "{what}: m");
+    }
+    for key in [&b"k"[..], b"j", b"d"] {
+        let read = read_k_of(by, key);
+        assert!(
+            read.as_ref().is_ok_and(|bytes| *bytes == value(2)),
+            "{what}: {} reads {:?}",
+            String::from_utf8_lossy(key),
+            read.as_ref().map(|bytes| bytes[0])
+        );
+    }
+    // x's id joins again (unless the log recycled entries: a late join needs a pump to
+    // serve it, and these hosts have none), and its writes are read.
+    let (head, _, _) = by.inspect().log_cursors();
+    let again = (head == 0).then(|| join(pod, 1));
+    let writer = again.as_ref().unwrap_or(by);
+    for key in [&b"k"[..], b"j", b"d"] {
+        assert_eq!(common::read(writer, key), value(2), "{what}: x's next life");
+        writer.write(key, &value(7)).unwrap();
+        assert_eq!(common::read(by, key), value(7), "{what}: a write after it");
+    }
+    let (_, _, tail) = by.inspect().log_cursors();
+    by.inspect().settle_pending().unwrap();
+    assert_eq!(
+        by.inspect().applied_position(),
+        tail,
+        "{what}: replay stopped short of the tail (a hole)"
+    );
+    drop(again);
+}
+
+/// Each append of a recovery (x's `HostDead`, then a `Recovered` per lock) refused or left
+/// unconfirmed once: the round answers the injected fault (typed, in the recoverer's
+/// background errors) and leaves the rest to a later round, which completes it: the
+/// recoverer's next one, or (the recoverer dying right after its failed round, every
+/// other append) another host's.
+#[test]
+fn every_refused_or_unconfirmed_append_of_a_recovery_is_made_good_by_the_next_round() {
+    for (fault, partitions) in [chaos::Fault::Refuse, chaos::Fault::Unconfirmed]
+        .into_iter()
+        .flat_map(|fault| [(fault, 0), (fault, 4)])
+    {
+        for n in 0.. {
+            let (pod, [r, x, b]) = x_dies_holding(&config().local_partitions(partitions));
+            let what = format!("{fault:?} of append {n}, {partitions} partitions");
+            let before = r.inspect().background_errors().count;
+            if !a_round_whose_append_fails(r, n, fault) {
+                // Past the recovery's last append: x recovered in that round.
+                assert!(n >= 4, "{what}: a recovery of x makes 4 appends at least");
+                nothing_of_x_left(&pod, b, &what);
+                break;
+            }
+            let errors = r.inspect().background_errors();
+            assert_eq!(errors.count, before + 1, "{what}: {errors:?}");
+            assert!(
+                matches!(errors.last, Some(Error::InjectedFault { fault: f }) if f == fault.name()),
+                "{what}: the round answered {:?}",
+                errors.last
+            );
+            assert!(
+                pod.hosts().iter().any(|row| row.host == x.id()),
+                "{what}: x's row freed by a round that failed"
+            );
+            if n % 2 == 0 {
+                recover_by_hand(&pod, x.id(), r);
+            } else {
+                // r dies right after its failed round: b recovers both.
+                r.inspect().freeze();
+                leases_run_out(&[b]);
+                watch_until(b, &format!("{what}: r and x never recovered"), || {
+                    pod.hosts()
+                        .iter()
+                        .all(|row| row.host != r.id() && row.host != x.id())
+                });
+            }
+            nothing_of_x_left(&pod, b, &what);
+        }
+    }
+}
+
+/// The recoverer dies in each of its appends (before its `tail` CAS, with its position
+/// reserved and unwritten, or once its entry is published): another host takes over,
+/// recovers it (its hole filled), then x, and nothing of either is left.
+#[test]
+fn a_recoverer_that_dies_in_any_of_its_appends_is_taken_over() {
+    let points = [
+        Point::ReserveBeforeCas,
+        Point::AppendAfterReserve,
+        Point::AppendAfterPublish,
+    ];
+    for (point, partitions) in points
+        .into_iter()
+        .flat_map(|point| [(point, 0), (point, 4)])
+    {
+        for n in 0.. {
+            let (pod, [r, x, b]) = x_dies_holding(&config().local_partitions(partitions));
+            let what = format!("r dies in append {n} at {point:?}, {partitions} partitions");
+            if !a_recoverer_dies_in_its_append(r, n, point) {
+                assert!(n >= 4, "{what}: a recovery of x makes 4 appends at least");
+                nothing_of_x_left(&pod, b, &what);
+                break;
+            }
+            leases_run_out(&[b]);
+            watch_until(b, &format!("{what}: r and x never recovered"), || {
+                pod.hosts()
+                    .iter()
+                    .all(|row| row.host != r.id() && row.host != x.id())
+            });
+            nothing_of_x_left(&pod, b, &what);
+        }
+    }
+}
+
+/// The log full for real: x's recovery fills x's hole and lets go of x's `ltail` (which
+/// stands at the hole, as b's does), but b, alive and not replaying, holds the head, and
+/// the `HostDead` finds no room within the wait limit. The round answers `LogFull`
+/// naming b, and changes nothing more (x's row and locks are still there, for a later
+/// round); once b replays, the next round recovers x whole.
+#[test]
+fn a_recovery_whose_host_dead_finds_the_log_full_is_made_good_once_there_is_room() {
+    const CAP: u64 = 32;
+    let (pod, [r, x, b]) = x_dies_holding(&config().log_capacity_entries(CAP));
+    // b applies up to x's hole, where x's own `ltail` stands: once b moves on, only x's
+    // holds the head (unless its recovery lets it go).
+    let _ = b.inspect().settle_pending();
+    assert_eq!(
+        b.inspect().applied_position(),
+        x.inspect().applied_position()
+    );
+    // r's appends fill the ring (their outcomes not waited for: replay stalls on x's
+    // hole) until one finds no room: the head stands at the hole.
+    for i in 0.. {
+        chaos::fail_next_appends(&[chaos::Fault::Unconfirmed]);
+        let created = r.create(format!("fill{i}").as_bytes(), &value(3));
+        chaos::clear_forced_faults();
+        if let Err(Error::LogFull { .. }) = created {
+            break;
+        }
+        assert!(i < 2 * CAP, "the ring never filled: {created:?}");
+    }
+    let (head, _, tail) = r.inspect().log_cursors();
+    assert_eq!(tail, head + CAP, "the ring is full");
+    assert_eq!(
+        head,
+        b.inspect().applied_position(),
+        "the head stands at x's hole"
+    );
+    r.inspect().watch_hosts();
+    let errors = r.inspect().background_errors();
+    assert!(
+        matches!(
+            errors.last,
+            Some(Error::LogFull {
+                lagging_host: 2,
+                ..
+            })
+        ),
+        "the round answered {errors:?}"
+    );
+    assert!(
+        pod.hosts().iter().any(|row| row.host == x.id()),
+        "x's row freed by a round that failed"
+    );
+    assert_eq!(
+        r.inspect().record_census().locked.len(),
+        3,
+        "x's locks, left to a later round"
+    );
+    b.inspect().settle_pending().unwrap();
+    recover_by_hand(&pod, x.id(), r);
+    nothing_of_x_left(&pod, b, "after the log had room");
+}
+
+/// x's write of `k` locks it and dies half-way (its undo image ready, in announce 1);
+/// another thread of x had loaded `k`'s word unlocked before that lock (the write was
+/// between its announce and its CAS), announced a lock of it as the same word (in
+/// announce 0, the lower, free again by then) and died before its own CAS. x's recovery
+/// must put the image back: the lock is the write's. (It looked for an image among the
+/// other dead hosts' announces only, settled announce 0 as a lock without one, and
+/// unlocked `k` with the write's half of new bytes in it: a torn value, read as whole.)
+#[test]
+fn a_dead_hosts_own_image_is_found_behind_its_other_announce_of_the_lock() {
+    let pod = common::heap_pod(&config());
+    let [r, x] = leak_all(&pod);
+    k_with_a_record(r);
+    r.create(b"w", &value(5)).unwrap();
+    assert_eq!(read(x), value(2));
+    // Announce 0 is taken while the write's is: the write gets announce 1.
+    let other = x.write_start(b"w").unwrap();
+    let write = pauses_when(
+        Point::WriteBeforeLock,
+        || true,
+        move || half_write_of(x, b"k", 0xaa),
+    );
+    x.write_end(other).unwrap();
+    // The second thread: it loads k's word (unlocked), announces in announce 0, and
+    // stops before its CAS, for good.
+    let (parked, is_parked) = channel();
+    std::thread::spawn(move || {
+        let parked = Mutex::new(parked);
+        chaos::with_hook(
+            move |at| {
+                if at == Point::WriteBeforeLock {
+                    parked.lock().unwrap().send(()).unwrap();
+                    loop {
+                        std::thread::park();
+                    }
+                }
+            },
+            || {
+                let _ = x.write_start(b"k");
+            },
+        );
+    });
+    is_parked.recv().unwrap();
+    // The write locks k, keeps its image, writes half its bytes; then x dies.
+    write.resume();
+    x.inspect().freeze();
+    leases_run_out(&[r]);
+    recover_by_hand(&pod, x.id(), r);
+    let read = read(r);
+    assert_eq!(
+        read,
+        value(2),
+        "k after x's recovery: first byte {:#x}, last {:#x} (x's half-write left in it)",
+        read[0],
+        read[SLOT - 1]
+    );
+}

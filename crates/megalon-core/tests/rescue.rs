@@ -885,3 +885,82 @@ fn a_rescuer_elsewhere_whose_replay_outlasts_the_lease_keeps_its_row() {
         "a live rescuer (its join took {took:?}) was taken over: {first:?}; the second: {second:?}"
     );
 }
+
+/// Runs `body` with the `n`-th log append (from 0) of the calling thread failing with
+/// `fault` (if it makes that many).
+fn with_append_failing<T>(n: usize, fault: chaos::Fault, body: impl FnOnce() -> T) -> T {
+    let (mut reserved, mut published) = (0, 0);
+    if n == 0 && fault == chaos::Fault::Refuse {
+        chaos::fail_next_appends(&[fault]);
+    }
+    let answer = chaos::with_hook(
+        move |point| {
+            let arm = match (point, fault) {
+                (Point::AppendAfterReserve, chaos::Fault::Unconfirmed) => {
+                    reserved += 1;
+                    reserved == n + 1
+                }
+                (Point::AppendAfterPublish, chaos::Fault::Refuse) => {
+                    published += 1;
+                    published == n
+                }
+                _ => false,
+            };
+            if arm {
+                chaos::fail_next_appends(&[fault]);
+            }
+        },
+        body,
+    );
+    chaos::clear_forced_faults();
+    answer
+}
+
+/// Each append of a rescue (the dead holder's `HostDead`, the `Recovered` of its
+/// half-write of `k`) refused or left unconfirmed once: the join answers the injected
+/// fault, typed, and leaves the row as a dead holder's; the next joiner's rescue
+/// completes it (the last complete value of `k`, whole and unlocked; no hole in the log;
+/// the table's other dead row recovered and joined again).
+#[test]
+fn a_rescue_whose_append_fails_is_completed_by_the_next_joiner() {
+    for fault in [chaos::Fault::Refuse, chaos::Fault::Unconfirmed] {
+        for n in 0.. {
+            let what = format!("{fault:?} of append {n}");
+            let pod = pod(2);
+            let writer = Host::join(&pod, Join::As(0), options(1)).unwrap();
+            let other = Host::join(&pod, Join::As(1), options(2)).unwrap();
+            writer.create(b"k", &value(1)).unwrap();
+            writer.write(b"k", &value(2)).unwrap();
+            half_write(&writer, 0xee);
+            writer.inspect().reserve_unpublished(1).unwrap();
+            megalon_core::inspect::crash(writer);
+            megalon_core::inspect::crash(other);
+            leases_run_out();
+            let first = with_append_failing(n, fault, || Host::join(&pod, Join::As(0), options(3)));
+            let host = match first {
+                Err(Error::InjectedFault { fault: f }) if f == fault.name() => {
+                    leases_run_out();
+                    join_retrying(&pod, Join::As(0), 4)
+                }
+                Err(error) => panic!("{what}: the join answered {error:?}"),
+                Ok(host) => {
+                    // Past the rescue's appends: no fault happened in it.
+                    assert!(n >= 2, "{what}: a rescue makes 2 appends at least");
+                    host
+                }
+            };
+            assert_eq!(read(&host), value(2), "{what}: the last complete value");
+            host.write(b"k", &value(3)).unwrap();
+            let second = join_retrying(&pod, Join::As(1), 5);
+            assert_eq!(read(&second), value(3), "{what}");
+            let (_, _, tail) = second.inspect().log_cursors();
+            second.inspect().settle_pending().unwrap();
+            assert_eq!(second.inspect().applied_position(), tail, "{what}: a hole");
+            let census = second.inspect().record_census();
+            assert!(census.locked.is_empty(), "{what}: {census:?}");
+            if n >= 2 {
+                break;
+            }
+        }
+    }
+}

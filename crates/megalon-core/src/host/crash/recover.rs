@@ -494,7 +494,8 @@ impl Shared {
             // none can lock it now. Which one: the one whose undo image is ready, if any.
             // Only a lock's holder has one (a writer clears it before its unlock), so it
             // is a write in the middle, and its image the object's last complete value.
-            // Another dead host's announce of the same word is of a lock never taken.
+            // Any other announce of the same word (another dead host's, or another of
+            // this one's) is of a lock never taken.
             let image = if undo_ready {
                 Some((dead.host, index))
             } else {
@@ -633,8 +634,11 @@ impl Shared {
         Ok(word.load(Ordering::SeqCst) == me && intent.held())
     }
 
-    /// A dead host's announce of `record` locked as `raw` whose undo image is ready, other
-    /// than `dead`'s own: the host and the announce's index.
+    /// A dead host's announce of `record` locked as `raw` whose undo image is ready: among
+    /// `dead`'s other announces (another of its threads loaded the word unlocked before
+    /// the write's lock, and announced the same word in a lower announce before its CAS,
+    /// which would have failed), then the other dead hosts'. The host and the announce's
+    /// index.
     fn undo_image_among_the_dead(
         &self,
         dead: &Dead,
@@ -644,7 +648,8 @@ impl Shared {
         if mutants::skipped(MutantStep::RecoveryFindsTheWriterAmongTheDead) {
             return None;
         }
-        dead.still_dead_others(&self.pod).find_map(|host| {
+        let mut dead_hosts = std::iter::once(dead.host).chain(dead.still_dead_others(&self.pod));
+        dead_hosts.find_map(|host| {
             (0..HOLDS_PER_HOST).find_map(|i| {
                 let theirs = self.announce_word(host, i).load(Ordering::SeqCst);
                 decode_announce(theirs)
