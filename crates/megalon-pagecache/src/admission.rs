@@ -215,6 +215,16 @@ impl Inner {
             .any(|row| row.host == host && row.joins == life)
     }
 
+    /// Whether `lock` is still this host's: the word still holds our value, and the host
+    /// table still has our row in our life. Once the row is freed (this host was declared
+    /// dead, paused past its lease, and recovered) the next admission or eviction takes
+    /// the lock over, and may evict the page and give its slot to another; until then
+    /// nobody can. Look right before acting on the lock's behalf outside the log after a
+    /// pause (a catch-up): the log's own operations look at the row themselves.
+    pub(crate) fn still_holds(&self, lock: &AdmissionLock<'_>) -> bool {
+        lock.word.load(Ordering::SeqCst) == lock.value && !self.holder_gone(lock.value)
+    }
+
     /// Takes `key`'s admission lock if it is free (or its holder gone).
     pub(crate) fn try_lock_page(&self, key: &[u8; PAGE_KEY_BYTES]) -> Option<AdmissionLock<'_>> {
         let (_, word) = self.lock_word(key);
@@ -278,7 +288,7 @@ impl Inner {
         key: &[u8; PAGE_KEY_BYTES],
     ) -> Result<()> {
         let reservation = self.reserve()?;
-        let _lock = self.lock_page(key)?;
+        let lock = self.lock_page(key)?;
         // Under the lock: no eviction of the page runs, and a finished one wrote it back
         // (see the module docs). Cached already: someone admitted it since our miss.
         if self.host.lookup(key)?.is_some() {
@@ -321,9 +331,11 @@ impl Inner {
         self.shared.counters.add(Counter::Admissions);
         // Still under the lock, so the page cannot be evicted and its slot reused before
         // the owner line is written back: the line names the page that lives there, and
-        // nobody else writes it until the slot is freed and admitted into again.
+        // nobody else writes it until the slot is freed and admitted into again. (Unless
+        // this host was declared dead meanwhile, paused in the lookup's catch-up past its
+        // lease: `set_owner` looks.)
         if let Some(entry) = self.host.lookup(key)? {
-            self.set_owner(entry.slot, key);
+            self.set_owner(entry.slot, key, &lock);
         }
         Ok(())
     }

@@ -24,6 +24,7 @@
 //! (their admitter died, or failed, between its create and its line: the hand could
 //! never find them), and if it named any, turns once more.
 
+use crate::admission::AdmissionLock;
 use crate::cache::Inner;
 use crate::error::{Error, Result};
 use crate::layout::{OWNER_BYTES, OWNER_MAGIC};
@@ -61,8 +62,21 @@ impl Inner {
     }
 
     /// Writes `key` into `slot`'s owner line and zeroes its count; called by the admitter
-    /// with the page's admission lock held.
-    pub(crate) fn set_owner(&self, slot: u64, key: &[u8; PAGE_KEY_BYTES]) {
+    /// with the page's admission lock held, `lock`, right after a lookup found the page in
+    /// `slot`. Returns whether it wrote: not if the lock is no longer this host's. (The
+    /// lookup's catch-up is a pause: a host paused there past its lease was declared dead
+    /// and recovered, another took the lock over, evicted the page and admitted another
+    /// into the slot, and the resumed host, its replica behind, named its page in the
+    /// line over the other's, which the hand then never found.)
+    pub(crate) fn set_owner(
+        &self,
+        slot: u64,
+        key: &[u8; PAGE_KEY_BYTES],
+        lock: &AdmissionLock<'_>,
+    ) -> bool {
+        if !self.still_holds(lock) {
+            return false;
+        }
         let regions = &self.shared.regions;
         let at = regions.owner(slot);
         let memory = self.host.memory();
@@ -77,6 +91,7 @@ impl Inner {
         // The line reaches memory before the admission lock's release: an eviction of the
         // page (which takes the lock next) then a reuse of the slot come after it.
         memory.fence();
+        true
     }
 
     /// The key `slot`'s owner line names, read from memory.
@@ -227,14 +242,15 @@ impl Inner {
             if self.owner(entry.slot) == Some(key) {
                 continue;
             }
-            let Some(_lock) = self.try_lock_page(&key) else {
+            let Some(lock) = self.try_lock_page(&key) else {
                 continue;
             };
             match self.host.lookup(&key)? {
-                Some(now) if now.slot == entry.slot => self.set_owner(entry.slot, &key),
+                Some(now) if now.slot == entry.slot && self.set_owner(entry.slot, &key, &lock) => {
+                    named += 1
+                }
                 _ => continue,
             }
-            named += 1;
         }
         Ok(named)
     }

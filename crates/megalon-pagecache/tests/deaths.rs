@@ -186,3 +186,168 @@ fn an_eviction_killed_after_its_delete_gives_its_room_back() {
         b.cached_pages()
     );
 }
+
+/// `a`, frozen (past its lease: its pump stops) on a thread of its own the first time it
+/// reaches `point` in `call`, until `goes_on`.
+struct Paused<T> {
+    go: std::sync::mpsc::Sender<()>,
+    call: std::thread::JoinHandle<T>,
+}
+
+impl<T> Paused<T> {
+    /// `a` wakes up and finishes its call; its answer.
+    fn goes_on(self) -> T {
+        self.go.send(()).unwrap();
+        self.call.join().unwrap()
+    }
+}
+
+fn pauses_at<T: Send + 'static>(
+    a: &'static PageCache,
+    point: Point,
+    call: impl FnOnce() -> T + Send + 'static,
+) -> Paused<T> {
+    let (paused, is_paused) = channel();
+    let (go, resume) = channel::<()>();
+    let call = std::thread::spawn(move || {
+        let paused = Mutex::new(paused);
+        let resume = Mutex::new(resume);
+        let done = std::cell::Cell::new(false);
+        chaos::with_hook(
+            move |at| {
+                if at == point && !done.get() {
+                    done.set(true);
+                    a.host().inspect().freeze();
+                    paused.lock().unwrap().send(()).unwrap();
+                    resume.lock().unwrap().recv().unwrap();
+                }
+            },
+            call,
+        )
+    });
+    is_paused.recv().unwrap();
+    Paused { go, call }
+}
+
+/// An admitter paused past its lease between its `pread` of page 0 (the file's bytes)
+/// and its create's event is recovered; `b` takes its admission lock over, writes the
+/// page and evicts it (written back). Then the admitter goes on: its create must not put
+/// its copy, older than the file, in the cache (a guard: the create's append looks at
+/// its row; without that look `b`'s write would be read as the file's old bytes).
+#[test]
+fn an_admitter_resumed_after_its_recovery_caches_no_stale_page() {
+    let pod = heap_pod(&PageCacheConfig::new(1).max_hosts(3));
+    let data = data_file(4 * PAGE);
+    let a: &'static PageCache = Box::leak(Box::new(join(&pod, options(simulated(1)))));
+    let file_a = a.open(data.path()).unwrap();
+    let a_id = a.host().id();
+    let admitting = pauses_at(a, Point::CreateBeforeEvent, move || {
+        let mut buf = [0u8; 4];
+        a.read(file_a, 0, &mut buf)
+    });
+    let b = join(&pod, options(simulated(2)));
+    wait_recovered(&pod, a_id);
+    let file_b = b.open(data.path()).unwrap();
+    b.write(file_b, 0, b"BBBB").unwrap();
+    assert!(b.evict_page(file_b, 0).unwrap());
+    assert_eq!(&common::on_disk(data.path())[..4], b"BBBB");
+    let late = admitting.goes_on();
+    assert!(late.is_err(), "a was declared dead: {late:?}");
+    let mut buf = [0u8; 4];
+    b.read(file_b, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"BBBB", "a's stale copy of page 0 was cached");
+    // The cache of one page still turns over.
+    b.read(file_b, PAGE as u64, &mut buf).unwrap();
+    b.read(file_b, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"BBBB");
+    assert!(b.cached_pages() <= 1);
+}
+
+/// The key slot `slot`'s owner line names, as `host` reads it from memory (the layout of
+/// `layout.rs`: a line per slot from the application LNR's start, the key then the magic).
+fn owner_line(host: &PageCache, slot: u64) -> Option<[u8; 16]> {
+    let at = host.host().pod().layout().app_lnr_offset + slot * megalon_core::limits::LINE_BYTES;
+    let memory = host.host().memory();
+    memory.flush(at, 24);
+    memory.fence();
+    let mut line = [0u8; 24];
+    memory.read(at, &mut line);
+    (line[16..] == *b"mgPCownr").then(|| line[..16].try_into().unwrap())
+}
+
+/// An admitter whose create returned is paused past its lease in the catch-up of its
+/// look at the page's slot (after applying another host's entries, before `ctail`), with
+/// the page's admission lock held. It is recovered; `b` takes the lock over, evicts the
+/// page and admits another into the freed slot, naming it in the slot's owner line. Then
+/// the admitter goes on: its replica still has its page in the slot, and it named it in
+/// the line over `b`'s (the hand then never found `b`'s page, until a sweep that found no
+/// victim repaired the lines).
+#[test]
+fn an_admitter_paused_in_its_catch_up_names_no_slot_another_page_took() {
+    let pod = heap_pod(&PageCacheConfig::new(3).max_hosts(3));
+    let data = data_file(4 * PAGE);
+    let a: &'static PageCache = Box::leak(Box::new(join(&pod, options(simulated(1)))));
+    let b: &'static PageCache = Box::leak(Box::new(join(&pod, options(simulated(2)))));
+    let file_a = a.open(data.path()).unwrap();
+    let file_b = b.open(data.path()).unwrap();
+    let a_id = a.host().id();
+    // In a's create's replay: b admits page 2 (an entry a's next catch-up applies).
+    let (created, is_created) = channel::<()>();
+    let (appended, b_appended) = channel::<()>();
+    let (paused, is_paused) = channel::<()>();
+    let (go, resume) = channel::<()>();
+    let admitting = std::thread::spawn(move || {
+        let stage = std::cell::Cell::new(0);
+        let created = Mutex::new(created);
+        let b_appended = Mutex::new(b_appended);
+        let paused = Mutex::new(paused);
+        let resume = Mutex::new(resume);
+        chaos::with_hook(
+            move |at| match (stage.get(), at) {
+                (0, Point::CreateBeforeEvent) => stage.set(1),
+                (1, Point::ReplayBeforeCtail) => {
+                    stage.set(2);
+                    created.lock().unwrap().send(()).unwrap();
+                    b_appended.lock().unwrap().recv().unwrap();
+                }
+                (2, Point::ReplayBeforeCtail) => {
+                    stage.set(3);
+                    a.host().inspect().freeze();
+                    paused.lock().unwrap().send(()).unwrap();
+                    resume.lock().unwrap().recv().unwrap();
+                }
+                _ => {}
+            },
+            move || {
+                let mut buf = [0u8; 4];
+                a.read(file_a, 0, &mut buf)
+            },
+        )
+    });
+    is_created.recv().unwrap();
+    let mut buf = [0u8; 4];
+    b.read(file_b, 2 * PAGE as u64, &mut buf).unwrap();
+    appended.send(()).unwrap();
+    is_paused.recv().unwrap();
+    wait_recovered(&pod, a_id);
+    let slot_of = |page: u64| {
+        b.host()
+            .lookup(&file_b.page_key(page))
+            .unwrap()
+            .unwrap()
+            .slot
+    };
+    let a_slot = slot_of(0);
+    assert!(b.evict_page(file_b, 0).unwrap(), "a's page was cached");
+    b.read(file_b, PAGE as u64, &mut buf).unwrap();
+    let slot = slot_of(1);
+    assert_eq!(slot, a_slot, "b's page took the slot a's page left");
+    assert_eq!(owner_line(b, slot), Some(file_b.page_key(1)));
+    go.send(()).unwrap();
+    let _ = admitting.join().unwrap();
+    assert_eq!(
+        owner_line(b, slot),
+        Some(file_b.page_key(1)),
+        "a, resumed, named its evicted page 0 in the line of b's page 1"
+    );
+}
