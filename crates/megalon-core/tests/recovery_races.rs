@@ -433,7 +433,10 @@ fn a_writer_declared_dead_before_its_cas_gets_no_ticket() {
     let paused = pauses_at(p, Point::WriteBeforeLock, || half_write(p, 0xee));
     recover_by_hand(&pod, p.id(), r);
     let outcome = paused.resume();
-    // Nobody will ever recover p again: a write by r must still go through.
+    // Not asserted, printed: p's CAS came after its recovery, and at 2 bits it finds the
+    // very word the recovery left, so k stays locked for good (r's write answers
+    // `RecordBusy`). p cannot tell its lock from one its recovery settled already; a
+    // pause that long between its last look and its CAS is what the lease rules out.
     let later = r.write(b"k", &value(3));
     assert!(
         matches!(outcome, Err(megalon_core::Error::HostDeclaredDead { .. })),
@@ -3943,7 +3946,20 @@ fn a_recovery_whose_host_dead_finds_the_log_full_is_made_good_once_there_is_room
 /// unlocked `k` with the write's half of new bytes in it: a torn value, read as whole.)
 #[test]
 fn a_dead_hosts_own_image_is_found_behind_its_other_announce_of_the_lock() {
-    let pod = common::heap_pod(&config());
+    own_image_behind_its_other_announce_at(2);
+}
+
+/// The same at 4, 8 and 32 bits: both threads build the locked word from the same
+/// unlocked one, whatever the width.
+#[test]
+fn a_dead_hosts_own_image_is_found_behind_its_other_announce_of_the_lock_at_every_width() {
+    for bits in [4, 8, 32] {
+        own_image_behind_its_other_announce_at(bits);
+    }
+}
+
+fn own_image_behind_its_other_announce_at(bits: u32) {
+    let pod = common::heap_pod(&config().record_width_bits(bits));
     let [r, x] = leak_all(&pod);
     k_with_a_record(r);
     r.create(b"w", &value(5)).unwrap();
@@ -3985,8 +4001,53 @@ fn a_dead_hosts_own_image_is_found_behind_its_other_announce_of_the_lock() {
     assert_eq!(
         read,
         value(2),
-        "k after x's recovery: first byte {:#x}, last {:#x} (x's half-write left in it)",
+        "{bits} bits: k after x's recovery: first byte {:#x}, last {:#x} (x's half-write \
+         left in it)",
         read[0],
         read[SLOT - 1]
     );
+    k_reads_and_takes_a_write(r, r, 2);
+}
+
+/// x writes `k` whole and stops after its unlock, before it clears its announce (announce
+/// 0: the lock word, no image); its other threads write `k` on until the counter comes
+/// back to that word (at once at 2 bits, one write later at 4, 31 at 8), and the last
+/// of them locks it, keeps its image (announce 1) and writes half of it; then x dies.
+/// Recovery meets announce 0 first, with the word it names locked: the lock is the
+/// half-write's, whose image it must put back (the last complete value, whole), not
+/// settle as a lock with no image.
+#[test]
+fn a_dead_hosts_own_image_is_found_behind_its_announce_left_after_an_unlock() {
+    for bits in [2, 4, 8] {
+        let pod = common::heap_pod(&config().record_width_bits(bits));
+        let [r, x] = leak_all(&pod);
+        k_with_a_record(r);
+        assert_eq!(read(x), value(2));
+        let finished = pauses_when(Point::WriteAfterUnlock, || true, move || {
+            x.write(b"k", &value(3)).unwrap();
+        });
+        std::mem::forget(finished);
+        // Writes that bring the counter back to the finished write's lock word, less
+        // the one that takes it: (2^(bits-2)) / 2 - 1 of them.
+        let between = (1u32 << (bits - 2)) / 2;
+        let mut last = 3;
+        for i in 1..between {
+            last = 3 + (i % 100) as u8;
+            x.write(b"k", &value(last)).unwrap();
+        }
+        half_write_of(x, b"k", 0xaa);
+        x.inspect().freeze();
+        leases_run_out(&[r]);
+        recover_by_hand(&pod, x.id(), r);
+        let read = read(r);
+        assert_eq!(
+            read,
+            value(last),
+            "{bits} bits: k after x's recovery: first byte {:#x}, last {:#x} (x's \
+             half-write left in it)",
+            read[0],
+            read[SLOT - 1]
+        );
+        k_reads_and_takes_a_write(r, r, last);
+    }
 }
