@@ -201,6 +201,36 @@ fn a_live_host_is_never_taken_for_dead_even_when_it_holds_a_lock_past_the_lease(
     assert!(pod.hosts().iter().any(|row| row.host == a.id()));
 }
 
+/// `Inspect::declared_dead` (what a server asks, to stop rather than answer
+/// `HostDeclaredDead` for good): false for a live host, true without an operation of its
+/// own once another host recovered it while its process still held it (frozen, as a
+/// process paused past its lease on another machine would be), and true at once for a
+/// host whose pump panicked; `Inspect::life` is the life its error names.
+#[test]
+fn a_host_tells_it_was_declared_dead_without_an_operation() {
+    let (pod, a, b) = two_hosts_with_k();
+    assert!(!a.inspect().declared_dead() && !b.inspect().declared_dead());
+    let life = a.inspect().life();
+    a.inspect().freeze();
+    wait_recovered(&b, 1);
+    assert!(a.inspect().declared_dead(), "recovered, and not told");
+    assert!(!b.inspect().declared_dead());
+    let written = a.write(b"k", &value(5));
+    assert!(
+        matches!(written, Err(megalon_core::Error::HostDeclaredDead { host, life: l }) if host == a.id() && l == life),
+        "{written:?}"
+    );
+    crash(a);
+    let c = join(&pod, 3);
+    c.inspect().make_pump_panic();
+    let deadline = Instant::now() + BOUND;
+    while !c.inspect().declared_dead() {
+        assert!(Instant::now() < deadline, "the pump panicked, and not told");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(!b.inspect().declared_dead());
+}
+
 #[test]
 fn a_pod_file_in_use_is_not_replaced_unless_forced() {
     let dir = tempfile::tempdir().unwrap();

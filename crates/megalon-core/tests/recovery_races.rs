@@ -4023,9 +4023,13 @@ fn a_dead_hosts_own_image_is_found_behind_its_announce_left_after_an_unlock() {
         let [r, x] = leak_all(&pod);
         k_with_a_record(r);
         assert_eq!(read(x), value(2));
-        let finished = pauses_when(Point::WriteAfterUnlock, || true, move || {
-            x.write(b"k", &value(3)).unwrap();
-        });
+        let finished = pauses_when(
+            Point::WriteAfterUnlock,
+            || true,
+            move || {
+                x.write(b"k", &value(3)).unwrap();
+            },
+        );
         std::mem::forget(finished);
         // Writes that bring the counter back to the finished write's lock word, less
         // the one that takes it: (2^(bits-2)) / 2 - 1 of them.

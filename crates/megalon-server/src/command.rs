@@ -135,8 +135,13 @@ fn wrong_arity(out: &mut Vec<u8>, name: &str) {
 
 /// The error reply for a store error: `-OOM` when the store is full (no slot or no
 /// coherence record to be had), `-ERR` otherwise; the text is the store's, with its
-/// numbers.
-fn store_error(out: &mut Vec<u8>, error: &Error) {
+/// numbers. An error saying the host was declared dead also stops the process (every
+/// later command would get it too): the client gets it for this command, and the
+/// connection closes.
+fn store_error(host: &HostServer, out: &mut Vec<u8>, error: &Error) {
+    if let Error::Core(megalon_core::Error::HostDeclaredDead { host: id, life }) = error {
+        host.shutdown.host_declared_dead(*id, *life);
+    }
     let full = matches!(
         error,
         Error::Core(
@@ -262,7 +267,7 @@ impl Executor {
         match self.kv.get_into(key, &mut self.value) {
             Ok(true) => resp::bulk(out, &self.value),
             Ok(false) => resp::null(out),
-            Err(e) => store_error(out, &e),
+            Err(e) => store_error(&self.host, out, &e),
         }
     }
 
@@ -318,7 +323,7 @@ impl Executor {
             return match done {
                 Ok(()) => resp::simple(out, "OK"),
                 Err(Error::KeyExists) => resp::null(out),
-                Err(e) => store_error(out, &e),
+                Err(e) => store_error(&self.host, out, &e),
             };
         }
         let old_value = &mut self.value;
@@ -342,7 +347,7 @@ impl Executor {
             store
         });
         match stored {
-            Err(e) => store_error(out, &e),
+            Err(e) => store_error(&self.host, out, &e),
             Ok(_) if get && had_old => resp::bulk(out, &self.value),
             Ok(_) if get => resp::null(out),
             Ok(true) => resp::simple(out, "OK"),
@@ -382,7 +387,7 @@ impl Executor {
             match self.kv.delete(key) {
                 Ok(()) => deleted += 1,
                 Err(Error::UnknownKey) => {}
-                Err(e) => return store_error(out, &e),
+                Err(e) => return store_error(&self.host, out, &e),
             }
         }
         resp::integer(out, deleted);
@@ -394,7 +399,7 @@ impl Executor {
             match self.kv.get_into(key, &mut self.value) {
                 Ok(true) => found += 1,
                 Ok(false) => {}
-                Err(e) => return store_error(out, &e),
+                Err(e) => return store_error(&self.host, out, &e),
             }
         }
         resp::integer(out, found);
@@ -417,7 +422,7 @@ impl Executor {
                 match answer {
                     Ok(Some(value)) => resp::bulk(out, &value),
                     Ok(None) => resp::null(out),
-                    Err(e) => store_error(out, &e),
+                    Err(e) => store_error(&self.host, out, &e),
                 }
             }
         }
@@ -448,7 +453,7 @@ impl Executor {
         }
         for i in (1..args.len()).step_by(2) {
             if let Err(e) = self.kv.put(args.get(i), args.get(i + 1)) {
-                return store_error(out, &e);
+                return store_error(&self.host, out, &e);
             }
         }
         resp::simple(out, "OK");
@@ -481,7 +486,7 @@ impl Executor {
             }
         });
         match (stored, outcome) {
-            (Err(e), _) => store_error(out, &e),
+            (Err(e), _) => store_error(&self.host, out, &e),
             (Ok(_), Ok(sum)) => resp::integer(out, sum),
             (Ok(_), Err(text)) => resp::error(out, format_args!("{text}")),
         }
@@ -497,21 +502,21 @@ impl Executor {
         });
         match stored {
             Ok(_) => resp::integer(out, len as i64),
-            Err(e) => store_error(out, &e),
+            Err(e) => store_error(&self.host, out, &e),
         }
     }
 
     fn strlen(&mut self, key: &[u8], out: &mut Vec<u8>) {
         match self.kv.get_into(key, &mut self.value) {
             Ok(_) => resp::integer(out, self.value.len() as i64),
-            Err(e) => store_error(out, &e),
+            Err(e) => store_error(&self.host, out, &e),
         }
     }
 
     fn dbsize(&mut self, out: &mut Vec<u8>) {
         match self.host.keys() {
             Ok(keys) => resp::integer(out, keys as i64),
-            Err(e) => store_error(out, &e),
+            Err(e) => store_error(&self.host, out, &e),
         }
     }
 
@@ -750,6 +755,65 @@ fn client(args: Args<'_>, session: &mut Session, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A command on a host declared dead (its pump panicked: the host answers
+    /// `HostDeclaredDead` from then on) gets the error, and stops the process, naming the
+    /// host and its life (the server exits with its status for it).
+    #[test]
+    fn a_command_on_a_host_declared_dead_answers_it_and_stops_the_process() {
+        use std::sync::Arc;
+
+        use megalon_core::{Backing, Host, HostOptions, Join, Pod, PodConfig};
+        use megalon_kv::{Megalon, Store};
+
+        use crate::host::Shutdown;
+        use crate::resp::{Next, Reader};
+
+        let config = PodConfig::new().lnr_bytes(4 << 20);
+        let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
+        let host = Host::join(&pod, Join::AnyFree, HostOptions::new()).unwrap();
+        let (id, life) = (host.id(), host.inspect().life());
+        let store = Store::new(Megalon::new(Arc::clone(&pod), vec![Arc::new(host)]));
+        let shutdown = Arc::new(Shutdown::default());
+        let server = Arc::new(HostServer::new(
+            store,
+            "unused.sock".into(),
+            None,
+            1,
+            1,
+            Arc::clone(&shutdown),
+        ));
+        let mut executor = Executor::new(Arc::clone(&server), server.command_counter()).unwrap();
+        let mut reader = Reader::new(server.limits.resp);
+        let mut run = |command: &[u8]| {
+            reader.spare()[..command.len()].copy_from_slice(command);
+            reader.filled(command.len());
+            let Next::Command(args) = reader.next() else {
+                panic!("a whole command")
+            };
+            let mut out = Vec::new();
+            executor.run(args, &mut Session::new(1), &mut out);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(run(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n"), "+OK\r\n");
+        assert!(!shutdown.requested());
+        server.host().inspect().make_pump_panic();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !server.host().inspect().declared_dead() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the pump never panicked"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let reply = run(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n");
+        assert!(
+            reply.starts_with(&format!("-ERR host {id} (life {life}) was declared dead")),
+            "{reply}"
+        );
+        assert!(shutdown.requested(), "it serves on");
+        assert_eq!(shutdown.declared_dead(), Some((id, life)));
+    }
 
     #[test]
     fn integers_parse_as_redis_reads_them() {

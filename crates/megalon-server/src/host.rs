@@ -46,11 +46,14 @@ impl Limits {
     }
 }
 
-/// Stops the process's threads: set once, by `SHUTDOWN` or a signal.
+/// Stops the process's threads: set once, by `SHUTDOWN`, a signal, or a host of the
+/// process found declared dead.
 #[derive(Default)]
 pub struct Shutdown {
     requested: AtomicBool,
     wakers: Mutex<Vec<Arc<Waker>>>,
+    /// The host, and its life, whose death stopped the process (the first one found).
+    declared_dead: Mutex<Option<(u32, u64)>>,
 }
 
 impl Shutdown {
@@ -66,6 +69,23 @@ impl Shutdown {
         for waker in self.wakers.lock().expect("wakers").iter() {
             let _ = waker.wake();
         }
+    }
+
+    /// Host `host` (life `life`) of the process was declared dead by the pod's other
+    /// hosts: every operation of it fails from now on, and the process stops as a
+    /// shutdown does, to exit with a status that says so (a supervisor restarts it as
+    /// the id's next life).
+    pub fn host_declared_dead(&self, host: u32, life: u64) {
+        self.declared_dead
+            .lock()
+            .expect("declared dead")
+            .get_or_insert((host, life));
+        self.trigger();
+    }
+
+    /// The host (and its life) found declared dead, if that stopped the process.
+    pub fn declared_dead(&self) -> Option<(u32, u64)> {
+        *self.declared_dead.lock().expect("declared dead")
     }
 
     pub(crate) fn watch(&self, waker: Arc<Waker>) {

@@ -20,6 +20,13 @@
 //! keys (each key is linearizable on its own); only strings, no other data types; no
 //! persistence beyond the pod. `SHUTDOWN`, SIGINT, SIGTERM or SIGHUP stop the process and its
 //! hosts leave the pod.
+//!
+//! A host of the process declared dead by the pod's other hosts (the process paused past
+//! its lease where they can tell its death only by the lease, or the host's pump
+//! panicked) answers every operation with an error from then on: the server stops as a
+//! shutdown does (the command in hand gets the error, connections close), says so on
+//! stderr, and exits with status 75, for a supervisor to start it again; started again
+//! as its `--host`, it rejoins as the id's next life.
 
 #![forbid(unsafe_code)]
 
@@ -43,13 +50,20 @@ use server::{Listen, Server, Serving};
 /// The seed of simulated memory (each host mixes in its index).
 const SIMULATED_SEED: u64 = 0x5e12_7e12;
 
+/// For tests only: set to `1`, the process's hosts say in the host table that they run
+/// on another machine (`Inspect::pretend_elsewhere`), so that the pod's other hosts can
+/// tell whether they live only by their lease, as across machines or pid namespaces (on
+/// one machine a stopped process is never declared dead: it exists). A test stops such a
+/// server past its lease to have its hosts declared dead while it lives.
+const PRETEND_ELSEWHERE: &str = "MEGALON_SERVER_TEST_PRETEND_ELSEWHERE";
+
 /// The command line.
 #[derive(Parser, Debug)]
 #[command(
     name = "megalon-server",
     args_override_self = true,
     about = "The megalon KV store behind the Redis protocol (RESP2): one socket per host of a pod",
-    after_help = "Point redis-cli at a host: redis-cli -s /tmp/megalon-0.sock (or -p 6380).\n`SHUTDOWN`, SIGINT, SIGTERM or SIGHUP stop the server; its hosts leave the pod (a second signal: at once, its hosts left to the pod's recovery)."
+    after_help = "Point redis-cli at a host: redis-cli -s /tmp/megalon-0.sock (or -p 6380).\n`SHUTDOWN`, SIGINT, SIGTERM or SIGHUP stop the server; its hosts leave the pod (a second signal: at once, its hosts left to the pod's recovery).\n\nExit status: 0 after a shutdown; 1 on an error (at start, say); 130 after a second signal; 75 when a host of the server was declared dead by the pod's other hosts (its process paused past its lease where they tell its death by the lease alone: another machine, another pid namespace; or its pump panicked): it stops serving, and started again (as the same --host) it rejoins as the id's next life."
 )]
 struct Args {
     /// A pod file shared with other processes: opened if it exists, else created with
@@ -118,10 +132,14 @@ impl Args {
     }
 }
 
+/// The exit status of a server stopped because one of its hosts was declared dead by
+/// the pod's other hosts (`EX_TEMPFAIL`: started again, it rejoins).
+const DECLARED_DEAD_STATUS: u8 = 75;
+
 fn main() -> ExitCode {
     let args = Args::parse();
     match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("megalon-server: {e}");
             ExitCode::FAILURE
@@ -205,7 +223,7 @@ fn join_pod(
     }
 }
 
-fn run(args: &Args) -> Result<(), String> {
+fn run(args: &Args) -> Result<ExitCode, String> {
     if args.hosts == 0 || args.workers == 0 || args.max_clients == 0 {
         return Err("--hosts, --workers and --max-clients must be positive".into());
     }
@@ -237,6 +255,7 @@ fn run(args: &Args) -> Result<(), String> {
     }
     let (pod, how) = pod(args)?;
     let pod = Arc::new(pod);
+    let pretend_elsewhere = std::env::var_os(PRETEND_ELSEWHERE).is_some_and(|v| v == "1");
     let mut stores = Vec::new();
     let mut listen = Vec::new();
     for i in 0..args.hosts {
@@ -250,6 +269,9 @@ fn run(args: &Args) -> Result<(), String> {
             options,
             Duration::from_millis(args.wait_limit_ms),
         )?;
+        if pretend_elsewhere {
+            host.inspect().pretend_elsewhere();
+        }
         let id = host.id();
         listen.push(Listen {
             socket: socket_path(&args.socket, id),
@@ -295,14 +317,33 @@ fn run(args: &Args) -> Result<(), String> {
             host.socket.display()
         );
     }
-    let signals = watch_signals(Arc::clone(server.shutdown()))?;
+    let shutdown = Arc::clone(server.shutdown());
+    let signals = watch_signals(Arc::clone(&shutdown))?;
     let stores = server.wait();
+    let declared_dead = shutdown.declared_dead();
+    if let Some((host, life)) = declared_dead {
+        // Said before the hosts leave (up to the wait limit): what a supervisor's log
+        // shows first.
+        let again = if args.pod.is_some() {
+            format!(
+                "started again as host {host}, the server rejoins the pod as the id's next life"
+            )
+        } else {
+            "the pod was this process's heap: started again, the server makes a new one".into()
+        };
+        eprintln!(
+            "megalon-server: host {host} (life {life}) was declared dead by the pod's other hosts (its lease ran out while this process was paused, or its pump stopped); stopped serving, exiting with status {DECLARED_DEAD_STATUS}: {again}"
+        );
+    }
     // Leaving waits too (for log room, up to the wait limit): a second signal still ends
     // it at once.
     drop(stores);
     signals.close();
+    if declared_dead.is_some() {
+        return Ok(ExitCode::from(DECLARED_DEAD_STATUS));
+    }
     say!("megalon-server: stopped; its hosts left the pod");
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Turns SIGINT, SIGTERM and SIGHUP (the terminal closed) into a shutdown; a second one

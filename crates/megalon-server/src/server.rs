@@ -174,6 +174,12 @@ impl Server {
             }
             workers.push(senders);
         }
+        let watch = DeathWatch::new(hosts.clone(), Arc::clone(&shutdown))?;
+        threads.push(
+            thread::Builder::new()
+                .name("megalon-server-death-watch".into())
+                .spawn(move || watch.run())?,
+        );
         let waker = Arc::new(Waker::new(poll.registry(), Token(usize::MAX))?);
         shutdown.watch(waker);
         let acceptor = Acceptor {
@@ -231,6 +237,56 @@ impl Drop for BoundSockets {
     fn drop(&mut self) {
         for path in &self.0 {
             let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// How often the death watch asks whether a host was declared dead.
+const DEATH_WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The thread that stops the process once one of its hosts was declared dead by the
+/// pod's other hosts (paused past its lease where they can tell its death only by the
+/// lease, or its pump panicked): such a host answers `HostDeclaredDead` to every
+/// operation from then on, and a server that went on serving would answer nothing else,
+/// with no supervisor restarting it. A command that gets the error stops the process
+/// too (`command::store_error`); this finds it with no command running.
+struct DeathWatch {
+    poll: Poll,
+    hosts: Vec<Arc<HostServer>>,
+    shutdown: Arc<Shutdown>,
+}
+
+impl DeathWatch {
+    fn new(hosts: Vec<Arc<HostServer>>, shutdown: Arc<Shutdown>) -> io::Result<Self> {
+        let poll = Poll::new()?;
+        // Woken by a shutdown: the process does not wait for its next look.
+        shutdown.watch(Arc::new(Waker::new(poll.registry(), Token(0))?));
+        Ok(Self {
+            poll,
+            hosts,
+            shutdown,
+        })
+    }
+
+    fn run(mut self) {
+        let mut events = Events::with_capacity(4);
+        while !self.shutdown.requested() {
+            for host in &self.hosts {
+                let inspect = host.host().inspect();
+                if inspect.declared_dead() {
+                    self.shutdown
+                        .host_declared_dead(host.host_id, inspect.life());
+                    return;
+                }
+            }
+            if self
+                .poll
+                .poll(&mut events, Some(DEATH_WATCH_INTERVAL))
+                .is_err()
+            {
+                // Interrupted, or a poll that cannot wait: the look goes on, as often.
+                thread::sleep(DEATH_WATCH_INTERVAL);
+            }
         }
     }
 }

@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{bulk, host_process, ok, run_to_exit, scratch_dir, Client, Server};
+use common::{
+    bulk, host_process, host_process_with_env, ok, run_to_exit, scratch_dir, Client, Server,
+};
 use redis_protocol::resp2::types::OwnedFrame;
 
 /// The wait limit the servers run with: an op may take this long at most (and a little).
@@ -373,6 +375,109 @@ fn a_server_stopped_past_its_lease_and_resumed_serves_nothing_stale() {
             "survivor GET {k}"
         );
     }
+}
+
+/// The exit status of a server whose host was declared dead (its `--help` says so).
+const DECLARED_DEAD_STATUS: i32 = 75;
+
+/// How long after it resumes a server whose host was declared dead may take to exit:
+/// it notices within a tenth of a second, and its host's leaving waits at most the wait
+/// limit.
+const DECLARED_DEAD_EXIT: Duration = Duration::from_millis(WAIT_LIMIT_MS + 3000);
+
+/// A server whose host the other declared dead while its process lived: its row says it
+/// runs on another machine (`MEGALON_SERVER_TEST_PRETEND_ELSEWHERE`, as across machines
+/// or pid namespaces, where only the lease tells), and it is SIGSTOPped past its lease,
+/// then SIGCONTed. It stops, with the documented status and a line saying so, rather
+/// than answer "declared dead" to every command for good (a zombie no supervisor
+/// restarts); the survivor serves on, and the server started again as its id (the id's
+/// next life) serves and reads the survivor's writes.
+#[test]
+fn a_server_declared_dead_while_it_lives_exits_and_restarts_as_its_next_life() {
+    let dir = scratch_dir();
+    let a = start_host(dir.path(), 0);
+    let wait = WAIT_LIMIT_MS.to_string();
+    let extra = [
+        "--lnr-mib",
+        "16",
+        "--workers",
+        "2",
+        "--wait-limit-ms",
+        &wait,
+    ];
+    let mut b = host_process_with_env(
+        dir.path(),
+        1,
+        &extra,
+        &[("MEGALON_SERVER_TEST_PRETEND_ELSEWHERE", "1")],
+    );
+    let mut ca = a.client(0);
+    let mut cb = client(&b.sockets[0]);
+    assert_eq!(cb.cmd("SET from-b 1"), ok());
+    assert_eq!(ca.cmd("GET from-b"), bulk(b"1"));
+    b.signal("STOP");
+    // The survivor declares it dead once its lease (2 s) runs out: its row is freed.
+    let stopped = Instant::now();
+    let hosts_joined = |c: &mut Client| match c.cmd("INFO pod") {
+        OwnedFrame::BulkString(text) => String::from_utf8(text)
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("hosts_joined:").map(str::to_string))
+            .unwrap(),
+        other => panic!("INFO pod: {other:?}"),
+    };
+    while hosts_joined(&mut ca) != "1" {
+        assert!(
+            stopped.elapsed() < Duration::from_secs(10),
+            "the stopped server was never declared dead"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for i in 0..8 {
+        assert_eq!(ca.call(&[b"SET", format!("s{i}").as_bytes(), b"a"]), ok());
+    }
+    b.signal("CONT");
+    // No command is sent it: it finds out by itself (a command would get the error and
+    // stop it too: `command`'s unit test).
+    let resumed = Instant::now();
+    let socket = b.sockets[0].clone();
+    let (status, stderr) = b.wait_exit(DECLARED_DEAD_EXIT).unwrap_or_else(|| {
+        let still = try_call(&mut client(&socket), &[b"GET", b"s0"]);
+        panic!("the server declared dead still runs {DECLARED_DEAD_EXIT:?} after it resumed; it answers GET s0 with {still:?}")
+    });
+    eprintln!("exited {:?} after it resumed: {status}", resumed.elapsed());
+    eprint!("its stderr: {stderr}");
+    assert_eq!(status.code(), Some(DECLARED_DEAD_STATUS), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("declared dead"))
+        .unwrap_or_else(|| panic!("no line says why it stopped: {stderr}"));
+    assert!(
+        line.contains("host 1 (life ") && line.contains("next life"),
+        "{line}"
+    );
+    assert!(!socket.exists(), "its socket was left");
+    let mut byte = [0u8; 1];
+    assert!(
+        matches!(
+            std::io::Read::read(&mut cb.stream, &mut byte),
+            Ok(0) | Err(_)
+        ),
+        "its client's connection is open"
+    );
+    // The survivor serves on.
+    assert_eq!(ca.cmd("SET after dead"), ok());
+    assert_eq!(ca.cmd("GET s7"), bulk(b"a"));
+    // Started again as its id: the id's next life, which reads what the survivor wrote.
+    let b = start_host(dir.path(), 1);
+    let mut cb = b.client(0);
+    for i in 0..8 {
+        assert_eq!(cb.call(&[b"GET", format!("s{i}").as_bytes()]), bulk(b"a"));
+    }
+    assert_eq!(cb.cmd("GET after"), bulk(b"dead"));
+    assert_eq!(cb.cmd("GET from-b"), bulk(b"1"));
+    assert_eq!(cb.cmd("SET from-b 2"), ok());
+    assert_eq!(ca.cmd("GET from-b"), bulk(b"2"));
 }
 
 /// A pod file of another layout version: the server refuses it, naming the version.

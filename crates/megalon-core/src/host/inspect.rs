@@ -309,6 +309,25 @@ impl Inspect<'_> {
         }
     }
 
+    /// Which life of its id this host is (the host table's join count when it joined):
+    /// the `life` its [`Error::HostDeclaredDead`] names. A restart as the same id joins
+    /// as a later life.
+    pub fn life(&self) -> u64 {
+        self.host.shared.life
+    }
+
+    /// Whether this host was declared dead: a recoverer condemned its life (its lease
+    /// ran out while it was paused, or its row said it ran elsewhere and its heartbeat
+    /// stood still), its replica applied its death, or its pump panicked. Once true it
+    /// stays true, and every operation answers [`Error::HostDeclaredDead`]; what is left
+    /// to do is to drop the host and join again as a new life. Cheap (a flag and two SCR
+    /// loads): a server can ask it periodically, to stop without waiting for a client's
+    /// operation to fail.
+    pub fn declared_dead(&self) -> bool {
+        let shared = &self.host.shared;
+        shared.is_declared_dead() || !shared.row_is_mine()
+    }
+
     /// Makes this host's row say that it runs on another machine: the other hosts can then
     /// tell whether it lives only by its lease (its pump's heartbeats), as across
     /// machines. For tests of the lease.

@@ -50,6 +50,7 @@ impl Server {
             Command::new(env!("CARGO_BIN_EXE_megalon-server")),
             args,
             sockets,
+            Stdio::inherit(),
         )
     }
 
@@ -66,10 +67,23 @@ impl Server {
             &format!("ulimit -n {descriptors} && exec \"$0\" \"$@\""),
             env!("CARGO_BIN_EXE_megalon-server"),
         ]);
-        Server::start_with(shell, args, sockets)
+        Server::start_with(shell, args, sockets, Stdio::inherit())
     }
 
-    fn start_with(mut command: Command, args: &[&str], sockets: Vec<PathBuf>) -> Server {
+    /// [`Server::start`] with `env` in the process's environment, and its stderr kept
+    /// for [`Server::wait_exit`] rather than shown.
+    pub fn start_with_env(args: &[&str], sockets: Vec<PathBuf>, env: &[(&str, &str)]) -> Server {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_megalon-server"));
+        command.envs(env.iter().copied());
+        Server::start_with(command, args, sockets, Stdio::piped())
+    }
+
+    fn start_with(
+        mut command: Command,
+        args: &[&str],
+        sockets: Vec<PathBuf>,
+        stderr: Stdio,
+    ) -> Server {
         let no_port: &[&str] = if args.contains(&"--port") {
             &[]
         } else {
@@ -80,7 +94,7 @@ impl Server {
             .args(no_port)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("megalon-server starts");
         let mut server = Server {
@@ -131,6 +145,26 @@ impl Server {
     /// Whether the process has exited, and how.
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().expect("try_wait")
+    }
+
+    /// Waits up to `bound` for the process to exit: how it exited, and what it wrote to
+    /// stderr if the test kept it ([`Server::start_with_env`]); `None` if it still runs.
+    pub fn wait_exit(&mut self, bound: Duration) -> Option<(std::process::ExitStatus, String)> {
+        let deadline = Instant::now() + bound;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                break status;
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let mut text = String::new();
+        if let Some(mut stderr) = self.child.stderr.take() {
+            let _ = stderr.read_to_string(&mut text);
+        }
+        Some((status, text))
     }
 
     /// A client of host `i` (in `sockets` order).
@@ -301,6 +335,17 @@ pub fn run_to_exit(args: &[&str], socket: &Path) -> (Option<std::process::ExitSt
 /// A server process as host `host` of the pod file `pod` in `dir` (created by the first
 /// to start), on the socket `p{host}.sock` there, with `extra` flags.
 pub fn host_process(dir: &Path, host: u32, extra: &[&str]) -> Server {
+    host_process_with_env(dir, host, extra, &[])
+}
+
+/// [`host_process`] with `env` in its environment; if any, its stderr is kept for
+/// [`Server::wait_exit`].
+pub fn host_process_with_env(
+    dir: &Path,
+    host: u32,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Server {
     let pod = dir.join("pod");
     let socket = dir.join(format!("p{host}.sock"));
     let (pod_text, host_text) = (pod.display().to_string(), host.to_string());
@@ -314,5 +359,9 @@ pub fn host_process(dir: &Path, host: u32, extra: &[&str]) -> Server {
         &socket_text,
     ];
     args.extend(extra);
-    Server::start(&args, vec![socket])
+    if env.is_empty() {
+        Server::start(&args, vec![socket])
+    } else {
+        Server::start_with_env(&args, vec![socket], env)
+    }
 }
