@@ -4055,3 +4055,59 @@ fn a_dead_hosts_own_image_is_found_behind_its_announce_left_after_an_unlock() {
         k_reads_and_takes_a_write(r, r, last);
     }
 }
+
+// A review of the pump's background work for the same shape (2026-12-01): a look, a
+// pause, then an action on shared state.
+
+/// The pump's reclaimer deallocates through `Shared::deallocate`, as `make_read_shared`
+/// does (which this drives, on a thread of its own). `p` is paused past its lease at
+/// `point`, holding `k`'s record locked (after its lock; after its `RecordDealloc`
+/// applied, before the free), and is recovered; its id joins again
+/// as `p2`, which takes the same announce word (its first) and locks `k` (the same
+/// locked word, at 2 bits, when `k` kept its record), writing half of it. `p` resumes:
+/// it must leave `p2`'s lock and announce alone, so that `p2`, dying there, is recovered
+/// (its image of `k` put back, the record unlocked). A resumed CAS from `p`'s locked word
+/// would unlock or free `p2`'s lock under its write; a clear of `p`'s announce would
+/// leave `p2`'s recovery nothing to settle, and `k` locked for good. (It passes: the
+/// unlock and the announce's clear each look right before they act. It fails with
+/// `unlock_record`'s look left out, at `ReleaseAfterLock`, and with `end_hold`'s, at
+/// both points.)
+#[test]
+fn a_reclaimer_paused_after_its_lock_leaves_the_ids_next_life_alone() {
+    for point in [Point::ReleaseAfterLock, Point::ReleaseBeforeFree] {
+        let pod = common::heap_pod(&config());
+        let [r, p] = leak_all(&pod);
+        k_with_a_record(r);
+        assert_eq!(read(p), value(2));
+        r.inspect().watch_hosts();
+        let reclaim = pauses_at(p, point, || p.make_read_shared(b"k"));
+        recover_by_hand(&pod, p.id(), r);
+        let p2 = leak(&pod, 1);
+        half_write(p2, 0xee).expect("p2 locks k");
+        let outcome = reclaim.resume();
+        r.lookup(b"k").unwrap();
+        let (record, locked) = k_record_locked(r);
+        assert!(
+            locked,
+            "at {point:?}: p2 holds k's record {record} locked, yet it is not after p \
+             resumed (p answered {outcome:?})"
+        );
+        p2.inspect().freeze();
+        leases_run_out(&[r]);
+        recover_by_hand(&pod, p2.id(), r);
+        let (record, locked) = k_record_locked(r);
+        assert!(
+            !locked,
+            "at {point:?}: p2 recovered, yet k's record {record} is locked for good (p \
+             answered {outcome:?})"
+        );
+        let now = read(r);
+        assert_eq!(
+            now,
+            value(2),
+            "at {point:?}: k after p2's recovery: first byte {:#x}",
+            now[0]
+        );
+        k_reads_and_takes_a_write(r, r, 2);
+    }
+}
