@@ -3633,6 +3633,55 @@ fn a_writer_paused_before_its_undo_image_leaves_the_ids_next_life_alone() {
     );
 }
 
+/// A writer that reaches its look before the undo image condemned but not yet recovered
+/// (its recoverer paused after its `HostDead`, before it reads the announces): it answers
+/// `HostDeclaredDead` holding `k`'s lock, announced with no image, and its recovery
+/// settles that lock (unlocked, the value as it was, writes go on). At 2 bits `p` pauses
+/// after publishing its wrap event instead: the append answers the error (its replay
+/// finds its `ltail` released), leaving the same lock and a wrap event in the log.
+fn a_writer_condemned_before_its_image_is_settled_by_its_recovery(width: u32, point: Point) {
+    let pod = common::heap_pod(&config().record_width_bits(width));
+    let [r, p] = leak_all(&pod);
+    k_with_a_record(r);
+    assert_eq!(read(p), value(2));
+    r.inspect().watch_hosts();
+    let write = pauses_at(p, point, || p.write_start(b"k").map(drop));
+    let rows = Arc::clone(&pod);
+    let recovery = pauses_when(
+        Point::RecoveryBeforeIntentCleared,
+        || true,
+        move || {
+            watch_until(r, "no recovery", || {
+                rows.hosts().iter().all(|row| row.host != p.id())
+            })
+        },
+    );
+    // r condemned p and logged its death; p's lock is still its recovery's to settle.
+    assert!(
+        pod.hosts().iter().any(|row| row.host == p.id()),
+        "p's row is held"
+    );
+    let outcome = write.resume();
+    assert!(
+        matches!(outcome, Err(Error::HostDeclaredDead { .. })),
+        "{outcome:?}"
+    );
+    assert!(k_record_locked(r).1, "p left k's lock to its recovery");
+    recovery.resume();
+    assert!(!k_record_locked(r).1, "p's recovery settled k's lock");
+    k_reads_and_takes_a_write(r, r, 2);
+}
+
+#[test]
+fn a_writer_condemned_before_its_image_is_settled_by_its_recovery_8_bits() {
+    a_writer_condemned_before_its_image_is_settled_by_its_recovery(8, Point::WriteAfterEventCheck);
+}
+
+#[test]
+fn a_writer_condemned_after_its_wrap_event_is_settled_by_its_recovery_2_bits() {
+    a_writer_condemned_before_its_image_is_settled_by_its_recovery(2, Point::AppendAfterPublish);
+}
+
 // A review of recovery's own error paths (2026-11-30): every append a recovery makes
 // (its `HostDead`, each `Recovered`) refused or left unconfirmed, with the recoverer
 // going on, or dying right there.

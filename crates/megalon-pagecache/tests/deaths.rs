@@ -10,9 +10,11 @@ mod common;
 
 use std::sync::mpsc::channel;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use common::{data_file, heap_pod, join, options, simulated, wait_recovered, PAGE};
 use megalon_core::chaos::{self, Point};
+use megalon_core::HostOptions;
 use megalon_pagecache::{FileId, PageCache, PageCacheConfig};
 
 /// `a` runs `call` on a thread of its own and dies (is frozen: its pump stops, its row
@@ -286,7 +288,15 @@ fn owner_line(host: &PageCache, slot: u64) -> Option<[u8; 16]> {
 fn an_admitter_paused_in_its_catch_up_names_no_slot_another_page_took() {
     let pod = heap_pod(&PageCacheConfig::new(3).max_hosts(3));
     let data = data_file(4 * PAGE);
-    let a: &'static PageCache = Box::leak(Box::new(join(&pod, options(simulated(1)))));
+    // a's pump off: it would apply b's create (below) before a's lookup catches up,
+    // which then never pauses.
+    let a_options = options(simulated(1)).host(
+        HostOptions::new()
+            .memory(simulated(1))
+            .wait_limit(Duration::from_secs(5))
+            .pump_interval(None),
+    );
+    let a: &'static PageCache = Box::leak(Box::new(join(&pod, a_options)));
     let b: &'static PageCache = Box::leak(Box::new(join(&pod, options(simulated(2)))));
     let file_a = a.open(data.path()).unwrap();
     let file_b = b.open(data.path()).unwrap();
@@ -328,7 +338,12 @@ fn an_admitter_paused_in_its_catch_up_names_no_slot_another_page_took() {
     let mut buf = [0u8; 4];
     b.read(file_b, 2 * PAGE as u64, &mut buf).unwrap();
     appended.send(()).unwrap();
-    is_paused.recv().unwrap();
+    if is_paused.recv().is_err() {
+        panic!(
+            "a never paused in a second catch-up; its read answered {:?}",
+            admitting.join().unwrap()
+        );
+    }
     wait_recovered(&pod, a_id);
     let slot_of = |page: u64| {
         b.host()

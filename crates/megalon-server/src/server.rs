@@ -458,4 +458,68 @@ mod tests {
             .collect();
         assert!(left.is_empty(), "socket files left: {left:?}");
     }
+
+    /// A process of two hosts, one of which is declared dead (its pump panicked) with no
+    /// command running: the death watch stops the whole process, naming that host; the
+    /// other host leaves the pod as a shutdown's does (its row freed), and the dead one
+    /// is left to the pod's recovery, which a host outside the process completes.
+    #[test]
+    fn a_host_declared_dead_stops_the_process_and_its_other_host_leaves_cleanly() {
+        use std::sync::Arc;
+        use std::time::{Duration, Instant};
+
+        use megalon_core::{Backing, Host, HostOptions, Join, Pod, PodConfig};
+        use megalon_kv::{Megalon, Store};
+
+        use super::{Listen, Server, Serving};
+
+        let dir = tempfile::tempdir().unwrap();
+        let config = PodConfig::new().lnr_bytes(4 << 20).lease_ms(100);
+        let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
+        let survivor = Host::join(&pod, Join::AnyFree, HostOptions::new()).unwrap();
+        let mut ids = Vec::new();
+        let stores = (0..2)
+            .map(|_| {
+                let host = Host::join(&pod, Join::AnyFree, HostOptions::new()).unwrap();
+                ids.push((host.id(), host.inspect().life()));
+                Store::new(Megalon::new(Arc::clone(&pod), vec![Arc::new(host)]))
+            })
+            .collect();
+        let listen = (0..2)
+            .map(|h| Listen {
+                socket: dir.path().join(format!("h{h}.sock")),
+                tcp_port: None,
+            })
+            .collect();
+        let serving = Serving {
+            workers: 2,
+            max_clients: 4,
+        };
+        let server = Server::start(stores, listen, serving).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!server.shutdown().requested(), "a healthy process stopped");
+        server.hosts()[0].host().inspect().make_pump_panic();
+        let shutdown = Arc::clone(server.shutdown());
+        let started = Instant::now();
+        let stores = server.wait();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(shutdown.declared_dead(), Some(ids[0]));
+        drop(stores);
+        let rows = |pod: &Pod| pod.hosts().iter().map(|row| row.host).collect::<Vec<_>>();
+        assert!(
+            !rows(&pod).contains(&ids[1].0),
+            "host 1 left: {:?}",
+            rows(&pod)
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while rows(&pod).contains(&ids[0].0) {
+            assert!(
+                Instant::now() < deadline,
+                "the dead host was never recovered"
+            );
+            survivor.inspect().watch_hosts();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        survivor.create(b"after", b"x").unwrap();
+    }
 }
