@@ -2655,13 +2655,7 @@ fn a_paused_recoverer_that_resumes_clears_no_announce_at(bits: u32) {
     assert!(attempt.is_ok(), "the new life locks k: {attempt:?}");
     // r2 finds e dead and recovers it, for a few leases: e's announce matches the new
     // life's lock word, which is live, so e's recovery must wait for it.
-    leases_run_out(&[r2]);
-    let until = Instant::now() + 3 * Duration::from_millis(u64::from(LEASE_MS));
-    while Instant::now() < until {
-        r2.inspect().watch_hosts();
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert_live_lock_kept(r2, &attempt);
+    watches_then_finds_the_live_lock_kept(r2, &attempt);
 }
 
 /// The suspicion of a recoverer whose index lags behind a dead host's alloc: `l`, live,
@@ -2756,16 +2750,34 @@ fn a_dead_hosts_alloc_behind_a_live_hole_keeps_its_record_32_bits() {
 /// new life's lock for `e`'s and unlocks it under the live writer.
 #[test]
 fn a_recoverer_paused_after_a_restore_clears_no_announce_of_the_ids_next_life() {
+    a_recoverer_paused_at_then_the_ids_next_life(
+        Point::RecoveryAfterRestore,
+        |d| {
+            // d dies in the middle of a write: half of a new value in memory, its image
+            // ready.
+            half_write(d, 0xee).unwrap();
+            d.inspect().freeze();
+        },
+        |r2| assert_eq!(read(r2), value(2), "d's image put back"),
+    );
+}
+
+/// `d` (killed by `dies`) is recovered by `r1`, which pauses past its lease at `point`;
+/// `r2` recovers `r1` and `d` (then `recovered` looks at the pod); `e` announces a write
+/// lock of `k` and dies before its CAS; a new life of `d`'s id locks `k` and writes half
+/// of it; `r1` resumes. The new life's lock must be left alone by `r1` and by `e`'s
+/// recovery.
+fn a_recoverer_paused_at_then_the_ids_next_life(
+    point: Point,
+    dies: impl FnOnce(&'static Host),
+    recovered: impl FnOnce(&Host),
+) {
     let pod = common::heap_pod(&config());
     let [r1, r2, d, e] = leak_all(&pod);
     k_with_a_record(r1);
-    // d dies in the middle of a write: half of a new value in memory, its image ready.
-    half_write(d, 0xee).unwrap();
-    d.inspect().freeze();
+    dies(d);
     leases_run_out(&[r1, r2]);
-    let r1_watch = pauses_at(r1, Point::RecoveryAfterRestore, move || {
-        r1.inspect().watch_hosts()
-    });
+    let r1_watch = pauses_at(r1, point, move || r1.inspect().watch_hosts());
     std::thread::sleep(Duration::from_millis(30));
     leases_run_out(&[r2]); // r2 first sees r1's lease
     r2.inspect().watch_hosts(); // recovers r1 (it held the word), then d
@@ -2775,19 +2787,26 @@ fn a_recoverer_paused_after_a_restore_clears_no_announce_of_the_ids_next_life() 
             .all(|row| row.host != d.id() && row.host != r1.id()),
         "r2 recovered r1 and d"
     );
-    assert_eq!(read(r2), value(2), "d's image put back");
+    recovered(r2);
     dies_announcing_a_lock_of_k(e);
     let n = leak(&pod, d.id());
     let attempt = half_write(n, 0xdd);
     assert!(attempt.is_ok(), "the new life locks k: {attempt:?}");
     r1_watch.resume();
-    leases_run_out(&[r2]);
+    watches_then_finds_the_live_lock_kept(r2, &attempt);
+}
+
+/// `r` finds the dead hosts' leases run out and watches for three leases (a dead host
+/// that announced the live writer's lock word is recovered, waiting for the live lock),
+/// then the live writer's lock `attempt` must still be held.
+fn watches_then_finds_the_live_lock_kept(r: &Host, attempt: &Result<(), Error>) {
+    leases_run_out(&[r]);
     let until = Instant::now() + 3 * Duration::from_millis(u64::from(LEASE_MS));
     while Instant::now() < until {
-        r2.inspect().watch_hosts();
+        r.inspect().watch_hosts();
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert_live_lock_kept(r2, &attempt);
+    assert_live_lock_kept(r, attempt);
 }
 
 /// A host killed right after its CAS claimed a free record, before it counted the record
@@ -3547,35 +3566,11 @@ fn read_k_of(host: &Host, key: &[u8]) -> Result<Vec<u8>, Error> {
 /// life's lock for `e`'s and unlocked it under the live writer.
 #[test]
 fn a_recoverer_paused_in_its_catch_up_clears_no_announce_of_the_ids_next_life() {
-    let pod = common::heap_pod(&config());
-    let [r1, r2, d, e] = leak_all(&pod);
-    k_with_a_record(r1);
-    dies_announcing_a_lock_of_k(d);
-    leases_run_out(&[r1, r2]);
-    let r1_watch = pauses_at(r1, Point::RecoveryBeforeAnnounceCleared, move || {
-        r1.inspect().watch_hosts()
-    });
-    std::thread::sleep(Duration::from_millis(30));
-    leases_run_out(&[r2]); // r2 first sees r1's lease
-    r2.inspect().watch_hosts(); // recovers r1 (it held the word), then d
-    assert!(
-        pod.hosts()
-            .iter()
-            .all(|row| row.host != d.id() && row.host != r1.id()),
-        "r2 recovered r1 and d"
+    a_recoverer_paused_at_then_the_ids_next_life(
+        Point::RecoveryBeforeAnnounceCleared,
+        dies_announcing_a_lock_of_k,
+        |_| {},
     );
-    dies_announcing_a_lock_of_k(e);
-    let n = leak(&pod, d.id());
-    let attempt = half_write(n, 0xdd);
-    assert!(attempt.is_ok(), "the new life locks k: {attempt:?}");
-    r1_watch.resume();
-    leases_run_out(&[r2]);
-    let until = Instant::now() + 3 * Duration::from_millis(u64::from(LEASE_MS));
-    while Instant::now() < until {
-        r2.inspect().watch_hosts();
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert_live_lock_kept(r2, &attempt);
 }
 
 // A live writer paused past its lease between its event check and its undo image
