@@ -3733,30 +3733,7 @@ fn a_round_whose_append_fails(r: &Host, n: usize, fault: chaos::Fault) -> bool {
         counts.refused + counts.unconfirmed
     };
     let before = faults(r);
-    let (mut reserved, mut published) = (0, 0);
-    if n == 0 && fault == chaos::Fault::Refuse {
-        chaos::fail_next_appends(&[fault]);
-    }
-    chaos::with_hook(
-        move |point| {
-            let arm = match (point, fault) {
-                (Point::AppendAfterReserve, chaos::Fault::Unconfirmed) => {
-                    reserved += 1;
-                    reserved == n + 1
-                }
-                (Point::AppendAfterPublish, chaos::Fault::Refuse) => {
-                    published += 1;
-                    published == n
-                }
-                _ => false,
-            };
-            if arm {
-                chaos::fail_next_appends(&[fault]);
-            }
-        },
-        || r.inspect().watch_hosts(),
-    );
-    chaos::clear_forced_faults();
+    common::with_append_failing(n, fault, || r.inspect().watch_hosts());
     faults(r) > before
 }
 

@@ -73,6 +73,23 @@ fn leases_run_out() {
     std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 3));
 }
 
+/// Hosts 0 and 1 of `pod` join, and both die (crashed, their leases run out): host 0 in
+/// the middle of a write of `k` (value 2 written before; its undo image ready, half of
+/// 0xee in memory), and, with `with_a_hole`, holding a log position it never published.
+fn both_die_host_0_mid_write(pod: &Arc<Pod>, with_a_hole: bool) {
+    let writer = Host::join(pod, Join::As(0), options(1)).unwrap();
+    let other = Host::join(pod, Join::As(1), options(2)).unwrap();
+    writer.create(b"k", &value(1)).unwrap();
+    writer.write(b"k", &value(2)).unwrap();
+    half_write(&writer, 0xee);
+    if with_a_hole {
+        writer.inspect().reserve_unpublished(1).unwrap();
+    }
+    megalon_core::inspect::crash(writer);
+    megalon_core::inspect::crash(other);
+    leases_run_out();
+}
+
 /// Both hosts of a full table died, one in the middle of a write of `k` (its undo image
 /// ready, half its new bytes in memory). A joiner takes the writer's row over: its rescue
 /// puts the last complete value back and unlocks, before the join completes; the other
@@ -80,14 +97,7 @@ fn leases_run_out() {
 #[test]
 fn a_rescue_restores_the_dead_holders_half_write() {
     let pod = pod(2);
-    let writer = Host::join(&pod, Join::As(0), options(1)).unwrap();
-    let other = Host::join(&pod, Join::As(1), options(2)).unwrap();
-    writer.create(b"k", &value(1)).unwrap();
-    writer.write(b"k", &value(2)).unwrap();
-    half_write(&writer, 0xee);
-    megalon_core::inspect::crash(writer);
-    megalon_core::inspect::crash(other);
-    leases_run_out();
+    both_die_host_0_mid_write(&pod, false);
     let host = join_retrying(&pod, Join::AnyFree, 3);
     assert_eq!(host.id(), 0, "the first dead row is taken over");
     assert_eq!(read(&host), value(2), "the last complete value, whole");
@@ -886,36 +896,6 @@ fn a_rescuer_elsewhere_whose_replay_outlasts_the_lease_keeps_its_row() {
     );
 }
 
-/// Runs `body` with the `n`-th log append (from 0) of the calling thread failing with
-/// `fault` (if it makes that many).
-fn with_append_failing<T>(n: usize, fault: chaos::Fault, body: impl FnOnce() -> T) -> T {
-    let (mut reserved, mut published) = (0, 0);
-    if n == 0 && fault == chaos::Fault::Refuse {
-        chaos::fail_next_appends(&[fault]);
-    }
-    let answer = chaos::with_hook(
-        move |point| {
-            let arm = match (point, fault) {
-                (Point::AppendAfterReserve, chaos::Fault::Unconfirmed) => {
-                    reserved += 1;
-                    reserved == n + 1
-                }
-                (Point::AppendAfterPublish, chaos::Fault::Refuse) => {
-                    published += 1;
-                    published == n
-                }
-                _ => false,
-            };
-            if arm {
-                chaos::fail_next_appends(&[fault]);
-            }
-        },
-        body,
-    );
-    chaos::clear_forced_faults();
-    answer
-}
-
 /// Each append of a rescue (the dead holder's `HostDead`, the `Recovered` of its
 /// half-write of `k`) refused or left unconfirmed once: the join answers the injected
 /// fault, typed, and leaves the row as a dead holder's; the next joiner's rescue
@@ -927,16 +907,9 @@ fn a_rescue_whose_append_fails_is_completed_by_the_next_joiner() {
         for n in 0.. {
             let what = format!("{fault:?} of append {n}");
             let pod = pod(2);
-            let writer = Host::join(&pod, Join::As(0), options(1)).unwrap();
-            let other = Host::join(&pod, Join::As(1), options(2)).unwrap();
-            writer.create(b"k", &value(1)).unwrap();
-            writer.write(b"k", &value(2)).unwrap();
-            half_write(&writer, 0xee);
-            writer.inspect().reserve_unpublished(1).unwrap();
-            megalon_core::inspect::crash(writer);
-            megalon_core::inspect::crash(other);
-            leases_run_out();
-            let first = with_append_failing(n, fault, || Host::join(&pod, Join::As(0), options(3)));
+            both_die_host_0_mid_write(&pod, true);
+            let first =
+                common::with_append_failing(n, fault, || Host::join(&pod, Join::As(0), options(3)));
             let host = match first {
                 Err(Error::InjectedFault { fault: f }) if f == fault.name() => {
                     leases_run_out();

@@ -10,15 +10,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{
-    bulk, host_process, host_process_with_env, ok, run_to_exit, scratch_dir, Client, Server,
-};
+use common::{bulk, host_process_with_env, ok, run_to_exit, scratch_dir, Client, Server};
 use redis_protocol::resp2::types::OwnedFrame;
 
 /// The wait limit the servers run with: an op may take this long at most (and a little).
 const WAIT_LIMIT_MS: u64 = 3000;
 
 fn start_host(dir: &Path, host: u32) -> Server {
+    start_host_with_env(dir, host, &[])
+}
+
+/// [`start_host`] with `env` in the server's environment (its stderr then kept).
+fn start_host_with_env(dir: &Path, host: u32, env: &[(&str, &str)]) -> Server {
     let wait = WAIT_LIMIT_MS.to_string();
     let extra = [
         "--lnr-mib",
@@ -28,7 +31,7 @@ fn start_host(dir: &Path, host: u32) -> Server {
         "--wait-limit-ms",
         &wait,
     ];
-    host_process(dir, host, &extra)
+    host_process_with_env(dir, host, &extra, env)
 }
 
 /// A client whose replies may not come (its server killed): a short read timeout. A SET
@@ -396,19 +399,9 @@ const DECLARED_DEAD_EXIT: Duration = Duration::from_millis(WAIT_LIMIT_MS + 3000)
 fn a_server_declared_dead_while_it_lives_exits_and_restarts_as_its_next_life() {
     let dir = scratch_dir();
     let a = start_host(dir.path(), 0);
-    let wait = WAIT_LIMIT_MS.to_string();
-    let extra = [
-        "--lnr-mib",
-        "16",
-        "--workers",
-        "2",
-        "--wait-limit-ms",
-        &wait,
-    ];
-    let mut b = host_process_with_env(
+    let mut b = start_host_with_env(
         dir.path(),
         1,
-        &extra,
         &[("MEGALON_SERVER_TEST_PRETEND_ELSEWHERE", "1")],
     );
     let mut ca = a.client(0);

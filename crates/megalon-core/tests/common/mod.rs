@@ -242,3 +242,39 @@ pub fn pauses_when<T: Send + 'static>(
     }
     Paused { resume, outcome }
 }
+
+/// Runs `body` with the `n`-th log append (from 0) of the calling thread failing with
+/// `fault` (if it makes that many).
+#[cfg(feature = "chaos")]
+pub fn with_append_failing<T>(
+    n: usize,
+    fault: megalon_core::chaos::Fault,
+    body: impl FnOnce() -> T,
+) -> T {
+    use megalon_core::chaos::{self, Fault, Point};
+    let (mut reserved, mut published) = (0, 0);
+    if n == 0 && fault == Fault::Refuse {
+        chaos::fail_next_appends(&[fault]);
+    }
+    let answer = chaos::with_hook(
+        move |point| {
+            let arm = match (point, fault) {
+                (Point::AppendAfterReserve, Fault::Unconfirmed) => {
+                    reserved += 1;
+                    reserved == n + 1
+                }
+                (Point::AppendAfterPublish, Fault::Refuse) => {
+                    published += 1;
+                    published == n
+                }
+                _ => false,
+            };
+            if arm {
+                chaos::fail_next_appends(&[fault]);
+            }
+        },
+        body,
+    );
+    chaos::clear_forced_faults();
+    answer
+}
