@@ -77,6 +77,10 @@ pub enum Point {
     HeadLookBetweenRows,
     /// An append, after its entries are reserved, before they are written.
     AppendAfterReserve,
+    /// An append, its row checked after the reservation and its creates' positions noted
+    /// (`Host::create_noting_position`), before it writes its entries (which publishes
+    /// them).
+    AppendBeforeWrite,
     /// An append, after its entries are published, before the replay that confirms them.
     AppendAfterPublish,
     /// Replay, between two entries (holding the index's write lock).

@@ -470,6 +470,13 @@ pub enum Error {
         /// The pod's `slot_size_bytes`.
         slot_size_bytes: u64,
     },
+    /// A word named for a create's position is not an 8-aligned word of the application
+    /// SCR ([`Host::create_noting_position`](crate::Host::create_noting_position)).
+    #[error("offset {offset} is not an 8-aligned word of the application SCR")]
+    OutsideApplicationScr {
+        /// The offset given.
+        offset: u64,
+    },
     /// Create found the key already there.
     #[error("an object with this key exists")]
     ObjectExists,

@@ -30,18 +30,27 @@
 //!
 //! Capacity: the pages cached (the pod's objects, which every replica counts once it has
 //! caught up with the log) and the admissions in progress are kept at most the capacity.
-//! An admission counts itself in its host's word (tagged with the host's life) *before*
-//! it takes its admission lock, then counts every host's and the pages; over the
-//! capacity, it takes itself out and evicts with the clock hand, so that no thread holds
-//! one admission lock while it waits for another (the hand only try-locks). Of two
-//! admissions that count themselves at once, at least one sees the other (sequentially
-//! consistent words), so the two never both take the last room; an admission goes from
-//! its word to the pages only once its create returned, by which time the log's `ctail`
-//! covers the page: a host that reads the word after that catches up past it. A host
-//! that dies in the middle leaves nothing standing: its word counts only while its row
-//! is its life's (the core frees it once the host is recovered), and what it created or
-//! deleted is in the log. (A single coherent counter of pages drifted for good when a
-//! host died between its create or delete and its update of the count.)
+//! An admission counts itself in an entry of its host's (tagged with the host's life)
+//! *before* it takes its admission lock, then counts every host's entries and the pages;
+//! over the capacity, it takes itself out and evicts with the clock hand, so that no
+//! thread holds one admission lock while it waits for another (the hand only try-locks).
+//! Of two admissions that count themselves at once, at least one sees the other
+//! (sequentially consistent words), so the two never both take the last room.
+//!
+//! An admission's page must count once, in its entry or among the objects, never in
+//! neither. It leaves its entry only once its create returned, by which time the log's
+//! `ctail` covers the page: a host that reads the entry after that catches up past it.
+//! And the core notes its create's log position in the entry before the entry is
+//! published: a host whose replica has applied the log past that position counts the
+//! page among the objects, and the entry no more. So a host that dies right after its
+//! create was published leaves its page counted once. (Its entry counted it a second
+//! time until its row was freed, its lease and its recovery later: meanwhile another
+//! host's admission found no room in a cache that had some, and waited, failed, or
+//! evicted a page for nothing.) A host that dies in the middle leaves nothing standing:
+//! its entries count only while its row is its life's (the core frees it once every
+//! replica has applied its death), and what it created or deleted is in the log. (A
+//! single coherent counter of pages drifted for good when a host died between its
+//! create or delete and its update of the count.)
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -51,6 +60,7 @@ use crate::cache::Inner;
 use crate::clock::Swept;
 use crate::error::{Error, Result};
 use crate::file::OpenFile;
+use crate::layout::ADMISSIONS_PER_HOST;
 use crate::page::{PageTrailer, FILE_PAGE_BYTES, PAGE_KEY_BYTES, PAGE_OBJECT_BYTES};
 use crate::stats::Counter;
 use megalon_core::{Backoff, HostId};
@@ -79,85 +89,167 @@ fn holder_of(value: u64) -> HostId {
     ((value & 0xff) as HostId).saturating_sub(1)
 }
 
-/// A word of admissions in progress: the life of its host's id in the high half, the
-/// count in the low half.
-const COUNT_BITS: u32 = 32;
-const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+/// An entry of admissions in progress (`Regions::admitting`): its state word holds the
+/// life of its host's id in the high half and its state in the low half; its position
+/// word, the log position past its create's entry once the core noted it (0 before).
+const LIFE_SHIFT: u32 = 32;
+const LIFE_MASK: u64 = (1 << LIFE_SHIFT) - 1;
+/// Free (with the whole word 0: a free entry's position word is 0 too).
+const FREE: u64 = 0;
+/// An admission in progress: it counts until the reader's replica has applied the log
+/// past its position word (if noted).
+const TAKEN: u64 = 1;
+/// Being taken from an earlier life of the id, whose position word it clears: counts,
+/// whatever its position word holds.
+const CLEARING: u64 = 2;
 
-/// An admission in progress, counted in its host's word until dropped (once its create
-/// returned, the page counts as one of the pod's objects).
+/// An admission in progress, counted in an entry of its host's until dropped (once its
+/// create returned, the page counts as one of the pod's objects).
 struct Reservation<'a> {
-    word: &'a AtomicU64,
-    life: u64,
+    inner: &'a Inner,
+    index: u64,
+    /// Our value in the entry's state word.
+    value: u64,
+}
+
+impl Reservation<'_> {
+    /// The pod offset of the entry's position word, for the core to note the create's
+    /// position in.
+    fn note_at(&self) -> u64 {
+        self.inner.entry_offsets(self.index).1
+    }
 }
 
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
-        uncount(self.word, self.life);
+        self.inner.release_entry(self.index, self.value);
     }
-}
-
-/// Takes one admission of life `life` out of `word`. Only our life's count: none other
-/// than ours changes our word, but the tag says so to the readers too.
-fn uncount(word: &AtomicU64, life: u64) {
-    let _ = word.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
-        (word >> COUNT_BITS == life).then(|| word - 1)
-    });
 }
 
 impl Inner {
-    /// This host's life, as its words of admissions in progress are tagged with it.
+    /// This host's life, as its entries of admissions in progress are tagged with it.
     fn life(&self) -> u64 {
-        (self.lock_value >> 8) & COUNT_MASK
+        (self.lock_value >> 8) & LIFE_MASK
     }
 
-    /// Counts an admission of this host's in its word (a word left by an earlier life of
-    /// the id starts again from this one).
-    fn count_admission(&self) -> Reservation<'_> {
-        let word = self
-            .shared
-            .pod
-            .scr_u64(self.shared.regions.admitting(self.host.id()));
+    fn entry_offsets(&self, index: u64) -> (u64, u64) {
+        self.shared.regions.admitting(self.host.id(), index)
+    }
+
+    fn entry_words(&self, host: HostId, index: u64) -> (&AtomicU64, &AtomicU64) {
+        let (state, position) = self.shared.regions.admitting(host, index);
+        let pod = &self.shared.pod;
+        (pod.scr_u64(state), pod.scr_u64(position))
+    }
+
+    /// Counts an admission of this host's in a free entry of its, or in one an earlier
+    /// life of the id left (a later life's are the id's next holder's: this host was
+    /// declared dead, paused past its lease, and what it takes counts for nobody, as its
+    /// life is not its row's). Every entry taken: waits for one, within the wait limit.
+    fn count_admission(&self) -> Result<Reservation<'_>> {
         let life = self.life();
-        // SeqCst: before the loads of every host's word (`pages_in_use`). A word of a
-        // later life is the id's next holder's: this host was declared dead (paused past
-        // its lease), and counts nowhere (its drop changes nothing either).
-        let _ = word.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |word| {
-            match (word >> COUNT_BITS).cmp(&life) {
-                std::cmp::Ordering::Equal => Some(word + 1),
-                std::cmp::Ordering::Less => Some(life << COUNT_BITS | 1),
-                std::cmp::Ordering::Greater => None,
+        let taken = life << LIFE_SHIFT | TAKEN;
+        let mut wait: Option<Backoff> = None;
+        loop {
+            for index in 0..ADMISSIONS_PER_HOST {
+                let (state, position) = self.entry_words(self.host.id(), index);
+                // SeqCst: before the loads of every host's entries (`pages_in_use`).
+                let seen = state.load(Ordering::SeqCst);
+                if seen == FREE {
+                    // A free entry's position word is 0 (`release_entry`).
+                    if state
+                        .compare_exchange(FREE, taken, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok()
+                    {
+                        return Ok(Reservation {
+                            inner: self,
+                            index,
+                            value: taken,
+                        });
+                    }
+                } else if seen >> LIFE_SHIFT < life {
+                    // Left by an earlier life (which died in an admission): its position
+                    // word may hold a position long applied, which would have a reader
+                    // count this admission nowhere. Cleared while the entry counts whatever
+                    // it holds.
+                    let clearing = life << LIFE_SHIFT | CLEARING;
+                    if state
+                        .compare_exchange(seen, clearing, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok()
+                    {
+                        position.store(0, Ordering::SeqCst);
+                        state.store(taken, Ordering::SeqCst);
+                        return Ok(Reservation {
+                            inner: self,
+                            index,
+                            value: taken,
+                        });
+                    }
+                }
             }
-        });
-        Reservation { word, life }
+            Backoff::snooze_or(&mut wait, self.host.options().wait_limit, |waited_ms| {
+                Error::AdmissionsBusy {
+                    in_progress: ADMISSIONS_PER_HOST,
+                    waited_ms,
+                }
+            })?;
+        }
+    }
+
+    /// Frees entry `index` if it still holds `value` (a host declared dead, resumed, must
+    /// not free the entry of the id's next life): its position word first, so that a
+    /// free entry's is 0 (the next admission in it counts until its own create is noted).
+    fn release_entry(&self, index: u64, value: u64) {
+        let (state, position) = self.entry_words(self.host.id(), index);
+        if state.load(Ordering::SeqCst) != value {
+            return;
+        }
+        // A pause here past our lease, the entry taken over meanwhile: the next holder's
+        // admission counts until its create returns (0 reads as not noted yet), never less.
+        position.store(0, Ordering::SeqCst);
+        let _ = state.compare_exchange(value, FREE, Ordering::SeqCst, Ordering::SeqCst);
     }
 
     /// Pages the cache holds or is admitting now: the admissions in progress of every
-    /// host whose row is still its word's life, then the pod's objects once this host has
-    /// caught up with the log (an admission leaves its word only after its create
-    /// returned: the log covers the page by then).
+    /// host whose row is still its entries' life, then the pod's objects once this host
+    /// has caught up with the log. An admission counts until its create returned (by then
+    /// the log covers its page), or until this replica applied the position it noted
+    /// before its create was published: then the page counts among the objects, even if
+    /// its admitter died right after the publish.
     pub(crate) fn pages_in_use(&self) -> Result<u64> {
         self.settle_unknown_admissions()?;
-        let regions = &self.shared.regions;
-        let mut admitting = 0;
+        let mut noted = Vec::new();
         for row in self.shared.pod.hosts() {
-            // SeqCst: after this host's own count (`count_admission`).
-            let word = self
-                .shared
-                .pod
-                .scr_u64(regions.admitting(row.host))
-                .load(Ordering::SeqCst);
-            if word >> COUNT_BITS == row.joins & COUNT_MASK {
-                admitting += word & COUNT_MASK;
+            for index in 0..ADMISSIONS_PER_HOST {
+                let (state, position) = self.entry_words(row.host, index);
+                // SeqCst: after this host's own count (`count_admission`).
+                let seen = state.load(Ordering::SeqCst);
+                if seen >> LIFE_SHIFT != row.joins & LIFE_MASK {
+                    continue;
+                }
+                match seen & LIFE_MASK {
+                    TAKEN => noted.push(position.load(Ordering::SeqCst)),
+                    CLEARING => noted.push(0),
+                    _ => {}
+                }
             }
         }
-        Ok(self.host.object_count()? + admitting)
+        // Caught up: covers every create whose admission left its entry before the loads.
+        self.host.object_count()?;
+        // Then the position applied, and the objects of a replica at least there: a
+        // create noted below it counts among them.
+        let applied = self.host.inspect().applied_position();
+        let objects = self.host.inspect().replica_len();
+        let admitting = noted
+            .iter()
+            .filter(|&&position| position == 0 || position > applied)
+            .count() as u64;
+        Ok(objects + admitting)
     }
 
-    /// Takes out of this host's word the admissions whose create's outcome was unknown
-    /// (`admit`), once this host has applied the log past the tail each names: by then
-    /// `ctail` is past the create too, so a host that reads the word after this catches
-    /// up past it.
+    /// Frees the entries of the admissions whose create's outcome was unknown (`admit`),
+    /// once this host has applied the log past the tail each names: by then `ctail` is
+    /// past the create too, so a host that reads the entry after this catches up past it.
     fn settle_unknown_admissions(&self) -> Result<()> {
         let mut unknown = self.unknown_admissions.lock();
         if unknown.is_empty() {
@@ -165,14 +257,10 @@ impl Inner {
         }
         self.host.object_count()?; // caught up with `ctail`
         let applied = self.host.inspect().applied_position();
-        let word = self
-            .shared
-            .pod
-            .scr_u64(self.shared.regions.admitting(self.host.id()));
-        unknown.retain(|&tail| {
+        unknown.retain(|&(index, value, tail)| {
             let settled = applied >= tail;
             if settled {
-                uncount(word, self.life());
+                self.release_entry(index, value);
             }
             !settled
         });
@@ -258,7 +346,7 @@ impl Inner {
     fn reserve(&self) -> Result<Reservation<'_>> {
         let mut wait: Option<Backoff> = None;
         loop {
-            let reservation = self.count_admission();
+            let reservation = self.count_admission()?;
             let in_use = self.pages_in_use()?;
             if in_use <= self.capacity_pages {
                 return Ok(reservation);
@@ -301,7 +389,10 @@ impl Inner {
             valid_bytes: valid as u32,
         };
         bytes[PageTrailer::AT..PageTrailer::AT + 4].copy_from_slice(&trailer.bytes());
-        match self.host.create(key, &bytes) {
+        match self
+            .host
+            .create_noting_position(key, &bytes, reservation.note_at())
+        {
             Ok(()) => {}
             Err(megalon_core::Error::ObjectExists) => {
                 self.shared.counters.add(Counter::AdmissionsLost);
@@ -317,11 +408,12 @@ impl Inner {
                     Ok(Some(false)) => return Err(error.into()),
                     // Still unknown (its entry may be behind another host's hole): the
                     // create may apply later, uncounted by anyone, and every admission
-                    // until then would find room that is not there. It stays counted in
-                    // this host's word until this host has applied the log past it.
+                    // until then would find room that is not there. Its entry stays taken
+                    // until this host has applied the log past it.
                     unknown => {
+                        let entry = (reservation.index, reservation.value, tail);
                         std::mem::forget(reservation);
-                        self.unknown_admissions.lock().push(tail);
+                        self.unknown_admissions.lock().push(entry);
                         unknown?;
                         return Err(error.into());
                     }
@@ -343,6 +435,7 @@ impl Inner {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering;
     use std::time::Duration;
 
     use megalon_core::{Backing, Join};
@@ -411,8 +504,9 @@ mod tests {
 
     /// Host a is paused past its lease in an admission, recovered, and its id joined
     /// again by c, which admits. When a resumes and counts itself in, it must leave c's
-    /// word alone: it reset it to its own life's, c's admission in progress counted no
-    /// more, and b took the room c held (the cache went over its capacity).
+    /// entries alone: it reset c's word (a count per host) to its own life's, c's
+    /// admission in progress counted no more, and b took the room c held (the cache went
+    /// over its capacity).
     #[test]
     fn a_paused_host_s_count_leaves_the_next_life_s_word_alone() {
         let pod =
@@ -444,5 +538,66 @@ mod tests {
         );
         drop(in_progress);
         std::mem::forget(a);
+    }
+
+    /// A host's threads have at most `ADMISSIONS_PER_HOST` admissions in progress: one
+    /// more waits for an entry, and past the wait limit answers `AdmissionsBusy`.
+    #[test]
+    fn an_admission_past_every_entry_taken_waits_for_one() {
+        let pod =
+            PageCache::create_pod(&PageCacheConfig::new(64).max_hosts(2), Backing::heap()).unwrap();
+        let a = join(&pod);
+        let held: Vec<_> = (0..super::ADMISSIONS_PER_HOST)
+            .map(|_| a.inner.count_admission().expect("a free entry"))
+            .collect();
+        assert_eq!(a.inner.pages_in_use().unwrap(), super::ADMISSIONS_PER_HOST);
+        assert!(matches!(
+            a.inner.count_admission(),
+            Err(Error::AdmissionsBusy { in_progress, .. }) if in_progress == super::ADMISSIONS_PER_HOST
+        ));
+        drop(held);
+        assert_eq!(a.inner.pages_in_use().unwrap(), 0, "every entry freed");
+        let again = a.inner.count_admission().expect("an entry freed");
+        assert_eq!(a.inner.pages_in_use().unwrap(), 1);
+        drop(again);
+    }
+
+    /// An entry left taken by an earlier life of the id (it died in an admission, its
+    /// create noted and long applied) is taken by the next life's admission, which counts
+    /// until its own create is noted and applied: read with the earlier life's position,
+    /// it counted nowhere, and two admissions could take the last room.
+    #[test]
+    fn an_entry_an_earlier_life_left_counts_the_next_life_s_admission() {
+        let pod =
+            PageCache::create_pod(&PageCacheConfig::new(8).max_hosts(2), Backing::heap()).unwrap();
+        drop(join(&pod));
+        let a = join(&pod); // the id's next life
+        let life = a.inner.life();
+        assert!(life > 0);
+        a.inner.host.object_count().unwrap();
+        let applied = a.inner.host.inspect().applied_position();
+        assert!(applied > 0);
+        let (state, position) = a.inner.entry_words(a.inner.host.id(), 0);
+        state.store(
+            (life - 1) << super::LIFE_SHIFT | super::TAKEN,
+            Ordering::SeqCst,
+        );
+        position.store(applied, Ordering::SeqCst);
+        let in_progress = a.inner.count_admission().unwrap();
+        assert_eq!(in_progress.index, 0, "the earlier life's entry, the first");
+        assert_eq!(
+            a.inner.pages_in_use().unwrap(),
+            1,
+            "the admission in progress counts"
+        );
+        drop(in_progress);
+        assert_eq!(
+            (
+                state.load(Ordering::SeqCst),
+                position.load(Ordering::SeqCst)
+            ),
+            (0, 0),
+            "free"
+        );
     }
 }

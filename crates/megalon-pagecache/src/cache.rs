@@ -41,9 +41,10 @@ pub(crate) struct Inner {
     pub(crate) capacity_pages: u64,
     /// This host's value in an admission lock word it holds (`admission.rs`).
     pub(crate) lock_value: u64,
-    /// Admissions whose create's outcome was unknown, by the log's tail when it failed:
-    /// each counts in this host's word until this host has applied the log past it.
-    pub(crate) unknown_admissions: Mutex<Vec<u64>>,
+    /// Admissions whose create's outcome was unknown: the entry each counts in, its value
+    /// there, and the log's tail when it failed. Each stays taken until this host has
+    /// applied the log past that tail.
+    pub(crate) unknown_admissions: Mutex<Vec<(u64, u64, u64)>>,
     stop: AtomicBool,
 }
 

@@ -101,6 +101,15 @@ pub enum Error {
         /// How long we tried.
         waited_ms: u64,
     },
+    /// Every entry of this host's admissions in progress stayed taken by its other
+    /// threads' admissions past the wait limit.
+    #[error("{in_progress} admissions of this host stayed in progress for {waited_ms} ms")]
+    AdmissionsBusy {
+        /// Admissions a host can have in progress at once.
+        in_progress: u64,
+        /// How long we waited.
+        waited_ms: u64,
+    },
     /// A page was evicted again each time it was admitted, before this thread could use it.
     #[error("page {page} of {path} was evicted {rounds} times before it could be used", path = path.display())]
     PageKeptLeaving {

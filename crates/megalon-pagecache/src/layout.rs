@@ -6,14 +6,16 @@
 //! |-------|------------------------------------------------------------------------------|
 //! | 0     | magic, capacity in pages, admission locks (written once at creation, magic last) |
 //! | 1     | the clock hand: a position that only grows; its slot is `position % slots`  |
-//! | 2..   | admissions in progress, a word per host: its life above, its count below    |
+//! | 2..   | admissions in progress, `ADMISSIONS_PER_HOST` entries per host, two words each: |
+//! |       | its host's life and its state, then its create's log position once noted    |
 //! | ..    | admission lock words: 0 free, else the holder's host id + 1 and its life   |
 //! | ..    | the dirty bitmap: bit `r % 64` of word `r / 64` for coherence record `r`    |
 //!
 //! The pages cached are the pod's objects (every replica counts them); an admission in
-//! progress counts in its host's word until its create returned, so that the capacity
-//! holds while creates are on their way, and a host that dies in the middle counts no
-//! more once its row is free (`admission.rs`).
+//! progress counts in an entry of its host's until its create returned, or until the
+//! reader's replica has applied the create, so that the capacity holds while creates are
+//! on their way, a host that dies in the middle counts no more once its row is free, and
+//! a page whose admitter died after its create counts once (`admission.rs`).
 //!
 //! Application LNR (non-coherent, through [`megalon_core::Memory`]):
 //!
@@ -37,14 +39,22 @@ use crate::page::{PAGE_KEY_BYTES, PAGE_OBJECT_BYTES};
 /// 3: admissions in progress are counted per host, and the pages cached are the pod's
 /// objects (a coherent counter of both drifted for good when a host died mid-admission
 /// or mid-eviction). Version 4: files are named by inode number and birth time (an
-/// inode number alone named the next file given it).
-pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"mgPCv004");
+/// inode number alone named the next file given it). Version 5: an admission in
+/// progress is an entry of its host's that notes its create's log position (a count per
+/// host counted the page of an admitter that died after its create twice, until the
+/// host's row was freed).
+pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"mgPCv005");
 /// Marks an owner line that holds a key (a fresh pod's zeros hold none).
 pub(crate) const OWNER_MAGIC: u64 = u64::from_le_bytes(*b"mgPCownr");
 /// Bytes of an owner line that mean something: the key, then the magic.
 pub(crate) const OWNER_BYTES: usize = PAGE_KEY_BYTES + 8;
 /// Lines of the application SCR before the words of admissions in progress: header, hand.
 const FIXED_LINES: u64 = 2;
+/// Admissions one host can have in progress at once: a thread more waits for one of them
+/// to end (`admission.rs`).
+pub(crate) const ADMISSIONS_PER_HOST: u64 = 16;
+/// Bytes of an entry of admissions in progress: its state word, its position word.
+const ADMISSION_ENTRY_BYTES: u64 = 16;
 
 fn whole_lines(bytes: u64) -> u64 {
     bytes.div_ceil(LINE_BYTES) * LINE_BYTES
@@ -54,9 +64,15 @@ fn whole_lines(bytes: u64) -> u64 {
 /// lock words and `max_hosts` hosts.
 pub(crate) fn app_scr_bytes(record_count: u64, admission_locks: u64, max_hosts: u32) -> u64 {
     FIXED_LINES * LINE_BYTES
-        + whole_lines(u64::from(max_hosts) * 8)
+        + admitting_bytes(max_hosts)
         + whole_lines(admission_locks * 8)
         + whole_lines(record_count.div_ceil(64) * 8)
+}
+
+/// Bytes of the entries of admissions in progress of `max_hosts` hosts (a host's on
+/// lines of their own).
+fn admitting_bytes(max_hosts: u32) -> u64 {
+    u64::from(max_hosts) * whole_lines(ADMISSIONS_PER_HOST * ADMISSION_ENTRY_BYTES)
 }
 
 /// Application LNR bytes a page cache needs with `slot_count` slots.
@@ -72,7 +88,7 @@ pub(crate) struct Regions {
     pub(crate) header: u64,
     /// The clock hand.
     pub(crate) hand: u64,
-    /// The first word of admissions in progress (one per host).
+    /// The first entry of admissions in progress (`ADMISSIONS_PER_HOST` per host).
     pub(crate) admitting: u64,
     /// The first admission lock word.
     pub(crate) locks: u64,
@@ -123,7 +139,7 @@ impl Regions {
         }
         let header = layout.app_scr_offset;
         let admitting = header + FIXED_LINES * LINE_BYTES;
-        let locks = admitting + whole_lines(u64::from(config.max_hosts) * 8);
+        let locks = admitting + admitting_bytes(config.max_hosts);
         let owners = layout.app_lnr_offset;
         Ok(Regions {
             header,
@@ -147,9 +163,14 @@ impl Regions {
             .then(|| layout.app_scr_offset + 8 * index)
     }
 
-    /// Host `host`'s word of admissions in progress.
-    pub(crate) fn admitting(&self, host: megalon_core::HostId) -> u64 {
-        self.admitting + 8 * u64::from(host)
+    /// Entry `index` of host `host`'s admissions in progress: the offsets of its state
+    /// word and of its position word.
+    pub(crate) fn admitting(&self, host: megalon_core::HostId, index: u64) -> (u64, u64) {
+        debug_assert!(index < ADMISSIONS_PER_HOST);
+        let entry = self.admitting
+            + u64::from(host) * whole_lines(ADMISSIONS_PER_HOST * ADMISSION_ENTRY_BYTES)
+            + index * ADMISSION_ENTRY_BYTES;
+        (entry, entry + 8)
     }
 
     pub(crate) fn lock(&self, index: u64) -> u64 {

@@ -131,9 +131,10 @@ fn a_page_whose_admitter_died_before_its_owner_line_is_evictable() {
 /// before an eviction is kept for `take_error`).
 #[test]
 fn a_refusal_before_a_page_was_named_is_kept_when_the_next_turn_evicts() {
-    let pod = heap_pod(&PageCacheConfig::new(2).max_hosts(3));
+    let config = PageCacheConfig::new(2).max_hosts(3);
+    let pod = heap_pod(&config);
     let f = data_file(4 * PAGE);
-    let g = data_file(PAGE);
+    let g = data_file(8 * PAGE);
     // a admits first: its page takes a slot the hand meets before c's.
     let a: &'static PageCache = Box::leak(Box::new(join(&pod, options(simulated(1)))));
     let a_id = a.host().id();
@@ -367,5 +368,88 @@ fn an_admitter_paused_in_its_catch_up_names_no_slot_another_page_took() {
         owner_line(b, slot),
         Some(file_b.page_key(1)),
         "a, resumed, named its evicted page 0 in the line of b's page 1"
+    );
+}
+
+/// Host a dies (frozen) once its admission's create is published, before it takes its
+/// admission out of its word; c admits while a's recovery is paused after its `HostDead`
+/// was published, before a's row is freed. a's page counts once among the pod's objects:
+/// c's admission finds room (two pages, one cached). (a's word counted it a second time
+/// until its row was freed, and c evicted a's page for nothing.)
+#[test]
+fn an_admission_during_a_dead_admitter_s_recovery_counts_its_page_once() {
+    let config = PageCacheConfig::new(2).max_hosts(3);
+    let pod = heap_pod(&config);
+    let f = data_file(4 * PAGE);
+    let g = data_file(8 * PAGE);
+    let a: &'static PageCache = Box::leak(Box::new(join(&pod, options(simulated(1)))));
+    let a_id = a.host().id();
+    let file_a = a.open(f.path()).unwrap();
+    dies_before_its_owner_line(a, file_a, 0);
+    // c has no pump: the thread below is the only one to recover a. No combiner either:
+    // that thread, paused in its append, would hold the role and c's create with it.
+    let c: &'static PageCache = Box::leak(Box::new(join(
+        &pod,
+        options(simulated(3)).host(
+            HostOptions::new()
+                .memory(simulated(3))
+                .wait_limit(Duration::from_secs(5))
+                .pump_interval(None)
+                .flat_combining(false),
+        ),
+    )));
+    let (paused, is_paused) = channel();
+    let (go, goes_on) = channel::<()>();
+    let recoverer_pod = pod.clone();
+    let recoverer = std::thread::spawn(move || {
+        let (paused, goes_on) = (Mutex::new(paused), Mutex::new(goes_on));
+        let once = std::cell::Cell::new(false);
+        chaos::with_hook(
+            move |at| {
+                // The recovery's only append: its `HostDead`.
+                if at == Point::AppendAfterPublish && !once.get() {
+                    once.set(true);
+                    paused.lock().unwrap().send(()).unwrap();
+                    goes_on.lock().unwrap().recv().unwrap();
+                }
+            },
+            || {
+                let start = std::time::Instant::now();
+                while recoverer_pod.hosts().iter().any(|row| row.host == a_id) {
+                    assert!(start.elapsed() < common::WAIT_BOUND, "a never recovered");
+                    c.host().inspect().watch_hosts();
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            },
+        );
+    });
+    is_paused
+        .recv_timeout(common::WAIT_BOUND)
+        .expect("the recovery of a paused after its HostDead");
+    assert!(
+        pod.hosts().iter().any(|row| row.host == a_id),
+        "a's row is not freed yet"
+    );
+    let gc = c.open(g.path()).unwrap();
+    // A page of G whose admission lock is not the one a died holding (its row is still
+    // its own: c would wait for it, whatever the room).
+    let lock_of = |file: FileId, page: u64| {
+        megalon_core::inspect::fnv1a64(&file.page_key(page)) % config.admission_locks
+    };
+    let page = (0..8)
+        .find(|&page| lock_of(gc, page) != lock_of(file_a, 0))
+        .expect("eight pages on one lock word in 64");
+    let in_use = c.cached_pages();
+    let written = c.write(gc, page * PAGE as u64, b"GGGG");
+    let stats = c.stats();
+    go.send(()).unwrap();
+    recoverer.join().unwrap();
+    wait_recovered(&pod, a_id);
+    let fc = c.open(f.path()).unwrap();
+    assert!(c.is_cached(fc, 0).unwrap(), "a's create took effect");
+    assert!(
+        written.is_ok() && stats.evictions == 0,
+        "c's admission found no room in a cache of two pages holding one (pages in use \
+         {in_use}): {written:?}, {stats:?}"
     );
 }

@@ -648,6 +648,17 @@ impl Shared {
         // then). Filling them here as well would be a second writer of a position,
         // which a pause could make write over the next lap's entry.
         self.holds_its_row()?;
+        // Positions noted before they are published (`Host::create_noting_position`): an
+        // entry applied is one whose note was there to load. After the row check: a host
+        // declared dead must not store into a word the id's next life may use.
+        for (i, (_, settle)) in batch.iter().enumerate() {
+            if let Settle::Create { note: Some(at), .. } = settle {
+                self.pod
+                    .scr_u64(*at)
+                    .store(start + i as u64 + 1, Ordering::SeqCst);
+            }
+        }
+        self.chaos.point(Point::AppendBeforeWrite);
         for (i, entry) in entries.chunks_exact(entry_bytes).enumerate() {
             self.log.write(&self.memory, start + i as u64, entry);
         }
@@ -841,7 +852,7 @@ impl Shared {
         }
     }
 
-    pub(super) fn create(&self, key: &[u8], value: &[u8]) -> Result<()> {
+    pub(super) fn create(&self, key: &[u8], value: &[u8], note: Option<u64>) -> Result<()> {
         self.check_key(key)?;
         let slot_size_bytes = self.pod.config().slot_size_bytes;
         if value.len() as u64 > slot_size_bytes {
@@ -868,7 +879,7 @@ impl Shared {
         // The bytes are in memory before the create event is.
         self.memory.fence();
         self.chaos.point(Point::CreateBeforeEvent);
-        match self.submit_settled(&Event::Create { key, slot }, Settle::Create { slot })? {
+        match self.submit_settled(&Event::Create { key, slot }, Settle::Create { slot, note })? {
             Outcome::Created => {
                 self.with_counters(|c| c.add(crate::counters::Counter::Creates, 1));
                 Ok(())

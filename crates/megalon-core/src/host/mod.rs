@@ -280,7 +280,27 @@ impl Host {
     /// owns, makes them reach memory, then appends the create event.
     /// [`Error::ObjectExists`] if the key exists (the slot stays with this host).
     pub fn create(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.shared.create(key, value)
+        self.shared.create(key, value, None)
+    }
+
+    /// [`create`](Self::create), and stores the log position just past the create's entry
+    /// (never 0) in the application SCR word at pod offset `note_at`, before the entry is
+    /// published. The word is the caller's: nothing else writes it. A host that loads the
+    /// word, then finds its [`applied_position`](crate::inspect::Inspect::applied_position)
+    /// at least what it held, has the create's outcome in its replica, even if this host
+    /// died right after the publish: an application that counts its creates in progress
+    /// in the SCR can tell which of them its replica counts already. The word is not
+    /// stored if the create never reaches the log (an error before its append), nor once
+    /// this host was declared dead.
+    /// [`Error::OutsideApplicationScr`] if `note_at` is not an 8-aligned word of the
+    /// application SCR.
+    pub fn create_noting_position(&self, key: &[u8], value: &[u8], note_at: u64) -> Result<()> {
+        let layout = self.shared.pod.layout();
+        let app_scr = layout.app_scr_offset..layout.app_scr_offset + layout.config.app_scr_bytes;
+        if !note_at.is_multiple_of(8) || !app_scr.contains(&note_at) {
+            return Err(Error::OutsideApplicationScr { offset: note_at });
+        }
+        self.shared.create(key, value, Some(note_at))
     }
 
     /// Deletes object `key` through the log; its slot goes to this host.

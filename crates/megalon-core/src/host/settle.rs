@@ -42,8 +42,9 @@ pub(crate) enum Settle {
         hold: Option<u64>,
     },
     /// A create into `slot`: if the create never reaches the log, the slot goes back to
-    /// this host's pool (a create that loses in the log gives it back on replay).
-    Create { slot: u64 },
+    /// this host's pool (a create that loses in the log gives it back on replay). `note`:
+    /// the application SCR word its position is stored in before it is published.
+    Create { slot: u64, note: Option<u64> },
     /// Slots `first..first + count`, taken from this host's pool for a grant: back to the
     /// pool if the grant never reaches the log.
     Grant { first: u64, count: u64 },
@@ -134,7 +135,7 @@ impl Shared {
                 }
                 self.end_hold_of(hold);
             }
-            Settle::Create { slot } => {
+            Settle::Create { slot, .. } => {
                 if outcome.is_none() {
                     self.slots.lock().push(slot);
                 }
