@@ -428,6 +428,20 @@ pub enum Error {
         /// The panic's message, if it was a string.
         message: String,
     },
+    /// A recovery of a dead host stopped before it was done, for `cause` (a full log, an
+    /// append refused, this host found dead itself, ...). The pump's watch begins it
+    /// again a quarter lease later (or another host's does); until it is done the dead
+    /// host's row stays taken and what it held stays held. Seen in
+    /// [`crate::inspect::BackgroundErrors`].
+    #[error("the recovery of host {host} (life {life}) stopped: {cause}")]
+    RecoveryStopped {
+        /// The dead host.
+        host: HostId,
+        /// Its life (how many times its id had been joined).
+        life: u64,
+        /// Why it stopped.
+        cause: Box<Error>,
+    },
     /// A fault injected by schedule chaos (builds with the `chaos` feature only): a log
     /// append refused before anything was reserved, or left unconfirmed after its entries
     /// were published (they take effect when replay reaches them).
@@ -540,6 +554,9 @@ pub enum Error {
 impl Error {
     /// The variant's name (`"CorruptLogEntry"`), for harnesses that count errors by kind.
     pub fn kind_name(&self) -> String {
+        if let Error::RecoveryStopped { cause, .. } = self {
+            return format!("RecoveryStopped({})", cause.kind_name());
+        }
         let debug = format!("{self:?}");
         debug
             .split([' ', '{', '('])

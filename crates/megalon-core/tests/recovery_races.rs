@@ -3829,6 +3829,7 @@ fn every_refused_or_unconfirmed_append_of_a_recovery_is_made_good_by_the_next_ro
     {
         for n in 0.. {
             let (pod, [r, x, b]) = x_dies_holding(&config().local_partitions(partitions));
+            let x_life = x.inspect().life();
             let what = format!("{fault:?} of append {n}, {partitions} partitions");
             let before = r.inspect().background_errors().count;
             if !a_round_whose_append_fails(r, n, fault) {
@@ -3840,9 +3841,19 @@ fn every_refused_or_unconfirmed_append_of_a_recovery_is_made_good_by_the_next_ro
             let errors = r.inspect().background_errors();
             assert_eq!(errors.count, before + 1, "{what}: {errors:?}");
             assert!(
-                matches!(errors.last, Some(Error::InjectedFault { fault: f }) if f == fault.name()),
+                matches!(
+                    &errors.last,
+                    Some(Error::RecoveryStopped { host, life, cause })
+                        if (*host, *life) == (x.id(), x_life)
+                            && matches!(**cause, Error::InjectedFault { fault: f } if f == fault.name())
+                ),
                 "{what}: the round answered {:?}",
                 errors.last
+            );
+            assert!(
+                errors.by_kind.contains_key("RecoveryStopped(InjectedFault)"),
+                "{what}: counted by its cause's kind too: {:?}",
+                errors.by_kind.keys()
             );
             assert!(
                 pod.hosts().iter().any(|row| row.host == x.id()),
@@ -3936,11 +3947,9 @@ fn a_recovery_whose_host_dead_finds_the_log_full_is_made_good_once_there_is_room
     let errors = r.inspect().background_errors();
     assert!(
         matches!(
-            errors.last,
-            Some(Error::LogFull {
-                lagging_host: 2,
-                ..
-            })
+            &errors.last,
+            Some(Error::RecoveryStopped { cause, .. })
+                if matches!(**cause, Error::LogFull { lagging_host: 2, .. })
         ),
         "the round answered {errors:?}"
     );

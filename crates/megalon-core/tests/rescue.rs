@@ -897,8 +897,9 @@ fn a_rescuer_elsewhere_whose_replay_outlasts_the_lease_keeps_its_row() {
 }
 
 /// Each append of a rescue (the dead holder's `HostDead`, the `Recovered` of its
-/// half-write of `k`) refused or left unconfirmed once: the join answers the injected
-/// fault, typed, and leaves the row as a dead holder's; the next joiner's rescue
+/// half-write of `k`) refused or left unconfirmed once: the join answers that the
+/// recovery of host 0's earlier life stopped for the injected fault, typed, and leaves
+/// the row as a dead holder's; the next joiner's rescue
 /// completes it (the last complete value of `k`, whole and unlocked; no hole in the log;
 /// the table's other dead row recovered and joined again).
 #[test]
@@ -910,8 +911,12 @@ fn a_rescue_whose_append_fails_is_completed_by_the_next_joiner() {
             both_die_host_0_mid_write(&pod, true);
             let first =
                 common::with_append_failing(n, fault, || Host::join(&pod, Join::As(0), options(3)));
+            let faulted = |error: &Error| matches!(error, Error::InjectedFault { fault: f } if *f == fault.name());
+            // The rescue's appends (the recovery of host 0's earlier life stopped), or the
+            // join's own after it.
+            let rescue_stopped = |error: &Error| matches!(error, Error::RecoveryStopped { host: 0, cause, .. } if faulted(cause));
             let host = match first {
-                Err(Error::InjectedFault { fault: f }) if f == fault.name() => {
+                Err(ref error) if rescue_stopped(error) || faulted(error) => {
                     leases_run_out();
                     join_retrying(&pod, Join::As(0), 4)
                 }

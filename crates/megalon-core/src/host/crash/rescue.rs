@@ -58,7 +58,14 @@ impl Shared {
         loop {
             self.beat();
             dead.others_dead = still_dead();
-            if self.recover(dead.clone(), Step::Whole)? {
+            let recovered = self.recover(dead.clone(), Step::Whole).map_err(|cause| {
+                Error::RecoveryStopped {
+                    host: dead.host,
+                    life: dead.joins,
+                    cause: Box::new(cause),
+                }
+            })?;
+            if recovered {
                 return Ok(());
             }
             let waited = started.elapsed();

@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::{Dead, Step, Watch};
+use crate::error::Error;
 use crate::host::Shared;
 use crate::host_table;
 use crate::ids::HostId;
@@ -26,8 +27,13 @@ impl Shared {
     /// them. Errors are the pump's background errors; recovery is tried again later.
     pub(in crate::host) fn watch_hosts(&self) {
         for dead in self.dead_hosts_due(|watch| &mut watch.next) {
+            let (host, life) = (dead.host, dead.joins);
             if let Err(error) = self.recover(dead, Step::Whole) {
-                self.background_error(error);
+                self.background_error(Error::RecoveryStopped {
+                    host,
+                    life,
+                    cause: Box::new(error),
+                });
             }
         }
     }
@@ -37,8 +43,13 @@ impl Shared {
     /// every quarter lease, fills what dead hosts reserved and lets the head pass them.
     pub(in crate::host) fn unblock_log(&self) {
         for dead in self.dead_hosts_due(|watch| &mut watch.next_fill) {
+            let (host, life) = (dead.host, dead.joins);
             if let Err(error) = self.recover(dead, Step::Reservation) {
-                self.background_error(error);
+                self.background_error(Error::RecoveryStopped {
+                    host,
+                    life,
+                    cause: Box::new(error),
+                });
             }
         }
     }
