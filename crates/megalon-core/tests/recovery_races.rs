@@ -3851,7 +3851,9 @@ fn every_refused_or_unconfirmed_append_of_a_recovery_is_made_good_by_the_next_ro
                 errors.last
             );
             assert!(
-                errors.by_kind.contains_key("RecoveryStopped(InjectedFault)"),
+                errors
+                    .by_kind
+                    .contains_key("RecoveryStopped(InjectedFault)"),
                 "{what}: counted by its cause's kind too: {:?}",
                 errors.by_kind.keys()
             );

@@ -896,49 +896,94 @@ fn a_rescuer_elsewhere_whose_replay_outlasts_the_lease_keeps_its_row() {
     );
 }
 
+/// The injected fault `fault`, or a stopped recovery of host 0's earlier life that names
+/// it as its cause.
+fn is_fault(error: &Error, fault: chaos::Fault) -> bool {
+    match error {
+        Error::InjectedFault { fault: f } => *f == fault.name(),
+        Error::RecoveryStopped { host: 0, cause, .. } => is_fault(cause, fault),
+        _ => false,
+    }
+}
+
+/// What the rescue of host 0 leaves, whichever join completed it: the last complete value
+/// of `k`, whole and unlocked; no hole in the log; the table's other dead row recovered
+/// and joined again.
+fn rescued(pod: &Arc<Pod>, host: &Host, what: &str) {
+    assert_eq!(read(host), value(2), "{what}: the last complete value");
+    host.write(b"k", &value(3)).unwrap();
+    let second = join_retrying(pod, Join::As(1), 5);
+    assert_eq!(read(&second), value(3), "{what}");
+    let (_, _, tail) = second.inspect().log_cursors();
+    second.inspect().settle_pending().unwrap();
+    assert_eq!(second.inspect().applied_position(), tail, "{what}: a hole");
+    let census = second.inspect().record_census();
+    assert!(census.locked.is_empty(), "{what}: {census:?}");
+}
+
 /// Each append of a rescue (the dead holder's `HostDead`, the `Recovered` of its
-/// half-write of `k`) refused or left unconfirmed once: the join answers that the
-/// recovery of host 0's earlier life stopped for the injected fault, typed, and leaves
-/// the row as a dead holder's; the next joiner's rescue
-/// completes it (the last complete value of `k`, whole and unlocked; no hole in the log;
-/// the table's other dead row recovered and joined again).
+/// half-write of `k`) refused or left unconfirmed once: the join's next round makes it
+/// good within the join (before, the join answered the fault and left the pod to the
+/// next joiner, a lease later). The join's own append after the rescue refused or left
+/// unconfirmed: the join answers the fault, typed, and the next joiner's join completes.
 #[test]
-fn a_rescue_whose_append_fails_is_completed_by_the_next_joiner() {
+fn a_rescue_whose_append_fails_once_is_made_good_by_its_next_round() {
     for fault in [chaos::Fault::Refuse, chaos::Fault::Unconfirmed] {
-        for n in 0.. {
+        for n in 0..3 {
             let what = format!("{fault:?} of append {n}");
             let pod = pod(2);
             both_die_host_0_mid_write(&pod, true);
             let first =
                 common::with_append_failing(n, fault, || Host::join(&pod, Join::As(0), options(3)));
-            let faulted = |error: &Error| matches!(error, Error::InjectedFault { fault: f } if *f == fault.name());
-            // The rescue's appends (the recovery of host 0's earlier life stopped), or the
-            // join's own after it.
-            let rescue_stopped = |error: &Error| matches!(error, Error::RecoveryStopped { host: 0, cause, .. } if faulted(cause));
             let host = match first {
-                Err(ref error) if rescue_stopped(error) || faulted(error) => {
+                Ok(host) => {
+                    let counts = host.inspect().chaos_counts();
+                    assert_eq!(
+                        counts.refused + counts.unconfirmed,
+                        1,
+                        "{what}: the fault happened in the join"
+                    );
+                    host
+                }
+                // The rescue's appends are the first two.
+                Err(error) if n >= 2 && is_fault(&error, fault) => {
                     leases_run_out();
                     join_retrying(&pod, Join::As(0), 4)
                 }
                 Err(error) => panic!("{what}: the join answered {error:?}"),
-                Ok(host) => {
-                    // Past the rescue's appends: no fault happened in it.
-                    assert!(n >= 2, "{what}: a rescue makes 2 appends at least");
-                    host
-                }
             };
-            assert_eq!(read(&host), value(2), "{what}: the last complete value");
-            host.write(b"k", &value(3)).unwrap();
-            let second = join_retrying(&pod, Join::As(1), 5);
-            assert_eq!(read(&second), value(3), "{what}");
-            let (_, _, tail) = second.inspect().log_cursors();
-            second.inspect().settle_pending().unwrap();
-            assert_eq!(second.inspect().applied_position(), tail, "{what}: a hole");
-            let census = second.inspect().record_census();
-            assert!(census.locked.is_empty(), "{what}: {census:?}");
-            if n >= 2 {
-                break;
-            }
+            rescued(&pod, &host, &what);
         }
+    }
+}
+
+/// A rescue whose appends keep failing past its wait limit: the join answers that the
+/// recovery of host 0's earlier life stopped, with the fault as its cause, and leaves the
+/// row as a dead holder's; the next joiner's rescue completes it.
+#[test]
+fn a_rescue_whose_appends_keep_failing_stops_its_join_and_the_next_joiner_completes_it() {
+    for fault in [chaos::Fault::Refuse, chaos::Fault::Unconfirmed] {
+        let what = format!("{fault:?} of every append");
+        let pod = pod(2);
+        both_die_host_0_mid_write(&pod, true);
+        chaos::fail_next_appends(&[fault; 1000]);
+        let first = Host::join(&pod, Join::As(0), options(3));
+        chaos::clear_forced_faults();
+        match first {
+            Err(Error::RecoveryStopped {
+                host: 0,
+                life,
+                cause,
+            }) if is_fault(&cause, fault) => {
+                assert!(life > 0, "{what}: an earlier life of host 0's, not {life}")
+            }
+            other => panic!(
+                "{what}: the join answered {:?}",
+                other.map(|host| host.id())
+            ),
+        }
+        leases_run_out();
+        let host = join_retrying(&pod, Join::As(0), 4);
+        rescued(&pod, &host, &what);
     }
 }

@@ -16,8 +16,9 @@ impl Shared {
     /// took over (`host::rescue`), with every other host of the pod found dead with it
     /// (`others`, as `(id, pid, life, heartbeat, since)`: since when the joiner saw it
     /// unchanged). Before anything else of this life's: its own first append is the
-    /// `HostDead` of the dead one. Bounded by the wait limit; `Err(JoinNotServed)` if the
-    /// recovery could not finish in it (another recovery holds the word, say).
+    /// `HostDead` of the dead one. Bounded by the wait limit: if the recovery could not
+    /// finish in it, `Err(RecoveryStopped)` when its last round stopped on an error,
+    /// `Err(JoinNotServed)` when it waited (another recovery holds the word, say).
     pub(in crate::host) fn rescue(&self, pid: u32, joins: u64, others: &[DeadRow]) -> Result<()> {
         {
             // What the joiner saw counts for this host's watch: a stalled replay fills the
@@ -50,7 +51,13 @@ impl Shared {
             rescue: true,
             reserved: host_table::reservation_up_to(&self.pod, self.id, self.life - 1),
         };
-        self.close_reservation(dead.reserved.clone())?;
+        let stopped = |cause: Error| Error::RecoveryStopped {
+            host: self.id,
+            life: joins,
+            cause: Box::new(cause),
+        };
+        self.close_reservation(dead.reserved.clone())
+            .map_err(stopped)?;
         let started = Instant::now();
         // As often as a pump's watch (every quarter lease): what a round waits for is
         // another rescue's, and each round may append (its `Recovered` events).
@@ -58,21 +65,24 @@ impl Shared {
         loop {
             self.beat();
             dead.others_dead = still_dead();
-            let recovered = self.recover(dead.clone(), Step::Whole).map_err(|cause| {
-                Error::RecoveryStopped {
-                    host: dead.host,
-                    life: dead.joins,
-                    cause: Box::new(cause),
-                }
-            })?;
-            if recovered {
-                return Ok(());
-            }
+            // A round that stopped on an error (an append refused or left unconfirmed, a
+            // full log) is begun again, as a pump's watch does, within the wait limit: a
+            // join that gave up at the first left the pod to the next joiner, a lease
+            // later. Not once this host lost the row it rescues (taken over in turn).
+            let last_error = match self.recover(dead.clone(), Step::Whole) {
+                Ok(true) => return Ok(()),
+                Ok(false) => None,
+                Err(error @ Error::HostDeclaredDead { .. }) => return Err(stopped(error)),
+                Err(error) => Some(error),
+            };
             let waited = started.elapsed();
             if waited >= self.options.wait_limit {
-                return Err(Error::JoinNotServed {
-                    host: self.id,
-                    waited_ms: waited.as_millis() as u64,
+                return Err(match last_error {
+                    Some(error) => stopped(error),
+                    None => Error::JoinNotServed {
+                        host: self.id,
+                        waited_ms: waited.as_millis() as u64,
+                    },
                 });
             }
             let left = self.options.wait_limit - waited;
