@@ -149,9 +149,19 @@ impl Inner {
     fn count_admission(&self) -> Result<Reservation<'_>> {
         let life = self.life();
         let taken = life << LIFE_SHIFT | TAKEN;
+        let high = self
+            .shared
+            .pod
+            .scr_u64(self.shared.regions.admitting_high(self.host.id()));
         let mut wait: Option<Backoff> = None;
         loop {
             for index in 0..ADMISSIONS_PER_HOST {
+                // Readers look at the entries below `high` only: raised before the entry
+                // is taken (both SeqCst, before this host's loads in `pages_in_use`), so a
+                // reader that does not see it raised is one this admission sees.
+                if index >= high.load(Ordering::SeqCst) {
+                    high.fetch_max(index + 1, Ordering::SeqCst);
+                }
                 let (state, position) = self.entry_words(self.host.id(), index);
                 // SeqCst: before the loads of every host's entries (`pages_in_use`).
                 let seen = state.load(Ordering::SeqCst);
@@ -218,18 +228,28 @@ impl Inner {
     /// its admitter died right after the publish.
     pub(crate) fn pages_in_use(&self) -> Result<u64> {
         self.settle_unknown_admissions()?;
-        let mut noted = Vec::new();
+        // Admissions whose create is not noted, and the positions of those that are.
+        let (mut unnoted, mut noted) = (0, Vec::new());
         for row in self.shared.pod.hosts() {
-            for index in 0..ADMISSIONS_PER_HOST {
+            // SeqCst: after this host's own count (`count_admission`).
+            let high = self
+                .shared
+                .pod
+                .scr_u64(self.shared.regions.admitting_high(row.host))
+                .load(Ordering::SeqCst)
+                .min(ADMISSIONS_PER_HOST);
+            for index in 0..high {
                 let (state, position) = self.entry_words(row.host, index);
-                // SeqCst: after this host's own count (`count_admission`).
                 let seen = state.load(Ordering::SeqCst);
                 if seen >> LIFE_SHIFT != row.joins & LIFE_MASK {
                     continue;
                 }
                 match seen & LIFE_MASK {
-                    TAKEN => noted.push(position.load(Ordering::SeqCst)),
-                    CLEARING => noted.push(0),
+                    TAKEN => match position.load(Ordering::SeqCst) {
+                        0 => unnoted += 1,
+                        at => noted.push(at),
+                    },
+                    CLEARING => unnoted += 1,
                     _ => {}
                 }
             }
@@ -240,10 +260,7 @@ impl Inner {
         // create noted below it counts among them.
         let applied = self.host.inspect().applied_position();
         let objects = self.host.inspect().replica_len();
-        let admitting = noted
-            .iter()
-            .filter(|&&position| position == 0 || position > applied)
-            .count() as u64;
+        let admitting = unnoted + noted.iter().filter(|&&at| at > applied).count() as u64;
         Ok(objects + admitting)
     }
 

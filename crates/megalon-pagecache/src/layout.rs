@@ -6,8 +6,9 @@
 //! |-------|------------------------------------------------------------------------------|
 //! | 0     | magic, capacity in pages, admission locks (written once at creation, magic last) |
 //! | 1     | the clock hand: a position that only grows; its slot is `position % slots`  |
-//! | 2..   | admissions in progress, `ADMISSIONS_PER_HOST` entries per host, two words each: |
-//! |       | its host's life and its state, then its create's log position once noted    |
+//! | 2..   | admissions in progress, per host: the entries it has taken at most, then     |
+//! |       | `ADMISSIONS_PER_HOST` entries of two words: its life and its state, then    |
+//! |       | its create's log position once noted                                         |
 //! | ..    | admission lock words: 0 free, else the holder's host id + 1 and its life   |
 //! | ..    | the dirty bitmap: bit `r % 64` of word `r / 64` for coherence record `r`    |
 //!
@@ -55,6 +56,10 @@ const FIXED_LINES: u64 = 2;
 pub(crate) const ADMISSIONS_PER_HOST: u64 = 16;
 /// Bytes of an entry of admissions in progress: its state word, its position word.
 const ADMISSION_ENTRY_BYTES: u64 = 16;
+/// Bytes of a host's admissions in progress: a word of how many entries it has taken at
+/// most (readers look at those only), then its entries, on lines of their own.
+const ADMITTING_HOST_BYTES: u64 =
+    (8 + ADMISSIONS_PER_HOST * ADMISSION_ENTRY_BYTES).div_ceil(LINE_BYTES) * LINE_BYTES;
 
 fn whole_lines(bytes: u64) -> u64 {
     bytes.div_ceil(LINE_BYTES) * LINE_BYTES
@@ -72,7 +77,7 @@ pub(crate) fn app_scr_bytes(record_count: u64, admission_locks: u64, max_hosts: 
 /// Bytes of the entries of admissions in progress of `max_hosts` hosts (a host's on
 /// lines of their own).
 fn admitting_bytes(max_hosts: u32) -> u64 {
-    u64::from(max_hosts) * whole_lines(ADMISSIONS_PER_HOST * ADMISSION_ENTRY_BYTES)
+    u64::from(max_hosts) * ADMITTING_HOST_BYTES
 }
 
 /// Application LNR bytes a page cache needs with `slot_count` slots.
@@ -167,10 +172,15 @@ impl Regions {
     /// word and of its position word.
     pub(crate) fn admitting(&self, host: megalon_core::HostId, index: u64) -> (u64, u64) {
         debug_assert!(index < ADMISSIONS_PER_HOST);
-        let entry = self.admitting
-            + u64::from(host) * whole_lines(ADMISSIONS_PER_HOST * ADMISSION_ENTRY_BYTES)
-            + index * ADMISSION_ENTRY_BYTES;
+        let entry = self.admitting_high(host) + 8 + index * ADMISSION_ENTRY_BYTES;
         (entry, entry + 8)
+    }
+
+    /// Host `host`'s word of how many of its entries of admissions in progress it has
+    /// taken at most (one past the highest index; it only grows). On the line of its
+    /// first entries: a host with few threads has a reader load one line.
+    pub(crate) fn admitting_high(&self, host: megalon_core::HostId) -> u64 {
+        self.admitting + u64::from(host) * ADMITTING_HOST_BYTES
     }
 
     pub(crate) fn lock(&self, index: u64) -> u64 {
