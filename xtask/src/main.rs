@@ -1058,6 +1058,8 @@ fn ci() -> ExitCode {
             "slot_grants",
             "--test",
             "error_causes",
+            "--test",
+            "capacity",
         ],
         // The KV store's tests of appends that fail (core chaos hooks).
         &[
