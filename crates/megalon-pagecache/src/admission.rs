@@ -145,7 +145,8 @@ impl Inner {
     /// Counts an admission of this host's in a free entry of its, or in one an earlier
     /// life of the id left (a later life's are the id's next holder's: this host was
     /// declared dead, paused past its lease, and what it takes counts for nobody, as its
-    /// life is not its row's). Every entry taken: waits for one, within the wait limit.
+    /// life is not its row's). Every entry taken: frees those of admissions whose
+    /// create's outcome is known by now, else waits for one, within the wait limit.
     fn count_admission(&self) -> Result<Reservation<'_>> {
         let life = self.life();
         let taken = life << LIFE_SHIFT | TAKEN;
@@ -196,6 +197,12 @@ impl Inner {
                         });
                     }
                 }
+            }
+            // Every entry taken: some may be kept by admissions whose create's outcome
+            // was unknown, which only a count of the pages in use frees (and an admission
+            // counts only once it has an entry: left to it, they were kept for good).
+            if self.settle_unknown_admissions()? {
+                continue;
             }
             Backoff::snooze_or(&mut wait, self.host.options().wait_limit, |waited_ms| {
                 Error::AdmissionsBusy {
@@ -267,11 +274,13 @@ impl Inner {
     /// Frees the entries of the admissions whose create's outcome was unknown (`admit`),
     /// once this host has applied the log past the tail each names: by then `ctail` is
     /// past the create too, so a host that reads the entry after this catches up past it.
-    fn settle_unknown_admissions(&self) -> Result<()> {
+    /// Returns whether it freed any.
+    fn settle_unknown_admissions(&self) -> Result<bool> {
         let mut unknown = self.unknown_admissions.lock();
         if unknown.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
+        let before = unknown.len();
         self.host.object_count()?; // caught up with `ctail`
         let applied = self.host.inspect().applied_position();
         unknown.retain(|&(index, value, tail)| {
@@ -281,7 +290,7 @@ impl Inner {
             }
             !settled
         });
-        Ok(())
+        Ok(unknown.len() < before)
     }
 
     fn lock_word(&self, key: &[u8; PAGE_KEY_BYTES]) -> (u64, &AtomicU64) {

@@ -86,3 +86,67 @@ fn admissions_behind_a_hole_do_not_overfill_the_cache() {
         a.capacity_pages()
     );
 }
+
+/// Admissions behind a hole, as many as a host has entries of admissions in progress,
+/// each answer an error with its create's outcome unknown, and each keeps its entry until
+/// this host has applied the log past it. Once the hole fills, the next admission frees
+/// them: only a count of the pages in use freed them, and an admission counts them only
+/// once it has an entry of its own, so every admission of the host waited out its limit
+/// (`AdmissionsBusy`) for as long as nothing else counted.
+#[test]
+fn admissions_left_unknown_behind_a_hole_do_not_keep_every_entry() {
+    const ENTRIES: u64 = 16; // `layout::ADMISSIONS_PER_HOST`
+    let pod = heap_pod(&PageCacheConfig::new(64).max_hosts(2));
+    let data = data_file(64 * PAGE);
+    let a = join(&pod, opts());
+    let b = join(&pod, opts());
+    let fa = a.open(data.path()).unwrap();
+    let fb = b.open(data.path()).unwrap();
+    let mut buf = [0u8; 4];
+    // a gets slots of its own (a slot claim would wait behind the hole below).
+    for page in 40..40 + ENTRIES + 2 {
+        a.read(fa, page * PAGE as u64, &mut buf).unwrap();
+    }
+    for page in 40..40 + ENTRIES + 2 {
+        assert!(a.evict_page(fa, page).unwrap());
+    }
+    let (paused_tx, paused_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let b = &b;
+        let pauser = s.spawn(move || {
+            let mut paused = false;
+            chaos::with_hook(
+                move |point| {
+                    if point == Point::AppendAfterReserve && !paused {
+                        paused = true;
+                        paused_tx.send(()).unwrap();
+                        go_rx.recv().unwrap();
+                    }
+                },
+                || {
+                    let mut buf = [0u8; 4];
+                    b.read(fb, 63 * PAGE as u64, &mut buf)
+                },
+            )
+        });
+        paused_rx.recv().unwrap();
+        for page in 0..ENTRIES {
+            let read = a.read(fa, page * PAGE as u64, &mut buf);
+            assert!(read.is_err(), "page {page}: its create is behind the hole");
+        }
+        go_tx.send(()).unwrap();
+        pauser.join().unwrap().expect("b's admission");
+    });
+    // The hole is filled: the creates behind it applied (`cached_pages` is not called
+    // here, as it counts, and would free the entries itself).
+    let read = a.read(fa, 20 * PAGE as u64, &mut buf);
+    assert!(read.is_ok(), "an admission once the hole filled: {read:?}");
+    let cached = (0..64).filter(|&p| a.is_cached(fa, p).unwrap()).count() as u64;
+    assert_eq!(
+        cached,
+        ENTRIES + 2,
+        "the creates behind the hole, b's page and page 20"
+    );
+    assert_eq!(a.cached_pages(), cached);
+}
