@@ -60,7 +60,6 @@ use crate::cache::Inner;
 use crate::clock::Swept;
 use crate::error::{Error, Result};
 use crate::file::OpenFile;
-use crate::layout::ADMISSIONS_PER_HOST;
 use crate::page::{PageTrailer, FILE_PAGE_BYTES, PAGE_KEY_BYTES, PAGE_OBJECT_BYTES};
 use crate::stats::Counter;
 use megalon_core::{Backoff, HostId};
@@ -156,7 +155,7 @@ impl Inner {
             .scr_u64(self.shared.regions.admitting_high(self.host.id()));
         let mut wait: Option<Backoff> = None;
         loop {
-            for index in 0..ADMISSIONS_PER_HOST {
+            for index in 0..self.shared.regions.admissions_per_host {
                 // Readers look at the entries below `high` only: raised before the entry
                 // is taken (both SeqCst, before this host's loads in `pages_in_use`), so a
                 // reader that does not see it raised is one this admission sees.
@@ -206,7 +205,7 @@ impl Inner {
             }
             Backoff::snooze_or(&mut wait, self.host.options().wait_limit, |waited_ms| {
                 Error::AdmissionsBusy {
-                    in_progress: ADMISSIONS_PER_HOST,
+                    in_progress: self.shared.regions.admissions_per_host,
                     waited_ms,
                 }
             })?;
@@ -244,7 +243,7 @@ impl Inner {
                 .pod
                 .scr_u64(self.shared.regions.admitting_high(row.host))
                 .load(Ordering::SeqCst)
-                .min(ADMISSIONS_PER_HOST);
+                .min(self.shared.regions.admissions_per_host);
             for index in 0..high {
                 let (state, position) = self.entry_words(row.host, index);
                 let seen = state.load(Ordering::SeqCst);
@@ -566,26 +565,31 @@ mod tests {
         std::mem::forget(a);
     }
 
-    /// A host's threads have at most `ADMISSIONS_PER_HOST` admissions in progress: one
+    /// A host's threads have at most `admissions_per_host` admissions in progress: one
     /// more waits for an entry, and past the wait limit answers `AdmissionsBusy`.
     #[test]
     fn an_admission_past_every_entry_taken_waits_for_one() {
-        let pod =
-            PageCache::create_pod(&PageCacheConfig::new(64).max_hosts(2), Backing::heap()).unwrap();
-        let a = join(&pod);
-        let held: Vec<_> = (0..super::ADMISSIONS_PER_HOST)
-            .map(|_| a.inner.count_admission().expect("a free entry"))
-            .collect();
-        assert_eq!(a.inner.pages_in_use().unwrap(), super::ADMISSIONS_PER_HOST);
-        assert!(matches!(
-            a.inner.count_admission(),
-            Err(Error::AdmissionsBusy { in_progress, .. }) if in_progress == super::ADMISSIONS_PER_HOST
-        ));
-        drop(held);
-        assert_eq!(a.inner.pages_in_use().unwrap(), 0, "every entry freed");
-        let again = a.inner.count_admission().expect("an entry freed");
-        assert_eq!(a.inner.pages_in_use().unwrap(), 1);
-        drop(again);
+        for per_host in [1, 16, 37] {
+            let config = PageCacheConfig::new(64)
+                .max_hosts(2)
+                .admissions_per_host(per_host);
+            let pod = PageCache::create_pod(&config, Backing::heap()).unwrap();
+            let _other = join(&pod); // host 0: a's entries are not the first in the SCR
+            let a = join(&pod);
+            let held: Vec<_> = (0..per_host)
+                .map(|_| a.inner.count_admission().expect("a free entry"))
+                .collect();
+            assert_eq!(a.inner.pages_in_use().unwrap(), per_host);
+            assert!(matches!(
+                a.inner.count_admission(),
+                Err(Error::AdmissionsBusy { in_progress, .. }) if in_progress == per_host
+            ));
+            drop(held);
+            assert_eq!(a.inner.pages_in_use().unwrap(), 0, "every entry freed");
+            let again = a.inner.count_admission().expect("an entry freed");
+            assert_eq!(a.inner.pages_in_use().unwrap(), 1);
+            drop(again);
+        }
     }
 
     /// An entry left taken by an earlier life of the id (it died in an admission, its

@@ -10,7 +10,9 @@ use std::time::Duration;
 use megalon_core::{Backing, Host, HostId, Join, Pod, ReleaseHook};
 use parking_lot::{Mutex, RwLock};
 
-use crate::config::{PageCacheConfig, PageCacheOptions, MAX_ADMISSION_LOCKS};
+use crate::config::{
+    PageCacheConfig, PageCacheOptions, MAX_ADMISSIONS_PER_HOST, MAX_ADMISSION_LOCKS,
+};
 use crate::dirty::Shared;
 use crate::error::{Error, Result};
 use crate::file::OpenFile;
@@ -78,7 +80,11 @@ impl PageCache {
 
     /// Writes the page cache's header into `pod`'s application SCR, the magic last.
     fn format(config: &PageCacheConfig, pod: &Pod) -> Result<()> {
-        let regions = Regions::new(pod.layout(), config.admission_locks)?;
+        let regions = Regions::new(
+            pod.layout(),
+            config.admission_locks,
+            config.admissions_per_host,
+        )?;
         assert!(
             config.cache_pages <= regions.slot_count,
             "pod_config gives more slots than pages"
@@ -89,6 +95,8 @@ impl PageCache {
             .store(config.cache_pages, Ordering::Relaxed);
         pod.scr_u64(header + 16)
             .store(config.admission_locks, Ordering::Relaxed);
+        pod.scr_u64(header + 24)
+            .store(config.admissions_per_host, Ordering::Relaxed);
         // Release: pairs with the Acquire load of the magic in `join`.
         pod.scr_u64(header).store(MAGIC, Ordering::Release);
         Ok(())
@@ -116,7 +124,13 @@ impl PageCache {
                 reason: "its admission lock count is out of range",
             });
         }
-        let regions = Regions::new(layout, admission_locks)?;
+        let admissions_per_host = pod.scr_u64(header + 24).load(Ordering::Relaxed);
+        if !(1..=MAX_ADMISSIONS_PER_HOST).contains(&admissions_per_host) {
+            return Err(Error::NotAPageCachePod {
+                reason: "its count of admissions per host is out of range",
+            });
+        }
+        let regions = Regions::new(layout, admission_locks, admissions_per_host)?;
         if capacity_pages == 0 || capacity_pages > regions.slot_count {
             return Err(Error::NotAPageCachePod {
                 reason: "its capacity is 0 or more than its slots",

@@ -14,6 +14,8 @@ use crate::page::{PAGE_KEY_BYTES, PAGE_OBJECT_BYTES};
 
 /// Most admission lock words a pod can have.
 pub const MAX_ADMISSION_LOCKS: u64 = 1 << 16;
+/// The most [`PageCacheConfig::admissions_per_host`] can be.
+pub const MAX_ADMISSIONS_PER_HOST: u64 = 1 << 12;
 /// Most pages a cache can hold (slot ids are 32-bit in the core).
 pub const MAX_CACHE_PAGES: u64 = 1 << 31;
 /// Most entries of the pod's log: 2^32 (at most 4 TiB of log with the largest keys of a
@@ -52,11 +54,16 @@ pub struct PageCacheConfig {
     pub log_capacity_entries: u64,
     /// Admission lock words in the SCR (pages hash onto them; see the crate docs).
     pub admission_locks: u64,
+    /// Admissions (misses being read from their files and created) one host can have in
+    /// progress at once: a thread past them waits for one to end, up to its wait limit
+    /// (then [`Error::AdmissionsBusy`]). Each costs 16 bytes of SCR per host, and a host
+    /// counting the cache's pages reads every host's up to the most it has used.
+    pub admissions_per_host: u64,
 }
 
 impl PageCacheConfig {
     /// A cache of `cache_pages` pages, for 4 hosts, with a record per page (32-bit), a log
-    /// of 4096 entries and 64 admission locks.
+    /// of 4096 entries, 64 admission locks and 16 admissions in progress per host.
     pub fn new(cache_pages: u64) -> Self {
         Self {
             cache_pages,
@@ -65,6 +72,7 @@ impl PageCacheConfig {
             record_width_bits: 32,
             log_capacity_entries: 4096,
             admission_locks: 64,
+            admissions_per_host: 16,
         }
     }
 
@@ -74,6 +82,7 @@ impl PageCacheConfig {
         record_width_bits: u32,
         log_capacity_entries: u64,
         admission_locks: u64,
+        admissions_per_host: u64,
     }
 
     fn validate(&self) -> Result<()> {
@@ -96,6 +105,12 @@ impl PageCacheConfig {
                 self.admission_locks,
                 1,
                 MAX_ADMISSION_LOCKS,
+            ),
+            (
+                "admissions_per_host",
+                self.admissions_per_host,
+                1,
+                MAX_ADMISSIONS_PER_HOST,
             ),
             (
                 "max_hosts",
@@ -187,7 +202,12 @@ impl PageCacheConfig {
         let records_bytes =
             (self.coherence_records * record_bytes).div_ceil(LINE_BYTES) * LINE_BYTES;
         let record_count = records_bytes / record_bytes;
-        let app_scr_needed = app_scr_bytes(record_count, self.admission_locks, self.max_hosts);
+        let app_scr_needed = app_scr_bytes(
+            record_count,
+            self.admission_locks,
+            self.admissions_per_host,
+            self.max_hosts,
+        );
         let mut scr_bytes = (records_bytes + app_scr_needed).div_ceil(PAGE_BYTES) * PAGE_BYTES;
         let app_scr = loop {
             let probe = base.clone().scr_bytes(scr_bytes).lnr_bytes(lnr_bytes);
@@ -329,7 +349,7 @@ mod tests {
             assert_eq!(layout.slot_count, slot_count_for(pages, hosts));
             let per_line = LINE_BYTES / u64::from(width / 8);
             assert_eq!(layout.record_count, records.div_ceil(per_line) * per_line);
-            assert!(pod.app_scr_bytes >= app_scr_bytes(layout.record_count, 64, pod.max_hosts));
+            assert!(pod.app_scr_bytes >= app_scr_bytes(layout.record_count, 64, 16, pod.max_hosts));
             assert!(pod.app_lnr_bytes >= app_lnr_bytes(layout.slot_count));
         }
     }

@@ -4,11 +4,12 @@
 //!
 //! | line  | words                                                                        |
 //! |-------|------------------------------------------------------------------------------|
-//! | 0     | magic, capacity in pages, admission locks (written once at creation, magic last) |
+//! | 0     | magic, capacity in pages, admission locks, admissions per host (written once |
+//! |       | at creation, magic last)                                                     |
 //! | 1     | the clock hand: a position that only grows; its slot is `position % slots`  |
 //! | 2..   | admissions in progress, per host: the entries it has taken at most, then     |
-//! |       | `ADMISSIONS_PER_HOST` entries of two words: its life and its state, then    |
-//! |       | its create's log position once noted                                         |
+//! |       | an entry of two words per admission it may have in progress: its life and    |
+//! |       | its state, then its create's log position once noted                         |
 //! | ..    | admission lock words: 0 free, else the holder's host id + 1 and its life   |
 //! | ..    | the dirty bitmap: bit `r % 64` of word `r / 64` for coherence record `r`    |
 //!
@@ -51,33 +52,32 @@ pub(crate) const OWNER_MAGIC: u64 = u64::from_le_bytes(*b"mgPCownr");
 pub(crate) const OWNER_BYTES: usize = PAGE_KEY_BYTES + 8;
 /// Lines of the application SCR before the words of admissions in progress: header, hand.
 const FIXED_LINES: u64 = 2;
-/// Admissions one host can have in progress at once: a thread more waits for one of them
-/// to end (`admission.rs`).
-pub(crate) const ADMISSIONS_PER_HOST: u64 = 16;
 /// Bytes of an entry of admissions in progress: its state word, its position word.
 const ADMISSION_ENTRY_BYTES: u64 = 16;
-/// Bytes of a host's admissions in progress: a word of how many entries it has taken at
-/// most (readers look at those only), then its entries, on lines of their own.
-const ADMITTING_HOST_BYTES: u64 =
-    (8 + ADMISSIONS_PER_HOST * ADMISSION_ENTRY_BYTES).div_ceil(LINE_BYTES) * LINE_BYTES;
 
 fn whole_lines(bytes: u64) -> u64 {
     bytes.div_ceil(LINE_BYTES) * LINE_BYTES
 }
 
 /// Application SCR bytes a page cache needs with `record_count` records, `admission_locks`
-/// lock words and `max_hosts` hosts.
-pub(crate) fn app_scr_bytes(record_count: u64, admission_locks: u64, max_hosts: u32) -> u64 {
+/// lock words, `admissions_per_host` entries of admissions in progress per host and
+/// `max_hosts` hosts.
+pub(crate) fn app_scr_bytes(
+    record_count: u64,
+    admission_locks: u64,
+    admissions_per_host: u64,
+    max_hosts: u32,
+) -> u64 {
     FIXED_LINES * LINE_BYTES
-        + admitting_bytes(max_hosts)
+        + u64::from(max_hosts) * admitting_host_bytes(admissions_per_host)
         + whole_lines(admission_locks * 8)
         + whole_lines(record_count.div_ceil(64) * 8)
 }
 
-/// Bytes of the entries of admissions in progress of `max_hosts` hosts (a host's on
-/// lines of their own).
-fn admitting_bytes(max_hosts: u32) -> u64 {
-    u64::from(max_hosts) * ADMITTING_HOST_BYTES
+/// Bytes of a host's admissions in progress: a word of how many entries it has taken at
+/// most (readers look at those only), then its entries, on lines of their own.
+fn admitting_host_bytes(admissions_per_host: u64) -> u64 {
+    whole_lines(8 + admissions_per_host * ADMISSION_ENTRY_BYTES)
 }
 
 /// Application LNR bytes a page cache needs with `slot_count` slots.
@@ -93,8 +93,10 @@ pub(crate) struct Regions {
     pub(crate) header: u64,
     /// The clock hand.
     pub(crate) hand: u64,
-    /// The first entry of admissions in progress (`ADMISSIONS_PER_HOST` per host).
+    /// The first host's admissions in progress.
     pub(crate) admitting: u64,
+    /// Entries of admissions in progress per host.
+    pub(crate) admissions_per_host: u64,
     /// The first admission lock word.
     pub(crate) locks: u64,
     /// Admission lock words.
@@ -116,9 +118,14 @@ pub(crate) struct Regions {
 }
 
 impl Regions {
-    /// The regions of `layout` with `admission_locks` lock words, or why the layout cannot
-    /// hold a page cache.
-    pub(crate) fn new(layout: &Layout, admission_locks: u64) -> Result<Regions> {
+    /// The regions of `layout` with `admission_locks` lock words and `admissions_per_host`
+    /// entries of admissions in progress per host, or why the layout cannot hold a page
+    /// cache.
+    pub(crate) fn new(
+        layout: &Layout,
+        admission_locks: u64,
+        admissions_per_host: u64,
+    ) -> Result<Regions> {
         let config = &layout.config;
         if config.slot_size_bytes != PAGE_OBJECT_BYTES {
             return Err(Error::NotAPageCachePod {
@@ -131,7 +138,12 @@ impl Regions {
             });
         }
         if config.app_scr_bytes
-            < app_scr_bytes(layout.record_count, admission_locks, config.max_hosts)
+            < app_scr_bytes(
+                layout.record_count,
+                admission_locks,
+                admissions_per_host,
+                config.max_hosts,
+            )
         {
             return Err(Error::NotAPageCachePod {
                 reason: "its application SCR is too small for the locks and the dirty bitmap",
@@ -144,12 +156,14 @@ impl Regions {
         }
         let header = layout.app_scr_offset;
         let admitting = header + FIXED_LINES * LINE_BYTES;
-        let locks = admitting + admitting_bytes(config.max_hosts);
+        let locks =
+            admitting + u64::from(config.max_hosts) * admitting_host_bytes(admissions_per_host);
         let owners = layout.app_lnr_offset;
         Ok(Regions {
             header,
             hand: header + LINE_BYTES,
             admitting,
+            admissions_per_host,
             locks,
             admission_locks,
             bitmap: locks + whole_lines(admission_locks * 8),
@@ -162,7 +176,8 @@ impl Regions {
         })
     }
 
-    /// Offset of header word `index` (0 magic, 1 capacity, 2 admission locks).
+    /// Offset of header word `index` (0 magic, 1 capacity, 2 admission locks, 3
+    /// admissions per host).
     pub(crate) fn header_word(layout: &Layout, index: u64) -> Option<u64> {
         (layout.config.app_scr_bytes >= FIXED_LINES * LINE_BYTES)
             .then(|| layout.app_scr_offset + 8 * index)
@@ -171,7 +186,7 @@ impl Regions {
     /// Entry `index` of host `host`'s admissions in progress: the offsets of its state
     /// word and of its position word.
     pub(crate) fn admitting(&self, host: megalon_core::HostId, index: u64) -> (u64, u64) {
-        debug_assert!(index < ADMISSIONS_PER_HOST);
+        debug_assert!(index < self.admissions_per_host);
         let entry = self.admitting_high(host) + 8 + index * ADMISSION_ENTRY_BYTES;
         (entry, entry + 8)
     }
@@ -180,7 +195,7 @@ impl Regions {
     /// taken at most (one past the highest index; it only grows). On the line of its
     /// first entries: a host with few threads has a reader load one line.
     pub(crate) fn admitting_high(&self, host: megalon_core::HostId) -> u64 {
-        self.admitting + u64::from(host) * ADMITTING_HOST_BYTES
+        self.admitting + u64::from(host) * admitting_host_bytes(self.admissions_per_host)
     }
 
     pub(crate) fn lock(&self, index: u64) -> u64 {

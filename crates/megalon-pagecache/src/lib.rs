@@ -78,7 +78,8 @@ mod stats;
 pub use cache::{PageCache, MAX_ADMISSION_ROUNDS};
 pub use clock::MAX_ACCESS_COUNT;
 pub use config::{
-    slot_count_for, PageCacheConfig, PageCacheOptions, MAX_ADMISSION_LOCKS, MAX_CACHE_PAGES,
+    slot_count_for, PageCacheConfig, PageCacheOptions, MAX_ADMISSIONS_PER_HOST,
+    MAX_ADMISSION_LOCKS, MAX_CACHE_PAGES,
 };
 pub use error::{Error, Result};
 pub use page::{FileId, FILE_PAGE_BYTES, PAGE_KEY_BYTES};

@@ -6,7 +6,9 @@ mod common;
 
 use common::{data_file, heap_pod, join, on_disk, options, original_byte, PAGE};
 use megalon_core::{Backing, Join, MemoryKind, Pod, PodConfig};
-use megalon_pagecache::{Error, PageCache, PageCacheConfig, MAX_ADMISSION_LOCKS};
+use megalon_pagecache::{
+    Error, PageCache, PageCacheConfig, MAX_ADMISSIONS_PER_HOST, MAX_ADMISSION_LOCKS,
+};
 
 #[test]
 fn writes_past_the_end_are_refused_whole() {
@@ -124,6 +126,22 @@ fn a_pod_that_is_not_a_page_cache_is_refused() {
         matches!(result, Err(Error::NotAPageCachePod { .. })),
         "{result:?}"
     );
+    // Formatted, with a header word out of its range (the admissions per host, the
+    // fourth): refused with the word named, before any of it is used to find the rest.
+    for bad in [0, MAX_ADMISSIONS_PER_HOST + 1, u64::MAX] {
+        let pod = heap_pod(&PageCacheConfig::new(4));
+        let word = pod.scr_u64(pod.layout().app_scr_offset + 24);
+        assert_eq!(word.load(std::sync::atomic::Ordering::SeqCst), 16);
+        word.store(bad, std::sync::atomic::Ordering::SeqCst);
+        let result = PageCache::join(&pod, Join::AnyFree, options(MemoryKind::Hardware));
+        assert!(
+            matches!(
+                result,
+                Err(Error::NotAPageCachePod { reason }) if reason.contains("admissions per host")
+            ),
+            "{bad}: {result:?}"
+        );
+    }
     // A host id past the pod's hosts: the core's error, wrapped.
     let pod = heap_pod(&PageCacheConfig::new(4).max_hosts(1));
     let result = PageCache::join(&pod, Join::As(3), options(MemoryKind::Hardware));
@@ -154,6 +172,14 @@ fn configurations_out_of_their_limits_are_named() {
         (
             PageCacheConfig::new(4).admission_locks(MAX_ADMISSION_LOCKS + 1),
             "admission_locks",
+        ),
+        (
+            PageCacheConfig::new(4).admissions_per_host(0),
+            "admissions_per_host",
+        ),
+        (
+            PageCacheConfig::new(4).admissions_per_host(MAX_ADMISSIONS_PER_HOST + 1),
+            "admissions_per_host",
         ),
         (PageCacheConfig::new(4).max_hosts(0), "max_hosts"),
         (PageCacheConfig::new(4).max_hosts(65), "max_hosts"),

@@ -95,8 +95,12 @@ fn admissions_behind_a_hole_do_not_overfill_the_cache() {
 /// (`AdmissionsBusy`) for as long as nothing else counted.
 #[test]
 fn admissions_left_unknown_behind_a_hole_do_not_keep_every_entry() {
-    const ENTRIES: u64 = 16; // `layout::ADMISSIONS_PER_HOST`
-    let pod = heap_pod(&PageCacheConfig::new(64).max_hosts(2));
+    const ENTRIES: u64 = 6;
+    let pod = heap_pod(
+        &PageCacheConfig::new(64)
+            .max_hosts(2)
+            .admissions_per_host(ENTRIES),
+    );
     let data = data_file(64 * PAGE);
     let a = join(&pod, opts());
     let b = join(&pod, opts());
