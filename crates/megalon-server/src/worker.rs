@@ -103,7 +103,11 @@ impl Connection {
                     self.reader.filled(n);
                     read_this_turn += n;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Turn::Wait,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // Idle until its client sends more: it keeps little meanwhile.
+                    self.reader.waiting();
+                    return Turn::Wait;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => return Turn::Closed,
             }
