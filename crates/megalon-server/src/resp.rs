@@ -480,7 +480,10 @@ impl Reader {
         Step::Command
     }
 
-    /// A line of words separated by spaces or tabs.
+    /// A line of words separated by spaces or tabs, split as Redis splits it: a word may
+    /// hold double-quoted parts (with the escapes `\n`, `\r`, `\t`, `\b`, `\a`,
+    /// `\xHH`, and `\` before any other byte for that byte) and single-quoted parts
+    /// (with `\'`), each closed before a blank or the line's end. Unquoted in place.
     fn inline(&mut self) -> Step {
         let bytes = &self.buf[self.start..self.end];
         let window = &bytes[..bytes.len().min(MAX_INLINE_BYTES)];
@@ -503,20 +506,10 @@ impl Reader {
             newline
         };
         self.args.clear();
-        let mut word_start = None;
-        for (i, &b) in bytes[..line_end].iter().enumerate() {
-            let blank = b == b' ' || b == b'\t';
-            match (blank, word_start) {
-                (false, None) => word_start = Some(i),
-                (true, Some(from)) => {
-                    self.args.push(self.start + from..self.start + i);
-                    word_start = None;
-                }
-                _ => {}
-            }
-        }
-        if let Some(from) = word_start {
-            self.args.push(self.start + from..self.start + line_end);
+        let line = self.start..self.start + line_end;
+        if !split_inline(&mut self.buf[line], self.start, &mut self.args) {
+            self.start += newline + 1;
+            return self.drop_all("unbalanced quotes in request");
         }
         self.start += newline + 1;
         if self.args.is_empty() {
@@ -528,6 +521,78 @@ impl Reader {
             });
         }
         Step::Command
+    }
+}
+
+/// Splits inline `line` (the bytes of `buf` from `base` on) into `words`, unquoting
+/// them in place: each word's bytes are written over the line from its start, never past
+/// where they were read. `false`: a quote is never closed, or is closed inside a word.
+fn split_inline(line: &mut [u8], base: usize, words: &mut Vec<Range<usize>>) -> bool {
+    let blank = |b: u8| b == b' ' || b == b'\t';
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let (mut read, mut written) = (0, 0);
+    let n = line.len();
+    loop {
+        while read < n && blank(line[read]) {
+            read += 1;
+        }
+        if read == n {
+            return true;
+        }
+        let from = written;
+        // The quote the word is inside now, if any.
+        let mut quote = None;
+        loop {
+            let Some(&b) = line.get(read) else {
+                if quote.is_some() {
+                    return false;
+                }
+                break;
+            };
+            let (byte, used) = match (quote, b) {
+                (None, b'"' | b'\'') => {
+                    quote = Some(b);
+                    read += 1;
+                    continue;
+                }
+                (None, _) if blank(b) => break,
+                (Some(q), _) if b == q => {
+                    read += 1;
+                    // A closing quote ends its word.
+                    if read < n && !blank(line[read]) {
+                        return false;
+                    }
+                    break;
+                }
+                (Some(b'"'), b'\\') => match line.get(read + 1) {
+                    Some(b'x') => match (
+                        line.get(read + 2).and_then(|&h| hex(h)),
+                        line.get(read + 3).and_then(|&l| hex(l)),
+                    ) {
+                        (Some(high), Some(low)) => (high << 4 | low, 4),
+                        _ => (b'x', 2),
+                    },
+                    Some(&escaped) => (
+                        match escaped {
+                            b'n' => b'\n',
+                            b'r' => b'\r',
+                            b't' => b'\t',
+                            b'b' => 0x08,
+                            b'a' => 0x07,
+                            other => other,
+                        },
+                        2,
+                    ),
+                    None => (b, 1),
+                },
+                (Some(b'\''), b'\\') if line.get(read + 1) == Some(&b'\'') => (b'\'', 2),
+                _ => (b, 1),
+            };
+            line[written] = byte;
+            written += 1;
+            read += used;
+        }
+        words.push(base + from..base + written);
     }
 }
 
@@ -824,6 +889,76 @@ mod tests {
                 assert_eq!(args.get(2), [0, 13, 10, 255]);
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// Inline words are split as Redis splits them: quoted parts unquoted, escapes read,
+    /// quotes inside a word joined to it; a quote never closed, or closed inside a word,
+    /// refused. Each line read whole and a byte at a time.
+    #[test]
+    fn inline_quotes_are_read_as_redis_reads_them() {
+        let cases: [(&[u8], &[&[u8]]); 9] = [
+            (b"SET \"k\" \"v\"\r\n", &[b"SET", b"k", b"v"]),
+            (b"SET 'a b' \"c\\td\"\n", &[b"SET", b"a b", b"c\td"]),
+            (
+                b"ECHO \"\\x41\\x4a\\xzz\\\\\\\"\"\r\n",
+                &[b"ECHO", b"AJxzz\\\""],
+            ),
+            (
+                b"ECHO 'it\\'s' \"\\n\\r\\a\\b\"\n",
+                &[b"ECHO", b"it's", b"\n\r\x07\x08"],
+            ),
+            (b"ECHO a\"b c\"\n", &[b"ECHO", b"ab c"]),
+            (b"ECHO \"\" ''\n", &[b"ECHO", b"", b""]),
+            (b"  PING\t \n", &[b"PING"]),
+            (b"ECHO \"\\xFf\"\n", &[b"ECHO", b"\xff"]),
+            (b"ECHO '\\n'\n", &[b"ECHO", b"\\n"]),
+        ];
+        for (line, words) in cases {
+            for whole in [true, false] {
+                let mut reader = Reader::new(LIMITS);
+                let mut seen = Vec::new();
+                if whole {
+                    feed(&mut reader, line);
+                    seen.extend(all_args(&mut reader));
+                } else {
+                    for byte in line {
+                        feed(&mut reader, std::slice::from_ref(byte));
+                        seen.extend(all_args(&mut reader));
+                    }
+                }
+                let want: Vec<Vec<u8>> = words.iter().map(|w| w.to_vec()).collect();
+                assert_eq!(seen, [want], "{:?}", String::from_utf8_lossy(line));
+            }
+        }
+        for bad in [
+            &b"SET \"k v\n"[..],
+            b"SET 'k\n",
+            b"SET \"k\"v\n",
+            b"SET 'k'v\n",
+            b"ECHO \"a\\\"\n",
+        ] {
+            let mut reader = Reader::new(LIMITS);
+            feed(&mut reader, bad);
+            feed(&mut reader, b"PING\r\n");
+            assert_eq!(
+                drain(&mut reader),
+                ["-ERR Protocol error: unbalanced quotes in request"],
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    /// Every command's arguments, as bytes.
+    fn all_args(reader: &mut Reader) -> Vec<Vec<Vec<u8>>> {
+        let mut seen = Vec::new();
+        loop {
+            match reader.next() {
+                Next::Command(args) => seen.push(args.from(0).map(|a| a.to_vec()).collect()),
+                Next::Refused(refusal) => panic!("refused: {refusal}"),
+                Next::More => return seen,
+            }
         }
     }
 
