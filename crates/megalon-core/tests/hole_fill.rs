@@ -217,3 +217,149 @@ fn an_append_a_siblings_replay_applied_does_not_wait_for_the_siblings_hole() {
         "y's create, applied, waited {took:?} for the hole after it"
     );
 }
+
+/// How long the appender of [`beside_a_siblings_wait_for_a_hole`] stays paused in its
+/// replay's round.
+const ROUND_PAUSE: Duration = Duration::from_millis(100);
+
+/// When the other thread of [`beside_a_siblings_wait_for_a_hole`] makes its call.
+#[derive(Clone, Copy)]
+enum Begin {
+    /// While the appender's round is paused.
+    InRound,
+    /// This long after the round, the appender waiting for the hole.
+    InWait(Duration),
+}
+
+/// The scene of the two tests below. Without flat combining: a thread of host a creates
+/// y; between its tail check and its event, b appends z (`ctail` moves past a's replica)
+/// and d reserves the next position (slow, alive). y's append waits behind that hole: its
+/// replay applies z, then waits for the hole, holding the replay lock, up to the wait
+/// limit. Another thread of a makes `call`, begun while that replay's round is under way
+/// (paused in it for [`ROUND_PAUSE`]: its tail check finds a's replica below `ctail`,
+/// which the round then covers), or during the wait. Returns how long `call` took, and
+/// what it answered.
+fn beside_a_siblings_wait_for_a_hole<R: Send + 'static>(
+    wait: Duration,
+    begin: Begin,
+    call: fn(&'static Host) -> R,
+) -> (Duration, R) {
+    let options = |id: u32| options(id).wait_limit(wait).flat_combining(false);
+    let pod = common::heap_pod(&common::config().lease_ms(60_000));
+    let a: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(0), options(0)).unwrap()));
+    let b: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), options(1)).unwrap()));
+    let d: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(2), options(2)).unwrap()));
+    a.create(b"x", &value(1)).unwrap();
+    b.replay().unwrap();
+    d.replay().unwrap();
+    let (in_round, is_in_round) = channel();
+    let (go, resume) = channel::<()>();
+    let appender = std::thread::spawn(move || {
+        let mut hole = None;
+        let mut paused = false;
+        chaos::with_hook(
+            move |at| {
+                if at == Point::CreateBeforeEvent && hole.is_none() {
+                    b.create(b"z", &value(2)).unwrap();
+                    hole = Some(d.inspect().reserve_unpublished(1).unwrap());
+                }
+                match hole {
+                    Some(hole) if at == Point::ReplayBeforeCtail && !paused => {
+                        paused = true;
+                        in_round.send(hole).unwrap();
+                        resume.recv().unwrap();
+                    }
+                    _ => {}
+                }
+            },
+            || a.create(b"y", &value(3)),
+        )
+    });
+    let hole = is_in_round.recv().unwrap();
+    let (_, ctail, _) = a.inspect().log_cursors();
+    assert!(
+        a.inspect().applied_position() < ctail && ctail <= hole,
+        "a's replica below ctail {ctail}, which stops at the hole {hole}"
+    );
+    let caller = move || {
+        std::thread::spawn(move || {
+            let began = std::time::Instant::now();
+            let answered = call(a);
+            (began.elapsed(), answered)
+        })
+    };
+    let caller = match begin {
+        Begin::InRound => {
+            let caller = caller();
+            // The caller's tail check reads a's `applied`, below `ctail`, in the meantime.
+            std::thread::sleep(ROUND_PAUSE);
+            go.send(()).unwrap();
+            caller
+        }
+        Begin::InWait(after) => {
+            std::thread::sleep(ROUND_PAUSE);
+            go.send(()).unwrap();
+            std::thread::sleep(after);
+            caller()
+        }
+    };
+    let called = caller.join().unwrap();
+    let _ = appender.join().unwrap();
+    called
+}
+
+/// A lookup on a needs nothing past the hole: once the sibling's round covers `ctail`, it
+/// answers. (Its tail check, begun before that round ended, waited on the replay lock for
+/// the sibling's whole wait for the hole, a wait limit.)
+#[test]
+fn a_tail_check_begun_in_a_siblings_round_does_not_wait_for_the_siblings_hole() {
+    let wait = Duration::from_millis(500);
+    let (took, found) = beside_a_siblings_wait_for_a_hole(wait, Begin::InRound, |a| a.lookup(b"x"));
+    assert!(found.unwrap().is_some());
+    assert!(
+        took < ROUND_PAUSE + wait / 4,
+        "a lookup of x, paused {ROUND_PAUSE:?} behind a sibling's round, took {took:?} \
+         (wait limit {wait:?})"
+    );
+}
+
+/// A delete on a, begun in the sibling's round: its own append lies past the hole, and
+/// waits for it, within its wait limit. (Its tail check first waited on the replay lock
+/// for the sibling's whole wait for the hole, and its confirm then waited a limit of its
+/// own: about two limits.)
+#[test]
+fn a_delete_begun_in_a_siblings_round_waits_one_limit_for_the_hole() {
+    let wait = Duration::from_millis(500);
+    let (took, deleted) =
+        beside_a_siblings_wait_for_a_hole(wait, Begin::InRound, |a| a.delete(b"x"));
+    assert!(
+        matches!(deleted, Err(megalon_core::Error::ReplayStalled { .. })),
+        "the delete lies past the hole, never filled: {deleted:?}"
+    );
+    assert!(
+        took < ROUND_PAUSE + wait + wait / 2,
+        "a delete, paused {ROUND_PAUSE:?} behind a sibling's round, took {took:?} \
+         (wait limit {wait:?})"
+    );
+}
+
+/// A delete on a, begun halfway through the sibling's wait for the hole: its confirm
+/// watches `applied` while the sibling holds the replay lock, then replays itself once the
+/// sibling gives up, waiting what is left of its one limit. (Its replay began a limit of
+/// its own there: one and a half in all.)
+#[test]
+fn a_delete_begun_in_a_siblings_wait_for_a_hole_waits_one_limit() {
+    let wait = Duration::from_millis(500);
+    let (took, deleted) =
+        beside_a_siblings_wait_for_a_hole(wait, Begin::InWait(wait / 2), |a| a.delete(b"x"));
+    assert!(
+        matches!(deleted, Err(megalon_core::Error::ReplayStalled { .. })),
+        "the delete lies past the hole, never filled: {deleted:?}"
+    );
+    assert!(
+        took < wait + wait / 4,
+        "a delete begun {:?} into a sibling's wait for a hole took {took:?} (wait limit \
+         {wait:?})",
+        wait / 2
+    );
+}

@@ -55,7 +55,9 @@ impl Shared {
             // Counted only when it finds something new (its line changed: a miss in the
             // coherent cache); unchanged, it is a hit, as HCMeta's idle ring poll is.
             self.with_counters(|c| c.add(Counter::ScrAtomics, 1));
-            self.replay(Some(target))?;
+            // As an appender's confirm: a sibling's replay may hold the lock through a wait
+            // for a hole past `target`, after its round covered `target`.
+            self.confirm(target)?;
             // The replay may have applied this host's own death (a lease that ran out
             // while it was paused): nothing it was about to do may go on.
             self.still_alive()?;
@@ -115,19 +117,20 @@ impl Shared {
     // Over 70 lines on purpose: One replay's round in order (apply, advance `ctail`, reuse
     // slots and settle, wait); each part's work is a function of its own.
     pub(super) fn replay(&self, target: Option<u64>) -> Result<u64> {
-        self.replay_locked(self.replica.replay.lock(), target)
+        self.replay_locked(self.replica.replay.lock(), target, None)
     }
 
-    /// [`replay`](Self::replay), the replay lock taken.
+    /// [`replay`](Self::replay), the replay lock taken. Its wait for a hole goes on with
+    /// `backoff`, the caller's wait if it began one (its limit counts from the call).
     fn replay_locked(
         &self,
         mut state: crate::sync::MutexGuard<'_, crate::replica::ReplayState>,
         target: Option<u64>,
+        mut backoff: Option<Backoff>,
     ) -> Result<u64> {
         let state = &mut *state;
         let start = self.replica.applied.load(Ordering::Acquire);
         let mut position = start;
-        let mut backoff: Option<Backoff> = None;
         let mut failure = None;
         let mut done = Replayed::default();
         let mut fenced = 0;
@@ -619,7 +622,7 @@ impl Shared {
                 // its limit): its rounds raise the `ltail`, and a wait for its lock kept
                 // this append from seeing room another host made meanwhile.
                 match self.replica.replay.try_lock() {
-                    Some(state) => self.replay_locked(state, None).map(drop),
+                    Some(state) => self.replay_locked(state, None, None).map(drop),
                     None => Ok(()),
                 }
             },
@@ -726,7 +729,10 @@ impl Shared {
     /// Waits until this replica has applied every position below `target`: replays, or,
     /// while another thread of this host replays (it holds the replay lock, maybe waiting
     /// for a hole past `target`), watches `applied`, which each of its rounds moves. (It
-    /// waited on the lock, up to the other's wait limit, for entries already applied.)
+    /// waited on the lock, up to the other's wait limit, for entries already applied.) One
+    /// wait limit in all: a replay of its own, once the other's ends, waits what is left.
+    /// (It began a limit of its own there: close to two in all.) What the tail check
+    /// (`catch_up`) waits with too.
     fn confirm(&self, target: u64) -> Result<()> {
         let mut backoff = None;
         loop {
@@ -736,7 +742,7 @@ impl Shared {
                 return Ok(());
             }
             if let Some(state) = self.replica.replay.try_lock() {
-                return self.replay_locked(state, Some(target)).map(drop);
+                return self.replay_locked(state, Some(target), backoff).map(drop);
             }
             Backoff::snooze_or(&mut backoff, self.options.wait_limit, |waited_ms| {
                 Error::ReplayStalled {
