@@ -24,7 +24,7 @@
 //! (their admitter died, or failed, between its create and its line: the hand could
 //! never find them), and if it named any, turns once more.
 
-use crate::admission::AdmissionLock;
+use crate::admission_lock::AdmissionLock;
 use crate::cache::Inner;
 use crate::error::{Error, Result};
 use crate::layout::{OWNER_BYTES, OWNER_MAGIC};

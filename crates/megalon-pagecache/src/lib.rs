@@ -65,6 +65,7 @@
 #![warn(missing_docs)]
 
 mod admission;
+mod admission_lock;
 mod cache;
 mod clock;
 mod config;
