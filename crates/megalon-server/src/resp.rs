@@ -173,6 +173,10 @@ fn length_line(bytes: &[u8]) -> Length {
     if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
         return Length::Bad;
     }
+    // As Redis reads a length: no leading zero, and no sign on 0 (`$04`, `*-0` refused).
+    if digits[0] == b'0' && (digits.len() > 1 || negative) {
+        return Length::Bad;
+    }
     let value = digits.iter().fold(0i64, |v, d| {
         v.saturating_mul(10).saturating_add(i64::from(d - b'0'))
     });
@@ -804,6 +808,9 @@ mod tests {
             b"*1\r\n$3\r\nGETxx",
             b"*99999999999999999999999999999999999\r\n",
             b"*1\r\n$1\rx",
+            b"*1\r\n$04\r\nPING\r\n",
+            b"*01\r\n$4\r\nPING\r\n",
+            b"*1\r\n$-0\r\n",
         ] {
             let mut reader = Reader::new(LIMITS);
             feed(&mut reader, bad);
