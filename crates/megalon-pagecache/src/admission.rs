@@ -175,6 +175,8 @@ impl Inner {
         // A pause here past our lease, the entry taken over meanwhile: the next holder's
         // admission counts until its create returns (0 reads as not noted yet), never less.
         position.store(0, Ordering::SeqCst);
+        #[cfg(test)]
+        tests::between_release_stores();
         let _ = state.compare_exchange(value, FREE, Ordering::SeqCst, Ordering::SeqCst);
     }
 
@@ -339,6 +341,7 @@ impl Inner {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
     use std::sync::atomic::Ordering;
     use std::time::Duration;
 
@@ -347,6 +350,19 @@ mod tests {
     use crate::config::{PageCacheConfig, PageCacheOptions};
     use crate::error::Error;
     use crate::PageCache;
+
+    thread_local! {
+        /// Run by this thread's `release_entry` between its two stores (the position
+        /// word's and the state word's), once.
+        static BETWEEN_RELEASE_STORES: RefCell<Option<Box<dyn FnOnce()>>> =
+            const { RefCell::new(None) };
+    }
+
+    pub(super) fn between_release_stores() {
+        if let Some(hook) = BETWEEN_RELEASE_STORES.with(|hook| hook.borrow_mut().take()) {
+            hook();
+        }
+    }
 
     fn join(pod: &std::sync::Arc<megalon_core::Pod>) -> PageCache {
         let options = PageCacheOptions::new().wait_limit(Duration::from_millis(50));
@@ -454,6 +470,46 @@ mod tests {
             ),
             (0, 0),
             "free"
+        );
+    }
+
+    /// A thread of the host takes an entry while another thread of it frees one whose
+    /// create was noted and long applied (the page counts among the objects). Whatever it
+    /// takes, its admission must count: freed state first, position second, it could take
+    /// the entry with the applied position still in it, count nowhere, and two admissions
+    /// take the last room.
+    #[test]
+    fn an_entry_taken_while_another_is_freed_counts() {
+        let pod =
+            PageCache::create_pod(&PageCacheConfig::new(4).max_hosts(2), Backing::heap()).unwrap();
+        drop(join(&pod)); // its leave in the log: a position to note
+        let a = std::sync::Arc::new(join(&pod));
+        a.inner.host.object_count().unwrap();
+        let applied = a.inner.host.inspect().applied_position();
+        assert!(applied > 0);
+        let noted = a.inner.count_admission().unwrap();
+        assert_eq!(noted.index, 0);
+        let (_, position) = a.inner.entry_words(a.inner.host.id(), 0);
+        position.store(applied, Ordering::SeqCst); // its create noted, and applied
+        assert_eq!(
+            a.inner.pages_in_use().unwrap(),
+            0,
+            "counted among the objects"
+        );
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let (inner, into) = (std::sync::Arc::clone(&a), std::sync::Arc::clone(&seen));
+        BETWEEN_RELEASE_STORES.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move || {
+                let taken = inner.inner.count_admission().expect("a free entry");
+                *into.lock().unwrap() = Some((taken.index, inner.inner.pages_in_use()));
+                drop(taken);
+            }))
+        });
+        drop(noted);
+        let (index, in_use) = seen.lock().unwrap().take().expect("the hook ran");
+        assert!(
+            in_use.as_ref().is_ok_and(|&pages| pages >= 1),
+            "an admission in entry {index} counted nowhere: pages in use {in_use:?}"
         );
     }
 }
