@@ -98,6 +98,11 @@ impl Default for CxlModel {
 /// The largest [`CxlModel::cache_bytes`] [`CxlModel::parse`] takes.
 pub const MAX_CACHE_BYTES: u64 = 4 << 30;
 
+/// The largest latency (`lnr_miss_ns`, `write_back_ns`, `scr_ns`) [`CxlModel::parse`]
+/// takes: 1 ms, thousands of times a CXL load. A charge is rounds times a latency, in
+/// picoseconds in an `i64` ([`spin_ns`]): a latency near `u64::MAX` overflowed it.
+pub const MAX_LATENCY_NS: u64 = 1_000_000;
+
 /// The parameter names [`CxlModel::parse`] reads, in the order [`CxlModel`]'s `Display`
 /// writes them.
 pub const CXL_PARAMETERS: [&str; 5] = [
@@ -163,6 +168,18 @@ impl CxlModel {
                 given: "lines_in_flight=0".into(),
                 why: "at least one line is in flight",
             });
+        }
+        for (name, ns) in [
+            ("lnr_miss_ns", model.lnr_miss_ns),
+            ("write_back_ns", model.write_back_ns),
+            ("scr_ns", model.scr_ns),
+        ] {
+            if ns > MAX_LATENCY_NS {
+                return Err(BadCxlParameter {
+                    given: format!("{name}={ns}"),
+                    why: "a modeled latency is at most 1 ms (1000000 ns)",
+                });
+            }
         }
         if model.cache_bytes > MAX_CACHE_BYTES {
             return Err(BadCxlParameter {
@@ -781,6 +798,13 @@ mod tests {
         // A cache of 2^64 - 1 bytes parsed, then its tags aborted the process.
         assert!(CxlModel::parse(&format!("cache_bytes={}", u64::MAX)).is_err());
         assert!(CxlModel::parse(&format!("cache_bytes={MAX_CACHE_BYTES}")).is_ok());
+        // A latency of 2^64 - 1 ns parsed, then its first charge overflowed (a panic in
+        // the pump of a debug build).
+        for name in ["lnr_miss_ns", "write_back_ns", "scr_ns"] {
+            let refused = CxlModel::parse(&format!("{name}={}", u64::MAX)).unwrap_err();
+            assert_eq!(refused.given, format!("{name}={}", u64::MAX));
+            assert!(CxlModel::parse(&format!("{name}={MAX_LATENCY_NS}")).is_ok());
+        }
     }
 
     /// A model made by hand with a huge cache: its tags are bounded by the LNR, and every
