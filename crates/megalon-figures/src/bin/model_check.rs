@@ -68,7 +68,7 @@ const USAGE: &str = "usage: cargo xtask model-check [--memory cxl[:name=value,..
 
   --memory   the model to run (default: cxl, the model's defaults)
   --predict  the latencies the prediction uses (default: the ones run); a wrong one must fail
-  --blocks   measured blocks per side (default 400)
+  --blocks   measured blocks per side (default 400; at least 2)
   --ops      operations per block (default 4000)
   --limit    largest difference accepted, in percent of the prediction (default 10)
   --cooling  instead of the check: how much slower random reads over working sets of
@@ -107,7 +107,16 @@ impl Args {
             match flag.as_str() {
                 "--memory" => parsed.model = model_of(flag, value)?,
                 "--predict" => parsed.predict = Some(model_of(flag, value)?),
-                "--blocks" => parsed.blocks = count()?,
+                // Blocks alternate which pod is measured, and each way round takes a
+                // median: one block left the other way's empty (a panic in `median`).
+                "--blocks" => {
+                    parsed.blocks = count()?;
+                    if parsed.blocks < 2 {
+                        return Err(format!(
+                            "--blocks {value}: at least 2 (the pods swap roles every block)"
+                        ));
+                    }
+                }
                 "--ops" => parsed.ops_per_block = count()?,
                 "--limit" => {
                     parsed.limit_percent = value
@@ -421,4 +430,22 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     megalon_bench::runner::command_main(USAGE, &args, Args::parse, run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Args, String> {
+        Args::parse(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn one_block_is_refused_by_name() {
+        assert_eq!(
+            parse(&["--blocks", "1"]).err().as_deref(),
+            Some("--blocks 1: at least 2 (the pods swap roles every block)")
+        );
+        assert_eq!(parse(&["--blocks", "2"]).map(|a| a.blocks), Ok(2));
+    }
 }
