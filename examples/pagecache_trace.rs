@@ -153,18 +153,35 @@ fn run(args: &Args, interrupted: &AtomicBool) -> common::Result {
         .write(true)
         .open(&path)
         .map_err(|e| format!("opening the data file {}: {e}", path.display()))?;
-    if file.metadata()?.len() < trace.size_bytes() {
-        file.set_len(trace.size_bytes())?;
-    }
+    // A trace past what a file can hold failed here with the bare OS error (or "out of
+    // range integral type conversion attempted"), and left the new file behind.
+    let grown = file
+        .metadata()
+        .and_then(|m| {
+            if m.len() < trace.size_bytes() {
+                file.set_len(trace.size_bytes())
+            } else {
+                Ok(())
+            }
+        })
+        .map_err(|e| {
+            format!(
+                "growing the data file {} to the trace's {} bytes: {e}",
+                path.display(),
+                trace.size_bytes()
+            )
+        });
     drop(file);
-    let result = replay_both(
-        args,
-        &trace,
-        cache_pages,
-        &path,
-        lru.hit_ratio(),
-        interrupted,
-    );
+    let result = grown.map_err(Into::into).and_then(|()| {
+        replay_both(
+            args,
+            &trace,
+            cache_pages,
+            &path,
+            lru.hit_ratio(),
+            interrupted,
+        )
+    });
     if remove {
         let _ = std::fs::remove_file(&path);
     }
@@ -427,6 +444,26 @@ mod tests {
             ),
             "error: reading trace /nonexistent.zst: No such file or directory (os error 2)"
         );
+    }
+
+    /// A trace whose pages end past what a file can hold (past `i64::MAX` bytes, on any
+    /// file system): the error names the data file, and the temporary one is removed.
+    #[test]
+    fn a_data_file_too_large_is_named_and_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let trace = dir.path().join("trace.lis");
+        std::fs::write(&trace, "36028797018963900 8 0 0\n").unwrap();
+        let failure = common::failure(
+            &["--trace", trace.to_str().unwrap(), "--quiet"],
+            |args: &Args| run(args, &AtomicBool::new(false)),
+        );
+        let data = std::env::temp_dir().join(format!("megalon-trace-{}.data", std::process::id()));
+        let named = format!(
+            "error: growing the data file {} to the trace's 18446744073709522944 bytes: ",
+            data.display()
+        );
+        assert!(failure.starts_with(&named), "{failure}");
+        assert!(!data.exists(), "{} left behind", data.display());
     }
 
     #[test]
