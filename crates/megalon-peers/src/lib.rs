@@ -110,6 +110,10 @@ impl Peer {
     }
 }
 
+/// The longest phase, and the longest wait, in seconds: a year (far below what a
+/// `Duration` added to an `Instant` can hold).
+pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+
 /// What to run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PeerSpec {
@@ -194,6 +198,10 @@ impl PeerSpec {
         }
         if !(self.wait_seconds > 0.0 && self.wait_seconds.is_finite()) {
             return bad("wait_seconds must be positive");
+        }
+        // Past what a `Duration` holds (1e300), the first wait panicked making one.
+        if self.phase_seconds > MAX_SECONDS || self.wait_seconds > MAX_SECONDS {
+            return bad("phase_seconds and wait_seconds are at most a year (31536000)");
         }
         if !(0.0..1.0).contains(&self.skew) {
             return bad("skew is a Zipfian constant in [0, 1)");
@@ -501,4 +509,34 @@ pub fn table(spec: &PeerSpec, results: &[PeerResult]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_past_a_year_are_refused() {
+        for spec in [
+            PeerSpec {
+                phase_seconds: 1e300,
+                ..PeerSpec::default()
+            },
+            PeerSpec {
+                wait_seconds: 1e300,
+                ..PeerSpec::default()
+            },
+        ] {
+            match spec.check() {
+                Err(PeerError::Spec(why)) => assert!(why.contains("at most a year"), "{why}"),
+                other => panic!("{spec:?}: {other:?}"),
+            }
+        }
+        let year = PeerSpec {
+            phase_seconds: MAX_SECONDS,
+            wait_seconds: MAX_SECONDS,
+            ..PeerSpec::default()
+        };
+        assert!(year.check().is_ok());
+    }
 }
