@@ -22,6 +22,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use megalon_bench::runner::{self, Harness, Settings};
+use megalon_core::limits::MAX_SLOTS;
 use megalon_core::{CxlModel, MemoryKind};
 
 use figures::{Figure, FIGURES};
@@ -104,17 +105,31 @@ impl Args {
                 other => return Err(format!("unknown argument {other}")),
             }
         }
+        // More objects than a pod has slots can run no scheme; far more (--scale 1e12)
+        // overflowed the sizes made from them (a panic in a debug build).
+        if parsed.objects() > MAX_SLOTS as f64 {
+            return Err(format!(
+                "--scale {:e}: {:e} objects, more than a pod's {MAX_SLOTS} slots",
+                parsed.scale,
+                parsed.objects()
+            ));
+        }
         Ok(parsed)
     }
 
-    /// The harness's settings: sizes, seconds per run and where the files go, from
-    /// `--quick`, `--scale`, `--seconds`, `--threads` and `--out`.
-    fn settings(&self, pod_node: Option<u32>) -> Settings {
+    /// Objects at `--quick`'s size or the default, times `--scale`.
+    fn objects(&self) -> f64 {
         let objects = if self.quick {
             QUICK_OBJECTS
         } else {
             DEFAULT_OBJECTS
         };
+        objects * self.scale
+    }
+
+    /// The harness's settings: sizes, seconds per run and where the files go, from
+    /// `--quick`, `--scale`, `--seconds`, `--threads` and `--out`.
+    fn settings(&self, pod_node: Option<u32>) -> Settings {
         let out = self.out.clone().unwrap_or_else(|| {
             PathBuf::from(match (self.quick, self.cxl.is_some()) {
                 (true, false) => "target/figures-quick",
@@ -124,7 +139,7 @@ impl Args {
             })
         });
         Settings {
-            objects: objects * self.scale,
+            objects: self.objects(),
             seconds: self.seconds.unwrap_or(if self.quick { 0.3 } else { 3.0 }),
             threads_per_host: self.threads_per_host,
             pod_node,
@@ -266,4 +281,21 @@ fn run_figures(h: &mut Harness, selected: &[&(&str, &str, Figure)]) -> bool {
         }
     }
     ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(args: &[&str]) -> String {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        Args::parse(&args).err().expect("refused")
+    }
+
+    #[test]
+    fn sizes_past_what_a_pod_holds_are_refused_by_name() {
+        assert!(refusal(&["--quick", "--scale", "1e12"]).starts_with("--scale 1e12: 4e16 objects"));
+        assert!(refusal(&["--scale", "1e300"]).starts_with("--scale 1e300: "));
+        assert!(Args::parse(&["--scale".into(), "4000".into()]).is_ok());
+    }
 }
