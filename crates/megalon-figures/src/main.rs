@@ -36,6 +36,8 @@ const NOT_MODELED: [&str; 2] = ["peers", "resp"];
 const DEFAULT_OBJECTS: f64 = 1e6;
 /// Objects with `--quick`.
 const QUICK_OBJECTS: f64 = 40e3;
+/// The longest run, in seconds: a year.
+const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 
 /// The command line.
 struct Args {
@@ -92,7 +94,13 @@ impl Args {
                 }
                 "--out" => parsed.out = Some(PathBuf::from(value("--out")?)),
                 "--seconds" => {
-                    parsed.seconds = Some(positive("--seconds", &value("--seconds")?)?);
+                    let v = value("--seconds")?;
+                    let seconds = positive("--seconds", &v)?;
+                    // Past what a `Duration` holds (1e300), the first run panicked.
+                    if seconds > MAX_SECONDS {
+                        return Err(format!("--seconds {v}: at most {MAX_SECONDS} (a year)"));
+                    }
+                    parsed.seconds = Some(seconds);
                 }
                 "--threads" => {
                     let v = value("--threads")?;
@@ -293,7 +301,11 @@ mod tests {
     }
 
     #[test]
-    fn sizes_past_what_a_pod_holds_are_refused_by_name() {
+    fn sizes_and_seconds_past_what_a_run_holds_are_refused_by_name() {
+        assert_eq!(
+            refusal(&["--seconds", "1e300"]),
+            "--seconds 1e300: at most 31536000 (a year)"
+        );
         assert!(refusal(&["--quick", "--scale", "1e12"]).starts_with("--scale 1e12: 4e16 objects"));
         assert!(refusal(&["--scale", "1e300"]).starts_with("--scale 1e300: "));
         assert!(Args::parse(&["--scale".into(), "4000".into()]).is_ok());
