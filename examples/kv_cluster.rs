@@ -399,24 +399,25 @@ fn interrupted_by_signals() -> Result<Arc<AtomicBool>> {
     Ok(interrupted)
 }
 
-/// Refuses a `--pod` path that holds a file which is not a pod: `Pod::create` replaces
-/// anything that is not a pod, and the run removes its pod file at the end, so a
-/// mistyped path cost the file it named. (A pod there is replaced, or refused while in
-/// use, by the create.)
-fn refuse_a_file_that_is_not_a_pod(path: &Path) -> Result<()> {
+/// Refuses a `--pod` path that holds a file: `Pod::create` replaces anything that is not
+/// a pod and any pod not in use, and the run removes its pod file at the end, so a
+/// mistyped path cost the file it named, and a pod kept from an earlier run (`--keep`) or
+/// another program's was replaced and then removed.
+fn refuse_an_existing_file(path: &Path) -> Result<()> {
     if std::fs::symlink_metadata(path).is_err() {
         return Ok(());
     }
-    match Pod::open(Backing::file(path)) {
+    let what = match Pod::open(Backing::file(path)) {
         Err(megalon::core::Error::BadMagic { .. } | megalon::core::Error::FileTooSmall { .. }) => {
-            Err(format!(
-                "--pod {}: a file that is not a pod is there; it is left as it is",
-                path.display()
-            )
-            .into())
+            "a file that is not a pod"
         }
-        _ => Ok(()),
-    }
+        _ => "a pod file",
+    };
+    Err(format!(
+        "--pod {}: {what} is there; it is left as it is (remove it, or name a new path)",
+        path.display()
+    )
+    .into())
 }
 
 /// Runs the hosts on a new pod file, reports and checks what they did. `flags` are the
@@ -425,7 +426,7 @@ fn refuse_a_file_that_is_not_a_pod(path: &Path) -> Result<()> {
 fn parent(args: &Args, flags: &[OsString], interrupted: &AtomicBool) -> Result<Summary> {
     args.check()?;
     let path = args.pod.clone().unwrap_or_else(default_pod_path);
-    refuse_a_file_that_is_not_a_pod(&path)?;
+    refuse_an_existing_file(&path)?;
     let pod =
         Pod::create(&pod_config(args), Backing::file(&path)).map_err(|e| args.kv.explain(e))?;
     // Created: from here on the file is ours to remove.
@@ -1532,6 +1533,42 @@ mod tests {
         );
         let refusal = run.expect_err("a file that is not a pod is refused");
         assert!(refusal.contains("not a pod"), "{refusal}");
+    }
+
+    /// `--pod` naming a pod (one kept by an earlier run, another program's): left as it
+    /// is and the run refused. It was replaced by the run's pod, then removed at the end.
+    #[test]
+    fn a_pod_path_that_names_a_pod_is_refused_and_the_pod_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("kept.pod");
+        let config = PodConfig::new()
+            .scr_bytes(64 << 10)
+            .lnr_bytes(16 << 20)
+            .slot_size_bytes(256);
+        drop(Pod::create(&config, Backing::file(&file)).unwrap());
+        let before = std::fs::read(&file).unwrap();
+        let run = parent_on(&[
+            "--hosts",
+            "1",
+            "--threads",
+            "1",
+            "--keys",
+            "100",
+            "--seconds",
+            "0.2",
+            "--wait-seconds",
+            "5",
+            "--quiet",
+            "--pod",
+            file.to_str().unwrap(),
+        ])
+        .map_err(|e| e.to_string());
+        assert!(
+            std::fs::read(&file).ok() == Some(before),
+            "the pod file changed or went; the run answered {run:?}"
+        );
+        let refusal = run.expect_err("a pod file is refused");
+        assert!(refusal.contains("a pod file is there"), "{refusal}");
     }
 
     /// A second creator at the run's pod path is refused for the whole run, also in the
