@@ -350,3 +350,73 @@ fn a_torn_copy_is_refused_whatever_brings_the_word_back_between_the_checks() {
         }
     }
 }
+
+/// A write in progress from before the reader's tail check: the writer has locked `k`
+/// (at 2 bits its wrap event is in the log already) and written half of a new value
+/// when the reader starts. The tail check of
+/// `read_start` finds nothing new then, and neither does `read_end`'s once the write
+/// ends, so at 2 bits (no counter) only the lock tells the reader that a write is in
+/// progress: it must wait for it in `read_start`. The writer ends its write at the
+/// reader's second look at the record (`ReadAfterCounter`), or else between the copy and
+/// `read_end`. The defect it would catch: a 2-bit reader that takes a locked word for a
+/// version (as at 4 bits and more, where only an odd counter means a write) copies the
+/// half-written value, and `read_end` accepts it.
+#[test]
+fn a_read_waits_for_a_write_that_began_before_its_tail_check() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    for bits in [2, 4, 8] {
+        for ticket_calls in [false, true] {
+            let world = World::new(bits, 110 + u64::from(bits));
+            let (reader, writer) = (world.reader, world.writer);
+            let what = format!("{bits} bits, ticket calls {ticket_calls}");
+            let write = writer.write_start(b"k").unwrap();
+            write.write(0, &value(200)[..SLOT / 2]).unwrap();
+            // The simulated memory completes a store to memory at the writer's next fence.
+            writer.memory().fence();
+            world.allowed.lock().unwrap().insert(200);
+            let write = Rc::new(RefCell::new(Some(write)));
+            let finish = {
+                let write = Rc::clone(&write);
+                move || {
+                    if let Some(write) = write.borrow_mut().take() {
+                        write.write(SLOT / 2, &value(200)[SLOT / 2..]).unwrap();
+                        writer.write_end(write).unwrap();
+                    }
+                }
+            };
+            let mut looks = 0;
+            let mut copy = vec![0u8; SLOT];
+            let accepted = chaos::with_hook(
+                {
+                    let finish = finish.clone();
+                    move |at| match at {
+                        Point::ReadAfterCounter => {
+                            looks += 1;
+                            if looks == 2 {
+                                finish();
+                            }
+                        }
+                        Point::ReadBeforeEnd => finish(),
+                        _ => {}
+                    }
+                },
+                || {
+                    if ticket_calls {
+                        let ticket = reader.read_start(b"k").unwrap();
+                        ticket.read(0, &mut copy).unwrap();
+                        finish();
+                        reader.read_end(ticket).unwrap()
+                    } else {
+                        reader.read(b"k", &mut copy).unwrap();
+                        true
+                    }
+                },
+            );
+            assert!(write.borrow().is_none(), "{what}: the write ended");
+            if accepted {
+                world.check(&what, &copy);
+            }
+        }
+    }
+}
