@@ -707,6 +707,13 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
             "a_recovery_paused_in_the_rings_and_taken_over_leaves_the_next_life_alone",
         )],
     ),
+    (
+        "counterless-lock-is-a-write",
+        &[(
+            "narrow_reads",
+            "a_read_waits_for_a_write_that_began_before_its_tail_check",
+        )],
+    ),
 ];
 
 /// Runs the mutant tests with `step` switched off (or none), returning the failing tests:

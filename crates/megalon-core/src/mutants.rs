@@ -231,6 +231,12 @@ pub enum Step {
     /// sets the same intent again, and the successor settles the live lock as the dead
     /// host's (a read accepts the writer's half-written value).
     RecovererChecksBeforeItSetsTheIntent,
+    /// In a record without a counter (2 bits), a read takes a locked word for a write in
+    /// progress (`Records::writing`): `read_start` waits, `read_end` retries. Skipped, it
+    /// takes the word for a version, as a wider record's even counter: a read that began
+    /// after the writer's lock (and after its wrap event, already in the log its tail
+    /// check covered) copies a half-written object and accepts it.
+    CounterlessLockIsAWrite,
 }
 
 // Without the feature the steps are only the names of the guards in the code.
@@ -288,6 +294,7 @@ impl Step {
         Step::RecovererChecksBeforeItSetsTheIntent,
         Step::WriterChecksBeforeItsImage,
         Step::RecovererChecksBeforeTheServersRing,
+        Step::CounterlessLockIsAWrite,
     ];
 
     /// The name `MEGALON_MUTANT` takes.
@@ -347,6 +354,7 @@ impl Step {
             Step::RecovererChecksBeforeItSetsTheIntent => {
                 "recoverer-checks-before-it-sets-the-intent"
             }
+            Step::CounterlessLockIsAWrite => "counterless-lock-is-a-write",
         }
     }
 
