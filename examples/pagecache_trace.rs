@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! cargo run --release --example pagecache_trace -- --trace ../shared/traces/arc/OLTP.lis.zst
-//! cargo run --release --example pagecache_trace -- --trace P3.lis.zst --cache-pages 5000 --hosts 3
+//! cargo run --release --example pagecache_trace -- --trace ../shared/traces/arc/P3.lis.zst --cache-pages 5000 --hosts 3
 //! ```
 //!
 //! Traces: N. Megiddo and D. S. Modha, "ARC: A Self-Tuning, Low Overhead Replacement
