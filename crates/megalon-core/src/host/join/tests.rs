@@ -783,3 +783,74 @@ fn an_append_waiting_for_room_leaves_a_joiner_to_a_host_that_can_serve_it() {
     let _ = (second.join().unwrap(), joiner.join().unwrap());
     std::mem::forget((b, d));
 }
+
+// Found by a review of the tail check's wait beside a sibling (`0de3aa0`).
+
+/// A tail check on a host one of whose threads holds the replay lock without replaying
+/// (a server encoding its snapshot for a late joiner, paused before its pin): host b
+/// created e (its replay moved `ctail` past e), and a lookup of e on s begins while the
+/// server holds s's lock. `applied` stays below `ctail` all the while: the check watches
+/// it, then replays once the lock is free, and finds e. (A check that took a held lock
+/// for a replay about to cover `ctail` answered that e did not exist.)
+#[cfg(feature = "chaos")]
+#[test]
+fn a_tail_check_beside_a_sibling_holding_the_replay_lock_still_covers_ctail() {
+    use crate::chaos::{self, Point};
+    use std::sync::atomic::AtomicBool;
+    let pod = Arc::new(Pod::create(&small_config(), Backing::heap()).unwrap());
+    let options = || unpumped(Duration::from_secs(3));
+    let s: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(0), options()).unwrap()));
+    let b = Host::join(&pod, Join::As(1), options()).unwrap();
+    // The log recycles (a join is late, and asks for a server); then the head comes up to
+    // both replicas, so that b's create below finds room past the joiner's claim.
+    for i in 0..300u32 {
+        s.create(&i.to_le_bytes(), &value(1)).unwrap();
+        s.delete(&i.to_le_bytes()).unwrap();
+        b.replay().unwrap();
+    }
+    s.replay().unwrap();
+    let _ = s.shared.log.advance_head(&pod, &s.shared.chaos);
+    let joiner = {
+        let pod = Arc::clone(&pod);
+        std::thread::spawn(move || Host::join(&pod, Join::As(2), options()))
+    };
+    let mb = mailbox(&pod);
+    wait_for("the joiner's request", || {
+        mb.request.load(Ordering::SeqCst) != 0
+    });
+    let (paused, resume) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let server = {
+        let (paused, resume) = (Arc::clone(&paused), Arc::clone(&resume));
+        std::thread::spawn(move || {
+            let hook = move |point| {
+                if point == Point::ServeBeforePin && !paused.swap(true, Ordering::SeqCst) {
+                    wait_for("resume", || resume.load(Ordering::SeqCst));
+                }
+            };
+            chaos::with_hook(hook, || s.shared.serve_join())
+        })
+    };
+    wait_for("the server paused holding s's replay lock", || {
+        paused.load(Ordering::SeqCst)
+    });
+    b.create(b"e", &value(2)).unwrap();
+    let ctail = crate::log::Log::ctail(&pod).load(Ordering::SeqCst);
+    assert!(
+        s.inspect().applied_position() < ctail,
+        "s's replica below ctail {ctail}"
+    );
+    let lookup = std::thread::spawn(move || s.lookup(b"e"));
+    std::thread::sleep(Duration::from_millis(50));
+    resume.store(true, Ordering::SeqCst);
+    let found = lookup.join().unwrap();
+    server.join().unwrap().expect("served");
+    joiner.join().unwrap().expect("joined");
+    assert!(
+        matches!(found, Ok(Some(_))),
+        "a lookup of e, created before it began, beside a server holding the replay lock: \
+         {found:?}"
+    );
+}
