@@ -48,8 +48,9 @@ impl Shared {
     /// The tail check: makes the replica cover `ctail`.
     pub(super) fn catch_up(&self) -> Result<()> {
         self.still_alive()?;
-        // Acquire: pairs with the AcqRel `fetch_max` in `append_batch`; entries below
-        // ctail are published and their lines reached memory before it moved.
+        // Acquire: pairs with the AcqRel `fetch_max` in `replay_locked` (only a replay
+        // moves `ctail`); entries below ctail are published and their lines reached memory
+        // before it moved.
         let target = Log::ctail(&self.pod).load(Ordering::Acquire);
         if self.replica.applied.load(Ordering::Acquire) < target {
             // Counted only when it finds something new (its line changed: a miss in the
