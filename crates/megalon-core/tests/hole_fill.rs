@@ -363,3 +363,173 @@ fn a_delete_begun_in_a_siblings_wait_for_a_hole_waits_one_limit() {
         wait / 2
     );
 }
+
+/// Without flat combining: a thread of host a deletes x (written: the delete holds its
+/// record's lock), its entry published behind a hole (host d reserved the position before
+/// it and is slow, beating), and its wait for the outcome fails (forced: as a confirm that
+/// waited out its limit fails). Right then another thread of a deletes w behind the same
+/// hole, and its replay holds the replay lock through its wait for the hole, a limit
+/// begun after the first's. The first delete answers at once, its settle left to the
+/// replay that applies its entry. (It took the replay lock to decide that, and waited out
+/// the other's whole limit: two limits in all, had its own confirm waited one.) Once d
+/// dies and its hole is filled, both deletes apply and each record is freed once.
+#[test]
+fn an_unconfirmed_append_does_not_wait_out_a_siblings_wait_for_a_hole() {
+    let wait = Duration::from_millis(500);
+    let options = |id: u32| options(id).wait_limit(wait).flat_combining(false);
+    let pod = common::heap_pod(&common::config().lease_ms(300));
+    let a: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(0), options(0)).unwrap()));
+    let d: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(2), options(2)).unwrap()));
+    for key in [&b"x"[..], b"w"] {
+        a.create(key, &value(1)).unwrap();
+        a.write(key, &value(2)).unwrap();
+    }
+    d.replay().unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let beating = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                d.inspect().heartbeat();
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let hole = d.inspect().reserve_unpublished(1).unwrap();
+    let deleter = std::thread::spawn(move || {
+        type Sibling = Option<std::thread::JoinHandle<megalon_core::Result<()>>>;
+        let sibling: std::rc::Rc<std::cell::RefCell<Sibling>> = Default::default();
+        let resumed: std::rc::Rc<std::cell::Cell<Option<std::time::Instant>>> = Default::default();
+        chaos::fail_next_appends(&[chaos::Fault::Unconfirmed]);
+        let deleted = chaos::with_hook(
+            {
+                let (sibling, resumed) = (sibling.clone(), resumed.clone());
+                move |at| {
+                    if at != Point::AppendAfterPublish || sibling.borrow().is_some() {
+                        return;
+                    }
+                    let (published, is_published) = channel();
+                    *sibling.borrow_mut() = Some(std::thread::spawn(move || {
+                        let published = Mutex::new(Some(published));
+                        chaos::with_hook(
+                            move |at| {
+                                if at == Point::AppendAfterPublish {
+                                    if let Some(published) = published.lock().unwrap().take() {
+                                        published.send(()).unwrap();
+                                    }
+                                }
+                            },
+                            || a.delete(b"w"),
+                        )
+                    }));
+                    is_published.recv().unwrap();
+                    // The sibling's confirm takes the free replay lock and waits for the
+                    // hole.
+                    std::thread::sleep(Duration::from_millis(50));
+                    resumed.set(Some(std::time::Instant::now()));
+                }
+            },
+            || a.delete(b"x"),
+        );
+        let took = resumed.get().expect("paused after the publish").elapsed();
+        let behind = sibling.take().expect("w's delete made").join().unwrap();
+        (deleted, took, behind)
+    });
+    let (deleted, took, behind) = deleter.join().unwrap();
+    assert!(
+        matches!(deleted, Err(megalon_core::Error::InjectedFault { .. })),
+        "x's delete, unconfirmed: {deleted:?}"
+    );
+    assert!(
+        matches!(behind, Err(megalon_core::Error::ReplayStalled { .. })),
+        "w's delete lies past the hole at {hole}: {behind:?}"
+    );
+    assert!(
+        took < wait / 4,
+        "x's delete, unconfirmed, waited {took:?} for a sibling's wait for the hole at {hole} \
+         (wait limit {wait:?})"
+    );
+    // d dies; its hole is filled, and both deletes apply, each settle run once.
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    beating.join().unwrap();
+    d.inspect().freeze();
+    a.inspect().watch_hosts();
+    std::thread::sleep(Duration::from_millis(900));
+    a.inspect().watch_hosts();
+    assert_eq!(a.inspect().settle_pending().unwrap(), 0);
+    assert!(a.lookup(b"x").unwrap().is_none());
+    assert!(a.lookup(b"w").unwrap().is_none());
+    assert_eq!(a.inspect().outcomes_held(), 0);
+    let census = a.inspect().record_census();
+    assert!(census.locked.is_empty(), "records left locked: {census:?}");
+    assert!(census.in_use.is_empty(), "records left in use: {census:?}");
+}
+
+/// Without flat combining: a thread of host a deletes x, its wait for the outcome failing
+/// (forced), while another thread's replay round has applied its entry and is paused
+/// before it moves `ctail`. The delete answers its outcome only once that round ends: a
+/// lookup on host b right after it finds x gone. (Answered from the outcome as the round
+/// put it there, it returned before `ctail` covered the delete.)
+#[test]
+fn an_unconfirmed_append_applied_by_a_round_under_way_answers_once_the_round_ends() {
+    let options = |id: u32| options(id).flat_combining(false);
+    let pod = common::heap_pod(&common::config().lease_ms(60_000));
+    let a: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(0), options(0)).unwrap()));
+    let b: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), options(1)).unwrap()));
+    a.create(b"x", &value(1)).unwrap();
+    a.write(b"x", &value(2)).unwrap();
+    b.replay().unwrap();
+    let (in_round, is_in_round) = channel();
+    let (go, resume) = channel::<()>();
+    let resume = Arc::new(Mutex::new(resume));
+    let deleter = std::thread::spawn(move || {
+        type Replayer = Option<std::thread::JoinHandle<megalon_core::Result<u64>>>;
+        let replayer: std::rc::Rc<std::cell::RefCell<Replayer>> = Default::default();
+        chaos::fail_next_appends(&[chaos::Fault::Unconfirmed]);
+        let deleted = chaos::with_hook(
+            {
+                let replayer = replayer.clone();
+                move |at| {
+                    if at != Point::AppendAfterPublish || replayer.borrow().is_some() {
+                        return;
+                    }
+                    let (in_round, resume) = (in_round.clone(), Arc::clone(&resume));
+                    let (paused, is_paused) = channel();
+                    *replayer.borrow_mut() = Some(std::thread::spawn(move || {
+                        let mut once = true;
+                        chaos::with_hook(
+                            move |at| {
+                                if at == Point::ReplayBeforeCtail && std::mem::take(&mut once) {
+                                    paused.send(()).unwrap();
+                                    in_round.send(()).unwrap();
+                                    resume.lock().unwrap().recv().unwrap();
+                                }
+                            },
+                            || a.replay(),
+                        )
+                    }));
+                    is_paused.recv().unwrap();
+                }
+            },
+            || a.delete(b"x"),
+        );
+        // Right after the delete answers: every host's tail check finds it.
+        let seen = b.lookup(b"x");
+        let replayed = replayer.take().expect("replayed").join().unwrap();
+        (deleted, seen, replayed)
+    });
+    is_in_round.recv().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    go.send(()).unwrap();
+    let (deleted, seen, replayed) = deleter.join().unwrap();
+    replayed.unwrap();
+    deleted.unwrap();
+    assert!(seen.unwrap().is_none(), "x, deleted, still found on b");
+    assert_eq!(a.inspect().settle_pending().unwrap(), 0);
+    assert_eq!(a.inspect().outcomes_held(), 0);
+    let census = a.inspect().record_census();
+    assert!(
+        census.locked.is_empty() && census.in_use.is_empty(),
+        "{census:?}"
+    );
+}

@@ -293,7 +293,12 @@ impl Shared {
         // pile up for as long as it lives).
         let own = author == self.id && position >= self.first_reserved.load(Ordering::SeqCst);
         if own && !matches!(event, Event::Skip) {
-            match self.settles.lock().remove(&position) {
+            // The settles lock is held from the look for a settle to the outcome's insert:
+            // an appender whose confirm failed decides under it too
+            // (`decide_unconfirmed`), so each entry either finds its settle here or leaves
+            // its outcome for the appender.
+            let mut settles = self.settles.lock();
+            match settles.remove(&position) {
                 // Its appender gave up waiting: settle for it once `ctail` covers the
                 // entry (at the end of the round).
                 Some((settle, event)) => done.settled.push((settle, applied.outcome, event)),
@@ -304,6 +309,7 @@ impl Shared {
                         .insert(position, applied.outcome);
                 }
             }
+            drop(settles);
         }
         if let Some(grant) = applied.grant {
             grants.push(grant);
@@ -687,21 +693,19 @@ impl Shared {
         };
         // Applied: every outcome is there, and no replay looks for a settle of these
         // entries. Not applied (all of them, maybe): which are, and the settle of each
-        // that is not left to the replay that applies it, decided under the replay lock,
-        // which replay applies entries under.
-        let _replaying = confirmed.is_err().then(|| self.replica.replay.lock());
-        let found: Vec<Option<Outcome>> = {
+        // that is not left to the replay that applies it (`decide_unconfirmed`).
+        let found: Vec<Option<Outcome>> = if confirmed.is_ok() {
             let mut outcomes = self.replica.outcomes.lock();
             (start..start + count)
                 .map(|position| outcomes.remove(&position))
                 .collect()
+        } else {
+            self.decide_unconfirmed(batch, start)
         };
         let results = batch
             .iter()
             .zip(found)
-            .enumerate()
-            .map(|(i, ((event, settle), found))| {
-                let position = start + i as u64;
+            .map(|((event, settle), found)| {
                 match (found, &confirmed) {
                     (Some(outcome), _) => Ok(outcome),
                     // Applied, and not ours: a recoverer filled our position with `Skip`
@@ -714,17 +718,57 @@ impl Shared {
                             life: self.life,
                         })
                     }
-                    (None, Err(error)) => {
-                        // In the log, not applied yet: its settle runs when it is.
-                        self.settles
-                            .lock()
-                            .insert(position, (*settle, event.clone()));
-                        Err(error.clone())
-                    }
+                    // In the log, not applied yet: its settle, queued, runs when it is.
+                    (None, Err(error)) => Err(error.clone()),
                 }
             })
             .collect();
         Ok(results)
+    }
+
+    /// For an append whose confirm failed: the outcomes of its entries (from `start` on)
+    /// already applied, and each other entry's settle queued for the replay that applies
+    /// it. Decided under the settles lock, which `apply_entry` holds from its look for an
+    /// entry's settle to its insert of the outcome: each entry's outcome is found here,
+    /// or its settle is found there, never both nor neither. (It took the replay lock,
+    /// which a sibling may hold through its wait for a hole, up to a limit begun after
+    /// this append's: close to two limits in all.) An outcome inserted by a round still
+    /// under way is answered once that round's end stores `applied` past it (after
+    /// `ctail` covers it and the index is released): the round waits on no other host.
+    fn decide_unconfirmed(
+        &self,
+        batch: &[(OwnedEvent, Settle)],
+        start: u64,
+    ) -> Vec<Option<Outcome>> {
+        let found: Vec<Option<Outcome>> = {
+            let mut settles = self.settles.lock();
+            let mut outcomes = self.replica.outcomes.lock();
+            batch
+                .iter()
+                .enumerate()
+                .map(|(i, (event, settle))| {
+                    let position = start + i as u64;
+                    let outcome = outcomes.remove(&position);
+                    if outcome.is_none() {
+                        settles.insert(position, (*settle, event.clone()));
+                    }
+                    outcome
+                })
+                .collect()
+        };
+        if let Some(last) = found.iter().rposition(Option::is_some) {
+            let last = start + last as u64;
+            let mut backoff = Backoff::new(Duration::MAX);
+            // Acquire: pairs with the round's Release store of `applied`. A round that
+            // panicked lets the lock go without that store (its index is poisoned: the
+            // next replay panics).
+            while self.replica.applied.load(Ordering::Acquire) <= last
+                && self.replica.replay.try_lock().is_none()
+            {
+                backoff.snooze();
+            }
+        }
+        found
     }
 
     /// Waits until this replica has applied every position below `target`: replays, or,
