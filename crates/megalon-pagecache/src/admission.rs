@@ -295,6 +295,7 @@ impl Inner {
             valid_bytes: valid as u32,
         };
         bytes[PageTrailer::AT..PageTrailer::AT + 4].copy_from_slice(&trailer.bytes());
+        let called = std::time::Instant::now();
         match self
             .host
             .create_noting_position(key, &bytes, reservation.note_at())
@@ -309,7 +310,7 @@ impl Inner {
             // would find it only once a sweep that found nothing repairs the lines).
             Err(error) => {
                 let (_, _, tail) = self.host.inspect().log_cursors();
-                match self.cached_after_failure(key) {
+                match self.cached_after_failure(key, called) {
                     Ok(Some(true)) => {}
                     Ok(Some(false)) => return Err(error.into()),
                     // Still unknown (its entry may be behind another host's hole): the

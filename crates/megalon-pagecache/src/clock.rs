@@ -130,6 +130,7 @@ impl Inner {
             Ok(true)
         };
         self.shared.clear_refusal();
+        let called = std::time::Instant::now();
         match self.host.delete(key) {
             Ok(()) => deleted(),
             Err(megalon_core::Error::UnknownKey) => Ok(false),
@@ -141,7 +142,7 @@ impl Inner {
                 .unwrap_or(Error::Core(megalon_core::Error::ReleaseRefused { record }))),
             // The delete may have reached the log (its append was not confirmed): if it
             // took effect, the page is gone.
-            Err(error) => match self.cached_after_failure(key)? {
+            Err(error) => match self.cached_after_failure(key, called)? {
                 Some(false) => deleted(),
                 _ => Err(error.into()),
             },
@@ -151,12 +152,23 @@ impl Inner {
     /// After a create or a delete of page `key` answered an error, holding its admission
     /// lock (nobody else creates or deletes it): whether the page is cached once this host
     /// has applied every entry the log had reserved when the error came back (the call's
-    /// entry, if it reached the log, is one of them), waiting at most the wait limit.
-    /// `None`: the log did not get there in time (a hole another host leaves), and what
-    /// the call did stays unknown.
-    pub(crate) fn cached_after_failure(&self, key: &[u8; PAGE_KEY_BYTES]) -> Result<Option<bool>> {
+    /// entry, if it reached the log, is one of them), waiting at most what is left of the
+    /// wait limit since the call was `called`: the call's own wait for its entry's outcome
+    /// (a hole another host leaves, say) is part of that one limit. (It waited a limit of
+    /// its own after the call's: two in all.) `None`: the log did not get there in time,
+    /// and what the call did stays unknown.
+    pub(crate) fn cached_after_failure(
+        &self,
+        key: &[u8; PAGE_KEY_BYTES],
+        called: std::time::Instant,
+    ) -> Result<Option<bool>> {
         let (_, _, tail) = self.host.inspect().log_cursors();
-        let mut wait = Backoff::new(self.host.options().wait_limit);
+        let left = self
+            .host
+            .options()
+            .wait_limit
+            .saturating_sub(called.elapsed());
+        let mut wait = Backoff::new(left);
         loop {
             let applied = match self.host.replay() {
                 Ok(applied) => applied,

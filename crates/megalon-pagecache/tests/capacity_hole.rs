@@ -154,3 +154,95 @@ fn admissions_left_unknown_behind_a_hole_do_not_keep_every_entry() {
     );
     assert_eq!(a.cached_pages(), cached);
 }
+
+/// How long `call` on host a takes while host b is paused between its reservation of a
+/// log position and its publish (a hole every append of a's after it waits behind), and
+/// what it answered. a first reads and evicts pages 40 and 41 (slots of its own) and
+/// reads page 30 (cached, for an eviction to find).
+fn behind_a_hole<R>(
+    wait: std::time::Duration,
+    call: impl FnOnce(&megalon_pagecache::PageCache, megalon_pagecache::FileId) -> R,
+) -> (std::time::Duration, R) {
+    let opts = || {
+        PageCacheOptions::new()
+            .host(HostOptions::new().pump_interval(None).wait_limit(wait))
+            .writer_interval(None)
+    };
+    let pod = heap_pod(&PageCacheConfig::new(16).max_hosts(2));
+    let data = data_file(64 * PAGE);
+    let a = join(&pod, opts());
+    let b = join(&pod, opts());
+    let fa = a.open(data.path()).unwrap();
+    let fb = b.open(data.path()).unwrap();
+    let mut buf = [0u8; 4];
+    for page in [40u64, 41] {
+        a.read(fa, page * PAGE as u64, &mut buf).unwrap();
+        assert!(a.evict_page(fa, page).unwrap());
+    }
+    a.read(fa, 30 * PAGE as u64, &mut buf).unwrap();
+    let (paused_tx, paused_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let b = &b;
+        let pauser = s.spawn(move || {
+            let mut paused = false;
+            chaos::with_hook(
+                move |point| {
+                    if point == Point::AppendAfterReserve && !paused {
+                        paused = true;
+                        paused_tx.send(()).unwrap();
+                        go_rx.recv().unwrap();
+                    }
+                },
+                || {
+                    let mut buf = [0u8; 4];
+                    b.read(fb, 63 * PAGE as u64, &mut buf)
+                },
+            )
+        });
+        paused_rx.recv().unwrap();
+        let began = std::time::Instant::now();
+        let answered = call(&a, fa);
+        let took = began.elapsed();
+        go_tx.send(()).unwrap();
+        pauser.join().unwrap().expect("b's admission");
+        (took, answered)
+    })
+}
+
+/// An admission whose create lies behind the hole answers within about one wait limit:
+/// its create's wait for the outcome is that limit, and the look at whether the create
+/// took effect waits only what is left of it. (It began a limit of its own: two in all,
+/// 1.0 s at a 500 ms limit.)
+#[test]
+fn an_admission_behind_a_hole_answers_within_one_limit() {
+    let wait = Duration::from_millis(500);
+    let (took, read) = behind_a_hole(wait, |a, fa| {
+        let mut buf = [0u8; 4];
+        a.read(fa, 0, &mut buf)
+    });
+    assert!(
+        read.is_err(),
+        "page 0's create is behind the hole: {read:?}"
+    );
+    assert!(
+        took < wait + wait / 2,
+        "an admission behind a hole took {took:?} (wait limit {wait:?}): {read:?}"
+    );
+}
+
+/// An eviction whose delete lies behind the hole answers within about one wait limit, as
+/// an admission does.
+#[test]
+fn an_eviction_behind_a_hole_answers_within_one_limit() {
+    let wait = Duration::from_millis(500);
+    let (took, evicted) = behind_a_hole(wait, |a, fa| a.evict_page(fa, 30));
+    assert!(
+        evicted.is_err(),
+        "page 30's delete is behind the hole: {evicted:?}"
+    );
+    assert!(
+        took < wait + wait / 2,
+        "an eviction behind a hole took {took:?} (wait limit {wait:?}): {evicted:?}"
+    );
+}
