@@ -8,6 +8,7 @@ use super::path::copy_prefix;
 use super::ticket::{Done, ReadState, Source};
 use super::{Host, Shared};
 
+use crate::backoff::Backoff;
 use crate::chaos::Point;
 use crate::counters::ThreadCounters;
 use crate::error::Result;
@@ -26,7 +27,10 @@ impl Host {
     /// [`Host::read`] would (an unknown key is
     /// [`Error::UnknownKey`](crate::Error::UnknownKey) there, and the other reads go on).
     /// Every read is checked as `read` checks one; one that overlapped a write starts
-    /// over alone, within the host's bound.
+    /// over alone, within the host's bound. Their waits for writers share one wait limit:
+    /// once it is spent, a read that finds its object locked answers
+    /// [`Error::RecordBusy`](crate::Error::RecordBusy) without waiting (with local
+    /// partitions or copies on, or all-log coherence, each read waits its own).
     ///
     /// Faster per object than a loop of `read` when the objects and the index come from
     /// memory: a lone read waits on two loads of the index and then on the object, one
@@ -70,8 +74,14 @@ impl Host {
                 }
                 return;
             }
+            // One wait for writers for the whole call: objects another host holds locked
+            // (a writer stopped with its tickets open) make it wait one limit in all, the
+            // later ones answering `RecordBusy` after one look. (Each waited a limit of
+            // its own, one after another.)
+            let mut writers = None;
             for group in reads.chunks_mut(GROUP) {
-                self.shared.read_group(group, c, copy, &mut answers);
+                self.shared
+                    .read_group(group, c, copy, &mut writers, &mut answers);
             }
         });
         answers
@@ -85,6 +95,7 @@ impl Shared {
         group: &mut [(&[u8], &mut [u8])],
         c: &ThreadCounters,
         copy: &mut Copy<'_>,
+        writers: &mut Option<Backoff>,
         answers: &mut Vec<Result<(usize, Done)>>,
     ) {
         let n = group.len();
@@ -108,7 +119,7 @@ impl Shared {
         for (i, (key, buf)) in group.iter().enumerate() {
             let ticket = self
                 .check_access(key, buf.len())
-                .and_then(|()| self.read_start(key, c));
+                .and_then(|()| self.read_start_within(key, c, writers));
             if let Ok(ticket) = &ticket {
                 Source::Pod(&self.memory, ticket.place.offset)
                     .prefetch(buf.len().min(ticket.place.len));

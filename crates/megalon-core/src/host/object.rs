@@ -185,11 +185,22 @@ impl Shared {
     // Over 70 lines on purpose: Steps 1-3 of DESIGN section 8 in order, with the race cases
     // beside them.
     pub(super) fn read_start(&self, key: &[u8], c: &ThreadCounters) -> Result<ReadState> {
+        self.read_start_within(key, c, &mut None)
+    }
+
+    /// [`read_start`](Self::read_start), its wait for a writer going on with `backoff`:
+    /// the wait of the call it is part of (a `read_many`'s, whose reads wait one limit in
+    /// all), begun by an earlier read of that call maybe.
+    pub(super) fn read_start_within(
+        &self,
+        key: &[u8],
+        c: &ThreadCounters,
+        backoff: &mut Option<Backoff>,
+    ) -> Result<ReadState> {
         if self.all_log {
             return self.read_start_all_log(key, c);
         }
         let records = Records::new(&self.pod);
-        let mut backoff: Option<Backoff> = None;
         let mut brought_back = 0;
         loop {
             // 1. Tail check: the replica covers every append that completed before now,
@@ -257,7 +268,7 @@ impl Shared {
                 },
                 1,
             );
-            Backoff::snooze_or(&mut backoff, self.options.wait_limit, |waited_ms| {
+            Backoff::snooze_or(backoff, self.options.wait_limit, |waited_ms| {
                 self.record_busy(record, waited_ms)
             })?;
         }
