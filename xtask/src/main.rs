@@ -714,6 +714,13 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
             "a_read_waits_for_a_write_that_began_before_its_tail_check",
         )],
     ),
+    (
+        "creator-checks-before-it-writes-the-slot",
+        &[(
+            "recovery_races",
+            "a_creator_paused_past_its_lease_writes_nothing_into_a_slot_its_death_gave_back",
+        )],
+    ),
 ];
 
 /// Runs the mutant tests with `step` switched off (or none), returning the failing tests:

@@ -60,6 +60,9 @@ pub enum Point {
     ReleaseAfterLock,
     /// A deallocation or delete whose event won, before it frees the record.
     ReleaseBeforeFree,
+    /// A create, its slot taken from this host's pool, before it looks at its row and
+    /// writes its bytes into the slot.
+    CreateBeforeWrite,
     /// A create, after its bytes reached memory, before its event.
     CreateBeforeEvent,
     /// The log, before the CAS that reserves entries.

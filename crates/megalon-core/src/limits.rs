@@ -94,5 +94,7 @@ pub const HEADER_BYTES: usize = 128;
 /// `ReturnSlots` and `HostLeft` (a host that leaves gives its free slots back), and
 /// marks a host that left or died gone (no donor; a grant to it goes to the pod) until
 /// its id joins again; version 6 gives `HostJoined` the life that joined, and a `HostDead`
-/// of an earlier life than the id's last `HostJoined` changes nothing.
-pub const LOG_FORMAT_VERSION: u32 = 6;
+/// of an earlier life than the id's last `HostJoined` changes nothing; version 7 gives a
+/// host's free slots back to the pod when it dies, leaves or its id joins again (every
+/// replica knows which they are, and a late joiner's snapshot carries them).
+pub const LOG_FORMAT_VERSION: u32 = 7;

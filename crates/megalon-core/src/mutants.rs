@@ -237,6 +237,11 @@ pub enum Step {
     /// after the writer's lock (and after its wrap event, already in the log its tail
     /// check covered) copies a half-written object and accepts it.
     CounterlessLockIsAWrite,
+    /// A creator looks at its row (not declared dead) after it took a slot from its pool,
+    /// before it writes the object's bytes into it. Skipped, a creator paused past its
+    /// lease there, whose free slots its `HostDead` gave back to the pod, writes over an
+    /// object another host created in the slot since.
+    CreatorChecksBeforeItWritesTheSlot,
 }
 
 // Without the feature the steps are only the names of the guards in the code.
@@ -295,6 +300,7 @@ impl Step {
         Step::WriterChecksBeforeItsImage,
         Step::RecovererChecksBeforeTheServersRing,
         Step::CounterlessLockIsAWrite,
+        Step::CreatorChecksBeforeItWritesTheSlot,
     ];
 
     /// The name `MEGALON_MUTANT` takes.
@@ -355,6 +361,7 @@ impl Step {
                 "recoverer-checks-before-it-sets-the-intent"
             }
             Step::CounterlessLockIsAWrite => "counterless-lock-is-a-write",
+            Step::CreatorChecksBeforeItWritesTheSlot => "creator-checks-before-it-writes-the-slot",
         }
     }
 

@@ -11,15 +11,19 @@
 //! - a `Delete` gives the object's slot to the deleting host;
 //! - `NeedSlots { count }` asks the host with the most free slots (by the replicated
 //!   counts, so every host agrees which one) to give some with `GrantSlots`;
-//! - a host that leaves gives its free slots back to the pod (`ReturnSlots`, a range at
-//!   a time), and `HostLeft` makes its count 0 (what it could not give back is lost, as a
-//!   dead host's slots are): a host that is gone is never the one asked. A `ClaimSlots`
-//!   takes slots given back once the unclaimed range is used up.
+//! - a host that leaves, dies or whose id joins again gives its free slots back to the
+//!   pod (`HostLeft`, `HostDead`, `HostJoined`): every replica knows each host's free
+//!   slots (not only how many), from the events above. A host that is gone is never
+//!   the one asked. A `ClaimSlots` takes slots given back once the unclaimed range is
+//!   used up.
 //!
 //! A creator writes the object's bytes into the slot *before* it appends the create event,
 //! so a shared free list would let two creators overwrite each other; with owned pools two
-//! hosts never write into the same free slot.
+//! hosts never write into the same free slot. (A host declared dead, paused past its lease
+//! with a slot of its pool in hand, whose slots went back to the pod meanwhile, looks at
+//! its row before it writes: `Shared::create`.)
 
+use std::collections::BTreeMap;
 use std::ops::Range;
 
 /// Slots a host claims from the unclaimed range at a time, in a pod of `slot_count` slots
@@ -82,24 +86,6 @@ impl SlotPool {
         self.singles.len() as u64 + self.ranges.iter().map(|r| r.end - r.start).sum::<u64>()
     }
 
-    /// Every slot, as ranges `(first, count)`, adjacent slots merged: what a host that
-    /// leaves gives back.
-    pub(crate) fn into_ranges(self) -> Vec<(u64, u64)> {
-        let mut spans: Vec<Range<u64>> = self.ranges;
-        spans.extend(self.singles.into_iter().map(|slot| slot..slot + 1));
-        spans.sort_unstable_by_key(|span| span.start);
-        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(spans.len());
-        for span in spans {
-            match merged.last_mut() {
-                Some((first, count)) if *first + *count == span.start => {
-                    *count += span.end - span.start;
-                }
-                _ => merged.push((span.start, span.end - span.start)),
-            }
-        }
-        merged
-    }
-
     /// Takes up to `count` slots to give away, as ranges `(first, count)`.
     pub(crate) fn take_for_grant(&mut self, mut count: u64) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
@@ -123,12 +109,91 @@ impl SlotPool {
     }
 }
 
-/// The replicated part of slot ownership: the unclaimed range and every host's count of
-/// free slots, the same on every replica at the same log position.
+/// A host's free slots as every replica knows them: disjoint ranges, adjacent ones merged,
+/// by their first slot.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct FreeSlots {
+    /// First slot to one past the last.
+    ranges: BTreeMap<u64, u64>,
+    len: u64,
+}
+
+impl FreeSlots {
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Adds `count` slots from `first` on, none of them in here already.
+    pub(crate) fn insert(&mut self, first: u64, count: u64) {
+        if count == 0 {
+            return;
+        }
+        let (mut start, mut end) = (first, first + count);
+        if let Some((&before, &before_end)) = self.ranges.range(..=first).next_back() {
+            debug_assert!(before_end <= first, "slot {first} free twice");
+            if before_end == first {
+                self.ranges.remove(&before);
+                start = before;
+            }
+        }
+        if let Some(after_end) = self.ranges.remove(&end) {
+            end = after_end;
+        }
+        debug_assert!(
+            self.ranges.range(start..end).next().is_none(),
+            "slots {first}..{} free twice",
+            first + count
+        );
+        self.ranges.insert(start, end);
+        self.len += count;
+    }
+
+    /// Takes `count` slots from `first` on out. Whether they were all in here (if not,
+    /// nothing changes: an event naming a slot its author does not hold, which the log's
+    /// order rules out).
+    pub(crate) fn remove(&mut self, first: u64, count: u64) -> bool {
+        if count == 0 {
+            return true;
+        }
+        let Some((&start, &end)) = self.ranges.range(..=first).next_back() else {
+            return false;
+        };
+        if first + count > end {
+            return false;
+        }
+        self.ranges.remove(&start);
+        if start < first {
+            self.ranges.insert(start, first);
+        }
+        if first + count < end {
+            self.ranges.insert(first + count, end);
+        }
+        self.len -= count;
+        true
+    }
+
+    /// Every range, in order.
+    pub(crate) fn ranges(&self) -> impl Iterator<Item = Range<u64>> + '_ {
+        self.ranges.iter().map(|(&start, &end)| start..end)
+    }
+
+    /// Takes every slot out, as ranges in order.
+    fn take(&mut self) -> Vec<Range<u64>> {
+        self.len = 0;
+        std::mem::take(&mut self.ranges)
+            .into_iter()
+            .map(|(start, end)| start..end)
+            .collect()
+    }
+}
+
+/// The replicated part of slot ownership: the unclaimed range and every host's free
+/// slots, the same on every replica at the same log position.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct SlotAccounting {
     pub(crate) unclaimed: Range<u64>,
-    pub(crate) free_counts: Vec<i64>,
+    /// Each host's free slots (its pool, and the slots of its creates not applied yet).
+    pub(crate) pools: Vec<FreeSlots>,
     /// Ranges hosts that left gave back, claimed once `unclaimed` is used up.
     pub(crate) returned: Vec<Range<u64>>,
     /// Hosts that are gone (left or dead, not joined again since): never a donor, and
@@ -144,7 +209,7 @@ impl SlotAccounting {
     pub(crate) fn new(slot_count: u64, max_hosts: u32) -> Self {
         Self {
             unclaimed: 0..slot_count,
-            free_counts: vec![0; max_hosts as usize],
+            pools: vec![FreeSlots::default(); max_hosts as usize],
             returned: Vec::new(),
             gone: vec![false; max_hosts as usize],
             lives: vec![0; max_hosts as usize],
@@ -173,16 +238,36 @@ impl SlotAccounting {
         if self.returned.last().is_some_and(Range::is_empty) {
             self.returned.pop();
         }
-        self.free_counts[host] += n as i64;
+        self.pools[host].insert(first, n);
         (first, n)
     }
 
-    /// `host` gives back `count` of its free slots from `first` on.
+    /// `host` gives back `count` of its free slots from `first` on: they go back to the
+    /// pod if the replicas count them as `host`'s (`ReturnSlots`, which no host appends
+    /// since `HostLeft` gives back all a leaver holds; a grant to a host that is gone).
     pub(crate) fn give_back(&mut self, host: usize, first: u64, count: u64) {
-        self.free_counts[host] -= count as i64;
-        if count > 0 {
+        if count > 0 && self.pools[host].remove(first, count) {
             self.returned.push(first..first + count);
         }
+    }
+
+    /// `host`'s create in `slot` won: the slot is the object's.
+    pub(crate) fn created(&mut self, host: usize, slot: u64) {
+        // Held, by the log's order: the slot came to `host` by an event before this one,
+        // and an event of a host that is gone comes before its giving back. (Not asserted:
+        // the replica's unit tests create in slots they never claimed.)
+        self.pools[host].remove(slot, 1);
+    }
+
+    /// `host` deleted the object in `slot`: the slot is `host`'s.
+    pub(crate) fn deleted(&mut self, host: usize, slot: u64) {
+        self.pools[host].insert(slot, 1);
+    }
+
+    /// How many free slots `host` has.
+    #[cfg(test)]
+    pub(crate) fn free_count(&self, host: usize) -> u64 {
+        self.pools[host].len()
     }
 
     /// `from` grants `count` of its free slots from `first` on to `to`: `to`'s, unless
@@ -192,15 +277,18 @@ impl SlotAccounting {
             self.give_back(from, first, count);
             return false;
         }
-        self.free_counts[from] -= count as i64;
-        self.free_counts[to] += count as i64;
+        // Held by `from`, by the log's order (as a create's slot is).
+        self.pools[from].remove(first, count);
+        self.pools[to].insert(first, count);
         true
     }
 
     /// `host` left or died (`gone`), or joined again: its pool is gone with it either
-    /// way, so its count is 0.
+    /// way. Its free slots go back to the pod (a dead host's pool was in its DRAM, and
+    /// each death lost it for good: a pod whose hosts died often enough ran out of slots).
     pub(crate) fn set_gone(&mut self, host: usize, gone: bool) {
-        self.free_counts[host] = 0;
+        let ranges = self.pools[host].take();
+        self.returned.extend(ranges);
         self.gone[host] = gone;
     }
 
@@ -212,11 +300,12 @@ impl SlotAccounting {
     /// The host that answers a `NeedSlots` from `requester`: the most free slots, the
     /// lowest id on a tie, never the requester; none if nobody has any.
     pub(crate) fn donor(&self, requester: usize) -> Option<usize> {
-        self.free_counts
+        self.pools
             .iter()
+            .map(FreeSlots::len)
             .enumerate()
-            .filter(|&(host, &count)| host != requester && count > 0 && !self.gone[host])
-            .max_by_key(|&(host, &count)| (count, std::cmp::Reverse(host)))
+            .filter(|&(host, count)| host != requester && count > 0 && !self.gone[host])
+            .max_by_key(|&(host, count)| (count, std::cmp::Reverse(host)))
             .map(|(host, _)| host)
     }
 }
@@ -254,23 +343,12 @@ mod tests {
         assert_eq!(slots.claim(2, 4), (8, 2));
         assert_eq!(slots.claim(2, 4), (10, 0));
         assert_eq!(slots.donor(2), Some(0), "tie between 0 and 1: the lower id");
-        slots.free_counts[1] = 5;
+        slots.deleted(1, 20);
         assert_eq!(slots.donor(2), Some(1));
         assert_eq!(slots.donor(1), Some(0));
-        slots.free_counts = vec![0, 0, 3];
+        slots.set_gone(0, true);
+        slots.set_gone(1, true);
         assert_eq!(slots.donor(2), None);
-    }
-
-    #[test]
-    fn a_pool_given_back_merges_adjacent_slots() {
-        let mut pool = SlotPool::default();
-        pool.add_range(10, 3);
-        pool.push(13);
-        pool.push(9);
-        pool.push(20);
-        pool.add_range(21, 2);
-        pool.push(30);
-        assert_eq!(pool.into_ranges(), vec![(9, 5), (20, 3), (30, 1)]);
     }
 
     #[test]
@@ -279,13 +357,52 @@ mod tests {
         assert_eq!(slots.claim(0, 10), (0, 10));
         slots.give_back(0, 2, 3);
         slots.give_back(0, 7, 1);
-        assert_eq!(slots.free_counts[0], 6);
+        assert_eq!(slots.free_count(0), 6);
         assert!(slots.claimable());
         assert_eq!(slots.claim(1, 4), (7, 1), "the last range given back");
         assert_eq!(slots.claim(1, 2), (2, 2));
         assert_eq!(slots.claim(1, 2), (4, 1));
         assert!(!slots.claimable());
         assert_eq!(slots.claim(1, 2), (10, 0));
-        assert_eq!(slots.free_counts[1], 4);
+        assert_eq!(slots.free_count(1), 4);
+    }
+
+    #[test]
+    fn free_slots_merge_split_and_refuse_what_they_do_not_hold() {
+        let mut free = FreeSlots::default();
+        free.insert(10, 3);
+        free.insert(14, 1);
+        free.insert(13, 1); // joins both
+        assert_eq!(free.ranges().collect::<Vec<_>>(), vec![10..15]);
+        assert!(free.remove(12, 2));
+        assert_eq!(free.ranges().collect::<Vec<_>>(), vec![10..12, 14..15]);
+        assert!(!free.remove(11, 2), "12 is not held");
+        assert!(!free.remove(3, 1));
+        assert_eq!(free.len(), 3);
+        free.insert(9, 1);
+        assert_eq!(free.ranges().collect::<Vec<_>>(), vec![9..12, 14..15]);
+        assert_eq!(free.take(), vec![9..12, 14..15]);
+        assert_eq!(free.len(), 0);
+    }
+
+    /// A host that dies (or leaves, or whose id joins again) gives its free slots back:
+    /// claimed, granted, freed by its deletes, less those its creates and grants took.
+    #[test]
+    fn a_gone_host_s_free_slots_go_back_to_the_pod() {
+        let mut slots = SlotAccounting::new(100, 2);
+        assert_eq!(slots.claim(0, 10), (0, 10));
+        assert_eq!(slots.claim(1, 10), (10, 10));
+        slots.created(0, 0);
+        slots.created(0, 1);
+        slots.created(1, 10);
+        slots.deleted(0, 10); // host 0 deletes host 1's object
+        assert!(slots.grant(0, 1, 5, 3));
+        assert_eq!(slots.free_count(0), 10 - 2 + 1 - 3);
+        slots.set_gone(0, true);
+        assert_eq!(slots.free_count(0), 0);
+        let mut back: Vec<u64> = slots.returned.iter().flat_map(Clone::clone).collect();
+        back.sort_unstable();
+        assert_eq!(back, vec![2, 3, 4, 8, 9, 10]);
+        assert_eq!(slots.free_count(1), 9 + 3);
     }
 }

@@ -715,3 +715,33 @@ fn no_path_of_the_protocol_leaves_a_dirty_line_in_a_hosts_cache() {
     );
     std::mem::forget(c);
 }
+
+/// Hosts that die one after another, each holding a pool of free slots (a claim's worth:
+/// an eighth of a fair share): their `HostDead`s give the pools back to the pod. A pool
+/// was in its host's DRAM and each death lost it for good: after enough deaths the pod
+/// ran out of slots (`SlotsExhausted`) with most of them free.
+#[test]
+fn the_free_slots_of_hosts_that_died_go_back_to_the_pod() {
+    let pod = Arc::new(Pod::create(&config().max_hosts(2), megalon_core::Backing::heap()).unwrap());
+    let b = join(&pod, 1);
+    let slots = pod.layout().slot_count;
+    let deaths: u8 = 20;
+    for i in 0..deaths {
+        let a = join(&pod, 10 + u64::from(i));
+        a.create(&[b'd', i], &value(i)).unwrap();
+        crash(a);
+        wait_recovered(&b, u64::from(i) + 1);
+    }
+    let left = slots - u64::from(deaths);
+    for i in 0..left {
+        if let Err(error) = b.create(format!("b{i}").as_bytes(), &value(i as u8)) {
+            panic!("create {i} of the {left} slots left: {error}");
+        }
+    }
+    for i in 0..deaths {
+        assert_eq!(read(&b, &[b'd', i]), value(i), "a dead host's object {i}");
+    }
+    for i in (0..left).step_by(97) {
+        assert_eq!(read(&b, format!("b{i}").as_bytes()), value(i as u8));
+    }
+}

@@ -4143,3 +4143,41 @@ fn a_reclaimer_paused_after_its_lock_leaves_the_ids_next_life_alone() {
         k_reads_and_takes_a_write(r, r, 2);
     }
 }
+
+/// Host a takes a slot of its pool for a create and pauses past its lease before it
+/// writes the object's bytes; b recovers it, and a's `HostDead` gives a's free slots back
+/// to the pod, that one among them; b creates an object in every free slot. a resumes: it
+/// must write nothing, being dead. (Without its look at its row, it wrote its bytes over
+/// one of b's objects, which a host that joins then reads.)
+#[test]
+fn a_creator_paused_past_its_lease_writes_nothing_into_a_slot_its_death_gave_back() {
+    let pod = Arc::new(Pod::create(&config(), megalon_core::Backing::heap()).unwrap());
+    // c reads at the end: it caches nothing of b's objects.
+    let [a, b, c] = leak_all::<3>(&pod);
+    a.create(b"a0", &value(1)).unwrap(); // a claims a pool of free slots
+    let paused = pauses_at(a, Point::CreateBeforeWrite, || a.create(b"a1", &value(2)));
+    leases_run_out(&[b, c]);
+    recover_by_hand(&pod, a.id(), b);
+    let free = pod.layout().slot_count - 1;
+    for i in 0..free {
+        if let Err(error) = b.create(format!("b{i}").as_bytes(), &value(3)) {
+            panic!("b's create {i} of the {free} free slots: {error}");
+        }
+        if i % 64 == 0 {
+            c.replay().unwrap(); // no pump: its place in the log holds the log's head
+        }
+    }
+    let created = paused.resume();
+    assert!(
+        matches!(created, Err(Error::HostDeclaredDead { .. })),
+        "{created:?}"
+    );
+    for i in 0..free {
+        let key = format!("b{i}");
+        assert_eq!(
+            common::read(c, key.as_bytes()),
+            value(3),
+            "b's object {key}, read on a host that joined after a resumed"
+        );
+    }
+}

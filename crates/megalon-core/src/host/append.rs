@@ -831,34 +831,16 @@ impl Shared {
         Ok(())
     }
 
-    /// A host that leaves appends `HostLeft`, then gives its free slots back to the pod,
-    /// a range at a time (adjacent slots merged) within its wait limit. `HostLeft` first:
-    /// once it applied, no `NeedSlots` names this host (a host that is gone grants
-    /// nothing, and a request naming it waited out its limit, for as long as the pod
-    /// lived, while others had free slots), a grant on its way to it goes to the pod, and
-    /// every event of its own has settled into its pool, which it then takes whole. What
-    /// it could not give back is lost, as a dead host's slots are.
+    /// A host that leaves appends `HostLeft`: once it applied, every replica gives the
+    /// free slots it counts as this host's back to the pod (its pool, and the slots of
+    /// creates that never reached the log), no `NeedSlots` names this host (a host that
+    /// is gone grants nothing), and a grant on its way to it goes to the pod. Its own
+    /// pool is then no one's. (It returned its pool a range at a time after `HostLeft`,
+    /// and what it could not return within its wait limit was lost, as a dead host's
+    /// slots were, until the replicas knew which slots each host holds: log format 7.)
     pub(super) fn give_slots_back(&self) -> Result<()> {
         self.submit(&Event::HostLeft)?;
-        if !self.pool_is_mine.load(std::sync::atomic::Ordering::Acquire) {
-            // A later life whose `HostJoined` never applied (a rejoin that failed): its
-            // pool is what replay rebuilt of the id's earlier holders, live objects'
-            // slots among them.
-            return Ok(());
-        }
-        let pool = std::mem::take(&mut *self.slots.lock());
-        // Checked: a wait limit of `Duration::MAX` has no deadline.
-        let deadline = std::time::Instant::now().checked_add(self.options.wait_limit);
-        for (first, count) in pool.into_ranges() {
-            if deadline.is_some_and(|deadline| std::time::Instant::now() >= deadline) {
-                break;
-            }
-            // Its pump is stopped: a host judged by its lease beats here, or a give-back
-            // of many ranges would outlast the lease.
-            self.beat();
-            // An error: the log is full, or this host was declared dead.
-            self.submit(&Event::ReturnSlots { first, count })?;
-        }
+        *self.slots.lock() = SlotPool::default();
         Ok(())
     }
 
@@ -913,6 +895,14 @@ impl Shared {
             });
         }
         let slot = self.take_slot()?;
+        self.chaos.point(Point::CreateBeforeWrite);
+        // A host declared dead (paused past its lease, in `take_slot`'s replay say) had its
+        // free slots given back to the pod by its `HostDead`, this one among them: another
+        // host may have created an object in it since. It looks at its row right before it
+        // writes (the lease's rule, as before a log write).
+        if !mutants::skipped(Step::CreatorChecksBeforeItWritesTheSlot) {
+            self.holds_its_row()?;
+        }
         let offset = self.pod.layout().slot_offset(slot);
         // Straight to memory, never left in this host's cache.
         mutants::store(&self.memory, Step::CreateWritesBack, offset, value);

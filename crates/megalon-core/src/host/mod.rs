@@ -75,10 +75,6 @@ struct Shared {
     /// A `HostDead` naming this host and life was applied: another host declared it dead
     /// (its lease ran out) and recovered what it held. Every operation fails from then on.
     declared_dead: std::sync::atomic::AtomicBool,
-    /// The free-slot pool is this life's: its first life's always; a later life's once
-    /// its own `HostJoined` applied (replay rebuilds the id's earlier holders' pools until
-    /// then, slots of live objects among them). Only such a pool is given back.
-    pool_is_mine: std::sync::atomic::AtomicBool,
     /// A panic left what a call held unsettled: an append panicked (see
     /// `submit_settled`: the threads whose requests it carried never learned their
     /// outcomes), or a thread unwound holding an announced lock (`Hold`'s drop). The host
@@ -206,11 +202,7 @@ impl Host {
             // not ours (their `HostJoined` clears it).
             host.shared.submit(&Event::HostJoined { life })?;
             // Applied: the pool replay rebuilt of the id's earlier lives is emptied, and
-            // what it gets from here on is this life's (an earlier life's `HostJoined`,
-            // replayed, is not this one's).
-            host.shared
-                .pool_is_mine
-                .store(true, std::sync::atomic::Ordering::Release);
+            // what it gets from here on is this life's.
         }
         host.shared.catch_up()?;
         // A loom model drives replay by hand; its threads are model threads only.
@@ -605,7 +597,6 @@ impl Shared {
             id,
             life,
             declared_dead: std::sync::atomic::AtomicBool::new(false),
-            pool_is_mine: std::sync::atomic::AtomicBool::new(life == 1),
             left_unsettled: std::sync::atomic::AtomicBool::new(false),
             pump_panicked: std::sync::atomic::AtomicBool::new(false),
             pump_told_to_panic: std::sync::atomic::AtomicBool::new(false),

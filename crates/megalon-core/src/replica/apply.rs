@@ -220,7 +220,7 @@ impl Index {
             a.outcome = Outcome::AlreadyExists;
         } else {
             self.insert(key, slot, at.position);
-            self.slots.free_counts[at.author as usize] -= 1;
+            self.slots.created(at.author as usize, slot);
             a.outcome = Outcome::Created;
             a.changed(slot, at.mine);
         }
@@ -264,7 +264,7 @@ impl Index {
             if let Some(record) = entry.record {
                 self.record_owners.remove(&record);
             }
-            self.slots.free_counts[at.author as usize] += 1;
+            self.slots.deleted(at.author as usize, entry.slot);
             if at.mine {
                 pool.push(entry.slot);
             }
@@ -376,9 +376,9 @@ impl Index {
     }
 
     /// A host left (`HostLeft`: it gave back what it could), or joined under an id held
-    /// before (`HostJoined`: the free slots the earlier holder had are no one's, its DRAM
-    /// pool is gone): it is no donor. (The joiner clears the pool
-    /// its replay rebuilt up to here.) Nor does the new life hold any object in its DRAM
+    /// before (`HostJoined`: the earlier holder's DRAM pool is gone): the free slots the
+    /// replicas still count as its go back to the pod, and it is no donor. (The joiner
+    /// clears the pool its replay rebuilt up to here.) Nor does the new life hold any object in its DRAM
     /// (it appends this before anything else): an object still named as the earlier
     /// holder's goes back to its CXL slot, as for a `HostDead`. None should be (a holder
     /// that leaves moves its objects back, or leaves them to its recovery); if one is,
@@ -408,7 +408,7 @@ impl Index {
         Ok(())
     }
 
-    /// A host died: its free slots are gone with its DRAM (it is no donor), and objects
+    /// A host died: its free slots go back to the pod (it is no donor), and objects
     /// in its DRAM go back to their CXL slots, holding what they held when they moved
     /// there (writes made in its DRAM since are lost with it). Every replica applies it at
     /// the same position, so all agree on which writes came before the death. An AllLog

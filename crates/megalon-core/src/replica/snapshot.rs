@@ -3,8 +3,8 @@
 //! decodes it into its empty index and replays from that position.
 //!
 //! Little-endian 64-bit words: the unclaimed slot range (two words), the object count,
-//! one free-slot count per host, the count of ranges given back and each one's first slot
-//! and count, one word per host (1: gone), one per host (its id's latest life the log
+//! per host the count of ranges of its free slots and each one's first slot and count,
+//! the count of ranges given back and each one's first slot and count, one word per host (1: gone), one per host (its id's latest life the log
 //! saw join), then per object its stamp, its place (slot and record),
 //! its key length and DRAM owner (as the arena's meta word, with the host counter
 //! unknown: the joiner has cached nothing), its key words and, in an AllLog pod, its
@@ -14,7 +14,7 @@ use super::arena::{key_words, meta_word, owner_of, FIELD_WORDS, META, PLACE, STA
 use super::index::Index;
 use crate::error::{Error, Result};
 use crate::event::NO_RECORD;
-use crate::slot::SlotAccounting;
+use crate::slot::{FreeSlots, SlotAccounting};
 
 /// A snapshot that does not decode: the joiner's copy is damaged.
 fn corrupt(what: &'static str) -> Error {
@@ -38,7 +38,12 @@ impl Index {
         words.push(self.slots.unclaimed.start);
         words.push(self.slots.unclaimed.end);
         words.push(self.len());
-        words.extend(self.slots.free_counts.iter().map(|&count| count as u64));
+        for pool in &self.slots.pools {
+            words.push(pool.ranges().count() as u64);
+            for range in pool.ranges() {
+                words.extend([range.start, range.end - range.start]);
+            }
+        }
         words.push(self.slots.returned.len() as u64);
         for range in &self.slots.returned {
             words.extend([range.start, range.end - range.start]);
@@ -172,9 +177,34 @@ fn read_snapshot(
         return Err(corrupt("unclaimed slots outside the pod"));
     }
     let count = words.next("object count")?;
-    let free_counts = (0..bounds.max_hosts)
-        .map(|_| words.next("free slot counts").map(|count| count as i64))
-        .collect::<Result<Vec<i64>>>()?;
+    let mut pools = vec![FreeSlots::default(); bounds.max_hosts as usize];
+    let mut pooled = 0u64;
+    for pool in &mut pools {
+        // In order, as encoded: each past the one before.
+        let mut last_end = 0;
+        let ranges = words.next("count of a host's free ranges")?;
+        if ranges > bounds.slot_count {
+            return Err(corrupt("more free ranges than slots"));
+        }
+        for _ in 0..ranges {
+            let first = words.next("a host's free range")?;
+            let count = words.next("a host's free range")?;
+            match first.checked_add(count) {
+                Some(end) if count > 0 && end <= bounds.slot_count => {
+                    if first < last_end {
+                        return Err(corrupt("a host's free ranges out of order"));
+                    }
+                    last_end = end;
+                }
+                _ => return Err(corrupt("a host's free range outside the pod")),
+            }
+            pooled += count;
+            if pooled > bounds.slot_count {
+                return Err(corrupt("more free slots than slots"));
+            }
+            pool.insert(first, count);
+        }
+    }
     let returned_count = words.next("count of ranges given back")?;
     if returned_count > bounds.slot_count {
         return Err(corrupt("more ranges given back than slots"));
@@ -213,7 +243,7 @@ fn read_snapshot(
     });
     let slots = SlotAccounting {
         unclaimed,
-        free_counts,
+        pools,
         returned,
         gone,
         lives,
@@ -361,6 +391,15 @@ mod tests {
                     .collect::<Vec<_>>()
             };
             assert_eq!(unknown(copy.snapshot()), unknown(original.snapshot()));
+            let free: Vec<Vec<_>> = (original.slots.pools.iter())
+                .map(|pool| pool.ranges().collect())
+                .collect();
+            assert_eq!(free[1], vec![50..100], "host 1's, past its creates");
+            assert_eq!(
+                free[2],
+                vec![100..104, 107..110],
+                "host 2's, but what it gave back"
+            );
             assert_eq!(copy.slots, original.slots);
             assert_eq!(copy.record_owner_key(7), original.record_owner_key(7));
             assert_eq!(copy.record_owners.len(), original.record_owners.len());
@@ -443,9 +482,18 @@ mod tests {
         let bytes = original.encode_snapshot();
         let mut words = words_of(&bytes);
         // The first object's words (stamp, place, meta and two key words) again, as
-        // one more object. (Before it: the slot words, each range given back, and a
-        // word per host gone and per host's life.)
-        let first = 4 + 3 * original.max_hosts as usize + 2 * original.slots.returned.len();
+        // one more object. (Before it: the slot words, each host's free ranges, each
+        // range given back, and a word per host gone and per host's life.)
+        let free_ranges: usize = original
+            .slots
+            .pools
+            .iter()
+            .map(|pool| pool.ranges().count())
+            .sum();
+        let first = 4
+            + 3 * original.max_hosts as usize
+            + 2 * free_ranges
+            + 2 * original.slots.returned.len();
         let object: Vec<u64> = words[first..first + 5].to_vec();
         words.extend(object);
         words[2] += 1;

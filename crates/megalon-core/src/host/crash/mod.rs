@@ -12,8 +12,8 @@
 //! so that a recoverer that died is taken over, and one that came back under its id is
 //! not mistaken for the one that died):
 //! 0. Its life is condemned in its row: a host only paused past its lease learns at its
-//!    next check that it is dead (before it writes a log entry, takes a lock, or changes
-//!    a record word or an announce), and from then on leaves all it held to recovery
+//!    next check that it is dead (before it writes a log entry or a create's bytes into a
+//!    slot, takes a lock, or changes a record word or an announce), and from then on leaves all it held to recovery
 //!    (`left_to_recovery`: it keeps every announce, stops its heartbeat, and keeps its
 //!    row when dropped, so that a recovery stopped half-way is begun again; its
 //!    DRAM-only work, such as its slot pool, is moot).
@@ -22,7 +22,8 @@
 //!    A position that another live host also announces is that host's: recovery waits.
 //!    Its `ltail` is released, so that it no longer holds the log's head back.
 //! 2. A `HostDead` event: every replica applies it at one position (the dead host holds
-//!    no slots and no object in its DRAM from there on), and if the "dead" host still
+//!    no slots and no object in its DRAM from there on: its free slots go back to the
+//!    pod, its objects to their CXL slots), and if the "dead" host still
 //!    runs (a lease that ran out on a host that was only paused) it stops there.
 //! 3. With undo images: every record lock it announced and still holds is restored:
 //!    a write whose undo image was complete (its own, or another dead host's of the same
