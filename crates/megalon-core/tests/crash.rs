@@ -745,3 +745,54 @@ fn the_free_slots_of_hosts_that_died_go_back_to_the_pod() {
         assert_eq!(read(&b, format!("b{i}").as_bytes()), value(i as u8));
     }
 }
+
+/// (Review of 629f69d.) an id that dies holding free slots (claimed, and freed by its own
+/// deletes) joins again as the same id, over and over; then both hosts fill the pod.
+/// Every slot is used once: no object is written over.
+#[test]
+fn lives_of_one_id_fill_the_pod_once() {
+    let pod = Arc::new(Pod::create(&config().max_hosts(2), megalon_core::Backing::heap()).unwrap());
+    let b = Host::join(&pod, Join::As(1), options(1)).unwrap();
+    let slots = pod.layout().slot_count;
+    let lives: u8 = 6;
+    for i in 0..lives {
+        let a = Host::join(&pod, Join::As(0), options(10 + u64::from(i))).unwrap();
+        a.create(&[b'd', i], &value(i)).unwrap();
+        a.create(&[b'x', i], &value(i)).unwrap();
+        a.create(&[b'y', i], &value(i)).unwrap();
+        a.delete(&[b'x', i]).unwrap();
+        b.create(&[b'e', i], &value(i)).unwrap();
+        b.delete(&[b'y', i]).unwrap();
+        crash(a);
+        wait_recovered(&b, u64::from(i) + 1);
+    }
+    let a = Host::join(&pod, Join::As(0), options(99)).unwrap();
+    let live = 2 * u64::from(lives);
+    let mut made = 0u64;
+    let (mut a_full, mut b_full) = (false, false);
+    while !(a_full && b_full) {
+        for (host, full, tag) in [(&a, &mut a_full, b'A'), (&b, &mut b_full, b'B')] {
+            if *full {
+                continue;
+            }
+            let key = format!("{}{made}", tag as char);
+            match host.create(key.as_bytes(), &value(made as u8)) {
+                Ok(()) => made += 1,
+                Err(_) => *full = true,
+            }
+        }
+    }
+    for i in 0..lives {
+        assert_eq!(read(&b, &[b'd', i]), value(i), "a dead life's object {i}");
+        assert_eq!(read(&a, &[b'e', i]), value(i), "b's object {i}");
+    }
+    for n in 0..made {
+        let (ka, kb) = (format!("A{n}"), format!("B{n}"));
+        for key in [ka, kb] {
+            if a.lookup(key.as_bytes()).unwrap().is_some() {
+                assert_eq!(read(&b, key.as_bytes()), value(n as u8), "{key}");
+            }
+        }
+    }
+    assert_eq!(made, slots - live, "every free slot used once");
+}

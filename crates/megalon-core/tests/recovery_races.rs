@@ -4181,3 +4181,76 @@ fn a_creator_paused_past_its_lease_writes_nothing_into_a_slot_its_death_gave_bac
         );
     }
 }
+
+/// (Review of 629f69d.) a donor takes slots of its pool for a grant and pauses past its lease
+/// after its reservation, before it writes its `GrantSlots`; its `HostDead` gives those
+/// slots back to the pod with the rest of its pool, and b fills every free slot. The
+/// donor, resumed, writes nothing; every object b made keeps its bytes.
+#[test]
+fn a_donor_paused_in_its_grant_gives_nothing_twice() {
+    let pod = Arc::new(Pod::create(&config(), megalon_core::Backing::heap()).unwrap());
+    let [a, b, c] = leak_all::<3>(&pod);
+    a.create(b"a0", &value(1)).unwrap(); // a claims a pool of free slots
+    let mut made = 0u64;
+    while b.create(format!("b{made}").as_bytes(), &value(3)).is_ok() {
+        made += 1;
+        if made.is_multiple_of(64) {
+            c.replay().unwrap();
+            a.replay().unwrap();
+        }
+    }
+    // b's last create asked a for slots: a serves it, and pauses before its write.
+    let paused = pauses_at(a, Point::AppendAfterReserve, || a.replay());
+    leases_run_out(&[b, c]);
+    recover_by_hand(&pod, a.id(), b);
+    let free = pod.layout().slot_count - 1 - made;
+    for i in 0..free {
+        let key = format!("b{}", made + i);
+        if let Err(error) = b.create(key.as_bytes(), &value(3)) {
+            panic!("b's create {i} of the {free} free slots: {error}");
+        }
+        if i % 64 == 0 {
+            c.replay().unwrap();
+        }
+    }
+    let served = paused.resume();
+    assert!(served.is_err(), "{served:?}");
+    assert!(b.create(b"one-more", &value(4)).is_err(), "no slot is free");
+    for i in 0..made + free {
+        let key = format!("b{i}");
+        assert_eq!(common::read(c, key.as_bytes()), value(3), "{key}");
+    }
+}
+
+/// (Review of 629f69d.) a creator writes its object's bytes, reserves its `Create`'s position
+/// and pauses past its lease there; its recovery fills the position with `Skip`, and its
+/// `HostDead` gives the slot back to the pod, where b creates an object. The creator,
+/// resumed, writes nothing.
+#[test]
+fn a_creator_paused_after_its_reservation_writes_nothing() {
+    let pod = Arc::new(Pod::create(&config(), megalon_core::Backing::heap()).unwrap());
+    let [a, b, c] = leak_all::<3>(&pod);
+    a.create(b"a0", &value(1)).unwrap();
+    let paused = pauses_at(a, Point::AppendAfterReserve, || a.create(b"a1", &value(2)));
+    leases_run_out(&[b, c]);
+    recover_by_hand(&pod, a.id(), b);
+    let free = pod.layout().slot_count - 1;
+    for i in 0..free {
+        if let Err(error) = b.create(format!("b{i}").as_bytes(), &value(3)) {
+            panic!("b's create {i} of the {free} free slots: {error}");
+        }
+        if i % 64 == 0 {
+            c.replay().unwrap();
+        }
+    }
+    let created = paused.resume();
+    assert!(
+        matches!(created, Err(Error::HostDeclaredDead { .. })),
+        "{created:?}"
+    );
+    assert!(c.lookup(b"a1").unwrap().is_none());
+    for i in 0..free {
+        let key = format!("b{i}");
+        assert_eq!(common::read(c, key.as_bytes()), value(3), "{key}");
+    }
+}

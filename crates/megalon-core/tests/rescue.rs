@@ -987,3 +987,55 @@ fn a_rescue_whose_appends_keep_failing_stops_its_join_and_the_next_joiner_comple
         rescued(&pod, &host, &what);
     }
 }
+
+/// (Review of 629f69d.) both hosts die holding free slots (claims, and slots their deletes
+/// freed); a joiner takes host 0's row over (its replay rebuilds that life's pool, which
+/// its `HostDead` gives to the pod), and a second joiner takes host 1's. Both fill the
+/// pod: every free slot is used once, every object keeps its bytes.
+#[test]
+fn a_rescue_gives_the_dead_lives_free_slots_out_once() {
+    let pod = pod(2);
+    let slots = pod.layout().slot_count;
+    {
+        let a = Host::join(&pod, Join::As(0), options(1)).unwrap();
+        let b = Host::join(&pod, Join::As(1), options(2)).unwrap();
+        for i in 0..4u8 {
+            a.create(&[b'a', i], &value(i)).unwrap();
+            b.create(&[b'b', i], &value(i)).unwrap();
+        }
+        a.delete(&[b'b', 0]).unwrap();
+        b.delete(&[b'a', 0]).unwrap();
+        megalon_core::inspect::crash(a);
+        megalon_core::inspect::crash(b);
+    }
+    leases_run_out();
+    let a = join_retrying(&pod, Join::AnyFree, 3);
+    assert_eq!(a.id(), 0);
+    let b = join_retrying(&pod, Join::AnyFree, 4);
+    assert_eq!(b.id(), 1);
+    let live = 6u64;
+    let mut made = 0u64;
+    let (mut a_full, mut b_full) = (false, false);
+    while !(a_full && b_full) {
+        for (host, full, tag) in [(&a, &mut a_full, 'A'), (&b, &mut b_full, 'B')] {
+            if !*full {
+                match host.create(format!("{tag}{made}").as_bytes(), &value(made as u8)) {
+                    Ok(()) => made += 1,
+                    Err(_) => *full = true,
+                }
+            }
+        }
+    }
+    for i in 1..4u8 {
+        assert_eq!(common::read(&b, &[b'a', i]), value(i));
+        assert_eq!(common::read(&a, &[b'b', i]), value(i));
+    }
+    for n in 0..made {
+        for key in [format!("A{n}"), format!("B{n}")] {
+            if b.lookup(key.as_bytes()).unwrap().is_some() {
+                assert_eq!(common::read(&a, key.as_bytes()), value(n as u8), "{key}");
+            }
+        }
+    }
+    assert_eq!(made, slots - live, "every free slot used once");
+}
