@@ -271,14 +271,18 @@ impl SlotAccounting {
     }
 
     /// `from` grants `count` of its free slots from `first` on to `to`: `to`'s, unless
-    /// `to` is gone (then the pod's). Whether `to` gets them.
+    /// `to` is gone (then the pod's), or the replicas do not count them as `from`'s. Whether
+    /// `to` gets them.
     pub(crate) fn grant(&mut self, from: usize, to: usize, first: u64, count: u64) -> bool {
         if self.gone[to] {
             self.give_back(from, first, count);
             return false;
         }
-        // Held by `from`, by the log's order (as a create's slot is).
-        self.pools[from].remove(first, count);
+        // Held by `from`, by the log's order (as a create's slot is). If not, `to` gets
+        // nothing: a slot lost is safer than a slot in two pools.
+        if !self.pools[from].remove(first, count) {
+            return false;
+        }
         self.pools[to].insert(first, count);
         true
     }
