@@ -1501,16 +1501,9 @@ mod tests {
         killed_and_started_again("256");
     }
 
-    /// `--pod` naming a file of the user's that is not a pod (a typo, say): the file is
-    /// left as it is and the run refused. It was replaced by the pod (the core's
-    /// `Pod::create` replaces anything that is not a pod), then removed at the end: a
-    /// mistyped flag cost the file it named.
-    #[test]
-    fn a_pod_path_that_names_a_file_that_is_not_a_pod_is_refused_and_the_file_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("notes.txt");
-        std::fs::write(&file, b"precious notes, not a pod").unwrap();
-        let run = parent_on(&[
+    /// A short run of one host on the pod file `file`, or the reason it was refused.
+    fn short_run_on(file: &Path) -> std::result::Result<Summary, String> {
+        parent_on(&[
             "--hosts",
             "1",
             "--threads",
@@ -1525,7 +1518,19 @@ mod tests {
             "--pod",
             file.to_str().unwrap(),
         ])
-        .map_err(|e| e.to_string());
+        .map_err(|e| e.to_string())
+    }
+
+    /// `--pod` naming a file of the user's that is not a pod (a typo, say): the file is
+    /// left as it is and the run refused. It was replaced by the pod (the core's
+    /// `Pod::create` replaces anything that is not a pod), then removed at the end: a
+    /// mistyped flag cost the file it named.
+    #[test]
+    fn a_pod_path_that_names_a_file_that_is_not_a_pod_is_refused_and_the_file_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("notes.txt");
+        std::fs::write(&file, b"precious notes, not a pod").unwrap();
+        let run = short_run_on(&file);
         assert_eq!(
             std::fs::read(&file).ok().as_deref(),
             Some(&b"precious notes, not a pod"[..]),
@@ -1547,22 +1552,7 @@ mod tests {
             .slot_size_bytes(256);
         drop(Pod::create(&config, Backing::file(&file)).unwrap());
         let before = std::fs::read(&file).unwrap();
-        let run = parent_on(&[
-            "--hosts",
-            "1",
-            "--threads",
-            "1",
-            "--keys",
-            "100",
-            "--seconds",
-            "0.2",
-            "--wait-seconds",
-            "5",
-            "--quiet",
-            "--pod",
-            file.to_str().unwrap(),
-        ])
-        .map_err(|e| e.to_string());
+        let run = short_run_on(&file);
         assert!(
             std::fs::read(&file).ok() == Some(before),
             "the pod file changed or went; the run answered {run:?}"

@@ -4144,6 +4144,34 @@ fn a_reclaimer_paused_after_its_lock_leaves_the_ids_next_life_alone() {
     }
 }
 
+/// b creates `b{from}`, `b{from + 1}`, ... `count` objects of `value(3)`, one in each
+/// free slot left; c, without a pump, replays as it goes (its place in the log holds the
+/// log's head).
+#[track_caller]
+fn b_fills(b: &Host, c: &Host, from: u64, count: u64) {
+    for i in 0..count {
+        if let Err(error) = b.create(format!("b{}", from + i).as_bytes(), &value(3)) {
+            panic!("b's create {i} of the {count} free slots: {error}");
+        }
+        if i % 64 == 0 {
+            c.replay().unwrap();
+        }
+    }
+}
+
+/// c reads `b0` .. `b{count - 1}` whole, as [`b_fills`] made them: no host wrote over one.
+#[track_caller]
+fn bs_read_whole(c: &Host, count: u64) {
+    for i in 0..count {
+        let key = format!("b{i}");
+        assert_eq!(
+            common::read(c, key.as_bytes()),
+            value(3),
+            "b's object {key}"
+        );
+    }
+}
+
 /// Host a takes a slot of its pool for a create and pauses past its lease before it
 /// writes the object's bytes; b recovers it, and a's `HostDead` gives a's free slots back
 /// to the pod, that one among them; b creates an object in every free slot. a resumes: it
@@ -4159,27 +4187,13 @@ fn a_creator_paused_past_its_lease_writes_nothing_into_a_slot_its_death_gave_bac
     leases_run_out(&[b, c]);
     recover_by_hand(&pod, a.id(), b);
     let free = pod.layout().slot_count - 1;
-    for i in 0..free {
-        if let Err(error) = b.create(format!("b{i}").as_bytes(), &value(3)) {
-            panic!("b's create {i} of the {free} free slots: {error}");
-        }
-        if i % 64 == 0 {
-            c.replay().unwrap(); // no pump: its place in the log holds the log's head
-        }
-    }
+    b_fills(b, c, 0, free);
     let created = paused.resume();
     assert!(
         matches!(created, Err(Error::HostDeclaredDead { .. })),
         "{created:?}"
     );
-    for i in 0..free {
-        let key = format!("b{i}");
-        assert_eq!(
-            common::read(c, key.as_bytes()),
-            value(3),
-            "b's object {key}, read on a host that joined after a resumed"
-        );
-    }
+    bs_read_whole(c, free);
 }
 
 /// (Review of 629f69d.) a donor takes slots of its pool for a grant and pauses past its lease
@@ -4204,22 +4218,11 @@ fn a_donor_paused_in_its_grant_gives_nothing_twice() {
     leases_run_out(&[b, c]);
     recover_by_hand(&pod, a.id(), b);
     let free = pod.layout().slot_count - 1 - made;
-    for i in 0..free {
-        let key = format!("b{}", made + i);
-        if let Err(error) = b.create(key.as_bytes(), &value(3)) {
-            panic!("b's create {i} of the {free} free slots: {error}");
-        }
-        if i % 64 == 0 {
-            c.replay().unwrap();
-        }
-    }
+    b_fills(b, c, made, free);
     let served = paused.resume();
     assert!(served.is_err(), "{served:?}");
     assert!(b.create(b"one-more", &value(4)).is_err(), "no slot is free");
-    for i in 0..made + free {
-        let key = format!("b{i}");
-        assert_eq!(common::read(c, key.as_bytes()), value(3), "{key}");
-    }
+    bs_read_whole(c, made + free);
 }
 
 /// (Review of 629f69d.) a creator writes its object's bytes, reserves its `Create`'s position
@@ -4235,22 +4238,12 @@ fn a_creator_paused_after_its_reservation_writes_nothing() {
     leases_run_out(&[b, c]);
     recover_by_hand(&pod, a.id(), b);
     let free = pod.layout().slot_count - 1;
-    for i in 0..free {
-        if let Err(error) = b.create(format!("b{i}").as_bytes(), &value(3)) {
-            panic!("b's create {i} of the {free} free slots: {error}");
-        }
-        if i % 64 == 0 {
-            c.replay().unwrap();
-        }
-    }
+    b_fills(b, c, 0, free);
     let created = paused.resume();
     assert!(
         matches!(created, Err(Error::HostDeclaredDead { .. })),
         "{created:?}"
     );
     assert!(c.lookup(b"a1").unwrap().is_none());
-    for i in 0..free {
-        let key = format!("b{i}");
-        assert_eq!(common::read(c, key.as_bytes()), value(3), "{key}");
-    }
+    bs_read_whole(c, free);
 }
