@@ -1,6 +1,7 @@
 //! What a `read_many` waits for: objects whose records another host holds locked (a
 //! writer stopped or slow with its tickets open) make the call wait one wait limit in
-//! all, not one for each such object.
+//! all, not one for each such object. And a `delete_unless_busy` of such an object waits
+//! for none.
 
 mod common;
 
@@ -60,4 +61,41 @@ fn a_read_many_of_objects_a_stopped_writer_holds_waits_one_limit() {
         a.read_many(&mut reads).iter().filter(|r| r.is_ok()).count(),
         4
     );
+}
+
+/// Host b holds a write ticket of an object: a's `delete_unless_busy` answers `RecordBusy`
+/// at once (a `delete` waits out its limit), the object untouched; once b's write ends,
+/// the same call deletes it.
+#[test]
+fn a_delete_unless_busy_of_a_locked_object_answers_at_once_and_deletes_nothing() {
+    let wait = Duration::from_secs(2);
+    let options = |id: u64| {
+        HostOptions::new()
+            .memory(common::simulated(id + 1, 4096, 0))
+            .pump_interval(None)
+            .wait_limit(wait)
+    };
+    let pod = common::heap_pod(&common::config().lease_ms(60_000));
+    let a = Host::join(&pod, Join::As(0), options(0)).unwrap();
+    let b = Host::join(&pod, Join::As(1), options(1)).unwrap();
+    a.create(b"k", &value(1)).unwrap();
+    a.write(b"k", &value(2)).unwrap();
+    b.replay().unwrap();
+    let ticket = b.write_start(b"k").unwrap();
+    ticket.write(0, &value(3)).unwrap();
+    let began = Instant::now();
+    let answer = a.delete_unless_busy(b"k");
+    let took = began.elapsed();
+    assert!(
+        matches!(answer, Err(Error::RecordBusy { .. })),
+        "b holds the record: {answer:?}"
+    );
+    assert!(took < wait / 4, "it waited {took:?} (limit {wait:?})");
+    b.write_end(ticket).unwrap();
+    let mut buf = vec![0u8; common::SLOT];
+    a.read(b"k", &mut buf).unwrap();
+    assert_eq!(buf, value(3), "the object as b's write left it");
+    a.delete_unless_busy(b"k").unwrap();
+    assert!(matches!(a.read(b"k", &mut buf), Err(Error::UnknownKey)));
+    assert!(b.lookup(b"k").unwrap().is_none());
 }

@@ -123,17 +123,27 @@ impl Inner {
     }
 
     /// Deletes page `key`, which the caller checked is cached and holds the admission lock
-    /// of. Returns whether this call deleted it.
-    fn delete(&self, key: &[u8; PAGE_KEY_BYTES]) -> Result<bool> {
+    /// of. Returns whether this call deleted it. A page whose record a writer holds locked
+    /// is waited for, up to the wait limit, if `wait` says so; otherwise it answers
+    /// `RecordBusy` after one look (the hand, which passes over a busy page: it waited a
+    /// whole limit on each, one after another).
+    fn delete(&self, key: &[u8; PAGE_KEY_BYTES], wait: bool) -> Result<bool> {
         let deleted = || {
             self.shared.counters.add(Counter::Evictions);
             Ok(true)
         };
         self.shared.clear_refusal();
         let called = std::time::Instant::now();
-        match self.host.delete(key) {
+        let result = if wait {
+            self.host.delete(key)
+        } else {
+            self.host.delete_unless_busy(key)
+        };
+        match result {
             Ok(()) => deleted(),
             Err(megalon_core::Error::UnknownKey) => Ok(false),
+            // Answered before anything reached the log.
+            Err(error @ megalon_core::Error::RecordBusy { .. }) => Err(error.into()),
             // The hook's own refusal, handed to this thread: `last_error` may hold another
             // thread's error by now (the background writer's, another eviction's).
             Err(megalon_core::Error::ReleaseRefused { record }) => Err(self
@@ -198,7 +208,7 @@ impl Inner {
         if self.host.lookup(key)?.is_none() {
             return Ok(false);
         }
-        self.delete(key)
+        self.delete(key, true)
     }
 
     /// Runs the hand until it evicts a page, within the wait limit. Returns `false` if no
@@ -290,7 +300,7 @@ impl Inner {
                 Some(entry) if entry.slot == slot => {}
                 _ => continue,
             }
-            match self.delete(&key) {
+            match self.delete(&key, false) {
                 Ok(true) => {
                     if let Some(error) = refusal {
                         // Nobody else will be told: keep it for `take_error`.
@@ -299,8 +309,9 @@ impl Inner {
                     return Ok(Swept::Evicted);
                 }
                 Ok(false) => {}
-                // A writer held the page's record past the wait limit (descheduled, say):
-                // a page locked now is passed over, as one whose admission lock is held.
+                // A writer holds the page's record (a write in progress, or one
+                // descheduled): a page locked now is passed over at once, as one whose
+                // admission lock is held; the caller's wait covers the whole sweep.
                 Err(Error::Core(megalon_core::Error::RecordBusy { .. })) => {}
                 Err(
                     error @ (Error::FileNotOpen { .. }

@@ -244,6 +244,81 @@ fn a_sweep_passes_over_a_page_a_writer_holds() {
     );
 }
 
+/// b writes pages 0, 1 and 2 of F, each from a thread that pauses holding the page's
+/// record; a has read page 3 (clean, count 1), and the cache is full. a reads page 4: its
+/// hand meets the three locked pages twice (page 3's count keeps it the first time
+/// round), and each delete waited out the wait limit before the hand went on: six limits,
+/// 3 s at 500 ms, for a read that had an evictable page all along. The hand looks once
+/// at a locked page now.
+#[test]
+fn a_sweep_waits_for_no_locked_page_before_it_evicts_another() {
+    let limit = Duration::from_millis(500);
+    let pod = heap_pod(&PageCacheConfig::new(4).max_hosts(2));
+    let f = data_file(5 * PAGE);
+    let a = join(&pod, opts(9, limit, true, None));
+    let b = Arc::new(join(&pod, opts(10, Duration::from_secs(5), true, None)));
+    let (fa, fb) = (a.open(f.path()).unwrap(), b.open(f.path()).unwrap());
+    let mut buf = [0u8; 4];
+    let writers: Vec<_> = (0..3u64)
+        .map(|page| {
+            let b = Arc::clone(&b);
+            paused_write(move || b.write(fb, page * PAGE as u64, b"BBBB"))
+        })
+        .collect();
+    a.read(fa, 3 * PAGE as u64, &mut buf).unwrap();
+    assert_eq!(a.cached_pages(), 4);
+    let started = Instant::now();
+    let read = a.read(fa, 4 * PAGE as u64, &mut buf);
+    let took = started.elapsed();
+    for (go, writer) in writers {
+        go.send(()).unwrap();
+        let b_write = writer.join().unwrap();
+        assert!(b_write.is_ok(), "b's write: {b_write:?}");
+    }
+    assert!(read.is_ok(), "page 3 was evictable: {read:?}");
+    assert!(
+        took < limit,
+        "the read of page 4 took {took:?} with page 3 evictable (limit {limit:?})"
+    );
+}
+
+/// As above, but every cached page is locked: a's read of page 3 answers `NoVictim`
+/// after about one wait limit in all (it waited one limit for each locked page at each
+/// of the hand's turns: 12 s at 400 ms).
+#[test]
+fn a_cache_of_locked_pages_answers_no_victim_within_about_one_limit() {
+    let limit = Duration::from_millis(400);
+    let pod = heap_pod(&PageCacheConfig::new(3).max_hosts(2));
+    let f = data_file(4 * PAGE);
+    let a = join(&pod, opts(11, limit, true, None));
+    let b = Arc::new(join(&pod, opts(12, Duration::from_secs(5), true, None)));
+    let (fa, fb) = (a.open(f.path()).unwrap(), b.open(f.path()).unwrap());
+    let mut buf = [0u8; 4];
+    let writers: Vec<_> = (0..3u64)
+        .map(|page| {
+            let b = Arc::clone(&b);
+            paused_write(move || b.write(fb, page * PAGE as u64, b"BBBB"))
+        })
+        .collect();
+    assert_eq!(a.cached_pages(), 3);
+    let started = Instant::now();
+    let read = a.read(fa, 3 * PAGE as u64, &mut buf);
+    let took = started.elapsed();
+    for (go, writer) in writers {
+        go.send(()).unwrap();
+        let b_write = writer.join().unwrap();
+        assert!(b_write.is_ok(), "b's write: {b_write:?}");
+    }
+    assert!(
+        matches!(read, Err(megalon_pagecache::Error::NoVictim { .. })),
+        "every page was locked: {read:?}"
+    );
+    assert!(
+        took < 2 * limit,
+        "the read of page 3 took {took:?} (limit {limit:?})"
+    );
+}
+
 /// Host a (no pump) evicts page 0; its delete reaches the log but its append is left
 /// unconfirmed, so the eviction looks at the log to learn whether the page is gone. That
 /// look was a `replay`, which also serves the slot requests a has applied: b had asked a

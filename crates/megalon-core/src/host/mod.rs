@@ -299,7 +299,21 @@ impl Host {
     /// [`Error::UnknownKey`] if there is none.
     pub fn delete(&self, key: &[u8]) -> Result<()> {
         self.shared.check_key(key)?;
-        self.shared.with_counters(|c| self.shared.delete(key, c))
+        self.shared
+            .with_counters(|c| self.shared.delete(key, None, c))
+    }
+
+    /// [`Host::delete`], except that it does not wait for the object's record when
+    /// another thread or host holds it locked (a write in progress, or a writer stopped
+    /// holding it): it looks once and answers [`Error::RecordBusy`], the object left as it
+    /// was. What picks one victim among many (a cache's eviction) passes over a busy one
+    /// this way, instead of spending a wait limit on each. The log's own waits (a hole,
+    /// room for the entry) are as in `delete`.
+    pub fn delete_unless_busy(&self, key: &[u8]) -> Result<()> {
+        self.shared.check_key(key)?;
+        let no_wait = Some(crate::Backoff::new(std::time::Duration::ZERO));
+        self.shared
+            .with_counters(|c| self.shared.delete(key, no_wait, c))
     }
 
     /// Applies every published log entry this replica has not applied yet, and serves

@@ -851,12 +851,18 @@ impl Shared {
     /// record once the event is applied here.
     // Over 70 lines on purpose: A delete's cases in order (absent, in a host's DRAM, read-
     // shared, with a record); taking the lock is `lock_for_delete`.
-    pub(super) fn delete(&self, key: &[u8], c: &ThreadCounters) -> Result<()> {
+    /// `backoff`: the wait for a record another thread or host holds locked (`None`: a
+    /// whole limit, begun at the first wait).
+    pub(super) fn delete(
+        &self,
+        key: &[u8],
+        mut backoff: Option<Backoff>,
+        c: &ThreadCounters,
+    ) -> Result<()> {
         if self.all_log {
             return self.delete_all_log(key, c);
         }
         let records = Records::new(&self.pod);
-        let mut backoff: Option<Backoff> = None;
         let mut brought_back = 0;
         loop {
             self.catch_up()?;
