@@ -266,6 +266,47 @@ fn a_grant_to_a_host_that_left_goes_back_to_the_pod() {
     }
 }
 
+/// A new life of an id, replaying the log from its start, met the requests for slots its
+/// earlier life was asked and never served, and served them: it granted its own free slots
+/// to a host that asked before it joined (that host had given up, and may have been
+/// served since, or be gone). A life's own `HostJoined` now drops the requests applied
+/// before it; the earlier life's free slots went back to the pod when it left.
+#[test]
+fn a_new_life_serves_no_request_its_earlier_life_was_asked() {
+    use megalon_core::event::Event;
+    let pod = small_slot_pod();
+    let (a, b) = (join_waiting_briefly(&pod, 0), join_waiting_briefly(&pod, 1));
+    assert_eq!(create_until_full(&a, "a"), 64);
+    for i in 0..3 {
+        a.delete(format!("a{i}").as_bytes()).unwrap();
+    }
+    // b asks a (the host with the most free slots), which never replays, so never serves.
+    let asked = b.create(b"b0", b"y");
+    assert!(
+        matches!(asked, Err(Error::SlotsExhausted { .. })),
+        "{asked:?}"
+    );
+    drop(a);
+    let a = join_waiting_briefly(&pod, 0);
+    // The new life takes slots from the pod, and replays (which serves what it was asked).
+    a.create(b"n0", b"z").unwrap();
+    a.replay().unwrap();
+    let (_, _, tail) = a.inspect().log_cursors();
+    let events = a.inspect().read_log(0, tail).unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e.event.event(), Event::NeedSlots { .. }) && e.host == 1),
+        "b asked"
+    );
+    let grants: Vec<_> = events
+        .iter()
+        .filter(|e| matches!(e.event.event(), Event::GrantSlots { .. }))
+        .map(|e| (e.position, e.event.event()))
+        .collect();
+    assert!(grants.is_empty(), "nobody asked the new life: {grants:?}");
+}
+
 /// A host whose `HostLeft` cannot land (a lagging host holds a full log) leaves as a dead
 /// host does: it released its row with its count of free slots standing, and stayed the
 /// donor for good. Its recovery's `HostDead` now makes it no donor.

@@ -276,10 +276,14 @@ impl Shared {
             index.apply(position, author, event, self.id, &mut done.gained)?
         };
         match *event {
-            // Replay rebuilt the free slots of this id's earlier holder up to here.
+            // Replay rebuilt the free slots of this id's earlier holder up to here, and
+            // the requests for slots it was asked: the pod got its free slots back (a
+            // rejoin that replays the log from its start served them all again, from this
+            // life's slots, to hosts that asked long before it joined).
             Event::HostJoined { .. } if author == self.id => {
                 *self.slots.lock() = SlotPool::default();
                 done.gained = SlotPool::default();
+                grants.clear();
             }
             Event::HostDead { host, joins } if host == self.id && joins == self.life => {
                 self.declared_dead
