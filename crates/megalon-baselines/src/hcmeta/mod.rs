@@ -85,6 +85,8 @@ pub mod index;
 mod owner;
 pub mod record;
 mod ring;
+#[cfg(test)]
+mod tests;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -365,7 +367,12 @@ impl Inner {
     /// charge both schemes' polls alike). Returns the requests served.
     pub(crate) fn serve(&self, host: usize, c: &Counters, count_poll: bool, max: usize) -> usize {
         let state = &self.hosts[host];
-        if state.stopped.load(Ordering::Relaxed) || !state.geometry.ring.pending(&self.pod) {
+        if state.stopped.load(Ordering::Relaxed) {
+            return 0;
+        }
+        #[cfg(test)]
+        tests::after_stop_check();
+        if !state.geometry.ring.pending(&self.pod) {
             return 0;
         }
         if count_poll {
@@ -374,9 +381,15 @@ impl Inner {
         let Some(mut buf) = state.serving.try_lock() else {
             return 0;
         };
+        // The host may have been stopped since our look at the flag: we may have been
+        // preempted right after it, and what we found may be a request sent once
+        // stopping returned. Stopping stores the flag and then takes this lock, so under
+        // it we see the flag it stored (the lock orders its store before our load), or
+        // it waits for us to let go. We look before each claim, not only the first, so
+        // that it does not wait out a long run of requests.
         let ring = &state.geometry.ring;
         let mut served = 0;
-        while served < max {
+        while served < max && !state.stopped.load(Ordering::Relaxed) {
             let Some(claimed) = ring.claim(&self.pod, c) else {
                 break;
             };
@@ -536,7 +549,10 @@ impl HcMeta {
     }
 
     /// Makes host `host` stop (`false`) or resume (`true`) answering requests, as a host
-    /// that hangs would: for failure experiments. Its own operations still run.
+    /// that hangs would: for failure experiments. Its own operations still run. Once
+    /// stopping returns, the host claims no request (one sent before included) until it
+    /// resumes: stopping waits for a server already at work to answer the request it
+    /// claimed.
     pub fn set_serving(&self, host: usize, serving: bool) -> Result<()> {
         let state = self
             .inner
@@ -547,6 +563,13 @@ impl HcMeta {
                 hosts: self.inner.hosts.len(),
             })?;
         state.stopped.store(!serving, Ordering::Relaxed);
+        if !serving {
+            // A server that looked at the flag before our store holds the serving lock
+            // from before its first claim to after its last, and looks at the flag
+            // again under it before each claim: waiting for the lock waits it out. A
+            // server that takes the lock after us sees our store (see `Inner::serve`).
+            drop(state.serving.lock());
+        }
         Ok(())
     }
 }

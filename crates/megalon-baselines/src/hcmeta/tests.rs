@@ -1,0 +1,88 @@
+//! Races of serving and stopping, made to happen: a seam in [`Inner::serve`] where a
+//! test stops a server thread while the host is stopped around it.
+
+use std::cell::RefCell;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use megalon_core::MemoryKind;
+use megalon_kv::{Error, Store};
+
+use super::{scr_bytes_per_shared_object, HcMeta, HcMetaConfig};
+
+/// A seam's hook, run once by the serving code when a test has put one there.
+type Seam = RefCell<Option<Box<dyn FnOnce()>>>;
+
+thread_local! {
+    /// Run once by `Inner::serve` on this thread between its look at the stop flag and
+    /// its look at the ring (the window of a server preempted as the host stops).
+    static AFTER_STOP_CHECK: Seam = const { RefCell::new(None) };
+}
+
+/// Runs, once, the hook a test put after the stop check on this thread.
+pub(super) fn after_stop_check() {
+    if let Some(hook) = AFTER_STOP_CHECK.with(|seam| seam.borrow_mut().take()) {
+        hook();
+    }
+}
+
+/// A server that saw the host serving just before it was stopped, and went on only once
+/// a request sent after the stop waited in the ring, claims nothing: the request waits
+/// out the limit and names its owner, as if no server had been at work.
+#[test]
+fn a_server_that_looked_before_the_stop_claims_nothing_after_it() {
+    let config = HcMetaConfig::new(2, 64, 128)
+        .scr_budget_bytes(Some(scr_bytes_per_shared_object(32)))
+        .wait_limit(Duration::from_millis(300));
+    let store = Store::new(HcMeta::new(config, |h| MemoryKind::simulated(h as u64)).unwrap());
+    let mut keys = (0..)
+        .map(|i| format!("key{i}"))
+        .filter(|key| store.scheme().owner_of(key.as_bytes()) == 1);
+    let (filler, key) = (keys.next().unwrap(), keys.next().unwrap());
+    // The first key takes host 1's one shared entry: the second stays unshared, and a
+    // read of it from host 0 has to ask host 1.
+    let mut owner = store.handle(1).unwrap();
+    owner.insert(filler.as_bytes(), b"filler").unwrap();
+    owner.insert(key.as_bytes(), b"value").unwrap();
+
+    let inner = Arc::clone(&store.scheme().inner);
+    let (looked, has_looked) = mpsc::channel();
+    let (go_on, may_go_on) = mpsc::channel::<()>();
+    let server = std::thread::spawn({
+        let inner = Arc::clone(&inner);
+        move || {
+            AFTER_STOP_CHECK.with(|seam| {
+                *seam.borrow_mut() = Some(Box::new(move || {
+                    looked.send(()).unwrap();
+                    may_go_on.recv().unwrap();
+                }))
+            });
+            let c = inner.hosts[1].counters.register();
+            inner.serve(1, &c, false, usize::MAX)
+        }
+    });
+    has_looked.recv().unwrap();
+    store.scheme().set_serving(1, false).unwrap();
+    std::thread::scope(|scope| {
+        let asker = scope.spawn(|| store.handle(0).unwrap().get(key.as_bytes()));
+        let started = Instant::now();
+        while !inner.hosts[1].geometry.ring.pending(&inner.pod) {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the request never reached the ring"
+            );
+            std::thread::yield_now();
+        }
+        go_on.send(()).unwrap();
+        assert_eq!(server.join().unwrap(), 0, "served after the stop");
+        match asker.join().unwrap() {
+            Err(Error::OwnerUnresponsive { owner: 1, .. }) => {}
+            other => panic!("expected OwnerUnresponsive from host 1, got {other:?}"),
+        }
+    });
+    // Serving again, host 1 shares the key for the same read.
+    store.scheme().set_serving(1, true).unwrap();
+    let value = store.handle(0).unwrap().get(key.as_bytes()).unwrap();
+    assert_eq!(value.as_deref(), Some(&b"value"[..]));
+}
