@@ -63,6 +63,80 @@ fn a_read_many_of_objects_a_stopped_writer_holds_waits_one_limit() {
     );
 }
 
+/// Host b holds a write ticket of x (stopped), and a `read_many` on host a reads x, then
+/// (in a second group) y, an object with a record. x spends the call's wait. Between y's
+/// tail check and its lookup, b makes y read-shared: its dealloc is in the log, its record
+/// free, and a's replica has not applied the dealloc yet, so y's lookup finds the record
+/// free. Nobody holds y: one more look (its tail check applies the dealloc) reads it, as a
+/// lone read does. (Answered `RecordBusy` without that look, the call's wait being spent:
+/// a freed record read as a locked one.)
+#[cfg(feature = "chaos")]
+#[test]
+fn a_read_many_whose_wait_is_spent_still_reads_an_object_whose_record_was_just_freed() {
+    use megalon_core::chaos::{self, Point};
+
+    let wait = Duration::from_millis(300);
+    let options = |id: u64| {
+        HostOptions::new()
+            .memory(common::simulated(id + 1, 4096, 0))
+            .pump_interval(None)
+            .wait_limit(wait)
+    };
+    let pod = common::heap_pod(&common::config().lease_ms(60_000));
+    let a = Host::join(&pod, Join::As(0), options(0)).unwrap();
+    let b: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), options(1)).unwrap()));
+    // The first group: x (locked by b below), then read-shared objects; y opens the second.
+    let mut keys: Vec<Vec<u8>> = vec![b"x".to_vec()];
+    keys.extend((0..15).map(|i| format!("s{i}").into_bytes()));
+    keys.push(b"y".to_vec());
+    for key in &keys {
+        a.create(key, &value(1)).unwrap();
+    }
+    for key in [&b"x"[..], b"y"] {
+        // Written once: the object has a record.
+        a.write(key, &value(2)).unwrap();
+    }
+    b.replay().unwrap();
+    let ticket = b.write_start(b"x").unwrap();
+    let mut bufs = vec![vec![0u8; common::SLOT]; keys.len()];
+    let mut reads: Vec<(&[u8], &mut [u8])> = keys
+        .iter()
+        .zip(bufs.iter_mut())
+        .map(|(key, buf)| (&key[..], &mut buf[..]))
+        .collect();
+    // The first group's copies come after all its reads started (x's too): the first
+    // tail check after a copy is y's.
+    let (mut copied, mut freed) = (false, false);
+    let answers = chaos::with_hook(
+        move |at| match at {
+            Point::ReadBeforeEnd => copied = true,
+            Point::ReadAfterTailCheck if copied && !freed => {
+                freed = true;
+                assert!(b.make_read_shared(b"y").unwrap(), "y had a record");
+            }
+            _ => {}
+        },
+        || a.read_many(&mut reads),
+    );
+    assert!(
+        matches!(answers[0], Err(Error::RecordBusy { .. })),
+        "x is locked: {:?}",
+        answers[0]
+    );
+    assert!(
+        answers[1..16].iter().all(Result::is_ok),
+        "the read-shared objects: {answers:?}"
+    );
+    assert!(
+        answers[16].is_ok(),
+        "y, nobody's to wait for, its record freed: {:?}",
+        answers[16]
+    );
+    assert_eq!(bufs[16][..], value(2)[..]);
+    assert!(a.lookup(b"y").unwrap().unwrap().record.is_none());
+    b.write_end(ticket).unwrap();
+}
+
 /// Host b holds a write ticket of an object: a's `delete_unless_busy` answers `RecordBusy`
 /// at once (a `delete` waits out its limit), the object untouched; once b's write ends,
 /// the same call deletes it.

@@ -202,6 +202,9 @@ impl Shared {
         }
         let records = Records::new(&self.pod);
         let mut brought_back = 0;
+        // Whether this read looked again at a record found freed once the call's wait was
+        // spent (see below).
+        let mut looked_again = false;
         loop {
             // 1. Tail check: the replica covers every append that completed before now,
             //    and replay dropped the lines of every object another host's event touched.
@@ -268,6 +271,15 @@ impl Shared {
                 },
                 1,
             );
+            // Freed: its dealloc or delete is in the log (applied by its author before the
+            // free, so `ctail` covers it), and the next tail check is likely to apply it;
+            // nobody holds the object. A `read_many` whose wait writers spent looks once
+            // more before it answers. (It answered `RecordBusy` at once: a freed record
+            // taken for a locked one.)
+            if !word.in_use && !looked_again && backoff.as_ref().is_some_and(Backoff::expired) {
+                looked_again = true;
+                continue;
+            }
             Backoff::snooze_or(backoff, self.options.wait_limit, |waited_ms| {
                 self.record_busy(record, waited_ms)
             })?;
