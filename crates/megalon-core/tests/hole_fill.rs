@@ -533,3 +533,128 @@ fn an_unconfirmed_append_applied_by_a_round_under_way_answers_once_the_round_end
         "{census:?}"
     );
 }
+
+/// With flat combining: two threads of host a delete x and y (each written: each delete
+/// holds its record's lock), their requests combined into one batch whose wait for the
+/// outcome fails (forced), while another thread's replay round has applied the batch's
+/// first entry and is paused before the second. The first delete answers its outcome,
+/// once that round ends (a lookup on host b right after it finds its object gone); the
+/// second answers the error, its settle left to the round, which frees its record once.
+/// (Waiting for the round only when the batch's last entry was found, the first delete
+/// answered while the round had not moved `ctail` over it.)
+#[test]
+fn an_unconfirmed_batch_half_applied_by_a_round_under_way_answers_each_entry_once() {
+    let options = |id: u32| options(id).flat_combining(true);
+    let pod = common::heap_pod(&common::config().lease_ms(60_000));
+    let a: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(0), options(0)).unwrap()));
+    let b: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), options(1)).unwrap()));
+    for key in [&b"x"[..], b"y"] {
+        a.create(key, &value(1)).unwrap();
+        a.write(key, &value(2)).unwrap();
+    }
+    a.create(b"z", &value(3)).unwrap();
+    b.replay().unwrap();
+    // Thread t0 of a combines a delete of z and stays paused after its publish, holding the
+    // combiner: the deletes of x and y queue behind it, and the next combiner takes both.
+    let (t0_paused, is_t0_paused) = channel();
+    let (t0_go, t0_resume) = channel::<()>();
+    let t0_resume = Mutex::new(t0_resume);
+    let t0 = std::thread::spawn(move || {
+        let mut once = true;
+        chaos::with_hook(
+            move |at| {
+                if at == Point::AppendAfterPublish && std::mem::take(&mut once) {
+                    // b covers `ctail` once this delete is confirmed: its tail check finds
+                    // nothing more until a round moves `ctail` past the batch.
+                    b.replay().unwrap();
+                    t0_paused.send(()).unwrap();
+                    t0_resume.lock().unwrap().recv().unwrap();
+                }
+            },
+            || a.delete(b"z"),
+        )
+    });
+    is_t0_paused.recv().unwrap();
+    // The replay round that a delete's combiner starts at its publish, paused after the
+    // batch's first entry.
+    let (round_paused, is_round_paused) = channel();
+    let round_paused = Arc::new(Mutex::new(round_paused));
+    let (round_go, round_resume) = channel::<()>();
+    let round_resume = Arc::new(Mutex::new(round_resume));
+    let replayer: Arc<Mutex<Option<std::thread::JoinHandle<megalon_core::Result<u64>>>>> =
+        Arc::default();
+    let deleter = |key: &'static [u8]| {
+        let (round_paused, round_resume) = (Arc::clone(&round_paused), Arc::clone(&round_resume));
+        let replayer = Arc::clone(&replayer);
+        std::thread::spawn(move || {
+            chaos::fail_next_appends(&[chaos::Fault::Unconfirmed]);
+            let deleted = chaos::with_hook(
+                move |at| {
+                    let mut replayer = replayer.lock().unwrap();
+                    if at != Point::AppendAfterPublish || replayer.is_some() {
+                        return;
+                    }
+                    let (round_paused, round_resume) =
+                        (Arc::clone(&round_paused), Arc::clone(&round_resume));
+                    let (paused, is_paused) = channel();
+                    *replayer = Some(std::thread::spawn(move || {
+                        let mut once = true;
+                        chaos::with_hook(
+                            move |at| {
+                                if at == Point::ReplayBetweenEntries && std::mem::take(&mut once) {
+                                    paused.send(()).unwrap();
+                                    round_paused.lock().unwrap().send(()).unwrap();
+                                    round_resume.lock().unwrap().recv().unwrap();
+                                }
+                            },
+                            || a.replay(),
+                        )
+                    }));
+                    drop(replayer);
+                    is_paused.recv().unwrap();
+                },
+                || a.delete(key),
+            );
+            // Right after the delete answers: every host's tail check finds what it did.
+            let seen = b.lookup(key);
+            chaos::clear_forced_faults();
+            (deleted, seen)
+        })
+    };
+    let (dx, dy) = (deleter(b"x"), deleter(b"y"));
+    // Both queued behind t0 (their tail checks and record locks take microseconds).
+    std::thread::sleep(Duration::from_millis(200));
+    t0_go.send(()).unwrap();
+    t0.join().unwrap().unwrap();
+    is_round_paused.recv().unwrap();
+    // The combiner decides while the round is paused, then waits for its end.
+    std::thread::sleep(Duration::from_millis(100));
+    round_go.send(()).unwrap();
+    let answers = [dx.join().unwrap(), dy.join().unwrap()];
+    let replayed = replayer.lock().unwrap().take().expect("a round paused");
+    replayed.join().unwrap().unwrap();
+    let found = answers
+        .iter()
+        .filter(|(deleted, _)| deleted.is_ok())
+        .count();
+    assert_eq!(found, 1, "one entry applied, one not: {answers:?}");
+    for (deleted, seen) in &answers {
+        match deleted {
+            Ok(()) => assert!(
+                seen.as_ref().unwrap().is_none(),
+                "deleted, still found on b: {answers:?}"
+            ),
+            Err(megalon_core::Error::InjectedFault { .. }) => {}
+            other => panic!("the second delete, unconfirmed: {other:?}"),
+        }
+    }
+    assert_eq!(a.inspect().settle_pending().unwrap(), 0);
+    assert_eq!(a.inspect().outcomes_held(), 0);
+    assert!(a.lookup(b"x").unwrap().is_none());
+    assert!(a.lookup(b"y").unwrap().is_none());
+    let census = a.inspect().record_census();
+    assert!(
+        census.locked.is_empty() && census.in_use.is_empty(),
+        "{census:?}"
+    );
+}
