@@ -10,9 +10,11 @@ use std::time::{Duration, Instant};
 use common::value;
 use megalon_core::{Error, Host, HostOptions, Join};
 
-/// Host b holds write tickets of four objects and does nothing more (stopped, its lease
+/// Host b holds write tickets of eight objects and does nothing more (stopped, its lease
 /// long); a `read_many` of them on host a answers each `RecordBusy` within about one wait
-/// limit. (Each read waited a limit of its own, one after another: 1.2 s at 300 ms.)
+/// limit. (Each read waited a limit of its own, one after another: 2.4 s at 300 ms. The
+/// bound leaves room for a loaded machine: four objects took up to 970 ms beside two busy
+/// loops.)
 #[test]
 fn a_read_many_of_objects_a_stopped_writer_holds_waits_one_limit() {
     let wait = Duration::from_millis(300);
@@ -25,7 +27,7 @@ fn a_read_many_of_objects_a_stopped_writer_holds_waits_one_limit() {
     let pod = common::heap_pod(&common::config().lease_ms(60_000));
     let a = Host::join(&pod, Join::As(0), options(0)).unwrap();
     let b = Host::join(&pod, Join::As(1), options(1)).unwrap();
-    let keys: Vec<Vec<u8>> = (0..4).map(|i| format!("k{i}").into_bytes()).collect();
+    let keys: Vec<Vec<u8>> = (0..8).map(|i| format!("k{i}").into_bytes()).collect();
     for key in &keys {
         a.create(key, &value(1)).unwrap();
         // Written once: the object has a record, which a writer locks.
@@ -49,7 +51,7 @@ fn a_read_many_of_objects_a_stopped_writer_holds_waits_one_limit() {
         );
     }
     assert!(
-        took < wait + wait / 2,
+        took < 5 * wait,
         "a read_many of {} objects locked by a stopped writer took {took:?} (wait limit \
          {wait:?})",
         keys.len()
@@ -59,7 +61,7 @@ fn a_read_many_of_objects_a_stopped_writer_holds_waits_one_limit() {
     }
     assert_eq!(
         a.read_many(&mut reads).iter().filter(|r| r.is_ok()).count(),
-        4
+        keys.len()
     );
 }
 
