@@ -98,6 +98,9 @@ pub enum Point {
     /// A host asking another to move an object back, its request published in the owner's
     /// ring, while it waits for the answer (each time it serves its own ring).
     RpcAwaitingResponse,
+    /// A server of this host's ring, the serving flag found on, before it looks at the
+    /// ring.
+    ServeAfterServingCheck,
     /// Recovery of a dead host's lock, with its intent stored and no live announce of
     /// the record found, before it looks at the record's word.
     RecoveryAfterScan,

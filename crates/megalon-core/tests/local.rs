@@ -426,6 +426,71 @@ fn an_unresponsive_holder_makes_the_requester_fail_not_hang() {
     assert_eq!(read(&b, b"k"), value(0));
 }
 
+/// Host a's own thread serves its ring (a has no pump) and has found the serving flag on;
+/// before it looks at the ring, a stops serving, and b asks a to move `k` back. Once
+/// `set_serving(false)` returned, a serves nothing: b's read answers `HostUnresponsive`.
+/// (The server looked at the flag once, before its look at the ring, and served the
+/// request sent after the stop: the race that made a test of a stopped host fail now and
+/// then under load.)
+#[cfg(feature = "chaos")]
+#[test]
+fn a_server_that_looked_at_the_flag_before_the_stop_serves_nothing_after_it() {
+    use megalon_core::chaos::{self, Point};
+    use std::sync::mpsc;
+
+    let pod = pod(&config().local_partitions(2));
+    let a = Arc::new(join(&pod, small_cache(1).pump_interval(None)));
+    let b = Arc::new(join(
+        &pod,
+        small_cache(2).wait_limit(Duration::from_millis(300)),
+    ));
+    a.create(b"k", &value(0)).unwrap();
+    a.create(b"other", &value(1)).unwrap();
+    two_reads_of_k(&a);
+    assert_eq!(a.inspect().local_objects(), (1, 0));
+    let asker = Arc::new(std::sync::Mutex::new(None));
+    let hook = {
+        let (a, b, asker) = (Arc::clone(&a), Arc::clone(&b), Arc::clone(&asker));
+        let mut fired = false;
+        move |point| {
+            if point != Point::ServeAfterServingCheck || fired {
+                return;
+            }
+            fired = true;
+            a.inspect().set_serving(false);
+            let (posted, is_posted) = mpsc::channel();
+            let b = Arc::clone(&b);
+            *asker.lock().unwrap() = Some(std::thread::spawn(move || {
+                let mut told = false;
+                chaos::with_hook(
+                    move |point| {
+                        if point == Point::RpcAwaitingResponse && !told {
+                            told = true;
+                            posted.send(()).unwrap();
+                        }
+                    },
+                    || b.read(b"k", &mut [0u8; SLOT]),
+                )
+            }));
+            is_posted
+                .recv_timeout(Duration::from_secs(20))
+                .expect("b's request is in a's ring");
+        }
+    };
+    // A read polls the ring.
+    chaos::with_hook(hook, || read(&a, b"other"));
+    let asker = asker.lock().unwrap().take().expect("the hook ran");
+    let answer = asker.join().unwrap();
+    assert!(
+        matches!(answer, Err(Error::HostUnresponsive { .. })),
+        "a had stopped serving before b asked: {answer:?}"
+    );
+    // The request withdrawn did nothing: k is still in a's DRAM, as it was.
+    assert_eq!(a.inspect().local_objects(), (1, 0));
+    assert_eq!(read(&a, b"k"), value(0));
+    a.inspect().set_serving(true);
+}
+
 #[test]
 fn a_copy_is_read_locally_and_a_write_invalidates_it_without_waiting() {
     let (a, b) = a_and_b_with_k(config().local_copies(3));

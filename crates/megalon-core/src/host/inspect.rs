@@ -337,13 +337,21 @@ impl Inspect<'_> {
 
     /// Stops or resumes serving RPCs from other hosts (on by default). A host that does not
     /// serve keeps the objects in its DRAM: other hosts that need one get
-    /// [`Error::HostUnresponsive`] after their wait limit.
+    /// [`Error::HostUnresponsive`] after their wait limit. Once stopping returns, the host
+    /// claims no request (one sent before included) until it resumes: stopping waits for
+    /// a server already at work to answer what it claimed.
     /// For testing what a stopped host looks like to the others.
     pub fn set_serving(&self, on: bool) {
-        self.host
-            .shared
+        let shared = &self.host.shared;
+        shared
             .serving
             .store(on, std::sync::atomic::Ordering::Relaxed);
+        if !on {
+            // A server that looked at the flag before the store holds this lock from
+            // before its first claim to after its last, and looks at the flag again under
+            // it before each claim: waiting for the lock waits it out.
+            drop(shared.rpc_server.lock());
+        }
     }
 
     /// Errors the pump met in the background.

@@ -109,6 +109,8 @@ impl Shared {
         if !self.serving.load(std::sync::atomic::Ordering::Relaxed) {
             return Ok(0);
         }
+        self.chaos
+            .point(crate::chaos::Point::ServeAfterServingCheck);
         let ring = &rpc.rings[self.id as usize];
         if !ring.pending(&self.pod) {
             return Ok(0);
@@ -130,8 +132,14 @@ impl Shared {
             };
             // Our row is looked at again before each claim: a server paused past its
             // lease in a handler (a move back waiting for the log) and recovered must not
-            // claim, when it resumes, requests meant for the id's next life.
-            while self.holds_its_row().is_ok() {
+            // claim, when it resumes, requests meant for the id's next life. So is the
+            // serving flag: this thread may have been preempted between its look above
+            // and the ring's, and a request sent once `set_serving(false)` returned must
+            // find nobody (it stores the flag, then takes this lock: under the lock we
+            // see its store, or it waits for us).
+            while self.holds_its_row().is_ok()
+                && self.serving.load(std::sync::atomic::Ordering::Relaxed)
+            {
                 let Some(claimed) = ring.claim(&self.pod, c) else {
                     break;
                 };
