@@ -10,14 +10,9 @@ use std::time::{Duration, Instant};
 use common::value;
 use megalon_core::{Error, Host, HostOptions, Join};
 
-/// Host b holds write tickets of eight objects and does nothing more (stopped, its lease
-/// long); a `read_many` of them on host a answers each `RecordBusy` within about one wait
-/// limit. (Each read waited a limit of its own, one after another: 2.4 s at 300 ms. The
-/// bound leaves room for a loaded machine: four objects took up to 970 ms beside two busy
-/// loops.)
-#[test]
-fn a_read_many_of_objects_a_stopped_writer_holds_waits_one_limit() {
-    let wait = Duration::from_millis(300);
+/// Hosts 0 and 1 of a pod whose leases are long (a stopped writer is not declared dead),
+/// without pumps, waiting `wait` at most.
+fn two_hosts(wait: Duration) -> (Host, Host) {
     let options = |id: u64| {
         HostOptions::new()
             .memory(common::simulated(id + 1, 4096, 0))
@@ -27,6 +22,18 @@ fn a_read_many_of_objects_a_stopped_writer_holds_waits_one_limit() {
     let pod = common::heap_pod(&common::config().lease_ms(60_000));
     let a = Host::join(&pod, Join::As(0), options(0)).unwrap();
     let b = Host::join(&pod, Join::As(1), options(1)).unwrap();
+    (a, b)
+}
+
+/// Host b holds write tickets of eight objects and does nothing more (stopped, its lease
+/// long); a `read_many` of them on host a answers each `RecordBusy` within about one wait
+/// limit. (Each read waited a limit of its own, one after another: 2.4 s at 300 ms. The
+/// bound leaves room for a loaded machine: four objects took up to 970 ms beside two busy
+/// loops.)
+#[test]
+fn a_read_many_of_objects_a_stopped_writer_holds_waits_one_limit() {
+    let wait = Duration::from_millis(300);
+    let (a, b) = two_hosts(wait);
     let keys: Vec<Vec<u8>> = (0..8).map(|i| format!("k{i}").into_bytes()).collect();
     for key in &keys {
         a.create(key, &value(1)).unwrap();
@@ -78,15 +85,8 @@ fn a_read_many_whose_wait_is_spent_still_reads_an_object_whose_record_was_just_f
     use megalon_core::chaos::{self, Point};
 
     let wait = Duration::from_millis(300);
-    let options = |id: u64| {
-        HostOptions::new()
-            .memory(common::simulated(id + 1, 4096, 0))
-            .pump_interval(None)
-            .wait_limit(wait)
-    };
-    let pod = common::heap_pod(&common::config().lease_ms(60_000));
-    let a = Host::join(&pod, Join::As(0), options(0)).unwrap();
-    let b: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), options(1)).unwrap()));
+    let (a, b) = two_hosts(wait);
+    let b: &'static Host = Box::leak(Box::new(b));
     // The first group: x (locked by b below), then read-shared objects; y opens the second.
     let mut keys: Vec<Vec<u8>> = vec![b"x".to_vec()];
     keys.extend((0..15).map(|i| format!("s{i}").into_bytes()));
@@ -145,15 +145,7 @@ fn a_read_many_whose_wait_is_spent_still_reads_an_object_whose_record_was_just_f
 #[test]
 fn a_delete_unless_busy_of_a_locked_object_answers_at_once_and_deletes_nothing() {
     let wait = Duration::from_secs(2);
-    let options = |id: u64| {
-        HostOptions::new()
-            .memory(common::simulated(id + 1, 4096, 0))
-            .pump_interval(None)
-            .wait_limit(wait)
-    };
-    let pod = common::heap_pod(&common::config().lease_ms(60_000));
-    let a = Host::join(&pod, Join::As(0), options(0)).unwrap();
-    let b = Host::join(&pod, Join::As(1), options(1)).unwrap();
+    let (a, b) = two_hosts(wait);
     a.create(b"k", &value(1)).unwrap();
     a.write(b"k", &value(2)).unwrap();
     b.replay().unwrap();

@@ -4179,11 +4179,18 @@ fn bs_read_whole(c: &Host, count: u64) {
 /// one of b's objects, which a host that joins then reads.)
 #[test]
 fn a_creator_paused_past_its_lease_writes_nothing_into_a_slot_its_death_gave_back() {
+    a_creator_paused_at(Point::CreateBeforeWrite);
+}
+
+/// a, holding a pool of free slots, creates `a1` and pauses at `point`; it is declared dead
+/// and recovered, and b fills every free slot. Resumed, a's create answers
+/// `HostDeclaredDead`, and every object of b's reads whole on c (which caches nothing of
+/// them). Returns c.
+fn a_creator_paused_at(point: Point) -> &'static Host {
     let pod = Arc::new(Pod::create(&config(), megalon_core::Backing::heap()).unwrap());
-    // c reads at the end: it caches nothing of b's objects.
     let [a, b, c] = leak_all::<3>(&pod);
     a.create(b"a0", &value(1)).unwrap(); // a claims a pool of free slots
-    let paused = pauses_at(a, Point::CreateBeforeWrite, || a.create(b"a1", &value(2)));
+    let paused = pauses_at(a, point, || a.create(b"a1", &value(2)));
     leases_run_out(&[b, c]);
     recover_by_hand(&pod, a.id(), b);
     let free = pod.layout().slot_count - 1;
@@ -4194,6 +4201,7 @@ fn a_creator_paused_past_its_lease_writes_nothing_into_a_slot_its_death_gave_bac
         "{created:?}"
     );
     bs_read_whole(c, free);
+    c
 }
 
 /// (Review of 629f69d.) a donor takes slots of its pool for a grant and pauses past its lease
@@ -4231,19 +4239,6 @@ fn a_donor_paused_in_its_grant_gives_nothing_twice() {
 /// resumed, writes nothing.
 #[test]
 fn a_creator_paused_after_its_reservation_writes_nothing() {
-    let pod = Arc::new(Pod::create(&config(), megalon_core::Backing::heap()).unwrap());
-    let [a, b, c] = leak_all::<3>(&pod);
-    a.create(b"a0", &value(1)).unwrap();
-    let paused = pauses_at(a, Point::AppendAfterReserve, || a.create(b"a1", &value(2)));
-    leases_run_out(&[b, c]);
-    recover_by_hand(&pod, a.id(), b);
-    let free = pod.layout().slot_count - 1;
-    b_fills(b, c, 0, free);
-    let created = paused.resume();
-    assert!(
-        matches!(created, Err(Error::HostDeclaredDead { .. })),
-        "{created:?}"
-    );
+    let c = a_creator_paused_at(Point::AppendAfterReserve);
     assert!(c.lookup(b"a1").unwrap().is_none());
-    bs_read_whole(c, free);
 }

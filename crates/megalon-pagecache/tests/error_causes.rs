@@ -253,28 +253,7 @@ fn a_sweep_passes_over_a_page_a_writer_holds() {
 #[test]
 fn a_sweep_waits_for_no_locked_page_before_it_evicts_another() {
     let limit = Duration::from_secs(1);
-    let pod = heap_pod(&PageCacheConfig::new(4).max_hosts(2));
-    let f = data_file(5 * PAGE);
-    let a = join(&pod, opts(9, limit, true, None));
-    let b = Arc::new(join(&pod, opts(10, Duration::from_secs(5), true, None)));
-    let (fa, fb) = (a.open(f.path()).unwrap(), b.open(f.path()).unwrap());
-    let mut buf = [0u8; 4];
-    let writers: Vec<_> = (0..3u64)
-        .map(|page| {
-            let b = Arc::clone(&b);
-            paused_write(move || b.write(fb, page * PAGE as u64, b"BBBB"))
-        })
-        .collect();
-    a.read(fa, 3 * PAGE as u64, &mut buf).unwrap();
-    assert_eq!(a.cached_pages(), 4);
-    let started = Instant::now();
-    let read = a.read(fa, 4 * PAGE as u64, &mut buf);
-    let took = started.elapsed();
-    for (go, writer) in writers {
-        go.send(()).unwrap();
-        let b_write = writer.join().unwrap();
-        assert!(b_write.is_ok(), "b's write: {b_write:?}");
-    }
+    let (read, took) = a_read_beside_three_locked_pages(1, limit, 9);
     assert!(read.is_ok(), "page 3 was evictable: {read:?}");
     assert!(
         took < limit,
@@ -288,27 +267,7 @@ fn a_sweep_waits_for_no_locked_page_before_it_evicts_another() {
 #[test]
 fn a_cache_of_locked_pages_answers_no_victim_within_about_one_limit() {
     let limit = Duration::from_millis(400);
-    let pod = heap_pod(&PageCacheConfig::new(3).max_hosts(2));
-    let f = data_file(4 * PAGE);
-    let a = join(&pod, opts(11, limit, true, None));
-    let b = Arc::new(join(&pod, opts(12, Duration::from_secs(5), true, None)));
-    let (fa, fb) = (a.open(f.path()).unwrap(), b.open(f.path()).unwrap());
-    let mut buf = [0u8; 4];
-    let writers: Vec<_> = (0..3u64)
-        .map(|page| {
-            let b = Arc::clone(&b);
-            paused_write(move || b.write(fb, page * PAGE as u64, b"BBBB"))
-        })
-        .collect();
-    assert_eq!(a.cached_pages(), 3);
-    let started = Instant::now();
-    let read = a.read(fa, 3 * PAGE as u64, &mut buf);
-    let took = started.elapsed();
-    for (go, writer) in writers {
-        go.send(()).unwrap();
-        let b_write = writer.join().unwrap();
-        assert!(b_write.is_ok(), "b's write: {b_write:?}");
-    }
+    let (read, took) = a_read_beside_three_locked_pages(0, limit, 11);
     assert!(
         matches!(read, Err(megalon_pagecache::Error::NoVictim { .. })),
         "every page was locked: {read:?}"
@@ -317,6 +276,45 @@ fn a_cache_of_locked_pages_answers_no_victim_within_about_one_limit() {
         took < 4 * limit,
         "the read of page 3 took {took:?} (limit {limit:?})"
     );
+}
+
+/// A cache of `3 + clean` pages, full: b's writes of pages 0, 1 and 2 of a file, each
+/// paused holding its page's record, and pages 3.. read by a (wait limit `limit`). Returns
+/// what a's read of the next page answered, and how long it took; b's writes then end.
+fn a_read_beside_three_locked_pages(
+    clean: u64,
+    limit: Duration,
+    seed: u64,
+) -> (megalon_pagecache::Result<()>, Duration) {
+    let capacity = 3 + clean;
+    let pod = heap_pod(&PageCacheConfig::new(capacity).max_hosts(2));
+    let f = data_file((capacity as usize + 1) * PAGE);
+    let a = join(&pod, opts(seed, limit, true, None));
+    let b = Arc::new(join(
+        &pod,
+        opts(seed + 1, Duration::from_secs(5), true, None),
+    ));
+    let (fa, fb) = (a.open(f.path()).unwrap(), b.open(f.path()).unwrap());
+    let mut buf = [0u8; 4];
+    let writers: Vec<_> = (0..3u64)
+        .map(|page| {
+            let b = Arc::clone(&b);
+            paused_write(move || b.write(fb, page * PAGE as u64, b"BBBB"))
+        })
+        .collect();
+    for page in 3..capacity {
+        a.read(fa, page * PAGE as u64, &mut buf).unwrap();
+    }
+    assert_eq!(a.cached_pages(), capacity);
+    let started = Instant::now();
+    let read = a.read(fa, capacity * PAGE as u64, &mut buf).map(drop);
+    let took = started.elapsed();
+    for (go, writer) in writers {
+        go.send(()).unwrap();
+        let b_write = writer.join().unwrap();
+        assert!(b_write.is_ok(), "b's write: {b_write:?}");
+    }
+    (read, took)
 }
 
 /// Host a (no pump) evicts page 0; its delete reaches the log but its append is left
