@@ -72,12 +72,16 @@ pub enum Event<'k> {
         record: u32,
     },
     /// The appender claimed `record` for `key` (first write to a read-shared object).
-    /// Loses if `key` has a record already: the appender frees `record`.
+    /// Loses if `key` has a record already: the appender frees `record`. Loses too if a
+    /// `WidthEnd` came first in the log since the claim (`epoch` is the width switches the
+    /// appender had applied): the switch freed every record, this one with them.
     RecordAlloc {
         /// The object.
         key: &'k [u8],
         /// The record the appender claimed.
         record: u32,
+        /// The record width's epoch the record id is of.
+        epoch: u32,
     },
     /// `key` gives up `record` and becomes read-shared.
     RecordDealloc {
@@ -166,6 +170,16 @@ pub enum Event<'k> {
         /// Which of its lives died ([`crate::inspect::HostInfo::joins`]).
         joins: u64,
     },
+    /// Every record is free from here on, and records are `bits` wide: the record width's
+    /// `epoch`-th switch. Every object loses its record (and its host counters), as by a
+    /// dealloc. The appender froze and zeroed the record array first; only the first
+    /// `WidthEnd` of an epoch counts (a replaced appender's repeat changes nothing).
+    WidthEnd {
+        /// The epoch the switch begins.
+        epoch: u32,
+        /// Bits per record from here on.
+        bits: u32,
+    },
     /// `record`, locked by a host that died, was restored and unlocked by the appender;
     /// `key`'s bytes may have been put back to their last complete value, so every host
     /// drops its cached lines (as for a wrap).
@@ -198,6 +212,7 @@ enum Kind {
     Recovered = 16,
     ReturnSlots = 17,
     HostLeft = 18,
+    WidthEnd = 19,
 }
 
 impl Kind {
@@ -221,6 +236,7 @@ impl Kind {
             16 => Kind::Recovered,
             17 => Kind::ReturnSlots,
             18 => Kind::HostLeft,
+            19 => Kind::WidthEnd,
             _ => return None,
         })
     }
@@ -251,7 +267,8 @@ impl<'k> Event<'k> {
             | Event::HostJoined { .. }
             | Event::ReturnSlots { .. }
             | Event::HostLeft
-            | Event::HostDead { .. } => None,
+            | Event::HostDead { .. }
+            | Event::WidthEnd { .. } => None,
         }
     }
 
@@ -263,7 +280,9 @@ impl<'k> Event<'k> {
             Event::ClaimSlots { count } => (Kind::ClaimSlots, &[], NO_RECORD, 0, count),
             Event::Create { key, slot } => (Kind::Create, key, NO_RECORD, slot, 0),
             Event::Delete { key, record } => (Kind::Delete, key, record, 0, 0),
-            Event::RecordAlloc { key, record } => (Kind::RecordAlloc, key, record, 0, 0),
+            Event::RecordAlloc { key, record, epoch } => {
+                (Kind::RecordAlloc, key, record, u64::from(epoch), 0)
+            }
             Event::RecordDealloc { key, record } => (Kind::RecordDealloc, key, record, 0, 0),
             Event::Wrap { key } => (Kind::Wrap, key, NO_RECORD, 0, 0),
             Event::NeedSlots { count } => (Kind::NeedSlots, &[], NO_RECORD, 0, count),
@@ -280,6 +299,7 @@ impl<'k> Event<'k> {
             Event::HostLeft => (Kind::HostLeft, &[], NO_RECORD, 0, 0),
             Event::HostDead { host, joins } => (Kind::HostDead, &[], host, 0, joins),
             Event::Recovered { key, record } => (Kind::Recovered, key, record, 0, 0),
+            Event::WidthEnd { epoch, bits } => (Kind::WidthEnd, &[], bits, 0, u64::from(epoch)),
         };
         assert!(
             KEY_AT + key.len() <= buf.len(),
@@ -311,7 +331,11 @@ impl<'k> Event<'k> {
             Kind::ClaimSlots => Event::ClaimSlots { count: arg },
             Kind::Create => Event::Create { key, slot },
             Kind::Delete => Event::Delete { key, record },
-            Kind::RecordAlloc => Event::RecordAlloc { key, record },
+            Kind::RecordAlloc => Event::RecordAlloc {
+                key,
+                record,
+                epoch: u32::try_from(slot).map_err(|_| corrupt("record epoch past 32 bits"))?,
+            },
             Kind::RecordDealloc => Event::RecordDealloc { key, record },
             Kind::Wrap => Event::Wrap { key },
             Kind::NeedSlots => Event::NeedSlots { count: arg },
@@ -340,6 +364,10 @@ impl<'k> Event<'k> {
                 joins: arg,
             },
             Kind::Recovered => Event::Recovered { key, record },
+            Kind::WidthEnd => Event::WidthEnd {
+                epoch: u32::try_from(arg).map_err(|_| corrupt("record epoch past 32 bits"))?,
+                bits: record,
+            },
         };
         Ok((host, event))
     }
@@ -357,7 +385,7 @@ enum OwnedKind {
     ClaimSlots { count: u64 },
     Create { slot: u64 },
     Delete { record: u32 },
-    RecordAlloc { record: u32 },
+    RecordAlloc { record: u32, epoch: u32 },
     RecordDealloc { record: u32 },
     Wrap,
     NeedSlots { count: u64 },
@@ -372,6 +400,7 @@ enum OwnedKind {
     HostLeft,
     HostDead { host: HostId, joins: u64 },
     Recovered { record: u32 },
+    WidthEnd { epoch: u32, bits: u32 },
 }
 
 impl OwnedEvent {
@@ -381,7 +410,7 @@ impl OwnedEvent {
             Event::ClaimSlots { count } => OwnedKind::ClaimSlots { count },
             Event::Create { slot, .. } => OwnedKind::Create { slot },
             Event::Delete { record, .. } => OwnedKind::Delete { record },
-            Event::RecordAlloc { record, .. } => OwnedKind::RecordAlloc { record },
+            Event::RecordAlloc { record, epoch, .. } => OwnedKind::RecordAlloc { record, epoch },
             Event::RecordDealloc { record, .. } => OwnedKind::RecordDealloc { record },
             Event::Wrap { .. } => OwnedKind::Wrap,
             Event::NeedSlots { count } => OwnedKind::NeedSlots { count },
@@ -396,6 +425,7 @@ impl OwnedEvent {
             Event::HostLeft => OwnedKind::HostLeft,
             Event::HostDead { host, joins } => OwnedKind::HostDead { host, joins },
             Event::Recovered { record, .. } => OwnedKind::Recovered { record },
+            Event::WidthEnd { epoch, bits } => OwnedKind::WidthEnd { epoch, bits },
         };
         Self {
             kind,
@@ -410,7 +440,7 @@ impl OwnedEvent {
             OwnedKind::ClaimSlots { count } => Event::ClaimSlots { count },
             OwnedKind::Create { slot } => Event::Create { key, slot },
             OwnedKind::Delete { record } => Event::Delete { key, record },
-            OwnedKind::RecordAlloc { record } => Event::RecordAlloc { key, record },
+            OwnedKind::RecordAlloc { record, epoch } => Event::RecordAlloc { key, record, epoch },
             OwnedKind::RecordDealloc { record } => Event::RecordDealloc { key, record },
             OwnedKind::Wrap => Event::Wrap { key },
             OwnedKind::NeedSlots { count } => Event::NeedSlots { count },
@@ -425,6 +455,7 @@ impl OwnedEvent {
             OwnedKind::HostLeft => Event::HostLeft,
             OwnedKind::HostDead { host, joins } => Event::HostDead { host, joins },
             OwnedKind::Recovered { record } => Event::Recovered { key, record },
+            OwnedKind::WidthEnd { epoch, bits } => Event::WidthEnd { epoch, bits },
         }
     }
 }
@@ -442,7 +473,11 @@ mod tests {
                 key,
                 record: NO_RECORD,
             },
-            Event::RecordAlloc { key, record: 5 },
+            Event::RecordAlloc {
+                key,
+                record: 5,
+                epoch: 3,
+            },
             Event::RecordDealloc { key, record: 9 },
             Event::Wrap { key },
             Event::NeedSlots { count: 3 },
@@ -465,6 +500,7 @@ mod tests {
             },
             Event::Skip,
             Event::HostJoined { life: 4 },
+            Event::WidthEnd { epoch: 2, bits: 4 },
             Event::ReturnSlots {
                 first: 1 << 33,
                 count: 7,

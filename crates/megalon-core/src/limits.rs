@@ -97,4 +97,4 @@ pub const HEADER_BYTES: usize = 128;
 /// of an earlier life than the id's last `HostJoined` changes nothing; version 7 gives a
 /// host's free slots back to the pod when it dies, leaves or its id joins again (every
 /// replica knows which they are, and a late joiner's snapshot carries them).
-pub const LOG_FORMAT_VERSION: u32 = 7;
+pub const LOG_FORMAT_VERSION: u32 = 8;

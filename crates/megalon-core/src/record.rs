@@ -32,8 +32,52 @@ use crate::sync::Ordering;
 pub(crate) struct Records<'p> {
     pod: &'p Pod,
     width_bits: u32,
+    epoch: u32,
     offset: u64,
     count: u64,
+}
+
+/// The width of a pod's records as its log has set it: the width the pod was created
+/// with at epoch 0, then the width each `WidthEnd` event names, one epoch on each. The
+/// record array's bytes stay the same; how many records they hold follows the width.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RecordShape {
+    /// Width switches applied before it.
+    pub(crate) epoch: u32,
+    /// Bits per record: 2, 4, 8, 16 or 32.
+    pub(crate) bits: u32,
+}
+
+impl RecordShape {
+    /// The shape a pod starts with.
+    pub(crate) fn initial(pod: &Pod) -> Self {
+        Self {
+            epoch: 0,
+            bits: pod.layout().config.record_width_bits,
+        }
+    }
+
+    /// As one word (the replica keeps it in an atomic).
+    pub(crate) fn word(self) -> u64 {
+        u64::from(self.epoch) << 32 | u64::from(self.bits)
+    }
+
+    pub(crate) fn from_word(word: u64) -> Self {
+        Self {
+            epoch: (word >> 32) as u32,
+            bits: word as u32,
+        }
+    }
+
+    /// Records in an array of `bytes` at this width.
+    pub(crate) fn count_in(self, bytes: u64) -> u64 {
+        bytes * 8 / u64::from(self.bits)
+    }
+
+    /// Whether `bits` is a width a record may have.
+    pub(crate) fn valid_bits(bits: u32) -> bool {
+        matches!(bits, 2 | 4 | 8 | 16 | 32)
+    }
 }
 
 /// A record word, decoded.
@@ -46,18 +90,32 @@ pub(crate) struct RecordWord {
 
 impl<'p> Records<'p> {
     pub(crate) fn new(pod: &'p Pod) -> Self {
+        Self::of(pod, RecordShape::initial(pod))
+    }
+
+    /// The array as `shape` lays it out.
+    pub(crate) fn of(pod: &'p Pod, shape: RecordShape) -> Self {
         let layout = pod.layout();
         Self {
             pod,
-            width_bits: layout.config.record_width_bits,
+            width_bits: shape.bits,
+            epoch: shape.epoch,
             offset: layout.records_offset,
-            count: layout.record_count,
+            count: shape.count_in(layout.records_bytes()),
         }
     }
 
     /// Records in the array.
     pub(crate) fn count(&self) -> u64 {
         self.count
+    }
+
+    /// The width this handle reads records at.
+    pub(crate) fn shape(&self) -> RecordShape {
+        RecordShape {
+            epoch: self.epoch,
+            bits: self.width_bits,
+        }
     }
 
     fn in_use_bit(&self) -> u32 {

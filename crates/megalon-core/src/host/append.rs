@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use super::records::FreeRecords;
 use super::{Settle, Shared};
 
 use crate::backoff::Backoff;
@@ -350,6 +351,12 @@ impl Shared {
             event,
             Event::HostDead { .. } | Event::HostJoined { .. } | Event::HostLeft
         ) {
+            self.drop_handed_back(index, done);
+        }
+        if let Outcome::WidthSwitched { .. } = applied.outcome {
+            // Every record is free, at the new width; every object that had one is
+            // read-shared now.
+            *self.free_records.lock() = FreeRecords::new(index.record_count());
             self.drop_handed_back(index, done);
         }
         if let (Some(slot), Some(local)) = (applied.touched_slot, &self.local) {

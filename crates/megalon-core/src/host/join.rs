@@ -265,8 +265,9 @@ impl Shared {
         self.chaos.point(crate::chaos::Point::JoinBeforeDecode);
         let mut index = self.replica.write();
         index.decode_snapshot_beating(snapshot, &mut || self.beat())?;
-        // The records the snapshot's objects have are not free.
+        // The records the snapshot's objects have are not free (of the snapshot's width).
         let mut free = self.free_records.lock();
+        *free = super::records::FreeRecords::new(index.record_count());
         for record in index.records_owned() {
             free.remove(record);
         }

@@ -23,6 +23,7 @@ use crate::limits::HOLDS_PER_HOST;
 use crate::log::Log;
 use crate::memory::Memory;
 use crate::pod::Pod;
+use crate::record::RecordShape;
 use crate::replica::{Index, IndexEntry, Replica};
 use crate::slot::{slot_claim_batch, SlotPool};
 use crate::sync::{AtomicU64, Mutex};
@@ -601,7 +602,13 @@ impl Shared {
         let max_hosts = layout.config.max_hosts;
         let log = Log::new(pod);
         let coherence = layout.config.coherence;
-        let index = Index::new(layout.slot_count, layout.record_count, max_hosts, coherence);
+        let index = Index::new(
+            layout.slot_count,
+            layout.records_bytes(),
+            RecordShape::initial(pod),
+            max_hosts,
+            coherence,
+        );
         let replica = Replica::new(index, log.entry_bytes());
         let claim_chunk_slots = slot_claim_batch(layout.slot_count, max_hosts);
         #[cfg(feature = "chaos")]

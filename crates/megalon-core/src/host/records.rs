@@ -260,6 +260,12 @@ impl Host {
 }
 
 impl Shared {
+    /// The record array at the width this host's replica has applied last (a width
+    /// switch applied after it leaves its record ids to another array: ask again).
+    pub(super) fn records(&self) -> Records<'_> {
+        Records::of(&self.pod, self.replica.shape())
+    }
+
     /// The count of records in use, kept in the reclaimer's line of the SCR.
     pub(super) fn records_in_use(&self) -> &AtomicU64 {
         self.pod.scr_u64(self.pod.layout().reclaimer_offset)
@@ -268,7 +274,7 @@ impl Shared {
     /// Allocates a record for `key` through the log. Returns the record to write with
     /// when a mutant skips using the winner's; normally `None`: look the key up again.
     pub(super) fn allocate_record(&self, key: &[u8], c: &ThreadCounters) -> Result<Option<u32>> {
-        let (record, claimed, hold) = self.claim_record(c)?;
+        let (record, claimed, hold, epoch) = self.claim_record(c)?;
         self.chaos.point(Point::AllocAfterClaim);
         // A refused alloc frees the record; one whose outcome we miss keeps it if it won.
         let settle = Settle::Claimed {
@@ -276,10 +282,17 @@ impl Shared {
             claimed,
             hold,
         };
-        match self.submit_settled(&Event::RecordAlloc { key, record }, settle)? {
+        let alloc = Event::RecordAlloc { key, record, epoch };
+        match self.submit_settled(&alloc, settle)? {
             Outcome::RecordAllocated => {
                 self.end_hold_of(hold);
                 c.add(Counter::RecordAllocs, 1);
+                Ok(None)
+            }
+            Outcome::RecordAllocStale => {
+                // A width switch freed the record (zeroed its word): look again.
+                self.end_hold_of(hold);
+                c.add(Counter::RecordAllocsLost, 1);
                 Ok(None)
             }
             Outcome::RecordAllocLost { .. } => {
@@ -305,12 +318,13 @@ impl Shared {
     /// count says some are free; when none is found, deallocates another object's record
     /// (churn), whose release the log then shows free. Never scans the array: a claim
     /// costs a bounded number of SCR loads and CASes whatever the array's size. Returns
-    /// the record, its claimed word, and the claim's announce (pods with undo images).
+    /// the record, its claimed word, the claim's announce (pods with undo images) and the
+    /// record width's epoch the record is of.
     pub(super) fn claim_record(
         &self,
         c: &ThreadCounters,
-    ) -> Result<(u32, RecordWord, Option<u64>)> {
-        let records = Records::new(&self.pod);
+    ) -> Result<(u32, RecordWord, Option<u64>, u32)> {
+        let records = self.records();
         let count = records.count();
         let mut rng = c.random_seed();
         let mut churned = false;
@@ -326,9 +340,12 @@ impl Shared {
                 Vec::with_capacity((FREE_RECORD_TRIES + FREE_RECORD_PROBES) as usize);
             {
                 let free = self.free_records.lock();
+                // (A width switch applied since `records` was read rebuilt the set for
+                // another count: only ids of this array.)
                 candidates.extend(
                     (0..FREE_RECORD_TRIES.min(free.len() as u32))
-                        .filter_map(|_| free.pick(&mut rng)),
+                        .filter_map(|_| free.pick(&mut rng))
+                        .filter(|&record| u64::from(record) < count),
                 );
             }
             if self.records_in_use().load(Ordering::Relaxed) < count {
@@ -363,7 +380,7 @@ impl Shared {
                     if churned {
                         c.add(Counter::Churn, 1);
                     }
-                    return Ok((record, claimed, hold.into_index()));
+                    return Ok((record, claimed, hold.into_index(), records.shape().epoch));
                 }
                 self.records_in_use().fetch_sub(1, Ordering::Relaxed);
             }

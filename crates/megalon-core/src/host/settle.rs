@@ -97,7 +97,11 @@ impl Shared {
                 claimed,
                 hold,
             } => {
-                if outcome == Some(Outcome::RecordAllocated) {
+                // Won, or freed by a width switch that came first (its word is zero).
+                if matches!(
+                    outcome,
+                    Some(Outcome::RecordAllocated | Outcome::RecordAllocStale)
+                ) {
                     self.end_hold_of(hold);
                 } else {
                     self.free_claimed(record, claimed, hold);

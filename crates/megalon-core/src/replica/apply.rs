@@ -8,6 +8,7 @@ use super::index::{Index, ReplicatedLock};
 use crate::error::{Error, Result};
 use crate::event::{Event, LOCK_HELD, NO_RECORD};
 use crate::ids::HostId;
+use crate::record::RecordShape;
 use crate::slot::SlotPool;
 
 /// What applying an event did.
@@ -43,6 +44,9 @@ pub enum Outcome {
         /// The record it has.
         existing: u32,
     },
+    /// A width switch came first in the log since the record was claimed: the switch
+    /// freed it (its word is zero), and the object was left as it was.
+    RecordAllocStale,
     /// The record was detached.
     RecordDeallocated,
     /// The object no longer had that record (already detached or replaced).
@@ -80,6 +84,15 @@ pub enum Outcome {
     Noted,
     /// A recovered object: every host dropped its lines of it.
     Recovered,
+    /// Records are `bits` wide from here on and every object lost its record.
+    WidthSwitched {
+        /// The epoch the switch began.
+        epoch: u32,
+        /// Bits per record.
+        bits: u32,
+    },
+    /// A `WidthEnd` of an epoch already begun (a replaced drainer's repeat): nothing.
+    WidthRepeated,
 }
 
 /// What applying one event asks the replayer to do.
@@ -158,7 +171,9 @@ impl Index {
             Event::ClaimSlots { count } => self.apply_claim_slots(at, count, pool, a),
             Event::Create { key, slot } => self.apply_create(at, key, slot, pool, a)?,
             Event::Delete { key, record } => self.apply_delete(at, key, record, pool, a)?,
-            Event::RecordAlloc { key, record } => self.apply_record_alloc(at, key, record, a)?,
+            Event::RecordAlloc { key, record, epoch } => {
+                self.apply_record_alloc(at, key, record, epoch, a)?
+            }
             Event::RecordDealloc { key, record } => self.apply_record_dealloc(at, key, record, a),
             Event::Wrap { key } => self.apply_wrap(at, key, a),
             Event::MoveToHost { key, host, stamp } => {
@@ -179,6 +194,7 @@ impl Index {
             Event::HostLeft => self.apply_host_joined(at, true, a),
             Event::ReturnSlots { first, count } => self.apply_return_slots(at, first, count, a)?,
             Event::HostDead { host, joins } => self.apply_host_dead(at, host, joins, a)?,
+            Event::WidthEnd { epoch, bits } => self.apply_width_end(at, epoch, bits, a)?,
             Event::Recovered { key, .. } => {
                 self.apply_wrap(at, key, a);
                 if a.outcome == Outcome::Wrapped {
@@ -278,16 +294,25 @@ impl Index {
     }
 
     /// The first alloc of an object's record in log order wins; a later one loses and
-    /// names the record the object has.
+    /// names the record the object has. One claimed before a width switch that came
+    /// first loses too, naming nothing.
     fn apply_record_alloc(
         &mut self,
         at: At,
         key: &[u8],
         record: u32,
+        epoch: u32,
         a: &mut Applied,
     ) -> Result<()> {
         if self.all_log {
             return Err(at.corrupt("record alloc in an all-log pod"));
+        }
+        if epoch != self.shape.epoch {
+            if epoch > self.shape.epoch {
+                return Err(at.corrupt("record alloc of a width not switched to yet"));
+            }
+            a.outcome = Outcome::RecordAllocStale;
+            return Ok(());
         }
         if u64::from(record) >= self.record_count {
             return Err(at.corrupt("record past the pod's records"));
@@ -304,6 +329,44 @@ impl Index {
                 a.changed(self.slot_of(handle), at.mine);
             }
         }
+        Ok(())
+    }
+
+    /// The record width's switch to `bits`, beginning `epoch`: every object loses its
+    /// record, as by a dealloc (its stamp moves here, its host counter is unknown, every
+    /// host drops its cached lines of it: once read-shared, reads make no check), and
+    /// the record array holds records of `bits` from here on, all free. Only the epoch
+    /// after the current one begins; a repeat of it changes nothing.
+    fn apply_width_end(&mut self, at: At, epoch: u32, bits: u32, a: &mut Applied) -> Result<()> {
+        if self.all_log {
+            return Err(at.corrupt("width switch in an all-log pod"));
+        }
+        if !RecordShape::valid_bits(bits) {
+            return Err(at.corrupt("record width not 2, 4, 8, 16 or 32 bits"));
+        }
+        if epoch <= self.shape.epoch {
+            a.outcome = Outcome::WidthRepeated;
+            return Ok(());
+        }
+        if epoch != self.shape.epoch + 1 {
+            return Err(at.corrupt("width switch past the next epoch"));
+        }
+        let shape = RecordShape { epoch, bits };
+        if shape.count_in(self.records_bytes) > crate::limits::MAX_RECORDS {
+            return Err(at.corrupt("more records at a width than record ids"));
+        }
+        for (_, handle) in std::mem::take(&mut self.record_owners) {
+            self.set_record(handle, NO_RECORD);
+            self.touch(handle, at.position);
+            let slot = self.slot_of(handle);
+            self.handed_back.push(slot);
+        }
+        self.shape = shape;
+        self.record_count = shape.count_in(self.records_bytes);
+        self.view
+            .shape
+            .store(shape.word(), crate::sync::Ordering::Relaxed);
+        a.outcome = Outcome::WidthSwitched { epoch, bits };
         Ok(())
     }
 

@@ -15,6 +15,7 @@ use crate::slot::SlotAccounting;
 use crate::config::Coherence;
 use crate::event::NO_RECORD;
 use crate::ids::HostId;
+use crate::record::RecordShape;
 use crate::sync::Ordering;
 /// An object's lock and counter as the log replicates them, in a pod with
 /// [`Coherence::AllLog`]: what a coherence record holds in a split pod.
@@ -69,9 +70,19 @@ pub(crate) struct View {
     pub(super) table: Table,
     pub(super) words: Words,
     pub(super) hasher: IndexHasher,
+    /// The record width the index is at ([`RecordShape::word`]): the record ids its
+    /// entries name are of it. Changed by replay with the entries, under the seqlock.
+    pub(super) shape: crate::sync::AtomicU64,
 }
 
 impl View {
+    /// The record width the index is at: read within the same look as an entry, the
+    /// width of the record the entry names.
+    #[inline]
+    pub(crate) fn shape(&self) -> RecordShape {
+        RecordShape::from_word(self.shape.load(Ordering::Relaxed))
+    }
+
     #[inline]
     pub(super) fn entry(&self, handle: u32) -> IndexEntry {
         let record = self.words.record(handle);
@@ -136,7 +147,12 @@ pub(crate) struct Index {
     pub(super) view: Arc<View>,
     pub(super) arena: Arena,
     pub(super) slot_count: u64,
+    /// Records at the current width ([`Index::shape`]).
     pub(super) record_count: u64,
+    /// Bytes of the pod's record array: what a width switch divides anew.
+    pub(super) records_bytes: u64,
+    /// The current record width (also in the view, for readers).
+    pub(super) shape: RecordShape,
     pub(super) max_hosts: u32,
     /// Whether the pod's coherence is [`Coherence::AllLog`]: records carry the replicated
     /// lock word after the key.
@@ -170,25 +186,49 @@ impl std::fmt::Debug for Index {
 }
 
 impl Index {
+    /// An empty index of a pod of `slot_count` slots and a record array of
+    /// `records_bytes` at `shape`.
     pub(crate) fn new(
         slot_count: u64,
-        record_count: u64,
+        records_bytes: u64,
+        shape: RecordShape,
         max_hosts: u32,
         coherence: Coherence,
     ) -> Self {
         let all_log = coherence == Coherence::AllLog;
+        let view = View::default();
+        view.shape.store(shape.word(), Ordering::Relaxed);
         Self {
             all_log,
             lock_words: usize::from(all_log),
-            view: Arc::new(View::default()),
+            view: Arc::new(view),
             arena: Arena::default(),
             slot_count,
-            record_count,
+            record_count: shape.count_in(records_bytes),
+            records_bytes,
+            shape,
             max_hosts,
             record_owners: hashbrown::HashMap::new(),
             slots: SlotAccounting::new(slot_count, max_hosts),
             handed_back: Vec::new(),
         }
+    }
+
+    /// An empty index with `record_count` records of 32 bits (tests).
+    #[cfg(test)]
+    pub(crate) fn with_records(
+        slot_count: u64,
+        record_count: u64,
+        max_hosts: u32,
+        coherence: Coherence,
+    ) -> Self {
+        let shape = RecordShape { epoch: 0, bits: 32 };
+        Self::new(slot_count, record_count * 4, shape, max_hosts, coherence)
+    }
+
+    /// Records at the current width.
+    pub(crate) fn record_count(&self) -> u64 {
+        self.record_count
     }
 
     /// The key of the object that owns `record` in this replica.

@@ -170,6 +170,11 @@ impl Replica {
         }
     }
 
+    /// The record width the index is at now.
+    pub(crate) fn shape(&self) -> crate::record::RecordShape {
+        self.view.shape()
+    }
+
     /// The index for reading, under the read lock.
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, Index> {
         let index = self.index.read();

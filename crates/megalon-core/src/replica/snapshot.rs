@@ -3,7 +3,7 @@
 //! decodes it into its empty index and replays from that position.
 //!
 //! Little-endian 64-bit words: the unclaimed slot range (two words), the object count,
-//! per host the count of ranges of its free slots and each one's first slot and count,
+//! the record width (its epoch, high half, and bits), per host the count of ranges of its free slots and each one's first slot and count,
 //! the count of ranges given back and each one's first slot and count, one word per host (1: gone), one per host (its id's latest life the log
 //! saw join), then per object its stamp, its place (slot and record),
 //! its key length and DRAM owner (as the arena's meta word, with the host counter
@@ -14,6 +14,7 @@ use super::arena::{key_words, meta_word, owner_of, FIELD_WORDS, META, PLACE, STA
 use super::index::Index;
 use crate::error::{Error, Result};
 use crate::event::NO_RECORD;
+use crate::record::RecordShape;
 use crate::slot::{FreeSlots, SlotAccounting};
 
 /// A snapshot that does not decode: the joiner's copy is damaged.
@@ -38,6 +39,7 @@ impl Index {
         words.push(self.slots.unclaimed.start);
         words.push(self.slots.unclaimed.end);
         words.push(self.len());
+        words.push(self.shape.word());
         for pool in &self.slots.pools {
             words.push(pool.ranges().count() as u64);
             for range in pool.ranges() {
@@ -89,14 +91,14 @@ impl Index {
         beat: &mut dyn FnMut(),
     ) -> Result<()> {
         debug_assert_eq!(self.len(), 0, "decoded into an empty index");
-        let (slots, objects) = read_snapshot(self.bounds(), bytes)?;
+        let (_, shape, objects) = read_snapshot(self.bounds(), bytes)?;
         for (checked, object) in objects.enumerate() {
             object?;
             if checked % OBJECTS_PER_BEAT == OBJECTS_PER_BEAT - 1 {
                 beat();
             }
         }
-        let (_, objects) = read_snapshot(self.bounds(), bytes)?;
+        let (slots, _, objects) = read_snapshot(self.bounds(), bytes)?;
         for (inserted, object) in objects.enumerate() {
             if inserted % OBJECTS_PER_BEAT == OBJECTS_PER_BEAT - 1 {
                 beat();
@@ -111,7 +113,7 @@ impl Index {
                 None
             };
             if let Some(what) = twice {
-                let (_, again) = read_snapshot(self.bounds(), bytes)?;
+                let (_, _, again) = read_snapshot(self.bounds(), bytes)?;
                 for object in again.take(inserted) {
                     let key = object.expect("checked").key;
                     let entry = self.remove(key).expect("inserted");
@@ -134,6 +136,12 @@ impl Index {
             }
         }
         self.slots = slots;
+        // The records the objects name are of the snapshot's width.
+        self.shape = shape;
+        self.record_count = shape.count_in(self.records_bytes);
+        self.view
+            .shape
+            .store(shape.word(), crate::sync::Ordering::Relaxed);
         Ok(())
     }
 
@@ -141,7 +149,7 @@ impl Index {
     fn bounds(&self) -> Bounds {
         Bounds {
             slot_count: self.slot_count,
-            record_count: self.record_count,
+            records_bytes: self.records_bytes,
             max_hosts: self.max_hosts,
             all_log: self.all_log,
         }
@@ -153,7 +161,9 @@ impl Index {
 #[derive(Clone, Copy)]
 struct Bounds {
     slot_count: u64,
-    record_count: u64,
+    /// Bytes of the record array: how many records it holds depends on the snapshot's
+    /// width.
+    records_bytes: u64,
     max_hosts: u32,
     all_log: bool,
 }
@@ -166,6 +176,7 @@ fn read_snapshot(
     bytes: &[u8],
 ) -> Result<(
     SlotAccounting,
+    RecordShape,
     impl Iterator<Item = Result<SnapshotObject<'_>>>,
 )> {
     if !bytes.len().is_multiple_of(8) {
@@ -177,6 +188,13 @@ fn read_snapshot(
         return Err(corrupt("unclaimed slots outside the pod"));
     }
     let count = words.next("object count")?;
+    let shape = RecordShape::from_word(words.next("record width")?);
+    if !RecordShape::valid_bits(shape.bits)
+        || shape.count_in(bounds.records_bytes) > crate::limits::MAX_RECORDS
+    {
+        return Err(corrupt("a record width no record has"));
+    }
+    let record_count = shape.count_in(bounds.records_bytes);
     let mut pools = vec![FreeSlots::default(); bounds.max_hosts as usize];
     let mut pooled = 0u64;
     for pool in &mut pools {
@@ -238,7 +256,7 @@ fn read_snapshot(
         }
         n => {
             left = Some(n - 1);
-            Some(words.object(bounds))
+            Some(words.object(bounds, record_count))
         }
     });
     let slots = SlotAccounting {
@@ -248,7 +266,7 @@ fn read_snapshot(
         gone,
         lives,
     };
-    Ok((slots, objects))
+    Ok((slots, shape, objects))
 }
 
 /// A snapshot's bytes, read a little-endian word at a time.
@@ -264,8 +282,8 @@ impl<'b> Words8<'b> {
         Ok(u64::from_le_bytes(word.try_into().expect("8 bytes")))
     }
 
-    /// One object, checked against its pod's `bounds`.
-    fn object(&mut self, bounds: Bounds) -> Result<SnapshotObject<'b>> {
+    /// One object, checked against its pod's `bounds` and the snapshot's `record_count`.
+    fn object(&mut self, bounds: Bounds, record_count: u64) -> Result<SnapshotObject<'b>> {
         let stamp = self.next("an object's stamp")?;
         let place = self.next("an object's place")?;
         let meta = self.next("an object's meta word")?;
@@ -280,9 +298,7 @@ impl<'b> Words8<'b> {
         }
         let key = &self.bytes[at..at + key_len];
         let (slot, record) = (place & 0xffff_ffff, (place >> 32) as u32);
-        if slot >= bounds.slot_count
-            || (record != NO_RECORD && u64::from(record) >= bounds.record_count)
-        {
+        if slot >= bounds.slot_count || (record != NO_RECORD && u64::from(record) >= record_count) {
             return Err(corrupt("an object outside the pod"));
         }
         let lock = if bounds.all_log {
@@ -324,7 +340,7 @@ mod tests {
     use crate::slot::SlotPool;
 
     fn index(coherence: Coherence) -> Index {
-        Index::new(1000, 100, 4, coherence)
+        Index::with_records(1000, 100, 4, coherence)
     }
 
     fn filled(coherence: Coherence) -> Index {
@@ -364,6 +380,7 @@ mod tests {
                 Event::RecordAlloc {
                     key: &[b'k', 3, 3, 3, 3, 3, 3, 3, 3, 3],
                     record: 7,
+                    epoch: 0,
                 },
             );
         } else {
@@ -411,12 +428,43 @@ mod tests {
         }
     }
 
+    /// A snapshot taken after a width switch carries the width: the joiner's records are
+    /// of it (a record past the first width's count decodes), and a width no record has
+    /// is refused.
+    #[test]
+    fn a_snapshot_carries_the_record_width_the_log_switched_to() {
+        let mut original = filled(Coherence::Split);
+        let mut pool = SlotPool::default();
+        let switch = Event::WidthEnd { epoch: 1, bits: 8 };
+        original.apply(100, 2, &switch, 0, &mut pool).unwrap();
+        let key = [b'k', 5, 5, 5, 5, 5, 5, 5, 5, 5];
+        let alloc = Event::RecordAlloc {
+            key: &key,
+            record: 350,
+            epoch: 1,
+        };
+        original.apply(101, 1, &alloc, 0, &mut pool).unwrap();
+        let bytes = original.encode_snapshot();
+        let mut copy = index(Coherence::Split);
+        copy.decode_snapshot(&bytes).unwrap();
+        assert_eq!(copy.shape(), RecordShape { epoch: 1, bits: 8 });
+        assert_eq!(copy.record_count, 400);
+        assert_eq!(copy.lookup(&key).unwrap().record, Some(350));
+        assert_eq!(copy.record_owner_key(7), None, "the switch took k3's");
+        // The width word (after the slot range and the object count) of 3 bits.
+        let mut words = words_of(&bytes);
+        words[3] = RecordShape { epoch: 1, bits: 3 }.word();
+        let mut copy = index(Coherence::Split);
+        assert_refused_and_empty(&mut copy, &bytes_of(&words), "a record width no record has");
+        assert_eq!(copy.shape(), RecordShape { epoch: 0, bits: 32 });
+    }
+
     /// A server encoding a large index, and a joiner decoding it, beat as they go: a host
     /// on another machine is judged by its lease alone, and millions of objects outlast it.
     #[test]
     fn encoding_and_decoding_a_large_snapshot_beat_every_so_many_objects() {
         let objects = 3 * OBJECTS_PER_BEAT as u64;
-        let mut index = Index::new(objects, 100, 4, Coherence::Split);
+        let mut index = Index::with_records(objects, 100, 4, Coherence::Split);
         let mut pool = SlotPool::default();
         let mut position = 0;
         let mut apply = |index: &mut Index, event: Event<'_>| {
@@ -428,7 +476,7 @@ mod tests {
             let key = slot.to_le_bytes();
             apply(&mut index, Event::Create { key: &key, slot });
         }
-        let mut copy = Index::new(objects, 100, 4, Coherence::Split);
+        let mut copy = Index::with_records(objects, 100, 4, Coherence::Split);
         let mut beats = 0;
         let bytes = index.encode_snapshot_beating(&mut || beats += 1);
         assert_eq!(beats, 3, "the server beats as it encodes");
@@ -482,15 +530,16 @@ mod tests {
         let bytes = original.encode_snapshot();
         let mut words = words_of(&bytes);
         // The first object's words (stamp, place, meta and two key words) again, as
-        // one more object. (Before it: the slot words, each host's free ranges, each
-        // range given back, and a word per host gone and per host's life.)
+        // one more object. (Before it: the slot words, the object count, the record
+        // width, each host's free ranges, each range given back, and a word per host gone
+        // and per host's life.)
         let free_ranges: usize = original
             .slots
             .pools
             .iter()
             .map(|pool| pool.ranges().count())
             .sum();
-        let first = 4
+        let first = 5
             + 3 * original.max_hosts as usize
             + 2 * free_ranges
             + 2 * original.slots.returned.len();

@@ -8,7 +8,7 @@ use crate::ids::HostId;
 use crate::slot::SlotPool;
 
 fn index() -> Index {
-    Index::new(1000, 100, 4, Coherence::Split)
+    Index::with_records(1000, 100, 4, Coherence::Split)
 }
 
 #[test]
@@ -122,6 +122,7 @@ fn record_events_follow_log_order_and_stamp_the_object() {
             &Event::RecordAlloc {
                 key: b"k",
                 record: 3,
+                epoch: 0,
             },
             0,
             &mut pool,
@@ -135,6 +136,7 @@ fn record_events_follow_log_order_and_stamp_the_object() {
             &Event::RecordAlloc {
                 key: b"k",
                 record: 4,
+                epoch: 0,
             },
             0,
             &mut pool,
@@ -307,14 +309,15 @@ fn out_of_range_fields_are_a_corrupt_log() {
     assert!(index
         .apply(3, 0, &Event::Lock { key: b"k" }, 0, &mut pool)
         .is_err());
-    let mut all_log = Index::new(1000, 100, 4, Coherence::AllLog);
+    let mut all_log = Index::with_records(1000, 100, 4, Coherence::AllLog);
     assert!(all_log
         .apply(
             3,
             0,
             &Event::RecordAlloc {
                 key: b"k",
-                record: 1
+                record: 1,
+                epoch: 0,
             },
             0,
             &mut pool
@@ -326,7 +329,7 @@ fn out_of_range_fields_are_a_corrupt_log() {
 // Over 70 lines on purpose: A scenario: one object's locks in log order, with the state
 // after each.
 fn all_log_locks_follow_log_order_and_move_the_stamp_and_counter() {
-    let mut index = Index::new(1000, 100, 4, Coherence::AllLog);
+    let mut index = Index::with_records(1000, 100, 4, Coherence::AllLog);
     let mut pool = SlotPool::default();
     let me = 0;
     let mut apply = |index: &mut Index, position: u64, author: HostId, event: &Event<'_>| {
@@ -620,4 +623,86 @@ fn a_dead_life_s_host_dead_after_the_id_s_next_join_changes_nothing() {
     assert_eq!(index.handed_back, [3]);
     assert_eq!(index.lookup(b"a").unwrap().local_owner, None);
     assert!(index.slots.gone[2]);
+}
+
+fn alloc(key: &[u8], record: u32, epoch: u32) -> Event<'_> {
+    Event::RecordAlloc { key, record, epoch }
+}
+
+/// A `WidthEnd` takes every object's record (a new stamp, its host counter unknown, its
+/// slot handed back for the replayer to drop every host's lines), leaves objects without
+/// one alone, and counts the array's records at the new width; allocs of the old width
+/// that come after it lose, and only the next epoch's switch counts.
+#[test]
+// Over 70 lines on purpose: A scenario: one switch, then what comes after it in the log.
+fn a_width_switch_takes_every_record_and_counts_the_array_at_the_new_width() {
+    let mut index = index();
+    let mut pool = SlotPool::default();
+    for (position, (key, slot)) in [(b"a", 3), (b"b", 4), (b"c", 5)].into_iter().enumerate() {
+        let create = Event::Create { key, slot };
+        index
+            .apply(position as u64, 1, &create, 0, &mut pool)
+            .unwrap();
+    }
+    index.apply(3, 1, &alloc(b"a", 7, 0), 0, &mut pool).unwrap();
+    index.apply(4, 1, &alloc(b"b", 8, 0), 0, &mut pool).unwrap();
+    let a = index.lookup(b"a").unwrap();
+    index.set_host_counter(a.handle, Some(6));
+    assert_eq!(index.record_count(), 100);
+    index.handed_back.clear();
+    let switch = Event::WidthEnd { epoch: 1, bits: 8 };
+    let applied = index.apply(10, 2, &switch, 0, &mut pool).unwrap();
+    assert_eq!(
+        applied.outcome,
+        Outcome::WidthSwitched { epoch: 1, bits: 8 }
+    );
+    for key in [b"a", b"b"] {
+        let entry = index.lookup(key).unwrap();
+        assert_eq!(
+            (entry.record, entry.stamp, entry.host_counter),
+            (None, 10, None),
+            "{key:?}"
+        );
+    }
+    assert_eq!(index.lookup(b"c").unwrap().stamp, 2, "c had no record");
+    let mut handed_back = std::mem::take(&mut index.handed_back);
+    handed_back.sort_unstable();
+    assert_eq!(handed_back, [3, 4]);
+    assert_eq!(index.record_owner_key(7), None);
+    // The array's 400 bytes hold 400 records of 8 bits.
+    assert_eq!(index.record_count(), 400);
+    assert_eq!(
+        index.shape(),
+        crate::record::RecordShape { epoch: 1, bits: 8 }
+    );
+    // A claim of the old width, logged after the switch: it freed that record.
+    let stale = index
+        .apply(11, 1, &alloc(b"a", 7, 0), 0, &mut pool)
+        .unwrap();
+    assert_eq!(stale.outcome, Outcome::RecordAllocStale);
+    assert_eq!(index.lookup(b"a").unwrap().record, None);
+    // One of the new width, past the old width's count.
+    let fresh = index
+        .apply(12, 1, &alloc(b"a", 399, 1), 0, &mut pool)
+        .unwrap();
+    assert_eq!(fresh.outcome, Outcome::RecordAllocated);
+    // A replaced drainer's repeat of the switch changes nothing.
+    let again = index.apply(13, 3, &switch, 0, &mut pool).unwrap();
+    assert_eq!(again.outcome, Outcome::WidthRepeated);
+    assert_eq!(index.lookup(b"a").unwrap().record, Some(399));
+    // What no appender writes: an epoch skipped, a width no record has, an alloc of a
+    // width not switched to.
+    for (position, event) in [
+        (14, Event::WidthEnd { epoch: 3, bits: 8 }),
+        (15, Event::WidthEnd { epoch: 2, bits: 3 }),
+        (16, alloc(b"b", 1, 2)),
+    ] {
+        assert!(
+            matches!(
+                index.apply(position, 1, &event, 0, &mut pool),
+                Err(Error::CorruptLogEntry { .. })
+            ),
+            "{event:?}"
+        );
+    }
 }
