@@ -403,6 +403,23 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
         )],
     ),
     (
+        "width-gate",
+        &[
+            ("width_windows", "a_switch_waits_for_a_writer_inside_its_gate"),
+            (
+                "width_switch",
+                "writes_and_reads_across_switches_of_every_width_stay_whole_and_fresh",
+            ),
+        ],
+    ),
+    (
+        "stale-alloc-loses",
+        &[(
+            "width_windows",
+            "an_alloc_claimed_before_a_switch_and_logged_after_it_loses",
+        )],
+    ),
+    (
         "create-writes-back",
         &[
             (

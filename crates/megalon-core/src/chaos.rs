@@ -56,6 +56,17 @@ pub enum Point {
     AllocAfterClaim,
     /// An allocation that lost in the log, before it frees its record.
     AllocLostBeforeFree,
+    /// A change of a record word in a pod whose width may switch: the host's gate raised,
+    /// before the width word is looked at.
+    GateAfterRaise,
+    /// A switch of the record width: the width word draining, before the gates are read.
+    WidthAfterFreeze,
+    /// A switch: every gate seen lowered, before the records are looked at for locks.
+    WidthAfterGates,
+    /// A switch: no record locked, before its `WidthEnd` is appended.
+    WidthBeforeEvent,
+    /// A switch: `WidthEnd` applied and the records zeroed, before the width word opens.
+    WidthBeforeReopen,
     /// A deallocation or delete, holding the record's lock, before its event.
     ReleaseAfterLock,
     /// A deallocation or delete whose event won, before it frees the record.

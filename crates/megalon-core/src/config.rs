@@ -174,6 +174,13 @@ pub struct PodConfig {
     /// [`DEFAULT_JOIN_AREA_BYTES`]). 0: no late joins; such a join answers
     /// [`Error::LogRecycled`].
     pub join_area_bytes: u64,
+    /// Whether the record width may change at run time
+    /// ([`Host::switch_record_width`](crate::Host::switch_record_width)). Every change of a
+    /// record word that takes a record (a write's or a delete's lock, a claim, a
+    /// deallocation) then passes the host's gate, two more SCR atomics, so that a switch
+    /// can freeze the record array. Needs split coherence, no undo images
+    /// ([`CrashSafety::Off`]) and no local partitions. Default off.
+    pub record_width_switch: bool,
 }
 
 impl Default for PodConfig {
@@ -195,6 +202,7 @@ impl Default for PodConfig {
             lease_ms: DEFAULT_LEASE_MS,
             crash_safety: CrashSafety::Auto,
             join_area_bytes: DEFAULT_JOIN_AREA_BYTES,
+            record_width_switch: false,
         }
     }
 }
@@ -244,6 +252,7 @@ impl PodConfig {
         crash_safety: CrashSafety,
         /// 0: no late joins.
         join_area_bytes: u64,
+        record_width_switch: bool,
     }
 
     /// Whether writes keep undo images and announce their locks: [`CrashSafety::Undo`]
@@ -395,6 +404,24 @@ impl PodConfig {
                 }
             }
         }
+        if self.record_width_switch {
+            if self.coherence != Coherence::Split {
+                return Err(Error::NeedsSplitCoherence {
+                    parameter: "record_width_switch",
+                });
+            }
+            for (other, on) in [
+                ("crash_safety", self.crash_safety == CrashSafety::Undo),
+                (
+                    "partition_after_accesses",
+                    self.partition_after_accesses > 0,
+                ),
+            ] {
+                if on {
+                    return Err(Error::NotWithWidthSwitch { parameter: other });
+                }
+            }
+        }
         if self.partition_after_accesses > 0 && self.rpc_ring_entries == 0 {
             return Err(Error::BelowMinimum {
                 parameter: "rpc_ring_entries",
@@ -433,7 +460,7 @@ impl PodConfig {
 
     /// Every parameter, named, as a number.
     #[cfg_attr(megalon_loom, allow(dead_code))]
-    fn parameters(&self) -> [(&'static str, u64); 16] {
+    fn parameters(&self) -> [(&'static str, u64); 17] {
         [
             ("scr_bytes", self.scr_bytes),
             ("lnr_bytes", self.lnr_bytes),
@@ -454,6 +481,7 @@ impl PodConfig {
             ("lease_ms", self.lease_ms.into()),
             ("crash_safety", self.crash_safety.to_u32().into()),
             ("join_area_bytes", self.join_area_bytes),
+            ("record_width_switch", self.record_width_switch.into()),
         ]
     }
 }

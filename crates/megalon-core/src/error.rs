@@ -254,6 +254,15 @@ pub enum Error {
         /// The configuration field that is on.
         parameter: &'static str,
     },
+    /// A pod whose record width may change at run time
+    /// ([`PodConfig::record_width_switch`](crate::PodConfig::record_width_switch)) cannot
+    /// have this too (yet): undo images, whose recovery changes record words without the
+    /// gate, or local partitions, whose moves lock records for long.
+    #[error("record_width_switch cannot be on with {parameter}")]
+    NotWithWidthSwitch {
+        /// The configuration field that is on.
+        parameter: &'static str,
+    },
     /// The pod was created with another value of a parameter than the caller expects.
     #[error("pod has {parameter} = {in_pod}, the caller expects {expected}")]
     ParameterMismatch {
@@ -525,6 +534,15 @@ pub enum Error {
         holder: Option<HostId>,
         /// Whether that host lives (`None`: only its lease can tell, or no holder known).
         holder_alive: Option<bool>,
+    },
+    /// A switch of the record width
+    /// ([`Host::switch_record_width`](crate::Host::switch_record_width)) kept the records
+    /// frozen past the wait limit, or (for the switch itself) another switch is under way
+    /// or the records did not drain within it.
+    #[error("a switch of the record width kept the records frozen for {waited_ms} ms")]
+    RecordWidthSwitching {
+        /// How long we waited.
+        waited_ms: u64,
     },
     /// An object's replicated lock (in a pod with [`Coherence::AllLog`](crate::Coherence))
     /// stayed held past the wait limit.

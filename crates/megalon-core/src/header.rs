@@ -64,7 +64,11 @@ pub struct PodHeader {
     pub lease_ms: u32,
     /// [`PodConfig::join_area_bytes`], in lines.
     pub join_area_lines: u32,
-    /// FNV-1a of the 120 bytes before it.
+    /// [`PodConfig::record_width_switch`]: 1 if the record width may change at run time.
+    pub record_width_switch: u32,
+    /// Zero (keeps the checksum on an 8-byte boundary).
+    pub reserved: u32,
+    /// FNV-1a of the 128 bytes before it.
     pub checksum: u64,
 }
 
@@ -105,6 +109,8 @@ impl PodHeader {
             crash_safety: c.crash_safety.to_u32(),
             lease_ms: c.lease_ms,
             join_area_lines: (c.join_area_bytes / LINE_BYTES) as u32,
+            record_width_switch: u32::from(c.record_width_switch),
+            reserved: 0,
             checksum: 0,
         };
         header.checksum = fnv1a64(&header.encode()[..HEADER_BYTES - 8]);
@@ -131,6 +137,7 @@ impl PodHeader {
             lease_ms: self.lease_ms,
             crash_safety: CrashSafety::from_u32(self.crash_safety).unwrap_or_default(),
             join_area_bytes: u64::from(self.join_area_lines) * LINE_BYTES,
+            record_width_switch: self.record_width_switch != 0,
         }
     }
 
@@ -164,6 +171,8 @@ impl PodHeader {
         put(&self.crash_safety.to_le_bytes());
         put(&self.lease_ms.to_le_bytes());
         put(&self.join_area_lines.to_le_bytes());
+        put(&self.record_width_switch.to_le_bytes());
+        put(&self.reserved.to_le_bytes());
         put(&self.checksum.to_le_bytes());
         debug_assert_eq!(at, HEADER_BYTES);
         out
@@ -200,7 +209,9 @@ impl PodHeader {
             crash_safety: u32_at(108),
             lease_ms: u32_at(112),
             join_area_lines: u32_at(116),
-            checksum: u64_at(120),
+            record_width_switch: u32_at(120),
+            reserved: u32_at(124),
+            checksum: u64_at(128),
         };
         if header.magic != MAGIC {
             return Err(Error::BadMagic {

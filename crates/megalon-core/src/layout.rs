@@ -252,7 +252,7 @@ pub struct Layout {
     /// Start of the small coherent region.
     pub scr_offset: u64,
     /// Start of the log cursors: `tail`, `head`, `ctail`, the recovery word, the
-    /// join mailbox, then one `ltail` per host.
+    /// join mailbox, the width word, then one `ltail` (and gate word) per host.
     pub cursors_offset: u64,
     /// Bytes of the log cursors.
     pub cursors_bytes: u64,
@@ -313,8 +313,8 @@ pub struct Layout {
 /// SCR bytes by category; the categories add up to the SCR size exactly.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScrUsage {
-    /// `tail`, `head`, `ctail`, the recovery word, the join mailbox and one `ltail`
-    /// per host, a line each.
+    /// `tail`, `head`, `ctail`, the recovery word, the join mailbox, the width word and
+    /// one `ltail` (and gate word) per host, a line each.
     pub log_cursors_bytes: u64,
     /// One line per host, and with undo images one announce word per lock it may hold.
     pub host_table_bytes: u64,
@@ -482,6 +482,19 @@ impl Layout {
     /// Offset of the join mailbox's first word (a line of words: see `host::join`).
     pub fn join_mailbox_offset(&self) -> u64 {
         self.cursors_offset + 4 * LINE_BYTES
+    }
+
+    /// Offset of the width word: the record width's epoch (the width switches begun),
+    /// whether a switch is draining the records, and who drains them (`host::width`).
+    pub fn width_offset(&self) -> u64 {
+        self.cursors_offset + 5 * LINE_BYTES
+    }
+
+    /// Offset of host `host`'s gate word (on its `ltail`'s line): how many of its
+    /// threads are between their look at the width word and their change of a record
+    /// word, in a pod whose record width may switch.
+    pub fn gate_offset(&self, host: u32) -> u64 {
+        self.ltail_offset(host) + 8
     }
 
     /// Offset of host `host`'s applied position `ltail[host]`.

@@ -174,6 +174,7 @@ pub use ids::HostId;
 pub use layout::{Layout, ScrUsage};
 pub use memory::{CxlModel, Memory, MemoryKind, SimulatedConfig};
 pub use pod::{numa_nodes, Backing, BackingKind, Pod};
+pub use record::RecordShape;
 pub use replica::IndexEntry;
 
 /// What tests, benches and figures inspect: a host's state ([`Host::inspect`]), the host

@@ -46,9 +46,10 @@ pub const MIN_LEASE_MS: u32 = 20;
 /// Bytes of the reclaimer's counters (one line).
 pub(crate) const RECLAIMER_BYTES: u64 = LINE_BYTES;
 /// Log cursors shared by every host, each on its own line: `tail`, `head`, `ctail`, the
-/// recovery word (which live host is recovering a dead one) and the join mailbox (a late
-/// joiner and the live host streaming it the index).
-pub(crate) const SHARED_CURSORS: u64 = 5;
+/// recovery word (which live host is recovering a dead one), the join mailbox (a late
+/// joiner and the live host streaming it the index) and the width word (the record
+/// width's epoch, and whether a switch drains the records).
+pub(crate) const SHARED_CURSORS: u64 = 6;
 /// Most slots a pod can have: slot ids are 32-bit in the replica.
 pub const MAX_SLOTS: u64 = u32::MAX as u64;
 /// Most records a pod can have: record ids are 32-bit, and `u32::MAX` means none.
@@ -82,9 +83,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"MEGALON\0");
 /// `ltail`'s), where 9 held positions alone; version 11 lets the `head` word's count of
 /// claims wrap, and counts every claim in the word after it on the `head`'s line (zero
 /// in 10).
-pub const LAYOUT_VERSION: u32 = 11;
+pub const LAYOUT_VERSION: u32 = 12;
 /// Bytes of the encoded header.
-pub const HEADER_BYTES: usize = 128;
+pub const HEADER_BYTES: usize = 136;
 
 /// Version of the entry format and of the meaning of every kind. Version 2 adds `Lock`
 /// and `Unlock` (pods with [`Coherence::AllLog`](crate::Coherence)); version 3 gives

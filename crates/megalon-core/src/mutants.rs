@@ -70,6 +70,13 @@ pub enum Step {
     /// Skipped, it is a plain store, which can unlock or free a record that a host acting
     /// on a stale index entry locked meanwhile.
     RecordFreeByCas,
+    /// In a pod whose record width may switch, a change of a record word that takes a
+    /// record passes its host's gate (raised, then the width word looked at). Skipped, it
+    /// changes the word whatever the width word says, and a switch drains past it.
+    WidthGate,
+    /// Replay of a `RecordAlloc` claimed before a width switch that came first in the log
+    /// loses. Skipped, the object gets a record id of the old width in the new array.
+    StaleAllocLoses,
     /// A create stores the object's bytes straight to memory (non-temporally) before it
     /// appends its event. Skipped, it stores them into its cache.
     CreateWritesBack,
@@ -269,6 +276,8 @@ impl Step {
         Step::ReadEndCounterBeforeLog,
         Step::LockedRecordRestoredOnError,
         Step::RecordFreeByCas,
+        Step::WidthGate,
+        Step::StaleAllocLoses,
         Step::CreateWritesBack,
         Step::DeallocDropsAuthorsLines,
         Step::SlotsReusedAfterCtail,
@@ -326,6 +335,8 @@ impl Step {
             Step::ReadEndCounterBeforeLog => "read-end-counter-before-log",
             Step::LockedRecordRestoredOnError => "locked-record-restored-on-error",
             Step::RecordFreeByCas => "record-free-by-cas",
+            Step::WidthGate => "width-gate",
+            Step::StaleAllocLoses => "stale-alloc-loses",
             Step::CreateWritesBack => "create-writes-back",
             Step::DeallocDropsAuthorsLines => "dealloc-drops-authors-lines",
             Step::SlotsReusedAfterCtail => "slots-reused-after-ctail",

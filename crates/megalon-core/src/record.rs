@@ -38,14 +38,16 @@ pub(crate) struct Records<'p> {
 }
 
 /// The width of a pod's records as its log has set it: the width the pod was created
-/// with at epoch 0, then the width each `WidthEnd` event names, one epoch on each. The
-/// record array's bytes stay the same; how many records they hold follows the width.
+/// with at epoch 0, then the width each switch
+/// ([`Host::switch_record_width`](crate::Host::switch_record_width)) names, one epoch on
+/// each. The record array's bytes stay the same; how many records they hold follows the
+/// width.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct RecordShape {
+pub struct RecordShape {
     /// Width switches applied before it.
-    pub(crate) epoch: u32,
+    pub epoch: u32,
     /// Bits per record: 2, 4, 8, 16 or 32.
-    pub(crate) bits: u32,
+    pub bits: u32,
 }
 
 impl RecordShape {
@@ -69,9 +71,10 @@ impl RecordShape {
         }
     }
 
-    /// Records in an array of `bytes` at this width.
+    /// Records in an array of `bytes` at this width (a power of two: a shift, on every
+    /// read of a record).
     pub(crate) fn count_in(self, bytes: u64) -> u64 {
-        bytes * 8 / u64::from(self.bits)
+        (bytes * 8) >> self.bits.trailing_zeros()
     }
 
     /// Whether `bits` is a width a record may have.
@@ -89,7 +92,11 @@ pub(crate) struct RecordWord {
 }
 
 impl<'p> Records<'p> {
-    pub(crate) fn new(pod: &'p Pod) -> Self {
+    /// The array of a pod whose record width never changes
+    /// ([`PodConfig::record_width_switch`](crate::PodConfig::record_width_switch) off: its
+    /// paths for undo images and local partitions, which a pod that may switch has not).
+    pub(crate) fn fixed(pod: &'p Pod) -> Self {
+        debug_assert!(!pod.layout().config.record_width_switch);
         Self::of(pod, RecordShape::initial(pod))
     }
 
@@ -310,7 +317,7 @@ mod tests {
     #[test]
     fn four_bit_records_sharing_a_byte_change_alone() {
         let pod = pod(4);
-        let records = Records::new(&pod);
+        let records = Records::fixed(&pod);
         assert_eq!(records.counter_mask(), 3);
         let free = word(false, false, 0);
         records
@@ -336,7 +343,7 @@ mod tests {
     #[test]
     fn two_bit_records_four_to_a_byte_have_no_counter() {
         let pod = pod(2);
-        let records = Records::new(&pod);
+        let records = Records::fixed(&pod);
         assert!(records.counterless());
         assert_eq!(records.counter_mask(), 0);
         let free = word(false, false, 0);
@@ -357,7 +364,7 @@ mod tests {
     #[test]
     fn four_bit_records_of_one_byte_take_racing_cases_from_two_threads() {
         let pod = pod(4);
-        let records = Records::new(&pod);
+        let records = Records::fixed(&pod);
         const ROUNDS: u32 = 100_000;
         // Both threads start together, so that their CASes overlap (one thread could
         // otherwise finish before the other starts).

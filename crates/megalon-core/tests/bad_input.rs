@@ -729,22 +729,22 @@ fn open_a_layout_or_log_format_version_newer_than_this_build() {
 
 #[test]
 fn open_a_pod_of_the_previous_layout_version() {
-    // A pod made by a build of layout version 10 (whose `head` word's count of claims
-    // stops when full, with no claims word beside it): its header says 10, with a
-    // checksum that matches. This build refuses it by name.
+    // A pod made by a build of layout version 11 (without the width word among the log's
+    // cursors, and a header 8 bytes shorter): its header says 11, with a checksum that
+    // matches. This build refuses it by name.
     let previous = LAYOUT_VERSION - 1;
-    assert_eq!(previous, 10);
+    assert_eq!(previous, 11);
     let (_dir, _path, error) = open_with_header_field(&small_config(), VERSION_AT, previous);
     assert!(
         matches!(
             error,
             Error::UnknownVersion {
-                found: 10,
+                found: 11,
                 supported: LAYOUT_VERSION,
                 ..
             }
         ),
-        "expected UnknownVersion of 10, got {error:?}"
+        "expected UnknownVersion of 11, got {error:?}"
     );
 }
 

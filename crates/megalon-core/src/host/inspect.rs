@@ -10,7 +10,6 @@ use crate::event::{Event, OwnedEvent};
 use crate::host_table;
 use crate::ids::HostId;
 use crate::log::Log;
-use crate::record::Records;
 use crate::replica::{IndexEntry, ReplicatedLock};
 use crate::sync::Ordering;
 
@@ -188,7 +187,7 @@ impl Inspect<'_> {
 
     /// Records in use in the pod now, and records in all.
     pub fn records_in_use(&self) -> (u64, u64) {
-        let records = Records::new(&self.host.shared.pod);
+        let records = self.host.shared.records();
         (
             self.host.shared.records_in_use().load(Ordering::Relaxed),
             records.count(),
@@ -213,7 +212,7 @@ impl Inspect<'_> {
 
     /// Every record's word, read now.
     pub fn record_census(&self) -> RecordCensus {
-        let records = Records::new(&self.host.shared.pod);
+        let records = self.host.shared.records();
         let mut census = RecordCensus::default();
         for record in 0..records.count() as u32 {
             let word = records.load(record);

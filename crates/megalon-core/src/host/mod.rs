@@ -42,6 +42,7 @@ mod path;
 mod records;
 mod settle;
 mod ticket;
+mod width;
 
 pub use inspect::{
     crash, pretend_row_elsewhere, BackgroundErrors, HostStats, Inspect, LoggedEvent, RecordCensus,

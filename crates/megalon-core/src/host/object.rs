@@ -37,7 +37,7 @@ use crate::counters::{Counter, EventCounts, ThreadCounters};
 use crate::error::{Error, Result};
 use crate::event::{Event, NO_RECORD};
 use crate::mutants::{self, Step};
-use crate::record::{RecordWord, Records};
+use crate::record::{RecordShape, RecordWord, Records};
 use crate::replica::{IndexEntry, Outcome, View};
 use crate::sync::Ordering;
 
@@ -200,7 +200,6 @@ impl Shared {
         if self.all_log {
             return self.read_start_all_log(key, c);
         }
-        let records = Records::new(&self.pod);
         let mut brought_back = 0;
         // Whether this read looked again at a record found freed once the call's wait was
         // spent (see below).
@@ -213,8 +212,9 @@ impl Shared {
             }
             self.chaos.point(Point::ReadAfterTailCheck);
             // 2. Look the key up: without the replica's lock unless a replay overlaps (see
-            //    `look`).
-            let (entry, version) = self.look_versioned(|view| view.lookup(key));
+            //    `look`). The record width with it: the entry's record is of it.
+            let ((entry, shape), version) =
+                self.look_versioned(|view| (view.lookup(key), view.shape()));
             let entry = entry.ok_or(Error::UnknownKey)?;
             let seen = Some(Seen {
                 version,
@@ -239,6 +239,8 @@ impl Shared {
             // The record's word, outside the lookup's check (loaded inside it, a read took
             // 10% longer here): a replay between the two that moves the record to another
             // object, or wraps it, also changes this object's stamp, which step 5 checks.
+            // (A width switch too: its zeroed word reads as freed.)
+            let records = Records::of(&self.pod, shape);
             let word = records.load(record);
             c.add(Counter::ScrAtomics, 1);
             self.chaos.point(Point::ReadAfterCounter);
@@ -256,6 +258,7 @@ impl Shared {
                     guard: Guard::Record {
                         record,
                         counter: word.counter,
+                        shape,
                     },
                     seen,
                 });
@@ -293,12 +296,13 @@ impl Shared {
         // cursors: an Acquire load does not keep earlier loads from moving after it, this
         // fence does (the seqlock reader's fence; on x86 it costs nothing).
         crate::sync::fence(Ordering::Acquire);
-        let records = Records::new(&self.pod);
         let counter_first = !mutants::skipped(Step::ReadEndCounterBeforeLog);
+        // At the width of `read_start`'s lookup: after a switch the record's bytes hold
+        // records of another width (their value means nothing; the stamp check fails).
         let load_record = |c: &ThreadCounters| match ticket.guard {
-            Guard::Record { record, .. } => {
+            Guard::Record { record, shape, .. } => {
                 c.add(Counter::ScrAtomics, 1);
-                Some(records.load(record))
+                Some(Records::of(&self.pod, shape).load(record))
             }
             _ => None,
         };
@@ -342,12 +346,14 @@ impl Shared {
             c.add(Counter::RetryEvent, 1);
             return Ok(false);
         }
-        if let (Guard::Record { counter, .. }, Some(word)) = (ticket.guard, word) {
+        if let (Guard::Record { counter, shape, .. }, Some(word)) = (ticket.guard, word) {
             // The record: same counter, still in use, no write in progress (in a record
             // without a counter, a write that began and ended during the copy appended
             // its wrap event before its first byte, and the tail check above found it).
             if !mutants::skipped(Step::PostReadRecordCheck)
-                && (!word.in_use || word.counter != counter || records.writing(word))
+                && (!word.in_use
+                    || word.counter != counter
+                    || Records::of(&self.pod, shape).writing(word))
             {
                 if current.is_some() {
                     self.note_host_counter(handle, stamp, None);
@@ -391,7 +397,6 @@ impl Shared {
         if self.all_log {
             return self.write_start_all_log(key, c);
         }
-        let records = Records::new(&self.pod);
         // Made on the first wait only: an uncontended write never reads the clock.
         let mut backoff: Option<Backoff> = None;
         let mut retries = 0u32;
@@ -404,7 +409,8 @@ impl Shared {
             //    (see `look`), as a read's. The version the answer was read at lets step
             //    3's stamp check skip a second lookup while no replay has happened since.
             self.catch_up()?;
-            let (entry, version) = self.look_versioned(|view| view.lookup(key));
+            let ((entry, shape), version) =
+                self.look_versioned(|view| (view.lookup(key), view.shape()));
             let entry = entry.ok_or(Error::UnknownKey)?;
             if let Some(owner) = entry.local_owner {
                 // In a host's DRAM (local partitions): back to CXL first. (No lock is held
@@ -425,6 +431,7 @@ impl Shared {
                     continue;
                 }
             };
+            let records = Records::of(&self.pod, shape);
             let word = records.load(record);
             c.add(Counter::ScrAtomics, 1);
             if !word.in_use || word.locked {
@@ -451,18 +458,26 @@ impl Shared {
                 Some(ref hold) => hold,
                 None => held.insert(self.take_hold()?),
             };
+            // The gate (a pod whose record width may switch): the array still at the
+            // lookup's width, and no switch freezing it until the lock is taken.
+            let Some(gate) = self.pass_gate(shape, &mut backoff, c)? else {
+                continue;
+            };
             if self.undo_images() {
                 // The announce, and the record under recovery.
                 c.add(Counter::ScrAtomics, 2);
             }
             if !self.announce(hold, record, locked)? {
                 // A recoverer restores a dead host's lock of the record: wait for it.
+                drop(gate);
                 self.wait_for_record(&mut backoff, record, word, c)?;
                 continue;
             }
             self.chaos.point(Point::WriteBeforeLock);
             c.add(Counter::ScrAtomics, 1);
-            if records.compare_exchange(record, word, locked).is_err() {
+            let taken = records.compare_exchange(record, word, locked).is_ok();
+            drop(gate);
+            if !taken {
                 continue;
             }
             // The seqlock writer's fence: the odd counter is ordered before every data
@@ -470,7 +485,7 @@ impl Shared {
             // reader that copied any byte of this write then sees the counter changed. (The
             // CAS's Release orders only what came before it.)
             crate::sync::fence(Ordering::Release);
-            if !self.hold_for_write(&entry, version, record, word, c)? {
+            if !self.hold_for_write(&entry, version, &records, record, word, c)? {
                 retries += 1;
                 continue;
             }
@@ -530,11 +545,11 @@ impl Shared {
         &self,
         entry: &IndexEntry,
         version: u64,
+        records: &Records<'_>,
         record: u32,
         word: RecordWord,
         c: &ThreadCounters,
     ) -> Result<bool> {
-        let records = Records::new(&self.pod);
         let locked = RecordWord {
             in_use: true,
             locked: true,
@@ -646,7 +661,8 @@ impl Shared {
         }
         self.chaos.point(Point::UnlockAfterCheck);
         c.add(Counter::ScrAtomics, 1);
-        let result = Records::new(&self.pod).compare_exchange(record, locked, unlocked);
+        // The width our lock was taken at: no switch goes on while a record is locked.
+        let result = self.records().compare_exchange(record, locked, unlocked);
         debug_assert!(
             result.is_ok() || self.left_to_recovery(),
             "record {record}: locked as {locked:?}, found {result:?}"
@@ -742,7 +758,7 @@ impl Shared {
         if self.all_log {
             return self.write_end_all_log(state, c);
         }
-        let records = Records::new(&self.pod);
+        let records = self.records();
         // A host declared dead while it wrote (paused past its lease) writes nothing
         // back and lets go of nothing: its recovery put the undo image back, or kept what
         // reached memory, and unlocked; others may have written the object since. Its
@@ -811,10 +827,11 @@ impl Shared {
         entry: &IndexEntry,
         key: &[u8],
         record: u32,
+        shape: RecordShape,
         backoff: &mut Option<Backoff>,
         c: &ThreadCounters,
     ) -> Result<Option<Held>> {
-        let records = Records::new(&self.pod);
+        let records = Records::of(&self.pod, shape);
         let word = records.load(record);
         c.add(Counter::ScrAtomics, 1);
         if mutants::skipped(Step::LockBeforeDelete) {
@@ -830,13 +847,20 @@ impl Shared {
         };
         // Freed on every way out but the returned one, after any unlock.
         let hold = self.take_hold()?;
+        // The gate, as a write's (`write_start_counted`).
+        let Some(gate) = self.pass_gate(shape, backoff, c)? else {
+            return Ok(None);
+        };
         if !self.announce(&hold, record, locked)? {
             // A recoverer restores a dead host's lock of the record: wait for it.
+            drop(gate);
             self.wait_for_record(backoff, record, word, c)?;
             return Ok(None);
         }
         c.add(Counter::ScrAtomics, 1);
-        if records.compare_exchange(record, word, locked).is_err() {
+        let taken = records.compare_exchange(record, word, locked).is_ok();
+        drop(gate);
+        if !taken {
             return Ok(None);
         }
         self.chaos.point(Point::ReleaseAfterLock);
@@ -874,11 +898,14 @@ impl Shared {
         if self.all_log {
             return self.delete_all_log(key, c);
         }
-        let records = Records::new(&self.pod);
         let mut brought_back = 0;
         loop {
             self.catch_up()?;
-            let Some(entry) = self.replica.read().lookup(key) else {
+            let (entry, shape) = {
+                let index = self.replica.read();
+                (index.lookup(key), index.shape())
+            };
+            let Some(entry) = entry else {
                 // Absent here: the delete still goes through the log (where it finds
                 // nothing), so every delete is an event every replica sees in order.
                 let event = Event::Delete {
@@ -905,10 +932,12 @@ impl Shared {
             // The record whose lock we hold: (record, its word locked, its word before).
             let held = match entry.record {
                 None => None,
-                Some(record) => match self.lock_for_delete(&entry, key, record, &mut backoff, c)? {
-                    Some(held) => Some(held),
-                    None => continue,
-                },
+                Some(record) => {
+                    match self.lock_for_delete(&entry, key, record, shape, &mut backoff, c)? {
+                        Some(held) => Some(held),
+                        None => continue,
+                    }
+                }
             };
             // The record whose lock we hold (none for a read-shared object): the delete
             // wins in the log only if the object still has exactly that one.
@@ -930,7 +959,10 @@ impl Shared {
             match outcome {
                 Outcome::Deleted { record, .. } => {
                     if let Some(record) = record {
-                        let locked = held.map_or_else(|| records.load(record), |(_, l, _, _)| l);
+                        let locked = held.map_or_else(
+                            || Records::of(&self.pod, shape).load(record),
+                            |(_, l, _, _)| l,
+                        );
                         self.free_released(record, locked, c);
                     }
                     self.end_hold_of(hold);

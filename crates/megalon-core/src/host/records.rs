@@ -2,6 +2,7 @@
 //! allocating it through the log, deallocating (reclaim, make read-shared) and freeing,
 //! with the release hook asked first.
 
+use super::width::Gate;
 use super::{Host, Settle, Shared};
 
 use crate::chaos::Point;
@@ -10,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::ids::HostId;
 use crate::mutants::{self, Step};
-use crate::record::{RecordWord, Records};
+use crate::record::{RecordShape, RecordWord, Records};
 use crate::replica::Outcome;
 use crate::sync::{AtomicU64, Ordering};
 
@@ -234,7 +235,10 @@ impl Host {
             let mut brought_back = 0;
             loop {
                 self.shared.catch_up()?;
-                let entry = self.shared.replica.read().lookup(key);
+                let (entry, shape) = {
+                    let index = self.shared.replica.read();
+                    (index.lookup(key), index.shape())
+                };
                 let entry = entry.ok_or(Error::UnknownKey)?;
                 if let Some(owner) = entry.local_owner {
                     // In a host's DRAM: its bytes in CXL are old. Back first.
@@ -243,7 +247,7 @@ impl Host {
                     continue;
                 }
                 return match entry.record {
-                    Some(record) => self.shared.deallocate(key, record, c, true),
+                    Some(record) => self.shared.deallocate(key, record, shape, c, true),
                     None => Ok(false),
                 };
             }
@@ -274,15 +278,20 @@ impl Shared {
     /// Allocates a record for `key` through the log. Returns the record to write with
     /// when a mutant skips using the winner's; normally `None`: look the key up again.
     pub(super) fn allocate_record(&self, key: &[u8], c: &ThreadCounters) -> Result<Option<u32>> {
-        let (record, claimed, hold, epoch) = self.claim_record(c)?;
+        let (record, claimed, hold, shape) = self.claim_record(c)?;
         self.chaos.point(Point::AllocAfterClaim);
         // A refused alloc frees the record; one whose outcome we miss keeps it if it won.
         let settle = Settle::Claimed {
             record,
             claimed,
             hold,
+            shape,
         };
-        let alloc = Event::RecordAlloc { key, record, epoch };
+        let alloc = Event::RecordAlloc {
+            key,
+            record,
+            epoch: shape.epoch,
+        };
         match self.submit_settled(&alloc, settle)? {
             Outcome::RecordAllocated => {
                 self.end_hold_of(hold);
@@ -302,12 +311,12 @@ impl Shared {
                     return Ok(Some(record));
                 }
                 c.add(Counter::ScrAtomics, 1);
-                self.free_claimed(record, claimed, hold);
+                self.free_claimed(record, claimed, hold, shape);
                 Ok(None)
             }
             _ => {
                 c.add(Counter::ScrAtomics, 1);
-                self.free_claimed(record, claimed, hold);
+                self.free_claimed(record, claimed, hold, shape);
                 Err(Error::UnknownKey)
             }
         }
@@ -319,13 +328,14 @@ impl Shared {
     /// (churn), whose release the log then shows free. Never scans the array: a claim
     /// costs a bounded number of SCR loads and CASes whatever the array's size. Returns
     /// the record, its claimed word, the claim's announce (pods with undo images) and the
-    /// record width's epoch the record is of.
+    /// record width the record is of.
     pub(super) fn claim_record(
         &self,
         c: &ThreadCounters,
-    ) -> Result<(u32, RecordWord, Option<u64>, u32)> {
-        let records = self.records();
-        let count = records.count();
+    ) -> Result<(u32, RecordWord, Option<u64>, RecordShape)> {
+        let mut records = self.records();
+        // A wait for a width switch under way (pods whose width may switch).
+        let mut backoff = None;
         let mut rng = c.random_seed();
         let mut churned = false;
         // Holders and objects that did not come back: not asked again in this claim; the
@@ -336,6 +346,15 @@ impl Shared {
             // which needs one of its own: a thread holds one announce word at a time here,
             // so threads waiting for one never wait on each other's.
             let hold = self.take_hold()?;
+            // The gate, raised for the round's claims (a pod whose width may switch): the
+            // array at the width the candidates are of.
+            let gate = loop {
+                records = self.records();
+                if let Some(gate) = self.pass_gate(records.shape(), &mut backoff, c)? {
+                    break gate;
+                }
+            };
+            let count = records.count();
             let mut candidates =
                 Vec::with_capacity((FREE_RECORD_TRIES + FREE_RECORD_PROBES) as usize);
             {
@@ -380,13 +399,15 @@ impl Shared {
                     if churned {
                         c.add(Counter::Churn, 1);
                     }
-                    return Ok((record, claimed, hold.into_index(), records.shape().epoch));
+                    drop(gate);
+                    return Ok((record, claimed, hold.into_index(), records.shape()));
                 }
                 self.records_in_use().fetch_sub(1, Ordering::Relaxed);
             }
             // Nothing free: make a record free (it may be claimed by someone else first).
             // After a few rounds that found only records of objects in hosts' DRAM
             // (whose writes there use no record), one of those comes back to CXL first.
+            drop(gate);
             drop(hold);
             // One that fails (a holder busy or not answering) is not tried again: each
             // waits up to the wait limit.
@@ -406,7 +427,7 @@ impl Shared {
         }
         c.set_random_seed(rng);
         Err(Error::ScrRecordsExhausted {
-            records: count,
+            records: records.count(),
             in_use: self.records_in_use().load(Ordering::Relaxed),
         })
     }
@@ -420,7 +441,7 @@ impl Shared {
         c: &ThreadCounters,
         how: Reclaim<'_>,
     ) -> Result<Reclaimed> {
-        let records = Records::new(&self.pod);
+        let records = self.records();
         let count = records.count();
         let mut sampled: Vec<(u32, RecordWord)> = Vec::with_capacity(RECLAIM_SAMPLES as usize);
         for _ in 0..RECLAIM_SAMPLES {
@@ -497,23 +518,27 @@ impl Shared {
             _ => return Ok(Reclaimed::Nothing),
         };
         let wait_for_hold = matches!(how, Reclaim::ForClaim { .. });
-        Ok(if self.deallocate(&key, record, c, wait_for_hold)? {
-            Reclaimed::Freed
-        } else {
-            Reclaimed::Nothing
-        })
+        Ok(
+            if self.deallocate(&key, record, records.shape(), c, wait_for_hold)? {
+                Reclaimed::Freed
+            } else {
+                Reclaimed::Nothing
+            },
+        )
     }
 
-    /// Makes `key` read-shared: locks `record`, appends the dealloc event, and frees the
-    /// record once the event is applied here. Returns whether it did.
+    /// Makes `key` read-shared: locks `record` (of the width `shape`), appends the dealloc
+    /// event, and frees the record once the event is applied here. Returns whether it
+    /// did (not while a switch of the width is under way, or past `shape`).
     pub(super) fn deallocate(
         &self,
         key: &[u8],
         record: u32,
+        shape: RecordShape,
         c: &ThreadCounters,
         wait_for_hold: bool,
     ) -> Result<bool> {
-        let records = Records::new(&self.pod);
+        let records = Records::of(&self.pod, shape);
         let word = records.load(record);
         c.add(Counter::ScrAtomics, 1);
         // Lock without changing the counter: no write happens; the event tells readers.
@@ -538,12 +563,18 @@ impl Shared {
             }
         };
         if lock {
+            // The gate, as a write's; a reclaim is a choice: it does not wait for a switch.
+            let Gate::Open(gate) = self.enter_gate(shape, c) else {
+                return Ok(false);
+            };
             // Under recovery, or busy: another record.
             if !self.announce(&hold, record, locked)? {
                 return Ok(false);
             }
             c.add(Counter::ScrAtomics, 1);
-            if records.compare_exchange(record, word, locked).is_err() {
+            let taken = records.compare_exchange(record, word, locked).is_ok();
+            drop(gate);
+            if !taken {
                 return Ok(false);
             }
         }
@@ -643,31 +674,33 @@ impl Shared {
     /// word our lock put there): no host can have changed a record we hold locked.
     pub(super) fn free_released(&self, record: u32, held: RecordWord, c: &ThreadCounters) {
         self.chaos.point(Point::ReleaseBeforeFree);
-        let records = Records::new(&self.pod);
         let free = RecordWord {
             in_use: false,
             locked: false,
             counter: held.counter & !1,
         };
+        // Counted off before the free, back if it fails: a switch of the width, which
+        // zeroes the count once it sees no record locked, comes after it.
+        self.records_in_use().fetch_sub(1, Ordering::Relaxed);
         // One SCR access: the CAS, counted by `unlock_record` (or the mutant's store).
         let freed = if held.locked {
             self.unlock_record(record, held, free, c)
         } else {
             // A mutant skipped the lock: free whatever the word holds (the defect it shows).
             c.add(Counter::ScrAtomics, 1);
-            records.store(record, free);
+            self.records().store(record, free);
             true
         };
         // Recovery frees it (and counts it) if this host was declared dead.
-        if freed {
-            self.records_in_use().fetch_sub(1, Ordering::Relaxed);
+        if !freed {
+            self.records_in_use().fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// The background reclaimer's round: while more records than the watermark allows are
     /// in use, deallocate some (a bounded batch per round).
     pub(super) fn reclaim_to_watermark(&self) -> Result<()> {
-        let count = Records::new(&self.pod).count();
+        let count = self.records().count();
         let limit = (count as f64 * self.options.record_watermark) as u64;
         self.with_counters(|c| {
             let mut rng = c.random_seed();

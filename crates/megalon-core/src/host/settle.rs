@@ -2,13 +2,14 @@
 //! a slot, a replicated lock, a move's orphan) when the append's outcome never reached
 //! it, and the work settles leave for the pump.
 
+use super::width::Gate;
 use super::Shared;
 
 use crate::chaos::Point;
 use crate::error::Error;
 use crate::event::{Event, OwnedEvent};
 use crate::mutants::{self, Step};
-use crate::record::{RecordWord, Records};
+use crate::record::{RecordShape, RecordWord, Records};
 use crate::replica::Outcome;
 use crate::sync::Ordering;
 
@@ -31,6 +32,8 @@ pub(crate) enum Settle {
         record: u32,
         claimed: RecordWord,
         hold: Option<u64>,
+        /// The width the record is of.
+        shape: RecordShape,
     },
     /// `record` is locked (its word is `locked`) for a dealloc or a delete: if the event
     /// wins the record is freed, otherwise restored to `unlocked`. Until then it stays
@@ -58,6 +61,10 @@ pub(crate) enum Settle {
     /// AllLog: an `Unlock`, or a `Delete` made holding the lock: if it never reaches the
     /// log, the lock is still this host's, and an `Unlock` is appended later (deferred).
     ReplicatedUnlock,
+    /// A `WidthEnd` beginning `epoch`, appended with the width word draining: if it is
+    /// applied, the switch ends (records zeroed, the word open at `epoch`); if it never
+    /// reaches the log, the word opens again at the epoch before.
+    Width { epoch: u32 },
 }
 
 /// Work left for the pump: what a settle could not finish at once.
@@ -69,6 +76,7 @@ pub(super) enum Deferred {
         record: u32,
         claimed: RecordWord,
         hold: Option<u64>,
+        shape: RecordShape,
     },
     /// AllLog: append an `Unlock` of `key`, whose replicated lock this host holds.
     Unlock { key: Box<[u8]> },
@@ -82,7 +90,6 @@ impl Shared {
     /// replay (holding the replay lock, after `ctail` covers the entry): it touches only
     /// record words, this host's slot pool and its deferred work.
     pub(super) fn settle(&self, settle: Settle, outcome: Option<Outcome>, event: &OwnedEvent) {
-        let records = Records::new(&self.pod);
         match settle {
             Settle::Nothing => {}
             // A host declared dead (an append it learned it from is the usual way here)
@@ -96,6 +103,7 @@ impl Shared {
                 record,
                 claimed,
                 hold,
+                shape,
             } => {
                 // Won, or freed by a width switch that came first (its word is zero).
                 if matches!(
@@ -104,7 +112,7 @@ impl Shared {
                 ) {
                     self.end_hold_of(hold);
                 } else {
-                    self.free_claimed(record, claimed, hold);
+                    self.free_claimed(record, claimed, hold, shape);
                 }
             }
             Settle::Locked {
@@ -127,15 +135,20 @@ impl Shared {
                 } else {
                     unlocked
                 };
+                // Counted off before the free (see `free_released`), back if it fails.
+                if won {
+                    self.records_in_use().fetch_sub(1, Ordering::Relaxed);
+                }
                 // Only the lock's holder changes a locked record (or its recovery, if this
-                // host was declared dead after its look above: paused past its lease).
-                let changed = records.compare_exchange(record, locked, to);
+                // host was declared dead after its look above: paused past its lease). At
+                // the width the lock was taken at: no switch goes on while it is held.
+                let changed = self.records().compare_exchange(record, locked, to);
                 debug_assert!(
                     changed.is_ok() || self.left_to_recovery(),
                     "record {record} changed under our lock"
                 );
-                if won && changed.is_ok() {
-                    self.records_in_use().fetch_sub(1, Ordering::Relaxed);
+                if won && changed.is_err() {
+                    self.records_in_use().fetch_add(1, Ordering::Relaxed);
                 }
                 self.end_hold_of(hold);
             }
@@ -164,6 +177,11 @@ impl Shared {
                     self.defer_unlock(event);
                 }
             }
+            Settle::Width { epoch } => match outcome {
+                Some(Outcome::WidthSwitched { .. }) => self.finish_switch(epoch),
+                Some(_) => {}
+                None => self.abandon_switch(epoch - 1),
+            },
         }
     }
 
@@ -181,13 +199,38 @@ impl Shared {
     /// from that word. A host acting on a stale index entry may hold it locked for a
     /// moment (it then catches up, sees the record's old object changed, and restores the
     /// word): then the pump tries again.
-    pub(super) fn free_claimed(&self, record: u32, claimed: RecordWord, hold: Option<u64>) {
+    pub(super) fn free_claimed(
+        &self,
+        record: u32,
+        claimed: RecordWord,
+        hold: Option<u64>,
+        shape: RecordShape,
+    ) {
         if self.left_to_recovery() {
             // Recovery frees it (or finds it the object's, if the alloc won).
             self.end_hold_of(hold);
             return;
         }
-        let records = Records::new(&self.pod);
+        // The gate (a pod whose width may switch), as for the claim.
+        let gate = match self.with_counters(|c| self.enter_gate(shape, c)) {
+            Gate::Open(gate) => gate,
+            // A switch since the claim zeroed the record and the count.
+            Gate::Behind => {
+                self.end_hold_of(hold);
+                return;
+            }
+            // A switch under way: later, when it ended or was given up.
+            Gate::Draining => {
+                self.deferred.lock().push(Deferred::FreeClaimed {
+                    record,
+                    claimed,
+                    hold,
+                    shape,
+                });
+                return;
+            }
+        };
+        let records = Records::of(&self.pod, shape);
         let free = RecordWord {
             in_use: false,
             locked: false,
@@ -215,9 +258,11 @@ impl Shared {
                     record,
                     claimed,
                     hold,
+                    shape,
                 });
             }
         }
+        drop(gate);
     }
 
     /// Does the work settles left for the pump. Returns how many items are still waiting.
@@ -229,7 +274,8 @@ impl Shared {
                     record,
                     claimed,
                     hold,
-                } => self.free_claimed(record, claimed, hold),
+                    shape,
+                } => self.free_claimed(record, claimed, hold, shape),
                 Deferred::DropOrphan { slot } => {
                     if self.drop_orphan(slot).is_err() {
                         self.deferred.lock().push(Deferred::DropOrphan { slot });

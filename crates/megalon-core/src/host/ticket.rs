@@ -3,6 +3,7 @@
 
 use super::Host;
 use crate::layout::Layout;
+use crate::record::RecordShape;
 use crate::replica::IndexEntry;
 
 use crate::error::{Error, Result};
@@ -67,8 +68,13 @@ pub(super) struct Seen {
 pub(super) enum Guard {
     /// A read-shared object: only the log can change it, and the stamp says whether it did.
     Log,
-    /// A read-write-shared object: its record and the (even) counter seen at the start.
-    Record { record: u32, counter: u32 },
+    /// A read-write-shared object: its record and the (even) counter seen at the start,
+    /// and the record width the record is of.
+    Record {
+        record: u32,
+        counter: u32,
+        shape: RecordShape,
+    },
     /// An object in a pod with AllLog coherence: the replicated counter seen at the start
     /// (the stamp guards it; the counter is what this host's lines are once it succeeds).
     Replicated { counter: u32 },

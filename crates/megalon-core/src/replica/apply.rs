@@ -8,6 +8,7 @@ use super::index::{Index, ReplicatedLock};
 use crate::error::{Error, Result};
 use crate::event::{Event, LOCK_HELD, NO_RECORD};
 use crate::ids::HostId;
+use crate::mutants::{self, Step};
 use crate::record::RecordShape;
 use crate::slot::SlotPool;
 
@@ -307,10 +308,10 @@ impl Index {
         if self.all_log {
             return Err(at.corrupt("record alloc in an all-log pod"));
         }
-        if epoch != self.shape.epoch {
-            if epoch > self.shape.epoch {
-                return Err(at.corrupt("record alloc of a width not switched to yet"));
-            }
+        if epoch > self.shape.epoch {
+            return Err(at.corrupt("record alloc of a width not switched to yet"));
+        }
+        if epoch < self.shape.epoch && !mutants::skipped(Step::StaleAllocLoses) {
             a.outcome = Outcome::RecordAllocStale;
             return Ok(());
         }

@@ -127,7 +127,7 @@ impl Shared {
         };
         // Its announce words are its row's, which the id's next holder may hold.
         self.not_left_to_recovery()?;
-        let raw = Records::new(&self.pod).encode(locked);
+        let raw = Records::fixed(&self.pod).encode(locked);
         let announce = self.announce_word(self.id, index);
         // SeqCst: ordered before the locking CAS, so a recoverer that sees the word
         // locked and no announce of it knows the lock is not this host's.
@@ -214,7 +214,7 @@ impl Shared {
             return;
         };
         self.copy_to_undo_image(index, offset, len);
-        let raw = Records::new(&self.pod).encode(locked);
+        let raw = Records::fixed(&self.pod).encode(locked);
         self.announce_word(self.id, index)
             .store(encode_announce(record, raw) | UNDO_READY, Ordering::SeqCst);
     }
@@ -266,7 +266,7 @@ impl Shared {
         if !self.undo_images() {
             return None;
         }
-        let records = Records::new(&self.pod);
+        let records = Records::fixed(&self.pod);
         let word = records.load(record);
         (0..self.pod.config().max_hosts).find(|&host| {
             (0..HOLDS_PER_HOST).any(|i| {

@@ -367,7 +367,7 @@ impl Shared {
     /// locker defers, or the recoverer waits for it. Only the holder of the recovery word
     /// sets the intent, so one found set here is a dead recoverer's, and goes.
     fn restore_holds(&self, dead: &Dead) -> Result<bool> {
-        let records = Records::new(&self.pod);
+        let records = Records::fixed(&self.pod);
         let intent = self.recovery_intent();
         let left = intent.load(Ordering::SeqCst);
         self.chaos.point(Point::RecoveryBeforeIntentCleared);
@@ -590,7 +590,7 @@ impl Shared {
     /// neither ever happened. A claim that lost its CAS is let go at once; one in that
     /// moment is not taken for a lasting one.
     fn lasting_live_claim(&self, dead: &Dead, record: u32, live: &[u32]) -> Option<RecordWord> {
-        let records = Records::new(&self.pod);
+        let records = Records::fixed(&self.pod);
         let claim = records.decode(*live.first()?);
         if claim.locked || live.iter().any(|&raw| raw != live[0]) {
             return None;
@@ -683,7 +683,7 @@ impl Shared {
         held: RecordWord,
         live_claim: Option<RecordWord>,
     ) -> Result<bool> {
-        let records = Records::new(&self.pod);
+        let records = Records::fixed(&self.pod);
         // A live host whose claim of the record won had appended its alloc before it
         // withdrew its announce (which `restore_holds` found gone): the log has it.
         self.catch_up()?;
@@ -756,7 +756,7 @@ impl Shared {
         record: u32,
         locked: RecordWord,
     ) -> Result<bool> {
-        let records = Records::new(&self.pod);
+        let records = Records::fixed(&self.pod);
         // One read of the index for both: the record's object, then its entry.
         let (key, entry) = {
             let index = self.replica.read();
@@ -869,7 +869,7 @@ impl crate::Host {
         let shared = &self.shared;
         let record = self.lookup(key).expect("lookup").expect("exists").record;
         let record = record.expect("a record");
-        let word = Records::new(&shared.pod).load(record);
+        let word = Records::fixed(&shared.pod).load(record);
         let locked = RecordWord {
             in_use: true,
             locked: true,

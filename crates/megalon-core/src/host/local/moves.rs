@@ -60,7 +60,7 @@ impl Shared {
         }
         // Hold the record's lock (counter unchanged: nothing is written) so that no write
         // is in progress while we copy; a busy record means the object is busy: not now.
-        let records = Records::new(&self.pod);
+        let records = Records::fixed(&self.pod);
         let mut locked = None;
         if let Some(record) = entry.record {
             let word = records.load(record);

@@ -1,0 +1,278 @@
+//! The record width switched at run time (`Host::switch_record_width`): every host moves
+//! to the new width at one log position, objects keep their bytes, and what a switch
+//! races (a write, a claim, a read) stays correct. Hosts run on the simulated
+//! non-coherent memory.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{config, heap_pod, join, simulated, value, SLOT};
+use megalon_core::{CrashSafety, Error, Host, HostOptions, Layout, PodConfig, RecordShape};
+
+fn switchable() -> PodConfig {
+    config().record_width_switch(true)
+}
+
+fn options(seed: u64) -> HostOptions {
+    HostOptions::new()
+        .memory(simulated(seed, 512, 64))
+        .wait_limit(Duration::from_millis(500))
+}
+
+fn key(i: usize) -> Vec<u8> {
+    format!("k{i}").into_bytes()
+}
+
+/// The tag of `copy` if it is one whole version (`value(tag)`), else `None` (torn).
+fn tag_of(copy: &[u8]) -> Option<u8> {
+    let tag = copy[0];
+    (copy == value(tag).as_slice()).then_some(tag)
+}
+
+/// Version `version` of an object: the version in its first eight bytes, then bytes that
+/// follow from it.
+fn versioned(version: u64) -> Vec<u8> {
+    let mut bytes: Vec<u8> = (0..SLOT)
+        .map(|i| (version as u8).wrapping_add(i as u8))
+        .collect();
+    bytes[..8].copy_from_slice(&version.to_le_bytes());
+    bytes
+}
+
+/// The version of `copy` if it is one whole version, else `None` (torn).
+fn version_of(copy: &[u8]) -> Option<u64> {
+    let version = u64::from_le_bytes(copy[..8].try_into().unwrap());
+    (copy == versioned(version).as_slice()).then_some(version)
+}
+
+fn read_tag(host: &Host, key: &[u8]) -> Option<u8> {
+    let mut buf = vec![0u8; SLOT];
+    host.read(key, &mut buf).expect("read");
+    tag_of(&buf)
+}
+
+/// Records of a pod of `config` at `bits`.
+fn records_at(config: &PodConfig, bits: u32) -> u64 {
+    let layout = Layout::new(config).expect("layout");
+    layout.records_bytes() * 8 / u64::from(bits)
+}
+
+#[test]
+// Over 70 lines on purpose: A scenario: switches down and up, with what each must leave.
+fn a_switch_moves_every_host_to_the_new_width_and_objects_keep_their_bytes() {
+    let config = switchable();
+    let pod = heap_pod(&config);
+    let a = join(&pod, options(1));
+    let b = join(&pod, options(2));
+    for i in 0..40 {
+        a.create(&key(i), &value(0)).unwrap();
+        a.write(&key(i), &value(1)).unwrap();
+    }
+    assert_eq!(a.inspect().records_in_use().0, 40);
+    let before = RecordShape { epoch: 0, bits: 32 };
+    assert_eq!(b.record_width().unwrap(), before);
+
+    assert!(b.switch_record_width(8).unwrap());
+    let after = RecordShape { epoch: 1, bits: 8 };
+    for host in [&a, &b] {
+        assert_eq!(host.record_width().unwrap(), after);
+        assert_eq!(
+            host.inspect().records_in_use(),
+            (0, records_at(&config, 8)),
+            "every record free, four to the bytes of one"
+        );
+        for i in 0..40 {
+            assert_eq!(host.lookup(&key(i)).unwrap().unwrap().record, None);
+            assert_eq!(read_tag(host, &key(i)), Some(1), "k{i}");
+        }
+    }
+    assert!(a.inspect().record_census().in_use.is_empty());
+    // Writes allocate records of the new width, on both hosts, and read back whole.
+    for i in 0..40 {
+        let writer = if i % 2 == 0 { &a } else { &b };
+        writer.write(&key(i), &value(2 + i as u8)).unwrap();
+    }
+    for i in 0..40 {
+        assert_eq!(read_tag(&a, &key(i)), Some(2 + i as u8));
+        assert_eq!(read_tag(&b, &key(i)), Some(2 + i as u8));
+    }
+    let census = b.inspect().record_census();
+    assert_eq!(census.in_use.len(), 40);
+    assert_eq!(b.inspect().records_in_use().0, 40);
+
+    assert!(!a.switch_record_width(8).unwrap(), "at 8 bits already");
+    // Down to records without a counter, then back up to 16 bits.
+    assert!(a.switch_record_width(2).unwrap());
+    for i in 0..40 {
+        b.write(&key(i), &value(100 + i as u8)).unwrap();
+        assert_eq!(read_tag(&a, &key(i)), Some(100 + i as u8));
+    }
+    assert!(b.switch_record_width(16).unwrap());
+    assert_eq!(
+        a.record_width().unwrap(),
+        RecordShape { epoch: 3, bits: 16 }
+    );
+    for i in 0..40 {
+        a.write(&key(i), &value(200)).unwrap();
+        assert_eq!(read_tag(&b, &key(i)), Some(200));
+    }
+    assert_eq!(a.inspect().records_in_use(), (40, records_at(&config, 16)));
+}
+
+#[test]
+fn a_pod_whose_width_is_fixed_or_cannot_switch_says_why() {
+    let fixed = heap_pod(&config());
+    let host = join(&fixed, options(1));
+    assert!(matches!(
+        host.switch_record_width(8),
+        Err(Error::NotWithWidthSwitch { .. })
+    ));
+    let pod = heap_pod(&switchable());
+    let host = join(&pod, options(1));
+    assert!(matches!(
+        host.switch_record_width(3),
+        Err(Error::UnsupportedRecordWidth { bits: 3 })
+    ));
+    for (config, what) in [
+        (switchable().crash_safety(CrashSafety::Undo), "undo images"),
+        (switchable().local_partitions(4), "local partitions"),
+    ] {
+        assert!(
+            matches!(Layout::new(&config), Err(Error::NotWithWidthSwitch { .. })),
+            "{what}"
+        );
+    }
+    assert!(matches!(
+        Layout::new(&switchable().coherence(megalon_core::Coherence::AllLog)),
+        Err(Error::NeedsSplitCoherence { .. })
+    ));
+}
+
+/// A write ticket held past the drainer's wait limit keeps the switch from draining: it
+/// gives up, changing nothing, and the write ends as if no switch had been tried.
+#[test]
+fn a_switch_waits_for_a_held_write_and_gives_up_changing_nothing() {
+    let pod = heap_pod(&switchable());
+    let a = join(&pod, options(1));
+    let b = join(&pod, options(2));
+    a.create(b"k", &value(0)).unwrap();
+    a.write(b"k", &value(1)).unwrap();
+    let ticket = a.write_start(b"k").unwrap();
+    ticket.write(0, &value(2)[..SLOT / 2]).unwrap();
+    let started = std::time::Instant::now();
+    assert!(matches!(
+        b.switch_record_width(8),
+        Err(Error::RecordWidthSwitching { .. })
+    ));
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    assert_eq!(
+        b.record_width().unwrap(),
+        RecordShape { epoch: 0, bits: 32 }
+    );
+    ticket.write(SLOT / 2, &value(2)[SLOT / 2..]).unwrap();
+    a.write_end(ticket).unwrap();
+    assert_eq!(read_tag(&b, b"k"), Some(2));
+    // Another host writes on at the old width; then the switch goes through.
+    b.write(b"k", &value(3)).unwrap();
+    assert!(b.switch_record_width(8).unwrap());
+    assert_eq!(read_tag(&a, b"k"), Some(3));
+}
+
+/// Writers of their own keys on three hosts, readers of every key, and switches between
+/// every width, all at once: every read is one whole version, never older than the last
+/// version its writer finished before the read began.
+#[test]
+fn writes_and_reads_across_switches_of_every_width_stay_whole_and_fresh() {
+    const KEYS: usize = 12;
+    let pod = heap_pod(&switchable().scr_bytes(8 << 10));
+    let hosts: Vec<Arc<Host>> = (0..3)
+        .map(|i| Arc::new(join(&pod, options(10 + i))))
+        .collect();
+    for i in 0..KEYS {
+        hosts[0].create(&key(i), &value(0)).unwrap();
+    }
+    for i in 0..KEYS {
+        hosts[0].write(&key(i), &versioned(0)).unwrap();
+    }
+    let done_tags: Arc<Vec<AtomicU64>> = Arc::new((0..KEYS).map(|_| AtomicU64::new(0)).collect());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    for (h, host) in hosts.iter().enumerate() {
+        // Writer of keys h, h + 3, ...: versions rise by one each write.
+        let (host, done_tags, stop) = (Arc::clone(host), Arc::clone(&done_tags), Arc::clone(&stop));
+        threads.push(std::thread::spawn(move || {
+            let mut writes = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for i in (h..KEYS).step_by(3) {
+                    let version = done_tags[i].load(Ordering::Relaxed) + 1;
+                    match host.write(&key(i), &versioned(version)) {
+                        Ok(_) => {
+                            done_tags[i].store(version, Ordering::Release);
+                            writes += 1;
+                        }
+                        Err(Error::RecordWidthSwitching { .. } | Error::RecordBusy { .. }) => {}
+                        Err(error) => panic!("write of k{i}: {error}"),
+                    }
+                }
+            }
+            writes
+        }));
+    }
+    let readers: Vec<_> = hosts
+        .iter()
+        .map(|host| {
+            let (host, done_tags, stop) =
+                (Arc::clone(host), Arc::clone(&done_tags), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; SLOT];
+                let mut reads = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    for i in 0..KEYS {
+                        let floor = done_tags[i].load(Ordering::Acquire);
+                        host.read(&key(i), &mut buf).expect("read");
+                        let version = version_of(&buf).unwrap_or_else(|| panic!("k{i} torn"));
+                        let ceiling = done_tags[i].load(Ordering::Acquire) + 1;
+                        assert!(
+                            (floor..=ceiling).contains(&version),
+                            "k{i}: read {version}, its writer had finished {floor} before and \
+                             {} after",
+                            ceiling - 1
+                        );
+                        reads += 1;
+                    }
+                }
+                reads
+            })
+        })
+        .collect();
+    let mut switches = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let widths = [8, 2, 16, 4, 32];
+    while std::time::Instant::now() < deadline {
+        let bits = widths[switches % widths.len()];
+        match hosts[switches % 3].switch_record_width(bits) {
+            Ok(_) => switches += 1,
+            Err(Error::RecordWidthSwitching { .. }) => {}
+            Err(error) => panic!("switch to {bits}: {error}"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let writes: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let reads: u64 = readers.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(switches >= 10, "{switches} switches");
+    assert!(
+        writes > 100 && reads > 100,
+        "{writes} writes, {reads} reads"
+    );
+    let census = hosts[0].inspect().record_census();
+    assert!(census.locked.is_empty());
+    assert_eq!(
+        hosts[0].inspect().records_in_use().0,
+        census.in_use.len() as u64,
+        "the count of records in use is the census's"
+    );
+}

@@ -1,0 +1,118 @@
+//! Windows of a record width switch, each stretched with a hook at a chaos point: a writer
+//! inside its gate when the switch begins, an alloc claimed before a switch and logged
+//! after it. Built with the `chaos` feature only.
+#![cfg(feature = "chaos")]
+
+mod common;
+
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::time::Duration;
+
+use common::{config, heap_pod, simulated, value, SLOT};
+use megalon_core::chaos::{self, Point};
+use megalon_core::{Error, Host, HostOptions, Join, Pod, RecordShape};
+
+fn options(seed: u64) -> HostOptions {
+    HostOptions::new()
+        .memory(simulated(seed, 512, 64))
+        .wait_limit(Duration::from_millis(400))
+}
+
+fn leak(pod: &std::sync::Arc<Pod>, id: u32, seed: u64) -> &'static Host {
+    Box::leak(Box::new(
+        Host::join(pod, Join::As(id), options(seed)).expect("join"),
+    ))
+}
+
+fn read_tag(host: &Host, key: &[u8]) -> Option<u8> {
+    let mut buf = vec![0u8; SLOT];
+    host.read(key, &mut buf).expect("read");
+    (buf == value(buf[0])).then_some(buf[0])
+}
+
+/// Runs `operation` on a thread of its own, stopped the first time it reaches `point`:
+/// it sends "stopped", and goes on when it hears "go".
+fn stopped_at<R: Send + 'static>(
+    point: Point,
+    operation: impl FnOnce() -> R + Send + 'static,
+) -> (
+    Receiver<&'static str>,
+    Sender<&'static str>,
+    std::thread::JoinHandle<R>,
+) {
+    let (to_main, main_hears) = channel();
+    let (to_thread, thread_hears) = channel::<&'static str>();
+    let thread = std::thread::spawn(move || {
+        let mut stopped = false;
+        chaos::with_hook(
+            move |at| {
+                if at == point && !stopped {
+                    stopped = true;
+                    to_main.send("stopped").unwrap();
+                    assert_eq!(thread_hears.recv().unwrap(), "go");
+                }
+            },
+            operation,
+        )
+    });
+    (main_hears, to_thread, thread)
+}
+
+/// A writer stopped between its gate and its lock's CAS keeps a switch from draining:
+/// the switch waits for the gate, gives up past its limit and changes nothing, and the
+/// write then goes through. (Without the gate the switch drains past the writer, which
+/// then locks a record of the old width over the bytes of the new.)
+#[test]
+fn a_switch_waits_for_a_writer_inside_its_gate() {
+    let pod = heap_pod(&config().record_width_switch(true));
+    let a = leak(&pod, 0, 1);
+    let b = leak(&pod, 1, 2);
+    a.create(b"k", &value(0)).unwrap();
+    a.write(b"k", &value(1)).unwrap();
+    let (stopped, go, writer) = stopped_at(Point::WriteBeforeLock, move || {
+        a.write(b"k", &value(2)).map(drop)
+    });
+    assert_eq!(stopped.recv().unwrap(), "stopped");
+    let switched = b.switch_record_width(8);
+    assert!(
+        matches!(switched, Err(Error::RecordWidthSwitching { .. })),
+        "a switch past a raised gate: {switched:?}"
+    );
+    assert_eq!(
+        b.record_width().unwrap(),
+        RecordShape { epoch: 0, bits: 32 }
+    );
+    go.send("go").unwrap();
+    writer.join().unwrap().unwrap();
+    assert_eq!(read_tag(b, b"k"), Some(2));
+    assert!(b.switch_record_width(8).unwrap());
+    assert_eq!(read_tag(b, b"k"), Some(2));
+    a.write(b"k", &value(3)).unwrap();
+    assert_eq!(read_tag(b, b"k"), Some(3));
+}
+
+/// A record claimed before a switch, its alloc logged after the switch: the alloc loses
+/// (the switch freed the record), and the write claims one of the new width. (Were the
+/// alloc to win, the object would name an id of the old width in the new array, a free
+/// record there, and its write would wait on it until its limit.)
+#[test]
+fn an_alloc_claimed_before_a_switch_and_logged_after_it_loses() {
+    let pod = heap_pod(&config().record_width_switch(true));
+    let a = leak(&pod, 0, 1);
+    let b = leak(&pod, 1, 2);
+    a.create(b"k", &value(0)).unwrap();
+    let (stopped, go, writer) = stopped_at(Point::AllocAfterClaim, move || {
+        a.write(b"k", &value(5)).map(drop)
+    });
+    assert_eq!(stopped.recv().unwrap(), "stopped");
+    assert_eq!(a.inspect().record_census().in_use.len(), 1, "claimed");
+    assert!(b.switch_record_width(8).unwrap());
+    assert!(b.inspect().record_census().in_use.is_empty(), "zeroed");
+    go.send("go").unwrap();
+    writer.join().unwrap().unwrap();
+    assert_eq!(read_tag(b, b"k"), Some(5));
+    let record = b.lookup(b"k").unwrap().unwrap().record.expect("a record");
+    let census = b.inspect().record_census();
+    assert_eq!(census.in_use, [record]);
+    assert_eq!(b.inspect().records_in_use().0, 1);
+}
