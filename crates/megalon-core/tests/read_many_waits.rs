@@ -167,3 +167,34 @@ fn a_delete_unless_busy_of_a_locked_object_answers_at_once_and_deletes_nothing()
     assert!(matches!(a.read(b"k", &mut buf), Err(Error::UnknownKey)));
     assert!(b.lookup(b"k").unwrap().is_none());
 }
+
+/// Host a's `delete_unless_busy` of y, an object with a record: in its tail check (b's
+/// create of z to apply), b makes y read-shared, so y's dealloc is in the log, its record
+/// free, and a's replica, its round under way, has not applied the dealloc. Nobody holds
+/// y: the call deletes it, as `delete` does once its next tail check applies the dealloc.
+/// (It answered `RecordBusy` at once: a freed record taken for a locked one.)
+#[cfg(feature = "chaos")]
+#[test]
+fn a_delete_unless_busy_deletes_an_object_whose_record_was_just_freed() {
+    use megalon_core::chaos::{self, Point};
+
+    let (a, b) = two_hosts(Duration::from_secs(2));
+    let b: &'static Host = Box::leak(Box::new(b));
+    a.create(b"y", &value(1)).unwrap();
+    // Written once: the object has a record.
+    a.write(b"y", &value(2)).unwrap();
+    b.create(b"z", &value(3)).unwrap();
+    let mut freed = false;
+    let answer = chaos::with_hook(
+        move |at| {
+            if at == Point::ReplayBeforeCtail && !freed {
+                freed = true;
+                assert!(b.make_read_shared(b"y").unwrap(), "y had a record");
+            }
+        },
+        || a.delete_unless_busy(b"y"),
+    );
+    assert!(answer.is_ok(), "nobody holds y: {answer:?}");
+    assert!(a.lookup(b"y").unwrap().is_none());
+    assert!(b.lookup(b"y").unwrap().is_none());
+}

@@ -821,7 +821,8 @@ impl Shared {
     /// checks that no event about it was applied since the lookup, and asks the release
     /// hook. Returns the record, its word locked, its word before and the lock's announce;
     /// `None`: the record was busy or an event came first (the lock, if taken, is let go),
-    /// so start over.
+    /// so start over. `looked_again`: whether this delete looked again at a record found
+    /// freed once its wait was spent (see below).
     fn lock_for_delete(
         &self,
         entry: &IndexEntry,
@@ -829,6 +830,7 @@ impl Shared {
         record: u32,
         shape: RecordShape,
         backoff: &mut Option<Backoff>,
+        looked_again: &mut bool,
         c: &ThreadCounters,
     ) -> Result<Option<Held>> {
         let records = Records::of(&self.pod, shape);
@@ -838,6 +840,15 @@ impl Shared {
             return Ok(Some((record, word, word, None)));
         }
         if !word.in_use || word.locked {
+            // Freed: its dealloc or delete is in the log (applied by its author before the
+            // free, so `ctail` covers it), and the next tail check is likely to apply it;
+            // nobody holds the object. A delete whose wait is spent (`delete_unless_busy`'s
+            // is spent from the start) looks once more before it answers, as a read does.
+            // (It answered `RecordBusy` at once: a freed record taken for a locked one.)
+            if !word.in_use && !*looked_again && backoff.as_ref().is_some_and(Backoff::expired) {
+                *looked_again = true;
+                return Ok(None);
+            }
             self.wait_for_record(backoff, record, word, c)?;
             return Ok(None);
         }
@@ -899,6 +910,7 @@ impl Shared {
             return self.delete_all_log(key, c);
         }
         let mut brought_back = 0;
+        let mut looked_again = false;
         loop {
             self.catch_up()?;
             let (entry, shape) = {
@@ -932,12 +944,18 @@ impl Shared {
             // The record whose lock we hold: (record, its word locked, its word before).
             let held = match entry.record {
                 None => None,
-                Some(record) => {
-                    match self.lock_for_delete(&entry, key, record, shape, &mut backoff, c)? {
-                        Some(held) => Some(held),
-                        None => continue,
-                    }
-                }
+                Some(record) => match self.lock_for_delete(
+                    &entry,
+                    key,
+                    record,
+                    shape,
+                    &mut backoff,
+                    &mut looked_again,
+                    c,
+                )? {
+                    Some(held) => Some(held),
+                    None => continue,
+                },
             };
             // The record whose lock we hold (none for a read-shared object): the delete
             // wins in the log only if the object still has exactly that one.
