@@ -168,6 +168,37 @@ fn a_reader_overlapping_a_write_in_progress_retries() {
     assert_eq!(read(&b, b"k"), expected);
 }
 
+/// a holds the replicated lock of an object (a write in progress): b's
+/// `delete_unless_busy` looks once and answers `ObjectLocked`, the object as it was, and
+/// deletes it once the write ends. (It waited out b's wait limit, as `delete` does: the
+/// AllLog delete took no wait of the caller's.)
+#[test]
+fn a_delete_unless_busy_of_a_locked_object_answers_at_once() {
+    let wait = Duration::from_secs(2);
+    let pod = pod();
+    let a = host(&pod, 6);
+    let b = join(&pod, small_cache(7).wait_limit(wait));
+    a.create(b"k", &value(1)).unwrap();
+    let ticket = a.write_start(b"k").unwrap();
+    let began = std::time::Instant::now();
+    let answer = b.delete_unless_busy(b"k");
+    let took = began.elapsed();
+    match answer {
+        Err(Error::ObjectLocked { holder, .. }) => assert_eq!(holder, a.id()),
+        other => panic!("expected ObjectLocked, got {other:?}"),
+    }
+    assert!(took < wait / 4, "it waited {took:?} (limit {wait:?})");
+    a.memory().write(ticket.offset(), &value(2));
+    a.write_end(ticket).unwrap();
+    assert_eq!(
+        read(&b, b"k"),
+        value(2),
+        "the refused delete changed nothing"
+    );
+    b.delete_unless_busy(b"k").unwrap();
+    assert!(a.lookup(b"k").unwrap().is_none());
+}
+
 #[test]
 fn a_partial_write_keeps_the_other_hosts_bytes() {
     // b caches the object, a rewrites all of it, then b writes 8 bytes into its first

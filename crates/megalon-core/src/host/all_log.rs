@@ -198,8 +198,13 @@ impl Shared {
         Ok(())
     }
 
-    pub(super) fn delete_all_log(&self, key: &[u8], c: &ThreadCounters) -> Result<()> {
-        let mut backoff: Option<Backoff> = None;
+    /// `backoff`: the wait for a lock another host holds, as in `delete`.
+    pub(super) fn delete_all_log(
+        &self,
+        key: &[u8],
+        mut backoff: Option<Backoff>,
+        c: &ThreadCounters,
+    ) -> Result<()> {
         loop {
             self.catch_up()?;
             let found = self.replica.read().lookup_locked(key);

@@ -307,8 +307,9 @@ impl Host {
 
     /// [`Host::delete`], except that it does not wait for the object's record when
     /// another thread or host holds it locked (a write in progress, or a writer stopped
-    /// holding it): it looks once and answers [`Error::RecordBusy`], the object left as it
-    /// was. What picks one victim among many (a cache's eviction) passes over a busy one
+    /// holding it): it looks once and answers [`Error::RecordBusy`] (in a pod with
+    /// [`Coherence::AllLog`](crate::Coherence), [`Error::ObjectLocked`]), the object left as
+    /// it was. What picks one victim among many (a cache's eviction) passes over a busy one
     /// this way, instead of spending a wait limit on each. The log's own waits (a hole,
     /// room for the entry) are as in `delete`.
     pub fn delete_unless_busy(&self, key: &[u8]) -> Result<()> {

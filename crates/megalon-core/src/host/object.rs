@@ -907,7 +907,7 @@ impl Shared {
         c: &ThreadCounters,
     ) -> Result<()> {
         if self.all_log {
-            return self.delete_all_log(key, c);
+            return self.delete_all_log(key, backoff, c);
         }
         let mut brought_back = 0;
         let mut looked_again = false;
