@@ -821,18 +821,21 @@ impl Shared {
     /// checks that no event about it was applied since the lookup, and asks the release
     /// hook. Returns the record, its word locked, its word before and the lock's announce;
     /// `None`: the record was busy or an event came first (the lock, if taken, is let go),
-    /// so start over. `looked_again`: whether this delete looked again at a record found
-    /// freed once its wait was spent (see below).
+    /// so start over. `wait`: the delete's wait for the record, and whether it looked
+    /// again at a record found freed once its wait was spent (see below).
     fn lock_for_delete(
         &self,
         entry: &IndexEntry,
         key: &[u8],
         record: u32,
         shape: RecordShape,
-        backoff: &mut Option<Backoff>,
-        looked_again: &mut bool,
+        wait: &mut DeleteWait,
         c: &ThreadCounters,
     ) -> Result<Option<Held>> {
+        let DeleteWait {
+            backoff,
+            looked_again,
+        } = wait;
         let records = Records::of(&self.pod, shape);
         let word = records.load(record);
         c.add(Counter::ScrAtomics, 1);
@@ -903,14 +906,17 @@ impl Shared {
     pub(super) fn delete(
         &self,
         key: &[u8],
-        mut backoff: Option<Backoff>,
+        backoff: Option<Backoff>,
         c: &ThreadCounters,
     ) -> Result<()> {
         if self.all_log {
             return self.delete_all_log(key, backoff, c);
         }
         let mut brought_back = 0;
-        let mut looked_again = false;
+        let mut wait = DeleteWait {
+            backoff,
+            looked_again: false,
+        };
         loop {
             self.catch_up()?;
             let (entry, shape) = {
@@ -944,18 +950,12 @@ impl Shared {
             // The record whose lock we hold: (record, its word locked, its word before).
             let held = match entry.record {
                 None => None,
-                Some(record) => match self.lock_for_delete(
-                    &entry,
-                    key,
-                    record,
-                    shape,
-                    &mut backoff,
-                    &mut looked_again,
-                    c,
-                )? {
-                    Some(held) => Some(held),
-                    None => continue,
-                },
+                Some(record) => {
+                    match self.lock_for_delete(&entry, key, record, shape, &mut wait, c)? {
+                        Some(held) => Some(held),
+                        None => continue,
+                    }
+                }
             };
             // The record whose lock we hold (none for a read-shared object): the delete
             // wins in the log only if the object still has exactly that one.
@@ -1004,6 +1004,13 @@ impl Shared {
             }
         }
     }
+}
+
+/// A delete's wait for its object's record: the wait itself (`None` until it begins), and
+/// whether the delete looked again at a record found freed once the wait was spent.
+struct DeleteWait {
+    backoff: Option<Backoff>,
+    looked_again: bool,
 }
 
 /// A record whose lock a delete holds: the record, its word locked, its word before, and
