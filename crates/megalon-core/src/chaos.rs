@@ -67,6 +67,8 @@ pub enum Point {
     WidthBeforeEvent,
     /// A switch: `WidthEnd` applied and the records zeroed, before the width word opens.
     WidthBeforeReopen,
+    /// A host that took over a switch whose drainer is gone, before it catches up.
+    WidthAfterTakeover,
     /// A deallocation or delete, holding the record's lock, before its event.
     ReleaseAfterLock,
     /// A deallocation or delete whose event won, before it frees the record.

@@ -116,3 +116,36 @@ fn an_alloc_claimed_before_a_switch_and_logged_after_it_loses() {
     assert_eq!(census.in_use, [record]);
     assert_eq!(b.inspect().records_in_use().0, 1);
 }
+
+/// A drainer whose thread unwinds before its append (a panic there is a bug, here a
+/// hook's) opens the width word again: the width stays, writes go on, the next switch
+/// goes through.
+#[test]
+fn a_drainer_that_unwinds_before_its_append_opens_the_word_again() {
+    let pod = heap_pod(&config().record_width_switch(true));
+    let a = leak(&pod, 0, 1);
+    let b = leak(&pod, 1, 2);
+    a.create(b"k", &value(0)).unwrap();
+    a.write(b"k", &value(1)).unwrap();
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        chaos::with_hook(
+            |at| {
+                if at == Point::WidthBeforeEvent {
+                    panic!("the drainer's thread unwinds");
+                }
+            },
+            || b.switch_record_width(8),
+        )
+    }));
+    assert!(unwound.is_err());
+    assert_eq!(a.inspect().width_drainer(), None);
+    a.write(b"k", &value(2)).unwrap();
+    assert_eq!(read_tag(b, b"k"), Some(2));
+    assert_eq!(
+        b.record_width().unwrap(),
+        RecordShape { epoch: 0, bits: 32 }
+    );
+    assert!(b.switch_record_width(8).unwrap());
+    a.write(b"k", &value(3)).unwrap();
+    assert_eq!(read_tag(b, b"k"), Some(3));
+}

@@ -308,6 +308,12 @@ impl Inspect<'_> {
         }
     }
 
+    /// The host draining the records for a switch of the record width under way, if one
+    /// is (the pod's width word, read now).
+    pub fn width_drainer(&self) -> Option<HostId> {
+        self.host.shared.width_drainer()
+    }
+
     /// Which life of its id this host is (the host table's join count when it joined):
     /// the `life` its [`Error::HostDeclaredDead`] names. A restart as the same id joins
     /// as a later life.

@@ -604,6 +604,12 @@ impl Shared {
         let max_hosts = layout.config.max_hosts;
         let log = Log::new(pod);
         let coherence = layout.config.coherence;
+        if layout.config.record_width_switch {
+            // This life's gate (one its id's earlier life died inside stays raised until
+            // now, and only a drainer that finds it dead looks past it).
+            pod.scr_u64(layout.gate_offset(id))
+                .store(0, std::sync::atomic::Ordering::SeqCst);
+        }
         let index = Index::new(
             layout.slot_count,
             layout.records_bytes(),

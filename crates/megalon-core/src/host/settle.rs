@@ -220,7 +220,7 @@ impl Shared {
                 return;
             }
             // A switch under way: later, when it ended or was given up.
-            Gate::Draining => {
+            Gate::Draining(_) => {
                 self.deferred.lock().push(Deferred::FreeClaimed {
                     record,
                     claimed,

@@ -37,6 +37,7 @@ use crate::chaos::Point;
 use crate::counters::{Counter, ThreadCounters};
 use crate::error::{Error, Result};
 use crate::event::Event;
+use crate::host_table;
 use crate::ids::HostId;
 use crate::limits::MAX_RECORDS;
 use crate::mutants::{self, Step};
@@ -90,8 +91,9 @@ pub(super) enum Gate<'a> {
     /// The width moved past the caller's: its record id is of an array that is gone.
     /// Catch up and look the object up again.
     Behind,
-    /// A switch is draining the records: wait, then look again.
-    Draining,
+    /// A switch is draining the records (this host's, the drainer): wait, then look
+    /// again.
+    Draining(Option<HostId>),
 }
 
 /// A raised gate: lowered when dropped, after the caller's change of a record word.
@@ -113,6 +115,11 @@ impl Shared {
 
     fn gate_word(&self, host: HostId) -> &AtomicU64 {
         self.pod.scr_u64(self.pod.layout().gate_offset(host))
+    }
+
+    /// The drainer the width word names, if a switch is under way.
+    pub(super) fn width_drainer(&self) -> Option<HostId> {
+        WidthWord::decode(self.width_word().load(Ordering::SeqCst)).drainer
     }
 
     /// Whether this pod's record width may change (its changers pass the gate).
@@ -138,7 +145,7 @@ impl Shared {
         if word.epoch > shape.epoch {
             Gate::Behind
         } else {
-            Gate::Draining
+            Gate::Draining(word.drainer)
         }
     }
 
@@ -154,13 +161,67 @@ impl Shared {
         match self.enter_gate(shape, c) {
             Gate::Open(passed) => Ok(Some(passed)),
             Gate::Behind => self.catch_up().map(|()| None),
-            Gate::Draining => {
+            Gate::Draining(drainer) => {
+                if let Some(drainer) = drainer.filter(|&host| self.drainer_gone(host)) {
+                    self.take_over_switch(shape.epoch, drainer)?;
+                    return Ok(None);
+                }
                 Backoff::snooze_or(backoff, self.options.wait_limit, |waited_ms| {
                     Error::RecordWidthSwitching { waited_ms }
                 })?;
                 Ok(None)
             }
         }
+    }
+
+    /// Whether a switch's drainer is gone: its row free (it left, or died and was
+    /// recovered: whatever it reserved in the log is published or filled by then).
+    fn drainer_gone(&self, drainer: HostId) -> bool {
+        drainer != self.id && host_table::holder(&self.pod, drainer).is_none()
+    }
+
+    /// Ends the switch from `epoch` that `drainer`, gone, left draining: with the records
+    /// zeroed and the word open at the next epoch if its `WidthEnd` is in the log, else
+    /// open again at `epoch`. One host does it (the CAS that names it the drainer); the
+    /// others find the word moved on.
+    fn take_over_switch(&self, epoch: u32, drainer: HostId) -> Result<()> {
+        let left = WidthWord {
+            epoch,
+            drainer: Some(drainer),
+        };
+        let mine = WidthWord {
+            epoch,
+            drainer: Some(self.id),
+        };
+        if self
+            .width_word()
+            .compare_exchange(
+                left.encode(),
+                mine.encode(),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .is_err()
+        {
+            return Ok(());
+        }
+        self.chaos.point(Point::WidthAfterTakeover);
+        if let Err(error) = self.catch_up() {
+            // Left for another try (ours or another host's).
+            let _ = self.width_word().compare_exchange(
+                mine.encode(),
+                left.encode(),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            );
+            return Err(error);
+        }
+        if self.replica.shape().epoch > epoch {
+            self.finish_switch(epoch + 1);
+        } else {
+            self.abandon_switch(epoch);
+        }
+        Ok(())
     }
 
     /// The drainer's wait for `done`, within `backoff`: `false` past its limit.
@@ -182,8 +243,14 @@ impl Shared {
             waited_ms: backoff.waited_ms(),
         };
         for host in 0..self.pod.layout().config.max_hosts {
+            // A host whose process is gone changes no record word any more (the gate it
+            // left raised, if it died inside it, is its next life's to lower).
             let gate = self.gate_word(host);
-            if !Self::drain_until(&mut backoff, || gate.load(Ordering::SeqCst) == 0) {
+            let lowered = || {
+                gate.load(Ordering::SeqCst) == 0
+                    || host_table::alive(&self.pod, host) == Some(false)
+            };
+            if !Self::drain_until(&mut backoff, lowered) {
                 return Err(waited(&backoff));
             }
         }
@@ -232,6 +299,21 @@ impl Shared {
             self.pod.scr_u64(offset).store(0, Ordering::Relaxed);
         }
         self.records_in_use().store(0, Ordering::Relaxed);
+    }
+}
+
+/// Opens the width word again at `epoch` if dropped while it is `Some`: a drainer's
+/// thread that unwinds before its append.
+struct AbandonOnUnwind<'a> {
+    shared: &'a Shared,
+    epoch: Option<u32>,
+}
+
+impl Drop for AbandonOnUnwind<'_> {
+    fn drop(&mut self) {
+        if let Some(epoch) = self.epoch {
+            self.shared.abandon_switch(epoch);
+        }
     }
 }
 
@@ -301,14 +383,24 @@ impl Host {
         {
             return Err(Error::RecordWidthSwitching { waited_ms: 0 });
         }
+        // A panic from here to the append (a bug: nothing here panics by design) opens
+        // the word again rather than leave every host's writes waiting on it.
+        let mut unwinding = AbandonOnUnwind {
+            shared,
+            epoch: Some(shape.epoch),
+        };
         shared.chaos.point(Point::WidthAfterFreeze);
         if let Err(error) = shared.drain(shape) {
             shared.abandon_switch(shape.epoch);
+            unwinding.epoch = None;
             return Err(error);
         }
         shared.chaos.point(Point::WidthBeforeEvent);
+        unwinding.epoch = None;
         let epoch = shape.epoch + 1;
         let event = Event::WidthEnd { epoch, bits };
+        // From the append on, the settle decides: the switch ends if the event is applied,
+        // the word opens again at `shape`'s epoch if it never reaches the log.
         match shared.submit_settled(&event, Settle::Width { epoch })? {
             Outcome::WidthSwitched { .. } => {
                 shared.finish_switch(epoch);
