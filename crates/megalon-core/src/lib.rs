@@ -168,7 +168,8 @@ pub use config::{Coherence, CrashSafety, PodConfig};
 pub use counters::EventCounts;
 pub use error::{Error, Region, Result};
 pub use host::{
-    Done, Host, HostOptions, Join, ReadTicket, ReleaseHook, ReleaseReason, Releasing, WriteTicket,
+    Done, Host, HostOptions, Join, ReadTicket, ReleaseHook, ReleaseReason, Releasing, WidthPolicy,
+    WriteTicket,
 };
 pub use ids::HostId;
 pub use layout::{Layout, ScrUsage};

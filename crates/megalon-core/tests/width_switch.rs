@@ -276,3 +276,79 @@ fn writes_and_reads_across_switches_of_every_width_stay_whole_and_fresh() {
         "the count of records in use is the census's"
     );
 }
+
+/// A policy that looks often and judges from few writes.
+fn quick_policy() -> megalon_core::WidthPolicy {
+    megalon_core::WidthPolicy {
+        interval: Duration::from_millis(50),
+        min_writes: 300,
+        ..megalon_core::WidthPolicy::default()
+    }
+}
+
+/// Writes `objects` of `host`'s pod in a scrambled order until `done` says so or `for_at_most`
+/// passes: what the pumps' policies judge from.
+fn write_until(host: &Host, objects: usize, for_at_most: Duration, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + for_at_most;
+    let mut i = 0usize;
+    while !done() && std::time::Instant::now() < deadline {
+        i = (i + 7919) % objects;
+        host.write(&key(i), &value(i as u8)).unwrap();
+    }
+}
+
+/// More objects written than 32-bit records can hold: the pump's policy finds its writes
+/// churning and halves the width, and stops where the records hold every object written
+/// (16 bits here: churn then stays under its bound).
+#[test]
+fn a_pump_narrows_the_width_while_writes_churn_and_stops_once_they_do_not() {
+    let config = switchable().scr_bytes(8 << 10);
+    let objects = (records_at(&config, 32) * 5 / 4) as usize;
+    assert!((objects as u64) < records_at(&config, 16) * 3 / 4);
+    let pod = heap_pod(&config);
+    let host = join(&pod, options(1).width_policy(quick_policy()));
+    for i in 0..objects {
+        host.create(&key(i), &value(0)).unwrap();
+    }
+    let long = Duration::from_secs(10);
+    write_until(&host, objects, long, || {
+        host.record_width().unwrap().bits < 32
+    });
+    assert_eq!(
+        host.record_width().unwrap(),
+        RecordShape { epoch: 1, bits: 16 }
+    );
+    // Writes go on at 16 bits without churn: no further switch.
+    write_until(&host, objects, Duration::from_secs(1), || false);
+    assert_eq!(
+        host.record_width().unwrap(),
+        RecordShape { epoch: 1, bits: 16 }
+    );
+    for i in 0..objects {
+        let tag = read_tag(&host, &key(i)).unwrap();
+        assert!(tag == 0 || tag == i as u8, "k{i}: {tag}");
+    }
+}
+
+/// A few objects written over and over at 4 bits (a wrap event every second write): the
+/// policy doubles the width, and stops at 8 bits (a wrap every 32 writes of an object).
+#[test]
+fn a_pump_widens_the_width_while_writes_wrap_and_stops_once_they_do_not() {
+    let config = switchable().record_width_bits(4);
+    let pod = heap_pod(&config);
+    let host = join(&pod, options(1).width_policy(quick_policy()));
+    for i in 0..16 {
+        host.create(&key(i), &value(0)).unwrap();
+    }
+    let long = Duration::from_secs(10);
+    write_until(&host, 16, long, || host.record_width().unwrap().bits > 4);
+    assert_eq!(
+        host.record_width().unwrap(),
+        RecordShape { epoch: 1, bits: 8 }
+    );
+    write_until(&host, 16, Duration::from_secs(1), || false);
+    assert_eq!(
+        host.record_width().unwrap(),
+        RecordShape { epoch: 1, bits: 8 }
+    );
+}

@@ -47,7 +47,7 @@ mod width;
 pub use inspect::{
     crash, pretend_row_elsewhere, BackgroundErrors, HostStats, Inspect, LoggedEvent, RecordCensus,
 };
-pub use options::{HostOptions, Join, ReleaseHook};
+pub use options::{HostOptions, Join, ReleaseHook, WidthPolicy};
 pub use records::{ReleaseReason, Releasing};
 use settle::Deferred;
 pub(crate) use settle::Settle;
@@ -107,6 +107,8 @@ struct Shared {
     rescue_logged: std::sync::atomic::AtomicBool,
     /// The records the log says are free.
     free_records: Mutex<records::FreeRecords>,
+    /// What the pump's width policy saw at its last look (`width::Looks`).
+    width_looks: Mutex<width::Looks>,
     memory: Memory,
     log: Log,
     replica: Replica,
@@ -535,6 +537,9 @@ impl Shared {
                             message: panic_message(&*panic),
                         }),
                     }
+                    if let Err(error) = self.adapt_width() {
+                        self.background_error(error);
+                    }
                 }
                 Err(error) => self.background_error(error),
             }
@@ -640,6 +645,7 @@ impl Shared {
             watch: Mutex::new(crash::Watch::default()),
             rescue_logged: std::sync::atomic::AtomicBool::new(false),
             free_records: Mutex::new(records::FreeRecords::new(layout.record_count)),
+            width_looks: Mutex::new(width::Looks::default()),
             memory: Memory::new(Arc::clone(pod), options.memory.clone()),
             log,
             replica,

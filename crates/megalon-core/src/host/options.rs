@@ -53,10 +53,58 @@ pub struct HostOptions {
     /// Called before an object loses its coherence record on this host (see
     /// [`ReleaseHook`]).
     pub release_hook: Option<ReleaseHook>,
+    /// When this host's pump switches the pod's record width by itself, from what its
+    /// writes see (a pod created with
+    /// [`PodConfig::record_width_switch`](crate::PodConfig#structfield.record_width_switch));
+    /// `None` (the default): only [`Host::switch_record_width`](crate::Host::switch_record_width)
+    /// does.
+    pub width_policy: Option<WidthPolicy>,
     /// Schedule chaos and injected faults for this host's threads (see
     /// [`crate::chaos`]); only in builds with the `chaos` feature.
     #[cfg(feature = "chaos")]
     pub chaos: Option<crate::chaos::ChaosConfig>,
+}
+
+/// When a host's pump switches the pod's record width
+/// ([`HostOptions::width_policy`]). Every `interval`, if this host wrote at least
+/// `min_writes` objects since its last look (and no switch came in between), it halves
+/// the width when more than `narrow_above_churn` of its writes had to take a record from
+/// another object (churn: too few records for the objects written), down to
+/// `narrowest_bits`; and it doubles the width when more than `widen_above_wraps` of its
+/// writes appended a wrap event (a counter too short for how often objects are written)
+/// while churn stayed under a quarter of its bound and the records in use would fill at
+/// most half the wider array, up to `widest_bits`. A switch takes every record back (the
+/// next write of each object allocates one): the bounds keep switches rare.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WidthPolicy {
+    /// How often the pump looks.
+    pub interval: Duration,
+    /// Writes since the last look below which the pump does not judge.
+    pub min_writes: u64,
+    /// Churn per write above which the width halves.
+    pub narrow_above_churn: f64,
+    /// Wrap events per write above which the width doubles.
+    pub widen_above_wraps: f64,
+    /// The narrowest width the pump switches to.
+    pub narrowest_bits: u32,
+    /// The widest width the pump switches to.
+    pub widest_bits: u32,
+}
+
+impl Default for WidthPolicy {
+    /// Every 200 ms, at least 2,000 writes: narrower above 1% churn, down to 8 bits (a
+    /// counter of 6 bits: a wrap event every 32 writes of an object); wider above 20%
+    /// wraps, up to 32 bits.
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_millis(200),
+            min_writes: 2_000,
+            narrow_above_churn: 0.01,
+            widen_above_wraps: 0.2,
+            narrowest_bits: 8,
+            widest_bits: 32,
+        }
+    }
 }
 
 /// Called with the record locked before an object loses its coherence record: before a
@@ -106,6 +154,7 @@ impl Default for HostOptions {
             max_retries: 10_000,
             record_watermark: 0.9,
             release_hook: None,
+            width_policy: None,
             #[cfg(feature = "chaos")]
             chaos: None,
         }
@@ -146,6 +195,13 @@ impl HostOptions {
     #[must_use]
     pub fn release_hook(mut self, hook: ReleaseHook) -> Self {
         self.release_hook = Some(hook);
+        self
+    }
+
+    /// Sets [`HostOptions::width_policy`].
+    #[must_use]
+    pub fn width_policy(mut self, policy: WidthPolicy) -> Self {
+        self.width_policy = Some(policy);
         self
     }
 

@@ -224,9 +224,18 @@ impl Shared {
         Ok(())
     }
 
-    /// The drainer's wait for `done`, within `backoff`: `false` past its limit.
-    fn drain_until(backoff: &mut Backoff, mut done: impl FnMut() -> bool) -> bool {
+    /// The drainer's wait for `done`, within `backoff`: `false` past its limit. On the
+    /// pump's thread (`on_pump`) it beats the host's lease meanwhile.
+    fn drain_until(
+        &self,
+        backoff: &mut Backoff,
+        on_pump: bool,
+        mut done: impl FnMut() -> bool,
+    ) -> bool {
         while !done() {
+            if on_pump {
+                self.beat();
+            }
             if !backoff.snooze() {
                 return false;
             }
@@ -237,7 +246,7 @@ impl Shared {
     /// Steps 2 and 3 of a switch from `shape`, the width word draining: `Ok(())` once no
     /// gate is raised and no record locked, `Err` (nothing changed) if a step ran out of
     /// wait.
-    fn drain(&self, shape: RecordShape) -> Result<()> {
+    fn drain(&self, shape: RecordShape, on_pump: bool) -> Result<()> {
         let mut backoff = Backoff::new(self.options.wait_limit);
         let waited = |backoff: &Backoff| Error::RecordWidthSwitching {
             waited_ms: backoff.waited_ms(),
@@ -250,14 +259,14 @@ impl Shared {
                 gate.load(Ordering::SeqCst) == 0
                     || host_table::alive(&self.pod, host) == Some(false)
             };
-            if !Self::drain_until(&mut backoff, lowered) {
+            if !self.drain_until(&mut backoff, on_pump, lowered) {
                 return Err(waited(&backoff));
             }
         }
         self.chaos.point(Point::WidthAfterGates);
         let records = Records::of(&self.pod, shape);
         for record in 0..records.count() as u32 {
-            if !Self::drain_until(&mut backoff, || !records.load(record).locked) {
+            if !self.drain_until(&mut backoff, on_pump, || !records.load(record).locked) {
                 return Err(waited(&backoff));
             }
         }
@@ -302,46 +311,11 @@ impl Shared {
     }
 }
 
-/// Opens the width word again at `epoch` if dropped while it is `Some`: a drainer's
-/// thread that unwinds before its append.
-struct AbandonOnUnwind<'a> {
-    shared: &'a Shared,
-    epoch: Option<u32>,
-}
-
-impl Drop for AbandonOnUnwind<'_> {
-    fn drop(&mut self) {
-        if let Some(epoch) = self.epoch {
-            self.shared.abandon_switch(epoch);
-        }
-    }
-}
-
-impl Host {
-    /// The record width this host's replica is at after catching up with the log: the
-    /// pod's width at creation, then each switch's
-    /// ([`Host::switch_record_width`]), one epoch on each.
-    pub fn record_width(&self) -> Result<RecordShape> {
-        self.shared.catch_up()?;
-        Ok(self.shared.replica.shape())
-    }
-
-    /// Switches the pod's records to `bits` (2, 4, 8, 16 or 32) on every host, at one log
-    /// position, in a pod created with [`PodConfig::record_width_switch`]: every object
-    /// loses its record (it is read-shared until its next write allocates one at the new
-    /// width). Writes, deletes and record allocations on every host wait while the
-    /// switch drains the records (the module's docs say how); reads do not.
-    ///
-    /// `Ok(false)`: the pod is at `bits` already. [`Error::RecordWidthSwitching`]:
-    /// another switch is under way, or a host kept a record locked (or its gate raised)
-    /// past the wait limit; nothing changed. [`Error::NotWithWidthSwitch`]: the pod's
-    /// width is fixed. An error of the append (a full log, say) leaves the switch to this
-    /// host's replay: if the event reaches the log it ends there, else the word opens
-    /// again at the old width.
-    ///
-    /// [`PodConfig::record_width_switch`]: crate::PodConfig::record_width_switch
-    pub fn switch_record_width(&self, bits: u32) -> Result<bool> {
-        let shared = &self.shared;
+impl Shared {
+    /// [`Host::switch_record_width`], on the pump's thread if `on_pump` (a drain there
+    /// beats the lease).
+    pub(super) fn switch_width(&self, bits: u32, on_pump: bool) -> Result<bool> {
+        let shared = self;
         if !shared.width_switches() {
             return Err(Error::NotWithWidthSwitch {
                 parameter: "a fixed record width (record_width_switch off)",
@@ -390,7 +364,7 @@ impl Host {
             epoch: Some(shape.epoch),
         };
         shared.chaos.point(Point::WidthAfterFreeze);
-        if let Err(error) = shared.drain(shape) {
+        if let Err(error) = shared.drain(shape, on_pump) {
             shared.abandon_switch(shape.epoch);
             unwinding.epoch = None;
             return Err(error);
@@ -408,6 +382,132 @@ impl Host {
             }
             outcome => unreachable!("only the drainer appends its epoch's switch: {outcome:?}"),
         }
+    }
+}
+
+/// What the pump's width policy saw at its last look: when, this host's counts of
+/// writes, churn and wraps then, and the width's epoch.
+#[derive(Debug, Default)]
+pub(super) struct Looks {
+    at: Option<std::time::Instant>,
+    writes: u64,
+    churn: u64,
+    wraps: u64,
+    epoch: u32,
+}
+
+impl Shared {
+    /// The pump's look at the record width ([`HostOptions::width_policy`]): switches it if
+    /// this host's writes since the last look say so (see [`WidthPolicy`]). Another
+    /// host's switch under way or begun first is not an error: the next look sees it.
+    ///
+    /// [`HostOptions::width_policy`]: crate::HostOptions::width_policy
+    /// [`WidthPolicy`]: crate::WidthPolicy
+    pub(super) fn adapt_width(&self) -> Result<()> {
+        let Some(policy) = self.options.width_policy else {
+            return Ok(());
+        };
+        if !self.width_switches() {
+            return Ok(());
+        }
+        let now = std::time::Instant::now();
+        let mut looks = self.width_looks.lock();
+        if looks
+            .at
+            .is_some_and(|at| now.duration_since(at) < policy.interval)
+        {
+            return Ok(());
+        }
+        let counts = self.events.total();
+        let shape = self.replica.shape();
+        let (writes, churn, wraps) = (
+            counts.writes - looks.writes,
+            counts.churn - looks.churn,
+            counts.wraps - looks.wraps,
+        );
+        let judged = looks.at.is_some() && looks.epoch == shape.epoch;
+        if judged && writes < policy.min_writes {
+            // Too few writes to tell: keep counting from the same look.
+            return Ok(());
+        }
+        *looks = Looks {
+            at: Some(now),
+            writes: counts.writes,
+            churn: counts.churn,
+            wraps: counts.wraps,
+            epoch: shape.epoch,
+        };
+        drop(looks);
+        if !judged {
+            return Ok(());
+        }
+        let (churn, wraps) = (churn as f64 / writes as f64, wraps as f64 / writes as f64);
+        let wider_holds = || {
+            let wider = RecordShape {
+                epoch: shape.epoch,
+                bits: shape.bits * 2,
+            };
+            let records = wider.count_in(self.pod.layout().records_bytes());
+            self.records_in_use().load(Ordering::Relaxed) * 2 <= records
+        };
+        let bits = if churn > policy.narrow_above_churn && shape.bits > policy.narrowest_bits {
+            shape.bits / 2
+        } else if wraps > policy.widen_above_wraps
+            && churn < policy.narrow_above_churn / 4.0
+            && shape.bits < policy.widest_bits
+            && wider_holds()
+        {
+            shape.bits * 2
+        } else {
+            return Ok(());
+        };
+        match self.switch_width(bits, true) {
+            Ok(_) | Err(Error::RecordWidthSwitching { .. }) => Ok(()),
+            Err(error) => Err(error),
+        }
+    }
+}
+
+/// Opens the width word again at `epoch` if dropped while it is `Some`: a drainer's
+/// thread that unwinds before its append.
+struct AbandonOnUnwind<'a> {
+    shared: &'a Shared,
+    epoch: Option<u32>,
+}
+
+impl Drop for AbandonOnUnwind<'_> {
+    fn drop(&mut self) {
+        if let Some(epoch) = self.epoch {
+            self.shared.abandon_switch(epoch);
+        }
+    }
+}
+
+impl Host {
+    /// The record width this host's replica is at after catching up with the log: the
+    /// pod's width at creation, then each switch's
+    /// ([`Host::switch_record_width`]), one epoch on each.
+    pub fn record_width(&self) -> Result<RecordShape> {
+        self.shared.catch_up()?;
+        Ok(self.shared.replica.shape())
+    }
+
+    /// Switches the pod's records to `bits` (2, 4, 8, 16 or 32) on every host, at one log
+    /// position, in a pod created with [`PodConfig::record_width_switch`]: every object
+    /// loses its record (it is read-shared until its next write allocates one at the new
+    /// width). Writes, deletes and record allocations on every host wait while the
+    /// switch drains the records (the module's docs say how); reads do not.
+    ///
+    /// `Ok(false)`: the pod is at `bits` already. [`Error::RecordWidthSwitching`]:
+    /// another switch is under way, or a host kept a record locked (or its gate raised)
+    /// past the wait limit; nothing changed. [`Error::NotWithWidthSwitch`]: the pod's
+    /// width is fixed. An error of the append (a full log, say) leaves the switch to this
+    /// host's replay: if the event reaches the log it ends there, else the word opens
+    /// again at the old width.
+    ///
+    /// [`PodConfig::record_width_switch`]: crate::PodConfig::record_width_switch
+    pub fn switch_record_width(&self, bits: u32) -> Result<bool> {
+        self.shared.switch_width(bits, false)
     }
 }
 
