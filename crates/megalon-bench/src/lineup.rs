@@ -11,7 +11,7 @@ use std::time::Duration;
 use megalon_baselines::{AllLog, HcMeta, HcMetaConfig, Placement};
 use megalon_core::{
     limits::{LINE_BYTES, PAGE_BYTES},
-    Backing, Coherence, CxlModel, HostOptions, MemoryKind, Pod, PodConfig,
+    Backing, Coherence, CxlModel, HostOptions, MemoryKind, Pod, PodConfig, WidthPolicy,
 };
 use megalon_kv::{Megalon, Scheme, Store, LENGTH_PREFIX_BYTES};
 
@@ -30,16 +30,20 @@ pub enum Kind {
     HcMetaUnlimited,
     /// megalon with lock and counter through the log ([`AllLog`]).
     AllLog,
+    /// megalon whose record width its hosts' pumps switch at run time
+    /// ([`WidthPolicy::default`]), from the setup's width.
+    MegalonAdaptive,
 }
 
 impl Kind {
     /// Every scheme.
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 6] = [
         Kind::Megalon,
         Kind::HcMeta,
         Kind::HcMetaLocal,
         Kind::HcMetaUnlimited,
         Kind::AllLog,
+        Kind::MegalonAdaptive,
     ];
 
     /// The scheme's counter of churns in the paper's sense (section 6.2): megalon
@@ -48,7 +52,7 @@ impl Kind {
     /// another record first); HCMeta churns when it shares an unshared object on demand.
     pub fn churn_counter(self) -> &'static str {
         match self {
-            Kind::Megalon | Kind::AllLog => "record allocs",
+            Kind::Megalon | Kind::AllLog | Kind::MegalonAdaptive => "record allocs",
             Kind::HcMeta | Kind::HcMetaLocal | Kind::HcMetaUnlimited => "churn",
         }
     }
@@ -66,6 +70,7 @@ impl Kind {
             Kind::HcMetaLocal => "hcmeta-local",
             Kind::HcMetaUnlimited => "hcmeta-unlimited",
             Kind::AllLog => "all-log",
+            Kind::MegalonAdaptive => "megalon-adaptive",
         }
     }
 }
@@ -240,9 +245,14 @@ impl<S: Scheme + 'static> Bench for Loaded<S> {
 pub fn build(kind: Kind, setup: &Setup) -> Result<Box<dyn Bench>, String> {
     let err = |e: &dyn std::fmt::Display| format!("{}: {e}", kind.name());
     match kind {
-        Kind::Megalon => {
-            let pod = Pod::create(&setup.megalon_config(), setup.backing()).map_err(|e| err(&e))?;
-            let options = HostOptions::new().memory(setup.memory());
+        Kind::Megalon | Kind::MegalonAdaptive => {
+            let adaptive = kind == Kind::MegalonAdaptive;
+            let config = setup.megalon_config().record_width_switch(adaptive);
+            let pod = Pod::create(&config, setup.backing()).map_err(|e| err(&e))?;
+            let mut options = HostOptions::new().memory(setup.memory());
+            if adaptive {
+                options = options.width_policy(WidthPolicy::default());
+            }
             let scheme =
                 Megalon::join(Arc::new(pod), setup.hosts, &options).map_err(|e| err(&e))?;
             Ok(Box::new(Loaded {

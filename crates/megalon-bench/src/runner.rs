@@ -76,6 +76,8 @@ pub struct Measured {
     pub operations: u64,
     /// Every counter of the scheme over the run, per operation.
     pub per_op: Vec<(&'static str, f64)>,
+    /// The scheme's gauges at the run's end (megalon's record width, say).
+    pub gauges: Vec<(&'static str, u64)>,
 }
 
 impl Measured {
@@ -105,6 +107,7 @@ impl Measured {
                 .iter()
                 .map(|&(name, v)| (name, v as f64 / operations as f64))
                 .collect(),
+            gauges: run.report.gauges.clone(),
         }
     }
 
@@ -120,6 +123,7 @@ impl Measured {
             p99_latency_us: 0.0,
             operations: 0,
             per_op: Vec::new(),
+            gauges: Vec::new(),
         }
     }
 

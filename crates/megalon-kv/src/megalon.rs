@@ -103,6 +103,7 @@ impl Scheme for Megalon {
             .hosts
             .first()
             .map_or((0, 0), |host| host.inspect().records_in_use());
+        let width = self.hosts.first().and_then(|host| host.record_width().ok());
         let usage = self.pod.scr_usage();
         Report {
             scheme: "megalon",
@@ -138,6 +139,11 @@ impl Scheme for Megalon {
             gauges: vec![
                 ("records in use", records_in_use),
                 ("records in the pod", records),
+                ("record bits", width.map_or(0, |w| u64::from(w.bits))),
+                (
+                    "record width switches",
+                    width.map_or(0, |w| u64::from(w.epoch)),
+                ),
             ],
             scr: vec![
                 ("log cursors", usage.log_cursors_bytes),

@@ -7,6 +7,8 @@ use super::{panel, throughput_row, writes, Panel, CHURN, THROUGHPUT};
 
 /// Record widths in bits, the paper's sweep.
 const WIDTHS: [u32; 5] = [32, 16, 8, 4, 2];
+/// The series of the width chosen at run time.
+const ADAPTIVE: &str = "megalon (adaptive width)";
 /// The paper's SCR in this figure, in MB.
 const SCR_MB: f64 = 32.0;
 
@@ -37,6 +39,27 @@ pub fn run(h: &mut Harness) -> Result<(), String> {
             std::slice::from_ref(plan),
         )?);
     }
+    // The width chosen at run time: from 32-bit records, the hosts' pumps switch it
+    // (`WidthPolicy::default`) during the warm-up and the run; drawn at its start, 32.
+    let (setup, plan) = &sweep[0];
+    let start = plan.0;
+    let adaptive_plan = (start, format!("adaptive, from {start}-bit records"), plan.2);
+    let mut adaptive = h.measure_warm(
+        Kind::MegalonAdaptive,
+        setup,
+        ADAPTIVE,
+        std::slice::from_ref(&adaptive_plan),
+    )?;
+    for point in &mut adaptive {
+        let gauge = |name| point.gauges.iter().find(|(n, _)| *n == name).map(|g| g.1);
+        if let (Some(bits), Some(switches)) = (gauge("record bits"), gauge("record width switches"))
+        {
+            point.x_name = format!(
+                "adaptive from {start}-bit records, at {bits} bits after {switches} switches"
+            );
+        }
+    }
+    points.extend(adaptive);
     panel(
         h,
         Panel {
@@ -68,6 +91,23 @@ pub fn run(h: &mut Harness) -> Result<(), String> {
         let what = format!("{narrow}-bit / {wide}-bit records (50% writes, zipf 0.7, SCR 32 MB)");
         let (wide, narrow) = (f64::from(wide), f64::from(narrow));
         let pair = (("megalon", wide), ("megalon", narrow));
+        throughput_row(h, "10", what, &points, pair, paper);
+    }
+    // The adaptive width against where it started and against the best fixed one here.
+    for (fixed, paper) in [
+        (
+            32,
+            "not in the paper: > 1 if the policy narrows the width where 32 bits churn",
+        ),
+        (
+            8,
+            "not in the paper: about 1 if it settles where the best fixed width is",
+        ),
+    ] {
+        let what = format!(
+            "adaptive / {fixed}-bit records (50% writes, zipf 0.7, SCR 32 MB; from {start}-bit)"
+        );
+        let pair = (("megalon", f64::from(fixed)), (ADAPTIVE, start));
         throughput_row(h, "10", what, &points, pair, paper);
     }
     Ok(())
