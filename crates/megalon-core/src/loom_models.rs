@@ -586,3 +586,44 @@ fn loom_recovery_never_takes_a_live_lock_for_a_dead_hosts_announced_one() {
 fn loom_recovery_settles_a_dead_hosts_lock_once_beside_a_live_writer() {
     a_recovery_racing_a_live_write(true);
 }
+
+/// A switch of the record width racing a write of an object that has a record: the gate
+/// and the drainer's wait for it (a store, then a load, on each side) decide which comes
+/// first. Whatever the order, no record is left locked, the object holds the last write
+/// that returned, and the pod is at the width the switch answered. (Were the write's lock
+/// taken after the drainer looked at the locks, the zeroing would unlock it under the
+/// writer, and the write would find its record gone at its unlock.)
+#[test]
+fn loom_a_switch_and_a_write_end_whole_in_either_order() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(builder.preemption_bound.map_or(2, |bound| bound.min(2)));
+    builder.check(|| {
+        let config = PodConfig::new().record_width_switch(true);
+        let pod = two_host_pod_with(config, 2048, 16);
+        let (a, b) = both_hosts(&pod, object_host);
+        a.create(b"k", &object_bytes(1)).expect("create");
+        a.write(b"k", &object_bytes(2))
+            .expect("the write allocates the record");
+        b.replay().expect("replay");
+        let writer = Arc::clone(&a);
+        let write = loom::thread::spawn(move || writer.write(b"k", &object_bytes(3)).is_ok());
+        let switched = b.switch_record_width(8);
+        let wrote = write.join().unwrap();
+        a.replay().expect("replay");
+        b.replay().expect("replay");
+        assert!(a.inspect().record_census().locked.is_empty());
+        let mut buf = vec![0u8; 64];
+        b.read(b"k", &mut buf).expect("read");
+        let last = if wrote { 3 } else { 2 };
+        assert_eq!(buf, object_bytes(last));
+        let width = a.record_width().expect("width");
+        match switched {
+            Ok(true) => assert_eq!((width.epoch, width.bits), (1, 8)),
+            Err(crate::Error::RecordWidthSwitching { .. }) => {
+                assert_eq!((width.epoch, width.bits), (0, 32));
+            }
+            other => panic!("the switch answered {other:?}"),
+        }
+        assert_eq!(a.inspect().width_drainer(), None);
+    });
+}

@@ -271,6 +271,25 @@ impl<'p> Records<'p> {
         }
     }
 
+    /// Stores zero over every record of the array, word by word at this width (zero is
+    /// a free record at every width): a width switch's drain, with no record word
+    /// changing meanwhile.
+    pub(crate) fn zero_all(&self) {
+        let (word_bytes, words) = match self.width_bits {
+            2 | 4 | 8 => (1, self.count * u64::from(self.width_bits) / 8),
+            16 => (2, self.count),
+            _ => (4, self.count),
+        };
+        for i in 0..words {
+            let at = self.offset + i * word_bytes;
+            match word_bytes {
+                1 => self.pod.scr_u8(at).store(0, Ordering::Relaxed),
+                2 => self.pod.scr_u16(at).store(0, Ordering::Relaxed),
+                _ => self.pod.scr_u32(at).store(0, Ordering::Relaxed),
+            }
+        }
+    }
+
     /// Stores `word` (Release: the writer's write-back and fence come before it).
     pub(crate) fn store(&self, record: u32, word: RecordWord) {
         let at = self.byte_offset(record);

@@ -61,10 +61,10 @@ pub(crate) enum Settle {
     /// AllLog: an `Unlock`, or a `Delete` made holding the lock: if it never reaches the
     /// log, the lock is still this host's, and an `Unlock` is appended later (deferred).
     ReplicatedUnlock,
-    /// A `WidthEnd` beginning `epoch`, appended with the width word draining: if it is
-    /// applied, the switch ends (records zeroed, the word open at `epoch`); if it never
-    /// reaches the log, the word opens again at the epoch before.
-    Width { epoch: u32 },
+    /// A `WidthEnd` from the width `from`, appended with the width word draining: if it
+    /// is applied, the switch ends (records zeroed, the word open at the next epoch); if
+    /// it never reaches the log, the word opens again at `from`'s epoch.
+    Width { from: RecordShape },
 }
 
 /// Work left for the pump: what a settle could not finish at once.
@@ -177,10 +177,10 @@ impl Shared {
                     self.defer_unlock(event);
                 }
             }
-            Settle::Width { epoch } => match outcome {
-                Some(Outcome::WidthSwitched { .. }) => self.finish_switch(epoch),
+            Settle::Width { from } => match outcome {
+                Some(Outcome::WidthSwitched { .. }) => self.finish_switch(from, from.epoch + 1),
                 Some(_) => {}
-                None => self.abandon_switch(epoch - 1),
+                None => self.abandon_switch(from.epoch),
             },
         }
     }

@@ -136,6 +136,12 @@ impl Shared {
         let gate = self.gate_word(self.id);
         c.add(Counter::ScrAtomics, 3);
         gate.fetch_add(1, Ordering::SeqCst);
+        // loom takes SeqCst accesses for AcqRel ones (its README) and finds the
+        // store-buffering outcome the C++ model's order of SeqCst accesses excludes (the
+        // raise and the drainer's freeze each missed by the other's load); it models a
+        // SeqCst fence, which gives that order. Not in other builds (the announce's too).
+        #[cfg(megalon_loom)]
+        crate::sync::fence(Ordering::SeqCst);
         self.chaos.point(Point::GateAfterRaise);
         let word = WidthWord::decode(self.width_word().load(Ordering::SeqCst));
         if word == WidthWord::open(shape.epoch) {
@@ -163,7 +169,7 @@ impl Shared {
             Gate::Behind => self.catch_up().map(|()| None),
             Gate::Draining(drainer) => {
                 if let Some(drainer) = drainer.filter(|&host| self.drainer_gone(host)) {
-                    self.take_over_switch(shape.epoch, drainer)?;
+                    self.take_over_switch(shape, drainer)?;
                     return Ok(None);
                 }
                 Backoff::snooze_or(backoff, self.options.wait_limit, |waited_ms| {
@@ -184,7 +190,8 @@ impl Shared {
     /// zeroed and the word open at the next epoch if its `WidthEnd` is in the log, else
     /// open again at `epoch`. One host does it (the CAS that names it the drainer); the
     /// others find the word moved on.
-    fn take_over_switch(&self, epoch: u32, drainer: HostId) -> Result<()> {
+    fn take_over_switch(&self, shape: RecordShape, drainer: HostId) -> Result<()> {
+        let epoch = shape.epoch;
         let left = WidthWord {
             epoch,
             drainer: Some(drainer),
@@ -217,7 +224,7 @@ impl Shared {
             return Err(error);
         }
         if self.replica.shape().epoch > epoch {
-            self.finish_switch(epoch + 1);
+            self.finish_switch(shape, epoch + 1);
         } else {
             self.abandon_switch(epoch);
         }
@@ -247,6 +254,9 @@ impl Shared {
     /// gate is raised and no record locked, `Err` (nothing changed) if a step ran out of
     /// wait.
     fn drain(&self, shape: RecordShape, on_pump: bool) -> Result<()> {
+        // The freeze's CAS, then the gates' loads: see `enter_gate` for loom's fence.
+        #[cfg(megalon_loom)]
+        crate::sync::fence(Ordering::SeqCst);
         let mut backoff = Backoff::new(self.options.wait_limit);
         let waited = |backoff: &Backoff| Error::RecordWidthSwitching {
             waited_ms: backoff.waited_ms(),
@@ -273,10 +283,12 @@ impl Shared {
         Ok(())
     }
 
-    /// Step 4's end, once `WidthEnd` beginning `epoch` is applied here: every record byte
-    /// and the count in use to zero, then the word open at `epoch`.
-    pub(super) fn finish_switch(&self, epoch: u32) {
-        self.zero_records();
+    /// Step 4's end, once `WidthEnd` beginning `epoch` (from the width `old`) is applied
+    /// here: every record and the count in use to zero, then the word open at `epoch`.
+    pub(super) fn finish_switch(&self, old: RecordShape, epoch: u32) {
+        // Word by word at the old width: the words its last lockers used.
+        Records::of(&self.pod, old).zero_all();
+        self.records_in_use().store(0, Ordering::Relaxed);
         self.chaos.point(Point::WidthBeforeReopen);
         // SeqCst (a Release at least): a changer that finds the word open at the new
         // epoch finds every record byte zero.
@@ -297,17 +309,6 @@ impl Shared {
             Ordering::SeqCst,
             Ordering::SeqCst,
         );
-    }
-
-    /// Every record byte and the count of records in use to zero.
-    fn zero_records(&self) {
-        let layout = self.pod.layout();
-        for offset in
-            (layout.records_offset..layout.records_offset + layout.records_bytes()).step_by(8)
-        {
-            self.pod.scr_u64(offset).store(0, Ordering::Relaxed);
-        }
-        self.records_in_use().store(0, Ordering::Relaxed);
     }
 }
 
@@ -375,9 +376,9 @@ impl Shared {
         let event = Event::WidthEnd { epoch, bits };
         // From the append on, the settle decides: the switch ends if the event is applied,
         // the word opens again at `shape`'s epoch if it never reaches the log.
-        match shared.submit_settled(&event, Settle::Width { epoch })? {
+        match shared.submit_settled(&event, Settle::Width { from: shape })? {
             Outcome::WidthSwitched { .. } => {
-                shared.finish_switch(epoch);
+                shared.finish_switch(shape, epoch);
                 Ok(true)
             }
             outcome => unreachable!("only the drainer appends its epoch's switch: {outcome:?}"),
