@@ -490,9 +490,9 @@ impl Layout {
         self.cursors_offset + 5 * LINE_BYTES
     }
 
-    /// Offset of host `host`'s gate word (on its `ltail`'s line): how many of its
-    /// threads are between their look at the width word and their change of a record
-    /// word, in a pod whose record width may switch.
+    /// Offset of host `host`'s acknowledgement of a record width switch's freeze (on its
+    /// `ltail`'s line): the width word it saw draining once none of its threads was
+    /// between a look at that word and a change of a record word.
     pub fn gate_offset(&self, host: u32) -> u64 {
         self.ltail_offset(host) + 8
     }

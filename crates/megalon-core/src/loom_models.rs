@@ -587,9 +587,10 @@ fn loom_recovery_settles_a_dead_hosts_lock_once_beside_a_live_writer() {
     a_recovery_racing_a_live_write(true);
 }
 
-/// A switch of the record width racing a write of an object that has a record: the gate
-/// and the drainer's wait for it (a store, then a load, on each side) decide which comes
-/// first. Whatever the order, no record is left locked, the object holds the last write
+/// A switch of the record width racing a write of an object that has a record, and the
+/// writer's host's acknowledgement of the freeze (its pump, by hand): the gate and the
+/// acknowledgement (a raise then a look at the width word; the word seen draining then a
+/// look at the gate) decide which comes first. Whatever the order, no record is left locked, the object holds the last write
 /// that returned, and the pod is at the width the switch answered. (Were the write's lock
 /// taken after the drainer looked at the locks, the zeroing would unlock it under the
 /// writer, and the write would find its record gone at its unlock.)
@@ -607,8 +608,17 @@ fn loom_a_switch_and_a_write_end_whole_in_either_order() {
         b.replay().expect("replay");
         let writer = Arc::clone(&a);
         let write = loom::thread::spawn(move || writer.write(b"k", &object_bytes(3)).is_ok());
+        // Host a's pump, by hand: its acknowledgement of the freeze races the write's gate.
+        let pumped = Arc::clone(&a);
+        let pump = loom::thread::spawn(move || {
+            for _ in 0..2 {
+                let _ = pumped.replay();
+                loom::thread::yield_now();
+            }
+        });
         let switched = b.switch_record_width(8);
         let wrote = write.join().unwrap();
+        pump.join().unwrap();
         a.replay().expect("replay");
         b.replay().expect("replay");
         assert!(a.inspect().record_census().locked.is_empty());

@@ -107,6 +107,9 @@ struct Shared {
     rescue_logged: std::sync::atomic::AtomicBool,
     /// The records the log says are free.
     free_records: Mutex<records::FreeRecords>,
+    /// This host's threads between their look at the width word and their change of a
+    /// record word (`width::Shared::enter_gate`).
+    gate: AtomicU64,
     /// What the pump's width policy saw at its last look (`width::Looks`).
     width_looks: Mutex<width::Looks>,
     memory: Memory,
@@ -321,11 +324,14 @@ impl Host {
             .with_counters(|c| self.shared.delete(key, no_wait, c))
     }
 
-    /// Applies every published log entry this replica has not applied yet, and serves
-    /// slot requests addressed to this host. Returns the position applied up to.
+    /// Applies every published log entry this replica has not applied yet, serves slot
+    /// requests addressed to this host, and acknowledges a freeze of the record width
+    /// under way (what the pump does each round, for a host run without one). Returns the
+    /// position applied up to.
     pub fn replay(&self) -> Result<u64> {
         let position = self.shared.replay(None)?;
         self.shared.serve_grants()?;
+        self.shared.acknowledge_freeze();
         Ok(position)
     }
 
@@ -537,6 +543,7 @@ impl Shared {
                             message: panic_message(&*panic),
                         }),
                     }
+                    self.acknowledge_freeze();
                     if let Err(error) = self.adapt_width() {
                         self.background_error(error);
                     }
@@ -610,8 +617,8 @@ impl Shared {
         let log = Log::new(pod);
         let coherence = layout.config.coherence;
         if layout.config.record_width_switch {
-            // This life's gate (one its id's earlier life died inside stays raised until
-            // now, and only a drainer that finds it dead looks past it).
+            // This life acknowledges no freeze yet (an earlier life's acknowledgement of a
+            // freeze still under way is not this life's).
             pod.scr_u64(layout.gate_offset(id))
                 .store(0, std::sync::atomic::Ordering::SeqCst);
         }
@@ -645,6 +652,7 @@ impl Shared {
             watch: Mutex::new(crash::Watch::default()),
             rescue_logged: std::sync::atomic::AtomicBool::new(false),
             free_records: Mutex::new(records::FreeRecords::new(layout.record_count)),
+            gate: AtomicU64::new(0),
             width_looks: Mutex::new(width::Looks::default()),
             memory: Memory::new(Arc::clone(pod), options.memory.clone()),
             log,

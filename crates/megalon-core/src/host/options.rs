@@ -67,21 +67,22 @@ pub struct HostOptions {
 
 /// When a host's pump switches the pod's record width
 /// ([`HostOptions::width_policy`]). Every `interval`, if this host wrote at least
-/// `min_writes` objects since its last look (and no switch came in between), it halves
-/// the width when more than `narrow_above_churn` of its writes had to take a record from
-/// another object (churn: too few records for the objects written), down to
-/// `narrowest_bits`; and it doubles the width when more than `widen_above_wraps` of its
-/// writes appended a wrap event (a counter too short for how often objects are written)
-/// while churn stayed under a quarter of its bound and the records in use would fill at
-/// most half the wider array, up to `widest_bits`. A switch takes every record back (the
-/// next write of each object allocates one): the bounds keep switches rare.
+/// `min_writes` objects since its last look (and no switch came in the last two looks,
+/// whose writes allocate every object's record anew), it halves the width when more than
+/// `narrow_above_churn` of its writes allocated a record (churn in the paper's sense: in
+/// a steady state, a record taken from another object because the records are too few),
+/// down to `narrowest_bits`; and it doubles the width when more than `widen_above_wraps`
+/// of its writes appended a wrap event (a counter too short for how often objects are
+/// written) while churn stayed under a quarter of its bound and the records in use would
+/// fill at most half the wider array, up to `widest_bits`. A switch takes every record
+/// back: the bounds keep switches rare.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct WidthPolicy {
     /// How often the pump looks.
     pub interval: Duration,
     /// Writes since the last look below which the pump does not judge.
     pub min_writes: u64,
-    /// Churn per write above which the width halves.
+    /// Record allocations per write above which the width halves.
     pub narrow_above_churn: f64,
     /// Wrap events per write above which the width doubles.
     pub widen_above_wraps: f64,

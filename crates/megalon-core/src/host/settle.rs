@@ -64,7 +64,7 @@ pub(crate) enum Settle {
     /// A `WidthEnd` from the width `from`, appended with the width word draining: if it
     /// is applied, the switch ends (records zeroed, the word open at the next epoch); if
     /// it never reaches the log, the word opens again at `from`'s epoch.
-    Width { from: RecordShape },
+    Width { from: RecordShape, serial: u16 },
 }
 
 /// Work left for the pump: what a settle could not finish at once.
@@ -177,10 +177,10 @@ impl Shared {
                     self.defer_unlock(event);
                 }
             }
-            Settle::Width { from } => match outcome {
-                Some(Outcome::WidthSwitched { .. }) => self.finish_switch(from, from.epoch + 1),
+            Settle::Width { from, serial } => match outcome {
+                Some(Outcome::WidthSwitched { .. }) => self.settle_switch(from, serial, true),
                 Some(_) => {}
-                None => self.abandon_switch(from.epoch),
+                None => self.settle_switch(from, serial, false),
             },
         }
     }

@@ -47,15 +47,19 @@ use crate::sync::{AtomicU64, Ordering};
 
 /// The width word's bit set while a switch drains the records.
 const DRAINING: u64 = 1 << 32;
-/// Where the draining host's id + 1 sits in the width word.
+/// Where the draining host's id + 1 sits in the width word (8 bits).
 const DRAINER_SHIFT: u32 = 40;
+/// Where the freeze's serial sits in the width word (16 bits).
+const SERIAL_SHIFT: u32 = 48;
 
-/// The width word, decoded: the epoch (switches begun and ended), and the host draining
-/// the records for the next one, if a switch is under way.
+/// The width word, decoded: the epoch (switches begun and ended), the host draining the
+/// records for the next one if a switch is under way, and the serial of the last freeze
+/// (so that an acknowledgement names one freeze, not an earlier one at the same epoch).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct WidthWord {
     epoch: u32,
     drainer: Option<HostId>,
+    serial: u16,
 }
 
 impl WidthWord {
@@ -64,24 +68,37 @@ impl WidthWord {
             epoch: word as u32,
             // (A draining word always names its drainer, + 1.)
             drainer: (word & DRAINING != 0)
-                .then(|| (((word >> DRAINER_SHIFT) & 0xffff) as HostId).saturating_sub(1)),
+                .then(|| (((word >> DRAINER_SHIFT) & 0xff) as HostId).saturating_sub(1)),
+            serial: (word >> SERIAL_SHIFT) as u16,
         }
     }
 
     fn encode(self) -> u64 {
         u64::from(self.epoch)
+            | u64::from(self.serial) << SERIAL_SHIFT
             | self
                 .drainer
                 .map_or(0, |host| DRAINING | (u64::from(host) + 1) << DRAINER_SHIFT)
     }
 
-    fn open(epoch: u32) -> Self {
+    /// Open at `epoch`, after the freeze `serial`.
+    fn open(epoch: u32, serial: u16) -> Self {
         Self {
             epoch,
             drainer: None,
+            serial,
         }
     }
+
+    /// Open at `epoch`, whatever the serial.
+    fn is_open_at(self, epoch: u32) -> bool {
+        self.drainer.is_none() && self.epoch == epoch
+    }
 }
+
+/// A freeze under way: the width word as a gate found it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Freeze(WidthWord);
 
 /// What a look at the gate found.
 pub(super) enum Gate<'a> {
@@ -93,17 +110,18 @@ pub(super) enum Gate<'a> {
     Behind,
     /// A switch is draining the records (this host's, the drainer): wait, then look
     /// again.
-    Draining(Option<HostId>),
+    Draining(Freeze),
 }
 
 /// A raised gate: lowered when dropped, after the caller's change of a record word.
 pub(super) struct Passed<'a> {
-    gate: &'a AtomicU64,
+    gate: &'a crate::sync::AtomicU64,
 }
 
 impl Drop for Passed<'_> {
     fn drop(&mut self) {
-        // Release: a drainer that reads the gate lowered reads the change made inside it.
+        // Release: an acknowledgement that reads the gate lowered comes after the change
+        // made inside it (the drainer reads the acknowledgement with Acquire).
         self.gate.fetch_sub(1, Ordering::Release);
     }
 }
@@ -113,8 +131,32 @@ impl Shared {
         self.pod.scr_u64(self.pod.layout().width_offset())
     }
 
-    fn gate_word(&self, host: HostId) -> &AtomicU64 {
+    /// Host `host`'s acknowledgement of a freeze: the width word it saw draining, once no
+    /// thread of it was inside its gate.
+    fn ack_word(&self, host: HostId) -> &AtomicU64 {
         self.pod.scr_u64(self.pod.layout().gate_offset(host))
+    }
+
+    /// Acknowledges the freeze `word` (a width word seen draining, SeqCst) if no thread of
+    /// this host is inside its gate now: every later one loads the width word after this
+    /// load of the gate, and sees the freeze.
+    fn acknowledge(&self, word: WidthWord) {
+        // The width word's load (the caller's), then the gate's: see `enter_gate` for
+        // loom's fence.
+        #[cfg(megalon_loom)]
+        crate::sync::fence(Ordering::SeqCst);
+        if word.drainer.is_some() && self.gate.load(Ordering::SeqCst) == 0 {
+            self.ack_word(self.id)
+                .store(word.encode(), Ordering::Release);
+        }
+    }
+
+    /// The pump's part of a switch: acknowledges a freeze under way, for an idle host
+    /// whose threads pass no gate.
+    pub(super) fn acknowledge_freeze(&self) {
+        if self.width_switches() {
+            self.acknowledge(WidthWord::decode(self.width_word().load(Ordering::SeqCst)));
+        }
     }
 
     /// The drainer the width word names, if a switch is under way.
@@ -133,8 +175,9 @@ impl Shared {
         if !self.width_switches() || mutants::skipped(Step::WidthGate) {
             return Gate::Open(None);
         }
-        let gate = self.gate_word(self.id);
-        c.add(Counter::ScrAtomics, 3);
+        // The gate is in this host's DRAM; the width word is the one SCR access.
+        let gate = &self.gate;
+        c.add(Counter::ScrAtomics, 1);
         gate.fetch_add(1, Ordering::SeqCst);
         // loom takes SeqCst accesses for AcqRel ones (its README) and finds the
         // store-buffering outcome the C++ model's order of SeqCst accesses excludes (the
@@ -144,14 +187,15 @@ impl Shared {
         crate::sync::fence(Ordering::SeqCst);
         self.chaos.point(Point::GateAfterRaise);
         let word = WidthWord::decode(self.width_word().load(Ordering::SeqCst));
-        if word == WidthWord::open(shape.epoch) {
+        if word.is_open_at(shape.epoch) {
             return Gate::Open(Some(Passed { gate }));
         }
-        gate.fetch_sub(1, Ordering::Release);
+        gate.fetch_sub(1, Ordering::SeqCst);
+        self.acknowledge(word);
         if word.epoch > shape.epoch {
             Gate::Behind
         } else {
-            Gate::Draining(word.drainer)
+            Gate::Draining(Freeze(word))
         }
     }
 
@@ -167,9 +211,9 @@ impl Shared {
         match self.enter_gate(shape, c) {
             Gate::Open(passed) => Ok(Some(passed)),
             Gate::Behind => self.catch_up().map(|()| None),
-            Gate::Draining(drainer) => {
-                if let Some(drainer) = drainer.filter(|&host| self.drainer_gone(host)) {
-                    self.take_over_switch(shape, drainer)?;
+            Gate::Draining(Freeze(word)) => {
+                if word.drainer.is_some_and(|host| self.drainer_gone(host)) {
+                    self.take_over_switch(shape, word)?;
                     return Ok(None);
                 }
                 Backoff::snooze_or(backoff, self.options.wait_limit, |waited_ms| {
@@ -186,19 +230,16 @@ impl Shared {
         drainer != self.id && host_table::holder(&self.pod, drainer).is_none()
     }
 
-    /// Ends the switch from `epoch` that `drainer`, gone, left draining: with the records
-    /// zeroed and the word open at the next epoch if its `WidthEnd` is in the log, else
-    /// open again at `epoch`. One host does it (the CAS that names it the drainer); the
-    /// others find the word moved on.
-    fn take_over_switch(&self, shape: RecordShape, drainer: HostId) -> Result<()> {
+    /// Ends the switch from `shape` whose drainer, gone, left the word `left` (draining):
+    /// with the records zeroed and the word open at the next epoch if its `WidthEnd` is in
+    /// the log (it drained them before it appended), else open again at `shape`'s epoch.
+    /// One host does it (the CAS that names it the drainer); the others find the word
+    /// moved on.
+    fn take_over_switch(&self, shape: RecordShape, left: WidthWord) -> Result<()> {
         let epoch = shape.epoch;
-        let left = WidthWord {
-            epoch,
-            drainer: Some(drainer),
-        };
         let mine = WidthWord {
-            epoch,
             drainer: Some(self.id),
+            ..left
         };
         if self
             .width_word()
@@ -224,9 +265,9 @@ impl Shared {
             return Err(error);
         }
         if self.replica.shape().epoch > epoch {
-            self.finish_switch(shape, epoch + 1);
+            self.finish_switch(shape, mine);
         } else {
-            self.abandon_switch(epoch);
+            self.abandon_switch(mine);
         }
         Ok(())
     }
@@ -250,26 +291,26 @@ impl Shared {
         true
     }
 
-    /// Steps 2 and 3 of a switch from `shape`, the width word draining: `Ok(())` once no
-    /// gate is raised and no record locked, `Err` (nothing changed) if a step ran out of
-    /// wait.
-    fn drain(&self, shape: RecordShape, on_pump: bool) -> Result<()> {
-        // The freeze's CAS, then the gates' loads: see `enter_gate` for loom's fence.
-        #[cfg(megalon_loom)]
-        crate::sync::fence(Ordering::SeqCst);
+    /// Steps 2 and 3 of a switch from `shape`, the width word `draining`: `Ok(())` once
+    /// every live host acknowledged the freeze and no record is locked, `Err` (nothing
+    /// changed) if a step ran out of wait.
+    fn drain(&self, shape: RecordShape, draining: WidthWord, on_pump: bool) -> Result<()> {
         let mut backoff = Backoff::new(self.options.wait_limit);
         let waited = |backoff: &Backoff| Error::RecordWidthSwitching {
             waited_ms: backoff.waited_ms(),
         };
         for host in 0..self.pod.layout().config.max_hosts {
-            // A host whose process is gone changes no record word any more (the gate it
-            // left raised, if it died inside it, is its next life's to lower).
-            let gate = self.gate_word(host);
-            let lowered = || {
-                gate.load(Ordering::SeqCst) == 0
+            // A host acknowledges from its pump or its threads' gates; this one, here. A
+            // host whose process is gone (or whose row is free) changes no record word any
+            // more.
+            let acknowledged = || {
+                if host == self.id {
+                    self.acknowledge(draining);
+                }
+                self.ack_word(host).load(Ordering::Acquire) == draining.encode()
                     || host_table::alive(&self.pod, host) == Some(false)
             };
-            if !self.drain_until(&mut backoff, on_pump, lowered) {
+            if !self.drain_until(&mut backoff, on_pump, acknowledged) {
                 return Err(waited(&backoff));
             }
         }
@@ -283,32 +324,45 @@ impl Shared {
         Ok(())
     }
 
-    /// Step 4's end, once `WidthEnd` beginning `epoch` (from the width `old`) is applied
-    /// here: every record and the count in use to zero, then the word open at `epoch`.
-    pub(super) fn finish_switch(&self, old: RecordShape, epoch: u32) {
+    /// Step 4's end, once the `WidthEnd` from the width `old` is applied here, the word
+    /// `draining`: every record and the count in use to zero, then the word open at the
+    /// next epoch.
+    fn finish_switch(&self, old: RecordShape, draining: WidthWord) {
         // Word by word at the old width: the words its last lockers used.
         Records::of(&self.pod, old).zero_all();
         self.records_in_use().store(0, Ordering::Relaxed);
         self.chaos.point(Point::WidthBeforeReopen);
         // SeqCst (a Release at least): a changer that finds the word open at the new
         // epoch finds every record byte zero.
-        self.width_word()
-            .store(WidthWord::open(epoch).encode(), Ordering::SeqCst);
+        let open = WidthWord::open(old.epoch + 1, draining.serial);
+        self.width_word().store(open.encode(), Ordering::SeqCst);
     }
 
-    /// The width word open again at `epoch`, from a switch of this host's that drained
-    /// and changed nothing.
-    pub(super) fn abandon_switch(&self, epoch: u32) {
-        let draining = WidthWord {
-            epoch,
-            drainer: Some(self.id),
-        };
+    /// The width word open again at its epoch, from a switch of this host's (the word
+    /// `draining`) that changed nothing.
+    fn abandon_switch(&self, draining: WidthWord) {
         let _ = self.width_word().compare_exchange(
             draining.encode(),
-            WidthWord::open(epoch).encode(),
+            WidthWord::open(draining.epoch, draining.serial).encode(),
             Ordering::SeqCst,
             Ordering::SeqCst,
         );
+    }
+
+    /// The settle of a `WidthEnd` from `from` appended with the word draining at
+    /// `serial` (this host the drainer): `applied`, the switch ends; else the word opens
+    /// again at `from`'s epoch.
+    pub(super) fn settle_switch(&self, from: RecordShape, serial: u16, applied: bool) {
+        let draining = WidthWord {
+            epoch: from.epoch,
+            drainer: Some(self.id),
+            serial,
+        };
+        if applied {
+            self.finish_switch(from, draining);
+        } else {
+            self.abandon_switch(draining);
+        }
     }
 }
 
@@ -340,11 +394,15 @@ impl Shared {
             return Ok(false);
         }
         // 1. Freeze, from the epoch this replica is at: a word at another epoch, or
-        //    draining, is another switch's.
-        let open = WidthWord::open(shape.epoch);
+        //    draining, is another switch's. The freeze's serial is the word's next.
+        let open = WidthWord::decode(shared.width_word().load(Ordering::SeqCst));
+        if !open.is_open_at(shape.epoch) {
+            return Err(Error::RecordWidthSwitching { waited_ms: 0 });
+        }
         let draining = WidthWord {
             epoch: shape.epoch,
             drainer: Some(shared.id),
+            serial: open.serial.wrapping_add(1),
         };
         if shared
             .width_word()
@@ -358,27 +416,35 @@ impl Shared {
         {
             return Err(Error::RecordWidthSwitching { waited_ms: 0 });
         }
+        // The freeze's CAS, then the loads of the gates (this host's own, in `drain`): see
+        // `enter_gate` for loom's fence.
+        #[cfg(megalon_loom)]
+        crate::sync::fence(Ordering::SeqCst);
         // A panic from here to the append (a bug: nothing here panics by design) opens
         // the word again rather than leave every host's writes waiting on it.
         let mut unwinding = AbandonOnUnwind {
             shared,
-            epoch: Some(shape.epoch),
+            draining: Some(draining),
         };
         shared.chaos.point(Point::WidthAfterFreeze);
-        if let Err(error) = shared.drain(shape, on_pump) {
-            shared.abandon_switch(shape.epoch);
-            unwinding.epoch = None;
+        if let Err(error) = shared.drain(shape, draining, on_pump) {
+            shared.abandon_switch(draining);
+            unwinding.draining = None;
             return Err(error);
         }
         shared.chaos.point(Point::WidthBeforeEvent);
-        unwinding.epoch = None;
+        unwinding.draining = None;
         let epoch = shape.epoch + 1;
         let event = Event::WidthEnd { epoch, bits };
         // From the append on, the settle decides: the switch ends if the event is applied,
         // the word opens again at `shape`'s epoch if it never reaches the log.
-        match shared.submit_settled(&event, Settle::Width { from: shape })? {
+        let settle = Settle::Width {
+            from: shape,
+            serial: draining.serial,
+        };
+        match shared.submit_settled(&event, settle)? {
             Outcome::WidthSwitched { .. } => {
-                shared.finish_switch(shape, epoch);
+                shared.finish_switch(shape, draining);
                 Ok(true)
             }
             outcome => unreachable!("only the drainer appends its epoch's switch: {outcome:?}"),
@@ -387,15 +453,21 @@ impl Shared {
 }
 
 /// What the pump's width policy saw at its last look: when, this host's counts of
-/// writes, churn and wraps then, and the width's epoch.
+/// writes, record allocations and wraps then, the width's epoch, and how many more looks
+/// only count (after a switch: every object's first write at the new width allocates
+/// its record, which says nothing of the width).
 #[derive(Debug, Default)]
 pub(super) struct Looks {
     at: Option<std::time::Instant>,
     writes: u64,
-    churn: u64,
+    allocs: u64,
     wraps: u64,
     epoch: u32,
+    settling: u32,
 }
+
+/// Looks after a switch (or the first) that only count.
+const SETTLING_LOOKS: u32 = 2;
 
 impl Shared {
     /// The pump's look at the record width ([`HostOptions::width_policy`]): switches it if
@@ -421,28 +493,37 @@ impl Shared {
         }
         let counts = self.events.total();
         let shape = self.replica.shape();
-        let (writes, churn, wraps) = (
+        let (writes, allocs, wraps) = (
             counts.writes - looks.writes,
-            counts.churn - looks.churn,
+            counts.record_allocs - looks.allocs,
             counts.wraps - looks.wraps,
         );
-        let judged = looks.at.is_some() && looks.epoch == shape.epoch;
-        if judged && writes < policy.min_writes {
+        let settled = looks.at.is_some() && looks.epoch == shape.epoch && looks.settling == 0;
+        if settled && writes < policy.min_writes {
             // Too few writes to tell: keep counting from the same look.
             return Ok(());
         }
+        let settling = if looks.at.is_none() || looks.epoch != shape.epoch {
+            SETTLING_LOOKS
+        } else {
+            looks.settling.saturating_sub(1)
+        };
         *looks = Looks {
             at: Some(now),
             writes: counts.writes,
-            churn: counts.churn,
+            allocs: counts.record_allocs,
             wraps: counts.wraps,
             epoch: shape.epoch,
+            settling,
         };
         drop(looks);
-        if !judged {
+        if !settled {
             return Ok(());
         }
-        let (churn, wraps) = (churn as f64 / writes as f64, wraps as f64 / writes as f64);
+        // Churn in the paper's sense: writes that found their object read-shared and
+        // allocated it a record (at a steady state, because a record of it was taken for
+        // another object).
+        let (churn, wraps) = (allocs as f64 / writes as f64, wraps as f64 / writes as f64);
         let wider_holds = || {
             let wider = RecordShape {
                 epoch: shape.epoch,
@@ -469,17 +550,17 @@ impl Shared {
     }
 }
 
-/// Opens the width word again at `epoch` if dropped while it is `Some`: a drainer's
-/// thread that unwinds before its append.
+/// Opens the width word again if dropped while it holds the freeze: a drainer's thread
+/// that unwinds before its append.
 struct AbandonOnUnwind<'a> {
     shared: &'a Shared,
-    epoch: Option<u32>,
+    draining: Option<WidthWord>,
 }
 
 impl Drop for AbandonOnUnwind<'_> {
     fn drop(&mut self) {
-        if let Some(epoch) = self.epoch {
-            self.shared.abandon_switch(epoch);
+        if let Some(draining) = self.draining {
+            self.shared.abandon_switch(draining);
         }
     }
 }
@@ -519,23 +600,32 @@ mod tests {
     #[test]
     fn the_width_word_reads_back_what_was_stored() {
         for word in [
-            WidthWord::open(0),
-            WidthWord::open(u32::MAX),
+            WidthWord::open(0, 0),
+            WidthWord::open(u32::MAX, u16::MAX),
             WidthWord {
                 epoch: 7,
                 drainer: Some(0),
+                serial: 1,
             },
             WidthWord {
                 epoch: 3,
                 drainer: Some(crate::limits::MAX_HOSTS_LIMIT - 1),
+                serial: u16::MAX,
             },
         ] {
             assert_eq!(WidthWord::decode(word.encode()), word);
         }
         assert_eq!(
             WidthWord::decode(0),
-            WidthWord::open(0),
+            WidthWord::open(0, 0),
             "a new pod is open"
         );
+        assert!(WidthWord::open(4, 9).is_open_at(4));
+        let draining = WidthWord {
+            epoch: 4,
+            drainer: Some(1),
+            serial: 9,
+        };
+        assert!(!draining.is_open_at(4));
     }
 }
