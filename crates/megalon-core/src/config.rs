@@ -175,11 +175,13 @@ pub struct PodConfig {
     /// [`Error::LogRecycled`].
     pub join_area_bytes: u64,
     /// Whether the record width may change at run time
-    /// ([`Host::switch_record_width`](crate::Host::switch_record_width)). Every change of a
-    /// record word that takes a record (a write's or a delete's lock, a claim, a
-    /// deallocation) then passes the host's gate, two more SCR atomics, so that a switch
-    /// can freeze the record array. Needs split coherence, no undo images
-    /// ([`CrashSafety::Off`]) and no local partitions. Default off.
+    /// ([`Host::switch_record_width`](crate::Host::switch_record_width), or the hosts'
+    /// pumps: [`HostOptions::width_policy`](crate::HostOptions#structfield.width_policy)).
+    /// Every change of a record word that takes a record (a write's or a delete's lock, a
+    /// claim, a deallocation) then passes the host's gate, one more SCR access (a load of
+    /// the width word), so that a switch can freeze the record array. Needs split
+    /// coherence, no undo images ([`CrashSafety::Off`]) and no local partitions. Default
+    /// off.
     pub record_width_switch: bool,
 }
 

@@ -6,15 +6,18 @@
 //! every host to the new width at one log position:
 //!
 //! 1. **Freeze.** The switching host (the drainer) CASes the width word in the SCR from
-//!    open at epoch `e` to draining (naming itself).
+//!    open at epoch `e` to draining (naming itself and the freeze's serial).
 //! 2. **The gates.** Every change of a record word that takes a record (a write's or a
 //!    delete's lock, a deallocation's lock, a claim, the free of a claim whose alloc
-//!    lost) is made inside its host's gate: raise the gate word, load the width word,
-//!    and go on only if it is open at the epoch of the lookup that named the record;
-//!    lower the gate after the change. The drainer, after its CAS, waits until it has
-//!    seen every host's gate at zero. Both sides are SeqCst: a changer that raised its
-//!    gate before the drainer's load is waited for, one that raised it after sees the
-//!    freeze and backs off (the store-then-load handshake recovery's announces use).
+//!    lost) is made inside its host's gate, a counter in the host's DRAM: raise the gate,
+//!    load the width word, and go on only if it is open at the epoch of the lookup that
+//!    named the record; lower the gate after the change. Each host acknowledges a freeze
+//!    (its pump each round, [`Host::replay`] by hand, or a thread whose gate met it): it
+//!    stores the draining word into its acknowledgement word in the SCR once it has seen
+//!    the word draining and then its gate at zero. The drainer waits for every live
+//!    host's acknowledgement. Both sides are SeqCst: a changer that raised its gate
+//!    before the acknowledger's look at it is waited for, one that raised it after sees
+//!    the freeze and backs off (the store-then-load handshake recovery's announces use).
 //!    Changes by a lock's holder (unlock, the free after its event) need no gate: no
 //!    switch goes on while a record is locked.
 //! 3. **Drain.** The drainer waits until no record is locked: every lock taken before
@@ -26,9 +29,9 @@
 //!    of the old width that finds a zeroed word retries and applies the event first; an
 //!    alloc claimed at `e` and logged after the event loses (it names its epoch).
 //!
-//! A drainer that cannot finish a step within its wait limit (a gate that stays raised,
-//! a record that stays locked, an append refused) reopens the word at `e`: nothing was
-//! changed yet. Pods whose record width is fixed (the default) skip the gates.
+//! A drainer that cannot finish a step within its wait limit (a host that does not
+//! acknowledge the freeze, a record that stays locked, an append refused) reopens the
+//! word at `e`: nothing was changed yet. Pods whose record width is fixed (the default) skip the gates.
 
 use super::{Host, Settle, Shared};
 
