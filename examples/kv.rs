@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use megalon::core::{Backing, Host, HostOptions, Join, Pod};
+use megalon::core::{Backing, Host, Join, Pod};
 use megalon::kv::{Megalon, Store};
 use megalon_bench::mix::{self, Plan};
 
@@ -53,7 +53,7 @@ fn run(args: &Args) -> common::Result {
     let pod = Arc::new(Pod::create(&config, Backing::heap()).map_err(|e| kv.explain(e))?);
     let hosts = (0..kv.hosts)
         .map(|host| {
-            let options = HostOptions::new().memory(kv.memory_of(host));
+            let options = kv.host_options(host);
             Host::join(&pod, Join::AnyFree, options).map(Arc::new)
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -68,10 +68,15 @@ fn run(args: &Args) -> common::Result {
         kv.memory
     );
     println!(
-        "pod: SCR {} KiB ({} records of {} bits), LNR {} MiB ({} slots of {} B)",
+        "pod: SCR {} KiB ({} records of {} bits{}), LNR {} MiB ({} slots of {} B)",
         config.scr_bytes / 1024,
         layout.record_count,
         kv.record_bits,
+        if kv.adaptive_width {
+            " to start with: the width adapts"
+        } else {
+            ""
+        },
         config.lnr_bytes >> 20,
         layout.slot_count,
         config.slot_size_bytes

@@ -1158,9 +1158,7 @@ fn child(args: &Args, role: &Role) -> Result {
         &pod_config(args),
     )?);
     let bound = Duration::from_secs(args.wait_seconds);
-    let options = HostOptions::new()
-        .wait_limit(bound)
-        .memory(args.kv.memory_of(role.host));
+    let options = args.kv.host_options(role.host).wait_limit(bound);
     let joined = join(&pod, role, options, bound)?;
     println!("joined host={} start={}", role.host, role.start);
     let store = Store::new(Megalon::new(pod.clone(), vec![Arc::new(joined)]));

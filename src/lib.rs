@@ -118,7 +118,7 @@
 pub use megalon_core as core;
 pub use megalon_core::{
     Backing, Coherence, Done, Error, Host, HostId, HostOptions, Join, Layout, Memory, MemoryKind,
-    Pod, PodConfig, ReadTicket, ScrUsage, WriteTicket,
+    Pod, PodConfig, ReadTicket, RecordShape, ScrUsage, WidthPolicy, WriteTicket,
 };
 pub use megalon_kv as kv;
 pub use megalon_kv::{KvHandle, Megalon, Store};

@@ -1,7 +1,7 @@
 //! The flags of the KV store examples (`kv`, `kv_cluster`): one definition, flattened
 //! into each, so both take the same flags with the same defaults.
 
-use megalon::core::{MemoryKind, PodConfig};
+use megalon::core::{HostOptions, MemoryKind, PodConfig, WidthPolicy};
 use megalon_bench::mix::Mix;
 
 /// The longest run, and the longest wait, in seconds: a year (far below what a
@@ -63,6 +63,12 @@ pub struct KvArgs {
     /// it; 0: off.
     #[arg(long, default_value_t = 0)]
     pub local_copies: u32,
+    /// The record width chosen at run time, from `--record-bits`: the hosts' pumps halve
+    /// it while puts keep allocating records and double it while they wrap counters. A
+    /// pod on the heap only (a pod in a file keeps undo images, which a pod whose width
+    /// may switch cannot have yet).
+    #[arg(long)]
+    pub adaptive_width: bool,
 }
 
 impl KvArgs {
@@ -149,13 +155,30 @@ impl KvArgs {
             .record_width_bits(self.record_bits)
             .local_partitions(self.local_partitions)
             .local_copies(self.local_copies)
+            .record_width_switch(self.adaptive_width)
+    }
+
+    /// The options of host `host`: its memory, and the width policy with
+    /// `--adaptive-width`.
+    pub fn host_options(&self, host: u32) -> HostOptions {
+        let options = HostOptions::new().memory(self.memory_of(host));
+        if self.adaptive_width {
+            options.width_policy(WidthPolicy::default())
+        } else {
+            options
+        }
     }
 
     /// The pod's refusal of the configuration these flags made, led by the flag that set
     /// the refused value: the pod names its own parameter (`scr_bytes = 1024 is not a
     /// multiple of 4096` for `--scr-kib 1`), which no flag is called.
     pub fn explain(&self, error: megalon::core::Error) -> Box<dyn std::error::Error> {
-        use megalon::core::Error::{AboveLimit, BelowMinimum, UnalignedSize, ZeroSize};
+        use megalon::core::Error::{
+            AboveLimit, BelowMinimum, NotWithWidthSwitch, UnalignedSize, ZeroSize,
+        };
+        if let NotWithWidthSwitch { .. } = error {
+            return format!("--adaptive-width: {error} (a pod in a file keeps undo images)").into();
+        }
         let parameter = match &error {
             ZeroSize { parameter }
             | UnalignedSize { parameter, .. }

@@ -227,6 +227,17 @@ pub fn scr(report: &Report) -> String {
     if !rest.is_empty() {
         let _ = writeln!(out, "  the rest: {}", rest.join(", "));
     }
+    // A pod whose record width switched (`--adaptive-width`).
+    if let (Some(bits), Some(switches @ 1..)) = (
+        report.counter("record bits"),
+        report.counter("record width switches"),
+    ) {
+        let _ = writeln!(
+            out,
+            "  record width: {bits} bits now, after {switches} switch{}",
+            if switches == 1 { "" } else { "es" }
+        );
+    }
     out
 }
 
