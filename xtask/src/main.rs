@@ -84,9 +84,10 @@ fn usage() -> ExitCode {
          stress    [--seconds S] [--hosts H] [--threads T] [--seed N] [--record-bits 2|4|8|16|32]\n            \
                    [--memory simulated|hardware] [--coherence split|all-log]\n            \
                    [--partition-after N] [--copy-after N] [--keys N] [--key-bytes N]\n            \
-                   [--eviction-one-in N] [--reads-and-writes] [--chaos] [--no-combining]:\n            \
-                   a checked concurrent history (--chaos: preemptions and injected faults;\n            \
-                   --no-combining: each thread appends for itself)\n  \
+                   [--eviction-one-in N] [--reads-and-writes] [--chaos] [--no-combining]\n            \
+                   [--switch-width-every-ms MS]: a checked concurrent history (--chaos:\n            \
+                   preemptions and injected faults; --no-combining: each thread appends for\n            \
+                   itself; --switch-width-every-ms: the record width switched that often)\n  \
          crash     [--seconds S] [--seed N] [--hosts H] [--keys N] [--memory simulated|hardware]\n            \
                    [--record-bits 2|4|8|16|32] [--partition-after N] [--copy-after N]\n            \
                    [--doomed-joins PERCENT]:\n            \
@@ -406,10 +407,7 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
         "width-gate",
         &[
             ("width_windows", "a_switch_waits_for_a_writer_inside_its_gate"),
-            (
-                "width_switch",
-                "writes_and_reads_across_switches_of_every_width_stay_whole_and_fresh",
-            ),
+            ("stress", "stress_short_with_width_switches"),
         ],
     ),
     (
@@ -881,6 +879,7 @@ const STRESS_FLAGS: &[&str] = &[
     "--keys",
     "--key-bytes",
     "--eviction-one-in",
+    "--switch-width-every-ms",
 ];
 /// The stress's flags that take none.
 const STRESS_SWITCHES: &[&str] = &["--chaos", "--reads-and-writes", "--no-combining"];

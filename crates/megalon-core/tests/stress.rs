@@ -73,7 +73,13 @@ struct Stress {
     /// Each thread appends for itself instead of through its host's combiner (and waits
     /// for its entries' outcomes beside its siblings' replays).
     no_combining: bool,
+    /// A switch of the record width every this many milliseconds, from each host in turn,
+    /// through the widths [`SWITCH_WIDTHS`] (0: a pod whose width is fixed).
+    switch_width_every_ms: u64,
 }
+
+/// The widths a stress that switches goes through, in turn.
+const SWITCH_WIDTHS: [u32; 5] = [16, 2, 32, 4, 8];
 
 impl Default for Stress {
     fn default() -> Self {
@@ -96,6 +102,7 @@ impl Default for Stress {
             chaos: false,
             record_lines: 0,
             no_combining: false,
+            switch_width_every_ms: 0,
         }
     }
 }
@@ -318,7 +325,8 @@ fn run(stress: &Stress) -> Report {
         .log_capacity_entries(1024)
         .record_width_bits(stress.record_bits)
         .max_hosts(POD_MAX_HOSTS)
-        .coherence(stress.coherence);
+        .coherence(stress.coherence)
+        .record_width_switch(stress.switch_width_every_ms > 0);
     let config = if stress.record_lines > 0 {
         let layout = megalon_core::Layout::new(&config).expect("layout");
         let records_bytes = layout.record_count * u64::from(stress.record_bits) / 8;
@@ -370,7 +378,27 @@ fn run(stress: &Stress) -> Report {
     let errors = std::sync::atomic::AtomicU64::new(0);
     let unknown = std::sync::atomic::AtomicU64::new(0);
     let kinds = ErrorKinds::default();
+    let switches = std::sync::atomic::AtomicU64::new(0);
     let logs = std::thread::scope(|scope| {
+        if stress.switch_width_every_ms > 0 {
+            let (hosts, switches) = (&hosts, &switches);
+            scope.spawn(move || {
+                let every = Duration::from_millis(stress.switch_width_every_ms);
+                let mut turn = 0usize;
+                while Instant::now() + every < deadline {
+                    std::thread::sleep(every);
+                    let bits = SWITCH_WIDTHS[turn % SWITCH_WIDTHS.len()];
+                    match hosts[turn % hosts.len()].switch_record_width(bits) {
+                        Ok(_) => turn += 1,
+                        // A write held its record past the switch's wait, or (chaos) an
+                        // append refused: nothing changed, try again.
+                        Err(Error::RecordWidthSwitching { .. } | Error::InjectedFault { .. }) => {}
+                        Err(error) => panic!("switch to {bits} bits: {error}"),
+                    }
+                    switches.store(turn as u64, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+        }
         let mut workers = Vec::new();
         for (h, host) in hosts.iter().enumerate() {
             for t in 0..stress.threads {
@@ -493,6 +521,14 @@ fn run(stress: &Stress) -> Report {
             .collect::<Vec<_>>()
     });
     let mut logs = logs;
+    if stress.switch_width_every_ms > 0 {
+        let switches = switches.into_inner();
+        assert!(
+            switches >= 2,
+            "{switches} switches of the record width in the run"
+        );
+        println!("{switches} switches of the record width");
+    }
     let (after, final_reads) = check_after(&hosts, stress, &clock);
     logs.extend(final_reads);
     let events = hosts
@@ -1157,6 +1193,18 @@ short_stresses! {
         seconds: 1.0, keys: 160, zipf: 0.5, reclaim_watermark: 0.6, record_bits: 4,
         record_lines: 1, simulated: false,
     }
+    /// The record width switched every 20 ms through every width: objects lose their
+    /// records at each switch while writes, deletes and the reclaimer take records.
+    stress_short_with_width_switches { seconds: 1.5, switch_width_every_ms: 20 }
+    /// The same on real memory, where operations are fast enough to meet a switch's
+    /// freeze in every window of the lock and the claim.
+    stress_short_with_width_switches_on_hardware_memory {
+        seconds: 1.0, simulated: false, switch_width_every_ms: 10,
+    }
+    #[cfg(feature = "chaos")]
+    stress_short_with_chaos_and_width_switches {
+        seconds: 2.0, chaos: true, switch_width_every_ms: 20,
+    }
     #[cfg(feature = "chaos")]
     stress_short_with_chaos { seconds: 2.0, chaos: true }
     #[cfg(feature = "chaos")]
@@ -1189,6 +1237,8 @@ fn stress_from_env() {
     stress.keys = env_var("KEYS").unwrap_or(stress.keys);
     stress.key_bytes = env_var("KEY_BYTES").unwrap_or(stress.key_bytes);
     stress.eviction_one_in = env_var("EVICTION_ONE_IN").unwrap_or(stress.eviction_one_in);
+    stress.switch_width_every_ms =
+        env_var("SWITCH_WIDTH_EVERY_MS").unwrap_or(stress.switch_width_every_ms);
     if let Some(memory) = env_var::<MemoryKind>("MEMORY") {
         stress.simulated = matches!(memory, MemoryKind::Simulated(_));
     }
