@@ -69,9 +69,9 @@ pub struct HostOptions {
 /// ([`HostOptions::width_policy`]). Every `interval`, if this host wrote at least
 /// `min_writes` objects since its last look (and no switch came in the last two looks,
 /// whose writes allocate every object's record anew), it halves the width when more than
-/// `narrow_above_churn` of its writes allocated a record (churn in the paper's sense: in
-/// a steady state, a record taken from another object because the records are too few),
-/// down to `narrowest_bits`; and it doubles the width when more than `widen_above_wraps`
+/// `narrow_above_churn` of its writes allocated a record (churn in the paper's sense)
+/// while at least three quarters of the records are in use (too few records for the
+/// objects written), down to `narrowest_bits`; and it doubles the width when more than `widen_above_wraps`
 /// of its writes appended a wrap event (a counter too short for how often objects are
 /// written) while churn stayed under a quarter of its bound and the records in use would
 /// fill at most half the wider array, up to `widest_bits`. A switch takes every record

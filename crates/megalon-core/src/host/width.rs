@@ -527,25 +527,31 @@ impl Shared {
         // allocated it a record (at a steady state, because a record of it was taken for
         // another object).
         let (churn, wraps) = (allocs as f64 / writes as f64, wraps as f64 / writes as f64);
-        let wider_holds = || {
-            let wider = RecordShape {
+        let in_use = self.records_in_use().load(Ordering::Relaxed);
+        let records_at = |bits: u32| {
+            RecordShape {
                 epoch: shape.epoch,
-                bits: shape.bits * 2,
+                bits,
+            }
+            .count_in(self.pod.layout().records_bytes())
+        };
+        // Narrower only while allocations meet an array nearly full (a width that holds
+        // every object written fills it no further, whatever its first writes allocate
+        // after a switch); wider only if half the wider array holds what is in use.
+        let full = in_use * 4 >= records_at(shape.bits) * 3;
+        let wider_holds = || in_use * 2 <= records_at(shape.bits * 2);
+        let bits =
+            if churn > policy.narrow_above_churn && full && shape.bits > policy.narrowest_bits {
+                shape.bits / 2
+            } else if wraps > policy.widen_above_wraps
+                && churn < policy.narrow_above_churn / 4.0
+                && shape.bits < policy.widest_bits
+                && wider_holds()
+            {
+                shape.bits * 2
+            } else {
+                return Ok(());
             };
-            let records = wider.count_in(self.pod.layout().records_bytes());
-            self.records_in_use().load(Ordering::Relaxed) * 2 <= records
-        };
-        let bits = if churn > policy.narrow_above_churn && shape.bits > policy.narrowest_bits {
-            shape.bits / 2
-        } else if wraps > policy.widen_above_wraps
-            && churn < policy.narrow_above_churn / 4.0
-            && shape.bits < policy.widest_bits
-            && wider_holds()
-        {
-            shape.bits * 2
-        } else {
-            return Ok(());
-        };
         match self.switch_width(bits, true) {
             Ok(_) | Err(Error::RecordWidthSwitching { .. }) => Ok(()),
             Err(error) => Err(error),
