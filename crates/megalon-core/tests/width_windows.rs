@@ -149,3 +149,36 @@ fn a_drainer_that_unwinds_before_its_append_opens_the_word_again() {
     a.write(b"k", &value(3)).unwrap();
     assert_eq!(read_tag(b, b"k"), Some(3));
 }
+
+/// A drainer that dies after its `WidthEnd` reached the log and before it opened the
+/// word: once its row is recovered, a host that applied the event takes the switch over
+/// and ends it (the records zeroed, the word open at the new epoch), and its write goes
+/// on at the new width.
+#[test]
+fn a_drainer_dead_after_its_append_is_taken_over_by_a_host_past_its_event() {
+    let pod = heap_pod(&config().record_width_switch(true).lease_ms(100));
+    let fast = |seed| options(seed).pump_interval(Some(Duration::from_millis(1)));
+    let a: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(0), fast(1)).unwrap()));
+    let b: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), fast(2)).unwrap()));
+    a.create(b"k", &value(0)).unwrap();
+    a.write(b"k", &value(1)).unwrap();
+    let (stopped, _go, _drainer) =
+        stopped_at(Point::AppendAfterPublish, move || b.switch_record_width(8));
+    assert_eq!(stopped.recv().unwrap(), "stopped");
+    b.inspect().freeze();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while a.inspect().stats().hosts_recovered < 1 {
+        assert!(std::time::Instant::now() < deadline, "b never recovered");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        a.record_width().unwrap(),
+        RecordShape { epoch: 1, bits: 8 },
+        "the event is in the log"
+    );
+    a.write(b"k", &value(2)).unwrap();
+    assert_eq!(a.inspect().width_drainer(), None);
+    assert_eq!(read_tag(a, b"k"), Some(2));
+    a.write(b"k", &value(3)).unwrap();
+    assert_eq!(read_tag(a, b"k"), Some(3));
+}

@@ -239,7 +239,10 @@ impl Shared {
     /// One host does it (the CAS that names it the drainer); the others find the word
     /// moved on.
     fn take_over_switch(&self, shape: RecordShape, left: WidthWord) -> Result<()> {
-        let epoch = shape.epoch;
+        // The switch is from the word's epoch: the caller's lookup may be past its
+        // `WidthEnd` already (at the new width, whose zeroing covers the same bytes).
+        let epoch = left.epoch;
+        let shape = RecordShape { epoch, ..shape };
         let mine = WidthWord {
             drainer: Some(self.id),
             ..left
