@@ -182,3 +182,37 @@ fn a_drainer_dead_after_its_append_is_taken_over_by_a_host_past_its_event() {
     a.write(b"k", &value(3)).unwrap();
     assert_eq!(read_tag(a, b"k"), Some(3));
 }
+
+/// A drainer that dies mid-drain, its id joined again by a new life before any host took
+/// the switch over: the width word names the id, whose holder lives, so nobody found the
+/// drainer gone and every write waited on the switch for good. The new life takes the
+/// switch over when it joins.
+#[test]
+fn a_switch_whose_drainer_s_id_joins_again_is_taken_over() {
+    let pod = heap_pod(&config().record_width_switch(true).lease_ms(100));
+    let fast = |seed| options(seed).pump_interval(Some(Duration::from_millis(1)));
+    let a: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(0), fast(1)).unwrap()));
+    let b: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), fast(2)).unwrap()));
+    a.create(b"k", &value(0)).unwrap();
+    a.write(b"k", &value(1)).unwrap();
+    let (stopped, _go, _drainer) =
+        stopped_at(Point::WidthAfterGates, move || b.switch_record_width(8));
+    assert_eq!(stopped.recv().unwrap(), "stopped");
+    b.inspect().freeze();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while a.inspect().stats().hosts_recovered < 1 {
+        assert!(std::time::Instant::now() < deadline, "b never recovered");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let b2 = leak(&pod, 1, 3);
+    a.write(b"k", &value(2)).unwrap();
+    assert_eq!(a.inspect().width_drainer(), None);
+    b2.write(b"k", &value(3)).unwrap();
+    assert_eq!(read_tag(a, b"k"), Some(3));
+    assert_eq!(
+        a.record_width().unwrap(),
+        RecordShape { epoch: 0, bits: 32 }
+    );
+    assert!(b2.switch_record_width(8).unwrap());
+    assert_eq!(read_tag(a, b"k"), Some(3));
+}

@@ -212,6 +212,7 @@ impl Host {
             // what it gets from here on is this life's.
         }
         host.shared.catch_up()?;
+        host.shared.take_over_earlier_lifes_switch()?;
         // A loom model drives replay by hand; its threads are model threads only.
         #[cfg(not(megalon_loom))]
         if let Some(interval) = host.shared.options.pump_interval {

@@ -278,6 +278,20 @@ impl Shared {
         Ok(())
     }
 
+    /// At a join: a switch whose width word names this id as its drainer is an earlier
+    /// life's, gone (its row was free for this life to take). The other hosts find the
+    /// id's row held and wait on it: this life takes the switch over.
+    pub(super) fn take_over_earlier_lifes_switch(&self) -> Result<()> {
+        if !self.width_switches() {
+            return Ok(());
+        }
+        let word = WidthWord::decode(self.width_word().load(Ordering::SeqCst));
+        if word.drainer == Some(self.id) {
+            self.take_over_switch(self.replica.shape(), word)?;
+        }
+        Ok(())
+    }
+
     /// The drainer's wait for `done`, within `backoff`: `false` past its limit. On the
     /// pump's thread (`on_pump`) it beats the host's lease meanwhile.
     fn drain_until(
