@@ -216,3 +216,32 @@ fn a_switch_whose_drainer_s_id_joins_again_is_taken_over() {
     assert!(b2.switch_record_width(8).unwrap());
     assert_eq!(read_tag(a, b"k"), Some(3));
 }
+
+/// A switch begun while another host's switch is left draining by a drainer that died
+/// mid-drain (its row recovered): it takes that switch over and goes through. (It
+/// answered `RecordWidthSwitching` at once, for as long as no write took the switch over:
+/// in a pod that is only read, for good.)
+#[test]
+fn a_switch_takes_over_one_whose_drainer_is_gone() {
+    let pod = heap_pod(&config().record_width_switch(true).lease_ms(100));
+    let fast = |seed| options(seed).pump_interval(Some(Duration::from_millis(1)));
+    let a: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(0), fast(1)).unwrap()));
+    let b: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), fast(2)).unwrap()));
+    a.create(b"k", &value(0)).unwrap();
+    a.write(b"k", &value(1)).unwrap();
+    let (stopped, _go, _drainer) =
+        stopped_at(Point::WidthAfterGates, move || b.switch_record_width(16));
+    assert_eq!(stopped.recv().unwrap(), "stopped");
+    b.inspect().freeze();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while a.inspect().stats().hosts_recovered < 1 {
+        assert!(std::time::Instant::now() < deadline, "b never recovered");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let switched = a.switch_record_width(8);
+    assert!(matches!(switched, Ok(true)), "{switched:?}");
+    assert_eq!(a.record_width().unwrap(), RecordShape { epoch: 1, bits: 8 });
+    assert_eq!(read_tag(a, b"k"), Some(1));
+    a.write(b"k", &value(2)).unwrap();
+    assert_eq!(read_tag(a, b"k"), Some(2));
+}

@@ -417,6 +417,12 @@ impl Shared {
         //    draining, is another switch's. The freeze's serial is the word's next.
         let open = WidthWord::decode(shared.width_word().load(Ordering::SeqCst));
         if !open.is_open_at(shape.epoch) {
+            // A switch whose drainer is gone: ended or given up first, as a gate would
+            // (else only a write would, and a pod that is only read never switched again).
+            if open.drainer.is_some_and(|host| shared.drainer_gone(host)) {
+                shared.take_over_switch(shape, open)?;
+                return shared.switch_width(bits, on_pump);
+            }
             return Err(Error::RecordWidthSwitching { waited_ms: 0 });
         }
         let draining = WidthWord {
