@@ -563,18 +563,21 @@ impl Shared {
         // after a switch); wider only if half the wider array holds what is in use.
         let full = in_use * 4 >= records_at(shape.bits) * 3;
         let wider_holds = || in_use * 2 <= records_at(shape.bits * 2);
-        let bits =
-            if churn > policy.narrow_above_churn && full && shape.bits > policy.narrowest_bits {
-                shape.bits / 2
-            } else if wraps > policy.widen_above_wraps
-                && churn < policy.narrow_above_churn / 4.0
-                && shape.bits < policy.widest_bits
-                && wider_holds()
-            {
-                shape.bits * 2
-            } else {
-                return Ok(());
-            };
+        let bits = if churn > policy.narrow_above_churn
+            && full
+            && shape.bits > policy.narrowest_bits.max(2)
+            && records_at(shape.bits / 2) <= MAX_RECORDS
+        {
+            shape.bits / 2
+        } else if wraps > policy.widen_above_wraps
+            && churn < policy.narrow_above_churn / 4.0
+            && shape.bits < policy.widest_bits.min(32)
+            && wider_holds()
+        {
+            shape.bits * 2
+        } else {
+            return Ok(());
+        };
         match self.switch_width(bits, true) {
             Ok(_) | Err(Error::RecordWidthSwitching { .. }) => Ok(()),
             Err(error) => Err(error),
