@@ -315,7 +315,16 @@ impl Shared {
     /// every live host acknowledged the freeze and no record is locked, `Err` (nothing
     /// changed) if a step ran out of wait.
     fn drain(&self, shape: RecordShape, draining: WidthWord, on_pump: bool) -> Result<()> {
-        let mut backoff = Backoff::new(self.options.wait_limit);
+        // On the pump (the policy's switch, a choice) a quarter lease at most: the pump
+        // only beats meanwhile, and other hosts may wait on its replay or its RPCs. Its
+        // next look tries again.
+        let lease = std::time::Duration::from_millis(u64::from(self.pod.config().lease_ms));
+        let limit = if on_pump {
+            self.options.wait_limit.min(lease / 4)
+        } else {
+            self.options.wait_limit
+        };
+        let mut backoff = Backoff::new(limit);
         let waited = |backoff: &Backoff| Error::RecordWidthSwitching {
             waited_ms: backoff.waited_ms(),
         };
@@ -662,5 +671,34 @@ mod tests {
             serial: 9,
         };
         assert!(!draining.is_open_at(4));
+    }
+
+    /// The policy's switch on the pump gives a held record a quarter lease, not the wait
+    /// limit: the pump only beats while it drains.
+    #[test]
+    fn a_switch_on_the_pump_gives_up_within_a_quarter_lease() {
+        use crate::{Backing, HostOptions, Join, Pod, PodConfig};
+        let config = PodConfig::new()
+            .scr_bytes(64 << 10)
+            .lnr_bytes(1 << 20)
+            .slot_size_bytes(256)
+            .lease_ms(400)
+            .record_width_switch(true);
+        let pod = std::sync::Arc::new(Pod::create(&config, Backing::heap()).unwrap());
+        let options = HostOptions::new().wait_limit(std::time::Duration::from_secs(10));
+        let host = Host::join(&pod, Join::AnyFree, options).unwrap();
+        host.create(b"k", &[1; 256]).unwrap();
+        host.write(b"k", &[2; 256]).unwrap();
+        let ticket = host.write_start(b"k").unwrap();
+        let started = std::time::Instant::now();
+        let switched = host.shared.switch_width(8, true);
+        let took = started.elapsed();
+        assert!(
+            matches!(switched, Err(Error::RecordWidthSwitching { .. })),
+            "{switched:?}"
+        );
+        assert!(took < std::time::Duration::from_secs(2), "took {took:?}");
+        host.write_end(ticket).unwrap();
+        assert!(host.switch_record_width(8).unwrap());
     }
 }
