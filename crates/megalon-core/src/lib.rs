@@ -112,6 +112,18 @@
 //! baseline keeps no undo images: an object whose replicated lock a dead host held stays
 //! locked.
 //!
+//! # The record width at run time
+//!
+//! A pod created with [`PodConfig::record_width_switch`] may change the width of its
+//! coherence records while hosts run: [`Host::switch_record_width`] moves every host to
+//! the new width at one log position (every object loses its record and is read-shared
+//! until its next write), and [`HostOptions::width_policy`] lets the hosts' pumps do it
+//! themselves, narrower while writes keep allocating records into a full array, wider
+//! while they keep wrapping counters. Writes, deletes and record allocations wait while
+//! a switch drains the records (reads do not), each paying one SCR load for it; pods
+//! whose width is fixed (the default) pay nothing. Pods with undo images or local
+//! partitions cannot switch yet ([`Error::NotWithWidthSwitch`]).
+//!
 //! # Where things are
 //!
 //! [`Pod`], [`PodConfig`] and [`Layout`] for the pod; [`Host`] and [`HostOptions`] for a
