@@ -399,8 +399,7 @@ impl Shared {
     /// [`Host::switch_record_width`], on the pump's thread if `on_pump` (a drain there
     /// beats the lease).
     pub(super) fn switch_width(&self, bits: u32, on_pump: bool) -> Result<bool> {
-        let shared = self;
-        if !shared.width_switches() {
+        if !self.width_switches() {
             return Err(Error::NotWithWidthSwitch {
                 parameter: "a fixed record width (record_width_switch off)",
             });
@@ -408,7 +407,7 @@ impl Shared {
         if !RecordShape::valid_bits(bits) {
             return Err(Error::UnsupportedRecordWidth { bits });
         }
-        let records_bytes = shared.pod.layout().records_bytes();
+        let records_bytes = self.pod.layout().records_bytes();
         let count = records_bytes * 8 / u64::from(bits);
         if count > MAX_RECORDS {
             return Err(Error::AboveLimit {
@@ -417,29 +416,29 @@ impl Shared {
                 limit: MAX_RECORDS,
             });
         }
-        shared.catch_up()?;
-        let shape = shared.replica.shape();
+        self.catch_up()?;
+        let shape = self.replica.shape();
         if shape.bits == bits {
             return Ok(false);
         }
         // 1. Freeze, from the epoch this replica is at: a word at another epoch, or
         //    draining, is another switch's. The freeze's serial is the word's next.
-        let open = WidthWord::decode(shared.width_word().load(Ordering::SeqCst));
+        let open = WidthWord::decode(self.width_word().load(Ordering::SeqCst));
         if !open.is_open_at(shape.epoch) {
             // A switch whose drainer is gone: ended or given up first, as a gate would
             // (else only a write would, and a pod that is only read never switched again).
-            if open.drainer.is_some_and(|host| shared.drainer_gone(host)) {
-                shared.take_over_switch(shape, open)?;
-                return shared.switch_width(bits, on_pump);
+            if open.drainer.is_some_and(|host| self.drainer_gone(host)) {
+                self.take_over_switch(shape, open)?;
+                return self.switch_width(bits, on_pump);
             }
             return Err(Error::RecordWidthSwitching { waited_ms: 0 });
         }
         let draining = WidthWord {
             epoch: shape.epoch,
-            drainer: Some(shared.id),
+            drainer: Some(self.id),
             serial: open.serial.wrapping_add(1),
         };
-        if shared
+        if self
             .width_word()
             .compare_exchange(
                 open.encode(),
@@ -458,16 +457,16 @@ impl Shared {
         // A panic from here to the append (a bug: nothing here panics by design) opens
         // the word again rather than leave every host's writes waiting on it.
         let mut unwinding = AbandonOnUnwind {
-            shared,
+            shared: self,
             draining: Some(draining),
         };
-        shared.chaos.point(Point::WidthAfterFreeze);
-        if let Err(error) = shared.drain(shape, draining, on_pump) {
-            shared.abandon_switch(draining);
+        self.chaos.point(Point::WidthAfterFreeze);
+        if let Err(error) = self.drain(shape, draining, on_pump) {
+            self.abandon_switch(draining);
             unwinding.draining = None;
             return Err(error);
         }
-        shared.chaos.point(Point::WidthBeforeEvent);
+        self.chaos.point(Point::WidthBeforeEvent);
         unwinding.draining = None;
         let epoch = shape.epoch + 1;
         let event = Event::WidthEnd { epoch, bits };
@@ -477,9 +476,9 @@ impl Shared {
             from: shape,
             serial: draining.serial,
         };
-        match shared.submit_settled(&event, settle)? {
+        match self.submit_settled(&event, settle)? {
             Outcome::WidthSwitched { .. } => {
-                shared.finish_switch(shape, draining);
+                self.finish_switch(shape, draining);
                 Ok(true)
             }
             outcome => unreachable!("only the drainer appends its epoch's switch: {outcome:?}"),
