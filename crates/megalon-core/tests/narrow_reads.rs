@@ -10,7 +10,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use common::{config, heap_pod, simulated, value, SLOT};
+use common::{config, heap_pod, simulated, tag_of, value, SLOT};
 use megalon_core::chaos::{self, Point};
 use megalon_core::{Host, HostOptions, Join, Pod};
 
@@ -48,12 +48,6 @@ fn cycle(bits: u32) -> u32 {
     } else {
         1 << (bits - 3)
     }
-}
-
-/// The tag of `copy` if it is one whole version (`value(tag)`), else `None` (torn).
-fn tag_of(copy: &[u8]) -> Option<u8> {
-    let tag = copy[0];
-    (copy == value(tag).as_slice()).then_some(tag)
 }
 
 /// What the other host does inside the reader's window.

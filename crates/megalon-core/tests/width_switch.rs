@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{config, heap_pod, join, simulated, value, SLOT};
+use common::{config, heap_pod, join, read_tag, simulated, value, SLOT};
 use megalon_core::{CrashSafety, Error, Host, HostOptions, Layout, PodConfig, RecordShape};
 
 fn switchable() -> PodConfig {
@@ -26,12 +26,6 @@ fn key(i: usize) -> Vec<u8> {
     format!("k{i}").into_bytes()
 }
 
-/// The tag of `copy` if it is one whole version (`value(tag)`), else `None` (torn).
-fn tag_of(copy: &[u8]) -> Option<u8> {
-    let tag = copy[0];
-    (copy == value(tag).as_slice()).then_some(tag)
-}
-
 /// Version `version` of an object: the version in its first eight bytes, then bytes that
 /// follow from it.
 fn versioned(version: u64) -> Vec<u8> {
@@ -46,12 +40,6 @@ fn versioned(version: u64) -> Vec<u8> {
 fn version_of(copy: &[u8]) -> Option<u64> {
     let version = u64::from_le_bytes(copy[..8].try_into().unwrap());
     (copy == versioned(version).as_slice()).then_some(version)
-}
-
-fn read_tag(host: &Host, key: &[u8]) -> Option<u8> {
-    let mut buf = vec![0u8; SLOT];
-    host.read(key, &mut buf).expect("read");
-    tag_of(&buf)
 }
 
 /// Records of a pod of `config` at `bits`.

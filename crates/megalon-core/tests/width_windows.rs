@@ -8,7 +8,7 @@ mod common;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::Duration;
 
-use common::{config, heap_pod, simulated, value, SLOT};
+use common::{config, heap_pod, read_tag, simulated, value};
 use megalon_core::chaos::{self, Point};
 use megalon_core::{Error, Host, HostOptions, Join, Pod, RecordShape};
 
@@ -22,12 +22,6 @@ fn leak(pod: &std::sync::Arc<Pod>, id: u32, seed: u64) -> &'static Host {
     Box::leak(Box::new(
         Host::join(pod, Join::As(id), options(seed)).expect("join"),
     ))
-}
-
-fn read_tag(host: &Host, key: &[u8]) -> Option<u8> {
-    let mut buf = vec![0u8; SLOT];
-    host.read(key, &mut buf).expect("read");
-    (buf == value(buf[0])).then_some(buf[0])
 }
 
 /// Runs `operation` on a thread of its own, stopped the first time it reaches `point`:

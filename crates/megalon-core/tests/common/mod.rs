@@ -79,6 +79,19 @@ pub fn value(tag: u8) -> Vec<u8> {
     (0..SLOT).map(|i| tag.wrapping_add(i as u8)).collect()
 }
 
+/// The tag of `copy` if it is one whole version (`value(tag)`), else `None` (torn).
+pub fn tag_of(copy: &[u8]) -> Option<u8> {
+    let tag = copy[0];
+    (copy == value(tag).as_slice()).then_some(tag)
+}
+
+/// `key` read whole by `host`: its version's tag, or `None` if torn.
+pub fn read_tag(host: &Host, key: &[u8]) -> Option<u8> {
+    let mut buf = vec![0u8; SLOT];
+    host.read(key, &mut buf).expect("read");
+    tag_of(&buf)
+}
+
 /// A whole slot of `key`'s bytes, as `host` reads them.
 #[track_caller]
 pub fn read(host: &Host, key: &[u8]) -> Vec<u8> {
