@@ -12,7 +12,7 @@ use common::{
     value, write_on_one_read_on_both, SLOT,
 };
 use megalon_core::{
-    event::Event, inspect::ReplicatedLock, Coherence, Error, Host, HostOptions, Pod,
+    event::Event, inspect::ReplicatedLock, Coherence, Error, Host, HostOptions, Pod, WriteTicket,
 };
 
 fn pod() -> Arc<Pod> {
@@ -75,6 +75,24 @@ fn a_split_pod_has_no_replicated_locks_and_no_lock_events() {
     assert_eq!(a.events().record_allocs, 1);
 }
 
+/// `result` is `ObjectLocked` naming `holder`, for the call `what`.
+#[track_caller]
+fn assert_locked_by<T: std::fmt::Debug>(result: Result<T, Error>, holder: &Host, what: &str) {
+    match result {
+        Err(Error::ObjectLocked { holder: named, .. }) => assert_eq!(named, holder.id(), "{what}"),
+        other => panic!("{what}: expected ObjectLocked, got {other:?}"),
+    }
+}
+
+/// `writer` ends its write of `k` (`ticket`) with `value(2)`, which `reader` then reads:
+/// what the calls refused meanwhile changed nothing (`why`).
+#[track_caller]
+fn end_the_write(writer: &Host, ticket: WriteTicket<'_>, reader: &Host, why: &str) {
+    writer.memory().write(ticket.offset(), &value(2));
+    writer.write_end(ticket).unwrap();
+    assert_eq!(read(reader, b"k"), value(2), "{why}");
+}
+
 #[test]
 fn a_write_in_progress_holds_off_writers_readers_and_deleters_by_name() {
     let pod = pod();
@@ -91,19 +109,10 @@ fn a_write_in_progress_holds_off_writers_readers_and_deleters_by_name() {
         ("read", b.read(b"k", &mut buf).map(drop)),
         ("delete", b.delete(b"k")),
     ] {
-        match result {
-            Err(Error::ObjectLocked { holder, .. }) => assert_eq!(holder, a.id(), "{what}"),
-            other => panic!("{what}: expected ObjectLocked, got {other:?}"),
-        }
+        assert_locked_by(result, &a, what);
     }
     assert!(b.events().waits_for_writer > 0);
-    a.memory().write(ticket.offset(), &value(2));
-    a.write_end(ticket).unwrap();
-    assert_eq!(
-        read(&b, b"k"),
-        value(2),
-        "the refused calls changed nothing"
-    );
+    end_the_write(&a, ticket, &b, "the refused calls changed nothing");
     b.delete(b"k").unwrap();
     assert!(matches!(a.read(b"k", &mut buf), Err(Error::UnknownKey)));
     assert!(matches!(a.write(b"k", &value(3)), Err(Error::UnknownKey)));
@@ -183,18 +192,9 @@ fn a_delete_unless_busy_of_a_locked_object_answers_at_once() {
     let began = std::time::Instant::now();
     let answer = b.delete_unless_busy(b"k");
     let took = began.elapsed();
-    match answer {
-        Err(Error::ObjectLocked { holder, .. }) => assert_eq!(holder, a.id()),
-        other => panic!("expected ObjectLocked, got {other:?}"),
-    }
+    assert_locked_by(answer, &a, "delete_unless_busy");
     assert!(took < wait / 4, "it waited {took:?} (limit {wait:?})");
-    a.memory().write(ticket.offset(), &value(2));
-    a.write_end(ticket).unwrap();
-    assert_eq!(
-        read(&b, b"k"),
-        value(2),
-        "the refused delete changed nothing"
-    );
+    end_the_write(&a, ticket, &b, "the refused delete changed nothing");
     b.delete_unless_busy(b"k").unwrap();
     assert!(a.lookup(b"k").unwrap().is_none());
 }

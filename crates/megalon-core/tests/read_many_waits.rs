@@ -43,11 +43,7 @@ fn a_read_many_of_objects_a_stopped_writer_holds_waits_one_limit() {
     b.replay().unwrap();
     let tickets: Vec<_> = keys.iter().map(|key| b.write_start(key).unwrap()).collect();
     let mut bufs = vec![vec![0u8; common::SLOT]; keys.len()];
-    let mut reads: Vec<(&[u8], &mut [u8])> = keys
-        .iter()
-        .zip(bufs.iter_mut())
-        .map(|(key, buf)| (&key[..], &mut buf[..]))
-        .collect();
+    let mut reads = common::reads(&keys, &mut bufs);
     let began = Instant::now();
     let answers = a.read_many(&mut reads);
     let took = began.elapsed();
@@ -101,11 +97,7 @@ fn a_read_many_whose_wait_is_spent_still_reads_an_object_whose_record_was_just_f
     b.replay().unwrap();
     let ticket = b.write_start(b"x").unwrap();
     let mut bufs = vec![vec![0u8; common::SLOT]; keys.len()];
-    let mut reads: Vec<(&[u8], &mut [u8])> = keys
-        .iter()
-        .zip(bufs.iter_mut())
-        .map(|(key, buf)| (&key[..], &mut buf[..]))
-        .collect();
+    let mut reads = common::reads(&keys, &mut bufs);
     // The first group's copies come after all its reads started (x's too): the first
     // tail check after a copy is y's.
     let (mut copied, mut freed) = (false, false);

@@ -144,20 +144,26 @@ fn a_drainer_that_unwinds_before_its_append_opens_the_word_again() {
     assert_eq!(read_tag(b, b"k"), Some(3));
 }
 
-/// A drainer that dies after its `WidthEnd` reached the log and before it opened the
-/// word: once its row is recovered, a host that applied the event takes the switch over
-/// and ends it (the records zeroed, the word open at the new epoch), and its write goes
-/// on at the new width.
-#[test]
-fn a_drainer_dead_after_its_append_is_taken_over_by_a_host_past_its_event() {
+/// What keeps a dead drainer's thread stopped at its point: its "go" and its thread.
+type StoppedDrainer = (
+    Sender<&'static str>,
+    std::thread::JoinHandle<Result<bool, Error>>,
+);
+
+/// A pod of host 0 (`a`, returned) and host 1, whose switch to `bits` stopped at `point`;
+/// host 1 is then frozen (dead by its lease) and recovered by `a`. Host 0 wrote `k`
+/// (`value(1)`) before the switch.
+fn drainer_dead_at(
+    point: Point,
+    bits: u32,
+) -> (std::sync::Arc<Pod>, &'static Host, StoppedDrainer) {
     let pod = heap_pod(&config().record_width_switch(true).lease_ms(100));
     let fast = |seed| options(seed).pump_interval(Some(Duration::from_millis(1)));
     let a: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(0), fast(1)).unwrap()));
     let b: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), fast(2)).unwrap()));
     a.create(b"k", &value(0)).unwrap();
     a.write(b"k", &value(1)).unwrap();
-    let (stopped, _go, _drainer) =
-        stopped_at(Point::AppendAfterPublish, move || b.switch_record_width(8));
+    let (stopped, go, drainer) = stopped_at(point, move || b.switch_record_width(bits));
     assert_eq!(stopped.recv().unwrap(), "stopped");
     b.inspect().freeze();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -165,6 +171,16 @@ fn a_drainer_dead_after_its_append_is_taken_over_by_a_host_past_its_event() {
         assert!(std::time::Instant::now() < deadline, "b never recovered");
         std::thread::sleep(Duration::from_millis(5));
     }
+    (pod, a, (go, drainer))
+}
+
+/// A drainer that dies after its `WidthEnd` reached the log and before it opened the
+/// word: once its row is recovered, a host that applied the event takes the switch over
+/// and ends it (the records zeroed, the word open at the new epoch), and its write goes
+/// on at the new width.
+#[test]
+fn a_drainer_dead_after_its_append_is_taken_over_by_a_host_past_its_event() {
+    let (_pod, a, _drainer) = drainer_dead_at(Point::AppendAfterPublish, 8);
     assert_eq!(
         a.record_width().unwrap(),
         RecordShape { epoch: 1, bits: 8 },
@@ -183,21 +199,7 @@ fn a_drainer_dead_after_its_append_is_taken_over_by_a_host_past_its_event() {
 /// switch over when it joins.
 #[test]
 fn a_switch_whose_drainer_s_id_joins_again_is_taken_over() {
-    let pod = heap_pod(&config().record_width_switch(true).lease_ms(100));
-    let fast = |seed| options(seed).pump_interval(Some(Duration::from_millis(1)));
-    let a: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(0), fast(1)).unwrap()));
-    let b: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), fast(2)).unwrap()));
-    a.create(b"k", &value(0)).unwrap();
-    a.write(b"k", &value(1)).unwrap();
-    let (stopped, _go, _drainer) =
-        stopped_at(Point::WidthAfterGates, move || b.switch_record_width(8));
-    assert_eq!(stopped.recv().unwrap(), "stopped");
-    b.inspect().freeze();
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while a.inspect().stats().hosts_recovered < 1 {
-        assert!(std::time::Instant::now() < deadline, "b never recovered");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let (pod, a, _drainer) = drainer_dead_at(Point::WidthAfterGates, 8);
     let b2 = leak(&pod, 1, 3);
     a.write(b"k", &value(2)).unwrap();
     assert_eq!(a.inspect().width_drainer(), None);
@@ -217,21 +219,7 @@ fn a_switch_whose_drainer_s_id_joins_again_is_taken_over() {
 /// in a pod that is only read, for good.)
 #[test]
 fn a_switch_takes_over_one_whose_drainer_is_gone() {
-    let pod = heap_pod(&config().record_width_switch(true).lease_ms(100));
-    let fast = |seed| options(seed).pump_interval(Some(Duration::from_millis(1)));
-    let a: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(0), fast(1)).unwrap()));
-    let b: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), fast(2)).unwrap()));
-    a.create(b"k", &value(0)).unwrap();
-    a.write(b"k", &value(1)).unwrap();
-    let (stopped, _go, _drainer) =
-        stopped_at(Point::WidthAfterGates, move || b.switch_record_width(16));
-    assert_eq!(stopped.recv().unwrap(), "stopped");
-    b.inspect().freeze();
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while a.inspect().stats().hosts_recovered < 1 {
-        assert!(std::time::Instant::now() < deadline, "b never recovered");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let (_pod, a, _drainer) = drainer_dead_at(Point::WidthAfterGates, 16);
     let switched = a.switch_record_width(8);
     assert!(matches!(switched, Ok(true)), "{switched:?}");
     assert_eq!(a.record_width().unwrap(), RecordShape { epoch: 1, bits: 8 });

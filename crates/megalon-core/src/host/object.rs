@@ -299,10 +299,14 @@ impl Shared {
         let counter_first = !mutants::skipped(Step::ReadEndCounterBeforeLog);
         // At the width of `read_start`'s lookup: after a switch the record's bytes hold
         // records of another width (their value means nothing; the stamp check fails).
-        let load_record = |c: &ThreadCounters| match ticket.guard {
-            Guard::Record { record, shape, .. } => {
+        let records = match ticket.guard {
+            Guard::Record { shape, .. } => Some(Records::of(&self.pod, shape)),
+            _ => None,
+        };
+        let load_record = |c: &ThreadCounters| match (ticket.guard, records) {
+            (Guard::Record { record, .. }, Some(records)) => {
                 c.add(Counter::ScrAtomics, 1);
-                Some(Records::of(&self.pod, shape).load(record))
+                Some(records.load(record))
             }
             _ => None,
         };
@@ -346,14 +350,14 @@ impl Shared {
             c.add(Counter::RetryEvent, 1);
             return Ok(false);
         }
-        if let (Guard::Record { counter, shape, .. }, Some(word)) = (ticket.guard, word) {
+        if let (Guard::Record { counter, .. }, Some(word), Some(records)) =
+            (ticket.guard, word, records)
+        {
             // The record: same counter, still in use, no write in progress (in a record
             // without a counter, a write that began and ended during the copy appended
             // its wrap event before its first byte, and the tail check above found it).
             if !mutants::skipped(Step::PostReadRecordCheck)
-                && (!word.in_use
-                    || word.counter != counter
-                    || Records::of(&self.pod, shape).writing(word))
+                && (!word.in_use || word.counter != counter || records.writing(word))
             {
                 if current.is_some() {
                     self.note_host_counter(handle, stamp, None);

@@ -308,14 +308,15 @@ impl Index {
         if self.all_log {
             return Err(at.corrupt("record alloc in an all-log pod"));
         }
-        if epoch > self.shape.epoch {
+        let current = self.shape();
+        if epoch > current.epoch {
             return Err(at.corrupt("record alloc of a width not switched to yet"));
         }
-        if epoch < self.shape.epoch && !mutants::skipped(Step::StaleAllocLoses) {
+        if epoch < current.epoch && !mutants::skipped(Step::StaleAllocLoses) {
             a.outcome = Outcome::RecordAllocStale;
             return Ok(());
         }
-        if u64::from(record) >= self.record_count {
+        if u64::from(record) >= self.record_count() {
             return Err(at.corrupt("record past the pod's records"));
         }
         if let Some(handle) = self.find(key) {
@@ -345,11 +346,12 @@ impl Index {
         if !RecordShape::valid_bits(bits) {
             return Err(at.corrupt("record width not 2, 4, 8, 16 or 32 bits"));
         }
-        if epoch <= self.shape.epoch {
+        let current = self.shape();
+        if epoch <= current.epoch {
             a.outcome = Outcome::WidthRepeated;
             return Ok(());
         }
-        if epoch != self.shape.epoch + 1 {
+        if epoch != current.epoch + 1 {
             return Err(at.corrupt("width switch past the next epoch"));
         }
         let shape = RecordShape { epoch, bits };
@@ -362,11 +364,7 @@ impl Index {
             let slot = self.slot_of(handle);
             self.handed_back.push(slot);
         }
-        self.shape = shape;
-        self.record_count = shape.count_in(self.records_bytes);
-        self.view
-            .shape
-            .store(shape.word(), crate::sync::Ordering::Relaxed);
+        self.set_shape(shape);
         a.outcome = Outcome::WidthSwitched { epoch, bits };
         Ok(())
     }

@@ -147,12 +147,9 @@ pub(crate) struct Index {
     pub(super) view: Arc<View>,
     pub(super) arena: Arena,
     pub(super) slot_count: u64,
-    /// Records at the current width ([`Index::shape`]).
-    pub(super) record_count: u64,
-    /// Bytes of the pod's record array: what a width switch divides anew.
+    /// Bytes of the pod's record array: what a width switch divides anew. (The current
+    /// width is the view's, [`View::shape`].)
     pub(super) records_bytes: u64,
-    /// The current record width (also in the view, for readers).
-    pub(super) shape: RecordShape,
     pub(super) max_hosts: u32,
     /// Whether the pod's coherence is [`Coherence::AllLog`]: records carry the replicated
     /// lock word after the key.
@@ -204,9 +201,7 @@ impl Index {
             view: Arc::new(view),
             arena: Arena::default(),
             slot_count,
-            record_count: shape.count_in(records_bytes),
             records_bytes,
-            shape,
             max_hosts,
             record_owners: hashbrown::HashMap::new(),
             slots: SlotAccounting::new(slot_count, max_hosts),
@@ -228,7 +223,13 @@ impl Index {
 
     /// Records at the current width.
     pub(crate) fn record_count(&self) -> u64 {
-        self.record_count
+        self.shape().count_in(self.records_bytes)
+    }
+
+    /// Moves the index to the record width `shape` (replay, or a snapshot's decode): the
+    /// view's, which readers read under the seqlock with the entries.
+    pub(super) fn set_shape(&mut self, shape: RecordShape) {
+        self.view.shape.store(shape.word(), Ordering::Relaxed);
     }
 
     /// The key of the object that owns `record` in this replica.

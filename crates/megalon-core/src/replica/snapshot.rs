@@ -39,7 +39,7 @@ impl Index {
         words.push(self.slots.unclaimed.start);
         words.push(self.slots.unclaimed.end);
         words.push(self.len());
-        words.push(self.shape.word());
+        words.push(self.shape().word());
         for pool in &self.slots.pools {
             words.push(pool.ranges().count() as u64);
             for range in pool.ranges() {
@@ -137,11 +137,7 @@ impl Index {
         }
         self.slots = slots;
         // The records the objects name are of the snapshot's width.
-        self.shape = shape;
-        self.record_count = shape.count_in(self.records_bytes);
-        self.view
-            .shape
-            .store(shape.word(), crate::sync::Ordering::Relaxed);
+        self.set_shape(shape);
         Ok(())
     }
 
@@ -448,7 +444,7 @@ mod tests {
         let mut copy = index(Coherence::Split);
         copy.decode_snapshot(&bytes).unwrap();
         assert_eq!(copy.shape(), RecordShape { epoch: 1, bits: 8 });
-        assert_eq!(copy.record_count, 400);
+        assert_eq!(copy.record_count(), 400);
         assert_eq!(copy.lookup(&key).unwrap().record, Some(350));
         assert_eq!(copy.record_owner_key(7), None, "the switch took k3's");
         // The width word (after the slot range and the object count) of 3 bits.

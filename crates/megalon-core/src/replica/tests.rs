@@ -11,6 +11,20 @@ fn index() -> Index {
     Index::with_records(1000, 100, 4, Coherence::Split)
 }
 
+/// An index of objects a, b and c (slots 3, 4 and 5; log positions 0 to 2, by host 1),
+/// and host 0's slot pool.
+fn index_of_a_b_c() -> (Index, SlotPool) {
+    let mut index = index();
+    let mut pool = SlotPool::default();
+    for (position, (key, slot)) in [(b"a", 3), (b"b", 4), (b"c", 5)].into_iter().enumerate() {
+        let create = Event::Create { key, slot };
+        index
+            .apply(position as u64, 1, &create, 0, &mut pool)
+            .unwrap();
+    }
+    (index, pool)
+}
+
 #[test]
 // Over 70 lines on purpose: A scenario: every key length, created, looked up and deleted.
 fn create_lookup_delete_round_trip_with_every_key_length() {
@@ -531,14 +545,7 @@ fn a_replay_that_panics_poisons_the_replica() {
 /// hosts stay where they are.
 #[test]
 fn a_holder_s_death_or_its_id_s_next_life_hands_its_objects_back() {
-    let mut index = index();
-    let mut pool = SlotPool::default();
-    for (position, (key, slot)) in [(b"a", 3), (b"b", 4), (b"c", 5)].into_iter().enumerate() {
-        let create = Event::Create { key, slot };
-        index
-            .apply(position as u64, 1, &create, 0, &mut pool)
-            .unwrap();
-    }
+    let (mut index, mut pool) = index_of_a_b_c();
     let mut position = 3;
     let mut move_to = |index: &mut Index, key: &[u8], host: HostId| {
         let stamp = index.lookup(key).unwrap().stamp;
@@ -636,14 +643,7 @@ fn alloc(key: &[u8], record: u32, epoch: u32) -> Event<'_> {
 #[test]
 // Over 70 lines on purpose: A scenario: one switch, then what comes after it in the log.
 fn a_width_switch_takes_every_record_and_counts_the_array_at_the_new_width() {
-    let mut index = index();
-    let mut pool = SlotPool::default();
-    for (position, (key, slot)) in [(b"a", 3), (b"b", 4), (b"c", 5)].into_iter().enumerate() {
-        let create = Event::Create { key, slot };
-        index
-            .apply(position as u64, 1, &create, 0, &mut pool)
-            .unwrap();
-    }
+    let (mut index, mut pool) = index_of_a_b_c();
     index.apply(3, 1, &alloc(b"a", 7, 0), 0, &mut pool).unwrap();
     index.apply(4, 1, &alloc(b"b", 8, 0), 0, &mut pool).unwrap();
     let a = index.lookup(b"a").unwrap();
