@@ -35,6 +35,10 @@ pub enum Point {
     ReadAfterCounter,
     /// Between the caller's copy and `read_end` (the safe read calls).
     ReadBeforeEnd,
+    /// A read, write or delete whose look found the object's record locked, or freed
+    /// ahead of its event here, before the wait's pause (once past the check whether the
+    /// wait was already spent).
+    RecordBeforeWait,
     /// `read_end`, between its two checks (the record's counter, then the log).
     ReadEndBetweenChecks,
     /// `write_start`, between the lookup and the CAS that locks the record.

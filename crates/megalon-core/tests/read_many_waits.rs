@@ -1,7 +1,8 @@
 //! What a `read_many` waits for: objects whose records another host holds locked (a
 //! writer stopped or slow with its tickets open) make the call wait one wait limit in
 //! all, not one for each such object. And a `delete_unless_busy` of such an object waits
-//! for none.
+//! for none. A record found freed (its release's event not applied here yet) is never
+//! answered `RecordBusy` without one more look, however the wait was spent.
 
 mod common;
 
@@ -186,6 +187,93 @@ fn a_delete_unless_busy_deletes_an_object_whose_record_was_just_freed() {
         },
         || a.delete_unless_busy(b"y"),
     );
+    assert!(answer.is_ok(), "nobody holds y: {answer:?}");
+    assert!(a.lookup(b"y").unwrap().is_none());
+    assert!(b.lookup(b"y").unwrap().is_none());
+}
+
+/// Host b holds a write ticket of y, an object with a record, and host a runs `op` on y,
+/// which waits for it. In a's first pause b ends its write and creates z (an event for
+/// a's next tail check); in that tail check, its round under way, b makes y read-shared,
+/// so a's next look finds y's record freed, the dealloc not applied here yet. Right
+/// before a's pause after that look the test sleeps past the wait limit: the wait runs
+/// out in the pause. Returns `op`'s answer, once the test saw every step happen.
+#[cfg(feature = "chaos")]
+fn freed_as_the_wait_runs_out<T>(
+    op: impl FnOnce(&Host) -> Result<T, Error>,
+) -> (Host, &'static Host, Result<T, Error>) {
+    use megalon_core::chaos::{self, Point};
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    let wait = Duration::from_millis(200);
+    let (a, b) = two_hosts(wait);
+    let b: &'static Host = Box::leak(Box::new(b));
+    a.create(b"y", &value(1)).unwrap();
+    // Written once: the object has a record.
+    a.write(b"y", &value(2)).unwrap();
+    b.replay().unwrap();
+    let mut ticket = Some(b.write_start(b"y").unwrap());
+    ticket.as_ref().unwrap().write(0, &value(3)).unwrap();
+    let step = Rc::new(Cell::new(0));
+    let seen = Rc::clone(&step);
+    let answer = chaos::with_hook(
+        move |at| match (step.get(), at) {
+            (0, Point::RecordBeforeWait) => {
+                step.set(1);
+                b.write_end(ticket.take().unwrap()).unwrap();
+                b.create(b"z", &value(4)).unwrap();
+            }
+            (1, Point::ReplayBeforeCtail) => {
+                step.set(2);
+                assert!(b.make_read_shared(b"y").unwrap(), "y had a record");
+            }
+            (2, Point::RecordBeforeWait) => {
+                step.set(3);
+                std::thread::sleep(wait + Duration::from_millis(20));
+            }
+            _ => {}
+        },
+        || op(&a),
+    );
+    assert_eq!(
+        seen.get(),
+        3,
+        "the steps did not all happen: {:?}",
+        answer.is_ok()
+    );
+    (a, b, answer)
+}
+
+/// [`freed_as_the_wait_runs_out`] with a read: it reads what b wrote. (It answered
+/// `RecordBusy`: the freed record's one more look was given only to a wait spent before
+/// the look, not to one that ran out in the pause after it.)
+#[cfg(feature = "chaos")]
+#[test]
+fn a_read_whose_wait_runs_out_after_it_found_the_record_freed_reads() {
+    let mut buf = vec![0u8; common::SLOT];
+    let (_, _, answer) = freed_as_the_wait_runs_out(|a| a.read(b"y", &mut buf));
+    assert!(answer.is_ok(), "nobody holds y: {answer:?}");
+    assert_eq!(buf, value(3), "y as b's write left it");
+}
+
+/// [`freed_as_the_wait_runs_out`] with a write: it writes, through a new record.
+#[cfg(feature = "chaos")]
+#[test]
+fn a_write_whose_wait_runs_out_after_it_found_the_record_freed_writes() {
+    let (a, b, answer) = freed_as_the_wait_runs_out(|a| a.write(b"y", &value(5)));
+    assert!(answer.is_ok(), "nobody holds y: {answer:?}");
+    let mut buf = vec![0u8; common::SLOT];
+    b.read(b"y", &mut buf).unwrap();
+    assert_eq!(buf, value(5));
+    assert!(a.lookup(b"y").unwrap().unwrap().record.is_some());
+}
+
+/// [`freed_as_the_wait_runs_out`] with a delete: it deletes.
+#[cfg(feature = "chaos")]
+#[test]
+fn a_delete_whose_wait_runs_out_after_it_found_the_record_freed_deletes() {
+    let (a, b, answer) = freed_as_the_wait_runs_out(|a| a.delete(b"y"));
     assert!(answer.is_ok(), "nobody holds y: {answer:?}");
     assert!(a.lookup(b"y").unwrap().is_none());
     assert!(b.lookup(b"y").unwrap().is_none());

@@ -201,8 +201,8 @@ impl Shared {
             return self.read_start_all_log(key, c);
         }
         let mut brought_back = 0;
-        // Whether this read looked again at a record found freed once the call's wait was
-        // spent (see below).
+        // Whether this read looked again at a record found freed once its wait was spent
+        // (`wait_or_look_again`).
         let mut looked_again = false;
         loop {
             // 1. Tail check: the replica covers every append that completed before now,
@@ -263,29 +263,14 @@ impl Shared {
                     seen,
                 });
             }
-            // A write is in progress (odd counter), or the record was freed by a
-            // deallocation whose event this replica has not applied yet: wait, then look
-            // again (the next tail check applies the event).
-            c.add(
-                if word.in_use {
-                    Counter::WaitsForWriter
-                } else {
-                    Counter::RetryRecordFreed
-                },
-                1,
-            );
-            // Freed: its dealloc or delete is in the log (applied by its author before the
-            // free, so `ctail` covers it), and the next tail check is likely to apply it;
-            // nobody holds the object. A `read_many` whose wait writers spent looks once
-            // more before it answers. (It answered `RecordBusy` at once: a freed record
-            // taken for a locked one.)
-            if !word.in_use && !looked_again && backoff.as_ref().is_some_and(Backoff::expired) {
-                looked_again = true;
-                continue;
+            // A write is in progress (odd counter, the record locked), or the record was
+            // freed by a deallocation whose event this replica has not applied yet: wait,
+            // then look again (the next tail check applies the event). A `read_many`'s
+            // wait may be spent by an earlier read of the call.
+            if !word.in_use {
+                c.add(Counter::RetryRecordFreed, 1);
             }
-            Backoff::snooze_or(backoff, self.options.wait_limit, |waited_ms| {
-                self.record_busy(record, waited_ms)
-            })?;
+            self.wait_or_look_again(backoff, &mut looked_again, record, word, c)?;
         }
     }
 
@@ -403,6 +388,8 @@ impl Shared {
         }
         // Made on the first wait only: an uncontended write never reads the clock.
         let mut backoff: Option<Backoff> = None;
+        // Whether this write looked again at a record found freed past its wait.
+        let mut looked_again = false;
         let mut retries = 0u32;
         let mut forced_record: Option<u32> = None;
         // The announce word and undo image of this write (pods with undo images), taken
@@ -444,7 +431,7 @@ impl Shared {
                 if let Some(hold) = &held {
                     self.withdraw(hold);
                 }
-                self.wait_for_record(&mut backoff, record, word, c)?;
+                self.wait_or_look_again(&mut backoff, &mut looked_again, record, word, c)?;
                 continue;
             }
             debug_assert_eq!(
@@ -536,6 +523,33 @@ impl Shared {
         Backoff::snooze_or(backoff, self.options.wait_limit, |waited_ms| {
             self.record_busy(record, waited_ms)
         })
+    }
+
+    /// [`wait_for_record`](Self::wait_for_record) after a look that found `record`'s
+    /// word `word` locked, or freed. Freed: its dealloc or delete is in the log (applied
+    /// by its author before the free, so `ctail` covers it), the caller's next tail check
+    /// is likely to apply it, and nobody holds the object. So a freed record earns one
+    /// more look (`looked_again`: the caller had it) before the wait answers
+    /// `RecordBusy`, whether the wait was spent before this look (a `read_many`'s by an
+    /// earlier read, `delete_unless_busy`'s from the start) or ran out in its pause.
+    /// (It answered `RecordBusy`: a freed record taken for a locked one.)
+    pub(super) fn wait_or_look_again(
+        &self,
+        backoff: &mut Option<Backoff>,
+        looked_again: &mut bool,
+        record: u32,
+        word: RecordWord,
+        c: &ThreadCounters,
+    ) -> Result<()> {
+        let mut one_more_look = || !word.in_use && !std::mem::replace(looked_again, true);
+        if backoff.as_ref().is_some_and(Backoff::expired) && one_more_look() {
+            return Ok(());
+        }
+        self.chaos.point(Point::RecordBeforeWait);
+        match self.wait_for_record(backoff, record, word, c) {
+            Err(_) if one_more_look() => Ok(()),
+            waited => waited,
+        }
     }
 
     /// `write_start` holding the lock of `record` (its word was `word`, now `word` with
@@ -847,16 +861,8 @@ impl Shared {
             return Ok(Some((record, word, word, None)));
         }
         if !word.in_use || word.locked {
-            // Freed: its dealloc or delete is in the log (applied by its author before the
-            // free, so `ctail` covers it), and the next tail check is likely to apply it;
-            // nobody holds the object. A delete whose wait is spent (`delete_unless_busy`'s
-            // is spent from the start) looks once more before it answers, as a read does.
-            // (It answered `RecordBusy` at once: a freed record taken for a locked one.)
-            if !word.in_use && !*looked_again && backoff.as_ref().is_some_and(Backoff::expired) {
-                *looked_again = true;
-                return Ok(None);
-            }
-            self.wait_for_record(backoff, record, word, c)?;
+            // `delete_unless_busy`'s wait is spent from the start.
+            self.wait_or_look_again(backoff, looked_again, record, word, c)?;
             return Ok(None);
         }
         let locked = RecordWord {
