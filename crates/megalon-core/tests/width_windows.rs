@@ -227,3 +227,75 @@ fn a_switch_takes_over_one_whose_drainer_is_gone() {
     a.write(b"k", &value(2)).unwrap();
     assert_eq!(read_tag(a, b"k"), Some(2));
 }
+
+/// A pod of [`config`] whose record array is one line: 16 records of 32 bits, 64 of 8.
+fn one_line_of_records() -> megalon_core::PodConfig {
+    let switchable = config().record_width_switch(true);
+    let records_bytes = megalon_core::Layout::new(&switchable)
+        .expect("layout")
+        .records_bytes();
+    switchable.app_scr_bytes(records_bytes - 64)
+}
+
+/// A writer whose lookup is older than the record array: it caught up, then a whole
+/// switch (32 to 8 bits) went by before its lookup, which names a record of the old
+/// width over bytes that hold records of the new (here four in use, the first locked by
+/// a write: at 32 bits, an unlocked word with an odd counter). It backs off at its gate
+/// and writes at the new width. (A debug assertion, before the gate, took that word for
+/// a broken one and panicked the writer.)
+#[test]
+fn a_writer_whose_lookup_is_older_than_the_record_array_backs_off() {
+    let pod = heap_pod(&one_line_of_records());
+    let a: &'static Host = Box::leak(Box::new(
+        Host::join(&pod, Join::As(0), options(1).record_watermark(1.0)).unwrap(),
+    ));
+    // Without a pump: its replica applies nothing it is not asked to.
+    let b: &'static Host = Box::leak(Box::new(
+        Host::join(&pod, Join::As(1), options(2).pump_interval(None)).unwrap(),
+    ));
+    b.create(b"k", &value(0)).unwrap();
+    b.write(b"k", &value(1)).unwrap();
+    let old = b.lookup(b"k").unwrap().unwrap().record.expect("a record");
+    let keys: Vec<Vec<u8>> = (0..64).map(|i| format!("o{i}").into_bytes()).collect();
+    for key in &keys {
+        a.create(key, &value(0)).unwrap();
+    }
+    let (stopped, go, writer) = stopped_at(Point::LookBeforeValidation, move || {
+        b.write(b"k", &value(7)).map(drop)
+    });
+    assert_eq!(stopped.recv().unwrap(), "stopped");
+    // b acknowledges the freeze by hand (no pump), before the switch's event.
+    let switched = chaos::with_hook(
+        |at| {
+            if at == Point::WidthAfterFreeze {
+                b.replay().unwrap();
+            }
+        },
+        || a.switch_record_width(8),
+    );
+    assert!(switched.unwrap());
+    // Every record of the new width in use; the first of those under `old`'s bytes
+    // locked by a write.
+    for key in &keys {
+        a.write(key, &value(2)).unwrap();
+    }
+    assert_eq!(a.inspect().records_in_use(), (64, 64));
+    let held = a
+        .record_owner(old * 4)
+        .unwrap()
+        .expect("every record in use");
+    let ticket = a.write_start(&held).unwrap();
+    go.send("go").unwrap();
+    let written = writer.join();
+    a.write_end(ticket).unwrap();
+    assert!(
+        matches!(written, Ok(Ok(()))),
+        "the writer: {:?}",
+        written.map_err(|_| "panicked")
+    );
+    assert_eq!(read_tag(a, b"k"), Some(7));
+    assert_eq!(a.record_width().unwrap(), RecordShape { epoch: 1, bits: 8 });
+    let census = a.inspect().record_census();
+    assert!(census.locked.is_empty());
+    assert_eq!(a.inspect().records_in_use().0, census.in_use.len() as u64);
+}

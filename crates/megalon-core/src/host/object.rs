@@ -434,11 +434,6 @@ impl Shared {
                 self.wait_or_look_again(&mut backoff, &mut looked_again, record, word, c)?;
                 continue;
             }
-            debug_assert_eq!(
-                word.counter % 2,
-                0,
-                "an unlocked record has an even counter"
-            );
             // 3. Lock and make the counter odd, in one CAS.
             let locked = RecordWord {
                 in_use: true,
@@ -471,6 +466,14 @@ impl Shared {
             if !taken {
                 continue;
             }
+            // Only now is `word` known to be of the lookup's width: a lookup older than a
+            // switch loads bytes of the new width before its gate, whose view at the old
+            // width may be an unlocked word with an odd counter.
+            debug_assert_eq!(
+                word.counter % 2,
+                0,
+                "an unlocked record has an even counter"
+            );
             // The seqlock writer's fence: the odd counter is ordered before every data
             // store of this write. Pairs with the reader's Acquire fence in `read_end`: a
             // reader that copied any byte of this write then sees the counter changed. (The
