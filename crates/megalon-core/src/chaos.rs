@@ -41,6 +41,8 @@ pub enum Point {
     RecordBeforeWait,
     /// `read_end`, between its two checks (the record's counter, then the log).
     ReadEndBetweenChecks,
+    /// A delete, after its tail check, before its lookup.
+    DeleteAfterTailCheck,
     /// `write_start`, between the lookup and the CAS that locks the record.
     WriteBeforeLock,
     /// `write_start`, holding the lock, before the event check.

@@ -299,3 +299,164 @@ fn a_writer_whose_lookup_is_older_than_the_record_array_backs_off() {
     assert!(census.locked.is_empty());
     assert_eq!(a.inspect().records_in_use().0, census.in_use.len() as u64);
 }
+
+/// A `read_many` on host b whose wait host a's write of x spent, then (in a second group)
+/// a read of k whose lookup is older than the record array: between k's tail check and
+/// its lookup, x's write ends and a switches from 32 to 8 bits, then writes at 8 bits
+/// until every record is in use, and holds the one under the first byte of k's old
+/// record locked. k has no record any more (nobody holds it), but its lookup names the
+/// old record, whose bytes read at 32 bits as a write in progress. One more look (its
+/// tail check applies the switch) reads it, as a lone read does. (Answered `RecordBusy`
+/// without that look, the call's wait being spent: records of another width read as a
+/// locked one.)
+#[test]
+// Over 70 lines on purpose: one scenario, its setup, the window and what it must leave.
+fn a_read_many_whose_wait_is_spent_reads_an_object_a_switch_took_the_record_of() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    let pod = heap_pod(&one_line_of_records());
+    let a: &'static Host = Box::leak(Box::new(
+        Host::join(&pod, Join::As(0), options(1).record_watermark(1.0)).unwrap(),
+    ));
+    // Without a pump: its replica applies nothing it is not asked to.
+    let b: &'static Host = Box::leak(Box::new(
+        Host::join(&pod, Join::As(1), options(2).pump_interval(None)).unwrap(),
+    ));
+    // The first group: x (locked by a below), then read-shared objects; k opens the second.
+    let mut keys: Vec<Vec<u8>> = vec![b"x".to_vec()];
+    keys.extend((0..15).map(|i| format!("s{i}").into_bytes()));
+    keys.push(b"k".to_vec());
+    for key in &keys {
+        a.create(key, &value(1)).unwrap();
+    }
+    for key in [&b"x"[..], b"k"] {
+        // Written once: the object has a record.
+        a.write(key, &value(2)).unwrap();
+    }
+    let old = a.lookup(b"k").unwrap().unwrap().record.expect("a record");
+    let fill: Vec<Vec<u8>> = (0..64).map(|i| format!("o{i}").into_bytes()).collect();
+    for key in &fill {
+        a.create(key, &value(0)).unwrap();
+    }
+    b.replay().unwrap();
+    let x_ticket = Some(a.write_start(b"x").unwrap());
+    let held = Rc::new(RefCell::new(None));
+    let mut bufs = vec![vec![0u8; common::SLOT]; keys.len()];
+    let mut reads = common::reads(&keys, &mut bufs);
+    // The first group's copies come after all its reads started (x's too): the first
+    // tail check after a copy is k's.
+    let (mut copied, mut x_ticket, in_hook) = (false, x_ticket, Rc::clone(&held));
+    let answers = chaos::with_hook(
+        move |at| match at {
+            Point::ReadBeforeEnd => copied = true,
+            Point::ReadAfterTailCheck if copied && x_ticket.is_some() => {
+                a.write_end(x_ticket.take().unwrap()).unwrap();
+                // b acknowledges the freeze by hand (no pump), before the switch's event.
+                let switched = chaos::with_hook(
+                    |at| {
+                        if at == Point::WidthAfterFreeze {
+                            b.replay().unwrap();
+                        }
+                    },
+                    || a.switch_record_width(8),
+                );
+                assert!(switched.unwrap());
+                for key in &fill {
+                    a.write(key, &value(3)).unwrap();
+                }
+                assert_eq!(a.inspect().records_in_use(), (64, 64));
+                let under = a
+                    .record_owner(old * 4)
+                    .unwrap()
+                    .expect("every record in use");
+                *in_hook.borrow_mut() = Some(a.write_start(&under).unwrap());
+            }
+            _ => {}
+        },
+        || b.read_many(&mut reads),
+    );
+    let ticket = held.borrow_mut().take().expect("the window was reached");
+    a.write_end(ticket).unwrap();
+    assert!(
+        matches!(answers[0], Err(Error::RecordBusy { .. })),
+        "x was locked: {:?}",
+        answers[0]
+    );
+    assert!(
+        answers[1..16].iter().all(Result::is_ok),
+        "the read-shared objects: {answers:?}"
+    );
+    assert!(
+        answers[16].is_ok(),
+        "k, nobody's to wait for, its record taken by the switch: {:?}",
+        answers[16]
+    );
+    assert_eq!(bufs[16][..], value(2)[..]);
+    assert_eq!(b.record_width().unwrap(), RecordShape { epoch: 1, bits: 8 });
+    assert!(b.lookup(b"k").unwrap().unwrap().record.is_none());
+}
+
+/// Host b's `delete_unless_busy` of k whose lookup is older than the record array:
+/// between its tail check and its lookup, a switches from 32 to 8 bits, writes at 8 bits
+/// until every record is in use, and holds the one under the last byte of k's old record
+/// locked. k has no record any more (nobody holds it), but its lookup names the old
+/// record, whose bytes read at 32 bits as a locked one. One more look (its tail check
+/// applies the switch) deletes it, as `delete` does. (It answered `RecordBusy` at once:
+/// records of another width taken for a locked one.)
+#[test]
+fn a_delete_unless_busy_deletes_an_object_a_switch_took_the_record_of() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    let pod = heap_pod(&one_line_of_records());
+    let a: &'static Host = Box::leak(Box::new(
+        Host::join(&pod, Join::As(0), options(1).record_watermark(1.0)).unwrap(),
+    ));
+    // Without a pump: its replica applies nothing it is not asked to.
+    let b: &'static Host = Box::leak(Box::new(
+        Host::join(&pod, Join::As(1), options(2).pump_interval(None)).unwrap(),
+    ));
+    a.create(b"k", &value(1)).unwrap();
+    // Written once: the object has a record.
+    a.write(b"k", &value(2)).unwrap();
+    let old = a.lookup(b"k").unwrap().unwrap().record.expect("a record");
+    let fill: Vec<Vec<u8>> = (0..64).map(|i| format!("o{i}").into_bytes()).collect();
+    for key in &fill {
+        a.create(key, &value(0)).unwrap();
+    }
+    b.replay().unwrap();
+    let held = Rc::new(RefCell::new(None));
+    let in_hook = Rc::clone(&held);
+    let answer = chaos::with_hook(
+        move |at| {
+            if at == Point::DeleteAfterTailCheck && in_hook.borrow().is_none() {
+                // b acknowledges the freeze by hand (no pump), before the switch's event.
+                let switched = chaos::with_hook(
+                    |at| {
+                        if at == Point::WidthAfterFreeze {
+                            b.replay().unwrap();
+                        }
+                    },
+                    || a.switch_record_width(8),
+                );
+                assert!(switched.unwrap());
+                for key in &fill {
+                    a.write(key, &value(3)).unwrap();
+                }
+                assert_eq!(a.inspect().records_in_use(), (64, 64));
+                let under = a
+                    .record_owner(old * 4 + 3)
+                    .unwrap()
+                    .expect("every record in use");
+                *in_hook.borrow_mut() = Some(a.write_start(&under).unwrap());
+            }
+        },
+        || b.delete_unless_busy(b"k"),
+    );
+    let ticket = held.borrow_mut().take().expect("the window was reached");
+    a.write_end(ticket).unwrap();
+    assert!(answer.is_ok(), "nobody holds k: {answer:?}");
+    assert!(a.lookup(b"k").unwrap().is_none());
+    assert!(b.lookup(b"k").unwrap().is_none());
+}

@@ -201,8 +201,8 @@ impl Shared {
             return self.read_start_all_log(key, c);
         }
         let mut brought_back = 0;
-        // Whether this read looked again at a record found freed once its wait was spent
-        // (`wait_or_look_again`).
+        // Whether this read looked again at a record found freed or busy once its wait was
+        // spent (`wait_or_look_again`).
         let mut looked_again = false;
         loop {
             // 1. Tail check: the replica covers every append that completed before now,
@@ -388,7 +388,7 @@ impl Shared {
         }
         // Made on the first wait only: an uncontended write never reads the clock.
         let mut backoff: Option<Backoff> = None;
-        // Whether this write looked again at a record found freed past its wait.
+        // Whether this write looked again at a record found freed or busy past its wait.
         let mut looked_again = false;
         let mut retries = 0u32;
         let mut forced_record: Option<u32> = None;
@@ -531,11 +531,15 @@ impl Shared {
     /// [`wait_for_record`](Self::wait_for_record) after a look that found `record`'s
     /// word `word` locked, or freed. Freed: its dealloc or delete is in the log (applied
     /// by its author before the free, so `ctail` covers it), the caller's next tail check
-    /// is likely to apply it, and nobody holds the object. So a freed record earns one
-    /// more look (`looked_again`: the caller had it) before the wait answers
-    /// `RecordBusy`, whether the wait was spent before this look (a `read_many`'s by an
-    /// earlier read, `delete_unless_busy`'s from the start) or ran out in its pause.
-    /// (It answered `RecordBusy`: a freed record taken for a locked one.)
+    /// is likely to apply it, and nobody holds the object. Locked, in a pod whose width
+    /// may switch: a lookup older than the record array may have read bytes of the new
+    /// width at the old, other records that look locked, after a switch took the record
+    /// (its `WidthEnd` in the log, `ctail` covering it). So a look earns one more
+    /// (`looked_again`: the caller had it) before the wait answers `RecordBusy`, whether
+    /// the wait was spent before this look (a `read_many`'s by an earlier read,
+    /// `delete_unless_busy`'s from the start) or ran out in its pause. (It answered
+    /// `RecordBusy`: a freed record, or records of another width, taken for a locked
+    /// one.) A record really locked costs one more tail check and lookup.
     pub(super) fn wait_or_look_again(
         &self,
         backoff: &mut Option<Backoff>,
@@ -544,7 +548,7 @@ impl Shared {
         word: RecordWord,
         c: &ThreadCounters,
     ) -> Result<()> {
-        let mut one_more_look = || !word.in_use && !std::mem::replace(looked_again, true);
+        let mut one_more_look = || !std::mem::replace(looked_again, true);
         if backoff.as_ref().is_some_and(Backoff::expired) && one_more_look() {
             return Ok(());
         }
@@ -843,7 +847,7 @@ impl Shared {
     /// hook. Returns the record, its word locked, its word before and the lock's announce;
     /// `None`: the record was busy or an event came first (the lock, if taken, is let go),
     /// so start over. `wait`: the delete's wait for the record, and whether it looked
-    /// again at a record found freed once its wait was spent (see below).
+    /// again at a record found freed or busy once its wait was spent.
     fn lock_for_delete(
         &self,
         entry: &IndexEntry,
@@ -932,6 +936,7 @@ impl Shared {
         };
         loop {
             self.catch_up()?;
+            self.chaos.point(Point::DeleteAfterTailCheck);
             let (entry, shape) = {
                 let index = self.replica.read();
                 (index.lookup(key), index.shape())
@@ -1020,7 +1025,7 @@ impl Shared {
 }
 
 /// A delete's wait for its object's record: the wait itself (`None` until it begins), and
-/// whether the delete looked again at a record found freed once the wait was spent.
+/// whether the delete looked again at a record found freed or busy once the wait was spent.
 struct DeleteWait {
     backoff: Option<Backoff>,
     looked_again: bool,
