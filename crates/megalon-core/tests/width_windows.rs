@@ -8,7 +8,7 @@ mod common;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::Duration;
 
-use common::{config, heap_pod, read_tag, simulated, value};
+use common::{config, heap_pod, read_tag, simulated, tag_of, value, SLOT};
 use megalon_core::chaos::{self, Point};
 use megalon_core::{Error, Host, HostOptions, Join, Pod, RecordShape};
 
@@ -459,4 +459,63 @@ fn a_delete_unless_busy_deletes_an_object_a_switch_took_the_record_of() {
     assert!(answer.is_ok(), "nobody holds k: {answer:?}");
     assert!(a.lookup(b"k").unwrap().is_none());
     assert!(b.lookup(b"k").unwrap().is_none());
+}
+
+/// A read begun at 4 bits and ended after a switch to 8 bits, its copy torn by a write at
+/// the new width: the bytes of its old record, read at 4 bits, are what its start saw (in
+/// use, unlocked, counter 2: the new record over them in use with the counter it needs),
+/// so only the log tells. `read_end`'s tail check applies the switch and the write's
+/// alloc, and the stamp check throws the copy away. (Fails with the mutant
+/// `post-read-event-check`: a torn copy accepted.)
+#[test]
+fn a_read_across_a_switch_whose_old_record_reads_unchanged_is_thrown_away() {
+    let pod = heap_pod(&one_line_of_records().record_width_bits(4));
+    let a: &'static Host = Box::leak(Box::new(
+        Host::join(&pod, Join::As(0), options(1).record_watermark(1.0)).unwrap(),
+    ));
+    // Without a pump: its replica applies nothing it is not asked to.
+    let b: &'static Host = Box::leak(Box::new(
+        Host::join(&pod, Join::As(1), options(2).pump_interval(None)).unwrap(),
+    ));
+    a.create(b"k", &value(1)).unwrap();
+    // Written once: a record of 4 bits, its counter 2.
+    a.write(b"k", &value(2)).unwrap();
+    let old = a.lookup(b"k").unwrap().unwrap().record.expect("a record");
+    let fill: Vec<Vec<u8>> = (0..63).map(|i| format!("o{i}").into_bytes()).collect();
+    for key in &fill {
+        a.create(key, &value(0)).unwrap();
+    }
+    b.replay().unwrap();
+    let ticket = b.read_start(b"k").unwrap();
+    let mut copy = vec![0u8; SLOT];
+    ticket.read(0, &mut copy[..SLOT / 2]).unwrap();
+    // b acknowledges the freeze by hand (no pump), before the switch's event.
+    let switched = chaos::with_hook(
+        |at| {
+            if at == Point::WidthAfterFreeze {
+                b.replay().unwrap();
+            }
+        },
+        || a.switch_record_width(8),
+    );
+    assert!(switched.unwrap());
+    a.write(b"k", &value(9)).unwrap();
+    for key in &fill {
+        a.write(key, &value(3)).unwrap();
+    }
+    assert_eq!(a.inspect().records_in_use(), (64, 64));
+    // The 8-bit record over `old`'s bits: its low half (counter 10) or its high half
+    // (in use, unlocked, counter 32) reads as `old` in use at counter 2.
+    let owner = a
+        .record_owner(old / 2)
+        .unwrap()
+        .expect("every record in use");
+    let writes = if old.is_multiple_of(2) { 5 } else { 16 };
+    for _ in 1..writes {
+        a.write(&owner, &value(4)).unwrap();
+    }
+    ticket.read(SLOT / 2, &mut copy[SLOT / 2..]).unwrap();
+    assert_eq!(tag_of(&copy), None, "the copy is torn");
+    assert!(!b.read_end(ticket).unwrap(), "a torn copy accepted");
+    assert_eq!(read_tag(b, b"k"), Some(9));
 }
