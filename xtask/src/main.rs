@@ -411,6 +411,13 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
         ],
     ),
     (
+        "width-copy-at-ack",
+        &[(
+            "width_windows",
+            "a_writer_of_a_host_that_acknowledged_a_freeze_stays_out_of_it",
+        )],
+    ),
+    (
         "stale-alloc-loses",
         &[(
             "width_windows",

@@ -74,6 +74,10 @@ pub enum Step {
     /// record passes its host's gate (raised, then the width word looked at). Skipped, it
     /// changes the word whatever the width word says, and a switch drains past it.
     WidthGate,
+    /// A host acknowledging a freeze stores the draining word into its DRAM copy of the
+    /// width word before it looks at its gate. Skipped, the copy stays open, and a changer
+    /// that raises the gate after the acknowledgement passes it on the copy alone.
+    WidthCopyAtAck,
     /// Replay of a `RecordAlloc` claimed before a width switch that came first in the log
     /// loses. Skipped, the object gets a record id of the old width in the new array.
     StaleAllocLoses,
@@ -277,6 +281,7 @@ impl Step {
         Step::LockedRecordRestoredOnError,
         Step::RecordFreeByCas,
         Step::WidthGate,
+        Step::WidthCopyAtAck,
         Step::StaleAllocLoses,
         Step::CreateWritesBack,
         Step::DeallocDropsAuthorsLines,
@@ -336,6 +341,7 @@ impl Step {
             Step::LockedRecordRestoredOnError => "locked-record-restored-on-error",
             Step::RecordFreeByCas => "record-free-by-cas",
             Step::WidthGate => "width-gate",
+            Step::WidthCopyAtAck => "width-copy-at-ack",
             Step::StaleAllocLoses => "stale-alloc-loses",
             Step::CreateWritesBack => "create-writes-back",
             Step::DeallocDropsAuthorsLines => "dealloc-drops-authors-lines",

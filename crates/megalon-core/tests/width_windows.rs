@@ -85,6 +85,56 @@ fn a_switch_waits_for_a_writer_inside_its_gate() {
     assert_eq!(read_tag(b, b"k"), Some(3));
 }
 
+/// A host that acknowledged a freeze keeps its changers out until the switch ends, though
+/// its DRAM copy of the width word was open at their last look: the acknowledgement puts
+/// the freeze into the copy before it looks at the gate. Host a acknowledges (by hand);
+/// then, every lock seen free and the drainer about to append its event, a write of a's
+/// tries to lock: it waits for the switch and gives up. (Were the copy left open, the
+/// write would pass the gate on it and lock a record of the old width, which the switch
+/// then zeroes under its lock.)
+#[test]
+fn a_writer_of_a_host_that_acknowledged_a_freeze_stays_out_of_it() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    let pod = heap_pod(&config().record_width_switch(true));
+    let a = leak(&pod, 0, 1);
+    let b = leak(&pod, 1, 2);
+    a.create(b"k", &value(0)).unwrap();
+    // Written once: the object has a record, and a's copy of the width word is open.
+    a.write(b"k", &value(1)).unwrap();
+    let tried = Rc::new(RefCell::new(None));
+    let answer = Rc::clone(&tried);
+    let switched = chaos::with_hook(
+        move |at| match at {
+            Point::WidthAfterFreeze => {
+                a.replay().unwrap();
+            }
+            Point::WidthBeforeEvent if tried.borrow().is_none() => {
+                // A ticket the gate let through would hold a lock the switch zeroes: kept
+                // (the test fails on it anyway).
+                let write = a.write_start(b"k").map(std::mem::forget);
+                *tried.borrow_mut() = Some(write);
+            }
+            _ => {}
+        },
+        || b.switch_record_width(8),
+    );
+    let answer = answer
+        .borrow_mut()
+        .take()
+        .expect("the drainer reached its event");
+    assert!(
+        matches!(answer, Err(Error::RecordWidthSwitching { .. })),
+        "a write of a host that acknowledged the freeze: {answer:?}"
+    );
+    assert!(switched.unwrap());
+    assert_eq!(read_tag(b, b"k"), Some(1));
+    a.write(b"k", &value(2)).unwrap();
+    assert_eq!(read_tag(b, b"k"), Some(2));
+    assert_eq!(a.record_width().unwrap(), RecordShape { epoch: 1, bits: 8 });
+}
+
 /// A record claimed before a switch, its alloc logged after the switch: the alloc loses
 /// (the switch freed the record), and the write claims one of the new width. (Were the
 /// alloc to win, the object would name an id of the old width in the new array, a free

@@ -110,6 +110,9 @@ struct Shared {
     /// This host's threads between their look at the width word and their change of a
     /// record word (`width::Shared::enter_gate`).
     gate: AtomicU64,
+    /// The width word as this host last saw it, in its DRAM: the changers' first look
+    /// (`width::Shared::enter_gate`).
+    width_seen: AtomicU64,
     /// What the pump's width policy saw at its last look (`width::Looks`).
     width_looks: Mutex<width::Looks>,
     memory: Memory,
@@ -654,6 +657,7 @@ impl Shared {
             rescue_logged: std::sync::atomic::AtomicBool::new(false),
             free_records: Mutex::new(records::FreeRecords::new(layout.record_count)),
             gate: AtomicU64::new(0),
+            width_seen: AtomicU64::new(width::UNSEEN),
             width_looks: Mutex::new(width::Looks::default()),
             memory: Memory::new(Arc::clone(pod), options.memory.clone()),
             log,

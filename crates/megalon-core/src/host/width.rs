@@ -10,16 +10,21 @@
 //! 2. **The gates.** Every change of a record word that takes a record (a write's or a
 //!    delete's lock, a deallocation's lock, a claim, the free of a claim whose alloc
 //!    lost) is made inside its host's gate, a counter in the host's DRAM: raise the gate,
-//!    load the width word, and go on only if it is open at the epoch of the lookup that
-//!    named the record; lower the gate after the change. Each host acknowledges a freeze
-//!    (its pump each round, [`Host::replay`] by hand, or a thread whose gate met it): it
-//!    stores the draining word into its acknowledgement word in the SCR once it has seen
-//!    the word draining and then its gate at zero. The drainer waits for every live
-//!    host's acknowledgement. Both sides are SeqCst: a changer that raised its gate
-//!    before the acknowledger's look at it is waited for, one that raised it after sees
-//!    the freeze and backs off (the store-then-load handshake recovery's announces use).
-//!    Changes by a lock's holder (unlock, the free after its event) need no gate: no
-//!    switch goes on while a record is locked.
+//!    look at the width word, and go on only if it is open at the epoch of the lookup
+//!    that named the record; lower the gate after the change. The look is at the host's
+//!    copy of the word in its DRAM first, and at the word in the SCR only when the copy
+//!    is not open at that epoch (the look then refreshes the copy, by a CAS from what it
+//!    saw). Each host acknowledges a freeze (its pump each round, [`Host::replay`] by
+//!    hand, or a thread whose gate met it): it stores the draining word into its copy,
+//!    then looks at its gate, and if no thread is inside, stores the word into its
+//!    acknowledgement word in the SCR. The drainer waits for every live host's
+//!    acknowledgement. Both sides are SeqCst: a changer that raised its gate before the
+//!    acknowledger's look at it is waited for, one that raised it after finds the freeze
+//!    in the copy and backs off (the store-then-load handshake recovery's announces use).
+//!    A copy still open at a freeze is a host that has not acknowledged it, whose gates
+//!    the drainer waits for. Changes by a lock's holder (unlock, the free after its
+//!    event) need no gate: no switch goes on while a record is locked. So a pod that may
+//!    switch pays no SCR access for its gates while no switch goes on.
 //! 3. **Drain.** The drainer waits until no record is locked: every lock taken before
 //!    the freeze is its holder's to release.
 //! 4. **Switch.** It appends `WidthEnd { epoch: e + 1, bits }`: every replica, at that
@@ -99,6 +104,9 @@ impl WidthWord {
     }
 }
 
+/// A host's copy of the width word before its first look at the word: open at no epoch.
+pub(super) const UNSEEN: u64 = u64::MAX;
+
 /// A freeze under way: the width word as a gate found it.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Freeze(WidthWord);
@@ -141,14 +149,20 @@ impl Shared {
     }
 
     /// Acknowledges the freeze `word` (a width word seen draining, SeqCst) if no thread of
-    /// this host is inside its gate now: every later one loads the width word after this
-    /// load of the gate, and sees the freeze.
+    /// this host is inside its gate now: the freeze goes into this host's copy of the
+    /// word first, and every thread that raises the gate after this load of it looks at
+    /// the copy after this store, and sees the freeze.
     fn acknowledge(&self, word: WidthWord) {
-        // The width word's load (the caller's), then the gate's: see `enter_gate` for
-        // loom's fence.
+        if word.drainer.is_none() {
+            return;
+        }
+        if !mutants::skipped(Step::WidthCopyAtAck) {
+            self.width_seen.store(word.encode(), Ordering::SeqCst);
+        }
+        // The copy's store, then the gate's load: see `enter_gate` for loom's fence.
         #[cfg(megalon_loom)]
         crate::sync::fence(Ordering::SeqCst);
-        if word.drainer.is_some() && self.gate.load(Ordering::SeqCst) == 0 {
+        if self.gate.load(Ordering::SeqCst) == 0 {
             self.ack_word(self.id)
                 .store(word.encode(), Ordering::Release);
         }
@@ -178,18 +192,30 @@ impl Shared {
         if !self.width_switches() || mutants::skipped(Step::WidthGate) {
             return Gate::Open(None);
         }
-        // The gate is in this host's DRAM; the width word is the one SCR access.
+        // The gate is in this host's DRAM, and so is the copy of the width word it looks
+        // at first: no SCR access while the copy is open at the lookup's epoch.
         let gate = &self.gate;
-        c.add(Counter::ScrAtomics, 1);
         gate.fetch_add(1, Ordering::SeqCst);
         // loom takes SeqCst accesses for AcqRel ones (its README) and finds the
         // store-buffering outcome the C++ model's order of SeqCst accesses excludes (the
-        // raise and the drainer's freeze each missed by the other's load); it models a
-        // SeqCst fence, which gives that order. Not in other builds (the announce's too).
+        // raise and the acknowledger's store of the freeze each missed by the other's
+        // load); it models a SeqCst fence, which gives that order. Not in other builds
+        // (the announce's too).
         #[cfg(megalon_loom)]
         crate::sync::fence(Ordering::SeqCst);
         self.chaos.point(Point::GateAfterRaise);
-        let word = WidthWord::decode(self.width_word().load(Ordering::SeqCst));
+        let seen = self.width_seen.load(Ordering::SeqCst);
+        if WidthWord::decode(seen).is_open_at(shape.epoch) {
+            return Gate::Open(Some(Passed { gate }));
+        }
+        // The word itself, copied for the next changers (unless the copy moved since: an
+        // acknowledger's freeze is never overwritten by an older look).
+        c.add(Counter::ScrAtomics, 1);
+        let loaded = self.width_word().load(Ordering::SeqCst);
+        let _ = self
+            .width_seen
+            .compare_exchange(seen, loaded, Ordering::SeqCst, Ordering::SeqCst);
+        let word = WidthWord::decode(loaded);
         if word.is_open_at(shape.epoch) {
             return Gate::Open(Some(Passed { gate }));
         }
