@@ -4,11 +4,14 @@
 //! pod.
 //!
 //! Threads: one acceptor for every listener of the process, and a fixed pool of workers
-//! per host, each serving many connections from one readiness loop with one handle on
-//! the store. Connections are spread over a host's workers round robin. A fixed pool,
-//! not a thread per connection: the store's per-thread state (its event counters) lives
-//! as long as the host, so threads that come and go with connections would pile it up;
-//! and 50 clients on 2 cores run no faster on 50 threads.
+//! per host, each serving many connections from one readiness loop. Connections are
+//! spread over a host's workers round robin. A fixed pool, not a thread per connection:
+//! the store's per-thread state (its event counters) lives as long as the host, so
+//! threads that come and go with connections would pile it up; and 50 clients on 2 cores
+//! run no faster on 50 threads. A worker whose connection's command waits in the store
+//! (on a stopped host, for log room) hands its loop to another thread of its own, started
+//! when first needed and kept, a few at most (`worker`'s docs); the relief watch, one
+//! thread for the process, finds such a command.
 
 use std::io::{self, Write as _};
 use std::net::SocketAddr;
@@ -21,7 +24,7 @@ use mio::net::{TcpListener, UnixListener};
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::host::{HostServer, Shutdown};
-use crate::worker::{Stream, Worker};
+use crate::worker::{ReliefWatch, Stream, Worker};
 
 /// The refusal a connection over a host's limit gets before it is closed (Redis's text).
 const REFUSAL: &[u8] = b"-ERR max number of clients reached\r\n";
@@ -151,11 +154,13 @@ impl Server {
         }
         let mut threads = Vec::new();
         let mut workers = Vec::new();
+        let mut reliefs = Vec::new();
         for host in &hosts {
             let mut senders = Vec::new();
             for w in 0..serving.workers {
-                let (worker, sender) = Worker::new(Arc::clone(host))?;
+                let (worker, sender) = Worker::new(Arc::clone(host), w)?;
                 shutdown.watch(Arc::clone(&sender.1));
+                reliefs.push(worker.relief());
                 senders.push(sender);
                 threads.push(
                     thread::Builder::new()
@@ -174,6 +179,12 @@ impl Server {
             }
             workers.push(senders);
         }
+        let relief = ReliefWatch::new(reliefs, Arc::clone(&shutdown));
+        threads.push(
+            thread::Builder::new()
+                .name("megalon-server-relief".into())
+                .spawn(move || relief.run())?,
+        );
         let watch = DeathWatch::new(hosts.clone(), Arc::clone(&shutdown))?;
         threads.push(
             thread::Builder::new()
