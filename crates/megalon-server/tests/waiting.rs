@@ -1,0 +1,111 @@
+//! A command that waits in the store (here a create, for log room a stopped server holds)
+//! holds up no other connection of its worker: they are answered while it waits, and the
+//! waiting connection's own replies come after it, in order.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{bulk, host_process, ok, scratch_dir, Client};
+use redis_protocol::resp2::types::OwnedFrame;
+
+/// The wait limit the servers run with.
+const WAIT_LIMIT_MS: u64 = 1500;
+
+/// Host 0 of a pod, one worker for all of its connections, and host 1 stopped (`SIGSTOP`,
+/// on this machine: alive, so never declared dead) with the log (64 entries) behind it.
+/// One client creates keys until a create waits for log room, the wait limit, each
+/// create followed in its pipeline by an ECHO; another client of the same worker reads
+/// and writes keys that exist all the while. Every one of the second client's commands
+/// is answered within a third of the wait limit; the waiting create's reply (its error,
+/// "the log is full") comes after the wait, and its ECHO after it. Before, the worker ran
+/// one command at a time for all of its connections: the second client's command waited
+/// out the create's wait (1.5 s).
+#[test]
+fn a_command_waiting_in_the_store_holds_up_no_other_connection_of_its_worker() {
+    let dir = scratch_dir();
+    let wait = WAIT_LIMIT_MS.to_string();
+    let extra = [
+        "--workers",
+        "1",
+        "--wait-limit-ms",
+        &wait,
+        "--lnr-mib",
+        "16",
+        "--log-entries",
+        "64",
+    ];
+    let a = host_process(dir.path(), 0, &extra);
+    let stopped = host_process(dir.path(), 1, &extra);
+    let mut other = a.client(0);
+    for i in 0..8 {
+        assert_eq!(
+            other.call(&[b"SET", format!("warm{i}").as_bytes(), b"0"]),
+            ok()
+        );
+    }
+    stopped.signal("STOP");
+
+    let socket = a.sockets[0].clone();
+    let waiter = std::thread::spawn(move || {
+        let mut c = Client::connect(&socket);
+        for i in 0..1000 {
+            let key = format!("fill{i}");
+            let started = Instant::now();
+            c.send_raw(
+                &[
+                    Client::encode(&[b"SET", key.as_bytes(), b"v"]),
+                    Client::encode(&[b"ECHO", key.as_bytes()]),
+                ]
+                .concat(),
+            );
+            let set = c.recv();
+            let took = started.elapsed();
+            let echo = c.recv();
+            assert_eq!(echo, bulk(key.as_bytes()), "the ECHO after SET {key}");
+            if set != ok() {
+                return (i, set, took);
+            }
+        }
+        panic!("1000 creates found log room with host 1 stopped");
+    });
+
+    let mut slowest = Duration::ZERO;
+    let mut commands = 0u64;
+    while !waiter.is_finished() {
+        let key = format!("warm{}", commands % 8);
+        let started = Instant::now();
+        let reply = if commands.is_multiple_of(2) {
+            other.call(&[b"GET", key.as_bytes()])
+        } else {
+            other.call(&[b"SET", key.as_bytes(), b"1"])
+        };
+        slowest = slowest.max(started.elapsed());
+        assert!(
+            matches!(reply, OwnedFrame::BulkString(_)) || reply == ok(),
+            "{key}: {reply:?}"
+        );
+        commands += 1;
+    }
+    let (creates, refused, waited) = waiter.join().unwrap();
+    eprintln!(
+        "create {creates} answered after {waited:?}: {refused:?}; the other client's {commands} commands meanwhile, the slowest {slowest:?}"
+    );
+    stopped.signal("CONT");
+    match &refused {
+        OwnedFrame::Error(text) => assert!(text.contains("log is full"), "{text}"),
+        other => panic!("SET fill{creates}: {other:?}"),
+    }
+    assert!(
+        waited >= Duration::from_millis(WAIT_LIMIT_MS),
+        "the create waited only {waited:?}"
+    );
+    assert!(
+        slowest < Duration::from_millis(WAIT_LIMIT_MS / 3),
+        "a command of another connection of the worker took {slowest:?} while a create waited"
+    );
+    assert!(
+        commands > 10,
+        "only {commands} commands while the create waited"
+    );
+}
