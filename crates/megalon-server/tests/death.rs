@@ -25,9 +25,10 @@ fn start_host_with_env(dir: &Path, host: u32, env: &[(&str, &str)]) -> Server {
     start_host_with(dir, host, 2, env)
 }
 
-/// [`start_host_with_env`] with `workers` worker threads. A worker runs one command at a
-/// time for all of its connections (spread round robin): a command waiting behind a
-/// stopped server holds up the other connections of its worker.
+/// [`start_host_with_env`] with `workers` worker threads (connections spread over them
+/// round robin). A command waiting behind a stopped server no longer holds up the other
+/// connections of its worker: another thread of the worker takes its loop over
+/// (`tests/waiting.rs`).
 fn start_host_with(dir: &Path, host: u32, workers: usize, env: &[(&str, &str)]) -> Server {
     let wait = WAIT_LIMIT_MS.to_string();
     let workers = workers.to_string();
@@ -43,10 +44,12 @@ fn start_host_with(dir: &Path, host: u32, workers: usize, env: &[(&str, &str)]) 
 }
 
 /// A client whose replies may not come (its server killed): a short read timeout. A SET
-/// may come after two waits behind a stopped server, each bounded by the wait limit: a
-/// worker runs one command at a time for all of its connections, and another client's
-/// command ahead of it on its worker may be waiting too (a reply after 5.75 s was seen,
-/// "the log is full ... waited 3000 ms"). So the timeout is two limits and some.
+/// waits behind a stopped server up to the wait limit. When a worker ran one command
+/// at a time for all of its connections, a SET could come after two waits, another
+/// client's command ahead of it on its worker waiting too (a reply after 5.75 s was seen,
+/// "the log is full ... waited 3000 ms"). A worker now serves its other connections while
+/// one waits (up to its `RELIEF_THREADS` waiting at once, more than these tests have);
+/// the timeout is still two limits and some, as a margin on a loaded machine.
 fn client(socket: &Path) -> Client {
     let c = Client::connect(socket);
     c.stream
@@ -585,9 +588,10 @@ fn a_server_killed_while_keys_come_and_go_three_times() {
 fn a_server_stopped_mid_churn_holds_up_the_survivor_at_most_the_wait_limit() {
     let dir = scratch_dir();
     // A worker for each connection the survivor ever gets (the start's probe, two writers,
-    // the survivor's own client): its SETs wait on no other client's command (on a
-    // worker shared with a writer, a SET answered after 6.0 s, "waited 3000 ms", queued
-    // behind the writer's DEL waiting out its limit for log room).
+    // the survivor's own client). When a worker ran one command at a time, a SET on a
+    // worker shared with a writer answered after 6.0 s, "waited 3000 ms", queued behind
+    // the writer's DEL waiting out its limit for log room; a worker now serves its other
+    // connections while one waits, and the four workers are kept as they were.
     let a = start_host_with(dir.path(), 0, 4, &[]);
     let b = start_host(dir.path(), 1);
     let (sa, sb) = (a.sockets[0].clone(), b.sockets[0].clone());
