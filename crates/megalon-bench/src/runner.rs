@@ -15,7 +15,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 use megalon_core::CxlModel;
 
-use crate::lineup::{self, Kind, Setup, Workers};
+use crate::lineup::{self, Bench, Kind, Setup, Workers};
 use crate::mix::{Choice, MixRun, Plan};
 
 /// The paper's object count, which every size here is scaled from.
@@ -371,29 +371,59 @@ impl Harness {
         }
         self.bar
             .set_message(format!("{series}: loading {} keys", setup.keys));
-        let bench = lineup::build(kind, setup)?;
         let first = &plans.first().expect("a plan").2;
-        let workers = Workers {
-            count: workers,
-            on_start: &*self.pin,
-        };
-        bench.load(first, workers)?;
-        let duration = Duration::from_secs_f64(self.settings.seconds);
+        let bench = self.build_loaded(kind, setup, series, first, workers)?;
         let mut out = Vec::new();
-        for (x, x_name, plan) in plans {
-            self.bar
-                .set_message(format!("{series}: {x_name}, {}", plan.describe()));
-            let run = bench.run(plan, workers, duration)?;
-            out.push(Measured::from_run(
-                bench.name(),
-                series.into(),
-                *x,
-                x_name.clone(),
-                &run,
-            ));
-            self.bar.inc(1);
+        for plan in plans {
+            out.push(self.run_plan(&*bench, series, plan, workers)?);
         }
         Ok(out)
+    }
+
+    /// A store of `kind` over `setup` (series `series`), loaded by `workers` threads for
+    /// `first`.
+    fn build_loaded(
+        &mut self,
+        kind: Kind,
+        setup: &Setup,
+        series: &str,
+        first: &Plan,
+        workers: usize,
+    ) -> Result<Box<dyn Bench>, String> {
+        self.bar
+            .set_message(format!("{series}: loading {} keys", setup.keys));
+        let bench = lineup::build(kind, setup)?;
+        bench.load(first, self.workers(workers))?;
+        Ok(bench)
+    }
+
+    fn workers(&self, count: usize) -> Workers<'_> {
+        Workers {
+            count,
+            on_start: &*self.pin,
+        }
+    }
+
+    /// One run of `plan` on `bench` (loaded), its point in series `series`.
+    fn run_plan(
+        &mut self,
+        bench: &dyn Bench,
+        series: &str,
+        (x, x_name, plan): &PlanAt,
+        workers: usize,
+    ) -> Result<Measured, String> {
+        self.bar
+            .set_message(format!("{series}: {x_name}, {}", plan.describe()));
+        let duration = Duration::from_secs_f64(self.settings.seconds);
+        let run = bench.run(plan, self.workers(workers), duration)?;
+        self.bar.inc(1);
+        Ok(Measured::from_run(
+            bench.name(),
+            series.into(),
+            *x,
+            x_name.clone(),
+            &run,
+        ))
     }
 
     /// Runs each of `plans` on `kind` over `setup` as series `series`, each on a store
@@ -416,6 +446,46 @@ impl Harness {
             points.extend(self.measure(kind, setup, series, &warm)?);
         }
         Ok(points.into_iter().filter(|p| p.x != WARM_UP).collect())
+    }
+
+    /// [`measure_warm`](Self::measure_warm) of one plan, with warm-up runs until one
+    /// leaves the gauge `gauge` where the run before it left it (a scheme that adapts
+    /// itself, settled), at most `max_warm_ups`. Returns the measured point and the
+    /// warm-up runs it took.
+    pub fn measure_settled(
+        &mut self,
+        kind: Kind,
+        setup: &Setup,
+        series: &str,
+        plan: &PlanAt,
+        gauge: &str,
+        max_warm_ups: usize,
+    ) -> Result<(Measured, usize), String> {
+        assert!(max_warm_ups >= 1, "a warm-up at least");
+        if self.counting {
+            self.runs += max_warm_ups as u64 + 1;
+            return Ok((Measured::counted(kind.name(), series, plan.0, &plan.1), 0));
+        }
+        let workers = HOSTS * self.settings.threads_per_host;
+        let bench = self.build_loaded(kind, setup, series, &plan.2, workers)?;
+        let of = |point: &Measured| point.gauges.iter().find(|(n, _)| *n == gauge).map(|g| g.1);
+        let warm = (WARM_UP, format!("{} (warm-up)", plan.1), plan.2);
+        let mut before = None;
+        let mut warm_ups = 0;
+        while warm_ups < max_warm_ups {
+            let now = of(&self.run_plan(&*bench, series, &warm, workers)?);
+            warm_ups += 1;
+            if now.is_none() {
+                return Err(format!("{series}: no gauge {gauge:?} to settle"));
+            }
+            if warm_ups > 1 && now == before {
+                break;
+            }
+            before = now;
+        }
+        // The bar counted the warm-ups not run.
+        self.bar.inc((max_warm_ups - warm_ups) as u64);
+        Ok((self.run_plan(&*bench, series, plan, workers)?, warm_ups))
     }
 
     /// The path of `file` in the output directory.
