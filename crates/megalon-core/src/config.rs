@@ -178,8 +178,9 @@ pub struct PodConfig {
     /// ([`Host::switch_record_width`](crate::Host::switch_record_width), or the hosts'
     /// pumps: [`HostOptions::width_policy`](crate::HostOptions#structfield.width_policy)).
     /// Every change of a record word that takes a record (a write's or a delete's lock, a
-    /// claim, a deallocation) then passes the host's gate, one more SCR access (a load of
-    /// the width word), so that a switch can freeze the record array. Needs split
+    /// claim, a deallocation) then passes the host's gate, so that a switch can freeze the
+    /// record array: a few DRAM accesses while no switch goes on, and a load of the width
+    /// word in the SCR once a switch has gone by. Needs split
     /// coherence, no undo images ([`CrashSafety::Off`]) and no local partitions. Default
     /// off.
     pub record_width_switch: bool,
