@@ -418,6 +418,13 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
         )],
     ),
     (
+        "width-copy-forward",
+        &[(
+            "width_windows",
+            "a_stale_acknowledgement_does_not_reopen_the_copy_under_a_later_freeze",
+        )],
+    ),
+    (
         "stale-alloc-loses",
         &[(
             "width_windows",

@@ -65,6 +65,15 @@ pub enum Point {
     /// A change of a record word in a pod whose width may switch: the host's gate raised,
     /// before the width word is looked at.
     GateAfterRaise,
+    /// A gate whose host's copy of the width word was not open at the lookup's epoch:
+    /// after the load of the word in the SCR, before the copy is refreshed from it.
+    GateAfterWordLoad,
+    /// An acknowledgement of a freeze, before the freeze is put into the host's copy of
+    /// the width word.
+    AckBeforeCopy,
+    /// An acknowledgement of a freeze, the freeze put into the host's copy of the width
+    /// word, before the gate is looked at.
+    AckAfterCopy,
     /// A switch of the record width: the width word draining, before the gates are read.
     WidthAfterFreeze,
     /// A switch: every gate seen lowered, before the records are looked at for locks.

@@ -78,6 +78,11 @@ pub enum Step {
     /// width word before it looks at its gate. Skipped, the copy stays open, and a changer
     /// that raises the gate after the acknowledgement passes it on the copy alone.
     WidthCopyAtAck,
+    /// A host's DRAM copy of the width word only moves forward: a word put into it
+    /// replaces only an earlier one. Skipped, every acknowledgement and look stores what
+    /// it loaded, and a late acknowledgement of a freeze given up, then a look from before
+    /// the next freeze, open the copy under that next freeze once it is acknowledged.
+    WidthCopyForward,
     /// Replay of a `RecordAlloc` claimed before a width switch that came first in the log
     /// loses. Skipped, the object gets a record id of the old width in the new array.
     StaleAllocLoses,
@@ -282,6 +287,7 @@ impl Step {
         Step::RecordFreeByCas,
         Step::WidthGate,
         Step::WidthCopyAtAck,
+        Step::WidthCopyForward,
         Step::StaleAllocLoses,
         Step::CreateWritesBack,
         Step::DeallocDropsAuthorsLines,
@@ -342,6 +348,7 @@ impl Step {
             Step::RecordFreeByCas => "record-free-by-cas",
             Step::WidthGate => "width-gate",
             Step::WidthCopyAtAck => "width-copy-at-ack",
+            Step::WidthCopyForward => "width-copy-forward",
             Step::StaleAllocLoses => "stale-alloc-loses",
             Step::CreateWritesBack => "create-writes-back",
             Step::DeallocDropsAuthorsLines => "dealloc-drops-authors-lines",

@@ -13,18 +13,22 @@
 //!    look at the width word, and go on only if it is open at the epoch of the lookup
 //!    that named the record; lower the gate after the change. The look is at the host's
 //!    copy of the word in its DRAM first, and at the word in the SCR only when the copy
-//!    is not open at that epoch (the look then refreshes the copy, by a CAS from what it
-//!    saw). Each host acknowledges a freeze (its pump each round, [`Host::replay`] by
-//!    hand, or a thread whose gate met it): it stores the draining word into its copy,
-//!    then looks at its gate, and if no thread is inside, stores the word into its
-//!    acknowledgement word in the SCR. The drainer waits for every live host's
-//!    acknowledgement. Both sides are SeqCst: a changer that raised its gate before the
-//!    acknowledger's look at it is waited for, one that raised it after finds the freeze
-//!    in the copy and backs off (the store-then-load handshake recovery's announces use).
-//!    A copy still open at a freeze is a host that has not acknowledged it, whose gates
-//!    the drainer waits for. Changes by a lock's holder (unlock, the free after its
-//!    event) need no gate: no switch goes on while a record is locked. So a pod that may
-//!    switch pays no SCR access for its gates while no switch goes on.
+//!    is not open at that epoch (the look then puts what it loaded into the copy). Each
+//!    host acknowledges a freeze (its pump each round, [`Host::replay`] by hand, or a
+//!    thread whose gate met it): it puts the draining word into its copy, then looks at
+//!    its gate, and if no thread is inside (and the copy is not open at the freeze's
+//!    epoch), stores the word into its acknowledgement word in the SCR. The drainer
+//!    waits for every live host's acknowledgement. Both sides are SeqCst: a changer
+//!    that raised its gate before the acknowledger's look at it is waited for, one that
+//!    raised it after finds the freeze in the copy and backs off (the store-then-load
+//!    handshake recovery's announces use). The copy only moves forward (a word replaces
+//!    only an earlier one, as in the SCR): a late acknowledgement of a freeze given up,
+//!    or a look that loaded the word before the freeze, never puts an earlier word over
+//!    an acknowledged freeze. A copy still open at a freeze is a host that has not
+//!    acknowledged it, whose gates the drainer waits for. Changes by a lock's holder
+//!    (unlock, the free after its event) need no gate: no switch goes on while a record
+//!    is locked. So a pod that may switch pays no SCR access for its gates while no
+//!    switch goes on.
 //! 3. **Drain.** The drainer waits until no record is locked: every lock taken before
 //!    the freeze is its holder's to release.
 //! 4. **Switch.** It appends `WidthEnd { epoch: e + 1, bits }`: every replica, at that
@@ -102,6 +106,20 @@ impl WidthWord {
     fn is_open_at(self, epoch: u32) -> bool {
         self.drainer.is_none() && self.epoch == epoch
     }
+
+    /// Whether the width word went from `earlier` to this (in the SCR, where the word
+    /// only moves forward): a later epoch, a later freeze at the same one (its serial
+    /// compared across a wrap), or the same freeze ended. A takeover's change of drainer
+    /// is neither after the other.
+    fn after(self, earlier: Self) -> bool {
+        if self.epoch != earlier.epoch {
+            return self.epoch > earlier.epoch;
+        }
+        match self.serial.wrapping_sub(earlier.serial) as i16 {
+            0 => self.drainer.is_none() && earlier.drainer.is_some(),
+            ahead => ahead > 0,
+        }
+    }
 }
 
 /// A host's copy of the width word before its first look at the word: open at no epoch.
@@ -156,16 +174,51 @@ impl Shared {
         if word.drainer.is_none() {
             return;
         }
-        if !mutants::skipped(Step::WidthCopyAtAck) {
-            self.width_seen.store(word.encode(), Ordering::SeqCst);
-        }
+        self.chaos.point(Point::AckBeforeCopy);
+        let copy = if mutants::skipped(Step::WidthCopyAtAck) {
+            word.encode()
+        } else {
+            self.copy_width_word(word.encode())
+        };
+        self.chaos.point(Point::AckAfterCopy);
         // The copy's store, then the gate's load: see `enter_gate` for loom's fence.
         #[cfg(megalon_loom)]
         crate::sync::fence(Ordering::SeqCst);
-        if self.gate.load(Ordering::SeqCst) == 0 {
+        // A copy found open at the freeze's epoch is past it (the freeze was given up):
+        // nothing to acknowledge.
+        if self.gate.load(Ordering::SeqCst) == 0 && !WidthWord::decode(copy).is_open_at(word.epoch)
+        {
             self.ack_word(self.id)
                 .store(word.encode(), Ordering::Release);
         }
+    }
+
+    /// Puts the width word `word` (loaded from the SCR) into this host's copy of it,
+    /// unless the copy holds a later word already (a look or an acknowledgement that
+    /// loaded the SCR after this caller did, and stored first): the copy only moves
+    /// forward, so an acknowledged freeze stays in it until a later word replaces it.
+    /// Returns the copy as it is then. (A store, or a CAS from what the caller saw, let an
+    /// acknowledgement of a freeze given up, late, put it back over the next freeze, and a
+    /// changer's look from before that next freeze then refresh it to open, just before
+    /// the next acknowledgement read the gate lowered.)
+    fn copy_width_word(&self, word: u64) -> u64 {
+        if mutants::skipped(Step::WidthCopyForward) {
+            self.width_seen.store(word, Ordering::SeqCst);
+            return word;
+        }
+        let mut copy = self.width_seen.load(Ordering::SeqCst);
+        while copy == UNSEEN || WidthWord::decode(word).after(WidthWord::decode(copy)) {
+            match self.width_seen.compare_exchange_weak(
+                copy,
+                word,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return word,
+                Err(now) => copy = now,
+            }
+        }
+        copy
     }
 
     /// The pump's part of a switch: acknowledges a freeze under way, for an idle host
@@ -208,13 +261,12 @@ impl Shared {
         if WidthWord::decode(seen).is_open_at(shape.epoch) {
             return Gate::Open(Some(Passed { gate }));
         }
-        // The word itself, copied for the next changers (unless the copy moved since: an
-        // acknowledger's freeze is never overwritten by an older look).
+        // The word itself, copied for the next changers (unless the copy moved past it
+        // since: an acknowledger's freeze is never overwritten by an older look).
         c.add(Counter::ScrAtomics, 1);
         let loaded = self.width_word().load(Ordering::SeqCst);
-        let _ = self
-            .width_seen
-            .compare_exchange(seen, loaded, Ordering::SeqCst, Ordering::SeqCst);
+        self.chaos.point(Point::GateAfterWordLoad);
+        self.copy_width_word(loaded);
         let word = WidthWord::decode(loaded);
         if word.is_open_at(shape.epoch) {
             return Gate::Open(Some(Passed { gate }));
@@ -696,6 +748,37 @@ mod tests {
             serial: 9,
         };
         assert!(!draining.is_open_at(4));
+    }
+
+    /// The word's history, in order: open, a freeze, the freeze given up, the next freeze,
+    /// the next epoch; a takeover (another drainer, the same freeze) is neither after the
+    /// other, and serials compare across their wrap.
+    #[test]
+    fn a_word_is_after_the_words_before_it() {
+        let freeze = |epoch, drainer, serial| WidthWord {
+            epoch,
+            drainer: Some(drainer),
+            serial,
+        };
+        let history = [
+            WidthWord::open(4, 8),
+            freeze(4, 1, 9),
+            WidthWord::open(4, 9),
+            freeze(4, 0, 10),
+            WidthWord::open(5, 10),
+            freeze(5, 2, 11),
+        ];
+        for (i, earlier) in history.iter().enumerate() {
+            assert!(!earlier.after(*earlier));
+            for later in &history[i + 1..] {
+                assert!(later.after(*earlier), "{later:?} after {earlier:?}");
+                assert!(!earlier.after(*later), "{earlier:?} not after {later:?}");
+            }
+        }
+        assert!(!freeze(4, 2, 9).after(freeze(4, 1, 9)));
+        assert!(!freeze(4, 1, 9).after(freeze(4, 2, 9)));
+        assert!(freeze(4, 1, 0).after(WidthWord::open(4, u16::MAX)));
+        assert!(!WidthWord::open(4, u16::MAX).after(freeze(4, 1, 0)));
     }
 
     /// The policy's switch on the pump gives a held record a quarter lease, not the wait
