@@ -179,8 +179,9 @@ pub struct PodConfig {
     /// pumps: [`HostOptions::width_policy`](crate::HostOptions#structfield.width_policy)).
     /// Every change of a record word that takes a record (a write's or a delete's lock, a
     /// claim, a deallocation) then passes the host's gate, so that a switch can freeze the
-    /// record array: a few DRAM accesses while no switch goes on, and a load of the width
-    /// word in the SCR once a switch has gone by. Needs split
+    /// record array: a few DRAM accesses while no switch goes on (a load of the width
+    /// word in the SCR on a host without a pump, whose gates acknowledge a switch), and a
+    /// load of the width word in the SCR once a switch has gone by. Needs split
     /// coherence, no undo images ([`CrashSafety::Off`]) and no local partitions. Default
     /// off.
     pub record_width_switch: bool,

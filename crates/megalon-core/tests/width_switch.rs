@@ -340,3 +340,52 @@ fn a_pump_widens_the_width_while_writes_wrap_and_stops_once_they_do_not() {
         RecordShape { epoch: 1, bits: 8 }
     );
 }
+
+/// Host a writes `k` on a thread of its own, over and over, until the switch that `b`
+/// makes returns: the switch must go through. a's writes themselves acknowledge the
+/// freeze (their gate meets it), whatever a's pump does.
+fn switch_while_writing(a_options: HostOptions) -> Result<bool, Error> {
+    let pod = heap_pod(&switchable());
+    let a = Arc::new(join(&pod, a_options));
+    let b = join(&pod, options(2).wait_limit(Duration::from_secs(3)));
+    a.create(b"k", &value(0)).unwrap();
+    // Written once: the object has a record, and a's copy of the width word is open.
+    a.write(b"k", &value(1)).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (a, stop) = (Arc::clone(&a), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut tag = 2u8;
+            while !stop.load(Ordering::Relaxed) {
+                // Waits (and may give up) while the switch drains.
+                if a.write(b"k", &value(tag)).is_ok() {
+                    tag = tag.wrapping_add(1).max(2);
+                }
+            }
+        })
+    };
+    let switched = b.switch_record_width(8);
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    switched
+}
+
+/// A host run without a pump acknowledges a freeze at its writes' gates: a switch goes
+/// through while it writes. (With the gates looking at the host's DRAM copy of the width
+/// word only, its writes passed on the copy, open since their first look, and nothing
+/// acknowledged the freeze: every switch gave up at its wait limit.)
+#[test]
+fn a_switch_goes_through_while_a_host_without_a_pump_writes() {
+    let switched = switch_while_writing(options(1).pump_interval(None));
+    assert!(matches!(switched, Ok(true)), "{switched:?}");
+}
+
+/// A host whose pump's rounds are far apart (an idle host that need not replay often)
+/// acknowledges a freeze between them, as it beats: a switch goes through while it
+/// writes, well within the drainer's limit. (Its writes passed on the DRAM copy of the
+/// width word, and only its next round acknowledged, after the drainer's limit.)
+#[test]
+fn a_switch_goes_through_while_a_host_whose_pump_sleeps_long_writes() {
+    let switched = switch_while_writing(options(1).pump_interval(Some(Duration::from_secs(60))));
+    assert!(matches!(switched, Ok(true)), "{switched:?}");
+}

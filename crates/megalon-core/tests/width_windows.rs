@@ -572,7 +572,7 @@ fn a_read_across_a_switch_whose_old_record_reads_unchanged_is_thrown_away() {
 
 /// A stale acknowledgement's store into the copy, and a changer's refresh of the copy
 /// from it, reopen the copy under an acknowledged freeze. Host a (its pump asleep for
-/// the whole test) acknowledged
+/// the whole test: a host without one looks at the word itself) acknowledged
 /// a first freeze, which was then given up (b held a lock). Then, of a's threads: `stale`
 /// loaded that first freeze for an acknowledgement of its own and stopped before its
 /// store into the copy; `refresher` found the copy not open (the first freeze), loaded

@@ -598,6 +598,9 @@ impl Shared {
             std::thread::park_timeout(left.min(slice));
             if left > slice {
                 self.beat();
+                // A freeze waits for this host's acknowledgement, which its gates, looking
+                // at the DRAM copy of the width word, do not give while it is open.
+                self.acknowledge_freeze();
             }
         }
     }

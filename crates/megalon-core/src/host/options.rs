@@ -37,7 +37,9 @@ pub struct HostOptions {
     /// ([`PodConfig::lease_ms`](crate::PodConfig#structfield.lease_ms)), whatever the
     /// interval. `None`: no pump and no heartbeat (tests that drive replay by hand): a
     /// host that other machines judge by its lease is declared dead once it has been idle
-    /// for a lease.
+    /// for a lease; in a pod whose record width may switch, its gates load the width
+    /// word in the SCR (they acknowledge a switch), and a switch waits for it while it
+    /// neither writes nor replays.
     pub pump_interval: Option<Duration>,
     /// How long any wait on another host may last before it answers an error naming
     /// whom it waited for.

@@ -14,21 +14,23 @@
 //!    that named the record; lower the gate after the change. The look is at the host's
 //!    copy of the word in its DRAM first, and at the word in the SCR only when the copy
 //!    is not open at that epoch (the look then puts what it loaded into the copy). Each
-//!    host acknowledges a freeze (its pump each round, [`Host::replay`] by hand, or a
-//!    thread whose gate met it): it puts the draining word into its copy, then looks at
-//!    its gate, and if no thread is inside (and the copy is not open at the freeze's
-//!    epoch), stores the word into its acknowledgement word in the SCR. The drainer
-//!    waits for every live host's acknowledgement. Both sides are SeqCst: a changer
-//!    that raised its gate before the acknowledger's look at it is waited for, one that
-//!    raised it after finds the freeze in the copy and backs off (the store-then-load
-//!    handshake recovery's announces use). The copy only moves forward (a word replaces
-//!    only an earlier one, as in the SCR): a late acknowledgement of a freeze given up,
-//!    or a look that loaded the word before the freeze, never puts an earlier word over
-//!    an acknowledged freeze. A copy still open at a freeze is a host that has not
-//!    acknowledged it, whose gates the drainer waits for. Changes by a lock's holder
-//!    (unlock, the free after its event) need no gate: no switch goes on while a record
-//!    is locked. So a pod that may switch pays no SCR access for its gates while no
-//!    switch goes on.
+//!    host acknowledges a freeze (its pump each round and as it beats between rounds,
+//!    [`Host::replay`] by hand, or a thread whose gate met it): it puts the draining
+//!    word into its copy, then looks at its gate, and if no thread is inside (and the
+//!    copy is not open at the freeze's epoch), stores the word into its acknowledgement
+//!    word in the SCR. The drainer waits for every live host's acknowledgement. Both
+//!    sides are SeqCst: a changer that raised its gate before the acknowledger's look
+//!    at it is waited for, one that raised it after finds the freeze in the copy and
+//!    backs off (the store-then-load handshake recovery's announces use). The copy only
+//!    moves forward (a word replaces only an earlier one, as in the SCR): a late
+//!    acknowledgement of a freeze given up, or a look that loaded the word before the
+//!    freeze, never puts an earlier word over an acknowledged freeze. A copy still open
+//!    at a freeze is a host that has not acknowledged it, whose gates the drainer waits
+//!    for. A host without a pump looks at the word in the SCR at every gate: nothing
+//!    else of it acknowledges a freeze but its replays by hand. Changes by a lock's
+//!    holder (unlock, the free after its event) need no gate: no switch goes on while a
+//!    record is locked. So a pod that may switch pays no SCR access for the gates of
+//!    its hosts with a pump while no switch goes on.
 //! 3. **Drain.** The drainer waits until no record is locked: every lock taken before
 //!    the freeze is its holder's to release.
 //! 4. **Switch.** It appends `WidthEnd { epoch: e + 1, bits }`: every replica, at that
@@ -257,8 +259,13 @@ impl Shared {
         #[cfg(megalon_loom)]
         crate::sync::fence(Ordering::SeqCst);
         self.chaos.point(Point::GateAfterRaise);
-        let seen = self.width_seen.load(Ordering::SeqCst);
-        if WidthWord::decode(seen).is_open_at(shape.epoch) {
+        // A host without a pump has nothing but its gates (and its replays by hand) to
+        // acknowledge a freeze: its gates look at the word itself. (A copy open since
+        // their first look let its writes on, and its freezes unacknowledged, for good.)
+        // loom's hosts have none; its models replay by hand in the pump's place.
+        if (self.options.pump_interval.is_some() || cfg!(megalon_loom))
+            && WidthWord::decode(self.width_seen.load(Ordering::SeqCst)).is_open_at(shape.epoch)
+        {
             return Gate::Open(Some(Passed { gate }));
         }
         // The word itself, copied for the next changers (unless the copy moved past it
