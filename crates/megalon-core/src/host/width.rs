@@ -147,10 +147,24 @@ pub(super) enum Gate<'a> {
 /// A raised gate: lowered when dropped, after the caller's change of a record word.
 pub(super) struct Passed<'a> {
     gate: &'a crate::sync::AtomicU64,
+    /// In loom's models: the host, whose acknowledgement is checked at the lowering.
+    #[cfg(megalon_loom)]
+    shared: &'a Shared,
 }
 
 impl Drop for Passed<'_> {
     fn drop(&mut self) {
+        // In loom's models: no freeze under way was acknowledged by this host while this
+        // thread was inside its gate (the acknowledger waits for the gate).
+        #[cfg(megalon_loom)]
+        if !std::thread::panicking() {
+            let word = self.shared.width_word().load(Ordering::SeqCst);
+            let acknowledged = self.shared.ack_word(self.shared.id).load(Ordering::SeqCst);
+            assert!(
+                WidthWord::decode(word).drainer.is_none() || acknowledged != word,
+                "a freeze acknowledged while a changer was inside the gate"
+            );
+        }
         // Release: an acknowledgement that reads the gate lowered comes after the change
         // made inside it (the drainer reads the acknowledgement with Acquire).
         self.gate.fetch_sub(1, Ordering::Release);
@@ -266,7 +280,11 @@ impl Shared {
         if (self.options.pump_interval.is_some() || cfg!(megalon_loom))
             && WidthWord::decode(self.width_seen.load(Ordering::SeqCst)).is_open_at(shape.epoch)
         {
-            return Gate::Open(Some(Passed { gate }));
+            return Gate::Open(Some(Passed {
+                gate,
+                #[cfg(megalon_loom)]
+                shared: self,
+            }));
         }
         // The word itself, copied for the next changers (unless the copy moved past it
         // since: an acknowledger's freeze is never overwritten by an older look).
@@ -276,7 +294,11 @@ impl Shared {
         self.copy_width_word(loaded);
         let word = WidthWord::decode(loaded);
         if word.is_open_at(shape.epoch) {
-            return Gate::Open(Some(Passed { gate }));
+            return Gate::Open(Some(Passed {
+                gate,
+                #[cfg(megalon_loom)]
+                shared: self,
+            }));
         }
         gate.fetch_sub(1, Ordering::SeqCst);
         self.acknowledge(word);
