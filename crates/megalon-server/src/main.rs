@@ -286,6 +286,11 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         )));
     }
     let config = pod.config().clone();
+    // Caught before the sockets are bound: one sent as soon as a socket answers (a
+    // supervisor stopping the server it just saw come up) met its default action, which
+    // killed the process, its hosts left to the pod's recovery and its socket file
+    // behind. One that comes while the server starts stops it once it serves.
+    let signals = catch_signals()?;
     let server = Server::start(
         stores,
         listen,
@@ -318,7 +323,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         );
     }
     let shutdown = Arc::clone(server.shutdown());
-    let signals = watch_signals(Arc::clone(&shutdown))?;
+    let signals = watch_signals(signals, Arc::clone(&shutdown))?;
     let stores = server.wait();
     let declared_dead = shutdown.declared_dead();
     if let Some((host, life)) = declared_dead {
@@ -346,17 +351,26 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Turns SIGINT, SIGTERM and SIGHUP (the terminal closed) into a shutdown; a second one
-/// ends the process at once.
+/// SIGINT, SIGTERM and SIGHUP, caught (no longer ending the process) and kept until
+/// [`watch_signals`] takes them.
+fn catch_signals() -> Result<signal_hook::iterator::Signals, String> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+        .map_err(|e| format!("watching signals: {e}"))
+}
+
+/// Turns SIGINT, SIGTERM and SIGHUP (the terminal closed), caught by [`catch_signals`]
+/// (those that came since included), into a shutdown; a second one ends the process at
+/// once.
 ///
 /// A shutdown waits for commands in the workers' hands, each up to the wait limit (a
 /// create behind a stopped host waits for log room). A second signal does not wait: the
 /// process exits (status 130) without leaving the pod, and the pod's other hosts
 /// recover its hosts as they would a killed process's.
-fn watch_signals(shutdown: Arc<host::Shutdown>) -> Result<signal_hook::iterator::Handle, String> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
-        .map_err(|e| format!("watching signals: {e}"))?;
+fn watch_signals(
+    mut signals: signal_hook::iterator::Signals,
+    shutdown: Arc<host::Shutdown>,
+) -> Result<signal_hook::iterator::Handle, String> {
     let handle = signals.handle();
     std::thread::Builder::new()
         .name("megalon-server-signals".into())

@@ -378,6 +378,57 @@ fn sighup_stops_the_server_as_sigterm_does() {
     assert!(!socket.exists(), "the socket file was left behind");
 }
 
+/// A SIGTERM sent the moment the socket answers (a supervisor stopping a server it just
+/// saw come up) stops the server as any other: exit 0, its socket file removed. The
+/// signals were caught only once the server had started and printed its banner: one in
+/// that window met its default action and killed the process (a third of the tries),
+/// which left its hosts to the pod's recovery and its socket file behind. Sent straight
+/// from the test (`kill(2)`): the `kill` program takes a millisecond to start, past the
+/// window.
+#[test]
+fn a_sigterm_as_soon_as_the_socket_answers_stops_the_server_cleanly() {
+    for attempt in 0..12 {
+        let dir = scratch_dir();
+        let socket = dir.path().join("h0.sock");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_megalon-server"))
+            .args(["--socket", socket.to_str().unwrap(), "--port", "0"])
+            .args(["--lnr-mib", "16"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while UnixStream::connect(&socket).is_err() {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("the server exited with {status} before it served");
+            }
+            assert!(Instant::now() < deadline, "the server did not serve");
+        }
+        let pid = libc::pid_t::try_from(child.id()).unwrap();
+        // SAFETY: a signal to the child this test started and has not reaped.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("attempt {attempt}: SIGTERM did not stop the server");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert!(
+            status.success(),
+            "attempt {attempt}: a SIGTERM as the socket answered: {status}"
+        );
+        assert!(
+            !socket.exists(),
+            "attempt {attempt}: the socket file was left behind"
+        );
+    }
+}
+
 /// A server whose stdout is a pipe whose reader is gone (`megalon-server ... | head -1`)
 /// serves and stops as any other: its banner's write fails, nothing more. Before, the
 /// banner's `println!` panicked the main thread, and the process exited (101) with its
