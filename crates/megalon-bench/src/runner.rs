@@ -81,6 +81,11 @@ pub struct Measured {
 }
 
 impl Measured {
+    /// The scheme's gauge `name` at the run's end, if it has one.
+    pub fn gauge(&self, name: &str) -> Option<u64> {
+        self.gauges.iter().find(|(n, _)| *n == name).map(|g| g.1)
+    }
+
     /// The point of `run`, of scheme `scheme` in series `series` at `x`.
     pub fn from_run(
         scheme: &'static str,
@@ -369,8 +374,6 @@ impl Harness {
                 .map(|(x, x_name, _)| Measured::counted(kind.name(), series, *x, x_name))
                 .collect());
         }
-        self.bar
-            .set_message(format!("{series}: loading {} keys", setup.keys));
         let first = &plans.first().expect("a plan").2;
         let bench = self.build_loaded(kind, setup, series, first, workers)?;
         let mut out = Vec::new();
@@ -468,12 +471,11 @@ impl Harness {
         }
         let workers = HOSTS * self.settings.threads_per_host;
         let bench = self.build_loaded(kind, setup, series, &plan.2, workers)?;
-        let of = |point: &Measured| point.gauges.iter().find(|(n, _)| *n == gauge).map(|g| g.1);
         let warm = (WARM_UP, format!("{} (warm-up)", plan.1), plan.2);
         let mut before = None;
         let mut warm_ups = 0;
         while warm_ups < max_warm_ups {
-            let now = of(&self.run_plan(&*bench, series, &warm, workers)?);
+            let now = self.run_plan(&*bench, series, &warm, workers)?.gauge(gauge);
             warm_ups += 1;
             if now.is_none() {
                 return Err(format!("{series}: no gauge {gauge:?} to settle"));

@@ -58,14 +58,8 @@ pub fn run(h: &mut Harness) -> Result<(), String> {
         SWITCHES,
         MAX_WARM_UPS,
     )?;
-    let gauge = |name| {
-        adaptive
-            .gauges
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|g| g.1)
-    };
-    if let (Some(bits), Some(switches)) = (gauge("record bits"), gauge(SWITCHES)) {
+    if let (Some(bits), Some(switches)) = (adaptive.gauge("record bits"), adaptive.gauge(SWITCHES))
+    {
         adaptive.x_name = format!(
             "adaptive from {start}-bit records, at {bits} bits after {switches} switches \
              ({warm_ups} warm-up runs)"
