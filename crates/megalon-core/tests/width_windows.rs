@@ -278,6 +278,30 @@ fn a_switch_takes_over_one_whose_drainer_is_gone() {
     assert_eq!(read_tag(a, b"k"), Some(2));
 }
 
+/// A switch whose drainer is gone is taken over by a host's pump, with no change of a
+/// record word to meet it: a pod only read (or whose writes pass their gates on their
+/// host's open copy of the width word) is not left frozen. (Only a gate or a switch took
+/// it over: the word stayed draining.)
+#[test]
+fn a_pump_takes_over_a_switch_whose_drainer_is_gone() {
+    let (_pod, a, _drainer) = drainer_dead_at(Point::WidthAfterGates, 16);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while a.inspect().width_drainer().is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the switch was left frozen"
+        );
+        assert_eq!(read_tag(a, b"k"), Some(1));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        a.record_width().unwrap(),
+        RecordShape { epoch: 0, bits: 32 }
+    );
+    a.write(b"k", &value(2)).unwrap();
+    assert_eq!(read_tag(a, b"k"), Some(2));
+}
+
 /// A pod of [`config`] whose record array is one line: 16 records of 32 bits, 64 of 8.
 fn one_line_of_records() -> megalon_core::PodConfig {
     let switchable = config().record_width_switch(true);

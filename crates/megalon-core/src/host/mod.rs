@@ -335,7 +335,7 @@ impl Host {
     pub fn replay(&self) -> Result<u64> {
         let position = self.shared.replay(None)?;
         self.shared.serve_grants()?;
-        self.shared.acknowledge_freeze();
+        self.shared.acknowledge_freeze()?;
         Ok(position)
     }
 
@@ -547,7 +547,9 @@ impl Shared {
                             message: panic_message(&*panic),
                         }),
                     }
-                    self.acknowledge_freeze();
+                    if let Err(error) = self.acknowledge_freeze() {
+                        self.background_error(error);
+                    }
                     if let Err(error) = self.adapt_width() {
                         self.background_error(error);
                     }
@@ -600,7 +602,9 @@ impl Shared {
                 self.beat();
                 // A freeze waits for this host's acknowledgement, which its gates, looking
                 // at the DRAM copy of the width word, do not give while it is open.
-                self.acknowledge_freeze();
+                if let Err(error) = self.acknowledge_freeze() {
+                    self.background_error(error);
+                }
             }
         }
     }

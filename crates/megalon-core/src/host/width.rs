@@ -237,12 +237,20 @@ impl Shared {
         copy
     }
 
-    /// The pump's part of a switch: acknowledges a freeze under way, for an idle host
-    /// whose threads pass no gate.
-    pub(super) fn acknowledge_freeze(&self) {
-        if self.width_switches() {
-            self.acknowledge(WidthWord::decode(self.width_word().load(Ordering::SeqCst)));
+    /// The pump's part of a switch: acknowledges a freeze under way, for a host whose
+    /// threads pass no gate or pass it on the copy; and takes over a switch whose drainer
+    /// is gone, as a gate that meets it does (the gates of a host whose copy is open pass
+    /// on it without meeting the switch, and a pod only read has none).
+    pub(super) fn acknowledge_freeze(&self) -> Result<()> {
+        if !self.width_switches() {
+            return Ok(());
         }
+        let word = WidthWord::decode(self.width_word().load(Ordering::SeqCst));
+        if word.drainer.is_some_and(|host| self.drainer_gone(host)) {
+            return self.take_over_switch(self.replica.shape(), word);
+        }
+        self.acknowledge(word);
+        Ok(())
     }
 
     /// The drainer the width word names, if a switch is under way.
