@@ -378,6 +378,34 @@ fn sighup_stops_the_server_as_sigterm_does() {
     assert!(!socket.exists(), "the socket file was left behind");
 }
 
+/// A server of one host on `socket` (16 MiB of LNR), its stdout `stdout`.
+fn bare_server(socket: &std::path::Path, stdout: Stdio) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_megalon-server"))
+        .args(["--socket", socket.to_str().unwrap(), "--port", "0"])
+        .args(["--lnr-mib", "16"])
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits, `pause` between looks, until `child` answers on `socket`, by `deadline`.
+fn serving_by(
+    child: &mut std::process::Child,
+    socket: &std::path::Path,
+    deadline: Instant,
+    pause: Duration,
+) {
+    while UnixStream::connect(socket).is_err() {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the server exited with {status} before it served");
+        }
+        assert!(Instant::now() < deadline, "the server did not serve");
+        std::thread::sleep(pause);
+    }
+}
+
 /// A SIGTERM sent the moment the socket answers (a supervisor stopping a server it just
 /// saw come up) stops the server as any other: exit 0, its socket file removed. The
 /// signals were caught only once the server had started and printed its banner: one in
@@ -390,21 +418,10 @@ fn a_sigterm_as_soon_as_the_socket_answers_stops_the_server_cleanly() {
     for attempt in 0..12 {
         let dir = scratch_dir();
         let socket = dir.path().join("h0.sock");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_megalon-server"))
-            .args(["--socket", socket.to_str().unwrap(), "--port", "0"])
-            .args(["--lnr-mib", "16"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = bare_server(&socket, Stdio::null());
         let deadline = Instant::now() + Duration::from_secs(20);
-        while UnixStream::connect(&socket).is_err() {
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!("the server exited with {status} before it served");
-            }
-            assert!(Instant::now() < deadline, "the server did not serve");
-        }
+        // As tight as it goes: the signal's window opens as the socket answers.
+        serving_by(&mut child, &socket, deadline, Duration::ZERO);
         let pid = libc::pid_t::try_from(child.id()).unwrap();
         // SAFETY: a signal to the child this test started and has not reaped.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
@@ -437,23 +454,10 @@ fn a_sigterm_as_soon_as_the_socket_answers_stops_the_server_cleanly() {
 fn a_closed_stdout_does_not_stop_the_server() {
     let dir = scratch_dir();
     let socket = dir.path().join("h0.sock");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_megalon-server"))
-        .args(["--socket", socket.to_str().unwrap(), "--port", "0"])
-        .args(["--lnr-mib", "16"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = bare_server(&socket, Stdio::piped());
     drop(child.stdout.take());
     let deadline = Instant::now() + Duration::from_secs(20);
-    while UnixStream::connect(&socket).is_err() {
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("the server exited with {status} before it served");
-        }
-        assert!(Instant::now() < deadline, "the server did not serve");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    serving_by(&mut child, &socket, deadline, Duration::from_millis(20));
     // Still there once the banner's writes have failed.
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(child.try_wait().unwrap(), None, "the server exited");

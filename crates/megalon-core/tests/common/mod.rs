@@ -74,6 +74,24 @@ pub fn reads<'a>(keys: &'a [Vec<u8>], bufs: &'a mut [Vec<u8>]) -> Vec<(&'a [u8],
         .collect()
 }
 
+/// The answers of a `read_many` of a locked object, 15 read-shared ones and a last one
+/// that nobody holds (`last`: why): the first `RecordBusy`, every other one read.
+pub fn only_the_first_busy<T: std::fmt::Debug>(
+    answers: &[Result<T, megalon_core::Error>],
+    last: &str,
+) {
+    assert!(
+        matches!(answers[0], Err(megalon_core::Error::RecordBusy { .. })),
+        "the first is locked: {:?}",
+        answers[0]
+    );
+    assert!(
+        answers[1..16].iter().all(Result::is_ok),
+        "the read-shared objects: {answers:?}"
+    );
+    assert!(answers[16].is_ok(), "{last}: {:?}", answers[16]);
+}
+
 /// The bytes of version `tag` of an object: a whole slot, byte `i` being `tag + i`.
 pub fn value(tag: u8) -> Vec<u8> {
     (0..SLOT).map(|i| tag.wrapping_add(i as u8)).collect()
