@@ -211,6 +211,12 @@ impl Executor {
             b"append" if n == 3 => self.append(args.get(1), args.get(2), out),
             b"strlen" if n == 2 => self.strlen(args.get(1), out),
             b"dbsize" if n == 1 => self.dbsize(out),
+            // Unit tests' stand-in for a defect: a command that panics, its reply begun.
+            #[cfg(test)]
+            b"test-panic" => {
+                resp::simple(out, "PART");
+                panic!("test-panic: a command that panics")
+            }
             b"ping" if n == 1 => resp::simple(out, "PONG"),
             b"ping" if n == 2 => resp::bulk(out, args.get(1)),
             b"echo" if n == 2 => resp::bulk(out, args.get(1)),

@@ -118,6 +118,7 @@ pub struct HostServer {
     clients: AtomicUsize,
     connections_received: AtomicU64,
     rejected_connections: AtomicU64,
+    command_panics: AtomicU64,
     next_client_id: AtomicU64,
     /// Each worker's count of commands run.
     commands: Mutex<Vec<Arc<AtomicU64>>>,
@@ -147,6 +148,7 @@ impl HostServer {
             clients: AtomicUsize::new(0),
             connections_received: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),
+            command_panics: AtomicU64::new(0),
             next_client_id: AtomicU64::new(0),
             commands: Mutex::new(Vec::new()),
             started: Instant::now(),
@@ -173,6 +175,17 @@ impl HostServer {
     /// A connection closed.
     pub fn client_left(&self) {
         self.clients.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// A command panicked (its connection was closed).
+    pub(crate) fn command_panicked(&self) {
+        self.command_panics.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Commands that panicked since the start, each closing its connection (INFO's
+    /// `megalon_command_panics`: 0 unless the server or the store has a defect).
+    pub fn command_panics(&self) -> u64 {
+        self.command_panics.load(Ordering::Relaxed)
     }
 
     /// A new client's id.
@@ -269,6 +282,7 @@ impl HostServer {
                     "rejected_connections",
                     &self.rejected_connections.load(Ordering::Relaxed),
                 ),
+                line("megalon_command_panics", &self.command_panics()),
             ],
         );
         section(

@@ -533,4 +533,98 @@ mod tests {
         }
         survivor.create(b"after", b"x").unwrap();
     }
+
+    /// A command that panics (a defect of the server or of the store) closes its own
+    /// connection, after the replies to the commands before it and an error in place of
+    /// its own part-written reply; the worker's other connections, new ones and the
+    /// shutdown go on as if nothing happened, and the host's count of clients drops.
+    /// Before, the panic ended the worker's thread: the client saw its connection cut
+    /// with no error, the count stayed one too high, and the other connections waited
+    /// for the relief watch to start a thread.
+    #[test]
+    fn a_command_that_panics_closes_its_connection_only() {
+        use std::io::{Read, Write};
+        use std::os::unix::net::UnixStream;
+        use std::sync::Arc;
+        use std::time::{Duration, Instant};
+
+        use megalon_core::{Backing, Host, HostOptions, Join, Pod, PodConfig};
+        use megalon_kv::{Megalon, Store};
+
+        use super::{Listen, Server, Serving};
+
+        let dir = tempfile::tempdir().unwrap();
+        let pod =
+            Arc::new(Pod::create(&PodConfig::new().lnr_bytes(4 << 20), Backing::heap()).unwrap());
+        let host = Host::join(&pod, Join::AnyFree, HostOptions::new()).unwrap();
+        let stores = vec![Store::new(Megalon::new(
+            Arc::clone(&pod),
+            vec![Arc::new(host)],
+        ))];
+        let socket = dir.path().join("h0.sock");
+        let listen = vec![Listen {
+            socket: socket.clone(),
+            tcp_port: None,
+        }];
+        let serving = Serving {
+            workers: 1,
+            max_clients: 4,
+        };
+        let server = Server::start(stores, listen, serving).unwrap();
+        let connect = || {
+            let c = UnixStream::connect(&socket).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            c
+        };
+        let call = |c: &mut UnixStream, command: &[u8], reply: &[u8]| {
+            c.write_all(command).unwrap();
+            let mut got = vec![0u8; reply.len()];
+            c.read_exact(&mut got).unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&got),
+                String::from_utf8_lossy(reply)
+            );
+        };
+        let ping = b"*1\r\n$4\r\nPING\r\n";
+        let mut other = connect();
+        call(&mut other, ping, b"+PONG\r\n");
+        let mut panicking = connect();
+        panicking
+            .write_all(&[&ping[..], b"*1\r\n$10\r\nTEST-PANIC\r\n", ping].concat())
+            .unwrap();
+        let mut got = Vec::new();
+        panicking
+            .read_to_end(&mut got)
+            .expect("the connection closes");
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            "+PONG\r\n-ERR the server failed running this command; the connection closes\r\n"
+        );
+        let host = &server.hosts()[0];
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while host.clients() != 1 {
+            assert!(Instant::now() < deadline, "{} clients", host.clients());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(host.command_panics(), 1);
+        let answered = Instant::now();
+        call(&mut other, ping, b"+PONG\r\n");
+        assert!(
+            answered.elapsed() < Duration::from_millis(15),
+            "the other connection waited {:?}",
+            answered.elapsed()
+        );
+        let mut late = connect();
+        call(
+            &mut late,
+            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n",
+            b"+OK\r\n",
+        );
+        call(&mut late, b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", b"$1\r\nv\r\n");
+        server.shutdown().trigger();
+        let stopped = Instant::now();
+        let stores = server.wait();
+        assert!(stopped.elapsed() < Duration::from_secs(5));
+        assert_eq!(stores.len(), 1);
+    }
 }

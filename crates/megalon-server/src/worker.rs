@@ -21,8 +21,14 @@
 //! and its place in the host's count. Between commands it holds nothing in the store
 //! (every store call is whole), so a client that disconnects mid-pipeline leaves no lock
 //! behind.
+//!
+//! A command that panics (a defect, of the server or of the store) takes only its own
+//! connection down: the replies before it go out, then an error in place of its reply,
+//! and the connection closes as above; the thread goes on with a new handle on the
+//! store, and INFO counts it (`megalon_command_panics`).
 
 use std::io::{self, Read, Write};
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
@@ -85,6 +91,9 @@ struct Connection {
     /// Bytes of `out` already written.
     written: usize,
     session: Session,
+    /// Where in `out` the reply of the command running now begins (`None` between
+    /// commands): a command that panics leaves a reply cut anywhere from there on.
+    running: Option<usize>,
 }
 
 impl Connection {
@@ -145,7 +154,11 @@ impl Connection {
         let mut replied = false;
         while self.out.len() < FLUSH_BYTES && !self.session.quit && !shutdown.requested() {
             match self.reader.next() {
-                Next::Command(args) => executor.run(args, &mut self.session, &mut self.out),
+                Next::Command(args) => {
+                    self.running = Some(self.out.len());
+                    executor.run(args, &mut self.session, &mut self.out);
+                    self.running = None;
+                }
                 Next::Refused(refusal) => {
                     resp::error(&mut self.out, format_args!("{refusal}"));
                     // Not RESP: nothing says where the next command starts, and the rest
@@ -161,6 +174,28 @@ impl Connection {
             replied = true;
         }
         replied
+    }
+
+    /// After a panic in this connection's turn: the replies before the command that
+    /// panicked go out, then an error for that command in place of whatever part of its
+    /// reply it wrote, as far as the socket takes them without waiting; then the
+    /// connection closes (what the command did in the store, whole or not at all, is
+    /// unknown to its client, as after a lost connection).
+    fn after_panic(&mut self) {
+        if let Some(start) = self.running.take() {
+            self.out.truncate(start);
+            resp::error(
+                &mut self.out,
+                format_args!("ERR the server failed running this command; the connection closes"),
+            );
+        }
+        while self.written < self.out.len() {
+            match self.stream.write(&self.out[self.written..]) {
+                Ok(n) if n > 0 => self.written += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                _ => return,
+            }
+        }
     }
 }
 
@@ -319,7 +354,7 @@ impl Shared {
             let in_turn = self.stamp.fetch_add(1, Ordering::AcqRel) + 1;
             debug_assert!(in_turn % 2 == 1, "a turn began while one ran");
             drop(looped);
-            let turn = connection.turn(executor, shutdown);
+            let turn = self.turn(&mut connection, executor);
             let ended = self.stamp.compare_exchange(
                 in_turn,
                 in_turn + 1,
@@ -341,6 +376,38 @@ impl Shared {
             looped.put_back(slot, connection, turn, &self.host);
         }
         false
+    }
+
+    /// `connection`'s turn. A panic in it (a defect of the server, or of the store
+    /// underneath) closes that connection only: the others, the loop and the thread go
+    /// on, with a new handle on the store in place of the one the panic left.
+    fn turn(&self, connection: &mut Connection, executor: &mut Executor) -> Turn {
+        let shutdown = &self.host.shutdown;
+        let panicked =
+            match panic::catch_unwind(AssertUnwindSafe(|| connection.turn(executor, shutdown))) {
+                Ok(turn) => return turn,
+                Err(panicked) => panicked,
+            };
+        self.host.command_panicked();
+        let what = (panicked.downcast_ref::<&str>().copied())
+            .or_else(|| panicked.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("a panic");
+        eprintln!(
+            "megalon-server: host {}: a connection's command panicked ({what}); closing that connection",
+            self.host.host_id
+        );
+        connection.after_panic();
+        match Executor::new(Arc::clone(&self.host), Arc::clone(&self.commands)) {
+            Ok(fresh) => *executor = fresh,
+            Err(e) => {
+                eprintln!(
+                    "megalon-server: host {}: a worker's new handle after a panic: {e}; stopping",
+                    self.host.host_id
+                );
+                shutdown.trigger();
+            }
+        }
+        Turn::Closed
     }
 
     /// Polls once, and queues the ready connections (new ones, and ones handed back, when
@@ -403,6 +470,7 @@ impl Shared {
                 out: Vec::new(),
                 written: 0,
                 session: Session::new(self.host.client_id()),
+                running: None,
             });
             if slot == looped.connections.len() {
                 looped.connections.push(Slot::Here(connection));
