@@ -272,7 +272,29 @@ static NEXT_REGISTRY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU6
 #[cfg(not(megalon_loom))]
 thread_local! {
     /// This thread's counters, by registry id (one entry per host the thread works on).
-    static MINE: RefCell<Vec<(u64, Arc<ThreadCounters>)>> = const { RefCell::new(Vec::new()) };
+    static MINE: Mine = const { Mine(RefCell::new(Vec::new())) };
+}
+
+/// A thread's list of its counters. When the thread ends, its blocks go back to their
+/// registries, which hand each to the next thread that registers (`Registry::register`).
+struct Mine(RefCell<Vec<(u64, Arc<ThreadCounters>)>>);
+
+impl std::ops::Deref for Mine {
+    type Target = RefCell<Vec<(u64, Arc<ThreadCounters>)>>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+#[cfg(not(megalon_loom))]
+impl Drop for Mine {
+    fn drop(&mut self) {
+        // A block this thread gives back may be another thread's from now on: an
+        // operation run by a later destructor of this thread must not use it through
+        // the cache (it gets a block of its own, `find_or_register`).
+        let _ = LAST.try_with(|last| last.set((0, std::ptr::null())));
+    }
 }
 
 #[cfg(not(megalon_loom))]
@@ -286,7 +308,7 @@ thread_local! {
 // loom runs its model threads on one OS thread: each needs a thread-local of its own.
 #[cfg(megalon_loom)]
 loom::thread_local! {
-    static MINE: RefCell<Vec<(u64, Arc<ThreadCounters>)>> = RefCell::new(Vec::new());
+    static MINE: Mine = Mine(RefCell::new(Vec::new()));
 }
 
 impl Registry {
@@ -341,13 +363,34 @@ impl Registry {
             mine.borrow_mut().push((id, counters));
             pointer
         })
-        .unwrap_or_else(|_| Arc::as_ptr(&self.register()))
+        .unwrap_or_else(|_| {
+            // Never given back (its count stays above one): no other thread takes it
+            // over while this call, or a later one of this ending thread, adds to it.
+            let counters = self.register();
+            let pointer = Arc::as_ptr(&counters);
+            std::mem::forget(counters);
+            pointer
+        })
     }
 
-    /// New counters in this registry's list, which keeps them as long as it lives.
+    /// Counters for the calling thread in this registry's list, which keeps them as long
+    /// as it lives: the block of a thread that ended, if one is left (its counts go on
+    /// from where that thread left them, so the sums stay whole), else a new one. A
+    /// process that runs operations from short-lived threads keeps as many blocks as it
+    /// has such threads at once, not one for every thread it ever ran.
     fn register(&self) -> Arc<ThreadCounters> {
+        let mut threads = self.threads.lock();
+        // Only a thread's list (and the registry's) holds a block: a count of one is a
+        // block whose thread ended, and its list let go of it with a release. Loom's
+        // model threads share one OS thread's ending: no block is handed on there.
+        #[cfg(not(megalon_loom))]
+        if let Some(left) = threads.iter().find(|c| Arc::strong_count(c) == 1) {
+            // Sees every count the ended thread added.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+            return Arc::clone(left);
+        }
         let counters = Arc::new(ThreadCounters::new());
-        self.threads.lock().push(Arc::clone(&counters));
+        threads.push(Arc::clone(&counters));
         counters
     }
 
@@ -393,6 +436,85 @@ mod tests {
         );
         assert_eq!(one.per_thread().len(), 2, "a block for each thread");
         assert_eq!(two.per_thread().len(), 1);
+    }
+
+    /// Threads that each run operations and end, one after another, share one block:
+    /// each takes over the one the last left, and the sums count every operation.
+    /// Before, every thread left a block behind for as long as the host lived.
+    #[test]
+    fn a_thread_that_ended_leaves_its_block_to_the_next() {
+        let registry = Arc::new(Registry::default());
+        let id = Registry::new_id();
+        for _ in 0..50 {
+            let registry = Arc::clone(&registry);
+            // `join` returns once the thread's destructors have run.
+            std::thread::spawn(move || registry.with(id, |c| c.add(Counter::Reads, 1)))
+                .join()
+                .unwrap();
+        }
+        assert_eq!(registry.total().reads, 50);
+        assert_eq!(registry.per_thread().len(), 1, "blocks of ended threads");
+        // A block in use is never handed on: two threads at once, two blocks.
+        let (held, release) = std::sync::mpsc::channel::<()>();
+        let holder = {
+            let registry = Arc::clone(&registry);
+            std::thread::spawn(move || {
+                registry.with(id, |c| c.add(Counter::Reads, 1));
+                let _ = release.recv();
+                registry.with(id, |c| c.add(Counter::Reads, 1));
+            })
+        };
+        while registry.total().reads < 51 {
+            std::thread::yield_now();
+        }
+        registry.with(id, |c| c.add(Counter::Reads, 10));
+        drop(held);
+        holder.join().unwrap();
+        assert_eq!(registry.total().reads, 62);
+        assert_eq!(registry.per_thread().len(), 2);
+    }
+
+    /// An operation a thread-local's destructor runs after the thread gave its blocks
+    /// back does not add to the one it gave back through the thread's cache (another
+    /// thread may have it by then): it takes a block through the registry, and keeps it.
+    #[test]
+    fn an_operation_after_the_thread_gave_its_block_back_uses_a_block_of_its_own() {
+        static LATE: std::sync::OnceLock<(Registry, u64)> = std::sync::OnceLock::new();
+        let (late, _) = LATE.get_or_init(|| (Registry::default(), Registry::new_id()));
+        struct CountsOnDrop;
+        impl Drop for CountsOnDrop {
+            fn drop(&mut self) {
+                let (late, late_id) = LATE.get().expect("set");
+                late.with(*late_id, |c| c.add(Counter::Writes, 1));
+            }
+        }
+        thread_local! {
+            static GUARD: CountsOnDrop = const { CountsOnDrop };
+        }
+        std::thread::spawn(|| {
+            // First used before the thread's list, so dropped after it.
+            GUARD.with(|_| ());
+            let (late, late_id) = LATE.get().expect("set");
+            late.with(*late_id, |c| c.add(Counter::Reads, 1));
+        })
+        .join()
+        .unwrap();
+        // The destructor took the block over through the registry, for good: the next
+        // thread gets another. (Through the cache it would have added to the block as
+        // given back, which the next thread would then share.)
+        std::thread::spawn(|| {
+            let (late, late_id) = LATE.get().expect("set");
+            late.with(*late_id, |c| c.add(Counter::Reads, 1));
+        })
+        .join()
+        .unwrap();
+        let total = late.total();
+        assert_eq!((total.reads, total.writes), (2, 1));
+        assert_eq!(
+            late.per_thread().len(),
+            2,
+            "a block shared with the destructor's"
+        );
     }
 
     #[test]
