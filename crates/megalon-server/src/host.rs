@@ -119,6 +119,7 @@ pub struct HostServer {
     connections_received: AtomicU64,
     rejected_connections: AtomicU64,
     command_panics: AtomicU64,
+    relief_threads: AtomicUsize,
     next_client_id: AtomicU64,
     /// Each worker's count of commands run.
     commands: Mutex<Vec<Arc<AtomicU64>>>,
@@ -149,6 +150,7 @@ impl HostServer {
             connections_received: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),
             command_panics: AtomicU64::new(0),
+            relief_threads: AtomicUsize::new(0),
             next_client_id: AtomicU64::new(0),
             commands: Mutex::new(Vec::new()),
             started: Instant::now(),
@@ -186,6 +188,22 @@ impl HostServer {
     /// `megalon_command_panics`: 0 unless the server or the store has a defect).
     pub fn command_panics(&self) -> u64 {
         self.command_panics.load(Ordering::Relaxed)
+    }
+
+    /// A worker started a thread to serve its connections while a turn waits.
+    pub(crate) fn relief_thread_started(&self) {
+        self.relief_threads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A thread started for relief ended, idle.
+    pub(crate) fn relief_thread_ended(&self) {
+        self.relief_threads.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Threads the workers run now beyond their first, started while turns waited in the
+    /// store (INFO's `megalon_relief_threads`).
+    pub fn relief_threads(&self) -> usize {
+        self.relief_threads.load(Ordering::Relaxed)
     }
 
     /// A new client's id.
@@ -258,6 +276,7 @@ impl HostServer {
                 line("unix_socket", &self.socket.display()),
                 line("uptime_in_seconds", &self.started.elapsed().as_secs()),
                 line("worker_threads", &self.workers),
+                line("megalon_relief_threads", &self.relief_threads()),
             ],
         );
         section(

@@ -15,7 +15,9 @@
 //! else meanwhile; when its turn ends its thread hands it back to the loop and waits to
 //! lead in turn. So each connection's commands still run, and are answered, in order, one
 //! at a time, and what a command answers does not change; the usual turn, a few
-//! microseconds, costs two atomic operations and a lock more than it did.
+//! microseconds, costs two atomic operations and a lock more than it did. The first thread
+//! of a worker leads again as soon as it waits, and a thread started for relief that has
+//! waited [`RELIEF_RETIRE`] ends: a worker none of whose turns waits runs on one thread.
 //!
 //! A connection that closes, or errs, is dropped with everything it held: its buffers
 //! and its place in the host's count. Between commands it holds nothing in the store
@@ -32,7 +34,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token, Waker};
 
@@ -56,9 +58,12 @@ pub const RELIEF_TICK: Duration = Duration::from_millis(10);
 /// Threads a worker may start, beyond its first, to take its loop over from a turn that
 /// waits: so many of its connections may wait in the store at once while the others are
 /// served. Past that, a worker whose every thread waits holds its other connections up
-/// until one of the waits ends, as one thread did. Started when first needed, kept until
-/// the process stops (the store keeps a thread's counters as long as the host).
+/// until one of the waits ends, as one thread did. Started when first needed; one that
+/// has waited [`RELIEF_RETIRE`] for the loop ends.
 pub const RELIEF_THREADS: usize = 8;
+/// How long a thread started for relief waits, idle, for its worker's loop before it ends
+/// (the next turn that waits starts another).
+pub const RELIEF_RETIRE: Duration = Duration::from_secs(2);
 /// How often a thread waiting for its worker's loop looks whether the process stops.
 const IDLE_LOOK: Duration = Duration::from_millis(100);
 
@@ -293,40 +298,86 @@ struct Shared {
 /// The threads of a worker beyond its first.
 #[derive(Default)]
 struct Pool {
-    /// Threads started (at most [`RELIEF_THREADS`]).
+    /// Threads started and not ended (at most [`RELIEF_THREADS`]).
     started: usize,
+    /// Threads started so far (their names).
+    named: usize,
     /// Threads (the first included) waiting to lead.
     idle: usize,
     /// Loops handed to the idle threads and not yet taken (0 or 1).
     leads: usize,
+    /// The worker's first thread waits to lead (it is counted in `idle` too).
+    first_idle: bool,
+    /// The loop is handed back to the first thread, and not yet taken.
+    first_leads: bool,
     /// The threads started and not yet joined.
     handles: Vec<JoinHandle<()>>,
 }
 
 impl Shared {
     /// Leads the worker, then waits to lead again each time a turn of this thread is
-    /// relieved, until the process stops.
-    fn serve(&self, mut executor: Executor) {
-        while self.lead(&mut executor) {
+    /// relieved, until the process stops (or, for a thread started for relief, until it
+    /// has waited [`RELIEF_RETIRE`]).
+    fn serve(&self, mut executor: Executor, started: bool) {
+        while self.lead(&mut executor, started) {
             let mut pool = self.pool.lock().expect("pool");
             pool.idle += 1;
-            if !self.wait_to_lead(pool) {
+            if !started {
+                // The leader hands the loop back at its next look (`hand_back`), so that
+                // the threads started for relief end once none is needed.
+                pool.first_idle = true;
+                let _ = self.waker.wake();
+            }
+            if !self.wait_to_lead(pool, started) {
                 return;
             }
         }
     }
 
-    /// Waits until the loop is handed to this thread (`true`), or the process stops
+    /// Whether a thread started for relief, leading with no turn to run, hands the loop
+    /// back to the worker's first thread (waiting to lead); it then waits like any idle
+    /// thread, and ends after [`RELIEF_RETIRE`] unless a turn needs it first.
+    fn hand_back(&self, started: bool) -> bool {
+        if !started {
+            return false;
+        }
+        let mut pool = self.pool.lock().expect("pool");
+        if !pool.first_idle || pool.first_leads {
+            return false;
+        }
+        pool.first_leads = true;
+        self.handed.notify_all();
+        true
+    }
+
+    /// Waits until the loop is handed to this thread (`true`), or the process stops, or
+    /// (`started`: a thread started for relief) it has waited [`RELIEF_RETIRE`] and ends
     /// (`false`). The caller has counted it in `pool.idle`.
-    fn wait_to_lead(&self, mut pool: MutexGuard<'_, Pool>) -> bool {
+    fn wait_to_lead(&self, mut pool: MutexGuard<'_, Pool>, started: bool) -> bool {
+        let idle_since = Instant::now();
         loop {
+            if !started && pool.first_leads {
+                pool.first_leads = false;
+                pool.first_idle = false;
+                pool.idle -= 1;
+                return true;
+            }
             if pool.leads > 0 {
                 pool.leads -= 1;
                 pool.idle -= 1;
+                pool.first_idle &= started;
                 return true;
             }
             if self.host.shutdown.requested() {
                 pool.idle -= 1;
+                return false;
+            }
+            // No loop is handed to an idle thread here (`leads` is 0 under the lock), so
+            // `relieve` sees one idle thread fewer and starts one if it needs one.
+            if started && idle_since.elapsed() >= RELIEF_RETIRE {
+                pool.idle -= 1;
+                pool.started -= 1;
+                self.host.relief_thread_ended();
                 return false;
             }
             pool = self.handed.wait_timeout(pool, IDLE_LOOK).expect("pool").0;
@@ -335,12 +386,16 @@ impl Shared {
 
     /// Runs the loop: polls, and gives the ready connections their turns. Returns `false`
     /// once the process stops, `true` once a turn of this thread was relieved (its
-    /// connection handed back; another thread leads).
-    fn lead(&self, executor: &mut Executor) -> bool {
+    /// connection handed back; another thread leads) or, on a thread started for relief,
+    /// once it handed the loop back to the first.
+    fn lead(&self, executor: &mut Executor, started: bool) -> bool {
         let shutdown = &self.host.shutdown;
         let mut looped = self.looped.lock().expect("loop");
         while !shutdown.requested() {
             let Some(slot) = looped.ready.pop() else {
+                if self.hand_back(started) {
+                    return true;
+                }
                 if !self.poll_round(&mut looped) {
                     break;
                 }
@@ -506,7 +561,7 @@ impl Shared {
             return;
         }
         let mut pool = self.pool.lock().expect("pool");
-        if pool.idle == pool.leads {
+        if pool.idle == pool.leads + usize::from(pool.first_leads) {
             // Checked under the pool's lock: the worker's first thread joins what was
             // started once it sees the process stopping, taking the handles under it.
             if pool.started >= RELIEF_THREADS || self.host.shutdown.requested() {
@@ -520,19 +575,22 @@ impl Shared {
             let spawned = thread::Builder::new()
                 .name(format!(
                     "megalon-server-h{}-w{}-r{}",
-                    self.host.host_id, self.index, pool.started
+                    self.host.host_id, self.index, pool.named
                 ))
                 .spawn(move || {
                     let pool = shared.pool.lock().expect("pool");
-                    if shared.wait_to_lead(pool) {
-                        shared.serve(executor);
+                    if shared.wait_to_lead(pool, true) {
+                        shared.serve(executor, true);
                     }
                 });
             match spawned {
                 Ok(handle) => {
                     pool.started += 1;
+                    pool.named += 1;
                     pool.idle += 1;
+                    pool.handles.retain(|h| !h.is_finished());
                     pool.handles.push(handle);
+                    self.host.relief_thread_started();
                 }
                 Err(e) => {
                     eprintln!(
@@ -619,7 +677,7 @@ impl Worker {
     pub fn run(self) {
         let shared = &self.shared;
         match Executor::new(Arc::clone(&shared.host), Arc::clone(&shared.commands)) {
-            Ok(executor) => shared.serve(executor),
+            Ok(executor) => shared.serve(executor, false),
             Err(e) => {
                 eprintln!(
                     "megalon-server: host {}: a worker's handle: {e}",

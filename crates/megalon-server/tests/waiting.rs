@@ -87,6 +87,7 @@ fn a_command_waiting_in_the_store_holds_up_no_other_connection_of_its_worker() {
         );
         commands += 1;
     }
+    let started_for_relief = relief_threads(&mut other);
     let (creates, refused, waited) = waiter.join().unwrap();
     eprintln!(
         "create {creates} answered after {waited:?}: {refused:?}; the other client's {commands} commands meanwhile, the slowest {slowest:?}"
@@ -108,4 +109,43 @@ fn a_command_waiting_in_the_store_holds_up_no_other_connection_of_its_worker() {
         commands > 10,
         "only {commands} commands while the create waited"
     );
+    // The thread started for relief ends once no turn waits: the first thread leads
+    // again, and the other waits out its idle time.
+    assert!(
+        started_for_relief >= 1,
+        "{started_for_relief} threads started while the create waited"
+    );
+    let deadline = Instant::now() + RELIEF_RETIRE + Duration::from_secs(3);
+    loop {
+        let reply = other.call(&[b"GET", b"warm0"]);
+        assert!(
+            matches!(reply, OwnedFrame::BulkString(_)),
+            "after the wait: {reply:?}"
+        );
+        let left = relief_threads(&mut other);
+        if left == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{left} threads started for relief still run {RELIEF_RETIRE:?} after the wait"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// How long a thread started for relief waits, idle, before it ends (the server's
+/// `worker::RELIEF_RETIRE`).
+const RELIEF_RETIRE: Duration = Duration::from_secs(2);
+
+/// INFO's count of the threads the server's workers run beyond their first.
+fn relief_threads(client: &mut Client) -> usize {
+    let OwnedFrame::BulkString(text) = client.call(&[b"INFO", b"server"]) else {
+        panic!("INFO's reply")
+    };
+    let text = String::from_utf8(text).unwrap();
+    let line = (text.lines())
+        .find_map(|l| l.strip_prefix("megalon_relief_threads:"))
+        .unwrap_or_else(|| panic!("no megalon_relief_threads in {text}"));
+    line.trim().parse().unwrap()
 }
