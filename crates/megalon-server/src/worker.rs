@@ -60,7 +60,7 @@ pub const RELIEF_TICK: Duration = Duration::from_millis(10);
 /// served. Past that, a worker whose every thread waits holds its other connections up
 /// until one of the waits ends, as one thread did. Started when first needed; one that
 /// has waited [`RELIEF_RETIRE`] for the loop ends.
-pub const RELIEF_THREADS: usize = 8;
+pub const RELIEF_THREADS: usize = 32;
 /// How long a thread started for relief waits, idle, for its worker's loop before it ends
 /// (the next turn that waits starts another).
 pub const RELIEF_RETIRE: Duration = Duration::from_secs(2);
