@@ -64,9 +64,8 @@ pub struct KvArgs {
     #[arg(long, default_value_t = 0)]
     pub local_copies: u32,
     /// The record width chosen at run time, from `--record-bits`: the hosts' pumps halve
-    /// it while puts keep allocating records and double it while they wrap counters. A
-    /// pod on the heap only (a pod in a file keeps undo images, which a pod whose width
-    /// may switch cannot have yet).
+    /// it while puts keep allocating records and double it while they wrap counters. Not
+    /// with `--local-partitions`.
     #[arg(long)]
     pub adaptive_width: bool,
 }
@@ -177,7 +176,7 @@ impl KvArgs {
             AboveLimit, BelowMinimum, NotWithWidthSwitch, UnalignedSize, ZeroSize,
         };
         if let NotWithWidthSwitch { .. } = error {
-            return format!("--adaptive-width: {error} (a pod in a file keeps undo images)").into();
+            return format!("--adaptive-width: {error} (not with --local-partitions)").into();
         }
         let parameter = match &error {
             ZeroSize { parameter }

@@ -85,13 +85,15 @@ fn usage() -> ExitCode {
                    [--memory simulated|hardware] [--coherence split|all-log]\n            \
                    [--partition-after N] [--copy-after N] [--keys N] [--key-bytes N]\n            \
                    [--eviction-one-in N] [--reads-and-writes] [--chaos] [--no-combining]\n            \
-                   [--switch-width-every-ms MS]: a checked concurrent history (--chaos:\n            \
+                   [--switch-width-every-ms MS] [--undo]: a checked concurrent history (--chaos:\n            \
                    preemptions and injected faults; --no-combining: each thread appends for\n            \
-                   itself; --switch-width-every-ms: the record width switched that often)\n  \
+                   itself; --switch-width-every-ms: the record width switched that often;\n            \
+                   --undo: writes keep undo images and announce their locks)\n  \
          crash     [--seconds S] [--seed N] [--hosts H] [--keys N] [--memory simulated|hardware]\n            \
                    [--record-bits 2|4|8|16|32] [--partition-after N] [--copy-after N]\n            \
-                   [--doomed-joins PERCENT]:\n            \
-                   host processes killed (SIGKILL) and rejoining, a checked history"
+                   [--doomed-joins PERCENT] [--switch-width-every-ms MS]:\n            \
+                   host processes killed (SIGKILL) and rejoining, a checked history\n            \
+                   (--switch-width-every-ms: each worker switches the record width that often)"
     );
     ExitCode::from(2)
 }
@@ -423,6 +425,10 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
             "width_windows",
             "a_stale_acknowledgement_does_not_reopen_the_copy_under_a_later_freeze",
         )],
+    ),
+    (
+        "width-drain-waits-for-announces",
+        &[("width_undo_process", "a_dead_claimer_hardware")],
     ),
     (
         "stale-alloc-loses",
@@ -896,7 +902,7 @@ const STRESS_FLAGS: &[&str] = &[
     "--switch-width-every-ms",
 ];
 /// The stress's flags that take none.
-const STRESS_SWITCHES: &[&str] = &["--chaos", "--reads-and-writes", "--no-combining"];
+const STRESS_SWITCHES: &[&str] = &["--chaos", "--reads-and-writes", "--no-combining", "--undo"];
 
 /// Passes each of `flags` (`--name value`) to `command` as the environment variable
 /// `{prefix}NAME` (a flag without a value as `1`): how the ignored tests take theirs.
@@ -1027,6 +1033,7 @@ const CRASH_FLAGS: &[&str] = &[
     "--partition-after",
     "--copy-after",
     "--doomed-joins",
+    "--switch-width-every-ms",
 ];
 /// The crash stress in CI: its length, and the fewest hosts it must have killed (it kills
 /// one about every second).
@@ -1141,13 +1148,15 @@ fn ci() -> ExitCode {
         return ExitCode::FAILURE;
     }
     // The crash stress at the default width; at 2 bits, where recovery restores a record
-    // by a CAS of a byte that three other records share; and with local partitions and
+    // by a CAS of a byte that three other records share; with local partitions and
     // copies, where a killed host takes objects in its DRAM with it and others wait on
-    // its ring.
-    let runs: [&[(&str, &str)]; 3] = [
+    // its ring; and with the record width switched under the kills, where a switch waits
+    // for a killed host's announces until its recovery.
+    let runs: [&[(&str, &str)]; 4] = [
         &[("--record-bits", "32")],
         &[("--record-bits", "2")],
         &[("--partition-after", "2"), ("--copy-after", "2")],
+        &[("--switch-width-every-ms", "50")],
     ];
     for run in runs {
         let mut flags = vec![("--seconds", CI_CRASH_SECONDS.to_owned())];

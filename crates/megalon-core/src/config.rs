@@ -181,8 +181,9 @@ pub struct PodConfig {
     /// claim, a deallocation) then passes the host's gate, so that a switch can freeze the
     /// record array: a few DRAM accesses while no switch goes on (a load of the width
     /// word in the SCR on a host without a pump, whose gates acknowledge a switch), and a
-    /// load of the width word in the SCR once a switch has gone by. Needs split
-    /// coherence, no undo images ([`CrashSafety::Off`]) and no local partitions. Default
+    /// load of the width word in the SCR once a switch has gone by. With undo images, a
+    /// switch also waits until no lock or claim is announced (a dead host's until its
+    /// recovery has settled it). Needs split coherence and no local partitions. Default
     /// off.
     pub record_width_switch: bool,
 }
@@ -414,16 +415,10 @@ impl PodConfig {
                     parameter: "record_width_switch",
                 });
             }
-            for (other, on) in [
-                ("crash_safety", self.crash_safety == CrashSafety::Undo),
-                (
-                    "partition_after_accesses",
-                    self.partition_after_accesses > 0,
-                ),
-            ] {
-                if on {
-                    return Err(Error::NotWithWidthSwitch { parameter: other });
-                }
+            if self.partition_after_accesses > 0 {
+                return Err(Error::NotWithWidthSwitch {
+                    parameter: "partition_after_accesses",
+                });
             }
         }
         if self.partition_after_accesses > 0 && self.rpc_ring_entries == 0 {

@@ -256,8 +256,8 @@ pub enum Error {
     },
     /// A pod whose record width may change at run time
     /// ([`PodConfig::record_width_switch`](crate::PodConfig::record_width_switch)) cannot
-    /// have this too (yet): undo images, whose recovery changes record words without the
-    /// gate, or local partitions, whose moves lock records for long.
+    /// have this too (yet): local partitions, whose moves lock records for long (and
+    /// whose move-back announces name slots, not records).
     #[error("record_width_switch cannot be on with {parameter}")]
     NotWithWidthSwitch {
         /// The configuration field that is on.

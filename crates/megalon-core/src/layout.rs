@@ -55,6 +55,16 @@ pub(crate) fn ring_key_area(key_bytes: usize) -> u64 {
 
 /// The whole pod's bytes. The whole pod must be addressable; every offset of the layout is
 /// less than this sum, so the arithmetic after this check cannot overflow.
+/// The most records `config`'s pod may have at any width: a lock announce (pods with undo
+/// images) holds the record id + 1 in 30 bits.
+fn max_records(config: &PodConfig) -> u64 {
+    if config.undo_images() {
+        MAX_RECORDS.min((1 << 30) - 2)
+    } else {
+        MAX_RECORDS
+    }
+}
+
 fn total_bytes(config: &PodConfig) -> Result<u64> {
     [HEADER_REGION_BYTES, config.scr_bytes, config.lnr_bytes]
         .iter()
@@ -402,12 +412,7 @@ impl Layout {
         let total_bytes = total_bytes(config)?;
         let scr = ScrParts::new(config)?;
         let lnr = LnrParts::new(config, HEADER_REGION_BYTES + config.scr_bytes)?;
-        // A lock announce holds the record id + 1 in 30 bits.
-        let max_records = if config.undo_images() {
-            MAX_RECORDS.min((1 << 30) - 2)
-        } else {
-            MAX_RECORDS
-        };
+        let max_records = max_records(config);
         for (parameter, value, limit) in [
             ("slot count", lnr.slot_count, MAX_SLOTS),
             ("record count", scr.record_count, max_records),
@@ -525,6 +530,12 @@ impl Layout {
     pub fn accessor_offset(&self, slot: u64) -> u64 {
         debug_assert!(slot < self.slot_count && self.accessors_bytes > 0);
         self.accessors_offset + slot * ACCESSOR_BYTES
+    }
+
+    /// The most records the pod may have at any width (a switch to a width with more is
+    /// refused).
+    pub fn max_records(&self) -> u64 {
+        max_records(&self.config)
     }
 
     /// Bytes of the record array.

@@ -121,8 +121,10 @@
 //! themselves, narrower while writes keep allocating records into a full array, wider
 //! while they keep wrapping counters. Writes, deletes and record allocations wait while
 //! a switch drains the records (reads do not), each paying one SCR load for it; pods
-//! whose width is fixed (the default) pay nothing. Pods with undo images or local
-//! partitions cannot switch yet ([`Error::NotWithWidthSwitch`]).
+//! whose width is fixed (the default) pay nothing. In a pod with undo images a switch
+//! also waits until no lock or claim is announced (a dead host's, until its recovery
+//! settles it). Pods with local partitions cannot switch yet
+//! ([`Error::NotWithWidthSwitch`]).
 //!
 //! # Where things are
 //!

@@ -83,6 +83,12 @@ pub enum Step {
     /// it loaded, and a late acknowledgement of a freeze given up, then a look from before
     /// the next freeze, open the copy under that next freeze once it is acknowledged.
     WidthCopyForward,
+    /// In a pod with undo images whose record width may switch, a switch's drain waits
+    /// until no announce is left (a dead host's too, until its recovery settles it), and
+    /// the free of a claim whose alloc lost, pinned by its announce, passes no gate.
+    /// Skipped, a switch drains past a dead host's announced lock, and its recovery reads
+    /// the announce at the new width.
+    WidthDrainWaitsForAnnounces,
     /// Replay of a `RecordAlloc` claimed before a width switch that came first in the log
     /// loses. Skipped, the object gets a record id of the old width in the new array.
     StaleAllocLoses,
@@ -288,6 +294,7 @@ impl Step {
         Step::WidthGate,
         Step::WidthCopyAtAck,
         Step::WidthCopyForward,
+        Step::WidthDrainWaitsForAnnounces,
         Step::StaleAllocLoses,
         Step::CreateWritesBack,
         Step::DeallocDropsAuthorsLines,
@@ -349,6 +356,7 @@ impl Step {
             Step::WidthGate => "width-gate",
             Step::WidthCopyAtAck => "width-copy-at-ack",
             Step::WidthCopyForward => "width-copy-forward",
+            Step::WidthDrainWaitsForAnnounces => "width-drain-waits-for-announces",
             Step::StaleAllocLoses => "stale-alloc-loses",
             Step::CreateWritesBack => "create-writes-back",
             Step::DeallocDropsAuthorsLines => "dealloc-drops-authors-lines",

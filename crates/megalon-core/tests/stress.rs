@@ -31,7 +31,8 @@ use std::time::{Duration, Instant};
 
 use common::named_records;
 use megalon_core::{
-    Backing, Coherence, Error, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, SimulatedConfig,
+    Backing, Coherence, CrashSafety, Error, Host, HostOptions, Join, MemoryKind, Pod, PodConfig,
+    SimulatedConfig,
 };
 use megalon_workload::{
     check, Call, Clock, History, Operation, Outcome, ProcessId, RandomSource, SplitMix64,
@@ -76,6 +77,10 @@ struct Stress {
     /// A switch of the record width every this many milliseconds, from each host in turn,
     /// through the widths [`SWITCH_WIDTHS`] (0: a pod whose width is fixed).
     switch_width_every_ms: u64,
+    /// Writes keep undo images and announce their locks and claims
+    /// ([`CrashSafety::Undo`]; no host dies here, but a switch drains only once no
+    /// announce is left).
+    undo: bool,
 }
 
 /// The widths a stress that switches goes through, in turn.
@@ -103,6 +108,7 @@ impl Default for Stress {
             record_lines: 0,
             no_combining: false,
             switch_width_every_ms: 0,
+            undo: false,
         }
     }
 }
@@ -319,8 +325,14 @@ fn run(stress: &Stress) -> Report {
     } else {
         0
     };
+    // The announce words and the record under recovery (pods with undo images) too.
+    let announces = if stress.undo {
+        u64::from(POD_MAX_HOSTS) * megalon_core::limits::HOLDS_PER_HOST * 8 + 64
+    } else {
+        0
+    };
     let config = PodConfig::new()
-        .scr_bytes((4096 + rings).next_multiple_of(4096))
+        .scr_bytes((4096 + rings + announces).next_multiple_of(4096))
         .rpc_ring_entries(if stress.partition_after > 0 {
             RING_ENTRIES
         } else {
@@ -335,7 +347,12 @@ fn run(stress: &Stress) -> Report {
         .record_width_bits(stress.record_bits)
         .max_hosts(POD_MAX_HOSTS)
         .coherence(stress.coherence)
-        .record_width_switch(stress.switch_width_every_ms > 0);
+        .record_width_switch(stress.switch_width_every_ms > 0)
+        .crash_safety(if stress.undo {
+            CrashSafety::Undo
+        } else {
+            CrashSafety::Off
+        });
     let config = if stress.record_lines > 0 {
         let layout = megalon_core::Layout::new(&config).expect("layout");
         let records_bytes = layout.record_count * u64::from(stress.record_bits) / 8;
@@ -1217,6 +1234,11 @@ short_stresses! {
     stress_short_with_chaos_and_width_switches {
         seconds: 2.0, chaos: true, switch_width_every_ms: 20,
     }
+    /// Width switches in a pod with undo images: every lock and claim is announced, and
+    /// a switch drains only once no announce is left.
+    stress_short_with_undo_images_and_width_switches {
+        seconds: 1.5, switch_width_every_ms: 20, undo: true,
+    }
     #[cfg(feature = "chaos")]
     stress_short_with_chaos { seconds: 2.0, chaos: true }
     #[cfg(feature = "chaos")]
@@ -1269,6 +1291,9 @@ fn stress_from_env() {
     }
     if env_var::<String>("NO_COMBINING").is_some() {
         stress.no_combining = true;
+    }
+    if env_var::<String>("UNDO").is_some() {
+        stress.undo = true;
     }
     assert!(
         (1..=POD_MAX_HOSTS).contains(&stress.hosts),

@@ -124,19 +124,68 @@ fn a_pod_whose_width_is_fixed_or_cannot_switch_says_why() {
         host.switch_record_width(3),
         Err(Error::UnsupportedRecordWidth { bits: 3 })
     ));
-    for (config, what) in [
-        (switchable().crash_safety(CrashSafety::Undo), "undo images"),
-        (switchable().local_partitions(4), "local partitions"),
-    ] {
-        assert!(
-            matches!(Layout::new(&config), Err(Error::NotWithWidthSwitch { .. })),
-            "{what}"
-        );
-    }
+    assert!(matches!(
+        Layout::new(&switchable().local_partitions(4)),
+        Err(Error::NotWithWidthSwitch { .. })
+    ));
+    // Undo images switch (`a_pod_with_undo_images_restores_dead_writers_at_each_width`):
+    // their announces hold a record id + 1 in 30 bits, at every width.
+    let undo = Layout::new(&switchable().crash_safety(CrashSafety::Undo)).expect("undo");
+    assert_eq!(undo.max_records(), (1 << 30) - 2);
     assert!(matches!(
         Layout::new(&switchable().coherence(megalon_core::Coherence::AllLog)),
         Err(Error::NeedsSplitCoherence { .. })
     ));
+}
+
+/// A pod with undo images switches its width. A writer that dies half-way through its
+/// write holds a switch off until its recovery has rolled the object back (its lock and
+/// its announce both gone); and after a switch, a writer that dies at the new width is
+/// rolled back by a recovery that reads its announce at that width. Every read is the
+/// last whole value, and the object is written on after each.
+#[test]
+fn a_pod_with_undo_images_restores_dead_writers_at_each_width() {
+    use megalon_core::inspect::crash;
+
+    let config = switchable().crash_safety(CrashSafety::Undo).lease_ms(100);
+    let pod = heap_pod(&config);
+    let pumped = |seed| {
+        options(seed)
+            .wait_limit(Duration::from_secs(5))
+            .pump_interval(Some(Duration::from_millis(1)))
+    };
+    let b = join(&pod, pumped(2));
+    // A writer of `k` that stops half-way through and dies there.
+    let dies_writing = |seed, tag| {
+        let a = join(&pod, pumped(seed));
+        let ticket = a.write_start(b"k").unwrap();
+        ticket.write(0, &value(tag)[..SLOT / 2]).unwrap();
+        a.memory().write_back(ticket.offset(), SLOT);
+        a.memory().fence();
+        std::mem::forget(ticket);
+        crash(a);
+    };
+    b.create(b"k", &value(1)).unwrap();
+    b.write(b"k", &value(2)).unwrap();
+    dies_writing(1, 0xee);
+    assert!(b.switch_record_width(8).unwrap());
+    assert_eq!(b.inspect().stats().hosts_recovered, 1, "recovered first");
+    assert_eq!(read_tag(&b, b"k"), Some(2), "rolled back whole");
+    b.write(b"k", &value(3)).unwrap();
+    assert_eq!(read_tag(&b, b"k"), Some(3));
+    // At 8 bits: a writer dies again; its announce is of an 8-bit record.
+    dies_writing(3, 0xdd);
+    assert!(b.switch_record_width(32).unwrap());
+    assert_eq!(b.inspect().stats().hosts_recovered, 2);
+    assert_eq!(b.inspect().stats().locks_recovered, 2);
+    assert_eq!(read_tag(&b, b"k"), Some(3), "rolled back whole at 8 bits");
+    assert_eq!(
+        b.record_width().unwrap(),
+        RecordShape { epoch: 2, bits: 32 }
+    );
+    b.write(b"k", &value(4)).unwrap();
+    assert_eq!(read_tag(&b, b"k"), Some(4));
+    assert!(b.inspect().record_census().locked.is_empty());
 }
 
 /// A write ticket held past the drainer's wait limit keeps the switch from draining: it

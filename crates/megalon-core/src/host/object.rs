@@ -453,7 +453,7 @@ impl Shared {
                 // The announce, and the record under recovery.
                 c.add(Counter::ScrAtomics, 2);
             }
-            if !self.announce(hold, record, locked)? {
+            if !self.announce(hold, &records, record, locked)? {
                 // A recoverer restores a dead host's lock of the record: wait for it.
                 drop(gate);
                 self.wait_for_record(&mut backoff, record, word, c)?;
@@ -499,7 +499,7 @@ impl Shared {
                 });
             }
             let (offset, len) = (state.place.offset, state.place.len);
-            self.keep_undo_image(&hold, record, locked, offset, len);
+            self.keep_undo_image(&hold, &records, record, locked, offset, len);
             if self.undo_images() {
                 // The image's lines and the announce's "undo ready".
                 c.add(Counter::LinesWrittenBack, Self::lines(len));
@@ -882,7 +882,7 @@ impl Shared {
         let Some(gate) = self.pass_gate(shape, backoff, c)? else {
             return Ok(None);
         };
-        if !self.announce(&hold, record, locked)? {
+        if !self.announce(&hold, &records, record, locked)? {
             // A recoverer restores a dead host's lock of the record: wait for it.
             drop(gate);
             self.wait_for_record(backoff, record, word, c)?;

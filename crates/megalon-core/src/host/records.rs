@@ -382,7 +382,7 @@ impl Shared {
                     in_use: true,
                     ..word
                 };
-                if !self.announce(&hold, record, claimed)? {
+                if !self.announce(&hold, &records, record, claimed)? {
                     // Under recovery: another candidate.
                     continue;
                 }
@@ -568,7 +568,7 @@ impl Shared {
                 return Ok(false);
             };
             // Under recovery, or busy: another record.
-            if !self.announce(&hold, record, locked)? {
+            if !self.announce(&hold, &records, record, locked)? {
                 return Ok(false);
             }
             c.add(Counter::ScrAtomics, 1);

@@ -211,16 +211,22 @@ impl Shared {
             self.end_hold_of(hold);
             return;
         }
-        // The gate (a pod whose width may switch), as for the claim.
-        let gate = match self.with_counters(|c| self.enter_gate(shape, c)) {
-            Gate::Open(gate) => gate,
+        // The gate (a pod whose width may switch), as for the claim. Not with an announce
+        // of the claim (pods with undo images): it holds every switch off (a drain waits
+        // until no announce is left), so the array stays at `shape`, as for a lock's
+        // holder, and a switch never waits on a free that waits on it.
+        let pinned = hold.is_some() && !mutants::skipped(Step::WidthDrainWaitsForAnnounces);
+        let entered = (!pinned).then(|| self.with_counters(|c| self.enter_gate(shape, c)));
+        let gate = match entered {
+            None => None,
+            Some(Gate::Open(gate)) => gate,
             // A switch since the claim zeroed the record and the count.
-            Gate::Behind => {
+            Some(Gate::Behind) => {
                 self.end_hold_of(hold);
                 return;
             }
             // A switch under way: later, when it ended or was given up.
-            Gate::Draining(_) => {
+            Some(Gate::Draining(_)) => {
                 self.deferred.lock().push(Deferred::FreeClaimed {
                     record,
                     claimed,

@@ -53,7 +53,7 @@ use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::host_table;
 use crate::ids::HostId;
-use crate::limits::MAX_RECORDS;
+use crate::limits::HOLDS_PER_HOST;
 use crate::mutants::{self, Step};
 use crate::record::{RecordShape, Records};
 use crate::replica::Outcome;
@@ -465,7 +465,50 @@ impl Shared {
                 return Err(waited(&backoff));
             }
         }
+        if self.undo_images() && !mutants::skipped(Step::WidthDrainWaitsForAnnounces) {
+            // Every announce gone, a dead host's too (its recovery settles it, at this
+            // width, and clears it): no announce outlives its width, so a recoverer reads
+            // every announce at the width the word is open at. A claim's announce holds
+            // the switch off until its alloc settles or its record is freed. No new one
+            // comes now: every announce is made inside a gate.
+            for host in 0..self.pod.layout().config.max_hosts {
+                for index in 0..HOLDS_PER_HOST {
+                    let announce = self.announce_word(host, index);
+                    if !self.drain_until(&mut backoff, on_pump, || {
+                        announce.load(Ordering::SeqCst) == 0
+                    }) {
+                        return Err(waited(&backoff));
+                    }
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Whether the width word is still at `records`' epoch (open or draining): always in
+    /// a pod whose width is fixed.
+    pub(in crate::host) fn width_still_at(&self, records: &Records<'_>) -> bool {
+        !self.width_switches()
+            || WidthWord::decode(self.width_word().load(Ordering::SeqCst)).epoch
+                == records.shape().epoch
+    }
+
+    /// The record array at the width a dead host's announces are of, for its recovery:
+    /// the fixed one, or (a pod whose width may switch) this replica's once it is at the
+    /// width word's epoch (no announce outlives its width: the drain waits for none to
+    /// be left). `None` while a switch has applied its `WidthEnd` here and not yet
+    /// opened the word at the new epoch: no announce is left then, and the recovery's
+    /// next round looks again.
+    pub(in crate::host) fn records_of_the_announces(&self) -> Result<Option<Records<'_>>> {
+        if !self.width_switches() {
+            return Ok(Some(Records::fixed(&self.pod)));
+        }
+        let word = WidthWord::decode(self.width_word().load(Ordering::SeqCst));
+        if self.replica.shape().epoch < word.epoch {
+            self.catch_up()?;
+        }
+        let shape = self.replica.shape();
+        Ok((shape.epoch == word.epoch).then(|| Records::of(&self.pod, shape)))
     }
 
     /// Step 4's end, once the `WidthEnd` from the width `old` is applied here, the word
@@ -524,11 +567,12 @@ impl Shared {
         }
         let records_bytes = self.pod.layout().records_bytes();
         let count = records_bytes * 8 / u64::from(bits);
-        if count > MAX_RECORDS {
+        let limit = self.pod.layout().max_records();
+        if count > limit {
             return Err(Error::AboveLimit {
                 parameter: "records at the new width",
                 value: count,
-                limit: MAX_RECORDS,
+                limit,
             });
         }
         self.catch_up()?;
@@ -689,7 +733,7 @@ impl Shared {
         let bits = if churn > policy.narrow_above_churn
             && full
             && shape.bits > policy.narrowest_bits.max(2)
-            && records_at(shape.bits / 2) <= MAX_RECORDS
+            && records_at(shape.bits / 2) <= self.pod.layout().max_records()
         {
             shape.bits / 2
         } else if wraps > policy.widen_above_wraps

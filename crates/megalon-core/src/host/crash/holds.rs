@@ -44,7 +44,7 @@ impl Drop for Hold<'_> {
 }
 
 impl Shared {
-    pub(super) fn announce_word(&self, host: HostId, index: u64) -> &AtomicU64 {
+    pub(in crate::host) fn announce_word(&self, host: HostId, index: u64) -> &AtomicU64 {
         self.pod
             .scr_u64(self.pod.layout().announce_offset(host, index))
     }
@@ -109,9 +109,11 @@ impl Shared {
         }
     }
 
-    /// Announces that this host is about to lock `record` as `locked` (before the CAS),
-    /// for a write, a delete, a deallocation, a move to this host or an allocation's
-    /// claim. `Ok(false)`: a recoverer is about to restore a dead host's lock of
+    /// Announces that this host is about to lock `record` of `records` as `locked`
+    /// (before the CAS), for a write, a delete, a deallocation, a move to this host or an
+    /// allocation's claim. In a pod whose record width may switch, the caller is inside
+    /// its gate, passed at `records`' epoch: every announce is of the width the word
+    /// is open at, and a switch's drain waits until none is left. `Ok(false)`: a recoverer is about to restore a dead host's lock of
     /// the record; the announce is withdrawn and the caller must not take the lock now
     /// (it waits, or gives up, as for a busy record). `Err(HostDeclaredDead)`: this host
     /// was declared dead, and takes no lock any more (its recoverer, which condemned it
@@ -119,6 +121,7 @@ impl Shared {
     pub(in crate::host) fn announce(
         &self,
         hold: &Hold<'_>,
+        records: &Records<'_>,
         record: u32,
         locked: RecordWord,
     ) -> Result<bool> {
@@ -127,7 +130,7 @@ impl Shared {
         };
         // Its announce words are its row's, which the id's next holder may hold.
         self.not_left_to_recovery()?;
-        let raw = Records::fixed(&self.pod).encode(locked);
+        let raw = records.encode(locked);
         let announce = self.announce_word(self.id, index);
         // SeqCst: ordered before the locking CAS, so a recoverer that sees the word
         // locked and no announce of it knows the lock is not this host's.
@@ -205,6 +208,7 @@ impl Shared {
     pub(in crate::host) fn keep_undo_image(
         &self,
         hold: &Hold<'_>,
+        records: &Records<'_>,
         record: u32,
         locked: RecordWord,
         offset: u64,
@@ -214,7 +218,7 @@ impl Shared {
             return;
         };
         self.copy_to_undo_image(index, offset, len);
-        let raw = Records::fixed(&self.pod).encode(locked);
+        let raw = records.encode(locked);
         self.announce_word(self.id, index)
             .store(encode_announce(record, raw) | UNDO_READY, Ordering::SeqCst);
     }
@@ -266,7 +270,11 @@ impl Shared {
         if !self.undo_images() {
             return None;
         }
-        let records = Records::fixed(&self.pod);
+        // At the width this replica is at (a word of an id past its array names nobody).
+        let records = Records::of(&self.pod, self.replica.shape());
+        if u64::from(record) >= records.count() {
+            return None;
+        }
         let word = records.load(record);
         (0..self.pod.config().max_hosts).find(|&host| {
             (0..HOLDS_PER_HOST).any(|i| {

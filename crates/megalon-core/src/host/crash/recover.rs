@@ -367,7 +367,11 @@ impl Shared {
     /// locker defers, or the recoverer waits for it. Only the holder of the recovery word
     /// sets the intent, so one found set here is a dead recoverer's, and goes.
     fn restore_holds(&self, dead: &Dead) -> Result<bool> {
-        let records = Records::fixed(&self.pod);
+        // The array at the width every announce of the dead host's is of, or a switch
+        // between widths under way: later.
+        let Some(records) = self.records_of_the_announces()? else {
+            return Ok(false);
+        };
         let intent = self.recovery_intent();
         let left = intent.load(Ordering::SeqCst);
         self.chaos.point(Point::RecoveryBeforeIntentCleared);
@@ -400,6 +404,20 @@ impl Shared {
                 // Put back before the `HostDead` (`restore_slot_images`).
                 continue;
             }
+            // Looked at after the announce: an announce that is there now was made at the
+            // word's epoch then (made inside a gate, and a switch drains only once no
+            // announce is left), so at `records`' width if the word is still at its
+            // epoch. Else (a switch ended since this round's look, and this announce is a
+            // condemned host's, stored before it learned it, which it withdraws) the next
+            // round looks again.
+            if !self.width_still_at(&records) {
+                return Ok(false);
+            }
+            if u64::from(record) >= records.count() {
+                debug_assert!(false, "an announce of record {record}, past the array");
+                all_done = false;
+                continue;
+            }
             self.chaos.point(Point::RecoveryBeforeIntent);
             // After the last pause (the previous record's wait, the sleep of
             // `lasting_live_claim`, a settle that found itself taken over), before the
@@ -424,7 +442,7 @@ impl Shared {
                     all_done = false;
                     continue;
                 }
-                _ => match self.lasting_live_claim(dead, record, &live) {
+                _ => match self.lasting_live_claim(&records, dead, record, &live) {
                     Some(claim) => Some(claim),
                     None => {
                         self.chaos.point(Point::RecoveryFoundLiveAnnounce);
@@ -510,7 +528,8 @@ impl Shared {
             }
             let restored = match image {
                 Some((writer, at)) => {
-                    let restored = self.restore_write(&held, writer, at, record, locked)?;
+                    let restored =
+                        self.restore_write(&records, &held, (writer, at), record, locked)?;
                     self.chaos.point(Point::RecoveryAfterRestore);
                     // Not once taken over (paused past our lease since the check above,
                     // in the restore's append, say): the writer may have been recovered
@@ -527,7 +546,7 @@ impl Shared {
                     restored
                 }
                 None => {
-                    let restored = self.settle_lock(&held, record, locked, live_claim)?;
+                    let restored = self.settle_lock(&records, &held, record, locked, live_claim)?;
                     if restored && live_claim.is_some() {
                         self.chaos.point(Point::RecoveryAfterClaimSettled);
                     }
@@ -589,8 +608,13 @@ impl Shared {
     /// announce until it frees the record, and the dead host's recovery waited for that:
     /// neither ever happened. A claim that lost its CAS is let go at once; one in that
     /// moment is not taken for a lasting one.
-    fn lasting_live_claim(&self, dead: &Dead, record: u32, live: &[u32]) -> Option<RecordWord> {
-        let records = Records::fixed(&self.pod);
+    fn lasting_live_claim(
+        &self,
+        records: &Records<'_>,
+        dead: &Dead,
+        record: u32,
+        live: &[u32],
+    ) -> Option<RecordWord> {
         let claim = records.decode(*live.first()?);
         if claim.locked || live.iter().any(|&raw| raw != live[0]) {
             return None;
@@ -678,12 +702,12 @@ impl Shared {
     /// be claimed again, with the same word, by a host whose claim that CAS would free.
     fn settle_lock(
         &self,
+        records: &Records<'_>,
         intent: &Intent<'_>,
         record: u32,
         held: RecordWord,
         live_claim: Option<RecordWord>,
     ) -> Result<bool> {
-        let records = Records::fixed(&self.pod);
         // A live host whose claim of the record won had appended its alloc before it
         // withdrew its announce (which `restore_holds` found gone): the log has it.
         self.catch_up()?;
@@ -698,7 +722,7 @@ impl Shared {
                 // The dead host's lock was taken over the claimed word (by a write, one
                 // more on the counter; by a release, none): undo just that. Any other
                 // word is not this case: wait.
-                if !over_claim(&records, held, claim) {
+                if !over_claim(records, held, claim) {
                     return Ok(false);
                 }
                 claim
@@ -750,13 +774,12 @@ impl Shared {
     /// drops its lines of it. A record without an object is settled as a lock.
     fn restore_write(
         &self,
+        records: &Records<'_>,
         held: &Intent<'_>,
-        dead: HostId,
-        index: u64,
+        (dead, index): (HostId, u64),
         record: u32,
         locked: RecordWord,
     ) -> Result<bool> {
-        let records = Records::fixed(&self.pod);
         // One read of the index for both: the record's object, then its entry.
         let (key, entry) = {
             let index = self.replica.read();
@@ -765,7 +788,7 @@ impl Shared {
             (key, entry)
         };
         let (Some(key), Some(entry)) = (key, entry) else {
-            return self.settle_lock(held, record, locked, None);
+            return self.settle_lock(records, held, record, locked, None);
         };
         let place = self.place(&entry);
         let image = self.pod.layout().undo_image_offset(dead, index);
@@ -876,7 +899,10 @@ impl crate::Host {
             counter: word.counter + 1,
         };
         let hold = shared.take_hold().expect("an announce word");
-        assert!(shared.announce(&hold, record, locked).expect("announce"));
+        let records = Records::fixed(&shared.pod);
+        assert!(shared
+            .announce(&hold, &records, record, locked)
+            .expect("announce"));
         let _ = hold.into_index();
     }
 

@@ -79,7 +79,7 @@ impl Shared {
                 return Ok(false);
             };
             if !mutants::skipped(Step::MoveAnnouncesItsLock)
-                && !self.announce(&hold, record, held)?
+                && !self.announce(&hold, &records, record, held)?
             {
                 return Ok(false);
             }
