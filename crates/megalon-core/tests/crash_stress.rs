@@ -140,7 +140,13 @@ struct Crash {
     copy_after: u32,
     /// Percent of the replacements of killed workers that die while they join.
     doomed_joins: u32,
+    /// Each worker switches the record width about this often (0: a pod whose width is
+    /// fixed), through [`SWITCH_WIDTHS`].
+    switch_width_every_ms: u64,
 }
+
+/// The widths the workers of a run that switches go through, each from its own place.
+const SWITCH_WIDTHS: [u32; 5] = [16, 2, 32, 4, 8];
 
 impl Crash {
     /// The parameters from `MEGALON_CRASH_*`; the seed, if not given, from the clock.
@@ -155,6 +161,7 @@ impl Crash {
             partition_after: env_var("PARTITION_AFTER").unwrap_or(0),
             copy_after: env_var("COPY_AFTER").unwrap_or(0),
             doomed_joins: env_var("DOOMED_JOINS").unwrap_or(DEFAULT_DOOMED_JOINS),
+            switch_width_every_ms: env_var("SWITCH_WIDTH_EVERY_MS").unwrap_or(0),
         };
         assert!(
             (2..=MAX_WORKERS).contains(&crash.hosts),
@@ -181,6 +188,7 @@ impl Crash {
             .record_width_bits(self.record_bits)
             .local_partitions(self.partition_after)
             .local_copies(self.copy_after)
+            .record_width_switch(self.switch_width_every_ms > 0)
     }
 
     /// Whether a host's DRAM holds objects, whose writes a kill loses.
@@ -240,6 +248,8 @@ struct Orders {
     parent_pid: u32,
     /// Kill itself this long after it starts to join.
     die_joining_after: Option<Duration>,
+    /// Switch the record width about this often (0: never).
+    switch_width_every_ms: u64,
 }
 
 impl Orders {
@@ -272,6 +282,7 @@ impl Orders {
             die_joining_after: std::env::var(format!("{WORKER_ENV}_DIE_JOINING_US"))
                 .ok()
                 .map(|us| Duration::from_micros(us.parse().expect("microseconds"))),
+            switch_width_every_ms: number("SWITCH_WIDTH_EVERY_MS"),
         })
     }
 }
@@ -428,6 +439,13 @@ fn crash_worker() {
         // Relaxed: only a flag; the loop looks again at the next operation.
         stopping.store(true, Ordering::Relaxed);
     });
+    let host = Arc::new(host);
+    let switcher = (orders.switch_width_every_ms > 0).then(|| {
+        let (host, stop) = (Arc::clone(&host), Arc::clone(&stop));
+        let every = Duration::from_millis(orders.switch_width_every_ms);
+        let first = orders.incarnation as usize;
+        std::thread::spawn(move || switch_widths(&host, &stop, every, first))
+    });
 
     let mut rng = SplitMix64::new(orders.seed);
     let mut buf = vec![0u8; SLOT_BYTES as usize];
@@ -476,7 +494,30 @@ fn crash_worker() {
             counters.write(&mut notes);
         }
     }
-    host.leave();
+    if let Some(switcher) = switcher {
+        switcher.join().expect("the width switcher");
+    }
+    Arc::into_inner(host).expect("the worker's host").leave();
+}
+
+/// A worker's width switches, until `stop`: every `every`, a switch to the next width of
+/// [`SWITCH_WIDTHS`] (from the `first`), whatever it answers. A switch gives up (it waits
+/// for a held record, or a killed host's announces until its recovery, past the wait
+/// limit), meets another host's, or finds the width already there: the history does not
+/// record switches, only what the operations beside them saw.
+fn switch_widths(host: &Host, stop: &AtomicBool, every: Duration, first: usize) {
+    let mut next = first;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(every);
+        let bits = SWITCH_WIDTHS[next % SWITCH_WIDTHS.len()];
+        next += 1;
+        match host.switch_record_width(bits) {
+            Ok(_)
+            | Err(Error::RecordWidthSwitching { .. })
+            | Err(Error::HostDeclaredDead { .. }) => {}
+            Err(error) => panic!("a switch to {bits} bits: {error}"),
+        }
+    }
 }
 
 /// Reads and writes this thread of `host` served from its DRAM (objects in its partition).
@@ -508,6 +549,9 @@ struct Counters {
     local_writes: u64,
     rpcs_served: u64,
     copies_made: u64,
+    /// The record width switches its replica has applied (the pod's, not its own: the
+    /// sum of two workers' is their larger).
+    width_switches: u64,
 }
 
 impl Counters {
@@ -524,10 +568,13 @@ impl Counters {
             local_writes: events.local_writes,
             rpcs_served: events.rpcs_served,
             copies_made: events.copies_made,
+            width_switches: host
+                .record_width()
+                .map_or(0, |shape| u64::from(shape.epoch)),
         }
     }
 
-    fn numbers(&self) -> [u64; 9] {
+    fn numbers(&self) -> [u64; 10] {
         [
             self.hosts_recovered,
             self.locks_recovered,
@@ -538,6 +585,7 @@ impl Counters {
             self.local_writes,
             self.rpcs_served,
             self.copies_made,
+            self.width_switches,
         ]
     }
 
@@ -554,8 +602,9 @@ impl Counters {
             .collect::<Result<_, _>>()
             .ok()?;
         match numbers[..] {
-            [hosts_recovered, locks_recovered, entries_skipped, joins_served, moves_to_host, move_backs, local_writes, rpcs_served, copies_made] => {
+            [hosts_recovered, locks_recovered, entries_skipped, joins_served, moves_to_host, move_backs, local_writes, rpcs_served, copies_made, width_switches] => {
                 Some(Counters {
+                    width_switches,
                     hosts_recovered,
                     locks_recovered,
                     entries_skipped,
@@ -586,6 +635,7 @@ impl std::ops::Add for Counters {
             local_writes: self.local_writes + other.local_writes,
             rpcs_served: self.rpcs_served + other.rpcs_served,
             copies_made: self.copies_made + other.copies_made,
+            width_switches: self.width_switches.max(other.width_switches),
         }
     }
 }
@@ -718,6 +768,10 @@ impl Run {
             .env(env("KEYS"), self.crash.keys.to_string())
             .env(env("MEMORY"), self.crash.memory.name())
             .env(env("PARENT"), std::process::id().to_string())
+            .env(
+                env("SWITCH_WIDTH_EVERY_MS"),
+                self.crash.switch_width_every_ms.to_string(),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -1191,7 +1245,7 @@ fn operation_line(history: &History, op: &Operation) -> String {
 /// Runs and checks; `Ok` holds the verdict line, `Err` the violation with the seed.
 fn run_and_check(crash: &Crash) -> Result<String, String> {
     let reproduce = format!(
-        "seed {} (cargo xtask crash --seconds {} --seed {} --hosts {} --keys {} --memory {} --record-bits {} --partition-after {} --copy-after {} --doomed-joins {}; the seed fixes the choices, not the timing)",
+        "seed {} (cargo xtask crash --seconds {} --seed {} --hosts {} --keys {} --memory {} --record-bits {} --partition-after {} --copy-after {} --doomed-joins {} --switch-width-every-ms {}; the seed fixes the choices, not the timing)",
         crash.seed,
         crash.seconds,
         crash.seed,
@@ -1201,7 +1255,8 @@ fn run_and_check(crash: &Crash) -> Result<String, String> {
         crash.record_bits,
         crash.partition_after,
         crash.copy_after,
-        crash.doomed_joins
+        crash.doomed_joins,
+        crash.switch_width_every_ms
     );
     let outcomes = run(crash).map_err(|e| format!("crash: {e}\n{reproduce}"))?;
     let history = &outcomes.history;
@@ -1253,8 +1308,13 @@ fn run_and_check(crash: &Crash) -> Result<String, String> {
     } else {
         String::new()
     };
+    let switches = if crash.switch_width_every_ms > 0 {
+        format!("; the record width switched {} times", c.width_switches)
+    } else {
+        String::new()
+    };
     println!(
-        "crash: {reproduce}: {} workers at once, {} keys, {} memory, {}-bit records; {cut} calls cut off by a kill, {errors} calls failed, {over_100ms} calls took 100 ms or more (the slowest {slowest} ms); the workers recovered {} dead hosts and {} record locks, skipped {} log positions, served {} late joins{joins}{local}; {} join attempts failed{}{}",
+        "crash: {reproduce}: {} workers at once, {} keys, {} memory, {}-bit records; {cut} calls cut off by a kill, {errors} calls failed, {over_100ms} calls took 100 ms or more (the slowest {slowest} ms); the workers recovered {} dead hosts and {} record locks, skipped {} log positions, served {} late joins{joins}{local}{switches}; {} join attempts failed{}{}",
         crash.hosts,
         crash.keys,
         crash.memory.name(),
@@ -1293,6 +1353,12 @@ fn run_and_check(crash: &Crash) -> Result<String, String> {
     if crash.local() && c.moves_to_host == 0 {
         return Err(format!(
             "crash: local partitions on, and no object moved into a worker's DRAM in {} s: the run shows nothing of them\n{reproduce}",
+            crash.seconds
+        ));
+    }
+    if crash.switch_width_every_ms > 0 && c.width_switches == 0 {
+        return Err(format!(
+            "crash: width switches asked for, and the width never switched in {} s: the run shows nothing of them\n{reproduce}",
             crash.seconds
         ));
     }
