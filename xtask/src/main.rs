@@ -431,6 +431,13 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
         &[("width_undo_process", "a_dead_claimer_hardware")],
     ),
     (
+        "width-takeover-serial",
+        &[(
+            "width_windows",
+            "a_new_life_of_the_drainer_and_a_gate_do_not_both_take_a_switch_over",
+        )],
+    ),
+    (
         "stale-alloc-loses",
         &[(
             "width_windows",

@@ -89,6 +89,12 @@ pub enum Step {
     /// Skipped, a switch drains past a dead host's announced lock, and its recovery reads
     /// the announce at the new width.
     WidthDrainWaitsForAnnounces,
+    /// A host that takes over a switch whose drainer is gone names itself the drainer at
+    /// the freeze's next serial. Skipped, the serial stays, and a new life of the
+    /// drainer's id takes the switch over (at its join) with the word it found: a host
+    /// that found the row free before that join takes it over too, and ends it a second
+    /// time over records locked at the new width.
+    WidthTakeoverSerial,
     /// Replay of a `RecordAlloc` claimed before a width switch that came first in the log
     /// loses. Skipped, the object gets a record id of the old width in the new array.
     StaleAllocLoses,
@@ -295,6 +301,7 @@ impl Step {
         Step::WidthCopyAtAck,
         Step::WidthCopyForward,
         Step::WidthDrainWaitsForAnnounces,
+        Step::WidthTakeoverSerial,
         Step::StaleAllocLoses,
         Step::CreateWritesBack,
         Step::DeallocDropsAuthorsLines,
@@ -357,6 +364,7 @@ impl Step {
             Step::WidthCopyAtAck => "width-copy-at-ack",
             Step::WidthCopyForward => "width-copy-forward",
             Step::WidthDrainWaitsForAnnounces => "width-drain-waits-for-announces",
+            Step::WidthTakeoverSerial => "width-takeover-serial",
             Step::StaleAllocLoses => "stale-alloc-loses",
             Step::CreateWritesBack => "create-writes-back",
             Step::DeallocDropsAuthorsLines => "dealloc-drops-authors-lines",

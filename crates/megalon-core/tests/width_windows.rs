@@ -672,3 +672,99 @@ fn a_stale_acknowledgement_does_not_reopen_the_copy_under_a_later_freeze() {
     assert_eq!(read_tag(b, b"k"), Some(3));
     assert_eq!(a.record_width().unwrap(), RecordShape { epoch: 1, bits: 8 });
 }
+
+/// A drainer dead after its `WidthEnd` reached the log (its row recovered), and two
+/// takers of its switch: a write of host 0's (`taker`), which found the drainer's row free
+/// and stopped before its CAS, and a new life of the drainer's id, which takes the switch
+/// over as it joins and ends it. Then the new life writes and holds the object's lock at
+/// the new width, and `taker` goes on: it must find the switch taken, not end it a second
+/// time and zero the record under that lock. (The new life's takeover stored the word it
+/// found, naming the same id: `taker`'s CAS from it went through, and both ended it.)
+#[test]
+fn a_new_life_of_the_drainer_and_a_gate_do_not_both_take_a_switch_over() {
+    let pod = heap_pod(&config().record_width_switch(true).lease_ms(100));
+    // No pumps: nothing takes the switch over but the two takers of the test.
+    let no_pump = |seed| options(seed).pump_interval(None);
+    let a: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(0), no_pump(1)).unwrap()));
+    let b: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), no_pump(2)).unwrap()));
+    a.create(b"k", &value(0)).unwrap();
+    a.write(b"k", &value(1)).unwrap();
+    // b's switch: a acknowledges the freeze by hand; b stops once its event is published.
+    let (to_main, main_hears) = channel();
+    let (_go_drainer, drainer_hears) = channel::<&'static str>();
+    let _drainer = std::thread::spawn(move || {
+        chaos::with_hook(
+            move |at| match at {
+                Point::WidthAfterFreeze => {
+                    a.replay().unwrap();
+                }
+                Point::AppendAfterPublish => {
+                    to_main.send("stopped").unwrap();
+                    let _ = drainer_hears.recv();
+                }
+                _ => {}
+            },
+            || b.switch_record_width(8),
+        )
+    });
+    assert_eq!(main_hears.recv().unwrap(), "stopped");
+    b.inspect().freeze();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while a.inspect().stats().hosts_recovered < 1 {
+        assert!(std::time::Instant::now() < deadline, "b never recovered");
+        std::thread::sleep(Duration::from_millis(20));
+        a.inspect().watch_hosts();
+    }
+    assert_eq!(a.inspect().width_drainer(), Some(1));
+    // `taker`: stopped before its CAS, then at the next point it reaches after it.
+    let (to_main, main_hears) = channel();
+    let (to_taker, taker_hears) = channel::<&'static str>();
+    let taker = std::thread::spawn(move || {
+        let mut stops = 0;
+        chaos::with_hook(
+            move |at| {
+                if (stops == 0 && at == Point::WidthBeforeTakeover) || stops == 1 {
+                    stops += 1;
+                    to_main.send(at).unwrap();
+                    assert_eq!(taker_hears.recv().unwrap(), "go");
+                }
+            },
+            || a.write(b"k", &value(2)).map(drop),
+        )
+    });
+    assert_eq!(main_hears.recv().unwrap(), Point::WidthBeforeTakeover);
+    // The new life takes the switch over as it joins; `taker` tries its CAS meanwhile.
+    let release = to_taker.clone();
+    let next = chaos::with_hook(
+        move |at| {
+            if at == Point::WidthAfterTakeover {
+                to_taker.send("go").unwrap();
+                let at = main_hears.recv().unwrap();
+                assert_ne!(at, Point::WidthBeforeTakeover);
+                // Kept there until the new life holds its lock.
+            }
+        },
+        || Host::join(&pod, Join::As(1), no_pump(3)).unwrap(),
+    );
+    let b2: &'static Host = Box::leak(Box::new(next));
+    assert_eq!(a.inspect().width_drainer(), None);
+    assert_eq!(
+        b2.record_width().unwrap(),
+        RecordShape { epoch: 1, bits: 8 }
+    );
+    b2.write(b"k", &value(3)).unwrap();
+    // Not dropped on a failed assertion (a ticket's drop unlocks, and panics on a word
+    // zeroed under it).
+    let held = std::mem::ManuallyDrop::new(b2.write_start(b"k").unwrap());
+    assert_eq!(a.inspect().record_census().locked.len(), 1);
+    release.send("go").unwrap();
+    let _ = taker.join().unwrap();
+    assert_eq!(
+        a.inspect().record_census().locked.len(),
+        1,
+        "the lock the new life holds was zeroed by a second taker"
+    );
+    b2.write_end(std::mem::ManuallyDrop::into_inner(held))
+        .unwrap();
+    assert_eq!(read_tag(a, b"k"), Some(3));
+}

@@ -110,9 +110,10 @@ impl WidthWord {
     }
 
     /// Whether the width word went from `earlier` to this (in the SCR, where the word
-    /// only moves forward): a later epoch, a later freeze at the same one (its serial
-    /// compared across a wrap), or the same freeze ended. A takeover's change of drainer
-    /// is neither after the other.
+    /// only moves forward but for a taker's put-back): a later epoch, a later freeze or
+    /// takeover at the same one (its serial compared across a wrap), or the same freeze
+    /// ended. Two takeovers of one freeze (both at its next serial) are neither after the
+    /// other.
     fn after(self, earlier: Self) -> bool {
         if self.epoch != earlier.epoch {
             return self.epoch > earlier.epoch;
@@ -351,17 +352,28 @@ impl Shared {
     /// Ends the switch from `shape` whose drainer, gone, left the word `left` (draining):
     /// with the records zeroed and the word open at the next epoch if its `WidthEnd` is in
     /// the log (it drained them before it appended), else open again at `shape`'s epoch.
-    /// One host does it (the CAS that names it the drainer); the others find the word
-    /// moved on.
+    /// One host does it (the CAS that names it the drainer, at the next serial); the
+    /// others find the word moved on.
     fn take_over_switch(&self, shape: RecordShape, left: WidthWord) -> Result<()> {
         // The switch is from the word's epoch: the caller's lookup may be past its
         // `WidthEnd` already (at the new width, whose zeroing covers the same bytes).
         let epoch = left.epoch;
         let shape = RecordShape { epoch, ..shape };
+        // At the next serial: a new life of the drainer's id (at its join) names the same
+        // drainer, and a word equal to `left` would leave `left` for the CAS of a host that
+        // found the row free before that join, a second taker zeroing the records after
+        // the first reopened them (`a_new_life_of_the_drainer_and_a_gate_do_not_both_take_
+        // a_switch_over`). No drainer waits for acknowledgements of a takeover's word.
         let mine = WidthWord {
             drainer: Some(self.id),
-            ..left
+            serial: if mutants::skipped(Step::WidthTakeoverSerial) {
+                left.serial
+            } else {
+                left.serial.wrapping_add(1)
+            },
+            epoch,
         };
+        self.chaos.point(Point::WidthBeforeTakeover);
         if self
             .width_word()
             .compare_exchange(
@@ -832,8 +844,8 @@ mod tests {
     }
 
     /// The word's history, in order: open, a freeze, the freeze given up, the next freeze,
-    /// the next epoch; a takeover (another drainer, the same freeze) is neither after the
-    /// other, and serials compare across their wrap.
+    /// the next epoch; two takeovers of one freeze (other drainers, its next serial) are
+    /// neither after the other, and serials compare across their wrap.
     #[test]
     fn a_word_is_after_the_words_before_it() {
         let freeze = |epoch, drainer, serial| WidthWord {
