@@ -82,10 +82,10 @@ pub enum Point {
     WidthBeforeEvent,
     /// A switch: `WidthEnd` applied and the records zeroed, before the width word opens.
     WidthBeforeReopen,
-    /// A host that found a switch's drainer gone, before its CAS that takes the switch
-    /// over.
+    /// A host that found a switch's drainer gone, caught up, before its CAS that takes
+    /// the switch over.
     WidthBeforeTakeover,
-    /// A host that took over a switch whose drainer is gone, before it catches up.
+    /// A host that took over a switch whose drainer is gone, before it ends it.
     WidthAfterTakeover,
     /// A deallocation or delete, holding the record's lock, before its event.
     ReleaseAfterLock,

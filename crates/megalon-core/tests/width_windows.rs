@@ -680,29 +680,33 @@ fn a_stale_acknowledgement_does_not_reopen_the_copy_under_a_later_freeze() {
 /// the new width, and `taker` goes on: it must find the switch taken, not end it a second
 /// time and zero the record under that lock. (The new life's takeover stored the word it
 /// found, naming the same id: `taker`'s CAS from it went through, and both ended it.)
-#[test]
-fn a_new_life_of_the_drainer_and_a_gate_do_not_both_take_a_switch_over() {
+/// Hosts without a pump: nothing takes a switch over but the takers of a test.
+fn no_pump(seed: u64) -> HostOptions {
+    options(seed).pump_interval(None)
+}
+
+/// [`drainer_dead_at`] with hosts without a pump: a pod of host 0 (`a`, returned) and
+/// host 1, whose switch to 8 bits (a acknowledging the freeze by hand) stopped at
+/// `point`; host 1 is then frozen and recovered by `a` by hand. Host 0 wrote `k`
+/// (`value(1)`) before the switch.
+fn pumpless_drainer_dead_at(point: Point) -> (std::sync::Arc<Pod>, &'static Host, StoppedDrainer) {
     let pod = heap_pod(&config().record_width_switch(true).lease_ms(100));
-    // No pumps: nothing takes the switch over but the two takers of the test.
-    let no_pump = |seed| options(seed).pump_interval(None);
     let a: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(0), no_pump(1)).unwrap()));
     let b: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), no_pump(2)).unwrap()));
     a.create(b"k", &value(0)).unwrap();
     a.write(b"k", &value(1)).unwrap();
-    // b's switch: a acknowledges the freeze by hand; b stops once its event is published.
     let (to_main, main_hears) = channel();
-    let (_go_drainer, drainer_hears) = channel::<&'static str>();
-    let _drainer = std::thread::spawn(move || {
+    let (go, drainer_hears) = channel::<&'static str>();
+    let drainer = std::thread::spawn(move || {
         chaos::with_hook(
-            move |at| match at {
-                Point::WidthAfterFreeze => {
+            move |at| {
+                if at == Point::WidthAfterFreeze {
                     a.replay().unwrap();
                 }
-                Point::AppendAfterPublish => {
+                if at == point {
                     to_main.send("stopped").unwrap();
                     let _ = drainer_hears.recv();
                 }
-                _ => {}
             },
             || b.switch_record_width(8),
         )
@@ -715,6 +719,12 @@ fn a_new_life_of_the_drainer_and_a_gate_do_not_both_take_a_switch_over() {
         std::thread::sleep(Duration::from_millis(20));
         a.inspect().watch_hosts();
     }
+    (pod, a, (go, drainer))
+}
+
+#[test]
+fn a_new_life_of_the_drainer_and_a_gate_do_not_both_take_a_switch_over() {
+    let (pod, a, _drainer) = pumpless_drainer_dead_at(Point::AppendAfterPublish);
     assert_eq!(a.inspect().width_drainer(), Some(1));
     // `taker`: stopped before its CAS, then at the next point it reaches after it.
     let (to_main, main_hears) = channel();
@@ -767,4 +777,47 @@ fn a_new_life_of_the_drainer_and_a_gate_do_not_both_take_a_switch_over() {
     b2.write_end(std::mem::ManuallyDrop::into_inner(held))
         .unwrap();
     assert_eq!(read_tag(a, b"k"), Some(3));
+}
+
+/// A host whose takeover of a switch (its drainer dead, its row recovered) is stopped
+/// after the CAS that names it, while a new life joins the drainer's id (it finds the
+/// switch another host's) and the taker is declared dead and recovered: the switch is
+/// left for a host that finds the taker gone. (The taker, finding itself dead as it
+/// caught up, put the word back as it found it, naming the drainer's id: its holder, the
+/// new life, lives and took nothing over, and every write waited on the switch for
+/// good.)
+#[test]
+fn a_taker_declared_dead_leaves_the_switch_to_a_host_that_finds_it_gone() {
+    let (pod, a, _drainer) = pumpless_drainer_dead_at(Point::WidthAfterGates);
+    let (stopped, go, taker) = stopped_at(Point::WidthAfterTakeover, move || {
+        a.write(b"k", &value(2)).map(drop)
+    });
+    assert_eq!(stopped.recv().unwrap(), "stopped");
+    assert_eq!(a.inspect().width_drainer(), Some(0));
+    let b2: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), no_pump(3)).unwrap()));
+    assert_eq!(a.inspect().width_drainer(), Some(0));
+    a.inspect().freeze();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while b2.inspect().stats().hosts_recovered < 1 {
+        assert!(std::time::Instant::now() < deadline, "a never recovered");
+        std::thread::sleep(Duration::from_millis(20));
+        b2.inspect().watch_hosts();
+    }
+    go.send("go").unwrap();
+    let answer = taker.join().unwrap();
+    assert!(
+        matches!(answer, Err(Error::HostDeclaredDead { .. })),
+        "{answer:?}"
+    );
+    let written = b2.write(b"k", &value(3)).map(drop);
+    assert!(
+        written.is_ok(),
+        "a write after the taker's death: {written:?}"
+    );
+    assert_eq!(b2.inspect().width_drainer(), None);
+    assert_eq!(read_tag(b2, b"k"), Some(3));
+    assert_eq!(
+        b2.record_width().unwrap(),
+        RecordShape { epoch: 0, bits: 32 }
+    );
 }

@@ -110,7 +110,7 @@ impl WidthWord {
     }
 
     /// Whether the width word went from `earlier` to this (in the SCR, where the word
-    /// only moves forward but for a taker's put-back): a later epoch, a later freeze or
+    /// only moves forward): a later epoch, a later freeze or
     /// takeover at the same one (its serial compared across a wrap), or the same freeze
     /// ended. Two takeovers of one freeze (both at its next serial) are neither after the
     /// other.
@@ -359,6 +359,14 @@ impl Shared {
         // `WidthEnd` already (at the new width, whose zeroing covers the same bytes).
         let epoch = left.epoch;
         let shape = RecordShape { epoch, ..shape };
+        // Caught up before the CAS, which nothing then undoes: the drainer's row was seen
+        // free, so what it appended is below `ctail` (published or filled before its row
+        // was freed), and its `WidthEnd` is applied here if it is in the log. (Caught up
+        // after it, a taker that found itself declared dead put `left` back, naming the
+        // drainer's id: a new life of that id, joined meanwhile, had found the switch
+        // another host's, and nobody took it over again,
+        // `a_taker_declared_dead_leaves_the_switch_to_a_host_that_finds_it_gone`.)
+        self.catch_up()?;
         // At the next serial: a new life of the drainer's id (at its join) names the same
         // drainer, and a word equal to `left` would leave `left` for the CAS of a host that
         // found the row free before that join, a second taker zeroing the records after
@@ -387,16 +395,9 @@ impl Shared {
             return Ok(());
         }
         self.chaos.point(Point::WidthAfterTakeover);
-        if let Err(error) = self.catch_up() {
-            // Left for another try (ours or another host's).
-            let _ = self.width_word().compare_exchange(
-                mine.encode(),
-                left.encode(),
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            );
-            return Err(error);
-        }
+        // Declared dead since: the word, naming this host, is for a host that finds its
+        // row free (its recovery frees it), as a drainer's is.
+        self.still_alive()?;
         if self.replica.shape().epoch > epoch {
             self.finish_switch(shape, mine);
         } else {
