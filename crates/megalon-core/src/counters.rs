@@ -554,4 +554,64 @@ mod tests {
         .unwrap();
         assert_eq!(late.total().writes, 1);
     }
+
+    /// 720 short-lived threads, 12 or more alive at once (the next starts as one ends,
+    /// so registrations race with ends), each adding to one registry with the plain
+    /// load-and-store adds (two live threads on one block would lose counts), one in five
+    /// adding 1000 more from a thread-local destructor after its list is gone: the sums
+    /// are whole. (A review's stress of the hand-over of blocks; it found it sound.)
+    #[test]
+    fn short_lived_threads_at_once_never_share_a_block() {
+        static LATE: std::sync::OnceLock<(Registry, u64)> = std::sync::OnceLock::new();
+        let (registry, id) = LATE.get_or_init(|| (Registry::default(), Registry::new_id()));
+        struct CountsOnDrop;
+        impl Drop for CountsOnDrop {
+            fn drop(&mut self) {
+                let (late, late_id) = LATE.get().expect("set");
+                for _ in 0..1000 {
+                    late.with(*late_id, |c| c.add(Counter::Writes, 1));
+                }
+            }
+        }
+        thread_local! {
+            static GUARD: CountsOnDrop = const { CountsOnDrop };
+        }
+        let (threads, at_once) = (720u64, 12u64);
+        let (done, finished) = std::sync::mpsc::channel::<()>();
+        let mut expected_reads = 0u64;
+        let mut late_ones = 0u64;
+        let mut handles = std::collections::VecDeque::new();
+        for t in 0..threads {
+            if t >= at_once {
+                // One ended (its list dropped, maybe not yet its destructors): start the
+                // next, which may register while others end.
+                finished.recv().unwrap();
+            }
+            let late = t % 5 == 0;
+            late_ones += u64::from(late);
+            let adds = 2_000 + (t * 7919) % 30_000;
+            expected_reads += adds;
+            let done = done.clone();
+            handles.push_back(std::thread::spawn(move || {
+                if late {
+                    GUARD.with(|_| ());
+                }
+                let (registry, id) = LATE.get().expect("set");
+                for _ in 0..adds {
+                    registry.with(*id, |c| c.add(Counter::Reads, 1));
+                }
+                let _ = done.send(());
+            }));
+            while handles.front().is_some_and(|h| h.is_finished()) {
+                handles.pop_front().unwrap().join().unwrap();
+            }
+        }
+        for h in handles {
+            h.join().unwrap();
+        }
+        let total = registry.total();
+        assert_eq!(total.reads, expected_reads);
+        assert_eq!(total.writes, late_ones * 1000);
+        let _ = id;
+    }
 }

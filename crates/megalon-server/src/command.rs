@@ -217,6 +217,13 @@ impl Executor {
                 resp::simple(out, "PART");
                 panic!("test-panic: a command that panics")
             }
+            // Unit tests' stand-in for a command that waits in the store: sleeps `ms`.
+            #[cfg(test)]
+            b"test-sleep" if n == 2 => {
+                let ms = parse_integer(args.get(1)).unwrap_or(0).max(0) as u64;
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+                resp::simple(out, "SLEPT")
+            }
             b"ping" if n == 1 => resp::simple(out, "PONG"),
             b"ping" if n == 2 => resp::bulk(out, args.get(1)),
             b"echo" if n == 2 => resp::bulk(out, args.get(1)),

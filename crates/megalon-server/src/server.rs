@@ -627,4 +627,319 @@ mod tests {
         assert!(stopped.elapsed() < Duration::from_secs(5));
         assert_eq!(stores.len(), 1);
     }
+
+    /// A stress of the relief protocol (a review's; `STRESS_SECONDS`, `STRESS_CLIENTS`,
+    /// `STRESS_SEED` to run it longer): clients of one worker send pipelines of ECHOs,
+    /// each naming its place, and sleeps (turns the watch relieves), reconnect now and
+    /// then, and now and then open a connection whose command panics (after a sleep, in
+    /// a relieved turn, half the time). Every reply comes in order within the read
+    /// timeout; afterwards the started threads end, the count of clients drops to 0, the
+    /// worker serves and the shutdown returns.
+    #[test]
+    fn turns_that_wait_or_panic_among_many_connections_keep_every_reply_in_order() {
+        use std::io::{BufRead, BufReader, Write};
+        use std::os::unix::net::UnixStream;
+        use std::sync::Arc;
+        use std::time::{Duration, Instant};
+
+        use megalon_core::{Backing, Host, HostOptions, Join, Pod, PodConfig};
+        use megalon_kv::{Megalon, Store};
+
+        use super::{Listen, Server, Serving};
+
+        let seconds: u64 = std::env::var("STRESS_SECONDS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(3);
+        let clients: usize = std::env::var("STRESS_CLIENTS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(12);
+        let seed: u64 = std::env::var("STRESS_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64
+            });
+        eprintln!("seed {seed}");
+        let dir = tempfile::tempdir().unwrap();
+        let pod =
+            Arc::new(Pod::create(&PodConfig::new().lnr_bytes(4 << 20), Backing::heap()).unwrap());
+        let host = Host::join(&pod, Join::AnyFree, HostOptions::new()).unwrap();
+        let stores = vec![Store::new(Megalon::new(
+            Arc::clone(&pod),
+            vec![Arc::new(host)],
+        ))];
+        let socket = dir.path().join("h0.sock");
+        let listen = vec![Listen {
+            socket: socket.clone(),
+            tcp_port: None,
+        }];
+        let serving = Serving {
+            workers: 1,
+            max_clients: 256,
+        };
+        let server = Server::start(stores, listen, serving).unwrap();
+        let encode = |args: &[&[u8]]| {
+            let mut v = format!("*{}\r\n", args.len()).into_bytes();
+            for a in args {
+                v.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+                v.extend_from_slice(a);
+                v.extend_from_slice(b"\r\n");
+            }
+            v
+        };
+        let deadline = Instant::now() + Duration::from_secs(seconds);
+        let totals: Vec<(u64, u64, Duration)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..clients)
+                .map(|i| {
+                    let socket = &socket;
+                    scope.spawn(move || {
+                        let mut rng = (seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1;
+                        let mut next = move || {
+                            rng ^= rng << 13;
+                            rng ^= rng >> 7;
+                            rng ^= rng << 17;
+                            rng
+                        };
+                        let connect = || {
+                            let c = UnixStream::connect(socket).unwrap();
+                            c.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+                            c
+                        };
+                        let mut stream = connect();
+                        let mut reader = BufReader::new(stream.try_clone().unwrap());
+                        let (mut commands, mut panics, mut slowest) = (0u64, 0u64, Duration::ZERO);
+                        let mut seq = 0u64;
+                        while Instant::now() < deadline {
+                            if next() % 40 == 0 {
+                                // A connection whose command panics, mid-pipeline.
+                                let mut p = connect();
+                                let slow = next() % 2 == 0;
+                                let ping = if slow {
+                                    encode(&[b"TEST-SLEEP", b"25"])
+                                } else {
+                                    encode(&[b"PING"])
+                                };
+                                p.write_all(
+                                    &[&ping[..], &encode(&[b"TEST-PANIC"]), &ping].concat(),
+                                )
+                                .unwrap();
+                                let mut got = Vec::new();
+                                std::io::Read::read_to_end(&mut p, &mut got)
+                                    .expect("the panicking connection closes");
+                                assert_eq!(
+                                    String::from_utf8_lossy(&got).replace("+SLEPT", "+PONG"),
+                                    "+PONG\r\n-ERR the server failed running this command; the connection closes\r\n",
+                                    "seed {seed}"
+                                );
+                                panics += 1;
+                            }
+                            let n = 1 + next() % 5;
+                            let mut pipeline = Vec::new();
+                            let mut expect = Vec::new();
+                            for _ in 0..n {
+                                if next() % 6 == 0 {
+                                    let ms = [0u64, 3, 12, 25, 40][(next() % 5) as usize];
+                                    pipeline.extend(encode(&[
+                                        b"TEST-SLEEP",
+                                        ms.to_string().as_bytes(),
+                                    ]));
+                                    expect.push("+SLEPT".to_string());
+                                } else {
+                                    let word = format!("c{i}-{seq}");
+                                    seq += 1;
+                                    pipeline.extend(encode(&[b"ECHO", word.as_bytes()]));
+                                    expect.push(format!("${}", word.len()));
+                                    expect.push(word);
+                                }
+                            }
+                            let started = Instant::now();
+                            stream.write_all(&pipeline).unwrap();
+                            for want in expect {
+                                let mut line = String::new();
+                                reader.read_line(&mut line).unwrap_or_else(|e| {
+                                    panic!("client {i}: waiting for {want}: {e} (seed {seed})")
+                                });
+                                assert_eq!(line.trim_end(), want, "client {i} seed {seed}");
+                            }
+                            slowest = slowest.max(started.elapsed());
+                            commands += n;
+                            if next() % 200 == 0 {
+                                // Reconnect now and then.
+                                stream = connect();
+                                reader = BufReader::new(stream.try_clone().unwrap());
+                            }
+                        }
+                        (commands, panics, slowest)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let host = &server.hosts()[0];
+        eprintln!(
+            "(commands, panics, slowest pipeline) by client {:?}; relief threads {}, panics {}",
+            totals,
+            host.relief_threads(),
+            host.command_panics()
+        );
+        let ended = Instant::now() + Duration::from_secs(8);
+        while host.relief_threads() != 0 || host.clients() != 0 {
+            assert!(
+                Instant::now() < ended,
+                "{} relief threads, {} clients left (seed {seed})",
+                host.relief_threads(),
+                host.clients()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The worker still serves.
+        let mut late = UnixStream::connect(&socket).unwrap();
+        late.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        late.write_all(&encode(&[b"PING"])).unwrap();
+        let mut got = [0u8; 7];
+        std::io::Read::read_exact(&mut late, &mut got).unwrap();
+        assert_eq!(&got, b"+PONG\r\n");
+        server.shutdown().trigger();
+        let stopped = Instant::now();
+        server.wait();
+        assert!(stopped.elapsed() < Duration::from_secs(5));
+    }
+
+    /// A shutdown while turns are relieved, threads hand the loop back, or started
+    /// threads retire (a review's; `STRESS_ROUNDS` for more, each round another moment):
+    /// the server stops within a few seconds, and every client gets a prefix of its
+    /// replies, in order, then the end of its stream.
+    #[test]
+    fn a_shutdown_while_threads_relieve_hand_back_or_retire() {
+        use std::io::{BufRead, BufReader, Write};
+        use std::os::unix::net::UnixStream;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        use std::time::{Duration, Instant};
+
+        use megalon_core::{Backing, Host, HostOptions, Join, Pod, PodConfig};
+        use megalon_kv::{Megalon, Store};
+
+        use super::{Listen, Server, Serving};
+
+        let rounds: u64 = std::env::var("STRESS_ROUNDS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(2);
+        let encode = |args: &[&[u8]]| {
+            let mut v = format!("*{}\r\n", args.len()).into_bytes();
+            for a in args {
+                v.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+                v.extend_from_slice(a);
+                v.extend_from_slice(b"\r\n");
+            }
+            v
+        };
+        for round in 0..rounds {
+            let dir = tempfile::tempdir().unwrap();
+            let pod = Arc::new(
+                Pod::create(&PodConfig::new().lnr_bytes(4 << 20), Backing::heap()).unwrap(),
+            );
+            let host = Host::join(&pod, Join::AnyFree, HostOptions::new()).unwrap();
+            let stores = vec![Store::new(Megalon::new(
+                Arc::clone(&pod),
+                vec![Arc::new(host)],
+            ))];
+            let socket = dir.path().join("h0.sock");
+            let listen = vec![Listen {
+                socket: socket.clone(),
+                tcp_port: None,
+            }];
+            let serving = Serving {
+                workers: 2,
+                max_clients: 256,
+            };
+            let server = Server::start(stores, listen, serving).unwrap();
+            // Load for 600 ms; the shutdown during the load (round 0), as the started threads
+            // retire (2 s idle, round 1), or just before the load ends.
+            let load = Duration::from_millis(600);
+            let at = [
+                Duration::from_millis(300),
+                load + Duration::from_millis(1990),
+                Duration::from_millis(590),
+                load + Duration::from_millis(2030),
+                load + Duration::from_millis(2060),
+                load + Duration::from_millis(150),
+            ][round as usize % 6];
+            let stopping = AtomicBool::new(false);
+            let begun = Instant::now();
+            std::thread::scope(|scope| {
+                for i in 0..10 {
+                    let (socket, stopping, encode) = (&socket, &stopping, &encode);
+                    scope.spawn(move || {
+                        let stream = UnixStream::connect(socket).unwrap();
+                        stream
+                            .set_read_timeout(Some(Duration::from_secs(8)))
+                            .unwrap();
+                        let mut writer = stream.try_clone().unwrap();
+                        let mut reader = BufReader::new(stream);
+                        let mut seq = 0u64;
+                        loop {
+                            let loading = begun.elapsed() < load;
+                            let pipeline = if loading {
+                                [
+                                    encode(&[b"TEST-SLEEP", if i % 2 == 0 { b"25" } else { b"0" }]),
+                                    encode(&[b"ECHO", format!("c{i}-{seq}").as_bytes()]),
+                                ]
+                                .concat()
+                            } else {
+                                std::thread::sleep(Duration::from_millis(30));
+                                encode(&[b"ECHO", format!("c{i}-{seq}").as_bytes()])
+                            };
+                            if writer.write_all(&pipeline).is_err() {
+                                assert!(stopping.load(Ordering::SeqCst), "client {i}: write");
+                                return;
+                            }
+                            let mut want = Vec::new();
+                            if loading {
+                                want.push("+SLEPT".to_string());
+                            }
+                            let word = format!("c{i}-{seq}");
+                            want.push(format!("${}", word.len()));
+                            want.push(word);
+                            seq += 1;
+                            for w in want {
+                                let mut line = String::new();
+                                match reader.read_line(&mut line) {
+                                    Ok(0) => {
+                                        assert!(stopping.load(Ordering::SeqCst), "client {i}: EOF");
+                                        return;
+                                    }
+                                    Ok(_) => {
+                                        assert_eq!(line.trim_end(), w, "client {i} round {round}")
+                                    }
+                                    Err(e) => {
+                                        assert!(
+                                            stopping.load(Ordering::SeqCst)
+                                                && e.kind() != std::io::ErrorKind::WouldBlock,
+                                            "client {i} round {round}: {e}"
+                                        );
+                                        return;
+                                    }
+                                }
+                            }
+                        }
+                    });
+                }
+                std::thread::sleep(at.saturating_sub(begun.elapsed()));
+                stopping.store(true, Ordering::SeqCst);
+                let relief = server.hosts()[0].relief_threads();
+                server.shutdown().trigger();
+                eprintln!("round {round}: shutdown at {at:?}, {relief} relief threads");
+            });
+            let stopped = Instant::now();
+            server.wait();
+            assert!(stopped.elapsed() < Duration::from_secs(5), "round {round}");
+        }
+    }
 }
