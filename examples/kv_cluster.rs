@@ -1010,9 +1010,11 @@ impl Tally {
                 .as_deref()
                 .ok_or_else(|| format!("host {host} printed no digest line"))?;
             println!(
-                "host {host} read {} keys, digest {}",
+                "host {host} read {} keys, digest {}; records of {} bits, width switches: {}",
                 field(digest, "keys").unwrap_or("?"),
-                field(digest, "fnv").unwrap_or("?")
+                field(digest, "fnv").unwrap_or("?"),
+                field(digest, "bits").unwrap_or("?"),
+                field(digest, "switches").unwrap_or("?")
             );
         }
         Ok(())
@@ -1406,9 +1408,13 @@ fn read_every_key(args: &Args, host: u32, store: &Store<Megalon>) -> Result {
         write!(line, " {held}").expect("a String");
     }
     println!("{line}");
+    // The record width its replica is at, and how many switches brought it there.
+    let width = store.scheme().hosts()[0].record_width()?;
     println!(
-        "digest host={host} keys={found} fnv={:016x}",
-        fnv1a64(&digest)
+        "digest host={host} keys={found} fnv={:016x} bits={} switches={}",
+        fnv1a64(&digest),
+        width.bits,
+        width.epoch
     );
     Ok(())
 }
