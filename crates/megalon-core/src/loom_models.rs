@@ -596,11 +596,29 @@ fn loom_recovery_settles_a_dead_hosts_lock_once_beside_a_live_writer() {
 /// writer, and the write would find its record gone at its unlock.)
 #[test]
 fn loom_a_switch_and_a_write_end_whole_in_either_order() {
+    a_switch_racing_a_write(PodConfig::new().record_width_switch(true));
+}
+
+/// The same in a pod with undo images, whose write also announces its lock (inside its
+/// gate), keeps an undo image and lets it go, and whose switch also waits until no
+/// announce is left: the same ends, and no announce is left after them.
+#[test]
+fn loom_a_switch_and_a_write_with_an_undo_image_end_whole_in_either_order() {
+    a_switch_racing_a_write(
+        PodConfig::new()
+            .record_width_switch(true)
+            .crash_safety(crate::CrashSafety::Undo),
+    );
+}
+
+/// [`loom_a_switch_and_a_write_end_whole_in_either_order`] in a pod of `config`.
+fn a_switch_racing_a_write(config: PodConfig) {
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(builder.preemption_bound.map_or(2, |bound| bound.min(2)));
-    builder.check(|| {
-        let config = PodConfig::new().record_width_switch(true);
-        let pod = two_host_pod_with(config, 2048, 16);
+    builder.check(move || {
+        // Undo images take a slot per announce word in the LNR.
+        let lnr_bytes = if config.undo_images() { 4096 } else { 2048 };
+        let pod = two_host_pod_with(config.clone(), lnr_bytes, 16);
         let (a, b) = both_hosts(&pod, object_host);
         a.create(b"k", &object_bytes(1)).expect("create");
         a.write(b"k", &object_bytes(2))
@@ -635,5 +653,16 @@ fn loom_a_switch_and_a_write_end_whole_in_either_order() {
             other => panic!("the switch answered {other:?}"),
         }
         assert_eq!(a.inspect().width_drainer(), None);
+        let announces = if pod.config().undo_images() {
+            crate::limits::HOLDS_PER_HOST
+        } else {
+            0
+        };
+        for host in 0..2 {
+            for index in 0..announces {
+                let announce = pod.scr_u64(pod.layout().announce_offset(host, index));
+                assert_eq!(announce.load(Ordering::SeqCst), 0, "an announce left");
+            }
+        }
     });
 }
