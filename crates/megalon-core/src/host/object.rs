@@ -464,6 +464,10 @@ impl Shared {
             let taken = records.compare_exchange(record, word, locked).is_ok();
             drop(gate);
             if !taken {
+                // The announce of a lock not taken goes before the next try, which may
+                // wait at its gate for a switch: a switch of a pod with undo images
+                // drains only once no announce is left, and would wait on it.
+                self.withdraw(hold);
                 continue;
             }
             // Only now is `word` known to be of the lookup's width: a lookup older than a
@@ -480,6 +484,10 @@ impl Shared {
             // CAS's Release orders only what came before it.)
             crate::sync::fence(Ordering::Release);
             if !self.hold_for_write(&entry, version, &records, record, word, c)? {
+                // Unlocked again: its announce goes too, as for a lock not taken.
+                if let Some(hold) = &held {
+                    self.withdraw(hold);
+                }
                 retries += 1;
                 continue;
             }

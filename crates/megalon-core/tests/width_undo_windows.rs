@@ -1,0 +1,106 @@
+//! Windows of a record width switch in a pod with undo images, each stretched with a hook
+//! at a chaos point. A switch there drains only once no announce is left, so an
+//! announce kept while its host waits for the switch holds the switch off until one of
+//! the two gives up. Built with the `chaos` feature only.
+#![cfg(feature = "chaos")]
+
+mod common;
+
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::time::Duration;
+
+use common::{config, heap_pod, read_tag, simulated, value};
+use megalon_core::chaos::{self, Point};
+use megalon_core::{CrashSafety, Host, HostOptions, Join, Pod, RecordShape};
+
+fn options(seed: u64, wait: Duration) -> HostOptions {
+    HostOptions::new()
+        .memory(simulated(seed, 512, 64))
+        .wait_limit(wait)
+}
+
+fn leak(pod: &std::sync::Arc<Pod>, id: u32, options: HostOptions) -> &'static Host {
+    Box::leak(Box::new(
+        Host::join(pod, Join::As(id), options).expect("join"),
+    ))
+}
+
+/// Runs `operation` on a thread of its own, stopped the first time it reaches `point`:
+/// it sends "stopped", and goes on when it hears "go".
+fn stopped_at<R: Send + 'static>(
+    point: Point,
+    operation: impl FnOnce() -> R + Send + 'static,
+) -> (
+    Receiver<&'static str>,
+    Sender<&'static str>,
+    std::thread::JoinHandle<R>,
+) {
+    let (to_main, main_hears) = channel();
+    let (to_thread, thread_hears) = channel::<&'static str>();
+    let thread = std::thread::spawn(move || {
+        let mut stopped = false;
+        chaos::with_hook(
+            move |at| {
+                if at == point && !stopped {
+                    stopped = true;
+                    to_main.send("stopped").unwrap();
+                    assert_eq!(thread_hears.recv().unwrap(), "go");
+                }
+            },
+            operation,
+        )
+    });
+    (main_hears, to_thread, thread)
+}
+
+/// A writer whose lock lost its CAS (another writer of the object won it first) goes
+/// round again, and meets a switch frozen meanwhile at its gate: it waits for the switch.
+/// The announce of the lock it did not take must be gone by then: the switch's drain
+/// waits until no announce is left, so a writer that kept it and waited at its gate held
+/// the switch off until the drainer gave up (and waited out the drainer's whole limit
+/// itself).
+#[test]
+fn a_writer_whose_lock_lost_withdraws_its_announce_before_it_waits_for_a_switch() {
+    let pod = heap_pod(
+        &config()
+            .record_width_switch(true)
+            .crash_safety(CrashSafety::Undo),
+    );
+    // The writer waits longer than the drainer: the drainer gives up first if it waits
+    // on the writer's announce. The writer's host has no pump: its gates look at the
+    // width word in the SCR (a pump's copy of the word would let the writer by on its
+    // second try whenever the pump had not seen the freeze yet).
+    let a = leak(
+        &pod,
+        0,
+        options(1, Duration::from_secs(5)).pump_interval(None),
+    );
+    let b = leak(&pod, 1, options(2, Duration::from_millis(500)));
+    a.create(b"k", &value(0)).unwrap();
+    a.write(b"k", &value(1)).unwrap();
+    // Announced its lock, stopped before the CAS.
+    let (stopped, go, writer) = stopped_at(Point::WriteBeforeLock, move || {
+        a.write(b"k", &value(2)).map(drop)
+    });
+    assert_eq!(stopped.recv().unwrap(), "stopped");
+    // Another thread of `a` writes the object meanwhile: the stopped writer's CAS fails.
+    a.write(b"k", &value(3)).unwrap();
+    // The switch freezes the array, and waits for `a`'s gate (the stopped writer's).
+    let (frozen, go_on, drainer) =
+        stopped_at(Point::WidthAfterFreeze, move || b.switch_record_width(8));
+    assert_eq!(frozen.recv().unwrap(), "stopped");
+    go_on.send("go").unwrap();
+    // The writer's CAS fails; it goes round again and meets the freeze at its gate.
+    go.send("go").unwrap();
+    let switched = drainer.join().unwrap();
+    writer.join().unwrap().unwrap();
+    assert!(
+        matches!(switched, Ok(true)),
+        "a switch held off by the announce of a lock never taken: {switched:?}"
+    );
+    assert_eq!(b.record_width().unwrap(), RecordShape { epoch: 1, bits: 8 });
+    assert_eq!(read_tag(b, b"k"), Some(2));
+    a.write(b"k", &value(4)).unwrap();
+    assert_eq!(read_tag(b, b"k"), Some(4));
+    assert!(b.inspect().record_census().locked.is_empty());
+}
