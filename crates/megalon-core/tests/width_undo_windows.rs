@@ -104,3 +104,46 @@ fn a_writer_whose_lock_lost_withdraws_its_announce_before_it_waits_for_a_switch(
     assert_eq!(read_tag(b, b"k"), Some(4));
     assert!(b.inspect().record_census().locked.is_empty());
 }
+
+/// A drainer that dies after its `WidthEnd` reached the log and before it opened the
+/// width word at the new epoch, in a pod with undo images: its recovery must complete
+/// (no announce is left anywhere: the drain waited for that, and none is made while the
+/// word is draining), so that its row is freed and a host past its event takes the
+/// switch over. The recovery waited instead for the word to be open at the epoch its
+/// replica was at, which only the takeover that waits for the recovery does: the dead
+/// drainer was never recovered, and every write waited on the switch for good.
+#[test]
+fn a_drainer_dead_after_its_append_is_recovered_and_taken_over_in_a_pod_with_undo_images() {
+    let pod = heap_pod(
+        &config()
+            .record_width_switch(true)
+            .crash_safety(CrashSafety::Undo)
+            .lease_ms(100),
+    );
+    let fast = |seed| {
+        options(seed, Duration::from_millis(500)).pump_interval(Some(Duration::from_millis(1)))
+    };
+    let a = leak(&pod, 0, fast(1));
+    let b = leak(&pod, 1, fast(2));
+    a.create(b"k", &value(0)).unwrap();
+    a.write(b"k", &value(1)).unwrap();
+    let (stopped, _go, _drainer) =
+        stopped_at(Point::AppendAfterPublish, move || b.switch_record_width(8));
+    assert_eq!(stopped.recv().unwrap(), "stopped");
+    b.inspect().freeze();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while a.inspect().stats().hosts_recovered < 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the dead drainer was never recovered"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(a.record_width().unwrap(), RecordShape { epoch: 1, bits: 8 });
+    a.write(b"k", &value(2)).unwrap();
+    assert_eq!(a.inspect().width_drainer(), None);
+    assert_eq!(read_tag(a, b"k"), Some(2));
+    a.write(b"k", &value(3)).unwrap();
+    assert_eq!(read_tag(a, b"k"), Some(3));
+    assert!(a.inspect().record_census().locked.is_empty());
+}

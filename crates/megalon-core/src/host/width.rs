@@ -510,8 +510,9 @@ impl Shared {
     /// the fixed one, or (a pod whose width may switch) this replica's once it is at the
     /// width word's epoch (no announce outlives its width: the drain waits for none to
     /// be left). `None` while a switch has applied its `WidthEnd` here and not yet
-    /// opened the word at the new epoch: no announce is left then, and the recovery's
-    /// next round looks again.
+    /// opened the word at the new epoch: no announce is left then (a recovery that finds
+    /// none has nothing to restore; it does not wait for the word, which a dead
+    /// drainer's takeover opens only once its recovery is done).
     pub(in crate::host) fn records_of_the_announces(&self) -> Result<Option<Records<'_>>> {
         if !self.width_switches() {
             return Ok(Some(Records::fixed(&self.pod)));

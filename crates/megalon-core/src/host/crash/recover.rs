@@ -367,11 +367,6 @@ impl Shared {
     /// locker defers, or the recoverer waits for it. Only the holder of the recovery word
     /// sets the intent, so one found set here is a dead recoverer's, and goes.
     fn restore_holds(&self, dead: &Dead) -> Result<bool> {
-        // The array at the width every announce of the dead host's is of, or a switch
-        // between widths under way: later.
-        let Some(records) = self.records_of_the_announces()? else {
-            return Ok(false);
-        };
         let intent = self.recovery_intent();
         let left = intent.load(Ordering::SeqCst);
         self.chaos.point(Point::RecoveryBeforeIntentCleared);
@@ -394,6 +389,22 @@ impl Shared {
                 return Ok(false);
             }
         }
+        // After the intent's clear (a dead recoverer's intent goes whatever the width).
+        // The array at the width every announce of the dead host's is of. None while a
+        // switch has applied its `WidthEnd` here and the word is not open at the new
+        // epoch yet: no announce is left then (the drain waited for that, and every gate
+        // meets the switch until the word opens), so nothing is left to restore unless
+        // an announce is there after all (a late one of a host paused past its lease):
+        // later. Waiting in every case left a drainer that died between its append and
+        // the word's reopening unrecovered for good: its row held, nobody found it gone
+        // and took the switch over, and every write waited on the switch.
+        let Some(records) = self.records_of_the_announces()? else {
+            let announced = (0..HOLDS_PER_HOST).any(|index| {
+                let announce = self.announce_word(dead.host, index).load(Ordering::SeqCst);
+                decode_announce(announce).is_some_and(|(record, ..)| record != MOVE_BACK)
+            });
+            return Ok(!announced);
+        };
         let mut all_done = true;
         for index in 0..HOLDS_PER_HOST {
             let announce = self.announce_word(dead.host, index).load(Ordering::SeqCst);
