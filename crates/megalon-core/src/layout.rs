@@ -53,8 +53,6 @@ pub(crate) fn ring_key_area(key_bytes: usize) -> u64 {
     (key_bytes as u64).next_multiple_of(8)
 }
 
-/// The whole pod's bytes. The whole pod must be addressable; every offset of the layout is
-/// less than this sum, so the arithmetic after this check cannot overflow.
 /// The most records `config`'s pod may have at any width: a lock announce (pods with undo
 /// images) holds the record id + 1 in 30 bits.
 fn max_records(config: &PodConfig) -> u64 {
@@ -65,6 +63,8 @@ fn max_records(config: &PodConfig) -> u64 {
     }
 }
 
+/// The whole pod's bytes. The whole pod must be addressable; every offset of the layout is
+/// less than this sum, so the arithmetic after this check cannot overflow.
 fn total_bytes(config: &PodConfig) -> Result<u64> {
     [HEADER_REGION_BYTES, config.scr_bytes, config.lnr_bytes]
         .iter()

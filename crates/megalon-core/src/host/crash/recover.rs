@@ -418,9 +418,11 @@ impl Shared {
             // Looked at after the announce: an announce that is there now was made at the
             // word's epoch then (made inside a gate, and a switch drains only once no
             // announce is left), so at `records`' width if the word is still at its
-            // epoch. Else (a switch ended since this round's look, and this announce is a
-            // condemned host's, stored before it learned it, which it withdraws) the next
-            // round looks again.
+            // epoch. Else a switch ended since this round's look: the drainer found every
+            // host that had not acknowledged its freeze with its row free, so this
+            // announce is a late store of a host paused past its lease (the lease's
+            // window; such a host never withdraws it, knowing it is dead): the next round
+            // looks again, at the new width, and may never settle it.
             if !self.width_still_at(&records) {
                 return Ok(false);
             }
