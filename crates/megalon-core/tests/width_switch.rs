@@ -221,12 +221,24 @@ fn a_switch_waits_for_a_held_write_and_gives_up_changing_nothing() {
 /// Writers of their own keys on three hosts, readers of every key, and switches between
 /// every width, all at once: every read is one whole version, never older than the last
 /// version its writer finished before the read began.
+///
+/// Its hosts wait up to 5 s, not `options`' 500 ms: the test fails on any wait that gives
+/// up, and a stop of the whole process longer than the limit (a loaded machine's, about a
+/// second) spends every wait under way at once, the wait for a hole an appender left
+/// between its reservation and its write included. At 500 ms it failed 3 runs of 8
+/// beside a stress (`ReplayStalled` after 1.3 s), and 7 of 8 with the process stopped
+/// (SIGSTOP) for 1.2 s (`ReplayStalled`, `RecordBusy`, `LogFull`); at 5 s, none of 8.
 #[test]
 fn writes_and_reads_across_switches_of_every_width_stay_whole_and_fresh() {
     const KEYS: usize = 12;
     let pod = heap_pod(&switchable().scr_bytes(8 << 10));
     let hosts: Vec<Arc<Host>> = (0..3)
-        .map(|i| Arc::new(join(&pod, options(10 + i))))
+        .map(|i| {
+            Arc::new(join(
+                &pod,
+                options(10 + i).wait_limit(Duration::from_secs(5)),
+            ))
+        })
         .collect();
     for i in 0..KEYS {
         hosts[0].create(&key(i), &value(0)).unwrap();
