@@ -953,13 +953,13 @@ const CRASH_TEST: EnvTest = EnvTest {
 };
 
 /// Runs `env_test` in release, with the `chaos` feature if asked, after a line
-/// `==> what flags`. Returns whether it passed and what it printed; `None` if cargo did
-/// not run.
+/// `==> what flags`. Returns whether it passed and what it printed (its standard output
+/// and its standard error, where a panic's message goes); `None` if cargo did not run.
 fn run_env_test(
     env_test: &EnvTest,
     chaos: bool,
     flags: &[(&str, String)],
-) -> Option<(bool, String)> {
+) -> Option<(bool, String, String)> {
     let EnvTest {
         what,
         file,
@@ -991,6 +991,7 @@ fn run_env_test(
         Ok(output) => Some((
             output.status.success(),
             String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
         )),
         Err(error) => {
             eprintln!("{what}: could not run cargo: {error}");
@@ -1004,7 +1005,7 @@ fn run_env_test(
 /// linearizable and nothing was left behind. `--chaos` builds the core with chaos.
 fn stress(flags: &[(&str, String)]) -> bool {
     let chaos = flags.iter().any(|(name, _)| *name == "--chaos");
-    let Some((succeeded, stdout)) = run_env_test(&STRESS_TEST, chaos, flags) else {
+    let Some((succeeded, stdout, stderr)) = run_env_test(&STRESS_TEST, chaos, flags) else {
         return false;
     };
     let verdict = stdout
@@ -1022,7 +1023,7 @@ fn stress(flags: &[(&str, String)]) -> bool {
             succeeded && line.starts_with("checked ")
         }
         None => {
-            eprintln!("{stdout}");
+            eprintln!("{stdout}{stderr}");
             println!("stress: no verdict (the run failed before checking; output above)");
             false
         }
@@ -1051,7 +1052,7 @@ const CI_CRASH_MIN_KILLS: u64 = 2;
 /// verdict last), and returns how many hosts it killed if the history was linearizable
 /// and nothing was left behind.
 fn crash(flags: &[(&str, String)]) -> Option<u64> {
-    let (succeeded, stdout) = run_env_test(&CRASH_TEST, false, flags)?;
+    let (succeeded, stdout, stderr) = run_env_test(&CRASH_TEST, false, flags)?;
     // The report: from the test's first line to the test harness's own lines after it.
     let report: Vec<&str> = stdout
         .lines()
@@ -1061,7 +1062,7 @@ fn crash(flags: &[(&str, String)]) -> Option<u64> {
         })
         .collect();
     if report.is_empty() {
-        eprintln!("{stdout}");
+        eprintln!("{stdout}{stderr}");
         println!("crash: no verdict (the run failed before checking; output above)");
         return None;
     }
