@@ -188,6 +188,37 @@ fn a_pod_with_undo_images_restores_dead_writers_at_each_width() {
     assert!(b.inspect().record_census().locked.is_empty());
 }
 
+/// An announce word left set in a free row (a late store of a life paused past its
+/// lease, which names no lock: stored here by hand) holds no switch off, and the id's
+/// next life clears it as it joins, so it holds none off then either. Before, every
+/// switch waited on it and gave up, first while the row was free, then for good.
+#[test]
+fn a_late_announce_in_a_free_row_holds_no_switch_off() {
+    let config = switchable().crash_safety(CrashSafety::Undo);
+    let pod = heap_pod(&config);
+    let a = join(&pod, options(1));
+    let b = join(&pod, options(2));
+    let id = b.id();
+    drop(b);
+    let late = pod.scr_u64(pod.layout().announce_offset(id, 3));
+    late.store(6 << 32 | 0x15, std::sync::atomic::Ordering::SeqCst);
+    a.create(b"k", &value(1)).unwrap();
+    a.write(b"k", &value(2)).unwrap();
+    assert!(
+        a.switch_record_width(8).unwrap(),
+        "past a free row's late announce"
+    );
+    let again = megalon_core::Host::join(&pod, megalon_core::Join::As(id), options(3)).unwrap();
+    assert_eq!(
+        late.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "cleared at the join"
+    );
+    assert!(again.switch_record_width(32).unwrap());
+    again.write(b"k", &value(3)).unwrap();
+    assert_eq!(read_tag(&a, b"k"), Some(3));
+}
+
 /// A write ticket held past the drainer's wait limit keeps the switch from draining: it
 /// gives up, changing nothing, and the write ends as if no switch had been tried.
 #[test]

@@ -483,12 +483,18 @@ impl Shared {
             // width, and clears it): no announce outlives its width, so a recoverer reads
             // every announce at the width the word is open at. A claim's announce holds
             // the switch off until its alloc settles or its record is freed. No new one
-            // comes now: every announce is made inside a gate.
+            // comes now: every announce is made inside a gate. A free row holds none that
+            // counts: its last life left (its holds ended) or was recovered (every
+            // announce settled and cleared) before the row was freed; one stored since is
+            // a late store of a life paused past its lease, which takes no lock (the
+            // lease's window), and would hold every switch off until the id's next life
+            // clears it (`Shared::clear_late_announces`).
             for host in 0..self.pod.layout().config.max_hosts {
                 for index in 0..HOLDS_PER_HOST {
                     let announce = self.announce_word(host, index);
                     if !self.drain_until(&mut backoff, on_pump, || {
                         announce.load(Ordering::SeqCst) == 0
+                            || host_table::holder(&self.pod, host).is_none()
                     }) {
                         return Err(waited(&backoff));
                     }

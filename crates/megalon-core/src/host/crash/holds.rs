@@ -49,6 +49,21 @@ impl Shared {
             .scr_u64(self.pod.layout().announce_offset(host, index))
     }
 
+    /// At a join, once this life holds its row (a free one: not a rescue's): clears the
+    /// row's announce words. Its last life's were all settled and cleared before the row
+    /// was freed, so any left is a late store of a life paused past its lease (the
+    /// lease's window), which names no lock; left, it would hold every width switch off,
+    /// and this life's recovery could take it for its own.
+    pub(in crate::host) fn clear_late_announces(&self) {
+        if !self.undo_images() {
+            return;
+        }
+        for index in 0..HOLDS_PER_HOST {
+            self.announce_word(self.id, index)
+                .store(0, Ordering::SeqCst);
+        }
+    }
+
     /// Whether this host's writes keep undo images and announce their locks.
     pub(in crate::host) fn undo_images(&self) -> bool {
         self.pod.config().undo_images() && !self.all_log
