@@ -6,11 +6,10 @@
 
 mod common;
 
-use std::sync::mpsc::{channel, Receiver, Sender};
 use std::time::Duration;
 
-use common::{config, heap_pod, read_tag, simulated, value};
-use megalon_core::chaos::{self, Point};
+use common::{config, heap_pod, read_tag, simulated, stopped_at, value};
+use megalon_core::chaos::Point;
 use megalon_core::{CrashSafety, Host, HostOptions, Join, Pod, RecordShape};
 
 fn options(seed: u64, wait: Duration) -> HostOptions {
@@ -23,34 +22,6 @@ fn leak(pod: &std::sync::Arc<Pod>, id: u32, options: HostOptions) -> &'static Ho
     Box::leak(Box::new(
         Host::join(pod, Join::As(id), options).expect("join"),
     ))
-}
-
-/// Runs `operation` on a thread of its own, stopped the first time it reaches `point`:
-/// it sends "stopped", and goes on when it hears "go".
-fn stopped_at<R: Send + 'static>(
-    point: Point,
-    operation: impl FnOnce() -> R + Send + 'static,
-) -> (
-    Receiver<&'static str>,
-    Sender<&'static str>,
-    std::thread::JoinHandle<R>,
-) {
-    let (to_main, main_hears) = channel();
-    let (to_thread, thread_hears) = channel::<&'static str>();
-    let thread = std::thread::spawn(move || {
-        let mut stopped = false;
-        chaos::with_hook(
-            move |at| {
-                if at == point && !stopped {
-                    stopped = true;
-                    to_main.send("stopped").unwrap();
-                    assert_eq!(thread_hears.recv().unwrap(), "go");
-                }
-            },
-            operation,
-        )
-    });
-    (main_hears, to_thread, thread)
 }
 
 /// A writer whose lock lost its CAS (another writer of the object won it first) goes

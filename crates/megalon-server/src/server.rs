@@ -534,19 +534,10 @@ mod tests {
         survivor.create(b"after", b"x").unwrap();
     }
 
-    /// A command that panics (a defect of the server or of the store) closes its own
-    /// connection, after the replies to the commands before it and an error in place of
-    /// its own part-written reply; the worker's other connections, new ones and the
-    /// shutdown go on as if nothing happened, and the host's count of clients drops.
-    /// Before, the panic ended the worker's thread: the client saw its connection cut
-    /// with no error, the count stayed one too high, and the other connections waited
-    /// for the relief watch to start a thread.
-    #[test]
-    fn a_command_that_panics_closes_its_connection_only() {
-        use std::io::{Read, Write};
-        use std::os::unix::net::UnixStream;
+    /// A server of one host on a new heap pod of 4 MiB of LNR, listening on `h0.sock` in
+    /// the returned directory (no TCP port), with `workers` workers and `max_clients`.
+    fn one_host_server(workers: usize, max_clients: usize) -> (tempfile::TempDir, super::Server) {
         use std::sync::Arc;
-        use std::time::{Duration, Instant};
 
         use megalon_core::{Backing, Host, HostOptions, Join, Pod, PodConfig};
         use megalon_kv::{Megalon, Store};
@@ -561,16 +552,32 @@ mod tests {
             Arc::clone(&pod),
             vec![Arc::new(host)],
         ))];
-        let socket = dir.path().join("h0.sock");
         let listen = vec![Listen {
-            socket: socket.clone(),
+            socket: dir.path().join("h0.sock"),
             tcp_port: None,
         }];
         let serving = Serving {
-            workers: 1,
-            max_clients: 4,
+            workers,
+            max_clients,
         };
-        let server = Server::start(stores, listen, serving).unwrap();
+        (dir, Server::start(stores, listen, serving).unwrap())
+    }
+
+    /// A command that panics (a defect of the server or of the store) closes its own
+    /// connection, after the replies to the commands before it and an error in place of
+    /// its own part-written reply; the worker's other connections, new ones and the
+    /// shutdown go on as if nothing happened, and the host's count of clients drops.
+    /// Before, the panic ended the worker's thread: the client saw its connection cut
+    /// with no error, the count stayed one too high, and the other connections waited
+    /// for the relief watch to start a thread.
+    #[test]
+    fn a_command_that_panics_closes_its_connection_only() {
+        use std::io::{Read, Write};
+        use std::os::unix::net::UnixStream;
+        use std::time::{Duration, Instant};
+
+        let (dir, server) = one_host_server(1, 4);
+        let socket = dir.path().join("h0.sock");
         let connect = || {
             let c = UnixStream::connect(&socket).unwrap();
             c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -639,13 +646,7 @@ mod tests {
     fn turns_that_wait_or_panic_among_many_connections_keep_every_reply_in_order() {
         use std::io::{BufRead, BufReader, Write};
         use std::os::unix::net::UnixStream;
-        use std::sync::Arc;
         use std::time::{Duration, Instant};
-
-        use megalon_core::{Backing, Host, HostOptions, Join, Pod, PodConfig};
-        use megalon_kv::{Megalon, Store};
-
-        use super::{Listen, Server, Serving};
 
         let seconds: u64 = std::env::var("STRESS_SECONDS")
             .ok()
@@ -665,24 +666,8 @@ mod tests {
                     .as_nanos() as u64
             });
         eprintln!("seed {seed}");
-        let dir = tempfile::tempdir().unwrap();
-        let pod =
-            Arc::new(Pod::create(&PodConfig::new().lnr_bytes(4 << 20), Backing::heap()).unwrap());
-        let host = Host::join(&pod, Join::AnyFree, HostOptions::new()).unwrap();
-        let stores = vec![Store::new(Megalon::new(
-            Arc::clone(&pod),
-            vec![Arc::new(host)],
-        ))];
+        let (dir, server) = one_host_server(1, 256);
         let socket = dir.path().join("h0.sock");
-        let listen = vec![Listen {
-            socket: socket.clone(),
-            tcp_port: None,
-        }];
-        let serving = Serving {
-            workers: 1,
-            max_clients: 256,
-        };
-        let server = Server::start(stores, listen, serving).unwrap();
         let encode = |args: &[&[u8]]| {
             let mut v = format!("*{}\r\n", args.len()).into_bytes();
             for a in args {
@@ -819,13 +804,7 @@ mod tests {
         use std::io::{BufRead, BufReader, Write};
         use std::os::unix::net::UnixStream;
         use std::sync::atomic::{AtomicBool, Ordering};
-        use std::sync::Arc;
         use std::time::{Duration, Instant};
-
-        use megalon_core::{Backing, Host, HostOptions, Join, Pod, PodConfig};
-        use megalon_kv::{Megalon, Store};
-
-        use super::{Listen, Server, Serving};
 
         let rounds: u64 = std::env::var("STRESS_ROUNDS")
             .ok()
@@ -841,25 +820,8 @@ mod tests {
             v
         };
         for round in 0..rounds {
-            let dir = tempfile::tempdir().unwrap();
-            let pod = Arc::new(
-                Pod::create(&PodConfig::new().lnr_bytes(4 << 20), Backing::heap()).unwrap(),
-            );
-            let host = Host::join(&pod, Join::AnyFree, HostOptions::new()).unwrap();
-            let stores = vec![Store::new(Megalon::new(
-                Arc::clone(&pod),
-                vec![Arc::new(host)],
-            ))];
+            let (dir, server) = one_host_server(2, 256);
             let socket = dir.path().join("h0.sock");
-            let listen = vec![Listen {
-                socket: socket.clone(),
-                tcp_port: None,
-            }];
-            let serving = Serving {
-                workers: 2,
-                max_clients: 256,
-            };
-            let server = Server::start(stores, listen, serving).unwrap();
             // Load for 600 ms; the shutdown during the load (round 0), as the started threads
             // retire (2 s idle, round 1), or just before the load ends.
             let load = Duration::from_millis(600);

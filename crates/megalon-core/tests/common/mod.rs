@@ -212,6 +212,35 @@ where
     Some(parsed)
 }
 
+#[cfg(feature = "chaos")]
+/// Runs `operation` on a thread of its own, stopped the first time it reaches `point`:
+/// it sends "stopped", and goes on when it hears "go".
+pub fn stopped_at<R: Send + 'static>(
+    point: megalon_core::chaos::Point,
+    operation: impl FnOnce() -> R + Send + 'static,
+) -> (
+    std::sync::mpsc::Receiver<&'static str>,
+    std::sync::mpsc::Sender<&'static str>,
+    std::thread::JoinHandle<R>,
+) {
+    let (to_main, main_hears) = std::sync::mpsc::channel();
+    let (to_thread, thread_hears) = std::sync::mpsc::channel::<&'static str>();
+    let thread = std::thread::spawn(move || {
+        let mut stopped = false;
+        megalon_core::chaos::with_hook(
+            move |at| {
+                if at == point && !stopped {
+                    stopped = true;
+                    to_main.send("stopped").unwrap();
+                    assert_eq!(thread_hears.recv().unwrap(), "go");
+                }
+            },
+            operation,
+        )
+    });
+    (main_hears, to_thread, thread)
+}
+
 /// A call paused at a chaos point by [`pauses_when`].
 #[cfg(feature = "chaos")]
 pub struct Paused<T> {
