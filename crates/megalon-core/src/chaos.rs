@@ -121,6 +121,9 @@ pub enum Point {
     ReplayBetweenEntries,
     /// Replay, after applying a round of entries, before it advances `ctail`.
     ReplayBeforeCtail,
+    /// A wait for entries not yet applied (a replay's for an entry not yet published, a
+    /// `confirm`'s for a sibling's replay), having looked, before its pause.
+    ReplayBeforeWait,
     /// A move back, its slot image kept, before it writes the object into the slot.
     MoveBackBeforeCopy,
     /// A move to this host's DRAM, its `MoveToHost` appended (or its append failed),

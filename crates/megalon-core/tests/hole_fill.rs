@@ -658,3 +658,123 @@ fn an_unconfirmed_batch_half_applied_by_a_round_under_way_answers_each_entry_onc
         "{census:?}"
     );
 }
+
+/// A wait for a hole whose limit passes while its thread is stopped, the entry published
+/// meanwhile, looks at the log once more before it gives up: the append behind the hole
+/// answers. (It answered `ReplayStalled` at its first look at the clock after the pause,
+/// though the entry it waited for was there.)
+#[test]
+fn a_wait_for_a_hole_filled_while_its_thread_was_stopped_looks_once_more() {
+    let wait = Duration::from_millis(200);
+    let options = |id: u32| options(id).wait_limit(wait).flat_combining(false);
+    let pod = common::heap_pod(&common::config().lease_ms(60_000));
+    let a: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(0), options(0)).unwrap()));
+    let d: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(2), options(2)).unwrap()));
+    // d reserves a position for its create and is slow to write it: a hole.
+    let (reserved, is_reserved) = channel();
+    let (go, resume) = channel::<()>();
+    let (published, is_published) = channel();
+    let slow = std::thread::spawn(move || {
+        let mut once = true;
+        let created = chaos::with_hook(
+            move |at| {
+                if at == Point::AppendBeforeWrite && std::mem::take(&mut once) {
+                    reserved.send(()).unwrap();
+                    resume.recv().unwrap();
+                }
+            },
+            || d.create(b"d", &value(1)),
+        );
+        published.send(()).unwrap();
+        created
+    });
+    is_reserved.recv().unwrap();
+    // a's create lies behind the hole. Its replay looks, finds the hole, pauses; at its
+    // second look the hole is filled while the thread is stopped past its whole limit.
+    let mut waits = 0;
+    let began = std::time::Instant::now();
+    let created = chaos::with_hook(
+        move |at| {
+            if at == Point::ReplayBeforeWait {
+                waits += 1;
+                if waits == 2 {
+                    go.send(()).unwrap();
+                    is_published.recv().unwrap();
+                    std::thread::sleep(wait + wait / 2);
+                }
+            }
+        },
+        || a.create(b"a", &value(2)),
+    );
+    let took = began.elapsed();
+    assert!(
+        created.is_ok(),
+        "a's create, its hole filled while it was stopped, answered {created:?} after \
+         {took:?}"
+    );
+    slow.join().unwrap().unwrap();
+    let mut buf = vec![0u8; common::SLOT];
+    a.read(b"d", &mut buf).unwrap();
+    assert_eq!(buf, value(1));
+}
+
+/// The same for a tail check that watches a sibling's replay (which holds the replay
+/// lock): its limit passes while its thread is stopped, the sibling's round having
+/// covered `ctail` meanwhile; it looks once more and answers. (It answered
+/// `ReplayStalled`.) An append needs no such look: a confirm given up looks for its
+/// outcomes anyway.
+#[test]
+fn a_tail_check_behind_a_siblings_replay_stopped_past_its_limit_looks_once_more() {
+    let wait = Duration::from_millis(500);
+    let options = |id: u32| options(id).wait_limit(wait).flat_combining(false);
+    let pod = common::heap_pod(&common::config().lease_ms(60_000));
+    let a: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(0), options(0)).unwrap()));
+    let b: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), options(1)).unwrap()));
+    a.create(b"x", &value(1)).unwrap();
+    // b's create moves `ctail` past a's replica; a sibling on a replays it, its round
+    // paused before it covers `ctail`.
+    b.create(b"z", &value(2)).unwrap();
+    let (in_round, is_in_round) = channel();
+    let (go, resume) = channel::<()>();
+    let sibling = std::thread::spawn(move || {
+        let mut once = true;
+        chaos::with_hook(
+            move |at| {
+                if at == Point::ReplayBeforeCtail && std::mem::take(&mut once) {
+                    in_round.send(()).unwrap();
+                    resume.recv().unwrap();
+                }
+            },
+            || a.replay(),
+        )
+    });
+    is_in_round.recv().unwrap();
+    let (_, ctail, _) = a.inspect().log_cursors();
+    assert!(a.inspect().applied_position() < ctail);
+    // This thread's read checks the tail: it watches the sibling's round. At its second
+    // look the round goes on and covers `ctail` while this thread is stopped past its
+    // whole limit.
+    let mut waits = 0;
+    let mut buf = vec![0u8; common::SLOT];
+    let read = chaos::with_hook(
+        move |at| {
+            if at == Point::ReplayBeforeWait {
+                waits += 1;
+                if waits == 2 {
+                    go.send(()).unwrap();
+                    while a.inspect().applied_position() < ctail {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    std::thread::sleep(wait + wait / 2);
+                }
+            }
+        },
+        || a.read(b"z", &mut buf),
+    );
+    assert!(
+        read.is_ok(),
+        "a's read, its tail covered by a sibling while it was stopped, answered {read:?}"
+    );
+    assert_eq!(buf, value(2));
+    sibling.join().unwrap().unwrap();
+}

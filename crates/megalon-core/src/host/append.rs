@@ -138,6 +138,8 @@ impl Shared {
         let mut fenced = 0;
         // What this replay last raised this life's `ltail` to.
         let mut raised = start;
+        // Whether the wait for a hole, past its limit, has had its one more look.
+        let mut looked_again = false;
         'rounds: loop {
             let mut index = None;
             loop {
@@ -237,6 +239,7 @@ impl Shared {
                     self.beat();
                     // The position may be a dead host's, which only a recovery fills.
                     self.unblock_log();
+                    self.chaos.point(Point::ReplayBeforeWait);
                     let waited =
                         Backoff::snooze_or(&mut backoff, self.options.wait_limit, |waited_ms| {
                             Error::ReplayStalled {
@@ -245,6 +248,13 @@ impl Shared {
                             }
                         });
                     if let Err(stalled) = waited {
+                        // The limit passed, maybe while this thread was stopped after its
+                        // look at the log: one more round looks again before the wait
+                        // gives up (an entry published meanwhile is applied, not answered
+                        // `ReplayStalled`).
+                        if !std::mem::replace(&mut looked_again, true) {
+                            continue 'rounds;
+                        }
                         failure = Some(stalled);
                         break 'rounds;
                     }
@@ -791,6 +801,7 @@ impl Shared {
     /// (`catch_up`) waits with too.
     fn confirm(&self, target: u64) -> Result<()> {
         let mut backoff = None;
+        let mut looked_again = false;
         loop {
             // Acquire: pairs with the Release stores of `applied` at the end of each
             // round, after its outcomes are in `outcomes`.
@@ -800,12 +811,18 @@ impl Shared {
             if let Some(state) = self.replica.replay.try_lock() {
                 return self.replay_locked(state, Some(target), backoff).map(drop);
             }
-            Backoff::snooze_or(&mut backoff, self.options.wait_limit, |waited_ms| {
+            self.chaos.point(Point::ReplayBeforeWait);
+            let waited = Backoff::snooze_or(&mut backoff, self.options.wait_limit, |waited_ms| {
                 Error::ReplayStalled {
                     position: self.replica.applied.load(Ordering::Acquire),
                     waited_ms,
                 }
-            })?;
+            });
+            // Past the limit, one more look first (as the replay's wait for a hole).
+            if waited.is_err() && !std::mem::replace(&mut looked_again, true) {
+                continue;
+            }
+            waited?;
         }
     }
 
