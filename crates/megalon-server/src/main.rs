@@ -198,15 +198,21 @@ fn socket_path(pattern: &str, host: u32) -> PathBuf {
 /// it (every process of the pod was killed, or the server ran alone), the server joins
 /// the pod meanwhile as another host of its own, whose pump recovers the dead holder,
 /// and leaves it once it has the id it asked for.
+///
+/// `None`: a signal came meanwhile (`stop`); the server stops before it serves.
 fn join_pod(
     pod: &Arc<Pod>,
     which: Join,
     options: HostOptions,
     bound: Duration,
-) -> Result<Host, String> {
+    stop: &Stop,
+) -> Result<Option<Host>, String> {
     let mut backoff = Backoff::new(bound);
     let mut helper: Option<Host> = None;
     loop {
+        if stop.requested() {
+            return Ok(None);
+        }
         match Host::join(pod, which, options.clone()) {
             Err(megalon_core::Error::HostTaken { .. }) if backoff.snooze() => {
                 if let (None, Join::As(wanted)) = (&helper, which) {
@@ -218,7 +224,7 @@ fn join_pod(
                 }
             }
             Err(e) => return Err(format!("joining the pod: {e}")),
-            Ok(host) => return Ok(host),
+            Ok(host) => return Ok(Some(host)),
         }
     }
 }
@@ -253,6 +259,13 @@ fn run(args: &Args) -> Result<ExitCode, String> {
     if args.host.is_some() && args.hosts > 1 {
         return Err("--host names one host; it does not go with --hosts".into());
     }
+    // Caught before the pod is joined: a signal that came while a host joined (a late
+    // join copies the pod's index; a restarted server waits for its id to be freed) met
+    // its default action, which killed the process mid-join, its hosts left to the pod's
+    // recovery. Now the join goes on (it cannot be cut short), the hosts joined leave,
+    // and the server stops before it serves; a second signal still ends it at once.
+    let stop = Arc::new(Stop::default());
+    let signals = watch_signals(catch_signals()?, Arc::clone(&stop))?;
     let (pod, how) = pod(args)?;
     let pod = Arc::new(pod);
     let pretend_elsewhere = std::env::var_os(PRETEND_ELSEWHERE).is_some_and(|v| v == "1");
@@ -263,12 +276,20 @@ fn run(args: &Args) -> Result<ExitCode, String> {
             .memory(args.memory.for_host(SIMULATED_SEED, i as u32))
             .wait_limit(Duration::from_millis(args.wait_limit_ms));
         let join = args.host.map_or(Join::AnyFree, Join::As);
-        let host = join_pod(
+        let joined = join_pod(
             &pod,
             join,
             options,
             Duration::from_millis(args.wait_limit_ms),
+            &stop,
         )?;
+        let Some(host) = joined.filter(|_| !stop.requested()) else {
+            // The hosts joined so far leave as they drop.
+            drop(stores);
+            signals.close();
+            say!("megalon-server: stopped by a signal while joining the pod; its hosts left");
+            return Ok(ExitCode::SUCCESS);
+        };
         if pretend_elsewhere {
             host.inspect().pretend_elsewhere();
         }
@@ -286,11 +307,8 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         )));
     }
     let config = pod.config().clone();
-    // Caught before the sockets are bound: one sent as soon as a socket answers (a
-    // supervisor stopping the server it just saw come up) met its default action, which
-    // killed the process, its hosts left to the pod's recovery and its socket file
-    // behind. One that comes while the server starts stops it once it serves.
-    let signals = catch_signals()?;
+    // A signal from here on (one sent as soon as a socket answers, say: a supervisor
+    // stopping the server it just saw come up) stops the server once it serves.
     let server = Server::start(
         stores,
         listen,
@@ -323,7 +341,7 @@ fn run(args: &Args) -> Result<ExitCode, String> {
         );
     }
     let shutdown = Arc::clone(server.shutdown());
-    let signals = watch_signals(signals, Arc::clone(&shutdown))?;
+    stop.serving(Arc::clone(&shutdown));
     let stores = server.wait();
     let declared_dead = shutdown.declared_dead();
     if let Some((host, life)) = declared_dead {
@@ -359,9 +377,43 @@ fn catch_signals() -> Result<signal_hook::iterator::Signals, String> {
         .map_err(|e| format!("watching signals: {e}"))
 }
 
+/// A stop asked for by a signal: before the server serves (the joins look at it), then
+/// the server's shutdown.
+#[derive(Default)]
+struct Stop {
+    requested: std::sync::atomic::AtomicBool,
+    shutdown: std::sync::OnceLock<Arc<host::Shutdown>>,
+}
+
+impl Stop {
+    fn requested(&self) -> bool {
+        self.requested.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// A signal came: the server's shutdown if it serves, else a stop its start sees.
+    fn request(&self) {
+        // SeqCst, as in `serving`: either this sees the shutdown or `serving` sees the
+        // request.
+        self.requested
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(shutdown) = self.shutdown.get() {
+            shutdown.trigger();
+        }
+    }
+
+    /// The server serves: a signal from now on triggers `shutdown`, and one that came
+    /// before it did already.
+    fn serving(&self, shutdown: Arc<host::Shutdown>) {
+        let shutdown = self.shutdown.get_or_init(|| shutdown);
+        if self.requested() {
+            shutdown.trigger();
+        }
+    }
+}
+
 /// Turns SIGINT, SIGTERM and SIGHUP (the terminal closed), caught by [`catch_signals`]
-/// (those that came since included), into a shutdown; a second one ends the process at
-/// once.
+/// (those that came since included), into a stop (`Stop::request`); a second one ends
+/// the process at once.
 ///
 /// A shutdown waits for commands in the workers' hands, each up to the wait limit (a
 /// create behind a stopped host waits for log room). A second signal does not wait: the
@@ -369,7 +421,7 @@ fn catch_signals() -> Result<signal_hook::iterator::Signals, String> {
 /// recover its hosts as they would a killed process's.
 fn watch_signals(
     mut signals: signal_hook::iterator::Signals,
-    shutdown: Arc<host::Shutdown>,
+    stop: Arc<Stop>,
 ) -> Result<signal_hook::iterator::Handle, String> {
     let handle = signals.handle();
     std::thread::Builder::new()
@@ -377,7 +429,7 @@ fn watch_signals(
         .spawn(move || {
             let mut signals = signals.forever();
             if signals.next().is_some() {
-                shutdown.trigger();
+                stop.request();
             }
             if signals.next().is_some() {
                 eprintln!(

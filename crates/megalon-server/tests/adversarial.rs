@@ -506,3 +506,52 @@ fn an_empty_socket_path_is_refused() {
     assert!(!status.success());
     assert!(stderr.contains("--socket ''"), "{stderr}");
 }
+
+/// A signal while the server joins the pod (here its `--host` id is held by a stopped
+/// process: the join waits for the id, up to the wait limit of 30 s, meanwhile holding
+/// another id as its helper) stops it before it serves: exit 0, its helper left the
+/// pod, no socket bound. Before, the signal met its default action and killed the process
+/// mid-join, its hosts left to the pod's recovery.
+#[test]
+fn a_signal_while_the_server_joins_the_pod_stops_it_before_it_serves() {
+    let dir = scratch_dir();
+    let held = host_process(dir.path(), 0, &["--lnr-mib", "16"]);
+    held.signal("STOP");
+    let pod = dir.path().join("pod");
+    let socket = dir.path().join("second.sock");
+    let mut second = Command::new(env!("CARGO_BIN_EXE_megalon-server"))
+        .args(["--pod", pod.to_str().unwrap(), "--host", "0"])
+        .args(["--socket", socket.to_str().unwrap(), "--port", "0"])
+        .args(["--wait-limit-ms", "30000"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        second.try_wait().unwrap().is_none(),
+        "the second server did not wait to join"
+    );
+    // SAFETY: a signal to the child this test started and has not reaped.
+    assert_eq!(unsafe { libc::kill(second.id() as i32, libc::SIGTERM) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = second.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    held.signal("CONT");
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "a SIGTERM while joining: {status:?}"
+    );
+    assert!(!socket.exists(), "the server bound its socket");
+    // The pod goes on: host 0's own server serves.
+    assert_eq!(held.client(0).cmd("SET k v"), ok());
+}
