@@ -1119,6 +1119,8 @@ fn ci() -> ExitCode {
             "error_causes",
             "--test",
             "capacity",
+            "--test",
+            "partial_write",
         ],
         // The KV store's tests of appends that fail (core chaos hooks).
         &[

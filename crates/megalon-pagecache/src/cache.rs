@@ -218,6 +218,9 @@ impl PageCache {
     /// Writes `data` into `file` at byte `offset`, through the cache: the pages are marked
     /// dirty and reach the file later (background writer, eviction, reclaim, `fsync`). A
     /// write that would end past the file's end is refused before anything is written.
+    /// Each page's part is written whole or not at all, the pages in order: an error at a
+    /// page after the first is [`Error::WriteIncomplete`], naming how many bytes (the
+    /// pages before it) are in the cache; any other error means nothing was written.
     pub fn write(&self, file: FileId, offset: u64, data: &[u8]) -> Result<()> {
         let open = self.inner.file(file)?;
         let len_bytes = data.len() as u64;
@@ -238,8 +241,20 @@ impl PageCache {
             let page = position / FILE_PAGE_BYTES;
             let at = (position % FILE_PAGE_BYTES) as usize;
             let take = (FILE_PAGE_BYTES as usize - at).min(data.len() - done);
-            self.inner
-                .write_page(&open, page, at, &data[done..done + take])?;
+            if let Err(error) = self
+                .inner
+                .write_page(&open, page, at, &data[done..done + take])
+            {
+                // The pages before this one took their bytes: say so (a page's write is
+                // all or nothing, so these are exactly the first `done`).
+                return Err(match done {
+                    0 => error,
+                    _ => Error::WriteIncomplete {
+                        written_bytes: done as u64,
+                        source: Box::new(error),
+                    },
+                });
+            }
             done += take;
         }
         Ok(())

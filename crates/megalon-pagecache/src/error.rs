@@ -120,6 +120,18 @@ pub enum Error {
         /// Admissions tried.
         rounds: u32,
     },
+    /// A write across pages failed at a page after the pages before it took their bytes:
+    /// the first `written_bytes` bytes of the write are in the cache (dirty, on their way
+    /// to the file like any write's), the rest are not. A page's write is all or nothing;
+    /// a write across pages is not. Write the rest again to finish it.
+    #[error("a write stopped after its first {written_bytes} bytes: {source}")]
+    WriteIncomplete {
+        /// Bytes of the write, from its start, that are in the cache.
+        written_bytes: u64,
+        /// Why the rest is not.
+        #[source]
+        source: Box<Error>,
+    },
 }
 
 /// `Result` with the crate's [`Error`].
