@@ -1121,6 +1121,8 @@ fn ci() -> ExitCode {
             "capacity",
             "--test",
             "partial_write",
+            "--test",
+            "evict_during_read",
         ],
         // The KV store's tests of appends that fail (core chaos hooks).
         &[
