@@ -793,3 +793,78 @@ fn a_taker_declared_dead_leaves_the_switch_to_a_host_that_finds_it_gone() {
         RecordShape { epoch: 0, bits: 32 }
     );
 }
+
+/// The read across a switch above at the narrow widths, both ways between 2 and 4 bits,
+/// where the record check alone is blindest: at 2 bits every record in use and unlocked
+/// reads the same, and a record of the old width read over records of the new reads
+/// in use, unlocked, at the counter the read's start saw once every record of the new
+/// width is in use (4 to 2 bits: a counter of 2 is the bits of a 2-bit record in use;
+/// 2 to 4 bits: a 4-bit record in use at counter 2 holds, at either half of its bits, a
+/// 2-bit record in use). Only the log tells: `read_end`'s tail check applies the switch,
+/// and the stamp check throws the torn copy away. (Fails with the mutant
+/// `post-read-event-check`, at both.)
+#[test]
+fn a_read_across_a_switch_between_2_and_4_bits_whose_old_record_reads_unchanged_is_thrown_away() {
+    for (from, to) in [(2, 4), (4, 2)] {
+        let what = format!("{from} to {to} bits");
+        // A record array of one line (256 records of 2 bits, 128 of 4), and a log long
+        // enough for b (no pump) to hold its head through every write below.
+        let base = config()
+            .lnr_bytes(4 << 20)
+            .log_capacity_entries(4096)
+            .record_width_switch(true);
+        let records_bytes = megalon_core::Layout::new(&base)
+            .expect("layout")
+            .records_bytes();
+        let pod = heap_pod(
+            &base
+                .app_scr_bytes(records_bytes - 64)
+                .record_width_bits(from),
+        );
+        let a: &'static Host = Box::leak(Box::new(
+            Host::join(&pod, Join::As(0), options(1).record_watermark(1.0)).unwrap(),
+        ));
+        // Without a pump: its replica applies nothing it is not asked to.
+        let b: &'static Host = Box::leak(Box::new(
+            Host::join(&pod, Join::As(1), options(2).pump_interval(None)).unwrap(),
+        ));
+        a.create(b"k", &value(1)).unwrap();
+        // Written once: a record of `from` bits (at 4 bits, its counter 2).
+        a.write(b"k", &value(2)).unwrap();
+        // Objects enough for every record of the new width, `k`'s among them.
+        let records = 64 * 8 / to;
+        let fill: Vec<Vec<u8>> = (1..records).map(|i| format!("o{i}").into_bytes()).collect();
+        for key in &fill {
+            a.create(key, &value(0)).unwrap();
+        }
+        b.replay().unwrap();
+        let ticket = b.read_start(b"k").unwrap();
+        let mut copy = vec![0u8; SLOT];
+        ticket.read(0, &mut copy[..SLOT / 2]).unwrap();
+        // b acknowledges the freeze by hand (no pump), before the switch's event.
+        let switched = chaos::with_hook(
+            |at| {
+                if at == Point::WidthAfterFreeze {
+                    b.replay().unwrap();
+                }
+            },
+            || a.switch_record_width(to),
+        );
+        assert!(switched.unwrap(), "{what}: switched");
+        // Every record of the new width in use, unlocked, written once (at 4 bits, its
+        // counter 2).
+        a.write(b"k", &value(9)).unwrap();
+        for key in &fill {
+            a.write(key, &value(3)).unwrap();
+        }
+        assert_eq!(
+            a.inspect().records_in_use(),
+            (u64::from(records), u64::from(records)),
+            "{what}: every record in use"
+        );
+        ticket.read(SLOT / 2, &mut copy[SLOT / 2..]).unwrap();
+        assert_eq!(tag_of(&copy), None, "{what}: the copy is torn");
+        assert!(!b.read_end(ticket).unwrap(), "{what}: a torn copy accepted");
+        assert_eq!(read_tag(b, b"k"), Some(9), "{what}: the read after");
+    }
+}
