@@ -62,6 +62,10 @@ enum Adversary {
     Reassign,
     /// `k` deleted and created again, then written through a cycle.
     Recreate,
+    /// `k` made read-shared and written again: its record, the only one free, comes back
+    /// to it, its word as the read's start saw it (at 2 bits, any record in use and
+    /// unlocked is), and `k` is written through a cycle less the write that took it.
+    Realloc,
 }
 
 struct World {
@@ -139,6 +143,12 @@ impl World {
                     assert_eq!(writer.lookup(b"j").unwrap().unwrap().record, record);
                     write_k(cycle(bits));
                 }
+                Adversary::Realloc => {
+                    let record = writer.lookup(b"k").unwrap().unwrap().record;
+                    assert!(writer.make_read_shared(b"k").unwrap());
+                    write_k(cycle(bits));
+                    assert_eq!(writer.lookup(b"k").unwrap().unwrap().record, record);
+                }
                 Adversary::Recreate => {
                     writer.delete(b"k").unwrap();
                     let tag = {
@@ -164,11 +174,12 @@ impl World {
     }
 }
 
-const ADVERSARIES: [Adversary; 4] = [
+const ADVERSARIES: [Adversary; 5] = [
     Adversary::Cycle,
     Adversary::TwoCycles,
     Adversary::Reassign,
     Adversary::Recreate,
+    Adversary::Realloc,
 ];
 
 /// Points inside `read_start` and `read_end` where the adversary acts.
