@@ -316,20 +316,22 @@ impl Shared {
         if request == 0 || mailbox.server.load(Ordering::SeqCst) != 0 {
             return Ok(());
         }
+        if session_gone(&self.pod, request) {
+            // Its joiner died (and was recovered): nobody will read a snapshot. Cleared
+            // (by a CAS from that session: a new joiner's stays), or every pump would
+            // encode its index for it every round until the next late join. Before the
+            // look at `ready`: a joiner killed mid-stream leaves its session both served
+            // and in `request`, and nobody else clears it.
+            let _ =
+                (mailbox.request).compare_exchange(request, 0, Ordering::SeqCst, Ordering::SeqCst);
+            return Ok(());
+        }
         if mailbox.ready.load(Ordering::SeqCst) == request {
             // Pinned by a server already, which let go (it gave up waiting): a session is
             // served once. A second pin would raise the joiner's `ltail` past the position
             // it replays from, where its own raises (CASes from what it stored) would
             // never move it again, and the head would stop there for good. The joiner
             // learns it was let go, and joins again as a new session.
-            return Ok(());
-        }
-        if session_gone(&self.pod, request) {
-            // Its joiner died (and was recovered): nobody will read a snapshot. Cleared
-            // (by a CAS from that session: a new joiner's stays), or every pump would
-            // encode its index for it every round until the next late join.
-            let _ =
-                (mailbox.request).compare_exchange(request, 0, Ordering::SeqCst, Ordering::SeqCst);
             return Ok(());
         }
         // A server declared dead (paused past its lease) takes no mailbox.

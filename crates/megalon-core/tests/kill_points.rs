@@ -1,0 +1,579 @@
+//! Host processes killed (SIGKILL, by themselves, from a chaos hook) at an exact protocol
+//! point, where no other test kills one: a recoverer in the middle of recovering another
+//! dead host (at each step, then with or without a live host left), a drainer at each
+//! step of a switch of the record width, and a late joiner at each step of its join. The parent
+//! then recovers whoever is dead, by hand, and checks that nothing is left behind: every
+//! row free, no record locked or leaked, no announce, the recovery word and its intent
+//! clear, the object whole at its last complete value, writes going on, the dead ids
+//! joining again, and the log's ring turning over. The test binary re-runs itself as each
+//! child (the ignored test `kill_point_child`), with its role, its point and which hit of
+//! the point it dies at in its environment.
+//!
+//! | scenario  | host 1 (a child)                              | host 2 (a child)                 |
+//! |-----------|-----------------------------------------------|----------------------------------|
+//! | recoverer | dies holding `k`'s lock (undo image ready, half its new bytes in memory) and a reservation | recovers host 1 by hand, dies at the point |
+//! | rescue    | as above; then host 0 dies too, and a joiner of id 1 rescues the pod | as above |
+//! | drainer   | switches the record width, dies at the point  | -                                |
+//! | joiner    | joins late (its id's second life), dies at the point; host 0 serves it | -          |
+
+#![cfg(all(target_os = "linux", feature = "chaos"))]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::process::with_cache;
+use megalon_core::chaos::{self, Point};
+use megalon_core::limits::HOLDS_PER_HOST;
+use megalon_core::{Backing, CrashSafety, Host, HostOptions, Join, MemoryKind, Pod, PodConfig};
+
+const SLOT: usize = 256;
+const LEASE_MS: u32 = 200;
+/// How long a child's or the parent's wait on the other may take at most.
+const BOUND: Duration = Duration::from_secs(15);
+
+const POD_ENV: &str = "MEGALON_KP_POD";
+const ROLE_ENV: &str = "MEGALON_KP_ROLE";
+const POINT_ENV: &str = "MEGALON_KP_POINT";
+const NTH_ENV: &str = "MEGALON_KP_NTH";
+const BITS_ENV: &str = "MEGALON_KP_BITS";
+const MEMORY_ENV: &str = "MEGALON_KP_MEMORY";
+
+fn config(bits: u32, switch: bool) -> PodConfig {
+    PodConfig::new()
+        .scr_bytes(64 << 10)
+        .lnr_bytes(1 << 20)
+        .slot_size_bytes(SLOT as u64)
+        .max_key_bytes(48)
+        .log_capacity_entries(256)
+        .max_hosts(4)
+        .lease_ms(LEASE_MS)
+        .crash_safety(CrashSafety::Undo)
+        .record_width_bits(bits)
+        .record_width_switch(switch)
+}
+
+fn options(memory: &MemoryKind, host: u32) -> HostOptions {
+    HostOptions::new()
+        .memory(with_cache(memory, 1024, 64).for_host(0x4_4000, host))
+        .record_watermark(1.0)
+        .pump_interval(None)
+        .wait_limit(Duration::from_secs(8))
+}
+
+fn value(tag: u8) -> Vec<u8> {
+    (0..SLOT).map(|i| tag.wrapping_add(i as u8)).collect()
+}
+
+/// Word `i` of the mailbox: 0 the parent's, 1 host 1's, 2 host 2's (the unused upper
+/// half of the reclaimer's line).
+fn word(pod: &Pod, i: u64) -> &AtomicU64 {
+    pod.scr_u64(pod.layout().reclaimer_offset + 32 + 8 * i)
+}
+
+fn wait_word(w: &AtomicU64, at_least: u64, what: &str) {
+    let deadline = Instant::now() + BOUND;
+    while w.load(Ordering::Acquire) < at_least {
+        assert!(Instant::now() < deadline, "waited {BOUND:?} for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn row_free(pod: &Pod, host: u32) -> bool {
+    pod.scr_u64(pod.layout().host_entry_offset(host))
+        .load(Ordering::SeqCst) as u32
+        == 0
+}
+
+/// Kills this process where it stands, once `nth` hits of `point` have been seen.
+fn killer(pod: Arc<Pod>, me: u64, point: String, nth: u64) -> impl FnMut(Point) {
+    let mut seen = 0;
+    move |at| {
+        if format!("{at:?}") == point {
+            seen += 1;
+            if seen == nth {
+                word(&pod, me).store(100, Ordering::SeqCst);
+                // SAFETY: a plain syscall on our own pid.
+                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+                loop {
+                    std::thread::park();
+                }
+            }
+        }
+    }
+}
+
+/// Each child, by its role (absent: a normal test run, nothing to do).
+#[test]
+#[ignore = "a child of the tests here"]
+fn kill_point_child() {
+    let Some(path) = std::env::var_os(POD_ENV) else {
+        return;
+    };
+    let role = std::env::var(ROLE_ENV).unwrap();
+    let point = std::env::var(POINT_ENV).unwrap();
+    let nth: u64 = std::env::var(NTH_ENV).unwrap().parse().unwrap();
+    let memory: MemoryKind = std::env::var(MEMORY_ENV).unwrap().parse().unwrap();
+    let pod = Arc::new(Pod::open(Backing::file(Path::new(&path))).unwrap());
+    match role.as_str() {
+        "holder" => {
+            let host = Host::join(&pod, Join::As(1), options(&memory, 1)).unwrap();
+            let (locked, is_locked) = std::sync::mpsc::channel();
+            std::thread::scope(|s| {
+                let host = &host;
+                s.spawn(move || {
+                    let ticket = host.write_start(b"k").unwrap();
+                    ticket.write(0, &[0xee; SLOT / 2]).unwrap();
+                    host.memory().write_back(ticket.offset(), SLOT);
+                    host.memory().fence();
+                    locked.send(()).unwrap();
+                    loop {
+                        std::thread::park();
+                    }
+                });
+                is_locked.recv().unwrap();
+                word(&pod, 1).store(1, Ordering::SeqCst);
+                let created = chaos::with_hook(
+                    killer(Arc::clone(&pod), 1, "AppendAfterReserve".into(), 1),
+                    || host.create(b"n", &value(7)),
+                );
+                panic!("the holder's create answered {created:?}");
+            });
+        }
+        "recoverer" => {
+            let host = Host::join(&pod, Join::As(2), options(&memory, 2)).unwrap();
+            word(&pod, 2).store(1, Ordering::SeqCst);
+            wait_word(word(&pod, 0), 2, "the holder's death");
+            chaos::with_hook(killer(Arc::clone(&pod), 2, point, nth), || {
+                let deadline = Instant::now() + BOUND;
+                while !row_free(&pod, 1) {
+                    assert!(Instant::now() < deadline, "host 1 never recovered");
+                    host.inspect().watch_hosts();
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            });
+            // The point was not reached: say so, and leave.
+            word(&pod, 2).store(50, Ordering::SeqCst);
+        }
+        "drainer" => {
+            let host = Host::join(&pod, Join::As(1), options(&memory, 1)).unwrap();
+            word(&pod, 1).store(1, Ordering::SeqCst);
+            let bits: u32 = std::env::var(BITS_ENV).unwrap().parse().unwrap();
+            let switched = chaos::with_hook(killer(Arc::clone(&pod), 1, point, nth), || {
+                host.switch_record_width(bits)
+            });
+            word(&pod, 1).store(50, Ordering::SeqCst);
+            switched.unwrap();
+        }
+        "joiner" => {
+            let joined = chaos::with_hook(killer(Arc::clone(&pod), 1, point, nth), || {
+                Host::join(&pod, Join::As(1), options(&memory, 1))
+            });
+            word(&pod, 1).store(50, Ordering::SeqCst);
+            joined.unwrap().leave();
+        }
+        other => panic!("no role {other}"),
+    }
+}
+
+fn spawn(path: &Path, memory: &MemoryKind, role: &str, point: &str, nth: u64, bits: u32) -> Child {
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "kill_point_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(POD_ENV, path)
+        .env(ROLE_ENV, role)
+        .env(POINT_ENV, point)
+        .env(NTH_ENV, nth.to_string())
+        .env(BITS_ENV, bits.to_string())
+        .env(MEMORY_ENV, memory.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    Child(child)
+}
+
+/// A child process, killed and reaped on drop if still running.
+struct Child(std::process::Child);
+
+impl Child {
+    /// Waits for its exit: whether it was killed (by a signal).
+    fn wait_exit(&mut self) -> bool {
+        let deadline = Instant::now() + BOUND;
+        loop {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                if status.code().is_some() && !status.success() {
+                    let mut text = String::new();
+                    use std::io::Read;
+                    let _ = self.0.stdout.take().unwrap().read_to_string(&mut text);
+                    let _ = self.0.stderr.take().unwrap().read_to_string(&mut text);
+                    panic!("the child failed ({status}):\n{text}");
+                }
+                return status.code().is_none();
+            }
+            assert!(Instant::now() < deadline, "the child did not exit");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// What must hold once every dead host is recovered: `host` alone in the table, nothing
+/// locked, leaked or announced, `k` whole at `k_now`, writes and creates going on, the
+/// dead ids joining again, and the ring turning over.
+fn nothing_left(pod: &Arc<Pod>, host: &Host, memory: &MemoryKind, k_now: &[Vec<u8>], what: &str) {
+    let layout = pod.layout();
+    let me = host.id();
+    for id in (0..4).filter(|&id| id != me) {
+        assert!(row_free(pod, id), "{what}: row {id} held");
+        for hold in 0..HOLDS_PER_HOST {
+            let announce = pod
+                .scr_u64(layout.announce_offset(id, hold))
+                .load(Ordering::SeqCst);
+            assert_eq!(announce, 0, "{what}: host {id}'s announce {hold} left");
+        }
+    }
+    assert_eq!(
+        pod.scr_u64(layout.recovery_offset()).load(Ordering::SeqCst),
+        0,
+        "{what}: the recovery word held"
+    );
+    assert_eq!(
+        pod.scr_u64(layout.recovery_intent_offset())
+            .load(Ordering::SeqCst),
+        0,
+        "{what}: a record under recovery left"
+    );
+    let census = host.inspect().record_census();
+    assert!(
+        census.locked.is_empty(),
+        "{what}: locked {:?}",
+        census.locked
+    );
+    let mut named: Vec<u32> = host
+        .inspect()
+        .replica_snapshot()
+        .iter()
+        .filter_map(|(_, entry)| entry.record)
+        .collect();
+    named.sort_unstable();
+    let mut in_use = census.in_use.clone();
+    in_use.sort_unstable();
+    assert_eq!(in_use, named, "{what}: records in use and records named");
+    let mut buf = vec![0u8; SLOT];
+    host.read(b"k", &mut buf).unwrap();
+    assert!(k_now.contains(&buf), "{what}: k reads {:?}..", &buf[..8]);
+    host.write(b"k", &value(30)).unwrap();
+    host.read(b"k", &mut buf).unwrap();
+    assert_eq!(buf, value(30), "{what}");
+    host.create(b"m", &value(31)).unwrap();
+    for id in (0..3).filter(|&id| id != me) {
+        let again = Host::join(pod, Join::As(id), options(memory, id)).unwrap();
+        again.read(b"k", &mut buf).unwrap();
+        assert_eq!(buf, value(30), "{what}: host {id}'s next life");
+        again.write(b"m", &value(32 + id as u8)).unwrap();
+        again.leave();
+    }
+    // The ring turns over (256 entries): nobody holds the head.
+    for round in 0..150u32 {
+        host.create(b"r", &value(round as u8)).unwrap();
+        host.delete(b"r").unwrap();
+    }
+    let (head, ..) = host.inspect().log_cursors();
+    assert!(head > 0, "{what}: the head never moved");
+}
+
+fn file_pod(config: &PodConfig, tag: &str) -> (Arc<Pod>, tempfile::TempPath) {
+    let name = format!("megalon-kp-{tag}-{}.pod", std::process::id());
+    let path = megalon_workload::processes::shared_memory_dir().join(name);
+    let temp = tempfile::TempPath::try_from_path(&path).unwrap();
+    let pod = Arc::new(Pod::create(config, Backing::file(&path)).unwrap());
+    (pod, temp)
+}
+
+/// Host 1 dies holding `k`'s lock and a reservation; host 2, recovering it, dies at the
+/// `nth` hit of `point`. Then host 0 recovers both (or, with `rescue`, dies too, and a
+/// joiner of id 1 finds every host dead and rescues the pod). Returns whether it got
+/// there.
+fn recoverer_dies_at(memory: &MemoryKind, bits: u32, point: &str, nth: u64, rescue: bool) -> bool {
+    let tag = format!("rec-{point}-{nth}-{bits}-{memory}-{rescue}");
+    let (pod, temp) = file_pod(&config(bits, false), &tag);
+    let path: &Path = &temp;
+    let host = Host::join(&pod, Join::As(0), options(memory, 0)).unwrap();
+    host.create(b"k", &value(1)).unwrap();
+    host.write(b"k", &value(2)).unwrap();
+    let mut recoverer = spawn(path, memory, "recoverer", point, nth, bits);
+    wait_word(word(&pod, 2), 1, "the recoverer's join");
+    let mut holder = spawn(path, memory, "holder", "", 0, bits);
+    wait_word(word(&pod, 1), 1, "the holder's lock");
+    assert!(holder.wait_exit(), "the holder was not killed");
+    assert_eq!(word(&pod, 1).load(Ordering::SeqCst), 100);
+    word(&pod, 0).store(2, Ordering::SeqCst);
+    let killed = recoverer.wait_exit();
+    let reached = word(&pod, 2).load(Ordering::SeqCst) == 100;
+    assert_eq!(killed, reached);
+    let host = if rescue {
+        megalon_core::inspect::crash(host);
+        let deadline = Instant::now() + BOUND;
+        loop {
+            let options = options(memory, 1).pump_interval(Some(Duration::from_millis(1)));
+            match Host::join(&pod, Join::As(1), options) {
+                Ok(host) => break host,
+                Err(error) => {
+                    assert!(Instant::now() < deadline, "{tag}: no rescue: {error}");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+    } else {
+        host
+    };
+    let deadline = Instant::now() + BOUND;
+    while !(0..3).all(|id| id == host.id() || row_free(&pod, id)) {
+        assert!(
+            Instant::now() < deadline,
+            "{tag}: not recovered: rows {} {} {}, {:?}",
+            row_free(&pod, 0),
+            row_free(&pod, 1),
+            row_free(&pod, 2),
+            host.inspect().background_errors()
+        );
+        host.inspect().watch_hosts();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = host.replay();
+    nothing_left(&pod, &host, memory, &[value(2)], &tag);
+    reached
+}
+
+const RECOVERY_POINTS: &[(&str, u64)] = &[
+    ("RecoveryBeforeFill", 1),
+    ("RecoveryBeforeFillWrite", 1),
+    ("AppendAfterReserve", 1),
+    ("AppendAfterPublish", 1),
+    ("ReplayBeforeCtail", 1),
+    ("RecoveryBeforeIntentCleared", 1),
+    ("RecoveryBeforeIntent", 1),
+    ("RecoveryAfterScan", 1),
+    ("AppendAfterReserve", 2),
+    ("AppendAfterPublish", 2),
+    ("RecoveryAfterRestore", 1),
+];
+
+fn recoverers(memory: MemoryKind, bits: u32, rescue: bool) {
+    let mut missed = Vec::new();
+    for &(point, nth) in RECOVERY_POINTS {
+        if !recoverer_dies_at(&memory, bits, point, nth, rescue) {
+            missed.push((point, nth));
+        }
+    }
+    assert!(missed.is_empty(), "points never reached: {missed:?}");
+}
+
+#[test]
+fn a_recoverer_killed_at_each_step_is_taken_over_32_bits() {
+    recoverers(MemoryKind::Hardware, 32, false);
+}
+
+#[test]
+fn a_recoverer_killed_at_each_step_then_every_host_dead_is_rescued() {
+    recoverers(MemoryKind::Hardware, 2, true);
+}
+
+#[test]
+fn a_recoverer_killed_at_each_step_is_taken_over_2_bits_simulated() {
+    recoverers(MemoryKind::simulated(5), 2, false);
+}
+
+/// Host 1 switches the width to `bits` and dies at the `nth` hit of `point`, with `k`
+/// written (it has a record). Returns whether it got there.
+fn drainer_dies_at(memory: &MemoryKind, point: &str, nth: u64) -> bool {
+    let tag = format!("drain-{point}-{nth}-{memory}");
+    let (pod, temp) = file_pod(&config(32, true), &tag);
+    let path: &Path = &temp;
+    let host = Host::join(&pod, Join::As(0), options(memory, 0)).unwrap();
+    host.create(b"k", &value(1)).unwrap();
+    host.write(b"k", &value(2)).unwrap();
+    let mut drainer = spawn(path, memory, "drainer", point, nth, 8);
+    wait_word(word(&pod, 1), 1, "the drainer's join");
+    // Acknowledges the freeze (no pump here) until the drainer exits.
+    let deadline = Instant::now() + BOUND;
+    let killed = loop {
+        if let Some(status) = drainer.0.try_wait().unwrap() {
+            assert!(
+                status.code().is_none() || status.success(),
+                "{tag}: the drainer failed: {status}"
+            );
+            break status.code().is_none();
+        }
+        assert!(Instant::now() < deadline, "{tag}: the drainer hangs");
+        let _ = host.replay();
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let reached = word(&pod, 1).load(Ordering::SeqCst) == 100;
+    assert_eq!(killed, reached);
+    let deadline = Instant::now() + BOUND;
+    while !row_free(&pod, 1) || host.inspect().width_drainer().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "{tag}: not recovered: row free {}, drainer {:?}, {:?}",
+            row_free(&pod, 1),
+            host.inspect().width_drainer(),
+            host.inspect().background_errors()
+        );
+        host.inspect().watch_hosts();
+        let _ = host.replay();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Writes go on at whichever width the switch ended at.
+    host.write(b"k", &value(3)).unwrap();
+    nothing_left(&pod, &host, memory, &[value(3)], &tag);
+    let width = host.record_width().unwrap();
+    // And the pod switches on.
+    let to = if width.bits == 8 { 16 } else { 8 };
+    assert!(host.switch_record_width(to).unwrap(), "{tag}");
+    host.write(b"k", &value(40)).unwrap();
+    let census = host.inspect().record_census();
+    assert!(census.locked.is_empty());
+    reached
+}
+
+const DRAIN_POINTS: &[(&str, u64)] = &[
+    ("WidthAfterFreeze", 1),
+    ("WidthAfterGates", 1),
+    ("WidthBeforeEvent", 1),
+    ("AppendAfterReserve", 1),
+    ("AppendBeforeWrite", 1),
+    ("AppendAfterPublish", 1),
+    ("ReplayBeforeCtail", 1),
+    ("WidthBeforeReopen", 1),
+];
+
+fn drainers(memory: MemoryKind) {
+    let mut missed = Vec::new();
+    for &(point, nth) in DRAIN_POINTS {
+        if !drainer_dies_at(&memory, point, nth) {
+            missed.push((point, nth));
+        }
+    }
+    assert!(missed.is_empty(), "points never reached: {missed:?}");
+}
+
+#[test]
+fn a_drainer_killed_at_each_step_is_taken_over() {
+    drainers(MemoryKind::Hardware);
+}
+
+#[test]
+fn a_drainer_killed_at_each_step_is_taken_over_simulated() {
+    drainers(MemoryKind::simulated(9));
+}
+
+/// The late joins' pod: a small join area (a snapshot of a few hundred objects takes
+/// several chunks).
+fn join_config() -> PodConfig {
+    let mut config = config(32, false);
+    config.join_area_bytes = 1024;
+    config
+}
+
+/// `host` creates `k` (written: it has a record) and 150 objects, then turns the ring
+/// over: a host that joins now joins late.
+fn objects_and_a_recycled_log(host: &Host) {
+    host.create(b"k", &value(1)).unwrap();
+    host.write(b"k", &value(2)).unwrap();
+    for i in 0..150u32 {
+        host.create(format!("o{i}").as_bytes(), &value(i as u8))
+            .unwrap();
+    }
+    for round in 0..150u32 {
+        host.create(b"r", &value(round as u8)).unwrap();
+        host.delete(b"r").unwrap();
+    }
+    assert!(host.inspect().log_cursors().0 > 0, "the log recycled");
+}
+
+fn reads_every_object(host: &Host, what: &str) {
+    let mut buf = vec![0u8; SLOT];
+    for i in 0..150u32 {
+        host.read(format!("o{i}").as_bytes(), &mut buf).unwrap();
+        assert_eq!(buf, value(i as u8), "{what}: o{i}");
+    }
+}
+
+fn mailbox_clear(pod: &Pod) -> bool {
+    let base = pod.layout().join_mailbox_offset();
+    (0..2).all(|i| pod.scr_u64(base + 8 * i).load(Ordering::SeqCst) == 0)
+}
+
+/// Host 1 (its second life) joins late and dies at the `nth` hit of `point`; host 0
+/// serves it and recovers it, and then id 1 joins again. Returns whether it got there.
+fn joiner_dies_at(memory: &MemoryKind, point: &str, nth: u64) -> bool {
+    let tag = format!("joiner-{point}-{nth}-{memory}");
+    let (pod, temp) = file_pod(&join_config(), &tag);
+    let path: &Path = &temp;
+    let pumped = |id| options(memory, id).pump_interval(Some(Duration::from_millis(1)));
+    let host = Host::join(&pod, Join::As(0), pumped(0)).unwrap();
+    Host::join(&pod, Join::As(1), options(memory, 1))
+        .unwrap()
+        .leave();
+    objects_and_a_recycled_log(&host);
+    let mut joiner = spawn(path, memory, "joiner", point, nth, 32);
+    let killed = joiner.wait_exit();
+    let reached = word(&pod, 1).load(Ordering::SeqCst) == 100;
+    assert_eq!(killed, reached, "{tag}");
+    let deadline = Instant::now() + BOUND;
+    while !row_free(&pod, 1) || !mailbox_clear(&pod) {
+        assert!(
+            Instant::now() < deadline,
+            "{tag}: row 1 free {}, mailbox clear {}, {:?}",
+            row_free(&pod, 1),
+            mailbox_clear(&pod),
+            host.inspect().background_errors()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let again = Host::join(&pod, Join::As(1), options(memory, 1)).unwrap();
+    reads_every_object(&again, &tag);
+    again.leave();
+    nothing_left(&pod, &host, memory, &[value(2)], &tag);
+    reached
+}
+
+const JOINER_POINTS: &[(&str, u64)] = &[
+    ("JoinBetweenChunks", 1),
+    ("JoinBetweenChunks", 4),
+    ("JoinBeforeDecode", 1),
+    ("AppendAfterReserve", 1),
+    ("AppendAfterPublish", 1),
+    ("ReplayBetweenEntries", 1),
+    ("ReplayBeforeCtail", 1),
+];
+
+#[test]
+fn a_late_joiner_killed_at_each_step_is_recovered_and_its_id_joins_again() {
+    let memory = MemoryKind::Hardware;
+    let mut missed = Vec::new();
+    for &(point, nth) in JOINER_POINTS {
+        if !joiner_dies_at(&memory, point, nth) {
+            missed.push((point, nth));
+        }
+    }
+    assert!(missed.is_empty(), "points never reached: {missed:?}");
+}
