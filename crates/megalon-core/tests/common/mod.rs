@@ -1,11 +1,13 @@
 //! Helpers shared by the core's integration tests: the pods, hosts and object bytes of
-//! the tests of the object protocol (here), and the plumbing of the tests that run a
-//! second process on one pod file ([`process`]).
+//! the tests of the object protocol (here), the plumbing of the tests that run a
+//! second process on one pod file ([`process`]), and the stops of the process that the
+//! tests bounding an elapsed time run again after ([`stops`]).
 
 // Each test binary that includes this module uses only part of it.
 #![allow(dead_code)]
 
 pub mod process;
+pub mod stops;
 
 use std::sync::Arc;
 
