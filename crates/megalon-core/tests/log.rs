@@ -1,8 +1,11 @@
 //! The shared log and the replicated index, across hosts of one process.
 
-use std::sync::Arc;
-use std::time::Duration;
+mod common;
 
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::stops::{timed_unstopped, Timed};
 use megalon_core::{
     event::Event, Backing, Error, Host, HostOptions, Join, MemoryKind, Pod, PodConfig,
     SimulatedConfig,
@@ -166,34 +169,44 @@ fn an_append_queued_behind_a_batch_waiting_for_room_waits_at_most_its_limit() {
 
 /// Two threads of one host append into a full log, the second half a wait limit after
 /// the first; the second answers `LogFull` within its own limit, counted from its call.
+/// Timed over a run the process was not stopped in (a stop spends the waits at once and
+/// overshoots any bound: run again, see `common::stops`).
 fn a_second_append_into_a_full_log_waits_at_most_its_limit(combining: bool) {
     const LIMIT: Duration = Duration::from_millis(2000);
-    let pod = pod(small_config());
-    let options = HostOptions::new()
-        .wait_limit(LIMIT)
-        .flat_combining(combining);
-    let busy = Arc::new(Host::join(&pod, Join::As(0), options).unwrap());
-    let _idle = Host::join(&pod, Join::As(1), HostOptions::new().pump_interval(None)).unwrap();
-    fill_the_log(&busy);
-    let first = {
-        let busy = Arc::clone(&busy);
-        std::thread::spawn(move || busy.create(b"first", b"v"))
-    };
-    std::thread::sleep(LIMIT / 2);
-    let started = std::time::Instant::now();
-    let second = busy.create(b"second", b"v");
-    let took = started.elapsed();
+    let Timed {
+        value: (first, second),
+        took,
+        stopped,
+    } = timed_unstopped(|| {
+        let pod = pod(small_config());
+        let options = HostOptions::new()
+            .wait_limit(LIMIT)
+            .flat_combining(combining);
+        let busy = Arc::new(Host::join(&pod, Join::As(0), options).unwrap());
+        let _idle = Host::join(&pod, Join::As(1), HostOptions::new().pump_interval(None)).unwrap();
+        fill_the_log(&busy);
+        let first = {
+            let busy = Arc::clone(&busy);
+            std::thread::spawn(move || busy.create(b"first", b"v"))
+        };
+        std::thread::sleep(LIMIT / 2);
+        let started = Instant::now();
+        let second = busy.create(b"second", b"v");
+        let ended = Instant::now();
+        ((first.join().unwrap(), second), started, ended)
+    });
+    // Stopped in every attempt, the second's wait may have been spent while its request
+    // was still queued behind the first's batch: withdrawn unserved, within its limit too.
     assert!(
-        matches!(second, Err(Error::LogFull { .. })),
+        matches!(second, Err(Error::LogFull { .. }))
+            || (!stopped.is_zero() && matches!(second, Err(Error::CombinerStalled { .. }))),
         "the second: {second:?}"
     );
+    assert!(matches!(first, Err(Error::LogFull { .. })), "the first");
     assert!(
-        matches!(first.join().unwrap(), Err(Error::LogFull { .. })),
-        "the first"
-    );
-    assert!(
-        took < LIMIT + LIMIT / 4,
-        "the second append waited {took:?} with a limit of {LIMIT:?}"
+        took < LIMIT + LIMIT / 4 + stopped,
+        "the second append waited {took:?} ({stopped:?} of it stopped) with a limit of \
+         {LIMIT:?}"
     );
 }
 
