@@ -500,12 +500,13 @@ fn a_fresh_append_combined_with_one_at_its_deadline_still_waits_its_own_limit() 
     let first = spawn(b"first");
     std::thread::sleep(LIMIT / 10);
     let second = spawn(b"second");
-    // The third queues just before the first's batch gives up.
-    std::thread::sleep(LIMIT * 9 / 10 - t0.elapsed());
+    // The third queues just before the first's batch gives up. (Saturating: a process
+    // stopped past that point goes on at once, where the subtraction panicked.)
+    std::thread::sleep((LIMIT * 9 / 10).saturating_sub(t0.elapsed()));
     let third = spawn(b"third");
     // The laggard applies what it had not a quarter of a limit after the first gave up:
     // room, well within the third's limit.
-    std::thread::sleep(LIMIT * 5 / 4 - t0.elapsed());
+    std::thread::sleep((LIMIT * 5 / 4).saturating_sub(t0.elapsed()));
     idle.replay().unwrap();
     let (first, _) = first.join().unwrap();
     let (second, _) = second.join().unwrap();
