@@ -44,13 +44,7 @@ const BITS_ENV: &str = "MEGALON_KP_BITS";
 const MEMORY_ENV: &str = "MEGALON_KP_MEMORY";
 
 fn config(bits: u32, switch: bool) -> PodConfig {
-    PodConfig::new()
-        .scr_bytes(64 << 10)
-        .lnr_bytes(1 << 20)
-        .slot_size_bytes(SLOT as u64)
-        .max_key_bytes(48)
-        .log_capacity_entries(256)
-        .max_hosts(4)
+    common::config()
         .lease_ms(LEASE_MS)
         .crash_safety(CrashSafety::Undo)
         .record_width_bits(bits)

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{config, heap_pod, read_tag, simulated, stopped_at, tag_of, value, SLOT};
 use megalon_core::chaos::{self, Point};
-use megalon_core::{Error, Host, HostOptions, Join, Pod, RecordShape};
+use megalon_core::{Error, Host, HostOptions, Join, Pod, ReadTicket, RecordShape};
 
 fn options(seed: u64) -> HostOptions {
     HostOptions::new()
@@ -517,40 +517,14 @@ fn a_delete_unless_busy_deletes_an_object_a_switch_took_the_record_of() {
 #[test]
 fn a_read_across_a_switch_whose_old_record_reads_unchanged_is_thrown_away() {
     let pod = heap_pod(&one_line_of_records().record_width_bits(4));
-    let a: &'static Host = Box::leak(Box::new(
-        Host::join(&pod, Join::As(0), options(1).record_watermark(1.0)).unwrap(),
-    ));
-    // Without a pump: its replica applies nothing it is not asked to.
-    let b: &'static Host = Box::leak(Box::new(
-        Host::join(&pod, Join::As(1), options(2).pump_interval(None)).unwrap(),
-    ));
-    a.create(b"k", &value(1)).unwrap();
     // Written once: a record of 4 bits, its counter 2.
-    a.write(b"k", &value(2)).unwrap();
-    let old = a.lookup(b"k").unwrap().unwrap().record.expect("a record");
-    let fill: Vec<Vec<u8>> = (0..63).map(|i| format!("o{i}").into_bytes()).collect();
-    for key in &fill {
-        a.create(key, &value(0)).unwrap();
-    }
-    b.replay().unwrap();
-    let ticket = b.read_start(b"k").unwrap();
-    let mut copy = vec![0u8; SLOT];
-    ticket.read(0, &mut copy[..SLOT / 2]).unwrap();
-    // b acknowledges the freeze by hand (no pump), before the switch's event.
-    let switched = chaos::with_hook(
-        |at| {
-            if at == Point::WidthAfterFreeze {
-                b.replay().unwrap();
-            }
-        },
-        || a.switch_record_width(8),
-    );
-    assert!(switched.unwrap());
-    a.write(b"k", &value(9)).unwrap();
-    for key in &fill {
-        a.write(key, &value(3)).unwrap();
-    }
-    assert_eq!(a.inspect().records_in_use(), (64, 64));
+    let HalfRead {
+        a,
+        b,
+        ticket,
+        mut copy,
+        old,
+    } = a_read_half_copied_across_a_switch(&pod, 64, 8, "4 to 8 bits");
     // The 8-bit record over `old`'s bits: its low half (counter 10) or its high half
     // (in use, unlocked, counter 32) reads as `old` in use at counter 2.
     let owner = a
@@ -809,62 +783,86 @@ fn a_read_across_a_switch_between_2_and_4_bits_whose_old_record_reads_unchanged_
         let what = format!("{from} to {to} bits");
         // A record array of one line (256 records of 2 bits, 128 of 4), and a log long
         // enough for b (no pump) to hold its head through every write below.
-        let base = config()
+        let base = one_line_of_records()
             .lnr_bytes(4 << 20)
-            .log_capacity_entries(4096)
-            .record_width_switch(true);
-        let records_bytes = megalon_core::Layout::new(&base)
-            .expect("layout")
-            .records_bytes();
-        let pod = heap_pod(
-            &base
-                .app_scr_bytes(records_bytes - 64)
-                .record_width_bits(from),
-        );
-        let a: &'static Host = Box::leak(Box::new(
-            Host::join(&pod, Join::As(0), options(1).record_watermark(1.0)).unwrap(),
-        ));
-        // Without a pump: its replica applies nothing it is not asked to.
-        let b: &'static Host = Box::leak(Box::new(
-            Host::join(&pod, Join::As(1), options(2).pump_interval(None)).unwrap(),
-        ));
-        a.create(b"k", &value(1)).unwrap();
-        // Written once: a record of `from` bits (at 4 bits, its counter 2).
-        a.write(b"k", &value(2)).unwrap();
-        // Objects enough for every record of the new width, `k`'s among them.
-        let records = 64 * 8 / to;
-        let fill: Vec<Vec<u8>> = (1..records).map(|i| format!("o{i}").into_bytes()).collect();
-        for key in &fill {
-            a.create(key, &value(0)).unwrap();
-        }
-        b.replay().unwrap();
-        let ticket = b.read_start(b"k").unwrap();
-        let mut copy = vec![0u8; SLOT];
-        ticket.read(0, &mut copy[..SLOT / 2]).unwrap();
-        // b acknowledges the freeze by hand (no pump), before the switch's event.
-        let switched = chaos::with_hook(
-            |at| {
-                if at == Point::WidthAfterFreeze {
-                    b.replay().unwrap();
-                }
-            },
-            || a.switch_record_width(to),
-        );
-        assert!(switched.unwrap(), "{what}: switched");
-        // Every record of the new width in use, unlocked, written once (at 4 bits, its
-        // counter 2).
-        a.write(b"k", &value(9)).unwrap();
-        for key in &fill {
-            a.write(key, &value(3)).unwrap();
-        }
-        assert_eq!(
-            a.inspect().records_in_use(),
-            (u64::from(records), u64::from(records)),
-            "{what}: every record in use"
-        );
+            .log_capacity_entries(4096);
+        let pod = heap_pod(&base.record_width_bits(from));
+        let HalfRead {
+            b,
+            ticket,
+            mut copy,
+            ..
+        } = a_read_half_copied_across_a_switch(&pod, 64 * 8 / to, to, &what);
         ticket.read(SLOT / 2, &mut copy[SLOT / 2..]).unwrap();
         assert_eq!(tag_of(&copy), None, "{what}: the copy is torn");
         assert!(!b.read_end(ticket).unwrap(), "{what}: a torn copy accepted");
         assert_eq!(read_tag(b, b"k"), Some(9), "{what}: the read after");
+    }
+}
+
+/// What [`a_read_half_copied_across_a_switch`] leaves.
+struct HalfRead {
+    a: &'static Host,
+    b: &'static Host,
+    ticket: ReadTicket<'static>,
+    copy: Vec<u8>,
+    /// `k`'s record at the old width.
+    old: u32,
+}
+
+/// On `pod` (of one line of records): host a (its reclaimer frees no record) creates `k`
+/// and writes it once (a record; at 4 bits, its counter 2), and creates `records - 1`
+/// more objects; host b (no pump: its replica applies nothing it is not asked to) begins
+/// a read of `k` and copies its first half; a switches the width to `to` bits, b
+/// acknowledging the freeze by hand before the switch's event; then a writes `k` (value
+/// 9) and every other object once, so that all `records` records of the new width are
+/// in use and unlocked.
+fn a_read_half_copied_across_a_switch(
+    pod: &std::sync::Arc<Pod>,
+    records: u32,
+    to: u32,
+    what: &str,
+) -> HalfRead {
+    let a: &'static Host = Box::leak(Box::new(
+        Host::join(pod, Join::As(0), options(1).record_watermark(1.0)).unwrap(),
+    ));
+    let b: &'static Host = Box::leak(Box::new(
+        Host::join(pod, Join::As(1), options(2).pump_interval(None)).unwrap(),
+    ));
+    a.create(b"k", &value(1)).unwrap();
+    a.write(b"k", &value(2)).unwrap();
+    let old = a.lookup(b"k").unwrap().unwrap().record.expect("a record");
+    let fill: Vec<Vec<u8>> = (1..records).map(|i| format!("o{i}").into_bytes()).collect();
+    for key in &fill {
+        a.create(key, &value(0)).unwrap();
+    }
+    b.replay().unwrap();
+    let ticket = b.read_start(b"k").unwrap();
+    let mut copy = vec![0u8; SLOT];
+    ticket.read(0, &mut copy[..SLOT / 2]).unwrap();
+    let switched = chaos::with_hook(
+        |at| {
+            if at == Point::WidthAfterFreeze {
+                b.replay().unwrap();
+            }
+        },
+        || a.switch_record_width(to),
+    );
+    assert!(switched.unwrap(), "{what}: switched");
+    a.write(b"k", &value(9)).unwrap();
+    for key in &fill {
+        a.write(key, &value(3)).unwrap();
+    }
+    assert_eq!(
+        a.inspect().records_in_use(),
+        (u64::from(records), u64::from(records)),
+        "{what}: every record in use"
+    );
+    HalfRead {
+        a,
+        b,
+        ticket,
+        copy,
+        old,
     }
 }
