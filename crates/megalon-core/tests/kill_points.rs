@@ -260,16 +260,13 @@ fn nothing_left(pod: &Arc<Pod>, host: &Host, memory: &MemoryKind, k_now: &[Vec<u
         "{what}: locked {:?}",
         census.locked
     );
-    let mut named: Vec<u32> = host
-        .inspect()
-        .replica_snapshot()
-        .iter()
-        .filter_map(|(_, entry)| entry.record)
-        .collect();
-    named.sort_unstable();
     let mut in_use = census.in_use.clone();
     in_use.sort_unstable();
-    assert_eq!(in_use, named, "{what}: records in use and records named");
+    assert_eq!(
+        in_use,
+        common::named_records(host),
+        "{what}: records in use and records named"
+    );
     let mut buf = vec![0u8; SLOT];
     host.read(b"k", &mut buf).unwrap();
     assert!(k_now.contains(&buf), "{what}: k reads {:?}..", &buf[..8]);
