@@ -101,6 +101,9 @@ pub enum Point {
     /// A server of a late join, its snapshot encoded (holding its replay lock), before
     /// it pins the joiner's `ltail`.
     ServeBeforePin,
+    /// A server of a late join, the joiner's `ltail` pinned and the head moved past the
+    /// joiner's claim, before it stores the stream's `total` and `ready`.
+    ServeAfterPin,
     /// A late joiner that has received its whole snapshot and checked its pin, before it
     /// decodes the snapshot.
     JoinBeforeDecode,
@@ -318,11 +321,34 @@ mod imp {
     static THREADS: AtomicU64 = AtomicU64::new(1);
 
     type Hook = Box<dyn FnMut(Point)>;
+    type ProcessHook = Arc<dyn Fn(Point) + Send + Sync>;
+
+    /// Whether a process hook is set (looked at first: the lock is taken only then).
+    static PROCESS_HOOK_SET: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
+    static PROCESS_HOOK: std::sync::Mutex<Option<ProcessHook>> = std::sync::Mutex::new(None);
 
     thread_local! {
         static RANDOM: Cell<u64> = const { Cell::new(0) };
         static HOOK: RefCell<Option<Hook>> = const { RefCell::new(None) };
         static FORCED: RefCell<Vec<Fault>> = const { RefCell::new(Vec::new()) };
+        static IN_PROCESS_HOOK: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Runs the process hook, if one is set (not again from inside it on this thread).
+    fn run_process_hook(point: Point) {
+        if !PROCESS_HOOK_SET.load(Ordering::Acquire) || IN_PROCESS_HOOK.with(Cell::get) {
+            return;
+        }
+        let hook = PROCESS_HOOK
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        if let Some(hook) = hook {
+            IN_PROCESS_HOOK.with(|inside| inside.set(true));
+            hook(point);
+            IN_PROCESS_HOOK.with(|inside| inside.set(false));
+        }
     }
 
     fn next_random(seed: u64) -> u64 {
@@ -361,6 +387,7 @@ mod imp {
         /// Runs the calling thread's hook, if it has one (not again from inside it), then,
         /// if this host has chaos, preempts the thread at its rate.
         pub(crate) fn point(&self, point: Point) {
+            run_process_hook(point);
             let hook = HOOK.with(|hook| hook.borrow_mut().take());
             if let Some(mut hook) = hook {
                 hook(point);
@@ -440,6 +467,32 @@ mod imp {
             }
         }
         HOOK.with(|slot| *slot.borrow_mut() = Some(Box::new(hook)));
+        let _reset = Reset;
+        body()
+    }
+
+    /// Runs `body` with `hook` called at every [`Point`] any thread of this process
+    /// reaches (a host's pump included; not from inside the hook itself on the same
+    /// thread), before that thread's own hook. One process hook at a time: for a test
+    /// process that runs hosts whose background threads must stop at a point (a child
+    /// process killing itself there, say).
+    pub fn with_process_hook<R>(
+        hook: impl Fn(Point) + Send + Sync + 'static,
+        body: impl FnOnce() -> R,
+    ) -> R {
+        struct Reset;
+        impl Drop for Reset {
+            fn drop(&mut self) {
+                PROCESS_HOOK_SET.store(false, Ordering::Release);
+                *PROCESS_HOOK
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+            }
+        }
+        *PROCESS_HOOK
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(hook));
+        PROCESS_HOOK_SET.store(true, Ordering::Release);
         let _reset = Reset;
         body()
     }

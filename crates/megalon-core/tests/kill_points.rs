@@ -1,7 +1,8 @@
 //! Host processes killed (SIGKILL, by themselves, from a chaos hook) at an exact protocol
 //! point, where no other test kills one: a recoverer in the middle of recovering another
 //! dead host (at each step, then with or without a live host left), a drainer at each
-//! step of a switch of the record width, and a late joiner at each step of its join. The parent
+//! step of a switch of the record width, a late joiner at each step of its join, and the
+//! server of a late join at each step of its stream (the joiner served by the other). The parent
 //! then recovers whoever is dead, by hand, and checks that nothing is left behind: every
 //! row free, no record locked or leaked, no announce, the recovery word and its intent
 //! clear, the object whole at its last complete value, writes going on, the dead ids
@@ -15,6 +16,7 @@
 //! | rescue    | as above; then host 0 dies too, and a joiner of id 1 rescues the pod | as above |
 //! | drainer   | switches the record width, dies at the point  | -                                |
 //! | joiner    | joins late (its id's second life), dies at the point; host 0 serves it | -          |
+//! | server    | serves host 3's late join (in the parent) from its pump; the one serving dies at the point | the same |
 
 #![cfg(all(target_os = "linux", feature = "chaos"))]
 
@@ -169,6 +171,38 @@ fn kill_point_child() {
             });
             word(&pod, 1).store(50, Ordering::SeqCst);
             joined.unwrap().leave();
+        }
+        server if server.starts_with("server") => {
+            // Host 1 or 2, serving late joins from its pump; the first of the two to reach
+            // the point dies there (word 3 names it).
+            let id: u32 = server["server".len()..].parse().unwrap();
+            let seen = AtomicU64::new(0);
+            let dies = {
+                let pod = Arc::clone(&pod);
+                move |at: Point| {
+                    if format!("{at:?}") == point
+                        && seen.fetch_add(1, Ordering::SeqCst) + 1 == nth
+                        && word(&pod, 3)
+                            .compare_exchange(0, u64::from(id), Ordering::SeqCst, Ordering::SeqCst)
+                            .is_ok()
+                    {
+                        word(&pod, u64::from(id)).store(100, Ordering::SeqCst);
+                        // SAFETY: a plain syscall on our own pid.
+                        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+                        loop {
+                            std::thread::park();
+                        }
+                    }
+                }
+            };
+            chaos::with_process_hook(dies, || {
+                let pumped = options(&memory, id).pump_interval(Some(Duration::from_millis(1)));
+                let host = Host::join(&pod, Join::As(id), pumped).unwrap();
+                word(&pod, u64::from(id)).store(1, Ordering::SeqCst);
+                wait_word(word(&pod, 0), 3, "the parent's word to leave");
+                host.leave();
+            });
+            word(&pod, u64::from(id)).store(50, Ordering::SeqCst);
         }
         other => panic!("no role {other}"),
     }
@@ -563,6 +597,129 @@ fn a_late_joiner_killed_at_each_step_is_recovered_and_its_id_joins_again() {
     let mut missed = Vec::new();
     for &(point, nth) in JOINER_POINTS {
         if !joiner_dies_at(&memory, point, nth) {
+            missed.push((point, nth));
+        }
+    }
+    assert!(missed.is_empty(), "points never reached: {missed:?}");
+}
+
+/// Kills child `pid` (SIGKILL) and waits until it is gone (a zombie, not reaped: its
+/// `Child` reaps it).
+fn kill_child(pid: u32) {
+    // SAFETY: plain syscalls on a child of ours, not yet reaped (its pid is not reused).
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGKILL);
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOWAIT,
+        );
+    }
+}
+
+/// How long a late join whose server is killed may take, from its start to its end, at
+/// most (the joiner's wait limit is twice that).
+const JOIN_BOUND: Duration = Duration::from_secs(3);
+
+/// Hosts 1 and 2 (children, with pumps) serve host 3's late join (in this process); the
+/// one that serves it is killed at the `nth` hit of `point`: by this process at a point
+/// of the joiner's, by itself at a point of the server's. The joiner must be served by the
+/// other within [`JOIN_BOUND`] (as the id's next life if it must), the dead server
+/// recovered, nothing left behind. Returns whether the point was reached.
+fn server_dies_at(memory: &MemoryKind, point: &'static str, nth: u64, joiners: bool) -> bool {
+    let tag = format!("server-{point}-{nth}-{memory}");
+    let (pod, temp) = file_pod(&join_config(), &tag);
+    let path: &Path = &temp;
+    let host = Host::join(&pod, Join::As(0), options(memory, 0)).unwrap();
+    let servers_point = if joiners { "" } else { point };
+    let mut servers = [
+        spawn(path, memory, "server1", servers_point, nth, 32),
+        spawn(path, memory, "server2", servers_point, nth, 32),
+    ];
+    wait_word(word(&pod, 1), 1, "host 1's join");
+    wait_word(word(&pod, 2), 1, "host 2's join");
+    objects_and_a_recycled_log(&host);
+    host.leave();
+    let pids = [servers[0].0.id(), servers[1].0.id()];
+    let hook = {
+        let pod = Arc::clone(&pod);
+        let mut seen = 0;
+        move |at: Point| {
+            if !joiners || format!("{at:?}") != point {
+                return;
+            }
+            seen += 1;
+            if seen == nth {
+                let server = word_of_mailbox(&pod, 1);
+                let id = (server & 0xffff) - 1;
+                assert!(id == 1 || id == 2, "served by {server:#x}");
+                word(&pod, 3).store(id, Ordering::SeqCst);
+                word(&pod, id).store(100, Ordering::SeqCst);
+                kill_child(pids[id as usize - 1]);
+            }
+        }
+    };
+    let started = Instant::now();
+    let joined = chaos::with_hook(hook, || {
+        let pumped = options(memory, 3).pump_interval(Some(Duration::from_millis(1)));
+        Host::join(&pod, Join::As(3), pumped.wait_limit(2 * JOIN_BOUND))
+    });
+    let took = started.elapsed();
+    let joiner = joined.unwrap_or_else(|error| panic!("{tag}: {error} after {took:?}"));
+    eprintln!(
+        "{tag}: joined in {took:?}, life {}",
+        joiner.inspect().life()
+    );
+    assert!(took < JOIN_BOUND, "{tag}: the join took {took:?}");
+    let dead = word(&pod, 3).load(Ordering::SeqCst);
+    let reached = dead != 0;
+    let deadline = Instant::now() + BOUND;
+    while reached && (!row_free(&pod, dead as u32) || !mailbox_clear(&pod)) {
+        assert!(
+            Instant::now() < deadline,
+            "{tag}: row {dead} free {}, mailbox clear {}",
+            row_free(&pod, dead as u32),
+            mailbox_clear(&pod),
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    reads_every_object(&joiner, &tag);
+    word(&pod, 0).store(3, Ordering::SeqCst);
+    for (i, server) in servers.iter_mut().enumerate() {
+        assert_eq!(
+            server.wait_exit(),
+            dead == i as u64 + 1,
+            "{tag}: host {}",
+            i + 1
+        );
+    }
+    nothing_left(&pod, &joiner, memory, &[value(2)], &tag);
+    reached
+}
+
+/// Word `i` of the join mailbox (0 `request`, 1 `server`, 2 `ready`).
+fn word_of_mailbox(pod: &Pod, i: u64) -> u64 {
+    pod.scr_u64(pod.layout().join_mailbox_offset() + 8 * i)
+        .load(Ordering::SeqCst)
+}
+
+/// The points, whether each is the joiner's.
+const SERVER_POINTS: &[(&str, u64, bool)] = &[
+    ("JoinBetweenChunks", 1, true),
+    ("JoinBetweenChunks", 3, true),
+    ("JoinBeforeDecode", 1, true),
+    ("ServeBeforePin", 1, false),
+    ("ServeAfterPin", 1, false),
+];
+
+#[test]
+fn a_server_killed_mid_stream_leaves_its_late_joiner_to_the_other() {
+    let memory = MemoryKind::Hardware;
+    let mut missed = Vec::new();
+    for &(point, nth, joiners) in SERVER_POINTS {
+        if !server_dies_at(&memory, point, nth, joiners) {
             missed.push((point, nth));
         }
     }

@@ -402,6 +402,7 @@ impl Shared {
             self.log.advance_head(&self.pod, &self.chaos);
             bytes
         };
+        self.chaos.point(crate::chaos::Point::ServeAfterPin);
         mailbox.total.store(bytes.len() as u64, Ordering::SeqCst);
         mailbox.ready.store(request, Ordering::SeqCst);
         let layout = self.pod.layout();
