@@ -17,6 +17,7 @@
 //! | drainer   | switches the record width, dies at the point  | -                                |
 //! | joiner    | joins late (its id's second life), dies at the point; host 0 serves it | -          |
 //! | server    | serves host 3's late join (in the parent) from its pump; the one serving dies at the point | the same |
+//! | mover     | moves `k` to its DRAM, writes it there, dies at the point (moving it here, or back: by itself or asked by host 0) | - |
 
 #![cfg(all(target_os = "linux", feature = "chaos"))]
 
@@ -203,6 +204,68 @@ fn kill_point_child() {
                 host.leave();
             });
             word(&pod, u64::from(id)).store(50, Ordering::SeqCst);
+        }
+        mover if mover.starts_with("mover") => {
+            // Host 1 moves `k` to its DRAM (its second read), writes value 3 there, then
+            // (`mover-own`) moves it back itself, or (`mover-rpc`) waits for the parent to
+            // ask it back; it dies at the point (any thread: its pump serves the ring),
+            // counted from the move on (`MoveHereAfterAppend`) or once `k` is here.
+            let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            // `k`'s slot, once it is here.
+            let slot = Arc::new(AtomicU64::new(0));
+            let seen = AtomicU64::new(0);
+            let dies = {
+                let (pod, armed, slot) = (Arc::clone(&pod), Arc::clone(&armed), Arc::clone(&slot));
+                move |at: Point| {
+                    let name = format!("{at:?}");
+                    if name == point
+                        && (armed.load(Ordering::SeqCst) || name == "MoveHereAfterAppend")
+                        && seen.fetch_add(1, Ordering::SeqCst) + 1 == nth
+                    {
+                        if at == Point::MoveBackBeforeCopy {
+                            // Half of the copy reached memory; then the host is gone.
+                            let memory =
+                                megalon_core::Memory::new(Arc::clone(&pod), MemoryKind::Hardware);
+                            let offset = slot.load(Ordering::SeqCst);
+                            memory.write(offset, &value(3)[..SLOT / 2]);
+                            memory.write_back(offset, SLOT / 2);
+                            memory.fence();
+                        }
+                        word(&pod, 1).store(100, Ordering::SeqCst);
+                        // SAFETY: a plain syscall on our own pid.
+                        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+                        loop {
+                            std::thread::park();
+                        }
+                    }
+                }
+            };
+            chaos::with_process_hook(dies, || {
+                let pumped = options(&memory, 1).pump_interval(Some(Duration::from_millis(1)));
+                let host = Host::join(&pod, Join::As(1), pumped).unwrap();
+                let mut buf = vec![0u8; SLOT];
+                host.read(b"k", &mut buf).unwrap();
+                host.read(b"k", &mut buf).unwrap();
+                assert_eq!(host.inspect().local_objects().0, 1, "k moved here");
+                let (_, entry) = host
+                    .inspect()
+                    .replica_snapshot()
+                    .into_iter()
+                    .find(|(key, _)| key == b"k")
+                    .unwrap();
+                slot.store(pod.layout().slot_offset(entry.slot), Ordering::SeqCst);
+                host.write(b"k", &value(3)).unwrap();
+                armed.store(true, Ordering::SeqCst);
+                word(&pod, 1).store(1, Ordering::SeqCst);
+                if mover == "mover-own" {
+                    wait_word(word(&pod, 0), 1, "the parent's word to move k back");
+                    let _ = host.read_start(b"k").unwrap();
+                    word(&pod, 1).store(2, Ordering::SeqCst);
+                }
+                wait_word(word(&pod, 0), 3, "the parent's word to leave");
+                host.leave();
+            });
+            word(&pod, 1).store(50, Ordering::SeqCst);
         }
         other => panic!("no role {other}"),
     }
@@ -721,6 +784,121 @@ fn a_server_killed_mid_stream_leaves_its_late_joiner_to_the_other() {
     for &(point, nth, joiners) in SERVER_POINTS {
         if !server_dies_at(&memory, point, nth, joiners) {
             missed.push((point, nth));
+        }
+    }
+    assert!(missed.is_empty(), "points never reached: {missed:?}");
+}
+
+/// The local partitions' pod: `k` moves to a host's DRAM at its second access in a row,
+/// and the rings are short (a lap is soon over).
+fn local_config() -> PodConfig {
+    let mut config = config(32, false).local_partitions(2);
+    config.rpc_ring_entries = 4;
+    config
+}
+
+/// Host 1 (a child) moves `k` (value 2) to its DRAM, writes value 3 there, and dies at the
+/// `nth` hit of `point`: on the move, or moving `k` back, by itself (`own`) or asked by
+/// host 0 (this process, with a pump: it recovers host 1), whose read must end. `k` must
+/// then read whole, one of `k_now`, alike on every host, and nothing be left. Returns
+/// whether it got there.
+fn mover_dies_at(memory: &MemoryKind, point: &str, nth: u64, own: bool, k_now: &[u8]) -> bool {
+    let tag = format!("mover-{point}-{nth}-{own}-{memory}");
+    let (pod, temp) = file_pod(&local_config(), &tag);
+    let path: &Path = &temp;
+    let pumped = options(memory, 0).pump_interval(Some(Duration::from_millis(1)));
+    let host = Host::join(&pod, Join::As(0), pumped).unwrap();
+    host.create(b"k", &value(1)).unwrap();
+    host.write(b"k", &value(2)).unwrap();
+    let role = if own { "mover-own" } else { "mover-rpc" };
+    let mut mover = spawn(path, memory, role, point, nth, 32);
+    wait_word(word(&pod, 1), 1, "k in host 1's DRAM");
+    let k_now: Vec<Vec<u8>> = k_now.iter().map(|&tag| value(tag)).collect();
+    let mut buf = vec![0u8; SLOT];
+    let mut asked = None;
+    if word(&pod, 1).load(Ordering::SeqCst) == 1 {
+        if own {
+            word(&pod, 0).store(1, Ordering::SeqCst);
+            let deadline = Instant::now() + BOUND;
+            while word(&pod, 1).load(Ordering::SeqCst) == 1 {
+                assert!(Instant::now() < deadline, "{tag}: the move back hangs");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        } else {
+            // Asks host 1 to move `k` back, and must get an answer.
+            let started = Instant::now();
+            host.read(b"k", &mut buf)
+                .unwrap_or_else(|error| panic!("{tag}: the read asking k back: {error}"));
+            asked = Some(started.elapsed());
+            assert!(
+                started.elapsed() < Duration::from_secs(3),
+                "{tag}: the asking read took {asked:?}"
+            );
+            assert!(
+                k_now.contains(&buf),
+                "{tag}: the asking read got {:?}..",
+                &buf[..8]
+            );
+        }
+    }
+    let reached = word(&pod, 1).load(Ordering::SeqCst) == 100;
+    if !reached {
+        word(&pod, 0).store(3, Ordering::SeqCst);
+    }
+    assert_eq!(mover.wait_exit(), reached, "{tag}");
+    eprintln!(
+        "{tag}: reached {reached}, the asking read took {asked:?}, read {}",
+        buf[0]
+    );
+    let deadline = Instant::now() + BOUND;
+    while !row_free(&pod, 1) {
+        assert!(Instant::now() < deadline, "{tag}: host 1 not recovered");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    host.read(b"k", &mut buf).unwrap();
+    assert!(k_now.contains(&buf), "{tag}: k reads {:?}..", &buf[..8]);
+    if asked.is_some() {
+        assert_eq!(buf, value(buf[0]), "{tag}");
+    }
+    // Host 1's next life reads the same, then moves k to its DRAM and host 0 asks it
+    // back, a lap of the ring and more: every entry the dead host left is free.
+    let seen = buf.clone();
+    let again = Host::join(&pod, Join::As(1), pumped_options(memory, 1)).unwrap();
+    for round in 0..6 {
+        again.read(b"k", &mut buf).unwrap();
+        assert_eq!(buf, seen, "{tag}: round {round}");
+        again.read(b"k", &mut buf).unwrap();
+        host.read(b"k", &mut buf).unwrap();
+        assert_eq!(buf, seen, "{tag}: round {round}, asked back");
+    }
+    again.leave();
+    let _ = host.replay();
+    nothing_left(&pod, &host, memory, &[seen], &tag);
+    reached
+}
+
+fn pumped_options(memory: &MemoryKind, id: u32) -> HostOptions {
+    options(memory, id).pump_interval(Some(Duration::from_millis(1)))
+}
+
+/// The points, whether host 1 moves `k` back itself, and the values `k` may read after.
+const MOVER_POINTS: &[(&str, u64, bool, &[u8])] = &[
+    ("MoveHereAfterAppend", 1, true, &[2]),
+    ("MoveBackBeforeCopy", 1, true, &[2]),
+    ("AppendAfterReserve", 1, true, &[2, 3]),
+    ("AppendAfterPublish", 1, true, &[3]),
+    ("MoveBackBeforeCopy", 1, false, &[2]),
+    ("AppendAfterReserve", 1, false, &[2, 3]),
+    ("AppendAfterPublish", 1, false, &[3]),
+];
+
+#[test]
+fn a_host_killed_moving_an_object_to_or_from_its_dram_leaves_it_whole() {
+    let memory = MemoryKind::Hardware;
+    let mut missed = Vec::new();
+    for &(point, nth, own, k_now) in MOVER_POINTS {
+        if !mover_dies_at(&memory, point, nth, own, k_now) {
+            missed.push((point, nth, own));
         }
     }
     assert!(missed.is_empty(), "points never reached: {missed:?}");
