@@ -18,6 +18,7 @@
 //! | joiner    | joins late (its id's second life), dies at the point; host 0 serves it | -          |
 //! | server    | serves host 3's late join (in the parent) from its pump; the one serving dies at the point | the same |
 //! | mover     | moves `k` to its DRAM, writes it there, dies at the point (moving it here, or back: by itself or asked by host 0) | - |
+//! | two       | moves `k` to its DRAM, dies moving it back for host 0 | recovers host 1 by hand, dies at the point |
 
 #![cfg(all(target_os = "linux", feature = "chaos"))]
 
@@ -860,21 +861,27 @@ fn mover_dies_at(memory: &MemoryKind, point: &str, nth: u64, own: bool, k_now: &
     if asked.is_some() {
         assert_eq!(buf, value(buf[0]), "{tag}");
     }
-    // Host 1's next life reads the same, then moves k to its DRAM and host 0 asks it
-    // back, a lap of the ring and more: every entry the dead host left is free.
-    let seen = buf.clone();
-    let again = Host::join(&pod, Join::As(1), pumped_options(memory, 1)).unwrap();
+    ping_pong(&pod, &host, memory, 1, buf, &tag);
+    reached
+}
+
+/// Host `id`'s next life (in this process) reads `k` as `seen`, then it and `host` move
+/// `k` to their DRAM and ask each other for it, more than a lap of both rings: every
+/// entry a dead host left in them is free. Then nothing is left.
+fn ping_pong(pod: &Arc<Pod>, host: &Host, memory: &MemoryKind, id: u32, seen: Vec<u8>, tag: &str) {
+    let mut buf = vec![0u8; SLOT];
+    let again = Host::join(pod, Join::As(id), pumped_options(memory, id)).unwrap();
     for round in 0..6 {
         again.read(b"k", &mut buf).unwrap();
         assert_eq!(buf, seen, "{tag}: round {round}");
         again.read(b"k", &mut buf).unwrap();
         host.read(b"k", &mut buf).unwrap();
         assert_eq!(buf, seen, "{tag}: round {round}, asked back");
+        host.read(b"k", &mut buf).unwrap();
     }
     again.leave();
     let _ = host.replay();
-    nothing_left(&pod, &host, memory, &[seen], &tag);
-    reached
+    nothing_left(pod, host, memory, &[seen], tag);
 }
 
 fn pumped_options(memory: &MemoryKind, id: u32) -> HostOptions {
@@ -899,6 +906,73 @@ fn a_host_killed_moving_an_object_to_or_from_its_dram_leaves_it_whole() {
     for &(point, nth, own, k_now) in MOVER_POINTS {
         if !mover_dies_at(&memory, point, nth, own, k_now) {
             missed.push((point, nth, own));
+        }
+    }
+    assert!(missed.is_empty(), "points never reached: {missed:?}");
+}
+
+/// Host 1 (a child) holds `k` in its DRAM at value 3 and dies moving it back for host 0
+/// (this process, no pump), which waits for it, half of the copy in the slot; host 2 (a
+/// child) recovering host 1 dies at the `nth` hit of `point`. Host 0 then recovers both:
+/// its read ends with `k` whole at value 2. Returns whether it got there.
+fn mover_and_recoverer_die(memory: &MemoryKind, point: &str, nth: u64) -> bool {
+    let tag = format!("two-{point}-{nth}-{memory}");
+    let (pod, temp) = file_pod(&local_config(), &tag);
+    let path: &Path = &temp;
+    let host = Host::join(&pod, Join::As(0), options(memory, 0)).unwrap();
+    host.create(b"k", &value(1)).unwrap();
+    host.write(b"k", &value(2)).unwrap();
+    let mut recoverer = spawn(path, memory, "recoverer", point, nth, 32);
+    wait_word(word(&pod, 2), 1, "the recoverer's join");
+    let mut mover = spawn(path, memory, "mover-rpc", "MoveBackBeforeCopy", 1, 32);
+    wait_word(word(&pod, 1), 1, "k in host 1's DRAM");
+    let reached = std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut buf = vec![0u8; SLOT];
+            let started = Instant::now();
+            host.read(b"k", &mut buf).map(|_| (buf, started.elapsed()))
+        });
+        wait_word(word(&pod, 1), 100, "host 1's death");
+        assert!(mover.wait_exit(), "{tag}: host 1 was not killed");
+        word(&pod, 0).store(2, Ordering::SeqCst);
+        let killed = recoverer.wait_exit();
+        let reached = word(&pod, 2).load(Ordering::SeqCst) == 100;
+        assert_eq!(killed, reached, "{tag}");
+        let deadline = Instant::now() + BOUND;
+        while !(row_free(&pod, 1) && row_free(&pod, 2)) {
+            assert!(Instant::now() < deadline, "{tag}: not recovered");
+            host.inspect().watch_hosts();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let (buf, took) = reader
+            .join()
+            .unwrap()
+            .unwrap_or_else(|error| panic!("{tag}: the read asking k back: {error}"));
+        eprintln!("{tag}: reached {reached}, the asking read took {took:?}");
+        assert_eq!(buf, value(2), "{tag}: the asking read");
+        assert!(
+            took < Duration::from_secs(3),
+            "{tag}: the asking read took {took:?}"
+        );
+        reached
+    });
+    let mut buf = vec![0u8; SLOT];
+    host.read(b"k", &mut buf).unwrap();
+    assert_eq!(buf, value(2), "{tag}");
+    // With a pump now (its ring is served while it waits on another's).
+    host.leave();
+    let host = Host::join(&pod, Join::As(0), pumped_options(memory, 0)).unwrap();
+    ping_pong(&pod, &host, memory, 1, value(2), &tag);
+    reached
+}
+
+#[test]
+fn a_recoverer_killed_recovering_a_host_killed_moving_an_object_back_is_taken_over() {
+    let memory = MemoryKind::Hardware;
+    let mut missed = Vec::new();
+    for (point, nth) in [("RecoveryBeforeSlotImage", 1), ("RecoveryInRpcs", 1)] {
+        if !mover_and_recoverer_die(&memory, point, nth) {
+            missed.push(point);
         }
     }
     assert!(missed.is_empty(), "points never reached: {missed:?}");
