@@ -18,6 +18,7 @@
 //! | joiner    | joins late (its id's second life), dies at the point; host 0 serves it | -          |
 //! | server    | serves host 3's late join (in the parent) from its pump; the one serving dies at the point | the same |
 //! | mover     | moves `k` to its DRAM, writes it there, dies at the point (moving it here, or back: by itself or asked by host 0) | - |
+//! | drainer, next life | as drainer; recovered, its switch left as it was, id 1 joins again and ends it | - |
 //! | two       | moves `k` to its DRAM, dies moving it back for host 0 | recovers host 1 by hand, dies at the point |
 
 #![cfg(all(target_os = "linux", feature = "chaos"))]
@@ -973,6 +974,66 @@ fn a_recoverer_killed_recovering_a_host_killed_moving_an_object_back_is_taken_ov
     for (point, nth) in [("RecoveryBeforeSlotImage", 1), ("RecoveryInRpcs", 1)] {
         if !mover_and_recoverer_die(&memory, point, nth) {
             missed.push(point);
+        }
+    }
+    assert!(missed.is_empty(), "points never reached: {missed:?}");
+}
+
+/// Host 1 switches the width to 8 bits and dies at the `nth` hit of `point`; host 0
+/// recovers it (its row freed) without taking the switch over, and id 1 joins again at
+/// once, the switch still the dead life's: the new life takes it over. Returns whether it
+/// got there.
+fn drainers_next_life_at(memory: &MemoryKind, point: &str, nth: u64) -> bool {
+    let tag = format!("drain-next-{point}-{nth}-{memory}");
+    let (pod, temp) = file_pod(&config(32, true), &tag);
+    let path: &Path = &temp;
+    let host = Host::join(&pod, Join::As(0), options(memory, 0)).unwrap();
+    host.create(b"k", &value(1)).unwrap();
+    host.write(b"k", &value(2)).unwrap();
+    let mut drainer = spawn(path, memory, "drainer", point, nth, 8);
+    wait_word(word(&pod, 1), 1, "the drainer's join");
+    let deadline = Instant::now() + BOUND;
+    while drainer.0.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "{tag}: the drainer hangs");
+        let _ = host.replay();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let reached = word(&pod, 1).load(Ordering::SeqCst) == 100;
+    assert_eq!(drainer.wait_exit(), reached, "{tag}");
+    let deadline = Instant::now() + BOUND;
+    while !row_free(&pod, 1) {
+        assert!(Instant::now() < deadline, "{tag}: host 1 not recovered");
+        host.inspect().watch_hosts();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(
+        host.inspect().width_drainer(),
+        Some(1),
+        "{tag}: the switch is still the dead life's"
+    );
+    // Host 0 stands still meanwhile: the new life ends the switch by itself.
+    let again = Host::join(&pod, Join::As(1), options(memory, 1));
+    let again = again.unwrap_or_else(|error| panic!("{tag}: the next life: {error}"));
+    assert_eq!(
+        host.inspect().width_drainer(),
+        None,
+        "{tag}: the switch left"
+    );
+    again.write(b"k", &value(3)).unwrap();
+    again.leave();
+    let _ = host.replay();
+    host.write(b"k", &value(4)).unwrap();
+    nothing_left(&pod, &host, memory, &[value(4)], &tag);
+    reached
+}
+
+#[test]
+fn a_drainers_next_life_joining_before_its_switch_is_taken_over_ends_it() {
+    let memory = MemoryKind::Hardware;
+    let mut missed = Vec::new();
+    for &(point, nth) in &DRAIN_POINTS[..4] {
+        if !drainers_next_life_at(&memory, point, nth) {
+            missed.push((point, nth));
         }
     }
     assert!(missed.is_empty(), "points never reached: {missed:?}");
