@@ -491,17 +491,42 @@ fn a_recoverer_killed_at_each_step_is_taken_over_2_bits_simulated() {
     recoverers(MemoryKind::simulated(5), 2, false);
 }
 
+/// What [`a_drainer_spawned`] leaves.
+struct Draining {
+    pod: Arc<Pod>,
+    temp: tempfile::TempPath,
+    host: Host,
+    drainer: Child,
+}
+
+/// A pod file of 32-bit records that may switch, host 0 (in this process) with `k`
+/// written (it has a record), and host 1 (a child) joined, switching the width to 8 bits
+/// to die at the `nth` hit of `point`.
+fn a_drainer_spawned(memory: &MemoryKind, point: &str, nth: u64, tag: &str) -> Draining {
+    let (pod, temp) = file_pod(&config(32, true), tag);
+    let host = Host::join(&pod, Join::As(0), options(memory, 0)).unwrap();
+    host.create(b"k", &value(1)).unwrap();
+    host.write(b"k", &value(2)).unwrap();
+    let drainer = spawn(&temp, memory, "drainer", point, nth, 8);
+    wait_word(word(&pod, 1), 1, "the drainer's join");
+    Draining {
+        pod,
+        temp,
+        host,
+        drainer,
+    }
+}
+
 /// Host 1 switches the width to `bits` and dies at the `nth` hit of `point`, with `k`
 /// written (it has a record). Returns whether it got there.
 fn drainer_dies_at(memory: &MemoryKind, point: &str, nth: u64) -> bool {
     let tag = format!("drain-{point}-{nth}-{memory}");
-    let (pod, temp) = file_pod(&config(32, true), &tag);
-    let path: &Path = &temp;
-    let host = Host::join(&pod, Join::As(0), options(memory, 0)).unwrap();
-    host.create(b"k", &value(1)).unwrap();
-    host.write(b"k", &value(2)).unwrap();
-    let mut drainer = spawn(path, memory, "drainer", point, nth, 8);
-    wait_word(word(&pod, 1), 1, "the drainer's join");
+    let Draining {
+        pod,
+        temp: _temp,
+        host,
+        mut drainer,
+    } = a_drainer_spawned(memory, point, nth, &tag);
     // Acknowledges the freeze (no pump here) until the drainer exits.
     let deadline = Instant::now() + BOUND;
     let killed = loop {
@@ -985,13 +1010,12 @@ fn a_recoverer_killed_recovering_a_host_killed_moving_an_object_back_is_taken_ov
 /// got there.
 fn drainers_next_life_at(memory: &MemoryKind, point: &str, nth: u64) -> bool {
     let tag = format!("drain-next-{point}-{nth}-{memory}");
-    let (pod, temp) = file_pod(&config(32, true), &tag);
-    let path: &Path = &temp;
-    let host = Host::join(&pod, Join::As(0), options(memory, 0)).unwrap();
-    host.create(b"k", &value(1)).unwrap();
-    host.write(b"k", &value(2)).unwrap();
-    let mut drainer = spawn(path, memory, "drainer", point, nth, 8);
-    wait_word(word(&pod, 1), 1, "the drainer's join");
+    let Draining {
+        pod,
+        temp: _temp,
+        host,
+        mut drainer,
+    } = a_drainer_spawned(memory, point, nth, &tag);
     let deadline = Instant::now() + BOUND;
     while drainer.0.try_wait().unwrap().is_none() {
         assert!(Instant::now() < deadline, "{tag}: the drainer hangs");
