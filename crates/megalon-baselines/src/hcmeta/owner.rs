@@ -12,7 +12,10 @@
 //!    shortcut to its record stable;
 //! 3. the record's lock in SCR (see [`super::record`]);
 //! 4. the share state (`Mutex`): free entries and the CLOCK hand. The CLOCK hand only
-//!    *tries* the latches and record locks of its victims, never waits for them.
+//!    *tries* the latches and record locks of its victims, never waits for them
+//!    holding it: when every victim is held it lets the share state go before it waits
+//!    (a delete holds a victim's latch and record lock while it waits for the share
+//!    state).
 //!
 //! No thread serves the ring while it holds any of these.
 
@@ -24,7 +27,7 @@ use megalon_core::rpc::{Request, Response};
 use megalon_core::{limits::LINE_BYTES, Memory, Pod};
 use megalon_kv::scheme::Extent;
 use megalon_kv::{Error, Result};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, MutexGuard, RwLock};
 
 use super::counters::{Counter, Counters, Registry};
 use super::geometry::{HostGeometry, Sizes};
@@ -201,6 +204,13 @@ impl HostState {
     /// Objects shared now.
     pub(crate) fn shared_now(&self) -> u64 {
         self.shared_now.load(Ordering::Relaxed)
+    }
+
+    /// Whether some thread holds the share state (its free entries and CLOCK hand): for
+    /// tests that park a thread in the CLOCK hand's wait.
+    #[cfg(test)]
+    pub(crate) fn share_state_held(&self) -> bool {
+        self.share.try_lock().is_none()
     }
 
     /// Objects in the partition now.
@@ -556,11 +566,26 @@ impl HostState {
 
     /// CLOCK: moves the hand over the entries, clearing set clock bits, and unshares the
     /// first object whose bit is clear and that nobody holds (its latch and its record's
-    /// lock both free). Returns the entry it freed. Gives up past the wait limit.
-    fn evict(&self, pod: &Pod, s: &Settings, share: &mut ShareState, c: &Counters) -> Result<u32> {
+    /// lock both free). Returns the entry it freed, or one freed by someone else while it
+    /// waited. Gives up past the wait limit.
+    ///
+    /// It waits with the share state let go: a delete holds its object's row latch and
+    /// record lock while it waits for the share state to free the entry, so a hand that
+    /// held the share state while it waited for that entry to come free would wait out
+    /// the limit, and the delete with it (and every access to the object behind it).
+    fn evict(
+        &self,
+        pod: &Pod,
+        s: &Settings,
+        share: &mut MutexGuard<'_, ShareState>,
+        c: &Counters,
+    ) -> Result<u32> {
         let entries = share.entry_row.len() as u64;
         let mut backoff = Backoff::new(s.wait_limit);
         loop {
+            if let Some(entry) = share.free_entries.pop() {
+                return Ok(entry);
+            }
             // Two turns: the first may only clear clock bits.
             for _ in 0..2 * entries + 1 {
                 let entry = share.hand as u32;
@@ -591,7 +616,7 @@ impl HostState {
                 self.unshare(pod, s, share, row_id, &mut victim, entry, locked, c);
                 return Ok(entry);
             }
-            if !backoff.snooze() {
+            if !MutexGuard::unlocked(share, || backoff.snooze()) {
                 return Err(Error::Core(megalon_core::Error::ScrRecordsExhausted {
                     records: entries,
                     in_use: entries,

@@ -86,3 +86,86 @@ fn a_server_that_looked_before_the_stop_claims_nothing_after_it() {
     let value = store.handle(0).unwrap().get(key.as_bytes()).unwrap();
     assert_eq!(value.as_deref(), Some(&b"value"[..]));
 }
+
+/// Waits (up to a minute) until `done` holds.
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < Duration::from_secs(60), "never: {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The CLOCK hand that finds every entry held waits for one holding the share state; a
+/// delete of a shared object, holding its record's write lock, waits for the share
+/// state to free the entry. Each waited for the other until the hand gave up at the wait
+/// limit: the share request failed with `ScrRecordsExhausted` although the delete was
+/// freeing an entry, and every access to the deleted object meanwhile waited on its
+/// record (`RecordBusy` past the limit). The hand now lets the share state go while it
+/// waits, and takes the entry the delete freed.
+#[test]
+fn a_clock_hand_that_waits_lets_a_delete_free_an_entry() {
+    use megalon_kv::{Scheme, SchemeHandle};
+    use std::sync::atomic::Ordering;
+    use std::sync::Barrier;
+
+    let config = HcMetaConfig::new(2, 64, 128)
+        .scr_budget_bytes(Some(scr_bytes_per_shared_object(32)))
+        .wait_limit(Duration::from_secs(3));
+    let scheme = HcMeta::new(config, |h| MemoryKind::simulated(h as u64)).unwrap();
+    let mut keys = (0..)
+        .map(|i| format!("key{i}"))
+        .filter(|key| scheme.owner_of(key.as_bytes()) == 1);
+    let (shared, unshared) = (keys.next().unwrap(), keys.next().unwrap());
+    let (shared, unshared) = (shared.as_bytes(), unshared.as_bytes());
+    let mut owner = scheme.handle(1).unwrap();
+    // Host 1 has one entry: the first key takes it, the second stays unshared.
+    owner.create(shared, &[1; 128]).unwrap();
+    owner.create(unshared, &[2; 128]).unwrap();
+    let inner = Arc::clone(&scheme.inner);
+    let record = inner.hosts[1].geometry.index.record(&inner.pod, 0);
+    let in_extent = Barrier::new(2);
+    let leave_extent = Barrier::new(2);
+    std::thread::scope(|scope| {
+        // Host 0 reads the shared object and stays in the read (its extent), holding
+        // the record's read lock.
+        let reader = scope.spawn(|| {
+            let mut buf = [0u8; 128];
+            let extent = |_: &[u8]| {
+                in_extent.wait();
+                leave_extent.wait();
+                128
+            };
+            scheme.handle(0).unwrap().read(shared, &mut buf, &extent)
+        });
+        in_extent.wait();
+        // Host 0 reads the unshared one: host 1's server looks for an entry, finds the
+        // only one held, and waits with the share state.
+        let asker = scope.spawn(|| {
+            let mut buf = [0u8; 128];
+            scheme.handle(0).unwrap().read(unshared, &mut buf, &|_| 128)
+        });
+        wait_until("the CLOCK hand waits holding the share state", || {
+            inner.hosts[1].share_state_held()
+        });
+        // Host 1 deletes the shared object: it takes the writer bit and waits for the
+        // reader.
+        let deleter = scope.spawn(|| scheme.handle(1).unwrap().delete(shared));
+        wait_until("the delete holds the writer bit", || {
+            record.load(Ordering::Relaxed) & super::record::WRITER != 0
+        });
+        leave_extent.wait();
+        assert_eq!(reader.join().unwrap().unwrap(), 128);
+        let started = Instant::now();
+        deleter.join().unwrap().unwrap();
+        assert_eq!(asker.join().unwrap().unwrap(), 128);
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "the delete and the share waited {:?}",
+            started.elapsed()
+        );
+    });
+    // The delete left nothing held: the entry shares the other key.
+    assert_eq!(inner.hosts[1].shared_now(), 1);
+    assert!(!super::record::latched(record.load(Ordering::Relaxed)));
+}
