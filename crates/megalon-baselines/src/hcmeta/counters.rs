@@ -75,6 +75,12 @@ impl Counters {
         slot.store(slot.load(Ordering::Relaxed) + n, Ordering::Relaxed);
     }
 
+    /// The count of `counter` so far.
+    #[cfg(test)]
+    pub(crate) fn get(&self, counter: Counter) -> u64 {
+        self.counts[counter as usize].load(Ordering::Relaxed)
+    }
+
     fn snapshot(&self) -> [u64; COUNTERS] {
         std::array::from_fn(|i| self.counts[i].load(Ordering::Relaxed))
     }

@@ -182,7 +182,7 @@ impl HcMetaHandle {
                 if write {
                     record::write_abandon(record, word, c);
                 } else {
-                    record::read_unlock(record, 0, c);
+                    record::read_unlock(record, word, 0, c);
                 }
                 c.add(Counter::Retries, 1);
                 continue;

@@ -801,18 +801,20 @@ pub(crate) fn shared_read(
 ) -> usize {
     struct UnlockOnUnwind<'a> {
         record: &'a AtomicU64,
+        word: u64,
         c: &'a Counters,
         armed: bool,
     }
     impl Drop for UnlockOnUnwind<'_> {
         fn drop(&mut self) {
             if self.armed {
-                record::read_unlock(self.record, 0, self.c);
+                record::read_unlock(self.record, self.word, 0, self.c);
             }
         }
     }
     let mut guard = UnlockOnUnwind {
         record,
+        word,
         c,
         armed: true,
     };
@@ -829,7 +831,7 @@ pub(crate) fn shared_read(
         memory.read(at + from as u64, out)
     });
     guard.armed = false;
-    record::read_unlock(record, if fresh { mine } else { 0 }, c);
+    record::read_unlock(record, word, if fresh { mine } else { 0 }, c);
     read
 }
 

@@ -169,19 +169,24 @@ pub(crate) fn read_lock(
     )
 }
 
-/// Releases a shared lock, setting `set_bits` (the reader's host bit, when it
-/// invalidated the row's lines before copying).
-pub(crate) fn read_unlock(record: &AtomicU64, set_bits: u64, c: &Counters) {
-    c.add(Counter::ScrAtomics, 1);
+/// Releases a shared lock taken as `locked` (the word [`read_lock`] returned), setting
+/// `set_bits` (the reader's host bit, when it invalidated the row's lines before
+/// copying). Every SCR access it makes is counted: one atomic without bits to set; with
+/// bits, one CAS from `locked` (the word is unchanged unless other readers came or left,
+/// or the clock bit was set, since the lock), and one more from the word each failure
+/// returns.
+pub(crate) fn read_unlock(record: &AtomicU64, locked: u64, set_bits: u64, c: &Counters) {
     // Release: the copy's loads happen before a writer that waits for the readers to
     // leave (its Acquire load in `write_lock`) stores anything.
     if set_bits == 0 {
+        c.add(Counter::ScrAtomics, 1);
         record.fetch_sub(READER_ONE, Ordering::Release);
         return;
     }
-    let mut word = record.load(Ordering::Relaxed);
+    let mut word = locked;
     loop {
         debug_assert!(readers(word) > 0);
+        c.add(Counter::ScrAtomics, 1);
         match record.compare_exchange_weak(
             word,
             (word - READER_ONE) | set_bits,
@@ -279,7 +284,7 @@ mod tests {
         let record = AtomicU64::new(new_record(640, 2));
         assert_eq!(row_offset(record.load(Ordering::Relaxed)), 640);
         let a = read_lock(&record, CLOCK, limit, &c).unwrap();
-        read_lock(&record, 0, limit, &c).unwrap();
+        let b = read_lock(&record, 0, limit, &c).unwrap();
         assert_eq!(readers(record.load(Ordering::Relaxed)), 2);
         assert!(a & CLOCK != 0);
         // A writer cannot get in while readers hold the lock; it backs out.
@@ -288,14 +293,48 @@ mod tests {
             Err(NotLocked::Busy { .. })
         ));
         assert_eq!(record.load(Ordering::Relaxed) & WRITER, 0);
-        read_unlock(&record, host_bit(3), &c);
-        read_unlock(&record, 0, &c);
+        read_unlock(&record, a, host_bit(3), &c);
+        read_unlock(&record, b, 0, &c);
         let locked = write_lock(&record, 0, limit, &c).unwrap();
         assert!(read_lock(&record, 0, Duration::ZERO, &c).is_err());
         write_unlock(&record, locked, 1, &c);
         let word = record.load(Ordering::Relaxed);
         assert_eq!(word & BITMAP_MASK, host_bit(1));
         assert!(word & DIRTY != 0 && !latched(word));
+    }
+
+    /// Found by a review (2026-12-01): a reader that sets its bit as it leaves loaded the
+    /// word and then CASed it (two SCR accesses, more when other readers came and went)
+    /// but counted one, so the report and the CXL model's charge had HCMeta's reads that
+    /// invalidate cheaper than they were. Each access it makes is counted now, and it
+    /// makes one when nobody changed the word since its lock (its CAS starts from the
+    /// word its lock left).
+    #[test]
+    fn a_reader_that_sets_its_bit_counts_every_access_it_makes() {
+        let c = Counters::default();
+        let limit = Duration::from_millis(20);
+        let record = AtomicU64::new(new_record(640, 2));
+        let count = || c.get(Counter::ScrAtomics);
+        // Alone: one CAS, from the word the lock left.
+        let alone = read_lock(&record, 0, limit, &c).unwrap();
+        let before = count();
+        read_unlock(&record, alone, host_bit(3), &c);
+        assert_eq!(count() - before, 1);
+        assert_eq!(
+            record.load(Ordering::Relaxed) & BITMAP_MASK,
+            host_bit(2) | host_bit(3)
+        );
+        // Another reader came after our lock: the CAS from our word fails, the next one
+        // (from the word the failure returned) succeeds.
+        let first = read_lock(&record, 0, limit, &c).unwrap();
+        let second = read_lock(&record, 0, limit, &c).unwrap();
+        let before = count();
+        read_unlock(&record, first, host_bit(4), &c);
+        assert_eq!(count() - before, 2);
+        read_unlock(&record, second, 0, &c);
+        let word = record.load(Ordering::Relaxed);
+        assert!(!latched(word));
+        assert_eq!(word & BITMAP_MASK, host_bit(2) | host_bit(3) | host_bit(4));
     }
 
     #[test]
