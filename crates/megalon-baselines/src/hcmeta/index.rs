@@ -96,11 +96,17 @@ impl IndexGeometry {
         pod.scr_u64(self.entry_offset(entry) + 16 + word * 8)
     }
 
+    /// Whether `entry` holds `key` (of the length its link gives): loads its words up to
+    /// the first that differs, and counts those.
     fn key_equals(&self, pod: &Pod, entry: u32, key: &[u8], c: &Counters) -> bool {
         let words = key.len().div_ceil(8);
-        c.add(Counter::ScrAtomics, words as u64);
-        (0..words)
-            .all(|i| self.key(pod, entry, i as u64).load(Ordering::Relaxed) == key_word(key, i))
+        let mut loaded = 0;
+        let equal = (0..words).all(|i| {
+            loaded += 1;
+            self.key(pod, entry, i as u64).load(Ordering::Relaxed) == key_word(key, i)
+        });
+        c.add(Counter::ScrAtomics, loaded);
+        equal
     }
 
     /// Looks `key` up (any host). `None`: not shared, or the owner kept changing the
@@ -230,6 +236,38 @@ impl IndexGeometry {
 mod tests {
     use super::*;
     use megalon_core::{Backing, PodConfig};
+
+    /// Found by a review (2026-12-01): comparing a key with an entry's counted every
+    /// word of the key, though the comparison stops at the first word that differs; a
+    /// lookup that walked past entries of other keys of the same length was charged key
+    /// words it never loaded. A lookup counts the words it loads.
+    #[test]
+    fn a_lookup_counts_the_key_words_it_loads() {
+        let pod = Pod::create(&PodConfig::new().app_scr_bytes(64 << 10), Backing::heap()).unwrap();
+        let geometry = IndexGeometry {
+            buckets_offset: pod.layout().app_scr_offset,
+            entries_offset: pod.layout().app_scr_offset + 8 * 2,
+            entries: 2,
+            entry_bytes: 16 + 24,
+            key_words: 3,
+        };
+        let c = Counters::default();
+        let first: &[u8] = b"first-key-of-24-bytes..1";
+        // A key of the same length in the same bucket, whose first word differs.
+        let other = (0..)
+            .map(|i| format!("other-key-of-24-bytes{i:03}").into_bytes())
+            .find(|k| KeyHash::of(k).bucket(2) == KeyHash::of(first).bucket(2))
+            .unwrap();
+        geometry.insert(&pod, KeyHash::of(first), first, 0, &c);
+        // Linked last, the other key is the chain's head.
+        geometry.insert(&pod, KeyHash::of(&other), &other, 1, &c);
+        let before = c.get(Counter::ScrAtomics);
+        let found = geometry.find(&pod, KeyHash::of(first), first, &c).unwrap();
+        assert_eq!(found.entry, 0);
+        // The bucket; the other key's link and first word (where it differs); the first
+        // key's link and its three words; the bucket again.
+        assert_eq!(c.get(Counter::ScrAtomics) - before, 1 + 2 + 4 + 1);
+    }
 
     #[test]
     fn inserted_keys_are_found_until_removed() {
