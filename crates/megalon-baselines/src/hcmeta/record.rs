@@ -208,12 +208,18 @@ pub(crate) fn write_lock(
     c: &Counters,
 ) -> Result<u64, NotLocked> {
     let mut waits = Waits::new(wait_limit, c);
-    lock_when(
+    let locked = lock_when(
         record,
         &mut waits,
         |word| word & WRITER != 0,
         |word| word | WRITER | extra,
     )?;
+    if readers(locked) == 0 {
+        // Nobody inside when our CAS set the bit, and nobody can enter after it. Its
+        // Acquire pairs with the Release of every reader that left before it (their
+        // RMWs are in the release sequence our CAS read from).
+        return Ok(locked);
+    }
     // Holding the writer bit: no reader can enter and the owner cannot unshare; the
     // readers inside leave by themselves.
     loop {
@@ -335,6 +341,30 @@ mod tests {
         let word = record.load(Ordering::Relaxed);
         assert!(!latched(word));
         assert_eq!(word & BITMAP_MASK, host_bit(2) | host_bit(3) | host_bit(4));
+    }
+
+    /// Found by a review (2026-12-01): a writer whose CAS took the writer bit from a word
+    /// with no readers loaded the word once more to see the readers leave (three SCR
+    /// accesses where the design needs two: none can enter once the bit is set, and the
+    /// CAS's Acquire already follows every earlier reader's Release). It returns at once
+    /// now, and waits only for readers its CAS saw inside.
+    #[test]
+    fn a_write_lock_with_no_reader_inside_is_a_load_and_a_cas() {
+        let c = Counters::default();
+        let limit = Duration::from_millis(20);
+        let record = AtomicU64::new(new_record(640, 2));
+        let before = c.get(Counter::ScrAtomics);
+        let locked = write_lock(&record, 0, limit, &c).unwrap();
+        assert_eq!(c.get(Counter::ScrAtomics) - before, 2);
+        write_unlock(&record, locked, 1, &c);
+        // With a reader inside, the writer waits for it to leave.
+        let reader = read_lock(&record, 0, limit, &c).unwrap();
+        assert!(matches!(
+            write_lock(&record, 0, limit, &c),
+            Err(NotLocked::Busy { .. })
+        ));
+        read_unlock(&record, reader, 0, &c);
+        assert!(!latched(record.load(Ordering::Relaxed)));
     }
 
     #[test]
