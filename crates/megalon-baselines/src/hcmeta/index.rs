@@ -96,17 +96,24 @@ impl IndexGeometry {
         pod.scr_u64(self.entry_offset(entry) + 16 + word * 8)
     }
 
-    /// Whether `entry` holds `key` (of the length its link gives): loads its words up to
-    /// the first that differs, and counts those.
-    fn key_equals(&self, pod: &Pod, entry: u32, key: &[u8], c: &Counters) -> bool {
+    /// Whether `entry` holds `key` (of the length its link gives), and how many of its
+    /// words it loaded: up to the first that differs.
+    fn key_equals(&self, pod: &Pod, entry: u32, key: &[u8]) -> (bool, u64) {
         let words = key.len().div_ceil(8);
         let mut loaded = 0;
         let equal = (0..words).all(|i| {
             loaded += 1;
             self.key(pod, entry, i as u64).load(Ordering::Relaxed) == key_word(key, i)
         });
-        c.add(Counter::ScrAtomics, loaded);
-        equal
+        (equal, loaded)
+    }
+
+    /// Counts `words` words of `entry` from its link on (the link, then key words), one
+    /// after the other: charged as the lines they span.
+    fn add_entry_words(&self, entry: u32, words: u64, c: &Counters) {
+        let first = self.entry_offset(entry) + 8;
+        let lines = (first + words * 8 - 1) / 64 - first / 64 + 1;
+        c.add_scr_words(words, lines);
     }
 
     /// Looks `key` up (any host). `None`: not shared, or the owner kept changing the
@@ -132,8 +139,13 @@ impl IndexGeometry {
                     break; // a torn chain; the check below fails
                 }
                 let link = self.link(pod, entry).load(Ordering::Relaxed);
-                c.add(Counter::ScrAtomics, 1);
-                if (link >> 32) as usize == key.len() && self.key_equals(pod, entry, key, c) {
+                let (equal, loaded) = if (link >> 32) as usize == key.len() {
+                    self.key_equals(pod, entry, key)
+                } else {
+                    (false, 0)
+                };
+                self.add_entry_words(entry, 1 + loaded, c);
+                if equal {
                     found = Some(entry);
                     break;
                 }
@@ -200,7 +212,7 @@ impl IndexGeometry {
             (key.len() as u64) << 32 | u64::from(before as u32),
             Ordering::Relaxed,
         );
-        c.add(Counter::ScrAtomics, words as u64 + 1);
+        self.add_entry_words(entry, words as u64 + 1, c);
         self.end(pod, b, before, entry + 1, c);
     }
 
@@ -267,6 +279,42 @@ mod tests {
         // The bucket; the other key's link and first word (where it differs); the first
         // key's link and its three words; the bucket again.
         assert_eq!(c.get(Counter::ScrAtomics) - before, 1 + 2 + 4 + 1);
+    }
+
+    /// Under the CXL cost model a lookup is charged an entry's link and inline key words
+    /// as the lines they span, not word by word (real hardware fetches each line once);
+    /// its count stays word by word. Charged word by word, this lookup paid 7.
+    #[test]
+    fn a_lookup_is_charged_the_lines_of_an_entry_not_its_words() {
+        use megalon_core::memory::cxl::CxlCharges;
+        use megalon_core::memory::{CxlMemory, CxlModel};
+
+        let pod = std::sync::Arc::new(
+            Pod::create(&PodConfig::new().app_scr_bytes(64 << 10), Backing::heap()).unwrap(),
+        );
+        // One line-aligned entry of a 32-byte key: its link and four key words, 40 bytes.
+        let entries_offset = (pod.layout().app_scr_offset + 8).next_multiple_of(64);
+        let geometry = IndexGeometry {
+            buckets_offset: pod.layout().app_scr_offset,
+            entries_offset,
+            entries: 1,
+            entry_bytes: 16 + 32,
+            key_words: 4,
+        };
+        let c = Counters::default();
+        let key: &[u8] = b"a-key-of-thirty-two-bytes-long..";
+        geometry.insert(&pod, KeyHash::of(key), key, 0, &c);
+        // This thread pays the model's SCR cost from its first call on the CXL memory.
+        let cxl = CxlMemory::new(std::sync::Arc::clone(&pod), CxlModel::default());
+        let _ = cxl.load_u64(pod.layout().lnr_offset);
+        let (counted, charged) = (
+            c.get(Counter::ScrAtomics),
+            CxlCharges::this_thread().scr_accesses,
+        );
+        assert!(geometry.find(&pod, KeyHash::of(key), key, &c).is_some());
+        // The bucket, the entry's link and key words, the bucket again.
+        assert_eq!(c.get(Counter::ScrAtomics) - counted, 1 + 5 + 1);
+        assert_eq!(CxlCharges::this_thread().scr_accesses - charged, 1 + 1 + 1);
     }
 
     #[test]
