@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::stops::{StopWatch, ATTEMPTS};
 use megalon_core::{Backing, Host, HostOptions, Join, Pod, PodConfig};
 
 const POD_ENV: &str = "MEGALON_PID_NAMESPACE_POD";
@@ -35,11 +36,15 @@ fn child_in_its_own_pid_namespace() {
 }
 
 /// A child's part: joins the pod file `env` names as host 1 (if the variable is set: a
-/// child run), says so, and stays joined until the parent is done.
+/// child run), says so (its word 1), and stays joined until the parent is done. Its word
+/// then says how long the child was seen stopped since it joined (1 + milliseconds): a
+/// host stopped past its lease is dead by it, and the parent's look counts for nothing.
 fn joins_as_host_1_until_the_parent_is_done(env: &str) {
     let Some(path) = std::env::var_os(env) else {
         return;
     };
+    let watch = StopWatch::start();
+    let joining = Instant::now();
     let pod = Arc::new(Pod::open(Backing::file(&path)).unwrap());
     let host = Host::join(&pod, Join::As(1), pumped()).unwrap();
     let (parent, child) = words(&pod);
@@ -49,8 +54,13 @@ fn joins_as_host_1_until_the_parent_is_done(env: &str) {
     while parent.load(Ordering::Acquire) < 1 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
+    let stopped = watch.stopped_between(joining, Instant::now());
+    child.store(
+        1 + u64::try_from(stopped.as_millis()).unwrap(),
+        Ordering::Release,
+    );
     eprintln!(
-        "child: recovered {} hosts",
+        "child: recovered {} hosts; stopped for {stopped:?}",
         host.inspect().stats().hosts_recovered
     );
     drop(host);
@@ -59,7 +69,10 @@ fn joins_as_host_1_until_the_parent_is_done(env: &str) {
 /// The parent's part: host 0 of a new pod file beside a child test `child_test` run under
 /// `unshare` with `unshare_args` (`env` naming the pod file), for three leases once the
 /// child joined. Returns how many hosts host 0 recovered and the table's rows, or `None`
-/// if `unshare` with those arguments is not allowed here (skipped).
+/// if `unshare` with those arguments is not allowed here (skipped). Looked at over a run
+/// neither process was stopped in (a host stopped past its 300 ms lease is dead by it, and
+/// its row rightly recovered: run again, see `common::stops`); stopped in every attempt,
+/// nothing is checked (`None` too).
 fn host_beside_a_child_under_unshare(
     unshare_args: &[&str],
     child_test: &str,
@@ -74,11 +87,50 @@ fn host_beside_a_child_under_unshare(
         eprintln!("skipped: unshare {unshare_args:?} is not allowed here");
         return None;
     }
-    let path = std::path::Path::new("/dev/shm")
-        .join(format!("megalon-{child_test}-{}.pod", std::process::id()));
+    let watch = StopWatch::start();
+    for attempt in 1..=ATTEMPTS {
+        let Run {
+            recovered,
+            rows,
+            looked_over: (from, to),
+            child_stopped,
+        } = one_run_beside_a_child(unshare_args, child_test, env, attempt);
+        let stopped = watch.stopped_between(from, to);
+        if stopped.is_zero() && child_stopped.is_zero() {
+            return Some((recovered, rows));
+        }
+        eprintln!(
+            "attempt {attempt}: this process stopped for {stopped:?}, the child for \
+             {child_stopped:?} of {:?}",
+            to.saturating_duration_since(from)
+        );
+    }
+    eprintln!("stopped in every attempt: nothing checked");
+    None
+}
+
+/// What one run of [`host_beside_a_child_under_unshare`] saw.
+struct Run {
+    /// How many hosts host 0 recovered.
+    recovered: u64,
+    /// The table's rows: (host, pid).
+    rows: Vec<(u32, u32)>,
+    /// The span this process's host looked over: from its join to its look at the rows.
+    looked_over: (Instant, Instant),
+    /// How long the child was seen stopped, from its join to its end.
+    child_stopped: Duration,
+}
+
+/// One run of [`host_beside_a_child_under_unshare`].
+fn one_run_beside_a_child(unshare_args: &[&str], child_test: &str, env: &str, attempt: u32) -> Run {
+    let path = std::path::Path::new("/dev/shm").join(format!(
+        "megalon-{child_test}-{}-{attempt}.pod",
+        std::process::id()
+    ));
     let _cleanup = tempfile::TempPath::try_from_path(&path).unwrap();
     let config = PodConfig::new().lnr_bytes(1 << 20).lease_ms(300);
     let pod = Arc::new(Pod::create(&config, Backing::file(&path)).unwrap());
+    let joining = Instant::now();
     let host = Host::join(&pod, Join::As(0), pumped()).unwrap();
     let mut child = Command::new("unshare")
         .args(unshare_args)
@@ -98,10 +150,17 @@ fn host_beside_a_child_under_unshare(
     std::thread::sleep(Duration::from_millis(900));
     let rows: Vec<_> = pod.hosts().iter().map(|row| (row.host, row.pid)).collect();
     let recovered = host.inspect().stats().hosts_recovered;
+    let looked = Instant::now();
     parent.store(1, Ordering::Release);
     let _ = child.wait();
+    let child_stopped = Duration::from_millis(joined.load(Ordering::Acquire).saturating_sub(1));
     eprintln!("parent: pid {}, rows {rows:?}", std::process::id());
-    Some((recovered, rows))
+    Run {
+        recovered,
+        rows,
+        looked_over: (joining, looked),
+        child_stopped,
+    }
 }
 
 /// Two live hosts of one machine, in two pid namespaces (two containers sharing a pod
