@@ -71,6 +71,8 @@ fn try_call(c: &mut Client, args: &[&[u8]]) -> Option<OwnedFrame> {
         }
         let mut chunk = [0u8; 4096];
         match c.stream.read(&mut chunk) {
+            // A stop of this process ends a read that has a timeout with EINTR.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Ok(0) | Err(_) => return None,
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }

@@ -248,7 +248,12 @@ impl Client {
                 return Some(frame);
             }
             let mut chunk = [0u8; 64 * 1024];
-            let n = self.stream.read(&mut chunk).expect("a reply in time");
+            let n = match self.stream.read(&mut chunk) {
+                // A stop of this process (SIGSTOP, then SIGCONT) ends a read that has a
+                // timeout with EINTR: not restarted, whatever `SA_RESTART` says.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                read => read.expect("a reply in time"),
+            };
             if n == 0 {
                 return None;
             }
