@@ -15,7 +15,8 @@
 //!   few operations that show it.
 //!
 //! [`generator`] ports YCSB's key generators and core workloads A–F, for driving the stores;
-//! [`processes`] runs the child processes of a multi-process run, with bounded waits.
+//! [`processes`] runs the child processes of a multi-process run, with bounded waits;
+//! [`stops`] runs again a timed attempt that a stop of the process spanned.
 //!
 //! The checker's cost grows with the number of operations in flight on a key at once, not
 //! with the length of the history: see the [`check`](mod@check) module for the algorithm and
@@ -69,6 +70,7 @@ mod history;
 pub mod latency;
 pub mod processes;
 mod recorder;
+pub mod stops;
 mod sync;
 mod text;
 pub mod trace;

@@ -7,7 +7,9 @@
 #![allow(dead_code)]
 
 pub mod process;
-pub mod stops;
+/// Shared with the other crates' tests (in megalon-workload).
+#[allow(unused_imports)]
+pub use megalon_workload::stops;
 
 use std::sync::Arc;
 

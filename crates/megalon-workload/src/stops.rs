@@ -1,5 +1,6 @@
 //! Stops of the test process (a SIGSTOP, or a loaded machine that does not run it for a
-//! while), for the tests that bound an elapsed time: a bound is checked over a span the
+//! while), for the tests that bound an elapsed time (the core's, through its tests'
+//! `common::stops`, and the server's): a bound is checked over a span the
 //! process ran through. [`timed_unstopped`] runs a test's attempt again when a watcher
 //! thread, which sleeps [`TICK`] at a time, woke more than [`NOTICED`] late during the span
 //! the attempt timed; only if every attempt was stopped is the bound widened by the stop.
@@ -37,6 +38,7 @@ pub struct StopWatch {
 }
 
 impl StopWatch {
+    /// Starts the watcher thread.
     pub fn start() -> StopWatch {
         let seen = Arc::new(Mutex::new(Seen {
             stops: Vec::new(),
@@ -99,8 +101,11 @@ impl Drop for StopWatch {
 /// An attempt's value, how long the span it timed took, and how long the process was
 /// seen stopped in that span (zero unless every attempt was stopped).
 pub struct Timed<T> {
+    /// What the attempt returned.
     pub value: T,
+    /// How long the span it timed took.
     pub took: Duration,
+    /// How long the process was seen stopped in that span (zero unless every attempt was).
     pub stopped: Duration,
 }
 
