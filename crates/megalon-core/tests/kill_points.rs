@@ -517,6 +517,20 @@ fn a_drainer_spawned(memory: &MemoryKind, point: &str, nth: u64, tag: &str) -> D
     }
 }
 
+/// Host 0 (no pump) acknowledges the drainer's freeze until the drainer exits. Returns
+/// whether it reached its point (its word says so), which is whether it was killed.
+fn acknowledged_until_it_exits(pod: &Pod, host: &Host, drainer: &mut Child, tag: &str) -> bool {
+    let deadline = Instant::now() + BOUND;
+    while drainer.0.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "{tag}: the drainer hangs");
+        let _ = host.replay();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let reached = word(pod, 1).load(Ordering::SeqCst) == 100;
+    assert_eq!(drainer.wait_exit(), reached, "{tag}");
+    reached
+}
+
 /// Host 1 switches the width to `bits` and dies at the `nth` hit of `point`, with `k`
 /// written (it has a record). Returns whether it got there.
 fn drainer_dies_at(memory: &MemoryKind, point: &str, nth: u64) -> bool {
@@ -527,22 +541,7 @@ fn drainer_dies_at(memory: &MemoryKind, point: &str, nth: u64) -> bool {
         host,
         mut drainer,
     } = a_drainer_spawned(memory, point, nth, &tag);
-    // Acknowledges the freeze (no pump here) until the drainer exits.
-    let deadline = Instant::now() + BOUND;
-    let killed = loop {
-        if let Some(status) = drainer.0.try_wait().unwrap() {
-            assert!(
-                status.code().is_none() || status.success(),
-                "{tag}: the drainer failed: {status}"
-            );
-            break status.code().is_none();
-        }
-        assert!(Instant::now() < deadline, "{tag}: the drainer hangs");
-        let _ = host.replay();
-        std::thread::sleep(Duration::from_millis(1));
-    };
-    let reached = word(&pod, 1).load(Ordering::SeqCst) == 100;
-    assert_eq!(killed, reached);
+    let reached = acknowledged_until_it_exits(&pod, &host, &mut drainer, &tag);
     let deadline = Instant::now() + BOUND;
     while !row_free(&pod, 1) || host.inspect().width_drainer().is_some() {
         assert!(
@@ -1016,14 +1015,7 @@ fn drainers_next_life_at(memory: &MemoryKind, point: &str, nth: u64) -> bool {
         host,
         mut drainer,
     } = a_drainer_spawned(memory, point, nth, &tag);
-    let deadline = Instant::now() + BOUND;
-    while drainer.0.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "{tag}: the drainer hangs");
-        let _ = host.replay();
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    let reached = word(&pod, 1).load(Ordering::SeqCst) == 100;
-    assert_eq!(drainer.wait_exit(), reached, "{tag}");
+    let reached = acknowledged_until_it_exits(&pod, &host, &mut drainer, &tag);
     let deadline = Instant::now() + BOUND;
     while !row_free(&pod, 1) {
         assert!(Instant::now() < deadline, "{tag}: host 1 not recovered");
