@@ -491,57 +491,51 @@ fn a_recoverer_killed_at_each_step_is_taken_over_2_bits_simulated() {
     recoverers(MemoryKind::simulated(5), 2, false);
 }
 
-/// What [`a_drainer_spawned`] leaves.
-struct Draining {
+/// What [`a_drainer_run`] leaves.
+struct Drained {
     pod: Arc<Pod>,
     temp: tempfile::TempPath,
     host: Host,
-    drainer: Child,
+    /// Whether the drainer reached its point (and was killed there).
+    reached: bool,
 }
 
-/// A pod file of 32-bit records that may switch, host 0 (in this process) with `k`
-/// written (it has a record), and host 1 (a child) joined, switching the width to 8 bits
-/// to die at the `nth` hit of `point`.
-fn a_drainer_spawned(memory: &MemoryKind, point: &str, nth: u64, tag: &str) -> Draining {
+/// A pod file of 32-bit records that may switch, host 0 (in this process, no pump) with
+/// `k` written (it has a record), and host 1 (a child) switching the width to 8 bits to
+/// die at the `nth` hit of `point`; host 0 acknowledges the freeze until the child exits.
+fn a_drainer_run(memory: &MemoryKind, point: &str, nth: u64, tag: &str) -> Drained {
     let (pod, temp) = file_pod(&config(32, true), tag);
     let host = Host::join(&pod, Join::As(0), options(memory, 0)).unwrap();
     host.create(b"k", &value(1)).unwrap();
     host.write(b"k", &value(2)).unwrap();
-    let drainer = spawn(&temp, memory, "drainer", point, nth, 8);
+    let mut drainer = spawn(&temp, memory, "drainer", point, nth, 8);
     wait_word(word(&pod, 1), 1, "the drainer's join");
-    Draining {
-        pod,
-        temp,
-        host,
-        drainer,
-    }
-}
-
-/// Host 0 (no pump) acknowledges the drainer's freeze until the drainer exits. Returns
-/// whether it reached its point (its word says so), which is whether it was killed.
-fn acknowledged_until_it_exits(pod: &Pod, host: &Host, drainer: &mut Child, tag: &str) -> bool {
     let deadline = Instant::now() + BOUND;
     while drainer.0.try_wait().unwrap().is_none() {
         assert!(Instant::now() < deadline, "{tag}: the drainer hangs");
         let _ = host.replay();
         std::thread::sleep(Duration::from_millis(1));
     }
-    let reached = word(pod, 1).load(Ordering::SeqCst) == 100;
+    let reached = word(&pod, 1).load(Ordering::SeqCst) == 100;
     assert_eq!(drainer.wait_exit(), reached, "{tag}");
-    reached
+    Drained {
+        pod,
+        temp,
+        host,
+        reached,
+    }
 }
 
 /// Host 1 switches the width to `bits` and dies at the `nth` hit of `point`, with `k`
 /// written (it has a record). Returns whether it got there.
 fn drainer_dies_at(memory: &MemoryKind, point: &str, nth: u64) -> bool {
     let tag = format!("drain-{point}-{nth}-{memory}");
-    let Draining {
+    let Drained {
         pod,
         temp: _temp,
         host,
-        mut drainer,
-    } = a_drainer_spawned(memory, point, nth, &tag);
-    let reached = acknowledged_until_it_exits(&pod, &host, &mut drainer, &tag);
+        reached,
+    } = a_drainer_run(memory, point, nth, &tag);
     let deadline = Instant::now() + BOUND;
     while !row_free(&pod, 1) || host.inspect().width_drainer().is_some() {
         assert!(
@@ -1009,13 +1003,12 @@ fn a_recoverer_killed_recovering_a_host_killed_moving_an_object_back_is_taken_ov
 /// got there.
 fn drainers_next_life_at(memory: &MemoryKind, point: &str, nth: u64) -> bool {
     let tag = format!("drain-next-{point}-{nth}-{memory}");
-    let Draining {
+    let Drained {
         pod,
         temp: _temp,
         host,
-        mut drainer,
-    } = a_drainer_spawned(memory, point, nth, &tag);
-    let reached = acknowledged_until_it_exits(&pod, &host, &mut drainer, &tag);
+        reached,
+    } = a_drainer_run(memory, point, nth, &tag);
     let deadline = Instant::now() + BOUND;
     while !row_free(&pod, 1) {
         assert!(Instant::now() < deadline, "{tag}: host 1 not recovered");
