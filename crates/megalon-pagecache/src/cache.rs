@@ -221,6 +221,9 @@ impl PageCache {
     /// Each page's part is written whole or not at all, the pages in order: an error at a
     /// page after the first is [`Error::WriteIncomplete`], naming how many bytes (the
     /// pages before it) are in the cache; any other error means nothing was written.
+    /// Except `HostDeclaredDead` (this host was paused past its lease): the page it was
+    /// writing is then whole or not at all as its recovery decided (kept, if its bytes had
+    /// reached memory), so that page's part may be in the cache too, and nothing after it.
     pub fn write(&self, file: FileId, offset: u64, data: &[u8]) -> Result<()> {
         let open = self.inner.file(file)?;
         let len_bytes = data.len() as u64;
@@ -246,7 +249,8 @@ impl PageCache {
                 .write_page(&open, page, at, &data[done..done + take])
             {
                 // The pages before this one took their bytes: say so (a page's write is
-                // all or nothing, so these are exactly the first `done`).
+                // all or nothing, so these are exactly the first `done`; this page's
+                // too, if this host was declared dead and its recovery kept them).
                 return Err(match done {
                     0 => error,
                     _ => Error::WriteIncomplete {

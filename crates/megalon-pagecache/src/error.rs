@@ -123,7 +123,9 @@ pub enum Error {
     /// A write across pages failed at a page after the pages before it took their bytes:
     /// the first `written_bytes` bytes of the write are in the cache (dirty, on their way
     /// to the file like any write's), the rest are not. A page's write is all or nothing;
-    /// a write across pages is not. Write the rest again to finish it.
+    /// a write across pages is not. Write the rest again to finish it. (If `source` is
+    /// `HostDeclaredDead`, the page it stopped at may be in the cache too, whole: its
+    /// recovery kept it if its bytes had reached memory. Nothing after that page is.)
     #[error("a write stopped after its first {written_bytes} bytes: {source}")]
     WriteIncomplete {
         /// Bytes of the write, from its start, that are in the cache.
