@@ -382,7 +382,11 @@ fn catch_signals() -> Result<signal_hook::iterator::Signals, String> {
 #[derive(Default)]
 struct Stop {
     requested: std::sync::atomic::AtomicBool,
-    shutdown: std::sync::OnceLock<Arc<host::Shutdown>>,
+    /// The server's shutdown, once it serves. Under the lock, `request` and `serving`
+    /// each see what the other did before it: a SeqCst flag beside a `OnceLock` (whose
+    /// set is a Release and whose get an Acquire) let both miss the other, the signal
+    /// lost (a store then a load on each side, as in Dekker's).
+    shutdown: std::sync::Mutex<Option<Arc<host::Shutdown>>>,
 }
 
 impl Stop {
@@ -392,11 +396,13 @@ impl Stop {
 
     /// A signal came: the server's shutdown if it serves, else a stop its start sees.
     fn request(&self) {
-        // SeqCst, as in `serving`: either this sees the shutdown or `serving` sees the
-        // request.
-        self.requested
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        if let Some(shutdown) = self.shutdown.get() {
+        let shutdown = {
+            let shutdown = self.shutdown.lock().expect("stop");
+            self.requested
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            shutdown.clone()
+        };
+        if let Some(shutdown) = shutdown {
             shutdown.trigger();
         }
     }
@@ -404,8 +410,12 @@ impl Stop {
     /// The server serves: a signal from now on triggers `shutdown`, and one that came
     /// before it did already.
     fn serving(&self, shutdown: Arc<host::Shutdown>) {
-        let shutdown = self.shutdown.get_or_init(|| shutdown);
-        if self.requested() {
+        let requested = {
+            let mut serving = self.shutdown.lock().expect("stop");
+            *serving = Some(Arc::clone(&shutdown));
+            self.requested()
+        };
+        if requested {
             shutdown.trigger();
         }
     }
