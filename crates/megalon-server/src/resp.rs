@@ -642,6 +642,17 @@ pub fn array(out: &mut Vec<u8>, len: usize) {
     let _ = write!(out, "*{len}\r\n");
 }
 
+/// A request as a client sends it: an array of bulk strings (tests' clients).
+#[cfg(test)]
+pub(crate) fn command(words: &[&[u8]]) -> Vec<u8> {
+    let mut out = Vec::new();
+    array(&mut out, words.len());
+    for w in words {
+        bulk(&mut out, w);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -688,15 +699,6 @@ mod tests {
         seen.extend(drain(&mut reader));
         assert!(!reader.has_unread(), "cut at {cut}");
         seen
-    }
-
-    fn command(words: &[&[u8]]) -> Vec<u8> {
-        let mut out = Vec::new();
-        array(&mut out, words.len());
-        for w in words {
-            bulk(&mut out, w);
-        }
-        out
     }
 
     #[test]

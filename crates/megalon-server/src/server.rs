@@ -534,6 +534,15 @@ mod tests {
         survivor.create(b"after", b"x").unwrap();
     }
 
+    /// The environment variable `name` read as a `T` (a stress's length, say), or
+    /// `default`.
+    fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+        std::env::var(name)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default)
+    }
+
     /// A server of one host on a new heap pod of 4 MiB of LNR, listening on `h0.sock` in
     /// the returned directory (no TCP port), with `workers` workers and `max_clients`.
     fn one_host_server(workers: usize, max_clients: usize) -> (tempfile::TempDir, super::Server) {
@@ -648,35 +657,19 @@ mod tests {
         use std::os::unix::net::UnixStream;
         use std::time::{Duration, Instant};
 
-        let seconds: u64 = std::env::var("STRESS_SECONDS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(3);
-        let clients: usize = std::env::var("STRESS_CLIENTS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(12);
-        let seed: u64 = std::env::var("STRESS_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_nanos() as u64
-            });
+        let seconds: u64 = env_or("STRESS_SECONDS", 3);
+        let clients: usize = env_or("STRESS_CLIENTS", 12);
+        let seed: u64 = env_or(
+            "STRESS_SEED",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64,
+        );
         eprintln!("seed {seed}");
         let (dir, server) = one_host_server(1, 256);
         let socket = dir.path().join("h0.sock");
-        let encode = |args: &[&[u8]]| {
-            let mut v = format!("*{}\r\n", args.len()).into_bytes();
-            for a in args {
-                v.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-                v.extend_from_slice(a);
-                v.extend_from_slice(b"\r\n");
-            }
-            v
-        };
+        let encode = crate::resp::command;
         let deadline = Instant::now() + Duration::from_secs(seconds);
         let totals: Vec<(u64, u64, Duration)> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..clients)
@@ -806,19 +799,8 @@ mod tests {
         use std::sync::atomic::{AtomicBool, Ordering};
         use std::time::{Duration, Instant};
 
-        let rounds: u64 = std::env::var("STRESS_ROUNDS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(2);
-        let encode = |args: &[&[u8]]| {
-            let mut v = format!("*{}\r\n", args.len()).into_bytes();
-            for a in args {
-                v.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-                v.extend_from_slice(a);
-                v.extend_from_slice(b"\r\n");
-            }
-            v
-        };
+        let rounds: u64 = env_or("STRESS_ROUNDS", 2);
+        let encode = crate::resp::command;
         for round in 0..rounds {
             let (dir, server) = one_host_server(2, 256);
             let socket = dir.path().join("h0.sock");
