@@ -255,6 +255,23 @@ impl ThreadCounters {
         slot.store(slot.load(Ordering::Relaxed) + n, Ordering::Relaxed);
     }
 
+    /// Counts one SCR access to the word at the address `word` gives (from
+    /// [`crate::pod::Pod::address_of`]; asked only under the CXL cost model), charged by
+    /// whether this host holds its line ([`crate::memory::cxl::charge_scr_at`]).
+    #[inline]
+    pub(crate) fn add_scr_at(
+        &self,
+        word: impl FnOnce() -> usize,
+        access: crate::memory::cxl::ScrAccess,
+    ) {
+        #[cfg(not(megalon_loom))]
+        crate::memory::cxl::charge_scr_at(word, access);
+        #[cfg(megalon_loom)]
+        let _ = (word, access);
+        let slot = &self.counts[Counter::ScrAtomics as usize];
+        slot.store(slot.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
     pub(crate) fn snapshot(&self) -> EventCounts {
         let a: [u64; COUNTERS] = std::array::from_fn(|i| self.counts[i].load(Ordering::Relaxed));
         EventCounts::from_array(&a)

@@ -732,6 +732,19 @@ impl Pod {
         T::cell(&self.storage, offset)
     }
 
+    /// The address of the pod's byte at `offset` in this process (unchecked), for the
+    /// CXL cost model's directory of SCR lines. (In a loom model: `offset`.)
+    #[cfg(not(megalon_loom))]
+    #[inline]
+    pub(crate) fn address_of(&self, offset: u64) -> usize {
+        self.storage.base as usize + offset as usize
+    }
+
+    #[cfg(megalon_loom)]
+    pub(crate) fn address_of(&self, offset: u64) -> usize {
+        offset as usize
+    }
+
     /// Pointer to `len` bytes of LNR at `offset`, for the memory layer.
     ///
     /// # Panics

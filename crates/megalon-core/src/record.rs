@@ -187,6 +187,24 @@ impl<'p> Records<'p> {
         ((1u32 << self.width_bits) - 1) as u8
     }
 
+    /// The address of the byte that holds record `record` in this process: where the CXL
+    /// cost model finds its SCR line.
+    #[inline]
+    pub(crate) fn address(&self, record: u32) -> usize {
+        self.pod.address_of(self.byte_offset(record))
+    }
+
+    /// Tells the CXL cost model this host now holds the line of the byte at `at` alone,
+    /// as every store and CAS of a record word leaves it (on real hardware, whether or not
+    /// a counter charges the access): other hosts' next accesses to it miss.
+    #[inline]
+    fn note_update(&self, at: u64) {
+        #[cfg(not(megalon_loom))]
+        crate::memory::cxl::note_scr_update(|| self.pod.address_of(at));
+        #[cfg(megalon_loom)]
+        let _ = at;
+    }
+
     /// Loads record `record` (Acquire: pairs with the Release of every store and CAS
     /// below, so a reader that sees a counter sees the object bytes written before it).
     pub(crate) fn load(&self, record: u32) -> RecordWord {
@@ -211,6 +229,7 @@ impl<'p> Records<'p> {
         new: RecordWord,
     ) -> Result<(), RecordWord> {
         let at = self.byte_offset(record);
+        self.note_update(at);
         let (current, new) = (self.encode(current), self.encode(new));
         // The CAS of a record that fills the atomic `$word` of type `$ty`, widened.
         macro_rules! whole {
@@ -282,6 +301,9 @@ impl<'p> Records<'p> {
         };
         for i in 0..words {
             let at = self.offset + i * word_bytes;
+            if at.is_multiple_of(crate::limits::LINE_BYTES) || i == 0 {
+                self.note_update(at);
+            }
             match word_bytes {
                 1 => self.pod.scr_u8(at).store(0, Ordering::Relaxed),
                 2 => self.pod.scr_u16(at).store(0, Ordering::Relaxed),
@@ -293,6 +315,7 @@ impl<'p> Records<'p> {
     /// Stores `word` (Release: the writer's write-back and fence come before it).
     pub(crate) fn store(&self, record: u32, word: RecordWord) {
         let at = self.byte_offset(record);
+        self.note_update(at);
         let raw = self.encode(word);
         match self.width_bits {
             2 | 4 => {

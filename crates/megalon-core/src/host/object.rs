@@ -36,6 +36,7 @@ use crate::chaos::Point;
 use crate::counters::{Counter, EventCounts, ThreadCounters};
 use crate::error::{Error, Result};
 use crate::event::{Event, NO_RECORD};
+use crate::memory::cxl::ScrAccess;
 use crate::mutants::{self, Step};
 use crate::record::{RecordShape, RecordWord, Records};
 use crate::replica::{IndexEntry, Outcome, View};
@@ -108,7 +109,11 @@ impl Host {
 }
 
 impl Shared {
+    /// Runs `f` with this thread's counters for this host. The CXL cost model charges the
+    /// thread's SCR accesses from here on to this host (a thread may work for several
+    /// hosts in turn, and its first record access comes before its first call on LNR).
     pub(super) fn with_counters<R>(&self, f: impl FnOnce(&ThreadCounters) -> R) -> R {
+        self.memory.bind_scr();
         self.events.with(self.events_id, f)
     }
 
@@ -242,7 +247,7 @@ impl Shared {
             // (A width switch too: its zeroed word reads as freed.)
             let records = Records::of(&self.pod, shape);
             let word = records.load(record);
-            c.add(Counter::ScrAtomics, 1);
+            c.add_scr_at(|| records.address(record), ScrAccess::Load);
             self.chaos.point(Point::ReadAfterCounter);
             if word.in_use && !records.writing(word) {
                 // Pre-read check: lines cached under another version (or an unknown one)
@@ -290,7 +295,7 @@ impl Shared {
         };
         let load_record = |c: &ThreadCounters| match (ticket.guard, records) {
             (Guard::Record { record, .. }, Some(records)) => {
-                c.add(Counter::ScrAtomics, 1);
+                c.add_scr_at(|| records.address(record), ScrAccess::Load);
                 Some(records.load(record))
             }
             _ => None,
@@ -424,7 +429,7 @@ impl Shared {
             };
             let records = Records::of(&self.pod, shape);
             let word = records.load(record);
-            c.add(Counter::ScrAtomics, 1);
+            c.add_scr_at(|| records.address(record), ScrAccess::Load);
             if !word.in_use || word.locked {
                 // An announce left by a lock that lost would keep a recoverer of the
                 // record waiting on us while we wait on it.
@@ -460,7 +465,7 @@ impl Shared {
                 continue;
             }
             self.chaos.point(Point::WriteBeforeLock);
-            c.add(Counter::ScrAtomics, 1);
+            c.add_scr_at(|| records.address(record), ScrAccess::Update);
             let taken = records.compare_exchange(record, word, locked).is_ok();
             drop(gate);
             if !taken {
@@ -693,9 +698,10 @@ impl Shared {
             return false;
         }
         self.chaos.point(Point::UnlockAfterCheck);
-        c.add(Counter::ScrAtomics, 1);
+        let records = self.records();
+        c.add_scr_at(|| records.address(record), ScrAccess::Update);
         // The width our lock was taken at: no switch goes on while a record is locked.
-        let result = self.records().compare_exchange(record, locked, unlocked);
+        let result = records.compare_exchange(record, locked, unlocked);
         debug_assert!(
             result.is_ok() || self.left_to_recovery(),
             "record {record}: locked as {locked:?}, found {result:?}"
@@ -871,7 +877,7 @@ impl Shared {
         } = wait;
         let records = Records::of(&self.pod, shape);
         let word = records.load(record);
-        c.add(Counter::ScrAtomics, 1);
+        c.add_scr_at(|| records.address(record), ScrAccess::Load);
         if mutants::skipped(Step::LockBeforeDelete) {
             return Ok(Some((record, word, word, None)));
         }
@@ -896,7 +902,7 @@ impl Shared {
             self.wait_for_record(backoff, record, word, c)?;
             return Ok(None);
         }
-        c.add(Counter::ScrAtomics, 1);
+        c.add_scr_at(|| records.address(record), ScrAccess::Update);
         let taken = records.compare_exchange(record, word, locked).is_ok();
         drop(gate);
         if !taken {

@@ -10,6 +10,7 @@ use crate::counters::{Counter, ThreadCounters};
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::ids::HostId;
+use crate::memory::cxl::ScrAccess;
 use crate::mutants::{self, Step};
 use crate::record::{RecordShape, RecordWord, Records};
 use crate::replica::Outcome;
@@ -310,12 +311,18 @@ impl Shared {
                     self.end_hold_of(hold);
                     return Ok(Some(record));
                 }
-                c.add(Counter::ScrAtomics, 1);
+                c.add_scr_at(
+                    || Records::of(&self.pod, shape).address(record),
+                    ScrAccess::Update,
+                );
                 self.free_claimed(record, claimed, hold, shape);
                 Ok(None)
             }
             _ => {
-                c.add(Counter::ScrAtomics, 1);
+                c.add_scr_at(
+                    || Records::of(&self.pod, shape).address(record),
+                    ScrAccess::Update,
+                );
                 self.free_claimed(record, claimed, hold, shape);
                 Err(Error::UnknownKey)
             }
@@ -374,7 +381,7 @@ impl Shared {
             }
             for record in candidates {
                 let word = records.load(record);
-                c.add(Counter::ScrAtomics, 1);
+                c.add_scr_at(|| records.address(record), ScrAccess::Load);
                 if word.in_use {
                     continue;
                 }
@@ -386,7 +393,7 @@ impl Shared {
                     // Under recovery: another candidate.
                     continue;
                 }
-                c.add(Counter::ScrAtomics, 1);
+                c.add_scr_at(|| records.address(record), ScrAccess::Update);
                 // Counted before the CAS, taken back if it fails: a claimer killed between
                 // its CAS and its count left a claim that its recovery frees and takes
                 // off the count, which never had it (the count wrapped below 0). Killed
@@ -447,7 +454,7 @@ impl Shared {
         for _ in 0..RECLAIM_SAMPLES {
             let record = (next_random(rng) % count) as u32;
             let word = records.load(record);
-            c.add(Counter::ScrAtomics, 1);
+            c.add_scr_at(|| records.address(record), ScrAccess::Load);
             if word.in_use && !word.locked {
                 sampled.push((record, word));
             }
@@ -540,7 +547,7 @@ impl Shared {
     ) -> Result<bool> {
         let records = Records::of(&self.pod, shape);
         let word = records.load(record);
-        c.add(Counter::ScrAtomics, 1);
+        c.add_scr_at(|| records.address(record), ScrAccess::Load);
         // Lock without changing the counter: no write happens; the event tells readers.
         // A locked record (a write or another deallocation in progress) is left alone.
         let lock = !mutants::skipped(Step::LockBeforeDealloc);
@@ -571,7 +578,7 @@ impl Shared {
             if !self.announce(&hold, &records, record, locked)? {
                 return Ok(false);
             }
-            c.add(Counter::ScrAtomics, 1);
+            c.add_scr_at(|| records.address(record), ScrAccess::Update);
             let taken = records.compare_exchange(record, word, locked).is_ok();
             drop(gate);
             if !taken {

@@ -16,10 +16,17 @@
 //!   charged the same. Lines this host holds valid cost nothing.
 //! - **A write-back**: a dirty line pushed to memory by a flush, a `clwb` or a
 //!   non-temporal store (which writes every line it covers).
-//! - **An SCR access**: SCR words are not reached through this interface (they are
-//!   direct atomics on the pod), so the protocol's own count of them
-//!   (`Counter::ScrAtomics`, at the sites that access records) charges them through
-//!   [`charge_scr`], on the thread that counted them.
+//! - **An SCR access that would miss**: SCR words are not reached through this interface
+//!   (they are direct atomics on the pod), so the protocol's own count of them
+//!   (`Counter::ScrAtomics`, at the sites that access records) charges them, on the
+//!   thread that counted them. Where the count gives the word's address
+//!   ([`charge_scr_at`]: megalon's record words, HCMeta's index and records), it is a
+//!   miss only if this host does not hold the word's line: the SCR is coherent, so a
+//!   host keeps a line it loaded until another host writes it, and a line it wrote
+//!   until another host touches it. A model-wide directory of SCR lines says which
+//!   hosts hold each ([`CxlModel::scr_cache`]). Counts without an address (the log's
+//!   cursor when it moved, the RPC ring, undo announces) pay every access
+//!   ([`charge_scr`]).
 //!
 //! The lines of one call are charged in rounds: [`CxlModel::lines_in_flight`] misses (or
 //! write-backs) overlap, so a call that misses `n` lines costs `ceil(n / lines_in_flight)`
@@ -37,8 +44,9 @@
 //!
 //! **What it leaves out** (also in `docs/memory.md`): bandwidth limits and queueing at the
 //! device (every charge is a latency, however many threads miss at once); SCR accesses
-//! the protocol does not count (log cursors, the host table, heartbeats); whether an SCR
-//! line is in this host's coherent cache (every counted SCR access pays
+//! the protocol does not count (log cursors, the host table, heartbeats); hosts in other
+//! processes in the SCR directory (a pod across processes takes `scr_cache=0`); what a
+//! miss on an SCR line another host holds dirty costs over one nobody holds (both pay
 //! [`CxlModel::scr_ns`]); write-backs of dirty lines pushed out by other lines (the
 //! hardware does them in the background); and what this machine's own DRAM already costs
 //! (a flushed line is a real local miss here too, paid on top).
@@ -46,10 +54,13 @@
 //! **Which thread pays for an SCR access.** A counted SCR access has no memory handle, so
 //! each call on a `CxlMemory` binds the calling thread to that memory's SCR cost, each
 //! call on hardware or simulated memory (through [`super::Memory`]) binds it to nothing,
-//! and [`charge_scr`] charges the thread's binding. A thread that has touched no memory
-//! yet (HCMeta-Local's workers reading their own partitions never do) pays the SCR cost
-//! of the `CxlMemory` made last in the process, while one lives. A thread that works for
-//! hosts of both kinds in turn pays by the kind it touched last.
+//! and [`charge_scr`] charges the thread's binding; each operation of a host binds its
+//! thread first (`Memory::bind_scr`), so that a thread working for several hosts in turn
+//! charges each access to the host that made it (HCMeta's operations bind too: its
+//! Local workers reading their own partitions never touch LNR). A thread bound to
+//! nothing yet pays every SCR access at the cost of the `CxlMemory` made last in the
+//! process, while one lives. A thread that works for hosts of both kinds in turn pays by
+//! the kind it touched last.
 
 use std::cell::Cell;
 use std::sync::{Arc, OnceLock};
@@ -78,12 +89,21 @@ pub struct CxlModel {
     /// Size of each host's modeled cache of LNR lines (rounded down to a power of two
     /// lines, at least one line).
     pub cache_bytes: u64,
+    /// 1 (the default): a counted SCR access to a line this host holds in its coherent
+    /// cache is free (a load of a line no other host wrote since this host last touched
+    /// it; a store or CAS of a line no other host holds), as on real hardware; the
+    /// model keeps the pod's SCR lines in a directory of which hosts hold each. 0: every
+    /// counted SCR access pays [`scr_ns`](Self::scr_ns), as the model did before. The
+    /// directory is the process's own: hosts in other processes are not in it, so a pod
+    /// whose hosts run in several processes takes 0 (`kv_cluster` sets it).
+    pub scr_cache: u64,
 }
 
 impl Default for CxlModel {
     /// The numbers `docs/memory.md` cites: 259 ns for a CXL load and write-back (the
     /// CXL 1.1 device of the Tigon paper's testbed, Intel MLC, 3:1 reads to writes), the
-    /// same for an SCR access, 10 lines in flight, a 32 MiB cache per host.
+    /// same for an SCR access, 10 lines in flight, a 32 MiB cache per host, SCR lines
+    /// held in it.
     fn default() -> Self {
         Self {
             lnr_miss_ns: 259,
@@ -91,6 +111,7 @@ impl Default for CxlModel {
             scr_ns: 259,
             lines_in_flight: 10,
             cache_bytes: 32 << 20,
+            scr_cache: 1,
         }
     }
 }
@@ -105,17 +126,18 @@ pub const MAX_LATENCY_NS: u64 = 1_000_000;
 
 /// The parameter names [`CxlModel::parse`] reads, in the order [`CxlModel`]'s `Display`
 /// writes them.
-pub const CXL_PARAMETERS: [&str; 5] = [
+pub const CXL_PARAMETERS: [&str; 6] = [
     "lnr_miss_ns",
     "write_back_ns",
     "scr_ns",
     "lines_in_flight",
     "cache_bytes",
+    "scr_cache",
 ];
 
 /// A CXL model's parameters that do not parse.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("cxl model parameter {given:?}: {why} (parameters: lnr_miss_ns, write_back_ns, scr_ns, lines_in_flight, cache_bytes)")]
+#[error("cxl model parameter {given:?}: {why} (parameters: lnr_miss_ns, write_back_ns, scr_ns, lines_in_flight, cache_bytes, scr_cache)")]
 pub struct BadCxlParameter {
     /// The `name=value` given.
     pub given: String,
@@ -124,13 +146,14 @@ pub struct BadCxlParameter {
 }
 
 impl CxlModel {
-    fn fields(&self) -> [u64; 5] {
+    fn fields(&self) -> [u64; 6] {
         [
             self.lnr_miss_ns,
             self.write_back_ns,
             self.scr_ns,
             self.lines_in_flight,
             self.cache_bytes,
+            self.scr_cache,
         ]
     }
 
@@ -141,6 +164,7 @@ impl CxlModel {
             "scr_ns" => &mut self.scr_ns,
             "lines_in_flight" => &mut self.lines_in_flight,
             "cache_bytes" => &mut self.cache_bytes,
+            "scr_cache" => &mut self.scr_cache,
             _ => return None,
         })
     }
@@ -180,6 +204,12 @@ impl CxlModel {
                     why: "a modeled latency is at most 1 ms (1000000 ns)",
                 });
             }
+        }
+        if model.scr_cache > 1 {
+            return Err(BadCxlParameter {
+                given: format!("scr_cache={}", model.scr_cache),
+                why: "1 (SCR lines held in the cache) or 0 (every SCR access a miss)",
+            });
         }
         if model.cache_bytes > MAX_CACHE_BYTES {
             return Err(BadCxlParameter {
@@ -230,8 +260,11 @@ pub struct CxlCharges {
     pub lines_written_back: u64,
     /// Rounds those write-backs were charged in.
     pub write_back_rounds: u64,
-    /// SCR accesses charged (counted by the protocol, see [`charge_scr`]).
+    /// SCR accesses charged (counted by the protocol, see [`charge_scr`]): those that
+    /// missed the model's SCR directory ([`CxlModel::scr_cache`]).
     pub scr_accesses: u64,
+    /// Counted SCR accesses that hit: lines this host held, not charged.
+    pub scr_hits: u64,
     /// Nanoseconds of spin asked for (the sum of rounds and accesses times their costs).
     pub charged_ns: u64,
     /// Nanoseconds the spins took, as their own clock reads saw them (with the reads'
@@ -258,6 +291,7 @@ impl std::ops::Sub for CxlCharges {
             lines_written_back: self.lines_written_back - earlier.lines_written_back,
             write_back_rounds: self.write_back_rounds - earlier.write_back_rounds,
             scr_accesses: self.scr_accesses - earlier.scr_accesses,
+            scr_hits: self.scr_hits - earlier.scr_hits,
             charged_ns: self.charged_ns - earlier.charged_ns,
             spun_ns: self.spun_ns - earlier.spun_ns,
         }
@@ -273,6 +307,7 @@ impl std::ops::Add for CxlCharges {
             lines_written_back: self.lines_written_back + other.lines_written_back,
             write_back_rounds: self.write_back_rounds + other.write_back_rounds,
             scr_accesses: self.scr_accesses + other.scr_accesses,
+            scr_hits: self.scr_hits + other.scr_hits,
             charged_ns: self.charged_ns + other.charged_ns,
             spun_ns: self.spun_ns + other.spun_ns,
         }
@@ -287,12 +322,14 @@ thread_local! {
         lines_written_back: 0,
         write_back_rounds: 0,
         scr_accesses: 0,
+        scr_hits: 0,
         charged_ns: 0,
         spun_ns: 0,
     }) };
-    /// The SCR cost of the `CxlMemory` this thread last used, and that memory's id; id 0:
-    /// not bound; id [`NOT_CXL`]: the thread last used another kind of memory.
-    static SCR_BINDING: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+    /// The SCR cost of the `CxlMemory` this thread last used, that memory's id, and its
+    /// bit in the SCR directory (0: none); id 0: not bound; id [`NOT_CXL`]: the thread
+    /// last used another kind of memory.
+    static SCR_BINDING: Cell<(u64, u64, u64)> = const { Cell::new((0, 0, 0)) };
     /// Picoseconds this thread's spins still owe (negative: spun ahead), see [`spin_ns`].
     static OWED_PS: Cell<i64> = const { Cell::new(0) };
     /// Picoseconds this thread's spins took (see [`CxlCharges::spun_ns`]).
@@ -329,7 +366,7 @@ fn count_live(made: Option<u64>) {
 pub(crate) fn bind_not_cxl() {
     SCR_BINDING.with(|b| {
         if b.get().1 != NOT_CXL {
-            b.set((0, NOT_CXL));
+            b.set((0, NOT_CXL, 0));
         }
     });
 }
@@ -338,17 +375,22 @@ pub(crate) fn bind_not_cxl() {
 /// last used; nothing if it last used hardware or simulated memory; and if it has used no
 /// memory yet (a thread whose work never reaches LNR, such as HCMeta-Local's reads of its
 /// own partition), the cost of the CXL memory made last in the process, if one lives.
-/// The protocol's SCR counter calls this.
+/// Every one is charged as a miss: the protocol's counts of SCR words whose addresses it
+/// does not give ([`charge_scr_at`] for those it does).
 #[inline]
 pub fn charge_scr(accesses: u64) {
     let scr_ns = match SCR_BINDING.with(Cell::get) {
-        (_, 0) => UNBOUND_SCR_NS.load(std::sync::atomic::Ordering::Relaxed),
-        (_, NOT_CXL) => 0,
-        (bound_ns, _) => bound_ns,
+        (_, 0, _) => UNBOUND_SCR_NS.load(std::sync::atomic::Ordering::Relaxed),
+        (_, NOT_CXL, _) => 0,
+        (bound_ns, _, _) => bound_ns,
     };
     if scr_ns == 0 {
         return;
     }
+    pay_scr(accesses, scr_ns);
+}
+
+fn pay_scr(accesses: u64, scr_ns: u64) {
     let ns = accesses * scr_ns;
     CHARGES.with(|c| {
         let mut charges = c.get();
@@ -357,6 +399,168 @@ pub fn charge_scr(accesses: u64) {
         c.set(charges);
     });
     spin_ns(ns);
+}
+
+/// What an SCR access asks of its line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScrAccess {
+    /// A load: free if this host holds the line (it loaded or wrote it, and no other host
+    /// wrote it since).
+    Load,
+    /// A store, a CAS (one that fails too: the core takes the line exclusive for it) or
+    /// another read-modify-write: free only if no other host holds the line.
+    Update,
+}
+
+/// Charges the calling thread one SCR access to the word at the address `word` gives (a
+/// pointer into the pod's SCR, as an integer; asked only under the model), by the
+/// model's directory of SCR lines: a miss pays as [`charge_scr`] does, a hit nothing
+/// (counted in [`CxlCharges::scr_hits`]). Under a model with [`CxlModel::scr_cache`] 0,
+/// or on a thread not bound to a `CxlMemory`, every access is a miss.
+#[inline]
+pub fn charge_scr_at(word: impl FnOnce() -> usize, access: ScrAccess) {
+    let (scr_ns, bit) = match SCR_BINDING.with(Cell::get) {
+        (_, 0, _) => (UNBOUND_SCR_NS.load(std::sync::atomic::Ordering::Relaxed), 0),
+        (_, NOT_CXL, _) => return,
+        (bound_ns, _, bit) => (bound_ns, bit),
+    };
+    if scr_ns == 0 {
+        return;
+    }
+    if bit != 0 {
+        if let Some(directory) = SCR_DIRECTORY.get() {
+            if directory.access(word() as u64 / LINE_BYTES, bit, access) {
+                CHARGES.with(|c| {
+                    let mut charges = c.get();
+                    charges.scr_hits += 1;
+                    c.set(charges);
+                });
+                return;
+            }
+        }
+    }
+    pay_scr(1, scr_ns);
+}
+
+/// Notes a store or CAS of the SCR word at the address `word` gives, which no counter
+/// may charge (a record freed by replay or recovery, say): the writing host now holds
+/// the line alone, so every other host's next access to it misses. Free; nothing on a
+/// thread bound to other memory. (On an unbound thread, no host holds it after.)
+#[inline]
+pub fn note_scr_update(word: impl FnOnce() -> usize) {
+    let bit = match SCR_BINDING.with(Cell::get) {
+        (_, NOT_CXL, _) => return,
+        (_, _, bit) => bit,
+    };
+    if let Some(directory) = SCR_DIRECTORY.get() {
+        directory.take(word() as u64 / LINE_BYTES, bit);
+    }
+}
+
+/// The model's SCR lines: for each (direct-mapped by line address, as the LNR table is),
+/// the line it holds (its index + 1; 0: none) and the bits of the hosts that hold it in
+/// their coherent caches. One table for the process, shared by every `CxlMemory` whose
+/// model keeps SCR lines ([`CxlModel::scr_cache`]); made with the first. A line pushed
+/// out by another line of its entry leaves every host's cache at once (a real host keeps
+/// its own lines; at this size, 32 MiB of SCR lines, that is rare). Relaxed accesses:
+/// two threads racing on an entry may lose an update, which makes the model a little
+/// wrong, never the pod's data.
+struct ScrDirectory {
+    lines: Box<[std::sync::atomic::AtomicU64]>,
+    holders: Box<[std::sync::atomic::AtomicU64]>,
+}
+
+/// Entries of the SCR directory: 32 MiB of SCR lines.
+const SCR_DIRECTORY_ENTRIES: usize = 1 << 19;
+
+static SCR_DIRECTORY: OnceLock<ScrDirectory> = OnceLock::new();
+
+/// The directory bits of live `CxlMemory` values that keep SCR lines (one per host; the
+/// 65th live at once gets none and misses every access).
+static SCR_BITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+impl ScrDirectory {
+    fn get_or_make() -> &'static ScrDirectory {
+        SCR_DIRECTORY.get_or_init(|| {
+            let zeroed = || {
+                (0..SCR_DIRECTORY_ENTRIES)
+                    .map(|_| std::sync::atomic::AtomicU64::new(0))
+                    .collect()
+            };
+            ScrDirectory {
+                lines: zeroed(),
+                holders: zeroed(),
+            }
+        })
+    }
+
+    fn entry(&self, line: u64) -> usize {
+        line as usize & (SCR_DIRECTORY_ENTRIES - 1)
+    }
+
+    /// An access by the host of `bit` to `line`: whether it hit. After it, the host holds
+    /// the line (alone, for an update).
+    fn access(&self, line: u64, bit: u64, access: ScrAccess) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let i = self.entry(line);
+        if self.lines[i].load(Relaxed) != line + 1 {
+            self.lines[i].store(line + 1, Relaxed);
+            self.holders[i].store(bit, Relaxed);
+            return false;
+        }
+        let holders = self.holders[i].load(Relaxed);
+        match access {
+            ScrAccess::Load if holders & bit != 0 => true,
+            ScrAccess::Load => {
+                self.holders[i].fetch_or(bit, Relaxed);
+                false
+            }
+            ScrAccess::Update if holders == bit => true,
+            ScrAccess::Update => {
+                self.holders[i].store(bit, Relaxed);
+                false
+            }
+        }
+    }
+
+    /// The host of `bit` (0: none) holds `line` alone.
+    fn take(&self, line: u64, bit: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let i = self.entry(line);
+        if self.lines[i].load(Relaxed) != line + 1 {
+            self.lines[i].store(line + 1, Relaxed);
+        }
+        self.holders[i].store(bit, Relaxed);
+    }
+
+    /// A host's bit, for a new `CxlMemory`; 0 if all 64 are taken.
+    fn take_bit() -> u64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut taken = SCR_BITS.load(Relaxed);
+        loop {
+            let free = !taken;
+            if free == 0 {
+                return 0;
+            }
+            let bit = free & free.wrapping_neg();
+            match SCR_BITS.compare_exchange(taken, taken | bit, Relaxed, Relaxed) {
+                Ok(_) => return bit,
+                Err(now) => taken = now,
+            }
+        }
+    }
+
+    /// Gives a dropped memory's bit back, first taking it out of every line: the next
+    /// memory to get it holds nothing.
+    fn give_back(&self, bit: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        for holders in &self.holders[..] {
+            if holders.load(Relaxed) & bit != 0 {
+                holders.fetch_and(!bit, Relaxed);
+            }
+        }
+        SCR_BITS.fetch_and(!bit, Relaxed);
+    }
 }
 
 /// How the spin keeps time on this machine, measured once per process.
@@ -445,6 +649,9 @@ pub struct CxlMemory {
     /// The model's cache: per set, 0 (empty) or `(line + 1) << 1 | dirty`.
     tags: Box<[AtomicU64]>,
     set_mask: u64,
+    /// This host's bit in the SCR directory; 0: none (the model keeps no SCR lines, or
+    /// 64 hosts had them all).
+    scr_bit: u64,
 }
 
 impl std::fmt::Debug for CxlMemory {
@@ -484,12 +691,19 @@ impl CxlMemory {
         let sets = (cache_bytes / LINE_BYTES).max(1);
         let sets = 1u64 << (63 - sets.leading_zeros());
         count_live(Some(model.scr_ns));
+        let scr_bit = if model.scr_cache != 0 {
+            ScrDirectory::get_or_make();
+            ScrDirectory::take_bit()
+        } else {
+            0
+        };
         Self {
             hardware: HardwareMemory::new(pod),
             model,
             id: NEXT_MEMORY.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             tags: (0..sets).map(|_| AtomicU64::new(0)).collect(),
             set_mask: sets - 1,
+            scr_bit,
         }
     }
 
@@ -525,11 +739,14 @@ impl CxlMemory {
         offset / LINE_BYTES..(offset + len as u64).div_ceil(LINE_BYTES)
     }
 
-    /// Binds the calling thread's SCR charges to this memory.
-    fn bind(&self) {
+    /// Binds the calling thread's SCR charges to this memory (each call on it does; a
+    /// thread that reaches SCR before LNR calls this first, see
+    /// [`super::Memory::bind_scr`]).
+    #[inline]
+    pub fn bind(&self) {
         SCR_BINDING.with(|b| {
             if b.get().1 != self.id {
-                b.set((self.model.scr_ns, self.id));
+                b.set((self.model.scr_ns, self.id, self.scr_bit));
             }
         });
     }
@@ -671,9 +888,14 @@ impl Drop for CxlMemory {
         // to unbind.
         let _ = SCR_BINDING.try_with(|b| {
             if b.get().1 == self.id {
-                b.set((0, 0));
+                b.set((0, 0, 0));
             }
         });
+        if self.scr_bit != 0 {
+            if let Some(directory) = SCR_DIRECTORY.get() {
+                directory.give_back(self.scr_bit);
+            }
+        }
     }
 }
 
@@ -826,16 +1048,16 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_host_pays_for_its_record_and_its_object() {
+    /// What a write and two reads from another host are charged, under `model`.
+    fn a_write_and_two_reads(model: CxlModel) -> (CxlCharges, CxlCharges, CxlCharges) {
         use crate::{Host, HostOptions, Join};
         let pod = Arc::new(Pod::create(&PodConfig::new(), Backing::heap()).expect("a pod"));
         let options = || {
             HostOptions::new()
-                .memory(MemoryKind::Cxl(CxlModel::default()))
+                .memory(MemoryKind::Cxl(model))
                 .pump_interval(None)
         };
-        let (write, read, again) = std::thread::scope(|s| {
+        std::thread::scope(|s| {
             // Fresh threads: no binding left by another test.
             s.spawn(|| {
                 let a = Host::join(&pod, Join::AnyFree, options()).expect("host a");
@@ -858,9 +1080,18 @@ mod tests {
             })
             .join()
             .expect("the thread")
-        });
+        })
+    }
+
+    #[test]
+    fn a_host_pays_for_its_record_and_its_object() {
+        let every_access_misses = CxlModel {
+            scr_cache: 0,
+            ..CxlModel::default()
+        };
+        let (write, read, again) = a_write_and_two_reads(every_access_misses);
         assert!(
-            write.scr_accesses >= 2,
+            write.scr_accesses >= 2 && write.scr_hits == 0,
             "a write locks and unlocks: {write:?}"
         );
         assert_eq!(write.lines_written_back, 4, "{write:?}");
@@ -870,6 +1101,82 @@ mod tests {
         );
         assert!(read.scr_accesses >= 2, "{read:?}");
         assert_eq!(again.lines_missed, 0, "valid lines are free: {again:?}");
+        assert!(again.scr_accesses >= 2, "{again:?}");
         assert_eq!(again.charged_ns, again.scr_accesses * 259);
+    }
+
+    /// With the model's SCR lines (the default), a record word's line costs what it
+    /// would on a coherent cache: the writer's look at the record hits (it and the reader
+    /// share the line), its lock misses (the reader's copy must go), its unlock hits; the reader's first load after the write misses, its second
+    /// (`read_end`'s) hits; a read of an unchanged object pays nothing at all.
+    #[test]
+    fn a_record_line_a_host_holds_is_free() {
+        let (write, read, again) = a_write_and_two_reads(CxlModel::default());
+        assert_eq!((write.scr_accesses, write.scr_hits), (1, 2), "{write:?}");
+        assert_eq!(write.lines_written_back, 4, "{write:?}");
+        assert_eq!((read.scr_accesses, read.scr_hits), (1, 1), "{read:?}");
+        assert_eq!(read.lines_missed, 4, "{read:?}");
+        assert_eq!((again.scr_accesses, again.scr_hits), (0, 2), "{again:?}");
+        assert_eq!(again.charged_ns, 0, "{again:?}");
+    }
+
+    /// The directory of SCR lines by itself: a load hits a line this host holds, a store
+    /// or CAS only a line it holds alone; a store no counter charges still takes the
+    /// line; a dropped host's lines are not its successor's.
+    #[test]
+    fn scr_lines_are_held_until_another_host_takes_them() {
+        let (pod, a) = memory(CxlModel::default());
+        let b = CxlMemory::new(Arc::clone(&pod), CxlModel::default());
+        let word = pod.address_of(pod.layout().scr_offset);
+        let neighbour = word + 8;
+        let (load, update) = (ScrAccess::Load, ScrAccess::Update);
+        // Misses (1) and hits (0) of accesses by `host`, on a fresh thread.
+        let on = |host: &CxlMemory, accesses: &[(usize, ScrAccess)]| {
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    host.bind();
+                    accesses
+                        .iter()
+                        .map(|&(at, access)| charged(|| charge_scr_at(|| at, access)).scr_accesses)
+                        .collect::<Vec<_>>()
+                })
+                .join()
+                .expect("the thread")
+            })
+        };
+        assert_eq!(on(&a, &[(word, load), (neighbour, load)]), [1, 0]);
+        assert_eq!(
+            on(&b, &[(word, load), (word, update)]),
+            [1, 1],
+            "a holds it too"
+        );
+        assert_eq!(on(&b, &[(neighbour, update), (word, load)]), [0, 0]);
+        assert_eq!(on(&a, &[(word, load), (word, load)]), [1, 0], "b wrote it");
+        assert_eq!(on(&a, &[(word, update), (word, update)]), [1, 0]);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                b.bind();
+                note_scr_update(|| word);
+            });
+        });
+        assert_eq!(
+            on(&a, &[(word, load), (word, load)]),
+            [1, 0],
+            "b's store, though not charged, took the line"
+        );
+        drop(a);
+        let c = CxlMemory::new(Arc::clone(&pod), CxlModel::default());
+        assert_eq!(on(&c, &[(word, load)]), [1], "a's line is not c's");
+        let every_access_misses = CxlMemory::new(
+            Arc::clone(&pod),
+            CxlModel {
+                scr_cache: 0,
+                ..CxlModel::default()
+            },
+        );
+        assert_eq!(
+            on(&every_access_misses, &[(word, load), (word, load)]),
+            [1, 1]
+        );
     }
 }

@@ -180,6 +180,17 @@ impl Memory {
         }
     }
 
+    /// Binds the calling thread's SCR charges under the CXL cost model to this host, as
+    /// every call on LNR does: for a thread whose work may reach the SCR before its first
+    /// call on LNR. See [`cxl::charge_scr_at`]. Nothing on other memories (their calls
+    /// on LNR unbind the thread; a hot path pays no more than a look at the kind).
+    #[inline]
+    pub fn bind_scr(&self) {
+        if let Memory::Cxl(memory) = self {
+            memory.bind();
+        }
+    }
+
     /// `"hardware"`, `"simulated"` or `"cxl"`, as [`MemoryKind::name`] says.
     pub fn kind_name(&self) -> &'static str {
         match self {
