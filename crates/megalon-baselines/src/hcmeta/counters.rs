@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crossbeam::utils::CachePadded;
+use megalon_core::limits::LINE_BYTES;
+use megalon_core::memory::cxl::ScrAccess;
 use megalon_core::rpc::Tally;
 use parking_lot::Mutex;
 
@@ -72,15 +74,29 @@ impl Counters {
         self.count(counter, n);
     }
 
-    /// `words` SCR words loaded (or stored) one after the other within `lines` lines (an
-    /// index entry's link and inline key): counted as `words` accesses, as everywhere,
-    /// but charged under the CXL cost model as `lines`, the line fetches real hardware
-    /// makes for them. (Charged word by word, an HCMeta lookup at 16-byte keys paid three
-    /// accesses for its entry's one line, at 90-byte keys up to thirteen for two.)
+    /// One access to the SCR word `word`: counted as one SCR atomic, and charged under
+    /// the CXL cost model by whether this host holds its line, as megalon's record words
+    /// are ([`megalon_core::memory::cxl::charge_scr_at`]).
     #[inline]
-    pub(crate) fn add_scr_words(&self, words: u64, lines: u64) {
-        debug_assert!(lines <= words);
-        megalon_core::memory::cxl::charge_scr(lines);
+    pub(crate) fn add_scr(&self, word: &AtomicU64, access: ScrAccess) {
+        megalon_core::memory::cxl::charge_scr_at(|| word as *const AtomicU64 as usize, access);
+        self.count(Counter::ScrAtomics, 1);
+    }
+
+    /// `words` SCR words from `first` on, loaded (or stored) one after the other (an
+    /// index entry's link and inline key): counted as `words` accesses, as everywhere,
+    /// but charged under the CXL cost model by the lines they span, each as one access,
+    /// the line fetches real hardware makes for them. (Charged word by word, an HCMeta
+    /// lookup at 16-byte keys paid three accesses for its entry's one line, at 90-byte
+    /// keys up to thirteen for two.)
+    #[inline]
+    pub(crate) fn add_scr_words(&self, first: &AtomicU64, words: u64, access: ScrAccess) {
+        let first = first as *const AtomicU64 as usize;
+        let line = LINE_BYTES as usize;
+        let last = first + words as usize * 8 - 1;
+        for at in (first / line..=last / line).map(|l| l * line) {
+            megalon_core::memory::cxl::charge_scr_at(|| at, access);
+        }
         self.count(Counter::ScrAtomics, words);
     }
 

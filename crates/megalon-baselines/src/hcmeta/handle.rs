@@ -202,8 +202,11 @@ impl HcMetaHandle {
         self.route(key)
     }
 
-    /// Checks `key`, serves this host's ring, and says who owns the key.
+    /// Checks `key`, serves this host's ring, and says who owns the key. The CXL cost
+    /// model charges this thread's SCR accesses from here on to this host (as megalon's
+    /// do: a thread's first SCR access may come before its first call on LNR).
     fn route(&mut self, key: &[u8]) -> Result<(KeyHash, usize)> {
+        self.inner.hosts[self.host].memory.bind_scr();
         let hash = self.check_key(key)?;
         self.poll();
         Ok((hash, hash.owner(self.inner.settings.hosts)))

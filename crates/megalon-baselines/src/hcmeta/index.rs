@@ -29,7 +29,11 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use megalon_core::Pod;
 
-use super::counters::{Counter, Counters};
+use megalon_core::memory::cxl::ScrAccess;
+
+#[cfg(test)]
+use super::counters::Counter;
+use super::counters::Counters;
 use super::hash::KeyHash;
 
 /// Times a reader looks at a bucket whose version stays odd or changes under it before
@@ -110,10 +114,8 @@ impl IndexGeometry {
 
     /// Counts `words` words of `entry` from its link on (the link, then key words), one
     /// after the other: charged as the lines they span.
-    fn add_entry_words(&self, entry: u32, words: u64, c: &Counters) {
-        let first = self.entry_offset(entry) + 8;
-        let lines = (first + words * 8 - 1) / 64 - first / 64 + 1;
-        c.add_scr_words(words, lines);
+    fn add_entry_words(&self, pod: &Pod, entry: u32, words: u64, access: ScrAccess, c: &Counters) {
+        c.add_scr_words(self.link(pod, entry), words, access);
     }
 
     /// Looks `key` up (any host). `None`: not shared, or the owner kept changing the
@@ -125,7 +127,7 @@ impl IndexGeometry {
             // Acquire: pairs with the owner's Release store of this word; the chain it
             // published is visible.
             let bucket_word = bucket.load(Ordering::Acquire);
-            c.add(Counter::ScrAtomics, 1);
+            c.add_scr(bucket, ScrAccess::Load);
             if (bucket_word >> 32) & 1 == 1 {
                 std::hint::spin_loop();
                 continue;
@@ -144,7 +146,7 @@ impl IndexGeometry {
                 } else {
                     (false, 0)
                 };
-                self.add_entry_words(entry, 1 + loaded, c);
+                self.add_entry_words(pod, entry, 1 + loaded, ScrAccess::Load, c);
                 if equal {
                     found = Some(entry);
                     break;
@@ -155,7 +157,7 @@ impl IndexGeometry {
             // The seqlock reader's fence: the chain's loads above happen before the
             // check below (an Acquire load would not keep them from moving after it).
             fence(Ordering::Acquire);
-            c.add(Counter::ScrAtomics, 1);
+            c.add_scr(bucket, ScrAccess::Load);
             if bucket.load(Ordering::Relaxed) == bucket_word {
                 return found.map(|entry| Found {
                     bucket: b,
@@ -170,8 +172,9 @@ impl IndexGeometry {
     /// Whether what `found` saw is still so: no entry was linked into or out of its
     /// bucket since. A reader asks this after locking the entry's record.
     pub(crate) fn unchanged(&self, pod: &Pod, found: &Found, c: &Counters) -> bool {
-        c.add(Counter::ScrAtomics, 1);
-        self.bucket(pod, found.bucket).load(Ordering::Acquire) == found.bucket_word
+        let bucket = self.bucket(pod, found.bucket);
+        c.add_scr(bucket, ScrAccess::Load);
+        bucket.load(Ordering::Acquire) == found.bucket_word
     }
 
     /// Starts changing bucket `b` (owner only): its version turns odd. Returns the
@@ -184,17 +187,18 @@ impl IndexGeometry {
         // The seqlock writer's fence: the odd version is ordered before the changes that
         // follow; a reader that sees any of them sees the version changed.
         fence(Ordering::Release);
-        c.add(Counter::ScrAtomics, 2);
+        c.add_scr(bucket, ScrAccess::Load);
+        c.add_scr(bucket, ScrAccess::Update);
         word
     }
 
     /// Ends changing bucket `b` (owner only): the next even version with `head`.
     fn end(&self, pod: &Pod, b: u64, before: u64, head: u32, c: &Counters) {
         let version = (before >> 32).wrapping_add(2) << 32;
-        c.add(Counter::ScrAtomics, 1);
+        let bucket = self.bucket(pod, b);
+        c.add_scr(bucket, ScrAccess::Update);
         // Release: pairs with a reader's Acquire load of the bucket word.
-        self.bucket(pod, b)
-            .store(version | u64::from(head), Ordering::Release);
+        bucket.store(version | u64::from(head), Ordering::Release);
     }
 
     /// Links `entry`, holding `key`, at the head of its bucket (owner only). The entry's
@@ -212,7 +216,7 @@ impl IndexGeometry {
             (key.len() as u64) << 32 | u64::from(before as u32),
             Ordering::Relaxed,
         );
-        self.add_entry_words(entry, words as u64 + 1, c);
+        self.add_entry_words(pod, entry, words as u64 + 1, ScrAccess::Update, c);
         self.end(pod, b, before, entry + 1, c);
     }
 
@@ -230,16 +234,17 @@ impl IndexGeometry {
                 assert!(at != 0, "entry {entry} is not in its bucket's chain");
                 let link = self.link(pod, at - 1);
                 let word = link.load(Ordering::Relaxed);
-                c.add(Counter::ScrAtomics, 1);
+                c.add_scr(link, ScrAccess::Load);
                 if word as u32 == entry + 1 {
                     link.store((word & !0xffff_ffff) | u64::from(after), Ordering::Relaxed);
-                    c.add(Counter::ScrAtomics, 1);
+                    c.add_scr(link, ScrAccess::Update);
                     break;
                 }
                 at = word as u32;
             }
         }
-        c.add(Counter::ScrAtomics, 1);
+        // The load of `entry`'s own link, above.
+        c.add_scr(self.link(pod, entry), ScrAccess::Load);
         self.end(pod, b, before, head, c);
     }
 }
@@ -283,7 +288,10 @@ mod tests {
 
     /// Under the CXL cost model a lookup is charged an entry's link and inline key words
     /// as the lines they span, not word by word (real hardware fetches each line once);
-    /// its count stays word by word. Charged word by word, this lookup paid 7.
+    /// its count stays word by word. Charged word by word, this lookup paid 7. With the
+    /// model's SCR lines kept (the default), the bucket's second load finds its line
+    /// still held and pays nothing, and so does a second lookup; a new insert by the
+    /// owner (another host) takes the lines from the reader again.
     #[test]
     fn a_lookup_is_charged_the_lines_of_an_entry_not_its_words() {
         use megalon_core::memory::cxl::CxlCharges;
@@ -301,20 +309,53 @@ mod tests {
             entry_bytes: 16 + 32,
             key_words: 4,
         };
-        let c = Counters::default();
         let key: &[u8] = b"a-key-of-thirty-two-bytes-long..";
-        geometry.insert(&pod, KeyHash::of(key), key, 0, &c);
-        // This thread pays the model's SCR cost from its first call on the CXL memory.
-        let cxl = CxlMemory::new(std::sync::Arc::clone(&pod), CxlModel::default());
-        let _ = cxl.load_u64(pod.layout().lnr_offset);
-        let (counted, charged) = (
-            c.get(Counter::ScrAtomics),
-            CxlCharges::this_thread().scr_accesses,
-        );
-        assert!(geometry.find(&pod, KeyHash::of(key), key, &c).is_some());
+        // What one lookup (after the owner's insert, on another thread) is counted and
+        // charged, under `model`, and a second lookup's charge.
+        let lookups = |model: CxlModel| {
+            let owner = CxlMemory::new(std::sync::Arc::clone(&pod), model);
+            let reader = CxlMemory::new(std::sync::Arc::clone(&pod), model);
+            let c = Counters::default();
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    let _ = owner.load_u64(pod.layout().lnr_offset);
+                    geometry.insert(&pod, KeyHash::of(key), key, 0, &Counters::default());
+                });
+            });
+            // This thread pays the model's SCR cost from its first call on the CXL memory.
+            let _ = reader.load_u64(pod.layout().lnr_offset);
+            let lookup = || {
+                let (counted, charged) = (
+                    c.get(Counter::ScrAtomics),
+                    CxlCharges::this_thread().scr_accesses,
+                );
+                assert!(geometry.find(&pod, KeyHash::of(key), key, &c).is_some());
+                (
+                    c.get(Counter::ScrAtomics) - counted,
+                    CxlCharges::this_thread().scr_accesses - charged,
+                )
+            };
+            let (first, second) = (lookup(), lookup());
+            assert_eq!(first.0, second.0);
+            // Removed and inserted again by the owner: its lines are taken again.
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    let _ = owner.load_u64(pod.layout().lnr_offset);
+                    let c = Counters::default();
+                    geometry.remove(&pod, KeyHash::of(key), 0, &c);
+                    geometry.insert(&pod, KeyHash::of(key), key, 0, &c);
+                });
+            });
+            (first.0, first.1, second.1, lookup().1)
+        };
         // The bucket, the entry's link and key words, the bucket again.
-        assert_eq!(c.get(Counter::ScrAtomics) - counted, 1 + 5 + 1);
-        assert_eq!(CxlCharges::this_thread().scr_accesses - charged, 1 + 1 + 1);
+        let words = 1 + 5 + 1;
+        let every_access_misses = CxlModel {
+            scr_cache: 0,
+            ..CxlModel::default()
+        };
+        assert_eq!(lookups(every_access_misses), (words, 1 + 1 + 1, 3, 3));
+        assert_eq!(lookups(CxlModel::default()), (words, 1 + 1, 0, 1 + 1));
     }
 
     #[test]

@@ -375,6 +375,8 @@ impl Inner {
         if !state.geometry.ring.pending(&self.pod) {
             return 0;
         }
+        // The owner's SCR accesses are its own under the CXL cost model.
+        state.memory.bind_scr();
         if count_poll {
             c.scr_atomics(rpc::POLL_SCR_ACCESSES);
         }

@@ -29,6 +29,8 @@ use megalon_kv::scheme::Extent;
 use megalon_kv::{Error, Result};
 use parking_lot::{Mutex, MutexGuard, RwLock};
 
+use megalon_core::memory::cxl::ScrAccess;
+
 use super::counters::{Counter, Counters, Registry};
 use super::geometry::{HostGeometry, Sizes};
 use super::hash::KeyHash;
@@ -286,7 +288,7 @@ impl HostState {
             // Tigon's is-dirty: a shared row nobody wrote equals the DRAM copy, which
             // does not change while shared. The read takes effect at this load.
             let word = record.load(Ordering::Acquire);
-            c.add(Counter::ScrAtomics, 1);
+            c.add_scr(record, ScrAccess::Load);
             if word & (DIRTY | WRITER) == 0 {
                 return Ok(copy_out(s.object_bytes, buf, extent, |from, out| {
                     out.copy_from_slice(&row.local[from..from + out.len()])
@@ -464,7 +466,7 @@ impl HostState {
             debug_assert!(locked & WRITER != 0);
             let mut share = self.share.lock();
             self.geometry.index.remove(pod, hash, entry, c);
-            c.add(Counter::ScrAtomics, 1);
+            c.add_scr(record, ScrAccess::Update);
             // Release: the entry is unlinked before the record reads free.
             record.store(0, Ordering::Release);
             share.entry_row[entry as usize] = NO_ROW;
@@ -547,7 +549,7 @@ impl HostState {
             }
         };
         let record = self.geometry.index.record(pod, entry);
-        c.add(Counter::ScrAtomics, 1);
+        c.add_scr(record, ScrAccess::Update);
         // Release: the row's bytes reached memory (written back, fenced) before anyone
         // can lock the record; pairs with the Acquire of `read_lock`/`write_lock`.
         record.store(
@@ -596,7 +598,7 @@ impl HostState {
                 }
                 let record = self.geometry.index.record(pod, entry);
                 let word = record.load(Ordering::Relaxed);
-                c.add(Counter::ScrAtomics, 1);
+                c.add_scr(record, ScrAccess::Load);
                 if record::latched(word) {
                     continue;
                 }
@@ -671,7 +673,7 @@ impl HostState {
             }
         }
         let record = self.geometry.index.record(pod, entry);
-        c.add(Counter::ScrAtomics, 1);
+        c.add_scr(record, ScrAccess::Update);
         // Release: the entry is unlinked before the record reads free: a reader that
         // locked the record before and checks its bucket after sees the change.
         record.store(0, Ordering::Release);

@@ -29,6 +29,8 @@ use std::time::Duration;
 
 use megalon_core::limits::LINE_BYTES;
 
+use megalon_core::memory::cxl::ScrAccess;
+
 use super::counters::{Counter, Counters};
 use megalon_core::Backoff;
 
@@ -94,7 +96,7 @@ pub(crate) enum NotLocked {
 
 /// A relaxed load of `record`, counted as one SCR atomic.
 fn load(record: &AtomicU64, c: &Counters) -> u64 {
-    c.add(Counter::ScrAtomics, 1);
+    c.add_scr(record, ScrAccess::Load);
     record.load(Ordering::Relaxed)
 }
 
@@ -143,7 +145,7 @@ fn lock_when(
             continue;
         }
         let locked = next(word);
-        c.add(Counter::ScrAtomics, 1);
+        c.add_scr(record, ScrAccess::Update);
         match record.compare_exchange_weak(word, locked, Ordering::Acquire, Ordering::Relaxed) {
             Ok(_) => return Ok(locked),
             Err(now) => word = now,
@@ -179,14 +181,14 @@ pub(crate) fn read_unlock(record: &AtomicU64, locked: u64, set_bits: u64, c: &Co
     // Release: the copy's loads happen before a writer that waits for the readers to
     // leave (its Acquire load in `write_lock`) stores anything.
     if set_bits == 0 {
-        c.add(Counter::ScrAtomics, 1);
+        c.add_scr(record, ScrAccess::Update);
         record.fetch_sub(READER_ONE, Ordering::Release);
         return;
     }
     let mut word = locked;
     loop {
         debug_assert!(readers(word) > 0);
-        c.add(Counter::ScrAtomics, 1);
+        c.add_scr(record, ScrAccess::Update);
         match record.compare_exchange_weak(
             word,
             (word - READER_ONE) | set_bits,
@@ -225,13 +227,13 @@ pub(crate) fn write_lock(
     loop {
         // Acquire: pairs with each leaving reader's Release in `read_unlock`.
         let word = record.load(Ordering::Acquire);
-        c.add(Counter::ScrAtomics, 1);
+        c.add_scr(record, ScrAccess::Load);
         if readers(word) == 0 {
             return Ok(word);
         }
         if let Err(busy) = waits.another() {
+            c.add_scr(record, ScrAccess::Update);
             record.fetch_and(!WRITER, Ordering::Release);
-            c.add(Counter::ScrAtomics, 1);
             return Err(busy);
         }
     }
@@ -244,7 +246,7 @@ pub(crate) fn try_write_lock_unreferenced(record: &AtomicU64, c: &Counters) -> O
     if word & IN_USE == 0 || latched(word) || word & CLOCK != 0 {
         return None;
     }
-    c.add(Counter::ScrAtomics, 1);
+    c.add_scr(record, ScrAccess::Update);
     record
         .compare_exchange(word, word | WRITER, Ordering::Acquire, Ordering::Relaxed)
         .ok()
@@ -256,7 +258,7 @@ pub(crate) fn try_write_lock_unreferenced(record: &AtomicU64, c: &Counters) -> O
 pub(crate) fn write_unlock(record: &AtomicU64, locked: u64, host: usize, c: &Counters) {
     debug_assert!(locked & WRITER != 0 && readers(locked) == 0);
     let released = (locked & !(WRITER | BITMAP_MASK)) | host_bit(host) | DIRTY;
-    c.add(Counter::ScrAtomics, 1);
+    c.add_scr(record, ScrAccess::Update);
     // A plain store: while the writer bit is set no reader enters and the CLOCK hand
     // skips the record, so nobody else changes the word. Release: the row's bytes
     // (written back and fenced) reach memory before any later locker can see the lock
@@ -267,13 +269,13 @@ pub(crate) fn write_unlock(record: &AtomicU64, locked: u64, host: usize, c: &Cou
 /// Releases a write lock taken as `locked` without writing (a lookup that turned out
 /// stale): the word goes back as it was, less the writer bit.
 pub(crate) fn write_abandon(record: &AtomicU64, locked: u64, c: &Counters) {
-    c.add(Counter::ScrAtomics, 1);
+    c.add_scr(record, ScrAccess::Update);
     record.store(locked & !WRITER, Ordering::Release);
 }
 
 /// Clears the clock bit if it is set and nobody holds the lock. Returns whether it did.
 pub(crate) fn clear_clock(record: &AtomicU64, word: u64, c: &Counters) -> bool {
-    c.add(Counter::ScrAtomics, 1);
+    c.add_scr(record, ScrAccess::Update);
     record
         .compare_exchange(word, word & !CLOCK, Ordering::Relaxed, Ordering::Relaxed)
         .is_ok()
