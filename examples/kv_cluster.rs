@@ -39,7 +39,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use megalon::core::{
     inspect::fnv1a64,
     limits::{LINE_BYTES, PAGE_BYTES},
-    Backing, Backoff, Host, HostOptions, Join, Pod, PodConfig,
+    Backing, Backoff, CxlModel, Host, HostOptions, Join, MemoryKind, Pod, PodConfig,
 };
 use megalon::kv::{Megalon, Store};
 use megalon_bench::mix::{self, Draw, Draws, Mix, MixRun, WorkerRun};
@@ -443,7 +443,7 @@ fn parent(args: &Args, flags: &[OsString], interrupted: &AtomicBool) -> Result<S
         args.kv.hosts,
         args.kv.threads,
         args.kv.describe_workload(),
-        args.kv.memory,
+        across_processes(args.kv.memory.clone()),
         path.display(),
         pod.layout().total_bytes >> 20,
     );
@@ -1152,6 +1152,19 @@ fn join(pod: &Arc<Pod>, role: &Role, options: HostOptions, bound: Duration) -> R
     }
 }
 
+/// `memory` for a host whose pod has hosts in other processes: under the CXL cost model,
+/// every SCR access a miss (`scr_cache=0`), since the model's directory of SCR lines is
+/// one process's and cannot see another process's writes.
+fn across_processes(memory: MemoryKind) -> MemoryKind {
+    match memory {
+        MemoryKind::Cxl(model) => MemoryKind::Cxl(CxlModel {
+            scr_cache: 0,
+            ..model
+        }),
+        other => other,
+    }
+}
+
 fn child(args: &Args, role: &Role) -> Result {
     die_with_parent(role.parent)?;
     let commands = commands_from_parent();
@@ -1160,7 +1173,11 @@ fn child(args: &Args, role: &Role) -> Result {
         &pod_config(args),
     )?);
     let bound = Duration::from_secs(args.wait_seconds);
-    let options = args.kv.host_options(role.host).wait_limit(bound);
+    let options = args
+        .kv
+        .host_options(role.host)
+        .memory(across_processes(args.kv.memory_of(role.host)))
+        .wait_limit(bound);
     let joined = join(&pod, role, options, bound)?;
     println!("joined host={} start={}", role.host, role.start);
     let store = Store::new(Megalon::new(pod.clone(), vec![Arc::new(joined)]));

@@ -705,6 +705,7 @@ pub fn run_plan_on<S: Scheme>(
             (CXL_LINES_MISSED, charged.lines_missed),
             (CXL_LINES_WRITTEN_BACK, charged.lines_written_back),
             (CXL_SCR_ACCESSES, charged.scr_accesses),
+            (CXL_SCR_HITS, charged.scr_hits),
         ]);
     }
     Ok(MixRun {
@@ -721,8 +722,10 @@ pub const CXL_NS_CHARGED: &str = "CXL ns charged";
 pub const CXL_LINES_MISSED: &str = "CXL lines missed";
 /// LNR lines the model counted written back by the workers.
 pub const CXL_LINES_WRITTEN_BACK: &str = "CXL lines written back";
-/// SCR accesses the model charged the workers.
+/// SCR accesses the model charged the workers: those that missed its SCR lines.
 pub const CXL_SCR_ACCESSES: &str = "CXL SCR accesses";
+/// SCR accesses the model found in the workers' hosts' caches, and did not charge.
+pub const CXL_SCR_HITS: &str = "CXL SCR hits";
 
 /// Every worker's run, over `seconds`, with what the scheme counted meanwhile.
 #[derive(Clone, Debug)]
