@@ -115,6 +115,10 @@ pub(crate) struct HostState {
     free_rows: Mutex<Vec<u32>>,
     share: Mutex<ShareState>,
     shared_now: AtomicU64,
+    /// How many times the CLOCK hand found every entry held and waited: for tests that
+    /// park a thread in that wait (the share state is held only between its waits).
+    #[cfg(test)]
+    hand_waits: AtomicU64,
     /// The serving lock, with the server's scratch entry.
     pub(crate) serving: Mutex<Vec<u8>>,
     /// Set to make the host stop answering requests (failure experiments).
@@ -197,6 +201,8 @@ impl HostState {
                 entry_row: vec![NO_ROW; entries as usize].into(),
             }),
             shared_now: AtomicU64::new(0),
+            #[cfg(test)]
+            hand_waits: AtomicU64::new(0),
             serving: Mutex::new(vec![0; sizes.ring_entry_bytes as usize]),
             stopped: AtomicBool::new(false),
             counters: Registry::default(),
@@ -208,11 +214,10 @@ impl HostState {
         self.shared_now.load(Ordering::Relaxed)
     }
 
-    /// Whether some thread holds the share state (its free entries and CLOCK hand): for
-    /// tests that park a thread in the CLOCK hand's wait.
+    /// How many times the CLOCK hand found every entry held and waited.
     #[cfg(test)]
-    pub(crate) fn share_state_held(&self) -> bool {
-        self.share.try_lock().is_none()
+    pub(crate) fn hand_waits(&self) -> u64 {
+        self.hand_waits.load(Ordering::Relaxed)
     }
 
     /// Objects in the partition now.
@@ -618,6 +623,8 @@ impl HostState {
                 self.unshare(pod, s, share, row_id, &mut victim, entry, locked, c);
                 return Ok(entry);
             }
+            #[cfg(test)]
+            self.hand_waits.fetch_add(1, Ordering::Relaxed);
             if !MutexGuard::unlocked(share, || backoff.snooze()) {
                 return Err(Error::Core(megalon_core::Error::ScrRecordsExhausted {
                     records: entries,
