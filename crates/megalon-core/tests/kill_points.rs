@@ -20,6 +20,15 @@
 //! | mover     | moves `k` to its DRAM, writes it there, dies at the point (moving it here, or back: by itself or asked by host 0) | - |
 //! | drainer, next life | as drainer; recovered, its switch left as it was, id 1 joins again and ends it | - |
 //! | two       | moves `k` to its DRAM, dies moving it back for host 0 | recovers host 1 by hand, dies at the point |
+//! | at once   | writes `k`, stops at a point of the write (`Mid`: its lock, undo image ready, half its new bytes in memory); maybe then reserves a position | writes `k2` or `k` (after host 1), stops at its point; maybe reserves: both are killed at once, and host 0 recovers both, by hand or by its pump |
+//! | three     | stops at a point of its write of `k2` (or announcing a lock of `k` that host 3 took) | recovers host 3 (dead holding `k`'s lock) by hand, stops at the point: both are killed at once |
+//!
+//! Hosts killed at once (as two machines that lose power together) stop at their point
+//! and wait there: the parent kills them together, once each stands at its point, so
+//! that neither acts after the other is gone. Their objects must be whole at the last
+//! complete write (a write stopped once its bytes were in memory and its undo image let
+//! go is kept, any other is undone), at 2 bits (every lock of a record one word: a dead
+//! host's stale announce or lost lock attempt names the other's lock) and 8.
 
 #![cfg(all(target_os = "linux", feature = "chaos"))]
 
@@ -47,6 +56,11 @@ const POINT_ENV: &str = "MEGALON_KP_POINT";
 const NTH_ENV: &str = "MEGALON_KP_NTH";
 const BITS_ENV: &str = "MEGALON_KP_BITS";
 const MEMORY_ENV: &str = "MEGALON_KP_MEMORY";
+/// A pair's: its host id, the key it writes, the value's tag, and whether it reserves too.
+const ID_ENV: &str = "MEGALON_KP_ID";
+const KEY_ENV: &str = "MEGALON_KP_KEY";
+const TAG_ENV: &str = "MEGALON_KP_TAG";
+const RESERVE_ENV: &str = "MEGALON_KP_RESERVE";
 
 fn config(bits: u32, switch: bool) -> PodConfig {
     common::config()
@@ -103,6 +117,29 @@ fn killer(pod: Arc<Pod>, me: u64, point: String, nth: u64) -> impl FnMut(Point) 
                 }
             }
         }
+    }
+}
+
+/// Stops this thread where it stands, for good, once `nth` hits of `point` have been
+/// seen, having stored `signal` in its word: the parent kills the process there.
+fn parker(pod: Arc<Pod>, me: u64, point: String, nth: u64, signal: u64) -> impl FnMut(Point) {
+    let mut seen = 0;
+    move |at| {
+        if format!("{at:?}") == point {
+            seen += 1;
+            if seen == nth {
+                word(&pod, me).store(signal, Ordering::SeqCst);
+                loop {
+                    std::thread::park();
+                }
+            }
+        }
+    }
+}
+
+fn park_for_good() -> ! {
+    loop {
+        std::thread::park();
     }
 }
 
@@ -269,12 +306,83 @@ fn kill_point_child() {
             });
             word(&pod, 1).store(50, Ordering::SeqCst);
         }
+        "pair" => {
+            // Host `id` writes its key (value `tag`) and stops at the point, holding what
+            // the write holds there (`Mid`: its lock, its undo image ready and half of its
+            // new bytes in memory); then (`reserve`), told to, it creates `n<id>` and
+            // stops with the create's position reserved. The parent kills it there.
+            let id: u32 = std::env::var(ID_ENV).unwrap().parse().unwrap();
+            let key = std::env::var(KEY_ENV).unwrap();
+            let tag: u8 = std::env::var(TAG_ENV).unwrap().parse().unwrap();
+            let reserve = std::env::var(RESERVE_ENV).unwrap() == "1";
+            let me = u64::from(id);
+            let host = Host::join(&pod, Join::As(id), options(&memory, id)).unwrap();
+            std::thread::scope(|s| {
+                let (host, pod) = (&host, &pod);
+                s.spawn(move || {
+                    if point == "Mid" {
+                        let ticket = host.write_start(key.as_bytes()).unwrap();
+                        ticket.write(0, &[0xee; SLOT / 2]).unwrap();
+                        host.memory().write_back(ticket.offset(), SLOT);
+                        host.memory().fence();
+                        word(pod, me).store(2, Ordering::SeqCst);
+                        park_for_good();
+                    }
+                    let written =
+                        chaos::with_hook(parker(Arc::clone(pod), me, point, nth, 2), || {
+                            host.write(key.as_bytes(), &value(tag))
+                        });
+                    panic!("host {id}'s write answered {written:?}");
+                });
+                wait_word(word(pod, me), 2, "this host's write to stop");
+                if reserve {
+                    wait_word(word(pod, 0), 1, "the parent's word to reserve");
+                    let hook = parker(Arc::clone(pod), me, "AppendAfterReserve".into(), 1, 3);
+                    let created = chaos::with_hook(hook, || {
+                        host.create(format!("n{id}").as_bytes(), &value(7))
+                    });
+                    panic!("host {id}'s create answered {created:?}");
+                }
+                park_for_good();
+            })
+        }
+        "recoverer3" => {
+            // Host 2 recovers host 3 by hand and stops at the point (50 in its word if
+            // the recovery ended first). The parent kills it there.
+            let host = Host::join(&pod, Join::As(2), options(&memory, 2)).unwrap();
+            word(&pod, 2).store(1, Ordering::SeqCst);
+            wait_word(word(&pod, 0), 2, "host 3's death");
+            chaos::with_hook(parker(Arc::clone(&pod), 2, point, nth, 100), || {
+                let deadline = Instant::now() + BOUND;
+                while !row_free(&pod, 3) {
+                    assert!(Instant::now() < deadline, "host 3 never recovered");
+                    host.inspect().watch_hosts();
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            });
+            word(&pod, 2).store(50, Ordering::SeqCst);
+            park_for_good();
+        }
         other => panic!("no role {other}"),
     }
 }
 
 fn spawn(path: &Path, memory: &MemoryKind, role: &str, point: &str, nth: u64, bits: u32) -> Child {
+    spawn_with(path, memory, role, point, nth, bits, &[])
+}
+
+/// [`spawn`], with more of the child's environment.
+fn spawn_with(
+    path: &Path,
+    memory: &MemoryKind,
+    role: &str,
+    point: &str,
+    nth: u64,
+    bits: u32,
+    env: &[(&str, String)],
+) -> Child {
     let child = Command::new(std::env::current_exe().unwrap())
+        .envs(env.iter().map(|(name, value)| (name, value)))
         .args([
             "--exact",
             "kill_point_child",
@@ -1043,6 +1151,359 @@ fn a_drainers_next_life_joining_before_its_switch_is_taken_over_ends_it() {
     for &(point, nth) in &DRAIN_POINTS[..4] {
         if !drainers_next_life_at(&memory, point, nth) {
             missed.push((point, nth));
+        }
+    }
+    assert!(missed.is_empty(), "points never reached: {missed:?}");
+}
+
+/// Where one of two hosts killed at once stops: the key it writes and the point.
+#[derive(Clone, Copy, Debug)]
+struct Stop {
+    key: &'static str,
+    point: &'static str,
+}
+
+/// Points of a write at which the new value is whole in memory and kept by recovery
+/// (the undo image let go); at the others (and `Mid`) recovery gives the old one back.
+const DONE_POINTS: &[&str] = &["WriteBeforeUnlock", "UnlockAfterCheck", "WriteAfterUnlock"];
+
+/// Starts host `id` (a child) writing `stop.key` to value `tag`, and waits until it stands
+/// at `stop.point`.
+fn a_pair_stops(
+    path: &Path,
+    memory: &MemoryKind,
+    bits: u32,
+    id: u32,
+    tag: u8,
+    stop: Stop,
+    reserve: bool,
+) -> Child {
+    let env = [
+        (ID_ENV, id.to_string()),
+        (KEY_ENV, stop.key.to_string()),
+        (TAG_ENV, tag.to_string()),
+        (RESERVE_ENV, u8::from(reserve).to_string()),
+    ];
+    let child = spawn_with(path, memory, "pair", stop.point, 1, bits, &env);
+    let pod = Pod::open(Backing::file(path)).unwrap();
+    wait_word(word(&pod, u64::from(id)), 2, "a pair's write to stop");
+    child
+}
+
+/// Kills every child in `children` at once: each stands at its point, and none acts
+/// again before the last is gone.
+fn kill_at_once(children: &mut [&mut Child]) {
+    for child in children.iter() {
+        // SAFETY: a plain syscall on a child of ours, not yet reaped.
+        unsafe { libc::kill(child.0.id() as libc::pid_t, libc::SIGKILL) };
+    }
+    for child in children.iter_mut() {
+        assert!(child.wait_exit(), "a child was not killed");
+    }
+}
+
+/// Waits until every row but `host`'s is free: by `host`'s watch by hand, or (`pump`) by
+/// its pump's.
+fn recovered(pod: &Pod, host: &Host, pump: bool, tag: &str) {
+    let deadline = Instant::now() + BOUND;
+    while !(0..4).all(|id| id == host.id() || row_free(pod, id)) {
+        assert!(
+            Instant::now() < deadline,
+            "{tag}: not recovered: rows {:?}, {:?}",
+            (0..4).map(|id| row_free(pod, id)).collect::<Vec<_>>(),
+            host.inspect().background_errors()
+        );
+        if !pump {
+            host.inspect().watch_hosts();
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let _ = host.replay();
+}
+
+/// Hosts 1 and 2 (children) each write a key (value 3, then value 4) and stop at their
+/// point, host 1 first (on the same key: host 2's write follows host 1's); with
+/// `reserve`, each then creates `n<id>` and stops with its position reserved. Both are
+/// killed at once, and host 0 (this process) recovers both, by hand or by its pump: each
+/// key is whole at its last complete value, no create of theirs is there, and nothing is
+/// left.
+fn two_die_at(
+    memory: &MemoryKind,
+    config: &PodConfig,
+    stops: [Stop; 2],
+    reserve: bool,
+    pump: bool,
+) {
+    let bits = config.record_width_bits;
+    let tag = format!(
+        "two-{}-{}-{}-{}-{bits}-{memory}-{}-{reserve}-{pump}",
+        stops[0].key,
+        stops[0].point,
+        stops[1].key,
+        stops[1].point,
+        config.crash_safety.name()
+    );
+    let (pod, temp) = file_pod(config, &tag);
+    let path: &Path = &temp;
+    let host = if pump {
+        Host::join(&pod, Join::As(0), pumped_options(memory, 0)).unwrap()
+    } else {
+        Host::join(&pod, Join::As(0), options(memory, 0)).unwrap()
+    };
+    let mut expected: Vec<(&str, u8)> = Vec::new();
+    for key in ["k", "k2"] {
+        host.create(key.as_bytes(), &value(1)).unwrap();
+        host.write(key.as_bytes(), &value(2)).unwrap();
+        expected.push((key, 2));
+    }
+    let mut children = Vec::new();
+    for (i, stop) in stops.into_iter().enumerate() {
+        let (id, new) = (i as u32 + 1, i as u8 + 3);
+        children.push(a_pair_stops(path, memory, bits, id, new, stop, reserve));
+        if DONE_POINTS.contains(&stop.point) {
+            expected
+                .iter_mut()
+                .find(|(key, _)| *key == stop.key)
+                .unwrap()
+                .1 = new;
+        }
+    }
+    if reserve {
+        word(&pod, 0).store(1, Ordering::SeqCst);
+        wait_word(word(&pod, 1), 3, "host 1's reservation");
+        wait_word(word(&pod, 2), 3, "host 2's reservation");
+    }
+    let [one, two] = &mut children[..] else {
+        unreachable!()
+    };
+    kill_at_once(&mut [one, two]);
+    recovered(&pod, &host, pump, &tag);
+    let mut buf = vec![0u8; SLOT];
+    for &(key, now) in &expected {
+        host.read(key.as_bytes(), &mut buf).unwrap();
+        assert!(buf == value(now), "{tag}: {key} reads {:?}..", &buf[..8]);
+        host.write(key.as_bytes(), &value(20)).unwrap();
+        host.read(key.as_bytes(), &mut buf).unwrap();
+        assert!(buf == value(20), "{tag}: {key} written");
+        host.write(key.as_bytes(), &value(now)).unwrap();
+    }
+    for n in ["n1", "n2"] {
+        let read = host.read(n.as_bytes(), &mut buf);
+        assert!(read.is_err(), "{tag}: {n}, never published, reads {read:?}");
+    }
+    eprintln!("{tag}: {:?}", host.inspect().stats());
+    let k_now = expected[0].1;
+    nothing_left(&pod, &host, memory, &[value(k_now)], &tag);
+}
+
+/// Pairs of stops: on two objects, and on the same one in sequence (host 2's write comes
+/// after host 1's lock or unlock, at 2 bits from the very word host 1 announced).
+const PAIRS: &[[Stop; 2]] = &[
+    [
+        Stop {
+            key: "k",
+            point: "Mid",
+        },
+        Stop {
+            key: "k2",
+            point: "Mid",
+        },
+    ],
+    [
+        Stop {
+            key: "k",
+            point: "WriteAfterLock",
+        },
+        Stop {
+            key: "k2",
+            point: "WriteBeforeUnlock",
+        },
+    ],
+    [
+        Stop {
+            key: "k",
+            point: "WriteAfterUnlock",
+        },
+        Stop {
+            key: "k",
+            point: "Mid",
+        },
+    ],
+    [
+        Stop {
+            key: "k",
+            point: "WriteAfterUnlock",
+        },
+        Stop {
+            key: "k",
+            point: "WriteAfterLock",
+        },
+    ],
+    [
+        Stop {
+            key: "k",
+            point: "WriteBeforeLock",
+        },
+        Stop {
+            key: "k",
+            point: "Mid",
+        },
+    ],
+    [
+        Stop {
+            key: "k",
+            point: "WriteBeforeLock",
+        },
+        Stop {
+            key: "k",
+            point: "UnlockAfterCheck",
+        },
+    ],
+];
+
+#[test]
+fn two_hosts_killed_at_once_holding_locks_are_recovered_by_hand() {
+    for bits in [2, 8] {
+        for &stops in PAIRS {
+            two_die_at(
+                &MemoryKind::Hardware,
+                &config(bits, false),
+                stops,
+                false,
+                false,
+            );
+        }
+    }
+}
+
+#[test]
+fn two_hosts_killed_at_once_holding_locks_and_reservations_are_recovered_by_the_pump() {
+    for bits in [2, 8] {
+        for &stops in PAIRS {
+            two_die_at(
+                &MemoryKind::Hardware,
+                &config(bits, false),
+                stops,
+                true,
+                true,
+            );
+        }
+    }
+}
+
+#[test]
+fn two_hosts_killed_at_once_in_a_pod_of_the_default_crash_safety_simulated() {
+    // `CrashSafety::Auto`: undo images, as for every pod of a file.
+    let config = common::config().lease_ms(LEASE_MS).record_width_bits(2);
+    for (stops, reserve) in [(PAIRS[0], true), (PAIRS[2], false), (PAIRS[4], true)] {
+        two_die_at(&MemoryKind::simulated(5), &config, stops, reserve, false);
+    }
+}
+
+/// Host 3 (a child) dies holding `k`'s lock (`Mid`), host 1 (a child) stands at `stop`,
+/// and host 2 (a child), recovering host 3 by hand, stops at the `nth` hit of `point`;
+/// hosts 1 and 2 are killed at once, and host 0 (this process) recovers all three by
+/// hand. Returns whether host 2 got to its point.
+fn one_dies_holding_the_other_recovering(
+    memory: &MemoryKind,
+    bits: u32,
+    stop: Stop,
+    point: &str,
+    nth: u64,
+) -> bool {
+    let tag = format!(
+        "three-{}-{}-{point}-{nth}-{bits}-{memory}",
+        stop.key, stop.point
+    );
+    let (pod, temp) = file_pod(&config(bits, false), &tag);
+    let path: &Path = &temp;
+    let host = Host::join(&pod, Join::As(0), options(memory, 0)).unwrap();
+    for key in ["k", "k2"] {
+        host.create(key.as_bytes(), &value(1)).unwrap();
+        host.write(key.as_bytes(), &value(2)).unwrap();
+    }
+    let mut recoverer = spawn(path, memory, "recoverer3", point, nth, bits);
+    wait_word(word(&pod, 2), 1, "the recoverer's join");
+    let mut one = a_pair_stops(path, memory, bits, 1, 3, stop, false);
+    let three = Stop {
+        key: "k",
+        point: "Mid",
+    };
+    let mut third = a_pair_stops(path, memory, bits, 3, 5, three, false);
+    kill_at_once(&mut [&mut third]);
+    word(&pod, 0).store(2, Ordering::SeqCst);
+    wait_word(word(&pod, 2), 50, "the recoverer to stop");
+    let reached = word(&pod, 2).load(Ordering::SeqCst) == 100;
+    kill_at_once(&mut [&mut one, &mut recoverer]);
+    recovered(&pod, &host, false, &tag);
+    let mut buf = vec![0u8; SLOT];
+    let k2_now = if stop.key == "k2" && DONE_POINTS.contains(&stop.point) {
+        3
+    } else {
+        2
+    };
+    host.read(b"k2", &mut buf).unwrap();
+    assert!(buf == value(k2_now), "{tag}: k2 reads {:?}..", &buf[..8]);
+    host.write(b"k2", &value(20)).unwrap();
+    eprintln!("{tag}: reached {reached}, {:?}", host.inspect().stats());
+    nothing_left(&pod, &host, memory, &[value(2)], &tag);
+    reached
+}
+
+/// The recoverer's points, and where host 1 stands: at its own lock of `k2`, or
+/// announcing a lock of `k` that host 3 took first (the recoverer waits for it).
+const THREE_POINTS: &[(Stop, &str, u64)] = &[
+    (
+        Stop {
+            key: "k2",
+            point: "Mid",
+        },
+        "RecoveryBeforeIntent",
+        1,
+    ),
+    (
+        Stop {
+            key: "k2",
+            point: "Mid",
+        },
+        "RecoveryAfterScan",
+        1,
+    ),
+    (
+        Stop {
+            key: "k2",
+            point: "Mid",
+        },
+        "AppendAfterReserve",
+        2,
+    ),
+    (
+        Stop {
+            key: "k2",
+            point: "WriteAfterUnlock",
+        },
+        "RecoveryAfterRestore",
+        1,
+    ),
+    (
+        Stop {
+            key: "k",
+            point: "WriteBeforeLock",
+        },
+        "RecoveryFoundLiveAnnounce",
+        1,
+    ),
+];
+
+#[test]
+fn a_host_holding_a_lock_and_a_recoverer_killed_at_once_are_recovered() {
+    let mut missed = Vec::new();
+    for bits in [2, 8] {
+        for &(stop, point, nth) in THREE_POINTS {
+            if !one_dies_holding_the_other_recovering(&MemoryKind::Hardware, bits, stop, point, nth)
+            {
+                missed.push((bits, point, nth));
+            }
         }
     }
     assert!(missed.is_empty(), "points never reached: {missed:?}");
