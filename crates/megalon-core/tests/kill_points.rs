@@ -328,11 +328,20 @@ fn kill_point_child() {
                         word(pod, me).store(2, Ordering::SeqCst);
                         park_for_good();
                     }
-                    let written =
-                        chaos::with_hook(parker(Arc::clone(pod), me, point, nth, 2), || {
-                            host.write(key.as_bytes(), &value(tag))
-                        });
-                    panic!("host {id}'s write answered {written:?}");
+                    // `delete:<point>`: a delete of the key, stopped at the point.
+                    let (delete, point) = match point.strip_prefix("delete:") {
+                        Some(point) => (true, point.to_string()),
+                        None => (false, point),
+                    };
+                    let hook = parker(Arc::clone(pod), me, point, nth, 2);
+                    let done = chaos::with_hook(hook, || {
+                        if delete {
+                            host.delete(key.as_bytes()).map(drop)
+                        } else {
+                            host.write(key.as_bytes(), &value(tag)).map(drop)
+                        }
+                    });
+                    panic!("host {id}'s write or delete answered {done:?}");
                 });
                 wait_word(word(pod, me), 2, "this host's write to stop");
                 if reserve {
@@ -1163,6 +1172,10 @@ struct Stop {
     point: &'static str,
 }
 
+const fn stop(key: &'static str, point: &'static str) -> Stop {
+    Stop { key, point }
+}
+
 /// Points of a write at which the new value is whole in memory and kept by recovery
 /// (the undo image let go); at the others (and `Mid`) recovery gives the old one back.
 const DONE_POINTS: &[&str] = &["WriteBeforeUnlock", "UnlockAfterCheck", "WriteAfterUnlock"];
@@ -1256,6 +1269,9 @@ fn two_die_at(
         host.write(key.as_bytes(), &value(2)).unwrap();
         expected.push((key, 2));
     }
+    // Without a record: a write claims one.
+    host.create(b"f", &value(1)).unwrap();
+    expected.push(("f", 1));
     let mut children = Vec::new();
     for (i, stop) in stops.into_iter().enumerate() {
         let (id, new) = (i as u32 + 1, i as u8 + 3);
@@ -1299,66 +1315,20 @@ fn two_die_at(
 /// Pairs of stops: on two objects, and on the same one in sequence (host 2's write comes
 /// after host 1's lock or unlock, at 2 bits from the very word host 1 announced).
 const PAIRS: &[[Stop; 2]] = &[
+    [stop("k", "Mid"), stop("k2", "Mid")],
+    [stop("k", "WriteAfterLock"), stop("k2", "WriteBeforeUnlock")],
+    [stop("k", "WriteAfterUnlock"), stop("k", "Mid")],
+    [stop("k", "WriteAfterUnlock"), stop("k", "WriteAfterLock")],
+    [stop("k", "WriteBeforeLock"), stop("k", "Mid")],
+    [stop("k", "WriteBeforeLock"), stop("k", "UnlockAfterCheck")],
     [
-        Stop {
-            key: "k",
-            point: "Mid",
-        },
-        Stop {
-            key: "k2",
-            point: "Mid",
-        },
+        stop("k", "WriteAfterUnlock"),
+        stop("k", "delete:ReleaseAfterLock"),
     ],
-    [
-        Stop {
-            key: "k",
-            point: "WriteAfterLock",
-        },
-        Stop {
-            key: "k2",
-            point: "WriteBeforeUnlock",
-        },
-    ],
-    [
-        Stop {
-            key: "k",
-            point: "WriteAfterUnlock",
-        },
-        Stop {
-            key: "k",
-            point: "Mid",
-        },
-    ],
-    [
-        Stop {
-            key: "k",
-            point: "WriteAfterUnlock",
-        },
-        Stop {
-            key: "k",
-            point: "WriteAfterLock",
-        },
-    ],
-    [
-        Stop {
-            key: "k",
-            point: "WriteBeforeLock",
-        },
-        Stop {
-            key: "k",
-            point: "Mid",
-        },
-    ],
-    [
-        Stop {
-            key: "k",
-            point: "WriteBeforeLock",
-        },
-        Stop {
-            key: "k",
-            point: "UnlockAfterCheck",
-        },
-    ],
+    [stop("k", "delete:ReleaseAfterLock"), stop("k2", "Mid")],
+    [stop("f", "AllocAfterClaim"), stop("f", "AllocAfterClaim")],
+    [stop("f", "ClaimAfterCas"), stop("f", "WriteAfterLock")],
+    [stop("f", "AllocAfterClaim"), stop("f", "Mid")],
 ];
 
 #[test]
@@ -1400,20 +1370,20 @@ fn two_hosts_killed_at_once_in_a_pod_of_the_default_crash_safety_simulated() {
     }
 }
 
-/// Host 3 (a child) dies holding `k`'s lock (`Mid`), host 1 (a child) stands at `stop`,
+/// Host 3 (a child) dies holding `k`'s lock (`Mid`), host 1 (a child) stands at `held`,
 /// and host 2 (a child), recovering host 3 by hand, stops at the `nth` hit of `point`;
 /// hosts 1 and 2 are killed at once, and host 0 (this process) recovers all three by
 /// hand. Returns whether host 2 got to its point.
 fn one_dies_holding_the_other_recovering(
     memory: &MemoryKind,
     bits: u32,
-    stop: Stop,
+    held: Stop,
     point: &str,
     nth: u64,
 ) -> bool {
     let tag = format!(
         "three-{}-{}-{point}-{nth}-{bits}-{memory}",
-        stop.key, stop.point
+        held.key, held.point
     );
     let (pod, temp) = file_pod(&config(bits, false), &tag);
     let path: &Path = &temp;
@@ -1424,11 +1394,8 @@ fn one_dies_holding_the_other_recovering(
     }
     let mut recoverer = spawn(path, memory, "recoverer3", point, nth, bits);
     wait_word(word(&pod, 2), 1, "the recoverer's join");
-    let mut one = a_pair_stops(path, memory, bits, 1, 3, stop, false);
-    let three = Stop {
-        key: "k",
-        point: "Mid",
-    };
+    let mut one = a_pair_stops(path, memory, bits, 1, 3, held, false);
+    let three = stop("k", "Mid");
     let mut third = a_pair_stops(path, memory, bits, 3, 5, three, false);
     kill_at_once(&mut [&mut third]);
     word(&pod, 0).store(2, Ordering::SeqCst);
@@ -1437,7 +1404,7 @@ fn one_dies_holding_the_other_recovering(
     kill_at_once(&mut [&mut one, &mut recoverer]);
     recovered(&pod, &host, false, &tag);
     let mut buf = vec![0u8; SLOT];
-    let k2_now = if stop.key == "k2" && DONE_POINTS.contains(&stop.point) {
+    let k2_now = if held.key == "k2" && DONE_POINTS.contains(&held.point) {
         3
     } else {
         2
@@ -1453,46 +1420,11 @@ fn one_dies_holding_the_other_recovering(
 /// The recoverer's points, and where host 1 stands: at its own lock of `k2`, or
 /// announcing a lock of `k` that host 3 took first (the recoverer waits for it).
 const THREE_POINTS: &[(Stop, &str, u64)] = &[
-    (
-        Stop {
-            key: "k2",
-            point: "Mid",
-        },
-        "RecoveryBeforeIntent",
-        1,
-    ),
-    (
-        Stop {
-            key: "k2",
-            point: "Mid",
-        },
-        "RecoveryAfterScan",
-        1,
-    ),
-    (
-        Stop {
-            key: "k2",
-            point: "Mid",
-        },
-        "AppendAfterReserve",
-        2,
-    ),
-    (
-        Stop {
-            key: "k2",
-            point: "WriteAfterUnlock",
-        },
-        "RecoveryAfterRestore",
-        1,
-    ),
-    (
-        Stop {
-            key: "k",
-            point: "WriteBeforeLock",
-        },
-        "RecoveryFoundLiveAnnounce",
-        1,
-    ),
+    (stop("k2", "Mid"), "RecoveryBeforeIntent", 1),
+    (stop("k2", "Mid"), "RecoveryAfterScan", 1),
+    (stop("k2", "Mid"), "AppendAfterReserve", 2),
+    (stop("k2", "WriteAfterUnlock"), "RecoveryAfterRestore", 1),
+    (stop("k", "WriteBeforeLock"), "RecoveryFoundLiveAnnounce", 1),
 ];
 
 #[test]
