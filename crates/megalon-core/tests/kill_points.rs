@@ -20,7 +20,7 @@
 //! | mover     | moves `k` to its DRAM, writes it there, dies at the point (moving it here, or back: by itself or asked by host 0) | - |
 //! | drainer, next life | as drainer; recovered, its switch left as it was, id 1 joins again and ends it | - |
 //! | two       | moves `k` to its DRAM, dies moving it back for host 0 | recovers host 1 by hand, dies at the point |
-//! | at once   | writes `k`, stops at a point of the write (`Mid`: its lock, undo image ready, half its new bytes in memory); maybe then reserves a position | writes `k2` or `k` (after host 1), stops at its point; maybe reserves: both are killed at once, and host 0 recovers both, by hand or by its pump |
+//! | at once   | writes `k`, stops at a point of the write (`Mid`: its lock, undo image ready, half its new bytes in memory); maybe then reserves a position | writes `k2` or `k` (after host 1), stops at its point; maybe reserves: both are killed at once, and host 0 recovers both, by hand or by its pump (or dies too, and a joiner of id 1 rescues the pod); the two ids swapped |
 //! | three     | stops at a point of its write of `k2` (or announcing a lock of `k` that host 3 took) | recovers host 3 (dead holding `k`'s lock) by hand, stops at the point: both are killed at once |
 //!
 //! Hosts killed at once (as two machines that lose power together) stop at their point
@@ -1234,10 +1234,23 @@ fn recovered(pod: &Pod, host: &Host, pump: bool, tag: &str) {
     let _ = host.replay();
 }
 
+/// Who recovers two hosts killed at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum By {
+    /// Host 0, its watch called by hand.
+    Hand,
+    /// Host 0's pump.
+    Pump,
+    /// Host 0 dies too (every host of the pod dead), and a joiner of id 1 rescues the
+    /// pod.
+    Rescue,
+}
+
 /// Hosts 1 and 2 (children) each write a key (value 3, then value 4) and stop at their
-/// point, host 1 first (on the same key: host 2's write follows host 1's); with
+/// point, host 1 first (host 2, if `swapped`) (on the same key: host 2's write follows host 1's); with
 /// `reserve`, each then creates `n<id>` and stops with its position reserved. Both are
-/// killed at once, and host 0 (this process) recovers both, by hand or by its pump: each
+/// killed at once, and host 0 (this process) recovers both, by hand or by its pump (or
+/// dies too, and a joiner rescues the pod): each
 /// key is whole at its last complete value, no create of theirs is there, and nothing is
 /// left.
 fn two_die_at(
@@ -1245,11 +1258,12 @@ fn two_die_at(
     config: &PodConfig,
     stops: [Stop; 2],
     reserve: bool,
-    pump: bool,
+    by: By,
+    swapped: bool,
 ) {
     let bits = config.record_width_bits;
     let tag = format!(
-        "two-{}-{}-{}-{}-{bits}-{memory}-{}-{reserve}-{pump}",
+        "two-{}-{}-{}-{}-{bits}-{memory}-{}-{reserve}-{by:?}-{swapped}",
         stops[0].key,
         stops[0].point,
         stops[1].key,
@@ -1258,7 +1272,7 @@ fn two_die_at(
     );
     let (pod, temp) = file_pod(config, &tag);
     let path: &Path = &temp;
-    let host = if pump {
+    let host = if by == By::Pump {
         Host::join(&pod, Join::As(0), pumped_options(memory, 0)).unwrap()
     } else {
         Host::join(&pod, Join::As(0), options(memory, 0)).unwrap()
@@ -1274,7 +1288,10 @@ fn two_die_at(
     expected.push(("f", 1));
     let mut children = Vec::new();
     for (i, stop) in stops.into_iter().enumerate() {
-        let (id, new) = (i as u32 + 1, i as u8 + 3);
+        // Host 2 first, if `swapped`: recovery goes by id, so each of the two is
+        // recovered first in one of the orders.
+        let id = if swapped { 2 - i as u32 } else { i as u32 + 1 };
+        let new = i as u8 + 3;
         children.push(a_pair_stops(path, memory, bits, id, new, stop, reserve));
         if DONE_POINTS.contains(&stop.point) {
             expected
@@ -1293,7 +1310,22 @@ fn two_die_at(
         unreachable!()
     };
     kill_at_once(&mut [one, two]);
-    recovered(&pod, &host, pump, &tag);
+    let host = if by == By::Rescue {
+        megalon_core::inspect::crash(host);
+        let deadline = Instant::now() + BOUND;
+        loop {
+            match Host::join(&pod, Join::As(1), pumped_options(memory, 1)) {
+                Ok(host) => break host,
+                Err(error) => {
+                    assert!(Instant::now() < deadline, "{tag}: no rescue: {error}");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+    } else {
+        host
+    };
+    recovered(&pod, &host, by != By::Hand, &tag);
     let mut buf = vec![0u8; SLOT];
     for &(key, now) in &expected {
         host.read(key.as_bytes(), &mut buf).unwrap();
@@ -1335,13 +1367,17 @@ const PAIRS: &[[Stop; 2]] = &[
 fn two_hosts_killed_at_once_holding_locks_are_recovered_by_hand() {
     for bits in [2, 8] {
         for &stops in PAIRS {
-            two_die_at(
-                &MemoryKind::Hardware,
-                &config(bits, false),
-                stops,
-                false,
-                false,
-            );
+            for swapped in [false, true] {
+                let config = config(bits, false);
+                two_die_at(
+                    &MemoryKind::Hardware,
+                    &config,
+                    stops,
+                    false,
+                    By::Hand,
+                    swapped,
+                );
+            }
         }
     }
 }
@@ -1355,7 +1391,8 @@ fn two_hosts_killed_at_once_holding_locks_and_reservations_are_recovered_by_the_
                 &config(bits, false),
                 stops,
                 true,
-                true,
+                By::Pump,
+                bits == 8,
             );
         }
     }
@@ -1366,7 +1403,14 @@ fn two_hosts_killed_at_once_in_a_pod_of_the_default_crash_safety_simulated() {
     // `CrashSafety::Auto`: undo images, as for every pod of a file.
     let config = common::config().lease_ms(LEASE_MS).record_width_bits(2);
     for (stops, reserve) in [(PAIRS[0], true), (PAIRS[2], false), (PAIRS[4], true)] {
-        two_die_at(&MemoryKind::simulated(5), &config, stops, reserve, false);
+        two_die_at(
+            &MemoryKind::simulated(5),
+            &config,
+            stops,
+            reserve,
+            By::Hand,
+            false,
+        );
     }
 }
 
@@ -1439,4 +1483,20 @@ fn a_host_holding_a_lock_and_a_recoverer_killed_at_once_are_recovered() {
         }
     }
     assert!(missed.is_empty(), "points never reached: {missed:?}");
+}
+
+#[test]
+fn two_hosts_killed_at_once_holding_locks_then_every_host_dead_are_rescued() {
+    for bits in [2, 8] {
+        for stops in [PAIRS[0], PAIRS[2], PAIRS[4]] {
+            two_die_at(
+                &MemoryKind::Hardware,
+                &config(bits, false),
+                stops,
+                true,
+                By::Rescue,
+                false,
+            );
+        }
+    }
 }
