@@ -328,18 +328,17 @@ fn kill_point_child() {
                         word(pod, me).store(2, Ordering::SeqCst);
                         park_for_good();
                     }
-                    // `delete:<point>`: a delete of the key, stopped at the point.
-                    let (delete, point) = match point.strip_prefix("delete:") {
-                        Some(point) => (true, point.to_string()),
-                        None => (false, point),
+                    // `delete:<point>`: a delete of the key, `shared:<point>` a deallocation
+                    // of its record, stopped at the point.
+                    let (op, point) = match point.split_once(':') {
+                        Some((op, point)) => (op.to_string(), point.to_string()),
+                        None => ("write".to_string(), point),
                     };
                     let hook = parker(Arc::clone(pod), me, point, nth, 2);
-                    let done = chaos::with_hook(hook, || {
-                        if delete {
-                            host.delete(key.as_bytes()).map(drop)
-                        } else {
-                            host.write(key.as_bytes(), &value(tag)).map(drop)
-                        }
+                    let done = chaos::with_hook(hook, || match op.as_str() {
+                        "delete" => host.delete(key.as_bytes()).map(drop),
+                        "shared" => host.make_read_shared(key.as_bytes()).map(drop),
+                        _ => host.write(key.as_bytes(), &value(tag)).map(drop),
                     });
                     panic!("host {id}'s write or delete answered {done:?}");
                 });
@@ -1361,6 +1360,16 @@ const PAIRS: &[[Stop; 2]] = &[
     [stop("f", "AllocAfterClaim"), stop("f", "AllocAfterClaim")],
     [stop("f", "ClaimAfterCas"), stop("f", "WriteAfterLock")],
     [stop("f", "AllocAfterClaim"), stop("f", "Mid")],
+    [stop("k", "shared:ReleaseBeforeFree"), stop("k", "Mid")],
+    [stop("k", "shared:ReleaseAfterLock"), stop("k2", "Mid")],
+    [
+        stop("k", "WriteAfterUnlock"),
+        stop("k", "shared:ReleaseBeforeFree"),
+    ],
+    [
+        stop("k", "shared:AppendAfterPublish"),
+        stop("k", "WriteBeforeUnlock"),
+    ],
 ];
 
 #[test]
@@ -1386,11 +1395,13 @@ fn two_hosts_killed_at_once_holding_locks_are_recovered_by_hand() {
 fn two_hosts_killed_at_once_holding_locks_and_reservations_are_recovered_by_the_pump() {
     for bits in [2, 8] {
         for &stops in PAIRS {
+            // A host stopped inside an append holds its appends: it reserves nothing more.
+            let reserve = !stops.iter().any(|stop| stop.point.contains("Append"));
             two_die_at(
                 &MemoryKind::Hardware,
                 &config(bits, false),
                 stops,
-                true,
+                reserve,
                 By::Pump,
                 bits == 8,
             );
