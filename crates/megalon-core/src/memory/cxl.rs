@@ -419,17 +419,26 @@ pub enum ScrAccess {
 /// or on a thread not bound to a `CxlMemory`, every access is a miss.
 #[inline]
 pub fn charge_scr_at(word: impl FnOnce() -> usize, access: ScrAccess) {
-    let (scr_ns, bit) = match SCR_BINDING.with(Cell::get) {
-        (_, 0, _) => (UNBOUND_SCR_NS.load(std::sync::atomic::Ordering::Relaxed), 0),
-        (_, NOT_CXL, _) => return,
-        (bound_ns, _, bit) => (bound_ns, bit),
+    let binding = SCR_BINDING.with(Cell::get);
+    if binding.1 != NOT_CXL {
+        charge_scr_line(binding, word(), access);
+    }
+}
+
+/// [`charge_scr_at`] on a thread that may be under the model: out of line, so that the
+/// paths that call it on other memories carry one compare of it.
+#[inline(never)]
+fn charge_scr_line((bound_ns, id, bit): (u64, u64, u64), word: usize, access: ScrAccess) {
+    let (scr_ns, bit) = match id {
+        0 => (UNBOUND_SCR_NS.load(std::sync::atomic::Ordering::Relaxed), 0),
+        _ => (bound_ns, bit),
     };
     if scr_ns == 0 {
         return;
     }
     if bit != 0 {
         if let Some(directory) = SCR_DIRECTORY.get() {
-            if directory.access(word() as u64 / LINE_BYTES, bit, access) {
+            if directory.access(word as u64 / LINE_BYTES, bit, access) {
                 CHARGES.with(|c| {
                     let mut charges = c.get();
                     charges.scr_hits += 1;
@@ -448,12 +457,16 @@ pub fn charge_scr_at(word: impl FnOnce() -> usize, access: ScrAccess) {
 /// thread bound to other memory. (On an unbound thread, no host holds it after.)
 #[inline]
 pub fn note_scr_update(word: impl FnOnce() -> usize) {
-    let bit = match SCR_BINDING.with(Cell::get) {
-        (_, NOT_CXL, _) => return,
-        (_, _, bit) => bit,
-    };
+    let (_, id, bit) = SCR_BINDING.with(Cell::get);
+    if id != NOT_CXL {
+        note_scr_line(word(), bit);
+    }
+}
+
+#[inline(never)]
+fn note_scr_line(word: usize, bit: u64) {
     if let Some(directory) = SCR_DIRECTORY.get() {
-        directory.take(word() as u64 / LINE_BYTES, bit);
+        directory.take(word as u64 / LINE_BYTES, bit);
     }
 }
 
