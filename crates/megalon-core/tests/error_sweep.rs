@@ -29,14 +29,8 @@ fn full() -> bool {
 /// Whether CI runs `action` at the point reached `index`-th: a fault at every point, and
 /// one of `b`'s operations at each, in turn.
 fn in_ci_share(full: bool, action: Action, index: usize) -> bool {
-    let b_actions = [
-        Action::BWrite,
-        Action::BDelete,
-        Action::BMakeRs,
-        Action::BCreate,
-        Action::BSwitch,
-        Action::BUpdate,
-    ];
+    // `b`'s operations: every action but the two faults.
+    let b_actions = &ACTIONS[2..];
     full || matches!(action, Action::Refuse | Action::Unconfirmed)
         || std::mem::discriminant(&b_actions[index % b_actions.len()])
             == std::mem::discriminant(&action)
@@ -289,15 +283,14 @@ fn check(a: &Host, b: &Host, what: &str) -> Result<(), String> {
         a.create(K, &value(40))
             .map_err(|e| format!("{what}: create {e}"))?;
     }
-    a.write(K, &value(41))
-        .map_err(|e| format!("{what}: write {e}"))?;
-    if read_opt(b)? != Some(Some(41)) {
-        return Err(format!("{what}: b after a's write"));
-    }
-    b.write(K, &value(42))
-        .map_err(|e| format!("{what}: write b {e}"))?;
-    if read_opt(a)? != Some(Some(42)) {
-        return Err(format!("{what}: a after b's write"));
+    // Each host's write, read by the other.
+    for (writer, reader, v, names) in [(a, b, 41, ("a", "b")), (b, a, 42, ("b", "a"))] {
+        writer
+            .write(K, &value(v))
+            .map_err(|e| format!("{what}: write {} {e}", names.0))?;
+        if read_opt(reader)? != Some(Some(v)) {
+            return Err(format!("{what}: {} after {}'s write", names.1, names.0));
+        }
     }
     b.delete(K).map_err(|e| format!("{what}: delete {e}"))?;
     if read_opt(a)?.is_some() {
@@ -421,26 +414,45 @@ fn sweep() {
                         continue;
                     }
                     count += 1;
-                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        scenario(s, op, action, index)
-                    }));
-                    match r {
-                        Ok(Ok(_)) => {}
-                        Ok(Err(e)) => failures.push(format!("{p:?}: {e}")),
-                        Err(e) => failures.push(format!(
-                            "{s:?} {op:?} {action:?} at {index} {p:?}: panic {:?}",
-                            e.downcast_ref::<String>()
-                                .cloned()
-                                .or(e.downcast_ref::<&str>().map(|s| s.to_string()))
-                        )),
-                    }
+                    try_scenario(
+                        &mut failures,
+                        p,
+                        || scenario(s, op, action, index),
+                        || format!("{s:?} {op:?} {action:?} at {index} {p:?}"),
+                    );
                 }
             }
         }
     }
     std::panic::set_hook(quiet);
-    eprintln!("{count} scenarios, {} failures", failures.len());
-    for f in &failures {
+    judge(count, "scenarios", &failures);
+}
+
+/// Runs one scenario at point `p`, noting in `failures` what it returned as an error, or
+/// its panic with the scenario `named`.
+fn try_scenario<T, E: std::fmt::Display>(
+    failures: &mut Vec<String>,
+    p: Point,
+    run: impl FnOnce() -> Result<T, E>,
+    named: impl FnOnce() -> String,
+) {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => failures.push(format!("{p:?}: {e}")),
+        Err(e) => failures.push(format!(
+            "{}: panic {:?}",
+            named(),
+            e.downcast_ref::<String>()
+                .cloned()
+                .or(e.downcast_ref::<&str>().map(|s| s.to_string()))
+        )),
+    }
+}
+
+/// Prints how many scenarios ran and each failure, and fails if any did.
+fn judge(count: usize, what: &str, failures: &[String]) {
+    eprintln!("{count} {what}, {} failures", failures.len());
+    for f in failures {
         eprintln!("FAIL {f}");
     }
     assert!(failures.is_empty());
@@ -609,28 +621,30 @@ fn local_sweep() {
                         }
                         count += 1;
                         let mut ignored = Vec::new();
-                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            local_scenario(safety, record, op, action, Some(index), &mut ignored)
-                        }));
-                        match r {
-                            Ok(Ok(())) => {}
-                            Ok(Err(e)) => failures.push(format!("{p:?}: {e}")),
-                            Err(e) => failures.push(format!(
-                                "local {safety:?} {record} {op:?} {action:?} at {index} {p:?}: panic {:?}",
-                                e.downcast_ref::<String>()
-                                    .cloned()
-                                    .or(e.downcast_ref::<&str>().map(|s| s.to_string()))
-                            )),
-                        }
+                        try_scenario(
+                            &mut failures,
+                            p,
+                            || {
+                                local_scenario(
+                                    safety,
+                                    record,
+                                    op,
+                                    action,
+                                    Some(index),
+                                    &mut ignored,
+                                )
+                            },
+                            || {
+                                format!(
+                                    "local {safety:?} {record} {op:?} {action:?} at {index} {p:?}"
+                                )
+                            },
+                        );
                     }
                 }
             }
         }
     }
     std::panic::set_hook(quiet);
-    eprintln!("{count} local scenarios, {} failures", failures.len());
-    for f in &failures {
-        eprintln!("FAIL {f}");
-    }
-    assert!(failures.is_empty());
+    judge(count, "local scenarios", &failures);
 }

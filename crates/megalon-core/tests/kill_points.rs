@@ -535,18 +535,7 @@ fn recoverer_dies_at(memory: &MemoryKind, bits: u32, point: &str, nth: u64, resc
     let reached = word(&pod, 2).load(Ordering::SeqCst) == 100;
     assert_eq!(killed, reached);
     let host = if rescue {
-        megalon_core::inspect::crash(host);
-        let deadline = Instant::now() + BOUND;
-        loop {
-            let options = options(memory, 1).pump_interval(Some(Duration::from_millis(1)));
-            match Host::join(&pod, Join::As(1), options) {
-                Ok(host) => break host,
-                Err(error) => {
-                    assert!(Instant::now() < deadline, "{tag}: no rescue: {error}");
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            }
-        }
+        rescue_as_1(&pod, host, memory, &tag)
     } else {
         host
     };
@@ -1023,6 +1012,22 @@ fn pumped_options(memory: &MemoryKind, id: u32) -> HostOptions {
     options(memory, id).pump_interval(Some(Duration::from_millis(1)))
 }
 
+/// Crashes `host` (the last live one) and joins id 1 again, with a pump, until the join
+/// rescues the pod; returns the new host.
+fn rescue_as_1(pod: &Arc<Pod>, host: Host, memory: &MemoryKind, tag: &str) -> Host {
+    megalon_core::inspect::crash(host);
+    let deadline = Instant::now() + BOUND;
+    loop {
+        match Host::join(pod, Join::As(1), pumped_options(memory, 1)) {
+            Ok(host) => break host,
+            Err(error) => {
+                assert!(Instant::now() < deadline, "{tag}: no rescue: {error}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
 /// The points, whether host 1 moves `k` back itself, and the values `k` may read after.
 const MOVER_POINTS: &[(&str, u64, bool, &[u8])] = &[
     ("MoveHereAfterAppend", 1, true, &[2]),
@@ -1310,17 +1315,7 @@ fn two_die_at(
     };
     kill_at_once(&mut [one, two]);
     let host = if by == By::Rescue {
-        megalon_core::inspect::crash(host);
-        let deadline = Instant::now() + BOUND;
-        loop {
-            match Host::join(&pod, Join::As(1), pumped_options(memory, 1)) {
-                Ok(host) => break host,
-                Err(error) => {
-                    assert!(Instant::now() < deadline, "{tag}: no rescue: {error}");
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            }
-        }
+        rescue_as_1(&pod, host, memory, &tag)
     } else {
         host
     };
