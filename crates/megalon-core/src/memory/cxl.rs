@@ -436,16 +436,23 @@ fn charge_scr_line((bound_ns, id, bit): (u64, u64, u64), word: usize, access: Sc
     if scr_ns == 0 {
         return;
     }
-    if bit != 0 {
-        if let Some(directory) = SCR_DIRECTORY.get() {
-            if directory.access(word as u64 / LINE_BYTES, bit, access) {
-                CHARGES.with(|c| {
-                    let mut charges = c.get();
-                    charges.scr_hits += 1;
-                    c.set(charges);
-                });
-                return;
+    if let Some(directory) = SCR_DIRECTORY.get() {
+        let line = word as u64 / LINE_BYTES;
+        if bit == 0 {
+            // A thread with no bit (unbound, or its host past the 64 bits) holds nothing,
+            // but its store or CAS still takes the line from every host that did, as
+            // `note_scr_update` does on such a thread: HCMeta's writes reach the directory
+            // only through their counts.
+            if access == ScrAccess::Update {
+                directory.take(line, 0);
             }
+        } else if directory.access(line, bit, access) {
+            CHARGES.with(|c| {
+                let mut charges = c.get();
+                charges.scr_hits += 1;
+                c.set(charges);
+            });
+            return;
         }
     }
     pay_scr(1, scr_ns);
@@ -1131,6 +1138,50 @@ mod tests {
         assert_eq!(read.lines_missed, 4, "{read:?}");
         assert_eq!((again.scr_accesses, again.scr_hits), (0, 2), "{again:?}");
         assert_eq!(again.charged_ns, 0, "{again:?}");
+    }
+
+    /// A counted store or CAS by a thread without a bit (one not bound to a host yet, or
+    /// bound to a host that got none: past 64, or a model without SCR lines) pays, and
+    /// takes the line from the hosts that held it, as an uncounted store does
+    /// (`note_scr_update`). HCMeta's writes reach the directory only through their
+    /// counts: left out, its readers hit a line another host had written.
+    #[test]
+    fn a_counted_update_without_a_bit_takes_the_line() {
+        let (pod, a) = memory(CxlModel::default());
+        let bitless = CxlMemory::new(
+            Arc::clone(&pod),
+            CxlModel {
+                scr_cache: 0,
+                ..CxlModel::default()
+            },
+        );
+        let word = pod.address_of(pod.layout().scr_offset);
+        let misses = |bind: &(dyn Fn() + Sync), access: ScrAccess| {
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    bind();
+                    charged(|| charge_scr_at(|| word, access)).scr_accesses
+                })
+                .join()
+                .expect("the thread")
+            })
+        };
+        let on_a = || a.bind();
+        assert_eq!(misses(&on_a, ScrAccess::Load), 1);
+        assert_eq!(misses(&on_a, ScrAccess::Load), 0, "a holds it");
+        assert_eq!(misses(&|| {}, ScrAccess::Update), 1, "an unbound thread");
+        assert_eq!(
+            misses(&on_a, ScrAccess::Load),
+            1,
+            "the unbound thread wrote it"
+        );
+        assert_eq!(misses(&on_a, ScrAccess::Load), 0);
+        assert_eq!(misses(&|| bitless.bind(), ScrAccess::Update), 1);
+        assert_eq!(
+            misses(&on_a, ScrAccess::Load),
+            1,
+            "a host without a bit wrote it"
+        );
     }
 
     /// The directory of SCR lines by itself: a load hits a line this host holds, a store
