@@ -482,7 +482,9 @@ fn note_scr_line(word: usize, bit: u64) {
 /// their coherent caches. One table for the process, shared by every `CxlMemory` whose
 /// model keeps SCR lines ([`CxlModel::scr_cache`]); made with the first. A line pushed
 /// out by another line of its entry leaves every host's cache at once (a real host keeps
-/// its own lines; at this size, 32 MiB of SCR lines, that is rare). Relaxed accesses:
+/// its own lines). It holds 32 MiB of SCR lines beside each host's modeled LNR cache, not
+/// inside it: an SCR past 32 MiB (HCMeta's index at the paper's sizes) misses on conflicts
+/// here, and one under it never competes with LNR lines for room. Relaxed accesses:
 /// two threads racing on an entry may lose an update, which makes the model a little
 /// wrong, never the pod's data.
 struct ScrDirectory {
