@@ -379,15 +379,23 @@ pub(crate) fn bind_not_cxl() {
 /// does not give ([`charge_scr_at`] for those it does).
 #[inline]
 pub fn charge_scr(accesses: u64) {
-    let scr_ns = match SCR_BINDING.with(Cell::get) {
-        (_, 0, _) => UNBOUND_SCR_NS.load(std::sync::atomic::Ordering::Relaxed),
-        (_, NOT_CXL, _) => 0,
-        (bound_ns, _, _) => bound_ns,
-    };
+    let (scr_ns, _) = scr_cost(SCR_BINDING.with(Cell::get));
     if scr_ns == 0 {
         return;
     }
     pay_scr(accesses, scr_ns);
+}
+
+/// What an SCR access costs a thread of this binding, and its host's directory bit: the
+/// bound memory's cost; an unbound thread's, the memory made last (no bit); nothing on
+/// other memories.
+#[inline]
+fn scr_cost((bound_ns, id, bit): (u64, u64, u64)) -> (u64, u64) {
+    match id {
+        0 => (UNBOUND_SCR_NS.load(std::sync::atomic::Ordering::Relaxed), 0),
+        NOT_CXL => (0, 0),
+        _ => (bound_ns, bit),
+    }
 }
 
 fn pay_scr(accesses: u64, scr_ns: u64) {
@@ -428,11 +436,8 @@ pub fn charge_scr_at(word: impl FnOnce() -> usize, access: ScrAccess) {
 /// [`charge_scr_at`] on a thread that may be under the model: out of line, so that the
 /// paths that call it on other memories carry one compare of it.
 #[inline(never)]
-fn charge_scr_line((bound_ns, id, bit): (u64, u64, u64), word: usize, access: ScrAccess) {
-    let (scr_ns, bit) = match id {
-        0 => (UNBOUND_SCR_NS.load(std::sync::atomic::Ordering::Relaxed), 0),
-        _ => (bound_ns, bit),
-    };
+fn charge_scr_line(binding: (u64, u64, u64), word: usize, access: ScrAccess) {
+    let (scr_ns, bit) = scr_cost(binding);
     if scr_ns == 0 {
         return;
     }
