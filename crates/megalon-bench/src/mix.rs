@@ -706,6 +706,8 @@ pub fn run_plan_on<S: Scheme>(
             (CXL_LINES_WRITTEN_BACK, charged.lines_written_back),
             (CXL_SCR_ACCESSES, charged.scr_accesses),
             (CXL_SCR_HITS, charged.scr_hits),
+            (CXL_CURSOR_ACCESSES, charged.cursor_accesses),
+            (CXL_CURSOR_HITS, charged.cursor_hits),
         ]);
     }
     Ok(MixRun {
@@ -726,6 +728,11 @@ pub const CXL_LINES_WRITTEN_BACK: &str = "CXL lines written back";
 pub const CXL_SCR_ACCESSES: &str = "CXL SCR accesses";
 /// SCR accesses the model found in the workers' hosts' caches, and did not charge.
 pub const CXL_SCR_HITS: &str = "CXL SCR hits";
+/// Accesses to the log's cursors in SCR that the model charged the workers (it counts
+/// them apart: the protocol's SCR counts leave them out).
+pub const CXL_CURSOR_ACCESSES: &str = "CXL cursor accesses";
+/// Accesses to the log's cursors that the model found in the workers' hosts' caches.
+pub const CXL_CURSOR_HITS: &str = "CXL cursor hits";
 
 /// Every worker's run, over `seconds`, with what the scheme counted meanwhile.
 #[derive(Clone, Debug)]

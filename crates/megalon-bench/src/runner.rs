@@ -624,7 +624,7 @@ pub fn find<'a>(points: &'a [Measured], series: &str, x: f64) -> Option<&'a Meas
 }
 
 /// Counters a summary row names when they are not zero.
-const EXPLAINING_COUNTERS: [&str; 15] = [
+const EXPLAINING_COUNTERS: [&str; 17] = [
     "rpcs",
     "rpcs sent",
     "moves to a host",
@@ -640,6 +640,8 @@ const EXPLAINING_COUNTERS: [&str; 15] = [
     crate::mix::CXL_LINES_MISSED,
     crate::mix::CXL_SCR_ACCESSES,
     crate::mix::CXL_SCR_HITS,
+    crate::mix::CXL_CURSOR_ACCESSES,
+    crate::mix::CXL_CURSOR_HITS,
 ];
 
 /// The counters per operation that explain a comparison, for the summary.

@@ -26,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::host_table;
 use crate::ids::HostId;
 use crate::limits::LINE_BYTES;
+use crate::memory::cxl::ScrAccess;
 use crate::memory::Memory;
 use crate::mutants::{self, Step};
 use crate::pod::{Cursor, Pod};
@@ -50,6 +51,19 @@ const RELEASED_AT: u64 = HEAD_POSITION_MASK;
 /// The position of an `ltail` whose life has claimed its row and does not hold the head
 /// yet (`Log::hold_head`).
 const WAITING_AT: u64 = HEAD_POSITION_MASK - 1;
+
+/// Charges the CXL cost model one access to the cursor `word`, by whether this host holds
+/// its line (nothing on other memories): an append's load and CAS of `tail`, a replay's
+/// raise of its `ltail`, a closer's look at every `ltail`. Before the access, as the
+/// protocol's counts of record words are. (A tail check's load of `ctail` is counted by
+/// the protocol instead, as a miss when it finds the line changed: `Shared::catch_up`.)
+#[inline]
+fn charge(word: &AtomicU64, access: ScrAccess) {
+    #[cfg(not(megalon_loom))]
+    crate::memory::cxl::charge_cursor_at(word, access);
+    #[cfg(megalon_loom)]
+    let _ = (word, access);
+}
 
 fn ltail_word(position: u64, life: u64) -> u64 {
     position | (life & LTAIL_LIFE_MASK) << HEAD_POSITION_BITS
@@ -133,7 +147,9 @@ impl Log {
     /// moved it (and orders this load with the loads of `ltail`s and states around it).
     #[inline]
     pub(crate) fn head(pod: &Pod) -> u64 {
-        head_position(Self::head_word(pod).load(Ordering::SeqCst))
+        let word = Self::head_word(pod);
+        charge(word, ScrAccess::Load);
+        head_position(word.load(Ordering::SeqCst))
     }
 
     /// The most positions the log has: past them, `reserve` answers
@@ -143,6 +159,15 @@ impl Log {
     #[inline]
     pub(crate) fn ctail(pod: &Pod) -> &AtomicU64 {
         pod.cursor(Cursor::Ctail)
+    }
+
+    /// A replay that applied every position below `position` raises `ctail` to it (if it
+    /// is not past it already). AcqRel: Release pairs with the Acquire in every host's
+    /// tail check.
+    pub(crate) fn raise_ctail(pod: &Pod, position: u64) {
+        let ctail = Self::ctail(pod);
+        charge(ctail, ScrAccess::Update);
+        ctail.fetch_max(position, Ordering::AcqRel);
     }
 
     /// Host `host`'s `ltail` word (see [`LTAIL_LIFE_MASK`]).
@@ -160,7 +185,9 @@ impl Log {
     /// The position life `life` of `host` has applied, as its `ltail` says; `None` when
     /// the word is another life's, released, or not holding the head yet.
     pub(crate) fn ltail_of(pod: &Pod, host: HostId, life: u64) -> Option<u64> {
-        let word = Self::ltail(pod, host).load(Ordering::SeqCst);
+        let ltail = Self::ltail(pod, host);
+        charge(ltail, ScrAccess::Load);
+        let word = ltail.load(Ordering::SeqCst);
         let position = head_position(word);
         (ltail_life(word) == life & LTAIL_LIFE_MASK && position < WAITING_AT).then_some(position)
     }
@@ -170,6 +197,7 @@ impl Log {
     /// released by its recoverer or taken by the id's next life. `false`: it failed.
     pub(crate) fn raise_own_ltail(pod: &Pod, host: HostId, life: u64, from: u64, to: u64) -> bool {
         let ltail = Self::ltail(pod, host);
+        charge(ltail, ScrAccess::Update);
         if mutants::skipped(Step::OwnLtailMovedByCas) {
             ltail.store(ltail_word(to, life), Ordering::SeqCst);
             return true;
@@ -189,6 +217,7 @@ impl Log {
     /// be at it). `false`: the word is not that life's, or does not hold the head.
     pub(crate) fn pin_ltail(pod: &Pod, host: HostId, life: u64, to: u64) -> bool {
         let word = Self::ltail(pod, host);
+        charge(word, ScrAccess::Load);
         let mut seen = word.load(Ordering::SeqCst);
         loop {
             let position = head_position(seen);
@@ -198,6 +227,7 @@ impl Log {
             if position >= to {
                 return true;
             }
+            charge(word, ScrAccess::Update);
             match word.compare_exchange(
                 seen,
                 ltail_word(to, life),
@@ -215,8 +245,10 @@ impl Log {
     pub(crate) fn release_ltail(pod: &Pod, host: HostId, life: u64) {
         let word = Self::ltail(pod, host);
         let released = ltail_word(RELEASED_AT, life);
+        charge(word, ScrAccess::Load);
         let mut seen = word.load(Ordering::SeqCst);
         while ltail_life(seen) == life & LTAIL_LIFE_MASK && seen != released {
+            charge(word, ScrAccess::Update);
             match word.compare_exchange(seen, released, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => return,
                 Err(now) => seen = now,
@@ -263,6 +295,7 @@ impl Log {
         // The word becomes this life's, holding nothing yet; unless a recoverer took this
         // life for dead and released it.
         let waiting = ltail_word(WAITING_AT, life);
+        charge(ltail, ScrAccess::Load);
         let mut mine = ltail.load(Ordering::SeqCst);
         while mine != waiting {
             if mine == ltail_word(RELEASED_AT, life) && host_table::condemned(pod, host, life) {
@@ -275,12 +308,14 @@ impl Log {
             if ltail_life(mine) != life & LTAIL_LIFE_MASK && !held {
                 return Err(dead());
             }
+            charge(ltail, ScrAccess::Update);
             match ltail.compare_exchange(mine, waiting, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => mine = waiting,
                 Err(now) => mine = now,
             }
         }
         loop {
+            charge(word, ScrAccess::Load);
             let seen = word.load(Ordering::SeqCst);
             let from = head_position(seen);
             if from > 0 && !late_allowed {
@@ -290,6 +325,7 @@ impl Log {
             // SeqCst, before the counts: a closer that loads the claims word after ours
             // sees this store in its look at the rows. A CAS from what we stored: a
             // recoverer may have released it.
+            charge(ltail, ScrAccess::Update);
             if ltail
                 .compare_exchange(mine, next, Ordering::SeqCst, Ordering::SeqCst)
                 .is_err()
@@ -297,7 +333,10 @@ impl Log {
                 return Err(dead());
             }
             mine = next;
-            Self::claims_word(pod).fetch_add(1, Ordering::SeqCst);
+            let claims = Self::claims_word(pod);
+            charge(claims, ScrAccess::Update);
+            claims.fetch_add(1, Ordering::SeqCst);
+            charge(word, ScrAccess::Update);
             if word
                 .compare_exchange(
                     seen,
@@ -309,6 +348,7 @@ impl Log {
             {
                 // A recoverer that took this life for dead may have released the word
                 // between our store and our count: then nothing holds the head for us.
+                charge(ltail, ScrAccess::Load);
                 if ltail.load(Ordering::SeqCst) != next {
                     return Err(dead());
                 }
@@ -331,10 +371,13 @@ impl Log {
     /// such a host when the closer paused between its look and its move.)
     pub(crate) fn advance_head(&self, pod: &Pod, chaos: &Chaos) -> (u64, Option<Laggard>) {
         let word = Self::head_word(pod);
+        let claims_word = Self::claims_word(pod);
         loop {
             // Before the look (SeqCst, as the loads in it).
+            charge(word, ScrAccess::Load);
             let seen = word.load(Ordering::SeqCst);
-            let claims = Self::claims_word(pod).load(Ordering::SeqCst);
+            charge(claims_word, ScrAccess::Load);
+            let claims = claims_word.load(Ordering::SeqCst);
             let head = head_position(seen);
             let Some(laggard) = Self::lowest(pod, chaos) else {
                 return (head, None);
@@ -346,6 +389,7 @@ impl Log {
             let seen = if mutated {
                 // A word loaded after the look, and no look at the claims: as a
                 // `fetch_max` of what it found would.
+                charge(word, ScrAccess::Load);
                 let now = word.load(Ordering::SeqCst);
                 if head_position(now) >= laggard.position {
                     return (head_position(now), Some(laggard));
@@ -354,10 +398,14 @@ impl Log {
             } else {
                 seen
             };
-            if !mutated && Self::claims_word(pod).load(Ordering::SeqCst) != claims {
+            if !mutated && {
+                charge(claims_word, ScrAccess::Load);
+                claims_word.load(Ordering::SeqCst) != claims
+            } {
                 continue;
             }
             // The claims count starts again at 0 at the new position.
+            charge(word, ScrAccess::Update);
             if word
                 .compare_exchange(seen, laggard.position, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
@@ -435,6 +483,7 @@ impl Log {
         let mut backoff = Backoff::new(limit);
         let mut last_look = false;
         loop {
+            charge(tail, ScrAccess::Load);
             let position = tail.load(Ordering::Acquire);
             if position + count > Self::MAX_POSITION {
                 return Err(Error::LogExhausted {
@@ -454,6 +503,7 @@ impl Log {
                 // reservations and our later entry writes obvious.
                 announce(position)?;
                 chaos.point(Point::ReserveBeforeCas);
+                charge(tail, ScrAccess::Update);
                 if tail
                     .compare_exchange_weak(
                         position,
@@ -476,6 +526,7 @@ impl Log {
                 // `help` may have made room (a late joiner's pin) while it ran: one last
                 // look.
                 let (new_head, laggard) = self.advance_head(pod, chaos);
+                charge(tail, ScrAccess::Load);
                 let now = tail.load(Ordering::Acquire);
                 if !last_look && now + count <= new_head + self.capacity {
                     last_look = true;

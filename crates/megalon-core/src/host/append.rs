@@ -197,7 +197,7 @@ impl Shared {
                 // after a read here ended then replays it too. Every entry below
                 // `position` is published (we just read them). AcqRel: Release pairs with
                 // the Acquire in every host's `catch_up`.
-                Log::ctail(&self.pod).fetch_max(position, Ordering::AcqRel);
+                Log::raise_ctail(&self.pod, position);
             }
             let applied_round = index.is_some();
             drop(index);

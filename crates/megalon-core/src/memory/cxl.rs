@@ -221,11 +221,12 @@ impl CxlModel {
     }
 
     /// What `charges` cost under this model: its rounds of misses and of write-backs and
-    /// its SCR accesses, each times its latency (the model's own prediction, in ns).
+    /// its SCR accesses (the log's cursors' too), each times its latency (the model's own
+    /// prediction, in ns).
     pub fn predicted_ns(&self, charges: &CxlCharges) -> u64 {
         charges.miss_rounds * self.lnr_miss_ns
             + charges.write_back_rounds * self.write_back_ns
-            + charges.scr_accesses * self.scr_ns
+            + (charges.scr_accesses + charges.cursor_accesses) * self.scr_ns
     }
 
     fn rounds(&self, lines: u64) -> u64 {
@@ -265,6 +266,12 @@ pub struct CxlCharges {
     pub scr_accesses: u64,
     /// Counted SCR accesses that hit: lines this host held, not charged.
     pub scr_hits: u64,
+    /// Accesses to the log's cursors in SCR (`tail`, `head`, `ctail`, the `ltail`s) that
+    /// missed the model's SCR directory, charged as `scr_accesses` are
+    /// ([`charge_cursor_at`]). The protocol does not count them: they are the log's.
+    pub cursor_accesses: u64,
+    /// Accesses to the log's cursors that hit, not charged.
+    pub cursor_hits: u64,
     /// Nanoseconds of spin asked for (the sum of rounds and accesses times their costs).
     pub charged_ns: u64,
     /// Nanoseconds the spins took, as their own clock reads saw them (with the reads'
@@ -292,6 +299,8 @@ impl std::ops::Sub for CxlCharges {
             write_back_rounds: self.write_back_rounds - earlier.write_back_rounds,
             scr_accesses: self.scr_accesses - earlier.scr_accesses,
             scr_hits: self.scr_hits - earlier.scr_hits,
+            cursor_accesses: self.cursor_accesses - earlier.cursor_accesses,
+            cursor_hits: self.cursor_hits - earlier.cursor_hits,
             charged_ns: self.charged_ns - earlier.charged_ns,
             spun_ns: self.spun_ns - earlier.spun_ns,
         }
@@ -308,6 +317,8 @@ impl std::ops::Add for CxlCharges {
             write_back_rounds: self.write_back_rounds + other.write_back_rounds,
             scr_accesses: self.scr_accesses + other.scr_accesses,
             scr_hits: self.scr_hits + other.scr_hits,
+            cursor_accesses: self.cursor_accesses + other.cursor_accesses,
+            cursor_hits: self.cursor_hits + other.cursor_hits,
             charged_ns: self.charged_ns + other.charged_ns,
             spun_ns: self.spun_ns + other.spun_ns,
         }
@@ -323,6 +334,8 @@ thread_local! {
         write_back_rounds: 0,
         scr_accesses: 0,
         scr_hits: 0,
+        cursor_accesses: 0,
+        cursor_hits: 0,
         charged_ns: 0,
         spun_ns: 0,
     }) };
@@ -383,7 +396,7 @@ pub fn charge_scr(accesses: u64) {
     if scr_ns == 0 {
         return;
     }
-    pay_scr(accesses, scr_ns);
+    pay_scr(accesses, scr_ns, ScrWord::Counted);
 }
 
 /// What an SCR access costs a thread of this binding, and its host's directory bit: the
@@ -398,15 +411,27 @@ fn scr_cost((bound_ns, id, bit): (u64, u64, u64)) -> (u64, u64) {
     }
 }
 
-fn pay_scr(accesses: u64, scr_ns: u64) {
+fn pay_scr(accesses: u64, scr_ns: u64, word: ScrWord) {
     let ns = accesses * scr_ns;
     CHARGES.with(|c| {
         let mut charges = c.get();
-        charges.scr_accesses += accesses;
+        match word {
+            ScrWord::Counted => charges.scr_accesses += accesses,
+            ScrWord::Cursor => charges.cursor_accesses += accesses,
+        }
         charges.charged_ns += ns;
         c.set(charges);
     });
     spin_ns(ns);
+}
+
+/// Whose SCR word an access is to, for which of [`CxlCharges`]' counts it goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ScrWord {
+    /// One the protocol counts (a record word, HCMeta's bucket and entry words).
+    Counted,
+    /// A log cursor.
+    Cursor,
 }
 
 /// What an SCR access asks of its line.
@@ -429,14 +454,27 @@ pub enum ScrAccess {
 pub fn charge_scr_at(word: impl FnOnce() -> usize, access: ScrAccess) {
     let binding = SCR_BINDING.with(Cell::get);
     if binding.1 != NOT_CXL {
-        charge_scr_line(binding, word(), access);
+        charge_scr_line(binding, word(), access, ScrWord::Counted);
+    }
+}
+
+/// Charges the calling thread one access to the log cursor `word` (in the pod's SCR), as
+/// [`charge_scr_at`] charges a counted word, in [`CxlCharges::cursor_accesses`] or
+/// [`CxlCharges::cursor_hits`]. The protocol counts no cursor access: an append's CAS on
+/// `tail` and a replay's raise of `ctail` and of its `ltail` are the log's, not an
+/// object's.
+#[inline]
+pub fn charge_cursor_at(word: &std::sync::atomic::AtomicU64, access: ScrAccess) {
+    let binding = SCR_BINDING.with(Cell::get);
+    if binding.1 != NOT_CXL {
+        charge_scr_line(binding, word.as_ptr() as usize, access, ScrWord::Cursor);
     }
 }
 
 /// [`charge_scr_at`] on a thread that may be under the model: out of line, so that the
 /// paths that call it on other memories carry one compare of it.
 #[inline(never)]
-fn charge_scr_line(binding: (u64, u64, u64), word: usize, access: ScrAccess) {
+fn charge_scr_line(binding: (u64, u64, u64), word: usize, access: ScrAccess, kind: ScrWord) {
     let (scr_ns, bit) = scr_cost(binding);
     if scr_ns == 0 {
         return;
@@ -454,13 +492,16 @@ fn charge_scr_line(binding: (u64, u64, u64), word: usize, access: ScrAccess) {
         } else if directory.access(line, bit, access) {
             CHARGES.with(|c| {
                 let mut charges = c.get();
-                charges.scr_hits += 1;
+                match kind {
+                    ScrWord::Counted => charges.scr_hits += 1,
+                    ScrWord::Cursor => charges.cursor_hits += 1,
+                }
                 c.set(charges);
             });
             return;
         }
     }
-    pay_scr(1, scr_ns);
+    pay_scr(1, scr_ns, kind);
 }
 
 /// Notes a store or CAS of the SCR word at the address `word` gives, which no counter
@@ -1130,6 +1171,66 @@ mod tests {
         assert_eq!(again.lines_missed, 0, "valid lines are free: {again:?}");
         assert!(again.scr_accesses >= 2, "{again:?}");
         assert_eq!(again.charged_ns, again.scr_accesses * 259);
+    }
+
+    /// What three creates cost in the log's cursors, under `model`: one by host a after
+    /// one by host b, another by a, then one by b (each appends, and replays what it
+    /// appended).
+    fn three_appends(model: CxlModel) -> [CxlCharges; 3] {
+        use crate::{Host, HostOptions, Join};
+        let pod = Arc::new(Pod::create(&PodConfig::new(), Backing::heap()).expect("a pod"));
+        let options = || {
+            HostOptions::new()
+                .memory(MemoryKind::Cxl(model))
+                .pump_interval(None)
+        };
+        std::thread::scope(|s| {
+            // A fresh thread: no binding left by another test.
+            s.spawn(|| {
+                let a = Host::join(&pod, Join::AnyFree, options()).expect("host a");
+                let b = Host::join(&pod, Join::AnyFree, options()).expect("host b");
+                a.create(b"a0", &[1u8; 64]).expect("a create");
+                b.create(b"b0", &[1u8; 64]).expect("b create");
+                let after_b = charged(|| a.create(b"a1", &[1u8; 64]).expect("a create"));
+                let again = charged(|| a.create(b"a2", &[1u8; 64]).expect("a create"));
+                let b_next = charged(|| b.create(b"b1", &[1u8; 64]).expect("b create"));
+                [after_b, again, b_next]
+            })
+            .join()
+            .expect("the thread")
+        })
+    }
+
+    /// An append's cursors (`tail`'s load and CAS, `head`, and its replay's raise of
+    /// `ctail` and its `ltail`) are charged by line: a host that appended last holds them
+    /// all and pays nothing for its next append; one after another host's pays for the
+    /// lines that host took. Without the model's SCR lines, every one is a miss. They are
+    /// the log's: none is counted in `scr_accesses`.
+    #[test]
+    fn an_append_pays_for_the_logs_cursors() {
+        let held = three_appends(CxlModel::default());
+        let every_access_misses = CxlModel {
+            scr_cache: 0,
+            ..CxlModel::default()
+        };
+        let missed = three_appends(every_access_misses);
+        let [after_b, again, b_next] = held;
+        assert!(
+            again.cursor_accesses == 0 && again.cursor_hits >= 5,
+            "a's second append in a row: {again:?}"
+        );
+        assert!(after_b.cursor_accesses >= 3, "after b's: {after_b:?}");
+        assert!(b_next.cursor_accesses >= 3, "b after a's: {b_next:?}");
+        for (held, missed) in held.iter().zip(&missed) {
+            let accesses = held.cursor_accesses + held.cursor_hits;
+            assert_eq!((missed.cursor_accesses, missed.cursor_hits), (accesses, 0));
+            assert_eq!((held.scr_accesses, missed.scr_accesses), (0, 0));
+            assert_eq!(
+                missed.charged_ns - held.charged_ns,
+                held.cursor_hits * CxlModel::default().scr_ns,
+                "each cursor access costs an SCR miss: {held:?} {missed:?}"
+            );
+        }
     }
 
     /// With the model's SCR lines (the default), a record word's line costs what it

@@ -350,14 +350,16 @@ fn run(args: &Args) -> bool {
     );
     println!(
         "model's events per operation: {:.2} lines missed in {:.3} rounds, {:.2} lines written back \
-         in {:.3} rounds, {:.2} SCR accesses charged ({:.2} found held, free); spin asked {:.0} ns, \
-         its clock saw {:.0}",
+         in {:.3} rounds, {:.2} SCR accesses charged ({:.2} found held, free), {:.2} of the log's \
+         cursors ({:.2} held); spin asked {:.0} ns, its clock saw {:.0}",
         per_op(charged.lines_missed),
         per_op(charged.miss_rounds),
         per_op(charged.lines_written_back),
         per_op(charged.write_back_rounds),
         per_op(charged.scr_accesses),
         per_op(charged.scr_hits),
+        per_op(charged.cursor_accesses),
+        per_op(charged.cursor_hits),
         per_op(charged.charged_ns),
         per_op(charged.spun_ns),
     );
