@@ -361,12 +361,7 @@ impl Inspect<'_> {
 
     /// Errors the pump met in the background.
     pub fn background_errors(&self) -> BackgroundErrors {
-        let shared = &self.host.shared;
-        BackgroundErrors {
-            count: shared.background_errors.load(Ordering::Relaxed),
-            last: shared.last_background_error.lock().clone(),
-            by_kind: shared.background_kinds.lock().clone(),
-        }
+        self.host.shared.background_errors.lock().clone()
     }
 
     /// What schedule chaos did on this host.

@@ -147,11 +147,10 @@ struct Shared {
     settles: Mutex<std::collections::HashMap<u64, (Settle, OwnedEvent)>>,
     /// What settles left for the pump.
     deferred: Mutex<Vec<Deferred>>,
-    /// Errors the pump met in its background work, and the last one.
-    background_errors: AtomicU64,
-    last_background_error: Mutex<Option<Error>>,
-    /// The same errors by kind (the variant's name): how many, and the first of each.
-    background_kinds: Mutex<std::collections::BTreeMap<String, (u64, Error)>>,
+    /// Errors the pump met in its background work: how many, the last one, and by kind.
+    /// One lock for the three: a look between a count and its error (three fields
+    /// changed one after another) saw a count of 1 and no last error.
+    background_errors: Mutex<inspect::BackgroundErrors>,
 }
 
 /// A joined host. Share it between the threads that emulate it (`&Host` is enough; it is
@@ -694,9 +693,7 @@ impl Shared {
             chaos: Chaos,
             settles: Mutex::new(std::collections::HashMap::new()),
             deferred: Mutex::new(Vec::new()),
-            background_errors: AtomicU64::new(0),
-            last_background_error: Mutex::new(None),
-            background_kinds: Mutex::new(std::collections::BTreeMap::new()),
+            background_errors: Mutex::new(inspect::BackgroundErrors::default()),
         }
     }
 }

@@ -331,12 +331,53 @@ impl Shared {
 
     /// Notes an error of the pump's background work.
     pub(super) fn background_error(&self, error: Error) {
-        self.background_errors.fetch_add(1, Ordering::Relaxed);
-        self.background_kinds
-            .lock()
+        let mut errors = self.background_errors.lock();
+        errors.count += 1;
+        errors
+            .by_kind
             .entry(error.kind_name())
             .or_insert_with(|| (0, error.clone()))
             .0 += 1;
-        *self.last_background_error.lock() = Some(error);
+        errors.last = Some(error);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::{Backing, Error, Host, HostOptions, Join, Pod, PodConfig};
+
+    /// A look at the background errors while the pump notes one sees the count, the last
+    /// error and the kinds of one moment: never a count without its error. (Three fields
+    /// changed one after another, a look in between saw a count of 1 and no last error,
+    /// and a crash test that waited for the count failed its check of the error.)
+    #[test]
+    fn a_look_at_the_background_errors_sees_each_with_its_count() {
+        let pod = Arc::new(Pod::create(&PodConfig::new(), Backing::heap()).unwrap());
+        let host = Host::join(&pod, Join::AnyFree, HostOptions::new().pump_interval(None)).unwrap();
+        let noted = 20_000;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for _ in 0..noted {
+                    host.shared.background_error(Error::BackgroundPanicked {
+                        task: "pump",
+                        message: String::new(),
+                    });
+                }
+            });
+            loop {
+                let errors = host.inspect().background_errors();
+                let by_kind: u64 = errors.by_kind.values().map(|(n, _)| n).sum();
+                assert_eq!(
+                    (errors.last.is_some(), by_kind),
+                    (errors.count > 0, errors.count),
+                    "{errors:?}"
+                );
+                if errors.count == noted {
+                    break;
+                }
+            }
+        });
     }
 }
