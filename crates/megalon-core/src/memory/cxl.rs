@@ -1116,8 +1116,12 @@ mod tests {
         }
     }
 
-    /// What a write and two reads from another host are charged, under `model`.
-    fn a_write_and_two_reads(model: CxlModel) -> (CxlCharges, CxlCharges, CxlCharges) {
+    /// `work` on hosts a and b of a fresh pod whose hosts are under `model` (no pumps),
+    /// on a fresh thread: no binding left by another test.
+    fn on_two_hosts<R: Send>(
+        model: CxlModel,
+        work: impl FnOnce(&crate::Host, &crate::Host) -> R + Send,
+    ) -> R {
         use crate::{Host, HostOptions, Join};
         let pod = Arc::new(Pod::create(&PodConfig::new(), Backing::heap()).expect("a pod"));
         let options = || {
@@ -1126,28 +1130,34 @@ mod tests {
                 .pump_interval(None)
         };
         std::thread::scope(|s| {
-            // Fresh threads: no binding left by another test.
             s.spawn(|| {
                 let a = Host::join(&pod, Join::AnyFree, options()).expect("host a");
                 let b = Host::join(&pod, Join::AnyFree, options()).expect("host b");
-                a.create(b"key", &[1u8; 256]).expect("create");
-                a.write(b"key", &[2u8; 256]).expect("a write");
-                let mut buf = [0u8; 256];
-                b.read(b"key", &mut buf).expect("b's first read");
-                let write = charged(|| {
-                    a.write(b"key", &[3u8; 256]).expect("a write");
-                });
-                let read = charged(|| {
-                    b.read(b"key", &mut buf).expect("a read after a write");
-                });
-                let again = charged(|| {
-                    b.read(b"key", &mut buf)
-                        .expect("a read of an unchanged object");
-                });
-                (write, read, again)
+                work(&a, &b)
             })
             .join()
             .expect("the thread")
+        })
+    }
+
+    /// What a write and two reads from another host are charged, under `model`.
+    fn a_write_and_two_reads(model: CxlModel) -> (CxlCharges, CxlCharges, CxlCharges) {
+        on_two_hosts(model, |a, b| {
+            a.create(b"key", &[1u8; 256]).expect("create");
+            a.write(b"key", &[2u8; 256]).expect("a write");
+            let mut buf = [0u8; 256];
+            b.read(b"key", &mut buf).expect("b's first read");
+            let write = charged(|| {
+                a.write(b"key", &[3u8; 256]).expect("a write");
+            });
+            let read = charged(|| {
+                b.read(b"key", &mut buf).expect("a read after a write");
+            });
+            let again = charged(|| {
+                b.read(b"key", &mut buf)
+                    .expect("a read of an unchanged object");
+            });
+            (write, read, again)
         })
     }
 
@@ -1177,27 +1187,13 @@ mod tests {
     /// one by host b, another by a, then one by b (each appends, and replays what it
     /// appended).
     fn three_appends(model: CxlModel) -> [CxlCharges; 3] {
-        use crate::{Host, HostOptions, Join};
-        let pod = Arc::new(Pod::create(&PodConfig::new(), Backing::heap()).expect("a pod"));
-        let options = || {
-            HostOptions::new()
-                .memory(MemoryKind::Cxl(model))
-                .pump_interval(None)
-        };
-        std::thread::scope(|s| {
-            // A fresh thread: no binding left by another test.
-            s.spawn(|| {
-                let a = Host::join(&pod, Join::AnyFree, options()).expect("host a");
-                let b = Host::join(&pod, Join::AnyFree, options()).expect("host b");
-                a.create(b"a0", &[1u8; 64]).expect("a create");
-                b.create(b"b0", &[1u8; 64]).expect("b create");
-                let after_b = charged(|| a.create(b"a1", &[1u8; 64]).expect("a create"));
-                let again = charged(|| a.create(b"a2", &[1u8; 64]).expect("a create"));
-                let b_next = charged(|| b.create(b"b1", &[1u8; 64]).expect("b create"));
-                [after_b, again, b_next]
-            })
-            .join()
-            .expect("the thread")
+        on_two_hosts(model, |a, b| {
+            a.create(b"a0", &[1u8; 64]).expect("a create");
+            b.create(b"b0", &[1u8; 64]).expect("b create");
+            let after_b = charged(|| a.create(b"a1", &[1u8; 64]).expect("a create"));
+            let again = charged(|| a.create(b"a2", &[1u8; 64]).expect("a create"));
+            let b_next = charged(|| b.create(b"b1", &[1u8; 64]).expect("b create"));
+            [after_b, again, b_next]
         })
     }
 
