@@ -139,7 +139,7 @@ impl Inspect<'_> {
     /// one). Positions below the log's head may have been recycled: asking for them is an
     /// error.
     pub fn read_log(&self, from: u64, to: u64) -> Result<Vec<LoggedEvent>> {
-        let head = Log::head(&self.host.shared.pod);
+        let head = crate::memory::cxl::uncharged(|| Log::head(&self.host.shared.pod));
         if from < head {
             return Err(Error::LogRecycled { head });
         }
@@ -164,7 +164,7 @@ impl Inspect<'_> {
     pub fn log_cursors(&self) -> (u64, u64, u64) {
         let pod = &self.host.shared.pod;
         (
-            Log::head(pod),
+            crate::memory::cxl::uncharged(|| Log::head(pod)),
             Log::ctail(pod).load(Ordering::Acquire),
             Log::tail(pod).load(Ordering::Acquire),
         )
@@ -178,7 +178,10 @@ impl Inspect<'_> {
             batches_appended: c.batches_appended.load(Ordering::Relaxed),
             entries_replayed: c.entries_replayed.load(Ordering::Relaxed),
             slots_dropped: c.slots_dropped.load(Ordering::Relaxed),
-            hosts_recovered: c.hosts_recovered.load(Ordering::Relaxed),
+            // Acquire, and before the counts after it: pairs with the Release of the
+            // recovery that counted it, so a caller that waits for a recovery sees its
+            // locks and skipped entries counted.
+            hosts_recovered: c.hosts_recovered.load(Ordering::Acquire),
             entries_skipped: c.entries_skipped.load(Ordering::Relaxed),
             locks_recovered: c.locks_recovered.load(Ordering::Relaxed),
             joins_served: c.joins_served.load(Ordering::Relaxed),

@@ -245,17 +245,19 @@ impl Shared {
             return Ok(false);
         }
         host_table::clear_reservation(&self.pod, dead.host, dead.joins);
+        // Release, the count of hosts recovered: a look at the stats that sees it (Acquire)
+        // sees what this recovery counted before it (its locks, its skipped entries).
         if dead.rescue {
             // The row stays ours: the id's next life, whose join goes on from here.
             self.counters
                 .hosts_recovered
-                .fetch_add(1, Ordering::Relaxed);
+                .fetch_add(1, Ordering::Release);
             return Ok(true);
         }
         if host_table::release_dead(&self.pod, dead.host, dead.pid, dead.joins) {
             self.counters
                 .hosts_recovered
-                .fetch_add(1, Ordering::Relaxed);
+                .fetch_add(1, Ordering::Release);
         }
         Ok(true)
     }
