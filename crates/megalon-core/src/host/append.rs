@@ -598,6 +598,10 @@ impl Shared {
         self.holds_its_row()?;
         let announced = std::cell::Cell::new(0);
         let began = std::time::Instant::now();
+        // The reservation's looks at the log's cursors come before any line of the entry:
+        // this host's under the model (an append of a slot claim, say, from a thread that
+        // had not called on its memory yet), nobody's on other memories.
+        self.memory.bind_scr();
         let start = self.log.reserve(
             &self.pod,
             count,

@@ -166,7 +166,9 @@ impl Host {
         let options: HostOptions = options.into();
         let started = std::time::Instant::now();
         let (shared, life) = loop {
-            let (id, life, late) = match claim_id(pod, which) {
+            // For no host yet: the claim's SCR accesses are charged to nobody.
+            let claimed = crate::memory::cxl::uncharged(|| claim_id(pod, which));
+            let (id, life, late) = match claimed {
                 Ok(claimed) => claimed,
                 // No row to claim: if no live host is left to recover the dead holders,
                 // this join takes one's row over and recovers it itself.
@@ -497,6 +499,9 @@ impl Shared {
     /// would wait for its replay for good; left answering, its writes would go on while
     /// the others recovered it.
     fn pump(&self, interval: Duration) {
+        // The pump's thread works for this host only: its looks at the log's cursors
+        // (the reclaimer's, before any read of an entry) are this host's under the model.
+        self.memory.bind_scr();
         let pumped =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.pump_rounds(interval)));
         if let Err(panic) = pumped {

@@ -358,7 +358,7 @@ mod tests {
         let host = Host::join(&pod, Join::AnyFree, HostOptions::new().pump_interval(None)).unwrap();
         let noted = 20_000;
         std::thread::scope(|s| {
-            s.spawn(|| {
+            let writer = s.spawn(|| {
                 for _ in 0..noted {
                     host.shared.background_error(Error::BackgroundPanicked {
                         task: "pump",
@@ -367,6 +367,8 @@ mod tests {
                 }
             });
             loop {
+                // Before the look: a writer that ended has noted all it will.
+                let ended = writer.is_finished();
                 let errors = host.inspect().background_errors();
                 let by_kind: u64 = errors.by_kind.values().map(|(n, _)| n).sum();
                 assert_eq!(
@@ -377,6 +379,7 @@ mod tests {
                 if errors.count == noted {
                     break;
                 }
+                assert!(!ended, "the writer stopped at {}", errors.count);
             }
         });
     }

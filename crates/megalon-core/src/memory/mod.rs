@@ -182,12 +182,15 @@ impl Memory {
 
     /// Binds the calling thread's SCR charges under the CXL cost model to this host, as
     /// every call on LNR does: for a thread whose work may reach the SCR before its first
-    /// call on LNR. See [`cxl::charge_scr_at`]. Nothing on other memories (their calls
-    /// on LNR unbind the thread; a hot path pays no more than a look at the kind).
+    /// call on LNR. See [`cxl::charge_scr_at`]. On other memories it unbinds the thread,
+    /// as their calls on LNR do: an append reaches the log's cursors before the entry's
+    /// lines, and a fresh thread's first append on a hardware host was charged at the
+    /// cost of the CXL memory made last in the process.
     #[inline]
     pub fn bind_scr(&self) {
-        if let Memory::Cxl(memory) = self {
-            memory.bind();
+        match self {
+            Memory::Cxl(memory) => memory.bind(),
+            _ => cxl::bind_not_cxl(),
         }
     }
 
