@@ -1935,7 +1935,13 @@ fn a_host_woken_after_the_ring_lapped_it_learns_it_was_declared_dead() {
 /// held longer than the lease: it beats while it waits, and is not declared dead alive.
 #[test]
 fn a_host_waiting_behind_a_hole_for_its_outcome_beats() {
-    let pod = common::heap_pod(&config());
+    // Long enough that a loaded machine does not starve the live waiter past it: at
+    // [`LEASE_MS`] (100 ms) it was declared dead while it waited, 2 runs in about 100 with
+    // three copies of this binary at once, both in one moment of load
+    // (`HostDeclaredDead { host: 2, life: 1 }`). A waiter that does not beat is dead a
+    // lease after the hole began, well before it is filled, two leases after.
+    const LONG_LEASE_MS: u32 = 1000;
+    let pod = common::heap_pod(&config().lease_ms(LONG_LEASE_MS));
     let watcher = Host::join(
         &pod,
         Join::As(0),
@@ -1954,7 +1960,7 @@ fn a_host_waiting_behind_a_hole_for_its_outcome_beats() {
             chaos::with_hook(
                 move |at| {
                     if at == Point::AppendAfterReserve && !reserved.swap(true, Ordering::SeqCst) {
-                        std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 4));
+                        std::thread::sleep(Duration::from_millis(u64::from(LONG_LEASE_MS) * 2));
                     }
                 },
                 || slow.create(b"slow", &value(1)),
