@@ -65,6 +65,21 @@ fn charge(word: &AtomicU64, access: ScrAccess) {
     let _ = (word, access);
 }
 
+/// `word.load(order)`, charged first.
+#[inline]
+fn load(word: &AtomicU64, order: Ordering) -> u64 {
+    charge(word, ScrAccess::Load);
+    word.load(order)
+}
+
+/// `word.compare_exchange(current, new)`, SeqCst both ways, charged first as an update (a
+/// CAS that fails too: the core takes the line for it).
+#[inline]
+fn cas(word: &AtomicU64, current: u64, new: u64) -> std::result::Result<u64, u64> {
+    charge(word, ScrAccess::Update);
+    word.compare_exchange(current, new, Ordering::SeqCst, Ordering::SeqCst)
+}
+
 fn ltail_word(position: u64, life: u64) -> u64 {
     position | (life & LTAIL_LIFE_MASK) << HEAD_POSITION_BITS
 }
@@ -147,9 +162,7 @@ impl Log {
     /// moved it (and orders this load with the loads of `ltail`s and states around it).
     #[inline]
     pub(crate) fn head(pod: &Pod) -> u64 {
-        let word = Self::head_word(pod);
-        charge(word, ScrAccess::Load);
-        head_position(word.load(Ordering::SeqCst))
+        head_position(load(Self::head_word(pod), Ordering::SeqCst))
     }
 
     /// The most positions the log has: past them, `reserve` answers
@@ -185,9 +198,7 @@ impl Log {
     /// The position life `life` of `host` has applied, as its `ltail` says; `None` when
     /// the word is another life's, released, or not holding the head yet.
     pub(crate) fn ltail_of(pod: &Pod, host: HostId, life: u64) -> Option<u64> {
-        let ltail = Self::ltail(pod, host);
-        charge(ltail, ScrAccess::Load);
-        let word = ltail.load(Ordering::SeqCst);
+        let word = load(Self::ltail(pod, host), Ordering::SeqCst);
         let position = head_position(word);
         (ltail_life(word) == life & LTAIL_LIFE_MASK && position < WAITING_AT).then_some(position)
     }
@@ -197,19 +208,12 @@ impl Log {
     /// released by its recoverer or taken by the id's next life. `false`: it failed.
     pub(crate) fn raise_own_ltail(pod: &Pod, host: HostId, life: u64, from: u64, to: u64) -> bool {
         let ltail = Self::ltail(pod, host);
-        charge(ltail, ScrAccess::Update);
         if mutants::skipped(Step::OwnLtailMovedByCas) {
+            charge(ltail, ScrAccess::Update);
             ltail.store(ltail_word(to, life), Ordering::SeqCst);
             return true;
         }
-        ltail
-            .compare_exchange(
-                ltail_word(from, life),
-                ltail_word(to, life),
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            )
-            .is_ok()
+        cas(ltail, ltail_word(from, life), ltail_word(to, life)).is_ok()
     }
 
     /// A server pins life `life` of `host` (a late joiner) at `to`: raises its `ltail` to
@@ -217,8 +221,7 @@ impl Log {
     /// be at it). `false`: the word is not that life's, or does not hold the head.
     pub(crate) fn pin_ltail(pod: &Pod, host: HostId, life: u64, to: u64) -> bool {
         let word = Self::ltail(pod, host);
-        charge(word, ScrAccess::Load);
-        let mut seen = word.load(Ordering::SeqCst);
+        let mut seen = load(word, Ordering::SeqCst);
         loop {
             let position = head_position(seen);
             if ltail_life(seen) != life & LTAIL_LIFE_MASK || position >= WAITING_AT {
@@ -227,13 +230,7 @@ impl Log {
             if position >= to {
                 return true;
             }
-            charge(word, ScrAccess::Update);
-            match word.compare_exchange(
-                seen,
-                ltail_word(to, life),
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            ) {
+            match cas(word, seen, ltail_word(to, life)) {
                 Ok(_) => return true,
                 Err(now) => seen = now,
             }
@@ -245,11 +242,9 @@ impl Log {
     pub(crate) fn release_ltail(pod: &Pod, host: HostId, life: u64) {
         let word = Self::ltail(pod, host);
         let released = ltail_word(RELEASED_AT, life);
-        charge(word, ScrAccess::Load);
-        let mut seen = word.load(Ordering::SeqCst);
+        let mut seen = load(word, Ordering::SeqCst);
         while ltail_life(seen) == life & LTAIL_LIFE_MASK && seen != released {
-            charge(word, ScrAccess::Update);
-            match word.compare_exchange(seen, released, Ordering::SeqCst, Ordering::SeqCst) {
+            match cas(word, seen, released) {
                 Ok(_) => return,
                 Err(now) => seen = now,
             }
@@ -295,8 +290,7 @@ impl Log {
         // The word becomes this life's, holding nothing yet; unless a recoverer took this
         // life for dead and released it.
         let waiting = ltail_word(WAITING_AT, life);
-        charge(ltail, ScrAccess::Load);
-        let mut mine = ltail.load(Ordering::SeqCst);
+        let mut mine = load(ltail, Ordering::SeqCst);
         while mine != waiting {
             if mine == ltail_word(RELEASED_AT, life) && host_table::condemned(pod, host, life) {
                 return Err(dead());
@@ -308,15 +302,13 @@ impl Log {
             if ltail_life(mine) != life & LTAIL_LIFE_MASK && !held {
                 return Err(dead());
             }
-            charge(ltail, ScrAccess::Update);
-            match ltail.compare_exchange(mine, waiting, Ordering::SeqCst, Ordering::SeqCst) {
+            match cas(ltail, mine, waiting) {
                 Ok(_) => mine = waiting,
                 Err(now) => mine = now,
             }
         }
         loop {
-            charge(word, ScrAccess::Load);
-            let seen = word.load(Ordering::SeqCst);
+            let seen = load(word, Ordering::SeqCst);
             let from = head_position(seen);
             if from > 0 && !late_allowed {
                 return Err(Error::LogRecycled { head: from });
@@ -325,31 +317,17 @@ impl Log {
             // SeqCst, before the counts: a closer that loads the claims word after ours
             // sees this store in its look at the rows. A CAS from what we stored: a
             // recoverer may have released it.
-            charge(ltail, ScrAccess::Update);
-            if ltail
-                .compare_exchange(mine, next, Ordering::SeqCst, Ordering::SeqCst)
-                .is_err()
-            {
+            if cas(ltail, mine, next).is_err() {
                 return Err(dead());
             }
             mine = next;
             let claims = Self::claims_word(pod);
             charge(claims, ScrAccess::Update);
             claims.fetch_add(1, Ordering::SeqCst);
-            charge(word, ScrAccess::Update);
-            if word
-                .compare_exchange(
-                    seen,
-                    seen.wrapping_add(1 << HEAD_POSITION_BITS),
-                    Ordering::SeqCst,
-                    Ordering::SeqCst,
-                )
-                .is_ok()
-            {
+            if cas(word, seen, seen.wrapping_add(1 << HEAD_POSITION_BITS)).is_ok() {
                 // A recoverer that took this life for dead may have released the word
                 // between our store and our count: then nothing holds the head for us.
-                charge(ltail, ScrAccess::Load);
-                if ltail.load(Ordering::SeqCst) != next {
+                if load(ltail, Ordering::SeqCst) != next {
                     return Err(dead());
                 }
                 return Ok(from);
@@ -374,10 +352,8 @@ impl Log {
         let claims_word = Self::claims_word(pod);
         loop {
             // Before the look (SeqCst, as the loads in it).
-            charge(word, ScrAccess::Load);
-            let seen = word.load(Ordering::SeqCst);
-            charge(claims_word, ScrAccess::Load);
-            let claims = claims_word.load(Ordering::SeqCst);
+            let seen = load(word, Ordering::SeqCst);
+            let claims = load(claims_word, Ordering::SeqCst);
             let head = head_position(seen);
             let Some(laggard) = Self::lowest(pod, chaos) else {
                 return (head, None);
@@ -389,8 +365,7 @@ impl Log {
             let seen = if mutated {
                 // A word loaded after the look, and no look at the claims: as a
                 // `fetch_max` of what it found would.
-                charge(word, ScrAccess::Load);
-                let now = word.load(Ordering::SeqCst);
+                let now = load(word, Ordering::SeqCst);
                 if head_position(now) >= laggard.position {
                     return (head_position(now), Some(laggard));
                 }
@@ -398,18 +373,11 @@ impl Log {
             } else {
                 seen
             };
-            if !mutated && {
-                charge(claims_word, ScrAccess::Load);
-                claims_word.load(Ordering::SeqCst) != claims
-            } {
+            if !mutated && load(claims_word, Ordering::SeqCst) != claims {
                 continue;
             }
             // The claims count starts again at 0 at the new position.
-            charge(word, ScrAccess::Update);
-            if word
-                .compare_exchange(seen, laggard.position, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
-            {
+            if cas(word, seen, laggard.position).is_ok() {
                 return (laggard.position, Some(laggard));
             }
         }
@@ -483,8 +451,7 @@ impl Log {
         let mut backoff = Backoff::new(limit);
         let mut last_look = false;
         loop {
-            charge(tail, ScrAccess::Load);
-            let position = tail.load(Ordering::Acquire);
+            let position = load(tail, Ordering::Acquire);
             if position + count > Self::MAX_POSITION {
                 return Err(Error::LogExhausted {
                     tail: position,
@@ -526,8 +493,7 @@ impl Log {
                 // `help` may have made room (a late joiner's pin) while it ran: one last
                 // look.
                 let (new_head, laggard) = self.advance_head(pod, chaos);
-                charge(tail, ScrAccess::Load);
-                let now = tail.load(Ordering::Acquire);
+                let now = load(tail, Ordering::Acquire);
                 if !last_look && now + count <= new_head + self.capacity {
                     last_look = true;
                     continue;

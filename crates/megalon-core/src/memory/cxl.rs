@@ -473,10 +473,7 @@ pub enum ScrAccess {
 /// or on a thread not bound to a `CxlMemory`, every access is a miss.
 #[inline]
 pub fn charge_scr_at(word: impl FnOnce() -> usize, access: ScrAccess) {
-    let binding = SCR_BINDING.with(Cell::get);
-    if binding.1 != NOT_CXL {
-        charge_scr_line(binding, word(), access, ScrWord::Counted);
-    }
+    charge_word_at(word, access, ScrWord::Counted);
 }
 
 /// Charges the calling thread one access to the log cursor `word` (in the pod's SCR), as
@@ -486,13 +483,20 @@ pub fn charge_scr_at(word: impl FnOnce() -> usize, access: ScrAccess) {
 /// object's.
 #[inline]
 pub fn charge_cursor_at(word: &std::sync::atomic::AtomicU64, access: ScrAccess) {
+    charge_word_at(|| word.as_ptr() as usize, access, ScrWord::Cursor);
+}
+
+/// [`charge_scr_at`] and [`charge_cursor_at`]: the address is asked for only on a thread
+/// that may be under the model.
+#[inline]
+fn charge_word_at(word: impl FnOnce() -> usize, access: ScrAccess, kind: ScrWord) {
     let binding = SCR_BINDING.with(Cell::get);
     if binding.1 != NOT_CXL {
-        charge_scr_line(binding, word.as_ptr() as usize, access, ScrWord::Cursor);
+        charge_scr_line(binding, word(), access, kind);
     }
 }
 
-/// [`charge_scr_at`] on a thread that may be under the model: out of line, so that the
+/// [`charge_word_at`] on a thread that may be under the model: out of line, so that the
 /// paths that call it on other memories carry one compare of it.
 #[inline(never)]
 fn charge_scr_line(binding: (u64, u64, u64), word: usize, access: ScrAccess, kind: ScrWord) {
