@@ -459,7 +459,9 @@ pub enum Error {
         /// Which fault.
         fault: &'static str,
     },
-    /// A thread's request waited for a combiner past the wait limit and was withdrawn.
+    /// A thread's request waited for a combiner past the wait limit and was withdrawn
+    /// (nothing of it reached the log). When the log is full at that moment the request
+    /// answers [`Error::LogFull`] instead: the combiner was waiting for room.
     #[error("no combiner served the request within {waited_ms} ms; it was withdrawn")]
     CombinerStalled {
         /// How long we waited.

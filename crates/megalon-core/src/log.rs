@@ -406,14 +406,15 @@ impl Log {
         lowest
     }
 
-    /// [`Error::LogFull`]: `laggard` holds the head at `head`.
+    /// [`Error::LogFull`]: `laggard` holds the head at `head`; the caller waited
+    /// `waited`.
     fn full(
         &self,
         pod: &Pod,
         laggard: Option<Laggard>,
         head: u64,
         tail: u64,
-        backoff: &Backoff,
+        waited: Duration,
     ) -> Error {
         let laggard = laggard.unwrap_or(Laggard {
             host: HostId::MAX,
@@ -425,8 +426,17 @@ impl Log {
             lagging_position: laggard.position,
             tail,
             capacity_entries: self.capacity,
-            waited_ms: backoff.waited().as_millis() as u64,
+            waited_ms: waited.as_millis() as u64,
         }
+    }
+
+    /// [`Error::LogFull`] if the log has no room for one more entry now (after moving
+    /// the head as far as the hosts' `ltail`s allow), for a caller that waited `waited`
+    /// for something that waits for room (a combiner's batch).
+    pub(crate) fn full_now(&self, pod: &Pod, chaos: &Chaos, waited: Duration) -> Option<Error> {
+        let (head, laggard) = self.advance_head(pod, chaos);
+        let tail = load(Self::tail(pod), Ordering::Acquire);
+        (tail + 1 > head + self.capacity).then(|| self.full(pod, laggard, head, tail, waited))
     }
 
     /// Reserves `count` consecutive positions (one CAS on `tail`), waiting for space up to
@@ -498,7 +508,7 @@ impl Log {
                     last_look = true;
                     continue;
                 }
-                return Err(self.full(pod, laggard, new_head, position, &backoff));
+                return Err(self.full(pod, laggard, new_head, position, backoff.waited()));
             }
         }
     }

@@ -196,10 +196,10 @@ fn a_second_append_into_a_full_log_waits_at_most_its_limit(combining: bool) {
         ((first.join().unwrap(), second), started, ended)
     });
     // Stopped in every attempt, the second's wait may have been spent while its request
-    // was still queued behind the first's batch: withdrawn unserved, within its limit too.
+    // was still queued behind the first's batch: withdrawn unserved, within its limit too,
+    // and answered `LogFull` all the same.
     assert!(
-        matches!(second, Err(Error::LogFull { .. }))
-            || (!stopped.is_zero() && matches!(second, Err(Error::CombinerStalled { .. }))),
+        matches!(second, Err(Error::LogFull { .. })),
         "the second: {second:?}"
     );
     assert!(matches!(first, Err(Error::LogFull { .. })), "the first");
@@ -207,6 +207,65 @@ fn a_second_append_into_a_full_log_waits_at_most_its_limit(combining: bool) {
         took < LIMIT + LIMIT / 4 + stopped,
         "the second append waited {took:?} ({stopped:?} of it stopped) with a limit of \
          {LIMIT:?}"
+    );
+}
+
+/// A request withdrawn from the combining queue because the combiner held it past its
+/// limit, while the log is full: it answers `LogFull` (naming the host that holds the
+/// head), as its own append would have, not that no combiner served it. The combiner is
+/// held inside its wait for room by a hook until the queued request has answered.
+#[cfg(feature = "chaos")]
+#[test]
+fn a_request_withdrawn_behind_a_combiner_waiting_for_room_answers_log_full() {
+    use megalon_core::chaos::{self, Point};
+    use std::sync::mpsc::channel;
+    const LIMIT: Duration = Duration::from_millis(300);
+    let pod = pod(small_config());
+    let options = HostOptions::new().wait_limit(LIMIT).flat_combining(true);
+    let busy = Arc::new(Host::join(&pod, Join::As(0), options).unwrap());
+    let _idle = Host::join(&pod, Join::As(1), HostOptions::new().pump_interval(None)).unwrap();
+    fill_the_log(&busy);
+    let (inside, wait_inside) = channel();
+    let (go, wait_go) = channel::<()>();
+    let combiner = {
+        let busy = Arc::clone(&busy);
+        std::thread::spawn(move || {
+            let mut held = false;
+            let hook = move |point: Point| {
+                if point == Point::HeadLookBetweenRows && !held {
+                    held = true;
+                    inside.send(()).unwrap();
+                    // Held until the queued request has answered (or for good measure).
+                    let _ = wait_go.recv_timeout(Duration::from_secs(30));
+                }
+            };
+            chaos::with_hook(hook, || busy.create(b"first", b"v"))
+        })
+    };
+    wait_inside
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the combiner waits for room");
+    let withdrawn = busy.create(b"second", b"v");
+    go.send(()).unwrap();
+    let first = combiner.join().unwrap();
+    assert!(
+        matches!(
+            withdrawn,
+            Err(Error::LogFull {
+                lagging_host: 1,
+                ..
+            })
+        ),
+        "the withdrawn request: {withdrawn:?}"
+    );
+    assert!(
+        matches!(first, Err(Error::LogFull { .. })),
+        "the combiner's: {first:?}"
+    );
+    assert_eq!(
+        busy.lookup(b"second").unwrap(),
+        None,
+        "nothing of it reached the log"
     );
 }
 

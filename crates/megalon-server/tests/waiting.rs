@@ -192,20 +192,17 @@ fn many_commands_waiting_at_once_hold_up_no_other_connection_for_long() {
     });
     let relief = relief_threads(&mut other);
     stopped.signal("CONT");
-    // Each create waited out its limit: refused for log room, or, queued behind a batch
-    // that held the host's combiner until (about) its own limit was spent, withdrawn
-    // unserved (core's combiner; on a loaded machine its thread woke past its limit: "no
-    // combiner served the request within 1500 ms", 3 runs in 96 with three copies at
-    // once). The combiner's own request is refused for log room.
-    let mut log_full = 0;
+    // Each create waited out its limit for log room (host 1 stopped until every one had
+    // answered): refused by its append, or, queued behind a batch that held the host's
+    // combiner until (about) its own limit was spent, withdrawn unserved, which with the
+    // log full answers the same (before, "no combiner served the request within 1500
+    // ms": 3 runs in 96 with three copies at once).
     for waiter in waiters {
         match waiter.join().unwrap() {
-            OwnedFrame::Error(text) if text.contains("log is full") => log_full += 1,
-            OwnedFrame::Error(text) => assert!(text.contains("no combiner served"), "{text}"),
+            OwnedFrame::Error(text) => assert!(text.contains("log is full"), "{text}"),
             other => panic!("a waiting create: {other:?}"),
         }
     }
-    assert!(log_full >= 1, "no waiting create was refused for log room");
     eprintln!(
         "{commands} commands of another client while {WAITERS} creates waited, the slowest {slowest:?} ({stop:?} stopped); {relief} threads started for relief"
     );

@@ -449,9 +449,17 @@ impl Shared {
                 |requests, limits| self.append_batch(requests, limits),
             );
             match result {
-                Err(Error::CombinerStalled { .. }) => {
+                Err(Error::CombinerStalled { waited_ms }) => {
                     // Withdrawn from the queue unserved: nothing reached the log.
                     self.settle(settle, None, &owned);
+                    // What held the combiner past our limit was, with the log full now,
+                    // its wait for room: the caller hears why, as an append of its own
+                    // would have said.
+                    let waited = Duration::from_millis(waited_ms);
+                    self.memory.bind_scr();
+                    if let Some(full) = self.log.full_now(&self.pod, &self.chaos, waited) {
+                        return Err(full);
+                    }
                 }
                 Err(Error::CombinerPanicked) if settle != Settle::Nothing => {
                     self.left_unsettled

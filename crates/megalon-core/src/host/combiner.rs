@@ -10,7 +10,8 @@
 //! request's thread holds (a record's lock, a claimed record) if the outcome never reaches
 //! that thread. The append runs it for requests it refuses or cannot confirm; a request
 //! withdrawn from the queue unserved is answered [`Error::CombinerStalled`] and its thread
-//! settles it.
+//! settles it (and, if the log is full then, answers [`Error::LogFull`] in its place: what
+//! held the combiner was its wait for room).
 //!
 //! A request's wait limit counts from its call: a combiner gives each request of its batch
 //! what is left of its limit for the wait for room in the log (a request queued behind a
