@@ -13,7 +13,9 @@ use crate::log::Log;
 use crate::replica::{IndexEntry, ReplicatedLock};
 use crate::sync::Ordering;
 
-/// What a host's log machinery has done.
+/// What a host's log machinery has done. Each count is read on its own, not all at one
+/// instant: while the host works one may be ahead of another (`entries_appended` of
+/// `batches_appended` by a batch, say); on a quiet host they agree.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HostStats {
     /// Log entries this host appended.
