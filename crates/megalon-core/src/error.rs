@@ -54,7 +54,7 @@ pub enum Error {
         /// The value given.
         slot_size_bytes: u64,
     },
-    /// The record width is not one of 8, 16, 32.
+    /// The record width is not one of 2, 4, 8, 16, 32.
     #[error("record width of {bits} bits is not supported (2, 4, 8, 16 or 32)")]
     UnsupportedRecordWidth {
         /// The value given.
@@ -330,8 +330,13 @@ pub enum Error {
         /// The pod's `max_hosts`.
         max_hosts: u32,
     },
-    /// The log has recycled entries since position 0, so a new host could not rebuild its
-    /// replica: every host must join before the log first wraps around.
+    /// The log has recycled entries since position 0 and the pod has no join area
+    /// ([`PodConfig::join_area_bytes`](crate::PodConfig::join_area_bytes) 0), so a new
+    /// host could not rebuild its replica: in such a pod every host must join before the
+    /// log first wraps around (with a join area, a live host streams a late joiner its
+    /// index). Also the answer of
+    /// [`Inspect::read_log`](crate::inspect::Inspect::read_log) for positions below the
+    /// log's head.
     #[error("the log has recycled its first entries (head at {head}): no host can join any more")]
     LogRecycled {
         /// Where the log's head is.
