@@ -44,8 +44,8 @@ use crate::sync::Ordering;
 
 impl Host {
     /// Starts reading object `key` (steps 1-3 of the read path). Copy the object's bytes
-    /// with [`crate::Memory::read`] at [`ReadTicket::offset`], then call
-    /// [`Host::read_end`]; trust the copy only if it says so.
+    /// with [`ReadTicket::read`], then call [`Host::read_end`]; trust the copy only if it
+    /// says so.
     pub fn read_start(&self, key: &[u8]) -> Result<ReadTicket<'_>> {
         self.shared.check_key(key)?;
         let state = self
@@ -70,8 +70,8 @@ impl Host {
     }
 
     /// Starts writing object `key`: allocates a record if it has none, takes the lock,
-    /// and makes the counter odd. Write with [`crate::Memory::write`] at
-    /// [`WriteTicket::offset`], then call [`Host::write_end`].
+    /// and makes the counter odd. Write with [`WriteTicket::write`], then call
+    /// [`Host::write_end`].
     pub fn write_start(&self, key: &[u8]) -> Result<WriteTicket<'_>> {
         self.shared.check_key(key)?;
         let state = self
