@@ -1,7 +1,8 @@
 //! A file-system page cache shared by the hosts of a CXL pod, on megalon's object
 //! protocol (the MEGALON paper's section 5, DESIGN section 9).
 //!
-//! Each page of a real file, `(inode, page)`, is one 4 KiB object of the pod. Every host
+//! Each page of a real file, `(inode, page)`, is one object of the pod: its 4 KiB and a
+//! trailer line that counts how many of them are the file's or a write's. Every host
 //! that joins the pod sees the same cached pages: a page one host read from disk is a hit
 //! for the others, and a page one host wrote is read by the others at its newest version
 //! (the object protocol keeps their non-coherent caches right). What it does:
