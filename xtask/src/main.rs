@@ -63,6 +63,8 @@ const MODEL_CHECK_COMMAND: &[&str] = &[
 ];
 /// Where loom builds go, so they do not invalidate the normal build.
 const LOOM_TARGET_DIR: &str = "target/loom";
+/// Where `cargo xtask aarch64` builds (its own, so the host's builds are not redone).
+const AARCH64_TARGET_DIR: &str = "target/aarch64";
 /// Where mutant builds go (the `mutants` feature changes the core crate).
 const MUTANTS_TARGET_DIR: &str = "target/mutants";
 
@@ -89,6 +91,9 @@ fn usage() -> ExitCode {
                    preemptions and injected faults; --no-combining: each thread appends for\n            \
                    itself; --switch-width-every-ms: the record width switched that often;\n            \
                    --undo: writes keep undo images and announce their locks)\n  \
+         aarch64   the library crates checked for aarch64 Linux: clippy -D warnings (all\n            \
+                   targets) and a build of the core (its `asm!` assembled); adds the target\n            \
+                   with rustup if missing. Not a run: nothing here executes aarch64 code\n  \
          crash     [--seconds S] [--seed N] [--hosts H] [--keys N] [--memory simulated|hardware]\n            \
                    [--record-bits 2|4|8|16|32] [--partition-after N] [--copy-after N]\n            \
                    [--doomed-joins PERCENT] [--switch-width-every-ms MS]:\n            \
@@ -133,6 +138,56 @@ fn cargo_with(args: &[&str], env: &[(&str, &str)]) -> bool {
 
 fn cargo(args: &[&str]) -> bool {
     cargo_with(args, &[])
+}
+
+/// The aarch64 target's triple.
+const AARCH64: &str = "aarch64-unknown-linux-gnu";
+
+/// The library crates (and their tests, benches and examples of their own) checked for
+/// aarch64 Linux, where the core's `arch` module has its own flushes, fences and stores:
+/// clippy with warnings denied, then a build of the core's library, which assembles its
+/// `asm!` (a check does not). Nothing is linked or run (that needs a cross linker and an
+/// aarch64 machine or an emulator; under `qemu-user` on x86 the memory is x86's, and its
+/// `/proc` and `madvise` are its own, so a run there says little of either).
+fn aarch64() -> bool {
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .is_ok_and(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .any(|l| l == AARCH64)
+        });
+    if !installed {
+        println!("\n==> rustup target add {AARCH64}");
+        let added = Command::new("rustup")
+            .args(["target", "add", AARCH64])
+            .status()
+            .is_ok_and(|status| status.success());
+        if !added {
+            eprintln!("aarch64: could not add the target {AARCH64} with rustup");
+            return false;
+        }
+    }
+    let env = [("CARGO_TARGET_DIR", AARCH64_TARGET_DIR)];
+    let crates = [
+        "-p",
+        "megalon-core",
+        "-p",
+        "megalon-kv",
+        "-p",
+        "megalon-pagecache",
+        "-p",
+        "megalon-server",
+    ];
+    let mut clippy = vec!["clippy", "--target", AARCH64];
+    clippy.extend(crates);
+    clippy.extend(["--all-targets", "--", "-D", "warnings"]);
+    cargo_with(&clippy, &env)
+        && cargo_with(
+            &["build", "--target", AARCH64, "-p", "megalon-core", "--lib"],
+            &env,
+        )
 }
 
 fn loom(max_preemptions: &str) -> bool {
@@ -1219,6 +1274,7 @@ fn main() -> ExitCode {
     let ok = match args.first().map(String::as_str) {
         Some("ci") => return ci(),
         Some("loom") => loom(arg("--max-preemptions").unwrap_or("3")),
+        Some("aarch64") => aarch64(),
         Some("mutants") => mutants(args.iter().any(|a| a == "--full")),
         Some("figures") => {
             let mut run = vec!["run", "--release", "-p", "megalon-figures", "--"];

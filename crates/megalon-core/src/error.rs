@@ -337,7 +337,7 @@ pub enum Error {
     /// index). Also the answer of
     /// [`Inspect::read_log`](crate::inspect::Inspect::read_log) for positions below the
     /// log's head.
-    #[error("the log has recycled its first entries (head at {head}): no host can join any more")]
+    #[error("the log has recycled its entries below position {head}: they cannot be read, and in a pod without a join area no host can join any more")]
     LogRecycled {
         /// Where the log's head is.
         head: u64,
