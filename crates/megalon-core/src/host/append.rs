@@ -437,6 +437,20 @@ impl Shared {
     /// goes on with the outcome; on an error this host settles what the caller held (at
     /// once, or when replay applies the entry), and the caller must not touch it.
     pub(super) fn submit_settled(&self, event: &Event<'_>, settle: Settle) -> Result<Outcome> {
+        let called = std::time::Instant::now();
+        let mut result = self.append_settled(event, settle);
+        // A refusal for room says how long its caller waited, from its call: the wait for
+        // room of the batch that refused it (behind a combiner's batch, or another
+        // thread's append lock) was only the end of it.
+        if let Err(Error::LogFull { waited_ms, .. }) = &mut result {
+            *waited_ms = (*waited_ms).max(called.elapsed().as_millis() as u64);
+        }
+        result
+    }
+
+    /// What [`submit_settled`](Self::submit_settled) does, through the combiner or alone;
+    /// its `LogFull` names the wait of the batch that refused it.
+    fn append_settled(&self, event: &Event<'_>, settle: Settle) -> Result<Outcome> {
         let owned = OwnedEvent::new(event);
         // A panic in the append (this thread's, or the combiner's that held our request)
         // leaves our settle undone, and whether the entry reached the log unknown.
