@@ -666,3 +666,55 @@ fn a_switch_racing_a_write(config: PodConfig) {
         }
     });
 }
+
+/// A ring's server claims the request at its head and moves the head past it, then stops
+/// for good (its host died there); its recoverer, once it sees the head moved (the lease
+/// ran out after that step), answers what the server claimed. The head past a ticket
+/// says the ticket's claim is done: the recoverer must find the request claimed and
+/// answer it. (Had it found it unclaimed, nobody would answer it: its sender waits,
+/// abandons it, and the entry is never freed, so the ring jams a lap later.)
+#[test]
+fn loom_a_servers_recovery_that_sees_its_head_moved_answers_its_claim() {
+    use crate::rpc::{self, Response, RingGeometry};
+    loom::model(|| {
+        let (entries, entry_bytes) = (2, rpc::entry_bytes(8, 0));
+        let config = PodConfig::new()
+            .app_scr_bytes(rpc::scr_bytes(entries))
+            .app_lnr_bytes(entries * entry_bytes);
+        let pod = small_pod(config, 2, 1024, 512, 2);
+        let layout = pod.layout();
+        let ring = RingGeometry::new(
+            layout.app_scr_offset,
+            layout.app_lnr_offset,
+            entries,
+            entry_bytes,
+        );
+        let server = {
+            let (pod, ring) = (Arc::clone(&pod), ring.clone());
+            loom::thread::spawn(move || {
+                // A sender's request at ticket 0, published (its state word: ticket 0,
+                // request). Stored on this thread: loom lets a load after a spin's yield
+                // see no store its thread saw before the yield, and the recoverer spins.
+                pod.scr_u64(ring.tail_offset).store(1, Ordering::SeqCst);
+                pod.scr_u64(ring.states_offset).store(1, Ordering::Release);
+                ring.claim(&pod, &()).map(|claimed| claimed.ticket())
+            })
+        };
+        while pod.scr_u64(ring.head_offset).load(Ordering::SeqCst) == 0 {
+            loom::thread::yield_now();
+        }
+        let memory = crate::Memory::new(Arc::clone(&pod), crate::MemoryKind::Hardware);
+        let gone = Response {
+            status: 9,
+            detail: 0,
+        };
+        assert_eq!(
+            ring.recover_server(&pod, &memory, gone),
+            1,
+            "nothing answered"
+        );
+        assert_eq!(server.join().unwrap(), Some(0));
+        // Ticket 0, answered.
+        assert_eq!(pod.scr_u64(ring.states_offset).load(Ordering::SeqCst), 3);
+    });
+}

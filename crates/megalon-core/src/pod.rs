@@ -429,6 +429,11 @@ impl Pod {
         for offset in (layout.reclaimer_offset..layout.reclaimer_offset + 64).step_by(8) {
             pod.word(offset);
         }
+        // The application's SCR words (a model's RPC ring, say).
+        let app_scr = layout.app_scr_offset..layout.app_scr_offset + layout.config.app_scr_bytes;
+        for offset in app_scr.step_by(8) {
+            pod.word(offset);
+        }
         for offset in (layout.lnr_offset..layout.total_bytes).step_by(8) {
             pod.word(offset);
         }

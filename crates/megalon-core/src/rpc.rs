@@ -756,9 +756,14 @@ impl RingGeometry {
 
     /// Moves the head from `ticket` past it, by a CAS: a server paused through its
     /// recovery never moves back a head that the recovery or the next server moved on.
+    /// Release: the claim (or the skip) of `ticket` comes before the head past it; pairs
+    /// with the Acquire (SeqCst) load of the head in `recover_server`, which takes every
+    /// entry below the head as settled or claimed by the dead server. (Relaxed held on
+    /// x86 only: elsewhere the recoverer could see the head moved and the request still
+    /// unclaimed, and leave it claimed by nobody.)
     fn pass(&self, pod: &Pod, ticket: u64) -> bool {
         self.head(pod)
-            .compare_exchange(ticket, ticket + 1, Ordering::Relaxed, Ordering::Relaxed)
+            .compare_exchange(ticket, ticket + 1, Ordering::Release, Ordering::Relaxed)
             .is_ok()
     }
 
