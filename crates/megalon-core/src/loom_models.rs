@@ -718,3 +718,40 @@ fn loom_a_servers_recovery_that_sees_its_head_moved_answers_its_claim() {
         assert_eq!(pod.scr_u64(ring.states_offset).load(Ordering::SeqCst), 3);
     });
 }
+
+/// Host 0 creates x (read-shared: no record) and host 1 catches up; then host 0 deletes x
+/// and creates y, which takes x's slot (the delete gave it back to host 0's pool once
+/// `ctail` covered the delete), while host 1 reads x once by hand. A read that validates
+/// copied x as it was: never y's bytes, which it may copy only if its tail check after the
+/// copy finds the delete.
+#[test]
+fn loom_a_read_racing_a_delete_and_a_create_in_its_slot_never_validates_the_new_object() {
+    loom::model(|| {
+        let pod = object_pod();
+        let a = object_host(&pod, 0);
+        let b = object_host(&pod, 1);
+        a.create(b"x", &object_bytes(1)).expect("create x");
+        b.replay().expect("replay");
+        let slot_of = |host: &Host, key: &[u8]| host.lookup(key).expect("lookup").map(|e| e.slot);
+        let x_slot = slot_of(&a, b"x");
+        let churner = loom::thread::spawn(move || {
+            a.delete(b"x").expect("delete x");
+            a.create(b"y", &object_bytes(2)).expect("create y");
+            a
+        });
+        match b.read_start(b"x") {
+            Ok(ticket) => {
+                let mut copy = vec![0u8; 64];
+                b.memory().read(ticket.offset(), &mut copy);
+                if b.read_end(ticket).expect("read_end") {
+                    assert_eq!(copy, object_bytes(1), "a validated read of x is not x");
+                }
+            }
+            Err(crate::Error::UnknownKey) => {}
+            Err(error) => panic!("read_start: {error:?}"),
+        }
+        let a = churner.join().unwrap();
+        // The model is about a slot taken again: y is where x was.
+        assert_eq!(slot_of(&a, b"y"), x_slot);
+    });
+}

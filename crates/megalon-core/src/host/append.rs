@@ -958,6 +958,14 @@ impl Shared {
             self.holds_its_row()?;
         }
         let offset = self.pod.layout().slot_offset(slot);
+        // The slot came back to the pool once `ctail` covered the event that freed it (a
+        // delete, a lost create): this fence orders that before every byte stored below.
+        // Pairs with the reader's Acquire fence in `read_end` (and `make_copy`'s): a
+        // reader of the slot's old object that copied any byte of this one then loads a
+        // `ctail` that covers the delete, and retries. (The pool's lock orders only what
+        // its holders do: without this, a reader could copy these bytes and load an
+        // older `ctail`, and validate them as the deleted object's. x86 kept the order.)
+        crate::sync::fence(Ordering::Release);
         // Straight to memory, never left in this host's cache.
         mutants::store(&self.memory, Step::CreateWritesBack, offset, value);
         // The store drops this host's copies of the lines it covers only. The slot's lines
