@@ -519,6 +519,14 @@ impl Log {
         debug_assert_eq!(entry.len(), self.entry_bytes);
         debug_assert_eq!(&entry[..8], &[0; 8], "published only below");
         let offset = self.entry_offset(position);
+        // The reservation that let us write here came after the head passed the lap
+        // before (a host's `ltail` released by its recoverer first): this fence orders
+        // that before every byte below, for a replay of that lap that copies any of them
+        // and then finds its `ltail` released (`ltail_holds_head`'s Acquire fence). A
+        // SeqCst load or CAS is not a release fence. By the argument of `create`'s fence
+        // before an object's bytes; unlike that one, no loom model has shown it (a model
+        // of a replay racing a lap's write passed without it). Free on x86.
+        crate::sync::fence(Ordering::Release);
         // Straight to memory, never left in this host's cache: a writer that stops here
         // for good leaves nothing that could land later, over the `Skip` its recovery
         // writes or a later lap's entry (`docs/memory.md`, "What a stopped process
