@@ -435,8 +435,19 @@ impl Permutation {
     }
 
     fn of(self, rank: u64, count: u64) -> u64 {
-        let mixed = u128::from(rank) * u128::from(self.multiplier) + u128::from(self.offset);
-        (mixed % u128::from(count)) as u64
+        // In 64 bits while it fits (ranks and multipliers below 2^32, any count a pod
+        // holds): a 128-bit remainder is a call into the runtime on every draw.
+        match rank
+            .checked_mul(self.multiplier)
+            .and_then(|mixed| mixed.checked_add(self.offset))
+        {
+            Some(mixed) => mixed % count,
+            None => {
+                let mixed =
+                    u128::from(rank) * u128::from(self.multiplier) + u128::from(self.offset);
+                (mixed % u128::from(count)) as u64
+            }
+        }
     }
 }
 
@@ -1163,6 +1174,8 @@ mod tests {
     #[test]
     fn scrambled_zipfian_with_other_theta_gives_every_item_one_rank() {
         for count in [1u64, 2, 3, 10, 97, 1000, 4096, 250_000] {
+            // (The 64-bit product overflows past 2^32 items: there the 128-bit one is
+            // used, checked below on its own.)
             let min = 5;
             let scrambled =
                 ScrambledZipfianGenerator::with_theta(min, min + count - 1, 0.7).unwrap();
@@ -1178,6 +1191,27 @@ mod tests {
                 *at = Some(rank);
             }
         }
+        // Both products give the same item where both fit, and the 128-bit one stays a
+        // permutation of a count past 2^32 (checked on ranks around the overflow).
+        let permutation = Permutation::of_count(1000);
+        for rank in 0..1000 {
+            let mixed = u128::from(rank) * u128::from(permutation.multiplier)
+                + u128::from(permutation.offset);
+            assert_eq!(permutation.of(rank, 1000), (mixed % 1000) as u64);
+        }
+        let count = (1u64 << 40) + 7;
+        let permutation = Permutation::of_count(count);
+        let ranks: Vec<u64> = (0..2000u64).chain(count - 2000..count).collect();
+        let items: std::collections::HashSet<u64> = ranks
+            .iter()
+            .map(|&rank| permutation.of(rank, count))
+            .collect();
+        assert_eq!(
+            items.len(),
+            ranks.len(),
+            "distinct ranks give distinct items"
+        );
+        assert!(items.iter().all(|&item| item < count));
         // And the draws reach them: 100,000 draws over 1,000 items at theta 0.7 (the
         // coldest item's chance is about 1 in 13,000 a draw).
         let scrambled = ScrambledZipfianGenerator::with_theta(0, 999, 0.7).unwrap();
