@@ -572,6 +572,16 @@ impl Harness {
     }
 }
 
+/// `text` as one CSV field (RFC 4180): in double quotes, its own doubled, when it holds a
+/// comma, a quote or a line break ("read-only, zipf 0.99" is one field, not two).
+pub fn csv_field(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\"")).into()
+    } else {
+        text.into()
+    }
+}
+
 /// `points` as CSV: a row per point; after the throughput and latency columns, a column
 /// per counter any point has (per operation; 0 where a scheme has no such counter).
 pub fn csv(points: &[Measured]) -> String {
@@ -585,17 +595,17 @@ pub fn csv(points: &[Measured]) -> String {
         }
     }
     for name in &names {
-        let _ = write!(csv, ",{name} per op");
+        let _ = write!(csv, ",{}", csv_field(&format!("{name} per op")));
     }
     csv.push('\n');
     for p in points {
         let _ = write!(
             csv,
             "{},{},{},{},{:.0},{:.3},{:.3},{}",
-            p.series,
-            p.scheme,
+            csv_field(&p.series),
+            csv_field(p.scheme),
             p.x,
-            p.x_name,
+            csv_field(&p.x_name),
             p.ops_per_second,
             p.mean_latency_us,
             p.p99_latency_us,
@@ -716,6 +726,44 @@ mod tests {
             "hcmeta,megalon,1,x,1000,0.000,0.000,0,1.000000,0.000000,0.250000"
         );
         assert_eq!(lines.len(), 3);
+    }
+
+    /// The fields of one CSV line as RFC 4180 reads them (quoted fields may hold commas
+    /// and doubled quotes).
+    fn fields(line: &str) -> Vec<String> {
+        let (mut fields, mut field, mut quoted) = (Vec::new(), String::new(), false);
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            match (c, quoted) {
+                ('"', true) if chars.peek() == Some(&'"') => {
+                    field.push('"');
+                    chars.next();
+                }
+                ('"', _) => quoted = !quoted,
+                (',', false) => fields.push(std::mem::take(&mut field)),
+                (c, _) => field.push(c),
+            }
+        }
+        fields.push(field);
+        fields
+    }
+
+    /// A name with a comma or a quote is one field (Figure 12's "read-only, zipf 0.99",
+    /// the adaptive series' "adaptive from 32-bit records, at 8 bits ...", the RESP
+    /// panel's "megalon-server, 1 host" each made two, and shifted every column after).
+    #[test]
+    fn a_name_with_a_comma_or_a_quote_is_one_field() {
+        let mut named = point("megalon \"adaptive\"", 1.0, vec![("reads", 1.0)]);
+        named.x_name = "read-only, zipf 0.99".into();
+        let csv = csv(&[named]);
+        let lines: Vec<&str> = csv.lines().collect();
+        let header = fields(lines[0]);
+        let row = fields(lines[1]);
+        assert_eq!(row.len(), header.len(), "{}", lines[1]);
+        assert_eq!(row[0], "megalon \"adaptive\"");
+        assert_eq!(row[3], "read-only, zipf 0.99");
+        assert_eq!(row[8], "1.000000");
+        assert_eq!(csv_field("plain"), "plain");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 
 use megalon_bench::lineup::{Kind, Setup};
 use megalon_bench::mix::Choice;
-use megalon_bench::runner::{explain, ratio, Harness, Measured, PAPER_OBJECTS};
+use megalon_bench::runner::{csv_field, explain, ratio, Harness, Measured, PAPER_OBJECTS};
 
 use super::{draw, read_only, writes};
 use crate::plot::{Chart, Series};
@@ -164,7 +164,7 @@ fn csv(costs: &[Cost]) -> String {
         let _ = writeln!(
             csv,
             "{},{:.3},{:.3},{:.5},{:.5},{:.3}",
-            c.kind.name(),
+            csv_field(c.kind.name()),
             c.without.mean_latency_us,
             c.with.mean_latency_us,
             c.without.churn(),

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use megalon_bench::runner::{ratio, Harness, PAPER_OBJECTS, VALUE_BYTES};
+use megalon_bench::runner::{csv_field, ratio, Harness, PAPER_OBJECTS, VALUE_BYTES};
 use megalon_peers::{Peer, PeerResult, PeerSpec};
 
 use super::draw;
@@ -75,10 +75,10 @@ fn csv(results: &[PeerResult], rated: &[Rated]) -> String {
         let _ = writeln!(
             csv,
             "{},{},{},{get:.0},{put:.0},{}",
-            r.peer.name(),
+            csv_field(r.peer.name()),
             r.processes,
             r.workers,
-            rated.outcome
+            csv_field(&rated.outcome.to_string())
         );
     }
     csv

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use megalon_bench::runner::{ratio, Harness};
+use megalon_bench::runner::{csv_field, ratio, Harness};
 
 use super::draw;
 use crate::plot::{self, Chart, Series};
@@ -353,7 +353,7 @@ fn csv(rated: &[Rates]) -> String {
     let mut csv = String::from("server,test,requests_per_second\n");
     for r in rated {
         for ((_, test), rps) in TESTS.iter().zip(&r.per_test) {
-            let _ = writeln!(csv, "{},{test},{rps:.0}", r.name);
+            let _ = writeln!(csv, "{},{},{rps:.0}", csv_field(&r.name), csv_field(test));
         }
     }
     csv
