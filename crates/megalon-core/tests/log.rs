@@ -272,6 +272,96 @@ fn a_request_withdrawn_behind_a_combiner_waiting_for_room_answers_log_full() {
     );
 }
 
+/// A request withdrawn from the combining queue hears `LogFull` only if the log had no
+/// room at some instant of the look: here the combiner is held with room in the log, and
+/// while the withdrawn request's look at the rows has read host 1's `ltail` at the head,
+/// host 1 replays and host 2 appends the entry that brings the tail to the head's lap
+/// (no room by the stale look, room for seven more by the rows as they are). A look at
+/// the tail after the head's took the stale head against a fresh tail and answered
+/// `LogFull` naming host 1, which had applied past that position before the log reached it.
+#[cfg(feature = "chaos")]
+#[test]
+fn a_request_withdrawn_while_the_log_has_room_does_not_answer_log_full() {
+    use megalon_core::chaos::{self, Point};
+    use std::sync::mpsc::channel;
+    const LIMIT: Duration = Duration::from_millis(300);
+    let pod = pod(small_config());
+    let quiet = HostOptions::new().pump_interval(None);
+    let busy = Arc::new(
+        Host::join(
+            &pod,
+            Join::As(0),
+            quiet.clone().wait_limit(LIMIT).flat_combining(true),
+        )
+        .unwrap(),
+    );
+    let idle = Arc::new(Host::join(&pod, Join::As(1), quiet.clone()).unwrap());
+    let other = Arc::new(Host::join(&pod, Join::As(2), quiet.flat_combining(false)).unwrap());
+    // Slots claimed, so that a create is one entry; every replica at the tail.
+    busy.create(b"b", b"v").unwrap();
+    other.create(b"o", b"v").unwrap();
+    for host in [&busy, &idle, &other] {
+        host.replay().unwrap();
+    }
+    let (_, _, start) = busy.inspect().log_cursors();
+    // Host 2 appends until one entry is free, the head moved to `start` (hosts 0 and 1
+    // there), host 0 then at the tail.
+    for i in 0.. {
+        let (_, _, tail) = busy.inspect().log_cursors();
+        if tail == start + CAPACITY - 1 {
+            break;
+        }
+        other.create(format!("o{i}").as_bytes(), b"v").unwrap();
+    }
+    busy.replay().unwrap();
+    assert_eq!(busy.inspect().log_cursors().0, start, "the head at host 1");
+    let (inside, wait_inside) = channel();
+    let (go, wait_go) = channel::<()>();
+    let combiner = {
+        let busy = Arc::clone(&busy);
+        std::thread::spawn(move || {
+            let mut held = false;
+            let hook = move |point: Point| {
+                if point == Point::ReserveBeforeCas && !held {
+                    held = true;
+                    inside.send(()).unwrap();
+                    let _ = wait_go.recv_timeout(Duration::from_secs(30));
+                }
+            };
+            chaos::with_hook(hook, || busy.create(b"first", b"v"))
+        })
+    };
+    wait_inside
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the combiner reserves");
+    // The second look between rows of the withdrawn request's look at the head: rows 0
+    // and 1 read.
+    let mut between = 0;
+    let (i2, o2) = (Arc::clone(&idle), Arc::clone(&other));
+    let hook = move |point: Point| {
+        if point == Point::HeadLookBetweenRows {
+            between += 1;
+            if between == 2 {
+                i2.replay().unwrap();
+                o2.create(b"last", b"v").unwrap();
+            }
+        }
+    };
+    let withdrawn = chaos::with_hook(hook, || busy.create(b"second", b"v"));
+    go.send(()).unwrap();
+    let _ = combiner.join().unwrap();
+    let (_, _, tail) = busy.inspect().log_cursors();
+    assert_eq!(
+        tail,
+        start + CAPACITY + 1,
+        "host 2's entry and the combiner's"
+    );
+    assert!(
+        matches!(withdrawn, Err(Error::CombinerStalled { .. })),
+        "the withdrawn request, with room in the log: {withdrawn:?}"
+    );
+}
+
 /// Hosts 0, 1 and 2 (a, b and d) of `pod`, without pumps or flat combining, each waiting
 /// at most `wait`, but b `b_wait`. Each holds claimed slots, so that a create is one
 /// entry. Returns them and the position every replica is at.
