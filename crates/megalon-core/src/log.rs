@@ -434,8 +434,12 @@ impl Log {
     /// the head as far as the hosts' `ltail`s allow), for a caller that waited `waited`
     /// for something that waits for room (a combiner's batch).
     pub(crate) fn full_now(&self, pod: &Pod, chaos: &Chaos, waited: Duration) -> Option<Error> {
-        let (head, laggard) = self.advance_head(pod, chaos);
+        // The tail before the look at the rows: the head it gives may be a row's `ltail`
+        // read early in the look (that host replayed since), so it says the log was full
+        // only against a tail that was already there when the row was read. A tail loaded
+        // after it could have reached the head's lap only once the head could move on.
         let tail = load(Self::tail(pod), Ordering::Acquire);
+        let (head, laggard) = self.advance_head(pod, chaos);
         (tail + 1 > head + self.capacity).then(|| self.full(pod, laggard, head, tail, waited))
     }
 
