@@ -418,9 +418,11 @@ struct Permutation {
 
 impl Permutation {
     fn of_count(count: u64) -> Self {
-        // The golden ratio's 64-bit fraction and FNV's offset basis: fixed, large, odd
-        // constants, so that neighbouring ranks land far apart.
-        let mut multiplier = (0x9e37_79b9_7f4a_7c15 % count).max(1);
+        // About 0.618 of the count (the golden ratio's fraction: Fibonacci hashing), so
+        // that neighbouring ranks land far apart whatever the count; then the first one
+        // up that is prime to it. The offset, FNV's offset basis, moves rank 0 off item 0.
+        let golden = (u128::from(count) * 0x9e37_79b9_7f4a_7c15) >> 64;
+        let mut multiplier = (golden as u64).max(1);
         while gcd(multiplier, count) != 1 {
             multiplier = if multiplier + 1 >= count {
                 1
@@ -1202,6 +1204,19 @@ mod tests {
         let count = (1u64 << 40) + 7;
         let permutation = Permutation::of_count(count);
         let ranks: Vec<u64> = (0..2000u64).chain(count - 2000..count).collect();
+        // Neighbouring ranks land far apart (at least a tenth of the items), whatever the
+        // count (a multiplier of the golden ratio's fraction modulo the count could be 3).
+        for small in [1000u64, 40_000, 250_000, 18_000_000] {
+            let permutation = Permutation::of_count(small);
+            for rank in 0..100 {
+                let (a, b) = (permutation.of(rank, small), permutation.of(rank + 1, small));
+                let apart = a.abs_diff(b).min(small - a.abs_diff(b));
+                assert!(
+                    apart >= small / 10,
+                    "{small} items: ranks {rank}, +1 at {a}, {b}"
+                );
+            }
+        }
         let items: std::collections::HashSet<u64> = ranks
             .iter()
             .map(|&rank| permutation.of(rank, count))
