@@ -30,8 +30,9 @@ pub struct KvArgs {
     /// Fraction of operations that are puts (the rest are gets), from 0 to 1.
     #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
     pub write_ratio: f64,
-    /// Zipfian constant of the key choice (YCSB's scrambled Zipfian), from 0 (uniform keys)
-    /// up to, not including, 1.
+    /// Zipfian constant of the key choice, from 0 (uniform keys) up to, not including, 1:
+    /// at 0.99 YCSB's scrambled Zipfian, at any other a Zipfian over the keys, its ranks
+    /// scattered by a permutation (every key drawn as often as its rank says).
     #[arg(long, default_value_t = 0.99, allow_negative_numbers = true)]
     pub skew: f64,
     /// Seconds of the mixed run.

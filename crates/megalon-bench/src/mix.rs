@@ -2,7 +2,9 @@
 //! benchmarks: load the keys, run workers until told to stop, and sum up what they did.
 //!
 //! Keys are `user` and a 12-digit index; the index is drawn from YCSB's scrambled
-//! Zipfian generator (or uniformly), values are stamped so that each put writes new bytes.
+//! Zipfian generator (at a skew other than 0.99, a Zipfian over the keys with its ranks
+//! scattered by a permutation: `ScrambledZipfianGenerator::with_theta`) or uniformly;
+//! values are stamped so that each put writes new bytes.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
