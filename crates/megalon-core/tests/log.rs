@@ -213,6 +213,39 @@ fn a_second_append_into_a_full_log_waits_at_most_its_limit(combining: bool) {
     );
 }
 
+/// Creates `key` on `host` on a thread of its own, held at the first `point` it reaches
+/// (inside its append, as the host's combiner) until the returned sender says go (or for
+/// 30 s); returns once it is held.
+#[cfg(feature = "chaos")]
+fn create_held_at(
+    host: &Arc<Host>,
+    key: &'static [u8],
+    point: megalon_core::chaos::Point,
+) -> (
+    std::thread::JoinHandle<megalon_core::Result<()>>,
+    std::sync::mpsc::Sender<()>,
+) {
+    use std::sync::mpsc::channel;
+    let (inside, wait_inside) = channel();
+    let (go, wait_go) = channel::<()>();
+    let host = Arc::clone(host);
+    let held = std::thread::spawn(move || {
+        let mut held = false;
+        let hook = move |at| {
+            if at == point && !held {
+                held = true;
+                inside.send(()).unwrap();
+                let _ = wait_go.recv_timeout(Duration::from_secs(30));
+            }
+        };
+        megalon_core::chaos::with_hook(hook, || host.create(key, b"v"))
+    });
+    wait_inside
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| panic!("the create never reached {point:?}"));
+    (held, go)
+}
+
 /// A request withdrawn from the combining queue because the combiner held it past its
 /// limit, while the log is full: it answers `LogFull` (naming the host that holds the
 /// head), as its own append would have, not that no combiner served it. The combiner is
@@ -220,34 +253,14 @@ fn a_second_append_into_a_full_log_waits_at_most_its_limit(combining: bool) {
 #[cfg(feature = "chaos")]
 #[test]
 fn a_request_withdrawn_behind_a_combiner_waiting_for_room_answers_log_full() {
-    use megalon_core::chaos::{self, Point};
-    use std::sync::mpsc::channel;
+    use megalon_core::chaos::Point;
     const LIMIT: Duration = Duration::from_millis(300);
     let pod = pod(small_config());
     let options = HostOptions::new().wait_limit(LIMIT).flat_combining(true);
     let busy = Arc::new(Host::join(&pod, Join::As(0), options).unwrap());
     let _idle = Host::join(&pod, Join::As(1), HostOptions::new().pump_interval(None)).unwrap();
     fill_the_log(&busy);
-    let (inside, wait_inside) = channel();
-    let (go, wait_go) = channel::<()>();
-    let combiner = {
-        let busy = Arc::clone(&busy);
-        std::thread::spawn(move || {
-            let mut held = false;
-            let hook = move |point: Point| {
-                if point == Point::HeadLookBetweenRows && !held {
-                    held = true;
-                    inside.send(()).unwrap();
-                    // Held until the queued request has answered (or for good measure).
-                    let _ = wait_go.recv_timeout(Duration::from_secs(30));
-                }
-            };
-            chaos::with_hook(hook, || busy.create(b"first", b"v"))
-        })
-    };
-    wait_inside
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the combiner waits for room");
+    let (combiner, go) = create_held_at(&busy, b"first", Point::HeadLookBetweenRows);
     let withdrawn = busy.create(b"second", b"v");
     go.send(()).unwrap();
     let first = combiner.join().unwrap();
@@ -283,7 +296,6 @@ fn a_request_withdrawn_behind_a_combiner_waiting_for_room_answers_log_full() {
 #[test]
 fn a_request_withdrawn_while_the_log_has_room_does_not_answer_log_full() {
     use megalon_core::chaos::{self, Point};
-    use std::sync::mpsc::channel;
     const LIMIT: Duration = Duration::from_millis(300);
     let pod = pod(small_config());
     let quiet = HostOptions::new().pump_interval(None);
@@ -315,25 +327,7 @@ fn a_request_withdrawn_while_the_log_has_room_does_not_answer_log_full() {
     }
     busy.replay().unwrap();
     assert_eq!(busy.inspect().log_cursors().0, start, "the head at host 1");
-    let (inside, wait_inside) = channel();
-    let (go, wait_go) = channel::<()>();
-    let combiner = {
-        let busy = Arc::clone(&busy);
-        std::thread::spawn(move || {
-            let mut held = false;
-            let hook = move |point: Point| {
-                if point == Point::ReserveBeforeCas && !held {
-                    held = true;
-                    inside.send(()).unwrap();
-                    let _ = wait_go.recv_timeout(Duration::from_secs(30));
-                }
-            };
-            chaos::with_hook(hook, || busy.create(b"first", b"v"))
-        })
-    };
-    wait_inside
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the combiner reserves");
+    let (combiner, go) = create_held_at(&busy, b"first", Point::ReserveBeforeCas);
     // The second look between rows of the withdrawn request's look at the head: rows 0
     // and 1 read.
     let mut between = 0;
