@@ -464,6 +464,31 @@ impl Harness {
         gauge: &str,
         max_warm_ups: usize,
     ) -> Result<(Measured, usize), String> {
+        self.measure_until(
+            kind,
+            setup,
+            series,
+            plan,
+            max_warm_ups,
+            |before, now| match (before.gauge(gauge), now.gauge(gauge)) {
+                (_, None) => Err(format!("{series}: no gauge {gauge:?} to settle")),
+                (before, now) => Ok(before == now),
+            },
+        )
+    }
+
+    /// [`measure_warm`](Self::measure_warm) of one plan, with warm-up runs until
+    /// `settled(run before, run)` says the last one found the store settled, at most
+    /// `max_warm_ups`. Returns the measured point and the warm-up runs it took.
+    pub fn measure_until(
+        &mut self,
+        kind: Kind,
+        setup: &Setup,
+        series: &str,
+        plan: &PlanAt,
+        max_warm_ups: usize,
+        settled: impl Fn(&Measured, &Measured) -> Result<bool, String>,
+    ) -> Result<(Measured, usize), String> {
         assert!(max_warm_ups >= 1, "a warm-up at least");
         if self.counting {
             self.runs += max_warm_ups as u64 + 1;
@@ -472,18 +497,21 @@ impl Harness {
         let workers = HOSTS * self.settings.threads_per_host;
         let bench = self.build_loaded(kind, setup, series, &plan.2, workers)?;
         let warm = (WARM_UP, format!("{} (warm-up)", plan.1), plan.2);
-        let mut before = None;
+        let mut before: Option<Measured> = None;
         let mut warm_ups = 0;
         while warm_ups < max_warm_ups {
-            let now = self.run_plan(&*bench, series, &warm, workers)?.gauge(gauge);
+            let now = self.run_plan(&*bench, series, &warm, workers)?;
             warm_ups += 1;
-            if now.is_none() {
-                return Err(format!("{series}: no gauge {gauge:?} to settle"));
-            }
-            if warm_ups > 1 && now == before {
+            let done = match &before {
+                Some(before) => settled(before, &now)?,
+                // The first run has nothing to be compared with; its own answer may still
+                // be an error (a gauge it lacks).
+                None => settled(&now, &now).map(|_| false)?,
+            };
+            if done {
                 break;
             }
-            before = now;
+            before = Some(now);
         }
         // The bar counted the warm-ups not run.
         self.bar.inc((max_warm_ups - warm_ups) as u64);
