@@ -18,6 +18,7 @@
 //! invalidate the other lines, fence, read them. Reading the alive word before touching
 //! the other lines means they are loaded only once they are known to be in memory.
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use crate::backoff::Backoff;
@@ -443,30 +444,38 @@ impl Log {
         (tail + 1 > head + self.capacity).then(|| self.full(pod, laggard, head, tail, waited))
     }
 
-    /// Reserves `count` consecutive positions (one CAS on `tail`), waiting for space up to
-    /// `limit`. While it waits it calls `help` (the caller replays its own replica so that
-    /// it is not the host holding everyone back). Before each CAS it calls `announce` with
-    /// the positions it is about to take (the caller says so in its host-table row, for a
-    /// recoverer to fill them should it die before publishing them).
+    /// Reserves `wanted.end()` consecutive positions (one CAS on `tail`), waiting for space
+    /// up to `limit`; once that wait is over, takes as many as fit if that is at least
+    /// `wanted.start()` (a batch whose first request's limit ran out appends what the log has room for,
+    /// rather than refuse requests each of which would fit). Returns the first position
+    /// and how many it took. While it waits it calls `help` (the caller replays its own
+    /// replica so that it is not the host holding everyone back). Before each CAS it calls
+    /// `announce` with the positions it is about to take, from and end (the caller says
+    /// so in its host-table row, for a recoverer to fill them should it die before
+    /// publishing them).
     pub(crate) fn reserve(
         &self,
         pod: &Pod,
-        count: u64,
+        wanted: RangeInclusive<u64>,
         limit: Duration,
         chaos: &Chaos,
-        mut announce: impl FnMut(u64) -> Result<()>,
+        mut announce: impl FnMut(u64, u64) -> Result<()>,
         mut help: impl FnMut() -> Result<()>,
-    ) -> Result<u64> {
+    ) -> Result<(u64, u64)> {
+        let (fewest, count) = (*wanted.start(), *wanted.end());
         assert!(
-            count > 0 && count <= self.capacity,
+            count <= self.capacity,
             "batches are split to the ring's size"
         );
+        assert!(fewest > 0 && fewest <= count, "at least one position");
         let tail = Self::tail(pod);
         let mut backoff = Backoff::new(limit);
         let mut last_look = false;
+        // What a CAS must take: the batch whole until the wait is over.
+        let mut least = count;
         loop {
             let position = load(tail, Ordering::Acquire);
-            if position + count > Self::MAX_POSITION {
+            if position + least > Self::MAX_POSITION {
                 return Err(Error::LogExhausted {
                     tail: position,
                     positions: Self::MAX_POSITION,
@@ -476,40 +485,44 @@ impl Log {
             // entries below head have been applied by every live host before we overwrite
             // them.
             let head = Self::head(pod);
-            // Compared without subtracting: `tail` may be stale, and other hosts may have
-            // appended and replayed past it, so `head` can exceed `position + count`.
-            if position + count <= head + self.capacity {
+            // Not below zero: `tail` may be stale (other hosts may have appended and
+            // replayed past it, so `head` can exceed it), but it was loaded before `head`,
+            // which never decreases, so it is at most a ring above it.
+            let room = (head + self.capacity).saturating_sub(position);
+            let take = count.min(room).min(Self::MAX_POSITION - position);
+            if take >= least {
                 // A stale head only makes this check stricter: head never decreases.
                 // Relaxed would do for the reservation itself; AcqRel keeps the order of
                 // reservations and our later entry writes obvious.
-                announce(position)?;
+                announce(position, position + take)?;
                 chaos.point(Point::ReserveBeforeCas);
                 charge(tail, ScrAccess::Update);
                 if tail
                     .compare_exchange_weak(
                         position,
-                        position + count,
+                        position + take,
                         Ordering::AcqRel,
                         Ordering::Relaxed,
                     )
                     .is_ok()
                 {
-                    return Ok(position);
+                    return Ok((position, take));
                 }
                 continue;
             }
             let (new_head, _) = self.advance_head(pod, chaos);
-            if position + count <= new_head + self.capacity {
+            if position + least <= new_head + self.capacity {
                 continue;
             }
             help()?;
             if !backoff.snooze() {
                 // `help` may have made room (a late joiner's pin) while it ran: one last
-                // look.
+                // look, which takes what fits.
                 let (new_head, laggard) = self.advance_head(pod, chaos);
                 let now = load(tail, Ordering::Acquire);
-                if !last_look && now + count <= new_head + self.capacity {
+                if !last_look && now + fewest <= new_head + self.capacity {
                     last_look = true;
+                    least = fewest;
                     continue;
                 }
                 return Err(self.full(pod, laggard, new_head, position, backoff.waited()));
@@ -806,6 +819,37 @@ mod tests {
         assert_eq!(Log::ltail_of(&pod, 0, 2), Some(0), "life 2's word");
     }
 
+    /// Once its wait is over, a reservation takes what fits, down to the fewest it
+    /// wants, and announces just those positions; with less room than that (or none) it
+    /// is refused and takes nothing.
+    #[test]
+    fn a_reservation_takes_what_fits_once_its_wait_is_over() {
+        let pod = pod();
+        let log = Log::new(&pod);
+        let capacity = log.capacity();
+        // Nobody holds the head at 0: two positions free.
+        Log::tail(&pod).store(capacity - 2, Ordering::SeqCst);
+        let mut announced = Vec::new();
+        let mut reserve = |wanted| {
+            log.reserve(
+                &pod,
+                wanted,
+                Duration::ZERO,
+                &Chaos::none(),
+                |from, end| {
+                    announced.push((from, end));
+                    Ok(())
+                },
+                || Ok(()),
+            )
+        };
+        assert!(matches!(reserve(3..=4), Err(Error::LogFull { .. })));
+        assert!(matches!(reserve(1..=4), Ok((p, 2)) if p == capacity - 2));
+        assert!(matches!(reserve(1..=1), Err(Error::LogFull { .. })));
+        assert_eq!(announced, [(capacity - 2, capacity)], "only what it took");
+        assert_eq!(load(Log::tail(&pod), Ordering::SeqCst), capacity);
+    }
+
     /// A reservation past the positions the `head` word can count is refused by name.
     #[test]
     fn a_log_out_of_positions_refuses_the_reservation() {
@@ -817,14 +861,14 @@ mod tests {
         let reserve = |count| {
             log.reserve(
                 &pod,
-                count,
+                count..=count,
                 Duration::ZERO,
                 &Chaos::none(),
-                |_| Ok(()),
+                |_, _| Ok(()),
                 || Ok(()),
             )
         };
-        assert!(matches!(reserve(1), Ok(p) if p == last));
+        assert!(matches!(reserve(1), Ok((p, 1)) if p == last));
         assert!(matches!(
             reserve(1),
             Err(Error::LogExhausted { tail, .. }) if tail == Log::MAX_POSITION

@@ -356,6 +356,72 @@ fn a_request_withdrawn_while_the_log_has_room_does_not_answer_log_full() {
     );
 }
 
+/// A batch the log has room for only part of appends that part once its wait is over:
+/// with the log three entries short of full (another host holds its head) and five
+/// creates queued behind a combiner held inside its append, the five's batch makes three
+/// and refuses two with `LogFull`. (It waited for room for all five, then refused its
+/// requests one at a time, each when its limit ran out: all five, each of which alone
+/// would have fit.)
+#[cfg(feature = "chaos")]
+#[test]
+fn a_batch_the_log_has_room_for_in_part_appends_that_part() {
+    use megalon_core::chaos::Point;
+    const LIMIT: Duration = Duration::from_millis(500);
+    const QUEUED: usize = 5;
+    let pod = pod(small_config());
+    let quiet = HostOptions::new().pump_interval(None);
+    let busy = Arc::new(
+        Host::join(
+            &pod,
+            Join::As(0),
+            quiet.clone().wait_limit(LIMIT).flat_combining(true),
+        )
+        .unwrap(),
+    );
+    let idle = Host::join(&pod, Join::As(1), quiet).unwrap();
+    // Slots claimed, so that a create is one entry; host 1 holds the head here.
+    busy.create(b"warm", b"v").unwrap();
+    idle.replay().unwrap();
+    let start = idle.inspect().applied_position();
+    for i in 0.. {
+        let (_, _, tail) = busy.inspect().log_cursors();
+        if tail == start + CAPACITY - 4 {
+            break;
+        }
+        busy.create(format!("k{i}").as_bytes(), b"v").unwrap();
+    }
+    // The combiner's own entry takes one of the four.
+    let (combiner, go) = create_held_at(&busy, b"first", Point::AppendAfterReserve);
+    let queued: Vec<_> = (0..QUEUED)
+        .map(|i| {
+            let busy = Arc::clone(&busy);
+            std::thread::spawn(move || busy.create(format!("q{i}").as_bytes(), b"v"))
+        })
+        .collect();
+    // Queued behind it (a thread not queued yet joins a later batch: three made all
+    // the same, each batch taking what fits).
+    std::thread::sleep(LIMIT / 5);
+    go.send(()).unwrap();
+    combiner.join().unwrap().unwrap();
+    let answers: Vec<_> = queued.into_iter().map(|t| t.join().unwrap()).collect();
+    assert_eq!(
+        answers.iter().filter(|answer| answer.is_ok()).count(),
+        3,
+        "{answers:?}"
+    );
+    for (i, answer) in answers.iter().enumerate() {
+        let made = busy.lookup(format!("q{i}").as_bytes()).unwrap().is_some();
+        match answer {
+            Ok(()) => assert!(made, "q{i} answered made"),
+            Err(Error::LogFull {
+                lagging_host: 1, ..
+            }) => assert!(!made, "q{i} answered refused"),
+            Err(error) => panic!("q{i}: {error}"),
+        }
+    }
+    assert_eq!(busy.inspect().log_cursors().2, start + CAPACITY, "full");
+}
+
 /// Hosts 0, 1 and 2 (a, b and d) of `pod`, without pumps or flat combining, each waiting
 /// at most `wait`, but b `b_wait`. Each holds claimed slots, so that a create is one
 /// entry. Returns them and the position every replica is at.

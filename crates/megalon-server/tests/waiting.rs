@@ -198,7 +198,9 @@ fn many_commands_waiting_at_once_hold_up_no_other_connection_for_long() {
     // log full answers the same. Withdrawn while the combiner's batch of several creates
     // waited for room that one create would have had, it answers that no combiner served
     // it (3 runs in 96 with three copies at once answered so before a withdrawn request
-    // looked at the log). The combiner's own request is refused for log room.
+    // looked at the log; since such a batch appends what fits once its first limit runs
+    // out, that is left to a request queued within moments of the batch's first). The
+    // combiner's own request is refused for log room.
     let mut log_full = 0;
     for waiter in waiters {
         match waiter.join().unwrap() {

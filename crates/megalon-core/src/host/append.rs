@@ -512,7 +512,10 @@ impl Shared {
         };
         let mut results: Vec<Option<Result<Outcome>>> = requests.iter().map(|_| None).collect();
         let mut refused: Option<Error> = None;
-        let indices: Vec<usize> = (0..requests.len()).collect();
+        // The earliest deadlines first (the queue's order, mostly): a batch the log has
+        // room for only part of appends those.
+        let mut indices: Vec<usize> = (0..requests.len()).collect();
+        indices.sort_by_key(|&i| (deadlines[i].is_none(), deadlines[i]));
         for chunk in indices.chunks(self.log.capacity() as usize) {
             match &refused {
                 // An earlier batch failed: these are not appended either.
@@ -532,12 +535,15 @@ impl Shared {
             .collect()
     }
 
-    /// Appends the requests `chunk` names (at most the ring's capacity), each waiting for
-    /// room in the log at most what `left` says is left of its limit, into `results`. A
-    /// batch waits the least of them: when the log stays full that long, the request it
-    /// was is refused (and any other whose limit is over), and the others wait on in a
-    /// batch of their own (nothing of a refused batch reached the log); any other error
-    /// refuses them all. Returns the error that refused the last of them, if it did.
+    /// Appends the requests `chunk` names (at most the ring's capacity, the earliest
+    /// deadline first), each waiting for room in the log at most what `left` says is left
+    /// of its limit, into `results`. A batch waits the least of them: when the log has no
+    /// room for the whole batch that long, the requests it has room for are appended
+    /// (from the first), and the others wait on in a batch of their own; when it has room
+    /// for none, the request whose limit ran out is refused (and any other whose limit is
+    /// over), and the others wait on (nothing of a refused batch reached the log); any
+    /// other error refuses them all. Returns the error that refused the last of them, if
+    /// it did.
     fn append_within(
         &self,
         requests: &[(OwnedEvent, Settle)],
@@ -548,9 +554,9 @@ impl Shared {
         let mut pending = chunk.to_vec();
         while !pending.is_empty() {
             let limit = pending.iter().map(|&i| left(i)).min().unwrap_or_default();
-            // The chunk whole (the usual case) is a slice of the requests.
-            let appended = if pending.len() == chunk.len() {
-                self.append_chunk(&requests[chunk[0]..chunk[0] + chunk.len()], limit)
+            // Requests in their queue's order (the usual case) are a slice of them.
+            let appended = if pending.windows(2).all(|pair| pair[1] == pair[0] + 1) {
+                self.append_chunk(&requests[pending[0]..pending[0] + pending.len()], limit)
             } else {
                 let batch: Vec<(OwnedEvent, Settle)> =
                     pending.iter().map(|&i| requests[i].clone()).collect();
@@ -558,10 +564,13 @@ impl Shared {
             };
             let error = match appended {
                 Ok(outcomes) => {
+                    // The first of them, or all.
+                    let appended = outcomes.len();
                     for (&i, outcome) in pending.iter().zip(outcomes) {
                         results[i] = Some(outcome);
                     }
-                    return None;
+                    pending.drain(..appended);
+                    continue;
                 }
                 Err(error) => error,
             };
@@ -589,17 +598,18 @@ impl Shared {
         None
     }
 
-    /// Appends one batch (at most the ring's capacity), waiting for room in the log at
-    /// most `limit`. `Err`: nothing of it reached the log. `Ok`: a result per event; an
-    /// event whose outcome could not be confirmed is an `Err` whose settle replay runs
-    /// when it applies the entry.
+    /// Appends one batch (at most the ring's capacity), waiting for room in the log for
+    /// all of it at most `limit`, then for as many as fit. `Err`: nothing of it reached
+    /// the log. `Ok`: a result for each of its first events (at least one; all of them
+    /// unless the log had room for fewer when the wait ran out, the others untouched, not
+    /// settled); an event whose outcome could not be confirmed is an `Err` whose settle
+    /// replay runs when it applies the entry.
     pub(super) fn append_chunk(
         &self,
         batch: &[(OwnedEvent, Settle)],
         limit: Duration,
     ) -> Result<Vec<Result<Outcome>>> {
         let entry_bytes = self.log.entry_bytes();
-        let count = batch.len() as u64;
         let mut entries = vec![0u8; entry_bytes * batch.len()];
         for ((event, _), entry) in batch.iter().zip(entries.chunks_exact_mut(entry_bytes)) {
             event.event().encode(self.id, entry);
@@ -624,25 +634,19 @@ impl Shared {
         // this host's under the model (an append of a slot claim, say, from a thread that
         // had not called on its memory yet), nobody's on other memories.
         self.memory.bind_scr();
-        let start = self.log.reserve(
+        let reserved = self.log.reserve(
             &self.pod,
-            count,
+            1..=batch.len() as u64,
             limit,
             &self.chaos,
-            |from| {
-                if !host_table::announce_reservation(
-                    &self.pod,
-                    self.id,
-                    self.life,
-                    from,
-                    from + count,
-                ) {
+            |from, end| {
+                if !host_table::announce_reservation(&self.pod, self.id, self.life, from, end) {
                     return Err(Error::HostDeclaredDead {
                         host: self.id,
                         life: self.life,
                     });
                 }
-                announced.set(from + count);
+                announced.set(end);
                 Ok(())
             },
             || {
@@ -681,13 +685,16 @@ impl Shared {
                 }
             },
         );
-        let start = match start {
-            Ok(start) => start,
+        let (start, count) = match reserved {
+            Ok(reserved) => reserved,
             Err(error) => {
                 host_table::withdraw_reservation(&self.pod, self.id, self.life, announced.get());
                 return Err(error);
             }
         };
+        // What the log had room for: the rest is the caller's to append.
+        let batch = &batch[..count as usize];
+        let entries = &entries[..entry_bytes * batch.len()];
         // Before the entries are written, so before any replay applies them.
         self.first_reserved.fetch_min(start, Ordering::SeqCst);
         self.chaos.point(Point::AppendAfterReserve);

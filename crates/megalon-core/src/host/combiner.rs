@@ -15,8 +15,11 @@
 //!
 //! A request's wait limit counts from its call: a combiner gives each request of its batch
 //! what is left of its limit for the wait for room in the log (a request queued behind a
-//! batch that waited out its own limit waited a whole limit more; one queued just before
-//! was refused with the earliest when that one's limit ran out).
+//! batch that waited out its own limit waited a whole limit more). A batch waits for room
+//! for all of it until its earliest limit runs out, then appends what the log has room
+//! for, the earliest limits first, and the rest wait on, each within its own limit. (It
+//! refused its requests one at a time as their limits ran out, each of which would have
+//! fit.)
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

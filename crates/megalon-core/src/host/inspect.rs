@@ -247,20 +247,21 @@ impl Inspect<'_> {
         let shared = &self.host.shared;
         let pod = &shared.pod;
         let (id, life) = (shared.id, shared.life);
-        shared.log.reserve(
+        let (first, _) = shared.log.reserve(
             pod,
-            count,
+            count..=count,
             shared.options.wait_limit,
             &shared.chaos,
-            |from| {
-                if host_table::announce_reservation(pod, id, life, from, from + count) {
+            |from, end| {
+                if host_table::announce_reservation(pod, id, life, from, end) {
                     Ok(())
                 } else {
                     Err(Error::HostDeclaredDead { host: id, life })
                 }
             },
             || Ok(()),
-        )
+        )?;
+        Ok(first)
     }
 
     /// Makes this host die where it stands, without giving it up: [`crash`] for a host
