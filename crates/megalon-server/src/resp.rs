@@ -177,10 +177,20 @@ fn length_line(bytes: &[u8]) -> Length {
     if digits[0] == b'0' && (digits.len() > 1 || negative) {
         return Length::Bad;
     }
-    let value = digits.iter().fold(0i64, |v, d| {
-        v.saturating_mul(10).saturating_add(i64::from(d - b'0'))
-    });
-    Length::Line(if negative { -value } else { value }, cr + 2)
+    // 19 digits fit a u64; past an i64 is not a length (as Redis's `string2ll`): read as
+    // the largest i64 it named a length the client never sent.
+    let magnitude = digits
+        .iter()
+        .fold(0u64, |v, d| v * 10 + u64::from(d - b'0'));
+    let value = if negative {
+        0i64.checked_sub_unsigned(magnitude)
+    } else {
+        i64::try_from(magnitude).ok()
+    };
+    match value {
+        Some(value) => Length::Line(value, cr + 2),
+        None => Length::Bad,
+    }
 }
 
 /// A connection's input: the bytes read and not yet consumed, cut into commands.
@@ -829,6 +839,42 @@ mod tests {
             drain(&mut reader),
             ["-ERR Protocol error: too big inline request"]
         );
+    }
+
+    /// A length past an i64 is not RESP (Redis's `string2ll` refuses it: "invalid bulk
+    /// length"), not the largest i64: it was read as 9223372036854775807, so a `$` of 19
+    /// nines answered an error naming a length the client never sent and then swallowed
+    /// every later byte of the connection as that argument's, and a `*-` of 19 nines was
+    /// taken for `*-1` and ignored.
+    #[test]
+    fn a_length_past_an_i64_is_malformed_not_the_largest_i64() {
+        for bad in [
+            &b"*1\r\n$9999999999999999999\r\n"[..],
+            b"*1\r\n$9223372036854775808\r\n",
+            b"*9999999999999999999\r\n",
+            b"*-9999999999999999999\r\n",
+        ] {
+            let mut reader = Reader::new(LIMITS);
+            feed(&mut reader, bad);
+            let seen = drain(&mut reader);
+            assert_eq!(seen.len(), 1, "{bad:?}: {seen:?}");
+            assert!(
+                seen[0].starts_with("-ERR Protocol error: "),
+                "{:?}: {seen:?}",
+                String::from_utf8_lossy(bad)
+            );
+            feed(&mut reader, &command(&[b"PING"]));
+            assert_eq!(drain(&mut reader), ["PING"], "{bad:?}");
+        }
+        // The extremes an i64 holds still read as lengths.
+        assert!(matches!(
+            length_line(b"$9223372036854775807\r\n"),
+            Length::Line(i64::MAX, 22)
+        ));
+        assert!(matches!(
+            length_line(b"*-9223372036854775808\r\n"),
+            Length::Line(i64::MIN, 23)
+        ));
     }
 
     #[test]
