@@ -139,6 +139,18 @@ fn wrong_arity(out: &mut Vec<u8>, name: &str) {
 /// later command would get it too): the client gets it for this command, and the
 /// connection closes.
 fn store_error(host: &HostServer, out: &mut Vec<u8>, error: &Error) {
+    store_error_after(host, out, error, format_args!(""));
+}
+
+/// [`store_error`] for a command of several keys that had done part of its work: `done`
+/// (`"; MSET set 1 of its 2 pairs first"`) follows the error's text, so that a client
+/// told the command failed knows what it changed.
+fn store_error_after(
+    host: &HostServer,
+    out: &mut Vec<u8>,
+    error: &Error,
+    done: std::fmt::Arguments<'_>,
+) {
     if let Error::Core(megalon_core::Error::HostDeclaredDead { host: id, life }) = error {
         host.shutdown.host_declared_dead(*id, *life);
     }
@@ -150,9 +162,9 @@ fn store_error(host: &HostServer, out: &mut Vec<u8>, error: &Error) {
         )
     );
     if full {
-        resp::error(out, format_args!("OOM the store is full: {error}"));
+        resp::error(out, format_args!("OOM the store is full: {error}{done}"));
     } else {
-        resp::error(out, format_args!("ERR {error}"));
+        resp::error(out, format_args!("ERR {error}{done}"));
     }
 }
 
@@ -396,11 +408,22 @@ impl Executor {
             return;
         }
         let mut deleted = 0;
-        for key in args.from(1) {
+        for (i, key) in args.from(1).enumerate() {
             match self.kv.delete(key) {
                 Ok(()) => deleted += 1,
                 Err(Error::UnknownKey) => {}
-                Err(e) => return store_error(&self.host, out, &e),
+                Err(e) if i == 0 => return store_error(&self.host, out, &e),
+                Err(e) => {
+                    return store_error_after(
+                        &self.host,
+                        out,
+                        &e,
+                        format_args!(
+                            "; DEL had deleted {deleted} of the {i} keys named before it (of {})",
+                            args.len() - 1
+                        ),
+                    )
+                }
             }
         }
         resp::integer(out, deleted);
@@ -442,7 +465,8 @@ impl Executor {
     }
 
     /// Every pair, each key linearizable on its own (not atomic across keys). Checked
-    /// first, so that a key or value over the limits sets nothing.
+    /// first, so that a key or value over the limits sets nothing; the pairs are set in
+    /// order, and an error of the store's says how many were set before it.
     fn mset(&mut self, args: Args<'_>, out: &mut Vec<u8>) {
         let (max_key, max_value) = (
             self.host.limits.max_key_bytes,
@@ -464,9 +488,18 @@ impl Executor {
                 );
             }
         }
-        for i in (1..args.len()).step_by(2) {
+        let pairs = args.len() / 2;
+        for (set, i) in (1..args.len()).step_by(2).enumerate() {
             if let Err(e) = self.kv.put(args.get(i), args.get(i + 1)) {
-                return store_error(&self.host, out, &e);
+                if set == 0 {
+                    return store_error(&self.host, out, &e);
+                }
+                return store_error_after(
+                    &self.host,
+                    out,
+                    &e,
+                    format_args!("; MSET set {set} of its {pairs} pairs first"),
+                );
             }
         }
         resp::simple(out, "OK");
@@ -826,6 +859,82 @@ mod tests {
         );
         assert!(shutdown.requested(), "it serves on");
         assert_eq!(shutdown.declared_dead(), Some((id, life)));
+    }
+
+    /// A DEL whose second delete finds the log full (another host holds its head) has
+    /// deleted its first key: its error says so, and how many keys it named.
+    #[test]
+    fn a_del_refused_after_a_delete_says_what_it_deleted() {
+        use std::sync::Arc;
+        use std::time::Duration;
+
+        use megalon_core::{Backing, Host, HostOptions, Join, Pod, PodConfig};
+        use megalon_kv::{Megalon, Store};
+
+        use crate::host::Shutdown;
+        use crate::resp::{Next, Reader};
+
+        const CAPACITY: u64 = 16;
+        let config = PodConfig::new()
+            .lnr_bytes(4 << 20)
+            .log_capacity_entries(CAPACITY);
+        let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
+        let quiet = HostOptions::new().pump_interval(None);
+        let host = Host::join(
+            &pod,
+            Join::As(0),
+            quiet.clone().wait_limit(Duration::from_millis(100)),
+        )
+        .unwrap();
+        let idle = Host::join(&pod, Join::As(1), quiet).unwrap();
+        let store = Store::new(Megalon::new(Arc::clone(&pod), vec![Arc::new(host)]));
+        let server = Arc::new(HostServer::new(
+            store,
+            "unused.sock".into(),
+            None,
+            1,
+            1,
+            Arc::new(Shutdown::default()),
+        ));
+        let mut executor = Executor::new(Arc::clone(&server), server.command_counter()).unwrap();
+        let mut reader = Reader::new(server.limits.resp);
+        let mut run = |words: &[&str]| {
+            let mut command = format!("*{}\r\n", words.len());
+            for word in words {
+                command += &format!("${}\r\n{word}\r\n", word.len());
+            }
+            reader.spare()[..command.len()].copy_from_slice(command.as_bytes());
+            reader.filled(command.len());
+            let Next::Command(args) = reader.next() else {
+                panic!("a whole command")
+            };
+            let mut out = Vec::new();
+            executor.run(args, &mut Session::new(1), &mut out);
+            String::from_utf8(out).unwrap()
+        };
+        let tail = || server.host().inspect().log_cursors().2;
+        for key in ["a", "b", "c"] {
+            assert_eq!(run(&["SET", key, "v"]), "+OK\r\n");
+        }
+        // Host 1 holds the head here.
+        idle.replay().unwrap();
+        let held = idle.inspect().applied_position();
+        let before = tail();
+        assert_eq!(run(&["DEL", "c"]), ":1\r\n");
+        let one_delete = tail() - before;
+        for i in 0.. {
+            if tail() == held + CAPACITY - one_delete {
+                break;
+            }
+            assert_eq!(run(&["SET", &format!("k{i}"), "v"]), "+OK\r\n");
+        }
+        let reply = run(&["DEL", "a", "b"]);
+        assert!(
+            reply.starts_with("-ERR the log is full")
+                && reply.ends_with("; DEL had deleted 1 of the 1 keys named before it (of 2)\r\n"),
+            "{reply}"
+        );
+        assert_eq!(run(&["EXISTS", "a", "b"]), ":1\r\n", "as it says");
     }
 
     #[test]

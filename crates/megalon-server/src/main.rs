@@ -17,7 +17,8 @@
 //!
 //! Trade-offs against Redis: keys do not expire (`SET ... EX` is refused); a value is
 //! at most one slot less 4 bytes (`INFO pod` says how long); `MSET` is not atomic across
-//! keys (each key is linearizable on its own); only strings, no other data types; no
+//! keys (each key is linearizable on its own; an error after some of its pairs says how
+//! many it set, as DEL's says how many keys it deleted); only strings, no other data types; no
 //! persistence beyond the pod. `SHUTDOWN`, SIGINT, SIGTERM or SIGHUP stop the process and its
 //! hosts leave the pod.
 //!

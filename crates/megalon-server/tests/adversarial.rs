@@ -555,3 +555,47 @@ fn a_signal_while_the_server_joins_the_pod_stops_it_before_it_serves() {
     // The pod goes on: host 0's own server serves.
     assert_eq!(held.client(0).cmd("SET k v"), ok());
 }
+
+/// MSET in a full store: a pair that updates a present key, then one that needs a slot.
+/// MSET is not atomic across keys (each pair is set in order): the reply is `-OOM the
+/// store is full`, and it says that the first pair was set, which it was. (It said only
+/// that the store was full: a client told the command failed found it half done, and
+/// nothing said which half.)
+#[test]
+fn an_mset_answered_oom_says_which_pairs_it_set() {
+    let server = one_host(&[
+        "--lnr-mib",
+        "1",
+        "--slot-bytes",
+        "4096",
+        "--log-entries",
+        "64",
+        "--wait-limit-ms",
+        "100",
+    ]);
+    let mut c = server.client(0);
+    let mut stored = 0;
+    loop {
+        let key = format!("k{stored}");
+        match c.call(&[b"SET", key.as_bytes(), b"v"]) {
+            OwnedFrame::SimpleString(_) => stored += 1,
+            _ => break,
+        }
+        assert!(stored < 1000);
+    }
+    let reply = c.call(&[b"MSET", b"k0", b"changed", b"fresh", b"v"]);
+    assert!(
+        matches!(&reply, OwnedFrame::Error(text)
+            if text.starts_with("OOM") && text.ends_with("; MSET set 1 of its 2 pairs first")),
+        "{reply:?}"
+    );
+    assert_eq!(c.call(&[b"GET", b"k0"]), bulk(b"changed"), "as it says");
+    assert_eq!(c.call(&[b"GET", b"fresh"]), OwnedFrame::Null);
+    // Nothing set, nothing said.
+    let reply = c.call(&[b"MSET", b"fresh", b"v", b"k0", b"again"]);
+    assert!(
+        matches!(&reply, OwnedFrame::Error(text) if text.starts_with("OOM") && !text.contains("MSET")),
+        "{reply:?}"
+    );
+    assert_eq!(c.call(&[b"GET", b"k0"]), bulk(b"changed"));
+}
