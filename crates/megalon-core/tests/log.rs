@@ -285,6 +285,16 @@ fn a_request_withdrawn_behind_a_combiner_waiting_for_room_answers_log_full() {
     );
 }
 
+/// Host 0 of `pod`, without pump, combining, waiting at most `limit`.
+#[cfg(feature = "chaos")]
+fn combining_unpumped(pod: &Arc<Pod>, limit: Duration) -> Arc<Host> {
+    let options = HostOptions::new()
+        .pump_interval(None)
+        .wait_limit(limit)
+        .flat_combining(true);
+    Arc::new(Host::join(pod, Join::As(0), options).unwrap())
+}
+
 /// A request withdrawn from the combining queue hears `LogFull` only if the log had no
 /// room at some instant of the look: here the combiner is held with room in the log, and
 /// while the withdrawn request's look at the rows has read host 1's `ltail` at the head,
@@ -299,14 +309,7 @@ fn a_request_withdrawn_while_the_log_has_room_does_not_answer_log_full() {
     const LIMIT: Duration = Duration::from_millis(300);
     let pod = pod(small_config());
     let quiet = HostOptions::new().pump_interval(None);
-    let busy = Arc::new(
-        Host::join(
-            &pod,
-            Join::As(0),
-            quiet.clone().wait_limit(LIMIT).flat_combining(true),
-        )
-        .unwrap(),
-    );
+    let busy = combining_unpumped(&pod, LIMIT);
     let idle = Arc::new(Host::join(&pod, Join::As(1), quiet.clone()).unwrap());
     let other = Arc::new(Host::join(&pod, Join::As(2), quiet.flat_combining(false)).unwrap());
     // Slots claimed, so that a create is one entry; every replica at the tail.
@@ -370,14 +373,7 @@ fn a_batch_the_log_has_room_for_in_part_appends_that_part() {
     const QUEUED: usize = 5;
     let pod = pod(small_config());
     let quiet = HostOptions::new().pump_interval(None);
-    let busy = Arc::new(
-        Host::join(
-            &pod,
-            Join::As(0),
-            quiet.clone().wait_limit(LIMIT).flat_combining(true),
-        )
-        .unwrap(),
-    );
+    let busy = combining_unpumped(&pod, LIMIT);
     let idle = Host::join(&pod, Join::As(1), quiet).unwrap();
     // Slots claimed, so that a create is one entry; host 1 holds the head here.
     busy.create(b"warm", b"v").unwrap();

@@ -802,78 +802,95 @@ fn client(args: Args<'_>, session: &mut Session, out: &mut Vec<u8>) {
 mod tests {
     use super::*;
 
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use megalon_core::{Backing, Host, HostOptions, Join, Pod, PodConfig};
+    use megalon_kv::{Megalon, Store};
+
+    use crate::host::Shutdown;
+    use crate::resp::{Next, Reader};
+
+    /// A server of one host of an in-process pod, and its executor: commands run as a
+    /// connection's would.
+    struct Served {
+        server: Arc<HostServer>,
+        shutdown: Arc<Shutdown>,
+        executor: Executor,
+        reader: Reader,
+    }
+
+    impl Served {
+        fn new(pod: &Arc<Pod>, host: Host) -> Served {
+            let store = Store::new(Megalon::new(Arc::clone(pod), vec![Arc::new(host)]));
+            let shutdown = Arc::new(Shutdown::default());
+            let server = Arc::new(HostServer::new(
+                store,
+                "unused.sock".into(),
+                None,
+                1,
+                1,
+                Arc::clone(&shutdown),
+            ));
+            let executor = Executor::new(Arc::clone(&server), server.command_counter()).unwrap();
+            let reader = Reader::new(server.limits.resp);
+            Served {
+                server,
+                shutdown,
+                executor,
+                reader,
+            }
+        }
+
+        /// Runs the command of `words` (as redis-cli takes them); its reply, as text.
+        fn run(&mut self, words: &[&str]) -> String {
+            let mut command = format!("*{}\r\n", words.len());
+            for word in words {
+                command += &format!("${}\r\n{word}\r\n", word.len());
+            }
+            self.reader.spare()[..command.len()].copy_from_slice(command.as_bytes());
+            self.reader.filled(command.len());
+            let Next::Command(args) = self.reader.next() else {
+                panic!("a whole command")
+            };
+            let mut out = Vec::new();
+            self.executor.run(args, &mut Session::new(1), &mut out);
+            String::from_utf8(out).unwrap()
+        }
+    }
+
     /// A command on a host declared dead (its pump panicked: the host answers
     /// `HostDeclaredDead` from then on) gets the error, and stops the process, naming the
     /// host and its life (the server exits with its status for it).
     #[test]
     fn a_command_on_a_host_declared_dead_answers_it_and_stops_the_process() {
-        use std::sync::Arc;
-
-        use megalon_core::{Backing, Host, HostOptions, Join, Pod, PodConfig};
-        use megalon_kv::{Megalon, Store};
-
-        use crate::host::Shutdown;
-        use crate::resp::{Next, Reader};
-
         let config = PodConfig::new().lnr_bytes(4 << 20);
         let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
         let host = Host::join(&pod, Join::AnyFree, HostOptions::new()).unwrap();
         let (id, life) = (host.id(), host.inspect().life());
-        let store = Store::new(Megalon::new(Arc::clone(&pod), vec![Arc::new(host)]));
-        let shutdown = Arc::new(Shutdown::default());
-        let server = Arc::new(HostServer::new(
-            store,
-            "unused.sock".into(),
-            None,
-            1,
-            1,
-            Arc::clone(&shutdown),
-        ));
-        let mut executor = Executor::new(Arc::clone(&server), server.command_counter()).unwrap();
-        let mut reader = Reader::new(server.limits.resp);
-        let mut run = |command: &[u8]| {
-            reader.spare()[..command.len()].copy_from_slice(command);
-            reader.filled(command.len());
-            let Next::Command(args) = reader.next() else {
-                panic!("a whole command")
-            };
-            let mut out = Vec::new();
-            executor.run(args, &mut Session::new(1), &mut out);
-            String::from_utf8(out).unwrap()
-        };
-        assert_eq!(run(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n"), "+OK\r\n");
-        assert!(!shutdown.requested());
-        server.host().inspect().make_pump_panic();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !server.host().inspect().declared_dead() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the pump never panicked"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(1));
+        let mut served = Served::new(&pod, host);
+        assert_eq!(served.run(&["SET", "k", "v"]), "+OK\r\n");
+        assert!(!served.shutdown.requested());
+        let host = Arc::clone(served.server.host());
+        host.inspect().make_pump_panic();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !host.inspect().declared_dead() {
+            assert!(Instant::now() < deadline, "the pump never panicked");
+            std::thread::sleep(Duration::from_millis(1));
         }
-        let reply = run(b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n");
+        let reply = served.run(&["GET", "k"]);
         assert!(
             reply.starts_with(&format!("-ERR host {id} (life {life}) was declared dead")),
             "{reply}"
         );
-        assert!(shutdown.requested(), "it serves on");
-        assert_eq!(shutdown.declared_dead(), Some((id, life)));
+        assert!(served.shutdown.requested(), "it serves on");
+        assert_eq!(served.shutdown.declared_dead(), Some((id, life)));
     }
 
     /// A DEL whose second delete finds the log full (another host holds its head) has
     /// deleted its first key: its error says so, and how many keys it named.
     #[test]
     fn a_del_refused_after_a_delete_says_what_it_deleted() {
-        use std::sync::Arc;
-        use std::time::Duration;
-
-        use megalon_core::{Backing, Host, HostOptions, Join, Pod, PodConfig};
-        use megalon_kv::{Megalon, Store};
-
-        use crate::host::Shutdown;
-        use crate::resp::{Next, Reader};
-
         const CAPACITY: u64 = 16;
         let config = PodConfig::new()
             .lnr_bytes(4 << 20)
@@ -887,54 +904,31 @@ mod tests {
         )
         .unwrap();
         let idle = Host::join(&pod, Join::As(1), quiet).unwrap();
-        let store = Store::new(Megalon::new(Arc::clone(&pod), vec![Arc::new(host)]));
-        let server = Arc::new(HostServer::new(
-            store,
-            "unused.sock".into(),
-            None,
-            1,
-            1,
-            Arc::new(Shutdown::default()),
-        ));
-        let mut executor = Executor::new(Arc::clone(&server), server.command_counter()).unwrap();
-        let mut reader = Reader::new(server.limits.resp);
-        let mut run = |words: &[&str]| {
-            let mut command = format!("*{}\r\n", words.len());
-            for word in words {
-                command += &format!("${}\r\n{word}\r\n", word.len());
-            }
-            reader.spare()[..command.len()].copy_from_slice(command.as_bytes());
-            reader.filled(command.len());
-            let Next::Command(args) = reader.next() else {
-                panic!("a whole command")
-            };
-            let mut out = Vec::new();
-            executor.run(args, &mut Session::new(1), &mut out);
-            String::from_utf8(out).unwrap()
-        };
-        let tail = || server.host().inspect().log_cursors().2;
+        let mut served = Served::new(&pod, host);
+        let host = Arc::clone(served.server.host());
+        let tail = || host.inspect().log_cursors().2;
         for key in ["a", "b", "c"] {
-            assert_eq!(run(&["SET", key, "v"]), "+OK\r\n");
+            assert_eq!(served.run(&["SET", key, "v"]), "+OK\r\n");
         }
         // Host 1 holds the head here.
         idle.replay().unwrap();
         let held = idle.inspect().applied_position();
         let before = tail();
-        assert_eq!(run(&["DEL", "c"]), ":1\r\n");
+        assert_eq!(served.run(&["DEL", "c"]), ":1\r\n");
         let one_delete = tail() - before;
         for i in 0.. {
             if tail() == held + CAPACITY - one_delete {
                 break;
             }
-            assert_eq!(run(&["SET", &format!("k{i}"), "v"]), "+OK\r\n");
+            assert_eq!(served.run(&["SET", &format!("k{i}"), "v"]), "+OK\r\n");
         }
-        let reply = run(&["DEL", "a", "b"]);
+        let reply = served.run(&["DEL", "a", "b"]);
         assert!(
             reply.starts_with("-ERR the log is full")
                 && reply.ends_with("; DEL had deleted 1 of the 1 keys named before it (of 2)\r\n"),
             "{reply}"
         );
-        assert_eq!(run(&["EXISTS", "a", "b"]), ":1\r\n", "as it says");
+        assert_eq!(served.run(&["EXISTS", "a", "b"]), ":1\r\n", "as it says");
     }
 
     #[test]

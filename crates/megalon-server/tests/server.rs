@@ -386,6 +386,25 @@ fn a_full_store_answers_oom_with_its_numbers() {
     );
     // What is stored stays readable and writable.
     assert_eq!(c.cmd("GET k0"), bulk(b"v"));
+    // MSET is not atomic across keys (each pair is set in order): a pair that updates a
+    // present key, then one that needs a slot. The reply says the first pair was set,
+    // which it was. (It said only that the store was full: a client told the command
+    // failed found it half done, and nothing said which half.)
+    let reply = c.cmd("MSET k0 changed fresh v");
+    assert!(
+        matches!(&reply, OwnedFrame::Error(text)
+            if text.starts_with("OOM") && text.ends_with("; MSET set 1 of its 2 pairs first")),
+        "{reply:?}"
+    );
+    assert_eq!(c.cmd("GET k0"), bulk(b"changed"), "as it says");
+    assert_eq!(c.cmd("GET fresh"), OwnedFrame::Null);
+    // Nothing set, nothing said.
+    let reply = c.cmd("MSET fresh v k0 again");
+    assert!(
+        matches!(&reply, OwnedFrame::Error(text) if text.starts_with("OOM") && !text.contains("MSET")),
+        "{reply:?}"
+    );
+    assert_eq!(c.cmd("GET k0"), bulk(b"changed"));
     assert_eq!(c.cmd("SET k0 w"), ok());
     assert_eq!(c.cmd("DEL k1"), int(1));
     assert_eq!(
