@@ -121,6 +121,97 @@ fn the_ring_wraps_many_times_and_every_replica_converges() {
     }
 }
 
+/// Three hosts of three threads each create and delete keys of their own in a log of 8
+/// entries, with a wait limit of 2 ms: batches find the log full, or room for part of
+/// them, all the time. An answer that says the log was full (or that no combiner served
+/// it) changed nothing; a create or a delete answered `Ok` took effect; any other error
+/// leaves the key unknown until the next answer about it. At the end every key the
+/// answers tell of is as they say, on every replica. (Outcomes handed to the wrong
+/// requests of a batch, or a refused request's entry in the log, show here.)
+#[test]
+fn answers_hold_with_a_log_full_all_the_time() {
+    const THREADS: usize = 3;
+    const KEYS: usize = 4;
+    let pod = pod(small_config());
+    let options = HostOptions::new().wait_limit(Duration::from_millis(2));
+    let hosts: Vec<Arc<Host>> = (0..3)
+        .map(|_| Arc::new(Host::join(&pod, Join::AnyFree, options.clone()).unwrap()))
+        .collect();
+    let deadline = Instant::now() + Duration::from_millis(1500);
+    let workers: Vec<_> = hosts
+        .iter()
+        .enumerate()
+        .flat_map(|(h, host)| (0..THREADS).map(move |t| (h, t, Arc::clone(host))))
+        .map(|(h, t, host)| {
+            std::thread::spawn(move || {
+                // Each key: `Some(present)` as the answers tell, `None` unknown.
+                let mut model = [Some(false); KEYS];
+                let (mut refused, mut made) = (0u64, 0u64);
+                let mut round = 0usize;
+                while Instant::now() < deadline {
+                    let k = round % KEYS;
+                    round += 1;
+                    let key = format!("h{h}t{t}k{k}");
+                    let create = model[k] != Some(true);
+                    let answer = if create {
+                        host.create(key.as_bytes(), b"v")
+                    } else {
+                        host.delete(key.as_bytes())
+                    };
+                    model[k] = match answer {
+                        Ok(()) => {
+                            made += 1;
+                            Some(create)
+                        }
+                        Err(Error::ObjectExists) => Some(true),
+                        Err(Error::UnknownKey) => Some(false),
+                        Err(Error::LogFull { .. } | Error::CombinerStalled { .. }) => {
+                            refused += 1;
+                            model[k]
+                        }
+                        Err(_) => None,
+                    };
+                }
+                (key_names(h, t), model, refused, made)
+            })
+        })
+        .collect();
+    fn key_names(h: usize, t: usize) -> Vec<String> {
+        (0..KEYS).map(|k| format!("h{h}t{t}k{k}")).collect()
+    }
+    let (mut refused, mut made, mut known) = (0, 0, 0);
+    let mut models = Vec::new();
+    for worker in workers {
+        let (keys, model, r, m) = worker.join().unwrap();
+        refused += r;
+        made += m;
+        models.push((keys, model));
+    }
+    for host in &hosts {
+        host.replay().unwrap();
+    }
+    for (keys, model) in &models {
+        for (key, present) in keys.iter().zip(model) {
+            let Some(present) = present else { continue };
+            known += 1;
+            for host in &hosts {
+                assert_eq!(
+                    host.lookup(key.as_bytes()).unwrap().is_some(),
+                    *present,
+                    "{key} on host {}",
+                    host.id()
+                );
+            }
+        }
+    }
+    eprintln!("{made} made, {refused} refused, {known} keys known");
+    assert!(made > 100 && refused > 10, "{made} made, {refused} refused");
+    let first = hosts[0].inspect().replica_snapshot();
+    for host in &hosts[1..] {
+        assert_eq!(host.inspect().replica_snapshot(), first);
+    }
+}
+
 #[test]
 fn a_host_that_never_replays_fills_the_log_and_is_named() {
     let pod = pod(small_config());
