@@ -931,6 +931,110 @@ mod tests {
         assert_eq!(served.run(&["EXISTS", "a", "b"]), ":1\r\n", "as it says");
     }
 
+    /// DBSIZE and INFO's keyspace count the keys, and no more: on a host without a pump
+    /// that another host asked for slots while a lagging host holds a full log, they
+    /// answered the grant's `LogFull` (DBSIZE an error, INFO no `db0`) after a whole wait
+    /// limit, for they replayed as the pump does, serving the request on the way.
+    #[test]
+    fn dbsize_and_info_count_keys_without_serving_a_grant() {
+        use std::sync::Arc;
+        use std::time::{Duration, Instant};
+
+        use megalon_core::{Backing, Error as CoreError, Host, HostOptions, Join, Pod, PodConfig};
+        use megalon_kv::{Megalon, Store};
+
+        use crate::host::Shutdown;
+        use crate::resp::{Next, Reader};
+
+        const WAIT_LIMIT: Duration = Duration::from_secs(1);
+        let config = PodConfig::new()
+            .scr_bytes(64 << 10)
+            .lnr_bytes(512 * 64 + 64 * 256)
+            .slot_size_bytes(256)
+            .max_key_bytes(16)
+            .log_capacity_entries(256)
+            .max_hosts(3)
+            .join_area_bytes(0);
+        let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
+        let quiet = HostOptions::new().pump_interval(None);
+        let host = Host::join(&pod, Join::As(0), quiet.clone().wait_limit(WAIT_LIMIT)).unwrap();
+        let store = Store::new(Megalon::new(Arc::clone(&pod), vec![Arc::new(host)]));
+        let server = Arc::new(HostServer::new(
+            store,
+            "unused.sock".into(),
+            None,
+            1,
+            1,
+            Arc::new(Shutdown::default()),
+        ));
+        let mut executor = Executor::new(Arc::clone(&server), server.command_counter()).unwrap();
+        let mut reader = Reader::new(server.limits.resp);
+        let mut run = |words: &[&str]| {
+            let mut command = format!("*{}\r\n", words.len());
+            for word in words {
+                command += &format!("${}\r\n{word}\r\n", word.len());
+            }
+            reader.spare()[..command.len()].copy_from_slice(command.as_bytes());
+            reader.filled(command.len());
+            let Next::Command(args) = reader.next() else {
+                panic!("a whole command")
+            };
+            let mut out = Vec::new();
+            executor.run(args, &mut Session::new(1), &mut out);
+            String::from_utf8(out).unwrap()
+        };
+        // Every slot of the pod is claimed, and this host holds the only free ones.
+        let mut keys = 0;
+        while run(&["SET", &format!("k{keys}"), "v"]) == "+OK\r\n" {
+            keys += 1;
+        }
+        assert_eq!(keys, pod.layout().slot_count);
+        for i in 0..3 {
+            assert_eq!(run(&["DEL", &format!("k{i}")]), ":1\r\n");
+        }
+        keys -= 3;
+        // Host 2 lags from here on, holding the log's head.
+        let lagging = Host::join(&pod, Join::As(2), quiet.clone()).unwrap();
+        // Host 1 finds no slot: it asks this host, the one with the most, and gives up.
+        let asking = Host::join(
+            &pod,
+            Join::As(1),
+            quiet.wait_limit(Duration::from_millis(50)),
+        )
+        .unwrap();
+        let asked = asking.create(b"asked", b"v");
+        assert!(
+            matches!(asked, Err(CoreError::SlotsExhausted { .. })),
+            "{asked:?}"
+        );
+        asking.replay().unwrap();
+        // This host fills the log behind host 2.
+        for i in 0.. {
+            assert!(i < 1000, "the log never filled");
+            if run(&["SET", "churn", "v"]) != "+OK\r\n" {
+                break;
+            }
+            if run(&["DEL", "churn"]) != ":1\r\n" {
+                keys += 1;
+                break;
+            }
+        }
+        let started = Instant::now();
+        let dbsize = run(&["DBSIZE"]);
+        let took = started.elapsed();
+        assert_eq!(dbsize, format!(":{keys}\r\n"));
+        assert!(took < WAIT_LIMIT / 2, "DBSIZE took {took:?}");
+        let started = Instant::now();
+        let info = run(&["INFO", "keyspace"]);
+        let took = started.elapsed();
+        assert!(
+            info.contains(&format!("db0:keys={keys},expires=0,avg_ttl=0\r\n")),
+            "{info:?}"
+        );
+        assert!(took < WAIT_LIMIT / 2, "INFO took {took:?}");
+        drop(lagging);
+    }
+
     #[test]
     fn integers_parse_as_redis_reads_them() {
         for (text, value) in [
