@@ -937,14 +937,7 @@ mod tests {
     /// limit, for they replayed as the pump does, serving the request on the way.
     #[test]
     fn dbsize_and_info_count_keys_without_serving_a_grant() {
-        use std::sync::Arc;
-        use std::time::{Duration, Instant};
-
-        use megalon_core::{Backing, Error as CoreError, Host, HostOptions, Join, Pod, PodConfig};
-        use megalon_kv::{Megalon, Store};
-
-        use crate::host::Shutdown;
-        use crate::resp::{Next, Reader};
+        use megalon_core::Error as CoreError;
 
         const WAIT_LIMIT: Duration = Duration::from_secs(1);
         let config = PodConfig::new()
@@ -958,31 +951,8 @@ mod tests {
         let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
         let quiet = HostOptions::new().pump_interval(None);
         let host = Host::join(&pod, Join::As(0), quiet.clone().wait_limit(WAIT_LIMIT)).unwrap();
-        let store = Store::new(Megalon::new(Arc::clone(&pod), vec![Arc::new(host)]));
-        let server = Arc::new(HostServer::new(
-            store,
-            "unused.sock".into(),
-            None,
-            1,
-            1,
-            Arc::new(Shutdown::default()),
-        ));
-        let mut executor = Executor::new(Arc::clone(&server), server.command_counter()).unwrap();
-        let mut reader = Reader::new(server.limits.resp);
-        let mut run = |words: &[&str]| {
-            let mut command = format!("*{}\r\n", words.len());
-            for word in words {
-                command += &format!("${}\r\n{word}\r\n", word.len());
-            }
-            reader.spare()[..command.len()].copy_from_slice(command.as_bytes());
-            reader.filled(command.len());
-            let Next::Command(args) = reader.next() else {
-                panic!("a whole command")
-            };
-            let mut out = Vec::new();
-            executor.run(args, &mut Session::new(1), &mut out);
-            String::from_utf8(out).unwrap()
-        };
+        let mut served = Served::new(&pod, host);
+        let mut run = |words: &[&str]| served.run(words);
         // Every slot of the pod is claimed, and this host holds the only free ones.
         let mut keys = 0;
         while run(&["SET", &format!("k{keys}"), "v"]) == "+OK\r\n" {
