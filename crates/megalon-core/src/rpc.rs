@@ -69,8 +69,7 @@
 //!     .app_scr_bytes(rpc::scr_bytes(entries))
 //!     .app_lnr_bytes(entries * entry_bytes);
 //! let pod = Arc::new(Pod::create(&config, Backing::heap())?);
-//! let layout = pod.layout();
-//! let ring = RingGeometry::new(layout.app_scr_offset, layout.app_lnr_offset, entries, entry_bytes);
+//! let ring = RingGeometry::in_app_areas(&pod, entries, entry_bytes);
 //! ring.initialize(&pod);
 //!
 //! let sender = Memory::new(Arc::clone(&pod), MemoryKind::simulated(1));
@@ -239,6 +238,34 @@ impl RingGeometry {
         };
         ring.check();
         ring
+    }
+
+    /// A ring of `entries` entries of `entry_bytes` at the start of `pod`'s application
+    /// areas: a pod made with [`PodConfig::app_scr_bytes`](crate::PodConfig::app_scr_bytes)
+    /// of at least [`scr_bytes`]`(entries)` and
+    /// [`PodConfig::app_lnr_bytes`](crate::PodConfig::app_lnr_bytes) of at least
+    /// `entries * entry_bytes`.
+    ///
+    /// # Panics
+    /// If the areas are smaller than that, or as [`RingGeometry::new`] does.
+    pub fn in_app_areas(pod: &Pod, entries: u64, entry_bytes: u64) -> Self {
+        let (config, layout) = (pod.config(), pod.layout());
+        assert!(
+            config.app_scr_bytes >= scr_bytes(entries)
+                && config.app_lnr_bytes >= entries.saturating_mul(entry_bytes),
+            "a ring of {entries} entries of {entry_bytes} bytes needs {} bytes of application \
+             SCR and {} of application LNR; the pod has {} and {}",
+            scr_bytes(entries),
+            entries.saturating_mul(entry_bytes),
+            config.app_scr_bytes,
+            config.app_lnr_bytes
+        );
+        Self::new(
+            layout.app_scr_offset,
+            layout.app_lnr_offset,
+            entries,
+            entry_bytes,
+        )
     }
 
     fn check(&self) {

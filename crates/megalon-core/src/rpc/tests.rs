@@ -28,13 +28,7 @@ fn ring_pod(entries: u64) -> (Arc<Pod>, RingGeometry) {
         .app_scr_bytes(scr_bytes(entries))
         .app_lnr_bytes(entries * entry_bytes);
     let pod = Arc::new(Pod::create(&config, Backing::heap()).expect("pod"));
-    let layout = pod.layout();
-    let ring = RingGeometry::new(
-        layout.app_scr_offset,
-        layout.app_lnr_offset,
-        entries,
-        entry_bytes,
-    );
+    let ring = RingGeometry::in_app_areas(&pod, entries, entry_bytes);
     ring.initialize(&pod);
     (pod, ring)
 }
@@ -1695,4 +1689,17 @@ fn a_request_abandoned_after_its_recoverer_was_killed_is_freed_by_the_next_recov
     assert_eq!(ring.recover_server(&pod, &host_memory(&pod, 3), GONE), 1);
     assert_eq!(ring.state(&pod, 0).load(Ordering::SeqCst), pack(2, FREE));
     recovered_then_served_by_the_next_life(&pod, &ring);
+}
+
+/// A ring asked of application areas too small for it is refused by name, not laid over
+/// what follows them.
+#[test]
+#[should_panic(expected = "a ring of 4 entries of 320 bytes needs")]
+fn a_ring_larger_than_the_application_areas_is_refused() {
+    let entry_bytes = entry_bytes(MAX_KEY_BYTES, PAYLOAD_BYTES);
+    let config = PodConfig::new()
+        .app_scr_bytes(scr_bytes(4))
+        .app_lnr_bytes(3 * entry_bytes);
+    let pod = Pod::create(&config, Backing::heap()).expect("pod");
+    RingGeometry::in_app_areas(&pod, 4, entry_bytes);
 }
