@@ -446,13 +446,15 @@ impl Log {
 
     /// Reserves `wanted.end()` consecutive positions (one CAS on `tail`), waiting for space
     /// up to `limit`; once that wait is over, takes as many as fit if that is at least
-    /// `wanted.start()` (a batch whose first request's limit ran out appends what the log has room for,
-    /// rather than refuse requests each of which would fit). Returns the first position
-    /// and how many it took. While it waits it calls `help` (the caller replays its own
-    /// replica so that it is not the host holding everyone back). Before each CAS it calls
-    /// `announce` with the positions it is about to take, from and end (the caller says
-    /// so in its host-table row, for a recoverer to fill them should it die before
-    /// publishing them).
+    /// `wanted.start()` (a batch whose first request's limit ran out appends what the log
+    /// has room for, rather than refuse requests each of which would fit). With fewer
+    /// positions left below [`Log::MAX_POSITION`] than `wanted.end()` it waits for room
+    /// for what is left of them, and only fewer than `wanted.start()` left is
+    /// [`Error::LogExhausted`]. Returns the first position and how many it took. While
+    /// it waits it calls `help` (the caller replays its own replica so that it is not the
+    /// host holding everyone back). Before each CAS it calls `announce` with the positions
+    /// it is about to take, from and end (the caller says so in its host-table row, for a
+    /// recoverer to fill them should it die before publishing them).
     pub(crate) fn reserve(
         &self,
         pod: &Pod,
@@ -475,12 +477,15 @@ impl Log {
         let mut least = count;
         loop {
             let position = load(tail, Ordering::Acquire);
-            if position + least > Self::MAX_POSITION {
+            let left = Self::MAX_POSITION.saturating_sub(position);
+            if left < fewest {
                 return Err(Error::LogExhausted {
                     tail: position,
                     positions: Self::MAX_POSITION,
                 });
             }
+            // Past the last position the batch whole never fits: what is left of them does.
+            let need = least.min(left);
             // SeqCst (Acquire would do): pairs with the CAS in `advance_head`, so the
             // entries below head have been applied by every live host before we overwrite
             // them.
@@ -489,8 +494,8 @@ impl Log {
             // replayed past it, so `head` can exceed it), but it was loaded before `head`,
             // which never decreases, so it is at most a ring above it.
             let room = (head + self.capacity).saturating_sub(position);
-            let take = count.min(room).min(Self::MAX_POSITION - position);
-            if take >= least {
+            let take = count.min(room).min(left);
+            if take >= need {
                 // A stale head only makes this check stricter: head never decreases.
                 // Relaxed would do for the reservation itself; AcqRel keeps the order of
                 // reservations and our later entry writes obvious.
@@ -511,7 +516,7 @@ impl Log {
                 continue;
             }
             let (new_head, _) = self.advance_head(pod, chaos);
-            if position + least <= new_head + self.capacity {
+            if position + need <= new_head + self.capacity {
                 continue;
             }
             help()?;
@@ -873,5 +878,45 @@ mod tests {
             reserve(1),
             Err(Error::LogExhausted { tail, .. }) if tail == Log::MAX_POSITION
         ));
+    }
+
+    /// A batch that runs into the last position takes what is left of the positions, as
+    /// it takes what fits of a full log, and is refused only with fewer left than the
+    /// fewest it wants: room for the whole never comes. (It was refused whole at once,
+    /// while one whose wait began lower took what was left once its wait was over.)
+    #[test]
+    fn a_batch_at_the_last_positions_takes_what_is_left_of_them() {
+        let pod = pod();
+        let log = Log::new(&pod);
+        let first = Log::MAX_POSITION - 2;
+        Log::tail(&pod).store(first, Ordering::SeqCst);
+        Log::head_word(&pod).store(first, Ordering::SeqCst);
+        let mut announced = Vec::new();
+        let mut reserve = |wanted| {
+            log.reserve(
+                &pod,
+                wanted,
+                Duration::from_secs(5),
+                &Chaos::none(),
+                |from, end| {
+                    announced.push((from, end));
+                    Ok(())
+                },
+                || Ok(()),
+            )
+        };
+        let started = std::time::Instant::now();
+        assert!(matches!(
+            reserve(3..=4),
+            Err(Error::LogExhausted { tail, .. }) if tail == first
+        ));
+        let taken = reserve(1..=4);
+        assert!(matches!(taken, Ok((p, 2)) if p == first), "{taken:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "no wait for positions that never come"
+        );
+        assert_eq!(announced, [(first, Log::MAX_POSITION)], "what it took");
+        assert_eq!(load(Log::tail(&pod), Ordering::SeqCst), Log::MAX_POSITION);
     }
 }
