@@ -912,8 +912,9 @@ mod tests {
         ));
         let taken = reserve(1..=4);
         assert!(matches!(taken, Ok((p, 2)) if p == first), "{taken:?}");
+        // Well within the limit: a wait for positions that never come waits all of it.
         assert!(
-            started.elapsed() < Duration::from_secs(1),
+            started.elapsed() < Duration::from_secs(4),
             "no wait for positions that never come"
         );
         assert_eq!(announced, [(first, Log::MAX_POSITION)], "what it took");

@@ -19,7 +19,8 @@
 //! for all of it until its earliest limit runs out, then appends what the log has room
 //! for, the earliest limits first, and the rest wait on, each within its own limit. (It
 //! refused its requests one at a time as their limits ran out, each of which would have
-//! fit.)
+//! fit.) A batch larger than the ring is appended a ring's worth at a time, and once one
+//! of those is refused for room, the ones after it are refused with it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
