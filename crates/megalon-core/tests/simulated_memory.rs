@@ -806,3 +806,29 @@ fn a_fenced_non_temporal_store_survives_a_siblings_dirty_copy_of_the_line() {
         "the sibling's write-back put back old bytes over a fenced non-temporal store"
     );
 }
+
+/// A write ticket's `offset` asks `write_end` to write the object's lines back, so a
+/// plain store there reaches memory; its `slot`, where the same bytes are, asks nothing
+/// (the page cache names a page by it, and its writes go through the ticket).
+#[test]
+fn a_tickets_offset_has_its_lines_written_back_and_its_slot_does_not() {
+    let (pod, [writer]) = pod_and_hosts([1]);
+    for (key, by_offset) in [(&b"slot"[..], false), (b"offset", true)] {
+        writer.create(key, &[1; 64]).unwrap();
+        let ticket = writer.write_start(key).unwrap();
+        let slot = writer.lookup(key).unwrap().expect("created").slot;
+        assert_eq!(ticket.slot(), slot);
+        let offset = pod.layout().slot_offset(ticket.slot());
+        if by_offset {
+            assert_eq!(ticket.offset(), offset);
+        }
+        writer.memory().write(offset, &[2; 64]);
+        writer.write_end(ticket).unwrap();
+        let expected = if by_offset { [2; 64] } else { [1; 64] };
+        assert_eq!(
+            memory_bytes(&pod, offset, 64),
+            expected,
+            "by offset: {by_offset}"
+        );
+    }
+}

@@ -419,13 +419,11 @@ impl Inner {
         for _ in 0..MAX_ADMISSION_ROUNDS {
             match self.host.write_start(&key) {
                 Ok(ticket) => {
-                    let memory = self.host.memory();
                     // The trailer says how far the page holds what the file or a write put
                     // there (under the lock, the current version: write_start dropped any
                     // stale line).
-                    let trailer_at = ticket.offset() + PageTrailer::AT as u64;
                     let mut trailer = [0u8; 4];
-                    memory.read(trailer_at, &mut trailer);
+                    ticket.read(PageTrailer::AT, &mut trailer)?;
                     let valid = u32::from_le_bytes(trailer) as usize;
                     if at > valid {
                         // Between its end and this write the page holds the cache's zeros:
@@ -453,7 +451,10 @@ impl Inner {
                     // page back, and from the unlock on every write-back sees the bit
                     // (DESIGN section 9, the paper's section 5).
                     self.shared.set_dirty(ticket.record());
-                    let offset = ticket.offset();
+                    // By its slot, not its offset: the writes went through the ticket,
+                    // and an offset asked for has `write_end` write back every line of
+                    // the page besides.
+                    let offset = self.host.pod().layout().slot_offset(ticket.slot());
                     self.host.write_end(ticket)?;
                     self.touch(offset);
                     if !missed {
@@ -537,7 +538,7 @@ impl Inner {
             let mut bytes = [0u8; PAGE_OBJECT_BYTES as usize];
             // Under the lock the page cannot change, and write_start dropped any stale
             // line: this is the current version.
-            self.host.memory().read(ticket.offset(), &mut bytes);
+            ticket.read(0, &mut bytes)?;
             let valid = PageTrailer::of(&bytes).valid_bytes;
             // Declared dead since write_start (paused past its lease): the lock is its
             // recovery's, which unlocked it, and another host may have written the page

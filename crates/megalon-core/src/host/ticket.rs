@@ -201,6 +201,15 @@ impl WriteTicket<'_> {
         self.state().place.offset
     }
 
+    /// The object's slot (as [`IndexEntry::slot`](crate::IndexEntry::slot) names it), to
+    /// name the object: a table of the caller's kept by slot, say. Unlike
+    /// [`offset`](Self::offset), it does not ask `write_end` to write the object's lines
+    /// back: bytes stored in the slot other than through the ticket may never reach
+    /// memory.
+    pub fn slot(&self) -> u64 {
+        self.state().place.slot
+    }
+
     /// Bytes of the object (the slot size).
     pub fn len(&self) -> usize {
         self.state().place.len
