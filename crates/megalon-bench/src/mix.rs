@@ -7,7 +7,7 @@
 //! values are stamped so that each put writes new bytes.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -529,9 +529,45 @@ pub fn run_plan_worker<S: Scheme>(
     stop: &AtomicBool,
     done: &AtomicU64,
 ) -> Result<WorkerRun> {
-    let mut kv = store.handle(host)?;
+    run_plan_worker_from(store, host, worker, plan, inserts, stop, done, None)
+}
+
+/// The start of a run's workers: each counts itself ready once it has built what it
+/// draws with, and waits for `go`, set when the run's clock starts.
+#[derive(Default)]
+struct Start {
+    ready: AtomicUsize,
+    go: AtomicBool,
+}
+
+impl Start {
+    fn ready_and_wait(&self) {
+        self.ready.fetch_add(1, Ordering::Release);
+        while !self.go.load(Ordering::Acquire) {
+            thread::park();
+        }
+    }
+}
+
+/// [`run_plan_worker`], its first operation after `start` says go (if given).
+#[allow(clippy::too_many_arguments)]
+fn run_plan_worker_from<S: Scheme>(
+    store: &Store<S>,
+    host: usize,
+    worker: u64,
+    plan: &Plan,
+    inserts: &Inserts,
+    stop: &AtomicBool,
+    done: &AtomicU64,
+    start: Option<&Start>,
+) -> Result<WorkerRun> {
+    let kv = store.handle(host);
     let scheme = store.scheme();
     let mut chooser = Chooser::for_host(plan, host, scheme.hosts(), &|key| scheme.home_host(key));
+    if let Some(start) = start {
+        start.ready_and_wait();
+    }
+    let mut kv = kv?;
     let mut rng = SplitMix64::new(plan.seed ^ worker.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let mut value = vec![0u8; plan.value_bytes];
     let mut out = Vec::with_capacity(plan.value_bytes);
@@ -662,15 +698,15 @@ pub fn run_plan_on<S: Scheme>(
     let before = store.report();
     let inserts = Inserts::new(plan);
     let (done, stop) = (AtomicU64::new(0), AtomicBool::new(false));
+    let start = Start::default();
     let (runs, charged, seconds) = thread::scope(|scope| {
-        let began = Instant::now();
         let runners: Vec<_> = (0..workers)
             .map(|worker| {
-                let (inserts, done, stop) = (&inserts, &done, &stop);
+                let (inserts, done, stop, start) = (&inserts, &done, &stop, &start);
                 scope.spawn(move || {
                     on_start(worker % hosts);
                     let charged = CxlCharges::this_thread();
-                    let run = run_plan_worker(
+                    let run = run_plan_worker_from(
                         store,
                         worker % hosts,
                         worker as u64,
@@ -678,11 +714,25 @@ pub fn run_plan_on<S: Scheme>(
                         inserts,
                         stop,
                         done,
+                        Some(start),
                     );
                     (run, CxlCharges::this_thread() - charged)
                 })
             })
             .collect();
+        // The clock starts when every worker is ready to draw (or one has ended: failed
+        // before it was), not before their setup (a partitioned plan's list of a host's
+        // keys, a zipfian's zeta: milliseconds each at the figures' sizes).
+        while start.ready.load(Ordering::Acquire) < workers
+            && runners.iter().all(|r| !r.is_finished())
+        {
+            thread::sleep(Duration::from_millis(1));
+        }
+        let began = Instant::now();
+        start.go.store(true, Ordering::Release);
+        for runner in &runners {
+            runner.thread().unpark();
+        }
         while began.elapsed() < duration && runners.iter().all(|r| !r.is_finished()) {
             thread::sleep(Duration::from_millis(100).min(duration.saturating_sub(began.elapsed())));
             tick(done.load(Ordering::Relaxed), began.elapsed());
@@ -937,6 +987,46 @@ mod tests {
                 other => panic!("read-only, drew {other:?}"),
             })
             .collect()
+    }
+
+    /// A run's clock starts once every worker is ready to draw: what a worker builds
+    /// before its first operation (its key chooser: a partitioned plan's list of its
+    /// host's keys, a zipfian's zeta over the keys) is not in the run's seconds. The clock
+    /// started before the workers were spawned, so a run shorter than their setup did no
+    /// operation at all, and every run's rate was divided by the setup too.
+    #[test]
+    fn the_clock_starts_when_the_workers_are_ready() {
+        let mix = Mix {
+            keys: 64,
+            value_bytes: 8,
+            write_ratio: 0.0,
+            skew: 0.0,
+            seed: 5,
+        };
+        let pod = megalon_core::Pod::create(&mix.pod_config(2), megalon_core::Backing::heap());
+        let options = megalon_core::HostOptions::new();
+        let scheme = megalon_kv::Megalon::join(std::sync::Arc::new(pod.unwrap()), 2, &options);
+        let store = Store::new(scheme.unwrap());
+        // Each worker lists its host's keys of 2,000,000 (none loaded: its gets find none),
+        // which takes longer than the run.
+        let plan = Plan {
+            keys: 2_000_000,
+            key_bytes: KEY_BYTES,
+            value_bytes: 8,
+            choice: Choice::Partitioned {
+                shared_ratio: 0.0,
+                skew: 0.0,
+            },
+            seed: 5,
+        };
+        let duration = Duration::from_millis(20);
+        let run = run_plan(&store, &plan, 2, duration, |_, _| {}).unwrap();
+        assert!(
+            run.operations() > 0,
+            "no operation in a run of {:.3} s",
+            run.seconds
+        );
+        assert!(run.seconds >= duration.as_secs_f64(), "{} s", run.seconds);
     }
 
     #[test]
