@@ -4252,3 +4252,37 @@ fn a_creator_paused_after_its_reservation_writes_nothing() {
     let c = a_creator_paused_at(Point::AppendAfterReserve);
     assert!(c.lookup(b"a1").unwrap().is_none());
 }
+
+/// As `a_claimer_killed_before_it_counted_its_claim_leaves_the_count_right`, for the
+/// free at the end of a deallocation (or a delete): `d` counts the record off, then dies
+/// before its CAS that frees it (`UnlockAfterCheck`, in `free_released`). Its recovery
+/// frees the record and counts it off again, and the count read 2^64 - 1 with no record
+/// in use.
+#[test]
+fn a_host_killed_between_its_count_off_and_its_free_leaves_the_count_right() {
+    for delete in [false, true] {
+        let pod = common::heap_pod(&config());
+        let [r, d] = leak_all(&pod);
+        k_with_a_record(r);
+        assert_eq!(r.inspect().records_in_use().0, 1);
+        let call: fn(&'static Host) = if delete {
+            |d| {
+                let _ = d.delete(b"k");
+            }
+        } else {
+            |d| {
+                let _ = d.make_read_shared(b"k");
+            }
+        };
+        dies_at(d, Point::UnlockAfterCheck, call);
+        leases_run_out(&[r]);
+        recover_by_hand(&pod, d.id(), r);
+        let census = r.inspect().record_census();
+        assert!(census.in_use.is_empty(), "k's record freed: {census:?}");
+        assert_eq!(
+            r.inspect().records_in_use().0,
+            0,
+            "delete {delete}: records in use, as the count says (the array has none)"
+        );
+    }
+}

@@ -686,9 +686,10 @@ impl Shared {
             locked: false,
             counter: held.counter & !1,
         };
-        // Counted off before the free, back if it fails: a switch of the width, which
-        // zeroes the count once it sees no record locked, comes after it.
-        self.records_in_use().fetch_sub(1, Ordering::Relaxed);
+        let count_first = self.count_off_before_the_free();
+        if count_first {
+            self.records_in_use().fetch_sub(1, Ordering::Relaxed);
+        }
         // One SCR access: the CAS, counted by `unlock_record` (or the mutant's store).
         let freed = if held.locked {
             self.unlock_record(record, held, free, c)
@@ -699,9 +700,24 @@ impl Shared {
             true
         };
         // Recovery frees it (and counts it) if this host was declared dead.
-        if !freed {
-            self.records_in_use().fetch_add(1, Ordering::Relaxed);
-        }
+        match (count_first, freed) {
+            (true, false) => self.records_in_use().fetch_add(1, Ordering::Relaxed),
+            (false, true) => self.records_in_use().fetch_sub(1, Ordering::Relaxed),
+            _ => 0,
+        };
+    }
+
+    /// Whether a free of a record whose release won counts it off before its CAS (and
+    /// back if the CAS fails) rather than after it. Before, in a pod without undo
+    /// images: a switch of the width, which zeroes the count once it sees no record
+    /// locked, comes after the count-off. After, in a pod with undo images: a holder
+    /// killed between the two leaves a record its recovery frees and counts off, and a
+    /// count-off before the CAS was counted twice (the count wrapped below 0); the switch
+    /// waits for the lock's announce, which goes after the count-off. Killed between the
+    /// CAS and the count-off, the count is one high, as for a claim killed between its
+    /// count and its CAS.
+    pub(super) fn count_off_before_the_free(&self) -> bool {
+        !self.undo_images()
     }
 
     /// The background reclaimer's round: while more records than the watermark allows are

@@ -135,8 +135,10 @@ impl Shared {
                 } else {
                     unlocked
                 };
-                // Counted off before the free (see `free_released`), back if it fails.
-                if won {
+                // Counted off as `free_released` does: before the free (back if it
+                // fails), or after it.
+                let count_first = won && self.count_off_before_the_free();
+                if count_first {
                     self.records_in_use().fetch_sub(1, Ordering::Relaxed);
                 }
                 // Only the lock's holder changes a locked record (or its recovery, if this
@@ -147,9 +149,11 @@ impl Shared {
                     changed.is_ok() || self.left_to_recovery(),
                     "record {record} changed under our lock"
                 );
-                if won && changed.is_err() {
-                    self.records_in_use().fetch_add(1, Ordering::Relaxed);
-                }
+                match (count_first, changed.is_ok()) {
+                    (true, false) => self.records_in_use().fetch_add(1, Ordering::Relaxed),
+                    (false, true) if won => self.records_in_use().fetch_sub(1, Ordering::Relaxed),
+                    _ => 0,
+                };
                 self.end_hold_of(hold);
             }
             Settle::Create { slot, .. } => {
