@@ -91,7 +91,8 @@ pub struct EventCounts {
     pub unlock_events: u64,
     /// Objects moved to this host's DRAM (local partitions: `MoveToHost` events that won).
     pub moves_to_host: u64,
-    /// Moves to this host's DRAM that lost in the log (an event about the object came first).
+    /// Moves to this host's DRAM that did not take effect: lost in the log (an event about
+    /// the object came first), or refused (their entry never reached it).
     pub moves_lost: u64,
     /// Objects this host moved back from its DRAM to CXL (`MoveToCxl` events: asked by RPC, or before an operation of its own that needs the object in CXL, or on leaving).
     pub move_backs: u64,

@@ -492,6 +492,43 @@ fn a_server_that_looked_at_the_flag_before_the_stop_serves_nothing_after_it() {
     a.inspect().set_serving(true);
 }
 
+/// A move to a's DRAM whose append was not confirmed (its entry published, the outcome
+/// not learned: a stalled replay) wins in the log once replayed: a holds the object and
+/// moves it back when b asks. It is counted as a move here, not as a lost one (it was
+/// counted lost, so a host's move backs outnumbered its moves here); a refused one is lost.
+#[cfg(feature = "chaos")]
+#[test]
+fn a_move_whose_append_failed_is_counted_by_its_outcome() {
+    use megalon_core::chaos::{self, Fault};
+    let (a, b) = a_and_b_with_k(config().local_partitions(2));
+    read(&a, b"k");
+    chaos::fail_next_appends(&[Fault::Unconfirmed]);
+    read(&a, b"k");
+    chaos::clear_forced_faults();
+    b.replay().unwrap();
+    a.replay().unwrap();
+    assert_eq!(a.lookup(b"k").unwrap().unwrap().local_owner, Some(a.id()));
+    assert_eq!(read(&b, b"k"), value(0));
+    let e = a.events();
+    assert_eq!(
+        (e.moves_to_host, e.moves_lost, e.move_backs),
+        (1, 0, 1),
+        "moves here, lost, back"
+    );
+    // Refused: nothing reached the log. (Asked back once, the object needs twice the
+    // accesses to move.)
+    for _ in 0..3 {
+        read(&a, b"k");
+    }
+    chaos::fail_next_appends(&[Fault::Refuse]);
+    read(&a, b"k");
+    chaos::clear_forced_faults();
+    a.replay().unwrap();
+    assert_eq!(a.lookup(b"k").unwrap().unwrap().local_owner, None);
+    let e = a.events();
+    assert_eq!((e.moves_to_host, e.moves_lost), (1, 1), "moves here, lost");
+}
+
 #[test]
 fn a_copy_is_read_locally_and_a_write_invalidates_it_without_waiting() {
     let (a, b) = a_and_b_with_k(config().local_copies(3));

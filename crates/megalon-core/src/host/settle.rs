@@ -6,6 +6,7 @@ use super::width::Gate;
 use super::Shared;
 
 use crate::chaos::Point;
+use crate::counters::Counter;
 use crate::error::Error;
 use crate::event::{Event, OwnedEvent};
 use crate::mutants::{self, Step};
@@ -167,7 +168,21 @@ impl Shared {
                 }
             }
             Settle::MoveToHost { slot } => {
-                if outcome != Some(Outcome::Moved) {
+                // Counted here, once its outcome is known: a move whose entry won after
+                // its append reported an error did move the object here (and its move
+                // back is counted).
+                let won = outcome == Some(Outcome::Moved);
+                self.with_counters(|c| {
+                    c.add(
+                        if won {
+                            Counter::MovesToHost
+                        } else {
+                            Counter::MovesLost
+                        },
+                        1,
+                    );
+                });
+                if !won {
                     self.deferred.lock().push(Deferred::DropOrphan { slot });
                 }
             }

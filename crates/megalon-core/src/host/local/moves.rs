@@ -182,7 +182,7 @@ impl Shared {
                 if let Some(object) = local.object(moving, entry.slot) {
                     object.state.store(ORPHANED, Ordering::Release);
                 }
-                c.add(Counter::MovesLost, 1);
+                // Counted by the settle, as won or lost, once the outcome is known.
                 return Err(error);
             }
         }
