@@ -989,19 +989,14 @@ mod tests {
                 break;
             }
         }
-        let started = Instant::now();
-        let dbsize = run(&["DBSIZE"]);
-        let took = started.elapsed();
-        assert_eq!(dbsize, format!(":{keys}\r\n"));
-        assert!(took < WAIT_LIMIT / 2, "DBSIZE took {took:?}");
-        let started = Instant::now();
+        // The answers alone tell: a replay answers the grant's error (no time bound,
+        // which a preempted test machine would break).
+        assert_eq!(run(&["DBSIZE"]), format!(":{keys}\r\n"));
         let info = run(&["INFO", "keyspace"]);
-        let took = started.elapsed();
         assert!(
             info.contains(&format!("db0:keys={keys},expires=0,avg_ttl=0\r\n")),
             "{info:?}"
         );
-        assert!(took < WAIT_LIMIT / 2, "INFO took {took:?}");
         drop(lagging);
     }
 
