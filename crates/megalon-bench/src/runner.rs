@@ -42,6 +42,15 @@ fn warm_up_plan(plan: &Plan, run: usize) -> Plan {
     }
 }
 
+/// The point of the warm-up run `run` before `plan` (dropped from the figures).
+fn warm_up(plan: &PlanAt, run: usize) -> PlanAt {
+    (
+        WARM_UP,
+        format!("{} (warm-up)", plan.1),
+        warm_up_plan(&plan.2, run),
+    )
+}
+
 /// One point of a panel to run: its x, the x's name, and the plan run there.
 pub type PlanAt = (f64, String, Plan);
 
@@ -451,14 +460,7 @@ impl Harness {
     ) -> Result<Vec<Measured>, String> {
         let mut points = Vec::new();
         for plan in plans {
-            let warm = [
-                (
-                    WARM_UP,
-                    format!("{} (warm-up)", plan.1),
-                    warm_up_plan(&plan.2, 0),
-                ),
-                plan.clone(),
-            ];
+            let warm = [warm_up(plan, 0), plan.clone()];
             points.extend(self.measure(kind, setup, series, &warm)?);
         }
         Ok(points.into_iter().filter(|p| p.x != WARM_UP).collect())
@@ -512,12 +514,7 @@ impl Harness {
         let mut before: Option<Measured> = None;
         let mut warm_ups = 0;
         while warm_ups < max_warm_ups {
-            let warm = (
-                WARM_UP,
-                format!("{} (warm-up)", plan.1),
-                warm_up_plan(&plan.2, warm_ups),
-            );
-            let now = self.run_plan(&*bench, series, &warm, workers)?;
+            let now = self.run_plan(&*bench, series, &warm_up(plan, warm_ups), workers)?;
             warm_ups += 1;
             let done = match &before {
                 Some(before) => settled(before, &now)?,

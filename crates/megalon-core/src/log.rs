@@ -472,9 +472,8 @@ impl Log {
         assert!(fewest > 0 && fewest <= count, "at least one position");
         let tail = Self::tail(pod);
         let mut backoff = Backoff::new(limit);
+        // Set once the wait is over: from then on a CAS takes what fits, down to `fewest`.
         let mut last_look = false;
-        // What a CAS must take: the batch whole until the wait is over.
-        let mut least = count;
         loop {
             let position = load(tail, Ordering::Acquire);
             let left = Self::MAX_POSITION.saturating_sub(position);
@@ -485,7 +484,7 @@ impl Log {
                 });
             }
             // Past the last position the batch whole never fits: what is left of them does.
-            let need = least.min(left);
+            let need = (if last_look { fewest } else { count }).min(left);
             // SeqCst (Acquire would do): pairs with the CAS in `advance_head`, so the
             // entries below head have been applied by every live host before we overwrite
             // them.
@@ -527,7 +526,6 @@ impl Log {
                 let now = load(tail, Ordering::Acquire);
                 if !last_look && now + fewest <= new_head + self.capacity {
                     last_look = true;
-                    least = fewest;
                     continue;
                 }
                 return Err(self.full(pod, laggard, new_head, position, backoff.waited()));
@@ -824,6 +822,22 @@ mod tests {
         assert_eq!(Log::ltail_of(&pod, 0, 2), Some(0), "life 2's word");
     }
 
+    /// `log.reserve(wanted)` waiting at most `limit`, each range it announces pushed to
+    /// `announced`.
+    fn reserve_noting(
+        log: &Log,
+        pod: &Pod,
+        wanted: RangeInclusive<u64>,
+        limit: Duration,
+        announced: &mut Vec<(u64, u64)>,
+    ) -> Result<(u64, u64)> {
+        let announce = |from, end| {
+            announced.push((from, end));
+            Ok(())
+        };
+        log.reserve(pod, wanted, limit, &Chaos::none(), announce, || Ok(()))
+    }
+
     /// Once its wait is over, a reservation takes what fits, down to the fewest it
     /// wants, and announces just those positions; with less room than that (or none) it
     /// is refused and takes nothing.
@@ -835,19 +849,8 @@ mod tests {
         // Nobody holds the head at 0: two positions free.
         Log::tail(&pod).store(capacity - 2, Ordering::SeqCst);
         let mut announced = Vec::new();
-        let mut reserve = |wanted| {
-            log.reserve(
-                &pod,
-                wanted,
-                Duration::ZERO,
-                &Chaos::none(),
-                |from, end| {
-                    announced.push((from, end));
-                    Ok(())
-                },
-                || Ok(()),
-            )
-        };
+        let mut reserve =
+            |wanted| reserve_noting(&log, &pod, wanted, Duration::ZERO, &mut announced);
         assert!(matches!(reserve(3..=4), Err(Error::LogFull { .. })));
         assert!(matches!(reserve(1..=4), Ok((p, 2)) if p == capacity - 2));
         assert!(matches!(reserve(1..=1), Err(Error::LogFull { .. })));
@@ -892,19 +895,8 @@ mod tests {
         Log::tail(&pod).store(first, Ordering::SeqCst);
         Log::head_word(&pod).store(first, Ordering::SeqCst);
         let mut announced = Vec::new();
-        let mut reserve = |wanted| {
-            log.reserve(
-                &pod,
-                wanted,
-                Duration::from_secs(5),
-                &Chaos::none(),
-                |from, end| {
-                    announced.push((from, end));
-                    Ok(())
-                },
-                || Ok(()),
-            )
-        };
+        let mut reserve =
+            |wanted| reserve_noting(&log, &pod, wanted, Duration::from_secs(5), &mut announced);
         let started = std::time::Instant::now();
         assert!(matches!(
             reserve(3..=4),

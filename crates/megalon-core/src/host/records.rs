@@ -686,38 +686,42 @@ impl Shared {
             locked: false,
             counter: held.counter & !1,
         };
-        let count_first = self.count_off_before_the_free();
-        if count_first {
+        // Recovery frees it (and counts it) if this host was declared dead.
+        self.counted_off(|| {
+            // One SCR access: the CAS, counted by `unlock_record` (or the mutant's store).
+            if held.locked {
+                self.unlock_record(record, held, free, c)
+            } else {
+                // A mutant skipped the lock: free whatever the word holds (the defect it
+                // shows).
+                c.add(Counter::ScrAtomics, 1);
+                self.records().store(record, free);
+                true
+            }
+        });
+    }
+
+    /// Runs `free`, the CAS that frees a record whose release won (`true` if it did), and
+    /// counts the record off the records in use: before the CAS (and back if it fails) in
+    /// a pod without undo images, after it in a pod with them; returns what `free` did.
+    /// Before: a switch of the width, which zeroes the count once it sees no record
+    /// locked, comes after the count-off. After: a holder killed between the two leaves a
+    /// record its recovery frees and counts off, and a count-off before the CAS was
+    /// counted twice (the count wrapped below 0); the switch waits for the lock's
+    /// announce, which goes after the count-off. Killed between the CAS and the count-off,
+    /// the count is one high, as for a claim killed between its count and its CAS.
+    pub(super) fn counted_off(&self, free: impl FnOnce() -> bool) -> bool {
+        let first = !self.undo_images();
+        if first {
             self.records_in_use().fetch_sub(1, Ordering::Relaxed);
         }
-        // One SCR access: the CAS, counted by `unlock_record` (or the mutant's store).
-        let freed = if held.locked {
-            self.unlock_record(record, held, free, c)
-        } else {
-            // A mutant skipped the lock: free whatever the word holds (the defect it shows).
-            c.add(Counter::ScrAtomics, 1);
-            self.records().store(record, free);
-            true
-        };
-        // Recovery frees it (and counts it) if this host was declared dead.
-        match (count_first, freed) {
+        let freed = free();
+        match (first, freed) {
             (true, false) => self.records_in_use().fetch_add(1, Ordering::Relaxed),
             (false, true) => self.records_in_use().fetch_sub(1, Ordering::Relaxed),
             _ => 0,
         };
-    }
-
-    /// Whether a free of a record whose release won counts it off before its CAS (and
-    /// back if the CAS fails) rather than after it. Before, in a pod without undo
-    /// images: a switch of the width, which zeroes the count once it sees no record
-    /// locked, comes after the count-off. After, in a pod with undo images: a holder
-    /// killed between the two leaves a record its recovery frees and counts off, and a
-    /// count-off before the CAS was counted twice (the count wrapped below 0); the switch
-    /// waits for the lock's announce, which goes after the count-off. Killed between the
-    /// CAS and the count-off, the count is one high, as for a claim killed between its
-    /// count and its CAS.
-    pub(super) fn count_off_before_the_free(&self) -> bool {
-        !self.undo_images()
+        freed
     }
 
     /// The background reclaimer's round: while more records than the watermark allows are

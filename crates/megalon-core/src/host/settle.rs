@@ -136,25 +136,16 @@ impl Shared {
                 } else {
                     unlocked
                 };
-                // Counted off as `free_released` does: before the free (back if it
-                // fails), or after it.
-                let count_first = won && self.count_off_before_the_free();
-                if count_first {
-                    self.records_in_use().fetch_sub(1, Ordering::Relaxed);
-                }
                 // Only the lock's holder changes a locked record (or its recovery, if this
                 // host was declared dead after its look above: paused past its lease). At
                 // the width the lock was taken at: no switch goes on while it is held.
-                let changed = self.records().compare_exchange(record, locked, to);
+                let cas = || self.records().compare_exchange(record, locked, to).is_ok();
+                // A free is counted off as `free_released` counts it.
+                let changed = if won { self.counted_off(cas) } else { cas() };
                 debug_assert!(
-                    changed.is_ok() || self.left_to_recovery(),
+                    changed || self.left_to_recovery(),
                     "record {record} changed under our lock"
                 );
-                match (count_first, changed.is_ok()) {
-                    (true, false) => self.records_in_use().fetch_add(1, Ordering::Relaxed),
-                    (false, true) if won => self.records_in_use().fetch_sub(1, Ordering::Relaxed),
-                    _ => 0,
-                };
                 self.end_hold_of(hold);
             }
             Settle::Create { slot, .. } => {
