@@ -99,6 +99,21 @@ pub enum Error {
         available_bytes: u64,
     },
 
+    /// An area the application asked of a pod's application SCR or LNR is larger than the
+    /// pod was made with ([`PodConfig::app_scr_bytes`](crate::PodConfig::app_scr_bytes),
+    /// [`PodConfig::app_lnr_bytes`](crate::PodConfig::app_lnr_bytes)).
+    #[error("{what} needs {needed_bytes} bytes of the application's {region}; the pod has {available_bytes}")]
+    AppAreaTooSmall {
+        /// What was asked for (a ring, say, with its size).
+        what: String,
+        /// Which of the two application areas.
+        region: Region,
+        /// The bytes it needs there.
+        needed_bytes: u64,
+        /// The bytes the pod was made with there.
+        available_bytes: u64,
+    },
+
     // ---- opening a pod ----
     /// The file does not start with megalon's magic number.
     #[error("{path}: not a megalon pod (magic {found:#018x})", path = path.display())]

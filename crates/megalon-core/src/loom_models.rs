@@ -682,7 +682,7 @@ fn loom_a_servers_recovery_that_sees_its_head_moved_answers_its_claim() {
             .app_scr_bytes(rpc::scr_bytes(entries))
             .app_lnr_bytes(entries * entry_bytes);
         let pod = small_pod(config, 2, 1024, 512, 2);
-        let ring = RingGeometry::in_app_areas(&pod, entries, entry_bytes);
+        let ring = RingGeometry::in_app_areas(&pod, entries, entry_bytes).expect("ring");
         let server = {
             let (pod, ring) = (Arc::clone(&pod), ring.clone());
             loom::thread::spawn(move || {

@@ -69,7 +69,7 @@
 //!     .app_scr_bytes(rpc::scr_bytes(entries))
 //!     .app_lnr_bytes(entries * entry_bytes);
 //! let pod = Arc::new(Pod::create(&config, Backing::heap())?);
-//! let ring = RingGeometry::in_app_areas(&pod, entries, entry_bytes);
+//! let ring = RingGeometry::in_app_areas(&pod, entries, entry_bytes)?;
 //! ring.initialize(&pod);
 //!
 //! let sender = Memory::new(Arc::clone(&pod), MemoryKind::simulated(1));
@@ -96,6 +96,7 @@ use std::ops::{ControlFlow, Range};
 use std::time::Duration;
 
 use crate::backoff::Backoff;
+use crate::error::{Error, Region};
 use crate::limits::LINE_BYTES;
 use crate::memory::Memory;
 use crate::pod::Pod;
@@ -246,26 +247,63 @@ impl RingGeometry {
     /// [`PodConfig::app_lnr_bytes`](crate::PodConfig::app_lnr_bytes) of at least
     /// `entries * entry_bytes`.
     ///
-    /// # Panics
-    /// If the areas are smaller than that, or as [`RingGeometry::new`] does.
-    pub fn in_app_areas(pod: &Pod, entries: u64, entry_bytes: u64) -> Self {
-        let (config, layout) = (pod.config(), pod.layout());
-        assert!(
-            config.app_scr_bytes >= scr_bytes(entries)
-                && config.app_lnr_bytes >= entries.saturating_mul(entry_bytes),
-            "a ring of {entries} entries of {entry_bytes} bytes needs {} bytes of application \
-             SCR and {} of application LNR; the pod has {} and {}",
-            scr_bytes(entries),
-            entries.saturating_mul(entry_bytes),
-            config.app_scr_bytes,
-            config.app_lnr_bytes
-        );
-        Self::new(
+    /// # Errors
+    /// [`Error::ZeroSize`] for no entries; [`Error::UnalignedSize`] or
+    /// [`Error::BelowMinimum`] for an entry that is not whole lines or has no room for
+    /// its header (make it with [`entry_bytes`]); [`Error::AppAreaTooSmall`] if the pod's
+    /// application areas are smaller than the ring. Nothing of the pod is touched.
+    pub fn in_app_areas(pod: &Pod, entries: u64, entry_bytes: u64) -> Result<Self, Error> {
+        if entries == 0 {
+            return Err(Error::ZeroSize {
+                parameter: "entries",
+            });
+        }
+        if !entry_bytes.is_multiple_of(LINE_BYTES) {
+            return Err(Error::UnalignedSize {
+                parameter: "entry_bytes",
+                value: entry_bytes,
+                alignment: LINE_BYTES,
+            });
+        }
+        if entry_bytes < RING_HEADER_BYTES {
+            return Err(Error::BelowMinimum {
+                parameter: "entry_bytes",
+                value: entry_bytes,
+                minimum: RING_HEADER_BYTES,
+            });
+        }
+        let config = pod.config();
+        let what = || format!("a ring of {entries} entries of {entry_bytes} bytes");
+        // Past this many entries their words alone would not fit in a u64.
+        let needed_scr = if entries <= u64::MAX / 32 {
+            scr_bytes(entries)
+        } else {
+            u64::MAX
+        };
+        if config.app_scr_bytes < needed_scr {
+            return Err(Error::AppAreaTooSmall {
+                what: what(),
+                region: Region::Scr,
+                needed_bytes: needed_scr,
+                available_bytes: config.app_scr_bytes,
+            });
+        }
+        let needed_lnr = entries.saturating_mul(entry_bytes);
+        if config.app_lnr_bytes < needed_lnr {
+            return Err(Error::AppAreaTooSmall {
+                what: what(),
+                region: Region::Lnr,
+                needed_bytes: needed_lnr,
+                available_bytes: config.app_lnr_bytes,
+            });
+        }
+        let layout = pod.layout();
+        Ok(Self::new(
             layout.app_scr_offset,
             layout.app_lnr_offset,
             entries,
             entry_bytes,
-        )
+        ))
     }
 
     fn check(&self) {

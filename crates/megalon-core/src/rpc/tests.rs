@@ -28,7 +28,7 @@ fn ring_pod(entries: u64) -> (Arc<Pod>, RingGeometry) {
         .app_scr_bytes(scr_bytes(entries))
         .app_lnr_bytes(entries * entry_bytes);
     let pod = Arc::new(Pod::create(&config, Backing::heap()).expect("pod"));
-    let ring = RingGeometry::in_app_areas(&pod, entries, entry_bytes);
+    let ring = RingGeometry::in_app_areas(&pod, entries, entry_bytes).expect("ring");
     ring.initialize(&pod);
     (pod, ring)
 }
@@ -1691,15 +1691,86 @@ fn a_request_abandoned_after_its_recoverer_was_killed_is_freed_by_the_next_recov
     recovered_then_served_by_the_next_life(&pod, &ring);
 }
 
-/// A ring asked of application areas too small for it is refused by name, not laid over
-/// what follows them.
+/// A ring asked of application areas too small for it, or with entries it cannot lay out,
+/// is refused by a typed error that names what it needs, not laid over what follows the
+/// areas.
 #[test]
-#[should_panic(expected = "a ring of 4 entries of 320 bytes needs")]
 fn a_ring_larger_than_the_application_areas_is_refused() {
     let entry_bytes = entry_bytes(MAX_KEY_BYTES, PAYLOAD_BYTES);
     let config = PodConfig::new()
         .app_scr_bytes(scr_bytes(4))
         .app_lnr_bytes(3 * entry_bytes);
     let pod = Pod::create(&config, Backing::heap()).expect("pod");
-    RingGeometry::in_app_areas(&pod, 4, entry_bytes);
+    match RingGeometry::in_app_areas(&pod, 4, entry_bytes) {
+        Err(Error::AppAreaTooSmall {
+            region: Region::Lnr,
+            needed_bytes,
+            available_bytes,
+            ..
+        }) => {
+            assert_eq!(
+                (needed_bytes, available_bytes),
+                (4 * entry_bytes, 3 * entry_bytes)
+            );
+        }
+        other => panic!("a ring of 4 entries in room for 3: {other:?}"),
+    }
+    // A state and a sender word an entry, in whole lines: 9 entries need a line more of
+    // each than the 4 the area was made for.
+    let err = RingGeometry::in_app_areas(&pod, 9, entry_bytes).expect_err("9 entries");
+    assert!(
+        matches!(err, Error::AppAreaTooSmall { region: Region::Scr, needed_bytes, .. }
+            if needed_bytes == scr_bytes(9)),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("a ring of 9 entries of 320 bytes needs"),
+        "{err}"
+    );
+    let err = RingGeometry::in_app_areas(&pod, u64::MAX, entry_bytes).expect_err("huge");
+    assert!(
+        matches!(
+            err,
+            Error::AppAreaTooSmall {
+                region: Region::Scr,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let err = RingGeometry::in_app_areas(&pod, 0, entry_bytes).expect_err("none");
+    assert!(
+        matches!(
+            err,
+            Error::ZeroSize {
+                parameter: "entries"
+            }
+        ),
+        "{err:?}"
+    );
+    let err = RingGeometry::in_app_areas(&pod, 3, entry_bytes + 8).expect_err("unaligned");
+    assert!(
+        matches!(
+            err,
+            Error::UnalignedSize {
+                parameter: "entry_bytes",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let err = RingGeometry::in_app_areas(&pod, 3, 0).expect_err("no header");
+    assert!(
+        matches!(
+            err,
+            Error::BelowMinimum {
+                parameter: "entry_bytes",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let ring = RingGeometry::in_app_areas(&pod, 3, entry_bytes).expect("3 entries fit");
+    assert_eq!(ring.entries, 3);
 }
