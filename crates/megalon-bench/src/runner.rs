@@ -42,6 +42,35 @@ fn warm_up_plan(plan: &Plan, run: usize) -> Plan {
     }
 }
 
+/// `plans`, to run one after another on one store, each with draws of its own: a plan
+/// whose seed a plan before it has (every plan of [`Harness::plan`] has [`PLAN_SEED`])
+/// gets another, made from its seed and its place; the others are left as they are.
+/// With one seed, each run drew the keys of the run before it in the same order, and
+/// at a write mix that draws the same uniform for an operation's kind (YCSB's, or
+/// [`Choice::Mix`]'s `write_ratio`), wrote every key where a run of fewer writes had
+/// written it: YCSB A found the records of B's writes in place, Figures 13 and 15's
+/// 50% those of their 5%, and Figure 8's measured runs replayed their warm-ups.
+fn draws_of_their_own(plans: &[PlanAt]) -> Vec<PlanAt> {
+    let mut seeds: Vec<u64> = Vec::new();
+    plans
+        .iter()
+        .enumerate()
+        .map(|(place, (x, x_name, plan))| {
+            let mut seed = plan.seed;
+            let mut tries = 0u64;
+            while seeds.contains(&seed) {
+                tries += 1;
+                seed = plan.seed
+                    ^ 0x4f57_4e5f_4452_0000u64
+                        .wrapping_add((place as u64) << 8)
+                        .wrapping_add(tries);
+            }
+            seeds.push(seed);
+            (*x, x_name.clone(), Plan { seed, ..*plan })
+        })
+        .collect()
+}
+
 /// The point of the warm-up run `run` before `plan` (dropped from the figures).
 fn warm_up(plan: &PlanAt, run: usize) -> PlanAt {
     (
@@ -395,7 +424,7 @@ impl Harness {
         let first = &plans.first().expect("a plan").2;
         let bench = self.build_loaded(kind, setup, series, first, workers)?;
         let mut out = Vec::new();
-        for plan in plans {
+        for plan in &draws_of_their_own(plans) {
             out.push(self.run_plan(&*bench, series, plan, workers)?);
         }
         Ok(out)
@@ -773,6 +802,83 @@ mod tests {
             plan,
             "the same workload"
         );
+    }
+
+    /// A store's runs draw keys of their own: Figure 14's workloads (one seed, one
+    /// store) each get a seed no other has, Figure 8's measured run is not its warm-up's
+    /// sequence again, and plans whose seeds differ already (a warm-up of
+    /// [`warm_up_plan`] and its run) are left as they are.
+    #[test]
+    fn runs_on_one_store_draw_keys_of_their_own() {
+        let plan = |choice| Plan {
+            keys: 1000,
+            key_bytes: KEY_BYTES,
+            value_bytes: VALUE_BYTES,
+            choice,
+            seed: PLAN_SEED,
+        };
+        let ycsb: Vec<PlanAt> = megalon_workload::Workload::CORE
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (i as f64, w.name().to_string(), plan(Choice::Ycsb(*w))))
+            .collect();
+        let run = draws_of_their_own(&ycsb);
+        let mut seeds: Vec<u64> = run.iter().map(|p| p.2.seed).collect();
+        seeds.sort_unstable();
+        seeds.dedup();
+        assert_eq!(seeds.len(), ycsb.len(), "{run:?}");
+        for (ran, asked) in run.iter().zip(&ycsb) {
+            assert_eq!((ran.0, &ran.1), (asked.0, &asked.1));
+            assert_eq!(
+                Plan {
+                    seed: asked.2.seed,
+                    ..ran.2
+                },
+                asked.2
+            );
+        }
+        assert_eq!(run[0].2.seed, PLAN_SEED, "the first run keeps its seed");
+        // Figure 8: a warm-up and its run, of one seed.
+        let five = plan(Choice::Mix {
+            write_ratio: 0.05,
+            skew: 0.99,
+        });
+        let warm = [(-1.0, "w".into(), five), (0.0, "m".into(), five)];
+        let run = draws_of_their_own(&warm);
+        assert_ne!(run[0].2.seed, run[1].2.seed);
+        // A warm-up of its own and its run: nothing to change.
+        let at = (0.0, "m".to_string(), five);
+        let warm = [warm_up(&at, 0), at];
+        assert_eq!(draws_of_their_own(&warm), warm.to_vec());
+    }
+
+    /// Why: one seed draws one sequence of keys whatever the write mix, and a put
+    /// wherever a mix of fewer puts put. A run of 50% writes after one of 5% on a store
+    /// wrote every key the 5% run had written, at the same place in its sequence.
+    #[test]
+    fn one_seed_replays_the_keys_and_the_puts_of_a_run_of_fewer_writes() {
+        let mix = |write_ratio| crate::mix::Mix {
+            keys: 10_000,
+            value_bytes: 8,
+            write_ratio,
+            skew: 0.99,
+            seed: PLAN_SEED,
+        };
+        let (mut five, mut half) = (
+            crate::mix::Draws::new(&mix(0.05), 0),
+            crate::mix::Draws::new(&mix(0.5), 0),
+        );
+        let mut value = [0u8; 8];
+        let (mut puts, mut replayed) = (0, 0);
+        for _ in 0..10_000 {
+            let (a, b) = (five.next(&mut value), half.next(&mut value));
+            assert_eq!(a.index(), b.index());
+            if let crate::mix::Draw::Put { .. } = a {
+                puts += 1;
+                replayed += u32::from(matches!(b, crate::mix::Draw::Put { .. }));
+            }
+        }
+        assert!(puts > 0 && replayed == puts, "{replayed} of {puts}");
     }
 
     fn point(series: &str, x: f64, per_op: Vec<(&'static str, f64)>) -> Measured {
