@@ -509,6 +509,72 @@ fn a_batch_the_log_has_room_for_in_part_appends_that_part() {
     assert_eq!(busy.inspect().log_cursors().2, start + CAPACITY, "full");
 }
 
+/// A request of a batch that the log had room for only part of answers once its part is
+/// appended, not once the rest of the batch has waited out its own limits: with one entry
+/// free (another host holds the head) and two creates queued behind a held combiner, the
+/// second half a limit after the first, the batch appends the first when the first's
+/// limit runs out, and the second waits on for room that never comes. The first must
+/// answer within its own limit. (It answered with the second, refused half a limit
+/// later: a create made at 1 s of its 1 s limit answered after 1.5 s.)
+#[cfg(feature = "chaos")]
+#[test]
+fn a_request_appended_in_part_of_a_batch_answers_within_its_limit() {
+    use megalon_core::chaos::Point;
+    const LIMIT: Duration = Duration::from_millis(1000);
+    let Timed {
+        value: (early, late),
+        took,
+        stopped,
+    } = timed_unstopped(|| {
+        let pod = pod(small_config());
+        let quiet = HostOptions::new().pump_interval(None);
+        let busy = combining_unpumped(&pod, LIMIT);
+        let idle = Host::join(&pod, Join::As(1), quiet).unwrap();
+        // Slots claimed, so that a create is one entry; host 1 holds the head here.
+        busy.create(b"warm", b"v").unwrap();
+        idle.replay().unwrap();
+        let start = idle.inspect().applied_position();
+        for i in 0.. {
+            let (_, _, tail) = busy.inspect().log_cursors();
+            if tail == start + CAPACITY - 2 {
+                break;
+            }
+            busy.create(format!("k{i}").as_bytes(), b"v").unwrap();
+        }
+        // The combiner's own entry takes one of the two.
+        let (combiner, go) = create_held_at(&busy, b"first", Point::AppendAfterReserve);
+        let spawn = |key: &'static [u8]| {
+            let busy = Arc::clone(&busy);
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                let answer = busy.create(key, b"v");
+                (answer, started, Instant::now())
+            })
+        };
+        let early = spawn(b"early");
+        std::thread::sleep(LIMIT / 2);
+        let late = spawn(b"late");
+        // Both queued, each well within its limit: one batch, with 0.3 of a limit left
+        // of the early one's and 0.8 of the late one's.
+        std::thread::sleep(LIMIT / 5);
+        go.send(()).unwrap();
+        combiner.join().unwrap().unwrap();
+        let (early, from, to) = early.join().unwrap();
+        let (late, ..) = late.join().unwrap();
+        ((early, late), from, to)
+    });
+    assert!(early.is_ok(), "the early create: {early:?}");
+    assert!(
+        matches!(late, Err(Error::LogFull { .. })),
+        "the late create: {late:?}"
+    );
+    assert!(
+        took < LIMIT + LIMIT / 4 + stopped,
+        "the early create, appended, answered after {took:?} ({stopped:?} of it stopped) \
+         with a limit of {LIMIT:?}"
+    );
+}
+
 /// Hosts 0, 1 and 2 (a, b and d) of `pod`, without pumps or flat combining, each waiting
 /// at most `wait`, but b `b_wait`. Each holds claimed slots, so that a create is one
 /// entry. Returns them and the position every replica is at.

@@ -460,7 +460,7 @@ impl Shared {
                 owned.clone(),
                 settle,
                 self.options.wait_limit,
-                |requests, limits| self.append_batch(requests, limits),
+                |requests, limits, answer| self.append_batch(requests, limits, answer, true),
             );
             match result {
                 Err(Error::CombinerStalled { waited_ms }) => {
@@ -483,23 +483,36 @@ impl Shared {
             }
             result
         } else {
-            self.append_batch(&[(owned, settle)], &[self.options.wait_limit])
-                .pop()
-                .expect("one result per event")
+            let mut result = None;
+            self.append_batch(
+                &[(owned, settle)],
+                &[self.options.wait_limit],
+                &mut |_, answer| result = Some(answer),
+                false,
+            );
+            result.expect("one result per event")
         }
     }
 
     /// Appends `requests` in as few batches as the ring allows, applies them on this
-    /// replica, advances `ctail`, and returns their outcomes in order. A request that
-    /// fails is settled here: at once if it never reached the log, else when replay
-    /// applies it. Each request waits for room in the log at most its own `limits[i]` from
-    /// now (what is left of its wait limit: see `append_within`); a later wait for an
-    /// outcome is the wait limit.
+    /// replica, advances `ctail`, and gives each its outcome through `answer` (with its
+    /// index) as soon as it is known. A request that fails is settled here: at once if it
+    /// never reached the log, else when replay applies it. Each request waits for room in
+    /// the log at most its own `limits[i]` from now (what is left of its wait limit: see
+    /// `append_within`); a later wait for an outcome is the wait limit.
+    ///
+    /// With `hand_off` (a combiner's batch), once some of its requests are answered and
+    /// the others must wait on for room, those others are left unanswered, untouched, for
+    /// the combiner to queue again: the combiner's thread, whose own request may be one of
+    /// those answered, does not serve the rest's waits (it answered its caller only once
+    /// they were over: a create appended at 1 s of its 1 s limit after 1.5 s).
     pub(super) fn append_batch(
         &self,
         requests: &[(OwnedEvent, Settle)],
         limits: &[Duration],
-    ) -> Vec<Result<Outcome>> {
+        answer: &mut dyn FnMut(usize, Result<Outcome>),
+        hand_off: bool,
+    ) {
         debug_assert_eq!(requests.len(), limits.len());
         let now = std::time::Instant::now();
         // Checked: a wait limit of `Duration::MAX` has no deadline.
@@ -510,8 +523,9 @@ impl Shared {
                 d.saturating_duration_since(std::time::Instant::now())
             })
         };
-        let mut results: Vec<Option<Result<Outcome>>> = requests.iter().map(|_| None).collect();
         let mut refused: Option<Error> = None;
+        // Some of an earlier part were left for a later batch: so are these.
+        let mut left_some = false;
         // The earliest deadlines first (the queue's order, mostly): a batch the log has
         // room for only part of appends those.
         let mut indices: Vec<usize> = (0..requests.len()).collect();
@@ -523,34 +537,37 @@ impl Shared {
                     for &i in chunk {
                         let (event, settle) = &requests[i];
                         self.settle(*settle, None, event);
-                        results[i] = Some(Err(error.clone()));
+                        answer(i, Err(error.clone()));
                     }
                 }
-                None => refused = self.append_within(requests, chunk, &left, &mut results),
+                None if left_some => {}
+                None => match self.append_within(requests, chunk, &left, answer, hand_off) {
+                    Within::Done => {}
+                    Within::Refused(error) => refused = Some(error),
+                    Within::Left => left_some = true,
+                },
             }
         }
-        results
-            .into_iter()
-            .map(|result| result.expect("one result per request"))
-            .collect()
     }
 
     /// Appends the requests `chunk` names (at most the ring's capacity, the earliest
     /// deadline first), each waiting for room in the log at most what `left` says is left
-    /// of its limit, into `results`. A batch waits the least of them: when the log has no
-    /// room for the whole batch that long, the requests it has room for are appended
-    /// (from the first), and the others wait on in a batch of their own; when it has room
-    /// for none, the request whose limit ran out is refused (and any other whose limit is
-    /// over), and the others wait on (nothing of a refused batch reached the log); any
-    /// other error refuses them all. Returns the error that refused the last of them, if
-    /// it did.
+    /// of its limit, and answers each through `answer` once it is decided (not once the
+    /// others are). A batch waits the least of them: when the log has no room for the
+    /// whole batch that long, the requests it has room for are appended (from the first),
+    /// and the others wait on in a batch of their own; when it has room for none, the
+    /// request whose limit ran out is refused (and any other whose limit is over), and the
+    /// others wait on (nothing of a refused batch reached the log); any other error
+    /// refuses them all. With `hand_off`, the others are left unanswered instead of waiting
+    /// on here (see `append_batch`).
     fn append_within(
         &self,
         requests: &[(OwnedEvent, Settle)],
         chunk: &[usize],
         left: &dyn Fn(usize) -> Duration,
-        results: &mut [Option<Result<Outcome>>],
-    ) -> Option<Error> {
+        answer: &mut dyn FnMut(usize, Result<Outcome>),
+        hand_off: bool,
+    ) -> Within {
         let mut pending = chunk.to_vec();
         while !pending.is_empty() {
             let limit = pending.iter().map(|&i| left(i)).min().unwrap_or_default();
@@ -567,9 +584,12 @@ impl Shared {
                     // The first of them, or all.
                     let appended = outcomes.len();
                     for (&i, outcome) in pending.iter().zip(outcomes) {
-                        results[i] = Some(outcome);
+                        answer(i, outcome);
                     }
                     pending.drain(..appended);
+                    if hand_off && !pending.is_empty() {
+                        return Within::Left;
+                    }
                     continue;
                 }
                 Err(error) => error,
@@ -587,15 +607,18 @@ impl Shared {
                 } else {
                     let (event, settle) = &requests[i];
                     self.settle(*settle, None, event);
-                    results[i] = Some(Err(error.clone()));
+                    answer(i, Err(error.clone()));
                 }
             }
             if kept.is_empty() {
-                return Some(error);
+                return Within::Refused(error);
+            }
+            if hand_off {
+                return Within::Left;
             }
             pending = kept;
         }
-        None
+        Within::Done
     }
 
     /// Appends one batch (at most the ring's capacity), waiting for room in the log for
@@ -997,6 +1020,16 @@ impl Shared {
             _ => Err(Error::ObjectExists),
         }
     }
+}
+
+/// How [`Shared::append_within`] ended.
+enum Within {
+    /// Every request answered, the last of them appended.
+    Done,
+    /// Every request answered, the last of them refused with this error.
+    Refused(Error),
+    /// Some answered, the others left unanswered for a later batch (`hand_off`).
+    Left,
 }
 
 /// Marks its host as one whose append panicked (`Shared::left_unsettled`) if dropped by a

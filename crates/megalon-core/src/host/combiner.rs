@@ -19,7 +19,9 @@
 //! for all of it until its earliest limit runs out, then appends what the log has room
 //! for, the earliest limits first, and the rest wait on, each within its own limit. (It
 //! refused its requests one at a time as their limits ran out, each of which would have
-//! fit.) A batch larger than the ring is appended a ring's worth at a time, and once one
+//! fit.) Those requests wait on queued again, for the next combiner (one of their own
+//! threads): the combiner's thread, whose own request may have been answered, does not
+//! wait out the rest's limits before it answers its caller. A batch larger than the ring is appended a ring's worth at a time, and once one
 //! of those is refused for room, the ones after it are refused with it.
 
 use std::sync::Arc;
@@ -58,6 +60,9 @@ impl Drop for AnswerOnUnwind<'_> {
     }
 }
 
+/// How an append answers the request at an index of its batch.
+pub(crate) type Answer<'a> = dyn FnMut(usize, Result<Outcome>) + 'a;
+
 /// The combining queue of one host.
 #[derive(Debug, Default)]
 pub(crate) struct Combiner {
@@ -68,13 +73,16 @@ pub(crate) struct Combiner {
 impl Combiner {
     /// Runs `event` through the combiner: `append` is called by whichever thread combines,
     /// with every queued event and its settle and what is left of each one's wait limit,
-    /// and returns one result per event.
+    /// and gives each event its result (by its index) through its last argument, at most
+    /// once, as soon as it has it. The events it gives none are queued again, for a later
+    /// batch: an append that has answered part of its batch (the log had room for part of
+    /// it) leaves the rest's wait for room to their own threads.
     pub(crate) fn submit(
         &self,
         event: OwnedEvent,
         settle: Settle,
         wait_limit: Duration,
-        append: impl Fn(&[(OwnedEvent, Settle)], &[Duration]) -> Vec<Result<Outcome>>,
+        append: impl Fn(&[(OwnedEvent, Settle)], &[Duration], &mut Answer<'_>),
     ) -> Result<Outcome> {
         let request = Arc::new(Request {
             event,
@@ -100,11 +108,23 @@ impl Combiner {
                         .iter()
                         .map(|r| wait_limit.saturating_sub(r.queued.elapsed()))
                         .collect();
-                    let results = append(&events, &limits);
+                    let mut answered = vec![false; batch.len()];
+                    append(&events, &limits, &mut |i, result| {
+                        *batch[i].outcome.lock() = Some(result);
+                        answered[i] = true;
+                    });
                     std::mem::forget(guard);
-                    debug_assert_eq!(results.len(), batch.len());
-                    for (request, result) in batch.iter().zip(results) {
-                        *request.outcome.lock() = Some(result);
+                    // The requests it left for a later batch go back to the queue, first
+                    // (their threads, this one among them, combine them next, each within
+                    // what is left of its limit, or withdraw them past it).
+                    let left: Vec<Arc<Request>> = batch
+                        .iter()
+                        .zip(&answered)
+                        .filter(|(_, &answered)| !answered)
+                        .map(|(request, _)| Arc::clone(request))
+                        .collect();
+                    if !left.is_empty() {
+                        self.queue.lock().splice(0..0, left);
                     }
                     continue;
                 }
