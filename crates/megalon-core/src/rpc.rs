@@ -273,28 +273,29 @@ impl RingGeometry {
             });
         }
         let config = pod.config();
-        let what = || format!("a ring of {entries} entries of {entry_bytes} bytes");
         // Past this many entries their words alone would not fit in a u64.
         let needed_scr = if entries <= u64::MAX / 32 {
             scr_bytes(entries)
         } else {
             u64::MAX
         };
-        if config.app_scr_bytes < needed_scr {
+        let areas = [
+            (Region::Scr, needed_scr, config.app_scr_bytes),
+            (
+                Region::Lnr,
+                entries.saturating_mul(entry_bytes),
+                config.app_lnr_bytes,
+            ),
+        ];
+        if let Some(&(region, needed_bytes, available_bytes)) = areas
+            .iter()
+            .find(|(_, needed, available)| available < needed)
+        {
             return Err(Error::AppAreaTooSmall {
-                what: what(),
-                region: Region::Scr,
-                needed_bytes: needed_scr,
-                available_bytes: config.app_scr_bytes,
-            });
-        }
-        let needed_lnr = entries.saturating_mul(entry_bytes);
-        if config.app_lnr_bytes < needed_lnr {
-            return Err(Error::AppAreaTooSmall {
-                what: what(),
-                region: Region::Lnr,
-                needed_bytes: needed_lnr,
-                available_bytes: config.app_lnr_bytes,
+                what: format!("a ring of {entries} entries of {entry_bytes} bytes"),
+                region,
+                needed_bytes,
+                available_bytes,
             });
         }
         let layout = pod.layout();

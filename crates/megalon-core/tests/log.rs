@@ -386,6 +386,27 @@ fn combining_unpumped(pod: &Arc<Pod>, limit: Duration) -> Arc<Host> {
     Arc::new(Host::join(pod, Join::As(0), options).unwrap())
 }
 
+/// A pod of [`small_config`] whose log has `free` entries left: host 0 (combining, no
+/// pump, waiting at most `limit`) appended the rest, and host 1 (no pump) holds the
+/// head. Host 0 holds claimed slots, so that a create is one entry. Returns both and the
+/// position host 1 is at.
+fn with_room_for(free: u64, limit: Duration) -> (Arc<Host>, Host, u64) {
+    let pod = pod(small_config());
+    let quiet = HostOptions::new().pump_interval(None);
+    let busy = combining_unpumped(&pod, limit);
+    let idle = Host::join(&pod, Join::As(1), quiet).unwrap();
+    busy.create(b"warm", b"v").unwrap();
+    idle.replay().unwrap();
+    let start = idle.inspect().applied_position();
+    for i in 0.. {
+        let (_, _, tail) = busy.inspect().log_cursors();
+        if tail == start + CAPACITY - free {
+            break;
+        }
+        busy.create(format!("k{i}").as_bytes(), b"v").unwrap();
+    }
+    (busy, idle, start)
+}
 /// A request withdrawn from the combining queue hears `LogFull` only if the log had no
 /// room at some instant of the look: here the combiner is held with room in the log, and
 /// while the withdrawn request's look at the rows has read host 1's `ltail` at the head,
@@ -462,21 +483,7 @@ fn a_batch_the_log_has_room_for_in_part_appends_that_part() {
     use megalon_core::chaos::Point;
     const LIMIT: Duration = Duration::from_millis(500);
     const QUEUED: usize = 5;
-    let pod = pod(small_config());
-    let quiet = HostOptions::new().pump_interval(None);
-    let busy = combining_unpumped(&pod, LIMIT);
-    let idle = Host::join(&pod, Join::As(1), quiet).unwrap();
-    // Slots claimed, so that a create is one entry; host 1 holds the head here.
-    busy.create(b"warm", b"v").unwrap();
-    idle.replay().unwrap();
-    let start = idle.inspect().applied_position();
-    for i in 0.. {
-        let (_, _, tail) = busy.inspect().log_cursors();
-        if tail == start + CAPACITY - 4 {
-            break;
-        }
-        busy.create(format!("k{i}").as_bytes(), b"v").unwrap();
-    }
+    let (busy, _idle, start) = with_room_for(4, LIMIT);
     // The combiner's own entry takes one of the four.
     let (combiner, go) = create_held_at(&busy, b"first", Point::AppendAfterReserve);
     let queued: Vec<_> = (0..QUEUED)
@@ -526,21 +533,7 @@ fn a_request_appended_in_part_of_a_batch_answers_within_its_limit() {
         took,
         stopped,
     } = timed_unstopped(|| {
-        let pod = pod(small_config());
-        let quiet = HostOptions::new().pump_interval(None);
-        let busy = combining_unpumped(&pod, LIMIT);
-        let idle = Host::join(&pod, Join::As(1), quiet).unwrap();
-        // Slots claimed, so that a create is one entry; host 1 holds the head here.
-        busy.create(b"warm", b"v").unwrap();
-        idle.replay().unwrap();
-        let start = idle.inspect().applied_position();
-        for i in 0.. {
-            let (_, _, tail) = busy.inspect().log_cursors();
-            if tail == start + CAPACITY - 2 {
-                break;
-            }
-            busy.create(format!("k{i}").as_bytes(), b"v").unwrap();
-        }
+        let (busy, _idle, _) = with_room_for(2, LIMIT);
         // The combiner's own entry takes one of the two.
         let (combiner, go) = create_held_at(&busy, b"first", Point::AppendAfterReserve);
         let spawn = |key: &'static [u8]| {
