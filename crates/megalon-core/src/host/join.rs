@@ -53,6 +53,19 @@ struct Mailbox<'p> {
     acked: &'p AtomicU64,
 }
 
+impl Mailbox<'_> {
+    /// Ends joiner session `me`, whose server (session `server`) is gone: its words are
+    /// cleared by CASes from what this session and that server left, so the next session
+    /// is served from the start. Only those: a joiner paused here past its lease (and
+    /// recovered) may resume after another joiner took the mailbox and another server
+    /// stored `ready` for it, and a plain store of 0 would wipe that, leaving the new
+    /// joiner to wait out its whole limit for a snapshot it was being sent.
+    fn end_gone_session(&self, me: u64, server: u64) {
+        let _ = (self.ready).compare_exchange(me, 0, Ordering::SeqCst, Ordering::SeqCst);
+        let _ = (self.server).compare_exchange(server, 0, Ordering::SeqCst, Ordering::SeqCst);
+    }
+}
+
 /// What `server` holds while life `life` of host `id` serves the mailbox: its session,
 /// as `request` holds the joiner's. (An id alone would name a later life too: a server
 /// killed mid-stream whose id is claimed again before its joiner looks would look alive
@@ -183,10 +196,7 @@ impl Shared {
         let server = mailbox.server.load(Ordering::SeqCst);
         let server_gone = server != 0 && self.server_gone(server);
         if server_gone {
-            // Its session is ours to end: the next session is served from the start.
-            mailbox.ready.store(0, Ordering::SeqCst);
-            let _ =
-                (mailbox.server).compare_exchange(server, 0, Ordering::SeqCst, Ordering::SeqCst);
+            mailbox.end_gone_session(me, server);
         }
         let _ = mailbox
             .request

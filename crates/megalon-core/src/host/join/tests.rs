@@ -274,6 +274,41 @@ fn a_server_declared_dead_leaves_the_next_servers_mailbox_words() {
     );
 }
 
+/// A joiner that found its server gone ends only its own session: resumed after a pause
+/// past its lease, by when another joiner took the mailbox and another server stored
+/// `ready` and `server` for it, it leaves those words as they are (a plain store of 0 to
+/// `ready` made the new joiner wait out its limit for a snapshot being sent to it).
+#[test]
+fn a_joiner_ending_its_gone_session_leaves_the_next_sessions_words() {
+    let pod = Arc::new(Pod::create(&small_config(), Backing::heap()).unwrap());
+    let mb = mailbox(&pod);
+    let (old, new) = (host_table::session(3, 1), host_table::session(4, 1));
+    let (old_server, new_server) = (server_word(1, 1), server_word(2, 1));
+    // Another session's, stored while this joiner was paused.
+    mb.ready.store(new, Ordering::SeqCst);
+    mb.server.store(new_server, Ordering::SeqCst);
+    mb.end_gone_session(old, old_server);
+    assert_eq!(
+        (
+            mb.ready.load(Ordering::SeqCst),
+            mb.server.load(Ordering::SeqCst)
+        ),
+        (new, new_server),
+        "the next session's words"
+    );
+    // Its own: cleared.
+    mb.ready.store(old, Ordering::SeqCst);
+    mb.server.store(old_server, Ordering::SeqCst);
+    mb.end_gone_session(old, old_server);
+    assert_eq!(
+        (
+            mb.ready.load(Ordering::SeqCst),
+            mb.server.load(Ordering::SeqCst)
+        ),
+        (0, 0)
+    );
+}
+
 /// A late joiner killed while it waited in the mailbox, and recovered: its session
 /// stays in `request` until the next late join. A pump must not serve it (every
 /// pump took the mailbox every round and encoded its whole index under its replay
