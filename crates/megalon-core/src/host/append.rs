@@ -524,7 +524,9 @@ impl Shared {
             })
         };
         let mut refused: Option<Error> = None;
-        // Some of an earlier part were left for a later batch: so are these.
+        // Some of an earlier part were left for a later batch: so are these. Also when an
+        // earlier part was refused for room (every request of it out of time at once):
+        // these have later deadlines, and wait on for room within them, queued again.
         let mut left_some = false;
         // The earliest deadlines first (the queue's order, mostly): a batch the log has
         // room for only part of appends those.
@@ -543,6 +545,7 @@ impl Shared {
                 None if left_some => {}
                 None => match self.append_within(requests, chunk, &left, answer, hand_off) {
                     Within::Done => {}
+                    Within::Refused(Error::LogFull { .. }) if hand_off => left_some = true,
                     Within::Refused(error) => refused = Some(error),
                     Within::Left => left_some = true,
                 },
@@ -1056,5 +1059,85 @@ impl Drop for AppendPanicGuard<'_> {
                 .left_unsettled
                 .store(true, std::sync::atomic::Ordering::Release);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::Settle;
+    use crate::event::{Event, OwnedEvent};
+    use crate::{Backing, Error, Host, HostOptions, Join, Pod, PodConfig};
+
+    /// A combined batch larger than the log's ring goes a ring's worth at a time; when the
+    /// log has no room and every request of the first part is out of time, that part is
+    /// refused, and the parts after it, whose requests have time left, are left for their
+    /// own threads to combine again within it (they were refused with it, `LogFull` long
+    /// before their limits).
+    #[test]
+    fn a_part_refused_for_room_leaves_the_later_parts_to_their_own_limits() {
+        const CAPACITY: u64 = 8;
+        let config = PodConfig::new()
+            .scr_bytes(64 << 10)
+            .lnr_bytes(1 << 20)
+            .slot_size_bytes(256)
+            .max_key_bytes(48)
+            .log_capacity_entries(CAPACITY)
+            .max_hosts(4);
+        let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
+        let quiet = || HostOptions::new().pump_interval(None);
+        let busy = Host::join(&pod, Join::As(0), quiet()).unwrap();
+        // Host 1 holds the head where it is; host 0 fills the log.
+        let idle = Host::join(&pod, Join::As(1), quiet()).unwrap();
+        busy.create(b"warm", b"v").unwrap();
+        idle.replay().unwrap();
+        let start = idle.inspect().applied_position();
+        for i in 0.. {
+            if busy.inspect().log_cursors().2 == start + CAPACITY {
+                break;
+            }
+            busy.create(format!("k{i}").as_bytes(), b"v").unwrap();
+        }
+        let parts = CAPACITY as usize + 2;
+        let requests: Vec<(OwnedEvent, Settle)> = (0..parts)
+            .map(|i| {
+                let key = format!("w{i}");
+                let event = OwnedEvent::new(&Event::Wrap {
+                    key: key.as_bytes(),
+                });
+                (event, Settle::Nothing)
+            })
+            .collect();
+        // The first ring's worth out of time, the rest with a second each.
+        let limits: Vec<Duration> = (0..parts)
+            .map(|i| {
+                if i < CAPACITY as usize {
+                    Duration::ZERO
+                } else {
+                    Duration::from_secs(1)
+                }
+            })
+            .collect();
+        let mut answers: Vec<Option<crate::Result<crate::replica::Outcome>>> =
+            (0..parts).map(|_| None).collect();
+        busy.shared.append_batch(
+            &requests,
+            &limits,
+            &mut |i, answer| answers[i] = Some(answer),
+            true,
+        );
+        for (i, answer) in answers.iter().enumerate() {
+            if i < CAPACITY as usize {
+                assert!(
+                    matches!(answer, Some(Err(Error::LogFull { .. }))),
+                    "request {i}, out of time: {answer:?}"
+                );
+            } else {
+                assert!(answer.is_none(), "request {i}, a second left: {answer:?}");
+            }
+        }
+        drop(idle);
     }
 }

@@ -21,8 +21,10 @@
 //! refused its requests one at a time as their limits ran out, each of which would have
 //! fit.) Those requests wait on queued again, for the next combiner (one of their own
 //! threads): the combiner's thread, whose own request may have been answered, does not
-//! wait out the rest's limits before it answers its caller. A batch larger than the ring is appended a ring's worth at a time, and once one
-//! of those is refused for room, the ones after it are refused with it.
+//! wait out the rest's limits before it answers its caller. A batch larger than the ring
+//! is appended a ring's worth at a time, and when one of those is refused for room (all
+//! of its requests out of time), the ones after it, with later limits, are queued again
+//! too (they were refused with it).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
