@@ -297,6 +297,11 @@ impl<'b> Words8<'b> {
         if slot >= bounds.slot_count || (record != NO_RECORD && u64::from(record) >= record_count) {
             return Err(corrupt("an object outside the pod"));
         }
+        if super::arena::owner_of(meta).is_some_and(|owner| owner >= bounds.max_hosts) {
+            // The host whose DRAM holds it, past the pod's hosts (a stream damaged in a
+            // way its checksum missed): refused like any other word out of bounds.
+            return Err(corrupt("an object in the DRAM of a host the pod has not"));
+        }
         let lock = if bounds.all_log {
             Some(self.next("an object's lock word")?)
         } else {
@@ -507,6 +512,19 @@ mod tests {
         words.iter().flat_map(|w| w.to_le_bytes()).collect()
     }
 
+    /// The word of `original`'s snapshot where its first object begins: after the slot
+    /// words, the object count, the record width, each host's free ranges, each range
+    /// given back, and a word per host gone and per host's life.
+    fn first_object_word(original: &Index) -> usize {
+        let free_ranges: usize = original
+            .slots
+            .pools
+            .iter()
+            .map(|pool| pool.ranges().count())
+            .sum();
+        5 + 3 * original.max_hosts as usize + 2 * free_ranges + 2 * original.slots.returned.len()
+    }
+
     /// `damaged` is refused as `what`, and `copy` is left empty.
     #[track_caller]
     fn assert_refused_and_empty(copy: &mut Index, damaged: &[u8], what: &str) {
@@ -518,6 +536,28 @@ mod tests {
         assert!(copy.record_owners.is_empty());
     }
 
+    /// An object said to be in the DRAM of a host the pod does not have is refused, not
+    /// indexed.
+    #[test]
+    fn a_snapshot_naming_an_owner_outside_the_pod_is_refused() {
+        let original = filled(Coherence::Split);
+        let bytes = original.encode_snapshot();
+        let mut words = words_of(&bytes);
+        let first = first_object_word(&original);
+        // The first object's meta word: its owner field holds the host + 1.
+        let meta = first + 2;
+        let owner = u64::from(original.max_hosts) + 1;
+        words[meta] = words[meta] & ((1 << 48) - 1) | owner << 48;
+        let mut copy = index(Coherence::Split);
+        let what = "an object in the DRAM of a host the pod has not";
+        assert_refused_and_empty(&mut copy, &bytes_of(&words), what);
+        // The last host there is: decoded.
+        words[meta] = words[meta] & ((1 << 48) - 1) | (owner - 1) << 48;
+        let mut copy = index(Coherence::Split);
+        copy.decode_snapshot(&bytes_of(&words)).unwrap();
+        assert_eq!(copy.len(), original.len());
+    }
+
     /// A snapshot damaged after its first objects (its last object a second copy of the
     /// first) changes nothing: the joiner's next try decodes into an empty index.
     #[test]
@@ -526,19 +566,8 @@ mod tests {
         let bytes = original.encode_snapshot();
         let mut words = words_of(&bytes);
         // The first object's words (stamp, place, meta and two key words) again, as
-        // one more object. (Before it: the slot words, the object count, the record
-        // width, each host's free ranges, each range given back, and a word per host gone
-        // and per host's life.)
-        let free_ranges: usize = original
-            .slots
-            .pools
-            .iter()
-            .map(|pool| pool.ranges().count())
-            .sum();
-        let first = 5
-            + 3 * original.max_hosts as usize
-            + 2 * free_ranges
-            + 2 * original.slots.returned.len();
+        // one more object.
+        let first = first_object_word(&original);
         let object: Vec<u64> = words[first..first + 5].to_vec();
         words.extend(object);
         words[2] += 1;
