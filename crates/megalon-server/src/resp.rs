@@ -494,10 +494,11 @@ impl Reader {
         Step::Command
     }
 
-    /// A line of words separated by spaces or tabs, split as Redis splits it: a word may
-    /// hold double-quoted parts (with the escapes `\n`, `\r`, `\t`, `\b`, `\a`,
-    /// `\xHH`, and `\` before any other byte for that byte) and single-quoted parts
-    /// (with `\'`), each closed before a blank or the line's end. Unquoted in place.
+    /// A line of words separated by blanks (spaces, tabs, CRs; VT and FF too, but not
+    /// inside a word), split as Redis splits it: a word may hold double-quoted parts
+    /// (with the escapes `\n`, `\r`, `\t`, `\b`, `\a`, `\xHH`, and `\` before any
+    /// other byte for that byte) and single-quoted parts (with `\'`), each closed before
+    /// a blank or the line's end. Unquoted in place.
     fn inline(&mut self) -> Step {
         let bytes = &self.buf[self.start..self.end];
         let window = &bytes[..bytes.len().min(MAX_INLINE_BYTES)];
@@ -542,7 +543,11 @@ impl Reader {
 /// them in place: each word's bytes are written over the line from its start, never past
 /// where they were read. `false`: a quote is never closed, or is closed inside a word.
 fn split_inline(line: &mut [u8], base: usize, words: &mut Vec<Range<usize>>) -> bool {
-    let blank = |b: u8| b == b' ' || b == b'\t';
+    // As Redis's `sdssplitargs`: between words and after a closing quote, any of C's
+    // `isspace`; a word outside quotes ends at a space, tab or CR (VT and FF are part of
+    // it).
+    let blank = |b: u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n' | 0x0b | 0x0c);
+    let ends_word = |b: u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
     let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
     let (mut read, mut written) = (0, 0);
     let n = line.len();
@@ -569,7 +574,7 @@ fn split_inline(line: &mut [u8], base: usize, words: &mut Vec<Range<usize>>) -> 
                     read += 1;
                     continue;
                 }
-                (None, _) if blank(b) => break,
+                (None, _) if ends_word(b) => break,
                 (Some(q), _) if b == q => {
                     read += 1;
                     // A closing quote ends its word.
@@ -1002,6 +1007,33 @@ mod tests {
                 "{:?}",
                 String::from_utf8_lossy(bad)
             );
+        }
+    }
+
+    /// Inline words are split where Redis's `sdssplitargs` splits them: blanks between
+    /// words are any of `isspace` (space, tab, CR, LF, VT, FF), a word outside quotes ends
+    /// at a space, tab or CR, and a closing quote may be followed by any of `isspace`.
+    /// Each case's words are what redis-server 7.0.15 answered (its unknown-command error
+    /// lists them). Before, only spaces and tabs were blanks: `SET k v\r\r\n` stored
+    /// `v\r`, and `ECHO "a"\rb` closed the connection as unbalanced quotes.
+    #[test]
+    fn inline_words_split_at_the_blanks_redis_splits_at() {
+        let cases: [(&[u8], &[&[u8]]); 8] = [
+            (b"SET k v\r\r\n", &[b"SET", b"k", b"v"]),
+            (b"FOO \x0b\r1\r\n", &[b"FOO", b"1"]),
+            (b"FOO \"a\"\rb\n", &[b"FOO", b"a", b"b"]),
+            (b"FOO 'a'\x0cb\n", &[b"FOO", b"a", b"b"]),
+            (b"FOO a\x0bb\n", &[b"FOO", b"a\x0bb"]),
+            (b"\x0c\x0bFOO x\n", &[b"FOO", b"x"]),
+            (b"FOO a\x0c b\n", &[b"FOO", b"a\x0c", b"b"]),
+            (b"FOO \"a\"\x0b\n", &[b"FOO", b"a"]),
+        ];
+        for (line, words) in cases {
+            let mut reader = Reader::new(LIMITS);
+            feed(&mut reader, line);
+            let seen: Vec<Vec<Vec<u8>>> = all_args(&mut reader);
+            let want: Vec<Vec<u8>> = words.iter().map(|w| w.to_vec()).collect();
+            assert_eq!(seen, [want], "{:?}", String::from_utf8_lossy(line));
         }
     }
 
