@@ -1052,4 +1052,213 @@ mod tests {
             .expect("answered within 5 s");
         assert!(!matched);
     }
+
+    /// Random sequences of the data commands against a `HashMap` model of what Redis
+    /// answers, with keys and values at and past the store's limits (a refused command
+    /// must be one error and change nothing); then every key is read back.
+    mod model {
+        use super::*;
+        use proptest::prelude::*;
+        use std::collections::HashMap;
+
+        /// Runs a command given as byte words; its reply as text (lossy).
+        fn run_bytes(served: &mut Served, words: &[Vec<u8>]) -> String {
+            let refs: Vec<&[u8]> = words.iter().map(|w| &w[..]).collect();
+            let command = resp::command(&refs);
+            let mut rest = &command[..];
+            let mut out = Vec::new();
+            while !rest.is_empty() {
+                let spare = served.reader.spare();
+                let n = spare.len().min(rest.len());
+                spare[..n].copy_from_slice(&rest[..n]);
+                served.reader.filled(n);
+                rest = &rest[n..];
+            }
+            loop {
+                match served.reader.next() {
+                    Next::Command(args) => {
+                        served.executor.run(args, &mut Session::new(1), &mut out)
+                    }
+                    Next::Refused(r) => resp::error(&mut out, format_args!("{r}")),
+                    Next::More => break,
+                }
+            }
+            String::from_utf8_lossy(&out).into_owned()
+        }
+
+        fn bulk(v: &[u8]) -> String {
+            let mut out = Vec::new();
+            resp::bulk(&mut out, v);
+            String::from_utf8_lossy(&out).into_owned()
+        }
+
+        #[derive(Debug, Clone)]
+        enum Cmd {
+            Set(usize, usize, u8, bool),
+            Get(usize),
+            GetSet(usize, usize),
+            Del(Vec<usize>),
+            Exists(Vec<usize>),
+            MGet(Vec<usize>),
+            MSet(Vec<(usize, usize)>),
+            IncrBy(usize, u8, usize),
+            Append(usize, usize),
+            Strlen(usize),
+            DbSize,
+        }
+
+        fn cmd() -> impl Strategy<Value = Cmd> {
+            let k = 0usize..6;
+            let v = 0usize..14;
+            prop_oneof![
+                (k.clone(), v.clone(), 0u8..3, any::<bool>())
+                    .prop_map(|(k, v, o, g)| Cmd::Set(k, v, o, g)),
+                k.clone().prop_map(Cmd::Get),
+                (k.clone(), v.clone()).prop_map(|(k, v)| Cmd::GetSet(k, v)),
+                proptest::collection::vec(k.clone(), 1..4).prop_map(Cmd::Del),
+                proptest::collection::vec(k.clone(), 1..4).prop_map(Cmd::Exists),
+                proptest::collection::vec(k.clone(), 1..4).prop_map(Cmd::MGet),
+                proptest::collection::vec((k.clone(), v.clone()), 1..4).prop_map(Cmd::MSet),
+                (k.clone(), 0u8..4, v.clone()).prop_map(|(k, o, v)| Cmd::IncrBy(k, o, v)),
+                (k.clone(), v.clone()).prop_map(|(k, v)| Cmd::Append(k, v)),
+                k.clone().prop_map(Cmd::Strlen),
+                Just(Cmd::DbSize),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(48))]
+            #[test]
+            fn commands_answer_as_a_model_of_redis_says(cmds in proptest::collection::vec(cmd(), 1..80)) {
+                let config = PodConfig::new().lnr_bytes(4 << 20);
+                let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
+                let host = Host::join(&pod, Join::AnyFree, HostOptions::new()).unwrap();
+                let mut served = Served::new(&pod, host);
+                let (max_key, max_value) = (served.server.limits.max_key_bytes, served.server.limits.max_value_bytes);
+                let keys: Vec<Vec<u8>> = vec![
+                    b"a".to_vec(), b"b".to_vec(), b"c".to_vec(), vec![b'k'; max_key], vec![b'l'; max_key + 1], b"".to_vec(),
+                ];
+                let values: Vec<Vec<u8>> = vec![
+                    b"".to_vec(), b"0".to_vec(), b"-1".to_vec(), b"9223372036854775807".to_vec(),
+                    b"-9223372036854775808".to_vec(), b"abc".to_vec(), b"10".to_vec(), b" 1".to_vec(),
+                    vec![b'v'; max_value], vec![b'w'; max_value + 1], vec![b'x'; max_value - 1],
+                    b"\r\n\0".to_vec(), b"007".to_vec(), b"-0".to_vec(),
+                ];
+                let mut model: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
+                let long = |k: usize| keys[k].len() > max_key;
+                for c in cmds {
+                    let (words, want): (Vec<Vec<u8>>, Option<String>) = match &c {
+                        Cmd::Set(k, v, o, g) => {
+                            let mut w = vec![b"SET".to_vec(), keys[*k].clone(), values[*v].clone()];
+                            if *o == 1 { w.push(b"NX".to_vec()) }
+                            if *o == 2 { w.push(b"XX".to_vec()) }
+                            if *g { w.push(b"GET".to_vec()) }
+                            let want = if long(*k) || values[*v].len() > max_value { None } else {
+                                let old = model.get(&keys[*k]).cloned();
+                                let store = match o { 1 => old.is_none(), 2 => old.is_some(), _ => true };
+                                if store { model.insert(keys[*k].clone(), values[*v].clone()); }
+                                Some(if *g { old.map_or("$-1\r\n".into(), |o| bulk(&o)) } else if store { "+OK\r\n".into() } else { "$-1\r\n".into() })
+                            };
+                            (w, want)
+                        }
+                        Cmd::Get(k) => (vec![b"GET".to_vec(), keys[*k].clone()],
+                            if long(*k) { None } else { Some(model.get(&keys[*k]).map_or("$-1\r\n".into(), |v| bulk(v))) }),
+                        Cmd::GetSet(k, v) => {
+                            let w = vec![b"GETSET".to_vec(), keys[*k].clone(), values[*v].clone()];
+                            let want = if long(*k) || values[*v].len() > max_value { None } else {
+                                let old = model.insert(keys[*k].clone(), values[*v].clone());
+                                Some(old.map_or("$-1\r\n".into(), |o| bulk(&o)))
+                            };
+                            (w, want)
+                        }
+                        Cmd::Del(ks) => {
+                            let mut w = vec![b"DEL".to_vec()];
+                            w.extend(ks.iter().map(|k| keys[*k].clone()));
+                            let want = if ks.iter().any(|k| long(*k)) { None } else {
+                                let n = ks.iter().filter(|k| model.remove(&keys[**k]).is_some()).count();
+                                Some(format!(":{n}\r\n"))
+                            };
+                            (w, want)
+                        }
+                        Cmd::Exists(ks) => {
+                            let mut w = vec![b"EXISTS".to_vec()];
+                            w.extend(ks.iter().map(|k| keys[*k].clone()));
+                            let want = if ks.iter().any(|k| long(*k)) { None } else {
+                                Some(format!(":{}\r\n", ks.iter().filter(|k| model.contains_key(&keys[**k])).count()))
+                            };
+                            (w, want)
+                        }
+                        Cmd::MGet(ks) => {
+                            let mut w = vec![b"MGET".to_vec()];
+                            w.extend(ks.iter().map(|k| keys[*k].clone()));
+                            let want = if ks.iter().any(|k| long(*k)) { None } else {
+                                let mut s = format!("*{}\r\n", ks.len());
+                                for k in ks { s += &model.get(&keys[*k]).map_or("$-1\r\n".into(), |v| bulk(v)); }
+                                Some(s)
+                            };
+                            (w, want)
+                        }
+                        Cmd::MSet(kvs) => {
+                            let mut w = vec![b"MSET".to_vec()];
+                            for (k, v) in kvs { w.push(keys[*k].clone()); w.push(values[*v].clone()); }
+                            let want = if kvs.iter().any(|(k, v)| long(*k) || values[*v].len() > max_value) { None } else {
+                                for (k, v) in kvs { model.insert(keys[*k].clone(), values[*v].clone()); }
+                                Some("+OK\r\n".into())
+                            };
+                            (w, want)
+                        }
+                        Cmd::IncrBy(k, o, v) => {
+                            let by = &values[*v];
+                            let w = match o {
+                                0 => vec![b"INCR".to_vec(), keys[*k].clone()],
+                                1 => vec![b"DECR".to_vec(), keys[*k].clone()],
+                                2 => vec![b"INCRBY".to_vec(), keys[*k].clone(), by.clone()],
+                                _ => vec![b"DECRBY".to_vec(), keys[*k].clone(), by.clone()],
+                            };
+                            let by: Option<i64> = match o { 0 => Some(1), 1 => Some(-1), _ => parse_integer(by) };
+                            let want = if values[*v].len() > max_value && *o >= 2 { None } else if *o >= 2 && by.is_none() {
+                                Some(format!("-{NOT_AN_INTEGER}\r\n"))
+                            } else if *o == 3 && by == Some(i64::MIN) {
+                                Some("-ERR decrement would overflow\r\n".into())
+                            } else if long(*k) { None } else {
+                                let by = if *o == 3 { -by.unwrap() } else { by.unwrap() };
+                                match model.get(&keys[*k]).map(|v| parse_integer(v)) {
+                                    Some(None) => Some(format!("-{NOT_AN_INTEGER}\r\n")),
+                                    cur => match cur.flatten().unwrap_or(0).checked_add(by) {
+                                        None => Some(format!("-{OVERFLOW}\r\n")),
+                                        Some(sum) => { model.insert(keys[*k].clone(), sum.to_string().into_bytes()); Some(format!(":{sum}\r\n")) }
+                                    }
+                                }
+                            };
+                            (w, want)
+                        }
+                        Cmd::Append(k, v) => {
+                            let w = vec![b"APPEND".to_vec(), keys[*k].clone(), values[*v].clone()];
+                            let mut new = model.get(&keys[*k]).cloned().unwrap_or_default();
+                            new.extend_from_slice(&values[*v]);
+                            let want = if long(*k) || new.len() > max_value { None } else {
+                                let n = new.len();
+                                model.insert(keys[*k].clone(), new);
+                                Some(format!(":{n}\r\n"))
+                            };
+                            (w, want)
+                        }
+                        Cmd::Strlen(k) => (vec![b"STRLEN".to_vec(), keys[*k].clone()],
+                            if long(*k) { None } else { Some(format!(":{}\r\n", model.get(&keys[*k]).map_or(0, |v| v.len()))) }),
+                        Cmd::DbSize => (vec![b"DBSIZE".to_vec()], Some(format!(":{}\r\n", model.len()))),
+                    };
+                    let got = run_bytes(&mut served, &words);
+                    match want {
+                        Some(want) => prop_assert_eq!(&got, &want, "{:?}", c),
+                        None => prop_assert!(got.starts_with("-ERR ") && got.ends_with("\r\n") && got.matches("\r\n").count() == 1, "{:?}: {:?}", c, got),
+                    }
+                }
+                // Nothing lost: every key reads as the model says.
+                for k in &keys[..4] {
+                    let got = run_bytes(&mut served, &[b"GET".to_vec(), k.clone()]);
+                    prop_assert_eq!(got, model.get(k).map_or("$-1\r\n".into(), |v| bulk(v)));
+                }
+            }
+        }
+    }
 }

@@ -1120,3 +1120,168 @@ mod tests {
         );
     }
 }
+
+/// Property tests of the reader: what it makes of a stream does not depend on how the
+/// stream is cut into reads (nor on `waiting` between them), up to the first error that
+/// closes the connection; and well-formed streams read as a model of the limits says.
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    const LIMITS: Limits = Limits {
+        max_bulk_bytes: 100,
+        max_request_bytes: 1000,
+    };
+
+    fn feed(reader: &mut Reader, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let spare = reader.spare();
+            assert!(!spare.is_empty(), "no room to read into");
+            let n = spare.len().min(bytes.len());
+            spare[..n].copy_from_slice(&bytes[..n]);
+            reader.filled(n);
+            bytes = &bytes[n..];
+        }
+    }
+
+    /// Drains; `true` once a Malformed was seen (the connection closes there).
+    fn drain(reader: &mut Reader, seen: &mut Vec<String>) -> bool {
+        loop {
+            match reader.next() {
+                Next::Command(args) => seen.push(format!(
+                    "{:?}",
+                    args.from(0).map(|a| a.to_vec()).collect::<Vec<_>>()
+                )),
+                Next::Refused(refusal) => {
+                    seen.push(format!("-{refusal}"));
+                    if matches!(refusal, Refusal::Malformed(_)) {
+                        return true;
+                    }
+                }
+                Next::More => return false,
+            }
+        }
+    }
+
+    fn read_in_pieces(input: &[u8], cuts: &[usize], wait: &[bool]) -> Vec<String> {
+        let mut reader = Reader::new(LIMITS);
+        let mut seen = Vec::new();
+        let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (input.len() + 1)).collect();
+        cuts.push(input.len());
+        cuts.sort();
+        let mut from = 0;
+        for (i, &cut) in cuts.iter().enumerate() {
+            feed(&mut reader, &input[from..cut]);
+            from = cut;
+            if drain(&mut reader, &mut seen) {
+                return seen;
+            }
+            if wait.get(i).copied().unwrap_or(false) {
+                reader.waiting();
+            }
+        }
+        seen
+    }
+
+    fn piece() -> impl Strategy<Value = Vec<u8>> {
+        let arg = prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..8),
+            proptest::collection::vec(any::<u8>(), 90..130),
+        ];
+        prop_oneof![
+            4 => proptest::collection::vec(arg, 1..5).prop_map(|args| {
+                let words: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
+                command(&words)
+            }),
+            2 => proptest::collection::vec("[a-z\"' \\\\x0-9]{0,6}", 1..5)
+                .prop_map(|w| format!("{}\r\n", w.join(" ")).into_bytes()),
+            1 => Just(b"*0\r\n".to_vec()),
+            1 => Just(b"*-1\r\n".to_vec()),
+            1 => Just(b"\r\n".to_vec()),
+            1 => Just(b"\n".to_vec()),
+            1 => (0u64..2000).prop_map(|n| format!("*2\r\n$4\r\nECHO\r\n${n}\r\n").into_bytes()),
+            1 => (0u64..2000).prop_map(|n| format!("*{n}\r\n").into_bytes()),
+            1 => proptest::collection::vec(
+                prop_oneof![Just(b'*'), Just(b'$'), Just(b'\r'), Just(b'\n'), Just(b'-'), Just(b'1'), Just(b'0'), any::<u8>()], 0..12),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3000))]
+        #[test]
+        fn any_stream_reads_the_same_however_it_is_cut(
+            pieces in proptest::collection::vec(piece(), 1..12),
+            cuts in proptest::collection::vec(any::<usize>(), 0..10),
+            wait in proptest::collection::vec(any::<bool>(), 0..10),
+        ) {
+            let input: Vec<u8> = pieces.concat();
+            let whole = read_in_pieces(&input, &[], &[]);
+            let cut = read_in_pieces(&input, &cuts, &wait);
+            prop_assert_eq!(whole, cut);
+        }
+
+        #[test]
+        fn well_formed_streams_read_as_a_model_says(
+            items in proptest::collection::vec(prop_oneof![
+                3 => proptest::collection::vec(prop_oneof![
+                    proptest::collection::vec(any::<u8>(), 0..8),
+                    proptest::collection::vec(any::<u8>(), 95..105),
+                    proptest::collection::vec(any::<u8>(), 0..300),
+                ], 1..14).prop_map(|a| (0u8, a)),
+                2 => proptest::collection::vec("[a-zA-Z0-9]{1,6}", 1..5)
+                    .prop_map(|w| (1u8, w.into_iter().map(String::into_bytes).collect())),
+                1 => Just((2u8, vec![])),
+            ], 1..10),
+            cuts in proptest::collection::vec(any::<usize>(), 0..10),
+            wait in proptest::collection::vec(any::<bool>(), 0..10),
+        ) {
+            let mut input = Vec::new();
+            let mut want = Vec::new();
+            for (kind, args) in &items {
+                match kind {
+                    0 => {
+                        let words: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
+                        let bytes = command(&words);
+                        let mut at = format!("*{}\r\n", args.len()).len() as u64;
+                        let mut refused = None;
+                        for a in args {
+                            let header = format!("${}\r\n", a.len()).len() as u64;
+                            let request = at + header + a.len() as u64 + 2;
+                            if a.len() > 100 {
+                                refused = Some(format!("-ERR argument of {} bytes is longer than the limit of 100 bytes", a.len()));
+                                break;
+                            }
+                            if request > 1000 {
+                                refused = Some(format!("-ERR request of at least {request} bytes is longer than the limit of 1000 bytes"));
+                                break;
+                            }
+                            at = request;
+                        }
+                        want.push(refused.unwrap_or_else(|| format!("{:?}", args)));
+                        input.extend(bytes);
+                    }
+                    1 => {
+                        want.push(format!("{:?}", args));
+                        let words: Vec<String> = args.iter().map(|a| String::from_utf8(a.clone()).unwrap()).collect();
+                        input.extend(format!(" {}\r\n", words.join("  ")).into_bytes());
+                    }
+                    _ => input.extend_from_slice(b"*0\r\n\r\n*-1\r\n"),
+                }
+            }
+            prop_assert_eq!(read_in_pieces(&input, &cuts, &wait), want);
+        }
+
+        #[test]
+        fn any_stream_byte_at_a_time(
+            pieces in proptest::collection::vec(piece(), 1..6),
+        ) {
+            let input: Vec<u8> = pieces.concat();
+            let whole = read_in_pieces(&input, &[], &[]);
+            let cuts: Vec<usize> = (0..input.len()).collect();
+            let wait: Vec<bool> = (0..input.len()).map(|i| i % 3 == 0).collect();
+            let cut = read_in_pieces(&input, &cuts, &wait);
+            prop_assert_eq!(whole, cut);
+        }
+    }
+}
