@@ -390,6 +390,7 @@ fn combining_unpumped(pod: &Arc<Pod>, limit: Duration) -> Arc<Host> {
 /// pump, waiting at most `limit`) appended the rest, and host 1 (no pump) holds the
 /// head. Host 0 holds claimed slots, so that a create is one entry. Returns both and the
 /// position host 1 is at.
+#[cfg(feature = "chaos")]
 fn with_room_for(free: u64, limit: Duration) -> (Arc<Host>, Host, u64) {
     let pod = pod(small_config());
     let quiet = HostOptions::new().pump_interval(None);
