@@ -211,13 +211,15 @@ impl Memory {
 
     /// Starts loading `[offset, offset + len)` into this host's cache without waiting
     /// (a hint: the next [`read`](Self::read) of it finds its lines on their way, all
-    /// in flight at once instead of one miss after another). Real memory only: the
-    /// simulated memory and the CXL model's charges ignore it.
+    /// in flight at once instead of one miss after another). The simulated memory
+    /// ignores it; the CXL model charges the misses among its lines here, in rounds, as
+    /// one read of them all ([`CxlMemory::prefetch`]).
     #[inline]
     pub(crate) fn prefetch(&self, offset: u64, len: usize) {
         match self {
             Memory::Hardware(m) => m.prefetch(offset, len),
-            Memory::Simulated(_) | Memory::Cxl(_) => {}
+            Memory::Cxl(m) => m.prefetch(offset, len),
+            Memory::Simulated(_) => {}
         }
     }
 
