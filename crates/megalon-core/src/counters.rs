@@ -256,6 +256,15 @@ impl ThreadCounters {
         slot.store(slot.load(Ordering::Relaxed) + n, Ordering::Relaxed);
     }
 
+    /// Adds `n` to `counter` without a charge under the CXL cost model: for an SCR
+    /// access counted here but charged where it is made (a tail check's load of `ctail`,
+    /// charged by its line in `Log::load_ctail`).
+    #[inline]
+    pub(crate) fn count_uncharged(&self, counter: Counter, n: u64) {
+        let slot = &self.counts[counter as usize];
+        slot.store(slot.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+    }
+
     /// Counts one SCR access to the word at the address `word` gives (from
     /// [`crate::pod::Pod::address_of`]; asked only under the CXL cost model), charged by
     /// whether this host holds its line ([`crate::memory::cxl::charge_scr_at`]).

@@ -56,8 +56,8 @@ const WAITING_AT: u64 = HEAD_POSITION_MASK - 1;
 /// Charges the CXL cost model one access to the cursor `word`, by whether this host holds
 /// its line (nothing on other memories): an append's load and CAS of `tail`, a replay's
 /// raise of its `ltail`, a closer's look at every `ltail`. Before the access, as the
-/// protocol's counts of record words are. (A tail check's load of `ctail` is counted by
-/// the protocol instead, as a miss when it finds the line changed: `Shared::catch_up`.)
+/// protocol's counts of record words are. (A tail check's load of `ctail` is charged by
+/// `Shared::catch_up`, [`crate::memory::cxl::charge_tail_check`].)
 #[inline]
 fn charge(word: &AtomicU64, access: ScrAccess) {
     #[cfg(not(megalon_loom))]

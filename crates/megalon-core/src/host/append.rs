@@ -52,11 +52,21 @@ impl Shared {
         // Acquire: pairs with the AcqRel `fetch_max` in `replay_locked` (only a replay
         // moves `ctail`); entries below ctail are published and their lines reached memory
         // before it moved.
-        let target = Log::ctail(&self.pod).load(Ordering::Acquire);
-        if self.replica.applied.load(Ordering::Acquire) < target {
-            // Counted only when it finds something new (its line changed: a miss in the
-            // coherent cache); unchanged, it is a hit, as HCMeta's idle ring poll is.
-            self.with_counters(|c| c.add(Counter::ScrAtomics, 1));
+        let ctail = Log::ctail(&self.pod);
+        let target = ctail.load(Ordering::Acquire);
+        let moved = self.replica.applied.load(Ordering::Acquire) < target;
+        // Under the CXL model, by its line: a miss once another host's replay raised it
+        // (which takes the line whether or not it moves the position), also when this
+        // replica covers the position already. This host's, whichever thread checks.
+        #[cfg(not(megalon_loom))]
+        {
+            self.memory.bind_scr();
+            crate::memory::cxl::charge_tail_check(ctail, moved);
+        }
+        if moved {
+            // Counted in the protocol's SCR atomics only when it finds something new (its
+            // line changed: a miss in the coherent cache), as before; charged above.
+            self.with_counters(|c| c.count_uncharged(Counter::ScrAtomics, 1));
             // As an appender's confirm: a sibling's replay may hold the lock through a wait
             // for a hole past `target`, after its round covered `target`.
             self.confirm(target)?;

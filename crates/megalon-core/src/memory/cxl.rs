@@ -486,6 +486,32 @@ pub fn charge_cursor_at(word: &std::sync::atomic::AtomicU64, access: ScrAccess) 
     charge_word_at(|| word.as_ptr() as usize, access, ScrWord::Cursor);
 }
 
+/// Charges the calling thread a tail check's load of `ctail` (the log cursor `word`),
+/// which `moved` past what its host's replica covers. With the model's SCR lines, by the
+/// line, as [`charge_cursor_at`] charges a load: a miss whenever another host's replay
+/// raised `ctail` since this host last touched the line (a raise is a locked
+/// read-modify-write: it takes the line whether or not it moves the position), which
+/// need not be when the position moved past this replica. Without them
+/// ([`CxlModel::scr_cache`] 0, or a host without a bit), only a load that found it
+/// `moved` pays, as a counted access (as it did before the line was looked at: a load
+/// of an unchanged line is a hit, and that model cannot tell).
+#[inline]
+pub fn charge_tail_check(word: &std::sync::atomic::AtomicU64, moved: bool) {
+    let binding = SCR_BINDING.with(Cell::get);
+    if binding.1 == NOT_CXL {
+        return;
+    }
+    let (scr_ns, bit) = scr_cost(binding);
+    if scr_ns == 0 {
+        return;
+    }
+    if bit != 0 && SCR_DIRECTORY.get().is_some() {
+        charge_scr_line(binding, word.as_ptr() as usize, ScrAccess::Load, ScrWord::Cursor);
+    } else if moved {
+        pay_scr(1, scr_ns, ScrWord::Counted);
+    }
+}
+
 /// [`charge_scr_at`] and [`charge_cursor_at`]: the address is asked for only on a thread
 /// that may be under the model.
 #[inline]
@@ -1242,6 +1268,34 @@ mod tests {
         });
         assert_eq!(read.lines_missed, 16, "{read:?}");
         assert_eq!(read.miss_rounds, 2, "16 lines, 10 in flight: {read:?}");
+    }
+
+    /// A read's tail check loads `ctail`, whose line every replay takes (its raise is a
+    /// `fetch_max`, a locked read-modify-write, whether or not it moves the value): a
+    /// host whose `ctail` line another host's replay took since misses on it, even when
+    /// its own replica already covers the position. Host a creates an object (and
+    /// replays it, raising `ctail`) and reads it; b reads it, catching up and raising `ctail` too;
+    /// a's next read of the read-shared object (no record: the tail checks are its only
+    /// SCR accesses) misses once on `ctail`, then holds it. (The model charged the
+    /// load only when it found the position moved past the replica: a's read was free.)
+    #[test]
+    fn a_tail_check_pays_for_a_ctail_line_another_host_took() {
+        let [first, again] = on_two_hosts(CxlModel::default(), |a, b| {
+            a.create(b"key", &[1u8; 64]).expect("create");
+            let mut buf = [0u8; 64];
+            a.read(b"key", &mut buf).expect("a's read: its line in a's cache");
+            b.read(b"key", &mut buf).expect("b's read");
+            let mut read = || {
+                charged(|| {
+                    a.read(b"key", &mut buf).expect("a's read");
+                })
+            };
+            [read(), read()]
+        });
+        let misses = |c: &CxlCharges| c.scr_accesses + c.cursor_accesses;
+        assert_eq!(misses(&first), 1, "b's replay took the line: {first:?}");
+        assert_eq!(misses(&again), 0, "a holds it now: {again:?}");
+        assert_eq!(first.charged_ns, CxlModel::default().scr_ns, "{first:?}");
     }
 
     /// What three creates cost in the log's cursors, under `model`: one by host a after
