@@ -16,6 +16,8 @@ use crate::host_table;
 use crate::ids::HostId;
 use crate::limits::LINE_BYTES;
 use crate::log::Log;
+#[cfg(not(megalon_loom))]
+use crate::memory::Memory;
 use crate::mutants::{self, Step};
 use crate::replica::{Index, Outcome};
 use crate::slot::SlotPool;
@@ -58,8 +60,10 @@ impl Shared {
         // Under the CXL model, by its line: a miss once another host's replay raised it
         // (which takes the line whether or not it moves the position), also when this
         // replica covers the position already. This host's, whichever thread checks.
+        // Only there: on other memories nothing is charged, and a read checks the tail
+        // twice (no thread-local look on its way).
         #[cfg(not(megalon_loom))]
-        {
+        if let Memory::Cxl(_) = &self.memory {
             self.memory.bind_scr();
             crate::memory::cxl::charge_tail_check(ctail, moved);
         }

@@ -506,7 +506,12 @@ pub fn charge_tail_check(word: &std::sync::atomic::AtomicU64, moved: bool) {
         return;
     }
     if bit != 0 && SCR_DIRECTORY.get().is_some() {
-        charge_scr_line(binding, word.as_ptr() as usize, ScrAccess::Load, ScrWord::Cursor);
+        charge_scr_line(
+            binding,
+            word.as_ptr() as usize,
+            ScrAccess::Load,
+            ScrWord::Cursor,
+        );
     } else if moved {
         pay_scr(1, scr_ns, ScrWord::Counted);
     }
@@ -1258,7 +1263,8 @@ mod tests {
             a.write(b"key", &[2u8; 1024]).expect("a write");
             let mut buf = [0u8; 1024];
             let whole = |_: &[u8]| 1024;
-            b.read_prefix(b"key", &mut buf, &whole).expect("b's first read");
+            b.read_prefix(b"key", &mut buf, &whole)
+                .expect("b's first read");
             a.write(b"key", &[3u8; 1024]).expect("a write");
             charged(|| {
                 b.read_prefix(b"key", &mut buf, &whole)
@@ -1283,7 +1289,8 @@ mod tests {
         let [first, again] = on_two_hosts(CxlModel::default(), |a, b| {
             a.create(b"key", &[1u8; 64]).expect("create");
             let mut buf = [0u8; 64];
-            a.read(b"key", &mut buf).expect("a's read: its line in a's cache");
+            a.read(b"key", &mut buf)
+                .expect("a's read: its line in a's cache");
             b.read(b"key", &mut buf).expect("b's read");
             let mut read = || {
                 charged(|| {
