@@ -672,14 +672,16 @@ pub(crate) fn command(words: &[&[u8]]) -> Vec<u8> {
 mod tests {
     use super::*;
 
-    const LIMITS: Limits = Limits {
+    pub(super) const LIMITS: Limits = Limits {
         max_bulk_bytes: 100,
         max_request_bytes: 1000,
     };
 
-    fn feed(reader: &mut Reader, mut bytes: &[u8]) {
+    /// Writes `bytes` into the reader's spare room, as reads would, all of them.
+    pub(super) fn feed(reader: &mut Reader, mut bytes: &[u8]) {
         while !bytes.is_empty() {
             let spare = reader.spare();
+            assert!(!spare.is_empty(), "no room to read into");
             let n = spare.len().min(bytes.len());
             spare[..n].copy_from_slice(&bytes[..n]);
             reader.filled(n);
@@ -1129,21 +1131,7 @@ mod props {
     use super::*;
     use proptest::prelude::*;
 
-    const LIMITS: Limits = Limits {
-        max_bulk_bytes: 100,
-        max_request_bytes: 1000,
-    };
-
-    fn feed(reader: &mut Reader, mut bytes: &[u8]) {
-        while !bytes.is_empty() {
-            let spare = reader.spare();
-            assert!(!spare.is_empty(), "no room to read into");
-            let n = spare.len().min(bytes.len());
-            spare[..n].copy_from_slice(&bytes[..n]);
-            reader.filled(n);
-            bytes = &bytes[n..];
-        }
-    }
+    use super::tests::{feed, LIMITS};
 
     /// Drains; `true` once a Malformed was seen (the connection closes there).
     fn drain(reader: &mut Reader, seen: &mut Vec<String>) -> bool {

@@ -284,29 +284,20 @@ fn a_joiner_ending_its_gone_session_leaves_the_next_sessions_words() {
     let mb = mailbox(&pod);
     let (old, new) = (host_table::session(3, 1), host_table::session(4, 1));
     let (old_server, new_server) = (server_word(1, 1), server_word(2, 1));
-    // Another session's, stored while this joiner was paused.
-    mb.ready.store(new, Ordering::SeqCst);
-    mb.server.store(new_server, Ordering::SeqCst);
-    mb.end_gone_session(old, old_server);
-    assert_eq!(
+    // `ready` and `server` after the old session's end, from `ready` and `server`.
+    let ended_from = |ready, server| {
+        mb.ready.store(ready, Ordering::SeqCst);
+        mb.server.store(server, Ordering::SeqCst);
+        mb.end_gone_session(old, old_server);
         (
             mb.ready.load(Ordering::SeqCst),
-            mb.server.load(Ordering::SeqCst)
-        ),
-        (new, new_server),
-        "the next session's words"
-    );
+            mb.server.load(Ordering::SeqCst),
+        )
+    };
+    // Another session's, stored while this joiner was paused: left.
+    assert_eq!(ended_from(new, new_server), (new, new_server));
     // Its own: cleared.
-    mb.ready.store(old, Ordering::SeqCst);
-    mb.server.store(old_server, Ordering::SeqCst);
-    mb.end_gone_session(old, old_server);
-    assert_eq!(
-        (
-            mb.ready.load(Ordering::SeqCst),
-            mb.server.load(Ordering::SeqCst)
-        ),
-        (0, 0)
-    );
+    assert_eq!(ended_from(old, old_server), (0, 0));
 }
 
 /// A late joiner killed while it waited in the mailbox, and recovered: its session
