@@ -250,18 +250,17 @@ impl ThreadCounters {
         if counter == Counter::ScrAtomics {
             crate::memory::cxl::charge_scr(n);
         }
-        let slot = &self.counts[counter as usize];
-        // Relaxed load and store: this thread is the only writer; readers may see a
-        // slightly old count, never a torn one.
-        slot.store(slot.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+        self.count_uncharged(counter, n);
     }
 
     /// Adds `n` to `counter` without a charge under the CXL cost model: for an SCR
     /// access counted here but charged where it is made (a tail check's load of `ctail`,
-    /// charged by its line in `Log::load_ctail`).
+    /// charged by its line by `Shared::catch_up`).
     #[inline]
     pub(crate) fn count_uncharged(&self, counter: Counter, n: u64) {
         let slot = &self.counts[counter as usize];
+        // Relaxed load and store: this thread is the only writer; readers may see a
+        // slightly old count, never a torn one.
         slot.store(slot.load(Ordering::Relaxed) + n, Ordering::Relaxed);
     }
 
@@ -278,8 +277,7 @@ impl ThreadCounters {
         crate::memory::cxl::charge_scr_at(word, access);
         #[cfg(megalon_loom)]
         let _ = (word, access);
-        let slot = &self.counts[Counter::ScrAtomics as usize];
-        slot.store(slot.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        self.count_uncharged(Counter::ScrAtomics, 1);
     }
 
     pub(crate) fn snapshot(&self) -> EventCounts {

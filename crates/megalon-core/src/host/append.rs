@@ -63,8 +63,8 @@ impl Shared {
         // Only there: on other memories nothing is charged, and a read checks the tail
         // twice (no thread-local look on its way).
         #[cfg(not(megalon_loom))]
-        if let Memory::Cxl(_) = &self.memory {
-            self.memory.bind_scr();
+        if let Memory::Cxl(memory) = &self.memory {
+            memory.bind();
             crate::memory::cxl::charge_tail_check(ctail, moved);
         }
         if moved {

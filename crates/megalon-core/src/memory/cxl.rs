@@ -501,19 +501,14 @@ pub fn charge_tail_check(word: &std::sync::atomic::AtomicU64, moved: bool) {
     if binding.1 == NOT_CXL {
         return;
     }
-    let (scr_ns, bit) = scr_cost(binding);
-    if scr_ns == 0 {
-        return;
-    }
-    if bit != 0 && SCR_DIRECTORY.get().is_some() {
-        charge_scr_line(
-            binding,
-            word.as_ptr() as usize,
-            ScrAccess::Load,
-            ScrWord::Cursor,
-        );
-    } else if moved {
-        pay_scr(1, scr_ns, ScrWord::Counted);
+    let by_line = scr_cost(binding).1 != 0 && SCR_DIRECTORY.get().is_some();
+    if by_line || moved {
+        let kind = if by_line {
+            ScrWord::Cursor
+        } else {
+            ScrWord::Counted
+        };
+        charge_scr_line(binding, word.as_ptr() as usize, ScrAccess::Load, kind);
     }
 }
 
