@@ -538,13 +538,22 @@ impl RingGeometry {
         tally: &dyn Tally,
         serve: &mut dyn FnMut() -> ControlFlow<()>,
     ) -> Result<(u64, u64), u64> {
+        // The tail and the state the last look found: a look that finds a word as the last
+        // one did reads a line nobody changed since, a hit in the coherent cache, and is
+        // not counted (as a server's poll that finds nothing): a sender waiting out a full
+        // ring counts the lines that changed, not its spins.
+        let mut last: Option<(u64, u64)> = None;
         loop {
             let ticket = self.tail(pod).load(Ordering::SeqCst);
             // Acquire: pairs with the Release that freed the entry (the last sender's in
             // `call`, or the server's in `claim` for a withdrawn one); whoever used it
             // last is done with its lines.
             let state = self.state(pod, ticket).load(Ordering::Acquire);
-            tally.scr_atomics(2);
+            let seen = last.replace((ticket, state));
+            tally.scr_atomics(
+                u64::from(seen.map(|(t, _)| t) != Some(ticket))
+                    + u64::from(seen != Some((ticket, state))),
+            );
             if self.is_free(ticket, state) {
                 tally.scr_atomics(2);
                 let word = self.sender(pod, ticket);
@@ -631,10 +640,16 @@ impl RingGeometry {
         let claimed_limit_ms = u64::try_from(wait_limit.as_millis())
             .unwrap_or(u64::MAX)
             .saturating_mul(2);
+        // What the last poll found: a poll that finds the same reads a line nobody changed
+        // since, a hit in the coherent cache, and is not counted (as a server's poll that
+        // finds nothing). A wait counts the moves of the entry it sees, not its spins.
+        let mut last = None;
         loop {
             // Acquire: pairs with the server's Release in `respond`.
             let now = state.load(Ordering::Acquire);
-            tally.scr_atomics(1);
+            if last.replace(now) != Some(now) {
+                tally.scr_atomics(1);
+            }
             if now == pack(ticket, RESPONSE) {
                 return Ok(());
             }

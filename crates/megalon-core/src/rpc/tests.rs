@@ -319,20 +319,22 @@ fn a_request_and_its_response_cross_between_two_hosts_caches() {
     assert!(!ring.pending(&pod));
 }
 
-/// A call whose request its own wait serves (as a host serves its own ring), so that
-/// its polls are known: each SCR access of each side counted once. The sender: the
-/// tail and the entry's state loaded, the sender word and the tail taken by CAS, the
-/// word looked at again, the publish, two polls (the request, then the response), the
-/// free and the word let go: 10. The server: the head and the state loaded, the claim
-/// and the head's pass by CAS, the state looked at again before the answer, and its
-/// publish: 6. (The answer counted one access too many and the sender's second look
-/// at its word none: 9 and 7.)
-#[test]
-fn each_scr_access_of_a_call_and_of_its_serving_is_counted_once() {
+/// A call whose request its own wait serves (as a host serves its own ring), at the
+/// `answer_at`-th turn of its wait, so that its polls are known: each SCR access of each
+/// side counted once, whatever the polls. The sender: the tail and the entry's state
+/// loaded, the sender word and the tail taken by CAS, the word looked at again, the
+/// publish, two polls (the request, then the response: a poll that finds what the last
+/// one found reads a line nobody changed, a hit), the free and the word let go: 10. The
+/// server: the head and the state loaded, the claim and the head's pass by CAS, the
+/// state looked at again before the answer, and its publish: 6. (The answer counted one
+/// access too many and the sender's second look at its word none: 9 and 7; and every
+/// poll counted, a wait of 200 turns counted 209.)
+fn counts_of_a_call_answered_at(answer_at: u32) -> (u64, u64) {
     let (pod, ring, sender, server) = sides(2);
     let (sent, served) = (Counts::default(), Counts::default());
     let mut buf = vec![0; ring.entry_bytes as usize];
     let mut serving = vec![0; ring.entry_bytes as usize];
+    let mut turns = 0;
     let response = ring.call(
         &pod,
         &sender,
@@ -344,6 +346,10 @@ fn each_scr_access_of_a_call_and_of_its_serving_is_counted_once() {
         WAIT_LIMIT,
         &sent,
         &mut || {
+            turns += 1;
+            if turns < answer_at {
+                return ControlFlow::Continue(());
+            }
             if let Some(claimed) = ring.claim(&pod, &served) {
                 let request = ring.read(&server, claimed, &mut serving, &served);
                 let response = answer(request.op, &serving[request.key.clone()], b"");
@@ -353,10 +359,66 @@ fn each_scr_access_of_a_call_and_of_its_serving_is_counted_once() {
         },
     );
     assert_eq!(response, Ok(answer(1, b"key", b"")));
+    assert_eq!(turns, answer_at, "answered at the turn asked");
+    (sent.scr_atomics.get(), served.scr_atomics.get())
+}
+
+#[test]
+fn each_scr_access_of_a_call_and_of_its_serving_is_counted_once() {
+    assert_eq!(counts_of_a_call_answered_at(1), (10, 6), "(sender, server)");
+}
+
+#[test]
+fn a_long_wait_for_an_answer_counts_the_lines_that_changed_not_its_polls() {
     assert_eq!(
-        (sent.scr_atomics.get(), served.scr_atomics.get()),
+        counts_of_a_call_answered_at(200),
         (10, 6),
         "(sender, server)"
+    );
+}
+
+/// A sender that finds a one-entry ring full waits for the entry's last lap to end: it
+/// counts the tail and the state it first finds, then each change of the state it sees
+/// (the last lap's claim, answer and free: at most four moves), not each look. (With
+/// every look counted, its 200 turns counted over 400.)
+#[test]
+fn a_wait_for_a_full_ring_counts_the_lines_that_changed_not_its_looks() {
+    let (pod, ring, sender, server) = sides(1);
+    let first = call_on_thread(&pod, &ring, 3, (1, b"first"));
+    wait_for_state(&pod, &ring, 0, pack(0, REQUEST), "the first request sent");
+    let counts = Counts::default();
+    let mut buf = vec![0; ring.entry_bytes as usize];
+    let mut serving = vec![0; ring.entry_bytes as usize];
+    let mut turns = 0;
+    let response = ring.call(
+        &pod,
+        &sender,
+        SENDER + 1,
+        &mut buf,
+        2,
+        b"second",
+        b"",
+        WAIT_LIMIT,
+        &counts,
+        &mut || {
+            turns += 1;
+            // The first request, once 200 turns have seen the ring full; then ours.
+            if turns >= 200 {
+                serve_waiting(&pod, &ring, &server, &mut serving);
+            }
+            ControlFlow::Continue(())
+        },
+    );
+    assert_eq!(response, Ok(answer(2, b"second", b"")));
+    assert_eq!(
+        first.join().expect("the first sender"),
+        Ok(answer(1, b"first", b""))
+    );
+    assert!(turns > 200, "the second call waited for the ring");
+    let counted = counts.scr_atomics.get();
+    assert!(
+        (10..=10 + 4).contains(&counted),
+        "{counted} SCR accesses counted for a call that waited out a full ring"
     );
 }
 
