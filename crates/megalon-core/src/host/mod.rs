@@ -643,6 +643,7 @@ impl Shared {
             layout.records_bytes(),
             RecordShape::initial(pod),
             max_hosts,
+            layout.config.max_key_bytes,
             coherence,
         );
         let replica = Replica::new(index, log.entry_bytes());

@@ -151,6 +151,8 @@ pub(crate) struct Index {
     /// width is the view's, [`View::shape`].)
     pub(super) records_bytes: u64,
     pub(super) max_hosts: u32,
+    /// The longest key the pod takes: a snapshot's key past it is damage.
+    pub(super) max_key_bytes: u32,
     /// Whether the pod's coherence is [`Coherence::AllLog`]: records carry the replicated
     /// lock word after the key.
     pub(super) all_log: bool,
@@ -190,6 +192,7 @@ impl Index {
         records_bytes: u64,
         shape: RecordShape,
         max_hosts: u32,
+        max_key_bytes: u32,
         coherence: Coherence,
     ) -> Self {
         let all_log = coherence == Coherence::AllLog;
@@ -203,13 +206,15 @@ impl Index {
             slot_count,
             records_bytes,
             max_hosts,
+            max_key_bytes,
             record_owners: hashbrown::HashMap::new(),
             slots: SlotAccounting::new(slot_count, max_hosts),
             handed_back: Vec::new(),
         }
     }
 
-    /// An empty index with `record_count` records of 32 bits (tests).
+    /// An empty index with `record_count` records of 32 bits, of a pod that takes keys
+    /// as long as any (tests).
     #[cfg(test)]
     pub(crate) fn with_records(
         slot_count: u64,
@@ -218,7 +223,15 @@ impl Index {
         coherence: Coherence,
     ) -> Self {
         let shape = RecordShape { epoch: 0, bits: 32 };
-        Self::new(slot_count, record_count * 4, shape, max_hosts, coherence)
+        let max_key_bytes = crate::limits::MAX_KEY_BYTES_LIMIT;
+        Self::new(
+            slot_count,
+            record_count * 4,
+            shape,
+            max_hosts,
+            max_key_bytes,
+            coherence,
+        )
     }
 
     /// Records at the current width.

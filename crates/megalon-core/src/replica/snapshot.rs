@@ -147,6 +147,7 @@ impl Index {
             slot_count: self.slot_count,
             records_bytes: self.records_bytes,
             max_hosts: self.max_hosts,
+            max_key_bytes: self.max_key_bytes,
             all_log: self.all_log,
         }
     }
@@ -161,6 +162,7 @@ struct Bounds {
     /// width.
     records_bytes: u64,
     max_hosts: u32,
+    max_key_bytes: u32,
     all_log: bool,
 }
 
@@ -284,8 +286,10 @@ impl<'b> Words8<'b> {
         let place = self.next("an object's place")?;
         let meta = self.next("an object's meta word")?;
         let key_len = (meta >> 32 & 0xffff) as usize;
-        if key_len > crate::limits::MAX_KEY_BYTES_LIMIT as usize {
-            return Err(corrupt("a key longer than any"));
+        if key_len > bounds.max_key_bytes as usize {
+            // Longer than the pod takes (a stream damaged in a way its checksum missed):
+            // no user could read or write it, and the next snapshot would pass it on.
+            return Err(corrupt("a key longer than the pod's keys"));
         }
         // The key words hold the key's bytes in order (little-endian packing).
         let at = self.at;
@@ -555,6 +559,29 @@ mod tests {
         words[meta] = words[meta] & ((1 << 48) - 1) | (owner - 1) << 48;
         let mut copy = index(Coherence::Split);
         copy.decode_snapshot(&bytes_of(&words)).unwrap();
+        assert_eq!(copy.len(), original.len());
+    }
+
+    /// A key longer than the joiner's pod takes is refused, not indexed; one as long as it
+    /// takes is decoded.
+    #[test]
+    fn a_snapshot_with_a_key_longer_than_the_pods_is_refused() {
+        let original = filled(Coherence::Split);
+        let bytes = original.encode_snapshot();
+        let longest = original
+            .snapshot()
+            .iter()
+            .map(|(key, _)| key.len() as u32)
+            .max()
+            .expect("objects");
+        let of_keys_up_to = |max_key_bytes| {
+            let shape = RecordShape { epoch: 0, bits: 32 };
+            Index::new(1000, 400, shape, 4, max_key_bytes, Coherence::Split)
+        };
+        let what = "a key longer than the pod's keys";
+        assert_refused_and_empty(&mut of_keys_up_to(longest - 1), &bytes, what);
+        let mut copy = of_keys_up_to(longest);
+        copy.decode_snapshot(&bytes).unwrap();
         assert_eq!(copy.len(), original.len());
     }
 
