@@ -23,9 +23,9 @@
 //!   ([`charge_scr_at`]: megalon's record words, HCMeta's index and records), it is a
 //!   miss only if this host does not hold the word's line: the SCR is coherent, so a
 //!   host keeps a line it loaded until another host writes it, and a line it wrote
-//!   until another host touches it. A model-wide directory of SCR lines says which
-//!   hosts hold each ([`CxlModel::scr_cache`]). Counts without an address (the log's
-//!   cursor when it moved, the RPC ring, undo announces) pay every access
+//!   until another host touches it. A directory of the pod's SCR lines (one per pod)
+//!   says which hosts hold each ([`CxlModel::scr_cache`]). Counts without an address
+//!   (the log's cursor when it moved, the RPC ring, undo announces) pay every access
 //!   ([`charge_scr`]).
 //!
 //! The lines of one call are charged in rounds: [`CxlModel::lines_in_flight`] misses (or
@@ -47,7 +47,7 @@
 //! nobody charges (the host table, heartbeats, recovery's looks at the log's `tail`; the
 //! log's cursors are charged apart from the protocol's counts, [`charge_cursor_at`],
 //! and a join's claim of its row is charged to nobody, [`uncharged`]); hosts in other
-//! processes in the SCR directory (a pod across processes takes `scr_cache=0`); what a
+//! processes in the pod's SCR directory (a pod across processes takes `scr_cache=0`); what a
 //! miss on an SCR line another host holds dirty costs over one nobody holds (both pay
 //! [`CxlModel::scr_ns`]); write-backs of dirty lines pushed out by other lines (the
 //! hardware does them in the background); and what this machine's own DRAM already costs
@@ -62,7 +62,10 @@
 //! Local workers reading their own partitions never touch LNR). A thread bound to
 //! nothing yet pays every SCR access at the cost of the `CxlMemory` made last in the
 //! process, while one lives. A thread that works for hosts of both kinds in turn pays by
-//! the kind it touched last.
+//! the kind it touched last. The binding holds the directory of the bound memory's pod
+//! (an `Arc`: it outlives nothing it points at), so a bound thread's SCR lines go to its
+//! host's pod; an unbound thread's go to the directory of the live pod whose SCR holds
+//! the word, with no host's bit.
 
 use std::cell::Cell;
 use std::sync::{Arc, OnceLock};
@@ -94,10 +97,11 @@ pub struct CxlModel {
     /// 1 (the default): a counted SCR access to a line this host holds in its coherent
     /// cache is free (a load of a line no other host wrote since this host last touched
     /// it; a store or CAS of a line no other host holds), as on real hardware; the
-    /// model keeps the pod's SCR lines in a directory of which hosts hold each. 0: every
-    /// counted SCR access pays [`scr_ns`](Self::scr_ns), as the model did before. The
-    /// directory is the process's own: hosts in other processes are not in it, so a pod
-    /// whose hosts run in several processes takes 0 (`kv_cluster` sets it).
+    /// model keeps the pod's SCR lines in a directory of which hosts hold each (one per
+    /// pod, up to 64 hosts with a bit in it at once). 0: every counted SCR access pays
+    /// [`scr_ns`](Self::scr_ns), as the model did before. The directory is in this
+    /// process: hosts in other processes are not in it, so a pod whose hosts run in
+    /// several processes takes 0 (`kv_cluster` sets it).
     pub scr_cache: u64,
 }
 
@@ -342,9 +346,15 @@ thread_local! {
         spun_ns: 0,
     }) };
     /// The SCR cost of the `CxlMemory` this thread last used, that memory's id, and its
-    /// bit in the SCR directory (0: none); id 0: not bound; id [`NOT_CXL`]: the thread
-    /// last used another kind of memory.
+    /// bit in its pod's SCR directory (0: none); id 0: not bound; id [`NOT_CXL`]: the
+    /// thread last used another kind of memory.
     static SCR_BINDING: Cell<(u64, u64, u64)> = const { Cell::new((0, 0, 0)) };
+    /// The SCR directory of the pod of the `CxlMemory` this thread is bound to (none: its
+    /// pod has none, or the thread is not bound to a `CxlMemory`), set with
+    /// [`SCR_BINDING`]. An `Arc`: the directory lives as long as a thread bound to it,
+    /// whatever is dropped meanwhile. Looked at only under the model, out of line.
+    static SCR_LINES: std::cell::RefCell<Option<Arc<ScrDirectory>>> =
+        const { std::cell::RefCell::new(None) };
     /// Picoseconds this thread's spins still owe (negative: spun ahead), see [`spin_ns`].
     static OWED_PS: Cell<i64> = const { Cell::new(0) };
     /// Picoseconds this thread's spins took (see [`CxlCharges::spun_ns`]).
@@ -394,13 +404,17 @@ pub(crate) fn bind_not_cxl() {
 /// test. What it changes in SCR reaches no host's directory bits either: a joiner's
 /// first raise of its `ltail` after its claim pays a miss its coherent cache would not.
 pub fn uncharged<R>(work: impl FnOnce() -> R) -> R {
-    struct Restore((u64, u64, u64));
+    struct Restore((u64, u64, u64), Option<Arc<ScrDirectory>>);
     impl Drop for Restore {
         fn drop(&mut self) {
             SCR_BINDING.with(|b| b.set(self.0));
+            SCR_LINES.with_borrow_mut(|lines| *lines = self.1.take());
         }
     }
-    let _restore = Restore(SCR_BINDING.with(Cell::get));
+    let _restore = Restore(
+        SCR_BINDING.with(Cell::get),
+        SCR_LINES.with_borrow_mut(Option::take),
+    );
     bind_not_cxl();
     work()
 }
@@ -501,7 +515,8 @@ pub fn charge_tail_check(word: &std::sync::atomic::AtomicU64, moved: bool) {
     if binding.1 == NOT_CXL {
         return;
     }
-    let by_line = scr_cost(binding).1 != 0 && SCR_DIRECTORY.get().is_some();
+    // A host with a bit has a directory: its pod's, which its binding holds.
+    let by_line = scr_cost(binding).1 != 0;
     if by_line || moved {
         let kind = if by_line {
             ScrWord::Cursor
@@ -530,29 +545,58 @@ fn charge_scr_line(binding: (u64, u64, u64), word: usize, access: ScrAccess, kin
     if scr_ns == 0 {
         return;
     }
-    if let Some(directory) = SCR_DIRECTORY.get() {
-        let line = word as u64 / LINE_BYTES;
+    let line = word as u64 / LINE_BYTES;
+    let hit = in_directory(binding.1, bit, line, |directory, bit| {
         if bit == 0 {
-            // A thread with no bit (unbound, or its host past the 64 bits) holds nothing,
-            // but its store or CAS still takes the line from every host that did, as
-            // `note_scr_update` does on such a thread: HCMeta's writes reach the directory
-            // only through their counts.
+            // A thread with no bit (unbound, or its host past the 64 bits of its pod)
+            // holds nothing, but its store or CAS still takes the line from every host
+            // that did, as `note_scr_update` does on such a thread: HCMeta's writes reach
+            // the directory only through their counts.
             if access == ScrAccess::Update {
                 directory.take(line, 0);
             }
-        } else if directory.access(line, bit, access) {
-            CHARGES.with(|c| {
-                let mut charges = c.get();
-                match kind {
-                    ScrWord::Counted => charges.scr_hits += 1,
-                    ScrWord::Cursor => charges.cursor_hits += 1,
-                }
-                c.set(charges);
-            });
-            return;
+            false
+        } else {
+            directory.access(line, bit, access)
         }
+    });
+    if hit == Some(true) {
+        CHARGES.with(|c| {
+            let mut charges = c.get();
+            match kind {
+                ScrWord::Counted => charges.scr_hits += 1,
+                ScrWord::Cursor => charges.cursor_hits += 1,
+            }
+            c.set(charges);
+        });
+        return;
     }
     pay_scr(1, scr_ns, kind);
+}
+
+/// Runs `f` on the directory of `line`'s pod with the bit the calling thread's host has
+/// in it: for a thread bound (`id`) to a `CxlMemory`, its binding's directory and `bit`,
+/// if the line is in that pod's SCR; for an unbound thread (`id` 0), the directory of the
+/// live pod whose SCR holds the line, with no bit (a look under a lock, while some
+/// directory lives). `None`: no directory to look in (a bound host's pod has none, or
+/// the line is not in its SCR; or no live pod's SCR holds the line).
+fn in_directory<R>(
+    id: u64,
+    bit: u64,
+    line: u64,
+    f: impl FnOnce(&ScrDirectory, u64) -> R,
+) -> Option<R> {
+    if id != 0 {
+        // `try_with`: a thread whose locals are torn down has no directory.
+        return SCR_LINES
+            .try_with(|lines| match &*lines.borrow() {
+                Some(directory) if directory.covers(line) => Some(f(directory, bit)),
+                _ => None,
+            })
+            .ok()
+            .flatten();
+    }
+    ScrDirectory::covering(line).map(|directory| f(&directory, 0))
 }
 
 /// Notes a store or CAS of the SCR word at the address `word` gives, which no counter
@@ -563,58 +607,120 @@ fn charge_scr_line(binding: (u64, u64, u64), word: usize, access: ScrAccess, kin
 pub fn note_scr_update(word: impl FnOnce() -> usize) {
     let (_, id, bit) = SCR_BINDING.with(Cell::get);
     if id != NOT_CXL {
-        note_scr_line(word(), bit);
+        note_scr_line(id, word(), bit);
     }
 }
 
 #[inline(never)]
-fn note_scr_line(word: usize, bit: u64) {
-    if let Some(directory) = SCR_DIRECTORY.get() {
-        directory.take(word as u64 / LINE_BYTES, bit);
-    }
+fn note_scr_line(id: u64, word: usize, bit: u64) {
+    let line = word as u64 / LINE_BYTES;
+    in_directory(id, bit, line, |directory, bit| directory.take(line, bit));
 }
 
-/// The model's SCR lines: for each (direct-mapped by line address, as the LNR table is),
-/// the line it holds (its index + 1; 0: none) and the bits of the hosts that hold it in
-/// their coherent caches. One table for the process, shared by every `CxlMemory` whose
-/// model keeps SCR lines ([`CxlModel::scr_cache`]); made with the first. A line pushed
-/// out by another line of its entry leaves every host's cache at once (a real host keeps
-/// its own lines). It holds 32 MiB of SCR lines beside each host's modeled LNR cache, not
-/// inside it: an SCR past 32 MiB (HCMeta's index at the paper's sizes) misses on conflicts
-/// here, and one under it never competes with LNR lines for room. Relaxed accesses:
-/// two threads racing on an entry may lose an update, which makes the model a little
-/// wrong, never the pod's data.
+/// The model's SCR lines of one pod: for each (direct-mapped by line address, as the LNR
+/// table is), the line it holds (its index + 1; 0: none) and the bits of the hosts that
+/// hold it in their coherent caches, one bit per live `CxlMemory` on the pod whose model
+/// keeps SCR lines ([`CxlModel::scr_cache`]). One per pod, made with the first such
+/// memory on it ([`ScrDirectory::of_pod`]) and kept while a memory on it, or a thread
+/// bound to one ([`SCR_LINES`]), holds it: pods in one process (tests running side by
+/// side, the model check's pods) neither push out each other's lines nor share bits.
+///
+/// It has an entry for each line of the pod's SCR (rounded up to a power of two), up to
+/// [`MAX_SCR_DIRECTORY_ENTRIES`] (32 MiB of SCR lines), beside each host's modeled LNR
+/// cache, not inside it: an SCR past 32 MiB (HCMeta's index at the paper's sizes) misses
+/// on conflicts here, one under it never does, and never competes with LNR lines for
+/// room. A line pushed out by another line of its entry leaves every host's cache at once
+/// (a real host keeps its own lines). Relaxed accesses: two threads racing on an entry
+/// may lose an update, which makes the model a little wrong, never the pod's data.
 struct ScrDirectory {
+    /// The pod whose SCR this is: which directory a new memory on a pod takes, and
+    /// whether the pod still lives when an unbound thread looks for a line's directory.
+    pod: std::sync::Weak<Pod>,
+    /// The pod's SCR, as line numbers in this process (address / 64).
+    scr_lines: std::ops::Range<u64>,
     lines: Box<[std::sync::atomic::AtomicU64]>,
     holders: Box<[std::sync::atomic::AtomicU64]>,
+    /// The bits of the pod's live `CxlMemory` values that keep SCR lines (one per host;
+    /// the 65th live at once on the pod gets none and misses every access).
+    bits: std::sync::atomic::AtomicU64,
 }
 
-/// Entries of the SCR directory: 32 MiB of SCR lines.
-const SCR_DIRECTORY_ENTRIES: usize = 1 << 19;
+/// The most entries an SCR directory has: 32 MiB of SCR lines.
+const MAX_SCR_DIRECTORY_ENTRIES: u64 = 1 << 19;
 
-static SCR_DIRECTORY: OnceLock<ScrDirectory> = OnceLock::new();
+/// The directories of the pods of this process that have one, for [`ScrDirectory::of_pod`]
+/// and [`ScrDirectory::covering`]. Weak: a directory goes with the last memory and thread
+/// binding that hold it; dead entries are swept when one is added.
+static SCR_DIRECTORIES: std::sync::Mutex<Vec<std::sync::Weak<ScrDirectory>>> =
+    std::sync::Mutex::new(Vec::new());
 
-/// The directory bits of live `CxlMemory` values that keep SCR lines (one per host; the
-/// 65th live at once gets none and misses every access).
-static SCR_BITS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// How many directories live: an unbound thread's access looks for its line's directory
+/// (under [`SCR_DIRECTORIES`]' lock) only while one does.
+static LIVE_SCR_DIRECTORIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl ScrDirectory {
-    fn get_or_make() -> &'static ScrDirectory {
-        SCR_DIRECTORY.get_or_init(|| {
-            let zeroed = || {
-                (0..SCR_DIRECTORY_ENTRIES)
-                    .map(|_| std::sync::atomic::AtomicU64::new(0))
-                    .collect()
-            };
-            ScrDirectory {
-                lines: zeroed(),
-                holders: zeroed(),
-            }
+    fn directories() -> std::sync::MutexGuard<'static, Vec<std::sync::Weak<ScrDirectory>>> {
+        SCR_DIRECTORIES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `pod`'s directory, made if it has none and `make`.
+    fn of_pod(pod: &Arc<Pod>, make: bool) -> Option<Arc<ScrDirectory>> {
+        let mut directories = Self::directories();
+        let found = directories.iter().find_map(|d| {
+            d.upgrade()
+                .filter(|d| std::ptr::eq(d.pod.as_ptr(), Arc::as_ptr(pod)))
+        });
+        if found.is_some() || !make {
+            return found;
+        }
+        let layout = pod.layout();
+        let first = pod.address_of(layout.scr_offset) as u64 / LINE_BYTES;
+        let end = (pod.address_of(layout.lnr_offset) as u64).div_ceil(LINE_BYTES);
+        let entries = (end - first)
+            .next_power_of_two()
+            .min(MAX_SCR_DIRECTORY_ENTRIES) as usize;
+        let zeroed = || {
+            (0..entries)
+                .map(|_| std::sync::atomic::AtomicU64::new(0))
+                .collect()
+        };
+        let directory = Arc::new(ScrDirectory {
+            pod: Arc::downgrade(pod),
+            scr_lines: first..end,
+            lines: zeroed(),
+            holders: zeroed(),
+            bits: std::sync::atomic::AtomicU64::new(0),
+        });
+        LIVE_SCR_DIRECTORIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        directories.retain(|d| d.strong_count() > 0);
+        directories.push(Arc::downgrade(&directory));
+        Some(directory)
+    }
+
+    /// The directory of the live pod whose SCR holds `line`, if it has one: for an access
+    /// by a thread bound to no memory, which has no directory of its own. (Live pods'
+    /// mappings do not overlap; a directory a thread still holds for a dropped pod is
+    /// passed over, its addresses may be another pod's now.)
+    #[cold]
+    fn covering(line: u64) -> Option<Arc<ScrDirectory>> {
+        if LIVE_SCR_DIRECTORIES.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            return None;
+        }
+        Self::directories().iter().find_map(|d| {
+            d.upgrade()
+                .filter(|d| d.covers(line) && d.pod.strong_count() > 0)
         })
     }
 
+    /// Whether `line` is in this directory's pod's SCR.
+    fn covers(&self, line: u64) -> bool {
+        self.scr_lines.contains(&line)
+    }
+
     fn entry(&self, line: u64) -> usize {
-        line as usize & (SCR_DIRECTORY_ENTRIES - 1)
+        line as usize & (self.lines.len() - 1)
     }
 
     /// An access by the host of `bit` to `line`: whether it hit. After it, the host holds
@@ -652,17 +758,20 @@ impl ScrDirectory {
         self.holders[i].store(bit, Relaxed);
     }
 
-    /// A host's bit, for a new `CxlMemory`; 0 if all 64 are taken.
-    fn take_bit() -> u64 {
+    /// A host's bit, for a new `CxlMemory` on this pod; 0 if all 64 are taken.
+    fn take_bit(&self) -> u64 {
         use std::sync::atomic::Ordering::Relaxed;
-        let mut taken = SCR_BITS.load(Relaxed);
+        let mut taken = self.bits.load(Relaxed);
         loop {
             let free = !taken;
             if free == 0 {
                 return 0;
             }
             let bit = free & free.wrapping_neg();
-            match SCR_BITS.compare_exchange(taken, taken | bit, Relaxed, Relaxed) {
+            match self
+                .bits
+                .compare_exchange(taken, taken | bit, Relaxed, Relaxed)
+            {
                 Ok(_) => return bit,
                 Err(now) => taken = now,
             }
@@ -678,7 +787,13 @@ impl ScrDirectory {
                 holders.fetch_and(!bit, Relaxed);
             }
         }
-        SCR_BITS.fetch_and(!bit, Relaxed);
+        self.bits.fetch_and(!bit, Relaxed);
+    }
+}
+
+impl Drop for ScrDirectory {
+    fn drop(&mut self) {
+        LIVE_SCR_DIRECTORIES.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -768,9 +883,13 @@ pub struct CxlMemory {
     /// The model's cache: per set, 0 (empty) or `(line + 1) << 1 | dirty`.
     tags: Box<[AtomicU64]>,
     set_mask: u64,
-    /// This host's bit in the SCR directory; 0: none (the model keeps no SCR lines, or
-    /// 64 hosts had them all).
+    /// This host's bit in its pod's SCR directory; 0: none (the model keeps no SCR lines,
+    /// or 64 hosts of the pod had them all).
     scr_bit: u64,
+    /// The pod's SCR directory: made with this memory if its model keeps SCR lines and
+    /// the pod has none yet; else the one the pod has, if any (a memory whose model keeps
+    /// none still takes lines with its stores). What a thread bound to this memory holds.
+    scr_directory: Option<Arc<ScrDirectory>>,
 }
 
 impl std::fmt::Debug for CxlMemory {
@@ -810,11 +929,10 @@ impl CxlMemory {
         let sets = (cache_bytes / LINE_BYTES).max(1);
         let sets = 1u64 << (63 - sets.leading_zeros());
         count_live(Some(model.scr_ns));
-        let scr_bit = if model.scr_cache != 0 {
-            ScrDirectory::get_or_make();
-            ScrDirectory::take_bit()
-        } else {
-            0
+        let scr_directory = ScrDirectory::of_pod(&pod, model.scr_cache != 0);
+        let scr_bit = match &scr_directory {
+            Some(directory) if model.scr_cache != 0 => directory.take_bit(),
+            _ => 0,
         };
         Self {
             hardware: HardwareMemory::new(pod),
@@ -823,6 +941,7 @@ impl CxlMemory {
             tags: (0..sets).map(|_| AtomicU64::new(0)).collect(),
             set_mask: sets - 1,
             scr_bit,
+            scr_directory,
         }
     }
 
@@ -863,9 +982,26 @@ impl CxlMemory {
     /// [`super::Memory::bind_scr`]).
     #[inline]
     pub fn bind(&self) {
-        SCR_BINDING.with(|b| {
-            if b.get().1 != self.id {
-                b.set((self.model.scr_ns, self.id, self.scr_bit));
+        if SCR_BINDING.with(|b| b.get().1 != self.id) {
+            self.rebind();
+        }
+    }
+
+    /// [`bind`](Self::bind) on a thread bound to another memory, or to none: out of line,
+    /// so that a call on a memory the thread is bound to carries one compare. The
+    /// directory is the pod's: a thread that moves between hosts of one pod keeps it
+    /// (no count of references changes).
+    #[inline(never)]
+    fn rebind(&self) {
+        SCR_BINDING.with(|b| b.set((self.model.scr_ns, self.id, self.scr_bit)));
+        let _ = SCR_LINES.try_with(|lines| {
+            let mut lines = lines.borrow_mut();
+            let same = match (&*lines, &self.scr_directory) {
+                (Some(held), Some(ours)) => Arc::ptr_eq(held, ours),
+                (held, ours) => held.is_none() && ours.is_none(),
+            };
+            if !same {
+                *lines = self.scr_directory.clone();
             }
         });
     }
@@ -1019,10 +1155,11 @@ impl Drop for CxlMemory {
         let _ = SCR_BINDING.try_with(|b| {
             if b.get().1 == self.id {
                 b.set((0, 0, 0));
+                let _ = SCR_LINES.try_with(|lines| lines.borrow_mut().take());
             }
         });
-        if self.scr_bit != 0 {
-            if let Some(directory) = SCR_DIRECTORY.get() {
+        if let Some(directory) = &self.scr_directory {
+            if self.scr_bit != 0 {
                 directory.give_back(self.scr_bit);
             }
         }
@@ -1044,6 +1181,22 @@ mod tests {
         let before = CxlCharges::this_thread();
         f();
         CxlCharges::this_thread() - before
+    }
+
+    /// Misses (1) and hits (0) of counted SCR accesses by `host` to the words given, on a
+    /// fresh thread bound to it.
+    fn misses_on(host: &CxlMemory, accesses: &[(usize, ScrAccess)]) -> Vec<u64> {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                host.bind();
+                accesses
+                    .iter()
+                    .map(|&(at, access)| charged(|| charge_scr_at(|| at, access)).scr_accesses)
+                    .collect()
+            })
+            .join()
+            .expect("the thread")
+        })
     }
 
     #[test]
@@ -1450,20 +1603,7 @@ mod tests {
         let word = pod.address_of(pod.layout().scr_offset);
         let neighbour = word + 8;
         let (load, update) = (ScrAccess::Load, ScrAccess::Update);
-        // Misses (1) and hits (0) of accesses by `host`, on a fresh thread.
-        let on = |host: &CxlMemory, accesses: &[(usize, ScrAccess)]| {
-            std::thread::scope(|s| {
-                s.spawn(|| {
-                    host.bind();
-                    accesses
-                        .iter()
-                        .map(|&(at, access)| charged(|| charge_scr_at(|| at, access)).scr_accesses)
-                        .collect::<Vec<_>>()
-                })
-                .join()
-                .expect("the thread")
-            })
-        };
+        let on = misses_on;
         assert_eq!(on(&a, &[(word, load), (neighbour, load)]), [1, 0]);
         assert_eq!(
             on(&b, &[(word, load), (word, update)]),
@@ -1498,5 +1638,66 @@ mod tests {
             on(&every_access_misses, &[(word, load), (word, load)]),
             [1, 1]
         );
+    }
+
+    /// Each pod has its own directory: a line of one pod in the entry a line of another
+    /// pod would take in a directory of 2^19 entries (the process-wide one's, indexed by
+    /// the line's address) does not push the other out. (With one directory for the
+    /// process, b's update of its line pushed out a's, and a's next load missed: tests
+    /// running side by side could see an extra miss.)
+    #[test]
+    fn a_pods_scr_lines_are_not_another_pods() {
+        let (pod_a, a) = memory(CxlModel::default());
+        // An SCR of more than 2^19 lines has a line in every entry of such a directory.
+        let entries = MAX_SCR_DIRECTORY_ENTRIES;
+        let config = PodConfig::new().scr_bytes(entries * LINE_BYTES + (1 << 20));
+        let pod_b = Arc::new(Pod::create(&config, Backing::heap()).expect("a pod"));
+        let b = CxlMemory::new(Arc::clone(&pod_b), CxlModel::default());
+        let word_a = pod_a.address_of(pod_a.layout().scr_offset);
+        let line_a = word_a as u64 / LINE_BYTES;
+        let scr_b = pod_b.address_of(pod_b.layout().scr_offset) as u64 / LINE_BYTES;
+        let line_b = scr_b + (line_a.wrapping_sub(scr_b) & (entries - 1));
+        assert!(line_b < pod_b.address_of(pod_b.layout().lnr_offset) as u64 / LINE_BYTES);
+        assert_eq!(line_a % entries, line_b % entries);
+        let word_b = (line_b * LINE_BYTES) as usize;
+        let (load, update) = (ScrAccess::Load, ScrAccess::Update);
+        assert_eq!(misses_on(&a, &[(word_a, load), (word_a, load)]), [1, 0]);
+        assert_eq!(misses_on(&b, &[(word_b, update), (word_b, load)]), [1, 0]);
+        assert_eq!(misses_on(&a, &[(word_a, load)]), [0], "a holds its line");
+        assert_eq!(misses_on(&b, &[(word_b, load)]), [0], "b holds its line");
+    }
+
+    /// Each pod has 64 bits of its own: 65 memories on 65 pods, all live at once, each
+    /// hold the lines they load (the 65th live in the process got no bit and missed every
+    /// access). The 65th live memory on one pod gets none.
+    #[test]
+    fn every_pod_has_bits_for_64_hosts() {
+        let config = PodConfig::new().scr_bytes(64 << 10).lnr_bytes(4 << 20);
+        // A small modeled LNR cache: 65 of the default's tags would take 260 MiB.
+        let model = CxlModel {
+            cache_bytes: 4096,
+            ..CxlModel::default()
+        };
+        let memories: Vec<(Arc<Pod>, CxlMemory)> = (0..65)
+            .map(|_| {
+                let pod = Arc::new(Pod::create(&config, Backing::heap()).expect("a pod"));
+                let memory = CxlMemory::new(Arc::clone(&pod), model);
+                (pod, memory)
+            })
+            .collect();
+        for (i, (pod, memory)) in memories.iter().enumerate() {
+            let word = pod.address_of(pod.layout().scr_offset);
+            let accesses = [(word, ScrAccess::Load), (word, ScrAccess::Load)];
+            assert_eq!(misses_on(memory, &accesses), [1, 0], "memory {i}");
+        }
+        let pod = &memories[0].0;
+        let more: Vec<CxlMemory> = (0..64)
+            .map(|_| CxlMemory::new(Arc::clone(pod), model))
+            .collect();
+        assert!(more[..63].iter().all(|memory| memory.scr_bit != 0));
+        assert_eq!(more[63].scr_bit, 0, "the pod's 65th live memory");
+        let word = pod.address_of(pod.layout().scr_offset);
+        let accesses = [(word, ScrAccess::Load), (word, ScrAccess::Load)];
+        assert_eq!(misses_on(&more[63], &accesses), [1, 1]);
     }
 }
