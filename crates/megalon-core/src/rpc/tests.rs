@@ -377,6 +377,22 @@ fn a_long_wait_for_an_answer_counts_the_lines_that_changed_not_its_polls() {
     );
 }
 
+/// A sender's wait for its answer yields from its first turn on, spinning none: the
+/// answer needs the server's thread, which a spin keeps off the core where threads
+/// outnumber cores. (With the spins every other wait makes first, all 20 of its turns
+/// spun.)
+#[test]
+fn a_senders_wait_for_its_answer_yields_and_never_spins() {
+    let spun = || crate::backoff::SPUN_ROUNDS.with(std::cell::Cell::get);
+    let before = spun();
+    assert_eq!(
+        counts_of_a_call_answered_at(20),
+        (10, 6),
+        "(sender, server)"
+    );
+    assert_eq!(spun() - before, 0, "rounds of the wait that spun");
+}
+
 /// A sender that finds a one-entry ring full waits for the entry's last lap to end: it
 /// counts the tail and the state it first finds, then each change of the state it sees
 /// (the last lap's claim, answer and free: at most four moves), not each look. (With
