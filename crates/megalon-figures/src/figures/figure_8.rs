@@ -151,7 +151,8 @@ fn warm_run(
         ),
         (0.0, name.to_string(), Harness::plan(setup, measured)),
     ];
-    let points = h.measure(kind, setup, series.name(), &plans)?;
+    let workers = megalon_bench::runner::HOSTS * h.settings().threads_per_host;
+    let points = h.measure_as_given(kind, setup, series.name(), &plans, workers)?;
     Ok(points[1].clone())
 }
 
