@@ -133,6 +133,23 @@ impl View {
         self.find(key).map(|handle| self.entry(handle))
     }
 
+    /// The entry of `key` with its replicated lock, in a pod with [`Coherence::AllLog`].
+    /// Safe without the replica's lock, as [`lookup`](Self::lookup) is: the lock word is
+    /// found after the key `find` matched (not by a key length read again), and a word
+    /// past the record's chunk, which only a look racing replay meets, reads as 0; the
+    /// caller's version check throws such an answer away.
+    #[inline]
+    pub(crate) fn lookup_locked(&self, key: &[u8]) -> Option<(IndexEntry, ReplicatedLock)> {
+        let handle = self.find(key)?;
+        let at = FIELD_WORDS + key_words(key.len());
+        let lock = self
+            .words
+            .try_record(handle)
+            .and_then(|record| record.get(at))
+            .map_or(0, |word| word.load(Ordering::Relaxed));
+        Some((self.entry(handle), ReplicatedLock::from_word(lock)))
+    }
+
     /// The entry behind `handle` if it still holds the object stamped `stamp` (no event
     /// about it since): what a read checks at its end.
     #[inline]
@@ -285,14 +302,6 @@ impl Index {
     /// The view readers share with this index.
     pub(crate) fn view(&self) -> &Arc<View> {
         &self.view
-    }
-
-    /// The entry of `key` with its replicated lock, in a pod with [`Coherence::AllLog`].
-    #[inline]
-    pub(crate) fn lookup_locked(&self, key: &[u8]) -> Option<(IndexEntry, ReplicatedLock)> {
-        debug_assert!(self.all_log, "only AllLog records have a lock word");
-        self.find(key)
-            .map(|handle| (self.entry(handle), self.replicated_lock(handle)))
     }
 
     /// The replicated lock of the object behind `handle` ([`Coherence::AllLog`] only).
