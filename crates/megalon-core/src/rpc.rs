@@ -544,7 +544,7 @@ impl RingGeometry {
         // The tail and the state the last look found: a look that finds a word as the last
         // one did reads a line nobody changed since, a hit in the coherent cache, and is
         // not counted (as a server's poll that finds nothing): a sender waiting out a full
-        // ring counts the lines that changed, not its spins.
+        // ring counts the lines that changed, not its looks.
         let mut last: Option<(u64, u64)> = None;
         loop {
             let ticket = self.tail(pod).load(Ordering::SeqCst);

@@ -119,7 +119,7 @@ const SERVE_BATCH: usize = 8;
 /// (Spinning 32 `pause`s between them, about 60 us after each request it served, it kept
 /// a core from the workers where threads outnumber cores; megalon's pump yields too.)
 const IDLE_YIELDS: u32 = 64;
-/// The background server's sleep between polls once it has spun (timer slack makes it
+/// The background server's sleep between polls once it has yielded (timer slack makes it
 /// longer in practice, around 60 us on Linux).
 const IDLE_SLEEP: Duration = Duration::from_micros(10);
 /// Sleeps after which an idle background server sleeps [`LONG_IDLE_SLEEP`] instead: a
