@@ -361,6 +361,11 @@ impl Harness {
         }
     }
 
+    /// Workers of a run with every host's threads.
+    pub fn all_workers(&self) -> usize {
+        HOSTS * self.settings.threads_per_host
+    }
+
     /// Builds `kind` over `setup`, loads it, and runs each plan in order on it, with
     /// every host's threads, after a warm-up run of the first (see
     /// [`measure_threads`](Self::measure_threads)).
@@ -371,7 +376,7 @@ impl Harness {
         series: &str,
         plans: &[PlanAt],
     ) -> Result<Vec<Measured>, String> {
-        let workers = HOSTS * self.settings.threads_per_host;
+        let workers = self.all_workers();
         self.measure_threads(kind, setup, series, plans, workers)
     }
 
@@ -514,7 +519,7 @@ impl Harness {
         series: &str,
         plans: &[PlanAt],
     ) -> Result<Vec<Measured>, String> {
-        let workers = HOSTS * self.settings.threads_per_host;
+        let workers = self.all_workers();
         let mut points = Vec::new();
         for plan in plans {
             let warm = [warm_up(plan, 0), plan.clone()];
@@ -566,7 +571,7 @@ impl Harness {
             self.runs += max_warm_ups as u64 + 1;
             return Ok((Measured::counted(kind.name(), series, plan.0, &plan.1), 0));
         }
-        let workers = HOSTS * self.settings.threads_per_host;
+        let workers = self.all_workers();
         let bench = self.build_loaded(kind, setup, series, &plan.2, workers)?;
         let mut before: Option<Measured> = None;
         let mut warm_ups = 0;

@@ -151,8 +151,7 @@ fn warm_run(
         ),
         (0.0, name.to_string(), Harness::plan(setup, measured)),
     ];
-    let workers = megalon_bench::runner::HOSTS * h.settings().threads_per_host;
-    let points = h.measure_as_given(kind, setup, series.name(), &plans, workers)?;
+    let points = h.measure_as_given(kind, setup, series.name(), &plans, h.all_workers())?;
     Ok(points[1].clone())
 }
 
