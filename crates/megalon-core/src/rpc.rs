@@ -106,9 +106,6 @@ use crate::sync::{AtomicU64, Ordering};
 /// answers it for a request whose lengths do not fit its entry.
 pub const NO_OP: u8 = 0;
 
-/// The SCR accesses of one poll of a ring ([`RingGeometry::pending`]).
-pub const POLL_SCR_ACCESSES: u64 = 2;
-
 const FREE: u64 = 0;
 const REQUEST: u64 = 1;
 const CLAIMED: u64 = 2;
@@ -761,9 +758,9 @@ impl RingGeometry {
     }
 
     /// Whether a request (or a withdrawn one) waits at the head: two SCR loads, what a
-    /// server pays to poll. Not counted here: a poll that finds nothing reads lines
-    /// nothing changed (hits in the coherent cache), so a server counts
-    /// [`POLL_SCR_ACCESSES`] only for one that finds a request.
+    /// server pays to poll. Not counted: a poll that finds nothing reads lines nothing
+    /// changed (hits in the coherent cache), and one that finds a request is followed by
+    /// [`claim`](Self::claim), which loads the same two words again and counts them.
     #[inline]
     pub fn pending(&self, pod: &Pod) -> bool {
         let head = self.head(pod).load(Ordering::Relaxed);
@@ -788,6 +785,11 @@ impl RingGeometry {
             let state = self.state(pod, head);
             // Acquire: pairs with the sender's Release that published the request.
             let now = state.load(Ordering::Acquire);
+            if now != pack(head, WITHDRAWN) && now != pack(head, REQUEST) {
+                // Nothing waits: not counted, as a poll that finds nothing is not (after
+                // a served request, the words this server just moved: hits).
+                return None;
+            }
             tally.scr_atomics(2);
             if now == pack(head, WITHDRAWN) {
                 #[cfg(all(test, not(megalon_loom)))]
@@ -809,9 +811,6 @@ impl RingGeometry {
                 }
                 expected = Some(head + 1);
                 continue;
-            }
-            if now != pack(head, REQUEST) {
-                return None;
             }
             tally.scr_atomics(2);
             if state

@@ -60,7 +60,7 @@ fn call(
             inner.settings.wait_limit,
             tally,
             &mut || {
-                inner.serve(me, c, true, SERVE_BATCH);
+                inner.serve(me, c, SERVE_BATCH);
                 std::ops::ControlFlow::Continue(())
             },
         )
@@ -99,8 +99,7 @@ impl HcMetaHandle {
 
     /// Serves requests waiting on this host's ring (what every operation does first).
     pub fn poll(&self) -> usize {
-        self.inner
-            .serve(self.host, &self.counters, true, SERVE_BATCH)
+        self.inner.serve(self.host, &self.counters, SERVE_BATCH)
     }
 
     fn check_key(&self, key: &[u8]) -> Result<KeyHash> {

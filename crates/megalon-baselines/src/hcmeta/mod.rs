@@ -93,7 +93,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use megalon_core::rpc::{self, Tally};
+use megalon_core::rpc;
 use megalon_core::{
     limits::{
         LINE_BYTES, MAX_KEY_BYTES_LIMIT, MAX_SLOT_SIZE_BYTES, MIN_LOG_CAPACITY_ENTRIES, PAGE_BYTES,
@@ -362,12 +362,12 @@ impl Inner {
 
     /// Serves up to `max` requests waiting on host `host`'s ring, if no other thread of
     /// the host is serving and the host has not been stopped; `c` counts what it does.
-    /// `count_poll`: whether the poll's two SCR loads count too (the background server
-    /// does not count its polls). A poll that finds nothing is not counted either: its
-    /// lines are unchanged, a hit in the coherent cache, as megalon's look at `ctail` that
+    /// The look at the ring is not counted here: one that finds nothing reads lines
+    /// nothing changed, a hit in the coherent cache, as megalon's look at `ctail` that
     /// finds nothing new is not counted (the CXL model charges what is counted, and must
-    /// charge both schemes' polls alike). Returns the requests served.
-    pub(crate) fn serve(&self, host: usize, c: &Counters, count_poll: bool, max: usize) -> usize {
+    /// charge both schemes' polls alike); one that finds a request is counted by the
+    /// claim, which loads the same two words again. Returns the requests served.
+    pub(crate) fn serve(&self, host: usize, c: &Counters, max: usize) -> usize {
         let state = &self.hosts[host];
         if state.stopped.load(Ordering::Relaxed) {
             return 0;
@@ -379,9 +379,6 @@ impl Inner {
         }
         // The owner's SCR accesses are its own under the CXL cost model.
         state.memory.bind_scr();
-        if count_poll {
-            c.scr_atomics(rpc::POLL_SCR_ACCESSES);
-        }
         let Some(mut buf) = state.serving.try_lock() else {
             return 0;
         };
@@ -422,7 +419,12 @@ fn background(inner: Arc<Inner>, host: usize) {
     let c = inner.hosts[host].counters.register();
     let mut idle = 0u32;
     while !inner.stop.load(Ordering::Relaxed) {
-        if inner.serve(host, &c, false, usize::MAX) > 0 {
+        #[cfg(test)]
+        if inner.hosts[host].background_paused.load(Ordering::Relaxed) {
+            std::thread::sleep(IDLE_SLEEP);
+            continue;
+        }
+        if inner.serve(host, &c, usize::MAX) > 0 {
             idle = 0;
             continue;
         }

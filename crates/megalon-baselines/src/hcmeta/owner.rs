@@ -119,6 +119,9 @@ pub(crate) struct HostState {
     /// park a thread in that wait (the share state is held only between its waits).
     #[cfg(test)]
     hand_waits: AtomicU64,
+    /// Set by a test that serves the ring itself: the background server leaves it alone.
+    #[cfg(test)]
+    pub(crate) background_paused: AtomicBool,
     /// The serving lock, with the server's scratch entry.
     pub(crate) serving: Mutex<Vec<u8>>,
     /// Set to make the host stop answering requests (failure experiments).
@@ -203,6 +206,8 @@ impl HostState {
             shared_now: AtomicU64::new(0),
             #[cfg(test)]
             hand_waits: AtomicU64::new(0),
+            #[cfg(test)]
+            background_paused: AtomicBool::new(false),
             serving: Mutex::new(vec![0; sizes.ring_entry_bytes as usize]),
             stopped: AtomicBool::new(false),
             counters: Registry::default(),

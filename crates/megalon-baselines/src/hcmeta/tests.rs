@@ -59,7 +59,7 @@ fn a_server_that_looked_before_the_stop_claims_nothing_after_it() {
                 }))
             });
             let c = inner.hosts[1].counters.register();
-            inner.serve(1, &c, false, usize::MAX)
+            inner.serve(1, &c, usize::MAX)
         }
     });
     has_looked.recv().unwrap();
@@ -174,4 +174,91 @@ fn a_clock_hand_that_waits_lets_a_delete_free_an_entry() {
     // The delete left nothing held: the entry shares the other key.
     assert_eq!(inner.hosts[1].shared_now(), 1);
     assert!(!super::record::latched(record.load(Ordering::Relaxed)));
+}
+
+/// A served request counts its look at the ring once. The server's look that finds a
+/// request and the claim's look right after it load the same two SCR words, which
+/// nothing changed between them (a hit the second time, as a poll that finds nothing
+/// is), and the claim after it that finds nothing counts nothing: one served read of an
+/// unshared key counts what a claim and a serve by hand count for another alike, the
+/// owner's handling included. (With the look counted twice, or the claim that found
+/// nothing counted, the server counted 2 more than by hand.)
+#[test]
+fn a_served_request_counts_its_look_at_the_ring_once() {
+    use super::counters::Counter;
+    use std::sync::atomic::Ordering;
+    let config = HcMetaConfig::new(2, 64, 128)
+        .scr_budget_bytes(Some(scr_bytes_per_shared_object(32)))
+        .wait_limit(Duration::from_secs(30));
+    let store = Store::new(HcMeta::new(config, |h| MemoryKind::simulated(h as u64)).unwrap());
+    let inner = Arc::clone(&store.scheme().inner);
+    let mut keys = (0..)
+        .map(|i| format!("key{i}"))
+        .filter(|key| store.scheme().owner_of(key.as_bytes()) == 1);
+    // Host 1 has one shared entry: the last key inserted takes it, and each read
+    // from host 0 of another has to ask host 1.
+    let keys: Vec<String> = keys.by_ref().take(24).collect();
+    {
+        let mut owner = store.handle(1).unwrap();
+        for key in &keys {
+            owner.insert(key.as_bytes(), b"value").unwrap();
+        }
+    }
+    let state = &inner.hosts[1];
+    let ring = &state.geometry.ring;
+    // This thread serves host 1's ring (a server that serves between two of the
+    // background server's sleeps may still be at it: then another key).
+    state.background_paused.store(true, Ordering::Relaxed);
+    let mut fresh = keys.iter().take(keys.len() - 1);
+    // Host 0 reads an unshared key of host 1's, and this thread serves it.
+    let mut counted = |by_hand: bool| -> u64 {
+        loop {
+            let key = fresh.next().expect("a key left to serve by this thread");
+            let c = state.counters.register();
+            let served = std::thread::scope(|scope| {
+                let asker = scope.spawn(|| store.handle(0).unwrap().get(key.as_bytes()));
+                wait_until("the request in the ring", || {
+                    ring.pending(&inner.pod) || asker.is_finished()
+                });
+                let served = if by_hand {
+                    match ring.claim(&inner.pod, &**c) {
+                        Some(claimed) => {
+                            let mut buf = state.serving.lock();
+                            ring.serve(
+                                &inner.pod,
+                                &state.memory,
+                                claimed,
+                                &mut buf,
+                                &**c,
+                                super::owner::server_failed(),
+                                |request, buf| {
+                                    state.handle(&inner.pod, &inner.settings, request, buf, &c)
+                                },
+                            );
+                            true
+                        }
+                        None => false,
+                    }
+                } else {
+                    inner.serve(1, &c, usize::MAX) == 1
+                };
+                let value = asker.join().unwrap().unwrap();
+                assert_eq!(value.as_deref(), Some(&b"value"[..]));
+                served
+            });
+            if served {
+                return c.get(Counter::ScrAtomics);
+            }
+        }
+    };
+    // The first share evicts the last key inserted, as every later one evicts the one
+    // before: not counted.
+    counted(false);
+    let by_hand = counted(true);
+    let served = counted(false);
+    assert!(by_hand > 0);
+    assert_eq!(
+        served, by_hand,
+        "SCR accesses of a served request: server, by hand"
+    );
 }

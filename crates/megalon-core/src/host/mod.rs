@@ -561,7 +561,7 @@ impl Shared {
                 }
                 Err(error) => self.background_error(error),
             }
-            match self.serve_rpcs(&()) {
+            match self.serve_rpcs() {
                 Ok(served) if served > 0 => busy_rounds = PUMP_BUSY_ROUNDS,
                 Ok(_) => {}
                 Err(error) => self.background_error(error),

@@ -182,7 +182,7 @@ impl Shared {
                 retries: max_retries,
             });
         }
-        self.poll_rpcs(c);
+        self.poll_rpcs();
         let mut writer_wait: Option<Backoff> = None;
         loop {
             let done = super::Done { retries };
@@ -236,7 +236,7 @@ impl Shared {
         c: &ThreadCounters,
         change: impl FnOnce(Target<'_>) -> R,
     ) -> Result<(R, super::Done)> {
-        self.poll_rpcs(c);
+        self.poll_rpcs();
         let mut retries = 0u32;
         let mut change = Some(change);
         if let Some(local) = &self.local {

@@ -530,7 +530,7 @@ impl Shared {
             c,
             &mut || {
                 self.chaos.point(Point::RpcAwaitingResponse);
-                let _ = self.serve_rpcs(c);
+                let _ = self.serve_rpcs();
                 rounds = rounds.wrapping_add(1);
                 // A catch-up that fails: wait on (the wait limit bounds it).
                 moved_meanwhile = rounds.is_multiple_of(HOLDER_LOOK_ROUNDS)
