@@ -65,7 +65,8 @@ pub struct EventCounts {
     pub read_retries_record_freed: u64,
     /// Times a reader or writer found a write in progress and backed off.
     pub waits_for_writer: u64,
-    /// Cache lines invalidated (flushed) by the object protocol.
+    /// Cache lines invalidated (flushed) by the object protocol, and by replay: the lines
+    /// of each log entry it reads and of each slot whose lines it drops.
     pub lines_invalidated: u64,
     /// Cache lines written back by writers.
     pub lines_written_back: u64,

@@ -428,8 +428,16 @@ impl Shared {
                 .slots_dropped
                 .fetch_add(done.dropped, Ordering::Relaxed);
         }
-        if done.copies_dropped > 0 {
-            self.with_counters(|c| c.add(Counter::CopiesInvalidated, done.copies_dropped));
+        // The lines this replay invalidated: each entry it applied (read after its lines
+        // were dropped; a look at an entry not yet published, one line, is not counted,
+        // as a poll that finds nothing is not) and each slot whose lines it dropped.
+        let lines = (position - start) * (self.log.entry_bytes() as u64).div_ceil(LINE_BYTES)
+            + done.dropped * self.pod.config().slot_size_bytes.div_ceil(LINE_BYTES);
+        if lines > 0 || done.copies_dropped > 0 {
+            self.with_counters(|c| {
+                c.add(Counter::LinesInvalidated, lines);
+                c.add(Counter::CopiesInvalidated, done.copies_dropped);
+            });
         }
         if position > start {
             // `applied` and the `ltail` cover `position`: each round that applied raised
