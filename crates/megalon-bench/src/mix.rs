@@ -162,6 +162,12 @@ impl From<&Mix> for Plan {
 }
 
 impl Plan {
+    /// Whether a run of the plan inserts keys (YCSB D): each run inserts the same new
+    /// keys, from `keys` on, so a second run on one store finds the first one's there.
+    pub fn inserts(&self) -> bool {
+        matches!(self.choice, Choice::Ycsb(workload) if workload.proportions().insert > 0.0)
+    }
+
     /// The plan's name in reports: `"5% puts, zipf 0.99"`, `"YCSB A"`.
     pub fn describe(&self) -> String {
         match self.choice {
@@ -947,6 +953,29 @@ impl fmt::Display for MixRun {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Of YCSB's core workloads D alone inserts; no mix does.
+    #[test]
+    fn only_ycsb_d_inserts() {
+        let plan = |choice| Plan {
+            keys: 100,
+            key_bytes: KEY_BYTES,
+            value_bytes: 64,
+            choice,
+            seed: 1,
+        };
+        let inserting: Vec<&str> = Workload::CORE
+            .iter()
+            .filter(|workload| plan(Choice::Ycsb(**workload)).inserts())
+            .map(|workload| workload.name())
+            .collect();
+        assert_eq!(inserting, ["D"]);
+        let mix = Choice::Mix {
+            write_ratio: 1.0,
+            skew: 0.0,
+        };
+        assert!(!plan(mix).inserts());
+    }
 
     /// A mix of more keys than any memory holds gets a pod its create refuses by name
     /// (its LNR wrapped round to a small one, whose hosts ran out of slots).
