@@ -47,8 +47,22 @@ struct Replayed {
     gained: SlotPool,
 }
 
+/// The CXL model's charge of a tail check's look at `ctail` (see `Shared::catch_up`).
+#[cfg(not(megalon_loom))]
+#[cold]
+#[inline(never)]
+fn charge_tail_check(
+    memory: &crate::memory::cxl::CxlMemory,
+    ctail: &crate::sync::AtomicU64,
+    moved: bool,
+) {
+    memory.bind();
+    crate::memory::cxl::charge_tail_check(ctail, moved);
+}
+
 impl Shared {
     /// The tail check: makes the replica cover `ctail`.
+    #[inline]
     pub(super) fn catch_up(&self) -> Result<()> {
         self.still_alive()?;
         // Acquire: pairs with the AcqRel `fetch_max` in `replay_locked` (only a replay
@@ -64,21 +78,29 @@ impl Shared {
         // twice (no thread-local look on its way).
         #[cfg(not(megalon_loom))]
         if let Memory::Cxl(memory) = &self.memory {
-            memory.bind();
-            crate::memory::cxl::charge_tail_check(ctail, moved);
+            charge_tail_check(memory, ctail, moved);
         }
         if moved {
-            // Counted in the protocol's SCR atomics only when it finds something new (its
-            // line changed: a miss in the coherent cache), as before; charged above.
-            self.with_counters(|c| c.count_uncharged(Counter::ScrAtomics, 1));
-            // As an appender's confirm: a sibling's replay may hold the lock through a wait
-            // for a hole past `target`, after its round covered `target`.
-            self.confirm(target)?;
-            // The replay may have applied this host's own death (a lease that ran out
-            // while it was paused): nothing it was about to do may go on.
-            self.still_alive()?;
+            return self.catch_up_to(target);
         }
         Ok(())
+    }
+
+    /// [`catch_up`](Self::catch_up) once the tail check found `ctail` at `target`, past
+    /// what this replica covers. Out of line, as the model's charge below: a read checks
+    /// the tail twice, and the instructions of its path from one copy to the next
+    /// lookup are what a lone read waits for (`docs/object.md`, "A lone read's window").
+    #[inline(never)]
+    fn catch_up_to(&self, target: u64) -> Result<()> {
+        // Counted in the protocol's SCR atomics only when it finds something new (its
+        // line changed: a miss in the coherent cache), as before; charged in `catch_up`.
+        self.with_counters(|c| c.count_uncharged(Counter::ScrAtomics, 1));
+        // As an appender's confirm: a sibling's replay may hold the lock through a wait
+        // for a hole past `target`, after its round covered `target`.
+        self.confirm(target)?;
+        // The replay may have applied this host's own death (a lease that ran out while
+        // it was paused): nothing it was about to do may go on.
+        self.still_alive()
     }
 
     /// `Err(HostDeclaredDead)` once a recoverer has condemned this host's life (it was
@@ -101,6 +123,7 @@ impl Shared {
     }
 
     /// `Err(HostDeclaredDead)` once this host's replica has applied its death.
+    #[inline]
     pub(super) fn still_alive(&self) -> Result<()> {
         if self.is_declared_dead() {
             return Err(self.declared_dead());

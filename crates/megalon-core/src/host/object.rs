@@ -220,7 +220,10 @@ impl Shared {
             //    `look`). The record width with it: the entry's record is of it.
             let ((entry, shape), version) =
                 self.look_versioned(|view| (view.lookup(key), view.shape()));
-            let entry = entry.ok_or(Error::UnknownKey)?;
+            // Not `ok_or`: it builds the error (and drops it) on the way to every entry.
+            let Some(entry) = entry else {
+                return Err(Error::UnknownKey);
+            };
             let seen = Some(Seen {
                 version,
                 host_counter: entry.host_counter,
@@ -279,9 +282,36 @@ impl Shared {
         }
     }
 
+    /// Steps 4-6 of DESIGN section 8: whether the copy made since `read_start` holds.
+    ///
+    /// A read-shared object whose index no replay changed since the lookup comes down to
+    /// the tail check (no record; the unchanged version stands for the stamp check, as in
+    /// [`read_end_steps`](Self::read_end_steps), whose code for this case this is, mutants
+    /// included). Apart, short and inlined because a lone read waits for the
+    /// instructions between its copy and the next read's lookup (`docs/object.md`, "A lone
+    /// read's window"); every other read takes the steps in full.
+    #[inline]
+    pub(super) fn read_end(&self, ticket: &ReadState, c: &ThreadCounters) -> Result<bool> {
+        if let (Guard::Log, Some(seen)) = (ticket.guard, ticket.seen) {
+            // As in the steps: the copy's loads before the cursors'.
+            crate::sync::fence(Ordering::Acquire);
+            self.chaos.point(Point::ReadEndBetweenChecks);
+            let check_events = !mutants::skipped(Step::PostReadEventCheck);
+            if check_events {
+                self.catch_up()?;
+            }
+            if !check_events || self.replica.unchanged_since(seen.version) {
+                c.add(Counter::Reads, 1);
+                return Ok(true);
+            }
+        }
+        self.read_end_steps(ticket, c)
+    }
+
     // Over 70 lines on purpose: Steps 4-6 of DESIGN section 8 in order: their order is the
     // point (see step 4's comment).
-    pub(super) fn read_end(&self, ticket: &ReadState, c: &ThreadCounters) -> Result<bool> {
+    #[inline(never)]
+    fn read_end_steps(&self, ticket: &ReadState, c: &ThreadCounters) -> Result<bool> {
         // The copy's loads happen before the checks below load the record and the
         // cursors: an Acquire load does not keep earlier loads from moving after it, this
         // fence does (the seqlock reader's fence; on x86 it costs nothing).
@@ -407,7 +437,10 @@ impl Shared {
             self.catch_up()?;
             let ((entry, shape), version) =
                 self.look_versioned(|view| (view.lookup(key), view.shape()));
-            let entry = entry.ok_or(Error::UnknownKey)?;
+            // Not `ok_or`: it builds the error (and drops it) on the way to every entry.
+            let Some(entry) = entry else {
+                return Err(Error::UnknownKey);
+            };
             if let Some(owner) = entry.local_owner {
                 // In a host's DRAM (local partitions): back to CXL first. (No lock is held
                 // here; an announce word from an attempt that lost goes back, so that

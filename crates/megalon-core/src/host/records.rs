@@ -240,7 +240,9 @@ impl Host {
                     let index = self.shared.replica.read();
                     (index.lookup(key), index.shape())
                 };
-                let entry = entry.ok_or(Error::UnknownKey)?;
+                let Some(entry) = entry else {
+                    return Err(Error::UnknownKey);
+                };
                 if let Some(owner) = entry.local_owner {
                     // In a host's DRAM: its bytes in CXL are old. Back first.
                     self.shared
