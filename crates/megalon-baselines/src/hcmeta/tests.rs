@@ -192,12 +192,13 @@ fn a_served_request_counts_its_look_at_the_ring_once() {
         .wait_limit(Duration::from_secs(30));
     let store = Store::new(HcMeta::new(config, |h| MemoryKind::simulated(h as u64)).unwrap());
     let inner = Arc::clone(&store.scheme().inner);
-    let mut keys = (0..)
-        .map(|i| format!("key{i}"))
-        .filter(|key| store.scheme().owner_of(key.as_bytes()) == 1);
     // Host 1 has one shared entry: the last key inserted takes it, and each read
     // from host 0 of another has to ask host 1.
-    let keys: Vec<String> = keys.by_ref().take(24).collect();
+    let keys: Vec<String> = (0..)
+        .map(|i| format!("key{i}"))
+        .filter(|key| store.scheme().owner_of(key.as_bytes()) == 1)
+        .take(24)
+        .collect();
     {
         let mut owner = store.handle(1).unwrap();
         for key in &keys {

@@ -87,9 +87,10 @@ impl Shared {
     }
 
     /// [`catch_up`](Self::catch_up) once the tail check found `ctail` at `target`, past
-    /// what this replica covers. Out of line, as the model's charge below: a read checks
-    /// the tail twice, and the instructions of its path from one copy to the next
-    /// lookup are what a lone read waits for (`docs/object.md`, "A lone read's window").
+    /// what this replica covers. Out of line, as the model's charge is
+    /// (`charge_tail_check`): a read checks the tail twice, and the instructions of its
+    /// path from one copy to the next lookup are what a lone read waits for
+    /// (`docs/object.md`, "A lone read's window").
     #[inline(never)]
     fn catch_up_to(&self, target: u64) -> Result<()> {
         // Counted in the protocol's SCR atomics only when it finds something new (its
