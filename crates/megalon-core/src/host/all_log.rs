@@ -79,7 +79,9 @@ impl Shared {
             //    a split pod's read does (`look_versioned`), so that the two differ only in
             //    where the lock and the counter live.
             let (found, version) = self.look_versioned(|view| view.lookup_locked(key));
-            let (entry, lock) = found.ok_or(Error::UnknownKey)?;
+            let Some((entry, lock)) = found else {
+                return Err(Error::UnknownKey);
+            };
             if let Some(holder) = lock.holder {
                 // A write (or delete) in progress: wait for its event, then look again.
                 c.add(Counter::WaitsForWriter, 1);
@@ -121,7 +123,9 @@ impl Shared {
             // 1. Tail check, lookup.
             self.catch_up()?;
             let found = self.replica.read().lookup_locked(key);
-            let (_, lock) = found.ok_or(Error::UnknownKey)?;
+            let Some((_, lock)) = found else {
+                return Err(Error::UnknownKey);
+            };
             if let Some(holder) = lock.holder {
                 // Appending a Lock now would only lose: wait for the holder's Unlock.
                 c.add(Counter::WaitsForWriter, 1);

@@ -220,7 +220,8 @@ impl Shared {
             //    `look`). The record width with it: the entry's record is of it.
             let ((entry, shape), version) =
                 self.look_versioned(|view| (view.lookup(key), view.shape()));
-            // Not `ok_or`: it builds the error (and drops it) on the way to every entry.
+            // Not `ok_or` (here and at every lookup of the object paths): it builds the
+            // error, and drops it, on the way to every entry.
             let Some(entry) = entry else {
                 return Err(Error::UnknownKey);
             };
@@ -437,7 +438,6 @@ impl Shared {
             self.catch_up()?;
             let ((entry, shape), version) =
                 self.look_versioned(|view| (view.lookup(key), view.shape()));
-            // Not `ok_or`: it builds the error (and drops it) on the way to every entry.
             let Some(entry) = entry else {
                 return Err(Error::UnknownKey);
             };

@@ -209,7 +209,9 @@ impl Shared {
         index: &'i Index,
         key: &[u8],
     ) -> Result<Found<'i>> {
-        let entry = index.lookup(key).ok_or(Error::UnknownKey)?;
+        let Some(entry) = index.lookup(key) else {
+            return Err(Error::UnknownKey);
+        };
         Ok(match entry.local_owner {
             Some(owner) if owner == self.id => match local.object(index, entry.slot) {
                 Some(object) => Found::Mine(object),
