@@ -670,6 +670,7 @@ impl Pod {
     ///
     /// # Panics
     /// If `offset` is not 4-aligned inside the SCR.
+    #[inline]
     pub fn scr_u32(&self, offset: u64) -> &AtomicU32 {
         self.assert_in_scr(offset, 4);
         self.at::<AtomicU32>(offset)
@@ -679,6 +680,7 @@ impl Pod {
     ///
     /// # Panics
     /// If `offset` is not 2-aligned inside the SCR.
+    #[inline]
     pub fn scr_u16(&self, offset: u64) -> &AtomicU16 {
         self.assert_in_scr(offset, 2);
         self.at::<AtomicU16>(offset)
@@ -688,6 +690,7 @@ impl Pod {
     ///
     /// # Panics
     /// If `offset` is outside the SCR.
+    #[inline]
     pub fn scr_u8(&self, offset: u64) -> &AtomicU8 {
         self.assert_in_scr(offset, 1);
         self.at::<AtomicU8>(offset)
@@ -696,10 +699,9 @@ impl Pod {
     #[inline]
     fn assert_in_scr(&self, offset: u64, bytes: u64) {
         let scr = self.layout.scr_offset..self.layout.lnr_offset;
-        assert!(
-            offset.is_multiple_of(bytes) && scr.contains(&offset) && offset + bytes <= scr.end,
-            "{bytes}-byte SCR word at {offset:#x} outside {scr:#x?}"
-        );
+        if !(offset.is_multiple_of(bytes) && scr.contains(&offset) && offset + bytes <= scr.end) {
+            scr_word_outside(offset, bytes, scr);
+        }
     }
 
     /// Checks that `[offset, offset + len)` is inside the LNR.
@@ -761,6 +763,14 @@ impl Pod {
         // SAFETY: in bounds (checked above).
         unsafe { self.storage.base.add(offset as usize) }
     }
+}
+
+/// The panic of an SCR word outside the SCR: out of line, so that the checks of every
+/// record and cursor access stay compares and branches.
+#[cold]
+#[inline(never)]
+fn scr_word_outside(offset: u64, bytes: u64, scr: std::ops::Range<u64>) -> ! {
+    panic!("{bytes}-byte SCR word at {offset:#x} outside {scr:#x?}")
 }
 
 #[cfg(not(megalon_loom))]

@@ -169,11 +169,17 @@ impl<'p> Records<'p> {
             || self.counterless() && word.locked && !mutants::skipped(Step::CounterlessLockIsAWrite)
     }
 
+    /// Whether `word`, loaded after a read's copy, says the record still holds the
+    /// version `counter` the read began at: in use, the same counter, no write in progress.
+    pub(crate) fn still(&self, word: RecordWord, counter: u32) -> bool {
+        word.in_use && word.counter == counter && !self.writing(word)
+    }
+
+    #[inline]
     fn byte_offset(&self, record: u32) -> u64 {
-        assert!(
-            u64::from(record) < self.count,
-            "record {record} past the array"
-        );
+        if u64::from(record) >= self.count {
+            record_past_the_array(record, self.count);
+        }
         self.offset + u64::from(record) * u64::from(self.width_bits) / 8
     }
 
@@ -208,17 +214,24 @@ impl<'p> Records<'p> {
     /// Loads record `record` (Acquire: pairs with the Release of every store and CAS
     /// below, so a reader that sees a counter sees the object bytes written before it).
     pub(crate) fn load(&self, record: u32) -> RecordWord {
+        self.decode(self.load_raw(record))
+    }
+
+    /// [`load`](Self::load)'s bits of the record before they are decoded (the record's
+    /// field, shifted down): two loads of a record give the same bits only if it holds
+    /// the same word. Inline: a read's end loads its record with it.
+    #[inline(always)]
+    pub(crate) fn load_raw(&self, record: u32) -> u32 {
         let at = self.byte_offset(record);
-        let raw = match self.width_bits {
-            2 | 4 => {
+        match self.width_bits {
+            32 => self.pod.scr_u32(at).load(Ordering::Acquire),
+            16 => u32::from(self.pod.scr_u16(at).load(Ordering::Acquire)),
+            8 => u32::from(self.pod.scr_u8(at).load(Ordering::Acquire)),
+            _ => {
                 let byte = self.pod.scr_u8(at).load(Ordering::Acquire);
                 u32::from(byte >> self.shift(record) & self.field_mask())
             }
-            8 => u32::from(self.pod.scr_u8(at).load(Ordering::Acquire)),
-            16 => u32::from(self.pod.scr_u16(at).load(Ordering::Acquire)),
-            _ => self.pod.scr_u32(at).load(Ordering::Acquire),
-        };
-        self.decode(raw)
+        }
     }
 
     /// Replaces `current` with `new` if the record still holds `current` (AcqRel).
@@ -332,6 +345,14 @@ impl<'p> Records<'p> {
             _ => self.pod.scr_u32(at).store(raw, Ordering::Release),
         }
     }
+}
+
+/// The panic of a record number past the array: out of line, so that the checks on every
+/// object path stay a compare and a branch.
+#[cold]
+#[inline(never)]
+fn record_past_the_array(record: u32, count: u64) -> ! {
+    panic!("record {record} past the array of {count}")
 }
 
 #[cfg(all(test, not(megalon_loom)))]

@@ -661,6 +661,47 @@ fn a_copy_torn_by_a_write_in_progress_is_refused_by_the_record() {
     assert_eq!(read(&b, b"k"), expected);
 }
 
+/// As above, on a host that has read the object once since its last write, so that its
+/// index knows the record's counter: `read_end` then checks the record on its short path
+/// (the index unchanged, the host counter the record's), which must refuse the torn copy
+/// as the full steps do.
+#[test]
+fn a_copy_torn_by_a_write_in_progress_is_refused_by_the_record_on_a_host_that_knows_it() {
+    let (a, b) = two_hosts(&pod(32, 64 << 10), no_pump, 60);
+    written_k(&a);
+    assert_eq!(read(&b, b"k"), value(1));
+    let entry = b.lookup(b"k").unwrap().unwrap();
+    assert!(
+        entry.host_counter.is_some(),
+        "the read told the index the record's counter"
+    );
+    let ticket = b.read_start(b"k").unwrap();
+    let write = a.write_start(b"k").unwrap();
+    write.write(0, &[0xee; 64]).unwrap();
+    a.memory().write_back(write.offset(), 64);
+    a.memory().fence();
+    // The reader's lines of the object, from its first read, leave its cache (as a full
+    // cache evicts them): its copy comes from memory.
+    b.memory().flush(ticket.offset(), SLOT);
+    b.memory().fence();
+    let mut copy = vec![0u8; SLOT];
+    ticket.read(0, &mut copy).unwrap();
+    assert_eq!(&copy[..64], &[0xee; 64], "the copy is torn");
+    assert!(
+        !b.read_end(ticket).unwrap(),
+        "read_end accepted a torn copy"
+    );
+    a.write_end(write).unwrap();
+    assert_eq!(
+        b.lookup(b"k").unwrap().unwrap().host_counter,
+        None,
+        "the refusal made the host counter unknown"
+    );
+    let mut expected = value(1);
+    expected[..64].fill(0xee);
+    assert_eq!(read(&b, b"k"), expected);
+}
+
 /// A read's look at `ctail` counts as an SCR access when it finds entries to replay (its
 /// line changed: a coherent miss), not when it finds nothing new (a hit), as HCMeta's
 /// ring poll: the CXL cost model charges both schemes' polls alike.

@@ -250,7 +250,8 @@ impl Shared {
             // object, or wraps it, also changes this object's stamp, which step 5 checks.
             // (A width switch too: its zeroed word reads as freed.)
             let records = Records::of(&self.pod, shape);
-            let word = records.load(record);
+            let raw = records.load_raw(record);
+            let word = records.decode(raw);
             c.add_scr_at(|| records.address(record), ScrAccess::Load);
             self.chaos.point(Point::ReadAfterCounter);
             if word.in_use && !records.writing(word) {
@@ -267,6 +268,7 @@ impl Shared {
                     guard: Guard::Record {
                         record,
                         counter: word.counter,
+                        raw,
                         shape,
                     },
                     seen,
@@ -285,32 +287,70 @@ impl Shared {
 
     /// Steps 4-6 of DESIGN section 8: whether the copy made since `read_start` holds.
     ///
-    /// A read-shared object whose index no replay changed since the lookup comes down to
-    /// the tail check (no record; the unchanged version stands for the stamp check, as in
-    /// [`read_end_steps`](Self::read_end_steps), whose code for this case this is, mutants
-    /// included). Apart, short and inlined because a lone read waits for the
-    /// instructions between its copy and the next read's lookup (`docs/object.md`, "A lone
-    /// read's window"); every other read takes the steps in full.
-    #[inline]
+    /// A read whose index no replay changed since its lookup, and whose record (if it has
+    /// one) holds the very bits `read_start` saw, comes down to the tail check and, for a
+    /// read-write-shared object, one load of the record: the unchanged version stands for
+    /// the stamp check, and the host counter the lookup knew is the record's. Apart,
+    /// short and inlined, mirroring the steps' mutants, because a lone read waits for the
+    /// instructions between its copy and the next read's lookup (`docs/object.md`, "A
+    /// lone read's window"). Every other read takes the steps in full
+    /// ([`read_end_steps`](Self::read_end_steps)), or the verdict after them
+    /// ([`read_end_verdict`](Self::read_end_verdict)), out of line.
+    #[inline(always)]
     pub(super) fn read_end(&self, ticket: &ReadState, c: &ThreadCounters) -> Result<bool> {
-        if let (Guard::Log, Some(seen)) = (ticket.guard, ticket.seen) {
-            // As in the steps: the copy's loads before the cursors'.
-            crate::sync::fence(Ordering::Acquire);
-            self.chaos.point(Point::ReadEndBetweenChecks);
-            let check_events = !mutants::skipped(Step::PostReadEventCheck);
-            if check_events {
-                self.catch_up()?;
+        match (ticket.guard, ticket.seen) {
+            (Guard::Log, Some(seen)) => {
+                // As in the steps: the copy's loads before the cursors'.
+                crate::sync::fence(Ordering::Acquire);
+                self.chaos.point(Point::ReadEndBetweenChecks);
+                let check_events = !mutants::skipped(Step::PostReadEventCheck);
+                if check_events {
+                    self.catch_up()?;
+                }
+                if !check_events || self.replica.unchanged_since(seen.version) {
+                    c.add(Counter::Reads, 1);
+                    return Ok(true);
+                }
+                self.read_end_verdict(ticket, None, true, check_events, c)
             }
-            if !check_events || self.replica.unchanged_since(seen.version) {
-                c.add(Counter::Reads, 1);
-                return Ok(true);
+            (
+                Guard::Record {
+                    record,
+                    counter,
+                    raw,
+                    shape,
+                },
+                Some(seen),
+            ) if seen.host_counter == Some(counter)
+                && !mutants::skipped(Step::ReadEndCounterBeforeLog) =>
+            {
+                // As in the steps: the copy's loads first, then the record (4), then the
+                // cursors (5).
+                crate::sync::fence(Ordering::Acquire);
+                let records = Records::of(&self.pod, shape);
+                c.add_scr_at(|| records.address(record), ScrAccess::Load);
+                let now = records.load_raw(record);
+                self.chaos.point(Point::ReadEndBetweenChecks);
+                let check_events = !mutants::skipped(Step::PostReadEventCheck);
+                if check_events {
+                    self.catch_up()?;
+                }
+                // The bits `read_start` saw (in use, unlocked, counter even): the record
+                // still holds that version. Other bits may too (a lock that leaves the
+                // counter even): the verdict tells.
+                if (!check_events || self.replica.unchanged_since(seen.version))
+                    && (now == raw || mutants::skipped(Step::PostReadRecordCheck))
+                {
+                    c.add(Counter::Reads, 1);
+                    return Ok(true);
+                }
+                self.read_end_verdict(ticket, Some(records.decode(now)), true, check_events, c)
             }
+            _ => self.read_end_steps(ticket, c),
         }
-        self.read_end_steps(ticket, c)
     }
 
-    // Over 70 lines on purpose: Steps 4-6 of DESIGN section 8 in order: their order is the
-    // point (see step 4's comment).
+    /// Steps 4 and 5 of DESIGN section 8 in full, then the verdict.
     #[inline(never)]
     fn read_end_steps(&self, ticket: &ReadState, c: &ThreadCounters) -> Result<bool> {
         // The copy's loads happen before the checks below load the record and the
@@ -318,19 +358,6 @@ impl Shared {
         // fence does (the seqlock reader's fence; on x86 it costs nothing).
         crate::sync::fence(Ordering::Acquire);
         let counter_first = !mutants::skipped(Step::ReadEndCounterBeforeLog);
-        // At the width of `read_start`'s lookup: after a switch the record's bytes hold
-        // records of another width (their value means nothing; the stamp check fails).
-        let records = match ticket.guard {
-            Guard::Record { shape, .. } => Some(Records::of(&self.pod, shape)),
-            _ => None,
-        };
-        let load_record = |c: &ThreadCounters| match (ticket.guard, records) {
-            (Guard::Record { record, .. }, Some(records)) => {
-                c.add_scr_at(|| records.address(record), ScrAccess::Load);
-                Some(records.load(record))
-            }
-            _ => None,
-        };
         // 4. The record's counter first (Acquire), the log second. A writer whose
         //    increment wraps the counter appends its wrap event before the counter can
         //    come back to the value we saw: if the load below sees that value again after
@@ -338,7 +365,7 @@ impl Shared {
         //    check fails. (The other order misses a cycle that fits between the checks.)
         let mut word = None;
         if counter_first {
-            word = load_record(c);
+            word = self.load_guard(ticket.guard, c);
             self.chaos.point(Point::ReadEndBetweenChecks);
         }
         // 5. Tail check again: any event about the object since step 3 changed its stamp.
@@ -346,6 +373,35 @@ impl Shared {
         if check_events {
             self.catch_up()?;
         }
+        self.read_end_verdict(ticket, word, counter_first, check_events, c)
+    }
+
+    /// The record's word of a read guarded by one, at the width of `read_start`'s lookup:
+    /// after a switch the record's bytes hold records of another width (their value means
+    /// nothing; the stamp check fails).
+    fn load_guard(&self, guard: Guard, c: &ThreadCounters) -> Option<RecordWord> {
+        let Guard::Record { record, shape, .. } = guard else {
+            return None;
+        };
+        let records = Records::of(&self.pod, shape);
+        c.add_scr_at(|| records.address(record), ScrAccess::Load);
+        Some(records.load(record))
+    }
+
+    // Over 70 lines on purpose: step 6 of DESIGN section 8 and the race cases beside it.
+    /// The end of a read after its steps 4 and 5: the stamp check, the record's, the note
+    /// of this host's lines. `word` is the record's (if the read has one), loaded before
+    /// the tail check unless `counter_first` is off (a mutant's order: loaded after it,
+    /// here).
+    #[inline(never)]
+    fn read_end_verdict(
+        &self,
+        ticket: &ReadState,
+        mut word: Option<RecordWord>,
+        counter_first: bool,
+        check_events: bool,
+        c: &ThreadCounters,
+    ) -> Result<bool> {
         if !counter_first {
             self.chaos.point(Point::ReadEndBetweenChecks);
         }
@@ -365,20 +421,18 @@ impl Shared {
                 .map(|entry| entry.host_counter),
         };
         if !counter_first {
-            word = load_record(c);
+            word = self.load_guard(ticket.guard, c);
         }
         if current.is_none() && check_events {
             c.add(Counter::RetryEvent, 1);
             return Ok(false);
         }
-        if let (Guard::Record { counter, .. }, Some(word), Some(records)) =
-            (ticket.guard, word, records)
-        {
+        if let (Guard::Record { counter, shape, .. }, Some(word)) = (ticket.guard, word) {
             // The record: same counter, still in use, no write in progress (in a record
             // without a counter, a write that began and ended during the copy appended
             // its wrap event before its first byte, and the tail check above found it).
             if !mutants::skipped(Step::PostReadRecordCheck)
-                && (!word.in_use || word.counter != counter || records.writing(word))
+                && !Records::of(&self.pod, shape).still(word, counter)
             {
                 if current.is_some() {
                     self.note_host_counter(handle, stamp, None);

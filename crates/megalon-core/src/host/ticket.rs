@@ -69,10 +69,14 @@ pub(super) enum Guard {
     /// A read-shared object: only the log can change it, and the stamp says whether it did.
     Log,
     /// A read-write-shared object: its record and the (even) counter seen at the start,
+    /// the record's bits as they were then (`raw`, as [`Records::load_raw`] gives them),
     /// and the record width the record is of.
+    ///
+    /// [`Records::load_raw`]: crate::record::Records::load_raw
     Record {
         record: u32,
         counter: u32,
+        raw: u32,
         shape: RecordShape,
     },
     /// An object in a pod with AllLog coherence: the replicated counter seen at the start
