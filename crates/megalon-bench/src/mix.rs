@@ -203,11 +203,17 @@ impl Plan {
 }
 
 /// Keys inserted during a run (workload D), shared by its workers: new keys are numbered
-/// from the plan's `keys` on.
+/// from the plan's `keys` on. A key is drawn for a read only once it and every key before
+/// it were inserted (YCSB's acknowledged counter): inserts on several workers finish out
+/// of order, and a count of those finished would let "latest" draw a key still being
+/// inserted, a get that finds nothing.
 #[derive(Debug)]
 pub struct Inserts {
     next: AtomicU64,
+    /// Every key below it is inserted.
     done: AtomicU64,
+    /// Keys inserted past `done` (one before them still being inserted).
+    finished: std::sync::Mutex<std::collections::BTreeSet<u64>>,
 }
 
 impl Inserts {
@@ -216,7 +222,30 @@ impl Inserts {
         Self {
             next: AtomicU64::new(plan.keys),
             done: AtomicU64::new(plan.keys),
+            finished: Default::default(),
         }
+    }
+
+    /// The key of the next insert.
+    fn begin(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Notes that the insert of key `index` finished.
+    fn finish(&self, index: u64) {
+        let mut finished = self.finished.lock().expect("never poisoned");
+        finished.insert(index);
+        let mut done = self.done.load(Ordering::Relaxed);
+        while finished.remove(&done) {
+            done += 1;
+        }
+        // Release: a worker that draws a key below `done` finds it inserted.
+        self.done.store(done, Ordering::Release);
+    }
+
+    /// The keys that exist: every one below it.
+    fn done(&self) -> u64 {
+        self.done.load(Ordering::Acquire)
     }
 }
 
@@ -348,7 +377,7 @@ impl Chooser {
                 if operation == Operation::Insert {
                     return Op::Insert;
                 }
-                keys.advance_to(inserts.done.load(Ordering::Relaxed));
+                keys.advance_to(inserts.done());
                 let index = keys.next(rng);
                 match operation {
                     Operation::Update => Op::Put(index),
@@ -600,10 +629,10 @@ fn run_plan_worker_from<S: Scheme>(
                 run.puts += 1;
             }
             Op::Insert => {
-                let index = inserts.next.fetch_add(1, Ordering::Relaxed);
+                let index = inserts.begin();
                 plan.write_key(index, &mut key);
                 kv.insert(&key, &value)?;
-                inserts.done.fetch_add(1, Ordering::Relaxed);
+                inserts.finish(index);
                 run.put_latency.record(began.elapsed());
                 run.puts += 1;
             }
@@ -992,6 +1021,23 @@ mod tests {
         assert!(config.lnr_bytes > 1 << 60, "{}", config.lnr_bytes);
         let created = megalon_core::Pod::create(&config, megalon_core::Backing::heap());
         assert!(created.is_err(), "a pod of {} LNR bytes", config.lnr_bytes);
+    }
+
+    /// Inserts that finish out of order make a key readable only once every key before
+    /// it is in: the second of two inserts in flight, finished first, is not drawn until
+    /// the first finishes too.
+    #[test]
+    fn a_key_is_drawn_only_once_every_key_before_it_is_inserted() {
+        let inserts = Inserts::new(&partitioned(0.0));
+        let (first, second) = (inserts.begin(), inserts.begin());
+        assert_eq!((first, second), (1000, 1001));
+        inserts.finish(second);
+        assert_eq!(inserts.done(), 1000, "key 1000 is still being inserted");
+        inserts.finish(first);
+        assert_eq!(inserts.done(), 1002);
+        let third = inserts.begin();
+        inserts.finish(third);
+        assert_eq!(inserts.done(), 1003);
     }
 
     fn partitioned(shared_ratio: f64) -> Plan {
