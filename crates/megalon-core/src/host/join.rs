@@ -443,12 +443,17 @@ impl Shared {
         }
         // Until the joiner has taken everything and let go of the mailbox, `server` stays
         // ours: another host that saw the request still there would serve it again, and
-        // pin the joiner's `ltail` past the position it is about to replay from.
-        self.wait_until_by(deadline, over).map_err(gone)?;
+        // pin the joiner's `ltail` past the position it is about to replay from. A
+        // joiner that took every chunk was sent the index, whether or not it lets go
+        // within our wait.
+        let took_all = self.wait_until_by(deadline, || {
+            mailbox.acked.load(Ordering::SeqCst) >= count || over()
+        });
         if mailbox.acked.load(Ordering::SeqCst) < count {
-            return Err(gone(0));
+            return Err(gone(took_all.err().unwrap_or(0)));
         }
         self.counters.joins_served.fetch_add(1, Ordering::Relaxed);
+        self.wait_until_by(deadline, over).map_err(gone)?;
         Ok(())
     }
 }

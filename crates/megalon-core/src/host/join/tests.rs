@@ -145,6 +145,50 @@ fn a_server_waiting_for_a_slow_joiner_stays_alive() {
     assert_eq!(recovered, 0);
 }
 
+/// A joiner that takes every chunk of its index, then is slow to let go of the mailbox
+/// (past its server's wait), was sent the index whole: its server counts the join served
+/// (it did not), and answers that the joiner is gone.
+#[test]
+fn a_join_whose_joiner_took_every_chunk_counts_though_it_lets_go_late() {
+    let pod = Arc::new(Pod::create(&small_config(), Backing::heap()).unwrap());
+    let s = Host::join(&pod, Join::AnyFree, unpumped(Duration::from_millis(300))).unwrap();
+    for i in 0..20 {
+        s.create(&[b'k', i], &value(i)).unwrap();
+    }
+    let joiner = (0..6)
+        .find(|&h| host_table::holder(&pod, h).is_none())
+        .unwrap();
+    let joiner_life = host_table::claim_and_count(&pod, joiner).unwrap();
+    let log = crate::log::Log::new(&pod);
+    log.hold_head(&pod, joiner, joiner_life, true).unwrap();
+    let session = host_table::session(joiner, joiner_life);
+    let mb = mailbox(&pod);
+    mb.request.store(session, Ordering::SeqCst);
+    let shared = Arc::clone(&s.shared);
+    let server = std::thread::spawn(move || shared.serve_join());
+    wait_for("the server is ready", || {
+        mb.ready.load(Ordering::SeqCst) == session
+    });
+    let chunks = mb
+        .total
+        .load(Ordering::SeqCst)
+        .div_ceil(pod.layout().config.join_area_bytes);
+    assert!(chunks > 1, "{chunks} chunks");
+    for k in 0..chunks {
+        wait_for("the next chunk", || mb.chunk.load(Ordering::SeqCst) > k);
+        mb.acked.store(k + 1, Ordering::SeqCst);
+    }
+    // The joiner holds on to the mailbox past the server's wait.
+    let answer = server.join().unwrap();
+    mb.request.store(0, Ordering::SeqCst);
+    host_table::release(&pod, joiner, joiner_life);
+    assert!(
+        matches!(answer, Err(Error::JoinerGone { .. })),
+        "{answer:?}"
+    );
+    assert_eq!(s.inspect().stats().joins_served, 1);
+}
+
 // Found by an eighth review (2026-11-29), of joins under kills and pauses.
 
 fn small_config() -> PodConfig {
