@@ -155,15 +155,8 @@ fn a_join_whose_joiner_took_every_chunk_counts_though_it_lets_go_late() {
     for i in 0..20 {
         s.create(&[b'k', i], &value(i)).unwrap();
     }
-    let joiner = (0..6)
-        .find(|&h| host_table::holder(&pod, h).is_none())
-        .unwrap();
-    let joiner_life = host_table::claim_and_count(&pod, joiner).unwrap();
-    let log = crate::log::Log::new(&pod);
-    log.hold_head(&pod, joiner, joiner_life, true).unwrap();
-    let session = host_table::session(joiner, joiner_life);
+    let (joiner, joiner_life, session) = ask_by_hand(&pod);
     let mb = mailbox(&pod);
-    mb.request.store(session, Ordering::SeqCst);
     let shared = Arc::clone(&s.shared);
     let server = std::thread::spawn(move || shared.serve_join());
     wait_for("the server is ready", || {
@@ -216,6 +209,21 @@ fn unpumped(wait_limit: Duration) -> HostOptions {
         .wait_limit(wait_limit)
 }
 
+/// A joiner by hand: claims a free id, holds the log's head as `join_late` does, and
+/// asks for an index. Its id, life and session.
+fn ask_by_hand(pod: &Arc<Pod>) -> (crate::ids::HostId, u64, u64) {
+    let joiner = (0..pod.config().max_hosts)
+        .find(|&h| host_table::holder(pod, h).is_none())
+        .unwrap();
+    let life = host_table::claim_and_count(pod, joiner).unwrap();
+    crate::log::Log::new(pod)
+        .hold_head(pod, joiner, life, true)
+        .unwrap();
+    let session = host_table::session(joiner, life);
+    mailbox(pod).request.store(session, Ordering::SeqCst);
+    (joiner, life, session)
+}
+
 #[track_caller]
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -260,15 +268,8 @@ fn a_server_declared_dead_leaves_the_next_servers_mailbox_words() {
         s1.create(&[b'k', i], &value(i)).unwrap();
     }
     s2.replay().unwrap();
-    let joiner = (0..6)
-        .find(|&h| host_table::holder(&pod, h).is_none())
-        .unwrap();
-    let joiner_life = host_table::claim_and_count(&pod, joiner).unwrap();
-    let log = crate::log::Log::new(&pod);
-    log.hold_head(&pod, joiner, joiner_life, true).unwrap();
-    let session = host_table::session(joiner, joiner_life);
+    let (joiner, joiner_life, session) = ask_by_hand(&pod);
     let mb = mailbox(&pod);
-    mb.request.store(session, Ordering::SeqCst);
     let shared = Arc::clone(&s1.shared);
     let first = std::thread::spawn(move || shared.serve_join());
     wait_for("s1 streams a chunk", || {
