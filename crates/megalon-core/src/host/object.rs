@@ -388,7 +388,6 @@ impl Shared {
         Some(records.load(record))
     }
 
-    // Over 70 lines on purpose: step 6 of DESIGN section 8 and the race cases beside it.
     /// The end of a read after its steps 4 and 5: the stamp check, the record's, the note
     /// of this host's lines. `word` is the record's (if the read has one), loaded before
     /// the tail check unless `counter_first` is off (a mutant's order: loaded after it,
