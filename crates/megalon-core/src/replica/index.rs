@@ -130,7 +130,14 @@ impl View {
     /// The entry of `key`, if the object exists.
     #[inline]
     pub(crate) fn lookup(&self, key: &[u8]) -> Option<IndexEntry> {
-        self.find(key).map(|handle| self.entry(handle))
+        let hash = self.hasher.hash_one(key);
+        let (handle, slot) = self
+            .table
+            .find_placed(hash, |handle| self.words.key_equals(handle, key))?;
+        Some(IndexEntry {
+            slot: u64::from(slot),
+            ..self.entry(handle)
+        })
     }
 
     /// The entry of `key` with its replicated lock, in a pod with [`Coherence::AllLog`].
@@ -371,7 +378,9 @@ impl Index {
         }
         let view = &*self.view;
         let hash = view.hasher.hash_one(key);
-        view.table.insert(hash, handle, |other| {
+        // Slots are 32-bit: the layout refuses more than `MAX_SLOTS`.
+        let slot = u32::try_from(slot).expect("a 32-bit slot");
+        view.table.insert(hash, handle, slot, |other| {
             // Growth places every entry anew, from its key in the arena.
             let mut bytes = [0u8; crate::limits::MAX_KEY_BYTES_LIMIT as usize];
             view.hasher.hash_one(view.words.key_into(other, &mut bytes))

@@ -6,9 +6,10 @@
 //!
 //! Memory matters here: every host holds every object. Entries live in a chunked arena
 //! of 64-bit words (three words of fields, then the key, padded to a word), and the hash
-//! table (`table.rs`) holds only a 4-byte word per bucket: a tag of the key's hash and a
-//! handle into the arena. With 24-byte keys an object costs 48 arena bytes plus 4 table
-//! bytes per bucket; `docs/log.md` has the measurement.
+//! table (`table.rs`) holds an 8-byte word per bucket: a tag of the key's hash, a handle
+//! into the arena and the object's slot (so that a read's copy need not wait for the
+//! arena record). With 24-byte keys an object costs 48 arena bytes plus 8 table bytes per
+//! bucket; `docs/log.md` has the measurement.
 //!
 //! Arena record (64-bit words, little-endian packing of the key):
 //!

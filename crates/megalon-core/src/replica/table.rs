@@ -2,31 +2,49 @@
 //! that a reader may probe it while replay changes it (the replica's seqlock, in
 //! `mod.rs`, says afterwards whether what it read holds).
 //!
-//! A bucket is one 32-bit word: empty, a tombstone (a removed entry: probes go on past
-//! it), or full: a tag of the key's hash in its high bits and the arena handle (+ 2,
-//! so that no full bucket reads as empty or tombstone) in the rest. One load says both
-//! whether the bucket may hold the key and where its arena record is, so a lookup waits
-//! on two dependent loads before the object (the bucket, the record) where a control
-//! byte and a handle in two arrays made it three. A probe compares a key in the arena
-//! only when the tag matches.
+//! A bucket is one 64-bit word. Its low half is empty, a tombstone (a removed entry:
+//! probes go on past it), or full: a tag of the key's hash in its high bits and the
+//! arena handle (+ 2, so that no full bucket reads as empty or tombstone) in the rest.
+//! Its high half is the object's slot. One load says whether the bucket may hold the
+//! key, where its arena record is and where the object is: a read's copy waits on one
+//! load (the bucket) and may start while the key comparison and the entry's fields,
+//! one load further (the record), are still on their way. With the slot only in the
+//! record, the copy waited on both (issue 16: a read-write-shared read 1.9x its ceiling,
+//! then 1.5x-1.7x). A probe compares a key in the arena only when the tag matches.
 //!
 //! The tag has as many bits as the handles leave: 8 while the arena's handles fit in 24
 //! bits (128 MiB of records), one fewer for every doubling past that, down to none at the
 //! arena's 32-bit limit. A handle that needs more bits than the current array leaves
 //! rebuilds the array with a shorter tag, as growth does (each array keeps its own split,
 //! so a reader decodes a bucket by the array it loaded it from). A shorter tag costs only
-//! more key comparisons on collisions; at 4 bytes a bucket and a load between 7/16 and
-//! 7/8 the table costs 4.6 to 9.1 bytes an object.
+//! more key comparisons on collisions.
+//!
+//! Arrays come in sizes of 2^k and 1.5 x 2^k, and a home is the hash scaled to the size
+//! (a multiply): growth from 7/8 full adds a third or a half, not a doubling, so at 8
+//! bytes a bucket and a load between 0.58 and 7/8 the table costs 9.1 to 13.8 bytes an
+//! object (doubling: 9.1 to 18.3, past the replica's budget of 64 bytes an object).
 //!
 //! Only replay changes the table, under the replica's write lock; the methods that change
 //! it take `&self` because readers share the structure. Growth builds a new array and
 //! publishes it; the old one may still be under a reader's probe, so it stays mapped
 //! until the table drops, its pages given back to the system (see `BucketWords`).
 
-use crate::sync::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 const EMPTY: u32 = 0;
 const TOMBSTONE: u32 = 1;
+
+/// The low half of a bucket word: empty, tombstone, or tag and handle.
+#[inline]
+fn low(word: u64) -> u32 {
+    word as u32
+}
+
+/// The slot in a full bucket word (its high half).
+#[inline]
+fn slot_in(word: u64) -> u32 {
+    (word >> 32) as u32
+}
 /// What a full bucket adds to its handle, so that it is neither [`EMPTY`] nor
 /// [`TOMBSTONE`].
 const HANDLE_BIAS: u32 = 2;
@@ -40,10 +58,37 @@ const MIN_BUCKETS: usize = 16;
 #[cfg(not(megalon_loom))]
 const RELEASED_BYTES: usize = 64 << 10;
 
-/// The home bucket of `hash` in an array of `mask + 1`.
+/// The home bucket of `hash` in an array of `len`: the low half of the hash scaled to
+/// the array (a multiply, not a mask: arrays come in sizes of 2^k and 1.5 x 2^k). The
+/// tag comes from the top of the high half.
 #[inline]
-fn home_of(hash: u64, mask: usize) -> usize {
-    hash as usize & mask
+fn home_of(hash: u64, len: usize) -> usize {
+    (((hash & 0xffff_ffff) * len as u64) >> 32) as usize
+}
+
+/// The bucket after `at` in an array of `len`.
+#[inline]
+fn next(at: usize, len: usize) -> usize {
+    if at + 1 == len {
+        0
+    } else {
+        at + 1
+    }
+}
+
+/// The fewest buckets of an array that holds `entries` below 7/8 load:
+/// a size of 2^k or 1.5 x 2^k, from [`MIN_BUCKETS`] up. Two sizes per doubling keep the
+/// buckets a growth leaves empty (and so the bytes an object) lower than doubling does,
+/// and the sizes few, so that the arrays growth keeps stay bounded.
+fn size_for(entries: usize) -> usize {
+    let needed = entries * 8 / 7 + 1;
+    let power = needed.next_power_of_two().max(MIN_BUCKETS);
+    let between = power / 4 * 3;
+    if between >= needed && between >= MIN_BUCKETS {
+        between
+    } else {
+        power
+    }
 }
 
 /// Bits of tag left beside `handle` (its bucket holds `handle + HANDLE_BIAS`).
@@ -53,7 +98,7 @@ fn tag_bits_for(handle: u32) -> u32 {
 }
 
 struct Buckets {
-    mask: usize,
+    len: usize,
     /// Bits of the bucket word below the tag (32 when there is no tag). An atomic: an
     /// array replaced by growth may be used again, with another split, while a late
     /// reader still probes it (see [`Table::reuse`]).
@@ -63,9 +108,8 @@ struct Buckets {
 
 impl Buckets {
     fn new(count: usize, tag_bits: u32) -> Box<Self> {
-        debug_assert!(count.is_power_of_two());
         Box::new(Self {
-            mask: count - 1,
+            len: count,
             handle_bits: AtomicU32::new(u32::BITS - tag_bits),
             words: BucketWords::new(count),
         })
@@ -117,33 +161,34 @@ impl Buckets {
 
     /// Puts `handle` in the first bucket free from `hash`'s home on; whether that bucket
     /// was empty (not a tombstone).
-    fn place(&self, hash: u64, handle: u32) -> bool {
+    fn place(&self, hash: u64, handle: u32, slot: u32) -> bool {
         debug_assert!(self.fits(handle));
-        let word = (self.tag_of(hash) | u64::from(handle + HANDLE_BIAS)) as u32;
-        let mut at = home_of(hash, self.mask);
+        let word = (self.tag_of(hash) | u64::from(handle + HANDLE_BIAS)) & 0xffff_ffff
+            | u64::from(slot) << 32;
+        let mut at = home_of(hash, self.len);
         loop {
-            let old = self.words[at].load(Ordering::Relaxed);
+            let old = low(self.words[at].load(Ordering::Relaxed));
             if old == EMPTY || old == TOMBSTONE {
                 // Release: a reader that sees the bucket sees the arena record (and
                 // chunk) written before it.
                 self.words[at].store(word, Ordering::Release);
                 return old == EMPTY;
             }
-            at = (at + 1) & self.mask;
+            at = next(at, self.len);
         }
     }
 
-    /// The handles of this array's full buckets.
-    fn handles(&self) -> impl Iterator<Item = u32> + '_ {
+    /// The handles and slots of this array's full buckets.
+    fn handles(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
         self.words
             .iter()
             .map(|word| word.load(Ordering::Relaxed))
-            .filter(|&word| word != EMPTY && word != TOMBSTONE)
-            .map(|word| self.handle_of(word))
+            .filter(|&word| low(word) != EMPTY && low(word) != TOMBSTONE)
+            .map(|word| (self.handle_of(low(word)), slot_in(word)))
     }
 
     fn bytes(&self) -> u64 {
-        (self.words.len() * std::mem::size_of::<AtomicU32>()) as u64
+        (self.words.len() * std::mem::size_of::<AtomicU64>()) as u64
     }
 
     /// Bytes of DRAM this array holds once replaced: its pages went back to the system
@@ -178,7 +223,7 @@ struct BucketWords {
 #[cfg(not(megalon_loom))]
 impl BucketWords {
     fn new(len: usize) -> Self {
-        let bytes = len * std::mem::size_of::<AtomicU32>();
+        let bytes = len * std::mem::size_of::<AtomicU64>();
         let map = memmap2::MmapOptions::new()
             .len(bytes)
             .map_anon()
@@ -202,7 +247,7 @@ impl BucketWords {
         // array costs its memory until the table drops, nothing else changes. (Miri does
         // not model `madvise`.)
         #[cfg(not(miri))]
-        if self.len * std::mem::size_of::<AtomicU32>() >= RELEASED_BYTES {
+        if self.len * std::mem::size_of::<AtomicU64>() >= RELEASED_BYTES {
             let _ = unsafe {
                 self.map
                     .unchecked_advise(memmap2::UncheckedAdvice::DontNeed)
@@ -213,14 +258,14 @@ impl BucketWords {
 
 #[cfg(not(megalon_loom))]
 impl std::ops::Deref for BucketWords {
-    type Target = [AtomicU32];
+    type Target = [AtomicU64];
 
-    fn deref(&self) -> &[AtomicU32] {
+    fn deref(&self) -> &[AtomicU64] {
         // SAFETY: the mapping is page-aligned, `len` words long, zero-filled when made (a
         // zero word is a valid `AtomicU32`), lives as long as `self`, and every access to
         // it goes through this slice of atomics, made from the mapping's pointer (which
         // allows writes), not from a borrow of its bytes.
-        unsafe { std::slice::from_raw_parts(self.map.as_mut_ptr().cast::<AtomicU32>(), self.len) }
+        unsafe { std::slice::from_raw_parts(self.map.as_mut_ptr().cast::<AtomicU64>(), self.len) }
     }
 }
 
@@ -228,12 +273,12 @@ impl std::ops::Deref for BucketWords {
 /// grows a table: the seqlock is what they check, and the table's tests and the stress
 /// cover growth).
 #[cfg(megalon_loom)]
-struct BucketWords(Box<[AtomicU32]>);
+struct BucketWords(Box<[AtomicU64]>);
 
 #[cfg(megalon_loom)]
 impl BucketWords {
     fn new(len: usize) -> Self {
-        Self((0..len).map(|_| AtomicU32::new(EMPTY)).collect())
+        Self((0..len).map(|_| AtomicU64::new(u64::from(EMPTY))).collect())
     }
 
     fn release(&self) {}
@@ -241,9 +286,9 @@ impl BucketWords {
 
 #[cfg(megalon_loom)]
 impl std::ops::Deref for BucketWords {
-    type Target = [AtomicU32];
+    type Target = [AtomicU64];
 
-    fn deref(&self) -> &[AtomicU32] {
+    fn deref(&self) -> &[AtomicU64] {
         &self.0
     }
 }
@@ -336,7 +381,17 @@ impl Table {
     /// validation (the bound on probes keeps even a torn view finite).
     #[inline]
     pub(super) fn find(&self, hash: u64, matches: impl FnMut(u32) -> bool) -> Option<u32> {
-        Self::probe(self.buckets(), hash, matches).map(|(_, handle)| handle)
+        Self::probe(self.buckets(), hash, matches).map(|(_, handle, _)| handle)
+    }
+
+    /// [`find`](Self::find), with the slot the entry's bucket holds.
+    #[inline]
+    pub(super) fn find_placed(
+        &self,
+        hash: u64,
+        matches: impl FnMut(u32) -> bool,
+    ) -> Option<(u32, u32)> {
+        Self::probe(self.buckets(), hash, matches).map(|(_, handle, slot)| (handle, slot))
     }
 
     /// Starts loading the home bucket of each of `hashes`, without waiting for it: a
@@ -344,7 +399,7 @@ impl Table {
     pub(super) fn prefetch_homes(&self, hashes: &[u64]) {
         let buckets = self.buckets();
         for &hash in hashes {
-            let bucket = &buckets.words[home_of(hash, buckets.mask)];
+            let bucket = &buckets.words[home_of(hash, buckets.len)];
             crate::arch::prefetch(std::ptr::from_ref(bucket).cast(), 4);
         }
     }
@@ -355,7 +410,7 @@ impl Table {
     pub(super) fn home_handles(&self, hashes: &[u64], mut each: impl FnMut(usize, u32)) {
         let buckets = self.buckets();
         for (i, &hash) in hashes.iter().enumerate() {
-            let seen = buckets.words[home_of(hash, buckets.mask)].load(Ordering::Relaxed);
+            let seen = low(buckets.words[home_of(hash, buckets.len)].load(Ordering::Relaxed));
             if seen != EMPTY && seen != TOMBSTONE {
                 if let Some(handle) = buckets.handle_if(seen, buckets.tag_of(hash)) {
                     each(i, handle);
@@ -371,38 +426,39 @@ impl Table {
         buckets: &Buckets,
         hash: u64,
         mut matches: impl FnMut(u32) -> bool,
-    ) -> Option<(usize, u32)> {
+    ) -> Option<(usize, u32, u32)> {
         let tag = buckets.tag_of(hash);
-        let mut at = home_of(hash, buckets.mask);
-        for _ in 0..=buckets.mask {
+        let mut at = home_of(hash, buckets.len);
+        for _ in 0..buckets.len {
             // Acquire: pairs with `place`'s Release (the arena record).
-            let seen = buckets.words[at].load(Ordering::Acquire);
+            let word = buckets.words[at].load(Ordering::Acquire);
+            let seen = low(word);
             if seen == EMPTY {
                 return None;
             }
             if seen != TOMBSTONE {
                 if let Some(handle) = buckets.handle_if(seen, tag) {
                     if matches(handle) {
-                        return Some((at, handle));
+                        return Some((at, handle, slot_in(word)));
                     }
                 }
             }
-            at = (at + 1) & buckets.mask;
+            at = next(at, buckets.len);
         }
         None
     }
 
     /// Adds an entry for a key that has none; `rehash` gives the hash of the key behind
     /// a handle (growth places entries anew). Replay only (the replica's write lock).
-    pub(super) fn insert(&self, hash: u64, handle: u32, rehash: impl Fn(u32) -> u64) {
+    pub(super) fn insert(&self, hash: u64, handle: u32, slot: u32, rehash: impl Fn(u32) -> u64) {
         let used = self.used.load(Ordering::Relaxed);
         let live = self.live.load(Ordering::Relaxed);
         let buckets = self.buckets();
-        if (used + 1) * 8 > (buckets.mask + 1) * 7 || !buckets.fits(handle) {
+        if (used + 1) * 8 > buckets.len * 7 || !buckets.fits(handle) {
             let tag_bits = buckets.tag_bits().min(tag_bits_for(handle));
             self.grow(live + 1, tag_bits, &rehash);
         }
-        if self.buckets().place(hash, handle) {
+        if self.buckets().place(hash, handle, slot) {
             self.used.fetch_add(1, Ordering::Relaxed);
         }
         self.live.fetch_add(1, Ordering::Relaxed);
@@ -411,23 +467,24 @@ impl Table {
     /// Removes the entry with `hash` that `matches`; its handle. Replay only.
     pub(super) fn remove(&self, hash: u64, matches: impl FnMut(u32) -> bool) -> Option<u32> {
         let buckets = self.buckets();
-        let (at, handle) = Self::probe(buckets, hash, matches)?;
-        buckets.words[at].store(TOMBSTONE, Ordering::Release);
+        let (at, handle, _) = Self::probe(buckets, hash, matches)?;
+        buckets.words[at].store(u64::from(TOMBSTONE), Ordering::Release);
         self.live.fetch_sub(1, Ordering::Relaxed);
         Some(handle)
     }
 
     /// A new array, without tombstones, of the fewest buckets that hold `entries` below
-    /// 7/8 load (twice the old one when it filled, its load then about 7/16; the same or
-    /// fewer when tombstones filled it), with `tag_bits` of tag.
+    /// 7/8 load ([`size_for`]: 4/3 or 3/2 of the old one when it filled, its load then
+    /// between 0.58 and 0.69; the same or fewer when tombstones filled it), with
+    /// `tag_bits` of tag.
     fn grow(&self, entries: usize, tag_bits: u32, rehash: &impl Fn(u32) -> u64) {
-        let count = (entries * 8 / 7 + 1).next_power_of_two().max(MIN_BUCKETS);
+        let count = size_for(entries);
         let fresh = self
             .reuse(count, tag_bits)
             .unwrap_or_else(|| Kept::new(Buckets::new(count, tag_bits)));
         let mut used = 0;
-        for handle in self.buckets().handles() {
-            fresh.buckets().place(rehash(handle), handle);
+        for (handle, slot) in self.buckets().handles() {
+            fresh.buckets().place(rehash(handle), handle, slot);
             used += 1;
         }
         self.used.store(used, Ordering::Relaxed);
@@ -454,12 +511,12 @@ impl Table {
         let mut replaced = self.replaced.lock();
         let at = replaced
             .iter()
-            .position(|kept| kept.buckets().mask + 1 == count)?;
+            .position(|kept| kept.buckets().len == count)?;
         let reused = replaced.swap_remove(at);
         drop(replaced);
         let buckets = reused.buckets();
         for word in buckets.words.iter() {
-            word.store(EMPTY, Ordering::Relaxed);
+            word.store(u64::from(EMPTY), Ordering::Relaxed);
         }
         buckets
             .handle_bits
@@ -469,7 +526,7 @@ impl Table {
 
     /// Every handle in the table (replay, or under the read lock).
     pub(super) fn handles(&self) -> Vec<u32> {
-        self.buckets().handles().collect()
+        self.buckets().handles().map(|(handle, _)| handle).collect()
     }
 
     /// Entries in the table.
@@ -494,9 +551,15 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    /// Hashes with chosen homes: collisions on purpose (the tag's bits vary).
+    /// Hashes with chosen homes: collisions on purpose (the tag's bits vary). The low
+    /// half spread, as the home scales it to the array.
     fn hash(home: u32) -> u64 {
-        u64::from(home) | u64::from(home.wrapping_mul(0x9e37_79b9)) << 32
+        u64::from(home.wrapping_mul(0x2545_f491)) | u64::from(home.wrapping_mul(0x9e37_79b9)) << 32
+    }
+
+    /// The slot a test's entry holds: anything but its handle, so that a mix-up shows.
+    fn slot_of(handle: u32) -> u32 {
+        handle ^ 0x5a5a_5a5a
     }
 
     /// The rehash of a test's table: handles are keys, homes groups of eight.
@@ -510,7 +573,7 @@ mod tests {
         let mut model: HashMap<u32, u32> = HashMap::new();
         // Handles are keys here; tags collide in groups of eight (same home bucket).
         for handle in 0..2000u32 {
-            table.insert(hash(handle / 8), handle, rehash);
+            table.insert(hash(handle / 8), handle, slot_of(handle), rehash);
             model.insert(handle, handle / 8);
             if handle % 3 == 0 {
                 let gone = handle / 2;
@@ -521,7 +584,11 @@ mod tests {
         }
         assert_eq!(table.len(), model.len());
         for (&handle, &tag) in &model {
-            assert_eq!(table.find(hash(tag), |h| h == handle), Some(handle));
+            assert_eq!(
+                table.find_placed(hash(tag), |h| h == handle),
+                Some((handle, slot_of(handle))),
+                "the slot moved with its entry through growth"
+            );
         }
         for handle in 2000..2100u32 {
             assert_eq!(table.find(hash(handle / 8), |h| h == handle), None);
@@ -531,7 +598,28 @@ mod tests {
         let mut expected: Vec<u32> = model.keys().copied().collect();
         expected.sort_unstable();
         assert_eq!(all, expected);
-        assert!(table.heap_bytes() >= 2000 * 4, "it grew");
+        assert!(table.heap_bytes() >= 2000 * 8, "it grew");
+    }
+
+    #[test]
+    fn arrays_grow_by_a_half_or_a_third_and_fill_to_seven_eighths() {
+        // Sizes are 2^k or 1.5 x 2^k; a growth from a full array leaves it between 0.58
+        // and 0.69 full, never the 7/16 of doubling (the bytes an object at its worst).
+        assert_eq!(size_for(0), MIN_BUCKETS);
+        let mut len = MIN_BUCKETS;
+        while len < 1 << 24 {
+            let full = len * 7 / 8;
+            let grown = size_for(full + 1);
+            let power = grown.next_power_of_two();
+            assert!(grown == power || grown == power / 4 * 3, "{grown}");
+            assert!(
+                grown > len && (full + 1) * 8 <= grown * 7,
+                "{len} -> {grown}"
+            );
+            let load = (full + 1) as f64 / grown as f64;
+            assert!((0.58..0.70).contains(&load), "{len} -> {grown}: {load}");
+            len = grown;
+        }
     }
 
     #[test]
@@ -540,14 +628,14 @@ mod tests {
         // size) clears tombstones, so lookups of absent keys still end.
         let table = Table::default();
         for handle in 0..10_000u32 {
-            table.insert(hash(handle), handle, hash);
+            table.insert(hash(handle), handle, slot_of(handle), hash);
             assert_eq!(table.remove(hash(handle), |h| h == handle), Some(handle));
         }
         assert_eq!(table.len(), 0);
         assert_eq!(table.find(hash(7), |_| true), None);
         assert_eq!(
             table.buckets().bytes(),
-            MIN_BUCKETS as u64 * 4,
+            MIN_BUCKETS as u64 * 8,
             "no growth from churn alone"
         );
         assert_eq!(
@@ -563,7 +651,7 @@ mod tests {
             .replaced
             .lock()
             .iter()
-            .map(|kept| kept.buckets().mask + 1)
+            .map(|kept| kept.buckets().len)
             .collect();
         sizes.sort_unstable();
         sizes
@@ -579,7 +667,7 @@ mod tests {
             let live: Vec<u32> = (0..if round % 2 == 0 { 5000 } else { 40 })
                 .map(|_| {
                     next += 1;
-                    table.insert(hash(next), next, hash);
+                    table.insert(hash(next), next, slot_of(next), hash);
                     next
                 })
                 .collect();
@@ -596,10 +684,10 @@ mod tests {
 
     #[test]
     fn heap_bytes_count_the_kept_arrays_whose_pages_stay() {
-        let bytes = |sizes: Vec<usize>| sizes.iter().map(|&n| n as u64 * 4).sum::<u64>();
+        let bytes = |sizes: Vec<usize>| sizes.iter().map(|&n| n as u64 * 8).sum::<u64>();
         let table = Table::default();
         for handle in 0..1000 {
-            table.insert(hash(handle), handle, hash);
+            table.insert(hash(handle), handle, slot_of(handle), hash);
         }
         let kept = bytes(kept_sizes(&table));
         assert!(kept > 0, "it grew");
@@ -617,8 +705,8 @@ mod tests {
     fn table_at_released_size() -> (Table, u32) {
         let table = Table::default();
         let mut count = 0u32;
-        while (table.buckets().mask + 1) * 4 < RELEASED_BYTES {
-            table.insert(hash(count), count, hash);
+        while table.buckets().bytes() < RELEASED_BYTES as u64 {
+            table.insert(hash(count), count, slot_of(count), hash);
             count += 1;
         }
         (table, count)
@@ -629,7 +717,7 @@ mod tests {
         let before = std::ptr::from_ref(table.buckets());
         let mut next = count;
         while std::ptr::eq(before, table.buckets()) {
-            table.insert(hash(next), next, hash);
+            table.insert(hash(next), next, slot_of(next), hash);
             next += 1;
         }
         next
@@ -664,7 +752,7 @@ mod tests {
         // array, kept with its pages, still holds what it held.
         let small = Table::default();
         for handle in 0..12u32 {
-            small.insert(hash(handle), handle, hash);
+            small.insert(hash(handle), handle, slot_of(handle), hash);
         }
         let late_small = small.buckets();
         let all_small = grow_once(&small, 12);
@@ -698,10 +786,10 @@ mod tests {
         // refilled: it reads the new buckets (the staying object still found, a removed
         // one gone), never a fault.
         let table = Table::default();
-        table.insert(hash(1000), 1000, hash);
+        table.insert(hash(1000), 1000, slot_of(1000), hash);
         let mut next = 0u32;
         let mut churn = |table: &Table| {
-            table.insert(hash(next), next, hash);
+            table.insert(hash(next), next, slot_of(next), hash);
             assert_eq!(table.remove(hash(next), |h| h == next), Some(next));
             next += 1;
         };
@@ -722,7 +810,7 @@ mod tests {
             "the second rebuild took it back"
         );
         assert_eq!(
-            Table::probe(late, hash(1000), |h| h == 1000).map(|(_, handle)| handle),
+            Table::probe(late, hash(1000), |h| h == 1000).map(|(_, handle, _)| handle),
             Some(1000)
         );
         assert!((0..next).all(|handle| Table::probe(late, hash(handle), |h| h == handle).is_none()));
@@ -746,12 +834,12 @@ mod tests {
         let table = Table::default();
         for (i, (&handle, &tag_bits)) in handles.iter().zip(&expected_tag_bits).enumerate() {
             let rehash = |h: u32| hash(handles.iter().position(|&x| x == h).unwrap() as u32 / 8);
-            table.insert(hash(i as u32 / 8), handle, rehash);
+            table.insert(hash(i as u32 / 8), handle, slot_of(handle), rehash);
             assert_eq!(table.buckets().tag_bits(), tag_bits, "after {handle}");
             for (j, &earlier) in handles[..=i].iter().enumerate() {
                 assert_eq!(
-                    table.find(hash(j as u32 / 8), |h| h == earlier),
-                    Some(earlier)
+                    table.find_placed(hash(j as u32 / 8), |h| h == earlier),
+                    Some((earlier, slot_of(earlier)))
                 );
             }
         }
