@@ -130,14 +130,26 @@ impl View {
     /// The entry of `key`, if the object exists.
     #[inline]
     pub(crate) fn lookup(&self, key: &[u8]) -> Option<IndexEntry> {
+        let (handle, slot) = self.find_placed(key)?;
+        Some(self.entry_at(handle, slot))
+    }
+
+    /// The handle of `key`'s entry and the slot its bucket holds.
+    #[inline]
+    fn find_placed(&self, key: &[u8]) -> Option<(u32, u32)> {
         let hash = self.hasher.hash_one(key);
-        let (handle, slot) = self
-            .table
-            .find_placed(hash, |handle| self.words.key_equals(handle, key))?;
-        Some(IndexEntry {
+        self.table
+            .find_placed(hash, |handle| self.words.key_equals(handle, key))
+    }
+
+    /// The entry behind `handle`, its slot `slot` as its bucket holds it: a copy of the
+    /// object may start once the bucket is in, before the record is.
+    #[inline]
+    fn entry_at(&self, handle: u32, slot: u32) -> IndexEntry {
+        IndexEntry {
             slot: u64::from(slot),
             ..self.entry(handle)
-        })
+        }
     }
 
     /// The entry of `key` with its replicated lock, in a pod with [`Coherence::AllLog`].
@@ -147,14 +159,14 @@ impl View {
     /// caller's version check throws such an answer away.
     #[inline]
     pub(crate) fn lookup_locked(&self, key: &[u8]) -> Option<(IndexEntry, ReplicatedLock)> {
-        let handle = self.find(key)?;
+        let (handle, slot) = self.find_placed(key)?;
         let at = FIELD_WORDS + key_words(key.len());
         let lock = self
             .words
             .try_record(handle)
             .and_then(|record| record.get(at))
             .map_or(0, |word| word.load(Ordering::Relaxed));
-        Some((self.entry(handle), ReplicatedLock::from_word(lock)))
+        Some((self.entry_at(handle, slot), ReplicatedLock::from_word(lock)))
     }
 
     /// The entry behind `handle` if it still holds the object stamped `stamp` (no event
