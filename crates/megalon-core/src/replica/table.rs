@@ -9,8 +9,8 @@
 //! key, where its arena record is and where the object is: a read's copy waits on one
 //! load (the bucket) and may start while the key comparison and the entry's fields,
 //! one load further (the record), are still on their way. With the slot only in the
-//! record, the copy waited on both (issue 16: a read-write-shared read 1.9x its ceiling,
-//! then 1.5x-1.7x). A probe compares a key in the arena only when the tag matches.
+//! record, the copy waited on both (issue 16: a read-write-shared read 1.9x-2.0x its
+//! ceiling, then 1.6x-1.7x). A probe compares a key in the arena only when the tag matches.
 //!
 //! The tag has as many bits as the handles leave: 8 while the arena's handles fit in 24
 //! bits (128 MiB of records), one fewer for every doubling past that, down to none at the
