@@ -33,18 +33,6 @@ use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 const EMPTY: u32 = 0;
 const TOMBSTONE: u32 = 1;
-
-/// The low half of a bucket word: empty, tombstone, or tag and handle.
-#[inline]
-fn low(word: u64) -> u32 {
-    word as u32
-}
-
-/// The slot in a full bucket word (its high half).
-#[inline]
-fn slot_in(word: u64) -> u32 {
-    (word >> 32) as u32
-}
 /// What a full bucket adds to its handle, so that it is neither [`EMPTY`] nor
 /// [`TOMBSTONE`].
 const HANDLE_BIAS: u32 = 2;
@@ -57,6 +45,18 @@ const MIN_BUCKETS: usize = 16;
 /// deletes a few objects rebuilds a small table every few operations).
 #[cfg(not(megalon_loom))]
 const RELEASED_BYTES: usize = 64 << 10;
+
+/// The low half of a bucket word: empty, tombstone, or tag and handle.
+#[inline]
+fn low(word: u64) -> u32 {
+    word as u32
+}
+
+/// The slot in a full bucket word (its high half).
+#[inline]
+fn slot_in(word: u64) -> u32 {
+    (word >> 32) as u32
+}
 
 /// The home bucket of `hash` in an array of `len`: the low half of the hash scaled to
 /// the array (a multiply, not a mask: arrays come in sizes of 2^k and 1.5 x 2^k). The
@@ -159,8 +159,8 @@ impl Buckets {
         (u64::from(seen) & !self.handle_mask() == tag).then(|| self.handle_of(seen))
     }
 
-    /// Puts `handle` in the first bucket free from `hash`'s home on; whether that bucket
-    /// was empty (not a tombstone).
+    /// Puts `handle` and its object's `slot` in the first bucket free from `hash`'s home
+    /// on; whether that bucket was empty (not a tombstone).
     fn place(&self, hash: u64, handle: u32, slot: u32) -> bool {
         debug_assert!(self.fits(handle));
         let word = (self.tag_of(hash) | u64::from(handle + HANDLE_BIAS)) & 0xffff_ffff
