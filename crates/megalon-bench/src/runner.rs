@@ -42,6 +42,15 @@ fn warm_up_plan(plan: &Plan, run: usize) -> Plan {
     }
 }
 
+/// `plan` for the `run`th run (from 1) after its measured one on a kept store
+/// ([`Harness::run_again`]): the same workload with draws of its own.
+fn again_plan(plan: &Plan, run: usize) -> Plan {
+    Plan {
+        seed: plan.seed ^ 0x4147_4149_4e00_0000u64.wrapping_add(run as u64),
+        ..*plan
+    }
+}
+
 /// `plans`, to run one after another on one store, each with draws of its own: a plan
 /// whose seed a plan before it has (every plan of [`Harness::plan`] has [`PLAN_SEED`])
 /// gets another, made from its seed and its place; the others are left as they are.
@@ -191,6 +200,18 @@ impl Measured {
     pub fn churn(&self) -> f64 {
         self.per_op(Kind::named(self.scheme).map_or("churn", Kind::churn_counter))
     }
+}
+
+/// A store measured by [`Harness::measure_until_kept`], kept for more runs of its plan.
+/// (While counting, no store: its runs are counted.)
+pub struct KeptStore {
+    bench: Option<Box<dyn Bench>>,
+    scheme: &'static str,
+    series: String,
+    plan: PlanAt,
+    workers: usize,
+    /// Runs made by [`Harness::run_again`] so far.
+    runs: usize,
 }
 
 /// A row of the summary: our ratio beside the paper's.
@@ -570,12 +591,36 @@ impl Harness {
         max_warm_ups: usize,
         settled: impl Fn(&Measured, &Measured) -> Result<bool, String>,
     ) -> Result<(Measured, usize), String> {
+        self.measure_until_kept(kind, setup, series, plan, max_warm_ups, settled)
+            .map(|(point, warm_ups, _)| (point, warm_ups))
+    }
+
+    /// [`measure_until`](Self::measure_until), and the store it measured, kept for more
+    /// runs of the plan ([`run_again`](Self::run_again)).
+    pub fn measure_until_kept(
+        &mut self,
+        kind: Kind,
+        setup: &Setup,
+        series: &str,
+        plan: &PlanAt,
+        max_warm_ups: usize,
+        settled: impl Fn(&Measured, &Measured) -> Result<bool, String>,
+    ) -> Result<(Measured, usize, KeptStore), String> {
         assert!(max_warm_ups >= 1, "a warm-up at least");
+        let workers = self.all_workers();
+        let mut kept = KeptStore {
+            bench: None,
+            scheme: kind.name(),
+            series: series.into(),
+            plan: plan.clone(),
+            workers,
+            runs: 0,
+        };
         if self.counting {
             self.runs += max_warm_ups as u64 + 1;
-            return Ok((Measured::counted(kind.name(), series, plan.0, &plan.1), 0));
+            let point = Measured::counted(kind.name(), series, plan.0, &plan.1);
+            return Ok((point, 0, kept));
         }
-        let workers = self.all_workers();
         let bench = self.build_loaded(kind, setup, series, &plan.2, workers)?;
         let mut before: Option<Measured> = None;
         let mut warm_ups = 0;
@@ -595,7 +640,24 @@ impl Harness {
         }
         // The bar counted the warm-ups not run.
         self.bar.inc((max_warm_ups - warm_ups) as u64);
-        Ok((self.run_plan(&*bench, series, plan, workers)?, warm_ups))
+        let point = self.run_plan(&*bench, series, plan, workers)?;
+        kept.bench = Some(bench);
+        Ok((point, warm_ups, kept))
+    }
+
+    /// Runs a kept store's plan once more, with draws of its own (a run the store has not
+    /// seen), and returns its point.
+    pub fn run_again(&mut self, kept: &mut KeptStore) -> Result<Measured, String> {
+        kept.runs += 1;
+        let (x, x_name, plan) = &kept.plan;
+        let again = (*x, x_name.clone(), again_plan(plan, kept.runs));
+        match &kept.bench {
+            Some(bench) => self.run_plan(&**bench, &kept.series, &again, kept.workers),
+            None => {
+                self.runs += 1;
+                Ok(Measured::counted(kept.scheme, &kept.series, *x, x_name))
+            }
+        }
     }
 
     /// The path of `file` in the output directory.
