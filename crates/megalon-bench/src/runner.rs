@@ -566,7 +566,7 @@ impl Harness {
         gauge: &str,
         max_warm_ups: usize,
     ) -> Result<(Measured, usize), String> {
-        self.measure_until(
+        self.measure_until_kept(
             kind,
             setup,
             series,
@@ -577,26 +577,13 @@ impl Harness {
                 (before, now) => Ok(before == now),
             },
         )
+        .map(|(point, warm_ups, _)| (point, warm_ups))
     }
 
     /// [`measure_warm`](Self::measure_warm) of one plan, with warm-up runs until
     /// `settled(run before, run)` says the last one found the store settled, at most
-    /// `max_warm_ups`. Returns the measured point and the warm-up runs it took.
-    pub fn measure_until(
-        &mut self,
-        kind: Kind,
-        setup: &Setup,
-        series: &str,
-        plan: &PlanAt,
-        max_warm_ups: usize,
-        settled: impl Fn(&Measured, &Measured) -> Result<bool, String>,
-    ) -> Result<(Measured, usize), String> {
-        self.measure_until_kept(kind, setup, series, plan, max_warm_ups, settled)
-            .map(|(point, warm_ups, _)| (point, warm_ups))
-    }
-
-    /// [`measure_until`](Self::measure_until), and the store it measured, kept for more
-    /// runs of the plan ([`run_again`](Self::run_again)).
+    /// `max_warm_ups`. Returns the measured point, the warm-up runs it took, and the
+    /// store, kept for more runs of the plan ([`run_again`](Self::run_again)).
     pub fn measure_until_kept(
         &mut self,
         kind: Kind,
