@@ -43,7 +43,6 @@ pub fn run(h: &mut Harness) -> Result<(), String> {
             (setup, plan)
         })
         .collect();
-    let mut pair_ratios = Vec::new();
     // Each width after warm-up runs of its own (dropped): the paper measures a steady
     // state, where the first write of each object (an alloc every width pays alike)
     // is behind it, and what is left is the churn a width causes. One warm-up run wrote
@@ -54,35 +53,24 @@ pub fn run(h: &mut Harness) -> Result<(), String> {
     //
     // The pair's widths first, their stores kept for the alternated rounds, then dropped
     // (their hosts' pumps would run beside the other widths' runs), then the rest.
+    let (pair, rest): (Vec<_>, Vec<_>) = sweep
+        .iter()
+        .zip(WIDTHS)
+        .partition(|&(_, bits)| bits == PAIR.0 || bits == PAIR.1);
     let mut points = Vec::new();
     let mut pair_stores = Vec::new();
-    let is_pair = |bits: u32| bits == PAIR.0 || bits == PAIR.1;
-    for pair_first in [true, false] {
-        for ((setup, plan), bits) in sweep.iter().zip(WIDTHS) {
-            if is_pair(bits) != pair_first {
-                continue;
-            }
-            let (mut point, warm_ups, store) = h.measure_until_kept(
-                Kind::Megalon,
-                setup,
-                "megalon",
-                plan,
-                MAX_WARM_UPS,
-                |before, now| Ok(now.per_op(ALLOCS) >= before.per_op(ALLOCS) * 0.9),
-            )?;
-            point.x_name = format!("{} ({warm_ups} warm-up runs)", point.x_name);
-            points.push(point);
-            if pair_first {
-                pair_stores.push(store);
-            }
-        }
-        if pair_first {
-            // Wide then narrow: `PAIR`'s order in `WIDTHS`.
-            let [wide, narrow]: [KeptStore; 2] = std::mem::take(&mut pair_stores)
-                .try_into()
-                .map_err(|_| "figure 10: the pair's widths are not both in the sweep")?;
-            pair_ratios = alternated_ratios(h, &points, [wide, narrow])?;
-        }
+    for ((setup, plan), _) in pair {
+        let (point, store) = measure_width(h, setup, plan)?;
+        points.push(point);
+        pair_stores.push(store);
+    }
+    // Wide then narrow: `PAIR`'s order in `WIDTHS`.
+    let [wide, narrow]: [KeptStore; 2] = pair_stores
+        .try_into()
+        .map_err(|_| "figure 10: the pair's widths are not both in the sweep")?;
+    let pair_ratios = alternated_ratios(h, &points, [wide, narrow])?;
+    for ((setup, plan), _) in rest {
+        points.push(measure_width(h, setup, plan)?.0);
     }
     // Widest first, as the sweep goes.
     points.sort_by(|a, b| b.x.total_cmp(&a.x));
@@ -157,9 +145,28 @@ pub fn run(h: &mut Harness) -> Result<(), String> {
     Ok(())
 }
 
+/// The point of one width of the sweep, after its warm-ups, and its store (kept or
+/// dropped by the caller).
+fn measure_width(
+    h: &mut Harness,
+    setup: &Setup,
+    plan: &PlanAt,
+) -> Result<(Measured, KeptStore), String> {
+    let (mut point, warm_ups, store) = h.measure_until_kept(
+        Kind::Megalon,
+        setup,
+        "megalon",
+        plan,
+        MAX_WARM_UPS,
+        |before, now| Ok(now.per_op(ALLOCS) >= before.per_op(ALLOCS) * 0.9),
+    )?;
+    point.x_name = format!("{} ({warm_ups} warm-up runs)", point.x_name);
+    Ok((point, store))
+}
+
 /// The headline's ratios, narrow over wide throughput: the sweep's pair, then
 /// [`PAIRED_ROUNDS`] rounds of one more run on each kept store (`[wide, narrow]`), the
-/// one that goes first alternating. None while counting (no throughput).
+/// one that goes first alternating. Empty while counting (no throughput).
 fn alternated_ratios(
     h: &mut Harness,
     points: &[Measured],
