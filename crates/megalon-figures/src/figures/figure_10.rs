@@ -22,9 +22,9 @@ const ALLOCS: &str = "record allocs";
 const SCR_MB: f64 = 32.0;
 /// The widths of the figure's headline row: 8-bit over 32-bit records.
 const PAIR: (u32, u32) = (32, 8);
-/// Rounds of one more run at each width of [`PAIR`] on its kept store, after the sweep,
-/// the two alternated (and which goes first, too): the row is the median of these
-/// rounds' ratios and the sweep's. One pair of runs moved by a sixth from one run of the
+/// Rounds of one more run at each width of [`PAIR`] on its kept store, after the sweep's
+/// points of the two, alternated (and which goes first, too): the row is the median of
+/// these rounds' ratios and the sweep's. One pair of runs moved by a sixth from one run of the
 /// figures to the next here (2.15x to 2.89x).
 const PAIRED_ROUNDS: usize = 4;
 
