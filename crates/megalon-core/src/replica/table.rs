@@ -262,7 +262,7 @@ impl std::ops::Deref for BucketWords {
 
     fn deref(&self) -> &[AtomicU64] {
         // SAFETY: the mapping is page-aligned, `len` words long, zero-filled when made (a
-        // zero word is a valid `AtomicU32`), lives as long as `self`, and every access to
+        // zero word is a valid `AtomicU64`), lives as long as `self`, and every access to
         // it goes through this slice of atomics, made from the mapping's pointer (which
         // allows writes), not from a borrow of its bytes.
         unsafe { std::slice::from_raw_parts(self.map.as_mut_ptr().cast::<AtomicU64>(), self.len) }
@@ -400,7 +400,10 @@ impl Table {
         let buckets = self.buckets();
         for &hash in hashes {
             let bucket = &buckets.words[home_of(hash, buckets.len)];
-            crate::arch::prefetch(std::ptr::from_ref(bucket).cast(), 4);
+            crate::arch::prefetch(
+                std::ptr::from_ref(bucket).cast(),
+                std::mem::size_of::<AtomicU64>(),
+            );
         }
     }
 
