@@ -269,9 +269,10 @@ impl std::ops::Deref for BucketWords {
     }
 }
 
-/// loom models keep their arrays on the heap (a release gives nothing back; no model
-/// grows a table: the seqlock is what they check, and the table's tests and the stress
-/// cover growth).
+/// loom models keep their arrays on the heap (a release gives nothing back). One model
+/// grows a table twice to the same size, the second growth reusing the array the first
+/// kept, under a reader without the lock; the table's tests and the stress cover larger
+/// arrays, released pages and tags that shrink.
 #[cfg(megalon_loom)]
 struct BucketWords(Box<[AtomicU64]>);
 
