@@ -762,23 +762,29 @@ fn replay_on(replica: &crate::replica::Replica, first: u64, events: &[Event<'_>]
     }
 }
 
-/// The `i`th of the growth model's other keys.
-fn other_key(i: usize) -> [u8; 3] {
-    [b'o', b'a' + (i / 26) as u8, b'a' + (i % 26) as u8]
-}
+/// The growth model's other keys: `oaa`, `oab`, ... `oaz`.
+const OTHERS: [[u8; 3]; 26] = {
+    let mut keys = [[b'o', b'a', b'a']; 26];
+    let mut i = 0;
+    while i < 26 {
+        keys[i][2] = b'a' + i as u8;
+        i += 1;
+    }
+    keys
+};
 
-/// The create of `others[i]`, in slot `10 + i`.
-fn create_other(others: &[[u8; 3]], i: usize) -> Event<'_> {
+/// The create of `OTHERS[i]`, in slot `10 + i`.
+fn create_other(i: usize) -> Event<'static> {
     Event::Create {
-        key: &others[i],
+        key: &OTHERS[i],
         slot: 10 + i as u64,
     }
 }
 
-/// The delete of `others[i]` (it has no record).
-fn delete_other(others: &[[u8; 3]], i: usize) -> Event<'_> {
+/// The delete of `OTHERS[i]` (it has no record).
+fn delete_other(i: usize) -> Event<'static> {
     Event::Delete {
-        key: &others[i],
+        key: &OTHERS[i],
         record: crate::event::NO_RECORD,
     }
 }
@@ -801,20 +807,19 @@ fn loom_a_lookup_without_the_lock_racing_the_reuse_of_its_array_never_validates_
         let index =
             crate::replica::Index::with_records(1000, 100, 4, crate::config::Coherence::Split);
         let replica = Arc::new(crate::replica::Replica::new(index, 64));
-        let others: Vec<[u8; 3]> = (0..26).map(other_key).collect();
         let mut setup = vec![Event::Create { key: b"k", slot: 5 }];
-        setup.extend((0..13).map(|i| create_other(&others, i)));
+        setup.extend((0..13).map(create_other));
         replay_on(&replica, 0, &setup);
         let replay = Arc::clone(&replica);
         let writer = loom::thread::spawn(move || {
-            let others: Vec<[u8; 3]> = (0..26).map(other_key).collect();
-            let mut first: Vec<Event<'_>> = (0..12).map(|i| delete_other(&others, i)).collect();
-            first.push(create_other(&others, 13));
-            replay_on(&replay, 14, &first);
-            let mut second: Vec<Event<'_>> = (14..25).map(|i| create_other(&others, i)).collect();
-            second.extend((14..24).map(|i| delete_other(&others, i)));
-            second.push(create_other(&others, 25));
-            replay_on(&replay, 27, &second);
+            let mut first: Vec<Event<'_>> = (0..12).map(delete_other).collect();
+            first.push(create_other(13));
+            let mut second: Vec<Event<'_>> = (14..25).map(create_other).collect();
+            second.extend((14..24).map(delete_other));
+            second.push(create_other(25));
+            let second_at = setup.len() + first.len();
+            replay_on(&replay, setup.len() as u64, &first);
+            replay_on(&replay, second_at as u64, &second);
         });
         // Without this yield the model ran one schedule only, the reader's lookup whole
         // before the writer's first step (tried: 1 run, against 89 with it).
