@@ -180,6 +180,56 @@ fn every_append_fault_leaves_the_pod_clean_2_undo() {
     matrix(2, CrashSafety::Undo);
 }
 
+/// A deallocation (`make_read_shared`) or a delete whose append is published but not
+/// confirmed leaves its record locked until a replay of its host applies the entry and
+/// runs the settle. With no pump, and nothing else raising `ctail` over the entry, the
+/// host's own next operation on the key is what replays it: a tail check alone covers
+/// `ctail` only, and the operation would wait on its own host's settle until
+/// `RecordBusy`. Asked at once, with nothing settled in between.
+#[test]
+fn the_next_operation_of_a_host_settles_its_own_unconfirmed_dealloc_or_delete() {
+    for width in [4, 8, 32] {
+        for safety in [CrashSafety::Off, CrashSafety::Undo] {
+            let tag = format!("{width} bits {safety:?}");
+            let pod = pod(width, safety);
+            let a = Host::join(&pod, Join::As(0), options()).unwrap();
+            let b = Host::join(&pod, Join::As(1), options()).unwrap();
+            for fault in [Fault::Refuse, Fault::Unconfirmed] {
+                let tag = format!("{tag} {fault:?}");
+                a.create(b"k", &value(1)).unwrap();
+                a.write(b"k", &value(2)).unwrap();
+                let r = with_fault_at(None, fault, || b.make_read_shared(b"k"));
+                assert!(
+                    matches!(r, Err(Error::InjectedFault { .. })),
+                    "{tag}: {r:?}"
+                );
+                b.write(b"k", &value(3))
+                    .unwrap_or_else(|e| panic!("{tag}: the write after the dealloc: {e}"));
+                assert_eq!(read(&a, b"k"), value(3), "{tag}");
+                clean(&[&a, &b], &format!("{tag} after the dealloc"));
+                let r = with_fault_at(None, fault, || b.delete(b"k"));
+                assert!(
+                    matches!(r, Err(Error::InjectedFault { .. })),
+                    "{tag}: {r:?}"
+                );
+                // A delete in the log: the key is gone, not busy. One refused: still there.
+                let r = b.write(b"k", &value(4));
+                if fault == Fault::Unconfirmed {
+                    assert!(matches!(r, Err(Error::UnknownKey)), "{tag}: {r:?}");
+                } else {
+                    assert!(r.is_ok(), "{tag}: {r:?}");
+                    assert_eq!(read(&a, b"k"), value(4), "{tag}");
+                    b.delete(b"k").unwrap();
+                }
+                assert!(
+                    matches!(a.read(b"k", &mut [0; 4]), Err(Error::UnknownKey)),
+                    "{tag}"
+                );
+                clean(&[&a, &b], &format!("{tag} after the delete"));
+            }
+        }
+    }
+}
 fn local_pod(safety: CrashSafety) -> Arc<Pod> {
     heap_pod(
         &config()
@@ -426,5 +476,29 @@ fn all_log_delete_whose_delete_append_fails_after_its_lock_leaves_the_object_usa
             a.create(b"k", &value(5)).unwrap();
             assert_eq!(read(&b, b"k"), value(5), "{fault:?}");
         }
+    }
+}
+
+/// An AllLog write whose `Unlock` fails (refused: the pump appends it again; or published
+/// and not confirmed: a replay of this host applies it) leaves the replicated lock with
+/// its host. With no pump, that host's next write of the object, at once, is what ends
+/// it, and then the other host writes too.
+#[test]
+fn the_next_write_of_a_host_ends_its_own_failed_all_log_unlock() {
+    for fault in [Fault::Refuse, Fault::Unconfirmed] {
+        let (_pod, a, b) = all_log_pair();
+        a.create(b"k", &value(1)).unwrap();
+        let t = a.write_start(b"k").unwrap();
+        t.write(0, &value(2)).unwrap();
+        chaos::fail_next_appends(&[fault]);
+        let r = a.write_end(t);
+        chaos::clear_forced_faults();
+        assert!(r.is_ok(), "{fault:?}: {r:?}");
+        a.write(b"k", &value(3))
+            .unwrap_or_else(|e| panic!("{fault:?}: the write after: {e}"));
+        assert_eq!(read(&b, b"k"), value(3), "{fault:?}");
+        b.write(b"k", &value(4)).unwrap();
+        assert_eq!(read(&a, b"k"), value(4), "{fault:?}");
+        assert_eq!(a.inspect().settle_pending().unwrap(), 0, "{fault:?}");
     }
 }

@@ -61,6 +61,10 @@ impl Shared {
         backoff: &mut Option<Backoff>,
         holder: HostId,
     ) -> Result<()> {
+        if holder == self.id {
+            // Maybe left pending by an `Unlock` that failed.
+            self.settle_own_work()?;
+        }
         Backoff::snooze_or(backoff, self.options.wait_limit, |waited_ms| {
             Error::ObjectLocked { holder, waited_ms }
         })

@@ -621,6 +621,8 @@ impl Shared {
     ) -> Result<()> {
         if word.locked {
             c.add(Counter::WaitsForWriter, 1);
+            // The lock may be this host's own, left pending by an append that failed.
+            self.settle_own_work()?;
         }
         Backoff::snooze_or(backoff, self.options.wait_limit, |waited_ms| {
             self.record_busy(record, waited_ms)

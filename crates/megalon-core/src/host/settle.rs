@@ -7,7 +7,7 @@ use super::Shared;
 
 use crate::chaos::Point;
 use crate::counters::Counter;
-use crate::error::Error;
+use crate::error::{Error, Result};
 use crate::event::{Event, OwnedEvent};
 use crate::mutants::{self, Step};
 use crate::record::{RecordShape, RecordWord, Records};
@@ -337,6 +337,23 @@ impl Shared {
     pub(super) fn pending_work(&self) -> usize {
         let _replay = self.replica.replay.lock();
         self.settles.lock().len() + self.deferred.lock().len()
+    }
+
+    /// For a thread that waits on a lock this host may hold itself: runs what this host
+    /// left pending. An append whose confirm failed (a deallocation, a delete, an AllLog
+    /// `Unlock`) holds its lock until a replay of this host applies its entry and settles
+    /// it, and the tail check replays only what `ctail` covers, which with no pump and
+    /// no other append nothing raises over the entry: replay what is published. A
+    /// refused AllLog `Unlock`, or a lost claim's record, waits in the deferred work the
+    /// pump does: do it.
+    pub(super) fn settle_own_work(&self) -> Result<()> {
+        if !self.settles.lock().is_empty() {
+            self.replay(None)?;
+        }
+        if !self.deferred.lock().is_empty() {
+            self.run_deferred();
+        }
+        Ok(())
     }
 
     /// Notes an error of the pump's background work.
