@@ -644,12 +644,16 @@ fn pumpless_drainer_dead_at(point: Point) -> (std::sync::Arc<Pod>, &'static Host
     let (to_main, main_hears) = channel();
     let (go, drainer_hears) = channel::<&'static str>();
     let drainer = std::thread::spawn(move || {
+        // From the freeze on (a catch-up before it replays too), and once: a drainer let
+        // go on (a process paused past its lease wakes) may pass the point again.
+        let (mut armed, mut stopped) = (false, false);
         chaos::with_hook(
             move |at| {
                 if at == Point::WidthAfterFreeze {
                     a.replay().unwrap();
                 }
-                if at == point {
+                armed |= at == Point::WidthAfterFreeze;
+                if armed && at == point && !std::mem::replace(&mut stopped, true) {
                     to_main.send("stopped").unwrap();
                     let _ = drainer_hears.recv();
                 }
@@ -666,6 +670,124 @@ fn pumpless_drainer_dead_at(point: Point) -> (std::sync::Arc<Pod>, &'static Host
         a.inspect().watch_hosts();
     }
     (pod, a, (go, drainer))
+}
+
+/// The width word in the SCR, raw.
+fn width_word(pod: &Pod) -> u64 {
+    pod.scr_u64(pod.layout().width_offset())
+        .load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// A drainer paused past its lease right after its `WidthEnd` reached the log, or once
+/// its own replay applied it (before `ctail` moves), declared dead and recovered; host 0
+/// takes the switch over, ends it, and holds `k`'s lock at the new width. Then the
+/// drainer goes on: it must change no record word (host 0's lock stays) and not the
+/// width word, and answer that it was declared dead.
+#[test]
+fn a_drainer_declared_dead_after_its_append_changes_nothing_when_it_goes_on() {
+    for point in [Point::AppendAfterPublish, Point::ReplayBeforeCtail] {
+        a_drainer_declared_dead_at_changes_nothing_when_it_goes_on(point);
+    }
+}
+
+fn a_drainer_declared_dead_at_changes_nothing_when_it_goes_on(point: Point) {
+    let (pod, a, (go, drainer)) = pumpless_drainer_dead_at(point);
+    a.write(b"k", &value(2)).unwrap();
+    assert_eq!(a.inspect().width_drainer(), None);
+    assert_eq!(a.record_width().unwrap(), RecordShape { epoch: 1, bits: 8 });
+    // Not dropped on a failed assertion: a ticket's drop unlocks, and asserts on a word
+    // zeroed under it.
+    let held = std::mem::ManuallyDrop::new(a.write_start(b"k").unwrap());
+    let word = width_word(&pod);
+    go.send("go").unwrap();
+    let answer = drainer.join().unwrap();
+    assert!(
+        matches!(answer, Err(Error::HostDeclaredDead { .. })),
+        "{point:?}: {answer:?}"
+    );
+    assert_eq!(
+        a.inspect().record_census().locked.len(),
+        1,
+        "{point:?}: a's lock"
+    );
+    assert_eq!(
+        width_word(&pod),
+        word,
+        "{point:?}: the dead drainer stored the width word"
+    );
+    let b2 = Box::leak(Box::new(Host::join(&pod, Join::As(1), no_pump(3)).unwrap()));
+    let second = b2.write_start(b"k").map(std::mem::forget);
+    assert!(
+        second.is_err(),
+        "{point:?}: two writers of k at once: {second:?}"
+    );
+    a.write_end(std::mem::ManuallyDrop::into_inner(held))
+        .unwrap();
+    assert_eq!(read_tag(a, b"k"), Some(2));
+}
+
+/// A drainer paused past its lease between its zeroing and its reopening of the width
+/// word (`WidthBeforeReopen`), declared dead and recovered; host 0 takes the switch over
+/// and ends it, then begins a switch of its own (to 16 bits). The paused drainer goes on
+/// while host 0 drains: its reopening must not land on host 0's freeze. (It did, with a
+/// plain store: a writer of a new life of the drainer's id, which acknowledged the
+/// freeze, then found the word open, locked `k`'s 8-bit record after host 0's drain saw
+/// every lock free, and host 0's switch zeroed that lock: two writers of `k` at once,
+/// and a write that ended lost under one that had not.)
+#[test]
+fn a_drainer_declared_dead_before_its_reopening_leaves_another_switchs_freeze() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    let (pod, a, (go, drainer)) = pumpless_drainer_dead_at(Point::WidthBeforeReopen);
+    a.write(b"k", &value(2)).unwrap();
+    assert_eq!(a.inspect().width_drainer(), None);
+    assert_eq!(a.record_width().unwrap(), RecordShape { epoch: 1, bits: 8 });
+    let b2: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), no_pump(3)).unwrap()));
+    let answer = Rc::new(RefCell::new(None));
+    let tried = Rc::new(RefCell::new(None));
+    let (answer_in_hook, tried_in_hook) = (Rc::clone(&answer), Rc::clone(&tried));
+    let mut drainer = Some((go, drainer));
+    let switched = chaos::with_hook(
+        move |at| match at {
+            Point::WidthAfterFreeze => {
+                // b2 acknowledges a's freeze (by hand: it has no pump); the paused drainer
+                // goes on, its reopening after a's freeze.
+                b2.replay().unwrap();
+                if let Some((go, drainer)) = drainer.take() {
+                    go.send("go").unwrap();
+                    *answer_in_hook.borrow_mut() = Some(drainer.join().unwrap());
+                }
+            }
+            Point::WidthBeforeEvent if tried_in_hook.borrow().is_none() => {
+                // a's drain saw every lock free: b2 tries to write k.
+                let ticket = b2.write_start(b"k").map(|t| {
+                    let record = t.record();
+                    std::mem::forget(t);
+                    record
+                });
+                *tried_in_hook.borrow_mut() = Some(ticket);
+            }
+            _ => {}
+        },
+        || a.switch_record_width(16),
+    );
+    assert!(
+        matches!(answer.take(), Some(Err(Error::HostDeclaredDead { .. }))),
+        "the dead drainer's answer"
+    );
+    let tried = tried.take().expect("a's switch reached its event");
+    assert!(
+        matches!(tried, Err(Error::RecordWidthSwitching { .. })),
+        "b2 locked k during a's drain: {tried:?}"
+    );
+    assert!(switched.unwrap());
+    assert_eq!(
+        a.record_width().unwrap(),
+        RecordShape { epoch: 2, bits: 16 }
+    );
+    b2.write(b"k", &value(3)).unwrap();
+    assert_eq!(read_tag(a, b"k"), Some(3));
 }
 
 #[test]

@@ -533,16 +533,31 @@ impl Shared {
 
     /// Step 4's end, once the `WidthEnd` from the width `old` is applied here, the word
     /// `draining`: every record and the count in use to zero, then the word open at the
-    /// next epoch.
-    fn finish_switch(&self, old: RecordShape, draining: WidthWord) {
+    /// next epoch. Only while the word is still `draining` and this host's row its own:
+    /// a drainer paused past its lease, declared dead, may find its switch taken over
+    /// and ended, and another begun, and must change neither the records (locks of the
+    /// new width may be held) nor the word (another switch's freeze). Returns whether it
+    /// opened the word.
+    fn finish_switch(&self, old: RecordShape, draining: WidthWord) -> bool {
+        if self.width_word().load(Ordering::SeqCst) != draining.encode() || !self.row_is_mine() {
+            return false;
+        }
         // Word by word at the old width: the words its last lockers used.
         Records::of(&self.pod, old).zero_all();
         self.records_in_use().store(0, Ordering::Relaxed);
         self.chaos.point(Point::WidthBeforeReopen);
-        // SeqCst (a Release at least): a changer that finds the word open at the new
-        // epoch finds every record byte zero.
+        // A CAS from the freeze (a pause past the lease after the check above: the word
+        // may be another switch's now). SeqCst (a Release at least): a changer that finds
+        // the word open at the new epoch finds every record byte zero.
         let open = WidthWord::open(old.epoch + 1, draining.serial);
-        self.width_word().store(open.encode(), Ordering::SeqCst);
+        self.width_word()
+            .compare_exchange(
+                draining.encode(),
+                open.encode(),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .is_ok()
     }
 
     /// The width word open again at its epoch, from a switch of this host's (the word
@@ -657,7 +672,13 @@ impl Shared {
         };
         match self.submit_settled(&event, settle)? {
             Outcome::WidthSwitched { .. } => {
-                self.finish_switch(shape, draining);
+                if !self.finish_switch(shape, draining) {
+                    // Declared dead since the append: the switch is the taker's to end.
+                    return Err(Error::HostDeclaredDead {
+                        host: self.id,
+                        life: self.life,
+                    });
+                }
                 Ok(true)
             }
             outcome => unreachable!("only the drainer appends its epoch's switch: {outcome:?}"),
