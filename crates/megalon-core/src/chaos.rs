@@ -80,6 +80,12 @@ pub enum Point {
     WidthAfterGates,
     /// A switch: no record locked, before its `WidthEnd` is appended.
     WidthBeforeEvent,
+    /// A join (a pod with undo images), its row claimed, before it clears the row's
+    /// announce words.
+    JoinBeforeClearAnnounces,
+    /// A switch: `WidthEnd` applied, the drainer's row looked at, before the records are
+    /// zeroed.
+    WidthBeforeZeroing,
     /// A switch: `WidthEnd` applied and the records zeroed, before the width word opens.
     WidthBeforeReopen,
     /// A host that found a switch's drainer gone, caught up, before its CAS that takes

@@ -305,8 +305,11 @@ impl<'p> Records<'p> {
 
     /// Stores zero over every record of the array, word by word at this width (zero is
     /// a free record at every width): a width switch's drain, with no record word
-    /// changing meanwhile.
-    pub(crate) fn zero_all(&self) {
+    /// changing meanwhile. Asks `still` before each line's words, and stops (answering
+    /// `false`) once it says no: a drainer declared dead (paused past its lease) must not
+    /// zero the locks of the width that followed its switch, and a loop over the whole
+    /// array is a long pause of its own.
+    pub(crate) fn zero_all_while(&self, still: impl Fn() -> bool) -> bool {
         let (word_bytes, words) = match self.width_bits {
             2 | 4 | 8 => (1, self.count * u64::from(self.width_bits) / 8),
             16 => (2, self.count),
@@ -315,6 +318,9 @@ impl<'p> Records<'p> {
         for i in 0..words {
             let at = self.offset + i * word_bytes;
             if at.is_multiple_of(crate::limits::LINE_BYTES) || i == 0 {
+                if !still() {
+                    return false;
+                }
                 self.note_update(at);
             }
             match word_bytes {
@@ -323,6 +329,7 @@ impl<'p> Records<'p> {
                 _ => self.pod.scr_u32(at).store(0, Ordering::Relaxed),
             }
         }
+        true
     }
 
     /// Stores `word` (Release: the writer's write-back and fence come before it).

@@ -675,6 +675,7 @@ const DRAIN_POINTS: &[(&str, u64)] = &[
     ("AppendBeforeWrite", 1),
     ("AppendAfterPublish", 1),
     ("ReplayBeforeCtail", 1),
+    ("WidthBeforeZeroing", 1),
     ("WidthBeforeReopen", 1),
 ];
 

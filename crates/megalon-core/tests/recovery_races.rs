@@ -4286,3 +4286,171 @@ fn a_host_killed_between_its_count_off_and_its_free_leaves_the_count_right() {
         );
     }
 }
+
+/// Host `a` claims the only free record for `z`; `b`'s alloc for `z` lands first, so
+/// `a`'s loses and `a` goes to free its claim: past its check that it is not left to
+/// recovery, it is paused (at `AllocLostBeforeFree`) past its lease. `b` recovers it and
+/// frees the announced claim. `c` claims that record for a new object `w`, and its alloc
+/// wins. Then `a` wakes: its CAS from the claimed word must not free `c`'s claim. (It did
+/// when recovery freed the claim at the same counter, `c`'s claim then being the very
+/// word `a` claimed: `w` named a free record, and no write of `w` went through again.)
+/// 32-bit records: a 2-bit record has no counter to tell the two claims apart.
+#[test]
+fn a_loser_declared_dead_does_not_free_a_live_claim_of_the_same_record() {
+    let pod = common::heap_pod(
+        &config()
+            .record_width_bits(32)
+            .scr_bytes(4096)
+            .log_capacity_entries(4096),
+    );
+    let [a, b, c] = leak_all::<3>(&pod);
+    b.create(b"z", &value(0)).unwrap();
+    let (in_use, records) = b.inspect().records_in_use();
+    // Every record in use but one.
+    for i in in_use..records - 1 {
+        let key = format!("o{i}");
+        b.create(key.as_bytes(), &value(2)).unwrap();
+        b.write(key.as_bytes(), &value(3)).unwrap();
+    }
+    assert_eq!(b.inspect().records_in_use(), (records - 1, records));
+    let (to_main, main_hears) = channel::<&'static str>();
+    let (to_a, a_hears) = channel::<&'static str>();
+    let loser = std::thread::spawn(move || {
+        let mut step = 0;
+        chaos::with_hook(
+            move |point| match (step, point) {
+                (0, Point::AllocAfterClaim) => {
+                    b.write(b"z", &value(5)).unwrap();
+                    step = 1;
+                }
+                (1, Point::AllocLostBeforeFree) => {
+                    step = 2;
+                    to_main.send("stopped").unwrap();
+                    assert_eq!(a_hears.recv().unwrap(), "go");
+                }
+                _ => {}
+            },
+            || a.write(b"z", &value(6)),
+        )
+    });
+    assert_eq!(main_hears.recv_timeout(BOUND).unwrap(), "stopped");
+    a.inspect().freeze();
+    watch_until(b, "a recovered", || {
+        b.inspect().stats().hosts_recovered >= 1
+    });
+    assert_eq!(
+        b.inspect().record_census().in_use.len() as u64,
+        records - 1,
+        "a's claim freed by its recovery"
+    );
+    // c claims the only free record for w, its alloc wins; it stops before its lock.
+    c.create(b"w", &value(7)).unwrap();
+    let (to_main, main_hears) = channel::<u32>();
+    let (to_c, c_hears) = channel::<&'static str>();
+    let writer = std::thread::spawn(move || {
+        let mut stopped = false;
+        chaos::with_hook(
+            move |point| {
+                if point == Point::WriteBeforeLock && !std::mem::replace(&mut stopped, true) {
+                    let record = c.lookup(b"w").unwrap().unwrap().record.unwrap();
+                    to_main.send(record).unwrap();
+                    assert_eq!(c_hears.recv().unwrap(), "go");
+                }
+            },
+            || c.write(b"w", &value(8)),
+        )
+    });
+    let record_w = main_hears.recv_timeout(BOUND).unwrap();
+    assert!(c.inspect().record_census().in_use.contains(&record_w));
+    // a wakes.
+    to_a.send("go").unwrap();
+    let _ = loser.join().unwrap();
+    let census = c.inspect().record_census();
+    to_c.send("go").unwrap();
+    let written = writer.join().unwrap();
+    assert!(
+        census.in_use.contains(&record_w),
+        "a host declared dead freed record {record_w}, claimed by c and named by w"
+    );
+    assert!(written.is_ok(), "{written:?}");
+    b.write(b"w", &value(9)).unwrap();
+    assert_eq!(read_w(c), value(9));
+    assert_eq!(c.inspect().records_in_use(), (records, records));
+}
+
+/// `w`'s bytes as `host` reads them.
+fn read_w(host: &Host) -> Vec<u8> {
+    let mut buf = vec![0; SLOT];
+    host.read(b"w", &mut buf).unwrap();
+    buf
+}
+
+/// A joiner (host 1) paused past its lease between its claim of the row and its clear
+/// of the row's late announces (`JoinBeforeClearAnnounces`) is recovered and its row
+/// freed; the id's next life joins and holds `k`'s lock, announced. The paused joiner
+/// goes on: it must not clear that announce, and its join fails. (It cleared it: the
+/// next life then died holding the lock, its recovery found no announce, and `k` stayed
+/// locked for good.)
+#[test]
+fn a_joiner_declared_dead_before_its_clear_leaves_the_next_lifes_announces() {
+    let pod = common::heap_pod(&config());
+    let a = leak(&pod, 0);
+    a.create(b"k", &value(1)).unwrap();
+    a.write(b"k", &value(2)).unwrap();
+    let (to_main, main_hears) = channel::<&'static str>();
+    let (to_z, z_hears) = channel::<&'static str>();
+    let pod_z = Arc::clone(&pod);
+    let joiner = std::thread::spawn(move || {
+        let mut once = true;
+        chaos::with_hook(
+            move |point| {
+                if point == Point::JoinBeforeClearAnnounces && std::mem::take(&mut once) {
+                    to_main.send("claimed").unwrap();
+                    assert_eq!(z_hears.recv().unwrap(), "go");
+                }
+            },
+            || Host::join(&pod_z, Join::As(1), options(1)).map(drop),
+        )
+    });
+    assert_eq!(main_hears.recv_timeout(BOUND).unwrap(), "claimed");
+    // The joiner runs on "another machine": its lease runs out, a recovers it.
+    assert!(megalon_core::inspect::pretend_row_elsewhere(&pod, 1));
+    watch_until(a, "the joiner recovered", || {
+        a.inspect().stats().hosts_recovered >= 1
+    });
+    // The id's next life holds k's lock, announced.
+    let n = leak(&pod, 1);
+    let ticket = std::mem::ManuallyDrop::new(n.write_start(b"k").unwrap());
+    let announces = || -> Vec<u64> {
+        (0..4)
+            .map(|i| {
+                pod.scr_u64(pod.layout().announce_offset(1, i))
+                    .load(Ordering::SeqCst)
+            })
+            .collect()
+    };
+    let before = announces();
+    assert!(
+        before.iter().any(|&w| w != 0),
+        "the next life announced its lock"
+    );
+    to_z.send("go").unwrap();
+    let joined = joiner.join().unwrap();
+    assert!(
+        matches!(joined, Err(Error::HostDeclaredDead { .. })),
+        "{joined:?}"
+    );
+    assert_eq!(
+        announces(),
+        before,
+        "a joiner declared dead cleared the next life's announces"
+    );
+    // The next life dies holding k's lock; its recovery settles it from the announce.
+    n.inspect().freeze();
+    watch_until(a, "the next life recovered", || {
+        a.inspect().stats().hosts_recovered >= 2
+    });
+    let _ = &ticket;
+    a.write(b"k", &value(3)).unwrap();
+    assert_eq!(read(a), value(3));
+}

@@ -679,13 +679,17 @@ fn width_word(pod: &Pod) -> u64 {
 }
 
 /// A drainer paused past its lease right after its `WidthEnd` reached the log, or once
-/// its own replay applied it (before `ctail` moves), declared dead and recovered; host 0
-/// takes the switch over, ends it, and holds `k`'s lock at the new width. Then the
-/// drainer goes on: it must change no record word (host 0's lock stays) and not the
-/// width word, and answer that it was declared dead.
+/// its own replay applied it (before `ctail` moves), or about to zero the records,
+/// declared dead and recovered; host 0 takes the switch over, ends it, and holds `k`'s
+/// lock at the new width. Then the drainer goes on: it must change no record word (host
+/// 0's lock stays) and not the width word, and answer that it was declared dead.
 #[test]
 fn a_drainer_declared_dead_after_its_append_changes_nothing_when_it_goes_on() {
-    for point in [Point::AppendAfterPublish, Point::ReplayBeforeCtail] {
+    for point in [
+        Point::AppendAfterPublish,
+        Point::ReplayBeforeCtail,
+        Point::WidthBeforeZeroing,
+    ] {
         a_drainer_declared_dead_at_changes_nothing_when_it_goes_on(point);
     }
 }

@@ -181,7 +181,7 @@ impl Host {
                 Err(error) => return Err(error),
             };
             let shared = Arc::new(Shared::new(pod, id, life, options.clone()));
-            shared.clear_late_announces();
+            shared.clear_late_announces()?;
             if !late {
                 break (shared, life);
             }

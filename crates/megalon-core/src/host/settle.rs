@@ -265,6 +265,10 @@ impl Shared {
                 self.records_in_use().fetch_sub(1, Ordering::Relaxed);
                 self.end_hold_of(hold);
             }
+            // Declared dead after the look above (paused past its lease): its recovery
+            // freed the claim, at a counter moved on, and a live host may have claimed
+            // the record since. Not this host's to free any more.
+            Err(_) if self.left_to_recovery() => self.end_hold_of(hold),
             Err(now) => {
                 debug_assert!(
                     now.in_use && now.locked,

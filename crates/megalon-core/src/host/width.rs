@@ -539,11 +539,17 @@ impl Shared {
     /// new width may be held) nor the word (another switch's freeze). Returns whether it
     /// opened the word.
     fn finish_switch(&self, old: RecordShape, draining: WidthWord) -> bool {
-        if self.width_word().load(Ordering::SeqCst) != draining.encode() || !self.row_is_mine() {
+        if !self.row_is_mine() {
             return false;
         }
-        // Word by word at the old width: the words its last lockers used.
-        Records::of(&self.pod, old).zero_all();
+        self.chaos.point(Point::WidthBeforeZeroing);
+        // Word by word at the old width: the words its last lockers used. A host that
+        // takes the switch over moves the word off the freeze before it zeroes anything,
+        // so the look before each line (and before the count) finds it moved.
+        let frozen = || self.width_word().load(Ordering::SeqCst) == draining.encode();
+        if !Records::of(&self.pod, old).zero_all_while(frozen) || !frozen() {
+            return false;
+        }
         self.records_in_use().store(0, Ordering::Relaxed);
         self.chaos.point(Point::WidthBeforeReopen);
         // A CAS from the freeze (a pause past the lease after the check above: the word

@@ -3,6 +3,7 @@
 //! are its recovery's now (the module's own doc says how recovery reads them).
 
 use super::{decode_announce, encode_announce, MOVE_BACK, UNDO_READY};
+use crate::chaos::Point;
 use crate::error::{Error, Result};
 use crate::host::Shared;
 use crate::host_table;
@@ -53,15 +54,25 @@ impl Shared {
     /// row's announce words. Its last life's were all settled and cleared before the row
     /// was freed, so any left is a late store of a life paused past its lease (the
     /// lease's window), which names no lock; left, it would hold every width switch off,
-    /// and this life's recovery could take it for its own.
-    pub(in crate::host) fn clear_late_announces(&self) {
+    /// and this life's recovery could take it for its own. A joiner paused past its lease
+    /// before the clear (declared dead, its row freed, and the id's next life announcing
+    /// its locks there) clears nothing: it finds the row not its own.
+    pub(in crate::host) fn clear_late_announces(&self) -> Result<()> {
         if !self.undo_images() {
-            return;
+            return Ok(());
+        }
+        self.chaos.point(Point::JoinBeforeClearAnnounces);
+        if !self.row_is_mine() {
+            return Err(Error::HostDeclaredDead {
+                host: self.id,
+                life: self.life,
+            });
         }
         for index in 0..HOLDS_PER_HOST {
             self.announce_word(self.id, index)
                 .store(0, Ordering::SeqCst);
         }
+        Ok(())
     }
 
     /// Whether this host's writes keep undo images and announce their locks.

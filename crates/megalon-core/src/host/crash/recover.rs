@@ -703,7 +703,7 @@ impl Shared {
     /// its image let go), of a delete, a deallocation or a move, or (in use, unlocked) an
     /// allocation's claim. Every replica has applied the dead host's events (they all
     /// come before its `HostDead`), so whether the record still has an object says what
-    /// to do: a record without one is freed; a locked one with one is unlocked with its
+    /// to do: a record without one is freed, its counter moved on by 2; a locked one with one is unlocked with its
     /// counter moved on by 2 and a `Recovered` event (a write that had finished made a
     /// new version, and every host drops its lines of the object: right whichever lock it
     /// was); a claimed one with one is the object's. `Ok(false)`: the word changed under
@@ -742,10 +742,14 @@ impl Shared {
                 }
                 claim
             }
+            // Freed with its counter moved on: the dead host, paused past its lease,
+            // may wake and free its claim by a CAS from the claimed word, which a live
+            // host's claim of the record freed here would otherwise be again (a 2-bit
+            // record has no counter to move: `left_to_recovery`'s window).
             (_, None, _) => RecordWord {
                 in_use: false,
                 locked: false,
-                counter: settled,
+                counter: (settled + 2) & records.counter_mask(),
             },
             (true, Some(_), _) => RecordWord {
                 in_use: true,
