@@ -287,6 +287,63 @@ fn a_second_local_writer_waits_within_the_limit_while_the_log_moves_on() {
     assert_eq!(read(&a, b"k"), value(5));
 }
 
+/// While a thread of host a runs a slow `update` of `k`, another thread of a deletes `k`:
+/// a's own move back, which waits for the update within a's wait limit (5 s). Host b
+/// (waiting at most 300 ms) then reads `y`, also in a's DRAM and written by nobody, and
+/// creates objects enough to fill the log twice. a's pump serves b's ask for `y` and
+/// replays meanwhile. (The move back of `k` waited holding the lock that serializes a's
+/// moves, which the pump takes to serve an ask: the pump waited on the user's closure of
+/// another object, b's read failed `HostUnresponsive`, and b's creates found the log full
+/// behind a, alive.)
+#[test]
+fn a_move_back_waiting_for_a_slow_update_keeps_no_other_object_or_the_log_waiting() {
+    let log = 64;
+    let pod = pod(&config()
+        .local_partitions(2)
+        .rpc_ring_entries(4)
+        .log_capacity_entries(log));
+    let a = a_holding_k(&pod, Duration::from_secs(5));
+    a.create(b"y", &value(1)).unwrap();
+    read(&a, b"y");
+    read(&a, b"y");
+    assert_eq!(a.inspect().local_objects(), (2, 0));
+    let b = join(&pod, small_cache(2).wait_limit(Duration::from_millis(300)));
+    let updating = std::sync::Barrier::new(2);
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (read_y, created, deleted) = std::thread::scope(|scope| {
+        let updating = &updating;
+        let a = &a;
+        scope.spawn(move || {
+            a.update(b"k", |bytes| {
+                updating.wait();
+                // Bounded: a test that fails does not hang.
+                let _ = released.recv_timeout(Duration::from_secs(5));
+                bytes.copy_from_slice(&value(5));
+            })
+            .unwrap();
+        });
+        updating.wait();
+        let deleting = scope.spawn(|| a.delete(b"k"));
+        // The delete's move back waits for the update.
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!deleting.is_finished(), "the delete waits for the update");
+        let read_y = b.read(b"y", &mut [0; SLOT]);
+        let created: Result<Vec<_>, _> = (0..2 * log)
+            .map(|i| b.create(format!("c{i}").as_bytes(), &value(2)))
+            .collect();
+        assert!(!deleting.is_finished(), "the update still holds k");
+        release.send(()).unwrap();
+        (read_y, created, deleting.join().unwrap())
+    });
+    assert!(read_y.is_ok(), "b's read of y: {read_y:?}");
+    assert!(created.is_ok(), "b's creates: {:?}", created.err());
+    assert_eq!(read(&b, b"y"), value(1));
+    assert!(matches!(
+        a.read(b"k", &mut [0; SLOT]),
+        Err(Error::UnknownKey)
+    ));
+}
+
 /// Every operation of a pod with RPC rings looks at its host's ring; with nothing
 /// waiting that look reads lines nothing changed (hits in the coherent cache) and is not
 /// counted, as the look at `ctail` that finds nothing new is not, and as HCMeta's idle

@@ -71,7 +71,6 @@ mod recover;
 mod rescue;
 mod watch;
 
-#[cfg(test)]
 pub(super) use holds::Hold;
 
 /// The announce word's "undo image complete" bit.

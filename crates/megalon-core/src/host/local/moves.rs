@@ -14,6 +14,7 @@ use crate::chaos::Point;
 use crate::counters::{Counter, ThreadCounters};
 use crate::error::{Error, Result};
 use crate::event::Event;
+use crate::host::crash::Hold;
 use crate::host::{Settle, Shared};
 use crate::ids::HostId;
 use crate::mutants::{self, Step};
@@ -214,38 +215,66 @@ impl Shared {
         let Some(local) = &self.local else {
             return Ok(MovedBack::NotHere);
         };
-        let moving = local.moving.lock();
-        self.catch_up()?;
-        let Some(entry) = self.replica.read().lookup(key) else {
-            return Ok(MovedBack::NotHere);
-        };
-        if entry.local_owner != Some(self.id) {
-            return Ok(MovedBack::NotHere);
-        }
-        let slot = entry.slot;
-        let Some(object) = local.object(&*moving, slot) else {
-            return Ok(MovedBack::Missing);
-        };
-        let layout = self.pod.layout();
-        let (offset, len) = (layout.slot_offset(slot), local.object_bytes);
-        // An announce word and undo image for the slot's bytes (pods with undo images),
-        // taken before the object's lock: waiting for one must not hold it.
-        let hold = self.take_hold()?;
-        // A writer of this host may hold the object (an `update`'s closure as long as it
-        // runs). Asked by another host: say so at once (`BUSY`: it asks again, within its
-        // own wait limit), so that no server, the pump maybe, waits on a user's closure.
-        // This host's own: wait within the wait limit, beating (the host is alive).
         let mut writer_wait: Option<Backoff> = None;
-        while !object.try_lock() {
+        loop {
+            let moving = local.moving.lock();
+            self.catch_up()?;
+            let Some(entry) = self.replica.read().lookup(key) else {
+                return Ok(MovedBack::NotHere);
+            };
+            if entry.local_owner != Some(self.id) {
+                return Ok(MovedBack::NotHere);
+            }
+            let slot = entry.slot;
+            let Some(object) = local.object(&*moving, slot) else {
+                return Ok(MovedBack::Missing);
+            };
+            // An announce word and undo image for the slot's bytes (pods with undo
+            // images), taken before the object's lock: waiting for one must not hold it.
+            let hold = self.take_hold()?;
+            if object.try_lock() {
+                return self.move_back_locked(
+                    (local, &moving),
+                    object,
+                    hold,
+                    (key, slot),
+                    asked,
+                    c,
+                );
+            }
+            // A writer of this host holds the object (an `update`'s closure as long as it
+            // runs). Asked by another host: say so at once (`BUSY`: it asks again, within
+            // its own wait limit), so that no server, the pump maybe, waits on a user's
+            // closure. This host's own: wait within the wait limit, beating (the host is
+            // alive), and without `moving`, which the pump takes to serve other hosts'
+            // asks for other objects: held through this wait, it kept the pump from
+            // serving and replaying until the closure returned.
             if !wait {
                 return Err(Error::LocalObjectBusy {
                     host: self.id,
                     waited_ms: 0,
                 });
             }
+            drop(hold);
+            drop(moving);
             self.beat();
             self.wait_for_local_writer(&mut writer_wait)?;
         }
+    }
+
+    /// [`Shared::move_back_waiting`] holding `moving`, `hold` and the lock of `object`,
+    /// the object of `key` in `slot` of this host's partition.
+    fn move_back_locked(
+        &self,
+        (local, moving): (&Local, &Moving),
+        object: &LocalObject,
+        hold: Hold<'_>,
+        (key, slot): (&[u8], u64),
+        asked: bool,
+        c: &ThreadCounters,
+    ) -> Result<MovedBack> {
+        let layout = self.pod.layout();
+        let (offset, len) = (layout.slot_offset(slot), local.object_bytes);
         // This host may have been declared dead meanwhile (a process paused past its
         // lease), and its recovery has handed the object back to CXL as it was when it
         // moved (others may have written it since). Write nothing into the slot then.
@@ -269,7 +298,7 @@ impl Shared {
                 // event applied after all: either way the bytes in CXL are current, so
                 // append a move back without writing any.
                 object.unlock();
-                return self.append_move_back(local, &moving, key, slot, asked, c);
+                return self.append_move_back(local, moving, key, slot, asked, c);
             }
         }
         // Lines of the slot cached from before the object left are old: drop them before
@@ -310,7 +339,7 @@ impl Shared {
         // fails, the object stays leaving: its event may be in the log and apply later.
         object.state.store(LEAVING, Ordering::Relaxed);
         object.unlock();
-        self.append_move_back(local, &moving, key, slot, asked, c)
+        self.append_move_back(local, moving, key, slot, asked, c)
     }
 
     /// Appends `MoveToCxl` for the object in `slot`, whose bytes are in CXL, and takes it
