@@ -104,6 +104,9 @@ pub enum Point {
     CreateBeforeEvent,
     /// The log, before the CAS that reserves entries.
     ReserveBeforeCas,
+    /// A server of a late join, past its looks at the mailbox (a request no one
+    /// serves), before it takes the mailbox.
+    ServeBeforeTake,
     /// A server of a late join, its snapshot encoded (holding its replay lock), before
     /// it pins the joiner's `ltail`.
     ServeBeforePin,

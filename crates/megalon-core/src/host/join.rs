@@ -195,12 +195,15 @@ impl Shared {
         let received = self.receive_snapshot(&mailbox, me);
         let server = mailbox.server.load(Ordering::SeqCst);
         let server_gone = server != 0 && self.server_gone(server);
-        if server_gone {
-            mailbox.end_gone_session(me, server);
-        }
+        // The request goes first: a gone server's words cleared while it stayed, another
+        // server could take the mailbox, find `ready` no longer this session's and pin
+        // it a second time (past where a session received whole replays from).
         let _ = mailbox
             .request
             .compare_exchange(me, 0, Ordering::SeqCst, Ordering::SeqCst);
+        if server_gone {
+            mailbox.end_gone_session(me, server);
+        }
         match received {
             Err(_) if server_gone => Ok(false),
             received => received,
@@ -355,11 +358,21 @@ impl Shared {
             return Ok(());
         };
         let me = server_word(self.id, self.life);
+        self.chaos.point(crate::chaos::Point::ServeBeforeTake);
         if mailbox
             .server
             .compare_exchange(0, me, Ordering::SeqCst, Ordering::SeqCst)
             .is_err()
         {
+            return Ok(());
+        }
+        // Again, holding the mailbox: a server that stores `ready` holds `server` until
+        // then, so a look now sees whether one served the session since the look above
+        // (this thread stopped in between, while another host pinned, streamed and let
+        // go of the session). A second pin, after the joiner checked the first, left its
+        // `ltail` past where it replays from, and the head there for good.
+        if mailbox.ready.load(Ordering::SeqCst) == request {
+            let _ = (mailbox.server).compare_exchange(me, 0, Ordering::SeqCst, Ordering::SeqCst);
             return Ok(());
         }
         let sent = self.send_snapshot(&mailbox, request, deadline, replaying);

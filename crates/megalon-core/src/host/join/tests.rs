@@ -925,3 +925,120 @@ fn a_tail_check_beside_a_sibling_holding_the_replay_lock_still_covers_ctail() {
          {found:?}"
     );
 }
+
+/// Host b looks at the join mailbox (a request, no server, `ready` not the request's) and
+/// stops right before it takes it (`ServeBeforeTake`), while host a serves the whole
+/// session: pins the joiner at a's position p_a, stores `ready`, streams, and gives up
+/// waiting for the joiner's let-go (the joiner is still decoding), so it lets go of
+/// `server`. Then b goes on: it must find the session served and leave it. (Its CAS of
+/// `server` from 0 went through and nothing after it looked at `ready`: b pinned the
+/// session again at its own position p_b > p_a, after the joiner had checked its pin,
+/// and the joiner's `ltail` stayed at p_b, where its own raises never move it: the log
+/// was full for every host behind a live, caught-up joiner.)
+#[cfg(feature = "chaos")]
+#[test]
+fn a_server_stopped_before_it_takes_the_mailbox_leaves_a_session_served_meanwhile() {
+    use crate::chaos::{self, Point};
+    use crate::log::Log;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::mpsc;
+    let pod = Arc::new(Pod::create(&small_config(), Backing::heap()).unwrap());
+    // a gives up waiting for the joiner's let-go soon (as an append's serve does, within
+    // what is left of its wait).
+    let a = Host::join(&pod, Join::As(0), unpumped(Duration::from_millis(300))).unwrap();
+    let b = Host::join(&pod, Join::As(1), unpumped(Duration::from_secs(3))).unwrap();
+    for i in 0..300u32 {
+        a.create(&i.to_le_bytes(), &value(1)).unwrap();
+        a.delete(&i.to_le_bytes()).unwrap();
+        b.replay().unwrap();
+    }
+    let p_a = a.replay().unwrap();
+    // b goes further than a (a replays nothing more until the joiner is served).
+    for i in 0..5u8 {
+        b.create(&[b'b', i], &value(i)).unwrap();
+    }
+    let p_b = b.replay().unwrap();
+    assert!(p_b > p_a, "p_a {p_a}, p_b {p_b}");
+    let (at_decode_tx, at_decode) = mpsc::channel::<()>();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let joiner = {
+        let pod = Arc::clone(&pod);
+        std::thread::spawn(move || {
+            let mut stopped = false;
+            let hook = move |point| {
+                if point == Point::JoinBeforeDecode && !std::mem::replace(&mut stopped, true) {
+                    at_decode_tx.send(()).unwrap();
+                    go_rx.recv().unwrap();
+                }
+            };
+            chaos::with_hook(hook, || {
+                Host::join(&pod, Join::As(2), unpumped(Duration::from_secs(3)))
+            })
+        })
+    };
+    let mailbox = mailbox(&pod);
+    wait_for("the joiner's request", || {
+        mailbox.request.load(Ordering::SeqCst) != 0
+    });
+    let request = mailbox.request.load(Ordering::SeqCst);
+    let (j_id, j_life) = host_table::session_of(request);
+    let (b_stopped, b_go) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let served_by_b = std::thread::scope(|scope| {
+        let b = &b;
+        let (stopped, resume) = (Arc::clone(&b_stopped), Arc::clone(&b_go));
+        let server = scope.spawn(move || {
+            let hook = move |point| {
+                if point == Point::ServeBeforeTake && !stopped.swap(true, Ordering::SeqCst) {
+                    wait_for("b let go on", || resume.load(Ordering::SeqCst));
+                }
+            };
+            chaos::with_hook(hook, || b.shared.serve_join())
+        });
+        wait_for("b stopped before it takes the mailbox", || {
+            b_stopped.load(Ordering::SeqCst)
+        });
+        // a serves the whole session, and gives up on the let-go.
+        let served = a.shared.serve_join();
+        at_decode.recv().unwrap();
+        assert!(
+            matches!(served, Err(Error::JoinerGone { .. })),
+            "{served:?}"
+        );
+        assert_eq!(Log::ltail_of(&pod, j_id, j_life), Some(p_a), "a's pin");
+        assert_eq!(mailbox.server.load(Ordering::SeqCst), 0, "a let go");
+        assert_eq!(
+            mailbox.request.load(Ordering::SeqCst),
+            request,
+            "the joiner has not"
+        );
+        b_go.store(true, Ordering::SeqCst);
+        server.join().unwrap()
+    });
+    assert_eq!(
+        Log::ltail_of(&pod, j_id, j_life),
+        Some(p_a),
+        "pinned again, at b's position {p_b} (b's serve: {served_by_b:?})"
+    );
+    assert!(served_by_b.is_ok(), "{served_by_b:?}");
+    assert_eq!(mailbox.server.load(Ordering::SeqCst), 0, "b let go");
+    // The log goes on before the joiner's first replay, as other hosts append.
+    a.create(b"after", &value(4)).unwrap();
+    go.send(()).unwrap();
+    let joined = joiner.join().unwrap().expect("joined");
+    // Its `ltail` moves with its replay: the log goes on laps past it.
+    for i in 0..600u32 {
+        let key = i.to_le_bytes();
+        let done = a.create(&key, &value(1)).and_then(|()| a.delete(&key));
+        assert!(
+            done.is_ok(),
+            "append {i}: {done:?}; the joiner applied {}, its ltail {:?}",
+            joined.inspect().applied_position(),
+            Log::ltail_of(&pod, j_id, j_life)
+        );
+        joined.replay().unwrap();
+        b.replay().unwrap();
+    }
+}
