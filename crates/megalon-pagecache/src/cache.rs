@@ -372,7 +372,7 @@ impl Inner {
         let key = page_key(file.inode, page);
         let mut missed = false;
         for _ in 0..MAX_ADMISSION_ROUNDS {
-            if self.try_read(&key, at, dst)? {
+            if self.try_read(file, page, &key, at, dst)? {
                 if !missed {
                     self.shared.counters.add(Counter::Hits);
                 }
@@ -393,7 +393,20 @@ impl Inner {
 
     /// The hit path: `read_start`, copy only the bytes asked for, `read_end`, retried
     /// within the host's bound. `false` if the page is not cached.
-    fn try_read(&self, key: &[u8], at: usize, dst: &mut [u8]) -> Result<bool> {
+    ///
+    /// Bytes past the page's trailer count are not the file's: the page was admitted by a
+    /// host that knew the file shorter, and the file grew outside the cache since (this
+    /// host opened it longer). Those come from the file, read inside the ticket: a write
+    /// that extends the page, or its write-back, meanwhile fails `read_end`, so the two
+    /// parts are of one version.
+    fn try_read(
+        &self,
+        file: &OpenFile,
+        page: u64,
+        key: &[u8],
+        at: usize,
+        dst: &mut [u8],
+    ) -> Result<bool> {
         let retries = self.host.options().max_retries;
         for _ in 0..=retries {
             let ticket = match self.host.read_start(key) {
@@ -402,6 +415,15 @@ impl Inner {
                 Err(error) => return Err(error.into()),
             };
             self.host.memory().read(ticket.offset() + at as u64, dst);
+            let mut trailer = [0u8; 4];
+            self.host
+                .memory()
+                .read(ticket.offset() + PageTrailer::AT as u64, &mut trailer);
+            let valid = PageTrailer::from_bytes(trailer).valid_bytes as usize;
+            if at + dst.len() > valid {
+                let from = at.max(valid);
+                file.read_within_page(page, from, &mut dst[from - at..])?;
+            }
             if self.host.read_end(ticket)? {
                 self.touch(ticket.offset());
                 return Ok(true);

@@ -26,7 +26,8 @@
 //! end is an error; reads stop at the end; a page is written back as far as the file's
 //! bytes when it was admitted and the writes into it reach, never further, so a host that
 //! opened a file shorter than another did writes that host's writes back, and bytes the
-//! file got outside the cache past a cached page's are left alone); files are named by inode, so they must live on
+//! file got outside the cache past a cached page's are left alone; a host that opened it
+//! longer reads those bytes from the file); files are named by inode, so they must live on
 //! one file system, seen by every host through one kernel (hosts of one machine, or a file
 //! system whose `fsync` covers every host's writes); a dirty page can only be written back
 //! by a host that has its file open; failures are fail-stop (a killed host's admission

@@ -32,7 +32,11 @@ impl PageTrailer {
 
     /// The trailer in `object` (a whole page object).
     pub(crate) fn of(object: &[u8]) -> PageTrailer {
-        let bytes = object[Self::AT..Self::AT + 4].try_into().expect("4 bytes");
+        Self::from_bytes(object[Self::AT..Self::AT + 4].try_into().expect("4 bytes"))
+    }
+
+    /// The trailer of the bytes at [`PageTrailer::AT`].
+    pub(crate) fn from_bytes(bytes: [u8; 4]) -> PageTrailer {
         PageTrailer {
             valid_bytes: u32::from_le_bytes(bytes).min(FILE_PAGE_BYTES as u32),
         }

@@ -345,3 +345,38 @@ fn a_write_past_the_bytes_a_page_was_admitted_with_is_written_back() {
     );
     assert_eq!(&disk[PAGE + 204..], &vec![7u8; PAGE - 204][..]);
 }
+
+/// A read past the bytes a page was admitted with, by a host that opened the file longer
+/// (it grew outside the cache since the admission), returns the file's bytes, not the
+/// zeros the page holds there; and once a write of that host raises the page's count,
+/// its bytes (the cache's). (A review found the zeros returned.)
+#[test]
+fn a_read_past_the_bytes_a_page_was_admitted_with_returns_the_files() {
+    use std::io::Write;
+    let pod = heap_pod(&PageCacheConfig::new(8).max_hosts(2));
+    let mut data = data_file(100);
+    let a = join(&pod, options(simulated(44)));
+    let b = join(&pod, options(simulated(45)));
+    let file_a = a.open(data.path()).unwrap();
+    let mut buf = [0u8; 10];
+    a.read(file_a, 0, &mut buf).unwrap(); // admits page 0, 100 bytes of the file's
+    data.as_file_mut().write_all(&[b'G'; 400]).unwrap();
+    data.as_file_mut().flush().unwrap();
+    let file_b = b.open(data.path()).unwrap();
+    assert_eq!(b.file_len(file_b).unwrap(), 500);
+    assert_eq!(b.read(file_b, 300, &mut buf).unwrap(), 10);
+    assert_eq!(buf, [b'G'; 10], "the file's bytes past the page's");
+    // Across the page's count: the admitted bytes, then the file's.
+    let mut across = [0u8; 20];
+    b.read(file_b, 90, &mut across).unwrap();
+    let expected: Vec<u8> = (90..100).map(original_byte).chain([b'G'; 10]).collect();
+    assert_eq!(&across[..], &expected[..]);
+    assert!(
+        b.is_cached(file_b, 0).unwrap(),
+        "read through the cached page"
+    );
+    // A write past the count raises it; the write's bytes are read from the cache.
+    b.write(file_b, 400, b"WWWW").unwrap();
+    b.read(file_b, 398, &mut buf[..8]).unwrap();
+    assert_eq!(&buf[..8], b"GGWWWWGG");
+}
