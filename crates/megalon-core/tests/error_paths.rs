@@ -502,3 +502,55 @@ fn the_next_write_of_a_host_ends_its_own_failed_all_log_unlock() {
         assert_eq!(a.inspect().settle_pending().unwrap(), 0, "{fault:?}");
     }
 }
+
+/// An AllLog write whose `Lock` landed behind another host's hole (its confirm gave up),
+/// then its host leaves. The leave's settle cannot pass the hole; the hole is filled
+/// while the leave's `HostLeft` waits, so that confirm applies the `Lock` (it won), whose
+/// settle leaves the `Unlock` it owes as deferred work. The leave must append it before
+/// it frees its row. (It freed the row with the `Unlock` never appended: the object
+/// stayed locked for good by an id nobody recovers.)
+#[test]
+fn a_leave_whose_host_left_applies_its_won_all_log_lock_unlocks_it() {
+    let (pod, a, b) = all_log_pair();
+    let c = Arc::new(Host::join(&pod, Join::As(2), options()).unwrap());
+    a.create(b"k", &value(1)).unwrap();
+    b.replay().unwrap();
+    c.replay().unwrap();
+    // c reserves a position and stops before it writes its entry: a hole.
+    let (c_stopped, c_go, c_thread) = {
+        let c = Arc::clone(&c);
+        common::stopped_at(Point::AppendAfterReserve, move || {
+            c.create(b"other", &value(7))
+        })
+    };
+    assert_eq!(c_stopped.recv().unwrap(), "stopped");
+    let r = a.write_start(b"k").map(drop);
+    assert!(
+        matches!(r, Err(Error::ReplayStalled { .. })),
+        "the lock's confirm waits for the hole: {r:?}"
+    );
+    // a leaves; the hole is filled once the leave waits for a position (its
+    // `HostLeft`'s confirm: the settle before it replays without waiting).
+    let leaving = std::thread::spawn(move || {
+        let mut go = Some(c_go);
+        chaos::with_hook(
+            move |at| {
+                if at == Point::ReplayBeforeWait {
+                    if let Some(go) = go.take() {
+                        go.send("go").unwrap();
+                    }
+                }
+            },
+            move || drop(a),
+        )
+    });
+    leaving.join().unwrap();
+    c_thread.join().unwrap().unwrap();
+    b.replay().unwrap();
+    let lock = b.inspect().replicated_lock(b"k").unwrap().unwrap();
+    assert_eq!(lock.holder, None, "a left holding k's lock: {lock:?}");
+    b.write(b"k", &value(3)).unwrap();
+    assert_eq!(read(&c, b"k"), value(3));
+    // Host 0's row is free: the id joins again.
+    Host::join(&pod, Join::As(0), options()).unwrap();
+}

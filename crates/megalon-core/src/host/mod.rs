@@ -425,6 +425,15 @@ impl Drop for Host {
             shared.leave_as_dead();
             return;
         }
+        // The `HostLeft`'s confirm applied every entry before it, settles included: one
+        // of an entry behind a hole the settle above could not pass, filled since, may
+        // have left deferred work (an AllLog `Lock` that won owes its `Unlock`). Done
+        // while the row is still ours: once it is free, nobody appends it, and the
+        // object stays locked by a host that left.
+        if !shared.settle_before_leaving() && shared.undo_images() {
+            shared.leave_as_dead();
+            return;
+        }
         host_table::release(&shared.pod, shared.id, shared.life);
     }
 }
