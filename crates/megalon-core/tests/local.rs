@@ -338,6 +338,7 @@ fn a_move_back_waiting_for_a_slow_update_keeps_no_other_object_or_the_log_waitin
     assert!(read_y.is_ok(), "b's read of y: {read_y:?}");
     assert!(created.is_ok(), "b's creates: {:?}", created.err());
     assert_eq!(read(&b, b"y"), value(1));
+    assert!(deleted.is_ok(), "a's delete of k: {deleted:?}");
     assert!(matches!(
         a.read(b"k", &mut [0; SLOT]),
         Err(Error::UnknownKey)

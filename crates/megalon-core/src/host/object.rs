@@ -81,6 +81,7 @@ impl Host {
             host: self,
             state: Some(state),
             raw: std::cell::Cell::new(false),
+            on_its_thread: std::marker::PhantomData,
         })
     }
 

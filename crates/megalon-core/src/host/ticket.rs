@@ -138,6 +138,24 @@ impl ReadState {
 /// A write in progress: the object's record is locked (counter odd) until
 /// [`Host::write_end`]. Change the object with [`WriteTicket::write`]. Dropping the ticket
 /// ends the write as `write_end` would.
+///
+/// A ticket stays on the thread that took it (it is not `Send`): its writes are stores
+/// that bypass the cache, and the fence `write_end` runs before it lets go of the undo
+/// image and unlocks completes only the stores of its own thread. Ended on another
+/// thread, the write could be reported done, and the object read unlocked, before its
+/// bytes reached memory.
+///
+/// ```compile_fail
+/// # use megalon_core::{Host, PodConfig, Pod, Backing, Join, HostOptions};
+/// # let pod = std::sync::Arc::new(Pod::create(&PodConfig::new(), Backing::heap()).unwrap());
+/// # let host = Host::join(&pod, Join::AnyFree, HostOptions::new()).unwrap();
+/// # host.create(b"k", b"v").unwrap();
+/// let host = &host;
+/// let ticket = host.write_start(b"k").unwrap();
+/// std::thread::scope(|s| {
+///     s.spawn(move || host.write_end(ticket));
+/// });
+/// ```
 #[must_use = "the record stays locked until write_end"]
 pub struct WriteTicket<'h> {
     pub(super) host: &'h Host,
@@ -145,6 +163,8 @@ pub struct WriteTicket<'h> {
     /// [`WriteTicket::offset`] was asked for: the caller may have written through the raw
     /// [`crate::Memory`] layer, with plain stores `write_end` must write back.
     pub(super) raw: std::cell::Cell<bool>,
+    /// Not `Send` (see above).
+    pub(super) on_its_thread: std::marker::PhantomData<*const ()>,
 }
 
 /// What a write ticket holds: the object's place, the record it locked ([`NO_RECORD`](crate::event::NO_RECORD)
