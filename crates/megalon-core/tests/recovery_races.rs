@@ -2426,12 +2426,16 @@ fn a_dead_writer_found_among_the_dead_is_condemned_before_its_lock_is_settled() 
     y.inspect().pretend_elsewhere();
     let (go_tx, go_rx) = channel::<()>();
     let (done_tx, done_rx) = channel();
-    let ticket = y.write_start(b"k").unwrap();
-    ticket.write(0, &value(9)).unwrap();
+    let (written_tx, written) = channel::<()>();
+    // On a thread of its own, whole: a ticket stays on the thread that took it.
     std::thread::spawn(move || {
+        let ticket = y.write_start(b"k").unwrap();
+        ticket.write(0, &value(9)).unwrap();
+        written_tx.send(()).unwrap();
         go_rx.recv().unwrap();
         done_tx.send(y.write_end(ticket)).unwrap();
     });
+    written.recv().unwrap();
     leases_run_out(&[r]);
     let seen = Rc::new(RefCell::new(0));
     let seen_in = seen.clone();
