@@ -703,12 +703,12 @@ impl Shared {
     /// its image let go), of a delete, a deallocation or a move, or (in use, unlocked) an
     /// allocation's claim. Every replica has applied the dead host's events (they all
     /// come before its `HostDead`), so whether the record still has an object says what
-    /// to do: a record without one is freed, its counter moved on by 2; a locked one with one is unlocked with its
-    /// counter moved on by 2 and a `Recovered` event (a write that had finished made a
-    /// new version, and every host drops its lines of the object: right whichever lock it
-    /// was); a claimed one with one is the object's. `Ok(false)`: the word changed under
-    /// a claim (a host acting on a stale index entry locks it for a moment): try again
-    /// later.
+    /// to do: a record without one is freed, its counter moved on by 2; a locked one with
+    /// one is unlocked with its counter moved on by 2 and a `Recovered` event (a write
+    /// that had finished made a new version, and every host drops its lines of the
+    /// object: right whichever lock it was); a claimed one with one is the object's.
+    /// `Ok(false)`: the word changed under a claim (a host acting on a stale index entry
+    /// locks it for a moment): try again later.
     ///
     /// `live_claim`: a live host's lasting claim of the record (`lasting_live_claim`),
     /// under the dead host's lock. A record without an object then goes back to the
