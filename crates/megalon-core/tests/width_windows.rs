@@ -992,3 +992,147 @@ fn a_read_half_copied_across_a_switch(
         old,
     }
 }
+
+/// A host paused past its lease, declared dead and recovered (its row taken by the id's
+/// next life), wakes inside a gate and must not acknowledge a current freeze on the id's
+/// behalf while the next life has a writer between its gate and its lock's CAS. (It
+/// did, with no look at its row: the drain went past that writer, whose lock of the old
+/// width the switch then zeroed, and a second writer got the object.) Hosts without a
+/// pump, a pod without undo images (heap: `CrashSafety::Off`; with undo images the
+/// drain's wait for announces held the switch off).
+/// 1. `zombie` (host 1, first life) starts a write of `k` and stops at `GateAfterRaise`
+///    (its gate raised, the width word not yet loaded); host 1 is frozen and recovered
+///    by host 0 (`a`), its row freed.
+/// 2. `b2` (host 1, next life) joins; its writer passes its gate (the word open at 0)
+///    and stops at `WriteBeforeLock`: b2's gate is raised.
+/// 3. `a` freezes the width word (switch to 8 bits). At `WidthAfterFreeze` the zombie
+///    goes on: its gate loads the draining word, lowers its own gate (in its own DRAM)
+///    and acknowledges the freeze into host 1's acknowledgement word.
+/// 4. The drain finds host 1 acknowledged and no record locked; at `WidthBeforeEvent`
+///    b2's writer goes on: it locks `k`'s 32-bit record, passes its event check, writes
+///    and stops before its unlock, the lock held.
+/// 5. The switch appends `WidthEnd`, zeroes the records (b2's lock with them), reopens.
+///    A write of `a` then locks `k` at the new width: two writers of `k` at once.
+#[test]
+fn a_recovered_life_does_not_acknowledge_a_freeze_for_its_ids_next_life() {
+    let pod = heap_pod(&config().record_width_switch(true).lease_ms(100));
+    assert!(!pod.config().undo_images(), "a pod without undo images");
+    let a: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(0), no_pump(1)).unwrap()));
+    let b: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), no_pump(2)).unwrap()));
+    a.create(b"k", &value(0)).unwrap();
+    a.write(b"k", &value(1)).unwrap();
+
+    // 1. The zombie, inside its gate before its look at the word.
+    let (stopped, zombie_go, zombie) = stopped_at(Point::GateAfterRaise, move || {
+        b.write(b"k", &value(7)).map(drop)
+    });
+    assert_eq!(stopped.recv().unwrap(), "stopped");
+    b.inspect().freeze();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while a.inspect().stats().hosts_recovered < 1 {
+        assert!(std::time::Instant::now() < deadline, "b never recovered");
+        std::thread::sleep(Duration::from_millis(20));
+        a.inspect().watch_hosts();
+    }
+
+    // 2. The id's next life, a writer of it between its gate and its lock.
+    let b2: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), no_pump(3)).unwrap()));
+    let (to_main, main_hears) = channel::<&'static str>();
+    let (writer_go, writer_hears) = channel::<&'static str>();
+    let writer = std::thread::spawn(move || {
+        let (mut before_lock, mut before_unlock) = (false, false);
+        chaos::with_hook(
+            move |at| {
+                let stop = match at {
+                    Point::WriteBeforeLock => !std::mem::replace(&mut before_lock, true),
+                    Point::WriteBeforeUnlock => !std::mem::replace(&mut before_unlock, true),
+                    _ => false,
+                };
+                // (Once the switch's hook is gone, nobody listens: no stop.)
+                let said = if at == Point::WriteBeforeLock {
+                    "before lock"
+                } else {
+                    "holding"
+                };
+                if stop && to_main.send(said).is_ok() {
+                    let _ = writer_hears.recv();
+                }
+            },
+            || b2.write(b"k", &value(2)).map(drop),
+        )
+    });
+    assert_eq!(main_hears.recv().unwrap(), "before lock");
+
+    // 3-5. a's switch.
+    let mut zombie_slot = Some((zombie_go, zombie));
+    let zombie_answer = std::rc::Rc::new(std::cell::RefCell::new(None));
+    let writer_locked = std::rc::Rc::new(std::cell::Cell::new(false));
+    let (zombie_answer_in, writer_locked_in) = (
+        std::rc::Rc::clone(&zombie_answer),
+        std::rc::Rc::clone(&writer_locked),
+    );
+    let writer_go_in = writer_go.clone();
+    let switched = chaos::with_hook(
+        move |at| match at {
+            Point::WidthAfterFreeze => {
+                if let Some((go, zombie)) = zombie_slot.take() {
+                    go.send("go").unwrap();
+                    *zombie_answer_in.borrow_mut() = Some(zombie.join().unwrap());
+                }
+            }
+            Point::WidthBeforeEvent if !writer_locked_in.get() => {
+                // The drain saw host 1 acknowledged and every lock free: b2's writer goes on.
+                writer_go_in.send("go").unwrap();
+                let heard = main_hears.recv_timeout(Duration::from_secs(5));
+                writer_locked_in.set(heard == Ok("holding"));
+            }
+            _ => {}
+        },
+        || a.switch_record_width(8),
+    );
+    eprintln!("zombie's answer: {:?}", zombie_answer.borrow());
+    eprintln!(
+        "switch: {switched:?}; b2's writer held k's lock across it: {}",
+        writer_locked.get()
+    );
+    if writer_locked.get() {
+        // The harm, shown: a second writer of k while b2's writer still holds its lock.
+        let census = a.inspect().record_census();
+        eprintln!(
+            "records locked after the switch (b2's lock zeroed?): {:?}",
+            census.locked
+        );
+        let second = a.write_start(b"k").map(std::mem::forget);
+        eprintln!(
+            "a's write_start of k while b2 holds it: {:?}",
+            second.as_ref().map(|_| "a ticket")
+        );
+        // b2's writer goes on (it unlocks what it thinks is its record).
+        writer_go.send("go").unwrap();
+        let b2_answer = writer.join();
+        eprintln!("b2's writer's answer: {b2_answer:?}");
+        panic!(
+            "the switch drained past b2's writer inside its gate (acknowledged by host 1's \
+             recovered life): b2 locked k's old record during the drain; a second writer: \
+             {:?}",
+            second.map(|_| "a ticket")
+        );
+    }
+    assert!(
+        matches!(switched, Err(Error::RecordWidthSwitching { .. })),
+        "a switch past b2's raised gate: {switched:?}"
+    );
+    writer_go.send("go").unwrap();
+    writer.join().unwrap().unwrap();
+    // The switch again, b2 acknowledging it by hand (it has no pump).
+    let again = chaos::with_hook(
+        move |at| {
+            if at == Point::WidthAfterFreeze {
+                b2.replay().unwrap();
+            }
+        },
+        || a.switch_record_width(8),
+    );
+    assert!(again.unwrap());
+    assert_eq!(common::read_tag(a, b"k"), Some(2));
+}

@@ -203,7 +203,12 @@ impl Shared {
         crate::sync::fence(Ordering::SeqCst);
         // A copy found open at the freeze's epoch is past it (the freeze was given up):
         // nothing to acknowledge.
-        if self.gate.load(Ordering::SeqCst) == 0 && !WidthWord::decode(copy).is_open_at(word.epoch)
+        // Only while this host's row is its own: a life paused past its lease, declared
+        // dead and recovered, must not acknowledge a freeze for the id's next life, whose
+        // gates it does not see.
+        if self.gate.load(Ordering::SeqCst) == 0
+            && !WidthWord::decode(copy).is_open_at(word.epoch)
+            && self.row_is_mine()
         {
             self.ack_word(self.id)
                 .store(word.encode(), Ordering::Release);
