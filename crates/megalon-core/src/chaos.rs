@@ -191,6 +191,11 @@ pub enum Point {
     /// (its life condemned, the row claimed as the id's next life), before it holds the
     /// log's head and recovers that life (`Host::join`'s rescue).
     RescueAfterTakeOver,
+    /// A holder's look that it still holds its record's lock (`still_held` of a write
+    /// ticket or of an object being released), after it answered yes: what the caller
+    /// does next on the lock's behalf outside the object (a page's `pwrite`, say) runs in
+    /// the window this stretches.
+    HeldAfterLook,
     /// [`Pod::create`] of a file backing, once the new pod file took its path (any
     /// process can open it from here), before the creator has it back.
     ///

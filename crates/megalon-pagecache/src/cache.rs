@@ -568,16 +568,19 @@ impl Inner {
             // host's fsync may have written the new ones), and the bit is the new
             // write's: neither the pwrite nor the clear (write_end answers
             // HostDeclaredDead). Looked at again after the pwrite, which may be as long.
-            if !ticket.still_held() {
-                Ok(())
-            } else {
+            // The look and the pwrite are inside the page's fence: a pwrite that blocks
+            // past the lease keeps a later write-back of the page waiting until it returns.
+            file.fence_page(page).and_then(|_fence| {
+                if !ticket.still_held() {
+                    return Ok(());
+                }
                 file.write_page(page, &bytes, valid).map(|()| {
                     if ticket.still_held() {
                         self.shared.clear_dirty(locked);
                         self.shared.counters.wrote_back(path);
                     }
                 })
-            }
+            })
         } else {
             Ok(())
         };

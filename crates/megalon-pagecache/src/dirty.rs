@@ -198,7 +198,17 @@ impl Shared {
         // Declared dead since the core locked the record (paused past its lease): the
         // lock is its recovery's, and another host may have written the page and set its
         // bit since; neither these bytes nor the clear are this host's to put anywhere
-        // (the core's release fails anyway). Looked at again after the pwrite.
+        // (the core's release fails anyway). Looked at again after the pwrite. The look
+        // and the pwrite are inside the page's fence (as a write-back's), taken without
+        // waiting: this hook may run on the pump, which must keep beating.
+        let _fence = match file.try_fence_page(page) {
+            Ok(Some(fence)) => fence,
+            Ok(None) => {
+                let path = file.path.clone();
+                return self.refuse(object, Error::WriteBackInFlight { path, page });
+            }
+            Err(error) => return self.refuse(object, error),
+        };
         if !object.still_held() {
             return false;
         }

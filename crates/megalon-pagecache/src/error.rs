@@ -59,6 +59,17 @@ pub enum Error {
         /// The host that tried.
         host: u32,
     },
+    /// A dirty page's release found its file's fence on the page held: another write-back
+    /// of it (one of a host declared dead, whose `pwrite` may not have returned yet) has
+    /// not finished. The release is refused (the page keeps its record and stays cached)
+    /// rather than have its bytes overwritten by that write's older ones.
+    #[error("page {page} of {path} is being written back by another holder", path = path.display())]
+    WriteBackInFlight {
+        /// The file.
+        path: PathBuf,
+        /// The page's index in the file.
+        page: u64,
+    },
     /// The pod was not formatted by [`PageCache::create_pod`](crate::PageCache::create_pod).
     #[error("the pod is not formatted for a page cache: {reason}")]
     NotAPageCachePod {

@@ -12,6 +12,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::fence::PageFence;
 use crate::page::FILE_PAGE_BYTES;
 
 /// The file's name in the pod: its inode number, mixed with its birth time where the
@@ -118,6 +119,50 @@ impl OpenFile {
         self.file
             .write_all_at(&bytes[..len], start)
             .map_err(|e| Error::io("writing a page back to", &self.path, e))
+    }
+
+    /// Takes this file's fence on page `page`: a write lock on the page's bytes in the
+    /// file, which every host's write-back holds from its look at `still_held` through its
+    /// `pwrite`, and which waits for the holder another host (or process, or machine) has.
+    ///
+    /// The lease covers a host paused between two instructions, not one blocked inside
+    /// `pwrite`: a write-back that looked, then blocked in the kernel past its lease, would
+    /// land its older bytes after its recovery's host wrote and `fsync`ed newer ones. The
+    /// lock is the file system's, so it outlives the lease: the later write-back waits
+    /// until the blocked `pwrite` returns. It goes with the holder's open file (an
+    /// open-file-description lock on Linux), released when it drops or when the holder's
+    /// process (or, on a shared file system, its machine) is gone.
+    pub(crate) fn fence_page(&self, page: u64) -> Result<PageFence<'_>> {
+        self.take_fence(page, true)
+            .map(|fence| fence.expect("a waiting lock is taken or fails"))
+    }
+
+    /// [`OpenFile::fence_page`] without waiting: `None` while another holder has it.
+    pub(crate) fn try_fence_page(&self, page: u64) -> Result<Option<PageFence<'_>>> {
+        self.take_fence(page, false)
+    }
+
+    fn take_fence(&self, page: u64, wait: bool) -> Result<Option<PageFence<'_>>> {
+        let start = page.saturating_mul(FILE_PAGE_BYTES);
+        loop {
+            match PageFence::take(&self.file, start, FILE_PAGE_BYTES, wait) {
+                Ok(fence) => return Ok(Some(fence)),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // Held by another (EAGAIN, or EACCES on some systems).
+                Err(e)
+                    if !wait && matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) =>
+                {
+                    return Ok(None)
+                }
+                Err(e) => {
+                    return Err(Error::io(
+                        "locking a page for its write-back to",
+                        &self.path,
+                        e,
+                    ))
+                }
+            }
+        }
     }
 
     pub(crate) fn sync_data(&self) -> Result<()> {

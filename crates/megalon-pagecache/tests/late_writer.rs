@@ -105,6 +105,77 @@ fn a_write_back_paused_past_its_lease_writes_nothing_over_a_later_fsync() {
     assert_eq!(&buf, b"BBBB");
 }
 
+/// `a` paused past its lease right after its write-back looked that it still held the
+/// page's lock, before its `pwrite` (as one blocked inside `pwrite` past the lease is):
+/// `b`'s write and `fsync` of the page must not be overwritten by `a`'s older bytes when
+/// `a` goes on. `b`'s `fsync` waits for the page's fence, which `a` holds, until `a`'s
+/// `pwrite` is done. (Before the fence, `b`'s `fsync` wrote `B`s, and `a` then wrote its
+/// `A`s over them: the file held `A`s after an `fsync` of `B`s answered Ok.)
+#[test]
+fn a_write_back_past_its_lease_after_its_look_lands_before_a_later_fsync() {
+    let scene = a_write_back_paused_past_its_lease_at(Point::HeldAfterLook, 5, 6);
+    let PausedWriteBack {
+        data, b, file_b, a, ..
+    } = scene;
+    b.write(file_b, 0, b"BBBB").unwrap();
+    std::thread::scope(|scope| {
+        let (done, fsynced) = channel();
+        let b = &b;
+        let fsync = scope.spawn(move || {
+            let result = b.fsync(file_b);
+            done.send(()).unwrap();
+            result
+        });
+        // Without the fence, b's fsync finishes while a is paused.
+        let finished_first = fsynced
+            .recv_timeout(std::time::Duration::from_millis(500))
+            .is_ok();
+        a.goes_on();
+        fsync.join().unwrap().unwrap();
+        let disk = on_disk(data.path());
+        assert_eq!(
+            &disk[..4],
+            b"BBBB",
+            "b's write was fsynced (Ok), the file holds {:?} after a went on (b's fsync \
+             finished before a went on: {finished_first})",
+            String::from_utf8_lossy(&disk[..4])
+        );
+    });
+    b.evict_page(file_b, 0).unwrap();
+    let mut buf = [0u8; 4];
+    b.read(file_b, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"BBBB");
+}
+
+/// As above, but `b` evicts the page, whose release hook writes it back: the hook does
+/// not wait for the fence (it may run on the pump), so the release is refused while `a`
+/// holds it, and goes through once `a` is done.
+#[test]
+fn a_release_refused_while_a_write_back_past_its_lease_holds_the_page() {
+    let scene = a_write_back_paused_past_its_lease_at(Point::HeldAfterLook, 7, 8);
+    let PausedWriteBack {
+        data, b, file_b, a, ..
+    } = scene;
+    b.write(file_b, 0, b"BBBB").unwrap();
+    let refused = b.evict_page(file_b, 0);
+    a.goes_on();
+    assert!(
+        matches!(
+            &refused,
+            Err(megalon_pagecache::Error::WriteBackInFlight { page: 0, .. })
+        ),
+        "b's eviction while a's write-back held the page: {refused:?}"
+    );
+    assert!(
+        b.evict_page(file_b, 0).unwrap(),
+        "the page was still cached"
+    );
+    assert_eq!(&on_disk(data.path())[..4], b"BBBB");
+    let mut buf = [0u8; 4];
+    b.read(file_b, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"BBBB");
+}
+
 /// `a` (a simulated cache of `seed_a` that keeps its lines) has written page 0 of a data
 /// file as `A`s and read it back, and is paused past its lease in its `fsync`'s
 /// write-back, holding the page's record locked after `write_start`; it has been declared
@@ -124,6 +195,15 @@ struct APaused {
 }
 
 fn a_write_back_paused_past_its_lease(seed_a: u64, seed_b: u64) -> PausedWriteBack {
+    a_write_back_paused_past_its_lease_at(Point::WriteAfterEventCheck, seed_a, seed_b)
+}
+
+/// As [`a_write_back_paused_past_its_lease`], `a` paused at `point` instead.
+fn a_write_back_paused_past_its_lease_at(
+    point: Point,
+    seed_a: u64,
+    seed_b: u64,
+) -> PausedWriteBack {
     let (pod, pod_file) = file_pod(&PageCacheConfig::new(4).max_hosts(2));
     let data = data_file(2 * PAGE);
     let a: &'static PageCache = Box::leak(Box::new(join(&pod, options(keeping(seed_a)))));
@@ -143,7 +223,7 @@ fn a_write_back_paused_past_its_lease(seed_a: u64, seed_b: u64) -> PausedWriteBa
         let done = Cell::new(false);
         chaos::with_hook(
             move |at| {
-                if at == Point::WriteAfterEventCheck && !done.get() {
+                if at == point && !done.get() {
                     done.set(true);
                     // Paused past its lease: its pump stops beating too.
                     a.host().inspect().freeze();

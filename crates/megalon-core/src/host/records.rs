@@ -174,7 +174,11 @@ impl Releasing<'_> {
     /// written the object since. As [`WriteTicket::still_held`](crate::WriteTicket::still_held):
     /// look before acting on the lock's behalf outside the object.
     pub fn still_held(&self) -> bool {
-        !self.shared.left_to_recovery()
+        let held = !self.shared.left_to_recovery();
+        if held {
+            self.shared.chaos.point(Point::HeldAfterLook);
+        }
+        held
     }
 }
 

@@ -6,6 +6,7 @@ use crate::layout::Layout;
 use crate::record::RecordShape;
 use crate::replica::IndexEntry;
 
+use crate::chaos::Point;
 use crate::error::{Error, Result};
 use crate::memory::Memory;
 use crate::mutants::{self, Step};
@@ -260,7 +261,11 @@ impl WriteTicket<'_> {
     /// would undo what others did since. (A pause past the lease between the look and
     /// the act remains the lease's assumption.)
     pub fn still_held(&self) -> bool {
-        !self.host.shared.left_to_recovery()
+        let held = !self.host.shared.left_to_recovery();
+        if held {
+            self.host.shared.chaos.point(Point::HeldAfterLook);
+        }
+        held
     }
 }
 
