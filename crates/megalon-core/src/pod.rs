@@ -186,11 +186,30 @@ fn in_use(backing: &Backing) -> Error {
 
 /// Refuses to create a pod over `backing`'s when live hosts use it (hosts of other
 /// machines, on a DAX device), or when it is a pod this build cannot open: another
-/// layout or log version, a damaged header (its error says which). Anything that is not
-/// a pod at all (another magic, too short for a header) may be replaced.
+/// layout or log version, a damaged header (its error says which), a file cut short of
+/// what its header says. Anything that is not a pod at all (another magic, too short for
+/// a header) may be replaced. A DAX device asked for with a shorter length than the pod
+/// on it has is looked at with the pod's length: its hosts may be live.
 #[cfg(not(megalon_loom))]
 fn refuse_a_pod_in_use(backing: &Backing) -> Result<()> {
     match Pod::open_locked(backing, None, false) {
+        // Its header was read: a pod, longer than the backing as given.
+        Err(too_short @ Error::FileTooSmall { needed_bytes, .. })
+            if needed_bytes > HEADER_REGION_BYTES =>
+        {
+            match &backing.kind {
+                BackingKind::Dax { path, len_bytes } if needed_bytes > *len_bytes => {
+                    refuse_a_pod_in_use(&Backing {
+                        kind: BackingKind::Dax {
+                            path: path.clone(),
+                            len_bytes: needed_bytes,
+                        },
+                        numa_node: backing.numa_node,
+                    })
+                }
+                _ => Err(too_short),
+            }
+        }
         Ok(Some(old)) => {
             let hosts = old.live_hosts();
             if hosts.is_empty() {
@@ -226,14 +245,16 @@ impl Pod {
     /// A file backing's new pod is built in a file of its own beside the path and takes
     /// the path whole, once written. What is at the path is replaced, unless it is in use:
     /// a pod some process has open (a [`Pod`] of it lives) or live hosts use, a pod this
-    /// build cannot open (another layout version, a damaged header: the error says which),
+    /// build cannot open (another layout version, a damaged header, a file cut short of
+    /// what its header says: the error says which),
     /// or anything but a regular file ([`Error::PodInUse`], [`Error::NotARegularFile`];
     /// [`Pod::create_replacing`] replaces a pod anyway). Two processes that create a pod at
     /// one path at once: one gets it, the other [`Error::PodInUse`] (open it instead).
     /// Processes that still map a replaced file keep their (now private) copy.
     ///
     /// A DAX device holding a pod in use (a process of this machine has it open, or live
-    /// hosts use it) is refused the same way.
+    /// hosts use it) is refused the same way, also when the pod on it is longer than the
+    /// length asked for.
     #[cfg(not(megalon_loom))]
     pub fn create(config: &PodConfig, backing: Backing) -> Result<Pod> {
         Self::create_on(config, backing, Existing::RefuseInUse, |_| {})
