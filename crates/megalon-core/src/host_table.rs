@@ -651,9 +651,23 @@ pub(crate) fn pretend_elsewhere_if_here(pod: &Pod, host: HostId) -> bool {
 
 /// This machine, as a number: a hash of the kernel's boot id (a new one at every boot),
 /// never 0 (a row whose holder has not said where it runs holds 0).
+///
+/// Kept with the process it was computed in, and computed again in a child made by
+/// `fork`: a parent may have moved its children into a new pid namespace
+/// (`unshare(CLONE_NEWPID)`, then `fork`, with no `exec`), and a child that kept its
+/// parent's number took the parent's rows for rows of its own namespace, where the
+/// parent's pid names no process: it recovered the parent's live host.
 pub(crate) fn this_machine() -> u64 {
-    static MACHINE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *MACHINE.get_or_init(|| {
+    // The standard library's atomics (process-wide statics, not the pod's words).
+    use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+    static MACHINE: AtomicU64 = AtomicU64::new(0);
+    static COMPUTED_IN: AtomicU32 = AtomicU32::new(0);
+    let process = this_process();
+    // Acquire: pairs with the Release store below (the number stored before it).
+    if COMPUTED_IN.load(Ordering::Acquire) == process {
+        return MACHINE.load(Ordering::Relaxed);
+    }
+    let machine = {
         let mut id = std::fs::read("/proc/sys/kernel/random/boot_id")
             .or_else(|_| std::fs::read("/etc/machine-id"))
             .unwrap_or_else(|_| b"unknown machine".to_vec());
@@ -668,7 +682,11 @@ pub(crate) fn this_machine() -> u64 {
             }
         }
         crate::header::fnv1a64(&id) | 1
-    })
+    };
+    // Threads that compute it at once compute the same number.
+    MACHINE.store(machine, Ordering::Relaxed);
+    COMPUTED_IN.store(process, Ordering::Release);
+    machine
 }
 
 /// Process `pid`'s state letter and start time (clock ticks after boot), from
