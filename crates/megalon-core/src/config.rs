@@ -64,10 +64,11 @@ pub enum CrashSafety {
     Undo,
     /// No undo images and no announced locks: a host that dies holding a record lock
     /// leaves that object locked (its reads and writes answer
-    /// [`Error::RecordBusy`]), and one that dies while it copies
-    /// an object from its DRAM back to CXL (local partitions) leaves that object with part
-    /// of each value. The pod itself survives (log, host table, reservations), as with
-    /// `Undo`.
+    /// [`Error::RecordBusy`]). One that died while it copied an object from its DRAM back
+    /// to CXL (local partitions) would leave that object with part of each value, so a pod
+    /// in a file or on a device (whose processes die one by one) cannot have both
+    /// ([`Error::NeedsUndoImages`]). The pod itself survives (log, host table,
+    /// reservations), as with `Undo`.
     Off,
 }
 

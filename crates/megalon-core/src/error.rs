@@ -278,6 +278,16 @@ pub enum Error {
         /// The configuration field that is on.
         parameter: &'static str,
     },
+    /// Local partitions in a pod that processes share (a file, a DAX device) without undo
+    /// images ([`CrashSafety::Off`](crate::CrashSafety::Off)): a process killed while it
+    /// copies an object from its DRAM back to CXL would leave the object with part of each
+    /// value, which reads could not tell from a whole one. Use
+    /// [`CrashSafety::Undo`](crate::CrashSafety::Undo) (the default for these backings).
+    #[error("{parameter} in a pod shared by processes needs undo images (crash_safety Undo)")]
+    NeedsUndoImages {
+        /// The configuration field that is on.
+        parameter: &'static str,
+    },
     /// The pod was created with another value of a parameter than the caller expects.
     #[error("pod has {parameter} = {in_pod}, the caller expects {expected}")]
     ParameterMismatch {

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use memmap2::{MmapMut, MmapOptions};
 
 use crate::chaos::{Chaos, Point};
-use crate::config::PodConfig;
+use crate::config::{CrashSafety, PodConfig};
 use crate::error::{Error, Region, Result};
 use crate::header::PodHeader;
 use crate::layout::{Layout, ScrUsage};
@@ -289,6 +289,14 @@ impl Pod {
         format: impl FnOnce(&Pod),
     ) -> Result<Pod> {
         let layout = Layout::new(&config.resolved_for(&backing))?;
+        if !matches!(backing.kind, BackingKind::Heap)
+            && layout.config.crash_safety == CrashSafety::Off
+            && layout.config.partition_after_accesses > 0
+        {
+            return Err(Error::NeedsUndoImages {
+                parameter: "partition_after_accesses",
+            });
+        }
         let total = layout.total_bytes;
         check_numa_node(backing.numa_node)?;
         match backing.kind.clone() {

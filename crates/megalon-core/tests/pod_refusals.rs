@@ -151,3 +151,34 @@ fn a_larger_pod_with_no_live_host_and_a_cut_short_file_are_replaced_on_request()
     drop(pod);
     assert!(Pod::open(Backing::file(&path)).is_ok());
 }
+
+/// Local partitions in a pod shared by processes need undo images: without them a
+/// process killed in the middle of a move back leaves the object with part of each value,
+/// and reads could not tell. A file pod with both is refused; with undo images (the
+/// default for a file) it is made; a heap pod (whose hosts die together) may have both.
+#[test]
+fn local_partitions_in_a_shared_pod_without_undo_images_are_refused() {
+    use megalon_core::CrashSafety;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pod");
+    let local = small_config().local_partitions(2);
+    let refused = Pod::create(
+        &local.clone().crash_safety(CrashSafety::Off),
+        Backing::file(&path),
+    )
+    .map(drop);
+    assert!(
+        matches!(
+            refused,
+            Err(Error::NeedsUndoImages {
+                parameter: "partition_after_accesses"
+            })
+        ),
+        "{refused:?}"
+    );
+    assert!(!path.exists(), "nothing was made");
+    let pod = Pod::create(&local, Backing::file(&path)).unwrap();
+    assert_eq!(pod.config().crash_safety, CrashSafety::Undo);
+    drop(pod);
+    drop(Pod::create(&local.crash_safety(CrashSafety::Off), Backing::heap()).unwrap());
+}
