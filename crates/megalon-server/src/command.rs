@@ -452,13 +452,20 @@ impl Executor {
             return;
         }
         let keys: Vec<&[u8]> = args.from(1).collect();
+        // An error of the store's answers the command, not a key: an error inside the
+        // array would reach a client as that key's value. What was written of the array
+        // goes (`out` may hold earlier commands' answers before it).
+        let start = out.len();
         resp::array(out, keys.len());
         for group in keys.chunks(MGET_GROUP_KEYS) {
             for answer in self.kv.get_many(group) {
                 match answer {
                     Ok(Some(value)) => resp::bulk(out, &value),
                     Ok(None) => resp::null(out),
-                    Err(e) => store_error(&self.host, out, &e),
+                    Err(e) => {
+                        out.truncate(start);
+                        return store_error(&self.host, out, &e);
+                    }
                 }
             }
         }

@@ -766,3 +766,66 @@ fn both_servers_killed_and_started_again_as_their_hosts_serve() {
     assert_eq!(a.client(0).cmd("GET j"), bulk(b"u"));
     assert_eq!(b.client(0).cmd("GET k"), bulk(b"v"));
 }
+
+/// An MGET whose reads fail in the store answers one error, not an array of error
+/// elements (a client hands each element back as that key's value). The store error
+/// here is the one every read of a host declared dead gets: the host's server, stopped
+/// past its lease (on "another machine"), resumes with an MGET in its socket. (Before,
+/// it answered `*3` and three `-ERR host 1 (life 1) was declared dead...`.)
+#[test]
+fn an_mget_that_fails_in_the_store_answers_one_error_not_an_array_of_them() {
+    use std::io::{Read, Write};
+    let dir = scratch_dir();
+    let a = start_host_with(dir.path(), 0, 1, &[]);
+    let mut b = start_host_with(
+        dir.path(),
+        1,
+        1,
+        &[("MEGALON_SERVER_TEST_PRETEND_ELSEWHERE", "1")],
+    );
+    let mut ca = a.client(0);
+    let mut cb = b.client(0);
+    assert_eq!(cb.cmd("MSET k0 v0 k1 v1 k2 v2"), ok());
+    b.signal("STOP");
+    cb.stream
+        .write_all(&Client::encode(&[b"MGET", b"k0", b"k1", b"k2"]))
+        .unwrap();
+    let stopped = Instant::now();
+    let hosts_joined = |c: &mut Client| match c.cmd("INFO pod") {
+        OwnedFrame::BulkString(text) => String::from_utf8(text)
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("hosts_joined:").map(str::to_string))
+            .unwrap(),
+        other => panic!("INFO pod: {other:?}"),
+    };
+    while hosts_joined(&mut ca) != "1" {
+        assert!(
+            stopped.elapsed() < Duration::from_secs(15),
+            "never declared dead"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    b.signal("CONT");
+    let _ = b.wait_exit(Duration::from_secs(10));
+    cb.stream
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let mut bytes = Vec::new();
+    let _ = cb.stream.read_to_end(&mut bytes);
+    let reply = redis_protocol::resp2::decode::decode(&bytes)
+        .ok()
+        .flatten()
+        .map(|(frame, _)| frame);
+    match reply {
+        // One error for the command (or no reply: the connection closed first).
+        Some(OwnedFrame::Error(_)) | None => {}
+        Some(OwnedFrame::Array(elements)) => {
+            assert!(
+                !elements.iter().any(|e| matches!(e, OwnedFrame::Error(_))),
+                "MGET answered an array with error elements: {elements:?}"
+            );
+        }
+        Some(other) => panic!("MGET answered {other:?}"),
+    }
+}
