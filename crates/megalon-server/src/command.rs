@@ -239,13 +239,11 @@ impl Executor {
             b"ping" if n == 1 => resp::simple(out, "PONG"),
             b"ping" if n == 2 => resp::bulk(out, args.get(1)),
             b"echo" if n == 2 => resp::bulk(out, args.get(1)),
-            b"select" if n == 2 => {
-                if args.get(1) == b"0" {
-                    resp::simple(out, "OK")
-                } else {
-                    resp::error(out, format_args!("ERR DB index is out of range"))
-                }
-            }
+            b"select" if n == 2 => match parse_integer(args.get(1)) {
+                Some(0) => resp::simple(out, "OK"),
+                Some(_) => resp::error(out, format_args!("ERR DB index is out of range")),
+                None => resp::error(out, format_args!("{NOT_AN_INTEGER}")),
+            },
             b"quit" => {
                 resp::simple(out, "OK");
                 session.quit = true;
@@ -599,6 +597,11 @@ impl Executor {
                 resp::bulk(out, name.as_bytes());
                 resp::bulk(out, value.as_bytes());
             }
+        } else if sub.eq_ignore_ascii_case(b"get") {
+            resp::error(
+                out,
+                format_args!("ERR wrong number of arguments for 'config|get' command"),
+            );
         } else if sub.eq_ignore_ascii_case(b"resetstat") && args.len() == 2 {
             resp::simple(out, "OK");
         } else if sub.eq_ignore_ascii_case(b"set") {

@@ -100,6 +100,10 @@ fn commands_answer_as_redis_does() {
         ("DBSIZE", int(7)),
         ("SELECT 0", ok()),
         ("SELECT 1", err("ERR DB index is out of range")),
+        (
+            "SELECT abc",
+            err("ERR value is not an integer or out of range"),
+        ),
         ("CLIENT GETNAME", null.clone()),
         ("CLIENT SETNAME tester", ok()),
         ("CLIENT GETNAME", bulk(b"tester")),
@@ -115,6 +119,10 @@ fn commands_answer_as_redis_does() {
             OwnedFrame::Array(vec![bulk(b"appendonly"), bulk(b"no")]),
         ),
         ("CONFIG GET nothing", OwnedFrame::Array(Vec::new())),
+        (
+            "CONFIG GET",
+            err("ERR wrong number of arguments for 'config|get' command"),
+        ),
         (
             "GET",
             err("ERR wrong number of arguments for 'get' command"),
