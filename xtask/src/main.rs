@@ -805,6 +805,13 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
         )],
     ),
     (
+        "ring-sender-checks-it-lives",
+        &[(
+            "recovery_races",
+            "a_ring_sender_recovered_before_it_reserved_leaves_no_entry_behind",
+        )],
+    ),
+    (
         "counterless-lock-is-a-write",
         &[(
             "narrow_reads",

@@ -251,6 +251,12 @@ pub enum Step {
     /// answers the next life's live claim "gone": its sender asks again while the live
     /// server serves it.
     RecovererChecksBeforeTheServersRing,
+    /// A ring sender, holding an entry's sender word, looks that it was not taken for dead
+    /// before it reserves the entry. Skipped, one paused past its lease before it took the
+    /// word (its recovery found nothing of it in the ring) reserves and publishes under its
+    /// dead life, and if it then stops for good nobody settles the entry: a lap later the
+    /// ring is full for every sender.
+    RingSenderChecksItLives,
     /// A recoverer checks that it still recovers before it clears the record under
     /// recovery (a dead recoverer's, by CAS from the value it looked at) and before each
     /// store of its intent, which it makes by CAS from 0 (the word as it left it).
@@ -333,6 +339,7 @@ impl Step {
         Step::RecovererChecksBeforeItSetsTheIntent,
         Step::WriterChecksBeforeItsImage,
         Step::RecovererChecksBeforeTheServersRing,
+        Step::RingSenderChecksItLives,
         Step::CounterlessLockIsAWrite,
         Step::CreatorChecksBeforeItWritesTheSlot,
     ];
@@ -397,6 +404,7 @@ impl Step {
             Step::MoverChecksAfterItsPause => "mover-checks-after-its-pause",
             Step::WriterChecksBeforeItsImage => "writer-checks-before-its-image",
             Step::RecovererChecksBeforeTheServersRing => "recoverer-checks-before-the-servers-ring",
+            Step::RingSenderChecksItLives => "ring-sender-checks-it-lives",
             Step::RecovererChecksBeforeItSetsTheIntent => {
                 "recoverer-checks-before-it-sets-the-intent"
             }

@@ -99,6 +99,7 @@ use crate::backoff::Backoff;
 use crate::error::{Error, Region};
 use crate::limits::LINE_BYTES;
 use crate::memory::Memory;
+use crate::mutants::{self, Step};
 use crate::pod::Pod;
 use crate::sync::{AtomicU64, Ordering};
 
@@ -414,6 +415,41 @@ impl RingGeometry {
         tally: &dyn Tally,
         serve: &mut dyn FnMut() -> ControlFlow<()>,
     ) -> Result<Response, u64> {
+        self.call_while(
+            pod,
+            memory,
+            (sender, &|| true),
+            buf,
+            (op, key, payload),
+            wait_limit,
+            tally,
+            serve,
+        )
+    }
+
+    /// [`RingGeometry::call`] for a sender whose recovery may settle its entries
+    /// ([`RingGeometry::recover_sender`]): `lives` says whether the sender has not been
+    /// taken for dead (its recovery not begun), and is asked once the sender holds an
+    /// entry's sender word, before it reserves the entry. A sender recovered before it
+    /// took the word (paused past its lease, say) was settled with nothing of it in the
+    /// ring, and nobody would settle an entry it went on to reserve: it lets the word go
+    /// and sends nothing. (Recovery marks the sender dead before it looks at the words, and
+    /// both are `SeqCst`: either it sees the word, or the sender sees itself dead.)
+    #[allow(clippy::too_many_arguments)]
+    // Over 70 lines on purpose: The call's phases in order (reserve, write, publish, await,
+    // read, free), so that every change of the entry's state reads here; each phase's work
+    // is a function of its own.
+    pub fn call_while(
+        &self,
+        pod: &Pod,
+        memory: &Memory,
+        (sender, lives): (u64, &dyn Fn() -> bool),
+        buf: &mut [u8],
+        (op, key, payload): (u8, &[u8], &[u8]),
+        wait_limit: Duration,
+        tally: &dyn Tally,
+        serve: &mut dyn FnMut() -> ControlFlow<()>,
+    ) -> Result<Response, u64> {
         let key_at = RING_HEADER_BYTES as usize;
         let payload_at = key_at + key_area(key.len()) as usize;
         let used = (payload_at + payload.len()).next_multiple_of(LINE_BYTES as usize);
@@ -435,7 +471,7 @@ impl RingGeometry {
         // and where threads outnumber cores a spinning sender keeps it off the core (on 2
         // cores, HCMeta's hosts ran 3-4 times slower with every wait spinning first).
         let mut backoff = Backoff::yielding(wait_limit);
-        let (ticket, free) = self.reserve(pod, sender, &mut backoff, tally, serve)?;
+        let (ticket, free) = self.reserve(pod, (sender, lives), &mut backoff, tally, serve)?;
         let entry = self.entry(ticket);
         Self::encode(buf, op, ticket, key, payload, used);
         // Never left in this host's cache (a sender that stops for good here leaves
@@ -533,7 +569,7 @@ impl RingGeometry {
     fn reserve(
         &self,
         pod: &Pod,
-        sender: u64,
+        (sender, lives): (u64, &dyn Fn() -> bool),
         backoff: &mut Backoff,
         tally: &dyn Tally,
         serve: &mut dyn FnMut() -> ControlFlow<()>,
@@ -567,6 +603,12 @@ impl RingGeometry {
                         return Err(waited_ms(backoff));
                     }
                     continue;
+                }
+                // Taken for dead before the word was ours: our recovery found nothing of
+                // ours here, and will not look again.
+                if !mutants::skipped(Step::RingSenderChecksItLives) && !lives() {
+                    self.let_go(pod, ticket, sender);
+                    return Err(waited_ms(backoff));
                 }
                 #[cfg(all(test, not(megalon_loom)))]
                 tests::before_tail_cas(ticket);

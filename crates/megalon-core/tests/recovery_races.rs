@@ -4458,3 +4458,113 @@ fn a_joiner_declared_dead_before_its_clear_leaves_the_next_lifes_announces() {
     a.write(b"k", &value(3)).unwrap();
     assert_eq!(read(a), value(3));
 }
+
+/// `r` creates `key` and `o` reads it twice: it moves to `o`'s DRAM.
+fn in_the_dram_of(r: &Host, o: &Host, key: &[u8], tag: u8) {
+    r.create(key, &value(tag)).unwrap();
+    let mut buf = vec![0u8; SLOT];
+    o.read(key, &mut buf).unwrap();
+    o.read(key, &mut buf).unwrap();
+}
+
+/// A ring sender `s` paused past its lease *before* it takes an entry's sender word (in
+/// its wait for room in `o`'s full ring) is recovered meanwhile: its recovery finds
+/// nothing of it in the rings. It resumes and must send nothing: it reserved and published
+/// a request under its dead life, and then stopped for good (as the process of a host
+/// that learned it was declared dead exits), and nobody settled that entry again. A lap
+/// later `o`'s ring was full for every sender (`HostUnresponsive` for `q`'s calls) until
+/// the id's next life died too.
+#[test]
+fn a_ring_sender_recovered_before_it_reserved_leaves_no_entry_behind() {
+    let pod = common::heap_pod(&config().local_partitions(2).rpc_ring_entries(2));
+    let r = leak(&pod, 0);
+    // Paused long past its lease: its own wait limit is longer.
+    let s = leak_waiting(&pod, 1, Duration::from_secs(30));
+    let pumped = options(2)
+        .wait_limit(WAIT)
+        .pump_interval(Some(Duration::from_millis(1)));
+    let o: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(2), pumped).unwrap()));
+    let q = leak(&pod, 3);
+    in_the_dram_of(r, o, b"k", 1);
+    in_the_dram_of(r, o, b"f0", 2);
+    in_the_dram_of(r, o, b"f1", 3);
+    let ring = megalon_core::rpc::RingGeometry::of_host(pod.layout(), 2);
+    let o_ring_has_room = || {
+        let tail = pod.scr_u64(ring.tail_offset).load(Ordering::SeqCst);
+        let head = pod.scr_u64(ring.head_offset).load(Ordering::SeqCst);
+        head == tail
+    };
+
+    // o's ring full: two requests of q that o does not serve, withdrawn when q gives up.
+    o.inspect().set_serving(false);
+    let mut buf = vec![0u8; SLOT];
+    assert!(q.read(b"f0", &mut buf).is_err());
+    assert!(q.read(b"f1", &mut buf).is_err());
+
+    // s asks o for k: the ring is full, and s pauses in its wait for room (before its
+    // reservation), past its lease.
+    let (paused_tx, paused) = channel::<()>();
+    let (resume, resumed) = channel::<()>();
+    let (stopped_tx, stopped) = channel::<Option<Error>>();
+    s.inspect().pretend_elsewhere();
+    std::thread::spawn(move || {
+        let paused_tx = Mutex::new(paused_tx);
+        let resumed = Mutex::new(resumed);
+        let stopped_in_wait = stopped_tx.clone();
+        let stopped_in_wait = Mutex::new(stopped_in_wait);
+        let hits = std::sync::atomic::AtomicU32::new(0);
+        let answer = chaos::with_hook(
+            move |at| {
+                if at != Point::RpcAwaitingResponse {
+                    return;
+                }
+                if hits.fetch_add(1, Ordering::SeqCst) == 0 {
+                    paused_tx.lock().unwrap().send(()).unwrap();
+                    resumed.lock().unwrap().recv().unwrap();
+                    return;
+                }
+                // Published, waiting for the answer: stopped here for good.
+                stopped_in_wait.lock().unwrap().send(None).unwrap();
+                loop {
+                    std::thread::park();
+                }
+            },
+            || {
+                let mut buf = vec![0u8; SLOT];
+                s.read(b"k", &mut buf)
+            },
+        );
+        // It sent nothing and came back: its answer.
+        stopped_tx.send(answer.err()).unwrap();
+    });
+    paused.recv().unwrap();
+    // Declared dead and recovered: it holds no entry yet, so nothing of it is settled.
+    leases_run_out(&[r]);
+    recover_by_hand(&pod, 1, r);
+    // o serves again: it skips the withdrawn requests, and the ring has room.
+    o.inspect().set_serving(true);
+    let deadline = Instant::now() + BOUND;
+    while !o_ring_has_room() {
+        assert!(Instant::now() < deadline, "o skipped nothing");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    o.inspect().set_serving(false);
+    // s resumes: with the fix it sends nothing and answers an error; before, it reserved
+    // an entry under its dead life's session, published, and stopped while it waited.
+    resume.send(()).unwrap();
+    let answer = stopped.recv_timeout(BOUND).expect("s stopped or answered");
+    o.inspect().set_serving(true);
+
+    // Calls into o's ring, a lap and more: each must be served.
+    for lap in 0..3u8 {
+        let key = format!("m{lap}");
+        in_the_dram_of(r, o, key.as_bytes(), 10 + lap);
+        let mut buf = vec![0u8; SLOT];
+        let moved = q.read(key.as_bytes(), &mut buf);
+        assert!(
+            moved.is_ok(),
+            "call {lap} into o's ring: {moved:?} (s, resumed: {answer:?})"
+        );
+        assert_eq!(buf, value(10 + lap), "call {lap}");
+    }
+}

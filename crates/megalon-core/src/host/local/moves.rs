@@ -547,14 +547,14 @@ impl Shared {
         // is served by nobody until its id joins again.
         let mut rounds = 0u32;
         let mut moved_meanwhile = false;
-        let response = rpc.rings[owner as usize].call(
+        let response = rpc.rings[owner as usize].call_while(
             &self.pod,
             &self.memory,
-            crate::host_table::session(self.id, self.life),
+            (crate::host_table::session(self.id, self.life), &|| {
+                self.row_is_mine()
+            }),
             buf,
-            OP_MOVE_BACK,
-            key,
-            &[],
+            (OP_MOVE_BACK, key, &[]),
             wait_limit,
             c,
             &mut || {
