@@ -854,7 +854,7 @@ fn a_dead_servers_skip_at_its_head_is_passed() {
 fn reserve_and_die(ring: &RingGeometry, pod: &Pod, memory: &Memory, publish: bool) -> u64 {
     let mut backoff = Backoff::new(WAIT_LIMIT);
     let (ticket, free) = ring
-        .reserve(pod, DEAD, &mut backoff, &(), &mut || {
+        .reserve(pod, (DEAD, &|| true), &mut backoff, &(), &mut || {
             ControlFlow::Continue(())
         })
         .expect("reserves");
@@ -1851,4 +1851,39 @@ fn a_ring_larger_than_the_application_areas_is_refused() {
     );
     let ring = RingGeometry::in_app_areas(&pod, 3, entry_bytes).expect("3 entries fit");
     assert_eq!(ring.entries, 3);
+}
+
+/// A sender taken for dead before it took an entry's sender word (its recovery found no
+/// word of it) sends nothing: once the word is its, it looks that it lives, lets the word
+/// go and answers `Err`, with the tail where it was. The next sender's call is served.
+#[test]
+fn a_sender_taken_for_dead_before_it_holds_a_word_reserves_nothing() {
+    let (pod, ring) = ring_pod(2);
+    let (sender, server) = (host_memory(&pod, 1), host_memory(&pod, 2));
+    let mut buf = vec![0; ring.entry_bytes as usize];
+    let tail = ring.tail(&pod).load(Ordering::SeqCst);
+    let called = ring.call_while(
+        &pod,
+        &sender,
+        (DEAD, &|| false),
+        &mut buf,
+        (5, b"dead", b""),
+        WAIT_LIMIT,
+        &(),
+        &mut || ControlFlow::Continue(()),
+    );
+    assert!(called.is_err(), "{called:?}");
+    assert_eq!(
+        ring.tail(&pod).load(Ordering::SeqCst),
+        tail,
+        "nothing reserved"
+    );
+    assert_eq!(
+        ring.sender(&pod, tail).load(Ordering::SeqCst),
+        0,
+        "the word let go"
+    );
+    assert!(!ring.pending(&pod));
+    let next = next_call(&pod, &ring, &sender, &server);
+    assert_eq!(next, Ok(answer(2, b"next", b"")));
 }
