@@ -812,6 +812,20 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
         )],
     ),
     (
+        "claim-by-cas",
+        &[(
+            "windows",
+            "a_claim_whose_free_record_was_claimed_after_its_load_takes_another",
+        )],
+    ),
+    (
+        "write-lock-by-cas",
+        &[(
+            "windows",
+            "a_writer_whose_record_was_locked_after_its_load_does_not_take_it_too",
+        )],
+    ),
+    (
         "counterless-lock-is-a-write",
         &[(
             "narrow_reads",

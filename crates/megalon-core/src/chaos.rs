@@ -56,6 +56,9 @@ pub enum Point {
     UnlockAfterCheck,
     /// `write_end`, after the unlock, before the lock's announce is cleared.
     WriteAfterUnlock,
+    /// An allocation, its free record's word loaded and its claim announced, before the
+    /// CAS that claims it.
+    ClaimBeforeCas,
     /// An allocation, right after its CAS that claims a free record.
     ClaimAfterCas,
     /// An allocation, after claiming a free record, before appending its event.

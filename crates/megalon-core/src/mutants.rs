@@ -251,6 +251,14 @@ pub enum Step {
     /// answers the next life's live claim "gone": its sender asks again while the live
     /// server serves it.
     RecovererChecksBeforeTheServersRing,
+    /// A claim of a free record for an allocation is a CAS from the free word it loaded.
+    /// Skipped, it is a plain store: another host's claim of the same record since the
+    /// load is overwritten, and two objects get one record.
+    ClaimByCas,
+    /// `write_start` locks the record by a CAS from the unlocked word it loaded. Skipped,
+    /// it is a plain store: a writer that locked the record since the load is overwritten,
+    /// and two writers hold one object.
+    WriteLockByCas,
     /// A ring sender, holding an entry's sender word, looks that it was not taken for dead
     /// before it reserves the entry. Skipped, one paused past its lease before it took the
     /// word (its recovery found nothing of it in the ring) reserves and publishes under its
@@ -340,6 +348,8 @@ impl Step {
         Step::WriterChecksBeforeItsImage,
         Step::RecovererChecksBeforeTheServersRing,
         Step::RingSenderChecksItLives,
+        Step::ClaimByCas,
+        Step::WriteLockByCas,
         Step::CounterlessLockIsAWrite,
         Step::CreatorChecksBeforeItWritesTheSlot,
     ];
@@ -405,6 +415,8 @@ impl Step {
             Step::WriterChecksBeforeItsImage => "writer-checks-before-its-image",
             Step::RecovererChecksBeforeTheServersRing => "recoverer-checks-before-the-servers-ring",
             Step::RingSenderChecksItLives => "ring-sender-checks-it-lives",
+            Step::ClaimByCas => "claim-by-cas",
+            Step::WriteLockByCas => "write-lock-by-cas",
             Step::RecovererChecksBeforeItSetsTheIntent => {
                 "recoverer-checks-before-it-sets-the-intent"
             }

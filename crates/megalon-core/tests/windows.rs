@@ -891,3 +891,87 @@ fn an_orphan_whose_move_back_failed_does_not_keep_the_slot_from_moving_again() {
     a_move_back_of_k_unconfirmed_then_k_moves_again(a);
     assert_eq!(read(a, b"k"), value(1));
 }
+
+/// A writer that loaded `k`'s unlocked record word, and before its CAS another host
+/// locked the record (a write in progress): its CAS fails, and it waits for that write;
+/// it never holds `k` at the same time. (A plain store in place of the CAS took the lock
+/// over the other writer's: two writers held one object, which only the stresses saw.)
+#[test]
+fn a_writer_whose_record_was_locked_after_its_load_does_not_take_it_too() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let pod = pod(32, 64 << 10);
+    let a = leak(&pod, 0, options().wait_limit(Duration::from_millis(300)));
+    let b = leak(&pod, 1, options());
+    written_k(a);
+    let held: Rc<RefCell<Option<megalon_core::WriteTicket<'static>>>> = Rc::default();
+    let hook_held = Rc::clone(&held);
+    let answer = chaos::with_hook(
+        move |point| {
+            if point == Point::WriteBeforeLock && hook_held.borrow().is_none() {
+                // b locks k between a's load of the word and a's CAS, and keeps it.
+                *hook_held.borrow_mut() = Some(b.write_start(b"k").expect("b locks k"));
+            }
+        },
+        || a.write_start(b"k").map(drop),
+    );
+    let ticket = held.borrow_mut().take().expect("the hook ran");
+    assert!(
+        matches!(answer, Err(Error::RecordBusy { .. })),
+        "a's write_start while b held k: {answer:?}"
+    );
+    ticket.write(0, &value(5)).unwrap();
+    b.write_end(ticket).unwrap();
+    assert_eq!(read(a, b"k"), value(5));
+}
+
+/// A pod whose records are exactly `records`, 32-bit (the application's SCR takes the
+/// rest of a 4 KiB SCR).
+fn pod_of_records(records: u64) -> Arc<Pod> {
+    let config = config()
+        .scr_bytes(4096)
+        .lnr_bytes(4 << 20)
+        .log_capacity_entries(4096);
+    let count = megalon_core::Layout::new(&config).unwrap().record_count;
+    let config = config.app_scr_bytes((count - records) * 4);
+    let pod = heap_pod(&config);
+    assert_eq!(pod.layout().record_count, records);
+    pod
+}
+
+/// One free record left, and two hosts' allocations want it: `a` loaded its free word
+/// and, before its CAS, `b` claimed it and wrote its object. `a`'s claim fails and it
+/// finds another record (releasing one); the two objects never share one. (A plain store
+/// in place of the claim's CAS gave the record to both: no test caught it.)
+#[test]
+fn a_claim_whose_free_record_was_claimed_after_its_load_takes_another() {
+    let pod = pod_of_records(16);
+    let a = leak(&pod, 0, options());
+    let b = leak(&pod, 1, options());
+    for i in 0..15u8 {
+        let key = format!("k{i}");
+        a.create(key.as_bytes(), &value(i)).unwrap();
+        a.write(key.as_bytes(), &value(i)).unwrap();
+    }
+    assert_eq!(named_records(a).len(), 15, "one record left");
+    a.create(b"x", &value(100)).unwrap();
+    b.create(b"y", &value(101)).unwrap();
+    let mut done = false;
+    chaos::with_hook(
+        move |point| {
+            if point == Point::ClaimBeforeCas && !done {
+                done = true;
+                b.write(b"y", &value(102)).expect("b takes the last record");
+            }
+        },
+        || a.write(b"x", &value(103)).expect("a finds a record"),
+    );
+    b.inspect().settle_pending().unwrap();
+    let named = named_records(b);
+    let mut unique = named.clone();
+    unique.dedup();
+    assert_eq!(named, unique, "two objects on one record");
+    assert_eq!(read(b, b"y"), value(102));
+    assert_eq!(read(b, b"x"), value(103));
+    assert_eq!(read(a, b"y"), value(102));
+}

@@ -553,7 +553,12 @@ impl Shared {
             }
             self.chaos.point(Point::WriteBeforeLock);
             c.add_scr_at(|| records.address(record), ScrAccess::Update);
-            let taken = records.compare_exchange(record, word, locked).is_ok();
+            let taken = if mutants::skipped(Step::WriteLockByCas) {
+                records.store(record, locked);
+                true
+            } else {
+                records.compare_exchange(record, word, locked).is_ok()
+            };
             drop(gate);
             if !taken {
                 // The announce of a lock not taken goes before the next try, which may

@@ -406,7 +406,14 @@ impl Shared {
                 // between the count and the CAS, the count is one high instead, as for a
                 // free whose holder died before it took its record off.
                 self.records_in_use().fetch_add(1, Ordering::Relaxed);
-                if records.compare_exchange(record, word, claimed).is_ok() {
+                self.chaos.point(Point::ClaimBeforeCas);
+                let won = if mutants::skipped(Step::ClaimByCas) {
+                    records.store(record, claimed);
+                    true
+                } else {
+                    records.compare_exchange(record, word, claimed).is_ok()
+                };
+                if won {
                     self.chaos.point(Point::ClaimAfterCas);
                     c.set_random_seed(rng);
                     if churned {
