@@ -161,6 +161,15 @@ impl Index {
         if author >= self.max_hosts {
             return Err(at.corrupt("host past the pod's maximum"));
         }
+        // An entry holds a key up to its own room, which rounds the pod's maximum up to a
+        // line: a longer key is damage, which an object no user can name (and no snapshot
+        // can carry, nor a rehash copy) must not become.
+        if event
+            .key()
+            .is_some_and(|key| key.len() > self.max_key_bytes as usize)
+        {
+            return Err(at.corrupt("key longer than the pod's keys"));
+        }
         let mut applied = Applied {
             outcome: Outcome::NotFound,
             drop_slot: None,

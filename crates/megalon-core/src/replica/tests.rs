@@ -706,3 +706,85 @@ fn a_width_switch_takes_every_record_and_counts_the_array_at_the_new_width() {
         );
     }
 }
+
+/// An index of a pod whose keys are at most `max_key_bytes`.
+fn index_with_keys_of(max_key_bytes: u32) -> Index {
+    let shape = crate::record::RecordShape { epoch: 0, bits: 32 };
+    Index::new(1 << 20, 400, shape, 4, max_key_bytes, Coherence::Split)
+}
+
+/// A log entry of a pod of 16-byte keys is one line (32 header bytes + 16, rounded up to
+/// 64): `Event::decode` takes any key that fits the entry (up to 32 bytes here), and
+/// `apply` takes what it decodes. A key past the pod's maximum is damage, as a slot past
+/// the pod's slots is (`out_of_range_fields_are_a_corrupt_log`): it must be
+/// `CorruptLogEntry`, not an object nobody can name, that every snapshot carries and
+/// every joiner refuses.
+#[test]
+fn a_logged_key_past_the_pods_maximum_is_a_corrupt_entry() {
+    let config = crate::PodConfig {
+        max_key_bytes: 16,
+        ..crate::PodConfig::default()
+    };
+    let mut entry = vec![0u8; config.log_entry_bytes() as usize];
+    let long = [b'x'; 30];
+    Event::Create {
+        key: &long,
+        slot: 7,
+    }
+    .encode(1, &mut entry);
+    let (author, event) = Event::decode(5, &entry).expect("decodes: the key fits the entry");
+    let mut index = index_with_keys_of(16);
+    let applied = index.apply(5, author, &event, 0, &mut SlotPool::default());
+    // What follows from accepting it: the replica's snapshot names a key its own decode
+    // refuses, so no host can ever join late from it.
+    let snapshot = index.encode_snapshot();
+    let joined = index_with_keys_of(16).decode_snapshot(&snapshot);
+    assert!(
+        matches!(applied, Err(Error::CorruptLogEntry { position: 5, .. })),
+        "applied: {applied:?}; a late joiner's decode of the snapshot then: {joined:?}"
+    );
+}
+
+/// The same in a pod of the largest keys (1024 bytes, entries of 1088): a 1056-byte key
+/// decodes, and the table's next growth rehashes it through a 1024-byte buffer: the
+/// replay panics, and every replica of the pod is poisoned at the same entry.
+#[test]
+fn a_logged_key_past_the_largest_maximum_does_not_panic_replay() {
+    let max = crate::limits::MAX_KEY_BYTES_LIMIT;
+    let config = crate::PodConfig {
+        max_key_bytes: max,
+        ..crate::PodConfig::default()
+    };
+    let entry_bytes = config.log_entry_bytes() as usize;
+    let long = vec![b'y'; entry_bytes - crate::limits::LOG_ENTRY_HEADER_BYTES as usize];
+    let mut entry = vec![0u8; entry_bytes];
+    Event::Create {
+        key: &long,
+        slot: 0,
+    }
+    .encode(1, &mut entry);
+    let replica = Replica::new(index_with_keys_of(max), entry_bytes);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut pool = SlotPool::default();
+        let mut index = replica.write();
+        let (author, event) = Event::decode(0, &entry).expect("fits the entry");
+        let first = index.apply(0, author, &event, 0, &mut pool);
+        // Ordinary creates after it, until the table grows.
+        for i in 1..40u64 {
+            let key = i.to_le_bytes();
+            let create = Event::Create { key: &key, slot: i };
+            index.apply(i, 1, &create, 0, &mut pool).expect("a create");
+        }
+        first
+    }));
+    assert!(
+        matches!(outcome, Ok(Err(Error::CorruptLogEntry { .. }))),
+        "replay of a {}-byte key: {}; replica poisoned: {}",
+        long.len(),
+        match &outcome {
+            Ok(applied) => format!("{applied:?}"),
+            Err(_) => "panicked".to_string(),
+        },
+        replica.is_poisoned()
+    );
+}
