@@ -71,7 +71,7 @@ fn a_second_filler_of_a_dead_hosts_hole_leaves_the_next_laps_entry_alone() {
     assert_eq!(
         a.inspect().stats().entries_skipped,
         0,
-        "a second filler filled p"
+        "a second filler filled p ({p})"
     );
     assert!(filled.is_err(), "y's create waited behind p: {filled:?}");
     // w resumes and fills p once: y's entry, behind p, applies then on every host.
