@@ -68,7 +68,11 @@ pub fn run(h: &mut Harness) -> Result<(), String> {
     let [wide, narrow]: [KeptStore; 2] = pair_stores
         .try_into()
         .map_err(|_| "figure 10: the pair's widths are not both in the sweep")?;
-    let pair_ratios = alternated_ratios(h, &points, [wide, narrow])?;
+    let pairs = alternated_pairs(h, &points, [wide, narrow])?;
+    if !h.counting() {
+        h.write("figure_10_pairs.csv", &pairs_csv(&pairs))?;
+    }
+    let pair_ratios: Vec<f64> = pairs.iter().map(|pair| pair.ratio).collect();
     for ((setup, plan), _) in rest {
         points.push(measure_width(h, setup, plan)?.0);
     }
@@ -164,30 +168,71 @@ fn measure_width(
     Ok((point, store))
 }
 
-/// The headline's ratios, narrow over wide throughput: the sweep's pair, then
-/// [`PAIRED_ROUNDS`] rounds of one more run on each kept store (`[wide, narrow]`), the
-/// one that goes first alternating. Empty while counting (no throughput).
-fn alternated_ratios(
+/// One pair of runs of the headline's widths: which round (0: the sweep's points), which
+/// width ran first, the two throughputs and their ratio (narrow over wide).
+struct Pair {
+    round: usize,
+    narrow_first: bool,
+    wide: f64,
+    narrow: f64,
+    ratio: f64,
+}
+
+/// The headline's pairs: the sweep's, then [`PAIRED_ROUNDS`] rounds of one more run on
+/// each kept store (`[wide, narrow]`), the one that goes first alternating. Empty while
+/// counting (no throughput).
+fn alternated_pairs(
     h: &mut Harness,
     points: &[Measured],
     [mut wide, mut narrow]: [KeptStore; 2],
-) -> Result<Vec<f64>, String> {
-    let mut ratios = Vec::new();
+) -> Result<Vec<Pair>, String> {
+    let mut pairs = Vec::new();
+    let pair = |round, narrow_first, wide: f64, narrow: f64| {
+        ratio_of(narrow, wide).map(|ratio| Pair {
+            round,
+            narrow_first,
+            wide,
+            narrow,
+            ratio,
+        })
+    };
     let at = |bits: u32| find(points, "megalon", f64::from(bits)).map(|p| p.ops_per_second);
     if let (Some(w), Some(n)) = (at(PAIR.0), at(PAIR.1)) {
-        ratios.extend(ratio_of(n, w));
+        pairs.extend(pair(0, false, w, n));
     }
     for round in 0..PAIRED_ROUNDS {
-        let (w, n) = if round % 2 == 0 {
-            let w = h.run_again(&mut wide)?;
-            (w, h.run_again(&mut narrow)?)
-        } else {
+        let narrow_first = round % 2 == 1;
+        let (w, n) = if narrow_first {
             let n = h.run_again(&mut narrow)?;
             (h.run_again(&mut wide)?, n)
+        } else {
+            let w = h.run_again(&mut wide)?;
+            (w, h.run_again(&mut narrow)?)
         };
-        ratios.extend(ratio_of(n.ops_per_second, w.ops_per_second));
+        pairs.extend(pair(
+            round + 1,
+            narrow_first,
+            w.ops_per_second,
+            n.ops_per_second,
+        ));
     }
-    Ok(ratios)
+    Ok(pairs)
+}
+
+/// `figure_10_pairs.csv`: every pair the headline row's median and range come from.
+fn pairs_csv(pairs: &[Pair]) -> String {
+    let mut csv = format!(
+        "round,first,{}-bit ops/s,{}-bit ops/s,ratio\n",
+        PAIR.0, PAIR.1
+    );
+    for p in pairs {
+        let first = if p.narrow_first { PAIR.1 } else { PAIR.0 };
+        csv.push_str(&format!(
+            "{},{first}-bit,{:.0},{:.0},{:.4}\n",
+            p.round, p.wide, p.narrow, p.ratio
+        ));
+    }
+    csv
 }
 
 /// `narrow / wide`, if the wide run did anything.
