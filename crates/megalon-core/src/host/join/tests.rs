@@ -1042,3 +1042,183 @@ fn a_server_stopped_before_it_takes_the_mailbox_leaves_a_session_served_meanwhil
         b.replay().unwrap();
     }
 }
+
+/// Server s3 serves an earlier joiner x and is paused past its lease after its pin,
+/// before its stores of `total` and `ready`: recovered; x, finding it gone, ends its
+/// session. Joiner j asks next; s1 pins it at p1 and streams it the whole snapshot, and
+/// j stops before its look at the pin; s1 gives up waiting for j's let-go and lets go of
+/// `server`. s3 resumes and stores x's `ready` over j's: the session no longer looks
+/// served, and s2, which has applied more (p2 > p1), takes the mailbox and pins j again
+/// at p2. j must find its `ltail` not at its stream's p1 and join again. (Without its
+/// check of the pin, j decoded s1's index as of p1 and replayed from there, while its
+/// `ltail` stayed at p2, where its own raises, CASes from what it applied, never move it:
+/// the head stopped at p2, and the log was full for every host a lap later.)
+#[cfg(feature = "chaos")]
+#[test]
+fn a_joiner_pinned_again_past_its_streams_position_joins_again() {
+    use crate::chaos::{self, Point};
+    use crate::log::Log;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::mpsc;
+    let pod = Arc::new(Pod::create(&small_config(), Backing::heap()).unwrap());
+    let area = pod.layout().config.join_area_bytes;
+    // s1 gives up waiting for its joiner's let-go soon, and for room in the log.
+    let s1 = Host::join(&pod, Join::As(0), unpumped(Duration::from_millis(300))).unwrap();
+    let s2 = Arc::new(Host::join(&pod, Join::As(1), unpumped(Duration::from_secs(3))).unwrap());
+    let s3 = Arc::new(Host::join(&pod, Join::As(2), unpumped(Duration::from_secs(3))).unwrap());
+    // The log recycles (a join is late).
+    for i in 0..300u32 {
+        s1.create(&i.to_le_bytes(), &value(1)).unwrap();
+        s1.delete(&i.to_le_bytes()).unwrap();
+        s2.replay().unwrap();
+        s3.replay().unwrap();
+    }
+    for i in 0..10u8 {
+        s1.create(&[b'k', i], &value(i)).unwrap();
+    }
+    s2.replay().unwrap();
+    s3.replay().unwrap();
+    let p1 = s1.replay().unwrap();
+    let mb = mailbox(&pod);
+    // Joiner x (by hand), served by s3, which stops after its pin.
+    let (x, x_life, x_session) = ask_by_hand(&pod);
+    let (s3_paused, s3_go) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let third = {
+        let (s3, paused, resume) = (Arc::clone(&s3), Arc::clone(&s3_paused), Arc::clone(&s3_go));
+        std::thread::spawn(move || {
+            let hook = move |point| {
+                if point == Point::ServeAfterPin && !paused.swap(true, Ordering::SeqCst) {
+                    wait_for("s3 resumes", || resume.load(Ordering::SeqCst));
+                }
+            };
+            chaos::with_hook(hook, || s3.shared.serve_join())
+        })
+    };
+    wait_for("s3 paused after its pin", || {
+        s3_paused.load(Ordering::SeqCst)
+    });
+    let w3 = server_word(s3.shared.id, s3.shared.life);
+    assert_eq!(mb.server.load(Ordering::SeqCst), w3);
+    // s3 taken for dead and recovered; x finds it gone and ends its session (as
+    // `join_late` does), then gives its row up.
+    let (id3, life3) = (s3.shared.id, s3.shared.life);
+    host_table::condemn(&pod, id3, life3);
+    Log::release_ltail(&pod, id3, life3);
+    assert!(host_table::release_dead(
+        &pod,
+        id3,
+        std::process::id(),
+        life3
+    ));
+    mb.request
+        .compare_exchange(x_session, 0, Ordering::SeqCst, Ordering::SeqCst)
+        .unwrap();
+    mb.end_gone_session(x_session, w3);
+    host_table::release(&pod, x, x_life);
+    // Joiner j, which stops after it has taken the last chunk of its first stream.
+    let (at_last_tx, at_last) = mpsc::channel::<()>();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let joiner = {
+        let pod = Arc::clone(&pod);
+        std::thread::spawn(move || {
+            let mut stopped = false;
+            let watched = Arc::clone(&pod);
+            let hook = move |point| {
+                let mb = mailbox(&watched);
+                let last =
+                    mb.acked.load(Ordering::SeqCst) * area >= mb.total.load(Ordering::SeqCst);
+                if point == Point::JoinBetweenChunks
+                    && last
+                    && !std::mem::replace(&mut stopped, true)
+                {
+                    at_last_tx.send(()).unwrap();
+                    go_rx.recv().unwrap();
+                }
+            };
+            chaos::with_hook(hook, || {
+                Host::join(&pod, Join::As(4), unpumped(Duration::from_secs(3)))
+            })
+        })
+    };
+    wait_for("j's request", || mb.request.load(Ordering::SeqCst) != 0);
+    let j_session = mb.request.load(Ordering::SeqCst);
+    let (j, j_life) = host_table::session_of(j_session);
+    // s1 serves j whole, then gives up on its let-go.
+    let served = s1.shared.serve_join();
+    at_last.recv().unwrap();
+    assert!(
+        matches!(served, Err(Error::JoinerGone { .. })),
+        "{served:?}"
+    );
+    assert_eq!(Log::ltail_of(&pod, j, j_life), Some(p1), "s1's pin");
+    assert_eq!(mb.server.load(Ordering::SeqCst), 0, "s1 let go");
+    assert_eq!(mb.ready.load(Ordering::SeqCst), j_session);
+    // s3 resumes: its stores of x's session's words, then it finds itself dead.
+    s3_go.store(true, Ordering::SeqCst);
+    let s3_answered = third.join().unwrap();
+    assert!(s3_answered.is_err(), "{s3_answered:?}");
+    assert_eq!(
+        mb.ready.load(Ordering::SeqCst),
+        x_session,
+        "s3's late `ready`"
+    );
+    // s2 goes past p1, and serves j again (as its pump would): its pin moves j's `ltail`.
+    for i in 0..5u8 {
+        s2.create(&[b'b', i], &value(i)).unwrap();
+    }
+    let p2 = s2.replay().unwrap();
+    assert!(p2 > p1, "p1 {p1}, p2 {p2}");
+    let second = {
+        let s2 = Arc::clone(&s2);
+        std::thread::spawn(move || s2.shared.serve_join())
+    };
+    wait_for("s2 streams to j", || {
+        mb.ready.load(Ordering::SeqCst) == j_session && mb.chunk.load(Ordering::SeqCst) >= 1
+    });
+    assert_eq!(Log::ltail_of(&pod, j, j_life), Some(p2), "s2's pin");
+    // The log goes on past p2 before j's first replay.
+    s1.create(b"after", &value(7)).unwrap();
+    go.send(()).unwrap();
+    // s2 serves j's next life, if it asks, as its pump would.
+    while !joiner.is_finished() {
+        if mb.server.load(Ordering::SeqCst) == 0 {
+            let _ = s2.shared.serve_join();
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let joined = joiner.join().unwrap().expect("joined");
+    let _ = second.join().unwrap();
+    // Its `ltail` moves with its replay: the log goes on laps past it.
+    for i in 0..600u32 {
+        let key = i.to_le_bytes();
+        let done = s1.create(&key, &value(1)).and_then(|()| s1.delete(&key));
+        assert!(
+            done.is_ok(),
+            "append {i}: {done:?}; the joiner (life {}) applied {}, its ltail {:?} \
+             (p1 {p1}, p2 {p2})",
+            joined.shared.life,
+            joined.inspect().applied_position(),
+            Log::ltail_of(&pod, joined.shared.id, joined.shared.life)
+        );
+        joined.replay().unwrap();
+        s2.replay().unwrap();
+    }
+    // And has every object s2 has.
+    let objects = |host: &Host| {
+        let snapshot = host.inspect().replica_snapshot();
+        snapshot
+            .into_iter()
+            .map(|(key, entry)| (key, entry.slot, entry.stamp))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(objects(&joined), objects(&s2));
+    assert_eq!(
+        joined.shared.life,
+        j_life + 1,
+        "j joined again, as the id's next life"
+    );
+    std::mem::forget(s3);
+}
