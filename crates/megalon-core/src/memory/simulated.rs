@@ -16,8 +16,9 @@
 //!   back are in flight (other hosts' fills miss them) and a flushed line stays cached,
 //!   its stale bytes still served to this host's loads, as `clflushopt` and `clwb` are
 //!   ordered only by a fence, and only by one of the core that issued them (another
-//!   thread's fence, on this host, leaves them in flight). Now and then, at random, one
-//!   completes earlier;
+//!   thread's fence, on this host, leaves them in flight). Now and then, at random (at
+//!   an access, or right after a call that issues one), one completes earlier: two writes
+//!   to different lines reach memory in either order until the fence;
 //! - at random moments, driven by a seeded generator, a random line is evicted (written
 //!   back if dirty), and a full cache evicts a random line to make room.
 //!
@@ -641,6 +642,25 @@ impl SimulatedMemory {
         Self::for_each_line(offset, len, |line, _, _| {
             self.drop_line(cache, line);
         });
+        self.settle_after_issue(cache);
+    }
+
+    /// After a call that issues writes or flushes: now and then one of those in flight
+    /// completes, as at an access. Two of them to different lines are ordered by nothing
+    /// but a fence (the write-combining buffers drain in any order), so a later one may
+    /// reach memory first with no access of this host between it and the fence.
+    /// Half as often as at an access: at the most eager rate (one in one) a write issued
+    /// first would always complete before the next is issued.
+    fn settle_after_issue(&self, cache: &mut Cache) {
+        let one_in = self.config.settle_one_in.saturating_mul(2);
+        if one_in > 0
+            && !cache.in_flight.is_empty()
+            && next_random(&mut cache.rng).is_multiple_of(one_in)
+        {
+            let pick = next_random(&mut cache.rng) % cache.in_flight.len() as u64;
+            let line = cache.in_flight[pick as usize].line;
+            self.settle_line(cache, line);
+        }
     }
 
     /// See [`super::Memory::write_back`].
@@ -658,6 +678,7 @@ impl SimulatedMemory {
                 cache.stats.lines_written_back += 1;
             }
         });
+        self.settle_after_issue(&mut cache);
     }
 
     /// See [`super::Memory::write_non_temporal`].
@@ -690,6 +711,7 @@ impl SimulatedMemory {
             self.issue_write(&mut cache, line, bytes, mask, true);
             cache.stats.non_temporal_lines += 1;
         });
+        self.settle_after_issue(&mut cache);
     }
 
     /// See [`super::Memory::fence`]. Completes the flushes, write-backs and non-temporal
