@@ -177,7 +177,7 @@ const USAGE: &str =
     "usage: cargo xtask figures [--quick] [--scale F] [--only 4,7,...] [--seconds S]
                             [--threads PER_HOST] [--out DIR] [--numa] [--cxl | --memory M]
 
-  --quick     every figure at 1/25 of the default size, 0.3 s per run (about a minute)
+  --quick     every figure at 1/25 of the default size, 0.3 s per run (83 s on 2 cores)
   --scale F   F times the default size (1M objects, 1/18 of the paper's 18M)
   --only      some figures: 4 5 6 7 8 9 10 11 12 13 14 15 peers resp
   --seconds   seconds per run (default 3; 0.3 with --quick)
