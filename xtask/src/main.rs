@@ -826,6 +826,13 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
         )],
     ),
     (
+        "log-entry-fenced-before-alive",
+        &[(
+            "flush_sites",
+            "an_entrys_alive_word_never_reaches_memory_before_its_other_lines",
+        )],
+    ),
+    (
         "counterless-lock-is-a-write",
         &[(
             "narrow_reads",

@@ -130,6 +130,9 @@ pub enum Point {
     /// (`Host::create_noting_position`), before it writes its entries (which publishes
     /// them).
     AppendBeforeWrite,
+    /// A log write (`Log::write`), its entry's alive word stored, before the fence that
+    /// completes that store (another host may find the entry published meanwhile).
+    LogAfterAlive,
     /// An append, after its entries are published, before the replay that confirms them.
     AppendAfterPublish,
     /// Replay, between two entries (holding the index's write lock).

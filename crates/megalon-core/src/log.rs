@@ -553,8 +553,11 @@ impl Log {
         // leaves").
         mutants::store(memory, Step::LogWriteBackBeforePublish, offset, entry);
         // Every line of the entry is in memory before the alive word is.
-        memory.fence();
+        if !mutants::skipped(Step::LogEntryFencedBeforeAlive) {
+            memory.fence();
+        }
         memory.write_non_temporal(offset, &self.alive_value(position).to_ne_bytes());
+        Chaos::none().point(Point::LogAfterAlive);
         // The alive word is in memory before anything we do next (ctail, replies).
         memory.fence();
     }

@@ -251,6 +251,11 @@ pub enum Step {
     /// answers the next life's live claim "gone": its sender asks again while the live
     /// server serves it.
     RecovererChecksBeforeTheServersRing,
+    /// The log writer fences its entry's lines before it stores the entry's alive word.
+    /// Skipped, the alive word may reach memory before a later line of the entry (stores
+    /// to two lines are ordered by nothing else), and a reader that finds the entry
+    /// published copies that line's old bytes.
+    LogEntryFencedBeforeAlive,
     /// A claim of a free record for an allocation is a CAS from the free word it loaded.
     /// Skipped, it is a plain store: another host's claim of the same record since the
     /// load is overwritten, and two objects get one record.
@@ -350,6 +355,7 @@ impl Step {
         Step::RingSenderChecksItLives,
         Step::ClaimByCas,
         Step::WriteLockByCas,
+        Step::LogEntryFencedBeforeAlive,
         Step::CounterlessLockIsAWrite,
         Step::CreatorChecksBeforeItWritesTheSlot,
     ];
@@ -417,6 +423,7 @@ impl Step {
             Step::RingSenderChecksItLives => "ring-sender-checks-it-lives",
             Step::ClaimByCas => "claim-by-cas",
             Step::WriteLockByCas => "write-lock-by-cas",
+            Step::LogEntryFencedBeforeAlive => "log-entry-fenced-before-alive",
             Step::RecovererChecksBeforeItSetsTheIntent => {
                 "recoverer-checks-before-it-sets-the-intent"
             }
