@@ -38,9 +38,7 @@ fn leak(pod: &Arc<Pod>, id: u32) -> &'static Host {
 }
 
 fn recover_by_hand(pod: &Pod, dead: u32, r: &Host) {
-    for watcher in [r] {
-        watcher.inspect().watch_hosts();
-    }
+    r.inspect().watch_hosts();
     std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 2));
     let deadline = Instant::now() + Duration::from_secs(5);
     while pod.hosts().iter().any(|row| row.host == dead) {
@@ -436,7 +434,9 @@ fn an_entrys_alive_word_never_reaches_memory_before_its_other_lines() {
     let mut alive_seen = 0;
     for i in 0..64u8 {
         let key = [i; 48];
-        let seen: Rc<Cell<Option<(u64, Vec<u8>)>>> = Rc::default();
+        // The entry's position, and its bytes in memory when its alive word was stored.
+        type AtAlive = Option<(u64, Vec<u8>)>;
+        let seen: Rc<Cell<AtAlive>> = Rc::default();
         let in_hook = Rc::clone(&seen);
         chaos::with_hook(
             move |point| {
