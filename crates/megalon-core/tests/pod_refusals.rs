@@ -30,6 +30,23 @@ fn fake_device() -> (TempDir, PathBuf, u64) {
     (dir, path, total)
 }
 
+/// A stand-in device as `fake_device` makes, as long as a pod of a larger configuration
+/// (returned with its length) needs: the device, that configuration, its length, and the
+/// length `small_config` needs.
+fn device_of_a_larger_pod() -> (TempDir, PathBuf, PodConfig, u64, u64) {
+    let big = small_config().lnr_bytes(128 * PAGE_BYTES);
+    let resolved = big.resolved_for(&Backing::dax("/dev/dax0.0", 0));
+    let big_total = Layout::new(&resolved).unwrap().total_bytes;
+    let (dir, path, small_total) = fake_device();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(big_total)
+        .unwrap();
+    (dir, path, big, big_total, small_total)
+}
+
 /// Drops this process's `flock`s on `path` (every descriptor of it), as if the pod's
 /// hosts ran on another machine: the locks are this machine's only.
 fn unlock_as_if_elsewhere(path: &std::path::Path) {
@@ -53,16 +70,7 @@ fn unlock_as_if_elsewhere(path: &std::path::Path) {
 /// the live hosts: their row, log and objects are gone.
 #[test]
 fn dax_create_with_a_shorter_length_over_a_larger_pod_in_use_is_refused() {
-    let big = small_config().lnr_bytes(128 * PAGE_BYTES);
-    let resolved = big.resolved_for(&Backing::dax("/dev/dax0.0", 0));
-    let big_total = Layout::new(&resolved).unwrap().total_bytes;
-    let (_dir, path, small_total) = fake_device();
-    fs::OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_len(big_total)
-        .unwrap();
+    let (_dir, path, big, big_total, small_total) = device_of_a_larger_pod();
     assert!(small_total < big_total);
 
     let pod = Arc::new(Pod::create(&big, Backing::dax(&path, big_total)).unwrap());
@@ -121,16 +129,7 @@ fn create_over_a_pod_file_cut_short_is_refused_as_a_damaged_pod() {
 /// pod file cut short is replaced by `create_replacing`.
 #[test]
 fn a_larger_pod_with_no_live_host_and_a_cut_short_file_are_replaced_on_request() {
-    let big = small_config().lnr_bytes(128 * PAGE_BYTES);
-    let resolved = big.resolved_for(&Backing::dax("/dev/dax0.0", 0));
-    let big_total = Layout::new(&resolved).unwrap().total_bytes;
-    let (_dir, path, small_total) = fake_device();
-    fs::OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_len(big_total)
-        .unwrap();
+    let (_dir, path, big, big_total, small_total) = device_of_a_larger_pod();
     let pod = Pod::create(&big, Backing::dax(&path, big_total)).unwrap();
     drop(pod);
     let pod = Pod::create(&small_config(), Backing::dax(&path, small_total)).unwrap();

@@ -70,10 +70,7 @@ fn a_write_back_paused_past_its_lease_leaves_a_later_write_dirty() {
         "b's write was fsynced (Ok), the file holds {:?} (dirty pages before: {dirty})",
         String::from_utf8_lossy(&disk[..4])
     );
-    b.evict_page(file_b, 0).unwrap();
-    let mut buf = [0u8; 4];
-    b.read(file_b, 0, &mut buf).unwrap();
-    assert_eq!(&buf, b"BBBB");
+    evicted_then_read_as_bs(&b, file_b);
 }
 
 /// As above, but `b` also `fsync`s its write while `a` is paused: its bytes are in the
@@ -99,10 +96,7 @@ fn a_write_back_paused_past_its_lease_writes_nothing_over_a_later_fsync() {
         "b's write was fsynced (Ok), the file holds {:?} after a went on",
         String::from_utf8_lossy(&disk[..4])
     );
-    b.evict_page(file_b, 0).unwrap();
-    let mut buf = [0u8; 4];
-    b.read(file_b, 0, &mut buf).unwrap();
-    assert_eq!(&buf, b"BBBB");
+    evicted_then_read_as_bs(&b, file_b);
 }
 
 /// `a` paused past its lease right after its write-back looked that it still held the
@@ -141,10 +135,7 @@ fn a_write_back_past_its_lease_after_its_look_lands_before_a_later_fsync() {
             String::from_utf8_lossy(&disk[..4])
         );
     });
-    b.evict_page(file_b, 0).unwrap();
-    let mut buf = [0u8; 4];
-    b.read(file_b, 0, &mut buf).unwrap();
-    assert_eq!(&buf, b"BBBB");
+    evicted_then_read_as_bs(&b, file_b);
 }
 
 /// As above, but `b` evicts the page, whose release hook writes it back: the hook does
@@ -171,6 +162,14 @@ fn a_release_refused_while_a_write_back_past_its_lease_holds_the_page() {
         "the page was still cached"
     );
     assert_eq!(&on_disk(data.path())[..4], b"BBBB");
+    let mut buf = [0u8; 4];
+    b.read(file_b, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"BBBB");
+}
+
+/// `b` evicts page 0 and reads it back from the file: `b`'s `B`s.
+fn evicted_then_read_as_bs(b: &PageCache, file_b: megalon_pagecache::FileId) {
+    b.evict_page(file_b, 0).unwrap();
     let mut buf = [0u8; 4];
     b.read(file_b, 0, &mut buf).unwrap();
     assert_eq!(&buf, b"BBBB");
