@@ -913,15 +913,20 @@ fn a_writer_whose_record_was_locked_after_its_load_does_not_take_it_too() {
                 *hook_held.borrow_mut() = Some(b.write_start(b"k").expect("b locks k"));
             }
         },
-        || a.write_start(b"k").map(drop),
+        // A ticket a should not have is not ended: its end would unlock b's lock (and
+        // panic in a debug build, then again in b's ticket's drop: an abort, not a
+        // failure the mutants' run can read).
+        || a.write_start(b"k").map(std::mem::forget),
     );
+    // b's write ends first, whatever a got, so that a failed check below unwinds
+    // holding no ticket.
     let ticket = held.borrow_mut().take().expect("the hook ran");
+    ticket.write(0, &value(5)).unwrap();
+    b.write_end(ticket).unwrap();
     assert!(
         matches!(answer, Err(Error::RecordBusy { .. })),
         "a's write_start while b held k: {answer:?}"
     );
-    ticket.write(0, &value(5)).unwrap();
-    b.write_end(ticket).unwrap();
     assert_eq!(read(a, b"k"), value(5));
 }
 
