@@ -47,6 +47,17 @@ fn device_of_a_larger_pod() -> (TempDir, PathBuf, PodConfig, u64, u64) {
     (dir, path, big, big_total, small_total)
 }
 
+/// Cuts the file at `path` one page short (its header whole).
+fn cut_a_page_short(path: &std::path::Path) {
+    let total = fs::metadata(path).unwrap().len();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(total - PAGE_BYTES)
+        .unwrap();
+}
+
 /// Drops this process's `flock`s on `path` (every descriptor of it), as if the pod's
 /// hosts ran on another machine: the locks are this machine's only.
 fn unlock_as_if_elsewhere(path: &std::path::Path) {
@@ -103,13 +114,7 @@ fn create_over_a_pod_file_cut_short_is_refused_as_a_damaged_pod() {
     host.create(b"k", &[7; 64]).unwrap();
     drop(host);
     drop(pod);
-    let total = fs::metadata(&path).unwrap().len();
-    fs::OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_len(total - PAGE_BYTES)
-        .unwrap();
+    cut_a_page_short(&path);
     let opened = Pod::open(Backing::file(&path)).map(drop);
     assert!(
         matches!(opened, Err(Error::FileTooSmall { .. })),
@@ -139,13 +144,7 @@ fn a_larger_pod_with_no_live_host_and_a_cut_short_file_are_replaced_on_request()
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("pod");
     drop(Pod::create(&small_config(), Backing::file(&path)).unwrap());
-    let total = fs::metadata(&path).unwrap().len();
-    fs::OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_len(total - PAGE_BYTES)
-        .unwrap();
+    cut_a_page_short(&path);
     let pod = Pod::create_replacing(&small_config(), Backing::file(&path)).unwrap();
     drop(pod);
     assert!(Pod::open(Backing::file(&path)).is_ok());

@@ -43,6 +43,30 @@ fn start_host_with(dir: &Path, host: u32, workers: usize, env: &[(&str, &str)]) 
     host_process_with_env(dir, host, &extra, env)
 }
 
+/// Waits until `c`'s server counts one host joined (the other, stopped, declared dead
+/// and its row freed), at most `bound`.
+fn until_one_host_joined(c: &mut Client, bound: Duration) {
+    let stopped = Instant::now();
+    loop {
+        let joined = match c.cmd("INFO pod") {
+            OwnedFrame::BulkString(text) => String::from_utf8(text)
+                .unwrap()
+                .lines()
+                .find_map(|l| l.strip_prefix("hosts_joined:").map(str::to_string))
+                .unwrap(),
+            other => panic!("INFO pod: {other:?}"),
+        };
+        if joined == "1" {
+            return;
+        }
+        assert!(
+            stopped.elapsed() < bound,
+            "the stopped server was never declared dead"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A client whose replies may not come (its server killed): a short read timeout. A SET
 /// waits behind a stopped server up to the wait limit. When a worker ran one command
 /// at a time for all of its connections, a SET could come after two waits, another
@@ -424,22 +448,7 @@ fn a_server_declared_dead_while_it_lives_exits_and_restarts_as_its_next_life() {
     assert_eq!(ca.cmd("GET from-b"), bulk(b"1"));
     b.signal("STOP");
     // The survivor declares it dead once its lease (2 s) runs out: its row is freed.
-    let stopped = Instant::now();
-    let hosts_joined = |c: &mut Client| match c.cmd("INFO pod") {
-        OwnedFrame::BulkString(text) => String::from_utf8(text)
-            .unwrap()
-            .lines()
-            .find_map(|l| l.strip_prefix("hosts_joined:").map(str::to_string))
-            .unwrap(),
-        other => panic!("INFO pod: {other:?}"),
-    };
-    while hosts_joined(&mut ca) != "1" {
-        assert!(
-            stopped.elapsed() < Duration::from_secs(10),
-            "the stopped server was never declared dead"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    until_one_host_joined(&mut ca, Duration::from_secs(10));
     for i in 0..8 {
         assert_eq!(ca.call(&[b"SET", format!("s{i}").as_bytes(), b"a"]), ok());
     }
@@ -790,22 +799,7 @@ fn an_mget_that_fails_in_the_store_answers_one_error_not_an_array_of_them() {
     cb.stream
         .write_all(&Client::encode(&[b"MGET", b"k0", b"k1", b"k2"]))
         .unwrap();
-    let stopped = Instant::now();
-    let hosts_joined = |c: &mut Client| match c.cmd("INFO pod") {
-        OwnedFrame::BulkString(text) => String::from_utf8(text)
-            .unwrap()
-            .lines()
-            .find_map(|l| l.strip_prefix("hosts_joined:").map(str::to_string))
-            .unwrap(),
-        other => panic!("INFO pod: {other:?}"),
-    };
-    while hosts_joined(&mut ca) != "1" {
-        assert!(
-            stopped.elapsed() < Duration::from_secs(15),
-            "never declared dead"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    until_one_host_joined(&mut ca, Duration::from_secs(15));
     b.signal("CONT");
     let _ = b.wait_exit(Duration::from_secs(10));
     cb.stream

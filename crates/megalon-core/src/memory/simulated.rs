@@ -444,9 +444,7 @@ impl SimulatedMemory {
     fn settle_at_random(&self, cache: &mut Cache) {
         let one_in = self.config.settle_one_in;
         if !cache.in_flight.is_empty() && next_random(&mut cache.rng).is_multiple_of(one_in) {
-            let pick = next_random(&mut cache.rng) % cache.in_flight.len() as u64;
-            let line = cache.in_flight[pick as usize].line;
-            self.settle_line(cache, line);
+            self.settle_a_line_at_random(cache);
         }
         if !cache.flushing.is_empty() && next_random(&mut cache.rng).is_multiple_of(one_in) {
             let pick = next_random(&mut cache.rng) % cache.flushing.len() as u64;
@@ -657,10 +655,16 @@ impl SimulatedMemory {
             && !cache.in_flight.is_empty()
             && next_random(&mut cache.rng).is_multiple_of(one_in)
         {
-            let pick = next_random(&mut cache.rng) % cache.in_flight.len() as u64;
-            let line = cache.in_flight[pick as usize].line;
-            self.settle_line(cache, line);
+            self.settle_a_line_at_random(cache);
         }
+    }
+
+    /// Completes the writes in flight of one line, picked at random among them (some
+    /// must be in flight).
+    fn settle_a_line_at_random(&self, cache: &mut Cache) {
+        let pick = next_random(&mut cache.rng) % cache.in_flight.len() as u64;
+        let line = cache.in_flight[pick as usize].line;
+        self.settle_line(cache, line);
     }
 
     /// See [`super::Memory::write_back`].
