@@ -139,18 +139,29 @@ impl Inspect<'_> {
 
     /// The published entries at positions `from..to` (stopping at the first unpublished
     /// one). Positions below the log's head may have been recycled: asking for them is an
-    /// error.
+    /// error, and so is an entry the head passed while it was copied (the ring may have
+    /// written a later lap over it meanwhile).
     pub fn read_log(&self, from: u64, to: u64) -> Result<Vec<LoggedEvent>> {
-        let head = crate::memory::cxl::uncharged(|| Log::head(&self.host.shared.pod));
-        if from < head {
-            return Err(Error::LogRecycled { head });
+        let shared = &self.host.shared;
+        let below_head = |position: u64| {
+            let head = crate::memory::cxl::uncharged(|| Log::head(&shared.pod));
+            (position < head).then_some(Error::LogRecycled { head })
+        };
+        if let Some(recycled) = below_head(from) {
+            return Err(recycled);
         }
-        let mut entry = vec![0u8; self.host.shared.log.entry_bytes()];
+        let mut entry = vec![0u8; shared.log.entry_bytes()];
         let mut events = Vec::new();
         for position in from..to {
-            let shared = &self.host.shared;
             if !shared.log.read(&shared.memory, position, &mut entry) {
                 break;
+            }
+            // A seqlock's read side, as a replay's look at its `ltail` after a copy: the
+            // copy is whole only if the head has not passed the entry since (pairs with
+            // the Release fence in `Log::write`).
+            crate::sync::fence(Ordering::Acquire);
+            if let Some(recycled) = below_head(position) {
+                return Err(recycled);
             }
             let (host, event) = Event::decode(position, &entry)?;
             events.push(LoggedEvent {
