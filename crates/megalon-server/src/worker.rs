@@ -1,10 +1,15 @@
 //! A worker: a thread of a host, with its handle on the store, serving the connections
 //! the acceptor hands it from one readiness loop. Each connection reads what has
 //! arrived, runs every whole command in it, in order, and writes the replies before it
-//! reads more: a pipeline's replies go out in as few writes as it came in, and a client
-//! that does not read its replies stops being read (its memory stays bounded by one
-//! buffer of requests and their replies; one command's reply is built whole, so an MGET
-//! of many keys of large values holds up to its keys times the largest value).
+//! reads more: a pipeline's replies go out in as few writes as it came in. A client whose
+//! replies the socket does not take goes on being read, and its commands run, with their
+//! replies held, up to [`PENDING_OUTPUT_BYTES`] of them: clients that send a whole
+//! pipeline before they read a reply (redis-py's and Jedis's pipelines) stop reading
+//! until their write ends, and a server that stopped reading first would wait for them
+//! for good. Past that bound a client that does not read its replies stops being read
+//! (its memory stays bounded by the bound and one buffer of requests; one command's
+//! reply is built whole, so an MGET of many keys of large values holds up to its keys
+//! times the largest value).
 //!
 //! A command may wait in the store (a record held by a stopped host of another process,
 //! a full log: up to the wait limit, seconds). The loop does not wait with it: a
@@ -48,6 +53,10 @@ const TURN_BYTES: usize = 256 * 1024;
 const FLUSH_BYTES: usize = 64 * 1024;
 /// The output buffer a connection keeps between replies (a larger one is freed).
 const KEPT_OUTPUT_BYTES: usize = 64 * 1024;
+/// Replies a connection may hold unwritten while it goes on reading and running its
+/// client's commands (a client that sends a whole pipeline before it reads a reply).
+/// Past it, the connection is read no more until its client takes some.
+const PENDING_OUTPUT_BYTES: usize = 256 << 20;
 /// The waker's token (connections are 0..).
 const WAKER: Token = Token(usize::MAX);
 /// How often the relief watch looks at every worker. A turn it sees running at two looks
@@ -88,6 +97,14 @@ enum Turn {
     Closed,
 }
 
+/// How far [`Connection::run_buffered`] went.
+enum Ran {
+    /// Every whole command buffered ran (`replied`: at least one).
+    All { replied: bool },
+    /// It stopped with commands perhaps left: replies to write first, a quit, a stop.
+    Some,
+}
+
 /// One client.
 struct Connection {
     stream: Stream,
@@ -107,22 +124,42 @@ impl Connection {
     fn turn(&mut self, executor: &mut Executor, shutdown: &Shutdown) -> Turn {
         let mut read_this_turn = 0;
         loop {
+            let mut blocked = false;
             while self.written < self.out.len() {
                 match self.stream.write(&self.out[self.written..]) {
                     Ok(0) => return Turn::Closed,
                     Ok(n) => self.written += n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Turn::Wait,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        blocked = true;
+                        break;
+                    }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(_) => return Turn::Closed,
                 }
             }
-            self.out.clear();
-            self.written = 0;
-            if self.out.capacity() > KEPT_OUTPUT_BYTES {
-                self.out = Vec::with_capacity(KEPT_OUTPUT_BYTES);
-            }
-            if self.session.quit {
-                return Turn::Closed;
+            if blocked {
+                // The client does not take its replies yet: it may be sending the rest
+                // of a pipeline first (redis-py, Jedis), and stops reading replies until
+                // its write ends. Reading on (up to a bound) lets it end, as Redis does;
+                // stopping here left both sides waiting for the other for good.
+                if self.session.quit || self.out.len() - self.written >= PENDING_OUTPUT_BYTES {
+                    return Turn::Wait;
+                }
+                // The written front goes once it is at least half the buffer: each byte
+                // is moved a bounded number of times, however slowly the client reads.
+                if self.written >= KEPT_OUTPUT_BYTES && 2 * self.written >= self.out.len() {
+                    self.out.drain(..self.written);
+                    self.written = 0;
+                }
+            } else {
+                self.out.clear();
+                self.written = 0;
+                if self.out.capacity() > KEPT_OUTPUT_BYTES {
+                    self.out = Vec::with_capacity(KEPT_OUTPUT_BYTES);
+                }
+                if self.session.quit {
+                    return Turn::Closed;
+                }
             }
             // Stopping: the replies so far are written (as far as the socket takes them),
             // the commands behind them not run. A pipeline of creates each waiting for
@@ -130,8 +167,21 @@ impl Connection {
             if shutdown.requested() {
                 return Turn::Wait;
             }
-            if self.run_buffered(executor, shutdown) {
-                continue;
+            let limit = if blocked {
+                PENDING_OUTPUT_BYTES
+            } else {
+                FLUSH_BYTES
+            };
+            match self.run_buffered(executor, shutdown, limit) {
+                Ran::All { replied: false } => {}
+                Ran::All { replied: true } => {
+                    if !blocked {
+                        continue;
+                    }
+                }
+                // Replies enough to write first (or over the bound): the commands left
+                // stay buffered, and nothing is read until they run.
+                Ran::Some => continue,
             }
             if read_this_turn >= TURN_BYTES {
                 return Turn::Again;
@@ -153,11 +203,14 @@ impl Connection {
         }
     }
 
-    /// Runs the whole commands buffered (until the replies are large enough to write
-    /// first). Returns whether it replied to anything.
-    fn run_buffered(&mut self, executor: &mut Executor, shutdown: &Shutdown) -> bool {
+    /// Runs the whole commands buffered, until the replies not yet written reach
+    /// `limit` bytes (or the client quits, or the process stops).
+    fn run_buffered(&mut self, executor: &mut Executor, shutdown: &Shutdown, limit: usize) -> Ran {
         let mut replied = false;
-        while self.out.len() < FLUSH_BYTES && !self.session.quit && !shutdown.requested() {
+        loop {
+            if self.out.len() - self.written >= limit || self.session.quit || shutdown.requested() {
+                return Ran::Some;
+            }
             match self.reader.next() {
                 Next::Command(args) => {
                     self.running = Some(self.out.len());
@@ -174,11 +227,10 @@ impl Connection {
                         self.session.quit = true;
                     }
                 }
-                Next::More => break,
+                Next::More => return Ran::All { replied },
             }
             replied = true;
         }
-        replied
     }
 
     /// After a panic in this connection's turn: the replies before the command that

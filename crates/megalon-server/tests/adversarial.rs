@@ -1,10 +1,11 @@
 //! Adversarial clients and starts: a request that fills the input buffer to its last
-//! byte, a command refused part-way through its keys, two processes creating one pod
-//! file at once, `SHUTDOWN` with options.
+//! byte, a pipeline sent whole before its replies are read, a command refused part-way
+//! through its keys, two processes creating one pod file at once, `SHUTDOWN` with
+//! options.
 
 mod common;
 
-use std::io::Write as _;
+use std::io::{Read as _, Write as _};
 use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -78,6 +79,51 @@ fn a_request_that_fills_the_buffer_exactly_keeps_its_connection_and_worker() {
 /// command were refused) but the keys before it were deleted. MSET checks every key
 /// first for this reason ("a key or value over the limits sets nothing"); DEL deletes as
 /// it goes (command.rs `del`).
+/// A pipeline sent whole before any reply is read, as redis-py's `Pipeline.execute` and
+/// Jedis's `Pipeline.sync` send one (one blocking write of every command, then the
+/// replies): 20,000 GETs of a 4,000-byte value, 440 KB of requests and 80 MB of replies.
+/// The server once stopped reading a connection whose replies the socket did not take:
+/// its replies filled the socket toward the client, the client's requests the socket
+/// toward the server, and each waited for the other for good. Redis answers it at once.
+#[test]
+fn a_pipeline_sent_whole_before_its_replies_are_read_is_answered() {
+    let server = one_host(&["--workers", "1"]);
+    let mut bystander = server.client(0);
+    let value = vec![b'v'; 4000];
+    assert_eq!(bystander.call(&[b"SET", b"big", &value]), ok());
+
+    const GETS: usize = 20_000;
+    let pipeline = common::Client::encode(&[b"GET", b"big"]).repeat(GETS);
+    let reply_bytes = GETS * (format!("${}\r\n", value.len()).len() + value.len() + 2);
+    let mut stream = UnixStream::connect(&server.sockets[0]).expect("connect");
+    stream
+        .set_write_timeout(Some(Duration::from_secs(10)))
+        .expect("a write timeout");
+    let started = Instant::now();
+    let written = stream.write_all(&pipeline);
+    assert!(
+        written.is_ok(),
+        "the pipeline's {} bytes were not taken in {:?} ({written:?}): the server stopped \
+         reading them while its replies waited",
+        pipeline.len(),
+        started.elapsed()
+    );
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("a read timeout");
+    let (mut got, mut buf) = (0, vec![0; 1 << 20]);
+    while got < reply_bytes {
+        match stream.read(&mut buf) {
+            Ok(0) => panic!("closed after {got} bytes of replies"),
+            Ok(n) => got += n,
+            Err(e) => panic!("after {got} bytes of replies: {e}"),
+        }
+    }
+    assert_eq!(got, reply_bytes);
+    // The worker's other connection is served as before.
+    assert_eq!(bystander.cmd("GET big"), bulk(&value));
+}
+
 #[test]
 fn a_refused_del_deletes_nothing() {
     let server = one_host(&["--slot-bytes", "256", "--max-key-bytes", "16"]);
