@@ -503,6 +503,30 @@ fn the_next_write_of_a_host_ends_its_own_failed_all_log_unlock() {
     }
 }
 
+/// An AllLog write whose `Unlock` was refused leaves the replicated lock with its host
+/// until that host appends it again: on a host run without a pump, its `replay` (what
+/// the pump does each round) does, as `Inspect::settle_pending` does. It once did not:
+/// the lock stayed held, and the other host's writes waited, until a write of the same
+/// host.
+#[test]
+fn a_replay_of_a_host_without_a_pump_appends_its_refused_all_log_unlock() {
+    let (_pod, a, b) = all_log_pair();
+    a.create(b"k", &value(1)).unwrap();
+    let t = a.write_start(b"k").unwrap();
+    t.write(0, &value(2)).unwrap();
+    chaos::fail_next_appends(&[Fault::Refuse]);
+    let r = a.write_end(t);
+    chaos::clear_forced_faults();
+    assert!(r.is_ok(), "{r:?}");
+    let held = |h: &Host| h.inspect().replicated_lock(b"k").unwrap().unwrap().holder;
+    assert!(held(&b).is_some(), "the refused unlock left the lock held");
+    a.replay().unwrap();
+    b.replay().unwrap();
+    assert_eq!(held(&b), None, "a's replay appended its unlock");
+    b.write(b"k", &value(3)).unwrap();
+    assert_eq!(read(&a, b"k"), value(3));
+}
+
 /// An AllLog write whose `Lock` landed behind another host's hole (its confirm gave up),
 /// then its host leaves. The leave's settle cannot pass the hole; the hole is filled
 /// while the leave's `HostLeft` waits, so that confirm applies the `Lock` (it won), whose

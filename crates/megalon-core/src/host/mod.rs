@@ -330,12 +330,15 @@ impl Host {
             .with_counters(|c| self.shared.delete(key, no_wait, c))
     }
 
-    /// Applies every published log entry this replica has not applied yet, serves slot
-    /// requests addressed to this host, and acknowledges a freeze of the record width
-    /// under way (what the pump does each round, for a host run without one). Returns the
-    /// position applied up to.
+    /// Applies every published log entry this replica has not applied yet, does the work
+    /// settles left for later (a lost claim's record to free, a replicated unlock to
+    /// append again), serves slot requests addressed to this host, and acknowledges a
+    /// freeze of the record width under way (what the pump does each round, for a host
+    /// run without one; the pump also reclaims records). Returns the position applied up
+    /// to.
     pub fn replay(&self) -> Result<u64> {
         let position = self.shared.replay(None)?;
+        self.shared.run_deferred();
         self.shared.serve_grants()?;
         self.shared.acknowledge_freeze()?;
         Ok(position)
