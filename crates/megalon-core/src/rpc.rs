@@ -622,7 +622,8 @@ impl RingGeometry {
                     // settled nothing. The ticket is its own now, and nobody else's to
                     // settle: it withdraws it (the server skips it) and sends nothing. (A
                     // CAS from the free state: settled since, it is left as it is.)
-                    tally.scr_atomics(1);
+                    // The look at the word this thread's CAS took a moment ago is a hit in
+                    // the coherent cache unless a recovery moved it: not counted.
                     if word.load(Ordering::SeqCst) != sender {
                         let _ = self.state(pod, ticket).compare_exchange(
                             state,
@@ -684,8 +685,9 @@ impl RingGeometry {
             .saturating_mul(2);
         // What the last poll found: a poll that finds the same reads a line nobody changed
         // since, a hit in the coherent cache, and is not counted (as a server's poll that
-        // finds nothing). A wait counts the moves of the entry it sees, not its spins.
-        let mut last = None;
+        // finds nothing). A wait counts the moves of the entry it sees, not its spins. The
+        // first finds the request this sender published, unless the server moved it.
+        let mut last = Some(pack(ticket, REQUEST));
         loop {
             // Acquire: pairs with the server's Release in `respond`.
             let now = state.load(Ordering::Acquire);
