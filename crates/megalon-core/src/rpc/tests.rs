@@ -387,11 +387,7 @@ fn a_long_wait_for_an_answer_counts_the_lines_that_changed_not_its_polls() {
 fn a_senders_wait_for_its_answer_yields_and_never_spins() {
     let spun = || crate::backoff::SPUN_ROUNDS.with(std::cell::Cell::get);
     let before = spun();
-    assert_eq!(
-        counts_of_a_call_answered_at(20),
-        (8, 6),
-        "(sender, server)"
-    );
+    assert_eq!(counts_of_a_call_answered_at(20), (8, 6), "(sender, server)");
     assert_eq!(spun() - before, 0, "rounds of the wait that spun");
 }
 
