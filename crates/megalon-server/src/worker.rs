@@ -173,15 +173,12 @@ impl Connection {
                 FLUSH_BYTES
             };
             match self.run_buffered(executor, shutdown, limit) {
-                Ran::All { replied: false } => {}
-                Ran::All { replied: true } => {
-                    if !blocked {
-                        continue;
-                    }
-                }
                 // Replies enough to write first (or over the bound): the commands left
                 // stay buffered, and nothing is read until they run.
                 Ran::Some => continue,
+                // Replies to write, to a socket that may take them.
+                Ran::All { replied: true } if !blocked => continue,
+                Ran::All { .. } => {}
             }
             if read_this_turn >= TURN_BYTES {
                 return Turn::Again;
