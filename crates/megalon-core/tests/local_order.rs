@@ -170,13 +170,19 @@ fn run(seed: u64, ops: usize, chaos: bool) {
     );
 }
 
-#[test]
-fn reads_on_any_host_never_go_behind_an_acknowledged_update() {
+/// [`run`] over `LOCAL_ORDER_SEEDS` seeds (3) of `LOCAL_ORDER_OPS` operations a thread
+/// (2000).
+fn runs(chaos: bool) {
     let seeds: u64 = common::env_var("LOCAL_ORDER_SEEDS").unwrap_or(3);
     let ops: usize = common::env_var("LOCAL_ORDER_OPS").unwrap_or(2000);
     for seed in 1..=seeds {
-        run(seed, ops, false);
+        run(seed, ops, chaos);
     }
+}
+
+#[test]
+fn reads_on_any_host_never_go_behind_an_acknowledged_update() {
+    runs(false);
 }
 
 /// The same under schedule chaos: preemptions at every point, appends refused or left
@@ -184,9 +190,5 @@ fn reads_on_any_host_never_go_behind_an_acknowledged_update() {
 #[cfg(feature = "chaos")]
 #[test]
 fn under_chaos_reads_never_go_behind_an_acknowledged_update() {
-    let seeds: u64 = common::env_var("LOCAL_ORDER_SEEDS").unwrap_or(3);
-    let ops: usize = common::env_var("LOCAL_ORDER_OPS").unwrap_or(2000);
-    for seed in 1..=seeds {
-        run(seed, ops, true);
-    }
+    runs(true);
 }

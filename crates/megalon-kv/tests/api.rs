@@ -154,3 +154,33 @@ fn the_report_counts_what_the_store_did() {
     let scr: u64 = run.scr.iter().map(|(_, bytes)| bytes).sum();
     assert_eq!(scr, 16 << 10, "SCR uses add up to its size");
 }
+
+/// The empty key, keys of the longest length of all-zero and all-one bytes, and a key of
+/// one zero byte: each a distinct object, on both hosts.
+#[test]
+fn empty_and_longest_keys_round_trip() {
+    let store = store();
+    let (mut a, mut b) = (store.handle(0).expect("a"), store.handle(1).expect("b"));
+    for key in [&b""[..], &[0u8; 24][..], &[0xffu8; 24][..], &[0u8][..]] {
+        assert_eq!(a.get(key).expect("get"), None, "{key:?}");
+        a.insert(key, b"v1").expect("insert");
+        assert_eq!(
+            b.get(key).expect("get").as_deref(),
+            Some(&b"v1"[..]),
+            "{key:?}"
+        );
+        b.put(key, b"v2").expect("put");
+        assert_eq!(
+            a.get(key).expect("get").as_deref(),
+            Some(&b"v2"[..]),
+            "{key:?}"
+        );
+        b.delete(key).expect("delete");
+        assert_eq!(a.get(key).expect("get"), None, "{key:?}");
+        a.put(key, b"v3").expect("put");
+    }
+    assert_eq!(
+        store.scheme().hosts()[0].object_count().expect("a count"),
+        4
+    );
+}
