@@ -249,16 +249,24 @@ impl Executor {
                 session.quit = true;
             }
             b"shutdown" => {
-                let mut abort = false;
+                let (mut abort, mut save, mut nosave) = (false, false, false);
                 for option in args.from(1) {
                     if option.eq_ignore_ascii_case(b"abort") {
                         abort = true;
-                    } else if ![&b"nosave"[..], b"save", b"now", b"force"]
+                    } else if option.eq_ignore_ascii_case(b"save") {
+                        save = true;
+                    } else if option.eq_ignore_ascii_case(b"nosave") {
+                        nosave = true;
+                    } else if ![&b"now"[..], b"force"]
                         .iter()
                         .any(|o| option.eq_ignore_ascii_case(o))
                     {
                         return resp::error(out, format_args!("{SYNTAX}"));
                     }
+                }
+                // Redis's illegal combination: nothing stops.
+                if save && nosave {
+                    return resp::error(out, format_args!("{SYNTAX}"));
                 }
                 if abort {
                     // Nothing is ever pending: a shutdown here is immediate.

@@ -200,8 +200,9 @@ fn two_processes_started_together_on_a_new_pod_file_both_serve() {
 
 /// `SHUTDOWN ABORT` (Redis 7.0, which the server says it is) cancels a shutdown in
 /// progress and answers `-ERR No shutdown in progress.` when there is none; `SHUTDOWN`
-/// with an option Redis does not know is a syntax error. Neither stops the server (both
-/// did: a client meaning to cancel stopped every host of the process).
+/// with an option Redis does not know, or with both `SAVE` and `NOSAVE`, is a syntax
+/// error. None stops the server (each did: a client's refused command stopped every
+/// host of the process).
 #[test]
 fn shutdown_abort_does_not_shut_the_server_down() {
     let dir = scratch_dir();
@@ -227,6 +228,17 @@ fn shutdown_abort_does_not_shut_the_server_down() {
         Some(err("ERR syntax error")),
         "SHUTDOWN BOGUS"
     );
+    // SAVE with NOSAVE, in any order: Redis's illegal combination.
+    let combinations: [&[&[u8]]; 3] = [
+        &[b"SHUTDOWN", b"NOSAVE", b"SAVE"],
+        &[b"SHUTDOWN", b"save", b"nosave"],
+        &[b"SHUTDOWN", b"NOSAVE", b"NOW", b"SAVE"],
+    ];
+    for command in combinations {
+        c.send(command);
+        let shown = String::from_utf8_lossy(&command.join(&b" "[..])).into_owned();
+        assert_eq!(c.try_recv(), Some(err("ERR syntax error")), "{shown}");
+    }
     assert_eq!(
         server.client(0).cmd("PING"),
         OwnedFrame::SimpleString(b"PONG".to_vec())
