@@ -170,6 +170,19 @@ enum Existing {
     Replace,
 }
 
+/// [`Error::NeedsUndoImages`] for local partitions without undo images, which a shared
+/// pod cannot have: a process killed while it moves an object back leaves part of each
+/// value, and no read can tell.
+#[cfg(not(megalon_loom))]
+fn refuse_partitions_without_undo_images(config: &PodConfig) -> Result<()> {
+    if config.crash_safety == CrashSafety::Off && config.partition_after_accesses > 0 {
+        return Err(Error::NeedsUndoImages {
+            parameter: "partition_after_accesses",
+        });
+    }
+    Ok(())
+}
+
 /// [`Error::PodInUse`] for the pod on `backing`, naming its live hosts if it can be read.
 #[cfg(not(megalon_loom))]
 fn in_use(backing: &Backing) -> Error {
@@ -289,13 +302,8 @@ impl Pod {
         format: impl FnOnce(&Pod),
     ) -> Result<Pod> {
         let layout = Layout::new(&config.resolved_for(&backing))?;
-        if !matches!(backing.kind, BackingKind::Heap)
-            && layout.config.crash_safety == CrashSafety::Off
-            && layout.config.partition_after_accesses > 0
-        {
-            return Err(Error::NeedsUndoImages {
-                parameter: "partition_after_accesses",
-            });
+        if !matches!(backing.kind, BackingKind::Heap) {
+            refuse_partitions_without_undo_images(&layout.config)?;
         }
         let total = layout.total_bytes;
         check_numa_node(backing.numa_node)?;
@@ -576,6 +584,14 @@ impl Pod {
             }
         };
         let (header, layout) = PodHeader::decode(&header_bytes, &path)?;
+        // Every pod opened is shared: a header written by another build or by hand may
+        // break the rule `create_on` keeps.
+        if let Err(refused) = refuse_partitions_without_undo_images(&layout.config) {
+            return Err(Error::HeaderInvalid {
+                path,
+                reason: Box::new(refused),
+            });
+        }
         if file_bytes < layout.total_bytes {
             return Err(Error::FileTooSmall {
                 path,

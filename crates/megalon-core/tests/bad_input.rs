@@ -14,8 +14,8 @@ use megalon_core::{
         LOG_FORMAT_VERSION, MAGIC, MAX_HOSTS_LIMIT, MAX_KEY_BYTES_LIMIT, MAX_SLOT_SIZE_BYTES,
         MIN_LOG_CAPACITY_ENTRIES, PAGE_BYTES,
     },
-    numa_nodes, Backing, Coherence, Error, Host, HostOptions, Join, Layout, MemoryKind, Pod,
-    PodConfig, Region,
+    numa_nodes, Backing, Coherence, CrashSafety, Error, Host, HostOptions, Join, Layout,
+    MemoryKind, Pod, PodConfig, Region,
 };
 use tempfile::TempDir;
 
@@ -771,6 +771,32 @@ fn open_unknown_coherence_mode() {
     };
     assert!(
         matches!(*reason, Error::UnknownCoherence { found: 7 }),
+        "{reason:?}"
+    );
+}
+
+/// A header (checksum and all) that says local partitions without undo images: what
+/// `Pod::create` refuses on every shared backing (a process killed while it moves an
+/// object back leaves part of each value, and no read can tell). Another build's file, or
+/// a header written by hand, opened and its hosts moved objects with nothing to restore
+/// them from.
+#[test]
+fn open_partitions_without_undo_images() {
+    const PARTITION_AFTER_ACCESSES_AT: usize = 96;
+    let config = small_config()
+        .rpc_ring_entries(4)
+        .crash_safety(CrashSafety::Off);
+    let (_dir, _path, error) = open_with_header_field(&config, PARTITION_AFTER_ACCESSES_AT, 2);
+    let Error::HeaderInvalid { reason, .. } = error else {
+        panic!("expected HeaderInvalid, got {error:?}");
+    };
+    assert!(
+        matches!(
+            *reason,
+            Error::NeedsUndoImages {
+                parameter: "partition_after_accesses"
+            }
+        ),
         "{reason:?}"
     );
 }
