@@ -583,10 +583,16 @@ impl Layout {
         }
     }
 
+    /// Where the log's entries end: a new pod's format zeroes everything below it (the
+    /// header region, the SCR, the log).
+    pub fn log_end(&self) -> u64 {
+        self.log_offset + self.config.log_capacity_entries * self.log_entry_bytes
+    }
+
     /// Every region as `(name, offset, bytes)`, in address order (the application's
     /// regions only when configured).
     pub fn regions(&self) -> Vec<(&'static str, u64, u64)> {
-        let log_bytes = self.config.log_capacity_entries * self.log_entry_bytes;
+        let log_bytes = self.log_end() - self.log_offset;
         let hosts = u64::from(self.config.max_hosts);
         vec![
             ("header", 0, HEADER_REGION_BYTES),

@@ -333,6 +333,7 @@ impl Pod {
                     .open(&path)
                     .map_err(io_error("opening", &path))?;
                 check_regular_file_len(&file, &path, len_bytes)?;
+                pod_file::refuse_sparse_without_room(&file, &path, total)?;
                 // Held while the header is written: an opener waits for it whole.
                 if !pod_file::lock(&file, libc::LOCK_EX | libc::LOCK_NB, &path)?
                     && existing == Existing::RefuseInUse
@@ -369,7 +370,9 @@ impl Pod {
     ) -> Result<Pod> {
         pod_file::refuse_other_than_a_regular_file(path)?;
         let total = layout.total_bytes;
-        pod_file::refuse_without_room(path, total)?;
+        // The new file's format touches what is below the log's end.
+        let replaced_gives_room = existing == Existing::RefuseInUse;
+        pod_file::refuse_without_room(path, total, layout.log_end(), replaced_gives_room)?;
         let (mut new, file) = pod_file::NewFile::beside(path)?;
         // In use from the start: a creator that finds it at the path leaves it.
         pod_file::lock(&file, libc::LOCK_SH, &new.path)?;
@@ -624,8 +627,7 @@ impl Pod {
     #[cfg(not(megalon_loom))]
     fn initialize(&self) {
         let layout = &self.layout;
-        let log_end =
-            layout.log_offset + layout.config.log_capacity_entries * layout.log_entry_bytes;
+        let log_end = layout.log_end();
         for offset in (0..log_end).step_by(8) {
             self.word(offset).store(0, crate::sync::Ordering::Relaxed);
         }

@@ -81,9 +81,19 @@ pub(crate) fn refuse_other_than_a_regular_file(path: &Path) -> Result<()> {
 /// Refuses a pod of `total_bytes` in the file system of `path` when it has less room
 /// than that: a pod file is sparse, and a page that finds no room when it is first
 /// touched kills the process (`SIGBUS`), on tmpfs say. (Room taken by others later
-/// still can; the pod is not reserved up front, which would commit its whole size.) A
-/// file at `path`, which the new pod replaces, gives its room back.
-pub(crate) fn refuse_without_room(path: &Path, total_bytes: u64) -> Result<()> {
+/// still can; the pod is not reserved up front, which would commit its whole size.)
+///
+/// A file at `path`, which the new pod replaces, gives its room back only once the new
+/// file has taken its path, and only if no process maps it (`replaced_gives_room`: a
+/// [`Pod::create`](crate::Pod::create), which refuses a pod in use). So the
+/// `format_bytes` the new pod's format touches before that must fit in the room free
+/// now.
+pub(crate) fn refuse_without_room(
+    path: &Path,
+    total_bytes: u64,
+    format_bytes: u64,
+    replaced_gives_room: bool,
+) -> Result<()> {
     let dir = path
         .parent()
         .filter(|dir| !dir.as_os_str().is_empty())
@@ -96,17 +106,51 @@ pub(crate) fn refuse_without_room(path: &Path, total_bytes: u64) -> Result<()> {
     if unsafe { libc::statvfs(c_dir.as_ptr(), &mut stats) } != 0 {
         return Ok(());
     }
-    #[allow(clippy::useless_conversion)] // u64 on 64-bit Linux, not everywhere
-    let available_bytes = u64::from(stats.f_bavail).saturating_mul(u64::from(stats.f_frsize));
+    let free_bytes = free_bytes(&stats);
+    refuse_past(path, format_bytes, free_bytes)?;
     let replaced_bytes = std::fs::symlink_metadata(path)
         .ok()
-        .filter(|old| old.is_file())
+        .filter(|old| old.is_file() && replaced_gives_room)
         .map_or(0, |old| old.blocks().saturating_mul(512));
-    let available_bytes = available_bytes.saturating_add(replaced_bytes);
-    if available_bytes < total_bytes {
+    refuse_past(path, total_bytes, free_bytes.saturating_add(replaced_bytes))
+}
+
+/// Refuses a pod of `total_bytes` on `file`, a regular file standing for a DAX device
+/// ([`Backing::dax`](crate::Backing::dax) maps any existing file), when the pages it has
+/// not taken yet do not fit in its file system's room: a sparse file on a full tmpfs
+/// kills the process at the format's first touch. A device passes.
+pub(crate) fn refuse_sparse_without_room(file: &File, path: &Path, total_bytes: u64) -> Result<()> {
+    let Ok(metadata) = file.metadata() else {
+        return Ok(());
+    };
+    if !metadata.is_file() {
+        return Ok(());
+    }
+    // SAFETY: fstatvfs(3) fills `stats`, a plain struct, from a descriptor we own.
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatvfs(file.as_raw_fd(), &mut stats) } != 0 {
+        return Ok(());
+    }
+    let taken_bytes = metadata.blocks().saturating_mul(512);
+    refuse_past(
+        path,
+        total_bytes,
+        free_bytes(&stats).saturating_add(taken_bytes),
+    )
+}
+
+/// The room `stats` gives an unprivileged writer.
+fn free_bytes(stats: &libc::statvfs) -> u64 {
+    #[allow(clippy::useless_conversion)] // u64 on 64-bit Linux, not everywhere
+    u64::from(stats.f_bavail).saturating_mul(u64::from(stats.f_frsize))
+}
+
+/// [`Error::NoRoomForPod`] when `needed_bytes` are more than `available_bytes`.
+fn refuse_past(path: &Path, needed_bytes: u64, available_bytes: u64) -> Result<()> {
+    if available_bytes < needed_bytes {
         return Err(Error::NoRoomForPod {
             path: path.to_owned(),
-            needed_bytes: total_bytes,
+            needed_bytes,
             available_bytes,
         });
     }
