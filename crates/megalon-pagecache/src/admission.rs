@@ -309,6 +309,20 @@ impl Inner {
             // took effect, the page is ours to name in its owner line (or the clock hand
             // would find it only once a sweep that found nothing repairs the lines).
             Err(error) => {
+                // The core notes the create's position (never 0) once it has one, before
+                // its entry is written, and never after the call returned: a position
+                // word still 0 is a create that never reached the log (its slot, say,
+                // was refused), whose outcome is known. Kept as unknown, its entry would
+                // count on every host as an admission in progress until this host next
+                // counted the pages, which a host that then only hits never does.
+                let noted = self
+                    .shared
+                    .pod
+                    .scr_u64(reservation.note_at())
+                    .load(Ordering::SeqCst);
+                if noted == 0 {
+                    return Err(error.into());
+                }
                 let (_, _, tail) = self.host.inspect().log_cursors();
                 match self.cached_after_failure(key, called) {
                     Ok(Some(true)) => {}

@@ -155,6 +155,64 @@ fn admissions_left_unknown_behind_a_hole_do_not_keep_every_entry() {
     assert_eq!(a.cached_pages(), cached);
 }
 
+/// Host `a` misses on a page while `b` holds a hole in the log (paused between its
+/// reservation and its publish). `a`'s create is refused before it gets a log position
+/// (its slot request waits behind the hole: `ReplayStalled`), so nothing was created,
+/// but `a` cannot tell yet (the log is behind the hole) and keeps the admission's entry
+/// as one of unknown outcome, its position word 0. The hole fills; `a` then does nothing
+/// more (a host that only hits would do the same). Every other host goes on counting
+/// `a`'s entry as an admission in progress (position 0: "not noted yet"): `b`'s cache of
+/// 2 pages holds 1, each admission evicting the page before it for room that is there,
+/// for as long as `a` makes no admission of its own (only `a`'s own count frees it).
+#[test]
+fn an_admission_refused_before_the_log_costs_no_room_while_its_host_is_idle() {
+    let pod = heap_pod(&PageCacheConfig::new(2).max_hosts(2));
+    let data = data_file(16 * PAGE);
+    let a = join(&pod, opts());
+    let b = join(&pod, opts());
+    let fa = a.open(data.path()).unwrap();
+    let fb = b.open(data.path()).unwrap();
+    let (paused_tx, paused_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let b = &b;
+        let pauser = s.spawn(move || {
+            let mut paused = false;
+            chaos::with_hook(
+                move |point| {
+                    if point == Point::AppendAfterReserve && !paused {
+                        paused = true;
+                        paused_tx.send(()).unwrap();
+                        go_rx.recv().unwrap();
+                    }
+                },
+                || {
+                    let mut buf = [0u8; 4];
+                    b.read(fb, 15 * PAGE as u64, &mut buf)
+                },
+            )
+        });
+        paused_rx.recv().unwrap();
+        let mut buf = [0u8; 4];
+        let behind = a.read(fa, 0, &mut buf);
+        assert!(behind.is_err(), "a's admission behind the hole: {behind:?}");
+        go_tx.send(()).unwrap();
+        pauser.join().unwrap().expect("b's admission");
+    });
+    // The hole is filled; a stays idle (no call that counts pages on a).
+    let mut buf = [0u8; 4];
+    for page in [7u64, 8] {
+        b.read(fb, page * PAGE as u64, &mut buf).unwrap();
+    }
+    let cached: Vec<u64> = (0..16).filter(|&p| b.is_cached(fb, p).unwrap()).collect();
+    let counted = b.cached_pages();
+    assert_eq!(
+        cached,
+        [7, 8],
+        "a cache of 2 pages holds {cached:?}; b counts {counted} pages in use"
+    );
+}
+
 /// How long `call` on host a takes while host b is paused between its reservation of a
 /// log position and its publish (a hole every append of a's after it waits behind), and
 /// what it answered. a first reads and evicts pages 40 and 41 (slots of its own) and
