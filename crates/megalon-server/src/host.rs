@@ -307,11 +307,15 @@ impl HostServer {
                 line("megalon_command_panics", &self.command_panics()),
             ],
         );
+        let (log_head, _, log_tail) = self.host().inspect().log_cursors();
         section(
             "Pod",
             &[
                 line("host", &self.host_id),
                 line("hosts_joined", &self.store.scheme().pod().hosts().len()),
+                line("log_capacity_entries", &config.log_capacity_entries),
+                line("log_head", &log_head),
+                line("log_tail", &log_tail),
                 line("max_hosts", &config.max_hosts),
                 line("scr_bytes", &config.scr_bytes),
                 line("lnr_bytes", &config.lnr_bytes),

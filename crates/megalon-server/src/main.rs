@@ -215,7 +215,11 @@ fn join_pod(
             return Ok(None);
         }
         match Host::join(pod, which, options.clone()) {
-            Err(megalon_core::Error::HostTaken { .. }) if backoff.snooze() => {
+            // A full table may hold a row of a killed process, freed as a taken id is:
+            // a server started in its place without `--host` waits for it too.
+            Err(
+                megalon_core::Error::HostTaken { .. } | megalon_core::Error::HostTableFull { .. },
+            ) if backoff.snooze() => {
                 if let (None, Join::As(wanted)) = (&helper, which) {
                     // The id may have been freed since: a helper that took it leaves it
                     // at once (it is free again for the next try).

@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{bulk, host_process_with_env, ok, run_to_exit, scratch_dir, Client, Server};
+use common::{
+    bulk, host_process, host_process_with_env, ok, run_to_exit, scratch_dir, Client, Server,
+};
 use redis_protocol::resp2::types::OwnedFrame;
 
 /// The wait limit the servers run with: an op may take this long at most (and a little).
@@ -41,6 +43,19 @@ fn start_host_with(dir: &Path, host: u32, workers: usize, env: &[(&str, &str)]) 
         &wait,
     ];
     host_process_with_env(dir, host, &extra, env)
+}
+
+/// The number `c`'s server gives for `field` in `INFO pod`.
+fn info_field(c: &mut Client, field: &str) -> u64 {
+    let OwnedFrame::BulkString(text) = c.cmd("INFO pod") else {
+        panic!("INFO pod");
+    };
+    let prefix = format!("{field}:");
+    String::from_utf8(text)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()).map(|v| v.parse().unwrap()))
+        .unwrap_or_else(|| panic!("no {field} in INFO pod"))
 }
 
 /// Waits until `c`'s server counts one host joined (the other, stopped, declared dead
@@ -677,41 +692,45 @@ fn a_server_stopped_mid_churn_holds_up_the_survivor_at_most_the_wait_limit() {
     }
 }
 
-/// Both servers of a pod SIGKILLed (an OOM killer, a power-cycled container) after the
-/// log has wrapped, then one started again on the pod file: does it serve what the pod
-/// holds, or refuse with a clear error?
+/// Both servers of a pod SIGKILLed (an OOM killer, a power-cycled container), then one
+/// started again on the pod file. Before the log has recycled, the restart recovers a
+/// dead host itself, takes its id and serves what the pod holds. After (a log of 256
+/// entries, 600 creates and deletes), no live host holds the index to send it, and the
+/// restart refuses with that reason, as the README says. (This round's load once only
+/// set keys it had deleted and deleted keys it had not set: 20,000 operations appended
+/// about 300 entries to a log of 16,384, and the round never wrapped.)
 #[test]
 fn every_server_killed_then_one_started_again() {
     for wrap in [false, true] {
         let dir = scratch_dir();
-        let mut a = start_host(dir.path(), 0);
-        let mut b = start_host(dir.path(), 1);
+        let wait = WAIT_LIMIT_MS.to_string();
+        let extra = [
+            "--lnr-mib",
+            "16",
+            "--log-entries",
+            "256",
+            "--wait-limit-ms",
+            &wait,
+        ];
+        let mut a = host_process(dir.path(), 0, &extra);
+        let mut b = host_process(dir.path(), 1, &extra);
         let mut c = a.client(0);
-        let n = if wrap { 20_000 } else { 50 };
-        for i in 0..n {
-            let key = format!("k{}", i % 300);
-            if i % 2 == 1 {
-                c.call(&[b"DEL", key.as_bytes()]);
-            } else {
-                assert_eq!(
-                    c.call(&[b"SET", key.as_bytes(), i.to_string().as_bytes()]),
-                    ok()
-                );
-            }
+        let rounds = if wrap { 300 } else { 20 };
+        for i in 0..rounds {
+            let key = format!("k{i}");
+            assert_eq!(c.call(&[b"SET", key.as_bytes(), b"v"]), ok());
+            assert_eq!(c.call(&[b"DEL", key.as_bytes()]), OwnedFrame::Integer(1));
         }
         assert_eq!(c.cmd("SET last one"), ok());
         assert_eq!(b.client(0).cmd("GET last"), bulk(b"one"));
+        let head = info_field(&mut c, "log_head");
+        assert_eq!(head > 0, wrap, "the log's head at {head}");
         a.signal("KILL");
         b.signal("KILL");
         while a.exited().is_none() || b.exited().is_none() {
             std::thread::sleep(Duration::from_millis(5));
         }
         let pod = dir.path().join("pod");
-        let (status2, text2) = run_to_exit(
-            &["--pod", pod.to_str().unwrap(), "--wait-limit-ms", "3000"],
-            &dir.path().join("any{host}.sock"),
-        );
-        eprintln!("wrap {wrap}, no --host: {status2:?} {text2}");
         let (status, text) = run_to_exit(
             &[
                 "--pod",
@@ -724,12 +743,54 @@ fn every_server_killed_then_one_started_again() {
             &dir.path().join("p0.sock"),
         );
         eprintln!("wrap {wrap}, --host 0: {status:?} {text}");
-        assert!(
-            status.is_none(),
-            "wrap {wrap}: the restarted server did not serve: {status:?} {text}"
-        );
+        if wrap {
+            assert!(
+                status.is_some_and(|s| !s.success()) && text.contains("no live host sent host"),
+                "a restart after the log recycled: {status:?} {text}"
+            );
+        } else {
+            assert!(
+                status.is_none(),
+                "the restarted server did not serve: {status:?} {text}"
+            );
+        }
         drop((a, b));
     }
+}
+
+/// A pod of `--max-hosts 2` served by two processes (hosts 0 and 1); one SIGKILLed, and
+/// a server started in its place without `--host` (the first free id) at once. Host 1's
+/// row is freed by host 0's pump within a fraction of the lease, as for a restart with
+/// `--host 1`, which waits for that; the restart without `--host` gave up at once: "the
+/// host table is full: all 2 hosts are joined".
+#[test]
+fn a_server_started_without_host_in_place_of_a_killed_one_in_a_full_table_serves() {
+    let dir = scratch_dir();
+    let extra = [
+        "--lnr-mib",
+        "16",
+        "--max-hosts",
+        "2",
+        "--wait-limit-ms",
+        "3000",
+    ];
+    let a = host_process(dir.path(), 0, &extra);
+    let mut b = host_process(dir.path(), 1, &extra);
+    assert_eq!(a.client(0).cmd("SET k v"), ok());
+    b.signal("KILL");
+    while b.exited().is_none() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let pod = dir.path().join("pod");
+    let (status, text) = run_to_exit(
+        &["--pod", pod.to_str().unwrap(), "--wait-limit-ms", "3000"],
+        &dir.path().join("any{host}.sock"),
+    );
+    assert!(
+        status.is_none(),
+        "the server started in the killed one's place did not serve: {status:?} {text}"
+    );
+    drop(a);
 }
 
 /// The plainest case: one server on a pod file (as the README starts it, `--host 0`),
