@@ -214,6 +214,36 @@ fn loom_a_read_that_validates_never_saw_half_a_write_of_a_2_bit_record() {
     one_read_during_a_write(2);
 }
 
+/// The same on the read's short path (`read_end`'s first arms): host 1 has read x whole
+/// before, so its host counter is the record's and its next read neither drops lines nor
+/// takes `read_end_steps`. The models above start every read with the host counter
+/// unknown (the alloc event made it so), which takes the long path: the short path's
+/// Acquire fence (before the record's reload in `read_end`) met no writer under loom,
+/// and taking it out failed no model. It fails this one.
+#[test]
+fn loom_a_read_on_the_short_path_that_validates_never_saw_half_a_write() {
+    loom::model(|| {
+        let pod = object_pod();
+        let a = object_host(&pod, 0);
+        let b = object_host(&pod, 1);
+        a.create(b"x", &object_bytes(1)).expect("create");
+        a.write(b"x", &object_bytes(2))
+            .expect("first write allocates the record");
+        // Host 1 reads x whole: its host counter is the record's from now on.
+        let mut buf = vec![0u8; 64];
+        b.read(b"x", &mut buf).expect("read");
+        assert_eq!(buf, object_bytes(2));
+        let entry = b.lookup(b"x").expect("lookup").expect("x");
+        assert!(entry.host_counter.is_some(), "the short path's premise");
+        let churner = loom::thread::spawn(move || {
+            a.write(b"x", &object_bytes(3)).expect("write");
+            a
+        });
+        one_read_is_whole_if_valid(&b, b"x");
+        drop(churner.join().unwrap());
+    });
+}
+
 #[test]
 fn loom_a_lookup_without_the_lock_racing_its_own_hosts_replay_validates_only_whole_copies() {
     // The reader and the replay share one replica: host 1 reads x by hand on one thread
