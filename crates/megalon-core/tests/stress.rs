@@ -1025,6 +1025,17 @@ fn run_and_check(stress: &Stress) -> Result<String, String> {
         "{left_behind}{chaos} {details}; errors by kind: {:?}; in the background: {background:?}",
         report.error_kinds
     );
+    // A chaos run whose chaos did nothing is the plain run under another name: it must
+    // have preempted threads and (where calls append often enough to draw a fault at its
+    // rate: not reads and writes only) refused appends. (With faults never drawn,
+    // `--chaos` passed with "0 appends refused".)
+    if stress.chaos && (a.chaos.0 == 0 || (!stress.reads_and_writes_only && a.chaos.1 == 0)) {
+        return Err(format!(
+            "NOT clean: chaos asked for, and it did nothing ({} preemptions, {} appends \
+             refused) after {operations} operations, reproduce with --seed {}: {details}",
+            a.chaos.0, a.chaos.1, stress.seed
+        ));
+    }
     if let Err(broken) = judge_errors(stress.chaos, &report.error_kinds, &a.background_kinds) {
         return Err(format!(
             "NOT clean: errors after {operations} operations from {} hosts ({broken}), \

@@ -255,6 +255,26 @@ fn stress(seed: u64, config: PageCacheConfig, seconds: u64) {
     if let Some(p) = panics.into_iter().next() {
         std::panic::resume_unwind(p);
     }
+    // Without injected faults no call may fail: an error here (the `SlotsExhausted` this
+    // stress was written to find, a read or an fsync that failed) is a defect, not noise.
+    // (Every error was only noted and printed, and the run passed.)
+    let faults_injected =
+        cfg!(feature = "chaos") && std::env::var_os("PAGECACHE_STRESS_FAULTS").is_some();
+    if !faults_injected {
+        let errors = errors.lock().unwrap();
+        assert!(
+            errors.is_empty(),
+            "calls failed without injected faults: {errors:#?}"
+        );
+    }
+    // And the run did what it checks: fsyncs checked the disk, and every page was written.
+    assert!(
+        rounds > 0,
+        "no fsync answered Ok: nothing on disk was checked"
+    );
+    for (p, c) in completed.iter().enumerate() {
+        assert!(c.load(Ordering::SeqCst) > 1, "page {p}: no write completed");
+    }
     // Quiet now: no record stays locked, the cache holds at most its capacity, and an
     // fsync (retried past injected faults) leaves every completed write on disk.
     std::thread::sleep(Duration::from_millis(200));
