@@ -189,7 +189,23 @@ fn run(p: &Params) {
     let history = History::merge(logs).unwrap();
     let summary =
         check(&history).unwrap_or_else(|e| panic!("seed {}: not linearizable: {e}", p.seed));
-    eprintln!("{summary:?}\nchaos {:?}", hosts[0].inspect().chaos_counts());
+    let counts: Vec<_> = hosts.iter().map(|h| h.inspect().chaos_counts()).collect();
+    eprintln!("{summary:?}\nchaos {counts:?}");
+    // The history was checked under the faults asked for, not without them.
+    let sum = |count: fn(&megalon_core::chaos::ChaosCounts) -> u64| -> u64 {
+        counts.iter().map(count).sum()
+    };
+    assert!(sum(|c| c.preemptions) > 0, "seed {}: no preemption", p.seed);
+    assert!(
+        p.refuse_one_in == 0 || sum(|c| c.refused) > 0,
+        "seed {}: no append refused: {counts:?}",
+        p.seed
+    );
+    assert!(
+        p.unconfirm_one_in == 0 || sum(|c| c.unconfirmed) > 0,
+        "seed {}: no append left unconfirmed: {counts:?}",
+        p.seed
+    );
     // Every key still usable from every host, and nothing left locked.
     for key in 0..p.keys {
         let key = format!("k{key}").into_bytes();
