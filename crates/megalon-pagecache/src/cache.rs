@@ -266,6 +266,12 @@ impl PageCache {
 
     /// Makes every write to `file` that completed before this call durable: writes the
     /// file's dirty pages back (whichever host dirtied them) and syncs the file's data.
+    ///
+    /// An error from the sync leaves the file as the kernel's `fdatasync` leaves it: the
+    /// pages written back are clean in the cache by then, and a second `fsync` that
+    /// answers `Ok` does not write them again (nor can the kernel say which of its pages
+    /// it lost). Treat a failed `fsync` as data that may not be on disk, as with a file
+    /// written without the cache.
     pub fn fsync(&self, file: FileId) -> Result<()> {
         let open = self.inner.file(file)?;
         self.inner.write_back(Some(open.inode), WriteBack::Fsync)?;
