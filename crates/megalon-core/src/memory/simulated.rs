@@ -161,7 +161,14 @@ struct Cache {
     /// Lines flushed whose flush has not completed, each with the thread that flushed it:
     /// still cached (clean), and dropped when it does.
     flushing: Vec<(u64, Issuer)>,
+    /// Lines dropped lately (flushed, stored non-temporally, evicted): any of them may
+    /// come back at any moment, filled from memory as it is then, as a prefetch or a
+    /// speculative load brings a line back on the hardware.
+    dropped: Vec<u64>,
 }
+
+/// How many lately dropped lines a cache remembers as candidates to come back.
+const DROPPED_LINES: usize = 32;
 
 /// One host's simulated non-coherent view of LNR.
 pub struct SimulatedMemory {
@@ -202,6 +209,7 @@ impl SimulatedMemory {
             stats: SimulatedStats::default(),
             in_flight: Vec::new(),
             flushing: Vec::new(),
+            dropped: Vec::new(),
         };
         Self {
             pod,
@@ -491,6 +499,12 @@ impl SimulatedMemory {
             return false;
         };
         cache.order.swap_remove(place);
+        if !cache.dropped.contains(&line) {
+            if cache.dropped.len() == DROPPED_LINES {
+                cache.dropped.remove(0);
+            }
+            cache.dropped.push(line);
+        }
         if let Some(&moved) = cache.order.get(place) {
             cache
                 .lines
@@ -524,6 +538,7 @@ impl SimulatedMemory {
     fn touch(&self, cache: &mut Cache, line: u64) -> bool {
         if self.config.settle_one_in > 0 {
             self.settle_at_random(cache);
+            self.refill_at_random(cache);
         }
         let one_in = self.config.random_eviction_one_in;
         if one_in > 0 && next_random(&mut cache.rng).is_multiple_of(one_in) {
@@ -555,6 +570,36 @@ impl SimulatedMemory {
         );
         cache.stats.misses += 1;
         false
+    }
+
+    /// Now and then (one call in [`SimulatedConfig::settle_one_in`]) brings back a line
+    /// dropped lately, filled from memory as it is now (a prefetch, a speculative load):
+    /// a flush guarantees only that the next fill comes from memory *after* it, not at
+    /// the load that follows.
+    fn refill_at_random(&self, cache: &mut Cache) {
+        let one_in = self.config.settle_one_in;
+        if cache.dropped.is_empty() || !next_random(&mut cache.rng).is_multiple_of(one_in) {
+            return;
+        }
+        let pick = (next_random(&mut cache.rng) % cache.dropped.len() as u64) as usize;
+        let line = cache.dropped.swap_remove(pick);
+        if cache.lines.contains_key(&line) || cache.order.len() >= self.config.capacity_lines {
+            return;
+        }
+        self.settle_line_for_fill(cache, line);
+        let bytes = self.read_memory_line(line);
+        let place = cache.order.len();
+        cache.order.push(line);
+        cache.lines.insert(
+            line,
+            (
+                Line {
+                    bytes,
+                    dirty_mask: 0,
+                },
+                place,
+            ),
+        );
     }
 
     /// Calls `each(line, start_in_line, range_in_buffer)` for every line of the range.
@@ -729,6 +774,7 @@ impl SimulatedMemory {
                 let settled = self.settle_issued_by(&mut cache, issuer());
                 cache.stats.completed_by_fence += settled;
             }
+            self.refill_at_random(&mut cache);
         }
         fence(Ordering::SeqCst);
     }
