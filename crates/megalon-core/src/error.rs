@@ -426,10 +426,13 @@ pub enum Error {
     },
     /// Host `host` could not move an object in its DRAM back to CXL (its log append
     /// failed); the object stays where it is.
-    #[error("host {host} could not move the object back to CXL")]
+    #[error("host {host} could not move the object back to CXL: {cause}")]
     MoveBackFailed {
         /// The host that holds the object.
         host: u32,
+        /// Why, as the holder said: "the log is full" (try again once the log has room),
+        /// "a replay stalled on an unpublished entry", or "another error".
+        cause: &'static str,
     },
     /// A log entry below the completed tail is not published: its writer stopped midway.
     /// A call that answers this after its own entry reached the log (an append waiting

@@ -61,6 +61,28 @@ pub(in crate::host) const OP_MOVE_BACK: u8 = 1;
 pub(in crate::host) const MOVED_BACK: u8 = 1;
 pub(in crate::host) const NOT_HERE: u8 = 2;
 pub(in crate::host) const FAILED: u8 = 3;
+/// A `FAILED` answer's detail: why the move back failed.
+pub(in crate::host) const FAILED_OTHER: u64 = 0;
+pub(in crate::host) const FAILED_LOG_FULL: u64 = 1;
+pub(in crate::host) const FAILED_REPLAY_STALLED: u64 = 2;
+
+/// The detail a `FAILED` answer gives for `error`.
+pub(in crate::host) fn failure_detail(error: &crate::Error) -> u64 {
+    match error {
+        crate::Error::LogFull { .. } => FAILED_LOG_FULL,
+        crate::Error::ReplayStalled { .. } => FAILED_REPLAY_STALLED,
+        _ => FAILED_OTHER,
+    }
+}
+
+/// What a `FAILED` answer's `detail` says of its cause.
+pub(in crate::host) fn failure_cause(detail: u64) -> &'static str {
+    match detail {
+        FAILED_LOG_FULL => "the log is full",
+        FAILED_REPLAY_STALLED => "a replay stalled on an unpublished entry",
+        _ => "another error",
+    }
+}
 pub(in crate::host) const MISSING: u8 = 4;
 pub(in crate::host) const SERVER_GONE: u8 = 5;
 pub(in crate::host) const BUSY: u8 = 6;

@@ -585,14 +585,17 @@ impl Shared {
     ) -> Result<()> {
         let unless_moved = |error| self.unless_moved(owner, key, error);
         match answer {
-            Ok(Response { status, .. }) => match status {
+            Ok(Response { status, detail }) => match status {
                 // Not there when the holder looked (it may have moved it back to its DRAM
                 // since), or the holder's life is over (its recovery hands the object
                 // back to CXL; the id's next life may hold it again by the time we look,
                 // and is the one to ask): the caller looks again, within its bound.
                 MOVED_BACK | NOT_HERE | SERVER_GONE => Ok(()),
                 MISSING => unless_moved(Error::LocalObjectMissing { host: owner }),
-                _ => unless_moved(Error::MoveBackFailed { host: owner }),
+                _ => unless_moved(Error::MoveBackFailed {
+                    host: owner,
+                    cause: super::failure_cause(detail),
+                }),
             },
             // Given up because the object left the holder: as if it had answered
             // `NOT_HERE` (it may be back in the holder's DRAM since: the caller looks

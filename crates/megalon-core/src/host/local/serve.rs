@@ -1,7 +1,10 @@
 //! The host-to-host RPC this host serves: other hosts ask it, over its ring, to move an
 //! object in its DRAM back to CXL.
 
-use super::{MovedBack, BUSY, FAILED, MISSING, MOVED_BACK, NOT_HERE, OP_MOVE_BACK, SERVER_GONE};
+use super::{
+    failure_detail, MovedBack, BUSY, FAILED, FAILED_OTHER, MISSING, MOVED_BACK, NOT_HERE,
+    OP_MOVE_BACK, SERVER_GONE,
+};
 
 use crate::counters::{Counter, ThreadCounters};
 use crate::error::{Error, Result};
@@ -151,23 +154,23 @@ impl Shared {
                     c,
                     failed,
                     |request, buf| {
-                        let status = match request.op {
+                        let (status, detail) = match request.op {
                             OP_MOVE_BACK => {
                                 match self.move_back(&buf[request.key.clone()], true, c) {
-                                    Ok(MovedBack::Moved) => MOVED_BACK,
-                                    Ok(MovedBack::NotHere) => NOT_HERE,
-                                    Ok(MovedBack::Missing) => MISSING,
+                                    Ok(MovedBack::Moved) => (MOVED_BACK, 0),
+                                    Ok(MovedBack::NotHere) => (NOT_HERE, 0),
+                                    Ok(MovedBack::Missing) => (MISSING, 0),
                                     // Declared dead in the move: its recovery hands
                                     // the object back.
-                                    Err(Error::HostDeclaredDead { .. }) => SERVER_GONE,
+                                    Err(Error::HostDeclaredDead { .. }) => (SERVER_GONE, 0),
                                     // A writer of ours has it: asked again.
-                                    Err(Error::LocalObjectBusy { .. }) => BUSY,
-                                    Err(_) => FAILED,
+                                    Err(Error::LocalObjectBusy { .. }) => (BUSY, 0),
+                                    Err(error) => (FAILED, failure_detail(&error)),
                                 }
                             }
-                            _ => FAILED,
+                            _ => (FAILED, FAILED_OTHER),
                         };
-                        Response { status, detail: 0 }
+                        Response { status, detail }
                     },
                 );
                 c.add(Counter::RpcsServed, 1);
