@@ -292,9 +292,12 @@ fn check(a: &Host, b: &Host, what: &str) -> Result<Option<u8>, String> {
     Ok(before)
 }
 
+/// Whether setup `s` runs `op`: AllLog allocates no records, and only some setups switch
+/// the record width.
 fn supported(s: Setup, op: Op) -> bool {
-    !(s.all_log && matches!(op, Op::FirstWrite | Op::MakeRs | Op::TicketFirst))
-        && !(matches!(op, Op::Switch) && !s.switch)
+    let allocates = matches!(op, Op::FirstWrite | Op::MakeRs | Op::TicketFirst);
+    let switches = matches!(op, Op::Switch);
+    !(s.all_log && allocates) && (s.switch || !switches)
 }
 
 /// The log fills behind host `lag` (no pump, no operation), then `a` runs `op`.
