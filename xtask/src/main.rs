@@ -22,6 +22,9 @@
 //!   with one line saying so (exit 0) or naming the first violation and the seed that
 //!   reproduces it (exit 1). `--chaos` preempts threads at the protocol's points and makes
 //!   log appends fail, at seeded rates.
+//! - `death-sweep`: a host's death at every chaos point of each operation
+//!   (`tests/death_sweep.rs`, every sweep: about 25 minutes); each death recovered and the
+//!   pod checked after it. The test runs CI makes take its `sample` only.
 //! - `crash`: several host processes on one pod file, one killed with SIGKILL about every
 //!   second and replaced by one that joins again; every process's history (on disk, so a
 //!   killed one's too) merged and checked for linearizability. Ends with one line saying
@@ -33,6 +36,19 @@ use std::time::Instant;
 
 /// The README's test command.
 const TEST_COMMAND: &[&str] = &["test", "--workspace"];
+/// Every death of `tests/death_sweep.rs` (CI's test runs take its `sample` only).
+const DEATH_SWEEP_COMMAND: &[&str] = &[
+    "test",
+    "--release",
+    "-p",
+    "megalon-core",
+    "--features",
+    "chaos",
+    "--test",
+    "death_sweep",
+    "--",
+    "--include-ignored",
+];
 /// The README's first command.
 const FIRST_COMMAND: &[&str] = &["run", "--release", "--example", "kv"];
 /// The KV store across processes, small.
@@ -98,7 +114,9 @@ fn usage() -> ExitCode {
                    [--record-bits 2|4|8|16|32] [--partition-after N] [--copy-after N]\n            \
                    [--doomed-joins PERCENT] [--switch-width-every-ms MS]:\n            \
                    host processes killed (SIGKILL) and rejoining, a checked history\n            \
-                   (--switch-width-every-ms: each worker switches the record width that often)"
+                   (--switch-width-every-ms: each worker switches the record width that often)\n  \
+         death-sweep  a host frozen to death at every chaos point of each operation (first\n            \
+                   three hits), recovered, and the pod checked after each (about 25 minutes)"
     );
     ExitCode::from(2)
 }
@@ -1334,6 +1352,7 @@ fn main() -> ExitCode {
             }
             stress(&flags)
         }
+        Some("death-sweep") => cargo(DEATH_SWEEP_COMMAND),
         Some("crash") => {
             let mut flags: Vec<(&str, String)> = Vec::new();
             let mut rest = args[1..].iter();
