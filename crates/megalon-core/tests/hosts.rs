@@ -190,6 +190,52 @@ fn create_until_full(host: &Host, tag: &str) -> u64 {
     made
 }
 
+/// A pod whose every slot holds an object answers a create `SlotsExhausted` at once, on
+/// its only host and on another: the log says no host has a free slot, and a wait would
+/// only wait for a delete. (Each such create waited out the whole wait limit, 10 s by
+/// default: a full store's server answered every SET of a new key after 10 s.) A host
+/// that still has a free slot is asked, as before.
+#[test]
+fn a_full_pod_answers_at_once() {
+    let pod = small_slot_pod();
+    let wait = std::time::Duration::from_secs(5);
+    let options = || HostOptions::new().pump_interval(None).wait_limit(wait);
+    let a = Host::join(&pod, Join::As(0), options()).expect("joining");
+    let b = Host::join(&pod, Join::As(1), options()).expect("joining");
+    assert_eq!(create_until_full(&a, "a"), 64);
+    for (host, key) in [(&a, "a-more"), (&b, "b0")] {
+        let began = std::time::Instant::now();
+        let answered = host.create(key.as_bytes(), b"y");
+        let took = began.elapsed();
+        assert!(
+            matches!(answered, Err(Error::SlotsExhausted { .. })),
+            "{answered:?}"
+        );
+        assert!(
+            took < wait / 5,
+            "host {} waited {took:?} in a full pod",
+            host.id()
+        );
+    }
+    // a frees one: b asks a for it, and waits for its grant (a serves at its replay).
+    a.delete(b"a0").unwrap();
+    let created = std::thread::scope(|s| {
+        let serving = s.spawn(|| {
+            for _ in 0..200 {
+                a.replay().unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        });
+        let created = b.create(b"b1", b"y");
+        serving.join().unwrap();
+        created
+    });
+    assert!(
+        server.is_ok(),
+        "b's create once a had a free slot: {server:?}"
+    );
+}
+
 /// Found by a review (2026-11-29): a host that left cleanly holding free slots (of
 /// objects it deleted) stayed the host with the most, by the replicated counts, so every
 /// `NeedSlots` named it, nobody granted, and creates answered `SlotsExhausted` for as long

@@ -1009,7 +1009,19 @@ impl Shared {
                 asked = Some((std::time::Instant::now(), next_wait));
             }
             self.replay(None)?;
-            if !backoff.snooze() {
+            // No slot anywhere, as the log says: none unclaimed or given back, no other
+            // host with a free one, and none of ours on its way back from a create of
+            // another of our threads. A wait would only wait for a delete: the pod is
+            // full now, and the caller hears so at once (a full store answered each
+            // create after the whole wait limit).
+            let nowhere = {
+                let replica = self.replica.read();
+                let slots = &replica.slots;
+                !slots.claimable()
+                    && slots.donor(self.id as usize).is_none()
+                    && slots.pools[self.id as usize].len() == 0
+            };
+            if nowhere || !backoff.snooze() {
                 return Err(Error::SlotsExhausted {
                     host: self.id,
                     slot_count: self.pod.layout().slot_count,
