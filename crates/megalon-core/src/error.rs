@@ -178,8 +178,11 @@ pub enum Error {
         /// The value in the header.
         found: u32,
     },
-    /// A host joining after the log recycled waited in vain for a live host to send it
-    /// the index (late joins need a live host whose pump runs).
+    /// A join could not be served: a host joining after the log recycled waited in vain
+    /// for a live host to send it the index (late joins need a live host whose pump
+    /// runs), or found every holder of the table dead after the log recycled (nobody
+    /// holds the index), or took a dead host's row over and could not finish its
+    /// recovery within the wait limit (another recovery held what it waited for).
     #[error("no live host sent host {host} the index within {waited_ms} ms (a late join needs a live host with a pump)")]
     JoinNotServed {
         /// The joining host.

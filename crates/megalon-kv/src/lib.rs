@@ -17,7 +17,9 @@
 //! Trade-offs: the store keeps no data of its own (no disk, no checkpoint: a pod that is
 //! gone takes the store with it, as in the paper's fail-stop model); a value always costs
 //! one whole slot; and a put of an absent key goes through the shared log (a create),
-//! while a put of a present key does not.
+//! while a put of a present key does only when the object has no coherence record (its
+//! first write since it was created, or since its record was reclaimed or the width
+//! switched, appends the record's allocation); later puts of it do not.
 //!
 //! ```
 //! use std::sync::Arc;
