@@ -250,7 +250,8 @@ impl PageCacheConfig {
 /// with the cache full, free slots may sit in other hosts' pools, and a pool can be
 /// momentarily empty while its creates are in flight. The slack is one claim batch per
 /// host plus two slots per host in flight, so a create finds a slot without waiting for
-/// the pod to run out (the core answers `SlotsExhausted` only after the wait limit).
+/// another host's grant (the core answers `SlotsExhausted` at once only when no host has
+/// a free slot, and after asking one, within the wait limit, when one has).
 pub fn slot_count_for(cache_pages: u64, max_hosts: u32) -> u64 {
     let hosts = u64::from(max_hosts.max(1));
     let mut slots = cache_pages + 2 * hosts;
