@@ -231,8 +231,8 @@ fn a_full_pod_answers_at_once() {
         created
     });
     assert!(
-        server.is_ok(),
-        "b's create once a had a free slot: {server:?}"
+        created.is_ok(),
+        "b's create once a had a free slot: {created:?}"
     );
 }
 
