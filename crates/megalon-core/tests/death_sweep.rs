@@ -719,9 +719,7 @@ fn local_dies_at(op: Local, point: Point, nth: u32) -> Result<bool, String> {
             }
             return Ok(false);
         }
-        if let Err(e) = recover_all(&pod, &r, &[1], &tag) {
-            return Err(e);
-        }
+        recover_all(&pod, &r, &[1], &tag)?;
         if let Some(requester) = requester {
             let got = requester.join().unwrap();
             match got {
@@ -902,13 +900,14 @@ fn combiner_dies_at(point: Point, nth: u32) -> Result<bool, String> {
         std::thread::spawn(move || {
             let out = chaos::with_hook(
                 move |p| {
-                    if p == point && armed.load(Ordering::SeqCst) {
-                        if seen.fetch_add(1, Ordering::SeqCst) + 1 == nth {
-                            v.inspect().freeze();
-                            stop_tx.lock().unwrap().send(()).unwrap();
-                            loop {
-                                std::thread::park();
-                            }
+                    if p == point
+                        && armed.load(Ordering::SeqCst)
+                        && seen.fetch_add(1, Ordering::SeqCst) + 1 == nth
+                    {
+                        v.inspect().freeze();
+                        stop_tx.lock().unwrap().send(()).unwrap();
+                        loop {
+                            std::thread::park();
                         }
                     }
                 },
@@ -931,14 +930,11 @@ fn combiner_dies_at(point: Point, nth: u32) -> Result<bool, String> {
         if stop_rx.try_recv().is_ok() {
             break true;
         }
-        match done.recv_timeout(Duration::from_millis(10)) {
-            Ok(_) => {
-                finished += 1;
-                if finished == 3 {
-                    break stop_rx.try_recv().is_ok();
-                }
+        if done.recv_timeout(Duration::from_millis(10)).is_ok() {
+            finished += 1;
+            if finished == 3 {
+                break stop_rx.try_recv().is_ok();
             }
-            Err(_) => {}
         }
     };
     if !stopped {
@@ -967,11 +963,14 @@ fn sweep_combiner() {
     sweep_each(&[()], |(), point, nth| combiner_dies_at(point, nth));
 }
 
+/// One death and its check: `Ok(false)` if it never got to its point.
+type Death = fn() -> Result<bool, String>;
+
 /// A few deaths of each kind, in every test run (the sweeps above take 25 minutes): each
 /// must reach its point and leave nothing behind.
 #[test]
 fn sample() {
-    let deaths: [(&str, fn() -> Result<bool, String>); 8] = [
+    let deaths: [(&str, Death); 8] = [
         ("a write locked", || {
             dies_at(Op::WriteK, 32, false, Point::WriteAfterLock, 1)
         }),
