@@ -551,9 +551,16 @@ impl SimulatedMemory {
         if cache.order.len() >= self.config.capacity_lines {
             self.evict_random(cache);
         }
-        // This host's own writes in flight are visible to its own loads (the hardware
-        // forwards them): they complete before the fill. Not another thread's
-        // non-temporal store: it is in that core's buffer, which this load misses.
+        self.fill(cache, line);
+        cache.stats.misses += 1;
+        false
+    }
+
+    /// Brings `line` into `cache`, clean, with memory's bytes. This host's own writes in
+    /// flight are visible to its own loads (the hardware forwards them): they complete
+    /// before the fill. Not another thread's non-temporal store: it is in that core's
+    /// buffer, which this load misses.
+    fn fill(&self, cache: &mut Cache, line: u64) {
         self.settle_line_for_fill(cache, line);
         let bytes = self.read_memory_line(line);
         let place = cache.order.len();
@@ -568,8 +575,6 @@ impl SimulatedMemory {
                 place,
             ),
         );
-        cache.stats.misses += 1;
-        false
     }
 
     /// Now and then (one call in [`SimulatedConfig::settle_one_in`]) brings back a line
@@ -586,20 +591,7 @@ impl SimulatedMemory {
         if cache.lines.contains_key(&line) || cache.order.len() >= self.config.capacity_lines {
             return;
         }
-        self.settle_line_for_fill(cache, line);
-        let bytes = self.read_memory_line(line);
-        let place = cache.order.len();
-        cache.order.push(line);
-        cache.lines.insert(
-            line,
-            (
-                Line {
-                    bytes,
-                    dirty_mask: 0,
-                },
-                place,
-            ),
-        );
+        self.fill(cache, line);
     }
 
     /// Calls `each(line, start_in_line, range_in_buffer)` for every line of the range.
