@@ -138,6 +138,21 @@ fn child_recreates_a_pod_on_a_nearly_full_tmpfs() {
     drop(kept_open);
 }
 
+/// Runs `case` in its child: the child must exit refused (`NoRoomForPod`), neither
+/// killed by a signal (a `SIGBUS` while formatting) nor created.
+fn refused_not_killed(case: &str) {
+    let Some(status) = run_child(case) else {
+        return;
+    };
+    assert_eq!(
+        status.signal(),
+        None,
+        "{case}: the creator was killed by signal {:?} (7 is SIGBUS) formatting the new pod",
+        status.signal()
+    );
+    assert!(status.success(), "{case}: {status}");
+}
+
 fn run_child(case: &str) -> Option<std::process::ExitStatus> {
     let works = Command::new("unshare")
         .args(["--mount", "true"])
@@ -176,16 +191,7 @@ fn run_child(case: &str) -> Option<std::process::ExitStatus> {
 /// told `NoRoomForPod`.
 #[test]
 fn recreating_a_pod_on_a_nearly_full_tmpfs_is_refused_not_killed() {
-    let Some(status) = run_child("create") else {
-        return;
-    };
-    assert_eq!(
-        status.signal(),
-        None,
-        "the creator was killed by signal {:?} (7 is SIGBUS) formatting the new pod",
-        status.signal()
-    );
-    assert!(status.success(), "{status}");
+    refused_not_killed("create");
 }
 
 /// `create_replacing` over a pod a process still maps, with room for the new pod's format
@@ -194,16 +200,7 @@ fn recreating_a_pod_on_a_nearly_full_tmpfs_is_refused_not_killed() {
 /// was created, to be killed at the first write past the room.)
 #[test]
 fn replacing_a_mapped_pod_on_a_nearly_full_tmpfs_is_refused() {
-    let Some(status) = run_child("replacing") else {
-        return;
-    };
-    assert_eq!(
-        status.signal(),
-        None,
-        "the creator was killed by signal {:?} (7 is SIGBUS) formatting the new pod",
-        status.signal()
-    );
-    assert!(status.success(), "{status}");
+    refused_not_killed("replacing");
 }
 
 /// A DAX backing that is a regular file (what `Backing::dax` allows: "a DAX device or any
@@ -211,14 +208,5 @@ fn replacing_a_mapped_pod_on_a_nearly_full_tmpfs_is_refused() {
 /// check at all on this path, and the creator is killed by `SIGBUS`.
 #[test]
 fn a_dax_pod_on_a_sparse_file_of_a_nearly_full_tmpfs_is_refused_not_killed() {
-    let Some(status) = run_child("dax") else {
-        return;
-    };
-    assert_eq!(
-        status.signal(),
-        None,
-        "the creator was killed by signal {:?} (7 is SIGBUS) formatting the new pod",
-        status.signal()
-    );
-    assert!(status.success(), "{status}");
+    refused_not_killed("dax");
 }
