@@ -46,38 +46,15 @@ fn admissions_behind_a_hole_do_not_overfill_the_cache() {
     assert_eq!(a.cached_pages(), 0);
 
     // b starts an admission and pauses between its reservation of a log position and
-    // its publish: a hole.
-    let (paused_tx, paused_rx) = mpsc::channel::<()>();
-    let (go_tx, go_rx) = mpsc::channel::<()>();
-    std::thread::scope(|s| {
-        let b = &b;
-        let pauser = s.spawn(move || {
-            let mut paused = false;
-            chaos::with_hook(
-                move |point| {
-                    if point == Point::AppendAfterReserve && !paused {
-                        paused = true;
-                        paused_tx.send(()).unwrap();
-                        go_rx.recv().unwrap();
-                    }
-                },
-                || {
-                    let mut buf = [0u8; 4];
-                    b.read(fb, 15 * PAGE as u64, &mut buf)
-                },
-            )
-        });
-        paused_rx.recv().unwrap();
-        // Meanwhile a admits pages: each create lands behind the hole, is unconfirmed,
-        // and its admission answers an error.
+    // its publish: a hole. Meanwhile a admits pages: each create lands behind the hole,
+    // is unconfirmed, and its admission answers an error.
+    let ((), r) = behind_bs_hole(&b, fb, 15, || {
         for page in 0..6u64 {
             let r = a.read(fa, page * PAGE as u64, &mut buf);
             eprintln!("a's admission of page {page}: {r:?}");
         }
-        go_tx.send(()).unwrap();
-        let r = pauser.join().unwrap();
-        eprintln!("b's admission: {r:?}");
     });
+    eprintln!("b's admission: {r:?}");
     let cached: Vec<u64> = (0..16).filter(|&p| a.is_cached(fa, p).unwrap()).collect();
     eprintln!("cached pages: {cached:?}, count {}", a.cached_pages());
     assert!(
@@ -114,34 +91,13 @@ fn admissions_left_unknown_behind_a_hole_do_not_keep_every_entry() {
     for page in 40..40 + ENTRIES + 2 {
         assert!(a.evict_page(fa, page).unwrap());
     }
-    let (paused_tx, paused_rx) = mpsc::channel::<()>();
-    let (go_tx, go_rx) = mpsc::channel::<()>();
-    std::thread::scope(|s| {
-        let b = &b;
-        let pauser = s.spawn(move || {
-            let mut paused = false;
-            chaos::with_hook(
-                move |point| {
-                    if point == Point::AppendAfterReserve && !paused {
-                        paused = true;
-                        paused_tx.send(()).unwrap();
-                        go_rx.recv().unwrap();
-                    }
-                },
-                || {
-                    let mut buf = [0u8; 4];
-                    b.read(fb, 63 * PAGE as u64, &mut buf)
-                },
-            )
-        });
-        paused_rx.recv().unwrap();
+    let ((), b_admitted) = behind_bs_hole(&b, fb, 63, || {
         for page in 0..ENTRIES {
             let read = a.read(fa, page * PAGE as u64, &mut buf);
             assert!(read.is_err(), "page {page}: its create is behind the hole");
         }
-        go_tx.send(()).unwrap();
-        pauser.join().unwrap().expect("b's admission");
     });
+    b_admitted.expect("b's admission");
     // The hole is filled: the creates behind it applied (`cached_pages` is not called
     // here, as it counts, and would free the entries itself).
     let read = a.read(fa, 20 * PAGE as u64, &mut buf);
@@ -172,33 +128,12 @@ fn an_admission_refused_before_the_log_costs_no_room_while_its_host_is_idle() {
     let b = join(&pod, opts());
     let fa = a.open(data.path()).unwrap();
     let fb = b.open(data.path()).unwrap();
-    let (paused_tx, paused_rx) = mpsc::channel::<()>();
-    let (go_tx, go_rx) = mpsc::channel::<()>();
-    std::thread::scope(|s| {
-        let b = &b;
-        let pauser = s.spawn(move || {
-            let mut paused = false;
-            chaos::with_hook(
-                move |point| {
-                    if point == Point::AppendAfterReserve && !paused {
-                        paused = true;
-                        paused_tx.send(()).unwrap();
-                        go_rx.recv().unwrap();
-                    }
-                },
-                || {
-                    let mut buf = [0u8; 4];
-                    b.read(fb, 15 * PAGE as u64, &mut buf)
-                },
-            )
-        });
-        paused_rx.recv().unwrap();
+    let (behind, b_admitted) = behind_bs_hole(&b, fb, 15, || {
         let mut buf = [0u8; 4];
-        let behind = a.read(fa, 0, &mut buf);
-        assert!(behind.is_err(), "a's admission behind the hole: {behind:?}");
-        go_tx.send(()).unwrap();
-        pauser.join().unwrap().expect("b's admission");
+        a.read(fa, 0, &mut buf)
     });
+    assert!(behind.is_err(), "a's admission behind the hole: {behind:?}");
+    b_admitted.expect("b's admission");
     // The hole is filled; a stays idle (no call that counts pages on a).
     let mut buf = [0u8; 4];
     for page in [7u64, 8] {
@@ -211,6 +146,41 @@ fn an_admission_refused_before_the_log_costs_no_room_while_its_host_is_idle() {
         [7, 8],
         "a cache of 2 pages holds {cached:?}; b counts {counted} pages in use"
     );
+}
+
+/// Runs `during` while host `b` is paused in an admission of `page` of `fb`, between its
+/// reservation of a log position and its publish (a hole every append after it waits
+/// behind); then lets `b` go on. Returns `during`'s answer and `b`'s admission's.
+fn behind_bs_hole<R>(
+    b: &megalon_pagecache::PageCache,
+    fb: megalon_pagecache::FileId,
+    page: u64,
+    during: impl FnOnce() -> R,
+) -> (R, megalon_pagecache::Result<usize>) {
+    let (paused_tx, paused_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let pauser = s.spawn(move || {
+            let mut paused = false;
+            chaos::with_hook(
+                move |point| {
+                    if point == Point::AppendAfterReserve && !paused {
+                        paused = true;
+                        paused_tx.send(()).unwrap();
+                        go_rx.recv().unwrap();
+                    }
+                },
+                || {
+                    let mut buf = [0u8; 4];
+                    b.read(fb, page * PAGE as u64, &mut buf)
+                },
+            )
+        });
+        paused_rx.recv().unwrap();
+        let answered = during();
+        go_tx.send(()).unwrap();
+        (answered, pauser.join().unwrap())
+    })
 }
 
 /// How long `call` on host a takes while host b is paused between its reservation of a
@@ -238,34 +208,13 @@ fn behind_a_hole<R>(
         assert!(a.evict_page(fa, page).unwrap());
     }
     a.read(fa, 30 * PAGE as u64, &mut buf).unwrap();
-    let (paused_tx, paused_rx) = mpsc::channel::<()>();
-    let (go_tx, go_rx) = mpsc::channel::<()>();
-    std::thread::scope(|s| {
-        let b = &b;
-        let pauser = s.spawn(move || {
-            let mut paused = false;
-            chaos::with_hook(
-                move |point| {
-                    if point == Point::AppendAfterReserve && !paused {
-                        paused = true;
-                        paused_tx.send(()).unwrap();
-                        go_rx.recv().unwrap();
-                    }
-                },
-                || {
-                    let mut buf = [0u8; 4];
-                    b.read(fb, 63 * PAGE as u64, &mut buf)
-                },
-            )
-        });
-        paused_rx.recv().unwrap();
+    let (answered, b_admitted) = behind_bs_hole(&b, fb, 63, || {
         let began = std::time::Instant::now();
         let answered = call(&a, fa);
-        let took = began.elapsed();
-        go_tx.send(()).unwrap();
-        pauser.join().unwrap().expect("b's admission");
-        (took, answered)
-    })
+        (began.elapsed(), answered)
+    });
+    b_admitted.expect("b's admission");
+    answered
 }
 
 /// An admission whose create lies behind the hole answers within about one wait limit:
