@@ -371,7 +371,7 @@ impl Pod {
         pod_file::refuse_other_than_a_regular_file(path)?;
         let total = layout.total_bytes;
         // The new file's format touches what is below the log's end.
-        let replaced_gives_room = existing == Existing::RefuseInUse;
+        let replaced_gives_room = existing == Existing::RefuseInUse || pod_file::held_by_none(path);
         pod_file::refuse_without_room(path, total, layout.log_end(), replaced_gives_room)?;
         let (mut new, file) = pod_file::NewFile::beside(path)?;
         // In use from the start: a creator that finds it at the path leaves it.

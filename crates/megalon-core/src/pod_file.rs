@@ -85,9 +85,9 @@ pub(crate) fn refuse_other_than_a_regular_file(path: &Path) -> Result<()> {
 ///
 /// A file at `path`, which the new pod replaces, gives its room back only once the new
 /// file has taken its path, and only if no process maps it (`replaced_gives_room`: a
-/// [`Pod::create`](crate::Pod::create), which refuses a pod in use). So the
-/// `format_bytes` the new pod's format touches before that must fit in the room free
-/// now.
+/// [`Pod::create`](crate::Pod::create), which refuses a pod in use, or a file no process
+/// holds, [`held_by_none`]). So the `format_bytes` the new pod's format touches before
+/// that must fit in the room free now.
 pub(crate) fn refuse_without_room(
     path: &Path,
     total_bytes: u64,
@@ -113,6 +113,14 @@ pub(crate) fn refuse_without_room(
         .filter(|old| old.is_file() && replaced_gives_room)
         .map_or(0, |old| old.blocks().saturating_mul(512));
     refuse_past(path, total_bytes, free_bytes.saturating_add(replaced_bytes))
+}
+
+/// Whether no process holds the pod file at `path` (every process of a pod holds a shared
+/// lock on its file for as long as it maps it): then replacing it gives its room back.
+/// `false` if there is no such file, or it cannot be looked at.
+pub(crate) fn held_by_none(path: &Path) -> bool {
+    File::open(path)
+        .is_ok_and(|file| matches!(lock(&file, libc::LOCK_EX | libc::LOCK_NB, path), Ok(true)))
 }
 
 /// Refuses a pod of `total_bytes` on `file`, a regular file standing for a DAX device

@@ -114,12 +114,18 @@ fn child_recreates_a_pod_on_a_nearly_full_tmpfs() {
         }
         // Still mapped by a process: `create_replacing` replaces it anyway.
         "replacing" => Some(old),
+        // Every process of it gone: its room comes back at the rename.
+        "replacing-unheld" => {
+            drop(old);
+            None
+        }
         other => panic!("case {other}"),
     };
     // To `create`, 1 MiB left: less than the 4 MiB of log the new pod's format zeroes
     // (before the old file gives its room back), more than the new pod's size less the
     // old file's room. To `create_replacing`, 5 MiB: room for the format, not for the
-    // whole pod while the old file stays mapped (its room never comes back).
+    // whole pod while the old file stays mapped (its room never comes back), and for the
+    // whole pod once nobody holds the old file.
     fill_leaving(&dir, if case == "create" { 1 << 20 } else { 5 << 20 });
     eprintln!(
         "child: pod of {total} bytes, {} free, the old file at the path takes {}",
@@ -131,16 +137,33 @@ fn child_recreates_a_pod_on_a_nearly_full_tmpfs() {
         _ => Pod::create_replacing(&config, Backing::file(&path)),
     };
     match created {
+        Ok(pod) if case == "replacing-unheld" => {
+            touch_every_page(&path);
+            drop(pod);
+            eprintln!("child: created, every page touched");
+        }
         Ok(_) => panic!("child: created, with less room than it needs"),
-        Err(Error::NoRoomForPod { .. }) => eprintln!("child: refused, no room"),
+        Err(Error::NoRoomForPod { .. }) if case != "replacing-unheld" => {
+            eprintln!("child: refused, no room")
+        }
         Err(other) => panic!("child: {other}"),
     }
     drop(kept_open);
 }
 
-/// Runs `case` in its child: the child must exit refused (`NoRoomForPod`), neither
-/// killed by a signal (a `SIGBUS` while formatting) nor created.
-fn refused_not_killed(case: &str) {
+/// `create_replacing` over a pod no process holds any more, with room for the new pod's
+/// format but not for both files: the old file's room comes back at the rename, so the
+/// pod is created (the first room check refused it too), and every page of it can be
+/// touched.
+#[test]
+fn replacing_a_pod_nobody_holds_on_a_nearly_full_tmpfs_counts_its_room() {
+    child_answers_as_expected("replacing-unheld");
+}
+
+/// Runs `case` in its child: the child must exit as its case expects (refused
+/// `NoRoomForPod`, or created with every page touched), never killed by a signal (a
+/// `SIGBUS` while formatting).
+fn child_answers_as_expected(case: &str) {
     let Some(status) = run_child(case) else {
         return;
     };
@@ -190,8 +213,8 @@ fn run_child(case: &str) -> Option<std::process::ExitStatus> {
 /// less room than the format touches, the creator is killed by `SIGBUS` instead of being
 /// told `NoRoomForPod`.
 #[test]
-fn recreating_a_pod_on_a_nearly_full_tmpfs_is_refused_not_killed() {
-    refused_not_killed("create");
+fn recreating_a_pod_on_a_nearly_full_tmpfs_is_child_answers_as_expected() {
+    child_answers_as_expected("create");
 }
 
 /// `create_replacing` over a pod a process still maps, with room for the new pod's format
@@ -200,13 +223,13 @@ fn recreating_a_pod_on_a_nearly_full_tmpfs_is_refused_not_killed() {
 /// was created, to be killed at the first write past the room.)
 #[test]
 fn replacing_a_mapped_pod_on_a_nearly_full_tmpfs_is_refused() {
-    refused_not_killed("replacing");
+    child_answers_as_expected("replacing");
 }
 
 /// A DAX backing that is a regular file (what `Backing::dax` allows: "a DAX device or any
 /// existing file"), sparse, on a tmpfs with less room than the format touches: no room
 /// check at all on this path, and the creator is killed by `SIGBUS`.
 #[test]
-fn a_dax_pod_on_a_sparse_file_of_a_nearly_full_tmpfs_is_refused_not_killed() {
-    refused_not_killed("dax");
+fn a_dax_pod_on_a_sparse_file_of_a_nearly_full_tmpfs_is_child_answers_as_expected() {
+    child_answers_as_expected("dax");
 }
