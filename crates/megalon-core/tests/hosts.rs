@@ -1,7 +1,10 @@
 //! The host table: joining as a given id or the first free one, the errors for a taken
 //! id, an id past the maximum and a full table, leaving, the listing and the heartbeat.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use megalon_core::{inspect::HostInfo, Backing, Error, Host, HostOptions, Join, Pod, PodConfig};
 
@@ -234,6 +237,78 @@ fn a_full_pod_answers_at_once() {
         created.is_ok(),
         "b's create once a had a free slot: {created:?}"
     );
+}
+
+/// Several threads of each of two hosts create and delete near a full pod, never more
+/// objects alive and creates in flight than its 64 slots: while a create looks for a
+/// slot, one is free somewhere (unclaimed, given back, in some host's pool, or on its way
+/// back from another thread's create), so none may answer `SlotsExhausted` at once, nor
+/// at all. Some keys are deleted by the other host than their creator (their slots go to
+/// the deleter, and the creator must be granted them).
+#[test]
+fn churn_near_a_full_pod_never_answers_slots_exhausted() {
+    let pod = small_slot_pod();
+    let options = || HostOptions::new().wait_limit(Duration::from_secs(5));
+    let hosts = [0, 1].map(|id| Host::join(&pod, Join::As(id), options()).expect("joining"));
+    let live = AtomicU64::new(0);
+    let keys: Mutex<VecDeque<String>> = Mutex::new(VecDeque::new());
+    let next = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let failures = Mutex::new(Vec::new());
+    let deadline = Instant::now() + Duration::from_secs(3);
+    std::thread::scope(|s| {
+        for (h, host) in hosts.iter().enumerate() {
+            for t in 0..3 {
+                let (live, keys, next, stop, failures) = (&live, &keys, &next, &stop, &failures);
+                s.spawn(move || {
+                    let mut rng = (h as u64 * 7919 + t as u64 * 104_729) | 1;
+                    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        let want_create = rng % 3 != 0;
+                        if want_create
+                            && live
+                                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                                    (n < 64).then_some(n + 1)
+                                })
+                                .is_ok()
+                        {
+                            let key = format!("k{}", next.fetch_add(1, Ordering::SeqCst));
+                            match host.create(key.as_bytes(), b"v") {
+                                Ok(()) => keys.lock().unwrap().push_back(key),
+                                Err(error) => {
+                                    failures.lock().unwrap().push(format!(
+                                        "host {h} thread {t} create {key} with {} alive: {error}",
+                                        live.load(Ordering::SeqCst)
+                                    ));
+                                    stop.store(true, Ordering::Relaxed);
+                                    live.fetch_sub(1, Ordering::SeqCst);
+                                }
+                            }
+                        } else {
+                            let key = keys.lock().unwrap().pop_front();
+                            if let Some(key) = key {
+                                match host.delete(key.as_bytes()) {
+                                    Ok(()) => {
+                                        live.fetch_sub(1, Ordering::SeqCst);
+                                    }
+                                    Err(error) => {
+                                        failures.lock().unwrap().push(format!(
+                                            "host {h} thread {t} delete {key}: {error}"
+                                        ));
+                                        stop.store(true, Ordering::Relaxed);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(failures.is_empty(), "{failures:#?}");
 }
 
 /// Found by a review (2026-11-29): a host that left cleanly holding free slots (of
