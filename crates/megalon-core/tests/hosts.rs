@@ -266,7 +266,7 @@ fn churn_near_a_full_pod_never_answers_slots_exhausted() {
                         rng ^= rng << 13;
                         rng ^= rng >> 7;
                         rng ^= rng << 17;
-                        let want_create = rng % 3 != 0;
+                        let want_create = !rng.is_multiple_of(3);
                         if want_create
                             && live
                                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
