@@ -61,7 +61,10 @@ pub(in crate::host) const OP_MOVE_BACK: u8 = 1;
 pub(in crate::host) const MOVED_BACK: u8 = 1;
 pub(in crate::host) const NOT_HERE: u8 = 2;
 pub(in crate::host) const FAILED: u8 = 3;
-/// A `FAILED` answer's detail: why the move back failed.
+pub(in crate::host) const MISSING: u8 = 4;
+pub(in crate::host) const SERVER_GONE: u8 = 5;
+pub(in crate::host) const BUSY: u8 = 6;
+/// A `FAILED` answer's detail: why the move back failed (every other answer's is 0).
 pub(in crate::host) const FAILED_OTHER: u64 = 0;
 pub(in crate::host) const FAILED_LOG_FULL: u64 = 1;
 pub(in crate::host) const FAILED_REPLAY_STALLED: u64 = 2;
@@ -83,9 +86,7 @@ pub(in crate::host) fn failure_cause(detail: u64) -> &'static str {
         _ => "another error",
     }
 }
-pub(in crate::host) const MISSING: u8 = 4;
-pub(in crate::host) const SERVER_GONE: u8 = 5;
-pub(in crate::host) const BUSY: u8 = 6;
+
 /// Times the consecutive accesses a move needs double for an object that other hosts
 /// keep asking back, at most: past [`u8::MAX`] accesses (a streak's largest count) the
 /// object never moves again.
