@@ -23,7 +23,7 @@
 //!   reproduces it (exit 1). `--chaos` preempts threads at the protocol's points and makes
 //!   log appends fail, at seeded rates.
 //! - `death-sweep`: a host's death at every chaos point of each operation
-//!   (`tests/death_sweep.rs`, every sweep: about 25 minutes); each death recovered and the
+//!   (`tests/death_sweep.rs`, every sweep: about 6 minutes here); each death recovered and the
 //!   pod checked after it. The test runs CI makes take its `sample` only.
 //! - `crash`: several host processes on one pod file, one killed with SIGKILL about every
 //!   second and replaced by one that joins again; every process's history (on disk, so a
@@ -116,7 +116,7 @@ fn usage() -> ExitCode {
                    host processes killed (SIGKILL) and rejoining, a checked history\n            \
                    (--switch-width-every-ms: each worker switches the record width that often)\n  \
          death-sweep  a host frozen to death at every chaos point of each operation (first\n            \
-                   three hits), recovered, and the pod checked after each (about 25 minutes)"
+                   three hits), recovered, and the pod checked after each (about 6 minutes)"
     );
     ExitCode::from(2)
 }

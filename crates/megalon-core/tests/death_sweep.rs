@@ -11,9 +11,9 @@
 //! recoverer dying while it recovers a host that died in each of six states, local
 //! partitions' moves and serves, a host leaving, and a combiner dying with other threads'
 //! requests in its batch. Every point is swept at its first three hits: about 530
-//! deaths, 25 minutes, so those sweeps are `#[ignore]`d and `cargo xtask death-sweep`
-//! runs them (in release); `sample` runs a few of each kind in every test run. Built with
-//! the `chaos` feature only.
+//! deaths, 6 minutes in release here, so those sweeps are `#[ignore]`d and `cargo xtask
+//! death-sweep` runs them (in release); `sample` runs a few of each kind in every test
+//! run. Built with the `chaos` feature only.
 #![cfg(feature = "chaos")]
 
 mod common;
@@ -966,7 +966,7 @@ fn sweep_combiner() {
 /// One death and its check: `Ok(false)` if it never got to its point.
 type Death = fn() -> Result<bool, String>;
 
-/// A few deaths of each kind, in every test run (the sweeps above take 25 minutes): each
+/// A few deaths of each kind, in every test run (the sweeps above take minutes): each
 /// must reach its point and leave nothing behind.
 #[test]
 fn sample() {
