@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{config, heap_pod, named_records, tag_of, value, SLOT};
+use common::{at_rest, config, heap_pod, tag_of, value, SLOT};
 use megalon_core::{CrashSafety, Error, Host, HostOptions, Join, MemoryKind, Pod};
 
 const K: &[u8] = b"k";
@@ -234,35 +234,7 @@ fn check(a: &Host, b: &Host, what: &str) -> Result<Option<u8>, String> {
         let _ = a.inspect().settle_pending();
         let _ = b.inspect().settle_pending();
     }
-    for h in [a, b] {
-        let p = h
-            .inspect()
-            .settle_pending()
-            .map_err(|e| format!("{what}: settle {e}"))?;
-        if p != 0 {
-            return Err(format!("{what}: pending {p}"));
-        }
-    }
-    let census = a.inspect().record_census();
-    if !census.locked.is_empty() {
-        return Err(format!("{what}: locked {:?}", census.locked));
-    }
-    for h in [a, b] {
-        if named_records(h) != census.in_use {
-            return Err(format!(
-                "{what}: named {:?} vs in use {:?}",
-                named_records(h),
-                census.in_use
-            ));
-        }
-    }
-    if a.inspect().records_in_use().0 as usize != census.in_use.len() {
-        return Err(format!(
-            "{what}: count {} vs {}",
-            a.inspect().records_in_use().0,
-            census.in_use.len()
-        ));
-    }
+    at_rest(a, b, what)?;
     let ra = read_opt(a).map_err(|e| format!("{what}: {e}"))?;
     let rb = read_opt(b).map_err(|e| format!("{what}: {e}"))?;
     if ra != rb || ra == Some(None) {

@@ -17,7 +17,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{config, heap_pod, named_records, tag_of, value, SLOT};
+use common::{at_rest, config, heap_pod, tag_of, value, SLOT};
 use megalon_core::chaos::{self, Fault, Point};
 use megalon_core::{CrashSafety, Error, Host, HostOptions, Join, MemoryKind, Pod};
 
@@ -237,39 +237,7 @@ fn points_of(s: Setup, op: Op) -> Vec<Point> {
 }
 
 fn check(a: &Host, b: &Host, what: &str) -> Result<(), String> {
-    for _ in 0..3 {
-        let _ = a.inspect().settle_pending();
-        let _ = b.inspect().settle_pending();
-    }
-    for h in [a, b] {
-        let p = h
-            .inspect()
-            .settle_pending()
-            .map_err(|e| format!("settle {e}"))?;
-        if p != 0 {
-            return Err(format!("{what}: pending {p}"));
-        }
-    }
-    let census = a.inspect().record_census();
-    if !census.locked.is_empty() {
-        return Err(format!("{what}: locked {:?}", census.locked));
-    }
-    for h in [a, b] {
-        if named_records(h) != census.in_use {
-            return Err(format!(
-                "{what}: named {:?} vs in use {:?}",
-                named_records(h),
-                census.in_use
-            ));
-        }
-    }
-    if a.inspect().records_in_use().0 as usize != census.in_use.len() {
-        return Err(format!(
-            "{what}: count {} vs {}",
-            a.inspect().records_in_use().0,
-            census.in_use.len()
-        ));
-    }
+    at_rest(a, b, what)?;
     // Both read the same whole value.
     let ra = read_opt(a)?;
     let rb = read_opt(b)?;

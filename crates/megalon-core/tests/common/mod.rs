@@ -178,6 +178,46 @@ pub fn named_records(host: &Host) -> Vec<u32> {
     named
 }
 
+/// Hosts `a` and `b` at rest: nothing pending on either (after three rounds of settling),
+/// no record locked, the records in use exactly those each replica's index names, and
+/// the count of records in use right. `Err` names what is not, after `what`.
+pub fn at_rest(a: &Host, b: &Host, what: &str) -> Result<(), String> {
+    for _ in 0..3 {
+        let _ = a.inspect().settle_pending();
+        let _ = b.inspect().settle_pending();
+    }
+    for h in [a, b] {
+        let p = h
+            .inspect()
+            .settle_pending()
+            .map_err(|e| format!("{what}: settle {e}"))?;
+        if p != 0 {
+            return Err(format!("{what}: pending {p}"));
+        }
+    }
+    let census = a.inspect().record_census();
+    if !census.locked.is_empty() {
+        return Err(format!("{what}: locked {:?}", census.locked));
+    }
+    for h in [a, b] {
+        if named_records(h) != census.in_use {
+            return Err(format!(
+                "{what}: named {:?} vs in use {:?}",
+                named_records(h),
+                census.in_use
+            ));
+        }
+    }
+    if a.inspect().records_in_use().0 as usize != census.in_use.len() {
+        return Err(format!(
+            "{what}: count {} vs {}",
+            a.inspect().records_in_use().0,
+            census.in_use.len()
+        ));
+    }
+    Ok(())
+}
+
 /// `a` creates `k` and `b` reads it (caching its lines); then, 19 times, `a` writes a new
 /// version and `b`, then `a`, read it: a host that serves a stale line fails its round.
 #[track_caller]
