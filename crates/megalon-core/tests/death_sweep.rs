@@ -20,7 +20,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::channel;
+use std::sync::mpsc::{channel, Receiver};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -226,34 +226,11 @@ fn dies_at(op: Op, bits: u32, switch: bool, point: Point, nth: u32) -> Result<bo
     let v: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), options(1)).unwrap()));
     setup(&r);
     v.replay().unwrap();
-    let (tx, rx) = channel::<Option<String>>();
-    let tx = Mutex::new(tx);
-    std::thread::spawn(move || {
-        let mut seen = 0;
-        let tx2 = tx.lock().unwrap().clone();
-        let result = chaos::with_hook(
-            move |at| {
-                if at == point {
-                    seen += 1;
-                    if seen == nth {
-                        v.inspect().freeze();
-                        tx.lock().unwrap().send(None).unwrap();
-                        loop {
-                            std::thread::park();
-                        }
-                    }
-                }
-            },
-            || op.run(v),
-        );
-        let _ = tx2.send(Some(result));
-    });
-    match rx.recv_timeout(Duration::from_secs(20)) {
-        Ok(Some(_done)) => {
-            // Never got there: leave.
-            return Ok(false);
-        }
-        Ok(None) => {}
+    let dies = dying(v, Some((point, nth)), move |v| drop(op.run(v)));
+    match dies.recv_timeout(Duration::from_secs(20)) {
+        // Never got there.
+        Ok(false) => return Ok(false),
+        Ok(true) => {}
         Err(_) => return Err(format!("{tag}: the operation neither ended nor stopped")),
     }
     // Recover host 1.
@@ -467,13 +444,14 @@ fn sweep_switch() {
     sweep(&[Op::Switch, Op::WriteK, Op::WriteS], 32, true);
 }
 
-/// Runs `f` on `host` on a thread of its own, frozen at the `nth` hit of `point` (or, with
-/// no point, frozen by `f` itself). Returns whether it stopped there (`false`: `f` ended).
-fn stopped(
+/// Runs `f` on `host` on a thread of its own, which freezes the host (a death, judged by
+/// its lease) at the `nth` hit of `point`, or with no point once `f` returns. The
+/// receiver hears `true` once it froze at the point, `false` if `f` ended first.
+fn dying(
     host: &'static Host,
     at: Option<(Point, u32)>,
     f: impl FnOnce(&'static Host) + Send + 'static,
-) -> bool {
+) -> Receiver<bool> {
     let (tx, rx) = channel::<bool>();
     let tx = Mutex::new(tx);
     std::thread::spawn(move || {
@@ -505,7 +483,17 @@ fn stopped(
         }
         let _ = done.send(false);
     });
-    rx.recv_timeout(Duration::from_secs(20))
+    rx
+}
+
+/// [`dying`], waited for: whether `host` stopped at its point (`false`: `f` ended).
+fn stopped(
+    host: &'static Host,
+    at: Option<(Point, u32)>,
+    f: impl FnOnce(&'static Host) + Send + 'static,
+) -> bool {
+    dying(host, at, f)
+        .recv_timeout(Duration::from_secs(20))
         .expect("neither ended nor stopped")
 }
 
@@ -795,28 +783,7 @@ fn dies_during_switch(op: Op, point: Point, nth: u32) -> Result<bool, String> {
     });
     paused.recv().unwrap();
     // Host 1's operation, on a thread of its own.
-    let (tx, rx) = channel::<bool>();
-    let tx = Mutex::new(tx);
-    std::thread::spawn(move || {
-        let mut seen = 0;
-        let done = tx.lock().unwrap().clone();
-        chaos::with_hook(
-            move |at| {
-                if at == point {
-                    seen += 1;
-                    if seen == nth {
-                        v.inspect().freeze();
-                        tx.lock().unwrap().send(true).unwrap();
-                        loop {
-                            std::thread::park();
-                        }
-                    }
-                }
-            },
-            || op.run(v),
-        );
-        let _ = done.send(false);
-    });
+    let rx = dying(v, Some((point, nth)), move |v| drop(op.run(v)));
     let mut stopped = rx.recv_timeout(Duration::from_millis(300)).ok();
     go.send(()).unwrap();
     if stopped.is_none() {
