@@ -10,21 +10,9 @@ mod common;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use common::{config, heap_pod, simulated, tag_of, value, SLOT};
+use common::{one_record_line_pod, simulated, tag_of, value, SLOT};
 use megalon_core::chaos::{self, Point};
 use megalon_core::{Host, HostOptions, Join, Pod};
-
-fn pod(bits: u32) -> Arc<Pod> {
-    let config = config()
-        .scr_bytes(4096)
-        .lnr_bytes(4 << 20)
-        .log_capacity_entries(4096)
-        .record_width_bits(bits);
-    // One line of records: few enough to fill.
-    let layout = megalon_core::Layout::new(&config).expect("layout");
-    let bytes = layout.record_count * u64::from(bits) / 8;
-    heap_pod(&config.app_scr_bytes(bytes - 64))
-}
 
 fn options(seed: u64) -> HostOptions {
     // No random eviction: a stale line stays until something drops it.
@@ -79,7 +67,7 @@ struct World {
 
 impl World {
     fn new(bits: u32, seed: u64) -> World {
-        let pod = pod(bits);
+        let pod = one_record_line_pod(bits);
         let writer = leak(&pod, 0, seed);
         let reader = leak(&pod, 1, seed + 1);
         writer.create(b"k", &value(1)).unwrap();

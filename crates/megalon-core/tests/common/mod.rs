@@ -37,6 +37,19 @@ pub fn heap_pod(config: &PodConfig) -> Arc<Pod> {
     Arc::new(Pod::create(config, Backing::heap()).expect("creating the pod"))
 }
 
+/// A pod of [`config`] with `bits`-bit records (4 KiB SCR, 4 MiB LNR, 4096 log entries)
+/// whose application SCR takes every record line but one: few enough records to fill.
+pub fn one_record_line_pod(bits: u32) -> Arc<Pod> {
+    let config = config()
+        .scr_bytes(4096)
+        .lnr_bytes(4 << 20)
+        .log_capacity_entries(4096)
+        .record_width_bits(bits);
+    let layout = megalon_core::Layout::new(&config).expect("layout");
+    let bytes = layout.record_count * u64::from(bits) / 8;
+    heap_pod(&config.app_scr_bytes(bytes - 64))
+}
+
 /// A simulated non-coherent cache of `capacity_lines` lines that evicts a random line once
 /// in `eviction_one_in` accesses (0: only when it is full, so a stale line stays until
 /// something drops it).
