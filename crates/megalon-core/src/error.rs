@@ -183,12 +183,15 @@ pub enum Error {
     /// runs), or found every holder of the table dead after the log recycled (nobody
     /// holds the index), or took a dead host's row over and could not finish its
     /// recovery within the wait limit (another recovery held what it waited for).
-    #[error("no live host sent host {host} the index within {waited_ms} ms (a late join needs a live host with a pump)")]
+    /// `cause` says which.
+    #[error("host {host} could not join within {waited_ms} ms: {cause}")]
     JoinNotServed {
         /// The joining host.
         host: HostId,
         /// How long it waited.
         waited_ms: u64,
+        /// Why.
+        cause: JoinNotServedCause,
     },
     /// A host streaming the index to a late joiner stopped: the joiner stopped reading.
     #[error("host {host}, joining late, stopped reading the index (waited {waited_ms} ms)")]
@@ -373,10 +376,12 @@ pub enum Error {
 
     // ---- the log ----
     /// The log stayed full past the wait limit: one host has not applied old entries.
-    #[error("the log is full ({capacity_entries} entries, tail at {tail}): host {lagging_host}{} has applied only up to {lagging_position}; waited {waited_ms} ms", alive_text(*lagging_alive))]
+    #[error("the log is full ({capacity_entries} entries, tail at {tail}): {}; waited {waited_ms} ms", laggard_text(*lagging_host, *lagging_alive, *lagging_position))]
     LogFull {
-        /// The host whose applied position holds the head back.
-        lagging_host: u32,
+        /// The host whose applied position holds the head back (`None`: no host's did
+        /// at the last look, its holder having left or replayed meanwhile, and the head
+        /// was at `lagging_position`).
+        lagging_host: Option<HostId>,
         /// Whether it lives (`None`: it runs on another machine, where only its lease can
         /// tell).
         lagging_alive: Option<bool>,
@@ -634,6 +639,49 @@ fn holder_text(holder: Option<HostId>, alive: Option<bool>) -> String {
 }
 
 /// " (alive)", " (its process is gone: recovery is due)", or nothing when unknown.
+/// Why a join was not served: [`Error::JoinNotServed`]'s `cause`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JoinNotServedCause {
+    /// It joined after the log recycled, and no live host sent it the index (a late join
+    /// needs a live host whose pump runs), or the hosts that began to send it kept
+    /// stopping until the wait ran out.
+    NoServer,
+    /// Every holder of the host table is dead and the log has recycled: nobody holds the
+    /// index any more.
+    NoHolder,
+    /// It took a dead host's row over and could not finish that host's recovery within
+    /// the wait (another recovery held what it waited for); the row is left to the next
+    /// joiner's rescue.
+    RescueUnfinished,
+}
+
+impl fmt::Display for JoinNotServedCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            JoinNotServedCause::NoServer => {
+                "no live host sent it the index (a late join needs a live host with a pump)"
+            }
+            JoinNotServedCause::NoHolder => {
+                "every host of the pod is dead and the log has recycled: nobody holds the index"
+            }
+            JoinNotServedCause::RescueUnfinished => {
+                "it took a dead host's row over and could not finish its recovery (another recovery held what it waited for)"
+            }
+        })
+    }
+}
+
+/// What [`Error::LogFull`] says of the host holding the log's head back.
+fn laggard_text(host: Option<HostId>, alive: Option<bool>, position: u64) -> String {
+    match host {
+        Some(host) => format!(
+            "host {host}{} has applied only up to {position}",
+            alive_text(alive)
+        ),
+        None => format!("no host held its head back at the last look (the head at {position})"),
+    }
+}
+
 fn alive_text(alive: Option<bool>) -> &'static str {
     match alive {
         Some(true) => " (alive)",

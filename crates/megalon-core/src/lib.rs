@@ -180,7 +180,7 @@ mod words;
 pub use backoff::Backoff;
 pub use config::{Coherence, CrashSafety, PodConfig};
 pub use counters::EventCounts;
-pub use error::{Error, Region, Result};
+pub use error::{Error, JoinNotServedCause, Region, Result};
 pub use host::{
     Done, Host, HostOptions, Join, ReadTicket, ReleaseHook, ReleaseReason, Releasing, WidthPolicy,
     WriteTicket,

@@ -417,14 +417,10 @@ impl Log {
         tail: u64,
         waited: Duration,
     ) -> Error {
-        let laggard = laggard.unwrap_or(Laggard {
-            host: HostId::MAX,
-            position: head,
-        });
         Error::LogFull {
-            lagging_host: laggard.host,
-            lagging_alive: host_table::alive(pod, laggard.host),
-            lagging_position: laggard.position,
+            lagging_host: laggard.map(|l| l.host),
+            lagging_alive: laggard.and_then(|l| host_table::alive(pod, l.host)),
+            lagging_position: laggard.map_or(head, |l| l.position),
             tail,
             capacity_entries: self.capacity,
             waited_ms: waited.as_millis() as u64,

@@ -66,7 +66,7 @@ fn a_wrap_the_full_log_refuses_leaves_the_record_unlocked() {
         matches!(
             full,
             Error::LogFull {
-                lagging_host: 1,
+                lagging_host: Some(1),
                 ..
             }
         ),
@@ -75,7 +75,8 @@ fn a_wrap_the_full_log_refuses_leaves_the_record_unlocked() {
     // The 32nd write wraps the counter: its wrap event finds no room.
     match a.write(b"k", &value(32)) {
         Err(Error::LogFull {
-            lagging_host: 1, ..
+            lagging_host: Some(1),
+            ..
         }) => {}
         other => panic!("expected LogFull naming host 1, got {other:?}"),
     }

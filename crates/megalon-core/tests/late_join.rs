@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use common::{read, simulated, value};
 use megalon_core::inspect::crash;
-use megalon_core::{Backing, CrashSafety, Error, Host, HostOptions, Join, Pod, PodConfig};
+use megalon_core::{
+    Backing, CrashSafety, Error, Host, HostOptions, Join, JoinNotServedCause, Pod, PodConfig,
+};
 
 /// Objects the tests create: several times the log's 256 entries.
 const OBJECTS: u8 = 200;
@@ -133,7 +135,13 @@ fn a_late_join_with_no_live_server_times_out_and_frees_its_row() {
         options(2).wait_limit(Duration::from_millis(200)),
     );
     assert!(
-        matches!(refused, Err(Error::JoinNotServed { .. })),
+        matches!(
+            refused,
+            Err(Error::JoinNotServed {
+                cause: JoinNotServedCause::NoServer,
+                ..
+            })
+        ),
         "{:?}",
         refused.map(|h| h.id())
     );

@@ -227,7 +227,7 @@ fn a_host_that_never_replays_fills_the_log_and_is_named() {
     }
     match error {
         Some(Error::LogFull {
-            lagging_host: 1,
+            lagging_host: Some(1),
             lagging_position: 0,
             capacity_entries: 8,
             ..
@@ -359,7 +359,7 @@ fn a_request_withdrawn_behind_a_combiner_waiting_for_room_answers_log_full() {
         matches!(
             withdrawn,
             Err(Error::LogFull {
-                lagging_host: 1,
+                lagging_host: Some(1),
                 ..
             })
         ),
@@ -509,7 +509,8 @@ fn a_batch_the_log_has_room_for_in_part_appends_that_part() {
         match answer {
             Ok(()) => assert!(made, "q{i} answered made"),
             Err(Error::LogFull {
-                lagging_host: 1, ..
+                lagging_host: Some(1),
+                ..
             }) => assert!(!made, "q{i} answered refused"),
             Err(error) => panic!("q{i}: {error}"),
         }

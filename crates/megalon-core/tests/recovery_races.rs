@@ -3965,7 +3965,7 @@ fn a_recovery_whose_host_dead_finds_the_log_full_is_made_good_once_there_is_room
         matches!(
             &errors.last,
             Some(Error::RecoveryStopped { cause, .. })
-                if matches!(**cause, Error::LogFull { lagging_host: 2, .. })
+                if matches!(**cause, Error::LogFull { lagging_host: Some(2), .. })
         ),
         "the round answered {errors:?}"
     );

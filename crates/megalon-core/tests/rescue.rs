@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::stops::{timed_unstopped, Timed};
 use common::{pauses_when, simulated, value, SLOT};
 use megalon_core::chaos::{self, Point};
-use megalon_core::{CrashSafety, Error, Host, HostOptions, Join, Pod};
+use megalon_core::{CrashSafety, Error, Host, HostOptions, Join, JoinNotServedCause, Pod};
 
 const LEASE_MS: u32 = 100;
 
@@ -368,7 +368,13 @@ fn a_pod_whose_log_lapped_before_its_hosts_died_answers_join_not_served() {
     for _ in 0..2 {
         let join = Host::join(&pod, Join::AnyFree, options(3));
         assert!(
-            matches!(join, Err(Error::JoinNotServed { .. })),
+            matches!(
+                join,
+                Err(Error::JoinNotServed {
+                    cause: JoinNotServedCause::NoHolder,
+                    ..
+                })
+            ),
             "{:?}",
             join.map(|host| host.id())
         );
@@ -609,7 +615,13 @@ fn two_rescuers_of_one_record_never_settle_it_without_its_undo_image() {
             // recovered the other's row before that one's take-over (its CAS failed: it
             // answers as before, and a retry joins the freed row).
             Err(error) => assert!(
-                matches!(error, Error::JoinNotServed { .. } | Error::HostTaken { .. }),
+                matches!(
+                    error,
+                    Error::JoinNotServed {
+                        cause: JoinNotServedCause::RescueUnfinished,
+                        ..
+                    } | Error::HostTaken { .. }
+                ),
                 "a rescue failed untyped: {error:?}"
             ),
         }
@@ -804,7 +816,13 @@ fn a_head_that_moves_during_the_rescue_answers_join_not_served() {
     eprintln!("head {head} after {round} creates; join {join:?}");
     assert!(head > 0, "the head moved");
     assert!(
-        matches!(join, Err(Error::JoinNotServed { .. }) | Ok(_)),
+        matches!(
+            join,
+            Err(Error::JoinNotServed {
+                cause: JoinNotServedCause::NoHolder,
+                ..
+            }) | Ok(_)
+        ),
         "{join:?}"
     );
 }

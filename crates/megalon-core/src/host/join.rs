@@ -37,7 +37,7 @@
 use super::Shared;
 
 use crate::backoff::Backoff;
-use crate::error::{Error, Result};
+use crate::error::{Error, JoinNotServedCause, Result};
 use crate::host_table::{session, session_gone, session_of};
 use crate::ids::HostId;
 use crate::log::Log;
@@ -170,6 +170,7 @@ impl Shared {
         let not_served = |waited_ms| Error::JoinNotServed {
             host: self.id,
             waited_ms,
+            cause: JoinNotServedCause::NoServer,
         };
         self.wait_until(|| {
             match mailbox
@@ -221,6 +222,7 @@ impl Shared {
         let not_served = |waited_ms| Error::JoinNotServed {
             host: self.id,
             waited_ms,
+            cause: JoinNotServedCause::NoServer,
         };
         // Waits for `done`, giving up early if the serving host is gone (`Err`), or once
         // the stream has begun, if it let go of the session before the end (`Ok(false)`:

@@ -15,7 +15,7 @@ use combiner::Combiner;
 
 use crate::chaos::Chaos;
 use crate::config::Coherence;
-use crate::error::{Error, Result};
+use crate::error::{Error, JoinNotServedCause, Result};
 use crate::event::{Event, OwnedEvent};
 use crate::host_table;
 pub use crate::ids::HostId;
@@ -198,6 +198,7 @@ impl Host {
                         return Err(Error::JoinNotServed {
                             host: id,
                             waited_ms: waited.as_millis() as u64,
+                            cause: JoinNotServedCause::NoServer,
                         });
                     }
                 }
@@ -843,6 +844,7 @@ fn rescue(
             Error::JoinNotServed {
                 host: id,
                 waited_ms: started.elapsed().as_millis() as u64,
+                cause: JoinNotServedCause::NoHolder,
             }
         } else {
             Log::recycled(pod)
@@ -878,6 +880,7 @@ fn rescue(
             return Err(Error::JoinNotServed {
                 host: id,
                 waited_ms: started.elapsed().as_millis() as u64,
+                cause: JoinNotServedCause::NoHolder,
             });
         }
         held => {

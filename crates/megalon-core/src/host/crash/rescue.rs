@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::{Dead, Step};
-use crate::error::{Error, Result};
+use crate::error::{Error, JoinNotServedCause, Result};
 use crate::host::{DeadRow, Shared};
 use crate::host_table;
 use crate::ids::HostId;
@@ -82,6 +82,7 @@ impl Shared {
                     None => Error::JoinNotServed {
                         host: self.id,
                         waited_ms: waited.as_millis() as u64,
+                        cause: JoinNotServedCause::RescueUnfinished,
                     },
                 });
             }
