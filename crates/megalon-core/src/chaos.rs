@@ -116,6 +116,9 @@ pub enum Point {
     /// A server of a late join, the joiner's `ltail` pinned and the head moved past the
     /// joiner's claim, before it stores the stream's `total` and `ready`.
     ServeAfterPin,
+    /// A server of a late join, a chunk of its snapshot written and counted in `chunk`,
+    /// before it waits for the joiner to take it.
+    ServeAfterChunk,
     /// A late joiner that has received its whole snapshot and checked its pin, before it
     /// decodes the snapshot.
     JoinBeforeDecode,

@@ -9,8 +9,8 @@
 //! Operations: creates, writes, updates, tickets and deletes at 32 and 2 bits, a switch of
 //! the record width (the switcher dying, and a host dying while a switch drains), a
 //! recoverer dying while it recovers a host that died in each of six states, local
-//! partitions' moves and serves, a host leaving, and a combiner dying with other threads'
-//! requests in its batch. Every point is swept at its first three hits: about 530
+//! partitions' moves and serves, a host leaving, a combiner dying with other threads'
+//! requests in its batch, and a host's pump dying while it may serve a late join. Every point is swept at its first three hits: about 530
 //! deaths, 6 minutes in release here, so those sweeps are `#[ignore]`d and `cargo xtask
 //! death-sweep` runs them (in release); `sample` runs a few of each kind in every test
 //! run. Built with the `chaos` feature only.
@@ -70,6 +70,7 @@ pub const POINTS: &[Point] = &[
     Point::ServeBeforeTake,
     Point::ServeBeforePin,
     Point::ServeAfterPin,
+    Point::ServeAfterChunk,
     Point::JoinBeforeDecode,
     Point::JoinBetweenChunks,
     Point::HeadLookBetweenRows,
@@ -930,6 +931,114 @@ fn sweep_combiner() {
     sweep_each(&[()], |(), point, nth| combiner_dies_at(point, nth));
 }
 
+/// One late join at a time: its death is driven by a hook on every thread of the process.
+static LATE_JOIN: Mutex<()> = Mutex::new(());
+
+/// Host 1's pump dies at the `nth` hit of `point` while host 2 joins after the log
+/// recycled (a late join, which a live host's pump serves with its index). Host 1's pump
+/// runs every millisecond and host 0's every 200, so host 1 is nearly always the one that
+/// takes the join: it dies before, while or after it serves, or at any other step of its
+/// pump's rounds meanwhile. The joiner must then be served by host 0 (a new life of its
+/// own if its server died mid-stream) and read every object whole; host 0 recovers host
+/// 1 and the pod is checked as after every death.
+fn late_join_dies_at(point: Point, nth: u32) -> Result<bool, String> {
+    let _one = LATE_JOIN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let tag = format!("a late join's server at {point:?} #{nth}");
+    // A join area of one line: the index goes in several chunks.
+    let config = config(32, false).join_area_bytes(64);
+    let pod = Arc::new(Pod::create(&config, megalon_core::Backing::heap()).unwrap());
+    let pumped = |id: u32, ms: u64| options(id).pump_interval(Some(Duration::from_millis(ms)));
+    let r = Host::join(&pod, Join::As(0), pumped(0, 200)).unwrap();
+    let v: &'static Host = Box::leak(Box::new(
+        Host::join(&pod, Join::As(1), pumped(1, 1)).unwrap(),
+    ));
+    setup(&r);
+    let mut round = 0u32;
+    while r.inspect().log_cursors().0 == 0 {
+        r.create(b"lap", &value(round as u8))
+            .and_then(|()| r.delete(b"lap"))
+            .and_then(|()| r.replay().map(drop))
+            .map_err(|e| format!("{tag}: lapping the log, round {round}: {e:?}"))?;
+        round += 1;
+    }
+    // (armed, hits, frozen): the pump's hook counts hits only while armed.
+    let state = Arc::new(Mutex::new((true, 0u32, false)));
+    let (frozen_tx, frozen) = channel::<()>();
+    let frozen_tx = Mutex::new(frozen_tx);
+    let hook_state = Arc::clone(&state);
+    let hook = move |p: Point| {
+        if p != point || std::thread::current().name() != Some("megalon-pump-1") {
+            return;
+        }
+        {
+            let mut s = hook_state.lock().unwrap();
+            if !s.0 {
+                return;
+            }
+            s.1 += 1;
+            if s.1 != nth {
+                return;
+            }
+            s.2 = true;
+        }
+        v.inspect().freeze();
+        frozen_tx.lock().unwrap().send(()).unwrap();
+        loop {
+            std::thread::park();
+        }
+    };
+    // Host 0 writes `k` (its value unchanged) meanwhile, so host 1's pump replays while
+    // it serves.
+    let joining = std::sync::atomic::AtomicBool::new(true);
+    let joined = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while joining.load(Ordering::SeqCst) {
+                let _ = r.write(b"k", &value(2));
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        });
+        let joined = chaos::with_process_hook(hook, || {
+            let joined = Host::join(&pod, Join::As(2), options(2).wait_limit(BOUND));
+            let mut s = state.lock().unwrap();
+            s.0 = false;
+            (joined, s.2)
+        });
+        joining.store(false, Ordering::SeqCst);
+        joined
+    });
+    let (joined, died) = joined;
+    if !died {
+        drop(joined);
+        return Ok(false);
+    }
+    frozen
+        .recv_timeout(BOUND)
+        .map_err(|_| format!("{tag}: the pump never froze"))?;
+    let joiner = joined.map_err(|e| format!("{tag}: the late join failed: {e:?}"))?;
+    for (key, tags) in before() {
+        let got = read_opt(&joiner, key).map_err(|e| format!("{tag}: the joiner reads: {e:?}"))?;
+        if !tags.contains(&got.as_deref().and_then(tag_of)) {
+            return Err(format!(
+                "{tag}: the joiner reads {} as {:?}",
+                String::from_utf8_lossy(key),
+                got.map(|b| b[..4].to_vec())
+            ));
+        }
+    }
+    joiner.leave();
+    recover_all(&pod, &r, &[1], &tag)?;
+    check(&pod, &r, before(), &tag)?;
+    Ok(true)
+}
+
+#[test]
+#[ignore = "long: cargo xtask death-sweep"]
+fn sweep_late_join_server() {
+    sweep_each(&[()], |(), point, nth| late_join_dies_at(point, nth));
+}
+
 /// One death and its check: `Ok(false)` if it never got to its point.
 type Death = fn() -> Result<bool, String>;
 
@@ -937,7 +1046,7 @@ type Death = fn() -> Result<bool, String>;
 /// must reach its point and leave nothing behind.
 #[test]
 fn sample() {
-    let deaths: [(&str, Death); 8] = [
+    let deaths: [(&str, Death); 9] = [
         ("a write locked", || {
             dies_at(Op::WriteK, 32, false, Point::WriteAfterLock, 1)
         }),
@@ -961,6 +1070,9 @@ fn sample() {
         }),
         ("a combiner with others' requests", || {
             combiner_dies_at(Point::AppendAfterReserve, 1)
+        }),
+        ("a late join's server after its pin", || {
+            late_join_dies_at(Point::ServeAfterPin, 1)
         }),
     ];
     let failures: Vec<String> = deaths

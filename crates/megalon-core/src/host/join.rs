@@ -455,6 +455,7 @@ impl Shared {
             self.memory.fence();
             mailbox.chunk.store(k + 1, Ordering::SeqCst);
             self.beat();
+            self.chaos.point(crate::chaos::Point::ServeAfterChunk);
         }
         // Until the joiner has taken everything and let go of the mailbox, `server` stays
         // ours: another host that saw the request still there would serve it again, and
