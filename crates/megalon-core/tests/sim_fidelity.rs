@@ -15,10 +15,9 @@ mod common;
 
 use std::sync::Arc;
 
-use megalon_core::{
-    limits::LINE_BYTES, memory::SimulatedConfig, Host, HostOptions, Join, MemoryKind, Pod,
-    PodConfig,
-};
+use common::eager;
+
+use megalon_core::{limits::LINE_BYTES, Host, HostOptions, Join, MemoryKind, Pod, PodConfig};
 
 const LINE: usize = LINE_BYTES as usize;
 
@@ -26,17 +25,6 @@ fn join(pod: &Arc<Pod>, memory: MemoryKind) -> Host {
     // No pump: its replay would touch this host's cache between the test's accesses.
     let options = HostOptions::new().memory(memory).pump_interval(None);
     Host::join(pod, Join::AnyFree, options).expect("joining a host")
-}
-
-/// A cache that completes one line's writes in flight at every access it can (the most
-/// eager drain the simulation has), never evicting at random.
-fn eager(seed: u64) -> MemoryKind {
-    MemoryKind::Simulated(SimulatedConfig {
-        seed,
-        capacity_lines: 1024,
-        random_eviction_one_in: 0,
-        settle_one_in: 1,
-    })
 }
 
 fn memory_byte(observer: &Host, offset: u64) -> u8 {

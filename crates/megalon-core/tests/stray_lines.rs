@@ -11,26 +11,20 @@
 //! and then (`refill_at_random`), and the ring's two flushes each have a test here that
 //! stands a load of the same host in for the prefetch.
 
+mod common;
+
 use std::ops::ControlFlow;
 use std::sync::mpsc::channel;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::eager;
 use megalon_core::limits::LINE_BYTES;
-use megalon_core::memory::{Memory, SimulatedConfig};
+use megalon_core::memory::Memory;
 use megalon_core::rpc::{self, Response, RingGeometry};
 use megalon_core::{Backing, MemoryKind, Pod, PodConfig};
 
 const LINE: usize = LINE_BYTES as usize;
-
-fn eager(seed: u64) -> MemoryKind {
-    MemoryKind::Simulated(SimulatedConfig {
-        seed,
-        capacity_lines: 1024,
-        random_eviction_one_in: 0,
-        settle_one_in: 1,
-    })
-}
 
 fn ring_pod(entries: u64) -> (Arc<Pod>, RingGeometry) {
     let entry_bytes = rpc::entry_bytes(32, 200);

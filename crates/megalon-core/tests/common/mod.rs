@@ -62,6 +62,17 @@ pub fn simulated(seed: u64, capacity_lines: usize, eviction_one_in: u64) -> Memo
     })
 }
 
+/// A cache that completes one line's writes in flight at every access it can (the most
+/// eager drain the simulation has), never evicting at random.
+pub fn eager(seed: u64) -> MemoryKind {
+    MemoryKind::Simulated(SimulatedConfig {
+        seed,
+        capacity_lines: 1024,
+        random_eviction_one_in: 0,
+        settle_one_in: 1,
+    })
+}
+
 /// Options of a host on a small simulated cache (512 lines) that evicts a random line once
 /// in 64 accesses.
 pub fn small_cache(seed: u64) -> HostOptions {
