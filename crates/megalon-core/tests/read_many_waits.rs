@@ -2,7 +2,8 @@
 //! writer stopped or slow with its tickets open) make the call wait one wait limit in
 //! all, not one for each such object. And a `delete_unless_busy` of such an object waits
 //! for none. A record found freed (its release's event not applied here yet) is never
-//! answered `RecordBusy` without one more look, however the wait was spent.
+//! answered `RecordBusy` without one more look, however the wait was spent. And a read
+//! whose check fails and starts over alone waits within the same limit.
 
 mod common;
 
@@ -265,4 +266,54 @@ fn a_delete_whose_wait_runs_out_after_it_found_the_record_freed_deletes() {
     assert!(answer.is_ok(), "nobody holds y: {answer:?}");
     assert!(a.lookup(b"y").unwrap().is_none());
     assert!(b.lookup(b"y").unwrap().is_none());
+}
+
+/// The same bound for reads whose objects were free when they began: during the group's
+/// first copy host b (a writer that then stops, its lease long) locks all eight. Every
+/// read's check fails, and each starts over alone, finds its object locked and waited a
+/// whole wait limit of its own (review `combiner`, 2026-12-03): eight limits for the call.
+#[cfg(feature = "chaos")]
+#[test]
+fn a_read_many_whose_reads_start_over_alone_still_waits_one_limit() {
+    use megalon_core::chaos::{self, Point};
+
+    let wait = Duration::from_secs(1);
+    let (a, b) = two_hosts(wait);
+    let b: &'static Host = Box::leak(Box::new(b));
+    let keys: Vec<Vec<u8>> = (0..8).map(|i| format!("k{i}").into_bytes()).collect();
+    for key in &keys {
+        a.create(key, &value(1)).unwrap();
+        a.write(key, &value(2)).unwrap();
+    }
+    b.replay().unwrap();
+    let mut bufs = vec![vec![0u8; common::SLOT]; keys.len()];
+    let mut reads = common::reads(&keys, &mut bufs);
+    let locked_keys = keys.clone();
+    let mut locked = false;
+    let began = Instant::now();
+    let answers = chaos::with_hook(
+        move |at| {
+            if at == Point::ReadBeforeEnd && !locked {
+                locked = true;
+                for key in &locked_keys {
+                    // Held for good: the writer stopped.
+                    std::mem::forget(b.write_start(key).unwrap());
+                }
+            }
+        },
+        || a.read_many(&mut reads),
+    );
+    let took = began.elapsed();
+    for answer in &answers {
+        assert!(
+            matches!(answer, Err(Error::RecordBusy { .. })),
+            "each object is locked: {answers:?}"
+        );
+    }
+    assert!(
+        took < 4 * wait,
+        "a read_many of {} objects locked during its first copy took {took:?} (wait limit \
+         {wait:?}): each read that started over waited a limit of its own",
+        keys.len()
+    );
 }

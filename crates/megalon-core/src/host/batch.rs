@@ -136,9 +136,11 @@ impl Shared {
                     self.chaos.point(Point::ReadBeforeEnd);
                     match self.read_end(&ticket, c) {
                         Ok(true) => Ok((copied, Done { retries: 0 })),
-                        // Started over alone, this try counted in the bound.
-                        Ok(false) => self
-                            .read_via_after(key, c, 1, &mut |source, len| copy(source, len, buf)),
+                        // Started over alone, this try counted in the bound, its waits
+                        // for writers within the call's one limit.
+                        Ok(false) => self.read_via_after(key, c, 1, writers, &mut |source, len| {
+                            copy(source, len, buf)
+                        }),
                         Err(error) => Err(error),
                     }
                 }
