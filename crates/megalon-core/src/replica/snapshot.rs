@@ -75,8 +75,8 @@ impl Index {
     /// Fills this index, which must be empty, from `bytes` made by
     /// [`Index::encode_snapshot`] on a replica of the same pod. A damaged snapshot is an
     /// error that leaves the index empty, for a joiner that asks again: a first pass
-    /// checks every word, the second inserts, and takes back what it inserted if a key
-    /// or a record comes twice (the checks that need the index).
+    /// checks every word, the second inserts, and takes back what it inserted if a key,
+    /// a record or a slot comes twice (the checks that need the index).
     #[cfg(test)]
     pub(crate) fn decode_snapshot(&mut self, bytes: &[u8]) -> Result<()> {
         self.decode_snapshot_beating(bytes, &mut || {})
@@ -99,6 +99,9 @@ impl Index {
             }
         }
         let (slots, _, objects) = read_snapshot(self.bounds(), bytes)?;
+        // The objects' slots so far: a live index never has two objects in one slot
+        // (every write of one would overwrite the other).
+        let mut taken: hashbrown::HashSet<u64> = hashbrown::HashSet::new();
         for (inserted, object) in objects.enumerate() {
             if inserted % OBJECTS_PER_BEAT == OBJECTS_PER_BEAT - 1 {
                 beat();
@@ -109,6 +112,8 @@ impl Index {
             } else if object.record != NO_RECORD && self.record_owners.contains_key(&object.record)
             {
                 Some("a record held by two objects")
+            } else if !taken.insert(object.slot) {
+                Some("a slot held by two objects")
             } else {
                 None
             };
@@ -235,6 +240,19 @@ fn read_snapshot(
             }
         })
         .collect::<Result<Vec<_>>>()?;
+    // No slot free twice: in a live index the unclaimed range, each host's free ranges
+    // and the ranges given back never overlap (a claim or a grant of a slot counted
+    // twice hands it to two hosts, and each creates an object in it).
+    let mut free: Vec<(u64, u64)> = (pools.iter())
+        .flat_map(|pool| pool.ranges().map(|range| (range.start, range.end)))
+        .chain(returned.iter().map(|range| (range.start, range.end)))
+        .chain((!unclaimed.is_empty()).then_some((unclaimed.start, unclaimed.end)))
+        .collect();
+    free.sort_unstable();
+    if free.windows(2).any(|pair| pair[0].1 > pair[1].0) {
+        return Err(corrupt("a slot free twice"));
+    }
+    drop(free);
     let gone = (0..bounds.max_hosts)
         .map(|_| match words.next("hosts gone")? {
             0 => Ok(false),
@@ -307,7 +325,13 @@ impl<'b> Words8<'b> {
             return Err(corrupt("an object in the DRAM of a host the pod has not"));
         }
         let lock = if bounds.all_log {
-            Some(self.next("an object's lock word")?)
+            let lock = self.next("an object's lock word")?;
+            // The holder + 1 in bits 32..40, nothing above: a holder past the pod's hosts
+            // would hold the object for good (no such host unlocks it, nor dies).
+            if lock >> 40 != 0 || (lock >> 32 & 0xff) > u64::from(bounds.max_hosts) {
+                return Err(corrupt("an object locked by a host the pod has not"));
+            }
+            Some(lock)
         } else {
             None
         };
@@ -616,5 +640,61 @@ mod tests {
         let damaged = bytes_of(&words);
         let mut copy = index(Coherence::Split);
         assert_refused_and_empty(&mut copy, &damaged, "a record held by two objects");
+    }
+
+    /// Two objects in one slot (every write of one would overwrite the other) are
+    /// refused, as two objects naming one record are. (Review `index`, 2026-12-03: it was
+    /// decoded.)
+    #[test]
+    fn a_snapshot_with_two_objects_in_one_slot_is_refused() {
+        let original = filled(Coherence::Split);
+        let mut words = words_of(&original.encode_snapshot());
+        let first = first_object_word(&original);
+        // The second object's place word takes the first's slot, its record kept.
+        let (place0, place1) = (first + 1, first + 6);
+        words[place1] = words[place1] & !0xffff_ffff | words[place0] & 0xffff_ffff;
+        let mut copy = index(Coherence::Split);
+        assert_refused_and_empty(&mut copy, &bytes_of(&words), "a slot held by two objects");
+    }
+
+    /// Free ranges that overlap (here the range given back, 104..107, moved onto host 1's
+    /// 50..100) are refused: decoded, the claim that reaches the range given back hands
+    /// out slots host 1 still holds, and two objects are created in one slot. (Review
+    /// `index`, 2026-12-03: it was decoded.)
+    #[test]
+    fn a_snapshot_counting_a_slot_free_twice_is_refused() {
+        let original = filled(Coherence::Split);
+        let mut words = words_of(&original.encode_snapshot());
+        let given_back: Vec<usize> = (0..words.len() - 1)
+            .filter(|&i| words[i] == 104 && words[i + 1] == 3)
+            .collect();
+        assert_eq!(given_back.len(), 1, "the range given back");
+        words[given_back[0]] = 60;
+        let mut copy = index(Coherence::Split);
+        assert_refused_and_empty(&mut copy, &bytes_of(&words), "a slot free twice");
+    }
+
+    /// An AllLog object locked by a host the pod does not have would stay locked for good
+    /// (no such host unlocks it, nor dies): refused, as an owner outside the pod is.
+    /// (Review `index`, 2026-12-03: it was decoded.)
+    #[test]
+    fn a_snapshot_naming_a_lock_holder_outside_the_pod_is_refused() {
+        let original = filled(Coherence::AllLog);
+        let mut words = words_of(&original.encode_snapshot());
+        // The first object's words: stamp, place, meta, two of key, its lock word.
+        let lock = first_object_word(&original) + 5;
+        assert_eq!(words[lock], 0, "k0 unlocked");
+        let max_hosts = u64::from(original.max_hosts);
+        let what = "an object locked by a host the pod has not";
+        for damaged in [(max_hosts + 1) << 32, 1 << 40] {
+            words[lock] = damaged;
+            let mut copy = index(Coherence::AllLog);
+            assert_refused_and_empty(&mut copy, &bytes_of(&words), what);
+        }
+        // The last host there is (its id + 1 in the word): decoded.
+        words[lock] = max_hosts << 32;
+        let mut copy = index(Coherence::AllLog);
+        copy.decode_snapshot(&bytes_of(&words)).unwrap();
+        assert_eq!(copy.len(), original.len());
     }
 }
