@@ -332,7 +332,7 @@ impl Pod {
                     .write(true)
                     .open(&path)
                     .map_err(io_error("opening", &path))?;
-                check_regular_file_len(&file, &path, len_bytes)?;
+                check_device_len(&file, &path, len_bytes)?;
                 pod_file::refuse_sparse_without_room(&file, &path, total)?;
                 // Held while the header is written: an opener waits for it whole.
                 if !pod_file::lock(&file, libc::LOCK_EX | libc::LOCK_NB, &path)?
@@ -574,7 +574,7 @@ impl Pod {
                     .write(true)
                     .open(path)
                     .map_err(io_error("opening", path))?;
-                check_regular_file_len(&file, path, *len_bytes)?;
+                check_device_len(&file, path, *len_bytes)?;
                 if lock {
                     pod_file::lock(&file, libc::LOCK_SH, path)?;
                 }
@@ -896,18 +896,50 @@ fn map_shared(file: &File, len: u64, path: &Path) -> Result<MmapMut> {
     unsafe { MmapOptions::new().len(len as usize).map_mut(file) }.map_err(io_error("mapping", path))
 }
 
-/// For a DAX "device" that is a regular file (tests, emulation), the file must be at
-/// least as long as the mapping; a character device reports no length.
-fn check_regular_file_len(file: &File, path: &Path, len_bytes: u64) -> Result<()> {
+/// The file or device behind a DAX backing must be at least as long as the mapping: a
+/// page mapped past a device's end kills the process (`SIGBUS`) at its first touch. A
+/// regular file (tests, emulation) and a block device report their length; a character
+/// device (`/dev/daxX.Y`) reports it in sysfs (`/sys/dev/char/MAJOR:MINOR/size`). A
+/// device whose length cannot be found is taken at its word.
+fn check_device_len(file: &File, path: &Path, len_bytes: u64) -> Result<()> {
     let metadata = file.metadata().map_err(io_error("reading", path))?;
-    if metadata.is_file() && metadata.len() < len_bytes {
-        return Err(Error::FileTooSmall {
-            path: path.to_owned(),
-            file_bytes: metadata.len(),
-            needed_bytes: len_bytes,
-        });
+    if let Some(device_bytes) = device_len(file, &metadata) {
+        if device_bytes < len_bytes {
+            return Err(Error::FileTooSmall {
+                path: path.to_owned(),
+                file_bytes: device_bytes,
+                needed_bytes: len_bytes,
+            });
+        }
     }
     Ok(())
+}
+
+/// The length of the regular file or device `file` is open on, if it can be found.
+fn device_len(file: &File, metadata: &std::fs::Metadata) -> Option<u64> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    use std::os::unix::io::AsRawFd;
+    let kind = metadata.file_type();
+    if kind.is_file() {
+        Some(metadata.len())
+    } else if kind.is_block_device() {
+        // SAFETY: lseek(2) on a descriptor we own; only its offset changes, and nothing
+        // here reads or writes through it (the header is read through a mapping).
+        let end = unsafe { libc::lseek(file.as_raw_fd(), 0, libc::SEEK_END) };
+        // SAFETY: as above.
+        unsafe { libc::lseek(file.as_raw_fd(), 0, libc::SEEK_SET) };
+        u64::try_from(end).ok()
+    } else if kind.is_char_device() {
+        let rdev = metadata.rdev();
+        let sysfs = format!(
+            "/sys/dev/char/{}:{}/size",
+            libc::major(rdev),
+            libc::minor(rdev)
+        );
+        std::fs::read_to_string(sysfs).ok()?.trim().parse().ok()
+    } else {
+        None
+    }
 }
 
 /// The NUMA nodes this machine has, from sysfs (empty where sysfs has none).

@@ -1,7 +1,10 @@
 //! A pod created where its file system has less room than the new file's format
 //! touches: refused `NoRoomForPod`, never killed by `SIGBUS` at the first page that finds
 //! no room. Each case runs in a child under `unshare --mount`, on a 16 MiB tmpfs of its
-//! own that no other process sees (skipped where `unshare --mount` is not allowed).
+//! own that no other process sees (skipped where `unshare --mount` is not allowed). And a
+//! pod on a device shorter than its length (a 1 MiB loop block device standing for
+//! `/dev/daxX.Y`; skipped where no loop device can be attached): `FileTooSmall`, for a
+//! create and for an open of a header that says more.
 
 #![cfg(target_os = "linux")]
 
@@ -232,4 +235,172 @@ fn replacing_a_mapped_pod_on_a_nearly_full_tmpfs_is_refused() {
 #[test]
 fn a_dax_pod_on_a_sparse_file_of_a_nearly_full_tmpfs_is_child_answers_as_expected() {
     child_answers_as_expected("dax");
+}
+
+// ---- a device shorter than the pod
+
+const DEVICE_ENV: &str = "MEGALON_POD_ROOM_DEVICE";
+
+/// A pod of a few MiB, its log larger than the 1 MiB device below.
+fn device_config() -> PodConfig {
+    PodConfig::new()
+        .scr_bytes(64 << 10)
+        .lnr_bytes(4 << 20)
+        .slot_size_bytes(1024)
+        .max_key_bytes(64)
+        .log_capacity_entries(16 << 10)
+        .max_hosts(4)
+}
+
+fn total_on_dax(config: &PodConfig) -> u64 {
+    Layout::new(&config.resolved_for(&Backing::dax("/dev/dax0.0", 0)))
+        .unwrap()
+        .total_bytes
+}
+
+/// A loop block device over a 1 MiB file: a device of a fixed length, as `/dev/daxX.Y`
+/// is, which (unlike a regular file) is not resized and reports its length only as a
+/// device does. Detached when dropped.
+struct LoopDevice {
+    device: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl LoopDevice {
+    fn attach(bytes: u64) -> Option<LoopDevice> {
+        // SAFETY: geteuid(2) has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: not root (a loop device needs it)");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("device.img");
+        std::fs::File::create(&image)
+            .unwrap()
+            .set_len(bytes)
+            .unwrap();
+        let output = Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(&image)
+            .output()
+            .ok()?;
+        if !output.status.success() {
+            eprintln!(
+                "skipped: losetup failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            return None;
+        }
+        let device = PathBuf::from(String::from_utf8(output.stdout).unwrap().trim());
+        Some(LoopDevice { device, _dir: dir })
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.device).status();
+    }
+}
+
+/// The child: creates (or opens) a pod on the device named by `DEVICE_ENV`, with the
+/// pod's length as the device's: the device is shorter than that. A typed error is the
+/// only right answer; the process must not die of `SIGBUS` when the format touches a
+/// page past the device's end.
+#[test]
+fn child_maps_a_pod_on_a_device_shorter_than_its_layout() {
+    let Some(device) = std::env::var_os(DEVICE_ENV).map(PathBuf::from) else {
+        return;
+    };
+    let case = std::env::var(CASE_ENV).unwrap();
+    let config = device_config();
+    let total = total_on_dax(&config);
+    let answer = match case.as_str() {
+        "create" => Pod::create(&config, Backing::dax(&device, total)).map(drop),
+        "open" => Pod::open(Backing::dax(&device, total)).map(drop),
+        other => panic!("case {other}"),
+    };
+    match answer {
+        Ok(()) => panic!("child: a {total}-byte pod on a shorter device was mapped"),
+        Err(error @ (Error::FileTooSmall { .. } | Error::LayoutDoesNotFit { .. })) => {
+            eprintln!("child: refused: {error}")
+        }
+        Err(other) => panic!("child: refused with an unexpected error: {other}"),
+    }
+}
+
+fn run_device_child(case: &str, device: &Path) -> std::process::ExitStatus {
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_maps_a_pod_on_a_device_shorter_than_its_layout",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(DEVICE_ENV, device)
+        .env(CASE_ENV, case)
+        .output()
+        .unwrap();
+    eprintln!("{}", String::from_utf8_lossy(&output.stderr));
+    output.status
+}
+
+/// `Backing::dax` of a fixed-length device (here a 1 MiB loop block device) with a
+/// length longer than the device: the create maps the given length and its format
+/// zeroes the header region, the SCR and the whole log, past the device's end: the
+/// creator dies of `SIGBUS` instead of getting a typed error (a regular file standing
+/// for the device has its length checked; a device had none).
+#[test]
+fn a_pod_created_on_a_device_shorter_than_its_layout_is_refused_not_killed() {
+    let Some(device) = LoopDevice::attach(1 << 20) else {
+        return;
+    };
+    assert!(total_on_dax(&device_config()) > 2 << 20);
+    let status = run_device_child("create", &device.device);
+    assert_eq!(
+        status.signal(),
+        None,
+        "the creator was killed by signal {:?} (7 is SIGBUS)",
+        status.signal()
+    );
+    assert!(status.success(), "{status}");
+}
+
+/// The same device holding a pod whose header says it is longer than the device (a pod
+/// made on a larger device whose image was copied to this one, say): the opener maps the
+/// length given and believes the header; the device's end is never checked. (Here the
+/// header is made by creating the pod on a regular file and copying its first page.)
+#[test]
+fn a_pod_opened_on_a_device_shorter_than_its_header_says_is_refused_not_killed() {
+    let Some(device) = LoopDevice::attach(1 << 20) else {
+        return;
+    };
+    let config = device_config();
+    let total = total_on_dax(&config);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pod");
+    std::fs::File::create(&file)
+        .unwrap()
+        .set_len(total)
+        .unwrap();
+    drop(Pod::create(&config, Backing::dax(&file, total)).unwrap());
+    let image = std::fs::read(&file).unwrap();
+    {
+        use std::os::unix::fs::FileExt;
+        let dev = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&device.device)
+            .unwrap();
+        // The header region and the SCR: what an opener looks at first.
+        dev.write_all_at(&image[..256 << 10], 0).unwrap();
+        dev.sync_all().unwrap();
+    }
+    let status = run_device_child("open", &device.device);
+    assert_eq!(
+        status.signal(),
+        None,
+        "the opener was killed by signal {:?} (7 is SIGBUS)",
+        status.signal()
+    );
+    assert!(status.success(), "{status}");
 }
