@@ -1164,9 +1164,15 @@ fn a_sender_that_died_waiting_leaves_the_ring_usable() {
     k_with_a_record(r);
     read(&o);
     read(&o); // the second read in a row moves k to o's DRAM
+              // Not served until s waits: o's pump could answer before s's first look at its
+              // entry, and s's read would end without ever waiting.
+    o.inspect().set_serving(false);
     dies_at(s, Point::RpcAwaitingResponse, |s| {
         let _ = s.read(b"k", &mut [0u8; SLOT]);
     });
+    // o answers s's request; nobody reads the answer.
+    o.inspect().set_serving(true);
+    std::thread::sleep(Duration::from_millis(20));
     leases_run_out(&[r]);
     recover_by_hand(&pod, 1, r);
     // One object per call: each moves to o's DRAM, and back on request.
@@ -2064,9 +2070,12 @@ fn a_sender_recovered_while_it_waited_answers_when_it_resumes() {
     k_with_a_record(r);
     read(&o);
     read(&o); // the second read in a row moves k to o's DRAM
+              // Not served until s waits (see `a_sender_that_died_waiting_leaves_the_ring_usable`).
+    o.inspect().set_serving(false);
     let reading = pauses_at(s, Point::RpcAwaitingResponse, move || {
         s.read(b"k", &mut [0u8; SLOT]).map(|_| ())
     });
+    o.inspect().set_serving(true);
     leases_run_out(&[r]);
     recover_by_hand(&pod, 1, r);
     reading.resume.send(()).unwrap();
