@@ -249,9 +249,12 @@ impl PageCacheConfig {
 /// the host with the most through the log, which grants what its pool holds *then*. So
 /// with the cache full, free slots may sit in other hosts' pools, and a pool can be
 /// momentarily empty while its creates are in flight. The slack is one claim batch per
-/// host plus two slots per host in flight, so a create finds a slot without waiting for
-/// another host's grant (the core answers `SlotsExhausted` at once only when no host has
-/// a free slot, and after asking one, within the wait limit, when one has).
+/// host plus two slots per host in flight, so that while unclaimed slots last a create
+/// finds one without waiting for another host's grant. Once they are used up it may
+/// still wait for one: a delete's slot goes to the pool of the host that deleted (an
+/// eviction's, to the evicting host's), so a host whose pool is empty asks the host with
+/// the most (the core answers `SlotsExhausted` at once only when no host has a free slot,
+/// and after asking one, within the wait limit, when one has).
 pub fn slot_count_for(cache_pages: u64, max_hosts: u32) -> u64 {
     let hosts = u64::from(max_hosts.max(1));
     let mut slots = cache_pages + 2 * hosts;
