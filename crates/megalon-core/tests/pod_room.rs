@@ -241,15 +241,11 @@ fn a_dax_pod_on_a_sparse_file_of_a_nearly_full_tmpfs_is_child_answers_as_expecte
 
 const DEVICE_ENV: &str = "MEGALON_POD_ROOM_DEVICE";
 
-/// A pod of a few MiB, its log larger than the 1 MiB device below.
+/// A pod of a few MiB, its log (2 MiB) larger than the 1 MiB device below.
 fn device_config() -> PodConfig {
-    PodConfig::new()
-        .scr_bytes(64 << 10)
+    big_log_config()
         .lnr_bytes(4 << 20)
-        .slot_size_bytes(1024)
-        .max_key_bytes(64)
         .log_capacity_entries(16 << 10)
-        .max_hosts(4)
 }
 
 fn total_on_dax(config: &PodConfig) -> u64 {

@@ -27,6 +27,40 @@ fn two_hosts(wait: Duration) -> (Host, Host) {
     (a, b)
 }
 
+/// Eight objects `a` created and wrote once (each has a record, which a writer locks),
+/// replayed by `b`.
+fn eight_written(a: &Host, b: &Host) -> Vec<Vec<u8>> {
+    let keys: Vec<Vec<u8>> = (0..8).map(|i| format!("k{i}").into_bytes()).collect();
+    for key in &keys {
+        a.create(key, &value(1)).unwrap();
+        a.write(key, &value(2)).unwrap();
+    }
+    b.replay().unwrap();
+    keys
+}
+
+/// Every answer `RecordBusy`, and the call within four wait limits (eight reads that each
+/// waited a limit of their own take eight).
+#[track_caller]
+fn all_busy_within(
+    answers: &[Result<megalon_core::Done, Error>],
+    took: Duration,
+    wait: Duration,
+    how: &str,
+) {
+    for answer in answers {
+        assert!(
+            matches!(answer, Err(Error::RecordBusy { .. })),
+            "each object is locked: {answers:?}"
+        );
+    }
+    assert!(
+        took < 4 * wait,
+        "a read_many of {} objects {how} took {took:?} (wait limit {wait:?})",
+        answers.len()
+    );
+}
+
 /// Host b holds write tickets of eight objects and does nothing more (stopped, its lease
 /// long); a `read_many` of them on host a answers each `RecordBusy` within about one wait
 /// limit. (Each read waited a limit of its own, one after another: eight limits. The
@@ -37,30 +71,17 @@ fn two_hosts(wait: Duration) -> (Host, Host) {
 fn a_read_many_of_objects_a_stopped_writer_holds_waits_one_limit() {
     let wait = Duration::from_secs(1);
     let (a, b) = two_hosts(wait);
-    let keys: Vec<Vec<u8>> = (0..8).map(|i| format!("k{i}").into_bytes()).collect();
-    for key in &keys {
-        a.create(key, &value(1)).unwrap();
-        // Written once: the object has a record, which a writer locks.
-        a.write(key, &value(2)).unwrap();
-    }
-    b.replay().unwrap();
+    let keys = eight_written(&a, &b);
     let tickets: Vec<_> = keys.iter().map(|key| b.write_start(key).unwrap()).collect();
     let mut bufs = vec![vec![0u8; common::SLOT]; keys.len()];
     let mut reads = common::reads(&keys, &mut bufs);
     let began = Instant::now();
     let answers = a.read_many(&mut reads);
-    let took = began.elapsed();
-    for answer in &answers {
-        assert!(
-            matches!(answer, Err(Error::RecordBusy { .. })),
-            "each object is locked: {answers:?}"
-        );
-    }
-    assert!(
-        took < 4 * wait,
-        "a read_many of {} objects locked by a stopped writer took {took:?} (wait limit \
-         {wait:?})",
-        keys.len()
+    all_busy_within(
+        &answers,
+        began.elapsed(),
+        wait,
+        "locked by a stopped writer",
     );
     for ticket in tickets {
         b.write_end(ticket).unwrap();
@@ -280,12 +301,7 @@ fn a_read_many_whose_reads_start_over_alone_still_waits_one_limit() {
     let wait = Duration::from_secs(1);
     let (a, b) = two_hosts(wait);
     let b: &'static Host = Box::leak(Box::new(b));
-    let keys: Vec<Vec<u8>> = (0..8).map(|i| format!("k{i}").into_bytes()).collect();
-    for key in &keys {
-        a.create(key, &value(1)).unwrap();
-        a.write(key, &value(2)).unwrap();
-    }
-    b.replay().unwrap();
+    let keys = eight_written(&a, b);
     let mut bufs = vec![vec![0u8; common::SLOT]; keys.len()];
     let mut reads = common::reads(&keys, &mut bufs);
     let locked_keys = keys.clone();
@@ -303,17 +319,10 @@ fn a_read_many_whose_reads_start_over_alone_still_waits_one_limit() {
         },
         || a.read_many(&mut reads),
     );
-    let took = began.elapsed();
-    for answer in &answers {
-        assert!(
-            matches!(answer, Err(Error::RecordBusy { .. })),
-            "each object is locked: {answers:?}"
-        );
-    }
-    assert!(
-        took < 4 * wait,
-        "a read_many of {} objects locked during its first copy took {took:?} (wait limit \
-         {wait:?}): each read that started over waited a limit of its own",
-        keys.len()
+    all_busy_within(
+        &answers,
+        began.elapsed(),
+        wait,
+        "locked during its first copy",
     );
 }
