@@ -184,7 +184,7 @@ pub enum Error {
     /// holds the index), or took a dead host's row over and could not finish its
     /// recovery within the wait limit (another recovery held what it waited for).
     /// `cause` says which.
-    #[error("host {host} could not join within {waited_ms} ms: {cause}")]
+    #[error("host {host} could not join (it waited {waited_ms} ms): {cause}")]
     JoinNotServed {
         /// The joining host.
         host: HostId,
