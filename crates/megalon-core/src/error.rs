@@ -644,7 +644,9 @@ fn holder_text(holder: Option<HostId>, alive: Option<bool>) -> String {
 pub enum JoinNotServedCause {
     /// It joined after the log recycled, and no live host sent it the index (a late join
     /// needs a live host whose pump runs), or the hosts that began to send it kept
-    /// stopping until the wait ran out.
+    /// stopping until the wait ran out, or a rescue found every holder dead but one was
+    /// only paused and moved the log's head meanwhile (a retry is served once it recovered
+    /// the row).
     NoServer,
     /// Every holder of the host table is dead and the log has recycled: nobody holds the
     /// index any more.

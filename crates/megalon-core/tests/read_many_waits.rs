@@ -326,3 +326,67 @@ fn a_read_many_whose_reads_start_over_alone_still_waits_one_limit() {
         "locked during its first copy",
     );
 }
+
+/// Host b holds `key`'s write ticket for `hold`, on a thread of its own; returns once it
+/// is held.
+#[cfg(feature = "chaos")]
+fn hold_write(b: &'static Host, key: &'static [u8], hold: Duration) -> std::thread::JoinHandle<()> {
+    let (held, is_held) = std::sync::mpsc::channel();
+    let writer = std::thread::spawn(move || {
+        let ticket = b.write_start(key).unwrap();
+        ticket.write(0, &value(9)).unwrap();
+        held.send(()).unwrap();
+        std::thread::sleep(hold);
+        b.write_end(ticket).unwrap();
+    });
+    is_held.recv().unwrap();
+    writer
+}
+
+/// A lone read, unlike a `read_many`, waits a limit of its own at each try: behind two
+/// writers one after the other, each holding the record 0.7 of the limit (the first
+/// before the read's copy, the second taking the lock during it, so the read's check
+/// fails and it starts over), it reads. It answered `RecordBusy` at one limit when its
+/// tries shared one wait (review `own`, 2026-12-03, of the change that made a
+/// `read_many`'s reads that start over wait within the call's limit).
+#[cfg(feature = "chaos")]
+#[test]
+fn a_lone_read_that_starts_over_gets_a_wait_of_its_own() {
+    use megalon_core::chaos::{self, Point};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    let wait = Duration::from_secs(1);
+    let hold = wait * 7 / 10;
+    let (a, b) = two_hosts(wait);
+    let b: &'static Host = Box::leak(Box::new(b));
+    a.create(b"k", &value(1)).unwrap();
+    a.write(b"k", &value(2)).unwrap();
+    b.replay().unwrap();
+    let first = hold_write(b, b"k", hold);
+    let second: Rc<RefCell<Option<std::thread::JoinHandle<()>>>> = Rc::default();
+    let mut buf = vec![0u8; common::SLOT];
+    let began = Instant::now();
+    let hook_second = Rc::clone(&second);
+    let answer = chaos::with_hook(
+        move |at| {
+            let mut second = hook_second.borrow_mut();
+            if at == Point::ReadBeforeEnd && second.is_none() {
+                *second = Some(hold_write(b, b"k", hold));
+            }
+        },
+        || a.read(b"k", &mut buf),
+    );
+    let took = began.elapsed();
+    first.join().unwrap();
+    let second = second.borrow_mut().take();
+    second
+        .expect("the second writer came in during the copy")
+        .join()
+        .unwrap();
+    assert!(
+        answer.is_ok(),
+        "a lone read behind two writers that each held the record {hold:?} (limit \
+         {wait:?}) answered {answer:?} after {took:?}"
+    );
+}

@@ -819,7 +819,7 @@ fn a_head_that_moves_during_the_rescue_answers_join_not_served() {
         matches!(
             join,
             Err(Error::JoinNotServed {
-                cause: JoinNotServedCause::NoHolder,
+                cause: JoinNotServedCause::NoServer,
                 ..
             }) | Ok(_)
         ),

@@ -138,9 +138,11 @@ impl Shared {
                         Ok(true) => Ok((copied, Done { retries: 0 })),
                         // Started over alone, this try counted in the bound, its waits
                         // for writers within the call's one limit.
-                        Ok(false) => self.read_via_after(key, c, 1, writers, &mut |source, len| {
-                            copy(source, len, buf)
-                        }),
+                        Ok(false) => {
+                            self.read_via_after(key, c, 1, Some(writers), &mut |source, len| {
+                                copy(source, len, buf)
+                            })
+                        }
                         Err(error) => Err(error),
                     }
                 }

@@ -877,10 +877,12 @@ fn rescue(
     // row once it is left, and serves a late join then).
     match Log::new(pod).hold_head(pod, id, life, false) {
         Err(Error::LogRecycled { .. }) if pod.config().join_area_bytes > 0 => {
+            // Not `NoHolder`: a host moved the head, so one lived (it holds the index,
+            // recovers the row once it is left, and serves a retry).
             return Err(Error::JoinNotServed {
                 host: id,
                 waited_ms: started.elapsed().as_millis() as u64,
-                cause: JoinNotServedCause::NoHolder,
+                cause: JoinNotServedCause::NoServer,
             });
         }
         held => {

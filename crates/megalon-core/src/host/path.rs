@@ -164,19 +164,20 @@ impl Shared {
         c: &ThreadCounters,
         copy: &mut impl FnMut(&Source<'_>, usize) -> usize,
     ) -> Result<(usize, super::Done)> {
-        self.read_via_after(key, c, 0, &mut None, copy)
+        self.read_via_after(key, c, 0, None, copy)
     }
 
     /// [`Shared::read_via`] of a read that has already started over `retries` times (a
     /// read of `read_many` whose check failed): the bound counts those too. Its waits for
     /// a writer in CXL go on with `writers`, the wait of the call it is part of (a
-    /// `read_many`'s, whose reads wait one limit in all).
+    /// `read_many`'s, whose reads wait one limit in all); `None` (a lone read): each try
+    /// waits a limit of its own.
     pub(super) fn read_via_after(
         &self,
         key: &[u8],
         c: &ThreadCounters,
         mut retries: u32,
-        writers: &mut Option<Backoff>,
+        mut writers: Option<&mut Option<Backoff>>,
         copy: &mut impl FnMut(&Source<'_>, usize) -> usize,
     ) -> Result<(usize, super::Done)> {
         let max_retries = self.options.max_retries;
@@ -208,7 +209,10 @@ impl Shared {
                 },
             };
             if in_cxl {
-                let ticket = self.read_start_within(key, c, writers)?;
+                let ticket = match writers.as_deref_mut() {
+                    Some(writers) => self.read_start_within(key, c, writers)?,
+                    None => self.read_start(key, c)?,
+                };
                 let copied = copy(
                     &Source::Pod(&self.memory, ticket.place.offset),
                     ticket.place.len,
