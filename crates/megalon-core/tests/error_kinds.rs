@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{at_rest, config, heap_pod, tag_of, value, SLOT};
+use common::{at_rest, config, heap_pod, move_into, tag_of, value, SLOT};
 use megalon_core::{CrashSafety, Error, Host, HostOptions, Join, MemoryKind, Pod};
 
 const K: &[u8] = b"k";
@@ -217,12 +217,7 @@ fn run(a: &Host, op: Op, width: u32) -> (Result<String, Error>, Option<Option<u8
 }
 
 fn read_opt(h: &Host) -> Result<Option<Option<u8>>, String> {
-    let mut buf = vec![0; SLOT];
-    match h.read(K, &mut buf) {
-        Ok(_) => Ok(Some(tag_of(&buf))),
-        Err(Error::UnknownKey) => Ok(None),
-        Err(e) => Err(format!("read {e}")),
-    }
+    common::read_opt_tag(h, K)
 }
 
 /// Nothing pending, nothing locked, every record in use named by one object, the count
@@ -446,16 +441,6 @@ fn pumped(seed: u64) -> HostOptions {
     options(seed, true)
         .wait_limit(Duration::from_millis(150))
         .pump_interval(Some(Duration::from_millis(1)))
-}
-
-fn move_into(h: &Host, key: &[u8]) {
-    for _ in 0..10 {
-        if h.lookup(key).unwrap().unwrap().local_owner == Some(h.id()) {
-            return;
-        }
-        let _ = read_opt(h);
-    }
-    panic!("never moved");
 }
 
 /// Reads K on `h` until it answers (another host's recovery may have to run first).

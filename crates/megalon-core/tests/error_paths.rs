@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{config, heap_pod, named_records, read, value};
+use common::{config, heap_pod, move_into, named_records, read, value};
 use megalon_core::chaos::{self, Fault, Point};
 use megalon_core::{CrashSafety, Error, Host, HostOptions, Join, MemoryKind, Pod};
 
@@ -238,17 +238,6 @@ fn local_pod(safety: CrashSafety) -> Arc<Pod> {
             .crash_safety(safety)
             .local_partitions(2),
     )
-}
-
-/// Moves `key` into `h`'s DRAM: reads it until the index names `h`.
-fn move_into(h: &Host, key: &[u8]) {
-    for _ in 0..10 {
-        if h.lookup(key).unwrap().unwrap().local_owner == Some(h.id()) {
-            return;
-        }
-        read(h, key);
-    }
-    panic!("never moved");
 }
 
 fn local_matrix(safety: CrashSafety) {

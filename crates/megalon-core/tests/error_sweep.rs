@@ -17,7 +17,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{at_rest, config, heap_pod, tag_of, value, SLOT};
+use common::{at_rest, config, heap_pod, move_into, tag_of, value, SLOT};
 use megalon_core::chaos::{self, Fault, Point};
 use megalon_core::{CrashSafety, Error, Host, HostOptions, Join, MemoryKind, Pod};
 
@@ -275,12 +275,7 @@ fn check(a: &Host, b: &Host, what: &str) -> Result<(), String> {
 }
 
 fn read_opt(h: &Host) -> Result<Option<Option<u8>>, String> {
-    let mut buf = vec![0; SLOT];
-    match h.read(K, &mut buf) {
-        Ok(_) => Ok(Some(tag_of(&buf))),
-        Err(Error::UnknownKey) => Ok(None),
-        Err(e) => Err(format!("read {e}")),
-    }
+    common::read_opt_tag(h, K)
 }
 
 fn scenario(s: Setup, op: Op, action: Action, index: usize) -> Result<(String, String), String> {
@@ -442,16 +437,6 @@ fn local_options(seed: u64) -> HostOptions {
     options(seed)
         .wait_limit(Duration::from_millis(150))
         .pump_interval(Some(Duration::from_millis(1)))
-}
-
-fn move_into(h: &Host, key: &[u8]) {
-    for _ in 0..10 {
-        if h.lookup(key).unwrap().unwrap().local_owner == Some(h.id()) {
-            return;
-        }
-        let _ = read_opt(h);
-    }
-    panic!("never moved");
 }
 
 fn local_scenario(

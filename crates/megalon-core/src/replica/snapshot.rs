@@ -252,7 +252,6 @@ fn read_snapshot(
     if free.windows(2).any(|pair| pair[0].1 > pair[1].0) {
         return Err(corrupt("a slot free twice"));
     }
-    drop(free);
     let gone = (0..bounds.max_hosts)
         .map(|_| match words.next("hosts gone")? {
             0 => Ok(false),

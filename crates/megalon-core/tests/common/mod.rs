@@ -131,6 +131,29 @@ pub fn tag_of(copy: &[u8]) -> Option<u8> {
     (copy == value(tag).as_slice()).then_some(tag)
 }
 
+/// `key` read by `host`: `None` if absent, else its version's tag (`None` if torn); any
+/// other error as text.
+pub fn read_opt_tag(host: &Host, key: &[u8]) -> Result<Option<Option<u8>>, String> {
+    let mut buf = vec![0; SLOT];
+    match host.read(key, &mut buf) {
+        Ok(_) => Ok(Some(tag_of(&buf))),
+        Err(Error::UnknownKey) => Ok(None),
+        Err(e) => Err(format!("read {e}")),
+    }
+}
+
+/// Moves `key` into `host`'s DRAM (local partitions): reads it until the index names
+/// `host`.
+pub fn move_into(host: &Host, key: &[u8]) {
+    for _ in 0..10 {
+        if host.lookup(key).unwrap().unwrap().local_owner == Some(host.id()) {
+            return;
+        }
+        let _ = read_opt_tag(host, key);
+    }
+    panic!("never moved");
+}
+
 /// `key` read whole by `host`: its version's tag, or `None` if torn.
 pub fn read_tag(host: &Host, key: &[u8]) -> Option<u8> {
     let mut buf = vec![0u8; SLOT];
