@@ -995,7 +995,20 @@ impl Shared {
                 self.submit(&Event::ClaimSlots {
                     count: self.claim_chunk_slots,
                 })?;
-                continue;
+                // The claim's slots went to this host's pool, where another of its threads
+                // may take them first, claim after claim: past its limit the call answers
+                // (what it claimed stays in the pool). It claimed on until the unclaimed
+                // range was used up, many limits later.
+                if !backoff.expired() {
+                    continue;
+                }
+                if let Some(slot) = self.slots.lock().pop() {
+                    return Ok(slot);
+                }
+                return Err(Error::SlotsExhausted {
+                    host: self.id,
+                    slot_count: self.pod.layout().slot_count,
+                });
             }
             let ask_again = match asked {
                 None => Some(REASK_FIRST),

@@ -94,6 +94,11 @@ impl Combiner {
         });
         self.queue.lock().push(Arc::clone(&request));
         let mut backoff = Backoff::new(wait_limit);
+        // Past the limit: the request is withdrawn only after one more look at its
+        // outcome and at the combining lock (taken if free). The wait's last pause could
+        // outlast the combiner's release: the request answered `CombinerStalled` while
+        // the lock was free, its own thread about to combine it.
+        let mut expired = false;
         loop {
             if let Some(outcome) = request.outcome.lock().take() {
                 return outcome;
@@ -133,7 +138,7 @@ impl Combiner {
                 // Our request was taken by a combiner that finished between our check
                 // and the lock: its outcome is there or about to be.
             }
-            if !backoff.snooze() {
+            if expired {
                 // Withdraw the request if no combiner took it; if one did, its append is
                 // itself bounded, so keep waiting for the outcome rather than report a
                 // failure for an operation that may still take effect.
@@ -145,6 +150,7 @@ impl Combiner {
                     });
                 }
             }
+            expired = !backoff.snooze();
         }
     }
 }
