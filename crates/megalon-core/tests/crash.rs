@@ -796,3 +796,127 @@ fn lives_of_one_id_fill_the_pod_once() {
     }
     assert_eq!(made, slots - live, "every free slot used once");
 }
+
+/// A replay that panics inside `Host`'s drop, after the drop's first look at poisoning
+/// (here a chaos hook at `ReplayBetweenEntries` of the replay that the drop's settle
+/// runs): the drop does not panic, and it leaves the host to recovery, as a dead host's.
+/// (Review `snap`, 2026-12-03: the panic left the drop, and the row stayed held by this
+/// live process for good; during an unwind the process aborted.)
+#[cfg(feature = "chaos")]
+mod drop_panics {
+    use std::process::Command;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::{common, BOUND, LEASE_MS};
+    use megalon_core::chaos::{self, Point};
+    use megalon_core::{Backing, Host, HostOptions, Join, Pod};
+
+    const CHILD_ENV: &str = "MEGALON_DROP_PANICS_CHILD";
+
+    /// Host a (no pump: its replica lags until its drop replays) and host b (a pump: it
+    /// watches for dead hosts), and entries of b's that a has not applied.
+    fn hosts() -> (Arc<Pod>, Host, Host) {
+        let pod =
+            Arc::new(Pod::create(&common::config().lease_ms(LEASE_MS), Backing::heap()).unwrap());
+        let a = Host::join(&pod, Join::AnyFree, HostOptions::new().pump_interval(None)).unwrap();
+        let b = Host::join(
+            &pod,
+            Join::AnyFree,
+            HostOptions::new().pump_interval(Some(Duration::from_millis(1))),
+        )
+        .unwrap();
+        for i in 0..4u8 {
+            b.create(&[b'k', i], &[i; 8]).unwrap();
+        }
+        (pod, a, b)
+    }
+
+    /// A hook that panics at the first replay step of the calling thread.
+    fn panicking_hook(point: Point) {
+        if point == Point::ReplayBetweenEntries {
+            panic!("injected: a replay panicked half-way");
+        }
+    }
+
+    /// Whether `id`'s row is freed (recovered by b) within the lease and [`BOUND`].
+    fn row_freed(pod: &Pod, id: megalon_core::HostId) -> bool {
+        let deadline = Instant::now() + Duration::from_millis(LEASE_MS.into()) + BOUND;
+        while Instant::now() < deadline {
+            if pod.hosts().iter().all(|row| row.host != id) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
+    /// The drop's own replay panics (not during an unwind): the panic must not escape the
+    /// drop, and the host must be left to recovery (before: the panic escaped `drop`, and the
+    /// row stayed held by this live process for good: nothing recovers it, nor frees it).
+    #[test]
+    fn a_replay_panic_inside_a_drop_leaves_the_host_to_recovery() {
+        let (pod, a, b) = hosts();
+        let a_id = a.id();
+        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            chaos::with_hook(panicking_hook, || drop(a));
+        }));
+        let freed = row_freed(&pod, a_id);
+        assert!(
+            freed,
+            "a's row never recovered (drop panicked: {}): {:?}",
+            dropped.is_err(),
+            pod.hosts()
+        );
+        assert!(dropped.is_ok(), "the panic escaped Host::drop");
+        b.create(b"after", &[9; 8]).unwrap();
+    }
+
+    /// The child of [`a_replay_panic_in_a_drop_during_unwinding_does_not_abort`]:
+    /// a thread panics holding host a; a's drop during the unwind replays and the replay
+    /// panics. Exits 0 if the process survives and a is recovered.
+    #[test]
+    fn child_drops_a_host_while_unwinding() {
+        if std::env::var_os(CHILD_ENV).is_none() {
+            return;
+        }
+        let (pod, a, _b) = hosts();
+        let a_id = a.id();
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            chaos::with_hook(panicking_hook, move || {
+                let _a = a;
+                panic!("the user's own panic, a held");
+            })
+        }));
+        assert!(unwound.is_err());
+        eprintln!("child: survived the unwind");
+        assert!(row_freed(&pod, a_id), "a's row never recovered");
+        eprintln!("child: a recovered");
+    }
+
+    /// A host dropped while its thread unwinds, whose drop's replay panics: a panic in a
+    /// drop during an unwind aborts the process (before: SIGABRT).
+    #[test]
+    fn a_replay_panic_in_a_drop_during_unwinding_does_not_abort() {
+        if std::env::var_os(CHILD_ENV).is_some() {
+            return;
+        }
+        let output = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "drop_panics::child_drops_a_host_while_unwinding",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success(),
+            "the child: {:?}\n{stderr}",
+            output.status
+        );
+        assert!(stderr.contains("child: a recovered"), "{stderr}");
+    }
+}

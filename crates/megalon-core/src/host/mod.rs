@@ -358,6 +358,23 @@ impl Host {
 
 impl Drop for Host {
     fn drop(&mut self) {
+        // A panic while it leaves (a replay that panics after the look at poisoning below,
+        // its own or its pump's, then the poisoned replica's answer to every later look)
+        // must not leave the drop: during an unwind it would abort the process, and
+        // otherwise it would skip the rest, leaving the row held by this live process
+        // for good (nobody recovers a row whose process lives here). It leaves as a dead
+        // host does, for the others to recover.
+        let left = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.drop_leaving()));
+        if left.is_err() {
+            self.stop_pump();
+            self.shared.leave_as_dead();
+        }
+    }
+}
+
+impl Host {
+    /// What [`Host`]'s drop does: leaves the pod, or leaves as a dead host does.
+    fn drop_leaving(&mut self) {
         let pump_panicked = self
             .shared
             .pump_panicked

@@ -76,7 +76,8 @@ impl Index {
     /// [`Index::encode_snapshot`] on a replica of the same pod. A damaged snapshot is an
     /// error that leaves the index empty, for a joiner that asks again: a first pass
     /// checks every word, the second inserts, and takes back what it inserted if a key,
-    /// a record or a slot comes twice (the checks that need the index).
+    /// a record or a slot comes twice, or an object's slot is counted free (the
+    /// checks that need the index).
     #[cfg(test)]
     pub(crate) fn decode_snapshot(&mut self, bytes: &[u8]) -> Result<()> {
         self.decode_snapshot_beating(bytes, &mut || {})
@@ -91,14 +92,14 @@ impl Index {
         beat: &mut dyn FnMut(),
     ) -> Result<()> {
         debug_assert_eq!(self.len(), 0, "decoded into an empty index");
-        let (_, shape, objects) = read_snapshot(self.bounds(), bytes)?;
+        let (_, _, shape, objects) = read_snapshot(self.bounds(), bytes)?;
         for (checked, object) in objects.enumerate() {
             object?;
             if checked % OBJECTS_PER_BEAT == OBJECTS_PER_BEAT - 1 {
                 beat();
             }
         }
-        let (slots, _, objects) = read_snapshot(self.bounds(), bytes)?;
+        let (slots, free, _, objects) = read_snapshot(self.bounds(), bytes)?;
         // The objects' slots so far: a live index never has two objects in one slot
         // (every write of one would overwrite the other).
         let mut taken: hashbrown::HashSet<u64> = hashbrown::HashSet::new();
@@ -114,11 +115,17 @@ impl Index {
                 Some("a record held by two objects")
             } else if !taken.insert(object.slot) {
                 Some("a slot held by two objects")
+            } else if free.holds(object.slot) {
+                // A live index never counts an object's slot free (a create takes it out
+                // of its creator's pool as it applies; a delete gives it back as the
+                // object goes): decoded, a claim or a grant would hand it out again, and
+                // a create would overwrite the object.
+                Some("an object in a free slot")
             } else {
                 None
             };
             if let Some(what) = twice {
-                let (_, _, again) = read_snapshot(self.bounds(), bytes)?;
+                let (_, _, _, again) = read_snapshot(self.bounds(), bytes)?;
                 for object in again.take(inserted) {
                     let key = object.expect("checked").key;
                     let entry = self.remove(key).expect("inserted");
@@ -172,13 +179,14 @@ struct Bounds {
 }
 
 /// A snapshot's slot accounting (unclaimed slots, free-slot counts, ranges given back),
-/// checked, and its objects, each checked as it is read (then whether bytes follow the
-/// last).
+/// checked, every free slot of it (for the objects' check), and its objects, each checked
+/// as it is read (then whether bytes follow the last).
 fn read_snapshot(
     bounds: Bounds,
     bytes: &[u8],
 ) -> Result<(
     SlotAccounting,
+    FreeRanges,
     RecordShape,
     impl Iterator<Item = Result<SnapshotObject<'_>>>,
 )> {
@@ -281,7 +289,19 @@ fn read_snapshot(
         gone,
         lives,
     };
-    Ok((slots, shape, objects))
+    Ok((slots, FreeRanges(free), shape, objects))
+}
+
+/// Every free slot of a snapshot (unclaimed, in a host's pool, given back): disjoint
+/// ranges `(start, end)` in order.
+struct FreeRanges(Vec<(u64, u64)>);
+
+impl FreeRanges {
+    /// Whether `slot` is free (a binary search: a snapshot's check stays near-linear).
+    fn holds(&self, slot: u64) -> bool {
+        let after = self.0.partition_point(|&(start, _)| start <= slot);
+        after > 0 && slot < self.0[after - 1].1
+    }
 }
 
 /// A snapshot's bytes, read a little-endian word at a time.
@@ -671,6 +691,93 @@ mod tests {
         words[given_back[0]] = 60;
         let mut copy = index(Coherence::Split);
         assert_refused_and_empty(&mut copy, &bytes_of(&words), "a slot free twice");
+    }
+
+    /// An object whose slot is also counted free (in a host's pool, in the unclaimed
+    /// range, or in a range given back) is refused: decoded, the joiner would hand that
+    /// slot out again, and a create would overwrite the live object's bytes. (Review
+    /// `snap`, 2026-12-03: it was decoded.)
+    #[test]
+    fn a_snapshot_with_an_object_in_a_free_slot_is_refused() {
+        let original = filled(Coherence::Split);
+        let bytes = original.encode_snapshot();
+        let first = first_object_word(&original);
+        // Host 1's pool is 50..100, host 2's 100..104 and 107..110, given back 104..107,
+        // unclaimed 110..1000 (see `filled`): the first object (slot 0) moved into each.
+        for slot in [50u64, 99, 101, 107, 104, 106, 110, 999] {
+            let mut words = words_of(&bytes);
+            let place = first + 1;
+            words[place] = words[place] & !0xffff_ffff | slot;
+            let mut copy = index(Coherence::Split);
+            let decoded = copy.decode_snapshot(&bytes_of(&words));
+            assert!(
+                matches!(
+                    decoded,
+                    Err(Error::CorruptSnapshot {
+                        what: "an object in a free slot"
+                    })
+                ),
+                "slot {slot}: {decoded:?}"
+            );
+            assert_eq!(copy.len(), 0, "slot {slot}");
+            assert!(copy.record_owners.is_empty());
+        }
+        // Unchanged, it decodes.
+        let mut copy = index(Coherence::Split);
+        copy.decode_snapshot(&bytes).unwrap();
+        assert_eq!(copy.len(), original.len());
+    }
+
+    /// A legitimate index whose objects sit next to every kind of free range, in a host's
+    /// DRAM, or were deleted (their slot in the deleter's pool) decodes.
+    #[test]
+    fn objects_next_to_free_ranges_decode() {
+        for coherence in [Coherence::Split, Coherence::AllLog] {
+            let mut original = filled(coherence);
+            let mut pool = SlotPool::default();
+            let mut position = 1000;
+            let mut apply = |index: &mut Index, author, event: Event<'_>| {
+                index.apply(position, author, &event, 0, &mut pool).unwrap();
+                position += 1;
+            };
+            // Host 2 creates in 100 and 109 (its pool's edges), host 1 deletes k10
+            // (slot 10 to host 1's pool), k20 moves to host 1's DRAM.
+            apply(
+                &mut original,
+                2,
+                Event::Create {
+                    key: b"edge-a",
+                    slot: 100,
+                },
+            );
+            apply(
+                &mut original,
+                2,
+                Event::Create {
+                    key: b"edge-b",
+                    slot: 109,
+                },
+            );
+            let k10 = [b'k', 10, 10, 10, 10, 10, 10, 10, 10, 10];
+            let record = NO_RECORD;
+            apply(&mut original, 1, Event::Delete { key: &k10, record });
+            let k20 = [b'k', 20, 20, 20, 20, 20, 20, 20, 20, 20];
+            let stamp = original.lookup(&k20).unwrap().stamp;
+            apply(
+                &mut original,
+                1,
+                Event::MoveToHost {
+                    key: &k20,
+                    host: 1,
+                    stamp,
+                },
+            );
+            assert!(original.lookup(&k10).is_none(), "deleted");
+            let mut copy = index(coherence);
+            copy.decode_snapshot(&original.encode_snapshot()).unwrap();
+            assert_eq!(copy.len(), original.len());
+            assert_eq!(copy.slots, original.slots);
+        }
     }
 
     /// An AllLog object locked by a host the pod does not have would stay locked for good
