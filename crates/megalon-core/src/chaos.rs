@@ -210,6 +210,9 @@ pub enum Point {
     ///
     /// [`Pod::create`]: crate::Pod::create
     PodPublished,
+    /// A beat of a host's heartbeat, its look that it was not condemned nor declared
+    /// dead done, before it bumps the heartbeat word.
+    BeatAfterCheck,
 }
 
 /// A failure chaos can inject into a log append.

@@ -122,7 +122,7 @@ impl Pod {
                 (pid_of(word) != FREE).then(|| HostInfo {
                     host,
                     pid: pid_of(word),
-                    heartbeat: row.heartbeat.load(Ordering::Relaxed),
+                    heartbeat: row.heartbeat.load(Ordering::Relaxed) & BEAT_COUNT_MASK,
                     joins: life_of(word),
                     same_machine: on_this_machine(row.machine.load(Ordering::Relaxed)),
                 })
@@ -164,10 +164,49 @@ impl Pod {
     }
 }
 
-/// Bumps host `host`'s heartbeat word; returns the new count.
-pub(crate) fn heartbeat(pod: &Pod, host: HostId) -> u64 {
-    // Relaxed: the heartbeat only says "alive"; nothing is published with it.
-    entry(pod, host).heartbeat.fetch_add(1, Ordering::Relaxed) + 1
+/// Bits of the heartbeat word that count beats; the bits above name the life that beat
+/// (or joined) last: its low bits, as a note's.
+const BEAT_COUNT_BITS: u32 = 40;
+const BEAT_COUNT_MASK: u64 = (1 << BEAT_COUNT_BITS) - 1;
+
+/// The heartbeat word of `count` beats, the last of life `life`.
+fn beat_word(count: u64, life: u64) -> u64 {
+    (count & BEAT_COUNT_MASK) | (life & NOTE_LIFE_MASK) << BEAT_COUNT_BITS
+}
+
+/// Bumps life `life`'s heartbeat in `host`'s row (a CAS from what the word holds), unless
+/// the word names a later life: the id's next holder stamps its life in the word when it
+/// joins (`note_holder`), and a life paused past its lease between its look that it was
+/// not condemned and its bump (declared dead, recovered, the id joined again meanwhile)
+/// must not beat for it. (A `fetch_add` did: each such thread of the old life bumped the
+/// next life's lease once, and a dead next life was recovered a lease after the last.)
+/// Returns the count.
+pub(crate) fn heartbeat(pod: &Pod, host: HostId, life: u64) -> u64 {
+    bump_heartbeat(pod, host, life, false)
+}
+
+/// [`heartbeat`], or with `stamp` (a joiner's, in `note_holder`) only if the word names
+/// an earlier life (or none yet): it then names `life`, its count unchanged.
+fn bump_heartbeat(pod: &Pod, host: HostId, life: u64, stamp: bool) -> u64 {
+    let word = entry(pod, host).heartbeat;
+    // Relaxed: the heartbeat only says "alive"; nothing is published with it. The CAS
+    // orders the old life's bump against the stamp on the one word: before the stamp,
+    // or refused.
+    let mut seen = word.load(Ordering::Relaxed);
+    loop {
+        let tag = seen >> BEAT_COUNT_BITS;
+        let own = tag == life & NOTE_LIFE_MASK && seen != 0;
+        let earlier = replaceable(seen, tag, life) && !own;
+        if !(if stamp { earlier } else { own || earlier }) {
+            return seen & BEAT_COUNT_MASK;
+        }
+        // A stamp counts no beat (the count says how often the id's holders beat).
+        let next = beat_word((seen & BEAT_COUNT_MASK) + u64::from(!stamp), life);
+        match word.compare_exchange_weak(seen, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next & BEAT_COUNT_MASK,
+            Err(now) => seen = now,
+        }
+    }
 }
 
 /// Bits of a note (`machine`, `started`) that name the life that wrote it (the low bits
@@ -230,6 +269,10 @@ pub(crate) fn note_holder(pod: &Pod, host: HostId, life: u64, started: u64) -> b
     let noted = note(row.machine, |note| note & NOTE_LIFE_MASK, machine)
         && note(row.started, |note| note >> 40, started);
     let ours = holder(pod, host) == Some((this_process(), life)) && !condemned(pod, host, life);
+    if noted && ours {
+        // The heartbeat names this life from here: an earlier life's late bump is refused.
+        bump_heartbeat(pod, host, life, true);
+    }
     if !ours {
         for (word, note) in [(row.started, started), (row.machine, machine)] {
             let _ = word.compare_exchange(note, 0, Ordering::SeqCst, Ordering::SeqCst);
@@ -615,7 +658,7 @@ pub(crate) fn session_gone(pod: &Pod, session: u64) -> bool {
 
 /// The holder's heartbeat count (its lease: it moves while the holder's pump runs).
 pub(crate) fn heartbeat_count(pod: &Pod, host: HostId) -> u64 {
-    entry(pod, host).heartbeat.load(Ordering::Relaxed)
+    entry(pod, host).heartbeat.load(Ordering::Relaxed) & BEAT_COUNT_MASK
 }
 
 /// Makes `host`'s row say that its holder runs on another machine, so that only its

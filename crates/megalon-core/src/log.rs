@@ -417,6 +417,22 @@ impl Log {
         tail: u64,
         waited: Duration,
     ) -> Error {
+        // A hole at the head (a position reserved and not yet published) holds every
+        // host's replay there: the hosts at the head tie, and the lowest id of them (the
+        // caller's own host, maybe) held nothing back. Its reserver is named instead
+        // (not a condemned one: its recovery fills its positions, or has).
+        let laggard = laggard.map(|l| {
+            let reserver = (0..pod.config().max_hosts).find(|&h| {
+                host_table::holder(pod, h).is_some_and(|(_, life)| {
+                    !host_table::condemned(pod, h, life)
+                        && host_table::holders_reservation(pod, h).contains(&l.position)
+                })
+            });
+            match reserver {
+                Some(host) if host != l.host => Laggard { host, ..l },
+                _ => l,
+            }
+        });
         Error::LogFull {
             lagging_host: laggard.map(|l| l.host),
             lagging_alive: laggard.and_then(|l| host_table::alive(pod, l.host)),

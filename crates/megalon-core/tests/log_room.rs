@@ -233,3 +233,114 @@ fn read_log_never_hands_out_an_entry_the_ring_wrote_over() {
         "after {read} entries read, a torn one: {torn:?}"
     );
 }
+
+/// A `LogFull` found behind a hole at the head (chaos holds the hole's writer).
+#[cfg(feature = "chaos")]
+mod hole_at_head {
+    use super::*;
+    use megalon_core::chaos::{self, Point};
+    use std::sync::mpsc::channel;
+
+    /// A thread of `host` making `create(key)`, stopped the first time it reaches `point`
+    /// until `go` is sent.
+    fn create_held_at(
+        host: &std::sync::Arc<Host>,
+        key: &'static [u8],
+        point: Point,
+    ) -> (
+        std::thread::JoinHandle<megalon_core::Result<()>>,
+        std::sync::mpsc::Sender<()>,
+    ) {
+        let (inside, wait_inside) = channel();
+        let (go, wait_go) = channel::<()>();
+        let host = std::sync::Arc::clone(host);
+        let held = std::thread::spawn(move || {
+            let mut held = false;
+            let hook = move |at| {
+                if at == point && !held {
+                    held = true;
+                    inside.send(()).unwrap();
+                    let _ = wait_go.recv_timeout(Duration::from_secs(30));
+                }
+            };
+            chaos::with_hook(hook, || host.create(key, b"v"))
+        });
+        wait_inside
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("the create never reached {point:?}"));
+        (held, go)
+    }
+
+    /// The combiner of host 0 is held in its confirm, which waits for a hole: host 1 reserved
+    /// the position before it and has not published it (stopped in its append). Host 2 then
+    /// fills the log. A request of host 0 queued behind that combiner is withdrawn past its
+    /// limit with the log full, and its `LogFull` names host 1, whose unpublished reservation
+    /// holds every host's replay, and so the head, where it is. (Review `grants`, 2026-12-03:
+    /// it named host 0 itself, the lowest id of the hosts tied at the hole, which held nothing
+    /// back, and sent the caller to look at its own host.)
+    #[test]
+    fn a_log_full_behind_a_hole_names_the_host_whose_reservation_holds_it() {
+        use megalon_core::chaos::Fault;
+        const CAPACITY: u64 = 8;
+        const LIMIT: Duration = Duration::from_millis(300);
+        let config = PodConfig::new()
+            .scr_bytes(64 << 10)
+            .lnr_bytes(1 << 20)
+            .slot_size_bytes(256)
+            .max_key_bytes(48)
+            .log_capacity_entries(CAPACITY)
+            .max_hosts(4);
+        let pod = common::heap_pod(&config);
+        let quiet = HostOptions::new().pump_interval(None).wait_limit(LIMIT);
+        let busy =
+            Arc::new(Host::join(&pod, Join::As(0), quiet.clone().flat_combining(true)).unwrap());
+        let holer =
+            Arc::new(Host::join(&pod, Join::As(1), quiet.clone().flat_combining(false)).unwrap());
+        let other = Host::join(&pod, Join::As(2), quiet.flat_combining(false)).unwrap();
+        // Slots claimed, so that a create is one entry; every replica at the tail.
+        busy.create(b"b", b"v").unwrap();
+        holer.create(b"h0", b"v").unwrap();
+        other.create(b"o", b"v").unwrap();
+        for host in [&*busy, &*holer, &other] {
+            host.replay().unwrap();
+        }
+        let (_, _, hole) = busy.inspect().log_cursors();
+        // Host 1 reserves `hole` and stops before it writes its entry.
+        let (holed, publish) = create_held_at(&holer, b"h1", Point::AppendBeforeWrite);
+        // Host 0's combiner appends the next and waits in its confirm for the hole.
+        let (combiner, release) = create_held_at(&busy, b"first", Point::ReplayBeforeWait);
+        // Host 2 fills the rest of the ring (its appends unconfirmed: none waits on the hole).
+        for i in 0.. {
+            let (_, _, tail) = busy.inspect().log_cursors();
+            if tail == hole + CAPACITY {
+                break;
+            }
+            assert!(i < 2 * CAPACITY, "host 2 could not fill the log");
+            chaos::fail_next_appends(&[Fault::Unconfirmed]);
+            let _ = other.create(format!("o{i}").as_bytes(), b"v");
+            chaos::clear_forced_faults();
+        }
+        // Queued behind the held combiner, withdrawn past its limit.
+        let withdrawn = busy.create(b"second", b"v");
+        publish.send(()).unwrap();
+        release.send(()).unwrap();
+        let _ = holed.join().unwrap();
+        let _ = combiner.join().unwrap();
+        match withdrawn {
+            Err(Error::LogFull {
+                lagging_host,
+                lagging_position,
+                ..
+            }) => {
+                assert_eq!(lagging_position, hole);
+                assert_eq!(
+                    lagging_host,
+                    Some(1),
+                    "LogFull at the hole {hole} named host {lagging_host:?}, not host 1, whose \
+                     reservation of it was not published"
+                );
+            }
+            other => panic!("the withdrawn request: {other:?}"),
+        }
+    }
+}

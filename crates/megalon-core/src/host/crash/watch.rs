@@ -19,7 +19,8 @@ impl Shared {
         // Nor once it knows it is dead (its pump panicked, or it applied its own death):
         // a thread still in a wait must not keep it alive past its lease.
         if !self.is_declared_dead() && !host_table::condemned(&self.pod, self.id, self.life) {
-            host_table::heartbeat(&self.pod, self.id);
+            self.chaos.point(crate::chaos::Point::BeatAfterCheck);
+            host_table::heartbeat(&self.pod, self.id, self.life);
         }
     }
 
