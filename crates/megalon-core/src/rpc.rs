@@ -471,7 +471,8 @@ impl RingGeometry {
         // and where threads outnumber cores a spinning sender keeps it off the core (on 2
         // cores, HCMeta's hosts ran 3-4 times slower with every wait spinning first).
         let mut backoff = Backoff::yielding(wait_limit);
-        let (ticket, free) = self.reserve(pod, (sender, lives), &mut backoff, tally, serve)?;
+        let mut reserved = self.reserve(pod, (sender, lives), &mut backoff, tally, serve)?;
+        let (ticket, free) = (reserved.ticket, reserved.free.expect("reserved"));
         let entry = self.entry(ticket);
         Self::encode(buf, op, ticket, key, payload, used);
         // Never left in this host's cache (a sender that stops for good here leaves
@@ -494,9 +495,11 @@ impl RingGeometry {
             )
             .is_err()
         {
-            self.let_go(pod, ticket, sender);
+            // (The guard's withdrawal, a CAS from the free state, finds it changed.)
+            drop(reserved);
             return Err(waited_ms(&backoff));
         }
+        reserved.done = true;
         // From here on the entry is ours until we free it: if `serve` (the caller's) or
         // anything below panics, the guard lets the entry go, or the ring would jam a lap
         // later.
@@ -566,14 +569,14 @@ impl RingGeometry {
     /// entry's ticket, so a sender that dies anywhere from here on is named by its entry,
     /// and its recovery ([`RingGeometry::recover_sender`]) can tell whether it reserved
     /// the ticket (`tail` is past it) and settle the entry.
-    fn reserve(
-        &self,
-        pod: &Pod,
+    fn reserve<'r>(
+        &'r self,
+        pod: &'r Pod,
         (sender, lives): (u64, &dyn Fn() -> bool),
         backoff: &mut Backoff,
         tally: &dyn Tally,
         serve: &mut dyn FnMut() -> ControlFlow<()>,
-    ) -> Result<(u64, u64), u64> {
+    ) -> Result<Reserving<'r>, u64> {
         // The tail and the state the last look found: a look that finds a word as the last
         // one did reads a line nobody changed since, a hit in the coherent cache, and is
         // not counted (as a server's poll that finds nothing): a sender waiting out a full
@@ -604,10 +607,20 @@ impl RingGeometry {
                     }
                     continue;
                 }
+                // The word is let go of on every way out but the reservation's, a panic of
+                // `lives` (the caller's) included: a word left taken stops every sender at
+                // this entry for as long as we live.
+                let mut reserving = Reserving {
+                    ring: self,
+                    pod,
+                    ticket,
+                    sender,
+                    free: None,
+                    done: false,
+                };
                 // Taken for dead before the word was ours: our recovery found nothing of
                 // ours here, and will not look again.
                 if !mutants::skipped(Step::RingSenderChecksItLives) && !lives() {
-                    self.let_go(pod, ticket, sender);
                     return Err(waited_ms(backoff));
                 }
                 #[cfg(all(test, not(megalon_loom)))]
@@ -624,19 +637,16 @@ impl RingGeometry {
                     // CAS from the free state: settled since, it is left as it is.)
                     // The look at the word this thread's CAS took a moment ago is a hit in
                     // the coherent cache unless a recovery moved it: not counted.
+                    // (The guard withdraws it; its let-go, a CAS from our word, finds
+                    // another's or none.)
+                    reserving.free = Some(state);
                     if word.load(Ordering::SeqCst) != sender {
-                        let _ = self.state(pod, ticket).compare_exchange(
-                            state,
-                            pack(ticket, WITHDRAWN),
-                            Ordering::Release,
-                            Ordering::Relaxed,
-                        );
                         return Err(waited_ms(backoff));
                     }
-                    return Ok((ticket, state));
+                    return Ok(reserving);
                 }
-                // Reserved, used and freed since we looked: not ours.
-                self.let_go(pod, ticket, sender);
+                // Reserved, used and freed since we looked: not ours (the guard lets the
+                // word go).
                 continue;
             }
             if unpack(state).0 < ticket {
@@ -751,9 +761,10 @@ impl RingGeometry {
     }
 
     /// Serves one claimed request: reads it into `buf`, has `handle` answer it, and
-    /// responds. If `read` or `handle` panics, the request is answered `on_panic` before
-    /// the panic goes on, so that its sender is not left waiting and the entry is freed
-    /// (a claimed request nobody answers holds its entry for good).
+    /// responds. If `read`, `handle` or `tally` panics before the response is published,
+    /// the request is answered `on_panic` before the panic goes on, so that its sender is
+    /// not left waiting and the entry is freed (a claimed request nobody answers holds its
+    /// entry for good).
     #[allow(clippy::too_many_arguments)]
     pub fn serve(
         &self,
@@ -797,8 +808,13 @@ impl RingGeometry {
         };
         let request = self.read(memory, claimed, buf, tally);
         let response = handle(&request, buf);
-        guard.response = None;
+        // Disarmed only once answered: `respond` counts with the caller's tally before it
+        // publishes, and a panic there left the request claimed and answered by nobody
+        // (its sender gave up after twice its limit, and the entry stayed abandoned). The
+        // guard's answer is published in its place (`respond` answers only a request
+        // still claimed).
         self.respond(pod, memory, claimed, buf, response, tally);
+        guard.response = None;
     }
 
     /// Whether a request (or a withdrawn one) waits at the head: two SCR loads, what a
@@ -1246,6 +1262,42 @@ impl Drop for PendingCall<'_> {
                 return;
             }
         }
+    }
+}
+
+/// A sender's entry from the moment its sender word is taken until its request is
+/// published (or it gives up): dropped before (`done` unset), by a way out or a panic of
+/// the caller's `lives` or `tally`, it withdraws the ticket if it reserved it (the server
+/// skips it, as a recovered sender's) and lets go of the word. A reservation left
+/// unpublished stopped the server at its ticket for good, and a word left taken stopped
+/// every sender at its entry, for as long as the sender's host lived.
+struct Reserving<'a> {
+    ring: &'a RingGeometry,
+    pod: &'a Pod,
+    ticket: u64,
+    sender: u64,
+    /// The entry's free state, once the ticket is reserved (the tail past it).
+    free: Option<u64>,
+    /// Published: the entry is [`PendingCall`]'s now.
+    done: bool,
+}
+
+impl Drop for Reserving<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        if let Some(free) = self.free {
+            // A CAS from the free state we reserved: settled since (our recovery
+            // withdrew it, and a later lap may use it), it is left as it is.
+            let _ = self.ring.state(self.pod, self.ticket).compare_exchange(
+                free,
+                pack(self.ticket, WITHDRAWN),
+                Ordering::Release,
+                Ordering::Relaxed,
+            );
+        }
+        self.ring.let_go(self.pod, self.ticket, self.sender);
     }
 }
 

@@ -407,7 +407,11 @@ impl Host {
         // could not finish: a look at the list while it held it found nothing (a losing
         // claim's free, waiting for a lock, then freed by nobody once the row is). With
         // the pump stopped, once more.
-        let settled = settled && self.shared.run_deferred() == 0;
+        // And a lock no call of this host will end (a write ticket forgotten by its
+        // caller) must not outlive the host: with its row freed, nobody would ever
+        // settle it (the record stayed locked for good, named as a gone host's whose
+        // recovery was due). Left to recovery, which puts its undo image back.
+        let settled = settled && self.shared.run_deferred() == 0 && self.shared.every_hold_free();
         let shared = &self.shared;
         if host_table::holder(&shared.pod, shared.id)
             != Some((host_table::this_process(), shared.life))
@@ -429,11 +433,11 @@ impl Host {
         }
         if !settled && shared.undo_images() {
             // A record it holds locked or claimed until an entry of its applies (that
-            // entry is behind a hole in the log, say), or that a panic left: nobody would
-            // settle it once the row is free. It leaves as a dead host does; its recovery
-            // settles what it announced. (Without undo images recovery leaves records
-            // alone: it frees its row, and the record stays locked, as a dead host's
-            // would.)
+            // entry is behind a hole in the log, say), or that a panic or a forgotten
+            // write ticket left: nobody would settle it once the row is free. It leaves
+            // as a dead host does; its recovery settles what it announced. (Without undo
+            // images recovery leaves records alone: it frees its row, and the record
+            // stays locked, as a dead host's would.)
             shared.leave_as_dead();
             return;
         }

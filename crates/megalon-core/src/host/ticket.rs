@@ -140,6 +140,12 @@ impl ReadState {
 /// [`Host::write_end`]. Change the object with [`WriteTicket::write`]. Dropping the ticket
 /// ends the write as `write_end` would.
 ///
+/// A ticket that is never dropped (`std::mem::forget`) keeps the record locked while its
+/// host lives. When the host leaves, in a pod with undo images
+/// ([`CrashSafety::Undo`](crate::CrashSafety)) it leaves as a dead host does, and its
+/// recovery puts the object's bytes back as they were before the write and unlocks the
+/// record; without them the record stays locked, as a dead host's would.
+///
 /// A ticket stays on the thread that took it (it is not `Send`): its writes are stores
 /// that bypass the cache, and the fence `write_end` runs before it lets go of the undo
 /// image and unlocks completes only the stores of its own thread. Ended on another

@@ -851,11 +851,14 @@ fn a_dead_servers_skip_at_its_head_is_passed() {
 /// it; then it dies (it does nothing more). Returns the ticket.
 fn reserve_and_die(ring: &RingGeometry, pod: &Pod, memory: &Memory, publish: bool) -> u64 {
     let mut backoff = Backoff::new(WAIT_LIMIT);
-    let (ticket, free) = ring
+    let mut reserved = ring
         .reserve(pod, (DEAD, &|| true), &mut backoff, &(), &mut || {
             ControlFlow::Continue(())
         })
         .expect("reserves");
+    // It dies holding the entry: nothing of it lets go.
+    reserved.done = true;
+    let (ticket, free) = (reserved.ticket, reserved.free.expect("reserved"));
     if publish {
         let mut buf = vec![0; ring.entry_bytes as usize];
         let used = LINE_BYTES as usize * 2;

@@ -18,6 +18,10 @@ use crate::sync::{AtomicU64, Ordering};
 pub(in crate::host) struct Hold<'a> {
     shared: &'a Shared,
     index: Option<u64>,
+    /// The thread was unwinding already when the hold was taken (a call made from a drop
+    /// during an unwind: a guard of the caller's, a host dropped by a panic): a drop of it
+    /// then is that call's own way out, not the panic's.
+    unwinding: bool,
 }
 
 impl Hold<'_> {
@@ -30,10 +34,14 @@ impl Hold<'_> {
 impl Drop for Hold<'_> {
     fn drop(&mut self) {
         if let Some(index) = self.index.take() {
-            if std::thread::panicking() {
+            if std::thread::panicking() && !self.unwinding {
                 // Unwinding, maybe holding the announced lock (a write's wrap event whose
                 // append panicked): the announce stays for recovery, and the host leaves
-                // as a dead one does, so that recovery happens.
+                // as a dead one does, so that recovery happens. Not for a hold taken
+                // while the thread already unwound: its call ends as it would have (a
+                // move back's slot image kept for recovery, with the move done, put the
+                // object's old bytes back over its writes a lease later; and each such
+                // hold kept one of the host's few announce words for good).
                 self.shared
                     .left_unsettled
                     .store(true, std::sync::atomic::Ordering::Release);
@@ -211,10 +219,12 @@ impl Shared {
         if self.left_to_recovery() {
             return None;
         }
+        let unwinding = std::thread::panicking();
         if !self.undo_images() {
             return Some(Hold {
                 shared: self,
                 index: None,
+                unwinding,
             });
         }
         let mut free = self.free_holds.lock();
@@ -224,6 +234,7 @@ impl Shared {
             Hold {
                 shared: self,
                 index: Some(index),
+                unwinding,
             }
         })
     }
@@ -320,6 +331,19 @@ impl Shared {
             holder,
             holder_alive: holder.and_then(|host| host_table::alive(&self.pod, host)),
         }
+    }
+
+    /// Whether every announce word of this host is free: none taken by a lock or claim
+    /// it has not ended. Once its pump has stopped and its settles are done, one still
+    /// taken is a lock nobody of this host will end: a write ticket its caller forgot
+    /// (`mem::forget`, safe Rust), whose record stays locked.
+    pub(in crate::host) fn every_hold_free(&self) -> bool {
+        let all = if HOLDS_PER_HOST == 64 {
+            u64::MAX
+        } else {
+            (1 << HOLDS_PER_HOST) - 1
+        };
+        *self.free_holds.lock() == all
     }
 
     /// [`Shared::end_hold`] of a hold handed on as its index, if any.
