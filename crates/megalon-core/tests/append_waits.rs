@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use megalon_core::chaos::{self, Point};
 use megalon_core::inspect::slot_claim_batch;
-use megalon_core::{Error, HostOptions, Layout, Pod};
+use megalon_core::{Error, Host, HostOptions, Join, Layout, Pod};
 
 /// A pod of few slots, shared by 16 hosts: a claim gets one slot.
 fn one_slot_claims_pod() -> Arc<Pod> {
@@ -169,5 +169,204 @@ fn a_waiter_does_not_give_up_while_the_combining_lock_is_free() {
             );
         }
     }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// An object's bytes: its key, padded.
+fn value_of(key: &[u8]) -> Vec<u8> {
+    let mut value = key.to_vec();
+    value.resize(32, 0xa5);
+    value
+}
+
+/// Many threads of one host create under a log held full by a lagging host (no pump,
+/// replaying now and then), with a short wait limit: the combiner's waiters withdraw,
+/// combine at their limit, or are refused for room. A create that answered that nothing
+/// reached the log (`CombinerStalled`, `LogFull`, `SlotsExhausted`) left no object; one
+/// that answered `Ok` left its object; no slot holds two objects.
+#[test]
+fn creates_that_answer_a_failure_under_a_full_log_left_nothing() {
+    let config = common::config().lnr_bytes(4 << 20).log_capacity_entries(64);
+    let pod = common::heap_pod(&config);
+    let limit = Duration::from_millis(common::env_var("FRESH_LIMIT_MS").unwrap_or(3));
+    let a = Arc::new(
+        Host::join(
+            &pod,
+            Join::AnyFree,
+            HostOptions::new()
+                .pump_interval(Some(Duration::from_millis(1)))
+                .wait_limit(limit),
+        )
+        .unwrap(),
+    );
+    let lagger = Host::join(
+        &pod,
+        Join::AnyFree,
+        HostOptions::new()
+            .pump_interval(None)
+            .wait_limit(Duration::from_secs(2)),
+    )
+    .unwrap();
+    let threads: Vec<_> = (0..8u8)
+        .map(|t| {
+            let a = Arc::clone(&a);
+            std::thread::spawn(move || {
+                (0..150u16)
+                    .map(|i| {
+                        let key = format!("t{t}-{i}").into_bytes();
+                        let t0 = Instant::now();
+                        let answer = a.create(&key, &value_of(&key));
+                        (key, (answer, t0.elapsed()))
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut results = Vec::new();
+    let mut rounds = 0u64;
+    loop {
+        if threads.iter().all(|t| t.is_finished()) {
+            break;
+        }
+        std::thread::sleep(limit + Duration::from_micros(rounds % 4 * 500));
+        lagger.replay().unwrap();
+        rounds += 1;
+    }
+    for thread in threads {
+        results.extend(thread.join().unwrap());
+    }
+    lagger.replay().unwrap();
+    let mut kinds = std::collections::BTreeMap::<String, u64>::new();
+    let mut wrong = Vec::new();
+    let slowest = results
+        .iter()
+        .max_by_key(|(_, (_, took))| *took)
+        .map(|(k, (a, t))| (k.clone(), format!("{a:?}"), *t));
+    eprintln!("slowest: {slowest:?}");
+    for (key, (answer, _)) in &results {
+        let kind = match answer {
+            Ok(()) => "Ok".to_string(),
+            Err(e) => format!("{e:?}")
+                .split([' ', '{', '('])
+                .next()
+                .unwrap()
+                .to_string(),
+        };
+        *kinds.entry(kind).or_default() += 1;
+        let exists = lagger.lookup(key).unwrap().is_some();
+        let definite_failure = matches!(
+            answer,
+            Err(Error::CombinerStalled { .. }
+                | Error::LogFull { .. }
+                | Error::SlotsExhausted { .. })
+        );
+        if answer.is_ok() && !exists {
+            wrong.push(format!("{key:?}: Ok, no object"));
+        }
+        if definite_failure && exists {
+            wrong.push(format!("{key:?}: {answer:?}, yet the object exists"));
+        }
+        if exists {
+            let mut buf = vec![0u8; 32];
+            lagger.read(key, &mut buf).unwrap();
+            if buf != value_of(key) {
+                wrong.push(format!("{key:?}: holds {buf:?}"));
+            }
+        }
+    }
+    eprintln!("{rounds} lagger rounds; answers {kinds:?}");
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Threads of two hosts create in a pod whose claims get one slot each, with a short
+/// wait limit: claims taken by siblings, `SlotsExhausted` at the limit, grants between
+/// the hosts once the unclaimed range is used up. Then one thread with a long limit
+/// fills the pod: every slot used once (none lost at a limit, none handed out twice),
+/// every object holding its own bytes.
+#[test]
+fn creates_racing_for_one_slot_claims_lose_no_slot_and_share_none() {
+    let config = common::config().lnr_bytes(96 << 10).max_hosts(16);
+    let layout = Layout::new(&config).unwrap();
+    assert_eq!(
+        megalon_core::inspect::slot_claim_batch(layout.slot_count, 16),
+        1
+    );
+    eprintln!("{} slots", layout.slot_count);
+    let pod = common::heap_pod(&config);
+    let options = |ms| {
+        HostOptions::new()
+            .pump_interval(Some(Duration::from_millis(1)))
+            .wait_limit(Duration::from_millis(ms))
+    };
+    let hosts = [
+        Arc::new(Host::join(&pod, Join::AnyFree, options(2)).unwrap()),
+        Arc::new(Host::join(&pod, Join::AnyFree, options(2)).unwrap()),
+    ];
+    let threads: Vec<_> = (0..6u8)
+        .map(|t| {
+            let host = Arc::clone(&hosts[usize::from(t % 2)]);
+            std::thread::spawn(move || {
+                let mut made = Vec::new();
+                let mut kinds = std::collections::BTreeMap::<String, u64>::new();
+                for i in 0..12u16 {
+                    let key = format!("t{t}-{i}").into_bytes();
+                    let answer = host.create(&key, &value_of(&key));
+                    let kind = match &answer {
+                        Ok(()) => "Ok".to_string(),
+                        Err(e) => format!("{e:?}")
+                            .split([' ', '{'])
+                            .next()
+                            .unwrap()
+                            .to_string(),
+                    };
+                    *kinds.entry(kind).or_default() += 1;
+                    if answer.is_ok() {
+                        made.push(key);
+                    }
+                    if i % 3 == 2 {
+                        if let Some(key) = made.pop() {
+                            if host.delete(&key).is_err() {
+                                made.push(key);
+                            }
+                        }
+                    }
+                }
+                (made, kinds)
+            })
+        })
+        .collect();
+    let mut keys = Vec::new();
+    for thread in threads {
+        let (made, kinds) = thread.join().unwrap();
+        eprintln!("{kinds:?}");
+        keys.extend(made);
+    }
+    let [a, b] = hosts;
+    drop(b);
+    let filler = Host::join(&pod, Join::AnyFree, options(2000)).unwrap();
+    let mut n = 0u64;
+    loop {
+        let key = format!("f{n}").into_bytes();
+        match filler.create(&key, &value_of(&key)) {
+            Ok(()) => keys.push(key),
+            Err(Error::SlotsExhausted { .. }) => break,
+            Err(e) => panic!("fill: {e:?}"),
+        }
+        n += 1;
+    }
+    let count = filler.object_count().unwrap();
+    let mut wrong = Vec::new();
+    for key in &keys {
+        let mut buf = vec![0u8; 32];
+        match filler.read(key, &mut buf) {
+            Ok(_) if buf == value_of(key) => {}
+            other => wrong.push(format!("{key:?}: {other:?} {buf:?}")),
+        }
+    }
+    drop(a);
+    assert_eq!(
+        count, layout.slot_count,
+        "the pod filled at {count} objects"
+    );
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

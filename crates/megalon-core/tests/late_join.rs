@@ -495,3 +495,49 @@ fn a_writer_that_served_a_slow_joiner_appends_into_the_room_its_pin_made() {
     }
     let _ = joiner.join().unwrap();
 }
+
+/// Late joins into a pod with no free slot (every slot an object's, the last one too)
+/// and into one with no object (every slot free, some in a host's pool, some given
+/// back): both snapshots decode.
+#[test]
+fn late_joins_into_a_full_pod_and_an_empty_one_decode() {
+    let config = common::config()
+        .lnr_bytes(96 << 10)
+        .log_capacity_entries(64)
+        .join_area_bytes(128);
+    let slot_count = megalon_core::Layout::new(&config).unwrap().slot_count;
+    let options = || HostOptions::new().pump_interval(Some(Duration::from_millis(1)));
+    for full in [true, false] {
+        let pod = common::heap_pod(&config);
+        let a = Host::join(&pod, Join::AnyFree, options()).unwrap();
+        let b = Host::join(&pod, Join::AnyFree, options()).unwrap();
+        let mut n = 0u64;
+        loop {
+            let key = format!("k{n}").into_bytes();
+            let host = if n.is_multiple_of(3) { &b } else { &a };
+            match host.create(&key, &key) {
+                Ok(()) => n += 1,
+                Err(Error::SlotsExhausted { .. }) => break,
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        assert_eq!(n, slot_count);
+        if !full {
+            for i in 0..n {
+                let key = format!("k{i}").into_bytes();
+                let host = if i.is_multiple_of(2) { &b } else { &a };
+                host.delete(&key).unwrap();
+            }
+        }
+        // Its pool (if any) goes back to the pod.
+        drop(b);
+        let (head, _, _) = a.inspect().log_cursors();
+        assert!(head > 0, "the log recycled");
+        let late = Host::join(&pod, Join::AnyFree, options()).expect("a late join");
+        let want = if full { slot_count } else { 0 };
+        assert_eq!(late.object_count().unwrap(), want, "full {full}");
+        if !full {
+            late.create(b"after", b"after").unwrap();
+        }
+    }
+}

@@ -154,3 +154,123 @@ impl Combiner {
         }
     }
 }
+
+/// The waiter's last look at its limit, under a stress of threads whose combiners answer,
+/// refuse or leave requests at random (review `fresh`, 2026-12-03, found it sound).
+#[cfg(all(test, not(megalon_loom)))]
+mod last_look {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::Combiner;
+    use crate::error::Error;
+    use crate::event::{Event, OwnedEvent};
+    use crate::host::Settle;
+    use crate::replica::Outcome;
+    use crate::sync::Mutex;
+
+    fn id_of(event: &OwnedEvent) -> u64 {
+        match event.event() {
+            Event::ClaimSlots { count } => count,
+            _ => unreachable!(),
+        }
+    }
+
+    /// Every request answered `Ok` was appended once; one withdrawn (`CombinerStalled`)
+    /// or refused was never appended, then or later; none appended twice; each call
+    /// answers within its limit and one combiner's hold.
+    #[test]
+    fn no_request_is_both_withdrawn_and_appended() {
+        let combiner = Arc::new(Combiner::default());
+        let appended: Arc<Mutex<HashMap<u64, u32>>> = Arc::default();
+        let threads: Vec<_> = (0..6u64)
+            .map(|t| {
+                let combiner = Arc::clone(&combiner);
+                let appended = Arc::clone(&appended);
+                std::thread::spawn(move || {
+                    let rng = std::cell::Cell::new((t + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+                    let draw = || {
+                        let mut x = rng.get();
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        rng.set(x);
+                        x
+                    };
+                    let mut answers = Vec::new();
+                    for i in 0..300u64 {
+                        let id = t << 32 | i;
+                        let limit = Duration::from_micros(200 + (i % 7) * 150);
+                        let event = OwnedEvent::new(&Event::ClaimSlots { count: id });
+                        let called = Instant::now();
+                        let answer = combiner.submit(
+                            event,
+                            Settle::Nothing,
+                            limit,
+                            |requests, limits, answer| {
+                                for (index, (event, _)) in requests.iter().enumerate() {
+                                    match draw() % 4 {
+                                        0 | 1 => {
+                                            *appended.lock().entry(id_of(event)).or_default() += 1;
+                                            answer(index, Ok(Outcome::Noted));
+                                        }
+                                        // Refused: nothing reached the log.
+                                        2 => answer(
+                                            index,
+                                            Err(Error::InjectedFault { fault: "refuse" }),
+                                        ),
+                                        // As `append_batch`: a request out of time is
+                                        // answered, never left for a later batch.
+                                        3 if limits[index].is_zero() => answer(
+                                            index,
+                                            Err(Error::InjectedFault { fault: "refuse" }),
+                                        ),
+                                        // Left for a later batch (the log had room
+                                        // for the ones before it only).
+                                        _ => {}
+                                    }
+                                }
+                                std::thread::sleep(Duration::from_micros(draw() % 400));
+                            },
+                        );
+                        answers.push((id, answer, called.elapsed(), limit));
+                    }
+                    answers
+                })
+            })
+            .collect();
+        let answers: Vec<_> = threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect();
+        let appended = appended.lock();
+        let mut wrong = Vec::new();
+        let mut kinds = HashMap::<&str, u64>::new();
+        let mut slowest = Duration::ZERO;
+        for (id, answer, took, limit) in &answers {
+            let times = appended.get(id).copied().unwrap_or(0);
+            let kind = match answer {
+                Ok(_) => "ok",
+                Err(Error::CombinerStalled { .. }) => "stalled",
+                Err(Error::InjectedFault { .. }) => "refused",
+                Err(_) => "other",
+            };
+            *kinds.entry(kind).or_default() += 1;
+            let right = match kind {
+                "ok" => times == 1,
+                "stalled" | "refused" => times == 0,
+                _ => false,
+            };
+            if !right {
+                wrong.push(format!("{id:#x}: {answer:?}, appended {times} times"));
+            }
+            slowest = slowest.max(took.saturating_sub(*limit));
+        }
+        eprintln!("{kinds:?}; slowest past its limit by {slowest:?}");
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+        // A combiner holds the lock at most its append (a sleep under 400 us): a bound
+        // far above that, for a busy machine, against a wait that never ends.
+        assert!(slowest < Duration::from_secs(2), "{slowest:?}");
+    }
+}
