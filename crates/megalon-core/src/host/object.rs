@@ -585,7 +585,12 @@ impl Shared {
                 if let Some(hold) = &held {
                     self.withdraw(hold);
                 }
-                retries += 1;
+                // Within the host's bound, as a read's start-overs: an object whose events
+                // keep landing between the lookup and the lock (another host's writes of a
+                // narrow record, each with its wrap event) kept this write starting over
+                // for as long as they came. The record is unlocked; the hold goes with
+                // `held`.
+                self.start_over(&mut retries)?;
                 continue;
             }
             let mut state = self.ready_to_write(&entry, record, word.counter, c);
@@ -613,6 +618,19 @@ impl Shared {
             state.hold = hold.into_index();
             return Ok((state, retries));
         }
+    }
+
+    /// Counts a start-over of a write or a delete that backed out (an event about its
+    /// object was applied between its lookup and its lock, which it let go): past the
+    /// host's `max_retries`, [`Error::RetriesExhausted`], as for a read.
+    pub(super) fn start_over(&self, count: &mut u32) -> Result<()> {
+        *count += 1;
+        if *count > self.options.max_retries {
+            return Err(Error::RetriesExhausted {
+                retries: self.options.max_retries,
+            });
+        }
+        Ok(())
     }
 
     /// Waits a little for a record that is locked (a write, a dealloc or a delete in
@@ -968,6 +986,7 @@ impl Shared {
         let DeleteWait {
             backoff,
             looked_again,
+            backed_out,
         } = wait;
         let records = Records::of(&self.pod, shape);
         let word = records.load(record);
@@ -1005,6 +1024,8 @@ impl Shared {
         self.chaos.point(Point::ReleaseAfterLock);
         // From here on the record is ours: every way out frees or restores it.
         if !self.still_current(entry, None, record, locked, word, c)? {
+            // Backed out (the record is unlocked): a start-over, within the bound.
+            self.start_over(backed_out)?;
             return Ok(None);
         }
         match self.release_allowed(key, record, ReleaseReason::Delete) {
@@ -1041,6 +1062,7 @@ impl Shared {
         let mut wait = DeleteWait {
             backoff,
             looked_again: false,
+            backed_out: 0,
         };
         loop {
             self.catch_up()?;
@@ -1063,7 +1085,10 @@ impl Shared {
                         return Ok(());
                     }
                     // Created and written (it has a record now): start over with its lock.
-                    Outcome::DeleteLost => continue,
+                    Outcome::DeleteLost => {
+                        self.start_over(&mut wait.backed_out)?;
+                        continue;
+                    }
                     _ => return Err(Error::UnknownKey),
                 }
             };
@@ -1118,6 +1143,7 @@ impl Shared {
                         self.unlock_record(record, locked, word, c);
                     }
                     self.end_hold_of(hold);
+                    self.start_over(&mut wait.backed_out)?;
                     continue;
                 }
                 _ => {
@@ -1132,11 +1158,13 @@ impl Shared {
     }
 }
 
-/// A delete's wait for its object's record: the wait itself (`None` until it begins), and
-/// whether the delete looked again at a record found freed or busy once the wait was spent.
+/// A delete's wait for its object's record: the wait itself (`None` until it begins),
+/// whether the delete looked again at a record found freed or busy once the wait was spent,
+/// and how many times it backed out (an event about the object came first).
 struct DeleteWait {
     backoff: Option<Backoff>,
     looked_again: bool,
+    backed_out: u32,
 }
 
 /// A record whose lock a delete holds: the record, its word locked, its word before, and
