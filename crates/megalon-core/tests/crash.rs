@@ -806,7 +806,7 @@ fn lives_of_one_id_fill_the_pod_once() {
 mod drop_panics {
     use std::process::Command;
     use std::sync::Arc;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     use super::{common, BOUND, LEASE_MS};
     use megalon_core::chaos::{self, Point};
@@ -841,14 +841,7 @@ mod drop_panics {
 
     /// Whether `id`'s row is freed (recovered by b) within the lease and [`BOUND`].
     fn row_freed(pod: &Pod, id: megalon_core::HostId) -> bool {
-        let deadline = Instant::now() + Duration::from_millis(LEASE_MS.into()) + BOUND;
-        while Instant::now() < deadline {
-            if pod.hosts().iter().all(|row| row.host != id) {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        false
+        common::row_freed_within(pod, id, Duration::from_millis(LEASE_MS.into()) + BOUND)
     }
 
     /// The drop's own replay panics (not during an unwind): the panic must not escape the

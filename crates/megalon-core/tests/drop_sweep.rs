@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use megalon_core::chaos::{self, Point};
 use megalon_core::{Backing, CrashSafety, Error, Host, HostOptions, Join, Layout, Pod, PodConfig};
@@ -32,14 +32,7 @@ fn config(local: bool) -> PodConfig {
 
 /// Whether `id`'s row is freed within the lease and [`BOUND`].
 fn row_freed(pod: &Pod, id: megalon_core::HostId) -> bool {
-    let deadline = Instant::now() + Duration::from_millis(LEASE_MS.into()) + BOUND;
-    while Instant::now() < deadline {
-        if pod.hosts().iter().all(|row| row.host != id) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    false
+    common::row_freed_within(pod, id, Duration::from_millis(LEASE_MS.into()) + BOUND)
 }
 
 fn value_of(key: &[u8]) -> Vec<u8> {

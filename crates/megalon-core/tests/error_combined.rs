@@ -366,15 +366,14 @@ fn switches_with_copies_under_faults_tiny_log_short_waits() {
     }
 }
 
-/// A write that backs out (an event about its object was applied between its lookup and
-/// its lock: here another host's write of a 2-bit record, whose wrap event changes the
-/// object's stamp but not its record word) starts over within `max_retries`, as the
-/// option says of every safe call, and past it answers `RetriesExhausted` with the record
-/// unlocked. (It counted its start-overs and never looked at the bound: a write that kept
-/// meeting such events started over for as long as they came.)
-#[test]
-fn a_write_that_keeps_backing_out_answers_retries_exhausted_within_its_bound() {
-    use megalon_core::chaos::{self, Point};
+/// Hosts a and b on a pod of 2-bit records holding `k` (`max_retries` 3); `op` runs on a
+/// while, each time a's thread reaches `point`, b writes `k` (20 times at most): every
+/// write of b appends a wrap event, which a applies between its lookup and its lock.
+/// Returns a, b, what `op` answered and how often b wrote.
+fn with_writes_at<T>(
+    point: megalon_core::chaos::Point,
+    op: impl FnOnce(&Host) -> megalon_core::Result<T>,
+) -> (Host, &'static Host, megalon_core::Result<T>, u32) {
     let pod = heap_pod(&common::config().record_width_bits(2));
     let options = |seed: u64| {
         HostOptions::new()
@@ -390,31 +389,41 @@ fn a_write_that_keeps_backing_out_answers_retries_exhausted_within_its_bound() {
     b.replay().unwrap();
     let interfered = std::rc::Rc::new(std::cell::Cell::new(0u32));
     let count = interfered.clone();
-    let written = chaos::with_hook(
-        move |point| {
-            // Each try of `a`'s write: `b` writes between its lookup and its lock, 20 times.
-            if point == Point::WriteBeforeLock && count.get() < 20 {
+    let answered = megalon_core::chaos::with_hook(
+        move |at| {
+            if at == point && count.get() < 20 {
                 count.set(count.get() + 1);
                 b.write(b"k", &value(2 + count.get() as u8)).unwrap();
             }
         },
-        || a.write(b"k", &value(100)),
+        || op(&a),
     );
+    let interfered = interfered.get();
+    (a, b, answered, interfered)
+}
+
+/// A write that backs out (an event about its object was applied between its lookup and
+/// its lock: here another host's write of a 2-bit record, whose wrap event changes the
+/// object's stamp but not its record word) starts over within `max_retries`, as the
+/// option says of every safe call, and past it answers `RetriesExhausted` with the record
+/// unlocked. (It counted its start-overs and never looked at the bound: a write that kept
+/// meeting such events started over for as long as they came.)
+#[test]
+fn a_write_that_keeps_backing_out_answers_retries_exhausted_within_its_bound() {
+    let (a, b, written, interfered) =
+        with_writes_at(megalon_core::chaos::Point::WriteBeforeLock, |a| {
+            a.write(b"k", &value(100))
+        });
     assert!(
         matches!(written, Err(Error::RetriesExhausted { retries: 3 })),
-        "after {} start-overs: {written:?}",
-        interfered.get()
+        "after {interfered} start-overs: {written:?}"
     );
-    assert!(
-        interfered.get() <= 4,
-        "started over {} times",
-        interfered.get()
-    );
+    assert!(interfered <= 4, "started over {interfered} times");
     at_rest(&a, b, "after the write").unwrap();
     // The object is whole, b's last version, and usable.
     let mut buf = vec![0u8; SLOT];
     a.read(b"k", &mut buf).unwrap();
-    assert_eq!(tag_of(&buf), Some(2 + interfered.get() as u8));
+    assert_eq!(tag_of(&buf), Some(2 + interfered as u8));
     a.write(b"k", &value(7)).unwrap();
     b.read(b"k", &mut buf).unwrap();
     assert_eq!(buf, value(7));
@@ -426,46 +435,20 @@ fn a_write_that_keeps_backing_out_answers_retries_exhausted_within_its_bound() {
 /// such events came.)
 #[test]
 fn a_delete_that_keeps_backing_out_answers_retries_exhausted_within_its_bound() {
-    use megalon_core::chaos::{self, Point};
-    let pod = heap_pod(&common::config().record_width_bits(2));
-    let options = |seed: u64| {
-        HostOptions::new()
-            .memory(MemoryKind::simulated(seed))
-            .pump_interval(None)
-            .max_retries(3)
-            .wait_limit(Duration::from_millis(200))
-    };
-    let a = Host::join(&pod, Join::As(0), options(1)).unwrap();
-    let b: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), options(2)).unwrap()));
-    a.create(b"k", &value(0)).unwrap();
-    a.write(b"k", &value(1)).unwrap();
-    b.replay().unwrap();
-    let interfered = std::rc::Rc::new(std::cell::Cell::new(0u32));
-    let count = interfered.clone();
-    let deleted = chaos::with_hook(
-        move |point| {
-            // Each try of `a`'s delete: `b` writes after its tail check, before its lookup.
-            if point == Point::DeleteAfterTailCheck && count.get() < 20 {
-                count.set(count.get() + 1);
-                b.write(b"k", &value(2 + count.get() as u8)).unwrap();
-            }
-        },
-        || a.delete(b"k"),
-    );
+    // b writes after each try's tail check, before its lookup.
+    let (a, b, deleted, interfered) =
+        with_writes_at(megalon_core::chaos::Point::DeleteAfterTailCheck, |a| {
+            a.delete(b"k")
+        });
     assert!(
         matches!(deleted, Err(Error::RetriesExhausted { retries: 3 })),
-        "after {} start-overs: {deleted:?}",
-        interfered.get()
+        "after {interfered} start-overs: {deleted:?}"
     );
-    assert!(
-        interfered.get() <= 4,
-        "started over {} times",
-        interfered.get()
-    );
+    assert!(interfered <= 4, "started over {interfered} times");
     at_rest(&a, b, "after the delete").unwrap();
     let mut buf = vec![0u8; SLOT];
     a.read(b"k", &mut buf).unwrap();
-    assert_eq!(tag_of(&buf), Some(2 + interfered.get() as u8));
+    assert_eq!(tag_of(&buf), Some(2 + interfered as u8));
     a.delete(b"k").unwrap();
     assert!(matches!(b.read(b"k", &mut buf), Err(Error::UnknownKey)));
 }

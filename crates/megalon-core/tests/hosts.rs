@@ -1,8 +1,6 @@
 //! The host table: joining as a given id or the first free one, the errors for a taken
 //! id, an id past the maximum and a full table, leaving, the listing and the heartbeat.
 
-mod common;
-
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -659,77 +657,4 @@ fn a_rejoin_keeps_no_outcome_of_its_id_s_earlier_life() {
         0,
         "outcomes of the earlier life kept"
     );
-}
-
-/// A donor whose free slots are three ranges of one grants them as three events; the `n`-th append of its serving fails (refused, or published unconfirmed).
-/// Every slot is still counted once: the requester gets exactly the three slots (served
-/// by later rounds, asking again), no fourth, and the donor keeps none. (Review `grants`,
-/// 2026-12-03, found this sound.)
-#[cfg(feature = "chaos")]
-#[test]
-fn a_grant_failing_part_way_loses_no_slot_and_doubles_none() {
-    use megalon_core::chaos::Fault;
-    for fault in [Fault::Refuse, Fault::Unconfirmed] {
-        for n in 0..3 {
-            let config = PodConfig::new()
-                .scr_bytes(64 << 10)
-                .lnr_bytes(512 * 64 + 64 * 256)
-                .slot_size_bytes(256)
-                .max_key_bytes(16)
-                .log_capacity_entries(512)
-                .max_hosts(2)
-                .join_area_bytes(0);
-            let pod = common::heap_pod(&config);
-            let slot_count = pod.layout().slot_count;
-            let a = Host::join(&pod, Join::As(0), HostOptions::new().pump_interval(None)).unwrap();
-            let b = Host::join(
-                &pod,
-                Join::As(1),
-                HostOptions::new()
-                    .pump_interval(None)
-                    .wait_limit(Duration::from_millis(50)),
-            )
-            .unwrap();
-            for i in 0..slot_count {
-                a.create(format!("a{i}").as_bytes(), b"x").unwrap();
-            }
-            for i in [1, 5, 9] {
-                a.delete(format!("a{i}").as_bytes()).unwrap();
-            }
-            a.replay().unwrap();
-            assert_eq!(a.inspect().free_slots(), 3);
-            assert!(matches!(
-                b.create(b"b0", b"y"),
-                Err(Error::SlotsExhausted { .. })
-            ));
-            let served = common::with_append_failing(n, fault, || a.replay());
-            assert!(
-                served.is_err(),
-                "{fault:?} at {n}: the fault hit a grant: {served:?}"
-            );
-            let mut made = 0;
-            for i in 0..5 {
-                let key = format!("b{i}");
-                let mut result = b.create(key.as_bytes(), b"y");
-                for _ in 0..6 {
-                    if !matches!(result, Err(Error::SlotsExhausted { .. })) {
-                        break;
-                    }
-                    a.replay().unwrap();
-                    b.replay().unwrap();
-                    result = b.create(key.as_bytes(), b"y");
-                }
-                if result.is_ok() {
-                    made += 1;
-                }
-            }
-            a.replay().unwrap();
-            b.replay().unwrap();
-            assert_eq!(
-                (made, a.inspect().free_slots(), b.inspect().free_slots()),
-                (3, 0, 0),
-                "{fault:?} at grant append {n}"
-            );
-        }
-    }
 }

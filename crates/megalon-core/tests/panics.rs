@@ -55,15 +55,12 @@ fn move_to(host: &Host, key: &[u8]) {
 /// fails after the lease and [`BOUND`].
 #[track_caller]
 fn wait_row_free(pod: &Pod, id: megalon_core::HostId) {
-    let deadline = Instant::now() + Duration::from_millis(LEASE_MS.into()) + BOUND;
-    while pod.hosts().iter().any(|row| row.host == id) {
-        assert!(
-            Instant::now() < deadline,
-            "row {id} still held: {:?}",
-            pod.hosts()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let within = Duration::from_millis(LEASE_MS.into()) + BOUND;
+    assert!(
+        common::row_freed_within(pod, id, within),
+        "row {id} still held: {:?}",
+        pod.hosts()
+    );
 }
 
 /// What the panics these tests cause say: the panic hook stays quiet about them (and

@@ -803,70 +803,76 @@ fn a_delete_on_a_stale_lookup_tells_the_hook_only_of_the_objects_own_record() {
 }
 
 /// A donor whose free slots are not one range grants them as several `GrantSlots`
-/// events. When the first one's append was refused, the grant returned at once: the
-/// other ranges, already taken from the donor's pool, were neither granted nor put back
-/// (slots lost to the pod for good: the replicated counts still named the donor as
-/// holding them).
+/// events; the `n`-th append of its serving fails (refused, or published unconfirmed).
+/// Every slot is still counted once: the requester gets exactly the three slots (served
+/// by later rounds, asking again), no fourth, and the donor keeps none. (When the first
+/// one's append was refused, the grant returned at once: the other ranges, already taken
+/// from the donor's pool, were neither granted nor put back, slots lost to the pod for
+/// good, the replicated counts still naming the donor as holding them.)
 #[test]
-fn a_refused_grant_keeps_the_other_ranges_taken_for_it() {
-    let config = megalon_core::PodConfig::new()
-        .scr_bytes(64 << 10)
-        .lnr_bytes(512 * 64 + 64 * 256)
-        .slot_size_bytes(256)
-        .max_key_bytes(16)
-        .log_capacity_entries(512)
-        .max_hosts(2)
-        .join_area_bytes(0);
-    let pod = heap_pod(&config);
-    let slot_count = pod.layout().slot_count;
-    let a = Host::join(&pod, Join::As(0), HostOptions::new().pump_interval(None)).unwrap();
-    let b = Host::join(
-        &pod,
-        Join::As(1),
-        HostOptions::new()
-            .pump_interval(None)
-            .wait_limit(Duration::from_millis(50)),
-    )
-    .unwrap();
-    // a takes every slot, then frees three apart: its pool holds three ranges of one.
-    for i in 0..slot_count {
-        a.create(format!("a{i}").as_bytes(), b"x").unwrap();
-    }
-    for i in [1, 5, 9] {
-        a.delete(format!("a{i}").as_bytes()).unwrap();
-    }
-    a.replay().unwrap();
-    assert_eq!(a.inspect().free_slots(), 3);
-    // b finds no slot: it asks the host with the most (a), and gives up for now.
-    assert!(matches!(
-        b.create(b"b0", b"y"),
-        Err(Error::SlotsExhausted { .. })
-    ));
-    // a serves the request; its first grant is refused.
-    chaos::fail_next_appends(&[Fault::Refuse]);
-    let served = a.replay();
-    chaos::clear_forced_faults();
-    assert!(
-        matches!(served, Err(Error::InjectedFault { .. })),
-        "{served:?}"
-    );
-    assert_eq!(
-        a.inspect().free_slots(),
-        3,
-        "nothing was granted, nothing lost"
-    );
-    // All three slots are still the pod's: b gets them, served by later rounds.
-    for i in 0..3 {
-        let key = format!("b{i}");
-        let mut made = b.create(key.as_bytes(), b"y");
-        for _ in 0..4 {
-            if !matches!(made, Err(Error::SlotsExhausted { .. })) {
-                break;
+fn a_grant_failing_part_way_loses_no_slot_and_doubles_none() {
+    for fault in [Fault::Refuse, Fault::Unconfirmed] {
+        for n in 0..3 {
+            let config = megalon_core::PodConfig::new()
+                .scr_bytes(64 << 10)
+                .lnr_bytes(512 * 64 + 64 * 256)
+                .slot_size_bytes(256)
+                .max_key_bytes(16)
+                .log_capacity_entries(512)
+                .max_hosts(2)
+                .join_area_bytes(0);
+            let pod = common::heap_pod(&config);
+            let slot_count = pod.layout().slot_count;
+            let a = Host::join(&pod, Join::As(0), HostOptions::new().pump_interval(None)).unwrap();
+            let b = Host::join(
+                &pod,
+                Join::As(1),
+                HostOptions::new()
+                    .pump_interval(None)
+                    .wait_limit(Duration::from_millis(50)),
+            )
+            .unwrap();
+            for i in 0..slot_count {
+                a.create(format!("a{i}").as_bytes(), b"x").unwrap();
+            }
+            for i in [1, 5, 9] {
+                a.delete(format!("a{i}").as_bytes()).unwrap();
             }
             a.replay().unwrap();
-            made = b.create(key.as_bytes(), b"y");
+            assert_eq!(a.inspect().free_slots(), 3);
+            assert!(matches!(
+                b.create(b"b0", b"y"),
+                Err(Error::SlotsExhausted { .. })
+            ));
+            let served = common::with_append_failing(n, fault, || a.replay());
+            assert!(
+                served.is_err(),
+                "{fault:?} at {n}: the fault hit a grant: {served:?}"
+            );
+            let mut made = 0;
+            for i in 0..5 {
+                let key = format!("b{i}");
+                let mut result = b.create(key.as_bytes(), b"y");
+                for _ in 0..6 {
+                    if !matches!(result, Err(Error::SlotsExhausted { .. })) {
+                        break;
+                    }
+                    a.replay().unwrap();
+                    b.replay().unwrap();
+                    result = b.create(key.as_bytes(), b"y");
+                }
+                if result.is_ok() {
+                    made += 1;
+                }
+            }
+            a.replay().unwrap();
+            b.replay().unwrap();
+            assert_eq!(
+                (made, a.inspect().free_slots(), b.inspect().free_slots()),
+                (3, 0, 0),
+                "{fault:?} at grant append {n}"
+            );
         }
-        made.unwrap_or_else(|e| panic!("b's create {i}: {e:?}"));
     }
 }
 

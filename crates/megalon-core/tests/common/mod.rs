@@ -12,6 +12,7 @@ pub mod process;
 pub use megalon_workload::stops;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use megalon_core::{
     Backing, Error, Host, HostOptions, Join, MemoryKind, Pod, PodConfig, SimulatedConfig,
@@ -30,6 +31,17 @@ pub fn config() -> PodConfig {
         .max_key_bytes(48)
         .log_capacity_entries(256)
         .max_hosts(4)
+}
+/// Whether host `id`'s row is freed (the host gone: left, or recovered) within `within`.
+pub fn row_freed_within(pod: &Pod, id: megalon_core::HostId, within: Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if pod.hosts().iter().all(|row| row.host != id) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    false
 }
 
 /// A pod of `config` on the heap.
