@@ -302,7 +302,15 @@ impl Shared {
     }
 
     /// The host that announced a lock of `record` now, if any (pods with undo images):
-    /// what a wait that gave up names.
+    /// what a wait that gave up names. Every holder announces its lock, but an announce
+    /// may also be of a lock not held: one whose CAS lost (a host declared dead keeps it
+    /// for its recovery, which waits for the live lock), or one let go and not withdrawn
+    /// yet. Its word is the holder's at every width when the CAS lost to it, and at 2
+    /// bits (4 bits, once the counter comes back) for any later lock. So the holder is
+    /// the host whose announce of the word has its undo image ready (only a holder's
+    /// has), else the one host announcing the word; with two, it is not known (the
+    /// first found named a host declared dead, or one that had let go, for a live
+    /// writer's lock).
     pub(in crate::host) fn lock_holder(&self, record: u32) -> Option<HostId> {
         if !self.undo_images() {
             return None;
@@ -313,13 +321,26 @@ impl Shared {
             return None;
         }
         let word = records.load(record);
-        (0..self.pod.config().max_hosts).find(|&host| {
-            (0..HOLDS_PER_HOST).any(|i| {
-                let announce = self.announce_word(host, i).load(Ordering::SeqCst);
-                decode_announce(announce)
-                    .is_some_and(|(r, raw, _)| r == record && records.decode(raw) == word)
-            })
-        })
+        let mut announcers = (0..self.pod.config().max_hosts).filter_map(|host| {
+            (0..HOLDS_PER_HOST)
+                .filter_map(|i| {
+                    let announce = self.announce_word(host, i).load(Ordering::SeqCst);
+                    decode_announce(announce)
+                        .filter(|&(r, raw, _)| r == record && records.decode(raw) == word)
+                        .map(|(.., ready)| ready)
+                })
+                .reduce(|a, b| a || b)
+                .map(|ready| (host, ready))
+        });
+        let first = announcers.next()?;
+        let others: Vec<_> = announcers.collect();
+        if others.is_empty() {
+            return Some(first.0);
+        }
+        std::iter::once(first)
+            .chain(others)
+            .find(|&(_, ready)| ready)
+            .map(|(host, _)| host)
     }
 
     /// [`Error::RecordBusy`] for `record`, naming the host that holds it if known.
