@@ -830,6 +830,13 @@ const CATCHERS: &[(&str, &[(&str, &str)])] = &[
         )],
     ),
     (
+        "ring-sender-looks-again-once-reserved",
+        &[(
+            "ring_races",
+            "a_recovered_sender_does_not_take_a_siblings_word_for_its_own",
+        )],
+    ),
+    (
         "claim-by-cas",
         &[(
             "windows",

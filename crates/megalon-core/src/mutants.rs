@@ -270,6 +270,12 @@ pub enum Step {
     /// dead life, and if it then stops for good nobody settles the entry: a lap later the
     /// ring is full for every sender.
     RingSenderChecksItLives,
+    /// A ring sender looks that it was not taken for dead once more after its tail CAS
+    /// (the word it holds names its life, not its thread). Skipped, one recovered between
+    /// its first look and its reservation takes a sibling thread's momentary hold of the
+    /// word for its own, publishes under its dead life with the entry named by nobody once
+    /// the sibling lets go, and if it then stops for good the ring is full a lap later.
+    RingSenderLooksAgainOnceReserved,
     /// A recoverer checks that it still recovers before it clears the record under
     /// recovery (a dead recoverer's, by CAS from the value it looked at) and before each
     /// store of its intent, which it makes by CAS from 0 (the word as it left it).
@@ -353,6 +359,7 @@ impl Step {
         Step::WriterChecksBeforeItsImage,
         Step::RecovererChecksBeforeTheServersRing,
         Step::RingSenderChecksItLives,
+        Step::RingSenderLooksAgainOnceReserved,
         Step::ClaimByCas,
         Step::WriteLockByCas,
         Step::LogEntryFencedBeforeAlive,
@@ -421,6 +428,7 @@ impl Step {
             Step::WriterChecksBeforeItsImage => "writer-checks-before-its-image",
             Step::RecovererChecksBeforeTheServersRing => "recoverer-checks-before-the-servers-ring",
             Step::RingSenderChecksItLives => "ring-sender-checks-it-lives",
+            Step::RingSenderLooksAgainOnceReserved => "ring-sender-looks-again-once-reserved",
             Step::ClaimByCas => "claim-by-cas",
             Step::WriteLockByCas => "write-lock-by-cas",
             Step::LogEntryFencedBeforeAlive => "log-entry-fenced-before-alive",

@@ -430,11 +430,14 @@ impl RingGeometry {
     /// [`RingGeometry::call`] for a sender whose recovery may settle its entries
     /// ([`RingGeometry::recover_sender`]): `lives` says whether the sender has not been
     /// taken for dead (its recovery not begun), and is asked once the sender holds an
-    /// entry's sender word, before it reserves the entry. A sender recovered before it
-    /// took the word (paused past its lease, say) was settled with nothing of it in the
-    /// ring, and nobody would settle an entry it went on to reserve: it lets the word go
-    /// and sends nothing. (Recovery marks the sender dead before it looks at the words, and
-    /// both are `SeqCst`: either it sees the word, or the sender sees itself dead.)
+    /// entry's sender word, before it reserves the entry, and again once it has reserved
+    /// it. A sender recovered before it took the word (paused past its lease, say) was
+    /// settled with nothing of it in the ring, and nobody would settle an entry it went on
+    /// to reserve: it lets the word go and sends nothing. (Recovery marks the sender dead
+    /// before it looks at the words, and both are `SeqCst`: either it sees the word, or the
+    /// sender sees itself dead.) The second look is for a sender recovered between the
+    /// first and its reservation: the word it finds may be a sibling thread's of the same
+    /// life (the word names the life), and only `lives` tells.
     #[allow(clippy::too_many_arguments)]
     // Over 70 lines on purpose: The call's phases in order (reserve, write, publish, await,
     // read, free), so that every change of the entry's state reads here; each phase's work
@@ -640,7 +643,18 @@ impl RingGeometry {
                     // (The guard withdraws it; its let-go, a CAS from our word, finds
                     // another's or none.)
                     reserving.free = Some(state);
-                    if word.load(Ordering::SeqCst) != sender {
+                    // And our life looked at again: the word names a life, not a thread,
+                    // and a sibling thread of ours may hold it for a moment, taken once
+                    // our recovery let it go (its CAS from 0 comes before its own look at
+                    // our life). The word alone then says "ours", and we would publish
+                    // with nobody named by the entry once the sibling lets go: stopped
+                    // for good then (the process exits), the ring jams a lap later. Our
+                    // life is marked dead before our recovery loads the words, so a life
+                    // found alive here is one whose recovery, if any comes, finds this
+                    // word ours and the tail past the ticket.
+                    if word.load(Ordering::SeqCst) != sender
+                        || (!mutants::skipped(Step::RingSenderLooksAgainOnceReserved) && !lives())
+                    {
                         return Err(waited_ms(backoff));
                     }
                     return Ok(reserving);
@@ -690,9 +704,9 @@ impl RingGeometry {
         serve: &mut dyn FnMut() -> ControlFlow<()>,
     ) -> Result<(), u64> {
         let state = self.state(pod, ticket);
-        let claimed_limit_ms = u64::try_from(wait_limit.as_millis())
-            .unwrap_or(u64::MAX)
-            .saturating_mul(2);
+        // Compared as a duration: doubled in whole milliseconds, a limit of 1.999 ms gave up
+        // on a claimed request at 2 ms, and one under 1 ms at once.
+        let claimed_limit = wait_limit.saturating_mul(2);
         // What the last poll found: a poll that finds the same reads a line nobody changed
         // since, a hit in the coherent cache, and is not counted (as a server's poll that
         // finds nothing). A wait counts the moves of the entry it sees, not its spins. The
@@ -741,7 +755,7 @@ impl RingGeometry {
                 }
                 continue; // claimed meanwhile: wait on
             }
-            if waited_ms(backoff) >= claimed_limit_ms {
+            if backoff.waited() >= claimed_limit {
                 // The server holds the request: it frees the entry when it answers (or,
                 // if it answered just now, we read its response after all).
                 tally.scr_atomics(1);
