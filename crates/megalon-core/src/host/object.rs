@@ -565,6 +565,15 @@ impl Shared {
                 // wait at its gate for a switch: a switch of a pod with undo images
                 // drains only once no announce is left, and would wait on it.
                 self.withdraw(hold);
+                // A word moved by another lock (a write's, a delete's) is not a start-over:
+                // the next look waits for its holder within the wait limit. One moved with
+                // an event about the object applied since the lookup (its record taken
+                // away, given anew) is, as a back-out after the lock: the next look finds
+                // another record or none and allocates, and a write whose record was taken
+                // before each lock allocated anew for as long as that went on.
+                if !self.unchanged_since_version(&entry, Some(version))? {
+                    self.start_over(&mut retries)?;
+                }
                 continue;
             }
             // Only now is `word` known to be of the lookup's width: a lookup older than a
@@ -1019,6 +1028,12 @@ impl Shared {
         let taken = records.compare_exchange(record, word, locked).is_ok();
         drop(gate);
         if !taken {
+            // As a write's (`write_start_counted`): a start-over if the object's record
+            // changed through the log (taken away, given anew), else the next look waits
+            // for the holder.
+            if !self.unchanged_since(entry)? {
+                self.start_over(backed_out)?;
+            }
             return Ok(None);
         }
         self.chaos.point(Point::ReleaseAfterLock);
