@@ -83,6 +83,68 @@ fn served_call(
     )
 }
 
+/// A ring of two entries, and a live sender's call (op 4) of `key` within `limit` whose
+/// wait runs `round` each time: the test's server, handed a [`Server`] to claim and
+/// answer with. Returns the call's answer, once a next call was served.
+fn call_with_server(
+    key: &[u8],
+    limit: Duration,
+    mut round: impl FnMut(&Server),
+) -> Result<Response, u64> {
+    let (pod, ring) = ring_pod(2);
+    let server = Server {
+        memory: host_memory(&pod, 2),
+        buf: std::cell::RefCell::new(vec![0; ring.entry_bytes as usize]),
+        pod: Arc::clone(&pod),
+        ring: ring.clone(),
+    };
+    let memory = host_memory(&pod, 1);
+    let mut buf = vec![0; ring.entry_bytes as usize];
+    let called = ring.call_while(
+        &pod,
+        &memory,
+        (7, &|| true),
+        &mut buf,
+        (4, key, b""),
+        limit,
+        &(),
+        &mut || {
+            round(&server);
+            ControlFlow::Continue(())
+        },
+    );
+    // However it ended, its entry was freed: the ring serves on.
+    serve_waiting(&pod, &ring, &server.memory);
+    let next = served_call(&pod, &ring, 9, b"next", WAIT_LIMIT);
+    assert_eq!(next, Ok(answer(3, b"next")), "after {called:?}");
+    called
+}
+
+/// The server side of [`call_with_server`].
+struct Server {
+    pod: Arc<Pod>,
+    ring: RingGeometry,
+    memory: Memory,
+    buf: std::cell::RefCell<Vec<u8>>,
+}
+
+impl Server {
+    /// Claims the request waiting at the head (there must be one).
+    fn claim(&self) -> rpc::Claimed {
+        let claimed = self.ring.claim(&self.pod, &());
+        claimed.expect("the request is waiting")
+    }
+
+    /// Reads the claimed request and publishes its answer.
+    fn answer(&self, claimed: rpc::Claimed) {
+        let buf = &mut self.buf.borrow_mut();
+        let request = self.ring.read(&self.memory, claimed, buf, &());
+        let response = answer(request.op, &buf[request.key.clone()]);
+        self.ring
+            .respond(&self.pod, &self.memory, claimed, buf, response, &());
+    }
+}
+
 /// The session every thread of one host's (dead) life names itself by in the rings: the
 /// sender word holds a life, not a thread.
 const DEAD_LIFE: u64 = 5;
@@ -214,47 +276,27 @@ fn a_recovered_sender_does_not_take_a_siblings_word_for_its_own() {
 /// be seen. (Kept as a probe: it held.)
 #[test]
 fn an_answer_published_as_the_claimed_wait_runs_out_is_read() {
-    let (pod, ring) = ring_pod(2);
-    let (memory, server) = (host_memory(&pod, 1), host_memory(&pod, 2));
     let limit = Duration::from_millis(20);
-    let mut buf = vec![0; ring.entry_bytes as usize];
-    let mut serving = vec![0; ring.entry_bytes as usize];
     let started = std::time::Instant::now();
     let mut claimed = None;
     let mut answered = false;
-    let called = ring.call_while(
-        &pod,
-        &memory,
-        (7, &|| true),
-        &mut buf,
-        (4, b"late", b""),
-        limit,
-        &(),
-        &mut || {
-            let Some(claimed) = claimed else {
-                claimed = ring.claim(&pod, &());
-                assert!(claimed.is_some(), "the request is waiting");
-                return ControlFlow::Continue(());
-            };
-            if !answered {
-                // Past twice the limit: the loop's next step is the abandon's CAS, from
-                // the claimed state it loaded before this round.
-                while started.elapsed() < 3 * limit {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                let request = ring.read(&server, claimed, &mut serving, &());
-                let response = answer(request.op, &serving[request.key.clone()]);
-                ring.respond(&pod, &server, claimed, &mut serving, response, &());
-                answered = true;
+    let called = call_with_server(b"late", limit, |server| {
+        let Some(claimed) = claimed else {
+            claimed = Some(server.claim());
+            return;
+        };
+        if !answered {
+            // Past twice the limit: the loop's next step is the abandon's CAS, from the
+            // claimed state it loaded before this round.
+            while started.elapsed() < 3 * limit {
+                std::thread::sleep(Duration::from_millis(1));
             }
-            ControlFlow::Continue(())
-        },
-    );
+            server.answer(claimed);
+            answered = true;
+        }
+    });
     assert!(answered);
     assert_eq!(called, Ok(answer(4, b"late")));
-    // The entry was freed by the sender: the ring serves on.
-    let next = served_call(&pod, &ring, 9, b"next", WAIT_LIMIT);
-    assert_eq!(next, Ok(answer(3, b"next")));
 }
 
 /// A request the server claims in the round in which the sender's wait for an unclaimed
@@ -263,43 +305,24 @@ fn an_answer_published_as_the_claimed_wait_runs_out_is_read() {
 /// reporting a request the server is carrying out as withdrawn. (Kept as a probe.)
 #[test]
 fn a_claim_as_the_wait_runs_out_is_waited_for() {
-    let (pod, ring) = ring_pod(2);
-    let (memory, server) = (host_memory(&pod, 1), host_memory(&pod, 2));
     let limit = Duration::from_millis(20);
-    let mut buf = vec![0; ring.entry_bytes as usize];
-    let mut serving = vec![0; ring.entry_bytes as usize];
     let started = std::time::Instant::now();
     let mut claimed = None;
     let mut rounds_after_claim = 0;
-    let called = ring.call_while(
-        &pod,
-        &memory,
-        (7, &|| true),
-        &mut buf,
-        (4, b"edge", b""),
-        limit,
-        &(),
-        &mut || {
-            match claimed {
-                None => {
-                    while started.elapsed() < limit + Duration::from_millis(2) {
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                    claimed = ring.claim(&pod, &());
-                    assert!(claimed.is_some(), "the request is waiting");
-                }
-                Some(claimed) => {
-                    rounds_after_claim += 1;
-                    if rounds_after_claim == 2 {
-                        let request = ring.read(&server, claimed, &mut serving, &());
-                        let response = answer(request.op, &serving[request.key.clone()]);
-                        ring.respond(&pod, &server, claimed, &mut serving, response, &());
-                    }
-                }
+    let called = call_with_server(b"edge", limit, |server| match claimed {
+        None => {
+            while started.elapsed() < limit + Duration::from_millis(2) {
+                std::thread::sleep(Duration::from_millis(1));
             }
-            ControlFlow::Continue(())
-        },
-    );
+            claimed = Some(server.claim());
+        }
+        Some(claimed) => {
+            rounds_after_claim += 1;
+            if rounds_after_claim == 2 {
+                server.answer(claimed);
+            }
+        }
+    });
     assert_eq!(called, Ok(answer(4, b"edge")));
 }
 
@@ -322,49 +345,34 @@ fn a_claimed_request_is_waited_for_twice_a_limit_of_a_fraction_of_a_millisecond(
 /// One try of the test above: `Err` with what the call answered, and when, if it was not
 /// the request's answer.
 fn claimed_request_answered() -> Result<(), String> {
-    let (pod, ring) = ring_pod(2);
-    let (memory, server) = (host_memory(&pod, 1), host_memory(&pod, 2));
     let limit = Duration::from_micros(1_999);
-    let mut buf = vec![0; ring.entry_bytes as usize];
-    let mut serving = vec![0; ring.entry_bytes as usize];
-    let started = std::time::Instant::now();
+    // When the server first looked: the call's wait began before.
+    let mut first_round = None;
     let mut claimed = None;
     let mut rounds_after_claim = 0;
-    let called = ring.call_while(
-        &pod,
-        &memory,
-        (7, &|| true),
-        &mut buf,
-        (4, b"half", b""),
-        limit,
-        &(),
-        &mut || {
-            match claimed {
-                None => {
-                    claimed = ring.claim(&pod, &());
-                    assert!(claimed.is_some(), "the request is waiting");
+    let called = call_with_server(b"half", limit, |server| match claimed {
+        None => {
+            first_round = Some(std::time::Instant::now());
+            claimed = Some(server.claim());
+        }
+        Some(claimed) => {
+            rounds_after_claim += 1;
+            if rounds_after_claim == 1 {
+                // Past the limit and past 2 ms, well within twice the limit.
+                let first = first_round.expect("claimed in the first round");
+                while first.elapsed() < Duration::from_micros(2_100) {
+                    std::hint::spin_loop();
                 }
-                Some(claimed) => {
-                    rounds_after_claim += 1;
-                    if rounds_after_claim == 1 {
-                        // Past the limit and past 2 ms, well within twice the limit.
-                        while started.elapsed() < Duration::from_micros(2_100) {
-                            std::hint::spin_loop();
-                        }
-                    } else if rounds_after_claim == 2 {
-                        let request = ring.read(&server, claimed, &mut serving, &());
-                        let response = answer(request.op, &serving[request.key.clone()]);
-                        ring.respond(&pod, &server, claimed, &mut serving, response, &());
-                    }
-                }
+            } else if rounds_after_claim == 2 {
+                server.answer(claimed);
             }
-            ControlFlow::Continue(())
-        },
-    );
+        }
+    });
     if called == Ok(answer(4, b"half")) {
         Ok(())
     } else {
-        Err(format!("{called:?} after {:?}", started.elapsed()))
+        let waited = first_round.map(|first| first.elapsed());
+        Err(format!("{called:?}, {waited:?} after the first round"))
     }
 }
 
