@@ -321,26 +321,27 @@ impl Shared {
             return None;
         }
         let word = records.load(record);
-        let mut announcers = (0..self.pod.config().max_hosts).filter_map(|host| {
-            (0..HOLDS_PER_HOST)
-                .filter_map(|i| {
-                    let announce = self.announce_word(host, i).load(Ordering::SeqCst);
-                    decode_announce(announce)
-                        .filter(|&(r, raw, _)| r == record && records.decode(raw) == word)
-                        .map(|(.., ready)| ready)
-                })
-                .reduce(|a, b| a || b)
-                .map(|ready| (host, ready))
-        });
-        let first = announcers.next()?;
-        let others: Vec<_> = announcers.collect();
-        if others.is_empty() {
-            return Some(first.0);
+        // Per host announcing the word: whether one of its announces of it is ready.
+        let announcers: Vec<(HostId, bool)> = (0..self.pod.config().max_hosts)
+            .filter_map(|host| {
+                (0..HOLDS_PER_HOST)
+                    .filter_map(|i| {
+                        let announce = self.announce_word(host, i).load(Ordering::SeqCst);
+                        decode_announce(announce)
+                            .filter(|&(r, raw, _)| r == record && records.decode(raw) == word)
+                            .map(|(.., ready)| ready)
+                    })
+                    .reduce(|a, b| a || b)
+                    .map(|ready| (host, ready))
+            })
+            .collect();
+        match announcers.as_slice() {
+            [(host, _)] => Some(*host),
+            _ => announcers
+                .iter()
+                .find(|&&(_, ready)| ready)
+                .map(|&(host, _)| host),
         }
-        std::iter::once(first)
-            .chain(others)
-            .find(|&(_, ready)| ready)
-            .map(|(host, _)| host)
     }
 
     /// [`Error::RecordBusy`] for `record`, naming the host that holds it if known.
