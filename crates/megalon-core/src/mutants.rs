@@ -265,10 +265,11 @@ pub enum Step {
     /// and two writers hold one object.
     WriteLockByCas,
     /// A ring sender, holding an entry's sender word, looks that it was not taken for dead
-    /// before it reserves the entry. Skipped, one paused past its lease before it took the
-    /// word (its recovery found nothing of it in the ring) reserves and publishes under its
-    /// dead life, and if it then stops for good nobody settles the entry: a lap later the
-    /// ring is full for every sender.
+    /// before it reserves the entry, and again after (the step skips both looks: either
+    /// alone finds such a sender dead). Skipped, one paused past its lease before it took
+    /// the word (its recovery found nothing of it in the ring) reserves and publishes under
+    /// its dead life, and if it then stops for good nobody settles the entry: a lap later
+    /// the ring is full for every sender.
     RingSenderChecksItLives,
     /// A ring sender looks that it was not taken for dead once more after its tail CAS
     /// (the word it holds names its life, not its thread). Skipped, one recovered between

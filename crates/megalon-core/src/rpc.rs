@@ -622,7 +622,8 @@ impl RingGeometry {
                     done: false,
                 };
                 // Taken for dead before the word was ours: our recovery found nothing of
-                // ours here, and will not look again.
+                // ours here, and will not look again. (The look after the tail CAS below
+                // would find it too; this one spares a reservation to withdraw.)
                 if !mutants::skipped(Step::RingSenderChecksItLives) && !lives() {
                     return Err(waited_ms(backoff));
                 }
@@ -652,9 +653,9 @@ impl RingGeometry {
                     // life is marked dead before our recovery loads the words, so a life
                     // found alive here is one whose recovery, if any comes, finds this
                     // word ours and the tail past the ticket.
-                    if word.load(Ordering::SeqCst) != sender
-                        || (!mutants::skipped(Step::RingSenderLooksAgainOnceReserved) && !lives())
-                    {
+                    let looks = !mutants::skipped(Step::RingSenderChecksItLives)
+                        && !mutants::skipped(Step::RingSenderLooksAgainOnceReserved);
+                    if word.load(Ordering::SeqCst) != sender || (looks && !lives()) {
                         return Err(waited_ms(backoff));
                     }
                     return Ok(reserving);
