@@ -220,29 +220,20 @@ fn recovery_never_takes_a_live_moves_lock_for_a_dead_hosts() {
     k_reads_and_takes_a_write(h, h, 2);
 }
 
-/// Each of `watchers` looks at the host table once (it sees every lease as it stands),
-/// then two leases pass: to each of them, a host frozen before now is dead.
+/// [`common::leases_run_out`] at this file's lease.
 fn leases_run_out(watchers: &[&Host]) {
-    for watcher in watchers {
-        watcher.inspect().watch_hosts();
-    }
-    std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 2));
+    common::leases_run_out(watchers, LEASE_MS);
 }
 
-/// Runs `r`'s watch (recovery of the dead it finds) until `done`; fails with `what` past
-/// the lease and [`BOUND`].
+/// [`common::watch_until`] within the lease and [`BOUND`].
 #[track_caller]
 fn watch_until(r: &Host, what: &str, done: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_millis(u64::from(LEASE_MS)) + BOUND;
-    while !done() {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: {:?}",
-            r.inspect().background_errors()
-        );
-        r.inspect().watch_hosts();
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    common::watch_until(
+        r,
+        what,
+        Duration::from_millis(LEASE_MS.into()) + BOUND,
+        done,
+    );
 }
 
 /// Runs `r`'s watch until its recovery reaches the end of its scan of the announces;

@@ -3,6 +3,8 @@
 //! the callbacks the ring hands its caller (`lives`, `serve`, a tally), so the tests need
 //! no seam of the ring's own.
 
+mod common;
+
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc;
@@ -10,21 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use megalon_core::rpc::{self, Response, RingGeometry};
-use megalon_core::{Backing, Memory, MemoryKind, Pod, PodConfig};
+use megalon_core::{Memory, MemoryKind, Pod};
 
 const WAIT_LIMIT: Duration = Duration::from_secs(5);
-
-/// A ring of `entries` entries in a pod of its own.
-fn ring_pod(entries: u64) -> (Arc<Pod>, RingGeometry) {
-    let entry_bytes = rpc::entry_bytes(32, 128);
-    let config = PodConfig::new()
-        .app_scr_bytes(rpc::scr_bytes(entries))
-        .app_lnr_bytes(entries * entry_bytes);
-    let pod = Arc::new(Pod::create(&config, Backing::heap()).expect("pod"));
-    let ring = RingGeometry::in_app_areas(&pod, entries, entry_bytes).expect("ring");
-    ring.initialize(&pod);
-    (pod, ring)
-}
 
 fn host_memory(pod: &Arc<Pod>, seed: u64) -> Memory {
     Memory::new(Arc::clone(pod), MemoryKind::simulated(seed))
@@ -91,7 +81,7 @@ fn call_with_server(
     limit: Duration,
     mut round: impl FnMut(&Server),
 ) -> Result<Response, u64> {
-    let (pod, ring) = ring_pod(2);
+    let (pod, ring) = common::ring_pod(2, 128);
     let server = Server {
         memory: host_memory(&pod, 2),
         buf: std::cell::RefCell::new(vec![0; ring.entry_bytes as usize]),
@@ -161,7 +151,7 @@ const DEAD_LIFE: u64 = 5;
 /// every sender (`HostUnresponsive` on every call) until the id's next life dies in turn.
 #[test]
 fn a_recovered_sender_does_not_take_a_siblings_word_for_its_own() {
-    let (pod, ring) = ring_pod(1);
+    let (pod, ring) = common::ring_pod(1, 128);
     let dead = Arc::new(AtomicBool::new(false));
     let (t1_holds_tx, t1_holds) = mpsc::channel::<()>();
     let (t1_go_tx, t1_go) = mpsc::channel::<()>();
@@ -382,7 +372,7 @@ fn claimed_request_answered() -> Result<(), String> {
 /// entry. (Kept as a probe of the second look.)
 #[test]
 fn a_sender_whose_second_look_at_its_life_panics_leaves_the_ring_usable() {
-    let (pod, ring) = ring_pod(1);
+    let (pod, ring) = common::ring_pod(1, 128);
     let memory = host_memory(&pod, 1);
     let mut buf = vec![0; ring.entry_bytes as usize];
     let looks = AtomicU32::new(0);

@@ -8,7 +8,7 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{pauses_when, simulated, value, Paused, SLOT};
 use megalon_core::chaos::Point;
@@ -68,25 +68,20 @@ fn paused_elsewhere<T: Send + 'static>(
     )
 }
 
+/// [`common::leases_run_out`] at this file's lease.
 fn leases_run_out(watchers: &[&Host]) {
-    for watcher in watchers {
-        watcher.inspect().watch_hosts();
-    }
-    std::thread::sleep(Duration::from_millis(u64::from(LEASE_MS) * 2));
+    common::leases_run_out(watchers, LEASE_MS);
 }
 
+/// [`common::watch_until`] within the lease and [`BOUND`].
 #[track_caller]
 fn watch_until(r: &Host, what: &str, done: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_millis(u64::from(LEASE_MS)) + BOUND;
-    while !done() {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: {:?}",
-            r.inspect().background_errors()
-        );
-        r.inspect().watch_hosts();
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    common::watch_until(
+        r,
+        what,
+        Duration::from_millis(LEASE_MS.into()) + BOUND,
+        done,
+    );
 }
 
 /// A few rounds of `r`'s watch (recovery of whom it finds dead, as far as it gets).

@@ -21,21 +21,10 @@ use std::time::Duration;
 use common::eager;
 use megalon_core::limits::LINE_BYTES;
 use megalon_core::memory::Memory;
-use megalon_core::rpc::{self, Response, RingGeometry};
-use megalon_core::{Backing, MemoryKind, Pod, PodConfig};
+use megalon_core::rpc::Response;
+use megalon_core::MemoryKind;
 
 const LINE: usize = LINE_BYTES as usize;
-
-fn ring_pod(entries: u64) -> (Arc<Pod>, RingGeometry) {
-    let entry_bytes = rpc::entry_bytes(32, 200);
-    let config = PodConfig::new()
-        .app_scr_bytes(rpc::scr_bytes(entries))
-        .app_lnr_bytes(entries * entry_bytes);
-    let pod = Arc::new(Pod::create(&config, Backing::heap()).expect("pod"));
-    let ring = RingGeometry::in_app_areas(&pod, entries, entry_bytes).expect("ring");
-    ring.initialize(&pod);
-    (pod, ring)
-}
 
 /// The gap itself. A reader flushes a line and fences (it holds no copy now); a writer on
 /// another host then stores new bytes to memory and fences; the reader loads the line
@@ -45,7 +34,7 @@ fn ring_pod(entries: u64) -> (Arc<Pod>, RingGeometry) {
 /// once (it never did while a fill happened only at the reader's own access).
 #[test]
 fn a_line_dropped_by_a_flush_can_come_back_before_the_next_load() {
-    let (pod, ring) = ring_pod(4);
+    let (pod, ring) = common::ring_pod(4, 200);
     let line = ring.entries_offset;
     let mut stale = 0;
     for seed in 0..256u64 {
@@ -86,7 +75,7 @@ fn a_line_dropped_by_a_flush_can_come_back_before_the_next_load() {
 /// sender's host (while it waits) stands for that prefetch. Fails with the flush removed.
 #[test]
 fn a_sender_reads_the_response_even_if_its_entrys_header_came_back_into_its_cache() {
-    let (pod, ring) = ring_pod(4);
+    let (pod, ring) = common::ring_pod(4, 200);
     let server = Memory::new(Arc::clone(&pod), MemoryKind::simulated(2));
     let (to_server, server_hears) = channel::<()>();
     let sender = {
@@ -153,7 +142,7 @@ fn a_sender_reads_the_response_even_if_its_entrys_header_came_back_into_its_cach
 /// server's "not its sender's" check panics) with the flush removed.
 #[test]
 fn a_server_reads_the_request_even_if_its_entrys_header_came_back_into_its_cache() {
-    let (pod, ring) = ring_pod(1);
+    let (pod, ring) = common::ring_pod(1, 200);
     let server = Memory::new(Arc::clone(&pod), MemoryKind::simulated(2));
     let sender = Memory::new(Arc::clone(&pod), MemoryKind::simulated(1));
     let mut served = vec![0u8; ring.entry_bytes as usize];

@@ -44,6 +44,45 @@ pub fn row_freed_within(pod: &Pod, id: megalon_core::HostId, within: Duration) -
     false
 }
 
+/// Each of `watchers` looks at the host table once (it sees every lease as it stands),
+/// then two leases of `lease_ms` pass: to each of them, a host frozen before now is dead.
+pub fn leases_run_out(watchers: &[&Host], lease_ms: u32) {
+    for watcher in watchers {
+        watcher.inspect().watch_hosts();
+    }
+    std::thread::sleep(Duration::from_millis(u64::from(lease_ms) * 2));
+}
+
+/// Runs `r`'s watch (recovery of the dead it finds) until `done`; fails with `what` past
+/// `within`.
+#[track_caller]
+pub fn watch_until(r: &Host, what: &str, within: Duration, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + within;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: {:?}",
+            r.inspect().background_errors()
+        );
+        r.inspect().watch_hosts();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A ring of `entries` entries (keys up to 32 bytes, payloads up to `payload` bytes) in
+/// the app areas of a heap pod of its own, initialized.
+pub fn ring_pod(entries: u64, payload: u64) -> (Arc<Pod>, megalon_core::rpc::RingGeometry) {
+    use megalon_core::rpc;
+    let entry_bytes = rpc::entry_bytes(32, payload);
+    let config = PodConfig::new()
+        .app_scr_bytes(rpc::scr_bytes(entries))
+        .app_lnr_bytes(entries * entry_bytes);
+    let pod = Arc::new(Pod::create(&config, Backing::heap()).expect("pod"));
+    let ring = rpc::RingGeometry::in_app_areas(&pod, entries, entry_bytes).expect("ring");
+    ring.initialize(&pod);
+    (pod, ring)
+}
+
 /// A pod of `config` on the heap.
 pub fn heap_pod(config: &PodConfig) -> Arc<Pod> {
     Arc::new(Pod::create(config, Backing::heap()).expect("creating the pod"))
