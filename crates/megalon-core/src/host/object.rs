@@ -571,7 +571,7 @@ impl Shared {
                 // away, given anew) is, as a back-out after the lock: the next look finds
                 // another record or none and allocates, and a write whose record was taken
                 // before each lock allocated anew for as long as that went on.
-                if !self.unchanged_since_version(&entry, Some(version))? {
+                if self.lock_lost_to_a_change(&entry, Some(version), key, record, shape)? {
                     self.start_over(&mut retries)?;
                 }
                 continue;
@@ -627,6 +627,39 @@ impl Shared {
             state.hold = hold.into_index();
             return Ok((state, retries));
         }
+    }
+
+    /// Whether a lock CAS of `record` (the record of `entry`'s object, looked up at the
+    /// index's `version` if known, at `shape`) that failed is a start-over: an event about
+    /// the object was applied since the lookup, and the record is not simply another's
+    /// lock now. (At 2 and 4 bits a write's lock appends the object's wrap event under
+    /// the lock: a CAS lost to it found that event applied, and counted a start-over where
+    /// one at 8 bits, for the same lock, waited for its holder; with few retries allowed,
+    /// a write or a delete that only met a held lock answered `RetriesExhausted`.) The
+    /// object still at `record`, its word locked: the next look waits for the holder
+    /// within the wait limit, as for any lock.
+    fn lock_lost_to_a_change(
+        &self,
+        entry: &IndexEntry,
+        version: Option<u64>,
+        key: &[u8],
+        record: u32,
+        shape: RecordShape,
+    ) -> Result<bool> {
+        if self.unchanged_since_version(entry, version)? {
+            return Ok(false);
+        }
+        let (now, now_shape) = {
+            let index = self.replica.read();
+            (index.lookup(key), index.shape())
+        };
+        let same_record = now_shape == shape
+            && now.is_some_and(|now| now.record == Some(record) && now.local_owner.is_none());
+        if !same_record {
+            return Ok(true);
+        }
+        let word = Records::of(&self.pod, shape).load(record);
+        Ok(!(word.in_use && word.locked))
     }
 
     /// Counts a start-over of a write or a delete that backed out (an event about its
@@ -1031,7 +1064,7 @@ impl Shared {
             // As a write's (`write_start_counted`): a start-over if the object's record
             // changed through the log (taken away, given anew), else the next look waits
             // for the holder.
-            if !self.unchanged_since(entry)? {
+            if self.lock_lost_to_a_change(entry, None, key, record, shape)? {
                 self.start_over(backed_out)?;
             }
             return Ok(None);
