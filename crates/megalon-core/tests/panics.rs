@@ -504,3 +504,70 @@ fn a_forgotten_write_ticket_does_not_outlive_its_host() {
     }
     assert_eq!(tag_of(&read(&b, b"k")), Some(3));
 }
+
+/// A write's lock that a panic inside the write leaves held (one injected after the
+/// lock, before the undo image: a bug, as a hold's comment says of "a write's wrap event
+/// whose append panicked") must not outlive its host: the host leaves as a dead one and
+/// its recovery unlocks the record. That holds when the write was made from a drop during
+/// an unwind too (a guard of the caller's): there the hold was taken while the thread
+/// already unwound, so its drop by the write's own panic ended it as a call's normal way
+/// out, the announce withdrawn, nothing left to recovery, the host left as a live one,
+/// and the record stayed locked for good.
+#[cfg(feature = "chaos")]
+#[test]
+fn a_lock_left_by_a_panic_in_a_write_made_from_a_drop_does_not_outlive_its_host() {
+    use megalon_core::chaos::{self, Point};
+
+    fn panicking_write(a: &Host) {
+        panicking(|| {
+            chaos::with_hook(
+                |at| {
+                    if at == Point::WriteAfterEventCheck {
+                        panic!("injected inside the write {ON_PURPOSE}");
+                    }
+                },
+                || a.write(b"k", &value(3)),
+            )
+            .unwrap();
+        });
+    }
+    struct WriteOnDrop<'a>(&'a Host);
+    impl Drop for WriteOnDrop<'_> {
+        fn drop(&mut self) {
+            panicking_write(self.0);
+        }
+    }
+    for from_a_drop in [false, true] {
+        let pod = common::heap_pod(
+            &common::config()
+                .lease_ms(LEASE_MS)
+                .crash_safety(CrashSafety::Undo),
+        );
+        let a = join(&pod, 1);
+        let b = join(&pod, 2);
+        let a_id = a.id();
+        a.create(b"k", &value(1)).unwrap();
+        a.write(b"k", &value(2)).unwrap();
+        if from_a_drop {
+            panicking(|| {
+                let _guard = WriteOnDrop(&a);
+                panic!("the caller's own {ON_PURPOSE}");
+            });
+        } else {
+            panicking_write(&a);
+        }
+        drop(a);
+        wait_row_free(&pod, a_id);
+        let deadline = Instant::now() + BOUND;
+        loop {
+            match b.write(b"k", &value(4)) {
+                Ok(_) => break,
+                Err(e) => assert!(
+                    Instant::now() < deadline,
+                    "from a drop {from_a_drop}: locked after a left: {e}"
+                ),
+            }
+        }
+        assert_eq!(read(&b, b"k"), value(4), "from a drop {from_a_drop}");
+    }
+}

@@ -34,14 +34,19 @@ impl Hold<'_> {
 impl Drop for Hold<'_> {
     fn drop(&mut self) {
         if let Some(index) = self.index.take() {
-            if std::thread::panicking() && !self.unwinding {
-                // Unwinding, maybe holding the announced lock (a write's wrap event whose
-                // append panicked): the announce stays for recovery, and the host leaves
-                // as a dead one does, so that recovery happens. Not for a hold taken
-                // while the thread already unwound: its call ends as it would have (a
-                // move back's slot image kept for recovery, with the move done, put the
-                // object's old bytes back over its writes a lease later; and each such
-                // hold kept one of the host's few announce words for good).
+            // Unwinding, maybe holding the announced lock (a write's wrap event whose
+            // append panicked): the announce stays for recovery, and the host leaves as a
+            // dead one does, so that recovery happens. A hold taken while the thread
+            // already unwound (a call made from a drop during a panic) ends as its call
+            // would have (a move back's slot image kept for recovery, with the move done,
+            // put the object's old bytes back over its writes a lease later; and each
+            // such hold kept one of the host's few announce words for good), unless its
+            // lock is still held (the record's word is the one announced): then a panic
+            // of the call's own cut it short, and the lock, its announce gone, would
+            // outlive the host.
+            if std::thread::panicking()
+                && (!self.unwinding || self.shared.announced_lock_held(index))
+            {
                 self.shared
                     .left_unsettled
                     .store(true, std::sync::atomic::Ordering::Release);
@@ -366,6 +371,19 @@ impl Shared {
             (1 << HOLDS_PER_HOST) - 1
         };
         *self.free_holds.lock() == all
+    }
+
+    /// Whether this host's announce `index` names a lock that its record's word still
+    /// shows: a lock taken and not let go. (At 2 bits another host's later lock shows the
+    /// same word: then the host leaves to recovery without need, which waits for that
+    /// live lock and puts back no image, as for any announce not ready.)
+    fn announced_lock_held(&self, index: u64) -> bool {
+        let announce = self.announce_word(self.id, index).load(Ordering::SeqCst);
+        decode_announce(announce).is_some_and(|(record, raw, _)| {
+            let records = Records::of(&self.pod, self.replica.shape());
+            let word = records.decode(raw);
+            u64::from(record) < records.count() && word.locked && records.load(record) == word
+        })
     }
 
     /// [`Shared::end_hold`] of a hold handed on as its index, if any.
