@@ -367,6 +367,30 @@ fn switches_with_copies_under_faults_tiny_log_short_waits() {
     }
 }
 
+/// Hosts a and b (b leaked, for hooks to use) on a heap pod of `config`, simulated memory,
+/// no pumps, `max_retries` and a wait limit of `wait_ms`; a created and wrote `k` (its
+/// record's counter at 2), and b has replayed it.
+fn two_hosts(
+    config: &megalon_core::PodConfig,
+    max_retries: u32,
+    wait_ms: u64,
+) -> (Host, &'static Host) {
+    let pod = heap_pod(config);
+    let options = |seed: u64| {
+        HostOptions::new()
+            .memory(MemoryKind::simulated(seed))
+            .pump_interval(None)
+            .max_retries(max_retries)
+            .wait_limit(Duration::from_millis(wait_ms))
+    };
+    let a = Host::join(&pod, Join::As(0), options(1)).unwrap();
+    let b: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), options(2)).unwrap()));
+    a.create(b"k", &value(0)).unwrap();
+    a.write(b"k", &value(1)).unwrap();
+    b.replay().unwrap();
+    (a, b)
+}
+
 /// Hosts a and b on a pod of 2-bit records holding `k` (`max_retries` 3); `op` runs on a
 /// while, each time a's thread reaches `point`, b writes `k` (20 times at most): every
 /// write of b appends a wrap event, which a applies between its lookup and its lock.
@@ -375,19 +399,7 @@ fn with_writes_at<T>(
     point: megalon_core::chaos::Point,
     op: impl FnOnce(&Host) -> megalon_core::Result<T>,
 ) -> (Host, &'static Host, megalon_core::Result<T>, u32) {
-    let pod = heap_pod(&common::config().record_width_bits(2));
-    let options = |seed: u64| {
-        HostOptions::new()
-            .memory(MemoryKind::simulated(seed))
-            .pump_interval(None)
-            .max_retries(3)
-            .wait_limit(Duration::from_millis(200))
-    };
-    let a = Host::join(&pod, Join::As(0), options(1)).unwrap();
-    let b: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), options(2)).unwrap()));
-    a.create(b"k", &value(0)).unwrap();
-    a.write(b"k", &value(1)).unwrap();
-    b.replay().unwrap();
+    let (a, b) = two_hosts(&common::config().record_width_bits(2), 3, 200);
     let interfered = std::rc::Rc::new(std::cell::Cell::new(0u32));
     let count = interfered.clone();
     let answered = megalon_core::chaos::with_hook(
@@ -466,23 +478,10 @@ fn meeting_a_held_lock<T>(
     op: impl FnOnce(&Host) -> megalon_core::Result<T>,
 ) -> megalon_core::Result<T> {
     use megalon_core::chaos::{self, Point};
-    let pod = heap_pod(
-        &common::config()
-            .record_width_bits(bits)
-            .record_width_switch(switch),
-    );
-    let options = |seed: u64| {
-        HostOptions::new()
-            .memory(MemoryKind::simulated(seed))
-            .pump_interval(None)
-            .max_retries(0)
-            .wait_limit(Duration::from_millis(500))
-    };
-    let a = Host::join(&pod, Join::As(0), options(1)).unwrap();
-    let b: &'static Host = Box::leak(Box::new(Host::join(&pod, Join::As(1), options(2)).unwrap()));
-    a.create(b"k", &value(0)).unwrap();
-    a.write(b"k", &value(1)).unwrap();
-    b.replay().unwrap();
+    let config = common::config()
+        .record_width_bits(bits)
+        .record_width_switch(switch);
+    let (a, b) = two_hosts(&config, 0, 500);
     // 0: before b's lock; 1: b holds it; 2: b ended it.
     let phase = std::rc::Rc::new(std::cell::Cell::new(0u8));
     let ticket = std::rc::Rc::new(std::cell::RefCell::new(None));
