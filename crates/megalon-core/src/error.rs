@@ -602,6 +602,17 @@ pub enum Error {
         /// The bound ([`crate::HostOptions::max_retries`]).
         retries: u32,
     },
+    /// The pod has unclaimed slots, but each slot this host claimed for the create was
+    /// taken first by another of its threads (their own creates) until the wait limit ran
+    /// out: the pod is busy, not full, and a later try finds a slot
+    /// ([`Error::SlotsExhausted`] is the full pod's answer).
+    #[error("host {host}'s other threads took each slot it claimed first, for {waited_ms} ms; the pod has unclaimed slots: try again")]
+    SlotsContended {
+        /// The host that claimed.
+        host: u32,
+        /// How long it claimed.
+        waited_ms: u64,
+    },
     /// No free slot could be found or granted within the wait limit.
     #[error("host {host} has no free slot and none was granted (the pod has {slot_count} slots)")]
     SlotsExhausted {

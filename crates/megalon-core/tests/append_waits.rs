@@ -97,7 +97,7 @@ fn a_create_whose_claims_are_taken_first_answers_within_its_limit() {
     assert_eq!(host.object_count().unwrap(), steals + created);
     if answer.is_err() {
         assert!(
-            matches!(answer, Err(Error::SlotsExhausted { .. })),
+            matches!(answer, Err(Error::SlotsContended { .. })),
             "{answer:?}"
         );
         host.create(b"victim", b"v").unwrap();
@@ -258,7 +258,8 @@ fn creates_that_answer_a_failure_under_a_full_log_left_nothing() {
             answer,
             Err(Error::CombinerStalled { .. }
                 | Error::LogFull { .. }
-                | Error::SlotsExhausted { .. })
+                | Error::SlotsExhausted { .. }
+                | Error::SlotsContended { .. })
         );
         if answer.is_ok() && !exists {
             wrong.push(format!("{key:?}: Ok, no object"));
@@ -279,7 +280,7 @@ fn creates_that_answer_a_failure_under_a_full_log_left_nothing() {
 }
 
 /// Threads of two hosts create in a pod whose claims get one slot each, with a short
-/// wait limit: claims taken by siblings, `SlotsExhausted` at the limit, grants between
+/// wait limit: claims taken by siblings, `SlotsContended` at the limit, grants between
 /// the hosts once the unclaimed range is used up. Then one thread with a long limit
 /// fills the pod: every slot used once (none lost at a limit, none handed out twice),
 /// every object holding its own bytes.

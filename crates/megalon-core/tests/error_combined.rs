@@ -55,6 +55,7 @@ fn expected(e: &Error) -> bool {
             | Error::LocalObjectBusy { .. }
             | Error::HostUnresponsive { .. }
             | Error::SlotsExhausted { .. }
+            | Error::SlotsContended { .. }
             | Error::ReleaseRefused { .. }
             | Error::MoveBackFailed { .. }
     )

@@ -134,8 +134,9 @@ fn wrong_arity(out: &mut Vec<u8>, name: &str) {
 }
 
 /// The error reply for a store error: `-OOM` when the store is full (no slot or no
-/// coherence record to be had), `-ERR` otherwise; the text is the store's, with its
-/// numbers. An error saying the host was declared dead also stops the process (every
+/// coherence record to be had), `-ERR` otherwise (a create whose host's other creates
+/// took the slots it claimed, `SlotsContended`, among them: the store has room); the
+/// text is the store's, with its numbers. An error saying the host was declared dead also stops the process (every
 /// later command would get it too): the client gets it for this command, and the
 /// connection closes.
 fn store_error(host: &HostServer, out: &mut Vec<u8>, error: &Error) {
@@ -860,6 +861,18 @@ mod tests {
             }
         }
 
+        /// Another connection's executor on the same server (for another thread).
+        fn sibling(&self) -> Served {
+            let executor =
+                Executor::new(Arc::clone(&self.server), self.server.command_counter()).unwrap();
+            Served {
+                server: Arc::clone(&self.server),
+                shutdown: Arc::clone(&self.shutdown),
+                executor,
+                reader: Reader::new(self.server.limits.resp),
+            }
+        }
+
         /// Runs the command of `words` (as redis-cli takes them); its reply, as text.
         fn run(&mut self, words: &[&str]) -> String {
             let mut command = format!("*{}\r\n", words.len());
@@ -874,6 +887,68 @@ mod tests {
             let mut out = Vec::new();
             self.executor.run(args, &mut Session::new(1), &mut out);
             String::from_utf8(out).unwrap()
+        }
+    }
+
+    /// SETs of new keys from four connections of one host at a short wait limit, in a
+    /// pod whose claims get one slot and that stays three quarters empty: the store is
+    /// not full, and no reply may say so (`-OOM`). A create whose claimed slots the
+    /// host's other creates took first answered `SlotsExhausted`, "OOM the store is
+    /// full" here (review `limits`, 2026-12-04); it is a busy store's `-ERR` now.
+    #[test]
+    fn sets_racing_for_slots_in_a_roomy_store_never_answer_oom() {
+        // Each round a store of its own; one in two or three showed an `-OOM` before.
+        for round in 0..8 {
+            let config = PodConfig::new()
+                .scr_bytes(64 << 10)
+                .lnr_bytes(256 << 10)
+                .slot_size_bytes(256)
+                .max_key_bytes(48)
+                .log_capacity_entries(256)
+                .max_hosts(64);
+            let pod = Arc::new(Pod::create(&config, Backing::heap()).unwrap());
+            let slot_count = pod.layout().slot_count;
+            assert_eq!(
+                megalon_core::inspect::slot_claim_batch(slot_count, 64),
+                1,
+                "{slot_count}"
+            );
+            let host = Host::join(
+                &pod,
+                Join::AnyFree,
+                HostOptions::new()
+                    .pump_interval(Some(Duration::from_millis(1)))
+                    .wait_limit(Duration::from_millis(1)),
+            )
+            .unwrap();
+            let mut served = Served::new(&pod, host);
+            let per_thread = slot_count / 16;
+            let threads: Vec<_> = (0..4)
+                .map(|t| {
+                    let mut served = served.sibling();
+                    std::thread::spawn(move || {
+                        let mut replies = std::collections::BTreeMap::<String, u64>::new();
+                        for i in 0..per_thread {
+                            let reply = served.run(&["SET", &format!("t{t}-{i}"), "v"]);
+                            let kind = reply.split([' ', '\r']).next().unwrap().to_owned();
+                            *replies.entry(kind).or_default() += 1;
+                        }
+                        replies
+                    })
+                })
+                .collect();
+            let mut replies = std::collections::BTreeMap::<String, u64>::new();
+            for thread in threads {
+                for (kind, n) in thread.join().unwrap() {
+                    *replies.entry(kind).or_default() += n;
+                }
+            }
+            let size = served.run(&["DBSIZE"]);
+            assert_eq!(
+                replies.get("-OOM"),
+                None,
+                "round {round}: {replies:?}; DBSIZE {size:?} of {slot_count} slots"
+            );
         }
     }
 

@@ -1005,9 +1005,19 @@ impl Shared {
                 if let Some(slot) = self.slots.lock().pop() {
                     return Ok(slot);
                 }
-                return Err(Error::SlotsExhausted {
+                // The pod is full only if the log says no slot is left anywhere (as
+                // below). Otherwise its slots went to this host's other creates: busy,
+                // not full. (It answered `SlotsExhausted` with most of the pod's slots
+                // unclaimed, and a server answered that as a full store.)
+                if self.no_slot_anywhere() {
+                    return Err(Error::SlotsExhausted {
+                        host: self.id,
+                        slot_count: self.pod.layout().slot_count,
+                    });
+                }
+                return Err(Error::SlotsContended {
                     host: self.id,
-                    slot_count: self.pod.layout().slot_count,
+                    waited_ms: backoff.waited_ms(),
                 });
             }
             let ask_again = match asked {
@@ -1027,20 +1037,24 @@ impl Shared {
             // another of our threads. A wait would only wait for a delete: the pod is
             // full now, and the caller hears so at once (a full store answered each
             // create after the whole wait limit).
-            let nowhere = {
-                let replica = self.replica.read();
-                let slots = &replica.slots;
-                !slots.claimable()
-                    && slots.donor(self.id as usize).is_none()
-                    && slots.pools[self.id as usize].len() == 0
-            };
-            if nowhere || !backoff.snooze() {
+            if self.no_slot_anywhere() || !backoff.snooze() {
                 return Err(Error::SlotsExhausted {
                     host: self.id,
                     slot_count: self.pod.layout().slot_count,
                 });
             }
         }
+    }
+
+    /// Whether the replica says no slot is left anywhere: none unclaimed or given back,
+    /// no other host with a free one, and none of this host's on its way back from a
+    /// create of another of its threads.
+    fn no_slot_anywhere(&self) -> bool {
+        let replica = self.replica.read();
+        let slots = &replica.slots;
+        !slots.claimable()
+            && slots.donor(self.id as usize).is_none()
+            && slots.pools[self.id as usize].len() == 0
     }
 
     pub(super) fn create(&self, key: &[u8], value: &[u8], note: Option<u64>) -> Result<()> {
