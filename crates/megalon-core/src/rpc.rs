@@ -394,6 +394,9 @@ impl RingGeometry {
     /// is waited for all the same: its server, or the server's recovery, answers it).
     /// `Err(waited_ms)` if the server did not answer within `wait_limit` (the request
     /// withdrawn, or, claimed but unanswered after twice the limit, of unknown effect).
+    /// The limit is looked at between calls of `serve`: a `serve` that begins no request
+    /// past the limit lets the call outlast its bound (the limit, or twice it for a
+    /// claimed request) by the one request it began within the limit at most.
     ///
     /// # Panics
     /// If `op` is [`NO_OP`], or the request does not fit an entry or `buf` (the caller

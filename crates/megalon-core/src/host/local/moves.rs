@@ -547,6 +547,9 @@ impl Shared {
         // is served by nobody until its id joins again.
         let mut rounds = 0u32;
         let mut moved_meanwhile = false;
+        // No request of our ring is begun past our own limit: by then our request is
+        // withdrawn at the next look, or claimed (its answer needs no serving of ours).
+        let serve_until = std::time::Instant::now() + wait_limit;
         let response = rpc.rings[owner as usize].call_while(
             &self.pod,
             &self.memory,
@@ -559,7 +562,7 @@ impl Shared {
             c,
             &mut || {
                 self.chaos.point(Point::RpcAwaitingResponse);
-                let _ = self.serve_rpcs();
+                let _ = self.serve_rpcs_until(Some(serve_until));
                 rounds = rounds.wrapping_add(1);
                 // A catch-up that fails: wait on (the wait limit bounds it).
                 moved_meanwhile = rounds.is_multiple_of(HOLDER_LOOK_ROUNDS)
