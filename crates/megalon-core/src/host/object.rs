@@ -519,10 +519,16 @@ impl Shared {
             c.add_scr_at(|| records.address(record), ScrAccess::Load);
             if !word.in_use || word.locked {
                 // An announce left by a lock that lost would keep a recoverer of the
-                // record waiting on us while we wait on it.
+                // record waiting on us while we wait on it. And the word itself goes back
+                // (withdrawn first: a hold dropped during an unwind is kept if its announce
+                // names a held lock, which another's lock of this word would look like): a
+                // host has few, and threads waiting for other hosts' locks kept them all,
+                // so that a write of a record nobody held waited out its limit for one
+                // (`TooManyLocksHeld`, naming locks the host did not hold).
                 if let Some(hold) = &held {
                     self.withdraw(hold);
                 }
+                held = None;
                 self.wait_or_look_again(&mut backoff, &mut looked_again, record, word, c)?;
                 continue;
             }
@@ -546,8 +552,10 @@ impl Shared {
                 c.add(Counter::ScrAtomics, 2);
             }
             if !self.announce(hold, &records, record, locked)? {
-                // A recoverer restores a dead host's lock of the record: wait for it.
+                // A recoverer restores a dead host's lock of the record: wait for it,
+                // without our announce word (withdrawn), as for a busy record.
                 drop(gate);
+                held = None;
                 self.wait_for_record(&mut backoff, record, word, c)?;
                 continue;
             }
