@@ -597,11 +597,19 @@ impl Shared {
             // reader that copied any byte of this write then sees the counter changed. (The
             // CAS's Release orders only what came before it.)
             crate::sync::fence(Ordering::Release);
-            if !self.hold_for_write(&entry, version, &records, record, word, c)? {
-                // Unlocked again: its announce goes too, as for a lock not taken.
+            let kept = self.hold_for_write(&entry, version, &records, record, word, c);
+            if !matches!(kept, Ok(true)) {
+                // Unlocked again (an error too restored the record): its announce goes,
+                // as for a lock not taken, before the hold drops. Left, a hold dropped
+                // while the thread unwinds (a write made from a drop during a panic)
+                // could find another lock of the word taken since (from the word we
+                // restored, every write's lock is ours again) and take it for one its own
+                // call's panic left (`Hold`'s drop).
                 if let Some(hold) = &held {
                     self.withdraw(hold);
                 }
+            }
+            if !kept? {
                 // Within the host's bound, as a read's start-overs: an object whose events
                 // keep landing between the lookup and the lock (another host's writes of a
                 // narrow record, each with its wrap event) kept this write starting over
@@ -1069,6 +1077,12 @@ impl Shared {
         let taken = records.compare_exchange(record, word, locked).is_ok();
         drop(gate);
         if !taken {
+            // The announce of a lock not taken goes before the hold drops, as a write's:
+            // left, a hold dropped while the thread unwinds (a delete made from a drop
+            // during a panic) finds its locked word on the record (the winner's: every
+            // delete's lock of the word is one word, every lock at 2 bits) and takes it
+            // for a lock its own call's panic left (`Hold`'s drop).
+            self.withdraw(&hold);
             // As a write's (`write_start_counted`): a start-over if the object's record
             // changed through the log (taken away, given anew), else the next look waits
             // for the holder.
@@ -1078,8 +1092,14 @@ impl Shared {
             return Ok(None);
         }
         self.chaos.point(Point::ReleaseAfterLock);
-        // From here on the record is ours: every way out frees or restores it.
-        if !self.still_current(entry, None, record, locked, word, c)? {
+        // From here on the record is ours: every way out frees or restores it, and
+        // withdraws its announce after the unlock, before the hold drops (another
+        // host's lock taken in between shows the same word: see above).
+        let current = self.still_current(entry, None, record, locked, word, c);
+        if !matches!(current, Ok(true)) {
+            self.withdraw(&hold);
+        }
+        if !current? {
             // Backed out (the record is unlocked): a start-over, within the bound.
             self.start_over(backed_out)?;
             return Ok(None);
@@ -1088,11 +1108,13 @@ impl Shared {
             Ok(true) => Ok(Some((record, locked, word, hold.into_index()))),
             Ok(false) => {
                 self.unlock_record(record, locked, word, c);
+                self.withdraw(&hold);
                 Err(Error::ReleaseRefused { record })
             }
             Err(panic) => {
                 self.unlock_record(record, locked, word, c);
                 // The lock's announce goes with it (see `deallocate`).
+                self.withdraw(&hold);
                 drop(hold);
                 std::panic::resume_unwind(panic);
             }

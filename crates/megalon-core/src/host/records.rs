@@ -595,6 +595,9 @@ impl Shared {
             let taken = records.compare_exchange(record, word, locked).is_ok();
             drop(gate);
             if !taken {
+                // Its announce goes before the hold drops, as a delete's
+                // (`lock_for_delete`): the winner's lock may be the very word.
+                self.withdraw(&hold);
                 return Ok(false);
             }
         }
@@ -615,6 +618,7 @@ impl Shared {
             });
             if !matches!(still_its, Ok(Some(named)) if named == record) {
                 self.unlock_record(record, locked, word, c);
+                self.withdraw(&hold);
                 return still_its.map(|_| false);
             }
         }
@@ -624,12 +628,14 @@ impl Shared {
                 if lock {
                     self.unlock_record(record, locked, word, c);
                 }
+                self.withdraw(&hold);
                 return Ok(false);
             }
             Err(panic) => {
                 if lock {
                     self.unlock_record(record, locked, word, c);
                 }
+                self.withdraw(&hold);
                 // Its announce goes with the lock: dropped while unwinding, a hold keeps
                 // its announce for recovery (a lock still held), and this one would stop
                 // every recovery of the record for as long as the host lives.

@@ -374,9 +374,13 @@ impl Shared {
     }
 
     /// Whether this host's announce `index` names a lock that its record's word still
-    /// shows: a lock taken and not let go. (At 2 bits another host's later lock shows the
-    /// same word: then the host leaves to recovery without need, which waits for that
-    /// live lock and puts back no image, as for any announce not ready.)
+    /// shows: a lock taken and not let go. A word tells nothing of its holder (a CAS that
+    /// lost did so to the very word at 2 bits, and to another delete's, deallocation's or
+    /// move's lock of the same word at any width; a lock let go is taken again from the
+    /// word it was let go to): so every caller withdraws the announce of a lock it did
+    /// not take, or let go, before its hold drops. (Left, the healthy host kept the
+    /// announce for good, every width switch of the pod waiting on it, and left as a
+    /// dead host.)
     fn announced_lock_held(&self, index: u64) -> bool {
         let announce = self.announce_word(self.id, index).load(Ordering::SeqCst);
         decode_announce(announce).is_some_and(|(record, raw, _)| {

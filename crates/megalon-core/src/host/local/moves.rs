@@ -85,6 +85,9 @@ impl Shared {
                 return Ok(false);
             }
             if records.compare_exchange(record, word, held).is_err() {
+                // Its announce goes before the hold drops, as a delete's
+                // (`lock_for_delete`): the winner's lock may be the very word.
+                self.withdraw(&hold);
                 return Ok(false);
             }
             locked = Some((record, word, hold));
@@ -96,7 +99,8 @@ impl Shared {
                 ..word
             };
             self.unlock_record(record, held, word, c);
-            // The announce goes after the unlock.
+            // The announce goes after the unlock (withdrawn first: see above).
+            self.withdraw(&hold);
             drop(hold);
         }
         moved
