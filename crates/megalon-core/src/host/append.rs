@@ -199,7 +199,9 @@ impl Shared {
                         break;
                     }
                 };
-                let index = index.get_or_insert_with(|| self.replica.write());
+                // Ended by `finish` below: a panic under it poisons the replica, even in a
+                // call made from a drop during an unwind.
+                let index = index.get_or_insert_with(|| self.replica.write_to_finish());
                 let applied = self.apply_entry(
                     index,
                     &mut state.grants,
@@ -238,7 +240,9 @@ impl Shared {
                 Log::raise_ctail(&self.pod, position);
             }
             let applied_round = index.is_some();
-            drop(index);
+            if let Some(index) = index {
+                index.finish();
+            }
             // `ctail` covers this round: its freed slots may be reused, its settles run.
             if !done.gained.is_empty() {
                 self.slots.lock().append(std::mem::take(&mut done.gained));
@@ -764,6 +768,14 @@ impl Shared {
                 return Err(error);
             }
         };
+        // A panic from here to the publish (a bug) fills what it left of the range: left,
+        // the hole stalled every replica for as long as this host lived, and the row's
+        // announce of it went with this host's next reservation, so that no recovery
+        // filled it after either.
+        let unpublished = FillOnUnwind {
+            shared: self,
+            range: start..start + count,
+        };
         // What the log had room for: the rest is the caller's to append.
         let batch = &batch[..count as usize];
         let entries = &entries[..entry_bytes * batch.len()];
@@ -798,6 +810,7 @@ impl Shared {
         for (i, entry) in entries.chunks_exact(entry_bytes).enumerate() {
             self.log.write(&self.memory, start + i as u64, entry);
         }
+        unpublished.let_go();
         // Published: nothing of ours for a recoverer to fill.
         host_table::withdraw_reservation(&self.pod, self.id, self.life, start + count);
         drop(appending);
@@ -1118,6 +1131,43 @@ enum Within {
     Refused(Error),
     /// Some answered, the others left unanswered for a later batch (`hand_off`).
     Left,
+}
+
+/// An append's reserved range, from its reservation to its publish: if dropped before
+/// its call let it go (a panic in between, a bug), its positions not published yet get a
+/// `Skip` of this host's and the reservation is withdrawn, as its recoverer would (a host
+/// declared dead leaves them to that recovery, as any of its reservations). The
+/// events are lost: whoever waits for them hears `CombinerPanicked` or unwinds, and the
+/// host is marked as one whose append panicked (`AppendPanicGuard`).
+struct FillOnUnwind<'a> {
+    shared: &'a Shared,
+    range: std::ops::Range<u64>,
+}
+
+impl FillOnUnwind<'_> {
+    /// The append's way out (published, or `Err` with its reservation left as it was).
+    fn let_go(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for FillOnUnwind<'_> {
+    fn drop(&mut self) {
+        let shared = self.shared;
+        // Still this life's row, not condemned (the append's own check before it writes):
+        // no recovery of it has read the reservation, and only this host writes these
+        // positions (it holds the append lock).
+        if shared.holds_its_row().is_err() {
+            return;
+        }
+        let entry = shared.skip_entry(shared.id);
+        for position in self.range.clone() {
+            if !shared.log.is_published(&shared.memory, position) {
+                shared.log.write(&shared.memory, position, &entry);
+            }
+        }
+        host_table::withdraw_reservation(&shared.pod, shared.id, shared.life, self.range.end);
+    }
 }
 
 /// Marks its host as one whose append panicked (`Shared::left_unsettled`) if dropped by a

@@ -103,6 +103,15 @@ pub(crate) struct IndexWrite<'a> {
     /// Whether the thread was already unwinding when the guard was taken (a ticket's
     /// drop during a panic may replay): only a panic under the guard poisons.
     unwinding: bool,
+    /// Ended by [`IndexWrite::finish`], its taker's way out.
+    finished: bool,
+}
+
+impl IndexWrite<'_> {
+    /// The way out of a guard taken by [`Replica::write_to_finish`]: the index is whole.
+    pub(crate) fn finish(mut self) {
+        self.finished = true;
+    }
 }
 
 impl std::ops::Deref for IndexWrite<'_> {
@@ -123,7 +132,7 @@ impl Drop for IndexWrite<'_> {
         // A panic under the guard (a bug, or no memory for a table that grows) may have
         // left the index half-changed: the version stays odd, so that no reader trusts
         // it again (see `Replica::poisoned`).
-        if std::thread::panicking() && !self.unwinding {
+        if std::thread::panicking() && !self.unwinding && !self.finished {
             return;
         }
         // Release: a reader that reads this even version reads every change made under
@@ -152,6 +161,24 @@ impl Replica {
     /// The index for replay (or anything that changes it): readers without the lock
     /// learn of it from the version.
     pub(crate) fn write(&self) -> IndexWrite<'_> {
+        self.write_unwinding(std::thread::panicking())
+    }
+
+    /// [`Replica::write`] for a taker whose one way out is [`IndexWrite::finish`] (a
+    /// replay): dropped without it while the thread panics, the guard poisons even if
+    /// it was taken while the thread already unwound (a call made from a drop during a
+    /// panic): that drop is a panic under the guard. (Spared, a replay cut short between
+    /// two entries that way left the index even, its position not moved past what it
+    /// had applied: the next replay applied those entries again, and a create of this
+    /// host's own, applied twice, lost the second time and gave its slot back, which
+    /// the host's next create took: two objects in one slot on every host.)
+    pub(crate) fn write_to_finish(&self) -> IndexWrite<'_> {
+        self.write_unwinding(false)
+    }
+
+    /// [`Replica::write`], `unwinding` saying whether a drop while the thread panics is
+    /// not a panic under the guard.
+    fn write_unwinding(&self, unwinding: bool) -> IndexWrite<'_> {
         let guard = self.index.write();
         // Writers are serialized by the lock: a load and a store make the version odd.
         let even = self.version.load(Ordering::Relaxed);
@@ -167,7 +194,8 @@ impl Replica {
             guard,
             version: &self.version,
             odd,
-            unwinding: std::thread::panicking(),
+            unwinding,
+            finished: false,
         }
     }
 

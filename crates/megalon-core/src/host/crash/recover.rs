@@ -343,7 +343,7 @@ impl Shared {
 
     /// A `Skip` entry in place of positions `author` reserved and never published. It
     /// names the host that reserved them (no appender of that id waits for its outcome).
-    pub(super) fn skip_entry(&self, author: HostId) -> Vec<u8> {
+    pub(in crate::host) fn skip_entry(&self, author: HostId) -> Vec<u8> {
         let mut entry = vec![0u8; self.log.entry_bytes()];
         Event::Skip.encode(author, &mut entry);
         entry
