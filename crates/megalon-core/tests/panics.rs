@@ -9,7 +9,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{read, simulated, tag_of, value};
+use common::{quiet_on_purpose, read, simulated, tag_of, value, ON_PURPOSE};
 use megalon_core::{CrashSafety, Host, HostOptions, Join, Pod};
 
 /// Lease of the pods here.
@@ -61,27 +61,6 @@ fn wait_row_free(pod: &Pod, id: megalon_core::HostId) {
         "row {id} still held: {:?}",
         pod.hosts()
     );
-}
-
-/// What the panics these tests cause say: the panic hook stays quiet about them (and
-/// only them: a test's own failure is reported as usual).
-const ON_PURPOSE: &str = "(on purpose)";
-
-/// Silences the panics whose message says [`ON_PURPOSE`], once per process.
-fn quiet_on_purpose() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let payload = info.payload();
-            let message = (payload.downcast_ref::<&str>().copied())
-                .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-                .unwrap_or("");
-            if !message.contains(ON_PURPOSE) {
-                default(info);
-            }
-        }));
-    });
 }
 
 /// Runs `body` and swallows the panic it ends with (one it causes on purpose).

@@ -480,3 +480,27 @@ pub fn with_append_failing<T>(
     chaos::clear_forced_faults();
     answer
 }
+
+/// What the panics tests cause on purpose say: [`quiet_on_purpose`] keeps the panic hook
+/// quiet about them (and only them: a test's own failure is reported as usual).
+#[allow(dead_code)]
+pub const ON_PURPOSE: &str = "(on purpose)";
+
+/// Silences the panics whose message says [`ON_PURPOSE`], and a poisoned replica's
+/// answer to a call after such a panic, once per process.
+#[allow(dead_code)]
+pub fn quiet_on_purpose() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let payload = info.payload();
+            let message = (payload.downcast_ref::<&str>().copied())
+                .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("");
+            if !message.contains(ON_PURPOSE) && !message.contains("half-changed by a panic") {
+                default(info);
+            }
+        }));
+    });
+}
