@@ -11,17 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use megalon_core::chaos::{self, Point};
-use megalon_core::inspect::slot_claim_batch;
-use megalon_core::{Error, Host, HostOptions, Join, Layout, Pod};
-
-/// A pod of few slots, shared by 16 hosts: a claim gets one slot.
-fn one_slot_claims_pod() -> Arc<Pod> {
-    let config = common::config().lnr_bytes(96 << 10).max_hosts(16);
-    let layout = Layout::new(&config).expect("layout");
-    assert_eq!(slot_claim_batch(layout.slot_count, 16), 1, "{layout:?}");
-    assert!(layout.slot_count >= 32, "{}", layout.slot_count);
-    common::heap_pod(&config)
-}
+use megalon_core::{Error, Host, HostOptions, Join, Layout};
 
 fn options(limit: Duration) -> HostOptions {
     HostOptions::new().pump_interval(None).wait_limit(limit)
@@ -32,7 +22,7 @@ fn options(limit: Duration) -> HostOptions {
 /// answers only once the pod's unclaimed range is used up, many limits later.
 #[test]
 fn a_create_whose_claims_are_taken_first_answers_within_its_limit() {
-    let pod = one_slot_claims_pod();
+    let pod = common::one_slot_claims_pod();
     let limit = Duration::from_millis(30);
     let host = Arc::new(common::join(&pod, options(limit)));
     let steals = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -95,10 +85,17 @@ fn a_create_whose_claims_are_taken_first_answers_within_its_limit() {
     }
     let created = u64::from(answer.is_ok());
     assert_eq!(host.object_count().unwrap(), steals + created);
+    // And the answer does not say the pod is full (`SlotsExhausted`, which a server
+    // answers as "OOM the store is full"): most of its slots are unclaimed. It says the
+    // slots were taken first, a busy pod (review `limits`, 2026-12-04), and what it says
+    // holds: the next try finds a slot.
+    let slot_count = pod.layout().slot_count;
+    assert!(steals + created < slot_count / 2, "the test filled the pod");
     if answer.is_err() {
         assert!(
             matches!(answer, Err(Error::SlotsContended { .. })),
-            "{answer:?}"
+            "{answer:?} with {} of {slot_count} slots free",
+            slot_count - steals - created
         );
         host.create(b"victim", b"v").unwrap();
     }

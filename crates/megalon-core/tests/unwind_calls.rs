@@ -38,6 +38,17 @@ fn from_a_drop_during_an_unwind<T>(call: impl FnOnce() -> T) -> T {
     answered
 }
 
+/// Runs `check`; the message it panicked with, if it did (`what` if it said nothing).
+fn failure_of(what: &str, check: impl FnOnce()) -> Option<String> {
+    let panic = catch_unwind(AssertUnwindSafe(check)).err()?;
+    Some(
+        panic
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_else(|| format!("{what}: failed")),
+    )
+}
+
 /// A pod of 2-bit records whose width may switch (so a delete passes a gate between its
 /// load of the word and its lock CAS), with undo images.
 fn pod() -> Arc<Pod> {
@@ -231,14 +242,9 @@ fn a_panic_in_an_append_made_from_a_drop_does_not_outlive_its_host() {
                 });
                 let a_id = a.id();
                 drop(a);
-                let result = catch_unwind(AssertUnwindSafe(|| {
+                wrong.extend(failure_of(&what, || {
                     pod_works_after(&pod, a_id, b, &[b"k", b"c"], &what)
                 }));
-                if let Err(panic) = result {
-                    let message = (panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| format!("{what}: failed"));
-                    wrong.push(message);
-                }
             }
         }
     }
@@ -272,14 +278,10 @@ fn an_append_after_one_that_panicked_does_not_hide_its_hole() {
             }
             let a_id = a.id();
             drop(a);
-            let result = catch_unwind(AssertUnwindSafe(|| {
+            let failed = failure_of(&what, || {
                 pod_works_after(&pod, a_id, b, &[b"k", b"c", b"d"], &what)
-            }));
-            if let Err(panic) = result {
-                let message = (panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| format!("{what}: failed"));
-                wrong.push(format!("{message} (a's next create: {next:?})"));
-            }
+            });
+            wrong.extend(failed.map(|message| format!("{message} (a's next create: {next:?})")));
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
@@ -311,7 +313,7 @@ fn a_panic_in_a_switch_s_append_made_from_a_drop_does_not_outlive_its_host() {
             });
             let a_id = a.id();
             drop(a);
-            let result = catch_unwind(AssertUnwindSafe(|| {
+            wrong.extend(failure_of(&what, || {
                 pod_works_after(&pod, a_id, b, &[b"k"], &what);
                 let deadline = std::time::Instant::now() + Duration::from_secs(5);
                 loop {
@@ -324,11 +326,6 @@ fn a_panic_in_a_switch_s_append_made_from_a_drop_does_not_outlive_its_host() {
                     }
                 }
             }));
-            if let Err(panic) = result {
-                let message = (panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| format!("{what}: failed"));
-                wrong.push(message);
-            }
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));

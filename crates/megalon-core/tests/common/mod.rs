@@ -504,3 +504,14 @@ pub fn quiet_on_purpose() {
         }));
     });
 }
+
+/// A pod of few slots, shared by 16 hosts: a claim gets one slot.
+#[allow(dead_code)]
+pub fn one_slot_claims_pod() -> Arc<Pod> {
+    let config = config().lnr_bytes(96 << 10).max_hosts(16);
+    let layout = megalon_core::Layout::new(&config).expect("layout");
+    let batch = megalon_core::inspect::slot_claim_batch(layout.slot_count, 16);
+    assert_eq!(batch, 1, "{layout:?}");
+    assert!(layout.slot_count >= 32, "{}", layout.slot_count);
+    heap_pod(&config)
+}
