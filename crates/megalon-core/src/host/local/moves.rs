@@ -543,7 +543,9 @@ impl Shared {
     ) -> std::result::Result<Response, Option<u64>> {
         c.add(Counter::RpcsSent, 1);
         // While it waits, the thread serves its own host's ring (two hosts asking each
-        // other both progress). It holds nothing a move back here would wait for: no
+        // other do not wait on each other: each serves the other's request while its own
+        // waits; a host without a pump serves only then, so a request to it sent after
+        // its call ended waits for its next). It holds nothing a move back here would wait for: no
         // operation calls this holding `moving`, the index, or a local object. Now and
         // then it also looks whether the replica, caught up, still names the holder: once
         // it does not (the holder moved the object back, or died and its recovery put the
@@ -553,7 +555,9 @@ impl Shared {
         let mut moved_meanwhile = false;
         // No request of our ring is begun past our own limit: by then our request is
         // withdrawn at the next look, or claimed (its answer needs no serving of ours).
-        let serve_until = std::time::Instant::now() + wait_limit;
+        // Checked: a wait limit of `Duration::MAX` ("no limit") has no deadline (the sum
+        // overflowed `Instant` and panicked in the call).
+        let serve_until = std::time::Instant::now().checked_add(wait_limit);
         let response = rpc.rings[owner as usize].call_while(
             &self.pod,
             &self.memory,
@@ -566,7 +570,7 @@ impl Shared {
             c,
             &mut || {
                 self.chaos.point(Point::RpcAwaitingResponse);
-                let _ = self.serve_rpcs_until(Some(serve_until));
+                let _ = self.serve_rpcs_until(serve_until);
                 rounds = rounds.wrapping_add(1);
                 // A catch-up that fails: wait on (the wait limit bounds it).
                 moved_meanwhile = rounds.is_multiple_of(HOLDER_LOOK_ROUNDS)
